@@ -1,0 +1,65 @@
+"""Backend errors and the retry policy: transient errors are retried with backoff and
+jitter (bounded); fatal errors stop the run at once. Neither is ever scored as a wrong answer."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class BackendError(Exception):
+    """A model backend call failed (not the model's answer being wrong)."""
+
+    def __init__(self, backend: str, cause: str, *, status: int | None = None):
+        self.backend = backend
+        self.cause = cause
+        self.status = status
+        super().__init__(f"{backend}: {cause}")
+
+
+class TransientBackendError(BackendError):
+    """Timeout, 429, 5xx, connection reset, empty reply: worth retrying."""
+
+
+class FatalBackendError(BackendError):
+    """401/403, unknown model, unreachable endpoint after retries, bad request: stop the run."""
+
+
+@dataclass
+class RetryPolicy:
+    max_retries: int = 5
+    base_delay_s: float = 0.5
+    max_delay_s: float = 20.0
+    jitter: float = 0.5  # fraction of the delay drawn at random
+
+    def delay(self, attempt: int) -> float:
+        d = min(self.max_delay_s, self.base_delay_s * (2**attempt))
+        return d * (1 - self.jitter + self.jitter * random.random())
+
+
+async def with_retries(
+    call: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    on_retry: Callable[[int, TransientBackendError], None] | None = None,
+) -> tuple[T, int]:
+    """Run `call`, retrying transient errors. Returns (result, retries used)."""
+    attempt = 0
+    while True:
+        try:
+            return await call(), attempt
+        except TransientBackendError as err:
+            if attempt >= policy.max_retries:
+                raise TransientBackendError(
+                    err.backend,
+                    f"{err.cause} (gave up after {attempt} retries)",
+                    status=err.status,
+                ) from err
+            if on_retry is not None:
+                on_retry(attempt + 1, err)
+            await asyncio.sleep(policy.delay(attempt))
+            attempt += 1

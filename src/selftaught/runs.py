@@ -1,0 +1,124 @@
+"""Run directory: atomic writes, append-only history.jsonl, resume state.
+
+Every file is written to a temp file and renamed into place, so a kill at any moment leaves
+either the old or the new version. `history.jsonl` rows carry a `step` number; on resume a
+torn last line is dropped and rows past the last completed step are never duplicated."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+class RunError(RuntimeError):
+    pass
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    atomic_write_text(
+        path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)
+    )
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, row); a malformed line raises naming file and line."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise RunError(f"{path}:{lineno}: malformed JSON ({err.msg})") from err
+            if not isinstance(row, dict):
+                raise RunError(f"{path}:{lineno}: expected a JSON object")
+            yield lineno, row
+
+
+class RunDir:
+    """A directory holding everything a run produced and everything needed to resume it."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.history_path = self.root / "history.jsonl"
+        self.state_path = self.root / "state.json"
+        self.config_path = self.root / "config.json"
+
+    def path(self, *parts: str) -> Path:
+        return self.root.joinpath(*parts)
+
+    # config -------------------------------------------------------------
+    def check_or_write_config(self, config: dict[str, Any], *, ignore: set[str] = frozenset()) -> bool:
+        """Write config on a new run; on resume refuse a config that changed (except `ignore`).
+        Returns True when resuming."""
+        if not self.config_path.exists():
+            atomic_write_json(self.config_path, config)
+            return False
+        old = read_json(self.config_path)
+        changed = sorted(
+            k for k in set(old) | set(config)
+            if k not in ignore and json.dumps(old.get(k), default=str) != json.dumps(config.get(k), default=str)
+        )
+        if changed:
+            raise RunError(
+                f"{self.root} holds a run with a different config ({', '.join(changed)}); "
+                "use another --output directory or the same settings to resume"
+            )
+        return True
+
+    # state ----------------------------------------------------------------
+    def load_state(self) -> dict[str, Any] | None:
+        return read_json(self.state_path) if self.state_path.exists() else None
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        atomic_write_json(self.state_path, state)
+
+    # history --------------------------------------------------------------
+    def history(self) -> list[dict[str, Any]]:
+        if not self.history_path.exists():
+            return []
+        rows = []
+        with open(self.history_path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # torn last line from a kill: dropped on the next append
+        return rows
+
+    def append_history(self, row: dict[str, Any], *, key: str = "step") -> None:
+        """Append one row; a row whose `key` is already recorded replaces nothing and is skipped,
+        so a step finished twice (kill between history and state) is never duplicated."""
+        rows = self.history()
+        if key in row and any(r.get(key) == row[key] for r in rows):
+            return
+        rows.append(row)
+        write_jsonl(self.history_path, rows)

@@ -1,0 +1,85 @@
+"""The Task protocol: a family of problems with train / val / test splits and a scorer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from selftaught.models.base import Message
+
+SPLITS = ("train", "val", "test")
+Split = Literal["train", "val", "test"]
+TaskKind = Literal["agent", "game"]
+
+
+@dataclass
+class Example:
+    """One problem. `input` is text or chat messages; `state` is whatever the scorer needs."""
+
+    id: str
+    input: str | list[Message]
+    reference: Any = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def prompt_text(self) -> str:
+        if isinstance(self.input, str):
+            return self.input
+        return "\n".join(str(m.get("content", "")) for m in self.input if m.get("role") == "user")
+
+
+@dataclass
+class Score:
+    """hard: 0/1 solved; soft: 0..1 partial credit; feedback: why, in the scorer's words."""
+
+    hard: float
+    soft: float
+    feedback: str = ""
+
+    def __post_init__(self) -> None:
+        if self.hard not in (0, 1, 0.0, 1.0):
+            raise ValueError(f"hard score must be 0 or 1, got {self.hard!r}")
+        if not 0.0 <= self.soft <= 1.0:
+            raise ValueError(f"soft score must be in [0, 1], got {self.soft!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hard": self.hard, "soft": self.soft, "feedback": self.feedback}
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What is practised. `kind == "game"` means the answer is a JSON strategy
+    (see `GameTask`); `"agent"` means free text, scored as free text."""
+
+    name: str
+    kind: TaskKind
+    instructions: str  # appended to each user prompt: how to present the answer
+
+    def examples(self, split: Split) -> list[Example]: ...
+
+    def score(self, output: str, example: Example) -> Score: ...
+
+
+@runtime_checkable
+class GameTask(Task, Protocol):
+    """A game: the policy answers with a JSON strategy validated against `schema`;
+    the score comes from playing a seeded simulator."""
+
+    schema: dict[str, Any]
+
+
+class TaskError(ValueError):
+    """Bad task spec or task data; the message says what and where."""
+
+
+def check_disjoint(task: Task) -> None:
+    """Fail closed when val or test overlap train (by id or by prompt text)."""
+    seen: dict[str, str] = {}
+    for split in SPLITS:
+        for ex in task.examples(split):  # type: ignore[arg-type]
+            key = ex.prompt_text().strip()
+            if key in seen and seen[key] != split:
+                raise TaskError(
+                    f"task {task.name!r}: example {ex.id!r} in split {split!r} also appears in "
+                    f"split {seen[key]!r}; validation that overlaps training is refused"
+                )
+            seen.setdefault(key, split)

@@ -1,0 +1,156 @@
+"""reasoning-gym tasks: any of its seeded generators, scored by the generator's own
+`score_answer`, with disjoint train / val / test splits of chosen sizes."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Any
+
+from selftaught.tasks.base import Example, Score, Split, TaskError
+from selftaught.tasks.extract import extract_answer, extract_number
+
+DEFAULT_INSTRUCTIONS = "Give the final answer only."
+_NUMERIC = re.compile(r"^-?\d+(?:\.\d+)?(?:/\d+)?$")
+
+
+def gym_generators() -> list[str]:
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+def _parse_value(raw: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    return raw
+
+
+def parse_gym_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """`gym:NAME?key=value&key=value` → (NAME, generator kwargs)."""
+    body = spec.removeprefix("gym:")
+    name, _, query = body.partition("?")
+    kwargs: dict[str, Any] = {}
+    for part in filter(None, query.split("&")):
+        key, eq, value = part.partition("=")
+        if not eq:
+            raise TaskError(f"gym option {part!r} in {spec!r} must look like key=value")
+        kwargs[key] = _parse_value(value)
+    return name, kwargs
+
+
+class GymTask:
+    """One reasoning-gym generator as a Task. Splits come from distinct seeds and are
+    de-duplicated by question text (test first, then val, then train), so they never overlap."""
+
+    kind = "agent"
+
+    def __init__(
+        self,
+        generator: str,
+        *,
+        seed: int = 0,
+        train_size: int = 256,
+        val_size: int = 40,
+        test_size: int = 200,
+        instructions: str = DEFAULT_INSTRUCTIONS,
+        **generator_kwargs: Any,
+    ):
+        valid = gym_generators()
+        if generator not in valid:
+            close = [g for g in valid if generator in g or g in generator][:8]
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise TaskError(
+                f"unknown reasoning-gym generator {generator!r}{hint}; "
+                f"valid generators: {', '.join(valid)}"
+            )
+        for split, size in (("train", train_size), ("val", val_size), ("test", test_size)):
+            if size < 0:
+                raise TaskError(f"{split}_size must be >= 0, got {size}")
+        self.generator = generator
+        self.generator_kwargs = generator_kwargs
+        self.seed = seed
+        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        self.instructions = instructions
+        suffix = "?" + "&".join(f"{k}={v}" for k, v in generator_kwargs.items()) if generator_kwargs else ""
+        self.name = f"gym:{generator}{suffix}"
+
+    def _dataset(self, seed: int, size: int) -> Any:
+        import reasoning_gym
+
+        try:
+            return reasoning_gym.create_dataset(
+                self.generator, seed=seed, size=size, **self.generator_kwargs
+            )
+        except (TypeError, ValueError, AssertionError) as err:
+            raise TaskError(f"{self.name}: bad generator options: {err}") from err
+
+    @cached_property
+    def _splits(self) -> dict[str, list[Example]]:
+        seen: set[str] = set()
+        out: dict[str, list[Example]] = {}
+        for offset, split in ((3, "test"), (2, "val"), (1, "train")):
+            want = self.sizes[split]
+            examples: list[Example] = []
+            attempt = 0
+            while len(examples) < want and attempt < 8:
+                # oversample: small generators repeat questions across seeds
+                ds = self._dataset(self.seed * 1000 + offset + 100 * attempt, 2 * want + 8)
+                for i, entry in enumerate(ds):
+                    q = entry["question"].strip()
+                    if q in seen:
+                        continue
+                    seen.add(q)
+                    examples.append(
+                        Example(
+                            id=f"{self.generator}-{split}-{len(examples):05d}",
+                            input=entry["question"],
+                            reference=entry["answer"],
+                            state={"entry": entry, "dataset_seed": ds.seed, "index": i},
+                        )
+                    )
+                    if len(examples) == want:
+                        break
+                attempt += 1
+            if len(examples) < want:
+                raise TaskError(
+                    f"{self.name}: only {len(examples)} distinct {split} questions could be "
+                    f"generated (asked for {want}); lower the split sizes"
+                )
+            out[split] = examples
+        return out
+
+    @cached_property
+    def _scorer_dataset(self) -> Any:
+        return self._dataset(self.seed, 1)
+
+    def examples(self, split: Split) -> list[Example]:
+        if split not in self.sizes:
+            raise TaskError(f"unknown split {split!r}; valid: train, val, test")
+        return list(self._splits[split])
+
+    def extract(self, output: str, example: Example) -> str:
+        answer = extract_answer(output)
+        ref = str(example.reference).strip()
+        if _NUMERIC.match(ref) and not _NUMERIC.match(answer.replace(",", "")):
+            number = extract_number(answer)
+            if number is not None:
+                return number
+        return answer
+
+    def score(self, output: str, example: Example) -> Score:
+        answer = self.extract(output, example)
+        value = float(self._scorer_dataset.score_answer(answer, example.state["entry"]) or 0.0)
+        value = min(1.0, max(0.0, value))
+        hard = 1.0 if value >= 1.0 else 0.0
+        if hard:
+            feedback = f"correct: {example.reference}"
+        else:
+            shown = answer if len(answer) <= 80 else answer[:77] + "..."
+            feedback = f"expected {example.reference!s}, got {shown!r}"
+        return Score(hard=hard, soft=value, feedback=feedback)
