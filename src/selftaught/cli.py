@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
 import typer
 from rich.console import Console
+from rich.table import Table
 
 app = typer.Typer(
     help="selftaught: LLM agents that improve themselves on their own tasks, safely.",
@@ -12,8 +19,223 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console(stderr=True)
+out = Console()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly_errors(fn: F) -> F:
+    """Known failures (bad input, fatal backend errors) become one sentence and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from selftaught.models.embedded import EmbeddedModelMissing
+        from selftaught.models.errors import BackendError
+        from selftaught.models.spec import ModelSpecError
+        from selftaught.runs import RunError
+        from selftaught.tasks.base import TaskError
+
+        try:
+            return fn(*args, **kwargs)
+        except (BackendError, TaskError, ModelSpecError, RunError, EmbeddedModelMissing) as err:
+            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+            raise typer.Exit(2) from None
+        except FileNotFoundError as err:
+            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "run"
+
+
+def read_text_file(path: Path | None, what: str) -> str:
+    if path is None:
+        return ""
+    if not path.exists():
+        raise FileNotFoundError(f"{what} file {path} does not exist")
+    return path.read_text(encoding="utf-8")
+
+
+# Options shared by several commands.
+TaskOpt = Annotated[str, typer.Option("--task", "-t", help="Task spec; see `selftaught tasks`.")]
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Model spec: local | local:PATH | openai:NAME | http://HOST:PORT/v1#NAME",
+    ),
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", envvar="SELFTAUGHT_API_KEY", help="API key (else OPENAI_API_KEY)."),
+]
+SeedOpt = Annotated[int, typer.Option(help="Seed for task splits and sampling.")]
+TrainSizeOpt = Annotated[int | None, typer.Option(help="Train split size (task default if unset).")]
+ValSizeOpt = Annotated[int | None, typer.Option(help="Val split size (task default if unset).")]
+TestSizeOpt = Annotated[int | None, typer.Option(help="Test split size (task default if unset).")]
+
 
 # ---- tasks / eval / serve (foundation) ------------------------------------------------
+
+
+@app.command("tasks")
+def tasks_cmd(
+    gym: Annotated[
+        bool, typer.Option("--gym", help="Also list every reasoning-gym generator.")
+    ] = False,
+) -> None:
+    """List the built-in tasks (and, with --gym, all reasoning-gym generators)."""
+    from selftaught.tasks.gym import gym_generators
+    from selftaught.tasks.registry import BUILTIN_TASKS, TASK_FORMS
+
+    table = Table(title="built-in tasks")
+    table.add_column("task")
+    table.add_column("what")
+    for name, what in BUILTIN_TASKS.items():
+        table.add_row(name, what)
+    out.print(table)
+    out.print("task spec forms: " + "; ".join(TASK_FORMS))
+    gens = gym_generators()
+    if gym:
+        out.print(f"reasoning-gym generators ({len(gens)}): " + ", ".join(gens))
+    else:
+        out.print(f"{len(gens)} reasoning-gym generators: use gym:NAME (list them with --gym)")
+
+
+@app.command("eval")
+@friendly_errors
+def eval_cmd(
+    task: TaskOpt,
+    model: ModelOpt = "local",
+    skill: Annotated[Path | None, typer.Option(help="Skill document (system prompt).")] = None,
+    memory: Annotated[Path | None, typer.Option(help="Memory document.")] = None,
+    split: Annotated[str, typer.Option(help="train | val | test")] = "test",
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N examples.")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Per-example JSONL (default runs/eval/<task>-<split>.jsonl)."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Concurrent requests.")] = 8,
+    max_tokens: Annotated[
+        int, typer.Option(help="Reply length cap (truncation is reported).")
+    ] = 256,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = greedy).")] = 0.0,
+    timeout: Annotated[float, typer.Option(help="Seconds per model call.")] = 120.0,
+    cache: Annotated[
+        Path | None, typer.Option(help="SQLite cache of temperature-0 replies.")
+    ] = None,
+    scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
+    judge_model: Annotated[
+        str | None, typer.Option(help="Judge model spec for the llm_judge scorer.")
+    ] = None,
+    seed: SeedOpt = 0,
+    train_size: TrainSizeOpt = None,
+    val_size: ValSizeOpt = None,
+    test_size: TestSizeOpt = None,
+    api_key: ApiKeyOpt = None,
+) -> None:
+    """Score a model (+ skill) on a task split: hard/soft accuracy with 95% CIs, tokens used."""
+    from selftaught.evaluation import evaluate
+    from selftaught.models import GenerationParams, TrackedModel, UsageLedger, load_model
+    from selftaught.policy import Policy
+    from selftaught.rollout import RolloutConfig
+    from selftaught.runs import atomic_write_json, write_jsonl
+    from selftaught.tasks import load_task
+
+    if split not in ("train", "val", "test"):
+        raise typer.BadParameter(f"--split must be train, val or test, not {split!r}")
+    ledger = UsageLedger()
+    judge = None
+    if judge_model:
+        judge = TrackedModel(load_model(judge_model, api_key=api_key), ledger, "judge")
+    the_task = load_task(
+        task,
+        seed=seed,
+        train_size=train_size,
+        val_size=val_size,
+        test_size=test_size,
+        scorer=scorer,
+        judge_model=judge,
+    )
+    target = TrackedModel(
+        load_model(model, api_key=api_key, timeout_s=timeout, cache_path=cache), ledger, "target"
+    )
+    policy = Policy(read_text_file(skill, "skill"), read_text_file(memory, "memory"))
+    params = GenerationParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
+    cfg = RolloutConfig(
+        concurrency=concurrency,
+        timeout_s=timeout * 10,
+        params=params,
+        description=f"eval {the_task.name} [{split}]",
+    )
+    result = evaluate(the_task, target, policy, split=split, limit=limit, rollout=cfg)  # type: ignore[arg-type]
+
+    path = output or Path("runs") / "eval" / f"{slug(the_task.name)}-{split}.jsonl"
+    write_jsonl(path, [r.to_dict() for r in result.rollouts])
+    summary = {**result.summary(), "usage": ledger.to_dict()}
+    atomic_write_json(path.with_suffix(".summary.json"), summary)
+
+    table = Table(title=f"{the_task.name} [{split}] with {result.model}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("examples scored", str(result.n))
+    table.add_row(
+        "hard accuracy",
+        f"{result.hard:.3f}  (95% CI {result.hard_ci[0]:.3f}-{result.hard_ci[1]:.3f})",
+    )
+    table.add_row(
+        "soft score", f"{result.soft:.3f}  (95% CI {result.soft_ci[0]:.3f}-{result.soft_ci[1]:.3f})"
+    )
+    table.add_row("tokens in / out", f"{result.prompt_tokens} / {result.completion_tokens}")
+    table.add_row("truncated replies", str(result.truncated))
+    table.add_row("backend errors (not scored)", str(result.n_errors))
+    table.add_row("retries", str(result.retries))
+    table.add_row("wall time", f"{result.wall_s:.1f} s")
+    for role, u in ledger.to_dict().items():
+        if role != "target":
+            table.add_row(
+                f"{role} calls / tokens",
+                f"{u['calls']} / {u['prompt_tokens'] + u['completion_tokens']}",
+            )
+    out.print(table)
+    out.print(f"per-example results: {path}")
+    if result.n == 0:
+        console.print("[bold red]error:[/] every call failed; no example was scored")
+        raise typer.Exit(1)
+
+
+@app.command("serve")
+@friendly_errors
+def serve_cmd(
+    model: ModelOpt = "local",
+    host: Annotated[
+        str, typer.Option(help="Interface to bind (loopback by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    name: Annotated[
+        str | None, typer.Option(help="Model name clients use (default: the model's name).")
+    ] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Requests batched into one generate.")] = 8,
+    allow_remote: Annotated[
+        bool, typer.Option(help="Allow binding a non-loopback interface.")
+    ] = False,
+    api_key: ApiKeyOpt = None,
+) -> None:
+    """Serve a model behind an OpenAI-compatible HTTP endpoint (POST /v1/chat/completions)."""
+    from selftaught.models import load_model
+    from selftaught.serve import run_server
+
+    the_model = load_model(model, api_key=api_key, max_batch_size=max_batch_size)
+    served = name or the_model.name.split(":")[-1]
+    console.print(
+        f"serving [bold]{served}[/] at http://{host}:{port}/v1 "
+        f"(use --model http://{host}:{port}/v1#{served})"
+    )
+    run_server(the_model, served, host=host, port=port, allow_remote=allow_remote)
+
 
 # ---- optimize (skill optimization, text space) ----------------------------------------
 

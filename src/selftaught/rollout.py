@@ -88,6 +88,7 @@ async def _one(
             raise
         except TransientBackendError as err:
             r.error = str(err)
+            r.retries = err.retries
             r.latency_s = time.perf_counter() - t0
             return r
         except asyncio.TimeoutError:

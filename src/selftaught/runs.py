@@ -76,7 +76,9 @@ class RunDir:
         return self.root.joinpath(*parts)
 
     # config -------------------------------------------------------------
-    def check_or_write_config(self, config: dict[str, Any], *, ignore: set[str] = frozenset()) -> bool:
+    def check_or_write_config(
+        self, config: dict[str, Any], *, ignore: set[str] = frozenset()
+    ) -> bool:
         """Write config on a new run; on resume refuse a config that changed (except `ignore`).
         Returns True when resuming."""
         if not self.config_path.exists():
@@ -84,8 +86,10 @@ class RunDir:
             return False
         old = read_json(self.config_path)
         changed = sorted(
-            k for k in set(old) | set(config)
-            if k not in ignore and json.dumps(old.get(k), default=str) != json.dumps(config.get(k), default=str)
+            k
+            for k in set(old) | set(config)
+            if k not in ignore
+            and json.dumps(old.get(k), default=str) != json.dumps(config.get(k), default=str)
         )
         if changed:
             raise RunError(

@@ -4,6 +4,7 @@ not serializable, so we convert it once into a safetensors folder in a cache dir
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -30,9 +31,7 @@ def embedded_gguf_path() -> Path:
     # The package's own __init__ imports the `llm` tool, so locate its folder without importing it.
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedModelMissing(
-            f"the embedded model is not installed; run: {INSTALL_HINT}"
-        )
+        raise EmbeddedModelMissing(f"the embedded model is not installed; run: {INSTALL_HINT}")
     path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
     if not path.exists():
         raise EmbeddedModelMissing(f"{path} is missing; reinstall with: {INSTALL_HINT}")
@@ -58,10 +57,8 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
         fresh.tie_weights()
         fresh.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        try:
+        with contextlib.suppress(Exception):  # a generation config is optional
             GenerationConfig.from_model_config(config).save_pretrained(tmp)
-        except Exception:  # generation config is optional
-            pass
         if out_dir.exists():  # another process finished first
             shutil.rmtree(tmp)
             return out_dir
@@ -88,4 +85,6 @@ def resolve_local_path(path: str | None) -> Path:
         return convert_gguf(p, cache_root() / "models" / p.stem)
     if p.is_dir() and (p / "config.json").exists():
         return p
-    raise ValueError(f"{p} is neither a transformers model folder (with config.json) nor a .gguf file")
+    raise ValueError(
+        f"{p} is neither a transformers model folder (with config.json) nor a .gguf file"
+    )

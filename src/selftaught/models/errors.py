@@ -19,6 +19,7 @@ class BackendError(Exception):
         self.backend = backend
         self.cause = cause
         self.status = status
+        self.retries = 0  # retries spent before giving up
         super().__init__(f"{backend}: {cause}")
 
 
@@ -54,11 +55,11 @@ async def with_retries(
             return await call(), attempt
         except TransientBackendError as err:
             if attempt >= policy.max_retries:
-                raise TransientBackendError(
-                    err.backend,
-                    f"{err.cause} (gave up after {attempt} retries)",
-                    status=err.status,
-                ) from err
+                final = TransientBackendError(
+                    err.backend, f"{err.cause} (gave up after {attempt} retries)", status=err.status
+                )
+                final.retries = attempt
+                raise final from err
             if on_retry is not None:
                 on_retry(attempt + 1, err)
             await asyncio.sleep(policy.delay(attempt))

@@ -1,10 +1,10 @@
 """Model spec strings a user can type:
 
-    local                               the embedded SmolLM2-135M-Instruct
-    local:/path/to/folder-or.gguf       any local transformers folder or GGUF file
-    openai:gpt-4o-mini                  OpenAI (or OPENAI_BASE_URL) with OPENAI_API_KEY
-    http://127.0.0.1:8000/v1#my-model   any OpenAI-compatible endpoint (vLLM, SGLang,
-                                        llama.cpp server, Ollama, `selftaught serve`)
+local                               the embedded SmolLM2-135M-Instruct
+local:/path/to/folder-or.gguf       any local transformers folder or GGUF file
+openai:gpt-4o-mini                  OpenAI (or OPENAI_BASE_URL) with OPENAI_API_KEY
+http://127.0.0.1:8000/v1#my-model   any OpenAI-compatible endpoint (vLLM, SGLang,
+                                    llama.cpp server, Ollama, `selftaught serve`)
 """
 
 from __future__ import annotations
@@ -44,6 +44,4 @@ def parse_model_spec(spec: str) -> ModelSpec:
     if s.startswith(("http://", "https://")):
         base, _, name = s.partition("#")
         return ModelSpec("openai", name, base_url=base.rstrip("/"))
-    raise ModelSpecError(
-        f"unknown model spec {spec!r}; valid forms: " + "; ".join(SPEC_FORMS)
-    )
+    raise ModelSpecError(f"unknown model spec {spec!r}; valid forms: " + "; ".join(SPEC_FORMS))

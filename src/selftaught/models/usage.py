@@ -84,8 +84,8 @@ class TrackedModel(AsyncChatModel):
 
         try:
             c = await self.inner.achat(messages, params)
-        except BackendError:
-            self.ledger.record_error(self.role)
+        except BackendError as err:
+            self.ledger.record_error(self.role, err.retries)
             raise
         self.ledger.record(self.role, self.name, c)
         return c

@@ -77,7 +77,11 @@ class GymTask:
         self.seed = seed
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.instructions = instructions
-        suffix = "?" + "&".join(f"{k}={v}" for k, v in generator_kwargs.items()) if generator_kwargs else ""
+        suffix = (
+            "?" + "&".join(f"{k}={v}" for k, v in generator_kwargs.items())
+            if generator_kwargs
+            else ""
+        )
         self.name = f"gym:{generator}{suffix}"
 
     def _dataset(self, seed: int, size: int) -> Any:

@@ -1,10 +1,10 @@
 """Task specs a user can type, and the list of built-in tasks.
 
-    gym:NAME[?key=value&...]   a reasoning-gym generator (`selftaught tasks --gym` lists them)
-    humaneval                  HumanEval, executed in a sandbox
-    game:ctf                   grid capture-the-flag (a JSON-strategy game)
-    jsonl:PATH  or  PATH.jsonl your own examples, scored by --scorer
-    package.module:ClassName   a Python plugin implementing the Task protocol
+gym:NAME[?key=value&...]   a reasoning-gym generator (`selftaught tasks --gym` lists them)
+humaneval                  HumanEval, executed in a sandbox
+game:ctf                   grid capture-the-flag (a JSON-strategy game)
+jsonl:PATH  or  PATH.jsonl your own examples, scored by --scorer
+package.module:ClassName   a Python plugin implementing the Task protocol
 """
 
 from __future__ import annotations
@@ -80,5 +80,7 @@ def load_task(
         from selftaught.tasks.plugin import load_plugin_task
 
         return load_plugin_task(s, seed=seed, **sizes)
-    raise TaskError(f"unknown task {spec!r}; valid forms: {', '.join(TASK_FORMS)}; built-in: "
-                    + ", ".join(BUILTIN_TASKS))
+    raise TaskError(
+        f"unknown task {spec!r}; valid forms: {', '.join(TASK_FORMS)}; built-in: "
+        + ", ".join(BUILTIN_TASKS)
+    )

@@ -1,0 +1,97 @@
+"""Evaluate a policy on a task split: hard and soft accuracy with 95% intervals, tokens, errors."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from selftaught.models.base import ChatModel, run_sync
+from selftaught.policy import Policy
+from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts
+from selftaught.stats import mean_interval, wilson_interval
+from selftaught.tasks.base import Split, Task, TaskError
+
+
+@dataclass
+class EvalResult:
+    task: str
+    model: str
+    split: str
+    n: int  # rollouts scored (backend failures excluded: they are not wrong answers)
+    n_errors: int
+    hard: float
+    hard_ci: tuple[float, float]
+    soft: float
+    soft_ci: tuple[float, float]
+    prompt_tokens: int
+    completion_tokens: int
+    truncated: int
+    retries: int
+    wall_s: float
+    skill_hash: str
+    rollouts: list[Rollout] = field(default_factory=list, repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "rollouts"}
+
+
+def summarize(
+    rollouts: list[Rollout], *, task: str, model: str, split: str, wall_s: float, skill_hash: str
+) -> EvalResult:
+    scored = [r for r in rollouts if r.ok and r.score is not None]
+    hard = [r.score.hard for r in scored if r.score]
+    soft = [r.score.soft for r in scored if r.score]
+    n = len(scored)
+    return EvalResult(
+        task=task,
+        model=model,
+        split=split,
+        n=n,
+        n_errors=len(rollouts) - n,
+        hard=sum(hard) / n if n else 0.0,
+        hard_ci=wilson_interval(sum(hard), n),
+        soft=sum(soft) / n if n else 0.0,
+        soft_ci=mean_interval(soft),
+        prompt_tokens=sum(r.prompt_tokens for r in rollouts),
+        completion_tokens=sum(r.completion_tokens for r in rollouts),
+        truncated=sum(r.truncated for r in rollouts),
+        retries=sum(r.retries for r in rollouts),
+        wall_s=wall_s,
+        skill_hash=skill_hash,
+        rollouts=rollouts,
+    )
+
+
+async def aevaluate(
+    task: Task,
+    model: ChatModel,
+    policy: Policy | None = None,
+    *,
+    split: Split = "test",
+    limit: int | None = None,
+    rollout: RolloutConfig | None = None,
+) -> EvalResult:
+    policy = policy or Policy()
+    examples = task.examples(split)
+    if limit is not None:
+        if limit <= 0:
+            raise TaskError(f"--limit must be positive, got {limit}")
+        examples = examples[:limit]
+    if not examples:
+        raise TaskError(f"task {task.name!r} has no {split} examples")
+    cfg = rollout or RolloutConfig(description=f"eval {split}")
+    t0 = time.perf_counter()
+    rollouts = await arun_rollouts(model, policy, task, examples, cfg)
+    return summarize(
+        rollouts,
+        task=task.name,
+        model=model.name,
+        split=split,
+        wall_s=time.perf_counter() - t0,
+        skill_hash=policy.skill_hash(),
+    )
+
+
+def evaluate(*args: Any, **kwargs: Any) -> EvalResult:
+    return run_sync(aevaluate(*args, **kwargs))

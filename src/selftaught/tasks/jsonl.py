@@ -1,0 +1,244 @@
+"""A task from the user's own JSONL file: one example per line.
+
+Each line is a JSON object with
+  - `input` (a string) or `messages` (a chat list of {"role", "content"}), required;
+  - `id` (optional; default: the line number), unique in the file;
+  - `reference` (required, except for lines scored by `llm_judge`);
+  - `split` (optional): "train", "val" or "test";
+  - `scorer` (optional): overrides the task's scorer for this line;
+  - anything else is kept in `Example.state` (e.g. `rubric` for llm_judge).
+
+Lines without `split` are assigned by a seeded hash of their id, so a line keeps its split
+across runs and when other lines are added. A line whose input repeats an earlier line's
+input follows that line's split (an input seen in training never lands in val or test).
+The whole file is parsed and validated before the task exists: nothing is half-loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from selftaught.models.base import ChatModel
+from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
+from selftaught.tasks.scorers import JUDGE_SCORER, Scorer, compile_pattern, get_scorer
+
+_RESERVED_KEYS = {"id", "input", "messages", "reference", "split", "scorer"}
+_ROLES = {"system", "user", "assistant"}
+
+
+def hash_split(example_id: str, seed: int, val_fraction: float, test_fraction: float) -> Split:
+    """A stable split for an id: a seeded hash mapped to [0, 1)."""
+    digest = hashlib.sha256(f"{seed}\x00{example_id}".encode()).digest()
+    unit = int.from_bytes(digest[:8], "big") / 2**64
+    if unit < test_fraction:
+        return "test"
+    if unit < test_fraction + val_fraction:
+        return "val"
+    return "train"
+
+
+class JsonlTask:
+    """An agent task read from a JSONL file (see the module docstring for the line format)."""
+
+    kind: TaskKind = "agent"
+
+    def __init__(
+        self,
+        path: str | Path,
+        scorer: str | Scorer = "normalized",
+        *,
+        judge_model: ChatModel | None = None,
+        rubric: str | Path | None = None,
+        seed: int = 0,
+        val_fraction: float = 0.2,
+        test_fraction: float = 0.2,
+        name: str | None = None,
+        instructions: str = "",
+    ):
+        self.path = Path(path)
+        if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1):
+            raise TaskError(
+                f"val_fraction and test_fraction must be in [0, 1), got "
+                f"{val_fraction} and {test_fraction}"
+            )
+        if val_fraction + test_fraction >= 1:
+            raise TaskError(
+                f"val_fraction + test_fraction must leave room for training, got "
+                f"{val_fraction} + {test_fraction}"
+            )
+        self.name = name or self.path.stem
+        self.instructions = instructions
+        self.seed = seed
+        self.val_fraction = val_fraction
+        self.test_fraction = test_fraction
+        self._judge_model = judge_model
+        self._rubric = rubric
+        self._scorers: dict[str, Scorer] = {}
+        if isinstance(scorer, str):
+            self.scorer_name = scorer
+            self.default_scorer = self._scorer(scorer, where=str(self.path))
+        else:
+            self.scorer_name = getattr(scorer, "name", getattr(scorer, "__name__", "custom"))
+            self.default_scorer = scorer
+        self._scorer_by_id: dict[str, Scorer] = {}
+        self._splits: dict[str, list[Example]] = {s: [] for s in SPLITS}
+        self._load()
+
+    # --- loading ---------------------------------------------------------------------------
+
+    def _scorer(self, name: str, *, where: str) -> Scorer:
+        if name not in self._scorers:
+            try:
+                self._scorers[name] = get_scorer(name, self._judge_model, self._rubric)
+            except ValueError as err:
+                raise TaskError(f"{where}: {err}") from err
+        return self._scorers[name]
+
+    def _load(self) -> None:
+        if not self.path.is_file():
+            raise TaskError(f"{self.path}: no such JSONL file")
+        splits: dict[str, list[Example]] = {s: [] for s in SPLITS}
+        scorer_by_id: dict[str, Scorer] = {}
+        line_of_id: dict[str, int] = {}
+        split_of_prompt: dict[str, tuple[str, int, bool]] = {}  # prompt -> split, line, explicit
+        with open(self.path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                where = f"{self.path}:{lineno}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise TaskError(f"{where}: not UTF-8 text ({err.reason})") from err
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise TaskError(
+                        f"{where}: malformed JSON ({err.msg}, column {err.colno})"
+                    ) from err
+                if not isinstance(row, dict):
+                    raise TaskError(f"{where}: expected a JSON object, got {type(row).__name__}")
+                example, explicit_split, scorer_name = self._parse_row(row, lineno, where)
+                if example.id in line_of_id:
+                    raise TaskError(
+                        f"{where}: duplicate id {example.id!r} "
+                        f"(first used on line {line_of_id[example.id]})"
+                    )
+                line_of_id[example.id] = lineno
+
+                scorer = self.default_scorer
+                if scorer_name is not None:
+                    scorer = self._scorer(scorer_name, where=where)
+                self._check_reference(example, scorer_name or self.scorer_name, where)
+
+                prompt = example.prompt_text().strip()
+                split = explicit_split
+                if prompt in split_of_prompt:
+                    first_split, first_line, first_explicit = split_of_prompt[prompt]
+                    if split is None:
+                        split = first_split
+                    elif split != first_split:
+                        how = "given" if first_explicit else "assigned by hash"
+                        raise TaskError(
+                            f"{where}: split {split!r}, but line {first_line} has the same input "
+                            f"in split {first_split!r} ({how}); validation that overlaps "
+                            "training is refused"
+                        )
+                if split is None:
+                    split = hash_split(example.id, self.seed, self.val_fraction, self.test_fraction)
+                split_of_prompt.setdefault(prompt, (split, lineno, explicit_split is not None))
+                splits[split].append(example)
+                scorer_by_id[example.id] = scorer
+        if not line_of_id:
+            raise TaskError(f"{self.path}: the file holds no examples (empty JSONL file)")
+        self._splits = splits
+        self._scorer_by_id = scorer_by_id
+
+    def _parse_row(
+        self, row: dict[str, Any], lineno: int, where: str
+    ) -> tuple[Example, str | None, str | None]:
+        raw_id = row.get("id", lineno)
+        if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)) or str(raw_id) == "":
+            raise TaskError(
+                f"{where}: `id` must be a non-empty string or an integer, got {raw_id!r}"
+            )
+        example_id = str(raw_id)
+
+        has_input, has_messages = "input" in row, "messages" in row
+        if has_input and has_messages:
+            raise TaskError(f"{where}: give either `input` or `messages`, not both")
+        if not has_input and not has_messages:
+            raise TaskError(f"{where}: missing `input` (a string) or `messages` (a chat list)")
+        given: str | list[dict[str, Any]]
+        if has_input:
+            given = row["input"]
+            if not isinstance(given, str) or not given.strip():
+                raise TaskError(f"{where}: `input` must be a non-empty string")
+        else:
+            given = row["messages"]
+            self._check_messages(given, where)
+
+        split = row.get("split")
+        if split is not None and split not in SPLITS:
+            raise TaskError(f"{where}: `split` must be one of {', '.join(SPLITS)}, got {split!r}")
+        scorer_name = row.get("scorer")
+        if scorer_name is not None and not isinstance(scorer_name, str):
+            raise TaskError(f"{where}: `scorer` must be a scorer name, got {scorer_name!r}")
+
+        state = {k: v for k, v in row.items() if k not in _RESERVED_KEYS}
+        example = Example(id=example_id, input=given, reference=row.get("reference"), state=state)
+        return example, split, scorer_name
+
+    @staticmethod
+    def _check_messages(messages: Any, where: str) -> None:
+        if not isinstance(messages, list) or not messages:
+            raise TaskError(f"{where}: `messages` must be a non-empty list of chat messages")
+        for i, msg in enumerate(messages):
+            if not isinstance(msg, dict) or msg.get("role") not in _ROLES:
+                raise TaskError(
+                    f"{where}: messages[{i}] needs a `role` in {sorted(_ROLES)}, got {msg!r:.80}"
+                )
+            if not isinstance(msg.get("content"), str):
+                raise TaskError(f"{where}: messages[{i}] needs a string `content`")
+        if not any(m["role"] == "user" for m in messages):
+            raise TaskError(f"{where}: `messages` has no user message")
+
+    @staticmethod
+    def _check_reference(example: Example, scorer_name: str, where: str) -> None:
+        if scorer_name == JUDGE_SCORER:
+            return
+        ref = example.reference
+        if ref is None or (isinstance(ref, list) and not ref):
+            raise TaskError(f"{where}: missing `reference` (scorer {scorer_name!r} needs one)")
+        if scorer_name == "json_match" and isinstance(ref, str):
+            try:
+                json.loads(ref)
+            except json.JSONDecodeError as err:
+                raise TaskError(f"{where}: `reference` is not valid JSON ({err.msg})") from err
+        if scorer_name == "regex":
+            for pattern in ref if isinstance(ref, list) else [ref]:
+                try:
+                    compile_pattern(str(pattern))
+                except TaskError as err:
+                    raise TaskError(f"{where}: {err}") from err
+
+    # --- Task protocol ---------------------------------------------------------------------
+
+    def examples(self, split: Split) -> list[Example]:
+        if split not in self._splits:
+            raise TaskError(f"unknown split {split!r}; splits are {', '.join(SPLITS)}")
+        return list(self._splits[split])
+
+    def score(self, output: str, example: Example) -> Score:
+        scorer = self._scorer_by_id.get(example.id, self.default_scorer)
+        return scorer(output, example)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._splits.values())
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{s}={len(self._splits[s])}" for s in SPLITS)
+        return f"JsonlTask({str(self.path)!r}, scorer={self.scorer_name!r}, {sizes})"

@@ -1,0 +1,422 @@
+"""Built-in scorers for agent tasks: `output` (the model's reply) + `example` -> Score.
+
+Free text is scored as free text: every scorer except `json_match` first looks for an explicit
+final-answer marker (`extract_answer`: <answer>, \\boxed{}, "Final answer: ...") and otherwise
+compares against the whole reply. Only `json_match` requires JSON.
+
+A reference may be a list of acceptable answers for `exact`, `normalized`, `contains`, `numeric`
+and `regex`: any one of them matching counts as solved.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+import string
+from collections import Counter
+from fractions import Fraction
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from selftaught.models.base import ChatModel, GenerationParams, Message
+from selftaught.models.errors import BackendError
+from selftaught.tasks.base import Example, Score, TaskError
+from selftaught.tasks.extract import extract_answer, extract_json
+
+_SHOWN_CHARS = 200  # how much of a reply a feedback string quotes
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    def __call__(self, output: str, example: Example) -> Score: ...
+
+
+def _shorten(text: Any, limit: int = _SHOWN_CHARS) -> str:
+    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _references(example: Example, scorer: str) -> list[Any]:
+    """The acceptable answers of an example; a missing reference is a task-data error."""
+    ref = example.reference
+    if ref is None or (isinstance(ref, list) and not ref):
+        raise TaskError(f"example {example.id!r} has no reference; scorer {scorer!r} needs one")
+    return list(ref) if isinstance(ref, list) else [ref]
+
+
+def _expected_text(refs: list[Any]) -> str:
+    if len(refs) == 1:
+        return repr(_shorten(str(refs[0])))
+    return "one of " + ", ".join(repr(_shorten(str(r), 60)) for r in refs[:5])
+
+
+def _binary(solved: bool, feedback: str) -> Score:
+    value = 1.0 if solved else 0.0
+    return Score(hard=value, soft=value, feedback=feedback)
+
+
+# --- exact -----------------------------------------------------------------------------------
+
+
+def exact(output: str, example: Example) -> Score:
+    """The extracted answer equals the reference exactly (surrounding whitespace ignored)."""
+    refs = _references(example, "exact")
+    answer = extract_answer(output)
+    if any(answer == str(r).strip() for r in refs):
+        return _binary(True, f"correct: {_shorten(answer)!r}")
+    return _binary(False, f"expected {_expected_text(refs)}, got {_shorten(answer)!r}")
+
+
+# --- normalized ------------------------------------------------------------------------------
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans({ch: " " for ch in string.punctuation})
+
+
+def normalize_text(text: str) -> str:
+    """Lower case, punctuation and the articles a/an/the removed, whitespace collapsed."""
+    text = str(text).lower().translate(_PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _token_f1(prediction: str, reference: str) -> float:
+    pred, ref = prediction.split(), reference.split()
+    if not pred or not ref:
+        return float(pred == ref)
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def normalized(output: str, example: Example) -> Score:
+    """Equality after `normalize_text`; soft = best token F1 against the references."""
+    refs = _references(example, "normalized")
+    answer = extract_answer(output)
+    norm_answer = normalize_text(answer)
+    norm_refs = [normalize_text(str(r)) for r in refs]
+    if norm_answer in norm_refs:
+        return Score(1.0, 1.0, f"correct: {_shorten(answer)!r}")
+    f1 = max(_token_f1(norm_answer, r) for r in norm_refs)
+    return Score(
+        0.0,
+        round(f1, 6),
+        f"expected {_expected_text(refs)}, got {_shorten(answer)!r} (token overlap {f1:.2f})",
+    )
+
+
+# --- contains --------------------------------------------------------------------------------
+
+
+def contains(output: str, example: Example) -> Score:
+    """The reference appears as whole words in the (normalized) extracted answer."""
+    refs = _references(example, "contains")
+    answer = extract_answer(output)
+    padded = f" {normalize_text(answer)} "
+    if any(f" {normalize_text(str(r))} " in padded for r in refs if normalize_text(str(r))):
+        return _binary(True, f"correct: the answer contains {_expected_text(refs)}")
+    return _binary(
+        False, f"expected the answer to contain {_expected_text(refs)}, got {_shorten(answer)!r}"
+    )
+
+
+# --- numeric ---------------------------------------------------------------------------------
+
+_NUMBER_TOKEN = re.compile(
+    r"[-−]?\$?\s?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?:\s?/\s?\d+(?:\.\d+)?)?"
+)
+REL_TOL = 1e-6
+ABS_TOL = 1e-9
+
+
+def parse_number(text: Any) -> float | None:
+    """A number from text: "1,234" -> 1234, "3/4" -> 0.75, "$5" -> 5, "-2.5" -> -2.5.
+    Takes the last number in the text; None when there is none."""
+    if isinstance(text, bool):
+        return None
+    if isinstance(text, (int, float)):
+        return float(text)
+    hits = _NUMBER_TOKEN.findall(str(text))
+    if not hits:
+        return None
+    token = hits[-1].replace("−", "-").replace("$", "").replace(",", "").replace(" ", "")
+    try:
+        if "/" in token:
+            num, den = token.split("/")
+            if float(den) == 0:
+                return None
+            return float(Fraction(num) / Fraction(den))
+        return float(token)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _format_number(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def numeric(output: str, example: Example) -> Score:
+    """The final number of the answer equals the reference within rel 1e-6 / abs 1e-9.
+    Looks in the extracted answer first, then falls back to the last number in the reply."""
+    refs = _references(example, "numeric")
+    expected = [parse_number(r) for r in refs]
+    if any(v is None for v in expected):
+        raise TaskError(f"example {example.id!r}: reference {refs!r} is not a number")
+    answer = extract_answer(output)
+    got = parse_number(answer)
+    if got is None:
+        got = parse_number(output)
+    want = (
+        _format_number(expected[0])
+        if len(expected) == 1
+        else str([_format_number(v) for v in expected if v is not None])
+    )
+    if got is None:
+        return _binary(False, f"expected {want}, got no number in {_shorten(answer)!r}")
+    if any(
+        math.isclose(got, v, rel_tol=REL_TOL, abs_tol=ABS_TOL) for v in expected if v is not None
+    ):
+        return _binary(True, f"correct: {_format_number(got)}")
+    return _binary(False, f"expected {want}, got {_format_number(got)}")
+
+
+# --- regex -----------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """Compile a reference pattern; a bad pattern is a task-data error."""
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise TaskError(f"bad regex reference {pattern!r}: {err}") from err
+
+
+def regex(output: str, example: Example) -> Score:
+    """The reference is a pattern that must FULLMATCH the extracted answer (the final-answer
+    marker's content, else the whole stripped reply; a trailing period is ignored). Fullmatch,
+    not search, so a reply listing every option does not pass; write `.*word.*` for search."""
+    refs = _references(example, "regex")
+    answer = extract_answer(output)
+    candidates = {answer, answer.rstrip(".").strip()}
+    for ref in refs:
+        pattern = compile_pattern(str(ref))
+        if any(pattern.fullmatch(c) for c in candidates):
+            return _binary(True, f"correct: {_shorten(answer)!r} matches /{_shorten(str(ref))}/")
+    shown = " or ".join(f"/{_shorten(str(r), 80)}/" for r in refs[:5])
+    return _binary(False, f"expected an answer matching {shown}, got {_shorten(answer)!r}")
+
+
+# --- json_match ------------------------------------------------------------------------------
+
+
+def json_match(output: str, example: Example) -> Score:
+    """JSON is expected here: the reply's JSON must equal the reference object.
+    soft = share of the top-level keys (reference and reply together) whose values match."""
+    if example.reference is None:
+        raise TaskError(f"example {example.id!r} has no reference; scorer 'json_match' needs one")
+    expected = example.reference
+    if isinstance(expected, str):
+        try:
+            expected = json.loads(expected)
+        except json.JSONDecodeError as err:
+            raise TaskError(
+                f"example {example.id!r}: reference is not valid JSON ({err.msg})"
+            ) from err
+    try:
+        got = extract_json(output)
+    except ValueError:
+        return _binary(
+            False,
+            f"invalid JSON: no JSON value found in the reply "
+            f"{_shorten(output, 120)!r}; expected {_shorten(expected)}",
+        )
+    if got == expected:
+        return _binary(True, "correct: the JSON matches the reference")
+    if not isinstance(expected, dict) or not isinstance(got, dict):
+        return _binary(False, f"expected {_shorten(expected)}, got {_shorten(got)}")
+    keys = list(expected) + [k for k in got if k not in expected]
+    matching = [k for k in expected if k in got and got[k] == expected[k]]
+    problems = []
+    wrong = [k for k in expected if k in got and got[k] != expected[k]]
+    if wrong:
+        problems.append(
+            "wrong: "
+            + "; ".join(
+                f"{k} (expected {_shorten(expected[k], 60)}, got {_shorten(got[k], 60)})"
+                for k in wrong[:5]
+            )
+        )
+    missing = [k for k in expected if k not in got]
+    if missing:
+        problems.append("missing: " + ", ".join(missing[:10]))
+    extra = [k for k in got if k not in expected]
+    if extra:
+        problems.append("unexpected: " + ", ".join(str(k) for k in extra[:10]))
+    soft = len(matching) / len(keys) if keys else 0.0
+    return Score(0.0, soft, f"{len(matching)}/{len(keys)} keys match; " + "; ".join(problems))
+
+
+# --- llm_judge -------------------------------------------------------------------------------
+
+DEFAULT_RUBRIC = (
+    "The reply answers the question correctly and completely. When a reference answer is "
+    "given, the reply must agree with it in substance (wording may differ)."
+)
+_JUDGE_SCORE = re.compile(r'"?score"?\s*[:=]\s*"?(\d+(?:\.\d+)?)', re.I)
+_JUDGE_REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)', re.S)
+_REPAIR_PROMPT = (
+    "Your reply could not be read. Answer again with exactly one JSON object and nothing else: "
+    '{"score": <integer 0..10>, "reason": "<one or two sentences>"}'
+)
+
+
+def judge_prompt_template() -> str:
+    return resources.files("selftaught.tasks").joinpath("prompts/llm_judge.md").read_text("utf-8")
+
+
+def parse_judge_reply(text: str) -> tuple[float, str] | None:
+    """(score 0..10, reason) from a judge reply, or None when it cannot be read.
+    Accepts a JSON object (fenced or inline), and as a fallback a bare `"score": 7`."""
+    score: Any = None
+    reason = ""
+    try:
+        data = extract_json(text)
+        if isinstance(data, dict):
+            score, reason = data.get("score"), str(data.get("reason", "") or "")
+    except ValueError:
+        pass
+    if score is None:
+        hit = _JUDGE_SCORE.search(text)
+        if hit is None:
+            return None
+        score = hit.group(1)
+        reason_hit = _JUDGE_REASON.search(text)
+        reason = reason_hit.group(1) if reason_hit else ""
+    if isinstance(score, str):
+        score = parse_number(score)
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 10:
+        return None
+    return float(score), reason.strip()
+
+
+class LlmJudge:
+    """Scores a reply with a judge model against a rubric.
+
+    hard = score >= threshold, soft = score / 10, feedback = the judge's reason. A judge that
+    fails (backend error, or no readable score after one repair request) raises BackendError:
+    a broken judge is never a wrong answer. An example's own `state["rubric"]` overrides the
+    scorer's rubric."""
+
+    name = "llm_judge"
+
+    def __init__(
+        self,
+        judge_model: ChatModel,
+        rubric: str | Path | None = None,
+        *,
+        threshold: float = 7.0,
+        params: GenerationParams | None = None,
+    ):
+        if judge_model is None:
+            raise ValueError("scorer 'llm_judge' needs a judge model")
+        if not 0 <= threshold <= 10:
+            raise ValueError(f"llm_judge threshold must be in 0..10, got {threshold}")
+        if isinstance(rubric, Path):
+            rubric = rubric.read_text(encoding="utf-8")
+        self.judge_model = judge_model
+        self.rubric = (rubric or "").strip() or DEFAULT_RUBRIC
+        self.threshold = threshold
+        self.params = params or GenerationParams(max_tokens=512, temperature=0.0)
+        self._template = judge_prompt_template()
+
+    def messages(self, output: str, example: Example) -> list[Message]:
+        rubric = str(example.state.get("rubric") or self.rubric)
+        reference = example.reference
+        if reference is None:
+            reference_text = "(none given)"
+        elif isinstance(reference, str):
+            reference_text = reference
+        else:
+            reference_text = json.dumps(reference, ensure_ascii=False, default=str)
+        fields = {
+            "rubric": rubric,
+            "question": example.prompt_text(),
+            "reference": reference_text,
+            "reply": output,
+        }
+        prompt = self._template
+        for key, value in fields.items():  # plain replace: the texts may hold braces
+            prompt = prompt.replace("{{" + key + "}}", value)
+        return [{"role": "user", "content": prompt}]
+
+    def _ask(self, messages: list[Message]) -> str:
+        try:
+            return self.judge_model.chat(messages, self.params).text
+        except BackendError:
+            raise
+        except Exception as err:  # any other judge failure is still not the reply's fault
+            name = getattr(self.judge_model, "name", "judge")
+            raise BackendError(name, f"judge call failed: {err!r}") from err
+
+    def __call__(self, output: str, example: Example) -> Score:
+        messages = self.messages(output, example)
+        reply = self._ask(messages)
+        parsed = parse_judge_reply(reply)
+        if parsed is None:  # one repair attempt, in the same conversation
+            repair = messages + [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": _REPAIR_PROMPT},
+            ]
+            reply = self._ask(repair)
+            parsed = parse_judge_reply(reply)
+        if parsed is None:
+            name = getattr(self.judge_model, "name", "judge")
+            raise BackendError(
+                name, f"judge gave no readable score after one repair: {_shorten(reply, 120)!r}"
+            )
+        value, reason = parsed
+        return Score(
+            hard=1.0 if value >= self.threshold else 0.0,
+            soft=value / 10.0,
+            feedback=f"judge score {value:g}/10: {reason or '(no reason given)'}",
+        )
+
+
+# --- registry --------------------------------------------------------------------------------
+
+SCORERS: dict[str, Scorer] = {
+    "exact": exact,
+    "normalized": normalized,
+    "numeric": numeric,
+    "contains": contains,
+    "regex": regex,
+    "json_match": json_match,
+}
+JUDGE_SCORER = "llm_judge"  # built by get_scorer: it needs a judge model
+SCORER_NAMES: tuple[str, ...] = (*SCORERS, JUDGE_SCORER)
+
+
+def get_scorer(
+    name: str,
+    judge_model: ChatModel | None = None,
+    rubric: str | Path | None = None,
+    **judge_options: Any,
+) -> Scorer:
+    """A scorer by name. `llm_judge` needs `judge_model`; `rubric` (text or a Path to a file)
+    and `threshold=` configure it."""
+    if name == JUDGE_SCORER:
+        if judge_model is None:
+            raise ValueError("scorer 'llm_judge' needs a judge model (judge_model=...)")
+        return LlmJudge(judge_model, rubric, **judge_options)
+    try:
+        return SCORERS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown scorer {name!r}; valid scorers: {', '.join(SCORER_NAMES)}"
+        ) from None
