@@ -71,6 +71,10 @@ def build_program(prompt: str, code: str, entry_point: str) -> str | None:
     dedented = textwrap.dedent(code)
     if defines_entry or re.search(rf"^def\s+{re.escape(entry_point)}\s*\(", dedented, re.M):
         candidates = [f"{prompt.rstrip()}\n\n\n{dedented}\n"]
+        # an unfenced reply with prose before the code: keep from the first import or def on
+        start = re.search(r"^(?:def|import|from)\s", dedented, re.M)
+        if start and start.start() > 0:
+            candidates.append(f"{prompt.rstrip()}\n\n\n{dedented[start.start() :]}\n")
     else:
         lines = code.splitlines()
         first_indented = textwrap.indent(textwrap.dedent("\n".join(lines[1:])), "        ")
