@@ -131,6 +131,9 @@ def eval_cmd(
     judge_model: Annotated[
         str | None, typer.Option(help="Judge model spec for the llm_judge scorer.")
     ] = None,
+    rubric: Annotated[
+        Path | None, typer.Option(help="Rubric file for the llm_judge scorer.")
+    ] = None,
     seed: SeedOpt = 0,
     train_size: TrainSizeOpt = None,
     val_size: ValSizeOpt = None,
@@ -159,6 +162,7 @@ def eval_cmd(
         test_size=test_size,
         scorer=scorer,
         judge_model=judge,
+        rubric=read_text_file(rubric, "rubric") or None,
     )
     target = TrackedModel(
         load_model(model, api_key=api_key, timeout_s=timeout, cache_path=cache), ledger, "target"
@@ -238,6 +242,155 @@ def serve_cmd(
 
 
 # ---- optimize (skill optimization, text space) ----------------------------------------
+
+
+@app.command("optimize")
+@friendly_errors
+def optimize_cmd(
+    task: TaskOpt,
+    model: ModelOpt = "local",
+    optimizer_model: Annotated[
+        str | None,
+        typer.Option(help="Analyst model spec (reflects and merges); default: --model."),
+    ] = None,
+    skill: Annotated[
+        Path | None, typer.Option(help="Initial skill document (default: empty).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run directory (default runs/optimize/<task>); re-running the same command "
+            "resumes from the last completed step."
+        ),
+    ] = None,
+    epochs: Annotated[int, typer.Option(help="Passes over the train split.")] = 4,
+    batch_size: Annotated[int, typer.Option(help="Train examples per step.")] = 40,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after N steps in all.")] = None,
+    minibatch_size: Annotated[int, typer.Option(help="Trajectories per analyst call.")] = 8,
+    merge_batch_size: Annotated[int, typer.Option(help="Patches per merge call.")] = 8,
+    edit_budget_max: Annotated[int, typer.Option(help="Edits applied at the first step.")] = 4,
+    edit_budget_min: Annotated[int, typer.Option(help="Edits applied at the last step.")] = 2,
+    edit_schedule: Annotated[str, typer.Option(help="constant | linear | cosine")] = "cosine",
+    gate_metric: Annotated[str, typer.Option(help="hard | soft | mixed")] = "hard",
+    gate_margin: Annotated[
+        float,
+        typer.Option(help="A new best must gain MORE than this many val items (0 = strict >)."),
+    ] = 1.0,
+    gate_confidence: Annotated[
+        float | None,
+        typer.Option(help="Also require a one-sided paired test with p <= 1 - C (e.g. 0.9)."),
+    ] = None,
+    strict_gate: Annotated[
+        bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
+    ] = False,
+    llm_merge: Annotated[
+        bool, typer.Option(help="Merge patches with the analyst (else deterministic).")
+    ] = True,
+    successes: Annotated[
+        bool, typer.Option(help="Also reflect on solved examples (success-driven edits).")
+    ] = True,
+    test: Annotated[
+        bool, typer.Option(help="Evaluate the initial and best skill on test at the end.")
+    ] = True,
+    concurrency: Annotated[int, typer.Option(help="Concurrent model calls.")] = 8,
+    max_tokens: Annotated[int, typer.Option(help="Target reply length cap.")] = 256,
+    analyst_max_tokens: Annotated[int, typer.Option(help="Analyst reply length cap.")] = 768,
+    timeout: Annotated[float, typer.Option(help="Seconds per model call.")] = 120.0,
+    cache: Annotated[
+        Path | None, typer.Option(help="SQLite cache of temperature-0 replies.")
+    ] = None,
+    scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
+    seed: SeedOpt = 0,
+    train_size: TrainSizeOpt = None,
+    val_size: ValSizeOpt = None,
+    test_size: TestSizeOpt = None,
+    api_key: ApiKeyOpt = None,
+) -> None:
+    """Optimize a skill document for a frozen model (SkillOpt): rollout → reflect → aggregate →
+    select under an edit budget → apply → gate on val; ships the best skill, not the last."""
+    from selftaught.models import load_model
+    from selftaught.models.errors import FatalBackendError
+    from selftaught.skill import SkillOptConfig, SkillTrainer, default_output_dir
+    from selftaught.tasks import load_task
+
+    try:
+        config = SkillOptConfig(
+            epochs=epochs,
+            batch_size=batch_size,
+            max_steps=max_steps,
+            seed=seed,
+            minibatch_size=minibatch_size,
+            merge_batch_size=merge_batch_size,
+            reflect_on_successes=successes,
+            llm_merge=llm_merge,
+            edit_budget_max=edit_budget_max,
+            edit_budget_min=edit_budget_min,
+            edit_schedule=edit_schedule,
+            gate_metric=gate_metric,
+            gate_margin=0.0 if strict_gate else gate_margin,
+            gate_confidence=None if strict_gate else gate_confidence,
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            analyst_max_tokens=analyst_max_tokens,
+            timeout_s=timeout * 10,
+            evaluate_test=test,
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    the_task = load_task(
+        task,
+        seed=seed,
+        train_size=train_size,
+        val_size=val_size,
+        test_size=test_size,
+        scorer=scorer,
+    )
+    target = load_model(model, api_key=api_key, timeout_s=timeout, cache_path=cache)
+    analyst = target
+    if optimizer_model and optimizer_model != model:
+        analyst = load_model(optimizer_model, api_key=api_key, timeout_s=timeout, cache_path=cache)
+    run_dir = output or default_output_dir(the_task.name)
+    trainer = SkillTrainer(
+        config, the_task, target, analyst, read_text_file(skill, "skill"), output_dir=run_dir
+    )
+    console.print(
+        f"optimizing a skill for [bold]{the_task.name}[/] with {target.name} "
+        f"(analyst {analyst.name}) in {run_dir}"
+    )
+    try:
+        summary = trainer.train()
+    except FatalBackendError:
+        console.print(f"stopped; {run_dir} is resumable: fix the cause and re-run the same command")
+        raise
+
+    table = Table(title=f"skill optimization: {the_task.name}")
+    table.add_column("")
+    table.add_column("initial skill", justify="right")
+    table.add_column("best skill", justify="right")
+
+    def acc(s: dict[str, Any] | None) -> str:
+        if not s:
+            return "-"
+        lo, hi = s["hard_ci95"]
+        return f"{s['hard']:.3f} ({s['solved']}/{s['n']}, 95% CI {lo:.2f}-{hi:.2f})"
+
+    test_res = summary["test"] or {}
+    table.add_row("val accuracy", acc(summary["val_initial"]), acc(summary["val_best"]))
+    table.add_row("test accuracy", acc(test_res.get("initial")), acc(test_res.get("best")))
+    out.print(table)
+    analyst_stats = summary["analyst"]
+    rate = analyst_stats["parse_rate"]
+    out.print(
+        f"steps {summary['steps']}/{summary['total_steps']} · gate "
+        + ", ".join(f"{k} {v}" for k, v in sorted(summary["decisions"].items()))
+        + f" · analyst replies parsed {'-' if rate is None else f'{rate:.0%}'} of "
+        f"{analyst_stats['calls']} · LLM calls {summary['llm_calls']} · tokens "
+        f"{summary['tokens']} · {summary['elapsed_s']:.0f} s"
+    )
+    if test_res:
+        out.print(f"test paired sign test p = {test_res['paired']['sign_test_p']:.3f}")
+    out.print(f"best skill ({summary['best_version']}): {run_dir / 'best_skill.md'}")
+
 
 # ---- train (weight space) -------------------------------------------------------------
 
