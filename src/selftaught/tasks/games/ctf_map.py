@@ -40,10 +40,10 @@ def bfs_distances(rows: list[str], start: Cell) -> dict[Cell, int]:
     while queue:
         r, c = queue.popleft()
         for nr, nc in ((r - 1, c), (r, c - 1), (r, c + 1), (r + 1, c)):
-            if 0 <= nr < height and 0 <= nc < width and rows[nr][nc] != "#":
-                if (nr, nc) not in dist:
-                    dist[(nr, nc)] = dist[(r, c)] + 1
-                    queue.append((nr, nc))
+            inside = 0 <= nr < height and 0 <= nc < width
+            if inside and rows[nr][nc] != "#" and (nr, nc) not in dist:
+                dist[(nr, nc)] = dist[(r, c)] + 1
+                queue.append((nr, nc))
     return dist
 
 
@@ -61,6 +61,23 @@ def _set(rows: list[str], cell: Cell, ch: str) -> list[str]:
     out = list(rows)
     out[r] = out[r][:c] + ch + out[r][c + 1 :]
     return out
+
+
+def _lane_passable(rows: list[str], cols: tuple[int, int], lane_rows: tuple[int, int]) -> bool:
+    """Whether the lane's bottom row reaches its top row without leaving the lane."""
+    (c0, c1), (top, bottom) = cols, lane_rows
+    frontier = [(bottom, c) for c in range(c0, c1 + 1) if rows[bottom][c] != "#"]
+    seen = set(frontier)
+    while frontier:
+        r, c = frontier.pop()
+        if r == top:
+            return True
+        for nr, nc in ((r - 1, c), (r, c - 1), (r, c + 1), (r + 1, c)):
+            inside = top <= nr <= bottom and c0 <= nc <= c1
+            if inside and rows[nr][nc] != "#" and (nr, nc) not in seen:
+                seen.add((nr, nc))
+                frontier.append((nr, nc))
+    return False
 
 
 def lane_route_length(state: dict[str, Any], lane: str) -> int:
@@ -108,10 +125,10 @@ def generate_scenario(seed: int) -> dict[str, Any]:
         elif rng.random() < 0.45:
             placed = 0
             for _ in range(rng.randint(2, 4)):
-                r, c = rng.choice(inner_rows), rng.randint(c0, c1)
-                row_cells = [rows[r][x] for x in range(c0, c1 + 1)]
-                if row_cells.count(".") > 1:  # never close a lane by rubble alone
-                    rows = _set(rows, (r, c), "#")
+                candidate = _set(rows, (rng.choice(inner_rows), rng.randint(c0, c1)), "#")
+                # rubble narrows a lane but never closes it, nor walls off a pocket
+                if _lane_passable(candidate, (c0, c1), (top, bottom)) and _connected(candidate):
+                    rows = candidate
                     placed += 1
             if placed:
                 status[lane] = "rubble"
@@ -156,11 +173,12 @@ def generate_scenario(seed: int) -> dict[str, Any]:
     route = {lane: lane_route_length(state, lane) for lane in LANES}
     state["route_lengths"] = route
     shortest = min(route.values())
-    state["turn_limit"] = 2 * shortest + rng.randint(6, 16)
+    state["turn_limit"] = 2 * shortest + rng.randint(10, 22)
 
-    # The opponent guards the obvious lane more often than not: the shortest open one.
+    # Holders and hunters favour the obvious lane (the shortest open one); raiders pick any.
     obvious = min(open_lanes, key=lambda lane: (route[lane], LANES.index(lane)))
-    opponent_lane = obvious if rng.random() < 0.6 else rng.choice(open_lanes)
+    favour_obvious = style != "raider" and rng.random() < 0.6
+    opponent_lane = obvious if favour_obvious else rng.choice(open_lanes)
     state["opponent"] = {"style": style, "lane": opponent_lane}
     state["enemy_units"] = _place_enemies(rows, state, style, opponent_lane, enemy_count, rng)
 
@@ -193,7 +211,7 @@ def _place_enemies(
         holders = max(2, count - 2)
         roles = ["holder"] * holders + ["guard"] * (count - holders)
     elif style == "raider":
-        raiders = count - 1 if count <= 4 else count - 2
+        raiders = (count + 1) // 2
         roles = ["raider"] * raiders + ["guard"] * (count - raiders)
     else:
         roles = ["hunter"] * (count - 1) + ["guard"]
@@ -202,6 +220,19 @@ def _place_enemies(
     guard_posts, holder_posts = iter(ring), iter(lane_posts + ring)
     hunter_lanes = [lane] + [x for x in LANES if x != lane]
     start_cells = iter(sorted(ring, key=lambda cell: (from_flag[cell], cell)))
+    # Raiders are already on their way: they start in the middle of their lane.
+    middle = (state["lane_rows"][0] + state["lane_rows"][1]) // 2
+    raid_cells = iter(
+        sorted(
+            (
+                (r, c)
+                for r in range(top, middle + 2)
+                for c in range(c0, c1 + 1)
+                if rows[r][c] != "#"
+            ),
+            key=lambda cell: (abs(cell[0] - middle), cell),
+        )
+    )
     for i, role in enumerate(roles):
         if role == "guard":
             post = next(guard_posts)
@@ -210,10 +241,10 @@ def _place_enemies(
             post = next(holder_posts)
             units.append({"role": "guard", "pos": list(post), "post": list(post), "lane": lane})
         else:
-            start = next(start_cells)
+            start = next(raid_cells) if role == "raider" else next(start_cells)
             unit_lane = lane if role == "raider" else hunter_lanes[i % 3]
             units.append({"role": role, "pos": list(start), "post": None, "lane": unit_lane})
-    # Raiders / hunters start among the guard ring; keep two units off one cell.
+    # Hunters start among the guard ring; keep two units off one cell.
     seen: set[tuple[int, int]] = set()
     spare = iter(sorted(cell for cell, d in from_flag.items() if 1 <= d <= 4))
     for unit in units:
@@ -224,7 +255,11 @@ def _place_enemies(
 
 
 def _draw_constraint(rng: random.Random, our_count: int, open_lanes: list[str]) -> dict[str, Any]:
-    constraints: dict[str, Any] = {"min_defense": None, "max_attackers": None, "forbidden_lane": None}
+    constraints: dict[str, Any] = {
+        "min_defense": None,
+        "max_attackers": None,
+        "forbidden_lane": None,
+    }
     draw = rng.random()
     if draw < 0.45:
         return constraints
