@@ -13,6 +13,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -128,6 +129,12 @@ class LocalModel(AsyncChatModel):
                     f"the local backend needs the [local] extra ({err}); "
                     'run: pip install "selftaught[local]"',
                 ) from err
+            except Exception as err:  # e.g. a corrupt .gguf failing to convert
+                raise FatalBackendError(
+                    BACKEND,
+                    f"could not prepare {self._requested_path or 'the embedded model'}: "
+                    f"{type(err).__name__}: {err}",
+                ) from err
         return self._path
 
     @property
@@ -173,7 +180,7 @@ class LocalModel(AsyncChatModel):
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path)
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=self._resolve_dtype(torch))
-            except (OSError, ValueError, KeyError) as err:
+            except Exception as err:  # OSError, ValueError, safetensors errors, ...
                 raise FatalBackendError(
                     BACKEND, f"could not load a causal language model from {path}: {err}"
                 ) from err
@@ -212,10 +219,15 @@ class LocalModel(AsyncChatModel):
         messages_list: Sequence[list[Message]],
         params: GenerationParams,
         num_return_sequences: int = 1,
+        *,
+        k: int | None = None,
     ) -> list[list[Completion]]:
         """Sample `num_return_sequences` completions for each conversation (for the
-        weight-space trainers). Prompts are batched in chunks of `max_batch_size`; with a
-        seed, the whole call is reproducible."""
+        weight-space trainers; `k` is an alias, matching `weights.sampling.Sampler`). Prompts
+        are batched in chunks of `max_batch_size`; with a seed, the whole call is
+        reproducible."""
+        if k is not None:
+            num_return_sequences = k
         if num_return_sequences < 1:
             raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
         _check_params(params)
@@ -229,6 +241,13 @@ class LocalModel(AsyncChatModel):
                 chunk = list(messages_list[start : start + self.max_batch_size])
                 results.extend(self._generate(chunk, params, num_return_sequences, started))
         return results
+
+    def format_prompt(self, messages: list[Message]) -> str:
+        """The exact text the model sees for `messages`: the chat template applied with the
+        generation prompt (for ChatML models it ends with the `<|im_start|>assistant` header)."""
+        _check_messages(messages)
+        self._ensure_loaded()
+        return self._prompt_text(messages)
 
     def close(self) -> None:
         """Stop the batching worker (it restarts on the next call)."""
@@ -250,80 +269,102 @@ class LocalModel(AsyncChatModel):
         _check_messages(messages)
         _check_params(params)
         request = _Request(messages, params)
-        self._ensure_worker().put(request)
+        # Under the lock: `close` cannot stop the worker between choosing a queue and putting.
+        with self._worker_lock:
+            self._ensure_worker().put(request)
         return request.future
 
     def _ensure_worker(self) -> queue.Queue:
-        with self._worker_lock:
-            # After a fork the worker thread does not exist in the child: start a new one.
-            alive = self._worker is not None and self._worker.is_alive()
-            if self._queue is None or not alive or self._worker_pid != os.getpid():
-                self._queue = queue.Queue()
-                self._worker = threading.Thread(
-                    target=self._worker_loop,
-                    args=(self._queue,),
-                    name=f"selftaught-{self.name}-batcher",
-                    daemon=True,
-                )
-                self._worker_pid = os.getpid()
-                self._worker.start()
-            return self._queue
+        """The live worker's queue, starting a worker when needed. Caller holds _worker_lock."""
+        # After a fork the worker thread does not exist in the child: start a new one.
+        alive = self._worker is not None and self._worker.is_alive()
+        if self._queue is None or not alive or self._worker_pid != os.getpid():
+            requests: queue.Queue = queue.Queue()
+            # The thread holds only a weak reference, so a model nobody uses any more
+            # (e.g. last round's weights) is freed, and the finalizer stops its thread.
+            self._worker = threading.Thread(
+                target=_worker_main,
+                args=(weakref.ref(self), requests),
+                name=f"selftaught-{self.name}-batcher",
+                daemon=True,
+            )
+            weakref.finalize(self, requests.put, _STOP_WORKER)
+            self._queue = requests
+            self._worker_pid = os.getpid()
+            self._worker.start()
+        return self._queue
 
-    def _worker_loop(self, requests: queue.Queue) -> None:
-        pending: list[_Request] = []
-        while True:
-            if not pending:
-                item = requests.get()
-                if item is _STOP_WORKER:
-                    return
-                pending.append(item)
-            # Give concurrent callers a moment to join this batch.
-            deadline = time.perf_counter() + self.batch_wait_ms / 1000
-            stop = False
-            while len(pending) < self.max_batch_size:
-                timeout = deadline - time.perf_counter()
-                try:
-                    item = requests.get(timeout=timeout) if timeout > 0 else requests.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP_WORKER:
-                    stop = True
-                    break
-                pending.append(item)
-            key = pending[0].batch_key()
-            batch = [r for r in pending if r.batch_key() == key][: self.max_batch_size]
-            pending = [r for r in pending if all(r is not b for b in batch)]
-            self._run_requests(batch)
-            if stop:
-                for r in pending:
-                    if r.future.set_running_or_notify_cancel():
-                        r.future.set_exception(
-                            FatalBackendError(BACKEND, "the local model was closed")
-                        )
-                return
+    def _collect(self, requests: queue.Queue, pending: list[_Request]) -> bool:
+        """Wait up to batch_wait_ms for more requests (until a batch is full). Returns True
+        when the stop sentinel arrived."""
+        deadline = time.perf_counter() + self.batch_wait_ms / 1000
+        while len(pending) < self.max_batch_size:
+            timeout = deadline - time.perf_counter()
+            try:
+                item = requests.get(timeout=timeout) if timeout > 0 else requests.get_nowait()
+            except queue.Empty:
+                return False
+            if item is _STOP_WORKER:
+                return True
+            pending.append(item)
+        return False
+
+    def _take_batch(self, pending: list[_Request]) -> list[_Request]:
+        """The oldest request and the compatible ones after it (removed from `pending`)."""
+        key = pending[0].batch_key()
+        batch = [r for r in pending if r.batch_key() == key][: self.max_batch_size]
+        taken = {id(r) for r in batch}
+        pending[:] = [r for r in pending if id(r) not in taken]
+        return batch
 
     def _run_requests(self, batch: list[_Request]) -> None:
         # Callers that gave up (timeout / cancel) are dropped before spending compute.
         live = [r for r in batch if r.future.set_running_or_notify_cancel()]
-        if not live:
-            return
-        params = live[0].params
         try:
+            if not live:
+                return
             self._ensure_loaded()
+            live = self._reject_overlong(live)
+            if not live:
+                return
+            params = live[0].params
             with self._generate_lock, _seeded(params):
                 groups = self._generate(
                     [r.messages for r in live], params, 1, None, [r.params for r in live]
                 )
+            done = time.perf_counter()
+            for r, (completion,) in zip(live, groups, strict=True):
+                completion.latency_s = done - r.submitted_at
+                completion.extra["batch_size"] = len(live)
+                r.future.set_result(completion)
         except Exception as err:  # every waiting caller must hear about it
             error = err if isinstance(err, BackendError) else _as_backend_error(err)
-            for r in live:
-                r.future.set_exception(error)
-            return
-        done = time.perf_counter()
-        for r, (completion,) in zip(live, groups, strict=True):
-            completion.latency_s = done - r.submitted_at
-            completion.extra["batch_size"] = len(live)
-            r.future.set_result(completion)
+            _fail(live, error)
+
+    def _reject_overlong(self, requests: list[_Request]) -> list[_Request]:
+        """Fail, one by one, the requests whose prompt alone fills the context, so that they
+        do not sink the others in their batch."""
+        context = getattr(self._model.config, "max_position_embeddings", None)
+        if not context:
+            return requests
+        kept = []
+        for r in requests:
+            n = len(
+                self._tokenizer(self._prompt_text(r.messages), add_special_tokens=False)[
+                    "input_ids"
+                ]
+            )
+            if n >= context:
+                r.future.set_exception(
+                    FatalBackendError(
+                        BACKEND,
+                        f"prompt of {n} tokens does not fit {self.name}'s context of "
+                        f"{context} tokens",
+                    )
+                )
+            else:
+                kept.append(r)
+        return kept
 
     # ------------------------------------------------------------------ generation
 
@@ -382,8 +423,15 @@ class LocalModel(AsyncChatModel):
             )
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        with torch.inference_mode():
-            output = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        was_training = model.training  # a trainer may hold this model in train mode
+        model.eval()
+        try:
+            with torch.inference_mode():
+                output = model.generate(
+                    input_ids=input_ids, attention_mask=attention_mask, **kwargs
+                )
+        finally:
+            model.train(was_training)
         self.generate_calls += 1
         elapsed = time.perf_counter() - (started if started is not None else t0)
         generated = output[:, prompt_width:].tolist()
@@ -482,6 +530,42 @@ def _check_params(params: GenerationParams) -> None:
         raise ValueError(f"temperature must be >= 0, got {params.temperature}")
     if not 0 < params.top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+
+
+def _worker_main(model_ref: weakref.ref, requests: queue.Queue) -> None:
+    """The batching loop: block for a request, gather the ones that arrive within
+    batch_wait_ms, run the oldest compatible group in one `generate`, repeat. After the stop
+    sentinel, the requests already taken are still answered."""
+    pending: list[_Request] = []
+    stop = False
+    while True:
+        if not pending:
+            if stop:
+                return
+            item = requests.get()
+            if item is _STOP_WORKER:
+                return
+            pending.append(item)
+        model = model_ref()
+        if model is None:
+            _fail(pending, FatalBackendError(BACKEND, "the local model was garbage-collected"))
+            return
+        try:
+            if not stop:
+                stop = model._collect(requests, pending)
+            model._run_requests(model._take_batch(pending))
+        except Exception as err:  # never leave a caller waiting on a dead worker
+            _fail(pending, _as_backend_error(err))
+            pending = []
+        del model  # hold no strong reference while blocked on the queue
+
+
+def _fail(requests: list[_Request], error: BaseException) -> None:
+    for r in requests:
+        if r.future.done():
+            continue
+        if r.future.running() or r.future.set_running_or_notify_cancel():
+            r.future.set_exception(error)
 
 
 def _as_backend_error(err: BaseException) -> BackendError:
