@@ -1,0 +1,3 @@
+from selftaught.cli import app
+
+app()
