@@ -196,6 +196,9 @@ def find_target(text: str, target: str) -> tuple[int, int] | None:
     return None
 
 
+_BULLET = " \t\n-*+#>.:;,"  # what may remain of a line whose words were all deleted
+
+
 def _overlaps(span: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
     return any(span[0] < e and s < span[1] for s, e in spans)
 
@@ -274,7 +277,7 @@ def _apply_one(text: str, edit: Edit, fallback_append: bool) -> tuple[str, EditS
     line_start = text.rfind("\n", 0, start) + 1
     nl = text.find("\n", end)
     line_end = len(text) if nl < 0 else nl + 1
-    if not text[line_start:start].strip() and not text[end:line_end].strip():
+    if not text[line_start:start].strip(_BULLET) and not text[end:line_end].strip(_BULLET):
         start, end = line_start, line_end
     return text[:start] + text[end:], "applied", ""
 

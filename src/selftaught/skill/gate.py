@@ -42,7 +42,9 @@ class GateConfig:
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
-            raise ValueError(f"gate metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+            raise ValueError(
+                f"gate metric must be one of {', '.join(METRICS)}, got {self.metric!r}"
+            )
         if self.margin < 0:
             raise ValueError(f"gate margin must be >= 0, got {self.margin}")
         if self.confidence is not None and not 0.5 <= self.confidence < 1.0:
@@ -53,7 +55,9 @@ class GateConfig:
             raise ValueError(f"max_missing must be in [0, 1], got {self.max_missing}")
 
 
-def metric_value(score: Score | Mapping[str, float], metric: Metric, mixed_weight: float = 0.5) -> float:
+def metric_value(
+    score: Score | Mapping[str, float], metric: Metric, mixed_weight: float = 0.5
+) -> float:
     hard = score.hard if isinstance(score, Score) else float(score["hard"])
     soft = score.soft if isinstance(score, Score) else float(score["soft"])
     if metric == "hard":
@@ -96,9 +100,7 @@ def _pvalue(new: list[float], old: list[float], metric: Metric) -> float:
     return paired_bootstrap_pvalue(new, old)
 
 
-def gate(
-    candidate: ValScores, current: ValScores, best: ValScores, cfg: GateConfig
-) -> GateResult:
+def gate(candidate: ValScores, current: ValScores, best: ValScores, cfg: GateConfig) -> GateResult:
     """Decide on `candidate` given per-example val scores of the current and best skills."""
     n = len(candidate)
     missing = sum(1 for v in candidate.values() if v is None)

@@ -24,8 +24,5 @@ def edit_budget(
     if schedule == "constant" or total_steps <= 1:
         return max_budget
     t = min(max(step - 1, 0), total_steps - 1) / (total_steps - 1)  # progress in [0, 1]
-    if schedule == "linear":
-        frac = 1.0 - t
-    else:
-        frac = 0.5 * (1.0 + math.cos(math.pi * t))
+    frac = 1.0 - t if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * t))
     return int(round(min_budget + (max_budget - min_budget) * frac))

@@ -30,9 +30,7 @@ def dedupe_edits(edits: Iterable[Edit]) -> list[Edit]:
 
 def rank_edits(edits: list[Edit]) -> list[Edit]:
     order = {id(e): i for i, e in enumerate(edits)}
-    return sorted(
-        edits, key=lambda e: (-e.support, _SOURCE_RANK.get(e.source, 1), order[id(e)])
-    )
+    return sorted(edits, key=lambda e: (-e.support, _SOURCE_RANK.get(e.source, 1), order[id(e)]))
 
 
 @dataclass
@@ -41,9 +39,7 @@ class Selection:
     dropped: list[tuple[Edit, str]] = field(default_factory=list)  # (edit, why)
 
 
-def select_edits(
-    edits: list[Edit], budget: int, rejected: Iterable[Edit] = ()
-) -> Selection:
+def select_edits(edits: list[Edit], budget: int, rejected: Iterable[Edit] = ()) -> Selection:
     """Keep at most `budget` edits, best-ranked first; say why each other edit was dropped."""
     banned = {e.key() for e in rejected}
     sel = Selection()

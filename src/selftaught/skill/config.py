@@ -1,0 +1,146 @@
+"""SkillOptConfig: every knob of skill optimization, with the SkillOpt paper's defaults
+(4 epochs, batch 40, minibatch 8, merge batch 8, edit budget 4 → 2 on a cosine schedule, hard
+gate) and our own safety defaults (a margin gate, bounded reflection context)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from selftaught.skill.gate import METRICS, GateConfig
+from selftaught.skill.schedule import SCHEDULES
+
+
+@dataclass
+class SkillOptConfig:
+    # --- schedule: epochs over the train split, one step per batch --------------------
+    epochs: int = 4
+    """Passes over the train split (SkillOpt: 4)."""
+    batch_size: int = 40
+    """Train examples rolled out per step (SkillOpt: 40)."""
+    max_steps: int | None = None
+    """Stop after this many steps in all (None: epochs × ceil(train / batch))."""
+    seed: int = 0
+    """Seeds the per-epoch shuffle of the train split."""
+
+    # --- reflect: the analyst reads bounded minibatches of trajectories ----------------
+    minibatch_size: int = 8
+    """Trajectories per analyst call (SkillOpt: 8); bounds the reflection context."""
+    reflect_on_successes: bool = True
+    """Also reflect on solved examples (success-driven edits), as SkillOpt does."""
+    max_minibatches: int = 4
+    """At most this many failure and this many success minibatches per step (bounds calls)."""
+    max_input_chars: int = 1200
+    """Each example's prompt is clipped (head and tail kept) to this many characters."""
+    max_reply_chars: int = 600
+    """Each reply shown to the analyst is clipped to this many characters."""
+    max_feedback_chars: int = 300
+    """Each scorer feedback shown to the analyst is clipped to this many characters."""
+    rejected_buffer_size: int = 16
+    """The analyst sees the last N rejected edits (and select drops them if proposed again)."""
+    analyst_max_tokens: int = 768
+    """max_tokens of each analyst call (reflect, merge, repair)."""
+    analyst_temperature: float = 0.0
+    """Greedy by default: reproducible, cacheable; the rejected buffer varies the prompt."""
+    repair: bool = True
+    """One repair call when an analyst reply is not valid JSON edits."""
+
+    # --- aggregate: hierarchical merge of the proposed patches -------------------------
+    merge_batch_size: int = 8
+    """Patches merged per analyst merge call (SkillOpt: 8)."""
+    llm_merge: bool = True
+    """Merge with the analyst; False merges deterministically (dedupe, rank by support)."""
+
+    # --- select / update: edit budget on a schedule ------------------------------------
+    edit_budget_max: int = 4
+    """Edits applied at the first step (SkillOpt: 4)."""
+    edit_budget_min: int = 2
+    """Edits applied at the last step (SkillOpt: 2)."""
+    edit_schedule: str = "cosine"
+    """constant | linear | cosine (SkillOpt: cosine)."""
+    max_skill_chars: int = 6000
+    """Edits that would grow the skill beyond this are skipped (keeps prompts bounded)."""
+    max_edit_chars: int = 800
+    """Longer edit targets / contents are refused as invalid."""
+    fallback_append: bool = True
+    """An insert_after whose target is not found is appended at the end instead."""
+
+    # --- gate on the val split ---------------------------------------------------------
+    gate_metric: str = "hard"
+    """hard (0/1 solved) | soft (partial credit) | mixed (SkillOpt: hard)."""
+    gate_margin: float = 1.0
+    """A new best must gain MORE than this many val items over the best (0 = strict >)."""
+    gate_confidence: float | None = None
+    """If set (e.g. 0.9), a new best also needs a one-sided paired test with p <= 1 - C."""
+    gate_accept_ties: bool = True
+    """A candidate equal to the current skill on val may become current (never best)."""
+    mixed_weight: float = 0.5
+    """mixed metric = w × hard + (1 − w) × soft."""
+
+    # --- rollouts ------------------------------------------------------------------------
+    concurrency: int = 8
+    """Concurrent target calls (and analyst calls) in flight."""
+    max_tokens: int = 256
+    """max_tokens of each target call; truncated replies are flagged in diagnostics."""
+    temperature: float = 0.0
+    """Target sampling temperature (0: greedy, so val scores are reproducible)."""
+    timeout_s: float = 300.0
+    """Per-call timeout on top of the backend's own retries."""
+    evaluate_test: bool = True
+    """At the end, evaluate the initial and the best skill on the test split."""
+
+    def __post_init__(self) -> None:
+        def positive(name: str) -> None:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+        for name in (
+            "epochs",
+            "batch_size",
+            "minibatch_size",
+            "merge_batch_size",
+            "max_minibatches",
+            "concurrency",
+            "max_tokens",
+            "analyst_max_tokens",
+            "max_input_chars",
+            "max_reply_chars",
+            "max_feedback_chars",
+            "max_skill_chars",
+            "max_edit_chars",
+        ):
+            positive(name)
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
+        if self.merge_batch_size < 2:
+            raise ValueError(f"merge_batch_size must be >= 2, got {self.merge_batch_size}")
+        if self.edit_budget_min < 0 or self.edit_budget_max < max(1, self.edit_budget_min):
+            raise ValueError(
+                "need 0 <= edit_budget_min <= edit_budget_max and edit_budget_max >= 1, got "
+                f"{self.edit_budget_min}, {self.edit_budget_max}"
+            )
+        if self.edit_schedule not in SCHEDULES:
+            raise ValueError(
+                f"edit_schedule must be one of {', '.join(SCHEDULES)}, got {self.edit_schedule!r}"
+            )
+        if self.gate_metric not in METRICS:
+            raise ValueError(f"gate_metric must be one of {', '.join(METRICS)}")
+        if self.rejected_buffer_size < 0:
+            raise ValueError("rejected_buffer_size must be >= 0")
+        if self.temperature < 0 or self.analyst_temperature < 0:
+            raise ValueError("temperatures must be >= 0")
+        if self.timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
+        self.gate_config()  # validates the gate fields
+
+    def gate_config(self) -> GateConfig:
+        return GateConfig(
+            metric=self.gate_metric,  # type: ignore[arg-type]
+            margin=self.gate_margin,
+            confidence=self.gate_confidence,
+            accept_ties=self.gate_accept_ties,
+            mixed_weight=self.mixed_weight,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

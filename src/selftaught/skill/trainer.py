@@ -1,0 +1,724 @@
+"""SkillTrainer: SkillOpt in text space. The model stays frozen; the trainable state is a skill
+document. One step = rollout a train batch → reflect on failed and solved minibatches →
+aggregate the patches → select under the edit budget → apply → gate on val.
+
+    trainer = SkillTrainer(SkillOptConfig(epochs=1), task, model, optimizer_model, skill)
+    summary = trainer.train()
+
+Everything lands in a run directory (see `docs` in the module below) and a killed run resumes
+from its last completed step when started again with the same settings."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from selftaught.models.base import ChatModel, GenerationParams
+from selftaught.models.errors import FatalBackendError
+from selftaught.models.usage import RoleUsage, TrackedModel, UsageLedger
+from selftaught.policy import Policy
+from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts
+from selftaught.runs import RunDir, atomic_write_json, atomic_write_text, read_json, write_jsonl
+from selftaught.skill.aggregate import aggregate
+from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.document import Edit, apply_edits
+from selftaught.skill.gate import GateResult, ValScores, gate, metric_value
+from selftaught.skill.reflect import Analyst, AnalystCall
+from selftaught.skill.schedule import edit_budget
+from selftaught.skill.select import select_edits
+from selftaught.stats import mean_interval, sign_test_pvalue, wilson_interval
+from selftaught.tasks.base import Example, Task, check_disjoint
+
+RUN_LAYOUT = """\
+config.json            the settings; a re-run with the same settings resumes
+state.json             last completed step, current / best skill, rejected buffer, usage
+history.jsonl          one row per step: batch scores, edits proposed / applied / rejected and
+                       why, gate decision and scores, tokens and time (step 0 = baseline)
+skills/vNNNN.md        the candidate skill of step NNNN (v0000 = the initial skill)
+best_skill.md          the best skill so far (what ships), current_skill.md the current one
+diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
+                       analyst's raw replies; backend call errors
+val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated)
+test_results.json      initial vs best skill on the test split, with confidence intervals
+summary.json           the final summary returned by SkillTrainer.train()
+error.json             why the run stopped, when a backend failed fatally
+"""
+
+_SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def task_slug(name: str) -> str:
+    return _SLUG.sub("_", name.replace(":", "-")).strip("_") or "task"
+
+
+def default_output_dir(task_name: str) -> Path:
+    """Deterministic, so re-running the same command resumes: runs/optimize/<task-slug>."""
+    return Path("runs") / "optimize" / task_slug(task_name)
+
+
+def _head(text: str, n: int = 200) -> str:
+    text = text.strip()
+    return text if len(text) <= n else text[:n] + "…"
+
+
+def _split_summary(scores: dict[str, list[float] | None]) -> dict[str, Any]:
+    done = [v for v in scores.values() if v is not None]
+    n = len(done)
+    hard = sum(v[0] for v in done)
+    soft = [v[1] for v in done]
+    lo, hi = wilson_interval(hard, n)
+    slo, shi = mean_interval(soft)
+    return {
+        "n": n,
+        "errors": len(scores) - n,
+        "hard": hard / n if n else 0.0,
+        "hard_ci95": [round(lo, 4), round(hi, 4)],
+        "solved": int(hard),
+        "soft": sum(soft) / n if n else 0.0,
+        "soft_ci95": [round(slo, 4), round(shi, 4)],
+    }
+
+
+@dataclass
+class _Skill:
+    version: str
+    text: str
+    hash: str
+
+
+@dataclass
+class _Parse:
+    calls: int = 0
+    ok: int = 0
+    repaired: int = 0
+    invalid_json: int = 0
+    backend_error: int = 0
+
+    def add(self, call: AnalystCall) -> None:
+        self.calls += 1
+        setattr(self, call.status, getattr(self, call.status) + 1)
+
+    def rate(self) -> float | None:
+        answered = self.calls - self.backend_error
+        return (self.ok + self.repaired) / answered if answered else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "parse_rate": self.rate()}
+
+
+@dataclass
+class _State:
+    step: int = -1  # last completed step; -1: not even the baseline
+    current: _Skill | None = None
+    best: _Skill | None = None
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    parse: _Parse = field(default_factory=_Parse)
+    elapsed_s: float = 0.0
+    last_row: dict[str, Any] | None = None
+    finished: bool = False
+
+
+class SkillTrainer:
+    """Skill optimization (SkillOpt, text space) over `task` with a frozen target `model`; the
+    `optimizer_model` (default: the target) is the analyst. Every call of both is counted."""
+
+    def __init__(
+        self,
+        config: SkillOptConfig,
+        task: Task,
+        model: ChatModel,
+        optimizer_model: ChatModel | None = None,
+        initial_skill: str = "",
+        *,
+        output_dir: str | Path | None = None,
+        ledger: UsageLedger | None = None,
+        progress: bool = True,
+        console: Console | None = None,
+    ):
+        self.config = config
+        self.task = task
+        self.ledger = ledger or UsageLedger()
+        self.target = TrackedModel(model, self.ledger, "target")
+        self.optimizer = TrackedModel(optimizer_model or model, self.ledger, "optimizer")
+        self.initial_skill = initial_skill
+        self.run = RunDir(output_dir or default_output_dir(task.name))
+        self.show_progress = progress
+        self.console = console or Console(stderr=True, quiet=not progress)
+        self.gate_cfg = config.gate_config()
+        self.analyst = Analyst(
+            self.optimizer,
+            max_tokens=config.analyst_max_tokens,
+            temperature=config.analyst_temperature,
+            repair=config.repair,
+            max_input_chars=config.max_input_chars,
+            max_reply_chars=config.max_reply_chars,
+            max_feedback_chars=config.max_feedback_chars,
+            max_edit_chars=config.max_edit_chars,
+            timeout_s=config.timeout_s,
+        )
+        self.params = GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
+        self.val_cache: dict[str, dict[str, list[float] | None]] = {}
+        self._progress: Progress | None = None
+        self._bar: Any = None
+        self._stage = ""
+
+    # ---- public -------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run (or resume) the optimization; returns the summary (also in summary.json)."""
+        from selftaught.models.base import run_sync
+
+        return run_sync(self.atrain())
+
+    async def atrain(self) -> dict[str, Any]:
+        check_disjoint(self.task)  # validation that overlaps training fails closed
+        self.train_set = self.task.examples("train")
+        self.val_set = self.task.examples("val")
+        self.test_set = self.task.examples("test") if self.config.evaluate_test else []
+        if not self.train_set:
+            raise ValueError(f"task {self.task.name!r} has an empty train split")
+        if not self.val_set:
+            raise ValueError(f"task {self.task.name!r} has an empty val split; the gate needs one")
+        self.steps_per_epoch = math.ceil(len(self.train_set) / self.config.batch_size)
+        self.total_steps = self.config.epochs * self.steps_per_epoch
+        if self.config.max_steps is not None:
+            self.total_steps = min(self.total_steps, self.config.max_steps)
+        resumed = self.run.check_or_write_config(
+            self._run_config(),
+            ignore={"epochs", "max_steps", "concurrency", "timeout_s", "evaluate_test"},
+        )
+        atomic_write_text(self.run.path("README.txt"), RUN_LAYOUT)
+        st = self._load_state() if resumed else _State()
+        if resumed:
+            self._log(f"resuming {self.run.root} after step {st.step}")
+        t_start = time.perf_counter()
+        elapsed0 = st.elapsed_s
+        stage = "baseline"
+        try:
+            with self._progress_bar(st):
+                if st.step < 0:
+                    await self._baseline(st, elapsed0, t_start)
+                for step in range(st.step + 1, self.total_steps + 1):
+                    stage = f"step {step}"
+                    await self._step(st, step, elapsed0, t_start)
+                stage = "test"
+                test = await self._test(st)
+        except FatalBackendError as err:
+            atomic_write_json(
+                self.run.path("error.json"),
+                {
+                    "stage": stage,
+                    "after_step": st.step,
+                    "backend": err.backend,
+                    "cause": err.cause,
+                    "status": err.status,
+                },
+            )
+            raise
+        st.elapsed_s = elapsed0 + time.perf_counter() - t_start
+        st.finished = True
+        self._save_state(st)
+        self.run.path("error.json").unlink(missing_ok=True)  # a resumed run got past it
+        summary = self._summary(st, test)
+        atomic_write_json(self.run.path("summary.json"), summary)
+        return summary
+
+    # ---- stages -------------------------------------------------------------------------
+    async def _baseline(self, st: _State, elapsed0: float, t0: float) -> None:
+        skill = self._save_skill(0, self.initial_skill)
+        self._set_stage("baseline val", st)
+        scores, rollouts, cached = await self._val(skill)
+        summary = _split_summary(scores)
+        st.current = st.best = skill
+        atomic_write_text(self.run.path("best_skill.md"), skill.text)
+        atomic_write_text(self.run.path("current_skill.md"), skill.text)
+        atomic_write_json(
+            self.run.path("diagnostics", "step_0000.json"),
+            {
+                "step": 0,
+                "skill_hash": skill.hash,
+                "val_cached": cached,
+                "val": self._val_rows(rollouts),
+                "backend_errors": self._errors(rollouts),
+            },
+        )
+        st.step = 0
+        st.elapsed_s = elapsed0 + time.perf_counter() - t0
+        row = {
+            "step": 0,
+            "stage": "baseline",
+            "skill_version": skill.version,
+            "skill_hash": skill.hash,
+            "val": summary,
+            "usage": self.ledger.to_dict(),
+            "time_s": round(st.elapsed_s, 2),
+        }
+        self._commit(st, row)
+        self._log(
+            f"baseline val {summary['hard']:.3f} ({summary['solved']}/{summary['n']}) "
+            f"CI95 {summary['hard_ci95']}"
+        )
+
+    async def _step(self, st: _State, step: int, elapsed0: float, t_run: float) -> None:
+        cfg = self.config
+        assert st.current is not None and st.best is not None
+        t0 = time.perf_counter()
+        usage0 = self.ledger.to_dict()
+        epoch, idx = divmod(step - 1, self.steps_per_epoch)
+        batch = self._epoch_order(epoch)[idx * cfg.batch_size : (idx + 1) * cfg.batch_size]
+        current = st.current
+
+        # 1. rollout the batch with the current skill
+        self._set_stage("rollout", st, step)
+        rollouts = await self._rollouts(current.text, batch, f"step {step} rollout")
+        scored = [r for r in rollouts if r.ok]
+        failed = [r for r in scored if self._is_failure(r)]
+        solved = [r for r in scored if not self._is_failure(r)]
+
+        # 2. reflect on bounded minibatches of failures and successes
+        budget = edit_budget(
+            step, self.total_steps, cfg.edit_budget_max, cfg.edit_budget_min, cfg.edit_schedule
+        )  # type: ignore[arg-type]
+        rejected = [Edit(**e) for e in st.rejected]
+        self._set_stage("reflect", st, step)
+        mb = cfg.minibatch_size
+        jobs: list[tuple[str, list[Rollout]]] = [
+            ("failure", failed[i : i + mb]) for i in range(0, len(failed), mb)
+        ][: cfg.max_minibatches]
+        if cfg.reflect_on_successes:
+            jobs += [("success", solved[i : i + mb]) for i in range(0, len(solved), mb)][
+                : cfg.max_minibatches
+            ]
+        sem = asyncio.Semaphore(cfg.concurrency)
+
+        async def reflect(kind: str, mb_rollouts: list[Rollout]) -> AnalystCall:
+            async with sem:
+                return await self.analyst.reflect(
+                    kind,
+                    current.text,
+                    mb_rollouts,
+                    rejected,
+                    budget,  # type: ignore[arg-type]
+                )
+
+        calls = list(await asyncio.gather(*(reflect(k, rs) for k, rs in jobs)))
+
+        # 3. aggregate: failure-driven and success-driven separately, then together
+        self._set_stage("aggregate", st, step)
+        agg = await aggregate(
+            self.analyst if cfg.llm_merge else None,
+            current.text,
+            [c.edits for c in calls if c.kind == "failure" and c.edits],
+            [c.edits for c in calls if c.kind == "success" and c.edits],
+            merge_batch_size=cfg.merge_batch_size,
+            max_edits=2 * budget,
+        )
+        all_calls = calls + agg.calls
+        for c in all_calls:
+            st.parse.add(c)
+
+        # 4. select under the edit budget; 5. apply with a per-edit report
+        selection = select_edits(agg.edits, budget, rejected)
+        new_text, reports = apply_edits(
+            current.text,
+            selection.kept,
+            max_chars=cfg.max_skill_chars,
+            fallback_append=cfg.fallback_append,
+        )
+        applied = [r.edit for r in reports if r.changed]
+
+        # 6. gate on val
+        val_rows: list[dict[str, Any]] = []
+        val_errors: list[dict[str, Any]] = []
+        cached = False
+        candidate: _Skill | None = None
+        if not applied or new_text == current.text:
+            why = "no edit proposed" if not agg.edits else "no selected edit could be applied"
+            if agg.edits and not selection.kept:
+                why = "every proposed edit was rejected before"
+            result = GateResult("reject", f"empty patch: {why}", 0.0, 0.0, 0.0, 0.0, 0.0)
+        else:
+            candidate = self._save_skill(step, new_text)
+            self._set_stage("val", st, step)
+            scores, val_rollouts, cached = await self._val(candidate)
+            val_rows, val_errors = self._val_rows(val_rollouts), self._errors(val_rollouts)
+            result = gate(
+                self._metric(scores),
+                self._metric(self.val_cache[current.hash]),
+                self._metric(self.val_cache[st.best.hash]),
+                self.gate_cfg,
+            )
+        if candidate is not None and result.decision != "reject":
+            st.current = candidate
+            atomic_write_text(self.run.path("current_skill.md"), candidate.text)
+            if result.decision == "accept_new_best":
+                st.best = candidate
+                atomic_write_text(self.run.path("best_skill.md"), candidate.text)
+        elif candidate is not None:
+            st.rejected = (
+                (st.rejected + [e.to_dict() for e in applied])[-cfg.rejected_buffer_size :]
+                if cfg.rejected_buffer_size
+                else []
+            )
+
+        # record: diagnostics, history row, state (atomic; state last = step committed)
+        statuses = Counter(r.status for r in reports)
+        usage1 = self.ledger.to_dict()
+        step_usage = {
+            role: {
+                k: u[k] - usage0.get(role, {}).get(k, 0)
+                for k in ("calls", "prompt_tokens", "completion_tokens", "errors")
+            }
+            for role, u in usage1.items()
+        }
+        batch_summary = _split_summary(
+            {
+                r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None)
+                for r in rollouts
+            }
+        )
+        batch_summary["truncated"] = sum(r.truncated for r in rollouts)
+        step_parse = _Parse()
+        for c in all_calls:
+            step_parse.add(c)
+        val_summary = (
+            _split_summary(self.val_cache[candidate.hash]) if candidate is not None else None
+        )
+        atomic_write_json(
+            self.run.path("diagnostics", f"step_{step:04d}.json"),
+            {
+                "step": step,
+                "epoch": epoch + 1,
+                "budget": budget,
+                "batch": [
+                    {
+                        "id": r.example_id,
+                        "reply_head": _head(r.reply),
+                        "hard": r.score.hard if r.score else None,
+                        "soft": r.score.soft if r.score else None,
+                        "feedback": r.score.feedback if r.score else None,
+                        "truncated": r.truncated,
+                        "error": r.error,
+                    }
+                    for r in rollouts
+                ],
+                "analyst_calls": [c.to_dict() for c in all_calls],
+                "merge_fallbacks": agg.fallbacks,
+                "merged_edits": [e.to_dict() for e in agg.edits],
+                "selected": [e.to_dict() for e in selection.kept],
+                "dropped": [{"edit": e.to_dict(), "why": why} for e, why in selection.dropped],
+                "edit_reports": [r.to_dict() for r in reports],
+                "candidate_hash": candidate.hash if candidate else None,
+                "gate": result.to_dict(),
+                "val_cached": cached,
+                "val": val_rows,
+                "backend_errors": self._errors(rollouts)
+                + val_errors
+                + [
+                    {"analyst": c.kind, "error": c.error}
+                    for c in all_calls
+                    if c.status == "backend_error"
+                ],
+            },
+        )
+        st.step = step
+        st.elapsed_s = elapsed0 + time.perf_counter() - t_run
+        row = {
+            "step": step,
+            "epoch": epoch + 1,
+            "stage": "step",
+            "batch": batch_summary,
+            "budget": budget,
+            "edits": {
+                "proposed": sum(len(c.edits) for c in calls),
+                "invalid": sum(len(c.invalid) for c in calls),
+                "merged": len(agg.edits),
+                "selected": len(selection.kept),
+                "applied": len(applied),
+                "dropped": dict(Counter(why.split(" (")[0] for _, why in selection.dropped)),
+                "not_applied": {
+                    k: v for k, v in statuses.items() if k not in ("applied", "fallback_append")
+                },
+                "fallback_append": statuses.get("fallback_append", 0),
+                # what changed (clipped; the full edits are in diagnostics)
+                "applied_edits": [
+                    {"op": e.op, "target": e.target[:80], "content": e.content[:160]}
+                    for e in applied
+                ],
+            },
+            "analyst": step_parse.to_dict(),
+            "gate": result.to_dict(),
+            "val": val_summary,
+            "val_cached": cached,
+            "skill_version": candidate.version if candidate else None,
+            "current_version": st.current.version,
+            "best_version": st.best.version,
+            "usage": step_usage,
+            "step_time_s": round(time.perf_counter() - t0, 2),
+            "time_s": round(st.elapsed_s, 2),
+        }
+        self._commit(st, row)
+        best_val = _split_summary(self.val_cache[st.best.hash])
+        self._log(
+            f"step {step}/{self.total_steps} · batch {batch_summary['solved']}/{batch_summary['n']}"
+            f" · edits {row['edits']['proposed']}→{len(applied)} applied · "
+            f"{result.decision} ({result.reason}) · best val {best_val['hard']:.3f}"
+        )
+
+    async def _test(self, st: _State) -> dict[str, Any] | None:
+        if not self.test_set:
+            return None
+        path = self.run.path("test_results.json")
+        if path.exists():
+            done = read_json(path)
+            if st.best and done.get("best", {}).get("skill_hash") == st.best.hash:
+                return done
+        assert st.best is not None
+        self._set_stage("test", st)
+        initial = self._skill_from_file(0)
+        init_r = await self._rollouts(initial.text, self.test_set, "test: initial skill")
+        if st.best.hash == initial.hash:
+            best_r = init_r
+        else:
+            best_r = await self._rollouts(st.best.text, self.test_set, "test: best skill")
+
+        def scores(rs: list[Rollout]) -> dict[str, list[float] | None]:
+            return {
+                r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None)
+                for r in rs
+            }
+
+        si, sb = scores(init_r), scores(best_r)
+        wins = sum(1 for k in si if si[k] and sb.get(k) and sb[k][0] > si[k][0])  # type: ignore[index]
+        losses = sum(1 for k in si if si[k] and sb.get(k) and sb[k][0] < si[k][0])  # type: ignore[index]
+        result = {
+            "initial": {
+                **_split_summary(si),
+                "skill_version": initial.version,
+                "skill_hash": initial.hash,
+            },
+            "best": {
+                **_split_summary(sb),
+                "skill_version": st.best.version,
+                "skill_hash": st.best.hash,
+            },
+            "paired": {
+                "wins": wins,
+                "losses": losses,
+                "sign_test_p": round(sign_test_pvalue(wins, losses), 6),
+            },
+        }
+        result["gain"] = result["best"]["hard"] - result["initial"]["hard"]
+        write_jsonl(
+            self.run.path("test_rollouts.jsonl"),
+            [{"skill": "initial", **self._row(r)} for r in init_r]
+            + [{"skill": "best", **self._row(r)} for r in best_r],
+        )
+        atomic_write_json(path, result)
+        self._log(
+            f"test: initial {result['initial']['hard']:.3f} CI95 {result['initial']['hard_ci95']}"
+            f" → best {result['best']['hard']:.3f} CI95 {result['best']['hard_ci95']} "
+            f"(sign test p={result['paired']['sign_test_p']:.3f})"
+        )
+        return result
+
+    # ---- helpers ------------------------------------------------------------------------
+    def _run_config(self) -> dict[str, Any]:
+        return {
+            **self.config.to_dict(),
+            "task": self.task.name,
+            "task_kind": self.task.kind,
+            "split_sizes": {s: len(self.task.examples(s)) for s in ("train", "val", "test")},
+            "model": self.target.name,
+            "optimizer_model": self.optimizer.name,
+            "initial_skill_hash": Policy(self.initial_skill).skill_hash(),
+        }
+
+    def _epoch_order(self, epoch: int) -> list[Example]:
+        order = list(self.train_set)
+        random.Random(self.config.seed * 100_003 + epoch).shuffle(order)
+        return order
+
+    def _is_failure(self, r: Rollout) -> bool:
+        assert r.score is not None
+        return r.score.soft < 1.0 if self.config.gate_metric == "soft" else not r.score.hard
+
+    def _metric(self, scores: dict[str, list[float] | None]) -> ValScores:
+        return {
+            k: (
+                None
+                if v is None
+                else metric_value(
+                    {"hard": v[0], "soft": v[1]}, self.gate_cfg.metric, self.gate_cfg.mixed_weight
+                )
+            )
+            for k, v in scores.items()
+        }
+
+    async def _rollouts(self, skill: str, examples: list[Example], desc: str) -> list[Rollout]:
+        cfg = RolloutConfig(
+            concurrency=self.config.concurrency,
+            timeout_s=self.config.timeout_s,
+            params=self.params,
+            progress=False,
+            description=desc,
+        )
+        return await arun_rollouts(self.target, Policy(skill), self.task, examples, cfg)
+
+    async def _val(
+        self, skill: _Skill
+    ) -> tuple[dict[str, list[float] | None], list[Rollout], bool]:
+        """Val scores by skill hash: an unchanged skill is never re-evaluated."""
+        hit = self.val_cache.get(skill.hash)
+        if hit is not None and set(hit) == {e.id for e in self.val_set}:
+            return hit, [], True
+        rollouts = await self._rollouts(skill.text, self.val_set, "val")
+        scores = {
+            r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None)
+            for r in rollouts
+        }
+        self.val_cache[skill.hash] = scores
+        atomic_write_json(self.run.path("val_cache.json"), self.val_cache)
+        return scores, rollouts, False
+
+    @staticmethod
+    def _row(r: Rollout) -> dict[str, Any]:
+        return {
+            "id": r.example_id,
+            "reply_head": _head(r.reply),
+            "hard": r.score.hard if r.score else None,
+            "soft": r.score.soft if r.score else None,
+            "why": (r.score.feedback if r.score and not r.score.hard else "") or None,
+            "truncated": r.truncated,
+            "error": r.error,
+        }
+
+    def _val_rows(self, rollouts: list[Rollout]) -> list[dict[str, Any]]:
+        return [self._row(r) for r in rollouts]
+
+    @staticmethod
+    def _errors(rollouts: list[Rollout]) -> list[dict[str, Any]]:
+        return [{"id": r.example_id, "error": r.error} for r in rollouts if r.error]
+
+    def _save_skill(self, step: int, text: str) -> _Skill:
+        version = f"v{step:04d}"
+        atomic_write_text(self.run.path("skills", f"{version}.md"), text)
+        return _Skill(version, text, Policy(text).skill_hash())
+
+    def _skill_from_file(self, step_or_version: int | str) -> _Skill:
+        version = step_or_version if isinstance(step_or_version, str) else f"v{step_or_version:04d}"
+        text = self.run.path("skills", f"{version}.md").read_text(encoding="utf-8")
+        return _Skill(version, text, Policy(text).skill_hash())
+
+    def _commit(self, st: _State, row: dict[str, Any]) -> None:
+        # state first (it carries the row), then history: a kill in between is repaired on
+        # resume by re-appending the row; append_history never duplicates a step
+        st.last_row = row
+        self._save_state(st)
+        self.run.append_history(row)
+        self._update_bar(st)
+
+    def _save_state(self, st: _State) -> None:
+        self.run.save_state(
+            {
+                "step": st.step,
+                "total_steps": getattr(self, "total_steps", None),
+                "current_version": st.current.version if st.current else None,
+                "best_version": st.best.version if st.best else None,
+                "rejected": st.rejected,
+                "parse": st.parse.to_dict(),
+                "usage": self.ledger.to_dict(),
+                "elapsed_s": round(st.elapsed_s, 3),
+                "finished": st.finished,
+                "last_row": st.last_row,
+            }
+        )
+
+    def _load_state(self) -> _State:
+        raw = self.run.load_state()
+        if raw is None:
+            return _State()
+        cache_path = self.run.path("val_cache.json")
+        self.val_cache = read_json(cache_path) if cache_path.exists() else {}
+        st = _State(
+            step=raw["step"],
+            rejected=raw.get("rejected", []),
+            elapsed_s=raw.get("elapsed_s", 0.0),
+            last_row=raw.get("last_row"),
+        )
+        p = raw.get("parse", {})
+        st.parse = _Parse(**{k: p.get(k, 0) for k in _Parse().__dict__})
+        for role, u in raw.get("usage", {}).items():
+            self.ledger.roles[role] = RoleUsage(**u)
+        if raw.get("current_version"):
+            st.current = self._skill_from_file(raw["current_version"])
+            st.best = self._skill_from_file(raw["best_version"])
+        if st.last_row is not None:
+            self.run.append_history(st.last_row)  # no-op unless the kill hit in between
+        return st
+
+    def _summary(self, st: _State, test: dict[str, Any] | None) -> dict[str, Any]:
+        assert st.best is not None
+        rows = self.run.history()
+        decisions = Counter(r["gate"]["decision"] for r in rows if r.get("stage") == "step")
+        return {
+            "run_dir": str(self.run.root),
+            "task": self.task.name,
+            "steps": st.step,
+            "total_steps": self.total_steps,
+            "best_version": st.best.version,
+            "best_skill": st.best.text,
+            "val_initial": _split_summary(self.val_cache[self._skill_from_file(0).hash]),
+            "val_best": _split_summary(self.val_cache[st.best.hash]),
+            "decisions": dict(decisions),
+            "analyst": st.parse.to_dict(),
+            "test": test,
+            "usage": self.ledger.to_dict(),
+            "llm_calls": self.ledger.total_calls(),
+            "tokens": self.ledger.total_tokens(),
+            "elapsed_s": round(st.elapsed_s, 2),
+        }
+
+    # ---- progress ---------------------------------------------------------------------
+    def _log(self, msg: str) -> None:
+        (self._progress.console if self._progress else self.console).print(msg, highlight=False)
+
+    def _progress_bar(self, st: _State) -> Progress:
+        self._progress = Progress(
+            TextColumn("[bold]optimize"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stage]}"),
+            TextColumn("{task.fields[scores]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            disable=not self.show_progress,
+            transient=True,
+        )
+        self._bar = self._progress.add_task(
+            "optimize", total=self.total_steps, completed=max(st.step, 0), stage="", scores=""
+        )
+        return self._progress
+
+    def _set_stage(self, stage: str, st: _State, step: int | None = None) -> None:
+        self._stage = f"step {step} · {stage}" if step else stage
+        if self._progress is not None:
+            self._progress.update(self._bar, stage=self._stage)
+
+    def _update_bar(self, st: _State) -> None:
+        if self._progress is None or st.best is None or st.current is None:
+            return
+        best = _split_summary(self.val_cache[st.best.hash])["hard"]
+        cur = _split_summary(self.val_cache[st.current.hash])["hard"]
+        self._progress.update(
+            self._bar, completed=max(st.step, 0), scores=f"val current {cur:.3f} best {best:.3f}"
+        )

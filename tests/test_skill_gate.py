@@ -1,0 +1,77 @@
+"""The gate (pure): known decisions from per-example val scores."""
+
+import pytest
+
+from selftaught.skill.gate import GateConfig, gate, metric_value
+from selftaught.tasks.base import Score
+
+
+def scores(*vals):
+    return {f"v{i}": v for i, v in enumerate(vals)}
+
+
+BASE = scores(1, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def test_one_item_gain_is_not_a_new_best_by_default():
+    cand = scores(1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+    r = gate(cand, BASE, BASE, GateConfig())
+    assert r.decision == "accept" and r.gain_vs_best == 1
+    assert gate(cand, BASE, BASE, GateConfig(margin=0)).decision == "accept_new_best"
+
+
+def test_two_item_gain_is_a_new_best_and_a_loss_is_rejected():
+    cand = scores(1, 1, 1, 0, 0, 0, 0, 0, 0, 0)
+    assert gate(cand, BASE, BASE, GateConfig()).decision == "accept_new_best"
+    worse = scores(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    r = gate(worse, BASE, BASE, GateConfig())
+    assert r.decision == "reject" and r.gain_vs_current == -1
+
+
+def test_ties_follow_accept_ties():
+    assert gate(BASE, BASE, BASE, GateConfig()).decision == "accept"
+    assert gate(BASE, BASE, BASE, GateConfig(accept_ties=False)).decision == "reject"
+
+
+def test_best_is_compared_separately_from_current():
+    current = scores(1, 1, 0, 0, 0, 0, 0, 0, 0, 0)  # an accepted, unproven +1
+    cand = scores(1, 1, 1, 0, 0, 0, 0, 0, 0, 0)
+    r = gate(cand, current, BASE, GateConfig())
+    assert r.decision == "accept_new_best" and r.gain_vs_best == 2 and r.gain_vs_current == 1
+
+
+def test_paired_test_blocks_a_gain_that_is_not_significant():
+    cand = scores(1, 1, 1, 1, 0, 0, 0, 0, 0, 0)  # +3 wins, 0 losses: sign test p = 0.125
+    r = gate(cand, BASE, BASE, GateConfig(confidence=0.9))
+    assert r.decision == "accept" and r.pvalue == pytest.approx(0.125)
+    big = scores(1, 1, 1, 1, 1, 1, 0, 0, 0, 0)  # +5 wins: p = 0.03125
+    r = gate(big, BASE, BASE, GateConfig(confidence=0.95))
+    assert r.decision == "accept_new_best" and r.pvalue == pytest.approx(0.03125)
+
+
+def test_discordant_pairs_matter_not_only_the_sum():
+    base = scores(1, 1, 1, 0, 0, 0, 0, 0, 0, 0)
+    cand = scores(0, 0, 0, 1, 1, 1, 1, 1, 1, 0)  # +3 net, but 6 wins and 3 losses
+    r = gate(cand, base, base, GateConfig(margin=0, confidence=0.9))
+    assert r.decision == "accept" and r.pvalue > 0.1
+
+
+def test_backend_errors_make_the_candidate_not_evaluable():
+    cand = {**scores(1, 1, 1, 1, 1, 0, 0, 0, 0, 0), "v8": None, "v9": None}
+    r = gate(cand, BASE, BASE, GateConfig())
+    assert r.decision == "reject" and "backend errors" in r.reason and r.n_missing == 2
+    one_missing = {**scores(1, 1, 1, 1, 1, 0, 0, 0, 0, 0), "v9": None}
+    r = gate(one_missing, BASE, BASE, GateConfig())
+    assert r.decision == "accept_new_best" and r.n_paired == 9
+
+
+def test_metrics_and_config_validation():
+    s = Score(0.0, 0.5)
+    assert metric_value(s, "hard") == 0 and metric_value(s, "soft") == 0.5
+    assert metric_value(s, "mixed", 0.5) == 0.25
+    soft_base = scores(0.2, 0.2)
+    r = gate(scores(0.9, 0.9), soft_base, soft_base, GateConfig(metric="soft", margin=1.0))
+    assert r.decision == "accept_new_best" and r.gain_vs_best == pytest.approx(1.4)
+    for bad in ({"metric": "f1"}, {"margin": -1}, {"confidence": 1.0}, {"mixed_weight": 2}):
+        with pytest.raises(ValueError):
+            GateConfig(**bad)

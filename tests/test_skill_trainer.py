@@ -1,0 +1,239 @@
+"""SkillTrainer end to end with scripted models: known gate decisions, artifacts, the val
+cache, bad analyst output, fail-closed overlap, fatal errors, resume after a kill."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from selftaught.models.errors import FatalBackendError
+from selftaught.skill import SkillOptConfig, SkillTrainer
+from selftaught.tasks.base import TaskError
+from tests.scripted import (
+    POISON,
+    ToyTask,
+    canned_analyst,
+    edits_json,
+    fatal,
+    rule_target,
+    schedule_of_rules,
+    user_of,
+)
+
+RULES = ("rule delta", "rule alpha", POISON, "rule gamma")
+EXPECTED = ["accept", "accept_new_best", "reject", "accept_new_best"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(tmp: Path, target=None, analyst=None, **cfg) -> SkillTrainer:
+    config = SkillOptConfig(**{"epochs": 2, "batch_size": 4, "concurrency": 4, **cfg})
+    return SkillTrainer(
+        config,
+        ToyTask(),
+        target or rule_target(),
+        analyst or canned_analyst(failure=schedule_of_rules(*RULES)),
+        "# Skill\n",
+        output_dir=tmp,
+        progress=False,
+    )
+
+
+def decisions(run: Path) -> list[str]:
+    rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(len(rows)))  # contiguous, no duplicates
+    return [r["gate"]["decision"] for r in rows[1:]]
+
+
+def test_known_gate_decisions_and_every_artifact(tmp_path):
+    analyst = canned_analyst(failure=schedule_of_rules(*RULES))
+    summary = make(tmp_path, analyst=analyst).train()
+    assert decisions(tmp_path) == EXPECTED
+    # delta alone is +1 val item: accepted as current, not shipped as best (margin > 1)
+    best = (tmp_path / "best_skill.md").read_text()
+    assert best == "# Skill\nrule delta\nrule alpha\nrule gamma\n" == summary["best_skill"]
+    assert summary["best_version"] == "v0004"
+    assert summary["val_initial"]["solved"] == 0 and summary["val_best"]["solved"] == 8
+    test = json.loads((tmp_path / "test_results.json").read_text())
+    assert test["initial"]["solved"] == 0 and test["best"]["solved"] == 7
+    assert test["paired"]["wins"] == 7 and test["paired"]["sign_test_p"] < 0.01
+    assert test["best"]["hard_ci95"][0] > 0.3
+    for name in (
+        "config.json",
+        "state.json",
+        "summary.json",
+        "current_skill.md",
+        "README.txt",
+        "val_cache.json",
+        "test_rollouts.jsonl",
+    ):
+        assert (tmp_path / name).exists(), name
+    assert sorted(p.name for p in (tmp_path / "skills").iterdir()) == [
+        f"v000{i}.md" for i in range(5)
+    ]
+    diag = json.loads((tmp_path / "diagnostics" / "step_0003.json").read_text())
+    assert diag["gate"]["decision"] == "reject"
+    assert diag["analyst_calls"][0]["raw_reply"] and diag["edit_reports"][0]["status"] == "applied"
+    assert all(set(v) >= {"id", "reply_head", "hard", "soft", "why"} for v in diag["val"])
+    assert any("rule" in (v["why"] or "") for v in diag["val"])
+    # the rejected edit is in the buffer and the analyst saw it at the next step
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["rejected"][0]["content"] == POISON
+    step4_prompts = [user_of(m) for m in analyst.calls if "## Failed attempts" in user_of(m)]
+    assert POISON in step4_prompts[-1].split("## Edits already tried", 1)[1]
+    row = json.loads((tmp_path / "history.jsonl").read_text().splitlines()[4])
+    assert row["edits"]["applied"] == 1 and row["usage"]["target"]["calls"] > 0
+    assert row["usage"]["optimizer"]["calls"] >= 1 and row["val"]["hard_ci95"]
+    # every call is counted, the analyst's too
+    assert summary["usage"]["optimizer"]["calls"] == len(analyst.calls)
+    assert summary["analyst"]["parse_rate"] == 1.0
+
+
+def test_strict_gate_ships_the_one_item_gain(tmp_path):
+    make(tmp_path, gate_margin=0.0).train()
+    assert decisions(tmp_path)[0] == "accept_new_best"
+
+
+def test_unchanged_skill_is_never_re_evaluated(tmp_path):
+    def flip(messages):
+        skill = user_of(messages).split("<skill>", 1)[1].split("</skill>", 1)[0]
+        old, new = ("use A", "use B") if "use A" in skill else ("use B", "use A")
+        return edits_json({"op": "replace", "target": old, "content": new})
+
+    target = rule_target()
+    trainer = SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=4, reflect_on_successes=False),
+        ToyTask(),
+        target,
+        canned_analyst(failure=flip),
+        "# Skill\n- use A\n",
+        output_dir=tmp_path,
+        progress=False,
+    )
+    trainer.train()
+    rows = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert [r["val_cached"] for r in rows[1:]] == [False, True]  # step 2 is the initial text
+    val_inputs = {e.input for e in ToyTask().examples("val")}
+    val_calls = [m for m in target.calls if user_of(m).split("\n\n")[0] in val_inputs]
+    n_val = len(val_inputs)
+    assert len(val_calls) == 2 * n_val  # baseline + step 1 only, not step 2
+
+
+def test_bad_analyst_output_rejects_and_never_crashes(tmp_path):
+    analyst = canned_analyst(
+        failure="Add a rule about tens!", success="{not json", repair="still not json"
+    )
+    summary = make(tmp_path, analyst=analyst).train()
+    assert decisions(tmp_path) == ["reject"] * 4
+    assert summary["analyst"]["parse_rate"] == 0.0 and summary["best_version"] == "v0000"
+    diag = json.loads((tmp_path / "diagnostics" / "step_0001.json").read_text())
+    assert diag["gate"]["reason"].startswith("empty patch")
+    call = diag["analyst_calls"][0]
+    assert call["status"] == "invalid_json" and call["raw_reply"] == "Add a rule about tens!"
+    assert call["repair_reply"] == "still not json"
+    assert not (tmp_path / "skills" / "v0001.md").exists()  # nothing to evaluate
+
+    # edits whose target is not found: reported per edit, the step rejects
+    miss = canned_analyst(failure=edits_json({"op": "replace", "target": "nope", "content": "x"}))
+    make(tmp_path / "miss", analyst=miss).train()
+    diag = json.loads((tmp_path / "miss" / "diagnostics" / "step_0001.json").read_text())
+    assert diag["edit_reports"][0]["status"] == "target_not_found"
+    assert diag["gate"]["decision"] == "reject"
+
+
+def test_overlapping_validation_fails_closed(tmp_path):
+    target = rule_target()
+    trainer = SkillTrainer(
+        SkillOptConfig(), ToyTask(overlap=True), target, output_dir=tmp_path, progress=False
+    )
+    with pytest.raises(TaskError, match="overlaps training"):
+        trainer.train()
+    assert target.calls == [] and not (tmp_path / "history.jsonl").exists()
+
+
+def strip_volatile(run: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (run / "history.jsonl").read_text().splitlines()]
+    for r in rows:
+        for k in ("time_s", "step_time_s", "usage"):
+            r.pop(k, None)
+    return rows
+
+
+def test_fatal_backend_error_stops_with_cause_and_resumes(tmp_path):
+    make(tmp_path / "ref").train()
+    target = rule_target()
+    target.fail_at[40] = fatal("401 Incorrect API key provided")  # inside step 2
+    with pytest.raises(FatalBackendError, match="401"):
+        make(tmp_path / "run", target=target).train()
+    err = json.loads((tmp_path / "run" / "error.json").read_text())
+    assert "401" in err["cause"] and err["after_step"] >= 0
+    assert not (tmp_path / "run" / "summary.json").exists()
+    make(tmp_path / "run").train()  # same settings: resumes
+    assert not (tmp_path / "run" / "error.json").exists()
+    assert strip_volatile(tmp_path / "run") == strip_volatile(tmp_path / "ref")
+
+
+@pytest.mark.parametrize("kill_at", [3, 12, 27, 45, 60])
+def test_resume_after_interrupt_at_any_call(tmp_path, kill_at):
+    make(tmp_path / "ref").train()
+    target = rule_target()
+    target.fail_after, target.interrupt = kill_at, RuntimeError("killed")
+    with pytest.raises(RuntimeError, match="killed"):
+        make(tmp_path / "run", target=target).train()
+    summary = make(tmp_path / "run").train()
+    assert strip_volatile(tmp_path / "run") == strip_volatile(tmp_path / "ref")
+    assert summary["best_version"] == "v0004"
+
+
+def test_kill_between_state_and_history_loses_nothing(tmp_path):
+    make(tmp_path).train()
+    hist = tmp_path / "history.jsonl"
+    lines = hist.read_text().splitlines(keepends=True)
+    hist.write_text("".join(lines[:-1]) + lines[-1][:10])  # torn last row
+    make(tmp_path).train()
+    assert len(decisions(tmp_path)) == 4
+
+
+def test_changed_settings_refuse_to_resume(tmp_path):
+    from selftaught.runs import RunError
+
+    make(tmp_path).train()
+    with pytest.raises(RunError, match="batch_size"):
+        make(tmp_path, batch_size=2).train()
+
+
+SLOW_RUN = """
+import sys, time
+sys.path.insert(0, {root!r})
+from tests.scripted import *
+from selftaught.skill import SkillOptConfig, SkillTrainer
+slow = lambda fn: (lambda m: (time.sleep(0.02), fn(m))[1])
+target = ScriptedModel(slow(rule_answer), "scripted-target")
+analyst = canned_analyst(failure=schedule_of_rules(*{rules!r}))
+cfg = SkillOptConfig(epochs=2, batch_size=4, concurrency=4)
+SkillTrainer(cfg, ToyTask(), target, analyst, "# Skill\\n", output_dir={out!r},
+             progress=False).train()
+"""
+
+
+def test_resume_after_sigkill(tmp_path):
+    make(tmp_path / "ref").train()
+    out = tmp_path / "run"
+    code = SLOW_RUN.format(root=str(ROOT), rules=RULES, out=str(out))
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ})
+    hist = out / "history.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if hist.exists() and len(hist.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "summary.json").exists()
+    make(out).train()
+    assert strip_volatile(out) == strip_volatile(tmp_path / "ref")
