@@ -395,5 +395,194 @@ def optimize_cmd(
 # ---- train (weight space) -------------------------------------------------------------
 
 
+def _default_train_dir(method: str, task: str, backend: str, seed: int) -> Path:
+    # deterministic, so running the same command again resumes the run
+    return Path("runs") / slug(f"train-{method}-{task}-{backend}-s{seed}")
+
+
+@app.command()
+@friendly_errors
+def train(
+    ctx: typer.Context,
+    task: TaskOpt,
+    method: Annotated[
+        str, typer.Option(help="rest (ReST-EM) | sft (on references) | grpo | gspo")
+    ] = "rest",
+    model: ModelOpt = "local",
+    backend: Annotated[str, typer.Option(help="lora | full | scratch (games only)")] = "lora",
+    rounds: Annotated[int, typer.Option(help="ReST rounds (base model = round 0).")] = 3,
+    samples_per_prompt: Annotated[
+        int, typer.Option("--samples-per-prompt", "-k", help="k samples per train prompt.")
+    ] = 4,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature (rest 0.8, grpo/gspo 1.0).")
+    ] = None,
+    elite_fraction: Annotated[
+        float | None, typer.Option(help="Top fraction kept per prompt (agent 1.0, game 0.25).")
+    ] = None,
+    min_score: Annotated[
+        float | None, typer.Option(help="Keep samples scoring >= this (agent 1.0, game none).")
+    ] = None,
+    max_per_prompt: Annotated[int, typer.Option(help="Cap of elite samples per prompt.")] = 2,
+    continue_training: Annotated[
+        bool,
+        typer.Option(
+            "--continue-training",
+            help="Fine-tune the last round's model instead of the base each round.",
+        ),
+    ] = False,
+    epochs: Annotated[float, typer.Option(help="SFT epochs per round.")] = 2.0,
+    lr: Annotated[
+        float | None, typer.Option("--lr", help="Learning rate (default per backend and method).")
+    ] = None,
+    batch_size: Annotated[
+        int, typer.Option(help="SFT batch size (val must hold at least one batch).")
+    ] = 8,
+    lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+    lora_alpha: Annotated[int, typer.Option(help="LoRA alpha.")] = 32,
+    lora_dropout: Annotated[float, typer.Option(help="LoRA dropout.")] = 0.05,
+    target_modules: Annotated[
+        str, typer.Option(help="LoRA targets: all-linear or q_proj,v_proj,...")
+    ] = "all-linear",
+    dora: Annotated[bool, typer.Option("--dora", help="DoRA instead of plain LoRA.")] = False,
+    num_layers: Annotated[int | None, typer.Option(help="Train only the last N layers.")] = None,
+    scratch_layers: Annotated[int, typer.Option(help="Layers of the from-scratch model.")] = 2,
+    scratch_width: Annotated[int, typer.Option(help="Width of the from-scratch model.")] = 128,
+    teacher_skill: Annotated[
+        Path | None,
+        typer.Option(help="Skill file in the system prompt while sampling only (distillation)."),
+    ] = None,
+    beta: Annotated[float, typer.Option(help="GRPO/GSPO KL coefficient.")] = 0.04,
+    num_generations: Annotated[int, typer.Option(help="GRPO/GSPO group size.")] = 4,
+    max_completion_length: Annotated[
+        int, typer.Option(help="GRPO/GSPO completion token cap.")
+    ] = 64,
+    steps: Annotated[int, typer.Option(help="GRPO/GSPO optimizer steps.")] = 20,
+    max_tokens: Annotated[int, typer.Option(help="Token cap for sampling and evaluation.")] = 64,
+    train_size: TrainSizeOpt = None,
+    val_size: ValSizeOpt = None,
+    test_size: TestSizeOpt = None,
+    seed: SeedOpt = 0,
+    threads: Annotated[
+        int | None, typer.Option(help="torch CPU threads (fewer is faster on a busy machine).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Run directory (default: runs/train-...; the same command resumes).",
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+) -> None:
+    """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO."""
+    from selftaught.models.spec import parse_model_spec
+    from selftaught.tasks.registry import load_task
+    from selftaught.weights.config import (
+        BackendConfig,
+        ConfigError,
+        RestConfig,
+        RLConfig,
+        SFTTrainConfig,
+        check_method_options,
+    )
+
+    given = {
+        "--" + name.replace("_", "-")
+        for name in ctx.params
+        # typer may vendor click, so compare the source by name
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+        not in ("DEFAULT", "DEFAULT_MAP")
+    }
+    try:
+        check_method_options(method, given)
+        spec = parse_model_spec(model)
+        if spec.backend != "local":
+            raise ConfigError(
+                f"train changes weights, so --model must be local or local:PATH, got {model!r}"
+            )
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        the_task = load_task(
+            task, seed=seed, train_size=train_size, val_size=val_size, test_size=test_size
+        )
+        backend_cfg = BackendConfig(
+            backend=backend,  # type: ignore[arg-type]
+            lora_r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=lora_dropout,
+            target_modules=target_modules,
+            use_dora=dora,
+            num_layers=num_layers,
+            scratch_layers=scratch_layers,
+            scratch_width=scratch_width,
+        )
+        run_dir = output or _default_train_dir(method, the_task.name, backend, seed)
+        console.print(f"run directory: {run_dir}")
+        if method in ("grpo", "gspo"):
+            from selftaught.weights.rl import RLTrainer
+
+            rl_cfg = RLConfig(
+                method=method,  # type: ignore[arg-type]
+                steps=steps,
+                beta=beta,
+                num_generations=num_generations,
+                max_completion_length=max_completion_length,
+                temperature=1.0 if temperature is None else temperature,
+                learning_rate=lr,
+                seed=seed,
+                eval_max_tokens=max_tokens,
+                backend=backend_cfg,
+            )
+            rl_result = RLTrainer(
+                the_task,
+                rl_cfg,
+                run_dir,
+                model_path=spec.model or None,
+                progress=not quiet,
+                console=console,
+            ).train()
+            out.print_json(data=rl_result.to_dict())
+            return
+        from selftaught.weights.rest import RestTrainer
+
+        rest_cfg = RestConfig(
+            rounds=1 if method == "sft" and "--rounds" not in given else rounds,
+            samples_per_prompt=samples_per_prompt,
+            temperature=0.8 if temperature is None else temperature,
+            max_tokens=max_tokens,
+            min_score=min_score,
+            elite_fraction=elite_fraction,
+            max_per_prompt=max_per_prompt,
+            continue_training=continue_training,
+            teacher_skill=read_text_file(teacher_skill, "teacher skill") or None,
+            seed=seed,
+            sft=SFTTrainConfig(epochs=epochs, learning_rate=lr, batch_size=batch_size),
+            backend=backend_cfg,
+        )
+        result = RestTrainer(
+            the_task,
+            rest_cfg,
+            run_dir,
+            model_path=spec.model or None,
+            method=method,
+            progress=not quiet,
+            console=console,
+        ).train()
+    except ConfigError as err:
+        console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    b, s = result.base_test, result.shipped_test
+    console.print(f"base    test {b.line()}")
+    shipped = "base model" if result.best_round == 0 else f"round {result.best_round}"
+    console.print(f"shipped test {s.line()}  ({shipped}, {result.gain:+.3f})")
+    if result.best_dir:
+        console.print(f"shipped model: {result.best_dir}  (use --model local:{result.best_dir})")
+    out.print_json(data=result.to_dict())
+
+
 def main() -> None:  # pragma: no cover
     app()

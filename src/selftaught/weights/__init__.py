@@ -1,0 +1,33 @@
+"""Weight space: a local model learns from its own best attempts.
+
+- `rest.RestTrainer`: expert iteration / ReST-EM (sample k → score → elite → fine-tune →
+  val; ship the best round, the base model being round 0), or one SFT round on references.
+- `rl.RLTrainer`: GRPO / GSPO through TRL's GRPOTrainer with the task scorer as reward.
+- `sft`: TRL SFTTrainer with a peft LoRA / DoRA adapter, full fine-tuning, or `scratch`
+  (a small transformer from random init, for game strategies).
+
+Nothing here imports torch until a trainer runs, so `import selftaught` stays light."""
+
+from selftaught.weights.config import (
+    BackendConfig,
+    ConfigError,
+    RestConfig,
+    RLConfig,
+    SFTTrainConfig,
+    check_method_options,
+)
+from selftaught.weights.elite import EliteStats, select_elite
+from selftaught.weights.sampling import EvalResult, Sample
+
+__all__ = [
+    "BackendConfig",
+    "ConfigError",
+    "EliteStats",
+    "EvalResult",
+    "RLConfig",
+    "RestConfig",
+    "SFTTrainConfig",
+    "Sample",
+    "check_method_options",
+    "select_elite",
+]

@@ -1,0 +1,338 @@
+"""Configs for weight-space training, one dataclass per concern, validated on construction.
+
+Defaults follow the papers where they say something (ReST-EM: fine-tune from the base model
+each round, binary reward filter, a cap of samples per problem; GRPO: KL beta 0.04 because
+without KL train reward rose while held-out accuracy fell) and what measured well on the
+embedded SmolLM2-135M on 2 CPU cores otherwise."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Backend = Literal["lora", "full", "scratch"]
+BACKENDS = ("lora", "full", "scratch")
+METHODS = ("rest", "sft", "grpo", "gspo")
+GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names the option and the valid values."""
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+@dataclass
+class BackendConfig:
+    """Which weights change and how.
+
+    Args:
+        backend: `lora` (peft adapter, default), `full` (every weight) or `scratch` (a small
+            transformer from random init, for game strategies).
+        lora_r / lora_alpha / lora_dropout: LoRA rank, scaling and dropout.
+        target_modules: modules LoRA wraps; `"all-linear"` or a list of names.
+        use_dora: DoRA (weight-decomposed LoRA) instead of plain LoRA.
+        num_layers: train only the last N transformer layers (None: all of them).
+        scratch_layers / scratch_width / scratch_heads: size of the from-scratch model;
+            it uses the embedded model's tokenizer (vocabulary and chat template).
+    """
+
+    backend: Backend = "lora"
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    target_modules: str | list[str] = "all-linear"
+    use_dora: bool = False
+    num_layers: int | None = None
+    scratch_layers: int = 2
+    scratch_width: int = 128
+    scratch_heads: int = 4
+
+    def __post_init__(self) -> None:
+        _check(
+            self.backend in BACKENDS,
+            f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}",
+        )
+        _check(self.lora_r >= 1, f"lora_r must be >= 1, got {self.lora_r}")
+        _check(self.lora_alpha >= 1, f"lora_alpha must be >= 1, got {self.lora_alpha}")
+        _check(
+            0.0 <= self.lora_dropout < 1.0,
+            f"lora_dropout must be in [0, 1), got {self.lora_dropout}",
+        )
+        _check(
+            self.num_layers is None or self.num_layers >= 1,
+            f"num_layers must be >= 1 (or unset for all layers), got {self.num_layers}",
+        )
+        if isinstance(self.target_modules, str) and self.target_modules != "all-linear":
+            self.target_modules = [m.strip() for m in self.target_modules.split(",") if m.strip()]
+        _check(bool(self.target_modules), "target_modules must name at least one module")
+        _check(self.scratch_layers >= 1, f"scratch_layers must be >= 1, got {self.scratch_layers}")
+        _check(
+            self.scratch_width >= 8 and self.scratch_width % self.scratch_heads == 0,
+            f"scratch_width ({self.scratch_width}) must be >= 8 and divisible by scratch_heads "
+            f"({self.scratch_heads})",
+        )
+        if self.backend != "lora":
+            _check(
+                not self.use_dora,
+                f"use_dora (--dora) is a LoRA option; it does nothing with backend "
+                f"{self.backend!r}",
+            )
+
+
+@dataclass
+class SFTTrainConfig:
+    """One supervised fine-tune on (prompt, completion) pairs through TRL's SFTTrainer.
+
+    Args:
+        epochs: passes over the elite samples per round.
+        learning_rate: None picks 2e-4 for LoRA, 2e-5 for full fine-tuning, 1e-3 from scratch.
+        batch_size: per-step batch; the training set must hold at least one batch.
+        grad_accum: gradient accumulation steps.
+        max_length: prompt + completion tokens kept per sample.
+        bf16: train in bfloat16 autocast (off by default: fp32 is the safe choice on CPU).
+        warmup_ratio / weight_decay: optimizer schedule details.
+    """
+
+    epochs: float = 2.0
+    learning_rate: float | None = None
+    batch_size: int = 8
+    grad_accum: int = 1
+    max_length: int = 1024
+    bf16: bool = False
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        _check(
+            self.learning_rate is None or self.learning_rate > 0,
+            f"learning rate (--lr) must be > 0, got {self.learning_rate}",
+        )
+        _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        _check(self.grad_accum >= 1, f"grad_accum must be >= 1, got {self.grad_accum}")
+        _check(self.max_length >= 16, f"max_length must be >= 16, got {self.max_length}")
+
+    def lr_for(self, backend: str) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return {"lora": 2e-4, "full": 2e-5, "scratch": 1e-3}[backend]
+
+
+@dataclass
+class RestConfig:
+    """Expert iteration / ReST-EM: sample k per train prompt → score → keep the elite →
+    fine-tune → evaluate on val; ship the best round on val (the base model is round 0).
+
+    Args:
+        rounds: improvement rounds (`sft` is one round on the given data).
+        samples_per_prompt: k completions sampled per train prompt.
+        temperature / top_p: sampling settings (temperature must be > 0: k greedy samples
+            would be k copies).
+        max_tokens: completion cap for sampling and evaluation; truncated replies are
+            counted and reported, never silently scored.
+        min_score: keep samples scoring at least this (soft score). None: 1.0 for agent tasks
+            (solved only, as in ReST-EM), 0.01 for games (any strategy that scored at all).
+        elite_fraction: keep the top fraction of each prompt's samples (after the threshold).
+            None: 1.0 for agent tasks, 0.25 for games.
+        max_per_prompt: cap of kept samples per prompt (ReST-EM caps to avoid easy prompts
+            dominating); duplicates are always dropped first.
+        keep_truncated: also train on replies cut by max_tokens (off: a cut reply that
+            happens to score teaches rambling).
+        continue_training: fine-tune the previous round's model instead of the base model.
+        teacher_skill: a skill document put in the system prompt while sampling only, so the
+            trained weights absorb what the skill taught (skill distillation).
+        eval_test_each_round: also score each round on test (for benchmarks; the gate still
+            uses val only).
+        min_delta: a round becomes the best only when its val metric beats the best so far
+            by more than this (small val sets make a strict `>` accept noise).
+        gen_batch_size: prompts per batched generate call.
+        seed: sampling and training seed.
+    """
+
+    rounds: int = 3
+    samples_per_prompt: int = 4
+    temperature: float = 0.8
+    top_p: float = 1.0
+    max_tokens: int = 64
+    min_score: float | None = None
+    elite_fraction: float | None = None
+    max_per_prompt: int = 2
+    keep_truncated: bool = False
+    continue_training: bool = False
+    teacher_skill: str | None = None
+    eval_test_each_round: bool = False
+    min_delta: float = 0.0
+    gen_batch_size: int = 32
+    seed: int = 0
+    sft: SFTTrainConfig = field(default_factory=SFTTrainConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}")
+        _check(
+            self.samples_per_prompt >= 1,
+            f"samples_per_prompt must be >= 1, got {self.samples_per_prompt}",
+        )
+        _check(
+            self.temperature > 0,
+            f"temperature must be > 0 for sampling (k greedy samples are k copies), "
+            f"got {self.temperature}",
+        )
+        _check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        _check(self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}")
+        _check(
+            self.min_score is None or 0.0 <= self.min_score <= 1.0,
+            f"min_score must be in [0, 1], got {self.min_score}",
+        )
+        _check(
+            self.elite_fraction is None or 0.0 < self.elite_fraction <= 1.0,
+            f"elite_fraction must be in (0, 1], got {self.elite_fraction}",
+        )
+        _check(self.max_per_prompt >= 1, f"max_per_prompt must be >= 1, got {self.max_per_prompt}")
+        _check(0.0 <= self.min_delta < 1.0, f"min_delta must be in [0, 1), got {self.min_delta}")
+        _check(self.gen_batch_size >= 1, f"gen_batch_size must be >= 1, got {self.gen_batch_size}")
+
+    def resolved_filter(self, task_kind: str) -> tuple[float | None, float]:
+        """(min_score, elite_fraction) with the per-kind defaults filled in."""
+        if task_kind == "game":
+            # a zero is an invalid or unplayable strategy: never worth imitating
+            min_score = GAME_MIN_SCORE if self.min_score is None else self.min_score
+            return min_score, self.elite_fraction if self.elite_fraction is not None else 0.25
+        min_score = 1.0 if self.min_score is None else self.min_score
+        return min_score, self.elite_fraction if self.elite_fraction is not None else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RLConfig:
+    """Online RL with verifiable rewards through TRL's GRPOTrainer; the task's scorer is the
+    reward. `gspo` is GRPO with sequence-level importance sampling (GSPO).
+
+    Args:
+        method: `grpo` or `gspo`.
+        steps: optimizer steps.
+        beta: KL coefficient against the starting model (0.04: without KL, held-out accuracy
+            fell while train reward rose).
+        num_generations: completions per prompt (the group); needs >= 2 for any signal.
+        prompts_per_step: prompts per step; batch = prompts_per_step * num_generations.
+        max_completion_length: completion token cap (truncation is logged and warned about).
+        temperature: sampling temperature of the groups.
+        learning_rate: None picks 5e-5 for LoRA, 1e-6 for full fine-tuning.
+        reward: `soft` (partial credit) or `hard` (0/1) score as reward.
+        truncation_warn: warn when more than this share of a step's completions is truncated.
+        eval_max_tokens: token cap of the greedy val / test evaluations.
+        seed: training seed.
+    """
+
+    method: Literal["grpo", "gspo"] = "grpo"
+    steps: int = 20
+    beta: float = 0.04
+    num_generations: int = 4
+    prompts_per_step: int = 2
+    max_completion_length: int = 64
+    temperature: float = 1.0
+    learning_rate: float | None = None
+    reward: Literal["soft", "hard"] = "soft"
+    truncation_warn: float = 0.5
+    eval_max_tokens: int = 64
+    seed: int = 0
+    backend: BackendConfig = field(default_factory=BackendConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.method in ("grpo", "gspo"), f"method must be grpo or gspo, got {self.method!r}")
+        _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        _check(self.beta >= 0, f"beta must be >= 0, got {self.beta}")
+        _check(
+            self.num_generations >= 2,
+            f"num_generations must be >= 2 (a group of one has no reward variance), "
+            f"got {self.num_generations}",
+        )
+        _check(
+            self.prompts_per_step >= 1,
+            f"prompts_per_step must be >= 1, got {self.prompts_per_step}",
+        )
+        _check(
+            self.max_completion_length >= 1,
+            f"max_completion_length must be >= 1, got {self.max_completion_length}",
+        )
+        _check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
+        _check(self.reward in ("soft", "hard"), f"reward must be soft or hard, got {self.reward!r}")
+        _check(
+            self.learning_rate is None or self.learning_rate > 0,
+            f"learning rate (--lr) must be > 0, got {self.learning_rate}",
+        )
+        _check(
+            self.backend.backend != "scratch",
+            "backend 'scratch' is for ReST on games: a random-init model has no reward signal "
+            "for GRPO/GSPO; use --backend lora or full",
+        )
+
+    @property
+    def importance_sampling_level(self) -> str:
+        return "sequence" if self.method == "gspo" else "token"
+
+    def lr(self) -> float:
+        if self.learning_rate is not None:
+            return self.learning_rate
+        return 5e-5 if self.backend.backend == "lora" else 1e-6
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Options that only make sense for one family of methods (CLI flag names, as users type them).
+SFT_ONLY_OPTIONS = (
+    "--rounds",
+    "--samples-per-prompt",
+    "--elite-fraction",
+    "--min-score",
+    "--max-per-prompt",
+    "--continue-training",
+    "--epochs",
+    "--batch-size",
+    "--teacher-skill",
+)
+RL_ONLY_OPTIONS = ("--beta", "--num-generations", "--max-completion-length", "--steps")
+SAMPLING_OPTIONS = (
+    "--samples-per-prompt",
+    "--elite-fraction",
+    "--min-score",
+    "--max-per-prompt",
+    "--temperature",
+    "--teacher-skill",
+)
+
+
+def check_method_options(method: str, given: set[str]) -> None:
+    """Refuse options the chosen method would silently ignore, naming them and the methods
+    that use them. `given` holds the flags the user actually set."""
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method in ("grpo", "gspo"):
+        bad = sorted(given & set(SFT_ONLY_OPTIONS))
+        if bad:
+            raise ConfigError(
+                f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for methods that train on "
+                f"SFT samples (rest, sft); --method {method} learns online from rewards "
+                "(use --steps, --beta, --num-generations, --max-completion-length)"
+            )
+        return
+    bad = sorted(given & set(RL_ONLY_OPTIONS))
+    if bad:
+        raise ConfigError(
+            f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for online RL (grpo, gspo); "
+            f"--method {method} fine-tunes on samples (use --rounds, --epochs, --batch-size)"
+        )
+    if method == "sft":
+        bad = sorted(given & set(SAMPLING_OPTIONS))
+        if bad:
+            raise ConfigError(
+                f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for sampling (--method "
+                "rest); --method sft trains on the task's reference answers"
+            )

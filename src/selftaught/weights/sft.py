@@ -1,0 +1,258 @@
+"""Supervised fine-tuning on scored samples through TRL's SFTTrainer, with a peft LoRA / DoRA
+adapter (default), every weight (`full`) or a from-scratch model. Data is conversational
+prompt-completion, so the chat template applies and the loss covers the completion only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from selftaught.weights.config import BackendConfig, ConfigError, SFTTrainConfig
+from selftaught.weights.sampling import Sample
+
+
+def torch_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
+    """A causal LM and its tokenizer from a transformers folder (fp32 on CPU: exact and the
+    fastest there)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+    model.to(torch_device())
+    return model, tok
+
+
+def _layers(model: Any) -> Any:
+    """The list of transformer blocks (Llama-like `model.model.layers`, GPT-2's `h`)."""
+    base = getattr(model, "model", None) or getattr(model, "transformer", None)
+    for name in ("layers", "h", "blocks"):
+        layers = getattr(base, name, None)
+        if layers is not None:
+            return layers
+    raise ConfigError("cannot find the transformer layers of this model for --num-layers")
+
+
+def prepare_trainable(model: Any, backend: BackendConfig) -> Any:
+    """Wrap or freeze `model` so that only what `backend` names is trained."""
+    n_layers = len(_layers(model))
+    if backend.num_layers is not None and backend.num_layers > n_layers:
+        raise ConfigError(
+            f"--num-layers {backend.num_layers} exceeds the model's {n_layers} layers"
+        )
+    last = (
+        None if backend.num_layers is None else list(range(n_layers - backend.num_layers, n_layers))
+    )
+    if backend.backend == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(
+            r=backend.lora_r,
+            lora_alpha=backend.lora_alpha,
+            lora_dropout=backend.lora_dropout,
+            target_modules=backend.target_modules,
+            use_dora=backend.use_dora,
+            layers_to_transform=last,
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(model, config)
+    # full / scratch: every weight, or only the last N blocks
+    if last is not None:
+        for p in model.parameters():
+            p.requires_grad_(False)
+        layers = _layers(model)
+        for i in last:
+            for p in layers[i].parameters():
+                p.requires_grad_(True)
+    return model
+
+
+def merged(model: Any) -> Any:
+    """A plain transformers model with any LoRA adapter folded into the weights."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        return model.merge_and_unload()
+    return model
+
+
+def trainable_parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def samples_to_dataset(samples: Sequence[Sample]) -> Any:
+    """Conversational prompt-completion rows: the prompt each sample was scored on (minus a
+    teacher skill), and its training target as the assistant turn."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [
+            {
+                "prompt": s.train_messages,
+                "completion": [{"role": "assistant", "content": s.target}],
+            }
+            for s in samples
+        ]
+    )
+
+
+def check_batch(n_rows: int, batch_size: int, what: str = "training samples") -> None:
+    if n_rows < batch_size:
+        raise ConfigError(
+            f"--batch-size {batch_size} is larger than the {n_rows} {what}; "
+            f"lower --batch-size to at most {max(1, n_rows)} or give more data"
+        )
+
+
+def _check_lengths(tokenizer: Any, samples: Sequence[Sample], max_length: int) -> None:
+    """A prompt longer than max_length leaves no completion token to learn from: TRL would
+    drop the row silently (and crash when none is left), so say so up front."""
+    too_long = 0
+    for s in samples:
+        text = tokenizer.apply_chat_template(
+            s.train_messages, tokenize=False, add_generation_prompt=True
+        )
+        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) >= max_length:
+            too_long += 1
+    if too_long:
+        raise ConfigError(
+            f"{too_long} of {len(samples)} training prompts are at least max_length "
+            f"({max_length}) tokens long, leaving nothing of the completion to train on; "
+            "raise max_length"
+        )
+
+
+def _step_timer(times: list[float]) -> Any:
+    """A callback appending each optimizer step's wall time to `times`."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.t = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            times.append(time.perf_counter() - self.t)
+
+    return StepTimer()
+
+
+def sft_train(
+    model: Any,
+    tokenizer: Any,
+    samples: Sequence[Sample],
+    cfg: SFTTrainConfig,
+    *,
+    backend: str,
+    seed: int = 0,
+    progress: bool = True,
+    work_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Fine-tune `model` in place on `samples`; returns loss, steps and timings."""
+    from trl import SFTConfig, SFTTrainer
+
+    check_batch(len(samples), cfg.batch_size)
+    _check_lengths(tokenizer, samples, cfg.max_length)
+    dataset = samples_to_dataset(samples)
+    own_dir = work_dir is None
+    out = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="selftaught-sft-"))
+    args = SFTConfig(
+        output_dir=str(out),
+        num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.lr_for(backend),
+        lr_scheduler_type="cosine",
+        warmup_steps=cfg.warmup_ratio,
+        weight_decay=cfg.weight_decay,
+        max_length=cfg.max_length,
+        bf16=cfg.bf16,
+        # TRL turns this on by default; a 135M-class model needs no memory savings and
+        # recomputing activations costs about a third more time per step
+        gradient_checkpointing=False,
+        use_cpu=torch_device() == "cpu",
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=seed,
+        data_seed=seed,
+        disable_tqdm=not progress,
+        dataset_num_proc=None,
+    )
+    step_times: list[float] = []
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[_step_timer(step_times)],
+        )
+    t_setup = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - t1
+    steps = int(result.global_step)
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    model.eval()
+    if own_dir:
+        shutil.rmtree(out, ignore_errors=True)
+    return {
+        "train_samples": len(samples),
+        "steps": steps,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "train_loss": float(result.training_loss),
+        "train_seconds": round(seconds, 2),
+        "setup_seconds": round(t_setup, 2),
+        "step_seconds": round(seconds / steps, 3) if steps else None,
+        "step_seconds_median": round(statistics.median(step_times), 3) if step_times else None,
+        "trainable_params": trainable_parameters(model),
+    }
+
+
+def save_atomic(obj: Any, path: str | Path, tokenizer: Any | None = None) -> Path:
+    """`save_pretrained` into a temp folder beside `path`, then rename: a kill leaves either
+    nothing or a complete folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    try:
+        obj.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def apply_adapter(model: Any, adapter_dir: str | Path) -> Any:
+    """Fold a saved LoRA adapter into `model` (used to rebuild a round's model on resume)."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()

@@ -1,0 +1,206 @@
+"""ReST-EM loop on a tiny random model: the best round on val is shipped (not the last), a
+run that never improves ships the base model, and a killed run resumes without redoing a
+finished round. Also the scratch backend on the grid game."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from selftaught.runs import read_json  # noqa: E402
+from selftaught.tasks.base import Example, Score  # noqa: E402
+from selftaught.weights import rest as rest_mod  # noqa: E402
+from selftaught.weights.config import BackendConfig, RestConfig, SFTTrainConfig  # noqa: E402
+from selftaught.weights.rest import RestTrainer  # noqa: E402
+from selftaught.weights.sampling import EvalResult  # noqa: E402
+from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer  # noqa: E402
+
+
+class EchoTask:
+    """Every reply is 'solved', so the elite is never empty; ids differ per split."""
+
+    name = "test:echo"
+    kind = "agent"
+    instructions = "Answer."
+
+    def examples(self, split):
+        return [Example(f"{split}-{i}", f"{split} question {i}?", reference="x") for i in range(4)]
+
+    def score(self, output, example):
+        return Score(1.0, 1.0, "ok")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    tok = scratch_tokenizer()
+    model = build_scratch_model(
+        tok, BackendConfig(scratch_layers=1, scratch_width=32, scratch_heads=2), seed=0
+    )
+    d = tmp_path_factory.mktemp("tiny-model")
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def config(rounds: int) -> RestConfig:
+    return RestConfig(
+        rounds=rounds,
+        samples_per_prompt=2,
+        max_tokens=4,
+        keep_truncated=True,  # a random model never stops
+        sft=SFTTrainConfig(epochs=1, batch_size=2, learning_rate=5e-2),
+        backend=BackendConfig(lora_r=2, lora_alpha=4),
+    )
+
+
+def scripted_eval(monkeypatch, val_by_round: list[float]):
+    """Replace evaluation by scripted val accuracies per round (test = val - 0.1)."""
+    calls = {"val": 0}
+
+    def fake(self, model, split):
+        if split == "val":
+            acc = val_by_round[calls["val"]]
+            calls["val"] += 1
+        else:
+            acc = max(0.0, val_by_round[max(0, calls["val"] - 1)] - 0.1)
+        n = 4
+        return EvalResult(split, n, round(acc * n), acc, (0.0, 1.0), acc, 0.0)
+
+    monkeypatch.setattr(RestTrainer, "_eval", fake)
+    return calls
+
+
+def weights(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(path)).state_dict()
+
+
+def test_best_round_on_val_is_shipped_not_the_last(tiny_dir, tmp_path, monkeypatch):
+    scripted_eval(monkeypatch, [0.25, 0.75, 0.5])
+    trainer = RestTrainer(
+        EchoTask(), config(2), tmp_path / "run", model_path=tiny_dir, progress=False
+    )
+    result = trainer.train()
+    assert result.best_round == 1
+    assert read_json(tmp_path / "run" / "best" / "best.json")["round"] == 1
+    history = trainer.run.history()
+    assert [h["round"] for h in history] == [0, 1, 2]
+    assert all(h["trained"] for h in history[1:])
+    # best/ holds exactly round 1's weights (base + round-1 adapter), not round 2's
+    shipped = weights(tmp_path / "run" / "best")
+    r1 = trainer._round_model(1, history).state_dict()
+    r2 = trainer._round_model(2, history).state_dict()
+    assert all(torch.allclose(shipped[k], r1[k], atol=1e-6) for k in r1)
+    assert any(not torch.allclose(shipped[k], r2[k], atol=1e-6) for k in r2)
+    samples = (tmp_path / "run" / "rounds" / "1" / "samples.jsonl").read_text().splitlines()
+    assert len(samples) == 4 * 2 and '"messages"' in samples[0]
+    assert result.to_dict()["shipped"] == "round 1"
+
+
+def test_run_that_never_improves_ships_the_base(tiny_dir, tmp_path, monkeypatch):
+    scripted_eval(monkeypatch, [0.5, 0.5, 0.25])
+    result = RestTrainer(
+        EchoTask(), config(2), tmp_path / "run", model_path=tiny_dir, progress=False
+    ).train()
+    assert result.best_round == 0
+    assert result.shipped_test == result.base_test
+    base = weights(tiny_dir)
+    shipped = weights(tmp_path / "run" / "best")
+    assert all(torch.equal(base[k], shipped[k]) for k in base)
+    assert read_json(tmp_path / "run" / "result.json")["shipped"] == "base model"
+
+
+def test_killed_run_resumes_without_redoing_a_round(tiny_dir, tmp_path, monkeypatch):
+    scripted_eval(monkeypatch, [0.25, 0.5, 0.75, 0.75])
+    real_train = rest_mod.sft_train
+    sampled_rounds: list[str] = []
+    real_samples = RestTrainer._samples
+
+    def counting_samples(self, model, r):
+        sampled_rounds.append(r)
+        return real_samples(self, model, r)
+
+    def dies_in_round_2(*args, **kwargs):
+        if 2 in sampled_rounds:
+            raise KeyboardInterrupt("killed")
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(RestTrainer, "_samples", counting_samples)
+    monkeypatch.setattr(rest_mod, "sft_train", dies_in_round_2)
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        RestTrainer(EchoTask(), config(2), run, model_path=tiny_dir, progress=False).train()
+    assert read_json(run / "state.json")["completed_round"] == 1
+    monkeypatch.setattr(rest_mod, "sft_train", real_train)
+    sampled_rounds.clear()
+    result = RestTrainer(EchoTask(), config(2), run, model_path=tiny_dir, progress=False).train()
+    assert sampled_rounds == [2]  # round 1 was not redone
+    assert [h["round"] for h in RestTrainer(EchoTask(), config(2), run).run.history()] == [0, 1, 2]
+    assert result.best_round == 2
+    # a resume with other settings is refused
+    from selftaught.runs import RunError
+
+    with pytest.raises(RunError, match="different config"):
+        RestTrainer(EchoTask(), config(3), run, model_path=tiny_dir, progress=False).train()
+
+
+def test_teacher_skill_is_used_for_sampling_only(tiny_dir, tmp_path, monkeypatch):
+    scripted_eval(monkeypatch, [0.25, 0.5])
+    cfg = config(1)
+    cfg.teacher_skill = "Always answer x."
+    RestTrainer(EchoTask(), cfg, tmp_path / "run", model_path=tiny_dir, progress=False).train()
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "run/rounds/1/samples.jsonl").open()]
+    assert rows[0]["messages"][0] == {"role": "system", "content": "Always answer x."}
+    assert all(m["role"] != "system" for m in rows[0]["train_messages"])
+
+
+@pytest.mark.slow
+def test_scratch_backend_on_the_grid_game(tmp_path):
+    from selftaught.tasks.registry import load_task
+
+    task = load_task("game:ctf", seed=0, train_size=8, val_size=4, test_size=4)
+    cfg = RestConfig(
+        rounds=1,
+        samples_per_prompt=4,
+        max_tokens=48,
+        max_per_prompt=1,
+        sft=SFTTrainConfig(epochs=2, batch_size=4),
+        backend=BackendConfig(backend="scratch", scratch_layers=1, scratch_width=64),
+    )
+    result = RestTrainer(task, cfg, tmp_path / "run", progress=False).train()
+    history = read_json(tmp_path / "run" / "state.json")
+    assert history["completed_round"] == 1
+    rows = RestTrainer(task, cfg, tmp_path / "run").run.history()
+    assert rows[0]["model"] == "random strategies"
+    assert rows[1]["trained"] and rows[1]["elite"]["kept"] == 8  # one per prompt (top 25% of 4)
+    import json
+
+    elite = [json.loads(line) for line in (tmp_path / "run/rounds/1/samples.jsonl").open()]
+    assert all(json.loads(s["target"]) for s in elite)  # games train the JSON strategy
+    assert (tmp_path / "run" / "rounds" / "1" / "model" / "config.json").exists()
+    assert result.base_test.n == 4
+
+
+def test_sft_method_trains_on_references_in_one_round(tiny_dir, tmp_path, monkeypatch):
+    import json
+
+    scripted_eval(monkeypatch, [0.25, 0.5])
+    cfg = config(1)
+    result = RestTrainer(
+        EchoTask(), cfg, tmp_path / "run", model_path=tiny_dir, method="sft", progress=False
+    ).train()
+    rows = [json.loads(line) for line in (tmp_path / "run/rounds/1/samples.jsonl").open()]
+    assert [r["target"] for r in rows] == ["x"] * 4
+    assert result.best_round == 1
+    from selftaught.weights.config import ConfigError
+
+    with pytest.raises(ConfigError, match="--rounds must be 1"):
+        RestTrainer(EchoTask(), config(2), tmp_path / "other", method="sft")

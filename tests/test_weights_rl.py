@@ -1,0 +1,152 @@
+"""GRPO / GSPO: the task scorer as reward (free text scored as text, JSON only for games),
+per-step metrics in history.jsonl, and loud warnings when a step has no signal or most
+completions are truncated."""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("trl")
+
+from rich.console import Console  # noqa: E402
+
+from selftaught.runs import RunDir  # noqa: E402
+from selftaught.tasks.base import Example, Score  # noqa: E402
+from selftaught.weights.config import RLConfig  # noqa: E402
+from selftaught.weights.rl import TaskReward, _make_callback, completion_text  # noqa: E402
+
+
+class SumTask:
+    name = "test:sum"
+    kind = "agent"
+    instructions = "Give the final answer only."
+
+    def examples(self, split):
+        return [
+            Example(f"{split}-{i}", f"{split}: {i} + 1?", reference=str(i + 1)) for i in range(3)
+        ]
+
+    def score(self, output, example):
+        ok = output.strip().rstrip(".").split()[-1:] == [example.reference] if output else False
+        return Score(float(ok), float(ok), "")
+
+
+def test_reward_scores_free_text_as_text():
+    task = SumTask()
+    reward = TaskReward(task, task.examples("train"))
+    conv = [
+        [{"role": "assistant", "content": "The answer is 1."}],
+        [{"role": "assistant", "content": "7"}],
+    ]
+    assert reward([None, None], conv, ["train-0", "train-0"]) == [1.0, 0.0]
+    assert reward.flat_batches == 0
+    assert reward([None], ["no idea"], ["train-1"]) == [0.0]
+    assert reward.flat_batches == 1 and reward.batches == 2
+    assert completion_text([{"role": "assistant", "content": "a"}, {"content": "b"}]) == "ab"
+
+
+def test_reward_plays_game_json_strategies():
+    from selftaught.tasks.registry import load_task
+
+    task = load_task("game:ctf", seed=0, train_size=2, val_size=1, test_size=1)
+    reward = TaskReward(task, task.examples("train"))
+    ex = task.examples("train")[0]
+    good = json.dumps(
+        {
+            "aggression": 0.2,
+            "defense": 0.2,
+            "path_bias": "center",
+            "retreat_threshold": 0.3,
+            "formation": "column",
+        }
+    )
+    values = reward([None, None], [f"Here: {good}", "attack!"], [ex.id, ex.id])
+    assert values[1] == 0.0  # not JSON: no score
+    assert values[0] == task.score(good, ex).soft
+
+
+def _log(callback, step, logs):
+    callback.on_log(None, SimpleNamespace(global_step=step), None, logs=logs)
+
+
+def test_callback_logs_metrics_and_warns_loudly(tmp_path):
+    task = SumTask()
+    reward = TaskReward(task, task.examples("train"))
+    run = RunDir(tmp_path / "run")
+    console = Console(record=True, width=200)
+    cb = _make_callback(run, reward, RLConfig(max_completion_length=8), console)
+    reward.last_rewards = [0.0, 0.0, 0.0, 0.0]
+    _log(
+        cb,
+        1,
+        {
+            "reward": 0.0,
+            "reward_std": 0.0,
+            "kl": 0.0,
+            "completions/mean_length": 8.0,
+            "completions/clipped_ratio": 0.9,
+            "frac_reward_zero_std": 1.0,
+        },
+    )
+    reward.last_rewards = [1.0, 0.0, 0.0, 1.0]
+    _log(
+        cb,
+        2,
+        {
+            "reward": 0.5,
+            "reward_std": 0.5,
+            "kl": 0.01,
+            "completions/mean_length": 3.0,
+            "completions/clipped_ratio": 0.0,
+            "frac_reward_zero_std": 0.0,
+        },
+    )
+    _log(cb, 2, {"reward": 0.5})  # the same step twice is not duplicated
+    _log(cb, 3, {"loss": 0.1})  # rows without reward (e.g. the final summary) are skipped
+    rows = run.history()
+    assert [r["step"] for r in rows] == [1, 2]
+    first, second = rows
+    assert first["all_rewards_equal"] and len(first["warnings"]) == 2
+    assert first["truncated"] == 0.9 and first["frac_groups_no_signal"] == 1.0
+    assert not second["all_rewards_equal"] and second["warnings"] == []
+    assert {"reward", "reward_std", "kl", "completion_length", "truncated"} <= set(second)
+    text = console.export_text()
+    assert "WARNING step 1" in text and "no learning signal" in text and "90%" in text
+    assert "WARNING step 2" not in text
+
+
+@pytest.mark.slow
+def test_grpo_and_gspo_run_a_step_on_a_tiny_model(tmp_path):
+    from selftaught.weights.config import BackendConfig
+    from selftaught.weights.rl import RLTrainer
+    from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer
+
+    tok = scratch_tokenizer()
+    model = build_scratch_model(
+        tok, BackendConfig(scratch_layers=1, scratch_width=32, scratch_heads=2)
+    )
+    model.save_pretrained(tmp_path / "tiny")
+    tok.save_pretrained(tmp_path / "tiny")
+    for method in ("grpo", "gspo"):
+        cfg = RLConfig(
+            method=method,
+            steps=1,
+            num_generations=2,
+            prompts_per_step=1,
+            max_completion_length=4,
+            eval_max_tokens=4,
+            backend=BackendConfig(lora_r=2, lora_alpha=4),
+        )
+        result = RLTrainer(
+            SumTask(), cfg, tmp_path / method, model_path=tmp_path / "tiny", progress=False
+        ).train()
+        rows = RunDir(tmp_path / method).history()
+        assert len(rows) == 1 and rows[0]["step"] == 1
+        assert rows[0]["truncated"] == 1.0 and rows[0]["warnings"]  # a random model never stops
+        assert result.shipped == "base"  # nothing learned: the start model is shipped
+        assert (tmp_path / method / "best" / "config.json").exists()

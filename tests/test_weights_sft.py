@@ -1,0 +1,121 @@
+"""Fine-tuning really changes weights: LoRA on the embedded model (real weights, one step),
+DoRA, and `full` with --num-layers touching only the last layers (tiny random model)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from selftaught.weights.config import BackendConfig, SFTTrainConfig  # noqa: E402
+from selftaught.weights.sampling import HFGenerator, Sample  # noqa: E402
+from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer  # noqa: E402
+from selftaught.weights.sft import merged, prepare_trainable, sft_train  # noqa: E402
+
+
+def samples(n: int = 4) -> list[Sample]:
+    out = []
+    for i in range(n):
+        msgs = [{"role": "user", "content": f"Calculate {i} + 2.\n\nGive the final answer only."}]
+        out.append(Sample(f"e{i}", msgs, msgs, str(i + 2), str(i + 2), 1.0, 1.0))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return scratch_tokenizer()
+
+
+def tiny(tok, seed: int = 0):
+    return build_scratch_model(
+        tok, BackendConfig(scratch_layers=2, scratch_width=32, scratch_heads=2), seed=seed
+    )
+
+
+def test_lora_step_on_embedded_model_changes_weights():
+    from selftaught.models.embedded import embedded_model_dir
+    from selftaught.weights.sft import load_model
+
+    torch.set_num_threads(1)  # shared 2-core CI machines: oversubscription is 5x slower
+    model, tokenizer = load_model(embedded_model_dir())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    peft_model = prepare_trainable(model, BackendConfig(lora_r=4, lora_alpha=8))
+    lora_b = [p for n, p in peft_model.named_parameters() if "lora_B" in n]
+    # LoRA's B matrices start at zero, so the adapter starts as a no-op
+    assert lora_b and all(p.detach().abs().sum().item() == 0.0 for p in lora_b)
+    stats = sft_train(
+        peft_model,
+        tokenizer,
+        samples(2),
+        SFTTrainConfig(epochs=1, batch_size=2, learning_rate=1e-3, warmup_ratio=0.0),
+        backend="lora",
+        progress=False,
+    )
+    assert stats["steps"] == 1
+    assert any(p.detach().abs().sum().item() > 0 for p in lora_b)
+    folded = merged(peft_model)
+    changed = [
+        k for k, v in folded.state_dict().items() if k in before and not torch.equal(v, before[k])
+    ]
+    assert any("q_proj" in k or "down_proj" in k for k in changed)
+    assert stats["trainable_params"] < sum(v.numel() for v in before.values()) / 10
+
+
+def test_full_backend_with_num_layers_trains_only_the_last_layers(tok):
+    model = tiny(tok)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainable = prepare_trainable(model, BackendConfig(backend="full", num_layers=1))
+    sft_train(
+        trainable,
+        tok,
+        samples(4),
+        SFTTrainConfig(epochs=1, batch_size=2, learning_rate=1e-2),
+        backend="full",
+        progress=False,
+    )
+    after = trainable.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith("model.layers.1.") for k in changed)
+
+
+def test_dora_adds_magnitudes_and_trains(tok):
+    model = tiny(tok)
+    peft_model = prepare_trainable(
+        model, BackendConfig(use_dora=True, lora_r=4, target_modules="q_proj,v_proj")
+    )
+    names = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert any("magnitude" in n for n in names)
+    assert all(("q_proj" in n or "v_proj" in n) for n in names)
+    mags = {n: p.clone() for n, p in peft_model.named_parameters() if "magnitude" in n}
+    sft_train(
+        peft_model,
+        tok,
+        samples(4),
+        SFTTrainConfig(epochs=1, batch_size=2, learning_rate=1e-2),
+        backend="lora",
+        progress=False,
+    )
+    params = dict(peft_model.named_parameters())
+    assert any(not torch.equal(params[n], v) for n, v in mags.items())
+
+
+def test_generator_marks_truncation_and_keeps_batches_aligned(tok):
+    from selftaught.models.base import GenerationParams
+
+    gen = HFGenerator(tiny(tok), tok, max_batch_size=4)
+    prompts = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "a longer one"}]]
+    out = gen.generate_batch(prompts, GenerationParams(max_tokens=3, temperature=0.9, seed=1), k=3)
+    assert len(out) == 2 and all(len(row) == 3 for row in out)
+    for row in out:
+        for c in row:
+            assert c.completion_tokens <= 3
+            assert c.truncated == (c.completion_tokens == 3)
+    # seeded sampling repeats
+    again = gen.generate_batch(
+        prompts, GenerationParams(max_tokens=3, temperature=0.9, seed=1), k=3
+    )
+    assert [[c.text for c in r] for r in out] == [[c.text for c in r] for r in again]
