@@ -1,0 +1,93 @@
+"""End to end, as the README says: `selftaught train` on the real embedded model, tiny sizes.
+ReST-EM samples, scores, keeps the elite, fine-tunes and reports base vs shipped test accuracy;
+GRPO runs a step and logs its learning-signal metrics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from selftaught.cli import app
+
+pytestmark = [pytest.mark.local, pytest.mark.slow]
+SIZES = ["--train-size", "4", "--val-size", "4", "--test-size", "4"]
+TASK = "gym:basic_arithmetic?max_terms=2&max_digits=1"
+
+
+def test_rest_on_the_embedded_model(tmp_path):
+    run = tmp_path / "rest"
+    args = [
+        "train",
+        "--method",
+        "rest",
+        "--task",
+        TASK,
+        "--model",
+        "local",
+        "--rounds",
+        "1",
+        "-k",
+        "2",
+        "--max-tokens",
+        "16",
+        "--batch-size",
+        "2",
+        "--threads",
+        "2",
+        "--output",
+        str(run),
+        "--quiet",
+        *SIZES,
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "base" in result.output and "shipped" in result.output
+    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    assert [row["round"] for row in history] == [0, 1]
+    samples = [
+        json.loads(line) for line in (run / "rounds/1/samples.jsonl").read_text().splitlines()
+    ]
+    assert len(samples) == 8  # 4 prompts x k=2, each with the prompt it was scored on
+    assert all(s["messages"][-1]["role"] == "user" for s in samples)
+    res = json.loads((run / "result.json").read_text())
+    assert res["base_test"]["n"] == 4 and res["shipped_test"]["n"] == 4
+    assert (run / "best").exists() or res["shipped"] == "base model"
+    again = CliRunner().invoke(app, args)  # a finished run is not redone
+    assert again.exit_code == 0 and "already done" in again.output
+
+
+def test_grpo_step_on_the_embedded_model(tmp_path):
+    run = tmp_path / "grpo"
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--method",
+            "grpo",
+            "--task",
+            TASK,
+            "--model",
+            "local",
+            "--steps",
+            "1",
+            "--num-generations",
+            "2",
+            "--max-completion-length",
+            "16",
+            "--max-tokens",
+            "16",
+            "--threads",
+            "2",
+            "--output",
+            str(run),
+            "--quiet",
+            *SIZES,
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    step = next(r for r in rows if "reward" in r)
+    for key in ("reward", "reward_std", "kl", "truncated"):
+        assert key in step, step
