@@ -141,3 +141,24 @@ def test_deterministic_merge_makes_no_call():
     agg = run(aggregate(None, "", patches, [[Edit("append", content="a")]], merge_batch_size=2))
     assert agg.calls == [] and [e.content for e in agg.edits] == ["a", "b"]
     assert json.dumps(agg.edits[0].to_dict())
+
+
+def test_an_edit_copying_a_question_is_not_a_rule():
+    question = "Calculate ( -38 * -13 - 69 ) + ( -1 * 6 ) + -1."
+    r = Rollout(
+        example_id="e1",
+        messages=[{"role": "user", "content": f"{question}\n\nGive the final answer only."}],
+        reply="-100",
+        score=Score(0.0, 0.0, "expected 419"),
+    )
+    model = canned_analyst(
+        failure=edits_json(
+            append("Calculate ( -38 * -13 - 69 ) + ( -1 * 6 ) + -1"),
+            append("- Multiply before adding; then add the terms left to right."),
+        )
+    )
+    call = run(Analyst(model).reflect("failure", "", [r], [], 4))
+    assert [e.content for e in call.edits] == [
+        "- Multiply before adding; then add the terms left to right."
+    ]
+    assert call.invalid[0]["reason"] == "copies an example's question verbatim"

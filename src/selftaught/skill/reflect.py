@@ -88,6 +88,32 @@ def parse_edits(
     return edits, invalid
 
 
+# Shorter contents (a number, "yes") may legitimately occur inside a question.
+MIN_COPY_CHARS = 15
+
+
+def drop_example_copies(call: AnalystCall, rollouts: list[Rollout]) -> None:
+    """Move edits whose content merely copies a trajectory's question into `call.invalid`.
+    A skill holds rules, not memorized examples (seen with Qwen2.5-0.5B as analyst: a train
+    question appended verbatim as a "rule"); copying also leaks train data into the prompt."""
+    questions = [
+        normalize(str(m.get("content", "")))
+        for r in rollouts
+        for m in r.messages
+        if m.get("role") == "user"
+    ]
+    kept: list[Edit] = []
+    for edit in call.edits:
+        content = normalize(edit.content)
+        if len(content) >= MIN_COPY_CHARS and any(content in q for q in questions):
+            call.invalid.append(
+                {"edit": edit.to_dict(), "reason": "copies an example's question verbatim"}
+            )
+        else:
+            kept.append(edit)
+    call.edits = kept
+
+
 @dataclass
 class AnalystCall:
     """One analyst reflection or merge, with everything diagnostics need."""
@@ -207,6 +233,7 @@ class Analyst:
         )
         call = await self._json_call(kind, prompt)
         call.example_ids = [r.example_id for r in rollouts]
+        drop_example_copies(call, rollouts)
         return call
 
     async def merge(self, skill: str, patches: list[list[Edit]], max_edits: int) -> AnalystCall:
