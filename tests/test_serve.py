@@ -312,3 +312,16 @@ def test_real_local_model_served_to_the_openai_client():
     assert all(r.choices[0].finish_reason in ("stop", "length") for r in replies)
     # Served concurrently, the three requests shared generate calls.
     assert local.generate_calls - calls_before < 3
+
+
+def test_serve_cli_refuses_a_remote_host_before_loading_anything():
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+
+    result = CliRunner().invoke(
+        app, ["serve", "--model", "local:/nonexistent", "--host", "0.0.0.0"]
+    )
+    assert result.exit_code == 2
+    assert "refusing to bind 0.0.0.0" in " ".join(result.output.split())
+    assert "Traceback" not in result.output

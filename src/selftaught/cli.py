@@ -230,8 +230,12 @@ def serve_cmd(
 ) -> None:
     """Serve a model behind an OpenAI-compatible HTTP endpoint (POST /v1/chat/completions)."""
     from selftaught.models import load_model
-    from selftaught.serve import run_server
+    from selftaught.serve import check_host, run_server
 
+    try:  # before loading the model: a refused host should cost nothing
+        check_host(host, allow_remote)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--host") from None
     the_model = load_model(model, api_key=api_key, max_batch_size=max_batch_size)
     served = name or the_model.name.split(":")[-1]
     console.print(

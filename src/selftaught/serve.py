@@ -269,7 +269,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _check_host(host: str, allow_remote: bool) -> None:
+def check_host(host: str, allow_remote: bool) -> None:
     if not allow_remote and not is_loopback(host):
         raise ValueError(
             f"refusing to bind {host}: the server has no authentication, so it listens on "
@@ -289,7 +289,7 @@ def run_server(
     """Serve `model` at http://host:port/v1 until interrupted."""
     import uvicorn
 
-    _check_host(host, allow_remote)
+    check_host(host, allow_remote)
     app = create_app(model, model_name, default_max_tokens=default_max_tokens)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
@@ -309,7 +309,7 @@ def serve_in_background(
     `port=0` picks a free port. For tests and benchmarks that need a real endpoint."""
     import uvicorn
 
-    _check_host(host, allow_remote)
+    check_host(host, allow_remote)
     app = create_app(model, model_name, default_max_tokens=default_max_tokens)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
