@@ -220,3 +220,55 @@ def test_fatal_backend_error_stops_the_batch():
             task.examples("test"),
             RolloutConfig(progress=False),
         )
+
+
+class CrashingScorerTask(EchoTask):
+    """Its scorer raises on one example: a scorer bug, not a wrong answer."""
+
+    def score(self, output, example):
+        if example.id == "e2":
+            raise KeyError("no such field")
+        return super().score(output, example)
+
+
+def test_a_crashing_scorer_is_an_error_not_a_zero_and_the_batch_goes_on():
+    from selftaught.evaluation import evaluate
+
+    task = CrashingScorerTask()
+    result = evaluate(task, Scripted(), Policy(), rollout=RolloutConfig(progress=False))
+    crashed = result.rollouts[2]
+    assert crashed.score is None and crashed.error_source == "scorer"
+    assert "KeyError" in crashed.error and "e2" in crashed.error
+    # counted and shown, not scored: 6 rollouts, 5 scored, of which e3 is wrong
+    assert (result.n, result.n_errors, result.n_scorer_errors) == (5, 1, 1)
+    assert result.hard == pytest.approx(4 / 5)
+    assert "errors 1 (scorer 1)" in result.line()
+
+
+def test_budget_reserves_calls_so_concurrency_never_overshoots():
+    from selftaught.models.usage import Budget, BudgetExhausted
+
+    ledger = UsageLedger(budget=Budget(calls=4))
+    task = EchoTask(n=6)
+    with pytest.raises(BudgetExhausted, match="4 of 4 calls"):
+        run_rollouts(
+            TrackedModel(Scripted(), ledger, "target"),
+            Policy(),
+            task,
+            task.examples("test"),
+            RolloutConfig(concurrency=6, progress=False),
+        )
+    u = ledger.roles["target"]
+    assert u.calls + u.errors == 4  # the 4 reserved calls, not one more
+    assert ledger.exhausted() == "4 of 4 calls used"
+
+
+def test_budget_validation_and_usd_needs_known_prices():
+    from selftaught.models.usage import Budget
+
+    with pytest.raises(ValueError, match="calls must be > 0"):
+        Budget(calls=0)
+    Budget(usd=1.0).check_priced(["gpt-4o-mini", "local:x"])
+    with pytest.raises(ValueError, match="unknown: my-model"):
+        Budget(usd=1.0).check_priced(["my-model"])
+    Budget(calls=5).check_priced(["my-model"])  # only a USD budget needs prices

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from selftaught.gate import GateConfig
 from selftaught.skill import SkillOptConfig, SkillTrainer
 from tests.scripted import ScriptedModel, append, canned_analyst, edits_json, system_of
 
@@ -33,7 +34,7 @@ def test_game_task_runs_and_the_analyst_sees_the_feedback(tmp_path):
         failure=edits_json(append("Play aggression 0.2, defense 0.2 unless told otherwise."))
     )
     summary = SkillTrainer(
-        SkillOptConfig(epochs=1, batch_size=4, gate_margin=0.0, gate_metric="soft"),
+        SkillOptConfig(epochs=1, batch_size=4, gate=GateConfig(margin=0.0, metric="soft")),
         task,
         ScriptedModel(strategist, "strategist"),
         analyst,

@@ -57,13 +57,12 @@ def test_config_defaults_follow_skillopt_and_validate():
     c = SkillOptConfig()
     assert (c.epochs, c.batch_size, c.minibatch_size, c.merge_batch_size) == (4, 40, 8, 8)
     assert (c.edit_budget_max, c.edit_budget_min, c.edit_schedule) == (4, 2, "cosine")
-    assert c.gate_metric == "hard" and c.gate_margin == 1.0
+    assert c.gate.metric == "hard" and c.gate.margin == 1.0
     for bad in (
         {"epochs": 0},
         {"edit_budget_min": 5},
         {"edit_schedule": "exp"},
-        {"gate_metric": "f1"},
-        {"gate_confidence": 2.0},
+        {"gate": {"margin": 1}},
         {"merge_batch_size": 1},
     ):
         with pytest.raises(ValueError):

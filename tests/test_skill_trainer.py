@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from selftaught.gate import GateConfig
 from selftaught.models.errors import FatalBackendError
 from selftaught.skill import SkillOptConfig, SkillTrainer
 from selftaught.tasks.base import TaskError
@@ -94,7 +95,7 @@ def test_known_gate_decisions_and_every_artifact(tmp_path):
 
 
 def test_strict_gate_ships_the_one_item_gain(tmp_path):
-    make(tmp_path, gate_margin=0.0).train()
+    make(tmp_path, gate=GateConfig(margin=0.0)).train()
     assert decisions(tmp_path)[0] == "accept_new_best"
 
 
@@ -237,3 +238,27 @@ def test_resume_after_sigkill(tmp_path):
     assert not (out / "summary.json").exists()
     make(out).train()
     assert strip_volatile(out) == strip_volatile(tmp_path / "ref")
+
+
+def test_budget_ends_the_run_cleanly_and_a_bigger_budget_resumes(tmp_path):
+    from selftaught.models.usage import Budget
+
+    # baseline val (11 calls) + step 1 (4 rollouts, 1 reflection, 11 val) = 27 calls; step 2
+    # starts and runs out: it is dropped, the best skill so far ships and is tested apart
+    summary = make(tmp_path, budget=Budget(calls=30)).train()
+    assert summary["steps"] == 1 and summary["stopped_by"].startswith("budget (30 of 30 calls")
+    assert summary["llm_calls"] + sum(u["errors"] for u in summary["usage"].values()) == 30
+    assert summary["test"]["best"]["n"] == len(ToyTask().examples("test"))
+    assert summary["test_usage"]["target"]["calls"] > 0  # reported apart, outside the budget
+    assert decisions(tmp_path) == EXPECTED[:1]
+    # the same directory with a larger budget continues from step 1, nothing redone
+    summary = make(tmp_path, budget=Budget(calls=1000)).train()
+    assert summary["stopped_by"] is None and decisions(tmp_path) == EXPECTED
+
+
+def test_budget_too_small_for_the_baseline_is_refused_up_front(tmp_path):
+    from selftaught.models.usage import Budget
+
+    with pytest.raises(ValueError, match="cannot cover even the baseline"):
+        make(tmp_path, budget=Budget(calls=3)).train()
+    assert not (tmp_path / "history.jsonl").exists()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -11,6 +10,19 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+
+# Light config modules (no torch): CLI defaults are read from them, so they live in one place.
+from selftaught.gate import GateConfig
+from selftaught.models.base import GenerationParams
+from selftaught.skill.config import SkillOptConfig
+from selftaught.weights.config import (
+    BackendConfig,
+    RestConfig,
+    RLConfig,
+    SFTTrainConfig,
+    check_method_options,
+    default_train_config,
+)
 
 app = typer.Typer(
     help="selftaught: LLM agents that improve themselves on their own tasks, safely.",
@@ -33,10 +45,15 @@ def friendly_errors(fn: F) -> F:
         from selftaught.models.spec import ModelSpecError
         from selftaught.runs import RunError
         from selftaught.tasks.base import TaskError
+        from selftaught.weights.config import ConfigError
 
+        known = (BackendError, TaskError, ModelSpecError, RunError, EmbeddedModelMissing)
         try:
             return fn(*args, **kwargs)
-        except (BackendError, TaskError, ModelSpecError, RunError, EmbeddedModelMissing) as err:
+        except ConfigError as err:  # a setting that cannot work: the message names it
+            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+            raise typer.Exit(2) from None
+        except known as err:
             console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
             raise typer.Exit(2) from None
         except FileNotFoundError as err:
@@ -44,10 +61,6 @@ def friendly_errors(fn: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "run"
 
 
 def read_text_file(path: Path | None, what: str) -> str:
@@ -76,6 +89,73 @@ SeedOpt = Annotated[int, typer.Option(help="Seed for task splits and sampling.")
 TrainSizeOpt = Annotated[int | None, typer.Option(help="Train split size (task default if unset).")]
 ValSizeOpt = Annotated[int | None, typer.Option(help="Val split size (task default if unset).")]
 TestSizeOpt = Annotated[int | None, typer.Option(help="Test split size (task default if unset).")]
+DeviceOpt = Annotated[
+    str | None,
+    typer.Option(help="Local model device: cpu | cuda | cuda:N | mps (default: best available)."),
+]
+CacheOpt = Annotated[Path | None, typer.Option(help="SQLite cache of temperature-0 replies.")]
+TimeoutOpt = Annotated[float, typer.Option(help="Seconds per model call.")]
+# The one gate (selftaught.gate), the same options wherever something is gated.
+GateMetricOpt = Annotated[str | None, typer.Option(help="Gate metric: hard | soft | mixed.")]
+GateMarginOpt = Annotated[
+    float,
+    typer.Option(help="A new best must gain MORE than this many val items (0 = strict >)."),
+]
+GateConfidenceOpt = Annotated[
+    float | None,
+    typer.Option(help="Also require a one-sided paired test with p <= 1 - C (e.g. 0.9)."),
+]
+# Budgets: every call counts (target, optimizer, judge, repairs, gate evaluations).
+BudgetCallsOpt = Annotated[int | None, typer.Option(help="Stop cleanly after this many calls.")]
+BudgetTokensOpt = Annotated[int | None, typer.Option(help="Stop cleanly after this many tokens.")]
+BudgetUsdOpt = Annotated[
+    float | None, typer.Option(help="Stop cleanly after this many USD (known prices only).")
+]
+
+
+def gate_config(metric: str | None, margin: float, confidence: float | None) -> Any:
+    from selftaught.gate import GateConfig
+
+    try:
+        return GateConfig(
+            metric=metric or GateConfig.metric,  # type: ignore[arg-type]
+            margin=margin,
+            confidence=confidence,
+        )
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+def budget(calls: int | None, tokens: int | None, usd: float | None) -> Any:
+    from selftaught.models.usage import Budget
+
+    try:
+        return Budget(calls=calls, tokens=tokens, usd=usd)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+def model_options(
+    api_key: str | None = None,
+    timeout: float | None = None,
+    cache: Path | None = None,
+    device: str | None = None,
+) -> dict[str, Any]:
+    """`load_model` keyword arguments for the options the user gave."""
+    given = {"api_key": api_key, "timeout_s": timeout, "cache_path": cache, "device": device}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def task_options(
+    seed: int,
+    train_size: int | None = None,
+    val_size: int | None = None,
+    test_size: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """`load_task` keyword arguments (split sizes left unset keep each task's defaults)."""
+    sizes = {"train_size": train_size, "val_size": val_size, "test_size": test_size}
+    return {"seed": seed, **{k: v for k, v in {**sizes, **extra}.items() if v is not None}}
 
 
 # ---- tasks / eval / serve (foundation) ------------------------------------------------
@@ -121,12 +201,12 @@ def eval_cmd(
     concurrency: Annotated[int, typer.Option(help="Concurrent requests.")] = 8,
     max_tokens: Annotated[
         int, typer.Option(help="Reply length cap (truncation is reported).")
-    ] = 256,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature (0 = greedy).")] = 0.0,
-    timeout: Annotated[float, typer.Option(help="Seconds per model call.")] = 120.0,
-    cache: Annotated[
-        Path | None, typer.Option(help="SQLite cache of temperature-0 replies.")
-    ] = None,
+    ] = GenerationParams.max_tokens,
+    temperature: Annotated[
+        float, typer.Option(help="Sampling temperature (0 = greedy).")
+    ] = GenerationParams.temperature,
+    timeout: TimeoutOpt = 120.0,
+    cache: CacheOpt = None,
     scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
     judge_model: Annotated[
         str | None, typer.Option(help="Judge model spec for the llm_judge scorer.")
@@ -138,51 +218,53 @@ def eval_cmd(
     train_size: TrainSizeOpt = None,
     val_size: ValSizeOpt = None,
     test_size: TestSizeOpt = None,
+    device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
 ) -> None:
     """Score a model (+ skill) on a task split: hard/soft accuracy with 95% CIs, tokens used."""
-    from selftaught.evaluation import evaluate
-    from selftaught.models import GenerationParams, TrackedModel, UsageLedger, load_model
-    from selftaught.policy import Policy
+    from selftaught.api import evaluate
     from selftaught.rollout import RolloutConfig
-    from selftaught.runs import atomic_write_json, write_jsonl
-    from selftaught.tasks import load_task
+    from selftaught.runs import slug
 
     if split not in ("train", "val", "test"):
         raise typer.BadParameter(f"--split must be train, val or test, not {split!r}")
-    ledger = UsageLedger()
-    judge = None
-    if judge_model:
-        judge = TrackedModel(load_model(judge_model, api_key=api_key), ledger, "judge")
-    the_task = load_task(
-        task,
-        seed=seed,
-        train_size=train_size,
-        val_size=val_size,
-        test_size=test_size,
+    options = task_options(
+        seed,
+        train_size,
+        val_size,
+        test_size,
         scorer=scorer,
-        judge_model=judge,
         rubric=read_text_file(rubric, "rubric") or None,
     )
-    target = TrackedModel(
-        load_model(model, api_key=api_key, timeout_s=timeout, cache_path=cache), ledger, "target"
+    task_name = task  # for the default output path; the task object names itself below
+    path = output or Path("runs") / "eval" / f"{slug(task_name)}-{split}.jsonl"
+    result = evaluate(
+        task,
+        model,
+        skill=read_text_file(skill, "skill"),
+        memory=read_text_file(memory, "memory"),
+        split=split,  # type: ignore[arg-type]
+        limit=limit,
+        rollout=RolloutConfig(
+            concurrency=concurrency,
+            timeout_s=timeout * 10,
+            params=GenerationParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
+            description=f"eval {task} [{split}]",
+        ),
+        judge_model=judge_model,
+        task_options=options,
+        model_options=model_options(api_key, timeout, cache, device),
+        output=path,
     )
-    policy = Policy(read_text_file(skill, "skill"), read_text_file(memory, "memory"))
-    params = GenerationParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
-    cfg = RolloutConfig(
-        concurrency=concurrency,
-        timeout_s=timeout * 10,
-        params=params,
-        description=f"eval {the_task.name} [{split}]",
-    )
-    result = evaluate(the_task, target, policy, split=split, limit=limit, rollout=cfg)  # type: ignore[arg-type]
+    print_eval(result)
+    out.print(f"per-example results: {path}")
+    if result.n == 0:
+        console.print("[bold red]error:[/] every call failed; no example was scored")
+        raise typer.Exit(1)
 
-    path = output or Path("runs") / "eval" / f"{slug(the_task.name)}-{split}.jsonl"
-    write_jsonl(path, [r.to_dict() for r in result.rollouts])
-    summary = {**result.summary(), "usage": ledger.to_dict()}
-    atomic_write_json(path.with_suffix(".summary.json"), summary)
 
-    table = Table(title=f"{the_task.name} [{split}] with {result.model}")
+def print_eval(result: Any) -> None:
+    table = Table(title=f"{result.task} [{result.split}] with {result.model}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("examples scored", str(result.n))
@@ -195,20 +277,17 @@ def eval_cmd(
     )
     table.add_row("tokens in / out", f"{result.prompt_tokens} / {result.completion_tokens}")
     table.add_row("truncated replies", str(result.truncated))
-    table.add_row("backend errors (not scored)", str(result.n_errors))
+    table.add_row("errors (not scored)", str(result.n_errors))
+    table.add_row("  of which scorer errors", str(result.n_scorer_errors))
     table.add_row("retries", str(result.retries))
     table.add_row("wall time", f"{result.wall_s:.1f} s")
-    for role, u in ledger.to_dict().items():
+    for role, u in result.usage.items():
         if role != "target":
             table.add_row(
                 f"{role} calls / tokens",
                 f"{u['calls']} / {u['prompt_tokens'] + u['completion_tokens']}",
             )
     out.print(table)
-    out.print(f"per-example results: {path}")
-    if result.n == 0:
-        console.print("[bold red]error:[/] every call failed; no example was scored")
-        raise typer.Exit(1)
 
 
 @app.command("serve")
@@ -226,6 +305,7 @@ def serve_cmd(
     allow_remote: Annotated[
         bool, typer.Option(help="Allow binding a non-loopback interface.")
     ] = False,
+    device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
 ) -> None:
     """Serve a model behind an OpenAI-compatible HTTP endpoint (POST /v1/chat/completions)."""
@@ -236,7 +316,9 @@ def serve_cmd(
         check_host(host, allow_remote)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--host") from None
-    the_model = load_model(model, api_key=api_key, max_batch_size=max_batch_size)
+    the_model = load_model(
+        model, max_batch_size=max_batch_size, **model_options(api_key, device=device)
+    )
     served = name or the_model.name.split(":")[-1]
     console.print(
         f"serving [bold]{served}[/] at http://{host}:{port}/v1 "
@@ -267,55 +349,69 @@ def optimize_cmd(
             "resumes from the last completed step."
         ),
     ] = None,
-    epochs: Annotated[int, typer.Option(help="Passes over the train split.")] = 4,
-    batch_size: Annotated[int, typer.Option(help="Train examples per step.")] = 40,
+    epochs: Annotated[int, typer.Option(help="Passes over the train split.")] = (
+        SkillOptConfig.epochs
+    ),
+    batch_size: Annotated[int, typer.Option(help="Train examples per step.")] = (
+        SkillOptConfig.batch_size
+    ),
     max_steps: Annotated[int | None, typer.Option(help="Stop after N steps in all.")] = None,
-    minibatch_size: Annotated[int, typer.Option(help="Trajectories per analyst call.")] = 8,
-    merge_batch_size: Annotated[int, typer.Option(help="Patches per merge call.")] = 8,
-    edit_budget_max: Annotated[int, typer.Option(help="Edits applied at the first step.")] = 4,
-    edit_budget_min: Annotated[int, typer.Option(help="Edits applied at the last step.")] = 2,
-    edit_schedule: Annotated[str, typer.Option(help="constant | linear | cosine")] = "cosine",
-    gate_metric: Annotated[str, typer.Option(help="hard | soft | mixed")] = "hard",
-    gate_margin: Annotated[
-        float,
-        typer.Option(help="A new best must gain MORE than this many val items (0 = strict >)."),
-    ] = 1.0,
-    gate_confidence: Annotated[
-        float | None,
-        typer.Option(help="Also require a one-sided paired test with p <= 1 - C (e.g. 0.9)."),
-    ] = None,
+    minibatch_size: Annotated[int, typer.Option(help="Trajectories per analyst call.")] = (
+        SkillOptConfig.minibatch_size
+    ),
+    merge_batch_size: Annotated[int, typer.Option(help="Patches per merge call.")] = (
+        SkillOptConfig.merge_batch_size
+    ),
+    edit_budget_max: Annotated[int, typer.Option(help="Edits applied at the first step.")] = (
+        SkillOptConfig.edit_budget_max
+    ),
+    edit_budget_min: Annotated[int, typer.Option(help="Edits applied at the last step.")] = (
+        SkillOptConfig.edit_budget_min
+    ),
+    edit_schedule: Annotated[str, typer.Option(help="constant | linear | cosine")] = (
+        SkillOptConfig.edit_schedule
+    ),
+    gate_metric: GateMetricOpt = None,
+    gate_margin: GateMarginOpt = GateConfig.margin,
+    gate_confidence: GateConfidenceOpt = None,
     strict_gate: Annotated[
         bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
     ] = False,
     llm_merge: Annotated[
         bool, typer.Option(help="Merge patches with the analyst (else deterministic).")
-    ] = True,
+    ] = SkillOptConfig.llm_merge,
     successes: Annotated[
         bool, typer.Option(help="Also reflect on solved examples (success-driven edits).")
-    ] = True,
+    ] = SkillOptConfig.reflect_on_successes,
     test: Annotated[
         bool, typer.Option(help="Evaluate the initial and best skill on test at the end.")
-    ] = True,
-    concurrency: Annotated[int, typer.Option(help="Concurrent model calls.")] = 8,
-    max_tokens: Annotated[int, typer.Option(help="Target reply length cap.")] = 256,
-    analyst_max_tokens: Annotated[int, typer.Option(help="Analyst reply length cap.")] = 768,
-    timeout: Annotated[float, typer.Option(help="Seconds per model call.")] = 120.0,
-    cache: Annotated[
-        Path | None, typer.Option(help="SQLite cache of temperature-0 replies.")
-    ] = None,
+    ] = SkillOptConfig.evaluate_test,
+    concurrency: Annotated[int, typer.Option(help="Concurrent model calls.")] = (
+        SkillOptConfig.concurrency
+    ),
+    max_tokens: Annotated[int, typer.Option(help="Target reply length cap.")] = (
+        SkillOptConfig.max_tokens
+    ),
+    analyst_max_tokens: Annotated[int, typer.Option(help="Analyst reply length cap.")] = (
+        SkillOptConfig.analyst_max_tokens
+    ),
+    budget_calls: BudgetCallsOpt = None,
+    budget_tokens: BudgetTokensOpt = None,
+    budget_usd: BudgetUsdOpt = None,
+    timeout: TimeoutOpt = 120.0,
+    cache: CacheOpt = None,
     scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
     seed: SeedOpt = 0,
     train_size: TrainSizeOpt = None,
     val_size: ValSizeOpt = None,
     test_size: TestSizeOpt = None,
+    device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
 ) -> None:
     """Optimize a skill document for a frozen model (SkillOpt): rollout → reflect → aggregate →
     select under an edit budget → apply → gate on val; ships the best skill, not the last."""
-    from selftaught.models import load_model
+    from selftaught.api import optimize
     from selftaught.models.errors import FatalBackendError
-    from selftaught.skill import SkillOptConfig, SkillTrainer, default_output_dir
-    from selftaught.tasks import load_task
 
     try:
         config = SkillOptConfig(
@@ -330,9 +426,12 @@ def optimize_cmd(
             edit_budget_max=edit_budget_max,
             edit_budget_min=edit_budget_min,
             edit_schedule=edit_schedule,
-            gate_metric=gate_metric,
-            gate_margin=0.0 if strict_gate else gate_margin,
-            gate_confidence=None if strict_gate else gate_confidence,
+            gate=gate_config(
+                gate_metric,
+                0.0 if strict_gate else gate_margin,
+                None if strict_gate else gate_confidence,
+            ),
+            budget=budget(budget_calls, budget_tokens, budget_usd),
             concurrency=concurrency,
             max_tokens=max_tokens,
             analyst_max_tokens=analyst_max_tokens,
@@ -341,33 +440,27 @@ def optimize_cmd(
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
-    the_task = load_task(
-        task,
-        seed=seed,
-        train_size=train_size,
-        val_size=val_size,
-        test_size=test_size,
-        scorer=scorer,
-    )
-    target = load_model(model, api_key=api_key, timeout_s=timeout, cache_path=cache)
-    analyst = target
-    if optimizer_model and optimizer_model != model:
-        analyst = load_model(optimizer_model, api_key=api_key, timeout_s=timeout, cache_path=cache)
-    run_dir = output or default_output_dir(the_task.name)
-    trainer = SkillTrainer(
-        config, the_task, target, analyst, read_text_file(skill, "skill"), output_dir=run_dir
-    )
-    console.print(
-        f"optimizing a skill for [bold]{the_task.name}[/] with {target.name} "
-        f"(analyst {analyst.name}) in {run_dir}"
-    )
+    console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
     try:
-        summary = trainer.train()
+        summary = optimize(
+            task,
+            model,
+            optimizer_model=optimizer_model,
+            initial_skill=read_text_file(skill, "skill"),
+            config=config,
+            output_dir=output,
+            task_options=task_options(seed, train_size, val_size, test_size, scorer=scorer),
+            model_options=model_options(api_key, timeout, cache, device),
+            console=console,
+        )
     except FatalBackendError:
-        console.print(f"stopped; {run_dir} is resumable: fix the cause and re-run the same command")
+        console.print("stopped; the run is resumable: fix the cause and re-run the same command")
         raise
+    print_optimize(summary)
 
-    table = Table(title=f"skill optimization: {the_task.name}")
+
+def print_optimize(summary: dict[str, Any]) -> None:
+    table = Table(title=f"skill optimization: {summary['task']}")
     table.add_column("")
     table.add_column("initial skill", justify="right")
     table.add_column("best skill", justify="right")
@@ -391,17 +484,15 @@ def optimize_cmd(
         f"{analyst_stats['calls']} · LLM calls {summary['llm_calls']} · tokens "
         f"{summary['tokens']} · {summary['elapsed_s']:.0f} s"
     )
+    if summary.get("stopped_by"):
+        out.print(f"[bold yellow]stopped early:[/] {summary['stopped_by']}")
     if test_res:
         out.print(f"test paired sign test p = {test_res['paired']['sign_test_p']:.3f}")
-    out.print(f"best skill ({summary['best_version']}): {run_dir / 'best_skill.md'}")
+    best_path = Path(summary["run_dir"]) / "best_skill.md"
+    out.print(f"best skill ({summary['best_version']}): {best_path}")
 
 
 # ---- train (weight space) -------------------------------------------------------------
-
-
-def _default_train_dir(method: str, task: str, backend: str, seed: int) -> Path:
-    # deterministic, so running the same command again resumes the run
-    return Path("runs") / slug(f"train-{method}-{task}-{backend}-s{seed}")
 
 
 @app.command()
@@ -413,11 +504,15 @@ def train(
         str, typer.Option(help="rest (ReST-EM) | sft (on references) | grpo | gspo")
     ] = "rest",
     model: ModelOpt = "local",
-    backend: Annotated[str, typer.Option(help="lora | full | scratch (games only)")] = "lora",
-    rounds: Annotated[int, typer.Option(help="ReST rounds (base model = round 0).")] = 3,
+    backend: Annotated[str, typer.Option(help="lora | full | scratch (games only)")] = (
+        BackendConfig.backend
+    ),
+    rounds: Annotated[
+        int | None, typer.Option(help="ReST rounds (base model = round 0; rest 3, sft 1).")
+    ] = None,
     samples_per_prompt: Annotated[
         int, typer.Option("--samples-per-prompt", "-k", help="k samples per train prompt.")
-    ] = 4,
+    ] = RestConfig.samples_per_prompt,
     temperature: Annotated[
         float | None, typer.Option(help="Sampling temperature (rest 0.8, grpo/gspo 1.0).")
     ] = None,
@@ -427,7 +522,9 @@ def train(
     min_score: Annotated[
         float | None, typer.Option(help="Keep samples scoring >= this (agent 1.0, game none).")
     ] = None,
-    max_per_prompt: Annotated[int, typer.Option(help="Cap of elite samples per prompt.")] = 2,
+    max_per_prompt: Annotated[int, typer.Option(help="Cap of elite samples per prompt.")] = (
+        RestConfig.max_per_prompt
+    ),
     continue_training: Annotated[
         bool,
         typer.Option(
@@ -435,34 +532,45 @@ def train(
             help="Fine-tune the last round's model instead of the base each round.",
         ),
     ] = False,
-    epochs: Annotated[float, typer.Option(help="SFT epochs per round.")] = 2.0,
+    epochs: Annotated[float, typer.Option(help="SFT epochs per round.")] = SFTTrainConfig.epochs,
     lr: Annotated[
         float | None, typer.Option("--lr", help="Learning rate (default per backend and method).")
     ] = None,
     batch_size: Annotated[
         int, typer.Option(help="SFT batch size (val must hold at least one batch).")
-    ] = 8,
-    lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
-    lora_alpha: Annotated[int, typer.Option(help="LoRA alpha.")] = 32,
-    lora_dropout: Annotated[float, typer.Option(help="LoRA dropout.")] = 0.05,
+    ] = SFTTrainConfig.batch_size,
+    lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = BackendConfig.lora_r,
+    lora_alpha: Annotated[int, typer.Option(help="LoRA alpha.")] = BackendConfig.lora_alpha,
+    lora_dropout: Annotated[float, typer.Option(help="LoRA dropout.")] = BackendConfig.lora_dropout,
     target_modules: Annotated[
         str, typer.Option(help="LoRA targets: all-linear or q_proj,v_proj,...")
     ] = "all-linear",
     dora: Annotated[bool, typer.Option("--dora", help="DoRA instead of plain LoRA.")] = False,
     num_layers: Annotated[int | None, typer.Option(help="Train only the last N layers.")] = None,
-    scratch_layers: Annotated[int, typer.Option(help="Layers of the from-scratch model.")] = 2,
-    scratch_width: Annotated[int, typer.Option(help="Width of the from-scratch model.")] = 128,
+    scratch_layers: Annotated[int, typer.Option(help="Layers of the from-scratch model.")] = (
+        BackendConfig.scratch_layers
+    ),
+    scratch_width: Annotated[int, typer.Option(help="Width of the from-scratch model.")] = (
+        BackendConfig.scratch_width
+    ),
     teacher_skill: Annotated[
         Path | None,
         typer.Option(help="Skill file in the system prompt while sampling only (distillation)."),
     ] = None,
-    beta: Annotated[float, typer.Option(help="GRPO/GSPO KL coefficient.")] = 0.04,
-    num_generations: Annotated[int, typer.Option(help="GRPO/GSPO group size.")] = 4,
+    beta: Annotated[float, typer.Option(help="GRPO/GSPO KL coefficient.")] = RLConfig.beta,
+    num_generations: Annotated[int, typer.Option(help="GRPO/GSPO group size.")] = (
+        RLConfig.num_generations
+    ),
     max_completion_length: Annotated[
         int, typer.Option(help="GRPO/GSPO completion token cap.")
-    ] = 64,
-    steps: Annotated[int, typer.Option(help="GRPO/GSPO optimizer steps.")] = 20,
-    max_tokens: Annotated[int, typer.Option(help="Token cap for sampling and evaluation.")] = 64,
+    ] = RLConfig.max_completion_length,
+    steps: Annotated[int, typer.Option(help="GRPO/GSPO optimizer steps.")] = RLConfig.steps,
+    max_tokens: Annotated[int, typer.Option(help="Token cap for sampling and evaluation.")] = (
+        RestConfig.max_tokens
+    ),
+    gate_metric: GateMetricOpt = None,
+    gate_margin: GateMarginOpt = GateConfig.margin,
+    gate_confidence: GateConfidenceOpt = None,
     train_size: TrainSizeOpt = None,
     val_size: ValSizeOpt = None,
     test_size: TestSizeOpt = None,
@@ -481,111 +589,91 @@ def train(
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
 ) -> None:
     """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO."""
-    from selftaught.models.spec import parse_model_spec
-    from selftaught.tasks.registry import load_task
-    from selftaught.weights.config import (
-        BackendConfig,
-        ConfigError,
-        RestConfig,
-        RLConfig,
-        SFTTrainConfig,
-        check_method_options,
+    from selftaught.api import train as run_training
+
+    check_method_options(method, given_options(ctx))
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    backend_cfg = BackendConfig(
+        backend=backend,  # type: ignore[arg-type]
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_dropout=lora_dropout,
+        target_modules=target_modules,
+        use_dora=dora,
+        num_layers=num_layers,
+        scratch_layers=scratch_layers,
+        scratch_width=scratch_width,
     )
-
-    given = {
-        "--" + name.replace("_", "-")
-        for name in ctx.params
-        # typer may vendor click, so compare the source by name
-        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
-        not in ("DEFAULT", "DEFAULT_MAP")
-    }
-    try:
-        check_method_options(method, given)
-        spec = parse_model_spec(model)
-        if spec.backend != "local":
-            raise ConfigError(
-                f"train changes weights, so --model must be local or local:PATH, got {model!r}"
-            )
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
-        the_task = load_task(
-            task, seed=seed, train_size=train_size, val_size=val_size, test_size=test_size
+    gate = gate_config(gate_metric, gate_margin, gate_confidence)
+    if gate_metric is None and gate == GateConfig():
+        gate = None  # the task's default gate (soft for games)
+    config: RestConfig | RLConfig
+    if method in ("grpo", "gspo"):
+        config = RLConfig(
+            method=method,  # type: ignore[arg-type]
+            steps=steps,
+            beta=beta,
+            num_generations=num_generations,
+            max_completion_length=max_completion_length,
+            temperature=RLConfig.temperature if temperature is None else temperature,
+            learning_rate=lr,
+            seed=seed,
+            eval_max_tokens=max_tokens,
+            gate=gate,
+            backend=backend_cfg,
         )
-        backend_cfg = BackendConfig(
-            backend=backend,  # type: ignore[arg-type]
-            lora_r=lora_r,
-            lora_alpha=lora_alpha,
-            lora_dropout=lora_dropout,
-            target_modules=target_modules,
-            use_dora=dora,
-            num_layers=num_layers,
-            scratch_layers=scratch_layers,
-            scratch_width=scratch_width,
-        )
-        run_dir = output or _default_train_dir(method, the_task.name, backend, seed)
-        console.print(f"run directory: {run_dir}")
-        if method in ("grpo", "gspo"):
-            from selftaught.weights.rl import RLTrainer
-
-            rl_cfg = RLConfig(
-                method=method,  # type: ignore[arg-type]
-                steps=steps,
-                beta=beta,
-                num_generations=num_generations,
-                max_completion_length=max_completion_length,
-                temperature=1.0 if temperature is None else temperature,
-                learning_rate=lr,
-                seed=seed,
-                eval_max_tokens=max_tokens,
-                backend=backend_cfg,
-            )
-            rl_result = RLTrainer(
-                the_task,
-                rl_cfg,
-                run_dir,
-                model_path=spec.model or None,
-                progress=not quiet,
-                console=console,
-            ).train()
-            out.print_json(data=rl_result.to_dict())
-            return
-        from selftaught.weights.rest import RestTrainer
-
-        rest_cfg = RestConfig(
-            rounds=1 if method == "sft" and "--rounds" not in given else rounds,
+    else:
+        config = RestConfig(
+            rounds=rounds if rounds is not None else default_train_config(method).rounds,  # type: ignore[union-attr]
             samples_per_prompt=samples_per_prompt,
-            temperature=0.8 if temperature is None else temperature,
+            temperature=RestConfig.temperature if temperature is None else temperature,
             max_tokens=max_tokens,
             min_score=min_score,
             elite_fraction=elite_fraction,
             max_per_prompt=max_per_prompt,
             continue_training=continue_training,
             teacher_skill=read_text_file(teacher_skill, "teacher skill") or None,
+            gate=gate,
             seed=seed,
             sft=SFTTrainConfig(epochs=epochs, learning_rate=lr, batch_size=batch_size),
             backend=backend_cfg,
         )
-        result = RestTrainer(
-            the_task,
-            rest_cfg,
-            run_dir,
-            model_path=spec.model or None,
-            method=method,
-            progress=not quiet,
-            console=console,
-        ).train()
-    except ConfigError as err:
-        console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-        raise typer.Exit(2) from None
-    b, s = result.base_test, result.shipped_test
-    console.print(f"base    test {b.line()}")
-    shipped = "base model" if result.best_round == 0 else f"round {result.best_round}"
-    console.print(f"shipped test {s.line()}  ({shipped}, {result.gain:+.3f})")
+    result = run_training(
+        task,
+        model,
+        method=method,
+        config=config,
+        output_dir=output,
+        task_options=task_options(seed, train_size, val_size, test_size),
+        progress=not quiet,
+        console=console,
+    )
+    print_train(result)
+
+
+def given_options(ctx: typer.Context) -> set[str]:
+    """The flags the user actually typed (so options a method would ignore are refused)."""
+    return {
+        "--" + name.replace("_", "-")
+        for name in ctx.params
+        # typer may vendor click, so compare the source by name
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+        not in ("DEFAULT", "DEFAULT_MAP")
+    }
+
+
+def print_train(result: Any) -> None:
+    summary = result.to_dict()
+    console.print(f"base    test {result.base_test.line()}")
+    console.print(
+        f"shipped test {result.shipped_test.line()}  ({summary['shipped']}, {summary['gain']:+.3f})"
+    )
     if result.best_dir:
         console.print(f"shipped model: {result.best_dir}  (use --model local:{result.best_dir})")
-    out.print_json(data=result.to_dict())
+    out.print_json(data=summary)
 
 
 def main() -> None:  # pragma: no cover

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from selftaught.gate import GateConfig, ValScores, metric_value
 from selftaught.models.base import ChatModel, run_sync
 from selftaught.policy import Policy
 from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts
@@ -18,8 +19,9 @@ class EvalResult:
     task: str
     model: str
     split: str
-    n: int  # rollouts scored (backend failures excluded: they are not wrong answers)
-    n_errors: int
+    n: int  # rollouts scored (errors excluded: they are not wrong answers)
+    n_errors: int  # backend, timeout and scorer errors together
+    n_scorer_errors: int
     hard: float
     hard_ci: tuple[float, float]
     soft: float
@@ -31,9 +33,34 @@ class EvalResult:
     wall_s: float
     skill_hash: str
     rollouts: list[Rollout] = field(default_factory=list, repr=False)
+    usage: dict[str, Any] = field(default_factory=dict)  # per role, when a ledger was kept
 
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "rollouts"}
+
+    def val_scores(self, gate: GateConfig) -> ValScores:
+        """Per-example values of the gate's metric (None where the rollout errored), the
+        input of `selftaught.gate.gate`."""
+        return {
+            r.example_id: (
+                metric_value(r.score, gate.metric, gate.mixed_weight)
+                if r.ok and r.score is not None
+                else None
+            )
+            for r in self.rollouts
+        }
+
+    def line(self) -> str:
+        """One human line: hard accuracy with its interval, truncation and errors."""
+        lo, hi = self.hard_ci
+        solved = round(self.hard * self.n)
+        text = (
+            f"{self.split}: {self.hard:.3f} ({solved}/{self.n}, 95% CI {lo:.3f}-{hi:.3f}), "
+            f"truncated {self.truncated}"
+        )
+        if self.n_errors:
+            text += f", errors {self.n_errors} (scorer {self.n_scorer_errors})"
+        return text
 
 
 def summarize(
@@ -49,6 +76,7 @@ def summarize(
         split=split,
         n=n,
         n_errors=len(rollouts) - n,
+        n_scorer_errors=sum(r.error_source == "scorer" for r in rollouts),
         hard=sum(hard) / n if n else 0.0,
         hard_ci=wilson_interval(sum(hard), n),
         soft=sum(soft) / n if n else 0.0,

@@ -1,7 +1,9 @@
 """Async rollout runner: bounded concurrency, per-call timeouts, progress, one record each.
 
-A backend that fails transiently (after retries) gives a rollout with `error` set and no
-score: it is not a wrong answer. A fatal backend error stops the whole batch at once."""
+One error rule: a backend that fails transiently (after retries), a call that times out and
+a scorer that raises all give a rollout with `error` set (and `error_source` saying which)
+and no score. None of them is a wrong answer, and none aborts the batch. Only a fatal backend
+error (bad key, unknown model, unreachable endpoint) stops the whole batch at once."""
 
 from __future__ import annotations
 
@@ -9,14 +11,17 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from selftaught.models.base import ChatModel, GenerationParams, Message, run_sync
-from selftaught.models.errors import FatalBackendError, TransientBackendError
+from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
+from selftaught.models.usage import BudgetExhausted
 from selftaught.policy import Policy
 from selftaught.tasks.base import Example, Score, Task
+
+ErrorSource = Literal["backend", "timeout", "scorer"]
 
 
 @dataclass
@@ -32,6 +37,7 @@ class Rollout:
     retries: int = 0
     cached: bool = False
     error: str | None = None
+    error_source: ErrorSource | None = None
     skill_hash: str = ""
 
     @property
@@ -52,6 +58,7 @@ class Rollout:
             "retries": self.retries,
             "cached": self.cached,
             "error": self.error,
+            "error_source": self.error_source,
         }
 
     @classmethod
@@ -87,22 +94,41 @@ async def _one(
         except FatalBackendError:
             raise
         except TransientBackendError as err:
-            r.error = str(err)
-            r.retries = err.retries
+            r.error, r.error_source, r.retries = str(err), "backend", err.retries
             r.latency_s = time.perf_counter() - t0
             return r
         except asyncio.TimeoutError:
             r.error = f"{model.name}: timed out after {cfg.timeout_s:.0f}s"
+            r.error_source = "timeout"
             r.latency_s = time.perf_counter() - t0
             return r
     r.reply = c.text
     r.prompt_tokens, r.completion_tokens = c.prompt_tokens, c.completion_tokens
     r.latency_s, r.truncated, r.retries, r.cached = c.latency_s, c.truncated, c.retries, c.cached
-    score = await asyncio.to_thread(task.score, c.text, example)
-    if r.truncated and score.hard == 0:
-        score = Score(0.0, score.soft, f"{score.feedback} [reply truncated at max_tokens]".strip())
-    r.score = score
+    r.score, r.error, r.error_source = await asyncio.to_thread(
+        score_reply, task, c.text, example, r.truncated
+    )
     return r
+
+
+def score_reply(
+    task: Task, reply: str, example: Example, truncated: bool
+) -> tuple[Score | None, str | None, ErrorSource | None]:
+    """(score, None, None), or (None, why, source) when scoring failed: a crashed scorer (or
+    its judge model failing transiently) is an error, recorded with its message, never a 0.
+    A fatal judge error and an exhausted budget propagate. A truncated wrong reply says so in
+    its feedback."""
+    try:
+        score = task.score(reply, example)
+    except (FatalBackendError, BudgetExhausted):
+        raise
+    except BackendError as err:  # the judge's backend, after its retries
+        return None, f"judge error on {example.id}: {err}", "backend"
+    except Exception as err:  # any scorer bug; KeyboardInterrupt etc. still propagate
+        return None, f"scorer error on {example.id}: {type(err).__name__}: {err}", "scorer"
+    if truncated and score.hard == 0:
+        score = Score(0.0, score.soft, f"{score.feedback} [reply truncated at max_tokens]".strip())
+    return score, None, None
 
 
 async def arun_rollouts(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,15 @@ from typing import Any
 
 class RunError(RuntimeError):
     pass
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a task or run name (`gym:basic_arithmetic?max_terms=2` →
+    `gym-basic_arithmetic_max_terms_2`), deterministic so that re-running resumes."""
+    return _UNSAFE.sub("_", text.replace(":", "-")).strip("_")[:80] or "run"
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

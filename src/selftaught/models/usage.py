@@ -1,4 +1,11 @@
-"""Usage accounting per role (target, optimizer, judge, ...): calls, tokens, latency, USD."""
+"""Usage accounting per role (target, optimizer, judge, ...): calls, tokens, latency, USD, and
+the run's budget.
+
+A budget counts every call of every role charged to the ledger (target, optimizer, judge,
+repairs, gate evaluations). A call is reserved before it is sent, so `calls` is never
+exceeded even with many calls in flight; tokens and USD are known only after a call, so they
+can overshoot by what the calls already in flight spend. Work that must stay outside a
+budget (a run's final test evaluation) is charged to a ledger of its own."""
 
 from __future__ import annotations
 
@@ -31,15 +38,98 @@ class RoleUsage:
     usd: float | None = None
 
 
+LOCAL_PREFIX = "local:"  # in-process models cost no USD
+
+
+def price_known(model: str) -> bool:
+    return model.startswith(LOCAL_PREFIX) or model.split("/")[-1] in PRICES_PER_MTOK
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The most a run may spend, over every role; None means no limit.
+
+    GEPA's `max_metric_calls` is `Budget(calls=N)`."""
+
+    calls: int | None = None
+    tokens: int | None = None
+    usd: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("calls", "tokens", "usd"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"budget {name} must be > 0 (or unset), got {value}")
+
+    @property
+    def limited(self) -> bool:
+        return any(v is not None for v in (self.calls, self.tokens, self.usd))
+
+    def check_priced(self, models: list[str]) -> None:
+        """A USD budget needs every model's price; refuse at the start, not mid-run."""
+        if self.usd is None:
+            return
+        unknown = sorted({m for m in models if not price_known(m)})
+        if unknown:
+            raise ValueError(
+                f"--budget-usd needs a known price for every model; unknown: "
+                f"{', '.join(unknown)} (known: {', '.join(sorted(PRICES_PER_MTOK))}, local:*); "
+                "use --budget-calls or --budget-tokens instead"
+            )
+
+
+class BudgetExhausted(Exception):
+    """The run's budget is spent: the run ends cleanly with what it learned so far. Never a
+    backend error and never a score."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"budget exhausted: {reason}")
+
+
 @dataclass
 class UsageLedger:
     """Thread-safe; one per run. Every call counts, the optimizer's and judge's too."""
 
     roles: dict[str, RoleUsage] = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
+    _in_flight: int = field(default=0, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def record(self, role: str, model: str, c: Completion) -> None:
+    def exhausted(self) -> str | None:
+        """Why the budget is spent (None while it is not); counts the calls in flight."""
         with self._lock:
+            return self._exhausted()
+
+    def _exhausted(self) -> str | None:
+        b = self.budget
+        calls = sum(u.calls + u.errors for u in self.roles.values()) + self._in_flight
+        if b.calls is not None and calls >= b.calls:
+            return f"{calls} of {b.calls} calls used"
+        tokens = sum(u.prompt_tokens + u.completion_tokens for u in self.roles.values())
+        if b.tokens is not None and tokens >= b.tokens:
+            return f"{tokens} of {b.tokens} tokens used"
+        usd = sum(u.usd or 0.0 for u in self.roles.values())
+        if b.usd is not None and usd >= b.usd:
+            return f"${usd:.4f} of ${b.usd:.4f} spent"
+        return None
+
+    def reserve(self) -> None:
+        """Before a call: raise BudgetExhausted when it would exceed the budget."""
+        with self._lock:
+            why = self._exhausted()
+            if why is not None:
+                raise BudgetExhausted(why)
+            self._in_flight += 1
+
+    def _settle(self, reserved: bool) -> None:
+        if reserved:
+            self._in_flight = max(0, self._in_flight - 1)
+
+    def record(self, role: str, model: str, c: Completion, *, reserved: bool = False) -> None:
+        """Charge one answered call (`reserved`: it was reserved with `reserve()`)."""
+        with self._lock:
+            self._settle(reserved)
             u = self.roles.setdefault(role, RoleUsage())
             u.calls += 1
             u.cached_calls += int(c.cached)
@@ -48,13 +138,16 @@ class UsageLedger:
             u.latency_s += c.latency_s
             u.retries += c.retries
             u.truncated += int(c.truncated)
-            price = PRICES_PER_MTOK.get(model.split("/")[-1])
+            price = (0.0, 0.0) if model.startswith(LOCAL_PREFIX) else None
+            price = price or PRICES_PER_MTOK.get(model.split("/")[-1])
             if price is not None and not c.cached:
                 cost = (c.prompt_tokens * price[0] + c.completion_tokens * price[1]) / 1e6
                 u.usd = (u.usd or 0.0) + cost
 
-    def record_error(self, role: str, retries: int = 0) -> None:
+    def record_error(self, role: str, retries: int = 0, *, reserved: bool = False) -> None:
+        """Charge one failed, timed-out or cancelled call: it may have cost the backend work."""
         with self._lock:
+            self._settle(reserved)
             u = self.roles.setdefault(role, RoleUsage())
             u.errors += 1
             u.retries += retries
@@ -82,12 +175,16 @@ class TrackedModel(AsyncChatModel):
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
         from selftaught.models.errors import BackendError
 
+        self.ledger.reserve()
         try:
             c = await self.inner.achat(messages, params)
         except BackendError as err:
-            self.ledger.record_error(self.role, err.retries)
+            self.ledger.record_error(self.role, err.retries, reserved=True)
             raise
-        self.ledger.record(self.role, self.name, c)
+        except BaseException:  # cancelled or timed out: still a call the backend saw
+            self.ledger.record_error(self.role, reserved=True)
+            raise
+        self.ledger.record(self.role, self.name, c, reserved=True)
         return c
 
     def __getattr__(self, item: str) -> Any:  # expose backend extras (e.g. tokenizer)

@@ -1,9 +1,9 @@
 """Text-space optimization (SkillOpt): the model stays frozen; the trainable state is a skill
 document. rollout → reflect → aggregate → select (edit budget) → apply → gate on val."""
 
+from selftaught.gate import GateConfig, GateResult, gate
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit, EditReport, Patch, SkillDocument, apply_edits
-from selftaught.skill.gate import GateConfig, GateResult, gate
 from selftaught.skill.schedule import edit_budget
 from selftaught.skill.select import select_edits
 from selftaught.skill.trainer import SkillTrainer, default_output_dir

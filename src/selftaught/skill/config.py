@@ -4,10 +4,11 @@ gate) and our own safety defaults (a margin gate, bounded reflection context).""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from selftaught.skill.gate import METRICS, GateConfig
+from selftaught.gate import GateConfig
+from selftaught.models.usage import Budget
 from selftaught.skill.schedule import SCHEDULES
 
 
@@ -66,16 +67,15 @@ class SkillOptConfig:
     """An insert_after whose target is not found is appended at the end instead."""
 
     # --- gate on the val split ---------------------------------------------------------
-    gate_metric: str = "hard"
-    """hard (0/1 solved) | soft (partial credit) | mixed (SkillOpt: hard)."""
-    gate_margin: float = 1.0
-    """A new best must gain MORE than this many val items over the best (0 = strict >)."""
-    gate_confidence: float | None = None
-    """If set (e.g. 0.9), a new best also needs a one-sided paired test with p <= 1 - C."""
-    gate_accept_ties: bool = True
-    """A candidate equal to the current skill on val may become current (never best)."""
-    mixed_weight: float = 0.5
-    """mixed metric = w × hard + (1 − w) × soft."""
+    gate: GateConfig = field(default_factory=GateConfig)
+    """The validation gate (metric, margin, paired test; see `selftaught.gate`). SkillOpt's
+    plain strict `>` is `GateConfig(margin=0)`."""
+
+    # --- budget ------------------------------------------------------------------------
+    budget: Budget = field(default_factory=Budget)
+    """Most calls / tokens / USD the run may spend, every role counted (target, optimizer,
+    judge, repairs, gate evaluations). Hitting it ends the run cleanly: the best skill so far
+    is shipped and evaluated on test outside the budget. Unlimited by default."""
 
     # --- rollouts ------------------------------------------------------------------------
     concurrency: int = 8
@@ -123,24 +123,16 @@ class SkillOptConfig:
             raise ValueError(
                 f"edit_schedule must be one of {', '.join(SCHEDULES)}, got {self.edit_schedule!r}"
             )
-        if self.gate_metric not in METRICS:
-            raise ValueError(f"gate_metric must be one of {', '.join(METRICS)}")
         if self.rejected_buffer_size < 0:
             raise ValueError("rejected_buffer_size must be >= 0")
         if self.temperature < 0 or self.analyst_temperature < 0:
             raise ValueError("temperatures must be >= 0")
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
-        self.gate_config()  # validates the gate fields
-
-    def gate_config(self) -> GateConfig:
-        return GateConfig(
-            metric=self.gate_metric,  # type: ignore[arg-type]
-            margin=self.gate_margin,
-            confidence=self.gate_confidence,
-            accept_ties=self.gate_accept_ties,
-            mixed_weight=self.mixed_weight,
-        )
+        if not isinstance(self.budget, Budget):
+            raise ValueError(f"budget must be a Budget, got {type(self.budget).__name__}")
+        if not isinstance(self.gate, GateConfig):
+            raise ValueError(f"gate must be a GateConfig, got {type(self.gate).__name__}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

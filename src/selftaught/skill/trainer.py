@@ -13,29 +13,36 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from selftaught.gate import GateResult, ValScores, gate, metric_value
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
-from selftaught.models.usage import RoleUsage, TrackedModel, UsageLedger
+from selftaught.models.usage import BudgetExhausted, RoleUsage, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts
-from selftaught.runs import RunDir, atomic_write_json, atomic_write_text, read_json, write_jsonl
-from selftaught.skill.aggregate import aggregate
+from selftaught.runs import (
+    RunDir,
+    RunError,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+    slug,
+    write_jsonl,
+)
+from selftaught.skill.aggregate import Aggregation, aggregate
 from selftaught.skill.config import SkillOptConfig
-from selftaught.skill.document import Edit, apply_edits
-from selftaught.skill.gate import GateResult, ValScores, gate, metric_value
+from selftaught.skill.document import Edit, EditReport, apply_edits
 from selftaught.skill.reflect import Analyst, AnalystCall
 from selftaught.skill.schedule import edit_budget
-from selftaught.skill.select import select_edits
+from selftaught.skill.select import Selection, select_edits
 from selftaught.stats import mean_interval, sign_test_pvalue, wilson_interval
 from selftaught.tasks.base import Example, Task, check_disjoint
 
@@ -54,16 +61,10 @@ summary.json           the final summary returned by SkillTrainer.train()
 error.json             why the run stopped, when a backend failed fatally
 """
 
-_SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def task_slug(name: str) -> str:
-    return _SLUG.sub("_", name.replace(":", "-")).strip("_") or "task"
-
 
 def default_output_dir(task_name: str) -> Path:
     """Deterministic, so re-running the same command resumes: runs/optimize/<task-slug>."""
-    return Path("runs") / "optimize" / task_slug(task_name)
+    return Path("runs") / "optimize" / slug(task_name)
 
 
 def _head(text: str, n: int = 200) -> str:
@@ -86,6 +87,13 @@ def _split_summary(scores: dict[str, list[float] | None]) -> dict[str, Any]:
         "solved": int(hard),
         "soft": sum(soft) / n if n else 0.0,
         "soft_ci95": [round(slo, 4), round(shi, 4)],
+    }
+
+
+def _scores(rollouts: list[Rollout]) -> dict[str, list[float] | None]:
+    """[hard, soft] per example id; None where the rollout errored."""
+    return {
+        r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None) for r in rollouts
     }
 
 
@@ -117,6 +125,40 @@ class _Parse:
 
 
 @dataclass
+class _Update:
+    """Select + apply: the merged edits, what the budget kept, the new text and per-edit
+    reports."""
+
+    merged: list[Edit]
+    selection: Selection
+    text: str
+    reports: list[EditReport]
+    applied: list[Edit]
+
+
+@dataclass
+class _Verdict:
+    """The gate's decision on a step's candidate (None when the patch was empty)."""
+
+    result: GateResult
+    candidate: _Skill | None = None
+    val_rollouts: list[Rollout] = field(default_factory=list)
+    cached: bool = False
+
+
+@dataclass
+class _StepOutcome:
+    step: int
+    epoch: int
+    budget: int
+    rollouts: list[Rollout]
+    calls: list[AnalystCall]
+    agg: Aggregation
+    update: _Update
+    verdict: _Verdict
+
+
+@dataclass
 class _State:
     step: int = -1  # last completed step; -1: not even the baseline
     current: _Skill | None = None
@@ -126,6 +168,7 @@ class _State:
     elapsed_s: float = 0.0
     last_row: dict[str, Any] | None = None
     finished: bool = False
+    stopped_by: str | None = None  # why the run ended before its last step (the budget)
 
 
 class SkillTrainer:
@@ -149,12 +192,15 @@ class SkillTrainer:
         self.task = task
         self.ledger = ledger or UsageLedger()
         self.target = TrackedModel(model, self.ledger, "target")
+        # the final test evaluation is reported apart, outside any budget (as GEPA's harness)
+        self.test_ledger = UsageLedger()
+        self.test_target = TrackedModel(model, self.test_ledger, "target")
         self.optimizer = TrackedModel(optimizer_model or model, self.ledger, "optimizer")
         self.initial_skill = initial_skill
         self.run = RunDir(output_dir or default_output_dir(task.name))
         self.show_progress = progress
         self.console = console or Console(stderr=True, quiet=not progress)
-        self.gate_cfg = config.gate_config()
+        self.gate_cfg = config.gate
         self.analyst = Analyst(
             self.optimizer,
             max_tokens=config.analyst_max_tokens,
@@ -180,21 +226,10 @@ class SkillTrainer:
         return run_sync(self.atrain())
 
     async def atrain(self) -> dict[str, Any]:
-        check_disjoint(self.task)  # validation that overlaps training fails closed
-        self.train_set = self.task.examples("train")
-        self.val_set = self.task.examples("val")
-        self.test_set = self.task.examples("test") if self.config.evaluate_test else []
-        if not self.train_set:
-            raise ValueError(f"task {self.task.name!r} has an empty train split")
-        if not self.val_set:
-            raise ValueError(f"task {self.task.name!r} has an empty val split; the gate needs one")
-        self.steps_per_epoch = math.ceil(len(self.train_set) / self.config.batch_size)
-        self.total_steps = self.config.epochs * self.steps_per_epoch
-        if self.config.max_steps is not None:
-            self.total_steps = min(self.total_steps, self.config.max_steps)
+        self._prepare()
         resumed = self.run.check_or_write_config(
             self._run_config(),
-            ignore={"epochs", "max_steps", "concurrency", "timeout_s", "evaluate_test"},
+            ignore={"epochs", "max_steps", "concurrency", "timeout_s", "evaluate_test", "budget"},
         )
         atomic_write_text(self.run.path("README.txt"), RUN_LAYOUT)
         st = self._load_state() if resumed else _State()
@@ -205,11 +240,15 @@ class SkillTrainer:
         stage = "baseline"
         try:
             with self._progress_bar(st):
-                if st.step < 0:
-                    await self._baseline(st, elapsed0, t_start)
-                for step in range(st.step + 1, self.total_steps + 1):
-                    stage = f"step {step}"
-                    await self._step(st, step, elapsed0, t_start)
+                try:
+                    if st.step < 0:
+                        await self._baseline(st, elapsed0, t_start)
+                    st.stopped_by = None
+                    for step in range(st.step + 1, self.total_steps + 1):
+                        stage = f"step {step}"
+                        await self._step(st, step, elapsed0, t_start)
+                except BudgetExhausted as err:
+                    self._stop_for_budget(st, stage, err)
                 stage = "test"
                 test = await self._test(st)
         except FatalBackendError as err:
@@ -231,6 +270,42 @@ class SkillTrainer:
         summary = self._summary(st, test)
         atomic_write_json(self.run.path("summary.json"), summary)
         return summary
+
+    def _prepare(self) -> None:
+        """Splits, schedule and budget checks, before anything is written or called."""
+        check_disjoint(self.task)  # validation that overlaps training fails closed
+        self.train_set = self.task.examples("train")
+        self.val_set = self.task.examples("val")
+        self.test_set = self.task.examples("test") if self.config.evaluate_test else []
+        if not self.train_set:
+            raise ValueError(f"task {self.task.name!r} has an empty train split")
+        if not self.val_set:
+            raise ValueError(f"task {self.task.name!r} has an empty val split; the gate needs one")
+        self.steps_per_epoch = math.ceil(len(self.train_set) / self.config.batch_size)
+        self.total_steps = self.config.epochs * self.steps_per_epoch
+        if self.config.max_steps is not None:
+            self.total_steps = min(self.total_steps, self.config.max_steps)
+        budget = self.config.budget
+        budget.check_priced([self.target.name, self.optimizer.name])
+        if budget.calls is not None and budget.calls < len(self.val_set):
+            raise ValueError(
+                f"--budget-calls {budget.calls} cannot cover even the baseline evaluation "
+                f"({len(self.val_set)} val examples); raise it or shrink --val-size"
+            )
+        self.ledger.budget = budget
+
+    def _stop_for_budget(self, st: _State, stage: str, err: BudgetExhausted) -> None:
+        """End the run cleanly: the partial step is dropped, the best skill so far ships."""
+        if st.best is None:
+            raise RunError(
+                f"the budget ran out during the baseline evaluation ({err.reason}); "
+                "nothing was learned: raise the budget"
+            ) from err
+        st.stopped_by = f"budget ({err.reason}) during {stage}"
+        self._log(
+            f"[bold yellow]budget exhausted[/] ({err.reason}) during {stage}: shipping the best "
+            f"skill so far ({st.best.version}); its test evaluation is outside the budget"
+        )
 
     # ---- stages -------------------------------------------------------------------------
     async def _baseline(self, st: _State, elapsed0: float, t0: float) -> None:
@@ -269,27 +344,65 @@ class SkillTrainer:
         )
 
     async def _step(self, st: _State, step: int, elapsed0: float, t_run: float) -> None:
-        cfg = self.config
+        """One optimization step; its row and state are committed only once it is complete."""
         assert st.current is not None and st.best is not None
         t0 = time.perf_counter()
         usage0 = self.ledger.to_dict()
-        epoch, idx = divmod(step - 1, self.steps_per_epoch)
-        batch = self._epoch_order(epoch)[idx * cfg.batch_size : (idx + 1) * cfg.batch_size]
-        current = st.current
-
-        # 1. rollout the batch with the current skill
+        epoch, batch = self._batch(step)
+        budget = edit_budget(
+            step,
+            self.total_steps,
+            self.config.edit_budget_max,
+            self.config.edit_budget_min,
+            self.config.edit_schedule,  # type: ignore[arg-type]
+        )
+        rejected = [Edit(**e) for e in st.rejected]
         self._set_stage("rollout", st, step)
-        rollouts = await self._rollouts(current.text, batch, f"step {step} rollout")
+        rollouts = await self._rollouts(st.current.text, batch, f"step {step} rollout")
+        self._set_stage("reflect", st, step)
+        calls = await self._reflect(st.current, rollouts, rejected, budget)
+        self._set_stage("aggregate", st, step)
+        agg = await aggregate(
+            self.analyst if self.config.llm_merge else None,
+            st.current.text,
+            [c.edits for c in calls if c.kind == "failure" and c.edits],
+            [c.edits for c in calls if c.kind == "success" and c.edits],
+            merge_batch_size=self.config.merge_batch_size,
+            max_edits=2 * budget,
+        )
+        for c in calls + agg.calls:
+            st.parse.add(c)
+        update = self._update(st.current, agg.edits, rejected, budget)
+        verdict = await self._gate(st, step, update)
+        self._apply_verdict(st, update, verdict)
+        outcome = _StepOutcome(step, epoch, budget, rollouts, calls, agg, update, verdict)
+        self._write_diagnostics(outcome)
+        st.step = step
+        st.elapsed_s = elapsed0 + time.perf_counter() - t_run
+        row = self._history_row(st, outcome, usage0, time.perf_counter() - t0)
+        self._commit(st, row)
+        best_val = _split_summary(self.val_cache[st.best.hash])
+        self._log(
+            f"step {step}/{self.total_steps} · batch {row['batch']['solved']}/"
+            f"{row['batch']['n']} · edits {row['edits']['proposed']}→{len(update.applied)} "
+            f"applied · {verdict.result.decision} ({verdict.result.reason}) · best val "
+            f"{best_val['hard']:.3f}"
+        )
+
+    def _batch(self, step: int) -> tuple[int, list[Example]]:
+        """(epoch index, the train examples of `step`): a seeded shuffle per epoch."""
+        epoch, idx = divmod(step - 1, self.steps_per_epoch)
+        size = self.config.batch_size
+        return epoch, self._epoch_order(epoch)[idx * size : (idx + 1) * size]
+
+    async def _reflect(
+        self, current: _Skill, rollouts: list[Rollout], rejected: list[Edit], budget: int
+    ) -> list[AnalystCall]:
+        """Reflect (≈ the gradient) on bounded minibatches of failures and of successes."""
+        cfg = self.config
         scored = [r for r in rollouts if r.ok]
         failed = [r for r in scored if self._is_failure(r)]
         solved = [r for r in scored if not self._is_failure(r)]
-
-        # 2. reflect on bounded minibatches of failures and successes
-        budget = edit_budget(
-            step, self.total_steps, cfg.edit_budget_max, cfg.edit_budget_min, cfg.edit_schedule
-        )  # type: ignore[arg-type]
-        rejected = [Edit(**e) for e in st.rejected]
-        self._set_stage("reflect", st, step)
         mb = cfg.minibatch_size
         jobs: list[tuple[str, list[Rollout]]] = [
             ("failure", failed[i : i + mb]) for i in range(0, len(failed), mb)
@@ -300,78 +413,102 @@ class SkillTrainer:
             ]
         sem = asyncio.Semaphore(cfg.concurrency)
 
-        async def reflect(kind: str, mb_rollouts: list[Rollout]) -> AnalystCall:
+        async def reflect(kind: str, minibatch: list[Rollout]) -> AnalystCall:
             async with sem:
                 return await self.analyst.reflect(
-                    kind,
+                    kind,  # type: ignore[arg-type]
                     current.text,
-                    mb_rollouts,
+                    minibatch,
                     rejected,
-                    budget,  # type: ignore[arg-type]
+                    budget,
                 )
 
-        calls = list(await asyncio.gather(*(reflect(k, rs) for k, rs in jobs)))
+        return list(await asyncio.gather(*(reflect(k, rs) for k, rs in jobs)))
 
-        # 3. aggregate: failure-driven and success-driven separately, then together
-        self._set_stage("aggregate", st, step)
-        agg = await aggregate(
-            self.analyst if cfg.llm_merge else None,
-            current.text,
-            [c.edits for c in calls if c.kind == "failure" and c.edits],
-            [c.edits for c in calls if c.kind == "success" and c.edits],
-            merge_batch_size=cfg.merge_batch_size,
-            max_edits=2 * budget,
-        )
-        all_calls = calls + agg.calls
-        for c in all_calls:
-            st.parse.add(c)
-
-        # 4. select under the edit budget; 5. apply with a per-edit report
-        selection = select_edits(agg.edits, budget, rejected)
-        new_text, reports = apply_edits(
+    def _update(
+        self, current: _Skill, merged: list[Edit], rejected: list[Edit], budget: int
+    ) -> _Update:
+        """Select under the edit budget (≈ the learning rate), then apply with a report."""
+        selection = select_edits(merged, budget, rejected)
+        text, reports = apply_edits(
             current.text,
             selection.kept,
-            max_chars=cfg.max_skill_chars,
-            fallback_append=cfg.fallback_append,
+            max_chars=self.config.max_skill_chars,
+            fallback_append=self.config.fallback_append,
         )
         applied = [r.edit for r in reports if r.changed]
+        return _Update(merged, selection, text, reports, applied)
 
-        # 6. gate on val
-        val_rows: list[dict[str, Any]] = []
-        val_errors: list[dict[str, Any]] = []
-        cached = False
-        candidate: _Skill | None = None
-        if not applied or new_text == current.text:
-            why = "no edit proposed" if not agg.edits else "no selected edit could be applied"
-            if agg.edits and not selection.kept:
+    async def _gate(self, st: _State, step: int, update: _Update) -> _Verdict:
+        """Evaluate the candidate on val and ask the gate; an empty patch is rejected as such."""
+        assert st.current is not None and st.best is not None
+        if not update.applied or update.text == st.current.text:
+            why = "no edit proposed" if not update.merged else "no selected edit could be applied"
+            if update.merged and not update.selection.kept:
                 why = "every proposed edit was rejected before"
-            result = GateResult("reject", f"empty patch: {why}", 0.0, 0.0, 0.0, 0.0, 0.0)
-        else:
-            candidate = self._save_skill(step, new_text)
-            self._set_stage("val", st, step)
-            scores, val_rollouts, cached = await self._val(candidate)
-            val_rows, val_errors = self._val_rows(val_rollouts), self._errors(val_rollouts)
-            result = gate(
-                self._metric(scores),
-                self._metric(self.val_cache[current.hash]),
-                self._metric(self.val_cache[st.best.hash]),
-                self.gate_cfg,
-            )
-        if candidate is not None and result.decision != "reject":
-            st.current = candidate
-            atomic_write_text(self.run.path("current_skill.md"), candidate.text)
-            if result.decision == "accept_new_best":
-                st.best = candidate
-                atomic_write_text(self.run.path("best_skill.md"), candidate.text)
-        elif candidate is not None:
-            st.rejected = (
-                (st.rejected + [e.to_dict() for e in applied])[-cfg.rejected_buffer_size :]
-                if cfg.rejected_buffer_size
-                else []
-            )
+            empty = GateResult("reject", f"empty patch: {why}", 0.0, 0.0, 0.0, 0.0, 0.0)
+            return _Verdict(empty)
+        candidate = self._save_skill(step, update.text)
+        self._set_stage("val", st, step)
+        scores, val_rollouts, cached = await self._val(candidate)
+        result = gate(
+            self._metric(scores),
+            self._metric(self.val_cache[st.current.hash]),
+            self._metric(self.val_cache[st.best.hash]),
+            self.gate_cfg,
+        )
+        return _Verdict(result, candidate, val_rollouts, cached)
 
-        # record: diagnostics, history row, state (atomic; state last = step committed)
-        statuses = Counter(r.status for r in reports)
+    def _apply_verdict(self, st: _State, update: _Update, verdict: _Verdict) -> None:
+        candidate, decision = verdict.candidate, verdict.result.decision
+        if candidate is None:
+            return
+        if decision == "reject":
+            size = self.config.rejected_buffer_size
+            buffer = st.rejected + [e.to_dict() for e in update.applied]
+            st.rejected = buffer[-size:] if size else []
+            return
+        st.current = candidate
+        atomic_write_text(self.run.path("current_skill.md"), candidate.text)
+        if decision == "accept_new_best":
+            st.best = candidate
+            atomic_write_text(self.run.path("best_skill.md"), candidate.text)
+
+    def _write_diagnostics(self, o: _StepOutcome) -> None:
+        all_calls = o.calls + o.agg.calls
+        analyst_errors = [
+            {"analyst": c.kind, "error": c.error} for c in all_calls if c.status == "backend_error"
+        ]
+        v = o.verdict
+        atomic_write_json(
+            self.run.path("diagnostics", f"step_{o.step:04d}.json"),
+            {
+                "step": o.step,
+                "epoch": o.epoch + 1,
+                "budget": o.budget,
+                "batch": [self._row(r) for r in o.rollouts],
+                "analyst_calls": [c.to_dict() for c in all_calls],
+                "merge_fallbacks": o.agg.fallbacks,
+                "merged_edits": [e.to_dict() for e in o.agg.edits],
+                "selected": [e.to_dict() for e in o.update.selection.kept],
+                "dropped": [
+                    {"edit": e.to_dict(), "why": why} for e, why in o.update.selection.dropped
+                ],
+                "edit_reports": [r.to_dict() for r in o.update.reports],
+                "candidate_hash": v.candidate.hash if v.candidate else None,
+                "gate": v.result.to_dict(),
+                "val_cached": v.cached,
+                "val": self._val_rows(v.val_rollouts),
+                "backend_errors": self._errors(o.rollouts)
+                + self._errors(v.val_rollouts)
+                + analyst_errors,
+            },
+        )
+
+    def _history_row(
+        self, st: _State, o: _StepOutcome, usage0: dict[str, Any], step_s: float
+    ) -> dict[str, Any]:
+        assert st.current is not None and st.best is not None
         usage1 = self.ledger.to_dict()
         step_usage = {
             role: {
@@ -380,71 +517,28 @@ class SkillTrainer:
             }
             for role, u in usage1.items()
         }
-        batch_summary = _split_summary(
-            {
-                r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None)
-                for r in rollouts
-            }
-        )
-        batch_summary["truncated"] = sum(r.truncated for r in rollouts)
+        batch = _split_summary(_scores(o.rollouts))
+        batch["truncated"] = sum(r.truncated for r in o.rollouts)
         step_parse = _Parse()
-        for c in all_calls:
+        for c in o.calls + o.agg.calls:
             step_parse.add(c)
-        val_summary = (
-            _split_summary(self.val_cache[candidate.hash]) if candidate is not None else None
-        )
-        atomic_write_json(
-            self.run.path("diagnostics", f"step_{step:04d}.json"),
-            {
-                "step": step,
-                "epoch": epoch + 1,
-                "budget": budget,
-                "batch": [
-                    {
-                        "id": r.example_id,
-                        "reply_head": _head(r.reply),
-                        "hard": r.score.hard if r.score else None,
-                        "soft": r.score.soft if r.score else None,
-                        "feedback": r.score.feedback if r.score else None,
-                        "truncated": r.truncated,
-                        "error": r.error,
-                    }
-                    for r in rollouts
-                ],
-                "analyst_calls": [c.to_dict() for c in all_calls],
-                "merge_fallbacks": agg.fallbacks,
-                "merged_edits": [e.to_dict() for e in agg.edits],
-                "selected": [e.to_dict() for e in selection.kept],
-                "dropped": [{"edit": e.to_dict(), "why": why} for e, why in selection.dropped],
-                "edit_reports": [r.to_dict() for r in reports],
-                "candidate_hash": candidate.hash if candidate else None,
-                "gate": result.to_dict(),
-                "val_cached": cached,
-                "val": val_rows,
-                "backend_errors": self._errors(rollouts)
-                + val_errors
-                + [
-                    {"analyst": c.kind, "error": c.error}
-                    for c in all_calls
-                    if c.status == "backend_error"
-                ],
-            },
-        )
-        st.step = step
-        st.elapsed_s = elapsed0 + time.perf_counter() - t_run
-        row = {
-            "step": step,
-            "epoch": epoch + 1,
+        statuses = Counter(r.status for r in o.update.reports)
+        candidate = o.verdict.candidate
+        return {
+            "step": o.step,
+            "epoch": o.epoch + 1,
             "stage": "step",
-            "batch": batch_summary,
-            "budget": budget,
+            "batch": batch,
+            "budget": o.budget,
             "edits": {
-                "proposed": sum(len(c.edits) for c in calls),
-                "invalid": sum(len(c.invalid) for c in calls),
-                "merged": len(agg.edits),
-                "selected": len(selection.kept),
-                "applied": len(applied),
-                "dropped": dict(Counter(why.split(" (")[0] for _, why in selection.dropped)),
+                "proposed": sum(len(c.edits) for c in o.calls),
+                "invalid": sum(len(c.invalid) for c in o.calls),
+                "merged": len(o.agg.edits),
+                "selected": len(o.update.selection.kept),
+                "applied": len(o.update.applied),
+                "dropped": dict(
+                    Counter(why.split(" (")[0] for _, why in o.update.selection.dropped)
+                ),
                 "not_applied": {
                     k: v for k, v in statuses.items() if k not in ("applied", "fallback_append")
                 },
@@ -452,27 +546,20 @@ class SkillTrainer:
                 # what changed (clipped; the full edits are in diagnostics)
                 "applied_edits": [
                     {"op": e.op, "target": e.target[:80], "content": e.content[:160]}
-                    for e in applied
+                    for e in o.update.applied
                 ],
             },
             "analyst": step_parse.to_dict(),
-            "gate": result.to_dict(),
-            "val": val_summary,
-            "val_cached": cached,
+            "gate": o.verdict.result.to_dict(),
+            "val": _split_summary(self.val_cache[candidate.hash]) if candidate else None,
+            "val_cached": o.verdict.cached,
             "skill_version": candidate.version if candidate else None,
             "current_version": st.current.version,
             "best_version": st.best.version,
             "usage": step_usage,
-            "step_time_s": round(time.perf_counter() - t0, 2),
+            "step_time_s": round(step_s, 2),
             "time_s": round(st.elapsed_s, 2),
         }
-        self._commit(st, row)
-        best_val = _split_summary(self.val_cache[st.best.hash])
-        self._log(
-            f"step {step}/{self.total_steps} · batch {batch_summary['solved']}/{batch_summary['n']}"
-            f" · edits {row['edits']['proposed']}→{len(applied)} applied · "
-            f"{result.decision} ({result.reason}) · best val {best_val['hard']:.3f}"
-        )
 
     async def _test(self, st: _State) -> dict[str, Any] | None:
         if not self.test_set:
@@ -485,19 +572,18 @@ class SkillTrainer:
         assert st.best is not None
         self._set_stage("test", st)
         initial = self._skill_from_file(0)
-        init_r = await self._rollouts(initial.text, self.test_set, "test: initial skill")
+        test_model = self.test_target
+        init_r = await self._rollouts(
+            initial.text, self.test_set, "test: initial skill", model=test_model
+        )
         if st.best.hash == initial.hash:
             best_r = init_r
         else:
-            best_r = await self._rollouts(st.best.text, self.test_set, "test: best skill")
+            best_r = await self._rollouts(
+                st.best.text, self.test_set, "test: best skill", model=test_model
+            )
 
-        def scores(rs: list[Rollout]) -> dict[str, list[float] | None]:
-            return {
-                r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None)
-                for r in rs
-            }
-
-        si, sb = scores(init_r), scores(best_r)
+        si, sb = _scores(init_r), _scores(best_r)
         wins = sum(1 for k in si if si[k] and sb.get(k) and sb[k][0] > si[k][0])  # type: ignore[index]
         losses = sum(1 for k in si if si[k] and sb.get(k) and sb[k][0] < si[k][0])  # type: ignore[index]
         result = {
@@ -550,7 +636,7 @@ class SkillTrainer:
 
     def _is_failure(self, r: Rollout) -> bool:
         assert r.score is not None
-        return r.score.soft < 1.0 if self.config.gate_metric == "soft" else not r.score.hard
+        return r.score.soft < 1.0 if self.gate_cfg.metric == "soft" else not r.score.hard
 
     def _metric(self, scores: dict[str, list[float] | None]) -> ValScores:
         return {
@@ -564,7 +650,9 @@ class SkillTrainer:
             for k, v in scores.items()
         }
 
-    async def _rollouts(self, skill: str, examples: list[Example], desc: str) -> list[Rollout]:
+    async def _rollouts(
+        self, skill: str, examples: list[Example], desc: str, *, model: ChatModel | None = None
+    ) -> list[Rollout]:
         cfg = RolloutConfig(
             concurrency=self.config.concurrency,
             timeout_s=self.config.timeout_s,
@@ -572,7 +660,8 @@ class SkillTrainer:
             progress=False,
             description=desc,
         )
-        return await arun_rollouts(self.target, Policy(skill), self.task, examples, cfg)
+        target = model or self.target
+        return await arun_rollouts(target, Policy(skill), self.task, examples, cfg)
 
     async def _val(
         self, skill: _Skill
@@ -582,10 +671,7 @@ class SkillTrainer:
         if hit is not None and set(hit) == {e.id for e in self.val_set}:
             return hit, [], True
         rollouts = await self._rollouts(skill.text, self.val_set, "val")
-        scores = {
-            r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None)
-            for r in rollouts
-        }
+        scores = _scores(rollouts)
         self.val_cache[skill.hash] = scores
         atomic_write_json(self.run.path("val_cache.json"), self.val_cache)
         return scores, rollouts, False
@@ -639,6 +725,7 @@ class SkillTrainer:
                 "usage": self.ledger.to_dict(),
                 "elapsed_s": round(st.elapsed_s, 3),
                 "finished": st.finished,
+                "stopped_by": st.stopped_by,
                 "last_row": st.last_row,
             }
         )
@@ -654,6 +741,7 @@ class SkillTrainer:
             rejected=raw.get("rejected", []),
             elapsed_s=raw.get("elapsed_s", 0.0),
             last_row=raw.get("last_row"),
+            stopped_by=raw.get("stopped_by"),
         )
         p = raw.get("parse", {})
         st.parse = _Parse(**{k: p.get(k, 0) for k in _Parse().__dict__})
@@ -685,6 +773,9 @@ class SkillTrainer:
             "usage": self.ledger.to_dict(),
             "llm_calls": self.ledger.total_calls(),
             "tokens": self.ledger.total_tokens(),
+            "budget": asdict(self.config.budget),
+            "stopped_by": st.stopped_by,
+            "test_usage": self.test_ledger.to_dict(),
             "elapsed_s": round(st.elapsed_s, 2),
         }
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError
+from selftaught.models.usage import BudgetExhausted
 from selftaught.tasks.base import Example, Score, TaskError
 from selftaught.tasks.extract import extract_answer, extract_json
 
@@ -358,7 +359,7 @@ class LlmJudge:
     def _ask(self, messages: list[Message]) -> str:
         try:
             return self.judge_model.chat(messages, self.params).text
-        except BackendError:
+        except (BackendError, BudgetExhausted):
             raise
         except Exception as err:  # any other judge failure is still not the reply's fault
             name = getattr(self.judge_model, "name", "judge")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from selftaught.gate import GateConfig
+
 Backend = Literal["lora", "full", "scratch"]
 BACKENDS = ("lora", "full", "scratch")
 METHODS = ("rest", "sft", "grpo", "gspo")
@@ -147,8 +149,9 @@ class RestConfig:
             trained weights absorb what the skill taught (skill distillation).
         eval_test_each_round: also score each round on test (for benchmarks; the gate still
             uses val only).
-        min_delta: a round becomes the best only when its val metric beats the best so far
-            by more than this (small val sets make a strict `>` accept noise).
+        gate: how a round becomes the best (shipped) one, from per-example val scores: the
+            one gate `optimize` uses (margin / paired test; see `selftaught.gate`). None: the
+            default gate on the task's metric (hard for agent tasks, soft for games).
         gen_batch_size: prompts per batched generate call.
         seed: sampling and training seed.
     """
@@ -165,7 +168,7 @@ class RestConfig:
     continue_training: bool = False
     teacher_skill: str | None = None
     eval_test_each_round: bool = False
-    min_delta: float = 0.0
+    gate: GateConfig | None = None
     gen_batch_size: int = 32
     seed: int = 0
     sft: SFTTrainConfig = field(default_factory=SFTTrainConfig)
@@ -193,7 +196,6 @@ class RestConfig:
             f"elite_fraction must be in (0, 1], got {self.elite_fraction}",
         )
         _check(self.max_per_prompt >= 1, f"max_per_prompt must be >= 1, got {self.max_per_prompt}")
-        _check(0.0 <= self.min_delta < 1.0, f"min_delta must be in [0, 1), got {self.min_delta}")
         _check(self.gen_batch_size >= 1, f"gen_batch_size must be >= 1, got {self.gen_batch_size}")
 
     def resolved_filter(self, task_kind: str) -> tuple[float | None, float]:
@@ -227,6 +229,8 @@ class RLConfig:
         reward: `soft` (partial credit) or `hard` (0/1) score as reward.
         truncation_warn: warn when more than this share of a step's completions is truncated.
         eval_max_tokens: token cap of the greedy val / test evaluations.
+        gate: whether the trained model is shipped instead of the start model, from
+            per-example val scores (see RestConfig.gate; None: the task's default gate).
         seed: training seed.
     """
 
@@ -241,6 +245,7 @@ class RLConfig:
     reward: Literal["soft", "hard"] = "soft"
     truncation_warn: float = 0.5
     eval_max_tokens: int = 64
+    gate: GateConfig | None = None
     seed: int = 0
     backend: BackendConfig = field(default_factory=BackendConfig)
 
@@ -284,6 +289,23 @@ class RLConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def task_gate(gate: GateConfig | None, task_kind: str) -> GateConfig:
+    """The gate a weight-space run uses: the configured one, else the default gate on the
+    task's natural metric (a game's hard score is a rare outright win; soft is its score)."""
+    if gate is not None:
+        return gate
+    return GateConfig(metric="soft") if task_kind == "game" else GateConfig()
+
+
+def default_train_config(method: str) -> RestConfig | RLConfig:
+    """Each method's own defaults: ReST-EM 3 rounds, SFT one round, GRPO / GSPO."""
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method in ("grpo", "gspo"):
+        return RLConfig(method=method)  # type: ignore[arg-type]
+    return RestConfig(rounds=1) if method == "sft" else RestConfig()
 
 
 # Options that only make sense for one family of methods (CLI flag names, as users type them).

@@ -382,7 +382,7 @@ class RestTrainer:
             row["val"] = val.to_dict()
             if cfg.eval_test_each_round:
                 row["test"] = self._eval(current, "test").to_dict()
-            improved = self._value(val) > best_val + cfg.min_delta
+            improved = self._value(val) > best_val  # interim: the gate replaces this next
             if improved:
                 best_round, best_val = r, self._value(val)
                 save_atomic(current, self.run.path("best"), self._tok)

@@ -1,5 +1,6 @@
-"""The validation gate: a pure function deciding whether a candidate skill replaces the
-current one and/or the best one, from per-example val scores.
+"""The validation gate: one pure function, for both spaces, deciding from per-example val
+scores whether a candidate (a skill, a ReST round's model, a GRPO-trained model, a night's
+proposal) replaces the current one and/or the best (shipped) one.
 
 Why a margin: on 20-40 val items a strict `>` accepts noise (measured on peers: a +1 item
 "gain" shipped an edit that cost 16 test points). By default a new best must solve MORE THAN
@@ -8,13 +9,13 @@ ONE extra val item (net, in metric units); `--gate-margin 0` restores the strict
 hard metric, paired bootstrap otherwise) with p <= 1 - C.
 
 Decisions:
-  accept_new_best  the candidate beats the best skill by the margin (and test): it becomes
-                   both the current and the best (shipped) skill.
-  accept           not proven better than the best, but not worse than the current skill
-                   (ties allowed when `accept_ties`): training continues from it; the best
-                   skill is unchanged, so an unproven edit is never shipped.
-  reject           worse than the current skill, or not evaluable: the edits go to the
-                   rejected buffer that the analyst sees next time.
+  accept_new_best  the candidate beats the best by the margin (and test): it becomes both
+                   the current and the best (shipped) candidate.
+  accept           not proven better than the best, but not worse than the current one
+                   (ties allowed when `accept_ties`): training may continue from it; the
+                   best is unchanged, so an unproven change is never shipped.
+  reject           worse than the current one, or not evaluable (e.g. a skill's edits go to
+                   the rejected buffer that the analyst sees next time).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 import pytest
 
-from selftaught.skill.gate import GateConfig, gate, metric_value
+from selftaught.gate import GateConfig, gate, metric_value
 from selftaught.tasks.base import Score
 
 
