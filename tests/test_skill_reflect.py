@@ -10,6 +10,7 @@ from selftaught.models.errors import FatalBackendError
 from selftaught.rollout import Rollout
 from selftaught.skill.aggregate import aggregate
 from selftaught.skill.document import Edit
+from selftaught.skill.guard import EditGuard
 from selftaught.skill.reflect import Analyst, EditParseError, clip, parse_edits
 from selftaught.tasks.base import Score
 from tests.scripted import ScriptedModel, append, canned_analyst, edits_json, fatal, transient
@@ -143,7 +144,7 @@ def test_deterministic_merge_makes_no_call():
     assert json.dumps(agg.edits[0].to_dict())
 
 
-def test_an_edit_copying_a_question_is_not_a_rule():
+def test_the_guard_refuses_copied_questions_in_reflection():
     question = "Calculate ( -38 * -13 - 69 ) + ( -1 * 6 ) + -1."
     r = Rollout(
         example_id="e1",
@@ -157,8 +158,80 @@ def test_an_edit_copying_a_question_is_not_a_rule():
             append("- Multiply before adding; then add the terms left to right."),
         )
     )
-    call = run(Analyst(model).reflect("failure", "", [r], [], 4))
+    analyst = Analyst(model)
+    analyst.guard = EditGuard(analyst.templates(), [question])
+    call = run(analyst.reflect("failure", "", [r], [], 4))
     assert [e.content for e in call.edits] == [
         "- Multiply before adding; then add the terms left to right."
     ]
-    assert call.invalid[0]["reason"] == "copies an example's question verbatim"
+    assert "an example's numbers" in call.refused[0]["reason"]
+
+
+# What a run on the peer set-up shipped (issue: skill quality), and legitimate rules.
+TEMPLATES = Analyst(canned_analyst()).templates()
+INPUTS = [
+    "Calculate ( | -38 * -13 - 69 | ) + 12.",
+    "What is 4523 - 17?",
+    "Tom has 3 apples and buys 5 more bags with 12 apples each. How many apples does he have?",
+]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "Calculate ( | -38 * -13 - 69 | )",  # a mangled train question (signs lost)
+        "Calculate ( 38 * 13 - 69 )",
+        "To improve the SKILL: the instructions an AI assistant reads before it solves tasks "
+        "of one kind.",  # the analyst's own prompt echoed back
+        "Find the general mistakes behind these failures and propose edits",
+        "Reply with JSON only, in this form",
+        "Tom has apples and buys more bags with apples each; how many apples does he have",
+        "Remember that 4523 - 17 = 4506.",
+    ],
+)
+def test_guard_refuses_echoes_and_example_content(content):
+    guard = EditGuard(TEMPLATES, INPUTS)
+    assert guard.check(Edit("append", content=content)) is not None
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "Multiply and divide before you add and subtract.",
+        "Give the final answer as a single integer on the last line: 'Answer: N'.",
+        "Compute inside absolute-value bars first, then drop the sign.",
+        "Check the sign of each product: two negatives make a positive.",
+        "Round to 2 decimal places only when the question asks for it.",
+        "For word problems, list each quantity before combining them.",
+        "Example: 2 + 3 * 4 = 14, because multiplication comes first.",
+    ],
+)
+def test_guard_keeps_general_rules(content):
+    guard = EditGuard(TEMPLATES, INPUTS)
+    assert guard.check(Edit("append", content=content)) is None
+
+
+def test_refused_edits_reach_the_report_and_the_rejected_buffer(tmp_path):
+    from selftaught.skill import SkillOptConfig, SkillTrainer
+    from tests.scripted import ToyTask, rule_target
+
+    task = ToyTask()
+    copied = task.examples("val")[0].prompt_text().split("\n")[0]
+    analyst = canned_analyst(failure=edits_json(append(copied), append("rule alpha")))
+    trainer = SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=8),
+        task,
+        rule_target(),
+        analyst,
+        output_dir=tmp_path,
+        progress=False,
+    )
+    trainer.train()
+    row = json.loads((tmp_path / "history.jsonl").read_text().splitlines()[1])
+    assert row["edits"]["refused"] == 1 and row["edits"]["applied"] == 1
+    diag = json.loads((tmp_path / "diagnostics" / "step_0001.json").read_text())
+    refused = diag["analyst_calls"][0]["refused_edits"]
+    assert refused[0]["edit"]["content"] == copied and "example" in refused[0]["reason"]
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["rejected"][0]["rationale"].startswith("refused: ")
+    assert copied not in (tmp_path / "best_skill.md").read_text()

@@ -45,6 +45,9 @@ class SkillOptConfig:
     """Greedy by default: reproducible, cacheable; the rejected buffer varies the prompt."""
     repair: bool = True
     """One repair call when an analyst reply is not valid JSON edits."""
+    guard_edits: bool = True
+    """Refuse edits that echo the analyst's prompts or carry a train / val example's content
+    (its numbers or wording): a skill holds rules, not examples (see `skill.guard`)."""
 
     # --- aggregate: hierarchical merge of the proposed patches -------------------------
     merge_batch_size: int = 8

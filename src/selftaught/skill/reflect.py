@@ -17,6 +17,7 @@ from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.rollout import Rollout
 from selftaught.skill.document import Edit, EditError, normalize
+from selftaught.skill.guard import EditGuard
 from selftaught.tasks.extract import extract_json
 
 CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error"]
@@ -88,32 +89,6 @@ def parse_edits(
     return edits, invalid
 
 
-# Shorter contents (a number, "yes") may legitimately occur inside a question.
-MIN_COPY_CHARS = 15
-
-
-def drop_example_copies(call: AnalystCall, rollouts: list[Rollout]) -> None:
-    """Move edits whose content merely copies a trajectory's question into `call.invalid`.
-    A skill holds rules, not memorized examples (seen with Qwen2.5-0.5B as analyst: a train
-    question appended verbatim as a "rule"); copying also leaks train data into the prompt."""
-    questions = [
-        normalize(str(m.get("content", "")))
-        for r in rollouts
-        for m in r.messages
-        if m.get("role") == "user"
-    ]
-    kept: list[Edit] = []
-    for edit in call.edits:
-        content = normalize(edit.content)
-        if len(content) >= MIN_COPY_CHARS and any(content in q for q in questions):
-            call.invalid.append(
-                {"edit": edit.to_dict(), "reason": "copies an example's question verbatim"}
-            )
-        else:
-            kept.append(edit)
-    call.edits = kept
-
-
 @dataclass
 class AnalystCall:
     """One analyst reflection or merge, with everything diagnostics need."""
@@ -121,7 +96,8 @@ class AnalystCall:
     kind: str  # "failure" | "success" | "merge"
     status: CallStatus = "ok"
     edits: list[Edit] = field(default_factory=list)
-    invalid: list[dict[str, Any]] = field(default_factory=list)
+    invalid: list[dict[str, Any]] = field(default_factory=list)  # not edits at all
+    refused: list[dict[str, Any]] = field(default_factory=list)  # edits the guard refused
     raw_reply: str = ""
     repair_reply: str | None = None
     error: str | None = None
@@ -134,6 +110,7 @@ class AnalystCall:
             "status": self.status,
             "edits": [e.to_dict() for e in self.edits],
             "invalid_edits": self.invalid,
+            "refused_edits": self.refused,
             "raw_reply": self.raw_reply,
             "repair_reply": self.repair_reply,
             "error": self.error,
@@ -194,8 +171,10 @@ class Analyst:
         max_feedback_chars: int = 300,
         max_edit_chars: int = 800,
         timeout_s: float = 300.0,
+        guard: EditGuard | None = None,
     ):
         self.model = model
+        self.guard = guard
         self.params = GenerationParams(max_tokens=max_tokens, temperature=temperature)
         self.repair = repair
         self.limits = {
@@ -233,7 +212,6 @@ class Analyst:
         )
         call = await self._json_call(kind, prompt)
         call.example_ids = [r.example_id for r in rollouts]
-        drop_example_copies(call, rollouts)
         return call
 
     async def merge(self, skill: str, patches: list[list[Edit]], max_edits: int) -> AnalystCall:
@@ -253,7 +231,17 @@ class Analyst:
         c = await asyncio.wait_for(self.model.achat(messages, self.params), self.timeout_s)
         return c.text
 
+    def templates(self) -> list[str]:
+        """The prompt templates an edit must not echo."""
+        return list(self.prompts.values())
+
     async def _json_call(self, kind: str, prompt: str) -> AnalystCall:
+        call = await self._parsed_call(kind, prompt)
+        if self.guard is not None:
+            call.edits, call.refused = self.guard.split(call.edits)
+        return call
+
+    async def _parsed_call(self, kind: str, prompt: str) -> AnalystCall:
         call = AnalystCall(kind=kind, prompt_chars=len(prompt))
         try:
             call.raw_reply = await self._ask(prompt)

@@ -40,6 +40,7 @@ from selftaught.runs import (
 from selftaught.skill.aggregate import Aggregation, aggregate
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit, EditReport, apply_edits
+from selftaught.skill.guard import EditGuard
 from selftaught.skill.reflect import Analyst, AnalystCall
 from selftaught.skill.schedule import edit_budget
 from selftaught.skill.select import Selection, select_edits
@@ -212,6 +213,7 @@ class SkillTrainer:
             max_edit_chars=config.max_edit_chars,
             timeout_s=config.timeout_s,
         )
+        self.guard: EditGuard | None = None  # built once the splits are known (_prepare)
         self.params = GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
         self.val_cache: dict[str, dict[str, list[float] | None]] = {}
         self._progress: Progress | None = None
@@ -293,6 +295,9 @@ class SkillTrainer:
                 f"({len(self.val_set)} val examples); raise it or shrink --val-size"
             )
         self.ledger.budget = budget
+        if self.config.guard_edits:
+            inputs = [ex.prompt_text() for ex in self.train_set + self.val_set]
+            self.analyst.guard = EditGuard(self.analyst.templates(), inputs)
 
     def _stop_for_budget(self, st: _State, stage: str, err: BudgetExhausted) -> None:
         """End the run cleanly: the partial step is dropped, the best skill so far ships."""
@@ -372,6 +377,7 @@ class SkillTrainer:
         )
         for c in calls + agg.calls:
             st.parse.add(c)
+        self._buffer_refused(st, calls + agg.calls)
         update = self._update(st.current, agg.edits, rejected, budget)
         verdict = await self._gate(st, step, update)
         self._apply_verdict(st, update, verdict)
@@ -459,6 +465,15 @@ class SkillTrainer:
         )
         return _Verdict(result, candidate, val_rollouts, cached)
 
+    def _buffer_refused(self, st: _State, calls: list[AnalystCall]) -> None:
+        """Edits the guard refused join the rejected buffer, reason and all, so the analyst
+        is told not to propose them again."""
+        refused = [
+            {**r["edit"], "rationale": f"refused: {r['reason']}"} for c in calls for r in c.refused
+        ]
+        size = self.config.rejected_buffer_size
+        st.rejected = (st.rejected + refused)[-size:] if size else []
+
     def _apply_verdict(self, st: _State, update: _Update, verdict: _Verdict) -> None:
         candidate, decision = verdict.candidate, verdict.result.decision
         if candidate is None:
@@ -533,6 +548,7 @@ class SkillTrainer:
             "edits": {
                 "proposed": sum(len(c.edits) for c in o.calls),
                 "invalid": sum(len(c.invalid) for c in o.calls),
+                "refused": sum(len(c.refused) for c in o.calls + o.agg.calls),
                 "merged": len(o.agg.edits),
                 "selected": len(o.update.selection.kept),
                 "applied": len(o.update.applied),
