@@ -272,3 +272,19 @@ def test_budget_validation_and_usd_needs_known_prices():
     with pytest.raises(ValueError, match="unknown: my-model"):
         Budget(usd=1.0).check_priced(["my-model"])
     Budget(calls=5).check_priced(["my-model"])  # only a USD budget needs prices
+
+
+def test_budget_roles_narrow_what_counts():
+    from selftaught.models.usage import Budget, BudgetExhausted
+
+    ledger = UsageLedger(budget=Budget(calls=2, roles=("target",)))
+    target = TrackedModel(Scripted(), ledger, "target")
+    analyst = TrackedModel(Scripted(), ledger, "optimizer")
+    msgs = [{"role": "user", "content": "say 1"}]
+    for _ in range(3):  # the optimizer's calls are free under a target-only budget
+        analyst.chat(msgs)
+    target.chat(msgs)
+    target.chat(msgs)
+    with pytest.raises(BudgetExhausted):
+        analyst.chat(msgs)  # spent is spent, whoever asks next
+    assert ledger.roles["optimizer"].calls == 3 and ledger.roles["target"].calls == 2

@@ -111,6 +111,10 @@ BudgetTokensOpt = Annotated[int | None, typer.Option(help="Stop cleanly after th
 BudgetUsdOpt = Annotated[
     float | None, typer.Option(help="Stop cleanly after this many USD (known prices only).")
 ]
+BudgetRolesOpt = Annotated[
+    str | None,
+    typer.Option(help="Roles the budget counts, e.g. 'target' (GEPA's metric calls); default all."),
+]
 
 
 def gate_config(metric: str | None, margin: float, confidence: float | None) -> Any:
@@ -126,11 +130,14 @@ def gate_config(metric: str | None, margin: float, confidence: float | None) -> 
         raise typer.BadParameter(str(err)) from None
 
 
-def budget(calls: int | None, tokens: int | None, usd: float | None) -> Any:
+def budget(
+    calls: int | None, tokens: int | None, usd: float | None, roles: str | None = None
+) -> Any:
     from selftaught.models.usage import Budget
 
+    counted = tuple(r.strip() for r in roles.split(",") if r.strip()) if roles else None
     try:
-        return Budget(calls=calls, tokens=tokens, usd=usd)
+        return Budget(calls=calls, tokens=tokens, usd=usd, roles=counted)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
 
@@ -398,6 +405,7 @@ def optimize_cmd(
     budget_calls: BudgetCallsOpt = None,
     budget_tokens: BudgetTokensOpt = None,
     budget_usd: BudgetUsdOpt = None,
+    budget_roles: BudgetRolesOpt = None,
     timeout: TimeoutOpt = 120.0,
     cache: CacheOpt = None,
     scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
@@ -431,7 +439,7 @@ def optimize_cmd(
                 0.0 if strict_gate else gate_margin,
                 None if strict_gate else gate_confidence,
             ),
-            budget=budget(budget_calls, budget_tokens, budget_usd),
+            budget=budget(budget_calls, budget_tokens, budget_usd, budget_roles),
             concurrency=concurrency,
             max_tokens=max_tokens,
             analyst_max_tokens=analyst_max_tokens,

@@ -47,13 +47,14 @@ def price_known(model: str) -> bool:
 
 @dataclass(frozen=True)
 class Budget:
-    """The most a run may spend, over every role; None means no limit.
-
-    GEPA's `max_metric_calls` is `Budget(calls=N)`."""
+    """The most a run may spend; None means no limit. Every role counts by default (target,
+    optimizer, judge); `roles` narrows what counts, e.g. GEPA's `max_metric_calls` (target
+    rollouts only) is `Budget(calls=N, roles=("target",))`."""
 
     calls: int | None = None
     tokens: int | None = None
     usd: float | None = None
+    roles: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("calls", "tokens", "usd"):
@@ -101,26 +102,34 @@ class UsageLedger:
         with self._lock:
             return self._exhausted()
 
+    def _counted(self, role: str) -> bool:
+        return self.budget.roles is None or role in self.budget.roles
+
     def _exhausted(self) -> str | None:
         b = self.budget
-        calls = sum(u.calls + u.errors for u in self.roles.values()) + self._in_flight
+        counted = [u for role, u in self.roles.items() if self._counted(role)]
+        calls = sum(u.calls + u.errors for u in counted) + self._in_flight
         if b.calls is not None and calls >= b.calls:
             return f"{calls} of {b.calls} calls used"
-        tokens = sum(u.prompt_tokens + u.completion_tokens for u in self.roles.values())
+        tokens = sum(u.prompt_tokens + u.completion_tokens for u in counted)
         if b.tokens is not None and tokens >= b.tokens:
             return f"{tokens} of {b.tokens} tokens used"
-        usd = sum(u.usd or 0.0 for u in self.roles.values())
+        usd = sum(u.usd or 0.0 for u in counted)
         if b.usd is not None and usd >= b.usd:
             return f"${usd:.4f} of ${b.usd:.4f} spent"
         return None
 
-    def reserve(self) -> None:
-        """Before a call: raise BudgetExhausted when it would exceed the budget."""
+    def reserve(self, role: str) -> bool:
+        """Before a call of `role`: raise BudgetExhausted when it would exceed the budget.
+        Returns whether the call was reserved (it is only when its role counts)."""
         with self._lock:
             why = self._exhausted()
             if why is not None:
                 raise BudgetExhausted(why)
+            if not self._counted(role):
+                return False
             self._in_flight += 1
+            return True
 
     def _settle(self, reserved: bool) -> None:
         if reserved:
@@ -175,16 +184,16 @@ class TrackedModel(AsyncChatModel):
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
         from selftaught.models.errors import BackendError
 
-        self.ledger.reserve()
+        reserved = self.ledger.reserve(self.role)
         try:
             c = await self.inner.achat(messages, params)
         except BackendError as err:
-            self.ledger.record_error(self.role, err.retries, reserved=True)
+            self.ledger.record_error(self.role, err.retries, reserved=reserved)
             raise
         except BaseException:  # cancelled or timed out: still a call the backend saw
-            self.ledger.record_error(self.role, reserved=True)
+            self.ledger.record_error(self.role, reserved=reserved)
             raise
-        self.ledger.record(self.role, self.name, c, reserved=True)
+        self.ledger.record(self.role, self.name, c, reserved=reserved)
         return c
 
     def __getattr__(self, item: str) -> Any:  # expose backend extras (e.g. tokenizer)

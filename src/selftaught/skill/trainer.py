@@ -289,7 +289,8 @@ class SkillTrainer:
             self.total_steps = min(self.total_steps, self.config.max_steps)
         budget = self.config.budget
         budget.check_priced([self.target.name, self.optimizer.name])
-        if budget.calls is not None and budget.calls < len(self.val_set):
+        counts_target = budget.roles is None or "target" in budget.roles
+        if budget.calls is not None and counts_target and budget.calls < len(self.val_set):
             raise ValueError(
                 f"--budget-calls {budget.calls} cannot cover even the baseline evaluation "
                 f"({len(self.val_set)} val examples); raise it or shrink --val-size"
