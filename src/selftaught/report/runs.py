@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from selftaught.runs import RunError, iter_jsonl
+from selftaught.runs import RunError
 from selftaught.stats import wilson_interval
 
 
@@ -115,10 +115,31 @@ class _Reader:
             raise ReportError(f"{path}: malformed JSON ({err})") from err
 
     def jsonl(self, *parts: str) -> list[dict[str, Any]]:
+        """Rows of a JSONL file. A torn last line (a kill mid-write; the trainers drop it on
+        resume) is left out with a note; a malformed line before it is an error."""
         path = self.root.joinpath(*parts)
         if not path.is_file():
             return []
-        return [row for _, row in iter_jsonl(path)]
+        lines = path.read_text(encoding="utf-8").splitlines()
+        last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+        if last >= 0:
+            try:
+                json.loads(lines[last])
+            except json.JSONDecodeError:
+                self.note(f"The last line of {path.name} is incomplete and is left out.")
+                lines = lines[:last]
+        rows = []
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ReportError(f"{path}:{lineno}: malformed JSON ({err.msg})") from err
+            if not isinstance(row, dict):
+                raise ReportError(f"{path}:{lineno}: expected a JSON object")
+            rows.append(row)
+        return rows
 
     def text(self, *parts: str) -> str | None:
         path = self.root.joinpath(*parts)
@@ -631,11 +652,8 @@ ADAPTERS: dict[str, Callable[[Path], Run]] = {
 
 
 def _first_row(root: Path) -> dict[str, Any]:
-    path = root / "history.jsonl"
-    if path.is_file():
-        for _, row in iter_jsonl(path):
-            return row
-    return {}
+    rows = _Reader(root).jsonl("history.jsonl")
+    return rows[0] if rows else {}
 
 
 def detect_kind(root: Path) -> str:
