@@ -50,6 +50,22 @@ def rest_run(root: Path, model_dir: Path, monkeypatch: Any, val_by_round: list[f
     return RestTrainer(EchoTask(), cfg, root, model_path=model_dir, progress=False).train()
 
 
+_SHARED: dict[str, Path] = {}
+
+
+def shared_rest_run(tmp_path_factory: Any) -> Path:
+    """One finished ReST run per test session (rounds val 0.25, 0.75, 0.5): several tests
+    read it, none may change it (copy it first)."""
+    import pytest
+
+    if "rest" not in _SHARED:
+        base = tmp_path_factory.mktemp("rest-run")
+        with pytest.MonkeyPatch.context() as mp:
+            rest_run(base / "run", tiny_model(base / "tiny"), mp, [0.25, 0.75, 0.5])
+        _SHARED["rest"] = base / "run"
+    return _SHARED["rest"]
+
+
 def tiny_model(root: Path) -> Path:
     from selftaught.weights.config import BackendConfig
     from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer

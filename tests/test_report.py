@@ -207,20 +207,21 @@ def test_read_estimate_reads_every_accuracy_summary_shape():
     assert read_estimate(None) is None and read_estimate({"n": 3}) is None
 
 
-def test_rest_report_from_a_real_rest_run(tmp_path, monkeypatch):
+def test_rest_report_from_a_real_rest_run(tmp_path, tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("trl")
-    from tests.report_fixtures import rest_run, tiny_model
+    from tests.report_fixtures import shared_rest_run
 
     root = tmp_path / "rest"
-    result = rest_run(root, tiny_model(tmp_path / "tiny"), monkeypatch, [0.25, 0.75, 0.5])
+    shutil.copytree(shared_rest_run(tmp_path_factory), root)
+    result = json.loads((root / "result.json").read_text())
     run = load_run(root)
     assert isinstance(run, RestRun) and run.status.finished and run.method == "rest"
     rows = history(root)
     assert [r.val.value for r in run.rounds] == [row["val"]["accuracy"] for row in rows]
     assert [r.new_best for r in run.rounds] == [False, True, False]
-    assert run.best_round == result.best_round == 1
-    assert run.shipped_test.value == pytest.approx(result.shipped_test.accuracy)
+    assert run.best_round == result["best_round"] == 1 and run.shipped == "round 1"
+    assert run.shipped_test.value == pytest.approx(result["shipped_test"]["accuracy"])
     assert run.rounds[1].sample_solved.n == rows[1]["samples"]
     page = render_report(root)
     assert [y for _, y in points(page, "learning-curve", "val")] == [0.25, 0.75, 0.5]
@@ -282,3 +283,18 @@ def test_diff_marks_removed_and_added_lines_and_escapes():
     assert '<tr class="del">' in html and '<tr class="add">' in html
     assert "&lt;b&gt;" in html and "&lt;B&gt;" in html and "<b>" not in html
     assert "no change" in diff_html("same\n", "same\n")
+
+
+def test_missing_diagnostics_and_skill_files_are_notes(tmp_path, optimize_dir):
+    run_dir = tmp_path / "run"
+    shutil.copytree(optimize_dir, run_dir)
+    (run_dir / "diagnostics" / "step_0003.json").unlink()
+    (run_dir / "skills" / "v0001.md").unlink()
+    run = load_run(run_dir)
+    assert any("step(s) 3" in n for n in run.notes)
+    assert any("v0001.md" in n for n in run.notes)
+    # step 3's edit is still known from history.jsonl, with the gate's reason
+    step3 = [e for e in run.edits if e.step == 3]
+    assert [(e.content, e.outcome) for e in step3] == [(POISON, "rejected")]
+    assert [d.step for d in run.diffs] == [3, 4]  # steps 1 and 2 need v0001
+    assert "v0001.md" in render_report(run_dir)

@@ -11,12 +11,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from selftaught.report.html import page
-from selftaught.report.pages import render_body
-from selftaught.report.runs import ReportError, detect_kind, load_run
+from selftaught.report.html import Html, page
+from selftaught.report.runs import ReportError, RestRun, Run, SkillRun, detect_kind, load_run
+from selftaught.report.skill_page import skill_page
+from selftaught.report.train_pages import rest_page, rl_page
 from selftaught.runs import atomic_write_text
 
 DEFAULT_NAME = "report.html"
+
+
+def render_body(run: Run) -> tuple[str, Html]:
+    """(page title, body) for any run the adapters read."""
+    if isinstance(run, SkillRun):
+        return skill_page(run)
+    if isinstance(run, RestRun):
+        return rest_page(run)
+    return rl_page(run)
 
 
 def render_report(run_dir: str | Path) -> str:

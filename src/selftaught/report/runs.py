@@ -361,6 +361,54 @@ def _skill_status(rd: _Reader, state: dict[str, Any], summary: Any, n_steps: int
     return RunStatus(False, "not started: the baseline has not been evaluated yet")
 
 
+def _step_details(
+    rd: _Reader, steps: list[SkillStep]
+) -> tuple[list[EditEvent], list[SkillDiff], list[Failure]]:
+    """Per step, from diagnostics/ and skills/: what happened to each edit, the candidate's
+    diff against the skill it was built from, and the failed examples."""
+    edits: list[EditEvent] = []
+    diffs: list[SkillDiff] = []
+    failures: list[Failure] = []
+    texts: dict[str, str | None] = {}
+    missing = []
+    for step in steps:
+        diag = rd.json("diagnostics", f"step_{step.step:04d}.json")
+        if diag is None:
+            missing.append(str(step.step))
+        edits += _edit_events(step, _dict(diag) if diag is not None else None)
+        failures += _step_failures(step.step, _dict(diag))
+        if not step.candidate:
+            continue
+        for version in (step.parent, step.candidate):
+            if version not in texts:
+                texts[version] = rd.text("skills", f"{version}.md")
+        old, new = texts[step.parent], texts[step.candidate]
+        if old is None or new is None:
+            rd.note(f"skills/{step.parent}.md or skills/{step.candidate}.md is missing.")
+        else:
+            diffs.append(SkillDiff(step.step, step.parent, step.candidate, step.decision, old, new))
+    if missing:
+        rd.note(f"No diagnostics for step(s) {', '.join(missing)}: edits and failures are partial.")
+    return edits, diffs, failures
+
+
+def _test_failures(rd: _Reader) -> list[Failure]:
+    """The shipped skill's failures on test (test_rollouts.jsonl, written after the last step)."""
+    return [
+        Failure(
+            "test · shipped skill",
+            None,
+            str(r.get("id", "?")),
+            str(r.get("reply_head") or ""),
+            str(r.get("why") or ""),
+            r.get("error"),
+            bool(r.get("truncated")),
+        )
+        for r in rd.jsonl("test_rollouts.jsonl")
+        if r.get("skill") == "best" and (r.get("hard") != 1.0 or r.get("error"))
+    ]
+
+
 def load_skill_run(root: Path, kind: str = "optimize") -> SkillRun:
     """An `optimize` run directory (or anything with its layout: a sleep night's staging)."""
     rd = _Reader(root)
@@ -384,46 +432,8 @@ def load_skill_run(root: Path, kind: str = "optimize") -> SkillRun:
         else:
             rd.note("No test results yet: the test split is evaluated after the last step.")
 
-    edits, failures, diffs = [], [], []
-    skills: dict[str, str | None] = {}
-
-    def skill_text(version: str) -> str | None:
-        if version not in skills:
-            skills[version] = rd.text("skills", f"{version}.md")
-        return skills[version]
-
-    missing_diag = []
-    for step in steps:
-        diag = rd.json("diagnostics", f"step_{step.step:04d}.json")
-        if diag is None:
-            missing_diag.append(step.step)
-        edits += _edit_events(step, _dict(diag) if diag is not None else None)
-        failures += _step_failures(step.step, _dict(diag))
-        if step.candidate:
-            old, new = skill_text(step.parent), skill_text(step.candidate)
-            if old is None or new is None:
-                rd.note(f"skills/{step.parent}.md or skills/{step.candidate}.md is missing.")
-            else:
-                diffs.append(
-                    SkillDiff(step.step, step.parent, step.candidate, step.decision, old, new)
-                )
-    if missing_diag:
-        listed = ", ".join(map(str, missing_diag))
-        rd.note(f"No diagnostics for step(s) {listed}: their edits and failures are partial.")
-    for r in rd.jsonl("test_rollouts.jsonl"):
-        if r.get("skill") == "best" and (r.get("hard") != 1.0 or r.get("error")):
-            failures.insert(
-                0,
-                Failure(
-                    "test · shipped skill",
-                    None,
-                    str(r.get("id", "?")),
-                    str(r.get("reply_head") or ""),
-                    str(r.get("why") or ""),
-                    r.get("error"),
-                    bool(r.get("truncated")),
-                ),
-            )
+    edits, diffs, failures = _step_details(rd, steps)
+    failures = _test_failures(rd) + failures
     best_version = state.get("best_version") or (steps[-1].best if steps else None)
     summary_d = _dict(summary)
     return SkillRun(
