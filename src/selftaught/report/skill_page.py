@@ -45,7 +45,8 @@ OUTCOME_TEXT = {
 
 def _skill_cards(run: SkillRun) -> Html:
     best = run.steps[-1].best_val if run.steps else run.baseline
-    decisions = Counter(s.decision for s in run.steps)
+    decisions = Counter(s.decision for s in run.steps if s.val is not None)
+    empty = sum(1 for s in run.steps if s.val is None)
     calls = sum(int(u.get("calls") or 0) for u in run.usage.values())
     tokens = sum(
         int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
@@ -86,7 +87,7 @@ def _skill_cards(run: SkillRun) -> Html:
                 "decisions",
                 "gate decisions",
                 " · ".join(f"{decisions[k]} {DECISION_TEXT[k]}" for k in DECISION_TEXT),
-                f"{sum(decisions.values())} steps gated",
+                f"{len(run.steps)} steps; {empty} had no candidate (empty patch)",
             ),
             ("calls", "LLM calls", num(calls), "every role, gate evaluations included"),
             ("tokens", "tokens", num(tokens), "prompt + completion"),
@@ -173,42 +174,42 @@ def _skill_chart(run: SkillRun) -> Html:
     )
 
 
+def _step_cost(s: SkillStep) -> str:
+    calls = sum(int(u.get("calls") or 0) for u in s.usage.values())
+    tokens = sum(
+        int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
+        for u in s.usage.values()
+    )
+    return f"{calls} / {num(tokens)}"
+
+
 def _gate_table(steps: Sequence[SkillStep]) -> Html:
     rows = []
     for s in steps:
         e = s.edits
-        calls = sum(int(u.get("calls") or 0) for u in s.usage.values())
-        tokens = sum(
-            int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
-            for u in s.usage.values()
-        )
+        chain = " → ".join(str(e.get(k, 0)) for k in ("proposed", "merged", "selected", "applied"))
+        kind = s.decision if s.val is not None else "none"
+        label = DECISION_TEXT.get(s.decision, s.decision) if s.val is not None else "no candidate"
         rows.append(
             [
-                s.step,
-                s.epoch,
+                tag("b", s.step) + tag("div", f"epoch {s.epoch}", class_="d"),
                 estimate_cell(s.batch),
-                s.budget,
-                f"{e.get('proposed', 0)} → {e.get('merged', 0)} → {e.get('selected', 0)} → "
-                f"{e.get('applied', 0)}",
+                chain + tag("div", f"budget {s.budget}", class_="d"),
                 f"{s.parent} → {s.candidate}" if s.candidate else "–",
                 estimate_cell(s.val) + (" (cached)" if s.val_cached else ""),
-                badge(DECISION_TEXT.get(s.decision, s.decision), s.decision),
-                s.reason,
+                badge(label, kind) + tag("div", s.reason),
                 f"{s.current} / {s.best}",
-                f"{calls} / {num(tokens)}",
+                _step_cost(s),
             ]
         )
     return table(
         [
             "step",
-            "epoch",
             "train batch",
-            "budget",
-            "edits proposed → merged → selected → applied",
+            "edits",
             "candidate",
             "val (candidate)",
-            "gate",
-            "reason",
+            "gate: decision and reason",
             "current / best",
             "calls / tokens",
         ],
@@ -347,7 +348,8 @@ def skill_page(run: SkillRun) -> tuple[str, Html]:
                 _gate_table(run.steps),
                 "gate",
                 "Each step's candidate skill is scored on val; the gate keeps it as the new "
-                "best, keeps it as current without shipping it, or rejects it.",
+                "best, keeps it as current without shipping it, or rejects it. Edits: proposed "
+                "→ merged → selected under the budget → applied.",
             ),
             section(
                 "Edits over time",
