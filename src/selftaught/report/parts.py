@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any
 
 from selftaught.report.html import Html, join, tag
-from selftaught.report.runs import Estimate, RunStatus
+from selftaught.report.runs import Estimate, Run
 from selftaught.report.svg import Point
 
 
@@ -18,9 +17,10 @@ def point(x: float, e: Estimate | None, what: str) -> Point:
     return Point(x, e.value, e.lo, e.hi, f"{what}: {e.text()}")
 
 
-def header(kind: str, run: Any, task: str) -> Html:
+def header(kind: str, run: Run, task: str) -> Html:
+    """Title, run directory, status (finished / not yet / stopped by an error) and notes."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    status: RunStatus = run.status
+    status = run.status
     cls = "error" if status.error else ("finished" if status.finished else "unfinished")
     text = status.text + (f" — {status.error}" if status.error else "")
     notes = join(tag("li", n) for n in run.notes)

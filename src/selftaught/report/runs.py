@@ -170,7 +170,6 @@ class SkillStep:
     best_val: Estimate | None
     budget: int | None
     edits: dict[str, Any]
-    analyst: dict[str, Any]
     usage: dict[str, dict[str, Any]]
     time_s: float | None
     val_cached: bool
@@ -268,7 +267,6 @@ def _skill_steps(rows: list[dict[str, Any]], metric: str) -> list[SkillStep]:
                 best_val=best_val,
                 budget=row.get("budget"),
                 edits=_dict(row.get("edits")),
-                analyst=_dict(row.get("analyst")),
                 usage=_dict(row.get("usage")),
                 time_s=row.get("step_time_s"),
                 val_cached=bool(row.get("val_cached")),

@@ -180,7 +180,8 @@ def _step_cost(s: SkillStep) -> str:
         int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
         for u in s.usage.values()
     )
-    return f"{calls} / {num(tokens)}"
+    seconds = f" · {s.time_s:.1f} s" if isinstance(s.time_s, (int, float)) else ""
+    return f"{calls} / {num(tokens)}{seconds}"
 
 
 def _gate_table(steps: Sequence[SkillStep]) -> Html:
@@ -193,7 +194,8 @@ def _gate_table(steps: Sequence[SkillStep]) -> Html:
         rows.append(
             [
                 tag("b", s.step) + tag("div", f"epoch {s.epoch}", class_="d"),
-                estimate_cell(s.batch),
+                estimate_cell(s.batch)
+                + (tag("div", f"{s.truncated} truncated", class_="d") if s.truncated else ""),
                 chain + tag("div", f"budget {s.budget}", class_="d"),
                 f"{s.parent} → {s.candidate}" if s.candidate else "–",
                 estimate_cell(s.val) + (" (cached)" if s.val_cached else ""),
@@ -211,7 +213,7 @@ def _gate_table(steps: Sequence[SkillStep]) -> Html:
             "val (candidate)",
             "gate: decision and reason",
             "current / best",
-            "calls / tokens",
+            "calls / tokens · time",
         ],
         rows,
         table_id="gate-table",
