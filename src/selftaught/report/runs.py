@@ -1,0 +1,700 @@
+"""Readers that turn a run directory into what the report shows, one small adapter per kind.
+
+`load_run(path)` detects the kind from config.json and the files present, then reads:
+
+- `optimize` (skill/trainer.py; a sleep night's staging folder has the same layout and reuses
+  `load_skill_run` with another kind name),
+- `rest` (weights/rest.py: ReST-EM and SFT, one history row per round, round 0 = base),
+- `rl` (weights/rl.py: GRPO / GSPO, one history row per logged step).
+
+A run in progress is read as far as it got: a missing file is a note, never a crash. Every
+accuracy summary the runs write, whatever its shape, goes through `read_estimate`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selftaught.runs import RunError
+from selftaught.stats import wilson_interval
+
+
+class ReportError(RunError):
+    """A run directory that cannot be reported on (the message is one sentence)."""
+
+
+# ---- shared pieces ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Estimate:
+    """An accuracy with its 95% interval (and counts when known)."""
+
+    value: float
+    lo: float | None = None
+    hi: float | None = None
+    n: int | None = None
+    solved: int | None = None
+
+    def text(self) -> str:
+        counts = f" ({self.solved}/{self.n})" if self.solved is not None and self.n else ""
+        ci = f", 95% CI {self.lo:.3f}–{self.hi:.3f}" if self.lo is not None else ""
+        return f"{self.value:.3f}{counts}{ci}"
+
+
+def _number(d: dict[str, Any], *keys: str) -> float | None:
+    for k in keys:
+        v = d.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def _pair(d: dict[str, Any], *keys: str) -> tuple[float, float] | None:
+    for k in keys:
+        v = d.get(k)
+        if (
+            isinstance(v, (list, tuple))
+            and len(v) == 2
+            and all(isinstance(x, (int, float)) for x in v)
+        ):
+            return float(v[0]), float(v[1])
+    return None
+
+
+def read_estimate(d: Any, metric: str = "hard") -> Estimate | None:
+    """One reader for every accuracy summary the runs write:
+    the skill trainer's `{n, solved, hard, hard_ci95, soft, soft_ci95}`, the weight trainers'
+    `{n, solved, accuracy, ci, mean_soft}` and the evaluation summary `{n, hard, hard_ci, soft,
+    soft_ci}`. `metric` is `hard` (solved share) or `soft` (mean partial credit)."""
+    if not isinstance(d, dict):
+        return None
+    n_raw = d.get("n")
+    n = n_raw if isinstance(n_raw, int) and not isinstance(n_raw, bool) else None
+    if metric == "soft":
+        value = _number(d, "soft", "mean_soft")
+        ci = _pair(d, "soft_ci95", "soft_ci")
+        solved = None
+    else:
+        value = _number(d, "hard", "accuracy")
+        ci = _pair(d, "hard_ci95", "hard_ci", "ci")
+        solved_raw = _number(d, "solved")
+        solved = int(solved_raw) if solved_raw is not None else None
+        if solved is None and value is not None and n:
+            solved = round(value * n)
+        if ci is None and solved is not None and n:
+            ci = wilson_interval(solved, n)
+    if value is None:
+        return None
+    return Estimate(value, ci[0] if ci else None, ci[1] if ci else None, n, solved)
+
+
+@dataclass
+class RunStatus:
+    finished: bool
+    text: str
+    error: str | None = None
+
+
+class _Reader:
+    """Reads a run's files; a missing one is None (and a note when the caller says so), a
+    malformed one is a ReportError naming the file (and the line, for JSONL)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.notes: list[str] = []
+
+    def json(self, *parts: str) -> Any:
+        path = self.root.joinpath(*parts)
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ReportError(f"{path}: malformed JSON ({err})") from err
+
+    def jsonl(self, *parts: str) -> list[dict[str, Any]]:
+        """Rows of a JSONL file. A torn last line (a kill mid-write; the trainers drop it on
+        resume) is left out with a note; a malformed line before it is an error."""
+        path = self.root.joinpath(*parts)
+        if not path.is_file():
+            return []
+        lines = path.read_text(encoding="utf-8").splitlines()
+        last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+        if last >= 0:
+            try:
+                json.loads(lines[last])
+            except json.JSONDecodeError:
+                self.note(f"The last line of {path.name} is incomplete and is left out.")
+                lines = lines[:last]
+        rows = []
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ReportError(f"{path}:{lineno}: malformed JSON ({err.msg})") from err
+            if not isinstance(row, dict):
+                raise ReportError(f"{path}:{lineno}: expected a JSON object")
+            rows.append(row)
+        return rows
+
+    def text(self, *parts: str) -> str | None:
+        path = self.root.joinpath(*parts)
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+# ---- optimize (and sleep nights) ----------------------------------------------------------
+@dataclass
+class SkillStep:
+    step: int
+    epoch: int | None
+    batch: Estimate | None  # the train batch, scored with the skill the step started from
+    val: Estimate | None  # the candidate on val; None when the patch was empty
+    decision: str
+    reason: str
+    parent: str  # the skill version the candidate was built from
+    candidate: str | None
+    current: str | None  # after the gate
+    best: str | None
+    current_val: Estimate | None  # val of the current / best skill after this step
+    best_val: Estimate | None
+    budget: int | None
+    edits: dict[str, Any]
+    usage: dict[str, dict[str, Any]]
+    time_s: float | None
+    val_cached: bool
+    truncated: int
+
+
+@dataclass
+class EditEvent:
+    """What happened to one proposed edit, and why."""
+
+    step: int
+    op: str
+    target: str
+    content: str
+    rationale: str
+    outcome: str  # accepted_new_best | accepted | rejected | dropped | not_applied | invalid
+    reason: str
+
+
+@dataclass
+class Failure:
+    where: str  # "test · shipped skill", "val · step 3", "train batch · step 2"
+    step: int | None
+    example_id: str
+    reply: str
+    feedback: str
+    error: str | None = None
+    truncated: bool = False
+
+
+@dataclass
+class SkillDiff:
+    step: int
+    old_version: str
+    new_version: str
+    decision: str
+    old_text: str
+    new_text: str
+
+
+@dataclass
+class SkillRun:
+    root: Path
+    kind: str
+    config: dict[str, Any]
+    status: RunStatus
+    notes: list[str]
+    metric: str
+    baseline: Estimate | None
+    steps: list[SkillStep]
+    total_steps: int | None
+    test_initial: Estimate | None
+    test_best: Estimate | None
+    test_paired: dict[str, Any]
+    best_version: str | None
+    best_skill: str | None
+    usage: dict[str, dict[str, Any]]
+    analyst: dict[str, Any]
+    edits: list[EditEvent]
+    diffs: list[SkillDiff]
+    failures: list[Failure]
+    elapsed_s: float | None
+
+
+_GATE_OUTCOME = {"accept_new_best": "accepted_new_best", "accept": "accepted"}
+
+
+def _skill_steps(rows: list[dict[str, Any]], metric: str) -> list[SkillStep]:
+    baseline = read_estimate(rows[0].get("val"), metric) if rows else None
+    current_val = best_val = baseline
+    parent = str(rows[0].get("skill_version") or "v0000") if rows else "v0000"
+    steps = []
+    for row in rows[1:]:
+        gate = _dict(row.get("gate"))
+        decision = str(gate.get("decision") or "unknown")
+        val = read_estimate(row.get("val"), metric)
+        if val is not None and decision in _GATE_OUTCOME:
+            current_val = val
+            if decision == "accept_new_best":
+                best_val = val
+        batch = _dict(row.get("batch"))
+        steps.append(
+            SkillStep(
+                step=int(row.get("step", len(steps) + 1)),
+                epoch=row.get("epoch"),
+                batch=read_estimate(batch, metric),
+                val=val,
+                decision=decision,
+                reason=str(gate.get("reason") or ""),
+                parent=parent,
+                candidate=row.get("skill_version"),
+                current=row.get("current_version"),
+                best=row.get("best_version"),
+                current_val=current_val,
+                best_val=best_val,
+                budget=row.get("budget"),
+                edits=_dict(row.get("edits")),
+                usage=_dict(row.get("usage")),
+                time_s=row.get("step_time_s"),
+                val_cached=bool(row.get("val_cached")),
+                truncated=int(batch.get("truncated") or 0),
+            )
+        )
+        parent = str(row.get("current_version") or parent)
+    return steps
+
+
+def _edit_events(step: SkillStep, diag: dict[str, Any] | None) -> list[EditEvent]:
+    def event(edit: Any, outcome: str, reason: str) -> EditEvent:
+        e = _dict(edit)
+        return EditEvent(
+            step.step,
+            str(e.get("op", "?")),
+            str(e.get("target", "")),
+            str(e.get("content", "")) if e else json.dumps(edit, ensure_ascii=False),
+            str(e.get("rationale", "")),
+            outcome,
+            reason,
+        )
+
+    if diag is None:  # only the clipped applied edits of the history row are known
+        outcome = _GATE_OUTCOME.get(step.decision, "rejected")
+        return [event(e, outcome, step.reason) for e in step.edits.get("applied_edits", [])]
+    events = []
+    for call in diag.get("analyst_calls", []):
+        call = _dict(call)
+        if call.get("status") == "invalid_json":
+            reply = str(call.get("raw_reply") or "")
+            why = f"{call.get('kind', 'analyst')} reply was not valid JSON: {call.get('error')}"
+            events.append(event({"op": "reply", "content": reply}, "invalid", why))
+        for bad in call.get("invalid_edits", []):
+            bad = _dict(bad)
+            events.append(event(bad.get("edit"), "invalid", str(bad.get("reason", ""))))
+    for dropped in diag.get("dropped", []):
+        dropped = _dict(dropped)
+        events.append(event(dropped.get("edit"), "dropped", str(dropped.get("why", ""))))
+    for report in diag.get("edit_reports", []):
+        report = _dict(report)
+        status = str(report.get("status", ""))
+        if status in ("applied", "fallback_append"):
+            outcome = _GATE_OUTCOME.get(step.decision, "rejected")
+            reason = step.reason + (" (appended: target not found)" if status != "applied" else "")
+        else:
+            outcome, reason = "not_applied", f"{status}: {report.get('detail', '')}".rstrip(": ")
+        events.append(event(report.get("edit"), outcome, reason))
+    return events
+
+
+def _step_failures(step: int, diag: dict[str, Any]) -> list[Failure]:
+    out = []
+    for where, key, why_key in (("train batch", "batch", "feedback"), ("val", "val", "why")):
+        for r in diag.get(key, []):
+            r = _dict(r)
+            if r.get("hard") == 1.0 and not r.get("error"):
+                continue
+            out.append(
+                Failure(
+                    f"{where} · step {step}",
+                    step,
+                    str(r.get("id", "?")),
+                    str(r.get("reply_head") or ""),
+                    str(r.get(why_key) or r.get("feedback") or r.get("why") or ""),
+                    r.get("error"),
+                    bool(r.get("truncated")),
+                )
+            )
+    return out
+
+
+def _skill_status(rd: _Reader, state: dict[str, Any], summary: Any, n_steps: int) -> RunStatus:
+    error = _dict(rd.json("error.json"))
+    total = state.get("total_steps")
+    if summary is not None:
+        return RunStatus(True, f"finished: {n_steps} steps")
+    if error:
+        cause = error.get("cause") or "unknown cause"
+        text = f"stopped at {error.get('stage', '?')} after step {error.get('after_step', '?')}"
+        return RunStatus(False, text, f"{error.get('backend', 'backend')}: {cause}")
+    if state:
+        done = state.get("step", -1)
+        of = f" of {total}" if total else ""
+        return RunStatus(
+            False,
+            f"not finished: {max(done, 0)}{of} steps done (still running, or stopped; "
+            "the same command resumes it)",
+        )
+    return RunStatus(False, "not started: the baseline has not been evaluated yet")
+
+
+def _step_details(
+    rd: _Reader, steps: list[SkillStep]
+) -> tuple[list[EditEvent], list[SkillDiff], list[Failure]]:
+    """Per step, from diagnostics/ and skills/: what happened to each edit, the candidate's
+    diff against the skill it was built from, and the failed examples."""
+    edits: list[EditEvent] = []
+    diffs: list[SkillDiff] = []
+    failures: list[Failure] = []
+    texts: dict[str, str | None] = {}
+    missing = []
+    for step in steps:
+        diag = rd.json("diagnostics", f"step_{step.step:04d}.json")
+        if diag is None:
+            missing.append(str(step.step))
+        edits += _edit_events(step, _dict(diag) if diag is not None else None)
+        failures += _step_failures(step.step, _dict(diag))
+        if not step.candidate:
+            continue
+        for version in (step.parent, step.candidate):
+            if version not in texts:
+                texts[version] = rd.text("skills", f"{version}.md")
+        old, new = texts[step.parent], texts[step.candidate]
+        if old is None or new is None:
+            rd.note(f"skills/{step.parent}.md or skills/{step.candidate}.md is missing.")
+        else:
+            diffs.append(SkillDiff(step.step, step.parent, step.candidate, step.decision, old, new))
+    if missing:
+        rd.note(f"No diagnostics for step(s) {', '.join(missing)}: edits and failures are partial.")
+    return edits, diffs, failures
+
+
+def _test_failures(rd: _Reader) -> list[Failure]:
+    """The shipped skill's failures on test (test_rollouts.jsonl, written after the last step)."""
+    return [
+        Failure(
+            "test · shipped skill",
+            None,
+            str(r.get("id", "?")),
+            str(r.get("reply_head") or ""),
+            str(r.get("why") or ""),
+            r.get("error"),
+            bool(r.get("truncated")),
+        )
+        for r in rd.jsonl("test_rollouts.jsonl")
+        if r.get("skill") == "best" and (r.get("hard") != 1.0 or r.get("error"))
+    ]
+
+
+def load_skill_run(root: Path, kind: str = "optimize") -> SkillRun:
+    """An `optimize` run directory (or anything with its layout: a sleep night's staging)."""
+    rd = _Reader(root)
+    config = _dict(rd.json("config.json"))
+    state = _dict(rd.json("state.json"))
+    summary = rd.json("summary.json")
+    test = _dict(rd.json("test_results.json"))
+    rows = rd.jsonl("history.jsonl")
+    metric = "soft" if config.get("gate_metric") == "soft" else "hard"
+    if config.get("gate_metric") == "mixed":
+        rd.note("The gate used the mixed metric; the curves show hard accuracy.")
+    if not config:
+        rd.note("config.json is missing: the run's settings are unknown.")
+    if not rows:
+        rd.note("No step has finished yet (history.jsonl is missing or empty).")
+    steps = _skill_steps(rows, metric)
+    status = _skill_status(rd, state, summary, len(steps))
+    if not test:
+        if status.finished and config.get("evaluate_test") is False:
+            rd.note("The test split was not evaluated (evaluate_test is off).")
+        else:
+            rd.note("No test results yet: the test split is evaluated after the last step.")
+
+    edits, diffs, failures = _step_details(rd, steps)
+    failures = _test_failures(rd) + failures
+    best_version = state.get("best_version") or (steps[-1].best if steps else None)
+    summary_d = _dict(summary)
+    return SkillRun(
+        root=root,
+        kind=kind,
+        config=config,
+        status=status,
+        notes=rd.notes,
+        metric=metric,
+        baseline=read_estimate(rows[0].get("val"), metric) if rows else None,
+        steps=steps,
+        total_steps=state.get("total_steps"),
+        test_initial=read_estimate(test.get("initial"), metric),
+        test_best=read_estimate(test.get("best"), metric),
+        test_paired=_dict(test.get("paired")),
+        best_version=best_version,
+        best_skill=rd.text("best_skill.md"),
+        usage=_dict(summary_d.get("usage") or state.get("usage")),
+        analyst=_dict(summary_d.get("analyst") or state.get("parse")),
+        edits=edits,
+        diffs=diffs,
+        failures=failures,
+        elapsed_s=summary_d.get("elapsed_s", state.get("elapsed_s")),
+    )
+
+
+# ---- train: ReST-EM / SFT -------------------------------------------------------------------
+@dataclass
+class Round:
+    round: int
+    label: str
+    trained: bool
+    reason: str
+    samples: int | None
+    sample_solved: Estimate | None  # share of the round's samples the task scored solved
+    sample_truncated: float | None
+    elite: dict[str, Any]
+    train: dict[str, Any]
+    val: Estimate | None
+    test: Estimate | None
+    best_round: int
+    new_best: bool
+    seconds: float | None
+
+
+@dataclass
+class RestRun:
+    root: Path
+    method: str
+    config: dict[str, Any]
+    status: RunStatus
+    notes: list[str]
+    metric: str
+    rounds: list[Round]
+    total_rounds: int | None
+    best_round: int | None
+    base_test: Estimate | None
+    shipped_test: Estimate | None
+    shipped: str | None
+
+
+def _rest_round(row: dict[str, Any], metric: str, best_before: int) -> Round:
+    r = int(row.get("round", 0))
+    samples = row.get("samples")
+    share = row.get("sample_solved")
+    solved = None
+    if isinstance(samples, int) and samples and isinstance(share, (int, float)):
+        k = round(share * samples)
+        lo, hi = wilson_interval(k, samples)
+        solved = Estimate(float(share), lo, hi, samples, k)
+    best_round = int(row.get("best_round", best_before if r else 0))
+    return Round(
+        round=r,
+        label=str(row.get("model") or ("base" if r == 0 else f"round {r}")),
+        trained=bool(row.get("trained", r > 0)),
+        reason=str(row.get("reason") or ""),
+        samples=samples if isinstance(samples, int) else None,
+        sample_solved=solved,
+        sample_truncated=row.get("sample_truncated"),
+        elite=_dict(row.get("elite")),
+        train=_dict(row.get("train")),
+        val=read_estimate(row.get("val"), metric),
+        test=read_estimate(row.get("test"), metric),
+        best_round=best_round,
+        new_best=r > 0 and best_round == r,
+        seconds=row.get("seconds"),
+    )
+
+
+def load_rest_run(root: Path) -> RestRun:
+    rd = _Reader(root)
+    config = _dict(rd.json("config.json"))
+    rest = _dict(config.get("rest"))
+    backend = _dict(rest.get("backend")).get("backend")
+    metric = (
+        "soft"
+        if str(config.get("task", "")).startswith("game:") or backend == "scratch"
+        else "hard"
+    )
+    state = _dict(rd.json("state.json"))
+    result = _dict(rd.json("result.json"))
+    rows = rd.jsonl("history.jsonl")
+    if not rows:
+        rd.note("No round has finished yet (history.jsonl is missing or empty).")
+    rounds, best = [], 0
+    for row in rows:
+        rounds.append(_rest_round(row, metric, best))
+        best = rounds[-1].best_round
+    total = rest.get("rounds")
+    if result:
+        status = RunStatus(
+            True, f"finished: {len(rounds) - 1} rounds, shipped {result.get('shipped')}"
+        )
+    else:
+        done = state.get("completed_round")
+        status = RunStatus(
+            False,
+            f"not finished: {done if done is not None else 'no'} of {total or '?'} rounds done "
+            "(still running, or stopped; the same command resumes it)",
+        )
+        rd.note("No result.json yet: the shipped model's test accuracy comes at the end.")
+    return RestRun(
+        root=root,
+        method=str(config.get("method") or "rest"),
+        config=config,
+        status=status,
+        notes=rd.notes,
+        metric=metric,
+        rounds=rounds,
+        total_rounds=total,
+        best_round=result.get("best_round", state.get("best_round")),
+        base_test=read_estimate(result.get("base_test") or state.get("base_test"), metric),
+        shipped_test=read_estimate(result.get("shipped_test"), metric),
+        shipped=result.get("shipped"),
+    )
+
+
+# ---- train: GRPO / GSPO ---------------------------------------------------------------------
+@dataclass
+class RLStep:
+    step: int
+    values: dict[str, float]  # reward, reward_std, kl, completion_length, truncated, ...
+    all_rewards_equal: bool
+    warnings: list[str]
+
+
+@dataclass
+class RLRun:
+    root: Path
+    method: str
+    config: dict[str, Any]
+    status: RunStatus
+    notes: list[str]
+    steps: list[RLStep]
+    total_steps: int | None
+    base_val: Estimate | None
+    trained_val: Estimate | None
+    base_test: Estimate | None
+    shipped_test: Estimate | None
+    shipped: str | None
+    step_seconds: float | None
+
+
+def load_rl_run(root: Path) -> RLRun:
+    rd = _Reader(root)
+    config = _dict(rd.json("config.json"))
+    rl = _dict(config.get("rl"))
+    state = _dict(rd.json("state.json"))
+    result = _dict(rd.json("result.json"))
+    steps = [
+        RLStep(
+            int(row.get("step", i + 1)),
+            {
+                k: float(v)
+                for k, v in row.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"
+            },
+            bool(row.get("all_rewards_equal")),
+            [str(w) for w in row.get("warnings", [])],
+        )
+        for i, row in enumerate(rd.jsonl("history.jsonl"))
+    ]
+    if not steps:
+        rd.note("No training step has been logged yet (history.jsonl is missing or empty).")
+    total = rl.get("steps")
+    if result:
+        status = RunStatus(
+            True, f"finished: {len(steps)} steps, shipped the {result.get('shipped')} model"
+        )
+    else:
+        status = RunStatus(
+            False,
+            f"not finished: {len(steps)} of {total or '?'} steps logged (still running, or "
+            "stopped; the same command resumes it)",
+        )
+        rd.note("No result.json yet: the trained model is evaluated on val and test at the end.")
+
+    def est(key: str) -> Estimate | None:
+        return read_estimate(result.get(key) or state.get(key))
+
+    return RLRun(
+        root=root,
+        method=str(config.get("method") or rl.get("method") or "grpo"),
+        config=config,
+        status=status,
+        notes=rd.notes,
+        steps=steps,
+        total_steps=total,
+        base_val=est("base_val"),
+        trained_val=est("trained_val"),
+        base_test=est("base_test"),
+        shipped_test=read_estimate(result.get("shipped_test")),
+        shipped=result.get("shipped"),
+        step_seconds=result.get("step_seconds", state.get("step_seconds")),
+    )
+
+
+# ---- detection ------------------------------------------------------------------------------
+Run = SkillRun | RestRun | RLRun
+
+ADAPTERS: dict[str, Callable[[Path], Run]] = {
+    "optimize": load_skill_run,
+    "rest": load_rest_run,
+    "rl": load_rl_run,
+}
+
+
+def _first_row(root: Path) -> dict[str, Any]:
+    rows = _Reader(root).jsonl("history.jsonl")
+    return rows[0] if rows else {}
+
+
+def detect_kind(root: Path) -> str:
+    """The adapter for `root`: from config.json when it says, else from the files present."""
+    if not root.exists():
+        raise ReportError(f"run directory {root} does not exist")
+    if not root.is_dir():
+        raise ReportError(f"{root} is not a directory; give the run directory")
+    config = _dict(_Reader(root).json("config.json"))
+    method = config.get("method")
+    if method in ("rest", "sft") or "rest" in config:
+        return "rest"
+    if method in ("grpo", "gspo") or "rl" in config:
+        return "rl"
+    if "optimizer_model" in config or "gate_metric" in config:
+        return "optimize"
+    if (root / "skills").is_dir() or (root / "best_skill.md").is_file():
+        return "optimize"
+    if (root / "rounds").is_dir():
+        return "rest"
+    row = _first_row(root)
+    if "stage" in row:
+        return "optimize"
+    if "round" in row:
+        return "rest"
+    if "reward" in row:
+        return "rl"
+    raise ReportError(
+        f"{root} is not a run directory of optimize or train (no config.json, history.jsonl "
+        "or skills/ of a known kind)"
+    )
+
+
+def load_run(root: str | Path) -> Run:
+    root = Path(root)
+    return ADAPTERS[detect_kind(root)](root)

@@ -1,0 +1,164 @@
+"""Run directories for the report tests, produced by the real trainers' code paths:
+
+- `optimize_run`: SkillTrainer with the scripted rule target and canned analyst (known gate
+  decisions: accept, new best, reject, new best);
+- `rest_run`: RestTrainer on a tiny random model (real sampling, elite and LoRA fine-tuning;
+  only the val / test evaluation is scripted, as in test_weights_rest.py);
+- `rl_run`: GRPO's history written by the real metrics callback from TRL-style logs, and
+  state.json / result.json from the real EvalResult and RLResult (a real GRPO run takes
+  minutes; test_weights_rl.py covers it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from selftaught.skill import SkillOptConfig, SkillTrainer
+from tests.scripted import POISON, ToyTask, canned_analyst, rule_target, schedule_of_rules
+
+RULES = ("rule delta", "rule alpha", POISON, "rule gamma")
+DECISIONS = ["accept", "accept_new_best", "reject", "accept_new_best"]
+
+
+def optimize_trainer(root: Path, initial_skill: str = "# Skill\n", **cfg: Any) -> SkillTrainer:
+    config = SkillOptConfig(**{"epochs": 2, "batch_size": 4, "concurrency": 4, **cfg})
+    return SkillTrainer(
+        config,
+        ToyTask(),
+        rule_target(),
+        canned_analyst(failure=schedule_of_rules(*RULES)),
+        initial_skill,
+        output_dir=root,
+        progress=False,
+    )
+
+
+def optimize_run(root: Path, initial_skill: str = "# Skill\n", **cfg: Any) -> dict[str, Any]:
+    return optimize_trainer(root, initial_skill, **cfg).train()
+
+
+def rest_run(root: Path, model_dir: Path, monkeypatch: Any, val_by_round: list[float]) -> Any:
+    """A finished 2-round ReST-EM run; val accuracies per round are scripted (test = val -
+    0.1), everything else runs for real."""
+    from selftaught.weights.rest import RestTrainer
+    from tests.test_weights_rest import EchoTask, config, scripted_eval
+
+    scripted_eval(monkeypatch, val_by_round)
+    cfg = config(len(val_by_round) - 1)
+    cfg.eval_test_each_round = True
+    return RestTrainer(EchoTask(), cfg, root, model_path=model_dir, progress=False).train()
+
+
+_SHARED: dict[str, Path] = {}
+
+
+def shared_rest_run(tmp_path_factory: Any) -> Path:
+    """One finished ReST run per test session (rounds val 0.25, 0.75, 0.5): several tests
+    read it, none may change it (copy it first)."""
+    import pytest
+
+    if "rest" not in _SHARED:
+        base = tmp_path_factory.mktemp("rest-run")
+        with pytest.MonkeyPatch.context() as mp:
+            rest_run(base / "run", tiny_model(base / "tiny"), mp, [0.25, 0.75, 0.5])
+        _SHARED["rest"] = base / "run"
+    return _SHARED["rest"]
+
+
+def tiny_model(root: Path) -> Path:
+    from selftaught.weights.config import BackendConfig
+    from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer
+
+    tok = scratch_tokenizer()
+    model = build_scratch_model(
+        tok, BackendConfig(scratch_layers=1, scratch_width=32, scratch_heads=2), seed=0
+    )
+    model.save_pretrained(root)
+    tok.save_pretrained(root)
+    return root
+
+
+RL_LOGS = [  # what TRL's GRPOTrainer logs per step (keys as TRL names them)
+    {
+        "reward": 0.0,
+        "reward_std": 0.0,
+        "kl": 0.0,
+        "completions/mean_length": 64.0,
+        "completions/clipped_ratio": 0.9,
+        "frac_reward_zero_std": 1.0,
+        "loss": 0.0,
+    },
+    {
+        "reward": 0.25,
+        "reward_std": 0.2,
+        "kl": 0.004,
+        "completions/mean_length": 40.0,
+        "completions/clipped_ratio": 0.3,
+        "frac_reward_zero_std": 0.5,
+        "loss": 0.01,
+    },
+    {
+        "reward": 0.5,
+        "reward_std": 0.3,
+        "kl": 0.011,
+        "completions/mean_length": 31.5,
+        "completions/clipped_ratio": 0.1,
+        "frac_reward_zero_std": 0.0,
+        "loss": 0.02,
+    },
+]
+RL_REWARDS = [[0.0] * 4, [0.0, 0.5, 0.0, 0.5], [1.0, 0.0, 0.5, 0.5]]
+
+
+def rl_run(root: Path, *, finished: bool = True) -> None:
+    """A GRPO run directory in the exact format rl.py writes (history by its callback)."""
+    from rich.console import Console
+
+    from selftaught.runs import RunDir, atomic_write_json
+    from selftaught.weights.config import RLConfig
+    from selftaught.weights.rl import RLResult, TaskReward, _make_callback
+    from selftaught.weights.sampling import EvalResult
+
+    task = ToyTask()
+    cfg = RLConfig(steps=len(RL_LOGS))
+    run = RunDir(root)
+    run.check_or_write_config(
+        {
+            "method": "grpo",
+            "task": task.name,
+            "model": "tiny",
+            "sizes": [8, 11, 10],
+            "rl": cfg.to_dict(),
+        }
+    )
+    base_val = EvalResult("val", 11, 2, 2 / 11, (0.05, 0.48), 2 / 11, 0.0)
+    base_test = EvalResult("test", 10, 2, 0.2, (0.06, 0.51), 0.2, 0.0)
+    state: dict[str, Any] = {"base_val": base_val.to_dict(), "base_test": base_test.to_dict()}
+    run.save_state(state)
+    reward = TaskReward(task, task.examples("train"))
+    callback = _make_callback(run, reward, cfg, Console(quiet=True))
+    for step, (logs, rewards) in enumerate(zip(RL_LOGS, RL_REWARDS, strict=True), 1):
+        reward.last_rewards = rewards
+        callback.on_log(None, SimpleNamespace(global_step=step), None, logs=logs)
+    if not finished:
+        return
+    trained_val = EvalResult("val", 11, 5, 5 / 11, (0.21, 0.72), 5 / 11, 0.0)
+    trained_test = EvalResult("test", 10, 4, 0.4, (0.17, 0.69), 0.4, 0.0)
+    state.update(
+        trained=True,
+        trained_val=trained_val.to_dict(),
+        trained_test=trained_test.to_dict(),
+        step_seconds=1.5,
+    )
+    run.save_state(state)
+    result = RLResult(
+        "trained",
+        base_val,
+        trained_val,
+        base_test,
+        trained_test,
+        steps=run.history(),
+        step_seconds=1.5,
+    )
+    atomic_write_json(run.path("result.json"), result.to_dict())
