@@ -197,7 +197,22 @@ def test_read_estimate_reads_every_accuracy_summary_shape():
     skill = _split_summary({"a": [1.0, 1.0], "b": [0.0, 0.5], "c": [1.0, 1.0], "d": None})
     weights = EvalResult("val", 3, 2, 2 / 3, (0.2077, 0.9385), 0.83, 0.0).to_dict()
     evaluation = EvalSummary(
-        "t", "m", "val", 3, 1, 2 / 3, (0.2077, 0.9385), 0.83, (0.5, 1.0), 0, 0, 0, 0, 0.0, "h"
+        task="t",
+        model="m",
+        split="val",
+        n=3,
+        n_errors=1,
+        n_scorer_errors=0,
+        hard=2 / 3,
+        hard_ci=(0.2077, 0.9385),
+        soft=0.83,
+        soft_ci=(0.5, 1.0),
+        prompt_tokens=0,
+        completion_tokens=0,
+        truncated=0,
+        retries=0,
+        wall_s=0.0,
+        skill_hash="h",
     ).summary()
     for shape in (skill, weights, evaluation):
         e = read_estimate(shape)
