@@ -155,7 +155,7 @@ class Interaction:
 def iso_utc(ts: float) -> str:
     return (
         datetime.fromtimestamp(ts, timezone.utc)
-        .isoformat(timespec="milliseconds")
+        .isoformat(timespec="microseconds")
         .replace("+00:00", "Z")
     )
 
