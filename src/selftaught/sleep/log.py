@@ -116,6 +116,19 @@ class Interaction:
     redactions: int = 0
     feedback: Feedback = field(default_factory=Feedback)  # merged; read from the log
 
+    def prompt_head(self, chars: int = 60) -> str:
+        """The last user message, on one line, cut to `chars`."""
+        for msg in reversed(self.messages):
+            if isinstance(msg, dict) and msg.get("role") == "user":
+                content = msg.get("content")
+                if isinstance(content, list):
+                    content = " ".join(
+                        str(p.get("text", "")) for p in content if isinstance(p, dict)
+                    )
+                text = " ".join(str(content or "").split())
+                return text if len(text) <= chars else text[: chars - 1] + "…"
+        return ""
+
     @property
     def is_task(self) -> bool:
         return self.error is None

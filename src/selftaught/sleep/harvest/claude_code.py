@@ -109,9 +109,13 @@ class ClaudeCodeHarvester:
         _close(turns, usage)
         project = project_from_cwd(meta.get("cwd"), config.project)
         return turns_to_interactions(
-            turns, source=self.name, session_id=session_id, project=project, meta=meta,
+            turns,
+            source=self.name,
+            session_id=session_id,
+            project=project,
+            meta=meta,
             config=config,
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _assistant(

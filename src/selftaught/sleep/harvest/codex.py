@@ -130,9 +130,13 @@ class CodexHarvester:
         self._close(turns, last_totals, totals)
         project = project_from_cwd(meta.get("cwd"), config.project)
         return turns_to_interactions(
-            turns, source=self.name, session_id=session_id, project=project, meta=meta,
+            turns,
+            source=self.name,
+            session_id=session_id,
+            project=project,
+            meta=meta,
             config=config,
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _is_request(kind: Any, payload: dict[str, Any], has_events: bool) -> bool:
