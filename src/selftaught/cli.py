@@ -466,7 +466,7 @@ def sleep_harvest_cmd(
         project=project,
     )
     sources = resolve_sources(source)
-    if root and len(sources) != 1:
+    if root and source == "auto":
         raise ValueError("--root needs one --source (claude-code or codex), not auto")
     if not sources:
         console.print("no transcripts found (~/.claude/projects, ~/.codex/sessions)")
