@@ -6,6 +6,7 @@ logging failure that never reaches the client, 200 concurrent requests, kill -9 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -334,18 +335,18 @@ def test_kill_minus_nine_mid_stream_leaves_a_clean_log(tmp_path):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+        args = ["--upstream", f"{upstream.base_url}#fake-model", "--port", str(port)]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "selftaught", "proxy", "--upstream",
-             f"{upstream.base_url}#fake-model", "--port", str(port), "--log", str(log_path)],
+            [sys.executable, "-m", "selftaught", "proxy", *args, "--log", str(log_path)],
             env={**os.environ, "PYTHONPATH": SRC, "SELFTAUGHT_HOME": str(tmp_path / "home")},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        )
         url = f"http://127.0.0.1:{port}/v1"
         try:
             deadline = time.monotonic() + 60
             while True:
-                with __import__("contextlib").suppress(httpx.HTTPError):
+                with contextlib.suppress(httpx.HTTPError):
                     if httpx.get(url.removesuffix("/v1") + "/health").status_code == 200:
                         break
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
