@@ -39,6 +39,7 @@ class FakeUpstream:
         self.faults: deque[str] = deque()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.raw: list[bytes] = []
         self.lock = threading.Lock()
         outer = self
 
@@ -62,8 +63,10 @@ class FakeUpstream:
                 self._json(404, {"error": {"message": "not found", "type": "not_found"}})
 
             def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(raw)
                 with outer.lock:
+                    outer.raw.append(raw)
                     outer.requests.append(body)
                     outer.headers.append(dict(self.headers))
                     fault = outer.faults.popleft() if outer.faults else "ok"

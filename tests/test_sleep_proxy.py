@@ -99,6 +99,16 @@ def test_plain_request_is_forwarded_untouched_and_logged(env):
     assert row.meta["request"]["temperature"] == 0.3 and row.latency_s > 0
 
 
+def test_the_client_bytes_go_upstream_unchanged_when_nothing_is_injected(env, tmp_path):
+    raw = b'{ "model" :"fake-model",  "messages": [{"role":"user","content":"caf\\u00e9"}] }'
+    response = httpx.post(env["url"] + "/chat/completions", content=raw)
+    assert response.status_code == 200 and env["upstream"].raw[-1] == raw
+    adopt(env["home"], "demo", "Be kind.", "", "1")
+    httpx.post(env["url"] + "/chat/completions", content=raw)
+    sent = env["upstream"].requests[-1]
+    assert sent["messages"][0]["role"] == "system" and sent["messages"][1]["content"] == "café"
+
+
 def test_streaming_passes_through_and_is_accumulated_for_the_log(env):
     client = env["client"]
     with client.chat.completions.with_streaming_response.create(

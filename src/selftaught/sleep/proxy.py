@@ -239,7 +239,7 @@ class ProxyState:
 def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -> Any:
     """The FastAPI app; `upstream` defaults to `build_upstream(config)`."""
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from fastapi.responses import JSONResponse, Response
 
     log = TaskLog(config.log_path)  # opening fails loudly at startup, not per request
     state = ProxyState(config, upstream or build_upstream(config), log)
@@ -294,51 +294,7 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     async def chat_completions(request: Request) -> Any:
         if not state.authorized(request.headers.get("authorization")):
             return unauthorized()
-        state.requests += 1
-        started = time.time()
-        try:
-            body = json.loads(await request.body())
-        except ValueError as err:
-            return error(400, f"the request body is not valid JSON: {err}", "invalid_request_error")
-        if not isinstance(body, dict):
-            return error(400, "the request body must be a JSON object", "invalid_request_error")
-        record = _new_record(state, body, started)
-        upstream_body = dict(body)
-        if config.inject:
-            adopted = state.adopted()
-            if not adopted.empty:
-                upstream_body["messages"] = inject_adopted(body.get("messages"), adopted)
-                record.skill_version = adopted.version
-        if state.upstream.model and (state.upstream.force_model or not body.get("model")):
-            upstream_body["model"] = state.upstream.model
-        headers = state.upstream_headers(request.headers)
-        url = f"{state.upstream.base_url}/chat/completions"
-        stream = body.get("stream") is True
-        try:
-            upstream_request = state.upstream.client.build_request(
-                "POST", url, json=upstream_body, headers=headers
-            )
-            response = await state.upstream.client.send(upstream_request, stream=stream)
-        except Exception as err:  # noqa: BLE001 - network errors become a 502, logged
-            status, message = _network_error(err)
-            _finish(state, record, started, error=message, status=status)
-            return error(status, message, "upstream_error", record.id)
-        if response.status_code >= 400 or not stream:
-            content = await response.aread() if stream else response.content
-            await response.aclose()
-            _finish_plain(state, record, started, response.status_code, content)
-            return Response(
-                content,
-                status_code=response.status_code,
-                media_type=response.headers.get("content-type", "application/json"),
-                headers={ID_HEADER: record.id},
-            )
-        return StreamingResponse(
-            _relay(state, record, started, response),
-            status_code=response.status_code,
-            media_type=response.headers.get("content-type", "text/event-stream"),
-            headers={ID_HEADER: record.id, "cache-control": "no-cache"},
-        )
+        return await forward_chat(state, request)
 
     @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     async def passthrough(path: str, request: Request) -> Any:
@@ -363,6 +319,74 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
         )
 
     return app
+
+
+def _upstream_body(state: ProxyState, body: dict[str, Any], record: Interaction) -> dict[str, Any]:
+    """The client's body with the adopted skill injected (recorded on `record`) and the model
+    filled in where the upstream needs it."""
+    out = dict(body)
+    if state.config.inject:
+        adopted = state.adopted()
+        if not adopted.empty:
+            out["messages"] = inject_adopted(body.get("messages"), adopted)
+            record.skill_version = adopted.version
+    upstream = state.upstream
+    if upstream.model and (upstream.force_model or not body.get("model")):
+        out["model"] = upstream.model
+    return out
+
+
+async def forward_chat(state: ProxyState, request: Any) -> Any:
+    """One chat completion: forward, answer the client (streaming as it arrives), log."""
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+    state.requests += 1
+    started = time.time()
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError as err:
+        body = f"the request body is not valid JSON: {err}"
+    if not isinstance(body, dict):
+        message = body if isinstance(body, str) else "the request body must be a JSON object"
+        return JSONResponse(_error_body(message, "invalid_request_error", 400), status_code=400)
+    record = _new_record(state, body, started)
+    upstream_body = _upstream_body(state, body, record)
+    content = raw if upstream_body == body else json.dumps(upstream_body).encode()
+    stream = body.get("stream") is True
+    client = state.upstream.client
+    try:
+        upstream_request = client.build_request(
+            "POST",
+            f"{state.upstream.base_url}/chat/completions",
+            content=content,
+            headers=state.upstream_headers(request.headers),
+        )
+        response = await client.send(upstream_request, stream=stream)
+    except Exception as err:  # noqa: BLE001 - network errors become a 502 / 504, logged
+        status, message = _network_error(err)
+        _finish(state, record, started, error=message, status=status)
+        return JSONResponse(
+            _error_body(message, "upstream_error", status),
+            status_code=status,
+            headers={ID_HEADER: record.id},
+        )
+    if response.status_code >= 400 or not stream:
+        answer = await response.aread() if stream else response.content
+        await response.aclose()
+        _finish_plain(state, record, started, response.status_code, answer)
+        return Response(
+            answer,
+            status_code=response.status_code,
+            media_type=response.headers.get("content-type", "application/json"),
+            headers={ID_HEADER: record.id},
+        )
+    return StreamingResponse(
+        _relay(state, record, started, response),
+        status_code=response.status_code,
+        media_type=response.headers.get("content-type", "text/event-stream"),
+        headers={ID_HEADER: record.id, "cache-control": "no-cache"},
+    )
 
 
 def _attach_feedback(state: ProxyState, iid: str, fb: Feedback | None) -> str:

@@ -104,9 +104,9 @@ def harvest(
     report = HarvestReport(source, str(root))
     cutoff = config.cutoff()
     rows: list[Interaction] = []
-    files = sorted(harvester.session_files(root), key=lambda p: p.stat().st_mtime, reverse=True)
+    files = sorted(harvester.session_files(root), key=_mtime, reverse=True)
     for path in files:
-        if path.stat().st_mtime < cutoff:  # written before the window: nothing new in it
+        if _mtime(path) < cutoff:  # written before the window (or gone): nothing new in it
             report.sessions_too_old += 1
             continue
         if report.sessions_read >= config.max_sessions:
@@ -129,6 +129,13 @@ def harvest(
 
 
 # ---- helpers the harvesters share ---------------------------------------------------------
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # deleted since it was listed
+        return -1.0
 
 
 def iter_records(path: Path, report: HarvestReport) -> Iterator[tuple[int, dict[str, Any]]]:
