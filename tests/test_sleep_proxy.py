@@ -261,6 +261,13 @@ def test_require_key(tmp_path):
             assert httpx.get(url + "/selftaught/stats").status_code == 401
         # the proxy's own key goes upstream, never the client's
         assert [h["authorization"] for h in upstream.headers] == ["Bearer upstream-secret"]
+        config.api_key, config.log_path = None, tmp_path / "log2.db"
+        with proxy_in_background(config) as (url, _):
+            right = openai.OpenAI(base_url=url, api_key="proxy-secret", max_retries=0)
+            right.chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": "x"}]
+            )
+        assert "authorization" not in upstream.headers[-1]  # the proxy key never leaves
 
 
 def test_remote_hosts_need_allow_remote_and_bad_configs(tmp_path, monkeypatch):

@@ -102,8 +102,11 @@ def build_upstream(config: ProxyConfig) -> Upstream:
         return Upstream(client, "http://local.selftaught/v1", name, True, None, False)
     if spec.base_url:  # any OpenAI-compatible server
         client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        # Without a key of its own the proxy passes the client's on, unless the client's key
+        # is the proxy's own (--require-key): that one never leaves.
         own_key = config.api_key
-        return Upstream(client, spec.base_url, spec.model or None, False, own_key, own_key is None)
+        pass_client = own_key is None and config.require_key is None
+        return Upstream(client, spec.base_url, spec.model or None, False, own_key, pass_client)
     key = config.api_key or os.environ.get("OPENAI_API_KEY")
     if not key:
         raise ProxyError(
