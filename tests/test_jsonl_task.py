@@ -158,3 +158,72 @@ def test_llm_judge_lines_need_no_reference(tmp_path):
     score = task.score("an old silent pond", example)
     assert score.hard == 1 and score.soft == 0.9 and "clear and kind" in score.feedback
     assert task.instructions == "Be poetic."
+
+
+def test_openai_chat_and_evals_formats(tmp_path):
+    path = write_jsonl(
+        tmp_path / "mixed.jsonl",
+        [
+            {  # OpenAI chat (fine-tuning) format: the final assistant turn is the reference
+                "messages": [
+                    {"role": "system", "content": "Answer with a number."},
+                    {"role": "user", "content": "3 + 4?"},
+                    {"role": "assistant", "content": "7"},
+                ],
+                "split": "train",
+            },
+            {  # OpenAI evals format: `input` is a chat list, `ideal` a string
+                "input": [
+                    {"role": "system", "content": "Answer with a number."},
+                    {"role": "user", "content": "5 + 5?"},
+                ],
+                "ideal": "10",
+                "split": "val",
+            },
+            {  # `ideal` as a list of acceptable answers
+                "input": [{"role": "user", "content": "Capital of France?"}],
+                "ideal": ["Paris", "paris, france"],
+                "split": "test",
+            },
+            {  # a given reference wins over the final assistant turn, which is still dropped
+                "messages": [
+                    {"role": "user", "content": "2 + 2?"},
+                    {"role": "assistant", "content": "5"},
+                ],
+                "reference": "4",
+                "split": "test",
+            },
+        ],
+    )
+    task = JsonlTask(path)
+    (chat,) = task.examples("train")
+    assert chat.reference == "7" and [m["role"] for m in chat.input] == ["system", "user"]
+    (evals,) = task.examples("val")
+    assert evals.reference == "10" and evals.input[-1]["content"] == "5 + 5?"
+    assert "ideal" not in evals.state
+    listed, given = task.examples("test")
+    assert listed.reference == ["Paris", "paris, france"]
+    assert task.score("Paris", listed).hard == 1
+    assert given.reference == "4" and [m["role"] for m in given.input] == ["user"]
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        ('{"input": [], "ideal": "1"}', "`input` must be a non-empty list"),
+        (
+            '{"input": [{"role": "user", "content": 5}], "ideal": "1"}',
+            "input\\[0\\] needs a string",
+        ),
+        ('{"input": 7, "ideal": "1"}', "`input` must be a non-empty string or a chat list"),
+        ('{"messages": "hi", "reference": "1"}', "`messages` must be a non-empty list"),
+        ('{"input": "hi", "ideal": "1", "reference": "1"}', "either `reference` or `ideal`"),
+        ('{"messages": [{"role": "assistant", "content": "1"}]}', "no user message"),
+    ],
+)
+def test_bad_chat_and_evals_lines_name_file_and_line(tmp_path, bad_line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(qa_rows(1)[0]) + "\n" + bad_line + "\n")
+    with pytest.raises(TaskError, match=message) as info:
+        JsonlTask(path)
+    assert f"{path}:2" in str(info.value)

@@ -152,17 +152,55 @@ def test_unknown_model_is_404_with_openai_error_body(client: openai.OpenAI):
     assert "gpt-nope" in error["message"] and NAME in error["message"]
 
 
-def test_n_above_one_and_streaming_are_refused(client: openai.OpenAI, base_url: str):
+def test_n_above_one_is_refused(client: openai.OpenAI, base_url: str):
     with pytest.raises(openai.BadRequestError, match="n=1"):
         client.chat.completions.create(
             model=NAME, messages=[{"role": "user", "content": "hi"}], n=2
         )
     response = httpx.post(
         f"{base_url}/chat/completions",
-        json={"model": NAME, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        json={"model": NAME, "messages": [{"role": "user", "content": "hi"}], "stream": "yes"},
     )
     assert response.status_code == 400
-    assert response.json()["error"]["message"] == "streaming is not supported"
+    assert response.json()["error"]["message"] == "'stream' must be a boolean"
+
+
+def test_streaming_with_the_openai_client(client: openai.OpenAI):
+    stream = client.chat.completions.create(
+        model=NAME,
+        messages=[{"role": "user", "content": "one two  three"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "echo: one two three"  # the scripted model re-joins words
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "stop" and set(finishes[:-1]) == {None}
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 4
+    assert len({c.id for c in chunks}) == 1 and all(c.model == NAME for c in chunks)
+    # without include_usage there is no usage chunk; truncation shows as finish_reason length
+    plain = list(
+        client.chat.completions.create(
+            model=NAME, messages=[{"role": "user", "content": "a b c d"}], stream=True, max_tokens=2
+        )
+    )
+    assert all(c.usage is None for c in plain) and plain[-1].choices[0].finish_reason == "length"
+
+
+def test_streaming_errors_are_http_errors_not_broken_streams(
+    client: openai.OpenAI, echo: EchoModel
+):
+    echo.fail_with = TransientBackendError("scripted", "overloaded", status=503)
+    try:
+        with pytest.raises(openai.InternalServerError) as info:
+            client.chat.completions.create(
+                model=NAME, messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        assert info.value.status_code == 503
+    finally:
+        echo.fail_with = None
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -332,6 +333,243 @@ def serve_cmd(
         f"(use --model http://{host}:{port}/v1#{served})"
     )
     run_server(the_model, served, host=host, port=port, allow_remote=allow_remote)
+
+
+# ---- sleep, part 1: the proxy and the task log ----------------------------------------
+
+sleep_app = typer.Typer(
+    help="Sleep: learn from the deployed agent's real traffic (the task log and its inputs).",
+    no_args_is_help=True,
+)
+app.add_typer(sleep_app, name="sleep")
+LogOpt = Annotated[
+    Path | None,
+    typer.Option("--log", help="Task log (default $SELFTAUGHT_LOG or <home>/log.db)."),
+]
+ProjectOpt = Annotated[str, typer.Option(help="Project the interactions belong to.")]
+
+
+def sleep_errors(fn: F) -> F:
+    """Bad input to a sleep command: one sentence, exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from selftaught.sleep.log import LogError
+
+        try:
+            return fn(*args, **kwargs)
+        except (LogError, ValueError, OSError) as err:
+            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return friendly_errors(wrapper)  # type: ignore[return-value]
+
+
+@app.command("proxy")
+@sleep_errors
+def proxy_cmd(
+    upstream: Annotated[
+        str, typer.Option(help="Model spec to forward to: http://HOST:PORT/v1#M | openai:M | local")
+    ],
+    project: ProjectOpt = "default",
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8080,
+    require_key: Annotated[
+        str | None,
+        typer.Option(envvar="SELFTAUGHT_PROXY_KEY", help="Clients must send this bearer key."),
+    ] = None,
+    allow_remote: Annotated[bool, typer.Option(help="Allow a non-loopback host.")] = False,
+    log: LogOpt = None,
+    api_key: ApiKeyOpt = None,
+    inject: Annotated[bool, typer.Option(help="Inject the adopted skill and memory.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds per upstream request.")] = 600.0,
+) -> None:
+    """OpenAI-compatible proxy: injects the adopted skill, logs every exchange (redacted)."""
+    from selftaught.serve import check_host
+    from selftaught.sleep.proxy import ProxyConfig, run_proxy
+
+    try:
+        check_host(host, allow_remote)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--host") from None
+    config = ProxyConfig(
+        upstream=upstream,
+        project=project,
+        host=host,
+        port=port,
+        require_key=require_key,
+        allow_remote=allow_remote,
+        log_path=log,
+        api_key=api_key,
+        timeout_s=timeout,
+        inject=inject,
+    )
+    console.print(f"proxy for {upstream} at http://{host}:{port}/v1 (project {project})")
+    run_proxy(config)
+
+
+@sleep_app.command("log")
+@sleep_errors
+def sleep_log_cmd(
+    log: LogOpt = None,
+    project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
+    source: Annotated[
+        str | None, typer.Option(help="proxy | api | import | claude-code | codex")
+    ] = None,
+    since: Annotated[str | None, typer.Option(help="From (ISO time or 12h, 7d ago).")] = None,
+    until: Annotated[str | None, typer.Option(help="Until (ISO time or 12h, 7d ago).")] = None,
+    feedback: Annotated[
+        bool | None, typer.Option("--feedback/--no-feedback", help="With / without feedback.")
+    ] = None,
+    errors: Annotated[
+        bool | None, typer.Option("--errors/--tasks", help="Failed calls / tasks only.")
+    ] = None,
+    tag: Annotated[str | None, typer.Option(help="Only rows with this tag.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N rows (newest first).")] = 20,
+    export: Annotated[
+        Path | None, typer.Option(help="Write the rows as JSONL to this file.")
+    ] = None,
+) -> None:
+    """List, filter or export the task log."""
+    from selftaught.sleep.log import LogFilter, TaskLog, parse_time
+
+    flt = LogFilter(
+        project=project,
+        source=source,
+        tag=tag,
+        has_feedback=feedback,
+        errors=errors,
+        since=parse_time(since) if since else None,
+        until=parse_time(until) if until else None,
+        limit=None if export else limit,
+    )
+    task_log = TaskLog(log)
+    if export:
+        n = task_log.export_jsonl(export, flt)
+        console.print(f"exported {n} interactions to {export}")
+        return
+    table = Table(title=f"task log {task_log.path} ({task_log.count(flt)} rows match)")
+    for column in (
+        "id",
+        "time",
+        "project",
+        "source",
+        "model",
+        "request",
+        "reply",
+        "feedback",
+        "notes",
+    ):
+        table.add_column(column, overflow="fold")
+    for it in task_log.query(flt):
+        fb = it.feedback
+        notes = [f"error {it.error_status or ''}".strip()] if it.error else []
+        notes += ["private"] * it.private + [f"{it.redactions} redacted"] * bool(it.redactions)
+        notes += [f"skill v{it.skill_version}"] * bool(it.skill_version)
+        table.add_row(
+            it.id[:8],
+            datetime.fromtimestamp(it.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+            it.project,
+            it.source,
+            it.model or "",
+            it.prompt_head(40),
+            " ".join((it.reply or it.error or "").split())[:40],
+            " ".join(
+                x
+                for x in (
+                    fb.thumb,
+                    None if fb.score is None else f"{fb.score:g}",
+                    "ref" if fb.reference is not None else None,
+                )
+                if x
+            ),
+            ", ".join(notes),
+        )
+    out.print(table)
+
+
+@sleep_app.command("import")
+@sleep_errors
+def sleep_import_cmd(
+    file: Annotated[Path, typer.Argument(help="JSONL: our export, OpenAI chat or OpenAI evals.")],
+    project: Annotated[str | None, typer.Option(help="Put every row in this project.")] = None,
+    log: LogOpt = None,
+) -> None:
+    """Import interactions from a JSONL file (all lines or none)."""
+    from selftaught.sleep.harvest.import_jsonl import import_file
+    from selftaught.sleep.log import TaskLog
+
+    result = import_file(file, TaskLog(log), project)
+    formats = ", ".join(f"{n} {fmt}" for fmt, n in result.formats.items())
+    out.print(
+        f"imported {result.inserted} new of {result.read} ({formats}); "
+        f"{result.duplicates} were already in the log"
+    )
+
+
+@sleep_app.command("feedback")
+@sleep_errors
+def sleep_feedback_cmd(
+    interaction_id: Annotated[str, typer.Argument(help="Interaction id (or its first 8+ chars).")],
+    thumbs: Annotated[str | None, typer.Option(help="up | down")] = None,
+    score: Annotated[float | None, typer.Option(help="A score, e.g. 0..1.")] = None,
+    reference: Annotated[str | None, typer.Option(help="The correct answer.")] = None,
+    comment: Annotated[str | None, typer.Option(help="A comment.")] = None,
+    log: LogOpt = None,
+) -> None:
+    """Attach feedback to a logged interaction."""
+    from selftaught.sleep.log import Feedback, TaskLog
+
+    fb = Feedback(thumb=thumbs, score=score, reference=reference, comment=comment)  # type: ignore[arg-type]
+    out.print(f"feedback attached to {TaskLog(log).add_feedback(interaction_id, fb)}")
+
+
+@sleep_app.command("harvest")
+@sleep_errors
+def sleep_harvest_cmd(
+    source: Annotated[str, typer.Option(help="auto | claude-code | codex")] = "auto",
+    since: Annotated[
+        str | None, typer.Option(help="From (ISO time or 7d ago); overrides --lookback-days.")
+    ] = None,
+    lookback_days: Annotated[float, typer.Option(help="Window when --since is not given.")] = 7.0,
+    max_sessions: Annotated[int, typer.Option(help="Sessions read per run (newest first).")] = 50,
+    max_tasks: Annotated[int, typer.Option(help="Interactions stored per run.")] = 500,
+    project: Annotated[
+        str | None,
+        typer.Option(help="Put every row in this project (default: from the session's folder)."),
+    ] = None,
+    root: Annotated[
+        Path | None, typer.Option(help="Transcript folder (one --source only).")
+    ] = None,
+    log: LogOpt = None,
+) -> None:
+    """Harvest coding-agent transcripts (Claude Code, Codex) into the log as private rows."""
+    from selftaught.sleep.harvest import HarvestConfig, harvest, resolve_sources
+    from selftaught.sleep.log import TaskLog, parse_time
+
+    config = HarvestConfig(
+        since=parse_time(since) if since else None,
+        lookback_days=lookback_days,
+        max_sessions=max_sessions,
+        max_tasks=max_tasks,
+        project=project,
+    )
+    sources = resolve_sources(source)
+    if root and source == "auto":
+        raise ValueError("--root needs one --source (claude-code or codex), not auto")
+    if not sources:
+        console.print("no transcripts found (~/.claude/projects, ~/.codex/sessions)")
+        return
+    task_log = TaskLog(log)
+    for name in sources:
+        r = harvest(name, task_log, config, root)
+        capped = f", stopped at {r.capped}" if r.capped else ""
+        out.print(
+            f"{name} ({r.root}): {r.sessions_read} sessions read, {r.found} interactions "
+            f"in the window, {r.inserted} new{capped}"
+        )
+        for bad in r.malformed[:5]:
+            console.print(f"  skipped malformed line {bad}")
 
 
 # ---- optimize (skill optimization, text space) ----------------------------------------

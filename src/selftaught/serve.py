@@ -2,15 +2,22 @@
 
 Each request awaits `model.achat` on the server's event loop, so concurrent requests reach
 the model concurrently (the local model batches them into one `generate` call). Only what
-an agent needs: `GET /v1/models`, `POST /v1/chat/completions` (no streaming, n=1), `GET
-/health`. Errors use OpenAI's body, `{"error": {"message", "type", "code"}}`, so the
-official client raises its usual exceptions.
+an agent needs: `GET /v1/models`, `POST /v1/chat/completions` (n=1), `GET /health`. Errors
+use OpenAI's body, `{"error": {"message", "type", "code"}}`, so the official client raises
+its usual exceptions.
+
+`stream: true` is answered with OpenAI's server-sent events (`chat.completion.chunk`
+objects, then `data: [DONE]`). The reply is generated first and then sent in chunks, so an
+error is still an HTTP error status, never a half-sent stream; with
+`stream_options.include_usage` a last chunk carries the usage.
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations
 # (e.g. `request: Request`, imported inside `create_app`) at runtime.
 import contextlib
 import ipaddress
+import json
+import re
 import threading
 import time
 import uuid
@@ -62,6 +69,8 @@ class ChatRequest:
     model: str
     messages: list[Message]
     params: GenerationParams
+    stream: bool = False
+    include_usage: bool = False
 
 
 def parse_chat_request(
@@ -70,8 +79,12 @@ def parse_chat_request(
     """Validate an OpenAI chat-completions body; raise RequestError with a clear message."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
-    if body.get("stream"):
-        raise RequestError("streaming is not supported", param="stream")
+    stream = body.get("stream") or False
+    if not isinstance(stream, bool):
+        raise RequestError("'stream' must be a boolean", param="stream")
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise RequestError("'stream_options' must be an object", param="stream_options")
     model = body.get("model", served_name)
     if not isinstance(model, str):
         raise RequestError("'model' must be a string", param="model")
@@ -119,7 +132,67 @@ def parse_chat_request(
         seed=seed,
         stop=stop or None,
     )
-    return ChatRequest(model=model, messages=messages, params=params)
+    return ChatRequest(
+        model=model,
+        messages=messages,
+        params=params,
+        stream=stream,
+        include_usage=stream and bool(stream_options.get("include_usage")),
+    )
+
+
+def completion_body(completion: Any, model_name: str) -> dict[str, Any]:
+    """A `chat.completion` object for one reply."""
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model_name,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": completion.text},
+                "finish_reason": "length" if completion.truncated else "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": _usage(completion),
+    }
+
+
+def _usage(completion: Any) -> dict[str, int]:
+    return {
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": completion.completion_tokens,
+        "total_tokens": completion.prompt_tokens + completion.completion_tokens,
+    }
+
+
+_PIECES = re.compile(r"\S+\s*|\s+")
+
+
+def stream_events(completion: Any, model_name: str, include_usage: bool) -> Iterator[str]:
+    """The reply as OpenAI server-sent events: a role chunk, one chunk per word, a chunk with
+    the finish reason, the usage chunk when asked for, then `[DONE]`."""
+    common = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model_name,
+    }
+
+    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return f"data: {json.dumps({**common, 'choices': [choice], **extra})}\n\n"
+
+    yield event({"role": "assistant", "content": ""})
+    for piece in _PIECES.findall(completion.text):
+        yield event({"content": piece})
+    yield event({}, "length" if completion.truncated else "stop")
+    if include_usage:
+        usage = {**common, "choices": [], "usage": _usage(completion)}
+        yield f"data: {json.dumps(usage)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 def _is_int(value: Any) -> bool:
@@ -177,7 +250,7 @@ def create_app(
     """A FastAPI app serving `model` under the name `model_name`."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     if not model_name:
@@ -223,7 +296,7 @@ def create_app(
         return model_card()
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> dict[str, Any]:
+    async def chat_completions(request: Request) -> Any:
         try:
             body = await request.json()
         except ValueError as err:
@@ -237,25 +310,12 @@ def create_app(
             raise RequestError(str(err), status=503, type="server_error") from err
         except (FatalBackendError, BackendError) as err:
             raise RequestError(str(err), status=500, type="server_error") from err
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model_name,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": completion.text},
-                    "finish_reason": "length" if completion.truncated else "stop",
-                    "logprobs": None,
-                }
-            ],
-            "usage": {
-                "prompt_tokens": completion.prompt_tokens,
-                "completion_tokens": completion.completion_tokens,
-                "total_tokens": completion.prompt_tokens + completion.completion_tokens,
-            },
-        }
+        if parsed.stream:
+            return StreamingResponse(
+                stream_events(completion, model_name, parsed.include_usage),
+                media_type="text/event-stream",
+            )
+        return completion_body(completion, model_name)
 
     return app
 

@@ -1,9 +1,13 @@
 """A task from the user's own JSONL file: one example per line.
 
 Each line is a JSON object with
-  - `input` (a string) or `messages` (a chat list of {"role", "content"}), required;
+  - `input` (a string, or a chat list as in OpenAI evals) or `messages` (a chat list of
+    {"role", "content"}), required; a chat list that ends with an assistant turn (OpenAI's
+    chat fine-tuning format) has that turn taken off the prompt: it is the reference unless
+    the line gives one;
   - `id` (optional; default: the line number), unique in the file;
-  - `reference` (required, except for lines scored by `llm_judge`);
+  - `reference`, or `ideal` as in OpenAI evals (a string or a list of acceptable answers;
+    required, except for lines scored by `llm_judge`);
   - `split` (optional): "train", "val" or "test";
   - `scorer` (optional): overrides the task's scorer for this line;
   - anything else is kept in `Example.state` (e.g. `rubric` for llm_judge).
@@ -25,7 +29,7 @@ from selftaught.models.base import ChatModel
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.scorers import JUDGE_SCORER, Scorer, compile_pattern, get_scorer
 
-_RESERVED_KEYS = {"id", "input", "messages", "reference", "split", "scorer"}
+_RESERVED_KEYS = {"id", "input", "messages", "reference", "ideal", "split", "scorer"}
 _ROLES = {"system", "user", "assistant"}
 
 
@@ -172,14 +176,22 @@ class JsonlTask:
             raise TaskError(f"{where}: give either `input` or `messages`, not both")
         if not has_input and not has_messages:
             raise TaskError(f"{where}: missing `input` (a string) or `messages` (a chat list)")
+        if "reference" in row and "ideal" in row:
+            raise TaskError(f"{where}: give either `reference` or `ideal`, not both")
+        reference = row.get("reference", row.get("ideal"))
         given: str | list[dict[str, Any]]
-        if has_input:
-            given = row["input"]
-            if not isinstance(given, str) or not given.strip():
-                raise TaskError(f"{where}: `input` must be a non-empty string")
-        else:
-            given = row["messages"]
-            self._check_messages(given, where)
+        given = row["input"] if has_input else row["messages"]
+        if isinstance(given, list):
+            field = "input" if has_input else "messages"
+            self._check_messages(given, where, field)
+            if given[-1]["role"] == "assistant":  # the answer, not part of the prompt
+                if reference is None:
+                    reference = given[-1]["content"]
+                given = given[:-1]
+        elif not has_input:
+            raise TaskError(f"{where}: `messages` must be a non-empty list of chat messages")
+        elif not isinstance(given, str) or not given.strip():
+            raise TaskError(f"{where}: `input` must be a non-empty string or a chat list")
 
         split = row.get("split")
         if split is not None and split not in SPLITS:
@@ -189,22 +201,22 @@ class JsonlTask:
             raise TaskError(f"{where}: `scorer` must be a scorer name, got {scorer_name!r}")
 
         state = {k: v for k, v in row.items() if k not in _RESERVED_KEYS}
-        example = Example(id=example_id, input=given, reference=row.get("reference"), state=state)
+        example = Example(id=example_id, input=given, reference=reference, state=state)
         return example, split, scorer_name
 
     @staticmethod
-    def _check_messages(messages: Any, where: str) -> None:
+    def _check_messages(messages: Any, where: str, field: str = "messages") -> None:
         if not isinstance(messages, list) or not messages:
-            raise TaskError(f"{where}: `messages` must be a non-empty list of chat messages")
+            raise TaskError(f"{where}: `{field}` must be a non-empty list of chat messages")
         for i, msg in enumerate(messages):
             if not isinstance(msg, dict) or msg.get("role") not in _ROLES:
                 raise TaskError(
-                    f"{where}: messages[{i}] needs a `role` in {sorted(_ROLES)}, got {msg!r:.80}"
+                    f"{where}: {field}[{i}] needs a `role` in {sorted(_ROLES)}, got {msg!r:.80}"
                 )
             if not isinstance(msg.get("content"), str):
-                raise TaskError(f"{where}: messages[{i}] needs a string `content`")
+                raise TaskError(f"{where}: {field}[{i}] needs a string `content`")
         if not any(m["role"] == "user" for m in messages):
-            raise TaskError(f"{where}: `messages` has no user message")
+            raise TaskError(f"{where}: `{field}` has no user message")
 
     @staticmethod
     def _check_reference(example: Example, scorer_name: str, where: str) -> None:

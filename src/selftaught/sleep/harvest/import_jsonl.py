@@ -1,0 +1,209 @@
+"""`selftaught sleep import FILE`: interactions from a JSONL file, in one of three formats,
+detected per line:
+
+- ours (what `selftaught sleep log --export` writes): `messages`, `reply`, and optionally `id`,
+  `project`, `timestamp`, `model`, `reference`, `feedback`, `tags`, `meta`, `private`, ...
+- OpenAI chat: `messages`, whose final assistant turn (if any) is the reply;
+  optional `reference`;
+- OpenAI evals: `input` (a chat list or a string) and `ideal` (a string or a list) as the
+  reference; no reply.
+
+The whole file is parsed and checked first; a bad line raises naming file and line, and then
+nothing is stored. The rows go in with one transaction. A line with an `id` keeps it, others
+get a dedupe key from their content, so importing the same file twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selftaught.sleep.log import Feedback, Interaction, TaskLog, parse_time
+from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
+
+_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+_OURS = {
+    "id", "project", "source", "timestamp", "model", "messages", "reply", "latency_s",
+    "prompt_tokens", "completion_tokens", "error", "error_status", "reference", "feedback",
+    "tags", "meta", "skill_version", "private", "reviewed", "dedupe_key", "redactions",
+}  # fmt: skip
+
+
+class ImportFormatError(ValueError):
+    """A line that is not an interaction in a known format; the message names file and line."""
+
+
+@dataclass
+class ImportResult:
+    path: str
+    read: int  # interactions in the file
+    inserted: int  # new rows
+    formats: dict[str, int]  # lines per detected format
+
+    @property
+    def duplicates(self) -> int:
+        return self.read - self.inserted
+
+
+def parse_file(path: str | Path, project: str | None = None) -> list[tuple[str, Interaction]]:
+    """Every line of the file as (format, Interaction); raises on the first bad line."""
+    path = Path(path)
+    if project is not None:
+        check_project(project)
+    if not path.is_file():
+        raise ImportFormatError(f"{path}: no such file")
+    out: list[tuple[str, Interaction]] = []
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ImportFormatError(f"{where}: not UTF-8 text ({err.reason})") from err
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ImportFormatError(
+                    f"{where}: malformed JSON ({err.msg}, column {err.colno})"
+                ) from err
+            if not isinstance(row, dict):
+                raise ImportFormatError(
+                    f"{where}: expected a JSON object, got {type(row).__name__}"
+                )
+            try:
+                out.append(parse_row(row, project))
+            except (ValueError, TypeError) as err:
+                raise ImportFormatError(f"{where}: {err}") from err
+    if not out:
+        raise ImportFormatError(f"{path}: the file holds no interactions")
+    return out
+
+
+def parse_row(row: dict[str, Any], project: str | None = None) -> tuple[str, Interaction]:
+    """One line as (format name, Interaction); raises ValueError saying what is wrong."""
+    if "reply" in row:
+        fmt, it = "selftaught", _ours(row)
+    elif "messages" in row:
+        fmt, it = "openai-chat", _chat(row)
+    elif "input" in row:
+        fmt, it = "openai-evals", _evals(row)
+    else:
+        raise ValueError(
+            "unknown format: expected `messages` (OpenAI chat), `input` + `ideal` (OpenAI "
+            "evals) or `messages` + `reply` (selftaught export)"
+        )
+    if project is not None:
+        it.project = project
+    check_project(it.project)
+    if it.dedupe_key is None and "id" not in row:
+        canonical = json.dumps(row, sort_keys=True, ensure_ascii=False)
+        digest = hashlib.sha256(f"{it.project}\x00{canonical}".encode()).hexdigest()[:32]
+        it.dedupe_key = f"import:{digest}"
+    return fmt, it
+
+
+def _messages(value: Any, field: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"`{field}` must be a non-empty list of chat messages")
+    for i, msg in enumerate(value):
+        if not isinstance(msg, dict) or msg.get("role") not in _ROLES:
+            raise ValueError(f"{field}[{i}] needs a `role` in {sorted(_ROLES)}, got {msg!r:.80}")
+        content = msg.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise ValueError(f"{field}[{i}].content must be a string or a list of parts")
+    return value
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p
+        )
+    return ""
+
+
+def _chat(row: dict[str, Any]) -> Interaction:
+    messages = _messages(row["messages"], "messages")
+    reply = None
+    if messages[-1]["role"] == "assistant":
+        reply, messages = _text(messages[-1].get("content")), messages[:-1]
+    if not messages:
+        raise ValueError("`messages` holds only the assistant's reply, no prompt")
+    extra = {k: v for k, v in row.items() if k not in ("messages", "reference")}
+    return Interaction(
+        messages=messages, reply=reply, source="import", reference=row.get("reference"), meta=extra
+    )
+
+
+def _evals(row: dict[str, Any]) -> Interaction:
+    given = row["input"]
+    if isinstance(given, str):
+        if not given.strip():
+            raise ValueError("`input` must be a non-empty string or a chat list")
+        messages = [{"role": "user", "content": given}]
+    else:
+        messages = _messages(given, "input")
+    ideal = row.get("ideal")
+    if ideal is not None and not isinstance(ideal, (str, list)):
+        raise ValueError("`ideal` must be a string or a list of strings")
+    extra = {k: v for k, v in row.items() if k not in ("input", "ideal")}
+    return Interaction(messages=messages, reply=None, source="import", reference=ideal, meta=extra)
+
+
+def _ours(row: dict[str, Any]) -> Interaction:
+    unknown = set(row) - _OURS
+    if unknown:
+        raise ValueError(
+            f"unknown field(s) for the selftaught format: {', '.join(sorted(unknown))}"
+        )
+    reply = row["reply"]
+    if reply is not None and not isinstance(reply, str):
+        raise ValueError("`reply` must be a string or null")
+    for name in ("tags",):
+        if not isinstance(row.get(name, []), list):
+            raise ValueError(f"`{name}` must be a list")
+    if not isinstance(row.get("meta", {}), dict):
+        raise ValueError("`meta` must be an object")
+    it = Interaction(
+        messages=_messages(row.get("messages"), "messages"),
+        reply=reply,
+        project=row.get("project") or DEFAULT_PROJECT,
+        source=row.get("source") or "import",
+        model=row.get("model"),
+        latency_s=row.get("latency_s"),
+        prompt_tokens=row.get("prompt_tokens"),
+        completion_tokens=row.get("completion_tokens"),
+        error=row.get("error"),
+        error_status=row.get("error_status"),
+        reference=row.get("reference"),
+        tags=[str(t) for t in row.get("tags", [])],
+        meta=row.get("meta", {}),
+        skill_version=row.get("skill_version"),
+        private=bool(row.get("private", False)),  # an exported private row stays private
+        reviewed=bool(row.get("reviewed", False)),
+        dedupe_key=row.get("dedupe_key"),
+        redactions=int(row.get("redactions") or 0),
+        feedback=Feedback.coerce(row.get("feedback")) or Feedback(),
+    )
+    if row.get("id") is not None:
+        it.id = str(row["id"])
+    if row.get("timestamp") is not None:
+        it.created_at = parse_time(row["timestamp"])
+    return it
+
+
+def import_file(path: str | Path, log: TaskLog, project: str | None = None) -> ImportResult:
+    """Parse the whole file, then store it in one transaction (all or nothing)."""
+    parsed = parse_file(path, project)
+    formats: dict[str, int] = {}
+    for fmt, _ in parsed:
+        formats[fmt] = formats.get(fmt, 0) + 1
+    inserted = log.add_many(it for _, it in parsed)
+    return ImportResult(str(path), len(parsed), inserted, formats)

@@ -1,0 +1,693 @@
+"""The task log: one SQLite row per real interaction of the deployed agent.
+
+SQLite in WAL mode (stdlib `sqlite3`), file mode 0600, safe for many processes writing at
+once (a busy timeout, short `BEGIN IMMEDIATE` transactions). The schema is versioned with
+`PRAGMA user_version` and an ordered list of migrations applied on open; a log written by a
+newer selftaught is refused rather than guessed at.
+
+Everything stored is redacted first (`selftaught.sleep.redact`); the number of redactions is
+kept per row. A row with `error` set is a failed call: it is kept for diagnostics and is never
+a task. Rows harvested from agent transcripts are `private` (they hold private code): part 2
+never sends them to a remote model unless the row is `reviewed` or the user allows it.
+Feedback (thumbs, score, corrected reference, comment) is attached later, any number of times;
+a row reads the latest value of each field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from selftaught.models.base import Message
+from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, default_log_path
+from selftaught.sleep.redact import Redactor, default_redactor
+
+SOURCES = ("proxy", "api", "import", "claude-code", "codex")
+Thumb = Literal["up", "down"]
+
+
+class LogError(RuntimeError):
+    """The log cannot be opened or written, or a request to it names nothing in it."""
+
+
+# ---- records ------------------------------------------------------------------------------
+
+
+@dataclass
+class Feedback:
+    """What the user said about an interaction, after the fact. All fields optional."""
+
+    thumb: Thumb | None = None
+    score: float | None = None
+    reference: Any = None  # the corrected answer (a string, or a list of acceptable ones)
+    comment: str | None = None
+    created_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.thumb not in (None, "up", "down"):
+            raise ValueError(f"thumb must be 'up' or 'down', got {self.thumb!r}")
+        if self.score is not None:
+            if isinstance(self.score, bool) or not isinstance(self.score, (int, float)):
+                raise ValueError(f"score must be a number, got {self.score!r}")
+            self.score = float(self.score)
+
+    def empty(self) -> bool:
+        return (
+            self.thumb is None
+            and self.score is None
+            and self.reference is None
+            and (not self.comment)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def coerce(cls, value: Feedback | dict[str, Any] | str | float | None) -> Feedback | None:
+        """Feedback from what a caller may pass: a Feedback, a dict, 'up'/'down', a score."""
+        if value is None or isinstance(value, Feedback):
+            return value
+        if isinstance(value, str):
+            return cls(thumb=value)  # type: ignore[arg-type]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return cls(score=float(value))
+        if isinstance(value, dict):
+            unknown = set(value) - {f.name for f in fields(cls)}
+            if unknown:
+                raise ValueError(f"unknown feedback field(s): {', '.join(sorted(unknown))}")
+            return cls(**value)
+        raise ValueError(f"feedback must be a dict, 'up'/'down' or a score, got {value!r}")
+
+
+@dataclass
+class Interaction:
+    """One exchange: the messages the client sent (without any injected skill), the reply."""
+
+    messages: list[Message]
+    reply: str | None = None
+    project: str = DEFAULT_PROJECT
+    source: str = "api"
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    created_at: float = field(default_factory=time.time)
+    model: str | None = None
+    latency_s: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error: str | None = None  # the call failed: kept for diagnostics, never a task
+    error_status: int | None = None
+    reference: Any = None  # a reference known when logged (e.g. an evals `ideal`)
+    tags: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    skill_version: str | None = None  # the adopted skill the proxy injected
+    private: bool = False  # holds private code: never sent to a remote model unless reviewed
+    reviewed: bool = False
+    dedupe_key: str | None = None  # one row per source message: re-harvesting adds nothing
+    redactions: int = 0
+    feedback: Feedback = field(default_factory=Feedback)  # merged; read from the log
+
+    def prompt_head(self, chars: int = 60) -> str:
+        """The last user message, on one line, cut to `chars`."""
+        for msg in reversed(self.messages):
+            if isinstance(msg, dict) and msg.get("role") == "user":
+                content = msg.get("content")
+                if isinstance(content, list):
+                    content = " ".join(
+                        str(p.get("text", "")) for p in content if isinstance(p, dict)
+                    )
+                text = " ".join(str(content or "").split())
+                return text if len(text) <= chars else text[: chars - 1] + "…"
+        return ""
+
+    @property
+    def is_task(self) -> bool:
+        return self.error is None
+
+    @property
+    def effective_reference(self) -> Any:
+        """The user's corrected reference when there is one, else the logged one."""
+        return self.feedback.reference if self.feedback.reference is not None else self.reference
+
+    def to_dict(self) -> dict[str, Any]:
+        """The export format (one JSONL line); `from_dict` reads it back."""
+        return {
+            "id": self.id,
+            "project": self.project,
+            "source": self.source,
+            "timestamp": iso_utc(self.created_at),
+            "model": self.model,
+            "messages": self.messages,
+            "reply": self.reply,
+            "latency_s": self.latency_s,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "error": self.error,
+            "error_status": self.error_status,
+            "reference": self.reference,
+            "feedback": None if self.feedback.empty() else self.feedback.to_dict(),
+            "tags": self.tags,
+            "meta": self.meta,
+            "skill_version": self.skill_version,
+            "private": self.private,
+            "reviewed": self.reviewed,
+            "dedupe_key": self.dedupe_key,
+            "redactions": self.redactions,
+        }
+
+
+def iso_utc(ts: float) -> str:
+    return (
+        datetime.fromtimestamp(ts, timezone.utc)
+        .isoformat(timespec="microseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_time(value: str | float | datetime) -> float:
+    """A point in time: epoch seconds, a datetime, ISO 8601 (naive = local time), or a
+    duration back from now ('30m', '12h', '7d', '2w')."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    m = _RELATIVE.match(str(value))
+    if m:
+        return time.time() - float(m.group(1)) * _UNIT_S[m.group(2)]
+    text = str(value).strip()
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ValueError(
+            f"not a time: {value!r} (use ISO 8601 like 2026-05-01 or 2026-05-01T08:00, "
+            "or a duration back from now like 12h, 7d)"
+        ) from None
+
+
+# ---- schema ------------------------------------------------------------------------------
+
+# Ordered migrations: index i takes the schema from version i to i + 1. Never edit a shipped
+# one; append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the interaction log and its feedback.
+    """
+    CREATE TABLE interactions (
+        id TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        source TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        model TEXT,
+        messages TEXT NOT NULL,
+        reply TEXT,
+        latency_s REAL,
+        prompt_tokens INTEGER,
+        completion_tokens INTEGER,
+        error TEXT,
+        reference TEXT,
+        tags TEXT NOT NULL DEFAULT '[]',
+        meta TEXT NOT NULL DEFAULT '{}',
+        redactions INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX interactions_project_time ON interactions(project, created_at);
+    CREATE TABLE feedback (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        interaction_id TEXT NOT NULL REFERENCES interactions(id) ON DELETE CASCADE,
+        created_at REAL NOT NULL,
+        thumb TEXT,
+        score REAL,
+        reference TEXT,
+        comment TEXT
+    );
+    CREATE INDEX feedback_interaction ON feedback(interaction_id);
+    """,
+    # 2: provenance and privacy, for the proxy and the transcript harvesters.
+    """
+    ALTER TABLE interactions ADD COLUMN error_status INTEGER;
+    ALTER TABLE interactions ADD COLUMN skill_version TEXT;
+    ALTER TABLE interactions ADD COLUMN private INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE interactions ADD COLUMN reviewed INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE interactions ADD COLUMN dedupe_key TEXT;
+    CREATE UNIQUE INDEX interactions_dedupe ON interactions(dedupe_key)
+        WHERE dedupe_key IS NOT NULL;
+    CREATE INDEX interactions_source_time ON interactions(source, created_at);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Bring the schema up to `target` in one transaction; returns the version found.
+    Safe when several processes open a new log at once (the check runs inside the lock)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        found = conn.execute("PRAGMA user_version").fetchone()[0]
+        if found > SCHEMA_VERSION:
+            raise LogError(
+                f"the log has schema version {found}, newer than this selftaught knows "
+                f"({SCHEMA_VERSION}); upgrade selftaught to read it"
+            )
+        for version in range(found, target):
+            for statement in _statements(MIGRATIONS[version]):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return found
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+# ---- queries ------------------------------------------------------------------------------
+
+
+@dataclass
+class LogFilter:
+    """Which rows: every field narrows; None means any."""
+
+    project: str | None = None
+    source: str | None = None
+    since: float | None = None
+    until: float | None = None
+    has_feedback: bool | None = None
+    errors: bool | None = None  # True: failed calls only; False: tasks only
+    tag: str | None = None
+    limit: int | None = None
+    newest_first: bool = True
+
+    def where(self) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        args: list[Any] = []
+        for column, value in (("project", self.project), ("source", self.source)):
+            if value is not None:
+                clauses.append(f"i.{column} = ?")
+                args.append(value)
+        if self.since is not None:
+            clauses.append("i.created_at >= ?")
+            args.append(self.since)
+        if self.until is not None:
+            clauses.append("i.created_at < ?")
+            args.append(self.until)
+        if self.has_feedback is not None:
+            exists = "EXISTS (SELECT 1 FROM feedback f WHERE f.interaction_id = i.id)"
+            clauses.append(exists if self.has_feedback else f"NOT {exists}")
+        if self.errors is not None:
+            clauses.append("i.error IS NOT NULL" if self.errors else "i.error IS NULL")
+        if self.tag is not None:
+            clauses.append("EXISTS (SELECT 1 FROM json_each(i.tags) t WHERE t.value = ?)")
+            args.append(self.tag)
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+
+_COLUMNS = (
+    "id, project, source, created_at, model, messages, reply, latency_s, prompt_tokens, "
+    "completion_tokens, error, error_status, reference, tags, meta, skill_version, private, "
+    "reviewed, dedupe_key, redactions"
+)
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class TaskLog:
+    """The log at `path` (default: `default_log_path()`). One connection, guarded by a lock,
+    so a TaskLog can be shared by threads; open one per process."""
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        redactor: Redactor | None = None,
+        busy_timeout_s: float = 30.0,
+    ):
+        self.path = Path(path).expanduser() if path else default_log_path()
+        self.redactor = redactor or default_redactor()
+        self._lock = threading.Lock()
+        self._conn = self._open(busy_timeout_s)
+
+    def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # Create it 0600 before SQLite does (SQLite gives -wal/-shm the same mode).
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.close(fd)
+            conn = sqlite3.connect(
+                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as err:
+            raise LogError(f"cannot open the task log {self.path}: {err}") from err
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            migrate(conn)
+        except sqlite3.DatabaseError as err:
+            conn.close()
+            raise LogError(f"{self.path} is not a usable task log: {err}") from err
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    # -- lifecycle
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> TaskLog:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def schema_version(self) -> int:
+        with self._lock:
+            return self._conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def integrity_check(self) -> str:
+        with self._lock:
+            return self._conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+    # -- writing
+    def _redact(self, it: Interaction) -> Interaction:
+        red = self.redactor
+        messages, n1 = red.redact_value(it.messages)
+        reply, n2 = red.redact(it.reply) if it.reply is not None else (None, 0)
+        error, n3 = red.redact(it.error) if it.error is not None else (None, 0)
+        reference, n4 = red.redact_value(it.reference)
+        meta, n5 = red.redact_value(it.meta)
+        out = Interaction(**{f.name: getattr(it, f.name) for f in fields(it)})
+        out.messages, out.reply, out.error, out.reference, out.meta = (
+            messages,
+            reply,
+            error,
+            reference,
+            meta,
+        )
+        out.redactions = it.redactions + n1 + n2 + n3 + n4 + n5
+        return out
+
+    @staticmethod
+    def _validate(it: Interaction) -> None:
+        check_project(it.project)
+        if not isinstance(it.messages, list):
+            raise ValueError("messages must be a list of chat messages")
+        if not it.source or not isinstance(it.source, str):
+            raise ValueError("source must be a non-empty string")
+
+    def add(self, interaction: Interaction, *, redact: bool = True) -> bool:
+        """Store one interaction; False when its id or dedupe key is already stored."""
+        return self.add_many([interaction], redact=redact) == 1
+
+    def add_many(self, interactions: Iterable[Interaction], *, redact: bool = True) -> int:
+        """Store interactions in ONE transaction (all or nothing); returns how many were new
+        (an id or dedupe key already stored is skipped)."""
+        rows = []
+        feedback: dict[str, tuple[Feedback, int]] = {}
+        for it in interactions:
+            self._validate(it)
+            rows.append(_row(self._redact(it) if redact else it))
+            if not it.feedback.empty():
+                feedback[it.id] = self._redact_feedback(it.feedback)
+        inserted = 0
+        with self._write() as conn:
+            for row in rows:
+                cur = conn.execute(
+                    f"INSERT OR IGNORE INTO interactions ({_COLUMNS}) "
+                    f"VALUES ({', '.join('?' * len(row))})",
+                    row,
+                )
+                inserted += cur.rowcount
+                if cur.rowcount and row[0] in feedback:
+                    self._insert_feedback(conn, row[0], *feedback[row[0]])
+        return inserted
+
+    def _redact_feedback(self, feedback: Feedback) -> tuple[Feedback, int]:
+        reference, n1 = self.redactor.redact_value(feedback.reference)
+        comment, n2 = (
+            self.redactor.redact(feedback.comment) if feedback.comment else (feedback.comment, 0)
+        )
+        return Feedback(feedback.thumb, feedback.score, reference, comment, feedback.created_at), (
+            n1 + n2
+        )
+
+    @staticmethod
+    def _insert_feedback(conn: sqlite3.Connection, iid: str, fb: Feedback, redactions: int) -> None:
+        conn.execute(
+            "INSERT INTO feedback (interaction_id, created_at, thumb, score, reference, comment) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                iid,
+                fb.created_at or time.time(),
+                fb.thumb,
+                fb.score,
+                _dump(fb.reference),
+                fb.comment,
+            ),
+        )
+        if redactions:
+            conn.execute(
+                "UPDATE interactions SET redactions = redactions + ? WHERE id = ?",
+                (redactions, iid),
+            )
+
+    def add_feedback(self, interaction_id: str, feedback: Feedback | dict[str, Any] | str) -> str:
+        """Attach feedback to an interaction (an id or a unique prefix of one, 6+ characters);
+        returns the full id."""
+        fb = Feedback.coerce(feedback)
+        if fb is None or fb.empty():
+            raise ValueError("feedback is empty: give a thumb, a score, a reference or a comment")
+        full_id = self.resolve_id(interaction_id)
+        red, n = self._redact_feedback(fb)
+        with self._write() as conn:
+            self._insert_feedback(conn, full_id, red, n)
+        return full_id
+
+    def mark_reviewed(self, interaction_ids: Iterable[str], reviewed: bool = True) -> int:
+        ids = [self.resolve_id(i) for i in interaction_ids]
+        with self._write() as conn:
+            return sum(
+                conn.execute(
+                    "UPDATE interactions SET reviewed = ? WHERE id = ?", (int(reviewed), i)
+                ).rowcount
+                for i in ids
+            )
+
+    # -- reading
+    def resolve_id(self, prefix: str) -> str:
+        prefix = prefix.strip()
+        with self._lock:
+            exact = self._conn.execute(
+                "SELECT id FROM interactions WHERE id = ?", (prefix,)
+            ).fetchone()
+            if exact:
+                return exact[0]
+            if len(prefix) < 6:
+                raise LogError(f"no interaction with id {prefix!r} in {self.path}")
+            found = self._conn.execute(
+                "SELECT id FROM interactions WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
+                (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
+            ).fetchall()
+        if not found:
+            raise LogError(f"no interaction with id {prefix!r} in {self.path}")
+        if len(found) > 1:
+            raise LogError(f"id prefix {prefix!r} is ambiguous in {self.path}; give more of it")
+        return found[0][0]
+
+    def get(self, interaction_id: str) -> Interaction:
+        full_id = self.resolve_id(interaction_id)
+        (found,) = self._select(" WHERE i.id = ?", [full_id], "")
+        return found
+
+    def query(self, flt: LogFilter | None = None) -> list[Interaction]:
+        flt = flt or LogFilter()
+        where, args = flt.where()
+        order = f" ORDER BY i.created_at {'DESC' if flt.newest_first else 'ASC'}, i.rowid"
+        if flt.limit is not None:
+            order += f" LIMIT {int(flt.limit)}"
+        return self._select(where, args, order)
+
+    def count(self, flt: LogFilter | None = None) -> int:
+        where, args = (flt or LogFilter()).where()
+        with self._lock:
+            return self._conn.execute(
+                f"SELECT COUNT(*) FROM interactions i{where}", args
+            ).fetchone()[0]
+
+    def _select(self, where: str, args: list[Any], order: str) -> list[Interaction]:
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM interactions i{where}{order}", args
+            ).fetchall()
+            found = [_interaction(r) for r in rows]
+            by_id = {it.id: it for it in found}
+            ids = list(by_id)
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                for iid, created, thumb, score, ref, comment in self._conn.execute(
+                    "SELECT interaction_id, created_at, thumb, score, reference, comment "
+                    f"FROM feedback WHERE interaction_id IN ({', '.join('?' * len(chunk))}) "
+                    "ORDER BY created_at, id",
+                    chunk,
+                ):
+                    fb = by_id[iid].feedback  # later feedback overrides earlier, per field
+                    fb.created_at = created
+                    fb.thumb = thumb if thumb is not None else fb.thumb
+                    fb.score = score if score is not None else fb.score
+                    fb.reference = _load(ref) if ref is not None else fb.reference
+                    fb.comment = comment if comment is not None else fb.comment
+        return found
+
+    def export_jsonl(self, path: str | Path, flt: LogFilter | None = None) -> int:
+        """Write the rows (oldest first) as JSONL, atomically; returns how many."""
+        from selftaught.runs import atomic_write_text
+
+        flt = flt or LogFilter()
+        flt.newest_first = False
+        rows = self.query(flt)
+        atomic_write_text(
+            path, "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows)
+        )
+        return len(rows)
+
+
+def _row(it: Interaction) -> tuple[Any, ...]:
+    return (
+        it.id,
+        it.project,
+        it.source,
+        it.created_at,
+        it.model,
+        json.dumps(it.messages, ensure_ascii=False),
+        it.reply,
+        it.latency_s,
+        it.prompt_tokens,
+        it.completion_tokens,
+        it.error,
+        it.error_status,
+        _dump(it.reference),
+        json.dumps(list(it.tags), ensure_ascii=False),
+        json.dumps(it.meta, ensure_ascii=False),
+        it.skill_version,
+        int(it.private),
+        int(it.reviewed),
+        it.dedupe_key,
+        it.redactions,
+    )
+
+
+def _interaction(r: tuple[Any, ...]) -> Interaction:
+    return Interaction(
+        id=r[0],
+        project=r[1],
+        source=r[2],
+        created_at=r[3],
+        model=r[4],
+        messages=json.loads(r[5]),
+        reply=r[6],
+        latency_s=r[7],
+        prompt_tokens=r[8],
+        completion_tokens=r[9],
+        error=r[10],
+        error_status=r[11],
+        reference=_load(r[12]),
+        tags=json.loads(r[13]),
+        meta=json.loads(r[14]),
+        skill_version=r[15],
+        private=bool(r[16]),
+        reviewed=bool(r[17]),
+        dedupe_key=r[18],
+        redactions=r[19],
+    )
+
+
+# ---- the Python entry point ------------------------------------------------------------------
+
+_open_logs: dict[Path, TaskLog] = {}
+_open_lock = threading.Lock()
+
+
+def open_log(path: str | Path | None = None) -> TaskLog:
+    """A TaskLog shared within this process, per path."""
+    resolved = (Path(path).expanduser() if path else default_log_path()).resolve()
+    with _open_lock:
+        log = _open_logs.get(resolved)
+        if log is None:
+            log = _open_logs[resolved] = TaskLog(resolved)
+        return log
+
+
+def log_interaction(
+    messages: list[Message] | str,
+    reply: str | None,
+    *,
+    project: str = DEFAULT_PROJECT,
+    model: str | None = None,
+    feedback: Feedback | dict[str, Any] | str | float | None = None,
+    reference: Any = None,
+    tags: Iterable[str] = (),
+    source: str = "api",
+    latency_s: float | None = None,
+    prompt_tokens: int | None = None,
+    completion_tokens: int | None = None,
+    error: str | None = None,
+    meta: dict[str, Any] | None = None,
+    log: TaskLog | str | Path | None = None,
+) -> str:
+    """Log one interaction of your agent (redacted) and return its id, for feedback later.
+
+    `messages` is the chat the model saw (a string means one user message); `feedback` may be
+    'up' / 'down', a score, a dict or a `Feedback`; `reference` is the right answer if known."""
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    interaction = Interaction(
+        messages=messages,
+        reply=reply,
+        project=project,
+        source=source,
+        model=model,
+        latency_s=latency_s,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        error=error,
+        reference=reference,
+        tags=list(tags),
+        meta=dict(meta or {}),
+        feedback=Feedback.coerce(feedback) or Feedback(),
+    )
+    target = log if isinstance(log, TaskLog) else open_log(log)
+    target.add(interaction)
+    return interaction.id

@@ -1,0 +1,117 @@
+"""Where sleep keeps its state, and the adopted skill the proxy injects.
+
+    <home>/log.db                                  the task log (SELFTAUGHT_LOG overrides)
+    <home>/redact_patterns.txt                     extra redaction regexes, one per line
+    <home>/projects/<project>/adopted/skill.md     the adopted skill
+    <home>/projects/<project>/adopted/memory.md    the adopted memory
+    <home>/projects/<project>/adopted/version      its version (one line)
+
+`<home>` is $SELFTAUGHT_HOME, else ~/.local/share/selftaught. Writers (adopt / rollback)
+replace each adopted file atomically (write a temp file, rename it into place), skill.md and
+memory.md first and `version` last. `read_adopted` re-reads the files whenever one of them
+changed (inode, size or mtime), so a running proxy picks up a newly adopted skill on its next
+request, and it retries a read that raced with a writer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_HOME = "SELFTAUGHT_HOME"
+ENV_LOG = "SELFTAUGHT_LOG"
+DEFAULT_PROJECT = "default"
+ADOPTED_FILES = ("skill.md", "memory.md", "version")
+_PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def sleep_home() -> Path:
+    """$SELFTAUGHT_HOME, else ~/.local/share/selftaught."""
+    env = os.environ.get(ENV_HOME)
+    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "selftaught"
+
+
+def default_log_path() -> Path:
+    """$SELFTAUGHT_LOG, else <home>/log.db."""
+    env = os.environ.get(ENV_LOG)
+    return Path(env).expanduser() if env else sleep_home() / "log.db"
+
+
+def check_project(project: str) -> str:
+    """A project name is a path component: letters, digits, '.', '_', '-' (not leading)."""
+    if not isinstance(project, str) or not _PROJECT_NAME.match(project):
+        raise ValueError(
+            f"invalid project name {project!r}: use letters, digits, '.', '_' or '-' "
+            "(starting with a letter or digit, at most 128 characters)"
+        )
+    return project
+
+
+def project_dir(project: str, home: Path | None = None) -> Path:
+    return (home or sleep_home()) / "projects" / check_project(project)
+
+
+def adopted_dir(project: str, home: Path | None = None) -> Path:
+    return project_dir(project, home) / "adopted"
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """What is adopted for a project; `version` is None when nothing is."""
+
+    skill: str = ""
+    memory: str = ""
+    version: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.skill.strip() and not self.memory.strip()
+
+
+_Stamp = tuple[tuple[int, int, int] | None, ...]
+_cache: dict[Path, tuple[_Stamp, Adopted]] = {}
+_cache_lock = threading.Lock()
+
+
+def _stamp(folder: Path) -> _Stamp:
+    stamps: list[tuple[int, int, int] | None] = []
+    for name in ADOPTED_FILES:
+        try:
+            st = os.stat(folder / name)
+        except FileNotFoundError:
+            stamps.append(None)
+        else:
+            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(stamps)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+
+
+def read_adopted(project: str = DEFAULT_PROJECT, home: Path | None = None) -> Adopted:
+    """The project's adopted skill and memory; cheap when nothing changed (three stat calls)."""
+    folder = adopted_dir(project, home)
+    stamp = _stamp(folder)
+    with _cache_lock:
+        hit = _cache.get(folder)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    for _ in range(5):  # a writer replaced a file while we read: read again
+        version = _read(folder / "version").strip() or None
+        adopted = Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), version)
+        after = _stamp(folder)
+        if after == stamp:
+            break
+        stamp = after
+    if adopted.version is None and not adopted.empty:
+        adopted = Adopted(adopted.skill, adopted.memory, "unversioned")
+    with _cache_lock:
+        _cache[folder] = (stamp, adopted)
+    return adopted

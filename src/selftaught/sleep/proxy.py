@@ -1,0 +1,560 @@
+"""`selftaught proxy`: an OpenAI-compatible endpoint in front of any model that injects the
+adopted skill and logs every exchange. An agent gets sleep by changing its base URL.
+
+- `POST /v1/chat/completions` (streaming and not) and `GET /v1/models` go to the upstream;
+  the client's body is forwarded untouched apart from the injected skill (and, when the
+  client names no model, the model of the upstream spec; a `local` upstream serves one model,
+  so its name is always filled in). Other `/v1/...` routes are passed through without logging.
+- The adopted skill and memory (`paths.read_adopted`) are re-read when they change, so a new
+  adoption applies from the next request, without a restart.
+- Every exchange is logged in the background (`writer.LogWriter`): the messages as the client
+  sent them (without the injected skill), the reply, tokens, latency, the adopted version.
+  A logging failure never fails or delays the client; it is printed and counted (`/health`).
+- Upstream errors are passed through with their status and body, and logged as errors, never
+  as tasks; an unreachable upstream is a 502 (504 on timeout), never an invented reply.
+- Each response carries `x-selftaught-interaction-id`; `POST /v1/feedback` attaches feedback.
+- `require_key` makes clients send `Authorization: Bearer KEY`; the server binds loopback only
+  unless `allow_remote`.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at runtime.
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selftaught.sleep.inject import inject_adopted
+from selftaught.sleep.log import Feedback, Interaction, LogError, TaskLog
+from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
+from selftaught.sleep.writer import LogWriter
+
+ID_HEADER = "x-selftaught-interaction-id"
+_KEEP_HEADERS = ("content-type", "openai-organization", "openai-project", "x-request-id")
+
+
+class ProxyError(ValueError):
+    """A proxy that cannot start as configured; the message says why."""
+
+
+@dataclass
+class ProxyConfig:
+    upstream: str  # a model spec: http://HOST:PORT/v1#MODEL, openai:NAME, local, local:PATH
+    project: str = DEFAULT_PROJECT
+    host: str = "127.0.0.1"
+    port: int = 8080
+    require_key: str | None = None  # clients must send `Authorization: Bearer <key>`
+    allow_remote: bool = False
+    log_path: Path | None = None  # default: $SELFTAUGHT_LOG or <home>/log.db
+    api_key: str | None = None  # the upstream's key (openai: defaults to OPENAI_API_KEY)
+    timeout_s: float = 600.0  # per upstream request
+    inject: bool = True  # inject the adopted skill and memory
+    home: Path | None = None  # where adopted skills live (default: sleep_home())
+    max_queue: int = 10_000  # log rows waiting to be written before new ones are dropped
+
+    def __post_init__(self) -> None:
+        try:
+            check_project(self.project)
+        except ValueError as err:
+            raise ProxyError(str(err)) from None
+
+
+# ---- upstreams ----------------------------------------------------------------------------
+
+
+@dataclass
+class Upstream:
+    """Where requests go: an httpx client (over the network or in-process) and a base URL."""
+
+    client: Any  # httpx.AsyncClient
+    base_url: str
+    model: str | None  # filled into a body without `model`
+    force_model: bool  # fill it in even when the client named another (a one-model server)
+    key: str | None  # sent as the upstream's bearer key
+    pass_client_auth: bool  # forward the client's Authorization header
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def build_upstream(config: ProxyConfig) -> Upstream:
+    import httpx
+
+    from selftaught.models.spec import parse_model_spec
+
+    spec = parse_model_spec(config.upstream)
+    timeout = httpx.Timeout(config.timeout_s, connect=10.0, pool=None)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
+    if spec.backend == "local":
+        from selftaught.models import load_model
+        from selftaught.serve import create_app
+
+        model = load_model(config.upstream)
+        name = model.name.split(":")[-1]  # the name `selftaught serve` gives it
+        transport = httpx.ASGITransport(app=create_app(model, name))
+        client = httpx.AsyncClient(transport=transport, timeout=timeout)
+        return Upstream(client, "http://local.selftaught/v1", name, True, None, False)
+    if spec.base_url:  # any OpenAI-compatible server
+        client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        # Without a key of its own the proxy passes the client's on, unless the client's key
+        # is the proxy's own (--require-key): that one never leaves.
+        own_key = config.api_key
+        pass_client = own_key is None and config.require_key is None
+        return Upstream(client, spec.base_url, spec.model or None, False, own_key, pass_client)
+    key = config.api_key or os.environ.get("OPENAI_API_KEY")
+    if not key:
+        raise ProxyError(
+            f"upstream {config.upstream!r} needs an API key: set OPENAI_API_KEY or pass --api-key"
+        )
+    base = (os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
+    client = httpx.AsyncClient(timeout=timeout, limits=limits)
+    return Upstream(client, base, spec.model, False, key, False)
+
+
+# ---- reading a streamed reply as it passes ------------------------------------------------
+
+
+class StreamAccumulator:
+    """Collects the reply from OpenAI server-sent events while the bytes pass unchanged."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.content: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.model: str | None = None
+        self.error: str | None = None
+        self.done = False
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            self._line(line.strip())
+
+    def _line(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if event.get("error"):
+            self.error = _error_text(event)
+        self.model = event.get("model") or self.model
+        if event.get("usage"):
+            self.usage = event["usage"]
+        for choice in event.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.content.append(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                slot = self.tool_calls.setdefault(
+                    call.get("index", 0), {"id": None, "type": "function", "function": {}}
+                )
+                slot["id"] = call.get("id") or slot["id"]
+                fn = call.get("function") or {}
+                for part in ("name", "arguments"):
+                    if fn.get(part):
+                        slot["function"][part] = slot["function"].get(part, "") + fn[part]
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    @property
+    def text(self) -> str:
+        return "".join(self.content)
+
+
+def _error_text(body: Any) -> str:
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(inner, str):
+            return inner
+    return json.dumps(body)[:1000] if not isinstance(body, str) else body[:1000]
+
+
+def _error_body(message: str, kind: str, status: int) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": status, "param": None}}
+
+
+# ---- the app ------------------------------------------------------------------------------
+
+
+class ProxyState:
+    """What one running proxy holds: config, upstream, log, writer and counters."""
+
+    def __init__(self, config: ProxyConfig, upstream: Upstream, log: TaskLog):
+        self.config = config
+        self.upstream = upstream
+        self.log = log
+        self.writer = LogWriter(log, max_queue=config.max_queue)
+        self.requests = 0
+        self.upstream_errors = 0
+
+    def adopted(self) -> Any:
+        return read_adopted(self.config.project, self.config.home)
+
+    def authorized(self, header: str | None) -> bool:
+        key = self.config.require_key
+        if key is None:
+            return True
+        return hmac.compare_digest((header or "").encode(), f"Bearer {key}".encode())
+
+    def upstream_headers(self, request_headers: Any) -> dict[str, str]:
+        headers = {k: request_headers[k] for k in _KEEP_HEADERS if k in request_headers}
+        headers.setdefault("content-type", "application/json")
+        if self.upstream.key:
+            headers["authorization"] = f"Bearer {self.upstream.key}"
+        elif self.upstream.pass_client_auth and "authorization" in request_headers:
+            headers["authorization"] = request_headers["authorization"]
+        return headers
+
+    def stats(self) -> dict[str, Any]:
+        adopted = self.adopted()
+        return {
+            "status": "ok",
+            "project": self.config.project,
+            "upstream": self.config.upstream,
+            "adopted_version": adopted.version,
+            "requests": self.requests,
+            "upstream_errors": self.upstream_errors,
+            "log": {"path": str(self.log.path), **self.writer.snapshot()},
+        }
+
+
+def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -> Any:
+    """The FastAPI app; `upstream` defaults to `build_upstream(config)`."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response
+
+    log = TaskLog(config.log_path)  # opening fails loudly at startup, not per request
+    state = ProxyState(config, upstream or build_upstream(config), log)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        yield
+        await state.upstream.aclose()
+        await asyncio.to_thread(state.writer.close)
+
+    app = FastAPI(
+        title="selftaught proxy", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
+    app.state.proxy = state
+
+    def error(status: int, message: str, kind: str, iid: str | None = None) -> JSONResponse:
+        headers = {ID_HEADER: iid} if iid else None
+        return JSONResponse(_error_body(message, kind, status), status_code=status, headers=headers)
+
+    def unauthorized() -> JSONResponse:
+        return error(
+            401, "missing or wrong API key for this proxy (--require-key)", "invalid_request_error"
+        )
+
+    @app.get("/health")
+    async def health() -> Any:
+        return state.stats()
+
+    @app.get("/v1/selftaught/stats")
+    async def stats(request: Request) -> Any:
+        if not state.authorized(request.headers.get("authorization")):
+            return unauthorized()
+        return state.stats()
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request) -> Any:
+        if not state.authorized(request.headers.get("authorization")):
+            return unauthorized()
+        try:
+            body = await request.json()
+            if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+                raise ValueError("the body must be a JSON object with the interaction `id`")
+            fb = Feedback.coerce({k: v for k, v in body.items() if k != "id"})
+            full_id = await asyncio.to_thread(_attach_feedback, state, body["id"], fb)
+        except LogError as err:
+            return error(404, str(err), "not_found_error")
+        except (ValueError, TypeError) as err:
+            return error(400, str(err), "invalid_request_error")
+        return {"id": full_id, "status": "ok"}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        if not state.authorized(request.headers.get("authorization")):
+            return unauthorized()
+        return await forward_chat(state, request)
+
+    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
+    async def passthrough(path: str, request: Request) -> Any:
+        """Everything else (models, embeddings, ...) goes upstream as is, not logged."""
+        if not state.authorized(request.headers.get("authorization")):
+            return unauthorized()
+        try:
+            response = await state.upstream.client.request(
+                request.method,
+                f"{state.upstream.base_url}/{path}",
+                params=dict(request.query_params),
+                content=await request.body(),
+                headers=state.upstream_headers(request.headers),
+            )
+        except Exception as err:  # noqa: BLE001
+            status, message = _network_error(err)
+            return error(status, message, "upstream_error")
+        return Response(
+            response.content,
+            status_code=response.status_code,
+            media_type=response.headers.get("content-type"),
+        )
+
+    return app
+
+
+def _upstream_body(state: ProxyState, body: dict[str, Any], record: Interaction) -> dict[str, Any]:
+    """The client's body with the adopted skill injected (recorded on `record`) and the model
+    filled in where the upstream needs it."""
+    out = dict(body)
+    if state.config.inject:
+        adopted = state.adopted()
+        if not adopted.empty:
+            out["messages"] = inject_adopted(body.get("messages"), adopted)
+            record.skill_version = adopted.version
+    upstream = state.upstream
+    if upstream.model and (upstream.force_model or not body.get("model")):
+        out["model"] = upstream.model
+    return out
+
+
+async def forward_chat(state: ProxyState, request: Any) -> Any:
+    """One chat completion: forward, answer the client (streaming as it arrives), log."""
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+    state.requests += 1
+    started = time.time()
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError as err:
+        body = f"the request body is not valid JSON: {err}"
+    if not isinstance(body, dict):
+        message = body if isinstance(body, str) else "the request body must be a JSON object"
+        return JSONResponse(_error_body(message, "invalid_request_error", 400), status_code=400)
+    record = _new_record(state, body, started)
+    upstream_body = _upstream_body(state, body, record)
+    content = raw if upstream_body == body else json.dumps(upstream_body).encode()
+    stream = body.get("stream") is True
+    client = state.upstream.client
+    try:
+        upstream_request = client.build_request(
+            "POST",
+            f"{state.upstream.base_url}/chat/completions",
+            content=content,
+            headers=state.upstream_headers(request.headers),
+        )
+        response = await client.send(upstream_request, stream=stream)
+    except Exception as err:  # noqa: BLE001 - network errors become a 502 / 504, logged
+        status, message = _network_error(err)
+        _finish(state, record, started, error=message, status=status)
+        return JSONResponse(
+            _error_body(message, "upstream_error", status),
+            status_code=status,
+            headers={ID_HEADER: record.id},
+        )
+    if response.status_code >= 400 or not stream:
+        answer = await response.aread() if stream else response.content
+        await response.aclose()
+        _finish_plain(state, record, started, response.status_code, answer)
+        return Response(
+            answer,
+            status_code=response.status_code,
+            media_type=response.headers.get("content-type", "application/json"),
+            headers={ID_HEADER: record.id},
+        )
+    return StreamingResponse(
+        _relay(state, record, started, response),
+        status_code=response.status_code,
+        media_type=response.headers.get("content-type", "text/event-stream"),
+        headers={ID_HEADER: record.id, "cache-control": "no-cache"},
+    )
+
+
+def _attach_feedback(state: ProxyState, iid: str, fb: Feedback | None) -> str:
+    if fb is None or fb.empty():
+        raise ValueError("feedback is empty: give a thumb, a score, a reference or a comment")
+    try:
+        return state.log.add_feedback(iid, fb)
+    except LogError:
+        state.writer.flush(5.0)  # the interaction may still be on its way to the log
+        return state.log.add_feedback(iid, fb)
+
+
+def _new_record(state: ProxyState, body: dict[str, Any], started: float) -> Interaction:
+    messages = body.get("messages")
+    request = {k: v for k, v in body.items() if k != "messages"}
+    return Interaction(
+        messages=messages if isinstance(messages, list) else [],
+        project=state.config.project,
+        source="proxy",
+        created_at=started,
+        model=body.get("model") if isinstance(body.get("model"), str) else None,
+        meta={"request": request, "upstream": state.config.upstream},
+    )
+
+
+def _network_error(err: Exception) -> tuple[int, str]:
+    import httpx
+
+    if isinstance(err, httpx.TimeoutException):
+        return 504, f"the upstream timed out ({type(err).__name__})"
+    return 502, f"the upstream is unreachable: {type(err).__name__}: {err}"
+
+
+def _finish(
+    state: ProxyState,
+    record: Interaction,
+    started: float,
+    *,
+    reply: str | None = None,
+    error: str | None = None,
+    status: int | None = None,
+    usage: dict[str, Any] | None = None,
+    model: str | None = None,
+    **meta: Any,
+) -> None:
+    record.latency_s = time.time() - started
+    record.reply = reply
+    record.error = error
+    record.error_status = status if error else None
+    if error:
+        state.upstream_errors += 1
+    if usage:
+        record.prompt_tokens = usage.get("prompt_tokens")
+        record.completion_tokens = usage.get("completion_tokens")
+    record.model = model or record.model
+    record.meta.update({k: v for k, v in meta.items() if v is not None})
+    state.writer.submit(record)
+
+
+def _finish_plain(
+    state: ProxyState, record: Interaction, started: float, status: int, content: bytes
+) -> None:
+    try:
+        body = json.loads(content)
+    except ValueError:
+        body = content.decode("utf-8", "replace")
+    if status >= 400:
+        _finish(state, record, started, error=f"HTTP {status}: {_error_text(body)}", status=status)
+        return
+    try:
+        choice = body["choices"][0]
+        message = choice.get("message") or {}
+    except (KeyError, IndexError, TypeError):
+        _finish(state, record, started, error="the upstream reply has no choices", status=status)
+        return
+    _finish(
+        state,
+        record,
+        started,
+        reply=message.get("content") or "",
+        usage=body.get("usage"),
+        model=body.get("model"),
+        finish_reason=choice.get("finish_reason"),
+        tool_calls=message.get("tool_calls") or None,
+    )
+
+
+async def _relay(
+    state: ProxyState, record: Interaction, started: float, response: Any
+) -> AsyncIterator[bytes]:
+    """Pass the upstream's bytes through unchanged; log the accumulated reply at the end, or
+    what arrived before the stream broke, as an error."""
+    acc = StreamAccumulator()
+    failure: str | None = None
+    try:
+        async for chunk in response.aiter_raw():
+            acc.feed(chunk)
+            yield chunk
+    except (asyncio.CancelledError, GeneratorExit):
+        failure = "the client disconnected before the stream ended"
+        raise
+    except Exception as err:  # noqa: BLE001 - the upstream broke off
+        failure = f"the upstream stream broke: {type(err).__name__}: {err}"
+    finally:
+        if failure is None and acc.error:
+            failure = f"the upstream sent an error in the stream: {acc.error}"
+        if failure is None and not acc.done and acc.finish_reason is None:
+            failure = "the upstream stream ended without a finish"
+        _finish(
+            state,
+            record,
+            started,
+            reply=acc.text if failure is None else (acc.text or None),
+            error=failure,
+            status=response.status_code if failure is None else 502,
+            usage=acc.usage,
+            model=acc.model,
+            finish_reason=acc.finish_reason,
+            stream=True,
+            tool_calls=list(acc.tool_calls.values()) or None,
+        )
+        with contextlib.suppress(Exception):  # logged first: closing may be cancelled
+            await response.aclose()
+
+
+# ---- running --------------------------------------------------------------------------------
+
+
+def run_proxy(config: ProxyConfig) -> None:
+    """Serve until interrupted."""
+    import uvicorn
+
+    from selftaught.serve import check_host
+
+    check_host(config.host, config.allow_remote)
+    app = create_proxy_app(config)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+
+
+@contextlib.contextmanager
+def proxy_in_background(
+    config: ProxyConfig, *, upstream: Upstream | None = None, startup_timeout_s: float = 30.0
+) -> Iterator[tuple[str, Any]]:
+    """Run the proxy in a thread for the block; yields (base URL `http://host:port/v1`, app).
+    `config.port = 0` picks a free port. For tests and benchmarks."""
+    import uvicorn
+
+    from selftaught.serve import check_host
+
+    check_host(config.host, config.allow_remote)
+    app = create_proxy_app(config, upstream=upstream)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="selftaught-proxy", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the proxy did not start on {config.host}:{config.port}")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{config.host}:{port}/v1", app
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)

@@ -1,0 +1,143 @@
+"""A tiny OpenAI-compatible server on loopback for proxy tests: plain and streamed chat
+completions, `/v1/models`, injected errors, a slow stream on demand. Records every request."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def echo(messages: list[dict[str, Any]]) -> str:
+    return "echo: " + str(messages[-1].get("content"))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # many clients connect at once
+
+
+class FakeUpstream:
+    """`faults` queue: "500", "429", "401", "400" answer that status with an OpenAI error body;
+    "broken" starts a stream and cuts it. `chunk_delay_s` paces streamed chunks."""
+
+    def __init__(
+        self,
+        answer: Callable[[list[dict[str, Any]]], str] = echo,
+        *,
+        model: str = "fake-model",
+        chunk_delay_s: float = 0.0,
+    ):
+        self.answer = answer
+        self.model = model
+        self.chunk_delay_s = chunk_delay_s
+        self.faults: deque[str] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.raw: list[bytes] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _json(self, status: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.rstrip("/").endswith("/models"):
+                    card = {"id": outer.model, "object": "model", "owned_by": "test"}
+                    return self._json(200, {"object": "list", "data": [card]})
+                self._json(404, {"error": {"message": "not found", "type": "not_found"}})
+
+            def do_POST(self) -> None:  # noqa: N802
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(raw)
+                with outer.lock:
+                    outer.raw.append(raw)
+                    outer.requests.append(body)
+                    outer.headers.append(dict(self.headers))
+                    fault = outer.faults.popleft() if outer.faults else "ok"
+                if fault.isdigit():
+                    message = f"injected {fault}"
+                    return self._json(int(fault), {"error": {"message": message, "type": "test"}})
+                text = outer.answer(body["messages"])
+                usage = {"prompt_tokens": 7, "completion_tokens": len(text.split())}
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                if not body.get("stream"):
+                    return self._json(
+                        200,
+                        {
+                            "id": "chatcmpl-fake",
+                            "object": "chat.completion",
+                            "created": int(time.time()),
+                            "model": body.get("model", outer.model),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": text},
+                                    "finish_reason": "stop",
+                                }
+                            ],
+                            "usage": usage,
+                        },
+                    )
+                self._stream(body, text, usage, broken=fault == "broken")
+
+            def _stream(self, body: dict, text: str, usage: dict, broken: bool) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+                base = {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": body.get("model", outer.model),
+                }
+                pieces = [w + " " for w in text.split(" ")]
+                pieces[-1] = pieces[-1][:-1]
+                events = [{"role": "assistant", "content": ""}] + [{"content": p} for p in pieces]
+                try:
+                    for i, delta in enumerate(events):
+                        if broken and i == 2:
+                            return
+                        choice = {"index": 0, "delta": delta, "finish_reason": None}
+                        self._event({**base, "choices": [choice]})
+                        time.sleep(outer.chunk_delay_s)
+                    self._event(
+                        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                    )
+                    if (body.get("stream_options") or {}).get("include_usage"):
+                        self._event({**base, "choices": [], "usage": usage})
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+
+            def _event(self, obj: dict) -> None:
+                self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+                self.wfile.flush()
+
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeUpstream:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,241 @@
+"""The task log: round trips, feedback, filters, export, redaction on the way in, file mode,
+schema migration from an older log, and 8 real processes writing at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from selftaught.sleep.log import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Feedback,
+    Interaction,
+    LogError,
+    LogFilter,
+    TaskLog,
+    log_interaction,
+    migrate,
+    parse_time,
+)
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def test_round_trip_with_every_field(tmp_path):
+    log = TaskLog(tmp_path / "log.db")
+    it = Interaction(
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}],
+        reply="4",
+        project="calc",
+        source="proxy",
+        model="m",
+        latency_s=0.25,
+        prompt_tokens=12,
+        completion_tokens=1,
+        reference=["4", "four"],
+        tags=["math"],
+        meta={"path": "/v1/chat/completions"},
+        skill_version="3",
+        private=True,
+        dedupe_key="proxy:abc",
+    )
+    assert log.add(it) is True
+    assert log.add(it) is False  # same id: stored once
+    back = log.get(it.id)
+    assert back.messages == it.messages and back.reply == "4" and back.reference == ["4", "four"]
+    assert (back.project, back.source, back.model, back.skill_version) == (
+        "calc",
+        "proxy",
+        "m",
+        "3",
+    )
+    assert back.private and not back.reviewed and back.is_task
+    assert back.prompt_tokens == 12 and back.tags == ["math"] and back.meta["path"]
+    assert abs(back.created_at - it.created_at) < 1e-6
+    assert log.count() == 1
+
+
+def test_dedupe_key_makes_inserts_idempotent(tmp_path):
+    log = TaskLog(tmp_path / "log.db")
+    rows = [
+        Interaction([{"role": "user", "content": f"q{i}"}], "a", dedupe_key=f"k{i}")
+        for i in range(5)
+    ]
+    assert log.add_many(rows) == 5
+    again = [
+        Interaction([{"role": "user", "content": f"q{i}"}], "a", dedupe_key=f"k{i}")
+        for i in range(7)
+    ]
+    assert log.add_many(again) == 2
+    assert log.count() == 7
+
+
+def test_secrets_are_redacted_before_storage_and_counted(tmp_path):
+    log = TaskLog(tmp_path / "log.db")
+    key = "sk-proj-" + "Ab3" * 20
+    iid = log_interaction(
+        [{"role": "user", "content": f"my key is {key}"}],
+        "use password=hunter22 then",
+        error=None,
+        reference=f"Bearer {key}",
+        log=log,
+    )
+    raw = (tmp_path / "log.db").read_bytes() + (tmp_path / "log.db-wal").read_bytes()
+    assert key.encode() not in raw and b"hunter22" not in raw
+    row = log.get(iid)
+    assert row.redactions == 3
+    assert "[REDACTED:openai_key]" in row.messages[0]["content"]
+
+
+def test_feedback_accumulates_latest_value_per_field(tmp_path):
+    log = TaskLog(tmp_path / "log.db")
+    iid = log_interaction("What is 2+2?", "5", feedback="down", log=log)
+    log.add_feedback(iid[:8], Feedback(score=0.0, reference="4"))
+    log.add_feedback(iid, {"comment": "off by one", "thumb": "down"})
+    fb = log.get(iid).feedback
+    assert (fb.thumb, fb.score, fb.reference, fb.comment) == ("down", 0.0, "4", "off by one")
+    assert log.get(iid).effective_reference == "4"
+    with pytest.raises(LogError, match="no interaction"):
+        log.add_feedback("ffffffff-nope", "up")
+    with pytest.raises(ValueError, match="empty"):
+        log.add_feedback(iid, {})
+    with pytest.raises(ValueError, match="thumb"):
+        log.add_feedback(iid, "sideways")
+
+
+def test_filters_and_export(tmp_path):
+    log = TaskLog(tmp_path / "log.db")
+    now = time.time()
+    rows = [
+        Interaction(
+            [{"role": "user", "content": "a"}],
+            "x",
+            project="p1",
+            source="proxy",
+            created_at=now - 3 * 86400,
+        ),
+        Interaction(
+            [{"role": "user", "content": "b"}],
+            "y",
+            project="p1",
+            source="api",
+            created_at=now - 3600,
+        ),
+        Interaction(
+            [{"role": "user", "content": "c"}],
+            None,
+            project="p2",
+            source="proxy",
+            error="HTTP 500: boom",
+            error_status=500,
+            created_at=now - 60,
+        ),
+    ]
+    log.add_many(rows)
+    log.add_feedback(rows[1].id, "up")
+    assert [r.reply for r in log.query(LogFilter(project="p1"))] == ["y", "x"]  # newest first
+    assert [r.reply for r in log.query(LogFilter(source="proxy", errors=False))] == ["x"]
+    assert [r.error_status for r in log.query(LogFilter(errors=True))] == [500]
+    assert [r.reply for r in log.query(LogFilter(has_feedback=True))] == ["y"]
+    assert len(log.query(LogFilter(since=parse_time("1d")))) == 2
+    assert len(log.query(LogFilter(until=parse_time("1d")))) == 1
+    assert len(log.query(LogFilter(limit=1))) == 1
+    n = log.export_jsonl(tmp_path / "out.jsonl", LogFilter(project="p1"))
+    lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert n == 2 and [x["reply"] for x in lines] == ["x", "y"]  # oldest first
+    assert lines[1]["feedback"]["thumb"] == "up" and lines[0]["feedback"] is None
+    assert lines[0]["timestamp"].endswith("Z")
+
+
+def test_parse_time_forms():
+    assert abs(parse_time("2d") - (time.time() - 2 * 86400)) < 5
+    assert parse_time("2026-01-01T00:00:00Z") == 1767225600.0
+    assert parse_time(12.5) == 12.5
+    with pytest.raises(ValueError, match="not a time"):
+        parse_time("yesterday-ish")
+
+
+def test_file_mode_is_0600(tmp_path):
+    log = TaskLog(tmp_path / "sub" / "log.db")
+    log_interaction("hi", "ho", log=log)
+    for name in ("log.db", "log.db-wal", "log.db-shm"):
+        mode = stat.S_IMODE(os.stat(tmp_path / "sub" / name).st_mode)
+        assert mode == 0o600, (name, oct(mode))
+
+
+def test_an_older_log_is_migrated_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    migrate(conn, target=1)  # a log written by the first schema
+    conn.execute(
+        "INSERT INTO interactions (id, project, source, created_at, messages, reply) "
+        "VALUES ('old-1', 'default', 'api', 1.0, '[{\"role\": \"user\", \"content\": \"q\"}]', 'a')"
+    )
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.close()
+    log = TaskLog(path)
+    assert log.schema_version() == SCHEMA_VERSION == len(MIGRATIONS)
+    old = log.get("old-1")
+    assert old.reply == "a" and old.private is False and old.dedupe_key is None
+    log_interaction("new", "row", log=log)
+    assert log.count() == 2
+
+
+def test_an_empty_v0_file_and_a_newer_log(tmp_path):
+    empty = tmp_path / "v0.db"
+    sqlite3.connect(empty).close()  # a v0 database: exists, no schema
+    assert TaskLog(empty).schema_version() == SCHEMA_VERSION
+    newer = tmp_path / "newer.db"
+    conn = sqlite3.connect(newer)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(LogError, match="newer than this selftaught"):
+        TaskLog(newer)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(LogError, match="not a usable task log"):
+        TaskLog(junk)
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {src!r})
+from selftaught.sleep.log import Interaction, TaskLog
+path, proc, n, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+log = TaskLog(path)
+while not go.exists():
+    time.sleep(0.005)
+for i in range(n):
+    log.add(Interaction([{{"role": "user", "content": f"p{{proc}} q{{i}}"}}], f"a{{i}}",
+                        source="api", meta={{"proc": proc, "i": i}}))
+"""
+
+
+def test_eight_processes_writing_at_once_lose_and_duplicate_nothing(tmp_path):
+    path, go = tmp_path / "log.db", tmp_path / "go"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(src=SRC))
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(path), str(p), "500", str(go)])
+        for p in range(8)
+    ]
+    time.sleep(1.0)  # let every process open the log (and race on creating the schema)
+    go.touch()
+    codes = [p.wait(timeout=300) for p in procs]
+    assert codes == [0] * 8
+    log = TaskLog(path)
+    rows = log.query()
+    assert len(rows) == 4000
+    assert len({(r.meta["proc"], r.meta["i"]) for r in rows}) == 4000
+    assert len({r.id for r in rows}) == 4000
+    assert log.integrity_check() == "ok"
