@@ -163,6 +163,8 @@ def prompt_kind(messages: list[Message]) -> str:
         return "failure"
     if "## Solved attempts" in text:
         return "success"
+    if "## Solved and failed attempts" in text:
+        return "contrast"
     return "other"
 
 
@@ -171,11 +173,12 @@ def canned_analyst(
     success: Reply = '{"edits": []}',
     merge: Reply | None = None,
     repair: Reply = '{"edits": []}',
+    contrast: Reply = '{"edits": []}',
     name: str = "scripted-analyst",
 ) -> ScriptedModel:
     """An optimizer whose reply depends on the prompt kind. `merge=None` returns the first
     proposal's edits unchanged (read back from the merge prompt)."""
-    replies = {"failure": failure, "success": success, "repair": repair}
+    replies = {"failure": failure, "success": success, "repair": repair, "contrast": contrast}
 
     def answer(messages: list[Message]) -> str:
         kind = prompt_kind(messages)

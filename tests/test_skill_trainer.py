@@ -12,17 +12,22 @@ from pathlib import Path
 import pytest
 
 from selftaught.gate import GateConfig
+from selftaught.models.base import Completion
 from selftaught.models.errors import FatalBackendError
 from selftaught.skill import SkillOptConfig, SkillTrainer
 from selftaught.tasks.base import TaskError
 from tests.scripted import (
     POISON,
+    ScriptedModel,
     ToyTask,
+    append,
     canned_analyst,
     edits_json,
     fatal,
+    rule_answer,
     rule_target,
     schedule_of_rules,
+    system_of,
     user_of,
 )
 
@@ -262,3 +267,71 @@ def test_budget_too_small_for_the_baseline_is_refused_up_front(tmp_path):
     with pytest.raises(ValueError, match="cannot cover even the baseline"):
         make(tmp_path, budget=Budget(calls=3)).train()
     assert not (tmp_path / "history.jsonl").exists()
+
+
+class CoinTarget(ScriptedModel):
+    """Sampled attempts: right when its seed is even, unless the skill holds 'rule steady'
+    (then always right); greedy calls follow the rule target."""
+
+    def __init__(self):
+        super().__init__(rule_answer, "coin-target")
+        self.seeds: dict[str, list[int]] = {}  # question -> seeds of its sampled attempts
+
+    async def achat(self, messages, params):
+        if params.temperature > 0:
+            self.seeds.setdefault(user_of(messages), []).append(params.seed)
+        if params.temperature == 0 or "rule steady" in system_of(messages):
+            return await super().achat(messages, params)
+        reply = rule_answer([{"role": "system", "content": "rule alpha rule beta"}, *messages])
+        if params.seed % 2:
+            reply = "Answer: -1"
+        self.calls.append(messages)
+        return Completion(text=reply, model=self.name)
+
+
+def test_rollouts_k_reflects_on_the_contrast_between_attempts(tmp_path):
+    target = CoinTarget()
+    analyst = canned_analyst(contrast=edits_json(append("rule steady")))
+    summary = SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=4, rollouts_k=4, reflect_on_successes=False),
+        ToyTask(),
+        target,
+        analyst,
+        output_dir=tmp_path,
+        progress=False,
+    ).train()
+    diag = json.loads((tmp_path / "diagnostics" / "step_0001.json").read_text())
+    assert len(diag["batch"]) == 4 * 4  # K attempts of each of the 4 tasks
+    kinds = [c["kind"] for c in diag["analyst_calls"]]
+    assert "contrast" in kinds and "failure" not in kinds  # every task had mixed attempts
+    contrast_prompt = next(
+        user_of(m) for m in analyst.calls if "## Solved and failed attempts" in user_of(m)
+    )
+    assert "Solved attempt:" in contrast_prompt and "Failed attempt:" in contrast_prompt
+    assert "rule steady" in (tmp_path / "current_skill.md").read_text()
+    # each task's K attempts got K different seeds, so they can differ
+    assert all(len(set(seeds)) == len(seeds) == 4 for seeds in target.seeds.values())
+    assert summary["steps"] == 2
+
+
+def test_a_memory_document_trains_with_the_skill_held_fixed(tmp_path):
+    target = rule_target()
+    analyst = canned_analyst(failure=edits_json(append("rule beta")))
+    summary = SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=8),
+        ToyTask(),
+        target,
+        analyst,
+        "",
+        document="memory",
+        other_document="rule alpha",
+        output_dir=tmp_path,
+        progress=False,
+    ).train()
+    assert summary["document"] == "memory"
+    assert (tmp_path / "best_memory.md").read_text().strip() == "rule beta"
+    # the target saw the fixed skill and the trained memory together
+    system = system_of(target.calls[-1])
+    assert "rule alpha" in system and "## Memory" in system and "rule beta" in system
+    prompt = user_of(analyst.calls[0])
+    assert "You improve a MEMORY" in prompt and "<memory>" in prompt

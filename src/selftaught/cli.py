@@ -601,6 +601,16 @@ def optimize_cmd(
         SkillOptConfig.batch_size
     ),
     max_steps: Annotated[int | None, typer.Option(help="Stop after N steps in all.")] = None,
+    rollouts_k: Annotated[
+        int,
+        typer.Option(
+            help="Attempts per train example (K > 1: sampled, and reflection contrasts solved "
+            "with failed attempts)."
+        ),
+    ] = SkillOptConfig.rollouts_k,
+    rollout_temperature: Annotated[
+        float, typer.Option(help="Temperature of the K attempts.")
+    ] = SkillOptConfig.rollout_temperature,
     minibatch_size: Annotated[int, typer.Option(help="Trajectories per analyst call.")] = (
         SkillOptConfig.minibatch_size
     ),
@@ -665,6 +675,8 @@ def optimize_cmd(
             batch_size=batch_size,
             max_steps=max_steps,
             seed=seed,
+            rollouts_k=rollouts_k,
+            rollout_temperature=rollout_temperature,
             minibatch_size=minibatch_size,
             merge_batch_size=merge_batch_size,
             reflect_on_successes=successes,

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from selftaught.models.base import ChatModel, GenerationParams, Message, run_sync
+from selftaught.models.base import ChatModel, Completion, GenerationParams, Message, run_sync
 from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
 from selftaught.models.usage import BudgetExhausted
 from selftaught.policy import Policy
@@ -39,6 +39,7 @@ class Rollout:
     error: str | None = None
     error_source: ErrorSource | None = None
     skill_hash: str = ""
+    sample: int = 0  # which of the `samples` attempts at this example
 
     @property
     def ok(self) -> bool:
@@ -59,6 +60,7 @@ class Rollout:
             "cached": self.cached,
             "error": self.error,
             "error_source": self.error_source,
+            "sample": self.sample,
         }
 
     @classmethod
@@ -71,44 +73,71 @@ class Rollout:
 @dataclass
 class RolloutConfig:
     concurrency: int = 8
-    timeout_s: float = 300.0  # per call, on top of the backend's own retries
+    """Requests in flight at once (a request for `samples` completions counts once)."""
+    timeout_s: float = 300.0
+    """Per request, on top of the backend's own retries."""
     params: GenerationParams = field(default_factory=GenerationParams)
+    samples: int = 1
+    """Attempts per example, asked as one request for n completions (sample at temperature
+    > 0 for them to differ)."""
     progress: bool = True
     description: str = "rollout"
 
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ValueError(f"samples must be >= 1, got {self.samples}")
 
-async def _one(
+
+async def _complete(
+    model: ChatModel, messages: list[Message], params: GenerationParams, n: int
+) -> list[Completion]:
+    if n == 1:
+        return [await model.achat(messages, params)]
+    return list(await model.achat_n(messages, params, n))
+
+
+async def _attempts(
     model: ChatModel,
     policy: Policy,
     task: Task,
     example: Example,
     cfg: RolloutConfig,
     sem: asyncio.Semaphore,
-) -> Rollout:
+) -> list[Rollout]:
+    """The `cfg.samples` rollouts of one example (all carrying the error if the call failed)."""
     messages = policy.messages(task, example)
-    r = Rollout(example_id=example.id, messages=messages, skill_hash=policy.skill_hash())
+    rollouts = [
+        Rollout(example_id=example.id, messages=messages, skill_hash=policy.skill_hash(), sample=i)
+        for i in range(cfg.samples)
+    ]
     async with sem:
         t0 = time.perf_counter()
         try:
-            c = await asyncio.wait_for(model.achat(messages, cfg.params), cfg.timeout_s)
+            completions = await asyncio.wait_for(
+                _complete(model, messages, cfg.params, cfg.samples), cfg.timeout_s
+            )
         except FatalBackendError:
             raise
         except TransientBackendError as err:
-            r.error, r.error_source, r.retries = str(err), "backend", err.retries
-            r.latency_s = time.perf_counter() - t0
-            return r
+            for r in rollouts:
+                r.error, r.error_source, r.retries = str(err), "backend", err.retries
+                r.latency_s = time.perf_counter() - t0
+            return rollouts
         except asyncio.TimeoutError:
-            r.error = f"{model.name}: timed out after {cfg.timeout_s:.0f}s"
-            r.error_source = "timeout"
-            r.latency_s = time.perf_counter() - t0
-            return r
-    r.reply = c.text
-    r.prompt_tokens, r.completion_tokens = c.prompt_tokens, c.completion_tokens
-    r.latency_s, r.truncated, r.retries, r.cached = c.latency_s, c.truncated, c.retries, c.cached
-    r.score, r.error, r.error_source = await asyncio.to_thread(
-        score_reply, task, c.text, example, r.truncated
-    )
-    return r
+            for r in rollouts:
+                r.error = f"{model.name}: timed out after {cfg.timeout_s:.0f}s"
+                r.error_source = "timeout"
+                r.latency_s = time.perf_counter() - t0
+            return rollouts
+    for r, c in zip(rollouts, completions, strict=True):
+        r.reply = c.text
+        r.prompt_tokens, r.completion_tokens = c.prompt_tokens, c.completion_tokens
+        r.latency_s, r.truncated, r.retries = c.latency_s, c.truncated, c.retries
+        r.cached = c.cached
+        r.score, r.error, r.error_source = await asyncio.to_thread(
+            score_reply, task, c.text, example, r.truncated
+        )
+    return rollouts
 
 
 def score_reply(
@@ -138,15 +167,16 @@ async def arun_rollouts(
     examples: Sequence[Example],
     cfg: RolloutConfig | None = None,
 ) -> list[Rollout]:
-    """Roll out `policy` on each example; results come back in input order."""
+    """Roll out `policy` on each example (`cfg.samples` times each); results come back in
+    input order, an example's samples together."""
     cfg = cfg or RolloutConfig()
     sem = asyncio.Semaphore(max(1, cfg.concurrency))
 
-    async def indexed(i: int, ex: Example) -> tuple[int, Rollout]:
-        return i, await _one(model, policy, task, ex, cfg, sem)
+    async def indexed(i: int, ex: Example) -> tuple[int, list[Rollout]]:
+        return i, await _attempts(model, policy, task, ex, cfg, sem)
 
     jobs = [asyncio.ensure_future(indexed(i, ex)) for i, ex in enumerate(examples)]
-    results: list[Rollout | None] = [None] * len(jobs)
+    results: list[list[Rollout] | None] = [None] * len(jobs)
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -161,18 +191,17 @@ async def arun_rollouts(
         with progress:
             bar = progress.add_task(cfg.description, total=len(jobs), acc="-")
             for fut in asyncio.as_completed(jobs):
-                i, r = await fut
-                done += 1
-                if r.ok and r.score is not None:
-                    solved += int(r.score.hard)
+                i, attempts = await fut
+                done += len(attempts)
+                solved += sum(int(r.score.hard) for r in attempts if r.ok and r.score is not None)
                 progress.update(bar, advance=1, acc=f"{solved}/{done}")
-                results[i] = r
+                results[i] = attempts
     except BaseException:
         for j in jobs:
             j.cancel()
         await asyncio.gather(*jobs, return_exceptions=True)
         raise
-    return [r for r in results if r is not None]
+    return [r for attempts in results if attempts is not None for r in attempts]
 
 
 def run_rollouts(

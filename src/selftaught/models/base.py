@@ -71,6 +71,25 @@ class AsyncChatModel:
     def chat(self, messages: list[Message], params: GenerationParams | None = None) -> Completion:
         return run_sync(self.achat(messages, params or GenerationParams()))
 
+    async def achat_n(
+        self, messages: list[Message], params: GenerationParams, n: int
+    ) -> list[Completion]:
+        """n completions of one conversation; by default n concurrent calls (each with its
+        own derived seed when `params.seed` is set). Backends that can share the prompt
+        (OpenAI's `n`, the local model) override this."""
+        import dataclasses
+
+        calls = [
+            self.achat(
+                messages,
+                params
+                if params.seed is None
+                else dataclasses.replace(params, seed=params.seed + i),
+            )
+            for i in range(n)
+        ]
+        return list(await asyncio.gather(*calls))
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         pass
 

@@ -24,6 +24,14 @@ class SkillOptConfig:
     seed: int = 0
     """Seeds the per-epoch shuffle of the train split."""
 
+    # --- rollout: attempts per train example --------------------------------------------
+    rollouts_k: int = 1
+    """Attempts per train example per step. K > 1 samples them at `rollout_temperature`, and
+    the analyst also reflects on the contrast between a solved and a failed attempt at the
+    same task (contrastive reflection); val and test stay greedy."""
+    rollout_temperature: float = 0.7
+    """Sampling temperature of the K train attempts (used only when rollouts_k > 1)."""
+
     # --- reflect: the analyst reads bounded minibatches of trajectories ----------------
     minibatch_size: int = 8
     """Trajectories per analyst call (SkillOpt: 8); bounds the reflection context."""
@@ -98,6 +106,7 @@ class SkillOptConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
         for name in (
+            "rollouts_k",
             "epochs",
             "batch_size",
             "minibatch_size",
@@ -128,6 +137,8 @@ class SkillOptConfig:
             )
         if self.rejected_buffer_size < 0:
             raise ValueError("rejected_buffer_size must be >= 0")
+        if self.rollouts_k > 1 and self.rollout_temperature <= 0:
+            raise ValueError("rollouts_k > 1 needs rollout_temperature > 0 (K greedy copies)")
         if self.temperature < 0 or self.analyst_temperature < 0:
             raise ValueError("temperatures must be >= 0")
         if self.timeout_s <= 0:

@@ -50,7 +50,19 @@ class EditParseError(ValueError):
 
 # The prompts' example values: weak analysts echo them back as if they were edits (seen with
 # SmolLM2-135M as analyst: `{"op": "append", "content": "new rule"}` was applied verbatim).
-PLACEHOLDERS = frozenset({"new rule", "better text", "text copied from the skill", "...", "…"})
+PLACEHOLDERS = frozenset(
+    {"new rule", "better text", "text copied from the skill", "text copied from the memory"}
+    | {"...", "…"}
+)
+
+# What the analyst is told it edits: the skill (how to solve tasks of one kind) or the memory
+# (what to remember about this user and project); the same prompts serve both.
+DocumentKind = Literal["skill", "memory"]
+DOCUMENTS: dict[str, str] = {
+    "skill": "the instructions an AI assistant reads before it solves tasks of one kind",
+    "memory": "the facts, preferences and conventions an AI assistant keeps about its user and "
+    "project, read before every task",
+}
 
 
 def parse_edits(
@@ -93,7 +105,7 @@ def parse_edits(
 class AnalystCall:
     """One analyst reflection or merge, with everything diagnostics need."""
 
-    kind: str  # "failure" | "success" | "merge"
+    kind: str  # "failure" | "success" | "contrast" | "merge"
     status: CallStatus = "ok"
     edits: list[Edit] = field(default_factory=list)
     invalid: list[dict[str, Any]] = field(default_factory=list)  # not edits at all
@@ -144,6 +156,35 @@ def format_rollouts(
     return "\n\n".join(blocks)
 
 
+def format_contrasts(
+    pairs: list[tuple[Rollout, Rollout]],
+    *,
+    max_input_chars: int,
+    max_reply_chars: int,
+    max_feedback_chars: int,
+) -> str:
+    """Each task once, with one solved and one failed attempt at it."""
+    blocks = []
+    for i, (good, bad) in enumerate(pairs, 1):
+        user = next(
+            (str(m.get("content", "")) for m in reversed(good.messages) if m.get("role") == "user"),
+            "",
+        )
+        lines = [
+            f"### Task {i}",
+            f"Input:\n{clip(user, max_input_chars)}",
+            f"Solved attempt:\n{clip(good.reply, max_reply_chars) or '(empty)'}",
+            f"Failed attempt:\n{clip(bad.reply, max_reply_chars) or '(empty)'}",
+        ]
+        if bad.score is not None and bad.score.feedback:
+            feedback = clip(bad.score.feedback, max_feedback_chars)
+            lines.append(f"Grader feedback on the failed attempt: {feedback}")
+        if bad.truncated:
+            lines.append("Note: the failed attempt was cut off at the length limit.")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
 def format_edits(edits: list[Edit], limit: int = 300) -> str:
     rows = []
     for e in edits:
@@ -172,9 +213,13 @@ class Analyst:
         max_edit_chars: int = 800,
         timeout_s: float = 300.0,
         guard: EditGuard | None = None,
+        document: DocumentKind = "skill",
     ):
+        if document not in DOCUMENTS:
+            raise ValueError(f"document must be one of {', '.join(DOCUMENTS)}, got {document!r}")
         self.model = model
         self.guard = guard
+        self.document = document
         self.params = GenerationParams(max_tokens=max_tokens, temperature=temperature)
         self.repair = repair
         self.limits = {
@@ -186,7 +231,14 @@ class Analyst:
         self.timeout_s = timeout_s
         self.prompts = {
             name: load_prompt(name)
-            for name in ("reflect_failures", "reflect_successes", "merge", "repair", "rejected")
+            for name in (
+                "reflect_failures",
+                "reflect_successes",
+                "reflect_contrast",
+                "merge",
+                "repair",
+                "rejected",
+            )
         }
 
     def _rejected_block(self, rejected: list[Edit]) -> str:
@@ -194,18 +246,28 @@ class Analyst:
             return ""
         return render(self.prompts["rejected"], rejected=format_edits(rejected))
 
+    def _render(self, name: str, document: str, **values: Any) -> str:
+        return render(
+            self.prompts[name],
+            DOC=self.document.upper(),
+            doc=self.document,
+            doc_description=DOCUMENTS[self.document],
+            document=document.strip() or "(empty: nothing written yet)",
+            **values,
+        )
+
     async def reflect(
         self,
         kind: Literal["failure", "success"],
-        skill: str,
+        document: str,
         rollouts: list[Rollout],
         rejected: list[Edit],
         max_edits: int,
     ) -> AnalystCall:
-        template = self.prompts["reflect_failures" if kind == "failure" else "reflect_successes"]
-        prompt = render(
-            template,
-            skill=skill.strip() or "(empty: no rules yet)",
+        """Reflect on a minibatch of failed (or of solved) trajectories."""
+        prompt = self._render(
+            "reflect_failures" if kind == "failure" else "reflect_successes",
+            document,
             examples=format_rollouts(rollouts, **self.limits),
             rejected=self._rejected_block(rejected),
             max_edits=max_edits,
@@ -214,17 +276,32 @@ class Analyst:
         call.example_ids = [r.example_id for r in rollouts]
         return call
 
-    async def merge(self, skill: str, patches: list[list[Edit]], max_edits: int) -> AnalystCall:
+    async def reflect_contrast(
+        self,
+        document: str,
+        pairs: list[tuple[Rollout, Rollout]],
+        rejected: list[Edit],
+        max_edits: int,
+    ) -> AnalystCall:
+        """Reflect on the contrast between a solved and a failed attempt at the same tasks."""
+        prompt = self._render(
+            "reflect_contrast",
+            document,
+            examples=format_contrasts(pairs, **self.limits),
+            rejected=self._rejected_block(rejected),
+            max_edits=max_edits,
+        )
+        call = await self._json_call("contrast", prompt)
+        call.example_ids = [good.example_id for good, _ in pairs]
+        return call
+
+    async def merge(self, document: str, patches: list[list[Edit]], max_edits: int) -> AnalystCall:
         listing = "\n\n".join(
             f"### Proposal {i}\n{format_edits(p)}" for i, p in enumerate(patches, 1)
         )
-        prompt = render(
-            self.prompts["merge"],
-            skill=skill.strip() or "(empty: no rules yet)",
-            patches=listing,
-            max_edits=max_edits,
+        return await self._json_call(
+            "merge", self._render("merge", document, patches=listing, max_edits=max_edits)
         )
-        return await self._json_call("merge", prompt)
 
     async def _ask(self, prompt: str) -> str:
         messages = [{"role": "user", "content": prompt}]
@@ -232,8 +309,13 @@ class Analyst:
         return c.text
 
     def templates(self) -> list[str]:
-        """The prompt templates an edit must not echo."""
-        return list(self.prompts.values())
+        """The prompt texts an edit must not echo: every template, with the document's words
+        filled in for either document kind (the per-call parts left empty)."""
+        return [
+            render(t, DOC=kind.upper(), doc=kind, doc_description=description)
+            for t in self.prompts.values()
+            for kind, description in DOCUMENTS.items()
+        ]
 
     async def _json_call(self, kind: str, prompt: str) -> AnalystCall:
         call = await self._parsed_call(kind, prompt)
@@ -260,8 +342,8 @@ class Analyst:
         if not self.repair:
             call.status = "invalid_json"
             return call
-        repair_prompt = render(
-            self.prompts["repair"], reply=clip(call.raw_reply, 3000), error=call.error
+        repair_prompt = self._render(
+            "repair", "", reply=clip(call.raw_reply, 3000), error=call.error
         )
         try:
             call.repair_reply = await self._ask(repair_prompt)

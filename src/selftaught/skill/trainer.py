@@ -41,7 +41,7 @@ from selftaught.skill.aggregate import Aggregation, aggregate
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit, EditReport, apply_edits
 from selftaught.skill.guard import EditGuard
-from selftaught.skill.reflect import Analyst, AnalystCall
+from selftaught.skill.reflect import Analyst, AnalystCall, DocumentKind
 from selftaught.skill.schedule import edit_budget
 from selftaught.skill.select import Selection, select_edits
 from selftaught.stats import mean_interval, sign_test_pvalue, wilson_interval
@@ -52,7 +52,8 @@ config.json            the settings; a re-run with the same settings resumes
 state.json             last completed step, current / best skill, rejected buffer, usage
 history.jsonl          one row per step: batch scores, edits proposed / applied / rejected and
                        why, gate decision and scores, tokens and time (step 0 = baseline)
-skills/vNNNN.md        the candidate skill of step NNNN (v0000 = the initial skill)
+skills/vNNNN.md        the candidate skill of step NNNN (v0000 = the initial skill); a run
+                       that trains the memory document writes memorys/, best_memory.md, ...
 best_skill.md          the best skill so far (what ships), current_skill.md the current one
 diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
                        analyst's raw replies; backend call errors
@@ -184,6 +185,8 @@ class SkillTrainer:
         optimizer_model: ChatModel | None = None,
         initial_skill: str = "",
         *,
+        document: DocumentKind = "skill",
+        other_document: str = "",
         output_dir: str | Path | None = None,
         ledger: UsageLedger | None = None,
         progress: bool = True,
@@ -198,6 +201,9 @@ class SkillTrainer:
         self.test_target = TrackedModel(model, self.test_ledger, "target")
         self.optimizer = TrackedModel(optimizer_model or model, self.ledger, "optimizer")
         self.initial_skill = initial_skill
+        # what is trained (the skill, or the memory) and the other document, held fixed
+        self.document = document
+        self.other_document = other_document
         self.run = RunDir(output_dir or default_output_dir(task.name))
         self.show_progress = progress
         self.console = console or Console(stderr=True, quiet=not progress)
@@ -212,6 +218,7 @@ class SkillTrainer:
             max_feedback_chars=config.max_feedback_chars,
             max_edit_chars=config.max_edit_chars,
             timeout_s=config.timeout_s,
+            document=document,
         )
         self.guard: EditGuard | None = None  # built once the splits are known (_prepare)
         self.params = GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
@@ -320,8 +327,8 @@ class SkillTrainer:
         scores, rollouts, cached = await self._val(skill)
         summary = _split_summary(scores)
         st.current = st.best = skill
-        atomic_write_text(self.run.path("best_skill.md"), skill.text)
-        atomic_write_text(self.run.path("current_skill.md"), skill.text)
+        atomic_write_text(self.run.path(f"best_{self.document}.md"), skill.text)
+        atomic_write_text(self.run.path(f"current_{self.document}.md"), skill.text)
         atomic_write_json(
             self.run.path("diagnostics", "step_0000.json"),
             {
@@ -364,14 +371,14 @@ class SkillTrainer:
         )
         rejected = [Edit(**e) for e in st.rejected]
         self._set_stage("rollout", st, step)
-        rollouts = await self._rollouts(st.current.text, batch, f"step {step} rollout")
+        rollouts = await self._train_rollouts(st.current.text, batch, step)
         self._set_stage("reflect", st, step)
         calls = await self._reflect(st.current, rollouts, rejected, budget)
         self._set_stage("aggregate", st, step)
         agg = await aggregate(
             self.analyst if self.config.llm_merge else None,
             st.current.text,
-            [c.edits for c in calls if c.kind == "failure" and c.edits],
+            [c.edits for c in calls if c.kind in ("failure", "contrast") and c.edits],
             [c.edits for c in calls if c.kind == "success" and c.edits],
             merge_batch_size=self.config.merge_batch_size,
             max_edits=2 * budget,
@@ -396,6 +403,20 @@ class SkillTrainer:
             f"{best_val['hard']:.3f}"
         )
 
+    async def _train_rollouts(self, text: str, batch: list[Example], step: int) -> list[Rollout]:
+        """The step's attempts: one greedy rollout per example, or K sampled ones."""
+        k = self.config.rollouts_k
+        if k == 1:
+            return await self._rollouts(text, batch, f"step {step} rollout")
+        params = GenerationParams(
+            max_tokens=self.config.max_tokens,
+            temperature=self.config.rollout_temperature,
+            seed=self.config.seed * 100_003 + step,
+        )
+        return await self._rollouts(
+            text, batch, f"step {step} rollout x{k}", params=params, samples=k
+        )
+
     def _batch(self, step: int) -> tuple[int, list[Example]]:
         """(epoch index, the train examples of `step`): a seeded shuffle per epoch."""
         epoch, idx = divmod(step - 1, self.steps_per_epoch)
@@ -405,32 +426,51 @@ class SkillTrainer:
     async def _reflect(
         self, current: _Skill, rollouts: list[Rollout], rejected: list[Edit], budget: int
     ) -> list[AnalystCall]:
-        """Reflect (≈ the gradient) on bounded minibatches of failures and of successes."""
+        """Reflect (≈ the gradient) on bounded minibatches: failures, successes, and, when
+        each task was attempted K > 1 times, the contrast between a solved and a failed
+        attempt at the same task."""
         cfg = self.config
-        scored = [r for r in rollouts if r.ok]
-        failed = [r for r in scored if self._is_failure(r)]
-        solved = [r for r in scored if not self._is_failure(r)]
-        mb = cfg.minibatch_size
-        jobs: list[tuple[str, list[Rollout]]] = [
-            ("failure", failed[i : i + mb]) for i in range(0, len(failed), mb)
-        ][: cfg.max_minibatches]
-        if cfg.reflect_on_successes:
-            jobs += [("success", solved[i : i + mb]) for i in range(0, len(solved), mb)][
-                : cfg.max_minibatches
-            ]
+        failed, solved, pairs = self._attempt_groups(rollouts)
+        mb, most = cfg.minibatch_size, cfg.max_minibatches
+
+        def chunks(items: list[Any]) -> list[list[Any]]:
+            return [items[i : i + mb] for i in range(0, len(items), mb)][:most]
+
         sem = asyncio.Semaphore(cfg.concurrency)
 
-        async def reflect(kind: str, minibatch: list[Rollout]) -> AnalystCall:
+        async def limited(job: Any) -> AnalystCall:
             async with sem:
-                return await self.analyst.reflect(
-                    kind,  # type: ignore[arg-type]
-                    current.text,
-                    minibatch,
-                    rejected,
-                    budget,
-                )
+                return await job
 
-        return list(await asyncio.gather(*(reflect(k, rs) for k, rs in jobs)))
+        text = current.text
+        jobs = [self.analyst.reflect("failure", text, c, rejected, budget) for c in chunks(failed)]
+        jobs += [self.analyst.reflect_contrast(text, c, rejected, budget) for c in chunks(pairs)]
+        if cfg.reflect_on_successes:
+            jobs += [
+                self.analyst.reflect("success", text, c, rejected, budget) for c in chunks(solved)
+            ]
+        return list(await asyncio.gather(*(limited(j) for j in jobs)))
+
+    def _attempt_groups(
+        self, rollouts: list[Rollout]
+    ) -> tuple[list[Rollout], list[Rollout], list[tuple[Rollout, Rollout]]]:
+        """(tasks every attempt failed, tasks every attempt solved, (solved, failed) pairs
+        of tasks with both), one representative attempt each, in batch order."""
+        by_example: dict[str, list[Rollout]] = {}
+        for r in rollouts:
+            if r.ok:
+                by_example.setdefault(r.example_id, []).append(r)
+        failed, solved, pairs = [], [], []
+        for attempts in by_example.values():
+            bad = [r for r in attempts if self._is_failure(r)]
+            good = [r for r in attempts if not self._is_failure(r)]
+            if bad and good:
+                pairs.append((good[0], bad[0]))
+            elif bad:
+                failed.append(bad[0])
+            else:
+                solved.append(good[0])
+        return failed, solved, pairs
 
     def _update(
         self, current: _Skill, merged: list[Edit], rejected: list[Edit], budget: int
@@ -485,10 +525,10 @@ class SkillTrainer:
             st.rejected = buffer[-size:] if size else []
             return
         st.current = candidate
-        atomic_write_text(self.run.path("current_skill.md"), candidate.text)
+        atomic_write_text(self.run.path(f"current_{self.document}.md"), candidate.text)
         if decision == "accept_new_best":
             st.best = candidate
-            atomic_write_text(self.run.path("best_skill.md"), candidate.text)
+            atomic_write_text(self.run.path(f"best_{self.document}.md"), candidate.text)
 
     def _write_diagnostics(self, o: _StepOutcome) -> None:
         all_calls = o.calls + o.agg.calls
@@ -643,7 +683,8 @@ class SkillTrainer:
             "split_sizes": {s: len(self.task.examples(s)) for s in ("train", "val", "test")},
             "model": self.target.name,
             "optimizer_model": self.optimizer.name,
-            "initial_skill_hash": Policy(self.initial_skill).skill_hash(),
+            "document": self.document,
+            "initial_hash": self._policy(self.initial_skill).skill_hash(),
         }
 
     def _epoch_order(self, epoch: int) -> list[Example]:
@@ -668,17 +709,31 @@ class SkillTrainer:
         }
 
     async def _rollouts(
-        self, skill: str, examples: list[Example], desc: str, *, model: ChatModel | None = None
+        self,
+        skill: str,
+        examples: list[Example],
+        desc: str,
+        *,
+        model: ChatModel | None = None,
+        params: GenerationParams | None = None,
+        samples: int = 1,
     ) -> list[Rollout]:
         cfg = RolloutConfig(
             concurrency=self.config.concurrency,
             timeout_s=self.config.timeout_s,
-            params=self.params,
+            params=params or self.params,
+            samples=samples,
             progress=False,
             description=desc,
         )
         target = model or self.target
-        return await arun_rollouts(target, Policy(skill), self.task, examples, cfg)
+        return await arun_rollouts(target, self._policy(skill), self.task, examples, cfg)
+
+    def _policy(self, text: str) -> Policy:
+        """The policy reading `text` as the trained document, the other one fixed."""
+        if self.document == "memory":
+            return Policy(skill=self.other_document, memory=text)
+        return Policy(skill=text, memory=self.other_document)
 
     async def _val(
         self, skill: _Skill
@@ -714,13 +769,13 @@ class SkillTrainer:
 
     def _save_skill(self, step: int, text: str) -> _Skill:
         version = f"v{step:04d}"
-        atomic_write_text(self.run.path("skills", f"{version}.md"), text)
-        return _Skill(version, text, Policy(text).skill_hash())
+        atomic_write_text(self.run.path(f"{self.document}s", f"{version}.md"), text)
+        return _Skill(version, text, self._policy(text).skill_hash())
 
     def _skill_from_file(self, step_or_version: int | str) -> _Skill:
         version = step_or_version if isinstance(step_or_version, str) else f"v{step_or_version:04d}"
-        text = self.run.path("skills", f"{version}.md").read_text(encoding="utf-8")
-        return _Skill(version, text, Policy(text).skill_hash())
+        text = self.run.path(f"{self.document}s", f"{version}.md").read_text(encoding="utf-8")
+        return _Skill(version, text, self._policy(text).skill_hash())
 
     def _commit(self, st: _State, row: dict[str, Any]) -> None:
         # state first (it carries the row), then history: a kill in between is repaired on
@@ -778,6 +833,7 @@ class SkillTrainer:
         return {
             "run_dir": str(self.run.root),
             "task": self.task.name,
+            "document": self.document,
             "steps": st.step,
             "total_steps": self.total_steps,
             "best_version": st.best.version,
