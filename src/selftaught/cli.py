@@ -76,6 +76,21 @@ SeedOpt = Annotated[int, typer.Option(help="Seed for task splits and sampling.")
 TrainSizeOpt = Annotated[int | None, typer.Option(help="Train split size (task default if unset).")]
 ValSizeOpt = Annotated[int | None, typer.Option(help="Val split size (task default if unset).")]
 TestSizeOpt = Annotated[int | None, typer.Option(help="Test split size (task default if unset).")]
+UnsafeExecOpt = Annotated[
+    bool,
+    typer.Option(
+        "--unsafe-exec",
+        help="Where bubblewrap is missing, run model-written code with resource limits only "
+        "(it can read your files and use the network); without this such tasks refuse.",
+    ),
+]
+
+
+def warn_unsafe_exec(unsafe_exec: bool) -> None:
+    if unsafe_exec:
+        from selftaught.tasks.sandbox import UNSAFE_EXEC_WARNING
+
+        console.print(f"[bold yellow]warning:[/] {UNSAFE_EXEC_WARNING}", soft_wrap=True)
 
 
 # ---- tasks / eval / serve (foundation) ------------------------------------------------
@@ -139,6 +154,7 @@ def eval_cmd(
     val_size: ValSizeOpt = None,
     test_size: TestSizeOpt = None,
     api_key: ApiKeyOpt = None,
+    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Score a model (+ skill) on a task split: hard/soft accuracy with 95% CIs, tokens used."""
     from selftaught.evaluation import evaluate
@@ -150,6 +166,7 @@ def eval_cmd(
 
     if split not in ("train", "val", "test"):
         raise typer.BadParameter(f"--split must be train, val or test, not {split!r}")
+    warn_unsafe_exec(unsafe_exec)
     ledger = UsageLedger()
     judge = None
     if judge_model:
@@ -163,6 +180,7 @@ def eval_cmd(
         scorer=scorer,
         judge_model=judge,
         rubric=read_text_file(rubric, "rubric") or None,
+        unsafe_exec=unsafe_exec,
     )
     target = TrackedModel(
         load_model(model, api_key=api_key, timeout_s=timeout, cache_path=cache), ledger, "target"
@@ -309,6 +327,7 @@ def optimize_cmd(
     val_size: ValSizeOpt = None,
     test_size: TestSizeOpt = None,
     api_key: ApiKeyOpt = None,
+    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Optimize a skill document for a frozen model (SkillOpt): rollout → reflect → aggregate →
     select under an edit budget → apply → gate on val; ships the best skill, not the last."""
@@ -341,6 +360,7 @@ def optimize_cmd(
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    warn_unsafe_exec(unsafe_exec)
     the_task = load_task(
         task,
         seed=seed,
@@ -348,6 +368,7 @@ def optimize_cmd(
         val_size=val_size,
         test_size=test_size,
         scorer=scorer,
+        unsafe_exec=unsafe_exec,
     )
     target = load_model(model, api_key=api_key, timeout_s=timeout, cache_path=cache)
     analyst = target
@@ -479,6 +500,7 @@ def train(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO."""
     from selftaught.models.spec import parse_model_spec
@@ -510,8 +532,14 @@ def train(
             import torch
 
             torch.set_num_threads(threads)
+        warn_unsafe_exec(unsafe_exec)
         the_task = load_task(
-            task, seed=seed, train_size=train_size, val_size=val_size, test_size=test_size
+            task,
+            seed=seed,
+            train_size=train_size,
+            val_size=val_size,
+            test_size=test_size,
+            unsafe_exec=unsafe_exec,
         )
         backend_cfg = BackendConfig(
             backend=backend,  # type: ignore[arg-type]
