@@ -302,6 +302,35 @@ def test_a_detached_child_does_not_outlive_the_run(sandbox, ends_by):
     assert processes_with(token) == []
 
 
+SUBREAPER_SCRIPT = """
+import ctypes, os
+# PR_SET_CHILD_SUBREAPER: orphans come to this process, as they do to a container's PID 1
+assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+from selftaught.tasks.sandbox import open_sandbox
+sandbox = open_sandbox()
+for _ in range(3):
+    sandbox.run('print(1)')
+sandbox.run('while True: pass', timeout_s=0.5)
+zombies = 0
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        state, ppid = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[:2]
+    except OSError:
+        continue
+    zombies += state == 'Z' and int(ppid) == os.getpid()
+print(zombies)
+"""
+
+
+@requires_bwrap
+def test_no_zombies_pile_up_when_selftaught_is_a_containers_init():
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.run(
+        [sys.executable, "-c", SUBREAPER_SCRIPT], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "0", proc.stdout + proc.stderr
+
+
 @requires_bwrap
 def test_cannot_read_the_environment_of_other_processes(sandbox, monkeypatch):
     token = secrets.token_hex(12)

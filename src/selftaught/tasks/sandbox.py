@@ -34,6 +34,7 @@ is unsafe when the parent has threads (rollouts score in worker threads) and can
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -194,12 +195,19 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def _read_status(fd: int, wait_s: float) -> bytes:
     """What the bootstrap wrote to the status pipe ("S": the code started; "E...": why it
     could not), read up to the pipe's end or for at most `wait_s`."""
+    return _read_until(fd, time.monotonic() + wait_s, b"")
+
+
+def _wait_readable(fd: int, deadline: float) -> bool:
+    poller = select.poll()  # not select.select: it fails on fds past 1023
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000))
+
+
+def _read_until(fd: int, deadline: float, stop: bytes) -> bytes:
+    """Read `fd` until its end, the deadline, or (if `stop`) until `stop` has been read."""
     data = b""
-    deadline = time.monotonic() + wait_s
-    while (remaining := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            break
+    while not (stop and stop in data) and _wait_readable(fd, deadline):
         chunk = os.read(fd, 4096)
         if not chunk:
             break
@@ -489,31 +497,26 @@ def _execute(
     finally:
         if info_pipe:  # closed at once, so that a bwrap failing early gives an end of file
             os.close(info_pipe[1])
-    init = _open_init(info_pipe[0], deadline) if info_pipe else None
+    init = None
     try:
+        init = _open_init(info_pipe[0], deadline) if info_pipe else None
         proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         timed_out = False
     except subprocess.TimeoutExpired:
         timed_out = True
-    _kill_group(proc)  # the run is over: nothing it started may stay
-    proc.wait()
+    finally:  # the run is over (or interrupted): nothing it started may stay
+        _kill_group(proc)
+        proc.wait()
+        if init is not None:
+            _kill_and_wait(init)
     duration = time.monotonic() - start
-    if init is not None:
-        _kill_and_wait(init)
     return (None if timed_out else proc.returncode), timed_out, duration
 
 
 def _open_init(info_fd: int, deadline: float) -> int | None:
     """A pidfd for the sandbox's init, from the JSON bwrap writes to its --info-fd; None when
     bwrap failed first or this kernel has no pidfds."""
-    data = b""
-    while b"}" not in data and (remaining := deadline - time.monotonic()) > 0:
-        if not select.select([info_fd], [], [], remaining)[0]:
-            break
-        chunk = os.read(info_fd, 4096)
-        if not chunk:
-            break
-        data += chunk
+    data = _read_until(info_fd, deadline, b"}")
     try:
         return os.pidfd_open(int(json.loads(data)["child-pid"]))
     except (ValueError, KeyError, TypeError, OSError, AttributeError):
@@ -521,11 +524,16 @@ def _open_init(info_fd: int, deadline: float) -> int | None:
 
 
 def _kill_and_wait(pidfd: int) -> None:
-    try:
+    """Kill the sandbox's init and wait until it has exited. Once bwrap is gone the init is
+    an orphan: reap it if it came to us (we are a container's PID 1 or a subreaper), or such
+    zombies would pile up over thousands of runs; otherwise its new parent reaps it."""
+    with contextlib.suppress(OSError):  # it may have exited already
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        select.select([pidfd], [], [], STATUS_WAIT_S)  # readable once it has exited
-    except OSError:
-        pass  # already gone
+    try:
+        _wait_readable(pidfd, time.monotonic() + STATUS_WAIT_S)  # readable once it has exited
+        os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)
+    except (OSError, AttributeError):
+        pass  # reaped already, or not our child
     finally:
         os.close(pidfd)
 
