@@ -1,18 +1,35 @@
 from __future__ import annotations
 
+import json
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from typer.testing import CliRunner
 
+from selftaught.cli import app
+from selftaught.tasks import load_task
 from selftaught.tasks.base import SPLITS, Task, TaskError, check_disjoint
 from selftaught.tasks.humaneval import HumanEvalTask, build_program, extract_code, load_problems
-from selftaught.tasks.sandbox import run_python, summarize_traceback
+from selftaught.tasks.sandbox import (
+    BWRAP_ENV,
+    Sandbox,
+    SandboxError,
+    find_bwrap,
+    run_python,
+    summarize_traceback,
+)
+from tests.fault_server import FaultServer
+
+# The scoring logic is tested in whatever mode this machine has (the code run here is ours);
+# tests/test_sandbox.py tests the isolation itself.
+UNSAFE_IF_NO_BWRAP = find_bwrap() is None
 
 
 @pytest.fixture(scope="module")
 def task() -> HumanEvalTask:
-    return HumanEvalTask(seed=0, timeout_s=3.0)
+    return HumanEvalTask(seed=0, timeout_s=3.0, unsafe_exec=UNSAFE_IF_NO_BWRAP)
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +48,9 @@ def test_splits_are_disjoint_sized_and_seeded(task):
     ids = [e.id for s in SPLITS for e in task.examples(s)]
     assert len(set(ids)) == 164
     check_disjoint(task)
-    same = HumanEvalTask(seed=0)
+    same = HumanEvalTask(seed=0, unsafe_exec=UNSAFE_IF_NO_BWRAP)
     assert [e.id for e in same.examples("val")] == [e.id for e in task.examples("val")]
-    other = HumanEvalTask(seed=1)
+    other = HumanEvalTask(seed=1, unsafe_exec=UNSAFE_IF_NO_BWRAP)
     assert [e.id for e in other.examples("val")] != [e.id for e in task.examples("val")]
     with pytest.raises(TaskError, match="leave training"):
         HumanEvalTask(val_size=100, test_size=64)
@@ -76,14 +93,15 @@ def test_exception_and_syntax_error_and_empty_reply(task):
 
 
 def test_infinite_loop_times_out():
-    fast = HumanEvalTask(timeout_s=1.0)
+    fast = HumanEvalTask(timeout_s=1.0, unsafe_exec=UNSAFE_IF_NO_BWRAP)
     ex = example(fast, "HumanEval/0")
     score = fast.score("```python\ndef has_close_elements(n, t):\n    while True: pass\n```", ex)
     assert score.hard == 0 and score.feedback == "tests failed: timed out after 1s"
 
 
 def test_sandbox_memory_hog_is_stopped():
-    result = run_python("x = bytearray(1024 * 1024 * 1024)\nprint('allocated')", 5.0, 256)
+    code = "x = bytearray(1024 * 1024 * 1024)\nprint('allocated')"
+    result = run_python(code, 5.0, 256, unsafe_exec=UNSAFE_IF_NO_BWRAP)
     assert not result.passed and result.memory_exceeded
     assert "allocated" not in result.stdout_tail
     assert "out of memory" in result.summary()
@@ -91,13 +109,14 @@ def test_sandbox_memory_hog_is_stopped():
 
 def test_sandbox_reports_output_and_hides_environment(monkeypatch):
     monkeypatch.setenv("SELFTAUGHT_SECRET_FOR_TEST", "hunter2")
-    result = run_python("import os\nprint(os.environ.get('SELFTAUGHT_SECRET_FOR_TEST'))")
+    code = "import os\nprint(os.environ.get('SELFTAUGHT_SECRET_FOR_TEST'))"
+    result = run_python(code, unsafe_exec=UNSAFE_IF_NO_BWRAP)
     assert result.passed and result.returncode == 0 and result.stdout_tail == "None\n"
-    failing = run_python("raise SystemExit(3)")
+    failing = run_python("raise SystemExit(3)", unsafe_exec=UNSAFE_IF_NO_BWRAP)
     assert not failing.passed and failing.returncode == 3 and not failing.timed_out
 
 
-def test_sandbox_kills_the_whole_process_group_on_timeout(tmp_path):
+def test_unsafe_mode_still_kills_the_whole_process_group_on_timeout(tmp_path):
     marker = tmp_path / "grandchild-survived"
     grandchild = f"import time; time.sleep(1.5); open({str(marker)!r}, 'w').write('alive')"
     code = (
@@ -105,10 +124,87 @@ def test_sandbox_kills_the_whole_process_group_on_timeout(tmp_path):
         f"subprocess.Popen([sys.executable, '-c', {grandchild!r}])\n"
         "while 1: pass\n"
     )
-    result = run_python(code, timeout_s=0.5, allow_subprocesses=True)
-    assert result.timed_out and not result.passed
+    result = Sandbox(None).run(code, timeout_s=0.5, allow_subprocesses=True)
+    assert result.timed_out and not result.passed and not result.isolated
     time.sleep(2.0)
     assert not marker.exists()
+
+
+def test_all_164_canonical_solutions_pass_in_the_sandbox(task, problems):
+    by_id = {e.id: e for s in SPLITS for e in task.examples(s)}
+    replies = {
+        pid: f"```python\n{p['prompt']}{p['canonical_solution']}```" for pid, p in problems.items()
+    }
+    with ThreadPoolExecutor(4) as pool:
+        futures = {
+            pid: pool.submit(task.score, reply, by_id[pid]) for pid, reply in replies.items()
+        }
+    scores = {pid: f.result() for pid, f in futures.items()}
+    failed = {pid: s.feedback for pid, s in scores.items() if s.hard != 1.0}
+    assert len(scores) == 164 and not failed
+    assert task.sandbox.isolated != UNSAFE_IF_NO_BWRAP
+
+
+def test_without_bwrap_humaneval_refuses_unless_unsafe_exec(tmp_path, monkeypatch, problems):
+    monkeypatch.setenv(BWRAP_ENV, str(tmp_path / "no-such-bwrap"))
+    with pytest.raises(SandboxError, match="apt-get install bubblewrap"):
+        load_task("humaneval")
+    unsafe = load_task("humaneval", unsafe_exec=True)
+    assert unsafe.name == "humaneval[unsafe-exec]" and not unsafe.sandbox.isolated
+    ex = example(unsafe, "HumanEval/0")
+    solution = problems["HumanEval/0"]["prompt"] + problems["HumanEval/0"]["canonical_solution"]
+    assert unsafe.score(solution, ex).hard == 1.0
+
+
+def test_a_sandbox_failing_mid_run_raises_instead_of_scoring(task, tmp_path, monkeypatch):
+    broken = tmp_path / "bwrap"
+    broken.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    )
+    broken.chmod(0o755)
+    monkeypatch.setattr(task, "sandbox", Sandbox(str(broken)))
+    with pytest.raises(SandboxError, match="No permissions to create new namespace"):
+        task.score(
+            "def has_close_elements(n, t):\n    return False\n", example(task, "HumanEval/0")
+        )
+
+
+def _canonical_answerer(problems):
+    by_prompt = {p["prompt"].rstrip(): p for p in problems.values()}
+
+    def answer(messages):
+        text = messages[-1]["content"]
+        prompt = next(k for k in by_prompt if k in text)
+        return f"```python\n{prompt}\n{by_prompt[prompt]['canonical_solution']}```"
+
+    return answer
+
+
+def test_cli_eval_refuses_without_bwrap_and_warns_with_unsafe_exec(tmp_path, monkeypatch, problems):
+    monkeypatch.setenv(BWRAP_ENV, str(tmp_path / "no-such-bwrap"))
+    with FaultServer(_canonical_answerer(problems)) as server:
+        args = ["eval", "--task", "humaneval", "--model", f"{server.base_url}#fake-model"]
+        args += ["--limit", "3", "--output", str(tmp_path / "out.jsonl")]
+        refused = CliRunner().invoke(app, args)
+        assert refused.exit_code == 2 and "apt-get install bubblewrap" in refused.output
+        assert server.chat_requests() == 0
+        ran = CliRunner().invoke(app, [*args, "--unsafe-exec"])
+    assert ran.exit_code == 0, ran.output
+    assert "warning:" in ran.output and "resource limits only" in ran.output
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert summary["task"] == "humaneval[unsafe-exec]" and summary["hard"] == 1.0
+
+
+@pytest.mark.skipif(UNSAFE_IF_NO_BWRAP, reason="bubblewrap is not installed")
+def test_cli_eval_runs_humaneval_sandboxed(tmp_path, problems):
+    with FaultServer(_canonical_answerer(problems)) as server:
+        args = ["eval", "--task", "humaneval", "--model", f"{server.base_url}#fake-model"]
+        ran = CliRunner().invoke(
+            app, [*args, "--limit", "3", "--output", str(tmp_path / "o.jsonl")]
+        )
+    assert ran.exit_code == 0 and "warning" not in ran.output, ran.output
+    summary = json.loads((tmp_path / "o.summary.json").read_text())
+    assert summary["task"] == "humaneval" and summary["hard"] == 1.0 and summary["n"] == 3
 
 
 def test_extract_code_picks_the_block_defining_the_entry_point():

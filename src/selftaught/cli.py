@@ -166,6 +166,23 @@ def task_options(
     return {"seed": seed, **{k: v for k, v in {**sizes, **extra}.items() if v is not None}}
 
 
+UnsafeExecOpt = Annotated[
+    bool,
+    typer.Option(
+        "--unsafe-exec",
+        help="Where bubblewrap is missing, run model-written code with resource limits only "
+        "(it can read your files and use the network); without this such tasks refuse.",
+    ),
+]
+
+
+def warn_unsafe_exec(unsafe_exec: bool) -> None:
+    if unsafe_exec:
+        from selftaught.tasks.sandbox import UNSAFE_EXEC_WARNING
+
+        console.print(f"[bold yellow]warning:[/] {UNSAFE_EXEC_WARNING}", soft_wrap=True)
+
+
 # ---- tasks / eval / serve (foundation) ------------------------------------------------
 
 
@@ -228,6 +245,7 @@ def eval_cmd(
     test_size: TestSizeOpt = None,
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
+    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Score a model (+ skill) on a task split: hard/soft accuracy with 95% CIs, tokens used."""
     from selftaught.api import evaluate
@@ -236,6 +254,7 @@ def eval_cmd(
 
     if split not in ("train", "val", "test"):
         raise typer.BadParameter(f"--split must be train, val or test, not {split!r}")
+    warn_unsafe_exec(unsafe_exec)
     options = task_options(
         seed,
         train_size,
@@ -243,6 +262,7 @@ def eval_cmd(
         test_size,
         scorer=scorer,
         rubric=read_text_file(rubric, "rubric") or None,
+        unsafe_exec=unsafe_exec,
     )
     task_name = task  # for the default output path; the task object names itself below
     path = output or Path("runs") / "eval" / f"{slug(task_name)}-{split}.jsonl"
@@ -663,6 +683,7 @@ def optimize_cmd(
     test_size: TestSizeOpt = None,
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
+    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Optimize a skill document for a frozen model (SkillOpt): rollout → reflect → aggregate →
     select under an edit budget → apply → gate on val; ships the best skill, not the last."""
@@ -698,6 +719,7 @@ def optimize_cmd(
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
+    warn_unsafe_exec(unsafe_exec)
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
     try:
         summary = optimize(
@@ -707,7 +729,9 @@ def optimize_cmd(
             initial_skill=read_text_file(skill, "skill"),
             config=config,
             output_dir=output,
-            task_options=task_options(seed, train_size, val_size, test_size, scorer=scorer),
+            task_options=task_options(
+                seed, train_size, val_size, test_size, scorer=scorer, unsafe_exec=unsafe_exec
+            ),
             model_options=model_options(api_key, timeout, cache, device),
             console=console,
         )
@@ -845,6 +869,7 @@ def train(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO."""
     from selftaught.api import train as run_training
@@ -854,6 +879,7 @@ def train(
         import torch
 
         torch.set_num_threads(threads)
+    warn_unsafe_exec(unsafe_exec)
     backend_cfg = BackendConfig(
         backend=backend,  # type: ignore[arg-type]
         lora_r=lora_r,
@@ -905,7 +931,7 @@ def train(
         method=method,
         config=config,
         output_dir=output,
-        task_options=task_options(seed, train_size, val_size, test_size),
+        task_options=task_options(seed, train_size, val_size, test_size, unsafe_exec=unsafe_exec),
         progress=not quiet,
         console=console,
     )

