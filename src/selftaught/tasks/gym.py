@@ -44,6 +44,17 @@ def parse_gym_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name, kwargs
 
 
+# Generators whose own `score_answer` runs the model's answer as Python in this process
+# (`eval`, or sympy's `parse_expr`, which evaluates too): found by scoring a reply that
+# writes a file, for every generator of reasoning-gym 0.1.25 (tests/test_gym_safety.py
+# re-checks the list). They load only with `unsafe_exec=True` (--unsafe-exec).
+EVALUATES_ANSWERS = frozenset(
+    {"binary_matrix", "countdown", "intermediate_integration", "n_queens"}
+    | {"polynomial_multiplication", "puzzle24", "simple_integration", "spiral_matrix"}
+    | {"string_insertion"}
+)
+
+
 class GymTask:
     """One reasoning-gym generator as a Task. Splits come from distinct seeds and are
     de-duplicated by question text (test first, then val, then train), so they never overlap."""
@@ -59,6 +70,7 @@ class GymTask:
         val_size: int = 40,
         test_size: int = 200,
         instructions: str = DEFAULT_INSTRUCTIONS,
+        unsafe_exec: bool = False,
         **generator_kwargs: Any,
     ):
         valid = gym_generators()
@@ -68,6 +80,12 @@ class GymTask:
             raise TaskError(
                 f"unknown reasoning-gym generator {generator!r}{hint}; "
                 f"valid generators: {', '.join(valid)}"
+            )
+        if generator in EVALUATES_ANSWERS and not unsafe_exec:
+            raise TaskError(
+                f"gym:{generator}'s own scorer runs the model's answer as Python in this "
+                "process (no sandbox), so a reply could read or write your files; refused: "
+                "pass --unsafe-exec (unsafe_exec=True) to accept that risk"
             )
         for split, size in (("train", train_size), ("val", val_size), ("test", test_size)):
             if size < 0:

@@ -49,7 +49,8 @@ def load_task(
 ) -> Task:
     """Build a task from its spec. Split sizes left as None keep each task's defaults.
     unsafe_exec: tasks that execute model-written code may run it with resource limits only
-    when bubblewrap is missing (otherwise they refuse to load)."""
+    when bubblewrap is missing, and reasoning-gym generators whose scorer evaluates the answer
+    in this process may load (otherwise both refuse to load)."""
     sizes = {
         k: v
         for k, v in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size))
@@ -60,7 +61,7 @@ def load_task(
         from selftaught.tasks.gym import GymTask, parse_gym_spec
 
         name, kwargs = parse_gym_spec(s)
-        return GymTask(name, seed=seed, **sizes, **kwargs)
+        return GymTask(name, seed=seed, unsafe_exec=unsafe_exec, **sizes, **kwargs)
     if s == "humaneval":
         from selftaught.tasks.humaneval import HumanEvalTask
 
