@@ -428,9 +428,7 @@ class LocalModel(AsyncChatModel):
         """The prompt's token ids: the chat template's text, no special tokens added (the
         template already holds them, e.g. <|im_start|>)."""
         self._ensure_loaded()
-        return self._tokenizer(self._prompt_text(messages), add_special_tokens=False)[
-            "input_ids"
-        ]
+        return self._tokenizer(self._prompt_text(messages), add_special_tokens=False)["input_ids"]
 
     def _context_length(self) -> int | None:
         return getattr(self._model.config, "max_position_embeddings", None)

@@ -39,18 +39,22 @@ class UsageLedger:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, role: str, model: str, c: Completion) -> None:
+        """Charge one completion. One of n samples that shared its call's prompt
+        (`extra["prompt_shared"]`, from `achat_n`) adds its output, not another call or prompt."""
+        shared = bool(c.extra.get("prompt_shared"))
+        prompt_tokens = 0 if shared else c.prompt_tokens
         with self._lock:
             u = self.roles.setdefault(role, RoleUsage())
-            u.calls += 1
-            u.cached_calls += int(c.cached)
-            u.prompt_tokens += c.prompt_tokens
+            u.calls += int(not shared)
+            u.cached_calls += int(c.cached and not shared)
+            u.prompt_tokens += prompt_tokens
             u.completion_tokens += c.completion_tokens
-            u.latency_s += c.latency_s
+            u.latency_s += 0.0 if shared else c.latency_s
             u.retries += c.retries
             u.truncated += int(c.truncated)
             price = PRICES_PER_MTOK.get(model.split("/")[-1])
             if price is not None and not c.cached:
-                cost = (c.prompt_tokens * price[0] + c.completion_tokens * price[1]) / 1e6
+                cost = (prompt_tokens * price[0] + c.completion_tokens * price[1]) / 1e6
                 u.usd = (u.usd or 0.0) + cost
 
     def record_error(self, role: str, retries: int = 0) -> None:
@@ -79,6 +83,10 @@ class TrackedModel(AsyncChatModel):
         self.role = role
         self.name = model.name
 
+    @property
+    def fingerprint(self) -> str:
+        return str(getattr(self.inner, "fingerprint", self.inner.name))
+
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
         from selftaught.models.errors import BackendError
 
@@ -89,6 +97,20 @@ class TrackedModel(AsyncChatModel):
             raise
         self.ledger.record(self.role, self.name, c)
         return c
+
+    async def achat_n(
+        self, messages: list[Message], params: GenerationParams, n: int
+    ) -> list[Completion]:
+        from selftaught.models.errors import BackendError
+
+        try:
+            completions = await self.inner.achat_n(messages, params, n)
+        except BackendError as err:
+            self.ledger.record_error(self.role, err.retries)
+            raise
+        for c in completions:
+            self.ledger.record(self.role, self.name, c)
+        return completions
 
     def __getattr__(self, item: str) -> Any:  # expose backend extras (e.g. tokenizer)
         return getattr(self.inner, item)
