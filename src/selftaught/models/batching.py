@@ -109,6 +109,37 @@ class ContinuousBatcher:
         Returns the ones already finished (they are not kept)."""
         if not sequences:
             return []
+        with self.torch.inference_mode():  # the cache is made of inference tensors
+            return self._admit(sequences)
+
+    def step(self) -> list[GenSequence]:
+        """One decode step for every running row. Returns the rows that finished."""
+        if not self.rows:
+            return []
+        with self.torch.inference_mode():
+            return self._step()
+
+    def drop(self, predicate: Callable[[GenSequence], bool]) -> list[GenSequence]:
+        """Evict the running rows for which `predicate` holds (e.g. abandoned requests)."""
+        gone = [s for s in self.rows if predicate(s)]
+        if gone:
+            with self.torch.inference_mode():
+                self._keep([i for i, s in enumerate(self.rows) if not predicate(s)])
+        return gone
+
+    def reset(self) -> None:
+        """Forget every running row (after an error)."""
+        self.rows = []
+        self._cache = self._mask = self._last = self._positions = None
+
+    @property
+    def width(self) -> int:
+        """Columns in the running cache (the longest live row)."""
+        return 0 if self._mask is None else int(self._mask.shape[1])
+
+    # ------------------------------------------------------------------ internals
+
+    def _admit(self, sequences: list[GenSequence]) -> list[GenSequence]:
         torch = self.torch
         prompts: dict[tuple[int, ...], int] = {}
         for s in sequences:
@@ -144,10 +175,7 @@ class ContinuousBatcher:
             self._append(s, token)
         return self._evict_finished()
 
-    def step(self) -> list[GenSequence]:
-        """One decode step for every running row. Returns the rows that finished."""
-        if not self.rows:
-            return []
+    def _step(self) -> list[GenSequence]:
         torch = self.torch
         ones = torch.ones((len(self.rows), 1), dtype=self._mask.dtype, device=self.device)
         self._mask = torch.cat([self._mask, ones], dim=1)
@@ -163,25 +191,6 @@ class ContinuousBatcher:
             self._append(s, token)
         return self._evict_finished()
 
-    def drop(self, predicate: Callable[[GenSequence], bool]) -> list[GenSequence]:
-        """Evict the running rows for which `predicate` holds (e.g. abandoned requests)."""
-        gone = [s for s in self.rows if predicate(s)]
-        if gone:
-            self._keep([i for i, s in enumerate(self.rows) if not predicate(s)])
-        return gone
-
-    def reset(self) -> None:
-        """Forget every running row (after an error)."""
-        self.rows = []
-        self._cache = self._mask = self._last = self._positions = None
-
-    @property
-    def width(self) -> int:
-        """Columns in the running cache (the longest live row)."""
-        return 0 if self._mask is None else int(self._mask.shape[1])
-
-    # ------------------------------------------------------------------ internals
-
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
         """Last-position logits [rows, vocab] in float32, in eval mode (restored after: a
         trainer may hold this model in train mode)."""
@@ -190,15 +199,14 @@ class ContinuousBatcher:
         was_training = model.training
         model.eval()
         try:
-            with self.torch.inference_mode():
-                out = model(
-                    input_ids=ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                    **kwargs,
-                )
+            out = model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                **kwargs,
+            )
         finally:
             if was_training:
                 model.train()
