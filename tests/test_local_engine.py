@@ -329,3 +329,17 @@ def test_unavailable_device_is_a_fatal_error_naming_it(tokenizer, tmp_path, monk
     assert on_cpu.chat(ask("hi"), GenerationParams(max_tokens=2)).completion_tokens == 2
     assert on_cpu.model.dtype == torch.float32 and on_cpu.max_batch_size == 8
     on_cpu.close()
+
+
+@needs_tokenizer
+def test_a_tiny_top_p_keeps_only_the_top_token(tokenizer):
+    local = LocalModel.from_pretrained_model(tiny_model(tokenizer), tokenizer)
+    question = ask("Continue.")
+    greedy = local.chat(question, GenerationParams(max_tokens=10))
+    nucleus = local.chat(question, GenerationParams(max_tokens=10, temperature=1.5, top_p=1e-6))
+    hot = asyncio.run(
+        local.achat_n(question, GenerationParams(max_tokens=10, temperature=1.5, seed=4), 2)
+    )
+    local.close()
+    assert nucleus.text == greedy.text
+    assert all(c.text != greedy.text for c in hot)  # a random model at T=1.5 wanders off

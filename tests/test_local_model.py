@@ -300,6 +300,11 @@ def test_missing_embedded_model_names_the_install_command(monkeypatch, tmp_path)
         _ = model.path
     assert embedded_module.INSTALL_HINT in str(info.value)
     assert info.value.backend == "local"
+    # Through the serving loop too: the caller gets the error, the worker does not hang.
+    for _ in range(2):
+        with pytest.raises(FatalBackendError, match="embedded model is not installed"):
+            model.chat(ask("hi"), GenerationParams(max_tokens=2))
+    model.close()
 
 
 def test_file_that_is_not_a_model_is_a_fatal_error(tmp_path, monkeypatch):

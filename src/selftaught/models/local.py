@@ -489,7 +489,7 @@ class LocalModel(AsyncChatModel):
             completion = self._completion(seq, request.prompt_tokens)
             completion.latency_s = done - request.submitted_at
             if seq.index > 0:
-                completion.extra["prompt_shared"] = True  # prefilled with sample 0
+                completion.extra["prompt_shared"] = True  # one call: its prompt counts once
             request.completions[seq.index] = completion
             request.pending -= 1
             if request.pending:
