@@ -2,7 +2,9 @@
 
 `faults` is a queue of what the next chat requests get: "ok", "timeout" (sleeps past the
 client's timeout), "429", "500", "503", "401", "empty". When the queue is empty every
-request is answered "ok". Answers come from `answer(messages) -> str`."""
+request is answered "ok". Answers come from `answer(messages) -> str`. A request for n > 1
+choices gets n answers (`n_mode="support"`), a 500 as llama.cpp's server answers it
+("reject"), or one answer ("ignore")."""
 
 from __future__ import annotations
 
@@ -24,11 +26,13 @@ class FaultServer:
         models: tuple[str, ...] = ("fake-model",),
         require_key: str | None = None,
         timeout_sleep_s: float = 1.5,
+        n_mode: str = "support",
     ):
         self.answer = answer
         self.models = models
         self.require_key = require_key
         self.timeout_sleep_s = timeout_sleep_s
+        self.n_mode = n_mode
         self.faults: deque[str] = deque()
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -78,7 +82,14 @@ class FaultServer:
                     return self._error(504, "too late")
                 if fault in ("429", "500", "503"):
                     return self._error(int(fault), f"injected {fault}")
-                text = "" if fault == "empty" else server.answer(body["messages"])
+                n = int(body.get("n") or 1)
+                if n > 1 and server.n_mode == "reject":
+                    return self._error(500, "Only one completion choice is allowed")
+                if server.n_mode == "ignore":
+                    n = 1
+                texts = [
+                    "" if fault == "empty" else server.answer(body["messages"]) for _ in range(n)
+                ]
                 self._send(
                     200,
                     {
@@ -88,12 +99,17 @@ class FaultServer:
                         "model": body["model"],
                         "choices": [
                             {
-                                "index": 0,
+                                "index": i,
                                 "message": {"role": "assistant", "content": text},
                                 "finish_reason": "stop",
                             }
+                            for i, text in enumerate(texts)
                         ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+                        "usage": {
+                            "prompt_tokens": 10,
+                            "completion_tokens": 2 * n,
+                            "total_tokens": 10 + 2 * n,
+                        },
                     },
                 )
 

@@ -1,6 +1,8 @@
 """The in-process local model on the real embedded SmolLM2-135M-Instruct: chat template,
-greedy determinism, truncation, stop strings, batching of concurrent calls, k samples per
-prompt, and clear errors for bad paths."""
+greedy determinism, truncation, stop strings, continuous batching of concurrent calls (equal
+to unbatched greedy decoding, refills included), n samples per prompt, an in-memory model,
+and clear errors for bad paths. The serving loop's edge cases are in test_local_worker.py,
+the engine on a tiny model in test_local_engine.py."""
 
 from __future__ import annotations
 
@@ -63,15 +65,16 @@ def test_greedy_reply_is_text_and_deterministic(local: LocalModel):
 
 
 @needs_model
-def test_chat_template_reaches_generate(local: LocalModel, monkeypatch):
+def test_chat_template_reaches_the_model(local: LocalModel, monkeypatch):
     seen: list[list[int]] = []
-    real_generate = local.model.generate
+    real_forward = local.model.forward
 
     def spy(*args, **kwargs):
-        seen.extend(kwargs["input_ids"].tolist())
-        return real_generate(*args, **kwargs)
+        if kwargs["input_ids"].shape[1] > 1:  # the prefill, not a decode step
+            seen.extend(kwargs["input_ids"].tolist())
+        return real_forward(*args, **kwargs)
 
-    monkeypatch.setattr(local.model, "generate", spy)
+    monkeypatch.setattr(local.model, "forward", spy)
     messages = ask("Say hi.")
     completion = local.chat(messages, GenerationParams(max_tokens=3))
 
@@ -108,6 +111,11 @@ def test_stop_strings_trim_the_reply(local: LocalModel):
     )
     assert trimmed.text == full[: full.index(stop)]
     assert trimmed.finish_reason == "stop"
+    # Generation ended at the stop string instead of running on to the end of the reply.
+    assert (
+        trimmed.completion_tokens
+        < local.chat(ask("What is the capital of France?"), params).completion_tokens
+    )
 
 
 @needs_model
@@ -119,11 +127,11 @@ def test_concurrent_calls_are_batched_and_match_sequential(local: LocalModel):
     async def concurrently():
         return await asyncio.gather(*(local.achat(ask(q), params) for q in QUESTIONS))
 
-    calls_before = local.generate_calls
+    prefills_before = local.stats.prefill_calls
     batched = asyncio.run(concurrently())
     assert [c.text for c in batched] == sequential
-    assert local.generate_calls - calls_before < len(QUESTIONS)
-    assert max(c.extra["batch_size"] for c in batched) > 1
+    assert local.stats.prefill_calls - prefills_before < len(QUESTIONS)
+    assert local.stats.max_rows > 1
 
     # A fresh event loop (what `run_sync` does on every call) works too.
     again = asyncio.run(local.achat(ask(QUESTIONS[0]), params))
@@ -135,9 +143,9 @@ def test_concurrent_calls_are_batched_and_match_sequential(local: LocalModel):
 def test_generate_batch_samples_k_per_prompt_reproducibly(local: LocalModel):
     params = GenerationParams(max_tokens=10, temperature=1.0, seed=7)
     prompts = [ask(q) for q in QUESTIONS[:2]]
-    calls_before = local.generate_calls
+    prefilled_before = local.stats.prefilled_prompts
     samples = local.generate_batch(prompts, params, num_return_sequences=3)
-    assert local.generate_calls - calls_before == 1
+    assert local.stats.prefilled_prompts - prefilled_before == 2  # one prefill per prompt
     assert [len(row) for row in samples] == [3, 3]
     texts = [c.text for row in samples for c in row]
     assert len(set(texts)) > 1  # sampling, not greedy copies
@@ -154,6 +162,116 @@ def test_bad_params_are_rejected_before_generation(local: LocalModel):
         local.chat([{"role": "robot", "content": "hi"}], GenerationParams(max_tokens=2))
     with pytest.raises(ValueError, match="num_return_sequences"):
         local.generate_batch([ask("hi")], GenerationParams(max_tokens=2), num_return_sequences=0)
+    with pytest.raises(ValueError, match="n must be"):
+        asyncio.run(local.achat_n(ask("hi"), GenerationParams(max_tokens=2), 0))
+
+
+@needs_model
+def test_a_prompt_longer_than_the_context_fails_alone(local: LocalModel):
+    async def main():
+        return await asyncio.gather(
+            local.achat(ask("word " * 9000), GenerationParams(max_tokens=4)),
+            local.achat(ask("Name a color."), GenerationParams(max_tokens=4)),
+            return_exceptions=True,
+        )
+
+    too_long, fine = asyncio.run(main())
+    assert isinstance(too_long, FatalBackendError) and "does not fit" in str(too_long)
+    assert isinstance(fine, Completion) and fine.text.strip()
+
+
+@needs_model
+@pytest.mark.slow
+def test_continuous_batching_equals_unbatched_greedy_on_the_real_model(local: LocalModel):
+    """Prompts of very different lengths and caps through 3 slots: rows end at different
+    steps and newcomers join a running batch, yet every reply is token for token what
+    unbatched greedy `generate` gives."""
+    import torch
+
+    requests = [
+        ([{"role": "system", "content": "Answer briefly. " * 40}, *ask("What is 7*6?")], 24),
+        (ask("Hi"), 8),
+        (ask("Tell me a long story about a dragon who loved arithmetic."), 48),
+        (ask("Name a color."), 12),
+        (ask("List three countries in Europe and their capitals, one per line."), 40),
+        (ask("What is 2+2?"), 16),
+    ]
+    engine = LocalModel.from_pretrained_model(
+        local.model, local.tokenizer, max_batch_size=3, batch_wait_ms=50
+    )
+
+    async def main():
+        return await asyncio.gather(
+            *(engine.achat(m, GenerationParams(max_tokens=n)) for m, n in requests)
+        )
+
+    replies = asyncio.run(main())
+    stats = engine.stats
+    engine.close()
+    tok = local.tokenizer
+    for (messages, cap), reply in zip(requests, replies, strict=True):
+        text = local.format_prompt(messages)
+        ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        with torch.inference_mode():
+            out = local.model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=cap,
+                do_sample=False,
+                eos_token_id=local._eos_ids,
+                pad_token_id=tok.eos_token_id,
+            )
+        expected = out[0, ids.shape[1] :].tolist()
+        ended = expected[-1] in local._eos_ids
+        body = expected[:-1] if ended else expected
+        assert reply.text == tok.decode(body, skip_special_tokens=True)
+        assert reply.completion_tokens == len(expected)
+        assert reply.finish_reason == ("stop" if ended else "length")
+    assert stats.refills >= 2 and stats.max_rows == 3
+
+
+@needs_model
+def test_achat_n_shares_one_prefill_and_is_reproducible(local: LocalModel):
+    params = GenerationParams(max_tokens=8, temperature=1.0, seed=11)
+    question = ask("Name an animal.")
+    prefilled_before = local.stats.prefilled_prompts
+    samples = asyncio.run(local.achat_n(question, params, 3))
+    assert local.stats.prefilled_prompts - prefilled_before == 1
+    assert len(samples) == 3 and len({c.text for c in samples}) > 1
+    assert all(c.prompt_tokens == samples[0].prompt_tokens > 0 for c in samples)
+
+    async def beside_others():  # the same request in a batch with other requests
+        return await asyncio.gather(
+            local.achat(ask("What is 2+2?"), GenerationParams(max_tokens=6)),
+            local.achat_n(question, params, 3),
+            local.achat(ask("Say hello."), GenerationParams(max_tokens=9, temperature=0.7)),
+        )
+
+    _, again, _ = asyncio.run(beside_others())
+    assert [c.text for c in again] == [c.text for c in samples]
+    assert local.chat(question, params).text == samples[0].text  # sample 0 keeps the seed
+
+
+@needs_model
+def test_greedy_achat_n_is_one_sequence(local: LocalModel):
+    admitted_before = local.stats.admitted
+    replies = asyncio.run(local.achat_n(ask("What is 3+3?"), GenerationParams(max_tokens=8), 4))
+    assert local.stats.admitted - admitted_before == 1
+    assert len(replies) == 4 and len({c.text for c in replies}) == 1
+
+
+@needs_model
+def test_wrapping_the_loaded_model_answers_like_the_folder(local: LocalModel):
+    question, params = ask("What is the capital of France?"), GenerationParams(max_tokens=12)
+    local.model.train()  # as a trainer would leave it
+    try:
+        wrapped = LocalModel.from_pretrained_model(local.model, local.tokenizer)
+        reply = wrapped.chat(question, params)
+        assert local.model.training
+    finally:
+        local.model.eval()
+    wrapped.close()
+    assert reply.text == local.chat(question, params).text
 
 
 def test_missing_path_is_a_fatal_error(tmp_path):
@@ -182,143 +300,11 @@ def test_missing_embedded_model_names_the_install_command(monkeypatch, tmp_path)
         _ = model.path
     assert embedded_module.INSTALL_HINT in str(info.value)
     assert info.value.backend == "local"
-
-
-# ---------------------------------------------------------------------------------------
-# The batching worker, with generation replaced by a recorder (no model needed, fast).
-
-
-class RecordingLocalModel(LocalModel):
-    """A LocalModel whose `generate` step only records each batch and echoes the prompts."""
-
-    def __init__(self, **kwargs):
-        super().__init__(None, **kwargs)
-        self.batches: list[list[tuple[str, GenerationParams]]] = []
-        self.fail_next: Exception | None = None
-        self.delay_s = 0.05
-
-    def _ensure_loaded(self) -> None:
-        pass
-
-    def _reject_overlong(self, requests):
-        return requests
-
-    def _generate(self, conversations, params, num_return_sequences, started, row_params=None):
-        import time
-
-        time.sleep(self.delay_s)  # let more requests queue up meanwhile
-        rows = row_params or [params] * len(conversations)
-        self.batches.append(
-            [(c[-1]["content"], p) for c, p in zip(conversations, rows, strict=True)]
-        )
-        self.generate_calls += 1
-        if self.fail_next is not None:
-            err, self.fail_next = self.fail_next, None
-            raise err
-        return [
-            [Completion(text=f"re: {c[-1]['content']}", model=self.name)] for c in conversations
-        ]
-
-
-def test_worker_batches_up_to_max_and_routes_replies():
-    model = RecordingLocalModel(max_batch_size=4, batch_wait_ms=50)
-    params = GenerationParams(max_tokens=5)
-
-    async def main():
-        return await asyncio.gather(*(model.achat(ask(f"q{i}"), params) for i in range(6)))
-
-    replies = asyncio.run(main())
-    assert [r.text for r in replies] == [f"re: q{i}" for i in range(6)]
-    assert sorted(len(b) for b in model.batches) == [2, 4]
-    assert replies[0].extra["batch_size"] in (2, 4)
+    # Through the serving loop too: the caller gets the error, the worker does not hang.
+    for _ in range(2):
+        with pytest.raises(FatalBackendError, match="embedded model is not installed"):
+            model.chat(ask("hi"), GenerationParams(max_tokens=2))
     model.close()
-
-
-def test_worker_never_mixes_incompatible_params():
-    model = RecordingLocalModel(max_batch_size=8, batch_wait_ms=50)
-    requests = [
-        ("a", GenerationParams(max_tokens=5)),
-        ("b", GenerationParams(max_tokens=9)),
-        ("c", GenerationParams(max_tokens=5, stop=["x"])),  # stop is applied per row
-        ("d", GenerationParams(max_tokens=5, temperature=0.7, seed=1)),
-        ("e", GenerationParams(max_tokens=5, temperature=0.7, seed=1)),
-        ("f", GenerationParams(max_tokens=5, temperature=0.7)),
-        ("g", GenerationParams(max_tokens=5, temperature=0.7)),
-    ]
-
-    async def main():
-        return await asyncio.gather(*(model.achat(ask(q), p) for q, p in requests))
-
-    replies = asyncio.run(main())
-    assert [r.text for r in replies] == [f"re: {q}" for q, _ in requests]
-    groups = sorted(sorted(q for q, _ in batch) for batch in model.batches)
-    # Greedy a+c share a batch, b (other max_tokens) runs alone, seeded samples run alone,
-    # unseeded samples with equal settings share one.
-    assert groups == [["a", "c"], ["b"], ["d"], ["e"], ["f", "g"]]
-    batch_of_c = next(b for b in model.batches if any(q == "c" for q, _ in b))
-    assert dict(batch_of_c)["c"].stop == ["x"]
-    model.close()
-
-
-def test_worker_reports_generation_errors_and_keeps_serving():
-    model = RecordingLocalModel(max_batch_size=4, batch_wait_ms=20)
-    model.fail_next = RuntimeError("kaboom")
-    params = GenerationParams(max_tokens=5)
-
-    async def main():
-        return await asyncio.gather(
-            *(model.achat(ask(f"q{i}"), params) for i in range(2)), return_exceptions=True
-        )
-
-    errors = asyncio.run(main())
-    assert all(isinstance(e, FatalBackendError) and "kaboom" in str(e) for e in errors)
-    assert model.chat(ask("again"), params).text == "re: again"
-    model.close()
-
-
-def test_worker_survives_fresh_event_loops_and_close():
-    model = RecordingLocalModel(batch_wait_ms=1)
-    params = GenerationParams(max_tokens=5)
-    for i in range(3):  # what `run_sync` does: a new loop per call
-        assert asyncio.run(model.achat(ask(f"q{i}"), params)).text == f"re: q{i}"
-    model.close()
-    assert model.chat(ask("after close"), params).text == "re: after close"
-    model.close()
-
-
-def test_cancelled_requests_are_skipped():
-    model = RecordingLocalModel(max_batch_size=1, batch_wait_ms=0)
-    model.delay_s = 0.3
-    params = GenerationParams(max_tokens=5)
-
-    async def main():
-        first = asyncio.ensure_future(model.achat(ask("slow"), params))
-        await asyncio.sleep(0.05)  # the worker is busy with "slow"
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(model.achat(ask("given up"), params), 0.05)
-        return await first
-
-    assert asyncio.run(main()).text == "re: slow"
-    assert model.chat(ask("next"), params).text == "re: next"
-    contents = [q for batch in model.batches for q, _ in batch]
-    assert "given up" not in contents
-    model.close()
-
-
-def test_unused_model_is_freed_and_its_worker_stops():
-    import gc
-    import weakref
-
-    model = RecordingLocalModel(batch_wait_ms=1)
-    model.chat(ask("hi"), GenerationParams(max_tokens=5))
-    worker = model._worker
-    assert worker is not None and worker.is_alive()
-    ref = weakref.ref(model)
-    del model
-    gc.collect()
-    assert ref() is None
-    worker.join(timeout=5)
-    assert not worker.is_alive()
 
 
 def test_file_that_is_not_a_model_is_a_fatal_error(tmp_path, monkeypatch):

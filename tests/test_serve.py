@@ -342,14 +342,15 @@ def test_real_local_model_served_to_the_openai_client():
                     )
                 )
 
-        calls_before = local.generate_calls
+        prefills_before = local.stats.prefill_calls
         replies = asyncio.run(main())
     local.close()
     assert all(r.choices[0].message.content.strip() for r in replies)
     assert all(r.usage.prompt_tokens > 0 for r in replies)
     assert all(r.choices[0].finish_reason in ("stop", "length") for r in replies)
-    # Served concurrently, the three requests shared generate calls.
-    assert local.generate_calls - calls_before < 3
+    # Served concurrently, the three requests were decoded in one batch.
+    assert local.stats.prefill_calls - prefills_before < 3
+    assert local.stats.max_rows > 1
 
 
 def test_serve_cli_refuses_a_remote_host_before_loading_anything():

@@ -46,15 +46,20 @@ def load_model(
     timeout_s: float = 120.0,
     retry: RetryPolicy | None = None,
     cache_path: str | Path | None = None,
-    max_batch_size: int = 8,
+    max_batch_size: int | None = None,
+    device: str | None = None,
 ) -> ChatModel:
-    """Build a model from a spec string (see `selftaught.models.spec`)."""
+    """Build a model from a spec string (see `selftaught.models.spec`).
+
+    `max_batch_size` and `device` apply to a local model: most sequences decoded together
+    (default 8 on a CPU, 64 on an accelerator) and where it runs (default: CUDA, else MPS,
+    else the CPU; see `selftaught.models.device.resolve_device`)."""
     parsed = parse_model_spec(spec)
     model: ChatModel
     if parsed.backend == "local":
         from selftaught.models.local import LocalModel
 
-        model = LocalModel(parsed.model or None, max_batch_size=max_batch_size)
+        model = LocalModel(parsed.model or None, max_batch_size=max_batch_size, device=device)
     else:
         from selftaught.models.openai_compat import OpenAICompatModel
 

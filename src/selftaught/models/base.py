@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -49,49 +51,75 @@ class Completion:
         return self.finish_reason == "length"
 
 
+def derive_seed(seed: int, index: int) -> int:
+    """The seed of sample `index` among n drawn with `seed`: sample 0 keeps `seed` (so n=1 is
+    a plain seeded call), the others get well-mixed seeds (so seeds s and s+1 share none)."""
+    if index == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def params_for_sample(params: GenerationParams, index: int) -> GenerationParams:
+    """`params` for sample `index` of n: its own derived seed when `params.seed` is set."""
+    if params.seed is None or index == 0:
+        return params
+    return dataclasses.replace(params, seed=derive_seed(params.seed, index))
+
+
 @runtime_checkable
 class ChatModel(Protocol):
-    """Anything that answers chat messages. Implement `achat`; `chat` is the sync form."""
+    """Anything that answers chat messages. Implement `achat`; `chat` is the sync form and
+    `achat_n` draws n completions of one prompt."""
 
     name: str
 
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion: ...
 
+    async def achat_n(
+        self, messages: list[Message], params: GenerationParams, n: int
+    ) -> list[Completion]: ...
+
     def chat(self, messages: list[Message], params: GenerationParams) -> Completion: ...
 
 
 class AsyncChatModel:
-    """Base class: implement `achat`; get a sync `chat` for free."""
+    """Base class: implement `achat`; get a sync `chat` and an `achat_n` (n concurrent calls)
+    for free. `fingerprint` names the weights behind the replies (the response cache keys on
+    it); backends that can tell one model from another by more than its name override it."""
 
     name: str = "model"
+
+    @property
+    def fingerprint(self) -> str:
+        return self.name
 
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
         raise NotImplementedError
 
-    def chat(self, messages: list[Message], params: GenerationParams | None = None) -> Completion:
-        return run_sync(self.achat(messages, params or GenerationParams()))
-
     async def achat_n(
         self, messages: list[Message], params: GenerationParams, n: int
     ) -> list[Completion]:
-        """n completions of one conversation; by default n concurrent calls (each with its
-        own derived seed when `params.seed` is set). Backends that can share the prompt
-        (OpenAI's `n`, the local model) override this."""
-        import dataclasses
-
-        calls = [
-            self.achat(
-                messages,
-                params
-                if params.seed is None
-                else dataclasses.replace(params, seed=params.seed + i),
+        """n completions of one prompt, as n concurrent `achat` calls; with `params.seed` set,
+        sample i uses `derive_seed(seed, i)`, so the whole call is reproducible. Backends that
+        can share the prompt's work between samples override this."""
+        check_n(n)
+        return list(
+            await asyncio.gather(
+                *(self.achat(messages, params_for_sample(params, i)) for i in range(n))
             )
-            for i in range(n)
-        ]
-        return list(await asyncio.gather(*calls))
+        )
+
+    def chat(self, messages: list[Message], params: GenerationParams | None = None) -> Completion:
+        return run_sync(self.achat(messages, params or GenerationParams()))
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         pass
+
+
+def check_n(n: int) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
 
 
 def run_sync(coro: Any) -> Any:

@@ -1,7 +1,11 @@
-"""SQLite cache of temperature-0 replies, keyed by (model, messages, params)."""
+"""SQLite cache of temperature-0 replies, keyed by (model fingerprint, messages, params).
+
+The fingerprint names the weights, not the model: every trained model is named after its
+folder (`best`), so a key on the name would serve one model's replies to another."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -9,11 +13,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from selftaught.models.base import AsyncChatModel, ChatModel, Completion, GenerationParams, Message
+from selftaught.models.base import (
+    AsyncChatModel,
+    ChatModel,
+    Completion,
+    GenerationParams,
+    Message,
+    check_n,
+)
 
 
-def cache_key(model: str, messages: list[Message], params: GenerationParams) -> str:
-    blob = json.dumps([model, messages, params.cache_key()], sort_keys=True, ensure_ascii=False)
+def cache_key(fingerprint: str, messages: list[Message], params: GenerationParams) -> str:
+    blob = json.dumps(
+        [fingerprint, messages, params.cache_key()], sort_keys=True, ensure_ascii=False
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -65,10 +78,14 @@ class CachedModel(AsyncChatModel):
         self.cache = cache
         self.name = model.name
 
+    @property
+    def fingerprint(self) -> str:
+        return str(getattr(self.inner, "fingerprint", self.inner.name))
+
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
         if params.temperature > 0:
             return await self.inner.achat(messages, params)
-        key = cache_key(self.name, messages, params)
+        key = cache_key(self.fingerprint, messages, params)
         hit = self.cache.get(key)
         if hit is not None:
             return hit
@@ -76,6 +93,20 @@ class CachedModel(AsyncChatModel):
         if c.text.strip():
             self.cache.put(key, c)
         return c
+
+    async def achat_n(
+        self, messages: list[Message], params: GenerationParams, n: int
+    ) -> list[Completion]:
+        """Sampled calls pass through; n greedy replies are one (cached) call and n-1 copies."""
+        check_n(n)
+        if params.temperature > 0:
+            return await self.inner.achat_n(messages, params, n)
+        first = await self.achat(messages, params)
+        copies = [
+            dataclasses.replace(first, cached=True, extra={**first.extra, "prompt_shared": True})
+            for _ in range(n - 1)
+        ]
+        return [first, *copies]
 
     def __getattr__(self, item: str) -> Any:
         return getattr(self.inner, item)

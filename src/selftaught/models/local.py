@@ -1,54 +1,65 @@
 """The in-process local model: any transformers causal LM folder (or GGUF file), the embedded
-SmolLM2-135M-Instruct by default.
+SmolLM2-135M-Instruct by default, or a model already in memory (the one a trainer holds).
 
-Concurrent `achat` calls are batched into one `generate` call by a dedicated worker thread:
-requests go into a thread-safe queue with a `concurrent.futures.Future` each, so any event
-loop (or none: `chat` blocks on the future directly) can wait on them. `run_sync` creates a
-fresh loop per call, which is why nothing here is bound to a loop.
+Every call (`achat`, `achat_n`, `chat`, `generate_batch`) becomes one or more sequences in a
+thread-safe queue, each request with a `concurrent.futures.Future`, so any event loop (or
+none: `chat` blocks on the future directly) can wait on it. One worker thread per model runs
+the continuous-batching loop (`selftaught.models.batching`): a sequence that finishes frees
+its slot for the next waiting one at once. `run_sync` creates a fresh loop per call, which is
+why nothing here is bound to a loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import secrets
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selftaught.models.base import AsyncChatModel, Completion, GenerationParams, Message
+from selftaught.models.base import (
+    AsyncChatModel,
+    Completion,
+    GenerationParams,
+    Message,
+    check_n,
+    params_for_sample,
+)
+from selftaught.models.batching import BatcherStats, ContinuousBatcher, GenSequence
 from selftaught.models.errors import BackendError, FatalBackendError
 
 BACKEND = "local"
+CPU_MAX_BATCH = 8  # rows decoded together on a CPU (more adds latency, little throughput)
+ACCELERATOR_MAX_BATCH = 64
 _VALID_ROLES = {"system", "user", "assistant", "tool"}
+_STOP_WORKER = object()
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
-    """One queued `achat`/`chat` call waiting for the batching worker."""
+    """One `achat`/`achat_n`/`chat` call: its n completions arrive in `future` as a list."""
 
     messages: list[Message]
     params: GenerationParams
+    n: int = 1
     future: Future = field(default_factory=Future)
     submitted_at: float = field(default_factory=time.perf_counter)
+    prompt_tokens: int = 0
+    completions: list[Completion | None] = field(default_factory=list)
+    pending: int = 0  # sequences still generating
 
-    def batch_key(self) -> tuple[Any, ...]:
-        """Requests with equal keys can share one `generate` call."""
-        p = self.params
-        if p.temperature <= 0:  # greedy: seed and top_p do not matter
-            return ("greedy", p.max_tokens)
-        if p.seed is not None:
-            # A seeded sample must not depend on which other requests shared its batch,
-            # so it runs alone: the same (messages, params) always gives the same reply.
-            return ("seeded", id(self))
-        return ("sample", p.max_tokens, p.temperature, p.top_p)
-
-
-_STOP_WORKER = object()
+    @property
+    def abandoned(self) -> bool:
+        """Cancelled by its caller, or already failed: its sequences are dropped."""
+        return self.future.done()
 
 
 class LocalModel(AsyncChatModel):
@@ -57,11 +68,17 @@ class LocalModel(AsyncChatModel):
     Args:
         path: a transformers model folder, a `.gguf` file (converted once into a cache
             folder), or None for the embedded SmolLM2-135M-Instruct.
-        max_batch_size: most prompts in one `generate` call.
-        dtype: torch dtype (or its name, e.g. "bfloat16"); default float32 on CPU (fastest
-            and exact there), bfloat16 on accelerators that support it.
-        device: "cpu", "cuda", "cuda:1", "mps", ...
-        batch_wait_ms: how long the worker waits for more requests before starting a batch.
+        model, tokenizer: a model already in memory (a peft-wrapped one too) and its
+            tokenizer, instead of `path`; see `from_pretrained_model`.
+        name: the model's name in replies and logs (default: from the folder or config).
+        max_batch_size: most sequences decoded together (default 8 on a CPU, 64 on an
+            accelerator).
+        dtype: torch dtype (or its name, e.g. "bfloat16") for a loaded model; default from
+            `resolve_device`: float32 on CPU, bfloat16/float16 on accelerators.
+        device: "cpu", "cuda", "cuda:1", "mps", or None for the best available one. An
+            in-memory model stays where it is.
+        batch_wait_ms: how long an idle worker waits for more requests before the first
+            prefill (requests arriving together share it).
         chat_template: a Jinja chat template to use when the tokenizer has none.
     """
 
@@ -69,37 +86,51 @@ class LocalModel(AsyncChatModel):
         self,
         path: str | None = None,
         *,
-        max_batch_size: int = 8,
+        model: Any = None,
+        tokenizer: Any = None,
+        name: str | None = None,
+        max_batch_size: int | None = None,
         dtype: Any = None,
-        device: str = "cpu",
+        device: str | None = None,
         batch_wait_ms: float = 5.0,
         chat_template: str | None = None,
     ) -> None:
-        if max_batch_size < 1:
+        if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if batch_wait_ms < 0:
             raise ValueError(f"batch_wait_ms must be >= 0, got {batch_wait_ms}")
+        if (model is None) != (tokenizer is None):
+            raise ValueError("pass both model= and tokenizer= (or neither)")
+        if model is not None and path:
+            raise ValueError("pass either a path or an in-memory model, not both")
         self._requested_path = path
-        self.max_batch_size = max_batch_size
-        self.device = device
+        self._max_batch_arg = max_batch_size
+        self._device_arg = device
         self.batch_wait_ms = batch_wait_ms
         self._dtype_arg = dtype
         self._chat_template = chat_template
+        self._in_memory = model is not None
+        self._closed = False
         self._path: Path | None = None
         self._model: Any = None
         self._tokenizer: Any = None
+        self._batcher: ContinuousBatcher | None = None
         self._eos_ids: list[int] = []
+        self._fingerprint: str | None = None
+        self.stats = BatcherStats()
         self._load_lock = threading.Lock()
-        self._generate_lock = threading.Lock()  # one `generate` at a time on this model
         self._worker_lock = threading.Lock()
         self._queue: queue.Queue | None = None
         self._worker: threading.Thread | None = None
         self._worker_pid: int | None = None
-        self.generate_calls = 0  # number of `model.generate` invocations (batching is visible)
-        if path:
+        if model is not None:
+            config_name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+            self.name = name or f"local:{Path(config_name).name or 'in-memory'}"
+            self._adopt(model, tokenizer)
+        elif path:
             # Name the model without loading it; the path is checked now so that a typo
             # fails before anything else starts.
-            self.name = f"local:{Path(path).expanduser().name.removesuffix('.gguf')}"
+            self.name = name or f"local:{Path(path).expanduser().name.removesuffix('.gguf')}"
             if not Path(path).expanduser().exists():
                 raise FatalBackendError(BACKEND, f"local model path {path} does not exist")
             if not str(path).endswith(".gguf"):
@@ -107,13 +138,24 @@ class LocalModel(AsyncChatModel):
         else:
             from selftaught.models.embedded import EMBEDDED_NAME
 
-            self.name = f"local:{EMBEDDED_NAME}"
+            self.name = name or f"local:{EMBEDDED_NAME}"
+
+    @classmethod
+    def from_pretrained_model(
+        cls, model: Any, tokenizer: Any, *, name: str | None = None, **kwargs: Any
+    ) -> LocalModel:
+        """Wrap a transformers model already in memory (e.g. the one being trained, peft
+        adapters included). Cheap: nothing is copied or moved. The model may stay in train
+        mode: each forward switches it to eval and back. `close()` lets go of it."""
+        return cls(model=model, tokenizer=tokenizer, name=name, **kwargs)
 
     # ------------------------------------------------------------------ loading
 
     @property
     def path(self) -> Path:
         """The resolved transformers folder (converting a GGUF / the embedded model once)."""
+        if self._in_memory:
+            raise AttributeError(f"{self.name} is an in-memory model; it has no folder")
         if self._path is None:
             from selftaught.models.embedded import EmbeddedModelMissing, resolve_local_path
 
@@ -124,11 +166,7 @@ class LocalModel(AsyncChatModel):
             except (FileNotFoundError, ValueError) as err:
                 raise FatalBackendError(BACKEND, str(err)) from err
             except ImportError as err:
-                raise FatalBackendError(
-                    BACKEND,
-                    f"the local backend needs the [local] extra ({err}); "
-                    'run: pip install "selftaught[local]"',
-                ) from err
+                raise FatalBackendError(BACKEND, _missing_extra(err)) from err
             except Exception as err:  # e.g. a corrupt .gguf failing to convert
                 raise FatalBackendError(
                     BACKEND,
@@ -145,74 +183,110 @@ class LocalModel(AsyncChatModel):
 
     @property
     def tokenizer(self) -> Any:
-        """The tokenizer (left padding, pad token = eos when the model has none)."""
+        """The tokenizer."""
         self._ensure_loaded()
         return self._tokenizer
 
-    def _resolve_dtype(self, torch: Any) -> Any:
-        if self._dtype_arg is None or self._dtype_arg == "auto":
-            if self.device.startswith("cuda") and torch.cuda.is_available():
-                return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            return torch.float32
-        if isinstance(self._dtype_arg, str):
-            dtype = getattr(torch, self._dtype_arg, None)
-            if not isinstance(dtype, torch.dtype):
-                raise ValueError(f"unknown torch dtype {self._dtype_arg!r}")
-            return dtype
-        return self._dtype_arg
+    @property
+    def device(self) -> Any:
+        """The torch device the model runs on (loads the model)."""
+        from selftaught.models.batching import _model_device
+
+        return _model_device(self.model)
+
+    @property
+    def max_batch_size(self) -> int:
+        """Most sequences decoded together (loads the model when the default depends on
+        its device)."""
+        if self._max_batch_arg is None:
+            on_cpu = self.device.type == "cpu"
+            self._max_batch_arg = CPU_MAX_BATCH if on_cpu else ACCELERATOR_MAX_BATCH
+        return self._max_batch_arg
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the weights (of the files for a folder, of the parameters for an
+        in-memory model, taken at first use), so that two models of the same name are told
+        apart, e.g. by the response cache."""
+        if self._fingerprint is None:
+            from selftaught.models.fingerprint import fingerprint_module, fingerprint_path
+
+            if self._in_memory:
+                self._ensure_loaded()
+                self._fingerprint = f"local:module:{fingerprint_module(self._model)}"
+            else:
+                self._fingerprint = f"local:files:{fingerprint_path(self.path)}"
+        return self._fingerprint
 
     def _ensure_loaded(self) -> None:
         if self._model is not None:
             return
+        if self._closed:
+            raise FatalBackendError(BACKEND, f"{self.name} was closed; wrap the model again")
         with self._load_lock:
             if self._model is not None:
                 return
             path = self.path
             try:
-                import torch
                 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+                from selftaught.models.device import resolve_device, resolve_dtype
             except ImportError as err:
-                raise FatalBackendError(
-                    BACKEND,
-                    f"the local backend needs the [local] extra ({err}); "
-                    'run: pip install "selftaught[local]"',
-                ) from err
+                raise FatalBackendError(BACKEND, _missing_extra(err)) from err
+            try:
+                device, default_dtype = resolve_device(self._device_arg)
+                dtype = resolve_dtype(self._dtype_arg, default_dtype)
+            except ValueError as err:
+                raise FatalBackendError(BACKEND, str(err)) from err
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path)
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=self._resolve_dtype(torch))
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
             except Exception as err:  # OSError, ValueError, safetensors errors, ...
                 raise FatalBackendError(
                     BACKEND, f"could not load a causal language model from {path}: {err}"
                 ) from err
-            model.to(self.device)
+            model.to(device)
             model.eval()
-            if self._chat_template is not None:
-                tokenizer.chat_template = self._chat_template
-            if not getattr(tokenizer, "chat_template", None):
-                raise FatalBackendError(
-                    BACKEND,
-                    f"{path} has no chat template (a base model?); prompts must go through "
-                    "one, so pass chat_template=... or use an instruction-tuned model",
-                )
-            tokenizer.padding_side = "left"  # decoder-only batches must end at the prompt
-            self._eos_ids = _eos_token_ids(tokenizer, model)
-            if not self._eos_ids:
-                raise FatalBackendError(BACKEND, f"{path}: the tokenizer has no eos token")
-            if tokenizer.pad_token_id is None:
-                tokenizer.pad_token = tokenizer.convert_ids_to_tokens(self._eos_ids[0])
-            self._tokenizer = tokenizer
-            self._model = model
+            self._adopt(model, tokenizer)
+
+    def _adopt(self, model: Any, tokenizer: Any) -> None:
+        """Check and keep a model + tokenizer (the tokenizer is not modified: it may be a
+        trainer's)."""
+        if self._chat_template is not None:
+            tokenizer.chat_template = self._chat_template
+        if not getattr(tokenizer, "chat_template", None):
+            raise FatalBackendError(
+                BACKEND,
+                f"{self.name} has no chat template (a base model?); prompts must go through "
+                "one, so pass chat_template=... or use an instruction-tuned model",
+            )
+        eos_ids = _eos_token_ids(tokenizer, model)
+        if not eos_ids:
+            raise FatalBackendError(BACKEND, f"{self.name}: the tokenizer has no eos token")
+        self._eos_ids = eos_ids
+        self._tokenizer = tokenizer
+        self._model = model
 
     # ------------------------------------------------------------------ public API
 
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
         import asyncio
 
-        return await asyncio.wrap_future(self._submit(messages, params))
+        return (await asyncio.wrap_future(self._submit(messages, params, 1)))[0]
+
+    async def achat_n(
+        self, messages: list[Message], params: GenerationParams, n: int
+    ) -> list[Completion]:
+        """n completions of one prompt, prefilled once. Sampled (temperature > 0) with a
+        seed, sample i uses `derive_seed(seed, i)`; greedy, the n replies are one sequence
+        (identical by definition)."""
+        import asyncio
+
+        return await asyncio.wrap_future(self._submit(messages, params, n))
 
     def chat(self, messages: list[Message], params: GenerationParams | None = None) -> Completion:
         # No event loop needed: block on the worker's future.
-        return self._submit(messages, params or GenerationParams()).result()
+        return self._submit(messages, params or GenerationParams(), 1).result()[0]
 
     def generate_batch(
         self,
@@ -222,25 +296,14 @@ class LocalModel(AsyncChatModel):
         *,
         k: int | None = None,
     ) -> list[list[Completion]]:
-        """Sample `num_return_sequences` completions for each conversation (for the
-        weight-space trainers; `k` is an alias, matching `weights.sampling.Sampler`). Prompts
-        are batched in chunks of `max_batch_size`; with a seed, the whole call is
-        reproducible."""
+        """`num_return_sequences` completions for each conversation, blocking (the
+        synchronous form of `achat_n` over many prompts; `k` is an alias)."""
         if k is not None:
             num_return_sequences = k
         if num_return_sequences < 1:
             raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
-        _check_params(params)
-        for messages in messages_list:
-            _check_messages(messages)
-        self._ensure_loaded()
-        results: list[list[Completion]] = []
-        started = time.perf_counter()
-        with self._generate_lock, _seeded(params):
-            for start in range(0, len(messages_list), self.max_batch_size):
-                chunk = list(messages_list[start : start + self.max_batch_size])
-                results.extend(self._generate(chunk, params, num_return_sequences, started))
-        return results
+        futures = [self._submit(m, params, num_return_sequences) for m in messages_list]
+        return [f.result() for f in futures]
 
     def format_prompt(self, messages: list[Message]) -> str:
         """The exact text the model sees for `messages`: the chat template applied with the
@@ -250,25 +313,33 @@ class LocalModel(AsyncChatModel):
         return self._prompt_text(messages)
 
     def close(self) -> None:
-        """Stop the batching worker (it restarts on the next call)."""
+        """Stop the worker and let go of the model (a folder model is loaded again on the
+        next call; an in-memory one cannot be used again)."""
         with self._worker_lock:
             if self._queue is not None and self._worker is not None and self._worker.is_alive():
                 self._queue.put(_STOP_WORKER)
                 self._worker.join(timeout=60)
             self._queue = None
             self._worker = None
+            with self._load_lock:
+                self._batcher = None
+                self._model = self._tokenizer = None
+                self._closed = self._in_memory
 
     async def aclose(self) -> None:
         import asyncio
 
         await asyncio.to_thread(self.close)
 
-    # ------------------------------------------------------------------ batching worker
+    # ------------------------------------------------------------------ submission
 
-    def _submit(self, messages: list[Message], params: GenerationParams) -> Future:
+    def _submit(self, messages: list[Message], params: GenerationParams, n: int) -> Future:
         _check_messages(messages)
         _check_params(params)
-        request = _Request(messages, params)
+        check_n(n)
+        if self._closed:
+            raise FatalBackendError(BACKEND, f"{self.name} was closed; wrap the model again")
+        request = _Request(messages, params, n)
         # Under the lock: `close` cannot stop the worker between choosing a queue and putting.
         with self._worker_lock:
             self._ensure_worker().put(request)
@@ -279,94 +350,157 @@ class LocalModel(AsyncChatModel):
         # After a fork the worker thread does not exist in the child: start a new one.
         alive = self._worker is not None and self._worker.is_alive()
         if self._queue is None or not alive or self._worker_pid != os.getpid():
-            requests: queue.Queue = queue.Queue()
+            inbox: queue.Queue = queue.Queue()
             # The thread holds only a weak reference, so a model nobody uses any more
             # (e.g. last round's weights) is freed, and the finalizer stops its thread.
             self._worker = threading.Thread(
                 target=_worker_main,
-                args=(weakref.ref(self), requests),
+                args=(weakref.ref(self), inbox),
                 name=f"selftaught-{self.name}-batcher",
                 daemon=True,
             )
-            weakref.finalize(self, requests.put, _STOP_WORKER)
-            self._queue = requests
+            weakref.finalize(self, inbox.put, _STOP_WORKER)
+            self._queue = inbox
             self._worker_pid = os.getpid()
             self._worker.start()
         return self._queue
 
-    def _collect(self, requests: queue.Queue, pending: list[_Request]) -> bool:
-        """Wait up to batch_wait_ms for more requests (until a batch is full). Returns True
-        when the stop sentinel arrived."""
-        deadline = time.perf_counter() + self.batch_wait_ms / 1000
-        while len(pending) < self.max_batch_size:
-            timeout = deadline - time.perf_counter()
-            try:
-                item = requests.get(timeout=timeout) if timeout > 0 else requests.get_nowait()
-            except queue.Empty:
-                return False
-            if item is _STOP_WORKER:
-                return True
-            pending.append(item)
+    # ------------------------------------------------------------------ worker steps
+
+    def _take(self, item: Any, waiting: deque[GenSequence]) -> bool:
+        """Queue `item`'s sequences; True when it is the stop sentinel."""
+        if item is _STOP_WORKER:
+            return True
+        try:
+            waiting.extend(self._sequences(item))
+        except Exception as err:  # a prompt too long, a template error, a failed load
+            _fail([item], err if isinstance(err, BackendError) else _as_backend_error(err))
         return False
 
-    def _take_batch(self, pending: list[_Request]) -> list[_Request]:
-        """The oldest request and the compatible ones after it (removed from `pending`)."""
-        key = pending[0].batch_key()
-        batch = [r for r in pending if r.batch_key() == key][: self.max_batch_size]
-        taken = {id(r) for r in batch}
-        pending[:] = [r for r in pending if id(r) not in taken]
-        return batch
+    def _collect(self, inbox: queue.Queue, waiting: deque[GenSequence], wait: bool) -> bool:
+        """Take what is queued; when `wait`, keep taking for up to batch_wait_ms (until a
+        batch is full). Returns True when the stop sentinel arrived."""
+        deadline = time.perf_counter() + (self.batch_wait_ms / 1000 if wait else 0.0)
+        while len(waiting) < self.max_batch_size or not wait:
+            timeout = deadline - time.perf_counter()
+            try:
+                item = inbox.get(timeout=timeout) if timeout > 0 else inbox.get_nowait()
+            except queue.Empty:
+                return False
+            if self._take(item, waiting):
+                return True
+        return False
 
-    def _run_requests(self, batch: list[_Request]) -> None:
-        # Callers that gave up (timeout / cancel) are dropped before spending compute.
-        live = [r for r in batch if r.future.set_running_or_notify_cancel()]
-        try:
-            if not live:
-                return
-            self._ensure_loaded()
-            live = self._reject_overlong(live)
-            if not live:
-                return
-            params = live[0].params
-            with self._generate_lock, _seeded(params):
-                groups = self._generate(
-                    [r.messages for r in live], params, 1, None, [r.params for r in live]
-                )
-            done = time.perf_counter()
-            for r, (completion,) in zip(live, groups, strict=True):
-                completion.latency_s = done - r.submitted_at
-                completion.extra["batch_size"] = len(live)
-                r.future.set_result(completion)
-        except Exception as err:  # every waiting caller must hear about it
-            error = err if isinstance(err, BackendError) else _as_backend_error(err)
-            _fail(live, error)
-
-    def _reject_overlong(self, requests: list[_Request]) -> list[_Request]:
-        """Fail, one by one, the requests whose prompt alone fills the context, so that they
-        do not sink the others in their batch."""
-        context = getattr(self._model.config, "max_position_embeddings", None)
-        if not context:
-            return requests
-        kept = []
-        for r in requests:
-            n = len(
-                self._tokenizer(self._prompt_text(r.messages), add_special_tokens=False)[
-                    "input_ids"
-                ]
+    def _sequences(self, request: _Request) -> list[GenSequence]:
+        """The sequences of one request: n samples, or one for a greedy request (its n
+        replies are copies); the token cap is clamped to what the context leaves."""
+        ids = self._encode(request.messages)
+        context = self._context_length()
+        if context and len(ids) >= context:
+            raise FatalBackendError(
+                BACKEND,
+                f"prompt of {len(ids)} tokens does not fit {self.name}'s context of "
+                f"{context} tokens",
             )
-            if n >= context:
-                r.future.set_exception(
-                    FatalBackendError(
-                        BACKEND,
-                        f"prompt of {n} tokens does not fit {self.name}'s context of "
-                        f"{context} tokens",
-                    )
-                )
-            else:
-                kept.append(r)
-        return kept
+        params = request.params
+        max_new = min(params.max_tokens, context - len(ids)) if context else params.max_tokens
+        count = request.n if params.temperature > 0 else 1
+        request.prompt_tokens = len(ids)
+        request.completions = [None] * request.n
+        request.pending = count
+        return [
+            GenSequence(
+                owner=request,
+                index=i,
+                prompt_ids=ids,
+                max_new_tokens=max_new,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                generator=_generator(params_for_sample(params, i).seed)
+                if params.temperature > 0
+                else None,
+                stop=params.stop,
+            )
+            for i in range(count)
+        ]
 
-    # ------------------------------------------------------------------ generation
+    def _encode(self, messages: list[Message]) -> list[int]:
+        """The prompt's token ids: the chat template's text, no special tokens added (the
+        template already holds them, e.g. <|im_start|>)."""
+        self._ensure_loaded()
+        return self._tokenizer(self._prompt_text(messages), add_special_tokens=False)["input_ids"]
+
+    def _context_length(self) -> int | None:
+        return getattr(self._model.config, "max_position_embeddings", None)
+
+    def _has_running(self) -> bool:
+        return self._batcher is not None and bool(self._batcher.rows)
+
+    def _serve_step(self, waiting: deque[GenSequence]) -> None:
+        """Drop abandoned sequences, refill free slots from `waiting`, decode one step,
+        deliver what finished. A failure fails only the requests it touched."""
+        batcher = self._ensure_batcher()
+        batcher.drop(lambda s: s.owner.abandoned)
+        if any(s.owner.abandoned for s in waiting):
+            kept = [s for s in waiting if not s.owner.abandoned]
+            waiting.clear()
+            waiting.extend(kept)
+        free = self.max_batch_size - len(batcher.rows)
+        if free > 0 and waiting:
+            newcomers = [waiting.popleft() for _ in range(min(free, len(waiting)))]
+            try:
+                self._deliver(batcher.admit(newcomers))
+            except Exception as err:
+                error = err if isinstance(err, BackendError) else _as_backend_error(err)
+                _fail([s.owner for s in newcomers], error)
+                if any(s in batcher.rows for s in newcomers):  # failed mid-merge
+                    self._fail_running(error)
+        if batcher.rows:
+            try:
+                self._deliver(batcher.step())
+            except Exception as err:
+                self._fail_running(err if isinstance(err, BackendError) else _as_backend_error(err))
+
+    def _ensure_batcher(self) -> ContinuousBatcher:
+        if self._batcher is None:
+            self._ensure_loaded()
+            tokenizer = self._tokenizer
+            pad = tokenizer.pad_token_id
+            self._batcher = ContinuousBatcher(
+                self._model,
+                self._eos_ids,
+                self._eos_ids[0] if pad is None else pad,
+                lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+                stats=self.stats,
+            )
+        return self._batcher
+
+    def _fail_running(self, error: BaseException) -> None:
+        if self._batcher is not None:
+            _fail([s.owner for s in self._batcher.rows], error)
+            self._batcher.reset()
+
+    def _deliver(self, finished: list[GenSequence]) -> None:
+        done = time.perf_counter()
+        for seq in finished:
+            request: _Request = seq.owner
+            if request.abandoned:
+                continue
+            completion = self._completion(seq, request.prompt_tokens)
+            completion.latency_s = done - request.submitted_at
+            if seq.index > 0:
+                completion.extra["prompt_shared"] = True  # one call: its prompt counts once
+            request.completions[seq.index] = completion
+            request.pending -= 1
+            if request.pending:
+                continue
+            if request.params.temperature <= 0:  # greedy: the n replies are one
+                request.completions = [completion] + [
+                    _shared_copy(completion) for _ in range(request.n - 1)
+                ]
+            _resolve(request.future, list(request.completions))
+
+    # ------------------------------------------------------------------ text
 
     def _prompt_text(self, messages: list[Message]) -> str:
         try:
@@ -378,96 +512,64 @@ class LocalModel(AsyncChatModel):
                 BACKEND, f"the chat template rejected these messages: {err}"
             ) from err
 
-    def _generate(
-        self,
-        conversations: list[list[Message]],
-        params: GenerationParams,
-        num_return_sequences: int,
-        started: float | None,
-        row_params: list[GenerationParams] | None = None,
-    ) -> list[list[Completion]]:
-        """One `generate` call for up to max_batch_size conversations sharing the sampling
-        settings of `params`; `row_params` carries each row's own stop strings. The caller
-        holds the generate lock."""
-        import torch
-
-        tokenizer, model = self._tokenizer, self._model
-        t0 = time.perf_counter()
-        prompts = [self._prompt_text(m) for m in conversations]
-        # The template already holds the special tokens (e.g. <|im_start|>): add none.
-        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        input_ids = encoded["input_ids"].to(model.device)
-        attention_mask = encoded["attention_mask"].to(model.device)
-        prompt_lengths = attention_mask.sum(dim=1).tolist()
-        prompt_width = input_ids.shape[1]
-        max_new_tokens = params.max_tokens
-        context = getattr(model.config, "max_position_embeddings", None)
-        if context:
-            if prompt_width >= context:
-                raise FatalBackendError(
-                    BACKEND,
-                    f"prompt of {prompt_width} tokens does not fit the model's context of "
-                    f"{context} tokens",
-                )
-            max_new_tokens = min(max_new_tokens, context - prompt_width)
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": max_new_tokens,
-            "pad_token_id": tokenizer.pad_token_id,
-            "eos_token_id": self._eos_ids,
-            "num_return_sequences": num_return_sequences,
-        }
-        if params.temperature > 0:
-            # top_k=0 disables the top-k filter some configs set: OpenAI semantics.
-            kwargs.update(
-                do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0
-            )
+    def _completion(self, seq: GenSequence, prompt_tokens: int) -> Completion:
+        tokens = seq.tokens
+        if seq.stop_text is not None:  # a stop string ended it: the text before it
+            text = seq.stop_text
+            completion_tokens = len(self._tokenizer.encode(text, add_special_tokens=False))
+        elif tokens and tokens[-1] in self._eos_ids:  # the end-of-turn token counts
+            text = self._tokenizer.decode(tokens[:-1], skip_special_tokens=True)
+            completion_tokens = len(tokens)
         else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        was_training = model.training  # a trainer may hold this model in train mode
-        model.eval()
-        try:
-            with torch.inference_mode():
-                output = model.generate(
-                    input_ids=input_ids, attention_mask=attention_mask, **kwargs
-                )
-        finally:
-            model.train(was_training)
-        self.generate_calls += 1
-        elapsed = time.perf_counter() - (started if started is not None else t0)
-        generated = output[:, prompt_width:].tolist()
-        results: list[list[Completion]] = []
-        for i in range(len(conversations)):
-            row: list[Completion] = []
-            for j in range(num_return_sequences):
-                tokens = generated[i * num_return_sequences + j]
-                own = row_params[i] if row_params is not None else params
-                row.append(self._completion(tokens, prompt_lengths[i], own))
-                row[-1].latency_s = elapsed
-            results.append(row)
-        return results
-
-    def _completion(
-        self, tokens: list[int], prompt_tokens: int, params: GenerationParams
-    ) -> Completion:
-        eos = set(self._eos_ids)
-        end = next((k for k, t in enumerate(tokens) if t in eos), None)
-        if end is None:  # no end-of-turn token: the reply hit max_tokens
-            kept, finish_reason, completion_tokens = tokens, "length", len(tokens)
-        else:
-            kept, finish_reason, completion_tokens = tokens[:end], "stop", end + 1
-        text = self._tokenizer.decode(kept, skip_special_tokens=True)
-        if params.stop:
-            cut = min((i for i in (text.find(s) for s in params.stop if s) if i >= 0), default=-1)
-            if cut >= 0:
-                text, finish_reason = text[:cut], "stop"
-                completion_tokens = len(self._tokenizer.encode(text, add_special_tokens=False))
+            text = self._tokenizer.decode(tokens, skip_special_tokens=True)
+            completion_tokens = len(tokens)
         return Completion(
             text=text,
             prompt_tokens=int(prompt_tokens),
             completion_tokens=completion_tokens,
-            finish_reason=finish_reason,
+            finish_reason=seq.finish_reason or "length",
             model=self.name,
         )
+
+
+# ---------------------------------------------------------------------- worker
+
+
+def _worker_main(model_ref: weakref.ref, inbox: queue.Queue) -> None:
+    """The serving loop: while idle, block for a request and gather the ones arriving
+    within batch_wait_ms; while busy, take whatever is queued, refill and decode one step.
+    After the stop sentinel, the requests already taken are still answered."""
+    waiting: deque[GenSequence] = deque()
+    stopping = False
+    while True:
+        model = model_ref()
+        if model is None:
+            _fail([s.owner for s in waiting], _gone())
+            return
+        try:
+            busy = bool(waiting) or model._has_running()
+            if not busy:
+                if stopping:
+                    return
+                del model  # hold no strong reference while blocked on the queue
+                item = inbox.get()
+                model = model_ref()
+                if model is None:
+                    if item is not _STOP_WORKER:
+                        _fail([item], _gone())
+                    return
+                stopping = model._take(item, waiting) or model._collect(inbox, waiting, True)
+            elif not stopping:
+                stopping = model._collect(inbox, waiting, False)
+            if waiting or model._has_running():
+                model._serve_step(waiting)
+        except Exception as err:  # never leave a caller waiting on a dead worker
+            error = err if isinstance(err, BackendError) else _as_backend_error(err)
+            _fail([s.owner for s in waiting], error)
+            waiting.clear()
+            if model is not None:
+                model._fail_running(error)
+        del model
 
 
 # ---------------------------------------------------------------------- helpers
@@ -487,28 +589,17 @@ def _eos_token_ids(tokenizer: Any, model: Any) -> list[int]:
     return list(dict.fromkeys(ids))
 
 
-class _seeded:
-    """Within the block, torch's RNG is seeded from `params.seed` (when sampling with one);
-    the global RNG state is restored afterwards."""
+def _generator(seed: int | None) -> Any:
+    """A private RNG for one sampled sequence (torch's global RNG is never touched)."""
+    import torch
 
-    def __init__(self, params: GenerationParams) -> None:
-        self.seed = params.seed if params.temperature > 0 else None
-        self._fork: Any = None
+    return torch.Generator().manual_seed(secrets.randbits(63) if seed is None else seed)
 
-    def __enter__(self) -> None:
-        if self.seed is None:
-            return
-        import torch
 
-        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-        self._fork = torch.random.fork_rng(devices=devices)
-        self._fork.__enter__()
-        torch.manual_seed(self.seed)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._fork is not None:
-            self._fork.__exit__(*exc)
-            self._fork = None
+def _shared_copy(completion: Completion) -> Completion:
+    copy = Completion(**{**completion.__dict__, "extra": dict(completion.extra)})
+    copy.extra["prompt_shared"] = True
+    return copy
 
 
 def _check_messages(messages: Any) -> None:
@@ -532,40 +623,25 @@ def _check_params(params: GenerationParams) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
 
 
-def _worker_main(model_ref: weakref.ref, requests: queue.Queue) -> None:
-    """The batching loop: block for a request, gather the ones that arrive within
-    batch_wait_ms, run the oldest compatible group in one `generate`, repeat. After the stop
-    sentinel, the requests already taken are still answered."""
-    pending: list[_Request] = []
-    stop = False
-    while True:
-        if not pending:
-            if stop:
-                return
-            item = requests.get()
-            if item is _STOP_WORKER:
-                return
-            pending.append(item)
-        model = model_ref()
-        if model is None:
-            _fail(pending, FatalBackendError(BACKEND, "the local model was garbage-collected"))
-            return
-        try:
-            if not stop:
-                stop = model._collect(requests, pending)
-            model._run_requests(model._take_batch(pending))
-        except Exception as err:  # never leave a caller waiting on a dead worker
-            _fail(pending, _as_backend_error(err))
-            pending = []
-        del model  # hold no strong reference while blocked on the queue
+def _resolve(future: Future, result: Any) -> None:
+    with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
+        future.set_result(result)
 
 
-def _fail(requests: list[_Request], error: BaseException) -> None:
+def _fail(requests: Sequence[_Request], error: BaseException) -> None:
     for r in requests:
-        if r.future.done():
-            continue
-        if r.future.running() or r.future.set_running_or_notify_cancel():
+        with contextlib.suppress(InvalidStateError):  # done or cancelled already
             r.future.set_exception(error)
+
+
+def _gone() -> BackendError:
+    return FatalBackendError(BACKEND, "the local model was garbage-collected")
+
+
+def _missing_extra(err: ImportError) -> str:
+    return (
+        f'the local backend needs the [local] extra ({err}); run: pip install "selftaught[local]"'
+    )
 
 
 def _as_backend_error(err: BaseException) -> BackendError:

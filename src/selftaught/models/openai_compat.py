@@ -3,13 +3,21 @@ on the official `openai` SDK. The SDK's own retries are off: our policy classifi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
 
 import openai
 
-from selftaught.models.base import AsyncChatModel, Completion, GenerationParams, Message
+from selftaught.models.base import (
+    AsyncChatModel,
+    Completion,
+    GenerationParams,
+    Message,
+    check_n,
+    params_for_sample,
+)
 from selftaught.models.errors import (
     FatalBackendError,
     RetryPolicy,
@@ -80,6 +88,7 @@ class OpenAICompatModel(AsyncChatModel):
         self._key = key
         self._clients: dict[int, openai.AsyncOpenAI] = {}
         self._checked = False
+        self._n_supported: bool | None = None  # None: not tried yet
 
     def _client(self) -> openai.AsyncOpenAI:
         # httpx clients are bound to the event loop that created them: one per loop.
@@ -137,11 +146,46 @@ class OpenAICompatModel(AsyncChatModel):
             )
         self._checked = True
 
+    @property
+    def fingerprint(self) -> str:
+        """Endpoint and model name: all that tells one served model from another."""
+        return f"{self.base_url or 'https://api.openai.com/v1'}#{self.model}"
+
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
+        completions = await self._choices(messages, params, 1)
+        return completions[0]
+
+    async def achat_n(
+        self, messages: list[Message], params: GenerationParams, n: int
+    ) -> list[Completion]:
+        """n completions in one request (OpenAI's `n`). A server that rejects `n` (llama.cpp's
+        answers "Only one completion choice is allowed") gets n single requests from then on;
+        choices it left out or left empty are topped up by single requests."""
+        check_n(n)
+        if n == 1 or self._n_supported is False:
+            return await super().achat_n(messages, params, n)
+        try:
+            completions = await self._choices(messages, params, n)
+        except _NRejected:
+            self._n_supported = False
+            return await super().achat_n(messages, params, n)
+        self._n_supported = True
+        kept = [c for c in completions if c.text.strip()][:n]
+        missing = range(len(kept), n)
+        extra = await asyncio.gather(
+            *(self.achat(messages, params_for_sample(params, i)) for i in missing)
+        )
+        return kept + list(extra)
+
+    async def _choices(
+        self, messages: list[Message], params: GenerationParams, n: int
+    ) -> list[Completion]:
+        """One request for `n` choices, with retries. With n == 1 an empty reply is a
+        transient error; with n > 1 empty choices are returned for the caller to top up."""
         await self.preflight()
         retries_seen = 0
 
-        async def call() -> Completion:
+        async def call() -> list[Completion]:
             t0 = time.perf_counter()
             kwargs: dict[str, Any] = {
                 "model": self.model,
@@ -150,6 +194,8 @@ class OpenAICompatModel(AsyncChatModel):
                 "temperature": params.temperature,
                 "top_p": params.top_p,
             }
+            if n > 1:
+                kwargs["n"] = n
             if params.seed is not None:
                 kwargs["seed"] = params.seed
             if params.stop:
@@ -157,27 +203,66 @@ class OpenAICompatModel(AsyncChatModel):
             try:
                 resp = await self._client().chat.completions.create(**kwargs)
             except Exception as err:  # noqa: BLE001 - classified below
+                if n > 1 and _rejects_n(err):
+                    raise _NRejected from err
                 raise classify_openai_error(self.backend, err) from err
-            if not resp.choices:
+            choices = sorted(resp.choices or [], key=lambda c: c.index)
+            if not choices:
                 raise TransientBackendError(self.backend, "reply had no choices")
-            choice = resp.choices[0]
-            text = choice.message.content or ""
-            if not text.strip():
+            if n == 1 and not (choices[0].message.content or "").strip():
                 raise TransientBackendError(self.backend, "empty reply")
-            usage = resp.usage
-            return Completion(
-                text=text,
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-                latency_s=time.perf_counter() - t0,
-                finish_reason=choice.finish_reason or "stop",
-                model=resp.model or self.model,
-            )
+            return _completions(resp, choices, self.model, time.perf_counter() - t0)
 
         def count(attempt: int, _err: TransientBackendError) -> None:
             nonlocal retries_seen
             retries_seen = attempt
 
-        completion, retries = await with_retries(call, self.retry, on_retry=count)
-        completion.retries = retries
-        return completion
+        completions, retries = await with_retries(call, self.retry, on_retry=count)
+        for c in completions:
+            c.retries = retries
+        return completions
+
+
+class _NRejected(Exception):
+    """The server refused a request for several choices (`n` > 1)."""
+
+
+def _rejects_n(err: Exception) -> bool:
+    """Whether an error answers the `n` parameter itself: a 400/422, or any status whose
+    message is about choices (llama.cpp's server says so with a 500)."""
+    if not isinstance(err, openai.APIStatusError):
+        return False
+    message = _error_message(err).lower()
+    return err.status_code in (400, 422) or "choice" in message
+
+
+def _completions(resp: Any, choices: list[Any], model: str, latency_s: float) -> list[Completion]:
+    """One Completion per choice. Usage covers the whole request: the prompt is charged to
+    the first choice (the others are marked `prompt_shared`), and with several choices the
+    completion tokens are split in proportion to each choice's text (marked estimated)."""
+    usage = resp.usage
+    prompt = usage.prompt_tokens if usage else 0
+    total = usage.completion_tokens if usage else 0
+    texts = [c.message.content or "" for c in choices]
+    if len(choices) == 1:
+        shares = [total]
+    else:
+        chars = [max(1, len(t)) for t in texts]
+        shares = [total * k // sum(chars) for k in chars]
+        shares[0] += total - sum(shares)
+    out = []
+    for i, (choice, text, tokens) in enumerate(zip(choices, texts, shares, strict=True)):
+        c = Completion(
+            text=text,
+            prompt_tokens=prompt,
+            completion_tokens=tokens,
+            latency_s=latency_s,
+            finish_reason=choice.finish_reason or "stop",
+            model=resp.model or model,
+        )
+        if i > 0:
+            c.extra["prompt_shared"] = True
+        if len(choices) > 1:
+            c.extra["completion_tokens_estimated"] = True
+        out.append(c)
+    return out

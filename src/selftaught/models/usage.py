@@ -136,21 +136,25 @@ class UsageLedger:
             self._in_flight = max(0, self._in_flight - 1)
 
     def record(self, role: str, model: str, c: Completion, *, reserved: bool = False) -> None:
-        """Charge one answered call (`reserved`: it was reserved with `reserve()`)."""
+        """Charge one completion (`reserved`: its call was reserved with `reserve()`). One of
+        n samples that shared its call's prompt (`extra["prompt_shared"]`, from `achat_n`)
+        adds its output, not another call or prompt."""
+        shared = bool(c.extra.get("prompt_shared"))
+        prompt_tokens = 0 if shared else c.prompt_tokens
         with self._lock:
             self._settle(reserved)
             u = self.roles.setdefault(role, RoleUsage())
-            u.calls += 1
-            u.cached_calls += int(c.cached)
-            u.prompt_tokens += c.prompt_tokens
+            u.calls += int(not shared)
+            u.cached_calls += int(c.cached and not shared)
+            u.prompt_tokens += prompt_tokens
             u.completion_tokens += c.completion_tokens
-            u.latency_s += c.latency_s
+            u.latency_s += 0.0 if shared else c.latency_s
             u.retries += c.retries
             u.truncated += int(c.truncated)
             price = (0.0, 0.0) if model.startswith(LOCAL_PREFIX) else None
             price = price or PRICES_PER_MTOK.get(model.split("/")[-1])
             if price is not None and not c.cached:
-                cost = (c.prompt_tokens * price[0] + c.completion_tokens * price[1]) / 1e6
+                cost = (prompt_tokens * price[0] + c.completion_tokens * price[1]) / 1e6
                 u.usd = (u.usd or 0.0) + cost
 
     def record_error(self, role: str, retries: int = 0, *, reserved: bool = False) -> None:
@@ -181,6 +185,10 @@ class TrackedModel(AsyncChatModel):
         self.role = role
         self.name = model.name
 
+    @property
+    def fingerprint(self) -> str:
+        return str(getattr(self.inner, "fingerprint", self.inner.name))
+
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
         from selftaught.models.errors import BackendError
 
@@ -195,6 +203,25 @@ class TrackedModel(AsyncChatModel):
             raise
         self.ledger.record(self.role, self.name, c, reserved=reserved)
         return c
+
+    async def achat_n(
+        self, messages: list[Message], params: GenerationParams, n: int
+    ) -> list[Completion]:
+        """One request for n completions: reserved (against the budget) as one call."""
+        from selftaught.models.errors import BackendError
+
+        reserved = self.ledger.reserve(self.role)
+        try:
+            completions = await self.inner.achat_n(messages, params, n)
+        except BackendError as err:
+            self.ledger.record_error(self.role, err.retries, reserved=reserved)
+            raise
+        except BaseException:  # cancelled or timed out: still a call the backend saw
+            self.ledger.record_error(self.role, reserved=reserved)
+            raise
+        for i, c in enumerate(completions):
+            self.ledger.record(self.role, self.name, c, reserved=reserved and i == 0)
+        return completions
 
     def __getattr__(self, item: str) -> Any:  # expose backend extras (e.g. tokenizer)
         return getattr(self.inner, item)

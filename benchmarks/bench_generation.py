@@ -1,0 +1,283 @@
+"""Local generation throughput against the hardware's raw decode rate.
+
+For a real task's chat prompts (mixed reply lengths), greedy, at each concurrency C:
+
+- continuous: `LocalModel` (continuous batching, at most C sequences decoded together)
+  answering C concurrent `achat` calls at a time: useful output tokens/s (what came back,
+  each reply ending at its own end-of-turn token or at max_tokens);
+- static: what LocalModel did before continuous batching: `model.generate` on chunks of
+  C prompts, each chunk waiting for its longest reply;
+- raw: the limit: `model.generate` on the same prompts, C at a time, every sequence forced
+  to the same length (min_new_tokens = max_new_tokens = --raw-tokens): the plain decode
+  rate, with no padding waste and no refills.
+
+Repeats are interleaved (and the order of the three rotated) so that load on the machine
+falls on all of them alike; ratios are taken per repeat, then the median. Each run also
+records the process CPU time it used: on a shared machine, tokens per CPU-second (with
+--threads 1) is steadier than tokens per wall-clock second.
+
+    python benchmarks/bench_generation.py              # full: 64 prompts, max_tokens 256, C=8,32
+    python benchmarks/bench_generation.py --quick      # smoke test, ~1-2 min on 2 idle cores
+
+Writes benchmarks/results/generation_<device>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from selftaught.models.base import GenerationParams, Message  # noqa: E402
+from selftaught.models.local import LocalModel  # noqa: E402
+from selftaught.policy import Policy  # noqa: E402
+from selftaught.runs import atomic_write_json  # noqa: E402
+from selftaught.tasks.registry import load_task  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+MODES = ("continuous", "static", "raw")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None, help="model folder or .gguf (default: embedded)")
+    p.add_argument("--task", default="gym:basic_arithmetic")
+    p.add_argument("--split", default="test")
+    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[8, 32])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--raw-tokens", type=int, default=128, help="forced length of the raw run")
+    p.add_argument(
+        "--raw-batches", type=int, default=2, help="chunks of C prompts timed for the raw rate"
+    )
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--quick", action="store_true", help="16 prompts, 64 tokens, C=8, 1 repeat")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    if args.quick:
+        args.prompts, args.max_tokens, args.concurrency = 16, 64, [8]
+        args.repeats, args.raw_tokens, args.raw_batches = 1, 32, 1
+    if args.prompts < 1 or args.max_tokens < 1 or args.repeats < 1 or args.raw_tokens < 1:
+        p.error("--prompts, --max-tokens, --repeats and --raw-tokens must be >= 1")
+    if min(args.concurrency) < 1:
+        p.error("--concurrency values must be >= 1")
+    return args
+
+
+def load_prompts(args: argparse.Namespace) -> list[list[Message]]:
+    task = load_task(args.task, test_size=max(args.prompts, 1))
+    examples = task.examples(args.split)[: args.prompts]
+    if len(examples) < args.prompts:
+        raise SystemExit(f"{args.task} has only {len(examples)} {args.split} examples")
+    policy = Policy()
+    return [policy.messages(task, ex) for ex in examples]
+
+
+class Bench:
+    """The three ways of answering the same prompts with one loaded model."""
+
+    def __init__(self, local: LocalModel, prompts: list[list[Message]], args: argparse.Namespace):
+        import torch
+
+        self.torch = torch
+        self.local, self.args = local, args
+        self.model, self.tok = local.model, local.tokenizer
+        self.eos = set(local._eos_ids)
+        self.texts = [local.format_prompt(m) for m in prompts]
+        self.prompts = prompts
+
+    def _sync(self) -> None:
+        if self.model.device.type == "cuda":
+            self.torch.cuda.synchronize()
+
+    def _generate(self, texts: list[str], **kwargs: Any) -> Any:
+        self.tok.padding_side = "left"
+        enc = self.tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = {k: v.to(self.model.device) for k, v in enc.items()}
+        with self.torch.inference_mode():
+            out = self.model.generate(
+                **enc,
+                do_sample=False,
+                pad_token_id=self.tok.pad_token_id or min(self.eos),
+                eos_token_id=sorted(self.eos),
+                **kwargs,
+            )
+        return out[:, enc["input_ids"].shape[1] :].tolist()
+
+    def continuous(self, c: int) -> tuple[int, float, list[str]]:
+        engine = LocalModel.from_pretrained_model(self.model, self.tok, max_batch_size=c)
+        params = GenerationParams(max_tokens=self.args.max_tokens)
+
+        async def run() -> list[Any]:
+            gate = asyncio.Semaphore(c)
+
+            async def one(messages: list[Message]) -> Any:
+                async with gate:
+                    return await engine.achat(messages, params)
+
+            return await asyncio.gather(*(one(m) for m in self.prompts))
+
+        self._sync()
+        t0 = time.perf_counter()
+        replies = asyncio.run(run())
+        self._sync()
+        seconds = time.perf_counter() - t0
+        engine.close()
+        return sum(r.completion_tokens for r in replies), seconds, [r.text for r in replies]
+
+    def static(self, c: int) -> tuple[int, float, list[str]]:
+        tokens, texts = 0, []
+        self._sync()
+        t0 = time.perf_counter()
+        for start in range(0, len(self.texts), c):
+            for row in self._generate(
+                self.texts[start : start + c], max_new_tokens=self.args.max_tokens
+            ):
+                end = next((i for i, t in enumerate(row) if t in self.eos), None)
+                kept = row if end is None else row[: end + 1]
+                tokens += len(kept)
+                texts.append(self.tok.decode(kept, skip_special_tokens=True))
+        self._sync()
+        return tokens, time.perf_counter() - t0, texts
+
+    def raw(self, c: int) -> tuple[int, float, list[str]]:
+        n = self.args.raw_tokens
+        chunks = [self.texts[s : s + c] for s in range(0, len(self.texts), c)]
+        chunks = [ch for ch in chunks if len(ch) == c] or chunks[:1]
+        chunks = chunks[: self.args.raw_batches]
+        self._sync()
+        t0 = time.perf_counter()
+        for chunk in chunks:
+            self._generate(chunk, max_new_tokens=n, min_new_tokens=n)
+        self._sync()
+        return sum(len(ch) for ch in chunks) * n, time.perf_counter() - t0, []
+
+
+def main() -> None:
+    args = parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    prompts = load_prompts(args)
+    t0 = time.perf_counter()
+    local = LocalModel(args.model, device=args.device)
+    _ = local.model
+    load_s = time.perf_counter() - t0
+    bench = Bench(local, prompts, args)
+    bench.raw(min(args.concurrency))  # warm-up: first calls allocate and tune kernels
+
+    runs: list[dict[str, Any]] = []
+    for repeat in range(args.repeats):
+        for c in args.concurrency:
+            k = (repeat + args.concurrency.index(c)) % len(args.modes)
+            for mode in args.modes[k:] + args.modes[:k]:  # rotate the order every time
+                load_before = os.getloadavg()[0]
+                cpu_before = time.process_time()
+                tokens, seconds, texts = getattr(bench, mode)(c)
+                cpu_seconds = time.process_time() - cpu_before
+                run = {
+                    "repeat": repeat,
+                    "concurrency": c,
+                    "mode": mode,
+                    "tokens": tokens,
+                    "seconds": round(seconds, 3),
+                    "tok_per_s": round(tokens / seconds, 2),
+                    "cpu_seconds": round(cpu_seconds, 3),
+                    "tok_per_cpu_s": round(tokens / cpu_seconds, 2),
+                    "load_before": round(load_before, 2),
+                    "texts": texts,
+                }
+                runs.append(run)
+                print(
+                    f"repeat {repeat} C={c:<3} {mode:<10} {tokens:>6} tok {seconds:7.1f} s "
+                    f"{tokens / seconds:7.1f} tok/s {tokens / cpu_seconds:7.1f} tok/cpu-s "
+                    f"(load {load_before:.1f})",
+                    flush=True,
+                )
+    result = summarize(runs, args, local, load_s)
+    device = str(local.device.type)
+    out = args.out or RESULTS / f"generation_{device}{'_quick' if args.quick else ''}.json"
+    atomic_write_json(out, result)
+    print_summary(result)
+    print(f"wrote {out}")
+
+
+def summarize(
+    runs: list[dict[str, Any]], args: argparse.Namespace, local: LocalModel, load_s: float
+) -> dict[str, Any]:
+    import torch
+
+    by_c: dict[str, Any] = {}
+    for c in args.concurrency:
+        mine = [r for r in runs if r["concurrency"] == c]
+        rates = {m: [r["tok_per_s"] for r in mine if r["mode"] == m] for m in args.modes}
+        cpu_rates = {m: [r["tok_per_cpu_s"] for r in mine if r["mode"] == m] for m in args.modes}
+        entry: dict[str, Any] = {
+            m: {
+                "tok_per_s": rates[m],
+                "median": round(statistics.median(rates[m]), 2),
+                "tok_per_cpu_s": cpu_rates[m],
+            }
+            for m in args.modes
+        }
+        if "raw" in args.modes:
+            for m in ("continuous", "static"):
+                if m in args.modes:
+                    ratios = [a / b for a, b in zip(rates[m], rates["raw"], strict=True)]
+                    entry[f"{m}_vs_raw"] = round(statistics.median(ratios), 3)
+                    cpu = [a / b for a, b in zip(cpu_rates[m], cpu_rates["raw"], strict=True)]
+                    entry[f"{m}_vs_raw_cpu_time"] = round(statistics.median(cpu), 3)
+        replies = {m: [r for r in mine if r["mode"] == m] for m in ("continuous", "static")}
+        if replies["continuous"] and replies["static"]:
+            a, b = replies["continuous"][0]["texts"], replies["static"][0]["texts"]
+            entry["same_replies_as_static"] = sum(x == y for x, y in zip(a, b, strict=True))
+        if replies["continuous"]:
+            entry["mean_reply_tokens"] = round(replies["continuous"][0]["tokens"] / len(a), 1)
+        by_c[str(c)] = entry
+    return {
+        "model": local.name,
+        "task": args.task,
+        "split": args.split,
+        "prompts": args.prompts,
+        "max_tokens": args.max_tokens,
+        "raw_tokens": args.raw_tokens,
+        "raw_batches": args.raw_batches,
+        "repeats": args.repeats,
+        "quick": args.quick,
+        "load_s": round(load_s, 2),
+        "results": by_c,
+        "runs": [{k: v for k, v in r.items() if k != "texts"} for r in runs],
+        "machine": {
+            "device": str(local.device),
+            "dtype": str(local.model.dtype),
+            "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        },
+    }
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    print(f"\n{result['model']} on {result['machine']['device']}, {result['prompts']} prompts")
+    for c, entry in result["results"].items():
+        parts = [f"{m} {entry[m]['median']:.1f} tok/s" for m in MODES if m in entry]
+        ratios = [f"{k} {v:.2f}x" for k, v in entry.items() if "_vs_raw" in k]
+        print(f"  C={c}: " + ", ".join(parts) + ("; " + ", ".join(ratios) if ratios else ""))
+
+
+if __name__ == "__main__":
+    main()
