@@ -37,19 +37,12 @@ def main() -> None:
 
     import torch
 
-    from selftaught.tasks.registry import load_task
+    import selftaught
     from selftaught.weights.config import RestConfig, SFTTrainConfig
-    from selftaught.weights.rest import RestTrainer
 
     torch.set_num_threads(args.threads)
-    task = load_task(
-        args.task,
-        seed=args.seed,
-        train_size=args.train_size,
-        val_size=args.val_size,
-        test_size=args.test_size,
-    )
-    name = re.sub(r"[^A-Za-z0-9]+", "_", task.name).strip("_")
+    sizes = {"train_size": args.train_size, "val_size": args.val_size, "test_size": args.test_size}
+    name = re.sub(r"[^A-Za-z0-9]+", "_", args.task).strip("_")
     run_dir = args.output or Path("runs") / f"bench-rest-{name}-s{args.seed}"
     cfg = RestConfig(
         rounds=args.rounds,
@@ -60,7 +53,15 @@ def main() -> None:
         sft=SFTTrainConfig(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr),
     )
     t0 = time.perf_counter()
-    result = RestTrainer(task, cfg, run_dir, progress=False).train()
+    result = selftaught.train(
+        args.task,
+        "local",
+        method="rest",
+        config=cfg,
+        output_dir=run_dir,
+        task_options={"seed": args.seed, **sizes},
+        progress=False,
+    )
     wall = time.perf_counter() - t0
 
     rows = []
@@ -69,10 +70,11 @@ def main() -> None:
         rows.append(
             {
                 "round": h["round"],
-                "val": h["val"]["accuracy"],
-                "val_ci": h["val"]["ci"],
-                "test": h.get("test", {}).get("accuracy"),
-                "test_ci": h.get("test", {}).get("ci"),
+                "val": h.get("val", {}).get("hard"),
+                "val_ci": h.get("val", {}).get("hard_ci"),
+                "val_truncated": h.get("val", {}).get("truncated"),
+                "test": h.get("test", {}).get("hard"),
+                "test_ci": h.get("test", {}).get("hard_ci"),
                 "test_truncated": h.get("test", {}).get("truncated"),
                 "sample_solved": h.get("sample_solved"),
                 "samples_per_s": h.get("samples_per_s"),
@@ -83,7 +85,7 @@ def main() -> None:
             }
         )
     report = {
-        "task": task.name,
+        "task": args.task,
         "sizes": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
         "config": cfg.to_dict(),
         "threads": args.threads,
@@ -100,8 +102,9 @@ def main() -> None:
     for r in rows:
         ci = r["test_ci"] or [0, 0]
         test = f"{r['test']:.3f} ({ci[0]:.3f}-{ci[1]:.3f})" if r["test"] is not None else "-"
+        val = f"{r['val']:.3f}" if r["val"] is not None else "-"
         print(
-            f"| {r['round']} | {r['val']:.3f} | {test} | {r['sample_solved'] or '-'} | "
+            f"| {r['round']} | {val} | {test} | {r['sample_solved'] or '-'} | "
             f"{r['samples_per_s'] or '-'} | {r['elite'] or '-'} | {r['sft_step_s'] or '-'} |"
         )
     b, s = result.base_test, result.shipped_test

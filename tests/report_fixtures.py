@@ -39,8 +39,8 @@ def optimize_run(root: Path, initial_skill: str = "# Skill\n", **cfg: Any) -> di
 
 
 def rest_run(root: Path, model_dir: Path, monkeypatch: Any, val_by_round: list[float]) -> Any:
-    """A finished 2-round ReST-EM run; val accuracies per round are scripted (test = val -
-    0.1), everything else runs for real."""
+    """A finished 2-round ReST-EM run; val accuracies per round are scripted per example
+    (test follows val), everything else runs for real."""
     from selftaught.weights.rest import RestTrainer
     from tests.test_weights_rest import EchoTask, config, scripted_eval
 
@@ -111,6 +111,19 @@ RL_LOGS = [  # what TRL's GRPOTrainer logs per step (keys as TRL names them)
 RL_REWARDS = [[0.0] * 4, [0.0, 0.5, 0.0, 0.5], [1.0, 0.0, 0.5, 0.5]]
 
 
+def scored(split: str, n: int, solved: int) -> Any:
+    """An evaluation of n examples of which the first `solved` were solved."""
+    from selftaught.evaluation import summarize
+    from selftaught.rollout import Rollout
+    from selftaught.tasks.base import Score
+
+    rollouts = [
+        Rollout(f"{split}-{i}", [], "x", score=Score(float(i < solved), float(i < solved)))
+        for i in range(n)
+    ]
+    return summarize(rollouts, task="toy", model="tiny", split=split, wall_s=0.0, skill_hash="")
+
+
 def rl_run(root: Path, *, finished: bool = True) -> None:
     """A GRPO run directory in the exact format rl.py writes (history by its callback)."""
     from rich.console import Console
@@ -118,7 +131,6 @@ def rl_run(root: Path, *, finished: bool = True) -> None:
     from selftaught.runs import RunDir, atomic_write_json
     from selftaught.weights.config import RLConfig
     from selftaught.weights.rl import RLResult, TaskReward, _make_callback
-    from selftaught.weights.sampling import EvalResult
 
     task = ToyTask()
     cfg = RLConfig(steps=len(RL_LOGS))
@@ -132,9 +144,9 @@ def rl_run(root: Path, *, finished: bool = True) -> None:
             "rl": cfg.to_dict(),
         }
     )
-    base_val = EvalResult("val", 11, 2, 2 / 11, (0.05, 0.48), 2 / 11, 0.0)
-    base_test = EvalResult("test", 10, 2, 0.2, (0.06, 0.51), 0.2, 0.0)
-    state: dict[str, Any] = {"base_val": base_val.to_dict(), "base_test": base_test.to_dict()}
+    base_val = scored("val", 11, 2)
+    base_test = scored("test", 10, 2)
+    state: dict[str, Any] = {"base_val": base_val.summary(), "base_test": base_test.summary()}
     run.save_state(state)
     reward = TaskReward(task, task.examples("train"))
     callback = _make_callback(run, reward, cfg, Console(quiet=True))
@@ -143,21 +155,21 @@ def rl_run(root: Path, *, finished: bool = True) -> None:
         callback.on_log(None, SimpleNamespace(global_step=step), None, logs=logs)
     if not finished:
         return
-    trained_val = EvalResult("val", 11, 5, 5 / 11, (0.21, 0.72), 5 / 11, 0.0)
-    trained_test = EvalResult("test", 10, 4, 0.4, (0.17, 0.69), 0.4, 0.0)
+    trained_val = scored("val", 11, 5)
+    trained_test = scored("test", 10, 4)
     state.update(
         trained=True,
-        trained_val=trained_val.to_dict(),
-        trained_test=trained_test.to_dict(),
+        trained_val=trained_val.summary(),
+        trained_test=trained_test.summary(),
         step_seconds=1.5,
     )
     run.save_state(state)
     result = RLResult(
-        "trained",
-        base_val,
-        trained_val,
-        base_test,
-        trained_test,
+        shipped="trained",
+        base_val=base_val,
+        trained_val=trained_val,
+        base_test=base_test,
+        shipped_test=trained_test,
         steps=run.history(),
         step_seconds=1.5,
     )

@@ -192,10 +192,11 @@ def test_cli_writes_the_page_and_refuses_what_is_not_a_run(tmp_path, optimize_di
 def test_read_estimate_reads_every_accuracy_summary_shape():
     from selftaught.evaluation import EvalResult as EvalSummary
     from selftaught.skill.trainer import _split_summary
-    from selftaught.weights.sampling import EvalResult
 
     skill = _split_summary({"a": [1.0, 1.0], "b": [0.0, 0.5], "c": [1.0, 1.0], "d": None})
-    weights = EvalResult("val", 3, 2, 2 / 3, (0.2077, 0.9385), 0.83, 0.0).to_dict()
+    # the weight trainers' shape before they moved onto the evaluation summary (old runs)
+    weights = {"split": "val", "n": 3, "solved": 2, "accuracy": 2 / 3, "ci": [0.2077, 0.9385]}
+    weights["mean_soft"] = 0.83
     evaluation = EvalSummary(
         task="t",
         model="m",
@@ -233,20 +234,21 @@ def test_rest_report_from_a_real_rest_run(tmp_path, tmp_path_factory):
     run = load_run(root)
     assert isinstance(run, RestRun) and run.status.finished and run.method == "rest"
     rows = history(root)
-    assert [r.val.value for r in run.rounds] == [row["val"]["accuracy"] for row in rows]
+    assert [r.val.value for r in run.rounds] == [row["val"]["hard"] for row in rows]
     assert [r.new_best for r in run.rounds] == [False, True, False]
     assert run.best_round == result["best_round"] == 1 and run.shipped == "round 1"
-    assert run.shipped_test.value == pytest.approx(result["shipped_test"]["accuracy"])
+    assert run.shipped_test.value == pytest.approx(result["shipped_test"]["hard"])
     assert run.rounds[1].sample_solved.n == rows[1]["samples"]
     page = render_report(root)
     assert [y for _, y in points(page, "learning-curve", "val")] == [0.25, 0.75, 0.5]
     assert body_rows(page, "rounds-table") == 3
 
-    # the weights' val / test summaries may move to the evaluation summary format: same page
-    def to_summary(d):
-        return {"n": d["n"], "hard": d["accuracy"], "hard_ci": d["ci"], "soft": d["mean_soft"]}
+    # a run written before the weights moved onto the evaluation summary reads the same
+    def to_old(d):
+        solved = round(d["hard"] * d["n"])
+        return {"n": d["n"], "solved": solved, "accuracy": d["hard"], "ci": d["hard_ci"]}
 
-    rows2 = [{**r, "val": to_summary(r["val"]), "test": to_summary(r["test"])} for r in rows]
+    rows2 = [{**r, "val": to_old(r["val"]), "test": to_old(r["test"])} for r in rows]
     (root / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows2))
     again = load_rest_run(root)
     assert [(r.val, r.test) for r in again.rounds] == [(r.val, r.test) for r in run.rounds]

@@ -78,7 +78,10 @@ def test_batch_size_checked_against_data():
         (["--method", "sft", "--temperature", "0.7"], "--temperature"),
         (["--model", "openai:gpt-4o-mini"], "must be local"),
         (["--backend", "scratch"], "not a game"),
-        (["--batch-size", "16", "--val-size", "4"], "--batch-size 16 is larger than the 4 val"),
+        (
+            ["--batch-size", "16", "--train-size", "4", "--max-per-prompt", "2"],
+            "--batch-size 16 can never be filled: 4 train prompts give at most 8",
+        ),
     ],
 )
 def test_cli_rejects_bad_combinations_before_any_training(args, message, tmp_path):

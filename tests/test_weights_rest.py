@@ -12,12 +12,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
+from selftaught.evaluation import summarize  # noqa: E402
+from selftaught.rollout import Rollout  # noqa: E402
 from selftaught.runs import read_json  # noqa: E402
 from selftaught.tasks.base import Example, Score  # noqa: E402
 from selftaught.weights import rest as rest_mod  # noqa: E402
 from selftaught.weights.config import BackendConfig, RestConfig, SFTTrainConfig  # noqa: E402
 from selftaught.weights.rest import RestTrainer  # noqa: E402
-from selftaught.weights.sampling import EvalResult  # noqa: E402
 from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer  # noqa: E402
 
 
@@ -59,17 +60,22 @@ def config(rounds: int) -> RestConfig:
 
 
 def scripted_eval(monkeypatch, val_by_round: list[float]):
-    """Replace evaluation by scripted val accuracies per round (test = val - 0.1)."""
+    """Replace evaluation by scripted val accuracies per round, per example: accuracy a
+    solves the first a*4 of the 4 examples (so better rounds solve supersets); test follows
+    the last val."""
     calls = {"val": 0}
 
-    def fake(self, model, split):
+    def fake(self, model, r, split):
         if split == "val":
             acc = val_by_round[calls["val"]]
             calls["val"] += 1
         else:
-            acc = max(0.0, val_by_round[max(0, calls["val"] - 1)] - 0.1)
-        n = 4
-        return EvalResult(split, n, round(acc * n), acc, (0.0, 1.0), acc, 0.0)
+            acc = val_by_round[max(0, calls["val"] - 1)]
+        rollouts = [
+            Rollout(f"{split}-{i}", [], "x", score=Score(float(i < acc * 4), float(i < acc * 4)))
+            for i in range(4)
+        ]
+        return summarize(rollouts, task="t", model="m", split=split, wall_s=0.0, skill_hash="")
 
     monkeypatch.setattr(RestTrainer, "_eval", fake)
     return calls
@@ -92,10 +98,12 @@ def test_best_round_on_val_is_shipped_not_the_last(tiny_dir, tmp_path, monkeypat
     history = trainer.run.history()
     assert [h["round"] for h in history] == [0, 1, 2]
     assert all(h["trained"] for h in history[1:])
+    # the gate decided: round 1 gained 2 of 4 val items (a new best), round 2 lost one
+    assert [h["gate"]["decision"] for h in history[1:]] == ["accept_new_best", "reject"]
     # best/ holds exactly round 1's weights (base + round-1 adapter), not round 2's
     shipped = weights(tmp_path / "run" / "best")
-    r1 = trainer._round_model(1, history).state_dict()
-    r2 = trainer._round_model(2, history).state_dict()
+    r1 = trainer._round_model(1).state_dict()
+    r2 = trainer._round_model(2).state_dict()
     assert all(torch.allclose(shipped[k], r1[k], atol=1e-6) for k in r1)
     assert any(not torch.allclose(shipped[k], r2[k], atol=1e-6) for k in r2)
     samples = (tmp_path / "run" / "rounds" / "1" / "samples.jsonl").read_text().splitlines()
@@ -122,9 +130,9 @@ def test_killed_run_resumes_without_redoing_a_round(tiny_dir, tmp_path, monkeypa
     sampled_rounds: list[str] = []
     real_samples = RestTrainer._samples
 
-    def counting_samples(self, model, r):
+    def counting_samples(self, model, r, source_round):
         sampled_rounds.append(r)
-        return real_samples(self, model, r)
+        return real_samples(self, model, r, source_round)
 
     def dies_in_round_2(*args, **kwargs):
         if 2 in sampled_rounds:
@@ -192,7 +200,7 @@ def test_scratch_backend_on_the_grid_game(tmp_path):
 def test_sft_method_trains_on_references_in_one_round(tiny_dir, tmp_path, monkeypatch):
     import json
 
-    scripted_eval(monkeypatch, [0.25, 0.5])
+    scripted_eval(monkeypatch, [0.25, 0.75])
     cfg = config(1)
     result = RestTrainer(
         EchoTask(), cfg, tmp_path / "run", model_path=tiny_dir, method="sft", progress=False
@@ -204,3 +212,49 @@ def test_sft_method_trains_on_references_in_one_round(tiny_dir, tmp_path, monkey
 
     with pytest.raises(ConfigError, match="--rounds must be 1"):
         RestTrainer(EchoTask(), config(2), tmp_path / "other", method="sft")
+
+
+class HardTask(EchoTask):
+    """Nothing the model writes is ever right: no elite."""
+
+    def score(self, output, example):
+        return Score(0.0, 0.0, "wrong")
+
+
+def test_too_few_elite_samples_stop_the_run_at_once_with_advice(tiny_dir, tmp_path, monkeypatch):
+    scripted_eval(monkeypatch, [0.25])
+    sampled: list[int] = []
+    real_samples = RestTrainer._samples
+
+    def counting(self, model, r, source_round):
+        sampled.append(r)
+        return real_samples(self, model, r, source_round)
+
+    monkeypatch.setattr(RestTrainer, "_samples", counting)
+    trainer = RestTrainer(HardTask(), config(3), tmp_path / "run", model_path=tiny_dir)
+    result = trainer.train()
+    assert sampled == [1]  # round 1 only: not rounds 2 and 3 for nothing
+    assert result.best_round == 0 and "fewer than one batch" in result.stopped_by
+    last = trainer.run.history()[-1]
+    assert last["round"] == 1 and not last["trained"] and "easier" in last["advice"]
+    assert read_json(tmp_path / "run" / "result.json")["stopped_by"] == result.stopped_by
+
+
+class CrashingScorerTask(EchoTask):
+    """The scorer raises on one train prompt: its samples are errors, never 0-scored."""
+
+    def score(self, output, example):
+        if example.id == "train-0":
+            raise ValueError("bad reference")
+        return super().score(output, example)
+
+
+def test_scorer_errors_are_no_samples_and_are_counted(tiny_dir, tmp_path, monkeypatch):
+    scripted_eval(monkeypatch, [0.25, 0.25])
+    RestTrainer(CrashingScorerTask(), config(1), tmp_path / "run", model_path=tiny_dir).train()
+    import json
+
+    rows = [json.loads(line) for line in (tmp_path / "run/rounds/1/samples.jsonl").open()]
+    assert {r["example_id"] for r in rows} == {"train-1", "train-2", "train-3"}
+    history = RestTrainer(CrashingScorerTask(), config(1), tmp_path / "run").run.history()
+    assert history[1]["sample_errors"] == 2 and history[1]["samples"] == 6

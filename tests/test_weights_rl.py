@@ -149,4 +149,46 @@ def test_grpo_and_gspo_run_a_step_on_a_tiny_model(tmp_path):
         assert len(rows) == 1 and rows[0]["step"] == 1
         assert rows[0]["truncated"] == 1.0 and rows[0]["warnings"]  # a random model never stops
         assert result.shipped == "base"  # nothing learned: the start model is shipped
+        assert result.gate["decision"] != "accept_new_best"
         assert (tmp_path / method / "best" / "config.json").exists()
+
+
+class CrashyTask(SumTask):
+    """The scorer raises on replies that contain 'boom'."""
+
+    def score(self, output, example):
+        if "boom" in output:
+            raise RuntimeError("scorer broke")
+        return super().score(output, example)
+
+
+def test_a_crashing_scorer_is_never_a_zero_reward():
+    task = CrashyTask()
+    reward = TaskReward(task, task.examples("train"))
+    # train-0's group: one right (1), one wrong (0), one error -> the group's mean (0.5)
+    values = reward(
+        [None] * 4, ["1", "7", "boom", "2"], ["train-0", "train-0", "train-0", "train-1"]
+    )
+    assert values == [1.0, 0.0, 0.5, 1.0]
+    assert reward.errors == 1 and "scorer broke" in reward.error_messages[0]
+
+
+def test_a_step_of_mostly_scorer_errors_stops_the_run_with_the_cause():
+    from selftaught.weights.rl import RewardError
+
+    task = CrashyTask()
+    reward = TaskReward(task, task.examples("train"))
+    with pytest.raises(RewardError, match="3 of 4 rewards.*scorer broke"):
+        reward([None] * 4, ["boom", "boom", "boom", "1"], ["train-0"] * 4)
+
+
+def test_vllm_server_and_options_reach_trls_config(tmp_path):
+    from selftaught.weights.rl import RLTrainer
+
+    cfg = RLConfig(method="gspo", steps=3, beta=0.02, vllm_server_url="http://10.0.0.5:8000")
+    args = RLTrainer(SumTask(), cfg, tmp_path / "run").grpo_args(use_cpu=True)
+    assert args.use_vllm and args.vllm_mode == "server"
+    assert args.vllm_server_base_url == "http://10.0.0.5:8000"
+    assert (args.max_steps, args.beta, args.importance_sampling_level) == (3, 0.02, "sequence")
+    plain = RLTrainer(SumTask(), RLConfig(), tmp_path / "other").grpo_args(use_cpu=True)
+    assert not plain.use_vllm and plain.importance_sampling_level == "token"

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from selftaught.weights.config import BackendConfig, SFTTrainConfig  # noqa: E402
-from selftaught.weights.sampling import HFGenerator, Sample  # noqa: E402
+from selftaught.weights.sampling import Sample  # noqa: E402
 from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer  # noqa: E402
 from selftaught.weights.sft import merged, prepare_trainable, sft_train  # noqa: E402
 
@@ -103,19 +103,25 @@ def test_dora_adds_magnitudes_and_trains(tok):
     assert any(not torch.equal(params[n], v) for n, v in mags.items())
 
 
-def test_generator_marks_truncation_and_keeps_batches_aligned(tok):
+def test_a_model_in_training_samples_through_the_engine(tok):
+    """The model being trained answers through LocalModel (the one generation path): k
+    samples per prompt, truncation marked, seeded sampling repeats, train mode restored."""
     from selftaught.models.base import GenerationParams
+    from selftaught.models.local import LocalModel
 
-    gen = HFGenerator(tiny(tok), tok, max_batch_size=4)
-    prompts = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "a longer one"}]]
-    out = gen.generate_batch(prompts, GenerationParams(max_tokens=3, temperature=0.9, seed=1), k=3)
-    assert len(out) == 2 and all(len(row) == 3 for row in out)
-    for row in out:
-        for c in row:
-            assert c.completion_tokens <= 3
-            assert c.truncated == (c.completion_tokens == 3)
-    # seeded sampling repeats
-    again = gen.generate_batch(
-        prompts, GenerationParams(max_tokens=3, temperature=0.9, seed=1), k=3
-    )
-    assert [[c.text for c in r] for r in out] == [[c.text for c in r] for r in again]
+    model = tiny(tok)
+    model.train()
+    chat = LocalModel.from_pretrained_model(model, tok, max_batch_size=4)
+    params = GenerationParams(max_tokens=3, temperature=0.9, seed=1)
+    prompt = [{"role": "user", "content": "a longer one"}]
+    from selftaught.models.base import run_sync
+
+    out = run_sync(chat.achat_n(prompt, params, 3))
+    again = run_sync(chat.achat_n(prompt, params, 3))
+    assert len(out) == 3
+    for c in out:
+        assert c.completion_tokens <= 3
+        assert c.truncated == (c.completion_tokens == 3)
+    assert [c.text for c in out] == [c.text for c in again]
+    assert model.training  # generation switched to eval and back
+    chat.close()

@@ -853,6 +853,20 @@ def train(
     gate_metric: GateMetricOpt = None,
     gate_margin: GateMarginOpt = GateConfig.margin,
     gate_confidence: GateConfidenceOpt = None,
+    budget_calls: BudgetCallsOpt = None,
+    budget_tokens: BudgetTokensOpt = None,
+    sampler_url: Annotated[
+        str | None,
+        typer.Option(help="Sample through this OpenAI-compatible server (vLLM + LoRA adapters)."),
+    ] = None,
+    sampler_base_model: Annotated[
+        str, typer.Option(help="The sampler server's name for the base model.")
+    ] = RestConfig.sampler_base_model,
+    vllm_server: Annotated[
+        str | None,
+        typer.Option(help="GRPO/GSPO: generate with this vLLM server (`trl vllm-serve`)."),
+    ] = None,
+    device: DeviceOpt = None,
     train_size: TrainSizeOpt = None,
     val_size: ValSizeOpt = None,
     test_size: TestSizeOpt = None,
@@ -888,6 +902,7 @@ def train(
         target_modules=target_modules,
         use_dora=dora,
         num_layers=num_layers,
+        device=device,
         scratch_layers=scratch_layers,
         scratch_width=scratch_width,
     )
@@ -907,6 +922,7 @@ def train(
             seed=seed,
             eval_max_tokens=max_tokens,
             gate=gate,
+            vllm_server_url=vllm_server,
             backend=backend_cfg,
         )
     else:
@@ -921,6 +937,9 @@ def train(
             continue_training=continue_training,
             teacher_skill=read_text_file(teacher_skill, "teacher skill") or None,
             gate=gate,
+            budget=budget(budget_calls, budget_tokens, None),
+            sampler_url=sampler_url,
+            sampler_base_model=sampler_base_model,
             seed=seed,
             sft=SFTTrainConfig(epochs=epochs, learning_rate=lr, batch_size=batch_size),
             backend=backend_cfg,
@@ -987,3 +1006,7 @@ def report_cmd(
 
 def main() -> None:  # pragma: no cover
     app()
+
+
+if __name__ == "__main__":  # `python -m selftaught.cli`, e.g. under `accelerate launch -m`
+    main()

@@ -38,6 +38,14 @@ class EvalResult:
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "rollouts"}
 
+    @classmethod
+    def from_summary(cls, d: dict[str, Any]) -> EvalResult:
+        """Back from `summary()` (as stored in a run directory), without the rollouts."""
+        fields = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        for key in ("hard_ci", "soft_ci"):
+            fields[key] = tuple(fields[key])
+        return cls(**fields)
+
     def val_scores(self, gate: GateConfig) -> ValScores:
         """Per-example values of the gate's metric (None where the rollout errored), the
         input of `selftaught.gate.gate`."""

@@ -415,8 +415,9 @@ def load_skill_run(root: Path, kind: str = "optimize") -> SkillRun:
     summary = rd.json("summary.json")
     test = _dict(rd.json("test_results.json"))
     rows = rd.jsonl("history.jsonl")
-    metric = "soft" if config.get("gate_metric") == "soft" else "hard"
-    if config.get("gate_metric") == "mixed":
+    gate_metric = _dict(config.get("gate")).get("metric") or config.get("gate_metric")
+    metric = "soft" if gate_metric == "soft" else "hard"
+    if gate_metric == "mixed":
         rd.note("The gate used the mixed metric; the curves show hard accuracy.")
     if not config:
         rd.note("config.json is missing: the run's settings are unknown.")
@@ -676,7 +677,7 @@ def detect_kind(root: Path) -> str:
         return "rest"
     if method in ("grpo", "gspo") or "rl" in config:
         return "rl"
-    if "optimizer_model" in config or "gate_metric" in config:
+    if "optimizer_model" in config or "gate_metric" in config or "gate" in config:
         return "optimize"
     if (root / "skills").is_dir() or (root / "best_skill.md").is_file():
         return "optimize"

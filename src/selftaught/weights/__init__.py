@@ -17,13 +17,12 @@ from selftaught.weights.config import (
     check_method_options,
 )
 from selftaught.weights.elite import EliteStats, select_elite
-from selftaught.weights.sampling import EvalResult, Sample
+from selftaught.weights.sampling import Sample
 
 __all__ = [
     "BackendConfig",
     "ConfigError",
     "EliteStats",
-    "EvalResult",
     "RLConfig",
     "RestConfig",
     "SFTTrainConfig",

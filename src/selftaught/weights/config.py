@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from selftaught.gate import GateConfig
+from selftaught.models.usage import Budget
 
 Backend = Literal["lora", "full", "scratch"]
 BACKENDS = ("lora", "full", "scratch")
@@ -38,6 +39,9 @@ class BackendConfig:
         target_modules: modules LoRA wraps; `"all-linear"` or a list of names.
         use_dora: DoRA (weight-decomposed LoRA) instead of plain LoRA.
         num_layers: train only the last N transformer layers (None: all of them).
+        device: where training (and the in-process generation of the model being trained)
+            runs: None for the best available (CUDA, else MPS, else CPU), or "cpu", "cuda",
+            "cuda:1", "mps"; the dtype follows (`selftaught.models.device.resolve_device`).
         scratch_layers / scratch_width / scratch_heads: size of the from-scratch model;
             it uses the embedded model's tokenizer (vocabulary and chat template).
     """
@@ -49,6 +53,7 @@ class BackendConfig:
     target_modules: str | list[str] = "all-linear"
     use_dora: bool = False
     num_layers: int | None = None
+    device: str | None = None
     scratch_layers: int = 2
     scratch_width: int = 128
     scratch_heads: int = 4
@@ -152,7 +157,15 @@ class RestConfig:
         gate: how a round becomes the best (shipped) one, from per-example val scores: the
             one gate `optimize` uses (margin / paired test; see `selftaught.gate`). None: the
             default gate on the task's metric (hard for agent tasks, soft for games).
-        gen_batch_size: prompts per batched generate call.
+        gen_batch_size: sequences decoded together by the in-process model.
+        budget: most calls / tokens the run's sampling and val evaluations may spend;
+            hitting it ends the run cleanly with the best round so far (test evaluations
+            are outside it).
+        sampler_url: sample through this OpenAI-compatible server instead of in process
+            (e.g. vLLM started with `--enable-lora` and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True):
+            each round's LoRA adapter is loaded into it by name (`/v1/load_lora_adapter`).
+            Needs the lora backend, fine-tuning from the base each round.
+        sampler_base_model: the name the server gives the base model (round 0's sampler).
         seed: sampling and training seed.
     """
 
@@ -170,6 +183,9 @@ class RestConfig:
     eval_test_each_round: bool = False
     gate: GateConfig | None = None
     gen_batch_size: int = 32
+    budget: Budget = field(default_factory=Budget)
+    sampler_url: str | None = None
+    sampler_base_model: str = "base"
     seed: int = 0
     sft: SFTTrainConfig = field(default_factory=SFTTrainConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
@@ -197,6 +213,12 @@ class RestConfig:
         )
         _check(self.max_per_prompt >= 1, f"max_per_prompt must be >= 1, got {self.max_per_prompt}")
         _check(self.gen_batch_size >= 1, f"gen_batch_size must be >= 1, got {self.gen_batch_size}")
+        if self.sampler_url is not None:
+            _check(
+                self.backend.backend == "lora" and not self.continue_training,
+                "sampler_url (--sampler-url) serves each round as a LoRA adapter over the base "
+                "model: it needs --backend lora without --continue-training",
+            )
 
     def resolved_filter(self, task_kind: str) -> tuple[float | None, float]:
         """(min_score, elite_fraction) with the per-kind defaults filled in."""
@@ -231,6 +253,8 @@ class RLConfig:
         eval_max_tokens: token cap of the greedy val / test evaluations.
         gate: whether the trained model is shipped instead of the start model, from
             per-example val scores (see RestConfig.gate; None: the task's default gate).
+        vllm_server_url: generate the groups with a vLLM server in TRL's server mode
+            (start it with `trl vllm-serve --model PATH`); needs `vllm` installed.
         seed: training seed.
     """
 
@@ -246,6 +270,7 @@ class RLConfig:
     truncation_warn: float = 0.5
     eval_max_tokens: int = 64
     gate: GateConfig | None = None
+    vllm_server_url: str | None = None
     seed: int = 0
     backend: BackendConfig = field(default_factory=BackendConfig)
 
@@ -319,8 +344,18 @@ SFT_ONLY_OPTIONS = (
     "--epochs",
     "--batch-size",
     "--teacher-skill",
+    "--budget-calls",
+    "--budget-tokens",
+    "--sampler-url",
+    "--sampler-base-model",
 )
-RL_ONLY_OPTIONS = ("--beta", "--num-generations", "--max-completion-length", "--steps")
+RL_ONLY_OPTIONS = (
+    "--beta",
+    "--num-generations",
+    "--max-completion-length",
+    "--steps",
+    "--vllm-server",
+)
 SAMPLING_OPTIONS = (
     "--samples-per-prompt",
     "--elite-fraction",
@@ -328,6 +363,8 @@ SAMPLING_OPTIONS = (
     "--max-per-prompt",
     "--temperature",
     "--teacher-skill",
+    "--sampler-url",
+    "--sampler-base-model",
 )
 
 

@@ -1,14 +1,20 @@
 """Expert iteration / ReST-EM, and plain SFT on references, over a local model.
 
-Each round: sample k completions per train prompt at temperature > 0 from the latest model
-→ score each with the task → keep the elite → fine-tune (from the base model by default, as
-in ReST-EM) → evaluate on val. The base model is round 0; the model shipped in `best/` is
-the best round on val, never simply the last, so a run that never improves ships the base.
+Each round: sample k completions per train prompt at temperature > 0 from the current model →
+score each with the task → keep the elite → fine-tune (from the base model by default, as in
+ReST-EM) → evaluate on val → the gate decides. The base model is round 0. Sampling and
+evaluation go through the one engine (`ChatModel` → `rollout` → `evaluation`): the model being
+trained is wrapped by `LocalModel.from_pretrained_model`, or `sampler_url` names an
+OpenAI-compatible server that serves it. The gate is the one `optimize` uses (margin / paired
+test on per-example val scores): a round that beats the best by the margin ships (`best/`);
+one that is worse than the current model is not sampled from next; a run that never improves
+ships the base model and says so. A round that keeps fewer elite samples than one training
+batch stops the run at once, with advice, instead of sampling again for nothing.
 
 Run directory:
     config.json          settings (a resume with other settings is refused)
     history.jsonl        one row per round (round 0 = base)
-    state.json           completed rounds, best round: written after each finished round
+    state.json           completed rounds, current and best round, per-example val scores
     rounds/N/samples.jsonl   every scored sample of round N, with the prompt it was scored on
     rounds/N/adapter/    LoRA adapter of round N (`full` / `scratch`: rounds/N/model/)
     best/                the shipped model (merged weights + tokenizer) and best.json
@@ -25,29 +31,35 @@ from typing import Any
 
 from rich.console import Console
 
-from selftaught.models.base import GenerationParams
+from selftaught.evaluation import EvalResult, evaluate
+from selftaught.gate import GateResult, gate
+from selftaught.models.base import ChatModel, GenerationParams
+from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
+from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunDir, atomic_write_json, read_json, write_jsonl
 from selftaught.tasks.base import Task, check_disjoint
-from selftaught.weights.config import ConfigError, RestConfig
+from selftaught.weights.config import ConfigError, RestConfig, task_gate
 from selftaught.weights.elite import select_elite
 from selftaught.weights.sampling import (
-    EvalResult,
-    HFGenerator,
-    RandomStrategySampler,
+    RandomStrategyModel,
     Sample,
-    Sampler,
-    evaluate,
-    sample_and_score,
+    reference_samples,
+    samples_from_rollouts,
 )
 from selftaught.weights.sft import (
     apply_adapter,
-    check_batch,
     load_model,
     merged,
     prepare_trainable,
     save_atomic,
     sft_train,
+)
+
+TOO_FEW_ELITE_ADVICE = (
+    "the model solves too few of its own samples to learn from; try an easier task config "
+    "(e.g. gym:basic_arithmetic?max_terms=2&max_digits=1), more samples per prompt (-k), a "
+    "larger --train-size, or a teacher skill (--teacher-skill) that raises the solve rate"
 )
 
 
@@ -61,44 +73,23 @@ class RestResult:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     best_dir: Path | None = None
     seconds: float = 0.0
+    stopped_by: str | None = None
 
     @property
     def gain(self) -> float:
-        return self.shipped_test.accuracy - self.base_test.accuracy
+        return self.shipped_test.hard - self.base_test.hard
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "best_round": self.best_round,
             "shipped": "base model" if self.best_round == 0 else f"round {self.best_round}",
-            "base_test": self.base_test.to_dict(),
-            "shipped_test": self.shipped_test.to_dict(),
+            "base_test": self.base_test.summary(),
+            "shipped_test": self.shipped_test.summary(),
             "gain": round(self.gain, 4),
             "best_dir": str(self.best_dir) if self.best_dir else None,
+            "stopped_by": self.stopped_by,
             "seconds": round(self.seconds, 1),
         }
-
-
-def _find_random_strategy(task: Task) -> Any:
-    fn = getattr(task, "random_strategy", None)
-    if fn is None:
-        import sys
-
-        fn = getattr(sys.modules.get(type(task).__module__), "random_strategy", None)
-    return fn
-
-
-class _GameRandomPolicy:
-    """Adapter so RandomStrategySampler finds `random_strategy` on any game task."""
-
-    def __init__(self, task: Task):
-        fn = _find_random_strategy(task)
-        if fn is None:
-            raise ConfigError(
-                f"backend 'scratch' needs a game task with random_strategy(rng); "
-                f"{task.name!r} has none"
-            )
-        self.name = task.name
-        self.random_strategy = fn
 
 
 class RestTrainer:
@@ -125,18 +116,7 @@ class RestTrainer:
         self.progress = progress
         self.console = console or Console(stderr=True)
         self.backend = config.backend.backend
-        if self.backend == "scratch" and task.kind != "game":
-            raise ConfigError(
-                "backend 'scratch' trains a small model from random init for game strategies; "
-                f"task {task.name!r} is not a game: use --backend lora or full"
-            )
-        if method == "sft":
-            if task.kind == "game":
-                raise ConfigError(
-                    "method 'sft' trains on reference answers; games have none: use --method rest"
-                )
-            if config.rounds != 1:
-                raise ConfigError("method 'sft' is a single fine-tune; --rounds must be 1")
+        self._check_fit(task, config, method)
         check_disjoint(task)
         self.train_examples = task.examples("train")
         self.val_examples = task.examples("val")
@@ -148,16 +128,43 @@ class RestTrainer:
                 f"task {task.name!r} has no val examples: the best round is chosen "
                 "on val, so val cannot be empty"
             )
-        # the elite is at most max_per_prompt per prompt; val must hold at least one batch so
-        # that a held-out batch can be formed from it (clear message instead of a crash later)
-        check_batch(len(self.val_examples), config.sft.batch_size, "val examples")
+        self._check_fillable(config, method)
         self.model_path = model_path
         self.run = RunDir(run_dir)
         self.teacher = Policy(skill=config.teacher_skill or "")
         self.student = Policy()
-        self.metric = "mean_soft" if task.kind == "game" else "accuracy"
+        self.gate = task_gate(config.gate, task.kind)
+        # sampling and val are charged to the run's budget; test evaluations stand apart
+        self.ledger = UsageLedger(budget=config.budget)
+        self.test_ledger = UsageLedger()
         self._base: Any = None
         self._tok: Any = None
+
+    @staticmethod
+    def _check_fit(task: Task, config: RestConfig, method: str) -> None:
+        if config.backend.backend == "scratch" and task.kind != "game":
+            raise ConfigError(
+                "backend 'scratch' trains a small model from random init for game strategies; "
+                f"task {task.name!r} is not a game: use --backend lora or full"
+            )
+        if method == "sft":
+            if task.kind == "game":
+                raise ConfigError(
+                    "method 'sft' trains on reference answers; games have none: use --method rest"
+                )
+            if config.rounds != 1:
+                raise ConfigError("method 'sft' is a single fine-tune; --rounds must be 1")
+
+    def _check_fillable(self, config: RestConfig, method: str) -> None:
+        """Refuse up front a batch no round could ever fill (instead of sampling first)."""
+        n = len(self.train_examples)
+        most = n if method == "sft" else n * min(config.max_per_prompt, config.samples_per_prompt)
+        if most < config.sft.batch_size:
+            raise ConfigError(
+                f"--batch-size {config.sft.batch_size} can never be filled: {n} train prompts "
+                f"give at most {most} training samples per round; lower --batch-size or "
+                "raise --train-size"
+            )
 
     # ----------------------------------------------------------------- config / state
     def run_config(self) -> dict[str, Any]:
@@ -177,256 +184,291 @@ class RestTrainer:
         if self._base is not None:
             return
         if self.backend == "scratch":
+            from selftaught.models.device import resolve_device
             from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer
 
             self._tok = scratch_tokenizer(self.model_path)
             self._base = build_scratch_model(self._tok, self.config.backend, seed=self.config.seed)
+            self._base.to(resolve_device(self.config.backend.device)[0])
         else:
             from selftaught.models.embedded import resolve_local_path
 
             path = resolve_local_path(str(self.model_path) if self.model_path else None)
-            self._base, self._tok = load_model(path)
+            self._base, self._tok = load_model(path, device=self.config.backend.device)
         self._base.eval()
 
     def _fresh_base(self) -> Any:
         self._load_base()
         return copy.deepcopy(self._base)
 
-    def _round_model(self, r: int, history: list[dict[str, Any]]) -> Any:
-        """Rebuild the model of round r from its saved artifacts (resume)."""
+    def _round_model(self, r: int) -> Any:
+        """The model of round r, rebuilt from its saved artifacts (resume); None is round 0
+        of a from-scratch run (the game's random strategies)."""
         if r == 0:
-            return self._fresh_base()
-        row = next((h for h in history if h.get("round") == r), None)
-        if row is not None and not row.get("trained", True):
-            return self._round_model(r - 1, history)  # a round with no elite kept its model
+            return None if self.backend == "scratch" else self._fresh_base()
         rdir = self.run.path("rounds", str(r))
         if (rdir / "model").exists():
             from transformers import AutoModelForCausalLM
 
             return AutoModelForCausalLM.from_pretrained(str(rdir / "model")).eval()
-        start = (
-            self._round_model(r - 1, history)
-            if self.config.continue_training
-            else self._fresh_base()
-        )
+        start = self._round_model(r - 1) if self.config.continue_training else self._fresh_base()
         return apply_adapter(start, rdir / "adapter").eval()
 
-    def _sampler(self, model: Any) -> Sampler:
-        if model is None:  # scratch round 0: the game's random strategies
-            return RandomStrategySampler(_GameRandomPolicy(self.task), seed=self.config.seed)
-        return HFGenerator(model, self._tok, max_batch_size=self.config.gen_batch_size)
+    def _chat(
+        self, model: Any, r: int, ledger: UsageLedger, *, sampling: bool = False
+    ) -> ChatModel:
+        """Round r's model behind the chat protocol, every call charged to `ledger`. With
+        `sampler_url`, sampling goes to that server (evaluation stays in process, so every
+        round is scored the same way)."""
+        if model is None:
+            return TrackedModel(
+                RandomStrategyModel(self.task, seed=self.config.seed), ledger, "target"
+            )
+        served: ChatModel
+        if sampling and self.config.sampler_url:
+            from selftaught.weights.served import served_round_model
 
-    def _eval(self, model: Any, split: str) -> EvalResult:
-        examples = self.val_examples if split == "val" else self.test_examples
+            served = served_round_model(self.config, self.run.root, r)
+        else:
+            from selftaught.models.local import LocalModel
+
+            served = LocalModel.from_pretrained_model(
+                model,
+                self._tok,
+                name=f"local:round-{r}",
+                max_batch_size=self.config.gen_batch_size,
+            )
+        return TrackedModel(served, ledger, "target")
+
+    # ----------------------------------------------------------------- engine calls
+    def _eval(self, model: Any, r: int, split: str) -> EvalResult:
+        """Greedy replies on val (charged to the budget) or test (apart), through the engine."""
+        ledger = self.ledger if split == "val" else self.test_ledger
         return evaluate(
-            self._sampler(model),
             self.task,
-            examples,
-            split=split,
-            max_tokens=self.config.max_tokens,
-            policy=self.student,
-            chunk=self.config.gen_batch_size,
-            progress=self.progress,
+            self._chat(model, r, ledger),
+            self.student,
+            split=split,  # type: ignore[arg-type]
+            rollout=RolloutConfig(
+                concurrency=self.config.gen_batch_size,
+                params=GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0),
+                progress=self.progress,
+                description=f"round {r}: eval {split}",
+            ),
         )
 
-    def _value(self, ev: EvalResult) -> float:
-        return ev.mean_soft if self.metric == "mean_soft" else ev.accuracy
-
-    # ----------------------------------------------------------------- data
-    def _reference_samples(self) -> list[Sample]:
-        out = []
-        for ex in self.train_examples:
-            if ex.reference is None:
-                raise ConfigError(f"method 'sft' needs reference answers; {ex.id} has none")
-            msgs = self.student.messages(self.task, ex)
-            out.append(Sample(ex.id, msgs, msgs, str(ex.reference), str(ex.reference), 1.0, 1.0))
-        return out
-
-    def _samples(self, model: Any, r: int) -> list[Sample]:
+    def _samples(self, model: Any, r: int, source_round: int) -> tuple[list[Sample], int]:
+        """Round r's k scored samples per train prompt (one n-completion request each) from
+        the model of `source_round`, and how many rollouts errored (no samples, never 0)."""
         cfg = self.config
-        params = GenerationParams(
-            max_tokens=cfg.max_tokens,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            seed=cfg.seed * 10_000 + r * 1000,
-        )
-        return sample_and_score(
-            self._sampler(model),
+        if self.method == "sft":
+            return reference_samples(self.task, self.train_examples, self.student), 0
+        rollouts = run_rollouts(
+            self._chat(model, source_round, self.ledger, sampling=True),
+            self.teacher,
             self.task,
             self.train_examples,
-            k=cfg.samples_per_prompt,
-            params=params,
-            policy=self.teacher,
-            train_policy=self.student,
-            chunk=cfg.gen_batch_size,
-            progress=self.progress,
-            description=f"round {r}: sampling",
+            RolloutConfig(
+                concurrency=max(1, cfg.gen_batch_size // cfg.samples_per_prompt),
+                samples=cfg.samples_per_prompt,
+                params=GenerationParams(
+                    max_tokens=cfg.max_tokens,
+                    temperature=cfg.temperature,
+                    top_p=cfg.top_p,
+                    seed=cfg.seed * 10_000 + r * 1000,
+                ),
+                progress=self.progress,
+                description=f"round {r}: sampling",
+            ),
         )
+        samples = samples_from_rollouts(self.task, self.train_examples, rollouts, self.student)
+        return samples, sum(not r.ok for r in rollouts)
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
         t_start = time.perf_counter()
         resuming = self.run.check_or_write_config(self.run_config())
         state = self.run.load_state() or {}
-        history = self.run.history()
-        done = int(state.get("completed_round", -1))
-        if resuming and done >= 0:
+        if resuming and state.get("completed_round", -1) >= 0:
+            done = state["completed_round"]
             self._log(f"[bold]resuming[/] {self.run.root}: rounds 0..{done} already done")
+        self._load_base()  # scratch: the tokenizer + the random init round 1 trains from
+        try:
+            if state.get("completed_round", -1) < 0:
+                state = self._round_zero()
+            current = self._round_model(state["current_round"])
+            for r in range(state["completed_round"] + 1, self.config.rounds + 1):
+                if state.get("stopped_by"):
+                    break
+                current = self._round(r, current, state)
+        except BudgetExhausted as err:
+            if "current_round" not in state:
+                raise ConfigError(
+                    f"the budget ran out during round 0 ({err.reason}); raise it"
+                ) from err
+            state["stopped_by"] = f"budget ({err.reason})"
+            self.run.save_state(state)
+            self._log(f"[bold yellow]budget exhausted[/] ({err.reason}): shipping the best round")
+        return self._finish(state, time.perf_counter() - t_start)
+
+    def _round_zero(self) -> dict[str, Any]:
+        """The base model (or a scratch run's random strategies) on val and test."""
+        base = self._round_model(0)
+        val = self._eval(base, 0, "val")
+        test = self._eval(base, 0, "test")
+        kind = "random strategies" if base is None else "base"
+        self._log(f"round 0 ({kind}): {val.line()} | {test.line()}")
+        if base is not None:
+            save_atomic(base, self.run.path("best"), self._tok)
+        atomic_write_json(self.run.path("best", "best.json"), {"round": 0, "val": val.summary()})
+        row = {"round": 0, "model": kind, "val": val.summary(), "test": test.summary()}
+        self.run.append_history({**row, "trained": False}, key="round")
+        state = {
+            "completed_round": 0,
+            "current_round": 0,
+            "best_round": 0,
+            "val_scores": {"0": val.val_scores(self.gate)},
+            "base_test": test.summary(),
+        }
+        self.run.save_state(state)
+        return state
+
+    def _round(self, r: int, current: Any, state: dict[str, Any]) -> Any:
+        """One round; returns the model the next round samples from."""
         cfg = self.config
-        scratch = self.backend == "scratch"
-        random_base = scratch  # round 0 of scratch is the game's random strategies
+        t0 = time.perf_counter()
+        rdir = self.run.path("rounds", str(r))
+        samples, errors = self._samples(current, r, state["current_round"])
+        sample_s = time.perf_counter() - t0
+        write_jsonl(rdir / "samples.jsonl", [s.to_dict() for s in samples])
+        elite, stats = self._elite(samples)
+        row: dict[str, Any] = {
+            "round": r,
+            "samples": len(samples),
+            "sample_errors": errors,
+            "sample_solved": sum(s.hard for s in samples) / max(1, len(samples)),
+            "sample_truncated": sum(s.truncated for s in samples) / max(1, len(samples)),
+            "sample_seconds": round(sample_s, 1),
+            "samples_per_s": round(len(samples) / sample_s, 2) if sample_s > 0 else None,
+            "elite": stats,
+        }
+        if len(elite) < cfg.sft.batch_size:
+            return self._stop_too_few(r, row, state, len(elite), current)
+        model = self._fine_tune(current, elite, r, row)
+        val = self._eval(model, r, "val")
+        scores = state["val_scores"]
+        scores[str(r)] = val.val_scores(self.gate)
+        result = gate(
+            scores[str(r)],
+            scores[str(state["current_round"])],
+            scores[str(state["best_round"])],
+            self.gate,
+        )
+        row.update(trained=True, val=val.summary(), gate=result.to_dict())
+        if cfg.eval_test_each_round:
+            row["test"] = self._eval(model, r, "test").summary()
+        self._apply_decision(r, model, val, result, state)
+        row.update(best_round=state["best_round"], seconds=round(time.perf_counter() - t0, 1))
+        self._log(
+            f"round {r}: sampled {row['sample_solved']:.0%} solved, kept {len(elite)}, "
+            f"{val.line()} · {result.decision} ({result.reason})"
+        )
+        self.run.append_history(row, key="round")
+        state["completed_round"] = r
+        self.run.save_state(state)
+        return model if result.decision != "reject" else current
 
-        # round 0: the base model on val and test
-        if done < 0:
-            self._load_base()  # scratch: tokenizer + the random init round 1 trains from
-            base = None if random_base else self._fresh_base()
-            val = self._eval(base, "val")
-            test = self._eval(base, "test")
-            row = {
-                "round": 0,
-                "model": "random strategies" if random_base else "base",
-                "val": val.to_dict(),
-                "test": test.to_dict(),
-                "trained": False,
-            }
-            self._log(f"round 0 ({row['model']}): {val.line()} | {test.line()}")
-            if not random_base:
-                save_atomic(base, self.run.path("best"), self._tok)
-            atomic_write_json(
-                self.run.path("best", "best.json"), {"round": 0, "val": val.to_dict()}
-            )
-            self.run.append_history(row, key="round")
-            history = self.run.history()
-            state = {
-                "completed_round": 0,
-                "best_round": 0,
-                "best_val": self._value(val),
-                "base_test": test.to_dict(),
-            }
-            self.run.save_state(state)
-            done = 0
+    def _elite(self, samples: list[Sample]) -> tuple[list[Sample], dict[str, Any]]:
+        if self.method == "sft":
+            return samples, {"kept": len(samples)}
+        min_score, fraction = self.config.resolved_filter(self.task.kind)
+        elite, stats = select_elite(
+            samples,
+            min_score=min_score,
+            elite_fraction=fraction,
+            max_per_prompt=self.config.max_per_prompt,
+            keep_truncated=self.config.keep_truncated,
+        )
+        return elite, stats.to_dict()
+
+    def _fine_tune(self, current: Any, elite: list[Sample], r: int, row: dict[str, Any]) -> Any:
+        """From the base model (ReST-EM) or the current one (`continue_training`)."""
+        cfg = self.config
+        if cfg.continue_training and current is not None:
+            start = copy.deepcopy(current)
         else:
-            self._load_base()
+            start = self._fresh_base()
+        model = prepare_trainable(start, cfg.backend)
+        row["train"] = sft_train(
+            model,
+            self._tok,
+            elite,
+            cfg.sft,
+            backend=self.backend,
+            seed=cfg.seed + r,
+            progress=self.progress,
+        )
+        rdir = self.run.path("rounds", str(r))
+        if self.backend == "lora":
+            save_atomic(model, rdir / "adapter")
+        model = merged(model).eval()
+        if self.backend != "lora":
+            save_atomic(model, rdir / "model", self._tok)
+        return model
 
-        best_round = int(state["best_round"])
-        best_val = float(state["best_val"])
-        current: Any = None
-        if done < cfg.rounds:
-            current = None if (random_base and done == 0) else self._round_model(done, history)
-
-        for r in range(done + 1, cfg.rounds + 1):
-            t0 = time.perf_counter()
-            rdir = self.run.path("rounds", str(r))
-            # 1) sample and score (or the references, for plain SFT)
-            t_s = time.perf_counter()
-            if self.method == "sft":
-                samples = self._reference_samples()
-            else:
-                samples = self._samples(current, r)
-            sample_s = time.perf_counter() - t_s
-            write_jsonl(rdir / "samples.jsonl", [s.to_dict() for s in samples])
-            # 2) the elite
-            if self.method == "sft":
-                elite, stats = samples, None
-            else:
-                min_score, fraction = cfg.resolved_filter(self.task.kind)
-                elite, stats = select_elite(
-                    samples,
-                    min_score=min_score,
-                    elite_fraction=fraction,
-                    max_per_prompt=cfg.max_per_prompt,
-                    keep_truncated=cfg.keep_truncated,
-                )
-            row: dict[str, Any] = {
-                "round": r,
-                "samples": len(samples),
-                "sample_solved": sum(s.hard for s in samples) / max(1, len(samples)),
-                "sample_truncated": sum(s.truncated for s in samples) / max(1, len(samples)),
-                "sample_seconds": round(sample_s, 1),
-                "samples_per_s": round(len(samples) / sample_s, 2) if sample_s > 0 else None,
-                "elite": stats.to_dict() if stats else {"kept": len(elite)},
-            }
-            if len(elite) < cfg.sft.batch_size:
-                # nothing (or too little) to learn from: keep the previous model, say why
-                self._log(
-                    f"[yellow]round {r}: only {len(elite)} elite samples (batch size "
-                    f"{cfg.sft.batch_size}); no training this round[/]"
-                )
-                row.update(trained=False, reason="too few elite samples")
-                val = self._eval(current, "val") if current is not None or random_base else None
-            else:
-                # 3) fine-tune: from the base model (ReST-EM) or the previous round's model
-                if cfg.continue_training and current is not None:
-                    start = copy.deepcopy(current)
-                else:
-                    start = self._fresh_base()
-                model = prepare_trainable(start, cfg.backend)
-                train_stats = sft_train(
-                    model,
-                    self._tok,
-                    elite,
-                    cfg.sft,
-                    backend=self.backend,
-                    seed=cfg.seed + r,
-                    progress=self.progress,
-                )
-                if self.backend == "lora":
-                    save_atomic(model, rdir / "adapter")
-                model = merged(model).eval()
-                if self.backend != "lora":
-                    save_atomic(model, rdir / "model", self._tok)
-                current = model
-                row.update(trained=True, train=train_stats)
-                val = self._eval(current, "val")
-            assert val is not None
-            row["val"] = val.to_dict()
-            if cfg.eval_test_each_round:
-                row["test"] = self._eval(current, "test").to_dict()
-            improved = self._value(val) > best_val  # interim: the gate replaces this next
-            if improved:
-                best_round, best_val = r, self._value(val)
-                save_atomic(current, self.run.path("best"), self._tok)
-                atomic_write_json(
-                    self.run.path("best", "best.json"), {"round": r, "val": val.to_dict()}
-                )
-            row["best_round"] = best_round
-            row["seconds"] = round(time.perf_counter() - t0, 1)
-            self._log(
-                f"round {r}: sampled {row['sample_solved']:.0%} solved, kept {len(elite)}, "
-                f"{val.line()}{' [bold green]new best[/]' if improved else ''}"
+    def _apply_decision(
+        self, r: int, model: Any, val: EvalResult, result: GateResult, state: dict[str, Any]
+    ) -> None:
+        if result.decision == "accept_new_best":
+            state["best_round"] = r
+            save_atomic(model, self.run.path("best"), self._tok)
+            atomic_write_json(
+                self.run.path("best", "best.json"), {"round": r, "val": val.summary()}
             )
-            self.run.append_history(row, key="round")
-            history = self.run.history()
-            state.update(completed_round=r, best_round=best_round, best_val=best_val)
-            self.run.save_state(state)
+        if result.decision != "reject":
+            state["current_round"] = r
 
-        # final: test accuracy of the base and the shipped model
-        base_test = EvalResult(**{**state["base_test"], "ci": tuple(state["base_test"]["ci"])})
+    def _stop_too_few(
+        self, r: int, row: dict[str, Any], state: dict[str, Any], kept: int, current: Any
+    ) -> Any:
+        batch = self.config.sft.batch_size
+        why = f"round {r} kept {kept} elite samples, fewer than one batch ({batch})"
+        self._log(f"[bold yellow]stopping:[/] {why}: {TOO_FEW_ELITE_ADVICE}")
+        row.update(trained=False, reason=why, advice=TOO_FEW_ELITE_ADVICE)
+        self.run.append_history(row, key="round")
+        state.update(completed_round=r, stopped_by=why)
+        self.run.save_state(state)
+        return current
+
+    # ----------------------------------------------------------------- the end
+    def _finish(self, state: dict[str, Any], seconds: float) -> RestResult:
+        """Base vs shipped test accuracy (test evaluated outside any budget)."""
+        base_test = EvalResult.from_summary(state["base_test"])
+        best_round = int(state["best_round"])
         if best_round == 0:
             shipped_test = base_test
-            self._log("[yellow]no round beat the base model on val: the base model is shipped[/]")
+            why = state.get("stopped_by") or "no round beat the base model on val"
+            self._log(f"[yellow]{why}: the base model is shipped[/]")
         else:
-            row = next(h for h in history if h.get("round") == best_round)
-            if "test" in row:
-                t = row["test"]
-                shipped_test = EvalResult(**{**t, "ci": tuple(t["ci"])})
-            elif "shipped_test" in state:
-                t = state["shipped_test"]
-                shipped_test = EvalResult(**{**t, "ci": tuple(t["ci"])})
-            else:
-                from transformers import AutoModelForCausalLM
-
-                best = AutoModelForCausalLM.from_pretrained(str(self.run.path("best"))).eval()
-                shipped_test = self._eval(best, "test")
-            state["shipped_test"] = shipped_test.to_dict()
-            self.run.save_state(state)
+            if "shipped_test" not in state or state.get("shipped_round") != best_round:
+                row = next(h for h in self.run.history() if h.get("round") == best_round)
+                if "test" in row:
+                    state["shipped_test"] = row["test"]
+                else:
+                    best = self._round_model(best_round)
+                    state["shipped_test"] = self._eval(best, best_round, "test").summary()
+                state["shipped_round"] = best_round
+                self.run.save_state(state)
+            shipped_test = EvalResult.from_summary(state["shipped_test"])
+        scratch_base = best_round == 0 and self.backend == "scratch"
         result = RestResult(
             best_round=best_round,
             base_test=base_test,
             shipped_test=shipped_test,
             rounds=self.run.history(),
-            best_dir=self.run.path("best") if (best_round > 0 or not random_base) else None,
-            seconds=time.perf_counter() - t_start,
+            best_dir=None if scratch_base else self.run.path("best"),
+            seconds=seconds,
+            stopped_by=state.get("stopped_by"),
         )
         atomic_write_json(self.run.path("result.json"), result.to_dict())
         return result

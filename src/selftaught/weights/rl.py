@@ -5,8 +5,12 @@ scored as text, JSON only for games.
 Each logged step lands in history.jsonl with mean reward, reward std within groups, KL,
 completion length and the share of completions cut by the length cap. The run warns loudly
 when every reward of a step is equal (no learning signal) or when most completions are
-truncated (the cap zeroes the reward). The model shipped is the better of the start model
-and the trained one on val."""
+truncated (the cap zeroes the reward). The trained model ships only when the gate (the one
+`optimize` uses: margin / paired test on per-example val scores) says it beats the start
+model; otherwise the start model ships.
+
+Past one machine: `vllm_server_url` has TRL generate with a vLLM server (`trl vllm-serve
+--model PATH`), and the run works under `accelerate launch` (see the README)."""
 
 from __future__ import annotations
 
@@ -19,12 +23,15 @@ from typing import Any
 
 from rich.console import Console
 
+from selftaught.evaluation import EvalResult, evaluate
+from selftaught.gate import gate
+from selftaught.models.base import GenerationParams
 from selftaught.policy import Policy
+from selftaught.rollout import RolloutConfig
 from selftaught.runs import RunDir, atomic_write_json
 from selftaught.tasks.base import Example, Task, check_disjoint
-from selftaught.weights.config import ConfigError, RLConfig
-from selftaught.weights.sampling import EvalResult, HFGenerator, evaluate
-from selftaught.weights.sft import load_model, merged, prepare_trainable, save_atomic, torch_device
+from selftaught.weights.config import ConfigError, RLConfig, task_gate
+from selftaught.weights.sft import load_model, merged, on_cpu, prepare_trainable, save_atomic
 
 # TRL log keys → our history names
 _METRICS = {
@@ -48,34 +55,90 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-class TaskReward:
-    """The task's scorer as a TRL reward function. Records, per call (= one generation
-    batch), whether every reward was equal, so the run can say there was no signal."""
+class RewardError(RuntimeError):
+    """Most rewards of a generation batch could not be computed: the run stops with the cause
+    instead of learning from made-up rewards."""
 
-    def __init__(self, task: Task, examples: list[Example], kind: str = "soft"):
+
+class TaskReward:
+    """The task's scorer as a TRL reward function, under the one error rule: a scorer that
+    raises is an error, recorded with its message and counted, never a 0. An errored
+    completion gets the mean reward of the other completions for its prompt in the batch, so
+    its advantage is zero: it teaches nothing, and it does not drag its group down. A batch
+    whose rewards are mostly errors stops the run (`RewardError`) with the first cause.
+
+    Also records, per call (= one generation batch), whether every reward was equal, so the
+    run can say there was no signal."""
+
+    def __init__(
+        self,
+        task: Task,
+        examples: list[Example],
+        kind: str = "soft",
+        *,
+        max_error_share: float = 0.5,
+    ):
         self.task = task
         self.by_id = {ex.id: ex for ex in examples}
         self.kind = kind
+        self.max_error_share = max_error_share
         self.__name__ = f"{task.name}:{kind}"  # TRL names the reward column after this
         self.flat_batches = 0
         self.batches = 0
+        self.errors = 0
+        self.scored = 0
+        self.error_messages: list[str] = []
         self.last_rewards: list[float] = []
+
+    def _score(self, completion: Any, eid: str) -> tuple[float | None, str | None]:
+        from selftaught.rollout import score_reply
+
+        score, error, _ = score_reply(
+            self.task, completion_text(completion), self.by_id[eid], truncated=False
+        )
+        if score is None:
+            return None, error
+        return float(score.soft if self.kind == "soft" else score.hard), None
 
     def __call__(
         self, prompts: list[Any], completions: list[Any], example_id: list[str], **_: Any
     ) -> list[float]:
-        rewards = []
+        raw: list[float | None] = []
         for completion, eid in zip(completions, example_id, strict=True):
-            try:
-                score = self.task.score(completion_text(completion), self.by_id[eid])
-                rewards.append(float(score.soft if self.kind == "soft" else score.hard))
-            except Exception:  # one odd reply must not stop training: it earns nothing
-                rewards.append(0.0)
+            value, error = self._score(completion, eid)
+            raw.append(value)
+            if error is not None:
+                self.errors += 1
+                if len(self.error_messages) < 20:
+                    self.error_messages.append(error)
         self.batches += 1
+        failed = sum(v is None for v in raw)
+        self.scored += len(raw) - failed
+        if raw and failed / len(raw) > self.max_error_share:
+            raise RewardError(
+                f"{failed} of {len(raw)} rewards of a step could not be computed (scorer "
+                f"errors), e.g. {self.error_messages[-1]}"
+            )
+        rewards = _neutral_fill(raw, example_id)
         self.last_rewards = rewards
         if len(set(rewards)) <= 1:
             self.flat_batches += 1
         return rewards
+
+
+def _neutral_fill(raw: list[float | None], group_of: list[str]) -> list[float]:
+    """Errored rewards become their group's mean over the scored ones (advantage zero)."""
+    groups: dict[str, list[float]] = {}
+    for value, group in zip(raw, group_of, strict=True):
+        if value is not None:
+            groups.setdefault(group, []).append(value)
+    filled = []
+    for value, group in zip(raw, group_of, strict=True):
+        if value is None:
+            scored = groups.get(group, [])
+            value = sum(scored) / len(scored) if scored else 0.0
+        filled.append(value)
+    return filled
 
 
 def _make_callback(run: RunDir, reward: TaskReward, cfg: RLConfig, console: Console) -> Any:
@@ -87,6 +150,8 @@ def _make_callback(run: RunDir, reward: TaskReward, cfg: RLConfig, console: Cons
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if not logs or "reward" not in logs:
                 return
+            if not getattr(state, "is_world_process_zero", True):
+                return  # under accelerate launch, one process writes the history
             row: dict[str, Any] = {"step": int(state.global_step)}
             for key, name in _METRICS.items():
                 if key in logs:
@@ -125,34 +190,38 @@ class RLResult:
     trained_val: EvalResult
     base_test: EvalResult
     shipped_test: EvalResult
+    gate: dict[str, Any] = field(default_factory=dict)
     steps: list[dict[str, Any]] = field(default_factory=list)
     best_dir: Path | None = None
     seconds: float = 0.0
     step_seconds: float | None = None
+    reward_errors: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "shipped": self.shipped,
-            "base_val": self.base_val.to_dict(),
-            "trained_val": self.trained_val.to_dict(),
-            "base_test": self.base_test.to_dict(),
-            "shipped_test": self.shipped_test.to_dict(),
-            "gain": round(self.shipped_test.accuracy - self.base_test.accuracy, 4),
+            "gate": self.gate,
+            "base_val": self.base_val.summary(),
+            "trained_val": self.trained_val.summary(),
+            "base_test": self.base_test.summary(),
+            "shipped_test": self.shipped_test.summary(),
+            "gain": round(self.shipped_test.hard - self.base_test.hard, 4),
             "steps_logged": len(self.steps),
             "flat_steps": sum(1 for s in self.steps if s.get("all_rewards_equal")),
+            "reward_errors": self.reward_errors,
             "step_seconds": self.step_seconds,
             "best_dir": str(self.best_dir) if self.best_dir else None,
             "seconds": round(self.seconds, 1),
         }
 
 
-def _eval_from_dict(d: dict[str, Any]) -> EvalResult:
-    return EvalResult(**{**d, "ci": tuple(d["ci"])})
-
-
 class RLTrainer:
     """GRPO (`method="grpo"`) or GSPO (`"gspo"`, sequence-level importance sampling) on a
-    local model with the task scorer as reward. Resumes from the last TRL checkpoint."""
+    local model with the task scorer as reward. Resumes from the last TRL checkpoint. The
+    start and the trained model are evaluated through the one engine (`LocalModel` wrapping
+    the model in memory → rollout → evaluation); the gate `optimize` uses decides which one
+    ships. Under `accelerate launch`, every process trains and the main one evaluates and
+    writes the run directory."""
 
     def __init__(
         self,
@@ -177,6 +246,7 @@ class RLTrainer:
         if not self.train_examples or not self.val_examples:
             raise ConfigError(f"task {task.name!r} needs train and val examples for RL")
         self.policy = Policy()
+        self.gate = task_gate(config.gate, task.kind)
 
     def run_config(self) -> dict[str, Any]:
         return {
@@ -187,17 +257,26 @@ class RLTrainer:
             "rl": self.config.to_dict(),
         }
 
-    def _eval(self, model: Any, tok: Any, split: str) -> EvalResult:
-        examples = self.val_examples if split == "val" else self.test_examples
-        return evaluate(
-            HFGenerator(model, tok),
-            self.task,
-            examples,
-            split=split,
-            max_tokens=self.config.eval_max_tokens,
-            policy=self.policy,
-            progress=self.progress,
-        )
+    def _eval(self, model: Any, tok: Any, split: str, name: str) -> EvalResult:
+        from selftaught.models.local import LocalModel
+
+        chat = LocalModel.from_pretrained_model(model, tok, name=f"local:{name}")
+        try:
+            return evaluate(
+                self.task,
+                chat,
+                self.policy,
+                split=split,  # type: ignore[arg-type]
+                rollout=RolloutConfig(
+                    params=GenerationParams(
+                        max_tokens=self.config.eval_max_tokens, temperature=0.0
+                    ),
+                    progress=self.progress,
+                    description=f"{name}: eval {split}",
+                ),
+            )
+        finally:
+            chat.close()
 
     def dataset(self) -> Any:
         from datasets import Dataset
@@ -209,127 +288,178 @@ class RLTrainer:
             ]
         )
 
+    def grpo_args(self, use_cpu: bool) -> Any:
+        """TRL's GRPOConfig for this run (vLLM generation in server mode when asked)."""
+        from trl import GRPOConfig
+
+        cfg = self.config
+        vllm: dict[str, Any] = {}
+        if cfg.vllm_server_url:
+            vllm = {
+                "use_vllm": True,
+                "vllm_mode": "server",
+                "vllm_server_base_url": cfg.vllm_server_url,
+            }
+        return GRPOConfig(
+            output_dir=str(self.run.path("checkpoints")),
+            max_steps=cfg.steps,
+            per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+            gradient_accumulation_steps=1,
+            num_generations=cfg.num_generations,
+            max_completion_length=cfg.max_completion_length,
+            temperature=cfg.temperature,
+            beta=cfg.beta,
+            importance_sampling_level=cfg.importance_sampling_level,
+            learning_rate=cfg.lr(),
+            logging_steps=1,
+            save_strategy="steps",
+            save_steps=max(1, cfg.steps // 4),
+            save_total_limit=1,
+            report_to="none",
+            use_cpu=use_cpu,
+            bf16=False,
+            gradient_checkpointing=False,  # TRL's default on; not worth it on small models
+            seed=cfg.seed,
+            disable_tqdm=not self.progress,
+            **vllm,
+        )
+
     def train(self) -> RLResult:
-        from trl import GRPOConfig, GRPOTrainer
+        from accelerate import PartialState
 
         from selftaught.models.embedded import resolve_local_path
 
         t_start = time.perf_counter()
-        cfg = self.config
-        self.run.check_or_write_config(self.run_config())
+        main = PartialState().is_main_process
+        if main:
+            self.run.check_or_write_config(self.run_config())
         state = self.run.load_state() or {}
         path = resolve_local_path(str(self.model_path) if self.model_path else None)
-        model, tok = load_model(path)
+        model, tok = load_model(path, device=self.config.backend.device)
         model.eval()
-        if "base_val" not in state:
-            state["base_val"] = self._eval(model, tok, "val").to_dict()
-            state["base_test"] = self._eval(model, tok, "test").to_dict()
+        if main and "base_val" not in state:
+            base_val = self._eval(model, tok, "val", "start")
+            state["base_val"] = base_val.summary()
+            state["base_val_scores"] = base_val.val_scores(self.gate)
+            state["base_test"] = self._eval(model, tok, "test", "start").summary()
             self.run.save_state(state)
-        base_val = _eval_from_dict(state["base_val"])
-        base_test = _eval_from_dict(state["base_test"])
-        self.console.print(f"start model: {base_val.line()} | {base_test.line()}")
-
+        PartialState().wait_for_everyone()
         if not state.get("trained"):
-            reward = TaskReward(self.task, self.train_examples, cfg.reward)
-            ckpt_dir = self.run.path("checkpoints")
-            args = GRPOConfig(
-                output_dir=str(ckpt_dir),
-                max_steps=cfg.steps,
-                per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
-                gradient_accumulation_steps=1,
-                num_generations=cfg.num_generations,
-                max_completion_length=cfg.max_completion_length,
-                temperature=cfg.temperature,
-                beta=cfg.beta,
-                importance_sampling_level=cfg.importance_sampling_level,
-                learning_rate=cfg.lr(),
-                logging_steps=1,
-                save_strategy="steps",
-                save_steps=max(1, cfg.steps // 4),
-                save_total_limit=1,
-                report_to="none",
-                use_cpu=torch_device() == "cpu",
-                bf16=False,
-                gradient_checkpointing=False,  # TRL's default on; not worth it on small models
-                seed=cfg.seed,
-                disable_tqdm=not self.progress,
-            )
-            trainable = prepare_trainable(model, cfg.backend)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                trainer = GRPOTrainer(
-                    model=trainable,
-                    reward_funcs=reward,
-                    args=args,
-                    train_dataset=self.dataset(),
-                    processing_class=tok,
-                    callbacks=[_make_callback(self.run, reward, cfg, self.console)],
-                )
-            resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else False
-            if resume:
-                self.console.print(f"[bold]resuming[/] from the last checkpoint in {ckpt_dir}")
-            t0 = time.perf_counter()
-            out = trainer.train(resume_from_checkpoint=True if resume else None)
-            seconds = time.perf_counter() - t0
-            # a resumed run times only the steps it ran itself
-            steps_run = max(1, int(out.global_step))
-            if reward.batches and reward.flat_batches == reward.batches:
-                self.console.print(
-                    "[bold red]WARNING:[/] every step had all rewards equal: the run learned "
-                    "nothing. Check the answer format, max_completion_length and task difficulty."
-                )
-            model = merged(trainable).eval()
-            save_atomic(model, self.run.path("trained"), tok)
-            shutil.rmtree(ckpt_dir, ignore_errors=True)  # `trained/` supersedes them
-            state.update(
-                trained=True,
-                step_seconds=None if resume else round(seconds / steps_run, 2),
-                flat_batches=reward.flat_batches,
-                batches=reward.batches,
-            )
-            self.run.save_state(state)
+            model = self._train(model, tok, state, main)
         else:
             from transformers import AutoModelForCausalLM
 
             model = AutoModelForCausalLM.from_pretrained(str(self.run.path("trained"))).eval()
+        PartialState().wait_for_everyone()
+        if main:  # the main process evaluates, decides and writes
+            return self._ship(model, tok, path, state, time.perf_counter() - t_start)
+        PartialState().wait_for_everyone()
+        return self._result(self.run.load_state() or {}, self.run.path("best"), 0.0)
 
-        if "trained_val" not in state:
-            state["trained_val"] = self._eval(model, tok, "val").to_dict()
+    def _train(self, model: Any, tok: Any, state: dict[str, Any], main: bool) -> Any:
+        """GRPO / GSPO through TRL; returns the trained model (merged) and records the run."""
+        from trl import GRPOTrainer
+
+        cfg = self.config
+        reward = TaskReward(self.task, self.train_examples, cfg.reward)
+        ckpt_dir = self.run.path("checkpoints")
+        trainable = prepare_trainable(model, cfg.backend)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = GRPOTrainer(
+                model=trainable,
+                reward_funcs=reward,
+                args=self.grpo_args(use_cpu=on_cpu(model)),
+                train_dataset=self.dataset(),
+                processing_class=tok,
+                callbacks=[_make_callback(self.run, reward, cfg, self.console)],
+            )
+        resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else False
+        if resume:
+            self.console.print(f"[bold]resuming[/] from the last checkpoint in {ckpt_dir}")
+        t0 = time.perf_counter()
+        try:
+            out = trainer.train(resume_from_checkpoint=True if resume else None)
+        except RewardError as err:
+            atomic_write_json(self.run.path("error.json"), {"stage": "train", "cause": str(err)})
+            raise ConfigError(f"training stopped: {err}") from err
+        seconds = time.perf_counter() - t0
+        steps_run = max(1, int(out.global_step))  # a resumed run times only its own steps
+        if reward.batches and reward.flat_batches == reward.batches:
+            self.console.print(
+                "[bold red]WARNING:[/] every step had all rewards equal: the run learned "
+                "nothing. Check the answer format, max_completion_length and task difficulty."
+            )
+        model = merged(trainable).eval()
+        state.update(
+            trained=True,
+            step_seconds=None if resume else round(seconds / steps_run, 2),
+            flat_batches=reward.flat_batches,
+            batches=reward.batches,
+            reward_errors=reward.errors,
+        )
+        if main:
+            save_atomic(model, self.run.path("trained"), tok)
+            shutil.rmtree(ckpt_dir, ignore_errors=True)  # `trained/` supersedes them
             self.run.save_state(state)
-        trained_val = _eval_from_dict(state["trained_val"])
+        return model
+
+    def _ship(
+        self, model: Any, tok: Any, path: Path, state: dict[str, Any], seconds: float
+    ) -> RLResult:
+        """Gate the trained model against the start model on val; ship the winner."""
+        base_val = EvalResult.from_summary(state["base_val"])
+        if "trained_val" not in state:
+            trained = self._eval(model, tok, "val", "trained")
+            state["trained_val"] = trained.summary()
+            state["trained_val_scores"] = trained.val_scores(self.gate)
+            self.run.save_state(state)
+        trained_val = EvalResult.from_summary(state["trained_val"])
+        self.console.print(f"start model:   {base_val.line()}")
         self.console.print(f"trained model: {trained_val.line()}")
-        better = trained_val.accuracy > base_val.accuracy
+        result = gate(
+            state["trained_val_scores"],
+            state["base_val_scores"],
+            state["base_val_scores"],
+            self.gate,
+        )
+        state["gate"] = result.to_dict()
+        better = result.decision == "accept_new_best"
         if better:
             if "trained_test" not in state:
-                state["trained_test"] = self._eval(model, tok, "test").to_dict()
-                self.run.save_state(state)
-            shipped_test = _eval_from_dict(state["trained_test"])
+                state["trained_test"] = self._eval(model, tok, "test", "trained").summary()
             save_atomic(model, self.run.path("best"), tok)
         else:
-            shipped_test = base_test
             self.console.print(
-                "[yellow]training did not beat the start model on val: the start "
-                "model is shipped[/]"
+                f"[yellow]the gate kept the start model ({result.reason}): it is shipped[/]"
             )
-            base_model, _ = load_model(path)
+            base_model, _ = load_model(path, device=self.config.backend.device)
             save_atomic(base_model, self.run.path("best"), tok)
+        self.run.save_state(state)
         atomic_write_json(
             self.run.path("best", "best.json"),
-            {
-                "shipped": "trained" if better else "base",
-                "val": (trained_val if better else base_val).to_dict(),
-            },
+            {"shipped": "trained" if better else "base", "gate": result.to_dict()},
         )
-        result = RLResult(
+        out = self._result(state, self.run.path("best"), seconds)
+        atomic_write_json(self.run.path("result.json"), out.to_dict())
+        from accelerate import PartialState
+
+        PartialState().wait_for_everyone()  # the other processes read the shipped result
+        return out
+
+    def _result(self, state: dict[str, Any], best_dir: Path | None, seconds: float) -> RLResult:
+        better = state.get("gate", {}).get("decision") == "accept_new_best"
+        base_test = EvalResult.from_summary(state["base_test"])
+        return RLResult(
             shipped="trained" if better else "base",
-            base_val=base_val,
-            trained_val=trained_val,
+            base_val=EvalResult.from_summary(state["base_val"]),
+            trained_val=EvalResult.from_summary(state.get("trained_val", state["base_val"])),
             base_test=base_test,
-            shipped_test=shipped_test,
+            shipped_test=EvalResult.from_summary(state["trained_test"]) if better else base_test,
+            gate=state.get("gate", {}),
             steps=self.run.history(),
-            best_dir=self.run.path("best"),
-            seconds=time.perf_counter() - t_start,
+            best_dir=best_dir,
+            seconds=seconds,
             step_seconds=state.get("step_seconds"),
+            reward_errors=state.get("reward_errors", 0),
         )
-        atomic_write_json(self.run.path("result.json"), result.to_dict())
-        return result

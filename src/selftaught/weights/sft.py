@@ -18,24 +18,26 @@ from selftaught.weights.config import BackendConfig, ConfigError, SFTTrainConfig
 from selftaught.weights.sampling import Sample
 
 
-def torch_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def load_model(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
-    """A causal LM and its tokenizer from a transformers folder (fp32 on CPU: exact and the
-    fastest there)."""
-    import torch
+def load_model(path: str | Path, *, device: str | None = None) -> tuple[Any, Any]:
+    """A causal LM and its tokenizer from a transformers folder, on the device and in the
+    dtype `resolve_device` picks (the same choice the local generation backend makes: fp32
+    on a CPU, half precision on an accelerator)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from selftaught.models.device import resolve_device
+
+    where, dtype = resolve_device(device)
     tok = AutoTokenizer.from_pretrained(str(path))
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
-    model.to(torch_device())
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    model.to(where)
     return model, tok
+
+
+def on_cpu(model: Any) -> bool:
+    """Whether `model` lives on the CPU (trainers are then told `use_cpu`)."""
+    return next(model.parameters()).device.type == "cpu"
 
 
 def _layers(model: Any) -> Any:
@@ -184,7 +186,7 @@ def sft_train(
         # TRL turns this on by default; a 135M-class model needs no memory savings and
         # recomputing activations costs about a third more time per step
         gradient_checkpointing=False,
-        use_cpu=torch_device() == "cpu",
+        use_cpu=on_cpu(model),
         logging_steps=1,
         save_strategy="no",
         report_to="none",
