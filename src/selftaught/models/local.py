@@ -146,7 +146,9 @@ class LocalModel(AsyncChatModel):
     ) -> LocalModel:
         """Wrap a transformers model already in memory (e.g. the one being trained, peft
         adapters included). Cheap: nothing is copied or moved. The model may stay in train
-        mode: each forward switches it to eval and back. `close()` lets go of it."""
+        mode: each forward switches it to eval and back. Update its weights only while no
+        request is in flight (KV caches, a cached prompt prefix and the `fingerprint` are
+        taken from the weights of the moment); `close()` lets go of it."""
         return cls(model=model, tokenizer=tokenizer, name=name, **kwargs)
 
     # ------------------------------------------------------------------ loading
