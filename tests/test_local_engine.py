@@ -298,11 +298,14 @@ def test_same_named_models_do_not_share_cache_entries(tokenizer, tmp_path):
 @needs_tokenizer
 def test_in_memory_fingerprint_follows_the_weights(tokenizer):
     model = tiny_model(tokenizer)
-    before = LocalModel.from_pretrained_model(model, tokenizer).fingerprint
+    local = LocalModel.from_pretrained_model(model, tokenizer)
+    before = local.fingerprint
     assert LocalModel.from_pretrained_model(model, tokenizer).fingerprint == before
+    assert local.fingerprint == before  # unchanged weights: the same, not recomputed
     with torch.no_grad():
-        model.model.layers[0].mlp.down_proj.weight.mul_(1.01)
-    assert LocalModel.from_pretrained_model(model, tokenizer).fingerprint != before
+        model.model.layers[0].mlp.down_proj.weight.mul_(1.01)  # what an optimizer step does
+    assert local.fingerprint != before
+    assert LocalModel.from_pretrained_model(model, tokenizer).fingerprint == local.fingerprint
 
 
 # ---------------------------------------------------------------------------------------
