@@ -244,7 +244,7 @@ def summarize(
             a, b = replies["continuous"][0]["texts"], replies["static"][0]["texts"]
             entry["same_replies_as_static"] = sum(x == y for x, y in zip(a, b, strict=True))
         if replies["continuous"]:
-            entry["mean_reply_tokens"] = round(replies["continuous"][0]["tokens"] / len(a), 1)
+            entry["mean_reply_tokens"] = round(replies["continuous"][0]["tokens"] / args.prompts, 1)
         by_c[str(c)] = entry
     return {
         "model": local.name,

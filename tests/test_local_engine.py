@@ -121,7 +121,36 @@ def test_continuous_batching_equals_unbatched_greedy_with_refills(tokenizer):
         assert reply.completion_tokens == cap and reply.finish_reason == "length"
     assert stats.max_rows == 3
     assert stats.refills >= 2  # slots were refilled while other rows were running
+    assert stats.prefix_builds >= 1  # the chat template's default system prompt is shared
     assert stats.decode_steps < sum(n for _, n in MIXED)  # rows shared steps
+
+
+@needs_tokenizer
+def test_a_shared_skill_is_prefilled_once(tokenizer):
+    """Prompts under one long system prompt (a skill) prefill only their own part after
+    the first, and still decode exactly what unbatched greedy decoding gives."""
+    model = tiny_model(tokenizer)
+    skill = "Rules: add carefully, check every digit, answer with the number only. " * 12
+    questions = [ask(f"What is {i} + {2 * i}?") for i in range(7)]
+    conversations = [[{"role": "system", "content": skill}, *q] for q in questions]
+    local = LocalModel.from_pretrained_model(model, tokenizer, max_batch_size=2)
+
+    async def main():
+        return await asyncio.gather(
+            *(
+                local.achat(m, GenerationParams(max_tokens=4 + i))
+                for i, m in enumerate(conversations)
+            )
+        )
+
+    replies = asyncio.run(main())
+    stats = local.stats
+    local.close()
+    for i, (messages, reply) in enumerate(zip(conversations, replies, strict=True)):
+        expected = reference_greedy(model, tokenizer, messages, 4 + i)
+        assert reply.text == tokenizer.decode(expected, skip_special_tokens=True)
+    prompt_tokens = sum(r.prompt_tokens for r in replies)
+    assert stats.prefilled_tokens < prompt_tokens / 3  # the skill was computed about once
 
 
 @needs_tokenizer
@@ -269,11 +298,14 @@ def test_same_named_models_do_not_share_cache_entries(tokenizer, tmp_path):
 @needs_tokenizer
 def test_in_memory_fingerprint_follows_the_weights(tokenizer):
     model = tiny_model(tokenizer)
-    before = LocalModel.from_pretrained_model(model, tokenizer).fingerprint
+    local = LocalModel.from_pretrained_model(model, tokenizer)
+    before = local.fingerprint
     assert LocalModel.from_pretrained_model(model, tokenizer).fingerprint == before
+    assert local.fingerprint == before  # unchanged weights: the same, not recomputed
     with torch.no_grad():
-        model.model.layers[0].mlp.down_proj.weight.mul_(1.01)
-    assert LocalModel.from_pretrained_model(model, tokenizer).fingerprint != before
+        model.model.layers[0].mlp.down_proj.weight.mul_(1.01)  # what an optimizer step does
+    assert local.fingerprint != before
+    assert LocalModel.from_pretrained_model(model, tokenizer).fingerprint == local.fingerprint
 
 
 # ---------------------------------------------------------------------------------------

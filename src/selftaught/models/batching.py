@@ -5,8 +5,14 @@ generated so far, right-aligned, with an attention mask marking its valid column
 `step` feeds every row's last token; a row that ends (EOS, its token cap, a stop string) is
 evicted at once and its slot refilled by `admit`, which prefills the newcomers together (one
 forward per distinct prompt, so n samples of one prompt share it), left-pads the shorter of
-the two caches and stacks them. Columns that every row has as padding are dropped, so the
-cache is never wider than its longest live row.
+the two caches and stacks them. Leading columns that every row has as padding are dropped
+when rows leave.
+
+A prompt prefix that recent prompts share (the chat template's system prompt, a skill) is
+computed once and kept while the batch is busy: a newcomer starting with it prefills only
+the rest of its prompt, after a copy of the prefix's KV (its row is then [prefix | padding |
+rest], the hole masked out). Under SkillOpt every rollout starts with the same skill, so most
+of the prompt is never computed twice.
 
 Position ids are each row's own token count, exactly what `generate` computes for a
 left-padded batch, so greedy rows decode the same tokens as unbatched greedy decoding.
@@ -59,12 +65,28 @@ class BatcherStats:
     admitted: int = 0  # sequences admitted
     refills: int = 0  # admissions into a batch that was still running
     decode_steps: int = 0
+    prefilled_tokens: int = 0  # prompt tokens run through prefill (a cached prefix is not)
+    prefix_builds: int = 0  # shared prefixes computed and cached
     decoded_tokens: int = 0  # tokens sampled by decode steps (one per live row per step)
     max_rows: int = 0  # largest running batch seen
 
 
 class UnsupportedCacheError(RuntimeError):
     """The model's KV cache is not a list of plain full-attention key/value tensors."""
+
+
+@dataclass
+class _Block:
+    """Rows prefilled together, before they join the running batch: their cache, attention
+    mask, next token, its position id, and how many leading columns of each row are
+    padding."""
+
+    rows: list[GenSequence]
+    cache: Any
+    mask: Any  # [rows, width] long
+    last: Any  # [rows] the token to feed next
+    positions: Any  # [rows] its position id (= the row's tokens in the cache)
+    lead: Any  # [rows] leading padding columns
 
 
 class ContinuousBatcher:
@@ -76,6 +98,7 @@ class ContinuousBatcher:
         pad_id: the id put in padded positions (masked out, so any valid id).
         decode: token ids → text, used to look for stop strings while generating.
         stats: where to count (a fresh `BatcherStats` by default).
+        min_prefix: shortest shared prompt prefix worth caching (tokens).
     """
 
     def __init__(
@@ -85,6 +108,7 @@ class ContinuousBatcher:
         pad_id: int,
         decode: Callable[[list[int]], str],
         stats: BatcherStats | None = None,
+        min_prefix: int = 16,
     ) -> None:
         import torch
 
@@ -93,14 +117,17 @@ class ContinuousBatcher:
         self.eos_ids = frozenset(int(i) for i in eos_ids)
         self.pad_id = int(pad_id)
         self.decode = decode
+        self.min_prefix = min_prefix
         self.device = _model_device(model)
         self.stats = stats if stats is not None else BatcherStats()
         self._keep_logits = _accepts_logits_to_keep(model)
         self.rows: list[GenSequence] = []
-        self._cache: Any = None  # DynamicCache, batch = len(rows)
-        self._mask: Any = None  # [rows, width] long
-        self._last: Any = None  # [rows] next token to feed
-        self._positions: Any = None  # [rows] position id of that token = tokens in cache
+        self._run: _Block | None = None  # the running batch (its rows are self.rows)
+        # The KV of a prompt prefix that recent prompts share (a system prompt, a skill),
+        # kept while the batch is busy: newcomers that start with it prefill only the rest.
+        self._prefix: tuple[int, ...] = ()
+        self._prefix_kv: list[tuple[Any, Any]] = []
+        self._recent: tuple[int, ...] = ()  # the last prompt admitted
 
     # ------------------------------------------------------------------ public
 
@@ -128,65 +155,121 @@ class ContinuousBatcher:
         return gone
 
     def reset(self) -> None:
-        """Forget every running row (after an error)."""
-        self.rows = []
-        self._cache = self._mask = self._last = self._positions = None
+        """Forget every running row and the cached prefix (after an error, or when idle: an
+        in-memory model may be trained between busy periods)."""
+        self.rows, self._run = [], None
+        self._prefix, self._prefix_kv, self._recent = (), [], ()
 
     @property
     def width(self) -> int:
-        """Columns in the running cache (the longest live row)."""
-        return 0 if self._mask is None else int(self._mask.shape[1])
+        """Columns in the running cache."""
+        return 0 if self._run is None else int(self._run.mask.shape[1])
 
     # ------------------------------------------------------------------ internals
 
     def _admit(self, sequences: list[GenSequence]) -> list[GenSequence]:
+        prompts = list(dict.fromkeys(tuple(s.prompt_ids) for s in sequences))
+        self._merge(self._prefill(prompts, self._shared_prefix(prompts), sequences))
+        self.stats.admitted += len(sequences)
+        self._recent = prompts[-1]
+        return self._evict_finished()
+
+    def _shared_prefix(self, prompts: list[tuple[int, ...]]) -> tuple[int, ...]:
+        """The prefix to prefill every prompt of `prompts` after, or () when none of at
+        least `min_prefix` tokens is shared. The cached one is reused (cut to what these
+        prompts share: slicing its KV is free) unless the prompts, with the last admitted one
+        while the batch is busy, share a longer one: then that one is computed and cached."""
+        limit = min(len(p) for p in prompts) - 1  # each prompt keeps a token to prefill
+        pool = prompts + ([self._recent] if self.rows and self._recent else [])
+        fresh = _common_prefix(pool)[:limit] if len(set(pool)) > 1 else ()
+        kept = _common_prefix([self._prefix, *prompts])[:limit] if self._prefix else ()
+        if len(fresh) >= max(self.min_prefix, len(kept) + self.min_prefix):
+            self._cache_prefix(fresh)
+        elif len(kept) >= self.min_prefix:
+            if len(kept) < len(self._prefix):
+                self._prefix = kept
+                self._prefix_kv = [
+                    (k[:, :, : len(kept)], v[:, :, : len(kept)]) for k, v in self._prefix_kv
+                ]
+        else:
+            return ()
+        return self._prefix
+
+    def _cache_prefix(self, prefix: tuple[int, ...]) -> None:
         torch = self.torch
-        prompts: dict[tuple[int, ...], int] = {}
-        for s in sequences:
-            prompts.setdefault(tuple(s.prompt_ids), len(prompts))
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for p, row in prompts.items():
-            ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[row, width - len(p) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         from transformers import DynamicCache
 
         cache = DynamicCache()
+        ids = torch.tensor([prefix], device=self.device)
+        positions = torch.arange(len(prefix), device=self.device)[None]
+        self._forward(ids, torch.ones_like(ids), positions, cache)
+        _check_cache(cache)
+        self._prefix, self._prefix_kv = prefix, [(ly.keys, ly.values) for ly in cache.layers]
+        self.stats.prefix_builds += 1
+        self.stats.prefilled_tokens += len(prefix)
+
+    def _prefill(
+        self, prompts: list[tuple[int, ...]], prefix: tuple[int, ...], members: list[GenSequence]
+    ) -> _Block:
+        """One forward for `prompts` (their parts after `prefix`, left-padded), then one row
+        per member sequence (n samples of a prompt share its prefill), first tokens sampled.
+        With a prefix, row i is [prefix | padding | rest of prompt i]: a hole the mask hides."""
+        torch = self.torch
+        from transformers import DynamicCache
+
+        start = len(prefix)
+        rests = [p[start:] for p in prompts]
+        width = max(len(r) for r in rests)
+        ids = torch.full((len(rests), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rests), width), dtype=torch.long)
+        for row, rest in enumerate(rests):
+            ids[row, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+            mask[row, width - len(rest) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = start + (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        if prefix:
+            for i, (keys, values) in enumerate(self._prefix_kv):
+                cache.update(
+                    keys.expand(len(rests), -1, -1, -1), values.expand(len(rests), -1, -1, -1), i
+                )
+            mask = torch.cat([mask.new_ones((len(rests), start)), mask], dim=1)
         logits = self._forward(ids, mask, positions, cache)
         self.stats.prefill_calls += 1
-        self.stats.prefilled_prompts += len(prompts)
+        self.stats.prefilled_prompts += len(rests)
+        self.stats.prefilled_tokens += sum(len(r) for r in rests)
         _check_cache(cache)
-        rows = [prompts[tuple(s.prompt_ids)] for s in sequences]
-        if rows != list(range(len(prompts))):  # samples share their prompt's prefill
-            index = torch.tensor(rows, device=self.device)
+        lead = [0 if prefix else width - len(r) for r in rests]
+        rows = [prompts.index(tuple(s.prompt_ids)) for s in members]
+        index = torch.tensor(rows, device=self.device)
+        if rows != list(range(len(rests))):  # samples share their prompt's prefill
             for layer in cache.layers:
                 layer.keys, layer.values = layer.keys[index], layer.values[index]
             mask, logits = mask[index], logits[index]
-        first = self._sample(logits, sequences)
-        new_positions = torch.tensor([len(s.prompt_ids) for s in sequences], device=self.device)
-        self.stats.admitted += len(sequences)
-        if self.rows:
-            self.stats.refills += 1
-        self._merge(sequences, cache, mask, torch.tensor(first, device=self.device), new_positions)
-        for s, token in zip(sequences, first, strict=True):
+        first = self._sample(logits, members)
+        for s, token in zip(members, first, strict=True):
             self._append(s, token)
-        return self._evict_finished()
+        return _Block(
+            rows=list(members),
+            cache=cache,
+            mask=mask,
+            last=torch.tensor(first, device=self.device),
+            positions=torch.tensor([len(s.prompt_ids) for s in members], device=self.device),
+            lead=torch.tensor(lead, device=self.device)[index],
+        )
 
     def _step(self) -> list[GenSequence]:
         torch = self.torch
-        ones = torch.ones((len(self.rows), 1), dtype=self._mask.dtype, device=self.device)
-        self._mask = torch.cat([self._mask, ones], dim=1)
-        logits = self._forward(
-            self._last[:, None], self._mask, self._positions[:, None], self._cache
-        )
-        self._positions = self._positions + 1
+        run = self._run
+        assert run is not None
+        ones = torch.ones((len(self.rows), 1), dtype=run.mask.dtype, device=self.device)
+        run.mask = torch.cat([run.mask, ones], dim=1)
+        logits = self._forward(run.last[:, None], run.mask, run.positions[:, None], run.cache)
+        run.positions = run.positions + 1
         tokens = self._sample(logits, self.rows)
         self.stats.decode_steps += 1
         self.stats.decoded_tokens += len(tokens)
-        self._last = torch.tensor(tokens, device=self.device)
+        run.last = torch.tensor(tokens, device=self.device)
         for s, token in zip(self.rows, tokens, strict=True):
             self._append(s, token)
         return self._evict_finished()
@@ -212,32 +295,29 @@ class ContinuousBatcher:
                 model.train()
         return out.logits[:, -1, :].float()
 
-    def _merge(
-        self,
-        sequences: list[GenSequence],
-        cache: Any,
-        mask: Any,
-        last: Any,
-        positions: Any,
-    ) -> None:
+    def _merge(self, block: _Block) -> None:
+        """Add a prefilled block to the running batch, left-padding the narrower of the two."""
         torch = self.torch
-        if not self.rows:
-            self.rows, self._cache, self._mask = list(sequences), cache, mask
-            self._last, self._positions = last, positions
+        if self.rows:
+            self.stats.refills += 1
+        run = self._run
+        if run is None or not self.rows:
+            self._run, self.rows = block, list(block.rows)
         else:
-            width = max(self.width, int(mask.shape[1]))
-            old_pad, new_pad = width - self.width, width - int(mask.shape[1])
-            for old, new in zip(self._cache.layers, cache.layers, strict=True):
+            width = max(self.width, int(block.mask.shape[1]))
+            old_pad, new_pad = width - self.width, width - int(block.mask.shape[1])
+            for old, new in zip(run.cache.layers, block.cache.layers, strict=True):
                 old.keys = torch.cat([_pad_left(old.keys, old_pad), _pad_left(new.keys, new_pad)])
                 old.values = torch.cat(
                     [_pad_left(old.values, old_pad), _pad_left(new.values, new_pad)]
                 )
-            self._mask = torch.cat(
-                [_pad_left(self._mask, old_pad, dim=1), _pad_left(mask, new_pad, dim=1)]
+            run.mask = torch.cat(
+                [_pad_left(run.mask, old_pad, dim=1), _pad_left(block.mask, new_pad, dim=1)]
             )
-            self._last = torch.cat([self._last, last])
-            self._positions = torch.cat([self._positions, positions])
-            self.rows.extend(sequences)
+            run.last = torch.cat([run.last, block.last])
+            run.positions = torch.cat([run.positions, block.positions])
+            run.lead = torch.cat([run.lead + old_pad, block.lead + new_pad])
+            self.rows.extend(block.rows)
         self.stats.max_rows = max(self.stats.max_rows, len(self.rows))
 
     def _append(self, s: GenSequence, token: int) -> None:
@@ -262,21 +342,23 @@ class ContinuousBatcher:
         return done
 
     def _keep(self, keep: list[int]) -> None:
-        """Keep only rows `keep`, then drop the columns that are padding in every row."""
-        if not keep:
+        """Keep only rows `keep`, then drop the leading columns that are padding in every
+        row. An empty batch also forgets the cached prefix."""
+        run = self._run
+        if not keep or run is None:
             self.reset()
             return
         torch = self.torch
         index = torch.tensor(keep, device=self.device)
         self.rows = [self.rows[i] for i in keep]
-        self._mask, self._last = self._mask[index], self._last[index]
-        self._positions = self._positions[index]
-        # Row i's valid columns are its last `positions[i]` ones: the rest is shared padding.
-        crop = self.width - int(self._positions.max())
-        for layer in self._cache.layers:
+        run.rows = self.rows
+        run.mask, run.last = run.mask[index], run.last[index]
+        run.positions, run.lead = run.positions[index], run.lead[index]
+        crop = int(run.lead.min())
+        for layer in run.cache.layers:
             layer.keys = layer.keys[index, :, crop:]
             layer.values = layer.values[index, :, crop:]
-        self._mask = self._mask[:, crop:]
+        run.mask, run.lead = run.mask[:, crop:], run.lead - crop
 
     def _sample(self, logits: Any, rows: Sequence[GenSequence]) -> list[int]:
         """One token per row: argmax for greedy rows; for sampled rows temperature, top_p
@@ -308,6 +390,14 @@ class ContinuousBatcher:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _common_prefix(prompts: list[tuple[int, ...]]) -> tuple[int, ...]:
+    first, last = min(prompts), max(prompts)  # the lexicographic extremes bound the rest
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    return first[:n]
 
 
 def _pad_left(x: Any, n: int, dim: int = 2) -> Any:

@@ -117,6 +117,7 @@ class LocalModel(AsyncChatModel):
         self._batcher: ContinuousBatcher | None = None
         self._eos_ids: list[int] = []
         self._fingerprint: str | None = None
+        self._fingerprint_version: tuple[tuple[int, int], ...] = ()
         self.stats = BatcherStats()
         self._load_lock = threading.Lock()
         self._worker_lock = threading.Lock()
@@ -146,7 +147,9 @@ class LocalModel(AsyncChatModel):
     ) -> LocalModel:
         """Wrap a transformers model already in memory (e.g. the one being trained, peft
         adapters included). Cheap: nothing is copied or moved. The model may stay in train
-        mode: each forward switches it to eval and back. `close()` lets go of it."""
+        mode: each forward switches it to eval and back. Update its weights only while no
+        request is in flight (the KV caches and the cached prompt prefix are the weights of
+        the moment; `fingerprint` follows in-place updates). `close()` lets go of it."""
         return cls(model=model, tokenizer=tokenizer, name=name, **kwargs)
 
     # ------------------------------------------------------------------ loading
@@ -206,16 +209,20 @@ class LocalModel(AsyncChatModel):
     @property
     def fingerprint(self) -> str:
         """A hash of the weights (of the files for a folder, of the parameters for an
-        in-memory model, taken at first use), so that two models of the same name are told
-        apart, e.g. by the response cache."""
-        if self._fingerprint is None:
-            from selftaught.models.fingerprint import fingerprint_module, fingerprint_path
+        in-memory model), so that two models of the same name are told apart, e.g. by the
+        response cache. An in-memory model's is taken again once its parameters changed
+        in place (a training step), which torch's tensor version counters tell cheaply."""
+        from selftaught.models.fingerprint import fingerprint_module, fingerprint_path
 
-            if self._in_memory:
-                self._ensure_loaded()
-                self._fingerprint = f"local:module:{fingerprint_module(self._model)}"
-            else:
+        if not self._in_memory:
+            if self._fingerprint is None:
                 self._fingerprint = f"local:files:{fingerprint_path(self.path)}"
+            return self._fingerprint
+        self._ensure_loaded()
+        version = _weights_version(self._model)
+        if self._fingerprint is None or version != self._fingerprint_version:
+            self._fingerprint = f"local:module:{fingerprint_module(self._model)}"
+            self._fingerprint_version = version
         return self._fingerprint
 
     def _ensure_loaded(self) -> None:
@@ -587,6 +594,12 @@ def _eos_token_ids(tokenizer: Any, model: Any) -> list[int]:
     if tokenizer.eos_token_id is not None:
         ids.append(int(tokenizer.eos_token_id))
     return list(dict.fromkeys(ids))
+
+
+def _weights_version(model: Any) -> tuple[tuple[int, int], ...]:
+    """Identity and in-place version counter of every parameter: changes after an optimizer
+    step, `load_state_dict`, or swapped modules."""
+    return tuple((id(p), p._version) for p in model.parameters())
 
 
 def _generator(seed: int | None) -> Any:
