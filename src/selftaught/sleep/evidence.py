@@ -36,6 +36,7 @@ class EvidenceLog:
     def __init__(self, path: str | Path, max_chars: int = 4000):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch()
         self.max_chars = max_chars
         self._lock = threading.Lock()
         self.calls = 0
