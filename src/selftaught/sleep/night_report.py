@@ -367,7 +367,7 @@ def status_lines(project: str | None, home: Path | None = None) -> list[str]:
         version = staging.current_version(name, home)
         consistent = staging.adopted_consistent(name, home)
         lines.append(
-            f"[bold]{name}[/]: adopted version {version}"
+            f"{name}: adopted version {version}"
             + (
                 ""
                 if consistent
