@@ -337,3 +337,54 @@ def test_a_dry_run_stages_nothing_and_the_next_night_reads_the_same(tmp_path):
     assert read_adopted("demo", tmp_path).empty
     (real,) = run_night(config(tmp_path), models=models())
     assert real.report["window"]["read"] == 12
+
+
+def test_requests_without_a_reference_are_judged_by_their_rubric(tmp_path):
+    log = TaskLog(tmp_path / "log.db")
+    for i in range(12):
+        log.add(
+            Interaction(
+                messages=[{"role": "user", "content": f"Write note number {i} to my landlord."}],
+                reply="Fix the sink.",
+                project="demo",
+                feedback=Feedback(thumb="down", comment="too rude"),
+            )
+        )
+    polite = ScriptedModel(
+        lambda m: "Please fix the sink." if "rule polite" in system_of(m) else "Fix the sink."
+    )
+    judge = ScriptedModel(
+        lambda m: (
+            '{"score": 9, "reason": "polite"}'
+            if "## Reply to grade\n\nPlease" in user_of(m)
+            else '{"score": 2, "reason": "rude"}'
+        )
+    )
+    night_models = models(polite, canned_analyst(failure=edits_json(append("rule polite"))))
+    night_models.judge, night_models.judge_spec = judge, "scripted-judge"
+    (night,) = run_night(config(tmp_path, documents=("skill",)), models=night_models)
+    assert night.report["mining"]["by_check"] == {"rubric": 12}
+    assert night.status == "staged" and night.report["usage"]["judge"]["calls"] > 0
+    rubric = judge.calls[0][0]["content"]
+    assert "too rude" in rubric and "'Fix the sink.'" in rubric  # the rejected reply is shown
+
+
+def test_the_session_cap_counts_transcript_sessions_only(tmp_path):
+    from selftaught.sleep.cycle import _cap
+
+    rows = [Interaction(messages=[], meta={"session_id": f"s{i // 2}"}) for i in range(6)]
+    rows.insert(1, Interaction(messages=[]))  # a proxy row: no session
+    taken, capped = _cap(rows, config(tmp_path, max_sessions=2))
+    assert len(taken) == 5 and capped == "max_sessions (2)"
+    assert _cap(rows, config(tmp_path, max_tasks=3))[1] == "max_tasks (3)"
+    assert _cap(rows, config(tmp_path)) == (rows, None)
+
+
+def test_an_unexpected_error_leaves_the_night_marked_failed(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    training = SkillOptConfig(epochs=1, batch_size=16, budget=Budget(calls=2))
+    with pytest.raises(ValueError, match="cannot cover even the baseline"):
+        run_night(config(tmp_path, training=training), models=models())
+    ((path, report),) = staging.list_nights("demo", tmp_path)
+    assert report["status"] == "failed" and "cannot cover" in report["reason"]
+    assert (path / "report.md").exists() and (path / "diagnostics.json").exists()

@@ -42,7 +42,14 @@ from selftaught.models.base import ChatModel
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.policy import Policy
-from selftaught.runs import RunDir, RunError, atomic_write_json, read_json, write_jsonl
+from selftaught.runs import (
+    RunDir,
+    RunError,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+    write_jsonl,
+)
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.trainer import SkillTrainer
@@ -552,19 +559,35 @@ def run_project(
         report.update(status="too_few_tasks", reason=str(err))
     except SplitOverlap as err:
         report.update(status="failed", reason=str(err))
+    except Exception as err:  # a bug or bad settings: the folder still says what happened
+        report.update(status="failed", reason=f"{type(err).__name__}: {err}")
+        _finish(night_dir, report, evidence)
+        raise
+    _finish(night_dir, report, evidence)
+    outcome = ProjectNight(project, night_dir, report)
+    if config.auto_adopt and report["status"] == "staged" and not dry_run:
+        try:
+            adoption = staging.adopt(
+                project, night, home=home, target_paths=config.target_skill_paths
+            )
+        except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
+            console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
+        else:
+            outcome.report = staging.read_report(night_dir)
+            console.print(f"{project}: adopted night {night} as version {adoption.version}")
+    return outcome
+
+
+def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:
+    """The night's last writes: diagnostics, report.md, then report.json (its status)."""
     report["evidence_calls"] = evidence.calls
     report["ended_at"] = time.time()
     if report["status"] not in staging.ADVANCES_CURSOR:
         report["consumed_until"] = None  # read again next night
     night_report.write_diagnostics(night_dir, report, evidence)
     night_report.write_markdown(night_dir, report)
+    atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
     atomic_write_json(night_dir / "report.json", report)
-    outcome = ProjectNight(project, night_dir, report)
-    if config.auto_adopt and report["status"] == "staged" and not dry_run:
-        adoption = staging.adopt(project, night, home=home, target_paths=config.target_skill_paths)
-        outcome.report = staging.read_report(night_dir)
-        console.print(f"{project}: adopted night {night} as version {adoption.version}")
-    return outcome
 
 
 def _empty_night(
