@@ -362,7 +362,8 @@ def _backend_failure(
     first_error = evidence.errors[0]["error"] if evidence.errors else "no error message"
     analyst = result.ledger.to_dict().get("optimizer", {})
     if analyst.get("errors") and not analyst.get("calls"):
-        return f"every analyst call failed ({analyst['errors']} calls; first: {first_error})"
+        why = next((e["error"] for e in evidence.errors if e["role"] == "optimizer"), first_error)
+        return f"every analyst call failed ({analyst['errors']} calls; first: {why})"
     for document, phase in result.phases.items():
         if not phase.get("ran"):
             continue

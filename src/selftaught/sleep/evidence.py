@@ -9,6 +9,7 @@ disk (and at worst one torn last line, which readers skip).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -85,7 +86,10 @@ class EvidenceModel(AsyncChatModel):
         try:
             c = await self.inner.achat(messages, params)
         except BaseException as err:
-            row["error"] = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            if isinstance(err, asyncio.CancelledError):  # wait_for cancels what outlives it
+                row["error"] = "cancelled: the call outlived its timeout, or the night stopped"
+            else:
+                row["error"] = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
             row["latency_s"] = round(time.time() - t0, 3)
             self.log.write(row)
             raise

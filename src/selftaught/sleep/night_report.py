@@ -203,23 +203,13 @@ def _phase_lines(document: str, phase: dict[str, Any]) -> list[str]:
     return [line]
 
 
-def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
-    status = report.get("status", "?")
-    project, night = report.get("project"), report.get("night")
-    next_step = NEXT_STEP.get(status, "").format(
-        night=night, project=project, adopted_version=report.get("adopted_version")
-    )
+def _summary_lines(report: dict[str, Any]) -> list[str]:
+    """The bullet list under the status: what was read, the models, tasks, split, gate."""
     window = report.get("window") or {}
+    capped = f" (capped at {window['capped']})" if window.get("capped") else ""
     lines = [
-        f"# Night {night} · project {project}",
-        "",
-        f"**Status: {status}** — {report.get('reason') or ''}",
-        "",
-        f"Next: {next_step}" if next_step else "",
-        "",
         f"- read: {window.get('read', 0)} interactions from {_when(window.get('since'))} to "
-        f"{_when(window.get('until'))}"
-        + (f" (capped at {window['capped']})" if window.get("capped") else ""),
+        f"{_when(window.get('until'))}{capped}"
     ]
     models = report.get("models")
     if models:
@@ -239,13 +229,13 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         s = report["splits"]
         lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
     gate = report.get("gate")
-    if gate:
+    if gate and gate["mode"] == "off":
+        lines.append("- gate: **OFF** — every candidate was accepted greedily, unchecked")
+    elif gate:
+        paired = f", paired test at {gate['confidence']}" if gate.get("confidence") else ""
         lines.append(
-            "- gate: **OFF** — every candidate was accepted greedily, unchecked"
-            if gate["mode"] == "off"
-            else f"- gate: on ({gate['metric']}, a new best needs > {gate['margin']:g} val items"
-            + (f", paired test at {gate['confidence']}" if gate.get("confidence") else "")
-            + ")"
+            f"- gate: on ({gate['metric']}, a new best needs > {gate['margin']:g} val "
+            f"items{paired})"
         )
     training = report.get("training")
     if training:
@@ -254,29 +244,46 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
             f"rollouts-k {training['rollouts_k']}, {training['concurrency']} workers, house rules "
             f"{'given' if training['preferences'] else 'none'}"
         )
-    for note in report.get("notes") or []:
-        lines.append(f"- note: {note}")
+    return lines + [f"- note: {note}" for note in report.get("notes") or []]
+
+
+def _proposal_lines(night_dir: Path, report: dict[str, Any]) -> list[str]:
     proposal = report.get("proposal")
-    if proposal:
-        paired = proposal["paired"]
-        lines += [
-            "",
-            "## Proposal",
-            "",
-            f"Val with the adopted version {report.get('base_version')}: "
-            f"{_acc(proposal['val_before'])}; with the proposal: {_acc(proposal['val_after'])}; "
-            f"per task {paired['wins']} better, {paired['losses']} worse "
-            f"(sign test p={paired['sign_test_p']:.3f}).",
-        ]
-        for name in ("skill", "memory"):
-            diff = night_dir / "proposal" / f"{name}.diff"
-            if proposal.get(f"{name}_changed") and diff.exists():
-                lines += [
-                    "",
-                    f"### {name}.md",
-                    "",
-                    _fence(diff.read_text(encoding="utf-8"), "diff"),
-                ]
+    if not proposal:
+        return []
+    paired = proposal["paired"]
+    lines = [
+        "",
+        "## Proposal",
+        "",
+        f"Val with the adopted version {report.get('base_version')}: "
+        f"{_acc(proposal['val_before'])}; with the proposal: {_acc(proposal['val_after'])}; "
+        f"per task {paired['wins']} better, {paired['losses']} worse "
+        f"(sign test p={paired['sign_test_p']:.3f}).",
+    ]
+    for name in ("skill", "memory"):
+        diff = night_dir / "proposal" / f"{name}.diff"
+        if proposal.get(f"{name}_changed") and diff.exists():
+            lines += ["", f"### {name}.md", "", _fence(diff.read_text(encoding="utf-8"), "diff")]
+    return lines
+
+
+def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
+    status = report.get("status", "?")
+    project, night = report.get("project"), report.get("night")
+    next_step = NEXT_STEP.get(status, "").format(
+        night=night, project=project, adopted_version=report.get("adopted_version")
+    )
+    lines = [
+        f"# Night {night} · project {project}",
+        "",
+        f"**Status: {status}** — {report.get('reason') or ''}",
+        "",
+        f"Next: {next_step}" if next_step else "",
+        "",
+        *_summary_lines(report),
+        *_proposal_lines(night_dir, report),
+    ]
     phases = report.get("phases") or {}
     if phases:
         lines += ["", "## Phases", ""]
