@@ -701,7 +701,7 @@ def _dry_run_signature(fn: F) -> F:
     """`sleep dry-run` is `sleep run` with --dry-run set: the same options, nothing staged."""
     import inspect
 
-    sig = inspect.signature(fn)
+    sig = inspect.signature(fn, eval_str=True)  # typer reads the Annotated options from it
     params = [
         p.replace(default=True) if p.name == "dry_run" else p for p in sig.parameters.values()
     ]
