@@ -98,7 +98,7 @@ def test_dry_run_prints_the_report_and_leaves_no_trace(env):
     assert "Status: staged" in text and "+rule alpha" in text
     assert not staging.nights_dir("demo", home).exists()
     code, text = run("sleep", "dry-run", "--help")
-    assert code == 0 and "Parallel replay workers" in text and "--dry-run" not in text
+    assert code == 0 and "One project" in text and "--dry-run" not in text
 
 
 def test_a_failed_backend_exits_1_and_says_so(env):
