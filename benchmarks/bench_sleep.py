@@ -307,8 +307,8 @@ def main() -> None:
     p.add_argument("--output", type=Path, default=None)
     args = p.parse_args()
     if args.quick:
-        args.nights, args.requests_per_night, args.heldout = 1, 6, 6
-        args.max_tokens, args.analyst_max_tokens, args.min_val = 16, 128, 4
+        args.nights, args.requests_per_night, args.heldout = 1, 6, 4
+        args.max_tokens, args.analyst_max_tokens, args.min_val = 16, 64, 4
         args.documents, args.batch_size = "skill", 8
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     names = [c for c in args.configs.split(",") if c]

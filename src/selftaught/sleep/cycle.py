@@ -678,11 +678,11 @@ def run_night(
         windows = _window_rows(log, config, home, until)
         scratch = Path(tempfile.mkdtemp(prefix="selftaught-dry-run-")) if dry_run else None
         cache: dict[str, ChatModel] = {}
+        for project in [] if dry_run else staging.projects(home):
+            for old in staging.mark_interrupted(project, home):  # we hold the lock: it died
+                console.print(f"{project}: night {old} had been interrupted; marked so")
         for project in sorted(windows):
             since, rows = windows[project]
-            if not dry_run:
-                for old in staging.mark_interrupted(project, home):
-                    console.print(f"{project}: night {old} had been interrupted; marked so")
             if not rows and config.project is None:
                 continue
             root = scratch / project if scratch else staging.nights_dir(project, home) / night
