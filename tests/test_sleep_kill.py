@@ -81,6 +81,10 @@ def test_kill_9_mid_night_leaves_everything_consistent_and_the_next_night_runs(t
     except staging.StagingError as err:
         assert "nothing to adopt (status running" in str(err)
 
+    from selftaught.sleep.night_report import status_lines
+
+    shown = " ".join(status_lines("demo", tmp_path))
+    assert f"last night {killed_dir.name}: interrupted" in shown and "running now" not in shown
     (night,) = run_night(config(tmp_path), models=models())
     assert staging.read_report(killed_dir)["status"] == "interrupted"
     assert night.report["window"]["read"] == len(ALPHA_NIGHT)  # the killed night's rows again

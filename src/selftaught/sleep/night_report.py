@@ -69,8 +69,9 @@ def why_nothing(night_dir: Path, phases: dict[str, dict[str, Any]]) -> str:
         applied = sum(r["edits"]["applied"] for r in steps)
         refused = sum(r["edits"]["refused"] for r in steps)
         calls_text = ", ".join(f"{n} {k}" for k, n in statuses.items()) or "none"
+        n_calls = f"{len(calls)} call{'' if len(calls) == 1 else 's'}"
         if proposed == 0:
-            text = f"{document}: the analyst proposed no edit ({len(calls)} calls: {calls_text})"
+            text = f"{document}: the analyst proposed no edit ({n_calls}: {calls_text})"
         elif applied == 0:
             text = (
                 f"{document}: {proposed} edits proposed, none applied ({refused} refused by the "
@@ -368,6 +369,7 @@ def status_lines(project: str | None, home: Path | None = None) -> list[str]:
     from selftaught.sleep.paths import sleep_home
 
     home = home or sleep_home()
+    holder = read_holder(home)
     lines = []
     for name in [project] if project else staging.projects(home):
         nights = staging.list_nights(name, home)
@@ -384,14 +386,16 @@ def status_lines(project: str | None, home: Path | None = None) -> list[str]:
         )
         if nights:
             last = nights[-1][1]
-            lines.append(f"  last night {last['night']}: {last['status']} — {last.get('reason')}")
+            status, reason = last["status"], last.get("reason")
+            if status == "running" and (holder or {}).get("night") != last["night"]:
+                status, reason = "interrupted", "it stopped before it finished (killed or crashed)"
+            lines.append(f"  last night {last['night']}: {status} — {reason}")
         staged = [r for _, r in nights if r.get("status") == "staged"]
         if staged:
             lines.append(
                 f"  waiting to be adopted: night {staged[-1]['night']} "
                 f"(`selftaught sleep adopt {staged[-1]['night']} --project {name}`)"
             )
-    holder = read_holder(home)
     if holder is not None:
         lines.append(
             f"running now: {holder.get('what', 'night')} {holder.get('night')} "
