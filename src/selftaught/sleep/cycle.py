@@ -14,7 +14,8 @@ its own staging folder (`staging.NIGHT_LAYOUT`):
 3. **split** train / val / test, disjoint; too few to gate: nothing is staged (`split.py`);
 4. **consolidate** with `SkillTrainer` (reflect → merge → select → apply → gate): the skill
    with the memory held fixed, then the memory with the new skill held fixed, both charged to
-   ONE usage ledger so the night's budget covers both; every call goes to the evidence log;
+   ONE usage ledger so the night's budget covers both; every call goes to the evidence log
+   (`consolidate.py`);
 5. **stage** the best skill and memory as a proposal when the gate accepted one, with the
    report and the diagnostics; `auto_adopt` adopts it at once.
 
@@ -39,29 +40,17 @@ from urllib.parse import urlparse
 from rich.console import Console
 
 from selftaught.models.base import ChatModel
-from selftaught.models.errors import FatalBackendError
-from selftaught.models.usage import TrackedModel, UsageLedger
-from selftaught.policy import Policy
-from selftaught.runs import (
-    RunDir,
-    RunError,
-    atomic_write_json,
-    atomic_write_text,
-    read_json,
-    write_jsonl,
-)
+from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
-from selftaught.skill.trainer import SkillTrainer
 from selftaught.sleep import night_report, staging
-from selftaught.sleep.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.consolidate import Consolidation, backend_failure, consolidate, paired_val
+from selftaught.sleep.evidence import EvidenceLog
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.mine import MineConfig, MinedTask, MineReport, mine
 from selftaught.sleep.paths import Adopted, check_project, sleep_home
 from selftaught.sleep.split import NightTask, SplitConfig, SplitOverlap, TooFewTasks, assign_splits
-from selftaught.stats import sign_test_pvalue
-from selftaught.tasks.scorers import LlmJudge
 
 DOCUMENTS = ("skill", "memory")
 EXIT_FAILED = ("backend_failed", "failed")
@@ -239,166 +228,6 @@ def _private_filter(
     return kept, len(rows) - len(kept)
 
 
-# ---- consolidate --------------------------------------------------------------------------
-
-
-@dataclass
-class _Consolidation:
-    skill: str
-    memory: str
-    phases: dict[str, dict[str, Any]]
-    ledger: UsageLedger
-    fatal: FatalBackendError | None = None
-
-
-def _phase(
-    document: str,
-    config: SleepConfig,
-    task: NightTask,
-    target: ChatModel,
-    optimizer: ChatModel,
-    initial: str,
-    other: str,
-    run_dir: Path,
-    ledger: UsageLedger,
-    console: Console,
-) -> dict[str, Any]:
-    """One trainer (skill or memory); its summary, or why it stopped early."""
-    training = dataclasses.replace(config.training, evaluate_test=bool(task.examples("test")))
-    trainer = SkillTrainer(
-        training,
-        task,
-        target,
-        optimizer,
-        initial,
-        document=document,  # type: ignore[arg-type]
-        other_document=other,
-        output_dir=run_dir,
-        ledger=ledger,
-        progress=config.progress,
-        console=console,
-    )
-    try:
-        summary = trainer.train()
-    except RunError as err:  # the budget ran out before the baseline was even scored
-        return {"document": document, "ran": False, "stopped_by": str(err), "best": initial}
-    return {
-        "document": document,
-        "ran": True,
-        "run_dir": str(run_dir),
-        "best": summary["best_skill"],
-        "changed": summary["best_skill"].strip() != initial.strip(),
-        "steps": summary["steps"],
-        "total_steps": summary["total_steps"],
-        "best_version": summary["best_version"],
-        "val_initial": summary["val_initial"],
-        "val_best": summary["val_best"],
-        "decisions": summary["decisions"],
-        "analyst": summary["analyst"],
-        "stopped_by": summary["stopped_by"],
-        "test": summary["test"],
-    }
-
-
-def _consolidate(
-    config: SleepConfig,
-    task: NightTask,
-    models: NightModels,
-    adopted: Adopted,
-    night_dir: Path,
-    evidence: EvidenceLog,
-    console: Console,
-) -> _Consolidation:
-    ledger = UsageLedger()
-    target = EvidenceModel(models.target, evidence, "target")
-    optimizer = EvidenceModel(models.optimizer, evidence, "optimizer")
-    if models.judge is not None:
-        judge = EvidenceModel(models.judge, evidence, "judge")
-        task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
-    result = _Consolidation(adopted.skill, adopted.memory, {}, ledger)
-    for document in config.documents:
-        if document == "memory" and ledger.budget.limited and ledger.exhausted():
-            result.phases["memory"] = {
-                "document": "memory",
-                "ran": False,
-                "stopped_by": f"budget ({ledger.exhausted()}) spent before the memory phase",
-            }
-            continue
-        skill_doc = document == "skill"
-        try:
-            phase = _phase(
-                document,
-                config,
-                task,
-                target,
-                optimizer,
-                result.skill if skill_doc else result.memory,
-                result.memory if skill_doc else result.skill,
-                night_dir if skill_doc else night_dir / "memory",
-                ledger,
-                console,
-            )
-        except FatalBackendError as err:
-            result.fatal = err
-            result.phases[document] = {"document": document, "ran": False, "error": str(err)}
-            return result
-        result.phases[document] = phase
-        if skill_doc:
-            result.skill = phase["best"]
-        else:
-            result.memory = phase["best"]
-    return result
-
-
-# ---- judging the night ------------------------------------------------------------------
-
-
-def _backend_failure(
-    result: _Consolidation, evidence: EvidenceLog, max_missing: float
-) -> str | None:
-    """Why the backend failed this night (None when it did not)."""
-    if result.fatal is not None:
-        return f"a backend call failed fatally: {result.fatal}"
-    first_error = evidence.errors[0]["error"] if evidence.errors else "no error message"
-    analyst = result.ledger.to_dict().get("optimizer", {})
-    if analyst.get("errors") and not analyst.get("calls"):
-        why = next((e["error"] for e in evidence.errors if e["role"] == "optimizer"), first_error)
-        return f"every analyst call failed ({analyst['errors']} calls; first: {why})"
-    for document, phase in result.phases.items():
-        if not phase.get("ran"):
-            continue
-        run_dir = Path(phase["run_dir"])
-        rows = read_json(run_dir / "diagnostics" / "step_0000.json").get("val", [])
-        failed = [r for r in rows if r.get("error")]
-        if rows and len(failed) > max_missing * len(rows):
-            return (
-                f"the {document} phase's baseline could not be scored: {len(failed)} of "
-                f"{len(rows)} val replays failed (first: {failed[0]['error']})"
-            )
-        for row in RunDir(run_dir).history()[1:]:
-            gate = row.get("gate") or {}
-            if gate.get("decision") == "reject" and "backend errors" in str(gate.get("reason")):
-                return (
-                    f"the {document} phase could not evaluate a candidate at step "
-                    f"{row.get('step')}: {gate['reason']} (first error: {first_error})"
-                )
-    return None
-
-
-def _val_scores(night_dir: Path, adopted: Adopted, skill: str, memory: str) -> dict[str, Any]:
-    """Val before (the adopted documents) and after (the proposal), paired per task."""
-    cache: dict[str, Any] = {}
-    for run in (night_dir, night_dir / "memory"):
-        path = run / "val_cache.json"
-        if path.exists():
-            cache.update(read_json(path))
-    before = cache.get(Policy(adopted.skill, adopted.memory).skill_hash(), {})
-    after = cache.get(Policy(skill, memory).skill_hash(), {})
-    wins = sum(1 for k, v in after.items() if v and before.get(k) and v[0] > before[k][0])
-    losses = sum(1 for k, v in after.items() if v and before.get(k) and v[0] < before[k][0])
-    return {"wins": wins, "losses": losses, "sign_test_p": round(sign_test_pvalue(wins, losses), 6)}
-
-
 def _gate_mode(training: SkillOptConfig) -> dict[str, Any]:
     g = training.gate
     return {
@@ -413,7 +242,7 @@ def _outcome(
     report: dict[str, Any],
     night_dir: Path,
     adopted: Adopted,
-    result: _Consolidation,
+    result: Consolidation,
     evidence: EvidenceLog,
     config: SleepConfig,
 ) -> None:
@@ -422,7 +251,7 @@ def _outcome(
         d: {k: v for k, v in p.items() if k != "best"} for d, p in result.phases.items()
     }
     report["usage"] = result.ledger.to_dict()
-    failure = _backend_failure(result, evidence, config.training.gate.max_missing)
+    failure = backend_failure(result, evidence, config.training.gate.max_missing)
     if failure is not None:
         report.update(status="backend_failed", reason=failure)
         return
@@ -441,7 +270,7 @@ def _outcome(
         "memory_changed": changes["memory"],
         "val_before": first["val_initial"],
         "val_after": last["val_best"],
-        "paired": _val_scores(night_dir, adopted, result.skill, result.memory),
+        "paired": paired_val(night_dir, adopted, result.skill, result.memory),
         "test": last.get("test"),
     }
     report["proposal"] = proposal
@@ -548,13 +377,25 @@ def run_project(
         console.print(f"[bold yellow]warning:[/] {project}: {change}")
     atomic_write_json(night_dir / "report.json", report)
     evidence = EvidenceLog(night_dir / "evidence.jsonl")
-    result: _Consolidation | None = None
+    result: Consolidation | None = None
     try:
         tasks, _, splits = _mine_and_split(report, taken, config, models)
         report["splits"] = {s: len(v) for s, v in splits.items()}
         write_jsonl(night_dir / "tasks.jsonl", [night_report.task_row(t) for t in tasks])
         task = NightTask(project, splits)
-        result = _consolidate(config, task, models, adopted, night_dir, evidence, console)
+        result = consolidate(
+            config.training,
+            config.documents,
+            config.progress,
+            task,
+            models.target,
+            models.optimizer,
+            models.judge,
+            adopted,
+            night_dir,
+            evidence,
+            console,
+        )
         _outcome(report, night_dir, adopted, result, evidence, config)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
