@@ -75,3 +75,14 @@ def test_metrics_and_config_validation():
     for bad in ({"metric": "f1"}, {"margin": -1}, {"confidence": 1.0}, {"mixed_weight": 2}):
         with pytest.raises(ValueError):
             GateConfig(**bad)
+
+
+def test_gate_off_accepts_every_candidate_and_says_so():
+    worse = scores(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    off = GateConfig(accept_all=True)
+    r = gate(worse, BASE, BASE, off)
+    assert r.decision == "accept_new_best" and r.gain_vs_best == -1
+    assert r.reason.startswith("gate off") and "-1 items" in r.reason
+    assert gate(worse, BASE, BASE, GateConfig()).decision == "reject"  # the default still gates
+    unscored = {k: None for k in BASE}
+    assert gate(unscored, BASE, BASE, off).decision == "accept_new_best"

@@ -315,3 +315,25 @@ def test_missing_diagnostics_and_skill_files_are_notes(tmp_path, optimize_dir):
     assert [(e.content, e.outcome) for e in step3] == [(POISON, "rejected")]
     assert [d.step for d in run.diffs] == [3, 4]  # steps 1 and 2 need v0001
     assert "v0001.md" in render_report(run_dir)
+
+
+def test_a_sleep_night_is_reported_as_its_skill_phase_with_the_night_first(tmp_path):
+    from selftaught.sleep.cycle import run_night
+    from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
+
+    fill_log(tmp_path, ALPHA_NIGHT)
+    (night,) = run_night(config(tmp_path), models=models())
+    run = load_run(night.night_dir)
+    assert isinstance(run, SkillRun) and run.kind == "sleep" and run.status.finished
+    assert run.notes[0].startswith(f"Night {night.report['night']} of project demo: staged")
+    assert run.notes[1].startswith("Memory phase (memory/): val ")
+    assert [s.decision for s in run.steps] == ["accept_new_best"]
+    assert run.best_skill is not None and run.best_skill.strip() == "rule alpha"
+    page = render_report(night.night_dir)
+    assert "selftaught sleep · sleep:demo" in page and "rule alpha" in page
+    # a night that never trained (too few tasks) is still a night, with its reason
+    fill_log(tmp_path, ["alpha"] * 3, start=500)
+    (few,) = run_night(config(tmp_path, since=night.report["window"]["until"]), models=models())
+    assert few.status == "too_few_tasks"
+    thin = load_run(few.night_dir)
+    assert thin.kind == "sleep" and "too_few_tasks" in thin.notes[0]

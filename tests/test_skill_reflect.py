@@ -235,3 +235,22 @@ def test_refused_edits_reach_the_report_and_the_rejected_buffer(tmp_path):
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["rejected"][0]["rationale"].startswith("refused: ")
     assert copied not in (tmp_path / "best_skill.md").read_text()
+
+
+def test_preferences_reach_every_reflection_and_merge_prompt():
+    prompts: list[str] = []
+    model = ScriptedModel(lambda m: prompts.append(m[0]["content"]) or '{"edits": []}')
+    rules = "Answers end with the unit."
+    analyst = Analyst(model, preferences=rules, document="memory")
+    run(analyst.reflect("failure", "# M", [rollout(1)], [], 2))
+    run(analyst.reflect("success", "# M", [rollout(2)], [], 2))
+    run(analyst.reflect_contrast("# M", [(rollout(3), rollout(4))], [], 2))
+    run(analyst.merge("# M", [[Edit("append", content="a")], [Edit("append", content="b")]], 2))
+    assert len(prompts) == 4
+    for prompt in prompts:
+        assert "## The user's house rules" in prompt and rules in prompt
+        assert "the memory must never contradict them" in prompt and "{{" not in prompt
+    plain: list[str] = []
+    bare = Analyst(ScriptedModel(lambda m: plain.append(m[0]["content"]) or '{"edits": []}'))
+    run(bare.reflect("failure", "# S", [rollout(1)], [], 2))
+    assert "house rules" not in plain[0] and "{{" not in plain[0]

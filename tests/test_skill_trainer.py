@@ -335,3 +335,18 @@ def test_a_memory_document_trains_with_the_skill_held_fixed(tmp_path):
     assert "rule alpha" in system and "## Memory" in system and "rule beta" in system
     prompt = user_of(analyst.calls[0])
     assert "You improve a MEMORY" in prompt and "<memory>" in prompt
+
+
+def test_preferences_in_the_config_reach_the_analyst(tmp_path):
+    analyst = canned_analyst(failure=edits_json(append("rule alpha")))
+    SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=8, max_steps=1, preferences="Reply in French."),
+        ToyTask(),
+        rule_target(),
+        analyst,
+        output_dir=tmp_path,
+        progress=False,
+    ).train()
+    reflections = [user_of(m) for m in analyst.calls if "## Failed attempts" in user_of(m)]
+    assert reflections and all("Reply in French." in p for p in reflections)
+    assert json.loads((tmp_path / "config.json").read_text())["preferences"] == "Reply in French."

@@ -177,3 +177,78 @@ def test_proxy_with_the_model_in_process(tmp_path, embedded_available):
         assert app.state.proxy.writer.flush(30)
     rows = TaskLog(tmp_path / "log.db").query()
     assert len(rows) == 2 and all(r.reply == streamed and r.is_task for r in rows)
+
+
+@pytest.mark.slow  # the embedded model answers ~30 requests: about a minute on 2 busy cores
+def test_a_night_through_the_proxy_adopt_and_rollback(tmp_path, monkeypatch, embedded_available):
+    """Part 2's done-when scenario: the embedded model behind the proxy, requests with
+    feedback, `sleep run`, the staged report, `sleep adopt`, the next request carries the
+    skill, `sleep rollback` removes it. The analyst is a deterministic loopback server (the
+    135M model rarely writes valid edits) and the gate is off, so a proposal is certain; the
+    replays are the embedded model's own."""
+    from selftaught.sleep.proxy import ProxyConfig, proxy_in_background
+    from tests.fake_upstream import FakeUpstream
+
+    home, log_path = tmp_path / "home", tmp_path / "log.db"
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
+    monkeypatch.setenv("SELFTAUGHT_LOG", str(log_path))
+    monkeypatch.setattr(cli.out, "width", 250)
+    rule = "Reply with only the final number."
+    edit = json.dumps({"edits": [{"op": "append", "content": rule, "rationale": "terse"}]})
+    config = ProxyConfig(upstream="local", port=0, project="demo", log_path=log_path, home=home)
+    runner = CliRunner()
+    with FakeUpstream(lambda _: edit) as analyst, proxy_in_background(config) as (url, app):
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=300)
+
+        def ask(a: int, b: int) -> str:
+            raw = client.chat.completions.with_raw_response.create(
+                model="m",
+                messages=[{"role": "user", "content": f"What is {a} + {b}?"}],
+                max_tokens=16,
+                temperature=0,
+            )
+            return raw.headers["x-selftaught-interaction-id"]
+
+        ids = [ask(a, a + 3) for a in range(1, 9)]
+        assert app.state.proxy.writer.flush(30)
+        for a, iid in zip(range(1, 9), ids, strict=True):
+            httpx.post(
+                f"{url}/feedback", json={"id": iid, "thumb": "down", "reference": str(2 * a + 3)}
+            )
+        night = runner.invoke(
+            cli.app,
+            [
+                "sleep",
+                "run",
+                "--optimizer-model",
+                f"{analyst.base_url}#fake-model",
+                "--gate",
+                "off",
+                "--documents",
+                "skill",
+                "--max-tokens",
+                "16",
+                "--concurrency",
+                "4",
+            ],
+        )
+        assert night.exit_code == 0, night.output
+        text = " ".join(night.output.split())
+        assert "demo: staged" in text and "gate off" in text
+        report_md = Path(text.split("report: ")[1].split()[0])
+        assert "**OFF**" in report_md.read_text() and f"+{rule}" in report_md.read_text()
+        report = json.loads((report_md.parent / "report.json").read_text())
+        assert report["models"]["target"] == "local"  # the upstream the proxy logged
+        assert report["mining"]["tasks"] == 8 and report["usage"]["target"]["calls"] > 0
+
+        adopted = runner.invoke(cli.app, ["sleep", "adopt", "--project", "demo"])
+        assert adopted.exit_code == 0 and "as version 1" in adopted.output
+        with_skill = ask(20, 22)
+        rolled = runner.invoke(cli.app, ["sleep", "rollback", "--project", "demo"])
+        assert rolled.exit_code == 0 and "version 0 is adopted again" in rolled.output
+        without = ask(20, 22)
+        assert app.state.proxy.writer.flush(30)
+        assert httpx.get(url.removesuffix("/v1") + "/health").json()["adopted_version"] == "0"
+    log = TaskLog(log_path)
+    assert log.get(with_skill).skill_version == "1"  # the next request carried the new skill
+    assert log.get(without).skill_version is None  # and after the rollback it is gone

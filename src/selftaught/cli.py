@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from datetime import datetime
@@ -590,6 +591,240 @@ def sleep_harvest_cmd(
         )
         for bad in r.malformed[:5]:
             console.print(f"  skipped malformed line {bad}")
+
+
+# ---- sleep, part 2: the nightly cycle ---------------------------------------------------
+# Exit codes: 0 the night ran (a proposal staged or not, the report says why), 1 its backend
+# failed, 2 bad input, 3 another night is running.
+NightProjectOpt = Annotated[
+    str | None, typer.Option("--project", help="One project (default: every project with traffic).")
+]
+AdoptProjectOpt = Annotated[str, typer.Option("--project", help="Project.")]
+TargetSkillOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--target-skill-path", help="Also write the adopted skill to this file (e.g. AGENTS.md)."
+    ),
+]
+
+
+def _preferences(value: str | None) -> str:
+    """--preferences: a file's text when the value names a file, else the text itself."""
+    if value and Path(value).expanduser().is_file():
+        return Path(value).expanduser().read_text(encoding="utf-8")
+    return value or ""
+
+
+@sleep_app.command("run")
+@sleep_errors
+def sleep_run_cmd(
+    project: NightProjectOpt = None,
+    model: Annotated[
+        str | None, typer.Option(help="Target model spec (default: the upstream the proxy logged).")
+    ] = None,
+    optimizer_model: Annotated[str | None, typer.Option(help="Analyst model spec.")] = None,
+    judge_model: Annotated[
+        str | None, typer.Option(help="Judge for tasks without a reference (rubrics).")
+    ] = None,
+    log: LogOpt = None,
+    since: Annotated[
+        str | None, typer.Option(help="Read from here (ISO time or 2d ago), not the last night.")
+    ] = None,
+    lookback_days: Annotated[float, typer.Option(help="A first night reads this far back.")] = 7.0,
+    max_tasks: Annotated[int, typer.Option(help="Interactions read per project.")] = 200,
+    max_sessions: Annotated[int, typer.Option(help="Transcript sessions read per project.")] = 50,
+    gate: Annotated[str, typer.Option(help="on | off (off: accept greedily, reported).")] = "on",
+    gate_metric: GateMetricOpt = None,
+    gate_margin: GateMarginOpt = GateConfig.margin,
+    gate_confidence: GateConfidenceOpt = None,
+    rollouts_k: Annotated[int, typer.Option(help="Attempts per train task (K > 1: contrast).")] = 1,
+    preferences: Annotated[
+        str | None, typer.Option(help="House rules for the analyst: text, or a file holding it.")
+    ] = None,
+    epochs: Annotated[int, typer.Option(help="Passes over the night's train tasks.")] = 1,
+    batch_size: Annotated[int, typer.Option(help="Train tasks per step.")] = 16,
+    documents: Annotated[str, typer.Option(help="What to train, in order.")] = "skill,memory",
+    val_fraction: Annotated[float, typer.Option(help="Share of tasks that gate.")] = 0.3,
+    test_fraction: Annotated[float, typer.Option(help="Share held out from the gate.")] = 0.0,
+    min_val: Annotated[int, typer.Option(help="Fewer val tasks: nothing is staged.")] = 4,
+    concurrency: Annotated[int, typer.Option(help="Parallel replay workers.")] = (
+        SkillOptConfig.concurrency
+    ),
+    max_tokens: Annotated[int, typer.Option(help="Replay reply length cap.")] = (
+        SkillOptConfig.max_tokens
+    ),
+    budget_calls: BudgetCallsOpt = None,
+    budget_tokens: BudgetTokensOpt = None,
+    budget_usd: BudgetUsdOpt = None,
+    auto_adopt: Annotated[bool, typer.Option(help="Adopt at once when the gate accepted.")] = False,
+    target_skill_path: TargetSkillOpt = None,
+    allow_remote: Annotated[
+        bool, typer.Option(help="Send private (harvested) rows to remote models too.")
+    ] = False,
+    seed: SeedOpt = 0,
+    timeout: TimeoutOpt = 120.0,
+    api_key: ApiKeyOpt = None,
+    dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
+) -> None:
+    """One night: harvest the log → mine tasks → split → consolidate skill, then memory → stage
+    a proposal (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
+    from selftaught.sleep.cycle import SleepConfig, run_night
+    from selftaught.sleep.lock import NightRunning
+    from selftaught.sleep.log import parse_time
+    from selftaught.sleep.night_report import print_outcomes
+    from selftaught.sleep.split import SplitConfig
+
+    if gate not in ("on", "off"):
+        raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
+    gate_cfg = gate_config(gate_metric, gate_margin, gate_confidence)
+    config = SleepConfig(
+        model=model,
+        optimizer_model=optimizer_model,
+        judge_model=judge_model,
+        project=project,
+        log_path=log,
+        since=parse_time(since) if since else None,
+        lookback_days=lookback_days,
+        max_tasks=max_tasks,
+        max_sessions=max_sessions,
+        documents=tuple(d.strip() for d in documents.split(",") if d.strip()),
+        allow_remote=allow_remote,
+        auto_adopt=auto_adopt and not dry_run,
+        target_skill_paths=tuple(target_skill_path or ()),
+        training=SkillOptConfig(
+            epochs=epochs,
+            batch_size=batch_size,
+            rollouts_k=rollouts_k,
+            preferences=_preferences(preferences),
+            gate=dataclasses.replace(gate_cfg, accept_all=gate == "off"),
+            budget=budget(budget_calls, budget_tokens, budget_usd),
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            seed=seed,
+            timeout_s=timeout * 10,
+        ),
+        split=SplitConfig(val_fraction, test_fraction, min_val=min_val, seed=seed),
+        model_options=model_options(api_key, timeout),
+        progress=console.is_terminal,
+    )
+    try:
+        outcomes = run_night(config, dry_run=dry_run, console=console)
+    except NightRunning as err:
+        console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+        raise typer.Exit(3) from None
+    print_outcomes(outcomes, out, dry_run=dry_run)
+    if any(o.failed for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _dry_run_signature(fn: F) -> F:
+    """`sleep dry-run` is `sleep run` with --dry-run set: the same options, nothing staged."""
+    import inspect
+
+    sig = inspect.signature(fn, eval_str=True)  # typer reads the Annotated options from it
+    params = [
+        p.replace(default=True) if p.name == "dry_run" else p for p in sig.parameters.values()
+    ]
+
+    @functools.wraps(fn)
+    def dry(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    dry.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    dry.__doc__ = "Everything `sleep run` does, staging nothing: prints the report, keeps no trace."
+    return dry  # type: ignore[return-value]
+
+
+sleep_app.command("dry-run")(_dry_run_signature(sleep_run_cmd))
+
+
+@sleep_app.command("adopt")
+@sleep_errors
+def sleep_adopt_cmd(
+    night: Annotated[
+        str | None, typer.Argument(help="Night id (default: the latest staged).")
+    ] = None,
+    project: AdoptProjectOpt = "default",
+    force: Annotated[
+        bool, typer.Option(help="Adopt over a version it was not gated against.")
+    ] = False,
+    target_skill_path: TargetSkillOpt = None,
+) -> None:
+    """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
+    from selftaught.sleep.staging import adopt
+
+    done = adopt(project, night, force=force, target_paths=tuple(target_skill_path or ()))
+    out.print(
+        f"{project}: adopted night {done.night} as version {done.version} (was {done.previous}; "
+        f"backup {done.backup})" + "".join(f"\n  wrote {p}" for p in done.live_files)
+    )
+
+
+@sleep_app.command("rollback")
+@sleep_errors
+def sleep_rollback_cmd(
+    version: Annotated[
+        int | None, typer.Argument(help="Version (default: the previous one).")
+    ] = None,
+    project: AdoptProjectOpt = "default",
+    target_skill_path: TargetSkillOpt = None,
+) -> None:
+    """Return to an earlier adopted version (0: nothing adopted)."""
+    from selftaught.sleep.staging import rollback
+
+    done = rollback(project, version, target_paths=tuple(target_skill_path or ()))
+    out.print(f"{project}: version {done.version} is adopted again (was {done.previous})")
+
+
+@sleep_app.command("history")
+@sleep_errors
+def sleep_history_cmd(project: AdoptProjectOpt = "default") -> None:
+    """Adopted versions with their val scores, and the project's nights."""
+    from selftaught.sleep.night_report import history_tables
+
+    for table in history_tables(project):
+        out.print(table)
+
+
+@sleep_app.command("status")
+@sleep_errors
+def sleep_status_cmd(project: NightProjectOpt = None) -> None:
+    """The last night, a staged proposal, the adopted version, a running night, the schedule."""
+    from selftaught.sleep.night_report import status_lines
+
+    for line in status_lines(project):
+        out.print(line, soft_wrap=True, markup=False)
+
+
+@sleep_app.command(
+    "schedule", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+@sleep_errors
+def sleep_schedule_cmd(
+    ctx: typer.Context,
+    at: Annotated[str, typer.Option(help="HH:MM, every day (local time).")],
+    project: NightProjectOpt = None,
+) -> None:
+    """Run `sleep run` every night from your crontab; options after --at go to `sleep run`."""
+    from selftaught.sleep.paths import sleep_home
+    from selftaught.sleep.schedule import schedule
+
+    sleep_run_cmd_click = typer.main.get_command(sleep_app).commands["run"]  # type: ignore[attr-defined]
+    sleep_run_cmd_click.make_context("run", list(ctx.args), resilient_parsing=False)
+    entry = schedule(at, project, list(ctx.args), sleep_home())
+    out.print(f"scheduled every day at {entry.hour:02d}:{entry.minute:02d}: {entry.command}")
+
+
+@sleep_app.command("unschedule")
+@sleep_errors
+def sleep_unschedule_cmd(
+    project: NightProjectOpt = None,
+    every: Annotated[bool, typer.Option("--all", help="Every selftaught line.")] = False,
+) -> None:
+    """Remove the nightly line from your crontab."""
+    from selftaught.sleep.schedule import unschedule
+
+    out.print(f"removed {unschedule(project, every)} scheduled night(s)")
 
 
 # ---- optimize (skill optimization, text space) ----------------------------------------

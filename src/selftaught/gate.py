@@ -16,6 +16,10 @@ Decisions:
                    best is unchanged, so an unproven change is never shipped.
   reject           worse than the current one, or not evaluable (e.g. a skill's edits go to
                    the rejected buffer that the analyst sees next time).
+
+`accept_all` turns the gate off (`sleep run --gate off`, SkillOpt-Sleep's greedy ablation):
+every candidate becomes the new best whatever its val score; the scores and the reason are
+still reported, so a run without a gate shows what it let through.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class GateConfig:
     accept_ties: bool = True  # let the current skill move to an equal-scoring candidate
     mixed_weight: float = 0.5  # mixed metric = w * hard + (1 - w) * soft
     max_missing: float = 0.1  # reject when more val rollouts than this share errored
+    accept_all: bool = False  # gate off: accept every candidate as the new best (greedy)
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -121,6 +126,10 @@ def gate(candidate: ValScores, current: ValScores, best: ValScores, cfg: GateCon
         n_paired=len(cb),
         n_missing=missing,
     )
+    if cfg.accept_all:
+        result.decision = "accept_new_best"
+        result.reason = f"gate off: accepted unchecked ({gain_best:+g} items vs best on val)"
+        return result
     if n == 0 or not cb:
         result.reason = "no val example could be scored"
         return result

@@ -2,8 +2,8 @@
 
 `load_run(path)` detects the kind from config.json and the files present, then reads:
 
-- `optimize` (skill/trainer.py; a sleep night's staging folder has the same layout and reuses
-  `load_skill_run` with another kind name),
+- `optimize` (skill/trainer.py; a sleep night's staging folder, kind `sleep`, found by its
+  report.json, has the same layout and reuses `load_skill_run` with another kind name),
 - `rest` (weights/rest.py: ReST-EM and SFT, one history row per round, round 0 = base),
 - `rl` (weights/rl.py: GRPO / GSPO, one history row per logged step).
 
@@ -459,6 +459,32 @@ def load_skill_run(root: Path, kind: str = "optimize") -> SkillRun:
     )
 
 
+def load_sleep_night(root: Path) -> SkillRun:
+    """A sleep night's staging folder: its skill phase is an `optimize` run directory at the
+    folder's root; the night's status, reason, memory phase and notes come first as notes."""
+    run = load_skill_run(root, kind="sleep")
+    night = _dict(_Reader(root).json("report.json"))
+    notes = [
+        f"Night {night.get('night')} of project {night.get('project')}: "
+        f"{night.get('status')} — {night.get('reason') or 'no reason recorded'}."
+    ]
+    memory = _dict(_dict(night.get("phases")).get("memory"))
+    if memory.get("ran"):
+        before = read_estimate(memory.get("val_initial"))
+        after = read_estimate(memory.get("val_best"))
+        notes.append(
+            f"Memory phase (memory/): val {before.text() if before else '?'} → best "
+            f"{after.text() if after else '?'}; decisions {memory.get('decisions') or {}}."
+        )
+    elif memory:
+        notes.append(
+            f"Memory phase did not run: {memory.get('stopped_by') or memory.get('error')}."
+        )
+    notes += [str(n) for n in night.get("notes") or []]
+    run.notes[:0] = notes
+    return run
+
+
 # ---- train: ReST-EM / SFT -------------------------------------------------------------------
 @dataclass
 class Round:
@@ -655,6 +681,7 @@ Run = SkillRun | RestRun | RLRun
 
 ADAPTERS: dict[str, Callable[[Path], Run]] = {
     "optimize": load_skill_run,
+    "sleep": load_sleep_night,
     "rest": load_rest_run,
     "rl": load_rl_run,
 }
@@ -671,6 +698,8 @@ def detect_kind(root: Path) -> str:
         raise ReportError(f"run directory {root} does not exist")
     if not root.is_dir():
         raise ReportError(f"{root} is not a directory; give the run directory")
+    if _dict(_Reader(root).json("report.json")).get("kind") == "sleep-night":
+        return "sleep"
     config = _dict(_Reader(root).json("config.json"))
     method = config.get("method")
     if method in ("rest", "sft") or "rest" in config:

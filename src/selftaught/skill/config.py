@@ -53,6 +53,9 @@ class SkillOptConfig:
     """Greedy by default: reproducible, cacheable; the rejected buffer varies the prompt."""
     repair: bool = True
     """One repair call when an analyst reply is not valid JSON edits."""
+    preferences: str = ""
+    """The user's house rules (free text), shown to the analyst in every reflection and merge
+    prompt: the document must never contradict them (`--preferences TEXT|FILE`)."""
     guard_edits: bool = True
     """Refuse edits that echo the analyst's prompts or carry a train / val example's content
     (its numbers or wording): a skill holds rules, not examples (see `skill.guard`)."""

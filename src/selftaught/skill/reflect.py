@@ -214,12 +214,14 @@ class Analyst:
         timeout_s: float = 300.0,
         guard: EditGuard | None = None,
         document: DocumentKind = "skill",
+        preferences: str = "",
     ):
         if document not in DOCUMENTS:
             raise ValueError(f"document must be one of {', '.join(DOCUMENTS)}, got {document!r}")
         self.model = model
         self.guard = guard
         self.document = document
+        self.preferences = preferences.strip()  # the user's house rules, shown in every prompt
         self.params = GenerationParams(max_tokens=max_tokens, temperature=temperature)
         self.repair = repair
         self.limits = {
@@ -238,6 +240,7 @@ class Analyst:
                 "merge",
                 "repair",
                 "rejected",
+                "preferences",
             )
         }
 
@@ -246,12 +249,18 @@ class Analyst:
             return ""
         return render(self.prompts["rejected"], rejected=format_edits(rejected))
 
+    def _preferences_block(self) -> str:
+        if not self.preferences:
+            return ""
+        return render(self.prompts["preferences"], doc=self.document, preferences=self.preferences)
+
     def _render(self, name: str, document: str, **values: Any) -> str:
         return render(
             self.prompts[name],
             DOC=self.document.upper(),
             doc=self.document,
             doc_description=DOCUMENTS[self.document],
+            preferences=self._preferences_block(),
             document=document.strip() or "(empty: nothing written yet)",
             **values,
         )

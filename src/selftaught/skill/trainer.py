@@ -219,6 +219,7 @@ class SkillTrainer:
             max_edit_chars=config.max_edit_chars,
             timeout_s=config.timeout_s,
             document=document,
+            preferences=config.preferences,
         )
         self.guard: EditGuard | None = None  # built once the splits are known (_prepare)
         self.params = GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)

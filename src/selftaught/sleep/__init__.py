@@ -1,8 +1,11 @@
 """Sleep: the deployed agent learns from its own real traffic.
 
-Part 1 (here): the task log and every way traffic gets in — `selftaught proxy`, the Python call
+The task log and every way traffic gets in — `selftaught proxy`, the Python call
 `log_interaction`, `selftaught sleep import`, and the agent-transcript harvesters — with
-secrets redacted before anything is stored."""
+secrets redacted before anything is stored. Then the nightly cycle (`sleep.cycle.run_night`):
+mine the log into checked tasks (`mine`, `checks`), split them (`split`), consolidate a skill
+and a memory with the SkillOpt trainer, stage a proposal and adopt or roll it back
+(`staging`), one night at a time (`lock`), on a schedule (`schedule`)."""
 
 from selftaught.sleep.log import (
     Feedback,

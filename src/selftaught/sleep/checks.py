@@ -1,0 +1,262 @@
+"""How a mined task is checked: the strongest check the log supports, scored as free text.
+
+- a **reference** (logged, or corrected later by feedback) → the task's scorer: `numeric` when
+  the reference is a number, `quantity` when it is a number with a unit ("7 km": the number
+  must match and the answer must end with the unit), else `normalized`;
+- a **rule** the user stated in the request or the client's system prompt (length, format,
+  language) → a rule check of this module (`find_rules`);
+- otherwise a **rubric** (written by the miner from the request and the feedback) scored by a
+  judge model (`LlmJudge`, `--judge-model`).
+
+A task's checks all count: hard = every check passed, soft = their mean, feedback = each
+check's own words. Rule checks are heuristics over English phrasing; a check that cannot
+decide (a reply too short to tell its language) passes rather than guesses.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from selftaught.tasks.base import Example, Score
+from selftaught.tasks.extract import extract_answer, extract_json
+from selftaught.tasks.scorers import LlmJudge, normalized, numeric, parse_number
+
+REFERENCE_SCORERS = ("numeric", "quantity", "normalized")
+
+# ---- rules the user stated ----------------------------------------------------------------
+
+_SMALL = {
+    "one": 1,
+    "a single": 1,
+    "a": 1,
+    "single": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "twenty": 20,
+    "fifty": 50,
+    "hundred": 100,
+}
+_COUNT = r"(\d{1,4}|" + "|".join(sorted(_SMALL, key=len, reverse=True)) + ")"
+_LIMIT = (
+    r"(?:in|under|within|at most|no more than|not more than|fewer than|less than"
+    r"|max(?:imum)?(?: of)?|up to)"
+)
+_RULE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("max_words", re.compile(rf"\b{_LIMIT}\s+{_COUNT}\s+words?\b", re.I)),
+    ("max_words", re.compile(rf"\b{_COUNT}[- ]word (?:answer|reply|response|summary)\b", re.I)),
+    ("max_sentences", re.compile(rf"\b{_LIMIT}\s+{_COUNT}\s+sentences?\b", re.I)),
+    ("max_chars", re.compile(rf"\b{_LIMIT}\s+(\d{{1,5}})\s+(?:characters|chars)\b", re.I)),
+    (
+        "json",
+        re.compile(
+            r"\b(?:as|in|return|reply with|respond with|output|answer with|formatted as)\s+"
+            r"(?:valid\s+|a\s+|an\s+)?json\b",
+            re.I,
+        ),
+    ),
+    (
+        "bullets",
+        re.compile(r"\b(?:bullet(?:ed)?[- ]?(?:point)?\s+list|bullet points|as bullets)\b", re.I),
+    ),
+    ("numbered", re.compile(r"\bnumbered list\b", re.I)),
+)
+LANGUAGES = ("english", "french", "spanish", "german", "italian", "portuguese", "dutch")
+_LANGUAGE = re.compile(
+    r"\b(?:answer|reply|respond|write|translate|speak|say)\b(?:\s+\S+){0,4}?\s+(?:in|into)\s+("
+    + "|".join(LANGUAGES)
+    + r")\b",
+    re.I,
+)
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+# Frequent short words that tell these languages apart (a heuristic, for replies of 4+ words).
+_STOPWORDS: dict[str, frozenset[str]] = {
+    "english": frozenset(_words("the and is are of to in that it with for this was you not")),
+    "french": frozenset(_words("le la les et est un une des du que qui dans pour pas vous avec")),
+    "spanish": frozenset(_words("el la los las y es un una que en por para con no del se")),
+    "german": frozenset(_words("der die das und ist ein eine nicht mit zu den von sie es auf")),
+    "italian": frozenset(_words("il lo la gli le e è un una che di per non con del sono")),
+    "portuguese": frozenset(_words("o a os as e é um uma que de do da em para não com")),
+    "dutch": frozenset(_words("de het een en is van dat niet met voor op zijn ik je")),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule the user stated: `kind` (max_words, max_sentences, max_chars, json, bullets,
+    numbered, language) and its argument (a count, or a language name)."""
+
+    kind: str
+    arg: Any = None
+    said: str = ""  # the user's own words
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def check(self, reply: str) -> tuple[bool, str]:
+        """(passed, why) for one reply."""
+        text = reply.strip()
+        if self.kind == "max_words":
+            n = len(text.split())
+            return n <= self.arg, f"{n} words (the user asked for at most {self.arg})"
+        if self.kind == "max_sentences":
+            n = len([s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()])
+            return n <= self.arg, f"{n} sentences (the user asked for at most {self.arg})"
+        if self.kind == "max_chars":
+            return len(text) <= self.arg, f"{len(text)} characters (at most {self.arg} asked)"
+        if self.kind == "json":
+            try:
+                extract_json(text)
+            except ValueError:
+                return False, "no JSON in the reply (the user asked for JSON)"
+            return True, "JSON given as asked"
+        if self.kind in ("bullets", "numbered"):
+            mark = r"[-*•]\s" if self.kind == "bullets" else r"\d+[.)]\s"
+            items = sum(1 for line in text.splitlines() if re.match(rf"\s*{mark}", line))
+            what = "bulleted" if self.kind == "bullets" else "numbered"
+            return items >= 2, f"{items} {what} items (the user asked for a {what} list)"
+        if self.kind == "language":
+            found = detect_language(text)
+            if found is None:
+                return True, f"too short to tell its language (the user asked for {self.arg})"
+            return found == self.arg, f"written in {found} (the user asked for {self.arg})"
+        raise ValueError(f"unknown rule kind {self.kind!r}")
+
+
+def _count(word: str) -> int:
+    return int(word) if word.isdigit() else _SMALL[word.lower()]
+
+
+def find_rules(text: str) -> list[Rule]:
+    """The rules stated in `text` (one per kind, the first statement wins)."""
+    rules: dict[str, Rule] = {}
+    for kind, pattern in _RULE_PATTERNS:
+        m = pattern.search(text)
+        if m is None or kind in rules:
+            continue
+        arg = _count(m.group(1)) if m.groups() else None
+        if arg == 0:
+            continue
+        rules[kind] = Rule(kind, arg, m.group(0))
+    m = _LANGUAGE.search(text)
+    if m is not None:
+        rules["language"] = Rule("language", m.group(1).lower(), m.group(0))
+    return list(rules.values())
+
+
+def detect_language(text: str) -> str | None:
+    """The language of `text` among LANGUAGES by frequent short words; None when the text is
+    too short or no language stands out."""
+    words = re.findall(r"[a-zàâäéèêëïîôöùûüçñáíóúãõ]+", text.lower())
+    if len(words) < 4:
+        return None
+    counts = {lang: sum(w in stop for w in words) for lang, stop in _STOPWORDS.items()}
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    (best, hits), (_, second) = ranked[0], ranked[1]
+    return best if hits >= 2 and hits > second else None
+
+
+# ---- references ---------------------------------------------------------------------------
+
+_QUANTITY = re.compile(
+    r"^\s*(-?\$?\d[\d,]*(?:\.\d+)?)\s*([A-Za-z°%µ€£][A-Za-z°%µ/²³.\-]{0,15}(?: [A-Za-z]{1,10})?)"
+    r"\s*\.?\s*$"
+)
+_PLAIN_NUMBER = re.compile(r"^\s*-?\$?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?\s*$")
+
+
+def reference_scorer(reference: Any) -> str:
+    """Which scorer checks this reference: numeric, quantity or normalized."""
+    refs = reference if isinstance(reference, list) else [reference]
+    texts = [str(r) for r in refs]
+    if texts and all(_PLAIN_NUMBER.match(t) for t in texts):
+        return "numeric"
+    if len(texts) == 1 and _QUANTITY.match(texts[0]):
+        return "quantity"
+    return "normalized"
+
+
+def quantity(output: str, example: Example) -> Score:
+    """A number with a unit: the answer's number must equal the reference's and the answer
+    must end with the unit (e.g. reference "7 km": "... 7 km" solves, "7" does not).
+    soft: half for the number, half for the unit."""
+    m = _QUANTITY.match(str(example.reference))
+    if m is None:
+        raise ValueError(f"reference {example.reference!r} is not a number with a unit")
+    want, unit = parse_number(m.group(1)), m.group(2).strip().rstrip(".")
+    answer = extract_answer(output).strip().rstrip(".!").strip()
+    got = parse_number(answer)
+    number_ok = got is not None and want is not None and abs(got - want) <= 1e-9 + 1e-6 * abs(want)
+    ends = re.search(rf"\d\s*{re.escape(unit)}$", answer, re.I) is not None
+    soft = 0.5 * number_ok + 0.5 * ends
+    if number_ok and ends:
+        return Score(1.0, 1.0, f"correct: {m.group(1)} {unit}")
+    problems = []
+    if not number_ok:
+        problems.append(
+            f"expected the number {m.group(1)}, got {got if got is not None else 'none'}"
+        )
+    if not ends:
+        problems.append(f"the answer must end with the unit {unit!r} (right after the number)")
+    return Score(0.0, soft, "; ".join(problems))
+
+
+def score_reference(output: str, example: Example, scorer: str) -> Score:
+    if scorer == "numeric":
+        return numeric(output, example)
+    if scorer == "quantity":
+        return quantity(output, example)
+    if scorer == "normalized":
+        return normalized(output, example)
+    raise ValueError(f"unknown reference scorer {scorer!r}; valid: {', '.join(REFERENCE_SCORERS)}")
+
+
+# ---- a mined task's score ------------------------------------------------------------------
+
+
+def score_example(output: str, example: Example, judge: LlmJudge | None) -> Score:
+    """Every check of a mined example (`example.state`: scorer, rules, rubric) on one reply."""
+    state = example.state
+    scores: list[Score] = []
+    if state.get("scorer"):
+        scores.append(score_reference(output, example, state["scorer"]))
+    elif state.get("rubric"):
+        if judge is None:
+            raise ValueError(f"task {example.id} is scored by a rubric but no judge model is set")
+        scores.append(judge(output, example))
+    for raw in state.get("rules", []):
+        rule = Rule(**raw)
+        ok, why = rule.check(output)
+        scores.append(Score(float(ok), float(ok), f"rule {rule.kind}: {why}"))
+    if not scores:
+        raise ValueError(f"task {example.id} has no check")
+    hard = float(all(s.hard for s in scores))
+    soft = sum(s.soft for s in scores) / len(scores)
+    return Score(hard, soft, "; ".join(s.feedback for s in scores if s.feedback))
+
+
+def describe_checks(state: dict[str, Any]) -> str:
+    """One line naming a task's checks, for reports."""
+    parts = []
+    if state.get("scorer"):
+        parts.append(f"reference ({state['scorer']})")
+    elif state.get("rubric"):
+        parts.append("rubric (judge)")
+    parts += [
+        f"rule {r['kind']}" + (f"={r['arg']}" if r.get("arg") else "")
+        for r in state.get("rules", [])
+    ]
+    return ", ".join(parts)

@@ -1,0 +1,190 @@
+"""Consolidate: the night's tasks → a better skill, then a better memory, with the SkillOpt
+trainer (reflect → merge → select → apply → gate), not a second optimizer.
+
+The skill is trained with the memory held fixed, then the memory with the new skill held fixed;
+both trainers charge ONE usage ledger, so the night's budget covers both (a budget spent by the
+skill phase skips the memory phase, saying so), and every call of the target, the analyst and
+the judge goes through the evidence log. `backend_failure` tells a night whose backend failed
+from one that had nothing to learn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from selftaught.models.base import ChatModel
+from selftaught.models.errors import FatalBackendError
+from selftaught.models.usage import TrackedModel, UsageLedger
+from selftaught.policy import Policy
+from selftaught.runs import RunDir, RunError, read_json
+from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.trainer import SkillTrainer
+from selftaught.sleep.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.paths import Adopted
+from selftaught.sleep.split import NightTask
+from selftaught.stats import sign_test_pvalue
+from selftaught.tasks.scorers import LlmJudge
+
+
+@dataclass
+class Consolidation:
+    skill: str
+    memory: str
+    phases: dict[str, dict[str, Any]]
+    ledger: UsageLedger
+    fatal: FatalBackendError | None = None
+
+
+def _phase(
+    document: str,
+    training: SkillOptConfig,
+    progress: bool,
+    task: NightTask,
+    target: ChatModel,
+    optimizer: ChatModel,
+    initial: str,
+    other: str,
+    run_dir: Path,
+    ledger: UsageLedger,
+    console: Console,
+) -> dict[str, Any]:
+    """One trainer (skill or memory); its summary, or why it stopped early."""
+    training = dataclasses.replace(training, evaluate_test=bool(task.examples("test")))
+    trainer = SkillTrainer(
+        training,
+        task,
+        target,
+        optimizer,
+        initial,
+        document=document,  # type: ignore[arg-type]
+        other_document=other,
+        output_dir=run_dir,
+        ledger=ledger,
+        progress=progress,
+        console=console,
+    )
+    try:
+        summary = trainer.train()
+    except RunError as err:  # the budget ran out before the baseline was even scored
+        return {"document": document, "ran": False, "stopped_by": str(err), "best": initial}
+    return {
+        "document": document,
+        "ran": True,
+        "run_dir": str(run_dir),
+        "best": summary["best_skill"],
+        "changed": summary["best_skill"].strip() != initial.strip(),
+        "steps": summary["steps"],
+        "total_steps": summary["total_steps"],
+        "best_version": summary["best_version"],
+        "val_initial": summary["val_initial"],
+        "val_best": summary["val_best"],
+        "decisions": summary["decisions"],
+        "analyst": summary["analyst"],
+        "stopped_by": summary["stopped_by"],
+        "test": summary["test"],
+    }
+
+
+def consolidate(
+    training: SkillOptConfig,
+    documents: tuple[str, ...],
+    progress: bool,
+    task: NightTask,
+    target_model: ChatModel,
+    optimizer_model: ChatModel,
+    judge_model: ChatModel | None,
+    adopted: Adopted,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    console: Console,
+) -> Consolidation:
+    """Train the night's documents in order on `task`; the best of each and what happened."""
+    ledger = UsageLedger()
+    target = EvidenceModel(target_model, evidence, "target")
+    optimizer = EvidenceModel(optimizer_model, evidence, "optimizer")
+    if judge_model is not None:
+        judge = EvidenceModel(judge_model, evidence, "judge")
+        task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
+    result = Consolidation(adopted.skill, adopted.memory, {}, ledger)
+    for document in documents:
+        if document == "memory" and ledger.budget.limited and ledger.exhausted():
+            result.phases["memory"] = {
+                "document": "memory",
+                "ran": False,
+                "stopped_by": f"budget ({ledger.exhausted()}) spent before the memory phase",
+            }
+            continue
+        skill_doc = document == "skill"
+        try:
+            phase = _phase(
+                document,
+                training,
+                progress,
+                task,
+                target,
+                optimizer,
+                result.skill if skill_doc else result.memory,
+                result.memory if skill_doc else result.skill,
+                night_dir if skill_doc else night_dir / "memory",
+                ledger,
+                console,
+            )
+        except FatalBackendError as err:
+            result.fatal = err
+            result.phases[document] = {"document": document, "ran": False, "error": str(err)}
+            return result
+        result.phases[document] = phase
+        if skill_doc:
+            result.skill = phase["best"]
+        else:
+            result.memory = phase["best"]
+    return result
+
+
+def backend_failure(result: Consolidation, evidence: EvidenceLog, max_missing: float) -> str | None:
+    """Why the backend failed this night (None when it did not)."""
+    if result.fatal is not None:
+        return f"a backend call failed fatally: {result.fatal}"
+    first_error = evidence.errors[0]["error"] if evidence.errors else "no error message"
+    analyst = result.ledger.to_dict().get("optimizer", {})
+    if analyst.get("errors") and not analyst.get("calls"):
+        why = next((e["error"] for e in evidence.errors if e["role"] == "optimizer"), first_error)
+        return f"every analyst call failed ({analyst['errors']} calls; first: {why})"
+    for document, phase in result.phases.items():
+        if not phase.get("ran"):
+            continue
+        run_dir = Path(phase["run_dir"])
+        rows = read_json(run_dir / "diagnostics" / "step_0000.json").get("val", [])
+        failed = [r for r in rows if r.get("error")]
+        if rows and len(failed) > max_missing * len(rows):
+            return (
+                f"the {document} phase's baseline could not be scored: {len(failed)} of "
+                f"{len(rows)} val replays failed (first: {failed[0]['error']})"
+            )
+        for row in RunDir(run_dir).history()[1:]:
+            gate = row.get("gate") or {}
+            if gate.get("decision") == "reject" and "backend errors" in str(gate.get("reason")):
+                return (
+                    f"the {document} phase could not evaluate a candidate at step "
+                    f"{row.get('step')}: {gate['reason']} (first error: {first_error})"
+                )
+    return None
+
+
+def paired_val(night_dir: Path, adopted: Adopted, skill: str, memory: str) -> dict[str, Any]:
+    """Val before (the adopted documents) and after (the proposal), paired per task."""
+    cache: dict[str, Any] = {}
+    for run in (night_dir, night_dir / "memory"):
+        path = run / "val_cache.json"
+        if path.exists():
+            cache.update(read_json(path))
+    before = cache.get(Policy(adopted.skill, adopted.memory).skill_hash(), {})
+    after = cache.get(Policy(skill, memory).skill_hash(), {})
+    wins = sum(1 for k, v in after.items() if v and before.get(k) and v[0] > before[k][0])
+    losses = sum(1 for k, v in after.items() if v and before.get(k) and v[0] < before[k][0])
+    return {"wins": wins, "losses": losses, "sign_test_p": round(sign_test_pvalue(wins, losses), 6)}

@@ -1,0 +1,551 @@
+"""One night: harvest → mine → split → consolidate (skill, then memory) → stage (→ adopt).
+
+    from selftaught.sleep.cycle import SleepConfig, run_night
+    nights = run_night(SleepConfig(model="http://127.0.0.1:8011/v1#SmolLM2-135M-Instruct"))
+
+Per project with traffic since its last night (a first night looks back `lookback_days`), in
+its own staging folder (`staging.NIGHT_LAYOUT`):
+
+1. **harvest** the task log, oldest first, capped by `max_tasks` interactions and
+   `max_sessions` transcript sessions (what the caps leave waits for the next night). Private
+   (harvested) rows never reach a remote model (`openai:`, a non-loopback URL) unless they are
+   reviewed or `allow_remote` is set;
+2. **mine** tasks with checks, merge near-duplicates (`mine.py`);
+3. **split** train / val / test, disjoint; too few to gate: nothing is staged (`split.py`);
+4. **consolidate** with `SkillTrainer` (reflect → merge → select → apply → gate): the skill
+   with the memory held fixed, then the memory with the new skill held fixed, both charged to
+   ONE usage ledger so the night's budget covers both; every call goes to the evidence log
+   (`consolidate.py`);
+5. **stage** the best skill and memory as a proposal when the gate accepted one, with the
+   report and the diagnostics; `auto_adopt` adopts it at once.
+
+A night whose backend failed (a fatal error, the target failing on the baseline, every analyst
+call failing, a candidate the gate could not evaluate for backend errors) ends
+`backend_failed`, never "nothing to learn", and its interactions are read again next time.
+The models behind a night are recorded; a change since the last night is warned about.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from rich.console import Console
+
+from selftaught.models.base import ChatModel
+from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
+from selftaught.serve import is_loopback
+from selftaught.skill.config import SkillOptConfig
+from selftaught.sleep import night_report, staging
+from selftaught.sleep.consolidate import Consolidation, backend_failure, consolidate, paired_val
+from selftaught.sleep.evidence import EvidenceLog
+from selftaught.sleep.lock import night_lock
+from selftaught.sleep.log import Interaction, LogFilter, TaskLog
+from selftaught.sleep.mine import MineConfig, MinedTask, MineReport, mine
+from selftaught.sleep.paths import Adopted, check_project, sleep_home
+from selftaught.sleep.split import NightTask, SplitConfig, SplitOverlap, TooFewTasks, assign_splits
+
+DOCUMENTS = ("skill", "memory")
+EXIT_FAILED = ("backend_failed", "failed")
+
+
+def night_training_defaults() -> SkillOptConfig:
+    """A night consolidates once over its train tasks (SkillOpt-Sleep: one epoch a night)."""
+    return SkillOptConfig(epochs=1, batch_size=16)
+
+
+@dataclass
+class SleepConfig:
+    model: str | None = None
+    """Target model spec the tasks are replayed on; None: the upstream the proxy logged."""
+    optimizer_model: str | None = None
+    """Analyst model spec (reflects, merges); None: the target."""
+    judge_model: str | None = None
+    """Judge for tasks without a reference (rubrics); None: such tasks are dropped."""
+    project: str | None = None
+    """One project; None: every project with traffic since its last night."""
+    home: Path | None = None
+    log_path: Path | None = None
+    since: float | None = None
+    """Read from here instead of the end of the last night (epoch seconds)."""
+    lookback_days: float = 7.0
+    """A project's first night reads this far back."""
+    max_tasks: int = 200
+    """Interactions read per project per night (oldest first; the rest wait)."""
+    max_sessions: int = 50
+    """Transcript sessions (harvested rows) read per project per night."""
+    documents: tuple[str, ...] = DOCUMENTS
+    """What the night trains, in order: the skill, then the memory."""
+    allow_remote: bool = False
+    """Send private (harvested, unreviewed) rows to remote models too."""
+    auto_adopt: bool = False
+    """Adopt the proposal at once when the gate accepted one."""
+    target_skill_paths: tuple[Path, ...] = ()
+    """Live files that also receive the adopted skill (with auto_adopt)."""
+    training: SkillOptConfig = field(default_factory=night_training_defaults)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    mining: MineConfig = field(default_factory=MineConfig)
+    model_options: dict[str, Any] = field(default_factory=dict)
+    """`load_model` keyword arguments (api_key, timeout_s, ...)."""
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.project is not None:
+            check_project(self.project)
+        unknown = [d for d in self.documents if d not in DOCUMENTS]
+        if unknown or not self.documents:
+            raise ValueError(
+                f"documents must be among {', '.join(DOCUMENTS)}, got {self.documents}"
+            )
+        if self.max_tasks < 1 or self.max_sessions < 1:
+            raise ValueError("max_tasks and max_sessions must be at least 1")
+        if self.lookback_days <= 0:
+            raise ValueError("lookback_days must be positive")
+
+
+@dataclass
+class NightModels:
+    """The models of a night and the specs they were loaded from (recorded, and checked for
+    remote use). Tests pass scripted models here."""
+
+    target: ChatModel
+    target_spec: str
+    optimizer: ChatModel
+    optimizer_spec: str
+    judge: ChatModel | None = None
+    judge_spec: str | None = None
+
+    def specs(self) -> dict[str, str | None]:
+        return {
+            "target": self.target_spec,
+            "optimizer": self.optimizer_spec,
+            "judge": self.judge_spec,
+            "target_name": self.target.name,
+        }
+
+    def remote(self) -> list[str]:
+        return [s for s in (self.target_spec, self.optimizer_spec, self.judge_spec) if is_remote(s)]
+
+
+def is_remote(spec: str | None) -> bool:
+    """A model outside this machine: `openai:` or a URL whose host is not loopback."""
+    if not spec or spec == "local" or spec.startswith("local:"):
+        return False
+    if spec.startswith("openai:"):
+        return True
+    host = urlparse(spec.partition("#")[0]).hostname or ""
+    return not is_loopback(host)
+
+
+@dataclass
+class ProjectNight:
+    """What one night did for one project (its report.json, and where it is)."""
+
+    project: str
+    night_dir: Path | None
+    report: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return str(self.report.get("status"))
+
+    @property
+    def failed(self) -> bool:
+        return self.status in EXIT_FAILED
+
+
+ModelLoader = Callable[[str], ChatModel]
+
+
+# ---- harvest ------------------------------------------------------------------------------
+
+
+def _window_rows(
+    log: TaskLog, config: SleepConfig, home: Path, until: float
+) -> dict[str, tuple[float, list[Interaction]]]:
+    """(since, rows oldest first) per project with task rows in its window."""
+    names = [config.project] if config.project else None
+    first_night = until - config.lookback_days * 86400
+    since_of: dict[str, float] = {}
+
+    def since(project: str) -> float:
+        if project not in since_of:
+            start = config.since
+            if start is None:
+                last = staging.cursor(project, home)
+                start = first_night if last is None else last
+            since_of[project] = start
+        return since_of[project]
+
+    known = names or staging.projects(home)
+    earliest = (
+        min([since(p) for p in known] + [first_night]) if config.since is None else config.since
+    )
+    rows = log.query(
+        LogFilter(
+            project=config.project, since=earliest, until=until, errors=False, newest_first=False
+        )
+    )
+    out: dict[str, tuple[float, list[Interaction]]] = {}
+    for it in rows:
+        if it.created_at >= since(it.project):
+            out.setdefault(it.project, (since(it.project), []))[1].append(it)
+    if config.project and config.project not in out:
+        out[config.project] = (since(config.project), [])
+    return out
+
+
+def _cap(rows: list[Interaction], config: SleepConfig) -> tuple[list[Interaction], str | None]:
+    """The rows a night reads (oldest first, stopping at the first cap) and which cap hit."""
+    sessions: set[str] = set()
+    taken: list[Interaction] = []
+    for it in rows:
+        session = it.meta.get("session_id") if isinstance(it.meta, dict) else None
+        if len(taken) >= config.max_tasks:
+            return taken, f"max_tasks ({config.max_tasks})"
+        if session is not None and session not in sessions:
+            if len(sessions) >= config.max_sessions:
+                return taken, f"max_sessions ({config.max_sessions})"
+            sessions.add(session)
+        taken.append(it)
+    return taken, None
+
+
+def _private_filter(
+    rows: list[Interaction], models: NightModels, allow_remote: bool
+) -> tuple[list[Interaction], int]:
+    remote = models.remote()
+    if not remote or allow_remote:
+        return rows, 0
+    kept = [it for it in rows if not it.private or it.reviewed]
+    return kept, len(rows) - len(kept)
+
+
+def _gate_mode(training: SkillOptConfig) -> dict[str, Any]:
+    g = training.gate
+    return {
+        "mode": "off" if g.accept_all else "on",
+        "metric": g.metric,
+        "margin": g.margin,
+        "confidence": g.confidence,
+    }
+
+
+def _outcome(
+    report: dict[str, Any],
+    night_dir: Path,
+    adopted: Adopted,
+    result: Consolidation,
+    evidence: EvidenceLog,
+    config: SleepConfig,
+) -> None:
+    """Status, reason and proposal of a night whose consolidation ran."""
+    report["phases"] = {
+        d: {k: v for k, v in p.items() if k != "best"} for d, p in result.phases.items()
+    }
+    report["usage"] = result.ledger.to_dict()
+    failure = backend_failure(result, evidence, config.training.gate.max_missing)
+    if failure is not None:
+        report.update(status="backend_failed", reason=failure)
+        return
+    changed = result.skill.strip() != adopted.skill.strip() or (
+        result.memory.strip() != adopted.memory.strip()
+    )
+    ran = [p for p in result.phases.values() if p.get("ran")]
+    if not changed:
+        reason = night_report.why_nothing(night_dir, result.phases)
+        report.update(status="no_proposal", reason=reason)
+        return
+    changes = staging.write_proposal(night_dir, adopted, result.skill, result.memory)
+    first, last = ran[0], ran[-1]
+    proposal = {
+        "skill_changed": changes["skill"],
+        "memory_changed": changes["memory"],
+        "val_before": first["val_initial"],
+        "val_after": last["val_best"],
+        "paired": paired_val(night_dir, adopted, result.skill, result.memory),
+        "test": last.get("test"),
+    }
+    report["proposal"] = proposal
+    gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
+    what = " and ".join(k for k in ("skill", "memory") if changes[k])
+    report.update(
+        status="staged",
+        reason=f"a new {what} was proposed ({gate}): val "
+        f"{proposal['val_before']['hard']:.3f} → {proposal['val_after']['hard']:.3f}",
+    )
+
+
+# ---- one project ----------------------------------------------------------------------------
+
+
+def _base_report(project: str, night: str, models: NightModels, config: SleepConfig) -> dict:
+    return {
+        "kind": staging.NIGHT_KIND,
+        "night": night,
+        "project": project,
+        "status": "running",
+        "reason": None,
+        "pid": os.getpid(),
+        "started_at": time.time(),
+        "models": models.specs(),
+        "gate": _gate_mode(config.training),
+        "training": {
+            "epochs": config.training.epochs,
+            "batch_size": config.training.batch_size,
+            "rollouts_k": config.training.rollouts_k,
+            "concurrency": config.training.concurrency,
+            "documents": list(config.documents),
+            "preferences": bool(config.training.preferences.strip()),
+        },
+        "budget": dataclasses.asdict(config.training.budget),
+        "notes": [],
+    }
+
+
+def _model_change(report: dict[str, Any], project: str, home: Path) -> str | None:
+    last = staging.last_models(project, home)
+    if last is None:
+        return None
+    night, before = last
+    now = report["models"]
+    changed = [
+        k for k in ("target", "optimizer", "judge", "target_name") if before.get(k) != now.get(k)
+    ]
+    if not changed:
+        return None
+    parts = ", ".join(f"{k} {before.get(k)!r} → {now.get(k)!r}" for k in changed)
+    return (
+        f"the models changed since night {night} ({parts}): a skill learned for one model may "
+        "not suit another"
+    )
+
+
+def _mine_and_split(
+    report: dict[str, Any], rows: list[Interaction], config: SleepConfig, models: NightModels
+) -> tuple[list[MinedTask], MineReport, dict[str, list[MinedTask]]]:
+    kept, withheld = _private_filter(rows, models, config.allow_remote)
+    mining = dataclasses.replace(config.mining, judge=models.judge is not None)
+    tasks, mined = mine(kept, mining)
+    mined.withheld_private = withheld
+    report["mining"] = mined.to_dict()
+    if withheld:
+        report["notes"].append(
+            f"{withheld} private (harvested) interactions were left out: "
+            f"{', '.join(models.remote())} is a remote model; mark them reviewed or pass "
+            "--allow-remote to use them"
+        )
+    splits = assign_splits(tasks, config.split, mining.near_duplicate)
+    return tasks, mined, splits
+
+
+def run_project(
+    project: str,
+    night: str,
+    since: float,
+    until: float,
+    rows: list[Interaction],
+    config: SleepConfig,
+    models: NightModels,
+    home: Path,
+    console: Console,
+    night_dir: Path,
+    dry_run: bool = False,
+) -> ProjectNight:
+    """One project's night, staged in `night_dir` (report.json is written first, as running)."""
+    report = _base_report(project, night, models, config)
+    report["base_version"] = staging.current_version(project, home)
+    adopted = staging.read_adopted_files(project, home)
+    taken, capped = _cap(rows, config)
+    report["window"] = {"since": since, "until": until, "read": len(taken), "capped": capped}
+    report["consumed_until"] = taken[-1].created_at + 1e-6 if capped and taken else until
+    if capped:
+        report["notes"].append(
+            f"stopped reading at {capped}: {len(rows) - len(taken)} interactions wait for the "
+            "next night"
+        )
+    change = _model_change(report, project, home)
+    if change:
+        report["notes"].append(change)
+        console.print(f"[bold yellow]warning:[/] {project}: {change}")
+    atomic_write_json(night_dir / "report.json", report)
+    evidence = EvidenceLog(night_dir / "evidence.jsonl")
+    result: Consolidation | None = None
+    try:
+        tasks, _, splits = _mine_and_split(report, taken, config, models)
+        report["splits"] = {s: len(v) for s, v in splits.items()}
+        write_jsonl(night_dir / "tasks.jsonl", [night_report.task_row(t) for t in tasks])
+        task = NightTask(project, splits)
+        result = consolidate(
+            config.training,
+            config.documents,
+            config.progress,
+            task,
+            models.target,
+            models.optimizer,
+            models.judge,
+            adopted,
+            night_dir,
+            evidence,
+            console,
+        )
+        _outcome(report, night_dir, adopted, result, evidence, config)
+    except TooFewTasks as err:
+        report.update(status="too_few_tasks", reason=str(err))
+    except SplitOverlap as err:
+        report.update(status="failed", reason=str(err))
+    except Exception as err:  # a bug or bad settings: the folder still says what happened
+        report.update(status="failed", reason=f"{type(err).__name__}: {err}")
+        _finish(night_dir, report, evidence)
+        raise
+    _finish(night_dir, report, evidence)
+    outcome = ProjectNight(project, night_dir, report)
+    if config.auto_adopt and report["status"] == "staged" and not dry_run:
+        try:
+            adoption = staging.adopt(
+                project, night, home=home, target_paths=config.target_skill_paths
+            )
+        except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
+            console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
+        else:
+            outcome.report = staging.read_report(night_dir)
+            console.print(f"{project}: adopted night {night} as version {adoption.version}")
+    return outcome
+
+
+def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:
+    """The night's last writes: diagnostics, report.md, then report.json (its status)."""
+    report["evidence_calls"] = evidence.calls
+    report["ended_at"] = time.time()
+    if report["status"] not in staging.ADVANCES_CURSOR:
+        report["consumed_until"] = None  # read again next night
+    night_report.write_diagnostics(night_dir, report, evidence)
+    night_report.write_markdown(night_dir, report)
+    atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
+    atomic_write_json(night_dir / "report.json", report)
+
+
+def _empty_night(
+    project: str, night: str, since: float, until: float, home: Path, night_dir: Path
+) -> ProjectNight:
+    """A named project with no traffic in its window: nothing to load, nothing to learn."""
+    report = {
+        "kind": staging.NIGHT_KIND,
+        "night": night,
+        "project": project,
+        "status": "too_few_tasks",
+        "reason": "no interactions since the last night",
+        "started_at": until,
+        "ended_at": time.time(),
+        "base_version": staging.current_version(project, home),
+        "window": {"since": since, "until": until, "read": 0, "capped": None},
+        "consumed_until": None,
+        "notes": [],
+    }
+    night_report.write_markdown(night_dir, report)
+    atomic_write_json(night_dir / "report.json", report)
+    return ProjectNight(project, night_dir, report)
+
+
+# ---- the night ------------------------------------------------------------------------------
+
+
+def _load_models(
+    config: SleepConfig, project_rows: list[Interaction], loader: ModelLoader, cache: dict
+) -> NightModels:
+    target = config.model or _logged_upstream(project_rows)
+    if target is None:
+        raise ValueError(
+            "no --model given and no proxy traffic names its upstream: pass --model (the model "
+            "your agent uses, not the proxy)"
+        )
+
+    def load(spec: str) -> ChatModel:
+        if spec not in cache:
+            cache[spec] = loader(spec)
+        return cache[spec]
+
+    optimizer = config.optimizer_model or target
+    return NightModels(
+        load(target),
+        target,
+        load(optimizer),
+        optimizer,
+        load(config.judge_model) if config.judge_model else None,
+        config.judge_model,
+    )
+
+
+def _logged_upstream(rows: list[Interaction]) -> str | None:
+    ups = Counter(
+        it.meta.get("upstream")
+        for it in rows
+        if isinstance(it.meta, dict) and it.meta.get("upstream")
+    )
+    return ups.most_common(1)[0][0] if ups else None
+
+
+def run_night(
+    config: SleepConfig,
+    *,
+    models: NightModels | None = None,
+    loader: ModelLoader | None = None,
+    dry_run: bool = False,
+    console: Console | None = None,
+) -> list[ProjectNight]:
+    """Run one night over every project with traffic (or `config.project`). Raises
+    `NightRunning` at once when another night holds the lock. A dry run stages nothing: its
+    folders go to a temporary directory (returned in each ProjectNight, deleted by the
+    caller) and the next night reads the same interactions."""
+    import tempfile
+
+    from selftaught.models import load_model
+
+    console = console or Console(stderr=True, quiet=not config.progress)
+    home = config.home or sleep_home()
+    loader = loader or (lambda spec: load_model(spec, **config.model_options))
+    night = staging.new_night_id(home)
+    outcomes: list[ProjectNight] = []
+    with night_lock(home, night, "dry run" if dry_run else "night"):
+        log = TaskLog(config.log_path)
+        until = time.time()
+        windows = _window_rows(log, config, home, until)
+        scratch = Path(tempfile.mkdtemp(prefix="selftaught-dry-run-")) if dry_run else None
+        cache: dict[str, ChatModel] = {}
+        for project in [] if dry_run else staging.projects(home):
+            for old in staging.mark_interrupted(project, home):  # we hold the lock: it died
+                console.print(f"{project}: night {old} had been interrupted; marked so")
+        for project in sorted(windows):
+            since, rows = windows[project]
+            if not rows and config.project is None:
+                continue
+            root = scratch / project if scratch else staging.nights_dir(project, home) / night
+            root.mkdir(parents=True, exist_ok=False)
+            if not rows:
+                outcomes.append(_empty_night(project, night, since, until, home, root))
+                continue
+            night_models = models or _load_models(config, rows, loader, cache)
+            outcomes.append(
+                run_project(
+                    project,
+                    night,
+                    since,
+                    until,
+                    rows,
+                    config,
+                    night_models,
+                    home,
+                    console,
+                    root,
+                    dry_run,
+                )
+            )
+        log.close()
+    return outcomes

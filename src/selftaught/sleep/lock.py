@@ -1,0 +1,82 @@
+"""One night at a time: an exclusive `flock` on `<home>/night.lock`.
+
+The holder writes who it is (pid, night, start time) into the file; a second night fails at
+once with `NightRunning` naming it. The kernel drops the lock when its process dies, even by
+kill -9, so a crashed night never blocks the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+class NightRunning(RuntimeError):
+    """Another night holds the lock; the message names it."""
+
+    def __init__(self, holder: dict[str, Any]):
+        self.holder = holder
+        started = holder.get("started")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "?"
+        super().__init__(
+            f"another night is running: {holder.get('what', 'night')} {holder.get('night', '?')} "
+            f"(pid {holder.get('pid', '?')}, started {when}); this one exits without doing "
+            "anything"
+        )
+
+
+def lock_path(home: Path) -> Path:
+    return home / "night.lock"
+
+
+def read_holder(home: Path) -> dict[str, Any] | None:
+    """Who holds the lock now, or None when nobody does."""
+    path = lock_path(home)
+    if not path.exists():
+        return None
+    with open(path, "a+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            try:
+                return json.loads(f.read() or "{}")
+            except json.JSONDecodeError:
+                return {}
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return None
+
+
+@contextlib.contextmanager
+def night_lock(home: Path, night: str, what: str = "night") -> Iterator[None]:
+    """Hold the lock for the block; raise NightRunning at once when another night holds it."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = lock_path(home)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "r+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            try:
+                holder = json.loads(f.read() or "{}")
+            except json.JSONDecodeError:
+                holder = {}
+            raise NightRunning(holder) from None
+        try:
+            f.seek(0)
+            f.truncate()
+            json.dump({"pid": os.getpid(), "night": night, "what": what, "started": time.time()}, f)
+            f.flush()
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            f.flush()
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,307 @@
+"""Mine: logged interactions → replayable tasks, each with the strongest check available.
+
+One interaction (a request and the reply the deployed agent gave) becomes one task: its
+messages as the client sent them (any injected skill stripped, every text redacted again for
+the models that will read it), and a check (`selftaught.sleep.checks`): the reference (logged
+or corrected by feedback), else a rubric for the judge model; plus every rule the user stated.
+A thumbs-down (or a score below 0.5) marks a failure to learn from: the rubric shows the reply
+the user rejected. An interaction with no possible check is dropped, and the report says why.
+
+Near-duplicate prompts (the same numbers in the same order and word shingles at or above
+`near_duplicate` Jaccard) are merged into one task that keeps every source, so a request the
+user asked twice lands on one side of the split only. Each task records where it came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from selftaught.models.base import Message
+from selftaught.sleep.checks import find_rules, reference_scorer
+from selftaught.sleep.inject import strip_injected_messages
+from selftaught.sleep.log import Interaction
+from selftaught.sleep.redact import redact_for_model
+
+
+@dataclass
+class MineConfig:
+    near_duplicate: float = 0.8
+    """Prompts with the same numbers whose word-shingle Jaccard reaches this are merged."""
+    max_prompt_chars: int = 12_000
+    """Longer requests are not replayed (counted as dropped)."""
+    max_rubric_reply_chars: int = 600
+    """How much of a rejected reply the rubric quotes."""
+    judge: bool = False
+    """A judge model is available: interactions without a reference get a rubric."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.near_duplicate <= 1.0:
+            raise ValueError(f"near_duplicate must be in (0, 1], got {self.near_duplicate}")
+        if self.max_prompt_chars < 1:
+            raise ValueError("max_prompt_chars must be >= 1")
+
+
+@dataclass
+class MinedTask:
+    """One replayable task. `state` holds its checks (scorer, rules, rubric)."""
+
+    id: str
+    messages: list[Message]
+    reference: Any = None
+    state: dict[str, Any] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)  # interaction ids, newest first
+    origins: list[str] = field(default_factory=list)  # proxy / api / import / claude-code ...
+    negative: bool = False  # the user rejected the logged reply
+    logged_reply: str | None = None
+    created_at: float = 0.0
+    split: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def prompt(self) -> str:
+        return "\n".join(str(m["content"]) for m in self.messages if m.get("role") == "user")
+
+    @property
+    def check(self) -> str:
+        if self.state.get("scorer"):
+            return "reference"
+        if self.state.get("rubric"):
+            return "rubric"
+        return "rule"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class MineReport:
+    read: int = 0
+    tasks: int = 0
+    merged: int = 0  # interactions folded into another task as near-duplicates
+    by_check: dict[str, int] = field(default_factory=dict)
+    negative: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    withheld_private: int = 0  # private rows kept from a remote model
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- text ---------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def _text(content: Any) -> str | None:
+    """A message's text; None when it holds something other than text (an image...)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
+                return None
+            parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    return None if content is not None else ""
+
+
+def normalized_prompt(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def prompt_signature(text: str) -> tuple[tuple[str, ...], frozenset[tuple[str, ...]]]:
+    """(its numbers in order, its word 2-shingles): two prompts are near-duplicates when the
+    numbers are equal and the shingles overlap enough. Different numbers ask different
+    questions ("3 + 4" is not "3 + 5"), however alike the words."""
+    words = _WORD.findall(text.lower())
+    shingles = (
+        frozenset(zip(words, words[1:], strict=False))
+        if len(words) > 1
+        else frozenset([tuple(words)])
+    )
+    return tuple(_NUMBER.findall(text)), shingles
+
+
+def near_duplicates(a: str, b: str, threshold: float) -> bool:
+    if normalized_prompt(a) == normalized_prompt(b):
+        return True
+    (na, sa), (nb, sb) = prompt_signature(a), prompt_signature(b)
+    if na != nb or not sa or not sb:
+        return False
+    return len(sa & sb) / len(sa | sb) >= threshold
+
+
+def _redact_messages(messages: list[Message]) -> list[Message] | None:
+    out = []
+    for msg in strip_injected_messages(messages):
+        text = _text(msg.get("content"))
+        if text is None:
+            return None
+        out.append({"role": str(msg.get("role", "user")), "content": redact_for_model(text)})
+    return out
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_for_model(value)
+    if isinstance(value, list):
+        return [_redact_value(v) for v in value]
+    return value
+
+
+# ---- one interaction ----------------------------------------------------------------------
+
+
+def _rubric(it: Interaction, config: MineConfig) -> str:
+    fb = it.feedback
+    lines = [
+        "The reply does what the user asked in the request, correctly and completely.",
+    ]
+    if fb.comment:
+        lines.append(f"The user's comment on an earlier reply: {redact_for_model(fb.comment)!r}.")
+    if it.reply and (fb.thumb == "down" or (fb.score is not None and fb.score < 0.5)):
+        shown = redact_for_model(it.reply)[: config.max_rubric_reply_chars]
+        lines.append(
+            "The user rejected this earlier reply; a reply that repeats its mistakes fails: "
+            f"{shown!r}"
+        )
+    elif it.reply and (fb.thumb == "up" or (fb.score is not None and fb.score >= 0.5)):
+        lines.append("The user approved the reference reply; a good reply agrees with it.")
+    return " ".join(lines)
+
+
+def _negative(it: Interaction) -> bool:
+    fb = it.feedback
+    return fb.thumb == "down" or (fb.score is not None and fb.score < 0.5)
+
+
+def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str | None]:
+    """(task, None), or (None, why it cannot be a task)."""
+    if not it.is_task:
+        return None, "failed call (an error, never a task)"
+    messages = _redact_messages(it.messages)
+    if messages is None:
+        return None, "holds non-text content (images, files): cannot be replayed as text"
+    if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
+        return None, "no user request to replay"
+    if sum(len(m["content"]) for m in messages) > config.max_prompt_chars:
+        return None, f"longer than {config.max_prompt_chars} characters"
+    said = "\n".join(m["content"] for m in messages if m["role"] in ("system", "developer"))
+    said += "\n" + messages[-1]["content"]
+    if it.feedback.comment:
+        said += "\n" + it.feedback.comment
+    rules = [r.to_dict() for r in find_rules(said)]
+    reference = _redact_value(it.effective_reference)
+    if isinstance(reference, list):
+        reference = [r for r in reference if r is not None and str(r).strip()] or None
+    elif reference is not None and not str(reference).strip():
+        reference = None
+    state: dict[str, Any] = {"rules": rules}
+    if reference is not None:
+        state["scorer"] = reference_scorer(reference)
+    elif config.judge:
+        state["rubric"] = _rubric(it, config)
+        if it.reply and not _negative(it) and (it.feedback.thumb or it.feedback.score):
+            reference = redact_for_model(it.reply)  # an approved reply, for the judge only
+    elif not rules:
+        why = "no reference, no stated rule"
+        if not config.judge:
+            why += " and no --judge-model for a rubric"
+        return None, why
+    key = "\n".join(normalized_prompt(m["content"]) for m in messages if m["role"] == "user")
+    return (
+        MinedTask(
+            id="t-" + hashlib.sha256(key.encode()).hexdigest()[:12],
+            messages=messages,
+            reference=reference,
+            state=state,
+            sources=[it.id],
+            origins=[it.source],
+            negative=_negative(it),
+            logged_reply=None if it.reply is None else redact_for_model(it.reply),
+            created_at=it.created_at,
+        ),
+        None,
+    )
+
+
+# ---- merging ------------------------------------------------------------------------------
+
+_STRENGTH = {"reference": 2, "rubric": 1, "rule": 0}
+
+
+def _merge(group: list[MinedTask]) -> MinedTask:
+    """One task for a group of near-duplicates: the newest member with the strongest check,
+    keeping every source."""
+    group = sorted(group, key=lambda t: (_STRENGTH[t.check], t.created_at), reverse=True)
+    head = group[0]
+    refs = {str(t.reference) for t in group if t.check == "reference"}
+    if len(refs) > 1:
+        head.notes.append(
+            f"{len(refs)} different references among {len(group)} merged requests; kept the newest"
+        )
+    for other in group[1:]:
+        head.sources += other.sources
+        head.origins += [o for o in other.origins if o not in head.origins]
+        head.negative = head.negative or other.negative
+    return head
+
+
+def merge_near_duplicates(tasks: list[MinedTask], threshold: float) -> list[MinedTask]:
+    """Group near-duplicate prompts (union-find over pairs with equal numbers) and merge each
+    group; order follows each group's first member."""
+    parent = list(range(len(tasks)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    by_numbers: dict[tuple[str, ...], list[int]] = {}
+    signatures = [prompt_signature(t.prompt) for t in tasks]
+    for i, (numbers, _) in enumerate(signatures):
+        by_numbers.setdefault(numbers, []).append(i)
+    for members in by_numbers.values():
+        for x, i in enumerate(members):
+            for j in members[x + 1 :]:
+                if find(i) != find(j) and near_duplicates(
+                    tasks[i].prompt, tasks[j].prompt, threshold
+                ):
+                    parent[find(j)] = find(i)
+    groups: dict[int, list[MinedTask]] = {}
+    for i, task in enumerate(tasks):
+        groups.setdefault(find(i), []).append(task)
+    return [_merge(g) for g in groups.values()]
+
+
+def mine(interactions: list[Interaction], config: MineConfig) -> tuple[list[MinedTask], MineReport]:
+    """Tasks from `interactions` (already filtered for privacy by the caller), with a report
+    of what was dropped and why."""
+    report = MineReport(read=len(interactions))
+    dropped: Counter[str] = Counter()
+    tasks = []
+    for it in interactions:
+        task, why = mine_one(it, config)
+        if task is None:
+            dropped[why or "unknown"] += 1
+        else:
+            tasks.append(task)
+    merged = merge_near_duplicates(tasks, config.near_duplicate)
+    seen: Counter[str] = Counter()
+    for task in merged:  # equal ids from prompts that differ only in punctuation
+        seen[task.id] += 1
+        if seen[task.id] > 1:
+            task.id = f"{task.id}-{seen[task.id]}"
+    report.merged = len(tasks) - len(merged)
+    report.tasks = len(merged)
+    report.by_check = dict(Counter(t.check for t in merged))
+    report.negative = sum(t.negative for t in merged)
+    report.dropped = dict(dropped)
+    return merged, report

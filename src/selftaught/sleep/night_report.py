@@ -1,0 +1,416 @@
+"""A night's report.md and diagnostics.json, read from its staging folder.
+
+diagnostics.json answers "why did this night learn nothing?" without rerunning it: per val
+task the score before and after (hard, soft, reply head, why), every analyst reply as it came
+back (raw), every backend call error, and the reason no edit was proposed or kept.
+Everything in it went through redaction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from selftaught.runs import RunDir, atomic_write_json, atomic_write_text
+from selftaught.sleep.checks import describe_checks
+from selftaught.sleep.evidence import EvidenceLog, redact_tree
+from selftaught.sleep.mine import MinedTask
+
+
+def task_row(task: MinedTask) -> dict[str, Any]:
+    """A mined task as tasks.jsonl shows it (already redacted by the miner)."""
+    head = " ".join(task.prompt.split())
+    return {
+        "id": task.id,
+        "split": task.split,
+        "checks": describe_checks(task.state),
+        "reference": task.reference,
+        "negative_feedback": task.negative,
+        "sources": task.sources,
+        "origins": task.origins,
+        "prompt_head": head[:200] + ("…" if len(head) > 200 else ""),
+        "rubric": task.state.get("rubric"),
+        "notes": task.notes,
+    }
+
+
+# ---- reading the phases' run directories ---------------------------------------------------
+
+
+def _diag(run_dir: Path, step: int) -> dict[str, Any]:
+    path = run_dir / "diagnostics" / f"step_{step:04d}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def _steps(run_dir: Path) -> list[dict[str, Any]]:
+    return [r for r in RunDir(run_dir).history() if r.get("stage") == "step"]
+
+
+def why_nothing(night_dir: Path, phases: dict[str, dict[str, Any]]) -> str:
+    """Why a night whose backend worked proposed nothing, in one paragraph."""
+    parts = []
+    for document, phase in phases.items():
+        if not phase.get("ran"):
+            parts.append(
+                f"{document}: did not run ({phase.get('stopped_by') or phase.get('error')})"
+            )
+            continue
+        run_dir = Path(phase["run_dir"])
+        steps = _steps(run_dir)
+        calls = [c for r in steps for c in _diag(run_dir, r["step"]).get("analyst_calls", [])]
+        statuses: dict[str, int] = {}
+        for c in calls:
+            key = c["status"] if c["status"] != "ok" or c["edits"] else "ok, no edit"
+            statuses[key] = statuses.get(key, 0) + 1
+        proposed = sum(r["edits"]["proposed"] for r in steps)
+        applied = sum(r["edits"]["applied"] for r in steps)
+        refused = sum(r["edits"]["refused"] for r in steps)
+        calls_text = ", ".join(f"{n} {k}" for k, n in statuses.items()) or "none"
+        n_calls = f"{len(calls)} call{'' if len(calls) == 1 else 's'}"
+        if proposed == 0:
+            text = f"{document}: the analyst proposed no edit ({n_calls}: {calls_text})"
+        elif applied == 0:
+            text = (
+                f"{document}: {proposed} edits proposed, none applied ({refused} refused by the "
+                f"edit guard; the rest invalid, dropped or not applicable; analyst calls: "
+                f"{calls_text})"
+            )
+        else:
+            verdicts = "; ".join(
+                f"step {r['step']} {r['gate']['decision']} ({r['gate']['reason']})"
+                for r in steps
+                if r.get("val") is not None
+            )
+            text = f"{document}: the gate kept the adopted {document}: {verdicts}"
+        if phase.get("stopped_by"):
+            text += f"; stopped early: {phase['stopped_by']}"
+        parts.append(text)
+    return "nothing to propose: " + " | ".join(parts)
+
+
+def _best_val_rows(phase: dict[str, Any]) -> list[dict[str, Any]] | None:
+    version = str(phase.get("best_version") or "v0000")
+    step = int(version[1:]) if version[1:].isdigit() else 0
+    if step == 0:
+        return None
+    return _diag(Path(phase["run_dir"]), step).get("val") or None
+
+
+def write_diagnostics(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:
+    phases = report.get("phases") or {}
+    ran = {d: p for d, p in phases.items() if p.get("ran")}
+    steps: dict[str, list[dict[str, Any]]] = {}
+    rollout_errors = []
+    for document, phase in ran.items():
+        run_dir = Path(phase["run_dir"])
+        rows = []
+        for r in [{"step": 0}, *_steps(run_dir)]:
+            diag = _diag(run_dir, r["step"])
+            rollout_errors += [
+                {"phase": document, "step": r["step"], **e} for e in diag.get("backend_errors", [])
+            ]
+            if r["step"]:
+                rows.append(
+                    {
+                        "step": r["step"],
+                        "gate": diag.get("gate"),
+                        "analyst_calls": diag.get("analyst_calls", []),
+                        "dropped": diag.get("dropped", []),
+                        "edit_reports": diag.get("edit_reports", []),
+                    }
+                )
+        steps[document] = rows
+    before = after = None
+    if ran:
+        first = next(iter(ran.values()))
+        before = _diag(Path(first["run_dir"]), 0).get("val")
+        for phase in reversed(list(ran.values())):
+            after = _best_val_rows(phase)
+            if after is not None:
+                break
+    diagnostics = {
+        "night": report.get("night"),
+        "project": report.get("project"),
+        "status": report.get("status"),
+        "reason": report.get("reason"),
+        "val_before": before,
+        "val_after": after,
+        "steps": steps,
+        "backend_call_errors": evidence.errors,
+        "rollout_errors": rollout_errors,
+        "no_proposal_reason": report.get("reason")
+        if report.get("status") == "no_proposal"
+        else None,
+    }
+    atomic_write_json(night_dir / "diagnostics.json", redact_tree(diagnostics))
+
+
+# ---- report.md --------------------------------------------------------------------------------
+
+NEXT_STEP = {
+    "staged": "review the diff below, then `selftaught sleep adopt {night} --project {project}`",
+    "adopted": "adopted as version {adopted_version}; `selftaught sleep rollback --project "
+    "{project}` returns to the previous one",
+    "no_proposal": "nothing to adopt; the adopted skill stays",
+    "too_few_tasks": "nothing to adopt; the interactions are read again by the next night",
+    "backend_failed": "fix the backend and run again: the interactions are read again",
+    "failed": "nothing to adopt; see the reason",
+}
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "?"
+
+
+def _acc(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "—"
+    lo, hi = d.get("hard_ci95", [None, None])
+    return f"{d['hard']:.3f} ({d['solved']}/{d['n']}, 95% CI {lo:.2f}–{hi:.2f})"
+
+
+def _fence(text: str, lang: str = "") -> str:
+    ticks = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
+    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
+
+
+def _usage_lines(usage: dict[str, Any], budget: dict[str, Any] | None) -> list[str]:
+    lines = ["| role | calls | errors | tokens in | tokens out |", "|---|---:|---:|---:|---:|"]
+    for role, u in usage.items():
+        lines.append(
+            f"| {role} | {u['calls']} | {u['errors']} | {u['prompt_tokens']} | "
+            f"{u['completion_tokens']} |"
+        )
+    limits = {k: v for k, v in (budget or {}).items() if v is not None and k != "roles"}
+    lines.append("")
+    lines.append(f"Budget: {limits or 'none'} (every role counts, both phases share it).")
+    return lines
+
+
+def _phase_lines(document: str, phase: dict[str, Any]) -> list[str]:
+    if not phase.get("ran"):
+        return [f"- **{document}**: did not run ({phase.get('stopped_by') or phase.get('error')})"]
+    decisions = ", ".join(f"{k} {v}" for k, v in (phase.get("decisions") or {}).items()) or "none"
+    line = (
+        f"- **{document}**: {phase['steps']} of {phase['total_steps']} steps; val "
+        f"{_acc(phase['val_initial'])} → best {_acc(phase['val_best'])}; gate decisions: "
+        f"{decisions}; analyst parse rate {phase['analyst'].get('parse_rate')}"
+    )
+    if phase.get("stopped_by"):
+        line += f"; **stopped early: {phase['stopped_by']}**"
+    return [line]
+
+
+def _summary_lines(report: dict[str, Any]) -> list[str]:
+    """The bullet list under the status: what was read, the models, tasks, split, gate."""
+    window = report.get("window") or {}
+    capped = f" (capped at {window['capped']})" if window.get("capped") else ""
+    lines = [
+        f"- read: {window.get('read', 0)} interactions from {_when(window.get('since'))} to "
+        f"{_when(window.get('until'))}{capped}"
+    ]
+    models = report.get("models")
+    if models:
+        lines.append(
+            f"- models: target `{models['target']}`, optimizer `{models['optimizer']}`, judge "
+            f"`{models.get('judge') or 'none'}`"
+        )
+    mining = report.get("mining")
+    if mining:
+        dropped = "; ".join(f"{n} {why}" for why, n in mining["dropped"].items()) or "none"
+        checks = ", ".join(f"{n} {k}" for k, n in mining["by_check"].items()) or "none"
+        lines.append(
+            f"- tasks: {mining['tasks']} mined ({checks}), {mining['merged']} near-duplicates "
+            f"merged, {mining['negative']} from negative feedback; dropped: {dropped}"
+        )
+    if report.get("splits"):
+        s = report["splits"]
+        lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
+    gate = report.get("gate")
+    if gate and gate["mode"] == "off":
+        lines.append("- gate: **OFF** — every candidate was accepted greedily, unchecked")
+    elif gate:
+        paired = f", paired test at {gate['confidence']}" if gate.get("confidence") else ""
+        lines.append(
+            f"- gate: on ({gate['metric']}, a new best needs > {gate['margin']:g} val "
+            f"items{paired})"
+        )
+    training = report.get("training")
+    if training:
+        lines.append(
+            f"- training: {training['epochs']} epoch(s), batch {training['batch_size']}, "
+            f"rollouts-k {training['rollouts_k']}, {training['concurrency']} workers, house rules "
+            f"{'given' if training['preferences'] else 'none'}"
+        )
+    return lines + [f"- note: {note}" for note in report.get("notes") or []]
+
+
+def _proposal_lines(night_dir: Path, report: dict[str, Any]) -> list[str]:
+    proposal = report.get("proposal")
+    if not proposal:
+        return []
+    paired = proposal["paired"]
+    lines = [
+        "",
+        "## Proposal",
+        "",
+        f"Val with the adopted version {report.get('base_version')}: "
+        f"{_acc(proposal['val_before'])}; with the proposal: {_acc(proposal['val_after'])}; "
+        f"per task {paired['wins']} better, {paired['losses']} worse "
+        f"(sign test p={paired['sign_test_p']:.3f}).",
+    ]
+    for name in ("skill", "memory"):
+        diff = night_dir / "proposal" / f"{name}.diff"
+        if proposal.get(f"{name}_changed") and diff.exists():
+            lines += ["", f"### {name}.md", "", _fence(diff.read_text(encoding="utf-8"), "diff")]
+    return lines
+
+
+def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
+    status = report.get("status", "?")
+    project, night = report.get("project"), report.get("night")
+    next_step = NEXT_STEP.get(status, "").format(
+        night=night, project=project, adopted_version=report.get("adopted_version")
+    )
+    lines = [
+        f"# Night {night} · project {project}",
+        "",
+        f"**Status: {status}** — {report.get('reason') or ''}",
+        "",
+        f"Next: {next_step}" if next_step else "",
+        "",
+        *_summary_lines(report),
+        *_proposal_lines(night_dir, report),
+    ]
+    phases = report.get("phases") or {}
+    if phases:
+        lines += ["", "## Phases", ""]
+        for document, phase in phases.items():
+            lines += _phase_lines(document, phase)
+    if report.get("usage"):
+        lines += ["", "## Usage", "", *_usage_lines(report["usage"], report.get("budget"))]
+    lines += [
+        "",
+        "Details: `diagnostics.json` (per val task, analyst replies, backend errors), "
+        "`evidence.jsonl` (every call), `tasks.jsonl` (the mined tasks); "
+        f"`selftaught report {night_dir}` renders the skill phase as HTML.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(night_dir: Path, report: dict[str, Any]) -> None:
+    atomic_write_text(night_dir / "report.md", render_markdown(night_dir, report))
+
+
+# ---- the CLI's views -----------------------------------------------------------------------
+
+
+def print_outcomes(outcomes: list[Any], out: Any, *, dry_run: bool = False) -> None:
+    """One line per project (the report's path); a dry run prints each report and deletes
+    its temporary folder."""
+    import shutil
+
+    if not outcomes:
+        out.print("no project has interactions since its last night; nothing to do")
+    for o in outcomes:
+        if dry_run and o.night_dir is not None:
+            out.print(render_markdown(o.night_dir, o.report), markup=False)
+            shutil.rmtree(o.night_dir.parent, ignore_errors=True)
+            continue
+        out.print(f"{o.project}: {o.status} — {o.report.get('reason')}", markup=False)
+        if o.night_dir is not None:
+            out.print(f"  report: {o.night_dir / 'report.md'}", markup=False)
+
+
+def _score(d: dict[str, Any] | None) -> str:
+    return "—" if not d else f"{d['hard']:.3f} ({d['solved']}/{d['n']})"
+
+
+def history_tables(project: str, home: Path | None = None) -> list[Any]:
+    """Rich tables: the adopted versions (with val before → after), then the nights."""
+    from rich.table import Table
+
+    from selftaught.sleep import staging
+
+    versions = Table(title=f"adopted versions of {project}")
+    for column in ("version", "night", "adopted", "val before", "val after", ""):
+        versions.add_column(column)
+    for row in staging.history(project, home):
+        versions.add_row(
+            str(row["version"]),
+            row.get("night") or ("(nothing adopted)" if row["version"] == 0 else ""),
+            _when(row.get("adopted_at")) if row.get("adopted_at") else "",
+            _score(row.get("val_before")),
+            _score(row.get("val_after")),
+            "current" if row["current"] else "",
+        )
+    nights = Table(title=f"nights of {project}")
+    for column in ("night", "status", "val before → after", "why"):
+        nights.add_column(column, overflow="fold")
+    for _, report in staging.list_nights(project, home):
+        proposal = report.get("proposal") or {}
+        scores = (
+            f"{_score(proposal.get('val_before'))} → {_score(proposal.get('val_after'))}"
+            if proposal
+            else ""
+        )
+        nights.add_row(report["night"], report["status"], scores, str(report.get("reason") or ""))
+    return [versions, nights]
+
+
+def status_lines(project: str | None, home: Path | None = None) -> list[str]:
+    """What `sleep status` prints: per project the last night, a proposal waiting, the
+    adopted version; then a running night and the schedule."""
+    from selftaught.sleep import schedule, staging
+    from selftaught.sleep.lock import read_holder
+    from selftaught.sleep.paths import sleep_home
+
+    home = home or sleep_home()
+    holder = read_holder(home)
+    lines = []
+    for name in [project] if project else staging.projects(home):
+        nights = staging.list_nights(name, home)
+        version = staging.current_version(name, home)
+        consistent = staging.adopted_consistent(name, home)
+        lines.append(
+            f"{name}: adopted version {version}"
+            + (
+                ""
+                if consistent
+                else " (the adopted files do not match it: edited by hand or an "
+                "adopt was interrupted; `sleep adopt` or `sleep rollback` sets them right)"
+            )
+        )
+        if nights:
+            last = nights[-1][1]
+            status, reason = last["status"], last.get("reason")
+            if status == "running" and (holder or {}).get("night") != last["night"]:
+                status, reason = "interrupted", "it stopped before it finished (killed or crashed)"
+            lines.append(f"  last night {last['night']}: {status} — {reason}")
+        staged = [r for _, r in nights if r.get("status") == "staged"]
+        if staged:
+            lines.append(
+                f"  waiting to be adopted: night {staged[-1]['night']} "
+                f"(`selftaught sleep adopt {staged[-1]['night']} --project {name}`)"
+            )
+    if holder is not None:
+        lines.append(
+            f"running now: {holder.get('what', 'night')} {holder.get('night')} "
+            f"(pid {holder.get('pid')}, since {_when(holder.get('started'))})"
+        )
+    try:
+        planned = schedule.entries()
+    except schedule.ScheduleError as err:
+        lines.append(f"schedule: unknown ({err})")
+    else:
+        for entry in planned:
+            lines.append(
+                f"next scheduled night: {entry.next_run():%Y-%m-%d %H:%M} "
+                f"(project {entry.project}, every day at {entry.hour:02d}:{entry.minute:02d})"
+            )
+        if not planned:
+            lines.append("no night is scheduled (`selftaught sleep schedule --at 03:00`)")
+    return lines or ["no project has been through a night yet"]

@@ -1,0 +1,130 @@
+"""Nightly runs from the user's crontab, through the `crontab` command.
+
+`schedule("03:17", args)` adds (or replaces) one line per project, marked so it can be found
+again:
+
+    17 3 * * * cd /work && SELFTAUGHT_HOME=... /usr/bin/python3 -m selftaught sleep run \
+        --project demo ... >> <home>/cron.log 2>&1 # selftaught-sleep project=demo
+
+Only `SELFTAUGHT_*` and `PYTHONPATH` are carried into the line: never an API key (cron does not
+see your shell's environment; put a remote model's key in the crontab yourself if you must).
+Without a `crontab` command the functions raise `ScheduleError` saying what to do instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MARK = "# selftaught-sleep"
+ALL_PROJECTS = "*"
+_AT = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
+_LINE = re.compile(rf"^(\d+) (\d+) \* \* \* (.*) {re.escape(MARK)} project=(\S+)$")
+CARRIED_ENV = ("SELFTAUGHT_HOME", "SELFTAUGHT_LOG", "SELFTAUGHT_CACHE", "PYTHONPATH")
+
+
+class ScheduleError(ValueError):
+    """The schedule cannot be read or written; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    project: str  # ALL_PROJECTS for every project
+    hour: int
+    minute: int
+    command: str
+
+    def next_run(self, now: dt.datetime | None = None) -> dt.datetime:
+        now = now or dt.datetime.now()
+        run = now.replace(hour=self.hour, minute=self.minute, second=0, microsecond=0)
+        return run if run > now else run + dt.timedelta(days=1)
+
+
+def parse_at(at: str) -> tuple[int, int]:
+    m = _AT.match(at.strip())
+    if m is None:
+        raise ValueError(f"--at must be HH:MM in 24-hour time (e.g. 03:17), got {at!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _crontab() -> str:
+    path = shutil.which("crontab")
+    if path is None:
+        raise ScheduleError(
+            "no `crontab` command on this machine: install cron (e.g. `apt-get install cron`) "
+            "or run `selftaught sleep run` from your own scheduler (systemd timer, launchd, ...)"
+        )
+    return path
+
+
+def read_crontab() -> str:
+    proc = subprocess.run([_crontab(), "-l"], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        if "no crontab" in (proc.stderr + proc.stdout).lower():
+            return ""
+        raise ScheduleError(f"`crontab -l` failed: {(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout
+
+
+def _write_crontab(text: str) -> None:
+    proc = subprocess.run(
+        [_crontab(), "-"], input=text, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise ScheduleError(f"`crontab -` failed: {(proc.stderr or proc.stdout).strip()}")
+
+
+def entries(text: str | None = None) -> list[Entry]:
+    """The selftaught lines of the crontab."""
+    found = []
+    for line in (read_crontab() if text is None else text).splitlines():
+        m = _LINE.match(line.strip())
+        if m:
+            found.append(Entry(m.group(4), int(m.group(2)), int(m.group(1)), m.group(3)))
+    return found
+
+
+def command_line(run_args: list[str], home: Path) -> str:
+    env = " ".join(
+        f"{name}={shlex.quote(os.environ[name])}" for name in CARRIED_ENV if os.environ.get(name)
+    )
+    run = shlex.join([sys.executable, "-m", "selftaught", "sleep", "run", *run_args])
+    log = shlex.quote(str(home / "cron.log"))
+    return f"cd {shlex.quote(os.getcwd())} && {env + ' ' if env else ''}{run} >> {log} 2>&1"
+
+
+def schedule(at: str, project: str | None, run_args: list[str], home: Path) -> Entry:
+    """Add or replace the project's nightly line; returns it."""
+    hour, minute = parse_at(at)
+    key = project or ALL_PROJECTS
+    args = ([] if project is None else ["--project", project]) + list(run_args)
+    entry = Entry(key, hour, minute, command_line(args, home))
+    kept = [ln for ln in read_crontab().splitlines() if not _is_ours(ln, key)]
+    line = f"{minute} {hour} * * * {entry.command} {MARK} project={key}"
+    _write_crontab("\n".join([*kept, line]) + "\n")
+    return entry
+
+
+def unschedule(project: str | None, every: bool = False) -> int:
+    """Remove the project's line (every selftaught line with `every`); returns how many."""
+    lines = read_crontab().splitlines()
+    kept = [
+        ln
+        for ln in lines
+        if not (_is_ours(ln, None) if every else _is_ours(ln, project or ALL_PROJECTS))
+    ]
+    if len(kept) != len(lines):
+        _write_crontab("\n".join(kept) + "\n" if kept else "")
+    return len(lines) - len(kept)
+
+
+def _is_ours(line: str, project: str | None) -> bool:
+    m = _LINE.match(line.strip())
+    return m is not None and (project is None or m.group(4) == project)

@@ -1,0 +1,146 @@
+"""Split a night's tasks into train / val / test, disjoint, and present them as a `Task`.
+
+Each task's split comes from a seeded hash of its id (the same request keeps its split from
+night to night), then the splits are topped up to their minimum sizes in hash order. With
+fewer tasks than `min_train + min_val` the night cannot gate anything and stages nothing: it
+never falls back to validating on the training tasks (SkillOpt-Sleep does, then has to flag
+the result as unverified). Val or test tasks that are near-duplicates of train tasks fail
+closed, naming both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from selftaught.sleep.checks import score_example
+from selftaught.sleep.mine import MinedTask, near_duplicates
+from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
+from selftaught.tasks.scorers import LlmJudge
+
+
+class TooFewTasks(ValueError):
+    """Not enough tasks to train and gate; the message says how many and how many are needed."""
+
+
+class SplitOverlap(TaskError):
+    """A val or test task is a (near-)duplicate of a task in another split."""
+
+
+@dataclass
+class SplitConfig:
+    val_fraction: float = 0.3
+    """Share of the night's tasks that gate the proposal."""
+    test_fraction: float = 0.0
+    """Share held out for a final measure the gate never sees (0: none, more tasks to gate)."""
+    min_train: int = 2
+    """Fewer train tasks than this: nothing to learn from, the night stages nothing."""
+    min_val: int = 4
+    """Fewer val tasks than this: nothing to gate with, the night stages nothing."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.val_fraction < 1 and 0 <= self.test_fraction < 1):
+            raise ValueError("val_fraction and test_fraction must be in [0, 1)")
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ValueError("val_fraction + test_fraction must leave room for training")
+        if self.min_train < 1 or self.min_val < 1:
+            raise ValueError("min_train and min_val must be >= 1")
+
+
+def _unit(task_id: str, seed: int) -> float:
+    digest = hashlib.sha256(f"{seed}\x00{task_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def assign_splits(
+    tasks: list[MinedTask], config: SplitConfig, near_duplicate: float = 0.8
+) -> dict[str, list[MinedTask]]:
+    """Set each task's split (keeping one already set) and return the splits; raises
+    TooFewTasks when train or val cannot reach its minimum, SplitOverlap when a task has a
+    near-duplicate (at `near_duplicate` similarity) in another split."""
+    need = config.min_train + config.min_val
+    if len(tasks) < need:
+        raise TooFewTasks(
+            f"too few tasks to gate: {len(tasks)} mined, at least {need} needed "
+            f"({config.min_train} to train on, {config.min_val} to validate with); "
+            "they are kept for the next night"
+        )
+    order = sorted(tasks, key=lambda t: (_unit(t.id, config.seed), t.id))
+    for task in order:
+        if task.split is None:
+            u = _unit(task.id, config.seed)
+            test_cut = config.test_fraction
+            task.split = (
+                "test" if u < test_cut else "val" if u < test_cut + config.val_fraction else "train"
+            )
+    splits: dict[str, list[MinedTask]] = {s: [t for t in order if t.split == s] for s in SPLITS}
+
+    def move(src: str, dst: str) -> None:
+        task = splits[src].pop(0)
+        task.split = dst
+        splits[dst].append(task)
+
+    while len(splits["val"]) < config.min_val and len(splits["train"]) > config.min_train:
+        move("train", "val")
+    while len(splits["train"]) < config.min_train and len(splits["val"]) > config.min_val:
+        move("val", "train")
+    for split, least in (("val", config.min_val), ("train", config.min_train)):
+        while len(splits[split]) < least and splits["test"]:
+            move("test", split)
+    if len(splits["train"]) < config.min_train or len(splits["val"]) < config.min_val:
+        raise TooFewTasks(
+            f"too few tasks to gate: {len(splits['train'])} train and {len(splits['val'])} val "
+            f"(at least {config.min_train} and {config.min_val} needed)"
+        )
+    check_split(splits, near_duplicate)
+    return splits
+
+
+def check_split(splits: dict[str, list[MinedTask]], threshold: float) -> None:
+    """Fail closed when a task in one split is a near-duplicate of a task in another."""
+    seen: list[tuple[str, MinedTask]] = []
+    for split in SPLITS:
+        for task in splits.get(split, []):
+            for other_split, other in seen:
+                if other_split != split and near_duplicates(task.prompt, other.prompt, threshold):
+                    raise SplitOverlap(
+                        f"task {task.id} ({split}) is a near-duplicate of task {other.id} "
+                        f"({other_split}); validation that overlaps training is refused"
+                    )
+            seen.append((split, task))
+
+
+class NightTask:
+    """The night's mined tasks as a `Task`: each example is scored by its own checks."""
+
+    kind: TaskKind = "agent"
+    instructions = ""  # the requests are replayed exactly as the client sent them
+
+    def __init__(
+        self, project: str, splits: dict[str, list[MinedTask]], judge: LlmJudge | None = None
+    ):
+        self.name = f"sleep:{project}"
+        self.judge = judge
+        self._examples = {
+            s: [
+                Example(
+                    id=t.id,
+                    input=t.messages,
+                    reference=t.reference,
+                    state={**t.state, "sources": t.sources},
+                )
+                for t in splits.get(s, [])
+            ]
+            for s in SPLITS
+        }
+
+    def examples(self, split: Split) -> list[Example]:
+        return list(self._examples[split])
+
+    def score(self, output: str, example: Example) -> Score:
+        return score_example(output, example, self.judge)
+
+    def sizes(self) -> dict[str, Any]:
+        return {s: len(v) for s, v in self._examples.items()}

@@ -1,0 +1,505 @@
+"""Stage, adopt, roll back: where a night's proposal waits, and how it goes live.
+
+    <home>/projects/<project>/
+      nights/<night>/          one folder per night (the staging folder), see NIGHT_LAYOUT
+      adopted/                 skill.md, memory.md, version: what the proxy injects (paths.py)
+      versions/<N>/            skill.md, memory.md, meta.json of every adopted version N >= 1
+                               (version 0 is "nothing adopted")
+      backups/<time>-<what>/   the adopted files as they were before each adopt / rollback
+      events.jsonl             every adopt and rollback
+      live_targets.json        files that also receive the adopted skill (--target-skill-path)
+
+Adopting writes `versions/<N>/` first (a temp folder renamed into place), then the adopted
+skill.md and memory.md, then `version` last, each atomically, so a running proxy never reads
+a half-adopted skill; a kill between those writes is completed by `recover_adopted` on the
+next adopt or rollback. A proposal is adopted only over the version it was gated against.
+Live files (e.g. an agent's AGENTS.md or SKILL.md) get the adopted skill and memory as one
+marked block that replaces the previous one and leaves the rest of the file alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selftaught.runs import atomic_write_json, atomic_write_text, read_json
+from selftaught.sleep.inject import adopted_block, strip_injected
+from selftaught.sleep.paths import Adopted, adopted_dir, project_dir, sleep_home
+
+NIGHT_KIND = "sleep-night"
+NIGHT_LAYOUT = """\
+report.json        the night: status (running, staged, adopted, no_proposal, too_few_tasks,
+                   backend_failed, failed, interrupted), why, window, models, tasks, splits,
+                   gate, val before / after with 95% intervals, usage per role, budget
+report.md          the same for people, with the proposal's diff
+diagnostics.json   per val task (hard, soft, reply head, why) before and after; every analyst
+                   reply (raw); every backend call error; why nothing was proposed
+evidence.jsonl     every model call of the night (role, messages, reply or error), redacted
+tasks.jsonl        the mined tasks: split, checks, the interactions they came from
+proposal/          skill.md and memory.md proposed, skill.diff and memory.diff against the
+                   adopted ones (only when the night proposes something)
+config.json, history.jsonl, skills/, best_skill.md, diagnostics/ ...
+                   the skill phase: an `optimize` run directory (`selftaught report NIGHT`)
+memory/            the memory phase: the same layout for the memory document
+"""
+FINAL_STATUSES = (
+    "staged",
+    "adopted",
+    "no_proposal",
+    "too_few_tasks",
+    "backend_failed",
+    "failed",
+    "interrupted",
+)
+ADVANCES_CURSOR = ("staged", "adopted", "no_proposal")  # the night used its interactions
+
+
+class StagingError(ValueError):
+    """A staging request that cannot be done; the message says why (one sentence)."""
+
+
+# ---- night folders ------------------------------------------------------------------------
+
+
+def nights_dir(project: str, home: Path | None = None) -> Path:
+    return project_dir(project, home) / "nights"
+
+
+def new_night_id(home: Path, now: float | None = None) -> str:
+    """A night id (local time, sortable) not used by any project yet."""
+    base = time.strftime("%Y%m%d-%H%M%S", time.localtime(now or time.time()))
+    used = {p.name for p in (home / "projects").glob("*/nights/*")}
+    night, n = base, 1
+    while night in used:
+        n += 1
+        night = f"{base}-{n}"
+    return night
+
+
+def read_report(night_dir: Path) -> dict[str, Any]:
+    path = night_dir / "report.json"
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        raise StagingError(f"{night_dir} is not a night folder (no report.json)") from None
+    except json.JSONDecodeError as err:
+        raise StagingError(f"{path} is malformed: {err}") from None
+    if not isinstance(data, dict) or data.get("kind") != NIGHT_KIND:
+        raise StagingError(f"{path} is not a night report")
+    return data
+
+
+def list_nights(project: str, home: Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """(folder, report) of every readable night of the project, oldest first."""
+    out = []
+    root = nights_dir(project, home)
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        with contextlib.suppress(StagingError):
+            out.append((path, read_report(path)))
+    return out
+
+
+def projects(home: Path | None = None) -> list[str]:
+    root = (home or sleep_home()) / "projects"
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def mark_interrupted(project: str, home: Path | None = None) -> list[str]:
+    """Nights still `running` while the caller holds the night lock died mid-way (killed,
+    crashed): mark them `interrupted`. Returns their ids."""
+    found = []
+    for path, report in list_nights(project, home):
+        if report.get("status") == "running":
+            report["status"] = "interrupted"
+            report["reason"] = (
+                "the night stopped before it finished (killed or crashed); nothing was staged, "
+                "and its interactions are read again by the next night"
+            )
+            atomic_write_json(path / "report.json", report)
+            found.append(path.name)
+    return found
+
+
+def cursor(project: str, home: Path | None = None) -> float | None:
+    """Where the next night starts reading: the end of the last night that used its
+    interactions (None: no such night yet)."""
+    ends = [
+        r["consumed_until"]
+        for _, r in list_nights(project, home)
+        if r.get("status") in ADVANCES_CURSOR and r.get("consumed_until") is not None
+    ]
+    return max(ends) if ends else None
+
+
+def last_models(project: str, home: Path | None = None) -> tuple[str, dict[str, Any]] | None:
+    """(night, models) of the newest night that recorded its models."""
+    for path, report in reversed(list_nights(project, home)):
+        if report.get("models") and report.get("status") not in ("running", "interrupted"):
+            return path.name, report["models"]
+    return None
+
+
+def resolve_night(project: str, night: str | None, home: Path | None = None) -> Path:
+    """A night folder by id (or a unique prefix); None: the newest staged, unadopted one."""
+    nights = list_nights(project, home)
+    if night is None:
+        staged = [p for p, r in nights if r.get("status") == "staged"]
+        if not staged:
+            raise StagingError(
+                f"project {project!r} has no staged proposal waiting "
+                "(`selftaught sleep history` lists the nights)"
+            )
+        return staged[-1]
+    hits = [p for p, _ in nights if p.name == night] or [
+        p for p, _ in nights if p.name.startswith(night)
+    ]
+    if len(hits) != 1:
+        known = ", ".join(p.name for p, _ in nights[-5:]) or "none"
+        what = "is ambiguous" if hits else "does not exist"
+        raise StagingError(
+            f"night {night!r} {what} in project {project!r} (latest nights: {known})"
+        )
+    return hits[0]
+
+
+def unified_diff(old: str, new: str, name: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"adopted/{name}",
+            tofile=f"proposal/{name}",
+        )
+    )
+
+
+def write_proposal(night_dir: Path, adopted: Adopted, skill: str, memory: str) -> dict[str, Any]:
+    """proposal/skill.md, memory.md and their diffs against the adopted ones."""
+    folder = night_dir / "proposal"
+    changed = {}
+    for name, old, new in (("skill", adopted.skill, skill), ("memory", adopted.memory, memory)):
+        atomic_write_text(folder / f"{name}.md", new)
+        atomic_write_text(folder / f"{name}.diff", unified_diff(old, new, f"{name}.md"))
+        changed[name] = old.strip() != new.strip()
+    return changed
+
+
+# ---- adopted versions -----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _adopt_lock(project: str, home: Path | None) -> Iterator[None]:
+    folder = project_dir(project, home)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / "adopt.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+
+
+def read_adopted_files(project: str, home: Path | None = None) -> Adopted:
+    """The adopted files as they are on disk now (no cache)."""
+    folder = adopted_dir(project, home)
+    version = _read(folder / "version").strip() or None
+    return Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), version)
+
+
+def versions_dir(project: str, home: Path | None = None) -> Path:
+    return project_dir(project, home) / "versions"
+
+
+def version_numbers(project: str, home: Path | None = None) -> list[int]:
+    root = versions_dir(project, home)
+    found = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
+    return sorted(found)
+
+
+def read_version(project: str, version: int, home: Path | None = None) -> Adopted:
+    if version == 0:
+        return Adopted("", "", "0")
+    folder = versions_dir(project, home) / str(version)
+    if not (folder / "meta.json").is_file():
+        known = ", ".join(str(v) for v in [0, *version_numbers(project, home)])
+        raise StagingError(f"project {project!r} has no adopted version {version} (known: {known})")
+    return Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), str(version))
+
+
+def current_version(project: str, home: Path | None = None) -> int:
+    """The adopted version number (0: nothing adopted, or a version not written by adopt)."""
+    text = read_adopted_files(project, home).version
+    return int(text) if text and text.isdigit() else 0
+
+
+def recover_adopted(project: str, home: Path | None = None) -> str | None:
+    """Complete an adopt or rollback that was killed between writing the adopted documents
+    and the `version` file: when the documents equal a known version other than the one
+    named, name it. Returns what was done, or None."""
+    on_disk = read_adopted_files(project, home)
+    named = current_version(project, home)
+    candidates = [named] + [v for v in reversed([0, *version_numbers(project, home)]) if v != named]
+    for v in candidates:
+        with contextlib.suppress(StagingError):
+            known = read_version(project, v, home)
+            if known.skill == on_disk.skill and known.memory == on_disk.memory:
+                if v == named and (on_disk.version or "0") == str(v):
+                    return None
+                atomic_write_text(adopted_dir(project, home) / "version", f"{v}\n")
+                return f"completed an interrupted adopt: the adopted files are version {v}"
+    return None
+
+
+def adopted_consistent(project: str, home: Path | None = None) -> bool:
+    """The adopted files equal the version they name (hand edits or a torn adopt: False)."""
+    on_disk = read_adopted_files(project, home)
+    if on_disk.version is None and on_disk.empty:
+        return True
+    try:
+        known = read_version(project, current_version(project, home), home)
+    except StagingError:
+        return False
+    return known.skill == on_disk.skill and known.memory == on_disk.memory
+
+
+def _backup(project: str, home: Path | None, what: str) -> Path:
+    folder = adopted_dir(project, home)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest = project_dir(project, home) / "backups" / f"{stamp}-{what}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = dest.with_name(f"{stamp}-{what}-{n}")
+    dest.mkdir(parents=True)
+    for name in ("skill.md", "memory.md", "version"):
+        if (folder / name).exists():
+            shutil.copy2(folder / name, dest / name)
+    return dest
+
+
+def _write_adopted(project: str, home: Path | None, adopted: Adopted) -> None:
+    """skill.md and memory.md first, `version` last, each atomically (see paths.py)."""
+    folder = adopted_dir(project, home)
+    atomic_write_text(folder / "skill.md", adopted.skill)
+    atomic_write_text(folder / "memory.md", adopted.memory)
+    atomic_write_text(folder / "version", f"{adopted.version}\n")
+
+
+def _write_version(project: str, home: Path | None, adopted: Adopted, meta: dict[str, Any]) -> None:
+    root = versions_dir(project, home)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".new-"))
+    try:
+        atomic_write_text(tmp / "skill.md", adopted.skill)
+        atomic_write_text(tmp / "memory.md", adopted.memory)
+        atomic_write_json(tmp / "meta.json", meta)
+        os.rename(tmp, root / str(adopted.version))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _event(project: str, home: Path | None, row: dict[str, Any]) -> None:
+    path = project_dir(project, home) / "events.jsonl"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"time": time.time(), **row}, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def events(project: str, home: Path | None = None) -> list[dict[str, Any]]:
+    path = project_dir(project, home) / "events.jsonl"
+    rows = []
+    for line in _read(path).splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            rows.append(json.loads(line))
+    return rows
+
+
+# ---- live files -----------------------------------------------------------------------------
+
+
+def live_targets(project: str, home: Path | None = None) -> list[Path]:
+    path = project_dir(project, home) / "live_targets.json"
+    return [Path(p) for p in read_json(path)] if path.is_file() else []
+
+
+def _remember_targets(project: str, home: Path | None, paths: list[Path]) -> list[Path]:
+    known = live_targets(project, home)
+    for p in paths:
+        p = p.expanduser().resolve()
+        if p not in known:
+            known.append(p)
+    if known:
+        atomic_write_json(project_dir(project, home) / "live_targets.json", [str(p) for p in known])
+    return known
+
+
+def write_live_file(path: Path, adopted: Adopted) -> None:
+    """Put the adopted skill and memory in `path` as one marked block, replacing the block a
+    previous adopt wrote and keeping everything else the file holds."""
+    if path.is_dir():
+        raise StagingError(f"--target-skill-path {path} is a directory; give a file")
+    own = strip_injected(_read(path)).rstrip("\n")
+    block = adopted_block(adopted)
+    text = "\n\n".join(part for part in (own, block) if part)
+    atomic_write_text(path, text + "\n" if text else "")
+
+
+# ---- adopt / rollback -------------------------------------------------------------------------
+
+
+@dataclass
+class Adoption:
+    version: int
+    previous: int
+    night: str | None
+    backup: Path
+    live_files: list[Path]
+    note: str | None = None  # e.g. an interrupted adopt completed first
+
+
+def _go_live(project: str, home: Path | None, adopted: Adopted, targets: list[Path]) -> list[Path]:
+    _write_adopted(project, home, adopted)
+    live = _remember_targets(project, home, targets)
+    for path in live:
+        write_live_file(path, adopted)
+    return live
+
+
+def adopt(
+    project: str,
+    night: str | None = None,
+    *,
+    home: Path | None = None,
+    force: bool = False,
+    target_paths: list[Path] | tuple[Path, ...] = (),
+) -> Adoption:
+    """Make a staged night's proposal the adopted skill and memory (a new version)."""
+    with _adopt_lock(project, home):
+        note = recover_adopted(project, home)
+        night_dir = resolve_night(project, night, home)
+        report = read_report(night_dir)
+        status = report.get("status")
+        if status == "adopted":
+            raise StagingError(
+                f"night {night_dir.name} is already adopted "
+                f"as version {report.get('adopted_version')}"
+            )
+        if status != "staged":
+            raise StagingError(
+                f"night {night_dir.name} has nothing to adopt (status {status}: "
+                f"{report.get('reason') or 'no proposal'})"
+            )
+        previous = current_version(project, home)
+        base = int(report.get("base_version") or 0)
+        if previous != base and not force:
+            raise StagingError(
+                f"the adopted version changed since night {night_dir.name} ran (it was gated "
+                f"against version {base}, version {previous} is adopted now); run another "
+                "night, or pass --force to adopt it anyway"
+            )
+        skill = _read(night_dir / "proposal" / "skill.md")
+        memory = _read(night_dir / "proposal" / "memory.md")
+        version = max([0, *version_numbers(project, home)]) + 1
+        backup = _backup(project, home, f"before-v{version}")
+        proposal = report.get("proposal") or {}
+        _write_version(
+            project,
+            home,
+            Adopted(skill, memory, str(version)),
+            {
+                "version": version,
+                "night": night_dir.name,
+                "adopted_at": time.time(),
+                "val_before": proposal.get("val_before"),
+                "val_after": proposal.get("val_after"),
+                "gate": (report.get("gate") or {}).get("mode"),
+                "models": report.get("models"),
+                "replaced": previous,
+            },
+        )
+        live = _go_live(project, home, Adopted(skill, memory, str(version)), list(target_paths))
+        _event(
+            project,
+            home,
+            {
+                "event": "adopt",
+                "version": version,
+                "night": night_dir.name,
+                "previous": previous,
+                "backup": str(backup),
+            },
+        )
+        report.update(status="adopted", adopted_version=version, adopted_at=time.time())
+        atomic_write_json(night_dir / "report.json", report)
+        return Adoption(version, previous, night_dir.name, backup, live, note)
+
+
+def rollback(
+    project: str,
+    version: int | None = None,
+    *,
+    home: Path | None = None,
+    target_paths: list[Path] | tuple[Path, ...] = (),
+) -> Adoption:
+    """Return to an earlier adopted version (default: the one below the current; 0 removes
+    the adopted skill and memory)."""
+    with _adopt_lock(project, home):
+        note = recover_adopted(project, home)
+        previous = current_version(project, home)
+        if version is None:
+            lower = [v for v in version_numbers(project, home) if v < previous]
+            if previous == 0:
+                raise StagingError(f"project {project!r} has nothing adopted to roll back")
+            version = lower[-1] if lower else 0
+        if version < 0:
+            raise StagingError("a version is a number >= 0")
+        target = read_version(project, version, home)
+        if version == previous and adopted_consistent(project, home):
+            raise StagingError(f"version {version} is already the adopted one")
+        backup = _backup(project, home, f"before-rollback-to-v{version}")
+        live = _go_live(project, home, target, list(target_paths))
+        _event(
+            project,
+            home,
+            {"event": "rollback", "version": version, "previous": previous, "backup": str(backup)},
+        )
+        return Adoption(version, previous, None, backup, live, note)
+
+
+def history(project: str, home: Path | None = None) -> list[dict[str, Any]]:
+    """One row per adopted version (0 = nothing adopted), with its night and val scores."""
+    current = current_version(project, home)
+    rows = [
+        {
+            "version": 0,
+            "night": None,
+            "adopted_at": None,
+            "val_before": None,
+            "val_after": None,
+            "current": current == 0,
+        }
+    ]
+    for v in version_numbers(project, home):
+        meta = read_json(versions_dir(project, home) / str(v) / "meta.json")
+        rows.append({**meta, "version": v, "current": v == current})
+    return rows
