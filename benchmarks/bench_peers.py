@@ -30,6 +30,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -195,13 +196,23 @@ class Bench:
         from selftaught.rollout import RolloutConfig
 
         params = GenerationParams(max_tokens=self.s.max_tokens, temperature=0.0)
+        rollout = RolloutConfig(
+            concurrency=self.s.concurrency,
+            timeout_s=self.s.timeout_s,
+            params=params,
+            progress=False,
+        )
         result = selftaught.evaluate(
             task,
             f"{self.url('eval')}#{self.model_name}",
             skill=prompt,
             split=split,  # type: ignore[arg-type]
-            rollout=RolloutConfig(concurrency=self.s.concurrency, params=params, progress=False),
+            rollout=rollout,
+            model_options={"timeout_s": self.s.timeout_s},
         )
+        if result.n_errors:
+            first = next(r.error for r in result.rollouts if r.error)
+            print(f"warning: {result.n_errors} {split} rollouts failed, e.g. {first}", flush=True)
         return {r.example_id: (r.score.hard if r.ok and r.score else None) for r in result.rollouts}
 
 
@@ -271,7 +282,8 @@ def run_one(
 ) -> dict[str, Any]:
     """One system's optimization, counted at the proxy, then its shipped prompt scored on
     val and test (outside the budget) and compared with the seed prompt's scores."""
-    out_dir = RUNS / ("quick" if b.s.quick else "peers") / task_slug(spec) / f"s{seed}" / variant
+    run_name = re.sub(r"[^A-Za-z0-9.+-]+", "_", variant)  # p<=0.1 → p_0.1
+    out_dir = RUNS / ("quick" if b.s.quick else "peers") / task_slug(spec) / f"s{seed}" / run_name
     job = make_job(b, system, task, spec, seed, out_dir)
     if system == "selftaught":
         job["gate"] = GATES.get(variant, {})  # {}: the package's default gate
@@ -359,6 +371,13 @@ def calls(row: dict[str, Any], role: str) -> int:
     return int(row.get("usage", {}).get(role, {}).get("calls", 0))
 
 
+def calls_cell(row: dict[str, Any], role: str) -> str:
+    """Answered calls, plus the ones sent but given up on (still work for the server)."""
+    use = row.get("usage", {}).get(role, {})
+    unanswered = int(use.get("sent", 0)) - int(use.get("calls", 0))
+    return f"{calls(row, role)}" + (f" (+{unanswered} unanswered)" if unanswered > 0 else "")
+
+
 def tokens(row: dict[str, Any]) -> int:
     return sum(int(u.get("tokens", 0)) for u in row.get("usage", {}).values())
 
@@ -395,8 +414,8 @@ def peers_table(rows: Sequence[dict[str, Any]]) -> str:
                 f"{t['paired']['delta']:+.2f}",
                 f"{t['paired']['wins']}/{t['paired']['losses']}",
                 f"{t['paired']['p_gain']:.3f} / {t['paired']['p_loss']:.3f}",
-                calls(r, "target"),
-                calls(r, "optimizer"),
+                calls_cell(r, "target"),
+                calls_cell(r, "optimizer"),
                 f"{tokens(r):,}",
                 f"{r.get('wall_s', 0):.0f}",
                 f"{r.get('accepted', '?')} / {_or_dash(r.get('steps'))}",

@@ -259,5 +259,7 @@ def update_readme(name: str, body: str, readme: Path = README) -> None:
 
 
 def fmt_acc(acc: Mapping[str, Any]) -> str:
+    """`0.38 [0.26, 0.52]`, plus how many rollouts errored (left out, not counted wrong)."""
     lo, hi = acc["ci95"]
-    return f"{acc['hard']:.2f} [{lo:.2f}, {hi:.2f}]"
+    errors = f" ({acc['errors']} errors)" if acc.get("errors") else ""
+    return f"{acc['hard']:.2f} [{lo:.2f}, {hi:.2f}]{errors}"

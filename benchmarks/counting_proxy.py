@@ -3,7 +3,8 @@ benchmark is counted the same way: at the endpoint, not by its own bookkeeping.
 
 Each client is pointed at `http://127.0.0.1:PORT/<role>/v1` (role: target, optimizer, eval,
 ...); the proxy forwards `/<role>/v1/...` to the upstream `/v1/...` unchanged and charges
-the call, its tokens (from the reply's `usage`) and its latency to the role. One
+the request (`sent`), then its answer (`calls` or `errors`), its tokens (from the reply's
+`usage`) and its latency to the role. One
 normalisation keeps the systems' generation lengths comparable: a request that gives only
 `max_completion_tokens` also gets it as `max_tokens` (llama.cpp's server ignores the former
 and would generate to the context limit)."""
@@ -21,6 +22,7 @@ from typing import Any
 
 @dataclass
 class RoleCount:
+    sent: int = 0  # requests received (a client may give up on one before it is answered)
     calls: int = 0  # answered with HTTP 200
     errors: int = 0  # any other answer, or no answer
     prompt_tokens: int = 0
@@ -38,6 +40,10 @@ class CallCounter:
 
     roles: dict[str, RoleCount] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def start(self, role: str) -> None:
+        with self._lock:
+            self.roles.setdefault(role, RoleCount()).sent += 1
 
     def record(self, role: str, status: int, body: Any, latency_s: float) -> None:
         usage = body.get("usage") if isinstance(body, dict) else None
@@ -94,6 +100,7 @@ def create_proxy_app(upstream: str, counter: CallCounter, *, timeout_s: float = 
         if request.method == "GET":
             reply = await client.get(f"/{path}", headers=headers)
         elif chat:
+            counter.start(role)
             body = normalise_request(await request.json())
             try:
                 reply = await client.post(f"/{path}", json=body, headers=headers)

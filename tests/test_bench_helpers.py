@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import bench_overhead  # noqa: E402
 import bench_peers  # noqa: E402
-from common import accuracy, compare_paired, markdown_table, replace_section  # noqa: E402
+from common import accuracy, compare_paired, fmt_acc, markdown_table, replace_section  # noqa: E402
 from counting_proxy import CallCounter, counting_proxy, normalise_request  # noqa: E402
 
 from tests.fault_server import FaultServer  # noqa: E402
@@ -51,6 +51,7 @@ def test_compare_paired_counts_wins_losses_and_skips_errors() -> None:
 
 def test_accuracy_reports_errors_apart() -> None:
     acc = accuracy({"a": 1.0, "b": 0.0, "c": None, "d": 1.0})
+    assert fmt_acc(acc).endswith("(1 errors)")
     assert (acc["solved"], acc["n"], acc["errors"]) == (2, 3, 1)
     assert acc["hard"] == pytest.approx(2 / 3)
     assert 0 < acc["ci95"][0] < acc["hard"] < acc["ci95"][1] < 1
@@ -80,9 +81,11 @@ def test_counting_proxy_counts_per_role_at_the_endpoint() -> None:
         served = openai.OpenAI(base_url=f"{root}/eval/v1", api_key="k").models.list()
         assert [m.id for m in served.data] == ["fake-model"]
     tally = counter.take()
-    assert tally["target"]["calls"] == 2 and tally["target"]["errors"] == 0
+    target = tally["target"]
+    assert (target["sent"], target["calls"], target["errors"]) == (2, 2, 0)
     assert tally["target"]["prompt_tokens"] == 20 and tally["target"]["tokens"] == 24
-    assert (tally["optimizer"]["calls"], tally["optimizer"]["errors"]) == (1, 1)
+    assert (tally["optimizer"]["sent"], tally["optimizer"]["calls"]) == (2, 1)
+    assert tally["optimizer"]["errors"] == 1
     assert "eval" not in tally  # listing models is not a chat call
     assert upstream.requests[1]["max_tokens"] == 7  # llama.cpp ignores max_completion_tokens
     assert counter.take() == {}
@@ -119,8 +122,8 @@ def _row(variant: str, delta: float, *, steps: int = 4, accepted: int = 1, **fla
         "val": split,
         "test": split,
         "usage": {
-            "target": {"calls": 200, "tokens": 1000},
-            "optimizer": {"calls": 9, "tokens": 50},
+            "target": {"sent": 202, "calls": 200, "tokens": 1000},
+            "optimizer": {"sent": 9, "calls": 9, "tokens": 50},
         },
         "wall_s": 12.0,
     }
@@ -145,7 +148,9 @@ def test_gate_summary_and_tables() -> None:
     assert "1 (+1 failed)" in gate_md
     peers_md = bench_peers.peers_table(rows)
     assert "| selftaught 0.1.0 (margin1) | 0 | 0.50 → 0.50 |" in peers_md
-    assert "| -0.10 | 3/1 | 0.300 / 0.010 | 200 | 9 | 1,050 | 12 | 1 / 4 |" in peers_md
+    assert (
+        "| -0.10 | 3/1 | 0.300 / 0.010 | 200 (+2 unanswered) | 9 | 1,050 | 12 | 1 / 4 |" in peers_md
+    )
     assert "| selftaught (p<=0.2) | 1 | failed: exit 1: boom |" in peers_md
 
 

@@ -132,6 +132,7 @@ def run_selftaught(job: dict[str, Any], task: Task) -> dict[str, Any]:
         initial_skill=job["seed_prompt"],
         config=config,
         output_dir=job["out_dir"],
+        model_options={"timeout_s": job["timeout_s"]},
         progress=False,
     )
     decisions = summary["decisions"]
