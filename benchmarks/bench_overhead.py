@@ -14,6 +14,7 @@ real endpoint with `--endpoint http://HOST:PORT/v1#MODEL` (e.g. `selftaught serv
 
     python benchmarks/bench_overhead.py                 # fake 50 ms endpoint, C = 1, 8, 32
     python benchmarks/bench_overhead.py --endpoint http://127.0.0.1:8011/v1#qwen
+    python benchmarks/bench_overhead.py --serve local --concurrency 8   # the embedded SmolLM2
     python benchmarks/bench_overhead.py --quick         # seconds
 
 Results: benchmarks/results/overhead.json and a regenerated section of benchmarks/README.md
@@ -37,6 +38,7 @@ from common import (
     command_line,
     machine_info,
     markdown_table,
+    selftaught_server,
     split_spec,
     update_readme,
 )
@@ -55,6 +57,7 @@ class Settings:
     latency_ms: float = 50.0
     max_tokens: int = 32
     endpoints: list[str] = field(default_factory=list)  # real ones, besides the fake
+    serve: str | None = None  # a model for `selftaught serve`, started for the run
     quick: bool = False
 
 
@@ -66,6 +69,9 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     p.add_argument("--pairs", type=int, help="A/B pairs per setting (default 5, at least 3)")
     p.add_argument("--latency-ms", type=float, help="the fake endpoint's latency (default 50)")
     p.add_argument("--endpoint", action="append", default=[], help="a real endpoint URL#MODEL")
+    p.add_argument(
+        "--serve", help="also a `selftaught serve --model MODEL` started here (e.g. local)"
+    )
     args = p.parse_args(argv)
     s = (
         Settings(concurrencies=[8], pairs=3, latency_ms=20.0, quick=True)
@@ -81,6 +87,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     if args.latency_ms is not None:
         s.latency_ms = args.latency_ms
     s.endpoints = args.endpoint
+    s.serve = args.serve
     if s.pairs < 3:
         raise SystemExit(f"--pairs must be at least 3, got {s.pairs}")
     return s
@@ -243,6 +250,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     for spec in s.endpoints:
         for c in s.concurrencies:
             rows.append(measure(spec, spec, c, s))
+    if s.serve:
+        with selftaught_server(s.serve, "served", max_batch_size=max(s.concurrencies)) as spec:
+            for c in s.concurrencies:
+                rows.append(measure(spec, f"selftaught serve --model {s.serve}", c, s))
     meta["wall_s"] = round(time.perf_counter() - t0, 1)
     meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     out_dir = REPO / "runs" / "bench" / "quick" if s.quick else RESULTS

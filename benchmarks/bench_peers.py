@@ -257,13 +257,14 @@ def run_driver(system: str, job: dict[str, Any], out_dir: Path) -> dict[str, Any
     python = sys.executable if system == "selftaught" else str(PEERS_PYTHON)
     shutil.rmtree(out_dir, ignore_errors=True)  # every system resumes from a run dir it finds
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    job_path, result_path = out_dir.with_suffix(".job.json"), out_dir.with_suffix(".result.json")
+    job_path, result_path, log_path = (
+        out_dir.parent / f"{out_dir.name}.{kind}" for kind in ("job.json", "result.json", "log")
+    )
     job_path.write_text(json.dumps(job, indent=1), encoding="utf-8")
     result_path.unlink(missing_ok=True)
     import selftaught  # the driver must score with this very code
 
     env = {**os.environ, "PYTHONPATH": str(Path(selftaught.__file__).parents[1])}
-    log_path = out_dir.with_suffix(".log")
     with open(log_path, "wb") as log:
         code = subprocess.call(
             [python, str(DRIVER), str(job_path), str(result_path)],
