@@ -196,6 +196,11 @@ async def arun_rollouts(
                 solved += sum(int(r.score.hard) for r in attempts if r.ok and r.score is not None)
                 progress.update(bar, advance=1, acc=f"{solved}/{done}")
                 results[i] = attempts
+    except BudgetExhausted:
+        # the calls already sent are paid for: let them finish (the jobs still waiting are
+        # refused by the budget at once), so what is charged is what the backend served
+        await asyncio.gather(*jobs, return_exceptions=True)
+        raise
     except BaseException:
         for j in jobs:
             j.cancel()
