@@ -4,7 +4,8 @@
 client's timeout), "429", "500", "503", "401", "empty". When the queue is empty every
 request is answered "ok". Answers come from `answer(messages) -> str`. A request for n > 1
 choices gets n answers (`n_mode="support"`), a 500 as llama.cpp's server answers it
-("reject"), or one answer ("ignore")."""
+("reject"), or one answer ("ignore"). `POST /v1/load_lora_adapter` (vLLM's runtime LoRA
+loading) adds the adapter's name to the served models and records it in `loaded`."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class FaultServer:
         self.n_mode = n_mode
         self.faults: deque[str] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.loaded: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         server = self
 
@@ -70,6 +72,11 @@ class FaultServer:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.rstrip("/").endswith("/load_lora_adapter"):
+                    with server.lock:
+                        server.loaded.append(body)
+                        server.models = (*server.models, body["lora_name"])
+                    return self._send(200, {"message": "Success"})
                 with server.lock:
                     server.requests.append(body)
                     fault = server.faults.popleft() if server.faults else "ok"

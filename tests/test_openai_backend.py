@@ -153,3 +153,32 @@ def test_eval_cli_fatal_error_is_one_sentence(tmp_path):
     assert "API key was rejected" in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "e.jsonl").exists()  # nothing half-written
+
+
+def test_a_model_used_across_sync_calls_closes_its_client_with_each_loop():
+    """Each sync call runs its own event loop; the HTTP client made in a loop is closed with
+    it, so nothing is left to complain "Event loop is closed" when it is collected."""
+    import gc
+    import subprocess
+    import sys
+    import textwrap
+
+    with FaultServer() as server:
+        script = textwrap.dedent(
+            f"""
+            import gc
+            from selftaught.models.openai_compat import OpenAICompatModel
+            from selftaught.models import GenerationParams
+            model = OpenAICompatModel("fake-model", base_url={server.base_url!r})
+            for _ in range(3):
+                model.chat({MSGS!r}, GenerationParams(max_tokens=7))
+            del model
+            gc.collect()
+            print("done")
+            """
+        )
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    gc.collect()
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr
+    assert "Event loop is closed" not in proc.stderr, proc.stderr
+    assert "never retrieved" not in proc.stderr, proc.stderr

@@ -258,3 +258,32 @@ def test_scorer_errors_are_no_samples_and_are_counted(tiny_dir, tmp_path, monkey
     assert {r["example_id"] for r in rows} == {"train-1", "train-2", "train-3"}
     history = RestTrainer(CrashingScorerTask(), config(1), tmp_path / "run").run.history()
     assert history[1]["sample_errors"] == 2 and history[1]["samples"] == 6
+
+
+def test_sampling_through_a_server_loads_each_rounds_adapter_by_name(
+    tiny_dir, tmp_path, monkeypatch
+):
+    """--sampler-url: round 1 samples the base model from the server, round 2 the base plus
+    round 1's adapter, which the run first loads into the server (vLLM's runtime LoRA API)."""
+    from tests.fault_server import FaultServer
+
+    scripted_eval(monkeypatch, [0.25, 0.75, 1.0])
+    with FaultServer(answer=lambda m: "x") as server:
+        cfg = config(2)
+        cfg.sampler_url = server.base_url
+        cfg.sampler_base_model = "fake-model"
+        RestTrainer(EchoTask(), cfg, tmp_path / "run", model_path=tiny_dir).train()
+    chats = [r for r in server.requests if "messages" in r]
+    assert len(chats) == 2 * 4  # one request per train prompt per round, n=2 samples each
+    assert all(r["n"] == 2 for r in chats)
+    models = [r["model"] for r in chats]
+    assert models[:4] == ["fake-model"] * 4
+    assert len(server.loaded) == 1 and set(models[4:]) == {server.loaded[0]["lora_name"]}
+    assert server.loaded[0]["lora_path"] == str((tmp_path / "run/rounds/1/adapter").resolve())
+
+
+def test_sampler_url_needs_lora_from_the_base():
+    from selftaught.weights.config import ConfigError
+
+    with pytest.raises(ConfigError, match="needs --backend lora"):
+        RestConfig(sampler_url="http://x/v1", continue_training=True)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -122,15 +125,37 @@ def check_n(n: int) -> None:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
 
 
+# Async resources bound to one event loop (e.g. an HTTP client's connection pool), closed when
+# the `run_sync` call that runs that loop ends, before the loop itself closes.
+_LOOP_CLEANUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Callable[[], Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def close_with_loop(close: Callable[[], Any]) -> None:
+    """Call `await close()` when the running loop's `run_sync` call ends (backends register
+    their per-loop clients here: closed in time, they never warn "Event loop is closed")."""
+    _LOOP_CLEANUPS.setdefault(asyncio.get_running_loop(), []).append(close)
+
+
+async def _with_cleanup(coro: Any) -> Any:
+    try:
+        return await coro
+    finally:
+        for close in _LOOP_CLEANUPS.pop(asyncio.get_running_loop(), []):
+            with contextlib.suppress(Exception):
+                await close()
+
+
 def run_sync(coro: Any) -> Any:
     """Run a coroutine from sync code, also when called inside a running loop's thread pool."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return asyncio.run(_with_cleanup(coro))
     # Called from inside a loop (e.g. a scorer in a worker thread of a loop): use a fresh loop
     # in this thread is impossible, so run it in a helper thread.
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(asyncio.run, _with_cleanup(coro)).result()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import weakref
 from typing import Any
 
 import openai
@@ -16,6 +17,7 @@ from selftaught.models.base import (
     GenerationParams,
     Message,
     check_n,
+    close_with_loop,
     params_for_sample,
 )
 from selftaught.models.errors import (
@@ -86,21 +88,25 @@ class OpenAICompatModel(AsyncChatModel):
         self.retry = retry or RetryPolicy()
         self.timeout_s = timeout_s
         self._key = key
-        self._clients: dict[int, openai.AsyncOpenAI] = {}
+        self._clients: weakref.WeakKeyDictionary[Any, openai.AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
+        )
         self._checked = False
         self._n_supported: bool | None = None  # None: not tried yet
 
     def _client(self) -> openai.AsyncOpenAI:
-        # httpx clients are bound to the event loop that created them: one per loop.
+        # httpx clients are bound to the event loop that created them: one per loop (keyed
+        # by the loop itself: a new loop may reuse a dead one's id), closed with it.
         import asyncio
 
-        loop_id = id(asyncio.get_running_loop())
-        client = self._clients.get(loop_id)
-        if client is None:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed():
             client = openai.AsyncOpenAI(
                 base_url=self.base_url, api_key=self._key, timeout=self.timeout_s, max_retries=0
             )
-            self._clients = {loop_id: client}  # old loops are gone; drop their clients
+            self._clients[loop] = client
+            close_with_loop(client.close)
         return client
 
     async def list_models(self) -> list[str]:
