@@ -192,3 +192,26 @@ def test_vllm_server_and_options_reach_trls_config(tmp_path):
     assert (args.max_steps, args.beta, args.importance_sampling_level) == (3, 0.02, "sequence")
     plain = RLTrainer(SumTask(), RLConfig(), tmp_path / "other").grpo_args(use_cpu=True)
     assert not plain.use_vllm and plain.importance_sampling_level == "token"
+
+
+def test_a_budget_charges_every_scored_completion_and_stops_training(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from rich.console import Console
+
+    from selftaught.models.usage import Budget, UsageLedger
+    from selftaught.weights.rl import _budget_stop
+
+    task = SumTask()
+    ledger = UsageLedger(budget=Budget(calls=6))
+    reward = TaskReward(task, task.examples("train"), ledger=ledger)
+    saved: list[dict] = []
+    stop = _budget_stop(ledger, Console(quiet=True), saved.append)
+    reward([None] * 4, ["1", "2", "3", "4"], ["train-0"] * 4, completion_ids=[[1, 2]] * 4)
+    control = NS(should_training_stop=False)
+    stop.on_step_end(None, NS(global_step=1), control)
+    assert not control.should_training_stop and saved[-1]["target"]["calls"] == 4
+    assert saved[-1]["target"]["completion_tokens"] == 8
+    reward([None] * 4, ["1", "2", "3", "4"], ["train-0"] * 4, completion_ids=[[1]] * 4)
+    stop.on_step_end(None, NS(global_step=2), control)
+    assert control.should_training_stop and stop.stopped_by.startswith("budget (8 of 6 calls")

@@ -1158,6 +1158,7 @@ def train(
             eval_max_tokens=max_tokens,
             gate=gate,
             vllm_server_url=vllm_server,
+            budget=budget(budget_calls, budget_tokens, None),
             backend=backend_cfg,
         )
     else:

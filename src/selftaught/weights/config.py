@@ -255,6 +255,9 @@ class RLConfig:
             per-example val scores (see RestConfig.gate; None: the task's default gate).
         vllm_server_url: generate the groups with a vLLM server in TRL's server mode
             (start it with `trl vllm-serve --model PATH`); needs `vllm` installed.
+        budget: most completions (`calls`) / completion tokens the training may sample; when
+            a step ends past it, training stops there and the gate decides on what was
+            learned (val and test evaluations are outside it).
         seed: training seed.
     """
 
@@ -271,6 +274,7 @@ class RLConfig:
     eval_max_tokens: int = 64
     gate: GateConfig | None = None
     vllm_server_url: str | None = None
+    budget: Budget = field(default_factory=Budget)
     seed: int = 0
     backend: BackendConfig = field(default_factory=BackendConfig)
 
@@ -344,8 +348,6 @@ SFT_ONLY_OPTIONS = (
     "--epochs",
     "--batch-size",
     "--teacher-skill",
-    "--budget-calls",
-    "--budget-tokens",
     "--sampler-url",
     "--sampler-base-model",
 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from rich.console import Console
 
 from selftaught.evaluation import EvalResult, evaluate
 from selftaught.gate import gate
-from selftaught.models.base import GenerationParams
+from selftaught.models.base import Completion, GenerationParams
+from selftaught.models.usage import UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig
 from selftaught.runs import RunDir, atomic_write_json
@@ -77,8 +79,10 @@ class TaskReward:
         kind: str = "soft",
         *,
         max_error_share: float = 0.5,
+        ledger: UsageLedger | None = None,
     ):
         self.task = task
+        self.ledger = ledger  # each scored completion is charged here (the run's budget)
         self.by_id = {ex.id: ex for ex in examples}
         self.kind = kind
         self.max_error_share = max_error_share
@@ -89,6 +93,10 @@ class TaskReward:
         self.scored = 0
         self.error_messages: list[str] = []
         self.last_rewards: list[float] = []
+
+    def _charge(self, completion_ids: list[list[int]]) -> None:
+        if self.ledger is not None:
+            _charge_completions(self.ledger, "local:grpo-policy", completion_ids)
 
     def _score(self, completion: Any, eid: str) -> tuple[float | None, str | None]:
         from selftaught.rollout import score_reply
@@ -101,8 +109,14 @@ class TaskReward:
         return float(score.soft if self.kind == "soft" else score.hard), None
 
     def __call__(
-        self, prompts: list[Any], completions: list[Any], example_id: list[str], **_: Any
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        example_id: list[str],
+        completion_ids: list[list[int]] | None = None,
+        **_: Any,
     ) -> list[float]:
+        self._charge(completion_ids or [[] for _ in completions])
         raw: list[float | None] = []
         for completion, eid in zip(completions, example_id, strict=True):
             value, error = self._score(completion, eid)
@@ -124,6 +138,11 @@ class TaskReward:
         if len(set(rewards)) <= 1:
             self.flat_batches += 1
         return rewards
+
+
+def _charge_completions(ledger: UsageLedger, name: str, completion_ids: list[list[int]]) -> None:
+    for ids in completion_ids:
+        ledger.record("target", name, Completion(text="", completion_tokens=len(ids)))
 
 
 def _neutral_fill(raw: list[float | None], group_of: list[str]) -> list[float]:
@@ -183,6 +202,30 @@ def _make_callback(run: RunDir, reward: TaskReward, cfg: RLConfig, console: Cons
     return MetricsCallback()
 
 
+def _budget_stop(
+    ledger: UsageLedger, console: Console, persist: Callable[[dict[str, Any]], None]
+) -> Any:
+    """A callback that records what training spent after every step (`persist`, so a
+    resumed run keeps counting) and ends training after the step during which the budget ran
+    out."""
+    from transformers import TrainerCallback
+
+    class BudgetStop(TrainerCallback):
+        stopped_by: str | None = None
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if getattr(state, "is_world_process_zero", True):
+                persist(ledger.to_dict())
+            why = ledger.exhausted()
+            if why is not None and self.stopped_by is None:
+                self.stopped_by = f"budget ({why}) after step {state.global_step}"
+                console.print(f"[bold yellow]budget exhausted[/] ({why}): training stops here")
+            if why is not None:
+                control.should_training_stop = True
+
+    return BudgetStop()
+
+
 @dataclass
 class RLResult:
     shipped: str  # "base" or "trained"
@@ -196,10 +239,12 @@ class RLResult:
     seconds: float = 0.0
     step_seconds: float | None = None
     reward_errors: int = 0
+    stopped_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "shipped": self.shipped,
+            "stopped_by": self.stopped_by,
             "gate": self.gate,
             "base_val": self.base_val.summary(),
             "trained_val": self.trained_val.summary(),
@@ -361,7 +406,18 @@ class RLTrainer:
         from trl import GRPOTrainer
 
         cfg = self.config
-        reward = TaskReward(self.task, self.train_examples, cfg.reward)
+        ledger = UsageLedger(budget=cfg.budget)
+        if "usage" in state:  # a resumed run has spent what it spent
+            from selftaught.models.usage import RoleUsage
+
+            ledger.roles = {role: RoleUsage(**u) for role, u in state["usage"].items()}
+        reward = TaskReward(self.task, self.train_examples, cfg.reward, ledger=ledger)
+
+        def persist(usage: dict[str, Any]) -> None:
+            state["usage"] = usage
+            self.run.save_state(state)
+
+        budget_stop = _budget_stop(ledger, self.console, persist)
         ckpt_dir = self.run.path("checkpoints")
         trainable = prepare_trainable(model, cfg.backend)
         with warnings.catch_warnings():
@@ -372,7 +428,7 @@ class RLTrainer:
                 args=self.grpo_args(use_cpu=on_cpu(model)),
                 train_dataset=self.dataset(),
                 processing_class=tok,
-                callbacks=[_make_callback(self.run, reward, cfg, self.console)],
+                callbacks=[_make_callback(self.run, reward, cfg, self.console), budget_stop],
             )
         resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else False
         if resume:
@@ -397,6 +453,8 @@ class RLTrainer:
             flat_batches=reward.flat_batches,
             batches=reward.batches,
             reward_errors=reward.errors,
+            usage=ledger.to_dict(),
+            stopped_by=budget_stop.stopped_by,
         )
         if main:
             save_atomic(model, self.run.path("trained"), tok)
@@ -462,4 +520,5 @@ class RLTrainer:
             seconds=seconds,
             step_seconds=state.get("step_seconds"),
             reward_errors=state.get("reward_errors", 0),
+            stopped_by=state.get("stopped_by"),
         )
