@@ -388,3 +388,52 @@ def test_an_unexpected_error_leaves_the_night_marked_failed(tmp_path):
     ((path, report),) = staging.list_nights("demo", tmp_path)
     assert report["status"] == "failed" and "cannot cover" in report["reason"]
     assert (path / "report.md").exists() and (path / "diagnostics.json").exists()
+
+
+def test_what_the_user_said_is_proposed_to_the_memory_and_gated(tmp_path):
+    """An analyst too weak to write an edit (SmolLM2 parrots the format) still leaves the
+    user's own words: feedback comments on train tasks are proposed to the memory, and the
+    gate keeps them only because they help on val."""
+    log = TaskLog(tmp_path / "log.db")
+    for i in range(12):
+        a, b = i + 1, 7 * i + 3
+        log.add(
+            Interaction(
+                messages=[{"role": "user", "content": f"[needs alpha] What is {a} + {b}?"}],
+                reply=f"Answer: {a + b + 1}",
+                project="demo",
+                source="proxy",
+                feedback=Feedback(
+                    thumb="down", reference=str(a + b), comment="remember rule alpha"
+                ),
+            )
+        )
+    log.close()
+    parrot = canned_analyst(failure='{"rules": {"append": {"content": "better text"}}}')
+    (night,) = run_night(config(tmp_path), models=models(analyst=parrot))
+    assert night.status == "staged", night.report.get("reason")
+    memory = (night.night_dir / "proposal" / "memory.md").read_text()
+    assert "The user said: remember rule alpha" in memory
+    assert not (night.night_dir / "proposal" / "skill.md").read_text().strip()
+    report = json.loads((night.night_dir / "report.json").read_text())
+    assert report["proposal"]["val_after"]["hard"] > report["proposal"]["val_before"]["hard"]
+
+
+def test_the_users_words_are_refused_when_they_do_not_help(tmp_path):
+    log = TaskLog(tmp_path / "log.db")
+    for i in range(12):
+        a, b = i + 1, 7 * i + 3
+        log.add(
+            Interaction(
+                messages=[{"role": "user", "content": f"[needs alpha] What is {a} + {b}?"}],
+                reply=f"Answer: {a + b + 1}",
+                project="demo",
+                source="proxy",
+                feedback=Feedback(thumb="down", reference=str(a + b), comment="be nicer"),
+            )
+        )
+    log.close()
+    parrot = canned_analyst(failure="no json here")
+    (night,) = run_night(config(tmp_path), models=models(analyst=parrot))
+    assert night.status != "staged"
+    assert read_adopted("demo", tmp_path).empty

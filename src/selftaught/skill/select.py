@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from selftaught.skill.document import Edit
 
-_SOURCE_RANK = {"failure": 0, "contrast": 0, "merge": 0, "success": 1}
+_SOURCE_RANK = {"user": 0, "failure": 0, "contrast": 0, "merge": 0, "success": 1}
 
 
 def dedupe_edits(edits: Iterable[Edit]) -> list[Edit]:

@@ -15,7 +15,8 @@ import math
 import random
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,7 @@ class SkillTrainer:
         *,
         document: DocumentKind = "skill",
         other_document: str = "",
+        proposals: Sequence[Edit] = (),
         output_dir: str | Path | None = None,
         ledger: UsageLedger | None = None,
         progress: bool = True,
@@ -204,6 +206,9 @@ class SkillTrainer:
         # what is trained (the skill, or the memory) and the other document, held fixed
         self.document = document
         self.other_document = other_document
+        # edits proposed from outside the analyst (e.g. what the user stated): they join the
+        # first step's merged edits and meet the same budget, guard-free apply and gate
+        self.proposals = [replace(e, source="user") for e in proposals]
         self.run = RunDir(output_dir or default_output_dir(task.name))
         self.show_progress = progress
         self.console = console or Console(stderr=True, quiet=not progress)
@@ -387,6 +392,8 @@ class SkillTrainer:
         for c in calls + agg.calls:
             st.parse.add(c)
         self._buffer_refused(st, calls + agg.calls)
+        if step == 1 and self.proposals:
+            agg.edits = [*self.proposals, *agg.edits]
         update = self._update(st.current, agg.edits, rejected, budget)
         verdict = await self._gate(st, step, update)
         self._apply_verdict(st, update, verdict)

@@ -23,6 +23,7 @@ from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.runs import RunDir, RunError, read_json
 from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.document import Edit
 from selftaught.skill.trainer import SkillTrainer
 from selftaught.sleep.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.paths import Adopted
@@ -52,6 +53,7 @@ def _phase(
     run_dir: Path,
     ledger: UsageLedger,
     console: Console,
+    proposals: list[Edit],
 ) -> dict[str, Any]:
     """One trainer (skill or memory); its summary, or why it stopped early."""
     training = dataclasses.replace(training, evaluate_test=bool(task.examples("test")))
@@ -63,6 +65,7 @@ def _phase(
         initial,
         document=document,  # type: ignore[arg-type]
         other_document=other,
+        proposals=proposals,
         output_dir=run_dir,
         ledger=ledger,
         progress=progress,
@@ -88,6 +91,21 @@ def _phase(
         "stopped_by": summary["stopped_by"],
         "test": summary["test"],
     }
+
+
+MAX_STATEMENTS = 4  # the user's comments proposed to the memory in one night
+
+
+def user_statements(task: NightTask) -> list[Edit]:
+    """What the user told the agent in feedback comments on train tasks, as memory edits
+    (newest tasks first, deduplicated). Memory is for what the user said; the gate still has
+    to see it help on val before it is kept, and val / test comments are never used."""
+    seen: dict[str, Edit] = {}
+    for ex in task.examples("train"):
+        said = str(ex.state.get("comment") or "").strip()
+        if said and said.lower() not in seen:
+            seen[said.lower()] = Edit("append", content=f"- The user said: {said}", support=2)
+    return list(seen.values())[:MAX_STATEMENTS]
 
 
 def consolidate(
@@ -133,6 +151,7 @@ def consolidate(
                 night_dir if skill_doc else night_dir / "memory",
                 ledger,
                 console,
+                [] if skill_doc else user_statements(task),
             )
         except FatalBackendError as err:
             result.fatal = err

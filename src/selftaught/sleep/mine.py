@@ -203,6 +203,8 @@ def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str
     elif reference is not None and not str(reference).strip():
         reference = None
     state: dict[str, Any] = {"rules": rules}
+    if it.feedback.comment and it.feedback.comment.strip():
+        state["comment"] = redact_for_model(it.feedback.comment.strip())
     if reference is not None:
         state["scorer"] = reference_scorer(reference)
     elif config.judge:
