@@ -10,7 +10,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,19 +57,35 @@ def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, row); a malformed line raises naming file and line."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise RunError(f"{path}:{lineno}: malformed JSON ({err.msg})") from err
-            if not isinstance(row, dict):
-                raise RunError(f"{path}:{lineno}: expected a JSON object")
-            yield lineno, row
+def jsonl_rows(
+    lines: Iterable[bytes | str], where: str | Path, error: type[Exception] = RunError
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSONL text. A line that is not
+    UTF-8, not JSON or not a JSON object raises `error`, naming `where` and the line: the one
+    rule for every JSONL the project reads (tasks, imports, runs, reports)."""
+    for lineno, raw in enumerate(lines, 1):
+        at = f"{where}:{lineno}"
+        try:
+            line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as err:
+            raise error(f"{at}: not UTF-8 text ({err.reason})") from err
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise error(f"{at}: malformed JSON ({err.msg}, column {err.colno})") from err
+        if not isinstance(row, dict):
+            raise error(f"{at}: expected a JSON object, got {type(row).__name__}")
+        yield lineno, row
+
+
+def iter_jsonl(
+    path: str | Path, error: type[Exception] = RunError
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each row of a JSONL file (see `jsonl_rows`)."""
+    with open(path, "rb") as f:
+        yield from jsonl_rows(f, path, error)
 
 
 class RunDir:

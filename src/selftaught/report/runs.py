@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from selftaught.runs import RunError
+from selftaught.runs import RunError, jsonl_rows
 from selftaught.stats import wilson_interval
 
 
@@ -128,18 +128,7 @@ class _Reader:
             except json.JSONDecodeError:
                 self.note(f"The last line of {path.name} is incomplete and is left out.")
                 lines = lines[:last]
-        rows = []
-        for lineno, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ReportError(f"{path}:{lineno}: malformed JSON ({err.msg})") from err
-            if not isinstance(row, dict):
-                raise ReportError(f"{path}:{lineno}: expected a JSON object")
-            rows.append(row)
-        return rows
+        return [row for _, row in jsonl_rows(lines, path, ReportError)]
 
     def text(self, *parts: str) -> str | None:
         path = self.root.joinpath(*parts)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.models.base import ChatModel
+from selftaught.runs import iter_jsonl
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.scorers import JUDGE_SCORER, Scorer, compile_pattern, get_scorer
 
@@ -108,54 +109,39 @@ class JsonlTask:
         scorer_by_id: dict[str, Scorer] = {}
         line_of_id: dict[str, int] = {}
         split_of_prompt: dict[str, tuple[str, int, bool]] = {}  # prompt -> split, line, explicit
-        with open(self.path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                where = f"{self.path}:{lineno}"
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise TaskError(f"{where}: not UTF-8 text ({err.reason})") from err
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise TaskError(
-                        f"{where}: malformed JSON ({err.msg}, column {err.colno})"
-                    ) from err
-                if not isinstance(row, dict):
-                    raise TaskError(f"{where}: expected a JSON object, got {type(row).__name__}")
-                example, explicit_split, scorer_name = self._parse_row(row, lineno, where)
-                if example.id in line_of_id:
-                    raise TaskError(
-                        f"{where}: duplicate id {example.id!r} "
-                        f"(first used on line {line_of_id[example.id]})"
-                    )
-                line_of_id[example.id] = lineno
+        for lineno, row in iter_jsonl(self.path, TaskError):
+            where = f"{self.path}:{lineno}"
+            example, explicit_split, scorer_name = self._parse_row(row, lineno, where)
+            if example.id in line_of_id:
+                raise TaskError(
+                    f"{where}: duplicate id {example.id!r} "
+                    f"(first used on line {line_of_id[example.id]})"
+                )
+            line_of_id[example.id] = lineno
 
-                scorer = self.default_scorer
-                if scorer_name is not None:
-                    scorer = self._scorer(scorer_name, where=where)
-                self._check_reference(example, scorer_name or self.scorer_name, where)
+            scorer = self.default_scorer
+            if scorer_name is not None:
+                scorer = self._scorer(scorer_name, where=where)
+            self._check_reference(example, scorer_name or self.scorer_name, where)
 
-                prompt = example.prompt_text().strip()
-                split = explicit_split
-                if prompt in split_of_prompt:
-                    first_split, first_line, first_explicit = split_of_prompt[prompt]
-                    if split is None:
-                        split = first_split
-                    elif split != first_split:
-                        how = "given" if first_explicit else "assigned by hash"
-                        raise TaskError(
-                            f"{where}: split {split!r}, but line {first_line} has the same input "
-                            f"in split {first_split!r} ({how}); validation that overlaps "
-                            "training is refused"
-                        )
+            prompt = example.prompt_text().strip()
+            split = explicit_split
+            if prompt in split_of_prompt:
+                first_split, first_line, first_explicit = split_of_prompt[prompt]
                 if split is None:
-                    split = hash_split(example.id, self.seed, self.val_fraction, self.test_fraction)
-                split_of_prompt.setdefault(prompt, (split, lineno, explicit_split is not None))
-                splits[split].append(example)
-                scorer_by_id[example.id] = scorer
+                    split = first_split
+                elif split != first_split:
+                    how = "given" if first_explicit else "assigned by hash"
+                    raise TaskError(
+                        f"{where}: split {split!r}, but line {first_line} has the same input "
+                        f"in split {first_split!r} ({how}); validation that overlaps "
+                        "training is refused"
+                    )
+            if split is None:
+                split = hash_split(example.id, self.seed, self.val_fraction, self.test_fraction)
+            split_of_prompt.setdefault(prompt, (split, lineno, explicit_split is not None))
+            splits[split].append(example)
+            scorer_by_id[example.id] = scorer
         if not line_of_id:
             raise TaskError(f"{self.path}: the file holds no examples (empty JSONL file)")
         self._splits = splits

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from selftaught.runs import iter_jsonl
 from selftaught.sleep.log import Feedback, Interaction, TaskLog, parse_time
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 
@@ -56,29 +57,12 @@ def parse_file(path: str | Path, project: str | None = None) -> list[tuple[str, 
     if not path.is_file():
         raise ImportFormatError(f"{path}: no such file")
     out: list[tuple[str, Interaction]] = []
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            where = f"{path}:{lineno}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ImportFormatError(f"{where}: not UTF-8 text ({err.reason})") from err
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ImportFormatError(
-                    f"{where}: malformed JSON ({err.msg}, column {err.colno})"
-                ) from err
-            if not isinstance(row, dict):
-                raise ImportFormatError(
-                    f"{where}: expected a JSON object, got {type(row).__name__}"
-                )
-            try:
-                out.append(parse_row(row, project))
-            except (ValueError, TypeError) as err:
-                raise ImportFormatError(f"{where}: {err}") from err
+    for lineno, row in iter_jsonl(path, ImportFormatError):
+        where = f"{path}:{lineno}"
+        try:
+            out.append(parse_row(row, project))
+        except (ValueError, TypeError) as err:
+            raise ImportFormatError(f"{where}: {err}") from err
     if not out:
         raise ImportFormatError(f"{path}: the file holds no interactions")
     return out
