@@ -1054,7 +1054,7 @@ def train(
         float | None, typer.Option("--lr", help="Learning rate (default per backend and method).")
     ] = None,
     batch_size: Annotated[
-        int, typer.Option(help="SFT batch size (val must hold at least one batch).")
+        int, typer.Option(help="SFT batch size (a round needs one batch of elite samples).")
     ] = SFTTrainConfig.batch_size,
     lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = BackendConfig.lora_r,
     lora_alpha: Annotated[int, typer.Option(help="LoRA alpha.")] = BackendConfig.lora_alpha,
