@@ -1,11 +1,15 @@
 """The local model's serving loop with the decoding replaced by a scripted batcher (no model,
 fast): a finished sequence's slot is refilled at once, replies reach their callers, abandoned
-requests are dropped mid-generation, and a failure fails only the requests it touched."""
+requests are dropped mid-generation, a failure fails only the requests it touched, the model
+runs in the thread of the loop that awaits it, and several loops in several threads share it
+without deadlock."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import threading
 import time
 import weakref
 
@@ -35,9 +39,11 @@ class ScriptedBatcher:
         self.fail_step: Exception | None = None
         self.fail_admit: Exception | None = None
         self.delay_s = 0.01
+        self.threads: dict[str, set[int]] = {}  # question -> threads that prefilled/decoded it
 
     def admit(self, sequences: list[GenSequence]) -> list[GenSequence]:
         self.log.append(("admit", [name_of(s) for s in sequences], len(self.rows)))
+        self._record_thread(sequences)
         if self.fail_admit is not None:
             err, self.fail_admit = self.fail_admit, None
             raise err
@@ -50,6 +56,7 @@ class ScriptedBatcher:
 
     def step(self) -> list[GenSequence]:
         self.log.append(("step", [name_of(s) for s in self.rows]))
+        self._record_thread(self.rows)
         if self.fail_step is not None:
             err, self.fail_step = self.fail_step, None
             raise err
@@ -69,6 +76,10 @@ class ScriptedBatcher:
 
     def reset(self) -> None:
         self.rows = []
+
+    def _record_thread(self, sequences: list[GenSequence]) -> None:
+        for s in sequences:
+            self.threads.setdefault(name_of(s), set()).add(threading.get_ident())
 
     @staticmethod
     def _advance(s: GenSequence) -> None:
@@ -214,7 +225,9 @@ def test_abandoned_requests_are_dropped_mid_generation_and_never_admitted():
     model.batcher.delay_s = 0.02
 
     async def main():
-        slow = asyncio.ensure_future(model.achat(ask("slow"), GenerationParams(max_tokens=10)))
+        # Timeouts fire a few steps late (the loop runs a step between its turns): "slow" is
+        # long enough to outlast them.
+        slow = asyncio.ensure_future(model.achat(ask("slow"), GenerationParams(max_tokens=40)))
         await asyncio.sleep(0.05)
         with pytest.raises(asyncio.TimeoutError):  # queued behind "slow", then given up
             await asyncio.wait_for(model.achat(ask("queued"), GenerationParams(max_tokens=2)), 0.01)
@@ -229,7 +242,7 @@ def test_abandoned_requests_are_dropped_mid_generation_and_never_admitted():
     log = model.batcher.log
     assert ("drop", ["slow"]) in log
     slow_steps = [e for e in log if e[0] == "step" and "slow" in e[1]]
-    assert len(slow_steps) < 9  # it did not run to its cap
+    assert len(slow_steps) < 39  # it did not run to its cap
     assert not any(e[0] == "admit" and "queued" in e[1] for e in log)
 
 
@@ -257,7 +270,7 @@ def test_token_cap_is_clamped_to_the_context():
     assert reply.prompt_tokens == 3
 
 
-def test_worker_survives_fresh_event_loops_and_close():
+def test_fresh_event_loops_and_close():
     model = ScriptedLocalModel(batch_wait_ms=1)
     params = GenerationParams(max_tokens=2)
     for i in range(3):  # what `run_sync` does: a new loop per call
@@ -267,14 +280,158 @@ def test_worker_survives_fresh_event_loops_and_close():
     model.close()
 
 
-def test_unused_model_is_freed_and_its_worker_stops():
+def test_unused_model_is_freed_once_its_requests_are_answered():
     model = ScriptedLocalModel(batch_wait_ms=1)
     model.chat(ask("hi"), GenerationParams(max_tokens=2))
-    worker = model._worker
-    assert worker is not None and worker.is_alive()
+    assert model._drivers == {}  # the driver exited with its loop's last reply
     ref = weakref.ref(model)
     del model
     gc.collect()
     assert ref() is None
-    worker.join(timeout=5)
-    assert not worker.is_alive()
+
+
+def test_close_answers_the_requests_already_made():
+    model = ScriptedLocalModel(batch_wait_ms=0)
+
+    async def main():
+        running = asyncio.ensure_future(model.achat(ask("a"), GenerationParams(max_tokens=20)))
+        await asyncio.sleep(0.03)
+        model.close()  # blocking, in the loop's own thread: it finishes "a" itself
+        return await running
+
+    reply = asyncio.run(main())
+    assert reply.text == "re: a" and reply.completion_tokens == 20
+
+
+def run_with_watchdog(target, timeout_s: float = 20.0):
+    """Run `target` in a thread; fail (instead of hanging the suite) on a deadlock."""
+    outcome: dict = {}
+
+    def body():
+        try:
+            outcome["value"] = target()
+        except BaseException as err:  # re-raised in the test's thread
+            outcome["error"] = err
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert not thread.is_alive(), "deadlock: the scenario did not finish"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def test_generation_runs_in_the_thread_of_the_awaiting_loop():
+    model = ScriptedLocalModel(batch_wait_ms=1)
+    params = GenerationParams(max_tokens=3)
+    assert asyncio.run(model.achat(ask("main"), params)).text == "re: main"
+    other: dict = {}
+
+    def in_thread():
+        other["ident"] = threading.get_ident()
+        other["reply"] = model.chat(ask("thread"), params)  # run_sync: a loop in this thread
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(10)
+    model.close()
+    assert other["reply"].text == "re: thread"
+    assert model.batcher.threads == {
+        "main": {threading.get_ident()},
+        "thread": {other["ident"]},
+    }
+
+
+def test_a_second_threads_loop_is_served_while_the_first_drives():
+    model = ScriptedLocalModel(max_batch_size=4, batch_wait_ms=0)
+    model.batcher.delay_s = 0.02  # "long" lasts ~0.9 s
+    other: dict = {}
+
+    def second_loop():
+        other["reply"] = asyncio.run(model.achat(ask("other"), GenerationParams(max_tokens=3)))
+
+    async def first_loop():
+        long = asyncio.ensure_future(model.achat(ask("long"), GenerationParams(max_tokens=45)))
+        await asyncio.sleep(0.05)
+        thread = threading.Thread(target=second_loop)
+        thread.start()
+        while thread.is_alive():
+            await asyncio.sleep(0.01)
+        other["long_done_first"] = long.done()
+        return await long
+
+    long = run_with_watchdog(lambda: asyncio.run(first_loop()))
+    model.close()
+    assert long.text == "re: long" and long.completion_tokens == 45
+    assert other["reply"].text == "re: other"
+    assert not other["long_done_first"]  # served beside "long", not after it
+    assert any(e[0] == "step" and set(e[1]) == {"long", "other"} for e in model.batcher.log)
+
+
+def test_a_blocking_call_inside_a_driving_loop_is_served_by_its_helper_thread():
+    # `chat` inside a running loop runs in run_sync's helper thread while the loop's own
+    # driver cannot step: the helper's driver steps for both.
+    model = ScriptedLocalModel(max_batch_size=4, batch_wait_ms=0)
+    seen: dict = {}
+
+    async def main():
+        long = asyncio.ensure_future(model.achat(ask("long"), GenerationParams(max_tokens=45)))
+        await asyncio.sleep(0.05)  # "long" is decoding in this loop's thread
+        seen["inner"] = model.chat(ask("inner"), GenerationParams(max_tokens=3))
+        return await long
+
+    long = run_with_watchdog(lambda: asyncio.run(main()))
+    model.close()
+    assert seen["inner"].text == "re: inner"
+    assert long.text == "re: long" and long.completion_tokens == 45
+    assert len(model.batcher.threads["long"]) == 2  # the helper stepped it too meanwhile
+
+
+def test_requests_from_many_loops_at_once_are_all_answered():
+    model = ScriptedLocalModel(max_batch_size=3, batch_wait_ms=0)
+    model.batcher.delay_s = 0.0005
+    replies: list[str] = []
+
+    def client(c: int) -> None:
+        for i in range(25):  # a fresh loop per call: drivers start and exit all the time
+            params = GenerationParams(max_tokens=1 + (c + i) % 3)
+            replies.append(model.chat(ask(f"{c}-{i}"), params).text)
+
+    def scenario():
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    run_with_watchdog(scenario, timeout_s=60)
+    model.close()
+    assert sorted(replies) == sorted(f"re: {c}-{i}" for c in range(4) for i in range(25))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_serves_even_if_a_step_was_running_at_the_fork():
+    model = ScriptedLocalModel(batch_wait_ms=1)
+    model.chat(ask("parent"), GenerationParams(max_tokens=2))
+    read_end, write_end = os.pipe()
+    with model._step_lock:  # as if another thread were mid-step when the process forked
+        pid = os.fork()
+        if pid == 0:  # the child: it must not wait for a lock no thread of it will release
+            try:
+                text = model.chat(ask("child"), GenerationParams(max_tokens=2)).text
+                os.write(write_end, text.encode())
+            finally:
+                os._exit(0)
+    os.close(write_end)
+    deadline = time.monotonic() + 20
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:  # deadlocked: do not leave it behind
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.05)
+    answer = os.read(read_end, 100).decode()
+    os.close(read_end)
+    model.close()
+    assert answer == "re: child"

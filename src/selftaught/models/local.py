@@ -1,23 +1,34 @@
 """The in-process local model: any transformers causal LM folder (or GGUF file), the embedded
 SmolLM2-135M-Instruct by default, or a model already in memory (the one a trainer holds).
 
-Every call (`achat`, `achat_n`, `chat`, `generate_batch`) becomes one or more sequences in a
-thread-safe queue, each request with a `concurrent.futures.Future`, so any event loop (or
-none: `chat` blocks on the future directly) can wait on it. One worker thread per model runs
-the continuous-batching loop (`selftaught.models.batching`): a sequence that finishes frees
-its slot for the next waiting one at once. `run_sync` creates a fresh loop per call, which is
-why nothing here is bound to a loop.
+Every call (`achat`, `achat_n`, and through `run_sync` the blocking `chat` and
+`generate_batch`) becomes one or more sequences in a thread-safe inbox, each request with a
+`concurrent.futures.Future`, and makes sure a driver task runs in the calling event loop. The
+driver steps the continuous batcher (`selftaught.models.batching`: a sequence that finishes
+frees its slot for the next waiting one at once) and yields to its loop between steps, until
+every request made in that loop is answered; then it exits. So the model runs in the thread
+that awaits it, usually the only thread of the process that runs torch (a second one costs
+every forward on a CPU: libgomp keeps one OpenMP team per calling thread, and two teams on
+too few cores make both spin politely and slowly). The cost: while a forward runs (one
+decode step, or one prefill), nothing else runs in that loop.
+
+Several loops in several threads may use one model at once (`run_sync` inside a running loop
+runs in a helper thread; a sync scorer calls a local judge from a worker thread): one step
+runs at a time (a lock), and each step serves every request, from any thread. A driver
+whose lock attempt fails lets the stepping thread serve its requests and tries again a
+little later, so it takes over when that thread stops stepping, also when that thread's loop
+is blocked waiting for it. Nothing here is bound to one loop, which is why `run_sync` may
+create a fresh one per call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-import queue
 import secrets
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, InvalidStateError
@@ -32,6 +43,7 @@ from selftaught.models.base import (
     Message,
     check_n,
     params_for_sample,
+    run_sync,
 )
 from selftaught.models.batching import BatcherStats, ContinuousBatcher, GenSequence
 from selftaught.models.errors import BackendError, FatalBackendError
@@ -40,7 +52,7 @@ BACKEND = "local"
 CPU_MAX_BATCH = 8  # rows decoded together on a CPU (more adds latency, little throughput)
 ACCELERATOR_MAX_BATCH = 64
 _VALID_ROLES = {"system", "user", "assistant", "tool"}
-_STOP_WORKER = object()
+_MAX_POLL_S = 0.02  # longest wait of a driver while another thread steps
 
 
 @dataclass(eq=False)
@@ -62,8 +74,23 @@ class _Request:
         return self.future.done()
 
 
+@dataclass(eq=False)
+class _Driver:
+    """The serving task of one event loop and the requests made in that loop."""
+
+    requests: list[_Request] = field(default_factory=list)
+    task: asyncio.Task | None = None
+    finished: bool = False  # decided to exit: a new request in its loop starts a new one
+
+
 class LocalModel(AsyncChatModel):
     """A transformers causal LM answering chat messages in this process.
+
+    The model runs in the thread of the event loop that awaits it (the module docstring
+    says how): a forward blocks that loop while it runs, and `chat` / `generate_batch`
+    without a running loop run one of their own (`run_sync`). Safe to share between
+    threads and loops; a model nobody references any more is freed once its requests are
+    answered.
 
     Args:
         path: a transformers model folder, a `.gguf` file (converted once into a cache
@@ -77,7 +104,7 @@ class LocalModel(AsyncChatModel):
             `resolve_device`: float32 on CPU, bfloat16/float16 on accelerators.
         device: "cpu", "cuda", "cuda:1", "mps", or None for the best available one. An
             in-memory model stays where it is.
-        batch_wait_ms: how long an idle worker waits for more requests before the first
+        batch_wait_ms: how long an idle model waits for more requests before the first
             prefill (requests arriving together share it).
         chat_template: a Jinja chat template to use when the tokenizer has none.
     """
@@ -120,10 +147,15 @@ class LocalModel(AsyncChatModel):
         self._fingerprint_version: tuple[tuple[int, int], ...] = ()
         self.stats = BatcherStats()
         self._load_lock = threading.Lock()
-        self._worker_lock = threading.Lock()
-        self._queue: queue.Queue | None = None
-        self._worker: threading.Thread | None = None
-        self._worker_pid: int | None = None
+        # Serving state. _inbox_lock guards the inbox and the drivers (held briefly);
+        # _step_lock guards the waiting sequences and the batcher (held for one step).
+        self._inbox_lock = threading.Lock()
+        self._step_lock = threading.Lock()
+        self._inbox: list[_Request] = []
+        self._drivers: dict[asyncio.AbstractEventLoop, _Driver] = {}
+        self._waiting: deque[GenSequence] = deque()
+        self._gather_until: float | None = None  # end of an idle model's wait for more
+        self._pid = os.getpid()
         if model is not None:
             config_name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
             self.name = name or f"local:{Path(config_name).name or 'in-memory'}"
@@ -277,9 +309,7 @@ class LocalModel(AsyncChatModel):
     # ------------------------------------------------------------------ public API
 
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
-        import asyncio
-
-        return (await asyncio.wrap_future(self._submit(messages, params, 1)))[0]
+        return (await self._generate(messages, params, 1))[0]
 
     async def achat_n(
         self, messages: list[Message], params: GenerationParams, n: int
@@ -287,13 +317,7 @@ class LocalModel(AsyncChatModel):
         """n completions of one prompt, prefilled once. Sampled (temperature > 0) with a
         seed, sample i uses `derive_seed(seed, i)`; greedy, the n replies are one sequence
         (identical by definition)."""
-        import asyncio
-
-        return await asyncio.wrap_future(self._submit(messages, params, n))
-
-    def chat(self, messages: list[Message], params: GenerationParams | None = None) -> Completion:
-        # No event loop needed: block on the worker's future.
-        return self._submit(messages, params or GenerationParams(), 1).result()[0]
+        return await self._generate(messages, params, n)
 
     def generate_batch(
         self,
@@ -309,8 +333,17 @@ class LocalModel(AsyncChatModel):
             num_return_sequences = k
         if num_return_sequences < 1:
             raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
-        futures = [self._submit(m, params, num_return_sequences) for m in messages_list]
-        return [f.result() for f in futures]
+        for messages in messages_list:  # all checked before any is generated
+            _check_messages(messages)
+
+        async def generate_all() -> list[list[Completion]]:
+            return list(
+                await asyncio.gather(
+                    *(self.achat_n(m, params, num_return_sequences) for m in messages_list)
+                )
+            )
+
+        return run_sync(generate_all())
 
     def format_prompt(self, messages: list[Message]) -> str:
         """The exact text the model sees for `messages`: the chat template applied with the
@@ -320,83 +353,153 @@ class LocalModel(AsyncChatModel):
         return self._prompt_text(messages)
 
     def close(self) -> None:
-        """Stop the worker and let go of the model (a folder model is loaded again on the
-        next call; an in-memory one cannot be used again)."""
-        with self._worker_lock:
-            if self._queue is not None and self._worker is not None and self._worker.is_alive():
-                self._queue.put(_STOP_WORKER)
-                self._worker.join(timeout=60)
-            self._queue = None
-            self._worker = None
+        """Answer the requests already made (here, in the calling thread), then let go of
+        the model (a folder model is loaded again on the next call; an in-memory one cannot
+        be used again)."""
+        self._after_fork()
+        with self._step_lock:
+            self._drain()
             with self._load_lock:
                 self._batcher = None
                 self._model = self._tokenizer = None
                 self._closed = self._in_memory
 
     async def aclose(self) -> None:
-        import asyncio
-
-        await asyncio.to_thread(self.close)
+        self.close()  # in the loop's thread, like every forward
 
     # ------------------------------------------------------------------ submission
 
-    def _submit(self, messages: list[Message], params: GenerationParams, n: int) -> Future:
+    async def _generate(
+        self, messages: list[Message], params: GenerationParams, n: int
+    ) -> list[Completion]:
+        return await asyncio.wrap_future(self._submit(messages, params, n).future)
+
+    def _submit(self, messages: list[Message], params: GenerationParams, n: int) -> _Request:
+        """Queue a request and make sure the running loop has a driver serving it."""
         _check_messages(messages)
         _check_params(params)
         check_n(n)
-        if self._closed:
-            raise FatalBackendError(BACKEND, f"{self.name} was closed; wrap the model again")
+        loop = asyncio.get_running_loop()
+        self._after_fork()
         request = _Request(messages, params, n)
-        # Under the lock: `close` cannot stop the worker between choosing a queue and putting.
-        with self._worker_lock:
-            self._ensure_worker().put(request)
-        return request.future
+        with self._inbox_lock:  # atomic with a driver's decision to exit: nothing is stranded
+            if self._closed:
+                raise FatalBackendError(BACKEND, f"{self.name} was closed; wrap the model again")
+            self._inbox.append(request)
+            driver = self._drivers.get(loop)
+            if driver is None or driver.finished:
+                driver = self._drivers[loop] = _Driver()
+                driver.task = loop.create_task(
+                    self._drive(loop, driver), name=f"selftaught-{self.name}-driver"
+                )
+            driver.requests.append(request)
+        return request
 
-    def _ensure_worker(self) -> queue.Queue:
-        """The live worker's queue, starting a worker when needed. Caller holds _worker_lock."""
-        # After a fork the worker thread does not exist in the child: start a new one.
-        alive = self._worker is not None and self._worker.is_alive()
-        if self._queue is None or not alive or self._worker_pid != os.getpid():
-            inbox: queue.Queue = queue.Queue()
-            # The thread holds only a weak reference, so a model nobody uses any more
-            # (e.g. last round's weights) is freed, and the finalizer stops its thread.
-            self._worker = threading.Thread(
-                target=_worker_main,
-                args=(weakref.ref(self), inbox),
-                name=f"selftaught-{self.name}-batcher",
-                daemon=True,
-            )
-            weakref.finalize(self, inbox.put, _STOP_WORKER)
-            self._queue = inbox
-            self._worker_pid = os.getpid()
-            self._worker.start()
-        return self._queue
+    def _after_fork(self) -> None:
+        """In a forked child: forget the parent's requests and drivers (their threads do
+        not exist here) and make fresh locks (one may have been held at the fork)."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._load_lock = threading.Lock()
+        self._inbox_lock = threading.Lock()
+        self._step_lock = threading.Lock()
+        self._inbox, self._drivers, self._waiting = [], {}, deque()
+        self._gather_until = None
+        if self._batcher is not None:
+            self._batcher.reset()
 
-    # ------------------------------------------------------------------ worker steps
+    # ------------------------------------------------------------------ serving
 
-    def _take(self, item: Any, waiting: deque[GenSequence]) -> bool:
-        """Queue `item`'s sequences; True when it is the stop sentinel."""
-        if item is _STOP_WORKER:
-            return True
+    async def _drive(self, loop: asyncio.AbstractEventLoop, driver: _Driver) -> None:
+        """Step the batcher, yielding to the loop between steps, until every request made
+        in this loop is answered. While another thread steps (it serves these requests too),
+        try again after a short, growing pause."""
+        pause = 0.0
         try:
-            waiting.extend(self._sequences(item))
-        except Exception as err:  # a prompt too long, a template error, a failed load
-            _fail([item], err if isinstance(err, BackendError) else _as_backend_error(err))
-        return False
+            while True:
+                if self._step_lock.acquire(blocking=False):
+                    try:
+                        delay = self._drive_step(driver)
+                    finally:
+                        self._step_lock.release()
+                    pause = 0.0
+                elif self._settled(driver):
+                    return
+                else:
+                    pause = delay = min(max(2 * pause, 0.001), _MAX_POLL_S)
+                if delay is None:
+                    return
+                await asyncio.sleep(delay)
+        finally:
+            with self._inbox_lock:
+                driver.finished = True
+                if self._drivers.get(loop) is driver:
+                    del self._drivers[loop]
 
-    def _collect(self, inbox: queue.Queue, waiting: deque[GenSequence], wait: bool) -> bool:
-        """Take what is queued; when `wait`, keep taking for up to batch_wait_ms (until a
-        batch is full). Returns True when the stop sentinel arrived."""
-        deadline = time.perf_counter() + (self.batch_wait_ms / 1000 if wait else 0.0)
-        while len(waiting) < self.max_batch_size or not wait:
-            timeout = deadline - time.perf_counter()
+    def _drive_step(self, driver: _Driver) -> float | None:
+        """One serving step (caller holds _step_lock). Returns how long to yield before the
+        next one, or None when the driver's requests are all answered."""
+        self._intake()
+        if self._settled(driver):
+            self._drop_abandoned()  # a cancelled request's rows must not outlive its driver
+            return None
+        if not self._waiting and not self._has_running():
+            # Unreachable by design (a request is in the inbox, waiting, running or done);
+            # never leave a caller waiting on it.
+            _fail(driver.requests, BackendError(BACKEND, "internal error: request lost"))
+            return None
+        if not self._has_running() and len(self._waiting) < self.max_batch_size:
+            now = time.perf_counter()
+            if self._gather_until is None:  # idle: let requests arriving together share a prefill
+                self._gather_until = now + self.batch_wait_ms / 1000
+            if now < self._gather_until:
+                return self._gather_until - now
+        self._gather_until = None
+        self._serve_guarded()
+        return 0.0
+
+    def _settled(self, driver: _Driver) -> bool:
+        """Whether every request of `driver`'s loop is answered (or abandoned); if so the
+        driver is finished, atomically with `_submit`'s look at it."""
+        with self._inbox_lock:
+            driver.requests = [r for r in driver.requests if not r.future.done()]
+            if not driver.requests:
+                driver.finished = True
+            return driver.finished
+
+    def _drain(self) -> None:
+        """Serve until nothing is queued or running (caller holds _step_lock)."""
+        while True:
+            self._intake()
+            if not self._waiting and not self._has_running():
+                return
+            self._serve_guarded()
+
+    def _intake(self) -> None:
+        """Move the inbox's requests into the waiting sequences (caller holds _step_lock). A
+        request that cannot be prepared (a prompt too long, a template error, a failed load)
+        fails alone."""
+        with self._inbox_lock:
+            taken, self._inbox = self._inbox, []
+        for request in taken:
+            if request.abandoned:
+                continue
             try:
-                item = inbox.get(timeout=timeout) if timeout > 0 else inbox.get_nowait()
-            except queue.Empty:
-                return False
-            if self._take(item, waiting):
-                return True
-        return False
+                self._waiting.extend(self._sequences(request))
+            except Exception as err:
+                _fail([request], err if isinstance(err, BackendError) else _as_backend_error(err))
+
+    def _serve_guarded(self) -> None:
+        """`_serve_step`, failing what is waiting and running if anything escapes it: a
+        caller must never be left waiting on a step that will not come."""
+        try:
+            self._serve_step()
+        except Exception as err:
+            error = err if isinstance(err, BackendError) else _as_backend_error(err)
+            _fail([s.owner for s in self._waiting], error)
+            self._waiting.clear()
+            self._fail_running(error)
 
     def _sequences(self, request: _Request) -> list[GenSequence]:
         """The sequences of one request: n samples, or one for a greedy request (its n
@@ -443,15 +546,20 @@ class LocalModel(AsyncChatModel):
     def _has_running(self) -> bool:
         return self._batcher is not None and bool(self._batcher.rows)
 
-    def _serve_step(self, waiting: deque[GenSequence]) -> None:
-        """Drop abandoned sequences, refill free slots from `waiting`, decode one step,
-        deliver what finished. A failure fails only the requests it touched."""
+    def _drop_abandoned(self) -> None:
+        """Forget the sequences of cancelled or failed requests, running or waiting (an
+        emptied batch also forgets its cached prompt prefix)."""
+        if self._batcher is not None:
+            self._batcher.drop(lambda s: s.owner.abandoned)
+        if any(s.owner.abandoned for s in self._waiting):
+            self._waiting = deque(s for s in self._waiting if not s.owner.abandoned)
+
+    def _serve_step(self) -> None:
+        """Drop abandoned sequences, refill free slots from the waiting ones, decode one
+        step, deliver what finished. A failure fails only the requests it touched."""
         batcher = self._ensure_batcher()
-        batcher.drop(lambda s: s.owner.abandoned)
-        if any(s.owner.abandoned for s in waiting):
-            kept = [s for s in waiting if not s.owner.abandoned]
-            waiting.clear()
-            waiting.extend(kept)
+        self._drop_abandoned()
+        waiting = self._waiting
         free = self.max_batch_size - len(batcher.rows)
         if free > 0 and waiting:
             newcomers = [waiting.popleft() for _ in range(min(free, len(waiting)))]
@@ -539,46 +647,6 @@ class LocalModel(AsyncChatModel):
         )
 
 
-# ---------------------------------------------------------------------- worker
-
-
-def _worker_main(model_ref: weakref.ref, inbox: queue.Queue) -> None:
-    """The serving loop: while idle, block for a request and gather the ones arriving
-    within batch_wait_ms; while busy, take whatever is queued, refill and decode one step.
-    After the stop sentinel, the requests already taken are still answered."""
-    waiting: deque[GenSequence] = deque()
-    stopping = False
-    while True:
-        model = model_ref()
-        if model is None:
-            _fail([s.owner for s in waiting], _gone())
-            return
-        try:
-            busy = bool(waiting) or model._has_running()
-            if not busy:
-                if stopping:
-                    return
-                del model  # hold no strong reference while blocked on the queue
-                item = inbox.get()
-                model = model_ref()
-                if model is None:
-                    if item is not _STOP_WORKER:
-                        _fail([item], _gone())
-                    return
-                stopping = model._take(item, waiting) or model._collect(inbox, waiting, True)
-            elif not stopping:
-                stopping = model._collect(inbox, waiting, False)
-            if waiting or model._has_running():
-                model._serve_step(waiting)
-        except Exception as err:  # never leave a caller waiting on a dead worker
-            error = err if isinstance(err, BackendError) else _as_backend_error(err)
-            _fail([s.owner for s in waiting], error)
-            waiting.clear()
-            if model is not None:
-                model._fail_running(error)
-        del model
-
-
 # ---------------------------------------------------------------------- helpers
 
 
@@ -645,10 +713,6 @@ def _fail(requests: Sequence[_Request], error: BaseException) -> None:
     for r in requests:
         with contextlib.suppress(InvalidStateError):  # done or cancelled already
             r.future.set_exception(error)
-
-
-def _gone() -> BackendError:
-    return FatalBackendError(BACKEND, "the local model was garbage-collected")
 
 
 def _missing_extra(err: ImportError) -> str:
