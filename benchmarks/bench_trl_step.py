@@ -1,24 +1,42 @@
-"""SFT step time: selftaught's `sft_train` (LoRA through TRL's SFTTrainer) next to a plain
-TRL script doing the same step (same model, data, LoRA r=16 all-linear, batch, fp32, no
-gradient checkpointing), on the embedded SmolLM2-135M.
+"""Weight-space overhead: selftaught's training step against a plain TRL script doing the same
+step on the same model and data, interleaved A/B/A/B... so that machine load falls on both.
 
-    HF_HUB_OFFLINE=1 python benchmarks/bench_trl_step.py [--steps 8] [--threads 1]
+- sft: selftaught's `sft_train` (LoRA r=16 all-linear through TRL's SFTTrainer, conversational
+  prompt-completion rows) vs a plain `SFTTrainer(peft_config=LoraConfig(...))` script;
+- grpo: selftaught's GRPO path (`RLTrainer`: the task scorer as reward with the error rule,
+  the metrics and budget callbacks, LoRA) vs a plain `GRPOTrainer` with a plain reward
+  function, the same GRPOConfig numbers.
 
-Writes benchmarks/results/trl_step.json."""
+Each run trains `--steps` optimizer steps on the embedded SmolLM2-135M (fp32, CPU) in this
+process; the time per step is the training wall time over the steps (setup excluded, the same
+way for both). The ratio is selftaught / plain per pair; the report gives the median ratio and
+its spread (min-max) over the pairs. Target: <= 1.10.
+
+    HF_HUB_OFFLINE=1 python benchmarks/bench_trl_step.py              # sft and grpo, 5 pairs
+    HF_HUB_OFFLINE=1 python benchmarks/bench_trl_step.py --quick      # 2 pairs, 2 steps
+
+Writes benchmarks/results/trl_step.json.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import platform
 import statistics
+import tempfile
 import time
+import warnings
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+TASK = "gym:basic_arithmetic?max_terms=2&max_digits=1"
+LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear"}
 
 
-def data(n: int) -> list[dict]:
+def sft_rows(n: int) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         q = f"Calculate {i % 9} + {(i * 7) % 9}.\n\nGive the final answer only."
@@ -32,24 +50,16 @@ def data(n: int) -> list[dict]:
     return rows
 
 
-class StepTimer:
-    def __init__(self):
-        from transformers import TrainerCallback
-
-        times: list[float] = []
-
-        class CB(TrainerCallback):
-            def on_step_begin(self, args, state, control, **kw):
-                self.t = time.perf_counter()
-
-            def on_step_end(self, args, state, control, **kw):
-                times.append(time.perf_counter() - self.t)
-
-        self.times = times
-        self.callback = CB()
+def timed_train(trainer: Any, steps: int) -> float:
+    t0 = time.perf_counter()
+    trainer.train()
+    return (time.perf_counter() - t0) / steps
 
 
-def plain_trl(path: str, rows: list[dict], steps: int, batch: int) -> list[float]:
+# ---- SFT ------------------------------------------------------------------------------------
+
+
+def sft_plain(path: str, steps: int, batch: int) -> float:
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -57,105 +67,217 @@ def plain_trl(path: str, rows: list[dict], steps: int, batch: int) -> list[float
 
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
-    timer = StepTimer()
-    trainer = SFTTrainer(
-        model=model,
-        args=SFTConfig(
-            output_dir="/tmp/plain-trl-step",
-            max_steps=steps,
-            per_device_train_batch_size=batch,
-            learning_rate=2e-4,
-            logging_steps=1,
-            save_strategy="no",
-            report_to="none",
-            use_cpu=True,
-            gradient_checkpointing=False,
-            disable_tqdm=True,
-        ),
-        train_dataset=Dataset.from_list(rows),
-        processing_class=tok,
-        peft_config=LoraConfig(
-            r=16,
-            lora_alpha=32,
-            lora_dropout=0.05,
-            target_modules="all-linear",
-            task_type="CAUSAL_LM",
-        ),
-        callbacks=[timer.callback],
-    )
-    trainer.train()
-    return timer.times
+    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = SFTTrainer(
+            model=model,
+            args=SFTConfig(
+                output_dir=out,
+                max_steps=steps,
+                per_device_train_batch_size=batch,
+                learning_rate=2e-4,
+                lr_scheduler_type="cosine",
+                logging_steps=1,
+                save_strategy="no",
+                report_to="none",
+                use_cpu=True,
+                gradient_checkpointing=False,
+                disable_tqdm=True,
+            ),
+            train_dataset=Dataset.from_list(sft_rows(steps * batch)),
+            processing_class=tok,
+            peft_config=LoraConfig(task_type="CAUSAL_LM", **LORA),
+        )
+        return timed_train(trainer, steps)
 
 
-def ours(path: str, rows: list[dict], steps: int, batch: int) -> tuple[list[float], dict]:
+def sft_ours(path: str, steps: int, batch: int) -> float:
     from selftaught.weights import sft as sft_mod
     from selftaught.weights.config import BackendConfig, SFTTrainConfig
     from selftaught.weights.sampling import Sample
 
-    model, tok = sft_mod.load_model(path)
-    samples = [
-        Sample(
-            str(i),
-            r["prompt"],
-            r["prompt"],
-            r["completion"][0]["content"],
-            r["completion"][0]["content"],
-            1.0,
-            1.0,
-        )
-        for i, r in enumerate(rows[: steps * batch])
-    ]
-    peft_model = sft_mod.prepare_trainable(model, BackendConfig())
-    t0 = time.perf_counter()
+    model, tok = sft_mod.load_model(path, device="cpu")
+    samples = []
+    for i, row in enumerate(sft_rows(steps * batch)):
+        answer = row["completion"][0]["content"]
+        samples.append(Sample(str(i), row["prompt"], row["prompt"], answer, answer, 1.0, 1.0))
+    trainable = sft_mod.prepare_trainable(model, BackendConfig())
     stats = sft_mod.sft_train(
-        peft_model,
+        trainable,
         tok,
         samples,
         SFTTrainConfig(epochs=1, batch_size=batch),
         backend="lora",
         progress=False,
     )
-    stats["wall_incl_setup"] = round(time.perf_counter() - t0, 2)
-    return [stats["step_seconds"]] * stats["steps"], stats
+    return stats["train_seconds"] / stats["steps"]
+
+
+# ---- GRPO -----------------------------------------------------------------------------------
+
+
+def grpo_config(steps: int) -> Any:
+    from selftaught.weights.config import RLConfig
+
+    return RLConfig(steps=steps, num_generations=4, prompts_per_step=2, max_completion_length=32)
+
+
+def grpo_plain(path: str, steps: int, task: Any) -> float:
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from selftaught.policy import Policy
+
+    cfg = grpo_config(steps)
+    examples = {ex.id: ex for ex in task.examples("train")}
+
+    def reward(prompts: Any, completions: Any, example_id: list[str], **_: Any) -> list[float]:
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        return [task.score(t, examples[e]).soft for t, e in zip(texts, example_id, strict=True)]
+
+    rows = [
+        {"prompt": Policy().messages(task, ex), "example_id": ex.id} for ex in examples.values()
+    ]
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=GRPOConfig(
+                output_dir=out,
+                max_steps=steps,
+                per_device_train_batch_size=cfg.prompts_per_step * cfg.num_generations,
+                num_generations=cfg.num_generations,
+                max_completion_length=cfg.max_completion_length,
+                temperature=cfg.temperature,
+                beta=cfg.beta,
+                learning_rate=cfg.lr(),
+                logging_steps=1,
+                save_strategy="no",
+                report_to="none",
+                use_cpu=True,
+                bf16=False,
+                gradient_checkpointing=False,
+                seed=cfg.seed,
+                disable_tqdm=True,
+            ),
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tok,
+            peft_config=LoraConfig(task_type="CAUSAL_LM", **LORA),
+        )
+        return timed_train(trainer, steps)
+
+
+def grpo_ours(path: str, steps: int, task: Any) -> float:
+    from rich.console import Console
+
+    from selftaught.weights.rl import RLTrainer
+    from selftaught.weights.sft import load_model
+
+    with tempfile.TemporaryDirectory() as run:
+        trainer = RLTrainer(task, grpo_config(steps), run, progress=False)
+        trainer.console = Console(quiet=True)
+        model, tok = load_model(path, device="cpu")
+        state: dict[str, Any] = {}
+        trainer._train(model, tok, state, main=True)
+        return float(state["step_seconds"])
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+def pairs(name: str, ours: Any, plain: Any, n: int) -> dict[str, Any]:
+    """n A/B pairs (the order alternates per pair); per-pair ratio ours / plain."""
+    rows = []
+    for i in range(n):
+        first, second = (ours, plain) if i % 2 == 0 else (plain, ours)
+        load = os.getloadavg()[0]
+        a = first()
+        b = second()
+        mine, theirs = (a, b) if first is ours else (b, a)
+        rows.append({"ours_s": round(mine, 3), "plain_s": round(theirs, 3), "load": load})
+        print(
+            f"{name} pair {i}: selftaught {mine:.3f} s/step, plain {theirs:.3f} (load {load:.1f})"
+        )
+    ratios = [r["ours_s"] / r["plain_s"] for r in rows]
+    return {
+        "pairs": rows,
+        "ratio_median": round(statistics.median(ratios), 3),
+        "ratio_min": round(min(ratios), 3),
+        "ratio_max": round(max(ratios), 3),
+        "target": 1.10,
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=8)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--modes", nargs="+", choices=("sft", "grpo"), default=["sft", "grpo"])
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--sft-steps", type=int, default=8)
+    ap.add_argument("--grpo-steps", type=int, default=8)
     ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--quick", action="store_true", help="2 pairs, 2 steps each")
     args = ap.parse_args()
+    if args.quick:
+        args.pairs, args.sft_steps, args.grpo_steps = 2, 2, 1
     import torch
 
+    import selftaught
     from selftaught.models.embedded import embedded_model_dir
+    from selftaught.tasks import load_task
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     path = str(embedded_model_dir())
-    rows = data(args.steps * args.batch)
-    # ours first, then plain TRL: if the machine's load drifts, it does not favour us
-    mine, stats = ours(path, rows, args.steps, args.batch)
-    plain = plain_trl(path, rows, args.steps, args.batch)
-    # our stats give the mean over all steps (first step included), so compare means
-    plain_med = statistics.median(plain[1:] or plain)
-    plain_mean = statistics.fmean(plain)
-    report = {
-        "model": "SmolLM2-135M-Instruct (fp32, CPU)",
-        "threads": args.threads,
-        "batch": args.batch,
-        "steps": args.steps,
-        "plain_trl_step_s_median": round(plain_med, 3),
-        "plain_trl_step_s_mean": round(plain_mean, 3),
-        "plain_trl_step_s_all": [round(t, 3) for t in plain],
-        "selftaught_step_s_mean": stats["step_seconds"],
-        "selftaught_step_s_median": stats["step_seconds_median"],
-        "selftaught_stats": stats,
-        "overhead_vs_mean": round(stats["step_seconds"] / plain_mean - 1, 3),
-        "overhead_vs_median": round(stats["step_seconds_median"] / plain_med - 1, 3),
+    task = load_task(TASK, train_size=16, val_size=4, test_size=4)
+    t0 = time.perf_counter()
+    report: dict[str, Any] = {
+        "benchmark": "trl_step",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch threads "
+        f"{torch.get_num_threads()}",
+        "versions": {
+            "selftaught": selftaught.__version__,
+            "torch": torch.__version__,
+            "trl": __import__("trl").__version__,
+            "transformers": __import__("transformers").__version__,
+            "peft": __import__("peft").__version__,
+        },
+        "model": "SmolLM2-135M-Instruct (fp32, CPU), LoRA r=16 all-linear",
+        "args": vars(args),
     }
-    out = Path(__file__).parent / "results" / "trl_step.json"
+    if "sft" in args.modes:
+        report["sft"] = pairs(
+            "sft",
+            lambda: sft_ours(path, args.sft_steps, args.batch),
+            lambda: sft_plain(path, args.sft_steps, args.batch),
+            args.pairs,
+        )
+    if "grpo" in args.modes:
+        report["grpo"] = pairs(
+            "grpo",
+            lambda: grpo_ours(path, args.grpo_steps, task),
+            lambda: grpo_plain(path, args.grpo_steps, task),
+            args.pairs,
+        )
+    report["wall_s"] = round(time.perf_counter() - t0, 1)
+    name = "trl_step_quick.json" if args.quick else "trl_step.json"
+    out = Path(__file__).parent / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+    for mode in ("sft", "grpo"):
+        if mode in report:
+            r = report[mode]
+            print(
+                f"{mode}: selftaught / plain TRL = {r['ratio_median']} (median of "
+                f"{len(r['pairs'])} pairs, {r['ratio_min']}-{r['ratio_max']})"
+            )
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
