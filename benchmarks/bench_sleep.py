@@ -193,6 +193,7 @@ def training_for(name: str, args: argparse.Namespace) -> SkillOptConfig:
         concurrency=args.concurrency,
         preferences=args.preferences,
         seed=args.seed,
+        gate=GateConfig(),  # the night's default gate (`night_training_defaults`)
     )
     if name == "gate-off":
         return replace(base, gate=GateConfig(accept_all=True))

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from selftaught.gate import GateConfig
 from selftaught.skill import SkillOptConfig, SkillTrainer
 from tests.scripted import POISON, ToyTask, canned_analyst, rule_target, schedule_of_rules
 
@@ -22,7 +23,8 @@ DECISIONS = ["accept", "accept_new_best", "reject", "accept_new_best"]
 
 
 def optimize_trainer(root: Path, initial_skill: str = "# Skill\n", **cfg: Any) -> SkillTrainer:
-    config = SkillOptConfig(**{"epochs": 2, "batch_size": 4, "concurrency": 4, **cfg})
+    defaults = {"epochs": 2, "batch_size": 4, "concurrency": 4, "gate": GateConfig()}
+    config = SkillOptConfig(**{**defaults, **cfg})
     return SkillTrainer(
         config,
         ToyTask(),

@@ -86,3 +86,30 @@ def test_gate_off_accepts_every_candidate_and_says_so():
     assert gate(worse, BASE, BASE, GateConfig()).decision == "reject"  # the default still gates
     unscored = {k: None for k in BASE}
     assert gate(unscored, BASE, BASE, off).decision == "accept_new_best"
+
+
+def test_skill_default_gate_refuses_a_two_item_gain_the_margin_alone_accepts():
+    """The gain that shipped a junk skill in the peer benchmark (+2 of 30 val items) is noise
+    to the default skill gate's paired test; three clean wins are not."""
+    from selftaught.skill.config import SkillOptConfig
+
+    default = SkillOptConfig().gate
+    assert default.confidence == 0.8 and default.margin == 1.0
+    base = {f"v{i}": 0.0 for i in range(30)}
+    two = {**base, "v0": 1.0, "v1": 1.0}
+    three = {**two, "v2": 1.0}
+    assert gate(two, base, base, GateConfig()).decision == "accept_new_best"
+    r = gate(two, base, base, default)
+    assert r.decision != "accept_new_best" and r.pvalue == pytest.approx(0.25)
+    assert gate(three, base, base, default).decision == "accept_new_best"  # p = 0.125
+    # a night's val set is a handful of tasks: sleep keeps the margin gate
+    from selftaught.sleep.cycle import night_training_defaults
+
+    assert night_training_defaults().gate == GateConfig()
+
+
+def test_gate_confidence_zero_on_the_command_line_means_no_paired_test():
+    from selftaught.cli import gate_config
+
+    assert gate_config(None, 1.0, 0.0).confidence is None
+    assert gate_config(None, 1.0, 0.8).confidence == 0.8

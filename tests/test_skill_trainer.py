@@ -37,7 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def make(tmp: Path, target=None, analyst=None, **cfg) -> SkillTrainer:
-    config = SkillOptConfig(**{"epochs": 2, "batch_size": 4, "concurrency": 4, **cfg})
+    # The scripted decisions are designed around the margin gate (a 6-item val set is too
+    # small for the default paired test).
+    defaults = {"epochs": 2, "batch_size": 4, "concurrency": 4, "gate": GateConfig()}
+    config = SkillOptConfig(**{**defaults, **cfg})
     return SkillTrainer(
         config,
         ToyTask(),
@@ -216,11 +219,12 @@ SLOW_RUN = """
 import sys, time
 sys.path.insert(0, {root!r})
 from tests.scripted import *
+from selftaught.gate import GateConfig
 from selftaught.skill import SkillOptConfig, SkillTrainer
 slow = lambda fn: (lambda m: (time.sleep(0.02), fn(m))[1])
 target = ScriptedModel(slow(rule_answer), "scripted-target")
 analyst = canned_analyst(failure=schedule_of_rules(*{rules!r}))
-cfg = SkillOptConfig(epochs=2, batch_size=4, concurrency=4)
+cfg = SkillOptConfig(epochs=2, batch_size=4, concurrency=4, gate=GateConfig())
 SkillTrainer(cfg, ToyTask(), target, analyst, "# Skill\\n", output_dir={out!r},
              progress=False).train()
 """

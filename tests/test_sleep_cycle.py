@@ -13,7 +13,13 @@ from selftaught.models.base import Completion
 from selftaught.models.usage import Budget
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep import staging
-from selftaught.sleep.cycle import NightModels, SleepConfig, is_remote, run_night
+from selftaught.sleep.cycle import (
+    NightModels,
+    SleepConfig,
+    is_remote,
+    night_training_defaults,
+    run_night,
+)
 from selftaught.sleep.lock import NightRunning, night_lock
 from selftaught.sleep.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.paths import read_adopted
@@ -50,7 +56,7 @@ def fill_log(home: Path, rules: list[str], *, start: int = 0, project: str = "de
 
 
 def config(home: Path, **kw) -> SleepConfig:
-    training = kw.pop("training", SkillOptConfig(epochs=1, batch_size=16))
+    training = kw.pop("training", night_training_defaults())
     return SleepConfig(home=home, log_path=home / "log.db", training=training, **kw)
 
 
@@ -190,7 +196,9 @@ class CoinTarget(ScriptedModel):
 def test_rollouts_k_replays_each_train_task_k_times_and_reflects_on_the_contrast(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)
     analyst = canned_analyst(contrast=edits_json(append("rule steady")))
-    training = SkillOptConfig(epochs=1, batch_size=16, rollouts_k=4, reflect_on_successes=False)
+    training = SkillOptConfig(
+        epochs=1, batch_size=16, rollouts_k=4, reflect_on_successes=False, gate=GateConfig()
+    )
     cfg = config(tmp_path, documents=("skill",), training=training)
     (night,) = run_night(cfg, models=models(CoinTarget(), analyst))
     evidence = [
@@ -204,7 +212,7 @@ def test_rollouts_k_replays_each_train_task_k_times_and_reflects_on_the_contrast
 
 def test_a_budget_ends_the_night_cleanly_and_covers_both_phases(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)
-    training = SkillOptConfig(epochs=3, batch_size=4, budget=Budget(calls=12))
+    training = SkillOptConfig(epochs=3, batch_size=4, budget=Budget(calls=12), gate=GateConfig())
     (night,) = run_night(config(tmp_path, training=training), models=models())
     skill, memory = night.report["phases"]["skill"], night.report["phases"]["memory"]
     assert skill["stopped_by"].startswith("budget (12 of 12 calls used)")
@@ -301,7 +309,9 @@ def test_a_model_change_since_the_last_night_is_warned_about(tmp_path):
 def test_preferences_reach_the_analyst_during_a_night(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)
     analyst = canned_analyst(failure=edits_json(append("rule alpha")))
-    training = SkillOptConfig(epochs=1, batch_size=16, preferences="Answers end with the unit.")
+    training = SkillOptConfig(
+        epochs=1, batch_size=16, preferences="Answers end with the unit.", gate=GateConfig()
+    )
     run_night(config(tmp_path, training=training), models=models(analyst=analyst))
     prompts = [user_of(m) for m in analyst.calls]
     assert prompts and all("Answers end with the unit." in p for p in prompts)
@@ -382,7 +392,7 @@ def test_the_session_cap_counts_transcript_sessions_only(tmp_path):
 
 def test_an_unexpected_error_leaves_the_night_marked_failed(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)
-    training = SkillOptConfig(epochs=1, batch_size=16, budget=Budget(calls=2))
+    training = SkillOptConfig(epochs=1, batch_size=16, budget=Budget(calls=2), gate=GateConfig())
     with pytest.raises(ValueError, match="cannot cover even the baseline"):
         run_night(config(tmp_path, training=training), models=models())
     ((path, report),) = staging.list_nights("demo", tmp_path)

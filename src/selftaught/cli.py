@@ -105,7 +105,7 @@ GateMarginOpt = Annotated[
 ]
 GateConfidenceOpt = Annotated[
     float | None,
-    typer.Option(help="Also require a one-sided paired test with p <= 1 - C (e.g. 0.9)."),
+    typer.Option(help="Also require a one-sided paired test with p <= 1 - C (e.g. 0.9; 0: none)."),
 ]
 # Budgets: every call counts (target, optimizer, judge, repairs, gate evaluations).
 BudgetCallsOpt = Annotated[int | None, typer.Option(help="Stop cleanly after this many calls.")]
@@ -126,7 +126,7 @@ def gate_config(metric: str | None, margin: float, confidence: float | None) -> 
         return GateConfig(
             metric=metric or GateConfig.metric,  # type: ignore[arg-type]
             margin=margin,
-            confidence=confidence,
+            confidence=confidence or None,  # 0: no paired test
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
@@ -883,7 +883,7 @@ def optimize_cmd(
     ),
     gate_metric: GateMetricOpt = None,
     gate_margin: GateMarginOpt = GateConfig.margin,
-    gate_confidence: GateConfidenceOpt = None,
+    gate_confidence: GateConfidenceOpt = SkillOptConfig().gate.confidence,
     strict_gate: Annotated[
         bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
     ] = False,

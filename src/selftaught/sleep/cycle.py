@@ -39,6 +39,7 @@ from urllib.parse import urlparse
 
 from rich.console import Console
 
+from selftaught.gate import GateConfig
 from selftaught.models.base import ChatModel
 from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
 from selftaught.serve import is_loopback
@@ -57,8 +58,10 @@ EXIT_FAILED = ("backend_failed", "failed")
 
 
 def night_training_defaults() -> SkillOptConfig:
-    """A night consolidates once over its train tasks (SkillOpt-Sleep: one epoch a night)."""
-    return SkillOptConfig(epochs=1, batch_size=16)
+    """A night consolidates once over its train tasks (SkillOpt-Sleep: one epoch a night).
+    Its gate is the margin alone: a night's val set is a handful of mined tasks, too few for a
+    paired test to ever pass, and a person reviews every staged proposal before adoption."""
+    return SkillOptConfig(epochs=1, batch_size=16, gate=GateConfig())
 
 
 @dataclass

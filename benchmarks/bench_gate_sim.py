@@ -1,0 +1,206 @@
+"""The gate under known truth: a Monte Carlo study of `selftaught.gate.gate` settings.
+
+A real gate sweep (`bench_peers.py --gate`) costs hours of CPU per seed and sees a handful of
+steps; this one runs the package's own gate function on thousands of simulated optimization
+runs whose *true* effects are known, so its regressions and missed gains can be counted.
+
+The model of a run (the assumptions, stated so they can be argued with):
+- a task has items with a latent logit each (`N(logit(base_acc), item_sd)`); a skill adds a
+  true effect `e` to every logit plus a per-item, per-skill perturbation `N(0, churn)` (a new
+  prompt at temperature 0 flips some answers for no reason); each skill's outcome on each item
+  is drawn once (greedy replies are fixed for a given prompt);
+- a run is `steps` candidates; each candidate's effect is the current skill's plus a step
+  `N(edit_mean, edit_sd)` (most edits neutral or slightly harmful, some helpful);
+- the gate sees val (30 items) only, exactly as `SkillTrainer` calls it (candidate vs current
+  and best; "accept" moves current, "accept_new_best" moves best); the best on val ships;
+- outcome on a fresh test set (50 items) of the shipped skill vs the seed, measured the way
+  `bench_peers.py` reports it (Wilson intervals disjoint; one-sided paired sign test p <= 0.05),
+  plus the true (expected) accuracy change, which a real benchmark cannot see.
+
+    python benchmarks/bench_gate_sim.py                  # 5 settings x 3 scenarios, 2,000 runs each
+    python benchmarks/bench_gate_sim.py --quick          # 500 runs each
+
+Writes benchmarks/results/gate_sim.json and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from selftaught.gate import GateConfig, gate
+from selftaught.stats import sign_test_pvalue, wilson_interval
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GATES: dict[str, GateConfig] = {
+    "margin1": GateConfig(margin=1.0),
+    "p<=0.1": GateConfig(margin=0.0, confidence=0.9),
+    "p<=0.2": GateConfig(margin=0.0, confidence=0.8),
+    "margin1+p<=0.1": GateConfig(margin=1.0, confidence=0.9),
+    "strict>": GateConfig(margin=0.0),
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    edit_mean: float  # mean true effect of one edit, in logits
+    edit_sd: float
+    base_acc: float = 0.35
+    item_sd: float = 1.5
+    churn: float = 1.0  # per-item perturbation of a new prompt, in logits
+    steps: int = 4
+    n_val: int = 30
+    n_test: int = 50
+
+
+SCENARIOS = (
+    Scenario("mostly neutral/harmful edits", edit_mean=-0.1, edit_sd=0.2),
+    Scenario("no edit helps (pure noise)", edit_mean=0.0, edit_sd=0.0),
+    Scenario("some edits help", edit_mean=0.1, edit_sd=0.3),
+)
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+class SimRun:
+    """One simulated optimization run: items, skills, outcomes."""
+
+    def __init__(self, sc: Scenario, rng: random.Random) -> None:
+        self.sc, self.rng = sc, rng
+        centre = math.log(sc.base_acc / (1 - sc.base_acc))
+        n = sc.n_val + sc.n_test
+        self.logits = [rng.gauss(centre, sc.item_sd) for _ in range(n)]
+
+    def skill(self, effect: float) -> tuple[float, list[float]]:
+        """A skill with true effect `effect`: its greedy outcome (0/1) on every item."""
+        noisy = [sigmoid(x + effect + self.rng.gauss(0, self.sc.churn)) for x in self.logits]
+        return effect, [1.0 if self.rng.random() < p else 0.0 for p in noisy]
+
+    def true_accuracy(self, effect: float) -> float:
+        """Expected accuracy over the items and the prompt perturbation (the probit
+        approximation E[sigmoid(x + N(0, c))] ~ sigmoid(x / sqrt(1 + pi c^2 / 8)))."""
+        scale = 1.0 / math.sqrt(1.0 + math.pi * self.sc.churn**2 / 8.0)
+        return statistics.fmean(sigmoid((x + effect) * scale) for x in self.logits)
+
+
+def val_of(outcomes: list[float], n_val: int) -> dict[str, float | None]:
+    return {f"v{i}": outcomes[i] for i in range(n_val)}
+
+
+def simulate(sc: Scenario, cfg: GateConfig, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    run = SimRun(sc, rng)
+    seed_skill = run.skill(0.0)
+    current = best = seed_skill
+    accepted = 0
+    for _ in range(sc.steps):
+        candidate = run.skill(current[0] + rng.gauss(sc.edit_mean, sc.edit_sd))
+        result = gate(
+            val_of(candidate[1], sc.n_val),
+            val_of(current[1], sc.n_val),
+            val_of(best[1], sc.n_val),
+            cfg,
+        )
+        if result.decision == "accept_new_best":
+            current = best = candidate
+            accepted += 1
+        elif result.decision == "accept":
+            current = candidate
+    shipped_changed = best is not seed_skill
+    seed_test = seed_skill[1][sc.n_val :]
+    ship_test = best[1][sc.n_val :]
+    wins = sum(1 for a, b in zip(ship_test, seed_test, strict=True) if a > b)
+    losses = sum(1 for a, b in zip(ship_test, seed_test, strict=True) if a < b)
+    lo_seed, hi_seed = wilson_interval(sum(seed_test), sc.n_test)
+    lo_ship, hi_ship = wilson_interval(sum(ship_test), sc.n_test)
+    true_change = run.true_accuracy(best[0]) - run.true_accuracy(0.0) if shipped_changed else 0.0
+    return {
+        "accepted": accepted,
+        "changed": shipped_changed,
+        "true_change": true_change,
+        "loss_beyond_ci": hi_ship < lo_seed,
+        "loss_p05": shipped_changed and sign_test_pvalue(losses, wins) <= 0.05,
+        "gain_beyond_ci": lo_ship > hi_seed,
+        "gain_p05": shipped_changed and sign_test_pvalue(wins, losses) <= 0.05,
+    }
+
+
+def summarize(rows: list[dict[str, Any]], steps: int) -> dict[str, Any]:
+    n = len(rows)
+    share = lambda key: sum(1 for r in rows if r[key]) / n  # noqa: E731
+    changes = [r["true_change"] for r in rows]
+    return {
+        "runs": n,
+        "accepted_step_rate": sum(r["accepted"] for r in rows) / (n * steps),
+        "shipped_changed": share("changed"),
+        "true_regression": sum(1 for c in changes if c < -0.01) / n,
+        "true_gain": sum(1 for c in changes if c > 0.01) / n,
+        "mean_true_change": statistics.fmean(changes),
+        "test_loss_beyond_ci": share("loss_beyond_ci"),
+        "test_loss_p05": share("loss_p05"),
+        "test_gain_beyond_ci": share("gain_beyond_ci"),
+        "test_gain_p05": share("gain_p05"),
+    }
+
+
+def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    lines = [
+        "| scenario | gate | accepted steps | ships a change | true regression (> 1 pt) "
+        "| true gain (> 1 pt) | mean true change | test loss p ≤ 0.05 | test loss beyond CI "
+        "| test gain p ≤ 0.05 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    for scenario, by_gate in results.items():
+        for name, s in by_gate.items():
+            lines.append(
+                f"| {scenario} | {name} | {pct(s['accepted_step_rate'])} "
+                f"| {pct(s['shipped_changed'])} | {pct(s['true_regression'])} "
+                f"| {pct(s['true_gain'])} | {100 * s['mean_true_change']:+.2f} pts "
+                f"| {pct(s['test_loss_p05'])} | {pct(s['test_loss_beyond_ci'])} "
+                f"| {pct(s['test_gain_p05'])} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=2000)
+    ap.add_argument("--quick", action="store_true", help="500 runs per cell")
+    ap.add_argument("--gates", nargs="+", choices=sorted(GATES), default=list(GATES))
+    args = ap.parse_args()
+    runs = 500 if args.quick else args.runs
+    t0 = time.perf_counter()
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for sc in SCENARIOS:
+        results[sc.name] = {}
+        for name in args.gates:
+            # The same seeds for every gate: each setting sees the very same runs.
+            rows = [simulate(sc, GATES[name], seed) for seed in range(runs)]
+            results[sc.name][name] = summarize(rows, sc.steps)
+    out = {
+        "command": "python benchmarks/bench_gate_sim.py" + (" --quick" if args.quick else ""),
+        "scenarios": [asdict(sc) for sc in SCENARIOS],
+        "gates": {name: asdict(GATES[name]) for name in args.gates},
+        "results": results,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"gate_sim{'_quick' if args.quick else ''}.json"
+    path.write_text(json.dumps(out, indent=1), encoding="utf-8")
+    print(table(results))
+    print(f"\nwrote {path} ({out['wall_s']} s)")
+
+
+if __name__ == "__main__":
+    main()
