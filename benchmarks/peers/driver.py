@@ -116,7 +116,8 @@ def run_selftaught(job: dict[str, Any], task: Task) -> dict[str, Any]:
         batch_size=job["batch_size"],
         minibatch_size=job["minibatch_size"],
         seed=job["seed"],
-        gate=GateConfig(**job.get("gate", {})),
+        # no gate given: the package's default for optimize
+        gate=GateConfig(**job["gate"]) if job.get("gate") else SkillOptConfig().gate,
         budget=Budget(calls=job["budget_calls"], roles=("target",)),
         max_tokens=job["max_tokens"],
         analyst_max_tokens=job["analyst_max_tokens"],
