@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -303,6 +303,8 @@ def run_one(
         "usage": b.counter.take(),
         **result,
     }
+    if system == "selftaught":
+        row["gate"] = gate_used(out_dir)
     if "error" in result:
         return row
     shipped = result["shipped_prompt"]
@@ -317,6 +319,25 @@ def run_one(
     row["eval_usage"] = b.counter.take()  # outside the budget, reported apart
     row["shipped_is_seed"] = same_prompt(shipped, b.s.seed_prompt)
     return row
+
+
+def gate_used(run_dir: Path) -> dict[str, Any] | None:
+    """The gate a selftaught run really ran with, from its run dir's config.json."""
+    config = run_dir / "config.json"
+    if not config.exists():
+        return None
+    gate = json.loads(config.read_text()).get("gate") or {}
+    return {"margin": gate.get("margin"), "confidence": gate.get("confidence")}
+
+
+def gate_label(gate: dict[str, Any] | None) -> str:
+    """`margin 1, p<=0.2` for margin 1 plus a sign test at confidence 0.8."""
+    if not gate or gate.get("margin") is None:
+        return ""
+    label = f"margin {gate['margin']:g}"
+    if gate.get("confidence"):
+        label += f", p<={1 - gate['confidence']:.2g}"
+    return label
 
 
 def same_prompt(a: str, b: str) -> bool:
@@ -336,10 +357,13 @@ def variants(s: Settings) -> list[tuple[str, str]]:
     return [(system, system) for system in s.systems]
 
 
-def run_task(b: Bench, spec: str) -> list[dict[str, Any]]:
+def run_task(
+    b: Bench, spec: str, on_row: Callable[[list[dict[str, Any]]], None] | None = None
+) -> list[dict[str, Any]]:
+    """Every (system, seed) run on one task; `on_row` sees the rows so far after each run."""
     from selftaught.tasks import load_task
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for seed in b.s.seeds:
         task = load_task(
             spec, seed=seed, train_size=b.s.train, val_size=b.s.val, test_size=b.s.test
@@ -351,6 +375,8 @@ def run_task(b: Bench, spec: str) -> list[dict[str, Any]]:
             row = run_one(b, task, spec, seed, system, variant, baseline)
             print(f"[{task_slug(spec)} s{seed}] {variant}: {row_line(row)}", flush=True)
             rows.append(row)
+            if on_row is not None:
+                on_row(rows)
     return rows
 
 
@@ -428,7 +454,10 @@ def peers_table(rows: Sequence[dict[str, Any]]) -> str:
 def system_label(row: dict[str, Any]) -> str:
     """`gepa 0.1.4`, or `selftaught 0.1.0 (p<=0.1)` for one of the gate sweep's settings."""
     label = f"{row['system']} {row.get('version', '')}".strip()
-    return label if row["variant"] == row["system"] else f"{label} ({row['variant']})"
+    if row["variant"] != row["system"]:
+        return f"{label} ({row['variant']})"
+    gate = gate_label(row.get("gate")) if row["system"] == "selftaught" else ""
+    return f"{label} (gate: {gate})" if gate else label
 
 
 def _or_dash(value: Any) -> str:
@@ -491,32 +520,47 @@ def gate_table(summary: Sequence[dict[str, Any]]) -> str:
     return markdown_table(header, body)
 
 
-def header_lines(s: Settings, meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
+def header_lines(s: dict[str, Any], meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
+    """The run's command, machine, load, versions and settings (`s`: Settings as a dict)."""
     peer_versions = sorted({f"{r['system']} {r['version']}" for r in rows if "version" in r})
     return "\n".join(
         [
             f"Command: `{meta['command']}`  ",
             f"Date: {meta['date']}; machine: {meta['machine']}, {meta['cpu_count']} CPUs; "
             f"load average (1/5/15 min) at start {meta['loadavg']}, at end "
-            f"{meta['loadavg_end']}; total wall {meta['wall_s']:.0f} s  ",
+            f"{meta.get('loadavg_end', '(still running)')}; total wall {meta['wall_s']:.0f} s  ",
             f"Versions: {', '.join(peer_versions)}; python {meta['python']}; "
             f"model `{meta['endpoint']}`  ",
-            f"Settings: train {s.train} / val {s.val} / test {s.test}, budget {s.budget} target "
-            f"calls, batch {s.batch_size}, minibatch {s.minibatch_size}, max_tokens "
-            f"{s.max_tokens} (optimizer {s.analyst_max_tokens}), temperature 0, concurrency "
-            f"{s.concurrency}, seed prompt {s.seed_prompt!r}",
+            f"Settings: train {s['train']} / val {s['val']} / test {s['test']}, budget "
+            f"{s['budget']} target calls, batch {s['batch_size']}, minibatch "
+            f"{s['minibatch_size']}, max_tokens {s['max_tokens']} (optimizer "
+            f"{s['analyst_max_tokens']}), temperature 0, concurrency {s['concurrency']}, "
+            f"seed prompt {s['seed_prompt']!r}",
         ]
     )
 
 
-def report(s: Settings, meta: dict[str, Any], by_task: dict[str, list[dict[str, Any]]]) -> str:
+def report(
+    s: dict[str, Any], meta: dict[str, Any], by_task: dict[str, list[dict[str, Any]]]
+) -> str:
     rows = [r for task_rows in by_task.values() for r in task_rows]
     parts = [header_lines(s, meta, rows), ""]
-    if s.mode == "gate":
+    if s["mode"] == "gate":
         parts += ["All tasks and seeds together:", "", gate_table(gate_summary(rows)), ""]
     for spec, task_rows in by_task.items():
         parts += [f"`{spec}`:", "", peers_table(task_rows), ""]
     return "\n".join(parts)
+
+
+def saved_peers_report(out_dir: Path) -> str:
+    """Every task measured so far (one `peers_<task>.json` each, maybe from separate runs of
+    the script), each under its own command, date and load."""
+    sections = []
+    for path in sorted(out_dir.glob("peers_*.json")):
+        saved = json.loads(path.read_text())
+        spec = saved["runs"][0]["task"] if saved["runs"] else path.stem.removeprefix("peers_")
+        sections.append(report(saved["settings"], saved["meta"], {spec: saved["runs"]}))
+    return "\n".join(sections)
 
 
 # ---- main -------------------------------------------------------------------------------
@@ -544,7 +588,7 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
             path = out_dir / f"peers_{task_slug(spec)}.json"
             atomic_write_json(path, {"meta": meta, "settings": settings, "runs": rows})
             paths.append(path)
-    markdown = report(s, meta, by_task)
+    markdown = report(settings, meta, by_task) if s.mode == "gate" else saved_peers_report(out_dir)
     md_path = out_dir / ("gate_sweep.md" if s.mode == "gate" else "peers.md")
     atomic_write_text(md_path, markdown + "\n")
     if not s.quick:
@@ -564,13 +608,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         counter = CallCounter()
         with counting_proxy(base, counter) as proxy:
             bench = Bench(s, proxy, name, counter)
+
+            def save_so_far(spec: str, rows: list[dict[str, Any]]) -> None:
+                # an interrupted benchmark keeps every finished run (rewritten after each)
+                by_task[spec] = rows
+                meta["wall_s"] = round(time.perf_counter() - t0, 1)
+                write_results(s, meta, by_task)
+
             for spec in s.tasks:
-                by_task[spec] = run_task(bench, spec)
+                by_task[spec] = run_task(
+                    bench, spec, lambda rows, spec=spec: save_so_far(spec, rows)
+                )
     meta["wall_s"] = round(time.perf_counter() - t0, 1)
     meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     for path in write_results(s, meta, by_task):
         print(f"wrote {path}")
-    print(report(s, meta, by_task))
+    print(report(asdict(s), meta, by_task))
 
 
 if __name__ == "__main__":
