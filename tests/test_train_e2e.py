@@ -106,7 +106,10 @@ def test_grpo_step_on_the_embedded_model(tmp_path):
 
 def test_one_rest_round_on_an_easy_config_cuts_truncation_without_losing_accuracy(tmp_path):
     """The benchmark saw truncation on val fall from 56% to 0% after ReST: the embedded model
-    learns to stop. One round, easy generator config, checked on val."""
+    learns to stop. One round, easy generator config, checked on val. Sizes matter: with train
+    48 / val 24 the round kept 28 elite samples and val moved 6 -> 4 of 24 (noise on too few
+    items); train 96 / val 48 keeps ~70 and measured val 0.19 -> 0.38, truncated 11 -> 0 (3 min
+    on 2 cores)."""
     run = tmp_path / "rest-easy"
     args = [
         "train",
@@ -119,9 +122,9 @@ def test_one_rest_round_on_an_easy_config_cuts_truncation_without_losing_accurac
         "--max-tokens",
         "64",
         "--train-size",
-        "48",
+        "96",
         "--val-size",
-        "24",
+        "48",
         "--test-size",
         "8",
         "--threads",
