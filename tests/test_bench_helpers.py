@@ -92,9 +92,9 @@ def test_counting_proxy_counts_per_role_at_the_endpoint() -> None:
 
 
 def test_planned_epochs_let_the_budget_end_the_run() -> None:
-    # 200 calls: 30 baseline val + 4 steps of (15 train + 30 val) → 2 epochs of 2 steps, +1
-    assert bench_peers.planned_epochs(200, 30, 30, 15) == 3
-    assert bench_peers.planned_epochs(20, 6, 6, 4) == 2
+    # 170 calls after the baseline pay for 12 steps of 15 train rollouts: 6 epochs, plus one
+    assert bench_peers.planned_epochs(200, 30, 30, 15) == 7
+    assert bench_peers.planned_epochs(20, 6, 6, 4) == 3
     assert bench_peers.planned_epochs(10, 6, 30, 4) == 2  # never fewer than one step
 
 
