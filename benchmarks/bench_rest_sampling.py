@@ -56,10 +56,11 @@ def old_path(model: Any, tok: Any, task: Any, prompts: list[Any], k: int, params
     generator = old_generator_class()(model, tok, max_batch_size=32)
     examples = task.examples("train")
     samples = 0
-    for start in range(0, len(prompts), 8):  # ReST's old chunking: 32 // k prompts a call
-        chunk = prompts[start : start + 8]
+    per_call = max(1, 32 // k)  # ReST's old chunking: 32 // k prompts a call
+    for start in range(0, len(prompts), per_call):
+        chunk = prompts[start : start + per_call]
         rows = generator.generate_batch(chunk, params, k=k)
-        for ex, completions in zip(examples[start : start + 8], rows, strict=True):
+        for ex, completions in zip(examples[start : start + per_call], rows, strict=True):
             for c in completions:
                 task.score(c.text, ex)
                 samples += 1
@@ -98,6 +99,7 @@ def main() -> None:
     from selftaught.models.base import GenerationParams
     from selftaught.models.embedded import embedded_model_dir
     from selftaught.policy import Policy
+    from selftaught.runs import atomic_write_json
     from selftaught.tasks import load_task
     from selftaught.weights.sft import load_model
 
@@ -130,7 +132,7 @@ def main() -> None:
     }
     name = "rest_sampling_quick.json" if args.quick else "rest_sampling.json"
     out = Path(__file__).parent / "results" / name
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_json(out, report)
     print(f"new / old samples per second: {report['new_vs_old_median']} (median); wrote {out}")
 
 
