@@ -11,7 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-Message = dict[str, Any]  # {"role": "system" | "user" | "assistant", "content": str}
+# {"role": "system" | "user" | "assistant" | "tool", "content": str}, in the OpenAI shape: an
+# assistant turn may carry "tool_calls", a tool turn carries "tool_call_id"
+Message = dict[str, Any]
+# OpenAI shape: {"id": str, "type": "function", "function": {"name": str, "arguments": str}}
+ToolCall = dict[str, Any]
 
 
 @dataclass
@@ -24,15 +28,23 @@ class GenerationParams:
     top_p: float = 1.0
     seed: int | None = None
     stop: list[str] | None = None
+    tools: list[dict[str, Any]] | None = None
+    """The OpenAI `tools` schema offered to the model (None: a plain chat reply)."""
+    tool_choice: str | dict[str, Any] | None = None
+    """OpenAI `tool_choice`: "auto" | "none" | "required" | {"type": "function", ...}."""
 
     def cache_key(self) -> dict[str, Any]:
-        return {
+        key: dict[str, Any] = {
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "seed": self.seed,
             "stop": self.stop,
         }
+        if self.tools is not None:  # plain calls keep the keys they always had
+            key["tools"] = self.tools
+            key["tool_choice"] = self.tool_choice
+        return key
 
 
 @dataclass
@@ -48,6 +60,8 @@ class Completion:
     cached: bool = False
     model: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    tool_calls: list[ToolCall] | None = None
+    """The reply's tool calls in the OpenAI shape (finish_reason "tool_calls"); None: none."""
 
     @property
     def truncated(self) -> bool:
