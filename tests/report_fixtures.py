@@ -23,7 +23,15 @@ DECISIONS = ["accept", "accept_new_best", "reject", "accept_new_best"]
 
 
 def optimize_trainer(root: Path, initial_skill: str = "# Skill\n", **cfg: Any) -> SkillTrainer:
-    defaults = {"epochs": 2, "batch_size": 4, "concurrency": 4, "gate": GateConfig()}
+    # rules only: these scripts test the reflection loop (demos have their own tests)
+    defaults = {
+        "epochs": 2,
+        "batch_size": 4,
+        "concurrency": 4,
+        "gate": GateConfig(),
+        "demos_max": 0,
+        "pool": False,
+    }
     config = SkillOptConfig(**{**defaults, **cfg})
     return SkillTrainer(
         config,

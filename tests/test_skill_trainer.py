@@ -39,7 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def make(tmp: Path, target=None, analyst=None, **cfg) -> SkillTrainer:
     # The scripted decisions are designed around the margin gate (a 6-item val set is too
     # small for the default paired test).
-    defaults = {"epochs": 2, "batch_size": 4, "concurrency": 4, "gate": GateConfig()}
+    # rules only: these scripts test the reflection loop (demos have their own tests)
+    defaults = {
+        "epochs": 2,
+        "batch_size": 4,
+        "concurrency": 4,
+        "gate": GateConfig(),
+        "demos_max": 0,
+        "pool": False,
+    }
     config = SkillOptConfig(**{**defaults, **cfg})
     return SkillTrainer(
         config,
@@ -224,7 +232,7 @@ from selftaught.skill import SkillOptConfig, SkillTrainer
 slow = lambda fn: (lambda m: (time.sleep(0.02), fn(m))[1])
 target = ScriptedModel(slow(rule_answer), "scripted-target")
 analyst = canned_analyst(failure=schedule_of_rules(*{rules!r}))
-cfg = SkillOptConfig(epochs=2, batch_size=4, concurrency=4, gate=GateConfig())
+cfg = SkillOptConfig(epochs=2, batch_size=4, concurrency=4, gate=GateConfig(), demos_max=0, pool=False)
 SkillTrainer(cfg, ToyTask(), target, analyst, "# Skill\\n", output_dir={out!r},
              progress=False).train()
 """

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from selftaught.demos import PLACEMENTS
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
 from selftaught.skill.schedule import SCHEDULES
@@ -86,6 +87,36 @@ class SkillOptConfig:
     fallback_append: bool = True
     """An insert_after whose target is not found is appended at the end instead."""
 
+    # --- demonstrations: worked train examples, the second trainable part of a skill ---
+    demos_max: int = 4
+    """Most demonstrations a skill may carry (0: rules only, no demo search). Candidates come
+    from train only: the target's passing replies and the references the scorer passes."""
+    demo_placement: str = "turns"
+    """turns (prior user/assistant turns) | system (a "Worked examples" section)."""
+    demo_sets_per_step: int = 2
+    """Demo sets proposed per step around the parent's (add, swap, random set, drop)."""
+    demo_references: bool = True
+    """Also offer the task's references (those its scorer passes) as demos."""
+
+    # --- candidates per step: proposals, pool, merge, successive halving --------------
+    proposals: int = 1
+    """Analyst proposals per step; the second and later are sampled at
+    `proposal_temperature`, so a weak analyst's rare good edit gets more chances."""
+    proposal_temperature: float = 0.7
+    """Analyst temperature of the extra proposals."""
+    pool: bool = True
+    """Keep every candidate that passed the gate and draw each step's parent from the
+    per-val-item Pareto front (GEPA); False: always build on the current skill."""
+    merge: bool = True
+    """Also propose a merge of two pool members that win on different val items (rules of
+    one, demos of the other)."""
+    screen_size: int = 10
+    """Successive halving: with more than `screen_keep` candidates, all are scored first on
+    this many val items (a seeded subset) and only the best `screen_keep` on the rest of val
+    (0: every candidate on full val)."""
+    screen_keep: int = 1
+    """Candidates that go on from screening to the full val split and the gate."""
+
     # --- gate on the val split ---------------------------------------------------------
     gate: GateConfig = field(default_factory=lambda: GateConfig(confidence=SKILL_GATE_CONFIDENCE))
     """The validation gate (metric, margin, paired test; see `selftaught.gate`). By default a
@@ -131,8 +162,20 @@ class SkillOptConfig:
             "max_feedback_chars",
             "max_skill_chars",
             "max_edit_chars",
+            "proposals",
+            "screen_keep",
         ):
             positive(name)
+        for name in ("demos_max", "demo_sets_per_step", "screen_size"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.demo_placement not in PLACEMENTS:
+            raise ValueError(
+                f"demo_placement must be one of {', '.join(PLACEMENTS)}, "
+                f"got {self.demo_placement!r}"
+            )
+        if self.proposals > 1 and self.proposal_temperature <= 0:
+            raise ValueError("proposals > 1 needs proposal_temperature > 0 (N greedy copies)")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
         if self.merge_batch_size < 2:

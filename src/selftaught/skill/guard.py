@@ -23,9 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from selftaught.skill.document import Edit
+from selftaught.text import ngrams, numbers, words
 
-_WORD = re.compile(r"[a-z0-9]+")
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _PLACEHOLDER = re.compile(r"\{\{\w+\}\}")
 # Words that say nothing about where a text came from.
 _STOPWORDS = frozenset(
@@ -33,20 +32,6 @@ _STOPWORDS = frozenset(
     + ("is", "it", "its", "of", "on", "or", "so", "that", "the", "then", "this", "to")
     + ("was", "what", "when", "which", "with", "you", "your")
 )
-
-
-def words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
-def ngrams(tokens: list[str], n: int) -> set[tuple[str, ...]]:
-    return {tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
-
-
-def numbers(text: str) -> list[str]:
-    """The numbers of a text as digit strings, in order (signs and thousands separators
-    dropped: a mangled copy often loses them)."""
-    return _NUMBER.findall(text.replace(",", ""))
 
 
 @dataclass(frozen=True)

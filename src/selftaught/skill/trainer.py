@@ -11,6 +11,7 @@ from its last completed step when started again with the same settings."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import random
 import time
@@ -23,6 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from selftaught.demos import Demo, LeakCheck, SkillParts, join_skill, split_skill
 from selftaught.gate import GateResult, ValScores, gate, metric_value
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
@@ -40,8 +42,10 @@ from selftaught.runs import (
 )
 from selftaught.skill.aggregate import Aggregation, aggregate
 from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.demo_search import DemoPool, bootstrapped, from_references, propose_sets
 from selftaught.skill.document import Edit, EditReport, apply_edits
 from selftaught.skill.guard import EditGuard
+from selftaught.skill.pool import Member, merge_pair, pick_parent
 from selftaught.skill.reflect import Analyst, AnalystCall, DocumentKind
 from selftaught.skill.schedule import edit_budget
 from selftaught.skill.select import Selection, select_edits
@@ -53,8 +57,10 @@ config.json            the settings; a re-run with the same settings resumes
 state.json             last completed step, current / best skill, rejected buffer, usage
 history.jsonl          one row per step: batch scores, edits proposed / applied / rejected and
                        why, gate decision and scores, tokens and time (step 0 = baseline)
-skills/vNNNN.md        the candidate skill of step NNNN (v0000 = the initial skill); a run
-                       that trains the memory document writes memorys/, best_memory.md, ...
+skills/vNNNN[-J].md    the candidates of step NNNN (v0000 = the initial skill; -J for the
+                       second and later candidates of a step: other proposals, demo sets,
+                       merges); a run that trains the memory writes memorys/, best_memory.md
+demo_pool.json         demonstration candidates found in train so far, and leaks refused
 best_skill.md          the best skill so far (what ships), current_skill.md the current one
 diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
                        analyst's raw replies; backend call errors
@@ -100,6 +106,10 @@ def _scores(rollouts: list[Rollout]) -> dict[str, list[float] | None]:
     }
 
 
+def _demo_dicts(text: str) -> list[dict[str, Any]]:
+    return [d.to_dict() for d in split_skill(text).demos]
+
+
 @dataclass
 class _Skill:
     version: str
@@ -140,13 +150,49 @@ class _Update:
 
 
 @dataclass
+class _Proposal:
+    """One analyst proposal: reflect → aggregate → select → apply on the parent's rules."""
+
+    calls: list[AnalystCall]
+    agg: Aggregation
+    update: _Update
+
+
+@dataclass
+class _Candidate:
+    """A skill a step proposes: new rules, a new demo set, or a merge of two pool members."""
+
+    skill: _Skill
+    kind: str  # rules | demos | merge
+    why: str
+    proposal: _Proposal | None = None
+    screen: float | None = None  # mean metric on the screening val items (None: not screened)
+    full: bool = False  # scored on the whole val split
+    rollouts: list[Rollout] = field(default_factory=list)
+    cached: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        demos = split_skill(self.skill.text).demos
+        return {
+            "version": self.skill.version,
+            "hash": self.skill.hash,
+            "kind": self.kind,
+            "why": self.why,
+            "demos": [f"{d.id} ({d.source})" for d in demos],
+            "screen": None if self.screen is None else round(self.screen, 4),
+            "full_val": self.full,
+        }
+
+
+@dataclass
 class _Verdict:
-    """The gate's decision on a step's candidate (None when the patch was empty)."""
+    """The gate's decision on a step's chosen candidate (None when there was none)."""
 
     result: GateResult
     candidate: _Skill | None = None
     val_rollouts: list[Rollout] = field(default_factory=list)
     cached: bool = False
+    chosen: _Candidate | None = None
 
 
 @dataclass
@@ -155,10 +201,27 @@ class _StepOutcome:
     epoch: int
     budget: int
     rollouts: list[Rollout]
-    calls: list[AnalystCall]
-    agg: Aggregation
-    update: _Update
+    parent: _Skill
+    proposals: list[_Proposal]
+    candidates: list[_Candidate]
     verdict: _Verdict
+    new_demos: int = 0
+
+    @property
+    def primary(self) -> _Proposal:
+        """The chosen candidate's proposal when it was one, else the first proposal."""
+        chosen = self.verdict.chosen
+        if chosen is not None and chosen.proposal is not None:
+            return chosen.proposal
+        return self.proposals[0]
+
+    @property
+    def calls(self) -> list[AnalystCall]:
+        return [c for p in self.proposals for c in p.calls]
+
+    @property
+    def agg_calls(self) -> list[AnalystCall]:
+        return [c for p in self.proposals for c in p.agg.calls]
 
 
 @dataclass
@@ -172,6 +235,8 @@ class _State:
     last_row: dict[str, Any] | None = None
     finished: bool = False
     stopped_by: str | None = None  # why the run ended before its last step (the budget)
+    pool: list[str] = field(default_factory=list)  # versions that passed the gate
+    demo_pool: DemoPool = field(default_factory=DemoPool)
 
 
 class SkillTrainer:
@@ -312,6 +377,16 @@ class SkillTrainer:
         if self.config.guard_edits:
             inputs = [ex.prompt_text() for ex in self.train_set + self.val_set]
             self.analyst.guard = EditGuard(self.analyst.templates(), inputs)
+        self.train_by_id = {ex.id: ex for ex in self.train_set}
+        # demos are the skill's: a run that trains the memory keeps the skill's as they are
+        self.demos_on = self.document == "skill" and self.config.demos_max > 0
+        self.leak_check = LeakCheck(
+            (split, ex.id, ex.prompt_text())
+            for split in ("val", "test")
+            for ex in self.task.examples(split)  # type: ignore[arg-type]
+        )
+        # nothing held out may be in a demo, not even in the skill the user started from
+        self.leak_check.assert_clean(split_skill(self.initial_skill).demos)
 
     def _stop_for_budget(self, st: _State, stage: str, err: BudgetExhausted) -> None:
         """End the run cleanly: the partial step is dropped, the best skill so far ships."""
@@ -333,6 +408,9 @@ class SkillTrainer:
         scores, rollouts, cached = await self._val(skill)
         summary = _split_summary(scores)
         st.current = st.best = skill
+        st.pool = [skill.version]
+        if self.demos_on and self.config.demo_references:
+            st.demo_pool.add(from_references(self.task, self.train_set), self.leak_check)
         atomic_write_text(self.run.path(f"best_{self.document}.md"), skill.text)
         atomic_write_text(self.run.path(f"current_{self.document}.md"), skill.text)
         atomic_write_json(
@@ -376,40 +454,235 @@ class SkillTrainer:
             self.config.edit_schedule,  # type: ignore[arg-type]
         )
         rejected = [Edit(**e) for e in st.rejected]
+        parent = self._pick_parent(st, step)
         self._set_stage("rollout", st, step)
-        rollouts = await self._train_rollouts(st.current.text, batch, step)
+        rollouts = await self._train_rollouts(parent.text, batch, step)
+        new_demos = self._harvest_demos(st, rollouts)
         self._set_stage("reflect", st, step)
-        calls = await self._reflect(st.current, rollouts, rejected, budget)
-        self._set_stage("aggregate", st, step)
-        agg = await aggregate(
-            self.analyst if self.config.llm_merge else None,
-            st.current.text,
-            [c.edits for c in calls if c.kind in ("failure", "contrast") and c.edits],
-            [c.edits for c in calls if c.kind == "success" and c.edits],
-            merge_batch_size=self.config.merge_batch_size,
-            max_edits=2 * budget,
+        proposals = await self._propose(st, parent, rollouts, rejected, budget, step)
+        candidates = self._candidates(st, step, parent, proposals)
+        verdict = await self._choose(st, step, parent, candidates, proposals)
+        self._apply_verdict(st, candidates, verdict)
+        outcome = _StepOutcome(
+            step, epoch, budget, rollouts, parent, proposals, candidates, verdict, new_demos
         )
-        for c in calls + agg.calls:
-            st.parse.add(c)
-        self._buffer_refused(st, calls + agg.calls)
-        if step == 1 and self.proposals:
-            agg.edits = [*self.proposals, *agg.edits]
-        update = self._update(st.current, agg.edits, rejected, budget)
-        verdict = await self._gate(st, step, update)
-        self._apply_verdict(st, update, verdict)
-        outcome = _StepOutcome(step, epoch, budget, rollouts, calls, agg, update, verdict)
         self._write_diagnostics(outcome)
         st.step = step
         st.elapsed_s = elapsed0 + time.perf_counter() - t_run
         row = self._history_row(st, outcome, usage0, time.perf_counter() - t0)
         self._commit(st, row)
         best_val = _split_summary(self.val_cache[st.best.hash])
+        chosen = verdict.chosen
         self._log(
             f"step {step}/{self.total_steps} · batch {row['batch']['solved']}/"
-            f"{row['batch']['n']} · edits {row['edits']['proposed']}→{len(update.applied)} "
-            f"applied · {verdict.result.decision} ({verdict.result.reason}) · best val "
+            f"{row['batch']['n']} · edits {row['edits']['proposed']}→"
+            f"{len(outcome.primary.update.applied)} applied · {len(candidates)} candidates"
+            f"{f' (chose {chosen.kind}: {chosen.why})' if chosen else ''} · "
+            f"{verdict.result.decision} ({verdict.result.reason}) · best val "
             f"{best_val['hard']:.3f}"
         )
+
+    def _pick_parent(self, st: _State, step: int) -> _Skill:
+        """The skill this step builds on: a draw from the pool's Pareto front (the current
+        skill when the pool is off or holds one member)."""
+        assert st.current is not None
+        if not self.config.pool or len(st.pool) < 2:
+            return st.current
+        rng = random.Random(self.config.seed * 1_000_003 + step)
+        chosen = pick_parent(self._members(st), rng)
+        return self._skill_from_file(chosen.version)
+
+    def _members(self, st: _State) -> list[Member]:
+        members = []
+        for version in st.pool:
+            skill = self._skill_from_file(version)
+            members.append(Member(version, self._metric(self.val_cache[skill.hash])))
+        return members
+
+    def _harvest_demos(self, st: _State, rollouts: list[Rollout]) -> int:
+        """The step's passing train replies join the demo candidates (leaks refused)."""
+        if not self.demos_on:
+            return 0
+        return len(st.demo_pool.add(bootstrapped(rollouts, self.train_by_id), self.leak_check))
+
+    async def _propose(
+        self,
+        st: _State,
+        parent: _Skill,
+        rollouts: list[Rollout],
+        rejected: list[Edit],
+        budget: int,
+        step: int,
+    ) -> list[_Proposal]:
+        """N analyst proposals on the parent's rules; the first at the analyst's temperature,
+        the others sampled (seeded) so that they differ."""
+        rules = self._parts(parent.text).rules
+        out = []
+        for i in range(self.config.proposals):
+            analyst = self.analyst
+            if i:
+                analyst = copy.copy(self.analyst)
+                analyst.params = replace(
+                    self.analyst.params,
+                    temperature=self.config.proposal_temperature,
+                    seed=self.config.seed * 100_003 + step * 101 + i,
+                )
+            calls = await self._reflect(analyst, rules, rollouts, rejected, budget)
+            agg = await aggregate(
+                analyst if self.config.llm_merge else None,
+                rules,
+                [c.edits for c in calls if c.kind in ("failure", "contrast") and c.edits],
+                [c.edits for c in calls if c.kind == "success" and c.edits],
+                merge_batch_size=self.config.merge_batch_size,
+                max_edits=2 * budget,
+            )
+            for c in calls + agg.calls:
+                st.parse.add(c)
+            self._buffer_refused(st, calls + agg.calls)
+            if step == 1 and i == 0 and self.proposals:
+                agg.edits = [*self.proposals, *agg.edits]
+            out.append(_Proposal(calls, agg, self._update(rules, agg.edits, rejected, budget)))
+        return out
+
+    def _parts(self, text: str) -> SkillParts:
+        """Rules and demos of a trained document (a memory has no demos)."""
+        return SkillParts(text) if self.document == "memory" else split_skill(text)
+
+    def _candidates(
+        self, st: _State, step: int, parent: _Skill, proposals: list[_Proposal]
+    ) -> list[_Candidate]:
+        """The step's candidates: each proposal's new rules (with the parent's demos), demo
+        sets around the parent's, and a merge of two pool members; duplicates are skipped, and so
+        are demo sets and merges already scored on the whole val split (a rule candidate that
+        was is gated again from the cache, for free)."""
+        parts = self._parts(parent.text)
+        drafts: list[tuple[str, str, str, _Proposal | None]] = []
+        for i, p in enumerate(proposals, 1):
+            if p.update.applied and p.update.text != parts.rules:
+                text = self._join(p.update.text, parts.demos)
+                drafts.append((text, "rules", f"proposal {i}: {len(p.update.applied)} edits", p))
+        if self.demos_on:
+            rng = random.Random(self.config.seed * 7_919 + step)
+            moves = propose_sets(
+                parts.demos, list(st.demo_pool.demos.values()), self.config.demos_max, 4, rng, set()
+            )
+            fresh = [(self._join(parts.rules, d), "demos", why, None) for d, why in moves]
+            drafts += [d for d in fresh if not self._fully_scored(d[0])][
+                : self.config.demo_sets_per_step
+            ]
+        if self.config.merge and self.config.pool and self.demos_on:
+            drafts += [d for d in self._merges(st) if not self._fully_scored(d[0])]
+        seen = {parent.hash}
+        out: list[_Candidate] = []
+        for text, kind, why, proposal in drafts:
+            h = self._policy(text).skill_hash()
+            if h in seen:
+                continue
+            seen.add(h)
+            version = f"v{step:04d}" + (f"-{len(out)}" if out else "")
+            out.append(_Candidate(self._save_version(version, text), kind, why, proposal))
+        return out
+
+    def _merges(self, st: _State) -> list[tuple[str, str, str, None]]:
+        """Rules of one pool member with the demos of another, for the two front members
+        that win on different val items."""
+        pair = merge_pair(self._members(st)) if len(st.pool) > 1 else None
+        if pair is None:
+            return []
+        a, b = (self._parts(self._skill_from_file(m.version).text) for m in pair)
+        va, vb = pair[0].version, pair[1].version
+        return [
+            (self._join(a.rules, b.demos), "merge", f"rules of {va} + demos of {vb}", None),
+            (self._join(b.rules, a.demos), "merge", f"rules of {vb} + demos of {va}", None),
+        ]
+
+    def _join(self, rules: str, demos: Sequence[Demo]) -> str:
+        if self.document == "memory":
+            return rules
+        return join_skill(rules, demos, self.config.demo_placement)
+
+    def _fully_scored(self, text: str) -> bool:
+        hit = self.val_cache.get(self._policy(text).skill_hash())
+        return hit is not None and all(ex.id in hit for ex in self.val_set)
+
+    async def _choose(
+        self,
+        st: _State,
+        step: int,
+        parent: _Skill,
+        candidates: list[_Candidate],
+        proposals: list[_Proposal],
+    ) -> _Verdict:
+        """Successive halving, then the gate: with more candidates than `screen_keep`, all
+        are scored on a seeded val subset first and the best go on to full val (a candidate
+        below its parent there goes no further); the best on full val meets the gate
+        against the parent (as current) and the best skill."""
+        assert st.best is not None
+        if not candidates:
+            empty = GateResult("reject", f"empty patch: {self._why_empty(proposals)}", *[0.0] * 5)
+            return _Verdict(empty)
+        finalists = candidates
+        cfg = self.config
+        if len(candidates) > cfg.screen_keep and 0 < cfg.screen_size < len(self.val_set):
+            finalists = await self._screen(st, step, parent, candidates)
+            if not finalists:
+                top = max(c.screen or 0.0 for c in candidates)
+                return _Verdict(
+                    GateResult(
+                        "reject",
+                        f"screening: none of {len(candidates)} candidates matched its parent "
+                        f"on {cfg.screen_size} val items (best {top:.2f})",
+                        *[0.0] * 5,
+                    ),
+                )
+        self._set_stage("val", st, step)
+        for c in finalists:
+            _, rollouts, cached = await self._val(c.skill)
+            c.rollouts += rollouts
+            c.cached = c.cached and cached
+            c.full = True
+        chosen = max(finalists, key=lambda c: sum(v or 0 for v in self._val_metric(c).values()))
+        result = gate(
+            self._val_metric(chosen),
+            self._metric(self.val_cache[parent.hash]),
+            self._metric(self.val_cache[st.best.hash]),
+            self.gate_cfg,
+        )
+        return _Verdict(result, chosen.skill, chosen.rollouts, chosen.cached, chosen)
+
+    def _val_metric(self, c: _Candidate) -> ValScores:
+        return self._metric(self.val_cache[c.skill.hash])
+
+    async def _screen(
+        self, st: _State, step: int, parent: _Skill, candidates: list[_Candidate]
+    ) -> list[_Candidate]:
+        """Score every candidate on the same seeded val subset; keep the best `screen_keep`
+        that are not below the parent there."""
+        self._set_stage(f"screen {len(candidates)}", st, step)
+        ids = {
+            ex.id
+            for ex in random.Random(self.config.seed * 31 + step).sample(
+                self.val_set, self.config.screen_size
+            )
+        }
+        parent_scores = self._metric(self.val_cache[parent.hash])
+        floor = sum(parent_scores[i] or 0.0 for i in ids) / len(ids)
+        for c in candidates:
+            scores, rollouts, cached = await self._val(c.skill, ids)
+            c.rollouts += rollouts
+            c.cached = cached
+            c.screen = sum(v or 0.0 for v in self._metric(scores).values()) / len(ids)
+        ranked = sorted(candidates, key=lambda c: -(c.screen or 0.0))  # stable: order breaks ties
+        return [c for c in ranked if (c.screen or 0.0) >= floor - 1e-9][: self.config.screen_keep]
+
+    @staticmethod
+    def _why_empty(proposals: list[_Proposal]) -> str:
+        update = proposals[0].update
+        if not update.merged:
+            return "no edit proposed"
+        if not update.selection.kept:
+            return "every proposed edit was rejected before"
+        return "no selected edit could be applied"
 
     async def _train_rollouts(self, text: str, batch: list[Example], step: int) -> list[Rollout]:
         """The step's attempts: one greedy rollout per example, or K sampled ones."""
@@ -432,7 +705,12 @@ class SkillTrainer:
         return epoch, self._epoch_order(epoch)[idx * size : (idx + 1) * size]
 
     async def _reflect(
-        self, current: _Skill, rollouts: list[Rollout], rejected: list[Edit], budget: int
+        self,
+        analyst: Analyst,
+        text: str,
+        rollouts: list[Rollout],
+        rejected: list[Edit],
+        budget: int,
     ) -> list[AnalystCall]:
         """Reflect (≈ the gradient) on bounded minibatches: failures, successes, and, when
         each task was attempted K > 1 times, the contrast between a solved and a failed
@@ -450,13 +728,10 @@ class SkillTrainer:
             async with sem:
                 return await job
 
-        text = current.text
-        jobs = [self.analyst.reflect("failure", text, c, rejected, budget) for c in chunks(failed)]
-        jobs += [self.analyst.reflect_contrast(text, c, rejected, budget) for c in chunks(pairs)]
+        jobs = [analyst.reflect("failure", text, c, rejected, budget) for c in chunks(failed)]
+        jobs += [analyst.reflect_contrast(text, c, rejected, budget) for c in chunks(pairs)]
         if cfg.reflect_on_successes:
-            jobs += [
-                self.analyst.reflect("success", text, c, rejected, budget) for c in chunks(solved)
-            ]
+            jobs += [analyst.reflect("success", text, c, rejected, budget) for c in chunks(solved)]
         return list(await asyncio.gather(*(limited(j) for j in jobs)))
 
     def _attempt_groups(
@@ -480,39 +755,17 @@ class SkillTrainer:
                 solved.append(good[0])
         return failed, solved, pairs
 
-    def _update(
-        self, current: _Skill, merged: list[Edit], rejected: list[Edit], budget: int
-    ) -> _Update:
+    def _update(self, rules: str, merged: list[Edit], rejected: list[Edit], budget: int) -> _Update:
         """Select under the edit budget (≈ the learning rate), then apply with a report."""
         selection = select_edits(merged, budget, rejected)
         text, reports = apply_edits(
-            current.text,
+            rules,
             selection.kept,
             max_chars=self.config.max_skill_chars,
             fallback_append=self.config.fallback_append,
         )
         applied = [r.edit for r in reports if r.changed]
         return _Update(merged, selection, text, reports, applied)
-
-    async def _gate(self, st: _State, step: int, update: _Update) -> _Verdict:
-        """Evaluate the candidate on val and ask the gate; an empty patch is rejected as such."""
-        assert st.current is not None and st.best is not None
-        if not update.applied or update.text == st.current.text:
-            why = "no edit proposed" if not update.merged else "no selected edit could be applied"
-            if update.merged and not update.selection.kept:
-                why = "every proposed edit was rejected before"
-            empty = GateResult("reject", f"empty patch: {why}", 0.0, 0.0, 0.0, 0.0, 0.0)
-            return _Verdict(empty)
-        candidate = self._save_skill(step, update.text)
-        self._set_stage("val", st, step)
-        scores, val_rollouts, cached = await self._val(candidate)
-        result = gate(
-            self._metric(scores),
-            self._metric(self.val_cache[st.current.hash]),
-            self._metric(self.val_cache[st.best.hash]),
-            self.gate_cfg,
-        )
-        return _Verdict(result, candidate, val_rollouts, cached)
 
     def _buffer_refused(self, st: _State, calls: list[AnalystCall]) -> None:
         """Edits the guard refused join the rejected buffer, reason and all, so the analyst
@@ -523,23 +776,31 @@ class SkillTrainer:
         size = self.config.rejected_buffer_size
         st.rejected = (st.rejected + refused)[-size:] if size else []
 
-    def _apply_verdict(self, st: _State, update: _Update, verdict: _Verdict) -> None:
+    def _apply_verdict(self, st: _State, candidates: list[_Candidate], verdict: _Verdict) -> None:
+        """Move current / best; edits of rule candidates that did not pass go to the rejected
+        buffer (the analyst sees them next time); what passed joins the pool."""
         candidate, decision = verdict.candidate, verdict.result.decision
-        if candidate is None:
+        passed = candidate is not None and decision != "reject"
+        lost = [
+            e.to_dict()
+            for c in candidates
+            if c.proposal is not None and not (passed and c.skill is candidate)
+            for e in c.proposal.update.applied
+        ]
+        size = self.config.rejected_buffer_size
+        st.rejected = (st.rejected + lost)[-size:] if size else []
+        if not passed:
             return
-        if decision == "reject":
-            size = self.config.rejected_buffer_size
-            buffer = st.rejected + [e.to_dict() for e in update.applied]
-            st.rejected = buffer[-size:] if size else []
-            return
+        assert candidate is not None
         st.current = candidate
+        st.pool.append(candidate.version)
         atomic_write_text(self.run.path(f"current_{self.document}.md"), candidate.text)
         if decision == "accept_new_best":
             st.best = candidate
             atomic_write_text(self.run.path(f"best_{self.document}.md"), candidate.text)
 
     def _write_diagnostics(self, o: _StepOutcome) -> None:
-        all_calls = o.calls + o.agg.calls
+        all_calls = o.calls + o.agg_calls
         analyst_errors = [
             {"analyst": c.kind, "error": c.error} for c in all_calls if c.status == "backend_error"
         ]
@@ -551,14 +812,18 @@ class SkillTrainer:
                 "epoch": o.epoch + 1,
                 "budget": o.budget,
                 "batch": [self._row(r) for r in o.rollouts],
+                "parent": o.parent.version,
                 "analyst_calls": [c.to_dict() for c in all_calls],
-                "merge_fallbacks": o.agg.fallbacks,
-                "merged_edits": [e.to_dict() for e in o.agg.edits],
-                "selected": [e.to_dict() for e in o.update.selection.kept],
+                "merge_fallbacks": o.primary.agg.fallbacks,
+                "merged_edits": [e.to_dict() for e in o.primary.agg.edits],
+                "selected": [e.to_dict() for e in o.primary.update.selection.kept],
                 "dropped": [
-                    {"edit": e.to_dict(), "why": why} for e, why in o.update.selection.dropped
+                    {"edit": e.to_dict(), "why": why}
+                    for e, why in o.primary.update.selection.dropped
                 ],
-                "edit_reports": [r.to_dict() for r in o.update.reports],
+                "edit_reports": [r.to_dict() for r in o.primary.update.reports],
+                "candidates": [c.to_dict() for c in o.candidates],
+                "chosen": v.chosen.skill.version if v.chosen else None,
                 "candidate_hash": v.candidate.hash if v.candidate else None,
                 "gate": v.result.to_dict(),
                 "val_cached": v.cached,
@@ -584,10 +849,13 @@ class SkillTrainer:
         batch = _split_summary(_scores(o.rollouts))
         batch["truncated"] = sum(r.truncated for r in o.rollouts)
         step_parse = _Parse()
-        for c in o.calls + o.agg.calls:
+        for c in o.calls + o.agg_calls:
             step_parse.add(c)
-        statuses = Counter(r.status for r in o.update.reports)
+        update, chosen = o.primary.update, o.verdict.chosen
+        statuses = Counter(r.status for r in update.reports)
         candidate = o.verdict.candidate
+        # the applied edits are the gated candidate's; a demo or merge candidate has none
+        applied = update.applied if chosen is not None and chosen.kind == "rules" else []
         return {
             "step": o.step,
             "epoch": o.epoch + 1,
@@ -597,13 +865,11 @@ class SkillTrainer:
             "edits": {
                 "proposed": sum(len(c.edits) for c in o.calls),
                 "invalid": sum(len(c.invalid) for c in o.calls),
-                "refused": sum(len(c.refused) for c in o.calls + o.agg.calls),
-                "merged": len(o.agg.edits),
-                "selected": len(o.update.selection.kept),
-                "applied": len(o.update.applied),
-                "dropped": dict(
-                    Counter(why.split(" (")[0] for _, why in o.update.selection.dropped)
-                ),
+                "refused": sum(len(c.refused) for c in o.calls + o.agg_calls),
+                "merged": len(o.primary.agg.edits),
+                "selected": len(update.selection.kept),
+                "applied": len(applied),
+                "dropped": dict(Counter(why.split(" (")[0] for _, why in update.selection.dropped)),
                 "not_applied": {
                     k: v for k, v in statuses.items() if k not in ("applied", "fallback_append")
                 },
@@ -611,14 +877,30 @@ class SkillTrainer:
                 # what changed (clipped; the full edits are in diagnostics)
                 "applied_edits": [
                     {"op": e.op, "target": e.target[:80], "content": e.content[:160]}
-                    for e in o.update.applied
+                    for e in applied
                 ],
+            },
+            "parent_version": o.parent.version,
+            "candidates": [
+                {
+                    **{k: c.to_dict()[k] for k in ("version", "kind", "why", "demos", "screen")},
+                    "val": _split_summary(self.val_cache[c.skill.hash])["hard"] if c.full else None,
+                    "chosen": c is chosen,
+                }
+                for c in o.candidates
+            ],
+            "demos": {
+                "pool": len(st.demo_pool.demos),
+                "new": o.new_demos,
+                "leaks_refused": len(st.demo_pool.leaks),
+                "best": [d["id"] for d in (_demo_dicts(st.best.text))],
             },
             "analyst": step_parse.to_dict(),
             "gate": o.verdict.result.to_dict(),
             "val": _split_summary(self.val_cache[candidate.hash]) if candidate else None,
             "val_cached": o.verdict.cached,
             "skill_version": candidate.version if candidate else None,
+            "pool": list(st.pool),
             "current_version": st.current.version,
             "best_version": st.best.version,
             "usage": step_usage,
@@ -744,17 +1026,19 @@ class SkillTrainer:
         return Policy(skill=text, memory=self.other_document)
 
     async def _val(
-        self, skill: _Skill
+        self, skill: _Skill, ids: set[str] | None = None
     ) -> tuple[dict[str, list[float] | None], list[Rollout], bool]:
-        """Val scores by skill hash: an unchanged skill is never re-evaluated."""
-        hit = self.val_cache.get(skill.hash)
-        if hit is not None and set(hit) == {e.id for e in self.val_set}:
-            return hit, [], True
-        rollouts = await self._rollouts(skill.text, self.val_set, "val")
-        scores = _scores(rollouts)
-        self.val_cache[skill.hash] = scores
-        atomic_write_json(self.run.path("val_cache.json"), self.val_cache)
-        return scores, rollouts, False
+        """Val scores of `skill` on `ids` (default: the whole split), cached per item by skill
+        hash: an item already scored for an unchanged skill is never scored again."""
+        hit = self.val_cache.setdefault(skill.hash, {})
+        want = [ex for ex in self.val_set if ids is None or ex.id in ids]
+        missing = [ex for ex in want if ex.id not in hit]
+        rollouts: list[Rollout] = []
+        if missing:
+            rollouts = await self._rollouts(skill.text, missing, "val")
+            hit.update(_scores(rollouts))
+            atomic_write_json(self.run.path("val_cache.json"), self.val_cache)
+        return {ex.id: hit[ex.id] for ex in want}, rollouts, not missing
 
     @staticmethod
     def _row(r: Rollout) -> dict[str, Any]:
@@ -776,7 +1060,9 @@ class SkillTrainer:
         return [{"id": r.example_id, "error": r.error} for r in rollouts if r.error]
 
     def _save_skill(self, step: int, text: str) -> _Skill:
-        version = f"v{step:04d}"
+        return self._save_version(f"v{step:04d}", text)
+
+    def _save_version(self, version: str, text: str) -> _Skill:
         atomic_write_text(self.run.path(f"{self.document}s", f"{version}.md"), text)
         return _Skill(version, text, self._policy(text).skill_hash())
 
@@ -806,9 +1092,12 @@ class SkillTrainer:
                 "elapsed_s": round(st.elapsed_s, 3),
                 "finished": st.finished,
                 "stopped_by": st.stopped_by,
+                "pool": st.pool,
                 "last_row": st.last_row,
             }
         )
+        if self.demos_on:
+            atomic_write_json(self.run.path("demo_pool.json"), st.demo_pool.to_dict())
 
     def _load_state(self) -> _State:
         raw = self.run.load_state()
@@ -822,7 +1111,12 @@ class SkillTrainer:
             elapsed_s=raw.get("elapsed_s", 0.0),
             last_row=raw.get("last_row"),
             stopped_by=raw.get("stopped_by"),
+            pool=raw.get("pool")
+            or ([raw["current_version"]] if raw.get("current_version") else []),
         )
+        demo_path = self.run.path("demo_pool.json")
+        if demo_path.exists():
+            st.demo_pool = DemoPool.from_dict(read_json(demo_path))
         p = raw.get("parse", {})
         st.parse = _Parse(**{k: p.get(k, 0) for k in _Parse().__dict__})
         for role, u in raw.get("usage", {}).items():
@@ -846,6 +1140,8 @@ class SkillTrainer:
             "total_steps": self.total_steps,
             "best_version": st.best.version,
             "best_skill": st.best.text,
+            "best_demos": _demo_dicts(st.best.text),
+            "pool": list(st.pool),
             "val_initial": _split_summary(self.val_cache[self._skill_from_file(0).hash]),
             "val_best": _split_summary(self.val_cache[st.best.hash]),
             "decisions": dict(decisions),

@@ -1,0 +1,227 @@
+"""Demonstrations: worked train examples, the second trainable part of a skill.
+
+A skill is rules (written by reflection, guarded: no example's content) plus, optionally, a
+block of demonstrations: (input, reply) pairs taken from the train split only:
+
+- ``bootstrap``: the target's own reply that passed the scorer (and was not truncated), as in
+  DSPy's BootstrapFewShot: a demo shows the model a reply it can really produce;
+- ``reference``: the task's reference answer, kept only when the scorer passes it;
+- ``correction``: a reply the user corrected in deployment (sleep), a reference too.
+
+They live in the skill file itself, after the rules, one JSON object per line, so every place
+that reads a skill (eval --skill, the proxy, adopt, a night) carries them with it:
+
+    ...rules...
+
+    <!-- selftaught:demos placement=turns -->
+    {"id": "train-17", "source": "bootstrap", "input": "What is 3 + 4?", "reply": "7"}
+    <!-- /selftaught:demos -->
+
+``placement`` says how the policy shows them: ``turns`` (prior user/assistant turns, the
+chat-native few-shot form) or ``system`` (a "Worked examples" section of the system prompt).
+
+Nothing held out may feed a demo: `leak_check` drops a candidate whose input duplicates or
+nearly duplicates a val or test input (naming both), and `assert_no_leak` fails closed on a
+skill that carries one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from selftaught.models.base import Message
+from selftaught.runs import RunError
+from selftaught.text import numbers, words
+
+DemoSource = Literal["bootstrap", "reference", "correction"]
+DemoPlacement = Literal["turns", "system"]
+PLACEMENTS: tuple[str, ...] = ("turns", "system")
+
+_OPEN = "<!-- selftaught:demos"
+_CLOSE = "<!-- /selftaught:demos -->"
+_BLOCK = re.compile(
+    r"\n*<!-- selftaught:demos(?: placement=(\w+))? -->\n(.*?)<!-- /selftaught:demos -->\n*",
+    re.DOTALL,
+)
+
+
+class DemoLeakError(RunError):
+    """A demonstration duplicates a held-out (val or test) input."""
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One worked example: a train example's input and a reply that passed its check."""
+
+    id: str
+    input: str | tuple[tuple[str, str], ...]
+    reply: str
+    source: DemoSource = "bootstrap"
+
+    @classmethod
+    def of(cls, example_id: str, given: str | Sequence[Message], reply: str, source: str) -> Demo:
+        """Chat inputs are kept as (role, content) pairs, so a demo is hashable."""
+        if isinstance(given, str):
+            inp: str | tuple[tuple[str, str], ...] = given
+        else:
+            inp = tuple((str(m.get("role", "user")), str(m.get("content", ""))) for m in given)
+        return cls(example_id, inp, reply, source)  # type: ignore[arg-type]
+
+    def input_text(self) -> str:
+        if isinstance(self.input, str):
+            return self.input
+        return "\n".join(content for role, content in self.input if role == "user")
+
+    def input_messages(self, instructions: str = "") -> list[Message]:
+        """The demo's input as chat messages (system turns of a chat input are dropped: the
+        policy's own system prompt stands for them), with the task's instructions appended
+        as the policy appends them to a real input."""
+        if isinstance(self.input, str):
+            msgs: list[Message] = [{"role": "user", "content": self.input}]
+        else:
+            msgs = [{"role": r, "content": c} for r, c in self.input if r != "system"]
+        if instructions and msgs and msgs[-1]["role"] == "user":
+            msgs[-1] = {**msgs[-1], "content": f"{msgs[-1]['content']}\n\n{instructions}"}
+        return msgs
+
+    def to_dict(self) -> dict[str, Any]:
+        inp: Any = self.input
+        if not isinstance(inp, str):
+            inp = [{"role": r, "content": c} for r, c in inp]
+        return {"id": self.id, "source": self.source, "input": inp, "reply": self.reply}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Demo:
+        return cls.of(str(d["id"]), d["input"], str(d["reply"]), str(d.get("source", "bootstrap")))
+
+
+@dataclass(frozen=True)
+class SkillParts:
+    """A skill file split into its rules and its demonstrations."""
+
+    rules: str
+    demos: tuple[Demo, ...] = ()
+    placement: DemoPlacement = "turns"
+
+    def text(self) -> str:
+        """The skill file: the rules, then the demos block (none when there are no demos)."""
+        return join_skill(self.rules, self.demos, self.placement)
+
+
+def split_skill(text: str) -> SkillParts:
+    """Parse a skill file. A text without a demos block is all rules (as before demos)."""
+    m = _BLOCK.search(text)
+    if m is None:
+        return SkillParts(text)
+    placement = m.group(1) or "turns"
+    if placement not in PLACEMENTS:
+        raise RunError(f"demos block: unknown placement {placement!r}; valid: turns, system")
+    demos = []
+    for n, line in enumerate(m.group(2).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            demos.append(Demo.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise RunError(f"demos block, line {n}: not a demo ({err})") from err
+    rules = (text[: m.start()] + "\n\n" + text[m.end() :]).strip()
+    return SkillParts(rules, tuple(demos), placement)  # type: ignore[arg-type]
+
+
+def join_skill(rules: str, demos: Iterable[Demo], placement: str = "turns") -> str:
+    demos = list(demos)
+    if not demos:
+        return rules
+    lines = "\n".join(json.dumps(d.to_dict(), ensure_ascii=False) for d in demos)
+    block = f"{_OPEN} placement={placement} -->\n{lines}\n{_CLOSE}\n"
+    return f"{rules.rstrip()}\n\n{block}" if rules.strip() else block
+
+
+def demo_turns(demos: Sequence[Demo], instructions: str = "") -> list[Message]:
+    """Demos as prior user/assistant turns."""
+    turns: list[Message] = []
+    for d in demos:
+        turns += d.input_messages(instructions)
+        turns.append({"role": "assistant", "content": d.reply})
+    return turns
+
+
+def demo_section(demos: Sequence[Demo]) -> str:
+    """Demos as a "Worked examples" section of the system prompt."""
+    if not demos:
+        return ""
+    body = "\n\n".join(
+        f"Example {i}:\nInput: {d.input_text().strip()}\nReply: {d.reply.strip()}"
+        for i, d in enumerate(demos, 1)
+    )
+    return f"## Worked examples\n{body}"
+
+
+# ---- leakage ------------------------------------------------------------------------------
+def near_duplicate(a: str, b: str, *, word_share: float = 0.9) -> bool:
+    """Same text up to case, spacing and punctuation; or the same numbers in the same order
+    with nearly all words shared (a reworded copy of one problem)."""
+    wa, wb = words(a), words(b)
+    if wa == wb:
+        return True
+    sa, sb = set(wa), set(wb)
+    if not sa or not sb:
+        return False
+    share = len(sa & sb) / len(sa | sb)
+    na, nb = numbers(a), numbers(b)
+    if na and na == nb:
+        return share >= word_share - 0.2
+    return share >= word_share and not (na or nb)
+
+
+@dataclass(frozen=True)
+class Leak:
+    demo_id: str
+    held_out_id: str
+    split: str
+
+    def why(self) -> str:
+        return f"demo {self.demo_id} duplicates {self.split} item {self.held_out_id}"
+
+
+class LeakCheck:
+    """Held-out inputs, indexed for fast near-duplicate checks of candidate demos."""
+
+    def __init__(self, held_out: Iterable[tuple[str, str, str]]):
+        """`held_out`: (split, id, input text) of every val and test example."""
+        self.items = list(held_out)
+        self._exact = {" ".join(words(t)): (s, i) for s, i, t in self.items}
+
+    def find(self, demo: Demo) -> Leak | None:
+        text = demo.input_text()
+        hit = self._exact.get(" ".join(words(text)))
+        if hit:
+            return Leak(demo.id, hit[1], hit[0])
+        for split, ex_id, held in self.items:
+            if near_duplicate(text, held):
+                return Leak(demo.id, ex_id, split)
+        return None
+
+    def filter(self, demos: Iterable[Demo]) -> tuple[list[Demo], list[Leak]]:
+        """(clean demos, leaks dropped)."""
+        kept, leaks = [], []
+        for d in demos:
+            leak = self.find(d)
+            if leak is None:
+                kept.append(d)
+            else:
+                leaks.append(leak)
+        return kept, leaks
+
+    def assert_clean(self, demos: Iterable[Demo]) -> None:
+        """Fail closed, naming the items, when any demo duplicates a held-out input."""
+        leaks = [leak for d in demos if (leak := self.find(d)) is not None]
+        if leaks:
+            raise DemoLeakError(
+                "a demonstration duplicates held-out data (val/test never feed what is "
+                "learned): " + "; ".join(leak.why() for leak in leaks[:5])
+            )
