@@ -174,7 +174,7 @@ def near_duplicate(a: str, b: str, *, word_share: float = 0.9) -> bool:
     share = len(sa & sb) / len(sa | sb)
     na, nb = numbers(a), numbers(b)
     if na and na == nb:
-        return share >= word_share - 0.2
+        return share >= word_share - 0.3
     return share >= word_share and not (na or nb)
 
 

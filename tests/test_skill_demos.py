@@ -1,0 +1,265 @@
+"""Demonstrations, the candidate pool and the per-step candidate search (scripted models)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from selftaught.demos import (
+    Demo,
+    DemoLeakError,
+    LeakCheck,
+    join_skill,
+    near_duplicate,
+    split_skill,
+)
+from selftaught.gate import GateConfig
+from selftaught.policy import Policy
+from selftaught.runs import RunError
+from selftaught.skill import SkillOptConfig, SkillTrainer
+from selftaught.skill.demo_search import DemoPool, from_references, propose_sets
+from selftaught.skill.pool import Member, merge_pair, pareto_front, pick_parent, top_items
+from selftaught.tasks.base import Example
+from tests.scripted import ScriptedModel, ToyTask, canned_analyst, user_of
+
+# ---- the demos block ---------------------------------------------------------------------
+
+
+def test_demos_block_round_trips_and_a_skill_without_one_is_all_rules():
+    demos = [
+        Demo.of("t1", "What is 2 + 2?", "Answer: 4", "bootstrap"),
+        Demo.of("t2", [{"role": "user", "content": "Hi\nthere"}], "Hello", "correction"),
+    ]
+    text = join_skill("# Skill\n- be brief", demos, "system")
+    parts = split_skill(text)
+    assert parts.rules == "# Skill\n- be brief"
+    assert parts.demos == tuple(demos) and parts.placement == "system"
+    assert split_skill("# Skill\n- be brief").demos == ()
+    assert join_skill("# Skill", []) == "# Skill"
+
+
+def test_a_malformed_demo_line_names_its_line():
+    text = (
+        "rules\n\n<!-- selftaught:demos placement=turns -->\n{}\nnot json\n"
+        "<!-- /selftaught:demos -->\n"
+    )
+    with pytest.raises(RunError, match="line 1"):
+        split_skill(text)
+
+
+class _Plain:
+    name, kind, instructions = "plain", "agent", "Be exact."
+
+
+def test_policy_places_demos_as_turns_or_as_a_system_section():
+    demo = Demo.of("t1", "What is 2 + 2?", "Answer: 4", "reference")
+    ex = Example("x", "What is 3 + 3?")
+    turns = Policy(skill=join_skill("Rules.", [demo], "turns")).messages(_Plain(), ex)
+    assert [m["role"] for m in turns] == ["system", "user", "assistant", "user"]
+    assert turns[0]["content"] == "Rules." and turns[2]["content"] == "Answer: 4"
+    assert turns[1]["content"] == "What is 2 + 2?\n\nBe exact."  # as a real input is shown
+    system = Policy(skill=join_skill("Rules.", [demo], "system")).messages(_Plain(), ex)
+    assert [m["role"] for m in system] == ["system", "user"]
+    assert "## Worked examples" in system[0]["content"] and "Answer: 4" in system[0]["content"]
+    # a chat input keeps its own system turn first, the demos after it
+    chat = Example("y", [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}])
+    msgs = Policy(skill=join_skill("", [demo], "turns")).messages(_Plain(), chat)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[-1]["content"] == "Q\n\nBe exact."
+
+
+def test_skill_hash_is_unchanged_without_demos_and_covers_them_with():
+    plain = Policy(skill="Rules.")
+    a = Policy(skill=join_skill("Rules.", [Demo.of("t1", "Q1", "A1", "bootstrap")]))
+    b = Policy(skill=join_skill("Rules.", [Demo.of("t1", "Q1", "A2", "bootstrap")]))
+    assert len({plain.skill_hash(), a.skill_hash(), b.skill_hash()}) == 3
+    assert plain.system_prompt() == a.system_prompt() == "Rules."
+
+
+# ---- leakage -------------------------------------------------------------------------------
+
+
+def test_near_duplicates_are_caught_and_different_problems_are_not():
+    assert near_duplicate("What is 3 + 4?", "what is 3+4 ?")
+    assert near_duplicate(
+        "Please compute 17 * 23 for me now", "Could you compute 17 * 23 for me now"
+    )
+    assert not near_duplicate("What is 3 + 4?", "What is 3 + 5?")
+    assert not near_duplicate("Name a color.", "Name a fruit.")
+
+
+def test_leak_check_drops_and_fails_closed_naming_both_items():
+    check = LeakCheck([("val", "val-7", "What is 3 + 4?"), ("test", "test-1", "Name a color.")])
+    clean = Demo.of("train-1", "What is 5 + 6?", "Answer: 11", "bootstrap")
+    leak = Demo.of("train-2", "what is 3+4?", "Answer: 7", "bootstrap")
+    kept, leaks = check.filter([clean, leak])
+    assert kept == [clean] and leaks[0].why() == "demo train-2 duplicates val item val-7"
+    with pytest.raises(DemoLeakError, match="train-2 duplicates val item val-7"):
+        check.assert_clean([clean, leak])
+
+
+def test_a_starting_skill_whose_demo_copies_a_val_input_refuses_to_run(tmp_path):
+    task = ToyTask()
+    val0 = task.examples("val")[0]
+    skill = join_skill("# Skill", [Demo.of("mine", val0.input, "Answer: 1", "reference")])
+    trainer = SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=4),
+        task,
+        ScriptedModel(lambda m: "Answer: 0"),
+        canned_analyst(),
+        skill,
+        output_dir=tmp_path,
+        progress=False,
+    )
+    with pytest.raises(DemoLeakError, match=f"duplicates val item {val0.id}"):
+        trainer.train()
+    assert not (tmp_path / "history.jsonl").exists()  # refused before anything ran
+
+
+# ---- demo candidates -----------------------------------------------------------------------
+
+
+def test_references_become_demos_only_when_the_scorer_passes_them():
+    task = ToyTask()  # its scorer wants "Answer: N": a bare reference fails it
+    assert from_references(task, task.examples("train")) == []
+
+    class Wrapped(ToyTask):
+        def score(self, output, example):
+            return super().score(f"Answer: {output}", example)
+
+    demos = from_references(Wrapped(), Wrapped().examples("train")[:3])
+    assert [d.source for d in demos] == ["reference"] * 3
+
+
+def test_proposed_demo_sets_prefer_bootstrapped_and_never_repeat():
+    pool = [Demo.of(f"r{i}", f"q{i}", "a", "reference") for i in range(6)]
+    pool += [Demo.of(f"b{i}", f"x{i}", "a", "bootstrap") for i in range(2)]
+    tried: set[tuple[str, ...]] = set()
+    sets = propose_sets([], pool, 3, 4, random.Random(0), tried)
+    assert sets and all(len(s) <= 3 for s, _ in sets)
+    assert sets[0][1].startswith("add b")  # the model's own reply first
+    fresh = [s for s, why in sets if why.startswith("fresh")][0]
+    assert {d.source for d in fresh[:2]} == {"bootstrap"}
+    again = propose_sets([], pool, 3, 4, random.Random(0), tried)
+    assert not {tuple(d.id for d in s) for s, _ in again} & {
+        tuple(d.id for d in s) for s, _ in sets
+    }
+    parent = list(sets[0][0])
+    moves = [why.split()[0] for _, why in propose_sets(parent, pool, 1, 4, random.Random(1), set())]
+    assert "add" not in moves and "swap" in moves  # at the cap: no add
+
+
+def test_demo_pool_prefers_the_models_own_reply_and_records_leaks():
+    check = LeakCheck([("val", "v1", "What is 3 + 4?")])
+    pool = DemoPool()
+    pool.add([Demo.of("t1", "q", "7", "reference")], check)
+    pool.add([Demo.of("t1", "q", "Answer: 7", "bootstrap")], check)
+    pool.add([Demo.of("t2", "What is 3 + 4?", "7", "bootstrap")], check)
+    assert pool.demos["t1"].source == "bootstrap" and "t2" not in pool.demos
+    assert DemoPool.from_dict(json.loads(json.dumps(pool.to_dict()))).leaks == pool.leaks
+
+
+# ---- the pool ------------------------------------------------------------------------------
+
+
+def test_pareto_front_keeps_per_item_winners_and_drops_the_dominated():
+    a = Member("a", {"1": 1, "2": 1, "3": 0, "4": 0})
+    b = Member("b", {"1": 0, "2": 0, "3": 1, "4": 0})
+    c = Member("c", {"1": 1, "2": 0, "3": 0, "4": 0})  # dominated by a
+    d = Member("d", {"1": 1, "2": 1, "3": 0, "4": 0})  # a's twin, later: dropped
+    assert [m.version for m in pareto_front([a, b, c, d])] == ["a", "b"]
+    assert top_items([a, b])["b"] == {"3"}
+    draws = [pick_parent([a, b, c], random.Random(s)).version for s in range(400)]
+    assert set(draws) == {"a", "b"} and 200 < draws.count("a") < 330  # weight 2:1
+    assert merge_pair([a, b, c]) == (a, b)
+    assert merge_pair([a, c]) is None  # one front member: nothing to merge
+
+
+def test_with_no_item_solved_the_front_is_the_first_member():
+    z = [Member("x", {"1": 0}), Member("y", {"1": 0})]
+    assert [m.version for m in pareto_front(z)] == ["x"]
+
+
+# ---- the trainer: demos win where rules cannot ---------------------------------------------
+
+_Q = re.compile(r"\[needs (\w+)\] what is (\d+) ?\+ ?(\d+)\?", re.I)
+
+
+def format_learner(messages):
+    """Knows the 'Answer: N' format for alpha questions; for any other question only when a
+    prior assistant turn (a demo) shows it. Rules in the system prompt change nothing."""
+    last_user = [m for m in messages if m["role"] == "user"][-1]["content"]
+    m = _Q.search(last_user)
+    if m is None:
+        return "?"
+    total = int(m.group(2)) + int(m.group(3))
+    shown = any(
+        x["role"] == "assistant" and x["content"].startswith("Answer:") for x in messages[:-1]
+    )
+    return f"Answer: {total}" if m.group(1) == "alpha" or shown else str(total)
+
+
+def test_a_bootstrapped_demo_set_is_found_gated_and_shipped(tmp_path):
+    target = ScriptedModel(format_learner, "format-learner")
+    trainer = SkillTrainer(
+        SkillOptConfig(
+            epochs=1, batch_size=8, demos_max=2, screen_size=4, gate=GateConfig(), pool=True
+        ),
+        ToyTask(),
+        target,
+        canned_analyst(),  # proposes nothing: only demos can help
+        "# Skill\n",
+        output_dir=tmp_path,
+        progress=False,
+    )
+    summary = trainer.train()
+    # val: 5 alpha of 11 solved at first; with one demo all 11
+    assert summary["val_initial"]["solved"] == 5 and summary["val_best"]["solved"] == 11
+    assert summary["test"]["best"]["hard"] == 1.0 and summary["test"]["initial"]["solved"] == 5
+    train_ids = {e.id for e in ToyTask().examples("train")}
+    assert summary["best_demos"] and all(d["id"] in train_ids for d in summary["best_demos"])
+    assert {d["source"] for d in summary["best_demos"]} == {"bootstrap"}
+    row = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()][1]
+    assert row["gate"]["decision"] == "accept_new_best"
+    kinds = [c["kind"] for c in row["candidates"]]
+    assert kinds == ["demos", "demos"] and sum(c["chosen"] for c in row["candidates"]) == 1
+    assert all(c["screen"] is not None for c in row["candidates"])  # screened first
+    assert row["demos"]["pool"] == 6  # the six alpha train replies passed
+    shipped = split_skill((tmp_path / "best_skill.md").read_text())
+    assert shipped.demos and shipped.placement == "turns"
+    # screening spent 4 val items per candidate, full val only for the one that went on
+    val_calls = sum(1 for call in target.calls if "1000" <= _num(call) < "2000")
+    assert val_calls == 11 + 4 + 4 + (11 - 4)
+
+
+def _num(messages) -> str:
+    m = _Q.search(user_of(messages[-1:]))
+    return m.group(2).zfill(4) if m else ""
+
+
+def test_a_train_item_reworded_from_val_never_becomes_a_demo(tmp_path):
+    class Reworded(ToyTask):
+        def __init__(self):
+            super().__init__()
+            val0 = self.splits["val"][0]  # "[needs alpha] What is 1000 + 3?"
+            self.splits["train"][0] = Example(
+                "train-copy", val0.input.lower().replace(" + ", "+"), val0.reference, val0.state
+            )
+
+    trainer = SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=8, demos_max=2, screen_size=4, gate=GateConfig()),
+        Reworded(),
+        ScriptedModel(format_learner),
+        canned_analyst(),
+        "# Skill\n",
+        output_dir=tmp_path,
+        progress=False,
+    )
+    summary = trainer.train()
+    pool = json.loads((tmp_path / "demo_pool.json").read_text())
+    assert "train-copy" not in {d["id"] for d in pool["demos"]}
+    assert pool["leaks"] == [{"demo_id": "train-copy", "held_out_id": "val-000", "split": "val"}]
+    assert "train-copy" not in {d["id"] for d in summary["best_demos"]}
