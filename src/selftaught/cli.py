@@ -881,6 +881,35 @@ def optimize_cmd(
     edit_schedule: Annotated[str, typer.Option(help="constant | linear | cosine")] = (
         SkillOptConfig.edit_schedule
     ),
+    demos_max: Annotated[
+        int,
+        typer.Option(
+            help="Most worked train examples a skill may carry (0: rules only). Candidates: "
+            "the target's passing train replies and references the scorer passes."
+        ),
+    ] = SkillOptConfig.demos_max,
+    demo_placement: Annotated[
+        str, typer.Option(help="turns (prior chat turns) | system (a system-prompt section).")
+    ] = SkillOptConfig.demo_placement,
+    demo_sets: Annotated[
+        int, typer.Option(help="Demo sets proposed per step (add / swap / fresh / drop).")
+    ] = SkillOptConfig.demo_sets_per_step,
+    proposals: Annotated[
+        int, typer.Option(help="Analyst proposals per step (the extra ones sampled).")
+    ] = SkillOptConfig.proposals,
+    pool: Annotated[
+        bool, typer.Option(help="Draw each step's parent from the val Pareto front of a pool.")
+    ] = SkillOptConfig.pool,
+    merge: Annotated[
+        bool, typer.Option(help="Also propose rules of one pool member + demos of another.")
+    ] = SkillOptConfig.merge,
+    screen_size: Annotated[
+        int,
+        typer.Option(help="Val items every candidate is screened on before full val (0: none)."),
+    ] = SkillOptConfig.screen_size,
+    screen_keep: Annotated[
+        int, typer.Option(help="Candidates that go on from screening to full val and the gate.")
+    ] = SkillOptConfig.screen_keep,
     gate_metric: GateMetricOpt = None,
     gate_margin: GateMarginOpt = GateConfig.margin,
     gate_confidence: GateConfidenceOpt = SkillOptConfig().gate.confidence,
@@ -940,6 +969,14 @@ def optimize_cmd(
             edit_budget_max=edit_budget_max,
             edit_budget_min=edit_budget_min,
             edit_schedule=edit_schedule,
+            demos_max=demos_max,
+            demo_placement=demo_placement,
+            demo_sets_per_step=demo_sets,
+            proposals=proposals,
+            pool=pool,
+            merge=merge,
+            screen_size=screen_size,
+            screen_keep=screen_keep,
             gate=gate_config(
                 gate_metric,
                 0.0 if strict_gate else gate_margin,
@@ -1006,7 +1043,9 @@ def print_optimize(summary: dict[str, Any]) -> None:
     if test_res:
         out.print(f"test paired sign test p = {test_res['paired']['sign_test_p']:.3f}")
     best_path = Path(summary["run_dir"]) / "best_skill.md"
-    out.print(f"best skill ({summary['best_version']}): {best_path}")
+    demos = summary.get("best_demos") or []
+    carries = f", with {len(demos)} worked example{'s' * (len(demos) != 1)}" if demos else ""
+    out.print(f"best skill ({summary['best_version']}{carries}): {best_path}")
 
 
 # ---- train (weight space) -------------------------------------------------------------
