@@ -178,7 +178,9 @@ UnsafeExecOpt = Annotated[
     typer.Option(
         "--unsafe-exec",
         help="Where bubblewrap is missing, run model-written code with resource limits only "
-        "(it can read your files and use the network); without this such tasks refuse.",
+        "(it can read your files and use the network); and allow the reasoning-gym tasks whose "
+        "own scorers evaluate the answer as Python inside this selftaught process, unsandboxed "
+        "even when bubblewrap is installed. Without this such tasks refuse.",
     ),
 ]
 

@@ -84,7 +84,11 @@ _THROWAWAY_UIDS = (1 << 30, (1 << 31) - 2)  # unprivileged uids that no account 
 
 UNSAFE_EXEC_WARNING = (
     "--unsafe-exec: where bubblewrap is missing, model-written code runs with resource limits "
-    "only: it can read your files, write where you can, and use the network"
+    "only: it can read your files, write where you can, and use the network. And, even when "
+    "bubblewrap is installed, reasoning-gym generators whose own scorers evaluate the answer "
+    "as Python (gym:countdown, gym:puzzle24, gym:spiral_matrix, ...) are allowed, and that "
+    "evaluation runs inside this selftaught process: no sandbox, no limits, your environment "
+    "and files"
 )
 
 
