@@ -113,7 +113,7 @@ def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str
         client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=create_app(target, name)), timeout=3600
         )
-        upstream = Upstream(client, "http://local.selftaught/v1", name, True, None, False)
+        upstream = Upstream(client, "http://localhost/v1", name, True, None, False)
     with proxy_in_background(config, upstream=upstream) as running:
         yield running
 

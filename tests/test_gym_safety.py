@@ -44,3 +44,25 @@ def test_the_list_matches_what_the_generators_really_do(tmp_path):
         except Exception:  # noqa: BLE001 - a generator that cannot build one item is skipped
             continue
     assert found == set(EVALUATES_ANSWERS)
+
+
+def test_unsafe_exec_says_that_these_scorers_run_in_this_process(tmp_path):
+    """With --unsafe-exec a listed generator's scorer runs the answer here, bubblewrap or not:
+    the flag's help and its warning say exactly that."""
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+    from selftaught.tasks.sandbox import UNSAFE_EXEC_WARNING
+
+    task = load_task("gym:spiral_matrix", unsafe_exec=True, train_size=1, val_size=1, test_size=1)
+    marker = tmp_path / "pid"
+    reply = (
+        f"__import__('pathlib').Path({str(marker)!r}).write_text(str(__import__('os').getpid()))"
+    )
+    with contextlib.suppress(Exception):
+        task.score(reply, task.examples("test")[0])
+    assert marker.read_text() == str(__import__("os").getpid())  # this very process
+    for text in (UNSAFE_EXEC_WARNING, CliRunner().invoke(app, ["eval", "--help"]).output):
+        flat = " ".join(text.replace("│", " ").split())
+        assert "reasoning-gym" in flat and "inside this selftaught process" in flat, flat
+    assert "even when bubblewrap is installed" in UNSAFE_EXEC_WARNING

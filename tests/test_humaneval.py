@@ -11,7 +11,13 @@ from typer.testing import CliRunner
 from selftaught.cli import app
 from selftaught.tasks import load_task
 from selftaught.tasks.base import SPLITS, Task, TaskError, check_disjoint
-from selftaught.tasks.humaneval import HumanEvalTask, build_program, extract_code, load_problems
+from selftaught.tasks.humaneval import (
+    MAX_FEEDBACK_CHARS,
+    HumanEvalTask,
+    build_program,
+    extract_code,
+    load_problems,
+)
 from selftaught.tasks.sandbox import (
     BWRAP_ENV,
     Sandbox,
@@ -90,6 +96,65 @@ def test_exception_and_syntax_error_and_empty_reply(task):
     broken = task.score("```python\ndef has_close_elements(n, t)\n    return\n```", ex)
     assert broken.hard == 0 and "does not compile" in broken.feedback
     assert task.score("", ex).feedback == "no code in the reply"
+
+
+# Replies that make the interpreter exit with status 0 before HumanEval's tests finish: each
+# scored 1.0 when a pass was read off the exit status.
+REWARD_HACKS = {
+    "system_exit_in_the_tested_function": (
+        "def has_close_elements(numbers, threshold):\n    raise SystemExit(0)\n",
+        "SystemExit(0)",
+    ),
+    "sys_exit_during_check": (
+        "import sys\ndef has_close_elements(numbers, threshold):\n    sys.exit()\n",
+        "SystemExit()",
+    ),
+    "os_exit_at_module_level": (
+        "import os\ndef has_close_elements(numbers, threshold):\n    return False\nos._exit(0)\n",
+        "exited with status 0 before the program ran to its end",
+    ),
+    "atexit_hook_after_a_failed_assert": (
+        "import atexit, os\natexit.register(os._exit, 0)\n"
+        "def has_close_elements(numbers, threshold):\n    return False\n",
+        "AssertionError",
+    ),
+    "an_equality_that_exits": (
+        "class Exit:\n    def __eq__(self, other):\n        raise SystemExit(0)\n"
+        "def has_close_elements(numbers, threshold):\n    return Exit()\n",
+        "SystemExit(0)",
+    ),
+    "guessing_the_protocol_without_the_nonce": (
+        "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'SP' + b'0' * 32)\n"
+        "    except OSError:\n        pass\nos._exit(0)\n",
+        "exited with status 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("hack", sorted(REWARD_HACKS))
+def test_an_early_exit_is_a_failure_with_a_reason(task, hack):
+    code, reason = REWARD_HACKS[hack]
+    score = task.score(f"```python\n{code}```", example(task, "HumanEval/0"))
+    assert (score.hard, score.soft) == (0.0, 0.0), score.feedback
+    assert reason in score.feedback, score.feedback
+
+
+def test_feedback_is_redacted_and_bounded(task):
+    key = "sk-proj-" + "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7" * 2
+    leaking = (
+        "```python\ndef has_close_elements(numbers, threshold):\n"
+        f"    raise ValueError('the key is {key} ' + 'x' * 250)\n```"
+    )
+    score = task.score(leaking, example(task, "HumanEval/0"))
+    assert score.hard == 0 and "ValueError: the key is" in score.feedback, score.feedback
+    assert key not in score.feedback and "[REDACTED:openai_key]" in score.feedback
+    long_line = "y" * 3000
+    long_source = (
+        "```python\ndef has_close_elements(numbers, threshold):\n"
+        f"    raise ValueError('{long_line}'[:5])\n```"
+    )
+    score = task.score(long_source, example(task, "HumanEval/0"))
+    assert "ValueError: yyyyy" in score.feedback and len(score.feedback) <= MAX_FEEDBACK_CHARS
 
 
 def test_infinite_loop_times_out():

@@ -8,10 +8,12 @@ import ast
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import pytest
 
 from selftaught.tasks.sandbox import (
     BWRAP_ENV,
+    MAX_OPEN_FILES,
     MAX_OUTPUT_BYTES,
     MAX_PROCESSES,
     WORKDIR_BYTES,
@@ -417,6 +420,150 @@ def test_a_1gb_write_is_cut_short(sandbox):
         "except OSError as err:\n    sys.stderr.write(f'BLOCKED {err}')",
     )
     assert "BLOCKED [Errno 27] File too large" in to_stdout.stderr_tail
+
+
+# Memory outside the address space, held as long as the program runs: memfd and SysV shared
+# memory (which RLIMIT_AS does not count), SysV message queues, and many open pipes. Prints
+# what each attempt held, in MiB, then the total.
+HOLD_MEMORY = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+held, keep = {}, []
+def attempt(name, fn):
+    try:
+        fn()
+    except Exception as err:
+        print('BLOCKED', name, type(err).__name__, flush=True)
+def memfd():
+    for _ in range(40):  # 40 files of 8 MiB (RLIMIT_FSIZE caps one file)
+        fd = os.memfd_create('hold')
+        keep.append(fd)
+        os.write(fd, b'x' * ((8 << 20) - 1))
+        held['memfd'] = held.get('memfd', 0) + 8
+def shm():
+    libc.shmat.restype = ctypes.c_void_p
+    for _ in range(40):
+        sid = libc.shmget(0, 8 << 20, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+        if sid < 0:
+            raise OSError(ctypes.get_errno(), 'shmget')
+        addr = libc.shmat(sid, None, 0)
+        ctypes.memset(addr, 1, 8 << 20)
+        libc.shmdt(ctypes.c_void_p(addr))  # detached: no longer in the address space
+        held['shm'] = held.get('shm', 0) + 8
+def msgq():
+    if libc.msgget(0, 0o1000 | 0o600) < 0:
+        raise OSError(ctypes.get_errno(), 'msgget')
+def pipes():
+    for _ in range(200):
+        r, w = os.pipe()
+        keep.extend((r, w))
+        os.set_blocking(w, False)
+        try:
+            while True:
+                os.write(w, b'x' * 4096)
+                held['pipes'] = held.get('pipes', 0) + 4096 / 2**20
+        except BlockingIOError:
+            pass
+for name, fn in [('memfd', memfd), ('shm', shm), ('msgq', msgq), ('pipes', pipes)]:
+    attempt(name, fn)
+print('HELD', held, round(sum(held.values())))
+"""
+
+
+@requires_bwrap
+def test_memory_outside_the_address_space_is_refused_or_bounded(sandbox):
+    result = run(sandbox, HOLD_MEMORY, memory_mb=256)
+    out = result.stdout_tail
+    for name in ("memfd", "shm", "msgq"):
+        assert f"BLOCKED {name} PermissionError" in out, (name, out, result.stderr_tail)
+    assert "BLOCKED pipes OSError" in out  # EMFILE: RLIMIT_NOFILE
+    total_mib = int(out.strip().splitlines()[-1].split()[-1])
+    assert total_mib <= MAX_OPEN_FILES // 2 * 64 // 1024 + 1, out  # 64 KiB a pipe at most
+
+
+def test_control_without_the_sandbox_memfd_holds_memory_past_the_limit():
+    result = Sandbox(None).run(HOLD_MEMORY, timeout_s=20.0, memory_mb=256)
+    assert not result.isolated and "'memfd': 320" in result.stdout_tail, result.stdout_tail
+
+
+KEYRING_SCRIPT = """
+import ctypes, json, platform, sys
+from selftaught.tasks.sandbox import Sandbox, find_bwrap
+libc = ctypes.CDLL(None, use_errno=True)
+ADD_KEY, KEYCTL = {'x86_64': (248, 250), 'aarch64': (217, 219)}[platform.machine()]
+# a session keyring of this process's own, so that the test leaves the caller's alone
+if libc.syscall(KEYCTL, 1, None) < 0:  # KEYCTL_JOIN_SESSION_KEYRING, anonymous
+    sys.exit('cannot make a session keyring: errno ' + str(ctypes.get_errno()))
+secret = sys.argv[1].encode()
+key = libc.syscall(ADD_KEY, b'user', b'selftaught-test', secret, len(secret), -3)  # @s
+if key < 0:
+    sys.exit('cannot add a key: errno ' + str(ctypes.get_errno()))
+probe = (
+    'import ctypes\\n'
+    'libc = ctypes.CDLL(None, use_errno=True)\\n'
+    'buf = ctypes.create_string_buffer(256)\\n'
+    f'n = libc.syscall({KEYCTL}, 11, {key}, buf, 256)\\n'  # KEYCTL_READ
+    'print("READ", buf.raw[:n] if n > 0 else ctypes.get_errno())\\n'
+)
+mode = Sandbox(find_bwrap() if sys.argv[2] == 'bwrap' else None)
+print(json.dumps(mode.run(probe).stdout_tail))
+"""
+
+
+@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=requires_bwrap), "unsafe"])
+def test_cannot_read_the_parents_session_keyring(mode):
+    token = secrets.token_hex(12)
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.run(
+        [sys.executable, "-c", KEYRING_SCRIPT, token, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if proc.returncode != 0 and "cannot" in proc.stderr:
+        pytest.skip(f"this machine refuses keyrings: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if mode == "bwrap":
+        assert token not in out and out.startswith("READ 1\n"), out  # EPERM
+    else:  # the control: without the sandbox the key is read, so the probe can see a leak
+        assert token in out, out
+
+
+@requires_bwrap
+def test_a_virtualenvs_site_packages_are_hidden():
+    # not under /tmp, which the sandbox replaces with its own
+    root = Path(tempfile.mkdtemp(prefix="selftaught-venv-", dir="/var/tmp"))
+    try:
+        venv = root / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        site_packages = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        token = secrets.token_hex(8)
+        (Path(site_packages) / "planted.py").write_text(f"TOKEN = {token!r}\n")
+        probe = f"print(open({site_packages + '/planted.py'!r}).read())"
+        script = (
+            "from selftaught.tasks.sandbox import open_sandbox\n"
+            f"r = open_sandbox().run({probe!r})\n"
+            "print(r.stdout_tail, r.stderr_tail)\n"
+        )
+        out = subprocess.run(
+            [python, "-c", script],
+            env={"PYTHONPATH": str(SRC)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert token not in out.stdout and "FileNotFoundError" in out.stdout, out.stdout
+    finally:
+        shutil.rmtree(root)
 
 
 # ---- the sandbox's own failures are errors, not scores --------------------------------

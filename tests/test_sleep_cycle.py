@@ -22,7 +22,7 @@ from selftaught.sleep.cycle import (
 )
 from selftaught.sleep.lock import NightRunning, night_lock
 from selftaught.sleep.log import Feedback, Interaction, TaskLog
-from selftaught.sleep.paths import read_adopted
+from selftaught.sleep.paths import Adopted, read_adopted
 from tests.scripted import (
     POISON,
     ScriptedModel,
@@ -447,3 +447,15 @@ def test_the_users_words_are_refused_when_they_do_not_help(tmp_path):
     (night,) = run_night(config(tmp_path), models=models(analyst=parrot))
     assert night.status != "staged"
     assert read_adopted("demo", tmp_path).empty
+
+
+def test_a_target_skill_file_keeps_its_mode(tmp_path):
+    """--target-skill-path rewrites the user's file (AGENTS.md): its permissions stay."""
+    live = tmp_path / "AGENTS.md"
+    live.write_text("# My agent\n")
+    live.chmod(0o644)
+    staging.write_live_file(live, Adopted("rule alpha", "", "1"))
+    assert "rule alpha" in live.read_text() and (live.stat().st_mode & 0o777) == 0o644
+    live.chmod(0o640)
+    staging.write_live_file(live, Adopted("rule beta", "", "2"))
+    assert (live.stat().st_mode & 0o777) == 0o640

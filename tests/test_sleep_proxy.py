@@ -101,10 +101,11 @@ def test_plain_request_is_forwarded_untouched_and_logged(env):
 
 def test_the_client_bytes_go_upstream_unchanged_when_nothing_is_injected(env, tmp_path):
     raw = b'{ "model" :"fake-model",  "messages": [{"role":"user","content":"caf\\u00e9"}] }'
-    response = httpx.post(env["url"] + "/chat/completions", content=raw)
+    json_type = {"content-type": "application/json"}
+    response = httpx.post(env["url"] + "/chat/completions", content=raw, headers=json_type)
     assert response.status_code == 200 and env["upstream"].raw[-1] == raw
     adopt(env["home"], "demo", "Be kind.", "", "1")
-    httpx.post(env["url"] + "/chat/completions", content=raw)
+    httpx.post(env["url"] + "/chat/completions", content=raw, headers=json_type)
     sent = env["upstream"].requests[-1]
     assert sent["messages"][0]["role"] == "system" and sent["messages"][1]["content"] == "café"
 

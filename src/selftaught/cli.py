@@ -167,12 +167,20 @@ def task_options(
     return {"seed": seed, **{k: v for k, v in {**sizes, **extra}.items() if v is not None}}
 
 
+MaxBodyOpt = Annotated[
+    float,
+    typer.Option(
+        "--max-body-mb", min=0.001, help="Largest request body accepted, in MiB (larger: 413)."
+    ),
+]
 UnsafeExecOpt = Annotated[
     bool,
     typer.Option(
         "--unsafe-exec",
         help="Where bubblewrap is missing, run model-written code with resource limits only "
-        "(it can read your files and use the network); without this such tasks refuse.",
+        "(it can read your files and use the network); and allow the reasoning-gym tasks whose "
+        "own scorers evaluate the answer as Python inside this selftaught process, unsandboxed "
+        "even when bubblewrap is installed. Without this such tasks refuse.",
     ),
 ]
 
@@ -332,10 +340,12 @@ def serve_cmd(
     ] = None,
     max_batch_size: Annotated[int, typer.Option(help="Requests batched into one generate.")] = 8,
     allow_remote: Annotated[
-        bool, typer.Option(help="Allow binding a non-loopback interface.")
+        bool,
+        typer.Option(help="Allow binding a non-loopback interface and any Host / Origin header."),
     ] = False,
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
+    max_body_mb: MaxBodyOpt = 4.0,
 ) -> None:
     """Serve a model behind an OpenAI-compatible HTTP endpoint (POST /v1/chat/completions)."""
     from selftaught.models import load_model
@@ -353,7 +363,14 @@ def serve_cmd(
         f"serving [bold]{served}[/] at http://{host}:{port}/v1 "
         f"(use --model http://{host}:{port}/v1#{served})"
     )
-    run_server(the_model, served, host=host, port=port, allow_remote=allow_remote)
+    run_server(
+        the_model,
+        served,
+        host=host,
+        port=port,
+        allow_remote=allow_remote,
+        max_body_bytes=int(max_body_mb * 1024 * 1024),
+    )
 
 
 # ---- sleep, part 1: the proxy and the task log ----------------------------------------
@@ -399,13 +416,18 @@ def proxy_cmd(
         str | None,
         typer.Option(envvar="SELFTAUGHT_PROXY_KEY", help="Clients must send this bearer key."),
     ] = None,
-    allow_remote: Annotated[bool, typer.Option(help="Allow a non-loopback host.")] = False,
+    allow_remote: Annotated[
+        bool,
+        typer.Option(help="Allow binding a non-loopback interface and any Host / Origin header."),
+    ] = False,
     log: LogOpt = None,
     api_key: ApiKeyOpt = None,
     inject: Annotated[bool, typer.Option(help="Inject the adopted skill and memory.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds per upstream request.")] = 600.0,
+    max_body_mb: MaxBodyOpt = 4.0,
 ) -> None:
     """OpenAI-compatible proxy: injects the adopted skill, logs every exchange (redacted)."""
+    from selftaught.http_guard import strip_credentials
     from selftaught.serve import check_host
     from selftaught.sleep.proxy import ProxyConfig, run_proxy
 
@@ -424,8 +446,11 @@ def proxy_cmd(
         api_key=api_key,
         timeout_s=timeout,
         inject=inject,
+        max_body_bytes=int(max_body_mb * 1024 * 1024),
     )
-    console.print(f"proxy for {upstream} at http://{host}:{port}/v1 (project {project})")
+    console.print(
+        f"proxy for {strip_credentials(upstream)} at http://{host}:{port}/v1 (project {project})"
+    )
     run_proxy(config)
 
 

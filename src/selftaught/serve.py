@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, install_guard
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
 
@@ -245,9 +246,15 @@ def _parse_messages(raw: Any) -> list[Message]:
 
 
 def create_app(
-    model: ChatModel, model_name: str, *, default_max_tokens: int = DEFAULT_MAX_TOKENS
+    model: ChatModel,
+    model_name: str,
+    *,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    allow_remote: bool = False,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> Any:
-    """A FastAPI app serving `model` under the name `model_name`."""
+    """A FastAPI app serving `model` under the name `model_name`. Requests pass
+    `selftaught.http_guard` first (loopback Host, JSON bodies, size cap)."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
@@ -257,6 +264,7 @@ def create_app(
         raise ValueError("model_name must be a non-empty string")
     created = int(time.time())
     app = FastAPI(title="selftaught", docs_url=None, redoc_url=None, openapi_url=None)
+    install_guard(app, allow_remote=allow_remote, max_body_bytes=max_body_bytes)
 
     def error_response(err: RequestError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status)
@@ -345,12 +353,19 @@ def run_server(
     *,
     allow_remote: bool = False,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Serve `model` at http://host:port/v1 until interrupted."""
     import uvicorn
 
     check_host(host, allow_remote)
-    app = create_app(model, model_name, default_max_tokens=default_max_tokens)
+    app = create_app(
+        model,
+        model_name,
+        default_max_tokens=default_max_tokens,
+        allow_remote=allow_remote,
+        max_body_bytes=max_body_bytes,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
@@ -363,6 +378,7 @@ def serve_in_background(
     *,
     allow_remote: bool = False,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     startup_timeout_s: float = 30.0,
 ) -> Iterator[str]:
     """Run the server in a thread for the block; yields its base URL (`http://host:port/v1`).
@@ -370,7 +386,13 @@ def serve_in_background(
     import uvicorn
 
     check_host(host, allow_remote)
-    app = create_app(model, model_name, default_max_tokens=default_max_tokens)
+    app = create_app(
+        model,
+        model_name,
+        default_max_tokens=default_max_tokens,
+        allow_remote=allow_remote,
+        max_body_bytes=max_body_bytes,
+    )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="selftaught-serve", daemon=True)

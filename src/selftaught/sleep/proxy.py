@@ -13,8 +13,10 @@ adopted skill and logs every exchange. An agent gets sleep by changing its base 
 - Upstream errors are passed through with their status and body, and logged as errors, never
   as tasks; an unreachable upstream is a 502 (504 on timeout), never an invented reply.
 - Each response carries `x-selftaught-interaction-id`; `POST /v1/feedback` attaches feedback.
-- `require_key` makes clients send `Authorization: Bearer KEY`; the server binds loopback only
-  unless `allow_remote`.
+- `require_key` makes clients send `Authorization: Bearer KEY` (any case of `Bearer`); without
+  the key `/health` says only `{"status": "ok"}`. The server binds loopback only unless
+  `allow_remote`, and every request passes `selftaught.http_guard` (loopback `Host`, JSON
+  bodies, `max_body_bytes`). URLs are shown and logged without their `user:password@`.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at runtime.
@@ -30,6 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from selftaught.http_guard import (
+    DEFAULT_MAX_BODY_BYTES,
+    bearer_token,
+    install_guard,
+    strip_credentials,
+)
 from selftaught.sleep.inject import inject_adopted
 from selftaught.sleep.log import Feedback, Interaction, LogError, TaskLog
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
@@ -57,6 +65,7 @@ class ProxyConfig:
     inject: bool = True  # inject the adopted skill and memory
     home: Path | None = None  # where adopted skills live (default: sleep_home())
     max_queue: int = 10_000  # log rows waiting to be written before new ones are dropped
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request is refused (413)
 
     def __post_init__(self) -> None:
         try:
@@ -99,7 +108,7 @@ def build_upstream(config: ProxyConfig) -> Upstream:
         name = model.name.split(":")[-1]  # the name `selftaught serve` gives it
         transport = httpx.ASGITransport(app=create_app(model, name))
         client = httpx.AsyncClient(transport=transport, timeout=timeout)
-        return Upstream(client, "http://local.selftaught/v1", name, True, None, False)
+        return Upstream(client, "http://localhost/v1", name, True, None, False)
     if spec.base_url:  # any OpenAI-compatible server
         client = httpx.AsyncClient(timeout=timeout, limits=limits)
         # Without a key of its own the proxy passes the client's on, unless the client's key
@@ -215,7 +224,7 @@ class ProxyState:
         key = self.config.require_key
         if key is None:
             return True
-        return hmac.compare_digest((header or "").encode(), f"Bearer {key}".encode())
+        return hmac.compare_digest((bearer_token(header) or "").encode(), key.encode())
 
     def upstream_headers(self, request_headers: Any) -> dict[str, str]:
         headers = {k: request_headers[k] for k in _KEEP_HEADERS if k in request_headers}
@@ -231,7 +240,7 @@ class ProxyState:
         return {
             "status": "ok",
             "project": self.config.project,
-            "upstream": self.config.upstream,
+            "upstream": strip_credentials(self.config.upstream),
             "adopted_version": adopted.version,
             "requests": self.requests,
             "upstream_errors": self.upstream_errors,
@@ -257,6 +266,7 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
         title="selftaught proxy", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
     )
     app.state.proxy = state
+    install_guard(app, allow_remote=config.allow_remote, max_body_bytes=config.max_body_bytes)
 
     def error(status: int, message: str, kind: str, iid: str | None = None) -> JSONResponse:
         headers = {ID_HEADER: iid} if iid else None
@@ -268,7 +278,9 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
         )
 
     @app.get("/health")
-    async def health() -> Any:
+    async def health(request: Request) -> Any:
+        if not state.authorized(request.headers.get("authorization")):
+            return {"status": "ok"}  # --require-key: the rest is for key holders
         return state.stats()
 
     @app.get("/v1/selftaught/stats")
@@ -348,7 +360,7 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
     raw = await request.body()
     try:
         body = json.loads(raw)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         body = f"the request body is not valid JSON: {err}"
     if not isinstance(body, dict):
         message = body if isinstance(body, str) else "the request body must be a JSON object"
@@ -411,7 +423,7 @@ def _new_record(state: ProxyState, body: dict[str, Any], started: float) -> Inte
         source="proxy",
         created_at=started,
         model=body.get("model") if isinstance(body.get("model"), str) else None,
-        meta={"request": request, "upstream": state.config.upstream},
+        meta={"request": request, "upstream": strip_credentials(state.config.upstream)},
     )
 
 
@@ -420,7 +432,7 @@ def _network_error(err: Exception) -> tuple[int, str]:
 
     if isinstance(err, httpx.TimeoutException):
         return 504, f"the upstream timed out ({type(err).__name__})"
-    return 502, f"the upstream is unreachable: {type(err).__name__}: {err}"
+    return 502, strip_credentials(f"the upstream is unreachable: {type(err).__name__}: {err}")
 
 
 def _finish(

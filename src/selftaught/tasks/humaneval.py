@@ -18,10 +18,12 @@ import re
 import textwrap
 from typing import Any
 
+from selftaught.sleep.redact import redact_for_model
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.sandbox import open_sandbox
 
 HUMANEVAL_SIZE = 164
+MAX_FEEDBACK_CHARS = 600  # the sandbox's words reach the analyst model: short and redacted
 INSTRUCTIONS = (
     "Reply with the complete function (signature included) in a single ```python code block."
 )
@@ -176,4 +178,13 @@ class HumanEvalTask:
         result = self.sandbox.run(program, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
         if result.passed:
             return Score(1.0, 1.0, "all tests passed")
-        return Score(0.0, 0.0, "tests failed: " + result.summary(self.timeout_s))
+        return Score(0.0, 0.0, sandbox_feedback("tests failed: " + result.summary(self.timeout_s)))
+
+
+def sandbox_feedback(text: str) -> str:
+    """Text the sandboxed code could shape (its exception, its output), fit for a model:
+    secrets redacted, then cut to MAX_FEEDBACK_CHARS."""
+    redacted = redact_for_model(text[: 4 * MAX_FEEDBACK_CHARS])
+    if len(redacted) <= MAX_FEEDBACK_CHARS:
+        return redacted
+    return redacted[: MAX_FEEDBACK_CHARS - 3] + "..."

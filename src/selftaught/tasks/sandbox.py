@@ -7,23 +7,34 @@ On Linux the code runs under bubblewrap (`bwrap`, Debian/Ubuntu package `bubblew
   UTS namespaces;
 - a fresh root holding only read-only binds of what the interpreter needs: its executable, its
   standard library and shared libraries (the system `lib` folders, `/etc/ld.so.cache`). Its
-  `site-packages` are hidden, and so are `$HOME`, the rest of `/etc`, the working tree and
-  every other file; the program is copied in read-only under `/sandbox`;
+  `site-packages` are hidden (a virtualenv's too), and so are `$HOME`, the rest of `/etc`,
+  the working tree and every other file; the program is copied in read-only under `/sandbox`;
 - a private writable working directory, `/tmp`: a tmpfs capped at `WORKDIR_BYTES` that
   vanishes with the sandbox;
 - an empty environment (no API keys), `--die-with-parent`, a new terminal session, and no
   privileges: as root, bwrap sets the namespaces up and the bootstrap drops to a throw-away
   unprivileged uid with no capabilities; as a user, bwrap uses an unprivileged user namespace.
-  Either way a seccomp filter refuses new user namespaces;
+  Either way a seccomp filter refuses new user namespaces, the kernel keyrings (the session
+  keyring is inherited from selftaught's process) and the calls that hold memory outside the
+  address space (memfd, SysV shared memory and message queues, POSIX message queues,
+  io_uring);
 - resource limits set by a small bootstrap before the code runs: address space, CPU seconds,
-  file size, no core dumps, and no new processes or threads (or at most `MAX_PROCESSES` with
-  `allow_subprocesses`). A limit that cannot be set is an error, never silently skipped.
+  file size, open files, no core dumps, and no new processes or threads (or at most
+  `MAX_PROCESSES` with `allow_subprocesses`). A limit that cannot be set is an error, never
+  silently skipped. There is no cgroup: memory is bounded by the address-space limit, the
+  refused calls, the tmpfs cap and the open-file cap (pipes and sockets buffer a little).
+
+A run passes only when the program ran to its end: the host puts a fresh nonce in a pipe, and
+the bootstrap reads it and hands it back only after the code returned; an exit status of 0
+proves nothing (`SystemExit`, `os._exit`, an `atexit` hook). This defeats exits a policy
+stumbles on; code written to attack the harness, in the same process, can still read the
+pipe itself.
 
 Where bubblewrap is missing the code is refused (`SandboxError`, naming the package to install)
 unless the caller opts into the resource-limits-only mode (`unsafe_exec=True`, the CLI's
 `--unsafe-exec`): a child process with the same limits, an empty environment and a temporary
-working directory, which can still read the user's files and use the network (and, run as
-root, start processes: the kernel exempts root from the process limit).
+working directory, which can still read the user's files, keyrings and use the network (and,
+run as root, start processes: the kernel exempts root from the process limit).
 
 A failure of the sandbox itself (bwrap missing or broken, a limit not applied, the code never
 started) raises `SandboxError`: an error, never a failed test, so it cannot become a score of 0.
@@ -61,6 +72,7 @@ from selftaught.tasks.base import TaskError
 TAIL_CHARS = 2000
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # per file: a runaway print loop gets EFBIG, not our disk
 WORKDIR_BYTES = 64 * 1024 * 1024  # the sandbox's writable /tmp (memory-backed), all files
+MAX_OPEN_FILES = 64  # per process: pipes and sockets hold kernel memory the AS limit misses
 MAX_PROCESSES = 16  # when subprocesses are allowed: processes of the sandbox at once
 BWRAP_ENV = "SELFTAUGHT_BWRAP"  # path of the bwrap binary, instead of looking it up on PATH
 INSTALL_HINT = "apt-get install bubblewrap"
@@ -72,7 +84,11 @@ _THROWAWAY_UIDS = (1 << 30, (1 << 31) - 2)  # unprivileged uids that no account 
 
 UNSAFE_EXEC_WARNING = (
     "--unsafe-exec: where bubblewrap is missing, model-written code runs with resource limits "
-    "only: it can read your files, write where you can, and use the network"
+    "only: it can read your files, write where you can, and use the network. And, even when "
+    "bubblewrap is installed, reasoning-gym generators whose own scorers evaluate the answer "
+    "as Python (gym:countdown, gym:puzzle24, gym:spiral_matrix, ...) are allowed, and that "
+    "evaluation runs inside this selftaught process: no sandbox, no limits, your environment "
+    "and files"
 )
 
 
@@ -82,11 +98,13 @@ class SandboxError(TaskError):
 
 
 _BOOTSTRAP = """\
-import os, resource
-_status = {status_fd}
+import os, resource, sys
+_status, _proof = {status_fd}, {proof_fd}
+# bound before the code runs, which may replace them
+_write, _read, _exit, _excepthook = os.write, os.read, os._exit, sys.__excepthook__
 def _fail(message):
-    os.write(_status, ("E" + message).encode("utf-8", "replace"))
-    os._exit(70)
+    _write(_status, ("E" + message).encode("utf-8", "replace"))
+    _exit(70)
 for _name, _value in {limits!r}:
     try:
         resource.setrlimit(getattr(resource, _name), (_value, _value))
@@ -107,19 +125,44 @@ if _uid is not None:  # root set the sandbox up; the code runs as a throw-away u
         _caps = [ln.split()[1] for ln in _f if ln.startswith(("CapEff:", "CapPrm:"))]
     if os.getresuid() != (_uid, _uid, _uid) or any(int(c, 16) for c in _caps):
         _fail("the sandboxed process kept root privileges")
-os.write(_status, b"S")  # the code starts now: whatever happens next is the code's doing
-os.close(_status)
-exec(
-    compile(_source, _path, "exec"),
-    {{"__name__": "__main__", "__file__": _path, "__builtins__": __builtins__}},
-)
+_write(_status, b"S")  # the code starts now: whatever happens next is the code's doing
+def _flush():
+    for _stream in (sys.stdout, sys.stderr):
+        try:
+            _stream.flush()
+        except BaseException:
+            pass
+try:
+    _code = compile(_source, _path, "exec")
+    exec(_code, {{"__name__": "__main__", "__file__": _path, "__builtins__": __builtins__}})
+except SystemExit as _err:  # an exit inside the code is never a finished program
+    _flush()
+    _write(_status, b"X" + repr(_err).encode("utf-8", "replace")[:200])
+    if not isinstance(_err.code, (int, type(None))):
+        _write(2, (str(_err.code) + "\\n").encode("utf-8", "replace"))
+    _exit(_err.code if isinstance(_err.code, int) else int(_err.code is not None))
+except BaseException as _err:
+    _excepthook(type(_err), _err, _err.__traceback__)
+    _flush()
+    _exit(1)
+# The program ran to its end: hand back the host's nonce, read only now, and leave at once
+# (no atexit hook, no late exit can change the outcome).
+_flush()
+try:
+    _write(_status, b"P" + _read(_proof, 64))
+except OSError:
+    _exit(1)
+_exit(0)
 """
 
 
 @dataclass
 class SandboxResult:
-    """passed: exited 0 within the limits. The tails are the last characters of the output.
-    isolated: ran under bubblewrap (False: resource limits only, `unsafe_exec`)."""
+    """passed: the program ran to its end within the limits, proven by the host's per-run
+    nonce, which the bootstrap reads and hands back only after the code returned (an exit
+    status of 0 proves nothing: the code can exit early). The tails are the last characters
+    of the output. early_exit: the SystemExit the code raised, if it did. isolated: ran under
+    bubblewrap (False: resource limits only, `unsafe_exec`)."""
 
     passed: bool
     stdout_tail: str
@@ -129,6 +172,7 @@ class SandboxResult:
     duration_s: float = 0.0
     memory_exceeded: bool = False
     isolated: bool = True
+    early_exit: str = ""
 
     def summary(self, timeout_s: float | None = None) -> str:
         """One line saying why the run failed (or that it passed)."""
@@ -139,6 +183,8 @@ class SandboxResult:
             return f"timed out{limit}"
         if self.memory_exceeded:
             return "ran out of memory (MemoryError under the sandbox memory limit)"
+        if self.early_exit:
+            return f"the code raised {self.early_exit} before the program ran to its end"
         detail = summarize_traceback(self.stderr_tail)
         if detail:
             return detail
@@ -148,6 +194,11 @@ class SandboxResult:
             except ValueError:
                 name = str(-self.returncode)
             return f"killed by signal {name}"
+        if self.returncode == 0:
+            return (
+                "exited with status 0 before the program ran to its end (an exit inside the "
+                "code, such as os._exit)"
+            )
         return f"exited with code {self.returncode}"
 
 
@@ -195,7 +246,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def _read_status(fd: int, wait_s: float) -> bytes:
     """What the bootstrap wrote to the status pipe ("S": the code started; "E...": why it
     could not), read up to the pipe's end or for at most `wait_s`."""
-    return _read_until(fd, time.monotonic() + wait_s, b"")
+    return _read_until(fd, time.monotonic() + wait_s, b"", limit=4096)
 
 
 def _wait_readable(fd: int, deadline: float) -> bool:
@@ -204,10 +255,11 @@ def _wait_readable(fd: int, deadline: float) -> bool:
     return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000))
 
 
-def _read_until(fd: int, deadline: float, stop: bytes) -> bytes:
-    """Read `fd` until its end, the deadline, or (if `stop`) until `stop` has been read."""
+def _read_until(fd: int, deadline: float, stop: bytes, limit: int = 1 << 20) -> bytes:
+    """Read `fd` until its end, the deadline, `limit` bytes, or (if `stop`) until `stop` has
+    been read."""
     data = b""
-    while not (stop and stop in data) and _wait_readable(fd, deadline):
+    while not (stop and stop in data) and len(data) < limit and _wait_readable(fd, deadline):
         chunk = os.read(fd, 4096)
         if not chunk:
             break
@@ -250,7 +302,11 @@ def _filesystem() -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[s
         real = os.path.realpath(p) if p else ""
         if real and os.path.exists(real) and not _covered(real, binds):
             binds = [b for b in binds if not _covered(b, [real])] + [real]
-    prefixes = [sys.base_prefix, sys.base_exec_prefix]
+    # a virtualenv's own lib folder is bound (it is sysconfig's platstdlib): hide its
+    # site-packages too, not only the base interpreter's
+    prefixes = list(
+        dict.fromkeys([sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix])
+    )
     hidden = [
         real
         for p in site.getsitepackages(prefixes)
@@ -264,38 +320,83 @@ def _parents(path: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-# seccomp: (audit arch, clone, unshare) per machine; clone3 is 435 on both
-_SYSCALLS = {"x86_64": (0xC000003E, 56, 272), "aarch64": (0xC00000B7, 220, 97)}
+# seccomp, per machine: the audit arch, clone and unshare (their flags are checked), and the
+# calls refused outright: the kernel keyrings (add_key, request_key, keyctl: the parent's
+# session keyring is inherited) and memory the address-space limit does not count
+# (memfd_create, memfd_secret, SysV shared memory and message queues, POSIX message queues,
+# io_uring). clone3 hides its flags, so it gets ENOSYS and libc falls back to clone.
+_SECCOMP = {
+    "x86_64": {
+        "arch": 0xC000003E,
+        "clone": 56,
+        "unshare": 272,
+        "clone3": 435,
+        "refused": (248, 249, 250, 319, 447, 29, 68, 240, 425),
+    },
+    "aarch64": {
+        "arch": 0xC00000B7,
+        "clone": 220,
+        "unshare": 97,
+        "clone3": 435,
+        "refused": (217, 218, 219, 279, 447, 194, 186, 180, 425),
+    },
+}
 _CLONE_NEWUSER = 0x10000000
 
 
 @functools.cache
-def _no_user_namespaces_filter() -> bytes | None:
-    """A seccomp program (classic BPF) refusing new user namespaces: through one, code could
-    mount a tmpfs of unbounded size. bwrap's --disable-userns does this only when it made a
-    user namespace itself, which it does not when run as root. None on other machines."""
-    numbers = _SYSCALLS.get(platform.machine())
-    if numbers is None:
+def _seccomp_filter() -> bytes | None:
+    """The seccomp program (classic BPF) bwrap installs before the interpreter starts: no new
+    user namespaces (through one, code could mount a tmpfs of unbounded size; bwrap's
+    --disable-userns does this only when it made a user namespace itself, which it does not
+    when run as root), and none of the `refused` calls (EPERM). None on other machines."""
+    table = _SECCOMP.get(platform.machine())
+    if table is None:
         return None
-    arch, clone, unshare = numbers
     load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|..|K
     allow, errno_ret = 0x7FFF0000, 0x00050000  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
-    program = [  # (code, jump if true, jump if false, k); jumps skip that many instructions
-        (load, 0, 0, 4),  # 0: the syscall's ABI
-        (jeq, 0, 9, arch),  # 1: another ABI (32-bit calls): refuse
-        (load, 0, 0, 0),  # 2: the syscall number
-        (jge, 7, 0, 0x40000000),  # 3: x32 calls: refuse
-        (jeq, 7, 0, 435),  # 4: clone3 hides its flags: ENOSYS makes libc fall back to clone
-        (jeq, 2, 0, clone),  # 5
-        (jeq, 1, 0, unshare),  # 6
-        (ret, 0, 0, allow),  # 7
-        (load, 0, 0, 16),  # 8: the flags (first argument, low half)
-        (jset, 1, 0, _CLONE_NEWUSER),  # 9
-        (ret, 0, 0, allow),  # 10
-        (ret, 0, 0, errno_ret | errno.EPERM),  # 11
-        (ret, 0, 0, errno_ret | errno.ENOSYS),  # 12
+    refused = table["refused"]
+    # (code, label if true, label if false, k), labels resolved to relative jumps below
+    program: list[tuple[int, str | int, str | int, int]] = [
+        (load, 0, 0, 4),  # the syscall's ABI
+        (jeq, 0, "eperm", table["arch"]),  # another ABI (32-bit calls): refuse
+        (load, 0, 0, 0),  # the syscall number
+        (jge, "eperm", 0, 0x40000000),  # x32 calls: refuse
+        (jeq, "enosys", 0, table["clone3"]),
+        (jeq, "flags", 0, table["clone"]),
+        (jeq, "flags", 0, table["unshare"]),
+        *[(jeq, "eperm", 0, number) for number in refused],
+        (ret, 0, 0, allow),
+        ("flags", 0, 0, 0),  # label
+        (load, 0, 0, 16),  # the flags (first argument, low half)
+        (jset, "eperm", 0, _CLONE_NEWUSER),
+        (ret, 0, 0, allow),
+        ("eperm", 0, 0, 0),
+        (ret, 0, 0, errno_ret | errno.EPERM),
+        ("enosys", 0, 0, 0),
+        (ret, 0, 0, errno_ret | errno.ENOSYS),
     ]
-    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+    return _assemble(program)
+
+
+def _assemble(program: list[tuple[int | str, str | int, str | int, int]]) -> bytes:
+    """Classic BPF bytes from instructions whose jumps name labels; a label is an
+    instruction whose code is a string."""
+    labels: dict[str, int] = {}
+    instructions = []
+    for item in program:
+        if isinstance(item[0], str):
+            labels[item[0]] = len(instructions)
+        else:
+            instructions.append(item)
+
+    def offset(target: str | int, at: int) -> int:
+        return labels[target] - at - 1 if isinstance(target, str) else target
+
+    return b"".join(
+        struct.pack("=HBBI", code, offset(jt, i), offset(jf, i), k)
+        for i, (code, jt, jf, k) in enumerate(instructions)
+    )
 
 
 def _bwrap_args(as_root: bool, copies: dict[str, int], seccomp_fd: int | None) -> list[str]:
@@ -341,6 +442,7 @@ def _limits(timeout_s: float, memory_mb: int, nproc: int | None) -> list[tuple[s
         ("RLIMIT_CPU", math.ceil(timeout_s) + 1),
         ("RLIMIT_CORE", 0),
         ("RLIMIT_FSIZE", MAX_OUTPUT_BYTES),
+        ("RLIMIT_NOFILE", MAX_OPEN_FILES),  # each open file can hold memory: keep them few
     ]
     return limits + ([("RLIMIT_NPROC", nproc)] if nproc is not None else [])
 
@@ -387,8 +489,10 @@ class Sandbox:
         # "none" can be enforced (a count would include every process of the user).
         nproc = 0 if not subprocesses else (MAX_PROCESSES if self.bwrap else None)
         status_read, status_write = os.pipe()
+        nonce, proof_read = _nonce_pipe()
         bootstrap = _BOOTSTRAP.format(
             status_fd=status_write,
+            proof_fd=proof_read,
             limits=_limits(timeout_s, memory_mb, nproc),
             solution_path=str(inside / "solution.py"),
             drop_to_uid=_throwaway_uid() if as_root else None,
@@ -398,7 +502,7 @@ class Sandbox:
         # -I: isolated (ignores PYTHON* variables and user site); -B: no .pyc files
         python_args = ["-I", "-B", str(inside / "_bootstrap.py")]
         command = [sys.executable, *python_args]
-        opened = [status_write]
+        opened = [status_write, proof_read]
         info: tuple[int, int] | None = None
         try:
             if self.bwrap:
@@ -412,12 +516,13 @@ class Sandbox:
                 os.close(fd)
             status = _read_status(status_read, STATUS_WAIT_S)
             os.close(status_read)
-        return self._result(host_dir, status, timeout_s, *outcome)
+        return self._result(host_dir, status, nonce, timeout_s, *outcome)
 
     def _result(
         self,
         host_dir: Path,
         status: bytes,
+        nonce: bytes,
         timeout_s: float,
         returncode: int | None,
         timed_out: bool,
@@ -431,8 +536,10 @@ class Sandbox:
         if returncode == -signal.SIGXCPU:  # the CPU limit is the timeout's backstop
             timed_out = True
         error_lines = stderr_tail.strip().splitlines()
+        finished = status.endswith(b"P" + nonce)  # see _BOOTSTRAP: only after the code returned
+        early_exit = status[2:].decode("utf-8", "replace") if status.startswith(b"SX") else ""
         return SandboxResult(
-            passed=returncode == 0 and not timed_out,
+            passed=finished and returncode == 0 and not timed_out,
             stdout_tail=stdout_tail,
             stderr_tail=stderr_tail,
             timed_out=timed_out,
@@ -440,7 +547,20 @@ class Sandbox:
             duration_s=duration,
             memory_exceeded=bool(error_lines) and error_lines[-1].startswith("MemoryError"),
             isolated=self.isolated,
+            early_exit=early_exit,
         )
+
+
+def _nonce_pipe() -> tuple[bytes, int]:
+    """A fresh nonce, and the read end of a pipe holding it. The bootstrap reads it only
+    after the code returned, so the code never holds it unless it goes looking for it."""
+    nonce = secrets.token_hex(16).encode()
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, nonce)
+    finally:
+        os.close(write_end)
+    return nonce, read_end
 
 
 def _open_for_bwrap(host_dir: Path, opened: list[int]) -> tuple[dict[str, int], int | None]:
@@ -450,7 +570,7 @@ def _open_for_bwrap(host_dir: Path, opened: list[int]) -> tuple[dict[str, int], 
     for name in ("solution.py", "_bootstrap.py"):
         opened.append(os.open(host_dir / name, os.O_RDONLY))
         copies[f"{INSIDE_DIR}/{name}"] = opened[-1]
-    seccomp = _no_user_namespaces_filter()
+    seccomp = _seccomp_filter()
     if seccomp is None:
         return copies, None
     (host_dir / "seccomp.bpf").write_bytes(seccomp)
