@@ -52,9 +52,12 @@ def _check_size(value: float) -> float:
 def _power(base: float, exp: float) -> float:
     if base == 0 and exp < 0:
         raise ToolError("division by zero")
-    if base not in (0, 1, -1) and abs(exp) * math.log10(abs(base)) > 60:
+    if base not in (0, 1, -1) and exp * math.log10(abs(base)) > 60:
         raise ToolError("the result is too large (more than 60 digits)")  # before computing it
-    return _check_size(operator.pow(base, exp))
+    try:
+        return _check_size(operator.pow(base, exp))
+    except OverflowError:
+        raise ToolError("the result is too large (more than 60 digits)") from None
 
 
 def _eval(node: ast.AST) -> float:
@@ -74,6 +77,8 @@ def _eval(node: ast.AST) -> float:
             return _check_size(_BINARY[type(node.op)](left, right))
         except ZeroDivisionError:
             raise ToolError("division by zero") from None
+        except OverflowError:
+            raise ToolError("the result is too large (more than 60 digits)") from None
     raise ToolError(
         f"unsupported syntax {type(node).__name__}: use numbers, + - * / // % ** and parentheses"
     )
