@@ -250,3 +250,17 @@ def schedule_of_rules(*rules: str) -> Callable[[list[Message]], str]:
         return '{"edits": []}'
 
     return answer
+
+
+def calculator_agent(messages: list[Message]) -> str | Completion:
+    """A correct `tool:calculator` agent: calls the calculator on the question's arithmetic,
+    then reports the tool's result."""
+    results = tool_results(messages)
+    if results:
+        return f"Answer: {results[-1]}"
+    question = user_of(messages).split("\n\n")[0]
+    if question.startswith("What is "):
+        expression = question.removeprefix("What is ").rstrip("?")
+    else:  # "... holds A crates of B items each ..."
+        expression = " * ".join(re.findall(r"\d+", question)[:2])
+    return calls_tools(tool_call("calculator", {"expression": expression}))

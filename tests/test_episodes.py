@@ -16,9 +16,15 @@ from selftaught.tasks.base import Example, Score
 from selftaught.tasks.episode import Environment, Episode, Tool, ToolError
 from selftaught.tasks.tools.calculator import CalculatorTask
 from selftaught.tasks.tools.kvstore import KVStoreTask
-from tests.scripted import ScriptedModel, ToyTask, calls_tools, tool_call, tool_results, transient
-
-QUESTION = re.compile(r"(\d+) \* (\d+)")
+from tests.scripted import (
+    ScriptedModel,
+    ToyTask,
+    calculator_agent,
+    calls_tools,
+    tool_call,
+    tool_results,
+    transient,
+)
 
 
 def cfg(**kw: object) -> RolloutConfig:
@@ -30,27 +36,9 @@ def calc_task(n: int = 3) -> CalculatorTask:
     return CalculatorTask(seed=1, train_size=0, val_size=0, test_size=n)
 
 
-def solver(messages: list[Message]) -> str | Completion:
-    """Calls the calculator on the question's product, then reports the tool's result."""
-    results = tool_results(messages)
-    if results:
-        return f"Answer: {results[-1]}"
-    user = next(m["content"] for m in messages if m["role"] == "user")
-    expr = QUESTION.search(user)
-    assert expr is not None
-    rest = user[expr.end() :].split("?")[0]  # "+ c" or "- c * d", when the question has one
-    return calls_tools(tool_call("calculator", {"expression": expr.group(0) + rest}))
-
-
-def only_products() -> CalculatorTask:
-    task = calc_task(20)
-    task._splits["test"] = [e for e in task._splits["test"] if e.input.startswith("What is")][:3]
-    return task
-
-
 def test_tool_call_result_final_answer() -> None:
-    task = only_products()
-    model = ScriptedModel(solver)
+    task = calc_task()
+    model = ScriptedModel(calculator_agent)
     rollouts = run_rollouts(model, Policy(), task, task.examples("test"), cfg())
     assert [r.score.hard for r in rollouts if r.score] == [1.0, 1.0, 1.0]
     r = rollouts[0]
@@ -209,8 +197,8 @@ def test_samples_are_separate_episodes_with_their_own_state() -> None:
 
 
 def test_a_transient_failure_mid_episode_is_a_backend_error() -> None:
-    task = only_products()
-    model = ScriptedModel(solver)
+    task = calc_task()
+    model = ScriptedModel(calculator_agent)
     model.fail_at[1] = transient()
     [r] = run_rollouts(model, Policy(), task, task.examples("test")[:1], cfg())
     assert r.error_source == "backend" and r.score is None and len(r.trajectory) == 2
@@ -228,8 +216,10 @@ def test_one_step_tasks_are_unchanged() -> None:
 
 
 def test_episode_rows_round_trip_and_show_the_trajectory() -> None:
-    task = only_products()
-    [r] = run_rollouts(ScriptedModel(solver), Policy(), task, task.examples("test")[:1], cfg())
+    task = calc_task()
+    [r] = run_rollouts(
+        ScriptedModel(calculator_agent), Policy(), task, task.examples("test")[:1], cfg()
+    )
     row = json.loads(json.dumps(r.to_dict()))
     assert row["turns"] == 2 and row["trajectory"][0]["tool_calls"]
     back = Rollout.from_dict(row)

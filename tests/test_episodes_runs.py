@@ -1,0 +1,56 @@
+"""Trajectories reach what a run writes: eval's rollouts JSONL and optimize's diagnostics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from selftaught.api import evaluate
+from selftaught.rollout import Rollout, RolloutConfig
+from selftaught.skill import SkillOptConfig, SkillTrainer
+from selftaught.tasks.tools.calculator import CalculatorTask
+from tests.scripted import ScriptedModel, calculator_agent, canned_analyst
+
+
+def test_eval_writes_whole_trajectories(tmp_path: Path) -> None:
+    task = CalculatorTask(train_size=0, val_size=0, test_size=3)
+    out = tmp_path / "eval.jsonl"
+    result = evaluate(
+        task,
+        ScriptedModel(calculator_agent),
+        rollout=RolloutConfig(progress=False),
+        output=out,
+    )
+    assert result.hard == 1.0 and result.n == 3
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    for row, ex in zip(rows, task.examples("test"), strict=True):
+        assert row["turns"] == 2 and row["tool_calls"] == 1 and row["stop"] == "answer"
+        call, result_turn, final = row["trajectory"]
+        assert call["tool_calls"][0]["function"]["name"] == "calculator"
+        assert result_turn == {
+            "role": "tool",
+            "tool_call_id": call["tool_calls"][0]["id"],
+            "content": ex.reference,
+        }
+        assert final["content"] == f"Answer: {ex.reference}"
+        assert Rollout.from_dict(row).trajectory == row["trajectory"]
+
+
+def test_optimize_diagnostics_show_trajectories(tmp_path: Path) -> None:
+    task = CalculatorTask(train_size=4, val_size=3, test_size=2)
+    SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=4, concurrency=2),
+        task,
+        ScriptedModel(calculator_agent),
+        canned_analyst(),
+        "# Skill\n",
+        output_dir=tmp_path,
+        progress=False,
+    ).train()
+    diag = json.loads((tmp_path / "diagnostics" / "step_0001.json").read_text())
+    rows = diag["batch"] + diag["val"]
+    assert rows and all(r["turns"] == 2 and r["tool_calls"] == 1 for r in rows)
+    first = rows[0]["trajectory"]
+    assert first[0].startswith('call calculator({"expression": ') and first[1].startswith(
+        "answer: Answer: "
+    )
