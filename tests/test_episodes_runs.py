@@ -54,3 +54,20 @@ def test_optimize_diagnostics_show_trajectories(tmp_path: Path) -> None:
     assert first[0].startswith('call calculator({"expression": ') and first[1].startswith(
         "answer: Answer: "
     )
+
+
+def test_eval_table_counts_tool_use(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import io
+
+    from rich.console import Console
+
+    from selftaught import cli
+
+    task = CalculatorTask(train_size=0, val_size=0, test_size=2)
+    result = evaluate(task, ScriptedModel(calculator_agent), rollout=RolloutConfig(progress=False))
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "out", Console(file=buf, width=120))
+    cli.print_eval(result)
+    text = buf.getvalue()
+    assert "turns / tool calls per episode" in text and "2.00 / 1.00" in text
+    assert "episodes that called a tool" in text
