@@ -71,3 +71,40 @@ def test_eval_table_counts_tool_use(monkeypatch) -> None:  # type: ignore[no-unt
     text = buf.getvalue()
     assert "turns / tool calls per episode" in text and "2.00 / 1.00" in text
     assert "episodes that called a tool" in text
+
+
+def test_the_analyst_sees_calls_results_and_the_final_answer(tmp_path: Path) -> None:
+    from tests.scripted import calls_tools, prompt_kind, tool_call, tool_results, user_of
+
+    def misreports(messages):  # type: ignore[no-untyped-def]
+        if tool_results(messages):
+            return "Answer: 7"  # ignores what the calculator said
+        return calls_tools(tool_call("calculator", {"expression": "6 + 1"}))
+
+    analyst = canned_analyst()
+    task = CalculatorTask(train_size=4, val_size=3, test_size=2)
+    SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=4, concurrency=2),
+        task,
+        ScriptedModel(misreports),
+        analyst,
+        "# Skill\n",
+        output_dir=tmp_path,
+        progress=False,
+    ).train()
+    failure = next(user_of(m) for m in analyst.calls if prompt_kind(m) == "failure")
+    assert 'call calculator({"expression": "6 + 1"}) -> 7' in failure
+    assert "answer: Answer: 7" in failure
+
+
+def test_attempt_text_is_bounded_and_keeps_the_end() -> None:
+    from selftaught.rollout import attempt_text
+    from tests.scripted import calls_tools, tool_call
+
+    task = CalculatorTask(train_size=0, val_size=0, test_size=1)
+    model = ScriptedModel(lambda m: calls_tools(tool_call("calculator", {"expression": "2*3"})))
+    [r] = evaluate(task, model, rollout=RolloutConfig(progress=False, max_turns=40)).rollouts
+    text = attempt_text(r, 400)
+    assert len(text) <= 450 and "more steps)" in text
+    assert text.endswith("stopped: turn_cap after 40 turns")
+    assert attempt_text(Rollout("x", [], reply="plain " * 200), 10) == "plain " * 200

@@ -358,6 +358,23 @@ def trajectory_lines(r: Rollout, limit: int = 300) -> list[str]:
     return lines
 
 
+def attempt_text(r: Rollout, max_chars: int) -> str:
+    """What the agent did, for a reader with a budget (the analyst): a one-step rollout's
+    reply as it is, or an episode's calls with their results and its final answer, cut to
+    about `max_chars` (the last line, the final answer or why it stopped, is always kept)."""
+    if not r.is_episode:
+        return r.reply
+    lines = trajectory_lines(r, limit=max(60, max_chars // 4))
+    last, shown, used = lines[-1:], [], len(lines[-1]) if lines else 0
+    for line in lines[:-1]:
+        if used + len(line) > max_chars:
+            shown.append(f"... ({len(lines) - 1 - len(shown)} more steps)")
+            break
+        shown.append(line)
+        used += len(line) + 1
+    return "\n".join(shown + last)
+
+
 def episode_row(r: Rollout) -> dict[str, Any]:
     """Diagnostics fields of an episode (turns, calls, failed calls, why it stopped, the
     trajectory as lines); {} for a one-step rollout, whose row stays as it was."""
