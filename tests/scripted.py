@@ -1,7 +1,9 @@
 """Deterministic scripted chat models and a toy task, for algorithm tests.
 
 - `ScriptedModel(fn)`: a ChatModel whose reply is `fn(messages)`; counts its calls, can fail
-  on demand (transient / fatal backend errors, or a hard interrupt after N calls).
+  on demand (transient / fatal backend errors, or a hard interrupt after N calls). `fn` may
+  return a `Completion` instead of text, e.g. `calls_tools(tool_call("calculator", {...}))`:
+  a reply with tool calls in the OpenAI shape (finish_reason "tool_calls").
 - `ToyTask`: questions tagged with the rule they need, e.g. "[needs alpha] What is 3 + 4?".
 - `rule_target`: a target that answers correctly iff its system prompt mentions the rule the
   question needs (so a skill edit has a known effect on every val example).
@@ -11,11 +13,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
 
-from selftaught.models.base import AsyncChatModel, Completion, GenerationParams, Message
+from selftaught.models.base import AsyncChatModel, Completion, GenerationParams, Message, ToolCall
 from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.tasks.base import Example, Score
 
@@ -23,10 +26,11 @@ Reply = str | Callable[[list[Message]], str]
 
 
 class ScriptedModel(AsyncChatModel):
-    def __init__(self, fn: Callable[[list[Message]], str], name: str = "scripted"):
+    def __init__(self, fn: Callable[[list[Message]], str | Completion], name: str = "scripted"):
         self.fn = fn
         self.name = name
         self.calls: list[list[Message]] = []
+        self.params: list[GenerationParams] = []  # what each call was asked with
         self.fail_at: dict[int, BaseException] = {}  # call index (0-based) -> raised there
         self.fail_after: int | None = None  # raise `interrupt` on every call from this index
         self.interrupt: BaseException = KeyboardInterrupt()
@@ -34,18 +38,48 @@ class ScriptedModel(AsyncChatModel):
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
         i = len(self.calls)
         self.calls.append(messages)
+        self.params.append(params)
         if self.fail_after is not None and i >= self.fail_after:
             raise self.interrupt
         if i in self.fail_at:
             raise self.fail_at[i]
-        text = self.fn(messages)
+        out = self.fn(messages)
         prompt = sum(len(str(m.get("content", ""))) for m in messages)
+        if isinstance(out, Completion):
+            out.prompt_tokens = out.prompt_tokens or prompt // 4 + 1
+            out.completion_tokens = out.completion_tokens or len(out.text) // 4 + 1
+            out.model = self.name
+            return out
         return Completion(
-            text=text,
+            text=out,
             prompt_tokens=prompt // 4 + 1,
-            completion_tokens=len(text) // 4 + 1,
+            completion_tokens=len(out) // 4 + 1,
             model=self.name,
         )
+
+
+def tool_call(name: str, arguments: dict[str, Any] | str, id: str | None = None) -> ToolCall:
+    """One tool call in the OpenAI shape (arguments as a JSON string, or the raw string)."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    call: ToolCall = {"type": "function", "function": {"name": name, "arguments": args}}
+    if id is not None:
+        call["id"] = id
+    return call
+
+
+def calls_tools(*calls: ToolCall, text: str = "", completion_tokens: int = 0) -> Completion:
+    """A reply that calls tools (what a backend returns with finish_reason "tool_calls")."""
+    return Completion(
+        text=text,
+        tool_calls=list(calls),
+        finish_reason="tool_calls",
+        completion_tokens=completion_tokens,
+    )
+
+
+def tool_results(messages: list[Message]) -> list[str]:
+    """The contents of the tool turns in `messages`, in order."""
+    return [str(m.get("content", "")) for m in messages if m.get("role") == "tool"]
 
 
 def system_of(messages: list[Message]) -> str:
@@ -216,3 +250,17 @@ def schedule_of_rules(*rules: str) -> Callable[[list[Message]], str]:
         return '{"edits": []}'
 
     return answer
+
+
+def calculator_agent(messages: list[Message]) -> str | Completion:
+    """A correct `tool:calculator` agent: calls the calculator on the question's arithmetic,
+    then reports the tool's result."""
+    results = tool_results(messages)
+    if results:
+        return f"Answer: {results[-1]}"
+    question = user_of(messages).split("\n\n")[0]
+    if question.startswith("What is "):
+        expression = question.removeprefix("What is ").rstrip("?")
+    else:  # "... holds A crates of B items each ..."
+        expression = " * ".join(re.findall(r"\d+", question)[:2])
+    return calls_tools(tool_call("calculator", {"expression": expression}))

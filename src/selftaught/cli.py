@@ -317,6 +317,16 @@ def print_eval(result: Any) -> None:
     table.add_row("errors (not scored)", str(result.n_errors))
     table.add_row("  of which scorer errors", str(result.n_scorer_errors))
     table.add_row("retries", str(result.retries))
+    episodes = [r for r in result.rollouts if r.is_episode]
+    if episodes:  # tasks with tools
+        n = len(episodes)
+        turns, calls = sum(r.turns for r in episodes), sum(r.tool_calls for r in episodes)
+        table.add_row("turns / tool calls per episode", f"{turns / n:.2f} / {calls / n:.2f}")
+        table.add_row("episodes that called a tool", str(sum(r.tool_calls > 0 for r in episodes)))
+        table.add_row("failed tool calls", str(sum(r.tool_errors for r in episodes)))
+        table.add_row(
+            "  tool errors (not scored)", str(sum(r.error_source == "tool" for r in episodes))
+        )
     table.add_row("wall time", f"{result.wall_s:.1f} s")
     for role, u in result.usage.items():
         if role != "target":

@@ -2,12 +2,20 @@
 
 One error rule: a backend that fails transiently (after retries), a call that times out and
 a scorer that raises all give a rollout with `error` set (and `error_source` saying which)
-and no score. None of them is a wrong answer, and none aborts the batch. Only a fatal backend
-error (bad key, unknown model, unreachable endpoint) stops the whole batch at once."""
+and no score; so does a tool that crashes mid-episode. None of them is a wrong answer, and none
+aborts the batch. Only a fatal backend error (bad key, unknown model, unreachable endpoint)
+stops the whole batch at once.
+
+A rollout is an episode (see `selftaught.tasks.episode`): for a task with tools, the model's
+tool calls run against the episode's environment and it answers again, until a final answer or
+a cap; tokens are summed over its turns and the whole trajectory is kept. A task without tools
+is the one-step case and takes the plain path (one call per example, nothing added)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,13 +23,32 @@ from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from selftaught.models.base import ChatModel, Completion, GenerationParams, Message, run_sync
+from selftaught.models.base import (
+    ChatModel,
+    Completion,
+    GenerationParams,
+    Message,
+    params_for_sample,
+    run_sync,
+)
 from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
 from selftaught.models.usage import BudgetExhausted
 from selftaught.policy import Policy
 from selftaught.tasks.base import Example, Score, Task
+from selftaught.tasks.episode import (
+    DEFAULT_MAX_TURNS,
+    Episode,
+    StopReason,
+    ToolCrash,
+    finish_score,
+    is_tool_task,
+    run_tool_calls,
+    with_ids,
+)
 
-ErrorSource = Literal["backend", "timeout", "scorer"]
+ErrorSource = Literal["backend", "timeout", "scorer", "tool"]
+EPISODE_FIELDS = ("turns", "tool_calls", "tool_errors", "stop", "trajectory")
+RolloutStop = Literal[StopReason, "error"]
 
 
 @dataclass
@@ -40,10 +67,22 @@ class Rollout:
     error_source: ErrorSource | None = None
     skill_hash: str = ""
     sample: int = 0  # which of the `samples` attempts at this example
+    # episodes (tasks with tools) only; a one-step rollout keeps the defaults
+    turns: int = 1
+    tool_calls: int = 0
+    tool_errors: int = 0  # calls the model got wrong (unknown tool, bad arguments, refused)
+    stop: RolloutStop | None = None  # why the episode ended; None for a one-step rollout
+    trajectory: list[Message] = field(default_factory=list)
+    """After the prompt (`messages`): assistant turns with their tool_calls, tool results,
+    the final answer. Empty for a one-step rollout (its reply is `reply`)."""
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.score is not None
+
+    @property
+    def is_episode(self) -> bool:
+        return self.stop is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,10 +100,13 @@ class Rollout:
             "error": self.error,
             "error_source": self.error_source,
             "sample": self.sample,
+            # one-step rows keep the shape they always had
+            **({k: getattr(self, k) for k in EPISODE_FIELDS} if self.is_episode else {}),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Rollout:
+        """Back from `to_dict`; rows written before episodes existed load as one-step ones."""
         score = Score(**d["score"]) if d.get("score") else None
         fields = {k: v for k, v in d.items() if k != "score"}
         return cls(score=score, **fields)
@@ -82,10 +124,19 @@ class RolloutConfig:
     > 0 for them to differ)."""
     progress: bool = True
     description: str = "rollout"
+    max_turns: int | None = None
+    """Episodes: model calls at most (None: the task's `max_turns`, else 8)."""
+    max_episode_tokens: int | None = None
+    """Episodes: completion tokens summed over turns at most (None: no cap but each turn's
+    `params.max_tokens`); a turn is asked for no more than what is left."""
 
     def __post_init__(self) -> None:
         if self.samples < 1:
             raise ValueError(f"samples must be >= 1, got {self.samples}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
+            raise ValueError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}")
 
 
 async def _complete(
@@ -110,6 +161,9 @@ async def _attempts(
         Rollout(example_id=example.id, messages=messages, skill_hash=policy.skill_hash(), sample=i)
         for i in range(cfg.samples)
     ]
+    if is_tool_task(task):
+        await asyncio.gather(*(_episode(model, task, example, r, cfg, sem) for r in rollouts))
+        return rollouts
     async with sem:
         t0 = time.perf_counter()
         try:
@@ -147,8 +201,28 @@ def score_reply(
     its judge model failing transiently) is an error, recorded with its message, never a 0.
     A fatal judge error and an exhausted budget propagate. A truncated wrong reply says so in
     its feedback."""
+    return _guarded_score(lambda: task.score(reply, example), example, truncated)
+
+
+def score_episode(
+    task: Task, episode: Episode, example: Example, truncated: bool
+) -> tuple[Score | None, str | None, ErrorSource | None]:
+    """`score_reply` for a whole episode: the task's `score_episode` (or its `score` of the
+    final answer), with failed tool calls and caps counted against it (`finish_score`)."""
+
+    def scored() -> Score:
+        judge = getattr(task, "score_episode", None)
+        score = judge(episode, example) if callable(judge) else task.score(episode.final, example)
+        return finish_score(score, episode)
+
+    return _guarded_score(scored, example, truncated)
+
+
+def _guarded_score(
+    scored: Any, example: Example, truncated: bool
+) -> tuple[Score | None, str | None, ErrorSource | None]:
     try:
-        score = task.score(reply, example)
+        score = scored()
     except (FatalBackendError, BudgetExhausted):
         raise
     except BackendError as err:  # the judge's backend, after its retries
@@ -158,6 +232,161 @@ def score_reply(
     if truncated and score.hard == 0:
         score = Score(0.0, score.soft, f"{score.feedback} [reply truncated at max_tokens]".strip())
     return score, None, None
+
+
+# ---- episodes (tasks with tools) --------------------------------------------------------
+
+
+async def _episode(
+    model: ChatModel,
+    task: Task,
+    example: Example,
+    r: Rollout,
+    cfg: RolloutConfig,
+    sem: asyncio.Semaphore,
+) -> None:
+    """Play one episode into `r`: each turn's call holds the semaphore and has the timeout;
+    the tools run between calls, outside it. Errors follow the one-step rule, plus a crashed
+    tool (error_source "tool"); the trajectory so far is kept either way."""
+    r.turns, r.stop = 0, "error"
+    t0 = time.perf_counter()
+    try:
+        env = task.environment(example)  # type: ignore[attr-defined]
+    except Exception as err:  # the task could not build the episode's world
+        r.error = f"tool error on {example.id}: environment: {type(err).__name__}: {err}"
+        r.error_source = "tool"
+        return
+    params = dataclasses.replace(
+        params_for_sample(cfg.params, r.sample), tools=env.schemas() or None
+    )
+    max_turns = cfg.max_turns or getattr(task, "max_turns", None) or DEFAULT_MAX_TURNS
+    failed: list[str] = []
+    try:
+        stop, final = await _play(model, r, env, params, max_turns, failed, cfg, sem)
+    except FatalBackendError:
+        raise
+    except TransientBackendError as err:
+        r.error, r.error_source = str(err), "backend"
+        r.retries += err.retries
+    except asyncio.TimeoutError:
+        r.error = f"{model.name}: timed out after {cfg.timeout_s:.0f}s"
+        r.error_source = "timeout"
+    except ToolCrash as err:
+        r.error, r.error_source = f"tool error on {example.id}: {err}", "tool"
+    r.latency_s = time.perf_counter() - t0
+    if r.error is not None:
+        return
+    r.stop, r.reply = stop, final
+    r.truncated = r.truncated or stop in ("turn_cap", "token_cap")
+    episode = Episode(env, r.trajectory, final, stop, r.turns, r.tool_calls, failed)
+    r.score, r.error, r.error_source = await asyncio.to_thread(
+        score_episode, task, episode, example, r.truncated
+    )
+
+
+async def _play(
+    model: ChatModel,
+    r: Rollout,
+    env: Any,
+    params: GenerationParams,
+    max_turns: int,
+    failed: list[str],
+    cfg: RolloutConfig,
+    sem: asyncio.Semaphore,
+) -> tuple[StopReason, str]:
+    """The turns: call the model, run its tool calls, until a reply without calls or a cap.
+    Returns why it stopped and the final answer (the last reply's text)."""
+    cap = cfg.max_episode_tokens
+    while True:
+        turn_params = params
+        if cap is not None:
+            turn_params = dataclasses.replace(
+                params, max_tokens=max(1, min(params.max_tokens, cap - r.completion_tokens))
+            )
+        async with sem:
+            c = await asyncio.wait_for(
+                model.achat(r.messages + r.trajectory, turn_params), cfg.timeout_s
+            )
+        r.turns += 1
+        r.prompt_tokens += c.prompt_tokens
+        r.completion_tokens += c.completion_tokens
+        r.retries += c.retries
+        r.cached = c.cached if r.turns == 1 else r.cached and c.cached
+        r.truncated = r.truncated or c.truncated
+        calls = with_ids(c.tool_calls or [], r.turns)
+        turn: Message = {"role": "assistant", "content": c.text}
+        if calls:
+            turn["tool_calls"] = calls
+        r.trajectory.append(turn)
+        if not calls:
+            return ("length" if c.truncated else "answer"), c.text
+        results, errors = await asyncio.to_thread(run_tool_calls, env, calls, r.turns)
+        r.trajectory.extend(results)
+        r.tool_calls += len(calls)
+        r.tool_errors += len(errors)
+        failed.extend(errors)
+        if r.turns >= max_turns:
+            return "turn_cap", c.text
+        if cap is not None and r.completion_tokens >= cap:
+            return "token_cap", c.text
+
+
+def trajectory_lines(r: Rollout, limit: int = 300) -> list[str]:
+    """An episode's trajectory as short lines (each cut at `limit` characters): every call with
+    its arguments and result, then the final answer. Empty for a one-step rollout."""
+
+    def cut(text: str) -> str:
+        text = " ".join(str(text).split())
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    results = {
+        m.get("tool_call_id"): m.get("content", "") for m in r.trajectory if m.get("role") == "tool"
+    }
+    lines = []
+    for m in r.trajectory:
+        if m.get("role") != "assistant":
+            continue
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            args = fn.get("arguments")
+            args = args if isinstance(args, str) else json.dumps(args)
+            lines.append(cut(f"call {fn.get('name')}({args}) -> {results.get(call.get('id'), '')}"))
+        if not m.get("tool_calls"):
+            lines.append(cut(f"answer: {m.get('content', '')}"))
+    if r.stop in ("turn_cap", "token_cap"):
+        lines.append(f"stopped: {r.stop} after {r.turns} turns")
+    return lines
+
+
+def attempt_text(r: Rollout, max_chars: int) -> str:
+    """What the agent did, for a reader with a budget (the analyst): a one-step rollout's
+    reply as it is, or an episode's calls with their results and its final answer, cut to
+    about `max_chars` (the last line, the final answer or why it stopped, is always kept)."""
+    if not r.is_episode:
+        return r.reply
+    lines = trajectory_lines(r, limit=max(60, max_chars // 4))
+    last, shown, used = lines[-1:], [], len(lines[-1]) if lines else 0
+    for line in lines[:-1]:
+        if used + len(line) > max_chars:
+            shown.append(f"... ({len(lines) - 1 - len(shown)} more steps)")
+            break
+        shown.append(line)
+        used += len(line) + 1
+    return "\n".join(shown + last)
+
+
+def episode_row(r: Rollout) -> dict[str, Any]:
+    """Diagnostics fields of an episode (turns, calls, failed calls, why it stopped, the
+    trajectory as lines); {} for a one-step rollout, whose row stays as it was."""
+    if not r.is_episode:
+        return {}
+    return {
+        "turns": r.turns,
+        "tool_calls": r.tool_calls,
+        "tool_errors": r.tool_errors,
+        "stop": r.stop,
+        "trajectory": trajectory_lines(r),
+    }
 
 
 async def arun_rollouts(

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError, TransientBackendError
-from selftaught.rollout import Rollout
+from selftaught.rollout import Rollout, attempt_text
 from selftaught.skill.document import Edit, EditError, normalize
 from selftaught.skill.guard import EditGuard
 from selftaught.tasks.extract import extract_json
@@ -131,6 +131,11 @@ class AnalystCall:
         }
 
 
+def _attempt(r: Rollout, limit: int) -> str:
+    """The reply, or for an episode its calls, results and final answer (bounded)."""
+    return clip(attempt_text(r, limit), limit) or "(empty)"
+
+
 def format_rollouts(
     rollouts: list[Rollout], *, max_input_chars: int, max_reply_chars: int, max_feedback_chars: int
 ) -> str:
@@ -144,7 +149,7 @@ def format_rollouts(
         lines = [
             f"### Task {i}",
             f"Input:\n{clip(user, max_input_chars)}",
-            f"Answer given:\n{clip(r.reply, max_reply_chars) or '(empty)'}",
+            f"Answer given:\n{_attempt(r, max_reply_chars)}",
         ]
         if score is not None:
             lines.append(f"Score: solved={'yes' if score.hard else 'no'}, partial={score.soft:.2f}")
@@ -173,8 +178,8 @@ def format_contrasts(
         lines = [
             f"### Task {i}",
             f"Input:\n{clip(user, max_input_chars)}",
-            f"Solved attempt:\n{clip(good.reply, max_reply_chars) or '(empty)'}",
-            f"Failed attempt:\n{clip(bad.reply, max_reply_chars) or '(empty)'}",
+            f"Solved attempt:\n{_attempt(good, max_reply_chars)}",
+            f"Failed attempt:\n{_attempt(bad, max_reply_chars)}",
         ]
         if bad.score is not None and bad.score.feedback:
             feedback = clip(bad.score.feedback, max_feedback_chars)

@@ -30,7 +30,7 @@ from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import BudgetExhausted, RoleUsage, TrackedModel, UsageLedger
 from selftaught.policy import Policy
-from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts
+from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts, episode_row
 from selftaught.runs import (
     RunDir,
     RunError,
@@ -1050,6 +1050,7 @@ class SkillTrainer:
             "why": (r.score.feedback if r.score and not r.score.hard else "") or None,
             "truncated": r.truncated,
             "error": r.error,
+            **episode_row(r),  # episodes: turns, calls, results, final answer; {} otherwise
         }
 
     def _val_rows(self, rollouts: list[Rollout]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 gym:NAME[?key=value&...]   a reasoning-gym generator (`selftaught tasks --gym` lists them)
 humaneval                  HumanEval, executed in a bubblewrap sandbox
 game:ctf                   grid capture-the-flag (a JSON-strategy game)
+tool:NAME[?key=value&...]  an episode task with tools (tool:calculator, tool:kvstore)
 jsonl:PATH  or  PATH.jsonl your own examples, scored by --scorer
 package.module:ClassName   a Python plugin implementing the Task protocol
 """
@@ -19,6 +20,7 @@ TASK_FORMS = (
     "gym:NAME[?key=value&...]",
     "humaneval",
     "game:ctf",
+    "tool:calculator | tool:kvstore",
     "jsonl:PATH (or any PATH.jsonl)",
     "package.module:ClassName",
 )
@@ -30,6 +32,10 @@ BUILTIN_TASKS: dict[str, str] = {
     "humaneval": "164 Python problems, executed in a bubblewrap sandbox (no network, no files "
     "outside its folder) with time and memory limits",
     "game:ctf": "grid capture-the-flag: answer a JSON strategy, scored by a seeded simulator",
+    "tool:calculator": "4-5 digit arithmetic with a calculator tool (episodes: call, read the "
+    "result, answer); ?min_digits=&max_digits= set the size",
+    "tool:kvstore": "goals on a hidden key-value store, reached through list_keys/get/set tool "
+    "calls over several turns; scored on the final state and the answer",
     "jsonl:PATH": "your own JSONL examples; scorers exact/normalized/numeric/contains/regex/"
     "json_match/llm_judge",
 }
@@ -71,6 +77,10 @@ def load_task(
         from selftaught.tasks.games.ctf import GridCTFTask
 
         return GridCTFTask(seed=seed, **sizes)
+    if s.startswith("tool:"):
+        from selftaught.tasks.tools import load_tool_task
+
+        return load_tool_task(s, seed=seed, **sizes)
     if s.startswith("jsonl:") or s.endswith(".jsonl"):
         from selftaught.tasks.jsonl import JsonlTask
 
@@ -81,7 +91,7 @@ def load_task(
         if scorer:
             kwargs["scorer"] = scorer
         return JsonlTask(path, **kwargs)
-    if ":" in s and s.split(":")[0] not in ("game", "gym", "jsonl"):
+    if ":" in s and s.split(":")[0] not in ("game", "gym", "jsonl", "tool"):
         from selftaught.tasks.plugin import load_plugin_task
 
         return load_plugin_task(s, seed=seed, **sizes)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from selftaught.models.base import AsyncChatModel, Completion, GenerationParams, Message
 from selftaught.policy import Policy
 from selftaught.rollout import Rollout
 from selftaught.tasks.base import Example, Task
+from selftaught.tasks.episode import is_tool_task
 from selftaught.tasks.extract import extract_json
 
 
@@ -38,6 +39,11 @@ class Sample:
     truncated: bool = False
     feedback: str = ""
     completion_tokens: int = 0
+    trajectory: list[Message] = field(default_factory=list)
+    """Episodes only: the assistant turns (with their tool calls) and tool results after the
+    prompt, trained on the assistant turns alone (tool results are masked out of the loss)."""
+    tools: list[dict[str, Any]] | None = None
+    """Episodes only: the OpenAI tools schema the episode was offered (rendered in training)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -45,6 +51,12 @@ class Sample:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Sample:
         return cls(**d)
+
+
+def episode_target(trajectory: list[Message]) -> str:
+    """An episode's whole trajectory as one string: what elite selection dedupes and ranks
+    by length (the fewer and shorter the turns, the better among equal scores)."""
+    return json.dumps(trajectory, sort_keys=True, separators=(",", ":"))
 
 
 def training_target(task: Task, text: str) -> str:
@@ -63,24 +75,31 @@ def samples_from_rollouts(
     """The scored rollouts as samples (errored ones are left out), each trained on
     `train_policy`'s prompt for its example."""
     by_id = {ex.id: ex for ex in examples}
+    tools: dict[str, list[dict[str, Any]] | None] = {}
     samples = []
     for r in rollouts:
         if not r.ok or r.score is None:
             continue
-        samples.append(
-            Sample(
-                example_id=r.example_id,
-                messages=r.messages,
-                train_messages=train_policy.messages(task, by_id[r.example_id]),
-                completion=r.reply,
-                target=training_target(task, r.reply),
-                score=float(r.score.soft),
-                hard=float(r.score.hard),
-                truncated=r.truncated,
-                feedback=r.score.feedback,
-                completion_tokens=r.completion_tokens,
-            )
+        example = by_id[r.example_id]
+        sample = Sample(
+            example_id=r.example_id,
+            messages=r.messages,
+            train_messages=train_policy.messages(task, example),
+            completion=r.reply,
+            target=training_target(task, r.reply),
+            score=float(r.score.soft),
+            hard=float(r.score.hard),
+            truncated=r.truncated,
+            feedback=r.score.feedback,
+            completion_tokens=r.completion_tokens,
         )
+        if r.is_episode and is_tool_task(task):
+            if r.example_id not in tools:  # the schema the episode was offered
+                tools[r.example_id] = task.environment(example).schemas() or None  # type: ignore[attr-defined]
+            sample.trajectory = r.trajectory
+            sample.tools = tools[r.example_id]
+            sample.target = episode_target(r.trajectory)
+        samples.append(sample)
     return samples
 
 

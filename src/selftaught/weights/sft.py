@@ -1,6 +1,11 @@
 """Supervised fine-tuning on scored samples through TRL's SFTTrainer, with a peft LoRA / DoRA
 adapter (default), every weight (`full`) or a from-scratch model. Data is conversational
-prompt-completion, so the chat template applies and the loss covers the completion only."""
+prompt-completion, so the chat template applies and the loss covers the completion only.
+
+Episodes (samples with a trajectory) are given to TRL pre-tokenized, with `assistant_masks`:
+the loss covers the tokens the model wrote (each assistant turn: its tool calls, its final
+answer, its end-of-turn token) and none of the prompt, the turn headers or the tool results
+(TRL builds the labels from the mask, as its own `assistant_only_loss` does)."""
 
 from __future__ import annotations
 
@@ -10,10 +15,11 @@ import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from selftaught.models.base import Message
 from selftaught.weights.config import BackendConfig, ConfigError, SFTTrainConfig
 from selftaught.weights.sampling import Sample
 
@@ -97,11 +103,72 @@ def trainable_parameters(model: Any) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def samples_to_dataset(samples: Sequence[Sample]) -> Any:
+Render = Callable[[list[Message], list[dict[str, Any]] | None, bool], str]
+"""(messages, tools, add_generation_prompt) → the prompt text the model sees: what the
+generation backend renders (for an episode, with its tools and tool turns)."""
+
+
+def template_render(tokenizer: Any) -> Render:
+    """The tokenizer's own chat template, with the tools schema when there is one."""
+
+    def render(messages: list[Message], tools: list[dict[str, Any]] | None, gen: bool) -> str:
+        return tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=False, add_generation_prompt=gen
+        )
+
+    return render
+
+
+def _assistant_spans(sample: Sample, render: Render) -> tuple[str, list[tuple[int, int]]]:
+    """The rendered conversation and the character spans of its assistant turns (from after
+    each turn's header to the end of the turn)."""
+    turns = sample.trajectory or [{"role": "assistant", "content": sample.target}]
+    convo = list(sample.train_messages) + list(turns)
+    full = render(convo, sample.tools, False)
+    spans = []
+    for i in range(len(sample.train_messages), len(convo)):
+        if convo[i].get("role") != "assistant":
+            continue
+        start = render(convo[:i], sample.tools, True)
+        end = render(convo[: i + 1], sample.tools, False)
+        if not (full.startswith(start) and full.startswith(end) and len(end) > len(start)):
+            raise ConfigError(
+                f"{sample.example_id}: the chat template does not render a conversation as a "
+                "prefix of its continuation, so the assistant turns cannot be masked"
+            )
+        for call in convo[i].get("tool_calls") or []:
+            name = str((call.get("function") or {}).get("name"))
+            if name not in end[len(start) :]:
+                raise ConfigError(
+                    f"{sample.example_id}: the chat template dropped the tool call {name!r}; "
+                    "training on it needs the renderer the generation backend uses for tools"
+                )
+        spans.append((len(start), len(end)))
+    return full, spans
+
+
+def episode_tokens(tokenizer: Any, sample: Sample, render: Render) -> dict[str, list[int]]:
+    """`input_ids` of the prompt and trajectory, and `assistant_masks` (1 on each token that
+    starts inside an assistant turn, 0 on the prompt, the headers and the tool results)."""
+    full, spans = _assistant_spans(sample, render)
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    mask = [int(any(s <= a < e for s, e in spans)) for a, _ in enc["offset_mapping"]]
+    return {"input_ids": list(enc["input_ids"]), "assistant_masks": mask}
+
+
+def samples_to_dataset(
+    samples: Sequence[Sample], tokenizer: Any = None, render: Render | None = None
+) -> Any:
     """Conversational prompt-completion rows: the prompt each sample was scored on (minus a
-    teacher skill), and its training target as the assistant turn."""
+    teacher skill), and its training target as the assistant turn. When any sample is an
+    episode, every row is pre-tokenized with its assistant mask (`episode_tokens`)."""
     from datasets import Dataset
 
+    if any(s.trajectory for s in samples):
+        if tokenizer is None:
+            raise ValueError("episodes are tokenized here: pass the tokenizer")
+        render = render or template_render(tokenizer)
+        return Dataset.from_list([episode_tokens(tokenizer, s, render) for s in samples])
     return Dataset.from_list(
         [
             {
@@ -124,6 +191,8 @@ def check_batch(n_rows: int, batch_size: int, what: str = "training samples") ->
 def _check_lengths(tokenizer: Any, samples: Sequence[Sample], max_length: int) -> None:
     """A prompt longer than max_length leaves no completion token to learn from: TRL would
     drop the row silently (and crash when none is left), so say so up front."""
+    if any(s.trajectory for s in samples):
+        return  # episodes: checked on their tokens (`_check_episode_rows`)
     too_long = 0
     for s in samples:
         text = tokenizer.apply_chat_template(
@@ -136,6 +205,16 @@ def _check_lengths(tokenizer: Any, samples: Sequence[Sample], max_length: int) -
             f"{too_long} of {len(samples)} training prompts are at least max_length "
             f"({max_length}) tokens long, leaving nothing of the completion to train on; "
             "raise max_length"
+        )
+
+
+def _check_episode_rows(masks: Sequence[Sequence[int]], max_length: int) -> None:
+    """Every episode row must keep an assistant token within max_length (TRL truncates)."""
+    empty = sum(1 not in mask[:max_length] for mask in masks)
+    if empty:
+        raise ConfigError(
+            f"{empty} of {len(masks)} training episodes have no assistant token within "
+            f"max_length ({max_length}), leaving nothing to train on; raise max_length"
         )
 
 
@@ -163,13 +242,17 @@ def sft_train(
     seed: int = 0,
     progress: bool = True,
     work_dir: str | Path | None = None,
+    render: Render | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune `model` in place on `samples`; returns loss, steps and timings."""
+    """Fine-tune `model` in place on `samples`; returns loss, steps and timings. `render`:
+    how episodes are rendered (default: the tokenizer's chat template with the tools)."""
     from trl import SFTConfig, SFTTrainer
 
     check_batch(len(samples), cfg.batch_size)
     _check_lengths(tokenizer, samples, cfg.max_length)
-    dataset = samples_to_dataset(samples)
+    dataset = samples_to_dataset(samples, tokenizer, render)
+    if "assistant_masks" in dataset.column_names:
+        _check_episode_rows(dataset["assistant_masks"], cfg.max_length)
     own_dir = work_dir is None
     out = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="selftaught-sft-"))
     args = SFTConfig(
