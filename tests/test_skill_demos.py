@@ -263,3 +263,20 @@ def test_a_train_item_reworded_from_val_never_becomes_a_demo(tmp_path):
     assert "train-copy" not in {d["id"] for d in pool["demos"]}
     assert pool["leaks"] == [{"demo_id": "train-copy", "held_out_id": "val-000", "split": "val"}]
     assert "train-copy" not in {d["id"] for d in summary["best_demos"]}
+
+
+def test_demo_search_alone_never_calls_an_analyst(tmp_path):
+    analyst = canned_analyst()
+    summary = SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=8, proposals=0, screen_size=4, gate=GateConfig()),
+        ToyTask(),
+        ScriptedModel(format_learner),
+        analyst,
+        "# Skill\n",
+        output_dir=tmp_path,
+        progress=False,
+    ).train()
+    assert analyst.calls == [] and summary["val_best"]["solved"] == 11
+    assert summary["usage"].get("optimizer", {}).get("calls", 0) == 0
+    with pytest.raises(ValueError, match="nothing to learn"):
+        SkillOptConfig(proposals=0, demos_max=0)

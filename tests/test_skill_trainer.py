@@ -232,7 +232,8 @@ from selftaught.skill import SkillOptConfig, SkillTrainer
 slow = lambda fn: (lambda m: (time.sleep(0.02), fn(m))[1])
 target = ScriptedModel(slow(rule_answer), "scripted-target")
 analyst = canned_analyst(failure=schedule_of_rules(*{rules!r}))
-cfg = SkillOptConfig(epochs=2, batch_size=4, concurrency=4, gate=GateConfig(), demos_max=0, pool=False)
+cfg = SkillOptConfig(epochs=2, batch_size=4, concurrency=4, gate=GateConfig(),
+                     demos_max=0, pool=False)
 SkillTrainer(cfg, ToyTask(), target, analyst, "# Skill\\n", output_dir={out!r},
              progress=False).train()
 """

@@ -101,7 +101,8 @@ class SkillOptConfig:
     # --- candidates per step: proposals, pool, merge, successive halving --------------
     proposals: int = 1
     """Analyst proposals per step; the second and later are sampled at
-    `proposal_temperature`, so a weak analyst's rare good edit gets more chances."""
+    `proposal_temperature`, so a weak analyst's rare good edit gets more chances. 0: no
+    analyst at all, the demo search alone (as DSPy's BootstrapFewShot)."""
     proposal_temperature: float = 0.7
     """Analyst temperature of the extra proposals."""
     pool: bool = True
@@ -162,11 +163,10 @@ class SkillOptConfig:
             "max_feedback_chars",
             "max_skill_chars",
             "max_edit_chars",
-            "proposals",
             "screen_keep",
         ):
             positive(name)
-        for name in ("demos_max", "demo_sets_per_step", "screen_size"):
+        for name in ("demos_max", "demo_sets_per_step", "screen_size", "proposals"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.demo_placement not in PLACEMENTS:
@@ -174,6 +174,8 @@ class SkillOptConfig:
                 f"demo_placement must be one of {', '.join(PLACEMENTS)}, "
                 f"got {self.demo_placement!r}"
             )
+        if self.proposals == 0 and self.demos_max == 0:
+            raise ValueError("proposals=0 and demos_max=0 leave nothing to learn")
         if self.proposals > 1 and self.proposal_temperature <= 0:
             raise ValueError("proposals > 1 needs proposal_temperature > 0 (N greedy copies)")
         if self.max_steps is not None and self.max_steps < 1:

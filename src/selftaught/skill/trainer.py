@@ -158,6 +158,9 @@ class _Proposal:
     update: _Update
 
 
+_NO_PROPOSAL = _Proposal([], Aggregation(), _Update([], Selection(), "", [], []))
+
+
 @dataclass
 class _Candidate:
     """A skill a step proposes: new rules, a new demo set, or a merge of two pool members."""
@@ -209,11 +212,12 @@ class _StepOutcome:
 
     @property
     def primary(self) -> _Proposal:
-        """The chosen candidate's proposal when it was one, else the first proposal."""
+        """The chosen candidate's proposal when it was one, else the first proposal (an empty
+        one when the analyst was not asked: `proposals=0`, demo search only)."""
         chosen = self.verdict.chosen
         if chosen is not None and chosen.proposal is not None:
             return chosen.proposal
-        return self.proposals[0]
+        return self.proposals[0] if self.proposals else _NO_PROPOSAL
 
     @property
     def calls(self) -> list[AnalystCall]:
@@ -518,6 +522,10 @@ class SkillTrainer:
         the others sampled (seeded) so that they differ."""
         rules = self._parts(parent.text).rules
         out = []
+        if not self.config.proposals and step == 1 and self.proposals:
+            # no analyst, but edits proposed from outside still meet the budget and the gate
+            agg = Aggregation(edits=list(self.proposals))
+            return [_Proposal([], agg, self._update(rules, agg.edits, rejected, budget))]
         for i in range(self.config.proposals):
             analyst = self.analyst
             if i:
@@ -677,6 +685,8 @@ class SkillTrainer:
 
     @staticmethod
     def _why_empty(proposals: list[_Proposal]) -> str:
+        if not proposals:
+            return "no demo set left to try and no analyst proposal asked for"
         update = proposals[0].update
         if not update.merged:
             return "no edit proposed"
