@@ -26,6 +26,7 @@ It is never turned into a plain answer without that trace.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import secrets
@@ -133,6 +134,7 @@ def check_tool_messages(messages: list[Message]) -> None:
 # ---------------------------------------------------------------------- rendering
 
 
+@functools.lru_cache(maxsize=32)
 def template_supports_tools(chat_template: str | None) -> bool:
     """Whether a Jinja chat template reads the `tools` variable (Qwen2.5's, Hermes', Llama
     3.1's do; SmolLM2's does not and would drop the tools without a word)."""
