@@ -40,10 +40,13 @@ def calling(messages: list[dict]) -> dict:
 
 def test_plain_requests_send_no_tool_keys():
     with FaultServer() as server:
-        make(server).chat([{"role": "user", "content": "hi"}], GenerationParams(max_tokens=5))
-    (body,) = server.requests
-    assert "tools" not in body and "tool_choice" not in body
-    assert set(body) == {"model", "messages", "max_tokens", "temperature", "top_p"}
+        model = make(server)
+        model.chat([{"role": "user", "content": "hi"}], GenerationParams(max_tokens=5))
+        # an empty tools list is no tools (servers refuse [] and a tool_choice without tools)
+        no_tools = GenerationParams(max_tokens=5, tools=[], tool_choice="auto")
+        model.chat([{"role": "user", "content": "hi"}], no_tools)
+    for body in server.requests:
+        assert set(body) == {"model", "messages", "max_tokens", "temperature", "top_p"}
 
 
 def test_tools_go_out_and_tool_calls_come_back_in_the_openai_shape():

@@ -159,6 +159,8 @@ def test_schema_and_choice_checks_say_what_is_wrong():
         check_tool_choice({"type": "function", "function": {"name": "mul"}}, TOOLS)
     with pytest.raises(ValueError, match="'tool_choice' must be"):
         check_tool_choice("always", TOOLS)
+    with pytest.raises(ValueError, match="'tool_choice' must be"):
+        check_tool_choice({"type": "function", "function": "add"}, TOOLS)
     assert offered_tools(TOOLS, "none") is None
     assert offered_tools(TOOLS, {"type": "function", "function": {"name": "lookup"}}) == [LOOKUP]
     assert offered_tools(TOOLS, "auto") == TOOLS
@@ -225,3 +227,7 @@ def test_template_supports_tools_reads_the_template():
     # a template that sets its own variable named tools does not read the caller's
     assert not template_supports_tools("{% set tools = [] %}{{ tools }}")
     assert not template_supports_tools(None) and not template_supports_tools("{% if %}")
+    # transformers' {% generation %} tag is no plain Jinja: the variable is then looked for
+    marked = "{% if tools %}T{% endif %}{% generation %}{{ m }}{% endgeneration %}"
+    assert template_supports_tools(marked)
+    assert template_supports_tools("{% for t in tools %}{% break %}{% endfor %}")

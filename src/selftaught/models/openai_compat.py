@@ -209,10 +209,10 @@ class OpenAICompatModel(AsyncChatModel):
                 kwargs["seed"] = params.seed
             if params.stop:
                 kwargs["stop"] = params.stop
-            if params.tools is not None:  # only when set: plain requests stay as they were
+            if params.tools:  # only when set: plain requests stay as they were
                 kwargs["tools"] = params.tools
-            if params.tool_choice is not None:
-                kwargs["tool_choice"] = params.tool_choice
+                if params.tool_choice is not None:  # servers refuse it without tools
+                    kwargs["tool_choice"] = params.tool_choice
             try:
                 resp = await self._client().chat.completions.create(**kwargs)
             except Exception as err:  # noqa: BLE001 - classified below

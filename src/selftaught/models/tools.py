@@ -76,8 +76,9 @@ def check_tool_choice(tool_choice: Any, tools: list[dict[str, Any]] | None) -> N
     {"type": "function", "function": {"name": <an offered tool>}}."""
     if tool_choice is None or tool_choice in TOOL_CHOICES:
         return
-    if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
-        name = (tool_choice.get("function") or {}).get("name")
+    fn = tool_choice.get("function") if isinstance(tool_choice, dict) else None
+    if isinstance(fn, dict) and tool_choice.get("type") == "function":
+        name = fn.get("name")
         if name in tool_names(tools):
             return
         raise ValueError(f"tool_choice names the tool {name!r}, which 'tools' does not offer")
@@ -144,9 +145,9 @@ def template_supports_tools(chat_template: str | None) -> bool:
     from jinja2 import meta
 
     try:
-        ast = jinja2.Environment().parse(chat_template)
-    except jinja2.TemplateSyntaxError:
-        return False
+        ast = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(chat_template)
+    except jinja2.TemplateSyntaxError:  # e.g. transformers' own {% generation %} tag
+        return re.search(r"\btools\b", chat_template) is not None
     return "tools" in meta.find_undeclared_variables(ast)
 
 
