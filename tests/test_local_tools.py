@@ -127,6 +127,9 @@ def test_fallback_renders_past_calls_and_results_as_text():
     model = tokenizer_only()
     prompt = model.format_prompt(HISTORY, GenerationParams(tools=[ADD]))
     assert prompt.startswith("<|im_start|>system\nUse the tools.\n\n# Tools")
+    # an assistant turn of calls alone may leave content out (model_dump(exclude_none=True))
+    no_content = [*HISTORY[:2], {k: v for k, v in HISTORY[2].items() if k != "content"}]
+    assert model.format_prompt(no_content + HISTORY[3:], GenerationParams(tools=[ADD])) == prompt
     assert (
         '<|im_start|>assistant\n<tool_call>\n{"name": "add", "arguments": {"a": 1200, "b": 3400}}'
         "\n</tool_call><|im_end|>\n"

@@ -723,12 +723,12 @@ def _check_messages(messages: Any) -> None:
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+        calls_only = isinstance(m, dict) and m.get("content") is None and m.get("tool_calls")
+        if not isinstance(m, dict) or "role" not in m or ("content" not in m and not calls_only):
             raise ValueError(f"message {i} must be a dict with 'role' and 'content', got {m!r}")
         if m["role"] not in _VALID_ROLES:
             raise ValueError(f"message {i} has unknown role {m['role']!r}")
-        calls_only = m["content"] is None and m.get("tool_calls")  # OpenAI: content null
-        if not isinstance(m["content"], str) and not calls_only:
+        if not isinstance(m.get("content"), str) and not calls_only:  # OpenAI: null with calls
             raise ValueError(f"message {i} content must be a string")
     check_tool_messages(messages)
 
