@@ -2,7 +2,8 @@
 
 `faults` is a queue of what the next chat requests get: "ok", "timeout" (sleeps past the
 client's timeout), "429", "500", "503", "401", "empty". When the queue is empty every
-request is answered "ok". Answers come from `answer(messages) -> str`. A request for n > 1
+request is answered "ok". Answers come from `answer(messages)`: a text, or a message dict
+(with "tool_calls", or an explicit "finish_reason"). A request for n > 1
 choices gets n answers (`n_mode="support"`), a 500 as llama.cpp's server answers it
 ("reject"), or one answer ("ignore"). `POST /v1/load_lora_adapter` (vLLM's runtime LoRA
 loading) adds the adapter's name to the served models and records it in `loaded`."""
@@ -19,10 +20,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def _choice(index: int, answer: str | dict[str, Any]) -> dict[str, Any]:
+    """A choice for an answer: a text, or a message dict (e.g. with "tool_calls"; its
+    "finish_reason" key, default "tool_calls" when it has calls, sets the choice's)."""
+    if isinstance(answer, str):
+        return {
+            "index": index,
+            "message": {"role": "assistant", "content": answer},
+            "finish_reason": "stop",
+        }
+    message = dict(answer)
+    finish = message.pop("finish_reason", "tool_calls" if message.get("tool_calls") else "stop")
+    return {
+        "index": index,
+        "message": {"role": "assistant", "content": None, **message},
+        "finish_reason": finish,
+    }
+
+
 class FaultServer:
     def __init__(
         self,
-        answer: Callable[[list[dict[str, Any]]], str] = lambda m: "42",
+        answer: Callable[[list[dict[str, Any]]], str | dict[str, Any]] = lambda m: "42",
         *,
         models: tuple[str, ...] = ("fake-model",),
         require_key: str | None = None,
@@ -94,7 +113,7 @@ class FaultServer:
                     return self._error(500, "Only one completion choice is allowed")
                 if server.n_mode == "ignore":
                     n = 1
-                texts = [
+                answers = [
                     "" if fault == "empty" else server.answer(body["messages"]) for _ in range(n)
                 ]
                 self._send(
@@ -104,14 +123,7 @@ class FaultServer:
                         "object": "chat.completion",
                         "created": int(time.time()),
                         "model": body["model"],
-                        "choices": [
-                            {
-                                "index": i,
-                                "message": {"role": "assistant", "content": text},
-                                "finish_reason": "stop",
-                            }
-                            for i, text in enumerate(texts)
-                        ],
+                        "choices": [_choice(i, a) for i, a in enumerate(answers)],
                         "usage": {
                             "prompt_tokens": 10,
                             "completion_tokens": 2 * n,

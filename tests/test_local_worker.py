@@ -104,7 +104,7 @@ class ScriptedLocalModel(LocalModel):
         self._batcher = self.batcher  # what `close` clears and the worker looks at
         return self.batcher
 
-    def _encode(self, messages):
+    def _encode(self, messages, params=None):
         if "too long" in messages[-1]["content"]:
             return [1] * 100
         return [1, 2, 3]

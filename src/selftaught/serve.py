@@ -2,9 +2,10 @@
 
 Each request awaits `model.achat` on the server's event loop, so concurrent requests reach
 the model concurrently (the local model batches them into one `generate` call). Only what
-an agent needs: `GET /v1/models`, `POST /v1/chat/completions` (n=1), `GET /health`. Errors
-use OpenAI's body, `{"error": {"message", "type", "code"}}`, so the official client raises
-its usual exceptions.
+an agent needs: `GET /v1/models`, `POST /v1/chat/completions` (n=1; `tools` and
+`tool_choice` pass to the model, its `tool_calls` come back with finish_reason
+"tool_calls"), `GET /health`. Errors use OpenAI's body, `{"error": {"message", "type",
+"code"}}`, so the official client raises its usual exceptions.
 
 `stream: true` is answered with OpenAI's server-sent events (`chat.completion.chunk`
 objects, then `data: [DONE]`). The reply is generated first and then sent in chunks, so an
@@ -28,6 +29,7 @@ from typing import Any
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, install_guard
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
+from selftaught.models.tools import check_tool_choice, check_tool_messages, check_tools
 
 DEFAULT_MAX_TOKENS = 512
 _ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -126,12 +128,15 @@ def parse_chat_request(
         raise RequestError(
             "'stop' must be a non-empty string or a list of non-empty strings", param="stop"
         )
+    tools, tool_choice = _parse_tools(body)
     params = GenerationParams(
         max_tokens=max_tokens,
         temperature=float(temperature),
         top_p=float(top_p),
         seed=seed,
         stop=stop or None,
+        tools=tools,
+        tool_choice=tool_choice,
     )
     return ChatRequest(
         model=model,
@@ -140,6 +145,38 @@ def parse_chat_request(
         stream=stream,
         include_usage=stream and bool(stream_options.get("include_usage")),
     )
+
+
+def _parse_tools(body: dict[str, Any]) -> tuple[Any, Any]:
+    """The body's `tools` and `tool_choice`, checked (None when absent)."""
+    tools, tool_choice = body.get("tools"), body.get("tool_choice")
+    try:
+        if tools is not None:
+            check_tools(tools)
+    except ValueError as err:
+        raise RequestError(str(err), param="tools") from err
+    try:
+        check_tool_choice(tool_choice, tools)
+    except ValueError as err:
+        raise RequestError(str(err), param="tool_choice") from err
+    return tools or None, tool_choice
+
+
+def _finish_reason(completion: Any) -> str:
+    if completion.tool_calls:
+        return "tool_calls"
+    return "length" if completion.truncated else "stop"
+
+
+def _reply_message(completion: Any) -> dict[str, Any]:
+    """The assistant message: with tool calls, OpenAI's shape (content null when empty)."""
+    if not completion.tool_calls:
+        return {"role": "assistant", "content": completion.text}
+    return {
+        "role": "assistant",
+        "content": completion.text or None,
+        "tool_calls": completion.tool_calls,
+    }
 
 
 def completion_body(completion: Any, model_name: str) -> dict[str, Any]:
@@ -152,8 +189,8 @@ def completion_body(completion: Any, model_name: str) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": completion.text},
-                "finish_reason": "length" if completion.truncated else "stop",
+                "message": _reply_message(completion),
+                "finish_reason": _finish_reason(completion),
                 "logprobs": None,
             }
         ],
@@ -173,8 +210,9 @@ _PIECES = re.compile(r"\S+\s*|\s+")
 
 
 def stream_events(completion: Any, model_name: str, include_usage: bool) -> Iterator[str]:
-    """The reply as OpenAI server-sent events: a role chunk, one chunk per word, a chunk with
-    the finish reason, the usage chunk when asked for, then `[DONE]`."""
+    """The reply as OpenAI server-sent events: a role chunk, one chunk per word, two chunks
+    per tool call (its id and name, then its arguments), a chunk with the finish reason, the
+    usage chunk when asked for, then `[DONE]`."""
     common = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion.chunk",
@@ -189,7 +227,18 @@ def stream_events(completion: Any, model_name: str, include_usage: bool) -> Iter
     yield event({"role": "assistant", "content": ""})
     for piece in _PIECES.findall(completion.text):
         yield event({"content": piece})
-    yield event({}, "length" if completion.truncated else "stop")
+    for index, call in enumerate(completion.tool_calls or []):
+        fn = call["function"]
+        head = {"name": fn["name"], "arguments": ""}
+        yield event(
+            {
+                "tool_calls": [
+                    {"index": index, "id": call["id"], "type": "function", "function": head}
+                ]
+            }
+        )
+        yield event({"tool_calls": [{"index": index, "function": {"arguments": fn["arguments"]}}]})
+    yield event({}, _finish_reason(completion))
     if include_usage:
         usage = {**common, "choices": [], "usage": _usage(completion)}
         yield f"data: {json.dumps(usage)}\n\n"
@@ -241,8 +290,27 @@ def _parse_messages(raw: Any) -> list[Message]:
                 param="messages",
             )
         # Chat templates know system/user/assistant; OpenAI's "developer" is a system prompt.
-        messages.append({"role": "system" if role == "developer" else role, "content": content})
+        message = {"role": "system" if role == "developer" else role, "content": content}
+        message.update(_tool_fields(m, i))
+        messages.append(message)
     return messages
+
+
+def _tool_fields(m: dict[str, Any], i: int) -> dict[str, Any]:
+    """An assistant turn's `tool_calls` and a tool turn's `tool_call_id`, checked."""
+    fields: dict[str, Any] = {}
+    if m.get("tool_calls") is not None:
+        fields["tool_calls"] = m["tool_calls"]
+        try:
+            check_tool_messages([{"role": m.get("role"), **fields}])
+        except ValueError as err:
+            message = str(err).replace("message 0", f"messages[{i}]", 1)
+            raise RequestError(message, param="messages") from err
+    if m.get("role") == "tool" and m.get("tool_call_id") is not None:
+        if not isinstance(m["tool_call_id"], str):
+            raise RequestError(f"messages[{i}].tool_call_id must be a string", param="messages")
+        fields["tool_call_id"] = m["tool_call_id"]
+    return fields
 
 
 def create_app(

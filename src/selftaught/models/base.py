@@ -62,6 +62,10 @@ class Completion:
     extra: dict[str, Any] = field(default_factory=dict)
     tool_calls: list[ToolCall] | None = None
     """The reply's tool calls in the OpenAI shape (finish_reason "tool_calls"); None: none."""
+    tool_call_errors: list[dict[str, Any]] | None = None
+    """Malformed tool calls, one {"index", "error", "raw"} each (bad JSON, an unknown tool,
+    arguments not an object, a truncated call): the reply then keeps its text and finish
+    reason and has no `tool_calls`. None: nothing malformed."""
 
     @property
     def truncated(self) -> bool:

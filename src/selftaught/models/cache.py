@@ -5,6 +5,7 @@ folder (`best`), so a key on the name would serve one model's replies to another
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -51,13 +52,17 @@ class ResponseCache:
         return Completion(**{**data, "cached": True, "latency_s": 0.0, "retries": 0})
 
     def put(self, key: str, c: Completion) -> None:
-        data = {
+        data: dict[str, Any] = {
             "text": c.text,
             "prompt_tokens": c.prompt_tokens,
             "completion_tokens": c.completion_tokens,
             "finish_reason": c.finish_reason,
             "model": c.model,
         }
+        if c.tool_calls is not None:  # plain replies keep the rows they always had
+            data["tool_calls"] = c.tool_calls
+        if c.tool_call_errors is not None:
+            data["tool_call_errors"] = c.tool_call_errors
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO replies (key, completion) VALUES (?, ?)",
@@ -90,7 +95,7 @@ class CachedModel(AsyncChatModel):
         if hit is not None:
             return hit
         c = await self.inner.achat(messages, params)
-        if c.text.strip():
+        if c.text.strip() or c.tool_calls:  # a reply of tool calls alone has no text
             self.cache.put(key, c)
         return c
 
@@ -103,7 +108,12 @@ class CachedModel(AsyncChatModel):
             return await self.inner.achat_n(messages, params, n)
         first = await self.achat(messages, params)
         copies = [
-            dataclasses.replace(first, cached=True, extra={**first.extra, "prompt_shared": True})
+            dataclasses.replace(
+                first,
+                cached=True,
+                extra={**first.extra, "prompt_shared": True},
+                tool_calls=copy.deepcopy(first.tool_calls),  # each copy's own calls
+            )
             for _ in range(n - 1)
         ]
         return [first, *copies]

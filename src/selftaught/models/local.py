@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import os
 import secrets
 import threading
@@ -47,6 +48,17 @@ from selftaught.models.base import (
 )
 from selftaught.models.batching import BatcherStats, ContinuousBatcher, GenSequence
 from selftaught.models.errors import BackendError, FatalBackendError
+from selftaught.models.tools import (
+    apply_tool_reply,
+    check_tool_choice,
+    check_tool_messages,
+    check_tools,
+    choice_instruction,
+    fallback_messages,
+    native_messages,
+    offered_tools,
+    template_supports_tools,
+)
 
 BACKEND = "local"
 CPU_MAX_BATCH = 8  # rows decoded together on a CPU (more adds latency, little throughput)
@@ -345,12 +357,15 @@ class LocalModel(AsyncChatModel):
 
         return run_sync(generate_all())
 
-    def format_prompt(self, messages: list[Message]) -> str:
+    def format_prompt(self, messages: list[Message], params: GenerationParams | None = None) -> str:
         """The exact text the model sees for `messages`: the chat template applied with the
-        generation prompt (for ChatML models it ends with the `<|im_start|>assistant` header)."""
+        generation prompt (for ChatML models it ends with the `<|im_start|>assistant` header),
+        and the tools of `params` when it offers some."""
         _check_messages(messages)
+        if params is not None:
+            _check_params(params)
         self._ensure_loaded()
-        return self._prompt_text(messages)
+        return self._prompt_text(messages, params)
 
     def close(self) -> None:
         """Answer the requests already made (here, in the calling thread), then let go of
@@ -504,7 +519,7 @@ class LocalModel(AsyncChatModel):
     def _sequences(self, request: _Request) -> list[GenSequence]:
         """The sequences of one request: n samples, or one for a greedy request (its n
         replies are copies); the token cap is clamped to what the context leaves."""
-        ids = self._encode(request.messages)
+        ids = self._encode(request.messages, request.params)
         context = self._context_length()
         if context and len(ids) >= context:
             raise FatalBackendError(
@@ -534,11 +549,12 @@ class LocalModel(AsyncChatModel):
             for i in range(count)
         ]
 
-    def _encode(self, messages: list[Message]) -> list[int]:
+    def _encode(self, messages: list[Message], params: GenerationParams | None = None) -> list[int]:
         """The prompt's token ids: the chat template's text, no special tokens added (the
         template already holds them, e.g. <|im_start|>)."""
         self._ensure_loaded()
-        return self._tokenizer(self._prompt_text(messages), add_special_tokens=False)["input_ids"]
+        text = self._prompt_text(messages, params)
+        return self._tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _context_length(self) -> int | None:
         return getattr(self._model.config, "max_position_embeddings", None)
@@ -603,6 +619,9 @@ class LocalModel(AsyncChatModel):
                 continue
             completion = self._completion(seq, request.prompt_tokens)
             completion.latency_s = done - request.submitted_at
+            offered = offered_tools(request.params.tools, request.params.tool_choice)
+            if offered:  # the reply's <tool_call> blocks become tool_calls (or errors)
+                apply_tool_reply(completion, offered)
             if seq.index > 0:
                 completion.extra["prompt_shared"] = True  # one call: its prompt counts once
             request.completions[seq.index] = completion
@@ -617,10 +636,24 @@ class LocalModel(AsyncChatModel):
 
     # ------------------------------------------------------------------ text
 
-    def _prompt_text(self, messages: list[Message]) -> str:
+    def _prompt_text(self, messages: list[Message], params: GenerationParams | None = None) -> str:
+        """The chat template's text for `messages`, with the offered tools: rendered by the
+        template itself when it has a tools section, else by the documented fallback (a
+        system-prompt section; past calls and results as text), see `models.tools`."""
+        offered = offered_tools(params.tools, params.tool_choice) if params else None
+        kwargs: dict[str, Any] = {}
+        if offered or any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
+            instruction = choice_instruction(params.tool_choice) if params and offered else None
+            template = self._tokenizer.chat_template
+            if isinstance(template, str) and template_supports_tools(template):
+                calls_native = "tool_calls" in template
+                messages = native_messages(messages, instruction, renders_calls=calls_native)
+                kwargs["tools"] = offered
+            else:
+                messages = fallback_messages(messages, offered, instruction)
         try:
             return self._tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
+                messages, add_generation_prompt=True, tokenize=False, **kwargs
             )
         except Exception as err:  # jinja errors: e.g. a template that rejects a role order
             raise FatalBackendError(
@@ -678,21 +711,26 @@ def _generator(seed: int | None) -> Any:
 
 
 def _shared_copy(completion: Completion) -> Completion:
-    copy = Completion(**{**completion.__dict__, "extra": dict(completion.extra)})
-    copy.extra["prompt_shared"] = True
-    return copy
+    calls = copy.deepcopy(completion.tool_calls)  # each copy's own calls
+    copy_ = Completion(
+        **{**completion.__dict__, "extra": dict(completion.extra), "tool_calls": calls}
+    )
+    copy_.extra["prompt_shared"] = True
+    return copy_
 
 
 def _check_messages(messages: Any) -> None:
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+        calls_only = isinstance(m, dict) and m.get("content") is None and m.get("tool_calls")
+        if not isinstance(m, dict) or "role" not in m or ("content" not in m and not calls_only):
             raise ValueError(f"message {i} must be a dict with 'role' and 'content', got {m!r}")
         if m["role"] not in _VALID_ROLES:
             raise ValueError(f"message {i} has unknown role {m['role']!r}")
-        if not isinstance(m["content"], str):
+        if not isinstance(m.get("content"), str) and not calls_only:  # OpenAI: null with calls
             raise ValueError(f"message {i} content must be a string")
+    check_tool_messages(messages)
 
 
 def _check_params(params: GenerationParams) -> None:
@@ -702,6 +740,9 @@ def _check_params(params: GenerationParams) -> None:
         raise ValueError(f"temperature must be >= 0, got {params.temperature}")
     if not 0 < params.top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+    if params.tools is not None:
+        check_tools(params.tools)
+    check_tool_choice(params.tool_choice, params.tools)
 
 
 def _resolve(future: Future, result: Any) -> None:

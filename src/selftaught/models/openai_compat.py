@@ -4,6 +4,7 @@ on the official `openai` SDK. The SDK's own retries are off: our policy classifi
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 import weakref
@@ -16,6 +17,7 @@ from selftaught.models.base import (
     Completion,
     GenerationParams,
     Message,
+    ToolCall,
     check_n,
     close_with_loop,
     params_for_sample,
@@ -26,6 +28,7 @@ from selftaught.models.errors import (
     TransientBackendError,
     with_retries,
 )
+from selftaught.models.tools import check_tool_calls, tool_names
 
 LOCAL_KEY = "EMPTY"  # local servers accept any key
 
@@ -176,7 +179,7 @@ class OpenAICompatModel(AsyncChatModel):
             self._n_supported = False
             return await super().achat_n(messages, params, n)
         self._n_supported = True
-        kept = [c for c in completions if c.text.strip()][:n]
+        kept = [c for c in completions if c.text.strip() or c.tool_calls][:n]
         missing = range(len(kept), n)
         extra = await asyncio.gather(
             *(self.achat(messages, params_for_sample(params, i)) for i in missing)
@@ -206,6 +209,10 @@ class OpenAICompatModel(AsyncChatModel):
                 kwargs["seed"] = params.seed
             if params.stop:
                 kwargs["stop"] = params.stop
+            if params.tools:  # only when set: plain requests stay as they were
+                kwargs["tools"] = params.tools
+                if params.tool_choice is not None:  # servers refuse it without tools
+                    kwargs["tool_choice"] = params.tool_choice
             try:
                 resp = await self._client().chat.completions.create(**kwargs)
             except Exception as err:  # noqa: BLE001 - classified below
@@ -215,9 +222,10 @@ class OpenAICompatModel(AsyncChatModel):
             choices = sorted(resp.choices or [], key=lambda c: c.index)
             if not choices:
                 raise TransientBackendError(self.backend, "reply had no choices")
-            if n == 1 and not (choices[0].message.content or "").strip():
+            if n == 1 and _empty(choices[0].message):
                 raise TransientBackendError(self.backend, "empty reply")
-            return _completions(resp, choices, self.model, time.perf_counter() - t0)
+            completions = _completions(resp, choices, self.model, time.perf_counter() - t0)
+            return [_check_calls(c, params) for c in completions]
 
         def count(attempt: int, _err: TransientBackendError) -> None:
             nonlocal retries_seen
@@ -242,6 +250,56 @@ def _rejects_n(err: Exception) -> bool:
     return err.status_code in (400, 422) or "choice" in message
 
 
+def _empty(message: Any) -> bool:
+    """A reply with neither text nor tool calls."""
+    return not (message.content or "").strip() and not message.tool_calls
+
+
+def _tool_calls(message: Any) -> list[ToolCall] | None:
+    """The message's tool calls as plain OpenAI-shaped dicts (None: none)."""
+    calls = message.tool_calls
+    if not calls:
+        return None
+    out = []
+    for call in calls:
+        fn = getattr(call, "function", None)  # a custom (non-function) call has none
+        out.append(
+            {
+                "id": call.id,
+                "type": call.type,
+                "function": {
+                    "name": getattr(fn, "name", None),
+                    "arguments": getattr(fn, "arguments", None),
+                },
+            }
+        )
+    return out
+
+
+def _check_calls(c: Completion, params: GenerationParams) -> Completion:
+    """Hold a server's tool calls to the rules parsed ones meet (an offered tool, arguments a
+    JSON object, a reply not cut by max_tokens): malformed ones move to
+    `extra["malformed_tool_calls"]` and are reported in `tool_call_errors`; a reply of valid
+    calls has finish_reason "tool_calls" (some servers say "stop")."""
+    if c.tool_calls is None:
+        return c
+    names = tool_names(params.tools)
+    errors = check_tool_calls(c.tool_calls, names) if params.tools else []
+    if c.truncated:
+        errors.append(
+            {"index": len(c.tool_calls), "error": "the reply was cut by max_tokens", "raw": ""}
+        )
+    if errors:
+        c.tool_call_errors = errors
+        c.extra["malformed_tool_calls"] = c.tool_calls
+        c.tool_calls = None
+        if c.finish_reason == "tool_calls":
+            c.finish_reason = "stop"
+    elif c.finish_reason == "stop":
+        c.finish_reason = "tool_calls"
+    return c
+
+
 def _completions(resp: Any, choices: list[Any], model: str, latency_s: float) -> list[Completion]:
     """One Completion per choice. Usage covers the whole request: the prompt is charged to
     the first choice (the others are marked `prompt_shared`), and with several choices the
@@ -250,10 +308,12 @@ def _completions(resp: Any, choices: list[Any], model: str, latency_s: float) ->
     prompt = usage.prompt_tokens if usage else 0
     total = usage.completion_tokens if usage else 0
     texts = [c.message.content or "" for c in choices]
+    calls = [_tool_calls(c.message) for c in choices]
     if len(choices) == 1:
         shares = [total]
-    else:
-        chars = [max(1, len(t)) for t in texts]
+    else:  # a choice's size: its text and its calls
+        pairs = zip(texts, calls, strict=True)
+        chars = [max(1, len(t) + (len(json.dumps(k)) if k else 0)) for t, k in pairs]
         shares = [total * k // sum(chars) for k in chars]
         shares[0] += total - sum(shares)
     out = []
@@ -265,6 +325,7 @@ def _completions(resp: Any, choices: list[Any], model: str, latency_s: float) ->
             latency_s=latency_s,
             finish_reason=choice.finish_reason or "stop",
             model=resp.model or model,
+            tool_calls=calls[i],
         )
         if i > 0:
             c.extra["prompt_shared"] = True
