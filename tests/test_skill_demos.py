@@ -89,6 +89,9 @@ def test_near_duplicates_are_caught_and_different_problems_are_not():
     )
     assert not near_duplicate("What is 3 + 4?", "What is 3 + 5?")
     assert not near_duplicate("Name a color.", "Name a fruit.")
+    # the same numbers with another operator or sign are another problem
+    assert not near_duplicate("Calculate 5 - 3.", "Calculate ( 5 * 3 ).")
+    assert not near_duplicate("Calculate -9 / 1.", "Calculate 9 / 1.")
 
 
 def test_leak_check_drops_and_fails_closed_naming_both_items():

@@ -162,20 +162,26 @@ def demo_section(demos: Sequence[Demo]) -> str:
 
 
 # ---- leakage ------------------------------------------------------------------------------
+_SKELETON = re.compile(r"\d+(?:\.\d+)?|[^\w\s.,;:?!'\"]")
+
+
+def skeleton(text: str) -> list[str]:
+    """The numbers and symbols of a text in order (operators, signs, brackets): what tells
+    one arithmetic problem from another when their words are the same."""
+    return _SKELETON.findall(text.replace(",", ""))
+
+
 def near_duplicate(a: str, b: str, *, word_share: float = 0.9) -> bool:
-    """Same text up to case, spacing and punctuation; or the same numbers in the same order
-    with nearly all words shared (a reworded copy of one problem)."""
-    wa, wb = words(a), words(b)
-    if wa == wb:
-        return True
-    sa, sb = set(wa), set(wb)
-    if not sa or not sb:
-        return False
-    share = len(sa & sb) / len(sa | sb)
-    na, nb = numbers(a), numbers(b)
-    if na and na == nb:
-        return share >= word_share - 0.3
-    return share >= word_share and not (na or nb)
+    """One problem in two wordings: the same numbers and symbols in the same order with at
+    least half the words shared ("What is 3 + 4?" / "what is 3+4 ?"), or, without numbers,
+    nearly all words shared. "Calculate 5 - 3" and "Calculate 5 * 3" are different problems."""
+    sa, sb = skeleton(a), skeleton(b)
+    wa = {w for w in words(a) if not w.isdigit()}
+    wb = {w for w in words(b) if not w.isdigit()}
+    share = len(wa & wb) / len(wa | wb) if wa | wb else 1.0
+    if numbers(a) or numbers(b):
+        return sa == sb and share >= 0.5
+    return sa == sb and share >= word_share
 
 
 @dataclass(frozen=True)
@@ -194,14 +200,14 @@ class LeakCheck:
     def __init__(self, held_out: Iterable[tuple[str, str, str]]):
         """`held_out`: (split, id, input text) of every val and test example."""
         self.items = list(held_out)
-        self._exact = {" ".join(words(t)): (s, i) for s, i, t in self.items}
+        # only items with the same numbers and symbols can be near-duplicates
+        self._by_skeleton: dict[str, list[tuple[str, str, str]]] = {}
+        for item in self.items:
+            self._by_skeleton.setdefault(" ".join(skeleton(item[2])), []).append(item)
 
     def find(self, demo: Demo) -> Leak | None:
         text = demo.input_text()
-        hit = self._exact.get(" ".join(words(text)))
-        if hit:
-            return Leak(demo.id, hit[1], hit[0])
-        for split, ex_id, held in self.items:
+        for split, ex_id, held in self._by_skeleton.get(" ".join(skeleton(text)), []):
             if near_duplicate(text, held):
                 return Leak(demo.id, ex_id, split)
         return None
