@@ -927,6 +927,7 @@ class SkillTrainer:
             if st.best and done.get("best", {}).get("skill_hash") == st.best.hash:
                 return done
         assert st.best is not None
+        self.leak_check.assert_clean(split_skill(st.best.text).demos)  # fail closed, always
         self._set_stage("test", st)
         initial = self._skill_from_file(0)
         test_model = self.test_target
