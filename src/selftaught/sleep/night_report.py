@@ -229,6 +229,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
     if report.get("splits"):
         s = report["splits"]
         lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
+    lines += _recall_lines(report.get("recall"))
     gate = report.get("gate")
     if gate and gate["mode"] == "off":
         lines.append("- gate: **OFF** — every candidate was accepted greedily, unchecked")
@@ -246,6 +247,24 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
             f"{'given' if training['preferences'] else 'none'}"
         )
     return lines + [f"- note: {note}" for note in report.get("notes") or []]
+
+
+def _recall_lines(rec: dict[str, Any] | None) -> list[str]:
+    if not rec:
+        return []
+    if not rec.get("max"):
+        return ["- recall: off"]
+    used = rec.get("recalled") or {}
+    by_split = " / ".join(f"{used.get(s, 0)} {s}" for s in ("train", "val", "test"))
+    line = (
+        f"- recall: {sum(used.values())} past tasks ({by_split}) from a pool of {rec['pool']} "
+        f"(cap {rec['max']}); {rec.get('mined_again', 0)} asked again tonight kept their split"
+    )
+    if rec.get("pinned_train"):
+        line += f"; {rec['pinned_train']} pinned to train (an adopted demo came from them)"
+    if rec.get("withheld_private"):
+        line += f"; {rec['withheld_private']} private ones kept from a remote model"
+    return [line]
 
 
 def _proposal_lines(night_dir: Path, report: dict[str, Any]) -> list[str]:
