@@ -40,13 +40,14 @@ from urllib.parse import urlparse
 from rich.console import Console
 
 from selftaught.demos import split_skill
-from selftaught.gate import GateConfig
+from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
 from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep import night_report, recall, staging
 from selftaught.sleep.consolidate import Consolidation, backend_failure, consolidate, paired_val
+from selftaught.sleep.demo_modes import DemoModeConfig
 from selftaught.sleep.evidence import EvidenceLog
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.log import Interaction, LogFilter, TaskLog
@@ -95,6 +96,8 @@ class SleepConfig:
     """Live files that also receive the adopted skill (with auto_adopt)."""
     training: SkillOptConfig = field(default_factory=night_training_defaults)
     split: SplitConfig = field(default_factory=SplitConfig)
+    demo_modes: DemoModeConfig = field(default_factory=DemoModeConfig)
+    """After the skill phase: none / static / retrieved demos, gated on the same val."""
     recall_max: int = 200
     """Past tasks kept per project across nights (`recall.py`), recalled with their fixed
     splits so a quiet night still has val; the oldest are dropped (0: no recall)."""
@@ -419,6 +422,9 @@ def run_project(
         mined = _mine_and_split(report, taken, config, models, adopted, home)
         splits = mined.splits
         report["splits"] = {s: len(v) for s, v in splits.items()}
+        report["gate"]["smallest_gain"] = smallest_accepted_gain(
+            len(splits["val"]), config.training.gate
+        ).to_dict()
         tonight = {id(t) for t in mined.tonight}
         rows_out = [
             {**night_report.task_row(t), "recalled": id(t) not in tonight}
@@ -439,7 +445,9 @@ def run_project(
             night_dir,
             evidence,
             console,
+            modes=config.demo_modes,
         )
+        report["notes"] += result.notes
         _outcome(report, night_dir, adopted, result, evidence, config)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))

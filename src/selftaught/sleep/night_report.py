@@ -239,6 +239,16 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
             f"- gate: on ({gate['metric']}, a new best needs > {gate['margin']:g} val "
             f"items{paired})"
         )
+    smallest = (gate or {}).get("smallest_gain")
+    if smallest and gate and gate["mode"] == "on":
+        if smallest["items"] is None:
+            lines.append(f"- smallest gain the gate could accept: none — {smallest['why']}")
+        else:
+            lines.append(
+                f"- smallest gain the gate could accept: {smallest['items']} net val items of "
+                f"{smallest['n_val']} ({smallest['share']:.0%}); a smaller true gain cannot be "
+                "told from noise at this val size"
+            )
     training = report.get("training")
     if training:
         lines.append(
@@ -265,6 +275,48 @@ def _recall_lines(rec: dict[str, Any] | None) -> list[str]:
     if rec.get("withheld_private"):
         line += f"; {rec['withheld_private']} private ones kept from a remote model"
     return [line]
+
+
+def _ci(d: dict[str, Any]) -> str:
+    lo, hi = d["hard_ci95"]
+    return f"{d['hard']:.3f} ({d['solved']}/{d['n']}) | {lo:.2f}–{hi:.2f}"
+
+
+def demo_mode_lines(modes: dict[str, Any] | None) -> list[str]:
+    """The three-way demo gate: the pool, each mode's val with its 95% interval, the winner."""
+    if not modes:
+        return []
+    sources = ", ".join(f"{n} {k}" for k, n in sorted(modes.get("sources", {}).items()))
+    lines = [
+        "",
+        "## Demonstrations",
+        "",
+        f"Pool: {modes['pool']} clean train demos ({sources or 'none'}); "
+        f"{modes['leaks_refused']} refused as near-copies of val / test inputs.",
+    ]
+    cands = modes.get("candidates") or {}
+    if cands:
+        lines += [
+            "",
+            "| mode | val | 95% CI | demos | net items vs incumbent | gate |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for mode, d in cands.items():
+            g = (modes.get("gates") or {}).get(mode)
+            if mode == modes["incumbent"]:
+                net, verdict = "—", "incumbent (the skill phase's choice)"
+            elif mode == "adopted":
+                vs = modes.get("vs_adopted") or {}
+                net, verdict = "—", f"the adopted skill; {vs.get('mode')} vs it: {vs.get('reason')}"
+            else:
+                net = f"{g['gain_vs_best']:+g}" if g else "—"
+                verdict = g["reason"] if g else ""
+            shown = f"{d['demos']}" + (f" (retrieve {d['retrieve']})" if d.get("retrieve") else "")
+            lines.append(f"| {mode} | {_ci(d)} | {shown} | {net} | {verdict} |")
+        won = modes["winner"]
+        lines += ["", f"Winner: **{won}**" + (" (kept)" if won == modes["incumbent"] else "") + "."]
+    lines += [f"- note: {n}" for n in modes.get("notes") or []]
+    return lines
 
 
 def _proposal_lines(night_dir: Path, report: dict[str, Any]) -> list[str]:
@@ -303,6 +355,7 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         "",
         *_summary_lines(report),
         *_proposal_lines(night_dir, report),
+        *demo_mode_lines(((report.get("phases") or {}).get("skill") or {}).get("demo_modes")),
     ]
     phases = report.get("phases") or {}
     if phases:
