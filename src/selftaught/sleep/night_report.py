@@ -85,6 +85,12 @@ def why_nothing(night_dir: Path, phases: dict[str, dict[str, Any]]) -> str:
                 if r.get("val") is not None
             )
             text = f"{document}: the gate kept the adopted {document}: {verdicts}"
+        modes = phase.get("demo_modes") or {}
+        if modes.get("winner") == "adopted" and modes.get("vs_adopted"):
+            vs = modes["vs_adopted"]
+            text += f"; demos: kept the adopted skill ({vs['mode']} vs it: {vs['reason']})"
+        elif modes.get("candidates"):
+            text += f"; demos: {modes['winner']} won of {', '.join(modes['candidates'])}"
         if phase.get("stopped_by"):
             text += f"; stopped early: {phase['stopped_by']}"
         parts.append(text)
