@@ -99,6 +99,7 @@ def test_injection_renders_the_demos_as_the_policy_does_and_strips_them(placemen
 
 
 def test_a_retrieval_pool_injects_the_most_similar_demos_per_request():
+    pytest.importorskip("bm25s")  # the [retrieval] extra
     skill = join_skill("Be brief.", DEMOS, "turns", retrieve=2)
     sent = inject_adopted([{"role": "user", "content": "The capital of Chile?"}], Adopted(skill))
     shown = [m["content"] for m in sent if m["role"] == "user"][:-1]
@@ -120,6 +121,7 @@ def test_a_live_file_gets_the_demos_as_a_worked_examples_section(tmp_path):
 
 
 def test_bm25_picks_the_most_similar_demo_never_the_item_itself_nor_an_unrelated_one():
+    pytest.importorskip("bm25s")  # the [retrieval] extra
     r = DemoRetriever(DEMOS)
     assert [d.id for d in r.pick("capital of Peru, please", 1)] == ["d3"]
     assert [d.id for d in r.pick("spider legs?", 3)] == ["d2"]  # no shared token: not shown
@@ -185,6 +187,7 @@ def night_rows(night) -> dict[str, dict]:
 
 
 def test_retrieved_demos_win_the_three_way_gate_and_never_show_a_held_out_task(tmp_path):
+    pytest.importorskip("bm25s")  # the [retrieval] extra
     fill_tagged(tmp_path, 32)
     target = TagTarget()
     cfg = config(tmp_path, split=SplitConfig(val_fraction=0.4))
