@@ -12,6 +12,11 @@ deployment with the same stream: the gate on (default margin gate), the gate off
 greedily: SkillOpt-Sleep's ablation, where accuracy collapsed 0.554 → 0.026), and the gate on
 with rollouts-k 4 (contrastive reflection). Per night: held-out accuracy with a 95% Wilson
 interval, the night's status and gate decisions, calls and tokens (traffic, night, held-out).
+The user's corrections are demonstrations too (`sleep` turns them into demos); `gate-on` and
+`gate-off` show them as a static block only, `retrieval` (gate on) also tries, each night,
+the whole pool with the `--retrieve-k` most similar demos per request (BM25, needs
+`selftaught[retrieval]`). Each night records which demo mode won and the smallest gain its
+gate could have accepted at its val size.
 
     python benchmarks/bench_sleep.py --quick            # a smoke test: 1 night, tiny sizes
     python benchmarks/bench_sleep.py                    # 4 nights x 24 requests, 60 held out
@@ -50,7 +55,8 @@ from selftaught.tasks.base import Example, Score  # noqa: E402
 
 PROJECT = "bench"
 UNIT = "km"
-CONFIGS = ("gate-on", "gate-off", "rollouts-k4")
+CONFIGS = ("gate-on", "gate-off", "retrieval", "rollouts-k4")
+DEFAULT_CONFIGS = ("gate-on", "gate-off", "retrieval")
 
 
 @dataclass
@@ -213,6 +219,7 @@ def run_config(
     save: Any,
 ) -> None:
     from selftaught.sleep.cycle import SleepConfig, run_night
+    from selftaught.sleep.demo_modes import DemoModeConfig
 
     home = root / name
     rows: list[dict[str, Any]] = []
@@ -230,9 +237,11 @@ def run_config(
             documents=tuple(args.documents.split(",")),
             training=training_for(name, args),
             split=SplitConfig(min_val=args.min_val, seed=args.seed),
+            demo_modes=DemoModeConfig("on" if name == "retrieval" else "off", args.retrieve_k),
         )
         (night,) = run_night(config, models=models)
         report = night.report
+        modes = ((report.get("phases") or {}).get("skill") or {}).get("demo_modes") or {}
         rows.append(
             {
                 "night": k,
@@ -243,6 +252,13 @@ def run_config(
                 },
                 "proposal": report.get("proposal"),
                 "splits": report.get("splits"),
+                "recall": report.get("recall"),
+                "smallest_gain": (report.get("gate") or {}).get("smallest_gain"),
+                "demo_modes": {
+                    "winner": modes.get("winner"),
+                    "pool": modes.get("pool"),
+                    "val": {m: c["hard"] for m, c in (modes.get("candidates") or {}).items()},
+                },
                 "traffic": traffic,
                 "night_usage": report.get("usage"),
                 "heldout": heldout_accuracy(home, models.target, heldout, args),
@@ -253,7 +269,9 @@ def run_config(
         h = rows[-1]["heldout"]
         print(
             f"[{name}] night {k}: {report['status']} · held-out {h['hard']:.3f} "
-            f"CI95 {h['hard_ci95']} (adopted v{h['adopted_version']})",
+            f"CI95 {h['hard_ci95']} (adopted v{h['adopted_version']}) · demos "
+            f"{modes.get('winner')} · smallest acceptable gain "
+            f"{(rows[-1]['smallest_gain'] or {}).get('why')}",
             flush=True,
         )
 
@@ -295,7 +313,8 @@ def main() -> None:
     p.add_argument("--nights", type=int, default=4)
     p.add_argument("--requests-per-night", type=int, default=24)
     p.add_argument("--heldout", type=int, default=60)
-    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=", ".join(CONFIGS))
+    p.add_argument("--retrieve-k", type=int, default=4, help="demos retrieved per request")
     p.add_argument("--documents", default="skill,memory")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=16)

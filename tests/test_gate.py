@@ -113,3 +113,43 @@ def test_gate_confidence_zero_on_the_command_line_means_no_paired_test():
 
     assert gate_config(None, 1.0, 0.0).confidence is None
     assert gate_config(None, 1.0, 0.8).confidence == 0.8
+
+
+def _wins(n: int, w: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(candidate, base) on n val items where the candidate wins w of them, loses none."""
+    base = {f"v{i}": 0.0 for i in range(n)}
+    return {k: (1.0 if i < w else 0.0) for i, k in enumerate(base)}, base
+
+
+@pytest.mark.parametrize(
+    "cfg, n, expected",
+    [
+        (GateConfig(), 10, 2),  # margin 1: two net wins
+        (GateConfig(confidence=0.8), 10, 3),  # and p = 2^-w <= 0.2: three
+        (GateConfig(confidence=0.95), 10, 5),  # 2^-5 = 0.031
+        (GateConfig(margin=0), 10, 1),
+        (GateConfig(margin=2.5), 10, 3),
+        (GateConfig(confidence=0.95), 4, None),  # five wins needed, four items: never
+    ],
+)
+def test_smallest_accepted_gain_is_what_the_gate_accepts(cfg, n, expected):
+    from selftaught.gate import smallest_accepted_gain
+
+    got = smallest_accepted_gain(n, cfg)
+    assert got.items == expected and got.n_val == n
+    for w in range(n + 1):  # the gate itself agrees, item by item
+        cand, base = _wins(n, w)
+        accepted = gate(cand, base, base, cfg).decision == "accept_new_best"
+        assert accepted == (expected is not None and w >= expected), (w, got)
+    if expected is None:
+        assert got.share is None and "no gain can pass on 4 val items" in got.why
+    else:
+        assert got.share == pytest.approx(expected / n)
+
+
+def test_smallest_accepted_gain_with_the_gate_off_and_bad_input():
+    from selftaught.gate import smallest_accepted_gain
+
+    assert smallest_accepted_gain(5, GateConfig(accept_all=True)).items == 0
+    with pytest.raises(ValueError, match="n_val"):
+        smallest_accepted_gain(-1, GateConfig())

@@ -331,9 +331,10 @@ def test_a_sleep_night_is_reported_as_its_skill_phase_with_the_night_first(tmp_p
     assert run.best_skill is not None and run.best_skill.strip() == "rule alpha"
     page = render_report(night.night_dir)
     assert "selftaught sleep · sleep:demo" in page and "rule alpha" in page
-    # a night that never trained (too few tasks) is still a night, with its reason
+    # a night that never trained (too few tasks, no recall of past ones) is still a night
     fill_log(tmp_path, ["alpha"] * 3, start=500)
-    (few,) = run_night(config(tmp_path, since=night.report["window"]["until"]), models=models())
+    quiet = config(tmp_path, since=night.report["window"]["until"], recall_max=0)
+    (few,) = run_night(quiet, models=models())
     assert few.status == "too_few_tasks"
     thin = load_run(few.night_dir)
     assert thin.kind == "sleep" and "too_few_tasks" in thin.notes[0]

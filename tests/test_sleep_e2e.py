@@ -252,3 +252,57 @@ def test_a_night_through_the_proxy_adopt_and_rollback(tmp_path, monkeypatch, emb
     log = TaskLog(log_path)
     assert log.get(with_skill).skill_version == "1"  # the next request carried the new skill
     assert log.get(without).skill_version is None  # and after the rollback it is gone
+
+
+@pytest.mark.slow  # the embedded model replays ~60 short val / train requests
+def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
+    tmp_path, embedded_available
+):
+    """A log of replies the user corrected; a night with the embedded model as target: the
+    corrections become the demo pool (source correction, train only), the report lists the
+    none / static / retrieved demo modes with their val and 95% intervals, and states the
+    smallest gain its gate could accept. The mechanics, not a gain."""
+    pytest.importorskip("bm25s")
+    from selftaught.models import load_model
+    from selftaught.skill.config import SkillOptConfig
+    from selftaught.sleep.cycle import NightModels, SleepConfig, run_night
+    from selftaught.sleep.demo_modes import DemoModeConfig
+    from selftaught.sleep.log import Feedback, Interaction
+    from tests.scripted import canned_analyst
+
+    log = TaskLog(tmp_path / "log.db")
+    for i in range(12):
+        a, b = 2 * i + 1, 3 * i + 20
+        log.add(
+            Interaction(
+                messages=[{"role": "user", "content": f"What is {a} + {b}?"}],
+                reply="I think it is 7.",
+                project="demo",
+                source="proxy",
+                feedback=Feedback(thumb="down", reference=str(a + b)),
+            )
+        )
+    log.close()
+    target = load_model("local")
+    models = NightModels(target, "local", canned_analyst(), "local")
+    config = SleepConfig(
+        home=tmp_path,
+        log_path=tmp_path / "log.db",
+        documents=("skill",),
+        training=SkillOptConfig(epochs=1, batch_size=8, max_tokens=16, concurrency=4),
+        demo_modes=DemoModeConfig("on", 2),
+    )
+    (night,) = run_night(config, models=models)
+    assert night.status in ("staged", "no_proposal"), night.report["reason"]
+    report = night.report
+    modes = report["phases"]["skill"]["demo_modes"]
+    assert set(modes["candidates"]) >= {"none", "static", "retrieved"}
+    assert modes["sources"] == {"correction": report["splits"]["train"]}
+    assert modes["leaks_refused"] == 0 and modes["winner"] in modes["candidates"]
+    for c in modes["candidates"].values():
+        assert c["n"] == report["splits"]["val"] and len(c["hard_ci95"]) == 2
+    smallest = report["gate"]["smallest_gain"]
+    assert smallest["n_val"] == report["splits"]["val"] and smallest["items"] == 3
+    md = (night.night_dir / "report.md").read_text()
+    assert "## Demonstrations" in md and "| retrieved |" in md and "Winner: **" in md
+    assert "smallest gain the gate could accept: 3 net val items" in md

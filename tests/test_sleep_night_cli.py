@@ -116,6 +116,10 @@ def test_bad_input_exits_2_and_a_second_night_exits_3_naming_the_first(env):
     fill(log)
     code, text = run("sleep", "run", "--gate", "maybe", "--model", "local")
     assert code == 2 and "--gate must be on or off" in text
+    code, text = run("sleep", "run", "--retrieval", "maybe", "--model", "local")
+    assert code == 2 and "retrieval must be one of auto, on, off" in text
+    code, text = run("sleep", "run", "--recall-max", "-1", "--model", "local")
+    assert code == 2 and "recall_max must be >= 0" in text
     code, text = run("sleep", "run")  # proxy rows without an upstream, and no --model
     assert code == 2 and "no --model given" in text
     with night_lock(home, "20260101-031700"):

@@ -155,6 +155,32 @@ def test_adopted_skill_is_injected_marked_and_picked_up_without_restart(env):
     assert row.messages == msgs and row.skill_version == "1"  # logged without the skill
 
 
+def test_adopted_demos_go_upstream_as_turns_and_the_log_keeps_the_client_messages(env):
+    from selftaught.demos import Demo, join_skill
+
+    client, upstream, home = env["client"], env["upstream"], env["home"]
+    demos = [
+        Demo("d1", "What is the capital of France?", "Paris", "correction"),
+        Demo("d2", "How many legs has a spider?", "Eight", "correction"),
+    ]
+    adopt(home, "demo", join_skill("Answer in one word.", demos, "turns"), "", "4")
+    msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
+    sent = client.chat.completions.with_raw_response.create(model="fake-model", messages=msgs)
+    got = upstream.requests[-1]["messages"]
+    assert got[0]["content"].startswith("<!-- selftaught:skill version=4 turns=4 -->")
+    assert "Answer in one word." in got[0]["content"] and '{"id"' not in got[0]["content"]
+    assert got[1:5] == [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "Paris"},
+        {"role": "user", "content": "How many legs has a spider?"},
+        {"role": "assistant", "content": "Eight"},
+    ]
+    assert got[5:] == msgs[1:] and strip_injected_messages(got) == msgs
+    wait_logged(env["url"], 1)
+    row = env["log"].get(sent.headers[ID_HEADER])
+    assert row.messages == msgs and row.skill_version == "4"  # logged as the client sent it
+
+
 def test_upstream_errors_pass_through_and_are_logged_as_errors(env):
     client, upstream = env["client"], env["upstream"]
     upstream.faults.extend(["429", "500"])

@@ -682,6 +682,17 @@ def sleep_run_cmd(
     val_fraction: Annotated[float, typer.Option(help="Share of tasks that gate.")] = 0.3,
     test_fraction: Annotated[float, typer.Option(help="Share held out from the gate.")] = 0.0,
     min_val: Annotated[int, typer.Option(help="Fewer val tasks: nothing is staged.")] = 4,
+    recall_max: Annotated[
+        int, typer.Option(help="Past tasks recalled across nights, splits fixed (0: off).")
+    ] = 200,
+    demos_max: Annotated[
+        int, typer.Option(help="Most demonstrations in a static block (0: rules only).")
+    ] = SkillOptConfig.demos_max,
+    retrieval: Annotated[
+        str,
+        typer.Option(help="Try retrieved demos per request: auto | on | off (bm25s extra)."),
+    ] = "auto",
+    retrieve_k: Annotated[int, typer.Option(help="Demos retrieved per request.")] = 4,
     concurrency: Annotated[int, typer.Option(help="Parallel replay workers.")] = (
         SkillOptConfig.concurrency
     ),
@@ -704,6 +715,7 @@ def sleep_run_cmd(
     """One night: harvest the log → mine tasks → split → consolidate skill, then memory → stage
     a proposal (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
     from selftaught.sleep.cycle import SleepConfig, run_night
+    from selftaught.sleep.demo_modes import DemoModeConfig
     from selftaught.sleep.lock import NightRunning
     from selftaught.sleep.log import parse_time
     from selftaught.sleep.night_report import print_outcomes
@@ -737,8 +749,11 @@ def sleep_run_cmd(
             max_tokens=max_tokens,
             seed=seed,
             timeout_s=timeout * 10,
+            demos_max=demos_max,
         ),
         split=SplitConfig(val_fraction, test_fraction, min_val=min_val, seed=seed),
+        demo_modes=DemoModeConfig(retrieval, retrieve_k),
+        recall_max=recall_max,
         model_options=model_options(api_key, timeout),
         progress=console.is_terminal,
     )

@@ -19,6 +19,8 @@ that reads a skill (eval --skill, the proxy, adopt, a night) carries them with i
 
 ``placement`` says how the policy shows them: ``turns`` (prior user/assistant turns, the
 chat-native few-shot form) or ``system`` (a "Worked examples" section of the system prompt).
+``retrieve=K`` (optional) makes the block a pool: per example the policy shows only the K
+demos most similar to it (BM25, `selftaught.retrieval`), never the example itself.
 
 Nothing held out may feed a demo: `leak_check` drops a candidate whose input duplicates or
 nearly duplicates a val or test input (naming both), and `assert_no_leak` fails closed on a
@@ -44,7 +46,8 @@ PLACEMENTS: tuple[str, ...] = ("turns", "system")
 _OPEN = "<!-- selftaught:demos"
 _CLOSE = "<!-- /selftaught:demos -->"
 _BLOCK = re.compile(
-    r"\n*<!-- selftaught:demos(?: placement=(\w+))? -->\n(.*?)<!-- /selftaught:demos -->\n*",
+    r"\n*<!-- selftaught:demos(?: placement=(\w+))?(?: retrieve=(\d+))? -->\n"
+    r"(.*?)<!-- /selftaught:demos -->\n*",
     re.DOTALL,
 )
 
@@ -106,10 +109,11 @@ class SkillParts:
     rules: str
     demos: tuple[Demo, ...] = ()
     placement: DemoPlacement = "turns"
+    retrieve: int = 0  # > 0: the demos are a pool, the K most similar are shown per example
 
     def text(self) -> str:
         """The skill file: the rules, then the demos block (none when there are no demos)."""
-        return join_skill(self.rules, self.demos, self.placement)
+        return join_skill(self.rules, self.demos, self.placement, self.retrieve)
 
 
 def split_skill(text: str) -> SkillParts:
@@ -121,7 +125,7 @@ def split_skill(text: str) -> SkillParts:
     if placement not in PLACEMENTS:
         raise RunError(f"demos block: unknown placement {placement!r}; valid: turns, system")
     demos = []
-    for n, line in enumerate(m.group(2).splitlines(), 1):
+    for n, line in enumerate(m.group(3).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -129,15 +133,19 @@ def split_skill(text: str) -> SkillParts:
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
             raise RunError(f"demos block, line {n}: not a demo ({err})") from err
     rules = (text[: m.start()] + "\n\n" + text[m.end() :]).strip()
-    return SkillParts(rules, tuple(demos), placement)  # type: ignore[arg-type]
+    retrieve = int(m.group(2) or 0)
+    return SkillParts(rules, tuple(demos), placement, retrieve)  # type: ignore[arg-type]
 
 
-def join_skill(rules: str, demos: Iterable[Demo], placement: str = "turns") -> str:
+def join_skill(
+    rules: str, demos: Iterable[Demo], placement: str = "turns", retrieve: int = 0
+) -> str:
     demos = list(demos)
     if not demos:
         return rules
     lines = "\n".join(json.dumps(d.to_dict(), ensure_ascii=False) for d in demos)
-    block = f"{_OPEN} placement={placement} -->\n{lines}\n{_CLOSE}\n"
+    pool = f" retrieve={retrieve}" if retrieve > 0 else ""
+    block = f"{_OPEN} placement={placement}{pool} -->\n{lines}\n{_CLOSE}\n"
     return f"{rules.rstrip()}\n\n{block}" if rules.strip() else block
 
 

@@ -24,6 +24,7 @@ still reported, so a run without a gate shows what it let through.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -159,3 +160,43 @@ def gate(candidate: ValScores, current: ValScores, best: ValScores, cfg: GateCon
     else:
         result.reason = f"{gain_cur:+g} items vs current{test_note}"
     return result
+
+
+@dataclass(frozen=True)
+class SmallestGain:
+    """The smallest net val gain a gate could accept at a val size: `items` net wins (None:
+    none at all, the val set is too small), `share` the same as a fraction of val."""
+
+    n_val: int
+    items: int | None
+    share: float | None
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def smallest_accepted_gain(n_val: int, cfg: GateConfig) -> SmallestGain:
+    """The fewest net val wins that `gate` accepts as a new best on `n_val` items, with the
+    most favourable split of them (wins, no losses): more than `cfg.margin` items, and when
+    `cfg.confidence` is set a one-sided sign test with p = 2^-w <= 1 - confidence. A night
+    that learned nothing states it, so "nothing helped" is told from "too few tasks to see
+    it". (For a soft metric the bootstrap test of all-positive differences passes at any w,
+    so only the margin counts there.)"""
+    if n_val < 0:
+        raise ValueError(f"n_val must be >= 0, got {n_val}")
+    if cfg.accept_all:
+        return SmallestGain(n_val, 0, 0.0, "gate off: every candidate is accepted")
+    w = math.floor(cfg.margin + 1e-9) + 1  # the first whole number of items > margin
+    need = [f"> {cfg.margin:g} items (margin)"]
+    if cfg.confidence is not None and cfg.metric == "hard":
+        alpha = 1.0 - cfg.confidence
+        while sign_test_pvalue(w, 0) > alpha + 1e-9:
+            w += 1
+        need.append(f"sign test p <= {alpha:.3g} (all wins: 2^-w)")
+    why = " and ".join(need)
+    if w > n_val:
+        return SmallestGain(
+            n_val, None, None, f"no gain can pass on {n_val} val items: needs {w} net wins ({why})"
+        )
+    return SmallestGain(n_val, w, round(w / n_val, 6), f"{w} net wins of {n_val} ({why})")

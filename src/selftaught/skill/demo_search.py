@@ -70,7 +70,8 @@ def from_references(
 ) -> list[Demo]:
     """Examples whose reference, given as the reply, passes the task's own scorer (a
     reference in a form the scorer rejects would teach the wrong format). A scorer that
-    raises on a reference skips it: no demo, no score."""
+    raises on a reference skips it: no demo, no score. An example may name its own source in
+    `state["demo_source"]` (sleep marks a reference the user corrected as "correction")."""
     out = []
     for ex in examples:
         if ex.reference is None or not isinstance(ex.reference, str | int | float):
@@ -83,7 +84,7 @@ def from_references(
         except Exception:  # noqa: BLE001 - a scorer error is never a pass
             continue
         if ok:
-            out.append(Demo.of(ex.id, ex.input, reply, source))
+            out.append(Demo.of(ex.id, ex.input, reply, ex.state.get("demo_source") or source))
     return out
 
 

@@ -11,12 +11,13 @@ from one that had nothing to learn.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from selftaught.demos import LeakCheck, join_skill, split_skill
 from selftaught.models.base import ChatModel
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
@@ -25,6 +26,7 @@ from selftaught.runs import RunDir, RunError, read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit
 from selftaught.skill.trainer import SkillTrainer
+from selftaught.sleep.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.paths import Adopted
 from selftaught.sleep.split import NightTask
@@ -39,6 +41,7 @@ class Consolidation:
     phases: dict[str, dict[str, Any]]
     ledger: UsageLedger
     fatal: FatalBackendError | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def _phase(
@@ -108,6 +111,66 @@ def user_statements(task: NightTask) -> list[Edit]:
     return list(seen.values())[:MAX_STATEMENTS]
 
 
+def _skill_start(adopted_skill: str, task: NightTask) -> tuple[str, list[str]]:
+    """The skill phase's first skill: the adopted one, less a retrieval pool (the phase
+    searches static demo sets; the pool comes back as a demo-mode candidate) and less any
+    demo that now duplicates a val / test task (it could never be gated); with notes."""
+    parts = split_skill(adopted_skill)
+    notes = []
+    demos = parts.demos
+    if parts.retrieve:
+        demos = ()
+        notes.append(
+            f"the adopted skill retrieves from a pool of {len(parts.demos)} demos; the skill "
+            "phase started from its rules, and the pool was tried again as a demo mode"
+        )
+    held_out = LeakCheck(
+        (s, ex.id, ex.prompt_text()) for s in ("val", "test") for ex in task.examples(s)
+    )
+    demos, leaks = held_out.filter(demos)
+    if leaks:
+        notes.append(
+            f"{len(leaks)} adopted demos were left out of the skill phase: "
+            + "; ".join(x.why() for x in leaks[:3])
+        )
+    if not notes:
+        return adopted_skill, []
+    return join_skill(parts.rules, demos, parts.placement), notes
+
+
+def _demo_modes(
+    phase: dict[str, Any],
+    training: SkillOptConfig,
+    modes: DemoModeConfig,
+    task: NightTask,
+    target: ChatModel,
+    adopted: Adopted,
+    night_dir: Path,
+    started_from_adopted: bool,
+) -> str:
+    """Run the three-way demo-mode gate after the skill phase; the skill to go on with (the
+    phase's summary is updated to say what was chosen)."""
+    chosen = choose_demo_mode(
+        training,
+        modes,
+        task,
+        target,
+        night_dir,
+        phase["best"],
+        adopted.skill,
+        adopted.memory,
+        started_from_adopted,
+    )
+    phase["demo_modes"] = chosen.to_dict()
+    if "adopted" in chosen.candidates and not started_from_adopted:
+        phase["val_initial"] = chosen.candidates["adopted"]
+    if chosen.winner in chosen.candidates and chosen.skill.strip() != phase["best"].strip():
+        phase["val_best"] = chosen.candidates[chosen.winner]
+    phase["best"] = chosen.skill
+    phase["changed"] = chosen.skill.strip() != adopted.skill.strip()
+    return chosen.skill
+
+
 def consolidate(
     training: SkillOptConfig,
     documents: tuple[str, ...],
@@ -120,8 +183,12 @@ def consolidate(
     night_dir: Path,
     evidence: EvidenceLog,
     console: Console,
+    modes: DemoModeConfig | None = None,
 ) -> Consolidation:
-    """Train the night's documents in order on `task`; the best of each and what happened."""
+    """Train the night's documents in order on `task`; the best of each and what happened.
+    After the skill phase, `modes` (default: `DemoModeConfig()`) compares how the skill
+    shows its demos (none / static / retrieved) on the same gate."""
+    modes = modes or DemoModeConfig()
     ledger = UsageLedger()
     target = EvidenceModel(target_model, evidence, "target")
     optimizer = EvidenceModel(optimizer_model, evidence, "optimizer")
@@ -129,6 +196,8 @@ def consolidate(
         judge = EvidenceModel(judge_model, evidence, "judge")
         task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
     result = Consolidation(adopted.skill, adopted.memory, {}, ledger)
+    skill_start, start_notes = _skill_start(adopted.skill, task)
+    result.notes += start_notes
     for document in documents:
         if document == "memory" and ledger.budget.limited and ledger.exhausted():
             result.phases["memory"] = {
@@ -146,7 +215,7 @@ def consolidate(
                 task,
                 target,
                 optimizer,
-                result.skill if skill_doc else result.memory,
+                skill_start if skill_doc else result.memory,
                 result.memory if skill_doc else result.skill,
                 night_dir if skill_doc else night_dir / "memory",
                 ledger,
@@ -158,6 +227,17 @@ def consolidate(
             result.phases[document] = {"document": document, "ran": False, "error": str(err)}
             return result
         result.phases[document] = phase
+        if skill_doc and phase.get("ran") and training.demos_max:
+            try:
+                tracked = TrackedModel(target, ledger, "target")
+                phase["best"] = _demo_modes(
+                    phase, training, modes, task, tracked, adopted, night_dir, not start_notes
+                )
+            except FatalBackendError as err:
+                result.fatal = err
+                return result
+        elif skill_doc and phase.get("ran") and start_notes:
+            phase["best"] = adopted.skill  # nothing gated the phase's start against it
         if skill_doc:
             result.skill = phase["best"]
         else:

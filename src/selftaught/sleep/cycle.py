@@ -39,17 +39,19 @@ from urllib.parse import urlparse
 
 from rich.console import Console
 
-from selftaught.gate import GateConfig
+from selftaught.demos import split_skill
+from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
 from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
-from selftaught.sleep import night_report, staging
+from selftaught.sleep import night_report, recall, staging
 from selftaught.sleep.consolidate import Consolidation, backend_failure, consolidate, paired_val
+from selftaught.sleep.demo_modes import DemoModeConfig
 from selftaught.sleep.evidence import EvidenceLog
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.log import Interaction, LogFilter, TaskLog
-from selftaught.sleep.mine import MineConfig, MinedTask, MineReport, mine
+from selftaught.sleep.mine import MineConfig, MinedTask, mine
 from selftaught.sleep.paths import Adopted, check_project, sleep_home
 from selftaught.sleep.split import NightTask, SplitConfig, SplitOverlap, TooFewTasks, assign_splits
 
@@ -94,6 +96,11 @@ class SleepConfig:
     """Live files that also receive the adopted skill (with auto_adopt)."""
     training: SkillOptConfig = field(default_factory=night_training_defaults)
     split: SplitConfig = field(default_factory=SplitConfig)
+    demo_modes: DemoModeConfig = field(default_factory=DemoModeConfig)
+    """After the skill phase: none / static / retrieved demos, gated on the same val."""
+    recall_max: int = 200
+    """Past tasks kept per project across nights (`recall.py`), recalled with their fixed
+    splits so a quiet night still has val; the oldest are dropped (0: no recall)."""
     mining: MineConfig = field(default_factory=MineConfig)
     model_options: dict[str, Any] = field(default_factory=dict)
     """`load_model` keyword arguments (api_key, timeout_s, ...)."""
@@ -111,6 +118,8 @@ class SleepConfig:
             raise ValueError("max_tasks and max_sessions must be at least 1")
         if self.lookback_days <= 0:
             raise ValueError("lookback_days must be positive")
+        if self.recall_max < 0:
+            raise ValueError(f"recall_max must be >= 0, got {self.recall_max}")
 
 
 @dataclass
@@ -331,9 +340,25 @@ def _model_change(report: dict[str, Any], project: str, home: Path) -> str | Non
     )
 
 
+@dataclass
+class _Mined:
+    """Tonight's tasks, the night's splits (tonight's and recalled tasks), and what the
+    recall pool needs to be written back after the night."""
+
+    tonight: list[MinedTask]
+    splits: dict[str, list[MinedTask]]
+    rest: list[recall.Recalled]
+    private_ids: set[str]
+
+
 def _mine_and_split(
-    report: dict[str, Any], rows: list[Interaction], config: SleepConfig, models: NightModels
-) -> tuple[list[MinedTask], MineReport, dict[str, list[MinedTask]]]:
+    report: dict[str, Any],
+    rows: list[Interaction],
+    config: SleepConfig,
+    models: NightModels,
+    adopted: Adopted,
+    home: Path,
+) -> _Mined:
     kept, withheld = _private_filter(rows, models, config.allow_remote)
     mining = dataclasses.replace(config.mining, judge=models.judge is not None)
     tasks, mined = mine(kept, mining)
@@ -345,8 +370,19 @@ def _mine_and_split(
             f"{', '.join(models.remote())} is a remote model; mark them reviewed or pass "
             "--allow-remote to use them"
         )
-    splits = assign_splits(tasks, config.split, mining.near_duplicate)
-    return tasks, mined, splits
+    pool = recall.load(report["project"], home) if config.recall_max else []
+    combined, recalled, rest = recall.combine(
+        tasks,
+        pool,
+        threshold=mining.near_duplicate,
+        private_ok=config.allow_remote or not models.remote(),
+        pinned=split_skill(adopted.skill).demos,
+    )
+    recalled.max = config.recall_max
+    report["recall"] = recalled.to_dict()
+    splits = assign_splits(combined, config.split, mining.near_duplicate)
+    private_ids = {it.id for it in kept if it.private and not it.reviewed}
+    return _Mined(tasks, splits, rest, private_ids)
 
 
 def run_project(
@@ -381,10 +417,21 @@ def run_project(
     atomic_write_json(night_dir / "report.json", report)
     evidence = EvidenceLog(night_dir / "evidence.jsonl")
     result: Consolidation | None = None
+    mined: _Mined | None = None
     try:
-        tasks, _, splits = _mine_and_split(report, taken, config, models)
+        mined = _mine_and_split(report, taken, config, models, adopted, home)
+        splits = mined.splits
         report["splits"] = {s: len(v) for s, v in splits.items()}
-        write_jsonl(night_dir / "tasks.jsonl", [night_report.task_row(t) for t in tasks])
+        report["gate"]["smallest_gain"] = smallest_accepted_gain(
+            len(splits["val"]), config.training.gate
+        ).to_dict()
+        tonight = {id(t) for t in mined.tonight}
+        rows_out = [
+            {**night_report.task_row(t), "recalled": id(t) not in tonight}
+            for s in splits.values()
+            for t in s
+        ]
+        write_jsonl(night_dir / "tasks.jsonl", rows_out)
         task = NightTask(project, splits)
         result = consolidate(
             config.training,
@@ -398,7 +445,9 @@ def run_project(
             night_dir,
             evidence,
             console,
+            modes=config.demo_modes,
         )
+        report["notes"] += result.notes
         _outcome(report, night_dir, adopted, result, evidence, config)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
@@ -408,6 +457,11 @@ def run_project(
         report.update(status="failed", reason=f"{type(err).__name__}: {err}")
         _finish(night_dir, report, evidence)
         raise
+    used = report["status"] in staging.ADVANCES_CURSOR  # else: read again next night
+    if mined is not None and config.recall_max and not dry_run and used:
+        report["recall"]["pool_after"] = recall.remember(
+            project, home, night, mined.tonight, mined.rest, mined.private_ids, config.recall_max
+        )
     _finish(night_dir, report, evidence)
     outcome = ProjectNight(project, night_dir, report)
     if config.auto_adopt and report["status"] == "staged" and not dry_run:

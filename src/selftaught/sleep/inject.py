@@ -1,8 +1,8 @@
-"""The adopted skill and memory in a client's system prompt, marked so they can be told apart
-and stripped again:
+"""The adopted skill and memory in a client's request, rendered as the policy renders them
+(`selftaught.policy.Policy`, the one the night gated), and marked so they can be stripped:
 
-    <!-- selftaught:skill version=3 -->
-    ...the skill...
+    <!-- selftaught:skill version=3 turns=4 -->
+    ...the skill's rules (and its demos, when they are placed in the system prompt)...
     <!-- /selftaught:skill -->
     <!-- selftaught:memory version=3 -->
     ...the memory...
@@ -10,43 +10,110 @@ and stripped again:
 
     ...the client's own system message...
 
-They are prepended to the client's first system (or developer) message, or sent as a new
-system message when the client has none. The client's messages are never modified in place.
+The block is prepended to the client's first system (or developer) message, or sent as a new
+system message when the client has none. A skill whose demos are placed as turns adds them as
+prior user/assistant turns right after that message; `turns=N` in the marker counts them, so
+`strip_injected_messages` removes them again. A skill whose demos are a retrieval pool
+(`retrieve=K`) shows, per request, the K demos most similar to it. The client's messages are
+never modified in place.
+
+A live file (`--target-skill-path`, e.g. AGENTS.md) cannot hold turns: it gets the demos as a
+"Worked examples" section (`adopted_block`).
 """
 
 from __future__ import annotations
 
 import copy
 import re
+from dataclasses import dataclass
 from typing import Any
 
+from selftaught.demos import Demo, demo_section, split_skill
 from selftaught.models.base import Message
+from selftaught.policy import Policy
 from selftaught.sleep.paths import Adopted
+from selftaught.tasks.base import Example
 
 _BLOCK = re.compile(
-    r"<!-- selftaught:(skill|memory)(?: version=[^>]*)? -->\n.*?\n<!-- /selftaught:\1 -->\n*",
+    r"<!-- selftaught:(skill|memory)((?: \w+=[^\s>]+)*) -->\n(?:.*?\n)?<!-- /selftaught:\1 -->\n*",
     re.DOTALL,
 )
+_TURNS = re.compile(r" turns=(\d+)")
+_OPEN = "<!-- selftaught:"
+
+
+def _marked(kind: str, text: str, attrs: str) -> str:
+    body = f"{text.strip()}\n" if text.strip() else ""
+    return f"<!-- selftaught:{kind}{attrs} -->\n{body}<!-- /selftaught:{kind} -->"
+
+
+def _version(adopted: Adopted) -> str:
+    return f" version={adopted.version}" if adopted.version else ""
 
 
 def adopted_block(adopted: Adopted) -> str:
-    """The marked text injected for `adopted` ("" when nothing is adopted)."""
-    version = f" version={adopted.version}" if adopted.version else ""
+    """The marked text a live file gets for `adopted` (demos as a worked-examples section;
+    "" when nothing is adopted)."""
     parts = []
-    for kind, text in (("skill", adopted.skill), ("memory", adopted.memory)):
+    skill = split_skill(adopted.skill)
+    rules = skill.rules
+    if skill.demos:
+        section = demo_section(skill.demos)
+        rules = f"{rules.strip()}\n\n{section}" if rules.strip() else section
+    for kind, text in (("skill", rules), ("memory", adopted.memory)):
         if text.strip():
-            parts.append(
-                f"<!-- selftaught:{kind}{version} -->\n{text.strip()}\n<!-- /selftaught:{kind} -->"
-            )
+            parts.append(_marked(kind, text, _version(adopted)))
     return "\n".join(parts)
 
 
+@dataclass
+class Rendered:
+    """What a request gets: the marked system block, the demo turns after it, the demos."""
+
+    block: str
+    turns: list[Message]
+    demos: tuple[Demo, ...]
+
+
+def request_text(messages: list[Any]) -> str:
+    """The user text of a request (text parts of multi-part contents), the retrieval query."""
+    out = []
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out += [str(p.get("text", "")) for p in content if isinstance(p, dict)]
+    return "\n".join(out)
+
+
+def render_adopted(messages: list[Any], adopted: Adopted) -> Rendered:
+    """The adopted skill and memory for this request, as `Policy` renders them."""
+    policy = Policy(skill=adopted.skill)
+    demos = policy.demos_for(Example("request", request_text(messages)))
+    turns = policy.demo_messages("", demos)
+    rules = policy.system_prompt(demos)  # rules, and the demos placed in the system prompt
+    attrs = _version(adopted) + (f" turns={len(turns)}" if turns else "")
+    parts = []
+    if rules.strip() or turns:
+        parts.append(_marked("skill", rules, attrs))
+    if adopted.memory.strip():
+        parts.append(_marked("memory", adopted.memory, _version(adopted)))
+    return Rendered("\n".join(parts), turns, demos)
+
+
 def inject_adopted(messages: Any, adopted: Adopted) -> Any:
-    """A copy of `messages` with the adopted skill and memory in the system prompt; `messages`
-    itself unchanged (and returned as is when nothing is adopted or it is not a chat list)."""
-    block = adopted_block(adopted)
-    if not block or not isinstance(messages, list):
+    """A copy of `messages` with the adopted skill and memory in it (see the module doc);
+    `messages` itself unchanged (and returned as is when nothing is adopted or it is not a
+    chat list). Raises `RetrievalUnavailable` for a retrieval pool without bm25s."""
+    if adopted.empty or not isinstance(messages, list):
         return messages
+    rendered = render_adopted(messages, adopted)
+    if not rendered.block:
+        return messages
+    block = rendered.block
     out = list(messages)
     first = out[0] if out else None
     if isinstance(first, dict) and first.get("role") in ("system", "developer"):
@@ -61,6 +128,7 @@ def inject_adopted(messages: Any, adopted: Adopted) -> Any:
         out[0] = first
     else:
         out.insert(0, {"role": "system", "content": block})
+    out[1:1] = rendered.turns
     return out
 
 
@@ -69,16 +137,44 @@ def strip_injected(text: str) -> str:
     return _BLOCK.sub("", text)
 
 
+def _injected_turns(text: str) -> int:
+    """How many demo turns the injected skill block in `text` says follow it."""
+    for m in _BLOCK.finditer(text):
+        if m.group(1) == "skill":
+            turns = _TURNS.search(m.group(2))
+            return int(turns.group(1)) if turns else 0
+    return 0
+
+
+def _strip_content(content: Any) -> tuple[Any, int] | None:
+    """(the content without the injected block, demo turns that followed it), or None when
+    it holds no block. A multi-part content's block is its first text part."""
+    if isinstance(content, str):
+        return (strip_injected(content), _injected_turns(content)) if _OPEN in content else None
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        text = str(content[0].get("text", ""))
+        if _OPEN not in text:
+            return None
+        stripped = strip_injected(text)
+        rest = content[1:] if not stripped else [{**content[0], "text": stripped}, *content[1:]]
+        return rest, _injected_turns(text)
+    return None
+
+
 def strip_injected_messages(messages: list[Message]) -> list[Message]:
-    """Messages as the client wrote them: blocks removed, an injected-only system message
-    dropped."""
+    """Messages as the client wrote them: blocks removed, the demo turns injected after them
+    dropped, an injected-only system message dropped."""
     out: list[Message] = []
+    skip = 0
     for msg in messages:
-        content = msg.get("content")
-        if isinstance(content, str) and "<!-- selftaught:" in content:
-            stripped = strip_injected(content)
-            if not stripped and msg.get("role") == "system":
+        if skip:
+            skip -= 1
+            continue
+        found = _strip_content(msg.get("content"))
+        if found is not None:
+            content, skip = found
+            if not content and msg.get("role") == "system":
                 continue
-            msg = {**msg, "content": stripped}
+            msg = {**msg, "content": content}
         out.append(msg)
     return out

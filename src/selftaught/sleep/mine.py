@@ -207,6 +207,8 @@ def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str
         state["comment"] = redact_for_model(it.feedback.comment.strip())
     if reference is not None:
         state["scorer"] = reference_scorer(reference)
+        if it.feedback.reference is not None:  # the user's correction: a demo's reply
+            state["demo_source"] = "correction"
     elif config.judge:
         state["rubric"] = _rubric(it, config)
         if it.reply and not _negative(it) and (it.feedback.thumb or it.feedback.score):

@@ -85,6 +85,12 @@ def why_nothing(night_dir: Path, phases: dict[str, dict[str, Any]]) -> str:
                 if r.get("val") is not None
             )
             text = f"{document}: the gate kept the adopted {document}: {verdicts}"
+        modes = phase.get("demo_modes") or {}
+        if modes.get("winner") == "adopted" and modes.get("vs_adopted"):
+            vs = modes["vs_adopted"]
+            text += f"; demos: kept the adopted skill ({vs['mode']} vs it: {vs['reason']})"
+        elif modes.get("candidates"):
+            text += f"; demos: {modes['winner']} won of {', '.join(modes['candidates'])}"
         if phase.get("stopped_by"):
             text += f"; stopped early: {phase['stopped_by']}"
         parts.append(text)
@@ -229,6 +235,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
     if report.get("splits"):
         s = report["splits"]
         lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
+    lines += _recall_lines(report.get("recall"))
     gate = report.get("gate")
     if gate and gate["mode"] == "off":
         lines.append("- gate: **OFF** — every candidate was accepted greedily, unchecked")
@@ -238,6 +245,16 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
             f"- gate: on ({gate['metric']}, a new best needs > {gate['margin']:g} val "
             f"items{paired})"
         )
+    smallest = (gate or {}).get("smallest_gain")
+    if smallest and gate and gate["mode"] == "on":
+        if smallest["items"] is None:
+            lines.append(f"- smallest gain the gate could accept: none — {smallest['why']}")
+        else:
+            lines.append(
+                f"- smallest gain the gate could accept: {smallest['items']} net val items of "
+                f"{smallest['n_val']} ({smallest['share']:.0%}); a smaller true gain cannot be "
+                "told from noise at this val size"
+            )
     training = report.get("training")
     if training:
         lines.append(
@@ -246,6 +263,66 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
             f"{'given' if training['preferences'] else 'none'}"
         )
     return lines + [f"- note: {note}" for note in report.get("notes") or []]
+
+
+def _recall_lines(rec: dict[str, Any] | None) -> list[str]:
+    if not rec:
+        return []
+    if not rec.get("max"):
+        return ["- recall: off"]
+    used = rec.get("recalled") or {}
+    by_split = " / ".join(f"{used.get(s, 0)} {s}" for s in ("train", "val", "test"))
+    line = (
+        f"- recall: {sum(used.values())} past tasks ({by_split}) from a pool of {rec['pool']} "
+        f"(cap {rec['max']}); {rec.get('mined_again', 0)} asked again tonight kept their split"
+    )
+    if rec.get("pinned_train"):
+        line += f"; {rec['pinned_train']} pinned to train (an adopted demo came from them)"
+    if rec.get("withheld_private"):
+        line += f"; {rec['withheld_private']} private ones kept from a remote model"
+    return [line]
+
+
+def _ci(d: dict[str, Any]) -> str:
+    lo, hi = d["hard_ci95"]
+    return f"{d['hard']:.3f} ({d['solved']}/{d['n']}) | {lo:.2f}–{hi:.2f}"
+
+
+def demo_mode_lines(modes: dict[str, Any] | None) -> list[str]:
+    """The three-way demo gate: the pool, each mode's val with its 95% interval, the winner."""
+    if not modes:
+        return []
+    sources = ", ".join(f"{n} {k}" for k, n in sorted(modes.get("sources", {}).items()))
+    lines = [
+        "",
+        "## Demonstrations",
+        "",
+        f"Pool: {modes['pool']} clean train demos ({sources or 'none'}); "
+        f"{modes['leaks_refused']} refused as near-copies of val / test inputs.",
+    ]
+    cands = modes.get("candidates") or {}
+    if cands:
+        lines += [
+            "",
+            "| mode | val | 95% CI | demos | net items vs incumbent | gate |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for mode, d in cands.items():
+            g = (modes.get("gates") or {}).get(mode)
+            if mode == modes["incumbent"]:
+                net, verdict = "—", "incumbent (the skill phase's choice)"
+            elif mode == "adopted":
+                vs = modes.get("vs_adopted") or {}
+                net, verdict = "—", f"the adopted skill; {vs.get('mode')} vs it: {vs.get('reason')}"
+            else:
+                net = f"{g['gain_vs_best']:+g}" if g else "—"
+                verdict = g["reason"] if g else ""
+            shown = f"{d['demos']}" + (f" (retrieve {d['retrieve']})" if d.get("retrieve") else "")
+            lines.append(f"| {mode} | {_ci(d)} | {shown} | {net} | {verdict} |")
+        won = modes["winner"]
+        lines += ["", f"Winner: **{won}**" + (" (kept)" if won == modes["incumbent"] else "") + "."]
+    lines += [f"- note: {n}" for n in modes.get("notes") or []]
+    return lines
 
 
 def _proposal_lines(night_dir: Path, report: dict[str, Any]) -> list[str]:
@@ -284,6 +361,7 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         "",
         *_summary_lines(report),
         *_proposal_lines(night_dir, report),
+        *demo_mode_lines(((report.get("phases") or {}).get("skill") or {}).get("demo_modes")),
     ]
     phases = report.get("phases") or {}
     if phases:

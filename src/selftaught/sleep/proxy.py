@@ -38,6 +38,7 @@ from selftaught.http_guard import (
     install_guard,
     strip_credentials,
 )
+from selftaught.retrieval import RetrievalUnavailable
 from selftaught.sleep.inject import inject_adopted
 from selftaught.sleep.log import Feedback, Interaction, LogError, TaskLog
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
@@ -366,7 +367,10 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
         message = body if isinstance(body, str) else "the request body must be a JSON object"
         return JSONResponse(_error_body(message, "invalid_request_error", 400), status_code=400)
     record = _new_record(state, body, started)
-    upstream_body = _upstream_body(state, body, record)
+    try:
+        upstream_body = _upstream_body(state, body, record)
+    except RetrievalUnavailable as err:  # the adopted skill retrieves demos; bm25s missing
+        return JSONResponse(_error_body(str(err), "server_error", 500), status_code=500)
     content = raw if upstream_body == body else json.dumps(upstream_body).encode()
     stream = body.get("stream") is True
     client = state.upstream.client

@@ -1,7 +1,8 @@
 """Split a night's tasks into train / val / test, disjoint, and present them as a `Task`.
 
 Each task's split comes from a seeded hash of its id (the same request keeps its split from
-night to night), then the splits are topped up to their minimum sizes in hash order. With
+night to night), then the splits are topped up to their minimum sizes in hash order; a task
+whose split was already fixed (recalled from a past night, `recall.py`) is never moved. With
 fewer tasks than `min_train + min_val` the night cannot gate anything and stages nothing: it
 never falls back to validating on the training tasks (SkillOpt-Sleep does, then has to flag
 the result as unverified). Val or test tasks that are near-duplicates of train tasks fail
@@ -68,6 +69,7 @@ def assign_splits(
             "they are kept for the next night"
         )
     order = sorted(tasks, key=lambda t: (_unit(t.id, config.seed), t.id))
+    fixed = {id(t) for t in tasks if t.split is not None}  # recalled: never moved
     for task in order:
         if task.split is None:
             u = _unit(task.id, config.seed)
@@ -77,18 +79,26 @@ def assign_splits(
             )
     splits: dict[str, list[MinedTask]] = {s: [t for t in order if t.split == s] for s in SPLITS}
 
-    def move(src: str, dst: str) -> None:
-        task = splits[src].pop(0)
-        task.split = dst
-        splits[dst].append(task)
+    def move(src: str, dst: str) -> bool:
+        """Move the first task of `src` whose split is not fixed; False when there is none."""
+        free = [t for t in splits[src] if id(t) not in fixed]
+        if not free:
+            return False
+        splits[src].remove(free[0])
+        free[0].split = dst
+        splits[dst].append(free[0])
+        return True
 
     while len(splits["val"]) < config.min_val and len(splits["train"]) > config.min_train:
-        move("train", "val")
+        if not move("train", "val"):
+            break
     while len(splits["train"]) < config.min_train and len(splits["val"]) > config.min_val:
-        move("val", "train")
+        if not move("val", "train"):
+            break
     for split, least in (("val", config.min_val), ("train", config.min_train)):
         while len(splits[split]) < least and splits["test"]:
-            move("test", split)
+            if not move("test", split):
+                break
     if len(splits["train"]) < config.min_train or len(splits["val"]) < config.min_val:
         raise TooFewTasks(
             f"too few tasks to gate: {len(splits['train'])} train and {len(splits['val'])} val "

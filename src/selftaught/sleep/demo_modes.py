@@ -1,0 +1,237 @@
+"""How the night's skill shows its demonstrations: a three-way candidate on the same gate.
+
+After the skill phase, its best rules R are tried on the same val tasks three ways:
+
+- ``none``       R alone;
+- ``static``     R with a fixed demo block (the skill phase's, or the first `demos_max` of the
+                 night's demo pool when it kept none);
+- ``retrieved``  R with the whole pool of clean train demos, of which each request gets its
+                 `retrieve_k` most similar (BM25, `selftaught.retrieval`).
+
+The skill phase's own choice is the incumbent; a challenger replaces it only when the gate
+accepts it as a new best against it (gate off: the best val mean wins), and then it must
+also pass the gate against the adopted skill. Every val replay is charged to the night's
+ledger and cached by skill hash in the phase's `val_cache.json`. The pool holds train demos
+only (the skill phase's leak check refused near-copies of val / test inputs), so retrieval
+for a val task never draws on itself or another held-out task.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from selftaught.demos import Demo, join_skill, split_skill
+from selftaught.gate import GateResult, ValScores, gate, metric_value
+from selftaught.models.base import ChatModel, GenerationParams, run_sync
+from selftaught.models.usage import BudgetExhausted
+from selftaught.policy import Policy
+from selftaught.retrieval import EXTRA_HINT, available
+from selftaught.rollout import RolloutConfig, arun_rollouts
+from selftaught.runs import atomic_write_json, read_json
+from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.demo_search import DemoPool
+from selftaught.sleep.split import NightTask
+from selftaught.stats import mean_interval, wilson_interval
+
+MODES = ("none", "static", "retrieved")
+RETRIEVAL_CHOICES = ("auto", "on", "off")
+
+
+@dataclass
+class DemoModeConfig:
+    retrieval: str = "auto"
+    """auto (try retrieval when bm25s is installed) | on (require it) | off."""
+    retrieve_k: int = 4
+    """Demos retrieved per request."""
+
+    def __post_init__(self) -> None:
+        if self.retrieval not in RETRIEVAL_CHOICES:
+            raise ValueError(
+                f"retrieval must be one of {', '.join(RETRIEVAL_CHOICES)}, got {self.retrieval!r}"
+            )
+        if self.retrieve_k < 1:
+            raise ValueError(f"retrieve_k must be >= 1, got {self.retrieve_k}")
+        if self.retrieval == "on" and not available():
+            from selftaught.retrieval import RetrievalUnavailable
+
+            raise RetrievalUnavailable(f"--retrieval on needs the bm25s library: {EXTRA_HINT}")
+
+
+@dataclass
+class ModeResult:
+    """The three-way comparison, for the report."""
+
+    skill: str
+    winner: str
+    incumbent: str
+    pool: int
+    leaks_refused: int
+    sources: dict[str, int] = field(default_factory=dict)  # pool demos by source
+    candidates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    vs_adopted: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "skill"}
+
+
+def _summary(scores: dict[str, list[float] | None], skill: str) -> dict[str, Any]:
+    done = [v for v in scores.values() if v is not None]
+    solved = sum(v[0] for v in done)
+    lo, hi = wilson_interval(solved, len(done))
+    slo, shi = mean_interval([v[1] for v in done])
+    demos = split_skill(skill)
+    return {
+        "hard": solved / len(done) if done else 0.0,
+        "solved": int(solved),
+        "n": len(done),
+        "errors": len(scores) - len(done),
+        "hard_ci95": [round(lo, 4), round(hi, 4)],
+        "soft": sum(v[1] for v in done) / len(done) if done else 0.0,
+        "soft_ci95": [round(slo, 4), round(shi, 4)],
+        "demos": len(demos.demos),
+        "retrieve": demos.retrieve,
+    }
+
+
+def _static_demos(pool: list[Demo], k: int) -> tuple[Demo, ...]:
+    """The pool's first `k`: the user's corrections and the model's own replies before plain
+    references (as the skill phase ranks them)."""
+    order = {"correction": 0, "bootstrap": 1, "reference": 2}
+    return tuple(sorted(pool, key=lambda d: order.get(d.source, 3))[:k])
+
+
+class _Scorer:
+    """Val scores of skills (memory held fixed), cached by skill hash in `val_cache.json`."""
+
+    def __init__(
+        self, training: SkillOptConfig, task: NightTask, target: ChatModel, memory: str, run: Path
+    ):
+        self.training, self.task, self.target, self.memory = training, task, target, memory
+        self.path = run / "val_cache.json"
+        self.cache: dict[str, dict[str, list[float] | None]] = (
+            read_json(self.path) if self.path.exists() else {}
+        )
+
+    def scores(self, skill: str) -> dict[str, list[float] | None]:
+        policy = Policy(skill=skill, memory=self.memory)
+        hit = self.cache.setdefault(policy.skill_hash(), {})
+        val = self.task.examples("val")
+        missing = [ex for ex in val if ex.id not in hit]
+        if missing:
+            cfg = RolloutConfig(
+                concurrency=self.training.concurrency,
+                timeout_s=self.training.timeout_s,
+                params=GenerationParams(
+                    max_tokens=self.training.max_tokens, temperature=self.training.temperature
+                ),
+                progress=False,
+                description="val (demo modes)",
+            )
+            rollouts = run_sync(arun_rollouts(self.target, policy, self.task, missing, cfg))
+            hit.update(
+                {
+                    r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None)
+                    for r in rollouts
+                }
+            )
+            atomic_write_json(self.path, self.cache)
+        return {ex.id: hit[ex.id] for ex in val}
+
+    def metric(self, scores: dict[str, list[float] | None]) -> ValScores:
+        g = self.training.gate
+        return {
+            k: None if v is None else metric_value({"hard": v[0], "soft": v[1]}, g.metric)
+            for k, v in scores.items()
+        }
+
+
+def candidates(
+    best: str, pool: list[Demo], training: SkillOptConfig, cfg: DemoModeConfig, retrieval_ok: bool
+) -> tuple[dict[str, str], str]:
+    """(mode -> skill text, the incumbent mode) built from the skill phase's `best`."""
+    parts = split_skill(best)
+    placement = parts.placement if parts.demos else training.demo_placement
+    out = {"none": parts.rules}
+    static = parts.demos if parts.demos and not parts.retrieve else ()
+    if not static and pool and training.demos_max:
+        static = _static_demos(pool, training.demos_max)
+    if static:
+        out["static"] = join_skill(parts.rules, static, placement)
+    if pool and retrieval_ok:
+        out["retrieved"] = join_skill(parts.rules, pool, placement, cfg.retrieve_k)
+    incumbent = next((m for m, text in out.items() if text.strip() == best.strip()), "")
+    if not incumbent:  # the phase's best is none of the three (e.g. a pool of other k)
+        out["incumbent"] = best
+        incumbent = "incumbent"
+    return out, incumbent
+
+
+def _decide(
+    metrics: dict[str, ValScores], incumbent: str, training: SkillOptConfig
+) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The winning mode and each challenger's gate result against the incumbent."""
+    g = training.gate
+    inc = metrics[incumbent]
+    gates: dict[str, GateResult] = {
+        m: gate(s, inc, inc, g) for m, s in metrics.items() if m != incumbent
+    }
+    if g.accept_all:  # gate off: the best val mean, the incumbent on ties
+        mean = {m: gate(s, inc, inc, g).candidate for m, s in metrics.items()}
+        top = max(mean.values())
+        winner = incumbent if mean[incumbent] >= top else max(mean, key=lambda m: mean[m])
+    else:
+        passed = [m for m, r in gates.items() if r.decision == "accept_new_best"]
+        winner = max(passed, key=lambda m: gates[m].gain_vs_best) if passed else incumbent
+    return winner, {m: r.to_dict() for m, r in gates.items()}
+
+
+def choose_demo_mode(
+    training: SkillOptConfig,
+    cfg: DemoModeConfig,
+    task: NightTask,
+    target: ChatModel,
+    run_dir: Path,
+    best: str,
+    adopted_skill: str,
+    memory: str,
+    phase_started_from_adopted: bool,
+) -> ModeResult:
+    """Compare none / static / retrieved on val and return the skill to go on with."""
+    raw = read_json(run_dir / "demo_pool.json") if (run_dir / "demo_pool.json").exists() else {}
+    found = DemoPool.from_dict(raw) if raw else DemoPool()
+    pool = list(found.demos.values())
+    retrieval_ok = cfg.retrieval != "off" and available()
+    texts, incumbent = candidates(best, pool, training, cfg, retrieval_ok)
+    result = ModeResult(best, incumbent, incumbent, len(pool), len(found.leaks))
+    result.sources = dict(Counter(d.source for d in pool))
+    if cfg.retrieval == "auto" and pool and not retrieval_ok:
+        result.notes.append(f"retrieval not tried: {EXTRA_HINT}")
+    if not pool:
+        result.notes.append("no clean train demonstration was found: only `none` was possible")
+    scorer = _Scorer(training, task, target, memory, run_dir)
+    raw_scores: dict[str, dict[str, list[float] | None]] = {}
+    try:
+        for mode, text in texts.items():
+            raw_scores[mode] = scorer.scores(text)
+    except BudgetExhausted as err:
+        result.notes.append(f"demo modes not compared: the budget ran out ({err})")
+        return result
+    for mode, text in texts.items():
+        result.candidates[mode] = _summary(raw_scores[mode], text)
+    metrics = {m: scorer.metric(s) for m, s in raw_scores.items()}
+    winner, result.gates = _decide(metrics, incumbent, training)
+    if winner != incumbent or not phase_started_from_adopted:
+        base = scorer.metric(scorer.scores(adopted_skill))
+        check = gate(metrics[winner], base, base, training.gate)
+        result.vs_adopted = {"mode": winner, **check.to_dict()}
+        result.candidates["adopted"] = _summary(scorer.scores(adopted_skill), adopted_skill)
+        if check.decision != "accept_new_best":
+            winner = incumbent if phase_started_from_adopted else "adopted"
+    result.winner = winner
+    result.skill = adopted_skill if winner == "adopted" else texts[winner]
+    return result

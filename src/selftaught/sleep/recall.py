@@ -1,0 +1,162 @@
+"""Recall: a capped pool of past nights' tasks, so a quiet night still has enough to gate on.
+
+    <home>/projects/<project>/recall.jsonl   one mined task a line, its split fixed, newest first
+
+A night adds tonight's tasks (after mining, already redacted) to the tasks it recalls, then
+splits them. A task's split is fixed the first time it is split and never changes: a recalled
+task keeps it; a task mined again tonight (same id, or a near-duplicate of a recalled one)
+takes the recalled task's split and replaces it; a task whose request an adopted
+demonstration was made from is pinned to train (a deployed demo is never validated on).
+After a night that used its interactions, the pool is written back (atomically), newest
+first, capped at `recall_max` tasks: the oldest are dropped.
+
+Privacy: a task mined from a private (harvested, unreviewed) interaction is stored marked
+so; a night whose models are remote recalls it only where private rows may go there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from selftaught.demos import Demo, LeakCheck
+from selftaught.runs import RunError, iter_jsonl, write_jsonl
+from selftaught.sleep.mine import MinedTask, near_duplicates
+from selftaught.sleep.paths import project_dir
+
+RECALL_FILE = "recall.jsonl"
+
+
+class RecallError(RunError):
+    """The recall pool cannot be read (a malformed line, named)."""
+
+
+def recall_path(project: str, home: Path | None = None) -> Path:
+    return project_dir(project, home) / RECALL_FILE
+
+
+@dataclass
+class Recalled:
+    """A past task and where it came from."""
+
+    task: MinedTask
+    night: str
+    private: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"night": self.night, "private": self.private, "task": self.task.to_dict()}
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Recalled:
+        task = MinedTask(**row["task"])
+        if task.split not in ("train", "val", "test"):
+            raise ValueError(f"task {task.id} has no split")
+        return cls(task, str(row.get("night") or ""), bool(row.get("private")))
+
+
+def load(project: str, home: Path | None = None) -> list[Recalled]:
+    """The project's recall pool (empty before its first night)."""
+    path = recall_path(project, home)
+    if not path.is_file():
+        return []
+    out = []
+    for lineno, row in iter_jsonl(path, RecallError):
+        try:
+            out.append(Recalled.from_dict(row))
+        except (KeyError, TypeError, ValueError) as err:
+            raise RecallError(
+                f"{path}:{lineno}: not a recalled task ({err}); delete the line or the file "
+                "to start the pool again"
+            ) from err
+    return out
+
+
+@dataclass
+class RecallReport:
+    pool: int = 0  # tasks in the pool before tonight
+    recalled: dict[str, int] = field(default_factory=dict)  # split -> recalled tasks used
+    mined_again: int = 0  # tonight's tasks that were in the pool (kept its split)
+    pinned_train: int = 0  # tonight's tasks an adopted demo came from: pinned to train
+    withheld_private: int = 0  # private pool tasks kept from a remote model
+    max: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "recalled": dict(self.recalled),
+            "mined_again": self.mined_again,
+            "pinned_train": self.pinned_train,
+            "withheld_private": self.withheld_private,
+            "max": self.max,
+        }
+
+
+def combine(
+    tonight: list[MinedTask],
+    pool: Sequence[Recalled],
+    *,
+    threshold: float,
+    private_ok: bool,
+    pinned: Sequence[Demo] = (),
+) -> tuple[list[MinedTask], RecallReport, list[Recalled]]:
+    """(tonight's tasks, their splits fixed where the pool or an adopted demo says, followed
+    by the pool's other tasks with their fixed splits; the report; the pool's records that
+    tonight did not replace, for `remember`)."""
+    report = RecallReport(pool=len(pool))
+    left = list(pool)
+    for task in tonight:
+        hit = next(
+            (
+                r
+                for r in left
+                if r.task.id == task.id or near_duplicates(task.prompt, r.task.prompt, threshold)
+            ),
+            None,
+        )
+        if hit is not None:
+            task.split = hit.task.split
+            left.remove(hit)
+            report.mined_again += 1
+    demo_ids = {d.id for d in pinned}
+    check = LeakCheck(("demo", d.id, d.input_text()) for d in pinned)
+    for task in tonight:
+        if task.split is None and (task.id in demo_ids or check.find(_as_demo(task))):
+            task.split = "train"
+            report.pinned_train += 1
+    recalled = []
+    for r in left:
+        if r.private and not private_ok:
+            report.withheld_private += 1
+            continue
+        recalled.append(r.task)
+        report.recalled[str(r.task.split)] = report.recalled.get(str(r.task.split), 0) + 1
+    return [*tonight, *recalled], report, left
+
+
+def _as_demo(task: MinedTask) -> Demo:
+    return Demo(task.id, task.prompt, "")
+
+
+def remember(
+    project: str,
+    home: Path | None,
+    night: str,
+    tonight: Sequence[MinedTask],
+    rest: Sequence[Recalled],
+    private_ids: set[str],
+    recall_max: int,
+) -> int:
+    """Write the pool back: tonight's split tasks and the pool's records tonight did not
+    replace (`combine`'s third value), newest first, at most `recall_max`. Returns its size."""
+    rows = [
+        Recalled(t, night, any(s in private_ids for s in t.sources))
+        for t in tonight
+        if t.split is not None
+    ]
+    rows += list(rest)
+    rows.sort(key=lambda r: r.task.created_at, reverse=True)
+    rows = rows[:recall_max]
+    write_jsonl(recall_path(project, home), [r.to_dict() for r in rows])
+    return len(rows)
