@@ -177,3 +177,38 @@ def test_optimize_end_to_end_on_the_local_model(tmp_path):
     diag = json.loads((out / "diagnostics" / "step_0001.json").read_text())
     assert diag["analyst_calls"] and diag["analyst_calls"][0]["raw_reply"]
     print(f"local e2e: {time.time() - t0:.0f} s", summary["analyst"], summary["test"]["best"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_demo_search_end_to_end_on_the_local_model(tmp_path):
+    """`--proposals 0` on the embedded model: the model's own passing train replies become
+    demo candidates, demo sets are screened and gated on val; nothing held out is a demo."""
+    from selftaught.demos import near_duplicate, split_skill
+    from selftaught.tasks.registry import load_task
+
+    spec = "gym:basic_arithmetic?max_terms=2&max_digits=1"
+    sizes = {"train_size": 16, "val_size": 12, "test_size": 12}
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        app,
+        ["optimize", "--task", spec, "--model", "local", "--proposals", "0", "--epochs", "1"]
+        + ["--batch-size", "16", "--screen-size", "6", "--max-tokens", "48", "--output", str(out)]
+        + [f"--{k.replace('_', '-')}={v}" for k, v in sizes.items()],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["usage"].get("optimizer", {}).get("calls", 0) == 0  # no analyst asked
+    pool = json.loads((out / "demo_pool.json").read_text())
+    task = load_task(spec, **sizes)
+    train = {e.id: e.prompt_text() for e in task.examples("train")}
+    held = [e.prompt_text() for s in ("val", "test") for e in task.examples(s)]
+    boot = [d for d in pool["demos"] if d["source"] == "bootstrap"]
+    assert boot, "the 135M model solves some 1-digit sums: their replies are candidates"
+    for d in pool["demos"]:
+        assert d["id"] in train and not any(near_duplicate(d["input"], h) for h in held)
+    row = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()][1]
+    assert row["candidates"] and {c["kind"] for c in row["candidates"]} == {"demos"}
+    shipped = split_skill((out / "best_skill.md").read_text())
+    assert [d.id for d in shipped.demos] == [d["id"] for d in summary["best_demos"]]
+    assert summary["test"]["initial"]["n"] == 12
