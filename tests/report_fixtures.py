@@ -184,3 +184,35 @@ def rl_run(root: Path, *, finished: bool = True) -> None:
         step_seconds=1.5,
     )
     atomic_write_json(run.path("result.json"), result.to_dict())
+
+
+def demo_optimize_run(root: Path, target: Any = None) -> dict[str, Any]:
+    """An optimize run that finds a demo set (the scripted `format_learner` solves beta items
+    only once a demo shows the format), with a pool, screening, a rules candidate the
+    screening drops, and one train item copied from val that the leak check refuses."""
+    from selftaught.tasks.base import Example
+    from tests.scripted import ScriptedModel, edits_json
+    from tests.test_skill_demos import format_learner
+
+    class LeakyToy(ToyTask):
+        def __init__(self) -> None:
+            super().__init__()
+            val0 = self.splits["val"][0]
+            copy = val0.input.lower().replace(" + ", "+")
+            self.splits["train"][0] = Example("train-copy", copy, val0.reference, val0.state)
+
+    edit = edits_json(
+        {"op": "add", "target": "", "content": "- Reply as Answer: N.", "rationale": "format"}
+    )
+    config = SkillOptConfig(
+        epochs=2, batch_size=8, demos_max=2, screen_size=4, gate=GateConfig(), pool=True
+    )
+    return SkillTrainer(
+        config,
+        LeakyToy(),
+        target or ScriptedModel(format_learner, "format-learner"),
+        canned_analyst(failure=edit),
+        "# Skill\n",
+        output_dir=root,
+        progress=False,
+    ).train()

@@ -1,7 +1,8 @@
 """`selftaught report RUN_DIR`: a self-contained HTML page for an optimize or train run
-(learning curves with 95% intervals, gate decisions, edits and their reasons, skill diffs,
-usage per role, failures with the scorer's feedback, config). No script and no network at
-view time: charts are inline SVG, styles inline.
+(learning curves with 95% intervals, gate decisions, each step's candidates and their fate,
+the shipped worked examples, edits and their reasons, skill diffs, usage per role, failures
+with the scorer's feedback, config). No script and no network at view time: charts are
+inline SVG, styles inline.
 
     from selftaught.report import write_report
     path = write_report("runs/optimize/gym-basic_arithmetic")   # → .../report.html

@@ -14,10 +14,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from selftaught.report.candidates import (
+    Candidate,
+    DemoView,
+    Leak,
+    read_candidates,
+    read_demo_pool,
+    rules_candidate,
+    split_or_note,
+)
 from selftaught.runs import RunError, jsonl_rows
 from selftaught.stats import wilson_interval
 
@@ -135,7 +144,8 @@ class _Reader:
         return path.read_text(encoding="utf-8") if path.is_file() else None
 
     def note(self, text: str) -> None:
-        self.notes.append(text)
+        if text not in self.notes:
+            self.notes.append(text)
 
 
 def _dict(v: Any) -> dict[str, Any]:
@@ -151,7 +161,7 @@ class SkillStep:
     val: Estimate | None  # the candidate on val; None when the patch was empty
     decision: str
     reason: str
-    parent: str  # the skill version the candidate was built from
+    parent: str  # the skill version the step's candidates were built from
     candidate: str | None
     current: str | None  # after the gate
     best: str | None
@@ -163,6 +173,9 @@ class SkillStep:
     time_s: float | None
     val_cached: bool
     truncated: int
+    candidates: list[Candidate]  # [] in rows written before several candidates per step
+    pool: list[str] | None  # versions that passed the gate so far (None: no pool recorded)
+    demo_stats: dict[str, Any]  # {pool, new, leaks_refused, best}
 
 
 @dataclass
@@ -174,7 +187,9 @@ class EditEvent:
     target: str
     content: str
     rationale: str
-    outcome: str  # accepted_new_best | accepted | rejected | dropped | not_applied | invalid
+    # accepted_new_best | accepted | rejected | screened_out | outscored | dropped |
+    # not_applied | invalid
+    outcome: str
     reason: str
 
 
@@ -191,12 +206,20 @@ class Failure:
 
 @dataclass
 class SkillDiff:
+    """A candidate against the skill it was built from: its rules as a line diff, its
+    demonstrations as the ones added and removed (a JSON block diffs unreadably)."""
+
     step: int
     old_version: str
     new_version: str
-    decision: str
-    old_text: str
+    decision: str  # the gate's decision, or the candidate's fate (FATE_TEXT) when recorded
+    old_text: str  # rules only
     new_text: str
+    kind: str = ""
+    why: str = ""
+    demos_added: list[DemoView] = field(default_factory=list)
+    demos_removed: list[DemoView] = field(default_factory=list)
+    placement: tuple[str, str] | None = None  # (old, new) when the placement changed
 
 
 @dataclass
@@ -221,6 +244,11 @@ class SkillRun:
     diffs: list[SkillDiff]
     failures: list[Failure]
     elapsed_s: float | None
+    shipped_rules: str = ""
+    shipped_demos: list[DemoView] = field(default_factory=list)
+    shipped_placement: str | None = None  # None: the shipped skill has no demos
+    demo_pool: list[DemoView] = field(default_factory=list)
+    leaks: list[Leak] = field(default_factory=list)
 
 
 _GATE_OUTCOME = {"accept_new_best": "accepted_new_best", "accept": "accepted"}
@@ -240,6 +268,10 @@ def _skill_steps(rows: list[dict[str, Any]], metric: str) -> list[SkillStep]:
             if decision == "accept_new_best":
                 best_val = val
         batch = _dict(row.get("batch"))
+        pool = row.get("pool")
+        # with a pool the parent is drawn from its front and recorded; before, it was the
+        # previous step's current skill
+        parent = str(row.get("parent_version") or parent)
         steps.append(
             SkillStep(
                 step=int(row.get("step", len(steps) + 1)),
@@ -260,10 +292,24 @@ def _skill_steps(rows: list[dict[str, Any]], metric: str) -> list[SkillStep]:
                 time_s=row.get("step_time_s"),
                 val_cached=bool(row.get("val_cached")),
                 truncated=int(batch.get("truncated") or 0),
+                candidates=read_candidates(int(row.get("step", len(steps) + 1)), row),
+                pool=[str(v) for v in pool] if isinstance(pool, list) else None,
+                demo_stats=_dict(row.get("demos")),
             )
         )
         parent = str(row.get("current_version") or parent)
     return steps
+
+
+def _applied_outcome(step: SkillStep) -> tuple[str, str]:
+    """What became of the applied edits: their rules candidate's fate (with candidates),
+    else the gate's decision on the step's single candidate."""
+    if not step.candidates:
+        return _GATE_OUTCOME.get(step.decision, "rejected"), step.reason
+    cand = rules_candidate(step.candidates)
+    if cand is None:
+        return "not_applied", "no candidate was built from these edits (the rules did not change)"
+    return cand.fate, f"{cand.version}: {cand.reason}"
 
 
 def _edit_events(step: SkillStep, diag: dict[str, Any] | None) -> list[EditEvent]:
@@ -279,9 +325,10 @@ def _edit_events(step: SkillStep, diag: dict[str, Any] | None) -> list[EditEvent
             reason,
         )
 
+    applied_outcome, applied_reason = _applied_outcome(step)
     if diag is None:  # only the clipped applied edits of the history row are known
-        outcome = _GATE_OUTCOME.get(step.decision, "rejected")
-        return [event(e, outcome, step.reason) for e in step.edits.get("applied_edits", [])]
+        edits = step.edits.get("applied_edits", [])
+        return [event(e, applied_outcome, applied_reason) for e in edits]
     events = []
     for call in diag.get("analyst_calls", []):
         call = _dict(call)
@@ -299,8 +346,10 @@ def _edit_events(step: SkillStep, diag: dict[str, Any] | None) -> list[EditEvent
         report = _dict(report)
         status = str(report.get("status", ""))
         if status in ("applied", "fallback_append"):
-            outcome = _GATE_OUTCOME.get(step.decision, "rejected")
-            reason = step.reason + (" (appended: target not found)" if status != "applied" else "")
+            outcome = applied_outcome
+            reason = applied_reason + (
+                " (appended: target not found)" if status != "applied" else ""
+            )
         else:
             outcome, reason = "not_applied", f"{status}: {report.get('detail', '')}".rstrip(": ")
         events.append(event(report.get("edit"), outcome, reason))
@@ -348,6 +397,61 @@ def _skill_status(rd: _Reader, state: dict[str, Any], summary: Any, n_steps: int
     return RunStatus(False, "not started: the baseline has not been evaluated yet")
 
 
+_Parts = tuple[str, list[DemoView], str]  # rules, demos, placement
+
+
+class _Skills:
+    """skills/VERSION.md split into rules and demos, read once each."""
+
+    def __init__(self, rd: _Reader):
+        self.rd = rd
+        self.cache: dict[str, _Parts | None] = {}
+
+    def get(self, version: str) -> _Parts | None:
+        if version not in self.cache:
+            text = self.rd.text("skills", f"{version}.md")
+            name = f"skills/{version}.md"
+            self.cache[version] = None if text is None else split_or_note(text, name, self.rd.notes)
+        return self.cache[version]
+
+
+def _diff(step: int, old_v: str, new_v: str, old: _Parts, new: _Parts, decision: str) -> SkillDiff:
+    old_ids = {d.id for d in old[1]}
+    new_ids = {d.id for d in new[1]}
+    return SkillDiff(
+        step,
+        old_v,
+        new_v,
+        decision,
+        old[0],
+        new[0],
+        demos_added=[d for d in new[1] if d.id not in old_ids],
+        demos_removed=[d for d in old[1] if d.id not in new_ids],
+        placement=(old[2], new[2]) if old[1] and new[1] and old[2] != new[2] else None,
+    )
+
+
+def _step_diffs(skills: _Skills, step: SkillStep) -> list[SkillDiff]:
+    """Each candidate of the step against its parent (the gated one alone in old rows)."""
+    if step.candidates:
+        wanted = [(c.version, c.fate, c.kind, c.why) for c in step.candidates]
+    elif step.candidate:
+        wanted = [(step.candidate, step.decision, "", "")]
+    else:
+        return []
+    old = skills.get(step.parent)
+    out = []
+    for version, decision, kind, why in wanted:
+        new = skills.get(version)
+        if old is None or new is None:
+            skills.rd.note(f"skills/{step.parent}.md or skills/{version}.md is missing.")
+            continue
+        d = _diff(step.step, step.parent, version, old, new, decision)
+        d.kind, d.why = kind, why
+        out.append(d)
+    return out
+
+
 def _step_details(
     rd: _Reader, steps: list[SkillStep]
 ) -> tuple[list[EditEvent], list[SkillDiff], list[Failure]]:
@@ -356,7 +460,7 @@ def _step_details(
     edits: list[EditEvent] = []
     diffs: list[SkillDiff] = []
     failures: list[Failure] = []
-    texts: dict[str, str | None] = {}
+    skills = _Skills(rd)
     missing = []
     for step in steps:
         diag = rd.json("diagnostics", f"step_{step.step:04d}.json")
@@ -364,16 +468,7 @@ def _step_details(
             missing.append(str(step.step))
         edits += _edit_events(step, _dict(diag) if diag is not None else None)
         failures += _step_failures(step.step, _dict(diag))
-        if not step.candidate:
-            continue
-        for version in (step.parent, step.candidate):
-            if version not in texts:
-                texts[version] = rd.text("skills", f"{version}.md")
-        old, new = texts[step.parent], texts[step.candidate]
-        if old is None or new is None:
-            rd.note(f"skills/{step.parent}.md or skills/{step.candidate}.md is missing.")
-        else:
-            diffs.append(SkillDiff(step.step, step.parent, step.candidate, step.decision, old, new))
+        diffs += _step_diffs(skills, step)
     if missing:
         rd.note(f"No diagnostics for step(s) {', '.join(missing)}: edits and failures are partial.")
     return edits, diffs, failures
@@ -424,6 +519,11 @@ def load_skill_run(root: Path, kind: str = "optimize") -> SkillRun:
     failures = _test_failures(rd) + failures
     best_version = state.get("best_version") or (steps[-1].best if steps else None)
     summary_d = _dict(summary)
+    best_skill = rd.text("best_skill.md")
+    shipped: _Parts = ("", [], "turns")
+    if best_skill is not None:
+        shipped = split_or_note(best_skill, "best_skill.md", rd.notes)
+    pool, leaks = read_demo_pool(rd.json("demo_pool.json"), rd.notes)
     return SkillRun(
         root=root,
         kind=kind,
@@ -438,13 +538,18 @@ def load_skill_run(root: Path, kind: str = "optimize") -> SkillRun:
         test_best=read_estimate(test.get("best"), metric),
         test_paired=_dict(test.get("paired")),
         best_version=best_version,
-        best_skill=rd.text("best_skill.md"),
+        best_skill=best_skill,
         usage=_dict(summary_d.get("usage") or state.get("usage")),
         analyst=_dict(summary_d.get("analyst") or state.get("parse")),
         edits=edits,
         diffs=diffs,
         failures=failures,
         elapsed_s=summary_d.get("elapsed_s", state.get("elapsed_s")),
+        shipped_rules=shipped[0],
+        shipped_demos=shipped[1],
+        shipped_placement=shipped[2] if shipped[1] else None,
+        demo_pool=pool,
+        leaks=leaks,
     )
 
 

@@ -1,6 +1,8 @@
 """The page of an `optimize` run (and of anything with its layout, like a sleep night):
-learning curve with the gate's decisions, the decisions table, edits with their reasons,
-skill diffs, usage per role, failures with the scorer's feedback, config."""
+learning curve with the gate's decisions, the decisions table, every candidate of every step
+with its fate, the shipped skill's worked examples (and the leaks refused), edits with their
+reasons, skill diffs (rules as text, demos added / removed), usage per role, failures with the
+scorer's feedback, config."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from selftaught.report.candidate_sections import candidates_table, demo_changes, worked_examples
+from selftaught.report.candidates import FATE_TEXT
 from selftaught.report.html import (
     Html,
     badge,
@@ -23,7 +27,7 @@ from selftaught.report.html import (
     tag,
 )
 from selftaught.report.parts import change, ci_text, estimate_cell, header, point
-from selftaught.report.runs import Failure, SkillRun, SkillStep
+from selftaught.report.runs import Failure, SkillDiff, SkillRun, SkillStep
 from selftaught.report.svg import COLORS, Chart, Mark, Series, render_chart
 
 MAX_FAILURES = 60  # per group: a long run's failures stay readable (the rest are counted)
@@ -37,6 +41,8 @@ OUTCOME_TEXT = {
     "accepted_new_best": "accepted · new best",
     "accepted": "accepted · not shipped",
     "rejected": "rejected by the gate",
+    "screened_out": "candidate screened out",
+    "outscored": "candidate lost on full val",
     "dropped": "dropped before applying",
     "not_applied": "not applied",
     "invalid": "invalid",
@@ -184,6 +190,15 @@ def _step_cost(s: SkillStep) -> str:
     return f"{calls} / {num(tokens)}{seconds}"
 
 
+def _candidate_cell(s: SkillStep) -> Html:
+    text = Html(f"{s.parent} → {s.candidate}" if s.candidate else "–")
+    if s.candidates:
+        n = len(s.candidates)
+        what = f"best of {n} candidates" if s.candidate else f"{n} candidates, none gated"
+        text += tag("div", what, class_="d")
+    return text
+
+
 def _gate_table(steps: Sequence[SkillStep]) -> Html:
     rows = []
     for s in steps:
@@ -197,7 +212,7 @@ def _gate_table(steps: Sequence[SkillStep]) -> Html:
                 estimate_cell(s.batch)
                 + (tag("div", f"{s.truncated} truncated", class_="d") if s.truncated else ""),
                 chain + tag("div", f"budget {s.budget}", class_="d"),
-                f"{s.parent} → {s.candidate}" if s.candidate else "–",
+                _candidate_cell(s),
                 estimate_cell(s.val) + (" (cached)" if s.val_cached else ""),
                 badge(label, kind) + tag("div", s.reason),
                 f"{s.current} / {s.best}",
@@ -253,22 +268,37 @@ def _edit_table(run: SkillRun) -> Html:
     )
 
 
+def _diff_body(d: SkillDiff) -> Html:
+    """Rules as a line diff; demonstrations as the ones added and removed."""
+    rules = diff_html(d.old_text, d.new_text)
+    if d.demos_added or d.demos_removed:
+        rules = tag("div", "rules:", class_="d") + rules
+    moved = Html("")
+    if d.placement:
+        moved = tag("p", f"demos placement: {d.placement[0]} → {d.placement[1]}", class_="d")
+    return join([rules, demo_changes(d.demos_added, d.demos_removed), moved])
+
+
 def _diffs(run: SkillRun) -> Html:
     parts = []
     for d in run.diffs:
+        label = FATE_TEXT.get(d.decision) or DECISION_TEXT.get(d.decision, d.decision)
         title = join(
             [
                 f"step {d.step}: {d.old_version} → {d.new_version} ",
-                badge(DECISION_TEXT.get(d.decision, d.decision), d.decision),
+                badge(label, d.decision),
+                tag("span", f" {d.kind}: {d.why}", class_="d") if d.kind else "",
             ]
         )
-        parts.append(
-            details(title, diff_html(d.old_text, d.new_text), open_=d.decision == "accept_new_best")
-        )
+        new_best = d.decision in ("accept_new_best", "accepted_new_best")
+        parts.append(details(title, _diff_body(d), open_=new_best))
     if run.best_skill is not None:
-        parts.append(
-            details(f"the shipped skill ({run.best_version})", pre(run.best_skill), open_=True)
-        )
+        shipped = pre(run.best_skill)
+        if run.shipped_demos:  # the rules; the demos are tabled under Worked examples
+            shipped = pre(run.shipped_rules) + tag(
+                "p", f"… and {len(run.shipped_demos)} worked example(s) (see above).", class_="d"
+            )
+        parts.append(details(f"the shipped skill ({run.best_version})", shipped, open_=True))
     return join(parts) if parts else tag("p", "no candidate skill yet", class_="empty")
 
 
@@ -354,6 +384,23 @@ def skill_page(run: SkillRun) -> tuple[str, Html]:
                 "→ merged → selected under the budget → applied.",
             ),
             section(
+                "Candidates",
+                candidates_table(run),
+                "candidates",
+                "Every candidate of every step: new rules from the analyst, a demo set (add, "
+                "swap, a fresh set, drop) or a merge of two pool members. All are scored on a "
+                "val subset first (screen); the best go on to full val, and the best there "
+                "meets the gate. A demonstration marked shipped is in the best skill.",
+            ),
+            section(
+                "Worked examples",
+                worked_examples(run),
+                "demos",
+                "The demonstrations the shipped skill carries, taken from train only: the "
+                "target's own passing replies (bootstrap), the task's references, or the "
+                "user's corrections.",
+            ),
+            section(
                 "Edits over time",
                 _edit_table(run),
                 "edits",
@@ -363,7 +410,8 @@ def skill_page(run: SkillRun) -> tuple[str, Html]:
                 "Skill versions",
                 _diffs(run),
                 "diffs",
-                "Each candidate against the skill it was built from.",
+                "Each candidate against the skill it was built from: the rules as a line "
+                "diff, the demonstrations as the ones added (+) and removed (−).",
             ),
             section("Usage per role", _usage_table(run.usage), "usage"),
             section(
