@@ -50,6 +50,7 @@ from selftaught.weights.sampling import (
 from selftaught.weights.sft import (
     apply_adapter,
     load_model,
+    local_render,
     merged,
     prepare_trainable,
     save_atomic,
@@ -407,6 +408,7 @@ class RestTrainer:
             backend=self.backend,
             seed=cfg.seed + r,
             progress=self.progress,
+            render=local_render(self._tok),  # episodes: the text the local backend generated from
         )
         rdir = self.run.path("rounds", str(r))
         if self.backend == "lora":
