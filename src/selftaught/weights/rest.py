@@ -31,7 +31,7 @@ from typing import Any
 
 from rich.console import Console
 
-from selftaught.evaluation import EvalResult, evaluate
+from selftaught.evaluation import EvalResult, evaluate, tool_use
 from selftaught.gate import GateResult, gate
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
@@ -258,12 +258,15 @@ class RestTrainer:
             ),
         )
 
-    def _samples(self, model: Any, r: int, source_round: int) -> tuple[list[Sample], int]:
+    def _samples(
+        self, model: Any, r: int, source_round: int
+    ) -> tuple[list[Sample], int, dict[str, Any] | None]:
         """Round r's k scored samples per train prompt (one n-completion request each) from
-        the model of `source_round`, and how many rollouts errored (no samples, never 0)."""
+        the model of `source_round`, how many rollouts errored (no samples, never 0), and
+        how the episodes used their tools (None for one-step tasks)."""
         cfg = self.config
         if self.method == "sft":
-            return reference_samples(self.task, self.train_examples, self.student), 0
+            return reference_samples(self.task, self.train_examples, self.student), 0, None
         rollouts = run_rollouts(
             self._chat(model, source_round, self.ledger, sampling=True),
             self.teacher,
@@ -283,7 +286,7 @@ class RestTrainer:
             ),
         )
         samples = samples_from_rollouts(self.task, self.train_examples, rollouts, self.student)
-        return samples, sum(not r.ok for r in rollouts)
+        return samples, sum(not r.ok for r in rollouts), tool_use(rollouts)
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
@@ -339,7 +342,7 @@ class RestTrainer:
         cfg = self.config
         t0 = time.perf_counter()
         rdir = self.run.path("rounds", str(r))
-        samples, errors = self._samples(current, r, state["current_round"])
+        samples, errors, tools = self._samples(current, r, state["current_round"])
         sample_s = time.perf_counter() - t0
         write_jsonl(rdir / "samples.jsonl", [s.to_dict() for s in samples])
         elite, stats = self._elite(samples)
@@ -352,6 +355,7 @@ class RestTrainer:
             "sample_seconds": round(sample_s, 1),
             "samples_per_s": round(len(samples) / sample_s, 2) if sample_s > 0 else None,
             "elite": stats,
+            **({"sample_tool_use": tools} if tools is not None else {}),
         }
         if len(elite) < cfg.sft.batch_size:
             return self._stop_too_few(r, row, state, len(elite), current)
