@@ -15,6 +15,7 @@ Run directory:
     config.json          settings (a resume with other settings is refused)
     history.jsonl        one row per round (round 0 = base)
     state.json           completed rounds, current and best round, per-example val scores
+                         (and test scores of each round evaluated on test)
     rounds/N/samples.jsonl   every scored sample of round N, with the prompt it was scored on
     rounds/N/adapter/    LoRA adapter of round N (`full` / `scratch`: rounds/N/model/)
     best/                the shipped model (merged weights + tokenizer) and best.json
@@ -258,6 +259,16 @@ class RestTrainer:
             ),
         )
 
+    def _test(self, model: Any, r: int, state: dict[str, Any]) -> EvalResult:
+        """Round r on test, its per-example hard scores kept in `state["test_scores"]` (for
+        a paired comparison of rounds; None where the rollout errored)."""
+        test = self._eval(model, r, "test")
+        state.setdefault("test_scores", {})[str(r)] = {
+            x.example_id: x.score.hard if x.ok and x.score is not None else None
+            for x in test.rollouts
+        }
+        return test
+
     def _samples(
         self, model: Any, r: int, source_round: int
     ) -> tuple[list[Sample], int, dict[str, Any] | None]:
@@ -319,7 +330,8 @@ class RestTrainer:
         """The base model (or a scratch run's random strategies) on val and test."""
         base = self._round_model(0)
         val = self._eval(base, 0, "val")
-        test = self._eval(base, 0, "test")
+        test_scores: dict[str, Any] = {}
+        test = self._test(base, 0, {"test_scores": test_scores})
         kind = "random strategies" if base is None else "base"
         self._log(f"round 0 ({kind}): {val.line()} | {test.line()}")
         if base is not None:
@@ -332,6 +344,7 @@ class RestTrainer:
             "current_round": 0,
             "best_round": 0,
             "val_scores": {"0": val.val_scores(self.gate)},
+            "test_scores": test_scores,
             "base_test": test.summary(),
         }
         self.run.save_state(state)
@@ -371,7 +384,7 @@ class RestTrainer:
         )
         row.update(trained=True, val=val.summary(), gate=result.to_dict())
         if cfg.eval_test_each_round:
-            row["test"] = self._eval(model, r, "test").summary()
+            row["test"] = self._test(model, r, state).summary()
         self._apply_decision(r, model, val, result, state)
         row.update(best_round=state["best_round"], seconds=round(time.perf_counter() - t0, 1))
         self._log(
@@ -462,7 +475,7 @@ class RestTrainer:
                     state["shipped_test"] = row["test"]
                 else:
                     best = self._round_model(best_round)
-                    state["shipped_test"] = self._eval(best, best_round, "test").summary()
+                    state["shipped_test"] = self._test(best, best_round, state).summary()
                 state["shipped_round"] = best_round
                 self.run.save_state(state)
             shipped_test = EvalResult.from_summary(state["shipped_test"])
