@@ -19,7 +19,12 @@ from selftaught.tasks.tools.calculator import CalculatorTask  # noqa: E402
 from selftaught.weights.config import ConfigError  # noqa: E402
 from selftaught.weights.elite import select_elite  # noqa: E402
 from selftaught.weights.sampling import Sample, samples_from_rollouts  # noqa: E402
-from selftaught.weights.sft import episode_tokens, samples_to_dataset  # noqa: E402
+from selftaught.weights.sft import (  # noqa: E402
+    episode_tokens,
+    local_render,
+    samples_to_dataset,
+    template_render,
+)
 from tests.scripted import ScriptedModel, calculator_agent  # noqa: E402
 
 
@@ -87,7 +92,37 @@ def test_only_assistant_turns_are_trained_on(tokenizer, episode_samples) -> None
 def test_a_template_that_drops_tool_calls_is_refused(tokenizer, episode_samples) -> None:  # type: ignore[no-untyped-def]
     # SmolLM2's own template has no tools section: training would silently drop the calls
     with pytest.raises(ConfigError, match="dropped the tool call 'calculator'"):
-        samples_to_dataset(episode_samples, tokenizer)
+        samples_to_dataset(episode_samples, tokenizer, template_render(tokenizer))
+
+
+def test_episodes_train_on_the_text_the_local_backend_generated_from(
+    tokenizer, episode_samples
+) -> None:  # type: ignore[no-untyped-def]
+    from selftaught.models.tools import render_prompt
+
+    s = episode_samples[0]
+    ds = samples_to_dataset(episode_samples, tokenizer)  # default: the local backend's renderer
+    row = ds[0]
+    ids, mask = row["input_ids"], row["assistant_masks"]
+    assert row == episode_tokens(tokenizer, s, local_render(tokenizer))
+    # each assistant turn starts right where the prompt the backend generated it from ends,
+    # token for token (no merge across the boundary)
+    starts = [i for i in range(len(mask)) if mask[i] and (i == 0 or not mask[i - 1])]
+    assert len(starts) == 2
+    for start, k in zip(starts, (0, 2), strict=True):
+        prompt = render_prompt(tokenizer, s.messages + s.trajectory[:k], s.tools)
+        assert ids[:start] == tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    call, result, final = s.trajectory
+    trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    expr = json.loads(call["tool_calls"][0]["function"]["arguments"])["expression"]
+    block = json.dumps({"name": "calculator", "arguments": {"expression": expr}})
+    assert (
+        trained == f"<tool_call>\n{block}\n</tool_call><|im_end|>\n{final['content']}<|im_end|>\n"
+    )
+    untrained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if not m])
+    assert "# Tools" in untrained and f"<tool_response>\n{result['content']}\n</tool_response>" in (
+        untrained
+    )
 
 
 def test_one_step_samples_keep_the_prompt_completion_rows(tokenizer) -> None:  # type: ignore[no-untyped-def]

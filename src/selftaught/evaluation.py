@@ -34,6 +34,7 @@ class EvalResult:
     skill_hash: str
     rollouts: list[Rollout] = field(default_factory=list, repr=False)
     usage: dict[str, Any] = field(default_factory=dict)  # per role, when a ledger was kept
+    tool_use: dict[str, Any] | None = None  # episodes only (`tool_use`)
 
     def summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "rollouts"}
@@ -71,6 +72,25 @@ class EvalResult:
         return text
 
 
+def tool_use(rollouts: list[Rollout]) -> dict[str, Any] | None:
+    """How the scored episodes used their tools: the share that called one (malformed calls
+    included), the share where at least one call ran, and calls / failed calls per episode.
+    None when no rollout is an episode (one-step tasks keep their summary as it was)."""
+    episodes = [r for r in rollouts if r.is_episode and r.ok]
+    if not any(r.is_episode for r in rollouts):
+        return None
+    n = len(episodes)
+    return {
+        "episodes": n,
+        "call_share": round(sum(r.tool_calls > 0 for r in episodes) / n, 4) if n else 0.0,
+        "ran_share": round(sum(r.tool_calls > r.tool_errors for r in episodes) / n, 4)
+        if n
+        else 0.0,
+        "calls_per_episode": round(sum(r.tool_calls for r in episodes) / n, 3) if n else 0.0,
+        "failed_per_episode": round(sum(r.tool_errors for r in episodes) / n, 3) if n else 0.0,
+    }
+
+
 def summarize(
     rollouts: list[Rollout], *, task: str, model: str, split: str, wall_s: float, skill_hash: str
 ) -> EvalResult:
@@ -96,6 +116,7 @@ def summarize(
         wall_s=wall_s,
         skill_hash=skill_hash,
         rollouts=rollouts,
+        tool_use=tool_use(rollouts),
     )
 
 

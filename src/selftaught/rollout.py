@@ -40,6 +40,7 @@ from selftaught.tasks.episode import (
     Episode,
     StopReason,
     ToolCrash,
+    answer_malformed,
     finish_score,
     is_tool_task,
     run_tool_calls,
@@ -313,16 +314,23 @@ async def _play(
         r.retries += c.retries
         r.cached = c.cached if r.turns == 1 else r.cached and c.cached
         r.truncated = r.truncated or c.truncated
-        calls = with_ids(c.tool_calls or [], r.turns)
-        turn: Message = {"role": "assistant", "content": c.text}
-        if calls:
-            turn["tool_calls"] = calls
-        r.trajectory.append(turn)
-        if not calls:
-            return ("length" if c.truncated else "answer"), c.text
-        results, errors = await asyncio.to_thread(run_tool_calls, env, calls, r.turns)
+        if c.tool_call_errors:  # calls the backend could not parse: failed calls, not an answer
+            turn, results, errors = answer_malformed(
+                c.text, c.tool_call_errors, c.extra.get("malformed_tool_calls"), r.turns
+            )
+            r.trajectory.append(turn)
+            r.tool_calls += len(errors)  # none ran: tool_calls - tool_errors = calls that ran
+        else:
+            calls = with_ids(c.tool_calls or [], r.turns)
+            turn = {"role": "assistant", "content": c.text}
+            if calls:
+                turn["tool_calls"] = calls
+            r.trajectory.append(turn)
+            if not calls:
+                return ("length" if c.truncated else "answer"), c.text
+            results, errors = await asyncio.to_thread(run_tool_calls, env, calls, r.turns)
+            r.tool_calls += len(calls)
         r.trajectory.extend(results)
-        r.tool_calls += len(calls)
         r.tool_errors += len(errors)
         failed.extend(errors)
         if r.turns >= max_turns:
@@ -343,7 +351,7 @@ def trajectory_lines(r: Rollout, limit: int = 300) -> list[str]:
         m.get("tool_call_id"): m.get("content", "") for m in r.trajectory if m.get("role") == "tool"
     }
     lines = []
-    for m in r.trajectory:
+    for i, m in enumerate(r.trajectory):
         if m.get("role") != "assistant":
             continue
         for call in m.get("tool_calls") or []:
@@ -351,11 +359,27 @@ def trajectory_lines(r: Rollout, limit: int = 300) -> list[str]:
             args = fn.get("arguments")
             args = args if isinstance(args, str) else json.dumps(args)
             lines.append(cut(f"call {fn.get('name')}({args}) -> {results.get(call.get('id'), '')}"))
-        if not m.get("tool_calls"):
+        if m.get("tool_calls"):
+            continue
+        answered = _tool_turns_after(r.trajectory, i)
+        if answered:  # calls written as text that could not be parsed: not an answer
+            said = " | ".join(str(t.get("content", "")) for t in answered)
+            lines.append(cut(f"malformed call: {m.get('content', '')} -> {said}"))
+        else:
             lines.append(cut(f"answer: {m.get('content', '')}"))
     if r.stop in ("turn_cap", "token_cap"):
         lines.append(f"stopped: {r.stop} after {r.turns} turns")
     return lines
+
+
+def _tool_turns_after(trajectory: list[Message], i: int) -> list[Message]:
+    """The tool turns right after turn i."""
+    out = []
+    for m in trajectory[i + 1 :]:
+        if m.get("role") != "tool":
+            break
+        out.append(m)
+    return out
 
 
 def attempt_text(r: Rollout, max_chars: int) -> str:

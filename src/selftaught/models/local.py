@@ -53,11 +53,8 @@ from selftaught.models.tools import (
     check_tool_choice,
     check_tool_messages,
     check_tools,
-    choice_instruction,
-    fallback_messages,
-    native_messages,
     offered_tools,
-    template_supports_tools,
+    render_prompt,
 )
 
 BACKEND = "local"
@@ -640,20 +637,12 @@ class LocalModel(AsyncChatModel):
         """The chat template's text for `messages`, with the offered tools: rendered by the
         template itself when it has a tools section, else by the documented fallback (a
         system-prompt section; past calls and results as text), see `models.tools`."""
-        offered = offered_tools(params.tools, params.tool_choice) if params else None
-        kwargs: dict[str, Any] = {}
-        if offered or any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
-            instruction = choice_instruction(params.tool_choice) if params and offered else None
-            template = self._tokenizer.chat_template
-            if isinstance(template, str) and template_supports_tools(template):
-                calls_native = "tool_calls" in template
-                messages = native_messages(messages, instruction, renders_calls=calls_native)
-                kwargs["tools"] = offered
-            else:
-                messages = fallback_messages(messages, offered, instruction)
         try:
-            return self._tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, **kwargs
+            return render_prompt(
+                self._tokenizer,
+                messages,
+                params.tools if params else None,
+                params.tool_choice if params else None,
             )
         except Exception as err:  # jinja errors: e.g. a template that rejects a role order
             raise FatalBackendError(

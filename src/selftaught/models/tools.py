@@ -257,6 +257,35 @@ def native_messages(
     return out
 
 
+def render_prompt(
+    tokenizer: Any,
+    messages: list[Message],
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | dict[str, Any] | None = None,
+    *,
+    add_generation_prompt: bool = True,
+) -> str:
+    """The text a local model sees for `messages` with `tools` offered: its own chat template
+    when the template reads `tools` (native), else the fallback (a `# Tools` system section,
+    past calls as <tool_call> blocks, results as <tool_response> blocks). The local backend
+    prompts with it, and ReST trains episodes with it (`add_generation_prompt=False` for a
+    finished conversation), so training text is token for token what generation saw."""
+    offered = offered_tools(tools, tool_choice)
+    kwargs: dict[str, Any] = {}
+    if offered or any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
+        instruction = choice_instruction(tool_choice) if offered else None
+        template = tokenizer.chat_template
+        if isinstance(template, str) and template_supports_tools(template):
+            calls_native = "tool_calls" in template
+            messages = native_messages(messages, instruction, renders_calls=calls_native)
+            kwargs["tools"] = offered
+        else:
+            messages = fallback_messages(messages, offered, instruction)
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=False, **kwargs
+    )
+
+
 # ---------------------------------------------------------------------- parsing
 
 

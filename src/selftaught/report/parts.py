@@ -4,10 +4,11 @@ estimate (accuracy with its 95% interval) as text, as a table cell and as a char
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime, timezone
 
-from selftaught.report.html import Html, join, tag
-from selftaught.report.runs import Estimate, Run
+from selftaught.report.html import Html, details, join, table, tag
+from selftaught.report.runs import Estimate, Failure, Run
 from selftaught.report.svg import Point
 
 
@@ -55,3 +56,39 @@ def estimate_cell(e: Estimate | None) -> Html:
     counts = f" ({e.solved}/{e.n})" if e.solved is not None and e.n else ""
     ci = tag("div", f"{e.lo:.3f}–{e.hi:.3f}", class_="d") if e.lo is not None else Html("")
     return tag("b", f"{e.value:.3f}") + counts + ci
+
+
+MAX_FAILURES = 60  # per group: a long run's failures stay readable (the rest are counted)
+
+
+def attempt_cell(f: Failure) -> Html:
+    """The reply's head, or an episode's whole trajectory: each call with its arguments and
+    result, then the final answer (every line escaped)."""
+    if not f.trajectory:
+        return tag("code", f.reply)
+    return tag("ol", join(tag("li", tag("code", line)) for line in f.trajectory), class_="traj")
+
+
+def failure_groups(failures: Sequence[Failure]) -> Html:
+    """Failed examples grouped by where they failed, with the scorer's feedback."""
+    groups: dict[str, list[Failure]] = {}
+    for f in failures:
+        groups.setdefault(f.where, []).append(f)
+    parts = []
+    for i, (where, items) in enumerate(groups.items()):
+        rows = [
+            [
+                f.example_id,
+                attempt_cell(f),
+                f.feedback + (f" (error: {f.error})" if f.error else ""),
+                "yes" if f.truncated else "",
+            ]
+            for f in items[:MAX_FAILURES]
+        ]
+        more = len(items) - MAX_FAILURES
+        what = "trajectory" if any(f.trajectory for f in items) else "reply (head)"
+        body = table(["example", what, "scorer's feedback", "truncated"], rows)
+        if more > 0:
+            body += tag("p", f"… and {more} more (see the run's diagnostics/)", class_="empty")
+        parts.append(details(f"{where} — {len(items)} failed", body, open_=i == 0))
+    return join(parts) if parts else tag("p", "no failure recorded yet", class_="empty")

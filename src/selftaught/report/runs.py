@@ -202,6 +202,22 @@ class Failure:
     feedback: str
     error: str | None = None
     truncated: bool = False
+    trajectory: list[str] = field(default_factory=list)
+    """An episode's calls with their arguments and results, then its final answer (one line
+    each); empty for a one-step reply."""
+
+
+def trajectory_of(value: Any) -> list[str]:
+    """A row's trajectory as lines: diagnostics already hold lines; samples and rollout rows
+    hold the messages (turned into lines as the analyst reads them)."""
+    if not isinstance(value, list) or not value:
+        return []
+    if all(isinstance(v, str) for v in value):
+        return list(value)
+    from selftaught.rollout import Rollout, trajectory_lines
+
+    messages = [m for m in value if isinstance(m, dict)]
+    return trajectory_lines(Rollout("", [], trajectory=messages, stop="answer"), limit=400)
 
 
 @dataclass
@@ -372,6 +388,7 @@ def _step_failures(step: int, diag: dict[str, Any]) -> list[Failure]:
                     str(r.get(why_key) or r.get("feedback") or r.get("why") or ""),
                     r.get("error"),
                     bool(r.get("truncated")),
+                    trajectory_of(r.get("trajectory")),
                 )
             )
     return out
@@ -485,6 +502,7 @@ def _test_failures(rd: _Reader) -> list[Failure]:
             str(r.get("why") or ""),
             r.get("error"),
             bool(r.get("truncated")),
+            trajectory_of(r.get("trajectory")),
         )
         for r in rd.jsonl("test_rollouts.jsonl")
         if r.get("skill") == "best" and (r.get("hard") != 1.0 or r.get("error"))
@@ -612,6 +630,31 @@ class RestRun:
     base_test: Estimate | None
     shipped_test: Estimate | None
     shipped: str | None
+    failures: list[Failure] = field(default_factory=list)
+    """The last sampled round's unsolved episodes (tool tasks), with their trajectories."""
+
+
+def _rest_failures(rd: _Reader, rounds: list[Round]) -> list[Failure]:
+    """Unsolved sampled episodes of the last round that sampled (one-step samples: none,
+    their replies are in samples.jsonl)."""
+    sampled = [r.round for r in rounds if r.samples]
+    if not sampled:
+        return []
+    last = sampled[-1]
+    return [
+        Failure(
+            f"samples · round {last}",
+            last,
+            str(row.get("example_id", "?")),
+            str(row.get("completion") or ""),
+            str(row.get("feedback") or ""),
+            None,
+            bool(row.get("truncated")),
+            trajectory_of(row.get("trajectory")),
+        )
+        for row in rd.jsonl("rounds", str(last), "samples.jsonl")
+        if row.get("trajectory") and row.get("hard") != 1.0
+    ]
 
 
 def _rest_round(row: dict[str, Any], metric: str, best_before: int) -> Round:
@@ -687,6 +730,7 @@ def load_rest_run(root: Path) -> RestRun:
         base_test=read_estimate(result.get("base_test") or state.get("base_test"), metric),
         shipped_test=read_estimate(result.get("shipped_test"), metric),
         shipped=result.get("shipped"),
+        failures=_rest_failures(rd, rounds),
     )
 
 

@@ -26,11 +26,9 @@ from selftaught.report.html import (
     table,
     tag,
 )
-from selftaught.report.parts import change, ci_text, estimate_cell, header, point
-from selftaught.report.runs import Failure, SkillDiff, SkillRun, SkillStep
+from selftaught.report.parts import change, ci_text, estimate_cell, failure_groups, header, point
+from selftaught.report.runs import SkillDiff, SkillRun, SkillStep
 from selftaught.report.svg import COLORS, Chart, Mark, Series, render_chart
-
-MAX_FAILURES = 60  # per group: a long run's failures stay readable (the rest are counted)
 
 DECISION_TEXT = {
     "accept_new_best": "new best",
@@ -341,29 +339,6 @@ def _usage_table(usage: dict[str, dict[str, Any]]) -> Html:
     )
 
 
-def _failure_groups(failures: Sequence[Failure]) -> Html:
-    groups: dict[str, list[Failure]] = {}
-    for f in failures:
-        groups.setdefault(f.where, []).append(f)
-    parts = []
-    for i, (where, items) in enumerate(groups.items()):
-        rows = [
-            [
-                f.example_id,
-                tag("code", f.reply),
-                f.feedback + (f" (error: {f.error})" if f.error else ""),
-                "yes" if f.truncated else "",
-            ]
-            for f in items[:MAX_FAILURES]
-        ]
-        more = len(items) - MAX_FAILURES
-        body = table(["example", "reply (head)", "scorer's feedback", "truncated"], rows)
-        if more > 0:
-            body += tag("p", f"… and {more} more (see the run's diagnostics/)", class_="empty")
-        parts.append(details(f"{where} — {len(items)} failed", body, open_=i == 0))
-    return join(parts) if parts else tag("p", "no failure recorded yet", class_="empty")
-
-
 def skill_page(run: SkillRun) -> tuple[str, Html]:
     task = str(run.config.get("task", run.root.name))
     models = (
@@ -416,7 +391,7 @@ def skill_page(run: SkillRun) -> tuple[str, Html]:
             section("Usage per role", _usage_table(run.usage), "usage"),
             section(
                 "Failures",
-                _failure_groups(run.failures),
+                failure_groups(run.failures),
                 "failures",
                 "Examples the skill got wrong, with the scorer's feedback.",
             ),

@@ -18,7 +18,7 @@ from selftaught.report.html import (
     table,
     tag,
 )
-from selftaught.report.parts import change, ci_text, estimate_cell, header, point
+from selftaught.report.parts import change, ci_text, estimate_cell, failure_groups, header, point
 from selftaught.report.runs import RestRun, RLRun, RLStep
 from selftaught.report.svg import COLORS, Chart, Mark, Point, Series, render_chart
 
@@ -192,6 +192,15 @@ def rest_page(run: RestRun) -> tuple[str, Html]:
                 "Each round samples, keeps the elite, fine-tunes and is gated on val: a round "
                 "is shipped only when it beats the best so far.",
             ),
+            section(
+                "Unsolved episodes",
+                failure_groups(run.failures),
+                "failures",
+                "The last round's sampled episodes the task did not score solved: each tool "
+                "call with its arguments and result, then the final answer.",
+            )
+            if run.failures
+            else Html(""),
             section("Config", config_table(run.config), "config"),
         ]
     )

@@ -17,6 +17,10 @@ Who is to blame when a call fails:
   `error: ...` tool result and may recover; the failed call counts against the episode
   (`Episode.tool_errors`, named in the feedback, and each costs `TOOL_ERROR_PENALTY` of the
   soft score);
+- the same for a call the backend could not parse (`Completion.tool_call_errors`: a block that
+  is not JSON, an unknown name, a call cut by max_tokens): the turn keeps the reply as written,
+  each malformed call is answered with an `error: malformed tool call: ...` tool result, and
+  it counts as a failed call; it is never taken for the final answer (`answer_malformed`);
 - the *tool* (it raised anything else): the episode ends with an error (error_source "tool"),
   never a score, exactly as a crashed scorer.
 
@@ -214,6 +218,64 @@ def run_tool_calls(
 def with_ids(calls: Sequence[ToolCall], turn: int) -> list[ToolCall]:
     """The calls, each with an id (a backend may leave it out): tool turns refer to it."""
     return [c if c.get("id") else {**c, "id": f"call_{turn}_{k}"} for k, c in enumerate(calls)]
+
+
+MALFORMED = "malformed tool call"
+_NOT_RUN = "error: not run: another call in the same reply was malformed; send the calls again"
+
+
+def _problems(errors: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
+    """(index, why) per malformed call; a note without raw text (the reply was cut) joins the
+    call before it, so one cut call counts once."""
+    out: list[tuple[int, str]] = []
+    for err in errors:
+        raw = str(err.get("raw") or "")
+        why = str(err.get("error") or "malformed")
+        if raw:
+            why = f"{why} in {' '.join(raw.split())[:100]!r}"
+        if not raw and out:
+            out[-1] = (out[-1][0], f"{out[-1][1]}; {why}")
+        else:
+            out.append((int(err.get("index", len(out))), why))
+    return out
+
+
+def answer_malformed(
+    text: str, errors: Sequence[dict[str, Any]], sent: Sequence[ToolCall] | None, turn: int
+) -> tuple[Message, list[Message], list[str]]:
+    """A reply whose tool calls could not be parsed (`Completion.tool_call_errors`): its
+    assistant turn, the error results that answer it, and why each malformed call failed.
+
+    Calls the backend did return in OpenAI shape (`sent`: a server's, kept in
+    `extra["malformed_tool_calls"]`) stay on the turn and each gets a result (so the
+    conversation stays valid for that server); none of them runs. Calls that exist only as
+    text (the local model's `<tool_call>` blocks) stay in the turn's text as written, and
+    each is answered by one tool result."""
+    problems = _problems(errors)
+    why = [f"{MALFORMED}: {p}" for _, p in problems]
+    assistant: Message = {"role": "assistant", "content": text}
+    if sent:
+        calls = with_ids(list(sent), turn)
+        assistant["tool_calls"] = calls
+        by_call: dict[int, list[str]] = {}
+        for index, problem in problems:
+            by_call.setdefault(min(max(index, 0), len(calls) - 1), []).append(problem)
+        results = [
+            {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "content": f"error: {MALFORMED}: {'; '.join(by_call[k])}"
+                if k in by_call
+                else _NOT_RUN,
+            }
+            for k, call in enumerate(calls)
+        ]
+        return assistant, results, why
+    results = [
+        {"role": "tool", "tool_call_id": f"call_{turn}_{k}", "content": f"error: {w}"}
+        for k, w in enumerate(why)
+    ]
+    return assistant, results, why
 
 
 def finish_score(score: Score, episode: Episode) -> Score:

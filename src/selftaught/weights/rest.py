@@ -15,6 +15,7 @@ Run directory:
     config.json          settings (a resume with other settings is refused)
     history.jsonl        one row per round (round 0 = base)
     state.json           completed rounds, current and best round, per-example val scores
+                         (and test scores of each round evaluated on test)
     rounds/N/samples.jsonl   every scored sample of round N, with the prompt it was scored on
     rounds/N/adapter/    LoRA adapter of round N (`full` / `scratch`: rounds/N/model/)
     best/                the shipped model (merged weights + tokenizer) and best.json
@@ -31,7 +32,7 @@ from typing import Any
 
 from rich.console import Console
 
-from selftaught.evaluation import EvalResult, evaluate
+from selftaught.evaluation import EvalResult, evaluate, tool_use
 from selftaught.gate import GateResult, gate
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
@@ -50,6 +51,7 @@ from selftaught.weights.sampling import (
 from selftaught.weights.sft import (
     apply_adapter,
     load_model,
+    local_render,
     merged,
     prepare_trainable,
     save_atomic,
@@ -257,12 +259,25 @@ class RestTrainer:
             ),
         )
 
-    def _samples(self, model: Any, r: int, source_round: int) -> tuple[list[Sample], int]:
+    def _test(self, model: Any, r: int, state: dict[str, Any]) -> EvalResult:
+        """Round r on test, its per-example hard scores kept in `state["test_scores"]` (for
+        a paired comparison of rounds; None where the rollout errored)."""
+        test = self._eval(model, r, "test")
+        state.setdefault("test_scores", {})[str(r)] = {
+            x.example_id: x.score.hard if x.ok and x.score is not None else None
+            for x in test.rollouts
+        }
+        return test
+
+    def _samples(
+        self, model: Any, r: int, source_round: int
+    ) -> tuple[list[Sample], int, dict[str, Any] | None]:
         """Round r's k scored samples per train prompt (one n-completion request each) from
-        the model of `source_round`, and how many rollouts errored (no samples, never 0)."""
+        the model of `source_round`, how many rollouts errored (no samples, never 0), and
+        how the episodes used their tools (None for one-step tasks)."""
         cfg = self.config
         if self.method == "sft":
-            return reference_samples(self.task, self.train_examples, self.student), 0
+            return reference_samples(self.task, self.train_examples, self.student), 0, None
         rollouts = run_rollouts(
             self._chat(model, source_round, self.ledger, sampling=True),
             self.teacher,
@@ -282,7 +297,7 @@ class RestTrainer:
             ),
         )
         samples = samples_from_rollouts(self.task, self.train_examples, rollouts, self.student)
-        return samples, sum(not r.ok for r in rollouts)
+        return samples, sum(not r.ok for r in rollouts), tool_use(rollouts)
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
@@ -315,7 +330,8 @@ class RestTrainer:
         """The base model (or a scratch run's random strategies) on val and test."""
         base = self._round_model(0)
         val = self._eval(base, 0, "val")
-        test = self._eval(base, 0, "test")
+        test_scores: dict[str, Any] = {}
+        test = self._test(base, 0, {"test_scores": test_scores})
         kind = "random strategies" if base is None else "base"
         self._log(f"round 0 ({kind}): {val.line()} | {test.line()}")
         if base is not None:
@@ -328,6 +344,7 @@ class RestTrainer:
             "current_round": 0,
             "best_round": 0,
             "val_scores": {"0": val.val_scores(self.gate)},
+            "test_scores": test_scores,
             "base_test": test.summary(),
         }
         self.run.save_state(state)
@@ -338,7 +355,7 @@ class RestTrainer:
         cfg = self.config
         t0 = time.perf_counter()
         rdir = self.run.path("rounds", str(r))
-        samples, errors = self._samples(current, r, state["current_round"])
+        samples, errors, tools = self._samples(current, r, state["current_round"])
         sample_s = time.perf_counter() - t0
         write_jsonl(rdir / "samples.jsonl", [s.to_dict() for s in samples])
         elite, stats = self._elite(samples)
@@ -351,6 +368,7 @@ class RestTrainer:
             "sample_seconds": round(sample_s, 1),
             "samples_per_s": round(len(samples) / sample_s, 2) if sample_s > 0 else None,
             "elite": stats,
+            **({"sample_tool_use": tools} if tools is not None else {}),
         }
         if len(elite) < cfg.sft.batch_size:
             return self._stop_too_few(r, row, state, len(elite), current)
@@ -366,7 +384,7 @@ class RestTrainer:
         )
         row.update(trained=True, val=val.summary(), gate=result.to_dict())
         if cfg.eval_test_each_round:
-            row["test"] = self._eval(model, r, "test").summary()
+            row["test"] = self._test(model, r, state).summary()
         self._apply_decision(r, model, val, result, state)
         row.update(best_round=state["best_round"], seconds=round(time.perf_counter() - t0, 1))
         self._log(
@@ -407,6 +425,7 @@ class RestTrainer:
             backend=self.backend,
             seed=cfg.seed + r,
             progress=self.progress,
+            render=local_render(self._tok),  # episodes: the text the local backend generated from
         )
         rdir = self.run.path("rounds", str(r))
         if self.backend == "lora":
@@ -456,7 +475,7 @@ class RestTrainer:
                     state["shipped_test"] = row["test"]
                 else:
                     best = self._round_model(best_round)
-                    state["shipped_test"] = self._eval(best, best_round, "test").summary()
+                    state["shipped_test"] = self._test(best, best_round, state).summary()
                 state["shipped_round"] = best_round
                 self.run.save_state(state)
             shipped_test = EvalResult.from_summary(state["shipped_test"])

@@ -9,6 +9,10 @@ truncated (the cap zeroes the reward). The trained model ships only when the gat
 `optimize` uses: margin / paired test on per-example val scores) says it beats the start
 model; otherwise the start model ships.
 
+A task with tools trains on whole episodes through TRL's own `environment_factory` support
+(the adapter is `weights.trl_env`): the model calls the task's tools during generation, tool
+results are masked out of the loss by TRL, and the reward is the task's `score_episode`.
+
 Past one machine: `vllm_server_url` has TRL generate with a vLLM server (`trl vllm-serve
 --model PATH`), and the run works under `accelerate launch` (see the README)."""
 
@@ -32,6 +36,7 @@ from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig
 from selftaught.runs import RunDir, atomic_write_json
 from selftaught.tasks.base import Example, Task, check_disjoint
+from selftaught.tasks.episode import is_tool_task
 from selftaught.weights.config import ConfigError, RLConfig, task_gate
 from selftaught.weights.sft import load_model, merged, on_cpu, prepare_trainable, save_atomic
 
@@ -45,6 +50,8 @@ _METRICS = {
     "completions/clipped_ratio": "truncated",
     "loss": "loss",
     "learning_rate": "lr",
+    "tools/call_frequency": "tool_calls_per_completion",
+    "tools/failure_frequency": "tool_failure_share",
 }
 
 
@@ -98,12 +105,17 @@ class TaskReward:
         if self.ledger is not None:
             _charge_completions(self.ledger, "local:grpo-policy", completion_ids)
 
-    def _score(self, completion: Any, eid: str) -> tuple[float | None, str | None]:
+    def _score(
+        self, completion: Any, eid: str, environment: Any = None, n_tokens: int = 0
+    ) -> tuple[float | None, str | None]:
         from selftaught.rollout import score_reply
 
         score, error, _ = score_reply(
             self.task, completion_text(completion), self.by_id[eid], truncated=False
         )
+        return self._value(score, error)
+
+    def _value(self, score: Any, error: str | None) -> tuple[float | None, str | None]:
         if score is None:
             return None, error
         return float(score.soft if self.kind == "soft" else score.hard), None
@@ -114,12 +126,15 @@ class TaskReward:
         completions: list[Any],
         example_id: list[str],
         completion_ids: list[list[int]] | None = None,
+        environments: list[Any] | None = None,
         **_: Any,
     ) -> list[float]:
-        self._charge(completion_ids or [[] for _ in completions])
+        ids = completion_ids or [[] for _ in completions]
+        self._charge(ids)
+        envs = environments or [None] * len(completions)
         raw: list[float | None] = []
-        for completion, eid in zip(completions, example_id, strict=True):
-            value, error = self._score(completion, eid)
+        for completion, eid, env, tokens in zip(completions, example_id, envs, ids, strict=True):
+            value, error = self._score(completion, eid, env, len(tokens))
             raw.append(value)
             if error is not None:
                 self.errors += 1
@@ -138,6 +153,47 @@ class TaskReward:
         if len(set(rewards)) <= 1:
             self.flat_batches += 1
         return rewards
+
+
+class EpisodeReward(TaskReward):
+    """The task's `score_episode` as the reward of an episode TRL played with its
+    `environment_factory` (see `weights.trl_env`): failed calls cost soft score as in every
+    other mode, and a crashed tool makes the completion an error (neutral), never a 0."""
+
+    def __init__(
+        self,
+        task: Task,
+        examples: list[Example],
+        kind: str = "soft",
+        *,
+        max_iterations: int,
+        max_completion_length: int,
+        **kw: Any,
+    ):
+        super().__init__(task, examples, kind, **kw)
+        self.max_iterations = max_iterations
+        self.max_completion_length = max_completion_length
+
+    def _score(
+        self, completion: Any, eid: str, environment: Any = None, n_tokens: int = 0
+    ) -> tuple[float | None, str | None]:
+        from selftaught.rollout import score_episode
+        from selftaught.weights.trl_env import episode_from_completion
+
+        if environment is None or getattr(environment, "env", None) is None:
+            return None, f"{eid}: TRL gave no environment for this episode"
+        if environment.crash:
+            return None, f"tool error on {eid}: {environment.crash}"
+        if not isinstance(completion, list):
+            completion = [{"role": "assistant", "content": str(completion)}]
+        episode, truncated = episode_from_completion(
+            completion,
+            environment,
+            max_iterations=self.max_iterations,
+            truncated=n_tokens >= self.max_completion_length,
+        )
+        score, error, _ = score_episode(self.task, episode, self.by_id[eid], truncated)
+        return self._value(score, error)
 
 
 def _charge_completions(ledger: UsageLedger, name: str, completion_ids: list[list[int]]) -> None:
@@ -323,17 +379,43 @@ class RLTrainer:
         finally:
             chat.close()
 
-    def dataset(self) -> Any:
+    def dataset(self, environment_of: dict[str, str] | None = None) -> Any:
+        """Conversational prompts with their example ids (and, for episodes whose examples
+        offer different tool sets, the name of each one's TRL environment)."""
         from datasets import Dataset
 
-        return Dataset.from_list(
-            [
-                {"prompt": self.policy.messages(self.task, ex), "example_id": ex.id}
-                for ex in self.train_examples
-            ]
+        rows = []
+        for ex in self.train_examples:
+            row = {"prompt": self.policy.messages(self.task, ex), "example_id": ex.id}
+            if environment_of is not None:
+                row["environment"] = environment_of[ex.id]
+            rows.append(row)
+        return Dataset.from_list(rows)
+
+    def episode_setup(self, tok: Any) -> dict[str, Any]:
+        """For a task with tools: what GRPOTrainer needs to play its episodes with TRL's own
+        environment support (`weights.trl_env`): the environment factory, the tokenizer that
+        renders tools as the local backend does, the dataset and the config's extras."""
+        from selftaught.weights.trl_env import (
+            SCHEMAS_KWARG,
+            environment_factories,
+            max_tool_iterations,
+            trl_tokenizer,
         )
 
-    def grpo_args(self, use_cpu: bool) -> Any:
+        classes, env_of, schemas = environment_factories(self.task, self.train_examples)
+        several = len(classes) > 1
+        return {
+            "environment_factory": classes if several else next(iter(classes.values())),
+            "processing_class": trl_tokenizer(tok),
+            "train_dataset": self.dataset(env_of if several else None),
+            "args": {
+                "max_tool_calling_iterations": max_tool_iterations(self.task),
+                "chat_template_kwargs": {SCHEMAS_KWARG: schemas},
+            },
+        }
+
+    def grpo_args(self, use_cpu: bool, **extra: Any) -> Any:
         """TRL's GRPOConfig for this run (vLLM generation in server mode when asked)."""
         from trl import GRPOConfig
 
@@ -367,6 +449,7 @@ class RLTrainer:
             seed=cfg.seed,
             disable_tqdm=not self.progress,
             **vllm,
+            **extra,
         )
 
     def train(self) -> RLResult:
@@ -411,7 +494,19 @@ class RLTrainer:
             from selftaught.models.usage import RoleUsage
 
             ledger.roles = {role: RoleUsage(**u) for role, u in state["usage"].items()}
-        reward = TaskReward(self.task, self.train_examples, cfg.reward, ledger=ledger)
+        episodes = self.episode_setup(tok) if is_tool_task(self.task) else None
+        reward: TaskReward
+        if episodes is not None:
+            reward = EpisodeReward(
+                self.task,
+                self.train_examples,
+                cfg.reward,
+                ledger=ledger,
+                max_iterations=episodes["args"]["max_tool_calling_iterations"],
+                max_completion_length=cfg.max_completion_length,
+            )
+        else:
+            reward = TaskReward(self.task, self.train_examples, cfg.reward, ledger=ledger)
 
         def persist(usage: dict[str, Any]) -> None:
             state["usage"] = usage
@@ -425,10 +520,11 @@ class RLTrainer:
             trainer = GRPOTrainer(
                 model=trainable,
                 reward_funcs=reward,
-                args=self.grpo_args(use_cpu=on_cpu(model)),
-                train_dataset=self.dataset(),
-                processing_class=tok,
+                args=self.grpo_args(on_cpu(model), **(episodes["args"] if episodes else {})),
+                train_dataset=episodes["train_dataset"] if episodes else self.dataset(),
+                processing_class=episodes["processing_class"] if episodes else tok,
                 callbacks=[_make_callback(self.run, reward, cfg, self.console), budget_stop],
+                **({"environment_factory": episodes["environment_factory"]} if episodes else {}),
             )
         resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else False
         if resume:

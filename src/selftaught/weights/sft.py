@@ -5,7 +5,10 @@ prompt-completion, so the chat template applies and the loss covers the completi
 Episodes (samples with a trajectory) are given to TRL pre-tokenized, with `assistant_masks`:
 the loss covers the tokens the model wrote (each assistant turn: its tool calls, its final
 answer, its end-of-turn token) and none of the prompt, the turn headers or the tool results
-(TRL builds the labels from the mask, as its own `assistant_only_loss` does)."""
+(TRL builds the labels from the mask, as its own `assistant_only_loss` does). They are
+rendered as the local backend renders them (`local_render`: the model's own template when it
+has a tools section, else the documented fallback), so the text trained on is the text each
+turn was generated from."""
 
 from __future__ import annotations
 
@@ -109,12 +112,25 @@ generation backend renders (for an episode, with its tools and tool turns)."""
 
 
 def template_render(tokenizer: Any) -> Render:
-    """The tokenizer's own chat template, with the tools schema when there is one."""
+    """The tokenizer's own chat template, with the tools schema when there is one (a template
+    without a tools section drops the calls: `episode_tokens` refuses that)."""
 
     def render(messages: list[Message], tools: list[dict[str, Any]] | None, gen: bool) -> str:
         return tokenizer.apply_chat_template(
             messages, tools=tools or None, tokenize=False, add_generation_prompt=gen
         )
+
+    return render
+
+
+def local_render(tokenizer: Any) -> Render:
+    """What the local backend renders (`models.tools.render_prompt`): the model's template
+    when it has a tools section, else the documented fallback (SmolLM2's case), so an
+    episode is trained on the very text its turns were generated from. The default."""
+    from selftaught.models.tools import render_prompt
+
+    def render(messages: list[Message], tools: list[dict[str, Any]] | None, gen: bool) -> str:
+        return render_prompt(tokenizer, messages, tools, add_generation_prompt=gen)
 
     return render
 
@@ -167,7 +183,7 @@ def samples_to_dataset(
     if any(s.trajectory for s in samples):
         if tokenizer is None:
             raise ValueError("episodes are tokenized here: pass the tokenizer")
-        render = render or template_render(tokenizer)
+        render = render or local_render(tokenizer)
         return Dataset.from_list([episode_tokens(tokenizer, s, render) for s in samples])
     return Dataset.from_list(
         [
@@ -245,7 +261,7 @@ def sft_train(
     render: Render | None = None,
 ) -> dict[str, Any]:
     """Fine-tune `model` in place on `samples`; returns loss, steps and timings. `render`:
-    how episodes are rendered (default: the tokenizer's chat template with the tools)."""
+    how episodes are rendered (default: as the local backend renders them, `local_render`)."""
     from trl import SFTConfig, SFTTrainer
 
     check_batch(len(samples), cfg.batch_size)
