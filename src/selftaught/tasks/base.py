@@ -71,6 +71,15 @@ class TaskError(ValueError):
     """Bad task spec or task data; the message says what and where."""
 
 
+def split_sizes(train_size: int, val_size: int, test_size: int) -> dict[str, int]:
+    """The three split sizes by name, each checked to be an integer >= 0."""
+    sizes = {"train": train_size, "val": val_size, "test": test_size}
+    for split, size in sizes.items():
+        if not isinstance(size, int) or size < 0:
+            raise TaskError(f"{split}_size must be an integer >= 0, got {size!r}")
+    return sizes
+
+
 def check_disjoint(task: Task) -> None:
     """Fail closed when val or test overlap train (by id or by prompt text)."""
     seen: dict[str, str] = {}

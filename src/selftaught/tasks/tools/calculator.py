@@ -17,7 +17,7 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any
 
-from selftaught.tasks.base import Example, Score, Split, TaskError
+from selftaught.tasks.base import Example, Score, Split, TaskError, split_sizes
 from selftaught.tasks.episode import Environment, Episode, Tool, ToolError
 from selftaught.tasks.extract import extract_answer, extract_number
 
@@ -163,16 +163,14 @@ class CalculatorTask:
         max_digits: int = 5,
         instructions: str = INSTRUCTIONS,
     ):
-        for split, size in (("train", train_size), ("val", val_size), ("test", test_size)):
-            if not isinstance(size, int) or size < 0:
-                raise TaskError(f"{split}_size must be an integer >= 0, got {size!r}")
+        sizes = split_sizes(train_size, val_size, test_size)
         if not 1 <= min_digits <= max_digits <= 12:
             raise TaskError(
                 f"tool:calculator needs 1 <= min_digits <= max_digits <= 12, got "
                 f"min_digits={min_digits}, max_digits={max_digits}"
             )
         self.seed = seed
-        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        self.sizes = sizes
         self.min_digits, self.max_digits = min_digits, max_digits
         self.instructions = instructions
         defaults = (min_digits, max_digits) == (4, 5)

@@ -14,7 +14,7 @@ import re
 from functools import cached_property
 from typing import Any
 
-from selftaught.tasks.base import Example, Score, Split, TaskError
+from selftaught.tasks.base import Example, Score, Split, TaskError, split_sizes
 from selftaught.tasks.episode import Environment, Episode, Tool, ToolError
 from selftaught.tasks.extract import extract_answer, extract_number
 
@@ -198,11 +198,9 @@ class KVStoreTask:
         test_size: int = 100,
         instructions: str = INSTRUCTIONS,
     ):
-        for split, size in (("train", train_size), ("val", val_size), ("test", test_size)):
-            if not isinstance(size, int) or size < 0:
-                raise TaskError(f"{split}_size must be an integer >= 0, got {size!r}")
+        sizes = split_sizes(train_size, val_size, test_size)
         self.seed = seed
-        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        self.sizes = sizes
         self.instructions = instructions
         self.name = "tool:kvstore"
 
