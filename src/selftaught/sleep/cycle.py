@@ -51,7 +51,8 @@ from selftaught.sleep.lock import night_lock
 from selftaught.sleep.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.mine import MineConfig, MinedTask, MineReport, mine
 from selftaught.sleep.paths import Adopted, check_project, sleep_home
-from selftaught.sleep.split import NightTask, SplitConfig, SplitOverlap, TooFewTasks, assign_splits
+from selftaught.sleep.replay import night_task
+from selftaught.sleep.split import SplitConfig, SplitOverlap, TooFewTasks, assign_splits
 
 DOCUMENTS = ("skill", "memory")
 EXIT_FAILED = ("backend_failed", "failed")
@@ -385,7 +386,7 @@ def run_project(
         tasks, _, splits = _mine_and_split(report, taken, config, models)
         report["splits"] = {s: len(v) for s, v in splits.items()}
         write_jsonl(night_dir / "tasks.jsonl", [night_report.task_row(t) for t in tasks])
-        task = NightTask(project, splits)
+        task = night_task(project, splits)  # episodes when the traffic used tools
         result = consolidate(
             config.training,
             config.documents,
