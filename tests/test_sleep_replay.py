@@ -16,6 +16,7 @@ pytest.importorskip("fastapi")
 
 from selftaught.policy import Policy  # noqa: E402
 from selftaught.rollout import RolloutConfig, run_rollouts  # noqa: E402
+from selftaught.sleep import log_interaction  # noqa: E402
 from selftaught.sleep.cycle import NightModels, SleepConfig, run_night  # noqa: E402
 from selftaught.sleep.harvest import HarvestConfig, HarvestReport, harvesters  # noqa: E402
 from selftaught.sleep.harvest.import_jsonl import ImportFormatError, import_file  # noqa: E402
@@ -132,6 +133,11 @@ def test_a_log_without_the_tool_columns_is_migrated_and_old_rows_still_replay(tm
         messages=[{"role": "user", "content": "hi"}], meta={"request": {"tools": CALC}}
     )
     assert logged_tools(old) == CALC  # a row the proxy logged before the tools column
+    call = tool_call("calculator", {"expression": "2 * 3"}, "c1")
+    iid = log_interaction("2*3?", "", tools=CALC, tool_choice="auto", tool_calls=[call], log=log)
+    row = log.get(iid)
+    assert (row.tools, row.tool_choice, row.tool_calls) == (CALC, "auto", [call])
+    assert row.to_dict()["tool_calls"] == [call]
 
 
 # ---- fixtures and "not recorded" ----------------------------------------------------------------
