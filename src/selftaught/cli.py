@@ -569,7 +569,13 @@ def sleep_feedback_cmd(
     interaction_id: Annotated[str, typer.Argument(help="Interaction id (or its first 8+ chars).")],
     thumbs: Annotated[str | None, typer.Option(help="up | down")] = None,
     score: Annotated[float | None, typer.Option(help="A score, e.g. 0..1.")] = None,
-    reference: Annotated[str | None, typer.Option(help="The correct answer.")] = None,
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            help="The correct answer; for a request with tools, a corrected tool call as JSON "
+            '({"name": ..., "arguments": {...}}) also.'
+        ),
+    ] = None,
     comment: Annotated[str | None, typer.Option(help="A comment.")] = None,
     log: LogOpt = None,
 ) -> None:

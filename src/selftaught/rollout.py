@@ -260,6 +260,9 @@ async def _episode(
     params = dataclasses.replace(
         params_for_sample(cfg.params, r.sample), tools=env.schemas() or None
     )
+    choice = getattr(env, "tool_choice", None)  # e.g. a replay sends the logged one
+    if choice is not None and params.tools:
+        params = dataclasses.replace(params, tool_choice=choice)
     max_turns = cfg.max_turns or getattr(task, "max_turns", None) or DEFAULT_MAX_TURNS
     failed: list[str] = []
     try:
@@ -335,6 +338,10 @@ async def _play(
         failed.extend(errors)
         if r.turns >= max_turns:
             return "turn_cap", c.text
+        if params.tool_choice not in (None, "auto", "none"):
+            # a forcing tool_choice ("required", a named function) holds for the first turn:
+            # held on every turn, the model could never answer
+            params = dataclasses.replace(params, tool_choice="auto")
         if cap is not None and r.completion_tokens >= cap:
             return "token_cap", c.text
 

@@ -259,4 +259,9 @@ def describe_checks(state: dict[str, Any]) -> str:
         f"rule {r['kind']}" + (f"={r['arg']}" if r.get("arg") else "")
         for r in state.get("rules", [])
     ]
+    if state.get("expected_calls"):
+        parts.append(f"corrected tool call ({len(state['expected_calls'])})")
+    if state.get("tools"):  # a replayed episode (selftaught.sleep.replay)
+        parts.append(f"episode: {len(state['tools'])} tools, {len(state.get('fixtures', []))} "
+                     "recorded results")  # fmt: skip
     return ", ".join(parts)

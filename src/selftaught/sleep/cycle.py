@@ -53,7 +53,8 @@ from selftaught.sleep.lock import night_lock
 from selftaught.sleep.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.mine import MineConfig, MinedTask, mine
 from selftaught.sleep.paths import Adopted, check_project, sleep_home
-from selftaught.sleep.split import NightTask, SplitConfig, SplitOverlap, TooFewTasks, assign_splits
+from selftaught.sleep.replay import night_task
+from selftaught.sleep.split import SplitConfig, SplitOverlap, TooFewTasks, assign_splits
 
 DOCUMENTS = ("skill", "memory")
 EXIT_FAILED = ("backend_failed", "failed")
@@ -432,7 +433,7 @@ def run_project(
             for t in s
         ]
         write_jsonl(night_dir / "tasks.jsonl", rows_out)
-        task = NightTask(project, splits)
+        task = night_task(project, splits)  # episodes when the traffic used tools
         result = consolidate(
             config.training,
             config.documents,

@@ -1,6 +1,8 @@
 """The evidence log of a night: every model call (role, messages, reply or error, tokens,
 latency), one JSON line each, redacted before it is written, so a night that learned nothing
-can be read back call by call.
+can be read back call by call. A replayed episode's call also carries the tools it was offered
+(in `params`) and the reply's `tool_calls` (and malformed ones, `tool_call_errors`); its tool
+results are in the next call's messages.
 
 `EvidenceModel` wraps a model for one role and appends a line per call; lines are appended
 under a lock and flushed at once, so a night killed mid-call leaves every finished call on
@@ -101,6 +103,8 @@ class EvidenceModel(AsyncChatModel):
             latency_s=round(c.latency_s or time.time() - t0, 3),
             retries=c.retries,
         )
+        if c.tool_calls or c.tool_call_errors:  # a replayed episode's calls, as the model made them
+            row.update(tool_calls=c.tool_calls, tool_call_errors=c.tool_call_errors)
         self.log.write(row)
         return c
 

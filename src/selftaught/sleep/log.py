@@ -11,6 +11,10 @@ a task. Rows harvested from agent transcripts are `private` (they hold private c
 never sends them to a remote model unless the row is `reviewed` or the user allows it.
 Feedback (thumbs, score, corrected reference, comment) is attached later, any number of times;
 a row reads the latest value of each field.
+
+A tool-using exchange keeps what replay needs (`selftaught.sleep.replay`): the request's
+`tools` (OpenAI schema) and `tool_choice`, the reply's `tool_calls` (OpenAI shape), and the
+tool turns (`role: "tool"`) in the messages, as the client sent them.
 """
 
 from __future__ import annotations
@@ -115,6 +119,11 @@ class Interaction:
     dedupe_key: str | None = None  # one row per source message: re-harvesting adds nothing
     redactions: int = 0
     feedback: Feedback = field(default_factory=Feedback)  # merged; read from the log
+    tools: list[dict[str, Any]] | None = None  # the request's OpenAI `tools` schema
+    tool_choice: Any = None  # the request's `tool_choice`
+    tool_calls: list[dict[str, Any]] | None = None
+    """The reply's tool calls (OpenAI shape); for a harvested transcript turn, every call the
+    agent made in it (their results in `meta["tool_results"]`)."""
 
     def prompt_head(self, chars: int = 60) -> str:
         """The last user message, on one line, cut to `chars`."""
@@ -162,6 +171,9 @@ class Interaction:
             "reviewed": self.reviewed,
             "dedupe_key": self.dedupe_key,
             "redactions": self.redactions,
+            "tools": self.tools,
+            "tool_choice": self.tool_choice,
+            "tool_calls": self.tool_calls,
         }
 
 
@@ -244,6 +256,12 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE dedupe_key IS NOT NULL;
     CREATE INDEX interactions_source_time ON interactions(source, created_at);
     """,
+    # 3: tool-using traffic: the request's tools and tool_choice, the reply's tool calls (JSON).
+    """
+    ALTER TABLE interactions ADD COLUMN tools TEXT;
+    ALTER TABLE interactions ADD COLUMN tool_choice TEXT;
+    ALTER TABLE interactions ADD COLUMN tool_calls TEXT;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -318,7 +336,7 @@ class LogFilter:
 _COLUMNS = (
     "id, project, source, created_at, model, messages, reply, latency_s, prompt_tokens, "
     "completion_tokens, error, error_status, reference, tags, meta, skill_version, private, "
-    "reviewed, dedupe_key, redactions"
+    "reviewed, dedupe_key, redactions, tools, tool_choice, tool_calls"
 )
 
 
@@ -409,6 +427,10 @@ class TaskLog:
         error, n3 = red.redact(it.error) if it.error is not None else (None, 0)
         reference, n4 = red.redact_value(it.reference)
         meta, n5 = red.redact_value(it.meta)
+        # tool calls get the same redaction as the tool turns in the messages, so a logged
+        # call still matches the call its recorded result answers
+        tool_calls, n6 = red.redact_value(it.tool_calls)
+        tools, n7 = red.redact_value(it.tools)
         out = Interaction(**{f.name: getattr(it, f.name) for f in fields(it)})
         out.messages, out.reply, out.error, out.reference, out.meta = (
             messages,
@@ -417,7 +439,8 @@ class TaskLog:
             reference,
             meta,
         )
-        out.redactions = it.redactions + n1 + n2 + n3 + n4 + n5
+        out.tool_calls, out.tools = tool_calls, tools
+        out.redactions = it.redactions + n1 + n2 + n3 + n4 + n5 + n6 + n7
         return out
 
     @staticmethod
@@ -606,6 +629,9 @@ def _row(it: Interaction) -> tuple[Any, ...]:
         int(it.reviewed),
         it.dedupe_key,
         it.redactions,
+        _dump(it.tools),
+        _dump(it.tool_choice),
+        _dump(it.tool_calls),
     )
 
 
@@ -631,6 +657,9 @@ def _interaction(r: tuple[Any, ...]) -> Interaction:
         reviewed=bool(r[17]),
         dedupe_key=r[18],
         redactions=r[19],
+        tools=_load(r[20]),
+        tool_choice=_load(r[21]),
+        tool_calls=_load(r[22]),
     )
 
 
@@ -666,11 +695,16 @@ def log_interaction(
     error: str | None = None,
     meta: dict[str, Any] | None = None,
     log: TaskLog | str | Path | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> str:
     """Log one interaction of your agent (redacted) and return its id, for feedback later.
 
     `messages` is the chat the model saw (a string means one user message); `feedback` may be
-    'up' / 'down', a score, a dict or a `Feedback`; `reference` is the right answer if known."""
+    'up' / 'down', a score, a dict or a `Feedback`; `reference` is the right answer if known.
+    A tool-using agent passes the request's `tools` / `tool_choice`, the reply's `tool_calls`
+    and the tool turns in `messages`: such an interaction is replayed as an episode."""
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
     interaction = Interaction(
@@ -687,6 +721,9 @@ def log_interaction(
         tags=list(tags),
         meta=dict(meta or {}),
         feedback=Feedback.coerce(feedback) or Feedback(),
+        tools=tools,
+        tool_choice=tool_choice,
+        tool_calls=tool_calls,
     )
     target = log if isinstance(log, TaskLog) else open_log(log)
     target.add(interaction)

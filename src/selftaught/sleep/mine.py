@@ -6,6 +6,8 @@ the models that will read it), and a check (`selftaught.sleep.checks`): the refe
 or corrected by feedback), else a rubric for the judge model; plus every rule the user stated.
 A thumbs-down (or a score below 0.5) marks a failure to learn from: the rubric shows the reply
 the user rejected. An interaction with no possible check is dropped, and the report says why.
+An interaction with `tools` is mined by `selftaught.sleep.replay` into an episode task (the
+same tools, the recorded tool results as fixtures, the steps of one conversation folded).
 
 Near-duplicate prompts (the same numbers in the same order and word shingles at or above
 `near_duplicate` Jaccard) are merged into one task that keeps every source, so a request the
@@ -71,6 +73,8 @@ class MinedTask:
             return "reference"
         if self.state.get("rubric"):
             return "rubric"
+        if self.state.get("expected_calls"):
+            return "tool_call"
         return "rule"
 
     def to_dict(self) -> dict[str, Any]:
@@ -192,12 +196,29 @@ def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str
         return None, "no user request to replay"
     if sum(len(m["content"]) for m in messages) > config.max_prompt_chars:
         return None, f"longer than {config.max_prompt_chars} characters"
-    said = "\n".join(m["content"] for m in messages if m["role"] in ("system", "developer"))
-    said += "\n" + messages[-1]["content"]
+    checks = task_checks(it, messages, it.effective_reference, config)
+    if isinstance(checks, str):
+        return None, checks
+    state, reference = checks
+    return new_task(it, messages, reference, state), None
+
+
+def task_checks(
+    it: Interaction,
+    messages: list[Message],
+    reference: Any,
+    config: MineConfig,
+    other_check: bool = False,
+) -> tuple[dict[str, Any], Any] | str:
+    """(state, reference) holding the checks of a task from `it` (its prompt `messages`,
+    already redacted, ending with the user request), or why it has none. `other_check`: the
+    caller has a check of its own (a corrected tool call), so no rule or reference is needed."""
+    said = "\n".join(str(m["content"]) for m in messages if m["role"] in ("system", "developer"))
+    said += "\n" + str(messages[-1]["content"])
     if it.feedback.comment:
         said += "\n" + it.feedback.comment
     rules = [r.to_dict() for r in find_rules(said)]
-    reference = _redact_value(it.effective_reference)
+    reference = _redact_value(reference)
     if isinstance(reference, list):
         reference = [r for r in reference if r is not None and str(r).strip()] or None
     elif reference is not None and not str(reference).strip():
@@ -213,31 +234,35 @@ def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str
         state["rubric"] = _rubric(it, config)
         if it.reply and not _negative(it) and (it.feedback.thumb or it.feedback.score):
             reference = redact_for_model(it.reply)  # an approved reply, for the judge only
-    elif not rules:
+    elif not rules and not other_check:
         why = "no reference, no stated rule"
         if not config.judge:
             why += " and no --judge-model for a rubric"
-        return None, why
-    key = "\n".join(normalized_prompt(m["content"]) for m in messages if m["role"] == "user")
-    return (
-        MinedTask(
-            id="t-" + hashlib.sha256(key.encode()).hexdigest()[:12],
-            messages=messages,
-            reference=reference,
-            state=state,
-            sources=[it.id],
-            origins=[it.source],
-            negative=_negative(it),
-            logged_reply=None if it.reply is None else redact_for_model(it.reply),
-            created_at=it.created_at,
-        ),
-        None,
+        return why
+    return state, reference
+
+
+def new_task(
+    it: Interaction, messages: list[Message], reference: Any, state: dict[str, Any]
+) -> MinedTask:
+    """The task of `it`: its id is a hash of its user requests, so it is stable across nights."""
+    key = "\n".join(normalized_prompt(str(m["content"])) for m in messages if m["role"] == "user")
+    return MinedTask(
+        id="t-" + hashlib.sha256(key.encode()).hexdigest()[:12],
+        messages=messages,
+        reference=reference,
+        state=state,
+        sources=[it.id],
+        origins=[it.source],
+        negative=_negative(it),
+        logged_reply=None if it.reply is None else redact_for_model(it.reply),
+        created_at=it.created_at,
     )
 
 
 # ---- merging ------------------------------------------------------------------------------
 
-_STRENGTH = {"reference": 2, "rubric": 1, "rule": 0}
+_STRENGTH = {"reference": 2, "tool_call": 2, "rubric": 1, "rule": 0}
 
 
 def _merge(group: list[MinedTask]) -> MinedTask:
@@ -288,11 +313,18 @@ def merge_near_duplicates(tasks: list[MinedTask], threshold: float) -> list[Mine
 def mine(interactions: list[Interaction], config: MineConfig) -> tuple[list[MinedTask], MineReport]:
     """Tasks from `interactions` (already filtered for privacy by the caller), with a report
     of what was dropped and why."""
+    from selftaught.sleep.replay import conversations, logged_tools, mine_tool_task
+
     report = MineReport(read=len(interactions))
     dropped: Counter[str] = Counter()
     tasks = []
-    for it in interactions:
-        task, why = mine_one(it, config)
+    steps = 0  # earlier steps of a tool-using conversation, folded into its last one
+    for group in conversations(interactions):
+        if logged_tools(group[0]):
+            task, why = mine_tool_task(group, config)
+        else:
+            task, why = mine_one(group[0], config)
+        steps += len(group) - 1
         if task is None:
             dropped[why or "unknown"] += 1
         else:
@@ -303,7 +335,7 @@ def mine(interactions: list[Interaction], config: MineConfig) -> tuple[list[Mine
         seen[task.id] += 1
         if seen[task.id] > 1:
             task.id = f"{task.id}-{seen[task.id]}"
-    report.merged = len(tasks) - len(merged)
+    report.merged = len(tasks) - len(merged) + steps
     report.tasks = len(merged)
     report.by_check = dict(Counter(t.check for t in merged))
     report.negative = sum(t.negative for t in merged)

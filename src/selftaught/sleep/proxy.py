@@ -8,7 +8,9 @@ adopted skill and logs every exchange. An agent gets sleep by changing its base 
 - The adopted skill and memory (`paths.read_adopted`) are re-read when they change, so a new
   adoption applies from the next request, without a restart.
 - Every exchange is logged in the background (`writer.LogWriter`): the messages as the client
-  sent them (without the injected skill), the reply, tokens, latency, the adopted version.
+  sent them (without the injected skill, tool turns included), the reply, tokens, latency, the
+  adopted version; the request's `tools` / `tool_choice` and the reply's `tool_calls` (plain or
+  streamed) in their own fields, so the night can replay it as an episode.
   A logging failure never fails or delays the client; it is printed and counted (`/health`).
 - Upstream errors are passed through with their status and body, and logged as errors, never
   as tasks; an unreachable upstream is a 502 (504 on timeout), never an invented reply.
@@ -174,16 +176,35 @@ class StreamAccumulator:
             if delta.get("content"):
                 self.content.append(delta["content"])
             for call in delta.get("tool_calls") or []:
-                slot = self.tool_calls.setdefault(
-                    call.get("index", 0), {"id": None, "type": "function", "function": {}}
-                )
-                slot["id"] = call.get("id") or slot["id"]
-                fn = call.get("function") or {}
-                for part in ("name", "arguments"):
-                    if fn.get(part):
-                        slot["function"][part] = slot["function"].get(part, "") + fn[part]
+                if isinstance(call, dict):
+                    self._tool_call_delta(call)
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+
+    def _tool_call_delta(self, call: dict[str, Any]) -> None:
+        """One fragment of a streamed tool call. Fragments of one call share its `index`; a
+        server that leaves `index` out starts a new call with each new `id`."""
+        index = call.get("index")
+        if not isinstance(index, int):
+            last = max(self.tool_calls, default=-1)
+            fresh = call.get("id") and (last < 0 or self.tool_calls[last]["id"] != call["id"])
+            index = last + 1 if fresh or last < 0 else last
+        slot = self.tool_calls.setdefault(
+            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
+        slot["id"] = call.get("id") or slot["id"]
+        fn = call.get("function") or {}
+        for part in ("name", "arguments"):
+            if isinstance(fn.get(part), str):
+                slot["function"][part] += fn[part]
+
+    def calls(self) -> list[dict[str, Any]] | None:
+        """The streamed tool calls in index order (an id the server never sent is left out)."""
+        out = []
+        for _, slot in sorted(self.tool_calls.items()):
+            call = {k: v for k, v in slot.items() if v is not None}
+            out.append(call)
+        return out or None
 
     @property
     def text(self) -> str:
@@ -420,7 +441,8 @@ def _attach_feedback(state: ProxyState, iid: str, fb: Feedback | None) -> str:
 
 def _new_record(state: ProxyState, body: dict[str, Any], started: float) -> Interaction:
     messages = body.get("messages")
-    request = {k: v for k, v in body.items() if k != "messages"}
+    request = {k: v for k, v in body.items() if k not in ("messages", "tools", "tool_choice")}
+    tools = body.get("tools")
     return Interaction(
         messages=messages if isinstance(messages, list) else [],
         project=state.config.project,
@@ -428,6 +450,8 @@ def _new_record(state: ProxyState, body: dict[str, Any], started: float) -> Inte
         created_at=started,
         model=body.get("model") if isinstance(body.get("model"), str) else None,
         meta={"request": request, "upstream": strip_credentials(state.config.upstream)},
+        tools=tools if isinstance(tools, list) and tools else None,
+        tool_choice=body.get("tool_choice"),
     )
 
 
@@ -449,10 +473,12 @@ def _finish(
     status: int | None = None,
     usage: dict[str, Any] | None = None,
     model: str | None = None,
+    tool_calls: Any = None,
     **meta: Any,
 ) -> None:
     record.latency_s = time.time() - started
     record.reply = reply
+    record.tool_calls = tool_calls if isinstance(tool_calls, list) and tool_calls else None
     record.error = error
     record.error_status = status if error else None
     if error:
@@ -525,7 +551,7 @@ async def _relay(
             model=acc.model,
             finish_reason=acc.finish_reason,
             stream=True,
-            tool_calls=list(acc.tool_calls.values()) or None,
+            tool_calls=acc.calls(),
         )
         with contextlib.suppress(Exception):  # logged first: closing may be cancelled
             await response.aclose()

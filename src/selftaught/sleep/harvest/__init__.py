@@ -4,7 +4,11 @@ import (`import_jsonl`) and one harvester per coding agent's transcripts (`claud
 
 A harvester turns each user request of a session into one interaction (the request, a little
 of the conversation before it, and the agent's final answer), with a lookback window and
-per-run caps. Harvesting is idempotent: each row carries a dedupe key per source message, so
+per-run caps. The tool calls the agent made in the turn are kept in the row (`tool_calls`, in
+the OpenAI shape, arguments as JSON) with their results (`meta["tool_results"]`: the call's
+id, its output cut at `RESULT_CHARS`, whether it failed); `meta["tools"]` names the tools
+used. Without the tools' schemas (transcripts do not hold them) such a row is replayed as a
+plain task. Harvesting is idempotent: each row carries a dedupe key per source message, so
 running it again adds only what is new. Transcripts hold private code, so every harvested row
 is marked `private`: part 2 never sends it to a remote model unless the row is reviewed or
 the user passes --allow-remote. A torn or malformed transcript line (the agent may be writing
@@ -185,6 +189,29 @@ def clip(text: str, limit: int) -> str:
     return text[:limit] + f"\n[... cut: {len(text) - limit} more characters]"
 
 
+RESULT_CHARS = 4000  # a tool result kept in a harvested row is cut here
+
+
+def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A transcript's tool call in the OpenAI shape (arguments: a JSON string; a string that
+    is not JSON is kept as `{"input": text}`)."""
+    import json
+
+    if isinstance(arguments, str):
+        try:
+            json.loads(arguments)
+            text = arguments
+        except ValueError:
+            text = json.dumps({"input": arguments}, ensure_ascii=False)
+    else:
+        text = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+    return {
+        "id": str(call_id or ""),
+        "type": "function",
+        "function": {"name": str(name or "?"), "arguments": text},
+    }
+
+
 @dataclass
 class Turn:
     """One user request and what the agent did until the next request."""
@@ -201,6 +228,26 @@ class Turn:
     completion_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     after_tool: bool = False  # the agent's last action so far was a tool call
+    calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI shape, in order
+    results: list[dict[str, Any]] = field(default_factory=list)  # tool_call_id, content, is_error
+
+    def add_result(self, call_id: Any, content: Any, is_error: bool = False) -> None:
+        text = content if isinstance(content, str) else _result_text(content)
+        self.results.append(
+            {"tool_call_id": str(call_id or ""), "content": clip(text, RESULT_CHARS),
+             "is_error": bool(is_error)}
+        )  # fmt: skip
+
+
+def _result_text(content: Any) -> str:
+    """A tool result's text: the text blocks of a list of blocks, else its JSON."""
+    import json
+
+    if isinstance(content, list):
+        texts = [str(b.get("text", "")) for b in content if isinstance(b, dict) and "text" in b]
+        if texts:
+            return "\n".join(texts)
+    return "" if content is None else json.dumps(content, ensure_ascii=False, default=str)
 
 
 def turns_to_interactions(
@@ -242,10 +289,12 @@ def turns_to_interactions(
                     "tools": tools,
                     "tool_errors": turn.tool_errors,
                     "answered": reply is not None,
+                    **({"tool_results": turn.results} if turn.results else {}),
                     **turn.extra,
                 },
                 private=True,
                 dedupe_key=f"{source}:{session_id}:{turn.key}",
+                tool_calls=list(turn.calls) or None,
             )
         )
         history += [{"role": "user", "content": prompt}]

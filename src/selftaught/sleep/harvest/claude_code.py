@@ -13,7 +13,8 @@ requests. Subagent transcripts (`<session>/subagents/agent-*.jsonl`, `isSidechai
 agent talking to itself and are skipped.
 
 A request is a real user record; its answer is the text the agent wrote after its last tool
-call in that turn.
+call in that turn. Its `tool_use` blocks (id, name, input) and the `tool_result` blocks that
+answer them are kept in the row (`tool_calls`, `meta["tool_results"]`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from selftaught.sleep.harvest import (
     iter_records,
     parse_timestamp,
     project_from_cwd,
+    tool_call,
     turns_to_interactions,
 )
 from selftaught.sleep.log import Interaction
@@ -100,9 +102,12 @@ class ClaudeCodeHarvester:
                     turns.append(Turn(prompt=text, created_at=ts, key=key))
                 elif turns:
                     blocks = _blocks((rec.get("message") or {}).get("content"))
-                    turns[-1].tool_errors += sum(
-                        1 for b in blocks if b.get("type") == "tool_result" and b.get("is_error")
-                    )
+                    for b in blocks:
+                        if b.get("type") == "tool_result":
+                            turns[-1].tool_errors += bool(b.get("is_error"))
+                            turns[-1].add_result(
+                                b.get("tool_use_id"), b.get("content"), bool(b.get("is_error"))
+                            )
                 continue
             if turns:
                 self._assistant(rec, turns[-1], usage, ts)
@@ -131,6 +136,7 @@ class ClaudeCodeHarvester:
         for block in _blocks(message.get("content")):
             if block.get("type") == "tool_use":
                 turn.tools.append(str(block.get("name", "?")))
+                turn.calls.append(tool_call(block.get("id"), block.get("name"), block.get("input")))
                 turn.after_tool = True
             elif block.get("type") == "text" and str(block.get("text", "")).strip():
                 text = str(block["text"]).strip()

@@ -4,7 +4,8 @@
 Each line is `{"timestamp", "type", "payload"}` with `type` one of "session_meta" (id, cwd,
 cli_version, git), "turn_context" (model, cwd), "response_item" (what the model saw and said:
 `message` with role user / assistant / developer and `input_text` / `output_text` parts,
-`function_call`, `custom_tool_call`, `reasoning`, ...) and "event_msg" (`user_message`,
+`function_call`, `custom_tool_call`, `reasoning`, ..., and their `*_output` results, which
+the row keeps as `tool_calls` and `meta["tool_results"]`) and "event_msg" (`user_message`,
 `agent_message`, `task_started` / `task_complete` with a `turn_id` and `last_agent_message`,
 `token_count` with cumulative usage). Messages appear twice, as an event and as a response
 item; the events are what the user typed (the response items also carry injected context
@@ -14,6 +15,7 @@ response items only for old rollouts without them.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from selftaught.sleep.harvest import (
     iter_records,
     parse_timestamp,
     project_from_cwd,
+    tool_call,
     turns_to_interactions,
 )
 from selftaught.sleep.log import Interaction
@@ -36,6 +39,32 @@ _INJECTED = (
     "<INSTRUCTIONS",
 )
 _TOOL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call", "web_search_call")
+_TOOL_OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+
+
+def _call(payload: dict[str, Any]) -> dict[str, Any]:
+    """A response item's tool call in the OpenAI shape: `arguments` of a function call, the
+    `input` of a custom tool, the `action` of a shell or web search call."""
+    args = payload.get("arguments")
+    if args is None:
+        args = payload.get("input") if "input" in payload else payload.get("action")
+    call_id = payload.get("call_id") or payload.get("id")
+    return tool_call(call_id, payload.get("name") or payload.get("type"), args)
+
+
+def _output(output: Any) -> Any:
+    """A tool output's text: Codex wraps it as JSON `{"output": ..., "metadata": ...}`."""
+    if isinstance(output, str):
+        try:
+            inner = json.loads(output)
+        except ValueError:
+            return output
+        if isinstance(inner, dict) and isinstance(inner.get("output"), str):
+            return inner["output"]
+        return output
+    if isinstance(output, dict) and isinstance(output.get("content"), str):
+        return output["content"]
+    return output
 
 
 def _text(content: Any) -> str:
@@ -118,6 +147,9 @@ class CodexHarvester:
                 turns[-1].extra["aborted"] = True
             elif kind == "response_item" and ptype in _TOOL_ITEMS:
                 turns[-1].tools.append(str(payload.get("name") or ptype))
+                turns[-1].calls.append(_call(payload))
+            elif kind == "response_item" and ptype in _TOOL_OUTPUTS:
+                turns[-1].add_result(payload.get("call_id"), _output(payload.get("output")))
             elif kind == "event_msg" and ptype == "token_count":
                 total = ((payload.get("info") or {}).get("total_token_usage")) or {}
                 if total:

@@ -3,8 +3,11 @@ detected per line:
 
 - ours (what `selftaught sleep log --export` writes): `messages`, `reply`, and optionally `id`,
   `project`, `timestamp`, `model`, `reference`, `feedback`, `tags`, `meta`, `private`, ...
-- OpenAI chat: `messages`, whose final assistant turn (if any) is the reply;
-  optional `reference`;
+- OpenAI chat: `messages`, whose final assistant turn (if any) is the reply (its `tool_calls`
+  the reply's tool calls); optional `reference`, `tools` and `tool_choice` (the request's).
+  Tool turns stay in the messages: assistant turns with `tool_calls`, then `role: "tool"`
+  results with their `tool_call_id`; a line with `tools` is replayed as an episode whose
+  fixtures are those results (`selftaught.sleep.replay`);
 - OpenAI evals: `input` (a chat list or a string) and `ideal` (a string or a list) as the
   reference; no reply.
 
@@ -30,6 +33,7 @@ _OURS = {
     "id", "project", "source", "timestamp", "model", "messages", "reply", "latency_s",
     "prompt_tokens", "completion_tokens", "error", "error_status", "reference", "feedback",
     "tags", "meta", "skill_version", "private", "reviewed", "dedupe_key", "redactions",
+    "tools", "tool_choice", "tool_calls",
 }  # fmt: skip
 
 
@@ -100,7 +104,31 @@ def _messages(value: Any, field: str) -> list[dict[str, Any]]:
         content = msg.get("content")
         if content is not None and not isinstance(content, (str, list)):
             raise ValueError(f"{field}[{i}].content must be a string or a list of parts")
+        if msg.get("tool_calls") is not None:
+            _tool_calls(msg["tool_calls"], f"{field}[{i}].tool_calls")
     return value
+
+
+def _tool_calls(value: Any, where: str) -> list[dict[str, Any]] | None:
+    """Tool calls in the OpenAI shape (each names its function), or None for none."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise ValueError(f"`{where}` must be a list of tool calls")
+    for k, call in enumerate(value):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ValueError(f"`{where}[{k}]` needs a `function` with a `name`, got {call!r:.80}")
+    return value
+
+
+def _tools(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+    tools = row.get("tools")
+    if tools is None or tools == []:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise ValueError("`tools` must be a list of tool schemas (OpenAI shape)")
+    return tools
 
 
 def _text(content: Any) -> str:
@@ -115,14 +143,23 @@ def _text(content: Any) -> str:
 
 def _chat(row: dict[str, Any]) -> Interaction:
     messages = _messages(row["messages"], "messages")
-    reply = None
+    reply, calls = None, None
     if messages[-1]["role"] == "assistant":
-        reply, messages = _text(messages[-1].get("content")), messages[:-1]
+        last, messages = messages[-1], messages[:-1]
+        reply, calls = _text(last.get("content")), _tool_calls(last.get("tool_calls"), "reply")
     if not messages:
         raise ValueError("`messages` holds only the assistant's reply, no prompt")
-    extra = {k: v for k, v in row.items() if k not in ("messages", "reference")}
+    own = ("messages", "reference", "tools", "tool_choice")
+    extra = {k: v for k, v in row.items() if k not in own}
     return Interaction(
-        messages=messages, reply=reply, source="import", reference=row.get("reference"), meta=extra
+        messages=messages,
+        reply=reply,
+        source="import",
+        reference=row.get("reference"),
+        meta=extra,
+        tools=_tools(row),
+        tool_choice=row.get("tool_choice"),
+        tool_calls=calls,
     )
 
 
@@ -175,6 +212,9 @@ def _ours(row: dict[str, Any]) -> Interaction:
         dedupe_key=row.get("dedupe_key"),
         redactions=int(row.get("redactions") or 0),
         feedback=Feedback.coerce(row.get("feedback")) or Feedback(),
+        tools=_tools(row),
+        tool_choice=row.get("tool_choice"),
+        tool_calls=_tool_calls(row.get("tool_calls"), "tool_calls"),
     )
     if row.get("id") is not None:
         it.id = str(row["id"])
