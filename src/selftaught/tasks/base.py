@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -69,6 +70,34 @@ class GameTask(Task, Protocol):
 
 class TaskError(ValueError):
     """Bad task spec or task data; the message says what and where."""
+
+
+def distinct_splits(
+    sizes: dict[str, int], draw: Callable[[str], Example], name: str
+) -> dict[str, list[Example]]:
+    """Splits drawn from one seeded stream (`draw(id)` makes the next example), de-duplicated
+    by input, test first, then val, then train, so they never overlap; a stream that cannot
+    fill a split fails with a clear error instead of looping."""
+    seen: set[str] = set()
+    out: dict[str, list[Example]] = {}
+    for split in ("test", "val", "train"):
+        examples: list[Example] = []
+        tries = 0
+        while len(examples) < sizes[split]:
+            tries += 1
+            if tries > 50 * (sizes[split] + 10):
+                raise TaskError(
+                    f"{name}: cannot generate {sizes[split]} distinct {split} examples; "
+                    "lower the split sizes"
+                )
+            example = draw(f"{split}-{len(examples):05d}")
+            key = example.prompt_text()
+            if key in seen:
+                continue
+            seen.add(key)
+            examples.append(example)
+        out[split] = examples
+    return out
 
 
 def split_sizes(train_size: int, val_size: int, test_size: int) -> dict[str, int]:

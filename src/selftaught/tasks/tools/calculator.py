@@ -17,7 +17,7 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any
 
-from selftaught.tasks.base import Example, Score, Split, TaskError, split_sizes
+from selftaught.tasks.base import Example, Score, Split, TaskError, distinct_splits, split_sizes
 from selftaught.tasks.episode import Environment, Episode, Tool, ToolError
 from selftaught.tasks.extract import extract_answer, extract_number
 
@@ -183,24 +183,12 @@ class CalculatorTask:
     @cached_property
     def _splits(self) -> dict[str, list[Example]]:
         rng = random.Random(f"calculator:{self.seed}:{self.min_digits}:{self.max_digits}")
-        seen: set[str] = set()
-        out: dict[str, list[Example]] = {}
-        for split in ("test", "val", "train"):
-            examples: list[Example] = []
-            while len(examples) < self.sizes[split]:
-                question, answer = make_question(rng, self.min_digits, self.max_digits)
-                if question in seen:
-                    continue
-                seen.add(question)
-                examples.append(
-                    Example(
-                        id=f"calculator-{split}-{len(examples):05d}",
-                        input=question,
-                        reference=str(answer),
-                    )
-                )
-            out[split] = examples
-        return out
+
+        def draw(suffix: str) -> Example:
+            question, answer = make_question(rng, self.min_digits, self.max_digits)
+            return Example(id=f"calculator-{suffix}", input=question, reference=str(answer))
+
+        return distinct_splits(self.sizes, draw, self.name)
 
     def examples(self, split: Split) -> list[Example]:
         if split not in self.sizes:

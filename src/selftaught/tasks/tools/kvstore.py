@@ -14,7 +14,7 @@ import re
 from functools import cached_property
 from typing import Any
 
-from selftaught.tasks.base import Example, Score, Split, TaskError, split_sizes
+from selftaught.tasks.base import Example, Score, Split, TaskError, distinct_splits, split_sizes
 from selftaught.tasks.episode import Environment, Episode, Tool, ToolError
 from selftaught.tasks.extract import extract_answer, extract_number
 
@@ -207,32 +207,17 @@ class KVStoreTask:
     @cached_property
     def _splits(self) -> dict[str, list[Example]]:
         rng = random.Random(f"kvstore:{self.seed}")
-        seen: set[str] = set()
-        out: dict[str, list[Example]] = {}
-        for split in ("test", "val", "train"):
-            examples: list[Example] = []
-            tries = 0
-            while len(examples) < self.sizes[split]:
-                tries += 1
-                if tries > 50 * (self.sizes[split] + 10):
-                    raise TaskError(
-                        f"tool:kvstore: cannot generate {self.sizes[split]} distinct "
-                        f"{split} goals; lower the split sizes"
-                    )
-                question, store, goal = make_goal(rng)
-                if question in seen:
-                    continue
-                seen.add(question)
-                examples.append(
-                    Example(
-                        id=f"kvstore-{split}-{len(examples):05d}",
-                        input=question,
-                        reference=str(goal["answer"]),
-                        state={"store": store, "goal": goal},
-                    )
-                )
-            out[split] = examples
-        return out
+
+        def draw(suffix: str) -> Example:
+            question, store, goal = make_goal(rng)
+            return Example(
+                id=f"kvstore-{suffix}",
+                input=question,
+                reference=str(goal["answer"]),
+                state={"store": store, "goal": goal},
+            )
+
+        return distinct_splits(self.sizes, draw, self.name)
 
     def examples(self, split: Split) -> list[Example]:
         if split not in self.sizes:
