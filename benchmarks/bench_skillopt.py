@@ -121,9 +121,19 @@ def run(args: argparse.Namespace) -> dict:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     t0 = time.perf_counter()
     try:
-        summary = SkillTrainer(
-            config, task, target, optimizer, initial, output_dir=run_dir, ledger=ledger
-        ).train()
+        summary = (
+            SkillTrainer(
+                config,
+                task,
+                target,
+                optimizer_model=optimizer,
+                initial_skill=initial,
+                output_dir=run_dir,
+                ledger=ledger,
+            )
+            .train()
+            .summary
+        )
     except BaseException as err:
         record_partial(run_dir, args, config.to_dict(), slug_out, time.perf_counter() - t0, err)
         raise

@@ -179,7 +179,7 @@ def grpo_ours(path: str, steps: int, task: Any) -> float:
     from selftaught.weights.sft import load_model
 
     with tempfile.TemporaryDirectory() as run:
-        trainer = RLTrainer(task, grpo_config(steps), run, progress=False)
+        trainer = RLTrainer(grpo_config(steps), task, output_dir=run, progress=False)
         trainer.console = Console(quiet=True)
         model, tok = load_model(path, device="cpu")
         state: dict[str, Any] = {}

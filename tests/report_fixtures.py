@@ -57,7 +57,7 @@ def rest_run(root: Path, model_dir: Path, monkeypatch: Any, val_by_round: list[f
     scripted_eval(monkeypatch, val_by_round)
     cfg = config(len(val_by_round) - 1)
     cfg.eval_test_each_round = True
-    return RestTrainer(EchoTask(), cfg, root, model_path=model_dir, progress=False).train()
+    return RestTrainer(cfg, EchoTask(), model_dir, output_dir=root, progress=False).train()
 
 
 _SHARED: dict[str, Path] = {}

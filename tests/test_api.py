@@ -32,7 +32,7 @@ def test_evaluate_writes_nothing_without_output(tmp_path, monkeypatch):
 
 def test_optimize_runs_the_trainer_from_specs_and_objects(tmp_path):
     analyst = canned_analyst(failure=edits_json({"op": "append", "content": "rule alpha"}))
-    summary = selftaught.optimize(
+    result = selftaught.optimize(
         ToyTask(),
         rule_target(),
         optimizer_model=analyst,
@@ -40,9 +40,9 @@ def test_optimize_runs_the_trainer_from_specs_and_objects(tmp_path):
         progress=False,
         config=SkillOptConfig(epochs=1, batch_size=8),
     )
-    assert summary["run_dir"] == str(tmp_path)
-    assert "rule alpha" in summary["best_skill"]
-    assert summary["usage"]["optimizer"]["calls"] == len(analyst.calls)
+    assert result.run_dir == tmp_path and result.summary["run_dir"] == str(tmp_path)
+    assert "rule alpha" in result.best_skill
+    assert result.usage["optimizer"]["calls"] == len(analyst.calls)
 
 
 def test_train_dispatches_per_method_defaults_and_refuses_api_models():

@@ -4,6 +4,7 @@ finished round. Also the scratch backend on the grid game."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -90,7 +91,7 @@ def weights(path):
 def test_best_round_on_val_is_shipped_not_the_last(tiny_dir, tmp_path, monkeypatch):
     scripted_eval(monkeypatch, [0.25, 0.75, 0.5])
     trainer = RestTrainer(
-        EchoTask(), config(2), tmp_path / "run", model_path=tiny_dir, progress=False
+        config(2), EchoTask(), tiny_dir, output_dir=tmp_path / "run", progress=False
     )
     result = trainer.train()
     assert result.best_round == 1
@@ -114,7 +115,7 @@ def test_best_round_on_val_is_shipped_not_the_last(tiny_dir, tmp_path, monkeypat
 def test_run_that_never_improves_ships_the_base(tiny_dir, tmp_path, monkeypatch):
     scripted_eval(monkeypatch, [0.5, 0.5, 0.25])
     result = RestTrainer(
-        EchoTask(), config(2), tmp_path / "run", model_path=tiny_dir, progress=False
+        config(2), EchoTask(), tiny_dir, output_dir=tmp_path / "run", progress=False
     ).train()
     assert result.best_round == 0
     assert result.shipped_test == result.base_test
@@ -143,26 +144,28 @@ def test_killed_run_resumes_without_redoing_a_round(tiny_dir, tmp_path, monkeypa
     monkeypatch.setattr(rest_mod, "sft_train", dies_in_round_2)
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        RestTrainer(EchoTask(), config(2), run, model_path=tiny_dir, progress=False).train()
+        RestTrainer(config(2), EchoTask(), tiny_dir, output_dir=run, progress=False).train()
     assert read_json(run / "state.json")["completed_round"] == 1
     monkeypatch.setattr(rest_mod, "sft_train", real_train)
     sampled_rounds.clear()
-    result = RestTrainer(EchoTask(), config(2), run, model_path=tiny_dir, progress=False).train()
+    result = RestTrainer(config(2), EchoTask(), tiny_dir, output_dir=run, progress=False).train()
     assert sampled_rounds == [2]  # round 1 was not redone
-    assert [h["round"] for h in RestTrainer(EchoTask(), config(2), run).run.history()] == [0, 1, 2]
+    assert [
+        h["round"] for h in RestTrainer(config(2), EchoTask(), output_dir=run).run.history()
+    ] == [0, 1, 2]
     assert result.best_round == 2
     # a resume with other settings is refused
     from selftaught.runs import RunError
 
     with pytest.raises(RunError, match="different config"):
-        RestTrainer(EchoTask(), config(3), run, model_path=tiny_dir, progress=False).train()
+        RestTrainer(config(3), EchoTask(), tiny_dir, output_dir=run, progress=False).train()
 
 
 def test_teacher_skill_is_used_for_sampling_only(tiny_dir, tmp_path, monkeypatch):
     scripted_eval(monkeypatch, [0.25, 0.5])
     cfg = config(1)
     cfg.teacher_skill = "Always answer x."
-    RestTrainer(EchoTask(), cfg, tmp_path / "run", model_path=tiny_dir, progress=False).train()
+    RestTrainer(cfg, EchoTask(), tiny_dir, output_dir=tmp_path / "run", progress=False).train()
     import json
 
     rows = [json.loads(line) for line in (tmp_path / "run/rounds/1/samples.jsonl").open()]
@@ -183,10 +186,10 @@ def test_scratch_backend_on_the_grid_game(tmp_path):
         sft=SFTTrainConfig(epochs=2, batch_size=4),
         backend=BackendConfig(backend="scratch", scratch_layers=1, scratch_width=64),
     )
-    result = RestTrainer(task, cfg, tmp_path / "run", progress=False).train()
+    result = RestTrainer(cfg, task, output_dir=tmp_path / "run", progress=False).train()
     history = read_json(tmp_path / "run" / "state.json")
     assert history["completed_round"] == 1
-    rows = RestTrainer(task, cfg, tmp_path / "run").run.history()
+    rows = RestTrainer(cfg, task, output_dir=tmp_path / "run").run.history()
     assert rows[0]["model"] == "random strategies"
     assert rows[1]["trained"] and rows[1]["elite"]["kept"] == 8  # one per prompt (top 25% of 4)
     import json
@@ -201,9 +204,9 @@ def test_sft_method_trains_on_references_in_one_round(tiny_dir, tmp_path, monkey
     import json
 
     scripted_eval(monkeypatch, [0.25, 0.75])
-    cfg = config(1)
+    cfg = dataclasses.replace(config(1), method="sft")
     result = RestTrainer(
-        EchoTask(), cfg, tmp_path / "run", model_path=tiny_dir, method="sft", progress=False
+        cfg, EchoTask(), tiny_dir, output_dir=tmp_path / "run", progress=False
     ).train()
     rows = [json.loads(line) for line in (tmp_path / "run/rounds/1/samples.jsonl").open()]
     assert [r["target"] for r in rows] == ["x"] * 4
@@ -211,7 +214,7 @@ def test_sft_method_trains_on_references_in_one_round(tiny_dir, tmp_path, monkey
     from selftaught.weights.config import ConfigError
 
     with pytest.raises(ConfigError, match="--rounds must be 1"):
-        RestTrainer(EchoTask(), config(2), tmp_path / "other", method="sft")
+        dataclasses.replace(config(2), method="sft")
 
 
 class HardTask(EchoTask):
@@ -231,7 +234,7 @@ def test_too_few_elite_samples_stop_the_run_at_once_with_advice(tiny_dir, tmp_pa
         return real_samples(self, model, r, source_round)
 
     monkeypatch.setattr(RestTrainer, "_samples", counting)
-    trainer = RestTrainer(HardTask(), config(3), tmp_path / "run", model_path=tiny_dir)
+    trainer = RestTrainer(config(3), HardTask(), tiny_dir, output_dir=tmp_path / "run")
     result = trainer.train()
     assert sampled == [1]  # round 1 only: not rounds 2 and 3 for nothing
     assert result.best_round == 0 and "fewer than one batch" in result.stopped_by
@@ -251,12 +254,14 @@ class CrashingScorerTask(EchoTask):
 
 def test_scorer_errors_are_no_samples_and_are_counted(tiny_dir, tmp_path, monkeypatch):
     scripted_eval(monkeypatch, [0.25, 0.25])
-    RestTrainer(CrashingScorerTask(), config(1), tmp_path / "run", model_path=tiny_dir).train()
+    RestTrainer(config(1), CrashingScorerTask(), tiny_dir, output_dir=tmp_path / "run").train()
     import json
 
     rows = [json.loads(line) for line in (tmp_path / "run/rounds/1/samples.jsonl").open()]
     assert {r["example_id"] for r in rows} == {"train-1", "train-2", "train-3"}
-    history = RestTrainer(CrashingScorerTask(), config(1), tmp_path / "run").run.history()
+    history = RestTrainer(
+        config(1), CrashingScorerTask(), output_dir=tmp_path / "run"
+    ).run.history()
     assert history[1]["sample_errors"] == 2 and history[1]["samples"] == 6
 
 
@@ -272,7 +277,7 @@ def test_sampling_through_a_server_loads_each_rounds_adapter_by_name(
         cfg = config(2)
         cfg.sampler_url = server.base_url
         cfg.sampler_base_model = "fake-model"
-        RestTrainer(EchoTask(), cfg, tmp_path / "run", model_path=tiny_dir).train()
+        RestTrainer(cfg, EchoTask(), tiny_dir, output_dir=tmp_path / "run").train()
     chats = [r for r in server.requests if "messages" in r]
     assert len(chats) == 2 * 4  # one request per train prompt per round, n=2 samples each
     assert all(r["n"] == 2 for r in chats)

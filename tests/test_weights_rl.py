@@ -143,7 +143,7 @@ def test_grpo_and_gspo_run_a_step_on_a_tiny_model(tmp_path):
             backend=BackendConfig(lora_r=2, lora_alpha=4),
         )
         result = RLTrainer(
-            SumTask(), cfg, tmp_path / method, model_path=tmp_path / "tiny", progress=False
+            cfg, SumTask(), tmp_path / "tiny", output_dir=tmp_path / method, progress=False
         ).train()
         rows = RunDir(tmp_path / method).history()
         assert len(rows) == 1 and rows[0]["step"] == 1
@@ -186,11 +186,11 @@ def test_vllm_server_and_options_reach_trls_config(tmp_path):
     from selftaught.weights.rl import RLTrainer
 
     cfg = RLConfig(method="gspo", steps=3, beta=0.02, vllm_server_url="http://10.0.0.5:8000")
-    args = RLTrainer(SumTask(), cfg, tmp_path / "run").grpo_args(use_cpu=True)
+    args = RLTrainer(cfg, SumTask(), output_dir=tmp_path / "run").grpo_args(use_cpu=True)
     assert args.use_vllm and args.vllm_mode == "server"
     assert args.vllm_server_base_url == "http://10.0.0.5:8000"
     assert (args.max_steps, args.beta, args.importance_sampling_level) == (3, 0.02, "sequence")
-    plain = RLTrainer(SumTask(), RLConfig(), tmp_path / "other").grpo_args(use_cpu=True)
+    plain = RLTrainer(RLConfig(), SumTask(), output_dir=tmp_path / "other").grpo_args(use_cpu=True)
     assert not plain.use_vllm and plain.importance_sampling_level == "token"
 
 

@@ -288,7 +288,7 @@ def test_grpo_plays_episodes_through_trls_environment_loop(tmp_path, monkeypatch
         eval_max_tokens=8,
         backend=BackendConfig(lora_r=2, lora_alpha=4),
     )
-    RLTrainer(task, cfg, tmp_path / "run", progress=False).train()
+    RLTrainer(cfg, task, output_dir=tmp_path / "run", progress=False).train()
     [row] = RunDir(tmp_path / "run").history()
     assert row["tool_calls_per_completion"] > 0 and row["reward"] == pytest.approx(0.5)
     # every prompt TRL generated from is the one the local backend renders for that turn

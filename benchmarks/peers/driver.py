@@ -135,7 +135,7 @@ def run_selftaught(job: dict[str, Any], task: Task) -> dict[str, Any]:
         output_dir=job["out_dir"],
         model_options={"timeout_s": job["timeout_s"]},
         progress=False,
-    )
+    ).summary
     decisions = summary["decisions"]
     return {
         "shipped_prompt": summary["best_skill"],

@@ -8,9 +8,13 @@ calls these functions.
 
     import selftaught
     result = selftaught.evaluate("gym:basic_arithmetic", "local", limit=20)
-    summary = selftaught.optimize("gym:basic_arithmetic", "openai:gpt-4o-mini",
-                                  optimizer_model="openai:gpt-4o")
-    shipped = selftaught.train("gym:basic_arithmetic?max_terms=2&max_digits=1", method="rest")
+    run = selftaught.optimize("gym:basic_arithmetic", "openai:gpt-4o-mini",
+                              optimizer_model="openai:gpt-4o")       # a SkillRunResult
+    shipped = selftaught.train("gym:basic_arithmetic?max_terms=2&max_digits=1",
+                               config=RestConfig(method="sft"))      # a RestResult
+
+`optimize` and `train` return `RunResult` subclasses (`selftaught.results`); the config's
+type picks the trainer (`selftaught.trainers`); `callbacks=[...]` see the run's events.
 """
 
 from __future__ import annotations
@@ -24,11 +28,15 @@ from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.tasks.base import Split, Task
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console
 
+    from selftaught.callbacks import TrainerCallback
     from selftaught.evaluation import EvalResult
     from selftaught.rollout import RolloutConfig
     from selftaught.skill.config import SkillOptConfig
+    from selftaught.skill.result import SkillRunResult
     from selftaught.weights.config import RestConfig, RLConfig
     from selftaught.weights.rest import RestResult
     from selftaught.weights.rl import RLResult
@@ -119,12 +127,14 @@ def optimize(
     output_dir: str | Path | None = None,
     task_options: Mapping[str, Any] | None = None,
     model_options: Mapping[str, Any] | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
     progress: bool = True,
     console: Console | None = None,
-) -> dict[str, Any]:
+) -> SkillRunResult:
     """Skill optimization (SkillOpt) of a frozen `model`; `optimizer_model` (default: the same
     model) is the analyst. Resumes the run in `output_dir` (default
-    `runs/optimize/<task>`) when it holds one with the same settings. Returns the summary."""
+    `runs/optimize/<task>`) when it holds one with the same settings. Returns the result
+    (`result.summary` is the summary dict, also in summary.json)."""
     from selftaught.skill import SkillOptConfig, SkillTrainer, default_output_dir
 
     the_task = resolve_task(task, task_options)
@@ -136,9 +146,10 @@ def optimize(
         config or SkillOptConfig(),
         the_task,
         target,
-        analyst,
-        initial_skill,
+        optimizer_model=analyst,
+        initial_skill=initial_skill,
         output_dir=output_dir or default_output_dir(the_task.name),
+        callbacks=callbacks,
         progress=progress,
         console=console,
     )
@@ -149,63 +160,46 @@ def train(
     task: TaskLike,
     model: str = "local",
     *,
-    method: str = "rest",
+    method: str | None = None,
     config: RestConfig | RLConfig | None = None,
     output_dir: str | Path | None = None,
     task_options: Mapping[str, Any] | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
     progress: bool = True,
     console: Console | None = None,
 ) -> RestResult | RLResult:
-    """Weight-space self-improvement of a local model (`local` or `local:PATH`):
-    `rest` (ReST-EM), `sft` (one round on the references), `grpo` or `gspo`.
+    """Weight-space self-improvement of a local model (`local` or `local:PATH`). The config
+    picks the trainer: `RestConfig(method="rest")` (ReST-EM, the default),
+    `RestConfig(method="sft")` (one round on the references), `RLConfig(method="grpo")` or
+    `"gspo"`. `method` alone gives that method's default config; given with a config, it must
+    match it.
 
-    `config` defaults to the method's own (`RestConfig()`, `RestConfig(rounds=1)` for sft,
-    `RLConfig(method=...)`). The run directory (default
-    `runs/train-<method>-<task>-<backend>-s<seed>`) resumes when run again."""
-    from selftaught.models.spec import parse_model_spec
-    from selftaught.weights.config import ConfigError, default_train_config
+    The run directory (default `runs/train-<method>-<task>-<backend>-s<seed>`) resumes when
+    run again."""
+    from selftaught.trainers import build_trainer, check_method
+    from selftaught.weights.config import (
+        ConfigError,
+        RestConfig,
+        RLConfig,
+        default_train_config,
+        local_model_path,
+    )
 
-    spec = parse_model_spec(model)
-    if spec.backend != "local":
+    path = local_model_path(model)  # refuses a model that is not local, before any work
+    cfg = config if config is not None else default_train_config(method or "rest")
+    if not isinstance(cfg, RestConfig | RLConfig):
         raise ConfigError(
-            f"train changes weights, so the model must be local or local:PATH, got {model!r}"
+            f"train changes weights: it takes a RestConfig or an RLConfig, got "
+            f"{type(cfg).__name__} (a SkillOptConfig runs with optimize)"
         )
-    cfg = config if config is not None else default_train_config(method)
+    check_method(cfg, method)
     the_task = resolve_task(task, task_options)
-    run_dir = Path(output_dir) if output_dir else default_train_dir(method, the_task.name, cfg)
-    if method in ("grpo", "gspo"):
-        from selftaught.weights.config import RLConfig
-        from selftaught.weights.rl import RLTrainer
-
-        if not isinstance(cfg, RLConfig) or cfg.method != method:
-            raise ConfigError(f"--method {method} needs an RLConfig(method={method!r})")
-        return RLTrainer(
-            the_task,
-            cfg,
-            run_dir,
-            model_path=spec.model or None,
-            progress=progress,
-            console=console,
-        ).train()
-    from selftaught.weights.config import RestConfig
-    from selftaught.weights.rest import RestTrainer
-
-    if not isinstance(cfg, RestConfig):
-        raise ConfigError(f"--method {method} needs a RestConfig, got {type(cfg).__name__}")
-    return RestTrainer(
-        the_task,
+    return build_trainer(
         cfg,
-        run_dir,
-        model_path=spec.model or None,
-        method=method,
+        the_task,
+        path,
+        output_dir=output_dir,
+        callbacks=callbacks,
         progress=progress,
         console=console,
     ).train()
-
-
-def default_train_dir(method: str, task_name: str, config: RestConfig | RLConfig) -> Path:
-    """Deterministic, so running the same command again resumes the run."""
-    from selftaught.runs import slug
-
-    name = f"train-{method}-{task_name}-{config.backend.backend}-s{config.seed}"
-    return Path("runs") / slug(name)

@@ -23,7 +23,6 @@ from selftaught.weights.config import (
     RLConfig,
     SFTTrainConfig,
     check_method_options,
-    default_train_config,
 )
 
 app = typer.Typer(
@@ -97,6 +96,9 @@ DeviceOpt = Annotated[
 ]
 CacheOpt = Annotated[Path | None, typer.Option(help="SQLite cache of temperature-0 replies.")]
 TimeoutOpt = Annotated[float, typer.Option(help="Seconds per model call.")]
+ReportToOpt = Annotated[
+    str, typer.Option(help="Log the run to: none | trackio | mlflow | wandb (optional extras).")
+]
 # The one gate (selftaught.gate), the same options wherever something is gated.
 GateMetricOpt = Annotated[str | None, typer.Option(help="Gate metric: hard | soft | mixed.")]
 GateMarginOpt = Annotated[
@@ -717,6 +719,7 @@ def sleep_run_cmd(
     timeout: TimeoutOpt = 120.0,
     api_key: ApiKeyOpt = None,
     dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
+    report_to: ReportToOpt = "none",
 ) -> None:
     """One night: harvest the log → mine tasks → split → consolidate skill, then memory → stage
     a proposal (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
@@ -762,6 +765,7 @@ def sleep_run_cmd(
         recall_max=recall_max,
         model_options=model_options(api_key, timeout),
         progress=console.is_terminal,
+        report_to=report_to,
     )
     try:
         outcomes = run_night(config, dry_run=dry_run, console=console)
@@ -1004,6 +1008,7 @@ def optimize_cmd(
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
     unsafe_exec: UnsafeExecOpt = False,
+    report_to: ReportToOpt = SkillOptConfig.report_to,
 ) -> None:
     """Optimize a skill document for a frozen model (SkillOpt): rollout → reflect → aggregate →
     select under an edit budget → apply → gate on val; ships the best skill, not the last."""
@@ -1044,6 +1049,7 @@ def optimize_cmd(
             analyst_max_tokens=analyst_max_tokens,
             timeout_s=timeout * 10,
             evaluate_test=test,
+            report_to=report_to,
         )
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
@@ -1214,6 +1220,7 @@ def train(
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
     unsafe_exec: UnsafeExecOpt = False,
+    report_to: ReportToOpt = RestConfig.report_to,
 ) -> None:
     """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO."""
     from selftaught.api import train as run_training
@@ -1255,10 +1262,12 @@ def train(
             vllm_server_url=vllm_server,
             budget=budget(budget_calls, budget_tokens, None),
             backend=backend_cfg,
+            report_to=report_to,
         )
     else:
         config = RestConfig(
-            rounds=rounds if rounds is not None else default_train_config(method).rounds,  # type: ignore[union-attr]
+            method=method,  # type: ignore[arg-type]
+            rounds=rounds,
             samples_per_prompt=samples_per_prompt,
             temperature=RestConfig.temperature if temperature is None else temperature,
             max_tokens=max_tokens,
@@ -1274,6 +1283,7 @@ def train(
             seed=seed,
             sft=SFTTrainConfig(epochs=epochs, learning_rate=lr, batch_size=batch_size),
             backend=backend_cfg,
+            report_to=report_to,
         )
     result = run_training(
         task,

@@ -12,6 +12,7 @@ from selftaught.demos import PLACEMENTS
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
 from selftaught.skill.schedule import SCHEDULES
+from selftaught.tracking import check_report_to
 
 # On a 30-item val set the margin alone let noise through: simulated runs whose edits were
 # mostly harmful shipped a true regression 25% of the time with it, 10% with this test, while
@@ -143,6 +144,12 @@ class SkillOptConfig:
     evaluate_test: bool = True
     """At the end, evaluate the initial and the best skill on the test split."""
 
+    # --- tracking ------------------------------------------------------------------------
+    report_to: str = "none"
+    """Experiment tracker the run logs to: `none`, `trackio`, `mlflow` or `wandb` (val
+    scores, gate decisions, usage, the shipped skill as a text artifact; see
+    `selftaught.tracking`). Each needs its optional extra installed."""
+
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
             if getattr(self, name) < 1:
@@ -203,6 +210,7 @@ class SkillOptConfig:
             raise ValueError(f"budget must be a Budget, got {type(self.budget).__name__}")
         if not isinstance(self.gate, GateConfig):
             raise ValueError(f"gate must be a GateConfig, got {type(self.gate).__name__}")
+        check_report_to(self.report_to)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -2,8 +2,9 @@
 document. One step = rollout a train batch → reflect on failed and solved minibatches →
 aggregate the patches → select under the edit budget → apply → gate on val.
 
-    trainer = SkillTrainer(SkillOptConfig(epochs=1), task, model, optimizer_model, skill)
-    summary = trainer.train()
+    trainer = SkillTrainer(SkillOptConfig(epochs=1), task, model, optimizer_model=analyst,
+                           initial_skill=skill, output_dir="runs/x", callbacks=[...])
+    result = trainer.train()   # a SkillRunResult (result.summary: the summary dict)
 
 Everything lands in a run directory (see `docs` in the module below) and a killed run resumes
 from its last completed step when started again with the same settings."""
@@ -24,12 +25,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import Demo, LeakCheck, SkillParts, join_skill, split_skill
 from selftaught.gate import GateResult, ValScores, gate, metric_value
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import BudgetExhausted, RoleUsage, TrackedModel, UsageLedger
 from selftaught.policy import Policy
+from selftaught.results import Score
 from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts, episode_row
 from selftaught.runs import (
     RunDir,
@@ -47,10 +50,12 @@ from selftaught.skill.document import Edit, EditReport, apply_edits
 from selftaught.skill.guard import EditGuard
 from selftaught.skill.pool import Member, merge_pair, pick_parent
 from selftaught.skill.reflect import Analyst, AnalystCall, DocumentKind
+from selftaught.skill.result import SkillRunResult
 from selftaught.skill.schedule import edit_budget
 from selftaught.skill.select import Selection, select_edits
 from selftaught.stats import mean_interval, sign_test_pvalue, wilson_interval
 from selftaught.tasks.base import Example, Task, check_disjoint
+from selftaught.tracking import with_tracker
 
 RUN_LAYOUT = """\
 config.json            the settings; a re-run with the same settings resumes
@@ -66,7 +71,7 @@ diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it fail
                        analyst's raw replies; backend call errors
 val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated)
 test_results.json      initial vs best skill on the test split, with confidence intervals
-summary.json           the final summary returned by SkillTrainer.train()
+summary.json           the final summary (SkillTrainer.train() returns it as result.summary)
 error.json             why the run stopped, when a backend failed fatally
 """
 
@@ -245,7 +250,9 @@ class _State:
 
 class SkillTrainer:
     """Skill optimization (SkillOpt, text space) over `task` with a frozen target `model`; the
-    `optimizer_model` (default: the target) is the analyst. Every call of both is counted."""
+    `optimizer_model` (default: the target) is the analyst. Every call of both is counted.
+    Built as every trainer is (`SkillTrainer(config, task, model, *, output_dir, callbacks,
+    progress, console)`); `train()` returns a `SkillRunResult`."""
 
     def __init__(
         self,
@@ -260,11 +267,14 @@ class SkillTrainer:
         proposals: Sequence[Edit] = (),
         output_dir: str | Path | None = None,
         ledger: UsageLedger | None = None,
+        callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
         console: Console | None = None,
     ):
         self.config = config
         self.task = task
+        # the tracker (report_to) is built here, so a missing package fails before any call
+        self.callbacks = CallbackList(with_tracker(config.report_to, callbacks))
         self.ledger = ledger or UsageLedger()
         self.target = TrackedModel(model, self.ledger, "target")
         # the final test evaluation is reported apart, outside any budget (as GEPA's harness)
@@ -279,6 +289,7 @@ class SkillTrainer:
         # first step's merged edits and meet the same budget, guard-free apply and gate
         self.proposals = [replace(e, source="user") for e in proposals]
         self.run = RunDir(output_dir or default_output_dir(task.name))
+        self.info = RunInfo(document, task.name, self.run.root, config.to_dict())
         self.show_progress = progress
         self.console = console or Console(stderr=True, quiet=not progress)
         self.gate_cfg = config.gate
@@ -303,18 +314,28 @@ class SkillTrainer:
         self._stage = ""
 
     # ---- public -------------------------------------------------------------------------
-    def train(self) -> dict[str, Any]:
-        """Run (or resume) the optimization; returns the summary (also in summary.json)."""
+    def train(self) -> SkillRunResult:
+        """Run (or resume) the optimization; returns the result (its summary also in
+        summary.json)."""
         from selftaught.models.base import run_sync
 
         return run_sync(self.atrain())
 
-    async def atrain(self) -> dict[str, Any]:
+    async def atrain(self) -> SkillRunResult:
         self._prepare()
         resumed = self.run.check_or_write_config(
             self._run_config(),
-            ignore={"epochs", "max_steps", "concurrency", "timeout_s", "evaluate_test", "budget"},
+            ignore={
+                "epochs",
+                "max_steps",
+                "concurrency",
+                "timeout_s",
+                "evaluate_test",
+                "budget",
+                "report_to",
+            },
         )
+        self.callbacks.start(self.info)
         atomic_write_text(self.run.path("README.txt"), RUN_LAYOUT)
         st = self._load_state() if resumed else _State()
         if resumed:
@@ -335,6 +356,7 @@ class SkillTrainer:
                     self._stop_for_budget(st, stage, err)
                 stage = "test"
                 test = await self._test(st)
+                self._test_events(st, test)
         except FatalBackendError as err:
             atomic_write_json(
                 self.run.path("error.json"),
@@ -353,7 +375,34 @@ class SkillTrainer:
         self.run.path("error.json").unlink(missing_ok=True)  # a resumed run got past it
         summary = self._summary(st, test)
         atomic_write_json(self.run.path("summary.json"), summary)
-        return summary
+        result = SkillRunResult(summary=summary)
+        self.callbacks.end(self.info, result)
+        return result
+
+    # ---- callback events ------------------------------------------------------------------
+    def _step_events(self, row: dict[str, Any]) -> None:
+        """A committed history row as events: the candidate's val, the gate, the step."""
+        step = int(row["step"])
+        if row.get("val"):
+            label = "base" if step == 0 else "candidate"
+            scores = Score.from_summary(row["val"], "val")
+            self.callbacks.evaluate(self.info, step=step, split="val", scores=scores, label=label)
+        if row.get("gate"):
+            g = row["gate"]
+            self.callbacks.gate(
+                self.info, step=step, decision=g["decision"], reason=g["reason"], details=g
+            )
+        skip = ("val", "gate", "step", "candidates", "pool", "demos")
+        self.callbacks.step(
+            self.info, step=step, metrics={k: v for k, v in row.items() if k not in skip}
+        )
+
+    def _test_events(self, st: _State, test: dict[str, Any] | None) -> None:
+        for label in ("initial", "best") if test else ():
+            scores = Score.from_summary(test[label], "test")  # type: ignore[index]
+            self.callbacks.evaluate(
+                self.info, step=max(st.step, 0), split="test", scores=scores, label=label
+            )
 
     def _prepare(self) -> None:
         """Splits, schedule and budget checks, before anything is written or called."""
@@ -1090,6 +1139,7 @@ class SkillTrainer:
         self._save_state(st)
         self.run.append_history(row)
         self._update_bar(st)
+        self._step_events(row)
 
     def _save_state(self, st: _State) -> None:
         self.run.save_state(

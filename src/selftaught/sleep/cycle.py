@@ -31,17 +31,19 @@ import dataclasses
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 from rich.console import Console
 
+from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import split_skill
 from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
+from selftaught.results import RunResult, Score
 from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
@@ -55,6 +57,7 @@ from selftaught.sleep.mine import MineConfig, MinedTask, mine
 from selftaught.sleep.paths import Adopted, check_project, sleep_home
 from selftaught.sleep.replay import night_task
 from selftaught.sleep.split import SplitConfig, SplitOverlap, TooFewTasks, assign_splits
+from selftaught.tracking import check_report_to, with_tracker
 
 DOCUMENTS = ("skill", "memory")
 EXIT_FAILED = ("backend_failed", "failed")
@@ -106,8 +109,12 @@ class SleepConfig:
     model_options: dict[str, Any] = field(default_factory=dict)
     """`load_model` keyword arguments (api_key, timeout_s, ...)."""
     progress: bool = False
+    report_to: str = "none"
+    """Experiment tracker each project's night is logged to: `none`, `trackio`, `mlflow` or
+    `wandb` (val before / after, the staging decision, usage, the proposal as text)."""
 
     def __post_init__(self) -> None:
+        check_report_to(self.report_to)
         if self.project is not None:
             check_project(self.project)
         unknown = [d for d in self.documents if d not in DOCUMENTS]
@@ -158,12 +165,55 @@ def is_remote(spec: str | None) -> bool:
 
 
 @dataclass
-class ProjectNight:
-    """What one night did for one project (its report.json, and where it is)."""
+class ProjectNight(RunResult):
+    """What one night did for one project (its report.json, and where it is): a `RunResult`
+    whose scores are val before / after the proposal (nothing shipped: both the start)."""
+
+    kind: ClassVar[str] = "night"
 
     project: str
     night_dir: Path | None
     report: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        r = self.report
+        self.run_dir = self.run_dir or self.night_dir
+        self.method = self.method or "night"
+        self.task = self.task or self.project
+        before, after = _night_scores(r)
+        self.base_score = self.base_score or before
+        self.shipped_score = self.shipped_score or after
+        if self.stopped_by is None and self.failed:
+            self.stopped_by = r.get("reason")
+        self.usage = self.usage or dict(r.get("usage") or {})
+        if not self.seconds and r.get("ended_at") and r.get("started_at"):
+            self.seconds = float(r["ended_at"]) - float(r["started_at"])
+
+    def texts(self) -> dict[str, str]:
+        folder = self.night_dir / "proposal" if self.night_dir else None
+        if self.status != "staged" or folder is None:
+            return {}
+        names = ("skill.md", "memory.md")
+        return {f"proposal_{n}": (folder / n).read_text() for n in names if (folder / n).exists()}
+
+    def to_dict(self) -> dict[str, Any]:
+        night_dir = str(self.night_dir) if self.night_dir else None
+        return {
+            **super().to_dict(),
+            "project": self.project,
+            "night_dir": night_dir,
+            "report": self.report,
+        }
+
+    @classmethod
+    def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:
+        night_dir = Path(d["night_dir"]) if d.get("night_dir") else None
+        return {
+            **super()._fields_from_dict(d),
+            "project": d["project"],
+            "night_dir": night_dir,
+            "report": d.get("report") or {},
+        }
 
     @property
     def status(self) -> str:
@@ -172,6 +222,50 @@ class ProjectNight:
     @property
     def failed(self) -> bool:
         return self.status in EXIT_FAILED
+
+
+NightResult = ProjectNight  # the name the trainer contract uses
+
+
+def _night_scores(report: dict[str, Any]) -> tuple[Score | None, Score | None]:
+    """Val before / after a staged proposal; a night that proposed nothing kept its start."""
+    proposal = report.get("proposal") or {}
+    if proposal.get("val_before") and proposal.get("val_after"):
+        before = Score.from_summary(proposal["val_before"], "val")
+        return before, Score.from_summary(proposal["val_after"], "val")
+    ran = [p for p in (report.get("phases") or {}).values() if p.get("val_initial")]
+    if not ran:
+        return None, None
+    start = Score.from_summary(ran[0]["val_initial"], "val")
+    return start, start
+
+
+def _night_events(callbacks: CallbackList, outcome: ProjectNight) -> None:
+    """A finished project night as events: its phases as steps, val before / after, the
+    staging decision, the end."""
+    info = RunInfo(
+        "night", outcome.project, outcome.night_dir, {"night": outcome.report.get("night")}
+    )
+    callbacks.start(info)
+    phases = outcome.report.get("phases") or {}
+    for step, (name, phase) in enumerate(phases.items(), start=1):
+        metrics = {k: v for k, v in phase.items() if k in ("steps", "decisions", "ran", "changed")}
+        callbacks.step(info, step=step, metrics={"phase": name, **metrics})
+    last = len(phases)
+    if outcome.base_score is not None and outcome.shipped_score is not None:
+        callbacks.evaluate(info, step=0, split="val", scores=outcome.base_score, label="before")
+        callbacks.evaluate(
+            info, step=last, split="val", scores=outcome.shipped_score, label="after"
+        )
+    reason = str(outcome.report.get("reason") or "")
+    callbacks.gate(
+        info,
+        step=last,
+        decision=outcome.status,
+        reason=reason,
+        details={"status": outcome.status, "reason": reason},
+    )
+    callbacks.end(info, outcome)
 
 
 ModelLoader = Callable[[str], ChatModel]
@@ -473,7 +567,7 @@ def run_project(
         except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
             console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
         else:
-            outcome.report = staging.read_report(night_dir)
+            outcome = ProjectNight(project, night_dir, staging.read_report(night_dir))
             console.print(f"{project}: adopted night {night} as version {adoption.version}")
     return outcome
 
@@ -557,11 +651,14 @@ def run_night(
     loader: ModelLoader | None = None,
     dry_run: bool = False,
     console: Console | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
 ) -> list[ProjectNight]:
     """Run one night over every project with traffic (or `config.project`). Raises
     `NightRunning` at once when another night holds the lock. A dry run stages nothing: its
     folders go to a temporary directory (returned in each ProjectNight, deleted by the
-    caller) and the next night reads the same interactions."""
+    caller) and the next night reads the same interactions. Returns one `NightResult`
+    (= `ProjectNight`) per project; `callbacks` (and the tracker `config.report_to` names)
+    see each project's night once it is done."""
     import tempfile
 
     from selftaught.models import load_model
@@ -570,6 +667,7 @@ def run_night(
     home = config.home or sleep_home()
     loader = loader or (lambda spec: load_model(spec, **config.model_options))
     night = staging.new_night_id(home)
+    events = CallbackList(with_tracker(config.report_to, callbacks))
     outcomes: list[ProjectNight] = []
     with night_lock(home, night, "dry run" if dry_run else "night"):
         log = TaskLog(config.log_path)
@@ -588,6 +686,7 @@ def run_night(
             root.mkdir(parents=True, exist_ok=False)
             if not rows:
                 outcomes.append(_empty_night(project, night, since, until, home, root))
+                _night_events(events, outcomes[-1])
                 continue
             night_models = models or _load_models(config, rows, loader, cache)
             outcomes.append(
@@ -605,5 +704,6 @@ def run_night(
                     dry_run,
                 )
             )
+            _night_events(events, outcomes[-1])
         log.close()
     return outcomes

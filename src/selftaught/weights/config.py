@@ -8,6 +8,7 @@ embedded SmolLM2-135M on 2 CPU cores otherwise."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from selftaught.gate import GateConfig
@@ -15,7 +16,9 @@ from selftaught.models.usage import Budget
 
 Backend = Literal["lora", "full", "scratch"]
 BACKENDS = ("lora", "full", "scratch")
-METHODS = ("rest", "sft", "grpo", "gspo")
+REST_METHODS = ("rest", "sft")
+RL_METHODS = ("grpo", "gspo")
+METHODS = REST_METHODS + RL_METHODS
 GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
 
 
@@ -26,6 +29,12 @@ class ConfigError(ValueError):
 def _check(cond: bool, message: str) -> None:
     if not cond:
         raise ConfigError(message)
+
+
+def _check_report_to(value: str) -> None:
+    from selftaught.tracking import REPORT_TO
+
+    _check(value in REPORT_TO, f"report_to must be one of {', '.join(REPORT_TO)}, got {value!r}")
 
 
 @dataclass
@@ -135,7 +144,9 @@ class RestConfig:
     fine-tune → evaluate on val; ship the best round on val (the base model is round 0).
 
     Args:
-        rounds: improvement rounds (`sft` is one round on the given data).
+        method: `rest` (ReST-EM: sample, keep the elite, fine-tune) or `sft` (one fine-tune
+            on the task's reference answers); the config's type and method pick the trainer.
+        rounds: improvement rounds; None: 3 for `rest`, 1 for `sft` (which must be 1).
         samples_per_prompt: k completions sampled per train prompt.
         temperature / top_p: sampling settings (temperature must be > 0: k greedy samples
             would be k copies).
@@ -167,9 +178,12 @@ class RestConfig:
             Needs the lora backend, fine-tuning from the base each round.
         sampler_base_model: the name the server gives the base model (round 0's sampler).
         seed: sampling and training seed.
+        report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
+            see `selftaught.tracking`).
     """
 
-    rounds: int = 3
+    method: Literal["rest", "sft"] = "rest"
+    rounds: int | None = None
     samples_per_prompt: int = 4
     temperature: float = 0.8
     top_p: float = 1.0
@@ -189,9 +203,22 @@ class RestConfig:
     seed: int = 0
     sft: SFTTrainConfig = field(default_factory=SFTTrainConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
+    report_to: str = "none"
 
     def __post_init__(self) -> None:
+        _check(
+            self.method in REST_METHODS,
+            f"RestConfig runs method rest or sft, got {self.method!r} (grpo and gspo take an "
+            "RLConfig)",
+        )
+        _check_report_to(self.report_to)
+        if self.rounds is None:
+            self.rounds = 1 if self.method == "sft" else 3
         _check(self.rounds >= 1, f"rounds must be >= 1, got {self.rounds}")
+        _check(
+            self.method != "sft" or self.rounds == 1,
+            "method 'sft' is a single fine-tune; --rounds must be 1",
+        )
         _check(
             self.samples_per_prompt >= 1,
             f"samples_per_prompt must be >= 1, got {self.samples_per_prompt}",
@@ -259,6 +286,8 @@ class RLConfig:
             a step ends past it, training stops there and the gate decides on what was
             learned (val and test evaluations are outside it).
         seed: training seed.
+        report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
+            see `selftaught.tracking`).
     """
 
     method: Literal["grpo", "gspo"] = "grpo"
@@ -277,9 +306,15 @@ class RLConfig:
     budget: Budget = field(default_factory=Budget)
     seed: int = 0
     backend: BackendConfig = field(default_factory=BackendConfig)
+    report_to: str = "none"
 
     def __post_init__(self) -> None:
-        _check(self.method in ("grpo", "gspo"), f"method must be grpo or gspo, got {self.method!r}")
+        _check(
+            self.method in RL_METHODS,
+            f"RLConfig runs method grpo or gspo, got {self.method!r} (rest and sft take a "
+            "RestConfig)",
+        )
+        _check_report_to(self.report_to)
         _check(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
         _check(self.beta >= 0, f"beta must be >= 0, got {self.beta}")
         _check(
@@ -332,9 +367,66 @@ def default_train_config(method: str) -> RestConfig | RLConfig:
     """Each method's own defaults: ReST-EM 3 rounds, SFT one round, GRPO / GSPO."""
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if method in ("grpo", "gspo"):
+    if method in RL_METHODS:
         return RLConfig(method=method)  # type: ignore[arg-type]
-    return RestConfig(rounds=1) if method == "sft" else RestConfig()
+    return RestConfig(method=method)  # type: ignore[arg-type]
+
+
+def default_train_dir(config: RestConfig | RLConfig, task_name: str) -> Path:
+    """Deterministic, so running the same command again resumes the run:
+    runs/train-<method>-<task>-<backend>-s<seed>."""
+    from selftaught.runs import slug
+
+    name = f"train-{config.method}-{task_name}-{config.backend.backend}-s{config.seed}"
+    return Path("runs") / slug(name)
+
+
+def legacy_order(
+    config_type: type, config: Any, task: Any, model: Any, output_dir: Any, model_path: Any
+) -> tuple[Any, Any, Any, Any]:
+    """(config, task, model, output_dir) from a call in the old order `Trainer(task, config,
+    run_dir, model_path=...)` (warned about) or the new one `Trainer(config, task, model,
+    output_dir=...)`."""
+    import warnings
+
+    if isinstance(task, config_type) and not isinstance(config, config_type):
+        warnings.warn(
+            f"{config_type.__name__} trainers are built as Trainer(config, task, model, "
+            "output_dir=...); the order (task, config, run_dir, model_path=...) is deprecated",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return task, config, model_path, model
+    if model_path is not None:
+        warnings.warn("model_path= is deprecated: pass the model", DeprecationWarning, stacklevel=3)
+        model = model_path
+    return config, task, model, output_dir
+
+
+def resume_settings(config: RestConfig | RLConfig) -> dict[str, Any]:
+    """The settings a resumed run must share with the run it continues: all but the method
+    (recorded apart) and where logs are reported."""
+    return {k: v for k, v in config.to_dict().items() if k not in ("method", "report_to")}
+
+
+def local_model_path(model: str | Path | None) -> Path | None:
+    """Where the weights to train are: None (the embedded model) for None or `local`, the
+    path of `local:PATH`, or a path as given. Any other model spec is refused: training
+    changes weights, so the model must be local."""
+    if model is None or isinstance(model, Path):
+        return model
+    from selftaught.models.spec import parse_model_spec
+
+    try:
+        spec = parse_model_spec(model)
+    except ValueError:
+        spec = None
+    _check(
+        spec is not None and spec.backend == "local",
+        f"training changes weights, so the model must be local or local:PATH, got {model!r}",
+    )
+    assert spec is not None
+    return Path(spec.model) if spec.model else None
 
 
 # Options that only make sense for one family of methods (CLI flag names, as users type them).

@@ -25,22 +25,34 @@ Run directory:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.console import Console
 
+from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.evaluation import EvalResult, evaluate, tool_use
 from selftaught.gate import GateResult, gate
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
+from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunDir, atomic_write_json, read_json, write_jsonl
 from selftaught.tasks.base import Task, check_disjoint
-from selftaught.weights.config import ConfigError, RestConfig, task_gate
+from selftaught.weights.config import (
+    ConfigError,
+    RestConfig,
+    default_train_dir,
+    legacy_order,
+    local_model_path,
+    resume_settings,
+    task_gate,
+)
 from selftaught.weights.elite import select_elite
 from selftaught.weights.sampling import (
     RandomStrategyModel,
@@ -66,16 +78,20 @@ TOO_FEW_ELITE_ADVICE = (
 
 
 @dataclass
-class RestResult:
-    """What a run shipped and how it got there."""
+class RestResult(RunResult):
+    """What a run shipped and how it got there (`RunResult` plus the rounds)."""
+
+    kind: ClassVar[str] = "rest"
 
     best_round: int
     base_test: EvalResult
     shipped_test: EvalResult
     rounds: list[dict[str, Any]] = field(default_factory=list)
     best_dir: Path | None = None
-    seconds: float = 0.0
-    stopped_by: str | None = None
+
+    def __post_init__(self) -> None:
+        self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
+        self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
 
     @property
     def gain(self) -> float:
@@ -83,42 +99,62 @@ class RestResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **super().to_dict(),
             "best_round": self.best_round,
             "shipped": "base model" if self.best_round == 0 else f"round {self.best_round}",
             "base_test": self.base_test.summary(),
             "shipped_test": self.shipped_test.summary(),
             "gain": round(self.gain, 4),
             "best_dir": str(self.best_dir) if self.best_dir else None,
-            "stopped_by": self.stopped_by,
-            "seconds": round(self.seconds, 1),
+            "rounds": self.rounds,
+        }
+
+    @classmethod
+    def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **super()._fields_from_dict(d),
+            "best_round": int(d["best_round"]),
+            "base_test": EvalResult.from_summary(d["base_test"]),
+            "shipped_test": EvalResult.from_summary(d["shipped_test"]),
+            "rounds": list(d.get("rounds") or []),
+            "best_dir": Path(d["best_dir"]) if d.get("best_dir") else None,
         }
 
 
 class RestTrainer:
-    """ReST-EM (`method="rest"`) or one round of SFT on the task's references
-    (`method="sft"`) with a LoRA / full / scratch backend. `train()` resumes a killed run
-    from its run directory: a finished round is never redone."""
+    """ReST-EM (`RestConfig(method="rest")`) or one round of SFT on the task's references
+    (`method="sft"`) with a LoRA / full / scratch backend, on the local `model` (None or
+    `local`: the embedded model; `local:PATH` or a path). `train()` resumes a killed run
+    from its run directory (`output_dir`, default `runs/train-...`): a finished round is never
+    redone. `callbacks` see the run's events (`selftaught.callbacks`)."""
 
     def __init__(
         self,
-        task: Task,
         config: RestConfig,
-        run_dir: str | Path,
+        task: Task,
+        model: str | Path | None = None,
         *,
-        model_path: str | Path | None = None,
-        method: str = "rest",
+        output_dir: str | Path | None = None,
+        callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
         console: Console | None = None,
+        model_path: str | Path | None = None,
+        method: str | None = None,
     ):
-        if method not in ("rest", "sft"):
-            raise ConfigError(f"RestTrainer runs method rest or sft, got {method!r}")
+        config, task, model, output_dir = legacy_order(
+            RestConfig, config, task, model, output_dir, model_path
+        )
+        if not isinstance(config, RestConfig):
+            raise ConfigError(f"RestTrainer needs a RestConfig, got {type(config).__name__}")
+        if method is not None and method != config.method:  # the old keyword
+            config = dataclasses.replace(config, method=method)  # type: ignore[arg-type]
         self.task = task
         self.config = config
-        self.method = method
+        self.method = config.method
         self.progress = progress
         self.console = console or Console(stderr=True)
         self.backend = config.backend.backend
-        self._check_fit(task, config, method)
+        self._check_fit(task, config, self.method)
         check_disjoint(task)
         self.train_examples = task.examples("train")
         self.val_examples = task.examples("val")
@@ -130,9 +166,11 @@ class RestTrainer:
                 f"task {task.name!r} has no val examples: the best round is chosen "
                 "on val, so val cannot be empty"
             )
-        self._check_fillable(config, method)
-        self.model_path = model_path
-        self.run = RunDir(run_dir)
+        self._check_fillable(config, self.method)
+        self.model_path = local_model_path(model)
+        self.run = RunDir(output_dir or default_train_dir(config, task.name))
+        self.callbacks = CallbackList(callbacks)
+        self.info = RunInfo(self.method, task.name, self.run.root, config.to_dict())
         self.teacher = Policy(skill=config.teacher_skill or "")
         self.student = Policy()
         self.gate = task_gate(config.gate, task.kind)
@@ -149,13 +187,10 @@ class RestTrainer:
                 "backend 'scratch' trains a small model from random init for game strategies; "
                 f"task {task.name!r} is not a game: use --backend lora or full"
             )
-        if method == "sft":
-            if task.kind == "game":
-                raise ConfigError(
-                    "method 'sft' trains on reference answers; games have none: use --method rest"
-                )
-            if config.rounds != 1:
-                raise ConfigError("method 'sft' is a single fine-tune; --rounds must be 1")
+        if method == "sft" and task.kind == "game":
+            raise ConfigError(
+                "method 'sft' trains on reference answers; games have none: use --method rest"
+            )
 
     def _check_fillable(self, config: RestConfig, method: str) -> None:
         """Refuse up front a batch no round could ever fill (instead of sampling first)."""
@@ -175,7 +210,7 @@ class RestTrainer:
             "task": self.task.name,
             "model": str(self.model_path or "embedded"),
             "sizes": [len(self.train_examples), len(self.val_examples), len(self.test_examples)],
-            "rest": self.config.to_dict(),
+            "rest": resume_settings(self.config),
         }
 
     def _log(self, msg: str) -> None:
@@ -303,6 +338,7 @@ class RestTrainer:
     def train(self) -> RestResult:
         t_start = time.perf_counter()
         resuming = self.run.check_or_write_config(self.run_config())
+        self.callbacks.start(self.info)
         state = self.run.load_state() or {}
         if resuming and state.get("completed_round", -1) >= 0:
             done = state["completed_round"]
@@ -334,6 +370,8 @@ class RestTrainer:
         test = self._test(base, 0, {"test_scores": test_scores})
         kind = "random strategies" if base is None else "base"
         self._log(f"round 0 ({kind}): {val.line()} | {test.line()}")
+        for split in (val, test):
+            self._scored(0, split, "base")
         if base is not None:
             save_atomic(base, self.run.path("best"), self._tok)
         atomic_write_json(self.run.path("best", "best.json"), {"round": 0, "val": val.summary()})
@@ -383,8 +421,18 @@ class RestTrainer:
             self.gate,
         )
         row.update(trained=True, val=val.summary(), gate=result.to_dict())
+        self._scored(r, val, "candidate")
+        self.callbacks.gate(
+            self.info,
+            step=r,
+            decision=result.decision,
+            reason=result.reason,
+            details=result.to_dict(),
+        )
         if cfg.eval_test_each_round:
-            row["test"] = self._test(model, r, state).summary()
+            test = self._test(model, r, state)
+            row["test"] = test.summary()
+            self._scored(r, test, "candidate")
         self._apply_decision(r, model, val, result, state)
         row.update(best_round=state["best_round"], seconds=round(time.perf_counter() - t0, 1))
         self._log(
@@ -394,7 +442,16 @@ class RestTrainer:
         self.run.append_history(row, key="round")
         state["completed_round"] = r
         self.run.save_state(state)
+        self._step_done(r, row)
         return model if result.decision != "reject" else current
+
+    def _scored(self, r: int, result: EvalResult, label: str) -> None:
+        scores = Score.from_summary(result.summary())
+        self.callbacks.evaluate(self.info, step=r, split=result.split, scores=scores, label=label)
+
+    def _step_done(self, r: int, row: dict[str, Any]) -> None:
+        metrics = {k: v for k, v in row.items() if k not in ("val", "test", "gate", "round")}
+        self.callbacks.step(self.info, step=r, metrics={**metrics, "usage": self.ledger.to_dict()})
 
     def _elite(self, samples: list[Sample]) -> tuple[list[Sample], dict[str, Any]]:
         if self.method == "sft":
@@ -426,6 +483,8 @@ class RestTrainer:
             seed=cfg.seed + r,
             progress=self.progress,
             render=local_render(self._tok),  # episodes: the text the local backend generated from
+            report_to=cfg.report_to,
+            run_name=f"{self.run.root.name}-round-{r}",
         )
         rdir = self.run.path("rounds", str(r))
         if self.backend == "lora":
@@ -457,6 +516,7 @@ class RestTrainer:
         self.run.append_history(row, key="round")
         state.update(completed_round=r, stopped_by=why)
         self.run.save_state(state)
+        self._step_done(r, row)
         return current
 
     # ----------------------------------------------------------------- the end
@@ -488,8 +548,13 @@ class RestTrainer:
             best_dir=None if scratch_base else self.run.path("best"),
             seconds=seconds,
             stopped_by=state.get("stopped_by"),
+            run_dir=self.run.root,
+            method=self.method,
+            task=self.task.name,
+            usage=self.ledger.to_dict(),
         )
         atomic_write_json(self.run.path("result.json"), result.to_dict())
+        self.callbacks.end(self.info, result)
         return result
 
 

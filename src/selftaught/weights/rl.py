@@ -21,23 +21,34 @@ from __future__ import annotations
 import shutil
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.console import Console
 
+from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.evaluation import EvalResult, evaluate
 from selftaught.gate import gate
 from selftaught.models.base import Completion, GenerationParams
 from selftaught.models.usage import UsageLedger
 from selftaught.policy import Policy
+from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig
 from selftaught.runs import RunDir, atomic_write_json
 from selftaught.tasks.base import Example, Task, check_disjoint
 from selftaught.tasks.episode import is_tool_task
-from selftaught.weights.config import ConfigError, RLConfig, task_gate
+from selftaught.tracking import trl_report_to
+from selftaught.weights.config import (
+    ConfigError,
+    RLConfig,
+    default_train_dir,
+    legacy_order,
+    local_model_path,
+    resume_settings,
+    task_gate,
+)
 from selftaught.weights.sft import load_model, merged, on_cpu, prepare_trainable, save_atomic
 
 # TRL log keys → our history names
@@ -216,7 +227,13 @@ def _neutral_fill(raw: list[float | None], group_of: list[str]) -> list[float]:
     return filled
 
 
-def _make_callback(run: RunDir, reward: TaskReward, cfg: RLConfig, console: Console) -> Any:
+def _make_callback(
+    run: RunDir,
+    reward: TaskReward,
+    cfg: RLConfig,
+    console: Console,
+    on_row: Callable[[dict[str, Any]], None] = lambda row: None,
+) -> Any:
     from transformers import TrainerCallback
 
     class MetricsCallback(TrainerCallback):
@@ -246,6 +263,7 @@ def _make_callback(run: RunDir, reward: TaskReward, cfg: RLConfig, console: Cons
                 )
             row["warnings"] = warn
             run.append_history(row, key="step")
+            on_row(row)
             console.print(
                 f"step {row['step']}: reward {row.get('reward', 0):.3f} "
                 f"std {row.get('reward_std', 0):.3f} kl {row.get('kl', 0):.4f} "
@@ -283,7 +301,12 @@ def _budget_stop(
 
 
 @dataclass
-class RLResult:
+class RLResult(RunResult):
+    """What a GRPO / GSPO run shipped (`RunResult` plus the start / trained val scores, the
+    gate decision and the logged steps)."""
+
+    kind: ClassVar[str] = "rl"
+
     shipped: str  # "base" or "trained"
     base_val: EvalResult
     trained_val: EvalResult
@@ -292,13 +315,32 @@ class RLResult:
     gate: dict[str, Any] = field(default_factory=dict)
     steps: list[dict[str, Any]] = field(default_factory=list)
     best_dir: Path | None = None
-    seconds: float = 0.0
     step_seconds: float | None = None
     reward_errors: int = 0
-    stopped_by: str | None = None
+
+    def __post_init__(self) -> None:
+        self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
+        self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
+
+    @classmethod
+    def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **super()._fields_from_dict(d),
+            "shipped": d["shipped"],
+            **{
+                k: EvalResult.from_summary(d[k])
+                for k in ("base_val", "trained_val", "base_test", "shipped_test")
+            },
+            "gate": d.get("gate") or {},
+            "steps": list(d.get("steps") or []),
+            "best_dir": Path(d["best_dir"]) if d.get("best_dir") else None,
+            "step_seconds": d.get("step_seconds"),
+            "reward_errors": int(d.get("reward_errors") or 0),
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **super().to_dict(),
             "shipped": self.shipped,
             "stopped_by": self.stopped_by,
             "gate": self.gate,
@@ -312,7 +354,7 @@ class RLResult:
             "reward_errors": self.reward_errors,
             "step_seconds": self.step_seconds,
             "best_dir": str(self.best_dir) if self.best_dir else None,
-            "seconds": round(self.seconds, 1),
+            "steps": self.steps,
         }
 
 
@@ -326,21 +368,30 @@ class RLTrainer:
 
     def __init__(
         self,
-        task: Task,
         config: RLConfig,
-        run_dir: str | Path,
+        task: Task,
+        model: str | Path | None = None,
         *,
-        model_path: str | Path | None = None,
+        output_dir: str | Path | None = None,
+        callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
         console: Console | None = None,
+        model_path: str | Path | None = None,
     ):
+        config, task, model, output_dir = legacy_order(
+            RLConfig, config, task, model, output_dir, model_path
+        )
+        if not isinstance(config, RLConfig):
+            raise ConfigError(f"RLTrainer needs an RLConfig, got {type(config).__name__}")
         check_disjoint(task)
         self.task = task
         self.config = config
-        self.model_path = model_path
+        self.model_path = local_model_path(model)
         self.progress = progress
         self.console = console or Console(stderr=True)
-        self.run = RunDir(run_dir)
+        self.run = RunDir(output_dir or default_train_dir(config, task.name))
+        self.callbacks = CallbackList(callbacks)
+        self.info = RunInfo(config.method, task.name, self.run.root, config.to_dict())
         self.train_examples = task.examples("train")
         self.val_examples = task.examples("val")
         self.test_examples = task.examples("test")
@@ -355,7 +406,7 @@ class RLTrainer:
             "task": self.task.name,
             "model": str(self.model_path or "embedded"),
             "sizes": [len(self.train_examples), len(self.val_examples), len(self.test_examples)],
-            "rl": self.config.to_dict(),
+            "rl": resume_settings(self.config),
         }
 
     def _eval(self, model: Any, tok: Any, split: str, name: str) -> EvalResult:
@@ -442,7 +493,8 @@ class RLTrainer:
             save_strategy="steps",
             save_steps=max(1, cfg.steps // 4),
             save_total_limit=1,
-            report_to="none",
+            **trl_report_to(cfg.report_to),
+            run_name=self.run.root.name,
             use_cpu=use_cpu,
             bf16=False,
             gradient_checkpointing=False,  # TRL's default on; not worth it on small models
@@ -461,6 +513,7 @@ class RLTrainer:
         main = PartialState().is_main_process
         if main:
             self.run.check_or_write_config(self.run_config())
+            self.callbacks.start(self.info)
         state = self.run.load_state() or {}
         path = resolve_local_path(str(self.model_path) if self.model_path else None)
         model, tok = load_model(path, device=self.config.backend.device)
@@ -469,8 +522,11 @@ class RLTrainer:
             base_val = self._eval(model, tok, "val", "start")
             state["base_val"] = base_val.summary()
             state["base_val_scores"] = base_val.val_scores(self.gate)
-            state["base_test"] = self._eval(model, tok, "test", "start").summary()
+            base_test = self._eval(model, tok, "test", "start")
+            state["base_test"] = base_test.summary()
             self.run.save_state(state)
+            for split in (base_val, base_test):
+                self._scored(0, split, "base")
         PartialState().wait_for_everyone()
         if not state.get("trained"):
             model = self._train(model, tok, state, main)
@@ -483,6 +539,12 @@ class RLTrainer:
             return self._ship(model, tok, path, state, time.perf_counter() - t_start)
         PartialState().wait_for_everyone()
         return self._result(self.run.load_state() or {}, self.run.path("best"), 0.0)
+
+    def _scored(self, step: int, result: EvalResult, label: str) -> None:
+        scores = Score.from_summary(result.summary())
+        self.callbacks.evaluate(
+            self.info, step=step, split=result.split, scores=scores, label=label
+        )
 
     def _train(self, model: Any, tok: Any, state: dict[str, Any], main: bool) -> Any:
         """GRPO / GSPO through TRL; returns the trained model (merged) and records the run."""
@@ -523,7 +585,10 @@ class RLTrainer:
                 args=self.grpo_args(on_cpu(model), **(episodes["args"] if episodes else {})),
                 train_dataset=episodes["train_dataset"] if episodes else self.dataset(),
                 processing_class=episodes["processing_class"] if episodes else tok,
-                callbacks=[_make_callback(self.run, reward, cfg, self.console), budget_stop],
+                callbacks=[
+                    _make_callback(self.run, reward, cfg, self.console, self._on_step),
+                    budget_stop,
+                ],
                 **({"environment_factory": episodes["environment_factory"]} if episodes else {}),
             )
         resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else False
@@ -545,6 +610,7 @@ class RLTrainer:
         model = merged(trainable).eval()
         state.update(
             trained=True,
+            steps_done=int(out.global_step),
             step_seconds=None if resume else round(seconds / steps_run, 2),
             flat_batches=reward.flat_batches,
             batches=reward.batches,
@@ -569,6 +635,8 @@ class RLTrainer:
             state["trained_val_scores"] = trained.val_scores(self.gate)
             self.run.save_state(state)
         trained_val = EvalResult.from_summary(state["trained_val"])
+        last_step = int(state.get("steps_done") or self.config.steps)
+        self._scored(last_step, trained_val, "trained")
         self.console.print(f"start model:   {base_val.line()}")
         self.console.print(f"trained model: {trained_val.line()}")
         result = gate(
@@ -578,6 +646,13 @@ class RLTrainer:
             self.gate,
         )
         state["gate"] = result.to_dict()
+        self.callbacks.gate(
+            self.info,
+            step=last_step,
+            decision=result.decision,
+            reason=result.reason,
+            details=result.to_dict(),
+        )
         better = result.decision == "accept_new_best"
         if better:
             if "trained_test" not in state:
@@ -596,6 +671,7 @@ class RLTrainer:
         )
         out = self._result(state, self.run.path("best"), seconds)
         atomic_write_json(self.run.path("result.json"), out.to_dict())
+        self.callbacks.end(self.info, out)
         from accelerate import PartialState
 
         PartialState().wait_for_everyone()  # the other processes read the shipped result
@@ -617,4 +693,13 @@ class RLTrainer:
             step_seconds=state.get("step_seconds"),
             reward_errors=state.get("reward_errors", 0),
             stopped_by=state.get("stopped_by"),
+            run_dir=self.run.root,
+            method=self.config.method,
+            task=self.task.name,
+            usage=state.get("usage") or {},
         )
+
+    def _on_step(self, row: dict[str, Any]) -> None:
+        """TRL's logged step, bridged to our callbacks."""
+        metrics = {k: v for k, v in row.items() if k not in ("step", "warnings")}
+        self.callbacks.step(self.info, step=row["step"], metrics=metrics)

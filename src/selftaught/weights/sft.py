@@ -259,10 +259,15 @@ def sft_train(
     progress: bool = True,
     work_dir: str | Path | None = None,
     render: Render | None = None,
+    report_to: str = "none",
+    run_name: str | None = None,
 ) -> dict[str, Any]:
     """Fine-tune `model` in place on `samples`; returns loss, steps and timings. `render`:
-    how episodes are rendered (default: as the local backend renders them, `local_render`)."""
+    how episodes are rendered (default: as the local backend renders them, `local_render`).
+    `report_to`: the tracker TRL logs this fine-tune to (`selftaught.tracking`)."""
     from trl import SFTConfig, SFTTrainer
+
+    from selftaught.tracking import trl_report_to
 
     check_batch(len(samples), cfg.batch_size)
     _check_lengths(tokenizer, samples, cfg.max_length)
@@ -288,7 +293,8 @@ def sft_train(
         use_cpu=on_cpu(model),
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        **trl_report_to(report_to),
+        run_name=run_name,
         seed=seed,
         data_seed=seed,
         disable_tqdm=not progress,

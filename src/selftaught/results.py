@@ -1,0 +1,142 @@
+"""One typed result for every run: `RunResult`, which each trainer's result subclasses.
+
+`SkillTrainer`, `RestTrainer`, `RLTrainer` and a sleep night all return a `RunResult`
+subclass (`SkillRunResult`, `RestResult`, `RLResult`, `NightResult`): where the run lives,
+the starting and the shipped score with their 95% intervals, why it stopped early (if it did)
+and what it spent. `to_dict()` is JSON-ready; `RunResult.from_dict(d)` rebuilds the subclass
+named by `d["kind"]`, so a result read back from disk is the object the run returned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+_KINDS: dict[str, type[RunResult]] = {}
+
+
+def _pair(value: Any) -> tuple[float, float]:
+    lo, hi = value if value is not None else (0.0, 0.0)
+    return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class Score:
+    """One split's score: hard (solved share) and soft (partial credit), each with its 95%
+    interval, over `n` scored examples."""
+
+    split: str
+    n: int
+    hard: float
+    hard_ci95: tuple[float, float]
+    soft: float
+    soft_ci95: tuple[float, float]
+
+    @classmethod
+    def from_summary(cls, d: dict[str, Any], split: str | None = None) -> Score:
+        """From an evaluation summary (`EvalResult.summary()`: `hard_ci`) or a skill run's
+        split summary (`hard_ci95`), or from `to_dict()`."""
+        return cls(
+            split=str(split or d.get("split") or "?"),
+            n=int(d.get("n", 0)),
+            hard=float(d.get("hard", 0.0)),
+            hard_ci95=_pair(d.get("hard_ci95", d.get("hard_ci"))),
+            soft=float(d.get("soft", 0.0)),
+            soft_ci95=_pair(d.get("soft_ci95", d.get("soft_ci"))),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "split": self.split,
+            "n": self.n,
+            "hard": self.hard,
+            "hard_ci95": list(self.hard_ci95),
+            "soft": self.soft,
+            "soft_ci95": list(self.soft_ci95),
+        }
+
+
+def _score(d: dict[str, Any] | None) -> Score | None:
+    return Score.from_summary(d) if d else None
+
+
+@dataclass(kw_only=True)
+class RunResult:
+    """What a run shipped: its directory, the start and shipped scores (on test when the run
+    scored test, else on val: `Score.split` says which), why it stopped early, what it spent
+    (per role: calls, tokens) and how long it took."""
+
+    kind: ClassVar[str] = "run"
+
+    run_dir: Path | None = None
+    method: str = ""
+    task: str = ""
+    base_score: Score | None = None
+    shipped_score: Score | None = None
+    stopped_by: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "kind" in cls.__dict__:
+            _KINDS[cls.kind] = cls
+
+    @property
+    def gain(self) -> float | None:
+        """Shipped minus base hard score (None when either is unknown)."""
+        if self.base_score is None or self.shipped_score is None:
+            return None
+        return self.shipped_score.hard - self.base_score.hard
+
+    def texts(self) -> dict[str, str]:
+        """Text artifacts a tracker keeps (file name → text): the shipped skill, ..."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "run_dir": str(self.run_dir) if self.run_dir is not None else None,
+            "method": self.method,
+            "task": self.task,
+            "base_score": self.base_score.to_dict() if self.base_score else None,
+            "shipped_score": self.shipped_score.to_dict() if self.shipped_score else None,
+            "stopped_by": self.stopped_by,
+            "usage": self.usage,
+            "seconds": round(self.seconds, 2),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        """The result `to_dict()` wrote, as the subclass its `kind` names."""
+        target = _KINDS.get(str(d.get("kind")), cls) if cls is RunResult else cls
+        return target(**target._fields_from_dict(d))
+
+    @classmethod
+    def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """The constructor's keyword arguments; subclasses add their own fields."""
+        run_dir = d.get("run_dir")
+        return {
+            "run_dir": Path(run_dir) if run_dir else None,
+            "method": d.get("method", ""),
+            "task": d.get("task", ""),
+            "base_score": _score(d.get("base_score")),
+            "shipped_score": _score(d.get("shipped_score")),
+            "stopped_by": d.get("stopped_by"),
+            "usage": d.get("usage") or {},
+            "seconds": float(d.get("seconds") or 0.0),
+        }
+
+
+def register_kinds() -> None:
+    """Import every result subclass so that `RunResult.from_dict` knows their kinds."""
+    import selftaught.skill.result  # noqa: F401
+    import selftaught.sleep.cycle  # noqa: F401
+    import selftaught.weights.rest  # noqa: F401
+    import selftaught.weights.rl  # noqa: F401
+
+
+def load_result(d: dict[str, Any]) -> RunResult:
+    """`RunResult.from_dict` with every kind registered."""
+    register_kinds()
+    return RunResult.from_dict(d)

@@ -1,0 +1,90 @@
+"""One trainer contract: the config's type (and its method) picks the trainer.
+
+| config                          | trainer        | result           |
+|---------------------------------|----------------|------------------|
+| `SkillOptConfig`                | `SkillTrainer` | `SkillRunResult` |
+| `RestConfig(method="rest"/"sft")` | `RestTrainer`  | `RestResult`     |
+| `RLConfig(method="grpo"/"gspo")`  | `RLTrainer`    | `RLResult`       |
+
+Every trainer is built the same way, `Trainer(config, task, model, *, output_dir, callbacks,
+progress, console)`, and `train()` returns a `RunResult` subclass (`selftaught.results`):
+
+    from selftaught.trainers import build_trainer
+    result = build_trainer(RestConfig(method="sft"), task, "local", output_dir="runs/x").train()
+
+A skill run's analyst and starting skill are keywords of its own (`optimizer_model=`,
+`initial_skill=`); a weight run's model is `local`, `local:PATH` or a path."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from selftaught.weights.config import METHODS, ConfigError, RestConfig, RLConfig
+
+if TYPE_CHECKING:
+    from selftaught.results import RunResult
+    from selftaught.skill.config import SkillOptConfig
+    from selftaught.tasks.base import Task
+
+
+class Trainer(Protocol):
+    """What every trainer offers."""
+
+    def train(self) -> RunResult: ...
+
+
+def config_method(config: Any) -> str:
+    """The method a config runs: `skill` for a `SkillOptConfig`, else its `method`."""
+    from selftaught.skill.config import SkillOptConfig
+
+    if isinstance(config, SkillOptConfig):
+        return "skill"
+    if isinstance(config, RestConfig | RLConfig):
+        return config.method
+    raise ConfigError(
+        "a run config must be a SkillOptConfig, RestConfig or RLConfig, got "
+        f"{type(config).__name__}"
+    )
+
+
+def trainer_for(config: SkillOptConfig | RestConfig | RLConfig) -> type:
+    """The trainer class that runs `config`."""
+    method = config_method(config)
+    if method == "skill":
+        from selftaught.skill.trainer import SkillTrainer
+
+        return SkillTrainer
+    if isinstance(config, RestConfig):
+        from selftaught.weights.rest import RestTrainer
+
+        return RestTrainer
+    from selftaught.weights.rl import RLTrainer
+
+    return RLTrainer
+
+
+def check_method(config: SkillOptConfig | RestConfig | RLConfig, method: str | None) -> None:
+    """Refuse a method that the config does not run (the config decides; naming the method as
+    well is optional)."""
+    if method is None:
+        return
+    if method not in (*METHODS, "skill"):
+        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    have = config_method(config)
+    if have != method:
+        want = "an RLConfig" if method in ("grpo", "gspo") else "a RestConfig"
+        raise ConfigError(
+            f"method {method!r} needs {want}(method={method!r}); the config given is a "
+            f"{type(config).__name__} that runs {have!r} (leave the method out: the config "
+            "picks the trainer)"
+        )
+
+
+def build_trainer(
+    config: SkillOptConfig | RestConfig | RLConfig,
+    task: Task,
+    model: Any,
+    **kwargs: Any,
+) -> Any:
+    """The trainer for `config`, built the one way: (config, task, model, **keywords)."""
+    return trainer_for(config)(config, task, model, **kwargs)

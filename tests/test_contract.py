@@ -1,0 +1,243 @@
+"""One trainer contract: the config's type picks the trainer, every trainer returns a
+`RunResult` subclass that survives `to_dict` / `from_dict`, and callbacks see every run's
+events in order (scripted models; the weight trainers' events are checked in their own tests,
+which train a tiny model)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import selftaught
+from selftaught.callbacks import RunInfo, TrainerCallback
+from selftaught.evaluation import EvalResult
+from selftaught.results import RunResult, Score, load_result
+from selftaught.skill import SkillOptConfig
+from selftaught.skill.result import SkillRunResult
+from selftaught.skill.trainer import SkillTrainer
+from selftaught.sleep.cycle import NightResult, run_night
+from selftaught.trainers import build_trainer, check_method, trainer_for
+from selftaught.weights.config import ConfigError, RestConfig, RLConfig, default_train_config
+from selftaught.weights.rest import RestResult, RestTrainer
+from selftaught.weights.rl import RLResult, RLTrainer
+from tests.scripted import ToyTask, append, canned_analyst, edits_json, rule_target
+from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
+
+
+class Recorder(TrainerCallback):
+    """Every event, in order, as a short tuple."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.results: list[RunResult] = []
+
+    def on_start(self, run: RunInfo) -> None:
+        self.events.append(("start", run.method))
+
+    def on_evaluate(self, run, *, step, split, scores, label=""):
+        assert isinstance(scores, Score)
+        self.events.append(("evaluate", step, split, label))
+
+    def on_step(self, run, *, step, metrics):
+        self.events.append(("step", step))
+
+    def on_gate(self, run, *, step, decision, reason, details):
+        self.events.append(("gate", step, decision))
+
+    def on_end(self, run, result):
+        self.events.append(("end",))
+        self.results.append(result)
+
+
+def roundtrip(result: RunResult) -> RunResult:
+    back = RunResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert type(back) is type(result)
+    assert back.to_dict() == result.to_dict()
+    return back
+
+
+def eval_result(hard: float, split: str = "test") -> EvalResult:
+    return EvalResult.from_summary(
+        {
+            **{"task": "t", "model": "m", "split": split, "n": 4, "n_errors": 0},
+            **{"n_scorer_errors": 0, "hard": hard, "hard_ci": [0.1, 0.9], "soft": hard},
+            **{"soft_ci": [0.1, 0.9], "prompt_tokens": 1, "completion_tokens": 2},
+            **{"truncated": 0, "retries": 0, "wall_s": 0.1, "skill_hash": "h"},
+        }
+    )
+
+
+# ---- the config picks the trainer --------------------------------------------------------
+
+
+def test_the_config_type_and_method_pick_the_trainer():
+    assert trainer_for(SkillOptConfig()) is SkillTrainer
+    assert trainer_for(RestConfig()) is RestTrainer
+    assert trainer_for(RestConfig(method="sft")) is RestTrainer
+    assert trainer_for(RLConfig(method="gspo")) is RLTrainer
+    assert default_train_config("sft") == RestConfig(method="sft", rounds=1)
+    with pytest.raises(ConfigError, match="SkillOptConfig, RestConfig or RLConfig"):
+        trainer_for({"method": "rest"})  # type: ignore[arg-type]
+    built = build_trainer(RestConfig(method="sft"), ToyTask(), "local", output_dir="unused")
+    assert isinstance(built, RestTrainer) and built.method == "sft" and built.model_path is None
+
+
+def test_a_method_that_does_not_match_the_config_is_a_clear_config_error():
+    with pytest.raises(ConfigError, match=r"grpo and gspo take an RLConfig"):
+        RestConfig(method="grpo")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"rest and sft take a RestConfig"):
+        RLConfig(method="sft")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="--rounds must be 1"):
+        RestConfig(method="sft", rounds=2)
+    assert RestConfig(method="sft").rounds == 1 and RestConfig().rounds == 3
+    with pytest.raises(ConfigError, match=r"method 'sft' needs a RestConfig\(method='sft'\)"):
+        check_method(RestConfig(), "sft")
+    with pytest.raises(ConfigError, match="needs an RLConfig"):
+        selftaught.train("gym:basic_arithmetic", method="grpo", config=RestConfig())
+    with pytest.raises(ConfigError, match="a SkillOptConfig runs with optimize"):
+        selftaught.train("gym:basic_arithmetic", config=SkillOptConfig())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="needs a RestConfig"):
+        RestTrainer(RLConfig(), ToyTask())  # type: ignore[arg-type]
+    check_method(RLConfig(method="gspo"), "gspo")  # a matching method is fine
+    check_method(RestConfig(), None)
+
+
+def test_the_old_constructor_order_still_works_with_a_warning(tmp_path):
+    with pytest.warns(DeprecationWarning, match="Trainer\\(config, task, model"):
+        old = RestTrainer(ToyTask(), RestConfig(), tmp_path / "run", model_path="local:/m")
+    assert (old.config, old.run.root, str(old.model_path)) == (RestConfig(), tmp_path / "run", "/m")
+    with pytest.raises(ConfigError, match="must be local"):
+        RLTrainer(RLConfig(), ToyTask(), "openai:gpt-4o-mini", output_dir=tmp_path / "x")
+
+
+# ---- results --------------------------------------------------------------------------------
+
+
+def skill_run(tmp_path, callbacks=()) -> SkillRunResult:
+    analyst = canned_analyst(failure=edits_json({"op": "append", "content": "rule alpha"}))
+    return SkillTrainer(
+        SkillOptConfig(epochs=1, batch_size=8),
+        ToyTask(),
+        rule_target(),
+        optimizer_model=analyst,
+        output_dir=tmp_path,
+        callbacks=callbacks,
+        progress=False,
+    ).train()
+
+
+def test_a_skill_run_returns_a_typed_result_that_round_trips(tmp_path):
+    result = skill_run(tmp_path)
+    assert isinstance(result, SkillRunResult) and isinstance(result, RunResult)
+    assert result.run_dir == tmp_path and result.method == "skill" and result.task == "toy"
+    assert "rule alpha" in result.best_skill and result["best_skill"] == result.best_skill
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert result.summary == summary
+    # base and shipped are the test comparison, with their intervals
+    assert result.base_score == Score.from_summary(summary["test"]["initial"], "test")
+    assert result.shipped_score is not None and result.shipped_score.split == "test"
+    assert result.shipped_score.hard == summary["test"]["best"]["hard"]
+    assert result.gain == pytest.approx(summary["test"]["gain"])
+    assert result.usage["optimizer"]["calls"] > 0
+    back = roundtrip(result)
+    assert back.best_skill == result.best_skill and back.summary == result.summary
+    assert result.texts() == {"best_skill.md": result.best_skill}
+
+
+def test_weight_results_round_trip_with_their_own_fields(tmp_path):
+    rest = RestResult(
+        best_round=2,
+        base_test=eval_result(0.25),
+        shipped_test=eval_result(0.5),
+        rounds=[{"round": 0}, {"round": 1}, {"round": 2}],
+        best_dir=tmp_path / "best",
+        run_dir=tmp_path,
+        method="sft",
+        usage={"target": {"calls": 3}},
+        stopped_by="budget (calls)",
+    )
+    assert rest.base_score.hard == 0.25 and rest.shipped_score.hard_ci95 == (0.1, 0.9)
+    back = roundtrip(rest)
+    assert back.best_round == 2 and back.shipped_test.hard == 0.5 and back.method == "sft"
+    assert rest.to_dict()["shipped"] == "round 2" and rest.to_dict()["gain"] == 0.25
+    rl = RLResult(
+        shipped="trained",
+        base_val=eval_result(0.1, "val"),
+        trained_val=eval_result(0.3, "val"),
+        base_test=eval_result(0.2),
+        shipped_test=eval_result(0.4),
+        gate={"decision": "accept_new_best"},
+        steps=[{"step": 1, "reward": 0.5}],
+        method="grpo",
+    )
+    back_rl = roundtrip(rl)
+    assert back_rl.trained_val.hard == 0.3 and back_rl.steps == rl.steps
+    assert load_result(rl.to_dict()).shipped == "trained"
+
+
+def test_a_night_returns_night_results_that_round_trip(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    recorder = Recorder()
+    (night,) = run_night(config(tmp_path), models=models(), callbacks=[recorder])
+    assert isinstance(night, NightResult) and isinstance(night, RunResult)
+    assert night.status == "staged" and night.run_dir == night.night_dir
+    proposal = night.report["proposal"]
+    assert night.base_score == Score.from_summary(proposal["val_before"], "val")
+    assert night.shipped_score.hard == proposal["val_after"]["hard"] > night.base_score.hard
+    assert night.usage == night.report["usage"] and night.stopped_by is None
+    assert night.texts()["proposal_skill.md"].strip() == "rule alpha"
+    roundtrip(night)
+    assert recorder.events == [
+        ("start", "night"),
+        ("step", 1),
+        ("step", 2),
+        ("evaluate", 0, "val", "before"),
+        ("evaluate", 2, "val", "after"),
+        ("gate", 2, "staged"),
+        ("end",),
+    ]
+    assert recorder.results == [night]
+
+
+# ---- callbacks ------------------------------------------------------------------------------
+
+
+def test_callbacks_see_a_skill_run_in_order(tmp_path):
+    recorder = Recorder()
+    result = skill_run(tmp_path, [recorder])
+    history = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    steps = [h["step"] for h in history if h["stage"] == "step"]
+    assert steps  # the run made steps
+    expected: list[tuple[Any, ...]] = [("start", "skill"), ("evaluate", 0, "val", "base")]
+    expected.append(("step", 0))
+    for h in history[1:]:
+        if h["val"]:
+            expected.append(("evaluate", h["step"], "val", "candidate"))
+        expected += [("gate", h["step"], h["gate"]["decision"]), ("step", h["step"])]
+    last = steps[-1]
+    expected += [("evaluate", last, "test", "initial"), ("evaluate", last, "test", "best")]
+    expected.append(("end",))
+    assert recorder.events == expected
+    assert recorder.results == [result]
+
+
+def test_callbacks_must_be_trainer_callbacks(tmp_path):
+    with pytest.raises(TypeError, match="TrainerCallback"):
+        skill_run(tmp_path, [object()])
+
+
+def test_optimize_passes_callbacks_and_returns_the_result(tmp_path):
+    recorder = Recorder()
+    result = selftaught.optimize(
+        ToyTask(),
+        rule_target(),
+        optimizer_model=canned_analyst(failure=edits_json(append("rule alpha"))),
+        output_dir=tmp_path,
+        progress=False,
+        config=SkillOptConfig(epochs=1, batch_size=8),
+        callbacks=[recorder],
+    )
+    assert isinstance(result, SkillRunResult) and recorder.results == [result]
+    assert recorder.events[0] == ("start", "skill") and recorder.events[-1] == ("end",)
