@@ -89,12 +89,34 @@ def weights(path):
 
 
 def test_best_round_on_val_is_shipped_not_the_last(tiny_dir, tmp_path, monkeypatch):
+    from tests.test_contract import Recorder
+
     scripted_eval(monkeypatch, [0.25, 0.75, 0.5])
+    recorder = Recorder()
     trainer = RestTrainer(
-        config(2), EchoTask(), tiny_dir, output_dir=tmp_path / "run", progress=False
+        config(2),
+        EchoTask(),
+        tiny_dir,
+        output_dir=tmp_path / "run",
+        callbacks=[recorder],
+        progress=False,
     )
     result = trainer.train()
     assert result.best_round == 1
+    # every round reaches the callbacks: scored, gated, then done
+    assert recorder.events == [
+        ("start", "rest"),
+        ("evaluate", 0, "val", "base"),
+        ("evaluate", 0, "test", "base"),
+        ("evaluate", 1, "val", "candidate"),
+        ("gate", 1, "accept_new_best"),
+        ("step", 1),
+        ("evaluate", 2, "val", "candidate"),
+        ("gate", 2, "reject"),
+        ("step", 2),
+        ("end",),
+    ]
+    assert recorder.results == [result] and result.run_dir == tmp_path / "run"
     assert read_json(tmp_path / "run" / "best" / "best.json")["round"] == 1
     history = trainer.run.history()
     assert [h["round"] for h in history] == [0, 1, 2]

@@ -288,8 +288,24 @@ def test_grpo_plays_episodes_through_trls_environment_loop(tmp_path, monkeypatch
         eval_max_tokens=8,
         backend=BackendConfig(lora_r=2, lora_alpha=4),
     )
-    RLTrainer(cfg, task, output_dir=tmp_path / "run", progress=False).train()
+    from tests.test_contract import Recorder
+
+    recorder = Recorder()
+    result = RLTrainer(
+        cfg, task, output_dir=tmp_path / "run", callbacks=[recorder], progress=False
+    ).train()
     [row] = RunDir(tmp_path / "run").history()
+    # TRL's logged step reaches our callbacks between the start and the trained evaluation
+    assert recorder.events == [
+        ("start", "grpo"),
+        ("evaluate", 0, "val", "base"),
+        ("evaluate", 0, "test", "base"),
+        ("step", 1),
+        ("evaluate", 1, "val", "trained"),
+        ("gate", 1, result.gate["decision"]),
+        ("end",),
+    ]
+    assert recorder.results == [result] and result.method == "grpo"
     assert row["tool_calls_per_completion"] > 0 and row["reward"] == pytest.approx(0.5)
     # every prompt TRL generated from is the one the local backend renders for that turn
     tools = task.environment(task.examples("train")[0]).schemas()
