@@ -17,7 +17,9 @@ Where runs go follows each tool's own settings, as under TRL:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,14 +190,15 @@ class TrackioTracker(Tracker):
         import trackio
 
         self.step = 0
-        self.run = trackio.init(
-            project=os.environ.get("TRACKIO_PROJECT", DEFAULT_PROJECT),
-            name=run.name,
-            config=_config_for_tracker(run),
-            embed=False,
-            auto_log_cpu=False,
-            auto_log_gpu=False,
-        )
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is for the command's result
+            self.run = trackio.init(
+                project=os.environ.get("TRACKIO_PROJECT", DEFAULT_PROJECT),
+                name=run.name,
+                config=_config_for_tracker(run),
+                embed=False,
+                auto_log_cpu=False,
+                auto_log_gpu=False,
+            )
 
     def _log(self, metrics: dict[str, float], step: int | None) -> None:
         self.step = self.step if step is None else step
@@ -208,7 +211,8 @@ class TrackioTracker(Tracker):
             self.run.log_artifact(path, name=f"{self.run.name}-{path.stem}", type="text")
 
     def _finish(self) -> None:
-        self.run.finish()
+        with contextlib.redirect_stdout(sys.stderr):
+            self.run.finish()
 
 
 class MlflowTracker(Tracker):
