@@ -2,13 +2,17 @@
 `callbacks=[...]` to any trainer (`SkillTrainer`, `RestTrainer`, `RLTrainer`) or to
 `run_night`. Every method is a no-op by default.
 
-Events, in the order a run fires them:
+Events:
     on_start(run)                        the run begins (or resumes)
     on_evaluate(run, step, split, scores, label)   a split was scored (the start point at
                                          step 0, a candidate, the final test)
-    on_step(run, step, metrics)          a step / round / logged RL step completed
     on_gate(run, step, decision, reason, details)  the gate decided on a candidate
+    on_step(run, step, metrics)          a step / round / logged RL step completed
     on_end(run, result)                  the run returned its `RunResult`
+
+A run fires on_start, then per step its candidate's on_evaluate, on_gate and on_step (a
+GRPO run: TRL's logged steps, then the trained model's on_evaluate and on_gate), then the
+test evaluations and on_end.
 
 A resumed run fires events only for the work it does now. An exception raised by a callback
 stops the run: a tracker that cannot write should not fail silently."""
