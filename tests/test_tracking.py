@@ -208,3 +208,56 @@ def test_a_skill_run_logged_to_trackio_locally(tmp_path):
     assert any(row.get("result/shipped_hard") == got["shipped"] for row in got["logs"])
     assert got["skill"] == got["best_skill"] and "rule alpha" in got["skill"]
     assert (tmp_path / "trackio").is_dir()  # stored where TRACKIO_DIR says, nowhere else
+
+
+@pytest.mark.slow
+def test_an_sft_run_of_the_embedded_model_logs_through_trls_report_to(tmp_path, monkeypatch):
+    """The weight trainers hand report_to to TRL: a real SFT round of the embedded model
+    lands in MLflow's file store as TRL's own run (its loss per step), and the run returns a
+    RestResult whose events reached the callbacks."""
+    pytest.importorskip("trl")
+    pytest.importorskip("mlflow")
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    import selftaught
+    from selftaught.weights.config import SFTTrainConfig
+    from selftaught.weights.rest import RestResult
+    from tests.test_contract import Recorder
+
+    torch.set_num_threads(1)
+    tried = no_network(monkeypatch)
+    for key, value in QUIET.items():
+        monkeypatch.setenv(key, value)
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "selftaught-sft")
+    recorder = Recorder()
+    config = RestConfig(
+        method="sft",
+        max_tokens=8,
+        gen_batch_size=8,
+        sft=SFTTrainConfig(epochs=1, batch_size=2, max_length=128),
+        report_to="mlflow",
+    )
+    result = selftaught.train(
+        "gym:basic_arithmetic?max_terms=2&max_digits=1",
+        "local",
+        config=config,
+        output_dir=tmp_path / "run",
+        task_options={"train_size": 4, "val_size": 2, "test_size": 2},
+        callbacks=[recorder],
+        progress=False,
+    )
+    assert isinstance(result, RestResult) and result.method == "sft"
+    kinds = ["start", "evaluate", "evaluate", "evaluate", "gate", "step", "end"]
+    assert [e[0] for e in recorder.events] == kinds
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("selftaught-sft")
+    [run] = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == "run-round-1"
+    losses = client.get_metric_history(run.info.run_id, "loss")
+    steps = result.rounds[1]["train"]["steps"]
+    assert len(losses) == steps >= 1  # TRL logged every step (logging_steps=1)
+    assert tried == []
