@@ -104,7 +104,7 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     split = splits(night)
     assert set(meta["train_items"]) == split["train"]  # every corrected train task, no other
     assert not set(meta["train_items"]) & split["val"]
-    (method, data), = trainer.calls
+    ((method, data),) = trainer.calls
     assert data.stats["corrections"] == len(split["train"]) and data.stats["elite"] == 0
     assert {s.target for s in data.sft} == {str(t) for t in _references(night, "train")}
     cands = report["weights"]["candidates"]
@@ -253,3 +253,98 @@ def test_bad_weight_settings_are_refused_in_one_sentence(tmp_path):
         SleepConfig(home=tmp_path, weights="lora")
     with pytest.raises(ValueError, match="max_steps"):
         WeightNightConfig(max_steps=0)
+
+
+# ---- the embedded model -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def one_thread():
+    """Training on 2 shared cores: one torch thread is ~5x faster than two spinning ones."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow  # the embedded model replays ~70 short requests and trains two adapters
+def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
+    """24 corrected requests; a night with the embedded model as target and weights "auto":
+    SFT and DPO adapters trained within a step cap (real peft folders), scored on the same val
+    as the adopted version, and staged or refused by the gate."""
+    pytest.importorskip("trl")
+    from peft import PeftConfig
+
+    from selftaught.models import load_model
+    from selftaught.models.embedded import EmbeddedModelMissing, embedded_model_dir
+    from selftaught.skill.config import SkillOptConfig
+    from selftaught.sleep.cycle import NightModels
+    from selftaught.sleep.log import Feedback, Interaction, TaskLog
+    from selftaught.sleep.weight_night import LocalAdapterTrainer
+
+    try:
+        embedded_model_dir()
+    except EmbeddedModelMissing as err:
+        pytest.skip(f"embedded model unavailable: {err}")
+    log = TaskLog(tmp_path / "log.db")
+    for i in range(24):
+        a, b = i % 9 + 1, (3 * i) % 7 + 2
+        log.add(
+            Interaction(
+                messages=[
+                    {"role": "user", "content": f"What is {a} plus {b}? Number only. (#{i})"}
+                ],
+                reply=f"The answer is {a + b + 1}.",
+                project="demo",
+                source="proxy",
+                feedback=Feedback(thumb="down", reference=str(a + b)),
+            )
+        )
+    log.close()
+    target = load_model("local")
+    caps = WeightNightConfig(max_steps=3, max_seconds=60, batch_size=4, max_length=256)
+    seen: list[dict] = []
+
+    class Spy(LocalAdapterTrainer):
+        def __call__(self, method, data, out_dir):
+            adapter = super().__call__(method, data, out_dir)
+            files = sorted(p.name for p in out_dir.iterdir())
+            seen.append(
+                {"method": method, "files": files, "peft": PeftConfig.from_pretrained(out_dir)}
+            )
+            return adapter
+
+    models = NightModels(target, "local", canned_analyst(), "local")
+    models.adapter_trainer = Spy("local", caps, target)
+    config = SleepConfig(
+        home=tmp_path,
+        log_path=tmp_path / "log.db",
+        documents=("skill",),
+        training=SkillOptConfig(epochs=1, batch_size=8, max_tokens=12, concurrency=4, demos_max=0),
+        weights="auto",
+        weight_training=caps,
+    )
+    (night,) = run_night(config, models=models)
+    assert night.status in ("staged", "no_proposal"), night.report["reason"]
+    w = night.report["weights"]
+    assert [s["method"] for s in seen] == ["sft", "dpo"]
+    for s in seen:
+        assert {"adapter_config.json", "adapter_model.safetensors"} <= set(s["files"])
+        assert s["peft"].peft_type == "LORA" and s["peft"].r == 8
+    for method, t in w["trained"].items():
+        assert 1 <= t["steps"] <= 3 and t["loss_first"] is not None, method
+    assert w["data"]["corrections"] == night.report["splits"]["train"]
+    assert w["data"]["preference_pairs"] == night.report["splits"]["train"]
+    val_n = night.report["splits"]["val"]
+    assert set(w["candidates"]) >= {"current", "sft", "dpo"}
+    for c in w["candidates"].values():
+        assert c["n"] == val_n and c["hard_ci95"][0] <= c["hard"] <= c["hard_ci95"][1]
+    assert set(w["train_items"]).isdisjoint(r["id"] for r in _rows(night) if r["split"] != "train")
+    staged = night.night_dir / "adapter"
+    if w["winner"] in ("sft", "dpo", "sft+text", "dpo+text"):
+        assert night.status == "staged" and (staged / "adapter_model.safetensors").is_file()
+        assert night.report["proposal"]["adapter"]["base_model"] == "local"
+    else:
+        assert not staged.exists() and "gate kept the adopted version" in night.report["reason"]
+    assert "## Text or weights" in (night.night_dir / "report.md").read_text()

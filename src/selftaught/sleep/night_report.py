@@ -339,9 +339,13 @@ def weight_lines(weights: dict[str, Any] | None) -> list[str]:
         "pairs.",
     ]
     for method, t in (weights.get("trained") or {}).items():
+        loss = [
+            f"{x:.3f}" if isinstance(x, float) else "—"
+            for x in (t.get("loss_first"), t.get("loss_last"))
+        ]
         lines.append(
             f"- {method}: {t.get('steps')} steps in {t.get('seconds')} s, loss "
-            f"{t.get('loss_first')} → {t.get('loss_last')}"
+            f"{loss[0]} → {loss[1]}"
             + (f" (stopped by {t['stopped_by']})" if t.get("stopped_by") else "")
         )
     lines += [
