@@ -348,3 +348,15 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
     else:
         assert not staged.exists() and "gate kept the adopted version" in night.report["reason"]
     assert "## Text or weights" in (night.night_dir / "report.md").read_text()
+
+
+def test_the_cli_refuses_an_unknown_weights_mode_in_one_sentence(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path))
+    monkeypatch.setenv("SELFTAUGHT_LOG", str(tmp_path / "log.db"))
+    result = CliRunner().invoke(app, ["sleep", "run", "--model", "local", "--weights", "lora"])
+    assert result.exit_code == 2
+    assert "weights must be one of off, sft, dpo, auto" in " ".join(result.output.split())
