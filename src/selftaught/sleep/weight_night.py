@@ -402,7 +402,7 @@ def _methods(mode: str, data: WeightData, cfg: WeightNightConfig) -> tuple[list[
     for m in want:
         if need[m] >= least[m]:
             go.append(m)
-        elif mode != "auto" or m == "sft":
+        else:
             what = "training samples" if m == "sft" else "preference pairs"
             notes.append(f"{m} not trained: {need[m]} {what}, fewer than one batch ({least[m]})")
     return go, notes
