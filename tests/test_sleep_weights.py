@@ -268,13 +268,14 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.mark.slow  # the embedded model replays ~70 short requests and trains two adapters
+@pytest.mark.slow  # the embedded model replays ~50 short requests; ~40 s of training
 def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
-    """24 corrected requests; a night with the embedded model as target and weights "auto":
-    SFT and DPO adapters trained within a step cap (real peft folders), scored on the same val
-    as the adopted version, and staged or refused by the gate."""
+    """24 requests whose replies the user corrected to the house style "N km"; a night with the
+    embedded model as target and weights "sft": a real peft adapter trained within a 12-step
+    cap, scored on the same val as the adopted version, and staged (the folder peft loads back
+    onto the base model) or refused by the gate."""
     pytest.importorskip("trl")
-    from peft import PeftConfig
+    from peft import PeftConfig, PeftModel
 
     from selftaught.models import load_model
     from selftaught.models.embedded import EmbeddedModelMissing, embedded_model_dir
@@ -282,6 +283,7 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
     from selftaught.sleep.cycle import NightModels
     from selftaught.sleep.log import Feedback, Interaction, TaskLog
     from selftaught.sleep.weight_night import LocalAdapterTrainer
+    from selftaught.weights.sft import load_model as load_causal_lm
 
     try:
         embedded_model_dir()
@@ -289,27 +291,26 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
         pytest.skip(f"embedded model unavailable: {err}")
     log = TaskLog(tmp_path / "log.db")
     for i in range(24):
-        a, b = i % 9 + 1, (3 * i) % 7 + 2
+        a, b = i % 5 + 1, (3 * i) % 4 + 1
+        ask = f"A runner ran {a} km in the morning and {b} km in the evening (day {i + 1}). "
         log.add(
             Interaction(
-                messages=[
-                    {"role": "user", "content": f"What is {a} plus {b}? Number only. (#{i})"}
-                ],
-                reply=f"The answer is {a + b + 1}.",
+                messages=[{"role": "user", "content": ask + "How far did she run that day?"}],
+                reply=f"She ran a total of {a + b} kilometers that day.",
                 project="demo",
                 source="proxy",
-                feedback=Feedback(thumb="down", reference=str(a + b)),
+                feedback=Feedback(thumb="down", reference=f"{a + b} km"),
             )
         )
     log.close()
     target = load_model("local")
-    caps = WeightNightConfig(max_steps=3, max_seconds=60, batch_size=4, max_length=256)
+    caps = WeightNightConfig(max_steps=12, max_seconds=120, max_length=256)
     seen: list[dict] = []
 
     class Spy(LocalAdapterTrainer):
         def __call__(self, method, data, out_dir):
             adapter = super().__call__(method, data, out_dir)
-            files = sorted(p.name for p in out_dir.iterdir())
+            files = {p.name for p in out_dir.iterdir()}
             seen.append(
                 {"method": method, "files": files, "peft": PeftConfig.from_pretrained(out_dir)}
             )
@@ -321,42 +322,30 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
         home=tmp_path,
         log_path=tmp_path / "log.db",
         documents=("skill",),
-        training=SkillOptConfig(epochs=1, batch_size=8, max_tokens=12, concurrency=4, demos_max=0),
-        weights="auto",
+        training=SkillOptConfig(epochs=1, batch_size=8, max_tokens=24, concurrency=4, demos_max=0),
+        weights="sft",
         weight_training=caps,
     )
     (night,) = run_night(config, models=models)
     assert night.status in ("staged", "no_proposal"), night.report["reason"]
-    w = night.report["weights"]
-    assert [s["method"] for s in seen] == ["sft", "dpo"]
-    for s in seen:
-        assert {"adapter_config.json", "adapter_model.safetensors"} <= set(s["files"])
-        assert s["peft"].peft_type == "LORA" and s["peft"].r == 8
-    for method, t in w["trained"].items():
-        assert 1 <= t["steps"] <= 3 and t["loss_first"] is not None, method
-    assert w["data"]["corrections"] == night.report["splits"]["train"]
-    assert w["data"]["preference_pairs"] == night.report["splits"]["train"]
-    val_n = night.report["splits"]["val"]
-    assert set(w["candidates"]) >= {"current", "sft", "dpo"}
+    w, report = night.report["weights"], night.report
+    assert [s["method"] for s in seen] == ["sft"]
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= seen[0]["files"]
+    assert seen[0]["peft"].peft_type == "LORA" and seen[0]["peft"].r == 8
+    t = w["trained"]["sft"]
+    assert 1 <= t["steps"] <= 12 and t["loss_last"] < t["loss_first"]
+    assert w["data"]["corrections"] == report["splits"]["train"]
+    assert set(w["candidates"]) == {"current", "sft"}  # the analyst proposed no text
     for c in w["candidates"].values():
-        assert c["n"] == val_n and c["hard_ci95"][0] <= c["hard"] <= c["hard_ci95"][1]
-    assert set(w["train_items"]).isdisjoint(r["id"] for r in _rows(night) if r["split"] != "train")
+        assert c["n"] == report["splits"]["val"]
+        assert c["hard_ci95"][0] <= c["hard"] <= c["hard_ci95"][1]
+    held_out = {r["id"] for r in _rows(night) if r["split"] != "train"}
+    assert held_out and set(w["train_items"]).isdisjoint(held_out)
     staged = night.night_dir / "adapter"
-    if w["winner"] in ("sft", "dpo", "sft+text", "dpo+text"):
-        assert night.status == "staged" and (staged / "adapter_model.safetensors").is_file()
-        assert night.report["proposal"]["adapter"]["base_model"] == "local"
+    if w["winner"] == "sft":
+        assert night.status == "staged" and report["proposal"]["adapter"]["base_model"] == "local"
+        base, _ = load_causal_lm(embedded_model_dir())
+        assert isinstance(PeftModel.from_pretrained(base, str(staged)), PeftModel)
     else:
-        assert not staged.exists() and "gate kept the adopted version" in night.report["reason"]
+        assert not staged.exists() and "gate kept the adopted version" in report["reason"]
     assert "## Text or weights" in (night.night_dir / "report.md").read_text()
-
-
-def test_the_cli_refuses_an_unknown_weights_mode_in_one_sentence(tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from selftaught.cli import app
-
-    monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path))
-    monkeypatch.setenv("SELFTAUGHT_LOG", str(tmp_path / "log.db"))
-    result = CliRunner().invoke(app, ["sleep", "run", "--model", "local", "--weights", "lora"])
-    assert result.exit_code == 2
-    assert "weights must be one of off, sft, dpo, auto" in " ".join(result.output.split())
