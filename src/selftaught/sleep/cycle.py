@@ -377,7 +377,7 @@ def _weights(
     config: SleepConfig,
     models: NightModels,
     task: NightTask,
-    train_tasks: list[MinedTask],
+    mined: _Mined,
     adopted: Adopted,
     result: Consolidation,
     night_dir: Path,
@@ -404,7 +404,7 @@ def _weights(
         config.weight_training,
         config.training,
         task,
-        train_tasks,
+        mined.splits["train"],
         models.target,
         trainer,
         NightText(adopted, result.skill, result.memory),
@@ -571,16 +571,7 @@ def run_project(
         )
         report["notes"] += result.notes
         choice = _weights(
-            report,
-            config,
-            models,
-            task,
-            splits["train"],
-            adopted,
-            result,
-            night_dir,
-            evidence,
-            console,
+            report, config, models, task, mined, adopted, result, night_dir, evidence, console
         )
         _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
     except TooFewTasks as err:
