@@ -255,6 +255,18 @@ def test_bad_weight_settings_are_refused_in_one_sentence(tmp_path):
         WeightNightConfig(max_steps=0)
 
 
+def test_the_cli_refuses_an_unknown_weights_mode_in_one_sentence(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path))
+    monkeypatch.setenv("SELFTAUGHT_LOG", str(tmp_path / "log.db"))
+    result = CliRunner().invoke(app, ["sleep", "run", "--model", "local", "--weights", "lora"])
+    assert result.exit_code == 2
+    assert "weights must be one of off, sft, dpo, auto" in " ".join(result.output.split())
+
+
 # ---- the embedded model -----------------------------------------------------------------------
 
 
