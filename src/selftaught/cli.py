@@ -701,6 +701,13 @@ def sleep_run_cmd(
         typer.Option(help="Try retrieved demos per request: auto | on | off (bm25s extra)."),
     ] = "auto",
     retrieve_k: Annotated[int, typer.Option(help="Demos retrieved per request.")] = 4,
+    weights: Annotated[
+        str, typer.Option(help="Also train a LoRA adapter (local target): off | sft | dpo | auto.")
+    ] = "off",
+    weight_max_steps: Annotated[int, typer.Option(help="Adapter training steps at most.")] = 16,
+    weight_max_seconds: Annotated[
+        float, typer.Option(help="Adapter training wall-clock seconds at most.")
+    ] = 300.0,
     concurrency: Annotated[int, typer.Option(help="Parallel replay workers.")] = (
         SkillOptConfig.concurrency
     ),
@@ -729,6 +736,7 @@ def sleep_run_cmd(
     from selftaught.sleep.log import parse_time
     from selftaught.sleep.night_report import print_outcomes
     from selftaught.sleep.split import SplitConfig
+    from selftaught.sleep.weight_night import WeightNightConfig
 
     if gate not in ("on", "off"):
         raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
@@ -763,6 +771,10 @@ def sleep_run_cmd(
         split=SplitConfig(val_fraction, test_fraction, min_val=min_val, seed=seed),
         demo_modes=DemoModeConfig(retrieval, retrieve_k),
         recall_max=recall_max,
+        weights=weights,
+        weight_training=WeightNightConfig(
+            max_steps=weight_max_steps, max_seconds=weight_max_seconds, seed=seed
+        ),
         model_options=model_options(api_key, timeout),
         progress=console.is_terminal,
         report_to=report_to,

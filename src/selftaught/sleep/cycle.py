@@ -16,8 +16,11 @@ its own staging folder (`staging.NIGHT_LAYOUT`):
    with the memory held fixed, then the memory with the new skill held fixed, both charged to
    ONE usage ledger so the night's budget covers both; every call goes to the evidence log
    (`consolidate.py`);
-5. **stage** the best skill and memory as a proposal when the gate accepted one, with the
-   report and the diagnostics; `auto_adopt` adopts it at once.
+5. **weights** (only with `weights` other than "off" and a local target): train a LoRA
+   adapter on the train tasks and let the same gate pick text, weights or both on the same
+   val tasks (`weight_night.py`);
+6. **stage** the best skill and memory (and the winning adapter) as a proposal when the gate
+   accepted one, with the report and the diagnostics; `auto_adopt` adopts it at once.
 
 A night whose backend failed (a fatal error, the target failing on the baseline, every analyst
 call failing, a candidate the gate could not evaluate for backend errors) ends
@@ -56,7 +59,19 @@ from selftaught.sleep.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.mine import MineConfig, MinedTask, mine
 from selftaught.sleep.paths import Adopted, check_project, sleep_home
 from selftaught.sleep.replay import night_task
-from selftaught.sleep.split import SplitConfig, SplitOverlap, TooFewTasks, assign_splits
+from selftaught.sleep.split import NightTask, SplitConfig, SplitOverlap, TooFewTasks, assign_splits
+from selftaught.sleep.weight_night import (
+    WEIGHT_MODES,
+    AdapterTrainer,
+    LocalAdapterTrainer,
+    NightText,
+    WeightChoice,
+    WeightNightConfig,
+    discard_adapters,
+    is_local_spec,
+    stage_adapter,
+    weight_candidates,
+)
 from selftaught.tracking import check_report_to, with_tracker
 
 DOCUMENTS = ("skill", "memory")
@@ -108,6 +123,12 @@ class SleepConfig:
     mining: MineConfig = field(default_factory=MineConfig)
     model_options: dict[str, Any] = field(default_factory=dict)
     """`load_model` keyword arguments (api_key, timeout_s, ...)."""
+    weights: str = "off"
+    """off | sft | dpo | auto: also train a LoRA adapter on the train tasks when the target is
+    local (`local`, `local:PATH`), and let the gate pick text, weights or both (auto: SFT,
+    plus DPO where the log holds rejected replies with their corrections)."""
+    weight_training: WeightNightConfig = field(default_factory=WeightNightConfig)
+    """The adapter's training: step and wall-clock caps, LoRA rank, batch, replays."""
     progress: bool = False
     report_to: str = "none"
     """Experiment tracker each project's night is logged to: `none`, `trackio`, `mlflow` or
@@ -128,6 +149,10 @@ class SleepConfig:
             raise ValueError("lookback_days must be positive")
         if self.recall_max < 0:
             raise ValueError(f"recall_max must be >= 0, got {self.recall_max}")
+        if self.weights not in WEIGHT_MODES:
+            raise ValueError(
+                f"weights must be one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}"
+            )
 
 
 @dataclass
@@ -141,6 +166,8 @@ class NightModels:
     optimizer_spec: str
     judge: ChatModel | None = None
     judge_spec: str | None = None
+    adapter_trainer: AdapterTrainer | None = None
+    """Trains the night's adapters (None: `LocalAdapterTrainer` for a local target)."""
 
     def specs(self) -> dict[str, str | None]:
         return {
@@ -352,8 +379,11 @@ def _outcome(
     result: Consolidation,
     evidence: EvidenceLog,
     config: SleepConfig,
+    choice: WeightChoice | None = None,
+    base_spec: str = "",
 ) -> None:
-    """Status, reason and proposal of a night whose consolidation ran."""
+    """Status, reason and proposal of a night whose consolidation ran (with `choice`: the
+    gate's pick among text, weights and both decides)."""
     report["phases"] = {
         d: {k: v for k, v in p.items() if k != "best"} for d, p in result.phases.items()
     }
@@ -361,6 +391,9 @@ def _outcome(
     failure = backend_failure(result, evidence, config.training.gate.max_missing)
     if failure is not None:
         report.update(status="backend_failed", reason=failure)
+        return
+    if choice is not None:
+        _weights_outcome(report, night_dir, adopted, result, config, choice, base_spec)
         return
     changed = result.skill.strip() != adopted.skill.strip() or (
         result.memory.strip() != adopted.memory.strip()
@@ -388,6 +421,94 @@ def _outcome(
         reason=f"a new {what} was proposed ({gate}): val "
         f"{proposal['val_before']['hard']:.3f} → {proposal['val_after']['hard']:.3f}",
     )
+
+
+def _weights_outcome(
+    report: dict[str, Any],
+    night_dir: Path,
+    adopted: Adopted,
+    result: Consolidation,
+    config: SleepConfig,
+    choice: WeightChoice,
+    base_spec: str,
+) -> None:
+    """Stage what the gate chose among text, weights and both (the adapter in `adapter/`)."""
+    report["weights"] = choice.to_dict()
+    if choice.winner == "current":
+        discard_adapters(night_dir)
+        report.update(
+            status="no_proposal", reason=f"the gate kept the adopted version: {choice.why}"
+        )
+        return
+    text = choice.with_text
+    skill, memory = (result.skill, result.memory) if text else (adopted.skill, adopted.memory)
+    changes = staging.write_proposal(night_dir, adopted, skill, memory)
+    ran = [p for p in result.phases.values() if p.get("ran")]
+    proposal: dict[str, Any] = {
+        "skill_changed": changes["skill"],
+        "memory_changed": changes["memory"],
+        "val_before": choice.candidates["current"],
+        "val_after": choice.candidates[choice.winner],
+        "paired": choice.paired(),
+        "test": ran[-1].get("test") if choice.winner == "text" and ran else None,
+        "candidate": choice.winner,
+    }
+    if choice.adapter is not None:
+        proposal["adapter"] = stage_adapter(choice, night_dir, base_spec)
+    else:
+        discard_adapters(night_dir)
+    report["proposal"] = proposal
+    gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
+    report.update(
+        status="staged",
+        reason=f"the {gate} chose {choice.winner}: val "
+        f"{proposal['val_before']['hard']:.3f} → {proposal['val_after']['hard']:.3f}",
+    )
+
+
+def _weights(
+    report: dict[str, Any],
+    config: SleepConfig,
+    models: NightModels,
+    task: NightTask,
+    mined: _Mined,
+    adopted: Adopted,
+    result: Consolidation,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    console: Console,
+) -> WeightChoice | None:
+    """The weight candidates and the gate's choice; None: the night stays text-only."""
+    if config.weights == "off":
+        return None
+    if backend_failure(result, evidence, config.training.gate.max_missing) is not None:
+        return None
+    trainer = models.adapter_trainer
+    if trainer is None:
+        if not is_local_spec(models.target_spec):
+            report["notes"].append(
+                f"weights not trained: the target {models.target_spec!r} is not a local model "
+                "(`local` or `local:PATH`); the night stayed text-only"
+            )
+            return None
+        trainer = LocalAdapterTrainer(models.target_spec, config.weight_training, models.target)
+    report["training"]["weights"] = config.weights
+    choice, notes = weight_candidates(
+        config.weights,
+        config.weight_training,
+        config.training,
+        task,
+        mined.splits["train"],
+        models.target,
+        trainer,
+        NightText(adopted, result.skill, result.memory),
+        night_dir,
+        evidence,
+        result.ledger,
+        console,
+    )
+    report["notes"] += notes
+    return choice
 
 
 # ---- one project ----------------------------------------------------------------------------
@@ -543,7 +664,10 @@ def run_project(
             modes=config.demo_modes,
         )
         report["notes"] += result.notes
-        _outcome(report, night_dir, adopted, result, evidence, config)
+        choice = _weights(
+            report, config, models, task, mined, adopted, result, night_dir, evidence, console
+        )
+        _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
     except SplitOverlap as err:

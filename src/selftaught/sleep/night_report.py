@@ -325,6 +325,45 @@ def demo_mode_lines(modes: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def weight_lines(weights: dict[str, Any] | None) -> list[str]:
+    """A weight night's candidates (text, adapters, both) with val, 95% CI and the gate."""
+    if not weights:
+        return []
+    data = weights.get("data") or {}
+    lines = [
+        "",
+        "## Text or weights",
+        "",
+        f"Adapter data (train tasks only): {data.get('corrections', 0)} corrections, "
+        f"{data.get('elite', 0)} elite replays, {data.get('preference_pairs', 0)} preference "
+        "pairs.",
+    ]
+    for method, t in (weights.get("trained") or {}).items():
+        loss = [
+            f"{x:.3f}" if isinstance(x, float) else "—"
+            for x in (t.get("loss_first"), t.get("loss_last"))
+        ]
+        lines.append(
+            f"- {method}: {t.get('steps')} steps in {t.get('seconds')} s, loss "
+            f"{loss[0]} → {loss[1]}"
+            + (f" (stopped by {t['stopped_by']})" if t.get("stopped_by") else "")
+        )
+    lines += [
+        "",
+        "| candidate | val | 95% CI | net items vs adopted | gate |",
+        "|---|---:|---:|---:|---|",
+    ]
+    gates = weights.get("gates") or {}
+    for name, d in (weights.get("candidates") or {}).items():
+        g = gates.get(name)
+        net = f"{g['gain_vs_best']:+g}" if g else "—"
+        verdict = g["reason"] if g else "the adopted version (incumbent)"
+        lines.append(f"| {name} | {_ci(d)} | {net} | {verdict} |")
+    lines += ["", f"Winner: **{weights['winner']}**: {weights['why']}."]
+    lines += [f"- note: {n}" for n in weights.get("notes") or []]
+    return lines
+
+
 def _proposal_lines(night_dir: Path, report: dict[str, Any]) -> list[str]:
     proposal = report.get("proposal")
     if not proposal:
@@ -343,6 +382,15 @@ def _proposal_lines(night_dir: Path, report: dict[str, Any]) -> list[str]:
         diff = night_dir / "proposal" / f"{name}.diff"
         if proposal.get(f"{name}_changed") and diff.exists():
             lines += ["", f"### {name}.md", "", _fence(diff.read_text(encoding="utf-8"), "diff")]
+    adapter = proposal.get("adapter")
+    if adapter:
+        lines += [
+            "",
+            f"### adapter ({adapter['method']})",
+            "",
+            f"`{adapter['dir']}/` in this folder: a LoRA adapter on {adapter['base_model']}, "
+            f"trained on {len(adapter['train_items'])} train tasks.",
+        ]
     return lines
 
 
@@ -362,6 +410,7 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         *_summary_lines(report),
         *_proposal_lines(night_dir, report),
         *demo_mode_lines(((report.get("phases") or {}).get("skill") or {}).get("demo_modes")),
+        *weight_lines(report.get("weights")),
     ]
     phases = report.get("phases") or {}
     if phases:

@@ -15,6 +15,27 @@ a half-adopted skill; a kill between those writes is completed by `recover_adopt
 next adopt or rollback. A proposal is adopted only over the version it was gated against.
 Live files (e.g. an agent's AGENTS.md or SKILL.md) get the adopted skill and memory as one
 marked block that replaces the previous one and leaves the rest of the file alone.
+
+A weight night (`SleepConfig.weights`, `weight_night.py`) whose gate chose an adapter stages
+it beside the text proposal, and this is the contract adopt / serve / rollback read:
+
+    nights/<night>/adapter/            the LoRA adapter, peft `save_pretrained` layout:
+                                       adapter_config.json + adapter_model.safetensors
+                                       (base_model_name_or_path inside names the base folder)
+    nights/<night>/proposal/           skill.md / memory.md as always (the adopted ones when
+                                       the winner is the adapter alone)
+    report.json  proposal.adapter      {"dir": "adapter", "method": "sft" | "dpo",
+                                        "base_model": the target spec ("local", "local:PATH"),
+                                        "base_model_path": the transformers folder trained on,
+                                        "files", "train_items": [task ids, train split only],
+                                        "data", "training", "val": the winner's val summary
+                                        (hard, hard_ci95, solved, n), "with_text": bool}
+    report.json  proposal.candidate    the winner: "text", "sft", "dpo", "sft+text", "dpo+text"
+    report.json  weights               every candidate's val (95% intervals), gate results,
+                                       the winner and why
+
+Only a staged night whose `proposal.adapter` is set has an `adapter/` folder; the adapters
+that lost are deleted (their metrics stay in `weights.trained`).
 """
 
 from __future__ import annotations
@@ -48,6 +69,9 @@ evidence.jsonl     every model call of the night (role, messages, reply or error
 tasks.jsonl        the mined tasks: split, checks, the interactions they came from
 proposal/          skill.md and memory.md proposed, skill.diff and memory.diff against the
                    adopted ones (only when the night proposes something)
+adapter/           the LoRA adapter the gate chose (weight nights only; peft layout:
+                   adapter_config.json, adapter_model.safetensors), see proposal.adapter
+weights/           weight nights: each adapter's val cache (weights/<method>/)
 config.json, history.jsonl, skills/, best_skill.md, diagnostics/ ...
                    the skill phase: an `optimize` run directory (`selftaught report NIGHT`)
 memory/            the memory phase: the same layout for the memory document

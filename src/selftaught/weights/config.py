@@ -111,6 +111,9 @@ class SFTTrainConfig:
         max_length: prompt + completion tokens kept per sample.
         bf16: train in bfloat16 autocast (off by default: fp32 is the safe choice on CPU).
         warmup_ratio / weight_decay: optimizer schedule details.
+        max_steps: stop after this many optimizer steps (None: the epochs decide).
+        max_seconds: stop after the optimizer step that crosses this wall-clock time
+            (None: no cap); a night's weight training is bounded by both.
     """
 
     epochs: float = 2.0
@@ -121,6 +124,8 @@ class SFTTrainConfig:
     bf16: bool = False
     warmup_ratio: float = 0.05
     weight_decay: float = 0.0
+    max_steps: int | None = None
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
@@ -131,6 +136,14 @@ class SFTTrainConfig:
         _check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
         _check(self.grad_accum >= 1, f"grad_accum must be >= 1, got {self.grad_accum}")
         _check(self.max_length >= 16, f"max_length must be >= 16, got {self.max_length}")
+        _check(
+            self.max_steps is None or self.max_steps >= 1,
+            f"max_steps must be >= 1 (or unset), got {self.max_steps}",
+        )
+        _check(
+            self.max_seconds is None or self.max_seconds > 0,
+            f"max_seconds must be > 0 (or unset), got {self.max_seconds}",
+        )
 
     def lr_for(self, backend: str) -> float:
         if self.learning_rate is not None:

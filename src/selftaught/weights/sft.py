@@ -248,6 +248,30 @@ def _step_timer(times: list[float]) -> Any:
     return StepTimer()
 
 
+def time_cap(max_seconds: float | None, stopped: list[str]) -> Any:
+    """A callback that ends training after the step that crosses `max_seconds` of training
+    (None: never), noting why in `stopped`."""
+    from transformers import TrainerCallback
+
+    class TimeCap(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if max_seconds is None or control.should_training_stop:
+                return
+            if time.perf_counter() - self.t0 >= max_seconds:
+                control.should_training_stop = True
+                stopped.append(f"max_seconds ({max_seconds:g} s) after step {state.global_step}")
+
+    return TimeCap()
+
+
+def step_cap_args(cfg: SFTTrainConfig) -> dict[str, Any]:
+    """Trainer arguments for `cfg.max_steps` (-1: the epochs decide)."""
+    return {"max_steps": cfg.max_steps if cfg.max_steps is not None else -1}
+
+
 def sft_train(
     model: Any,
     tokenizer: Any,
@@ -299,8 +323,10 @@ def sft_train(
         data_seed=seed,
         disable_tqdm=not progress,
         dataset_num_proc=None,
+        **step_cap_args(cfg),
     )
     step_times: list[float] = []
+    stopped: list[str] = []
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -309,7 +335,7 @@ def sft_train(
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
-            callbacks=[_step_timer(step_times)],
+            callbacks=[_step_timer(step_times), time_cap(cfg.max_seconds, stopped)],
         )
     t_setup = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -331,6 +357,7 @@ def sft_train(
         "step_seconds": round(seconds / steps, 3) if steps else None,
         "step_seconds_median": round(statistics.median(step_times), 3) if step_times else None,
         "trainable_params": trainable_parameters(model),
+        **({"stopped_by": stopped[0]} if stopped else {}),
     }
 
 

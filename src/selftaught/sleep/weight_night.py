@@ -1,0 +1,566 @@
+"""Weight candidates of a night, and the one gate that picks text, weights or both.
+
+When the deployed model is local (`local`, `local:PATH`) and `SleepConfig.weights` allows it,
+a night also fine-tunes a LoRA adapter on its TRAIN tasks, through the weight half's own code
+(`weights.sampling`, `weights.elite`, `weights.sft`; `weights.dpo` for preferences):
+
+- ``sft``  supervised on the user's corrections (the reply the user typed instead) and on
+           the model's own replayed replies that passed their checks (ReST-style elite:
+           k samples per train task at temperature, solved and not truncated, deduplicated);
+- ``dpo``  preference pairs where the log holds a rejected reply and its correction
+           (``auto`` trains it beside ``sft`` when there are enough pairs for one batch).
+
+Training prompts are the requests as served (the adopted skill and memory around them).
+Nothing from val or test is trained on: every item must be a train task, and an item whose
+request nearly duplicates a val / test request fails the night closed (`SplitOverlap`).
+Training is capped by steps and wall-clock seconds (`WeightNightConfig`); the sampling and
+val replays are charged to the night's ledger, so its budget covers them too.
+
+The candidates then meet the same gate on the same val tasks, against the adopted version
+(``current``): ``text`` (the night's skill / memory), each adapter with the adopted text
+(``sft``, ``dpo``) and with the new text (``sft+text``, ``dpo+text``). A candidate wins only
+when the gate accepts it as a new best against ``current``; among those, the largest net
+gain wins (ties: the simpler candidate, in the order above). Gate off: the best val mean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+
+from selftaught.demos import Demo, DemoLeakError, LeakCheck
+from selftaught.gate import ValScores
+from selftaught.models.base import ChatModel, GenerationParams
+from selftaught.models.errors import BackendError
+from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
+from selftaught.policy import Policy
+from selftaught.rollout import RolloutConfig, run_rollouts
+from selftaught.skill.config import SkillOptConfig
+from selftaught.sleep.demo_modes import _decide, _Scorer, _summary
+from selftaught.sleep.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.mine import MinedTask
+from selftaught.sleep.paths import Adopted
+from selftaught.sleep.split import NightTask, SplitOverlap
+from selftaught.stats import sign_test_pvalue
+from selftaught.weights.config import ConfigError
+from selftaught.weights.dpo import PreferencePair
+from selftaught.weights.elite import select_elite
+from selftaught.weights.sampling import Sample, samples_from_rollouts
+
+WEIGHT_MODES = ("off", "sft", "dpo", "auto")
+ADAPTER_DIR = "adapter"  # the staged adapter, under the night's folder (staging.NIGHT_LAYOUT)
+
+
+@dataclass
+class WeightNightConfig:
+    """How a night trains an adapter (only when `SleepConfig.weights` is not "off")."""
+
+    max_steps: int = 16
+    """Optimizer steps per adapter at most (the night's step cap)."""
+    max_seconds: float = 300.0
+    """Wall-clock seconds of training per adapter at most (checked after each step)."""
+    epochs: float = 3.0
+    batch_size: int = 4
+    learning_rate: float | None = 1e-3
+    """SFT learning rate (None: the LoRA default of `train`, 2e-4). Measured on the embedded
+    model, 17 corrections "N km": 8 steps at 2e-4 left val at 0/7, 12 steps at 1e-3 took it
+    to 3/7; the gate stands between a too-high rate and the user."""
+    dpo_learning_rate: float = 5e-5
+    dpo_beta: float = 0.1
+    lora_r: int = 8
+    lora_alpha: int = 16
+    max_length: int = 512
+    samples_per_prompt: int = 2
+    """Replays per train task for the ReST-style elite (0: corrections only)."""
+    temperature: float = 0.8
+    """Sampling temperature of those replays."""
+    device: str | None = None
+    """Where training runs (None: the best available)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.max_seconds <= 0:
+            raise ValueError("weight max_steps must be >= 1 and max_seconds > 0")
+        if self.batch_size < 1 or self.samples_per_prompt < 0:
+            raise ValueError("weight batch_size must be >= 1 and samples_per_prompt >= 0")
+        if self.samples_per_prompt and self.temperature <= 0:
+            raise ValueError("weight temperature must be > 0 (k greedy samples are k copies)")
+
+
+def is_local_spec(spec: str | None) -> bool:
+    """A model this process can fine-tune: the embedded one or a local folder."""
+    return bool(spec) and (spec == "local" or str(spec).startswith("local:"))
+
+
+# ---- data -----------------------------------------------------------------------------------
+
+
+@dataclass
+class WeightData:
+    """What the adapters train on, all from train tasks."""
+
+    sft: list[Sample] = field(default_factory=list)
+    pairs: list[PreferencePair] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def train_items(self) -> list[str]:
+        ids = [s.example_id for s in self.sft] + [p.example_id for p in self.pairs]
+        return sorted(set(ids))
+
+
+def _correction(ex: Any) -> str | None:
+    if ex.state.get("demo_source") != "correction" or ex.reference is None:
+        return None
+    ref = ex.reference[0] if isinstance(ex.reference, list) else ex.reference
+    return str(ref) if str(ref).strip() else None
+
+
+def _elite(
+    task: NightTask,
+    target: ChatModel,
+    policy: Policy,
+    cfg: WeightNightConfig,
+    training: SkillOptConfig,
+) -> tuple[list[Sample], dict[str, Any]]:
+    """The target's own replays of the train tasks that passed their checks."""
+    examples = task.examples("train")
+    if not cfg.samples_per_prompt or not examples:
+        return [], {"samples": 0}
+    rollouts = run_rollouts(
+        target,
+        policy,
+        task,
+        examples,
+        RolloutConfig(
+            concurrency=training.concurrency,
+            timeout_s=training.timeout_s,
+            samples=cfg.samples_per_prompt,
+            params=GenerationParams(
+                max_tokens=training.max_tokens, temperature=cfg.temperature, seed=cfg.seed
+            ),
+            progress=False,
+            description="weights: replays for the elite",
+        ),
+    )
+    samples = samples_from_rollouts(task, examples, rollouts, policy)
+    solved = [s for s in samples if s.hard >= 1.0]
+    elite, stats = select_elite(solved, min_score=None, max_per_prompt=2)
+    return elite, {
+        **stats.to_dict(),
+        "samples": len(samples),
+        "errors": len(rollouts) - len(samples),
+    }
+
+
+def build_data(
+    task: NightTask,
+    train_tasks: list[MinedTask],
+    target: ChatModel,
+    adopted: Adopted,
+    cfg: WeightNightConfig,
+    training: SkillOptConfig,
+) -> WeightData:
+    """Corrections + elite replays (SFT) and rejected-vs-corrected pairs (DPO), train only."""
+    policy = Policy(skill=adopted.skill, memory=adopted.memory)
+    mined = {t.id: t for t in train_tasks}
+    data = WeightData()
+    for ex in task.examples("train"):
+        fixed = _correction(ex)
+        if fixed is None:
+            continue
+        msgs = policy.messages(task, ex)
+        data.sft.append(Sample(ex.id, msgs, msgs, fixed, fixed, 1.0, 1.0))
+        t = mined.get(ex.id)
+        if t is not None and t.negative and t.logged_reply and t.logged_reply.strip() != fixed:
+            data.pairs.append(PreferencePair(ex.id, msgs, fixed, t.logged_reply))
+    corrections = len(data.sft)
+    elite, elite_stats = _elite(task, target, policy, cfg, training)
+    seen = {(s.example_id, " ".join(s.target.split())) for s in data.sft}
+    for s in elite:
+        key = (s.example_id, " ".join(s.target.split()))
+        if key not in seen:
+            seen.add(key)
+            data.sft.append(s)
+    data.stats = {
+        "corrections": corrections,
+        "elite": len(data.sft) - corrections,
+        "sft_samples": len(data.sft),
+        "preference_pairs": len(data.pairs),
+        "replays": elite_stats,
+    }
+    return data
+
+
+def assert_train_only(data: WeightData, task: NightTask) -> None:
+    """Fail closed when an item is not a train task or nearly duplicates a val / test one."""
+    train = {ex.id: ex for ex in task.examples("train")}
+    strays = [i for i in data.train_items() if i not in train]
+    if strays:
+        raise SplitOverlap(
+            f"weight training got items that are not train tasks ({', '.join(strays[:5])}); "
+            "val and test never feed what is learned"
+        )
+    held_out = LeakCheck(
+        (s, ex.id, ex.prompt_text()) for s in ("val", "test") for ex in task.examples(s)
+    )
+    items = [Demo.of(i, train[i].input, "", "correction") for i in data.train_items()]
+    try:
+        held_out.assert_clean(items)
+    except DemoLeakError as err:
+        raise SplitOverlap(f"weight training refused: {err}") from err
+
+
+# ---- training ---------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainedAdapter:
+    """An adapter saved with peft's `save_pretrained` in `adapter_dir`, and the base model with
+    it applied behind the chat protocol (for the val replays)."""
+
+    method: str
+    adapter_dir: Path
+    model: ChatModel
+    stats: dict[str, Any] = field(default_factory=dict)
+    base_model: str = ""
+
+
+class AdapterTrainer(Protocol):
+    def __call__(self, method: str, data: WeightData, out_dir: Path) -> TrainedAdapter: ...
+
+
+class LocalAdapterTrainer:
+    """Trains LoRA adapters on the night's local target with `weights.sft.sft_train` (the
+    ReST trainer's step) or `weights.dpo.dpo_train`. The base weights are read once (from the
+    target's loaded model when it is a `LocalModel`, else from its spec) and copied per
+    adapter."""
+
+    def __init__(self, spec: str, cfg: WeightNightConfig, target: ChatModel | None = None):
+        self.spec, self.cfg, self.target = spec, cfg, target
+        self._base: Any = None
+        self._tok: Any = None
+        self.base_model = spec
+
+    def _load(self) -> None:
+        if self._base is not None:
+            return
+        from selftaught.models.local import LocalModel
+
+        inner = getattr(self.target, "inner", self.target)
+        if isinstance(inner, LocalModel):
+            self._base, self._tok = inner.model, inner.tokenizer
+            if not inner._in_memory:
+                self.base_model = str(inner.path)
+            return
+        from selftaught.models.embedded import resolve_local_path
+        from selftaught.models.spec import parse_model_spec
+        from selftaught.weights.sft import load_model
+
+        path = resolve_local_path(parse_model_spec(self.spec).model or None)
+        self._base, self._tok = load_model(path, device=self.cfg.device)
+        self.base_model = str(path)
+
+    def __call__(self, method: str, data: WeightData, out_dir: Path) -> TrainedAdapter:
+        from selftaught.models.local import LocalModel
+        from selftaught.weights.config import BackendConfig, SFTTrainConfig
+        from selftaught.weights.sft import merged, prepare_trainable, save_atomic
+
+        self._load()
+        cfg = self.cfg
+        rows = len(data.sft) if method == "sft" else len(data.pairs)
+        train_cfg = SFTTrainConfig(
+            epochs=cfg.epochs,
+            learning_rate=cfg.learning_rate,
+            batch_size=max(1, min(cfg.batch_size, rows)),
+            max_length=cfg.max_length,
+            max_steps=cfg.max_steps,
+            max_seconds=cfg.max_seconds,
+        )
+        backend = BackendConfig(lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, device=cfg.device)
+        model = prepare_trainable(copy.deepcopy(self._base), backend)
+        # the trainers print their logs; a night's stdout is the CLI's (its report, --json)
+        with contextlib.redirect_stdout(sys.stderr):
+            stats = self._train(method, model, data, train_cfg)
+        save_atomic(model, out_dir)  # adapter_config.json + adapter_model.safetensors
+        served = LocalModel.from_pretrained_model(
+            merged(model).eval(), self._tok, name=f"local:night-{method}-adapter"
+        )
+        return TrainedAdapter(method, out_dir, served, stats, self.base_model)
+
+    def _train(self, method: str, model: Any, data: WeightData, train_cfg: Any) -> dict[str, Any]:
+        from selftaught.weights.dpo import dpo_train
+        from selftaught.weights.sft import sft_train
+
+        cfg = self.cfg
+        if method == "sft":
+            return sft_train(
+                model, self._tok, data.sft, train_cfg, backend="lora", seed=cfg.seed, progress=False
+            )
+        return dpo_train(
+            model,
+            self._tok,
+            data.pairs,
+            train_cfg,
+            beta=cfg.dpo_beta,
+            learning_rate=cfg.dpo_learning_rate,
+            seed=cfg.seed,
+        )
+
+
+# ---- the gate's choice ---------------------------------------------------------------------
+
+
+@dataclass
+class WeightChoice:
+    """Every candidate's val and gate result, the winner and why."""
+
+    winner: str
+    why: str
+    candidates: dict[str, dict[str, Any]]
+    gates: dict[str, dict[str, Any]]
+    scores: dict[str, dict[str, Any]]  # raw per-task [hard, soft] (for the paired count)
+    data: dict[str, Any]
+    trained: dict[str, dict[str, Any]]
+    adapter: TrainedAdapter | None = None
+    train_items: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def with_text(self) -> bool:
+        return self.winner == "text" or self.winner.endswith("+text")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "winner": self.winner,
+            "why": self.why,
+            "candidates": self.candidates,
+            "gates": self.gates,
+            "data": self.data,
+            "trained": self.trained,
+            "train_items": self.train_items,
+            "notes": self.notes,
+        }
+
+    def paired(self) -> dict[str, Any]:
+        """Per val task, the winner against the adopted version."""
+        before, after = self.scores.get("current", {}), self.scores.get(self.winner, {})
+        wins = sum(1 for k, v in after.items() if v and before.get(k) and v[0] > before[k][0])
+        losses = sum(1 for k, v in after.items() if v and before.get(k) and v[0] < before[k][0])
+        p = round(sign_test_pvalue(wins, losses), 6)
+        return {"wins": wins, "losses": losses, "sign_test_p": p}
+
+
+def _why(winner: str, gates: dict[str, dict[str, Any]], candidates: dict[str, Any]) -> str:
+    val = {m: f"{c['hard']:.3f}" for m, c in candidates.items()}
+    if winner == "current":
+        if not gates:
+            return "no candidate to compare with the adopted version"
+        best = max(gates, key=lambda m: gates[m]["gain_vs_best"])
+        return (
+            f"no candidate passed the gate against the adopted version (val {val['current']}); "
+            f"the closest, {best} (val {val[best]}): {gates[best]['reason']}"
+        )
+    g = gates.get(winner) or {}
+    passed = [m for m, r in gates.items() if r["decision"] == "accept_new_best" and m != winner]
+    others = f"; {', '.join(passed)} also passed with less gain" if passed else ""
+    return (
+        f"{winner} won: val {val['current']} → {val[winner]} "
+        f"({g.get('gain_vs_best', 0):+g} net val items vs the adopted version; "
+        f"{g.get('reason', 'gate off: the best val mean')}){others}"
+    )
+
+
+def _tracked(model: ChatModel, evidence: EvidenceLog, ledger: UsageLedger) -> ChatModel:
+    return TrackedModel(EvidenceModel(model, evidence, "target"), ledger, "target")
+
+
+def _close(model: ChatModel) -> None:
+    close = getattr(model, "close", None)
+    if callable(close):
+        close()
+
+
+@dataclass
+class NightText:
+    """The adopted documents and the night's text proposal (equal when it proposed none)."""
+
+    adopted: Adopted
+    skill: str
+    memory: str
+
+    @property
+    def changed(self) -> bool:
+        return self.skill.strip() != self.adopted.skill.strip() or (
+            self.memory.strip() != self.adopted.memory.strip()
+        )
+
+
+def _methods(mode: str, data: WeightData, cfg: WeightNightConfig) -> tuple[list[str], list[str]]:
+    """(methods to train, why others were not)."""
+    want = {"sft": ["sft"], "dpo": ["dpo"], "auto": ["sft", "dpo"]}[mode]
+    need = {"sft": len(data.sft), "dpo": len(data.pairs)}
+    least = {"sft": cfg.batch_size, "dpo": cfg.batch_size}
+    go, notes = [], []
+    for m in want:
+        if need[m] >= least[m]:
+            go.append(m)
+        else:
+            what = "training samples" if m == "sft" else "preference pairs"
+            notes.append(f"{m} not trained: {need[m]} {what}, fewer than one batch ({least[m]})")
+    return go, notes
+
+
+def train_adapters(
+    mode: str,
+    data: WeightData,
+    cfg: WeightNightConfig,
+    trainer: AdapterTrainer,
+    weights_dir: Path,
+) -> tuple[dict[str, TrainedAdapter], dict[str, dict[str, Any]], list[str]]:
+    """Each method's adapter (a failed one is a note, never a candidate)."""
+    methods, notes = _methods(mode, data, cfg)
+    adapters: dict[str, TrainedAdapter] = {}
+    trained: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        t0 = time.perf_counter()
+        try:
+            adapters[m] = trainer(m, data, weights_dir / m / ADAPTER_DIR)
+        except (ConfigError, ValueError, RuntimeError, ImportError) as err:
+            notes.append(f"{m} adapter not trained: {type(err).__name__}: {err}")
+            continue
+        trained[m] = {**adapters[m].stats, "seconds": round(time.perf_counter() - t0, 2)}
+    return adapters, trained, notes
+
+
+def choose(
+    training: SkillOptConfig,
+    task: NightTask,
+    base: ChatModel,
+    text: NightText,
+    adapters: dict[str, TrainedAdapter],
+    night_dir: Path,
+    evidence: EvidenceLog,
+    ledger: UsageLedger,
+) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Score every candidate on the same val tasks and let the gate choose:
+    (winner, summaries, gate results, raw scores)."""
+    adopted = text.adopted
+    memory_run = night_dir / "memory"
+    text_run = memory_run if (memory_run / "val_cache.json").exists() else night_dir
+    runs: dict[str, tuple[ChatModel, str, str, Path]] = {
+        "current": (base, adopted.skill, adopted.memory, night_dir)
+    }
+    if text.changed:
+        runs["text"] = (base, text.skill, text.memory, text_run)
+    for m, a in adapters.items():
+        model = _tracked(a.model, evidence, ledger)
+        runs[m] = (model, adopted.skill, adopted.memory, night_dir / "weights" / m)
+        if text.changed:
+            runs[f"{m}+text"] = (model, text.skill, text.memory, night_dir / "weights" / m)
+    raw: dict[str, dict[str, Any]] = {}
+    metrics: dict[str, ValScores] = {}
+    summaries: dict[str, dict[str, Any]] = {}
+    for name, (model, skill, memory, run) in runs.items():
+        run.mkdir(parents=True, exist_ok=True)
+        scorer = _Scorer(training, task, model, memory, run)
+        raw[name] = scorer.scores(skill)
+        metrics[name] = scorer.metric(raw[name])
+        summaries[name] = {
+            k: v for k, v in _summary(raw[name], skill).items() if k not in ("demos", "retrieve")
+        }
+    winner, gates = _decide(metrics, "current", training)
+    return winner, summaries, gates, raw
+
+
+def weight_candidates(
+    mode: str,
+    cfg: WeightNightConfig,
+    training: SkillOptConfig,
+    task: NightTask,
+    train_tasks: list[MinedTask],
+    target: ChatModel,
+    trainer: AdapterTrainer,
+    text: NightText,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    ledger: UsageLedger,
+    console: Console,
+) -> tuple[WeightChoice | None, list[str]]:
+    """Build the data, train the adapters, let the gate choose. None (with notes) when no
+    adapter could be trained: the night then stays text-only, as without weights."""
+    base = _tracked(target, evidence, ledger)
+    try:
+        data = build_data(task, train_tasks, base, text.adopted, cfg, training)
+    except (BudgetExhausted, BackendError) as err:
+        return None, [f"weights not trained: replaying the train tasks failed ({err})"]
+    assert_train_only(data, task)  # fails the night closed
+    console.print(
+        f"weights: {data.stats['corrections']} corrections, {data.stats['elite']} elite "
+        f"replays, {data.stats['preference_pairs']} preference pairs"
+    )
+    weights_dir = night_dir / "weights"
+    adapters, trained, notes = train_adapters(mode, data, cfg, trainer, weights_dir)
+    if not adapters:
+        return None, [f"weights: {n}" for n in notes] or ["weights: no adapter was trained"]
+    try:
+        winner, summaries, gates, raw = choose(
+            training, task, base, text, adapters, night_dir, evidence, ledger
+        )
+    except BudgetExhausted as err:
+        for a in adapters.values():
+            _close(a.model)
+        return None, [*notes, f"weights not compared: the budget ran out ({err})"]
+    choice = WeightChoice(
+        winner=winner,
+        why=_why(winner, gates, summaries),
+        candidates=summaries,
+        gates=gates,
+        scores=raw,
+        data=data.stats,
+        trained=trained,
+        train_items=data.train_items(),
+        notes=notes,
+    )
+    for m, a in adapters.items():
+        if winner.split("+")[0] == m:
+            choice.adapter = a
+        _close(a.model)
+    return choice, []
+
+
+def stage_adapter(choice: WeightChoice, night_dir: Path, base_spec: str) -> dict[str, Any]:
+    """Move the winning adapter to `<night>/adapter/` (peft's save_pretrained layout) and
+    return its metadata for the staged proposal; the losers' adapters are deleted."""
+    assert choice.adapter is not None
+    dest = night_dir / ADAPTER_DIR
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(choice.adapter.adapter_dir, dest)
+    discard_adapters(night_dir)
+    return {
+        "dir": ADAPTER_DIR,
+        "method": choice.adapter.method,
+        "base_model": base_spec,
+        "base_model_path": choice.adapter.base_model or base_spec,
+        "files": sorted(p.name for p in dest.iterdir()),
+        "train_items": choice.train_items,
+        "data": choice.data,
+        "training": choice.trained.get(choice.adapter.method),
+        "val": choice.candidates[choice.winner],
+        "with_text": choice.with_text,
+    }
+
+
+def discard_adapters(night_dir: Path) -> None:
+    """No adapter won: the trained ones are deleted (their metrics stay in the report)."""
+    for folder in (night_dir / "weights").glob(f"*/{ADAPTER_DIR}"):
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,363 @@
+"""Weight nights: a night trains an adapter on its train tasks and one gate picks text, weights
+or both on the same val tasks. Scripted models and a scripted adapter trainer (the adapter's
+replies are scripted) for the choice; one slow real-model night on the embedded model."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from selftaught.sleep.cycle import SleepConfig, run_night
+from selftaught.sleep.mine import MinedTask
+from selftaught.sleep.split import NightTask, SplitOverlap
+from selftaught.sleep.weight_night import (
+    TrainedAdapter,
+    WeightData,
+    WeightNightConfig,
+    assert_train_only,
+)
+from selftaught.weights.sampling import Sample
+from tests.scripted import (
+    ScriptedModel,
+    append,
+    canned_analyst,
+    edits_json,
+    rule_answer,
+    system_of,
+    user_of,
+)
+from tests.test_sleep_cycle import config, fill_log, models
+
+_NEEDS = re.compile(r"\[needs (\w+)\] What is (\d+) \+ (\d+)\?")
+
+
+def _question(messages: list[dict]) -> tuple[str, int]:
+    rule, a, b = _NEEDS.findall(user_of(messages))[-1]
+    return rule, int(a) + int(b)
+
+
+def always_right(messages: list[dict]) -> str:
+    return f"Answer: {_question(messages)[1]}"
+
+
+def knows_beta(messages: list[dict]) -> str:
+    """An adapter that learned the beta tasks; alpha still needs the rule in the prompt."""
+    rule, total = _question(messages)
+    ok = rule == "beta" or f"rule {rule}" in system_of(messages)
+    return f"Answer: {total if ok else total + 1}"
+
+
+class FakeTrainer:
+    """Writes an adapter folder as peft would and serves `replies[method]` as the adapter."""
+
+    def __init__(self, **replies):
+        self.replies = replies
+        self.calls: list[tuple[str, WeightData]] = []
+
+    def __call__(self, method: str, data: WeightData, out_dir: Path) -> TrainedAdapter:
+        self.calls.append((method, data))
+        out_dir.mkdir(parents=True)
+        (out_dir / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+        (out_dir / "adapter_model.safetensors").write_bytes(b"scripted")
+        model = ScriptedModel(self.replies[method], f"adapter-{method}")
+        return TrainedAdapter(method, out_dir, model, {"steps": 3, "loss_first": 2.0}, "base")
+
+
+def weight_config(home: Path, weights: str = "sft", **kw) -> SleepConfig:
+    return config(home, documents=("skill",), weights=weights, **kw)
+
+
+def splits(night) -> dict[str, set[str]]:
+    rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
+    out: dict[str, set[str]] = {}
+    for r in rows:
+        out.setdefault(r["split"], set()).add(r["id"])
+    return out
+
+
+RULE_ALPHA = canned_analyst(failure=edits_json(append("rule alpha")))
+MIXED = ["alpha"] * 12 + ["beta"] * 12
+
+
+def test_weights_win_when_only_the_adapter_helps(tmp_path):
+    fill_log(tmp_path, MIXED)
+    trainer = FakeTrainer(sft=always_right)
+    m = models(analyst=canned_analyst())  # the analyst proposes nothing
+    m.adapter_trainer = trainer
+    (night,) = run_night(weight_config(tmp_path), models=m)
+    assert night.status == "staged", night.report["reason"]
+    report, d = night.report, night.night_dir
+    proposal = report["proposal"]
+    assert proposal["candidate"] == report["weights"]["winner"] == "sft"
+    assert not proposal["skill_changed"] and (d / "proposal" / "skill.md").read_text() == ""
+    assert sorted(p.name for p in (d / "adapter").iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    assert not (d / "weights" / "sft" / "adapter").exists()  # moved, not copied
+    meta = proposal["adapter"]
+    assert meta["dir"] == "adapter" and meta["method"] == "sft"
+    assert meta["base_model"] == "scripted-target" and meta["val"]["hard"] == 1.0
+    split = splits(night)
+    assert set(meta["train_items"]) == split["train"]  # every corrected train task, no other
+    assert not set(meta["train_items"]) & split["val"]
+    ((method, data),) = trainer.calls
+    assert data.stats["corrections"] == len(split["train"]) and data.stats["elite"] == 0
+    assert {s.target for s in data.sft} == {str(t) for t in _references(night, "train")}
+    cands = report["weights"]["candidates"]
+    assert set(cands) == {"current", "sft"}  # no text proposal: no text candidates
+    assert cands["current"]["n"] == cands["sft"]["n"] == len(split["val"])
+    assert all(len(c["hard_ci95"]) == 2 for c in cands.values())
+    assert report["weights"]["gates"]["sft"]["decision"] == "accept_new_best"
+    assert "sft won" in report["weights"]["why"]
+    md = (d / "report.md").read_text()
+    assert "## Text or weights" in md and "Winner: **sft**" in md and "### adapter (sft)" in md
+    assert "| current |" in md and "| sft |" in md
+
+
+def _references(night, split: str) -> list[str]:
+    rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
+    return [r["reference"] for r in rows if r["split"] == split]
+
+
+def test_text_wins_when_the_adapter_does_not_help(tmp_path):
+    fill_log(tmp_path, ["alpha"] * 12)
+    m = models(analyst=RULE_ALPHA)
+    m.adapter_trainer = FakeTrainer(sft=rule_answer)  # the adapter changed nothing
+    (night,) = run_night(weight_config(tmp_path), models=m)
+    assert night.status == "staged", night.report["reason"]
+    w = night.report["weights"]
+    assert set(w["candidates"]) == {"current", "text", "sft", "sft+text"}
+    assert w["winner"] == "text" and night.report["proposal"]["candidate"] == "text"
+    # sft+text scores as text does: the tie goes to the simpler candidate
+    assert w["candidates"]["sft+text"]["hard"] == w["candidates"]["text"]["hard"] == 1.0
+    assert w["gates"]["sft"]["decision"] != "accept_new_best"  # a tie with the adopted one
+    assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
+    assert "adapter" not in night.report["proposal"]
+    assert not (night.night_dir / "adapter").exists()
+    assert not list((night.night_dir / "weights").glob("*/adapter"))  # losers deleted
+
+
+def test_both_win_when_text_and_adapter_each_fix_their_own_tasks(tmp_path):
+    fill_log(tmp_path, MIXED)
+    m = models(analyst=RULE_ALPHA)
+    m.adapter_trainer = FakeTrainer(sft=knows_beta)
+    (night,) = run_night(weight_config(tmp_path), models=m)
+    val = [r for r in _rows(night) if r["split"] == "val"]
+    rules = [_NEEDS.search(r["prompt"]).group(1) for r in val]
+    assert rules.count("alpha") >= 2 and rules.count("beta") >= 2  # the fixture's premise
+    assert night.status == "staged", night.report["reason"]
+    w = night.report["weights"]
+    assert w["winner"] == "sft+text", w["why"]
+    c = w["candidates"]
+    assert c["sft+text"]["hard"] == 1.0 > max(c["text"]["hard"], c["sft"]["hard"])
+    assert w["gates"]["text"]["decision"] == w["gates"]["sft"]["decision"] == "accept_new_best"
+    assert "also passed with less gain" in w["why"]
+    proposal = night.report["proposal"]
+    assert proposal["skill_changed"] and proposal["adapter"]["with_text"]
+    assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
+    assert (night.night_dir / "adapter" / "adapter_config.json").is_file()
+    assert proposal["paired"]["wins"] == len(val) and proposal["paired"]["losses"] == 0
+
+
+def _rows(night) -> list[dict]:
+    rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["prompt"] = r["prompt_head"]
+    return rows
+
+
+def test_the_gate_keeps_the_adopted_version_when_no_candidate_passes(tmp_path):
+    fill_log(tmp_path, MIXED)
+    m = models(analyst=canned_analyst())
+    m.adapter_trainer = FakeTrainer(sft=rule_answer)
+    (night,) = run_night(weight_config(tmp_path), models=m)
+    assert night.status == "no_proposal"
+    assert "the gate kept the adopted version" in night.report["reason"]
+    assert "no candidate passed the gate" in night.report["weights"]["why"]
+    assert "proposal" not in night.report and not (night.night_dir / "adapter").exists()
+
+
+def test_auto_also_trains_dpo_on_rejected_replies_and_their_corrections(tmp_path):
+    fill_log(tmp_path, MIXED)
+    trainer = FakeTrainer(sft=rule_answer, dpo=always_right)
+    m = models(analyst=canned_analyst())
+    m.adapter_trainer = trainer
+    (night,) = run_night(weight_config(tmp_path, "auto"), models=m)
+    assert [c[0] for c in trainer.calls] == ["sft", "dpo"]
+    data = trainer.calls[1][1]
+    train = splits(night)["train"]
+    assert len(data.pairs) == len(train) and {p.example_id for p in data.pairs} == train
+    for p in data.pairs:  # the user's correction over the reply the user rejected
+        _, total = _question(p.prompt)
+        assert p.chosen == str(total) and p.rejected == f"Answer: {total + 1}"
+    assert night.report["weights"]["winner"] == "dpo" and night.status == "staged"
+    assert night.report["proposal"]["adapter"]["method"] == "dpo"
+
+
+def test_weights_off_never_trains_and_reports_as_before(tmp_path):
+    fill_log(tmp_path, ["alpha"] * 12)
+    trainer = FakeTrainer(sft=always_right)
+    m = models(analyst=RULE_ALPHA)
+    m.adapter_trainer = trainer
+    (night,) = run_night(weight_config(tmp_path, "off"), models=m)
+    assert trainer.calls == [] and "weights" not in night.report
+    assert night.status == "staged" and "candidate" not in night.report["proposal"]
+    assert "weights" not in night.report["training"]
+
+
+def test_a_remote_or_scripted_target_without_a_trainer_stays_text_only(tmp_path):
+    fill_log(tmp_path, ["alpha"] * 12)
+    (night,) = run_night(weight_config(tmp_path), models=models(analyst=RULE_ALPHA))
+    assert night.status == "staged" and "weights" not in night.report
+    assert any("is not a local model" in n for n in night.report["notes"])
+
+
+def test_too_little_data_for_one_batch_stays_text_only_and_says_why(tmp_path):
+    fill_log(tmp_path, ["alpha"] * 12)
+    m = models(analyst=RULE_ALPHA)
+    m.adapter_trainer = FakeTrainer(sft=always_right)
+    cfg = weight_config(tmp_path, weight_training=WeightNightConfig(batch_size=64))
+    (night,) = run_night(cfg, models=m)
+    assert m.adapter_trainer.calls == [] and night.status == "staged"
+    assert any("fewer than one batch (64)" in n for n in night.report["notes"])
+
+
+def _task(tid: str, a: int, b: int) -> MinedTask:
+    msgs = [{"role": "user", "content": f"[needs alpha] What is {a} + {b}?"}]
+    return MinedTask(tid, msgs, reference=str(a + b), state={"demo_source": "correction"})
+
+
+def test_weight_training_refuses_val_items_and_near_copies_of_them():
+    train, val = _task("t1", 1, 3), _task("v1", 5, 9)
+    task = NightTask("p", {"train": [train], "val": [val], "test": []})
+
+    def sample(tid: str, msgs: list) -> Sample:
+        return Sample(tid, msgs, msgs, "x", "x", 1.0, 1.0)
+
+    assert_train_only(WeightData(sft=[sample("t1", train.messages)]), task)  # clean
+    with pytest.raises(SplitOverlap, match="not train tasks"):
+        assert_train_only(WeightData(sft=[sample("v1", val.messages)]), task)
+    copy = _task("t2", 5, 9)  # a train task that nearly duplicates the val one
+    copy.messages[0]["content"] += " Thanks!"
+    leaky = NightTask("p", {"train": [train, copy], "val": [val], "test": []})
+    with pytest.raises(SplitOverlap, match="held-out"):
+        assert_train_only(WeightData(sft=[sample("t2", copy.messages)]), leaky)
+
+
+def test_bad_weight_settings_are_refused_in_one_sentence(tmp_path):
+    with pytest.raises(ValueError, match="weights must be one of off, sft, dpo, auto"):
+        SleepConfig(home=tmp_path, weights="lora")
+    with pytest.raises(ValueError, match="max_steps"):
+        WeightNightConfig(max_steps=0)
+
+
+def test_the_cli_refuses_an_unknown_weights_mode_in_one_sentence(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path))
+    monkeypatch.setenv("SELFTAUGHT_LOG", str(tmp_path / "log.db"))
+    result = CliRunner().invoke(app, ["sleep", "run", "--model", "local", "--weights", "lora"])
+    assert result.exit_code == 2
+    assert "weights must be one of off, sft, dpo, auto" in " ".join(result.output.split())
+
+
+# ---- the embedded model -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def one_thread():
+    """Training on 2 shared cores: one torch thread is ~5x faster than two spinning ones."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow  # the embedded model replays ~50 short requests; ~40 s of training
+def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
+    """24 requests whose replies the user corrected to the house style "N km"; a night with the
+    embedded model as target and weights "sft": a real peft adapter trained within a 12-step
+    cap, scored on the same val as the adopted version, and staged (the folder peft loads back
+    onto the base model) or refused by the gate."""
+    pytest.importorskip("trl")
+    from peft import PeftConfig, PeftModel
+
+    from selftaught.models import load_model
+    from selftaught.models.embedded import EmbeddedModelMissing, embedded_model_dir
+    from selftaught.skill.config import SkillOptConfig
+    from selftaught.sleep.cycle import NightModels
+    from selftaught.sleep.log import Feedback, Interaction, TaskLog
+    from selftaught.sleep.weight_night import LocalAdapterTrainer
+    from selftaught.weights.sft import load_model as load_causal_lm
+
+    try:
+        embedded_model_dir()
+    except EmbeddedModelMissing as err:
+        pytest.skip(f"embedded model unavailable: {err}")
+    log = TaskLog(tmp_path / "log.db")
+    for i in range(24):
+        a, b = i % 5 + 1, (3 * i) % 4 + 1
+        ask = f"A runner ran {a} km in the morning and {b} km in the evening (day {i + 1}). "
+        log.add(
+            Interaction(
+                messages=[{"role": "user", "content": ask + "How far did she run that day?"}],
+                reply=f"She ran a total of {a + b} kilometers that day.",
+                project="demo",
+                source="proxy",
+                feedback=Feedback(thumb="down", reference=f"{a + b} km"),
+            )
+        )
+    log.close()
+    target = load_model("local")
+    caps = WeightNightConfig(max_steps=12, max_seconds=120, max_length=256)
+    seen: list[dict] = []
+
+    class Spy(LocalAdapterTrainer):
+        def __call__(self, method, data, out_dir):
+            adapter = super().__call__(method, data, out_dir)
+            files = {p.name for p in out_dir.iterdir()}
+            seen.append(
+                {"method": method, "files": files, "peft": PeftConfig.from_pretrained(out_dir)}
+            )
+            return adapter
+
+    models = NightModels(target, "local", canned_analyst(), "local")
+    models.adapter_trainer = Spy("local", caps, target)
+    config = SleepConfig(
+        home=tmp_path,
+        log_path=tmp_path / "log.db",
+        documents=("skill",),
+        training=SkillOptConfig(epochs=1, batch_size=8, max_tokens=24, concurrency=4, demos_max=0),
+        weights="sft",
+        weight_training=caps,
+    )
+    (night,) = run_night(config, models=models)
+    assert night.status in ("staged", "no_proposal"), night.report["reason"]
+    w, report = night.report["weights"], night.report
+    assert [s["method"] for s in seen] == ["sft"]
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= seen[0]["files"]
+    assert seen[0]["peft"].peft_type == "LORA" and seen[0]["peft"].r == 8
+    t = w["trained"]["sft"]
+    assert 1 <= t["steps"] <= 12 and t["loss_last"] < t["loss_first"]
+    assert w["data"]["corrections"] == report["splits"]["train"]
+    assert set(w["candidates"]) == {"current", "sft"}  # the analyst proposed no text
+    for c in w["candidates"].values():
+        assert c["n"] == report["splits"]["val"]
+        assert c["hard_ci95"][0] <= c["hard"] <= c["hard_ci95"][1]
+    held_out = {r["id"] for r in _rows(night) if r["split"] != "train"}
+    assert held_out and set(w["train_items"]).isdisjoint(held_out)
+    staged = night.night_dir / "adapter"
+    if w["winner"] == "sft":
+        assert night.status == "staged" and report["proposal"]["adapter"]["base_model"] == "local"
+        base, _ = load_causal_lm(embedded_model_dir())
+        assert isinstance(PeftModel.from_pretrained(base, str(staged)), PeftModel)
+    else:
+        assert not staged.exists() and "gate kept the adopted version" in report["reason"]
+    assert "## Text or weights" in (night.night_dir / "report.md").read_text()
