@@ -232,10 +232,10 @@ class CrashingScorerTask(EchoTask):
 
 
 def test_a_crashing_scorer_is_an_error_not_a_zero_and_the_batch_goes_on():
-    from selftaught.evaluation import evaluate
+    from selftaught.evaluation import evaluate_split
 
     task = CrashingScorerTask()
-    result = evaluate(task, Scripted(), Policy(), rollout=RolloutConfig(progress=False))
+    result = evaluate_split(task, Scripted(), Policy(), rollout=RolloutConfig(progress=False))
     crashed = result.rollouts[2]
     assert crashed.score is None and crashed.error_source == "scorer"
     assert "KeyError" in crashed.error and "e2" in crashed.error

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from selftaught import cli
 from selftaught.cli import app
-from selftaught.sleep import staging
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.lock import night_lock
-from selftaught.sleep.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.paths import read_adopted
 from tests.fake_upstream import FakeUpstream
 from tests.scripted import append, canned_analyst, edits_json, prompt_kind, rule_answer

@@ -82,7 +82,7 @@ def evaluate(
     Every call is charged to a ledger (target and judge) and reported in `result.usage`.
     With `output`, the per-example rollouts go to that JSONL file and the summary beside it
     (`<output>.summary.json`)."""
-    from selftaught.evaluation import evaluate as run_evaluation
+    from selftaught.evaluation import evaluate_split
     from selftaught.policy import Policy
 
     ledger = UsageLedger()
@@ -91,7 +91,7 @@ def evaluate(
         judge = TrackedModel(resolve_model(judge_model, model_options), ledger, "judge")
     the_task = resolve_task(task, task_options, judge=judge)
     target = TrackedModel(resolve_model(model, model_options), ledger, "target")
-    result = run_evaluation(
+    result = evaluate_split(
         the_task,
         target,
         Policy(skill, memory),

@@ -402,7 +402,7 @@ def sleep_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from selftaught.sleep.log import LogError
+        from selftaught.sleep.intake.log import LogError
 
         try:
             return fn(*args, **kwargs)
@@ -439,7 +439,7 @@ def proxy_cmd(
     """OpenAI-compatible proxy: injects the adopted skill, logs every exchange (redacted)."""
     from selftaught.http_guard import strip_credentials
     from selftaught.serve import check_host
-    from selftaught.sleep.proxy import ProxyConfig, run_proxy
+    from selftaught.sleep.intake.proxy import ProxyConfig, run_proxy
 
     try:
         check_host(host, allow_remote)
@@ -487,7 +487,7 @@ def sleep_log_cmd(
     ] = None,
 ) -> None:
     """List, filter or export the task log."""
-    from selftaught.sleep.log import LogFilter, TaskLog, parse_time
+    from selftaught.sleep.intake.log import LogFilter, TaskLog, parse_time
 
     flt = LogFilter(
         project=project,
@@ -552,8 +552,8 @@ def sleep_import_cmd(
     log: LogOpt = None,
 ) -> None:
     """Import interactions from a JSONL file (all lines or none)."""
-    from selftaught.sleep.harvest.import_jsonl import import_file
-    from selftaught.sleep.log import TaskLog
+    from selftaught.sleep.intake.harvest.import_jsonl import import_file
+    from selftaught.sleep.intake.log import TaskLog
 
     result = import_file(file, TaskLog(log), project)
     formats = ", ".join(f"{n} {fmt}" for fmt, n in result.formats.items())
@@ -580,7 +580,7 @@ def sleep_feedback_cmd(
     log: LogOpt = None,
 ) -> None:
     """Attach feedback to a logged interaction."""
-    from selftaught.sleep.log import Feedback, TaskLog
+    from selftaught.sleep.intake.log import Feedback, TaskLog
 
     fb = Feedback(thumb=thumbs, score=score, reference=reference, comment=comment)  # type: ignore[arg-type]
     out.print(f"feedback attached to {TaskLog(log).add_feedback(interaction_id, fb)}")
@@ -606,8 +606,8 @@ def sleep_harvest_cmd(
     log: LogOpt = None,
 ) -> None:
     """Harvest coding-agent transcripts (Claude Code, Codex) into the log as private rows."""
-    from selftaught.sleep.harvest import HarvestConfig, harvest, resolve_sources
-    from selftaught.sleep.log import TaskLog, parse_time
+    from selftaught.sleep.intake.harvest import HarvestConfig, harvest, resolve_sources
+    from selftaught.sleep.intake.log import TaskLog, parse_time
 
     config = HarvestConfig(
         since=parse_time(since) if since else None,
@@ -720,12 +720,12 @@ def sleep_run_cmd(
 ) -> None:
     """One night: harvest the log → mine tasks → split → consolidate skill, then memory → stage
     a proposal (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
-    from selftaught.sleep.cycle import SleepConfig, run_night
-    from selftaught.sleep.demo_modes import DemoModeConfig
+    from selftaught.sleep.intake.log import parse_time
     from selftaught.sleep.lock import NightRunning
-    from selftaught.sleep.log import parse_time
-    from selftaught.sleep.night_report import print_outcomes
-    from selftaught.sleep.split import SplitConfig
+    from selftaught.sleep.night.cycle import SleepConfig, run_night
+    from selftaught.sleep.night.demo_modes import DemoModeConfig
+    from selftaught.sleep.night.split import SplitConfig
+    from selftaught.sleep.night.summary import print_outcomes
 
     if gate not in ("on", "off"):
         raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
@@ -807,7 +807,7 @@ def sleep_adopt_cmd(
     target_skill_path: TargetSkillOpt = None,
 ) -> None:
     """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
-    from selftaught.sleep.staging import adopt
+    from selftaught.sleep.adoption.staging import adopt
 
     done = adopt(project, night, force=force, target_paths=tuple(target_skill_path or ()))
     out.print(
@@ -826,7 +826,7 @@ def sleep_rollback_cmd(
     target_skill_path: TargetSkillOpt = None,
 ) -> None:
     """Return to an earlier adopted version (0: nothing adopted)."""
-    from selftaught.sleep.staging import rollback
+    from selftaught.sleep.adoption.staging import rollback
 
     done = rollback(project, version, target_paths=tuple(target_skill_path or ()))
     out.print(f"{project}: version {done.version} is adopted again (was {done.previous})")
@@ -836,7 +836,7 @@ def sleep_rollback_cmd(
 @sleep_errors
 def sleep_history_cmd(project: AdoptProjectOpt = "default") -> None:
     """Adopted versions with their val scores, and the project's nights."""
-    from selftaught.sleep.night_report import history_tables
+    from selftaught.sleep.night.summary import history_tables
 
     for table in history_tables(project):
         out.print(table)
@@ -846,7 +846,7 @@ def sleep_history_cmd(project: AdoptProjectOpt = "default") -> None:
 @sleep_errors
 def sleep_status_cmd(project: NightProjectOpt = None) -> None:
     """The last night, a staged proposal, the adopted version, a running night, the schedule."""
-    from selftaught.sleep.night_report import status_lines
+    from selftaught.sleep.night.summary import status_lines
 
     for line in status_lines(project):
         out.print(line, soft_wrap=True, markup=False)
@@ -862,8 +862,8 @@ def sleep_schedule_cmd(
     project: NightProjectOpt = None,
 ) -> None:
     """Run `sleep run` every night from your crontab; options after --at go to `sleep run`."""
+    from selftaught.sleep.cron import schedule
     from selftaught.sleep.paths import sleep_home
-    from selftaught.sleep.schedule import schedule
 
     sleep_run_cmd_click = typer.main.get_command(sleep_app).commands["run"]  # type: ignore[attr-defined]
     sleep_run_cmd_click.make_context("run", list(ctx.args), resilient_parsing=False)
@@ -878,7 +878,7 @@ def sleep_unschedule_cmd(
     every: Annotated[bool, typer.Option("--all", help="Every selftaught line.")] = False,
 ) -> None:
     """Remove the nightly line from your crontab."""
-    from selftaught.sleep.schedule import unschedule
+    from selftaught.sleep.cron import unschedule
 
     out.print(f"removed {unschedule(project, every)} scheduled night(s)")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from selftaught.report.html import Html, page
-from selftaught.report.runs import ReportError, RestRun, Run, SkillRun, detect_kind, load_run
+from selftaught.report.readers import ReportError, RestRun, Run, SkillRun, detect_kind, load_run
 from selftaught.report.skill_page import skill_page
 from selftaught.report.train_pages import rest_page, rl_page
 from selftaught.runs import atomic_write_text

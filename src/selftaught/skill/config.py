@@ -11,7 +11,7 @@ from typing import Any
 from selftaught.demos import PLACEMENTS
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
-from selftaught.skill.schedule import SCHEDULES
+from selftaught.skill.budget_schedule import SCHEDULES
 
 # On a 30-item val set the margin alone let noise through: simulated runs whose edits were
 # mostly harmful shipped a true regression 25% of the time with it, 10% with this test, while

@@ -41,13 +41,13 @@ from selftaught.runs import (
     write_jsonl,
 )
 from selftaught.skill.aggregate import Aggregation, aggregate
+from selftaught.skill.budget_schedule import edit_budget
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import DemoPool, bootstrapped, from_references, propose_sets
 from selftaught.skill.document import Edit, EditReport, apply_edits
 from selftaught.skill.guard import EditGuard
 from selftaught.skill.pool import Member, merge_pair, pick_parent
 from selftaught.skill.reflect import Analyst, AnalystCall, DocumentKind
-from selftaught.skill.schedule import edit_budget
 from selftaught.skill.select import Selection, select_edits
 from selftaught.stats import mean_interval, sign_test_pvalue, wilson_interval
 from selftaught.tasks.base import Example, Task, check_disjoint

@@ -28,7 +28,7 @@ from typing import Any
 
 from rich.console import Console
 
-from selftaught.evaluation import EvalResult, evaluate
+from selftaught.evaluation import EvalResult, evaluate_split
 from selftaught.gate import gate
 from selftaught.models.base import Completion, GenerationParams
 from selftaught.models.usage import UsageLedger
@@ -38,7 +38,7 @@ from selftaught.runs import RunDir, atomic_write_json
 from selftaught.tasks.base import Example, Task, check_disjoint
 from selftaught.tasks.episode import is_tool_task
 from selftaught.weights.config import ConfigError, RLConfig, task_gate
-from selftaught.weights.sft import load_model, merged, on_cpu, prepare_trainable, save_atomic
+from selftaught.weights.sft import load_causal_lm, merged, on_cpu, prepare_trainable, save_atomic
 
 # TRL log keys → our history names
 _METRICS = {
@@ -363,7 +363,7 @@ class RLTrainer:
 
         chat = LocalModel.from_pretrained_model(model, tok, name=f"local:{name}")
         try:
-            return evaluate(
+            return evaluate_split(
                 self.task,
                 chat,
                 self.policy,
@@ -463,7 +463,7 @@ class RLTrainer:
             self.run.check_or_write_config(self.run_config())
         state = self.run.load_state() or {}
         path = resolve_local_path(str(self.model_path) if self.model_path else None)
-        model, tok = load_model(path, device=self.config.backend.device)
+        model, tok = load_causal_lm(path, device=self.config.backend.device)
         model.eval()
         if main and "base_val" not in state:
             base_val = self._eval(model, tok, "val", "start")
@@ -587,7 +587,7 @@ class RLTrainer:
             self.console.print(
                 f"[yellow]the gate kept the start model ({result.reason}): it is shipped[/]"
             )
-            base_model, _ = load_model(path, device=self.config.backend.device)
+            base_model, _ = load_causal_lm(path, device=self.config.backend.device)
             save_atomic(base_model, self.run.path("best"), tok)
         self.run.save_state(state)
         atomic_write_json(

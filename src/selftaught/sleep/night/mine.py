@@ -2,11 +2,11 @@
 
 One interaction (a request and the reply the deployed agent gave) becomes one task: its
 messages as the client sent them (any injected skill stripped, every text redacted again for
-the models that will read it), and a check (`selftaught.sleep.checks`): the reference (logged
+the models that will read it), and a check (`selftaught.sleep.night.checks`): the reference (logged
 or corrected by feedback), else a rubric for the judge model; plus every rule the user stated.
 A thumbs-down (or a score below 0.5) marks a failure to learn from: the rubric shows the reply
 the user rejected. An interaction with no possible check is dropped, and the report says why.
-An interaction with `tools` is mined by `selftaught.sleep.replay` into an episode task (the
+An interaction with `tools` is mined by `selftaught.sleep.night.replay` into an episode task (the
 same tools, the recorded tool results as fixtures, the steps of one conversation folded).
 
 Near-duplicate prompts (the same numbers in the same order and word shingles at or above
@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from selftaught.models.base import Message
-from selftaught.sleep.checks import find_rules, reference_scorer
-from selftaught.sleep.inject import strip_injected_messages
-from selftaught.sleep.log import Interaction
-from selftaught.sleep.redact import redact_for_model
+from selftaught.sleep.adoption.inject import strip_injected_messages
+from selftaught.sleep.intake.log import Interaction
+from selftaught.sleep.intake.redact import redact_for_model
+from selftaught.sleep.night.checks import find_rules, reference_scorer
 
 
 @dataclass
@@ -313,7 +313,7 @@ def merge_near_duplicates(tasks: list[MinedTask], threshold: float) -> list[Mine
 def mine(interactions: list[Interaction], config: MineConfig) -> tuple[list[MinedTask], MineReport]:
     """Tasks from `interactions` (already filtered for privacy by the caller), with a report
     of what was dropped and why."""
-    from selftaught.sleep.replay import conversations, logged_tools, mine_tool_task
+    from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task
 
     report = MineReport(read=len(interactions))
     dropped: Counter[str] = Counter()

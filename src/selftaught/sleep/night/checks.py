@@ -261,7 +261,7 @@ def describe_checks(state: dict[str, Any]) -> str:
     ]
     if state.get("expected_calls"):
         parts.append(f"corrected tool call ({len(state['expected_calls'])})")
-    if state.get("tools"):  # a replayed episode (selftaught.sleep.replay)
+    if state.get("tools"):  # a replayed episode (selftaught.sleep.night.replay)
         parts.append(f"episode: {len(state['tools'])} tools, {len(state.get('fixtures', []))} "
                      "recorded results")  # fmt: skip
     return ", ".join(parts)

@@ -1,6 +1,6 @@
 """One night: harvest → mine → split → consolidate (skill, then memory) → stage (→ adopt).
 
-    from selftaught.sleep.cycle import SleepConfig, run_night
+    from selftaught.sleep.night.cycle import SleepConfig, run_night
     nights = run_night(SleepConfig(model="http://127.0.0.1:8011/v1#SmolLM2-135M-Instruct"))
 
 Per project with traffic since its last night (a first night looks back `lookback_days`), in
@@ -45,16 +45,22 @@ from selftaught.models.base import ChatModel
 from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
-from selftaught.sleep import night_report, recall, staging
-from selftaught.sleep.consolidate import Consolidation, backend_failure, consolidate, paired_val
-from selftaught.sleep.demo_modes import DemoModeConfig
-from selftaught.sleep.evidence import EvidenceLog
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.lock import night_lock
-from selftaught.sleep.log import Interaction, LogFilter, TaskLog
-from selftaught.sleep.mine import MineConfig, MinedTask, mine
+from selftaught.sleep.night import recall, summary
+from selftaught.sleep.night.consolidate import (
+    Consolidation,
+    backend_failure,
+    consolidate,
+    paired_val,
+)
+from selftaught.sleep.night.demo_modes import DemoModeConfig
+from selftaught.sleep.night.evidence import EvidenceLog
+from selftaught.sleep.night.mine import MineConfig, MinedTask, mine
+from selftaught.sleep.night.replay import night_task
+from selftaught.sleep.night.split import SplitConfig, SplitOverlap, TooFewTasks, assign_splits
 from selftaught.sleep.paths import Adopted, check_project, sleep_home
-from selftaught.sleep.replay import night_task
-from selftaught.sleep.split import SplitConfig, SplitOverlap, TooFewTasks, assign_splits
 
 DOCUMENTS = ("skill", "memory")
 EXIT_FAILED = ("backend_failed", "failed")
@@ -273,7 +279,7 @@ def _outcome(
     )
     ran = [p for p in result.phases.values() if p.get("ran")]
     if not changed:
-        reason = night_report.why_nothing(night_dir, result.phases)
+        reason = summary.why_nothing(night_dir, result.phases)
         report.update(status="no_proposal", reason=reason)
         return
     changes = staging.write_proposal(night_dir, adopted, result.skill, result.memory)
@@ -428,7 +434,7 @@ def run_project(
         ).to_dict()
         tonight = {id(t) for t in mined.tonight}
         rows_out = [
-            {**night_report.task_row(t), "recalled": id(t) not in tonight}
+            {**summary.task_row(t), "recalled": id(t) not in tonight}
             for s in splits.values()
             for t in s
         ]
@@ -484,8 +490,8 @@ def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> N
     report["ended_at"] = time.time()
     if report["status"] not in staging.ADVANCES_CURSOR:
         report["consumed_until"] = None  # read again next night
-    night_report.write_diagnostics(night_dir, report, evidence)
-    night_report.write_markdown(night_dir, report)
+    summary.write_diagnostics(night_dir, report, evidence)
+    summary.write_markdown(night_dir, report)
     atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
     atomic_write_json(night_dir / "report.json", report)
 
@@ -507,7 +513,7 @@ def _empty_night(
         "consumed_until": None,
         "notes": [],
     }
-    night_report.write_markdown(night_dir, report)
+    summary.write_markdown(night_dir, report)
     atomic_write_json(night_dir / "report.json", report)
     return ProjectNight(project, night_dir, report)
 

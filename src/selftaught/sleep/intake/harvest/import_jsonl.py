@@ -7,7 +7,7 @@ detected per line:
   the reply's tool calls); optional `reference`, `tools` and `tool_choice` (the request's).
   Tool turns stay in the messages: assistant turns with `tool_calls`, then `role: "tool"`
   results with their `tool_call_id`; a line with `tools` is replayed as an episode whose
-  fixtures are those results (`selftaught.sleep.replay`);
+  fixtures are those results (`selftaught.sleep.night.replay`);
 - OpenAI evals: `input` (a chat list or a string) and `ideal` (a string or a list) as the
   reference; no reply.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.runs import iter_jsonl
-from selftaught.sleep.log import Feedback, Interaction, TaskLog, parse_time
+from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog, parse_time
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}

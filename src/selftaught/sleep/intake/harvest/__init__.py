@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from selftaught.sleep.log import Interaction, TaskLog
+from selftaught.sleep.intake.log import Interaction, TaskLog
 from selftaught.sleep.paths import DEFAULT_PROJECT
 
 
@@ -81,8 +81,8 @@ class Harvester(Protocol):
 
 
 def harvesters() -> dict[str, Harvester]:
-    from selftaught.sleep.harvest.claude_code import ClaudeCodeHarvester
-    from selftaught.sleep.harvest.codex import CodexHarvester
+    from selftaught.sleep.intake.harvest.claude_code import ClaudeCodeHarvester
+    from selftaught.sleep.intake.harvest.codex import CodexHarvester
 
     found: list[Harvester] = [ClaudeCodeHarvester(), CodexHarvester()]
     return {h.name: h for h in found}

@@ -5,14 +5,14 @@ once (a busy timeout, short `BEGIN IMMEDIATE` transactions). The schema is versi
 `PRAGMA user_version` and an ordered list of migrations applied on open; a log written by a
 newer selftaught is refused rather than guessed at.
 
-Everything stored is redacted first (`selftaught.sleep.redact`); the number of redactions is
+Everything stored is redacted first (`selftaught.sleep.intake.redact`); the number of redactions is
 kept per row. A row with `error` set is a failed call: it is kept for diagnostics and is never
 a task. Rows harvested from agent transcripts are `private` (they hold private code): part 2
 never sends them to a remote model unless the row is `reviewed` or the user allows it.
 Feedback (thumbs, score, corrected reference, comment) is attached later, any number of times;
 a row reads the latest value of each field.
 
-A tool-using exchange keeps what replay needs (`selftaught.sleep.replay`): the request's
+A tool-using exchange keeps what replay needs (`selftaught.sleep.night.replay`): the request's
 `tools` (OpenAI schema) and `tool_choice`, the reply's `tool_calls` (OpenAI shape), and the
 tool turns (`role: "tool"`) in the messages, as the client sent them.
 """
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from selftaught.models.base import Message
+from selftaught.sleep.intake.redact import Redactor, default_redactor
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, default_log_path
-from selftaught.sleep.redact import Redactor, default_redactor
 
 SOURCES = ("proxy", "api", "import", "claude-code", "codex")
 Thumb = Literal["up", "down"]

@@ -23,7 +23,7 @@ from typing import Any
 
 from selftaught.demos import Demo, LeakCheck
 from selftaught.runs import RunError, iter_jsonl, write_jsonl
-from selftaught.sleep.mine import MinedTask, near_duplicates
+from selftaught.sleep.night.mine import MinedTask, near_duplicates
 from selftaught.sleep.paths import project_dir
 
 RECALL_FILE = "recall.jsonl"

@@ -15,8 +15,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from selftaught.sleep.checks import score_example
-from selftaught.sleep.mine import MinedTask, near_duplicates
+from selftaught.sleep.night.checks import score_example
+from selftaught.sleep.night.mine import MinedTask, near_duplicates
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.scorers import LlmJudge
 

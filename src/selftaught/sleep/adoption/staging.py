@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.runs import atomic_write_json, atomic_write_text, read_json
-from selftaught.sleep.inject import adopted_block, strip_injected
+from selftaught.sleep.adoption.inject import adopted_block, strip_injected
 from selftaught.sleep.paths import Adopted, adopted_dir, project_dir, sleep_home
 
 NIGHT_KIND = "sleep-night"

@@ -41,10 +41,10 @@ from selftaught.http_guard import (
     strip_credentials,
 )
 from selftaught.retrieval import RetrievalUnavailable
-from selftaught.sleep.inject import inject_adopted
-from selftaught.sleep.log import Feedback, Interaction, LogError, TaskLog
+from selftaught.sleep.adoption.inject import inject_adopted
+from selftaught.sleep.intake.log import Feedback, Interaction, LogError, TaskLog
+from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
-from selftaught.sleep.writer import LogWriter
 
 ID_HEADER = "x-selftaught-interaction-id"
 _KEEP_HEADERS = ("content-type", "openai-organization", "openai-project", "x-request-id")

@@ -33,7 +33,7 @@ from selftaught.rollout import RolloutConfig, arun_rollouts
 from selftaught.runs import atomic_write_json, read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import DemoPool
-from selftaught.sleep.split import NightTask
+from selftaught.sleep.night.split import NightTask
 from selftaught.stats import mean_interval, wilson_interval
 
 MODES = ("none", "static", "retrieved")
