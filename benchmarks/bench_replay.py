@@ -435,7 +435,8 @@ class LoggedReplies(AsyncChatModel):
 
 def mine_log(log_path: Path) -> tuple[Any, Any, dict[str, Any]]:
     """The night's mining over the whole log: (task, tasks, mining report)."""
-    from selftaught.sleep.night.mine import MineConfig, mine
+    from selftaught.sleep.night.cycle import mine
+    from selftaught.sleep.night.mine import MineConfig
     from selftaught.sleep.night.replay import night_task
 
     with TaskLog(log_path) as log:

@@ -17,9 +17,9 @@ from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import inject_adopted, strip_injected, strip_injected_messages
 from selftaught.sleep.adoption.staging import write_live_file
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
-from selftaught.sleep.night.cycle import run_night
+from selftaught.sleep.night.cycle import mine, run_night
 from selftaught.sleep.night.demo_modes import DemoModeConfig
-from selftaught.sleep.night.mine import MineConfig, mine
+from selftaught.sleep.night.mine import MineConfig
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.paths import Adopted
 from selftaught.tasks.base import Example

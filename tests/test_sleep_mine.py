@@ -13,7 +13,8 @@ from selftaught.sleep.night.checks import (
     reference_scorer,
     score_example,
 )
-from selftaught.sleep.night.mine import MineConfig, mine, near_duplicates
+from selftaught.sleep.night.cycle import mine
+from selftaught.sleep.night.mine import MineConfig, near_duplicates
 from selftaught.sleep.night.split import (
     NightTask,
     SplitConfig,

@@ -20,8 +20,13 @@ from selftaught.sleep import log_interaction  # noqa: E402
 from selftaught.sleep.intake.harvest import HarvestConfig, HarvestReport, harvesters  # noqa: E402
 from selftaught.sleep.intake.harvest.import_jsonl import ImportFormatError, import_file  # noqa: E402
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog  # noqa: E402
-from selftaught.sleep.night.cycle import NightModels, SleepConfig, run_night  # noqa: E402
-from selftaught.sleep.night.mine import MineConfig, mine  # noqa: E402
+from selftaught.sleep.night.cycle import (  # noqa: E402
+    NightModels,
+    SleepConfig,
+    mine,
+    run_night,
+)
+from selftaught.sleep.night.mine import MineConfig  # noqa: E402
 from selftaught.sleep.night.replay import (  # noqa: E402
     ReplayNightTask,
     call_key,

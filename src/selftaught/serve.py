@@ -14,7 +14,7 @@ error is still an HTTP error status, never a half-sent stream; with
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations
-# (e.g. `request: Request`, imported inside `create_app`) at runtime.
+# (e.g. `request: Request`, imported inside the route builders) at runtime.
 import contextlib
 import ipaddress
 import json
@@ -323,16 +323,24 @@ def create_app(
 ) -> Any:
     """A FastAPI app serving `model` under the name `model_name`. Requests pass
     `selftaught.http_guard` first (loopback Host, JSON bodies, size cap)."""
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
-    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from fastapi import FastAPI
 
     if not model_name:
         raise ValueError("model_name must be a non-empty string")
-    created = int(time.time())
     app = FastAPI(title="selftaught", docs_url=None, redoc_url=None, openapi_url=None)
     install_guard(app, allow_remote=allow_remote, max_body_bytes=max_body_bytes)
+    _add_error_handlers(app)
+    _add_model_routes(app, model_name, created=int(time.time()))
+    _add_chat_route(app, model, model_name, default_max_tokens)
+    return app
+
+
+def _add_error_handlers(app: Any) -> None:
+    """Every error leaves as an OpenAI-shaped JSON body."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     def error_response(err: RequestError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status)
@@ -349,6 +357,10 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
         return error_response(RequestError(f"invalid request: {err.errors()}"))
+
+
+def _add_model_routes(app: Any, model_name: str, created: int) -> None:
+    """/health and the model list (one model)."""
 
     def model_card() -> dict[str, Any]:
         return {"id": model_name, "object": "model", "created": created, "owned_by": "selftaught"}
@@ -371,6 +383,12 @@ def create_app(
             )
         return model_card()
 
+
+def _add_chat_route(app: Any, model: ChatModel, model_name: str, default_max_tokens: int) -> None:
+    """POST /v1/chat/completions, streamed or not; backend failures map to 5xx."""
+    from fastapi import Request
+    from fastapi.responses import StreamingResponse
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         try:
@@ -392,8 +410,6 @@ def create_app(
                 media_type="text/event-stream",
             )
         return completion_body(completion, model_name)
-
-    return app
 
 
 def is_loopback(host: str) -> bool:

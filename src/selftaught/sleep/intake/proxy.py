@@ -272,8 +272,7 @@ class ProxyState:
 
 def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -> Any:
     """The FastAPI app; `upstream` defaults to `build_upstream(config)`."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response
+    from fastapi import FastAPI
 
     log = TaskLog(config.log_path)  # opening fails loudly at startup, not per request
     state = ProxyState(config, upstream or build_upstream(config), log)
@@ -289,15 +288,27 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     )
     app.state.proxy = state
     install_guard(app, allow_remote=config.allow_remote, max_body_bytes=config.max_body_bytes)
+    _add_own_routes(app, state)
+    _add_forwarding_routes(app, state)
+    return app
 
-    def error(status: int, message: str, kind: str, iid: str | None = None) -> JSONResponse:
-        headers = {ID_HEADER: iid} if iid else None
-        return JSONResponse(_error_body(message, kind, status), status_code=status, headers=headers)
 
-    def unauthorized() -> JSONResponse:
-        return error(
-            401, "missing or wrong API key for this proxy (--require-key)", "invalid_request_error"
-        )
+def _error(status: int, message: str, kind: str, iid: str | None = None) -> Any:
+    from fastapi.responses import JSONResponse
+
+    headers = {ID_HEADER: iid} if iid else None
+    return JSONResponse(_error_body(message, kind, status), status_code=status, headers=headers)
+
+
+def _unauthorized() -> Any:
+    return _error(
+        401, "missing or wrong API key for this proxy (--require-key)", "invalid_request_error"
+    )
+
+
+def _add_own_routes(app: Any, state: ProxyState) -> None:
+    """What the proxy answers itself: health, stats, feedback on a logged interaction."""
+    from fastapi import Request
 
     @app.get("/health")
     async def health(request: Request) -> Any:
@@ -308,13 +319,13 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     @app.get("/v1/selftaught/stats")
     async def stats(request: Request) -> Any:
         if not state.authorized(request.headers.get("authorization")):
-            return unauthorized()
+            return _unauthorized()
         return state.stats()
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> Any:
         if not state.authorized(request.headers.get("authorization")):
-            return unauthorized()
+            return _unauthorized()
         try:
             body = await request.json()
             if not isinstance(body, dict) or not isinstance(body.get("id"), str):
@@ -322,22 +333,28 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
             fb = Feedback.coerce({k: v for k, v in body.items() if k != "id"})
             full_id = await asyncio.to_thread(_attach_feedback, state, body["id"], fb)
         except LogError as err:
-            return error(404, str(err), "not_found_error")
+            return _error(404, str(err), "not_found_error")
         except (ValueError, TypeError) as err:
-            return error(400, str(err), "invalid_request_error")
+            return _error(400, str(err), "invalid_request_error")
         return {"id": full_id, "status": "ok"}
+
+
+def _add_forwarding_routes(app: Any, state: ProxyState) -> None:
+    """What goes upstream: chat completions (logged) and every other /v1 route (as is)."""
+    from fastapi import Request
+    from fastapi.responses import Response
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         if not state.authorized(request.headers.get("authorization")):
-            return unauthorized()
+            return _unauthorized()
         return await forward_chat(state, request)
 
     @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     async def passthrough(path: str, request: Request) -> Any:
         """Everything else (models, embeddings, ...) goes upstream as is, not logged."""
         if not state.authorized(request.headers.get("authorization")):
-            return unauthorized()
+            return _unauthorized()
         try:
             response = await state.upstream.client.request(
                 request.method,
@@ -348,14 +365,12 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
             )
         except Exception as err:  # noqa: BLE001
             status, message = _network_error(err)
-            return error(status, message, "upstream_error")
+            return _error(status, message, "upstream_error")
         return Response(
             response.content,
             status_code=response.status_code,
             media_type=response.headers.get("content-type"),
         )
-
-    return app
 
 
 def _upstream_body(state: ProxyState, body: dict[str, Any], record: Interaction) -> dict[str, Any]:

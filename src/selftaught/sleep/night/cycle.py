@@ -57,8 +57,14 @@ from selftaught.sleep.night.consolidate import (
 )
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.evidence import EvidenceLog
-from selftaught.sleep.night.mine import MineConfig, MinedTask, mine
-from selftaught.sleep.night.replay import night_task
+from selftaught.sleep.night.mine import (
+    MineConfig,
+    MinedTask,
+    MineReport,
+    merge_near_duplicates,
+    mine_one,
+)
+from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
 from selftaught.sleep.night.split import SplitConfig, SplitOverlap, TooFewTasks, assign_splits
 from selftaught.sleep.paths import Adopted, check_project, sleep_home
 
@@ -347,6 +353,39 @@ def _model_change(report: dict[str, Any], project: str, home: Path) -> str | Non
     )
 
 
+def mine(interactions: list[Interaction], config: MineConfig) -> tuple[list[MinedTask], MineReport]:
+    """Tasks from `interactions` (already filtered for privacy by the caller), with a report
+    of what was dropped and why: plain exchanges through `mine.mine_one`, tool-using
+    conversations through `replay.mine_tool_task` (here, above both, so neither imports the
+    other back)."""
+    report = MineReport(read=len(interactions))
+    dropped: Counter[str] = Counter()
+    tasks = []
+    steps = 0  # earlier steps of a tool-using conversation, folded into its last one
+    for group in conversations(interactions):
+        if logged_tools(group[0]):
+            task, why = mine_tool_task(group, config)
+        else:
+            task, why = mine_one(group[0], config)
+        steps += len(group) - 1
+        if task is None:
+            dropped[why or "unknown"] += 1
+        else:
+            tasks.append(task)
+    merged = merge_near_duplicates(tasks, config.near_duplicate)
+    seen: Counter[str] = Counter()
+    for task in merged:  # equal ids from prompts that differ only in punctuation
+        seen[task.id] += 1
+        if seen[task.id] > 1:
+            task.id = f"{task.id}-{seen[task.id]}"
+    report.merged = len(tasks) - len(merged) + steps
+    report.tasks = len(merged)
+    report.by_check = dict(Counter(t.check for t in merged))
+    report.negative = sum(t.negative for t in merged)
+    report.dropped = dict(dropped)
+    return merged, report
+
+
 @dataclass
 class _Mined:
     """Tonight's tasks, the night's splits (tonight's and recalled tasks), and what the
@@ -409,53 +448,17 @@ def run_project(
     report = _base_report(project, night, models, config)
     report["base_version"] = staging.current_version(project, home)
     adopted = staging.read_adopted_files(project, home)
-    taken, capped = _cap(rows, config)
-    report["window"] = {"since": since, "until": until, "read": len(taken), "capped": capped}
-    report["consumed_until"] = taken[-1].created_at + 1e-6 if capped and taken else until
-    if capped:
-        report["notes"].append(
-            f"stopped reading at {capped}: {len(rows) - len(taken)} interactions wait for the "
-            "next night"
-        )
+    taken = _take_window(report, rows, since, until, config)
     change = _model_change(report, project, home)
     if change:
         report["notes"].append(change)
         console.print(f"[bold yellow]warning:[/] {project}: {change}")
     atomic_write_json(night_dir / "report.json", report)
     evidence = EvidenceLog(night_dir / "evidence.jsonl")
-    result: Consolidation | None = None
     mined: _Mined | None = None
     try:
         mined = _mine_and_split(report, taken, config, models, adopted, home)
-        splits = mined.splits
-        report["splits"] = {s: len(v) for s, v in splits.items()}
-        report["gate"]["smallest_gain"] = smallest_accepted_gain(
-            len(splits["val"]), config.training.gate
-        ).to_dict()
-        tonight = {id(t) for t in mined.tonight}
-        rows_out = [
-            {**summary.task_row(t), "recalled": id(t) not in tonight}
-            for s in splits.values()
-            for t in s
-        ]
-        write_jsonl(night_dir / "tasks.jsonl", rows_out)
-        task = night_task(project, splits)  # episodes when the traffic used tools
-        result = consolidate(
-            config.training,
-            config.documents,
-            config.progress,
-            task,
-            models.target,
-            models.optimizer,
-            models.judge,
-            adopted,
-            night_dir,
-            evidence,
-            console,
-            modes=config.demo_modes,
-        )
-        report["notes"] += result.notes
-        _outcome(report, night_dir, adopted, result, evidence, config)
+        _learn(report, project, mined, config, models, adopted, night_dir, evidence, console)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
     except SplitOverlap as err:
@@ -472,16 +475,84 @@ def run_project(
     _finish(night_dir, report, evidence)
     outcome = ProjectNight(project, night_dir, report)
     if config.auto_adopt and report["status"] == "staged" and not dry_run:
-        try:
-            adoption = staging.adopt(
-                project, night, home=home, target_paths=config.target_skill_paths
-            )
-        except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
-            console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
-        else:
-            outcome.report = staging.read_report(night_dir)
-            console.print(f"{project}: adopted night {night} as version {adoption.version}")
+        _auto_adopt(outcome, night_dir, night, config, home, console)
     return outcome
+
+
+def _take_window(
+    report: dict[str, Any], rows: list[Interaction], since: float, until: float, config: SleepConfig
+) -> list[Interaction]:
+    """The rows this night reads (the caps may leave the newest for the next night)."""
+    taken, capped = _cap(rows, config)
+    report["window"] = {"since": since, "until": until, "read": len(taken), "capped": capped}
+    report["consumed_until"] = taken[-1].created_at + 1e-6 if capped and taken else until
+    if capped:
+        report["notes"].append(
+            f"stopped reading at {capped}: {len(rows) - len(taken)} interactions wait for the "
+            "next night"
+        )
+    return taken
+
+
+def _learn(
+    report: dict[str, Any],
+    project: str,
+    mined: _Mined,
+    config: SleepConfig,
+    models: NightModels,
+    adopted: Adopted,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    console: Console,
+) -> None:
+    """Write the night's tasks, consolidate a skill and memory on them, record the outcome."""
+    splits = mined.splits
+    report["splits"] = {s: len(v) for s, v in splits.items()}
+    report["gate"]["smallest_gain"] = smallest_accepted_gain(
+        len(splits["val"]), config.training.gate
+    ).to_dict()
+    tonight = {id(t) for t in mined.tonight}
+    rows_out = [
+        {**summary.task_row(t), "recalled": id(t) not in tonight}
+        for s in splits.values()
+        for t in s
+    ]
+    write_jsonl(night_dir / "tasks.jsonl", rows_out)
+    task = night_task(project, splits)  # episodes when the traffic used tools
+    result = consolidate(
+        config.training,
+        config.documents,
+        config.progress,
+        task,
+        models.target,
+        models.optimizer,
+        models.judge,
+        adopted,
+        night_dir,
+        evidence,
+        console,
+        modes=config.demo_modes,
+    )
+    report["notes"] += result.notes
+    _outcome(report, night_dir, adopted, result, evidence, config)
+
+
+def _auto_adopt(
+    outcome: ProjectNight,
+    night_dir: Path,
+    night: str,
+    config: SleepConfig,
+    home: Path,
+    console: Console,
+) -> None:
+    project = outcome.project
+    try:
+        adoption = staging.adopt(project, night, home=home, target_paths=config.target_skill_paths)
+    except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
+        console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
+    else:
+        outcome.report = staging.read_report(night_dir)
+        console.print(f"{project}: adopted night {night} as version {adoption.version}")
 
 
 def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -308,36 +307,3 @@ def merge_near_duplicates(tasks: list[MinedTask], threshold: float) -> list[Mine
     for i, task in enumerate(tasks):
         groups.setdefault(find(i), []).append(task)
     return [_merge(g) for g in groups.values()]
-
-
-def mine(interactions: list[Interaction], config: MineConfig) -> tuple[list[MinedTask], MineReport]:
-    """Tasks from `interactions` (already filtered for privacy by the caller), with a report
-    of what was dropped and why."""
-    from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task
-
-    report = MineReport(read=len(interactions))
-    dropped: Counter[str] = Counter()
-    tasks = []
-    steps = 0  # earlier steps of a tool-using conversation, folded into its last one
-    for group in conversations(interactions):
-        if logged_tools(group[0]):
-            task, why = mine_tool_task(group, config)
-        else:
-            task, why = mine_one(group[0], config)
-        steps += len(group) - 1
-        if task is None:
-            dropped[why or "unknown"] += 1
-        else:
-            tasks.append(task)
-    merged = merge_near_duplicates(tasks, config.near_duplicate)
-    seen: Counter[str] = Counter()
-    for task in merged:  # equal ids from prompts that differ only in punctuation
-        seen[task.id] += 1
-        if seen[task.id] > 1:
-            task.id = f"{task.id}-{seen[task.id]}"
-    report.merged = len(tasks) - len(merged) + steps
-    report.tasks = len(merged)
-    report.by_check = dict(Counter(t.check for t in merged))
-    report.negative = sum(t.negative for t in merged)
-    report.dropped = dict(dropped)
-    return merged, report

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from selftaught.sleep.intake.harvest import (
+from selftaught.sleep.intake.harvest.common import (
     HarvestConfig,
     HarvestReport,
     Turn,
