@@ -12,6 +12,7 @@ from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
+from selftaught.errors import ConfigError
 from selftaught.runs import RunDir, RunError, iter_jsonl
 from selftaught.stats import (
     mean_interval,
@@ -72,7 +73,7 @@ def test_config_change_refuses_resume(tmp_path):
     run = RunDir(tmp_path)
     assert run.check_or_write_config({"lr": 1, "epochs": 2}) is False
     assert run.check_or_write_config({"lr": 1, "epochs": 2}) is True
-    with pytest.raises(RunError, match="epochs"):
+    with pytest.raises(ConfigError, match="epochs"):
         run.check_or_write_config({"lr": 1, "epochs": 3})
 
 

@@ -152,9 +152,9 @@ def test_killed_run_resumes_without_redoing_a_round(tiny_dir, tmp_path, monkeypa
     assert [h["round"] for h in RestTrainer(EchoTask(), config(2), run).run.history()] == [0, 1, 2]
     assert result.best_round == 2
     # a resume with other settings is refused
-    from selftaught.runs import RunError
+    from selftaught.errors import ConfigError
 
-    with pytest.raises(RunError, match="different config"):
+    with pytest.raises(ConfigError, match="different config"):
         RestTrainer(EchoTask(), config(3), run, model_path=tiny_dir, progress=False).train()
 
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
+from selftaught.errors import ConfigError, InputError, SelftaughtError, read_text
 from selftaught.gate import GateConfig
 from selftaught.models.base import GenerationParams
 from selftaught.skill.config import SkillOptConfig
@@ -38,39 +39,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def friendly_errors(fn: F) -> F:
-    """Known failures (bad input, fatal backend errors) become one sentence and exit code 2."""
+    """The one place errors meet the user: any `SelftaughtError` becomes one sentence and the
+    exit code of its kind (the table in `selftaught.errors`). Anything else is a bug and keeps
+    its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from selftaught.models.embedded import EmbeddedModelMissing
-        from selftaught.models.errors import BackendError
-        from selftaught.models.spec import ModelSpecError
-        from selftaught.runs import RunError
-        from selftaught.tasks.base import TaskError
-        from selftaught.weights.config import ConfigError
-
-        known = (BackendError, TaskError, ModelSpecError, RunError, EmbeddedModelMissing)
         try:
             return fn(*args, **kwargs)
-        except ConfigError as err:  # a setting that cannot work: the message names it
+        except SelftaughtError as err:
             console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-            raise typer.Exit(2) from None
-        except known as err:
-            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-            raise typer.Exit(2) from None
-        except FileNotFoundError as err:
-            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(err.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
 
 
 def read_text_file(path: Path | None, what: str) -> str:
-    if path is None:
-        return ""
-    if not path.exists():
-        raise FileNotFoundError(f"{what} file {path} does not exist")
-    return path.read_text(encoding="utf-8")
+    return "" if path is None else read_text(path, f"{what} file")
 
 
 # Options shared by several commands.
@@ -128,7 +113,7 @@ def gate_config(metric: str | None, margin: float, confidence: float | None) -> 
             margin=margin,
             confidence=confidence or None,  # 0: no paired test
         )
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err)) from None
 
 
@@ -140,7 +125,7 @@ def budget(
     counted = tuple(r.strip() for r in roles.split(",") if r.strip()) if roles else None
     try:
         return Budget(calls=calls, tokens=tokens, usd=usd, roles=counted)
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err)) from None
 
 
@@ -363,7 +348,7 @@ def serve_cmd(
 
     try:  # before loading the model: a refused host should cost nothing
         check_host(host, allow_remote)
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err), param_hint="--host") from None
     the_model = load_model(
         model, max_batch_size=max_batch_size, **model_options(api_key, device=device)
@@ -397,24 +382,8 @@ LogOpt = Annotated[
 ProjectOpt = Annotated[str, typer.Option(help="Project the interactions belong to.")]
 
 
-def sleep_errors(fn: F) -> F:
-    """Bad input to a sleep command: one sentence, exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from selftaught.sleep.intake.log import LogError
-
-        try:
-            return fn(*args, **kwargs)
-        except (LogError, ValueError, OSError) as err:
-            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return friendly_errors(wrapper)  # type: ignore[return-value]
-
-
 @app.command("proxy")
-@sleep_errors
+@friendly_errors
 def proxy_cmd(
     upstream: Annotated[
         str, typer.Option(help="Model spec to forward to: http://HOST:PORT/v1#M | openai:M | local")
@@ -443,7 +412,7 @@ def proxy_cmd(
 
     try:
         check_host(host, allow_remote)
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err), param_hint="--host") from None
     config = ProxyConfig(
         upstream=upstream,
@@ -465,7 +434,7 @@ def proxy_cmd(
 
 
 @sleep_app.command("log")
-@sleep_errors
+@friendly_errors
 def sleep_log_cmd(
     log: LogOpt = None,
     project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
@@ -545,7 +514,7 @@ def sleep_log_cmd(
 
 
 @sleep_app.command("import")
-@sleep_errors
+@friendly_errors
 def sleep_import_cmd(
     file: Annotated[Path, typer.Argument(help="JSONL: our export, OpenAI chat or OpenAI evals.")],
     project: Annotated[str | None, typer.Option(help="Put every row in this project.")] = None,
@@ -564,7 +533,7 @@ def sleep_import_cmd(
 
 
 @sleep_app.command("feedback")
-@sleep_errors
+@friendly_errors
 def sleep_feedback_cmd(
     interaction_id: Annotated[str, typer.Argument(help="Interaction id (or its first 8+ chars).")],
     thumbs: Annotated[str | None, typer.Option(help="up | down")] = None,
@@ -587,7 +556,7 @@ def sleep_feedback_cmd(
 
 
 @sleep_app.command("harvest")
-@sleep_errors
+@friendly_errors
 def sleep_harvest_cmd(
     source: Annotated[str, typer.Option(help="auto | claude-code | codex")] = "auto",
     since: Annotated[
@@ -618,7 +587,7 @@ def sleep_harvest_cmd(
     )
     sources = resolve_sources(source)
     if root and source == "auto":
-        raise ValueError("--root needs one --source (claude-code or codex), not auto")
+        raise ConfigError("--root needs one --source (claude-code or codex), not auto")
     if not sources:
         console.print("no transcripts found (~/.claude/projects, ~/.codex/sessions)")
         return
@@ -652,12 +621,12 @@ TargetSkillOpt = Annotated[
 def _preferences(value: str | None) -> str:
     """--preferences: a file's text when the value names a file, else the text itself."""
     if value and Path(value).expanduser().is_file():
-        return Path(value).expanduser().read_text(encoding="utf-8")
+        return read_text(Path(value).expanduser(), "preferences file")
     return value or ""
 
 
 @sleep_app.command("run")
-@sleep_errors
+@friendly_errors
 def sleep_run_cmd(
     project: NightProjectOpt = None,
     model: Annotated[
@@ -721,7 +690,6 @@ def sleep_run_cmd(
     """One night: harvest the log → mine tasks → split → consolidate skill, then memory → stage
     a proposal (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
     from selftaught.sleep.intake.log import parse_time
-    from selftaught.sleep.lock import NightRunning
     from selftaught.sleep.night.cycle import SleepConfig, run_night
     from selftaught.sleep.night.demo_modes import DemoModeConfig
     from selftaught.sleep.night.split import SplitConfig
@@ -763,11 +731,7 @@ def sleep_run_cmd(
         model_options=model_options(api_key, timeout),
         progress=console.is_terminal,
     )
-    try:
-        outcomes = run_night(config, dry_run=dry_run, console=console)
-    except NightRunning as err:
-        console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-        raise typer.Exit(3) from None
+    outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3
     print_outcomes(outcomes, out, dry_run=dry_run)
     if any(o.failed for o in outcomes):
         raise typer.Exit(1)
@@ -795,7 +759,7 @@ sleep_app.command("dry-run")(_dry_run_signature(sleep_run_cmd))
 
 
 @sleep_app.command("adopt")
-@sleep_errors
+@friendly_errors
 def sleep_adopt_cmd(
     night: Annotated[
         str | None, typer.Argument(help="Night id (default: the latest staged).")
@@ -817,7 +781,7 @@ def sleep_adopt_cmd(
 
 
 @sleep_app.command("rollback")
-@sleep_errors
+@friendly_errors
 def sleep_rollback_cmd(
     version: Annotated[
         int | None, typer.Argument(help="Version (default: the previous one).")
@@ -833,7 +797,7 @@ def sleep_rollback_cmd(
 
 
 @sleep_app.command("history")
-@sleep_errors
+@friendly_errors
 def sleep_history_cmd(project: AdoptProjectOpt = "default") -> None:
     """Adopted versions with their val scores, and the project's nights."""
     from selftaught.sleep.night.summary import history_tables
@@ -843,7 +807,7 @@ def sleep_history_cmd(project: AdoptProjectOpt = "default") -> None:
 
 
 @sleep_app.command("status")
-@sleep_errors
+@friendly_errors
 def sleep_status_cmd(project: NightProjectOpt = None) -> None:
     """The last night, a staged proposal, the adopted version, a running night, the schedule."""
     from selftaught.sleep.night.summary import status_lines
@@ -855,7 +819,7 @@ def sleep_status_cmd(project: NightProjectOpt = None) -> None:
 @sleep_app.command(
     "schedule", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
 )
-@sleep_errors
+@friendly_errors
 def sleep_schedule_cmd(
     ctx: typer.Context,
     at: Annotated[str, typer.Option(help="HH:MM, every day (local time).")],
@@ -872,7 +836,7 @@ def sleep_schedule_cmd(
 
 
 @sleep_app.command("unschedule")
-@sleep_errors
+@friendly_errors
 def sleep_unschedule_cmd(
     project: NightProjectOpt = None,
     every: Annotated[bool, typer.Option("--all", help="Every selftaught line.")] = False,
@@ -1045,7 +1009,7 @@ def optimize_cmd(
             timeout_s=timeout * 10,
             evaluate_test=test,
         )
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err)) from None
     warn_unsafe_exec(unsafe_exec)
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from selftaught.errors import ConfigError, InputError, RunError
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, install_guard
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
@@ -35,7 +36,7 @@ DEFAULT_MAX_TOKENS = 512
 _ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
-class RequestError(Exception):
+class RequestError(InputError):
     """A request the server refuses, with its HTTP status and OpenAI error type/code."""
 
     def __init__(
@@ -326,7 +327,7 @@ def create_app(
     from fastapi import FastAPI
 
     if not model_name:
-        raise ValueError("model_name must be a non-empty string")
+        raise ConfigError("model_name must be a non-empty string")
     app = FastAPI(title="selftaught", docs_url=None, redoc_url=None, openapi_url=None)
     install_guard(app, allow_remote=allow_remote, max_body_bytes=max_body_bytes)
     _add_error_handlers(app)
@@ -423,7 +424,7 @@ def is_loopback(host: str) -> bool:
 
 def check_host(host: str, allow_remote: bool) -> None:
     if not allow_remote and not is_loopback(host):
-        raise ValueError(
+        raise ConfigError(
             f"refusing to bind {host}: the server has no authentication, so it listens on "
             "loopback only unless you pass allow_remote=True (--allow-remote)"
         )
@@ -484,10 +485,10 @@ def serve_in_background(
     deadline = time.monotonic() + startup_timeout_s
     while not server.started:
         if not thread.is_alive():
-            raise RuntimeError(f"the server failed to start on {host}:{port}")
+            raise RunError(f"the server failed to start on {host}:{port}")
         if time.monotonic() > deadline:
             server.should_exit = True
-            raise RuntimeError(f"the server did not start within {startup_timeout_s:.0f}s")
+            raise RunError(f"the server did not start within {startup_timeout_s:.0f}s")
         time.sleep(0.02)
     bound_port = server.servers[0].sockets[0].getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host

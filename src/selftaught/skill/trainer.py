@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from selftaught.demos import Demo, LeakCheck, SkillParts, join_skill, split_skill
+from selftaught.errors import BudgetTooSmall, ConfigError, TaskError
 from selftaught.gate import GateResult, ValScores, gate, metric_value
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
@@ -33,7 +34,6 @@ from selftaught.policy import Policy
 from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts, episode_row
 from selftaught.runs import (
     RunDir,
-    RunError,
     atomic_write_json,
     atomic_write_text,
     read_json,
@@ -362,9 +362,9 @@ class SkillTrainer:
         self.val_set = self.task.examples("val")
         self.test_set = self.task.examples("test") if self.config.evaluate_test else []
         if not self.train_set:
-            raise ValueError(f"task {self.task.name!r} has an empty train split")
+            raise TaskError(f"task {self.task.name!r} has an empty train split")
         if not self.val_set:
-            raise ValueError(f"task {self.task.name!r} has an empty val split; the gate needs one")
+            raise TaskError(f"task {self.task.name!r} has an empty val split; the gate needs one")
         self.steps_per_epoch = math.ceil(len(self.train_set) / self.config.batch_size)
         self.total_steps = self.config.epochs * self.steps_per_epoch
         if self.config.max_steps is not None:
@@ -373,7 +373,7 @@ class SkillTrainer:
         budget.check_priced([self.target.name, self.optimizer.name])
         counts_target = budget.roles is None or "target" in budget.roles
         if budget.calls is not None and counts_target and budget.calls < len(self.val_set):
-            raise ValueError(
+            raise ConfigError(
                 f"--budget-calls {budget.calls} cannot cover even the baseline evaluation "
                 f"({len(self.val_set)} val examples); raise it or shrink --val-size"
             )
@@ -395,7 +395,7 @@ class SkillTrainer:
     def _stop_for_budget(self, st: _State, stage: str, err: BudgetExhausted) -> None:
         """End the run cleanly: the partial step is dropped, the best skill so far ships."""
         if st.best is None:
-            raise RunError(
+            raise BudgetTooSmall(
                 f"the budget ran out during the baseline evaluation ({err.reason}); "
                 "nothing was learned: raise the budget"
             ) from err

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from selftaught.errors import ConfigError as ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
 
@@ -17,10 +18,6 @@ Backend = Literal["lora", "full", "scratch"]
 BACKENDS = ("lora", "full", "scratch")
 METHODS = ("rest", "sft", "grpo", "gspo")
 GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message names the option and the valid values."""
 
 
 def _check(cond: bool, message: str) -> None:

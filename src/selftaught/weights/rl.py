@@ -28,6 +28,7 @@ from typing import Any
 
 from rich.console import Console
 
+from selftaught.errors import RunError
 from selftaught.evaluation import EvalResult, evaluate_split
 from selftaught.gate import gate
 from selftaught.models.base import Completion, GenerationParams
@@ -64,7 +65,7 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-class RewardError(RuntimeError):
+class RewardError(RunError):
     """Most rewards of a generation batch could not be computed: the run stops with the cause
     instead of learning from made-up rewards."""
 

@@ -182,7 +182,7 @@ def samples_to_dataset(
 
     if any(s.trajectory for s in samples):
         if tokenizer is None:
-            raise ValueError("episodes are tokenized here: pass the tokenizer")
+            raise ConfigError("episodes are tokenized here: pass the tokenizer")
         render = render or local_render(tokenizer)
         return Dataset.from_list([episode_tokens(tokenizer, s, render) for s in samples])
     return Dataset.from_list(

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from selftaught.errors import InputError, RunError
 from selftaught.http_guard import (
     DEFAULT_MAX_BODY_BYTES,
     bearer_token,
@@ -50,7 +51,7 @@ ID_HEADER = "x-selftaught-interaction-id"
 _KEEP_HEADERS = ("content-type", "openai-organization", "openai-project", "x-request-id")
 
 
-class ProxyError(ValueError):
+class ProxyError(InputError):
     """A proxy that cannot start as configured; the message says why."""
 
 
@@ -329,7 +330,7 @@ def _add_own_routes(app: Any, state: ProxyState) -> None:
         try:
             body = await request.json()
             if not isinstance(body, dict) or not isinstance(body.get("id"), str):
-                raise ValueError("the body must be a JSON object with the interaction `id`")
+                raise InputError("the body must be a JSON object with the interaction `id`")
             fb = Feedback.coerce({k: v for k, v in body.items() if k != "id"})
             full_id = await asyncio.to_thread(_attach_feedback, state, body["id"], fb)
         except LogError as err:
@@ -446,7 +447,7 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
 
 def _attach_feedback(state: ProxyState, iid: str, fb: Feedback | None) -> str:
     if fb is None or fb.empty():
-        raise ValueError("feedback is empty: give a thumb, a score, a reference or a comment")
+        raise InputError("feedback is empty: give a thumb, a score, a reference or a comment")
     try:
         return state.log.add_feedback(iid, fb)
     except LogError:
@@ -607,7 +608,7 @@ def proxy_in_background(
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
-            raise RuntimeError(f"the proxy did not start on {config.host}:{config.port}")
+            raise RunError(f"the proxy did not start on {config.host}:{config.port}")
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:

@@ -40,6 +40,7 @@ from urllib.parse import urlparse
 from rich.console import Console
 
 from selftaught.demos import split_skill
+from selftaught.errors import ConfigError
 from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
 from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
@@ -124,15 +125,15 @@ class SleepConfig:
             check_project(self.project)
         unknown = [d for d in self.documents if d not in DOCUMENTS]
         if unknown or not self.documents:
-            raise ValueError(
+            raise ConfigError(
                 f"documents must be among {', '.join(DOCUMENTS)}, got {self.documents}"
             )
         if self.max_tasks < 1 or self.max_sessions < 1:
-            raise ValueError("max_tasks and max_sessions must be at least 1")
+            raise ConfigError("max_tasks and max_sessions must be at least 1")
         if self.lookback_days <= 0:
-            raise ValueError("lookback_days must be positive")
+            raise ConfigError("lookback_days must be positive")
         if self.recall_max < 0:
-            raise ValueError(f"recall_max must be >= 0, got {self.recall_max}")
+            raise ConfigError(f"recall_max must be >= 0, got {self.recall_max}")
 
 
 @dataclass
@@ -597,7 +598,7 @@ def _load_models(
 ) -> NightModels:
     target = config.model or _logged_upstream(project_rows)
     if target is None:
-        raise ValueError(
+        raise ConfigError(
             "no --model given and no proxy traffic names its upstream: pass --model (the model "
             "your agent uses, not the proxy)"
         )

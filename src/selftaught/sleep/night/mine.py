@@ -21,6 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from selftaught.errors import ConfigError
 from selftaught.models.base import Message
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import Interaction
@@ -41,9 +42,9 @@ class MineConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.near_duplicate <= 1.0:
-            raise ValueError(f"near_duplicate must be in (0, 1], got {self.near_duplicate}")
+            raise ConfigError(f"near_duplicate must be in (0, 1], got {self.near_duplicate}")
         if self.max_prompt_chars < 1:
-            raise ValueError("max_prompt_chars must be >= 1")
+            raise ConfigError("max_prompt_chars must be >= 1")
 
 
 @dataclass

@@ -45,6 +45,7 @@ from typing import Any
 
 import jsonschema
 
+from selftaught.errors import TaskError
 from selftaught.models.base import Message
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import Interaction
@@ -492,7 +493,7 @@ def score_replay(episode: Episode, example: Example, judge: LlmJudge | None = No
     if example.state.get("expected_calls"):
         scores.append(score_calls(episode, example.state["expected_calls"]))
     if not scores:
-        raise ValueError(f"task {example.id} has no check")
+        raise TaskError(f"task {example.id} has no check")
     hard = float(all(s.hard for s in scores))
     soft = sum(s.soft for s in scores) / len(scores)
     return Score(hard, soft, "; ".join(s.feedback for s in scores if s.feedback))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from selftaught.errors import InputError
 from selftaught.sleep.intake.harvest.common import HarvestConfig, Harvester, HarvestReport
 from selftaught.sleep.intake.log import Interaction, TaskLog
 
@@ -46,7 +47,7 @@ def resolve_sources(source: str) -> list[str]:
     if source == "auto":
         return [name for name, h in known.items() if h.default_root().is_dir()]
     if source not in known:
-        raise ValueError(f"unknown source {source!r}; valid: auto, {', '.join(known)}")
+        raise InputError(f"unknown source {source!r}; valid: auto, {', '.join(known)}")
     return [source]
 
 

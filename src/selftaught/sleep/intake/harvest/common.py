@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from selftaught.errors import ConfigError
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.paths import DEFAULT_PROJECT
 
@@ -29,11 +30,11 @@ class HarvestConfig:
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1 or self.max_tasks < 1:
-            raise ValueError("max_sessions and max_tasks must be at least 1")
+            raise ConfigError("max_sessions and max_tasks must be at least 1")
         if self.lookback_days <= 0:
-            raise ValueError("lookback_days must be positive")
+            raise ConfigError("lookback_days must be positive")
         if self.context_turns < 0:
-            raise ValueError("context_turns must be >= 0")
+            raise ConfigError("context_turns must be >= 0")
 
     def cutoff(self) -> float:
         return self.since if self.since is not None else time.time() - self.lookback_days * 86400
