@@ -7,12 +7,12 @@ import json
 
 import pytest
 
+from selftaught.errors import ConfigError
 from selftaught.models.base import AsyncChatModel, Completion, GenerationParams
 from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
-from selftaught.errors import ConfigError
 from selftaught.runs import RunDir, RunError, iter_jsonl
 from selftaught.stats import (
     mean_interval,

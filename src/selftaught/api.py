@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from selftaught.errors import writing_to
 from selftaught.models.base import ChatModel
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.tasks.base import Split, Task
@@ -104,8 +105,9 @@ def evaluate(
         from selftaught.runs import atomic_write_json, write_jsonl
 
         path = Path(output)
-        write_jsonl(path, [r.to_dict() for r in result.rollouts])
-        atomic_write_json(path.with_suffix(".summary.json"), result.summary())
+        with writing_to(path, "the results"):
+            write_jsonl(path, [r.to_dict() for r in result.rollouts])
+            atomic_write_json(path.with_suffix(".summary.json"), result.summary())
     return result
 
 

@@ -17,15 +17,16 @@ code, in one place. The families keep the builtin base code already catches: bad
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
 
 
 class SelftaughtError(Exception):
     """The root: anything selftaught raises on purpose. Its message is one sentence a user can
     act on."""
 
-    exit_code: ClassVar[int] = 4
+    exit_code: int = 4
 
 
 class InputError(SelftaughtError, ValueError):
@@ -49,11 +50,17 @@ class RunError(SelftaughtError, RuntimeError):
 
 
 class BackendError(SelftaughtError):
-    """A model backend call failed (not the model's answer being wrong)."""
+    """A model backend call failed (not the model's answer being wrong). A backend that
+    cannot start because of what the user gave (a path, a device, a missing extra) keeps the
+    exit code of that cause (`exit_code=`)."""
 
     exit_code = 1
 
-    def __init__(self, backend: str, cause: str, *, status: int | None = None):
+    def __init__(
+        self, backend: str, cause: str, *, status: int | None = None, exit_code: int | None = None
+    ):
+        if exit_code is not None:
+            self.exit_code = exit_code
         self.backend = backend
         self.cause = cause
         self.status = status
@@ -99,6 +106,16 @@ EXIT_CODES: dict[int, str] = {
     BudgetExhausted.exit_code: "a budget ran out",
     MissingDependency.exit_code: "a needed extra, model or program is missing",
 }
+
+
+@contextlib.contextmanager
+def writing_to(path: str | Path, what: str = "file") -> Iterator[None]:
+    """Writes to a path the user chose: an OS refusal (no such folder, a file where a folder
+    should be, no permission) becomes an `InputError` naming the path."""
+    try:
+        yield
+    except OSError as err:
+        raise InputError(f"cannot write {what} {path}: {err.strerror or err}") from None
 
 
 def read_text(path: str | Path, what: str = "file") -> str:

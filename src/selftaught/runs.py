@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from selftaught.errors import ConfigError
+from selftaught.errors import ConfigError, writing_to
 from selftaught.errors import RunError as RunError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -110,7 +110,8 @@ class RunDir:
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        with writing_to(self.root, "the run directory"):
+            self.root.mkdir(parents=True, exist_ok=True)
         self.history_path = self.root / "history.jsonl"
         self.state_path = self.root / "state.json"
         self.config_path = self.root / "config.json"

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selftaught.errors import ConfigError, InputError
+from selftaught.errors import ConfigError, InputError, MissingDependency
 from selftaught.models.base import (
     AsyncChatModel,
     Completion,
@@ -175,7 +175,11 @@ class LocalModel(AsyncChatModel):
             # fails before anything else starts.
             self.name = name or f"local:{Path(path).expanduser().name.removesuffix('.gguf')}"
             if not Path(path).expanduser().exists():
-                raise FatalBackendError(BACKEND, f"local model path {path} does not exist")
+                raise FatalBackendError(
+                    BACKEND,
+                    f"local model path {path} does not exist",
+                    exit_code=InputError.exit_code,
+                )
             if not str(path).endswith(".gguf"):
                 _ = self.path  # cheap for a folder: fail now if it is not a model
         else:
@@ -207,11 +211,13 @@ class LocalModel(AsyncChatModel):
             try:
                 self._path = resolve_local_path(self._requested_path)
             except EmbeddedModelMissing as err:
-                raise FatalBackendError(BACKEND, str(err)) from err
-            except (FileNotFoundError, ValueError) as err:
-                raise FatalBackendError(BACKEND, str(err)) from err
+                raise FatalBackendError(BACKEND, str(err), exit_code=err.exit_code) from err
+            except (FileNotFoundError, ValueError) as err:  # the path the user gave
+                raise FatalBackendError(BACKEND, str(err), exit_code=InputError.exit_code) from err
             except ImportError as err:
-                raise FatalBackendError(BACKEND, _missing_extra(err)) from err
+                raise FatalBackendError(
+                    BACKEND, _missing_extra(err), exit_code=MissingDependency.exit_code
+                ) from err
             except Exception as err:  # e.g. a corrupt .gguf failing to convert
                 raise FatalBackendError(
                     BACKEND,
@@ -281,12 +287,14 @@ class LocalModel(AsyncChatModel):
 
                 from selftaught.models.device import resolve_device, resolve_dtype
             except ImportError as err:
-                raise FatalBackendError(BACKEND, _missing_extra(err)) from err
+                raise FatalBackendError(
+                    BACKEND, _missing_extra(err), exit_code=MissingDependency.exit_code
+                ) from err
             try:
                 device, default_dtype = resolve_device(self._device_arg)
                 dtype = resolve_dtype(self._dtype_arg, default_dtype)
-            except ValueError as err:
-                raise FatalBackendError(BACKEND, str(err)) from err
+            except ValueError as err:  # the --device / --dtype the user gave
+                raise FatalBackendError(BACKEND, str(err), exit_code=InputError.exit_code) from err
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path)
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from selftaught.errors import InputError
+from selftaught.errors import InputError, writing_to
 from selftaught.models.base import Message
 from selftaught.sleep.intake.redact import Redactor, default_redactor
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, default_log_path
@@ -603,10 +603,8 @@ class TaskLog:
         flt.newest_first = False
         rows = self.query(flt)
         text = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows)
-        try:
+        with writing_to(path, "the export"):
             atomic_write_text(path, text)
-        except OSError as err:  # a missing folder, no permission: the user's path
-            raise InputError(f"cannot write {path}: {err.strerror or err}") from None
         return len(rows)
 
 
