@@ -147,6 +147,11 @@ def test_exit_1_the_backend_failed(run, tmp_path):
             "--limit", "2", "--api-key", "wrong", "--output", tmp_path / "e.jsonl",
         )  # fmt: skip
     assert code == 1 and "API key was rejected" in text
+    code, text = run(  # nothing listens on port 9
+        "eval", "--task", "gym:basic_arithmetic", "--model", "http://127.0.0.1:9/v1#m",
+        "--limit", "1", "--timeout", "2",
+    )  # fmt: skip
+    assert code == 1 and "cannot reach the endpoint" in text
 
 
 def test_exit_2_a_call_budget_smaller_than_the_val_set(run, toy_server, tmp_path):
