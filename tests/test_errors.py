@@ -8,6 +8,7 @@ import importlib
 import inspect
 import pkgutil
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,16 @@ def test_exit_4_a_run_directory_that_cannot_be_read(run, toy_server, tmp_path):
     code, text = run(*optimize(spec, out))
     assert code == 4 and "config.json is not valid JSON" in text
     assert server.requests == []
+
+
+def test_exit_4_a_port_that_is_taken(run, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, text = run("proxy", "--upstream", "http://127.0.0.1:9/v1#m", "--port", port)
+    # uvicorn's own exit code for this is 3, which would read as "another night is running"
+    assert code == 4 and f"could not listen on 127.0.0.1:{port}" in text
 
 
 def test_exit_5_the_budget_ran_out_before_anything_was_learned(run, toy_server, tmp_path):

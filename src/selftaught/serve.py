@@ -441,8 +441,6 @@ def run_server(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Serve `model` at http://host:port/v1 until interrupted."""
-    import uvicorn
-
     check_host(host, allow_remote)
     app = create_app(
         model,
@@ -451,7 +449,23 @@ def run_server(
         allow_remote=allow_remote,
         max_body_bytes=max_body_bytes,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    run_uvicorn(app, host, port)
+
+
+def run_uvicorn(app: Any, host: str, port: int) -> None:
+    """`uvicorn.run` until interrupted; its startup failure (the port is taken, the address
+    is not this machine's) is a `RunError`, not uvicorn's own exit code 3 (which reads as
+    "another night is running" in selftaught's table)."""
+    import uvicorn
+
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    except SystemExit as stop:
+        if stop.code in (0, None):
+            raise
+        raise RunError(
+            f"could not listen on {host}:{port} (is the port taken? pick another with --port)"
+        ) from None
 
 
 @contextlib.contextmanager

@@ -578,13 +578,11 @@ async def _relay(
 
 def run_proxy(config: ProxyConfig) -> None:
     """Serve until interrupted."""
-    import uvicorn
-
-    from selftaught.serve import check_host
+    from selftaught.serve import check_host, run_uvicorn
 
     check_host(config.host, config.allow_remote)
     app = create_proxy_app(config)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+    run_uvicorn(app, config.host, config.port)
 
 
 @contextlib.contextmanager
