@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.demos import Demo, join_skill
-from selftaught.evaluation import evaluate
+from selftaught.evaluation import evaluate_split
 from selftaught.models import load_model
 from selftaught.models.base import GenerationParams, run_sync
 from selftaught.policy import Policy
@@ -79,7 +79,7 @@ def main() -> None:
         if name not in saved["evals"]:
             t0 = time.perf_counter()
             cfg = RolloutConfig(params=params, progress=False)
-            res = evaluate(task, model, Policy(skill=skill), split="test", rollout=cfg)
+            res = evaluate_split(task, model, Policy(skill=skill), split="test", rollout=cfg)
             saved["evals"][name] = {
                 "hard": {r.example_id: r.score.hard for r in res.rollouts if r.ok and r.score},
                 "seconds": round(time.perf_counter() - t0, 1),

@@ -13,8 +13,8 @@ answer as the reference, or a corrected tool call (JSON in the reference, its ke
 order than the agent wrote them). Its live score is computed from what it saw (the final
 answer against the reference, its calls against the corrected one).
 
-Then the log is mined (`selftaught.sleep.mine`) and every task replayed as an episode
-(`selftaught.sleep.replay`) twice: with a model that answers exactly the logged replies
+Then the log is mined (`selftaught.sleep.night.mine`) and every task replayed as an episode
+(`selftaught.sleep.night.replay`) twice: with a model that answers exactly the logged replies
 (fidelity: the same score as live, per conversation, and no `not recorded` call), and with a
 model that changes every tool call's arguments (a control: each changed call is answered
 `not recorded` and counts against the episode). Every replayed request is checked to carry
@@ -46,9 +46,9 @@ sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))
 
 from selftaught.models.base import AsyncChatModel, Completion, GenerationParams  # noqa: E402
-from selftaught.sleep.checks import reference_scorer, score_reference  # noqa: E402
-from selftaught.sleep.log import TaskLog  # noqa: E402
-from selftaught.sleep.replay import call_key  # noqa: E402
+from selftaught.sleep.intake.log import TaskLog  # noqa: E402
+from selftaught.sleep.night.checks import reference_scorer, score_reference  # noqa: E402
+from selftaught.sleep.night.replay import call_key  # noqa: E402
 from selftaught.tasks.base import Example, Score  # noqa: E402
 from selftaught.tasks.tools.calculator import calculate  # noqa: E402
 
@@ -375,7 +375,7 @@ def deployment(log_path: Path, plans: list[Plan], home: Path) -> Iterator[tuple[
     """The proxy (in a thread, logging to `log_path`) in front of the scripted upstream."""
     import httpx
 
-    from selftaught.sleep.proxy import ProxyConfig, Upstream, proxy_in_background
+    from selftaught.sleep.intake.proxy import ProxyConfig, Upstream, proxy_in_background
 
     transport = httpx.ASGITransport(app=upstream_app(plans))
     upstream = Upstream(httpx.AsyncClient(transport=transport), "http://upstream/v1", None,
@@ -435,8 +435,9 @@ class LoggedReplies(AsyncChatModel):
 
 def mine_log(log_path: Path) -> tuple[Any, Any, dict[str, Any]]:
     """The night's mining over the whole log: (task, tasks, mining report)."""
-    from selftaught.sleep.mine import MineConfig, mine
-    from selftaught.sleep.replay import night_task
+    from selftaught.sleep.night.cycle import mine
+    from selftaught.sleep.night.mine import MineConfig
+    from selftaught.sleep.night.replay import night_task
 
     with TaskLog(log_path) as log:
         rows = log.query()
@@ -458,7 +459,7 @@ def replay(task: Any, model: LoggedReplies) -> dict[str, Any]:
 
 def run(n: int, seed: int = 0) -> dict[str, Any]:
     """Simulate, mine, replay; the figures (and the per-conversation rows)."""
-    from selftaught.sleep.replay import score_logged
+    from selftaught.sleep.night.replay import score_logged
 
     plans = make_stream(n, seed)
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:

@@ -101,11 +101,11 @@ def main() -> None:
     from selftaught.policy import Policy
     from selftaught.runs import atomic_write_json
     from selftaught.tasks import load_task
-    from selftaught.weights.sft import load_model
+    from selftaught.weights.sft import load_causal_lm
 
     task = load_task(TASK, train_size=args.prompts, val_size=4, test_size=4)
     prompts = [Policy().messages(task, ex) for ex in task.examples("train")]
-    model, tok = load_model(embedded_model_dir(), device="cpu")
+    model, tok = load_causal_lm(embedded_model_dir(), device="cpu")
     params = GenerationParams(max_tokens=args.max_tokens, temperature=0.8, seed=0)
     rows = []
     for i in range(args.pairs):

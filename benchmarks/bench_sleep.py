@@ -49,8 +49,8 @@ from selftaught.policy import Policy  # noqa: E402
 from selftaught.rollout import RolloutConfig  # noqa: E402
 from selftaught.runs import atomic_write_json, slug  # noqa: E402
 from selftaught.skill.config import SkillOptConfig  # noqa: E402
-from selftaught.sleep.checks import quantity  # noqa: E402
-from selftaught.sleep.split import SplitConfig  # noqa: E402
+from selftaught.sleep.night.checks import quantity  # noqa: E402
+from selftaught.sleep.night.split import SplitConfig  # noqa: E402
 from selftaught.tasks.base import Example, Score  # noqa: E402
 
 PROJECT = "bench"
@@ -108,7 +108,7 @@ def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str
     import httpx
 
     from selftaught.serve import create_app
-    from selftaught.sleep.proxy import ProxyConfig, Upstream, proxy_in_background
+    from selftaught.sleep.intake.proxy import ProxyConfig, Upstream, proxy_in_background
 
     config = ProxyConfig(
         upstream=target_spec, project=PROJECT, port=0, log_path=home / "log.db", home=home
@@ -164,11 +164,11 @@ def send_traffic(
 def heldout_accuracy(
     home: Path, target: ChatModel, heldout: HeldOut, args: argparse.Namespace
 ) -> dict[str, Any]:
-    from selftaught.evaluation import evaluate
+    from selftaught.evaluation import evaluate_split
     from selftaught.sleep.paths import read_adopted
 
     adopted = read_adopted(PROJECT, home)
-    result = evaluate(
+    result = evaluate_split(
         heldout,
         target,
         Policy(adopted.skill, adopted.memory),
@@ -218,8 +218,8 @@ def run_config(
     results: dict[str, Any],
     save: Any,
 ) -> None:
-    from selftaught.sleep.cycle import SleepConfig, run_night
-    from selftaught.sleep.demo_modes import DemoModeConfig
+    from selftaught.sleep.night.cycle import SleepConfig, run_night
+    from selftaught.sleep.night.demo_modes import DemoModeConfig
 
     home = root / name
     rows: list[dict[str, Any]] = []
@@ -295,7 +295,7 @@ def summarize(results: dict[str, Any]) -> None:
 
 def load_models(args: argparse.Namespace) -> Any:
     from selftaught.models import load_model
-    from selftaught.sleep.cycle import NightModels
+    from selftaught.sleep.night.cycle import NightModels
 
     target = load_model(args.target)
     optimizer = (

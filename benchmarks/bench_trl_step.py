@@ -96,7 +96,7 @@ def sft_ours(path: str, steps: int, batch: int) -> float:
     from selftaught.weights.config import BackendConfig, SFTTrainConfig
     from selftaught.weights.sampling import Sample
 
-    model, tok = sft_mod.load_model(path, device="cpu")
+    model, tok = sft_mod.load_causal_lm(path, device="cpu")
     samples = []
     for i, row in enumerate(sft_rows(steps * batch)):
         answer = row["completion"][0]["content"]
@@ -176,12 +176,12 @@ def grpo_ours(path: str, steps: int, task: Any) -> float:
     from rich.console import Console
 
     from selftaught.weights.rl import RLTrainer
-    from selftaught.weights.sft import load_model
+    from selftaught.weights.sft import load_causal_lm
 
     with tempfile.TemporaryDirectory() as run:
         trainer = RLTrainer(grpo_config(steps), task, output_dir=run, progress=False)
         trainer.console = Console(quiet=True)
-        model, tok = load_model(path, device="cpu")
+        model, tok = load_causal_lm(path, device="cpu")
         state: dict[str, Any] = {}
         trainer._train(model, tok, state, main=True)
         return float(state["step_seconds"])

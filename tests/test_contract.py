@@ -17,7 +17,7 @@ from selftaught.results import RunResult, Score, load_result
 from selftaught.skill import SkillOptConfig
 from selftaught.skill.result import SkillRunResult
 from selftaught.skill.trainer import SkillTrainer
-from selftaught.sleep.cycle import NightResult, run_night
+from selftaught.sleep.night.cycle import NightResult, run_night
 from selftaught.trainers import build_trainer, check_method, trainer_for
 from selftaught.weights.config import ConfigError, RestConfig, RLConfig, default_train_config
 from selftaught.weights.rest import RestResult, RestTrainer

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from selftaught.errors import ConfigError
 from selftaught.models.base import AsyncChatModel, Completion, GenerationParams
 from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
@@ -72,7 +73,7 @@ def test_config_change_refuses_resume(tmp_path):
     run = RunDir(tmp_path)
     assert run.check_or_write_config({"lr": 1, "epochs": 2}) is False
     assert run.check_or_write_config({"lr": 1, "epochs": 2}) is True
-    with pytest.raises(RunError, match="epochs"):
+    with pytest.raises(ConfigError, match="epochs"):
         run.check_or_write_config({"lr": 1, "epochs": 3})
 
 
@@ -232,10 +233,10 @@ class CrashingScorerTask(EchoTask):
 
 
 def test_a_crashing_scorer_is_an_error_not_a_zero_and_the_batch_goes_on():
-    from selftaught.evaluation import evaluate
+    from selftaught.evaluation import evaluate_split
 
     task = CrashingScorerTask()
-    result = evaluate(task, Scripted(), Policy(), rollout=RolloutConfig(progress=False))
+    result = evaluate_split(task, Scripted(), Policy(), rollout=RolloutConfig(progress=False))
     crashed = result.rollouts[2]
     assert crashed.score is None and crashed.error_source == "scorer"
     assert "KeyError" in crashed.error and "e2" in crashed.error

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from selftaught.evaluation import evaluate
+from selftaught.evaluation import evaluate_split
 from selftaught.models.base import Completion, GenerationParams, Message
 from selftaught.policy import Policy
 from selftaught.rollout import Rollout, RolloutConfig, episode_row, run_rollouts
@@ -134,7 +134,7 @@ def test_a_crashing_tool_is_an_error_not_a_zero() -> None:
     assert r.score is None and r.error_source == "tool"
     assert "RuntimeError: database is down" in (r.error or "") and "lookup" in (r.error or "")
     assert r.trajectory and r.trajectory[0]["tool_calls"]  # what happened up to the crash
-    result = evaluate(
+    result = evaluate_split(
         task,
         script(calls_tools(tool_call("lookup", {"key": "crash"}))),
         Policy(),

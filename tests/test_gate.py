@@ -103,7 +103,7 @@ def test_skill_default_gate_refuses_a_two_item_gain_the_margin_alone_accepts():
     assert r.decision != "accept_new_best" and r.pvalue == pytest.approx(0.25)
     assert gate(three, base, base, default).decision == "accept_new_best"  # p = 0.125
     # a night's val set is a handful of tasks: sleep keeps the margin gate
-    from selftaught.sleep.cycle import night_training_defaults
+    from selftaught.sleep.night.cycle import night_training_defaults
 
     assert night_training_defaults().gate == GateConfig()
 

@@ -23,8 +23,8 @@ from selftaught.http_guard import (  # noqa: E402
     strip_credentials,
 )
 from selftaught.serve import serve_in_background  # noqa: E402
-from selftaught.sleep.log import TaskLog  # noqa: E402
-from selftaught.sleep.proxy import ProxyConfig, proxy_in_background  # noqa: E402
+from selftaught.sleep.intake.log import TaskLog  # noqa: E402
+from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background  # noqa: E402
 from tests.fake_upstream import FakeUpstream  # noqa: E402
 from tests.test_serve import EchoModel  # noqa: E402
 

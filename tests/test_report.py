@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from selftaught.cli import app
 from selftaught.report import render_report, write_report
 from selftaught.report.html import diff_html
-from selftaught.report.runs import (
+from selftaught.report.readers import (
     ReportError,
     RestRun,
     RLRun,
@@ -318,7 +318,7 @@ def test_missing_diagnostics_and_skill_files_are_notes(tmp_path, optimize_dir):
 
 
 def test_a_sleep_night_is_reported_as_its_skill_phase_with_the_night_first(tmp_path):
-    from selftaught.sleep.cycle import run_night
+    from selftaught.sleep.night.cycle import run_night
     from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
 
     fill_log(tmp_path, ALPHA_NIGHT)

@@ -14,7 +14,7 @@ import pytest
 
 from selftaught.demos import split_skill
 from selftaught.report import render_report
-from selftaught.report.runs import load_run
+from selftaught.report.readers import load_run
 from tests.report_fixtures import demo_optimize_run
 from tests.scripted import ScriptedModel
 from tests.test_skill_demos import format_learner

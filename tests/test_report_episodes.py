@@ -13,7 +13,7 @@ from selftaught.gate import GateConfig
 from selftaught.models.base import Completion, Message
 from selftaught.policy import Policy
 from selftaught.report import render_report
-from selftaught.report.runs import SkillRun, load_run
+from selftaught.report.readers import SkillRun, load_run
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.skill import SkillOptConfig, SkillTrainer
 from selftaught.tasks.base import Example

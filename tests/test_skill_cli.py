@@ -107,7 +107,7 @@ def test_optimize_fatal_backend_error_names_the_cause(tmp_path):
                 "4",
             ],
         )
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # the backend failed (selftaught.errors)
     assert "401" in result.output or "API key" in result.output
     assert "resumable" in result.output
     assert json.loads((tmp_path / "error.json").read_text())["stage"] == "baseline"

@@ -2,9 +2,9 @@
 
 import pytest
 
+from selftaught.skill.budget_schedule import edit_budget
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit
-from selftaught.skill.schedule import edit_budget
 from selftaught.skill.select import dedupe_edits, select_edits
 
 

@@ -216,10 +216,10 @@ def test_kill_between_state_and_history_loses_nothing(tmp_path):
 
 
 def test_changed_settings_refuse_to_resume(tmp_path):
-    from selftaught.runs import RunError
+    from selftaught.errors import ConfigError
 
     make(tmp_path).train()
-    with pytest.raises(RunError, match="batch_size"):
+    with pytest.raises(ConfigError, match="batch_size"):
         make(tmp_path, batch_size=2).train()
 
 

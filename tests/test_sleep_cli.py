@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from selftaught import cli
 from selftaught.cli import app
-from selftaught.sleep.log import TaskLog
+from selftaught.sleep.intake.log import TaskLog
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -12,16 +12,16 @@ from selftaught.gate import GateConfig
 from selftaught.models.base import Completion
 from selftaught.models.usage import Budget
 from selftaught.skill.config import SkillOptConfig
-from selftaught.sleep import staging
-from selftaught.sleep.cycle import (
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
+from selftaught.sleep.lock import NightRunning, night_lock
+from selftaught.sleep.night.cycle import (
     NightModels,
     SleepConfig,
     is_remote,
     night_training_defaults,
     run_night,
 )
-from selftaught.sleep.lock import NightRunning, night_lock
-from selftaught.sleep.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.paths import Adopted, read_adopted
 from tests.scripted import (
     POISON,
@@ -380,7 +380,7 @@ def test_requests_without_a_reference_are_judged_by_their_rubric(tmp_path):
 
 
 def test_the_session_cap_counts_transcript_sessions_only(tmp_path):
-    from selftaught.sleep.cycle import _cap
+    from selftaught.sleep.night.cycle import _cap
 
     rows = [Interaction(messages=[], meta={"session_id": f"s{i // 2}"}) for i in range(6)]
     rows.insert(1, Interaction(messages=[]))  # a proxy row: no session

@@ -13,15 +13,15 @@ import pytest
 from selftaught.demos import Demo, join_skill, split_skill
 from selftaught.policy import Policy
 from selftaught.retrieval import DemoRetriever, RetrievalUnavailable
-from selftaught.sleep import staging
-from selftaught.sleep.cycle import run_night
-from selftaught.sleep.demo_modes import DemoModeConfig
-from selftaught.sleep.inject import inject_adopted, strip_injected, strip_injected_messages
-from selftaught.sleep.log import Feedback, Interaction, TaskLog
-from selftaught.sleep.mine import MineConfig, mine
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption.inject import inject_adopted, strip_injected, strip_injected_messages
+from selftaught.sleep.adoption.staging import write_live_file
+from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
+from selftaught.sleep.night.cycle import mine, run_night
+from selftaught.sleep.night.demo_modes import DemoModeConfig
+from selftaught.sleep.night.mine import MineConfig
+from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.paths import Adopted
-from selftaught.sleep.split import SplitConfig
-from selftaught.sleep.staging import write_live_file
 from selftaught.tasks.base import Example
 from tests.scripted import ScriptedModel, canned_analyst
 from tests.test_sleep_cycle import config, fill_log, models
@@ -225,7 +225,7 @@ def test_retrieved_demos_win_the_three_way_gate_and_never_show_a_held_out_task(t
 def test_with_the_gate_off_the_best_val_mean_wins_and_ties_keep_the_incumbent():
     from selftaught.gate import GateConfig
     from selftaught.skill.config import SkillOptConfig
-    from selftaught.sleep.demo_modes import _decide
+    from selftaught.sleep.night.demo_modes import _decide
 
     off = SkillOptConfig(gate=GateConfig(accept_all=True))
     on = SkillOptConfig(gate=GateConfig())

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from selftaught import cli
 from selftaught.runs import atomic_write_text
-from selftaught.sleep.log import TaskLog
+from selftaught.sleep.intake.log import TaskLog
 from selftaught.sleep.paths import adopted_dir
 
 pytestmark = pytest.mark.local
@@ -161,7 +161,7 @@ def test_serve_proxy_openai_client_log_feedback(tmp_path, monkeypatch, embedded_
 
 
 def test_proxy_with_the_model_in_process(tmp_path, embedded_available):
-    from selftaught.sleep.proxy import ProxyConfig, proxy_in_background
+    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
 
     config = ProxyConfig(upstream="local", port=0, log_path=tmp_path / "log.db", home=tmp_path)
     with proxy_in_background(config) as (url, app):
@@ -186,7 +186,7 @@ def test_a_night_through_the_proxy_adopt_and_rollback(tmp_path, monkeypatch, emb
     skill, `sleep rollback` removes it. The analyst is a deterministic loopback server (the
     135M model rarely writes valid edits) and the gate is off, so a proposal is certain; the
     replays are the embedded model's own."""
-    from selftaught.sleep.proxy import ProxyConfig, proxy_in_background
+    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
     from tests.fake_upstream import FakeUpstream
 
     home, log_path = tmp_path / "home", tmp_path / "log.db"
@@ -265,9 +265,9 @@ def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
     pytest.importorskip("bm25s")
     from selftaught.models import load_model
     from selftaught.skill.config import SkillOptConfig
-    from selftaught.sleep.cycle import NightModels, SleepConfig, run_night
-    from selftaught.sleep.demo_modes import DemoModeConfig
-    from selftaught.sleep.log import Feedback, Interaction
+    from selftaught.sleep.intake.log import Feedback, Interaction
+    from selftaught.sleep.night.cycle import NightModels, SleepConfig, run_night
+    from selftaught.sleep.night.demo_modes import DemoModeConfig
     from tests.scripted import canned_analyst
 
     log = TaskLog(tmp_path / "log.db")

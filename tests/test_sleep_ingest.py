@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from selftaught.sleep.harvest import HarvestConfig, harvest, resolve_sources
-from selftaught.sleep.harvest.import_jsonl import ImportFormatError, import_file
-from selftaught.sleep.log import LogFilter, TaskLog, log_interaction
+from selftaught.sleep.intake.harvest import HarvestConfig, harvest, resolve_sources
+from selftaught.sleep.intake.harvest.import_jsonl import ImportFormatError, import_file
+from selftaught.sleep.intake.log import LogFilter, TaskLog, log_interaction
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CLAUDE = FIXTURES / "claude_code" / "projects"

@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from selftaught.sleep import staging
-from selftaught.sleep.cycle import run_night
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.intake.log import TaskLog
 from selftaught.sleep.lock import read_holder
-from selftaught.sleep.log import TaskLog
+from selftaught.sleep.night.cycle import run_night
 from selftaught.sleep.paths import read_adopted
 from tests.fake_upstream import FakeUpstream
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
@@ -81,7 +81,7 @@ def test_kill_9_mid_night_leaves_everything_consistent_and_the_next_night_runs(t
     except staging.StagingError as err:
         assert "nothing to adopt (status running" in str(err)
 
-    from selftaught.sleep.night_report import status_lines
+    from selftaught.sleep.night.summary import status_lines
 
     shown = " ".join(status_lines("demo", tmp_path))
     assert f"last night {killed_dir.name}: interrupted" in shown and "running now" not in shown

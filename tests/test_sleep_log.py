@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from selftaught.sleep.log import (
+from selftaught.sleep.intake.log import (
     MIGRATIONS,
     SCHEMA_VERSION,
     Feedback,
@@ -210,7 +210,7 @@ WRITER = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {src!r})
-from selftaught.sleep.log import Interaction, TaskLog
+from selftaught.sleep.intake.log import Interaction, TaskLog
 path, proc, n, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
 log = TaskLog(path)
 while not go.exists():

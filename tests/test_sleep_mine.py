@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from selftaught.sleep.checks import (
+from selftaught.sleep.intake.log import Feedback, Interaction
+from selftaught.sleep.night.checks import (
     Rule,
     detect_language,
     find_rules,
@@ -12,9 +13,9 @@ from selftaught.sleep.checks import (
     reference_scorer,
     score_example,
 )
-from selftaught.sleep.log import Feedback, Interaction
-from selftaught.sleep.mine import MineConfig, mine, near_duplicates
-from selftaught.sleep.split import (
+from selftaught.sleep.night.cycle import mine
+from selftaught.sleep.night.mine import MineConfig, near_duplicates
+from selftaught.sleep.night.split import (
     NightTask,
     SplitConfig,
     SplitOverlap,

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from selftaught import cli
 from selftaught.cli import app
-from selftaught.sleep import staging
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.lock import night_lock
-from selftaught.sleep.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.paths import read_adopted
 from tests.fake_upstream import FakeUpstream
 from tests.scripted import append, canned_analyst, edits_json, prompt_kind, rule_answer
@@ -183,7 +183,7 @@ def test_schedule_without_crontab_says_what_to_do(env, tmp_path, monkeypatch):
     _, _, run = env
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     code, text = run("sleep", "schedule", "--at", "03:00")
-    assert code == 2 and "no `crontab` command" in text and "sleep run" in text
+    assert code == 6 and "no `crontab` command" in text  # a missing program and "sleep run" in text
     code, text = run("sleep", "status")
     assert code == 0 and "schedule: unknown (no `crontab` command" in text
 

@@ -23,10 +23,10 @@ import pytest
 pytest.importorskip("fastapi")
 
 from selftaught.runs import atomic_write_text  # noqa: E402
-from selftaught.sleep.inject import inject_adopted, strip_injected, strip_injected_messages  # noqa: E402
-from selftaught.sleep.log import LogFilter, TaskLog  # noqa: E402
+from selftaught.sleep.adoption.inject import inject_adopted, strip_injected, strip_injected_messages  # noqa: E402
+from selftaught.sleep.intake.log import LogFilter, TaskLog  # noqa: E402
+from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, ProxyError, proxy_in_background  # noqa: E402
 from selftaught.sleep.paths import Adopted, adopted_dir, read_adopted  # noqa: E402
-from selftaught.sleep.proxy import ID_HEADER, ProxyConfig, ProxyError, proxy_in_background  # noqa: E402
 from tests.fake_upstream import FakeUpstream  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

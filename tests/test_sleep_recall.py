@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from selftaught.sleep import recall
-from selftaught.sleep.cycle import NightModels, run_night
-from selftaught.sleep.mine import MinedTask
-from selftaught.sleep.split import SplitConfig, TooFewTasks, assign_splits
+from selftaught.sleep.night import recall
+from selftaught.sleep.night.cycle import NightModels, run_night
+from selftaught.sleep.night.mine import MinedTask
+from selftaught.sleep.night.split import SplitConfig, TooFewTasks, assign_splits
 from tests.scripted import canned_analyst, rule_target
 from tests.test_sleep_cycle import config, fill_log, models
 

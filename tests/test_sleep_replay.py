@@ -17,12 +17,17 @@ pytest.importorskip("fastapi")
 from selftaught.policy import Policy  # noqa: E402
 from selftaught.rollout import RolloutConfig, run_rollouts  # noqa: E402
 from selftaught.sleep import log_interaction  # noqa: E402
-from selftaught.sleep.cycle import NightModels, SleepConfig, run_night  # noqa: E402
-from selftaught.sleep.harvest import HarvestConfig, HarvestReport, harvesters  # noqa: E402
-from selftaught.sleep.harvest.import_jsonl import ImportFormatError, import_file  # noqa: E402
-from selftaught.sleep.log import Feedback, Interaction, TaskLog  # noqa: E402
-from selftaught.sleep.mine import MineConfig, mine  # noqa: E402
-from selftaught.sleep.replay import (  # noqa: E402
+from selftaught.sleep.intake.harvest import HarvestConfig, HarvestReport, harvesters  # noqa: E402
+from selftaught.sleep.intake.harvest.import_jsonl import ImportFormatError, import_file  # noqa: E402
+from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog  # noqa: E402
+from selftaught.sleep.night.cycle import (  # noqa: E402
+    NightModels,
+    SleepConfig,
+    mine,
+    run_night,
+)
+from selftaught.sleep.night.mine import MineConfig  # noqa: E402
+from selftaught.sleep.night.replay import (  # noqa: E402
     ReplayNightTask,
     call_key,
     logged_tools,
@@ -30,7 +35,7 @@ from selftaught.sleep.replay import (  # noqa: E402
     score_logged,
     tool_feedback,
 )
-from selftaught.sleep.split import NightTask  # noqa: E402
+from selftaught.sleep.night.split import NightTask  # noqa: E402
 from tests.scripted import ScriptedModel, calls_tools, canned_analyst, tool_call  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -122,7 +127,7 @@ def test_the_proxy_logs_tools_tool_choice_tool_calls_and_tool_turns(tmp_path):
 def test_a_log_without_the_tool_columns_is_migrated_and_old_rows_still_replay(tmp_path):
     import sqlite3
 
-    from selftaught.sleep.log import MIGRATIONS, migrate
+    from selftaught.sleep.intake.log import MIGRATIONS, migrate
 
     conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
     migrate(conn, target=2)
@@ -197,7 +202,7 @@ def test_any_other_call_returns_not_recorded_and_counts_against_the_episode():
 
 
 def test_a_call_made_twice_with_different_results_replays_them_in_order():
-    from selftaught.sleep.replay import ReplayEnvironment
+    from selftaught.sleep.night.replay import ReplayEnvironment
 
     fixtures = [
         {"name": "get", "arguments": {"key": "a"}, "result": "1"},

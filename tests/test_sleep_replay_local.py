@@ -14,10 +14,10 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from selftaught.sleep.cycle import SleepConfig, night_training_defaults, run_night  # noqa: E402
-from selftaught.sleep.log import TaskLog  # noqa: E402
-from selftaught.sleep.proxy import ID_HEADER, ProxyConfig, proxy_in_background  # noqa: E402
-from selftaught.sleep.split import SplitConfig  # noqa: E402
+from selftaught.sleep.intake.log import TaskLog  # noqa: E402
+from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, proxy_in_background  # noqa: E402
+from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night  # noqa: E402
+from selftaught.sleep.night.split import SplitConfig  # noqa: E402
 from tests.fake_upstream import FakeUpstream  # noqa: E402
 
 pytestmark = pytest.mark.local

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from selftaught.sleep.cycle import SleepConfig, run_night
-from selftaught.sleep.mine import MinedTask
-from selftaught.sleep.split import NightTask, SplitOverlap
-from selftaught.sleep.weight_night import (
+from selftaught.sleep.night.cycle import SleepConfig, run_night
+from selftaught.sleep.night.mine import MinedTask
+from selftaught.sleep.night.split import NightTask, SplitOverlap
+from selftaught.sleep.night.weight_night import (
     TrainedAdapter,
     WeightData,
     WeightNightConfig,
@@ -292,9 +292,9 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
     from selftaught.models import load_model
     from selftaught.models.embedded import EmbeddedModelMissing, embedded_model_dir
     from selftaught.skill.config import SkillOptConfig
-    from selftaught.sleep.cycle import NightModels
-    from selftaught.sleep.log import Feedback, Interaction, TaskLog
-    from selftaught.sleep.weight_night import LocalAdapterTrainer
+    from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
+    from selftaught.sleep.night.cycle import NightModels
+    from selftaught.sleep.night.weight_night import LocalAdapterTrainer
     from selftaught.weights.sft import load_model as load_causal_lm
 
     try:

@@ -18,7 +18,7 @@ import pytest
 
 from selftaught.skill import SkillOptConfig
 from selftaught.skill.trainer import SkillTrainer
-from selftaught.sleep.cycle import SleepConfig, run_night
+from selftaught.sleep.night.cycle import SleepConfig, run_night
 from selftaught.tracking import TrackingError, require, trl_report_to, with_tracker
 from selftaught.weights.config import ConfigError, RestConfig, RLConfig
 from tests.scripted import ToyTask, append, canned_analyst, edits_json, rule_target

@@ -13,6 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
+from selftaught.errors import ConfigError  # noqa: E402
 from selftaught.evaluation import summarize  # noqa: E402
 from selftaught.rollout import Rollout  # noqa: E402
 from selftaught.runs import read_json  # noqa: E402
@@ -177,9 +178,8 @@ def test_killed_run_resumes_without_redoing_a_round(tiny_dir, tmp_path, monkeypa
     ] == [0, 1, 2]
     assert result.best_round == 2
     # a resume with other settings is refused
-    from selftaught.runs import RunError
 
-    with pytest.raises(RunError, match="different config"):
+    with pytest.raises(ConfigError, match="different config"):
         RestTrainer(config(3), EchoTask(), tiny_dir, output_dir=run, progress=False).train()
 
 

@@ -38,10 +38,10 @@ def tiny(tok, seed: int = 0):
 
 def test_lora_step_on_embedded_model_changes_weights():
     from selftaught.models.embedded import embedded_model_dir
-    from selftaught.weights.sft import load_model
+    from selftaught.weights.sft import load_causal_lm
 
     torch.set_num_threads(1)  # shared 2-core CI machines: oversubscription is 5x slower
-    model, tokenizer = load_model(embedded_model_dir())
+    model, tokenizer = load_causal_lm(embedded_model_dir())
     before = {k: v.clone() for k, v in model.state_dict().items()}
     peft_model = prepare_trainable(model, BackendConfig(lora_r=4, lora_alpha=8))
     lora_b = [p for n, p in peft_model.named_parameters() if "lora_B" in n]

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from selftaught.errors import writing_to
 from selftaught.models.base import ChatModel
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.tasks.base import Split, Task
@@ -90,7 +91,7 @@ def evaluate(
     Every call is charged to a ledger (target and judge) and reported in `result.usage`.
     With `output`, the per-example rollouts go to that JSONL file and the summary beside it
     (`<output>.summary.json`)."""
-    from selftaught.evaluation import evaluate as run_evaluation
+    from selftaught.evaluation import evaluate_split
     from selftaught.policy import Policy
 
     ledger = UsageLedger()
@@ -99,7 +100,7 @@ def evaluate(
         judge = TrackedModel(resolve_model(judge_model, model_options), ledger, "judge")
     the_task = resolve_task(task, task_options, judge=judge)
     target = TrackedModel(resolve_model(model, model_options), ledger, "target")
-    result = run_evaluation(
+    result = evaluate_split(
         the_task,
         target,
         Policy(skill, memory),
@@ -112,8 +113,9 @@ def evaluate(
         from selftaught.runs import atomic_write_json, write_jsonl
 
         path = Path(output)
-        write_jsonl(path, [r.to_dict() for r in result.rollouts])
-        atomic_write_json(path.with_suffix(".summary.json"), result.summary())
+        with writing_to(path, "the results"):
+            write_jsonl(path, [r.to_dict() for r in result.rollouts])
+            atomic_write_json(path.with_suffix(".summary.json"), result.summary())
     return result
 
 

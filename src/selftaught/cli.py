@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
+from selftaught.errors import ConfigError, InputError, SelftaughtError, read_text
 from selftaught.gate import GateConfig
 from selftaught.models.base import GenerationParams
 from selftaught.skill.config import SkillOptConfig
@@ -37,39 +38,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def friendly_errors(fn: F) -> F:
-    """Known failures (bad input, fatal backend errors) become one sentence and exit code 2."""
+    """The one place errors meet the user: any `SelftaughtError` becomes one sentence and the
+    exit code of its kind (the table in `selftaught.errors`). Anything else is a bug and keeps
+    its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from selftaught.models.embedded import EmbeddedModelMissing
-        from selftaught.models.errors import BackendError
-        from selftaught.models.spec import ModelSpecError
-        from selftaught.runs import RunError
-        from selftaught.tasks.base import TaskError
-        from selftaught.weights.config import ConfigError
-
-        known = (BackendError, TaskError, ModelSpecError, RunError, EmbeddedModelMissing)
         try:
             return fn(*args, **kwargs)
-        except ConfigError as err:  # a setting that cannot work: the message names it
+        except SelftaughtError as err:
             console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-            raise typer.Exit(2) from None
-        except known as err:
-            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-            raise typer.Exit(2) from None
-        except FileNotFoundError as err:
-            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(err.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
 
 
 def read_text_file(path: Path | None, what: str) -> str:
-    if path is None:
-        return ""
-    if not path.exists():
-        raise FileNotFoundError(f"{what} file {path} does not exist")
-    return path.read_text(encoding="utf-8")
+    return "" if path is None else read_text(path, f"{what} file")
 
 
 # Options shared by several commands.
@@ -130,7 +115,7 @@ def gate_config(metric: str | None, margin: float, confidence: float | None) -> 
             margin=margin,
             confidence=confidence or None,  # 0: no paired test
         )
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err)) from None
 
 
@@ -142,7 +127,7 @@ def budget(
     counted = tuple(r.strip() for r in roles.split(",") if r.strip()) if roles else None
     try:
         return Budget(calls=calls, tokens=tokens, usd=usd, roles=counted)
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err)) from None
 
 
@@ -365,7 +350,7 @@ def serve_cmd(
 
     try:  # before loading the model: a refused host should cost nothing
         check_host(host, allow_remote)
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err), param_hint="--host") from None
     the_model = load_model(
         model, max_batch_size=max_batch_size, **model_options(api_key, device=device)
@@ -399,24 +384,8 @@ LogOpt = Annotated[
 ProjectOpt = Annotated[str, typer.Option(help="Project the interactions belong to.")]
 
 
-def sleep_errors(fn: F) -> F:
-    """Bad input to a sleep command: one sentence, exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from selftaught.sleep.log import LogError
-
-        try:
-            return fn(*args, **kwargs)
-        except (LogError, ValueError, OSError) as err:
-            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-            raise typer.Exit(2) from None
-
-    return friendly_errors(wrapper)  # type: ignore[return-value]
-
-
 @app.command("proxy")
-@sleep_errors
+@friendly_errors
 def proxy_cmd(
     upstream: Annotated[
         str, typer.Option(help="Model spec to forward to: http://HOST:PORT/v1#M | openai:M | local")
@@ -441,11 +410,11 @@ def proxy_cmd(
     """OpenAI-compatible proxy: injects the adopted skill, logs every exchange (redacted)."""
     from selftaught.http_guard import strip_credentials
     from selftaught.serve import check_host
-    from selftaught.sleep.proxy import ProxyConfig, run_proxy
+    from selftaught.sleep.intake.proxy import ProxyConfig, run_proxy
 
     try:
         check_host(host, allow_remote)
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err), param_hint="--host") from None
     config = ProxyConfig(
         upstream=upstream,
@@ -467,7 +436,7 @@ def proxy_cmd(
 
 
 @sleep_app.command("log")
-@sleep_errors
+@friendly_errors
 def sleep_log_cmd(
     log: LogOpt = None,
     project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
@@ -489,7 +458,7 @@ def sleep_log_cmd(
     ] = None,
 ) -> None:
     """List, filter or export the task log."""
-    from selftaught.sleep.log import LogFilter, TaskLog, parse_time
+    from selftaught.sleep.intake.log import LogFilter, TaskLog, parse_time
 
     flt = LogFilter(
         project=project,
@@ -547,15 +516,15 @@ def sleep_log_cmd(
 
 
 @sleep_app.command("import")
-@sleep_errors
+@friendly_errors
 def sleep_import_cmd(
     file: Annotated[Path, typer.Argument(help="JSONL: our export, OpenAI chat or OpenAI evals.")],
     project: Annotated[str | None, typer.Option(help="Put every row in this project.")] = None,
     log: LogOpt = None,
 ) -> None:
     """Import interactions from a JSONL file (all lines or none)."""
-    from selftaught.sleep.harvest.import_jsonl import import_file
-    from selftaught.sleep.log import TaskLog
+    from selftaught.sleep.intake.harvest.import_jsonl import import_file
+    from selftaught.sleep.intake.log import TaskLog
 
     result = import_file(file, TaskLog(log), project)
     formats = ", ".join(f"{n} {fmt}" for fmt, n in result.formats.items())
@@ -566,7 +535,7 @@ def sleep_import_cmd(
 
 
 @sleep_app.command("feedback")
-@sleep_errors
+@friendly_errors
 def sleep_feedback_cmd(
     interaction_id: Annotated[str, typer.Argument(help="Interaction id (or its first 8+ chars).")],
     thumbs: Annotated[str | None, typer.Option(help="up | down")] = None,
@@ -582,14 +551,14 @@ def sleep_feedback_cmd(
     log: LogOpt = None,
 ) -> None:
     """Attach feedback to a logged interaction."""
-    from selftaught.sleep.log import Feedback, TaskLog
+    from selftaught.sleep.intake.log import Feedback, TaskLog
 
     fb = Feedback(thumb=thumbs, score=score, reference=reference, comment=comment)  # type: ignore[arg-type]
     out.print(f"feedback attached to {TaskLog(log).add_feedback(interaction_id, fb)}")
 
 
 @sleep_app.command("harvest")
-@sleep_errors
+@friendly_errors
 def sleep_harvest_cmd(
     source: Annotated[str, typer.Option(help="auto | claude-code | codex")] = "auto",
     since: Annotated[
@@ -608,8 +577,8 @@ def sleep_harvest_cmd(
     log: LogOpt = None,
 ) -> None:
     """Harvest coding-agent transcripts (Claude Code, Codex) into the log as private rows."""
-    from selftaught.sleep.harvest import HarvestConfig, harvest, resolve_sources
-    from selftaught.sleep.log import TaskLog, parse_time
+    from selftaught.sleep.intake.harvest import HarvestConfig, harvest, resolve_sources
+    from selftaught.sleep.intake.log import TaskLog, parse_time
 
     config = HarvestConfig(
         since=parse_time(since) if since else None,
@@ -620,7 +589,7 @@ def sleep_harvest_cmd(
     )
     sources = resolve_sources(source)
     if root and source == "auto":
-        raise ValueError("--root needs one --source (claude-code or codex), not auto")
+        raise ConfigError("--root needs one --source (claude-code or codex), not auto")
     if not sources:
         console.print("no transcripts found (~/.claude/projects, ~/.codex/sessions)")
         return
@@ -654,12 +623,12 @@ TargetSkillOpt = Annotated[
 def _preferences(value: str | None) -> str:
     """--preferences: a file's text when the value names a file, else the text itself."""
     if value and Path(value).expanduser().is_file():
-        return Path(value).expanduser().read_text(encoding="utf-8")
+        return read_text(Path(value).expanduser(), "preferences file")
     return value or ""
 
 
 @sleep_app.command("run")
-@sleep_errors
+@friendly_errors
 def sleep_run_cmd(
     project: NightProjectOpt = None,
     model: Annotated[
@@ -730,13 +699,12 @@ def sleep_run_cmd(
 ) -> None:
     """One night: harvest the log → mine tasks → split → consolidate skill, then memory → stage
     a proposal (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
-    from selftaught.sleep.cycle import SleepConfig, run_night
-    from selftaught.sleep.demo_modes import DemoModeConfig
-    from selftaught.sleep.lock import NightRunning
-    from selftaught.sleep.log import parse_time
-    from selftaught.sleep.night_report import print_outcomes
-    from selftaught.sleep.split import SplitConfig
-    from selftaught.sleep.weight_night import WeightNightConfig
+    from selftaught.sleep.intake.log import parse_time
+    from selftaught.sleep.night.cycle import SleepConfig, run_night
+    from selftaught.sleep.night.demo_modes import DemoModeConfig
+    from selftaught.sleep.night.split import SplitConfig
+    from selftaught.sleep.night.summary import print_outcomes
+    from selftaught.sleep.night.weight_night import WeightNightConfig
 
     if gate not in ("on", "off"):
         raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
@@ -779,11 +747,7 @@ def sleep_run_cmd(
         progress=console.is_terminal,
         report_to=report_to,
     )
-    try:
-        outcomes = run_night(config, dry_run=dry_run, console=console)
-    except NightRunning as err:
-        console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
-        raise typer.Exit(3) from None
+    outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3
     print_outcomes(outcomes, out, dry_run=dry_run)
     if any(o.failed for o in outcomes):
         raise typer.Exit(1)
@@ -811,7 +775,7 @@ sleep_app.command("dry-run")(_dry_run_signature(sleep_run_cmd))
 
 
 @sleep_app.command("adopt")
-@sleep_errors
+@friendly_errors
 def sleep_adopt_cmd(
     night: Annotated[
         str | None, typer.Argument(help="Night id (default: the latest staged).")
@@ -823,7 +787,7 @@ def sleep_adopt_cmd(
     target_skill_path: TargetSkillOpt = None,
 ) -> None:
     """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
-    from selftaught.sleep.staging import adopt
+    from selftaught.sleep.adoption.staging import adopt
 
     done = adopt(project, night, force=force, target_paths=tuple(target_skill_path or ()))
     out.print(
@@ -833,7 +797,7 @@ def sleep_adopt_cmd(
 
 
 @sleep_app.command("rollback")
-@sleep_errors
+@friendly_errors
 def sleep_rollback_cmd(
     version: Annotated[
         int | None, typer.Argument(help="Version (default: the previous one).")
@@ -842,27 +806,27 @@ def sleep_rollback_cmd(
     target_skill_path: TargetSkillOpt = None,
 ) -> None:
     """Return to an earlier adopted version (0: nothing adopted)."""
-    from selftaught.sleep.staging import rollback
+    from selftaught.sleep.adoption.staging import rollback
 
     done = rollback(project, version, target_paths=tuple(target_skill_path or ()))
     out.print(f"{project}: version {done.version} is adopted again (was {done.previous})")
 
 
 @sleep_app.command("history")
-@sleep_errors
+@friendly_errors
 def sleep_history_cmd(project: AdoptProjectOpt = "default") -> None:
     """Adopted versions with their val scores, and the project's nights."""
-    from selftaught.sleep.night_report import history_tables
+    from selftaught.sleep.night.summary import history_tables
 
     for table in history_tables(project):
         out.print(table)
 
 
 @sleep_app.command("status")
-@sleep_errors
+@friendly_errors
 def sleep_status_cmd(project: NightProjectOpt = None) -> None:
     """The last night, a staged proposal, the adopted version, a running night, the schedule."""
-    from selftaught.sleep.night_report import status_lines
+    from selftaught.sleep.night.summary import status_lines
 
     for line in status_lines(project):
         out.print(line, soft_wrap=True, markup=False)
@@ -871,15 +835,15 @@ def sleep_status_cmd(project: NightProjectOpt = None) -> None:
 @sleep_app.command(
     "schedule", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
 )
-@sleep_errors
+@friendly_errors
 def sleep_schedule_cmd(
     ctx: typer.Context,
     at: Annotated[str, typer.Option(help="HH:MM, every day (local time).")],
     project: NightProjectOpt = None,
 ) -> None:
     """Run `sleep run` every night from your crontab; options after --at go to `sleep run`."""
+    from selftaught.sleep.cron import schedule
     from selftaught.sleep.paths import sleep_home
-    from selftaught.sleep.schedule import schedule
 
     sleep_run_cmd_click = typer.main.get_command(sleep_app).commands["run"]  # type: ignore[attr-defined]
     sleep_run_cmd_click.make_context("run", list(ctx.args), resilient_parsing=False)
@@ -888,13 +852,13 @@ def sleep_schedule_cmd(
 
 
 @sleep_app.command("unschedule")
-@sleep_errors
+@friendly_errors
 def sleep_unschedule_cmd(
     project: NightProjectOpt = None,
     every: Annotated[bool, typer.Option("--all", help="Every selftaught line.")] = False,
 ) -> None:
     """Remove the nightly line from your crontab."""
-    from selftaught.sleep.schedule import unschedule
+    from selftaught.sleep.cron import unschedule
 
     out.print(f"removed {unschedule(project, every)} scheduled night(s)")
 
@@ -1063,7 +1027,7 @@ def optimize_cmd(
             evaluate_test=test,
             report_to=report_to,
         )
-    except ValueError as err:
+    except InputError as err:
         raise typer.BadParameter(str(err)) from None
     warn_unsafe_exec(unsafe_exec)
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")

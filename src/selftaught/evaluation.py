@@ -120,7 +120,7 @@ def summarize(
     )
 
 
-async def aevaluate(
+async def aevaluate_split(
     task: Task,
     model: ChatModel,
     policy: Policy | None = None,
@@ -150,5 +150,5 @@ async def aevaluate(
     )
 
 
-def evaluate(*args: Any, **kwargs: Any) -> EvalResult:
-    return run_sync(aevaluate(*args, **kwargs))
+def evaluate_split(*args: Any, **kwargs: Any) -> EvalResult:
+    return run_sync(aevaluate_split(*args, **kwargs))

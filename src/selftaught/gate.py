@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from selftaught.errors import ConfigError
 from selftaught.stats import paired_bootstrap_pvalue, sign_test_pvalue
 from selftaught.tasks.base import Score
 
@@ -49,17 +50,17 @@ class GateConfig:
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
-            raise ValueError(
+            raise ConfigError(
                 f"gate metric must be one of {', '.join(METRICS)}, got {self.metric!r}"
             )
         if self.margin < 0:
-            raise ValueError(f"gate margin must be >= 0, got {self.margin}")
+            raise ConfigError(f"gate margin must be >= 0, got {self.margin}")
         if self.confidence is not None and not 0.5 <= self.confidence < 1.0:
-            raise ValueError(f"gate confidence must be in [0.5, 1), got {self.confidence}")
+            raise ConfigError(f"gate confidence must be in [0.5, 1), got {self.confidence}")
         if not 0.0 <= self.mixed_weight <= 1.0:
-            raise ValueError(f"mixed weight must be in [0, 1], got {self.mixed_weight}")
+            raise ConfigError(f"mixed weight must be in [0, 1], got {self.mixed_weight}")
         if not 0.0 <= self.max_missing <= 1.0:
-            raise ValueError(f"max_missing must be in [0, 1], got {self.max_missing}")
+            raise ConfigError(f"max_missing must be in [0, 1], got {self.max_missing}")
 
 
 def metric_value(
@@ -184,7 +185,7 @@ def smallest_accepted_gain(n_val: int, cfg: GateConfig) -> SmallestGain:
     it". (For a soft metric the bootstrap test of all-positive differences passes at any w,
     so only the margin counts there.)"""
     if n_val < 0:
-        raise ValueError(f"n_val must be >= 0, got {n_val}")
+        raise ConfigError(f"n_val must be >= 0, got {n_val}")
     if cfg.accept_all:
         return SmallestGain(n_val, 0, 0.0, "gate off: every candidate is accepted")
     w = math.floor(cfg.margin + 1e-9) + 1  # the first whole number of items > margin

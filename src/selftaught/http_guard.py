@@ -28,6 +28,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from selftaught.errors import ConfigError
+
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_JSON_DEPTH = 100  # OpenAI bodies (tools with JSON schemas included) nest far less
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -112,7 +114,7 @@ class LocalServerGuard:
 
     def __init__(self, app: Any, *, allow_remote: bool, max_body_bytes: int) -> None:
         if max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+            raise ConfigError(f"max_body_bytes must be positive, got {max_body_bytes}")
         self.app = app
         self.allow_remote = allow_remote
         self.max_body_bytes = max_body_bytes

@@ -131,7 +131,7 @@ class RunResult:
 def register_kinds() -> None:
     """Import every result subclass so that `RunResult.from_dict` knows their kinds."""
     import selftaught.skill.result  # noqa: F401
-    import selftaught.sleep.cycle  # noqa: F401
+    import selftaught.sleep.night.cycle  # noqa: F401
     import selftaught.weights.rest  # noqa: F401
     import selftaught.weights.rl  # noqa: F401
 

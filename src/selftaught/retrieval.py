@@ -15,13 +15,13 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from selftaught.demos import Demo
-from selftaught.runs import RunError
+from selftaught.errors import MissingDependency
 from selftaught.text import words
 
 EXTRA_HINT = 'pip install "selftaught[retrieval]" (adds bm25s)'
 
 
-class RetrievalUnavailable(RunError):
+class RetrievalUnavailable(MissingDependency):
     """Retrieval was asked for but `bm25s` is not installed."""
 
 

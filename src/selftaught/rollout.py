@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from selftaught.errors import ConfigError
 from selftaught.models.base import (
     ChatModel,
     Completion,
@@ -133,11 +134,11 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         if self.samples < 1:
-            raise ValueError(f"samples must be >= 1, got {self.samples}")
+            raise ConfigError(f"samples must be >= 1, got {self.samples}")
         if self.max_turns is not None and self.max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+            raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}")
         if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
-            raise ValueError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}")
+            raise ConfigError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}")
 
 
 async def _complete(

@@ -15,10 +15,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-
-class RunError(RuntimeError):
-    pass
-
+from selftaught.errors import ConfigError, writing_to
+from selftaught.errors import RunError as RunError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -63,7 +61,12 @@ def write_jsonl(path: str | Path, rows: list[dict[str, Any]]) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A JSON file's value; a file that is not JSON (torn, edited by hand) is a `RunError`
+    naming it. A missing file stays `FileNotFoundError`: callers check for it."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise RunError(f"{path} is not valid JSON ({err})") from None
 
 
 def jsonl_rows(
@@ -92,8 +95,13 @@ def jsonl_rows(
 def iter_jsonl(
     path: str | Path, error: type[Exception] = RunError
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each row of a JSONL file (see `jsonl_rows`)."""
-    with open(path, "rb") as f:
+    """(line number, object) for each row of a JSONL file (see `jsonl_rows`); a file that
+    cannot be opened is an `error` naming it."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115  (closed below; the open alone is guarded)
+    except OSError as err:
+        raise error(f"cannot read {path}: {err.strerror or err}") from None
+    with f:
         yield from jsonl_rows(f, path, error)
 
 
@@ -102,7 +110,8 @@ class RunDir:
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        with writing_to(self.root, "the run directory"):
+            self.root.mkdir(parents=True, exist_ok=True)
         self.history_path = self.root / "history.jsonl"
         self.state_path = self.root / "state.json"
         self.config_path = self.root / "config.json"
@@ -127,7 +136,7 @@ class RunDir:
             and json.dumps(old.get(k), default=str) != json.dumps(config.get(k), default=str)
         )
         if changed:
-            raise RunError(
+            raise ConfigError(
                 f"{self.root} holds a run with a different config ({', '.join(changed)}); "
                 "use another --output directory or the same settings to resume"
             )

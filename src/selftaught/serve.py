@@ -14,7 +14,7 @@ error is still an HTTP error status, never a half-sent stream; with
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations
-# (e.g. `request: Request`, imported inside `create_app`) at runtime.
+# (e.g. `request: Request`, imported inside the route builders) at runtime.
 import contextlib
 import ipaddress
 import json
@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from selftaught.errors import ConfigError, InputError, RunError
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, install_guard
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
@@ -35,7 +36,7 @@ DEFAULT_MAX_TOKENS = 512
 _ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
-class RequestError(Exception):
+class RequestError(InputError):
     """A request the server refuses, with its HTTP status and OpenAI error type/code."""
 
     def __init__(
@@ -323,16 +324,24 @@ def create_app(
 ) -> Any:
     """A FastAPI app serving `model` under the name `model_name`. Requests pass
     `selftaught.http_guard` first (loopback Host, JSON bodies, size cap)."""
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, StreamingResponse
-    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from fastapi import FastAPI
 
     if not model_name:
-        raise ValueError("model_name must be a non-empty string")
-    created = int(time.time())
+        raise ConfigError("model_name must be a non-empty string")
     app = FastAPI(title="selftaught", docs_url=None, redoc_url=None, openapi_url=None)
     install_guard(app, allow_remote=allow_remote, max_body_bytes=max_body_bytes)
+    _add_error_handlers(app)
+    _add_model_routes(app, model_name, created=int(time.time()))
+    _add_chat_route(app, model, model_name, default_max_tokens)
+    return app
+
+
+def _add_error_handlers(app: Any) -> None:
+    """Every error leaves as an OpenAI-shaped JSON body."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     def error_response(err: RequestError) -> JSONResponse:
         return JSONResponse(err.body(), status_code=err.status)
@@ -349,6 +358,10 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, err: RequestValidationError) -> JSONResponse:
         return error_response(RequestError(f"invalid request: {err.errors()}"))
+
+
+def _add_model_routes(app: Any, model_name: str, created: int) -> None:
+    """/health and the model list (one model)."""
 
     def model_card() -> dict[str, Any]:
         return {"id": model_name, "object": "model", "created": created, "owned_by": "selftaught"}
@@ -370,6 +383,12 @@ def create_app(
                 code="model_not_found",
             )
         return model_card()
+
+
+def _add_chat_route(app: Any, model: ChatModel, model_name: str, default_max_tokens: int) -> None:
+    """POST /v1/chat/completions, streamed or not; backend failures map to 5xx."""
+    from fastapi import Request
+    from fastapi.responses import StreamingResponse
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
@@ -393,8 +412,6 @@ def create_app(
             )
         return completion_body(completion, model_name)
 
-    return app
-
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -407,7 +424,7 @@ def is_loopback(host: str) -> bool:
 
 def check_host(host: str, allow_remote: bool) -> None:
     if not allow_remote and not is_loopback(host):
-        raise ValueError(
+        raise ConfigError(
             f"refusing to bind {host}: the server has no authentication, so it listens on "
             "loopback only unless you pass allow_remote=True (--allow-remote)"
         )
@@ -424,8 +441,6 @@ def run_server(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Serve `model` at http://host:port/v1 until interrupted."""
-    import uvicorn
-
     check_host(host, allow_remote)
     app = create_app(
         model,
@@ -434,7 +449,23 @@ def run_server(
         allow_remote=allow_remote,
         max_body_bytes=max_body_bytes,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    run_uvicorn(app, host, port)
+
+
+def run_uvicorn(app: Any, host: str, port: int) -> None:
+    """`uvicorn.run` until interrupted; its startup failure (the port is taken, the address
+    is not this machine's) is a `RunError`, not uvicorn's own exit code 3 (which reads as
+    "another night is running" in selftaught's table)."""
+    import uvicorn
+
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    except SystemExit as stop:
+        if stop.code in (0, None):
+            raise
+        raise RunError(
+            f"could not listen on {host}:{port} (is the port taken? pick another with --port)"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -468,10 +499,10 @@ def serve_in_background(
     deadline = time.monotonic() + startup_timeout_s
     while not server.started:
         if not thread.is_alive():
-            raise RuntimeError(f"the server failed to start on {host}:{port}")
+            raise RunError(f"the server failed to start on {host}:{port}")
         if time.monotonic() > deadline:
             server.should_exit = True
-            raise RuntimeError(f"the server did not start within {startup_timeout_s:.0f}s")
+            raise RunError(f"the server did not start within {startup_timeout_s:.0f}s")
         time.sleep(0.02)
     bound_port = server.servers[0].sockets[0].getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host

@@ -8,6 +8,8 @@ import math
 import random
 from collections.abc import Sequence
 
+from selftaught.errors import InputError
+
 Z95 = 1.959963984540054
 
 
@@ -48,7 +50,7 @@ def paired_bootstrap_pvalue(
 ) -> float:
     """One-sided paired bootstrap: share of resamples where mean(new - old) <= 0."""
     if len(new) != len(old):
-        raise ValueError("paired test needs scores on the same examples")
+        raise InputError("paired test needs scores on the same examples")
     diffs = [a - b for a, b in zip(new, old, strict=True)]
     n = len(diffs)
     if n == 0 or all(d == 0 for d in diffs):

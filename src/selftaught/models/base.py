@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from selftaught.errors import InputError
+
 # {"role": "system" | "user" | "assistant" | "tool", "content": str}, in the OpenAI shape: an
 # assistant turn may carry "tool_calls", a tool turn carries "tool_call_id"
 Message = dict[str, Any]
@@ -140,7 +142,7 @@ class AsyncChatModel:
 
 def check_n(n: int) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        raise InputError(f"n must be an integer >= 1, got {n!r}")
 
 
 # Async resources bound to one event loop (e.g. an HTTP client's connection pool), closed when

@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from selftaught.errors import RunError
+
 
 @dataclass(eq=False)
 class GenSequence:
@@ -71,7 +73,7 @@ class BatcherStats:
     max_rows: int = 0  # largest running batch seen
 
 
-class UnsupportedCacheError(RuntimeError):
+class UnsupportedCacheError(RunError):
     """The model's KV cache is not a list of plain full-attention key/value tensors."""
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from selftaught.errors import ConfigError
+
 
 def resolve_device(device: str | None = None) -> tuple[str, Any]:
     """The device to use and the dtype that fits it.
@@ -35,13 +37,13 @@ def resolve_device(device: str | None = None) -> tuple[str, Any]:
     try:
         kind = torch.device(name).type
     except RuntimeError as err:
-        raise ValueError(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps") from err
+        raise ConfigError(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps") from err
     if kind == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} requested but CUDA is not available here")
+            raise ConfigError(f"device {device!r} requested but CUDA is not available here")
         index = torch.device(name).index
         if index is not None and index >= torch.cuda.device_count():
-            raise ValueError(
+            raise ConfigError(
                 f"device {device!r} requested but only {torch.cuda.device_count()} CUDA "
                 "device(s) exist"
             )
@@ -49,11 +51,11 @@ def resolve_device(device: str | None = None) -> tuple[str, Any]:
         return name, dtype
     if kind == "mps":
         if not _mps_available(torch):
-            raise ValueError(f"device {device!r} requested but MPS is not available here")
+            raise ConfigError(f"device {device!r} requested but MPS is not available here")
         return name, torch.float16
     if kind == "cpu":
         return "cpu", torch.float32
-    raise ValueError(f"unsupported device {device!r}; use auto, cpu, cuda, cuda:N or mps")
+    raise ConfigError(f"unsupported device {device!r}; use auto, cpu, cuda, cuda:N or mps")
 
 
 def resolve_dtype(dtype: Any, default: Any) -> Any:
@@ -65,10 +67,10 @@ def resolve_dtype(dtype: Any, default: Any) -> Any:
     if isinstance(dtype, str):
         resolved = getattr(torch, dtype, None)
         if not isinstance(resolved, torch.dtype):
-            raise ValueError(f"unknown torch dtype {dtype!r}")
+            raise ConfigError(f"unknown torch dtype {dtype!r}")
         return resolved
     if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"dtype must be a torch dtype or its name, got {dtype!r}")
+        raise ConfigError(f"dtype must be a torch dtype or its name, got {dtype!r}")
     return dtype
 
 

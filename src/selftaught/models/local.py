@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from selftaught.errors import ConfigError, InputError, MissingDependency
 from selftaught.models.base import (
     AsyncChatModel,
     Completion,
@@ -132,13 +133,13 @@ class LocalModel(AsyncChatModel):
         chat_template: str | None = None,
     ) -> None:
         if max_batch_size is not None and max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+            raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if batch_wait_ms < 0:
-            raise ValueError(f"batch_wait_ms must be >= 0, got {batch_wait_ms}")
+            raise ConfigError(f"batch_wait_ms must be >= 0, got {batch_wait_ms}")
         if (model is None) != (tokenizer is None):
-            raise ValueError("pass both model= and tokenizer= (or neither)")
+            raise ConfigError("pass both model= and tokenizer= (or neither)")
         if model is not None and path:
-            raise ValueError("pass either a path or an in-memory model, not both")
+            raise ConfigError("pass either a path or an in-memory model, not both")
         self._requested_path = path
         self._max_batch_arg = max_batch_size
         self._device_arg = device
@@ -174,7 +175,11 @@ class LocalModel(AsyncChatModel):
             # fails before anything else starts.
             self.name = name or f"local:{Path(path).expanduser().name.removesuffix('.gguf')}"
             if not Path(path).expanduser().exists():
-                raise FatalBackendError(BACKEND, f"local model path {path} does not exist")
+                raise FatalBackendError(
+                    BACKEND,
+                    f"local model path {path} does not exist",
+                    exit_code=InputError.exit_code,
+                )
             if not str(path).endswith(".gguf"):
                 _ = self.path  # cheap for a folder: fail now if it is not a model
         else:
@@ -206,11 +211,13 @@ class LocalModel(AsyncChatModel):
             try:
                 self._path = resolve_local_path(self._requested_path)
             except EmbeddedModelMissing as err:
-                raise FatalBackendError(BACKEND, str(err)) from err
-            except (FileNotFoundError, ValueError) as err:
-                raise FatalBackendError(BACKEND, str(err)) from err
+                raise FatalBackendError(BACKEND, str(err), exit_code=err.exit_code) from err
+            except (FileNotFoundError, ValueError) as err:  # the path the user gave
+                raise FatalBackendError(BACKEND, str(err), exit_code=InputError.exit_code) from err
             except ImportError as err:
-                raise FatalBackendError(BACKEND, _missing_extra(err)) from err
+                raise FatalBackendError(
+                    BACKEND, _missing_extra(err), exit_code=MissingDependency.exit_code
+                ) from err
             except Exception as err:  # e.g. a corrupt .gguf failing to convert
                 raise FatalBackendError(
                     BACKEND,
@@ -280,12 +287,14 @@ class LocalModel(AsyncChatModel):
 
                 from selftaught.models.device import resolve_device, resolve_dtype
             except ImportError as err:
-                raise FatalBackendError(BACKEND, _missing_extra(err)) from err
+                raise FatalBackendError(
+                    BACKEND, _missing_extra(err), exit_code=MissingDependency.exit_code
+                ) from err
             try:
                 device, default_dtype = resolve_device(self._device_arg)
                 dtype = resolve_dtype(self._dtype_arg, default_dtype)
-            except ValueError as err:
-                raise FatalBackendError(BACKEND, str(err)) from err
+            except ValueError as err:  # the --device / --dtype the user gave
+                raise FatalBackendError(BACKEND, str(err), exit_code=InputError.exit_code) from err
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path)
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
@@ -341,7 +350,7 @@ class LocalModel(AsyncChatModel):
         if k is not None:
             num_return_sequences = k
         if num_return_sequences < 1:
-            raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
+            raise InputError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
         for messages in messages_list:  # all checked before any is generated
             _check_messages(messages)
 
@@ -710,25 +719,25 @@ def _shared_copy(completion: Completion) -> Completion:
 
 def _check_messages(messages: Any) -> None:
     if not isinstance(messages, list) or not messages:
-        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
+        raise InputError("messages must be a non-empty list of {'role', 'content'} dicts")
     for i, m in enumerate(messages):
         calls_only = isinstance(m, dict) and m.get("content") is None and m.get("tool_calls")
         if not isinstance(m, dict) or "role" not in m or ("content" not in m and not calls_only):
-            raise ValueError(f"message {i} must be a dict with 'role' and 'content', got {m!r}")
+            raise InputError(f"message {i} must be a dict with 'role' and 'content', got {m!r}")
         if m["role"] not in _VALID_ROLES:
-            raise ValueError(f"message {i} has unknown role {m['role']!r}")
+            raise InputError(f"message {i} has unknown role {m['role']!r}")
         if not isinstance(m.get("content"), str) and not calls_only:  # OpenAI: null with calls
-            raise ValueError(f"message {i} content must be a string")
+            raise InputError(f"message {i} content must be a string")
     check_tool_messages(messages)
 
 
 def _check_params(params: GenerationParams) -> None:
     if params.max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+        raise InputError(f"max_tokens must be >= 1, got {params.max_tokens}")
     if params.temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+        raise InputError(f"temperature must be >= 0, got {params.temperature}")
     if not 0 < params.top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+        raise InputError(f"top_p must be in (0, 1], got {params.top_p}")
     if params.tools is not None:
         check_tools(params.tools)
     check_tool_choice(params.tool_choice, params.tools)

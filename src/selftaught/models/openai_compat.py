@@ -12,6 +12,7 @@ from typing import Any
 
 import openai
 
+from selftaught.errors import SelftaughtError
 from selftaught.models.base import (
     AsyncChatModel,
     Completion,
@@ -237,7 +238,7 @@ class OpenAICompatModel(AsyncChatModel):
         return completions
 
 
-class _NRejected(Exception):
+class _NRejected(SelftaughtError):
     """The server refused a request for several choices (`n` > 1)."""
 
 

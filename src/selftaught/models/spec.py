@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from selftaught.errors import InputError
+
 SPEC_FORMS = (
     "local",
     "local:/path/to/model-folder-or-file.gguf",
@@ -19,8 +21,8 @@ SPEC_FORMS = (
 )
 
 
-class ModelSpecError(ValueError):
-    pass
+class ModelSpecError(InputError):
+    """A model spec that names no known backend or model."""
 
 
 @dataclass(frozen=True)

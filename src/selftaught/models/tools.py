@@ -33,6 +33,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from selftaught.errors import InputError
 from selftaught.models.base import Completion, Message, ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -49,20 +50,20 @@ def check_tools(tools: Any) -> list[dict[str, Any]]:
     """`tools` in the OpenAI shape (a list of {"type": "function", "function": {"name", ...}}
     with distinct names), or ValueError saying what is wrong."""
     if not isinstance(tools, list):
-        raise ValueError("'tools' must be a list of {'type': 'function', 'function': {...}}")
+        raise InputError("'tools' must be a list of {'type': 'function', 'function': {...}}")
     names: list[str] = []
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
-            raise ValueError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
+            raise InputError(f"tools[{i}] must be {{'type': 'function', 'function': {{...}}}}")
         name = fn.get("name")
         if not isinstance(name, str) or not name:
-            raise ValueError(f"tools[{i}].function.name must be a non-empty string")
+            raise InputError(f"tools[{i}].function.name must be a non-empty string")
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
-            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema object")
+            raise InputError(f"tools[{i}].function.parameters must be a JSON schema object")
         if name in names:
-            raise ValueError(f"tools[{i}]: the tool name {name!r} appears twice")
+            raise InputError(f"tools[{i}]: the tool name {name!r} appears twice")
         names.append(name)
     return tools
 
@@ -81,8 +82,8 @@ def check_tool_choice(tool_choice: Any, tools: list[dict[str, Any]] | None) -> N
         name = fn.get("name")
         if name in tool_names(tools):
             return
-        raise ValueError(f"tool_choice names the tool {name!r}, which 'tools' does not offer")
-    raise ValueError(
+        raise InputError(f"tool_choice names the tool {name!r}, which 'tools' does not offer")
+    raise InputError(
         "'tool_choice' must be 'auto', 'none', 'required' or "
         "{'type': 'function', 'function': {'name': ...}}"
     )
@@ -118,16 +119,16 @@ def check_tool_messages(messages: list[Message]) -> None:
         calls = m.get("tool_calls")
         if calls is not None:
             if m.get("role") != "assistant" or not isinstance(calls, list):
-                raise ValueError(f"message {i}: only an assistant turn carries a tool_calls list")
+                raise InputError(f"message {i}: only an assistant turn carries a tool_calls list")
             for j, call in enumerate(calls):
                 fn = call.get("function") if isinstance(call, dict) else None
                 if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                    raise ValueError(
+                    raise InputError(
                         f"message {i} tool_calls[{j}] must be {{'id', 'type': 'function', "
                         "'function': {'name', 'arguments'}}"
                     )
                 if not isinstance(fn.get("arguments", ""), (str, dict)):
-                    raise ValueError(
+                    raise InputError(
                         f"message {i} tool_calls[{j}].function.arguments must be a string"
                     )
 

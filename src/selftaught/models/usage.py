@@ -13,6 +13,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from selftaught.errors import BudgetExhausted as BudgetExhausted
+from selftaught.errors import ConfigError
 from selftaught.models.base import AsyncChatModel, ChatModel, Completion, GenerationParams, Message
 
 # USD per 1M tokens (input, output) for models whose price is public; unknown → no USD.
@@ -60,7 +62,7 @@ class Budget:
         for name in ("calls", "tokens", "usd"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ValueError(f"budget {name} must be > 0 (or unset), got {value}")
+                raise ConfigError(f"budget {name} must be > 0 (or unset), got {value}")
 
     @property
     def limited(self) -> bool:
@@ -72,20 +74,11 @@ class Budget:
             return
         unknown = sorted({m for m in models if not price_known(m)})
         if unknown:
-            raise ValueError(
+            raise ConfigError(
                 f"--budget-usd needs a known price for every model; unknown: "
                 f"{', '.join(unknown)} (known: {', '.join(sorted(PRICES_PER_MTOK))}, local:*); "
                 "use --budget-calls or --budget-tokens instead"
             )
-
-
-class BudgetExhausted(Exception):
-    """The run's budget is spent: the run ends cleanly with what it learned so far. Never a
-    backend error and never a score."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-        super().__init__(f"budget exhausted: {reason}")
 
 
 @dataclass

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from selftaught.errors import writing_to
 from selftaught.report.html import Html, page
-from selftaught.report.runs import ReportError, RestRun, Run, SkillRun, detect_kind, load_run
+from selftaught.report.readers import ReportError, RestRun, Run, SkillRun, detect_kind, load_run
 from selftaught.report.skill_page import skill_page
 from selftaught.report.train_pages import rest_page, rl_page
 from selftaught.runs import atomic_write_text
@@ -42,7 +43,8 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     path = Path(output) if output is not None else Path(run_dir) / DEFAULT_NAME
     if path.is_dir():
         raise ReportError(f"--output {path} is a directory; give a file name")
-    atomic_write_text(path, html)
+    with writing_to(path, "the report"):
+        atomic_write_text(path, html)
     return path
 
 

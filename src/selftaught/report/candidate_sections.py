@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from selftaught.report.candidates import FATE_TEXT, Candidate, DemoView
 from selftaught.report.html import Html, badge, details, join, num, table, tag
-from selftaught.report.runs import SkillRun, SkillStep
+from selftaught.report.readers import SkillRun, SkillStep
 
 CLIP = 400  # characters of a demo's input or reply shown (the skill file has them whole)
 

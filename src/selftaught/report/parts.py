@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from selftaught.report.html import Html, details, join, table, tag
-from selftaught.report.runs import Estimate, Failure, Run
+from selftaught.report.readers import Estimate, Failure, Run
 from selftaught.report.svg import Point
 
 

@@ -27,7 +27,7 @@ from selftaught.report.html import (
     tag,
 )
 from selftaught.report.parts import change, ci_text, estimate_cell, failure_groups, header, point
-from selftaught.report.runs import SkillDiff, SkillRun, SkillStep
+from selftaught.report.readers import SkillDiff, SkillRun, SkillStep
 from selftaught.report.svg import COLORS, Chart, Mark, Series, render_chart
 
 DECISION_TEXT = {

@@ -19,7 +19,7 @@ from selftaught.report.html import (
     tag,
 )
 from selftaught.report.parts import change, ci_text, estimate_cell, failure_groups, header, point
-from selftaught.report.runs import RestRun, RLRun, RLStep
+from selftaught.report.readers import RestRun, RLRun, RLStep
 from selftaught.report.svg import COLORS, Chart, Mark, Point, Series, render_chart
 
 

@@ -2,9 +2,9 @@
 document. rollout → reflect → aggregate → select (edit budget) → apply → gate on val."""
 
 from selftaught.gate import GateConfig, GateResult, gate
+from selftaught.skill.budget_schedule import edit_budget
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit, EditReport, Patch, SkillDocument, apply_edits
-from selftaught.skill.schedule import edit_budget
 from selftaught.skill.select import select_edits
 from selftaught.skill.trainer import SkillTrainer, default_output_dir
 

@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from selftaught.demos import PLACEMENTS
+from selftaught.errors import ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
-from selftaught.skill.schedule import SCHEDULES
-from selftaught.tracking import check_report_to
+from selftaught.skill.budget_schedule import SCHEDULES
 
 # On a 30-item val set the margin alone let noise through: simulated runs whose edits were
 # mostly harmful shipped a true regression 25% of the time with it, 10% with this test, while
@@ -153,7 +153,7 @@ class SkillOptConfig:
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
         for name in (
             "rollouts_k",
@@ -175,42 +175,41 @@ class SkillOptConfig:
             positive(name)
         for name in ("demos_max", "demo_sets_per_step", "screen_size", "proposals"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.demo_placement not in PLACEMENTS:
-            raise ValueError(
+            raise ConfigError(
                 f"demo_placement must be one of {', '.join(PLACEMENTS)}, "
                 f"got {self.demo_placement!r}"
             )
         if self.proposals == 0 and self.demos_max == 0:
-            raise ValueError("proposals=0 and demos_max=0 leave nothing to learn")
+            raise ConfigError("proposals=0 and demos_max=0 leave nothing to learn")
         if self.proposals > 1 and self.proposal_temperature <= 0:
-            raise ValueError("proposals > 1 needs proposal_temperature > 0 (N greedy copies)")
+            raise ConfigError("proposals > 1 needs proposal_temperature > 0 (N greedy copies)")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
+            raise ConfigError(f"max_steps must be >= 1 or None, got {self.max_steps}")
         if self.merge_batch_size < 2:
-            raise ValueError(f"merge_batch_size must be >= 2, got {self.merge_batch_size}")
+            raise ConfigError(f"merge_batch_size must be >= 2, got {self.merge_batch_size}")
         if self.edit_budget_min < 0 or self.edit_budget_max < max(1, self.edit_budget_min):
-            raise ValueError(
+            raise ConfigError(
                 "need 0 <= edit_budget_min <= edit_budget_max and edit_budget_max >= 1, got "
                 f"{self.edit_budget_min}, {self.edit_budget_max}"
             )
         if self.edit_schedule not in SCHEDULES:
-            raise ValueError(
+            raise ConfigError(
                 f"edit_schedule must be one of {', '.join(SCHEDULES)}, got {self.edit_schedule!r}"
             )
         if self.rejected_buffer_size < 0:
-            raise ValueError("rejected_buffer_size must be >= 0")
+            raise ConfigError("rejected_buffer_size must be >= 0")
         if self.rollouts_k > 1 and self.rollout_temperature <= 0:
-            raise ValueError("rollouts_k > 1 needs rollout_temperature > 0 (K greedy copies)")
+            raise ConfigError("rollouts_k > 1 needs rollout_temperature > 0 (K greedy copies)")
         if self.temperature < 0 or self.analyst_temperature < 0:
-            raise ValueError("temperatures must be >= 0")
+            raise ConfigError("temperatures must be >= 0")
         if self.timeout_s <= 0:
-            raise ValueError("timeout_s must be > 0")
+            raise ConfigError("timeout_s must be > 0")
         if not isinstance(self.budget, Budget):
-            raise ValueError(f"budget must be a Budget, got {type(self.budget).__name__}")
+            raise ConfigError(f"budget must be a Budget, got {type(self.budget).__name__}")
         if not isinstance(self.gate, GateConfig):
-            raise ValueError(f"gate must be a GateConfig, got {type(self.gate).__name__}")
-        check_report_to(self.report_to)
+            raise ConfigError(f"gate must be a GateConfig, got {type(self.gate).__name__}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

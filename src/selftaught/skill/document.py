@@ -14,6 +14,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from selftaught.errors import InputError
+
 EditOp = Literal["append", "insert_after", "replace", "delete"]
 EDIT_OPS: tuple[str, ...] = ("append", "insert_after", "replace", "delete")
 
@@ -49,7 +51,7 @@ EditStatus = Literal[
 ]
 
 
-class EditError(ValueError):
+class EditError(InputError):
     """An analyst edit that does not have the shape of an edit (the message says why)."""
 
 

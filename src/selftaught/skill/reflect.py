@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
+from selftaught.errors import ConfigError, InputError
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.rollout import Rollout, attempt_text
@@ -44,8 +45,8 @@ def clip(text: str, limit: int) -> str:
     return f"{text[:head]} […{len(text) - limit} chars cut…] {text[-tail:]}"
 
 
-class EditParseError(ValueError):
-    pass
+class EditParseError(InputError):
+    """An analyst reply that holds no edit we can read."""
 
 
 # The prompts' example values: weak analysts echo them back as if they were edits (seen with
@@ -222,7 +223,7 @@ class Analyst:
         preferences: str = "",
     ):
         if document not in DOCUMENTS:
-            raise ValueError(f"document must be one of {', '.join(DOCUMENTS)}, got {document!r}")
+            raise ConfigError(f"document must be one of {', '.join(DOCUMENTS)}, got {document!r}")
         self.model = model
         self.guard = guard
         self.document = document

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import Demo, LeakCheck, SkillParts, join_skill, split_skill
+from selftaught.errors import BudgetTooSmall, ConfigError, TaskError
 from selftaught.gate import GateResult, ValScores, gate, metric_value
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
@@ -36,7 +37,6 @@ from selftaught.results import Score
 from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts, episode_row
 from selftaught.runs import (
     RunDir,
-    RunError,
     atomic_write_json,
     atomic_write_text,
     read_json,
@@ -44,6 +44,7 @@ from selftaught.runs import (
     write_jsonl,
 )
 from selftaught.skill.aggregate import Aggregation, aggregate
+from selftaught.skill.budget_schedule import edit_budget
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import DemoPool, bootstrapped, from_references, propose_sets
 from selftaught.skill.document import Edit, EditReport, apply_edits
@@ -51,7 +52,6 @@ from selftaught.skill.guard import EditGuard
 from selftaught.skill.pool import Member, merge_pair, pick_parent
 from selftaught.skill.reflect import Analyst, AnalystCall, DocumentKind
 from selftaught.skill.result import SkillRunResult
-from selftaught.skill.schedule import edit_budget
 from selftaught.skill.select import Selection, select_edits
 from selftaught.stats import mean_interval, sign_test_pvalue, wilson_interval
 from selftaught.tasks.base import Example, Task, check_disjoint
@@ -411,9 +411,9 @@ class SkillTrainer:
         self.val_set = self.task.examples("val")
         self.test_set = self.task.examples("test") if self.config.evaluate_test else []
         if not self.train_set:
-            raise ValueError(f"task {self.task.name!r} has an empty train split")
+            raise TaskError(f"task {self.task.name!r} has an empty train split")
         if not self.val_set:
-            raise ValueError(f"task {self.task.name!r} has an empty val split; the gate needs one")
+            raise TaskError(f"task {self.task.name!r} has an empty val split; the gate needs one")
         self.steps_per_epoch = math.ceil(len(self.train_set) / self.config.batch_size)
         self.total_steps = self.config.epochs * self.steps_per_epoch
         if self.config.max_steps is not None:
@@ -422,7 +422,7 @@ class SkillTrainer:
         budget.check_priced([self.target.name, self.optimizer.name])
         counts_target = budget.roles is None or "target" in budget.roles
         if budget.calls is not None and counts_target and budget.calls < len(self.val_set):
-            raise ValueError(
+            raise ConfigError(
                 f"--budget-calls {budget.calls} cannot cover even the baseline evaluation "
                 f"({len(self.val_set)} val examples); raise it or shrink --val-size"
             )
@@ -444,7 +444,7 @@ class SkillTrainer:
     def _stop_for_budget(self, st: _State, stage: str, err: BudgetExhausted) -> None:
         """End the run cleanly: the partial step is dropped, the best skill so far ships."""
         if st.best is None:
-            raise RunError(
+            raise BudgetTooSmall(
                 f"the budget ran out during the baseline evaluation ({err.reason}); "
                 "nothing was learned: raise the budget"
             ) from err

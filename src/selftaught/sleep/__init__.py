@@ -1,13 +1,18 @@
-"""Sleep: the deployed agent learns from its own real traffic.
+"""Sleep: the deployed agent learns from its own real traffic, in three parts.
 
-The task log and every way traffic gets in — `selftaught proxy`, the Python call
-`log_interaction`, `selftaught sleep import`, and the agent-transcript harvesters — with
-secrets redacted before anything is stored. Then the nightly cycle (`sleep.cycle.run_night`):
-mine the log into checked tasks (`mine`, `checks`), split them (`split`), consolidate a skill
-and a memory with the SkillOpt trainer, stage a proposal and adopt or roll it back
-(`staging`), one night at a time (`lock`), on a schedule (`schedule`)."""
+- `intake/`: the task log and every way traffic gets in (`selftaught proxy`, the Python call
+  `log_interaction`, `selftaught sleep import`, the agent-transcript harvesters), with
+  secrets redacted before anything is stored.
+- `night/`: the nightly cycle (`night.cycle.run_night`): mine the log into checked tasks
+  (`mine`, `checks`), split them (`split`), consolidate a skill and a memory with the
+  SkillOpt trainer, write the night's summary (`summary`).
+- `adoption/`: stage a proposal, adopt or roll it back (`staging`), inject the adopted skill
+  into requests (`inject`).
 
-from selftaught.sleep.log import (
+Beside them: one night at a time (`lock`), on a schedule (`cron`), where it all lives
+(`paths`)."""
+
+from selftaught.sleep.intake.log import (
     Feedback,
     Interaction,
     LogError,
@@ -16,8 +21,8 @@ from selftaught.sleep.log import (
     log_interaction,
     open_log,
 )
+from selftaught.sleep.intake.redact import Redactor, redact_for_model
 from selftaught.sleep.paths import Adopted, default_log_path, read_adopted, sleep_home
-from selftaught.sleep.redact import Redactor, redact_for_model
 
 __all__ = [
     "Adopted",

@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from selftaught.errors import Busy
 
-class NightRunning(RuntimeError):
+
+class NightRunning(Busy):
     """Another night holds the lock; the message names it."""
 
     def __init__(self, holder: dict[str, Any]):

@@ -21,6 +21,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from selftaught.errors import InputError
+
 ENV_HOME = "SELFTAUGHT_HOME"
 ENV_LOG = "SELFTAUGHT_LOG"
 DEFAULT_PROJECT = "default"
@@ -43,7 +45,7 @@ def default_log_path() -> Path:
 def check_project(project: str) -> str:
     """A project name is a path component: letters, digits, '.', '_', '-' (not leading)."""
     if not isinstance(project, str) or not _PROJECT_NAME.match(project):
-        raise ValueError(
+        raise InputError(
             f"invalid project name {project!r}: use letters, digits, '.', '_' or '-' "
             "(starting with a letter or digit, at most 128 characters)"
         )

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from selftaught.errors import TaskError as TaskError
 from selftaught.models.base import Message
 
 SPLITS = ("train", "val", "test")
@@ -38,9 +39,9 @@ class Score:
 
     def __post_init__(self) -> None:
         if self.hard not in (0, 1, 0.0, 1.0):
-            raise ValueError(f"hard score must be 0 or 1, got {self.hard!r}")
+            raise TaskError(f"hard score must be 0 or 1, got {self.hard!r}")
         if not 0.0 <= self.soft <= 1.0:
-            raise ValueError(f"soft score must be in [0, 1], got {self.soft!r}")
+            raise TaskError(f"soft score must be in [0, 1], got {self.soft!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"hard": self.hard, "soft": self.soft, "feedback": self.feedback}
@@ -66,10 +67,6 @@ class GameTask(Task, Protocol):
     the score comes from playing a seeded simulator."""
 
     schema: dict[str, Any]
-
-
-class TaskError(ValueError):
-    """Bad task spec or task data; the message says what and where."""
 
 
 def distinct_splits(

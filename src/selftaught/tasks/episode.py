@@ -44,6 +44,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import jsonschema
 
+from selftaught.errors import InputError, RunError
 from selftaught.models.base import Message, ToolCall
 from selftaught.tasks.base import Example, Score, Task
 
@@ -54,13 +55,13 @@ DEFAULT_MAX_TURNS = 8
 RESULT_CHARS = 4000  # a tool result longer than this is cut (the model's context is small)
 
 
-class ToolError(Exception):
+class ToolError(InputError):
     """Raised by a tool that refuses the model's input (bad value, forbidden expression): the
     message becomes the call's result and the call counts as failed. Anything else a tool
     raises is a crash of the tool: an error of the episode."""
 
 
-class ToolCrash(Exception):
+class ToolCrash(RunError):
     """A tool raised something other than `ToolError` (a bug): the episode is an error."""
 
 

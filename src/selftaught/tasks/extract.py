@@ -7,6 +7,8 @@ import json
 import re
 from typing import Any
 
+from selftaught.errors import InputError
+
 _ANSWER_MARKERS = [
     re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S | re.I),
     re.compile(r"\\boxed\{([^{}]*)\}"),
@@ -51,4 +53,4 @@ def extract_json(text: str) -> Any:
                 return value
             except json.JSONDecodeError:
                 continue
-    raise ValueError("no JSON object found in the reply")
+    raise InputError("no JSON object found in the reply")

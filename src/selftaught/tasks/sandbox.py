@@ -67,6 +67,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from selftaught.errors import ConfigError
 from selftaught.tasks.base import TaskError
 
 TAIL_CHARS = 2000
@@ -474,9 +475,9 @@ class Sandbox:
         """Run `code` as a script in a limited child process and report how it ended.
         Raises SandboxError when the sandbox, not the code, failed."""
         if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+            raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
         if memory_mb <= 0:
-            raise ValueError(f"memory_mb must be positive, got {memory_mb}")
+            raise ConfigError(f"memory_mb must be positive, got {memory_mb}")
         with tempfile.TemporaryDirectory(prefix="selftaught-sandbox-") as tmp:
             return self._run_in(Path(tmp), code, timeout_s, memory_mb, allow_subprocesses)
 

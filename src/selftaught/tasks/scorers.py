@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from selftaught.errors import ConfigError, read_text
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError
 from selftaught.models.usage import BudgetExhausted
@@ -325,11 +326,11 @@ class LlmJudge:
         params: GenerationParams | None = None,
     ):
         if judge_model is None:
-            raise ValueError("scorer 'llm_judge' needs a judge model")
+            raise ConfigError("scorer 'llm_judge' needs a judge model")
         if not 0 <= threshold <= 10:
-            raise ValueError(f"llm_judge threshold must be in 0..10, got {threshold}")
+            raise ConfigError(f"llm_judge threshold must be in 0..10, got {threshold}")
         if isinstance(rubric, Path):
-            rubric = rubric.read_text(encoding="utf-8")
+            rubric = read_text(rubric, "rubric file")
         self.judge_model = judge_model
         self.rubric = (rubric or "").strip() or DEFAULT_RUBRIC
         self.threshold = threshold
@@ -413,11 +414,11 @@ def get_scorer(
     and `threshold=` configure it."""
     if name == JUDGE_SCORER:
         if judge_model is None:
-            raise ValueError("scorer 'llm_judge' needs a judge model (judge_model=...)")
+            raise ConfigError("scorer 'llm_judge' needs a judge model (judge_model=...)")
         return LlmJudge(judge_model, rubric, **judge_options)
     try:
         return SCORERS[name]
     except KeyError:
-        raise ValueError(
+        raise ConfigError(
             f"unknown scorer {name!r}; valid scorers: {', '.join(SCORER_NAMES)}"
         ) from None

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from selftaught.errors import ConfigError as ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
 
@@ -20,10 +21,6 @@ REST_METHODS = ("rest", "sft")
 RL_METHODS = ("grpo", "gspo")
 METHODS = REST_METHODS + RL_METHODS
 GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message names the option and the valid values."""
 
 
 def _check(cond: bool, message: str) -> None:

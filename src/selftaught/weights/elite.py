@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from selftaught.errors import ConfigError
 from selftaught.weights.sampling import Sample
 
 
@@ -47,7 +48,7 @@ def select_elite(
     `max_per_prompt`. Truncated replies are dropped unless `keep_truncated` (training on a
     cut reply teaches the model to ramble). Order: by prompt as first seen, best first."""
     if not 0.0 < elite_fraction <= 1.0:
-        raise ValueError(f"elite_fraction must be in (0, 1], got {elite_fraction}")
+        raise ConfigError(f"elite_fraction must be in (0, 1], got {elite_fraction}")
     groups: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         groups[s.example_id].append(s)

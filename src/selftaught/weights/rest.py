@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 from rich.console import Console
 
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
-from selftaught.evaluation import EvalResult, evaluate, tool_use
+from selftaught.evaluation import EvalResult, evaluate_split, tool_use
 from selftaught.gate import GateResult, gate
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
@@ -62,7 +62,7 @@ from selftaught.weights.sampling import (
 )
 from selftaught.weights.sft import (
     apply_adapter,
-    load_model,
+    load_causal_lm,
     local_render,
     merged,
     prepare_trainable,
@@ -231,7 +231,7 @@ class RestTrainer:
             from selftaught.models.embedded import resolve_local_path
 
             path = resolve_local_path(str(self.model_path) if self.model_path else None)
-            self._base, self._tok = load_model(path, device=self.config.backend.device)
+            self._base, self._tok = load_causal_lm(path, device=self.config.backend.device)
         self._base.eval()
 
     def _fresh_base(self) -> Any:
@@ -281,7 +281,7 @@ class RestTrainer:
     def _eval(self, model: Any, r: int, split: str) -> EvalResult:
         """Greedy replies on val (charged to the budget) or test (apart), through the engine."""
         ledger = self.ledger if split == "val" else self.test_ledger
-        return evaluate(
+        return evaluate_split(
             self.task,
             self._chat(model, r, ledger),
             self.student,

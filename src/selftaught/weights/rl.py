@@ -29,7 +29,8 @@ from typing import Any, ClassVar
 from rich.console import Console
 
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
-from selftaught.evaluation import EvalResult, evaluate
+from selftaught.errors import RunError
+from selftaught.evaluation import EvalResult, evaluate_split
 from selftaught.gate import gate
 from selftaught.models.base import Completion, GenerationParams
 from selftaught.models.usage import UsageLedger
@@ -49,7 +50,7 @@ from selftaught.weights.config import (
     resume_settings,
     task_gate,
 )
-from selftaught.weights.sft import load_model, merged, on_cpu, prepare_trainable, save_atomic
+from selftaught.weights.sft import load_causal_lm, merged, on_cpu, prepare_trainable, save_atomic
 
 # TRL log keys → our history names
 _METRICS = {
@@ -75,7 +76,7 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-class RewardError(RuntimeError):
+class RewardError(RunError):
     """Most rewards of a generation batch could not be computed: the run stops with the cause
     instead of learning from made-up rewards."""
 
@@ -414,7 +415,7 @@ class RLTrainer:
 
         chat = LocalModel.from_pretrained_model(model, tok, name=f"local:{name}")
         try:
-            return evaluate(
+            return evaluate_split(
                 self.task,
                 chat,
                 self.policy,
@@ -516,7 +517,7 @@ class RLTrainer:
             self.callbacks.start(self.info)
         state = self.run.load_state() or {}
         path = resolve_local_path(str(self.model_path) if self.model_path else None)
-        model, tok = load_model(path, device=self.config.backend.device)
+        model, tok = load_causal_lm(path, device=self.config.backend.device)
         model.eval()
         if main and "base_val" not in state:
             base_val = self._eval(model, tok, "val", "start")
@@ -662,7 +663,7 @@ class RLTrainer:
             self.console.print(
                 f"[yellow]the gate kept the start model ({result.reason}): it is shipped[/]"
             )
-            base_model, _ = load_model(path, device=self.config.backend.device)
+            base_model, _ = load_causal_lm(path, device=self.config.backend.device)
             save_atomic(base_model, self.run.path("best"), tok)
         self.run.save_state(state)
         atomic_write_json(

@@ -27,7 +27,7 @@ from selftaught.weights.config import BackendConfig, ConfigError, SFTTrainConfig
 from selftaught.weights.sampling import Sample
 
 
-def load_model(path: str | Path, *, device: str | None = None) -> tuple[Any, Any]:
+def load_causal_lm(path: str | Path, *, device: str | None = None) -> tuple[Any, Any]:
     """A causal LM and its tokenizer from a transformers folder, on the device and in the
     dtype `resolve_device` picks (the same choice the local generation backend makes: fp32
     on a CPU, half precision on an accelerator)."""
@@ -182,7 +182,7 @@ def samples_to_dataset(
 
     if any(s.trajectory for s in samples):
         if tokenizer is None:
-            raise ValueError("episodes are tokenized here: pass the tokenizer")
+            raise ConfigError("episodes are tokenized here: pass the tokenizer")
         render = render or local_render(tokenizer)
         return Dataset.from_list([episode_tokens(tokenizer, s, render) for s in samples])
     return Dataset.from_list(

@@ -112,40 +112,14 @@ def generate_scenario(seed: int) -> dict[str, Any]:
         mid = (c0 + c1) // 2
         waypoints[lane] = {"entry": [bottom, mid], "exit": [top, mid]}
 
-    # Lane features: rubble narrows a lane; at most one lane is blocked outright.
-    status = {lane: "open" for lane in LANES}
-    blocked_lane = rng.choice(LANES) if rng.random() < 0.3 else None
-    for lane, (c0, c1) in lanes.items():
-        inner_rows = list(range(top + 1, bottom))
-        if lane == blocked_lane:
-            r = rng.choice(inner_rows)
-            for c in range(c0, c1 + 1):
-                rows = _set(rows, (r, c), "#")
-            status[lane] = f"blocked at row {r}"
-        elif rng.random() < 0.45:
-            placed = 0
-            for _ in range(rng.randint(2, 4)):
-                candidate = _set(rows, (rng.choice(inner_rows), rng.randint(c0, c1)), "#")
-                # rubble narrows a lane but never closes it, nor walls off a pocket
-                if _lane_passable(candidate, (c0, c1), (top, bottom)) and _connected(candidate):
-                    rows = candidate
-                    placed += 1
-            if placed:
-                status[lane] = "rubble"
+    rows, status, blocked_lane = _lane_features(rng, rows, lanes, top, bottom)
 
     flag = (1, rng.randint(1, width - 2))
     base = (height - 2, rng.randint(1, width - 2))
 
     # A few rocks in the open ground at both ends, kept only if the map stays connected.
     keep_clear = {flag, base} | {tuple(w) for wp in waypoints.values() for w in wp.values()}
-    for _ in range(rng.randint(1, 4)):
-        r = rng.choice([0, 1, 2, bottom + 1, bottom + 2, height - 1])
-        c = rng.randint(0, width - 1)
-        if any(abs(r - kr) + abs(c - kc) <= 1 for kr, kc in keep_clear):
-            continue
-        candidate = _set(rows, (r, c), "#")
-        if _connected(candidate):
-            rows = candidate
+    rows = _scatter_rocks(rng, rows, keep_clear, bottom)
 
     # Our units start on the open cells nearest our base (not on it, so the map shows B).
     from_base = bfs_distances(rows, base)
@@ -184,6 +158,48 @@ def generate_scenario(seed: int) -> dict[str, Any]:
 
     state["constraints"] = _draw_constraint(rng, our_count, open_lanes)
     return state
+
+
+def _lane_features(
+    rng: random.Random, rows: list[str], lanes: dict[str, tuple[int, int]], top: int, bottom: int
+) -> tuple[list[str], dict[str, str], str | None]:
+    """Rubble narrows a lane; at most one lane is blocked outright."""
+    status = {lane: "open" for lane in LANES}
+    blocked_lane = rng.choice(LANES) if rng.random() < 0.3 else None
+    for lane, (c0, c1) in lanes.items():
+        inner_rows = list(range(top + 1, bottom))
+        if lane == blocked_lane:
+            r = rng.choice(inner_rows)
+            for c in range(c0, c1 + 1):
+                rows = _set(rows, (r, c), "#")
+            status[lane] = f"blocked at row {r}"
+        elif rng.random() < 0.45:
+            placed = 0
+            for _ in range(rng.randint(2, 4)):
+                candidate = _set(rows, (rng.choice(inner_rows), rng.randint(c0, c1)), "#")
+                # rubble narrows a lane but never closes it, nor walls off a pocket
+                if _lane_passable(candidate, (c0, c1), (top, bottom)) and _connected(candidate):
+                    rows = candidate
+                    placed += 1
+            if placed:
+                status[lane] = "rubble"
+    return rows, status, blocked_lane
+
+
+def _scatter_rocks(
+    rng: random.Random, rows: list[str], keep_clear: set[tuple[int, ...]], bottom: int
+) -> list[str]:
+    """1-4 rocks in the open ground above and below the lanes, off the kept-clear cells."""
+    height, width = len(rows), len(rows[0])
+    for _ in range(rng.randint(1, 4)):
+        r = rng.choice([0, 1, 2, bottom + 1, bottom + 2, height - 1])
+        c = rng.randint(0, width - 1)
+        if any(abs(r - kr) + abs(c - kc) <= 1 for kr, kc in keep_clear):
+            continue
+        candidate = _set(rows, (r, c), "#")
+        if _connected(candidate):
+            rows = candidate
+    return rows
 
 
 def _place_enemies(

@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from selftaught.errors import InputError, MissingDependency, RunError
+
 MARK = "# selftaught-sleep"
 ALL_PROJECTS = "*"
 _AT = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
@@ -30,8 +32,14 @@ _LINE = re.compile(rf"^(\d+) (\d+) \* \* \* (.*) {re.escape(MARK)} project=(\S+)
 CARRIED_ENV = ("SELFTAUGHT_HOME", "SELFTAUGHT_LOG", "SELFTAUGHT_CACHE", "PYTHONPATH")
 
 
-class ScheduleError(ValueError):
+class ScheduleError(RunError):
     """The schedule cannot be read or written; the message says why and what to do."""
+
+
+class NoCrontab(ScheduleError, MissingDependency):
+    """There is no `crontab` command here."""
+
+    exit_code = MissingDependency.exit_code
 
 
 @dataclass(frozen=True)
@@ -50,14 +58,14 @@ class Entry:
 def parse_at(at: str) -> tuple[int, int]:
     m = _AT.match(at.strip())
     if m is None:
-        raise ValueError(f"--at must be HH:MM in 24-hour time (e.g. 03:17), got {at!r}")
+        raise InputError(f"--at must be HH:MM in 24-hour time (e.g. 03:17), got {at!r}")
     return int(m.group(1)), int(m.group(2))
 
 
 def _crontab() -> str:
     path = shutil.which("crontab")
     if path is None:
-        raise ScheduleError(
+        raise NoCrontab(
             "no `crontab` command on this machine: install cron (e.g. `apt-get install cron`) "
             "or run `selftaught sleep run` from your own scheduler (systemd timer, launchd, ...)"
         )

@@ -5,14 +5,14 @@ once (a busy timeout, short `BEGIN IMMEDIATE` transactions). The schema is versi
 `PRAGMA user_version` and an ordered list of migrations applied on open; a log written by a
 newer selftaught is refused rather than guessed at.
 
-Everything stored is redacted first (`selftaught.sleep.redact`); the number of redactions is
+Everything stored is redacted first (`selftaught.sleep.intake.redact`); the number of redactions is
 kept per row. A row with `error` set is a failed call: it is kept for diagnostics and is never
 a task. Rows harvested from agent transcripts are `private` (they hold private code): part 2
 never sends them to a remote model unless the row is `reviewed` or the user allows it.
 Feedback (thumbs, score, corrected reference, comment) is attached later, any number of times;
 a row reads the latest value of each field.
 
-A tool-using exchange keeps what replay needs (`selftaught.sleep.replay`): the request's
+A tool-using exchange keeps what replay needs (`selftaught.sleep.night.replay`): the request's
 `tools` (OpenAI schema) and `tool_choice`, the reply's `tool_calls` (OpenAI shape), and the
 tool turns (`role: "tool"`) in the messages, as the client sent them.
 """
@@ -33,15 +33,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from selftaught.errors import InputError, writing_to
 from selftaught.models.base import Message
+from selftaught.sleep.intake.redact import Redactor, default_redactor
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, default_log_path
-from selftaught.sleep.redact import Redactor, default_redactor
 
 SOURCES = ("proxy", "api", "import", "claude-code", "codex")
 Thumb = Literal["up", "down"]
 
 
-class LogError(RuntimeError):
+class LogError(InputError, RuntimeError):
     """The log cannot be opened or written, or a request to it names nothing in it."""
 
 
@@ -60,10 +61,10 @@ class Feedback:
 
     def __post_init__(self) -> None:
         if self.thumb not in (None, "up", "down"):
-            raise ValueError(f"thumb must be 'up' or 'down', got {self.thumb!r}")
+            raise InputError(f"thumb must be 'up' or 'down', got {self.thumb!r}")
         if self.score is not None:
             if isinstance(self.score, bool) or not isinstance(self.score, (int, float)):
-                raise ValueError(f"score must be a number, got {self.score!r}")
+                raise InputError(f"score must be a number, got {self.score!r}")
             self.score = float(self.score)
 
     def empty(self) -> bool:
@@ -89,9 +90,9 @@ class Feedback:
         if isinstance(value, dict):
             unknown = set(value) - {f.name for f in fields(cls)}
             if unknown:
-                raise ValueError(f"unknown feedback field(s): {', '.join(sorted(unknown))}")
+                raise InputError(f"unknown feedback field(s): {', '.join(sorted(unknown))}")
             return cls(**value)
-        raise ValueError(f"feedback must be a dict, 'up'/'down' or a score, got {value!r}")
+        raise InputError(f"feedback must be a dict, 'up'/'down' or a score, got {value!r}")
 
 
 @dataclass
@@ -203,7 +204,7 @@ def parse_time(value: str | float | datetime) -> float:
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        raise ValueError(
+        raise InputError(
             f"not a time: {value!r} (use ISO 8601 like 2026-05-01 or 2026-05-01T08:00, "
             "or a duration back from now like 12h, 7d)"
         ) from None
@@ -447,9 +448,9 @@ class TaskLog:
     def _validate(it: Interaction) -> None:
         check_project(it.project)
         if not isinstance(it.messages, list):
-            raise ValueError("messages must be a list of chat messages")
+            raise InputError("messages must be a list of chat messages")
         if not it.source or not isinstance(it.source, str):
-            raise ValueError("source must be a non-empty string")
+            raise InputError("source must be a non-empty string")
 
     def add(self, interaction: Interaction, *, redact: bool = True) -> bool:
         """Store one interaction; False when its id or dedupe key is already stored."""
@@ -512,7 +513,7 @@ class TaskLog:
         returns the full id."""
         fb = Feedback.coerce(feedback)
         if fb is None or fb.empty():
-            raise ValueError("feedback is empty: give a thumb, a score, a reference or a comment")
+            raise InputError("feedback is empty: give a thumb, a score, a reference or a comment")
         full_id = self.resolve_id(interaction_id)
         red, n = self._redact_feedback(fb)
         with self._write() as conn:
@@ -601,9 +602,9 @@ class TaskLog:
         flt = flt or LogFilter()
         flt.newest_first = False
         rows = self.query(flt)
-        atomic_write_text(
-            path, "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows)
-        )
+        text = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows)
+        with writing_to(path, "the export"):
+            atomic_write_text(path, text)
         return len(rows)
 
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from selftaught.sleep.log import Interaction, TaskLog
+from selftaught.sleep.intake.log import Interaction, TaskLog
 
 
 @dataclass

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from selftaught.sleep.harvest import (
+from selftaught.sleep.intake.harvest.common import (
     HarvestConfig,
     HarvestReport,
     Turn,
@@ -30,7 +30,7 @@ from selftaught.sleep.harvest import (
     tool_call,
     turns_to_interactions,
 )
-from selftaught.sleep.log import Interaction
+from selftaught.sleep.intake.log import Interaction
 
 _INJECTED = (
     "<environment_context",

@@ -15,13 +15,14 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from selftaught.sleep.checks import score_example
-from selftaught.sleep.mine import MinedTask, near_duplicates
+from selftaught.errors import ConfigError, InputError
+from selftaught.sleep.night.checks import score_example
+from selftaught.sleep.night.mine import MinedTask, near_duplicates
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.scorers import LlmJudge
 
 
-class TooFewTasks(ValueError):
+class TooFewTasks(InputError):
     """Not enough tasks to train and gate; the message says how many and how many are needed."""
 
 
@@ -43,11 +44,11 @@ class SplitConfig:
 
     def __post_init__(self) -> None:
         if not (0 <= self.val_fraction < 1 and 0 <= self.test_fraction < 1):
-            raise ValueError("val_fraction and test_fraction must be in [0, 1)")
+            raise ConfigError("val_fraction and test_fraction must be in [0, 1)")
         if self.val_fraction + self.test_fraction >= 1:
-            raise ValueError("val_fraction + test_fraction must leave room for training")
+            raise ConfigError("val_fraction + test_fraction must leave room for training")
         if self.min_train < 1 or self.min_val < 1:
-            raise ValueError("min_train and min_val must be >= 1")
+            raise ConfigError("min_train and min_val must be >= 1")
 
 
 def _unit(task_id: str, seed: int) -> float:

@@ -17,8 +17,8 @@ task (`conversations`), mined from its longest step:
   order); any other call returns `error: not recorded: ...`, which counts against the
   episode like any failed call (`selftaught.tasks.episode.TOOL_ERROR_PENALTY`);
 - the **checks**: the final answer against the reference (logged, or corrected by feedback)
-  or the rules / rubric, as for any mined task (`selftaught.sleep.checks`); and, where the user
-  corrected a tool call, the episode's calls against the corrected ones.
+  or the rules / rubric, as for any mined task (`selftaught.sleep.night.checks`); and, where
+  the user corrected a tool call, the episode's calls against the corrected ones.
 
 A corrected tool call travels in the feedback's `reference`, as JSON (an object, or a string
 holding one), for an interaction that has tools:
@@ -45,13 +45,14 @@ from typing import Any
 
 import jsonschema
 
+from selftaught.errors import TaskError
 from selftaught.models.base import Message
-from selftaught.sleep.checks import score_example
-from selftaught.sleep.inject import strip_injected_messages
-from selftaught.sleep.log import Interaction
-from selftaught.sleep.mine import MineConfig, MinedTask, new_task, task_checks
-from selftaught.sleep.redact import redact_for_model
-from selftaught.sleep.split import NightTask
+from selftaught.sleep.adoption.inject import strip_injected_messages
+from selftaught.sleep.intake.log import Interaction
+from selftaught.sleep.intake.redact import redact_for_model
+from selftaught.sleep.night.checks import score_example
+from selftaught.sleep.night.mine import MineConfig, MinedTask, new_task, task_checks
+from selftaught.sleep.night.split import NightTask
 from selftaught.tasks.base import Example, Score
 from selftaught.tasks.episode import (
     DEFAULT_MAX_TURNS,
@@ -492,7 +493,7 @@ def score_replay(episode: Episode, example: Example, judge: LlmJudge | None = No
     if example.state.get("expected_calls"):
         scores.append(score_calls(episode, example.state["expected_calls"]))
     if not scores:
-        raise ValueError(f"task {example.id} has no check")
+        raise TaskError(f"task {example.id} has no check")
     hard = float(all(s.hard for s in scores))
     soft = sum(s.soft for s in scores) / len(scores)
     return Score(hard, soft, "; ".join(s.feedback for s in scores if s.feedback))

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from selftaught.sleep.harvest import (
+from selftaught.sleep.intake.harvest.common import (
     HarvestConfig,
     HarvestReport,
     Turn,
@@ -33,7 +33,7 @@ from selftaught.sleep.harvest import (
     tool_call,
     turns_to_interactions,
 )
-from selftaught.sleep.log import Interaction
+from selftaught.sleep.intake.log import Interaction
 
 _NOT_REQUESTS = (
     "<command-name>",

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.demos import Demo, LeakCheck
+from selftaught.errors import InputError
 from selftaught.runs import RunError, iter_jsonl, write_jsonl
-from selftaught.sleep.mine import MinedTask, near_duplicates
+from selftaught.sleep.night.mine import MinedTask, near_duplicates
 from selftaught.sleep.paths import project_dir
 
 RECALL_FILE = "recall.jsonl"
@@ -52,7 +53,7 @@ class Recalled:
     def from_dict(cls, row: dict[str, Any]) -> Recalled:
         task = MinedTask(**row["task"])
         if task.split not in ("train", "val", "test"):
-            raise ValueError(f"task {task.id} has no split")
+            raise InputError(f"task {task.id} has no split")
         return cls(task, str(row.get("night") or ""), bool(row.get("private")))
 
 

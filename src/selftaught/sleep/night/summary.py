@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.runs import RunDir, atomic_write_json, atomic_write_text
-from selftaught.sleep.checks import describe_checks
-from selftaught.sleep.evidence import EvidenceLog, redact_tree
-from selftaught.sleep.mine import MinedTask
+from selftaught.sleep.night.checks import describe_checks
+from selftaught.sleep.night.evidence import EvidenceLog, redact_tree
+from selftaught.sleep.night.mine import MinedTask
 
 
 def task_row(task: MinedTask) -> dict[str, Any]:
@@ -460,7 +460,7 @@ def history_tables(project: str, home: Path | None = None) -> list[Any]:
     """Rich tables: the adopted versions (with val before → after), then the nights."""
     from rich.table import Table
 
-    from selftaught.sleep import staging
+    from selftaught.sleep.adoption import staging
 
     versions = Table(title=f"adopted versions of {project}")
     for column in ("version", "night", "adopted", "val before", "val after", ""):
@@ -491,7 +491,8 @@ def history_tables(project: str, home: Path | None = None) -> list[Any]:
 def status_lines(project: str | None, home: Path | None = None) -> list[str]:
     """What `sleep status` prints: per project the last night, a proposal waiting, the
     adopted version; then a running night and the schedule."""
-    from selftaught.sleep import schedule, staging
+    from selftaught.sleep import cron
+    from selftaught.sleep.adoption import staging
     from selftaught.sleep.lock import read_holder
     from selftaught.sleep.paths import sleep_home
 
@@ -529,8 +530,8 @@ def status_lines(project: str | None, home: Path | None = None) -> list[str]:
             f"(pid {holder.get('pid')}, since {_when(holder.get('started'))})"
         )
     try:
-        planned = schedule.entries()
-    except schedule.ScheduleError as err:
+        planned = cron.entries()
+    except cron.ScheduleError as err:
         lines.append(f"schedule: unknown ({err})")
     else:
         for entry in planned:

@@ -1,6 +1,6 @@
 """One night: harvest → mine → split → consolidate (skill, then memory) → stage (→ adopt).
 
-    from selftaught.sleep.cycle import SleepConfig, run_night
+    from selftaught.sleep.night.cycle import SleepConfig, run_night
     nights = run_night(SleepConfig(model="http://127.0.0.1:8011/v1#SmolLM2-135M-Instruct"))
 
 Per project with traffic since its last night (a first night looks back `lookback_days`), in
@@ -44,23 +44,41 @@ from rich.console import Console
 
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import split_skill
+from selftaught.errors import ConfigError
 from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
 from selftaught.results import RunResult, Score
 from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
-from selftaught.sleep import night_report, recall, staging
-from selftaught.sleep.consolidate import Consolidation, backend_failure, consolidate, paired_val
-from selftaught.sleep.demo_modes import DemoModeConfig
-from selftaught.sleep.evidence import EvidenceLog
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.lock import night_lock
-from selftaught.sleep.log import Interaction, LogFilter, TaskLog
-from selftaught.sleep.mine import MineConfig, MinedTask, mine
-from selftaught.sleep.paths import Adopted, check_project, sleep_home
-from selftaught.sleep.replay import night_task
-from selftaught.sleep.split import NightTask, SplitConfig, SplitOverlap, TooFewTasks, assign_splits
-from selftaught.sleep.weight_night import (
+from selftaught.sleep.night import recall, summary
+from selftaught.sleep.night.consolidate import (
+    Consolidation,
+    backend_failure,
+    consolidate,
+    paired_val,
+)
+from selftaught.sleep.night.demo_modes import DemoModeConfig
+from selftaught.sleep.night.evidence import EvidenceLog
+from selftaught.sleep.night.mine import (
+    MineConfig,
+    MinedTask,
+    MineReport,
+    merge_near_duplicates,
+    mine_one,
+)
+from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
+from selftaught.sleep.night.split import (
+    NightTask,
+    SplitConfig,
+    SplitOverlap,
+    TooFewTasks,
+    assign_splits,
+)
+from selftaught.sleep.night.weight_night import (
     WEIGHT_MODES,
     AdapterTrainer,
     LocalAdapterTrainer,
@@ -72,6 +90,7 @@ from selftaught.sleep.weight_night import (
     stage_adapter,
     weight_candidates,
 )
+from selftaught.sleep.paths import Adopted, check_project, sleep_home
 from selftaught.tracking import check_report_to, with_tracker
 
 DOCUMENTS = ("skill", "memory")
@@ -140,17 +159,17 @@ class SleepConfig:
             check_project(self.project)
         unknown = [d for d in self.documents if d not in DOCUMENTS]
         if unknown or not self.documents:
-            raise ValueError(
+            raise ConfigError(
                 f"documents must be among {', '.join(DOCUMENTS)}, got {self.documents}"
             )
         if self.max_tasks < 1 or self.max_sessions < 1:
-            raise ValueError("max_tasks and max_sessions must be at least 1")
+            raise ConfigError("max_tasks and max_sessions must be at least 1")
         if self.lookback_days <= 0:
-            raise ValueError("lookback_days must be positive")
+            raise ConfigError("lookback_days must be positive")
         if self.recall_max < 0:
-            raise ValueError(f"recall_max must be >= 0, got {self.recall_max}")
+            raise ConfigError(f"recall_max must be >= 0, got {self.recall_max}")
         if self.weights not in WEIGHT_MODES:
-            raise ValueError(
+            raise ConfigError(
                 f"weights must be one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}"
             )
 
@@ -400,7 +419,7 @@ def _outcome(
     )
     ran = [p for p in result.phases.values() if p.get("ran")]
     if not changed:
-        reason = night_report.why_nothing(night_dir, result.phases)
+        reason = summary.why_nothing(night_dir, result.phases)
         report.update(status="no_proposal", reason=reason)
         return
     changes = staging.write_proposal(night_dir, adopted, result.skill, result.memory)
@@ -556,6 +575,39 @@ def _model_change(report: dict[str, Any], project: str, home: Path) -> str | Non
     )
 
 
+def mine(interactions: list[Interaction], config: MineConfig) -> tuple[list[MinedTask], MineReport]:
+    """Tasks from `interactions` (already filtered for privacy by the caller), with a report
+    of what was dropped and why: plain exchanges through `mine.mine_one`, tool-using
+    conversations through `replay.mine_tool_task` (here, above both, so neither imports the
+    other back)."""
+    report = MineReport(read=len(interactions))
+    dropped: Counter[str] = Counter()
+    tasks = []
+    steps = 0  # earlier steps of a tool-using conversation, folded into its last one
+    for group in conversations(interactions):
+        if logged_tools(group[0]):
+            task, why = mine_tool_task(group, config)
+        else:
+            task, why = mine_one(group[0], config)
+        steps += len(group) - 1
+        if task is None:
+            dropped[why or "unknown"] += 1
+        else:
+            tasks.append(task)
+    merged = merge_near_duplicates(tasks, config.near_duplicate)
+    seen: Counter[str] = Counter()
+    for task in merged:  # equal ids from prompts that differ only in punctuation
+        seen[task.id] += 1
+        if seen[task.id] > 1:
+            task.id = f"{task.id}-{seen[task.id]}"
+    report.merged = len(tasks) - len(merged) + steps
+    report.tasks = len(merged)
+    report.by_check = dict(Counter(t.check for t in merged))
+    report.negative = sum(t.negative for t in merged)
+    report.dropped = dict(dropped)
+    return merged, report
+
+
 @dataclass
 class _Mined:
     """Tonight's tasks, the night's splits (tonight's and recalled tasks), and what the
@@ -618,56 +670,17 @@ def run_project(
     report = _base_report(project, night, models, config)
     report["base_version"] = staging.current_version(project, home)
     adopted = staging.read_adopted_files(project, home)
-    taken, capped = _cap(rows, config)
-    report["window"] = {"since": since, "until": until, "read": len(taken), "capped": capped}
-    report["consumed_until"] = taken[-1].created_at + 1e-6 if capped and taken else until
-    if capped:
-        report["notes"].append(
-            f"stopped reading at {capped}: {len(rows) - len(taken)} interactions wait for the "
-            "next night"
-        )
+    taken = _take_window(report, rows, since, until, config)
     change = _model_change(report, project, home)
     if change:
         report["notes"].append(change)
         console.print(f"[bold yellow]warning:[/] {project}: {change}")
     atomic_write_json(night_dir / "report.json", report)
     evidence = EvidenceLog(night_dir / "evidence.jsonl")
-    result: Consolidation | None = None
     mined: _Mined | None = None
     try:
         mined = _mine_and_split(report, taken, config, models, adopted, home)
-        splits = mined.splits
-        report["splits"] = {s: len(v) for s, v in splits.items()}
-        report["gate"]["smallest_gain"] = smallest_accepted_gain(
-            len(splits["val"]), config.training.gate
-        ).to_dict()
-        tonight = {id(t) for t in mined.tonight}
-        rows_out = [
-            {**night_report.task_row(t), "recalled": id(t) not in tonight}
-            for s in splits.values()
-            for t in s
-        ]
-        write_jsonl(night_dir / "tasks.jsonl", rows_out)
-        task = night_task(project, splits)  # episodes when the traffic used tools
-        result = consolidate(
-            config.training,
-            config.documents,
-            config.progress,
-            task,
-            models.target,
-            models.optimizer,
-            models.judge,
-            adopted,
-            night_dir,
-            evidence,
-            console,
-            modes=config.demo_modes,
-        )
-        report["notes"] += result.notes
-        choice = _weights(
-            report, config, models, task, mined, adopted, result, night_dir, evidence, console
-        )
-        _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
+        _learn(report, project, mined, config, models, adopted, night_dir, evidence, console)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
     except SplitOverlap as err:
@@ -684,16 +697,87 @@ def run_project(
     _finish(night_dir, report, evidence)
     outcome = ProjectNight(project, night_dir, report)
     if config.auto_adopt and report["status"] == "staged" and not dry_run:
-        try:
-            adoption = staging.adopt(
-                project, night, home=home, target_paths=config.target_skill_paths
-            )
-        except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
-            console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
-        else:
-            outcome = ProjectNight(project, night_dir, staging.read_report(night_dir))
-            console.print(f"{project}: adopted night {night} as version {adoption.version}")
+        outcome = _auto_adopt(outcome, night_dir, night, config, home, console)
     return outcome
+
+
+def _take_window(
+    report: dict[str, Any], rows: list[Interaction], since: float, until: float, config: SleepConfig
+) -> list[Interaction]:
+    """The rows this night reads (the caps may leave the newest for the next night)."""
+    taken, capped = _cap(rows, config)
+    report["window"] = {"since": since, "until": until, "read": len(taken), "capped": capped}
+    report["consumed_until"] = taken[-1].created_at + 1e-6 if capped and taken else until
+    if capped:
+        report["notes"].append(
+            f"stopped reading at {capped}: {len(rows) - len(taken)} interactions wait for the "
+            "next night"
+        )
+    return taken
+
+
+def _learn(
+    report: dict[str, Any],
+    project: str,
+    mined: _Mined,
+    config: SleepConfig,
+    models: NightModels,
+    adopted: Adopted,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    console: Console,
+) -> None:
+    """Write the night's tasks, consolidate a skill and memory on them, record the outcome."""
+    splits = mined.splits
+    report["splits"] = {s: len(v) for s, v in splits.items()}
+    report["gate"]["smallest_gain"] = smallest_accepted_gain(
+        len(splits["val"]), config.training.gate
+    ).to_dict()
+    tonight = {id(t) for t in mined.tonight}
+    rows_out = [
+        {**summary.task_row(t), "recalled": id(t) not in tonight}
+        for s in splits.values()
+        for t in s
+    ]
+    write_jsonl(night_dir / "tasks.jsonl", rows_out)
+    task = night_task(project, splits)  # episodes when the traffic used tools
+    result = consolidate(
+        config.training,
+        config.documents,
+        config.progress,
+        task,
+        models.target,
+        models.optimizer,
+        models.judge,
+        adopted,
+        night_dir,
+        evidence,
+        console,
+        modes=config.demo_modes,
+    )
+    report["notes"] += result.notes
+    choice = _weights(
+        report, config, models, task, mined, adopted, result, night_dir, evidence, console
+    )
+    _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
+
+
+def _auto_adopt(
+    outcome: ProjectNight,
+    night_dir: Path,
+    night: str,
+    config: SleepConfig,
+    home: Path,
+    console: Console,
+) -> ProjectNight:
+    project = outcome.project
+    try:
+        adoption = staging.adopt(project, night, home=home, target_paths=config.target_skill_paths)
+    except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
+        console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
+        return outcome
+    console.print(f"{project}: adopted night {night} as version {adoption.version}")
+    return ProjectNight(project, night_dir, staging.read_report(night_dir))
 
 
 def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:
@@ -702,8 +786,8 @@ def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> N
     report["ended_at"] = time.time()
     if report["status"] not in staging.ADVANCES_CURSOR:
         report["consumed_until"] = None  # read again next night
-    night_report.write_diagnostics(night_dir, report, evidence)
-    night_report.write_markdown(night_dir, report)
+    summary.write_diagnostics(night_dir, report, evidence)
+    summary.write_markdown(night_dir, report)
     atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
     atomic_write_json(night_dir / "report.json", report)
 
@@ -725,7 +809,7 @@ def _empty_night(
         "consumed_until": None,
         "notes": [],
     }
-    night_report.write_markdown(night_dir, report)
+    summary.write_markdown(night_dir, report)
     atomic_write_json(night_dir / "report.json", report)
     return ProjectNight(project, night_dir, report)
 
@@ -738,7 +822,7 @@ def _load_models(
 ) -> NightModels:
     target = config.model or _logged_upstream(project_rows)
     if target is None:
-        raise ValueError(
+        raise ConfigError(
             "no --model given and no proxy traffic names its upstream: pass --model (the model "
             "your agent uses, not the proxy)"
         )

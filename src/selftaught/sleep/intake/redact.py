@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from selftaught.errors import ConfigError
 from selftaught.sleep.paths import sleep_home
 
 MARK = "[REDACTED:{}]"
@@ -335,7 +336,7 @@ class Redactor:
             try:
                 compiled = re.compile(regex)
             except re.error as err:
-                raise ValueError(
+                raise ConfigError(
                     f"redaction pattern {i + 1} ({regex!r}) is invalid: {err}"
                 ) from err
             extra.append(Pattern("custom", compiled, 1 if compiled.groups else 0))

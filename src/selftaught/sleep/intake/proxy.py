@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from selftaught.errors import InputError, RunError
 from selftaught.http_guard import (
     DEFAULT_MAX_BODY_BYTES,
     bearer_token,
@@ -41,16 +42,16 @@ from selftaught.http_guard import (
     strip_credentials,
 )
 from selftaught.retrieval import RetrievalUnavailable
-from selftaught.sleep.inject import inject_adopted
-from selftaught.sleep.log import Feedback, Interaction, LogError, TaskLog
+from selftaught.sleep.adoption.inject import inject_adopted
+from selftaught.sleep.intake.log import Feedback, Interaction, LogError, TaskLog
+from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
-from selftaught.sleep.writer import LogWriter
 
 ID_HEADER = "x-selftaught-interaction-id"
 _KEEP_HEADERS = ("content-type", "openai-organization", "openai-project", "x-request-id")
 
 
-class ProxyError(ValueError):
+class ProxyError(InputError):
     """A proxy that cannot start as configured; the message says why."""
 
 
@@ -272,8 +273,7 @@ class ProxyState:
 
 def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -> Any:
     """The FastAPI app; `upstream` defaults to `build_upstream(config)`."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response
+    from fastapi import FastAPI
 
     log = TaskLog(config.log_path)  # opening fails loudly at startup, not per request
     state = ProxyState(config, upstream or build_upstream(config), log)
@@ -289,15 +289,27 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     )
     app.state.proxy = state
     install_guard(app, allow_remote=config.allow_remote, max_body_bytes=config.max_body_bytes)
+    _add_own_routes(app, state)
+    _add_forwarding_routes(app, state)
+    return app
 
-    def error(status: int, message: str, kind: str, iid: str | None = None) -> JSONResponse:
-        headers = {ID_HEADER: iid} if iid else None
-        return JSONResponse(_error_body(message, kind, status), status_code=status, headers=headers)
 
-    def unauthorized() -> JSONResponse:
-        return error(
-            401, "missing or wrong API key for this proxy (--require-key)", "invalid_request_error"
-        )
+def _error(status: int, message: str, kind: str, iid: str | None = None) -> Any:
+    from fastapi.responses import JSONResponse
+
+    headers = {ID_HEADER: iid} if iid else None
+    return JSONResponse(_error_body(message, kind, status), status_code=status, headers=headers)
+
+
+def _unauthorized() -> Any:
+    return _error(
+        401, "missing or wrong API key for this proxy (--require-key)", "invalid_request_error"
+    )
+
+
+def _add_own_routes(app: Any, state: ProxyState) -> None:
+    """What the proxy answers itself: health, stats, feedback on a logged interaction."""
+    from fastapi import Request
 
     @app.get("/health")
     async def health(request: Request) -> Any:
@@ -308,36 +320,42 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     @app.get("/v1/selftaught/stats")
     async def stats(request: Request) -> Any:
         if not state.authorized(request.headers.get("authorization")):
-            return unauthorized()
+            return _unauthorized()
         return state.stats()
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> Any:
         if not state.authorized(request.headers.get("authorization")):
-            return unauthorized()
+            return _unauthorized()
         try:
             body = await request.json()
             if not isinstance(body, dict) or not isinstance(body.get("id"), str):
-                raise ValueError("the body must be a JSON object with the interaction `id`")
+                raise InputError("the body must be a JSON object with the interaction `id`")
             fb = Feedback.coerce({k: v for k, v in body.items() if k != "id"})
             full_id = await asyncio.to_thread(_attach_feedback, state, body["id"], fb)
         except LogError as err:
-            return error(404, str(err), "not_found_error")
+            return _error(404, str(err), "not_found_error")
         except (ValueError, TypeError) as err:
-            return error(400, str(err), "invalid_request_error")
+            return _error(400, str(err), "invalid_request_error")
         return {"id": full_id, "status": "ok"}
+
+
+def _add_forwarding_routes(app: Any, state: ProxyState) -> None:
+    """What goes upstream: chat completions (logged) and every other /v1 route (as is)."""
+    from fastapi import Request
+    from fastapi.responses import Response
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         if not state.authorized(request.headers.get("authorization")):
-            return unauthorized()
+            return _unauthorized()
         return await forward_chat(state, request)
 
     @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
     async def passthrough(path: str, request: Request) -> Any:
         """Everything else (models, embeddings, ...) goes upstream as is, not logged."""
         if not state.authorized(request.headers.get("authorization")):
-            return unauthorized()
+            return _unauthorized()
         try:
             response = await state.upstream.client.request(
                 request.method,
@@ -348,14 +366,12 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
             )
         except Exception as err:  # noqa: BLE001
             status, message = _network_error(err)
-            return error(status, message, "upstream_error")
+            return _error(status, message, "upstream_error")
         return Response(
             response.content,
             status_code=response.status_code,
             media_type=response.headers.get("content-type"),
         )
-
-    return app
 
 
 def _upstream_body(state: ProxyState, body: dict[str, Any], record: Interaction) -> dict[str, Any]:
@@ -431,7 +447,7 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
 
 def _attach_feedback(state: ProxyState, iid: str, fb: Feedback | None) -> str:
     if fb is None or fb.empty():
-        raise ValueError("feedback is empty: give a thumb, a score, a reference or a comment")
+        raise InputError("feedback is empty: give a thumb, a score, a reference or a comment")
     try:
         return state.log.add_feedback(iid, fb)
     except LogError:
@@ -562,13 +578,11 @@ async def _relay(
 
 def run_proxy(config: ProxyConfig) -> None:
     """Serve until interrupted."""
-    import uvicorn
-
-    from selftaught.serve import check_host
+    from selftaught.serve import check_host, run_uvicorn
 
     check_host(config.host, config.allow_remote)
     app = create_proxy_app(config)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning")
+    run_uvicorn(app, config.host, config.port)
 
 
 @contextlib.contextmanager
@@ -592,7 +606,7 @@ def proxy_in_background(
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             server.should_exit = True
-            raise RuntimeError(f"the proxy did not start on {config.host}:{config.port}")
+            raise RunError(f"the proxy did not start on {config.host}:{config.port}")
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:

@@ -26,10 +26,10 @@ from selftaught.runs import RunDir, RunError, read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit
 from selftaught.skill.trainer import SkillTrainer
-from selftaught.sleep.demo_modes import DemoModeConfig, choose_demo_mode
-from selftaught.sleep.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
+from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
-from selftaught.sleep.split import NightTask
 from selftaught.stats import sign_test_pvalue
 from selftaught.tasks.scorers import LlmJudge
 

@@ -7,7 +7,7 @@ detected per line:
   the reply's tool calls); optional `reference`, `tools` and `tool_choice` (the request's).
   Tool turns stay in the messages: assistant turns with `tool_calls`, then `role: "tool"`
   results with their `tool_call_id`; a line with `tools` is replayed as an episode whose
-  fixtures are those results (`selftaught.sleep.replay`);
+  fixtures are those results (`selftaught.sleep.night.replay`);
 - OpenAI evals: `input` (a chat list or a string) and `ideal` (a string or a list) as the
   reference; no reply.
 
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from selftaught.errors import InputError
 from selftaught.runs import iter_jsonl
-from selftaught.sleep.log import Feedback, Interaction, TaskLog, parse_time
+from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog, parse_time
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -37,7 +38,7 @@ _OURS = {
 }  # fmt: skip
 
 
-class ImportFormatError(ValueError):
+class ImportFormatError(InputError):
     """A line that is not an interaction in a known format; the message names file and line."""
 
 
@@ -81,7 +82,7 @@ def parse_row(row: dict[str, Any], project: str | None = None) -> tuple[str, Int
     elif "input" in row:
         fmt, it = "openai-evals", _evals(row)
     else:
-        raise ValueError(
+        raise InputError(
             "unknown format: expected `messages` (OpenAI chat), `input` + `ideal` (OpenAI "
             "evals) or `messages` + `reply` (selftaught export)"
         )
@@ -97,13 +98,13 @@ def parse_row(row: dict[str, Any], project: str | None = None) -> tuple[str, Int
 
 def _messages(value: Any, field: str) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
-        raise ValueError(f"`{field}` must be a non-empty list of chat messages")
+        raise InputError(f"`{field}` must be a non-empty list of chat messages")
     for i, msg in enumerate(value):
         if not isinstance(msg, dict) or msg.get("role") not in _ROLES:
-            raise ValueError(f"{field}[{i}] needs a `role` in {sorted(_ROLES)}, got {msg!r:.80}")
+            raise InputError(f"{field}[{i}] needs a `role` in {sorted(_ROLES)}, got {msg!r:.80}")
         content = msg.get("content")
         if content is not None and not isinstance(content, (str, list)):
-            raise ValueError(f"{field}[{i}].content must be a string or a list of parts")
+            raise InputError(f"{field}[{i}].content must be a string or a list of parts")
         if msg.get("tool_calls") is not None:
             _tool_calls(msg["tool_calls"], f"{field}[{i}].tool_calls")
     return value
@@ -114,11 +115,11 @@ def _tool_calls(value: Any, where: str) -> list[dict[str, Any]] | None:
     if value is None or value == []:
         return None
     if not isinstance(value, list):
-        raise ValueError(f"`{where}` must be a list of tool calls")
+        raise InputError(f"`{where}` must be a list of tool calls")
     for k, call in enumerate(value):
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise ValueError(f"`{where}[{k}]` needs a `function` with a `name`, got {call!r:.80}")
+            raise InputError(f"`{where}[{k}]` needs a `function` with a `name`, got {call!r:.80}")
     return value
 
 
@@ -127,7 +128,7 @@ def _tools(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     if tools is None or tools == []:
         return None
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-        raise ValueError("`tools` must be a list of tool schemas (OpenAI shape)")
+        raise InputError("`tools` must be a list of tool schemas (OpenAI shape)")
     return tools
 
 
@@ -148,7 +149,7 @@ def _chat(row: dict[str, Any]) -> Interaction:
         last, messages = messages[-1], messages[:-1]
         reply, calls = _text(last.get("content")), _tool_calls(last.get("tool_calls"), "reply")
     if not messages:
-        raise ValueError("`messages` holds only the assistant's reply, no prompt")
+        raise InputError("`messages` holds only the assistant's reply, no prompt")
     own = ("messages", "reference", "tools", "tool_choice")
     extra = {k: v for k, v in row.items() if k not in own}
     return Interaction(
@@ -167,13 +168,13 @@ def _evals(row: dict[str, Any]) -> Interaction:
     given = row["input"]
     if isinstance(given, str):
         if not given.strip():
-            raise ValueError("`input` must be a non-empty string or a chat list")
+            raise InputError("`input` must be a non-empty string or a chat list")
         messages = [{"role": "user", "content": given}]
     else:
         messages = _messages(given, "input")
     ideal = row.get("ideal")
     if ideal is not None and not isinstance(ideal, (str, list)):
-        raise ValueError("`ideal` must be a string or a list of strings")
+        raise InputError("`ideal` must be a string or a list of strings")
     extra = {k: v for k, v in row.items() if k not in ("input", "ideal")}
     return Interaction(messages=messages, reply=None, source="import", reference=ideal, meta=extra)
 
@@ -181,17 +182,17 @@ def _evals(row: dict[str, Any]) -> Interaction:
 def _ours(row: dict[str, Any]) -> Interaction:
     unknown = set(row) - _OURS
     if unknown:
-        raise ValueError(
+        raise InputError(
             f"unknown field(s) for the selftaught format: {', '.join(sorted(unknown))}"
         )
     reply = row["reply"]
     if reply is not None and not isinstance(reply, str):
-        raise ValueError("`reply` must be a string or null")
+        raise InputError("`reply` must be a string or null")
     for name in ("tags",):
         if not isinstance(row.get(name, []), list):
-            raise ValueError(f"`{name}` must be a list")
+            raise InputError(f"`{name}` must be a list")
     if not isinstance(row.get("meta", {}), dict):
-        raise ValueError("`meta` must be an object")
+        raise InputError("`meta` must be an object")
     it = Interaction(
         messages=_messages(row.get("messages"), "messages"),
         reply=reply,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.demos import Demo, join_skill, split_skill
+from selftaught.errors import ConfigError
 from selftaught.gate import GateResult, ValScores, gate, metric_value
 from selftaught.models.base import ChatModel, GenerationParams, run_sync
 from selftaught.models.usage import BudgetExhausted
@@ -33,7 +34,7 @@ from selftaught.rollout import RolloutConfig, arun_rollouts
 from selftaught.runs import atomic_write_json, read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import DemoPool
-from selftaught.sleep.split import NightTask
+from selftaught.sleep.night.split import NightTask
 from selftaught.stats import mean_interval, wilson_interval
 
 MODES = ("none", "static", "retrieved")
@@ -49,11 +50,11 @@ class DemoModeConfig:
 
     def __post_init__(self) -> None:
         if self.retrieval not in RETRIEVAL_CHOICES:
-            raise ValueError(
+            raise ConfigError(
                 f"retrieval must be one of {', '.join(RETRIEVAL_CHOICES)}, got {self.retrieval!r}"
             )
         if self.retrieve_k < 1:
-            raise ValueError(f"retrieve_k must be >= 1, got {self.retrieve_k}")
+            raise ConfigError(f"retrieve_k must be >= 1, got {self.retrieve_k}")
         if self.retrieval == "on" and not available():
             from selftaught.retrieval import RetrievalUnavailable
 

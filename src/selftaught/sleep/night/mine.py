@@ -2,11 +2,11 @@
 
 One interaction (a request and the reply the deployed agent gave) becomes one task: its
 messages as the client sent them (any injected skill stripped, every text redacted again for
-the models that will read it), and a check (`selftaught.sleep.checks`): the reference (logged
+the models that will read it), and a check (`selftaught.sleep.night.checks`): the reference (logged
 or corrected by feedback), else a rubric for the judge model; plus every rule the user stated.
 A thumbs-down (or a score below 0.5) marks a failure to learn from: the rubric shows the reply
 the user rejected. An interaction with no possible check is dropped, and the report says why.
-An interaction with `tools` is mined by `selftaught.sleep.replay` into an episode task (the
+An interaction with `tools` is mined by `selftaught.sleep.night.replay` into an episode task (the
 same tools, the recorded tool results as fixtures, the steps of one conversation folded).
 
 Near-duplicate prompts (the same numbers in the same order and word shingles at or above
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from selftaught.errors import ConfigError
 from selftaught.models.base import Message
-from selftaught.sleep.checks import find_rules, reference_scorer
-from selftaught.sleep.inject import strip_injected_messages
-from selftaught.sleep.log import Interaction
-from selftaught.sleep.redact import redact_for_model
+from selftaught.sleep.adoption.inject import strip_injected_messages
+from selftaught.sleep.intake.log import Interaction
+from selftaught.sleep.intake.redact import redact_for_model
+from selftaught.sleep.night.checks import find_rules, reference_scorer
 
 
 @dataclass
@@ -42,9 +42,9 @@ class MineConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.near_duplicate <= 1.0:
-            raise ValueError(f"near_duplicate must be in (0, 1], got {self.near_duplicate}")
+            raise ConfigError(f"near_duplicate must be in (0, 1], got {self.near_duplicate}")
         if self.max_prompt_chars < 1:
-            raise ValueError("max_prompt_chars must be >= 1")
+            raise ConfigError("max_prompt_chars must be >= 1")
 
 
 @dataclass
@@ -308,36 +308,3 @@ def merge_near_duplicates(tasks: list[MinedTask], threshold: float) -> list[Mine
     for i, task in enumerate(tasks):
         groups.setdefault(find(i), []).append(task)
     return [_merge(g) for g in groups.values()]
-
-
-def mine(interactions: list[Interaction], config: MineConfig) -> tuple[list[MinedTask], MineReport]:
-    """Tasks from `interactions` (already filtered for privacy by the caller), with a report
-    of what was dropped and why."""
-    from selftaught.sleep.replay import conversations, logged_tools, mine_tool_task
-
-    report = MineReport(read=len(interactions))
-    dropped: Counter[str] = Counter()
-    tasks = []
-    steps = 0  # earlier steps of a tool-using conversation, folded into its last one
-    for group in conversations(interactions):
-        if logged_tools(group[0]):
-            task, why = mine_tool_task(group, config)
-        else:
-            task, why = mine_one(group[0], config)
-        steps += len(group) - 1
-        if task is None:
-            dropped[why or "unknown"] += 1
-        else:
-            tasks.append(task)
-    merged = merge_near_duplicates(tasks, config.near_duplicate)
-    seen: Counter[str] = Counter()
-    for task in merged:  # equal ids from prompts that differ only in punctuation
-        seen[task.id] += 1
-        if seen[task.id] > 1:
-            task.id = f"{task.id}-{seen[task.id]}"
-    report.merged = len(tasks) - len(merged) + steps
-    report.tasks = len(merged)
-    report.by_check = dict(Counter(t.check for t in merged))
-    report.negative = sum(t.negative for t in merged)
-    report.dropped = dict(dropped)
-    return merged, report

@@ -45,11 +45,11 @@ from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.skill.config import SkillOptConfig
-from selftaught.sleep.demo_modes import _decide, _Scorer, _summary
-from selftaught.sleep.evidence import EvidenceLog, EvidenceModel
-from selftaught.sleep.mine import MinedTask
+from selftaught.sleep.night.demo_modes import _decide, _Scorer, _summary
+from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.night.mine import MinedTask
+from selftaught.sleep.night.split import NightTask, SplitOverlap
 from selftaught.sleep.paths import Adopted
-from selftaught.sleep.split import NightTask, SplitOverlap
 from selftaught.stats import sign_test_pvalue
 from selftaught.weights.config import ConfigError
 from selftaught.weights.dpo import PreferencePair
@@ -263,10 +263,10 @@ class LocalAdapterTrainer:
             return
         from selftaught.models.embedded import resolve_local_path
         from selftaught.models.spec import parse_model_spec
-        from selftaught.weights.sft import load_model
+        from selftaught.weights.sft import load_causal_lm
 
         path = resolve_local_path(parse_model_spec(self.spec).model or None)
-        self._base, self._tok = load_model(path, device=self.cfg.device)
+        self._base, self._tok = load_causal_lm(path, device=self.cfg.device)
         self.base_model = str(path)
 
     def __call__(self, method: str, data: WeightData, out_dir: Path) -> TrainedAdapter:

@@ -53,8 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from selftaught.runs import atomic_write_json, atomic_write_text, read_json
-from selftaught.sleep.inject import adopted_block, strip_injected
+from selftaught.errors import InputError
+from selftaught.runs import RunError, atomic_write_json, atomic_write_text, read_json
+from selftaught.sleep.adoption.inject import adopted_block, strip_injected
 from selftaught.sleep.paths import Adopted, adopted_dir, project_dir, sleep_home
 
 NIGHT_KIND = "sleep-night"
@@ -88,7 +89,7 @@ FINAL_STATUSES = (
 ADVANCES_CURSOR = ("staged", "adopted", "no_proposal")  # the night used its interactions
 
 
-class StagingError(ValueError):
+class StagingError(InputError):
     """A staging request that cannot be done; the message says why (one sentence)."""
 
 
@@ -116,7 +117,7 @@ def read_report(night_dir: Path) -> dict[str, Any]:
         data = read_json(path)
     except FileNotFoundError:
         raise StagingError(f"{night_dir} is not a night folder (no report.json)") from None
-    except json.JSONDecodeError as err:
+    except RunError as err:  # not JSON
         raise StagingError(f"{path} is malformed: {err}") from None
     if not isinstance(data, dict) or data.get("kind") != NIGHT_KIND:
         raise StagingError(f"{path} is not a night report")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from selftaught.errors import ConfigError
+
 Schedule = Literal["constant", "linear", "cosine"]
 SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 
@@ -18,9 +20,9 @@ def edit_budget(
     constant: always `max_budget`; linear / cosine: `max_budget` at the first step,
     `min_budget` at the last, rounded to the nearest integer."""
     if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
+        raise ConfigError(f"unknown schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
     if min_budget < 0 or max_budget < min_budget:
-        raise ValueError(f"need 0 <= min_budget <= max_budget, got {min_budget}, {max_budget}")
+        raise ConfigError(f"need 0 <= min_budget <= max_budget, got {min_budget}, {max_budget}")
     if schedule == "constant" or total_steps <= 1:
         return max_budget
     t = min(max(step - 1, 0), total_steps - 1) / (total_steps - 1)  # progress in [0, 1]

@@ -19,6 +19,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from selftaught.errors import ConfigError, TaskError
 from selftaught.tasks.base import Example, Score
 from selftaught.tasks.extract import extract_answer, extract_json
 from selftaught.tasks.scorers import LlmJudge, normalized, numeric, parse_number
@@ -133,7 +134,7 @@ class Rule:
             if found is None:
                 return True, f"too short to tell its language (the user asked for {self.arg})"
             return found == self.arg, f"written in {found} (the user asked for {self.arg})"
-        raise ValueError(f"unknown rule kind {self.kind!r}")
+        raise TaskError(f"unknown rule kind {self.kind!r}")
 
 
 def _count(word: str) -> int:
@@ -195,7 +196,7 @@ def quantity(output: str, example: Example) -> Score:
     soft: half for the number, half for the unit."""
     m = _QUANTITY.match(str(example.reference))
     if m is None:
-        raise ValueError(f"reference {example.reference!r} is not a number with a unit")
+        raise TaskError(f"reference {example.reference!r} is not a number with a unit")
     want, unit = parse_number(m.group(1)), m.group(2).strip().rstrip(".")
     answer = extract_answer(output).strip().rstrip(".!").strip()
     got = parse_number(answer)
@@ -221,7 +222,7 @@ def score_reference(output: str, example: Example, scorer: str) -> Score:
         return quantity(output, example)
     if scorer == "normalized":
         return normalized(output, example)
-    raise ValueError(f"unknown reference scorer {scorer!r}; valid: {', '.join(REFERENCE_SCORERS)}")
+    raise ConfigError(f"unknown reference scorer {scorer!r}; valid: {', '.join(REFERENCE_SCORERS)}")
 
 
 # ---- a mined task's score ------------------------------------------------------------------
@@ -235,14 +236,14 @@ def score_example(output: str, example: Example, judge: LlmJudge | None) -> Scor
         scores.append(score_reference(output, example, state["scorer"]))
     elif state.get("rubric"):
         if judge is None:
-            raise ValueError(f"task {example.id} is scored by a rubric but no judge model is set")
+            raise ConfigError(f"task {example.id} is scored by a rubric but no judge model is set")
         scores.append(judge(output, example))
     for raw in state.get("rules", []):
         rule = Rule(**raw)
         ok, why = rule.check(output)
         scores.append(Score(float(ok), float(ok), f"rule {rule.kind}: {why}"))
     if not scores:
-        raise ValueError(f"task {example.id} has no check")
+        raise TaskError(f"task {example.id} has no check")
     hard = float(all(s.hard for s in scores))
     soft = sum(s.soft for s in scores) / len(scores)
     return Score(hard, soft, "; ".join(s.feedback for s in scores if s.feedback))
@@ -261,7 +262,7 @@ def describe_checks(state: dict[str, Any]) -> str:
     ]
     if state.get("expected_calls"):
         parts.append(f"corrected tool call ({len(state['expected_calls'])})")
-    if state.get("tools"):  # a replayed episode (selftaught.sleep.replay)
+    if state.get("tools"):  # a replayed episode (selftaught.sleep.night.replay)
         parts.append(f"episode: {len(state['tools'])} tools, {len(state.get('fixtures', []))} "
                      "recorded results")  # fmt: skip
     return ", ".join(parts)

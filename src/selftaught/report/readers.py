@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from selftaught.errors import InputError
 from selftaught.report.candidates import (
     Candidate,
     DemoView,
@@ -27,11 +28,11 @@ from selftaught.report.candidates import (
     rules_candidate,
     split_or_note,
 )
-from selftaught.runs import RunError, jsonl_rows
+from selftaught.runs import jsonl_rows
 from selftaught.stats import wilson_interval
 
 
-class ReportError(RunError):
+class ReportError(InputError):
     """A run directory that cannot be reported on (the message is one sentence)."""
 
 

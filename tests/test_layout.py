@@ -1,0 +1,144 @@
+"""The shape of the source tree: no import loop, no long function (both read with `ast`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "selftaught"
+MAX_FUNCTION_LINES = 80
+# cli.py commands the CLI rewrite (issue 18, item 4) replaces; nothing else may grow past the cap
+LONG_FUNCTIONS_ALLOWED = {
+    ("cli.py", "optimize_cmd"),
+    ("cli.py", "train"),
+    ("cli.py", "sleep_run_cmd"),
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _package_of(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _resolve(target: str, modules: dict[str, Path]) -> str | None:
+    """The module `target` names, or its nearest enclosing package in selftaught."""
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the selftaught modules it imports anywhere (module level or in a function)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the package, up level-1 packages
+                    pkg = _package_of(name, path).split(".")
+                    pkg = pkg[: len(pkg) - node.level + 1]
+                    base = ".".join(pkg + ([base] if base else []))
+                # `from pkg import submodule` imports the submodule
+                targets = [f"{base}.{alias.name}" for alias in node.names] or [base]
+                targets = [t if t in modules else base for t in targets]
+            for target in targets:
+                resolved = _resolve(target, modules) if target.startswith("selftaught") else None
+                if resolved and resolved != name:
+                    graph[name].add(resolved)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_import_graph_sees_package_and_function_imports():
+    graph = import_graph()
+    # a module-level import, a `from package import submodule`, and one inside a function
+    assert "selftaught.sleep.intake.log" in graph["selftaught.sleep"]
+    assert "selftaught.sleep.adoption.staging" in graph["selftaught.sleep.night.cycle"]
+    assert "selftaught.models" in graph["selftaught.api"]
+
+
+def test_cycle_finder_finds_a_loop_through_three_modules():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_loop():
+    cycles = import_cycles(import_graph())
+    assert not cycles, "modules that import each other (directly or round a loop): " + "; ".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def long_functions() -> list[tuple[str, str, int]]:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found.append((rel, node.name, lines))
+    return found
+
+
+def test_no_function_over_80_lines():
+    too_long = [f for f in long_functions() if f[:2] not in LONG_FUNCTIONS_ALLOWED]
+    assert not too_long, f"functions over {MAX_FUNCTION_LINES} lines: {too_long}"
