@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 import selftaught
+from selftaught.api import load_result
 from selftaught.callbacks import RunInfo, TrainerCallback
 from selftaught.evaluation import EvalResult
-from selftaught.results import RunResult, Score, load_result
+from selftaught.results import RunResult, Score
 from selftaught.skill import SkillOptConfig
 from selftaught.skill.result import SkillRunResult
 from selftaught.skill.trainer import SkillTrainer

@@ -36,12 +36,21 @@ def _resolve(target: str, modules: dict[str, Path]) -> str | None:
     return target or None
 
 
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node except those under `if TYPE_CHECKING:` (annotations only, never run)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return [n for n in ast.walk(tree) if id(n) not in skipped]
+
+
 def import_graph() -> dict[str, set[str]]:
     """Module -> the selftaught modules it imports anywhere (module level or in a function)."""
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]

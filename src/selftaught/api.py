@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from selftaught.callbacks import TrainerCallback
     from selftaught.evaluation import EvalResult
+    from selftaught.results import RunResult
     from selftaught.rollout import RolloutConfig
     from selftaught.skill.config import SkillOptConfig
     from selftaught.skill.result import SkillRunResult
@@ -205,3 +206,15 @@ def train(
         progress=progress,
         console=console,
     ).train()
+
+
+def load_result(d: dict[str, Any]) -> RunResult:
+    """`RunResult.from_dict` with every result kind imported (skill, ReST, RL, night), so a
+    stored `result.json` of any kind comes back as its own subclass."""
+    import selftaught.skill.result  # noqa: F401
+    import selftaught.sleep.night.cycle  # noqa: F401
+    import selftaught.weights.rest  # noqa: F401
+    import selftaught.weights.rl  # noqa: F401
+    from selftaught.results import RunResult
+
+    return RunResult.from_dict(d)

@@ -126,17 +126,3 @@ class RunResult:
             "usage": d.get("usage") or {},
             "seconds": float(d.get("seconds") or 0.0),
         }
-
-
-def register_kinds() -> None:
-    """Import every result subclass so that `RunResult.from_dict` knows their kinds."""
-    import selftaught.skill.result  # noqa: F401
-    import selftaught.sleep.night.cycle  # noqa: F401
-    import selftaught.weights.rest  # noqa: F401
-    import selftaught.weights.rl  # noqa: F401
-
-
-def load_result(d: dict[str, Any]) -> RunResult:
-    """`RunResult.from_dict` with every kind registered."""
-    register_kinds()
-    return RunResult.from_dict(d)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from selftaught.callbacks import RunInfo, TrainerCallback
+from selftaught.errors import ConfigError
 
 if TYPE_CHECKING:
     from selftaught.results import RunResult, Score
@@ -39,7 +40,7 @@ _BACKENDS = {
 DEFAULT_PROJECT = "selftaught"
 
 
-class TrackingError(ValueError):
+class TrackingError(ConfigError):
     """A tracker that cannot be used: unknown, or its package is not installed."""
 
 

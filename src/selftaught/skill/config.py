@@ -13,6 +13,7 @@ from selftaught.errors import ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
 from selftaught.skill.budget_schedule import SCHEDULES
+from selftaught.tracking import check_report_to
 
 # On a 30-item val set the margin alone let noise through: simulated runs whose edits were
 # mostly harmful shipped a true regression 25% of the time with it, 10% with this test, while
@@ -210,6 +211,7 @@ class SkillOptConfig:
             raise ConfigError(f"budget must be a Budget, got {type(self.budget).__name__}")
         if not isinstance(self.gate, GateConfig):
             raise ConfigError(f"gate must be a GateConfig, got {type(self.gate).__name__}")
+        check_report_to(self.report_to)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -289,9 +289,7 @@ def sft_train(
     """Fine-tune `model` in place on `samples`; returns loss, steps and timings. `render`:
     how episodes are rendered (default: as the local backend renders them, `local_render`).
     `report_to`: the tracker TRL logs this fine-tune to (`selftaught.tracking`)."""
-    from trl import SFTConfig, SFTTrainer
-
-    from selftaught.tracking import trl_report_to
+    from trl import SFTTrainer
 
     check_batch(len(samples), cfg.batch_size)
     _check_lengths(tokenizer, samples, cfg.max_length)
@@ -300,7 +298,55 @@ def sft_train(
         _check_episode_rows(dataset["assistant_masks"], cfg.max_length)
     own_dir = work_dir is None
     out = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="selftaught-sft-"))
-    args = SFTConfig(
+    args = _sft_args(
+        model,
+        cfg,
+        out,
+        backend=backend,
+        seed=seed,
+        progress=progress,
+        report_to=report_to,
+        run_name=run_name,
+    )
+    step_times: list[float] = []
+    stopped: list[str] = []
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[_step_timer(step_times), time_cap(cfg.max_seconds, stopped)],
+        )
+    t_setup = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - t1
+    model.eval()
+    if own_dir:
+        shutil.rmtree(out, ignore_errors=True)
+    return _sft_report(model, len(samples), result, trainer, step_times, seconds, t_setup, stopped)
+
+
+def _sft_args(
+    model: Any,
+    cfg: SFTTrainConfig,
+    out: Path,
+    *,
+    backend: str,
+    seed: int,
+    progress: bool,
+    report_to: str,
+    run_name: str | None,
+) -> Any:
+    """TRL's SFTConfig for one fine-tune: no checkpoints, a log line per step."""
+    from trl import SFTConfig
+
+    from selftaught.tracking import trl_report_to
+
+    return SFTConfig(
         output_dir=str(out),
         num_train_epochs=cfg.epochs,
         per_device_train_batch_size=cfg.batch_size,
@@ -325,29 +371,23 @@ def sft_train(
         dataset_num_proc=None,
         **step_cap_args(cfg),
     )
-    step_times: list[float] = []
-    stopped: list[str] = []
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer = SFTTrainer(
-            model=model,
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            callbacks=[_step_timer(step_times), time_cap(cfg.max_seconds, stopped)],
-        )
-    t_setup = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    result = trainer.train()
-    seconds = time.perf_counter() - t1
+
+
+def _sft_report(
+    model: Any,
+    n_samples: int,
+    result: Any,
+    trainer: Any,
+    step_times: list[float],
+    seconds: float,
+    t_setup: float,
+    stopped: list[str],
+) -> dict[str, Any]:
+    """What a fine-tune reports: loss, steps and timings."""
     steps = int(result.global_step)
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
-    model.eval()
-    if own_dir:
-        shutil.rmtree(out, ignore_errors=True)
     return {
-        "train_samples": len(samples),
+        "train_samples": n_samples,
         "steps": steps,
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,

@@ -89,11 +89,11 @@ class WeightNightConfig:
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_seconds <= 0:
-            raise ValueError("weight max_steps must be >= 1 and max_seconds > 0")
+            raise ConfigError("weight max_steps must be >= 1 and max_seconds > 0")
         if self.batch_size < 1 or self.samples_per_prompt < 0:
-            raise ValueError("weight batch_size must be >= 1 and samples_per_prompt >= 0")
+            raise ConfigError("weight batch_size must be >= 1 and samples_per_prompt >= 0")
         if self.samples_per_prompt and self.temperature <= 0:
-            raise ValueError("weight temperature must be > 0 (k greedy samples are k copies)")
+            raise ConfigError("weight temperature must be > 0 (k greedy samples are k copies)")
 
 
 def is_local_spec(spec: str | None) -> bool:
