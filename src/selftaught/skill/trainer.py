@@ -74,7 +74,8 @@ best_skill.md          the best skill so far (what ships), current_skill.md the 
 diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
                        analyst's raw replies; backend call errors
 val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated)
-test_results.json      initial vs best skill on the test split, with confidence intervals
+test_results.json      initial vs best skill on the test split (EvalResult summaries, the
+                       shape of every accuracy here) and their paired wins / losses / ties
 summary.json           the final summary returned by SkillTrainer.train()
 error.json             why the run stopped, when a backend failed fatally
 """
@@ -960,13 +961,11 @@ class SkillTrainer:
         examples: list[Example],
         desc: str,
         *,
-        model: ChatModel | None = None,
         params: GenerationParams | None = None,
         samples: int = 1,
     ) -> list[Rollout]:
         cfg = self._rollout_cfg(desc, params or self.params, samples)
-        target = model or self.target
-        return await arun_rollouts(target, self._policy(skill), self.task, examples, cfg)
+        return await arun_rollouts(self.target, self._policy(skill), self.task, examples, cfg)
 
     def _rollout_cfg(self, desc: str, params: GenerationParams, samples: int) -> RolloutConfig:
         return RolloutConfig(

@@ -239,16 +239,9 @@ def consolidate(
         if skill_doc and phase.get("ran") and training.demos_max:
             try:
                 tracked = TrackedModel(target, ledger, "target")
+                cache, from_adopted = result.val_scores["skill"], not start_notes
                 phase["best"] = _demo_modes(
-                    phase,
-                    training,
-                    modes,
-                    task,
-                    tracked,
-                    adopted,
-                    night_dir,
-                    not start_notes,
-                    result.val_scores["skill"],
+                    phase, training, modes, task, tracked, adopted, night_dir, from_adopted, cache
                 )
             except FatalBackendError as err:
                 result.fatal = err
