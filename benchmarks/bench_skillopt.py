@@ -150,12 +150,12 @@ def run(args: argparse.Namespace) -> dict:
         "splits": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
         "config": config.to_dict(),
         "run_dir": str(run_dir),
-        "test_initial": {k: init.get(k) for k in ("hard", "hard_ci95", "solved", "n", "soft")},
-        "test_best": {k: best.get(k) for k in ("hard", "hard_ci95", "solved", "n", "soft")},
+        "test_initial": {k: init.get(k) for k in ("hard", "hard_ci", "solved", "n", "soft")},
+        "test_best": {k: best.get(k) for k in ("hard", "hard_ci", "solved", "n", "soft")},
         "test_gain": test.get("gain"),
         "test_paired": test.get("paired"),
         # a gain "beyond the CI": the best skill's interval lies wholly above the initial's
-        "gain_beyond_ci": bool(init and best and best["hard_ci95"][0] > init["hard_ci95"][1]),
+        "gain_beyond_ci": bool(init and best and best["hard_ci"][0] > init["hard_ci"][1]),
         "val_initial": summary["val_initial"],
         "val_best": summary["val_best"],
         "best_version": summary["best_version"],
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> dict:
     out = slug_out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    ci = lambda s: f"{s['hard']:.3f} [{s['hard_ci95'][0]:.2f}, {s['hard_ci95'][1]:.2f}]"  # noqa: E731
+    ci = lambda s: f"{s['hard']:.3f} [{s['hard_ci'][0]:.2f}, {s['hard_ci'][1]:.2f}]"  # noqa: E731
     if init and best:
         print(
             f"test: initial {ci(init)} -> best {ci(best)}; sign test p="

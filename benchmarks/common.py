@@ -184,13 +184,14 @@ def compare_paired(
     """Paired comparison of per-example hard scores (None: the rollout errored, left out):
     wins, losses, the one-sided sign test for a gain and for a loss, and whether the
     candidate's 95% Wilson interval lies wholly above / below the baseline's."""
+    from selftaught.gate import paired_comparison
     from selftaught.stats import sign_test_pvalue, wilson_interval
 
     ids = [k for k, v in baseline.items() if v is not None and candidate.get(k) is not None]
     base = [float(baseline[k]) for k in ids]  # type: ignore[arg-type]
     cand = [float(candidate[k]) for k in ids]  # type: ignore[arg-type]
-    wins = sum(c > b for b, c in zip(base, cand, strict=True))
-    losses = sum(c < b for b, c in zip(base, cand, strict=True))
+    paired = paired_comparison(candidate, baseline)
+    wins, losses = paired.wins, paired.losses
     n = len(ids)
     b_ci = wilson_interval(sum(base), n)
     c_ci = wilson_interval(sum(cand), n)

@@ -66,7 +66,7 @@ def test_optimize_adapter_reads_what_the_run_wrote(optimize_dir):
     assert run.baseline.value == rows[0]["val"]["hard"] == 0.0
     for step, row in zip(run.steps, rows[1:], strict=True):
         assert step.val.value == row["val"]["hard"]
-        assert [step.val.lo, step.val.hi] == row["val"]["hard_ci95"]
+        assert [step.val.lo, step.val.hi] == row["val"]["hard_ci"]
         assert step.batch.solved == row["batch"]["solved"]
     # the best skill so far only moves on accept_new_best: 0 → 0 → 6/11 → 6/11 → 8/11
     assert [s.best_val.solved for s in run.steps] == [0, 6, 6, 8]
@@ -191,9 +191,9 @@ def test_cli_writes_the_page_and_refuses_what_is_not_a_run(tmp_path, optimize_di
 
 def test_read_estimate_reads_every_accuracy_summary_shape():
     from selftaught.evaluation import EvalResult as EvalSummary
-    from selftaught.skill.trainer import _split_summary
 
-    skill = _split_summary({"a": [1.0, 1.0], "b": [0.0, 0.5], "c": [1.0, 1.0], "d": None})
+    # the skill trainer's shape before it moved onto the evaluation summary (old runs)
+    skill = {"n": 3, "errors": 1, "hard": 2 / 3, "hard_ci95": [0.2077, 0.9385], "solved": 2}
     # the weight trainers' shape before they moved onto the evaluation summary (old runs)
     weights = {"split": "val", "n": 3, "solved": 2, "accuracy": 2 / 3, "ci": [0.2077, 0.9385]}
     weights["mean_soft"] = 0.83

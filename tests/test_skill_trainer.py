@@ -78,7 +78,7 @@ def test_known_gate_decisions_and_every_artifact(tmp_path):
     test = json.loads((tmp_path / "test_results.json").read_text())
     assert test["initial"]["solved"] == 0 and test["best"]["solved"] == 7
     assert test["paired"]["wins"] == 7 and test["paired"]["sign_test_p"] < 0.01
-    assert test["best"]["hard_ci95"][0] > 0.3
+    assert test["best"]["hard_ci"][0] > 0.3
     for name in (
         "config.json",
         "state.json",
@@ -104,7 +104,7 @@ def test_known_gate_decisions_and_every_artifact(tmp_path):
     assert POISON in step4_prompts[-1].split("## Edits already tried", 1)[1]
     row = json.loads((tmp_path / "history.jsonl").read_text().splitlines()[4])
     assert row["edits"]["applied"] == 1 and row["usage"]["target"]["calls"] > 0
-    assert row["usage"]["optimizer"]["calls"] >= 1 and row["val"]["hard_ci95"]
+    assert row["usage"]["optimizer"]["calls"] >= 1 and row["val"]["hard_ci"]
     # every call is counted, the analyst's too
     assert summary["usage"]["optimizer"]["calls"] == len(analyst.calls)
     assert summary["analyst"]["parse_rate"] == 1.0

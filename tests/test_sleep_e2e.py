@@ -300,7 +300,7 @@ def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
     assert modes["sources"] == {"correction": report["splits"]["train"]}
     assert modes["leaks_refused"] == 0 and modes["winner"] in modes["candidates"]
     for c in modes["candidates"].values():
-        assert c["n"] == report["splits"]["val"] and len(c["hard_ci95"]) == 2
+        assert c["n"] == report["splits"]["val"] and len(c["hard_ci"]) == 2
     smallest = report["gate"]["smallest_gain"]
     assert smallest["n_val"] == report["splits"]["val"] and smallest["items"] == 3
     md = (night.night_dir / "report.md").read_text()

@@ -1060,7 +1060,7 @@ def print_optimize(summary: dict[str, Any]) -> None:
     def acc(s: dict[str, Any] | None) -> str:
         if not s:
             return "-"
-        lo, hi = s["hard_ci95"]
+        lo, hi = s["hard_ci"]
         return f"{s['hard']:.3f} ({s['solved']}/{s['n']}, 95% CI {lo:.2f}-{hi:.2f})"
 
     test_res = summary["test"] or {}

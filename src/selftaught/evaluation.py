@@ -1,17 +1,28 @@
-"""Evaluate a policy on a task split: hard and soft accuracy with 95% intervals, tokens, errors."""
+"""Score a policy on examples: hard and soft accuracy with 95% intervals, tokens, errors.
+
+The one scoring path: `evaluate`, ReST, GRPO, the skill trainer and a sleep night all score
+through `ascore` and write `EvalResult.summary()`. The skill trainer and a night keep per-item
+scores by skill hash (`ScoreCache`), so an item already scored for an unchanged policy is never
+scored again."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from selftaught.gate import GateConfig, ValScores, metric_value
+from selftaught.gate import GateConfig, Metric, ValScores, metric_value
 from selftaught.models.base import ChatModel, run_sync
 from selftaught.policy import Policy
-from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts
+from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts, episode_row
+from selftaught.runs import atomic_write_json, read_json
 from selftaught.stats import mean_interval, wilson_interval
-from selftaught.tasks.base import Split, Task, TaskError
+from selftaught.tasks.base import Example, Split, Task, TaskError
+
+# example id -> [hard, soft]; None where the rollout errored (an error is never a score)
+ItemScores = dict[str, list[float] | None]
 
 
 @dataclass
@@ -35,29 +46,39 @@ class EvalResult:
     rollouts: list[Rollout] = field(default_factory=list, repr=False)
     usage: dict[str, Any] = field(default_factory=dict)  # per role, when a ledger was kept
     tool_use: dict[str, Any] | None = None  # episodes only (`tool_use`)
+    n_cached: int = 0  # items read from a ScoreCache (their tokens were spent before)
+    items: ItemScores = field(default_factory=dict, repr=False)  # per example, not summarized
+
+    @property
+    def solved(self) -> int:
+        return round(self.hard * self.n)
 
     def summary(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "rollouts"}
+        """The one accuracy summary every run directory stores (the report reads it)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("rollouts", "items")}
+        return {**out, "solved": self.solved}
 
     @classmethod
     def from_summary(cls, d: dict[str, Any]) -> EvalResult:
         """Back from `summary()` (as stored in a run directory), without the rollouts."""
-        fields = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        fields = {k: v for k, v in d.items() if k in cls.__dataclass_fields__ and k != "items"}
         for key in ("hard_ci", "soft_ci"):
             fields[key] = tuple(fields[key])
         return cls(**fields)
 
+    def metric_scores(self, metric: Metric = "hard", mixed_weight: float = 0.5) -> ValScores:
+        """Per-example values of `metric` (None where the rollout errored)."""
+        return metric_scores(self.items, metric, mixed_weight)
+
     def val_scores(self, gate: GateConfig) -> ValScores:
         """Per-example values of the gate's metric (None where the rollout errored), the
         input of `selftaught.gate.gate`."""
-        return {
-            r.example_id: (
-                metric_value(r.score, gate.metric, gate.mixed_weight)
-                if r.ok and r.score is not None
-                else None
-            )
-            for r in self.rollouts
-        }
+        return self.metric_scores(gate.metric, gate.mixed_weight)
+
+    @property
+    def all_cached(self) -> bool:
+        """Every item came from the cache: nothing was rolled out."""
+        return self.n_cached == len(self.items)
 
     def line(self) -> str:
         """One human line: hard accuracy with its interval, truncation and errors."""
@@ -91,19 +112,53 @@ def tool_use(rollouts: list[Rollout]) -> dict[str, Any] | None:
     }
 
 
+def item_scores(rollouts: Iterable[Rollout]) -> ItemScores:
+    """[hard, soft] per example id; None where the rollout errored (with K samples of an
+    example, the last one)."""
+    return {
+        r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None) for r in rollouts
+    }
+
+
+def metric_scores(
+    items: ItemScores, metric: Metric = "hard", mixed_weight: float = 0.5
+) -> ValScores:
+    """Per-item values of a gate metric from [hard, soft] pairs (None stays None)."""
+    return {
+        k: None if v is None else metric_value({"hard": v[0], "soft": v[1]}, metric, mixed_weight)
+        for k, v in items.items()
+    }
+
+
 def summarize(
-    rollouts: list[Rollout], *, task: str, model: str, split: str, wall_s: float, skill_hash: str
+    rollouts: list[Rollout],
+    *,
+    task: str,
+    model: str,
+    split: str,
+    wall_s: float,
+    skill_hash: str,
+    items: ItemScores | None = None,
 ) -> EvalResult:
-    scored = [r for r in rollouts if r.ok and r.score is not None]
-    hard = [r.score.hard for r in scored if r.score]
-    soft = [r.score.soft for r in scored if r.score]
-    n = len(scored)
+    """The summary of `rollouts`; with `items`, accuracy is over those per-item scores (some
+    read from a cache) while tokens, truncation and retries count the rollouts run now."""
+    if items is None:
+        scored = [r for r in rollouts if r.ok and r.score is not None]
+        hard = [r.score.hard for r in scored if r.score]
+        soft = [r.score.soft for r in scored if r.score]
+        n_all, n_cached, per_item = len(rollouts), 0, item_scores(rollouts)
+    else:
+        done = [v for v in items.values() if v is not None]
+        hard, soft = [v[0] for v in done], [v[1] for v in done]
+        fresh = {r.example_id for r in rollouts}
+        n_all, n_cached, per_item = len(items), sum(k not in fresh for k in items), items
+    n = len(hard)
     return EvalResult(
         task=task,
         model=model,
         split=split,
         n=n,
-        n_errors=len(rollouts) - n,
+        n_errors=n_all - n,
         n_scorer_errors=sum(r.error_source == "scorer" for r in rollouts),
         hard=sum(hard) / n if n else 0.0,
         hard_ci=wilson_interval(sum(hard), n),
@@ -117,7 +172,105 @@ def summarize(
         skill_hash=skill_hash,
         rollouts=rollouts,
         tool_use=tool_use(rollouts),
+        n_cached=n_cached,
+        items=per_item,
     )
+
+
+class ScoreCache:
+    """Per-item scores by skill hash, saved to `path` (JSON, atomically) after each change
+    when one is given: an item already scored for an unchanged policy is never scored again,
+    and a resumed run reads what it had scored."""
+
+    def __init__(self, path: Path | None = None, data: dict[str, ItemScores] | None = None):
+        self.path = path
+        self.data: dict[str, ItemScores] = data if data is not None else {}
+
+    @classmethod
+    def load(cls, path: Path) -> ScoreCache:
+        return cls(path, read_json(path) if path.exists() else {})
+
+    def __getitem__(self, skill_hash: str) -> ItemScores:
+        return self.data[skill_hash]
+
+    def get(self, skill_hash: str) -> ItemScores:
+        return self.data.get(skill_hash, {})
+
+    def complete(self, skill_hash: str, ids: Iterable[str]) -> bool:
+        hit = self.data.get(skill_hash)
+        return hit is not None and all(i in hit for i in ids)
+
+    def add(self, skill_hash: str, scores: ItemScores) -> None:
+        self.data.setdefault(skill_hash, {}).update(scores)
+        if self.path is not None:
+            atomic_write_json(self.path, self.data)
+
+    def merged(self, *others: ScoreCache) -> ScoreCache:
+        """One in-memory view of several caches (no file)."""
+        out = ScoreCache(None, {h: dict(v) for h, v in self.data.items()})
+        for other in others:
+            for h, v in other.data.items():
+                out.data.setdefault(h, {}).update(v)
+        return out
+
+
+async def ascore(
+    task: Task,
+    model: ChatModel,
+    policy: Policy,
+    examples: Sequence[Example],
+    *,
+    split: str,
+    rollout: RolloutConfig | None = None,
+    cache: ScoreCache | None = None,
+) -> EvalResult:
+    """Score `policy` on `examples`. With a `cache`, items it holds for the policy's hash are
+    read, the others rolled out and added; accuracy covers every example, tokens the rollouts
+    run now. Without one, every example is rolled out (`rollout.samples` times each)."""
+    skill_hash = policy.skill_hash()
+    hit = cache.get(skill_hash) if cache is not None else {}
+    missing = [ex for ex in examples if ex.id not in hit]
+    t0 = time.perf_counter()
+    rollouts = await arun_rollouts(model, policy, task, missing, rollout) if missing else []
+    items = None
+    if cache is not None:
+        fresh = item_scores(rollouts)
+        if missing:
+            cache.add(skill_hash, fresh)
+        items = {ex.id: fresh[ex.id] if ex.id in fresh else hit[ex.id] for ex in examples}
+    return summarize(
+        rollouts,
+        task=task.name,
+        model=model.name,
+        split=split,
+        wall_s=time.perf_counter() - t0,
+        skill_hash=skill_hash,
+        items=items,
+    )
+
+
+def _head(text: str, n: int = 200) -> str:
+    text = text.strip()
+    return text if len(text) <= n else text[:n] + "…"
+
+
+def rollout_row(r: Rollout) -> dict[str, Any]:
+    """One rollout as a diagnostics row: reply head, scores, why it failed, errors."""
+    return {
+        "id": r.example_id,
+        "reply_head": _head(r.reply),
+        "hard": r.score.hard if r.score else None,
+        "soft": r.score.soft if r.score else None,
+        "why": (r.score.feedback if r.score and not r.score.hard else "") or None,
+        "truncated": r.truncated,
+        "error": r.error,
+        **episode_row(r),  # episodes: turns, calls, results, final answer; {} otherwise
+    }
+
+
+def error_rows(rollouts: Iterable[Rollout]) -> list[dict[str, Any]]:
+    """The rollouts that errored: id and error."""
+    return [{"id": r.example_id, "error": r.error} for r in rollouts if r.error]
 
 
 async def aevaluate_split(
@@ -138,16 +291,7 @@ async def aevaluate_split(
     if not examples:
         raise TaskError(f"task {task.name!r} has no {split} examples")
     cfg = rollout or RolloutConfig(description=f"eval {split}")
-    t0 = time.perf_counter()
-    rollouts = await arun_rollouts(model, policy, task, examples, cfg)
-    return summarize(
-        rollouts,
-        task=task.name,
-        model=model.name,
-        split=split,
-        wall_s=time.perf_counter() - t0,
-        skill_hash=policy.skill_hash(),
-    )
+    return await ascore(task, model, policy, examples, split=split, rollout=cfg)
 
 
 def evaluate_split(*args: Any, **kwargs: Any) -> EvalResult:

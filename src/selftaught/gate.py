@@ -100,12 +100,33 @@ def _paired(a: ValScores, b: ValScores) -> tuple[list[float], list[float]]:
     return [float(a[i]) for i in ids], [float(b[i]) for i in ids]  # type: ignore[arg-type]
 
 
-def _pvalue(new: list[float], old: list[float], metric: Metric) -> float:
+@dataclass(frozen=True)
+class Paired:
+    """`new` against `old` per item, on the items both scored: wins, losses, ties and the
+    one-sided exact sign test p of the wins (ties do not count)."""
+
+    wins: int
+    losses: int
+    ties: int
+    sign_test_p: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "sign_test_p": round(self.sign_test_p, 6)}
+
+
+def paired_comparison(new: ValScores, old: ValScores) -> Paired:
+    """The one paired win/loss count (the gate's sign test, a run's test split, a night's
+    proposal): per-item scores of two skills, None where an item was not scored."""
+    a, b = _paired(new, old)
+    wins = sum(1 for x, y in zip(a, b, strict=True) if x > y)
+    losses = sum(1 for x, y in zip(a, b, strict=True) if x < y)
+    return Paired(wins, losses, len(a) - wins - losses, sign_test_pvalue(wins, losses))
+
+
+def _pvalue(new: ValScores, old: ValScores, metric: Metric) -> float:
     if metric == "hard":
-        wins = sum(1 for x, y in zip(new, old, strict=True) if x > y)
-        losses = sum(1 for x, y in zip(new, old, strict=True) if x < y)
-        return sign_test_pvalue(wins, losses)
-    return paired_bootstrap_pvalue(new, old)
+        return paired_comparison(new, old).sign_test_p
+    return paired_bootstrap_pvalue(*_paired(new, old))
 
 
 def gate(candidate: ValScores, current: ValScores, best: ValScores, cfg: GateConfig) -> GateResult:
@@ -141,7 +162,7 @@ def gate(candidate: ValScores, current: ValScores, best: ValScores, cfg: GateCon
     eps = 1e-9
     beats_best = gain_best > cfg.margin + eps
     if beats_best and cfg.confidence is not None:
-        result.pvalue = _pvalue(cb, bb, cfg.metric)
+        result.pvalue = _pvalue(candidate, best, cfg.metric)
         if result.pvalue > 1.0 - cfg.confidence + eps:
             beats_best = False
             test_note = f"; paired test p={result.pvalue:.3f} > {1 - cfg.confidence:.3f}"

@@ -8,7 +8,8 @@
 - `rl` (weights/rl.py: GRPO / GSPO, one history row per logged step).
 
 A run in progress is read as far as it got: a missing file is a note, never a crash. Every
-accuracy summary the runs write, whatever its shape, goes through `read_estimate`."""
+accuracy summary goes through `read_estimate`, which reads one shape (`EvalResult.summary()`);
+summaries written before that shape (`OLD_SHAPES`) are translated into it first."""
 
 from __future__ import annotations
 
@@ -73,28 +74,51 @@ def _pair(d: dict[str, Any], *keys: str) -> tuple[float, float] | None:
     return None
 
 
-def read_estimate(d: Any, metric: str = "hard") -> Estimate | None:
-    """One reader for every accuracy summary the runs write:
-    the skill trainer's `{n, solved, hard, hard_ci95, soft, soft_ci95}`, the weight trainers'
-    `{n, solved, accuracy, ci, mean_soft}` and the evaluation summary `{n, hard, hard_ci, soft,
-    soft_ci}`. `metric` is `hard` (solved share) or `soft` (mean partial credit)."""
+# the accuracy summaries runs wrote before every trainer wrote `EvalResult.summary()`: the
+# skill trainer's {n, errors, solved, hard, hard_ci95, soft, soft_ci95} and the weight
+# trainers' {n, solved, accuracy, ci, mean_soft}; old key -> the key of the one shape
+OLD_SHAPES: dict[str, str] = {
+    "hard_ci95": "hard_ci",
+    "soft_ci95": "soft_ci",
+    "errors": "n_errors",
+    "accuracy": "hard",
+    "ci": "hard_ci",
+    "mean_soft": "soft",
+}
+
+
+def as_summary(d: Any) -> dict[str, Any] | None:
+    """`d` in the one summary shape (None when it is not a dict); an old shape's keys are
+    renamed, a value of the one shape wins over an old one."""
     if not isinstance(d, dict):
         return None
-    n_raw = d.get("n")
-    n = n_raw if isinstance(n_raw, int) and not isinstance(n_raw, bool) else None
+    out = {OLD_SHAPES[k]: v for k, v in d.items() if k in OLD_SHAPES}
+    out.update({k: v for k, v in d.items() if k not in OLD_SHAPES})
+    for key in ("hard", "soft", "n", "solved"):
+        v = out.get(key)
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+            raise ReportError(f"an accuracy summary has a non-numeric {key!r} ({v!r})")
+    return out
+
+
+def read_estimate(d: Any, metric: str = "hard") -> Estimate | None:
+    """The accuracy of one summary (`EvalResult.summary()`, or an old shape it is translated
+    from by `as_summary`): `metric` is `hard` (solved share) or `soft` (mean partial credit).
+    None when there is none (a step with no candidate, a run still going)."""
+    s = as_summary(d)
+    if s is None:
+        return None
+    n = s.get("n") if isinstance(s.get("n"), int) else None
+    value = _number(s, metric)
     if metric == "soft":
-        value = _number(d, "soft", "mean_soft")
-        ci = _pair(d, "soft_ci95", "soft_ci")
-        solved = None
-    else:
-        value = _number(d, "hard", "accuracy")
-        ci = _pair(d, "hard_ci95", "hard_ci", "ci")
-        solved_raw = _number(d, "solved")
-        solved = int(solved_raw) if solved_raw is not None else None
-        if solved is None and value is not None and n:
-            solved = round(value * n)
-        if ci is None and solved is not None and n:
-            ci = wilson_interval(solved, n)
+        return None if value is None else Estimate(value, *(_pair(s, "soft_ci") or (None, None)), n)
+    solved_raw = _number(s, "solved")
+    solved = int(solved_raw) if solved_raw is not None else None
+    if solved is None and value is not None and n:
+        solved = round(value * n)
+    ci = _pair(s, "hard_ci")
+    if ci is None and solved is not None and n:
+        ci = wilson_interval(solved, n)
     if value is None:
         return None
     return Estimate(value, ci[0] if ci else None, ci[1] if ci else None, n, solved)

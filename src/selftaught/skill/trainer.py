@@ -28,13 +28,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import Demo, LeakCheck, SkillParts, join_skill, split_skill
 from selftaught.errors import BudgetTooSmall, ConfigError, TaskError
-from selftaught.gate import GateResult, ValScores, gate, metric_value
+from selftaught.evaluation import (
+    EvalResult,
+    ScoreCache,
+    ascore,
+    error_rows,
+    metric_scores,
+    rollout_row,
+    summarize,
+)
+from selftaught.gate import GateResult, ValScores, gate, paired_comparison
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import BudgetExhausted, RoleUsage, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import Score
-from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts, episode_row
+from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts
 from selftaught.runs import (
     RunDir,
     atomic_write_json,
@@ -52,8 +61,8 @@ from selftaught.skill.guard import EditGuard
 from selftaught.skill.pool import Member, merge_pair, pick_parent
 from selftaught.skill.reflect import Analyst, AnalystCall, DocumentKind
 from selftaught.skill.result import SkillRunResult
+from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.select import Selection, select_edits
-from selftaught.stats import mean_interval, sign_test_pvalue, wilson_interval
 from selftaught.tasks.base import Example, Task, check_disjoint
 from selftaught.tracking import with_tracker
 
@@ -70,7 +79,8 @@ best_skill.md          the best skill so far (what ships), current_skill.md the 
 diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
                        analyst's raw replies; backend call errors
 val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated)
-test_results.json      initial vs best skill on the test split, with confidence intervals
+test_results.json      initial vs best skill on the test split (EvalResult summaries, the
+                       shape of every accuracy here) and their paired wins / losses / ties
 summary.json           the final summary (SkillTrainer.train() returns it as result.summary)
 error.json             why the run stopped, when a backend failed fatally
 """
@@ -79,36 +89,6 @@ error.json             why the run stopped, when a backend failed fatally
 def default_output_dir(task_name: str) -> Path:
     """Deterministic, so re-running the same command resumes: runs/optimize/<task-slug>."""
     return Path("runs") / "optimize" / slug(task_name)
-
-
-def _head(text: str, n: int = 200) -> str:
-    text = text.strip()
-    return text if len(text) <= n else text[:n] + "…"
-
-
-def _split_summary(scores: dict[str, list[float] | None]) -> dict[str, Any]:
-    done = [v for v in scores.values() if v is not None]
-    n = len(done)
-    hard = sum(v[0] for v in done)
-    soft = [v[1] for v in done]
-    lo, hi = wilson_interval(hard, n)
-    slo, shi = mean_interval(soft)
-    return {
-        "n": n,
-        "errors": len(scores) - n,
-        "hard": hard / n if n else 0.0,
-        "hard_ci95": [round(lo, 4), round(hi, 4)],
-        "solved": int(hard),
-        "soft": sum(soft) / n if n else 0.0,
-        "soft_ci95": [round(slo, 4), round(shi, 4)],
-    }
-
-
-def _scores(rollouts: list[Rollout]) -> dict[str, list[float] | None]:
-    """[hard, soft] per example id; None where the rollout errored."""
-    return {
-        r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None) for r in rollouts
-    }
 
 
 def _demo_dicts(text: str) -> list[dict[str, Any]]:
@@ -308,7 +288,7 @@ class SkillTrainer:
         )
         self.guard: EditGuard | None = None  # built once the splits are known (_prepare)
         self.params = GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
-        self.val_cache: dict[str, dict[str, list[float] | None]] = {}
+        self.val_cache = ScoreCache(self.run.path("val_cache.json"))
         self._progress: Progress | None = None
         self._bar: Any = None
         self._stage = ""
@@ -458,8 +438,7 @@ class SkillTrainer:
     async def _baseline(self, st: _State, elapsed0: float, t0: float) -> None:
         skill = self._save_skill(0, self.initial_skill)
         self._set_stage("baseline val", st)
-        scores, rollouts, cached = await self._val(skill)
-        summary = _split_summary(scores)
+        val = await self._val(skill)
         st.current = st.best = skill
         st.pool = [skill.version]
         if self.demos_on and self.config.demo_references:
@@ -471,27 +450,24 @@ class SkillTrainer:
             {
                 "step": 0,
                 "skill_hash": skill.hash,
-                "val_cached": cached,
-                "val": self._val_rows(rollouts),
-                "backend_errors": self._errors(rollouts),
+                "val_cached": val.all_cached,
+                "val": [rollout_row(r) for r in val.rollouts],
+                "backend_errors": error_rows(val.rollouts),
             },
         )
         st.step = 0
         st.elapsed_s = elapsed0 + time.perf_counter() - t0
-        row = {
-            "step": 0,
-            "stage": "baseline",
-            "skill_version": skill.version,
-            "skill_hash": skill.hash,
-            "val": summary,
-            "usage": self.ledger.to_dict(),
-            "time_s": round(st.elapsed_s, 2),
-        }
-        self._commit(st, row)
-        self._log(
-            f"baseline val {summary['hard']:.3f} ({summary['solved']}/{summary['n']}) "
-            f"CI95 {summary['hard_ci95']}"
+        row_val = self._val_summary(skill)  # from the cache: a resumed run writes the same row
+        row = BaselineRow(
+            0,
+            skill.version,
+            skill.hash,
+            row_val.summary(),
+            self.ledger.to_dict(),
+            round(st.elapsed_s, 2),
         )
+        self._commit(st, row)
+        self._log(f"baseline {row_val.line()}")
 
     async def _step(self, st: _State, step: int, elapsed0: float, t_run: float) -> None:
         """One optimization step; its row and state are committed only once it is complete."""
@@ -524,15 +500,15 @@ class SkillTrainer:
         st.elapsed_s = elapsed0 + time.perf_counter() - t_run
         row = self._history_row(st, outcome, usage0, time.perf_counter() - t0)
         self._commit(st, row)
-        best_val = _split_summary(self.val_cache[st.best.hash])
+        best_val = self._val_summary(st.best)
         chosen = verdict.chosen
         self._log(
-            f"step {step}/{self.total_steps} · batch {row['batch']['solved']}/"
-            f"{row['batch']['n']} · edits {row['edits']['proposed']}→"
+            f"step {step}/{self.total_steps} · batch {row.batch['solved']}/"
+            f"{row.batch['n']} · edits {row.edits['proposed']}→"
             f"{len(outcome.primary.update.applied)} applied · {len(candidates)} candidates"
             f"{f' (chose {chosen.kind}: {chosen.why})' if chosen else ''} · "
             f"{verdict.result.decision} ({verdict.result.reason}) · best val "
-            f"{best_val['hard']:.3f}"
+            f"{best_val.hard:.3f}"
         )
 
     def _pick_parent(self, st: _State, step: int) -> _Skill:
@@ -659,8 +635,9 @@ class SkillTrainer:
         return join_skill(rules, demos, self.config.demo_placement)
 
     def _fully_scored(self, text: str) -> bool:
-        hit = self.val_cache.get(self._policy(text).skill_hash())
-        return hit is not None and all(ex.id in hit for ex in self.val_set)
+        return self.val_cache.complete(
+            self._policy(text).skill_hash(), (ex.id for ex in self.val_set)
+        )
 
     async def _choose(
         self,
@@ -694,9 +671,9 @@ class SkillTrainer:
                 )
         self._set_stage("val", st, step)
         for c in finalists:
-            _, rollouts, cached = await self._val(c.skill)
-            c.rollouts += rollouts
-            c.cached = c.cached and cached
+            val = await self._val(c.skill)
+            c.rollouts += val.rollouts
+            c.cached = c.cached and val.all_cached
             c.full = True
         chosen = max(finalists, key=lambda c: sum(v or 0 for v in self._val_metric(c).values()))
         result = gate(
@@ -725,10 +702,10 @@ class SkillTrainer:
         parent_scores = self._metric(self.val_cache[parent.hash])
         floor = sum(parent_scores[i] or 0.0 for i in ids) / len(ids)
         for c in candidates:
-            scores, rollouts, cached = await self._val(c.skill, ids)
-            c.rollouts += rollouts
-            c.cached = cached
-            c.screen = sum(v or 0.0 for v in self._metric(scores).values()) / len(ids)
+            val = await self._val(c.skill, ids)
+            c.rollouts += val.rollouts
+            c.cached = val.all_cached
+            c.screen = sum(v or 0.0 for v in self._metric(val.items).values()) / len(ids)
         ranked = sorted(candidates, key=lambda c: -(c.screen or 0.0))  # stable: order breaks ties
         return [c for c in ranked if (c.screen or 0.0) >= floor - 1e-9][: self.config.screen_keep]
 
@@ -870,7 +847,7 @@ class SkillTrainer:
                 "step": o.step,
                 "epoch": o.epoch + 1,
                 "budget": o.budget,
-                "batch": [self._row(r) for r in o.rollouts],
+                "batch": [rollout_row(r) for r in o.rollouts],
                 "parent": o.parent.version,
                 "analyst_calls": [c.to_dict() for c in all_calls],
                 "merge_fallbacks": o.primary.agg.fallbacks,
@@ -886,16 +863,16 @@ class SkillTrainer:
                 "candidate_hash": v.candidate.hash if v.candidate else None,
                 "gate": v.result.to_dict(),
                 "val_cached": v.cached,
-                "val": self._val_rows(v.val_rollouts),
-                "backend_errors": self._errors(o.rollouts)
-                + self._errors(v.val_rollouts)
+                "val": [rollout_row(r) for r in v.val_rollouts],
+                "backend_errors": error_rows(o.rollouts)
+                + error_rows(v.val_rollouts)
                 + analyst_errors,
             },
         )
 
     def _history_row(
         self, st: _State, o: _StepOutcome, usage0: dict[str, Any], step_s: float
-    ) -> dict[str, Any]:
+    ) -> StepRow:
         assert st.current is not None and st.best is not None
         usage1 = self.ledger.to_dict()
         step_usage = {
@@ -905,8 +882,7 @@ class SkillTrainer:
             }
             for role, u in usage1.items()
         }
-        batch = _split_summary(_scores(o.rollouts))
-        batch["truncated"] = sum(r.truncated for r in o.rollouts)
+        batch = self._summarize(o.rollouts, "train", o.parent.hash).summary()
         step_parse = _Parse()
         for c in o.calls + o.agg_calls:
             step_parse.add(c)
@@ -915,13 +891,12 @@ class SkillTrainer:
         candidate = o.verdict.candidate
         # the applied edits are the gated candidate's; a demo or merge candidate has none
         applied = update.applied if chosen is not None and chosen.kind == "rules" else []
-        return {
-            "step": o.step,
-            "epoch": o.epoch + 1,
-            "stage": "step",
-            "batch": batch,
-            "budget": o.budget,
-            "edits": {
+        return StepRow(
+            step=o.step,
+            epoch=o.epoch + 1,
+            batch=batch,
+            budget=o.budget,
+            edits={
                 "proposed": sum(len(c.edits) for c in o.calls),
                 "invalid": sum(len(c.invalid) for c in o.calls),
                 "refused": sum(len(c.refused) for c in o.calls + o.agg_calls),
@@ -939,33 +914,33 @@ class SkillTrainer:
                     for e in applied
                 ],
             },
-            "parent_version": o.parent.version,
-            "candidates": [
+            parent_version=o.parent.version,
+            candidates=[
                 {
                     **{k: c.to_dict()[k] for k in ("version", "kind", "why", "demos", "screen")},
-                    "val": _split_summary(self.val_cache[c.skill.hash])["hard"] if c.full else None,
+                    "val": self._val_summary(c.skill).hard if c.full else None,
                     "chosen": c is chosen,
                 }
                 for c in o.candidates
             ],
-            "demos": {
+            demos={
                 "pool": len(st.demo_pool.demos),
                 "new": o.new_demos,
                 "leaks_refused": len(st.demo_pool.leaks),
                 "best": [d["id"] for d in (_demo_dicts(st.best.text))],
             },
-            "analyst": step_parse.to_dict(),
-            "gate": o.verdict.result.to_dict(),
-            "val": _split_summary(self.val_cache[candidate.hash]) if candidate else None,
-            "val_cached": o.verdict.cached,
-            "skill_version": candidate.version if candidate else None,
-            "pool": list(st.pool),
-            "current_version": st.current.version,
-            "best_version": st.best.version,
-            "usage": step_usage,
-            "step_time_s": round(step_s, 2),
-            "time_s": round(st.elapsed_s, 2),
-        }
+            analyst=step_parse.to_dict(),
+            gate=o.verdict.result.to_dict(),
+            val=self._val_summary(candidate).summary() if candidate else None,
+            val_cached=o.verdict.cached,
+            skill_version=candidate.version if candidate else None,
+            pool=list(st.pool),
+            current_version=st.current.version,
+            best_version=st.best.version,
+            usage=step_usage,
+            step_time_s=round(step_s, 2),
+            time_s=round(st.elapsed_s, 2),
+        )
 
     async def _test(self, st: _State) -> dict[str, Any] | None:
         if not self.test_set:
@@ -979,48 +954,28 @@ class SkillTrainer:
         self.leak_check.assert_clean(split_skill(st.best.text).demos)  # fail closed, always
         self._set_stage("test", st)
         initial = self._skill_from_file(0)
-        test_model = self.test_target
-        init_r = await self._rollouts(
-            initial.text, self.test_set, "test: initial skill", model=test_model
-        )
+        init = await self._score(initial.text, self.test_set, "test", "test: initial skill")
         if st.best.hash == initial.hash:
-            best_r = init_r
+            best = init
         else:
-            best_r = await self._rollouts(
-                st.best.text, self.test_set, "test: best skill", model=test_model
-            )
-
-        si, sb = _scores(init_r), _scores(best_r)
-        wins = sum(1 for k in si if si[k] and sb.get(k) and sb[k][0] > si[k][0])  # type: ignore[index]
-        losses = sum(1 for k in si if si[k] and sb.get(k) and sb[k][0] < si[k][0])  # type: ignore[index]
+            best = await self._score(st.best.text, self.test_set, "test", "test: best skill")
+        paired = paired_comparison(best.metric_scores("hard"), init.metric_scores("hard"))
         result = {
-            "initial": {
-                **_split_summary(si),
-                "skill_version": initial.version,
-                "skill_hash": initial.hash,
-            },
-            "best": {
-                **_split_summary(sb),
-                "skill_version": st.best.version,
-                "skill_hash": st.best.hash,
-            },
-            "paired": {
-                "wins": wins,
-                "losses": losses,
-                "sign_test_p": round(sign_test_pvalue(wins, losses), 6),
-            },
+            "initial": init.summary(),
+            "best": best.summary(),
+            "versions": {"initial": initial.version, "best": st.best.version},
+            "paired": paired.to_dict(),
+            "gain": best.hard - init.hard,
         }
-        result["gain"] = result["best"]["hard"] - result["initial"]["hard"]
         write_jsonl(
             self.run.path("test_rollouts.jsonl"),
-            [{"skill": "initial", **self._row(r)} for r in init_r]
-            + [{"skill": "best", **self._row(r)} for r in best_r],
+            [{"skill": "initial", **rollout_row(r)} for r in init.rollouts]
+            + [{"skill": "best", **rollout_row(r)} for r in best.rollouts],
         )
         atomic_write_json(path, result)
         self._log(
-            f"test: initial {result['initial']['hard']:.3f} CI95 {result['initial']['hard_ci95']}"
-            f" → best {result['best']['hard']:.3f} CI95 {result['best']['hard_ci95']} "
-            f"(sign test p={result['paired']['sign_test_p']:.3f})"
+            f"initial skill {init.line()} → best skill {best.line()} "
+            f"(sign test p={paired.sign_test_p:.3f})"
         )
         return result
 
@@ -1047,16 +1002,7 @@ class SkillTrainer:
         return r.score.soft < 1.0 if self.gate_cfg.metric == "soft" else not r.score.hard
 
     def _metric(self, scores: dict[str, list[float] | None]) -> ValScores:
-        return {
-            k: (
-                None
-                if v is None
-                else metric_value(
-                    {"hard": v[0], "soft": v[1]}, self.gate_cfg.metric, self.gate_cfg.mixed_weight
-                )
-            )
-            for k, v in scores.items()
-        }
+        return metric_scores(scores, self.gate_cfg.metric, self.gate_cfg.mixed_weight)
 
     async def _rollouts(
         self,
@@ -1064,20 +1010,21 @@ class SkillTrainer:
         examples: list[Example],
         desc: str,
         *,
-        model: ChatModel | None = None,
         params: GenerationParams | None = None,
         samples: int = 1,
     ) -> list[Rollout]:
-        cfg = RolloutConfig(
+        cfg = self._rollout_cfg(desc, params or self.params, samples)
+        return await arun_rollouts(self.target, self._policy(skill), self.task, examples, cfg)
+
+    def _rollout_cfg(self, desc: str, params: GenerationParams, samples: int) -> RolloutConfig:
+        return RolloutConfig(
             concurrency=self.config.concurrency,
             timeout_s=self.config.timeout_s,
-            params=params or self.params,
+            params=params,
             samples=samples,
             progress=False,
             description=desc,
         )
-        target = model or self.target
-        return await arun_rollouts(target, self._policy(skill), self.task, examples, cfg)
 
     def _policy(self, text: str) -> Policy:
         """The policy reading `text` as the trained document, the other one fixed."""
@@ -1085,40 +1032,50 @@ class SkillTrainer:
             return Policy(skill=self.other_document, memory=text)
         return Policy(skill=text, memory=self.other_document)
 
-    async def _val(
-        self, skill: _Skill, ids: set[str] | None = None
-    ) -> tuple[dict[str, list[float] | None], list[Rollout], bool]:
-        """Val scores of `skill` on `ids` (default: the whole split), cached per item by skill
-        hash: an item already scored for an unchanged skill is never scored again."""
-        hit = self.val_cache.setdefault(skill.hash, {})
+    async def _val(self, skill: _Skill, ids: set[str] | None = None) -> EvalResult:
+        """`skill` on `ids` (default: the whole val split), cached per item by skill hash: an
+        item already scored for an unchanged skill is never scored again."""
         want = [ex for ex in self.val_set if ids is None or ex.id in ids]
-        missing = [ex for ex in want if ex.id not in hit]
-        rollouts: list[Rollout] = []
-        if missing:
-            rollouts = await self._rollouts(skill.text, missing, "val")
-            hit.update(_scores(rollouts))
-            atomic_write_json(self.run.path("val_cache.json"), self.val_cache)
-        return {ex.id: hit[ex.id] for ex in want}, rollouts, not missing
+        return await self._score(skill.text, want, "val", "val", cache=self.val_cache)
 
-    @staticmethod
-    def _row(r: Rollout) -> dict[str, Any]:
-        return {
-            "id": r.example_id,
-            "reply_head": _head(r.reply),
-            "hard": r.score.hard if r.score else None,
-            "soft": r.score.soft if r.score else None,
-            "why": (r.score.feedback if r.score and not r.score.hard else "") or None,
-            "truncated": r.truncated,
-            "error": r.error,
-            **episode_row(r),  # episodes: turns, calls, results, final answer; {} otherwise
-        }
+    async def _score(
+        self,
+        text: str,
+        examples: list[Example],
+        split: str,
+        desc: str,
+        cache: ScoreCache | None = None,
+    ) -> EvalResult:
+        """Score through `selftaught.evaluation` (test: on its own ledger, outside the budget)."""
+        cfg = self._rollout_cfg(desc, self.params, 1)
+        model = self.target if split != "test" else self.test_target
+        policy = self._policy(text)
+        return await ascore(
+            self.task, model, policy, examples, split=split, rollout=cfg, cache=cache
+        )
 
-    def _val_rows(self, rollouts: list[Rollout]) -> list[dict[str, Any]]:
-        return [self._row(r) for r in rollouts]
+    def _val_summary(self, skill: _Skill) -> EvalResult:
+        """The whole-val summary of `skill`, read from the cache (so the same on resume; the
+        tokens spent are in the row's usage)."""
+        items = {ex.id: self.val_cache[skill.hash][ex.id] for ex in self.val_set}
+        return self._summarize([], "val", skill.hash, items)
 
-    @staticmethod
-    def _errors(rollouts: list[Rollout]) -> list[dict[str, Any]]:
-        return [{"id": r.example_id, "error": r.error} for r in rollouts if r.error]
+    def _summarize(
+        self,
+        rollouts: list[Rollout],
+        split: str,
+        skill_hash: str,
+        items: dict[str, list[float] | None] | None = None,
+    ) -> EvalResult:
+        return summarize(
+            rollouts,
+            task=self.task.name,
+            model=self.target.name,
+            split=split,
+            wall_s=0.0,
+            skill_hash=skill_hash,
+            items=items,
+        )
 
     def _save_skill(self, step: int, text: str) -> _Skill:
         return self._save_version(f"v{step:04d}", text)
@@ -1132,12 +1089,12 @@ class SkillTrainer:
         text = self.run.path(f"{self.document}s", f"{version}.md").read_text(encoding="utf-8")
         return _Skill(version, text, self._policy(text).skill_hash())
 
-    def _commit(self, st: _State, row: dict[str, Any]) -> None:
+    def _commit(self, st: _State, row: BaselineRow | StepRow) -> None:
         # state first (it carries the row), then history: a kill in between is repaired on
         # resume by re-appending the row; append_history never duplicates a step
-        st.last_row = row
+        st.last_row = row.to_dict()
         self._save_state(st)
-        self.run.append_history(row)
+        self.run.append_history(st.last_row)
         self._update_bar(st)
         self._step_events(row)
 
@@ -1165,8 +1122,7 @@ class SkillTrainer:
         raw = self.run.load_state()
         if raw is None:
             return _State()
-        cache_path = self.run.path("val_cache.json")
-        self.val_cache = read_json(cache_path) if cache_path.exists() else {}
+        self.val_cache = ScoreCache.load(self.run.path("val_cache.json"))
         st = _State(
             step=raw["step"],
             rejected=raw.get("rejected", []),
@@ -1204,8 +1160,8 @@ class SkillTrainer:
             "best_skill": st.best.text,
             "best_demos": _demo_dicts(st.best.text),
             "pool": list(st.pool),
-            "val_initial": _split_summary(self.val_cache[self._skill_from_file(0).hash]),
-            "val_best": _split_summary(self.val_cache[st.best.hash]),
+            "val_initial": self._val_summary(self._skill_from_file(0)).summary(),
+            "val_best": self._val_summary(st.best).summary(),
             "decisions": dict(decisions),
             "analyst": st.parse.to_dict(),
             "test": test,
@@ -1247,8 +1203,8 @@ class SkillTrainer:
     def _update_bar(self, st: _State) -> None:
         if self._progress is None or st.best is None or st.current is None:
             return
-        best = _split_summary(self.val_cache[st.best.hash])["hard"]
-        cur = _split_summary(self.val_cache[st.current.hash])["hard"]
+        best = self._val_summary(st.best).hard
+        cur = self._val_summary(st.current).hard
         self._progress.update(
             self._bar, completed=max(st.step, 0), scores=f"val current {cur:.3f} best {best:.3f}"
         )

@@ -18,6 +18,8 @@ from typing import Any
 from rich.console import Console
 
 from selftaught.demos import LeakCheck, join_skill, split_skill
+from selftaught.evaluation import ScoreCache, metric_scores
+from selftaught.gate import paired_comparison
 from selftaught.models.base import ChatModel
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
@@ -30,7 +32,6 @@ from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
-from selftaught.stats import sign_test_pvalue
 from selftaught.tasks.scorers import LlmJudge
 
 
@@ -42,6 +43,8 @@ class Consolidation:
     ledger: UsageLedger
     fatal: FatalBackendError | None = None
     notes: list[str] = field(default_factory=list)
+    # each phase's val scores by skill hash, in memory (the night pairs before and after)
+    val_scores: dict[str, ScoreCache] = field(default_factory=dict)
 
 
 def _phase(
@@ -57,8 +60,10 @@ def _phase(
     ledger: UsageLedger,
     console: Console,
     proposals: list[Edit],
+    scores: dict[str, ScoreCache],
 ) -> dict[str, Any]:
-    """One trainer (skill or memory); its summary, or why it stopped early."""
+    """One trainer (skill or memory); its summary, or why it stopped early. Its val scores go
+    into `scores[document]`."""
     training = dataclasses.replace(training, evaluate_test=bool(task.examples("test")))
     trainer = SkillTrainer(
         training,
@@ -74,6 +79,7 @@ def _phase(
         progress=progress,
         console=console,
     )
+    scores[document] = trainer.val_cache
     try:
         summary = trainer.train()
     except RunError as err:  # the budget ran out before the baseline was even scored
@@ -147,6 +153,7 @@ def _demo_modes(
     adopted: Adopted,
     night_dir: Path,
     started_from_adopted: bool,
+    cache: ScoreCache,
 ) -> str:
     """Run the three-way demo-mode gate after the skill phase; the skill to go on with (the
     phase's summary is updated to say what was chosen)."""
@@ -160,6 +167,7 @@ def _demo_modes(
         adopted.skill,
         adopted.memory,
         started_from_adopted,
+        cache,
     )
     phase["demo_modes"] = chosen.to_dict()
     if "adopted" in chosen.candidates and not started_from_adopted:
@@ -221,6 +229,7 @@ def consolidate(
                 ledger,
                 console,
                 [] if skill_doc else user_statements(task),
+                result.val_scores,
             )
         except FatalBackendError as err:
             result.fatal = err
@@ -230,8 +239,9 @@ def consolidate(
         if skill_doc and phase.get("ran") and training.demos_max:
             try:
                 tracked = TrackedModel(target, ledger, "target")
+                cache, from_adopted = result.val_scores["skill"], not start_notes
                 phase["best"] = _demo_modes(
-                    phase, training, modes, task, tracked, adopted, night_dir, not start_notes
+                    phase, training, modes, task, tracked, adopted, night_dir, from_adopted, cache
                 )
             except FatalBackendError as err:
                 result.fatal = err
@@ -275,15 +285,11 @@ def backend_failure(result: Consolidation, evidence: EvidenceLog, max_missing: f
     return None
 
 
-def paired_val(night_dir: Path, adopted: Adopted, skill: str, memory: str) -> dict[str, Any]:
-    """Val before (the adopted documents) and after (the proposal), paired per task."""
-    cache: dict[str, Any] = {}
-    for run in (night_dir, night_dir / "memory"):
-        path = run / "val_cache.json"
-        if path.exists():
-            cache.update(read_json(path))
-    before = cache.get(Policy(adopted.skill, adopted.memory).skill_hash(), {})
-    after = cache.get(Policy(skill, memory).skill_hash(), {})
-    wins = sum(1 for k, v in after.items() if v and before.get(k) and v[0] > before[k][0])
-    losses = sum(1 for k, v in after.items() if v and before.get(k) and v[0] < before[k][0])
-    return {"wins": wins, "losses": losses, "sign_test_p": round(sign_test_pvalue(wins, losses), 6)}
+def paired_val(result: Consolidation, adopted: Adopted, skill: str, memory: str) -> dict[str, Any]:
+    """Val before (the adopted documents) and after (the proposal), paired per task, from the
+    scores the phases kept in memory (the hard metric)."""
+    caches = list(result.val_scores.values())
+    scores = caches[0].merged(*caches[1:]) if caches else ScoreCache()
+    before = scores.get(Policy(adopted.skill, adopted.memory).skill_hash())
+    after = scores.get(Policy(skill, memory).skill_hash())
+    return paired_comparison(metric_scores(after), metric_scores(before)).to_dict()

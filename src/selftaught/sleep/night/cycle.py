@@ -429,7 +429,7 @@ def _outcome(
         "memory_changed": changes["memory"],
         "val_before": first["val_initial"],
         "val_after": last["val_best"],
-        "paired": paired_val(night_dir, adopted, result.skill, result.memory),
+        "paired": paired_val(result, adopted, result.skill, result.memory),
         "test": last.get("test"),
     }
     report["proposal"] = proposal

@@ -11,7 +11,8 @@ After the skill phase, its best rules R are tried on the same val tasks three wa
 The skill phase's own choice is the incumbent; a challenger replaces it only when the gate
 accepts it as a new best against it (gate off: the best val mean wins), and then it must
 also pass the gate against the adopted skill. Every val replay is charged to the night's
-ledger and cached by skill hash in the phase's `val_cache.json`. The pool holds train demos
+ledger and cached by skill hash in the skill phase's score cache (handed over in memory, and
+saved in its `val_cache.json`). The pool holds train demos
 only (the skill phase's leak check refused near-copies of val / test inputs), so retrieval
 for a val task never draws on itself or another held-out task.
 """
@@ -25,17 +26,17 @@ from typing import Any
 
 from selftaught.demos import Demo, join_skill, split_skill
 from selftaught.errors import ConfigError
-from selftaught.gate import GateResult, ValScores, gate, metric_value
+from selftaught.evaluation import EvalResult, ScoreCache, ascore
+from selftaught.gate import GateResult, ValScores, gate
 from selftaught.models.base import ChatModel, GenerationParams, run_sync
 from selftaught.models.usage import BudgetExhausted
 from selftaught.policy import Policy
 from selftaught.retrieval import EXTRA_HINT, available
-from selftaught.rollout import RolloutConfig, arun_rollouts
-from selftaught.runs import atomic_write_json, read_json
+from selftaught.rollout import RolloutConfig
+from selftaught.runs import read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import DemoPool
 from selftaught.sleep.night.split import NightTask
-from selftaught.stats import mean_interval, wilson_interval
 
 MODES = ("none", "static", "retrieved")
 RETRIEVAL_CHOICES = ("auto", "on", "off")
@@ -71,7 +72,8 @@ class ModeResult:
     pool: int
     leaks_refused: int
     sources: dict[str, int] = field(default_factory=dict)  # pool demos by source
-    candidates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    candidates: dict[str, dict[str, Any]] = field(default_factory=dict)  # EvalResult.summary()
+    shapes: dict[str, dict[str, Any]] = field(default_factory=dict)  # demos, retrieve per mode
     gates: dict[str, dict[str, Any]] = field(default_factory=dict)
     vs_adopted: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
@@ -80,23 +82,9 @@ class ModeResult:
         return {k: v for k, v in self.__dict__.items() if k != "skill"}
 
 
-def _summary(scores: dict[str, list[float] | None], skill: str) -> dict[str, Any]:
-    done = [v for v in scores.values() if v is not None]
-    solved = sum(v[0] for v in done)
-    lo, hi = wilson_interval(solved, len(done))
-    slo, shi = mean_interval([v[1] for v in done])
+def _shape(skill: str) -> dict[str, Any]:
     demos = split_skill(skill)
-    return {
-        "hard": solved / len(done) if done else 0.0,
-        "solved": int(solved),
-        "n": len(done),
-        "errors": len(scores) - len(done),
-        "hard_ci95": [round(lo, 4), round(hi, 4)],
-        "soft": sum(v[1] for v in done) / len(done) if done else 0.0,
-        "soft_ci95": [round(slo, 4), round(shi, 4)],
-        "demos": len(demos.demos),
-        "retrieve": demos.retrieve,
-    }
+    return {"demos": len(demos.demos), "retrieve": demos.retrieve}
 
 
 def _static_demos(pool: list[Demo], k: int) -> tuple[Demo, ...]:
@@ -107,48 +95,39 @@ def _static_demos(pool: list[Demo], k: int) -> tuple[Demo, ...]:
 
 
 class _Scorer:
-    """Val scores of skills (memory held fixed), cached by skill hash in `val_cache.json`."""
+    """Val results of skills (memory held fixed) through `selftaught.evaluation`, cached per
+    item by skill hash in the cache the skill phase used."""
 
     def __init__(
-        self, training: SkillOptConfig, task: NightTask, target: ChatModel, memory: str, run: Path
+        self,
+        training: SkillOptConfig,
+        task: NightTask,
+        target: ChatModel,
+        memory: str,
+        cache: ScoreCache,
     ):
         self.training, self.task, self.target, self.memory = training, task, target, memory
-        self.path = run / "val_cache.json"
-        self.cache: dict[str, dict[str, list[float] | None]] = (
-            read_json(self.path) if self.path.exists() else {}
+        self.cache = cache
+        self.rollout = RolloutConfig(
+            concurrency=training.concurrency,
+            timeout_s=training.timeout_s,
+            params=GenerationParams(
+                max_tokens=training.max_tokens, temperature=training.temperature
+            ),
+            progress=False,
+            description="val (demo modes)",
         )
 
-    def scores(self, skill: str) -> dict[str, list[float] | None]:
+    def score(self, skill: str) -> EvalResult:
         policy = Policy(skill=skill, memory=self.memory)
-        hit = self.cache.setdefault(policy.skill_hash(), {})
         val = self.task.examples("val")
-        missing = [ex for ex in val if ex.id not in hit]
-        if missing:
-            cfg = RolloutConfig(
-                concurrency=self.training.concurrency,
-                timeout_s=self.training.timeout_s,
-                params=GenerationParams(
-                    max_tokens=self.training.max_tokens, temperature=self.training.temperature
-                ),
-                progress=False,
-                description="val (demo modes)",
-            )
-            rollouts = run_sync(arun_rollouts(self.target, policy, self.task, missing, cfg))
-            hit.update(
-                {
-                    r.example_id: ([r.score.hard, r.score.soft] if r.ok and r.score else None)
-                    for r in rollouts
-                }
-            )
-            atomic_write_json(self.path, self.cache)
-        return {ex.id: hit[ex.id] for ex in val}
+        job = ascore(
+            self.task, self.target, policy, val, split="val", rollout=self.rollout, cache=self.cache
+        )
+        return run_sync(job)
 
-    def metric(self, scores: dict[str, list[float] | None]) -> ValScores:
-        g = self.training.gate
-        return {
-            k: None if v is None else metric_value({"hard": v[0], "soft": v[1]}, g.metric)
-            for k, v in scores.items()
-        }
+    def metric(self, result: EvalResult) -> ValScores:
+        return result.val_scores(self.training.gate)
 
 
 def candidates(
@@ -201,8 +180,10 @@ def choose_demo_mode(
     adopted_skill: str,
     memory: str,
     phase_started_from_adopted: bool,
+    cache: ScoreCache | None = None,
 ) -> ModeResult:
-    """Compare none / static / retrieved on val and return the skill to go on with."""
+    """Compare none / static / retrieved on val and return the skill to go on with. `cache`:
+    the skill phase's val scores (default: read from its `val_cache.json` in `run_dir`)."""
     raw = read_json(run_dir / "demo_pool.json") if (run_dir / "demo_pool.json").exists() else {}
     found = DemoPool.from_dict(raw) if raw else DemoPool()
     pool = list(found.demos.values())
@@ -214,23 +195,27 @@ def choose_demo_mode(
         result.notes.append(f"retrieval not tried: {EXTRA_HINT}")
     if not pool:
         result.notes.append("no clean train demonstration was found: only `none` was possible")
-    scorer = _Scorer(training, task, target, memory, run_dir)
-    raw_scores: dict[str, dict[str, list[float] | None]] = {}
+    cache = cache if cache is not None else ScoreCache.load(run_dir / "val_cache.json")
+    scorer = _Scorer(training, task, target, memory, cache)
+    scored: dict[str, EvalResult] = {}
     try:
         for mode, text in texts.items():
-            raw_scores[mode] = scorer.scores(text)
+            scored[mode] = scorer.score(text)
     except BudgetExhausted as err:
         result.notes.append(f"demo modes not compared: the budget ran out ({err})")
         return result
     for mode, text in texts.items():
-        result.candidates[mode] = _summary(raw_scores[mode], text)
-    metrics = {m: scorer.metric(s) for m, s in raw_scores.items()}
+        result.candidates[mode] = scored[mode].summary()
+        result.shapes[mode] = _shape(text)
+    metrics = {m: scorer.metric(r) for m, r in scored.items()}
     winner, result.gates = _decide(metrics, incumbent, training)
     if winner != incumbent or not phase_started_from_adopted:
-        base = scorer.metric(scorer.scores(adopted_skill))
+        adopted = scorer.score(adopted_skill)
+        base = scorer.metric(adopted)
         check = gate(metrics[winner], base, base, training.gate)
         result.vs_adopted = {"mode": winner, **check.to_dict()}
-        result.candidates["adopted"] = _summary(scorer.scores(adopted_skill), adopted_skill)
+        result.candidates["adopted"] = adopted.summary()
+        result.shapes["adopted"] = _shape(adopted_skill)
         if check.decision != "accept_new_best":
             winner = incumbent if phase_started_from_adopted else "adopted"
     result.winner = winner

@@ -174,7 +174,7 @@ def _when(ts: float | None) -> str:
 def _acc(d: dict[str, Any] | None) -> str:
     if not d:
         return "—"
-    lo, hi = d.get("hard_ci95", [None, None])
+    lo, hi = d.get("hard_ci") or d["hard_ci95"]  # hard_ci95: nights before one shape
     return f"{d['hard']:.3f} ({d['solved']}/{d['n']}, 95% CI {lo:.2f}–{hi:.2f})"
 
 
@@ -284,7 +284,7 @@ def _recall_lines(rec: dict[str, Any] | None) -> list[str]:
 
 
 def _ci(d: dict[str, Any]) -> str:
-    lo, hi = d["hard_ci95"]
+    lo, hi = d.get("hard_ci") or d["hard_ci95"]  # hard_ci95: nights before one shape
     return f"{d['hard']:.3f} ({d['solved']}/{d['n']}) | {lo:.2f}–{hi:.2f}"
 
 
@@ -317,7 +317,10 @@ def demo_mode_lines(modes: dict[str, Any] | None) -> list[str]:
             else:
                 net = f"{g['gain_vs_best']:+g}" if g else "—"
                 verdict = g["reason"] if g else ""
-            shown = f"{d['demos']}" + (f" (retrieve {d['retrieve']})" if d.get("retrieve") else "")
+            shape = (modes.get("shapes") or {}).get(mode) or d  # before shapes: in the summary
+            shown = f"{shape['demos']}" + (
+                f" (retrieve {shape['retrieve']})" if shape.get("retrieve") else ""
+            )
             lines.append(f"| {mode} | {_ci(d)} | {shown} | {net} | {verdict} |")
         won = modes["winner"]
         lines += ["", f"Winner: **{won}**" + (" (kept)" if won == modes["incumbent"] else "") + "."]

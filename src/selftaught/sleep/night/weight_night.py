@@ -38,19 +38,19 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from selftaught.demos import Demo, DemoLeakError, LeakCheck
-from selftaught.gate import ValScores
+from selftaught.evaluation import ScoreCache
+from selftaught.gate import ValScores, paired_comparison
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import BackendError
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.skill.config import SkillOptConfig
-from selftaught.sleep.night.demo_modes import _decide, _Scorer, _summary
+from selftaught.sleep.night.demo_modes import _decide, _Scorer
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import NightTask, SplitOverlap
 from selftaught.sleep.paths import Adopted
-from selftaught.stats import sign_test_pvalue
 from selftaught.weights.config import ConfigError
 from selftaught.weights.dpo import PreferencePair
 from selftaught.weights.elite import select_elite
@@ -351,12 +351,12 @@ class WeightChoice:
         }
 
     def paired(self) -> dict[str, Any]:
-        """Per val task, the winner against the adopted version."""
-        before, after = self.scores.get("current", {}), self.scores.get(self.winner, {})
-        wins = sum(1 for k, v in after.items() if v and before.get(k) and v[0] > before[k][0])
-        losses = sum(1 for k, v in after.items() if v and before.get(k) and v[0] < before[k][0])
-        p = round(sign_test_pvalue(wins, losses), 6)
-        return {"wins": wins, "losses": losses, "sign_test_p": p}
+        """Per val task, the winner against the adopted version (hard scores)."""
+        hard = {
+            name: {k: v[0] if v else None for k, v in items.items()}
+            for name, items in self.scores.items()
+        }
+        return paired_comparison(hard.get(self.winner, {}), hard.get("current", {})).to_dict()
 
 
 def _why(winner: str, gates: dict[str, dict[str, Any]], candidates: dict[str, Any]) -> str:
@@ -471,12 +471,12 @@ def choose(
     summaries: dict[str, dict[str, Any]] = {}
     for name, (model, skill, memory, run) in runs.items():
         run.mkdir(parents=True, exist_ok=True)
-        scorer = _Scorer(training, task, model, memory, run)
-        raw[name] = scorer.scores(skill)
-        metrics[name] = scorer.metric(raw[name])
-        summaries[name] = {
-            k: v for k, v in _summary(raw[name], skill).items() if k not in ("demos", "retrieve")
-        }
+        # one cache per model: a skill hash names the text, not the weights that read it
+        scorer = _Scorer(training, task, model, memory, ScoreCache.load(run / "val_cache.json"))
+        result = scorer.score(skill)
+        raw[name] = result.items
+        metrics[name] = scorer.metric(result)
+        summaries[name] = result.summary()
     winner, gates = _decide(metrics, "current", training)
     return winner, summaries, gates, raw
 
