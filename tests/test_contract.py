@@ -159,7 +159,7 @@ def test_weight_results_round_trip_with_their_own_fields(tmp_path):
         usage={"target": {"calls": 3}},
         stopped_by="budget (calls)",
     )
-    assert rest.base_score.hard == 0.25 and rest.shipped_score.hard_ci95 == (0.1, 0.9)
+    assert rest.base_score.hard == 0.25 and rest.shipped_score.hard_ci == (0.1, 0.9)
     back = roundtrip(rest)
     assert back.best_round == 2 and back.shipped_test.hard == 0.5 and back.method == "sft"
     assert rest.to_dict()["shipped"] == "round 2" and rest.to_dict()["gain"] == 0.25

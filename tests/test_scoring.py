@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from selftaught.evaluation import EvalResult, ScoreCache, ascore, evaluate, summarize
+from selftaught.evaluation import EvalResult, ScoreCache, ascore, evaluate_split, summarize
 from selftaught.gate import GateConfig, gate, paired_comparison
 from selftaught.models.base import run_sync
 from selftaught.policy import Policy
@@ -71,7 +71,7 @@ def test_ascore_reads_cached_items_and_rolls_out_only_the_rest(tmp_path):
 
 
 def test_evaluate_writes_the_one_summary_shape():
-    result = evaluate(ToyTask(), rule_target(), Policy(skill="rule alpha"), split="test")
+    result = evaluate_split(ToyTask(), rule_target(), Policy(skill="rule alpha"), split="test")
     assert set(result.summary()) == SUMMARY_KEYS and result.solved == 5
     assert EvalResult.from_summary(result.summary()).summary() == result.summary()
 

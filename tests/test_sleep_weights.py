@@ -110,7 +110,7 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     cands = report["weights"]["candidates"]
     assert set(cands) == {"current", "sft"}  # no text proposal: no text candidates
     assert cands["current"]["n"] == cands["sft"]["n"] == len(split["val"])
-    assert all(len(c["hard_ci95"]) == 2 for c in cands.values())
+    assert all(len(c["hard_ci"]) == 2 for c in cands.values())
     assert report["weights"]["gates"]["sft"]["decision"] == "accept_new_best"
     assert "sft won" in report["weights"]["why"]
     md = (d / "report.md").read_text()
@@ -350,7 +350,7 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
     assert set(w["candidates"]) == {"current", "sft"}  # the analyst proposed no text
     for c in w["candidates"].values():
         assert c["n"] == report["splits"]["val"]
-        assert c["hard_ci95"][0] <= c["hard"] <= c["hard_ci95"][1]
+        assert c["hard_ci"][0] <= c["hard"] <= c["hard_ci"][1]
     held_out = {r["id"] for r in _rows(night) if r["split"] != "train"}
     assert held_out and set(w["train_items"]).isdisjoint(held_out)
     staged = night.night_dir / "adapter"

@@ -56,6 +56,8 @@ class EvalResult:
     def summary(self) -> dict[str, Any]:
         """The one accuracy summary every run directory stores (the report reads it)."""
         out = {k: v for k, v in self.__dict__.items() if k not in ("rollouts", "items")}
+        # JSON-shaped (intervals as lists), so a summary equals itself read back from disk
+        out["hard_ci"], out["soft_ci"] = list(self.hard_ci), list(self.soft_ci)
         return {**out, "solved": self.solved}
 
     @classmethod

@@ -28,7 +28,7 @@ class Score:
     split: str
     n: int
     hard: float
-    hard_ci95: tuple[float, float]
+    hard_ci: tuple[float, float]
     soft: float
     soft_ci95: tuple[float, float]
 
@@ -40,7 +40,7 @@ class Score:
             split=str(split or d.get("split") or "?"),
             n=int(d.get("n", 0)),
             hard=float(d.get("hard", 0.0)),
-            hard_ci95=_pair(d.get("hard_ci95", d.get("hard_ci"))),
+            hard_ci=_pair(d.get("hard_ci", d.get("hard_ci95"))),
             soft=float(d.get("soft", 0.0)),
             soft_ci95=_pair(d.get("soft_ci95", d.get("soft_ci"))),
         )
@@ -50,7 +50,7 @@ class Score:
             "split": self.split,
             "n": self.n,
             "hard": self.hard,
-            "hard_ci95": list(self.hard_ci95),
+            "hard_ci": list(self.hard_ci),
             "soft": self.soft,
             "soft_ci95": list(self.soft_ci95),
         }

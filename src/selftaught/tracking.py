@@ -127,7 +127,7 @@ class Tracker(TrainerCallback):
         self.on_start(run)
         prefix = f"{split}/{label}/" if label else f"{split}/"
         values = {"hard": scores.hard, "soft": scores.soft, "n": float(scores.n)}
-        values["hard_ci95_low"], values["hard_ci95_high"] = scores.hard_ci95
+        values["hard_ci_low"], values["hard_ci_high"] = scores.hard_ci
         self._log({prefix + k: float(v) for k, v in values.items()}, step)
 
     def on_step(self, run: RunInfo, *, step: int, metrics: dict[str, Any]) -> None:

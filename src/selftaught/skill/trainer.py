@@ -1096,7 +1096,7 @@ class SkillTrainer:
         self._save_state(st)
         self.run.append_history(st.last_row)
         self._update_bar(st)
-        self._step_events(row)
+        self._step_events(st.last_row)
 
     def _save_state(self, st: _State) -> None:
         self.run.save_state(
