@@ -29,7 +29,7 @@ it beside the text proposal, and this is the contract adopt / serve / rollback r
                                         "base_model_path": the transformers folder trained on,
                                         "files", "train_items": [task ids, train split only],
                                         "data", "training", "val": the winner's val summary
-                                        (EvalResult.summary(): hard, hard_ci, solved, n, ...), "with_text": bool}
+                                        (EvalResult.summary()), "with_text": bool}
     report.json  proposal.candidate    the winner: "text", "sft", "dpo", "sft+text", "dpo+text"
     report.json  weights               every candidate's val (95% intervals), gate results,
                                        the winner and why
