@@ -295,7 +295,7 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
     from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
     from selftaught.sleep.night.cycle import NightModels
     from selftaught.sleep.night.weight_night import LocalAdapterTrainer
-    from selftaught.weights.sft import load_model as load_causal_lm
+    from selftaught.weights.sft import load_causal_lm
 
     try:
         embedded_model_dir()

@@ -7,13 +7,13 @@ import pytest
 from typer.testing import CliRunner
 
 from selftaught.cli import app
+from selftaught.cli.train import check_method_options
 from selftaught.weights.config import (
     BackendConfig,
     ConfigError,
     RestConfig,
     RLConfig,
     SFTTrainConfig,
-    check_method_options,
 )
 from selftaught.weights.sft import check_batch
 

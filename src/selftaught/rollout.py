@@ -114,6 +114,16 @@ class Rollout:
         return cls(score=score, **fields)
 
 
+CALLS_PER_ROLLOUT = 10
+"""A rollout's time limit counts this many model-call timeouts: the backend retries a failed
+call, and an episode makes several calls."""
+
+
+def rollout_timeout(call_timeout_s: float) -> float:
+    """The one rule tying a rollout's limit to the per-call timeout the user sets."""
+    return call_timeout_s * CALLS_PER_ROLLOUT
+
+
 @dataclass
 class RolloutConfig:
     concurrency: int = 8

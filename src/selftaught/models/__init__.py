@@ -12,6 +12,7 @@ from selftaught.models.base import (
     Message,
 )
 from selftaught.models.errors import (
+    CALL_TIMEOUT_S,
     BackendError,
     FatalBackendError,
     RetryPolicy,
@@ -43,7 +44,7 @@ def load_model(
     spec: str,
     *,
     api_key: str | None = None,
-    timeout_s: float = 120.0,
+    timeout_s: float = CALL_TIMEOUT_S,
     retry: RetryPolicy | None = None,
     cache_path: str | Path | None = None,
     max_batch_size: int | None = None,

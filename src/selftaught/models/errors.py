@@ -13,6 +13,9 @@ from selftaught.errors import BackendError as BackendError
 
 T = TypeVar("T")
 
+CALL_TIMEOUT_S = 120.0
+"""Seconds one model call may take before it counts as failed (then retried)."""
+
 
 class TransientBackendError(BackendError):
     """Timeout, 429, 5xx, connection reset, empty reply: worth retrying."""

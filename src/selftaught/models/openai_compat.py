@@ -24,6 +24,7 @@ from selftaught.models.base import (
     params_for_sample,
 )
 from selftaught.models.errors import (
+    CALL_TIMEOUT_S,
     FatalBackendError,
     RetryPolicy,
     TransientBackendError,
@@ -75,7 +76,7 @@ class OpenAICompatModel(AsyncChatModel):
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeout_s: float = 120.0,
+        timeout_s: float = CALL_TIMEOUT_S,
         retry: RetryPolicy | None = None,
     ):
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")

@@ -14,7 +14,6 @@ from selftaught.weights.config import (
     RestConfig,
     RLConfig,
     SFTTrainConfig,
-    check_method_options,
 )
 from selftaught.weights.elite import EliteStats, select_elite
 from selftaught.weights.sampling import Sample
@@ -27,6 +26,5 @@ __all__ = [
     "RestConfig",
     "SFTTrainConfig",
     "Sample",
-    "check_method_options",
     "select_elite",
 ]

@@ -1,0 +1,228 @@
+"""`tasks`, `eval` and `serve`: list tasks, score a model, serve one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from selftaught.cli.common import (
+    ApiKeyOpt,
+    CacheOpt,
+    DeviceOpt,
+    MaxBodyOpt,
+    ModelOpt,
+    SeedOpt,
+    TaskOpt,
+    TestSizeOpt,
+    TimeoutOpt,
+    TrainSizeOpt,
+    UnsafeExecOpt,
+    ValSizeOpt,
+    app,
+    console,
+    friendly_errors,
+    model_options,
+    out,
+    read_text_file,
+    task_options,
+    warn_unsafe_exec,
+)
+
+# Light config modules (no torch): CLI defaults are read from them, so they live in one place.
+from selftaught.errors import InputError
+from selftaught.models.base import GenerationParams
+from selftaught.models.errors import CALL_TIMEOUT_S
+from selftaught.rollout import rollout_timeout
+
+# ---- tasks / eval / serve (foundation) ------------------------------------------------
+
+
+@app.command("tasks")
+def tasks_cmd(
+    gym: Annotated[
+        bool, typer.Option("--gym", help="Also list every reasoning-gym generator.")
+    ] = False,
+) -> None:
+    """List the built-in tasks (and, with --gym, all reasoning-gym generators)."""
+    from selftaught.tasks.gym import gym_generators
+    from selftaught.tasks.registry import BUILTIN_TASKS, TASK_FORMS
+
+    table = Table(title="built-in tasks")
+    table.add_column("task")
+    table.add_column("what")
+    for name, what in BUILTIN_TASKS.items():
+        table.add_row(name, what)
+    out.print(table)
+    out.print("task spec forms: " + "; ".join(TASK_FORMS))
+    gens = gym_generators()
+    if gym:
+        out.print(f"reasoning-gym generators ({len(gens)}): " + ", ".join(gens))
+    else:
+        out.print(f"{len(gens)} reasoning-gym generators: use gym:NAME (list them with --gym)")
+
+
+@app.command("eval")
+@friendly_errors
+def eval_cmd(
+    task: TaskOpt,
+    model: ModelOpt = "local",
+    skill: Annotated[Path | None, typer.Option(help="Skill document (system prompt).")] = None,
+    memory: Annotated[Path | None, typer.Option(help="Memory document.")] = None,
+    split: Annotated[str, typer.Option(help="train | val | test")] = "test",
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N examples.")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Per-example JSONL (default runs/eval/<task>-<split>.jsonl)."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="Concurrent requests.")] = 8,
+    max_tokens: Annotated[
+        int, typer.Option(help="Reply length cap (truncation is reported).")
+    ] = GenerationParams.max_tokens,
+    temperature: Annotated[
+        float, typer.Option(help="Sampling temperature (0 = greedy).")
+    ] = GenerationParams.temperature,
+    timeout: TimeoutOpt = CALL_TIMEOUT_S,
+    cache: CacheOpt = None,
+    scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
+    judge_model: Annotated[
+        str | None, typer.Option(help="Judge model spec for the llm_judge scorer.")
+    ] = None,
+    rubric: Annotated[
+        Path | None, typer.Option(help="Rubric file for the llm_judge scorer.")
+    ] = None,
+    seed: SeedOpt = 0,
+    train_size: TrainSizeOpt = None,
+    val_size: ValSizeOpt = None,
+    test_size: TestSizeOpt = None,
+    device: DeviceOpt = None,
+    api_key: ApiKeyOpt = None,
+    unsafe_exec: UnsafeExecOpt = False,
+) -> None:
+    """Score a model (+ skill) on a task split: hard/soft accuracy with 95% CIs, tokens used."""
+    from selftaught.api import evaluate
+    from selftaught.rollout import RolloutConfig
+    from selftaught.runs import slug
+
+    if split not in ("train", "val", "test"):
+        raise typer.BadParameter(f"--split must be train, val or test, not {split!r}")
+    warn_unsafe_exec(unsafe_exec)
+    options = task_options(
+        seed,
+        train_size,
+        val_size,
+        test_size,
+        scorer=scorer,
+        rubric=read_text_file(rubric, "rubric") or None,
+        unsafe_exec=unsafe_exec,
+    )
+    task_name = task  # for the default output path; the task object names itself below
+    path = output or Path("runs") / "eval" / f"{slug(task_name)}-{split}.jsonl"
+    result = evaluate(
+        task,
+        model,
+        skill=read_text_file(skill, "skill"),
+        memory=read_text_file(memory, "memory"),
+        split=split,  # type: ignore[arg-type]
+        limit=limit,
+        rollout=RolloutConfig(
+            concurrency=concurrency,
+            timeout_s=rollout_timeout(timeout),
+            params=GenerationParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
+            description=f"eval {task} [{split}]",
+        ),
+        judge_model=judge_model,
+        task_options=options,
+        model_options=model_options(api_key, timeout, cache, device),
+        output=path,
+    )
+    print_eval(result)
+    out.print(f"per-example results: {path}")
+    if result.n == 0:
+        console.print("[bold red]error:[/] every call failed; no example was scored")
+        raise typer.Exit(1)
+
+
+def print_eval(result: Any) -> None:
+    table = Table(title=f"{result.task} [{result.split}] with {result.model}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("examples scored", str(result.n))
+    table.add_row(
+        "hard accuracy",
+        f"{result.hard:.3f}  (95% CI {result.hard_ci[0]:.3f}-{result.hard_ci[1]:.3f})",
+    )
+    table.add_row(
+        "soft score", f"{result.soft:.3f}  (95% CI {result.soft_ci[0]:.3f}-{result.soft_ci[1]:.3f})"
+    )
+    table.add_row("tokens in / out", f"{result.prompt_tokens} / {result.completion_tokens}")
+    table.add_row("truncated replies", str(result.truncated))
+    table.add_row("errors (not scored)", str(result.n_errors))
+    table.add_row("  of which scorer errors", str(result.n_scorer_errors))
+    table.add_row("retries", str(result.retries))
+    episodes = [r for r in result.rollouts if r.is_episode]
+    if episodes:  # tasks with tools
+        n = len(episodes)
+        turns, calls = sum(r.turns for r in episodes), sum(r.tool_calls for r in episodes)
+        table.add_row("turns / tool calls per episode", f"{turns / n:.2f} / {calls / n:.2f}")
+        table.add_row("episodes that called a tool", str(sum(r.tool_calls > 0 for r in episodes)))
+        table.add_row("failed tool calls", str(sum(r.tool_errors for r in episodes)))
+        table.add_row(
+            "  tool errors (not scored)", str(sum(r.error_source == "tool" for r in episodes))
+        )
+    table.add_row("wall time", f"{result.wall_s:.1f} s")
+    for role, u in result.usage.items():
+        if role != "target":
+            table.add_row(
+                f"{role} calls / tokens",
+                f"{u['calls']} / {u['prompt_tokens'] + u['completion_tokens']}",
+            )
+    out.print(table)
+
+
+@app.command("serve")
+@friendly_errors
+def serve_cmd(
+    model: ModelOpt = "local",
+    host: Annotated[
+        str, typer.Option(help="Interface to bind (loopback by default).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    name: Annotated[
+        str | None, typer.Option(help="Model name clients use (default: the model's name).")
+    ] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Requests batched into one generate.")] = 8,
+    allow_remote: Annotated[
+        bool,
+        typer.Option(help="Allow binding a non-loopback interface and any Host / Origin header."),
+    ] = False,
+    device: DeviceOpt = None,
+    api_key: ApiKeyOpt = None,
+    max_body_mb: MaxBodyOpt = 4.0,
+) -> None:
+    """Serve a model behind an OpenAI-compatible HTTP endpoint (POST /v1/chat/completions)."""
+    from selftaught.models import load_model
+    from selftaught.serve import check_host, run_server
+
+    try:  # before loading the model: a refused host should cost nothing
+        check_host(host, allow_remote)
+    except InputError as err:
+        raise typer.BadParameter(str(err), param_hint="--host") from None
+    the_model = load_model(
+        model, max_batch_size=max_batch_size, **model_options(api_key, device=device)
+    )
+    served = name or the_model.name.split(":")[-1]
+    console.print(
+        f"serving [bold]{served}[/] at http://{host}:{port}/v1 "
+        f"(use --model http://{host}:{port}/v1#{served})"
+    )
+    run_server(
+        the_model,
+        served,
+        host=host,
+        port=port,
+        allow_remote=allow_remote,
+        max_body_bytes=int(max_body_mb * 1024 * 1024),
+    )

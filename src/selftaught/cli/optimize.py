@@ -1,0 +1,204 @@
+"""`optimize`: skill optimization of a frozen model (text space)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from selftaught.cli.common import (
+    ApiKeyOpt,
+    BudgetCallsOpt,
+    BudgetRolesOpt,
+    BudgetTokensOpt,
+    BudgetUsdOpt,
+    CacheOpt,
+    DeviceOpt,
+    GateConfidenceOpt,
+    GateMarginOpt,
+    GateMetricOpt,
+    ModelOpt,
+    SeedOpt,
+    TaskOpt,
+    TestSizeOpt,
+    TimeoutOpt,
+    TrainSizeOpt,
+    UnsafeExecOpt,
+    ValSizeOpt,
+    app,
+    budget,
+    console,
+    friendly_errors,
+    gate_config,
+    model_options,
+    out,
+    read_text_file,
+    task_options,
+    warn_unsafe_exec,
+)
+from selftaught.cli.options import config_flags
+
+# Light config modules (no torch): CLI defaults are read from them, so they live in one place.
+from selftaught.errors import InputError
+from selftaught.gate import GateConfig
+from selftaught.models.errors import CALL_TIMEOUT_S
+from selftaught.rollout import rollout_timeout
+from selftaught.skill.config import SkillOptConfig
+
+# ---- optimize (skill optimization, text space) ----------------------------------------
+
+
+# SkillOptConfig fields offered as flags: field name -> option name (help and default: the field)
+SKILL_FLAGS = {
+    "epochs": "epochs",
+    "batch_size": "batch_size",
+    "max_steps": "max_steps",
+    "rollouts_k": "rollouts_k",
+    "rollout_temperature": "rollout_temperature",
+    "minibatch_size": "minibatch_size",
+    "merge_batch_size": "merge_batch_size",
+    "edit_budget_max": "edit_budget_max",
+    "edit_budget_min": "edit_budget_min",
+    "edit_schedule": "edit_schedule",
+    "demos_max": "demos_max",
+    "demo_placement": "demo_placement",
+    "demo_sets_per_step": "demo_sets",
+    "proposals": "proposals",
+    "pool": "pool",
+    "merge": "merge",
+    "screen_size": "screen_size",
+    "screen_keep": "screen_keep",
+    "llm_merge": "llm_merge",
+    "reflect_on_successes": "successes",
+    "evaluate_test": "test",
+    "concurrency": "concurrency",
+    "max_tokens": "max_tokens",
+    "analyst_max_tokens": "analyst_max_tokens",
+    "report_to": "report_to",
+}
+
+
+@app.command("optimize")
+@friendly_errors
+@config_flags(SkillOptConfig, SKILL_FLAGS, into="skill_fields")
+def optimize_cmd(
+    task: TaskOpt,
+    skill_fields: dict[str, Any],
+    model: ModelOpt = "local",
+    optimizer_model: Annotated[
+        str | None,
+        typer.Option(help="Analyst model spec (reflects and merges); default: --model."),
+    ] = None,
+    skill: Annotated[
+        Path | None, typer.Option(help="Initial skill document (default: empty).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run directory (default runs/optimize/<task>); re-running the same command "
+            "resumes from the last completed step."
+        ),
+    ] = None,
+    gate_metric: GateMetricOpt = None,
+    gate_margin: GateMarginOpt = GateConfig.margin,
+    gate_confidence: GateConfidenceOpt = SkillOptConfig().gate.confidence,
+    strict_gate: Annotated[
+        bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
+    ] = False,
+    budget_calls: BudgetCallsOpt = None,
+    budget_tokens: BudgetTokensOpt = None,
+    budget_usd: BudgetUsdOpt = None,
+    budget_roles: BudgetRolesOpt = None,
+    timeout: TimeoutOpt = CALL_TIMEOUT_S,
+    cache: CacheOpt = None,
+    scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
+    seed: SeedOpt = SkillOptConfig.seed,
+    train_size: TrainSizeOpt = None,
+    val_size: ValSizeOpt = None,
+    test_size: TestSizeOpt = None,
+    device: DeviceOpt = None,
+    api_key: ApiKeyOpt = None,
+    unsafe_exec: UnsafeExecOpt = False,
+) -> None:
+    """Optimize a skill document for a frozen model (SkillOpt): rollout → reflect → aggregate →
+    select under an edit budget → apply → gate on val; ships the best skill, not the last."""
+    from selftaught.api import optimize
+    from selftaught.models.errors import FatalBackendError
+
+    gate = gate_config(
+        gate_metric,
+        0.0 if strict_gate else gate_margin,
+        None if strict_gate else gate_confidence,
+    )
+    config = skill_config(
+        skill_fields,
+        seed=seed,
+        gate=gate,
+        budget=budget(budget_calls, budget_tokens, budget_usd, budget_roles),
+        timeout_s=rollout_timeout(timeout),
+    )
+    warn_unsafe_exec(unsafe_exec)
+    console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
+    try:
+        result = optimize(
+            task,
+            model,
+            optimizer_model=optimizer_model,
+            initial_skill=read_text_file(skill, "skill"),
+            config=config,
+            output_dir=output,
+            task_options=task_options(
+                seed, train_size, val_size, test_size, scorer=scorer, unsafe_exec=unsafe_exec
+            ),
+            model_options=model_options(api_key, timeout, cache, device),
+            console=console,
+        )
+    except FatalBackendError:
+        console.print("stopped; the run is resumable: fix the cause and re-run the same command")
+        raise
+    print_optimize(result.summary)
+
+
+def skill_config(fields: dict[str, Any], **rest: Any) -> SkillOptConfig:
+    """The run's config from the generated flags plus the ones built here (gate, budget)."""
+    try:
+        return SkillOptConfig(**fields, **rest)
+    except InputError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+def print_optimize(summary: dict[str, Any]) -> None:
+    table = Table(title=f"skill optimization: {summary['task']}")
+    table.add_column("")
+    table.add_column("initial skill", justify="right")
+    table.add_column("best skill", justify="right")
+
+    def acc(s: dict[str, Any] | None) -> str:
+        if not s:
+            return "-"
+        lo, hi = s["hard_ci"]
+        return f"{s['hard']:.3f} ({s['solved']}/{s['n']}, 95% CI {lo:.2f}-{hi:.2f})"
+
+    test_res = summary["test"] or {}
+    table.add_row("val accuracy", acc(summary["val_initial"]), acc(summary["val_best"]))
+    table.add_row("test accuracy", acc(test_res.get("initial")), acc(test_res.get("best")))
+    out.print(table)
+    analyst_stats = summary["analyst"]
+    rate = analyst_stats["parse_rate"]
+    out.print(
+        f"steps {summary['steps']}/{summary['total_steps']} · gate "
+        + ", ".join(f"{k} {v}" for k, v in sorted(summary["decisions"].items()))
+        + f" · analyst replies parsed {'-' if rate is None else f'{rate:.0%}'} of "
+        f"{analyst_stats['calls']} · LLM calls {summary['llm_calls']} · tokens "
+        f"{summary['tokens']} · {summary['elapsed_s']:.0f} s"
+    )
+    if summary.get("stopped_by"):
+        out.print(f"[bold yellow]stopped early:[/] {summary['stopped_by']}")
+    if test_res:
+        out.print(f"test paired sign test p = {test_res['paired']['sign_test_p']:.3f}")
+    best_path = Path(summary["run_dir"]) / "best_skill.md"
+    demos = summary.get("best_demos") or []
+    carries = f", with {len(demos)} worked example{'s' * (len(demos) != 1)}" if demos else ""
+    out.print(f"best skill ({summary['best_version']}{carries}): {best_path}")

@@ -1,0 +1,42 @@
+"""`report`: an HTML page of a run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from selftaught.cli.common import (
+    app,
+    console,
+    friendly_errors,
+    out,
+)
+
+# Light config modules (no torch): CLI defaults are read from them, so they live in one place.
+
+
+# ---- report ---------------------------------------------------------------------------------
+@app.command("report")
+@friendly_errors
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory of optimize or train.")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="HTML file to write (default RUN_DIR/report.html)."),
+    ] = None,
+    open_page: Annotated[
+        bool, typer.Option("--open", help="Open the page in the web browser.")
+    ] = False,
+) -> None:
+    """A self-contained HTML report of a run (also of one still in progress): learning curves
+    with 95% intervals, gate decisions, edits, skill diffs, usage, failures, config."""
+    import webbrowser
+
+    from selftaught.report import write_report
+
+    path = write_report(run_dir, output)
+    out.print(str(path))
+    if open_page and not webbrowser.open(path.resolve().as_uri()):
+        console.print(f"no web browser found; open {path} yourself")

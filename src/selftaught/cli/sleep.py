@@ -1,0 +1,521 @@
+"""`proxy` and `sleep ...`: log real traffic, learn from it at night, adopt or roll back."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from selftaught.cli.common import (
+    ApiKeyOpt,
+    BudgetCallsOpt,
+    BudgetTokensOpt,
+    BudgetUsdOpt,
+    F,
+    GateConfidenceOpt,
+    GateMarginOpt,
+    GateMetricOpt,
+    MaxBodyOpt,
+    SeedOpt,
+    TimeoutOpt,
+    app,
+    budget,
+    console,
+    friendly_errors,
+    gate_config,
+    model_options,
+    out,
+)
+from selftaught.cli.options import config_flags
+
+# Light config modules (no torch): CLI defaults are read from them, so they live in one place.
+from selftaught.errors import ConfigError, InputError, read_text
+from selftaught.gate import GateConfig
+from selftaught.models.errors import CALL_TIMEOUT_S
+from selftaught.rollout import rollout_timeout
+from selftaught.skill.config import SkillOptConfig
+from selftaught.sleep.intake.log import parse_time
+from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
+from selftaught.sleep.night.demo_modes import DemoModeConfig
+from selftaught.sleep.night.split import SplitConfig
+from selftaught.sleep.night.weight_night import WeightNightConfig
+
+# ---- sleep, part 1: the proxy and the task log ----------------------------------------
+
+sleep_app = typer.Typer(
+    help="Sleep: learn from the deployed agent's real traffic (the task log and its inputs).",
+    no_args_is_help=True,
+)
+app.add_typer(sleep_app, name="sleep")
+LogOpt = Annotated[
+    Path | None,
+    typer.Option("--log", help="Task log (default $SELFTAUGHT_LOG or <home>/log.db)."),
+]
+ProjectOpt = Annotated[str, typer.Option(help="Project the interactions belong to.")]
+
+
+@app.command("proxy")
+@friendly_errors
+def proxy_cmd(
+    upstream: Annotated[
+        str, typer.Option(help="Model spec to forward to: http://HOST:PORT/v1#M | openai:M | local")
+    ],
+    project: ProjectOpt = "default",
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8080,
+    require_key: Annotated[
+        str | None,
+        typer.Option(envvar="SELFTAUGHT_PROXY_KEY", help="Clients must send this bearer key."),
+    ] = None,
+    allow_remote: Annotated[
+        bool,
+        typer.Option(help="Allow binding a non-loopback interface and any Host / Origin header."),
+    ] = False,
+    log: LogOpt = None,
+    api_key: ApiKeyOpt = None,
+    inject: Annotated[bool, typer.Option(help="Inject the adopted skill and memory.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds per upstream request.")] = 600.0,
+    max_body_mb: MaxBodyOpt = 4.0,
+) -> None:
+    """OpenAI-compatible proxy: injects the adopted skill, logs every exchange (redacted)."""
+    from selftaught.http_guard import strip_credentials
+    from selftaught.serve import check_host
+    from selftaught.sleep.intake.proxy import ProxyConfig, run_proxy
+
+    try:
+        check_host(host, allow_remote)
+    except InputError as err:
+        raise typer.BadParameter(str(err), param_hint="--host") from None
+    config = ProxyConfig(
+        upstream=upstream,
+        project=project,
+        host=host,
+        port=port,
+        require_key=require_key,
+        allow_remote=allow_remote,
+        log_path=log,
+        api_key=api_key,
+        timeout_s=timeout,
+        inject=inject,
+        max_body_bytes=int(max_body_mb * 1024 * 1024),
+    )
+    console.print(
+        f"proxy for {strip_credentials(upstream)} at http://{host}:{port}/v1 (project {project})"
+    )
+    run_proxy(config)
+
+
+@sleep_app.command("log")
+@friendly_errors
+def sleep_log_cmd(
+    log: LogOpt = None,
+    project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
+    source: Annotated[
+        str | None, typer.Option(help="proxy | api | import | claude-code | codex")
+    ] = None,
+    since: Annotated[str | None, typer.Option(help="From (ISO time or 12h, 7d ago).")] = None,
+    until: Annotated[str | None, typer.Option(help="Until (ISO time or 12h, 7d ago).")] = None,
+    feedback: Annotated[
+        bool | None, typer.Option("--feedback/--no-feedback", help="With / without feedback.")
+    ] = None,
+    errors: Annotated[
+        bool | None, typer.Option("--errors/--tasks", help="Failed calls / tasks only.")
+    ] = None,
+    tag: Annotated[str | None, typer.Option(help="Only rows with this tag.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most N rows (newest first).")] = 20,
+    export: Annotated[
+        Path | None, typer.Option(help="Write the rows as JSONL to this file.")
+    ] = None,
+) -> None:
+    """List, filter or export the task log."""
+    from selftaught.sleep.intake.log import LogFilter, TaskLog, parse_time
+
+    flt = LogFilter(
+        project=project,
+        source=source,
+        tag=tag,
+        has_feedback=feedback,
+        errors=errors,
+        since=parse_time(since) if since else None,
+        until=parse_time(until) if until else None,
+        limit=None if export else limit,
+    )
+    task_log = TaskLog(log)
+    if export:
+        n = task_log.export_jsonl(export, flt)
+        console.print(f"exported {n} interactions to {export}")
+        return
+    table = Table(title=f"task log {task_log.path} ({task_log.count(flt)} rows match)")
+    for column in (
+        "id",
+        "time",
+        "project",
+        "source",
+        "model",
+        "request",
+        "reply",
+        "feedback",
+        "notes",
+    ):
+        table.add_column(column, overflow="fold")
+    for it in task_log.query(flt):
+        fb = it.feedback
+        notes = [f"error {it.error_status or ''}".strip()] if it.error else []
+        notes += ["private"] * it.private + [f"{it.redactions} redacted"] * bool(it.redactions)
+        notes += [f"skill v{it.skill_version}"] * bool(it.skill_version)
+        table.add_row(
+            it.id[:8],
+            datetime.fromtimestamp(it.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+            it.project,
+            it.source,
+            it.model or "",
+            it.prompt_head(40),
+            " ".join((it.reply or it.error or "").split())[:40],
+            " ".join(
+                x
+                for x in (
+                    fb.thumb,
+                    None if fb.score is None else f"{fb.score:g}",
+                    "ref" if fb.reference is not None else None,
+                )
+                if x
+            ),
+            ", ".join(notes),
+        )
+    out.print(table)
+
+
+@sleep_app.command("import")
+@friendly_errors
+def sleep_import_cmd(
+    file: Annotated[Path, typer.Argument(help="JSONL: our export, OpenAI chat or OpenAI evals.")],
+    project: Annotated[str | None, typer.Option(help="Put every row in this project.")] = None,
+    log: LogOpt = None,
+) -> None:
+    """Import interactions from a JSONL file (all lines or none)."""
+    from selftaught.sleep.intake.harvest.import_jsonl import import_file
+    from selftaught.sleep.intake.log import TaskLog
+
+    result = import_file(file, TaskLog(log), project)
+    formats = ", ".join(f"{n} {fmt}" for fmt, n in result.formats.items())
+    out.print(
+        f"imported {result.inserted} new of {result.read} ({formats}); "
+        f"{result.duplicates} were already in the log"
+    )
+
+
+@sleep_app.command("feedback")
+@friendly_errors
+def sleep_feedback_cmd(
+    interaction_id: Annotated[str, typer.Argument(help="Interaction id (or its first 8+ chars).")],
+    thumbs: Annotated[str | None, typer.Option(help="up | down")] = None,
+    score: Annotated[float | None, typer.Option(help="A score, e.g. 0..1.")] = None,
+    reference: Annotated[
+        str | None,
+        typer.Option(
+            help="The correct answer; for a request with tools, a corrected tool call as JSON "
+            '({"name": ..., "arguments": {...}}) also.'
+        ),
+    ] = None,
+    comment: Annotated[str | None, typer.Option(help="A comment.")] = None,
+    log: LogOpt = None,
+) -> None:
+    """Attach feedback to a logged interaction."""
+    from selftaught.sleep.intake.log import Feedback, TaskLog
+
+    fb = Feedback(thumb=thumbs, score=score, reference=reference, comment=comment)  # type: ignore[arg-type]
+    out.print(f"feedback attached to {TaskLog(log).add_feedback(interaction_id, fb)}")
+
+
+@sleep_app.command("harvest")
+@friendly_errors
+def sleep_harvest_cmd(
+    source: Annotated[str, typer.Option(help="auto | claude-code | codex")] = "auto",
+    since: Annotated[
+        str | None, typer.Option(help="From (ISO time or 7d ago); overrides --lookback-days.")
+    ] = None,
+    lookback_days: Annotated[float, typer.Option(help="Window when --since is not given.")] = 7.0,
+    max_sessions: Annotated[int, typer.Option(help="Sessions read per run (newest first).")] = 50,
+    max_tasks: Annotated[int, typer.Option(help="Interactions stored per run.")] = 500,
+    project: Annotated[
+        str | None,
+        typer.Option(help="Put every row in this project (default: from the session's folder)."),
+    ] = None,
+    root: Annotated[
+        Path | None, typer.Option(help="Transcript folder (one --source only).")
+    ] = None,
+    log: LogOpt = None,
+) -> None:
+    """Harvest coding-agent transcripts (Claude Code, Codex) into the log as private rows."""
+    from selftaught.sleep.intake.harvest import HarvestConfig, harvest, resolve_sources
+    from selftaught.sleep.intake.log import TaskLog, parse_time
+
+    config = HarvestConfig(
+        since=parse_time(since) if since else None,
+        lookback_days=lookback_days,
+        max_sessions=max_sessions,
+        max_tasks=max_tasks,
+        project=project,
+    )
+    sources = resolve_sources(source)
+    if root and source == "auto":
+        raise ConfigError("--root needs one --source (claude-code or codex), not auto")
+    if not sources:
+        console.print("no transcripts found (~/.claude/projects, ~/.codex/sessions)")
+        return
+    task_log = TaskLog(log)
+    for name in sources:
+        r = harvest(name, task_log, config, root)
+        capped = f", stopped at {r.capped}" if r.capped else ""
+        out.print(
+            f"{name} ({r.root}): {r.sessions_read} sessions read, {r.found} interactions "
+            f"in the window, {r.inserted} new{capped}"
+        )
+        for bad in r.malformed[:5]:
+            console.print(f"  skipped malformed line {bad}")
+
+
+# ---- sleep, part 2: the nightly cycle ---------------------------------------------------
+# Exit codes: 0 the night ran (a proposal staged or not, the report says why), 1 its backend
+# failed, 2 bad input, 3 another night is running.
+NightProjectOpt = Annotated[
+    str | None, typer.Option("--project", help="One project (default: every project with traffic).")
+]
+AdoptProjectOpt = Annotated[str, typer.Option("--project", help="Project.")]
+TargetSkillOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--target-skill-path", help="Also write the adopted skill to this file (e.g. AGENTS.md)."
+    ),
+]
+
+
+def _preferences(value: str | None) -> str:
+    """--preferences: a file's text when the value names a file, else the text itself."""
+    if value and Path(value).expanduser().is_file():
+        return read_text(Path(value).expanduser(), "preferences file")
+    return value or ""
+
+
+NIGHT_TRAINING = night_training_defaults()  # a night's SkillOpt settings: their defaults
+NIGHT_FLAGS = {
+    "lookback_days": "lookback_days",
+    "max_tasks": "max_tasks",
+    "max_sessions": "max_sessions",
+    "recall_max": "recall_max",
+    "weights": "weights",
+    "allow_remote": "allow_remote",
+    "auto_adopt": "auto_adopt",
+    "report_to": "report_to",
+}
+SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
+DEMO_MODE_FLAGS = ("retrieval", "retrieve_k")
+NIGHT_SKILL_FLAGS = ("epochs", "batch_size", "rollouts_k", "demos_max", "concurrency", "max_tokens")
+WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_seconds": "weight_max_seconds"}
+
+
+@sleep_app.command("run")
+@friendly_errors
+@config_flags(SleepConfig, NIGHT_FLAGS, into="night_fields")
+@config_flags(SkillOptConfig, NIGHT_SKILL_FLAGS, into="skill_fields", defaults=NIGHT_TRAINING)
+@config_flags(SplitConfig, SPLIT_FLAGS, into="split_fields")
+@config_flags(DemoModeConfig, DEMO_MODE_FLAGS, into="demo_fields")
+@config_flags(WeightNightConfig, WEIGHT_FLAGS, into="weight_fields")
+def sleep_run_cmd(
+    night_fields: dict[str, Any],
+    skill_fields: dict[str, Any],
+    split_fields: dict[str, Any],
+    demo_fields: dict[str, Any],
+    weight_fields: dict[str, Any],
+    project: NightProjectOpt = None,
+    model: Annotated[
+        str | None, typer.Option(help="Target model spec (default: the upstream the proxy logged).")
+    ] = None,
+    optimizer_model: Annotated[str | None, typer.Option(help="Analyst model spec.")] = None,
+    judge_model: Annotated[
+        str | None, typer.Option(help="Judge for tasks without a reference (rubrics).")
+    ] = None,
+    log: LogOpt = None,
+    since: Annotated[
+        str | None, typer.Option(help="Read from here (ISO time or 2d ago), not the last night.")
+    ] = None,
+    gate: Annotated[str, typer.Option(help="on | off (off: accept greedily, reported).")] = "on",
+    gate_metric: GateMetricOpt = None,
+    gate_margin: GateMarginOpt = GateConfig.margin,
+    gate_confidence: GateConfidenceOpt = None,
+    preferences: Annotated[
+        str | None, typer.Option(help="House rules for the analyst: text, or a file holding it.")
+    ] = None,
+    documents: Annotated[str, typer.Option(help="What to train, in order.")] = ",".join(
+        SleepConfig.documents
+    ),
+    budget_calls: BudgetCallsOpt = None,
+    budget_tokens: BudgetTokensOpt = None,
+    budget_usd: BudgetUsdOpt = None,
+    target_skill_path: TargetSkillOpt = None,
+    seed: SeedOpt = NIGHT_TRAINING.seed,
+    timeout: TimeoutOpt = CALL_TIMEOUT_S,
+    api_key: ApiKeyOpt = None,
+    dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
+) -> None:
+    """One night: harvest the log → mine tasks → split → consolidate skill, then memory → stage
+    a proposal (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
+    from selftaught.sleep.night.cycle import run_night
+    from selftaught.sleep.night.summary import print_outcomes
+
+    if gate not in ("on", "off"):
+        raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
+    training = night_training(
+        **skill_fields,
+        preferences=_preferences(preferences),
+        gate=dataclasses.replace(
+            gate_config(gate_metric, gate_margin, gate_confidence), accept_all=gate == "off"
+        ),
+        budget=budget(budget_calls, budget_tokens, budget_usd),
+        seed=seed,
+        timeout_s=rollout_timeout(timeout),
+    )
+    config = SleepConfig(
+        **{**night_fields, "auto_adopt": night_fields["auto_adopt"] and not dry_run},
+        model=model,
+        optimizer_model=optimizer_model,
+        judge_model=judge_model,
+        project=project,
+        log_path=log,
+        since=parse_time(since) if since else None,
+        documents=tuple(d.strip() for d in documents.split(",") if d.strip()),
+        target_skill_paths=tuple(target_skill_path or ()),
+        training=training,
+        split=SplitConfig(**split_fields, seed=seed),
+        demo_modes=DemoModeConfig(**demo_fields),
+        weight_training=WeightNightConfig(**weight_fields, seed=seed),
+        model_options=model_options(api_key, timeout),
+        progress=console.is_terminal,
+    )
+    outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3
+    print_outcomes(outcomes, out, dry_run=dry_run)
+    if any(o.failed for o in outcomes):
+        raise typer.Exit(1)
+
+
+def night_training(**settings: Any) -> Any:
+    """A night's SkillOpt settings: its own defaults with what the user set."""
+    try:
+        return dataclasses.replace(NIGHT_TRAINING, **settings)
+    except InputError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+def _dry_run_signature(fn: F) -> F:
+    """`sleep dry-run` is `sleep run` with --dry-run set: the same options, nothing staged."""
+    import inspect
+
+    sig = inspect.signature(fn, eval_str=True)  # typer reads the Annotated options from it
+    params = [
+        p.replace(default=True) if p.name == "dry_run" else p for p in sig.parameters.values()
+    ]
+
+    @functools.wraps(fn)
+    def dry(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    dry.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    dry.__doc__ = "Everything `sleep run` does, staging nothing: prints the report, keeps no trace."
+    return dry  # type: ignore[return-value]
+
+
+sleep_app.command("dry-run")(_dry_run_signature(sleep_run_cmd))
+
+
+@sleep_app.command("adopt")
+@friendly_errors
+def sleep_adopt_cmd(
+    night: Annotated[
+        str | None, typer.Argument(help="Night id (default: the latest staged).")
+    ] = None,
+    project: AdoptProjectOpt = "default",
+    force: Annotated[
+        bool, typer.Option(help="Adopt over a version it was not gated against.")
+    ] = False,
+    target_skill_path: TargetSkillOpt = None,
+) -> None:
+    """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
+    from selftaught.sleep.adoption.staging import adopt
+
+    done = adopt(project, night, force=force, target_paths=tuple(target_skill_path or ()))
+    out.print(
+        f"{project}: adopted night {done.night} as version {done.version} (was {done.previous}; "
+        f"backup {done.backup})" + "".join(f"\n  wrote {p}" for p in done.live_files)
+    )
+
+
+@sleep_app.command("rollback")
+@friendly_errors
+def sleep_rollback_cmd(
+    version: Annotated[
+        int | None, typer.Argument(help="Version (default: the previous one).")
+    ] = None,
+    project: AdoptProjectOpt = "default",
+    target_skill_path: TargetSkillOpt = None,
+) -> None:
+    """Return to an earlier adopted version (0: nothing adopted)."""
+    from selftaught.sleep.adoption.staging import rollback
+
+    done = rollback(project, version, target_paths=tuple(target_skill_path or ()))
+    out.print(f"{project}: version {done.version} is adopted again (was {done.previous})")
+
+
+@sleep_app.command("history")
+@friendly_errors
+def sleep_history_cmd(project: AdoptProjectOpt = "default") -> None:
+    """Adopted versions with their val scores, and the project's nights."""
+    from selftaught.sleep.night.summary import history_tables
+
+    for table in history_tables(project):
+        out.print(table)
+
+
+@sleep_app.command("status")
+@friendly_errors
+def sleep_status_cmd(project: NightProjectOpt = None) -> None:
+    """The last night, a staged proposal, the adopted version, a running night, the schedule."""
+    from selftaught.sleep.night.summary import status_lines
+
+    for line in status_lines(project):
+        out.print(line, soft_wrap=True, markup=False)
+
+
+@sleep_app.command(
+    "schedule", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+@friendly_errors
+def sleep_schedule_cmd(
+    ctx: typer.Context,
+    at: Annotated[str, typer.Option(help="HH:MM, every day (local time).")],
+    project: NightProjectOpt = None,
+) -> None:
+    """Run `sleep run` every night from your crontab; options after --at go to `sleep run`."""
+    from selftaught.sleep.cron import schedule
+    from selftaught.sleep.paths import sleep_home
+
+    sleep_run_cmd_click = typer.main.get_command(sleep_app).commands["run"]  # type: ignore[attr-defined]
+    sleep_run_cmd_click.make_context("run", list(ctx.args), resilient_parsing=False)
+    entry = schedule(at, project, list(ctx.args), sleep_home())
+    out.print(f"scheduled every day at {entry.hour:02d}:{entry.minute:02d}: {entry.command}")
+
+
+@sleep_app.command("unschedule")
+@friendly_errors
+def sleep_unschedule_cmd(
+    project: NightProjectOpt = None,
+    every: Annotated[bool, typer.Option("--all", help="Every selftaught line.")] = False,
+) -> None:
+    """Remove the nightly line from your crontab."""
+    from selftaught.sleep.cron import unschedule
+
+    out.print(f"removed {unschedule(project, every)} scheduled night(s)")

@@ -1,0 +1,307 @@
+"""`train`: weight-space self-improvement of a local model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from selftaught.cli.common import (
+    BudgetCallsOpt,
+    BudgetTokensOpt,
+    DeviceOpt,
+    GateConfidenceOpt,
+    GateMarginOpt,
+    GateMetricOpt,
+    ModelOpt,
+    SeedOpt,
+    TaskOpt,
+    TestSizeOpt,
+    TrainSizeOpt,
+    UnsafeExecOpt,
+    ValSizeOpt,
+    app,
+    budget,
+    console,
+    friendly_errors,
+    gate_config,
+    out,
+    read_text_file,
+    task_options,
+    warn_unsafe_exec,
+)
+from selftaught.cli.options import config_flags
+from selftaught.errors import ConfigError
+
+# Light config modules (no torch): CLI defaults are read from them, so they live in one place.
+from selftaught.gate import GateConfig
+from selftaught.weights.config import (
+    METHODS,
+    RL_METHODS,
+    BackendConfig,
+    RestConfig,
+    RLConfig,
+    SFTTrainConfig,
+)
+
+# ---- train (weight space) -------------------------------------------------------------
+
+
+# Options that only make sense for one family of methods (CLI flag names, as users type them).
+SFT_ONLY_OPTIONS = (
+    "--rounds",
+    "--samples-per-prompt",
+    "--elite-fraction",
+    "--min-score",
+    "--max-per-prompt",
+    "--continue-training",
+    "--epochs",
+    "--batch-size",
+    "--teacher-skill",
+    "--sampler-url",
+    "--sampler-base-model",
+)
+RL_ONLY_OPTIONS = (
+    "--beta",
+    "--num-generations",
+    "--max-completion-length",
+    "--steps",
+    "--vllm-server",
+)
+SAMPLING_OPTIONS = (
+    "--samples-per-prompt",
+    "--elite-fraction",
+    "--min-score",
+    "--max-per-prompt",
+    "--temperature",
+    "--teacher-skill",
+    "--sampler-url",
+    "--sampler-base-model",
+)
+
+
+def check_method_options(method: str, given: set[str]) -> None:
+    """Refuse options the chosen method would silently ignore, naming them and the methods
+    that use them. `given` holds the flags the user actually set."""
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method in ("grpo", "gspo"):
+        bad = sorted(given & set(SFT_ONLY_OPTIONS))
+        if bad:
+            raise ConfigError(
+                f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for methods that train on "
+                f"SFT samples (rest, sft); --method {method} learns online from rewards "
+                "(use --steps, --beta, --num-generations, --max-completion-length)"
+            )
+        return
+    bad = sorted(given & set(RL_ONLY_OPTIONS))
+    if bad:
+        raise ConfigError(
+            f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for online RL (grpo, gspo); "
+            f"--method {method} fine-tunes on samples (use --rounds, --epochs, --batch-size)"
+        )
+    if method == "sft":
+        bad = sorted(given & set(SAMPLING_OPTIONS))
+        if bad:
+            raise ConfigError(
+                f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for sampling (--method "
+                "rest); --method sft trains on the task's reference answers"
+            )
+
+
+# Config fields offered as flags (help and default: the field): field name -> option name
+BACKEND_FLAGS = {
+    "backend": "backend",
+    "lora_r": "lora_r",
+    "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout",
+    "target_modules": "target_modules",
+    "use_dora": "dora",
+    "num_layers": "num_layers",
+    "scratch_layers": "scratch_layers",
+    "scratch_width": "scratch_width",
+}
+REST_FLAGS = {
+    "rounds": "rounds",
+    "elite_fraction": "elite_fraction",
+    "min_score": "min_score",
+    "max_per_prompt": "max_per_prompt",
+    "continue_training": "continue_training",
+    "sampler_url": "sampler_url",
+    "sampler_base_model": "sampler_base_model",
+    "max_tokens": "max_tokens",
+    "report_to": "report_to",
+}
+SFT_FLAGS = {"epochs": "epochs", "batch_size": "batch_size"}
+RL_FLAGS = {
+    "beta": "beta",
+    "num_generations": "num_generations",
+    "max_completion_length": "max_completion_length",
+    "steps": "steps",
+    "vllm_server_url": "vllm_server",
+}
+
+
+@app.command()
+@friendly_errors
+@config_flags(BackendConfig, BACKEND_FLAGS, into="backend_fields")
+@config_flags(RestConfig, REST_FLAGS, into="rest_fields")
+@config_flags(SFTTrainConfig, SFT_FLAGS, into="sft_fields")
+@config_flags(RLConfig, RL_FLAGS, into="rl_fields")
+def train(
+    ctx: typer.Context,
+    task: TaskOpt,
+    backend_fields: dict[str, Any],
+    rest_fields: dict[str, Any],
+    sft_fields: dict[str, Any],
+    rl_fields: dict[str, Any],
+    method: Annotated[
+        str, typer.Option(help="rest (ReST-EM) | sft (on references) | grpo | gspo")
+    ] = RestConfig.method,
+    model: ModelOpt = "local",
+    samples_per_prompt: Annotated[
+        int, typer.Option("--samples-per-prompt", "-k", help="k samples per train prompt.")
+    ] = RestConfig.samples_per_prompt,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature (rest 0.8, grpo/gspo 1.0).")
+    ] = None,
+    lr: Annotated[
+        float | None, typer.Option("--lr", help="Learning rate (default per backend and method).")
+    ] = None,
+    teacher_skill: Annotated[
+        Path | None,
+        typer.Option(help="Skill file in the system prompt while sampling only (distillation)."),
+    ] = None,
+    gate_metric: GateMetricOpt = None,
+    gate_margin: GateMarginOpt = GateConfig.margin,
+    gate_confidence: GateConfidenceOpt = None,
+    budget_calls: BudgetCallsOpt = None,
+    budget_tokens: BudgetTokensOpt = None,
+    device: DeviceOpt = None,
+    train_size: TrainSizeOpt = None,
+    val_size: ValSizeOpt = None,
+    test_size: TestSizeOpt = None,
+    seed: SeedOpt = RestConfig.seed,
+    threads: Annotated[
+        int | None, typer.Option(help="torch CPU threads (fewer is faster on a busy machine).")
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Run directory (default: runs/train-...; the same command resumes).",
+        ),
+    ] = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    unsafe_exec: UnsafeExecOpt = False,
+) -> None:
+    """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO."""
+    from selftaught.api import train as run_training
+
+    check_method_options(method, given_options(ctx))
+    set_threads(threads)
+    warn_unsafe_exec(unsafe_exec)
+    shared = {
+        "seed": seed,
+        "gate": train_gate(gate_metric, gate_margin, gate_confidence),
+        "budget": budget(budget_calls, budget_tokens, None),
+        "backend": BackendConfig(**backend_fields, device=device),
+    }
+    config: RestConfig | RLConfig
+    if method in RL_METHODS:
+        config = rl_config(method, rl_fields, rest_fields, temperature, lr, shared)
+    else:
+        teacher = read_text_file(teacher_skill, "teacher skill") or None
+        config = rest_config(
+            method, rest_fields, sft_fields, samples_per_prompt, temperature, lr, teacher, shared
+        )
+    result = run_training(
+        task,
+        model,
+        method=method,
+        config=config,
+        output_dir=output,
+        task_options=task_options(seed, train_size, val_size, test_size, unsafe_exec=unsafe_exec),
+        progress=not quiet,
+        console=console,
+    )
+    print_train(result)
+
+
+def set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def train_gate(metric: str | None, margin: float, confidence: float | None) -> GateConfig | None:
+    """The gate the user set, or None for the task's own default (soft for games)."""
+    gate = gate_config(metric, margin, confidence)
+    return None if metric is None and gate == GateConfig() else gate
+
+
+def rest_config(
+    method: str,
+    rest_fields: dict[str, Any],
+    sft_fields: dict[str, Any],
+    samples_per_prompt: int,
+    temperature: float | None,
+    lr: float | None,
+    teacher_skill: str | None,
+    shared: dict[str, Any],
+) -> RestConfig:
+    """ReST-EM / SFT settings: the generated flags plus the ones shared with GRPO."""
+    return RestConfig(
+        method=method,  # type: ignore[arg-type]
+        **rest_fields,
+        samples_per_prompt=samples_per_prompt,
+        temperature=RestConfig.temperature if temperature is None else temperature,
+        teacher_skill=teacher_skill,
+        sft=SFTTrainConfig(**sft_fields, learning_rate=lr),
+        **shared,
+    )
+
+
+def rl_config(
+    method: str,
+    rl_fields: dict[str, Any],
+    rest_fields: dict[str, Any],
+    temperature: float | None,
+    lr: float | None,
+    shared: dict[str, Any],
+) -> RLConfig:
+    """GRPO / GSPO settings; `--max-tokens` and `--report-to` are shared with ReST."""
+    return RLConfig(
+        method=method,  # type: ignore[arg-type]
+        **rl_fields,
+        temperature=RLConfig.temperature if temperature is None else temperature,
+        learning_rate=lr,
+        eval_max_tokens=rest_fields["max_tokens"],
+        report_to=rest_fields["report_to"],
+        **shared,
+    )
+
+
+def given_options(ctx: typer.Context) -> set[str]:
+    """The flags the user actually typed (so options a method would ignore are refused)."""
+    return {
+        "--" + name.replace("_", "-")
+        for name in ctx.params
+        # typer may vendor click, so compare the source by name
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+        not in ("DEFAULT", "DEFAULT_MAP")
+    }
+
+
+def print_train(result: Any) -> None:
+    summary = result.to_dict()
+    console.print(f"base    test {result.base_test.line()}")
+    console.print(
+        f"shipped test {result.shipped_test.line()}  ({summary['shipped']}, {summary['gain']:+.3f})"
+    )
+    if result.best_dir:
+        console.print(f"shipped model: {result.best_dir}  (use --model local:{result.best_dir})")
+    out.print_json(data=summary)
