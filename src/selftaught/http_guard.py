@@ -31,6 +31,8 @@ from urllib.parse import urlsplit
 from selftaught.errors import ConfigError
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+LOOPBACK = "127.0.0.1"
+"""Where servers bind unless told otherwise: reachable from this machine only."""
 MAX_JSON_DEPTH = 100  # OpenAI bodies (tools with JSON schemas included) nest far less
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,30}://)[^\s/?#@\"'<>]*@")

@@ -14,6 +14,7 @@ from rich.console import Console
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import InputError, SelftaughtError, read_text
 from selftaught.gate import GateConfig
+from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES
 
 app = typer.Typer(
     help="selftaught: LLM agents that improve themselves on their own tasks, safely.",
@@ -142,6 +143,7 @@ def task_options(
     return {"seed": seed, **{k: v for k, v in {**sizes, **extra}.items() if v is not None}}
 
 
+DEFAULT_MAX_BODY_MB = DEFAULT_MAX_BODY_BYTES / 2**20
 MaxBodyOpt = Annotated[
     float,
     typer.Option(

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from selftaught.cli.common import (
+    DEFAULT_MAX_BODY_MB,
     ApiKeyOpt,
     CacheOpt,
     DeviceOpt,
@@ -33,9 +34,11 @@ from selftaught.cli.common import (
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import InputError
+from selftaught.http_guard import LOOPBACK
 from selftaught.models.base import GenerationParams
 from selftaught.models.errors import CALL_TIMEOUT_S
-from selftaught.rollout import rollout_timeout
+from selftaught.rollout import RolloutConfig, rollout_timeout
+from selftaught.tasks.registry import DEFAULT_SEED
 
 # ---- tasks / eval / serve (foundation) ------------------------------------------------
 
@@ -77,7 +80,9 @@ def eval_cmd(
         Path | None,
         typer.Option(help="Per-example JSONL (default runs/eval/<task>-<split>.jsonl)."),
     ] = None,
-    concurrency: Annotated[int, typer.Option(help="Concurrent requests.")] = 8,
+    concurrency: Annotated[
+        int, typer.Option(help="Concurrent requests.")
+    ] = RolloutConfig.concurrency,
     max_tokens: Annotated[
         int, typer.Option(help="Reply length cap (truncation is reported).")
     ] = GenerationParams.max_tokens,
@@ -93,7 +98,7 @@ def eval_cmd(
     rubric: Annotated[
         Path | None, typer.Option(help="Rubric file for the llm_judge scorer.")
     ] = None,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = DEFAULT_SEED,
     train_size: TrainSizeOpt = None,
     val_size: ValSizeOpt = None,
     test_size: TestSizeOpt = None,
@@ -186,9 +191,7 @@ def print_eval(result: Any) -> None:
 @friendly_errors
 def serve_cmd(
     model: ModelOpt = "local",
-    host: Annotated[
-        str, typer.Option(help="Interface to bind (loopback by default).")
-    ] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = LOOPBACK,
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     name: Annotated[
         str | None, typer.Option(help="Model name clients use (default: the model's name).")
@@ -200,7 +203,7 @@ def serve_cmd(
     ] = False,
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
-    max_body_mb: MaxBodyOpt = 4.0,
+    max_body_mb: MaxBodyOpt = DEFAULT_MAX_BODY_MB,
 ) -> None:
     """Serve a model behind an OpenAI-compatible HTTP endpoint (POST /v1/chat/completions)."""
     from selftaught.models import load_model

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from selftaught.cli.common import (
+    DEFAULT_MAX_BODY_MB,
     ApiKeyOpt,
     BudgetCallsOpt,
     BudgetTokensOpt,
@@ -39,11 +40,14 @@ from selftaught.gate import GateConfig
 from selftaught.models.errors import CALL_TIMEOUT_S
 from selftaught.rollout import rollout_timeout
 from selftaught.skill.config import SkillOptConfig
+from selftaught.sleep.intake.harvest import HarvestConfig
 from selftaught.sleep.intake.log import parse_time
+from selftaught.sleep.intake.proxy import ProxyConfig
 from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
+from selftaught.sleep.paths import DEFAULT_PROJECT
 
 # ---- sleep, part 1: the proxy and the task log ----------------------------------------
 
@@ -65,9 +69,9 @@ def proxy_cmd(
     upstream: Annotated[
         str, typer.Option(help="Model spec to forward to: http://HOST:PORT/v1#M | openai:M | local")
     ],
-    project: ProjectOpt = "default",
-    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port.")] = 8080,
+    project: ProjectOpt = ProxyConfig.project,
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = ProxyConfig.host,
+    port: Annotated[int, typer.Option(help="Port.")] = ProxyConfig.port,
     require_key: Annotated[
         str | None,
         typer.Option(envvar="SELFTAUGHT_PROXY_KEY", help="Clients must send this bearer key."),
@@ -75,12 +79,16 @@ def proxy_cmd(
     allow_remote: Annotated[
         bool,
         typer.Option(help="Allow binding a non-loopback interface and any Host / Origin header."),
-    ] = False,
+    ] = ProxyConfig.allow_remote,
     log: LogOpt = None,
     api_key: ApiKeyOpt = None,
-    inject: Annotated[bool, typer.Option(help="Inject the adopted skill and memory.")] = True,
-    timeout: Annotated[float, typer.Option(help="Seconds per upstream request.")] = 600.0,
-    max_body_mb: MaxBodyOpt = 4.0,
+    inject: Annotated[
+        bool, typer.Option(help="Inject the adopted skill and memory.")
+    ] = ProxyConfig.inject,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds per upstream request.")
+    ] = ProxyConfig.timeout_s,
+    max_body_mb: MaxBodyOpt = DEFAULT_MAX_BODY_MB,
 ) -> None:
     """OpenAI-compatible proxy: injects the adopted skill, logs every exchange (redacted)."""
     from selftaught.http_guard import strip_credentials
@@ -239,9 +247,15 @@ def sleep_harvest_cmd(
     since: Annotated[
         str | None, typer.Option(help="From (ISO time or 7d ago); overrides --lookback-days.")
     ] = None,
-    lookback_days: Annotated[float, typer.Option(help="Window when --since is not given.")] = 7.0,
-    max_sessions: Annotated[int, typer.Option(help="Sessions read per run (newest first).")] = 50,
-    max_tasks: Annotated[int, typer.Option(help="Interactions stored per run.")] = 500,
+    lookback_days: Annotated[
+        float, typer.Option(help="Window when --since is not given.")
+    ] = HarvestConfig.lookback_days,
+    max_sessions: Annotated[
+        int, typer.Option(help="Sessions read per run (newest first).")
+    ] = HarvestConfig.max_sessions,
+    max_tasks: Annotated[
+        int, typer.Option(help="Interactions stored per run.")
+    ] = HarvestConfig.max_tasks,
     project: Annotated[
         str | None,
         typer.Option(help="Put every row in this project (default: from the session's folder)."),
@@ -438,7 +452,7 @@ def sleep_adopt_cmd(
     night: Annotated[
         str | None, typer.Argument(help="Night id (default: the latest staged).")
     ] = None,
-    project: AdoptProjectOpt = "default",
+    project: AdoptProjectOpt = DEFAULT_PROJECT,
     force: Annotated[
         bool, typer.Option(help="Adopt over a version it was not gated against.")
     ] = False,
@@ -460,7 +474,7 @@ def sleep_rollback_cmd(
     version: Annotated[
         int | None, typer.Argument(help="Version (default: the previous one).")
     ] = None,
-    project: AdoptProjectOpt = "default",
+    project: AdoptProjectOpt = DEFAULT_PROJECT,
     target_skill_path: TargetSkillOpt = None,
 ) -> None:
     """Return to an earlier adopted version (0: nothing adopted)."""
@@ -472,7 +486,7 @@ def sleep_rollback_cmd(
 
 @sleep_app.command("history")
 @friendly_errors
-def sleep_history_cmd(project: AdoptProjectOpt = "default") -> None:
+def sleep_history_cmd(project: AdoptProjectOpt = DEFAULT_PROJECT) -> None:
     """Adopted versions with their val scores, and the project's nights."""
     from selftaught.sleep.night.summary import history_tables
 

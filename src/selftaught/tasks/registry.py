@@ -41,10 +41,14 @@ BUILTIN_TASKS: dict[str, str] = {
 }
 
 
+DEFAULT_SEED = 0
+"""Seeds a task's generator and its train / val / test split."""
+
+
 def load_task(
     spec: str,
     *,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
     train_size: int | None = None,
     val_size: int | None = None,
     test_size: int | None = None,

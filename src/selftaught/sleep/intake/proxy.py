@@ -37,6 +37,7 @@ from typing import Any
 from selftaught.errors import InputError, RunError
 from selftaught.http_guard import (
     DEFAULT_MAX_BODY_BYTES,
+    LOOPBACK,
     bearer_token,
     install_guard,
     strip_credentials,
@@ -59,7 +60,7 @@ class ProxyError(InputError):
 class ProxyConfig:
     upstream: str  # a model spec: http://HOST:PORT/v1#MODEL, openai:NAME, local, local:PATH
     project: str = DEFAULT_PROJECT
-    host: str = "127.0.0.1"
+    host: str = LOOPBACK
     port: int = 8080
     require_key: str | None = None  # clients must send `Authorization: Bearer <key>`
     allow_remote: bool = False
