@@ -115,3 +115,32 @@ def test_malformed_import_line_names_file_and_line(run, tmp_path):
     assert code == 2 and f"{data}:2: malformed JSON" in text
     code, text = run("sleep", "log")
     assert "0 rows match" in text
+
+
+def test_log_and_history_read_in_a_narrow_terminal_and_as_json(tmp_path, monkeypatch):
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SELFTAUGHT_LOG", str(tmp_path / "log.db"))
+    monkeypatch.setattr(cli.out, "width", 80)
+    data = tmp_path / "chat.jsonl"
+    rows = [
+        {"input": [{"role": "user", "content": f"question {i}: " + "words " * 30}], "ideal": "4"}
+        for i in range(5)
+    ]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runner = CliRunner()
+    assert runner.invoke(app, ["sleep", "import", str(data), "--project", "ops"]).exit_code == 0
+    ids = [r.id[:8] for r in TaskLog(tmp_path / "log.db").query()]
+
+    table = runner.invoke(app, ["sleep", "log"]).output.splitlines()
+    assert all(len(line) <= 80 for line in table)
+    for i in ids:  # one line per row, its id whole on it: grep finds every row
+        assert sum(i in line for line in table) == 1
+    assert sum(line.startswith("│") for line in table) == len(ids)  # no cell wraps
+
+    lines = runner.invoke(app, ["sleep", "log", "--json"]).output.splitlines()
+    assert sorted(json.loads(line)["id"][:8] for line in lines) == sorted(ids)
+
+    history = runner.invoke(app, ["sleep", "history", "--project", "ops", "--json"])
+    assert history.exit_code == 0
+    (version,) = [json.loads(line) for line in history.output.splitlines()]
+    assert version["kind"] == "version" and version["version"] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -139,6 +140,9 @@ def sleep_log_cmd(
     export: Annotated[
         Path | None, typer.Option(help="Write the rows as JSONL to this file.")
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per row on stdout (for grep, jq).")
+    ] = False,
 ) -> None:
     """List, filter or export the task log."""
     from selftaught.sleep.intake.log import LogFilter, TaskLog, parse_time
@@ -158,44 +162,58 @@ def sleep_log_cmd(
         n = task_log.export_jsonl(export, flt)
         console.print(f"exported {n} interactions to {export}")
         return
-    table = Table(title=f"task log {task_log.path} ({task_log.count(flt)} rows match)")
-    for column in (
-        "id",
-        "time",
-        "project",
-        "source",
-        "model",
-        "request",
-        "reply",
-        "feedback",
-        "notes",
+    rows = task_log.query(flt)
+    if as_json:
+        for it in rows:
+            print(json.dumps(it.to_dict(), ensure_ascii=False))
+        return
+    out.print(log_table(rows, f"task log {task_log.path} ({task_log.count(flt)} rows match)"))
+
+
+def log_table(rows: list[Any], title: str) -> Table:
+    """One line per interaction whatever the width: text cells end in "…", never wrap."""
+    table = Table(title=title, expand=True)
+    # (name, min width, ratio of the width left): fixed cells first, text shares the rest
+    for column, least, ratio in (
+        ("id", 8, None),
+        ("time", 11, None),
+        ("project", 4, 1),
+        ("source", 4, 1),
+        ("model", 4, 1),
+        ("request", 8, 4),
+        ("reply", 6, 3),
+        ("feedback", 4, 1),
+        ("notes", 4, 1),
     ):
-        table.add_column(column, overflow="fold")
-    for it in task_log.query(flt):
-        fb = it.feedback
-        notes = [f"error {it.error_status or ''}".strip()] if it.error else []
-        notes += ["private"] * it.private + [f"{it.redactions} redacted"] * bool(it.redactions)
-        notes += [f"skill v{it.skill_version}"] * bool(it.skill_version)
+        table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=least, ratio=ratio)
+    for it in rows:
         table.add_row(
             it.id[:8],
-            datetime.fromtimestamp(it.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+            datetime.fromtimestamp(it.created_at).strftime("%m-%d %H:%M"),
             it.project,
             it.source,
             it.model or "",
-            it.prompt_head(40),
-            " ".join((it.reply or it.error or "").split())[:40],
-            " ".join(
-                x
-                for x in (
-                    fb.thumb,
-                    None if fb.score is None else f"{fb.score:g}",
-                    "ref" if fb.reference is not None else None,
-                )
-                if x
-            ),
-            ", ".join(notes),
+            it.prompt_head(80),
+            " ".join((it.reply or it.error or "").split())[:80],
+            _feedback_cell(it.feedback),
+            ", ".join(_notes(it)),
         )
-    out.print(table)
+    return table
+
+
+def _feedback_cell(fb: Any) -> str:
+    parts = (fb.thumb, None if fb.score is None else f"{fb.score:g}")
+    return " ".join([*(x for x in parts if x), *(["ref"] if fb.reference is not None else [])])
+
+
+def _notes(it: Any) -> list[str]:
+    notes = [f"error {it.error_status or ''}".strip()] if it.error else []
+    notes += ["private"] * it.private + [f"{it.redactions} redacted"] * bool(it.redactions)
+    return (
+        notes
+        + [f"model {it.model}"] * bool(it.model)
+        + ([f"skill v{it.skill_version}"] * bool(it.skill_version))
+    )
 
 
 @sleep_app.command("import")
@@ -486,10 +504,20 @@ def sleep_rollback_cmd(
 
 @sleep_app.command("history")
 @friendly_errors
-def sleep_history_cmd(project: AdoptProjectOpt = DEFAULT_PROJECT) -> None:
+def sleep_history_cmd(
+    project: AdoptProjectOpt = DEFAULT_PROJECT,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="One JSON object per version, then per night (for jq)."),
+    ] = False,
+) -> None:
     """Adopted versions with their val scores, and the project's nights."""
-    from selftaught.sleep.night.summary import history_tables
+    from selftaught.sleep.night.summary import history_rows, history_tables
 
+    if as_json:
+        for row in history_rows(project):
+            print(json.dumps(row, ensure_ascii=False, default=str))
+        return
     for table in history_tables(project):
         out.print(table)
 

@@ -478,8 +478,9 @@ def history_tables(project: str, home: Path | None = None) -> list[Any]:
             "current" if row["current"] else "",
         )
     nights = Table(title=f"nights of {project}")
-    for column in ("night", "status", "val before → after", "why"):
-        nights.add_column(column, overflow="fold")
+    for column in ("night", "status", "val before → after"):
+        nights.add_column(column, no_wrap=True)
+    nights.add_column("why", no_wrap=True, overflow="ellipsis", ratio=1)
     for _, report in staging.list_nights(project, home):
         proposal = report.get("proposal") or {}
         scores = (
@@ -489,6 +490,29 @@ def history_tables(project: str, home: Path | None = None) -> list[Any]:
         )
         nights.add_row(report["night"], report["status"], scores, str(report.get("reason") or ""))
     return [versions, nights]
+
+
+def history_rows(project: str, home: Path | None = None) -> list[dict[str, Any]]:
+    """What `sleep history --json` prints: each adopted version, then each night's report
+    summary, one JSON-ready object each (`kind`: version | night)."""
+    from selftaught.sleep.adoption import staging
+
+    rows: list[dict[str, Any]] = [
+        {"kind": "version", **row} for row in staging.history(project, home)
+    ]
+    for _, report in staging.list_nights(project, home):
+        proposal = report.get("proposal") or {}
+        rows.append(
+            {
+                "kind": "night",
+                "night": report["night"],
+                "status": report["status"],
+                "val_before": proposal.get("val_before"),
+                "val_after": proposal.get("val_after"),
+                "reason": report.get("reason"),
+            }
+        )
+    return rows
 
 
 def status_lines(project: str | None, home: Path | None = None) -> list[str]:
