@@ -61,13 +61,13 @@ def test_eval_table_counts_tool_use(monkeypatch) -> None:  # type: ignore[no-unt
 
     from rich.console import Console
 
-    from selftaught import cli
+    from selftaught.cli import eval_serve
 
     task = CalculatorTask(train_size=0, val_size=0, test_size=2)
     result = evaluate(task, ScriptedModel(calculator_agent), rollout=RolloutConfig(progress=False))
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "out", Console(file=buf, width=120))
-    cli.print_eval(result)
+    monkeypatch.setattr(eval_serve, "out", Console(file=buf, width=120))
+    eval_serve.print_eval(result)
     text = buf.getvalue()
     assert "turns / tool calls per episode" in text and "2.00 / 1.00" in text
     assert "episodes that called a tool" in text

@@ -109,7 +109,7 @@ def test_skill_default_gate_refuses_a_two_item_gain_the_margin_alone_accepts():
 
 
 def test_gate_confidence_zero_on_the_command_line_means_no_paired_test():
-    from selftaught.cli import gate_config
+    from selftaught.cli.common import gate_config
 
     assert gate_config(None, 1.0, 0.0).confidence is None
     assert gate_config(None, 1.0, 0.8).confidence == 0.8
