@@ -180,10 +180,10 @@ def log_table(rows: list[Any], title: str) -> Table:
         ("project", 4, 1),
         ("source", 4, 1),
         ("model", 4, 1),
-        ("request", 8, 4),
-        ("reply", 6, 3),
+        ("request", 8, 3),
+        ("reply", 6, 2),
         ("feedback", 4, 1),
-        ("notes", 4, 1),
+        ("notes", 4, 2),
     ):
         table.add_column(column, no_wrap=True, overflow="ellipsis", min_width=least, ratio=ratio)
     for it in rows:
@@ -209,11 +209,7 @@ def _feedback_cell(fb: Any) -> str:
 def _notes(it: Any) -> list[str]:
     notes = [f"error {it.error_status or ''}".strip()] if it.error else []
     notes += ["private"] * it.private + [f"{it.redactions} redacted"] * bool(it.redactions)
-    return (
-        notes
-        + [f"model {it.model}"] * bool(it.model)
-        + ([f"skill v{it.skill_version}"] * bool(it.skill_version))
-    )
+    return notes + [f"skill v{it.skill_version}"] * bool(it.skill_version)
 
 
 @sleep_app.command("import")
