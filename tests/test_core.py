@@ -32,6 +32,8 @@ def test_wilson_interval_known_values():
     assert wilson_interval(0, 0) == (0.0, 1.0)
     lo, hi = wilson_interval(20, 20)
     assert hi == 1.0 and 0.8 < lo < 0.85
+    for n in (7, 40, 100):  # the bound at 0 is exactly 0, so an accuracy of 0 lies inside
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
 
 
 def test_mean_interval_contains_mean_and_shrinks_with_n():
