@@ -40,6 +40,7 @@ class FakeUpstream:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.raw: list[bytes] = []
+        self.lora_loads: list[dict[str, Any]] = []  # vLLM's POST /v1/load_lora_adapter bodies
         self.lock = threading.Lock()
         outer = self
 
@@ -65,6 +66,8 @@ class FakeUpstream:
             def do_POST(self) -> None:  # noqa: N802
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 body = json.loads(raw)
+                if self.path.rstrip("/").endswith("/load_lora_adapter"):
+                    return self._load_lora(body)
                 with outer.lock:
                     outer.raw.append(raw)
                     outer.requests.append(body)
@@ -95,6 +98,19 @@ class FakeUpstream:
                         },
                     )
                 self._stream(body, text, usage, broken=fault == "broken")
+
+            def _load_lora(self, body: dict) -> None:
+                """vLLM's runtime LoRA loading: 200 and a plain-text "Success" (a queued
+                fault status refuses it)."""
+                with outer.lock:
+                    outer.lora_loads.append(body)
+                    fault = outer.faults.popleft() if outer.faults else "ok"
+                status = int(fault) if fault.isdigit() else 200
+                data = b"Success" if status == 200 else b"injected refusal"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _stream(self, body: dict, text: str, usage: dict, broken: bool) -> None:
                 self.send_response(200)

@@ -187,6 +187,25 @@ def print_eval(result: Any) -> None:
     out.print(table)
 
 
+def follow_project(model: Any, project: str) -> Any:
+    """The model serving the project's adopted adapter (a local model only)."""
+    from selftaught.models.local import LocalModel
+    from selftaught.sleep.adoption.serving import FollowAdopted
+    from selftaught.sleep.paths import check_project
+
+    if not isinstance(model, LocalModel):
+        raise typer.BadParameter(
+            f"only a local model can serve an adopted adapter, not {model.name}",
+            param_hint="--project",
+        )
+    followed = FollowAdopted(model, check_project(project))
+    served = followed.adapter
+    console.print(
+        f"project {project}: serving {'adapter ' + str(served) if served else 'the base'}"
+    )
+    return followed
+
+
 @app.command("serve")
 @friendly_errors
 def serve_cmd(
@@ -204,6 +223,13 @@ def serve_cmd(
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
     max_body_mb: MaxBodyOpt = DEFAULT_MAX_BODY_MB,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve this sleep project's adopted LoRA adapter (a local model), switching "
+            "on `sleep adopt` / `sleep rollback` without a restart."
+        ),
+    ] = None,
 ) -> None:
     """Serve a model behind an OpenAI-compatible HTTP endpoint (POST /v1/chat/completions)."""
     from selftaught.models import load_model
@@ -216,6 +242,8 @@ def serve_cmd(
     the_model = load_model(
         model, max_batch_size=max_batch_size, **model_options(api_key, device=device)
     )
+    if project is not None:
+        the_model = follow_project(the_model, project)
     served = name or the_model.name.split(":")[-1]
     console.print(
         f"serving [bold]{served}[/] at http://{host}:{port}/v1 "

@@ -90,6 +90,14 @@ def proxy_cmd(
         float, typer.Option(help="Seconds per upstream request.")
     ] = ProxyConfig.timeout_s,
     max_body_mb: MaxBodyOpt = DEFAULT_MAX_BODY_MB,
+    lora: Annotated[
+        bool,
+        typer.Option(
+            help="The upstream is vLLM with runtime LoRA (--enable-lora, "
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): load the adopted adapter there and send "
+            "requests to it. A local upstream follows the adopted adapter without this."
+        ),
+    ] = ProxyConfig.lora,
 ) -> None:
     """OpenAI-compatible proxy: injects the adopted skill, logs every exchange (redacted)."""
     from selftaught.http_guard import strip_credentials
@@ -112,6 +120,7 @@ def proxy_cmd(
         timeout_s=timeout,
         inject=inject,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
+        lora=lora,
     )
     console.print(
         f"proxy for {strip_credentials(upstream)} at http://{host}:{port}/v1 (project {project})"

@@ -5,12 +5,16 @@
     <home>/projects/<project>/adopted/skill.md     the adopted skill
     <home>/projects/<project>/adopted/memory.md    the adopted memory
     <home>/projects/<project>/adopted/version      its version (one line)
+    <home>/projects/<project>/versions/<N>/adapter the LoRA adapter version N serves, if any
+
 
 `<home>` is $SELFTAUGHT_HOME, else ~/.local/share/selftaught. Writers (adopt / rollback)
 replace each adopted file atomically (write a temp file, rename it into place), skill.md and
 memory.md first and `version` last. `read_adopted` re-reads the files whenever one of them
 changed (inode, size or mtime), so a running proxy picks up a newly adopted skill on its next
-request, and it retries a read that raced with a writer.
+request, and it retries a read that raced with a writer. The adapter that serves is the one
+of the version named (`versions/<N>/adapter`, written before `version`), so it switches with
+the same atomic write as the skill.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ ENV_HOME = "SELFTAUGHT_HOME"
 ENV_LOG = "SELFTAUGHT_LOG"
 DEFAULT_PROJECT = "default"
 ADOPTED_FILES = ("skill.md", "memory.md", "version")
+ADAPTER_DIR = "adapter"  # a version's LoRA adapter (peft save_pretrained layout)
 _PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -60,13 +65,23 @@ def adopted_dir(project: str, home: Path | None = None) -> Path:
     return project_dir(project, home) / "adopted"
 
 
+def version_adapter(project: str, version: str | None, home: Path | None = None) -> Path | None:
+    """The LoRA adapter folder of an adopted version (None: the version serves the base)."""
+    if not version or not version.isdigit() or version == "0":
+        return None
+    folder = project_dir(project, home) / "versions" / version / ADAPTER_DIR
+    return folder if (folder / "adapter_config.json").is_file() else None
+
+
 @dataclass(frozen=True)
 class Adopted:
-    """What is adopted for a project; `version` is None when nothing is."""
+    """What is adopted for a project; `version` is None when nothing is. `adapter` is the
+    LoRA adapter folder the version serves (None: the base model)."""
 
     skill: str = ""
     memory: str = ""
     version: str | None = None
+    adapter: Path | None = None
 
     @property
     def empty(self) -> bool:
@@ -114,6 +129,8 @@ def read_adopted(project: str = DEFAULT_PROJECT, home: Path | None = None) -> Ad
         stamp = after
     if adopted.version is None and not adopted.empty:
         adopted = Adopted(adopted.skill, adopted.memory, "unversioned")
+    elif adapter := version_adapter(project, adopted.version, home):
+        adopted = Adopted(adopted.skill, adopted.memory, adopted.version, adapter)
     with _cache_lock:
         _cache[folder] = (stamp, adopted)
     return adopted

@@ -3,8 +3,9 @@
     <home>/projects/<project>/
       nights/<night>/          one folder per night (the staging folder), see NIGHT_LAYOUT
       adopted/                 skill.md, memory.md, version: what the proxy injects (paths.py)
-      versions/<N>/            skill.md, memory.md, meta.json of every adopted version N >= 1
-                               (version 0 is "nothing adopted")
+      versions/<N>/            skill.md, memory.md, meta.json of every adopted version N >= 1,
+                               and adapter/ when N serves a LoRA adapter (version 0 is
+                               "nothing adopted": the base model, no skill)
       backups/<time>-<what>/   the adopted files as they were before each adopt / rollback
       events.jsonl             every adopt and rollback
       live_targets.json        files that also receive the adopted skill (--target-skill-path)
@@ -35,7 +36,12 @@ it beside the text proposal, and this is the contract adopt / serve / rollback r
                                        the winner and why
 
 Only a staged night whose `proposal.adapter` is set has an `adapter/` folder; the adapters
-that lost are deleted (their metrics stay in `weights.trained`).
+that lost are deleted (their metrics stay in `weights.trained`). Adopting copies it into
+`versions/<N>/adapter/` before `version` names N, so the skill and the adapter switch
+together; a text-only proposal carries the adapter of the version it was gated against
+(each version is whole), and a rollback to a version serves that version's adapter or none.
+`selftaught serve --project`, the proxy's local upstream (`adoption/serving.py`) and a vLLM
+upstream with `--lora` follow the switch without a restart.
 """
 
 from __future__ import annotations
@@ -56,7 +62,14 @@ from typing import Any
 from selftaught.errors import InputError
 from selftaught.runs import RunError, atomic_write_json, atomic_write_text, read_json
 from selftaught.sleep.adoption.inject import adopted_block, strip_injected
-from selftaught.sleep.paths import Adopted, adopted_dir, project_dir, sleep_home
+from selftaught.sleep.paths import (
+    ADAPTER_DIR,
+    Adopted,
+    adopted_dir,
+    project_dir,
+    sleep_home,
+    version_adapter,
+)
 
 NIGHT_KIND = "sleep-night"
 NIGHT_LAYOUT = """\
@@ -246,7 +259,8 @@ def read_adopted_files(project: str, home: Path | None = None) -> Adopted:
     """The adopted files as they are on disk now (no cache)."""
     folder = adopted_dir(project, home)
     version = _read(folder / "version").strip() or None
-    return Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), version)
+    adapter = version_adapter(project, version, home)
+    return Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), version, adapter)
 
 
 def versions_dir(project: str, home: Path | None = None) -> Path:
@@ -266,7 +280,8 @@ def read_version(project: str, version: int, home: Path | None = None) -> Adopte
     if not (folder / "meta.json").is_file():
         known = ", ".join(str(v) for v in [0, *version_numbers(project, home)])
         raise StagingError(f"project {project!r} has no adopted version {version} (known: {known})")
-    return Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), str(version))
+    adapter = version_adapter(project, str(version), home)
+    return Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), str(version), adapter)
 
 
 def current_version(project: str, home: Path | None = None) -> int:
@@ -328,13 +343,18 @@ def _write_adopted(project: str, home: Path | None, adopted: Adopted) -> None:
     atomic_write_text(folder / "version", f"{adopted.version}\n")
 
 
-def _write_version(project: str, home: Path | None, adopted: Adopted, meta: dict[str, Any]) -> None:
+def _write_version(
+    project: str, home: Path | None, adopted: Adopted, meta: dict[str, Any], adapter: Path | None
+) -> None:
+    """versions/<N>/ complete (skill, memory, meta, a copy of the adapter) or not at all."""
     root = versions_dir(project, home)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".new-"))
     try:
         atomic_write_text(tmp / "skill.md", adopted.skill)
         atomic_write_text(tmp / "memory.md", adopted.memory)
+        if adapter is not None:
+            shutil.copytree(adapter, tmp / ADAPTER_DIR)
         atomic_write_json(tmp / "meta.json", meta)
         os.rename(tmp, root / str(adopted.version))
     except BaseException:
@@ -410,6 +430,53 @@ def _go_live(project: str, home: Path | None, adopted: Adopted, targets: list[Pa
     return live
 
 
+def _check_adoptable(
+    project: str, night_dir: Path, report: dict[str, Any], force: bool, home: Path | None
+) -> int:
+    """The adopted version now, once the night is known to be adoptable over it."""
+    status = report.get("status")
+    if status == "adopted":
+        raise StagingError(
+            f"night {night_dir.name} is already adopted as version {report.get('adopted_version')}"
+        )
+    if status != "staged":
+        raise StagingError(
+            f"night {night_dir.name} has nothing to adopt (status {status}: "
+            f"{report.get('reason') or 'no proposal'})"
+        )
+    previous = current_version(project, home)
+    base = int(report.get("base_version") or 0)
+    if previous != base and not force:
+        raise StagingError(
+            f"the adopted version changed since night {night_dir.name} ran (it was gated "
+            f"against version {base}, version {previous} is adopted now); run another "
+            "night, or pass --force to adopt it anyway"
+        )
+    return previous
+
+
+def _proposed_adapter(
+    project: str, night_dir: Path, report: dict[str, Any], previous: int, home: Path | None
+) -> tuple[Path | None, dict[str, Any] | None]:
+    """The adapter the new version serves, and its metadata: the night's own when its gate
+    chose one, else the one the previous version served (a text proposal was gated with it)."""
+    staged = (report.get("proposal") or {}).get("adapter")
+    if staged:
+        folder = night_dir / str(staged.get("dir") or ADAPTER_DIR)
+        if not (folder / "adapter_config.json").is_file():
+            raise StagingError(
+                f"night {night_dir.name} proposes an adapter but {folder} holds none "
+                "(adapter_config.json missing); nothing was adopted"
+            )
+        keep = ("method", "base_model", "base_model_path", "train_items", "val", "with_text")
+        return folder, {"night": night_dir.name, **{k: staged.get(k) for k in keep}}
+    folder = version_adapter(project, str(previous), home)
+    if folder is None:
+        return None, None
+    meta = read_json(versions_dir(project, home) / str(previous) / "meta.json").get("adapter")
+    return folder, {**(meta or {}), "carried_from": previous}
+
+
 def adopt(
     project: str,
     night: str | None = None,
@@ -418,50 +485,30 @@ def adopt(
     force: bool = False,
     target_paths: list[Path] | tuple[Path, ...] = (),
 ) -> Adoption:
-    """Make a staged night's proposal the adopted skill and memory (a new version)."""
+    """Make a staged night's proposal (skill, memory, adapter) the adopted version N+1."""
     with _adopt_lock(project, home):
         note = recover_adopted(project, home)
         night_dir = resolve_night(project, night, home)
         report = read_report(night_dir)
-        status = report.get("status")
-        if status == "adopted":
-            raise StagingError(
-                f"night {night_dir.name} is already adopted "
-                f"as version {report.get('adopted_version')}"
-            )
-        if status != "staged":
-            raise StagingError(
-                f"night {night_dir.name} has nothing to adopt (status {status}: "
-                f"{report.get('reason') or 'no proposal'})"
-            )
-        previous = current_version(project, home)
-        base = int(report.get("base_version") or 0)
-        if previous != base and not force:
-            raise StagingError(
-                f"the adopted version changed since night {night_dir.name} ran (it was gated "
-                f"against version {base}, version {previous} is adopted now); run another "
-                "night, or pass --force to adopt it anyway"
-            )
+        previous = _check_adoptable(project, night_dir, report, force, home)
+        adapter, adapter_meta = _proposed_adapter(project, night_dir, report, previous, home)
         skill = _read(night_dir / "proposal" / "skill.md")
         memory = _read(night_dir / "proposal" / "memory.md")
         version = max([0, *version_numbers(project, home)]) + 1
         backup = _backup(project, home, f"before-v{version}")
         proposal = report.get("proposal") or {}
-        _write_version(
-            project,
-            home,
-            Adopted(skill, memory, str(version)),
-            {
-                "version": version,
-                "night": night_dir.name,
-                "adopted_at": time.time(),
-                "val_before": proposal.get("val_before"),
-                "val_after": proposal.get("val_after"),
-                "gate": (report.get("gate") or {}).get("mode"),
-                "models": report.get("models"),
-                "replaced": previous,
-            },
-        )
+        meta = {
+            "version": version,
+            "night": night_dir.name,
+            "adopted_at": time.time(),
+            "val_before": proposal.get("val_before"),
+            "val_after": proposal.get("val_after"),
+            "gate": (report.get("gate") or {}).get("mode"),
+            "models": report.get("models"),
+            "replaced": previous,
+            "adapter": adapter_meta,
+        }
+        _write_version(project, home, Adopted(skill, memory, str(version)), meta, adapter)
         live = _go_live(project, home, Adopted(skill, memory, str(version)), list(target_paths))
         _event(
             project,
@@ -471,6 +518,7 @@ def adopt(
                 "version": version,
                 "night": night_dir.name,
                 "previous": previous,
+                "adapter": bool(adapter),
                 "backup": str(backup),
             },
         )
@@ -521,6 +569,7 @@ def history(project: str, home: Path | None = None) -> list[dict[str, Any]]:
             "adopted_at": None,
             "val_before": None,
             "val_after": None,
+            "adapter": None,
             "current": current == 0,
         }
     ]

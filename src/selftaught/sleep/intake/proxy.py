@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from selftaught.errors import InputError, RunError
+from selftaught.errors import BackendError, InputError, RunError
 from selftaught.http_guard import (
     DEFAULT_MAX_BODY_BYTES,
     LOOPBACK,
@@ -71,6 +71,7 @@ class ProxyConfig:
     home: Path | None = None  # where adopted skills live (default: sleep_home())
     max_queue: int = 10_000  # log rows waiting to be written before new ones are dropped
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request is refused (413)
+    lora: bool = False  # the upstream is vLLM with runtime LoRA: load and route adopted adapters
 
     def __post_init__(self) -> None:
         try:
@@ -97,6 +98,14 @@ class Upstream:
         await self.client.aclose()
 
 
+def follow_adopted(model: Any, project: str, home: Path | None) -> Any:
+    """A local model serves the project's adopted adapter, switching on adopt / rollback."""
+    from selftaught.models.local import LocalModel
+    from selftaught.sleep.adoption.serving import FollowAdopted
+
+    return FollowAdopted(model, project, home) if isinstance(model, LocalModel) else model
+
+
 def build_upstream(config: ProxyConfig) -> Upstream:
     import httpx
 
@@ -105,11 +114,15 @@ def build_upstream(config: ProxyConfig) -> Upstream:
     spec = parse_model_spec(config.upstream)
     timeout = httpx.Timeout(config.timeout_s, connect=10.0, pool=None)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
+    if config.lora and not spec.base_url:
+        raise ProxyError(
+            f"--lora needs a vLLM upstream (http://HOST:PORT/v1#MODEL), not {config.upstream!r}"
+        )
     if spec.backend == "local":
         from selftaught.models import load_model
         from selftaught.serve import create_app
 
-        model = load_model(config.upstream)
+        model = follow_adopted(load_model(config.upstream), config.project, config.home)
         name = model.name.split(":")[-1]  # the name `selftaught serve` gives it
         transport = httpx.ASGITransport(app=create_app(model, name))
         client = httpx.AsyncClient(transport=transport, timeout=timeout)
@@ -240,6 +253,11 @@ class ProxyState:
         self.writer = LogWriter(log, max_queue=config.max_queue)
         self.requests = 0
         self.upstream_errors = 0
+        self.lora = None
+        if config.lora:
+            from selftaught.sleep.adoption.serving import LoraRoute
+
+            self.lora = LoraRoute(config.project, config.home, upstream.model)
 
     def adopted(self) -> Any:
         return read_adopted(self.config.project, self.config.home)
@@ -390,6 +408,18 @@ def _upstream_body(state: ProxyState, body: dict[str, Any], record: Interaction)
     return out
 
 
+async def _route_adapter(
+    state: ProxyState, request: Any, body: dict[str, Any], upstream_body: dict[str, Any]
+) -> dict[str, Any]:
+    """With `--lora`, send the request to the adopted adapter's name in vLLM (loading it
+    there on first use); a version without an adapter goes to the base model."""
+    if state.lora is None:
+        return upstream_body
+    headers = state.upstream_headers(request.headers)
+    routed = await state.lora.model_for(state.upstream.client, state.upstream.base_url, headers)
+    return {**upstream_body, "model": routed or body.get("model")}
+
+
 async def forward_chat(state: ProxyState, request: Any) -> Any:
     """One chat completion: forward, answer the client (streaming as it arrives), log."""
     from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -409,9 +439,18 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
         upstream_body = _upstream_body(state, body, record)
     except RetrievalUnavailable as err:  # the adopted skill retrieves demos; bm25s missing
         return JSONResponse(_error_body(str(err), "server_error", 500), status_code=500)
+    client = state.upstream.client
+    try:
+        upstream_body = await _route_adapter(state, request, body, upstream_body)
+    except BackendError as err:  # vLLM refused the adopted adapter: a 502, logged
+        _finish(state, record, started, error=str(err), status=502)
+        return JSONResponse(
+            _error_body(str(err), "upstream_error", 502),
+            status_code=502,
+            headers={ID_HEADER: record.id},
+        )
     content = raw if upstream_body == body else json.dumps(upstream_body).encode()
     stream = body.get("stream") is True
-    client = state.upstream.client
     try:
         upstream_request = client.build_request(
             "POST",

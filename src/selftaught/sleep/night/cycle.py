@@ -670,6 +670,7 @@ def run_project(
     report = _base_report(project, night, models, config)
     report["base_version"] = staging.current_version(project, home)
     adopted = staging.read_adopted_files(project, home)
+    models = _as_served(models, adopted, report)
     taken = _take_window(report, rows, since, until, config)
     change = _model_change(report, project, home)
     if change:
@@ -699,6 +700,24 @@ def run_project(
     if config.auto_adopt and report["status"] == "staged" and not dry_run:
         outcome = _auto_adopt(outcome, night_dir, night, config, home, console)
     return outcome
+
+
+def _as_served(models: NightModels, adopted: Adopted, report: dict[str, Any]) -> NightModels:
+    """The night measures the agent as it serves: with the adopted version's adapter, when it
+    has one (a weight night then goes on training that adapter)."""
+    if adopted.adapter is None:
+        return models
+    from selftaught.models.adapters import with_adapter
+    from selftaught.models.local import LocalModel
+
+    report["adapter"] = {"version": adopted.version, "dir": str(adopted.adapter)}
+    if not isinstance(models.target, LocalModel):
+        report["notes"].append(
+            f"version {adopted.version} serves an adapter, but the night's target "
+            f"{models.target_spec!r} is not a local model: val was measured without it"
+        )
+        return models
+    return dataclasses.replace(models, target=with_adapter(models.target, adopted.adapter))
 
 
 def _take_window(

@@ -459,6 +459,14 @@ def _score(d: dict[str, Any] | None) -> str:
     return "—" if not d else f"{d['hard']:.3f} ({d['solved']}/{d['n']})"
 
 
+def adapter_cell(adapter: dict[str, Any] | None) -> str:
+    """What a version serves: the base model, or whose adapter (method and night)."""
+    if not adapter:
+        return "base"
+    carried = f", kept from v{adapter['carried_from']}" if adapter.get("carried_from") else ""
+    return f"{adapter.get('method') or '?'} adapter of {adapter.get('night') or '?'}{carried}"
+
+
 def history_tables(project: str, home: Path | None = None) -> list[Any]:
     """Rich tables: the adopted versions (with val before → after), then the nights."""
     from rich.table import Table
@@ -466,7 +474,7 @@ def history_tables(project: str, home: Path | None = None) -> list[Any]:
     from selftaught.sleep.adoption import staging
 
     versions = Table(title=f"adopted versions of {project}")
-    for column in ("version", "night", "adopted", "val before", "val after", ""):
+    for column in ("version", "night", "adopted", "val before", "val after", "weights", ""):
         versions.add_column(column)
     for row in staging.history(project, home):
         versions.add_row(
@@ -475,6 +483,7 @@ def history_tables(project: str, home: Path | None = None) -> list[Any]:
             _when(row.get("adopted_at")) if row.get("adopted_at") else "",
             _score(row.get("val_before")),
             _score(row.get("val_after")),
+            adapter_cell(row.get("adapter")),
             "current" if row["current"] else "",
         )
     nights = Table(title=f"nights of {project}")
@@ -530,8 +539,11 @@ def status_lines(project: str | None, home: Path | None = None) -> list[str]:
         nights = staging.list_nights(name, home)
         version = staging.current_version(name, home)
         consistent = staging.adopted_consistent(name, home)
+        serving = next(
+            (r.get("adapter") for r in staging.history(name, home) if r["version"] == version), None
+        )
         lines.append(
-            f"{name}: adopted version {version}"
+            f"{name}: adopted version {version}, serving {adapter_cell(serving)}"
             + (
                 ""
                 if consistent

@@ -242,20 +242,26 @@ class LocalAdapterTrainer:
     """Trains LoRA adapters on the night's local target with `weights.sft.sft_train` (the
     ReST trainer's step) or `weights.dpo.dpo_train`. The base weights are read once (from the
     target's loaded model when it is a `LocalModel`, else from its spec) and copied per
-    adapter."""
+    adapter. When the target serves an adopted adapter (`models.adapters.AdaptedLocalModel`),
+    training continues that adapter on the base, so every staged adapter applies to the base
+    alone and what was learned before is kept."""
 
     def __init__(self, spec: str, cfg: WeightNightConfig, target: ChatModel | None = None):
         self.spec, self.cfg, self.target = spec, cfg, target
         self._base: Any = None
         self._tok: Any = None
         self.base_model = spec
+        self.start_adapter: Path | None = None  # the adopted adapter training continues
 
     def _load(self) -> None:
         if self._base is not None:
             return
+        from selftaught.models.adapters import AdaptedLocalModel
         from selftaught.models.local import LocalModel
 
         inner = getattr(self.target, "inner", self.target)
+        if isinstance(inner, AdaptedLocalModel):
+            self.start_adapter, inner = inner.adapter_dir, inner.base
         if isinstance(inner, LocalModel):
             self._base, self._tok = inner.model, inner.tokenizer
             if not inner._in_memory:
@@ -272,7 +278,7 @@ class LocalAdapterTrainer:
     def __call__(self, method: str, data: WeightData, out_dir: Path) -> TrainedAdapter:
         from selftaught.models.local import LocalModel
         from selftaught.weights.config import BackendConfig, SFTTrainConfig
-        from selftaught.weights.sft import merged, prepare_trainable, save_atomic
+        from selftaught.weights.sft import merged, save_atomic
 
         self._load()
         cfg = self.cfg
@@ -286,15 +292,28 @@ class LocalAdapterTrainer:
             max_seconds=cfg.max_seconds,
         )
         backend = BackendConfig(lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, device=cfg.device)
-        model = prepare_trainable(copy.deepcopy(self._base), backend)
+        model = self._trainable(backend)
         # the trainers print their logs; a night's stdout is the CLI's (its report, --json)
         with contextlib.redirect_stdout(sys.stderr):
             stats = self._train(method, model, data, train_cfg)
+        stats["continued_from"] = str(self.start_adapter) if self.start_adapter else None
         save_atomic(model, out_dir)  # adapter_config.json + adapter_model.safetensors
         served = LocalModel.from_pretrained_model(
             merged(model).eval(), self._tok, name=f"local:night-{method}-adapter"
         )
         return TrainedAdapter(method, out_dir, served, stats, self.base_model)
+
+    def _trainable(self, backend: Any) -> Any:
+        """A copy of the base with a fresh LoRA adapter, or with the adopted one to go on from."""
+        from selftaught.weights.sft import prepare_trainable
+
+        if self.start_adapter is None:
+            return prepare_trainable(copy.deepcopy(self._base), backend)
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(
+            copy.deepcopy(self._base), str(self.start_adapter), is_trainable=True
+        )
 
     def _train(self, method: str, model: Any, data: WeightData, train_cfg: Any) -> dict[str, Any]:
         from selftaught.weights.dpo import dpo_train

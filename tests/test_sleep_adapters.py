@@ -1,0 +1,293 @@
+"""Adopted adapters: a version holds its LoRA adapter beside its skill; adopt, a text-only adopt
+on top, and rollback switch it atomically; `selftaught serve --project`, the proxy's local
+upstream and a vLLM upstream (`--lora`) serve whichever version is adopted, without a restart.
+Staging and the vLLM route with fakes; serving with a real peft adapter on the embedded model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from selftaught.runs import atomic_write_json, atomic_write_text
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.night.summary import history_tables, status_lines
+from selftaught.sleep.paths import read_adopted
+from tests.fake_upstream import FakeUpstream
+
+PROJECT = "demo"
+
+
+def stage_night(
+    home: Path,
+    night: str,
+    *,
+    skill: str = "Be brief.",
+    adapter: Path | None = None,
+    base_version: int = 0,
+) -> Path:
+    """A staged night as a weight night leaves it (report.json, proposal/, adapter/)."""
+    folder = staging.nights_dir(PROJECT, home) / night
+    atomic_write_text(folder / "proposal" / "skill.md", skill)
+    atomic_write_text(folder / "proposal" / "memory.md", "")
+    proposal: dict = {"val_before": None, "val_after": None, "candidate": "text"}
+    if adapter is not None:
+        import shutil
+
+        shutil.copytree(adapter, folder / "adapter")
+        proposal["candidate"] = "sft"
+        proposal["adapter"] = {"dir": "adapter", "method": "sft", "base_model": "local"}
+    report = {
+        "kind": staging.NIGHT_KIND,
+        "night": night,
+        "status": "staged",
+        "base_version": base_version,
+        "proposal": proposal,
+    }
+    atomic_write_json(folder / "report.json", report)
+    return folder
+
+
+def fake_adapter(folder: Path, content: bytes = b"weights") -> Path:
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (folder / "adapter_model.safetensors").write_bytes(content)
+    return folder
+
+
+# ---- staging ----------------------------------------------------------------------------------
+
+
+def test_adopt_keeps_the_adapter_in_the_version_and_rollback_switches_it(tmp_path):
+    home = tmp_path / "home"
+    stage_night(home, "n1", adapter=fake_adapter(tmp_path / "a1"))
+    assert staging.adopt(PROJECT, "n1", home=home).version == 1
+    v1 = staging.versions_dir(PROJECT, home) / "1" / "adapter"
+    assert (v1 / "adapter_model.safetensors").read_bytes() == b"weights"
+    assert read_adopted(PROJECT, home).adapter == v1
+    assert staging.read_adopted_files(PROJECT, home).adapter == v1
+    meta = json.loads((v1.parent / "meta.json").read_text())
+    assert meta["adapter"]["method"] == "sft" and meta["adapter"]["night"] == "n1"
+
+    # a text-only night gated against version 1 keeps serving version 1's adapter
+    stage_night(home, "n2", skill="Be kind.", base_version=1)
+    assert staging.adopt(PROJECT, "n2", home=home).version == 2
+    v2 = staging.versions_dir(PROJECT, home) / "2" / "adapter"
+    assert read_adopted(PROJECT, home).adapter == v2 and v2.is_dir()
+    assert json.loads((v2.parent / "meta.json").read_text())["adapter"]["carried_from"] == 1
+
+    staging.rollback(PROJECT, 0, home=home)
+    assert read_adopted(PROJECT, home).adapter is None  # version 0: the base model
+    staging.rollback(PROJECT, 1, home=home)
+    adopted = read_adopted(PROJECT, home)
+    assert adopted.adapter == v1 and adopted.skill == "Be brief."
+
+
+def test_a_staged_adapter_that_went_missing_is_refused_and_nothing_changes(tmp_path):
+    home = tmp_path / "home"
+    night = stage_night(home, "n1", adapter=fake_adapter(tmp_path / "a1"))
+    (night / "adapter" / "adapter_config.json").unlink()
+    with pytest.raises(staging.StagingError, match="adapter_config.json missing"):
+        staging.adopt(PROJECT, "n1", home=home)
+    assert staging.current_version(PROJECT, home) == 0
+    assert staging.version_numbers(PROJECT, home) == []
+    assert staging.read_report(night)["status"] == "staged"
+
+
+def test_history_and_status_say_which_adapter_serves(tmp_path):
+    from rich.console import Console
+
+    home = tmp_path / "home"
+    stage_night(home, "n1", adapter=fake_adapter(tmp_path / "a1"))
+    staging.adopt(PROJECT, "n1", home=home)
+    stage_night(home, "n2", base_version=1)
+    staging.adopt(PROJECT, "n2", home=home)
+    console = Console(record=True, width=160)
+    for table in history_tables(PROJECT, home):
+        console.print(table)
+    text = console.export_text()
+    assert "sft adapter of n1, kept from v1" in text and "base" in text
+    lines = status_lines(PROJECT, home)
+    assert lines[0].startswith("demo: adopted version 2, serving sft adapter of n1")
+    staging.rollback(PROJECT, 0, home=home)
+    assert status_lines(PROJECT, home)[0].startswith("demo: adopted version 0, serving base")
+
+
+# ---- a vLLM upstream --------------------------------------------------------------------------
+
+
+def test_a_vllm_upstream_loads_the_adopted_adapter_once_and_gets_requests_for_it(tmp_path):
+    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
+
+    home = tmp_path / "home"
+    with FakeUpstream() as upstream:
+        config = ProxyConfig(
+            upstream=f"{upstream.base_url}#base-model",
+            project=PROJECT,
+            port=0,
+            log_path=tmp_path / "log.db",
+            home=home,
+            lora=True,
+        )
+        with proxy_in_background(config) as (url, _):
+
+            def ask() -> httpx.Response:
+                body = {"messages": [{"role": "user", "content": "hi"}]}
+                return httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+
+            assert ask().status_code == 200
+            assert upstream.requests[-1]["model"] == "base-model" and not upstream.lora_loads
+            stage_night(home, "n1", adapter=fake_adapter(tmp_path / "a1"))
+            staging.adopt(PROJECT, "n1", home=home)
+            assert ask().status_code == 200 and ask().status_code == 200
+            adapter = staging.versions_dir(PROJECT, home) / "1" / "adapter"
+            assert upstream.lora_loads == [{"lora_name": "demo-v1", "lora_path": str(adapter)}]
+            assert upstream.requests[-1]["model"] == "demo-v1"
+
+            stage_night(home, "n2", adapter=fake_adapter(tmp_path / "a2", b"new"), base_version=1)
+            staging.adopt(PROJECT, "n2", home=home)
+            upstream.faults.append("400")  # vLLM refuses the new adapter
+            refused = ask()
+            assert refused.status_code == 502 and "refused to load adapter" in refused.text
+            assert len(upstream.requests) == 3  # the request was not sent to the base instead
+            staging.rollback(PROJECT, 0, home=home)
+            assert ask().status_code == 200 and upstream.requests[-1]["model"] == "base-model"
+
+
+def test_lora_needs_an_http_upstream():
+    from selftaught.sleep.intake.proxy import ProxyConfig, ProxyError, build_upstream
+
+    with pytest.raises(ProxyError, match="--lora needs a vLLM upstream"):
+        build_upstream(ProxyConfig(upstream="local", lora=True))
+
+
+# ---- the embedded model with a real adapter ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    """The embedded model and a real peft adapter for it whose LoRA weights were moved off
+    zero, so that it changes the greedy replies."""
+    pytest.importorskip("peft")
+    import torch
+
+    from selftaught.models.embedded import EmbeddedModelMissing, embedded_model_dir
+    from selftaught.models.local import LocalModel
+    from selftaught.weights.config import BackendConfig
+    from selftaught.weights.sft import load_causal_lm, prepare_trainable
+
+    try:
+        path = embedded_model_dir()
+    except EmbeddedModelMissing as err:
+        pytest.skip(f"embedded model unavailable: {err}")
+    base, _ = load_causal_lm(path)
+    peft_model = prepare_trainable(base, BackendConfig(lora_r=4, lora_alpha=8))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    folder = tmp_path_factory.mktemp("adapter") / "adapter"
+    peft_model.save_pretrained(folder)
+    return LocalModel(str(path)), folder
+
+
+ASK = [{"role": "user", "content": "Name a colour."}]
+
+
+def _reply(url: str) -> str:
+    body = {"messages": ASK, "max_tokens": 8, "temperature": 0}
+    resp = httpx.post(f"{url}/chat/completions", json=body, timeout=120)
+    resp.raise_for_status()
+    return resp.json()["choices"][0]["message"]["content"]
+
+
+def test_the_proxy_serves_the_adopted_adapter_and_the_rollback_without_a_restart(
+    tmp_path, embedded
+):
+    """adopt → the proxy's local upstream answers with the adapter; rollback → the base again;
+    the same process throughout."""
+    from selftaught.models.adapters import with_adapter
+    from selftaught.models.base import GenerationParams
+    from selftaught.sleep.adoption.serving import FollowAdopted
+    from selftaught.sleep.intake.proxy import ProxyConfig, Upstream, proxy_in_background
+
+    base, adapter = embedded
+    home = tmp_path / "home"
+    params = GenerationParams(max_tokens=8, temperature=0)
+    expected_base = base.chat(ASK, params).text
+    expected_adapted = with_adapter(base, adapter).chat(ASK, params).text
+    assert expected_adapted != expected_base  # the adapter changes the reply
+    followed = FollowAdopted(base, PROJECT, home)
+    from selftaught.serve import create_app
+
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(followed, "m")))
+    upstream = Upstream(client, "http://localhost/v1", "m", True, None, False)
+    config = ProxyConfig(
+        upstream="local", project=PROJECT, port=0, log_path=tmp_path / "l.db", home=home
+    )
+    with proxy_in_background(config, upstream=upstream) as (url, _):
+        assert _reply(url) == expected_base
+        stage_night(home, "n1", skill="", adapter=adapter)
+        staging.adopt(PROJECT, "n1", home=home)
+        assert _reply(url) == expected_adapted
+        assert _reply(url) == expected_adapted and followed.switches == 1
+        staging.rollback(PROJECT, home=home)
+        assert _reply(url) == expected_base and followed.switches == 2
+
+
+def test_an_adapter_for_another_base_is_refused(tmp_path, embedded):
+    from selftaught.models.adapters import AdapterError, check_adapter
+
+    base, adapter = embedded
+    other = tmp_path / "other"
+    other.mkdir()
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (other / "adapter_config.json").write_text(
+        json.dumps({**config, "base_model_name_or_path": str(tmp_path)})
+    )
+    with pytest.raises(AdapterError, match="was trained on"):
+        check_adapter(base, other)
+    with pytest.raises(AdapterError, match="not a LoRA adapter"):
+        check_adapter(base, tmp_path)
+
+
+def test_a_night_after_an_adapter_was_adopted_measures_it_and_trains_on_from_it(tmp_path, embedded):
+    """The night's target is what serves (base + adopted adapter), and a weight night's new
+    adapter starts from the adopted one, so that it applies to the base alone."""
+    import torch
+
+    from selftaught.sleep.night.cycle import NightModels, _as_served
+    from selftaught.sleep.night.weight_night import LocalAdapterTrainer, WeightNightConfig
+    from selftaught.weights.config import BackendConfig
+
+    base, adapter = embedded
+    home = tmp_path / "home"
+    stage_night(home, "n1", adapter=adapter)
+    staging.adopt(PROJECT, "n1", home=home)
+    adopted = staging.read_adopted_files(PROJECT, home)
+    report: dict = {"notes": []}
+    models = _as_served(NightModels(base, "local", base, "local"), adopted, report)
+    assert models.target is not base and report["adapter"]["version"] == "1"
+    trainer = LocalAdapterTrainer("local", WeightNightConfig(), models.target)
+    trainer._load()
+    assert trainer.start_adapter == adopted.adapter and trainer._base is base.model
+    name, weight = next((n, p) for n, p in base.model.named_parameters() if "q_proj" in n)
+    before = weight.detach().clone()
+    trainable = trainer._trainable(BackendConfig())
+    saved = {n: p for n, p in trainable.named_parameters() if "lora_B" in n}
+    assert saved and all(p.requires_grad for p in saved.values())
+    assert all(p.abs().sum() > 0 for p in saved.values())  # not a fresh (zero) lora_B
+    assert torch.equal(dict(base.model.named_parameters())[name], before)  # the base: a copy
+
+
+def test_serve_project_needs_a_local_model():
+    import typer
+
+    from selftaught.cli.eval_serve import follow_project
+    from tests.scripted import ScriptedModel
+
+    with pytest.raises(typer.BadParameter, match="only a local model can serve an adopted"):
+        follow_project(ScriptedModel(lambda m: "x", "scripted"), PROJECT)
