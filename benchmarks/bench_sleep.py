@@ -22,7 +22,16 @@ gate could have accepted at its val size.
     python benchmarks/bench_sleep.py                    # 4 nights x 24 requests, 60 held out
     python benchmarks/bench_sleep.py --optimizer-model 'http://127.0.0.1:8011/v1#qwen'
 
-Results: benchmarks/results/sleep_<target>.json (written after every night).
+`weights` and `both` let the nights train a LoRA adapter (`SleepConfig.weights`, sft by
+default; a local target only): `weights` trains no text, `both` trains the skill and memory
+too, and one gate picks text, adapter or both. The adopted adapter serves the next night's
+traffic and the held-out set through the proxy's local upstream, as it would be deployed.
+
+    python benchmarks/bench_sleep.py --configs gate-on,weights,both --nights 3
+
+Results: benchmarks/results/sleep_<target>.json, written after every night; each
+deployment's state is snapshotted beside it (`.state/<config>.night<k>`), so a killed run
+resumes after its last completed night (same settings; `--fresh` starts over).
 """
 
 from __future__ import annotations
@@ -33,7 +42,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -55,8 +63,9 @@ from selftaught.tasks.base import Example, Score  # noqa: E402
 
 PROJECT = "bench"
 UNIT = "km"
-CONFIGS = ("gate-on", "gate-off", "retrieval", "rollouts-k4")
+CONFIGS = ("gate-on", "gate-off", "retrieval", "rollouts-k4", "weights", "both")
 DEFAULT_CONFIGS = ("gate-on", "gate-off", "retrieval")
+WEIGHT_CONFIGS = {"weights": (), "both": None}  # weights-only trains no text; both: the default
 
 
 @dataclass
@@ -108,7 +117,12 @@ def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str
     import httpx
 
     from selftaught.serve import create_app
-    from selftaught.sleep.intake.proxy import ProxyConfig, Upstream, proxy_in_background
+    from selftaught.sleep.intake.proxy import (
+        ProxyConfig,
+        Upstream,
+        follow_adopted,
+        proxy_in_background,
+    )
 
     config = ProxyConfig(
         upstream=target_spec, project=PROJECT, port=0, log_path=home / "log.db", home=home
@@ -116,8 +130,9 @@ def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str
     upstream = None
     if target_spec == "local" or target_spec.startswith("local:"):  # share the loaded model
         name = target.name.split(":")[-1]
+        served = follow_adopted(target, PROJECT, home)  # the adopted adapter, as deployed
         client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_app(target, name)), timeout=3600
+            transport=httpx.ASGITransport(app=create_app(served, name)), timeout=3600
         )
         upstream = Upstream(client, "http://localhost/v1", name, True, None, False)
     with proxy_in_background(config, upstream=upstream) as running:
@@ -165,12 +180,13 @@ def heldout_accuracy(
     home: Path, target: ChatModel, heldout: HeldOut, args: argparse.Namespace
 ) -> dict[str, Any]:
     from selftaught.evaluation import evaluate_split
+    from selftaught.sleep.intake.proxy import follow_adopted
     from selftaught.sleep.paths import read_adopted
 
     adopted = read_adopted(PROJECT, home)
     result = evaluate_split(
         heldout,
-        target,
+        follow_adopted(target, PROJECT, home),  # with the adopted adapter, if one serves
         Policy(adopted.skill, adopted.memory),
         split="test",
         rollout=RolloutConfig(
@@ -181,6 +197,7 @@ def heldout_accuracy(
     )
     return {
         "adopted_version": adopted.version or "0",
+        "adapter": str(adopted.adapter.relative_to(home)) if adopted.adapter else None,
         "n": result.n,
         "errors": result.n_errors,
         "hard": round(result.hard, 4),
@@ -208,6 +225,88 @@ def training_for(name: str, args: argparse.Namespace) -> SkillOptConfig:
     return base
 
 
+def sleep_config(name: str, args: argparse.Namespace, home: Path) -> Any:
+    from selftaught.sleep.night.cycle import SleepConfig
+    from selftaught.sleep.night.demo_modes import DemoModeConfig
+    from selftaught.sleep.night.weight_night import WeightNightConfig
+
+    documents = tuple(args.documents.split(","))
+    weights = "off"
+    if name in WEIGHT_CONFIGS:
+        weights = args.weights_mode
+        documents = WEIGHT_CONFIGS[name] if WEIGHT_CONFIGS[name] is not None else documents
+    return SleepConfig(
+        home=home,
+        log_path=home / "log.db",
+        project=PROJECT,
+        auto_adopt=True,
+        documents=documents,
+        training=training_for(name, args),
+        split=SplitConfig(min_val=args.min_val, seed=args.seed),
+        demo_modes=DemoModeConfig("on" if name == "retrieval" else "off", args.retrieve_k),
+        weights=weights,
+        weight_training=WeightNightConfig(
+            max_steps=args.max_steps, max_seconds=args.max_train_seconds, seed=args.seed
+        ),
+    )
+
+
+def night_row(k: int, report: dict[str, Any]) -> dict[str, Any]:
+    """What the results keep of a night's report."""
+    modes = ((report.get("phases") or {}).get("skill") or {}).get("demo_modes") or {}
+    weights = report.get("weights") or {}
+    return {
+        "night": k,
+        "status": report["status"],
+        "reason": report.get("reason"),
+        "decisions": {d: p.get("decisions") for d, p in (report.get("phases") or {}).items()},
+        "proposal": report.get("proposal"),
+        "splits": report.get("splits"),
+        "recall": report.get("recall"),
+        "smallest_gain": (report.get("gate") or {}).get("smallest_gain"),
+        "demo_modes": {
+            "winner": modes.get("winner"),
+            "pool": modes.get("pool"),
+            "val": {m: c["hard"] for m, c in (modes.get("candidates") or {}).items()},
+        },
+        "weights": {
+            "winner": weights.get("winner"),
+            "why": weights.get("why"),
+            "val": {
+                m: [c["hard"], c.get("hard_ci")]
+                for m, c in (weights.get("candidates") or {}).items()
+            },
+            "trained": weights.get("trained"),
+        }
+        if weights
+        else None,
+        "night_usage": report.get("usage"),
+    }
+
+
+def resume_state(home: Path, rows: list[dict[str, Any]]) -> None:
+    """Put the deployment back as it was after its last completed night (a night killed half
+    way leaves traffic and a night folder that the snapshot does not have)."""
+    import shutil
+
+    snapshot = home.with_name(f"{home.name}.night{len(rows) - 1}")
+    if home.exists():
+        shutil.rmtree(home)
+    if snapshot.exists():
+        shutil.copytree(snapshot, home)
+
+
+def snapshot_state(home: Path, k: int) -> None:
+    import shutil
+
+    dest = home.with_name(f"{home.name}.night{k}")
+    tmp = home.with_name(f".{home.name}.night{k}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(home, tmp)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+
+
 def run_config(
     name: str,
     args: argparse.Namespace,
@@ -218,60 +317,46 @@ def run_config(
     results: dict[str, Any],
     save: Any,
 ) -> None:
-    from selftaught.sleep.night.cycle import SleepConfig, run_night
-    from selftaught.sleep.night.demo_modes import DemoModeConfig
+    """One deployment, night after night; resumes after its last completed night."""
+    from selftaught.sleep.night.cycle import run_night
 
     home = root / name
-    rows: list[dict[str, Any]] = []
-    results["configs"][name] = {"training": training_for(name, args).to_dict(), "nights": rows}
-    t0 = time.perf_counter()
-    rows.append({"night": 0, "heldout": heldout_accuracy(home, models.target, heldout, args)})
-    save()
-    for k, requests in enumerate(nights, 1):
-        traffic = send_traffic(home, models.target, models.target_spec, requests, args)
-        config = SleepConfig(
-            home=home,
-            log_path=home / "log.db",
-            project=PROJECT,
-            auto_adopt=True,
-            documents=tuple(args.documents.split(",")),
-            training=training_for(name, args),
-            split=SplitConfig(min_val=args.min_val, seed=args.seed),
-            demo_modes=DemoModeConfig("on" if name == "retrieval" else "off", args.retrieve_k),
-        )
-        (night,) = run_night(config, models=models)
-        report = night.report
-        modes = ((report.get("phases") or {}).get("skill") or {}).get("demo_modes") or {}
+    entry = results["configs"].setdefault(
+        name, {"training": training_for(name, args).to_dict(), "nights": []}
+    )
+    rows: list[dict[str, Any]] = entry["nights"]
+    if not rows:
+        start = next((c["nights"][0] for c in results["configs"].values() if c["nights"]), None)
+        # night 0 is the same deployment (the base model, nothing adopted) in every config
         rows.append(
-            {
-                "night": k,
-                "status": report["status"],
-                "reason": report.get("reason"),
-                "decisions": {
-                    d: p.get("decisions") for d, p in (report.get("phases") or {}).items()
-                },
-                "proposal": report.get("proposal"),
-                "splits": report.get("splits"),
-                "recall": report.get("recall"),
-                "smallest_gain": (report.get("gate") or {}).get("smallest_gain"),
-                "demo_modes": {
-                    "winner": modes.get("winner"),
-                    "pool": modes.get("pool"),
-                    "val": {m: c["hard"] for m, c in (modes.get("candidates") or {}).items()},
-                },
-                "traffic": traffic,
-                "night_usage": report.get("usage"),
-                "heldout": heldout_accuracy(home, models.target, heldout, args),
-                "wall_s": round(time.perf_counter() - t0, 1),
-            }
+            start or {"night": 0, "heldout": heldout_accuracy(home, models.target, heldout, args)}
         )
+        home.mkdir(parents=True, exist_ok=True)
+        snapshot_state(home, 0)
         save()
-        h = rows[-1]["heldout"]
+    resume_state(home, rows)
+    for k, requests in list(enumerate(nights, 1))[len(rows) - 1 :]:
+        t0 = time.perf_counter()
+        traffic = send_traffic(home, models.target, models.target_spec, requests, args)
+        (night,) = run_night(sleep_config(name, args, home), models=models)
+        night_s = time.perf_counter() - t0
+        row = night_row(k, night.report)
+        row.update(
+            traffic=traffic,
+            heldout=heldout_accuracy(home, models.target, heldout, args),
+            night_s=round(night_s, 1),
+            load=os.getloadavg(),
+        )
+        rows.append(row)
+        snapshot_state(home, k)
+        save()
+        h = row["heldout"]
         print(
-            f"[{name}] night {k}: {report['status']} · held-out {h['hard']:.3f} "
-            f"CI95 {h['hard_ci95']} (adopted v{h['adopted_version']}) · demos "
-            f"{modes.get('winner')} · smallest acceptable gain "
-            f"{(rows[-1]['smallest_gain'] or {}).get('why')}",
+            f"[{name}] night {k}: {row['status']} in {night_s:.0f} s · held-out {h['hard']:.3f} "
+            f"CI95 {h['hard_ci95']} (adopted v{h['adopted_version']}, adapter {h['adapter']}) · "
+            f"weights {(row['weights'] or {}).get('winner')} · demos "
+            f"{row['demo_modes']['winner']} · smallest acceptable gain "
+            f"{(row['smallest_gain'] or {}).get('why')}",
             flush=True,
         )
 
@@ -289,6 +374,10 @@ def summarize(results: dict[str, Any]) -> None:
             "worst": worst["heldout"]["hard"],
             "worst_night": worst["night"],
             "dropped_below_start_ci": worst["heldout"]["hard"] < start["hard_ci95"][0],
+            # the target: after night 2, the held-out interval lies wholly above night 0's
+            "night2_above_start_ci": len(nights) > 2
+            and nights[2]["heldout"]["hard_ci95"][0] > start["hard_ci95"][1],
+            "night_s": [r.get("night_s") for r in nights[1:]],
             "adopted": sum(1 for r in nights[1:] if r.get("status") == "adopted"),
         }
 
@@ -324,7 +413,11 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--preferences", default="", help="house rules given to the analyst")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weights-mode", default="sft", help="weights / both configs: sft | dpo | auto")
+    p.add_argument("--max-steps", type=int, default=16, help="adapter steps per night at most")
+    p.add_argument("--max-train-seconds", type=float, default=300, help="adapter training cap")
     p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--fresh", action="store_true", help="start over instead of resuming")
     args = p.parse_args()
     if args.quick:
         args.nights, args.requests_per_night, args.heldout = 1, 6, 4
@@ -340,8 +433,54 @@ def main() -> None:
     )
     nights, heldout_requests = make_stream(args)
     heldout = HeldOut(heldout_requests)
+    state = output.with_suffix(".state")  # each deployment's home, snapshotted per night
+    results = load_results(output, args, state)
     models = load_models(args)
-    results: dict[str, Any] = {
+
+    def save() -> None:
+        atomic_write_json(output, results)
+
+    t0 = time.perf_counter()
+    for name in names:
+        run_config(name, args, nights, heldout, models, state, results, save)
+        summarize(results)
+        save()
+    results["wall_s"] = round(results.get("wall_s", 0) + time.perf_counter() - t0, 1)
+    results["machine"]["load_at_end"] = os.getloadavg()
+    save()
+    print(json.dumps({k: v.get("summary") for k, v in results["configs"].items()}, indent=2))
+    print(f"results: {output}")
+
+
+RESUME_KEYS = (
+    "target",
+    "optimizer_model",
+    "gym",
+    "nights",
+    "requests_per_night",
+    "heldout",
+    "seed",
+    "max_tokens",
+    "documents",
+    "weights_mode",
+    "max_steps",
+    "min_val",
+)
+
+
+def load_results(output: Path, args: argparse.Namespace, state: Path) -> dict[str, Any]:
+    """The saved results to go on from (same settings), or a fresh start."""
+    import shutil
+
+    if output.exists() and not args.fresh:
+        saved = json.loads(output.read_text())
+        same = all(saved["args"].get(k) == getattr(args, k) for k in RESUME_KEYS)
+        if same:
+            print(f"resuming {output} ({', '.join(saved['configs']) or 'no config yet'})")
+            return saved
+        print(f"{output} was written with other settings: starting over")
+    shutil.rmtree(state, ignore_errors=True)
+    return {
         "benchmark": "sleep",
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "machine": {
@@ -352,21 +491,6 @@ def main() -> None:
         "house_rule": f"answers end with the unit ({UNIT}); never stated in a prompt",
         "configs": {},
     }
-
-    def save() -> None:
-        atomic_write_json(output, results)
-
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="selftaught-bench-sleep-") as root:
-        for name in names:
-            run_config(name, args, nights, heldout, models, Path(root), results, save)
-            summarize(results)
-            save()
-    results["wall_s"] = round(time.perf_counter() - t0, 1)
-    results["machine"]["load_at_end"] = os.getloadavg()
-    save()
-    print(json.dumps({k: v["summary"] for k, v in results["configs"].items()}, indent=2))
-    print(f"results: {output}")
 
 
 if __name__ == "__main__":

@@ -118,6 +118,20 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     assert "| current |" in md and "| sft |" in md
 
 
+def test_a_weights_only_night_trains_no_text_and_lets_the_gate_pick_the_adapter(tmp_path):
+    fill_log(tmp_path, MIXED)
+    analyst = canned_analyst(failure=edits_json(append("rule alpha")))  # would edit the skill
+    m = models(analyst=analyst)
+    m.adapter_trainer = FakeTrainer(sft=always_right)
+    (night,) = run_night(config(tmp_path, documents=(), weights="sft"), models=m)
+    assert night.status == "staged", night.report["reason"]
+    assert not night.report["phases"] and not analyst.calls  # no text phase ran
+    assert set(night.report["weights"]["candidates"]) == {"current", "sft"}
+    assert night.report["proposal"]["candidate"] == "sft"
+    with pytest.raises(Exception, match="none only with weights on"):
+        SleepConfig(documents=())
+
+
 def _references(night, split: str) -> list[str]:
     rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
     return [r["reference"] for r in rows if r["split"] == split]

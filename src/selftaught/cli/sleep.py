@@ -388,9 +388,9 @@ def sleep_run_cmd(
     preferences: Annotated[
         str | None, typer.Option(help="House rules for the analyst: text, or a file holding it.")
     ] = None,
-    documents: Annotated[str, typer.Option(help="What to train, in order.")] = ",".join(
-        SleepConfig.documents
-    ),
+    documents: Annotated[
+        str, typer.Option(help="What to train, in order (empty with --weights: weights only).")
+    ] = ",".join(SleepConfig.documents),
     budget_calls: BudgetCallsOpt = None,
     budget_tokens: BudgetTokensOpt = None,
     budget_usd: BudgetUsdOpt = None,

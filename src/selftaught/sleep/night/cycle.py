@@ -125,7 +125,8 @@ class SleepConfig:
     max_sessions: int = 50
     """Transcript sessions (harvested rows) read per project per night."""
     documents: tuple[str, ...] = DOCUMENTS
-    """What the night trains, in order: the skill, then the memory."""
+    """What the night trains, in order: the skill, then the memory. Empty with `weights` on:
+    a weights-only night (the adopted text is kept; the gate picks an adapter or nothing)."""
     allow_remote: bool = False
     """Send private (harvested, unreviewed) rows to remote models too."""
     auto_adopt: bool = False
@@ -158,9 +159,10 @@ class SleepConfig:
         if self.project is not None:
             check_project(self.project)
         unknown = [d for d in self.documents if d not in DOCUMENTS]
-        if unknown or not self.documents:
+        if unknown or (not self.documents and self.weights == "off"):
             raise ConfigError(
-                f"documents must be among {', '.join(DOCUMENTS)}, got {self.documents}"
+                f"documents must be among {', '.join(DOCUMENTS)} (none only with weights on), "
+                f"got {self.documents}"
             )
         if self.max_tasks < 1 or self.max_sessions < 1:
             raise ConfigError("max_tasks and max_sessions must be at least 1")
@@ -420,6 +422,9 @@ def _outcome(
     ran = [p for p in result.phases.values() if p.get("ran")]
     if not changed:
         reason = summary.why_nothing(night_dir, result.phases)
+        weight_notes = [n.removeprefix("weights: ") for n in report["notes"] if "weights" in n]
+        if not result.phases and weight_notes:  # a weights-only night: why no adapter
+            reason = "nothing to propose: " + "; ".join(weight_notes)
         report.update(status="no_proposal", reason=reason)
         return
     changes = staging.write_proposal(night_dir, adopted, result.skill, result.memory)
