@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from statistics import NormalDist
 
 from selftaught.errors import InputError
 
@@ -25,6 +26,30 @@ def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, fl
     lo = 0.0 if successes <= 0 else max(0.0, centre - half)
     hi = 1.0 if successes >= n else min(1.0, centre + half)
     return (lo, hi)
+
+
+def z_for(confidence: float) -> float:
+    """The two-sided normal quantile of a confidence level (0.95 -> 1.96)."""
+    if not 0.0 < confidence < 1.0:
+        raise InputError(f"a confidence level is in (0, 1), got {confidence}")
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def newcombe_interval(
+    s1: float, n1: int, s2: float, n2: int, z: float = Z95
+) -> tuple[float, float]:
+    """Interval for p1 - p2 of two independent proportions by Newcombe's hybrid score method
+    (Newcombe 1998, method 10: each side's Wilson interval, combined); (-1, 1) when a side has
+    no observations."""
+    if n1 == 0 or n2 == 0:
+        return (-1.0, 1.0)
+    p1, p2 = s1 / n1, s2 / n2
+    l1, u1 = wilson_interval(s1, n1, z)
+    l2, u2 = wilson_interval(s2, n2, z)
+    diff = p1 - p2
+    lo = diff - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    hi = diff + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return (max(-1.0, lo), min(1.0, hi))
 
 
 def mean_interval(values: Sequence[float], z: float = Z95) -> tuple[float, float]:

@@ -125,6 +125,9 @@ class Interaction:
     tool_calls: list[dict[str, Any]] | None = None
     """The reply's tool calls (OpenAI shape); for a harvested transcript turn, every call the
     agent made in it (their results in `meta["tool_results"]`)."""
+    shadow_of: str | None = None
+    """A shadow answer (`selftaught proxy --canary-mode shadow`): the id of the served row whose
+    request it answered with the staged proposal; never returned to the client, never a task."""
 
     def prompt_head(self, chars: int = 60) -> str:
         """The last user message, on one line, cut to `chars`."""
@@ -141,7 +144,14 @@ class Interaction:
 
     @property
     def is_task(self) -> bool:
-        return self.error is None
+        return self.error is None and self.shadow_of is None
+
+    @property
+    def not_task_reason(self) -> str:
+        """Why `is_task` is False, in the words a night's report uses."""
+        if self.shadow_of is not None:
+            return "a shadow answer of a staged proposal (never served, never a task)"
+        return "failed call (an error, never a task)"
 
     @property
     def effective_reference(self) -> Any:
@@ -175,6 +185,7 @@ class Interaction:
             "tools": self.tools,
             "tool_choice": self.tool_choice,
             "tool_calls": self.tool_calls,
+            "shadow_of": self.shadow_of,
         }
 
 
@@ -263,6 +274,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE interactions ADD COLUMN tool_choice TEXT;
     ALTER TABLE interactions ADD COLUMN tool_calls TEXT;
     """,
+    # 4: probation: shadow answers of a staged proposal (linked to the served row), and the
+    # per-version tallies read rows by the version that served them.
+    """
+    ALTER TABLE interactions ADD COLUMN shadow_of TEXT;
+    CREATE INDEX interactions_project_version ON interactions(project, skill_version);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -307,6 +324,7 @@ class LogFilter:
     has_feedback: bool | None = None
     errors: bool | None = None  # True: failed calls only; False: tasks only
     tag: str | None = None
+    skill_versions: tuple[str | None, ...] | None = None  # served by these (None: no skill)
     limit: int | None = None
     newest_first: bool = True
 
@@ -331,13 +349,19 @@ class LogFilter:
         if self.tag is not None:
             clauses.append("EXISTS (SELECT 1 FROM json_each(i.tags) t WHERE t.value = ?)")
             args.append(self.tag)
+        if self.skill_versions is not None:
+            named = [v for v in self.skill_versions if v is not None]
+            either = [f"i.skill_version IN ({', '.join('?' * len(named))})"] if named else []
+            either += ["i.skill_version IS NULL"] * (None in self.skill_versions)
+            clauses.append("(" + (" OR ".join(either) or "0") + ")")
+            args.extend(named)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
 
 
 _COLUMNS = (
     "id, project, source, created_at, model, messages, reply, latency_s, prompt_tokens, "
     "completion_tokens, error, error_status, reference, tags, meta, skill_version, private, "
-    "reviewed, dedupe_key, redactions, tools, tool_choice, tool_calls"
+    "reviewed, dedupe_key, redactions, tools, tool_choice, tool_calls, shadow_of"
 )
 
 
@@ -633,6 +657,7 @@ def _row(it: Interaction) -> tuple[Any, ...]:
         _dump(it.tools),
         _dump(it.tool_choice),
         _dump(it.tool_calls),
+        it.shadow_of,
     )
 
 
@@ -661,6 +686,7 @@ def _interaction(r: tuple[Any, ...]) -> Interaction:
         tools=_load(r[20]),
         tool_choice=_load(r[21]),
         tool_calls=_load(r[22]),
+        shadow_of=r[23],
     )
 
 

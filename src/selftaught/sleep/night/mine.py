@@ -188,7 +188,7 @@ def _negative(it: Interaction) -> bool:
 def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str | None]:
     """(task, None), or (None, why it cannot be a task)."""
     if not it.is_task:
-        return None, "failed call (an error, never a task)"
+        return None, it.not_task_reason
     messages = _redact_messages(it.messages)
     if messages is None:
         return None, "holds non-text content (images, files): cannot be replayed as text"

@@ -321,7 +321,7 @@ def mine_tool_task(
     first; or (None, why it cannot be one)."""
     it = group[0]
     if not it.is_task:
-        return None, "failed call (an error, never a task)"
+        return None, it.not_task_reason
     messages = redact_turns(it.messages)
     if messages is None:
         return None, "holds non-text content (images, files): cannot be replayed as text"

@@ -34,7 +34,7 @@ _OURS = {
     "id", "project", "source", "timestamp", "model", "messages", "reply", "latency_s",
     "prompt_tokens", "completion_tokens", "error", "error_status", "reference", "feedback",
     "tags", "meta", "skill_version", "private", "reviewed", "dedupe_key", "redactions",
-    "tools", "tool_choice", "tool_calls",
+    "tools", "tool_choice", "tool_calls", "shadow_of",
 }  # fmt: skip
 
 
@@ -216,6 +216,7 @@ def _ours(row: dict[str, Any]) -> Interaction:
         tools=_tools(row),
         tool_choice=row.get("tool_choice"),
         tool_calls=_tool_calls(row.get("tool_calls"), "tool_calls"),
+        shadow_of=row.get("shadow_of"),
     )
     if row.get("id") is not None:
         it.id = str(row["id"])
