@@ -370,6 +370,11 @@ def _event(project: str, home: Path | None, row: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
+def record_event(project: str, row: dict[str, Any], home: Path | None = None) -> None:
+    """Append one row (with its time) to events.jsonl, e.g. probation's `auto_rollback`."""
+    _event(project, home, row)
+
+
 def events(project: str, home: Path | None = None) -> list[dict[str, Any]]:
     path = project_dir(project, home) / "events.jsonl"
     rows = []

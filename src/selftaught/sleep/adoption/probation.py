@@ -1,0 +1,505 @@
+"""Probation: each adopted version watched on live traffic, against the version before it.
+
+The proxy logs which version served every request: `skill_version` is the adopted version
+number (one number covers skill, memory and adapter: `versions/<N>/`), `staged:<night>` a
+staged proposal tried on live traffic before adoption (`selftaught proxy --canary-share`). A
+proxy row without one was served with nothing adopted: version 0.
+
+Each logged interaction has an OUTCOME, 1 (a success), 0 (a failure) or none:
+
+1. a correction (a feedback `reference`) → the reply scored against it by the reference
+   check the night uses (`checks.score_reference`; on a request with tools, a corrected
+   tool call must be among the reply's calls): solved → 1, else 0;
+2. else a thumb: up → 1, down → 0;
+3. else a score: >= 0.5 → 1, else 0;
+4. else a reference logged with the request → scored as a correction;
+5. else none.
+
+A failed call (an error) is never an outcome; it is counted apart. A shadow answer (the
+staged proposal's answer to a request the adopted version served, `shadow_of`) is scored
+against the served row's correction or logged reference (the right answer to the same
+request); when its reply is the served reply word for word, it has the served row's outcome.
+A thumb on a reply the user saw says nothing about one they did not.
+
+Rows whose interaction fed a night that produced a version (the train or val split of its
+`tasks.jsonl`: trained or gated on) are left out, so versions are compared on traffic none
+of them was trained on. The current version is compared with the version it replaced
+(`versions/<N>/meta.json` `replaced`); a staged proposal tried on live traffic with the
+adopted version. Each side: the success rate with its Wilson interval; their difference
+with Newcombe's hybrid score interval. Verdict: `too_few` (a side has fewer than
+`min_outcomes` outcomes), `drop` (the difference's interval lies wholly below 0), else `ok`.
+With `auto_rollback` a drop rolls back to the version replaced (`maybe_roll_back`), recorded
+as an `auto_rollback` event with the statistics in events.jsonl.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from selftaught.errors import ConfigError, SelftaughtError
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
+from selftaught.stats import newcombe_interval, wilson_interval, z_for
+
+STAGED = "staged:"  # the prefix of a staged proposal's version label
+Verdict = Literal["too_few", "ok", "drop"]
+TRAINED_SPLITS = ("train", "val")
+
+
+@dataclass
+class ProbationConfig:
+    """When a version's live record is judged, and how surely."""
+
+    min_outcomes: int = 20
+    """Outcomes (feedback, or a reference, on a reply) each version needs before a verdict."""
+    confidence: float = 0.95
+    """Confidence of the intervals: each version's success rate and their difference."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.min_outcomes, bool) or int(self.min_outcomes) < 1:
+            raise ConfigError(f"min_outcomes must be >= 1, got {self.min_outcomes}")
+        if not 0.5 <= self.confidence < 1.0:
+            raise ConfigError(f"confidence must be in [0.5, 1), got {self.confidence}")
+
+
+# ---- outcomes -------------------------------------------------------------------------------
+
+
+def _solved(reply: str, reference: Any) -> bool | None:
+    """The night's reference check on a reply (None: the reference is empty or unusable)."""
+    from selftaught.sleep.night.checks import reference_scorer, score_reference
+    from selftaught.tasks.base import Example
+
+    if isinstance(reference, list):
+        reference = [r for r in reference if r is not None and str(r).strip()] or None
+    if reference is None or not str(reference).strip():
+        return None
+    try:
+        scorer = reference_scorer(reference)
+        score = score_reference(reply, Example("probation", "", reference), scorer)
+    except SelftaughtError:
+        return None
+    return score.hard >= 1
+
+
+def reference_outcome(it: Interaction, reference: Any) -> int | None:
+    """1 when the row's reply passes `reference` (a corrected answer, or on a request with
+    tools a corrected tool call, see `sleep.night.replay`), 0 when not, None when unusable."""
+    from selftaught.sleep.night import replay
+
+    if replay.logged_tools(it) is not None:
+        corrected = replay.tool_feedback(reference)
+        if corrected is not None:
+            made = {
+                replay.call_key(*parts)
+                for call in replay.logged_tool_calls(it)
+                if (parts := replay.call_parts(call)) is not None
+            }
+            calls = all(replay.call_key(c["name"], c["arguments"]) in made for c in corrected.calls)
+            answer = None if corrected.answer is None else _solved(it.reply or "", corrected.answer)
+            if not corrected.calls and answer is None:
+                return None
+            return int(calls and answer is not False)
+    solved = _solved(it.reply or "", reference)
+    return None if solved is None else int(solved)
+
+
+def outcome(it: Interaction) -> int | None:
+    """The row's outcome by the rules of the module docstring (None: no outcome)."""
+    if it.error is not None:
+        return None
+    fb = it.feedback
+    if fb.reference is not None:
+        return reference_outcome(it, fb.reference)
+    if fb.thumb is not None:
+        return int(fb.thumb == "up")
+    if fb.score is not None:
+        return int(fb.score >= 0.5)
+    if it.reference is not None:
+        return reference_outcome(it, it.reference)
+    return None
+
+
+def shadow_outcome(shadow: Interaction, served: Interaction | None) -> int | None:
+    """A shadow answer's outcome, from what the user said about the served one."""
+    if served is None or shadow.error is not None:
+        return None
+    reference = served.effective_reference
+    if reference is not None:
+        return reference_outcome(shadow, reference)
+    same = shadow.reply is not None and (shadow.reply or "").strip() == (served.reply or "").strip()
+    return outcome(served) if same and not shadow.tool_calls and not served.tool_calls else None
+
+
+def served_by(it: Interaction) -> str | None:
+    """The version label that answered `it` (None: not served through the proxy)."""
+    if it.skill_version:
+        return it.skill_version
+    return "0" if it.source == "proxy" else None
+
+
+# ---- tallies and comparisons -------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """One version's live record."""
+
+    version: str
+    requests: int = 0  # requests it answered for the client (errors and left-out rows too)
+    shadow: int = 0  # shadow answers logged for it (never returned)
+    excluded: int = 0  # rows left out: they fed a night that produced a version
+    errors: int = 0
+    outcomes: int = 0
+    successes: int = 0
+    rate: float | None = None
+    interval: tuple[float, float] = (0.0, 1.0)
+
+    def close(self, z: float) -> None:
+        self.rate = self.successes / self.outcomes if self.outcomes else None
+        self.interval = wilson_interval(self.successes, self.outcomes, z)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "interval": list(self.interval)}
+
+    def describe(self) -> str:
+        if self.rate is None:
+            return "no outcomes yet"
+        lo, hi = self.interval
+        return f"{self.rate:.2f} ({self.successes}/{self.outcomes}, CI {lo:.2f}–{hi:.2f})"
+
+
+@dataclass
+class Comparison:
+    """A version against the one before it (or a staged proposal against the adopted one)."""
+
+    kind: Literal["adopted", "staged"]
+    new: Tally
+    old: Tally
+    diff: float | None  # new rate - old rate
+    interval: tuple[float, float]  # of the difference (Newcombe)
+    verdict: Verdict
+    min_outcomes: int
+    confidence: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "new": self.new.to_dict(),
+            "old": self.old.to_dict(),
+            "diff": self.diff,
+            "interval": list(self.interval),
+            "verdict": self.verdict,
+            "min_outcomes": self.min_outcomes,
+            "confidence": self.confidence,
+        }
+
+    def line(self) -> str:
+        """One line for people: the two sides, the difference, the verdict."""
+        new, old = _name(self.new.version), _name(self.old.version)
+        text = f"{new} vs {old}: {self.new.describe()} vs {self.old.describe()}"
+        if self.diff is not None:
+            lo, hi = self.interval
+            text += f"; difference {self.diff:+.2f} (CI {lo:+.2f} to {hi:+.2f})"
+        if self.verdict == "too_few":
+            return text + (
+                f": too few outcomes to judge (each side needs {self.min_outcomes}; a thumb, "
+                "a score or a corrected answer gives one)"
+            )
+        return text + f": {self.verdict}"
+
+
+def _name(label: str) -> str:
+    return f"staged night {label[len(STAGED) :]}" if label.startswith(STAGED) else f"version {label}"
+
+
+def compare(
+    kind: Literal["adopted", "staged"], new: Tally, old: Tally, config: ProbationConfig
+) -> Comparison:
+    z = z_for(config.confidence)
+    diff = None
+    interval = (-1.0, 1.0)
+    if new.outcomes and old.outcomes:
+        diff = new.successes / new.outcomes - old.successes / old.outcomes
+        interval = newcombe_interval(new.successes, new.outcomes, old.successes, old.outcomes, z)
+    verdict: Verdict = "ok"
+    if min(new.outcomes, old.outcomes) < config.min_outcomes:
+        verdict = "too_few"
+    elif interval[1] < 0:
+        verdict = "drop"
+    return Comparison(
+        kind, new, old, diff, interval, verdict, config.min_outcomes, config.confidence
+    )
+
+
+@dataclass
+class Lineage:
+    """What the tallies are compared by: the current version, the one it replaced, the staged
+    proposals still waiting, and the interactions some version was trained or gated on."""
+
+    current: str
+    replaced: str | None = None
+    staged: tuple[str, ...] = ()
+    trained: frozenset[str] = frozenset()
+
+    def labels(self) -> tuple[str | None, ...]:
+        """The `skill_version` values the comparisons read (None: version 0)."""
+        wanted = [self.current, self.replaced, *self.staged]
+        return tuple({None if v in (None, "0") else v for v in wanted})
+
+
+@dataclass
+class Probation:
+    """Every version's tally and the verdicts (`adopted`: the current version vs the one it
+    replaced; `staged`: each staged proposal tried on live traffic vs the current one)."""
+
+    project: str
+    current: str
+    tallies: list[Tally]
+    adopted: Comparison | None
+    staged: list[Comparison] = field(default_factory=list)
+    config: ProbationConfig = field(default_factory=ProbationConfig)
+    left_out_ids: int = 0  # interactions some version was trained or gated on
+
+    @property
+    def drop(self) -> bool:
+        return self.adopted is not None and self.adopted.verdict == "drop"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "current": self.current,
+            "config": asdict(self.config),
+            "left_out_ids": self.left_out_ids,
+            "versions": [t.to_dict() for t in self.tallies],
+            "adopted": self.adopted.to_dict() if self.adopted else None,
+            "staged": [c.to_dict() for c in self.staged],
+        }
+
+
+def _order(label: str) -> tuple[int, int, str]:
+    return (1, 0, label) if not label.isdigit() else (0, int(label), "")
+
+
+def evaluate(
+    rows: Iterable[Interaction],
+    lineage: Lineage,
+    config: ProbationConfig | None = None,
+    project: str = "",
+) -> Probation:
+    """The tallies and verdicts of one project's rows (pure: reads nothing else)."""
+    config = config or ProbationConfig()
+    rows = list(rows)
+    by_id = {it.id: it for it in rows}
+    tallies: dict[str, Tally] = {}
+    for it in rows:
+        label = served_by(it)
+        if label is None:
+            continue
+        t = tallies.setdefault(label, Tally(label))
+        if it.shadow_of is None:
+            t.requests += 1
+        else:
+            t.shadow += 1
+        if it.id in lineage.trained or it.shadow_of in lineage.trained:
+            t.excluded += 1
+            continue
+        if it.error is not None:
+            t.errors += 1
+            continue
+        if it.shadow_of is None:
+            result = outcome(it)
+        else:
+            result = shadow_outcome(it, by_id.get(it.shadow_of))
+        if result is not None:
+            t.outcomes += 1
+            t.successes += result
+    z = z_for(config.confidence)
+    for label in {lineage.current, lineage.replaced, *lineage.staged} - {None}:
+        tallies.setdefault(str(label), Tally(str(label)))
+    for t in tallies.values():
+        t.close(z)
+    current = tallies[lineage.current]
+    adopted = None
+    if lineage.replaced is not None and lineage.replaced != lineage.current:
+        adopted = compare("adopted", current, tallies[lineage.replaced], config)
+    staged = [
+        compare("staged", tallies[s], current, config)
+        for s in lineage.staged
+        if tallies[s].requests + tallies[s].shadow
+    ]
+    ordered = [tallies[k] for k in sorted(tallies, key=_order)]
+    return Probation(
+        project, lineage.current, ordered, adopted, staged, config, len(lineage.trained)
+    )
+
+
+# ---- reading a project -----------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _trained_in(path: Path, _stamp: tuple[int, int]) -> frozenset[str]:
+    ids: set[str] = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            row = json.loads(line)
+            if row.get("split") in TRAINED_SPLITS:
+                ids.update(str(s) for s in row.get("sources") or [])
+    return frozenset(ids)
+
+
+def trained_ids(night_dir: Path) -> frozenset[str]:
+    """The interactions a night trained or gated on (its train and val tasks' sources)."""
+    path = night_dir / "tasks.jsonl"
+    try:
+        st = path.stat()
+    except OSError:
+        return frozenset()
+    return _trained_in(path, (st.st_mtime_ns, st.st_size))
+
+
+def read_lineage(project: str, home: Path | None = None) -> Lineage:
+    """The project's current version, the one it replaced, the staged proposals waiting, and
+    every interaction a version's night (adopted or staged) trained or gated on."""
+    current = staging.current_version(project, home)
+    nights = staging.nights_dir(project, home)
+    trained: set[str] = set()
+    replaced = None
+    for row in staging.history(project, home)[1:]:
+        if row.get("night"):
+            trained |= trained_ids(nights / str(row["night"]))
+        if row["version"] == current and row.get("replaced") is not None:
+            replaced = str(row["replaced"])
+    staged = []
+    for path, report in staging.list_nights(project, home):
+        if report.get("status") == "staged":
+            staged.append(STAGED + path.name)
+            trained |= trained_ids(path)
+    return Lineage(str(current), replaced, tuple(staged), frozenset(trained))
+
+
+def probation_for(
+    project: str,
+    log: TaskLog,
+    *,
+    home: Path | None = None,
+    config: ProbationConfig | None = None,
+    narrow: bool = False,
+) -> Probation:
+    """A project's probation from its log. `narrow`: read only the rows of the versions
+    compared (the proxy's background check), not every version's."""
+    lineage = read_lineage(project, home)
+    flt = LogFilter(project=project, newest_first=False)
+    if narrow:
+        flt.skill_versions = lineage.labels()
+    return evaluate(log.query(flt), lineage, config, project)
+
+
+# ---- acting on a drop -------------------------------------------------------------------------
+
+
+def _brought_back(project: str, version: int, home: Path | None) -> bool:
+    """The user adopted `version` again after an automatic rollback took it away: their call
+    stands (warned, not rolled back again)."""
+    rows = staging.events(project, home)
+    last = max(
+        (i for i, e in enumerate(rows) if e.get("event") == "auto_rollback"
+         and e.get("previous") == version),
+        default=None,
+    )  # fmt: skip
+    if last is None:
+        return False
+    return any(e.get("version") == version for e in rows[last + 1 :])
+
+
+def maybe_roll_back(
+    project: str, result: Probation, *, home: Path | None = None, by: str = "cli"
+) -> staging.Adoption | None:
+    """On a drop, roll back to the version replaced and record an `auto_rollback` event with
+    the statistics; None when there is no drop, the adopted version changed since `result`
+    was measured, or the user brought the version back after an earlier automatic rollback."""
+    comp = result.adopted
+    if comp is None or comp.verdict != "drop" or not comp.old.version.isdigit():
+        return None
+    version, target = int(comp.new.version), int(comp.old.version)
+    # checked again here: an adopt since the tallies were read must not be undone
+    if staging.current_version(project, home) != version or _brought_back(project, version, home):
+        return None
+    done = staging.rollback(project, target, home=home)
+    staging.record_event(
+        project,
+        {
+            "event": "auto_rollback",
+            "version": target,
+            "previous": version,
+            "by": by,
+            "probation": comp.to_dict(),
+        },
+        home,
+    )
+    return done
+
+
+# ---- what people read -------------------------------------------------------------------------
+
+
+def status_lines(result: Probation, project: str) -> list[str]:
+    """`sleep status`: the probation line(s), and a WARNING on a drop."""
+    if result.adopted is None:
+        what = "nothing adopted" if result.current == "0" else "no earlier version recorded"
+        lines = [f"  probation: {what}, nothing to compare"]
+    else:
+        lines = [f"  probation: {result.adopted.line()}"]
+    if result.drop and result.adopted is not None:
+        new, old = result.adopted.new.version, result.adopted.old.version
+        lines.append(
+            f"  WARNING: version {new} does worse than version {old} on live traffic (the "
+            f"{result.config.confidence:.0%} interval of the difference is below 0): "
+            f"`selftaught sleep rollback {old} --project {project}` returns to it (the proxy's "
+            "--auto-rollback does it by itself)"
+        )
+    for comp in result.staged:
+        lines.append(f"  canary: {comp.line()}")
+        if comp.verdict == "drop":
+            lines.append(
+                f"  WARNING: {_name(comp.new.version)} does worse than the adopted version on "
+                "live traffic; do not adopt it"
+            )
+    return lines
+
+
+def version_table(result: Probation) -> Any:
+    """`sleep probation`: one row per version."""
+    from rich.table import Table
+
+    marks = {result.current: "current"}
+    if result.adopted is not None:
+        marks[result.adopted.old.version] = "replaced"
+    table = Table(title=f"probation of {result.project} ({result.config.confidence:.0%} CI)")
+    for column in ("version", "served", "shadow", "errors", "left out", "outcomes", "rate", "CI"):
+        table.add_column(column, justify="left" if column == "version" else "right")
+    table.add_column("")
+    for t in result.tallies:
+        lo, hi = t.interval
+        table.add_row(
+            t.version,
+            str(t.requests),
+            str(t.shadow),
+            str(t.errors),
+            str(t.excluded),
+            str(t.outcomes),
+            "—" if t.rate is None else f"{t.rate:.3f}",
+            f"{lo:.2f}–{hi:.2f}",
+            marks.get(t.version, "staged" if t.version.startswith(STAGED) else ""),
+        )
+    return table
+
+
+def versions_compared(comparisons: Sequence[Comparison]) -> str:
+    return ", ".join(f"{c.new.version} vs {c.old.version}: {c.verdict}" for c in comparisons)
