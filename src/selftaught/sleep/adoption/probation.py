@@ -216,7 +216,9 @@ class Comparison:
 
 
 def _name(label: str) -> str:
-    return f"staged night {label[len(STAGED) :]}" if label.startswith(STAGED) else f"version {label}"
+    if label.startswith(STAGED):
+        return f"staged night {label[len(STAGED) :]}"
+    return f"version {label}"
 
 
 def compare(
