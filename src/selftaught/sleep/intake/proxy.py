@@ -15,6 +15,11 @@ adopted skill and logs every exchange. An agent gets sleep by changing its base 
 - Upstream errors are passed through with their status and body, and logged as errors, never
   as tasks; an unreachable upstream is a 502 (504 on timeout), never an invented reply.
 - Each response carries `x-selftaught-interaction-id`; `POST /v1/feedback` attaches feedback.
+- Probation (`sleep.adoption.probation`): with `auto_rollback` (or a canary) a background
+  thread recomputes each version's live record after every feedback and every
+  `probation_every` requests, and `auto_rollback` rolls back a version that does worse than
+  the one it replaced; `/health` shows the last verdict. `canary_share` tries the staged
+  proposal on that share of requests, in shadow or serve mode (`sleep.intake.canary`).
 - `require_key` makes clients send `Authorization: Bearer KEY` (any case of `Bearer`); without
   the key `/health` says only `{"status": "ok"}`. The server binds loopback only unless
   `allow_remote`, and every request passes `selftaught.http_guard` (loopback `Host`, JSON
@@ -30,7 +35,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +49,10 @@ from selftaught.http_guard import (
 )
 from selftaught.retrieval import RetrievalUnavailable
 from selftaught.sleep.adoption.inject import inject_adopted
+from selftaught.sleep.adoption.probation import ProbationConfig
+from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
 from selftaught.sleep.intake.log import Feedback, Interaction, LogError, TaskLog
+from selftaught.sleep.intake.watch import ProbationWatch
 from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
 
@@ -72,12 +80,41 @@ class ProxyConfig:
     max_queue: int = 10_000  # log rows waiting to be written before new ones are dropped
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request is refused (413)
     lora: bool = False  # the upstream is vLLM with runtime LoRA: load and route adopted adapters
+    auto_rollback: bool = False
+    """Roll back to the version the adopted one replaced when probation finds it does worse on
+    live traffic (checked in the background after each feedback and every --probation-every
+    requests; recorded as an auto_rollback event)."""
+    probation_every: int = 25
+    """Recompute probation after this many completed requests (and after each feedback), when
+    --auto-rollback or a canary is on."""
+    probation: ProbationConfig = field(default_factory=ProbationConfig)
+    canary_share: float = 0.0
+    """Share of requests (0 to 1) that also get the staged proposal's answer (0: no canary)."""
+    canary_mode: str = "shadow"
+    """shadow: the staged answer is only logged, the client gets the adopted one; serve: the
+    client gets the staged answer (feedback on it counts for the proposal)."""
+    canary_night: str | None = None
+    """The staged night to try (default: the newest staged one, looked up again as nights
+    are staged or adopted)."""
+    canary_seed: int = 0
+    """Seed of the canary draw (the same interaction id is always drawn the same way)."""
 
     def __post_init__(self) -> None:
         try:
             check_project(self.project)
         except ValueError as err:
             raise ProxyError(str(err)) from None
+        if not 0.0 <= self.canary_share <= 1.0:
+            raise ProxyError(f"canary_share must be in [0, 1], got {self.canary_share}")
+        if self.canary_mode not in CANARY_MODES:
+            raise ProxyError(f"canary_mode must be shadow or serve, got {self.canary_mode!r}")
+        if self.probation_every < 1:
+            raise ProxyError(f"probation_every must be >= 1, got {self.probation_every}")
+
+    @property
+    def watched(self) -> bool:
+        """Probation runs in the background (auto-rollback, or a canary to compare)."""
+        return self.auto_rollback or self.canary_share > 0
 
 
 # ---- upstreams ----------------------------------------------------------------------------
@@ -246,7 +283,9 @@ def _error_body(message: str, kind: str, status: int) -> dict[str, Any]:
 class ProxyState:
     """What one running proxy holds: config, upstream, log, writer and counters."""
 
-    def __init__(self, config: ProxyConfig, upstream: Upstream, log: TaskLog):
+    def __init__(
+        self, config: ProxyConfig, upstream: Upstream, log: TaskLog, canary: Canary | None = None
+    ):
         self.config = config
         self.upstream = upstream
         self.log = log
@@ -258,6 +297,20 @@ class ProxyState:
             from selftaught.sleep.adoption.serving import LoraRoute
 
             self.lora = LoraRoute(config.project, config.home, upstream.model)
+        self.canary = canary
+        self.shadow_tasks: set[asyncio.Task[None]] = set()
+        self.watch = (
+            ProbationWatch(
+                config.project,
+                log.path,
+                config.home,
+                config.probation,
+                auto_rollback=config.auto_rollback,
+                every=config.probation_every,
+            )
+            if config.watched
+            else None
+        )
 
     def adopted(self) -> Any:
         return read_adopted(self.config.project, self.config.home)
@@ -287,6 +340,8 @@ class ProxyState:
             "requests": self.requests,
             "upstream_errors": self.upstream_errors,
             "log": {"path": str(self.log.path), **self.writer.snapshot()},
+            "probation": self.watch.snapshot() if self.watch else None,
+            "canary": self.canary.snapshot() if self.canary else None,
         }
 
 
@@ -294,14 +349,22 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     """The FastAPI app; `upstream` defaults to `build_upstream(config)`."""
     from fastapi import FastAPI
 
+    try:
+        canary = start_canary(config)  # a staged adapter on a remote upstream: refused here
+    except CanaryError as err:
+        raise ProxyError(str(err)) from None
     log = TaskLog(config.log_path)  # opening fails loudly at startup, not per request
-    state = ProxyState(config, upstream or build_upstream(config), log)
+    state = ProxyState(config, upstream or build_upstream(config), log, canary)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         yield
+        if state.shadow_tasks:  # shadow answers still on their way: a few seconds to log them
+            await asyncio.wait(set(state.shadow_tasks), timeout=10)
         await state.upstream.aclose()
         await asyncio.to_thread(state.writer.close)
+        if state.watch is not None:
+            await asyncio.to_thread(state.watch.close)
 
     app = FastAPI(
         title="selftaught proxy", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
@@ -356,6 +419,8 @@ def _add_own_routes(app: Any, state: ProxyState) -> None:
             return _error(404, str(err), "not_found_error")
         except (ValueError, TypeError) as err:
             return _error(400, str(err), "invalid_request_error")
+        if state.watch is not None:
+            state.watch.poke()  # probation runs in its own thread, after the answer
         return {"id": full_id, "status": "ok"}
 
 
@@ -398,10 +463,14 @@ def _upstream_body(state: ProxyState, body: dict[str, Any], record: Interaction)
     filled in where the upstream needs it."""
     out = dict(body)
     if state.config.inject:
-        adopted = state.adopted()
+        staged = state.canary.pick(record.id, "serve") if state.canary else None
+        adopted = staged.documents if staged else state.adopted()
         if not adopted.empty:
             out["messages"] = inject_adopted(body.get("messages"), adopted)
             record.skill_version = adopted.version
+        if staged is not None and state.canary is not None:
+            record.skill_version = staged.label  # even when the proposal is empty
+            state.canary.counts["served"] += 1
     upstream = state.upstream
     if upstream.model and (upstream.force_model or not body.get("model")):
         out["model"] = upstream.model
@@ -451,6 +520,10 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
         )
     content = raw if upstream_body == body else json.dumps(upstream_body).encode()
     stream = body.get("stream") is True
+    shadow = state.canary.pick(record.id, "shadow") if state.canary else None
+    if shadow is not None:
+        routed = {**upstream_body, "messages": body.get("messages")}  # the same model / adapter
+        _start_shadow(state, routed, record, shadow, state.upstream_headers(request.headers))
     try:
         upstream_request = client.build_request(
             "POST",
@@ -537,8 +610,10 @@ def _finish(
     record.tool_calls = tool_calls if isinstance(tool_calls, list) and tool_calls else None
     record.error = error
     record.error_status = status if error else None
-    if error:
-        state.upstream_errors += 1
+    if record.shadow_of is None:  # a shadow answer is not a request the proxy served
+        state.upstream_errors += bool(error)
+        if state.watch is not None:
+            state.watch.request_done()
     if usage:
         record.prompt_tokens = usage.get("prompt_tokens")
         record.completion_tokens = usage.get("completion_tokens")
@@ -611,6 +686,63 @@ async def _relay(
         )
         with contextlib.suppress(Exception):  # logged first: closing may be cancelled
             await response.aclose()
+
+
+# ---- canary: the staged proposal's shadow answer -----------------------------------------
+
+
+def _start_shadow(
+    state: ProxyState,
+    body: dict[str, Any],
+    served: Interaction,
+    staged: Staged,
+    headers: dict[str, str],
+) -> None:
+    """Ask for the staged proposal's answer to the same request beside the served one, as a
+    task the client never waits for; logged as a shadow row linked to the served one. `body`
+    is the served request as routed upstream (its model), with the client's own messages."""
+    record = Interaction(
+        messages=served.messages,
+        project=served.project,
+        source=served.source,
+        created_at=served.created_at,
+        model=served.model,
+        meta={**served.meta, "shadow": True},
+        tools=served.tools,
+        tool_choice=served.tool_choice,
+        skill_version=staged.label,
+        shadow_of=served.id,
+    )
+    task = asyncio.get_running_loop().create_task(_shadow(state, body, record, staged, headers))
+    state.shadow_tasks.add(task)
+    task.add_done_callback(state.shadow_tasks.discard)
+
+
+async def _shadow(
+    state: ProxyState,
+    body: dict[str, Any],
+    record: Interaction,
+    staged: Staged,
+    headers: dict[str, str],
+) -> None:
+    started = time.time()
+    upstream = state.upstream
+    out = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    try:
+        out["messages"] = inject_adopted(body.get("messages"), staged.documents)
+        response = await upstream.client.post(
+            f"{upstream.base_url}/chat/completions", json=out, headers=headers
+        )
+    except RetrievalUnavailable as err:
+        _finish(state, record, started, error=f"the staged proposal: {err}", status=500)
+    except Exception as err:  # noqa: BLE001 - logged on the shadow row, never raised
+        status, message = _network_error(err)
+        _finish(state, record, started, error=message, status=status)
+    else:
+        _finish_plain(state, record, started, response.status_code, response.content)
+    if state.canary is not None:
+        state.canary.counts["shadow"] += 1
+        state.canary.counts["shadow_errors"] += record.error is not None
 
 
 # ---- running --------------------------------------------------------------------------------
