@@ -41,6 +41,7 @@ from selftaught.gate import GateConfig
 from selftaught.models.errors import CALL_TIMEOUT_S
 from selftaught.rollout import rollout_timeout
 from selftaught.skill.config import SkillOptConfig
+from selftaught.sleep.adoption.probation import ProbationConfig
 from selftaught.sleep.intake.harvest import HarvestConfig
 from selftaught.sleep.intake.log import parse_time
 from selftaught.sleep.intake.proxy import ProxyConfig
@@ -64,9 +65,24 @@ LogOpt = Annotated[
 ProjectOpt = Annotated[str, typer.Option(help="Project the interactions belong to.")]
 
 
+PROXY_FLAGS = (
+    "auto_rollback",
+    "probation_every",
+    "canary_share",
+    "canary_mode",
+    "canary_night",
+    "canary_seed",
+)
+PROBATION_FLAGS = ("min_outcomes", "confidence")
+
+
 @app.command("proxy")
 @friendly_errors
+@config_flags(ProxyConfig, PROXY_FLAGS, into="watch_fields")
+@config_flags(ProbationConfig, PROBATION_FLAGS, into="probation_fields")
 def proxy_cmd(
+    watch_fields: dict[str, Any],
+    probation_fields: dict[str, Any],
     upstream: Annotated[
         str, typer.Option(help="Model spec to forward to: http://HOST:PORT/v1#M | openai:M | local")
     ],
@@ -121,6 +137,8 @@ def proxy_cmd(
         inject=inject,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         lora=lora,
+        probation=ProbationConfig(**probation_fields),
+        **watch_fields,
     )
     console.print(
         f"proxy for {strip_credentials(upstream)} at http://{host}:{port}/v1 (project {project})"
@@ -529,12 +547,50 @@ def sleep_history_cmd(
 
 @sleep_app.command("status")
 @friendly_errors
-def sleep_status_cmd(project: NightProjectOpt = None) -> None:
-    """The last night, a staged proposal, the adopted version, a running night, the schedule."""
+def sleep_status_cmd(project: NightProjectOpt = None, log: LogOpt = None) -> None:
+    """The last night, a staged proposal, the adopted version and its probation, a running
+    night, the schedule."""
     from selftaught.sleep.night.summary import status_lines
 
-    for line in status_lines(project):
+    for line in status_lines(project, log_path=log):
         out.print(line, soft_wrap=True, markup=False)
+
+
+@sleep_app.command("probation")
+@friendly_errors
+@config_flags(ProbationConfig, PROBATION_FLAGS, into="probation_fields")
+def sleep_probation_cmd(
+    probation_fields: dict[str, Any],
+    project: AdoptProjectOpt = DEFAULT_PROJECT,
+    log: LogOpt = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object: every version, the verdicts.")
+    ] = False,
+    auto_rollback: Annotated[
+        bool,
+        typer.Option(help="On a drop, roll back to the version replaced (an auto_rollback event)."),
+    ] = False,
+) -> None:
+    """Each version's live record (requests, outcomes, success rate with its interval) and
+    the adopted version against the one it replaced, on traffic neither was trained on."""
+    from selftaught.sleep.adoption.probation import maybe_roll_back, probation_for, status_lines
+    from selftaught.sleep.intake.log import TaskLog
+
+    result = probation_for(project, TaskLog(log), config=ProbationConfig(**probation_fields))
+    done = maybe_roll_back(project, result, by="cli") if auto_rollback else None
+    if as_json:
+        rolled = {"from": done.previous, "to": done.version} if done else None
+        print(json.dumps({**result.to_dict(), "rolled_back": rolled}, ensure_ascii=False))
+        return
+    from selftaught.sleep.adoption.probation import version_table
+
+    out.print(version_table(result))
+    for line in status_lines(result, project):
+        out.print(line.strip(), soft_wrap=True, markup=False)
+    if done is not None:
+        out.print(f"{project}: rolled back to version {done.version} (was {done.previous})")
+    elif auto_rollback and result.drop:
+        out.print("not rolled back: the adopted version changed, or you brought it back by hand")
 
 
 @sleep_app.command(

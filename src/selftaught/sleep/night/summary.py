@@ -438,6 +438,23 @@ def write_markdown(night_dir: Path, report: dict[str, Any]) -> None:
 # ---- the CLI's views -----------------------------------------------------------------------
 
 
+def probation_lines(project: str, home: Path, log_path: Path | None) -> list[str]:
+    """`sleep status`'s probation line (and a WARNING on a drop); nothing without a log."""
+    from selftaught.errors import SelftaughtError
+    from selftaught.sleep.adoption.probation import probation_for, status_lines
+    from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.paths import default_log_path
+
+    path = log_path or default_log_path()
+    if not path.exists():
+        return []
+    try:
+        with TaskLog(path) as log:
+            return status_lines(probation_for(project, log, home=home), project)
+    except SelftaughtError as err:
+        return [f"  probation: unknown ({err})"]
+
+
 def print_outcomes(outcomes: list[Any], out: Any, *, dry_run: bool = False) -> None:
     """One line per project (the report's path); a dry run prints each report and deletes
     its temporary folder."""
@@ -524,9 +541,11 @@ def history_rows(project: str, home: Path | None = None) -> list[dict[str, Any]]
     return rows
 
 
-def status_lines(project: str | None, home: Path | None = None) -> list[str]:
+def status_lines(
+    project: str | None, home: Path | None = None, log_path: Path | None = None
+) -> list[str]:
     """What `sleep status` prints: per project the last night, a proposal waiting, the
-    adopted version; then a running night and the schedule."""
+    adopted version and its probation; then a running night and the schedule."""
     from selftaught.sleep import cron
     from selftaught.sleep.adoption import staging
     from selftaught.sleep.lock import read_holder
@@ -563,6 +582,7 @@ def status_lines(project: str | None, home: Path | None = None) -> list[str]:
                 f"  waiting to be adopted: night {staged[-1]['night']} "
                 f"(`selftaught sleep adopt {staged[-1]['night']} --project {name}`)"
             )
+        lines += probation_lines(name, home, log_path)
     if holder is not None:
         lines.append(
             f"running now: {holder.get('what', 'night')} {holder.get('night')} "
