@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -477,31 +477,31 @@ def status_lines(result: Probation, project: str) -> list[str]:
 
 
 def version_table(result: Probation) -> Any:
-    """`sleep probation`: one row per version."""
+    """`sleep probation`: one row per version (a shadow column when a canary logged any)."""
+    from rich import box
     from rich.table import Table
 
     marks = {result.current: "current"}
     if result.adopted is not None:
         marks[result.adopted.old.version] = "replaced"
-    table = Table(title=f"probation of {result.project} ({result.config.confidence:.0%} CI)")
-    for column in ("version", "served", "shadow", "errors", "left out", "outcomes", "rate", "CI"):
-        table.add_column(column, justify="left" if column == "version" else "right")
-    table.add_column("")
+    shadow = any(t.shadow for t in result.tallies)
+    table = Table(title=f"probation of {result.project}", box=box.SIMPLE_HEAD, pad_edge=False)
+    columns = ["version", "served", *(["shadow"] if shadow else []), "errors", "left out"]
+    columns += ["outcomes", "rate", f"{result.config.confidence:.0%} CI", ""]
+    for column in columns:
+        justify = "left" if column in ("version", "") else "right"
+        table.add_column(column, justify=justify, no_wrap=True)
     for t in result.tallies:
         lo, hi = t.interval
         table.add_row(
             t.version,
             str(t.requests),
-            str(t.shadow),
+            *([str(t.shadow)] if shadow else []),
             str(t.errors),
             str(t.excluded),
             str(t.outcomes),
-            "—" if t.rate is None else f"{t.rate:.3f}",
+            "—" if t.rate is None else f"{t.rate:.2f}",
             f"{lo:.2f}–{hi:.2f}",
             marks.get(t.version, "staged" if t.version.startswith(STAGED) else ""),
         )
     return table
-
-
-def versions_compared(comparisons: Sequence[Comparison]) -> str:
-    return ", ".join(f"{c.new.version} vs {c.old.version}: {c.verdict}" for c in comparisons)
