@@ -133,7 +133,7 @@ def test_a_log_without_the_tool_columns_is_migrated_and_old_rows_still_replay(tm
     migrate(conn, target=2)
     conn.close()
     log = TaskLog(tmp_path / "old.db")
-    assert log.schema_version() == len(MIGRATIONS) == 3
+    assert log.schema_version() == len(MIGRATIONS)  # the latest (3 added the tool columns)
     old = Interaction(
         messages=[{"role": "user", "content": "hi"}], meta={"request": {"tools": CALC}}
     )
