@@ -36,6 +36,7 @@ from selftaught.sleep.adoption.probation import (  # noqa: E402
     read_lineage,
 )
 from selftaught.sleep.intake.canary import CanaryError, picked, start_canary  # noqa: E402
+from selftaught.sleep.intake.harvest.import_jsonl import import_file  # noqa: E402
 from selftaught.sleep.intake.log import (  # noqa: E402
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -302,6 +303,10 @@ def test_shadow_answers_are_logged_linked_never_returned_never_mined(tmp_path):
     assert task is None and "shadow" in why
     assert health["canary"]["shadow"] == 1 and health["canary"]["night"] == "n2"
     assert shadow.to_dict()["shadow_of"] == iid
+    log.export_jsonl(tmp_path / "out.jsonl")  # the link survives an export and an import
+    copy = TaskLog(tmp_path / "copy.db")
+    import_file(tmp_path / "out.jsonl", copy)
+    assert copy.get(shadow.id).shadow_of == iid and not copy.get(shadow.id).is_task
     # the user's correction of the served reply scores the shadow answer too
     result = probation_for(PROJECT, log, home=home)
     staged = next(t for t in result.tallies if t.version == "staged:n2")

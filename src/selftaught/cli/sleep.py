@@ -236,7 +236,9 @@ def _feedback_cell(fb: Any) -> str:
 def _notes(it: Any) -> list[str]:
     notes = [f"error {it.error_status or ''}".strip()] if it.error else []
     notes += ["private"] * it.private + [f"{it.redactions} redacted"] * bool(it.redactions)
-    return notes + [f"skill v{it.skill_version}"] * bool(it.skill_version)
+    version = it.skill_version or ""
+    notes += [f"skill v{version}" if version.isdigit() else version] * bool(version)
+    return notes + [f"shadow of {(it.shadow_of or '')[:8]}"] * bool(it.shadow_of)
 
 
 @sleep_app.command("import")

@@ -450,7 +450,8 @@ def probation_lines(project: str, home: Path, log_path: Path | None) -> list[str
         return []
     try:
         with TaskLog(path) as log:
-            return status_lines(probation_for(project, log, home=home), project)
+            result = probation_for(project, log, home=home, narrow=True)  # the versions compared
+            return status_lines(result, project)
     except SelftaughtError as err:
         return [f"  probation: unknown ({err})"]
 
