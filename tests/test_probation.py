@@ -427,3 +427,17 @@ def test_sleep_probation_cli_table_json_and_auto_rollback(tmp_path, monkeypatch)
     assert staging.events(PROJECT, home)[-1]["event"] == "auto_rollback"
     bad = runner.invoke(cli.app, [*args, "--confidence", "1.5"])
     assert bad.exit_code == 2
+
+
+def test_a_version_without_documents_is_still_recorded_as_the_one_that_served(tmp_path):
+    home = tmp_path / "home"
+    stage(home, "n1", "")  # e.g. a weights-only night: the version is its adapter
+    staging.adopt(PROJECT, "n1", home=home)
+    with proxy_in_background(proxy_config(tmp_path), upstream=scripted_upstream()) as (url, app), \
+            httpx.Client(timeout=30) as client:  # fmt: skip
+        first, _ = ask(client, url, 1)
+        staging.rollback(PROJECT, 0, home=home)
+        second, _ = ask(client, url, 2)
+        assert app.state.proxy.writer.flush(30)
+    log = TaskLog(tmp_path / "log.db")
+    assert log.get(first).skill_version == "1" and log.get(second).skill_version is None

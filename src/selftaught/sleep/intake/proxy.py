@@ -467,9 +467,9 @@ def _upstream_body(state: ProxyState, body: dict[str, Any], record: Interaction)
         adopted = staged.documents if staged else state.adopted()
         if not adopted.empty:
             out["messages"] = inject_adopted(body.get("messages"), adopted)
-            record.skill_version = adopted.version
+        if adopted.version not in (None, "0"):  # an adapter-only version serves it too
+            record.skill_version = adopted.version  # probation tallies by it
         if staged is not None and state.canary is not None:
-            record.skill_version = staged.label  # even when the proposal is empty
             state.canary.counts["served"] += 1
     upstream = state.upstream
     if upstream.model and (upstream.force_model or not body.get("model")):
