@@ -338,7 +338,12 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
             adapter = super().__call__(method, data, out_dir)
             files = {p.name for p in out_dir.iterdir()}
             seen.append(
-                {"method": method, "files": files, "peft": PeftConfig.from_pretrained(out_dir)}
+                {
+                    "method": method,
+                    "files": files,
+                    "peft": PeftConfig.from_pretrained(out_dir),
+                    "model": adapter.model,
+                }
             )
             return adapter
 
@@ -372,6 +377,27 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
         assert night.status == "staged" and report["proposal"]["adapter"]["base_model"] == "local"
         base, _ = load_causal_lm(embedded_model_dir())
         assert isinstance(PeftModel.from_pretrained(base, str(staged)), PeftModel)
+        _adopt_serve_rollback(tmp_path, target, night, seen[0]["model"])
     else:
         assert not staged.exists() and "gate kept the adopted version" in report["reason"]
     assert "## Text or weights" in (night.night_dir / "report.md").read_text()
+
+
+def _adopt_serve_rollback(home: Path, target, night, trained) -> None:
+    """The staged adapter adopted and served by the model the proxy and `serve --project`
+    use: it answers as the adapter the night trained and gated; then rolled back to the
+    base."""
+    from selftaught.models.base import GenerationParams
+    from selftaught.sleep.adoption import staging
+    from selftaught.sleep.adoption.serving import FollowAdopted
+
+    served = FollowAdopted(target, "demo", home)
+    ask = [{"role": "user", "content": _rows(night)[0]["prompt"]}]
+    params = GenerationParams(max_tokens=24, temperature=0)
+    before = served.chat(ask, params).text
+    staging.adopt("demo", night.night_dir.name, home=home)
+    after = served.chat(ask, params).text
+    assert served.switches == 1 and served.adapter is not None
+    staging.rollback("demo", home=home)
+    assert served.chat(ask, params).text == before and served.switches == 2
+    assert after == trained.chat(ask, params).text  # the adapter the gate chose serves
