@@ -114,13 +114,10 @@ class HeldOut:
 @contextlib.contextmanager
 def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str, Any]]:
     """`selftaught proxy` for the project, in this process, in front of the target."""
-    import httpx
-
-    from selftaught.serve import create_app
     from selftaught.sleep.intake.proxy import (
         ProxyConfig,
-        Upstream,
         follow_adopted,
+        in_process_upstream,
         proxy_in_background,
     )
 
@@ -129,12 +126,8 @@ def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str
     )
     upstream = None
     if target_spec == "local" or target_spec.startswith("local:"):  # share the loaded model
-        name = target.name.split(":")[-1]
-        served = follow_adopted(target, PROJECT, home)  # the adopted adapter, as deployed
-        client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=create_app(served, name)), timeout=3600
-        )
-        upstream = Upstream(client, "http://localhost/v1", name, True, None, False)
+        # the adopted adapter, as deployed: `proxy --upstream local` does the same
+        upstream = in_process_upstream(follow_adopted(target, PROJECT, home), timeout=3600)
     with proxy_in_background(config, upstream=upstream) as running:
         yield running
 

@@ -353,15 +353,23 @@ def test_canary_selection_is_seeded_per_interaction_id():
     assert not any(picked(i, 0.0) for i in ids) and all(picked(i, 1.0) for i in ids)
 
 
-def test_a_staged_adapter_refuses_the_canary_at_startup(tmp_path):
+def home_night(home, night):
+    from selftaught.sleep.adoption import staging
+
+    return staging.nights_dir(PROJECT, home) / night
+
+
+def test_a_staged_adapter_refuses_the_canary_at_startup_on_a_remote_upstream(tmp_path):
     home = tmp_path / "home"
     stage(home, "n1", "GOOD", adapter={"dir": "adapter", "method": "sft"})
     config = proxy_config(tmp_path, canary_share=0.2)
     with pytest.raises(ProxyError, match="adapter.*remote upstream"):
         create_proxy_app(config, upstream=scripted_upstream())
     local = ProxyConfig(upstream="local", project=PROJECT, home=home, canary_share=0.2)
-    with pytest.raises(CanaryError, match="not supported yet"):
-        start_canary(local)  # the hook another part wires: staged_model_for
+    canary = start_canary(local, local=True)  # a local upstream serves the staged adapter
+    assert canary is not None and canary.current().adapter == home_night(home, "n1") / "adapter"
+    with pytest.raises(CanaryError, match="remote upstream"):
+        start_canary(local, local=False)
     with pytest.raises(ProxyError):
         ProxyConfig(upstream="local", canary_share=1.5)
     with pytest.raises(ProxyError):

@@ -292,3 +292,42 @@ def test_serve_project_needs_a_local_model():
 
     with pytest.raises(typer.BadParameter, match="only a local model can serve an adopted"):
         follow_project(ScriptedModel(lambda m: "x", "scripted"), PROJECT)
+
+
+@pytest.mark.parametrize("mode", ["serve", "shadow"])
+def test_a_canary_tries_a_staged_adapter_on_live_requests(tmp_path, embedded, mode):
+    """Before adoption: with `--canary-share 1` a staged adapter answers every request (serve)
+    or answers beside the adopted base, logged as a shadow row the client never sees."""
+    from selftaught.models.adapters import with_adapter
+    from selftaught.models.base import GenerationParams
+    from selftaught.sleep.adoption.serving import FollowAdopted
+    from selftaught.sleep.intake.log import LogFilter, TaskLog
+    from selftaught.sleep.intake.proxy import ProxyConfig, in_process_upstream, proxy_in_background
+
+    base, adapter = embedded
+    home = tmp_path / "home"
+    params = GenerationParams(max_tokens=8, temperature=0)
+    expected_base = base.chat(ASK, params).text
+    expected_adapted = with_adapter(base, adapter).chat(ASK, params).text
+    stage_night(home, "n1", skill="", adapter=adapter)
+    config = ProxyConfig(
+        upstream="local",
+        project=PROJECT,
+        port=0,
+        log_path=tmp_path / "log.db",
+        home=home,
+        canary_share=1.0,
+        canary_mode=mode,
+    )
+    upstream = in_process_upstream(FollowAdopted(base, PROJECT, home))
+    with proxy_in_background(config, upstream=upstream) as (url, app):
+        reply = _reply(url)
+        app.state.proxy.writer.flush(30)
+    assert reply == (expected_adapted if mode == "serve" else expected_base)
+    rows = TaskLog(tmp_path / "log.db").query(LogFilter(project=PROJECT))
+    labels = sorted((r.skill_version or "", r.shadow_of is not None, r.reply) for r in rows)
+    if mode == "serve":
+        assert labels == [("staged:n1", False, expected_adapted)]
+    else:
+        assert labels == [("", False, expected_base), ("staged:n1", True, expected_adapted)]
+    assert staging.current_version(PROJECT, home) == 0  # nothing was adopted

@@ -58,8 +58,11 @@ class ProbationConfig:
 
     min_outcomes: int = 20
     """Outcomes (feedback, or a reference, on a reply) each version needs before a verdict."""
-    confidence: float = 0.95
-    """Confidence of the intervals: each version's success rate and their difference."""
+    confidence: float = 0.99
+    """Confidence of the intervals: each version's success rate and their difference. 0.99
+    by measurement (`bench_probation.py`): checked after every feedback, 0.95 rolled back an
+    equally good version in 10.6% of simulated deployments, 0.99 in 2.9%, and still flagged
+    a 0.8 → 0.5 drop after a median 45 requests (42 at 0.95)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.min_outcomes, bool) or int(self.min_outcomes) < 1:

@@ -16,9 +16,11 @@ Either way probation (`selftaught sleep probation`, `sleep status`) compares the
 proposal with the adopted version before anyone adopts it. The staged night is looked up
 again every few seconds: once it is adopted (or another night is staged) the canary follows.
 
-A staged proposal with an adapter (report.json `proposal.adapter`) cannot be tried through a
-remote upstream (the adapter lives in the proxy's process only): the proxy refuses to start.
-With a local upstream the adapter would be loaded by `staged_model_for`, not wired yet.
+A staged proposal with an adapter (report.json `proposal.adapter`) is tried on a local
+upstream (`--upstream local`): the proxy folds the staged adapter into a copy of the base
+weights, beside the adopted model, and sends the canary's requests there. Through a remote
+upstream it cannot be (the staged adapter exists only on this machine): the proxy refuses to
+start.
 """
 
 from __future__ import annotations
@@ -53,15 +55,6 @@ def picked(interaction_id: str, share: float, seed: int = 0) -> bool:
     return random.Random(f"{seed}:{interaction_id}").random() < share
 
 
-def staged_model_for(night_dir: Path) -> Any:
-    """The hook that will serve a staged proposal's adapter (`night_dir/adapter/`) on a local
-    upstream, beside the adopted model. Not wired yet: it raises."""
-    raise CanaryError(
-        f"trying a staged adapter on live traffic is not supported yet ({night_dir.name} "
-        "has an adapter): adopt it, or run the canary on a night without one"
-    )
-
-
 @dataclass(frozen=True)
 class Staged:
     """The staged proposal the canary injects."""
@@ -69,6 +62,7 @@ class Staged:
     night: str
     night_dir: Path
     documents: Adopted  # its skill and memory; version = the label
+    adapter: Path | None = None  # its LoRA adapter (a local upstream serves it)
 
     @property
     def label(self) -> str:
@@ -103,17 +97,18 @@ class Canary:
         if report.get("status") != "staged":
             self.note = f"night {night_dir.name} is {report.get('status')}, not staged"
             return None
-        if (report.get("proposal") or {}).get("adapter"):
-            if not self.local:
-                raise CanaryError(
-                    f"night {night_dir.name}'s proposal has an adapter: a canary cannot try it "
-                    "through a remote upstream (adopt it, or use a local upstream)"
-                )
-            staged_model_for(night_dir)
+        adapter = (report.get("proposal") or {}).get("adapter")
+        if adapter and not self.local:
+            raise CanaryError(
+                f"night {night_dir.name}'s proposal has an adapter: a canary cannot try it "
+                "through a remote upstream (adopt it, or use a local upstream)"
+            )
         folder = night_dir / "proposal"
         skill, memory = (_read(folder / f"{n}.md") for n in ("skill", "memory"))
         self.note = None
-        return Staged(night_dir.name, night_dir, Adopted(skill, memory, STAGED + night_dir.name))
+        documents = Adopted(skill, memory, STAGED + night_dir.name)
+        adapter_dir = night_dir / str(adapter.get("dir") or "adapter") if adapter else None
+        return Staged(night_dir.name, night_dir, documents, adapter_dir)
 
     def current(self) -> Staged | None:
         """The staged proposal, looked up again every RESOLVE_EVERY_S; a proposal that cannot
@@ -152,15 +147,14 @@ def _read(path: Path) -> str:
         return ""
 
 
-def start_canary(config: ProxyConfig) -> Canary | None:
-    """The proxy's canary, checked at startup (None when `canary_share` is 0)."""
+def start_canary(config: ProxyConfig, *, local: bool) -> Canary | None:
+    """The proxy's canary, checked at startup (None when `canary_share` is 0); `local`: the
+    upstream runs in this process and can serve a staged adapter."""
     if config.canary_share <= 0:
         return None
     if not config.inject:
         raise CanaryError("--canary-share needs the skill injection (drop --no-inject)")
-    from selftaught.models.spec import parse_model_spec
-
-    canary = Canary(config, local=parse_model_spec(config.upstream).backend == "local")
+    canary = Canary(config, local=local)
     with canary._lock:
         canary._staged = canary.resolve()  # an adapter on a remote upstream: refused here
         canary._checked = time.monotonic()

@@ -49,7 +49,7 @@ from selftaught.http_guard import (
 )
 from selftaught.retrieval import RetrievalUnavailable
 from selftaught.sleep.adoption.inject import inject_adopted
-from selftaught.sleep.adoption.probation import ProbationConfig
+from selftaught.sleep.adoption.probation import STAGED, ProbationConfig
 from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
 from selftaught.sleep.intake.log import Feedback, Interaction, LogError, TaskLog
 from selftaught.sleep.intake.watch import ProbationWatch
@@ -130,9 +130,23 @@ class Upstream:
     force_model: bool  # fill it in even when the client named another (a one-model server)
     key: str | None  # sent as the upstream's bearer key
     pass_client_auth: bool  # forward the client's Authorization header
+    local: Any = None  # the in-process model (`FollowAdopted`): it can serve a staged adapter
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def in_process_upstream(model: Any, timeout: Any = None) -> Upstream:
+    """An upstream answering from `model` in this process, through `selftaught serve`'s app
+    (no socket), under the name `serve` gives it."""
+    import httpx
+
+    from selftaught.serve import create_app
+
+    name = model.name.split(":")[-1]
+    transport = httpx.ASGITransport(app=create_app(model, name))
+    client = httpx.AsyncClient(transport=transport, timeout=timeout)
+    return Upstream(client, "http://localhost/v1", name, True, None, False, local=model)
 
 
 def follow_adopted(model: Any, project: str, home: Path | None) -> Any:
@@ -157,13 +171,9 @@ def build_upstream(config: ProxyConfig) -> Upstream:
         )
     if spec.backend == "local":
         from selftaught.models import load_model
-        from selftaught.serve import create_app
 
         model = follow_adopted(load_model(config.upstream), config.project, config.home)
-        name = model.name.split(":")[-1]  # the name `selftaught serve` gives it
-        transport = httpx.ASGITransport(app=create_app(model, name))
-        client = httpx.AsyncClient(transport=transport, timeout=timeout)
-        return Upstream(client, "http://localhost/v1", name, True, None, False)
+        return in_process_upstream(model, timeout)
     if spec.base_url:  # any OpenAI-compatible server
         client = httpx.AsyncClient(timeout=timeout, limits=limits)
         # Without a key of its own the proxy passes the client's on, unless the client's key
@@ -299,6 +309,8 @@ class ProxyState:
             self.lora = LoraRoute(config.project, config.home, upstream.model)
         self.canary = canary
         self.shadow_tasks: set[asyncio.Task[None]] = set()
+        self._staged_upstream: tuple[str, Upstream] | None = None
+        self._staged_lock = asyncio.Lock()
         self.watch = (
             ProbationWatch(
                 config.project,
@@ -314,6 +326,23 @@ class ProxyState:
 
     def adopted(self) -> Any:
         return read_adopted(self.config.project, self.config.home)
+
+    async def upstream_for(self, staged: Staged | None) -> Upstream:
+        """Where a request goes: for a canary request whose staged proposal has an adapter,
+        that adapter folded into a copy of the local base (built once per staged night, in a
+        worker thread: seconds); else the upstream."""
+        if staged is None or staged.adapter is None:
+            return self.upstream
+        async with self._staged_lock:
+            key = str(staged.adapter)
+            if self._staged_upstream is None or self._staged_upstream[0] != key:
+                from selftaught.models.adapters import with_adapter
+
+                base = getattr(self.upstream.local, "base", self.upstream.local)
+                model = await asyncio.to_thread(with_adapter, base, staged.adapter)
+                timeout = self.upstream.client.timeout
+                self._staged_upstream = (key, in_process_upstream(model, timeout))
+            return self._staged_upstream[1]
 
     def authorized(self, header: str | None) -> bool:
         key = self.config.require_key
@@ -349,12 +378,13 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     """The FastAPI app; `upstream` defaults to `build_upstream(config)`."""
     from fastapi import FastAPI
 
-    try:
-        canary = start_canary(config)  # a staged adapter on a remote upstream: refused here
+    upstream = upstream or build_upstream(config)  # a local model loads on first use
+    try:  # a staged adapter on a remote upstream: refused here
+        canary = start_canary(config, local=upstream.local is not None)
     except CanaryError as err:
         raise ProxyError(str(err)) from None
     log = TaskLog(config.log_path)  # opening fails loudly at startup, not per request
-    state = ProxyState(config, upstream or build_upstream(config), log, canary)
+    state = ProxyState(config, upstream, log, canary)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
@@ -489,6 +519,36 @@ async def _route_adapter(
     return {**upstream_body, "model": routed or body.get("model")}
 
 
+class _Refused(Exception):
+    """A request the proxy answers itself with an error (logged when it has a record)."""
+
+    def __init__(self, status: int, message: str, kind: str = "upstream_error"):
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+async def _prepare(
+    state: ProxyState, request: Any, body: dict[str, Any], record: Interaction
+) -> tuple[Upstream, dict[str, Any]]:
+    """Where the request goes and what it says: the skill of the version serving it injected
+    (the adopted one, or a canary's staged one), routed to its adapter."""
+    try:
+        upstream_body = _upstream_body(state, body, record)
+    except RetrievalUnavailable as err:  # the adopted skill retrieves demos; bm25s missing
+        raise _Refused(500, str(err), "server_error") from None
+    try:
+        upstream_body = await _route_adapter(state, request, body, upstream_body)
+    except BackendError as err:  # vLLM refused the adopted adapter
+        raise _Refused(502, str(err)) from None
+    staged = None
+    if state.canary is not None and (record.skill_version or "").startswith(STAGED):
+        staged = state.canary.current()
+    try:
+        return await state.upstream_for(staged), upstream_body
+    except Exception as err:  # noqa: BLE001 - a staged adapter that cannot be served
+        raise _Refused(500, f"the staged proposal's adapter: {type(err).__name__}: {err}") from None
+
+
 async def forward_chat(state: ProxyState, request: Any) -> Any:
     """One chat completion: forward, answer the client (streaming as it arrives), log."""
     from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -505,17 +565,13 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
         return JSONResponse(_error_body(message, "invalid_request_error", 400), status_code=400)
     record = _new_record(state, body, started)
     try:
-        upstream_body = _upstream_body(state, body, record)
-    except RetrievalUnavailable as err:  # the adopted skill retrieves demos; bm25s missing
-        return JSONResponse(_error_body(str(err), "server_error", 500), status_code=500)
-    client = state.upstream.client
-    try:
-        upstream_body = await _route_adapter(state, request, body, upstream_body)
-    except BackendError as err:  # vLLM refused the adopted adapter: a 502, logged
-        _finish(state, record, started, error=str(err), status=502)
+        upstream, upstream_body = await _prepare(state, request, body, record)
+    except _Refused as err:
+        if err.kind != "server_error":
+            _finish(state, record, started, error=err.message, status=err.status)
         return JSONResponse(
-            _error_body(str(err), "upstream_error", 502),
-            status_code=502,
+            _error_body(err.message, err.kind, err.status),
+            status_code=err.status,
             headers={ID_HEADER: record.id},
         )
     content = raw if upstream_body == body else json.dumps(upstream_body).encode()
@@ -525,13 +581,13 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
         routed = {**upstream_body, "messages": body.get("messages")}  # the same model / adapter
         _start_shadow(state, routed, record, shadow, state.upstream_headers(request.headers))
     try:
-        upstream_request = client.build_request(
+        upstream_request = upstream.client.build_request(
             "POST",
-            f"{state.upstream.base_url}/chat/completions",
+            f"{upstream.base_url}/chat/completions",
             content=content,
             headers=state.upstream_headers(request.headers),
         )
-        response = await client.send(upstream_request, stream=stream)
+        response = await upstream.client.send(upstream_request, stream=stream)
     except Exception as err:  # noqa: BLE001 - network errors become a 502 / 504, logged
         status, message = _network_error(err)
         _finish(state, record, started, error=message, status=status)
@@ -726,9 +782,9 @@ async def _shadow(
     headers: dict[str, str],
 ) -> None:
     started = time.time()
-    upstream = state.upstream
     out = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     try:
+        upstream = await state.upstream_for(staged)
         out["messages"] = inject_adopted(body.get("messages"), staged.documents)
         response = await upstream.client.post(
             f"{upstream.base_url}/chat/completions", json=out, headers=headers
