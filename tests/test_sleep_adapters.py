@@ -6,6 +6,7 @@ Staging and the vLLM route with fakes; serving with a real peft adapter on the e
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -331,3 +332,53 @@ def test_a_canary_tries_a_staged_adapter_on_live_requests(tmp_path, embedded, mo
     else:
         assert labels == [("", False, expected_base), ("staged:n1", True, expected_adapted)]
     assert staging.current_version(PROJECT, home) == 0  # nothing was adopted
+
+
+def test_probation_tallies_each_version_and_rolls_back_a_worse_adapter(tmp_path, embedded):
+    """The embedded model behind `proxy --auto-rollback`: every reply is corrected with what
+    the base answers, so the adopted (forced) adapter's replies fail where the base's passed;
+    each version is tallied on its own rows and the drop rolls back to the base, live."""
+    from selftaught.models.base import GenerationParams
+    from selftaught.sleep.adoption.probation import ProbationConfig, probation_for
+    from selftaught.sleep.adoption.serving import FollowAdopted
+    from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.intake.proxy import ProxyConfig, in_process_upstream, proxy_in_background
+
+    base, adapter = embedded
+    home = tmp_path / "home"
+    right = base.chat(ASK, GenerationParams(max_tokens=8, temperature=0)).text
+    config = ProxyConfig(
+        upstream="local",
+        project=PROJECT,
+        port=0,
+        log_path=tmp_path / "log.db",
+        home=home,
+        auto_rollback=True,
+        probation_every=1,
+        probation=ProbationConfig(min_outcomes=4, confidence=0.95),
+    )
+    upstream = in_process_upstream(FollowAdopted(base, PROJECT, home))
+
+    def served_and_corrected(url: str, n: int) -> None:
+        for _ in range(n):
+            body = {"messages": ASK, "max_tokens": 8, "temperature": 0}
+            resp = httpx.post(f"{url}/chat/completions", json=body, timeout=120)
+            iid = resp.headers["x-selftaught-interaction-id"]
+            fb = {"id": iid, "reference": right}
+            httpx.post(f"{url}/feedback", json=fb, timeout=60).raise_for_status()
+
+    with proxy_in_background(config, upstream=upstream) as (url, app):
+        served_and_corrected(url, 4)  # version 0: the base
+        stage_night(home, "n1", skill="", adapter=adapter)
+        assert staging.adopt(PROJECT, "n1", home=home, force=True).version == 1
+        served_and_corrected(url, 4)  # version 1: the adapter
+        deadline = time.monotonic() + 60
+        while staging.current_version(PROJECT, home) != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        app.state.proxy.writer.flush(30)
+    assert staging.current_version(PROJECT, home) == 0  # rolled back, without a restart
+    (event,) = [e for e in staging.events(PROJECT, home) if e["event"] == "auto_rollback"]
+    assert event["previous"] == 1 and event["probation"]["verdict"] == "drop"
+    result = probation_for(PROJECT, TaskLog(tmp_path / "log.db"), home=home)
+    tallies = {t.version: (t.requests, t.outcomes, t.successes) for t in result.tallies}
+    assert tallies["1"] == (4, 4, 0) and tallies["0"] == (4, 4, 4)
