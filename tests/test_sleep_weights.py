@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from selftaught.models.base import GenerationParams
 from selftaught.sleep.night.cycle import SleepConfig, run_night
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import NightTask, SplitOverlap
@@ -294,6 +295,10 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+PROBE = [{"role": "user", "content": "A runner ran 2 km and then 3 km. How far in all?"}]
+PROBE_PARAMS = GenerationParams(max_tokens=24, temperature=0)
+
+
 @pytest.mark.slow  # the embedded model replays ~50 short requests; ~40 s of training
 def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
     """24 requests whose replies the user corrected to the house style "N km"; a night with the
@@ -342,7 +347,7 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
                     "method": method,
                     "files": files,
                     "peft": PeftConfig.from_pretrained(out_dir),
-                    "model": adapter.model,
+                    "probe": adapter.model.chat(PROBE, PROBE_PARAMS).text,
                 }
             )
             return adapter
@@ -377,27 +382,23 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
         assert night.status == "staged" and report["proposal"]["adapter"]["base_model"] == "local"
         base, _ = load_causal_lm(embedded_model_dir())
         assert isinstance(PeftModel.from_pretrained(base, str(staged)), PeftModel)
-        _adopt_serve_rollback(tmp_path, target, night, seen[0]["model"])
+        _adopt_serve_rollback(tmp_path, target, night, seen[0]["probe"])
     else:
         assert not staged.exists() and "gate kept the adopted version" in report["reason"]
     assert "## Text or weights" in (night.night_dir / "report.md").read_text()
 
 
-def _adopt_serve_rollback(home: Path, target, night, trained) -> None:
+def _adopt_serve_rollback(home: Path, target, night, trained_reply: str) -> None:
     """The staged adapter adopted and served by the model the proxy and `serve --project`
-    use: it answers as the adapter the night trained and gated; then rolled back to the
+    use: it answers as the adapter the night trained and gated did; then rolled back to the
     base."""
-    from selftaught.models.base import GenerationParams
     from selftaught.sleep.adoption import staging
     from selftaught.sleep.adoption.serving import FollowAdopted
 
     served = FollowAdopted(target, "demo", home)
-    ask = [{"role": "user", "content": _rows(night)[0]["prompt"]}]
-    params = GenerationParams(max_tokens=24, temperature=0)
-    before = served.chat(ask, params).text
+    before = served.chat(PROBE, PROBE_PARAMS).text
     staging.adopt("demo", night.night_dir.name, home=home)
-    after = served.chat(ask, params).text
+    assert served.chat(PROBE, PROBE_PARAMS).text == trained_reply
     assert served.switches == 1 and served.adapter is not None
     staging.rollback("demo", home=home)
-    assert served.chat(ask, params).text == before and served.switches == 2
-    assert after == trained.chat(ask, params).text  # the adapter the gate chose serves
+    assert served.chat(PROBE, PROBE_PARAMS).text == before and served.switches == 2
