@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selftaught.errors import BackendError, InputError, RunError
+from selftaught.errors import BackendError, InputError, RunError, SelftaughtError
 from selftaught.http_guard import (
     DEFAULT_MAX_BODY_BYTES,
     LOOPBACK,
@@ -519,8 +519,8 @@ async def _route_adapter(
     return {**upstream_body, "model": routed or body.get("model")}
 
 
-class _Refused(Exception):
-    """A request the proxy answers itself with an error (logged when it has a record)."""
+class _Refused(SelftaughtError):
+    """A request the proxy answers itself with an error status (never leaves the proxy)."""
 
     def __init__(self, status: int, message: str, kind: str = "upstream_error"):
         super().__init__(message)
