@@ -573,6 +573,32 @@ def check_peers_installed(s: Settings) -> None:
         raise SystemExit(f"{PEERS_PYTHON} is missing; run: bash benchmarks/peers/setup.sh")
 
 
+# settings two runs must share to sit in one results file (seeds, systems and tasks may differ)
+COMPARABLE = ("train", "val", "test", "budget", "batch_size", "minibatch_size", "max_tokens",
+              "analyst_max_tokens", "seed_prompt", "serve_model", "endpoint")  # fmt: skip
+
+
+def merged_runs(path: Path, settings: dict, meta: dict, rows: list[dict]) -> list[dict]:
+    """This run's rows plus the saved runs of other (system, seed) pairs measured with the
+    same settings, each row keeping the meta (date, load, command) of the run that made it;
+    so a benchmark spread over sittings (one seed or system at a time) loses nothing."""
+    fresh = [{**r, "meta": r.get("meta") or meta} for r in rows]
+    if not path.exists():
+        return fresh
+    saved = json.loads(path.read_text())
+    if any(saved["settings"].get(k) != settings.get(k) for k in COMPARABLE):
+        backup = path.with_suffix(f".{time.strftime('%Y%m%d-%H%M%S')}.json")
+        shutil.copy2(path, backup)  # other settings: kept aside, never mixed in
+        return fresh
+    new = {(r["system"], r.get("variant"), r["seed"]) for r in rows}
+    kept = [
+        {**r, "meta": r.get("meta") or saved["meta"]}
+        for r in saved["runs"]
+        if (r["system"], r.get("variant"), r["seed"]) not in new
+    ]
+    return kept + fresh
+
+
 def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> list[Path]:
     from selftaught.runs import atomic_write_json, atomic_write_text
 
@@ -588,7 +614,8 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
         paths = []
         for spec, rows in by_task.items():
             path = out_dir / f"peers_{task_slug(spec)}.json"
-            atomic_write_json(path, {"meta": meta, "settings": settings, "runs": rows})
+            runs = merged_runs(path, settings, meta, rows)
+            atomic_write_json(path, {"meta": meta, "settings": settings, "runs": runs})
             paths.append(path)
     markdown = report(settings, meta, by_task) if s.mode == "gate" else saved_peers_report(out_dir)
     md_path = out_dir / ("gate_sweep.md" if s.mode == "gate" else "peers.md")
