@@ -160,3 +160,22 @@ def test_ratio_stats_median_and_spread() -> None:
     assert (stats["median"], stats["min"], stats["max"]) == (1.1, 1.0, 1.1)
     assert stats["meets_target"] is False
     assert bench_overhead.ratio_stats([1.0, 1.0, 1.0], [1.0, 1.0, 1.0])["meets_target"] is True
+
+
+def test_peer_results_merge_runs_of_other_seeds_and_keep_their_meta(tmp_path):
+    import json
+
+    settings = {"train": 30, "val": 30, "test": 50, "budget": 200, "seeds": [0]}
+    path = tmp_path / "peers_t.json"
+    old = [{"system": "gepa", "seed": 0}, {"system": "selftaught", "seed": 0}]
+    path.write_text(json.dumps({"meta": {"date": "d0"}, "settings": settings, "runs": old}))
+    new = [{"system": "selftaught", "seed": 0, "x": 1}, {"system": "selftaught", "seed": 1}]
+    runs = bench_peers.merged_runs(path, {**settings, "seeds": [0, 1]}, {"date": "d1"}, new)
+    assert [(r["system"], r["seed"], r["meta"]["date"]) for r in runs] == [
+        ("gepa", 0, "d0"),
+        ("selftaught", 0, "d1"),
+        ("selftaught", 1, "d1"),
+    ]
+    assert runs[1]["x"] == 1  # the rerun replaced the saved row
+    other = bench_peers.merged_runs(path, {**settings, "budget": 100}, {"date": "d2"}, new)
+    assert len(other) == 2 and len(list(tmp_path.glob("peers_t.*.json"))) == 1  # set aside
