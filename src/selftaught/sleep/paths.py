@@ -7,7 +7,6 @@
     <home>/projects/<project>/adopted/version      its version (one line)
     <home>/projects/<project>/versions/<N>/adapter the LoRA adapter version N serves, if any
 
-
 `<home>` is $SELFTAUGHT_HOME, else ~/.local/share/selftaught. Writers (adopt / rollback)
 replace each adopted file atomically (write a temp file, rename it into place), skill.md and
 memory.md first and `version` last. `read_adopted` re-reads the files whenever one of them
@@ -31,7 +30,7 @@ ENV_HOME = "SELFTAUGHT_HOME"
 ENV_LOG = "SELFTAUGHT_LOG"
 DEFAULT_PROJECT = "default"
 ADOPTED_FILES = ("skill.md", "memory.md", "version")
-ADAPTER_DIR = "adapter"  # a version's LoRA adapter (peft save_pretrained layout)
+ADAPTER_DIR = "adapter"  # a staged night's or a version's LoRA adapter (peft layout)
 _PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 

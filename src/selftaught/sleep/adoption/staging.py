@@ -362,17 +362,13 @@ def _write_version(
         raise
 
 
-def _event(project: str, home: Path | None, row: dict[str, Any]) -> None:
+def record_event(project: str, row: dict[str, Any], home: Path | None = None) -> None:
+    """Append one row (with its time) to events.jsonl: adopt, rollback, auto_rollback."""
     path = project_dir(project, home) / "events.jsonl"
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps({"time": time.time(), **row}, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
-
-
-def record_event(project: str, row: dict[str, Any], home: Path | None = None) -> None:
-    """Append one row (with its time) to events.jsonl, e.g. probation's `auto_rollback`."""
-    _event(project, home, row)
 
 
 def events(project: str, home: Path | None = None) -> list[dict[str, Any]]:
@@ -460,14 +456,20 @@ def _check_adoptable(
     return previous
 
 
+def staged_adapter(night_dir: Path, report: dict[str, Any]) -> Path | None:
+    """The adapter folder a staged night proposes (None: a text-only proposal)."""
+    staged = (report.get("proposal") or {}).get("adapter")
+    return night_dir / str(staged.get("dir") or ADAPTER_DIR) if staged else None
+
+
 def _proposed_adapter(
     project: str, night_dir: Path, report: dict[str, Any], previous: int, home: Path | None
 ) -> tuple[Path | None, dict[str, Any] | None]:
     """The adapter the new version serves, and its metadata: the night's own when its gate
     chose one, else the one the previous version served (a text proposal was gated with it)."""
-    staged = (report.get("proposal") or {}).get("adapter")
-    if staged:
-        folder = night_dir / str(staged.get("dir") or ADAPTER_DIR)
+    folder = staged_adapter(night_dir, report)
+    if folder is not None:
+        staged = report["proposal"]["adapter"]
         if not (folder / "adapter_config.json").is_file():
             raise StagingError(
                 f"night {night_dir.name} proposes an adapter but {folder} holds none "
@@ -515,9 +517,8 @@ def adopt(
         }
         _write_version(project, home, Adopted(skill, memory, str(version)), meta, adapter)
         live = _go_live(project, home, Adopted(skill, memory, str(version)), list(target_paths))
-        _event(
+        record_event(
             project,
-            home,
             {
                 "event": "adopt",
                 "version": version,
@@ -526,6 +527,7 @@ def adopt(
                 "adapter": bool(adapter),
                 "backup": str(backup),
             },
+            home,
         )
         report.update(status="adopted", adopted_version=version, adopted_at=time.time())
         atomic_write_json(night_dir / "report.json", report)
@@ -556,10 +558,10 @@ def rollback(
             raise StagingError(f"version {version} is already the adopted one")
         backup = _backup(project, home, f"before-rollback-to-v{version}")
         live = _go_live(project, home, target, list(target_paths))
-        _event(
+        record_event(
             project,
-            home,
             {"event": "rollback", "version": version, "previous": previous, "backup": str(backup)},
+            home,
         )
         return Adoption(version, previous, None, backup, live, note)
 

@@ -97,8 +97,8 @@ class Canary:
         if report.get("status") != "staged":
             self.note = f"night {night_dir.name} is {report.get('status')}, not staged"
             return None
-        adapter = (report.get("proposal") or {}).get("adapter")
-        if adapter and not self.local:
+        adapter = staging.staged_adapter(night_dir, report)
+        if adapter is not None and not self.local:
             raise CanaryError(
                 f"night {night_dir.name}'s proposal has an adapter: a canary cannot try it "
                 "through a remote upstream (adopt it, or use a local upstream)"
@@ -107,8 +107,7 @@ class Canary:
         skill, memory = (_read(folder / f"{n}.md") for n in ("skill", "memory"))
         self.note = None
         documents = Adopted(skill, memory, STAGED + night_dir.name)
-        adapter_dir = night_dir / str(adapter.get("dir") or "adapter") if adapter else None
-        return Staged(night_dir.name, night_dir, documents, adapter_dir)
+        return Staged(night_dir.name, night_dir, documents, adapter)
 
     def current(self) -> Staged | None:
         """The staged proposal, looked up again every RESOLVE_EVERY_S; a proposal that cannot

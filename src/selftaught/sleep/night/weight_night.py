@@ -50,14 +50,13 @@ from selftaught.sleep.night.demo_modes import _decide, _Scorer
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import NightTask, SplitOverlap
-from selftaught.sleep.paths import Adopted
+from selftaught.sleep.paths import ADAPTER_DIR, Adopted
 from selftaught.weights.config import ConfigError
 from selftaught.weights.dpo import PreferencePair
 from selftaught.weights.elite import select_elite
 from selftaught.weights.sampling import Sample, samples_from_rollouts
 
 WEIGHT_MODES = ("off", "sft", "dpo", "auto")
-ADAPTER_DIR = "adapter"  # the staged adapter, under the night's folder (staging.NIGHT_LAYOUT)
 
 
 @dataclass
