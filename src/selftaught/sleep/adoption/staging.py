@@ -284,6 +284,13 @@ def read_version(project: str, version: int, home: Path | None = None) -> Adopte
     return Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), str(version), adapter)
 
 
+def version_meta(project: str, version: int, home: Path | None = None) -> dict[str, Any]:
+    """An adopted version's meta.json (night, val, what it replaced, its adapter); {} for
+    version 0 or a version adopt did not write."""
+    path = versions_dir(project, home) / str(version) / "meta.json"
+    return read_json(path) if version > 0 and path.is_file() else {}
+
+
 def current_version(project: str, home: Path | None = None) -> int:
     """The adopted version number (0: nothing adopted, or a version not written by adopt)."""
     text = read_adopted_files(project, home).version
@@ -480,7 +487,7 @@ def _proposed_adapter(
     folder = version_adapter(project, str(previous), home)
     if folder is None:
         return None, None
-    meta = read_json(versions_dir(project, home) / str(previous) / "meta.json").get("adapter")
+    meta = version_meta(project, previous, home).get("adapter")
     return folder, {**(meta or {}), "carried_from": previous}
 
 
@@ -581,6 +588,5 @@ def history(project: str, home: Path | None = None) -> list[dict[str, Any]]:
         }
     ]
     for v in version_numbers(project, home):
-        meta = read_json(versions_dir(project, home) / str(v) / "meta.json")
-        rows.append({**meta, "version": v, "current": v == current})
+        rows.append({**version_meta(project, v, home), "version": v, "current": v == current})
     return rows

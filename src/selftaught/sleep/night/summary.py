@@ -559,9 +559,7 @@ def status_lines(
         nights = staging.list_nights(name, home)
         version = staging.current_version(name, home)
         consistent = staging.adopted_consistent(name, home)
-        serving = next(
-            (r.get("adapter") for r in staging.history(name, home) if r["version"] == version), None
-        )
+        serving = staging.version_meta(name, version, home).get("adapter")
         lines.append(
             f"{name}: adopted version {version}, serving {adapter_cell(serving)}"
             + (
