@@ -422,7 +422,8 @@ def _outcome(
     ran = [p for p in result.phases.values() if p.get("ran")]
     if not changed:
         reason = summary.why_nothing(night_dir, result.phases)
-        weight_notes = [n.removeprefix("weights: ") for n in report["notes"] if "weights" in n]
+        prefix = "weights: "  # the notes `weight_candidates` wrote
+        weight_notes = [n.removeprefix(prefix) for n in report["notes"] if n.startswith(prefix)]
         if not result.phases and weight_notes:  # a weights-only night: why no adapter
             reason = "nothing to propose: " + "; ".join(weight_notes)
         report.update(status="no_proposal", reason=reason)
