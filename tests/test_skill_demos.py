@@ -20,7 +20,7 @@ from selftaught.gate import GateConfig
 from selftaught.policy import Policy
 from selftaught.runs import RunError
 from selftaught.skill import SkillOptConfig, SkillTrainer
-from selftaught.skill.demo_search import DemoPool, from_references, propose_sets
+from selftaught.skill.demo_search import DemoPool, from_references, propose_sets, shows_work
 from selftaught.skill.pool import Member, merge_pair, pareto_front, pick_parent, top_items
 from selftaught.tasks.base import Example
 from tests.scripted import ScriptedModel, ToyTask, canned_analyst, user_of
@@ -153,6 +153,21 @@ def test_proposed_demo_sets_prefer_bootstrapped_and_never_repeat():
     parent = list(sets[0][0])
     moves = [why.split()[0] for _, why in propose_sets(parent, pool, 1, 4, random.Random(1), set())]
     assert "add" not in moves and "swap" in moves  # at the cap: no add
+
+
+def test_demo_sets_take_worked_replies_before_bare_answers_and_references():
+    pool = [
+        Demo.of("r1", "Calculate 3 + 4.", "7", "reference"),
+        Demo.of("b1", "Calculate 9 - 1.", "8", "bootstrap"),
+        Demo.of("b2", "Calculate 2 * 3 + 1.", "2 * 3 + 1 = 6 + 1 = 7", "bootstrap"),
+        Demo.of("b3", "Calculate 5 - 2.", "5 - 2 = 3", "bootstrap"),
+    ]
+    assert shows_work("5 - 2 = 3") and shows_work("First add.\nThen 7") and not shows_work("-8")
+    for seed in range(5):
+        (first, why), *_ = propose_sets([], pool, 4, 4, random.Random(seed), set())
+        assert why == "add b3 (bootstrap)"  # worked, and the shorter of the two worked
+        fresh = propose_sets([], pool, 4, 4, random.Random(seed), set())[-1][0]
+        assert [d.id for d in fresh] == ["b3", "b2", "b1", "r1"]
 
 
 def test_demo_pool_prefers_the_models_own_reply_and_records_leaks():

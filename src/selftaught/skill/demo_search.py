@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from selftaught.demos import Demo, Leak, LeakCheck
 from selftaught.rollout import Rollout
 from selftaught.tasks.base import Example, Task
+from selftaught.text import words
 
 
 @dataclass
@@ -88,14 +89,25 @@ def from_references(
     return out
 
 
+def shows_work(reply: str) -> bool:
+    """A reply that says more than a bare answer: several lines, or three or more word
+    tokens ("-2 - 4 = -6", a sentence), not "-6" or "Paris"."""
+    return "\n" in reply.strip() or len(words(reply)) >= 3
+
+
 def _ranked(demos: Sequence[Demo], rng: random.Random) -> list[Demo]:
-    """The model's own passing replies first, shortest first (ties in random order), then
-    references (as DSPy fills a set: bootstrapped first). Measured on the embedded model:
-    reference-only demos taught it to answer without working and cost accuracy; a short
-    worked reply ("1 * 6 = 6") as the one demo took val 7 -> 13 of 30."""
+    """The order a demo set is filled in (as DSPy fills one: bootstrapped first): the
+    model's own passing replies that show their working, then its bare answers, then
+    references; shortest first within each (ties in random order). Measured with Qwen2.5-
+    Coder-0.5B on 80 held-out arithmetic items, two demos as turns against none (30/80):
+    worked own replies 40/80 (15 wins / 5 losses), bare own answers 33/80 (13 / 10),
+    references as a system section 18/80 (4 / 16). On SmolLM2-135M references taught it to
+    answer without working, and a short worked reply was the demo that helped."""
     order = list(demos)
     rng.shuffle(order)
-    return sorted(order, key=lambda d: (d.source == "reference", len(d.reply)))
+    return sorted(
+        order, key=lambda d: (d.source == "reference", not shows_work(d.reply), len(d.reply))
+    )
 
 
 def propose_sets(
