@@ -1,0 +1,123 @@
+"""Which demonstrations help a frozen model: its own passing replies that show their working,
+its own bare answers, or the task's references, as chat turns or a system section.
+
+Per seed: the seed prompt answers the train split once (greedy); the passing replies are split
+into worked (`demo_search.shows_work`) and bare; two demos of each kind (a seeded draw) are
+placed in the skill, and the val and test splits (80 items with the defaults) are answered
+with each skill and paired per item against the seed prompt alone. One model job, run
+sequentially; every evaluation is saved as it ends and a re-run resumes.
+
+    python benchmarks/bench_demo_kinds.py --seeds 0 1 \\
+        --model local:~/.cache/selftaught/models/qwen2.5-coder-0.5b-instruct.gguf
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from selftaught.demos import Demo, join_skill
+from selftaught.evaluation import evaluate_split
+from selftaught.models import load_model
+from selftaught.models.base import GenerationParams, run_sync
+from selftaught.policy import Policy
+from selftaught.rollout import RolloutConfig, arun_rollouts
+from selftaught.runs import atomic_write_json, read_json
+from selftaught.skill.demo_search import bootstrapped, from_references, shows_work
+from selftaught.stats import sign_test_pvalue, wilson_interval
+from selftaught.tasks.registry import load_task
+
+RESULTS = Path(__file__).parent / "results"
+PEER_TASK = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
+SEED_PROMPT = "You are a helpful assistant."
+KINDS = ("worked-turns", "bare-turns", "ref-system", "worked-system")
+
+
+def _demo_sets(task: Any, model: Any, cfg: RolloutConfig, seed: int) -> dict[str, list[Demo]]:
+    train = task.examples("train")
+    rollouts = run_sync(arun_rollouts(model, Policy(skill=SEED_PROMPT), task, train, cfg))
+    boot = bootstrapped(rollouts, {e.id: e for e in train})
+    pools = {
+        "worked": [d for d in boot if shows_work(d.reply)],
+        "bare": [d for d in boot if not shows_work(d.reply)],
+        "ref": from_references(task, train),
+    }
+    print({k: [d.reply for d in v] for k, v in pools.items()}, flush=True)
+    rng = random.Random(seed)
+    drawn = {k: rng.sample(v, 2) if len(v) >= 2 else [] for k, v in pools.items()}
+    return {kind: drawn[kind.split("-")[0]] for kind in KINDS}
+
+
+def _row(base: dict[str, float], hard: dict[str, float]) -> dict[str, Any]:
+    wins = sum(hard[i] > base[i] for i in hard)
+    losses = sum(hard[i] < base[i] for i in hard)
+    solved = int(sum(hard.values()))
+    return {
+        "solved": solved,
+        "n": len(hard),
+        "ci95": [round(x, 3) for x in wilson_interval(solved, len(hard))],
+        "wins": wins,
+        "losses": losses,
+        "p_gain": round(sign_test_pvalue(wins, losses), 4),
+    }
+
+
+class Evals:
+    """The saved evaluations (one per seed and skill), written after each one."""
+
+    def __init__(self, out: Path, settings: dict[str, Any]):
+        self.out = out
+        self.saved: dict[str, Any] = read_json(out) if out.exists() else {}
+        if self.saved.get("settings") != settings:
+            self.saved = {"settings": settings, "evals": {}, "rows": {}}
+
+    def hard(self, key: str, task: Any, model: Any, cfg: RolloutConfig, skill: str) -> dict:
+        """Per-item hard scores of `skill` on val + test (from the file when saved)."""
+        if key not in self.saved["evals"]:
+            t0, hard = time.perf_counter(), {}
+            for split in ("val", "test"):
+                res = evaluate_split(task, model, Policy(skill=skill), split, rollout=cfg)
+                hard |= {r.example_id: r.score.hard for r in res.rollouts if r.ok and r.score}
+            self.saved["evals"][key] = {
+                "hard": hard,
+                "skill": skill,
+                "seconds": round(time.perf_counter() - t0, 1),
+                "load": list(os.getloadavg()),
+            }
+            atomic_write_json(self.out, self.saved)
+        return self.saved["evals"][key]["hard"]
+
+    def add_row(self, key: str, row: dict[str, Any]) -> None:
+        self.saved["rows"][key] = row
+        atomic_write_json(self.out, self.saved)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="local")
+    p.add_argument("--task", default=PEER_TASK)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--out", default=str(RESULTS / "demo_kinds_qwen.json"))
+    a = p.parse_args()
+    evals = Evals(Path(a.out), {"model": a.model, "task": a.task, "max_tokens": a.max_tokens})
+    model = load_model(os.path.expanduser(a.model))
+    cfg = RolloutConfig(params=GenerationParams(max_tokens=a.max_tokens), progress=False)
+    for seed in a.seeds:
+        task = load_task(a.task, seed=seed, train_size=30, val_size=30, test_size=50)
+        base = evals.hard(f"s{seed}-none", task, model, cfg, SEED_PROMPT)
+        for kind, demos in _demo_sets(task, model, cfg, seed).items():
+            if not demos:
+                continue
+            skill = join_skill(SEED_PROMPT, demos, kind.split("-")[1])
+            row = _row(base, evals.hard(f"s{seed}-{kind}", task, model, cfg, skill))
+            evals.add_row(f"s{seed}-{kind}", row)
+            print(f"seed {seed} {kind}: {row} (none: {int(sum(base.values()))}/{len(base)})")
+
+
+if __name__ == "__main__":
+    main()
