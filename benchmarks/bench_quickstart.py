@@ -3,7 +3,7 @@ shipped skill is checked on the test split. Runs the command exactly as the READ
 (plus an output folder), and records its summary, wall and CPU time and the load average.
 
     python benchmarks/bench_quickstart.py            # results/quickstart_demos_local.json
-    python benchmarks/bench_quickstart.py --test-size 300
+    python benchmarks/bench_quickstart.py --test-size 100 --out /tmp/quickstart_100.json
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _ci(summary: dict) -> list[float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--test-size", type=int, default=100)
+    p.add_argument("--test-size", type=int, default=400)
     p.add_argument("--out", type=Path, default=RESULTS / "quickstart_demos_local.json")
     a = p.parse_args()
     command = COMMAND.format(test=a.test_size)
