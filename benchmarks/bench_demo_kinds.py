@@ -20,15 +20,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from selftaught.demos import Demo, join_skill
+from selftaught.demos import Demo, LeakCheck, join_skill
 from selftaught.evaluation import evaluate_split
+from selftaught.gate import paired_comparison
 from selftaught.models import load_model
 from selftaught.models.base import GenerationParams, run_sync
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, arun_rollouts
 from selftaught.runs import atomic_write_json, read_json
 from selftaught.skill.demo_search import bootstrapped, from_references, shows_work
-from selftaught.stats import sign_test_pvalue, wilson_interval
+from selftaught.stats import wilson_interval
 from selftaught.tasks.registry import load_task
 
 RESULTS = Path(__file__).parent / "results"
@@ -49,20 +50,24 @@ def _demo_sets(task: Any, model: Any, cfg: RolloutConfig, seed: int) -> dict[str
     print({k: [d.reply for d in v] for k, v in pools.items()}, flush=True)
     rng = random.Random(seed)
     drawn = {k: rng.sample(v, 2) if len(v) >= 2 else [] for k, v in pools.items()}
+    held_out = LeakCheck(
+        (split, ex.id, ex.prompt_text()) for split in ("val", "test") for ex in task.examples(split)
+    )
+    for demos in drawn.values():
+        held_out.assert_clean(demos)  # the sets are scored on val + test: no copy of an item
     return {kind: drawn[kind.split("-")[0]] for kind in KINDS}
 
 
 def _row(base: dict[str, float], hard: dict[str, float]) -> dict[str, Any]:
-    wins = sum(hard[i] > base[i] for i in hard)
-    losses = sum(hard[i] < base[i] for i in hard)
+    paired = paired_comparison(hard, base)
     solved = int(sum(hard.values()))
     return {
         "solved": solved,
         "n": len(hard),
         "ci95": [round(x, 3) for x in wilson_interval(solved, len(hard))],
-        "wins": wins,
-        "losses": losses,
-        "p_gain": round(sign_test_pvalue(wins, losses), 4),
+        "wins": paired.wins,
+        "losses": paired.losses,
+        "p_gain": round(paired.sign_test_p, 4),
     }
 
 

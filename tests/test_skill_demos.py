@@ -164,10 +164,9 @@ def test_demo_sets_take_worked_replies_before_bare_answers_and_references():
     ]
     assert shows_work("5 - 2 = 3") and shows_work("First add.\nThen 7") and not shows_work("-8")
     for seed in range(5):
-        (first, why), *_ = propose_sets([], pool, 4, 4, random.Random(seed), set())
-        assert why == "add b3 (bootstrap)"  # worked, and the shorter of the two worked
-        fresh = propose_sets([], pool, 4, 4, random.Random(seed), set())[-1][0]
-        assert [d.id for d in fresh] == ["b3", "b2", "b1", "r1"]
+        sets = propose_sets([], pool, 4, 4, random.Random(seed), set())
+        assert sets[0][1] == "add b3 (bootstrap)"  # worked, and the shorter of the two worked
+        assert [d.id for d in sets[-1][0]] == ["b3", "b2", "b1", "r1"]  # the fresh set
 
 
 def test_demo_pool_prefers_the_models_own_reply_and_records_leaks():
