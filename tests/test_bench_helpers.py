@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import bench_overhead  # noqa: E402
 import bench_peers  # noqa: E402
+import bench_quickstart  # noqa: E402
 from common import accuracy, compare_paired, fmt_acc, markdown_table, replace_section  # noqa: E402
 from counting_proxy import CallCounter, counting_proxy, normalise_request  # noqa: E402
 
@@ -179,3 +180,9 @@ def test_peer_results_merge_runs_of_other_seeds_and_keep_their_meta(tmp_path):
     assert runs[1]["x"] == 1  # the rerun replaced the saved row
     other = bench_peers.merged_runs(path, {**settings, "budget": 100}, {"date": "d2"}, new)
     assert len(other) == 2 and len(list(tmp_path.glob("peers_t.*.json"))) == 1  # set aside
+
+
+def test_the_quick_start_benchmark_runs_the_readme_command() -> None:
+    """bench_quickstart times the README's main command: the two must not drift apart."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert bench_quickstart.COMMAND.format(test=400) in readme

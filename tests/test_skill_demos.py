@@ -166,7 +166,24 @@ def test_demo_sets_take_worked_replies_before_bare_answers_and_references():
     for seed in range(5):
         sets = propose_sets([], pool, 4, 4, random.Random(seed), set())
         assert sets[0][1] == "add b3 (bootstrap)"  # worked, and the shorter of the two worked
-        assert [d.id for d in sets[-1][0]] == ["b3", "b2", "b1", "r1"]  # the fresh set
+        fresh = [s for s, why in sets if why.startswith("fresh")]
+        assert [d.id for d in fresh[0]] == ["b3", "b2", "b1", "r1"]  # the first fresh set
+
+
+def test_later_rounds_offer_random_sets_once_the_first_moves_were_tried():
+    pool = [Demo.of(f"b{i}", f"q{i}", "x" * (i + 1), "bootstrap") for i in range(6)]
+    tried: set[tuple[str, ...]] = set()
+    first = propose_sets([pool[0]], pool, 3, 4, random.Random(0), tried)
+    later = propose_sets([pool[0]], pool, 3, 4, random.Random(0), tried)
+    assert len(first) == len(later) == 4  # new sets still come after the first four
+    keys = [tuple(d.id for d in s) for s, _ in first + later]
+    assert len(set(keys)) == len(keys)
+    rank = {d.id: i for i, d in enumerate(pool)}  # here the ranking is the pool's order
+    for demos, why in first + later:
+        assert 1 <= len(demos) <= 3
+        if why.startswith("random"):  # drawn from the better half, kept in ranked order
+            assert [rank[d.id] for d in demos] == sorted(rank[d.id] for d in demos)
+            assert all(rank[d.id] < 3 for d in demos)
 
 
 def test_demo_pool_prefers_the_models_own_reply_and_records_leaks():
@@ -280,6 +297,36 @@ def test_a_train_item_reworded_from_val_never_becomes_a_demo(tmp_path):
     assert "train-copy" not in {d["id"] for d in pool["demos"]}
     assert pool["leaks"] == [{"demo_id": "train-copy", "held_out_id": "val-000", "split": "val"}]
     assert "train-copy" not in {d["id"] for d in summary["best_demos"]}
+
+
+def demo_hater(messages):
+    """Right without demos, wrong with any: every demo set is screened out."""
+    m = _Q.search([x for x in messages if x["role"] == "user"][-1]["content"])
+    if m is None:
+        return "?"
+    wrong = any(x["role"] == "assistant" for x in messages[:-1])
+    return f"Answer: {int(m.group(2)) + int(m.group(3)) + wrong}"
+
+
+def test_a_demo_set_screened_out_is_not_proposed_again(tmp_path):
+    target = ScriptedModel(demo_hater)
+    config = SkillOptConfig(
+        epochs=3, batch_size=8, proposals=0, demos_max=2, screen_size=4, gate=GateConfig()
+    )
+    SkillTrainer(
+        config,
+        ToyTask(),
+        target,
+        canned_analyst(),
+        "# Skill\n",
+        output_dir=tmp_path,
+        progress=False,
+    ).train()
+    rows = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()][1:]
+    assert len(rows) == 3 and all(r["gate"]["decision"] == "reject" for r in rows)
+    proposed = [tuple(c["demos"]) for r in rows for c in r["candidates"]]
+    assert len(proposed) == 6 and len(set(proposed)) == 6  # two new sets every step
+    assert all(c["screen"] == 0.0 and c["val"] is None for r in rows for c in r["candidates"])
 
 
 def test_demo_search_alone_never_calls_an_analyst(tmp_path):

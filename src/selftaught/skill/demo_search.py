@@ -4,13 +4,14 @@ this loop): where candidate demos come from, and the demo sets a step proposes.
 Candidates come from the train split only: the target's own passing replies (bootstrapped
 from the step's rollouts, never truncated) and the references the scorer passes. Each goes
 through the leak check before it may be used. A step proposes, from its parent's demo set:
-add one (while below the cap), swap one, drop one, and a fresh random set; sets already tried
-are skipped. Every proposal then meets the same screening and gate as a rule edit."""
+add one (while below the cap), swap one, a fresh set, drop one, round after round (later
+fresh sets are random draws); sets already tried are skipped. Every proposal then meets the
+same screening and gate as a rule edit."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from selftaught.demos import Demo, Leak, LeakCheck
@@ -120,27 +121,49 @@ def propose_sets(
 ) -> list[tuple[tuple[Demo, ...], str]]:
     """Up to `n` new demo sets (each at most `k` demos) around `parent`, with what was done.
     `tried` holds the id tuples already proposed; the new ones are added to it."""
-    parent = list(parent)
-    others = _ranked([d for d in pool if d.id not in {p.id for p in parent}], rng)
-    moves: list[tuple[list[Demo], str]] = []
-    if others and len(parent) < k:
-        moves.append(([*parent, others[0]], f"add {others[0].id} ({others[0].source})"))
-    if others and parent:
-        i, pick = rng.randrange(len(parent)), others[min(1, len(others) - 1)]
-        moves.append(([*parent[:i], pick, *parent[i + 1 :]], f"swap {parent[i].id} for {pick.id}"))
-    if pool and k:
-        fresh = _ranked(pool, rng)[: min(k, len(pool))]
-        moves.append((fresh, f"fresh set of {len(fresh)}"))
-    if len(parent) > 1:
-        i = rng.randrange(len(parent))
-        moves.append(([*parent[:i], *parent[i + 1 :]], f"drop {parent[i].id}"))
+    parent_key = tuple(d.id for d in parent)
     out = []
-    for demos, why in moves:
+    for demos, why in _moves(list(parent), pool, k, rng):
         key = tuple(d.id for d in demos)
-        if key in tried or key == tuple(d.id for d in parent):
+        if key in tried or key == parent_key:
             continue
         tried.add(key)
         out.append((tuple(demos), why))
         if len(out) == n:
             break
     return out
+
+
+def _moves(
+    parent: list[Demo], pool: Sequence[Demo], k: int, rng: random.Random
+) -> Iterator[tuple[list[Demo], str]]:
+    """The moves around `parent`, best guesses first, in rounds (DSPy's random search goes
+    on the same way, one fresh draw after another): add the next ranked candidate (below the
+    cap), swap a demo for the one after it, a fresh set, drop a demo. The first fresh set is
+    the top `k` ranked; later ones are random draws of 1..k from the better half of the
+    ranking, so that a step whose first sets were tried still has new ones to offer."""
+    others = _ranked([d for d in pool if d.id not in {p.id for p in parent}], rng)
+    ranked = _ranked(pool, rng)
+    drops = rng.sample(range(len(parent)), len(parent))
+    for r in range(len(pool) + 1):
+        if r < len(others) and len(parent) < k:
+            yield [*parent, others[r]], f"add {others[r].id} ({others[r].source})"
+        if others and parent:
+            i, pick = rng.randrange(len(parent)), others[min(r + 1, len(others) - 1)]
+            yield [*parent[:i], pick, *parent[i + 1 :]], f"swap {parent[i].id} for {pick.id}"
+        if ranked and k:
+            yield _fresh(ranked, k, r, rng)
+        if len(parent) > 1 and r < len(drops):
+            i = drops[r]
+            yield [*parent[:i], *parent[i + 1 :]], f"drop {parent[i].id}"
+
+
+def _fresh(ranked: list[Demo], k: int, r: int, rng: random.Random) -> tuple[list[Demo], str]:
+    if r == 0:
+        top = ranked[: min(k, len(ranked))]
+        return top, f"fresh set of {len(top)}"
+    size = rng.randint(1, min(k, len(ranked)))
+    better = ranked[: max(size, (len(ranked) + 1) // 2)]
+    picked = {d.id for d in rng.sample(better, size)}
+    draw = [d for d in ranked if d.id in picked]  # in ranked order
+    return draw, f"random set of {len(draw)}"

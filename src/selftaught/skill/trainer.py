@@ -596,15 +596,12 @@ class SkillTrainer:
                 drafts.append((text, "rules", f"proposal {i}: {len(p.update.applied)} edits", p))
         if self.demos_on:
             rng = random.Random(self.config.seed * 7_919 + step)
-            moves = propose_sets(
-                parts.demos, list(st.demo_pool.demos.values()), self.config.demos_max, 4, rng, set()
-            )
+            n, pool = self.config.demo_sets_per_step, list(st.demo_pool.demos.values())
+            moves = propose_sets(parts.demos, pool, self.config.demos_max, 4 * n, rng, set())
             fresh = [(self._join(parts.rules, d), "demos", why, None) for d, why in moves]
-            drafts += [d for d in fresh if not self._fully_scored(d[0])][
-                : self.config.demo_sets_per_step
-            ]
+            drafts += [d for d in fresh if self._worth_scoring(d[0], parent)][:n]
         if self.config.merge and self.config.pool and self.demos_on:
-            drafts += [d for d in self._merges(st) if not self._fully_scored(d[0])]
+            drafts += [d for d in self._merges(st) if self._worth_scoring(d[0], parent)]
         seen = {parent.hash}
         out: list[_Candidate] = []
         for text, kind, why, proposal in drafts:
@@ -634,10 +631,18 @@ class SkillTrainer:
             return rules
         return join_skill(rules, demos, self.config.demo_placement)
 
-    def _fully_scored(self, text: str) -> bool:
-        return self.val_cache.complete(
-            self._policy(text).skill_hash(), (ex.id for ex in self.val_set)
-        )
+    def _worth_scoring(self, text: str, parent: _Skill) -> bool:
+        """Not yet scored on the whole val split, and not already below `parent` on the val
+        items it was screened on in an earlier step: as DSPy's random search, a demo set or
+        merge is scored once, and the budget goes to sets not seen yet."""
+        h = self._policy(text).skill_hash()
+        if self.val_cache.complete(h, (ex.id for ex in self.val_set)):
+            return False
+        seen = self._metric(self.val_cache.get(h))
+        if not seen:
+            return True
+        mine = self._metric(self.val_cache[parent.hash])
+        return sum(v or 0.0 for v in seen.values()) >= sum(mine.get(i) or 0.0 for i in seen) - 1e-9
 
     async def _choose(
         self,
