@@ -96,7 +96,8 @@ class SkillOptConfig:
     demo_placement: str = "turns"
     """turns (prior user/assistant turns) | system (a "Worked examples" section)."""
     demo_sets_per_step: int = 2
-    """Demo sets proposed per step around the parent's (add, swap, random set, drop)."""
+    """New demo sets proposed per step around the parent's (add, swap, fresh, drop; then
+    further rounds and random draws); sets already scored or screened out are skipped."""
     demo_references: bool = True
     """Also offer the task's references (those its scorer passes) as demos."""
 
