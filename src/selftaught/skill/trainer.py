@@ -17,7 +17,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -226,6 +226,12 @@ class _State:
     stopped_by: str | None = None  # why the run ended before its last step (the budget)
     pool: list[str] = field(default_factory=list)  # versions that passed the gate
     demo_pool: DemoPool = field(default_factory=DemoPool)
+
+
+def _not_below(scores: ValScores, parent: ValScores, ids: Iterable[str]) -> bool:
+    """The candidate solves at least as much as its parent on `ids` (the screening rule)."""
+    ids = list(ids)
+    return sum(scores.get(i) or 0.0 for i in ids) >= sum(parent.get(i) or 0.0 for i in ids) - 1e-9
 
 
 class SkillTrainer:
@@ -639,10 +645,7 @@ class SkillTrainer:
         if self.val_cache.complete(h, (ex.id for ex in self.val_set)):
             return False
         seen = self._metric(self.val_cache.get(h))
-        if not seen:
-            return True
-        mine = self._metric(self.val_cache[parent.hash])
-        return sum(v or 0.0 for v in seen.values()) >= sum(mine.get(i) or 0.0 for i in seen) - 1e-9
+        return not seen or _not_below(seen, self._metric(self.val_cache[parent.hash]), seen)
 
     async def _choose(
         self,
@@ -705,14 +708,17 @@ class SkillTrainer:
             )
         }
         parent_scores = self._metric(self.val_cache[parent.hash])
-        floor = sum(parent_scores[i] or 0.0 for i in ids) / len(ids)
+        kept = set()
         for c in candidates:
             val = await self._val(c.skill, ids)
             c.rollouts += val.rollouts
             c.cached = val.all_cached
-            c.screen = sum(v or 0.0 for v in self._metric(val.items).values()) / len(ids)
+            scores = self._metric(val.items)
+            c.screen = sum(v or 0.0 for v in scores.values()) / len(ids)
+            if _not_below(scores, parent_scores, ids):
+                kept.add(c.skill.hash)
         ranked = sorted(candidates, key=lambda c: -(c.screen or 0.0))  # stable: order breaks ties
-        return [c for c in ranked if (c.screen or 0.0) >= floor - 1e-9][: self.config.screen_keep]
+        return [c for c in ranked if c.skill.hash in kept][: self.config.screen_keep]
 
     @staticmethod
     def _why_empty(proposals: list[_Proposal]) -> str:
