@@ -26,6 +26,7 @@ COMMAND = (
     "--proposals 0 --epochs 1 --batch-size 16 --train-size 32 --val-size 30 --test-size {test} "
     "--max-tokens 64"
 )
+TEST_SIZE = 400  # the README's --test-size
 
 
 def _ci(summary: dict) -> list[float]:
@@ -34,7 +35,7 @@ def _ci(summary: dict) -> list[float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--test-size", type=int, default=400)
+    p.add_argument("--test-size", type=int, default=TEST_SIZE)
     p.add_argument("--out", type=Path, default=RESULTS / "quickstart_demos_local.json")
     a = p.parse_args()
     command = COMMAND.format(test=a.test_size)

@@ -185,4 +185,4 @@ def test_peer_results_merge_runs_of_other_seeds_and_keep_their_meta(tmp_path):
 def test_the_quick_start_benchmark_runs_the_readme_command() -> None:
     """bench_quickstart times the README's main command: the two must not drift apart."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert bench_quickstart.COMMAND.format(test=400) in readme
+    assert bench_quickstart.COMMAND.format(test=bench_quickstart.TEST_SIZE) in readme
