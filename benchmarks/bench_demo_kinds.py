@@ -85,7 +85,7 @@ class Evals:
         if key not in self.saved["evals"]:
             t0, hard = time.perf_counter(), {}
             for split in ("val", "test"):
-                res = evaluate_split(task, model, Policy(skill=skill), split, rollout=cfg)
+                res = evaluate_split(task, model, Policy(skill=skill), split=split, rollout=cfg)
                 hard |= {r.example_id: r.score.hard for r in res.rollouts if r.ok and r.score}
             self.saved["evals"][key] = {
                 "hard": hard,
