@@ -559,6 +559,8 @@ def saved_peers_report(out_dir: Path) -> str:
     the script), each under its own command, date and load."""
     sections = []
     for path in sorted(out_dir.glob("peers_*.json")):
+        if "." in path.stem:
+            continue  # a copy kept aside by `merged_runs` (other settings), not a current task
         saved = json.loads(path.read_text())
         spec = saved["runs"][0]["task"] if saved["runs"] else path.stem.removeprefix("peers_")
         sections.append(report(saved["settings"], saved["meta"], {spec: saved["runs"]}))

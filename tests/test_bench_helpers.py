@@ -182,6 +182,17 @@ def test_peer_results_merge_runs_of_other_seeds_and_keep_their_meta(tmp_path):
     assert len(other) == 2 and len(list(tmp_path.glob("peers_t.*.json"))) == 1  # set aside
 
 
+def test_the_peer_report_leaves_out_results_set_aside(tmp_path, monkeypatch):
+    import json
+
+    runs = [{"system": "selftaught", "seed": 0, "task": "t"}]
+    for name, date in (("peers_t.json", "now"), ("peers_t.20261123-000000.json", "old")):
+        saved = {"meta": {"date": date}, "settings": {}, "runs": runs}
+        (tmp_path / name).write_text(json.dumps(saved))
+    monkeypatch.setattr(bench_peers, "report", lambda s, meta, by_task: meta["date"])
+    assert bench_peers.saved_peers_report(tmp_path) == "now"
+
+
 def test_the_quick_start_benchmark_runs_the_readme_command() -> None:
     """bench_quickstart times the README's main command: the two must not drift apart."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
