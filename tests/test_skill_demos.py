@@ -20,7 +20,13 @@ from selftaught.gate import GateConfig
 from selftaught.policy import Policy
 from selftaught.runs import RunError
 from selftaught.skill import SkillOptConfig, SkillTrainer
-from selftaught.skill.demo_search import DemoPool, from_references, propose_sets, shows_work
+from selftaught.skill.demo_search import (
+    DemoPool,
+    from_references,
+    propose_sets,
+    shows_work,
+    work_steps,
+)
 from selftaught.skill.pool import Member, merge_pair, pareto_front, pick_parent, top_items
 from selftaught.tasks.base import Example
 from tests.scripted import ScriptedModel, ToyTask, canned_analyst, user_of
@@ -155,19 +161,25 @@ def test_proposed_demo_sets_prefer_bootstrapped_and_never_repeat():
     assert "add" not in moves and "swap" in moves  # at the cap: no add
 
 
-def test_demo_sets_take_worked_replies_before_bare_answers_and_references():
+def test_demo_sets_take_the_most_worked_replies_before_bare_answers_and_references():
     pool = [
         Demo.of("r1", "Calculate 3 + 4.", "7", "reference"),
         Demo.of("b1", "Calculate 9 - 1.", "8", "bootstrap"),
-        Demo.of("b2", "Calculate 2 * 3 + 1.", "2 * 3 + 1 = 6 + 1 = 7", "bootstrap"),
+        Demo.of("b2", "Calculate 2 * 3 + 10.", "2 * 3 + 10 = 6 + 10 = 16", "bootstrap"),
         Demo.of("b3", "Calculate 5 - 2.", "5 - 2 = 3", "bootstrap"),
+        Demo.of("b4", "Calculate 8 - 2 - 1.", "8 - 2 - 1 = 6 - 1 = 5", "bootstrap"),
     ]
     assert shows_work("5 - 2 = 3") and shows_work("First add.\nThen 7") and not shows_work("-8")
+    assert (work_steps("2 * 3 + 1 = 6 + 1 = 7"), work_steps("a\nb = 1"), work_steps("-8")) == (
+        2,
+        2,
+        0,
+    )
     for seed in range(5):
         sets = propose_sets([], pool, 4, 4, random.Random(seed), set())
-        assert sets[0][1] == "add b3 (bootstrap)"  # worked, and the shorter of the two worked
+        assert sets[0][1] == "add b4 (bootstrap)"  # the most steps, the shorter of two such
         fresh = [s for s, why in sets if why.startswith("fresh")]
-        assert [d.id for d in fresh[0]] == ["b3", "b2", "b1", "r1"]  # the first fresh set
+        assert [d.id for d in fresh[0]] == ["b4", "b2", "b3", "b1"]  # the first fresh set
 
 
 def test_later_rounds_offer_random_sets_once_the_first_moves_were_tried():
