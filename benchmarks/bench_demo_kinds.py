@@ -9,11 +9,18 @@ sequentially; every evaluation is saved as it ends and a re-run resumes.
 
     python benchmarks/bench_demo_kinds.py --seeds 0 1 \\
         --model local:~/.cache/selftaught/models/qwen2.5-coder-0.5b-instruct.gguf
+
+`--order DIR` compares instead two orders of the worked replies in a run's demo pool
+(`DIR/basic_arithmetic_s<seed>.json`, a `demo_pool.json` saved from the peer benchmark's
+selftaught runs): the top 1 and 2 shortest first (the order before 2026-11-25) against the
+top 1 and 2 with the most steps first (`demo_search.work_steps`, the order now), each paired
+per item against the seed prompt and against each other.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import time
@@ -28,7 +35,7 @@ from selftaught.models.base import GenerationParams, run_sync
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, arun_rollouts
 from selftaught.runs import atomic_write_json, read_json
-from selftaught.skill.demo_search import bootstrapped, from_references, shows_work
+from selftaught.skill.demo_search import bootstrapped, from_references, shows_work, work_steps
 from selftaught.stats import wilson_interval
 from selftaught.tasks.registry import load_task
 
@@ -82,7 +89,8 @@ class Evals:
 
     def hard(self, key: str, task: Any, model: Any, cfg: RolloutConfig, skill: str) -> dict:
         """Per-item hard scores of `skill` on val + test (from the file when saved)."""
-        if key not in self.saved["evals"]:
+        saved = self.saved["evals"].get(key)
+        if saved is None or saved["skill"] != skill:  # a changed skill is evaluated again
             t0, hard = time.perf_counter(), {}
             for split in ("val", "test"):
                 res = evaluate_split(task, model, Policy(skill=skill), split=split, rollout=cfg)
@@ -101,6 +109,41 @@ class Evals:
         atomic_write_json(self.out, self.saved)
 
 
+def _orders(pool_file: Path, seed: int) -> dict[str, list[Demo]]:
+    """The pool's own worked replies, shortest first (the old `_ranked`: a seeded shuffle of
+    the pool, then a stable sort) and most steps first (in the file's order, then sorted)."""
+    pool = [Demo.from_dict(d) for d in json.loads(pool_file.read_text())["demos"]]
+    shuffled = list(pool)
+    random.Random(seed).shuffle(shuffled)
+    shortest = sorted(
+        shuffled, key=lambda d: (d.source == "reference", not shows_work(d.reply), len(d.reply))
+    )
+    worked = [d for d in pool if d.source != "reference" and shows_work(d.reply)]
+    steps = sorted(worked, key=lambda d: (-work_steps(d.reply), len(d.reply)))
+    return {f"{name}{k}": order[:k] for name, order in (("short", shortest), ("steps", steps))
+            for k in (1, 2)}  # fmt: skip
+
+
+def compare_orders(evals: Evals, task: Any, model: Any, cfg: RolloutConfig, seed: int,
+                   pool_file: Path) -> None:  # fmt: skip
+    base = evals.hard(f"s{seed}-none", task, model, cfg, SEED_PROMPT)
+    held_out = LeakCheck(
+        (split, ex.id, ex.prompt_text()) for split in ("val", "test") for ex in task.examples(split)
+    )
+    hard = {}
+    for name, demos in _orders(pool_file, seed).items():
+        held_out.assert_clean(demos)
+        skill = join_skill(SEED_PROMPT, demos, "turns")
+        hard[name] = evals.hard(f"s{seed}-rank-{name}", task, model, cfg, skill)
+        row = {**_row(base, hard[name]), "replies": [d.reply for d in demos]}
+        evals.add_row(f"s{seed}-rank-{name}", row)
+        print(f"seed {seed} {name}: {row} (none: {int(sum(base.values()))}/{len(base)})")
+    for k in (1, 2):
+        row = _row(hard[f"short{k}"], hard[f"steps{k}"])  # steps against shortest, per item
+        evals.add_row(f"s{seed}-rank-steps{k}-vs-short{k}", row)
+        print(f"seed {seed} steps{k} vs short{k}: {row}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="local")
@@ -108,12 +151,18 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--out", default=str(RESULTS / "demo_kinds_qwen.json"))
+    p.add_argument("--order", metavar="DIR", help="compare two orders of the pools saved in DIR")
     a = p.parse_args()
     evals = Evals(Path(a.out), {"model": a.model, "task": a.task, "max_tokens": a.max_tokens})
     model = load_model(os.path.expanduser(a.model))
     cfg = RolloutConfig(params=GenerationParams(max_tokens=a.max_tokens), progress=False)
     for seed in a.seeds:
         task = load_task(a.task, seed=seed, train_size=30, val_size=30, test_size=50)
+        if a.order:
+            compare_orders(
+                evals, task, model, cfg, seed, Path(a.order) / f"basic_arithmetic_s{seed}.json"
+            )
+            continue
         base = evals.hard(f"s{seed}-none", task, model, cfg, SEED_PROMPT)
         for kind, demos in _demo_sets(task, model, cfg, seed).items():
             if not demos:
