@@ -97,10 +97,12 @@ def shows_work(reply: str) -> bool:
 
 
 def work_steps(reply: str) -> int:
-    """How many intermediate results a reply writes out: its `=` signs and line breaks
-    ("81 + 16 * 52 = 81 + 832 = 913": 2; "-3 + 6 = 3": 1; "-6": 0)."""
-    text = reply.strip()
-    return text.count("=") + text.count("\n")
+    """How many results a reply writes out as it goes: its `=` signs ("81 + 16 * 52 = 81 +
+    832 = 913": 2; "-3 + 6 = 3": 1; "-6": 0). Lines of prose do not count: with SmolLM2-135M
+    in the quick start, ranking its multi-line explanations first (lines counted as steps)
+    kept the gain (test 0.250 -> 0.345) but made every reply longer and the run 559 s
+    instead of 252 s."""
+    return reply.count("=")
 
 
 def _ranked(demos: Sequence[Demo], rng: random.Random) -> list[Demo]:
