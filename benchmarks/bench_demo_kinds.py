@@ -14,7 +14,8 @@ sequentially; every evaluation is saved as it ends and a re-run resumes.
 (`DIR/basic_arithmetic_s<seed>.json`, a `demo_pool.json` saved from the peer benchmark's
 selftaught runs): the top 1 and 2 shortest first (the order before 2026-11-25) against the
 top 1 and 2 with the most steps first (`demo_search.work_steps`, the order now), each paired
-per item against the seed prompt and against each other.
+per item against the seed prompt and against each other; and the top 3 and 4 in the new
+order (how many demos help).
 """
 
 from __future__ import annotations
@@ -120,8 +121,10 @@ def _orders(pool_file: Path, seed: int) -> dict[str, list[Demo]]:
     )
     worked = [d for d in pool if d.source != "reference" and shows_work(d.reply)]
     steps = sorted(worked, key=lambda d: (-work_steps(d.reply), len(d.reply)))
-    return {f"{name}{k}": order[:k] for name, order in (("short", shortest), ("steps", steps))
-            for k in (1, 2)}  # fmt: skip
+    orders = {f"{name}{k}": order[:k] for name, order in (("short", shortest), ("steps", steps))
+              for k in (1, 2)}  # fmt: skip
+    # how many demos: 3 and 4 (the cap, `demos_max`) in the new order
+    return orders | {f"steps{k}": steps[:k] for k in (3, 4) if len(steps) >= k}
 
 
 def compare_orders(evals: Evals, task: Any, model: Any, cfg: RolloutConfig, seed: int,
