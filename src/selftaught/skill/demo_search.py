@@ -101,7 +101,7 @@ def work_steps(reply: str) -> int:
     832 = 913": 2; "-3 + 6 = 3": 1; "-6": 0). Lines of prose do not count: with SmolLM2-135M
     in the quick start, ranking its multi-line explanations first (lines counted as steps)
     kept the gain (test 0.250 -> 0.345) but made every reply longer and the run 559 s
-    instead of 252 s."""
+    instead of 248 s."""
     return reply.count("=")
 
 
