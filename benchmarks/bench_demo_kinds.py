@@ -13,7 +13,7 @@ sequentially; every evaluation is saved as it ends and a re-run resumes.
 `--order DIR` compares instead two orders of the worked replies in a run's demo pool
 (`DIR/basic_arithmetic_s<seed>.json`, a `demo_pool.json` saved from the peer benchmark's
 selftaught runs): the top 1 and 2 shortest first (the order before 2026-11-25) against the
-top 1 and 2 with the most steps first (`demo_search.work_steps`, the order now), each paired
+top 1 and 2 in the order they are filled now (`demo_search._ranked`: most steps first), each paired
 per item against the seed prompt and against each other; and the top 3 and 4 in the new
 order (how many demos help).
 """
@@ -36,7 +36,7 @@ from selftaught.models.base import GenerationParams, run_sync
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, arun_rollouts
 from selftaught.runs import atomic_write_json, read_json
-from selftaught.skill.demo_search import bootstrapped, from_references, shows_work, work_steps
+from selftaught.skill.demo_search import _ranked, bootstrapped, from_references, shows_work
 from selftaught.stats import wilson_interval
 from selftaught.tasks.registry import load_task
 
@@ -111,20 +111,20 @@ class Evals:
 
 
 def _orders(pool_file: Path, seed: int) -> dict[str, list[Demo]]:
-    """The pool's own worked replies, shortest first (the old `_ranked`: a seeded shuffle of
-    the pool, then a stable sort) and most steps first (in the file's order, then sorted)."""
+    """The pool in the order demo sets were filled before 2026-11-25 (worked replies first,
+    shortest first: a seeded shuffle, then a stable sort) and in the order they are filled
+    now (`demo_search._ranked`, the same seed: most steps first)."""
     pool = [Demo.from_dict(d) for d in json.loads(pool_file.read_text())["demos"]]
     shuffled = list(pool)
     random.Random(seed).shuffle(shuffled)
     shortest = sorted(
         shuffled, key=lambda d: (d.source == "reference", not shows_work(d.reply), len(d.reply))
     )
-    worked = [d for d in pool if d.source != "reference" and shows_work(d.reply)]
-    steps = sorted(worked, key=lambda d: (-work_steps(d.reply), len(d.reply)))
+    steps = _ranked(pool, random.Random(seed))
     orders = {f"{name}{k}": order[:k] for name, order in (("short", shortest), ("steps", steps))
               for k in (1, 2)}  # fmt: skip
     # how many demos: 3 and 4 (the cap, `demos_max`) in the new order
-    return orders | {f"steps{k}": steps[:k] for k in (3, 4) if len(steps) >= k}
+    return orders | {f"steps{k}": steps[:k] for k in (3, 4)}
 
 
 def compare_orders(evals: Evals, task: Any, model: Any, cfg: RolloutConfig, seed: int,
