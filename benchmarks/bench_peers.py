@@ -16,6 +16,11 @@ split (baseline: the seed prompt), with 95% Wilson intervals and the paired sign
     python benchmarks/bench_peers.py                  # both tasks, seeds 0 1, all systems
     python benchmarks/bench_peers.py --gate           # selftaught's gate settings, seeds 0 1 2
     python benchmarks/bench_peers.py --quick          # smoke run on SmolLM2, a few minutes
+    python benchmarks/bench_peers.py --systems selftaught --config pool=false  # a default swept
+
+`--config KEY=VALUE ...` runs selftaught with those `SkillOptConfig` fields changed: its rows
+sit beside the default's in the same results file, labelled with the change, so a default is
+chosen on the same tasks, seeds and splits as the peers.
 
 The server is `selftaught serve --model local:<Qwen GGUF>` started by the script (or any
 endpoint: `--endpoint http://HOST:PORT/v1#MODEL`). Results: benchmarks/results/peers_<task>.json
@@ -99,6 +104,35 @@ class Settings:
     endpoint: str | None = None
     serve_model: str = f"local:{QWEN_GGUF}"
     serve_name: str = "qwen"
+    selftaught_config: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_config(pairs: Sequence[str]) -> dict[str, Any]:
+    """`["pool=false", "demos_max=3"]` → `{"pool": False, "demos_max": 3}`, each key a field of
+    `SkillOptConfig` (values read as JSON where they parse, else kept as text)."""
+    from dataclasses import fields
+
+    from selftaught.skill import SkillOptConfig
+
+    known = {f.name for f in fields(SkillOptConfig)}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or key not in known:
+            raise SystemExit(
+                f"--config {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}"
+            )
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    SkillOptConfig(**out)  # a bad value fails here, before any model starts
+    return out
+
+
+def config_label(config: dict[str, Any]) -> str:
+    """The variant name of a selftaught run with changed defaults: `pool=false,proposals=0`."""
+    return ",".join(f"{k}={json.dumps(v)}" for k, v in config.items())
 
 
 def parse_args(argv: Sequence[str] | None) -> Settings:
@@ -118,6 +152,9 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     )
     p.add_argument("--seed-prompt", help=f"the prompt every system starts from ({SEED_PROMPT!r})")
     p.add_argument("--concurrency", type=int, help="requests in flight per system (default 8)")
+    p.add_argument(
+        "--config", nargs="+", metavar="KEY=VALUE", help="selftaught SkillOptConfig changes"
+    )
     args = p.parse_args(argv)
     s = quick_settings() if args.quick else Settings()
     if args.gate:
@@ -130,6 +167,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         s.serve_model, s.serve_name = args.serve_model, "model"
     if args.seed_prompt:
         s.seed_prompt = args.seed_prompt
+    if args.config:
+        s.selftaught_config = parse_config(args.config)
     return s
 
 
@@ -290,6 +329,7 @@ def run_one(
     job = make_job(b, system, task, spec, seed, out_dir)
     if system == "selftaught":
         job["gate"] = GATES.get(variant, {})  # {}: the package's default gate
+        job["config"] = b.s.selftaught_config
     b.counter.take()
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -356,7 +396,10 @@ def variants(s: Settings) -> list[tuple[str, str]]:
     """(system, variant) pairs to run per task and seed."""
     if s.mode == "gate":
         return [("selftaught", gate) for gate in s.gates]
-    return [(system, system) for system in s.systems]
+    changed = config_label(s.selftaught_config)
+    return [
+        (system, changed if system == "selftaught" and changed else system) for system in s.systems
+    ]
 
 
 def run_task(

@@ -197,3 +197,14 @@ def test_the_quick_start_benchmark_runs_the_readme_command() -> None:
     """bench_quickstart times the README's main command: the two must not drift apart."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert bench_quickstart.COMMAND.format(test=bench_quickstart.TEST_SIZE) in readme
+
+
+def test_peer_config_changes_run_as_their_own_labelled_selftaught_variant():
+    s = bench_peers.parse_args(["--systems", "selftaught", "gepa", "--config", "pool=false"])
+    assert s.selftaught_config == {"pool": False}
+    assert bench_peers.variants(s) == [("selftaught", "pool=false"), ("gepa", "gepa")]
+    assert bench_peers.variants(bench_peers.parse_args([]))[0] == ("selftaught", "selftaught")
+    with pytest.raises(SystemExit, match="demos_max"):  # an unknown key lists the known ones
+        bench_peers.parse_args(["--config", "demo_max=3"])
+    with pytest.raises(Exception, match="screen_keep"):  # a bad value fails before any run
+        bench_peers.parse_args(["--config", "screen_keep=0"])

@@ -124,6 +124,7 @@ def run_selftaught(job: dict[str, Any], task: Task) -> dict[str, Any]:
         concurrency=job["concurrency"],
         timeout_s=job["timeout_s"],
         evaluate_test=False,  # bench_peers.py scores every system's shipped prompt itself
+        **job.get("config", {}),  # bench_peers.py --config: defaults being swept
     )
     name = job["model_name"]
     summary = selftaught.optimize(
