@@ -18,6 +18,10 @@ split (baseline: the seed prompt), with 95% Wilson intervals and the paired sign
     python benchmarks/bench_peers.py --quick          # smoke run on SmolLM2, a few minutes
     python benchmarks/bench_peers.py --systems selftaught --config pool=false  # a default swept
 
+`--versus A B` scores the shipped prompts of two saved runs (systems or `--config` variants)
+per seed on the same test items again and pairs them with each other, seed by seed and over
+all seeds: whether a difference in mean gain between two systems is beyond the noise.
+
 `--config KEY=VALUE ...` runs selftaught with those `SkillOptConfig` fields changed: its rows
 sit beside the default's in the same results file, labelled with the change, so a default is
 chosen on the same tasks, seeds and splits as the peers.
@@ -84,7 +88,8 @@ RUNS = REPO / "runs" / "bench"
 class Settings:
     """One benchmark invocation; `--quick` shrinks every size."""
 
-    mode: str = "peers"  # peers | gate
+    mode: str = "peers"  # peers | gate | versus
+    versus: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
     seeds: list[int] = field(default_factory=lambda: [0, 1])
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
@@ -153,6 +158,9 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     p.add_argument("--seed-prompt", help=f"the prompt every system starts from ({SEED_PROMPT!r})")
     p.add_argument("--concurrency", type=int, help="requests in flight per system (default 8)")
     p.add_argument(
+        "--versus", nargs=2, metavar=("A", "B"), help="pair two saved runs' shipped prompts"
+    )
+    p.add_argument(
         "--config", nargs="+", metavar="KEY=VALUE", help="selftaught SkillOptConfig changes"
     )
     args = p.parse_args(argv)
@@ -169,6 +177,9 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         s.seed_prompt = args.seed_prompt
     if args.config:
         s.selftaught_config = parse_config(args.config)
+    if args.versus:
+        s.mode, s.versus = "versus", list(args.versus)
+        s.seeds = args.seeds or [0, 1, 2]
     return s
 
 
@@ -425,6 +436,55 @@ def run_task(
     return rows
 
 
+def versus_task(b: Bench, spec: str) -> dict[str, Any]:
+    """Both saved runs' shipped prompts (`b.s.versus`, by variant name) on the test split of
+    each seed, paired item by item: B's wins and losses against A, per seed and pooled."""
+    from selftaught.tasks import load_task
+
+    path = RESULTS / f"peers_{task_slug(spec)}.json"
+    saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    a, z = b.s.versus
+    pooled: dict[str, dict[str, float | None]] = {a: {}, z: {}}
+    per_seed = []
+    for seed in b.s.seeds:
+        rows = {r.get("variant", r["system"]): r for r in saved["runs"] if r["seed"] == seed}
+        missing = [v for v in (a, z) if v not in rows or "error" in rows[v]]
+        if missing:
+            raise SystemExit(f"{path.name}: no finished {' / '.join(missing)} run on seed {seed}")
+        task = load_task(
+            spec, seed=seed, train_size=b.s.train, val_size=b.s.val, test_size=b.s.test
+        )
+        scores = {v: b.score(task, rows[v]["shipped_prompt"], "test") for v in (a, z)}
+        for v in (a, z):
+            pooled[v].update({f"s{seed}/{k}": x for k, x in scores[v].items()})
+        per_seed.append({"seed": seed, **compare_paired(scores[a], scores[z])})
+    return {
+        "task": spec,
+        "a": a,
+        "b": z,
+        "seeds": per_seed,
+        "pooled": compare_paired(pooled[a], pooled[z]),
+    }
+
+
+def versus_table(results: Sequence[dict[str, Any]]) -> str:
+    header = ["task", "seed", "B vs A on test", "Δ (B − A)", "B wins / A wins", "p (B) / p (A)"]
+    body = []
+    for res in results:
+        for label, c in [*((str(x["seed"]), x) for x in res["seeds"]), ("all", res["pooled"])]:
+            body.append(
+                [
+                    task_slug(res["task"]),
+                    label,
+                    f"{res['b']} vs {res['a']}",
+                    f"{c['delta']:+.3f}",
+                    f"{c['wins']} / {c['losses']}",
+                    f"{c['p_gain']:.3f} / {c['p_loss']:.3f}",
+                ]
+            )
+    return markdown_table(header, body)
+
+
 # ---- tables -----------------------------------------------------------------------------
 
 
@@ -649,6 +709,14 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
 
     out_dir = RUNS / "quick" if s.quick else RESULTS
     settings = asdict(s)
+    if s.mode == "versus":
+        results = [r for rows in by_task.values() for r in rows]
+        path = (
+            out_dir
+            / f"peers_versus_{'_'.join(re.sub(r'[^A-Za-z0-9]+', '-', v) for v in s.versus)}.json"
+        )
+        atomic_write_json(path, {"meta": meta, "settings": asdict(s), "results": results})
+        return [path]
     if s.mode == "gate":
         rows = [r for task_rows in by_task.values() for r in task_rows]
         path = out_dir / "gate_sweep.json"
@@ -690,6 +758,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 write_results(s, meta, by_task)
 
             for spec in s.tasks:
+                if s.mode == "versus":
+                    by_task[spec] = [versus_task(bench, spec)]
+                    save_so_far(spec, by_task[spec])
+                    continue
                 by_task[spec] = run_task(
                     bench, spec, lambda rows, spec=spec: save_so_far(spec, rows)
                 )
@@ -697,6 +769,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     for path in write_results(s, meta, by_task):
         print(f"wrote {path}")
+    if s.mode == "versus":
+        print(versus_table([r for rows in by_task.values() for r in rows]))
+        return
     print(report(asdict(s), meta, by_task))
 
 

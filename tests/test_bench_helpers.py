@@ -208,3 +208,33 @@ def test_peer_config_changes_run_as_their_own_labelled_selftaught_variant():
         bench_peers.parse_args(["--config", "demo_max=3"])
     with pytest.raises(Exception, match="screen_keep"):  # a bad value fails before any run
         bench_peers.parse_args(["--config", "screen_keep=0"])
+
+
+def test_versus_pairs_two_saved_runs_per_seed_and_over_all_seeds(tmp_path, monkeypatch):
+    import json
+
+    spec = "gym:t"
+    runs = [
+        {"system": s, "variant": s, "seed": seed, "shipped_prompt": f"{s}{seed}"}
+        for s in ("selftaught", "skillrl")
+        for seed in (0, 1)
+    ]
+    (tmp_path / "peers_t.json").write_text(json.dumps({"runs": runs}))
+    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
+    monkeypatch.setattr("selftaught.tasks.load_task", lambda *a, **k: None)
+    # skillrl solves item x on both seeds, selftaught item y on seed 0 only
+    solved = {"skillrl0": {"x"}, "skillrl1": {"x"}, "selftaught0": {"y"}, "selftaught1": set()}
+
+    class FakeBench:
+        s = bench_peers.parse_args(["--versus", "selftaught", "skillrl", "--seeds", "0", "1"])
+
+        def score(self, task, prompt, split):
+            return {i: float(i in solved[prompt]) for i in ("x", "y")}
+
+    res = bench_peers.versus_task(FakeBench(), spec)
+    assert [(x["seed"], x["wins"], x["losses"]) for x in res["seeds"]] == [(0, 1, 1), (1, 1, 0)]
+    assert (res["pooled"]["wins"], res["pooled"]["n_paired"]) == (2, 4)
+    assert "| t | all | skillrl vs selftaught | +0.250 | 2 / 1 |" in bench_peers.versus_table([res])
+    FakeBench.s.seeds = [2]
+    with pytest.raises(SystemExit, match="no finished selftaught / skillrl run on seed 2"):
+        bench_peers.versus_task(FakeBench(), spec)
