@@ -713,7 +713,7 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
         results = [r for rows in by_task.values() for r in rows]
         path = (
             out_dir
-            / f"peers_versus_{'_'.join(re.sub(r'[^A-Za-z0-9]+', '-', v) for v in s.versus)}.json"
+            / f"versus_{'_'.join(re.sub(r'[^A-Za-z0-9]+', '-', v) for v in s.versus)}.json"
         )
         atomic_write_json(path, {"meta": meta, "settings": asdict(s), "results": results})
         return [path]

@@ -238,3 +238,10 @@ def test_versus_pairs_two_saved_runs_per_seed_and_over_all_seeds(tmp_path, monke
     FakeBench.s.seeds = [2]
     with pytest.raises(SystemExit, match="no finished selftaught / skillrl run on seed 2"):
         bench_peers.versus_task(FakeBench(), spec)
+
+
+def test_a_versus_result_is_not_read_back_as_a_task_of_the_peer_report(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
+    s = bench_peers.parse_args(["--versus", "selftaught", "skillrl"])
+    (path,) = bench_peers.write_results(s, {}, {"gym:t": [{"task": "gym:t"}]})
+    assert path.exists() and bench_peers.saved_peers_report(tmp_path) == ""
