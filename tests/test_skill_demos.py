@@ -161,6 +161,20 @@ def test_proposed_demo_sets_prefer_bootstrapped_and_never_repeat():
     assert "add" not in moves and "swap" in moves  # at the cap: no add
 
 
+def test_at_the_cap_the_first_swap_brings_in_the_best_ranked_demo():
+    pool = [
+        Demo.of("b1", "Calculate 9 - 1.", "8", "bootstrap"),
+        Demo.of("b2", "Calculate 2 * 3 + 10.", "2 * 3 + 10 = 6 + 10 = 16", "bootstrap"),
+        Demo.of("b3", "Calculate 5 - 2.", "5 - 2 = 3", "bootstrap"),
+    ]
+    for seed in range(5):
+        at_cap = propose_sets(pool[:1], pool, 1, 4, random.Random(seed), set())
+        swaps = [[d.id for d in s] for s, why in at_cap if why.startswith("swap")]
+        assert swaps[0] == ["b2"]  # the most worked reply, not the one after it
+        below = propose_sets(pool[:1], pool, 2, 4, random.Random(seed), set())
+        assert [[d.id for d in s] for s, _ in below[:2]] == [["b1", "b2"], ["b3"]]  # add, swap
+
+
 def test_demo_sets_take_the_most_worked_replies_before_bare_answers_and_references():
     pool = [
         Demo.of("r1", "Calculate 3 + 4.", "7", "reference"),

@@ -157,7 +157,8 @@ def _moves(
 ) -> Iterator[tuple[list[Demo], str]]:
     """The moves around `parent`, best guesses first, in rounds (DSPy's random search goes
     on the same way, one fresh draw after another): add the next ranked candidate (below the
-    cap), swap a demo for the one after it, a fresh set, drop a demo. The first fresh set is
+    cap), swap a demo for the next ranked candidate `add` does not offer (at the cap: the
+    best), a fresh set, drop a demo. The first fresh set is
     the top `k` ranked; later ones are random draws of 1..k from the better half of the
     ranking, so that a step whose first sets were tried still has new ones to offer."""
     others = _ranked([d for d in pool if d.id not in {p.id for p in parent}], rng)
@@ -167,7 +168,9 @@ def _moves(
         if r < len(others) and len(parent) < k:
             yield [*parent, others[r]], f"add {others[r].id} ({others[r].source})"
         if others and parent:
-            i, pick = rng.randrange(len(parent)), others[min(r + 1, len(others) - 1)]
+            # below the cap `add` offers others[r] this round, so the swap takes the next one
+            nxt = r + 1 if len(parent) < k else r
+            i, pick = rng.randrange(len(parent)), others[min(nxt, len(others) - 1)]
             yield [*parent[:i], pick, *parent[i + 1 :]], f"swap {parent[i].id} for {pick.id}"
         if ranked and k:
             yield _fresh(ranked, k, r, rng)
