@@ -712,8 +712,7 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
     if s.mode == "versus":
         results = [r for rows in by_task.values() for r in rows]
         path = (
-            out_dir
-            / f"versus_{'_'.join(re.sub(r'[^A-Za-z0-9]+', '-', v) for v in s.versus)}.json"
+            out_dir / f"versus_{'_'.join(re.sub(r'[^A-Za-z0-9]+', '-', v) for v in s.versus)}.json"
         )
         atomic_write_json(path, {"meta": meta, "settings": asdict(s), "results": results})
         return [path]
