@@ -441,7 +441,7 @@ def versus_task(b: Bench, spec: str) -> dict[str, Any]:
     each seed, paired item by item: B's wins and losses against A, per seed and pooled."""
     from selftaught.tasks import load_task
 
-    path = RESULTS / f"peers_{task_slug(spec)}.json"
+    path = results_dir(b.s) / f"peers_{task_slug(spec)}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
     a, z = b.s.versus
     pooled: dict[str, dict[str, float | None]] = {a: {}, z: {}}
@@ -704,17 +704,22 @@ def merged_runs(path: Path, settings: dict, meta: dict, rows: list[dict]) -> lis
     return kept + fresh
 
 
+def results_dir(s: Settings) -> Path:
+    """Where results are saved and read back: `--quick` runs never touch benchmarks/results."""
+    return RUNS / "quick" if s.quick else RESULTS
+
+
 def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> list[Path]:
     from selftaught.runs import atomic_write_json, atomic_write_text
 
-    out_dir = RUNS / "quick" if s.quick else RESULTS
+    out_dir = results_dir(s)
     settings = asdict(s)
     if s.mode == "versus":
         results = [r for rows in by_task.values() for r in rows]
         path = (
             out_dir / f"versus_{'_'.join(re.sub(r'[^A-Za-z0-9]+', '-', v) for v in s.versus)}.json"
         )
-        atomic_write_json(path, {"meta": meta, "settings": asdict(s), "results": results})
+        atomic_write_json(path, {"meta": meta, "settings": settings, "results": results})
         return [path]
     if s.mode == "gate":
         rows = [r for task_rows in by_task.values() for r in task_rows]
