@@ -392,12 +392,16 @@ class TaskLog:
     def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            # Create it 0600 before SQLite does (SQLite gives -wal/-shm the same mode).
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            os.close(fd)
             conn = sqlite3.connect(
                 self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
             )
+            # Never open or close a descriptor of the database beside SQLite: closing one drops
+            # every POSIX lock this process holds on the file, and another process may then
+            # delete the WAL under a live connection (answered requests silently lost). The mode
+            # is set by path, before the first write and before SQLite creates -wal/-shm, which
+            # take the database's mode.
+            with contextlib.suppress(PermissionError):  # another owner's file keeps its mode
+                os.chmod(self.path, 0o600)
         except (OSError, sqlite3.Error) as err:
             raise LogError(f"cannot open the task log {self.path}: {err}") from err
         try:

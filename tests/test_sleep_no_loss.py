@@ -1,0 +1,102 @@
+"""Nothing answered is lost, whatever runs beside the proxy.
+
+A real `selftaught proxy` process with its background threads on (probation after every
+request, `--auto-rollback`) answers requests while other processes read the log
+(`sleep log`), write to it (`sleep import`, `sleep feedback`) and close their connections.
+Every answered request must be a row. On the code before this test, closing a raw descriptor
+of the database dropped the proxy's POSIX locks, a `sleep log` in another shell deleted the
+WAL under the proxy, and its later rows went into a deleted file while `/health` said 0
+failures."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+
+from selftaught.sleep.intake.log import LogFilter, TaskLog
+from tests.fake_upstream import FakeUpstream
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _selftaught(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "selftaught", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_answers_are_rows_while_other_processes_read_and_write_the_log(tmp_path):
+    log_path = tmp_path / "log.db"
+    env = {
+        **os.environ,
+        "PYTHONPATH": SRC,
+        "SELFTAUGHT_HOME": str(tmp_path / "home"),
+        "SELFTAUGHT_LOG": str(log_path),
+    }
+    imports = tmp_path / "import.jsonl"
+    port = _free_port()
+    with FakeUpstream() as upstream:
+        args = ["--upstream", f"{upstream.base_url}#fake-model", "--port", str(port)]
+        watch = ["--auto-rollback", "--probation-every", "1", "--project", "demo"]
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "selftaught", "proxy", *args, *watch],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}/v1"
+        answered: list[str] = []
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(url.removesuffix("/v1") + "/health").status_code == 200:
+                        break
+                assert proxy.poll() is None and time.monotonic() < deadline, proxy.stdout.read()
+                time.sleep(0.1)
+            client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=30)
+            for i in range(6):
+                reply = client.chat.completions.with_raw_response.create(
+                    model="fake-model", messages=[{"role": "user", "content": f"request {i}"}]
+                )
+                answered.append(reply.headers["x-selftaught-interaction-id"])
+                time.sleep(0.3)  # the proxy's writer and probation thread have run
+                # another process opens the log, reads it and closes it again
+                listed = _selftaught(env, "sleep", "log", "--limit", "3")
+                assert listed.returncode == 0, listed.stderr
+                row = {"messages": [{"role": "user", "content": f"imported {i}"}], "reply": "ok"}
+                imports.write_text(json.dumps(row) + "\n")
+                imported = _selftaught(env, "sleep", "import", str(imports), "--project", "other")
+                assert imported.returncode == 0, imported.stderr
+            feedback = _selftaught(env, "sleep", "feedback", answered[0], "--thumbs", "up")
+            assert feedback.returncode == 0, feedback.stderr
+            health = httpx.get(url.removesuffix("/v1") + "/health").json()
+        finally:
+            proxy.terminate()
+            proxy.wait(timeout=30)
+    assert health["log"]["failures"] == 0
+    log = TaskLog(log_path)
+    assert log.integrity_check() == "ok"
+    logged = {r.id for r in log.query(LogFilter(project="demo"))}
+    missing = [i for i in answered if i not in logged]
+    assert not missing, f"{len(missing)} of {len(answered)} answered requests are not in the log"
+    assert log.count(LogFilter(project="other")) == 6
