@@ -112,6 +112,23 @@ def test_feedback_accumulates_latest_value_per_field(tmp_path):
         log.add_feedback(iid, "sideways")
 
 
+def test_the_operators_feedback_outranks_an_end_users_whatever_the_order(tmp_path):
+    log = TaskLog(tmp_path / "log.db")
+    iid = log_interaction("What is 2+2?", "4", log=log)
+    log.add_feedback(iid, "up")  # the operator's, first
+    log.add_feedback(iid, {"thumb": "down", "comment": "wrong"}, giver="key:ab12", trusted=False)
+    fb = log.get(iid).feedback
+    assert fb.thumb == "up" and fb.comment == "wrong" and not fb.trusted
+    log.add_feedback(iid, {"comment": "fine"})  # the operator covers every untrusted value
+    fb = log.get(iid).feedback
+    assert (fb.thumb, fb.comment, fb.giver, fb.trusted) == ("up", "fine", "operator", True)
+    # when and by whom is stamped by the log, never taken from the giver
+    with pytest.raises(ValueError, match="unknown feedback field.*created_at"):
+        log.add_feedback(iid, {"thumb": "down", "created_at": 4102444800.0})
+    with pytest.raises(ValueError, match="unknown feedback field.*trusted"):
+        log.add_feedback(iid, {"thumb": "down", "trusted": True})
+
+
 def test_filters_and_export(tmp_path):
     log = TaskLog(tmp_path / "log.db")
     now = time.time()

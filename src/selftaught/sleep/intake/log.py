@@ -49,15 +49,28 @@ class LogError(InputError, RuntimeError):
 # ---- records ------------------------------------------------------------------------------
 
 
+USER_FIELDS = ("thumb", "score", "reference", "comment")
+"""What a giver of feedback may set; when it was given, by whom and whether that giver is
+trusted are set by the code that stores it, never taken from the giver."""
+OPERATOR = "operator"
+
+
 @dataclass
 class Feedback:
-    """What the user said about an interaction, after the fact. All fields optional."""
+    """What was said about an interaction, after the fact. All user fields optional.
+
+    `giver` is who said it (`operator` for the CLI and the Python API, a client id for an end
+    user through the proxy); `trusted` is whether that giver is the operator. Read from the
+    log, a row's feedback is merged: trusted entries override untrusted ones, later entries
+    earlier ones; `trusted` then says whether every value shown came from a trusted entry."""
 
     thumb: Thumb | None = None
     score: float | None = None
     reference: Any = None  # the corrected answer (a string, or a list of acceptable ones)
     comment: str | None = None
     created_at: float | None = None
+    giver: str | None = None
+    trusted: bool = True
 
     def __post_init__(self) -> None:
         if self.thumb not in (None, "up", "down"):
@@ -80,7 +93,8 @@ class Feedback:
 
     @classmethod
     def coerce(cls, value: Feedback | dict[str, Any] | str | float | None) -> Feedback | None:
-        """Feedback from what a caller may pass: a Feedback, a dict, 'up'/'down', a score."""
+        """Feedback from what a caller may pass: a Feedback, a dict of `USER_FIELDS`,
+        'up'/'down', a score."""
         if value is None or isinstance(value, Feedback):
             return value
         if isinstance(value, str):
@@ -88,9 +102,12 @@ class Feedback:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return cls(score=float(value))
         if isinstance(value, dict):
-            unknown = set(value) - {f.name for f in fields(cls)}
+            unknown = set(value) - set(USER_FIELDS)
             if unknown:
-                raise InputError(f"unknown feedback field(s): {', '.join(sorted(unknown))}")
+                raise InputError(
+                    f"unknown feedback field(s): {', '.join(sorted(unknown))} "
+                    f"(give {', '.join(USER_FIELDS)})"
+                )
             return cls(**value)
         raise InputError(f"feedback must be a dict, 'up'/'down' or a score, got {value!r}")
 
@@ -128,6 +145,12 @@ class Interaction:
     shadow_of: str | None = None
     """A shadow answer (`selftaught proxy --canary-mode shadow`): the id of the served row whose
     request it answered with the staged proposal; never returned to the client, never a task."""
+    client: str | None = None
+    """Who sent it: `operator` (CLI, Python API), a proxy client's key id (`key:<hash>`, never
+    the key) or a label the operator assigned; None for rows logged before provenance."""
+    session_id: str | None = None
+    """The agent session the turn belongs to (Claude Code, Codex), chaining turns into one
+    episode; None for a one-off request."""
 
     def prompt_head(self, chars: int = 60) -> str:
         """The last user message, on one line, cut to `chars`."""
@@ -186,6 +209,8 @@ class Interaction:
             "tool_choice": self.tool_choice,
             "tool_calls": self.tool_calls,
             "shadow_of": self.shadow_of,
+            "client": self.client,
+            "session_id": self.session_id,
         }
 
 
@@ -280,6 +305,16 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE interactions ADD COLUMN shadow_of TEXT;
     CREATE INDEX interactions_project_version ON interactions(project, skill_version);
     """,
+    # 5: provenance: who sent each row and in which agent session; who gave each feedback and
+    # whether they are trusted (feedback stored before this version was the operator's).
+    """
+    ALTER TABLE interactions ADD COLUMN client TEXT;
+    ALTER TABLE interactions ADD COLUMN session_id TEXT;
+    CREATE INDEX interactions_project_session ON interactions(project, session_id)
+        WHERE session_id IS NOT NULL;
+    ALTER TABLE feedback ADD COLUMN giver TEXT;
+    ALTER TABLE feedback ADD COLUMN trusted INTEGER NOT NULL DEFAULT 1;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -361,7 +396,8 @@ class LogFilter:
 _COLUMNS = (
     "id, project, source, created_at, model, messages, reply, latency_s, prompt_tokens, "
     "completion_tokens, error, error_status, reference, tags, meta, skill_version, private, "
-    "reviewed, dedupe_key, redactions, tools, tool_choice, tool_calls, shadow_of"
+    "reviewed, dedupe_key, redactions, tools, tool_choice, tool_calls, shadow_of, client, "
+    "session_id"
 )
 
 
@@ -512,15 +548,15 @@ class TaskLog:
         comment, n2 = (
             self.redactor.redact(feedback.comment) if feedback.comment else (feedback.comment, 0)
         )
-        return Feedback(feedback.thumb, feedback.score, reference, comment, feedback.created_at), (
-            n1 + n2
-        )
+        redacted = Feedback(**{f.name: getattr(feedback, f.name) for f in fields(feedback)})
+        redacted.reference, redacted.comment = reference, comment
+        return redacted, n1 + n2
 
     @staticmethod
     def _insert_feedback(conn: sqlite3.Connection, iid: str, fb: Feedback, redactions: int) -> None:
         conn.execute(
-            "INSERT INTO feedback (interaction_id, created_at, thumb, score, reference, comment) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO feedback (interaction_id, created_at, thumb, score, reference, comment, "
+            "giver, trusted) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 iid,
                 fb.created_at or time.time(),
@@ -528,6 +564,8 @@ class TaskLog:
                 fb.score,
                 _dump(fb.reference),
                 fb.comment,
+                fb.giver,
+                int(fb.trusted),
             ),
         )
         if redactions:
@@ -536,13 +574,22 @@ class TaskLog:
                 (redactions, iid),
             )
 
-    def add_feedback(self, interaction_id: str, feedback: Feedback | dict[str, Any] | str) -> str:
+    def add_feedback(
+        self,
+        interaction_id: str,
+        feedback: Feedback | dict[str, Any] | str,
+        *,
+        giver: str = OPERATOR,
+        trusted: bool = True,
+    ) -> str:
         """Attach feedback to an interaction (an id or a unique prefix of one, 6+ characters);
-        returns the full id."""
+        returns the full id. It is stamped now, as given by `giver` (the operator by default;
+        the proxy passes its client, untrusted)."""
         fb = Feedback.coerce(feedback)
         if fb is None or fb.empty():
             raise InputError("feedback is empty: give a thumb, a score, a reference or a comment")
         full_id = self.resolve_id(interaction_id)
+        fb = Feedback(fb.thumb, fb.score, fb.reference, fb.comment, time.time(), giver, trusted)
         red, n = self._redact_feedback(fb)
         with self._write() as conn:
             self._insert_feedback(conn, full_id, red, n)
@@ -607,20 +654,18 @@ class TaskLog:
             found = [_interaction(r) for r in rows]
             by_id = {it.id: it for it in found}
             ids = list(by_id)
+            untrusted_fields: dict[str, set[str]] = {}
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
-                for iid, created, thumb, score, ref, comment in self._conn.execute(
-                    "SELECT interaction_id, created_at, thumb, score, reference, comment "
-                    f"FROM feedback WHERE interaction_id IN ({', '.join('?' * len(chunk))}) "
-                    "ORDER BY created_at, id",
+                for entry in self._conn.execute(
+                    "SELECT interaction_id, created_at, thumb, score, reference, comment, "
+                    "giver, trusted FROM feedback "
+                    f"WHERE interaction_id IN ({', '.join('?' * len(chunk))}) "
+                    "ORDER BY trusted, created_at, id",
                     chunk,
                 ):
-                    fb = by_id[iid].feedback  # later feedback overrides earlier, per field
-                    fb.created_at = created
-                    fb.thumb = thumb if thumb is not None else fb.thumb
-                    fb.score = score if score is not None else fb.score
-                    fb.reference = _load(ref) if ref is not None else fb.reference
-                    fb.comment = comment if comment is not None else fb.comment
+                    untrusted = untrusted_fields.setdefault(entry[0], set())
+                    _merge_feedback(by_id[entry[0]].feedback, entry, untrusted)
         return found
 
     def export_jsonl(self, path: str | Path, flt: LogFilter | None = None) -> int:
@@ -634,6 +679,19 @@ class TaskLog:
         with writing_to(path, "the export"):
             atomic_write_text(path, text)
         return len(rows)
+
+
+def _merge_feedback(fb: Feedback, entry: tuple[Any, ...], untrusted: set[str]) -> None:
+    """Apply one stored feedback entry over what came before it, per field. Entries come
+    untrusted first, then by time, so the operator's word outranks any end user's; `untrusted`
+    holds the fields whose value an untrusted giver set."""
+    _, created, thumb, score, ref, comment, giver, trusted = entry
+    values = {"thumb": thumb, "score": score, "reference": _load(ref), "comment": comment}
+    for name, value in values.items():
+        if value is not None:
+            setattr(fb, name, value)
+            (untrusted.discard if trusted else untrusted.add)(name)
+    fb.created_at, fb.giver, fb.trusted = created, giver, not untrusted
 
 
 def _row(it: Interaction) -> tuple[Any, ...]:
@@ -662,6 +720,8 @@ def _row(it: Interaction) -> tuple[Any, ...]:
         _dump(it.tool_choice),
         _dump(it.tool_calls),
         it.shadow_of,
+        it.client,
+        it.session_id,
     )
 
 
@@ -691,6 +751,8 @@ def _interaction(r: tuple[Any, ...]) -> Interaction:
         tool_choice=_load(r[21]),
         tool_calls=_load(r[22]),
         shadow_of=r[23],
+        client=r[24],
+        session_id=r[25],
     )
 
 

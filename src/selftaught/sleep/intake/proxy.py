@@ -617,11 +617,13 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
 def _attach_feedback(state: ProxyState, iid: str, fb: Feedback | None) -> str:
     if fb is None or fb.empty():
         raise InputError("feedback is empty: give a thumb, a score, a reference or a comment")
+    # An end user's feedback: never the operator's word (probation and the night tell them
+    # apart; the operator gives trusted feedback with `selftaught sleep feedback`).
     try:
-        return state.log.add_feedback(iid, fb)
+        return state.log.add_feedback(iid, fb, giver="proxy-client", trusted=False)
     except LogError:
         state.writer.flush(5.0)  # the interaction may still be on its way to the log
-        return state.log.add_feedback(iid, fb)
+        return state.log.add_feedback(iid, fb, giver="proxy-client", trusted=False)
 
 
 def _new_record(state: ProxyState, body: dict[str, Any], started: float) -> Interaction:

@@ -34,7 +34,7 @@ _OURS = {
     "id", "project", "source", "timestamp", "model", "messages", "reply", "latency_s",
     "prompt_tokens", "completion_tokens", "error", "error_status", "reference", "feedback",
     "tags", "meta", "skill_version", "private", "reviewed", "dedupe_key", "redactions",
-    "tools", "tool_choice", "tool_calls", "shadow_of",
+    "tools", "tool_choice", "tool_calls", "shadow_of", "client", "session_id",
 }  # fmt: skip
 
 
@@ -212,17 +212,31 @@ def _ours(row: dict[str, Any]) -> Interaction:
         reviewed=bool(row.get("reviewed", False)),
         dedupe_key=row.get("dedupe_key"),
         redactions=int(row.get("redactions") or 0),
-        feedback=Feedback.coerce(row.get("feedback")) or Feedback(),
+        feedback=_exported_feedback(row.get("feedback")),
         tools=_tools(row),
         tool_choice=row.get("tool_choice"),
         tool_calls=_tool_calls(row.get("tool_calls"), "tool_calls"),
         shadow_of=row.get("shadow_of"),
+        client=row.get("client"),
+        session_id=row.get("session_id"),
     )
     if row.get("id") is not None:
         it.id = str(row["id"])
     if row.get("timestamp") is not None:
         it.created_at = parse_time(row["timestamp"])
     return it
+
+
+def _exported_feedback(value: Any) -> Feedback:
+    """An exported row's merged feedback: its user fields and when it was given (who gave it
+    and whether they were trusted is not taken from a file)."""
+    created_at = value.get("created_at") if isinstance(value, dict) else None
+    if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if k not in ("created_at", "giver", "trusted")}
+    feedback = Feedback.coerce(value) or Feedback()
+    if isinstance(created_at, (int, float)) and not isinstance(created_at, bool):
+        feedback.created_at = float(created_at)
+    return feedback
 
 
 def import_file(path: str | Path, log: TaskLog, project: str | None = None) -> ImportResult:
