@@ -14,6 +14,9 @@ changed (inode, size or mtime), so a running proxy picks up a newly adopted skil
 request, and it retries a read that raced with a writer. The adapter that serves is the one
 of the version named (`versions/<N>/adapter`, written before `version`), so it switches with
 the same atomic write as the skill.
+
+With a Postgres log ($SELFTAUGHT_LOG is a postgresql:// URL), the adopted versions live in that
+database and `read_adopted` polls it (`store/versions.py`): every replica serves the same one.
 """
 
 from __future__ import annotations
@@ -40,9 +43,14 @@ def sleep_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "selftaught"
 
 
-def default_log_path() -> Path:
-    """$SELFTAUGHT_LOG, else <home>/log.db."""
+def default_log_path() -> Path | str:
+    """$SELFTAUGHT_LOG, else <home>/log.db; a postgresql:// URL stays a string (never a path:
+    `Path` would turn it into a folder named 'postgresql:')."""
+    from selftaught.sleep.store import is_url
+
     env = os.environ.get(ENV_LOG)
+    if is_url(env):
+        return str(env).strip()
     return Path(env).expanduser() if env else sleep_home() / "log.db"
 
 
@@ -112,7 +120,12 @@ def _read(path: Path) -> str:
 
 
 def read_adopted(project: str = DEFAULT_PROJECT, home: Path | None = None) -> Adopted:
-    """The project's adopted skill and memory; cheap when nothing changed (three stat calls)."""
+    """The project's adopted skill and memory; cheap when nothing changed (three stat calls,
+    or with a Postgres log one query per `versions.POLL_S`)."""
+    from selftaught.sleep.store import versions
+
+    if (db := versions.store()) is not None:
+        return db.poll(project, home)
     folder = adopted_dir(project, home)
     stamp = _stamp(folder)
     with _cache_lock:

@@ -72,7 +72,7 @@ class ProxyConfig:
     port: int = 8080
     require_key: str | None = None  # clients must send `Authorization: Bearer <key>`
     allow_remote: bool = False
-    log_path: Path | None = None  # default: $SELFTAUGHT_LOG or <home>/log.db
+    log_path: Path | str | None = None  # a file or a postgresql:// URL (default $SELFTAUGHT_LOG)
     api_key: str | None = None  # the upstream's key (openai: defaults to OPENAI_API_KEY)
     timeout_s: float = 600.0  # per upstream request
     inject: bool = True  # inject the adopted skill and memory

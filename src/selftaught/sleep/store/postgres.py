@@ -1,0 +1,254 @@
+"""The Postgres backend: the task log (and the shared tables of `versions.py` and `pg_lock.py`)
+in one database, through psycopg 3 and a connection pool.
+
+The schema is the SQLite one (the same migrations, rendered by `dialect.POSTGRES`) plus the
+shared tables below, each versioned in `selftaught_schema` (component, version); migrations run
+in one transaction under an advisory lock, so processes opening a new database at once never
+race, and a database written by a newer selftaught is refused. Errors reach the user as one
+sentence without the password: `LogUnavailable` (exit 1) when the server cannot be reached,
+`LogError` (exit 2) for a wrong URL, user, password or database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from selftaught.sleep.store import (
+    LogError,
+    LogUnavailable,
+    LogUrl,
+    display_url,
+    psycopg_modules,
+    scrub,
+)
+from selftaught.sleep.store.dialect import POSTGRES
+
+SCHEMA_TABLE = "selftaught_schema"
+MIGRATION_LOCK = 0x5E1F_7A06  # pg_advisory_xact_lock key while a schema is migrated
+CONNECT_TIMEOUT_S = 5  # libpq waits forever by default: an unreachable host hangs the caller
+POOL_TIMEOUT_S = 5.0  # waiting for a pooled connection (the database is down: fail, spool)
+POOL_MAX = 8
+
+# What only the Postgres store has: the versions every replica serves (one row per version,
+# written once; its adapter's files beside it), one pointer row per project (what is adopted
+# now), adopt / rollback events, and who holds a night's lock. Index i takes the component from
+# version i to i + 1; never edit a shipped one.
+SHARED_MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE versions (
+        project TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        skill TEXT NOT NULL,
+        memory TEXT NOT NULL,
+        meta TEXT NOT NULL,
+        adapter_files INTEGER NOT NULL DEFAULT 0,
+        created_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (project, version)
+    );
+    CREATE TABLE version_files (
+        project TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        data BYTEA NOT NULL,
+        PRIMARY KEY (project, version, name),
+        FOREIGN KEY (project, version) REFERENCES versions (project, version)
+    );
+    CREATE TABLE adopted (
+        project TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        changed_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE version_events (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        project TEXT NOT NULL,
+        time DOUBLE PRECISION NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX version_events_project ON version_events (project, id);
+    CREATE TABLE night_holders (
+        lock_key TEXT PRIMARY KEY,
+        backend_pid INTEGER NOT NULL,
+        holder TEXT NOT NULL
+    );
+    """,
+)
+
+
+def connect_kwargs(url: str, role: str) -> dict[str, Any]:
+    """Connection settings added to the URL's: a connect timeout, TCP keepalives (a dead
+    host's session, and its advisory locks, go within ~30 s) and an application_name that
+    says who this is. Settings the URL gives win. A URL libpq cannot parse is a LogError."""
+    psycopg, _ = psycopg_modules()
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(url)  # type: ignore[attr-defined]
+    except psycopg.ProgrammingError as err:  # type: ignore[attr-defined]
+        raise LogError(
+            f"{display_url(url)} is not a usable Postgres URL: {_sentence(scrub(str(err), url))}"
+        ) from None
+    wanted = {
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "application_name": f"selftaught {role} {socket.gethostname()}:{os.getpid()}"[:63],
+    }
+    return {k: v for k, v in wanted.items() if k not in given}
+
+
+def _sentence(message: str) -> str:
+    """A driver's multi-line message on one line."""
+    return " ".join(message.split()).rstrip(".")
+
+
+_BAD_INPUT = (
+    "password authentication failed",
+    "no password supplied",
+    "does not exist",
+    "role ",
+    "permission denied",
+    "invalid ",
+    "authentication failed",
+)
+
+
+def translate(err: BaseException, url: str, doing: str = "open") -> LogError:
+    """A psycopg / pool error as one sentence without the password: LogUnavailable when the
+    server cannot be reached or is going away, LogError for what the user can fix."""
+    psycopg, pool = psycopg_modules()
+    where = display_url(url)
+    text = _sentence(scrub(str(err), url)) or type(err).__name__
+    if isinstance(err, pool.PoolTimeout):  # type: ignore[attr-defined]
+        return LogUnavailable(f"cannot {doing} the task log {where}: no connection ({text})")
+    if isinstance(err, psycopg.OperationalError):  # type: ignore[attr-defined]
+        if any(s in text.lower() for s in _BAD_INPUT):
+            return LogError(f"cannot {doing} the task log {where}: {text}")
+        return LogUnavailable(f"cannot {doing} the task log {where}: {text}")
+    return LogError(f"cannot {doing} the task log {where}: {text}")
+
+
+def migrate(
+    conn: Any, component: str, migrations: Sequence[str], *, dialect_render: bool = True
+) -> int:
+    """Bring `component`'s tables up to date in one transaction; returns the version found."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {SCHEMA_TABLE} "
+            "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        row = conn.execute(
+            f"SELECT version FROM {SCHEMA_TABLE} WHERE component = %s", (component,)
+        ).fetchone()
+        found = row[0] if row else 0
+        if found > len(migrations):
+            raise LogError(
+                f"the log has {component} schema version {found}, newer than this selftaught "
+                f"knows ({len(migrations)}); upgrade selftaught to read it"
+            )
+        for version in range(found, len(migrations)):
+            script = migrations[version]
+            statements = (
+                POSTGRES.migration(version, script)
+                if dialect_render
+                else [s.strip() for s in script.split(";") if s.strip()]
+            )
+            for statement in statements:
+                conn.execute(statement)
+        if found < len(migrations):
+            conn.execute(
+                f"INSERT INTO {SCHEMA_TABLE} (component, version) VALUES (%s, %s) "
+                "ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version",
+                (component, len(migrations)),
+            )
+    return found
+
+
+def connect(url: str, role: str, *, autocommit: bool = False) -> Any:
+    """One connection of its own (not pooled): migrations, a night's lock session."""
+    psycopg, _ = psycopg_modules()
+    kwargs = connect_kwargs(url, role)
+    try:
+        return psycopg.connect(url, autocommit=autocommit, **kwargs)  # type: ignore[attr-defined]
+    except psycopg.Error as err:  # type: ignore[attr-defined]
+        raise translate(err, url) from None
+
+
+def _text(value: Any) -> Any:
+    # Postgres text cannot hold NUL (SQLite can): keep the row, mark the character
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
+class PostgresBackend:
+    """The task log in Postgres: a pool of connections, one per thread at a time (no lock
+    in this process; the database orders concurrent writers)."""
+
+    dialect = POSTGRES
+
+    def __init__(self, url: LogUrl, migrations: Sequence[str], *, role: str = "log"):
+        _, pool_mod = psycopg_modules()
+        self.location = url
+        self._url = url.url
+        with contextlib.closing(connect(self._url, role)) as conn:
+            try:
+                migrate(conn, "log", migrations)
+                migrate(conn, "shared", SHARED_MIGRATIONS, dialect_render=False)
+            except LogError:
+                raise
+            except Exception as err:  # noqa: BLE001 - psycopg's errors, as one sentence
+                raise translate(err, self._url, "migrate") from None
+        self._pool = pool_mod.ConnectionPool(  # type: ignore[attr-defined]
+            self._url,
+            kwargs=connect_kwargs(self._url, role),
+            min_size=1,
+            max_size=POOL_MAX,
+            timeout=POOL_TIMEOUT_S,
+            check=pool_mod.ConnectionPool.check_connection,  # type: ignore[attr-defined]
+            name="selftaught-log",
+            open=True,
+        )
+
+    @staticmethod
+    def params(args: Sequence[Any]) -> Sequence[Any]:
+        return [_text(a) for a in args]
+
+    @contextlib.contextmanager
+    def _connection(self, doing: str) -> Iterator[Any]:
+        psycopg, pool = psycopg_modules()
+        failures = (psycopg.OperationalError, pool.PoolTimeout)  # type: ignore[attr-defined]
+        try:
+            with self._pool.connection() as conn:  # commits at the end, rolls back on error
+                yield conn
+        except failures as err:
+            raise translate(err, self._url, doing) from None
+        except psycopg.Error as err:  # type: ignore[attr-defined]
+            raise translate(err, self._url, doing) from None
+
+    def read(self) -> contextlib.AbstractContextManager[Any]:
+        return self._connection("read")
+
+    def write(self) -> contextlib.AbstractContextManager[Any]:
+        return self._connection("write")
+
+    def schema_version(self) -> int:
+        with self.read() as conn:
+            row = conn.execute(
+                f"SELECT version FROM {SCHEMA_TABLE} WHERE component = 'log'"
+            ).fetchone()
+            return row[0] if row else 0
+
+    def integrity_check(self) -> str:
+        """'ok' when every feedback row points at an interaction and ids are unique."""
+        with self.read() as conn:
+            orphans = conn.execute(
+                "SELECT COUNT(*) FROM feedback f LEFT JOIN interactions i "
+                "ON i.id = f.interaction_id WHERE i.id IS NULL"
+            ).fetchone()[0]
+        return "ok" if orphans == 0 else f"{orphans} feedback rows without their interaction"
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,267 @@
+"""Adopted versions in Postgres: what every replica serves, switched atomically.
+
+With a Postgres log ($SELFTAUGHT_LOG is a URL), `adoption/staging.py` and `paths.read_adopted`
+keep versions here instead of under the sleep home:
+
+    versions        one row per version (skill, memory, meta), written once in one transaction
+                    with its adapter's files (`version_files`, bytes), never changed after
+    adopted         one pointer row per project: the version served now (0: nothing adopted)
+    version_events  every adopt, rollback and auto_rollback (what events.jsonl holds on disk)
+
+A replica never serves half a version: it reads the pointer, then that version's row, which
+was complete before the pointer could name it. `poll` re-reads the pointer at most every
+`POLL_S` seconds, so every proxy on every host follows an adopt or a rollback within one
+poll; when the database cannot be reached it keeps serving what it had (and says so once on
+stderr). An adapter's files are copied once per host into the sleep home
+(`projects/<p>/versions/<N>/adapter`, complete or absent), where the local server loads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from selftaught.sleep.paths import ADAPTER_DIR, Adopted, project_dir
+from selftaught.sleep.store import LogError, LogUrl, shared_url
+
+POLL_S = 1.0
+"""How often a serving process re-reads the adopted pointer (a proxy follows an adopt on
+another host within this many seconds)."""
+ADOPT_LOCK = 0x5E1F_ADB7  # pg_advisory_xact_lock(ADOPT_LOCK, project key): one adopt at a time
+
+
+def project_key(project: str) -> int:
+    """A positive int4 per project name, for the two-key advisory locks."""
+    return zlib.crc32(project.encode()) % 0x7FFF_FFFF + 1
+
+
+class PgVersions:
+    """The versions of every project in one database (one pool per process and URL)."""
+
+    def __init__(self, url: str):
+        from selftaught.sleep.intake.log import MIGRATIONS
+        from selftaught.sleep.store.postgres import PostgresBackend
+
+        self.url = url
+        self._db = PostgresBackend(LogUrl(url), MIGRATIONS, role="versions")
+        self._polled: dict[tuple[str, Path], tuple[float, Adopted]] = {}
+        self._poll_lock = threading.Lock()
+        self._warned = False
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- reading
+    @contextlib.contextmanager
+    def lock(self, project: str) -> Iterator[None]:
+        """One adopt or rollback of `project` at a time, across hosts (held until the block
+        ends: a transaction-level advisory lock on a connection of its own)."""
+        with self._db.write() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (ADOPT_LOCK, project_key(project)))
+            yield
+
+    def pointer(self, project: str) -> int | None:
+        """The version adopted now (None: never adopted here)."""
+        with self._db.read() as conn:
+            row = conn.execute(
+                "SELECT version FROM adopted WHERE project = %s", (project,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def numbers(self, project: str) -> list[int]:
+        with self._db.read() as conn:
+            rows = conn.execute(
+                "SELECT version FROM versions WHERE project = %s ORDER BY version", (project,)
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def projects(self) -> list[str]:
+        with self._db.read() as conn:
+            rows = conn.execute(
+                "SELECT project FROM adopted UNION SELECT project FROM versions"
+            ).fetchall()
+        return sorted(r[0] for r in rows)
+
+    def read(self, project: str, version: int, home: Path | None) -> Adopted | None:
+        """Version N (its adapter copied to this host first), None when there is none."""
+        if version == 0:
+            return Adopted("", "", "0")
+        with self._db.read() as conn:
+            row = conn.execute(
+                "SELECT skill, memory, adapter_files FROM versions "
+                "WHERE project = %s AND version = %s",
+                (project, version),
+            ).fetchone()
+        if row is None:
+            return None
+        adapter = self._local_adapter(project, version, home) if row[2] else None
+        return Adopted(row[0], row[1], str(version), adapter)
+
+    def current(self, project: str, home: Path | None) -> Adopted:
+        """What is adopted now, read from the database (no cache)."""
+        version = self.pointer(project)
+        if version is None:
+            return Adopted()
+        return self.read(project, version, home) or Adopted("", "", str(version))
+
+    def meta(self, project: str, version: int) -> dict[str, Any]:
+        with self._db.read() as conn:
+            row = conn.execute(
+                "SELECT meta FROM versions WHERE project = %s AND version = %s", (project, version)
+            ).fetchone()
+        return json.loads(row[0]) if row else {}
+
+    def poll(self, project: str, home: Path | None) -> Adopted:
+        """What a serving process injects: `current`, re-read at most every POLL_S seconds;
+        the last one read while the database cannot be reached."""
+        key = (project, project_dir(project, home))
+        with self._poll_lock:
+            hit = self._polled.get(key)
+        if hit is not None and time.monotonic() - hit[0] < POLL_S:
+            return hit[1]
+        try:
+            version = self.pointer(project)
+            if hit is not None and hit[1].version == (None if version is None else str(version)):
+                adopted = hit[1]  # versions never change once written
+            else:
+                adopted = self.current(project, home)
+            self._warned = False
+        except LogError as err:
+            if not self._warned:
+                print(f"selftaught: serving the last adopted version read: {err}", file=sys.stderr)
+                self._warned = True
+            adopted = hit[1] if hit is not None else Adopted()
+        with self._poll_lock:
+            self._polled[key] = (time.monotonic(), adopted)
+        return adopted
+
+    # -- writing
+    def write_version(
+        self, project: str, adopted: Adopted, meta: dict[str, Any], adapter: Path | None
+    ) -> None:
+        """Version N whole (skill, memory, meta and the adapter's files) in one transaction."""
+        files = _adapter_files(adapter) if adapter is not None else []
+        version = int(str(adopted.version))
+        with self._db.write() as conn:
+            conn.execute(
+                "INSERT INTO versions (project, version, skill, memory, meta, adapter_files, "
+                "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (
+                    project,
+                    version,
+                    adopted.skill,
+                    adopted.memory,
+                    json.dumps(meta, ensure_ascii=False, default=str),
+                    len(files),
+                    time.time(),
+                ),
+            )
+            for name, data in files:
+                conn.execute(
+                    "INSERT INTO version_files (project, version, name, data) "
+                    "VALUES (%s, %s, %s, %s)",
+                    (project, version, name, data),
+                )
+
+    def point(self, project: str, version: int) -> None:
+        """Serve `version` from now on (every replica, within one poll)."""
+        with self._db.write() as conn:
+            conn.execute(
+                "INSERT INTO adopted (project, version, changed_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (project) DO UPDATE SET version = EXCLUDED.version, "
+                "changed_at = EXCLUDED.changed_at",
+                (project, version, time.time()),
+            )
+
+    def record_event(self, project: str, row: dict[str, Any]) -> None:
+        """One adopt / rollback event, stamped now (a copied one keeps its `time`)."""
+        now = row.get("time", time.time())
+        with self._db.write() as conn:
+            conn.execute(
+                "INSERT INTO version_events (project, time, body) VALUES (%s, %s, %s)",
+                (project, now, json.dumps({"time": now, **row}, ensure_ascii=False, default=str)),
+            )
+
+    def events(self, project: str) -> list[dict[str, Any]]:
+        with self._db.read() as conn:
+            rows = conn.execute(
+                "SELECT body FROM version_events WHERE project = %s ORDER BY id", (project,)
+            ).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    # -- adapters
+    def _local_adapter(self, project: str, version: int, home: Path | None) -> Path:
+        """The version's adapter folder on this host, copied from the database the first time
+        (into a temp folder renamed into place: complete or absent)."""
+        folder = project_dir(project, home) / "versions" / str(version) / ADAPTER_DIR
+        if (folder / "adapter_config.json").is_file():
+            return folder
+        with self._db.read() as conn:
+            files = conn.execute(
+                "SELECT name, data FROM version_files WHERE project = %s AND version = %s",
+                (project, version),
+            ).fetchall()
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".adapter-"))
+        try:
+            for name, data in files:
+                target = tmp / _safe_name(name)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(bytes(data))
+            os.rename(tmp, folder)
+        except OSError:
+            if not (folder / "adapter_config.json").is_file():
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return folder
+
+
+def _adapter_files(folder: Path) -> list[tuple[str, bytes]]:
+    return [
+        (p.relative_to(folder).as_posix(), p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    ]
+
+
+def _safe_name(name: str) -> str:
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise LogError(f"an adapter file in the database has an unsafe name: {name!r}")
+    return str(path)
+
+
+_stores: dict[str, PgVersions] = {}
+_stores_lock = threading.Lock()
+
+
+def store() -> PgVersions | None:
+    """The versions store of $SELFTAUGHT_LOG's database (one per process and URL), or None
+    when versions are files under the sleep home."""
+    url = shared_url()
+    if url is None:
+        return None
+    with _stores_lock:
+        found = _stores.get(url)
+        if found is None:
+            found = _stores[url] = PgVersions(url)
+        return found
+
+
+def forget(url: str) -> None:
+    """Close and drop the store of `url` (its database is going away)."""
+    with _stores_lock:
+        found = _stores.pop(url, None)
+    if found is not None:
+        found.close()

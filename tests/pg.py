@@ -1,0 +1,141 @@
+"""A PostgreSQL server for the tests: `$SELFTAUGHT_TEST_POSTGRES` (CI starts one), else a
+throwaway cluster this process starts with `initdb` (trust auth, loopback only, a free port, a
+temp folder; run as an unprivileged user when we are root), else None and the Postgres tests
+skip with the reason. Each test gets a fresh database (`fresh_database`), dropped after."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+ENV = "SELFTAUGHT_TEST_POSTGRES"
+UNPRIVILEGED = ("postgres", "nobody")  # initdb refuses to run as root
+
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    versions = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return versions[-1] if versions else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_user(cmd: list[str]) -> tuple[list[str], str | None]:
+    """`cmd` run as an unprivileged user when we are root; (command, that user)."""
+    if os.geteuid() != 0:
+        return cmd, None
+    for user in UNPRIVILEGED:
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(user)
+            return ["runuser", "-u", user, "--", *cmd], user
+    raise RuntimeError(f"running as root and no unprivileged user ({', '.join(UNPRIVILEGED)})")
+
+
+class Cluster:
+    """A throwaway cluster: initdb, start, stop (at exit) and delete."""
+
+    def __init__(self) -> None:
+        initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+        if not initdb or not pg_ctl:
+            raise RuntimeError("no initdb / pg_ctl on PATH or in /usr/lib/postgresql/*/bin")
+        self.pg_ctl = pg_ctl
+        self.root = Path(tempfile.mkdtemp(prefix="selftaught-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        cmd, user = _as_user([initdb, "-D", str(self.data), "-A", "trust", "-U", "selftaught",
+                              "-E", "UTF8", "--no-sync", "--no-instructions"])  # fmt: skip
+        if user:
+            shutil.chown(self.root, user)
+        self._run(cmd)
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            "-c shared_buffers=32MB -c max_connections=200"
+        )
+        start, _ = _as_user([pg_ctl, "-D", str(self.data), "-o", options, "-w", "-t", "60",
+                             "-l", str(self.root / "server.log"), "start"])  # fmt: skip
+        self._run(start)
+        atexit.register(self.stop)
+        self.url = f"postgresql://selftaught@127.0.0.1:{self.port}/postgres"
+
+    @staticmethod
+    def _run(cmd: list[str]) -> None:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:4])}... failed: {done.stderr.strip()[-500:]}")
+
+    def stop(self) -> None:
+        if self.data.exists():
+            cmd, _ = _as_user([self.pg_ctl, "-D", str(self.data), "-m", "immediate", "stop"])
+            subprocess.run(cmd, capture_output=True, timeout=60)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+_server: tuple[str | None, str] | None = None
+
+
+def server() -> tuple[str | None, str]:
+    """(the admin URL of a server, or None; why not). Started once per process."""
+    global _server
+    if _server is None:
+        _server = _find_server()
+    return _server
+
+
+def _find_server() -> tuple[str | None, str]:
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        return None, "psycopg is not installed (pip install 'selftaught[postgres]')"
+    if os.environ.get(ENV):
+        return os.environ[ENV], ""
+    try:
+        return Cluster().url, ""
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+        return None, f"no PostgreSQL server: set ${ENV}, or install initdb ({err})"
+
+
+def database_url(admin_url: str, name: str) -> str:
+    """The admin URL with its database replaced by `name`."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(admin_url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+
+
+@contextlib.contextmanager
+def fresh_database(admin_url: str) -> Iterator[str]:
+    """A new empty database on the server; dropped (its sessions ended) afterwards."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield database_url(admin_url, name)
+    finally:
+        for _ in range(3):
+            try:
+                with psycopg.connect(admin_url, autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                break
+            except psycopg.Error:
+                time.sleep(0.5)
