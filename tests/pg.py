@@ -21,6 +21,8 @@ from pathlib import Path
 
 ENV = "SELFTAUGHT_TEST_POSTGRES"
 UNPRIVILEGED = ("postgres", "nobody")  # initdb refuses to run as root
+PASSWORD_ROLE = "pwcheck"  # the one role whose password is checked (everyone else: trust)
+PASSWORD_RULE = f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n"
 
 
 def _pg_bin(name: str) -> str | None:
@@ -64,6 +66,8 @@ class Cluster:
         if user:
             shutil.chown(self.root, user)
         self._run(cmd)
+        hba = self.data / "pg_hba.conf"  # one role checks its password: the wrong-password test
+        hba.write_text(PASSWORD_RULE + hba.read_text())
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "

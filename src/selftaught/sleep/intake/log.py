@@ -653,20 +653,24 @@ class TaskLog:
 
     # -- copying between logs (`sleep log migrate`): rows as stored, already redacted
     def raw_page(
-        self, after: tuple[float, str] | None, limit: int
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """Up to `limit` rows as stored, oldest first after the key (created_at, id), and their
-        feedback entries (interaction_id first, in `_FEEDBACK` order)."""
-        where, args = (" WHERE (i.created_at, i.id) > (?, ?)", list(after)) if after else ("", [])
+        self, after: Any, limit: int
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], Any]:
+        """Up to `limit` rows as stored, in insertion order after the position `after` (None:
+        from the first), their feedback entries (interaction_id first, in `_FEEDBACK` order)
+        and the position of the last one. Copying in this order keeps the order of rows
+        logged in the same instant."""
+        order = self._dialect.row_order
+        where, args = (f" WHERE {order} > ?", [after]) if after is not None else ("", [])
         with self._backend.read() as conn:
             rows = self._exec(
                 conn,
-                f"SELECT {_COLUMNS} FROM interactions i{where} ORDER BY i.created_at, i.id "
+                f"SELECT {_COLUMNS}, {order} FROM interactions i{where} ORDER BY {order} "
                 f"LIMIT {int(limit)}",
                 args,
             ).fetchall()
             feedback = self._feedback_of(conn, [r[0] for r in rows])
-        return [tuple(r) for r in rows], feedback
+        last = rows[-1][-1] if rows else after
+        return [tuple(r[:-1]) for r in rows], feedback, last
 
     def _feedback_of(self, conn: Any, ids: list[str]) -> list[tuple[Any, ...]]:
         if not ids:

@@ -95,7 +95,7 @@ def _copy_rows(
 ) -> None:
     after = None
     while True:
-        rows, feedback = src.raw_page(after, batch)
+        rows, feedback, after = src.raw_page(after, batch)
         if not rows:
             return
         copied, fed = dst.add_raw(rows, feedback)
@@ -103,7 +103,6 @@ def _copy_rows(
         result.rows_copied += copied
         result.rows_present += len(rows) - copied
         result.feedback_copied += fed
-        after = (rows[-1][3], rows[-1][0])  # (created_at, id)
         if progress:
             progress(f"{result.rows} rows read, {result.rows_copied} copied")
 

@@ -101,18 +101,21 @@ def connect_kwargs(url: str, role: str) -> dict[str, Any]:
 
 
 def _sentence(message: str) -> str:
-    """A driver's multi-line message on one line."""
-    return " ".join(message.split()).rstrip(".")
+    """A driver's message as one sentence: its first line (libpq adds hints below)."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return " ".join(first.split()).rstrip(".")
 
 
-_BAD_INPUT = (
-    "password authentication failed",
+_BAD_INPUT = (  # what the user can fix in the URL or on the server: exit 2, not 1
+    "authentication failed",
     "no password supplied",
     "does not exist",
-    "role ",
     "permission denied",
-    "invalid ",
-    "authentication failed",
+    "invalid integer value",
+    "invalid connection option",
+    "invalid uri",
+    "invalid value",
+    "not allowed to log in",
 )
 
 

@@ -11,9 +11,10 @@ keep versions here instead of under the sleep home:
 A replica never serves half a version: it reads the pointer, then that version's row, which
 was complete before the pointer could name it. `poll` re-reads the pointer at most every
 `POLL_S` seconds, so every proxy on every host follows an adopt or a rollback within one
-poll; when the database cannot be reached it keeps serving what it had (and says so once on
-stderr). An adapter's files are copied once per host into the sleep home
-(`projects/<p>/versions/<N>/adapter`, complete or absent), where the local server loads it.
+poll (the process that adopted, at once); when the database cannot be reached it keeps
+serving what it had (and says so once on stderr). An adapter's files are copied once per host
+into the sleep home (`projects/<p>/versions/<N>/adapter`, complete or absent), where the local
+server loads it.
 """
 
 from __future__ import annotations
@@ -182,6 +183,9 @@ class PgVersions:
                 "changed_at = EXCLUDED.changed_at",
                 (project, version, time.time()),
             )
+        with self._poll_lock:  # this process serves its own adopt at once, others within a poll
+            for key in [k for k in self._polled if k[0] == project]:
+                del self._polled[key]
 
     def record_event(self, project: str, row: dict[str, Any]) -> None:
         """One adopt / rollback event, stamped now (a copied one keeps its `time`)."""
