@@ -11,9 +11,11 @@ sentence without the password: `LogUnavailable` (exit 1) when the server cannot 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import socket
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -186,34 +188,85 @@ def _text(value: Any) -> Any:
     return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
 
 
+class _Pools:
+    """One pool per database per process, shared by every TaskLog and the versions store
+    there (a proxy's log, its probation watch and its adopted-version polls share at most
+    POOL_MAX connections), migrated once when first opened, closed when the last user closes
+    it or at exit. Held here, never dropped by the garbage collector in one of its own
+    threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, tuple[Any, int]] = {}
+        atexit.register(self.close_all)
+
+    def acquire(self, url: str, migrations: Sequence[str]) -> Any:
+        with self._lock:
+            found = self._open.get(url)
+            if found is None:
+                found = (_new_pool(url, migrations), 0)
+            self._open[url] = (found[0], found[1] + 1)
+            return found[0]
+
+    def release(self, url: str) -> None:
+        with self._lock:
+            pool, users = self._open.get(url, (None, 0))
+            if pool is None:
+                return
+            if users > 1:
+                self._open[url] = (pool, users - 1)
+                return
+            del self._open[url]
+        pool.close()
+
+    def forget(self, url: str) -> None:
+        """Close the pool of `url` whoever uses it (its database is being dropped)."""
+        with self._lock:
+            pool, _ = self._open.pop(url, (None, 0))
+        if pool is not None:
+            pool.close()
+
+    def close_all(self) -> None:
+        for url in list(self._open):
+            self.forget(url)
+
+
+def _new_pool(url: str, migrations: Sequence[str]) -> Any:
+    _, pool_mod = psycopg_modules()
+    with contextlib.closing(connect(url, "log")) as conn:
+        try:
+            migrate(conn, "log", migrations)
+            migrate(conn, "shared", SHARED_MIGRATIONS, dialect_render=False)
+        except LogError:
+            raise
+        except Exception as err:  # noqa: BLE001 - psycopg's errors, as one sentence
+            raise translate(err, url, "migrate") from None
+    return pool_mod.ConnectionPool(  # type: ignore[attr-defined]
+        url,
+        kwargs=connect_kwargs(url, "log"),
+        min_size=1,
+        max_size=POOL_MAX,
+        timeout=POOL_TIMEOUT_S,
+        check=pool_mod.ConnectionPool.check_connection,  # type: ignore[attr-defined]
+        name="selftaught-log",
+        open=True,
+    )
+
+
+POOLS = _Pools()
+
+
 class PostgresBackend:
-    """The task log in Postgres: a pool of connections, one per thread at a time (no lock
-    in this process; the database orders concurrent writers)."""
+    """The task log in Postgres: the process's pool of connections to it, one per thread at
+    a time (no lock in this process; the database orders concurrent writers)."""
 
     dialect = POSTGRES
 
-    def __init__(self, url: LogUrl, migrations: Sequence[str], *, role: str = "log"):
-        _, pool_mod = psycopg_modules()
+    def __init__(self, url: LogUrl, migrations: Sequence[str]):
         self.location = url
         self._url = url.url
-        with contextlib.closing(connect(self._url, role)) as conn:
-            try:
-                migrate(conn, "log", migrations)
-                migrate(conn, "shared", SHARED_MIGRATIONS, dialect_render=False)
-            except LogError:
-                raise
-            except Exception as err:  # noqa: BLE001 - psycopg's errors, as one sentence
-                raise translate(err, self._url, "migrate") from None
-        self._pool = pool_mod.ConnectionPool(  # type: ignore[attr-defined]
-            self._url,
-            kwargs=connect_kwargs(self._url, role),
-            min_size=1,
-            max_size=POOL_MAX,
-            timeout=POOL_TIMEOUT_S,
-            check=pool_mod.ConnectionPool.check_connection,  # type: ignore[attr-defined]
-            name="selftaught-log",
-            open=True,
-        )
+        self._pool = POOLS.acquire(self._url, migrations)
+        self._closed = False
 
     @staticmethod
     def params(args: Sequence[Any]) -> Sequence[Any]:
@@ -254,4 +307,6 @@ class PostgresBackend:
         return "ok" if orphans == 0 else f"{orphans} feedback rows without their interaction"
 
     def close(self) -> None:
-        self._pool.close()
+        if not self._closed:
+            self._closed = True
+            POOLS.release(self._url)

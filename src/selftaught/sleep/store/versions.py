@@ -54,7 +54,7 @@ class PgVersions:
         from selftaught.sleep.store.postgres import PostgresBackend
 
         self.url = url
-        self._db = PostgresBackend(LogUrl(url), MIGRATIONS, role="versions")
+        self._db = PostgresBackend(LogUrl(url), MIGRATIONS)
         self._polled: dict[tuple[str, Path], tuple[float, Adopted]] = {}
         self._poll_lock = threading.Lock()
         self._warned = False
@@ -264,8 +264,12 @@ def store() -> PgVersions | None:
 
 
 def forget(url: str) -> None:
-    """Close and drop the store of `url` (its database is going away)."""
+    """Close and drop the store of `url` and the process's pool of connections to it (its
+    database is going away)."""
+    from selftaught.sleep.store.postgres import POOLS
+
     with _stores_lock:
         found = _stores.pop(url, None)
     if found is not None:
         found.close()
+    POOLS.forget(url)
