@@ -359,3 +359,108 @@ def test_without_psycopg_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
     with pytest.raises(MissingDependency, match=r"pip install 'selftaught\[postgres\]'"):
         TaskLog("postgresql://localhost/db")
+
+
+# ---- a proxy whose database goes away ----------------------------------------------------------
+
+
+def health(url: str) -> dict:
+    import httpx
+
+    return httpx.get(url.removesuffix("/v1") + "/health", timeout=30).json()
+
+
+def wait_for(check, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+    return found
+
+
+def test_a_proxy_whose_database_goes_away_keeps_answering_spools_and_replays(
+    pg_url, tmp_path, monkeypatch
+):
+    import httpx
+    import openai
+
+    from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, proxy_in_background
+    from tests.fake_upstream import FakeUpstream
+    from tests.pg import Relay
+
+    relay = Relay(pg_url)
+    monkeypatch.setenv("SELFTAUGHT_LOG", relay.url)
+    secret = "sk-proj-" + "Zq9" * 20
+    try:
+        with FakeUpstream() as upstream:
+            config = ProxyConfig(upstream=f"{upstream.base_url}#m", project=PROJECT, port=0,
+                                 log_path=relay.url, home=tmp_path / "home")  # fmt: skip
+            with proxy_in_background(config) as (url, _app):
+                client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=60)
+
+                def ask(text: str) -> str:
+                    reply = client.chat.completions.with_raw_response.create(
+                        model="m", messages=[{"role": "user", "content": text}]
+                    )
+                    assert reply.parse().choices[0].message.content == f"echo: {text}"
+                    return reply.headers[ID_HEADER]
+
+                for i in range(3):
+                    ask(f"before {i}")
+                wait_for(lambda: health(url)["log"]["logged"] == 3)
+                relay.cut()  # the database goes away
+                during = [ask(f"during {i} {secret}") for i in range(12)]  # all answered
+                log = wait_for(lambda: (h := health(url)["log"])["spooled"] == 12 and h)
+                assert log["state"] == "unreachable" and "cannot write" in log["error"]
+                assert log["spool_waiting"] == 12 and log["failures"] == log["dropped"] == 0
+                (spool,) = (tmp_path / "home" / "spool").iterdir()
+                assert oct(spool.stat().st_mode & 0o777) == "0o600"
+                assert secret not in spool.read_text() and "REDACTED" in spool.read_text()
+                fb = httpx.post(
+                    f"{url}/feedback", json={"id": during[0], "thumb": "up"}, timeout=30
+                )
+                assert fb.status_code == 503 and "cannot" in fb.json()["error"]["message"]
+                relay.restore()  # it comes back: the spool is replayed, then new rows
+                log = wait_for(lambda: (h := health(url)["log"])["state"] == "ok" and h, 90)
+                assert log["replayed"] == 12 and log["spool_waiting"] == 0
+                ask("after")
+                wait_for(lambda: health(url)["log"]["logged"] == 4)
+        with TaskLog(pg_url) as stored:
+            rows = stored.query()
+        texts = sorted(r.messages[0]["content"] for r in rows)
+        assert len(rows) == 16 and len({r.id for r in rows}) == 16
+        assert {"before 0", "before 1", "before 2", "after"} <= set(texts)
+        assert {r.id for r in rows} >= set(during)
+        assert not any(secret in t for t in texts)
+        assert not list((tmp_path / "home" / "spool").iterdir())  # nothing left behind
+    finally:
+        versions.forget(relay.url)
+        relay.close()
+
+
+def test_a_dead_proxys_spool_is_replayed_by_the_next_one(pg_url, tmp_path):
+    from selftaught.sleep.intake.spool import spool_dir
+    from selftaught.sleep.intake.writer import LogWriter
+
+    folder = spool_dir(tmp_path)
+    dead = child(
+        "import sys; from pathlib import Path\n"
+        "from selftaught.sleep.intake.log import Interaction\n"
+        "from selftaught.sleep.intake.spool import Spool\n"
+        "s = Spool(Path(sys.argv[1]))\n"
+        "s.append([Interaction([{'role': 'user', 'content': f'q{i}'}], 'a') for i in range(5)])\n",
+        str(folder),
+        env={},
+    )
+    assert dead.wait(timeout=60) == 0, dead.stderr.read()  # exited without closing its spool
+    (left,) = folder.iterdir()
+    assert len(left.read_text().splitlines()) == 5
+    with TaskLog(pg_url) as log:
+        writer = LogWriter(log, home=tmp_path)
+        writer.submit(Interaction([{"role": "user", "content": "new"}], "b"))
+        assert writer.flush(30)
+        writer.close()
+        assert sorted(r.messages[0]["content"] for r in log.query()) == [
+            "new", "q0", "q1", "q2", "q3", "q4"
+        ]  # fmt: skip
+    assert writer.snapshot()["replayed"] == 5 and not list(folder.iterdir())

@@ -457,7 +457,8 @@ class TaskLog:
         return self._backend.integrity_check()
 
     # -- writing
-    def _redact(self, it: Interaction) -> Interaction:
+    def redacted(self, it: Interaction) -> Interaction:
+        """A copy of `it` with every secret redacted (and counted), as it would be stored."""
         red = self.redactor
         messages, n1 = red.redact_value(it.messages)
         reply, n2 = red.redact(it.reply) if it.reply is not None else (None, 0)
@@ -499,7 +500,7 @@ class TaskLog:
         feedback: dict[str, tuple[Feedback, int]] = {}
         for it in interactions:
             self._validate(it)
-            rows.append(_row(self._redact(it) if redact else it))
+            rows.append(_row(self.redacted(it) if redact else it))
             if not it.feedback.empty():
                 feedback[it.id] = self._redact_feedback(it.feedback)
         inserted = 0

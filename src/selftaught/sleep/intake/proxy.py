@@ -51,7 +51,7 @@ from selftaught.retrieval import RetrievalUnavailable
 from selftaught.sleep.adoption.inject import inject_adopted
 from selftaught.sleep.adoption.probation import STAGED, ProbationConfig
 from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
-from selftaught.sleep.intake.log import Feedback, Interaction, LogError, TaskLog
+from selftaught.sleep.intake.log import Feedback, Interaction, LogError, LogUnavailable, TaskLog
 from selftaught.sleep.intake.watch import ProbationWatch
 from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
@@ -299,7 +299,7 @@ class ProxyState:
         self.config = config
         self.upstream = upstream
         self.log = log
-        self.writer = LogWriter(log, max_queue=config.max_queue)
+        self.writer = LogWriter(log, max_queue=config.max_queue, home=config.home)
         self.requests = 0
         self.upstream_errors = 0
         self.lora = None
@@ -445,6 +445,8 @@ def _add_own_routes(app: Any, state: ProxyState) -> None:
                 raise InputError("the body must be a JSON object with the interaction `id`")
             fb = Feedback.coerce({k: v for k, v in body.items() if k != "id"})
             full_id = await asyncio.to_thread(_attach_feedback, state, body["id"], fb)
+        except LogUnavailable as err:  # the database is down: try again later
+            return _error(503, str(err), "service_unavailable_error")
         except LogError as err:
             return _error(404, str(err), "not_found_error")
         except (ValueError, TypeError) as err:
@@ -619,8 +621,12 @@ def _attach_feedback(state: ProxyState, iid: str, fb: Feedback | None) -> str:
         raise InputError("feedback is empty: give a thumb, a score, a reference or a comment")
     # An end user's feedback: never the operator's word (probation and the night tell them
     # apart; the operator gives trusted feedback with `selftaught sleep feedback`).
+    if state.writer.unreachable:  # the database is down: say so now, not after a timeout
+        raise LogUnavailable(state.writer.unreachable)
     try:
         return state.log.add_feedback(iid, fb, giver="proxy-client", trusted=False)
+    except LogUnavailable:
+        raise
     except LogError:
         state.writer.flush(5.0)  # the interaction may still be on its way to the log
         return state.log.add_feedback(iid, fb, giver="proxy-client", trusted=False)

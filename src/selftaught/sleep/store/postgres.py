@@ -34,6 +34,9 @@ MIGRATION_LOCK = 0x5E1F_7A06  # pg_advisory_xact_lock key while a schema is migr
 CONNECT_TIMEOUT_S = 5  # libpq waits forever by default: an unreachable host hangs the caller
 POOL_TIMEOUT_S = 5.0  # waiting for a pooled connection (the database is down: fail, spool)
 POOL_MAX = 8
+RECONNECT_S = 10.0  # the pool gives up a series of reconnects (backoff 1, 2, 4 s) after this;
+# the next request starts a fresh one, so a database back after a long outage is used within
+# seconds, not after a backoff grown to minutes
 
 # What only the Postgres store has: the versions every replica serves (one row per version,
 # written once; its adapter's files beside it), one pointer row per project (what is adopted
@@ -247,6 +250,7 @@ def _new_pool(url: str, migrations: Sequence[str]) -> Any:
         min_size=1,
         max_size=POOL_MAX,
         timeout=POOL_TIMEOUT_S,
+        reconnect_timeout=RECONNECT_S,
         check=pool_mod.ConnectionPool.check_connection,  # type: ignore[attr-defined]
         name="selftaught-log",
         open=True,

@@ -9,12 +9,12 @@ keep versions here instead of under the sleep home:
     version_events  every adopt, rollback and auto_rollback (what events.jsonl holds on disk)
 
 A replica never serves half a version: it reads the pointer, then that version's row, which
-was complete before the pointer could name it. `poll` re-reads the pointer at most every
-`POLL_S` seconds, so every proxy on every host follows an adopt or a rollback within one
-poll (the process that adopted, at once); when the database cannot be reached it keeps
-serving what it had (and says so once on stderr). An adapter's files are copied once per host
-into the sleep home (`projects/<p>/versions/<N>/adapter`, complete or absent), where the local
-server loads it.
+was complete before the pointer could name it. `poll` serves what a thread re-reads every
+`POLL_S` seconds (a request never waits on the database), so every proxy on every host
+follows an adopt or a rollback within one poll (the process that adopted, at once); when the
+database cannot be reached it keeps serving what it had (and says so once on stderr). An
+adapter's files are copied once per host into the sleep home
+(`projects/<p>/versions/<N>/adapter`, complete or absent), where the local server loads it.
 """
 
 from __future__ import annotations
@@ -55,11 +55,14 @@ class PgVersions:
 
         self.url = url
         self._db = PostgresBackend(LogUrl(url), MIGRATIONS)
-        self._polled: dict[tuple[str, Path], tuple[float, Adopted]] = {}
+        self._polled: dict[tuple[str, Path | None], Adopted] = {}  # what poll() serves
         self._poll_lock = threading.Lock()
+        self._poller: threading.Thread | None = None
+        self._closing = threading.Event()
         self._warned = False
 
     def close(self) -> None:
+        self._closing.set()
         self._db.close()
 
     # -- reading
@@ -123,28 +126,51 @@ class PgVersions:
         return json.loads(row[0]) if row else {}
 
     def poll(self, project: str, home: Path | None) -> Adopted:
-        """What a serving process injects: `current`, re-read at most every POLL_S seconds;
-        the last one read while the database cannot be reached."""
-        key = (project, project_dir(project, home))
+        """What a serving process injects: `current` as last read. The first call reads it;
+        from then on a thread of this store re-reads it every POLL_S seconds, so a request
+        never waits on the database (and when it cannot be reached, what was read last is
+        served)."""
+        key = (project, home)
         with self._poll_lock:
             hit = self._polled.get(key)
-        if hit is not None and time.monotonic() - hit[0] < POLL_S:
-            return hit[1]
+        if hit is None:
+            hit = self._refresh(project, home, None)
+            with self._poll_lock:
+                self._polled[key] = hit
+                if self._poller is None:
+                    self._poller = threading.Thread(
+                        target=self._poll_forever, name="selftaught-versions", daemon=True
+                    )
+                    self._poller.start()
+        return hit
+
+    def _poll_forever(self) -> None:
+        while not self._closing.wait(POLL_S):
+            with self._poll_lock:
+                watched = list(self._polled.items())
+            for (project, home), old in watched:
+                fresh = self._refresh(project, home, old)
+                with self._poll_lock:
+                    self._polled[(project, home)] = fresh
+
+    def _refresh(self, project: str, home: Path | None, old: Adopted | None) -> Adopted:
+        """The adopted version now (`old` again when it has not changed, or when the database
+        cannot be reached: said once on stderr)."""
         try:
             version = self.pointer(project)
-            if hit is not None and hit[1].version == (None if version is None else str(version)):
-                adopted = hit[1]  # versions never change once written
+            if old is not None and old.version == (None if version is None else str(version)):
+                fresh = old  # versions never change once written
             else:
-                adopted = self.current(project, home)
-            self._warned = False
+                fresh = self.current(project, home)
         except LogError as err:
             if not self._warned:
                 print(f"selftaught: serving the last adopted version read: {err}", file=sys.stderr)
                 self._warned = True
-            adopted = hit[1] if hit is not None else Adopted()
-        with self._poll_lock:
-            self._polled[key] = (time.monotonic(), adopted)
-        return adopted
+            return old if old is not None else Adopted()
+        if self._warned:
+            print("selftaught: the adopted versions' database answers again", file=sys.stderr)
+        self._warned = False
+        return fresh
 
     # -- writing
     def write_version(
@@ -184,8 +210,11 @@ class PgVersions:
                 (project, version, time.time()),
             )
         with self._poll_lock:  # this process serves its own adopt at once, others within a poll
-            for key in [k for k in self._polled if k[0] == project]:
-                del self._polled[key]
+            watched = [k for k in self._polled if k[0] == project]
+        for key in watched:
+            fresh = self.current(*key)
+            with self._poll_lock:
+                self._polled[key] = fresh
 
     def record_event(self, project: str, row: dict[str, Any]) -> None:
         """One adopt / rollback event, stamped now (a copied one keeps its `time`)."""
