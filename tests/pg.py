@@ -54,7 +54,9 @@ def _as_user(cmd: list[str]) -> tuple[list[str], str | None]:
 class Cluster:
     """A throwaway cluster: initdb, start, stop (at exit) and delete."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        """`durable`: fsync and synchronous commit on, as a real server (benchmarks); off by
+        default (tests are faster without them, and never crash the server)."""
         initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
         if not initdb or not pg_ctl:
             raise RuntimeError("no initdb / pg_ctl on PATH or in /usr/lib/postgresql/*/bin")
@@ -71,9 +73,10 @@ class Cluster:
         hba.write_text(PASSWORD_RULE + hba.read_text())
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             "-c shared_buffers=32MB -c max_connections=200"
         )
+        if not durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         start, _ = _as_user([pg_ctl, "-D", str(self.data), "-o", options, "-w", "-t", "60",
                              "-l", str(self.root / "server.log"), "start"])  # fmt: skip
         self._run(start)
