@@ -101,8 +101,8 @@ def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[by
 class Load:
     """Requests to every proxy; what was answered (id, proxy, latency)."""
 
-    def __init__(self, urls: list[str], requests: int, concurrency: int):
-        self.urls, self.requests, self.concurrency = urls, requests, concurrency
+    def __init__(self, urls: list[str], requests: int, concurrency: int, tag: str):
+        self.urls, self.requests, self.concurrency, self.tag = urls, requests, concurrency, tag
         self.answered: list[tuple[str, int, float]] = []  # (interaction id, proxy, latency s)
         self.per_proxy = [0] * len(urls)
         self.failed = [0] * len(urls)
@@ -132,7 +132,7 @@ class Load:
     async def _one(self, client: Any, k: int, i: int) -> None:
         import httpx
 
-        text = f"proxy {k} request {i}"
+        text = f"{self.tag}: proxy {k} request {i}"
         body = {"model": "m", "messages": [{"role": "user", "content": text}], "stream": i % 2 == 1}
         t0 = time.perf_counter()
         try:
@@ -195,60 +195,100 @@ def percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(len(values) * q))]
 
 
-def run_backend(backend: str, location: str, args: argparse.Namespace, work: Path) -> dict:
-    """One backend's load: start everything, drive it, check the log."""
-    import httpx
+def proxy_process(location: str, upstream_url: str, home: Path) -> tuple[Any, str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(SRC), "SELFTAUGHT_LOG": location,
+           "SELFTAUGHT_HOME": str(home)}  # fmt: skip
+    cmd = [sys.executable, "-m", "selftaught", "proxy", "--upstream", f"{upstream_url}#m",
+           "--port", str(port), "--log", location, "--project", PROJECT]  # fmt: skip
+    home.mkdir(parents=True, exist_ok=True)
+    proc = start(cmd, env, home / "proxy.log")
+    return proc, f"http://127.0.0.1:{port}/v1"
 
+
+def run_backend(backend: str, location: str, args: argparse.Namespace, work: Path) -> dict:
+    """One backend's load: start everything, drive it, check the log; then the kill trials."""
     work.mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(SRC), "SELFTAUGHT_LOG": location}
     upstream, upstream_url = upstream_process(env)
-    ports = [free_port() for _ in range(args.proxies)]
-    proxies = []
-    for k, port in enumerate(ports):
-        cmd = [sys.executable, "-m", "selftaught", "proxy", "--upstream",
-               f"{upstream_url}#m", "--port", str(port), "--log", location,
-               "--project", PROJECT]  # fmt: skip
-        home_env = {**env, "SELFTAUGHT_HOME": str(work / f"home{k}")}
-        proxies.append(start(cmd, home_env, work / f"proxy{k}.log"))
-    urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
+    try:
+        result = main_load(backend, location, upstream_url, args, work)
+        result["kill_trials"] = kill_trials(location, upstream_url, args, work)
+    finally:
+        upstream.kill()
+        upstream.wait(timeout=30)
+    return result
+
+
+def main_load(
+    backend: str, location: str, upstream_url: str, args: argparse.Namespace, work: Path
+) -> dict:
+    import httpx
+
+    started = [
+        proxy_process(location, upstream_url, work / f"home{k}") for k in range(args.proxies)
+    ]
+    proxies, urls = [p for p, _ in started], [u for _, u in started]
     night_state: dict[str, Any] = {}
     try:
-        for url, proc in zip(urls, proxies, strict=True):
-            wait_healthy(url.removesuffix("/v1") + "/health", proc, 120)  # type: ignore[arg-type]
-        load = Load(urls, args.requests, args.concurrency)
-        total = args.requests * args.proxies
+        for proc, url in started:
+            wait_healthy(url.removesuffix("/v1") + "/health", proc, 120)
+        load = Load(urls, args.requests, args.concurrency, "load")
+        at = int(0.4 * args.requests * args.proxies)
         hooks = [
             kill_hook(proxies[0], int(args.kill_at * args.requests)),
-            night_hook(
-                location,
-                work / "night-home",
-                work / "night.json",
-                work,
-                int(0.4 * total),
-                night_state,
-            ),  # fmt: skip
+            night_hook(location, work / "night-home", work / "night.json", work, at, night_state),
         ]
         wall = asyncio.run(load.run(hooks))
-        survivors = list(zip(urls, proxies, strict=True))[1:]
-        for url, _ in survivors:  # every answer handed to the writer is written (or counted)
+        for url in urls[1:]:  # every answer handed to a writer is written (or counted)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 h = httpx.get(url.removesuffix("/v1") + "/health", timeout=30).json()["log"]
                 if h["queued"] == 0:
                     break
                 time.sleep(0.2)
-        healths = [httpx.get(u.removesuffix("/v1") + "/health").json()["log"] for u, _ in survivors]
+        healths = [httpx.get(u.removesuffix("/v1") + "/health").json()["log"] for u in urls[1:]]
         adopt = adopt_latency(location, urls[1:], work) if backend == "postgres" else None
     finally:
         for proc in proxies:
             proc.terminate()
         for proc in proxies:
             proc.wait(timeout=60)
-        upstream.kill()
-        upstream.wait(timeout=30)
     night_proc = night_state.get("proc")
     night_rc = night_proc.wait(timeout=900) if night_proc else None
     return check(backend, location, load, wall, healths, night_state, night_rc, work, adopt)
+
+
+def kill_trials(location: str, upstream_url: str, args: argparse.Namespace, work: Path) -> dict:
+    """One proxy at a time under load (`--concurrency` in flight), killed with SIGKILL at a
+    random point between 30% and 70% of `--trial-requests`: how many answered requests never
+    reach the log, trial by trial."""
+    import random
+
+    rng = random.Random(0)
+    trials = []
+    for t in range(args.kill_trials):
+        proc, url = proxy_process(location, upstream_url, work / f"trial{t}")
+        try:
+            wait_healthy(url.removesuffix("/v1") + "/health", proc, 120)
+            load = Load([url], args.trial_requests, args.concurrency, f"trial {t}")
+            at = int(rng.uniform(0.3, 0.7) * args.trial_requests)
+            asyncio.run(load.run([kill_hook(proc, at)]))
+        finally:
+            proc.kill()
+            proc.wait(timeout=60)
+        logged = all_ids(location)
+        answered = [iid for iid, _, _ in load.answered]
+        trials.append({"answered": len(answered),
+                       "unlogged": sum(iid not in logged for iid in answered)})  # fmt: skip
+    unlogged = sum(t["unlogged"] for t in trials)
+    answered = sum(t["answered"] for t in trials)
+    return {
+        "trials": trials,
+        "answered": answered,
+        "answered_but_unlogged": unlogged,
+        "share": round(unlogged / answered, 4) if answered else None,
+    }
 
 
 def check(
@@ -401,6 +441,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500, help="per proxy")
     parser.add_argument("--concurrency", type=int, default=32, help="in flight per proxy")
     parser.add_argument("--kill-at", type=float, default=0.5, help="share of proxy 0's requests")
+    parser.add_argument("--kill-trials", type=int, default=8, help="single proxies killed")
+    parser.add_argument("--trial-requests", type=int, default=300)
     parser.add_argument("--quick", action="store_true", help="2 proxies x 100 requests")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "log_load.json")
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
@@ -409,7 +451,7 @@ def main() -> None:
         serve_upstream()
         return
     if args.quick:
-        args.proxies, args.requests = 2, 100
+        args.proxies, args.requests, args.kill_trials, args.trial_requests = 2, 100, 2, 100
     from tests import pg
 
     report: dict[str, Any] = {
@@ -440,7 +482,8 @@ def main() -> None:
             "answered_but_unlogged_killed": [
                 p["answered_but_unlogged_killed"],
                 s["answered_but_unlogged_killed"],
-            ],  # fmt: skip
+            ],
+            "kill_trials_unlogged_share": [p["kill_trials"]["share"], s["kill_trials"]["share"]],
         }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -36,9 +36,10 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 def adopt(home: Path, project: str, skill: str, memory: str, version: str) -> None:
     """What part 2's `adopt` does: each file replaced atomically, `version` last (with a
     Postgres log: the version's row, then the pointer)."""
+    from selftaught.sleep.paths import shared_url
     from selftaught.sleep.store import versions
 
-    if (db := versions.store()) is not None:
+    if (db := versions.store(shared_url())) is not None:
         db.write_version(project, Adopted(skill, memory, version), {}, None)
         db.point(project, int(version))
         return

@@ -44,9 +44,10 @@ def lock_path(home: Path) -> Path:
 
 def _shared() -> str | None:
     """The Postgres URL holding the lock ($SELFTAUGHT_LOG), its tables made sure of."""
+    from selftaught.sleep.paths import shared_url
     from selftaught.sleep.store import versions
 
-    db = versions.store()  # opening it brings the schema up to date
+    db = versions.store(shared_url())  # opening it brings the shared tables up to date
     return None if db is None else db.url
 
 

@@ -245,9 +245,10 @@ def write_proposal(night_dir: Path, adopted: Adopted, skill: str, memory: str) -
 
 def _db() -> Any:
     """The Postgres versions store when $SELFTAUGHT_LOG is a URL, else None (files here)."""
+    from selftaught.sleep.paths import shared_url
     from selftaught.sleep.store import versions
 
-    return versions.store()
+    return versions.store(shared_url())
 
 
 @contextlib.contextmanager
@@ -277,7 +278,7 @@ def _read(path: Path) -> str:
 def read_adopted_files(project: str, home: Path | None = None) -> Adopted:
     """The adopted files as they are on disk now (no cache)."""
     if (db := _db()) is not None:
-        return db.current(project, home)
+        return db.current(project, versions_dir(project, home))
     folder = adopted_dir(project, home)
     version = _read(folder / "version").strip() or None
     adapter = version_adapter(project, version, home)
@@ -300,7 +301,7 @@ def read_version(project: str, version: int, home: Path | None = None) -> Adopte
     if version == 0:
         return Adopted("", "", "0")
     db = _db()
-    found = db.read(project, version, home) if db is not None else None
+    found = db.read(project, version, versions_dir(project, home)) if db is not None else None
     if found is not None:
         return found
     folder = versions_dir(project, home) / str(version)
@@ -369,7 +370,7 @@ def _backup(project: str, home: Path | None, what: str) -> Path:
         dest = dest.with_name(f"{stamp}-{what}-{n}")
     dest.mkdir(parents=True)
     if (db := _db()) is not None:  # the adopted version as the database serves it
-        now = db.current(project, home)
+        now = db.current(project, versions_dir(project, home))
         texts = {"skill.md": now.skill, "memory.md": now.memory, "version": f"{now.version}\n"}
         for name, text in texts.items() if now.version is not None else ():
             atomic_write_text(dest / name, text)

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from selftaught.errors import InputError, writing_to
 from selftaught.models.base import Message
 from selftaught.sleep.intake.redact import Redactor, default_redactor
-from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
+from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, log_location
 
 # LogError and LogUnavailable live beside the backends that raise them; callers import them
 # from here.
-from selftaught.sleep.store import LogError, LogUnavailable, LogUrl, log_location  # noqa: F401
+from selftaught.sleep.store import LogError, LogUnavailable, LogUrl  # noqa: F401
 from selftaught.sleep.store import sqlite as sqlite_store
 
 if TYPE_CHECKING:
@@ -428,7 +428,7 @@ class TaskLog:
         if isinstance(self.path, LogUrl):
             from selftaught.sleep.store.postgres import PostgresBackend
 
-            return PostgresBackend(self.path, MIGRATIONS)
+            return PostgresBackend(self.path, "log", MIGRATIONS)
         return sqlite_store.SqliteBackend(self.path, MIGRATIONS, busy_timeout_s=busy_timeout_s)
 
     @property

@@ -1,10 +1,14 @@
 """Where sleep's shared state lives: one SQLite file (the default) or a PostgreSQL database.
 
-A log location is a path (SQLite, `intake/log.py` as always) or a `postgresql://` URL. With a
-URL the task log, the adopted versions every replica serves (`versions.py`) and the night's
-lock (`pg_lock.py`) all live in that database, so proxies and nights on several hosts share
-them. The adopted versions and the lock follow `$SELFTAUGHT_LOG` (the CLI's `--log URL` sets it
-for the command it runs), the log follows `--log` or `$SELFTAUGHT_LOG`.
+A log location (`paths.log_location`) is a path (SQLite, `intake/log.py` as always) or a
+`postgresql://` URL. With a URL the task log, the adopted versions every replica serves
+(`versions.py`) and the night's lock (`pg_lock.py`) all live in that database, so proxies and
+nights on several hosts share them. The adopted versions and the lock follow `$SELFTAUGHT_LOG`
+(`paths.shared_url`; the CLI's `--log URL` sets it for the command it runs), the log follows
+`--log` or `$SELFTAUGHT_LOG`.
+
+This package sits below `paths` and the task log (it imports neither): here are the records
+and errors they share (`Adopted`, `LogError`, `LogUrl`).
 
     dialect.py    every SQL difference between the two (placeholders, types, tags, ordering)
     sqlite.py     the SQLite backend of the task log (WAL, PRAGMA user_version migrations)
@@ -18,17 +22,32 @@ psycopg is an optional extra (`selftaught[postgres]`), imported only when a URL 
 
 from __future__ import annotations
 
-import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from selftaught.errors import InputError, MissingDependency
-from selftaught.sleep.paths import ENV_LOG, sleep_home
 
 URL_SCHEMES = ("postgresql://", "postgres://")
+ANY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _PASSWORD_PARAM = re.compile(r"(?i)(password=)[^&\s]*")
-_ANY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+ADAPTER_DIR = "adapter"  # a staged night's or a version's LoRA adapter (peft layout)
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """What is adopted for a project; `version` is None when nothing is. `adapter` is the
+    LoRA adapter folder the version serves (None: the base model)."""
+
+    skill: str = ""
+    memory: str = ""
+    version: str | None = None
+    adapter: Path | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.skill.strip() and not self.memory.strip()
 
 
 class LogError(InputError, RuntimeError):
@@ -93,31 +112,6 @@ class LogUrl:
 
     def __hash__(self) -> int:
         return hash(self.url)
-
-
-LogLocation = Path | LogUrl
-
-
-def log_location(value: str | Path | LogUrl | None = None) -> LogLocation:
-    """Where the task log is: `value`, else $SELFTAUGHT_LOG, else <home>/log.db. A
-    postgresql:// URL is a `LogUrl`, never a path (a path would make a folder named
-    'postgresql:')."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        value = os.environ.get(ENV_LOG) or sleep_home() / "log.db"
-    if is_url(value):
-        return LogUrl(value)  # type: ignore[arg-type]
-    if isinstance(value, str) and _ANY_URL.match(value.strip()):
-        raise LogError(
-            f"the task log {display_url(value)!r} is neither a file path nor a postgresql:// URL"
-        )
-    return Path(value).expanduser()
-
-
-def shared_url() -> str | None:
-    """The Postgres database holding the adopted versions and the night's lock, when
-    $SELFTAUGHT_LOG names one; None: they are files under the sleep home."""
-    env = os.environ.get(ENV_LOG)
-    return LogUrl(env).url if env and is_url(env) else None
 
 
 def psycopg_modules() -> tuple[object, object]:

@@ -163,7 +163,7 @@ def _copy_project(db: Any, project: str, home: Path, result: MoveResult) -> None
         else:
             db.write_version(project, on_disk, meta, version_adapter(project, str(n), home))
             result.versions_copied += 1
-        there = db.read(project, n, home)
+        there = db.read(project, n, folder / "versions")
         if there and (there.skill, there.memory) == (on_disk.skill, on_disk.memory):
             result.versions_checked += int(db.meta(project, n) == json.loads(json.dumps(meta)))
     _copy_pointer(db, project, home, result)

@@ -194,20 +194,32 @@ def _text(value: Any) -> Any:
 class _Pools:
     """One pool per database per process, shared by every TaskLog and the versions store
     there (a proxy's log, its probation watch and its adopted-version polls share at most
-    POOL_MAX connections), migrated once when first opened, closed when the last user closes
-    it or at exit. Held here, never dropped by the garbage collector in one of its own
-    threads."""
+    POOL_MAX connections), closed when its last user closes it or at exit. Held here, never
+    dropped by the garbage collector in one of its own threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[str, tuple[Any, int]] = {}
         atexit.register(self.close_all)
 
-    def acquire(self, url: str, migrations: Sequence[str]) -> Any:
+    def acquire(self, url: str, component: str, migrations: Sequence[str]) -> Any:
+        """The pool of `url`, once `component`'s tables are brought up to date (or refused:
+        a newer schema) on every open; the first time on a connection of its own, so a wrong
+        URL or password is its own error, not a pool's timeout."""
         with self._lock:
             found = self._open.get(url)
             if found is None:
-                found = (_new_pool(url, migrations), 0)
+                with contextlib.closing(connect(url, "log")) as conn:
+                    _migrate(conn, url, component, migrations)
+                found = (_new_pool(url), 0)
+            else:
+                try:
+                    with found[0].connection() as conn:
+                        _migrate(conn, url, component, migrations)
+                except LogError:
+                    raise
+                except Exception as err:  # noqa: BLE001 - no connection: the pool's timeout
+                    raise translate(err, url) from None
             self._open[url] = (found[0], found[1] + 1)
             return found[0]
 
@@ -234,16 +246,17 @@ class _Pools:
             self.forget(url)
 
 
-def _new_pool(url: str, migrations: Sequence[str]) -> Any:
+def _migrate(conn: Any, url: str, component: str, migrations: Sequence[str]) -> None:
+    try:
+        migrate(conn, component, migrations, dialect_render=component == "log")
+    except LogError:
+        raise
+    except Exception as err:  # noqa: BLE001 - psycopg's errors (and the pool's), one sentence
+        raise translate(err, url, "migrate") from None
+
+
+def _new_pool(url: str) -> Any:
     _, pool_mod = psycopg_modules()
-    with contextlib.closing(connect(url, "log")) as conn:
-        try:
-            migrate(conn, "log", migrations)
-            migrate(conn, "shared", SHARED_MIGRATIONS, dialect_render=False)
-        except LogError:
-            raise
-        except Exception as err:  # noqa: BLE001 - psycopg's errors, as one sentence
-            raise translate(err, url, "migrate") from None
     return pool_mod.ConnectionPool(  # type: ignore[attr-defined]
         url,
         kwargs=connect_kwargs(url, "log"),
@@ -261,15 +274,17 @@ POOLS = _Pools()
 
 
 class PostgresBackend:
-    """The task log in Postgres: the process's pool of connections to it, one per thread at
-    a time (no lock in this process; the database orders concurrent writers)."""
+    """Postgres for one schema component (`log`: the task log; `shared`: the versions and the
+    lock): the process's pool of connections to it, one per thread at a time (no lock in this
+    process; the database orders concurrent writers)."""
 
     dialect = POSTGRES
 
-    def __init__(self, url: LogUrl, migrations: Sequence[str]):
+    def __init__(self, url: LogUrl, component: str, migrations: Sequence[str]):
         self.location = url
         self._url = url.url
-        self._pool = POOLS.acquire(self._url, migrations)
+        self._component = component
+        self._pool = POOLS.acquire(self._url, component, migrations)
         self._closed = False
 
     @staticmethod
@@ -297,7 +312,7 @@ class PostgresBackend:
     def schema_version(self) -> int:
         with self.read() as conn:
             row = conn.execute(
-                f"SELECT version FROM {SCHEMA_TABLE} WHERE component = 'log'"
+                f"SELECT version FROM {SCHEMA_TABLE} WHERE component = %s", (self._component,)
             ).fetchone()
             return row[0] if row else 0
 

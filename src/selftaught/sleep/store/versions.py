@@ -1,7 +1,8 @@
 """Adopted versions in Postgres: what every replica serves, switched atomically.
 
 With a Postgres log ($SELFTAUGHT_LOG is a URL), `adoption/staging.py` and `paths.read_adopted`
-keep versions here instead of under the sleep home:
+keep versions here instead of under the sleep home (they pass `local`, the project's
+`versions/` folder on this host, where an adapter's files are copied to be served):
 
     versions        one row per version (skill, memory, meta), written once in one transaction
                     with its adapter's files (`version_files`, bytes), never changed after
@@ -32,8 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from selftaught.sleep.paths import ADAPTER_DIR, Adopted, project_dir
-from selftaught.sleep.store import LogError, LogUrl, shared_url
+from selftaught.sleep.store import ADAPTER_DIR, Adopted, LogError, LogUrl
 
 POLL_S = 1.0
 """How often a serving process re-reads the adopted pointer (a proxy follows an adopt on
@@ -50,12 +50,11 @@ class PgVersions:
     """The versions of every project in one database (one pool per process and URL)."""
 
     def __init__(self, url: str):
-        from selftaught.sleep.intake.log import MIGRATIONS
-        from selftaught.sleep.store.postgres import PostgresBackend
+        from selftaught.sleep.store.postgres import SHARED_MIGRATIONS, PostgresBackend
 
         self.url = url
-        self._db = PostgresBackend(LogUrl(url), MIGRATIONS)
-        self._polled: dict[tuple[str, Path | None], Adopted] = {}  # what poll() serves
+        self._db = PostgresBackend(LogUrl(url), "shared", SHARED_MIGRATIONS)
+        self._polled: dict[tuple[str, Path], Adopted] = {}  # what poll() serves
         self._poll_lock = threading.Lock()
         self._poller: threading.Thread | None = None
         self._closing = threading.Event()
@@ -96,7 +95,7 @@ class PgVersions:
             ).fetchall()
         return sorted(r[0] for r in rows)
 
-    def read(self, project: str, version: int, home: Path | None) -> Adopted | None:
+    def read(self, project: str, version: int, local: Path) -> Adopted | None:
         """Version N (its adapter copied to this host first), None when there is none."""
         if version == 0:
             return Adopted("", "", "0")
@@ -108,15 +107,15 @@ class PgVersions:
             ).fetchone()
         if row is None:
             return None
-        adapter = self._local_adapter(project, version, home) if row[2] else None
+        adapter = self._local_adapter(project, version, local) if row[2] else None
         return Adopted(row[0], row[1], str(version), adapter)
 
-    def current(self, project: str, home: Path | None) -> Adopted:
+    def current(self, project: str, local: Path) -> Adopted:
         """What is adopted now, read from the database (no cache)."""
         version = self.pointer(project)
         if version is None:
             return Adopted()
-        return self.read(project, version, home) or Adopted("", "", str(version))
+        return self.read(project, version, local) or Adopted("", "", str(version))
 
     def meta(self, project: str, version: int) -> dict[str, Any]:
         with self._db.read() as conn:
@@ -125,16 +124,16 @@ class PgVersions:
             ).fetchone()
         return json.loads(row[0]) if row else {}
 
-    def poll(self, project: str, home: Path | None) -> Adopted:
+    def poll(self, project: str, local: Path) -> Adopted:
         """What a serving process injects: `current` as last read. The first call reads it;
         from then on a thread of this store re-reads it every POLL_S seconds, so a request
         never waits on the database (and when it cannot be reached, what was read last is
         served)."""
-        key = (project, home)
+        key = (project, local)
         with self._poll_lock:
             hit = self._polled.get(key)
         if hit is None:
-            hit = self._refresh(project, home, None)
+            hit = self._refresh(project, local, None)
             with self._poll_lock:
                 self._polled[key] = hit
                 if self._poller is None:
@@ -148,12 +147,12 @@ class PgVersions:
         while not self._closing.wait(POLL_S):
             with self._poll_lock:
                 watched = list(self._polled.items())
-            for (project, home), old in watched:
-                fresh = self._refresh(project, home, old)
+            for (project, local), old in watched:
+                fresh = self._refresh(project, local, old)
                 with self._poll_lock:
-                    self._polled[(project, home)] = fresh
+                    self._polled[(project, local)] = fresh
 
-    def _refresh(self, project: str, home: Path | None, old: Adopted | None) -> Adopted:
+    def _refresh(self, project: str, local: Path, old: Adopted | None) -> Adopted:
         """The adopted version now (`old` again when it has not changed, or when the database
         cannot be reached: said once on stderr)."""
         try:
@@ -161,7 +160,7 @@ class PgVersions:
             if old is not None and old.version == (None if version is None else str(version)):
                 fresh = old  # versions never change once written
             else:
-                fresh = self.current(project, home)
+                fresh = self.current(project, local)
         except LogError as err:
             if not self._warned:
                 print(f"selftaught: serving the last adopted version read: {err}", file=sys.stderr)
@@ -233,10 +232,10 @@ class PgVersions:
         return [json.loads(r[0]) for r in rows]
 
     # -- adapters
-    def _local_adapter(self, project: str, version: int, home: Path | None) -> Path:
+    def _local_adapter(self, project: str, version: int, local: Path) -> Path:
         """The version's adapter folder on this host, copied from the database the first time
         (into a temp folder renamed into place: complete or absent)."""
-        folder = project_dir(project, home) / "versions" / str(version) / ADAPTER_DIR
+        folder = local / str(version) / ADAPTER_DIR
         if (folder / "adapter_config.json").is_file():
             return folder
         with self._db.read() as conn:
@@ -279,10 +278,9 @@ _stores: dict[str, PgVersions] = {}
 _stores_lock = threading.Lock()
 
 
-def store() -> PgVersions | None:
-    """The versions store of $SELFTAUGHT_LOG's database (one per process and URL), or None
-    when versions are files under the sleep home."""
-    url = shared_url()
+def store(url: str | None) -> PgVersions | None:
+    """The versions store of the database at `url` (one per process and URL; callers pass
+    `paths.shared_url()`), or None when there is none (versions are files in the home)."""
     if url is None:
         return None
     with _stores_lock:
