@@ -387,11 +387,8 @@ _COLUMNS = (
     "session_id"
 )
 _FEEDBACK = "created_at, thumb, score, reference, comment, giver, trusted"
-# an id or dedupe key already stored is skipped (both backends speak this upsert)
-_INSERT = (
-    f"INSERT INTO interactions ({_COLUMNS}) VALUES ({', '.join('?' * (_COLUMNS.count(',') + 1))}) "
-    "ON CONFLICT DO NOTHING"
-)
+_ROW_VALUES = f"({', '.join('?' * (_COLUMNS.count(',') + 1))})"
+_INSERT_CHUNK = 200  # rows per INSERT: 5,200 parameters, well under either backend's limit
 
 
 def _like_prefix(prefix: str) -> str:
@@ -503,13 +500,27 @@ class TaskLog:
             rows.append(_row(self.redacted(it) if redact else it))
             if not it.feedback.empty():
                 feedback[it.id] = self._redact_feedback(it.feedback)
-        inserted = 0
         with self._backend.write() as conn:
-            for row in rows:
-                cur = self._exec(conn, _INSERT, row)
-                inserted += cur.rowcount
-                if cur.rowcount and row[0] in feedback:
-                    self._insert_feedback(conn, row[0], *feedback[row[0]])
+            inserted = self._insert_rows(conn, rows)
+            for iid, (fb, redactions) in feedback.items():
+                if iid in inserted:
+                    self._insert_feedback(conn, iid, fb, redactions)
+        return len(inserted)
+
+    def _insert_rows(self, conn: Any, rows: list[tuple[Any, ...]]) -> set[str]:
+        """Insert rows, skipping an id or dedupe key already stored; the ids inserted. One
+        statement per chunk of rows: one round trip to a database server, not one per row."""
+        inserted: set[str] = set()
+        for start in range(0, len(rows), _INSERT_CHUNK):
+            chunk = rows[start : start + _INSERT_CHUNK]
+            values = ", ".join([_ROW_VALUES] * len(chunk))
+            cur = self._exec(
+                conn,
+                f"INSERT INTO interactions ({_COLUMNS}) VALUES {values} "
+                "ON CONFLICT DO NOTHING RETURNING id",
+                [value for row in chunk for value in row],
+            )
+            inserted.update(r[0] for r in cur.fetchall())
         return inserted
 
     def _redact_feedback(self, feedback: Feedback) -> tuple[Feedback, int]:
@@ -692,10 +703,9 @@ class TaskLog:
         """Store rows as they are (no redaction: they were redacted when first stored) and
         the feedback entries not already here (compared whole), in ONE transaction. Returns
         (rows new, feedback entries new); running it again adds nothing."""
-        new_rows = new_feedback = 0
+        new_feedback = 0
         with self._backend.write() as conn:
-            for row in rows:
-                new_rows += self._exec(conn, _INSERT, row).rowcount
+            new_rows = len(self._insert_rows(conn, rows))
             stored = self._feedback_of(conn, sorted({e[0] for e in feedback}))
             for entry in feedback:
                 if entry in stored:
