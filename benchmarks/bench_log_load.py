@@ -12,7 +12,8 @@ request in the log (answered-but-unlogged per proxy), nothing duplicated, the ni
 row written before it started. Also measured: what logging before the answer would cost (one
 synchronous `TaskLog.add` per request on each backend; one fsynced spool append), and with
 Postgres, how long a replica (every surviving proxy) takes to serve an adopt made by another
-process (the bench), and a rollback.
+process (the bench), and a rollback; and a proxy whose database goes away for a third of its
+requests (a relay cut, then restored): answered, spooled, replayed, lost, latency per phase.
 
     python benchmarks/bench_log_load.py            # 4 proxies x 500 requests, 32 in flight each
     python benchmarks/bench_log_load.py --quick    # 2 proxies x 100: a smoke test
@@ -99,11 +100,11 @@ def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[by
 
 
 class Load:
-    """Requests to every proxy; what was answered (id, proxy, latency)."""
+    """Requests to every proxy; what was answered (id, proxy, latency, when)."""
 
     def __init__(self, urls: list[str], requests: int, concurrency: int, tag: str):
         self.urls, self.requests, self.concurrency, self.tag = urls, requests, concurrency, tag
-        self.answered: list[tuple[str, int, float]] = []  # (interaction id, proxy, latency s)
+        self.answered: list[tuple[str, int, float, float]] = []  # (id, proxy, latency s, time)
         self.per_proxy = [0] * len(urls)
         self.failed = [0] * len(urls)
         self.feedback = {"given": 0, "failed": 0}
@@ -145,7 +146,7 @@ class Load:
         except httpx.HTTPError:
             self.failed[k] += 1
             return
-        self.answered.append((iid, k, time.perf_counter() - t0))
+        self.answered.append((iid, k, time.perf_counter() - t0, time.time()))
         self.per_proxy[k] += 1
         if i % 10 == 0 and k != 0:  # an operator's correction: these rows are tasks
             try:
@@ -214,6 +215,8 @@ def run_backend(backend: str, location: str, args: argparse.Namespace, work: Pat
     try:
         result = main_load(backend, location, upstream_url, args, work)
         result["kill_trials"] = kill_trials(location, upstream_url, args, work)
+        if backend == "postgres":
+            result["outage"] = outage(location, upstream_url, args, work)
     finally:
         upstream.kill()
         upstream.wait(timeout=30)
@@ -259,6 +262,78 @@ def main_load(
     return check(backend, location, load, wall, healths, night_state, night_rc, work, adopt)
 
 
+def outage(location: str, upstream_url: str, args: argparse.Namespace, work: Path) -> dict:
+    """One proxy logging to Postgres through a relay that is cut once a quarter of its
+    requests are answered (the database gone: connections reset, new ones closed) and
+    restored `--outage-s` later (or at three quarters):
+    what was answered, spooled, replayed and lost, latency per phase, and how long the spool
+    took to empty after the database came back."""
+    import httpx
+
+    from tests.pg import Relay
+
+    relay = Relay(location)
+    proc, url = proxy_process(relay.url, upstream_url, work / "outage")
+    n = 3 * args.trial_requests
+    try:
+        wait_healthy(url.removesuffix("/v1") + "/health", proc, 120)
+        load = Load([url], n, args.concurrency, "outage")
+
+        async def phases(load: Load) -> None:
+            done = len(load.answered)
+            away = time.time() - load.events.get("cut", time.time())
+            if "cut" not in load.events and done >= n // 4:
+                relay.cut()
+                load.events["cut"] = time.time()
+            elif (
+                "cut" in load.events
+                and "restored" not in load.events
+                and (away >= args.outage_s or done >= 3 * n // 4)
+            ):
+                relay.restore()
+                load.events["restored"] = time.time()
+
+        asyncio.run(load.run([phases]))
+        health = url.removesuffix("/v1") + "/health"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            log = httpx.get(health, timeout=30).json()["log"]
+            if log["state"] == "ok" and log["spool_waiting"] == 0 and log["queued"] == 0:
+                break
+            time.sleep(0.1)
+        emptied = time.time()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        relay.close()
+    logged = all_ids(location)
+    cut, restored = load.events["cut"], load.events["restored"]
+
+    def phase(lo: float, hi: float) -> dict:
+        lat = [x[2] for x in load.answered if lo <= x[3] < hi]
+        if not lat:
+            return {"answered": 0}
+        p50, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
+        return {
+            "answered": len(lat),
+            "p50_ms": round(1000 * p50, 1),
+            "p99_ms": round(1000 * p99, 1),
+        }
+
+    return {
+        "requests": n,
+        "answered": len(load.answered),
+        "not_answered": load.failed[0],
+        "answered_but_unlogged": sum(iid not in logged for iid, *_ in load.answered),
+        "database_away_s": round(restored - cut, 2),
+        "spool_emptied_s_after_restore": round(emptied - restored, 2),
+        "writer": log,
+        "before": phase(0, cut),
+        "database_away": phase(cut, restored),
+        "after": phase(restored, float("inf")),
+    }
+
+
 def kill_trials(location: str, upstream_url: str, args: argparse.Namespace, work: Path) -> dict:
     """One proxy at a time under load (`--concurrency` in flight), killed with SIGKILL at a
     random point between 30% and 70% of `--trial-requests`: how many answered requests never
@@ -278,7 +353,7 @@ def kill_trials(location: str, upstream_url: str, args: argparse.Namespace, work
             proc.kill()
             proc.wait(timeout=60)
         logged = all_ids(location)
-        answered = [iid for iid, _, _ in load.answered]
+        answered = [iid for iid, *_ in load.answered]
         trials.append({"answered": len(answered),
                        "unlogged": sum(iid not in logged for iid in answered)})  # fmt: skip
     unlogged = sum(t["unlogged"] for t in trials)
@@ -310,11 +385,11 @@ def check(
     texts = [it.messages[0]["content"] for it in rows if it.messages]
     duplicated = len(texts) - len(set(texts))
     unlogged = [0] * len(load.urls)
-    for iid, k, _ in load.answered:
+    for iid, k, *_ in load.answered:
         unlogged[k] += iid not in logged
     seen = json.loads((work / "night.json").read_text())["ids"] if night_rc == 0 else []
     before = night_state.get("before", set())
-    latencies = [lat for _, _, lat in load.answered]
+    latencies = [lat for _, _, lat, _ in load.answered]
     return {
         "backend": backend,
         "answered": len(load.answered),
@@ -443,6 +518,7 @@ def main() -> None:
     parser.add_argument("--kill-at", type=float, default=0.5, help="share of proxy 0's requests")
     parser.add_argument("--kill-trials", type=int, default=8, help="single proxies killed")
     parser.add_argument("--trial-requests", type=int, default=300)
+    parser.add_argument("--outage-s", type=float, default=5.0, help="the database away")
     parser.add_argument("--quick", action="store_true", help="2 proxies x 100 requests")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "log_load.json")
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
