@@ -270,3 +270,31 @@ def test_eight_processes_writing_at_once_lose_and_duplicate_nothing(log_at, tmp_
     assert len({(r.meta["proc"], r.meta["i"]) for r in rows}) == 4000
     assert len({r.id for r in rows}) == 4000
     assert log.integrity_check() == "ok"
+
+
+def test_a_spool_keeps_every_field_and_a_line_cut_by_a_kill_costs_nothing_else(log_at, tmp_path):
+    from selftaught.sleep.intake.spool import Spool
+
+    log = TaskLog(log_at)
+    rows = [
+        Interaction(
+            [{"role": "user", "content": f"q{i}"}], f"a{i}", project="p", source="proxy",
+            tags=["t"], meta={"i": i}, skill_version="2", private=i == 1, client="key:ab",
+            tool_calls=[{"id": "c", "type": "function", "function": {"name": "f"}}],
+            feedback=Feedback(thumb="down", reference="x", giver="key:ab", trusted=False),
+        )
+        for i in range(3)
+    ]  # fmt: skip
+    spool = Spool(tmp_path / "spool")
+    spool.append([log.redacted(it) for it in rows])
+    with open(spool.path, "a") as f:
+        f.write('{"id": "cut-by-a-kill", "messa')  # the last line, half written
+    assert spool.replay(log) == 3 and spool.waiting == 0
+    assert spool.replay(log) == 0  # emptied: nothing stored twice
+    for it in rows:
+        back = log.get(it.id)
+        assert back.to_dict() == {**it.to_dict(), "feedback": back.feedback.to_dict()}
+        assert (back.feedback.thumb, back.feedback.trusted) == ("down", False)
+    assert log.count() == 3
+    spool.close()
+    assert not spool.path.exists()

@@ -20,7 +20,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
+from selftaught.sleep.intake.log import Feedback, Interaction, LogUnavailable, TaskLog
 
 RETRY_S = 2.0
 """While the database is unreachable, batches go straight to the spool and a replay is tried
@@ -105,10 +105,24 @@ class Spool:
                 rows.append(from_record(line))
             except (ValueError, TypeError) as err:  # a line cut by a kill: never acknowledged
                 print(f"selftaught proxy: skipped {path}:{n}: {err}", file=sys.stderr)
-        stored = 0
-        for start in range(0, len(rows), REPLAY_BATCH):
-            stored += log.add_many(rows[start : start + REPLAY_BATCH], redact=False)
-        return stored
+        return sum(
+            _store_chunk(log, rows[start : start + REPLAY_BATCH])
+            for start in range(0, len(rows), REPLAY_BATCH)
+        )
+
+
+def _store_chunk(log: TaskLog, rows: list[Interaction]) -> int:
+    """Store rows (already redacted); a row the log refuses is said and dropped, never the
+    others with it. The database down (LogUnavailable) stops the replay: they stay spooled."""
+    try:
+        return log.add_many(rows, redact=False)
+    except LogUnavailable:
+        raise
+    except Exception as err:  # noqa: BLE001 - one bad row never costs the others
+        if len(rows) > 1:
+            return sum(_store_chunk(log, [row]) for row in rows)
+        print(f"selftaught proxy: could not replay {rows[0].id}: {err}", file=sys.stderr)
+        return 0
 
 
 def spool_dir(home: Path | None) -> Path:

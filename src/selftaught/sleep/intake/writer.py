@@ -155,6 +155,9 @@ class LogWriter:
         except LogUnavailable as err:
             self.unreachable = str(err)
             return False
+        except Exception as err:  # noqa: BLE001 - never let the writer thread die
+            self._warn(f"could not replay the spool: {type(err).__name__}: {err}")
+            return False
         with self._cond:
             self.stats.replayed += waiting
         if self.unreachable:
