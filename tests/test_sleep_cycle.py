@@ -273,22 +273,22 @@ def test_too_few_tasks_stage_nothing_and_wait_for_more(tmp_path):
     assert nothing.status == "too_few_tasks" and nothing.report["window"]["read"] == 0
 
 
-def test_private_rows_never_reach_a_remote_model_unless_reviewed_or_allowed(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT, private=True)
+def test_private_rows_never_reach_a_remote_model_unless_reviewed_or_allowed(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, private=True, log_at=log_at)
     remote = models(target_spec="openai:gpt-4o-mini")
-    (night,) = run_night(config(tmp_path), models=remote)
+    (night,) = run_night(config(tmp_path, log_at), models=remote)
     assert night.status == "too_few_tasks" and night.report["mining"]["withheld_private"] == 12
     assert "remote model" in night.report["notes"][0]
     assert not (night.night_dir / "evidence.jsonl").read_text()  # no call at all
-    (allowed,) = run_night(config(tmp_path, allow_remote=True), models=remote)
+    (allowed,) = run_night(config(tmp_path, log_at, allow_remote=True), models=remote)
     assert allowed.status == "staged" and allowed.report["mining"]["withheld_private"] == 0
     assert is_remote("openai:gpt-4o") and is_remote("https://api.example.com/v1#m")
     assert not is_remote("http://127.0.0.1:8000/v1#m") and not is_remote("local")
 
 
-def test_reviewed_private_rows_are_used_and_local_models_see_everything(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT, private=True, reviewed=True)
-    (night,) = run_night(config(tmp_path), models=models(target_spec="openai:gpt-4o-mini"))
+def test_reviewed_private_rows_are_used_and_local_models_see_everything(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, private=True, reviewed=True, log_at=log_at)
+    (night,) = run_night(config(tmp_path, log_at), models=models(target_spec="openai:gpt-4o-mini"))
     assert night.report["mining"]["withheld_private"] == 0 and night.status == "staged"
 
 

@@ -60,6 +60,7 @@ def test_round_trip_with_every_field(log_at, tmp_path):
         "3",
     )
     assert back.private and not back.reviewed and back.is_task
+    assert log.mark_reviewed([it.id[:8]]) == 1 and log.get(it.id).reviewed
     assert back.prompt_tokens == 12 and back.tags == ["math"] and back.meta["path"]
     assert abs(back.created_at - it.created_at) < 1e-6
     assert log.count() == 1
