@@ -147,6 +147,34 @@ def test_a_live_session_leaves_its_running_turn_out(tmp_path):
         harvest_session("claude-code", log, session_id="abc", root=root)
 
 
+def test_claude_codes_api_error_message_is_not_an_answer(tmp_path):
+    """What Claude Code 2.1.328 writes when its upstream refuses the call (seen live)."""
+    base = {"sessionId": "s-1", "cwd": "/w/app", "isSidechain": False}
+    records = [
+        {**base, "type": "user", "uuid": "u1", "message": {"role": "user", "content": "hi"}},
+        {
+            **base,
+            "type": "assistant",
+            "uuid": "a1",
+            "message": {
+                "model": "<synthetic>",
+                "role": "assistant",
+                "content": [{"type": "text", "text": "API Error: Connection refused"}],
+            },
+            "apiError": "connection_failed",
+            "error": "server_error",
+            "isApiErrorMessage": True,
+        },
+    ]
+    path = tmp_path / "s-1.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    log = TaskLog(tmp_path / "log.db")
+    assert harvest_session("claude-code", log, transcript=path).inserted == 1
+    (row,) = log.query()
+    assert row.reply is None and row.meta["answered"] is False
+    assert row.meta["api_error"] == "connection_failed" and row.session_id == "s-1"
+
+
 # ---- Claude Code -------------------------------------------------------------------------------
 
 
@@ -345,3 +373,55 @@ def test_the_hook_never_fails_the_agent_and_says_why_in_its_log(env):
     assert oct((env["home"] / "hooks.log").stat().st_mode & 0o777) == "0o600"
     code, text = env["run"]("sleep", "hook", "status")
     assert code == 0 and "last run:" in text and "bad hook command line" in text
+
+
+# ---- the real agent ------------------------------------------------------------------------
+
+
+def agent_cli(name: str) -> Path | None:
+    """An agent CLI installed with `npm install --prefix DIR` (DIR: $SELFTAUGHT_AGENT_CLIS, else
+    ~/.cache/selftaught/agent-clis), or None."""
+    folder = os.environ.get("SELFTAUGHT_AGENT_CLIS") or "~/.cache/selftaught/agent-clis"
+    path = Path(folder).expanduser() / "node_modules" / ".bin" / name
+    return path if path.exists() else None
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(agent_cli("claude") is None, reason="Claude Code is not installed")
+def test_real_claude_code_runs_the_installed_hook_when_its_session_ends(env, tmp_path):
+    """Claude Code 2.1.x, its upstream refusing connections (no retries): the session still
+    starts, records the request and ends, and the SessionEnd hook we installed harvests it."""
+    hook_install.install("claude-code", project="cc")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    agent_env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(SRC),
+        "CLAUDE_CONFIG_DIR": str(env["claude"]),
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{closed_port()}",
+        "ANTHROPIC_API_KEY": "test-key",
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    subprocess.run(
+        [str(agent_cli("claude")), "-p", "say hi", "--model", "claude-sonnet-4-5"],
+        cwd=workspace,
+        env=agent_env,
+        capture_output=True,
+        timeout=120,
+    )
+    (transcript,) = (env["claude"] / "projects").glob("*/*.jsonl")
+    (row,) = TaskLog(env["log"]).query()
+    assert (row.source, row.project, row.session_id) == ("claude-code", "cc", transcript.stem)
+    assert row.messages[-1]["content"] == "say hi" and row.reply is None  # never answered
+    assert row.meta["api_error"] == "connection_failed"  # not "API Error: ..." as its answer
+    assert "ok claude-code session" in (env["home"] / "hooks.log").read_text()
