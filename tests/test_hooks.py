@@ -28,6 +28,13 @@ from selftaught.sleep.intake import hook_install
 from selftaught.sleep.intake.harvest import HarvestConfig, harvest
 from selftaught.sleep.intake.hooks import HOOK_MODULE, harvest_session, last_answered_turn
 from selftaught.sleep.intake.log import LogFilter, TaskLog
+from tests.agent_upstream import (
+    AgentUpstream,
+    agent_env,
+    codex_config,
+    find_cli,
+    one_tool_then_answer,
+)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -375,15 +382,7 @@ def test_the_hook_never_fails_the_agent_and_says_why_in_its_log(env):
     assert code == 0 and "last run:" in text and "bad hook command line" in text
 
 
-# ---- the real agent ------------------------------------------------------------------------
-
-
-def agent_cli(name: str) -> Path | None:
-    """An agent CLI installed with `npm install --prefix DIR` (DIR: $SELFTAUGHT_AGENT_CLIS, else
-    ~/.cache/selftaught/agent-clis), or None."""
-    folder = os.environ.get("SELFTAUGHT_AGENT_CLIS") or "~/.cache/selftaught/agent-clis"
-    path = Path(folder).expanduser() / "node_modules" / ".bin" / name
-    return path if path.exists() else None
+# ---- the real agents (skipped when `scripts/install-agent-clis.sh` has not installed them) ----
 
 
 def closed_port() -> int:
@@ -394,34 +393,80 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(agent_cli("claude") is None, reason="Claude Code is not installed")
+def run_agent(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.skipif(find_cli("claude") is None, reason="Claude Code is not installed")
 def test_real_claude_code_runs_the_installed_hook_when_its_session_ends(env, tmp_path):
-    """Claude Code 2.1.x, its upstream refusing connections (no retries): the session still
-    starts, records the request and ends, and the SessionEnd hook we installed harvests it."""
+    """Claude Code 2.1.328 against the scripted upstream: one Bash call, then the answer; the
+    SessionEnd hook we installed harvests the session, tool call and answer included."""
     hook_install.install("claude-code", project="cc")
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    agent_env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(tmp_path),
-        "PYTHONPATH": str(SRC),
-        "CLAUDE_CONFIG_DIR": str(env["claude"]),
-        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{closed_port()}",
-        "ANTHROPIC_API_KEY": "test-key",
-        "CLAUDE_CODE_MAX_RETRIES": "0",
-        "DISABLE_TELEMETRY": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }
-    subprocess.run(
-        [str(agent_cli("claude")), "-p", "say hi", "--model", "claude-sonnet-4-5"],
-        cwd=workspace,
-        env=agent_env,
-        capture_output=True,
-        timeout=120,
+    with AgentUpstream(one_tool_then_answer("echo hook-test-ok")) as up:
+        agent = agent_env(
+            tmp_path / "agent-home",
+            PYTHONPATH=str(SRC),
+            CLAUDE_CONFIG_DIR=str(env["claude"]),
+            ANTHROPIC_BASE_URL=up.root_url,
+            ANTHROPIC_API_KEY="test-key",
+        )
+        claude = [str(find_cli("claude")), "-p", "check the tool", "--output-format", "json"]
+        done = run_agent(
+            [*claude, "--model", up.model, "--allowedTools", "Bash"], tmp_path / "ws", agent
+        )
+    assert done.returncode == 0, done.stderr
+    session = json.loads(done.stdout)["session_id"]
+    (row,) = TaskLog(env["log"]).query()
+    assert (row.source, row.project, row.session_id) == ("claude-code", "cc", session)
+    assert row.messages[-1]["content"] == "check the tool"
+    assert row.reply == "tool said: hook-test-ok"
+    assert [c["function"]["name"] for c in row.tool_calls] == ["Bash"]
+    assert "ok claude-code session" in (env["home"] / "hooks.log").read_text()
+
+
+@pytest.mark.skipif(find_cli("claude") is None, reason="Claude Code is not installed")
+def test_real_claude_code_failed_call_is_harvested_without_an_answer(env, tmp_path):
+    """The upstream refuses the connection (no retries): the session still ends, the hook
+    runs, and Claude Code's "API Error: ..." line is not stored as the agent's answer."""
+    hook_install.install("claude-code", project="cc")
+    agent = agent_env(
+        tmp_path / "agent-home",
+        PYTHONPATH=str(SRC),
+        CLAUDE_CONFIG_DIR=str(env["claude"]),
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{closed_port()}",
+        ANTHROPIC_API_KEY="test-key",
+        CLAUDE_CODE_MAX_RETRIES="0",
     )
+    run_agent([str(find_cli("claude")), "-p", "say hi"], tmp_path / "ws", agent)
     (transcript,) = (env["claude"] / "projects").glob("*/*.jsonl")
     (row,) = TaskLog(env["log"]).query()
-    assert (row.source, row.project, row.session_id) == ("claude-code", "cc", transcript.stem)
-    assert row.messages[-1]["content"] == "say hi" and row.reply is None  # never answered
-    assert row.meta["api_error"] == "connection_failed"  # not "API Error: ..." as its answer
-    assert "ok claude-code session" in (env["home"] / "hooks.log").read_text()
+    assert (row.project, row.session_id, row.reply) == ("cc", transcript.stem, None)
+    assert row.meta["api_error"] == "connection_failed"
+
+
+@pytest.mark.skipif(find_cli("codex") is None, reason="Codex is not installed")
+def test_real_codex_runs_the_installed_notify_after_its_turn(env, tmp_path):
+    """Codex 0.169.0 against the scripted upstream: one exec_command call, then the answer;
+    the notify program we installed (fire-and-forget) harvests the finished turn."""
+    with AgentUpstream(one_tool_then_answer("echo notify-test-ok")) as up:
+        codex_config(env["codex"], up.base_url)
+        hook_install.install("codex", project="cx")
+        agent = agent_env(
+            tmp_path / "agent-home",
+            PYTHONPATH=str(SRC),
+            CODEX_HOME=str(env["codex"]),
+            X_KEY="test-key",
+        )
+        codex = [str(find_cli("codex")), "exec", "--skip-git-repo-check", "--json"]
+        done = run_agent([*codex, "check the tool"], tmp_path / "ws", agent)
+    assert done.returncode == 0, done.stderr
+    log = TaskLog(env["log"])
+    deadline = time.monotonic() + 30  # Codex does not wait for its notify program
+    while log.count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (row,) = log.query()
+    assert (row.source, row.project) == ("codex", "cx")
+    assert row.messages[-1]["content"] == "check the tool"
+    assert row.reply.startswith("tool said:") and row.reply.endswith("notify-test-ok")
+    assert "exec_command" in row.meta["tools"]

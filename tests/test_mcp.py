@@ -7,7 +7,9 @@ an MCP tool error with one sentence; nothing adopts."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,6 +25,7 @@ from selftaught.mcp_server import NothingLogged, SleepTools, build_server
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.paths import read_adopted
+from tests.agent_upstream import AgentRequest, AgentUpstream, Call, agent_env, find_cli
 from tests.fake_upstream import FakeUpstream
 from tests.test_sleep_night_cli import answer, fill
 
@@ -239,3 +242,56 @@ def test_the_mcp_command_without_the_sdk_names_the_extra(env, monkeypatch):
     assert result.exit_code == 6 and "selftaught[mcp]" in " ".join(result.output.split())
     result = CliRunner().invoke(app, ["mcp", "--project", "../x"])
     assert result.exit_code == 2 and "invalid project name" in result.output
+
+
+@pytest.mark.skipif(find_cli("claude") is None, reason="Claude Code is not installed")
+def test_real_claude_code_gives_feedback_through_the_mcp_server(env, tmp_path):
+    """Claude Code 2.1.328 with the server in its --mcp-config, against the scripted upstream:
+    turn 1 answers "4"; resumed, the user says it was wrong and the model calls
+    give_feedback. The server (started by Claude Code, which sets CLAUDE_CODE_SESSION_ID)
+    harvests the session and attaches the feedback to turn 1, not to the turn in flight."""
+    tool = "mcp__selftaught__give_feedback"
+
+    def policy(request: AgentRequest) -> str | Call:
+        said = next(t["text"] for t in reversed(request.turns) if t["role"] == "user")
+        if "wrong" not in said:
+            return "4"
+        if request.tool_results and request.tool_results[-1].name == tool:
+            return "noted: " + request.tool_results[-1].output
+        return Call(tool, {"thumb": "down", "reference": "5"}) if tool in request.tools else "?"
+
+    server = {
+        "command": sys.executable,
+        "args": ["-m", "selftaught", "mcp", "--project", "demo"],
+        "env": {"PYTHONPATH": str(SRC), "SELFTAUGHT_HOME": str(env["home"])},
+    }
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"selftaught": server}}))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with AgentUpstream(policy) as up:
+        agent = agent_env(
+            tmp_path / "agent-home",
+            CLAUDE_CONFIG_DIR=str(env["claude"]),
+            ANTHROPIC_BASE_URL=up.root_url,
+            ANTHROPIC_API_KEY="test-key",
+            SELFTAUGHT_LOG=str(env["log"]),  # inherited by the server Claude Code starts
+            ENABLE_TOOL_SEARCH="false",  # MCP tools up front (a scripted model cannot search)
+        )
+        claude = [str(find_cli("claude")), "--output-format", "json", "--model", up.model]
+        first = subprocess.run(
+            [*claude, "-p", "what is 2+2?"],
+            cwd=workspace, env=agent, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        session = json.loads(first.stdout)["session_id"]
+        second = subprocess.run(
+            [*claude, "-p", "that was wrong, it is 5", "--resume", session,
+             "--mcp-config", str(config), "--allowedTools", tool],
+            cwd=workspace, env=agent, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+    result = json.loads(second.stdout)["result"]
+    assert result.startswith("noted: ") and '"session_from":"CLAUDE_CODE_SESSION_ID"' in result
+    (turn,) = TaskLog(env["log"]).query(LogFilter(session_id=session))  # the running one: not
+    assert turn.messages[-1]["content"] == "what is 2+2?" and turn.reply == "4"
+    fb = turn.feedback
+    assert (fb.thumb, fb.reference, fb.giver, fb.trusted) == ("down", "5", "mcp", True)
