@@ -253,6 +253,20 @@ def test_claude_code_edits_other_settings_of_ours_too_and_writes_through_a_symli
     assert "--project b" in mine["command"] and data["theme"] == "dark"
 
 
+def test_status_says_when_the_hooks_python_is_gone(env):
+    hook_install.install("claude-code")
+    settings = env["claude"] / "settings.json"
+    data = json.loads(settings.read_text())
+    (mine,) = our_handlers(data)
+    mine["command"] = mine["command"].replace(sys.executable, "/gone/venv/bin/python", 1)
+    settings.write_text(json.dumps(data))
+    code, text = env["run"]("sleep", "hook", "status")
+    assert code == 0 and "its Python is gone: install it again" in text
+    hook_install.install("claude-code")  # re-installing replaces the broken entry
+    assert len(our_handlers(json.loads(settings.read_text()))) == 1
+    assert hook_install.state("claude-code").runnable is True
+
+
 def test_bad_settings_are_refused_in_one_sentence_and_left_alone(env):
     run = env["run"]
     settings = env["claude"] / "settings.json"
