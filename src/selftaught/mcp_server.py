@@ -29,6 +29,14 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import Field
 
 from selftaught.errors import InputError, MissingDependency, SelftaughtError
+from selftaught.sleep.intake.harvest.common import project_from_cwd
+from selftaught.sleep.intake.hooks import (
+    AGENTS,
+    check_session_id,
+    find_transcript,
+    harvest_session,
+    last_answered_turn,
+)
 from selftaught.sleep.intake.log import (
     USER_FIELDS,
     Feedback,
@@ -65,7 +73,6 @@ class SleepTools:
     project: str
     log_path: Path | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    agent_roots: dict[str, Path] = field(default_factory=dict)  # tests: transcript folders
 
     def __post_init__(self) -> None:
         check_project(self.project)
@@ -84,7 +91,7 @@ class SleepTools:
         with TaskLog(self.log_path) as log:
             sid, how = self._session(session_id, log)
             harvested = self._harvest(sid, log)
-            turn = self._last_turn(sid, log)
+            turn = last_answered_turn(log, sid)
             if turn is None:
                 raise NothingLogged(
                     f"nothing is logged for session {sid}: no row in {log.path} and no Claude "
@@ -104,8 +111,6 @@ class SleepTools:
 
     def _session(self, given: str | None, log: TaskLog) -> tuple[str, str]:
         """The session id and where it came from."""
-        from selftaught.sleep.intake.hooks import check_session_id
-
         if given:
             return check_session_id(given.strip()), "argument"
         for name in SESSION_ENV:
@@ -121,23 +126,15 @@ class SleepTools:
 
     def _harvest(self, session_id: str, log: TaskLog) -> int:
         """Bring what is new of the session's transcript (if on this machine) into the log."""
-        from selftaught.sleep.intake.hooks import AGENTS, find_transcript, harvest_session
-
         new = 0
         for agent in AGENTS:
-            path = find_transcript(agent, session_id, self.agent_roots.get(agent))
+            path = find_transcript(agent, session_id)
             if path is not None:
                 done = harvest_session(
                     agent, log, transcript=path, project=self.project, leave_open_turn=True
                 )
                 new += done.inserted
         return new
-
-    @staticmethod
-    def _last_turn(session_id: str, log: TaskLog) -> Interaction | None:
-        from selftaught.sleep.intake.hooks import last_answered_turn
-
-        return last_answered_turn(log, session_id)
 
     # -- reading
     def adopted_skill(self) -> dict[str, Any]:
@@ -256,7 +253,5 @@ def build_server(tools: SleepTools) -> Any:
 def serve(project: str | None = None, log_path: Path | None = None) -> None:
     """Run the server on stdio until the client closes it. The project defaults to the one
     transcripts from this folder are harvested into (its name, as `sleep harvest` names it)."""
-    from selftaught.sleep.intake.harvest.common import project_from_cwd
-
     tools = SleepTools(project or project_from_cwd(os.getcwd()), log_path)
     build_server(tools).run("stdio")

@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 from selftaught.errors import InputError
 from selftaught.sleep.intake.harvest import HarvestConfig, HarvestReport, harvesters
-from selftaught.sleep.intake.log import Interaction, TaskLog
+from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.paths import ENV_HOME, sleep_home
 
 AGENTS = ("claude-code", "codex")
@@ -132,8 +132,6 @@ def harvest_session(
 def last_answered_turn(log: TaskLog, session_id: str) -> Interaction | None:
     """The newest turn of a session (any project) with an answer, else its newest turn;
     failed calls and shadow answers are never a turn."""
-    from selftaught.sleep.intake.log import LogFilter
-
     turns = [it for it in log.query(LogFilter(session_id=session_id)) if it.is_task]
     answered = [it for it in turns if it.reply]
     return (answered or turns or [None])[0]
