@@ -360,13 +360,18 @@ class LogFilter:
     errors: bool | None = None  # True: failed calls only; False: tasks only
     tag: str | None = None
     skill_versions: tuple[str | None, ...] | None = None  # served by these (None: no skill)
+    session_id: str | None = None  # the turns of one agent session
     limit: int | None = None
     newest_first: bool = True
 
     def where(self) -> tuple[str, list[Any]]:
         clauses: list[str] = []
         args: list[Any] = []
-        for column, value in (("project", self.project), ("source", self.source)):
+        for column, value in (
+            ("project", self.project),
+            ("source", self.source),
+            ("session_id", self.session_id),
+        ):
             if value is not None:
                 clauses.append(f"i.{column} = ?")
                 args.append(value)
