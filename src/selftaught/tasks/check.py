@@ -100,7 +100,7 @@ with open(log_path, "wb") as log:
         proc = subprocess.Popen({argv!r}, cwd=work, env=env, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as err:
-        report["error"] = "could not start " + {program!r} + ": " + (err.strerror or str(err))
+        report["error"] = "could not start: " + (err.strerror or str(err))
     else:
         report["returncode"] = proc.wait()
         try:
@@ -161,7 +161,6 @@ def run_check(sandbox: Sandbox, check: Check, workspace: Path) -> Score:
             )
         runner = _RUNNER.format(
             argv=list(check.argv),
-            program=check.argv[0],
             chars=OUTPUT_CHARS,
             limit=TAIL_CHARS - 100,
             mark=REPORT_MARK,
