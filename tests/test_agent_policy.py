@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import sys
 import time
@@ -30,6 +31,7 @@ from selftaught.models.agents.base import (
 from selftaught.models.agents.settings import AgentSettings
 from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.models.spec import SPEC_FORMS, ModelSpecError, parse_model_spec
+from selftaught.rollout import RolloutConfig
 from selftaught.tasks.sandbox import find_bwrap
 from tests.agent_upstream import (
     AgentUpstream,
@@ -423,3 +425,91 @@ def test_no_credential_reaches_the_run_directory(tmp_path, upstream_env, kind):
         if file.is_file():
             assert KEY not in file.read_text(errors="replace"), file
     assert KEY not in result.output
+
+
+def test_what_the_agent_did_reaches_the_analyst_and_the_report_rows(tmp_path):
+    from selftaught.evaluation import rollout_row
+    from selftaught.policy import Policy
+    from selftaught.rollout import attempt_text, run_rollouts
+    from selftaught.tasks.jsonl import JsonlTask
+
+    agent = "import pathlib; pathlib.Path('notes.txt').write_text('a\\nb\\n'); print('noted')"
+    task = JsonlTask(qa_task(tmp_path, 1))
+    model = load_model(script_spec(tmp_path, agent))
+    (r,) = run_rollouts(model, Policy(), task, task.examples("test"), RolloutConfig(progress=False))
+    assert r.is_episode and r.agent["files_changed"] == ["A notes.txt (+2)"]
+    assert rollout_row(r)["trajectory"] == ["files changed: A notes.txt (+2)", "answer: noted"]
+    assert attempt_text(r, 400).endswith("answer: noted")
+
+
+# ---- the embedded model behind an agent ---------------------------------------------------
+
+# Codex 0.169.0 refuses `wire_api = "chat"` ("no longer supported") and Claude Code speaks
+# Anthropic Messages only, while `selftaught serve` speaks chat completions: so the agent here
+# is a tiny CLI agent of our own behind `cmd:`, reading AGENTS.md like the real ones, calling
+# the embedded model's endpoint, and using one "tool" (writing its answer into a file).
+TINY_AGENT = """\
+import json, pathlib, sys, urllib.request
+url, model = sys.argv[1], sys.argv[2]
+prompt = sys.stdin.read()
+rules = pathlib.Path("AGENTS.md").read_text() if pathlib.Path("AGENTS.md").exists() else ""
+messages = ([{"role": "system", "content": rules}] if rules else []) + [
+    {"role": "user", "content": prompt}
+]
+body = {"model": model, "messages": messages, "max_tokens": 24, "temperature": 0}
+request = urllib.request.Request(
+    url + "/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+)
+reply = json.load(urllib.request.urlopen(request, timeout=300))["choices"][0]["message"]
+text = (reply.get("content") or "").strip() or "(nothing)"
+pathlib.Path("answer.txt").write_text(text + "\\n")
+print(text)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.local
+def test_the_embedded_model_behind_an_agent(tmp_path):
+    import socket
+    import subprocess
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "selftaught", "serve", "--model", "local", "--port", str(port)]
+        + ["--name", "smol"],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()[-2000:]
+                assert time.monotonic() < deadline, "selftaught serve did not come up"
+                time.sleep(0.5)
+        path = tmp_path / "sum.jsonl"
+        check = ["python", "-c", "assert open('answer.txt').read().split()[0] == '5'"]
+        rows = [
+            {"id": f"s{i}", "input": q, "check": check, "split": "test"}
+            for i, q in enumerate(["What is 2 + 3? Answer with the number.", "2 plus 3 is?"])
+        ]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        skill = tmp_path / "skill.md"
+        skill.write_text("Answer with the number only.\n")
+        model = script_spec(tmp_path, TINY_AGENT, f"http://127.0.0.1:{port}/v1 smol")
+        result, out = run_eval(path, model, tmp_path / "out.jsonl", "--skill", str(skill))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert result.exit_code == 0, result.output
+    assert [r["error"] for r in out] == [None, None]  # the path ran; the answers may be bad
+    for row in out:
+        assert row["reply"] and row["score"]["hard"] in (0.0, 1.0)
+        assert row["agent"]["files_changed"][0].startswith("A answer.txt (+")
