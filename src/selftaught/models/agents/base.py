@@ -402,14 +402,19 @@ class CliAgent(AsyncChatModel):
             env = self._environment(home)
             secrets = secret_values(env, self.secret_names(home))
             argv, stdin_text = self.command(brief, workspace)
-            result = await run_process(
-                argv,
-                cwd=workspace,
-                env=env,
-                stdin_text=stdin_text,
-                timeout_s=self.timeout_s,
-                watch=self.watch,
-            )
+            try:
+                result = await run_process(
+                    argv,
+                    cwd=workspace,
+                    env=env,
+                    stdin_text=stdin_text,
+                    timeout_s=self.timeout_s,
+                    watch=self.watch,
+                )
+            except OSError as err:  # the program went away, or may not be run
+                raise FatalBackendError(
+                    self.backend, f"could not start {argv[0]}: {err.strerror or err}"
+                ) from None
         finally:
             await asyncio.to_thread(shutil.rmtree, home, True)
         if result.timed_out:
