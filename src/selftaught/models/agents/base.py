@@ -229,10 +229,6 @@ class TrajectoryBuilder:
         self._flush()
         return [*self.turns, {"role": "assistant", "content": answer}]
 
-    @property
-    def tool_calls(self) -> int:
-        return sum(len(t.get("tool_calls") or []) for t in self.turns)
-
 
 def status_error(backend: str, status: int | None, words: str) -> Exception:
     """A failed request the agent reported, in its words, classified like an API error:
