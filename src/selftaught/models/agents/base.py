@@ -61,6 +61,8 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL|COO
 MIN_SECRET_CHARS = 6
 SCRUBBED = "[REDACTED:env]"
 VERSION_TIMEOUT_S = 60.0
+_VERSIONS: dict[str, str] = {}  # program path -> its checked version
+_VERSIONS_LOCK = threading.Lock()
 
 
 class AgentNotInstalled(FatalBackendError):
@@ -296,7 +298,11 @@ class CliAgent(AsyncChatModel):
             found = self.settings.find(self.program_name())
             if found is None:
                 raise AgentNotInstalled(self.backend, self.not_installed())
-            self.version = self._version(found) if self.cli is not None else ""
+            if self.cli is not None:
+                with _VERSIONS_LOCK:  # once per program per process
+                    if found not in _VERSIONS:
+                        _VERSIONS[found] = self._version(found)
+                    self.version = _VERSIONS[found]
             self.program = found
 
     def program_name(self) -> str:
