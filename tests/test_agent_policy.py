@@ -513,3 +513,44 @@ def test_the_embedded_model_behind_an_agent(tmp_path):
     for row in out:
         assert row["reply"] and row["score"]["hard"] in (0.0, 1.0)
         assert row["agent"]["files_changed"][0].startswith("A answer.txt (+")
+
+
+def sandbox_ready() -> bool:
+    import shutil
+
+    return find_bwrap() is not None and shutil.which("socat") is not None
+
+
+@pytest.mark.skipif(not sandbox_ready(), reason="the agents' sandboxes need bubblewrap and socat")
+@pytest.mark.parametrize("kind", with_cli())
+def test_the_agents_commands_write_in_their_workspace_only(tmp_path, upstream_env, kind):
+    outside = Path.home() / ".cache" / "selftaught" / f"escape-{os.getpid()}-{kind}"
+    command = f"echo in > inside.txt; touch {outside}; echo done"
+    try:
+        with AgentUpstream(one_tool_then_answer(command)) as up:
+            upstream_env(up)
+            model = load_model(kind)
+            c = chat(model, [{"role": "user", "content": "go"}])
+        assert c.extra["agent"]["files_changed"] == ["A inside.txt (+1)"]
+        assert not outside.exists()
+        said = c.extra["trajectory"][1]["content"]
+        assert "Read-only file system" in said or "Permission denied" in said
+    finally:
+        outside.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("kind", with_cli(["claude-code"]))
+def test_claude_code_without_its_sandbox_stops_the_run(tmp_path, upstream_env, monkeypatch, kind):
+    bare_path = tmp_path / "bin"  # no bwrap, no socat on this PATH
+    bare_path.mkdir()
+    for tool in ("sh", "bash"):
+        (bare_path / tool).symlink_to(f"/bin/{tool}")
+    with AgentUpstream(needs_skill(MARKER)) as up:
+        upstream_env(up)
+        monkeypatch.setenv("PATH", str(bare_path))
+        model = load_model(kind, retry=RetryPolicy(base_delay_s=0.01))
+        with pytest.raises(FatalBackendError, match="Claude Code did not start: .*[Ss]andbox"):
+            chat(model, [{"role": "user", "content": "go"}])
+        assert up.requests_seen == []  # refused before any request
+        monkeypatch.setenv("SELFTAUGHT_CLAUDE_SANDBOX", "0")  # the user's explicit choice
+        assert chat(load_model(kind), [{"role": "user", "content": "go"}]).text == "UNSOLVED"

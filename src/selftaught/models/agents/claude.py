@@ -43,6 +43,19 @@ CLAUDE_DEFAULTS = {
 }
 
 
+# Claude Code's sandbox for its Bash tool (Linux: bubblewrap and socat): the commands it runs
+# write only in the workspace and reach no network; a missing sandbox fails the run instead of
+# running unsandboxed. Its file tools (Edit, Write) stay in the workspace by its permissions.
+CLAUDE_SANDBOX = {
+    "sandbox": {
+        "enabled": True,
+        "failIfUnavailable": True,
+        "autoAllowBashIfSandboxed": True,
+        "allowUnsandboxedCommands": False,
+    }
+}
+
+
 class ClaudeCodeAgent(CliAgent):
     kind = "claude-code"
     cli = CLAUDE_CODE
@@ -63,6 +76,8 @@ class ClaudeCodeAgent(CliAgent):
             self.settings.claude_tools,
             "--no-session-persistence",
         ]
+        if self.settings.claude_sandbox:
+            argv += ["--settings", json.dumps(CLAUDE_SANDBOX)]
         if self.model:
             argv += ["--model", self.model]
         return argv, brief.prompt  # on stdin: no argv length limit, no '-' parsed as a flag
@@ -87,7 +102,10 @@ class ClaudeCodeAgent(CliAgent):
                 )
             raise TransientBackendError(self.backend, f"Claude Code gave no result ({said})")
         if final.get("is_error") and not str(final.get("subtype", "")).startswith("error_max"):
-            words = str(final.get("result") or final.get("subtype") or "unknown error")
+            errors = "; ".join(str(e) for e in final.get("errors") or [])
+            words = str(final.get("result") or errors or final.get("subtype") or "unknown error")
+            if final.get("startup_failure_reason"):  # it refused to start: retrying will not help
+                raise FatalBackendError(self.backend, f"Claude Code did not start: {words}")
             raise status_error(self.backend, final.get("api_error_status"), words)
         return _run(events, final)
 

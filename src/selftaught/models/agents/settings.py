@@ -20,6 +20,7 @@ PASS_ENV = "SELFTAUGHT_AGENT_ENV"
 CONCURRENCY_ENV = "SELFTAUGHT_AGENT_CONCURRENCY"
 CLAUDE_TOOLS_ENV = "SELFTAUGHT_CLAUDE_TOOLS"
 CODEX_SANDBOX_ENV = "SELFTAUGHT_CODEX_SANDBOX"
+CLAUDE_SANDBOX_ENV = "SELFTAUGHT_CLAUDE_SANDBOX"
 CODEX_SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 INSTALL_SCRIPT = "scripts/install-agent-clis.sh"
 
@@ -52,6 +53,9 @@ class AgentSettings:
     """Agent processes at once per model (each is a heavy process: a node or native CLI)."""
     claude_tools: str = "Bash,Edit,Write,Read,Glob,Grep"
     """Claude Code's --allowedTools: these run without asking; any other tool is refused."""
+    claude_sandbox: bool = True
+    """Claude Code's own sandbox for its Bash tool (bubblewrap + socat): commands write in
+    the workspace only and reach no network; required (the run fails if it is missing)."""
     codex_sandbox: str = "workspace-write"
     """Codex's --sandbox: its commands may write in the workspace only (bubblewrap)."""
     workspace: Path | None = None
@@ -89,9 +93,13 @@ class AgentSettings:
                 raise ConfigError(f"{WORKSPACE_ENV}={env[WORKSPACE_ENV]} is not a folder")
         names = tuple(n for n in re.split(r"[,\s]+", env.get(PASS_ENV, "")) if n)
         clis = env.get(CLIS_ENV)
+        sandboxed = (env.get(CLAUDE_SANDBOX_ENV) or "1").strip().lower()
+        if sandboxed not in ("1", "0", "true", "false", "on", "off", "yes", "no"):
+            raise ConfigError(f"{CLAUDE_SANDBOX_ENV} must be 1 or 0, got {sandboxed!r}")
         return cls(
             concurrency=concurrency,
             claude_tools=env.get(CLAUDE_TOOLS_ENV) or defaults.claude_tools,
+            claude_sandbox=sandboxed in ("1", "true", "on", "yes"),
             codex_sandbox=sandbox,
             workspace=workspace,
             pass_env=names,
