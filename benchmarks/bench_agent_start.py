@@ -6,15 +6,17 @@ alternate (ABAB...) so that machine load hits each alike.
 
     python benchmarks/bench_agent_start.py [--repeats 15] [--agents claude-code,codex,cmd]
 
-`cmd` is a trivial Python script behind `cmd:` (selftaught's own cost plus one interpreter
-start). Prints the median seconds per call with a 95% interval of the median (order
-statistics, distribution-free); writes benchmarks/results/agent_start.json. Needs the pinned
-CLIs (scripts/install-agent-clis.sh) and node.
+Claude Code also runs with its Bash sandbox off (`SELFTAUGHT_CLAUDE_SANDBOX=0`), to show what
+the sandbox's setup costs. `cmd` is a trivial Python script behind `cmd:` (selftaught's own
+cost plus one interpreter start). Prints the median seconds per call with a 95% interval of
+the median (order statistics, distribution-free); writes benchmarks/results/agent_start.json.
+Needs the pinned CLIs (scripts/install-agent-clis.sh), node, bubblewrap and socat.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import shlex
@@ -72,9 +74,12 @@ def summary(times: list[float]) -> dict[str, float | int]:
     }
 
 
-def wrapped(spec: str) -> Callable[[], float]:
-    """One call of selftaught's agent model (the CLI found and version-checked once, before)."""
+def wrapped(spec: str, **settings: object) -> Callable[[], float]:
+    """One call of selftaught's agent model (the CLI found and version-checked once, before);
+    `settings` override `AgentSettings` fields."""
     model = load_model(spec)
+    if settings:
+        model.settings = dataclasses.replace(model.settings, **settings)  # type: ignore[attr-defined]
     model.chat([{"role": "user", "content": PROMPT}], GenerationParams())  # warm: preflight
 
     def call() -> float:
@@ -144,6 +149,8 @@ def main() -> None:
                 variants["cmd (selftaught)"] = wrapped(spec)
                 continue
             variants[f"{kind} (selftaught)"] = wrapped(kind)
+            if kind == "claude-code":
+                variants[f"{kind} (selftaught, no sandbox)"] = wrapped(kind, claude_sandbox=False)
             home = work / f"home-{kind}"
             home.mkdir()
             variants[f"{kind} (bare CLI)"] = bare(kind, home)
@@ -167,7 +174,7 @@ def main() -> None:
     print(f"load average {load_before[0]:.2f} -> {load_after[0]:.2f}")
     for name, s in results["variants"].items():
         low, high = s["ci95_s"]
-        print(f"{name:28s} median {s['median_s']:.3f} s  (95% CI {low:.3f}-{high:.3f}, n={s['n']})")
+        print(f"{name:38s} median {s['median_s']:.3f} s  (95% CI {low:.3f}-{high:.3f}, n={s['n']})")
     print(f"wrote {RESULTS / 'agent_start.json'}")
 
 
