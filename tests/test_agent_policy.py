@@ -57,6 +57,13 @@ def needs_cli(kind: str):
     )
 
 
+def sandbox_ready() -> bool:
+    """The agents' own sandboxes can run: bubblewrap, and socat for Claude Code's."""
+    import shutil
+
+    return find_bwrap() is not None and shutil.which("socat") is not None
+
+
 def with_cli(kinds=AGENTS):
     return [pytest.param(k, marks=needs_cli(k)) for k in kinds]
 
@@ -99,6 +106,8 @@ def upstream_env(monkeypatch, tmp_path):
     for var in ("ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CLAUDE_CONFIG_DIR"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("SELFTAUGHT_AGENT_CLIS", str(cli_dir()))
+    if not sandbox_ready():  # Claude Code refuses to start without its sandbox's tools
+        monkeypatch.setenv("SELFTAUGHT_CLAUDE_SANDBOX", "0")
 
     def point(up: AgentUpstream, key: str = KEY) -> None:
         monkeypatch.setenv("ANTHROPIC_BASE_URL", up.root_url)
@@ -515,12 +524,6 @@ def test_the_embedded_model_behind_an_agent(tmp_path):
         assert row["agent"]["files_changed"][0].startswith("A answer.txt (+")
 
 
-def sandbox_ready() -> bool:
-    import shutil
-
-    return find_bwrap() is not None and shutil.which("socat") is not None
-
-
 @pytest.mark.skipif(not sandbox_ready(), reason="the agents' sandboxes need bubblewrap and socat")
 @pytest.mark.parametrize("kind", with_cli())
 def test_the_agents_commands_write_in_their_workspace_only(tmp_path, upstream_env, kind):
@@ -548,6 +551,7 @@ def test_claude_code_without_its_sandbox_stops_the_run(tmp_path, upstream_env, m
     with AgentUpstream(needs_skill(MARKER)) as up:
         upstream_env(up)
         monkeypatch.setenv("PATH", str(bare_path))
+        monkeypatch.setenv("SELFTAUGHT_CLAUDE_SANDBOX", "1")
         model = load_model(kind, retry=RetryPolicy(base_delay_s=0.01))
         with pytest.raises(FatalBackendError, match="Claude Code did not start: .*[Ss]andbox"):
             chat(model, [{"role": "user", "content": "go"}])
