@@ -56,7 +56,8 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="Model spec: local | local:PATH | openai:NAME | http://HOST:PORT/v1#NAME",
+        help="Model spec: local | local:PATH | openai:NAME | http://HOST:PORT/v1#NAME | "
+        "claude-code[:NAME] | codex[:NAME] | cmd:TEMPLATE (CLI agents: docs/agents-as-policy.md)",
     ),
 ]
 ApiKeyOpt = Annotated[
