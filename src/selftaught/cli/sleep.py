@@ -49,7 +49,7 @@ from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
-from selftaught.sleep.paths import DEFAULT_PROJECT
+from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 
 # ---- sleep, part 1: the proxy and the task log ----------------------------------------
 
@@ -63,6 +63,23 @@ LogOpt = Annotated[
     typer.Option("--log", help="Task log (default $SELFTAUGHT_LOG or <home>/log.db)."),
 ]
 ProjectOpt = Annotated[str, typer.Option(help="Project the interactions belong to.")]
+
+
+def checked_project(value: str | None) -> str | None:
+    """A --project value, refused before anything runs unless it is a valid project name (it
+    names a folder under the home and goes into crontab lines)."""
+    if value is None:
+        return None
+    try:
+        return check_project(value)
+    except InputError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+AnyProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", help="Only this project.", callback=checked_project),
+]
 
 
 PROXY_FLAGS = (
@@ -150,7 +167,7 @@ def proxy_cmd(
 @friendly_errors
 def sleep_log_cmd(
     log: LogOpt = None,
-    project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
+    project: AnyProjectOpt = None,
     source: Annotated[
         str | None, typer.Option(help="proxy | api | import | claude-code | codex")
     ] = None,
@@ -245,7 +262,10 @@ def _notes(it: Any) -> list[str]:
 @friendly_errors
 def sleep_import_cmd(
     file: Annotated[Path, typer.Argument(help="JSONL: our export, OpenAI chat or OpenAI evals.")],
-    project: Annotated[str | None, typer.Option(help="Put every row in this project.")] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(help="Put every row in this project.", callback=checked_project),
+    ] = None,
     log: LogOpt = None,
 ) -> None:
     """Import interactions from a JSONL file (all lines or none)."""
@@ -301,7 +321,10 @@ def sleep_harvest_cmd(
     ] = HarvestConfig.max_tasks,
     project: Annotated[
         str | None,
-        typer.Option(help="Put every row in this project (default: from the session's folder)."),
+        typer.Option(
+            help="Put every row in this project (default: from the session's folder).",
+            callback=checked_project,
+        ),
     ] = None,
     root: Annotated[
         Path | None, typer.Option(help="Transcript folder (one --source only).")
@@ -341,9 +364,16 @@ def sleep_harvest_cmd(
 # Exit codes: 0 the night ran (a proposal staged or not, the report says why), 1 its backend
 # failed, 2 bad input, 3 another night is running.
 NightProjectOpt = Annotated[
-    str | None, typer.Option("--project", help="One project (default: every project with traffic).")
+    str | None,
+    typer.Option(
+        "--project",
+        help="One project (default: every project with traffic).",
+        callback=checked_project,
+    ),
 ]
-AdoptProjectOpt = Annotated[str, typer.Option("--project", help="Project.")]
+AdoptProjectOpt = Annotated[
+    str, typer.Option("--project", help="Project.", callback=checked_project)
+]
 TargetSkillOpt = Annotated[
     list[Path] | None,
     typer.Option(

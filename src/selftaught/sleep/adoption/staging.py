@@ -60,12 +60,21 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.errors import InputError
-from selftaught.runs import RunError, atomic_write_json, atomic_write_text, read_json
+from selftaught.runs import (
+    RunError,
+    atomic_write_json,
+    atomic_write_text,
+    make_private,
+    open_private_append,
+    private_dirs,
+    read_json,
+)
 from selftaught.sleep.adoption.inject import adopted_block, strip_injected
 from selftaught.sleep.paths import (
     ADAPTER_DIR,
     Adopted,
     adopted_dir,
+    private_project_dir,
     project_dir,
     sleep_home,
     version_adapter,
@@ -237,8 +246,7 @@ def write_proposal(night_dir: Path, adopted: Adopted, skill: str, memory: str) -
 
 @contextlib.contextmanager
 def _adopt_lock(project: str, home: Path | None) -> Iterator[None]:
-    folder = project_dir(project, home)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_project_dir(project, home)
     fd = os.open(folder / "adopt.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -335,7 +343,8 @@ def _backup(project: str, home: Path | None, what: str) -> Path:
     while dest.exists():
         n += 1
         dest = dest.with_name(f"{stamp}-{what}-{n}")
-    dest.mkdir(parents=True)
+    private_dirs(dest.parent)
+    dest.mkdir(mode=0o700)
     for name in ("skill.md", "memory.md", "version"):
         if (folder / name).exists():
             shutil.copy2(folder / name, dest / name)
@@ -354,14 +363,14 @@ def _write_version(
     project: str, home: Path | None, adopted: Adopted, meta: dict[str, Any], adapter: Path | None
 ) -> None:
     """versions/<N>/ complete (skill, memory, meta, a copy of the adapter) or not at all."""
-    root = versions_dir(project, home)
-    root.mkdir(parents=True, exist_ok=True)
+    root = private_dirs(versions_dir(project, home))
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".new-"))
     try:
         atomic_write_text(tmp / "skill.md", adopted.skill)
         atomic_write_text(tmp / "memory.md", adopted.memory)
         if adapter is not None:
             shutil.copytree(adapter, tmp / ADAPTER_DIR)
+            make_private(tmp / ADAPTER_DIR)
         atomic_write_json(tmp / "meta.json", meta)
         os.rename(tmp, root / str(adopted.version))
     except BaseException:
@@ -372,7 +381,7 @@ def _write_version(
 def record_event(project: str, row: dict[str, Any], home: Path | None = None) -> None:
     """Append one row (with its time) to events.jsonl: adopt, rollback, auto_rollback."""
     path = project_dir(project, home) / "events.jsonl"
-    with open(path, "a", encoding="utf-8") as f:
+    with open_private_append(path) as f:  # 0600, as everything under the home
         f.write(json.dumps({"time": time.time(), **row}, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())

@@ -48,7 +48,13 @@ from selftaught.errors import ConfigError
 from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
 from selftaught.results import RunResult, Score
-from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
+from selftaught.runs import (
+    atomic_write_json,
+    atomic_write_text,
+    make_private,
+    private_dirs,
+    write_jsonl,
+)
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.adoption import staging
@@ -90,7 +96,7 @@ from selftaught.sleep.night.weight_night import (
     stage_adapter,
     weight_candidates,
 )
-from selftaught.sleep.paths import Adopted, check_project, sleep_home
+from selftaught.sleep.paths import Adopted, check_project, private_project_dir, sleep_home
 from selftaught.tracking import check_report_to, with_tracker
 
 DOCUMENTS = ("skill", "memory")
@@ -815,6 +821,7 @@ def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> N
     summary.write_markdown(night_dir, report)
     atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
     atomic_write_json(night_dir / "report.json", report)
+    make_private(night_dir)  # what the trainers and peft wrote there with the umask's modes
 
 
 def _empty_night(
@@ -916,7 +923,10 @@ def run_night(
             if not rows and config.project is None:
                 continue
             root = scratch / project if scratch else staging.nights_dir(project, home) / night
-            root.mkdir(parents=True, exist_ok=False)
+            if scratch is None:
+                private_project_dir(project, home)  # 0700 even where an older version made it
+            private_dirs(root.parent)
+            root.mkdir(mode=0o700)
             if not rows:
                 outcomes.append(_empty_night(project, night, since, until, home, root))
                 _night_events(events, outcomes[-1])

@@ -45,6 +45,7 @@ from selftaught.models.errors import BackendError
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
+from selftaught.runs import private_dirs
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.night.demo_modes import _decide, _Scorer
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
@@ -488,7 +489,7 @@ def choose(
     metrics: dict[str, ValScores] = {}
     summaries: dict[str, dict[str, Any]] = {}
     for name, (model, skill, memory, run) in runs.items():
-        run.mkdir(parents=True, exist_ok=True)
+        private_dirs(run)
         # one cache per model: a skill hash names the text, not the weights that read it
         scorer = _Scorer(training, task, model, memory, ScoreCache.load(run / "val_cache.json"))
         result = scorer.score(skill)
