@@ -380,6 +380,13 @@ TargetSkillOpt = Annotated[
         "--target-skill-path", help="Also write the adopted skill to this file (e.g. AGENTS.md)."
     ),
 ]
+FollowSymlinksOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Write a --target-skill-path that is a symlink where it points (and remember that "
+        "file); without it a symlink is refused."
+    ),
+]
 
 
 def _preferences(value: str | None) -> str:
@@ -398,6 +405,7 @@ NIGHT_FLAGS = {
     "weights": "weights",
     "allow_remote": "allow_remote",
     "auto_adopt": "auto_adopt",
+    "follow_symlinks": "follow_symlinks",
     "report_to": "report_to",
 }
 SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
@@ -530,11 +538,18 @@ def sleep_adopt_cmd(
         bool, typer.Option(help="Adopt over a version it was not gated against.")
     ] = False,
     target_skill_path: TargetSkillOpt = None,
+    follow_symlinks: FollowSymlinksOpt = False,
 ) -> None:
     """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
     from selftaught.sleep.adoption.staging import adopt
 
-    done = adopt(project, night, force=force, target_paths=tuple(target_skill_path or ()))
+    done = adopt(
+        project,
+        night,
+        force=force,
+        target_paths=tuple(target_skill_path or ()),
+        follow_symlinks=follow_symlinks,
+    )
     out.print(
         f"{project}: adopted night {done.night} as version {done.version} (was {done.previous}; "
         f"backup {done.backup})" + "".join(f"\n  wrote {p}" for p in done.live_files)
@@ -549,11 +564,17 @@ def sleep_rollback_cmd(
     ] = None,
     project: AdoptProjectOpt = DEFAULT_PROJECT,
     target_skill_path: TargetSkillOpt = None,
+    follow_symlinks: FollowSymlinksOpt = False,
 ) -> None:
     """Return to an earlier adopted version (0: nothing adopted)."""
     from selftaught.sleep.adoption.staging import rollback
 
-    done = rollback(project, version, target_paths=tuple(target_skill_path or ()))
+    done = rollback(
+        project,
+        version,
+        target_paths=tuple(target_skill_path or ()),
+        follow_symlinks=follow_symlinks,
+    )
     out.print(f"{project}: version {done.version} is adopted again (was {done.previous})")
 
 

@@ -139,6 +139,8 @@ class SleepConfig:
     """Adopt the proposal at once when the gate accepted one."""
     target_skill_paths: tuple[Path, ...] = ()
     """Live files that also receive the adopted skill (with auto_adopt)."""
+    follow_symlinks: bool = False
+    """Write a live file that is a symlink where it points (else a symlink is refused)."""
     training: SkillOptConfig = field(default_factory=night_training_defaults)
     split: SplitConfig = field(default_factory=SplitConfig)
     demo_modes: DemoModeConfig = field(default_factory=DemoModeConfig)
@@ -803,7 +805,13 @@ def _auto_adopt(
 ) -> ProjectNight:
     project = outcome.project
     try:
-        adoption = staging.adopt(project, night, home=home, target_paths=config.target_skill_paths)
+        adoption = staging.adopt(
+            project,
+            night,
+            home=home,
+            target_paths=config.target_skill_paths,
+            follow_symlinks=config.follow_symlinks,
+        )
     except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
         console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
         return outcome
