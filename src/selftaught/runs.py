@@ -45,6 +45,8 @@ def private_dirs(path: str | Path) -> Path:
         except FileExistsError:  # made meanwhile by another process
             continue
         os.chmod(folder, 0o700)  # whatever the umask
+    if not target.is_dir():  # a file where the folder should be: the OS error mkdir gives
+        target.mkdir(mode=0o700)
     return target
 
 

@@ -267,12 +267,20 @@ def sleep_import_cmd(
         typer.Option(help="Put every row in this project.", callback=checked_project),
     ] = None,
     log: LogOpt = None,
+    trust_fields: Annotated[
+        bool,
+        typer.Option(
+            help="Take the file's source, client, reviewed, skill_version, meta.upstream and "
+            "feedback giver / trust as given (an export of your own log); without it they are "
+            "an end user's."
+        ),
+    ] = False,
 ) -> None:
     """Import interactions from a JSONL file (all lines or none)."""
     from selftaught.sleep.intake.harvest.import_jsonl import import_file
     from selftaught.sleep.intake.log import TaskLog
 
-    result = import_file(file, TaskLog(log), project)
+    result = import_file(file, TaskLog(log), project, trust_fields=trust_fields)
     formats = ", ".join(f"{n} {fmt}" for fmt, n in result.formats.items())
     out.print(
         f"imported {result.inserted} new of {result.read} ({formats}); "

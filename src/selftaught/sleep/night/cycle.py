@@ -113,7 +113,8 @@ def night_training_defaults() -> SkillOptConfig:
 @dataclass
 class SleepConfig:
     model: str | None = None
-    """Target model spec the tasks are replayed on; None: the upstream the proxy logged."""
+    """Target model spec the tasks are replayed on; None: the upstream the operator's proxy
+    logged (never a model named by an imported or API row)."""
     optimizer_model: str | None = None
     """Analyst model spec (reflects, merges); None: the target."""
     judge_model: str | None = None
@@ -884,10 +885,14 @@ def _load_models(
 
 
 def _logged_upstream(rows: list[Interaction]) -> str | None:
+    """The upstream the operator's proxy forwarded to, as the proxy itself recorded it. Only
+    rows the proxy logged count: an imported row's `meta.upstream` once sent a night (other
+    users' prompts) to the host a file named, so a row of any other source picks nothing
+    (an untrusted import is stored with source "import" and without it)."""
     ups = Counter(
         it.meta.get("upstream")
         for it in rows
-        if isinstance(it.meta, dict) and it.meta.get("upstream")
+        if it.source == "proxy" and isinstance(it.meta, dict) and it.meta.get("upstream")
     )
     return ups.most_common(1)[0][0] if ups else None
 
