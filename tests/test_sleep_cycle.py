@@ -38,20 +38,32 @@ from tests.scripted import (
 )
 
 
-def fill_log(home: Path, rules: list[str], *, start: int = 0, project: str = "demo", **kw) -> None:
+def fill_log(
+    home: Path,
+    rules: list[str],
+    *,
+    start: int = 0,
+    project: str = "demo",
+    feedback_by: str | None = None,
+    **kw,
+) -> None:
+    """Rows of `rules` questions, each corrected (thumb down, the right sum) by the operator,
+    or by the end user `feedback_by` (untrusted, as the proxy's /v1/feedback stores it)."""
     log = TaskLog(home / "log.db")
     for i, rule in enumerate(rules, start):
         a, b = i + 1, 7 * i + 3
-        log.add(
-            Interaction(
-                messages=[{"role": "user", "content": f"[needs {rule}] What is {a} + {b}?"}],
-                reply=f"Answer: {a + b + 1}",
-                project=project,
-                source="proxy",
-                feedback=Feedback(thumb="down", reference=str(a + b)),
-                **kw,
-            )
+        fb = Feedback(thumb="down", reference=str(a + b))
+        it = Interaction(
+            messages=[{"role": "user", "content": f"[needs {rule}] What is {a} + {b}?"}],
+            reply=f"Answer: {a + b + 1}",
+            project=project,
+            source="proxy",
+            feedback=fb if feedback_by is None else Feedback(),
+            **kw,
         )
+        log.add(it)
+        if feedback_by is not None:
+            log.add_feedback(it.id, fb, giver=feedback_by, trusted=False)
     log.close()
 
 

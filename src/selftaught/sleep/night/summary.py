@@ -31,6 +31,7 @@ def task_row(task: MinedTask) -> dict[str, Any]:
         "negative_feedback": task.negative,
         "sources": task.sources,
         "origins": task.origins,
+        "clients": task.clients,
         "prompt_head": head[:200] + ("…" if len(head) > 200 else ""),
         "rubric": task.state.get("rubric"),
         "notes": task.notes,

@@ -47,6 +47,7 @@ from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import private_dirs
 from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.demo_search import no_demo
 from selftaught.sleep.night.demo_modes import _decide, _Scorer
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import MinedTask
@@ -131,8 +132,9 @@ def _elite(
     cfg: WeightNightConfig,
     training: SkillOptConfig,
 ) -> tuple[list[Sample], dict[str, Any]]:
-    """The target's own replays of the train tasks that passed their checks."""
-    examples = task.examples("train")
+    """The target's own replays of the train tasks that passed their checks (not of a task an
+    end user's correction checks: it would teach their words)."""
+    examples = [ex for ex in task.examples("train") if not no_demo(ex)]
     if not cfg.samples_per_prompt or not examples:
         return [], {"samples": 0}
     rollouts = run_rollouts(
