@@ -87,3 +87,42 @@ def test_an_end_users_correction_checks_the_task_but_makes_no_demo(tmp_path):
     }
     pool = json.loads((night.night_dir / "demo_pool.json").read_text())
     assert pool["demos"] == []
+
+
+# ---- one client's share of a night ----------------------------------------------------------
+
+
+def test_the_allowance_keeps_each_client_under_its_share():
+    from selftaught.sleep.night.window import client_allowance
+
+    assert client_allowance({"key:a": 24}, 0, 0.25, 200) == (None, 1.0)  # alone: not capped
+    assert client_allowance({"key:a": 24, "key:b": 8}, 0, 0.25, 200) == (8, 0.5)
+    five = {"key:a": 24, "key:b": 2, "key:c": 2, "key:d": 2, "key:e": 2}
+    assert client_allowance(five, 0, 0.25, 200) == (2, 0.25)  # 2 of 10 read
+    assert client_allowance({"key:a": 24}, 8, 0.25, 200) == (8, 0.5)  # the operator counts
+    many = {f"key:{i}": 100 for i in range(5)}
+    assert client_allowance(many, 0, 0.25, 200) == (40, 0.25)  # a full night, shared
+
+
+def test_one_client_cannot_fill_a_night_and_the_report_counts_each_client(tmp_path):
+    fill_log(tmp_path, ["alpha"] * 24, client="key:flood")  # the oldest rows: 24 from one
+    for n, name in enumerate(["key:b", "key:c", "key:d", "key:e"]):
+        fill_log(tmp_path, ["alpha", "beta", "alpha"], start=100 + 10 * n, client=name)
+    (night,) = run_night(config(tmp_path, max_tasks=12), models=models())
+    window = night.report["window"]
+    assert window["clients"]["key:flood"] == {"window": 24, "read": 2, "left_out": 22}
+    assert all(window["clients"][c]["read"] == 2 for c in ["key:b", "key:c", "key:d", "key:e"])
+    assert window["read"] == 10 and window["allowance"] == 2 and window["share"] == 0.25
+    assert any("'key:flood' sent 24" in n and "22 left out" in n for n in night.report["notes"])
+    assert night.report["consumed_until"] == window["until"]  # the flood is not queued
+    tasks = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
+    assert sum(t["clients"] == ["key:flood"] for t in tasks) == 2
+
+
+def test_rows_of_the_operator_and_a_lone_client_are_read_as_before(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)  # no client recorded: one "unknown" client, alone
+    (night,) = run_night(config(tmp_path), models=models())
+    assert night.report["window"]["clients"] == {
+        "unknown": {"window": 12, "read": 12, "left_out": 0}
+    }
+    assert night.report["window"]["allowance"] is None and night.status == "staged"

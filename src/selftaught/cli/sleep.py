@@ -409,6 +409,7 @@ NIGHT_FLAGS = {
     "lookback_days": "lookback_days",
     "max_tasks": "max_tasks",
     "max_sessions": "max_sessions",
+    "max_client_share": "max_client_share",
     "recall_max": "recall_max",
     "weights": "weights",
     "allow_remote": "allow_remote",

@@ -7,9 +7,10 @@ Per project with traffic since its last night (a first night looks back `lookbac
 its own staging folder (`staging.NIGHT_LAYOUT`):
 
 1. **harvest** the task log, oldest first, capped by `max_tasks` interactions and
-   `max_sessions` transcript sessions (what the caps leave waits for the next night). Private
-   (harvested) rows never reach a remote model (`openai:`, a non-loopback URL) unless they are
-   reviewed or `allow_remote` is set;
+   `max_sessions` transcript sessions (what the caps leave waits for the next night), no
+   client holding more than its fair share (`max_client_share`, `window.py`: its rows over it
+   are left out). Private (harvested) rows never reach a remote model (`openai:`, a
+   non-loopback URL) unless they are reviewed or `allow_remote` is set;
 2. **mine** tasks with checks, merge near-duplicates (`mine.py`);
 3. **split** train / val / test, disjoint; too few to gate: nothing is staged (`split.py`);
 4. **consolidate** with `SkillTrainer` (reflect → merge → select → apply → gate): the skill
@@ -96,6 +97,7 @@ from selftaught.sleep.night.weight_night import (
     stage_adapter,
     weight_candidates,
 )
+from selftaught.sleep.night.window import take_fairly
 from selftaught.sleep.paths import Adopted, check_project, private_project_dir, sleep_home
 from selftaught.tracking import check_report_to, with_tracker
 
@@ -131,6 +133,11 @@ class SleepConfig:
     """Interactions read per project per night (oldest first; the rest wait)."""
     max_sessions: int = 50
     """Transcript sessions (harvested rows) read per project per night."""
+    max_client_share: float = 0.25
+    """At most this share of what a night reads comes from one client (an end user's key or
+    label, `anonymous`, `import:<file>`, `unknown` for rows naming none); with k clients in
+    the window, at least 1/k (a lone client is not capped). The operator's rows are never
+    capped. A client's rows over its share are left out for good (`window.py`); 1: no cap."""
     documents: tuple[str, ...] = DOCUMENTS
     """What the night trains, in order: the skill, then the memory. Empty with `weights` on:
     a weights-only night (the adopted text is kept; the gate picks an adapter or nothing)."""
@@ -175,6 +182,8 @@ class SleepConfig:
             )
         if self.max_tasks < 1 or self.max_sessions < 1:
             raise ConfigError("max_tasks and max_sessions must be at least 1")
+        if not 0 < self.max_client_share <= 1:
+            raise ConfigError(f"max_client_share must be in (0, 1], got {self.max_client_share}")
         if self.lookback_days <= 0:
             raise ConfigError("lookback_days must be positive")
         if self.recall_max < 0:
@@ -364,22 +373,6 @@ def _window_rows(
     if config.project and config.project not in out:
         out[config.project] = (since(config.project), [])
     return out
-
-
-def _cap(rows: list[Interaction], config: SleepConfig) -> tuple[list[Interaction], str | None]:
-    """The rows a night reads (oldest first, stopping at the first cap) and which cap hit."""
-    sessions: set[str] = set()
-    taken: list[Interaction] = []
-    for it in rows:
-        session = it.meta.get("session_id") if isinstance(it.meta, dict) else None
-        if len(taken) >= config.max_tasks:
-            return taken, f"max_tasks ({config.max_tasks})"
-        if session is not None and session not in sessions:
-            if len(sessions) >= config.max_sessions:
-                return taken, f"max_sessions ({config.max_sessions})"
-            sessions.add(session)
-        taken.append(it)
-    return taken, None
 
 
 def _private_filter(
@@ -738,14 +731,29 @@ def _as_served(models: NightModels, adopted: Adopted, report: dict[str, Any]) ->
 def _take_window(
     report: dict[str, Any], rows: list[Interaction], since: float, until: float, config: SleepConfig
 ) -> list[Interaction]:
-    """The rows this night reads (the caps may leave the newest for the next night)."""
-    taken, capped = _cap(rows, config)
-    report["window"] = {"since": since, "until": until, "read": len(taken), "capped": capped}
+    """The rows this night reads (the caps may leave the newest for the next night, a client's
+    rows over its share are left out)."""
+    take = take_fairly(rows, config.max_tasks, config.max_sessions, config.max_client_share)
+    taken, capped = take.rows, take.capped
+    report["window"] = {
+        "since": since,
+        "until": until,
+        "read": len(taken),
+        "capped": capped,
+        "max_client_share": config.max_client_share,
+        **take.to_dict(),
+    }
     report["consumed_until"] = taken[-1].created_at + 1e-6 if capped and taken else until
-    if capped:
+    for client, n in take.left_out.items():
         report["notes"].append(
-            f"stopped reading at {capped}: {len(rows) - len(taken)} interactions wait for the "
-            "next night"
+            f"client {client!r} sent {take.window[client]} of the window's {len(rows)} "
+            f"interactions: {take.read[client]} read, {n} left out over its share "
+            f"({take.allowance} rows, {take.share:.0%} of the night)"
+        )
+    if capped:
+        waiting = len(rows) - len(taken) - sum(take.left_out.values())
+        report["notes"].append(
+            f"stopped reading at {capped}: {waiting} interactions wait for the next night"
         )
     return taken
 
