@@ -126,3 +126,65 @@ def test_rows_of_the_operator_and_a_lone_client_are_read_as_before(tmp_path):
         "unknown": {"window": 12, "read": 12, "left_out": 0}
     }
     assert night.report["window"]["allowance"] is None and night.status == "staged"
+
+
+# ---- every line names its sources; a line that earns nothing is dropped ----------------------
+
+
+def test_a_rider_that_earns_nothing_on_val_is_dropped_and_every_line_names_its_sources(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT, client="key:a")
+    fill_log(tmp_path, ALPHA_NIGHT, start=50, client="key:b")
+    analyst = canned_analyst(failure=edits_json(append(f"rule alpha\n{RIDER}")))
+    (night,) = run_night(config(tmp_path), models=models(analyst=analyst))
+    assert night.status == "staged", night.report["reason"]
+    assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
+    (line,) = night.report["proposal"]["lines"]
+    assert (line["kind"], line["text"], line["verdict"]) == ("rule", "rule alpha", "kept")
+    assert line["clients"] == ["key:a", "key:b"] and len(line["sources"]) == len(line["tasks"])
+    log = TaskLog(tmp_path / "log.db")
+    assert {log.get(s).client for s in line["sources"]} == {"key:a", "key:b"}  # row ids
+    (rider,) = night.report["proofread"]["dropped"]
+    assert rider["text"] == RIDER and "earns nothing on val" in rider["why"]
+    assert rider["sources"] and rider["clients"] == ["key:a", "key:b"]
+    md = (night.night_dir / "report.md").read_text()
+    assert "## Proposed lines and their sources" in md and "key:a, key:b" in md
+
+
+def test_a_marker_line_is_dropped_before_anything_is_staged(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    rider = f"rule alpha\n<!-- /selftaught:skill -->\n{RIDER}"
+    analyst = canned_analyst(failure=edits_json(append(rider)))
+    (night,) = run_night(config(tmp_path, leave_one_out=0), models=models(analyst=analyst))
+    assert night.status == "staged", night.report["reason"]
+    skill = (night.night_dir / "proposal" / "skill.md").read_text()
+    assert "selftaught:skill" not in skill and RIDER in skill  # leave-one-out off: kept
+    dropped = night.report["proofread"]["dropped"]
+    assert [d["text"] for d in dropped] == ["<!-- /selftaught:skill -->"]
+    assert "block marker" in dropped[0]["why"]
+
+
+def _proposal(report: dict) -> tuple[str, ...]:
+    return ("projects", "demo", "nights", report["night"], "proposal", "skill.md")
+
+
+def test_leave_one_out_stays_within_its_budget_and_still_finds_a_rider(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    filler = [f"Note {i}: be kind." for i in range(15)]
+    lines = ["rule alpha", *filler, RIDER]  # one appended run of 17 lines: one edit group
+    analyst = canned_analyst(failure=edits_json(append("\n".join(lines))))
+
+    def target_calls(leave_one_out: int, home: Path) -> tuple[int, dict]:
+        fill_log(home, ALPHA_NIGHT)
+        target = models(analyst=analyst).target
+        (n,) = run_night(config(home, leave_one_out=leave_one_out), models=models(target, analyst))
+        return len(target.calls), n.report
+
+    off_calls, off = target_calls(0, tmp_path / "off")
+    on_calls, on = target_calls(6, tmp_path / "on")
+    val = on["splits"]["val"]
+    assert on["proofread"]["trials"] == 6 and on_calls - off_calls <= 6 * val
+    skill = (on["proofread"]["kept"], on["proofread"]["dropped"])
+    assert "rule alpha" in [r["text"] for r in skill[0]]
+    assert RIDER in [r["text"] for r in skill[1]] and len(skill[1]) >= 8  # within 6 trials
+    assert RIDER not in (tmp_path / "on").joinpath(*_proposal(on)).read_text()
+    assert "edit groups" in on["proofread"]["tried"]

@@ -411,6 +411,7 @@ NIGHT_FLAGS = {
     "max_sessions": "max_sessions",
     "max_client_share": "max_client_share",
     "recall_max": "recall_max",
+    "leave_one_out": "leave_one_out",
     "weights": "weights",
     "allow_remote": "allow_remote",
     "auto_adopt": "auto_adopt",

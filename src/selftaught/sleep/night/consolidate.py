@@ -45,6 +45,7 @@ class Consolidation:
     notes: list[str] = field(default_factory=list)
     # each phase's val scores by skill hash, in memory (the night pairs before and after)
     val_scores: dict[str, ScoreCache] = field(default_factory=dict)
+    val_final: dict[str, Any] | None = None  # val of the proofread proposal, when it changed
 
 
 def _phase(

@@ -17,10 +17,13 @@ its own staging folder (`staging.NIGHT_LAYOUT`):
    with the memory held fixed, then the memory with the new skill held fixed, both charged to
    ONE usage ledger so the night's budget covers both; every call goes to the evidence log
    (`consolidate.py`);
-5. **weights** (only with `weights` other than "off" and a local target): train a LoRA
+5. **proofread** the proposal: lines holding a block marker and lines whose removal costs
+   nothing on val are dropped (leave-one-out, at most `leave_one_out` val evaluations), and
+   every line left names its tasks, interactions and clients (`proofread.py`);
+6. **weights** (only with `weights` other than "off" and a local target): train a LoRA
    adapter on the train tasks and let the same gate pick text, weights or both on the same
    val tasks (`weight_night.py`);
-6. **stage** the best skill and memory (and the winning adapter) as a proposal when the gate
+7. **stage** the best skill and memory (and the winning adapter) as a proposal when the gate
    accepted one, with the report and the diagnostics; `auto_adopt` adopts it at once.
 
 A night whose backend failed (a fatal error, the target failing on the baseline, every analyst
@@ -46,8 +49,10 @@ from rich.console import Console
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import split_skill
 from selftaught.errors import ConfigError
+from selftaught.evaluation import ScoreCache
 from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
+from selftaught.models.usage import TrackedModel
 from selftaught.results import RunResult, Score
 from selftaught.runs import (
     atomic_write_json,
@@ -69,7 +74,7 @@ from selftaught.sleep.night.consolidate import (
     paired_val,
 )
 from selftaught.sleep.night.demo_modes import DemoModeConfig
-from selftaught.sleep.night.evidence import EvidenceLog
+from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import (
     MineConfig,
     MinedTask,
@@ -77,6 +82,7 @@ from selftaught.sleep.night.mine import (
     merge_near_duplicates,
     mine_one,
 )
+from selftaught.sleep.night.proofread import proofread
 from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
 from selftaught.sleep.night.split import (
     NightTask,
@@ -153,6 +159,10 @@ class SleepConfig:
     split: SplitConfig = field(default_factory=SplitConfig)
     demo_modes: DemoModeConfig = field(default_factory=DemoModeConfig)
     """After the skill phase: none / static / retrieved demos, gated on the same val."""
+    leave_one_out: int = 8
+    """Val evaluations spent dropping proposal lines that earn nothing (riders): one per added
+    line when they fit, else per edit group, else per merged groups (`proofread.py`); 0: off
+    (every line is staged as gated)."""
     recall_max: int = 200
     """Past tasks kept per project across nights (`recall.py`), recalled with their fixed
     splits so a quiet night still has val; the oldest are dropped (0: no recall)."""
@@ -186,6 +196,8 @@ class SleepConfig:
             raise ConfigError(f"max_client_share must be in (0, 1], got {self.max_client_share}")
         if self.lookback_days <= 0:
             raise ConfigError("lookback_days must be positive")
+        if self.leave_one_out < 0:
+            raise ConfigError(f"leave_one_out must be >= 0, got {self.leave_one_out}")
         if self.recall_max < 0:
             raise ConfigError(f"recall_max must be >= 0, got {self.recall_max}")
         if self.weights not in WEIGHT_MODES:
@@ -424,6 +436,12 @@ def _outcome(
     ran = [p for p in result.phases.values() if p.get("ran")]
     if not changed:
         reason = summary.why_nothing(night_dir, result.phases)
+        dropped = (report.get("proofread") or {}).get("dropped")
+        if dropped:
+            reason = (
+                f"nothing to propose: leave-one-out dropped every line the night proposed "
+                f"({len(dropped)}: each earned nothing on val, or held a block marker)"
+            )
         prefix = "weights: "  # the notes `weight_candidates` wrote
         weight_notes = [n.removeprefix(prefix) for n in report["notes"] if n.startswith(prefix)]
         if not result.phases and weight_notes:  # a weights-only night: why no adapter
@@ -435,8 +453,9 @@ def _outcome(
     proposal = {
         "skill_changed": changes["skill"],
         "memory_changed": changes["memory"],
+        "lines": (report.get("proofread") or {}).get("kept", []),
         "val_before": first["val_initial"],
-        "val_after": last["val_best"],
+        "val_after": result.val_final or last["val_best"],
         "paired": paired_val(result, adopted, result.skill, result.memory),
         "test": last.get("test"),
     }
@@ -474,6 +493,7 @@ def _weights_outcome(
     proposal: dict[str, Any] = {
         "skill_changed": changes["skill"],
         "memory_changed": changes["memory"],
+        "lines": (report.get("proofread") or {}).get("kept", []) if text else [],
         "val_before": choice.candidates["current"],
         "val_after": choice.candidates[choice.winner],
         "paired": choice.paired(),
@@ -798,10 +818,50 @@ def _learn(
         modes=config.demo_modes,
     )
     report["notes"] += result.notes
+    _proofread(report, result, adopted, task, models.target, config, night_dir, evidence, splits)
     choice = _weights(
         report, config, models, task, mined, adopted, result, night_dir, evidence, console
     )
     _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
+
+
+def _proofread(
+    report: dict[str, Any],
+    result: Consolidation,
+    adopted: Adopted,
+    task: NightTask,
+    target: ChatModel,
+    config: SleepConfig,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    splits: dict[str, list[MinedTask]],
+) -> None:
+    """Drop the proposal's riders and name every line's sources (`proofread.py`); the
+    result's documents, val and score caches follow."""
+    unchanged = result.skill.strip() == adopted.skill.strip() and (
+        result.memory.strip() == adopted.memory.strip()
+    )
+    if unchanged or backend_failure(result, evidence, config.training.gate.max_missing):
+        return
+    caches = list(result.val_scores.values())
+    cache = caches[0].merged(*caches[1:]) if caches else ScoreCache()
+    done = proofread(
+        result.skill,
+        result.memory,
+        adopted,
+        task,
+        TrackedModel(EvidenceModel(target, evidence, "target"), result.ledger, "target"),
+        config.training,
+        cache,
+        {"skill": night_dir, "memory": night_dir / "memory"},
+        config.leave_one_out,
+    )
+    result.val_scores["proofread"] = cache
+    result.skill, result.memory = done.skill, done.memory
+    if done.val is not None:
+        result.val_final = done.val.summary()
+    report["proofread"] = done.report({t.id: t for s in splits.values() for t in s})
+    report["notes"] += done.notes
 
 
 def _auto_adopt(

@@ -48,7 +48,7 @@ from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import private_dirs
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import no_demo
-from selftaught.sleep.night.demo_modes import _decide, _Scorer
+from selftaught.sleep.night.demo_modes import ValScorer, decide_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import NightTask, SplitOverlap
@@ -493,12 +493,12 @@ def choose(
     for name, (model, skill, memory, run) in runs.items():
         private_dirs(run)
         # one cache per model: a skill hash names the text, not the weights that read it
-        scorer = _Scorer(training, task, model, memory, ScoreCache.load(run / "val_cache.json"))
+        scorer = ValScorer(training, task, model, memory, ScoreCache.load(run / "val_cache.json"))
         result = scorer.score(skill)
         raw[name] = result.items
         metrics[name] = scorer.metric(result)
         summaries[name] = result.summary()
-    winner, gates = _decide(metrics, "current", training)
+    winner, gates = decide_mode(metrics, "current", training)
     return winner, summaries, gates, raw
 
 
