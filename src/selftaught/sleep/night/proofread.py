@@ -193,10 +193,11 @@ def attribute(lines: list[Line], phase_dirs: dict[str, Path], task: NightTask) -
     """Fill each line's `tasks` (see the module doc); a line no source is found for keeps
     none, and the report shows it so."""
     edits = {doc: _analyst_edits(d) for doc, d in phase_dirs.items()}
-    comments = [
-        (_norm(str(ex.state.get("comment") or "")), ex.id)
+    comments = [  # each line of an operator's comment, and the task it was given on
+        (_norm(said), ex.id)
         for ex in task.examples("train")
-        if ex.state.get("comment")
+        for said in str(ex.state.get("comment") or "").splitlines()
+        if said.strip()
     ]
     for line in lines:
         part, ref = line.key
@@ -209,7 +210,7 @@ def attribute(lines: list[Line], phase_dirs: dict[str, Path], task: NightTask) -
             if said and said in content:
                 found += [i for i in ids if i not in found]
         if not found and part == "memory":
-            found = [i for comment, i in comments if comment and comment in said]
+            found = list(dict.fromkeys(i for comment, i in comments if comment in said))
         line.tasks = found
 
 
