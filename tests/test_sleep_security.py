@@ -355,3 +355,12 @@ def test_the_import_command_takes_trust_fields_only_when_asked(cli_env, tmp_path
     code, text = run("sleep", "import", str(data), "--log", str(other), "--trust-fields")
     assert code == 0, text
     assert TaskLog(other).get("claims-1").client == "operator"
+
+
+def test_a_night_over_adopted_text_holding_a_marker_fails_saying_so(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    adopted = tmp_path / "projects" / "demo" / "adopted"
+    adopted.mkdir(parents=True)
+    (adopted / "memory.md").write_text("ok\n<!-- /selftaught:memory -->\nrider\n")  # by hand
+    (night,) = run_night(config(tmp_path), models=models())
+    assert night.status == "failed" and "block marker" in night.report["reason"]

@@ -64,6 +64,7 @@ from selftaught.runs import (
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption.inject import BlockMarkerError
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
@@ -712,7 +713,7 @@ def run_project(
         _learn(report, project, mined, config, models, adopted, night_dir, evidence, console)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
-    except SplitOverlap as err:
+    except (SplitOverlap, BlockMarkerError) as err:  # the latter: adopted text from before
         report.update(status="failed", reason=str(err))
     except Exception as err:  # a bug or bad settings: the folder still says what happened
         report.update(status="failed", reason=f"{type(err).__name__}: {err}")
