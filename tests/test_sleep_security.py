@@ -364,3 +364,12 @@ def test_a_night_over_adopted_text_holding_a_marker_fails_saying_so(tmp_path):
     (adopted / "memory.md").write_text("ok\n<!-- /selftaught:memory -->\nrider\n")  # by hand
     (night,) = run_night(config(tmp_path), models=models())
     assert night.status == "failed" and "block marker" in night.report["reason"]
+
+
+def test_a_night_makes_a_new_home_private_before_writing_in_it(tmp_path, loose_umask):
+    home = tmp_path / "new-home"
+    fill_log(tmp_path, ALPHA_NIGHT)  # the log elsewhere: the night creates the home
+    night = config(home)
+    night.log_path = tmp_path / "log.db"
+    run_night(night, models=models())
+    assert (home / "projects" / "demo").is_dir() and _loose(home) == []

@@ -65,15 +65,21 @@ def project_dir(project: str, home: Path | None = None) -> Path:
     return (home or sleep_home()) / "projects" / check_project(project)
 
 
-def private_project_dir(project: str, home: Path | None = None) -> Path:
-    """The project's folder, created or made 0700 with the home and `projects/` above it (an
-    older version, or a umask of 022, left them 0755); returns it."""
-    home = home or sleep_home()
-    folder = project_dir(project, home)
-    private_dirs(folder)
-    for path in (home, home / "projects", folder):
+def private_home(*folders: Path) -> None:
+    """Create `folders` (the home, folders under it) 0700, or make them 0700 where an older
+    version, the task log or a umask of 022 left them open."""
+    for path in folders:
+        private_dirs(path)
         if stat.S_IMODE(path.stat().st_mode) & 0o077:
             os.chmod(path, 0o700)
+
+
+def private_project_dir(project: str, home: Path | None = None) -> Path:
+    """The project's folder, created or made 0700 with the home and `projects/` above it;
+    returns it."""
+    home = home or sleep_home()
+    folder = project_dir(project, home)
+    private_home(home, home / "projects", folder)
     return folder
 
 

@@ -105,7 +105,13 @@ from selftaught.sleep.night.weight_night import (
     weight_candidates,
 )
 from selftaught.sleep.night.window import take_fairly
-from selftaught.sleep.paths import Adopted, check_project, private_project_dir, sleep_home
+from selftaught.sleep.paths import (
+    Adopted,
+    check_project,
+    private_home,
+    private_project_dir,
+    sleep_home,
+)
 from selftaught.tracking import check_report_to, with_tracker
 
 DOCUMENTS = ("skill", "memory")
@@ -991,6 +997,7 @@ def run_night(
     night = staging.new_night_id(home)
     events = CallbackList(with_tracker(config.report_to, callbacks))
     outcomes: list[ProjectNight] = []
+    private_home(home)  # before the lock file and the log are made in it
     with night_lock(home, night, "dry run" if dry_run else "night"):
         log = TaskLog(config.log_path)
         until = time.time()
