@@ -284,3 +284,16 @@ def test_the_operators_comment_still_reaches_memory_but_its_rider_does_not(tmp_p
     assert "earns nothing on val" in dropped[RIDER]
     (kept,) = night.report["proposal"]["lines"]
     assert kept["kind"] == "memory" and len(kept["tasks"]) == len(kept["sources"]) >= 1
+
+
+def test_a_task_recalled_from_before_clients_were_recorded_keeps_its_comment_as_evidence():
+    from selftaught.sleep.night.recall import Recalled
+
+    it = Interaction([{"role": "user", "content": "Capital of Peru? Reply in 3 words."}], "Lima")
+    it.feedback.comment = FRENCH  # mined back when every comment counted as the operator's
+    (task,), _ = mine([it], MineConfig())
+    task.split, task.clients = "train", []  # as an older pool stored it
+    assert {r["kind"] for r in task.state["rules"]} == {"language", "max_words"}
+    recalled = Recalled.from_dict({"night": "n0", "task": task.to_dict()}).task
+    assert "comment" not in recalled.state and "Always answer" in recalled.state["evidence"]
+    assert [r["kind"] for r in recalled.state["rules"]] == ["max_words"]  # the request's own
