@@ -49,7 +49,7 @@ from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
-from selftaught.sleep.paths import DEFAULT_PROJECT
+from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 
 # ---- sleep, part 1: the proxy and the task log ----------------------------------------
 
@@ -63,6 +63,23 @@ LogOpt = Annotated[
     typer.Option("--log", help="Task log (default $SELFTAUGHT_LOG or <home>/log.db)."),
 ]
 ProjectOpt = Annotated[str, typer.Option(help="Project the interactions belong to.")]
+
+
+def checked_project(value: str | None) -> str | None:
+    """A --project value, refused before anything runs unless it is a valid project name (it
+    names a folder under the home and goes into crontab lines)."""
+    if value is None:
+        return None
+    try:
+        return check_project(value)
+    except InputError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+AnyProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", help="Only this project.", callback=checked_project),
+]
 
 
 PROXY_FLAGS = (
@@ -150,7 +167,7 @@ def proxy_cmd(
 @friendly_errors
 def sleep_log_cmd(
     log: LogOpt = None,
-    project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
+    project: AnyProjectOpt = None,
     source: Annotated[
         str | None, typer.Option(help="proxy | api | import | claude-code | codex")
     ] = None,
@@ -245,14 +262,25 @@ def _notes(it: Any) -> list[str]:
 @friendly_errors
 def sleep_import_cmd(
     file: Annotated[Path, typer.Argument(help="JSONL: our export, OpenAI chat or OpenAI evals.")],
-    project: Annotated[str | None, typer.Option(help="Put every row in this project.")] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(help="Put every row in this project.", callback=checked_project),
+    ] = None,
     log: LogOpt = None,
+    trust_fields: Annotated[
+        bool,
+        typer.Option(
+            help="Take the file's source, client, reviewed, skill_version, meta.upstream and "
+            "feedback giver / trust as given (an export of your own log); without it they are "
+            "an end user's."
+        ),
+    ] = False,
 ) -> None:
     """Import interactions from a JSONL file (all lines or none)."""
     from selftaught.sleep.intake.harvest.import_jsonl import import_file
     from selftaught.sleep.intake.log import TaskLog
 
-    result = import_file(file, TaskLog(log), project)
+    result = import_file(file, TaskLog(log), project, trust_fields=trust_fields)
     formats = ", ".join(f"{n} {fmt}" for fmt, n in result.formats.items())
     out.print(
         f"imported {result.inserted} new of {result.read} ({formats}); "
@@ -301,7 +329,10 @@ def sleep_harvest_cmd(
     ] = HarvestConfig.max_tasks,
     project: Annotated[
         str | None,
-        typer.Option(help="Put every row in this project (default: from the session's folder)."),
+        typer.Option(
+            help="Put every row in this project (default: from the session's folder).",
+            callback=checked_project,
+        ),
     ] = None,
     root: Annotated[
         Path | None, typer.Option(help="Transcript folder (one --source only).")
@@ -341,13 +372,27 @@ def sleep_harvest_cmd(
 # Exit codes: 0 the night ran (a proposal staged or not, the report says why), 1 its backend
 # failed, 2 bad input, 3 another night is running.
 NightProjectOpt = Annotated[
-    str | None, typer.Option("--project", help="One project (default: every project with traffic).")
+    str | None,
+    typer.Option(
+        "--project",
+        help="One project (default: every project with traffic).",
+        callback=checked_project,
+    ),
 ]
-AdoptProjectOpt = Annotated[str, typer.Option("--project", help="Project.")]
+AdoptProjectOpt = Annotated[
+    str, typer.Option("--project", help="Project.", callback=checked_project)
+]
 TargetSkillOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--target-skill-path", help="Also write the adopted skill to this file (e.g. AGENTS.md)."
+    ),
+]
+FollowSymlinksOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Write a --target-skill-path that is a symlink where it points (and remember that "
+        "file); without it a symlink is refused."
     ),
 ]
 
@@ -364,10 +409,13 @@ NIGHT_FLAGS = {
     "lookback_days": "lookback_days",
     "max_tasks": "max_tasks",
     "max_sessions": "max_sessions",
+    "max_client_share": "max_client_share",
     "recall_max": "recall_max",
+    "leave_one_out": "leave_one_out",
     "weights": "weights",
     "allow_remote": "allow_remote",
     "auto_adopt": "auto_adopt",
+    "follow_symlinks": "follow_symlinks",
     "report_to": "report_to",
 }
 SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
@@ -500,11 +548,18 @@ def sleep_adopt_cmd(
         bool, typer.Option(help="Adopt over a version it was not gated against.")
     ] = False,
     target_skill_path: TargetSkillOpt = None,
+    follow_symlinks: FollowSymlinksOpt = False,
 ) -> None:
     """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
     from selftaught.sleep.adoption.staging import adopt
 
-    done = adopt(project, night, force=force, target_paths=tuple(target_skill_path or ()))
+    done = adopt(
+        project,
+        night,
+        force=force,
+        target_paths=tuple(target_skill_path or ()),
+        follow_symlinks=follow_symlinks,
+    )
     out.print(
         f"{project}: adopted night {done.night} as version {done.version} (was {done.previous}; "
         f"backup {done.backup})" + "".join(f"\n  wrote {p}" for p in done.live_files)
@@ -519,11 +574,17 @@ def sleep_rollback_cmd(
     ] = None,
     project: AdoptProjectOpt = DEFAULT_PROJECT,
     target_skill_path: TargetSkillOpt = None,
+    follow_symlinks: FollowSymlinksOpt = False,
 ) -> None:
     """Return to an earlier adopted version (0: nothing adopted)."""
     from selftaught.sleep.adoption.staging import rollback
 
-    done = rollback(project, version, target_paths=tuple(target_skill_path or ()))
+    done = rollback(
+        project,
+        version,
+        target_paths=tuple(target_skill_path or ()),
+        follow_symlinks=follow_symlinks,
+    )
     out.print(f"{project}: version {done.version} is adopted again (was {done.previous})")
 
 
