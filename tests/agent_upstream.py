@@ -503,7 +503,7 @@ def find_cli(name: str) -> str | None:
 
 def agent_env(home: Path, **extra: str) -> dict[str, str]:
     """An environment for running a CLI offline in a throwaway HOME: no telemetry, no
-    non-essential traffic, no proxy settings from the caller."""
+    non-essential traffic, no retries, no proxy settings or keys from the caller."""
     keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "SYSTEMROOT")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     home.mkdir(parents=True, exist_ok=True)
@@ -513,6 +513,7 @@ def agent_env(home: Path, **extra: str) -> dict[str, str]:
         DISABLE_ERROR_REPORTING="1",
         DISABLE_AUTOUPDATER="1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        CLAUDE_CODE_MAX_RETRIES="0",  # a refused key fails at once (else ~7 tries, 40 s+)
         CODEX_HOME=str(home / ".codex"),
         NO_COLOR="1",
     )
