@@ -56,19 +56,23 @@ from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, LOOPBACK, install_guar
 from selftaught.retrieval import RetrievalUnavailable
 from selftaught.sleep.adoption.probation import STAGED, ProbationConfig
 from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
-from selftaught.sleep.intake.log import OPERATOR, Feedback, Interaction, LogError, TaskLog
+from selftaught.sleep.intake.log import Interaction, TaskLog
 from selftaught.sleep.intake.proxy_access import (
     EMBEDDINGS,
     LOGGED_ROUTES,
     AccessError,
     Clients,
     RateLimit,
+    error_response,
     presented_keys,
     read_client_keys,
+    read_json_body,
     relayed_routes,
-    retry_after,
+    unauthorized,
 )
+from selftaught.sleep.intake.proxy_feedback import take_feedback
 from selftaught.sleep.intake.proxy_wire import (
+    ID_HEADER,
     SESSION_HEADERS,
     WIRES,
     Reply,
@@ -76,12 +80,10 @@ from selftaught.sleep.intake.proxy_wire import (
     error_text,
     session_id,
 )
-from selftaught.sleep.intake.sessions import last_turn
 from selftaught.sleep.intake.watch import ProbationWatch
 from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
 
-ID_HEADER = "x-selftaught-interaction-id"
 _KEEP_HEADERS = ("content-type", "accept", "user-agent", "x-request-id", *SESSION_HEADERS)
 _WIRE_HEADERS = {"messages": ("anthropic-version", "anthropic-beta"), "responses": ("openai-beta",)}
 _ORG_HEADERS = ("openai-organization", "openai-project")
@@ -256,10 +258,6 @@ def build_upstream(config: ProxyConfig) -> Upstream:
     return Upstream(client, base, spec.model, False, key, False)
 
 
-def _error_body(message: str, kind: str, status: int) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "code": status, "param": None}}
-
-
 # ---- the app ------------------------------------------------------------------------------
 
 
@@ -411,21 +409,6 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     return app
 
 
-def _error(status: int, message: str, kind: str, iid: str | None = None, **headers: str) -> Any:
-    from fastapi.responses import JSONResponse
-
-    extra = {**({ID_HEADER: iid} if iid else {}), **headers}
-    return JSONResponse(_error_body(message, kind, status), status_code=status, headers=extra)
-
-
-def _unauthorized() -> Any:
-    return _error(
-        401,
-        "missing or wrong API key for this proxy (--require-key / --client-keys)",
-        "authentication_error",
-    )
-
-
 def _add_own_routes(app: Any, state: ProxyState) -> None:
     """What the proxy answers itself: health, stats, feedback on a logged interaction."""
     from fastapi import Request
@@ -444,7 +427,7 @@ def _add_own_routes(app: Any, state: ProxyState) -> None:
     @app.get("/v1/selftaught/stats")
     async def stats(request: Request) -> Any:
         if not key_holder(request):
-            return _unauthorized()
+            return unauthorized()
         return state.stats()
 
     @app.post("/v1/feedback")
@@ -461,7 +444,7 @@ def _add_forwarding_routes(app: Any, state: ProxyState) -> None:
         async def model_call(request: Request) -> Any:
             client = state.clients.identify(request.headers)
             if client is None:
-                return _unauthorized()
+                return unauthorized()
             return await forward(state, request, wire, client)
 
         return model_call
@@ -472,7 +455,7 @@ def _add_forwarding_routes(app: Any, state: ProxyState) -> None:
     @app.get("/v1/models")
     async def models(request: Request) -> Any:
         if state.clients.identify(request.headers) is None:
-            return _unauthorized()
+            return unauthorized()
         upstream = state.upstream
         if upstream.model and upstream.key:  # the pinned model: the operator's key stays home
             card = {"id": upstream.model, "object": "model", "owned_by": "selftaught"}
@@ -484,7 +467,7 @@ def _add_forwarding_routes(app: Any, state: ProxyState) -> None:
         @app.post(EMBEDDINGS[1])
         async def embeddings(request: Request) -> Any:
             if state.clients.identify(request.headers) is None:
-                return _unauthorized()
+                return unauthorized()
             return await _pass_through(state, request, "embeddings")
 
 
@@ -501,8 +484,8 @@ async def _pass_through(state: ProxyState, request: Any, path: str) -> Any:
             headers=state.upstream_headers(request.headers, logged=False),
         )
     except Exception as err:  # noqa: BLE001
-        status, message = _network_error(err)
-        return _error(status, message, "upstream_error")
+        status, message = _networkerror_response(err)
+        return error_response(status, message, "upstream_error")
     return Response(
         response.content,
         status_code=response.status_code,
@@ -573,18 +556,6 @@ async def _prepare(
         raise _Refused(500, f"the staged proposal's adapter: {type(err).__name__}: {err}") from None
 
 
-async def _read_body(request: Any) -> tuple[bytes, dict[str, Any] | str]:
-    """The raw body and its JSON object, or why it is not one."""
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as err:
-        return raw, f"the request body is not valid JSON: {err}"
-    if not isinstance(body, dict):
-        return raw, "the request body must be a JSON object"
-    return raw, body
-
-
 async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> Any:
     """One model call in `wire`'s format: forward, answer the client (streaming as it
     arrives), log."""
@@ -592,16 +563,16 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
 
     state.requests += 1
     started = time.time()
-    raw, body = await _read_body(request)
+    raw, body = await read_json_body(request)
     if isinstance(body, str):
-        return _error(400, body, "invalid_request_error")
+        return error_response(400, body, "invalid_request_error")
     record = _new_record(state, wire, body, started, client, session_id(request.headers, body))
     try:
         upstream, upstream_body = await _prepare(state, request, wire, body, record)
     except _Refused as err:
         if err.kind != "server_error":
             _finish(state, record, started, error=err.message, status=err.status)
-        return _error(err.status, err.message, err.kind, record.id)
+        return error_response(err.status, err.message, err.kind, record.id)
     content = raw if upstream_body == body else json.dumps(upstream_body).encode()
     stream = body.get("stream") is True
     headers = state.upstream_headers(request.headers, wire)
@@ -619,9 +590,9 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
         )
         response = await upstream.client.send(upstream_request, stream=stream)
     except Exception as err:  # noqa: BLE001 - network errors become a 502 / 504, logged
-        status, message = _network_error(err)
+        status, message = _networkerror_response(err)
         _finish(state, record, started, error=message, status=status)
-        return _error(status, message, "upstream_error", record.id)
+        return error_response(status, message, "upstream_error", record.id)
     if response.status_code >= 400 or not stream:
         answer = await response.aread() if stream else response.content
         await response.aclose()
@@ -638,99 +609,6 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
         media_type=response.headers.get("content-type", "text/event-stream"),
         headers={ID_HEADER: record.id, "cache-control": "no-cache"},
     )
-
-
-# ---- feedback -------------------------------------------------------------------------------
-
-
-class _NotFound(LookupError):
-    pass
-
-
-async def take_feedback(state: ProxyState, request: Any) -> Any:
-    """POST /v1/feedback: `{"id": FULL_ID, ...}` or `{"session_id": ID, ...}` with any of
-    thumb / score / reference / comment. The operator's (with `feedback_key`) is trusted; an
-    end user's is untrusted, given by their client id, rate limited."""
-    config = state.config
-    operator = state.clients.is_operator(request.headers)
-    client = OPERATOR if operator else state.clients.identify(request.headers)
-    if client is None:
-        return _unauthorized()
-    if not operator:
-        wait = state.feedback_limit.take(client)
-        if wait:
-            limit = f"{config.feedback_per_minute:g}"
-            message = f"too much feedback from this client: at most {limit} a minute"
-            return _error(429, message, "rate_limit_error", **{"retry-after": retry_after(wait)})
-    raw, body = await _read_body(request)
-    if len(raw) > config.max_feedback_bytes:
-        message = f"the feedback body is larger than {config.max_feedback_bytes} bytes"
-        return _error(413, message, "invalid_request_error")
-    try:
-        target, fb = _feedback_request(body, config.max_comment_bytes)
-        found = await asyncio.to_thread(_attach_feedback, state, target, fb, client, operator)
-    except _Refused as err:
-        return _error(err.status, err.message, err.kind)
-    except _NotFound as err:
-        return _error(404, str(err), "not_found_error")
-    except (ValueError, TypeError) as err:  # InputError included
-        return _error(400, str(err), "invalid_request_error")
-    if state.watch is not None:
-        state.watch.poke()  # probation runs in its own thread, after the answer
-    return {"id": found, "status": "ok"}
-
-
-def _feedback_request(
-    body: dict[str, Any] | str, max_comment_bytes: int
-) -> tuple[tuple[str, str], Feedback]:
-    """((what the feedback is on: "id" or "session_id", its value), the feedback)."""
-    if isinstance(body, str):
-        raise InputError(body)
-    named = [k for k in ("id", "session_id") if isinstance(body.get(k), str) and body[k]]
-    if len(named) != 1:
-        raise InputError(
-            "the body must be a JSON object with the interaction `id` or the agent `session_id`"
-        )
-    fb = Feedback.coerce({k: v for k, v in body.items() if k not in ("id", "session_id")})
-    if fb is None or fb.empty():
-        raise InputError("feedback is empty: give a thumb, a score, a reference or a comment")
-    if fb.comment is not None and not isinstance(fb.comment, str):
-        raise InputError("comment must be a string")
-    if fb.comment and len(fb.comment.encode()) > max_comment_bytes:
-        raise _Refused(
-            413, f"the comment is longer than {max_comment_bytes} bytes", "invalid_request_error"
-        )
-    return (named[0], body[named[0]]), fb
-
-
-def _feedback_row(state: ProxyState, target: tuple[str, str]) -> str:
-    """The full id of the row the feedback is on: this project's only, the exact id only
-    (no prefix), one message whatever the reason (no oracle)."""
-    kind, value = target
-    project = state.config.project
-    if kind == "session_id":
-        row = last_turn(state.log, project, value)
-        if row is None:
-            raise _NotFound(f"no answered turn of session {value!r} in this proxy's project")
-        return row.id
-    try:
-        row = state.log.get(value)
-    except LogError:
-        row = None
-    if row is None or row.id != value or row.project != project:
-        raise _NotFound(f"no interaction {value!r} in this proxy's project (give its full id)")
-    return row.id
-
-
-def _attach_feedback(
-    state: ProxyState, target: tuple[str, str], fb: Feedback, client: str, operator: bool
-) -> str:
-    try:
-        iid = _feedback_row(state, target)
-    except _NotFound:
-        state.writer.flush(5.0)  # the interaction may still be on its way to the log
-        iid = _feedback_row(state, target)
-    return state.log.add_feedback(iid, fb, giver=client, trusted=operator)
 
 
 # ---- logging ----------------------------------------------------------------------------------
@@ -767,7 +645,7 @@ def _new_record(
     )
 
 
-def _network_error(err: Exception) -> tuple[int, str]:
+def _networkerror_response(err: Exception) -> tuple[int, str]:
     import httpx
 
     if isinstance(err, httpx.TimeoutException):
@@ -934,7 +812,7 @@ async def _shadow(
     except RetrievalUnavailable as err:
         _finish(state, record, started, error=f"the staged proposal: {err}", status=500)
     except Exception as err:  # noqa: BLE001 - logged on the shadow row, never raised
-        status, message = _network_error(err)
+        status, message = _networkerror_response(err)
         _finish(state, record, started, error=message, status=status)
     else:
         _finish_plain(state, wire, record, started, response.status_code, response.content)

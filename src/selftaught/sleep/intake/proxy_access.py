@@ -175,3 +175,42 @@ class RateLimit:
 
 def retry_after(seconds: float) -> str:
     return str(max(1, math.ceil(seconds)))
+
+
+# ---- answers the proxy gives itself ---------------------------------------------------------
+
+
+def error_body(message: str, kind: str, status: int) -> dict[str, Any]:
+    """An error in OpenAI's shape (what every client of the proxy reads)."""
+    return {"error": {"message": message, "type": kind, "code": status, "param": None}}
+
+
+def error_response(
+    status: int, message: str, kind: str, iid: str | None = None, **headers: str
+) -> Any:
+    from fastapi.responses import JSONResponse
+
+    from selftaught.sleep.intake.proxy_wire import ID_HEADER
+
+    extra = {**({ID_HEADER: iid} if iid else {}), **headers}
+    return JSONResponse(error_body(message, kind, status), status_code=status, headers=extra)
+
+
+def unauthorized() -> Any:
+    return error_response(
+        401,
+        "missing or wrong API key for this proxy (--require-key / --client-keys)",
+        "authentication_error",
+    )
+
+
+async def read_json_body(request: Any) -> tuple[bytes, dict[str, Any] | str]:
+    """The raw body and its JSON object, or why it is not one."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        return raw, f"the request body is not valid JSON: {err}"
+    if not isinstance(body, dict):
+        return raw, "the request body must be a JSON object"
+    return raw, body

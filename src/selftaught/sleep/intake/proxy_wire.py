@@ -31,6 +31,7 @@ from selftaught.sleep.adoption.inject import inject_adopted, render_adopted
 from selftaught.sleep.intake.harvest.common import tool_call
 from selftaught.sleep.paths import Adopted
 
+ID_HEADER = "x-selftaught-interaction-id"  # on every answer: the logged row's id
 SESSION_HEADERS = ("x-claude-code-session-id", "session-id")
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 REQUEST_FIELD_CHARS = 2000  # a request field longer than this (as JSON) is not kept in meta
