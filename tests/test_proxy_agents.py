@@ -429,3 +429,49 @@ def test_the_first_byte_reaches_the_client_before_the_upstream_finishes(tmp_path
     assert first is not None and first < 0.5 and total > 1.5  # ~20 events x 0.1 s
     (row,) = rows_of(tmp_path)
     assert row.reply == words and row.meta["stream"] is True
+
+
+def test_the_night_reads_one_row_per_agent_session(tmp_path):
+    """Where the night gathers rows (`cycle._window_rows`), a session's steps are one row."""
+    from selftaught.sleep.night.cycle import SleepConfig, _window_rows
+
+    with stack(tmp_path, one_tool_then_answer("echo hi")) as s:
+        ask = [{"role": "user", "content": "go"}]
+        block = messages_turn(s, ask).json()["content"][0]
+        result = {"type": "tool_result", "tool_use_id": block["id"], "content": "hi"}
+        messages_turn(s, [*ask, {"role": "assistant", "content": [block]},
+                          {"role": "user", "content": [result]}])  # fmt: skip
+        responses_turn(s, [{"role": "user", "content": "another session"}])
+    log = TaskLog(tmp_path / "log.db")
+    config = SleepConfig(project=PROJECT, home=tmp_path / "home", since=0)
+    ((_, rows),) = _window_rows(log, config, tmp_path / "home", time.time() + 1).values()
+    assert log.count() == 3 and len(rows) == 2
+    assert sorted(r.session_id for r in rows) == ["s-msg-1", "s-resp-1"]
+    episode = next(r for r in rows if r.session_id == "s-msg-1")
+    assert episode.reply == "tool said: hi" and len(episode.meta["session_steps"]) == 1
+
+
+def test_a_canary_shadow_answer_on_the_messages_wire_gets_the_staged_skill(tmp_path):
+    from tests.test_probation import PROJECT as STAGED_PROJECT
+    from tests.test_probation import stage
+
+    home = tmp_path / "home"
+    stage(home, "n1", f"Staged rule {MARKER}.")
+    with AgentUpstream(needs_skill(MARKER)) as up:
+        config = ProxyConfig(upstream=up.root_url, project=STAGED_PROJECT, port=0,
+                             log_path=tmp_path / "log.db", home=home, canary_share=1.0)  # fmt: skip
+        with proxy_in_background(config) as (url, app):
+            body = {"model": MODEL, "max_tokens": 10, "stream": True,
+                    "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
+            served = httpx.post(f"{url}/messages", json=body, timeout=20)
+            writer, deadline = app.state.proxy.writer, time.monotonic() + 20
+            while writer.snapshot()["submitted"] < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)  # the shadow answer is asked for after the served one
+            assert writer.flush(30)
+    assert "UNSOLVED" in served.text  # the client got the adopted (empty) version's answer
+    systems = sorted(r.system for r in up.requests_seen)
+    assert systems[0] == "" and MARKER in systems[1]
+    rows = TaskLog(tmp_path / "log.db").query()
+    shadow = next(r for r in rows if r.shadow_of)
+    assert shadow.reply == "SOLVED" and shadow.skill_version == "staged:n1"
+    assert shadow.meta["wire"] == "messages" and shadow.shadow_of == served.headers[ID_HEADER]
