@@ -247,6 +247,7 @@ class AgentUpstream(FakeUpstream):
         model: str = MODEL,
         chunk_delay_s: float = 0.0,
         api_key: str | None = None,
+        port: int = 0,
     ):
         self.policy = policy or one_tool_then_answer()
         self.api_key = api_key
@@ -257,6 +258,7 @@ class AgentUpstream(FakeUpstream):
             model=model,
             chunk_delay_s=chunk_delay_s,
             routes={"/v1/messages": self._messages, "/v1/responses": self._responses},
+            port=port,
         )
 
     @property
