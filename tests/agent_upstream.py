@@ -498,9 +498,10 @@ def cli_dir() -> Path:
 
 
 def find_cli(name: str) -> str | None:
-    """The pinned CLI (`claude`, `codex`) installed by `scripts/install-agent-clis.sh`."""
+    """The pinned CLI (`claude`, `codex`) installed by `scripts/install-agent-clis.sh`; None
+    when it is not there (or node, which starts it, is not)."""
     path = cli_dir() / "node_modules" / ".bin" / name
-    return str(path) if path.exists() else None
+    return str(path) if path.exists() and shutil.which("node") else None
 
 
 def agent_env(home: Path, **extra: str) -> dict[str, str]:
@@ -540,7 +541,3 @@ def codex_config(codex_home: Path, base_url: str, *, model: str = MODEL, key_env
         "request_max_retries = 0\n"
         "stream_max_retries = 0\n"
     )
-
-
-def node_available() -> bool:
-    return shutil.which("node") is not None

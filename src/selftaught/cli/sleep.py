@@ -78,6 +78,14 @@ PROXY_FLAGS = (
     "canary_seed",
 )
 PROBATION_FLAGS = ("min_outcomes", "confidence")
+UPSTREAM_HELP = (
+    "Where requests go: http://HOST:PORT/v1#M | http://HOST:PORT (the client's model) | "
+    "openai:M | local | anthropic | openai (the vendor's API, the client's model)."
+)
+FEEDBACK_KEY_HELP = (
+    "The operator's key for POST /v1/feedback: feedback sent with it is trusted (giver "
+    "operator); end users' feedback is not."
+)
 PROXY_PROBATION_FLAGS = {**{f: f for f in PROBATION_FLAGS}, "untrusted": "probation_untrusted"}
 
 
@@ -88,14 +96,7 @@ PROXY_PROBATION_FLAGS = {**{f: f for f in PROBATION_FLAGS}, "untrusted": "probat
 def proxy_cmd(
     watch_fields: dict[str, Any],
     probation_fields: dict[str, Any],
-    upstream: Annotated[
-        str,
-        typer.Option(
-            help="Where requests go: http://HOST:PORT/v1#M | http://HOST:PORT (the client's "
-            "model) | openai:M | local | anthropic | openai (the vendor's API, the client's "
-            "model)."
-        ),
-    ],
+    upstream: Annotated[str, typer.Option(help=UPSTREAM_HELP)],
     project: ProjectOpt = ProxyConfig.project,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = ProxyConfig.host,
     port: Annotated[int, typer.Option(help="Port.")] = ProxyConfig.port,
@@ -107,12 +108,7 @@ def proxy_cmd(
         ),
     ] = None,
     feedback_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="SELFTAUGHT_FEEDBACK_KEY",
-            help="The operator's key for POST /v1/feedback: feedback sent with it is trusted "
-            "(giver operator); end users' feedback is not.",
-        ),
+        str | None, typer.Option(envvar="SELFTAUGHT_FEEDBACK_KEY", help=FEEDBACK_KEY_HELP)
     ] = None,
     allow_remote: Annotated[
         bool,
