@@ -39,8 +39,8 @@ class _TooLarge(InputError):
         self.status, self.message, self.kind = 413, message, "invalid_request_error"
 
 
-class _NotFound(LookupError):
-    pass
+class _NotFound(InputError, LookupError):
+    """No row the feedback may go to (the message is the same whatever the reason)."""
 
 
 async def take_feedback(state: ProxyState, request: Any) -> Any:
