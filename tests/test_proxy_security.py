@@ -365,3 +365,22 @@ def test_probation_counts_untrusted_feedback_only_when_asked():
     assert not ignored.drop and ignored.adopted.verdict == "too_few"
     honest = rows("1", "up", True) + rows("2", "down", True)
     assert evaluate(honest, lineage, ProbationConfig(10), "p").drop
+
+
+def test_the_cli_refuses_a_bad_keys_file_or_rate_in_one_sentence(tmp_path):
+    from typer.testing import CliRunner
+
+    from selftaught import cli
+
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"alice": "short"}))
+    base = ["proxy", "--upstream", "http://127.0.0.1:9", "--log", str(tmp_path / "l.db")]
+    runner = CliRunner()
+    for extra, message in (
+        (["--client-keys", str(keys)], "must be a string of 8+ characters"),
+        (["--client-keys", str(tmp_path / "none.json")], "cannot read the client keys file"),
+        (["--feedback-per-minute", "0"], "feedback_per_minute must be > 0"),
+    ):
+        result = runner.invoke(cli.app, [*base, *extra])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert "Traceback" not in result.output
