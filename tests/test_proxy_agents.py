@@ -475,3 +475,22 @@ def test_a_canary_shadow_answer_on_the_messages_wire_gets_the_staged_skill(tmp_p
     shadow = next(r for r in rows if r.shadow_of)
     assert shadow.reply == "SOLVED" and shadow.skill_version == "staged:n1"
     assert shadow.meta["wire"] == "messages" and shadow.shadow_of == served.headers[ID_HEADER]
+
+
+def test_last_turn_pages_back_through_the_log(tmp_path, monkeypatch):
+    from selftaught.sleep.intake import sessions
+
+    monkeypatch.setattr(sessions, "LOOKUP_PAGE", 3)
+    log = TaskLog(tmp_path / "log.db")
+
+    def row(t: float, session: str | None, **kw: Any) -> Interaction:
+        kw.setdefault("project", "p")
+        return Interaction(messages=[{"role": "user", "content": "q"}], reply="a",
+                           source="proxy", created_at=t, session_id=session, **kw)  # fmt: skip
+
+    old, newer = row(1.0, "s1"), row(2.0, "s1")
+    failed = row(9.0, "s1", error="HTTP 500")
+    noise = [row(10.0 + i, "other") for i in range(8)] + [row(5.0, None) for _ in range(4)]
+    log.add_many([old, newer, failed, *noise, row(3.0, "s1", project="q")])
+    assert last_turn(log, "p", "s1").id == newer.id  # not the failed one, not project q's
+    assert last_turn(log, "p", "nope") is None

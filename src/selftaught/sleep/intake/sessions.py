@@ -23,6 +23,7 @@ Only proxy rows are collapsed: a harvested transcript already holds one row per 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
@@ -122,20 +123,25 @@ def collapse_sessions(rows: Iterable[Interaction]) -> list[Interaction]:
 
 
 def last_turn(log: TaskLog, project: str, session_id: str) -> Interaction | None:
-    """The newest answered (not failed, not shadow) row of `session_id` in `project`."""
+    """The newest answered (not failed, not shadow) row of `session_id` in `project`, looked
+    for newest first, a page at a time (at most `LOOKUP_MAX_ROWS` rows back)."""
     until: float | None = None
-    seen: set[str] = set()
     looked = 0
     while looked < LOOKUP_MAX_ROWS:
-        page = log.query(LogFilter(project=project, errors=False, until=until, limit=LOOKUP_PAGE))
-        fresh = [it for it in page if it.id not in seen]
-        for it in fresh:
+        flt = LogFilter(project=project, errors=False, until=until, limit=LOOKUP_PAGE)
+        page = log.query(flt)
+        full = len(page) == LOOKUP_PAGE
+        if full:  # rows at the page's oldest time may go on past it: read them all at once
+            oldest = page[-1].created_at
+            at = LogFilter(
+                project=project, errors=False, since=oldest, until=math.nextafter(oldest, math.inf)
+            )
+            page = [it for it in page if it.created_at > oldest] + log.query(at)
+            until = oldest
+        for it in page:
             if it.session_id == session_id and it.shadow_of is None:
                 return it
-        if len(page) < LOOKUP_PAGE or not fresh:
+        if not full:
             return None
-        seen.update(it.id for it in fresh)
-        looked += len(fresh)
-        # rows at the page's oldest time may continue on the next page: look again from it
-        until = page[-1].created_at + 1e-6
+        looked += len(page)
     return None
