@@ -53,11 +53,17 @@ def serve_upstream(port: int, chunk_ms: float) -> None:
 def agent_body(wire: str, body_kb: int) -> dict[str, Any]:
     """A request the size of a coding agent's: a long system prompt, many tools."""
     rng = random.Random(0)
-    words = [f"w{rng.randrange(10_000)}" for _ in range(body_kb * 60)]
-    system = " ".join(words[: len(words) // 3])
+
+    def text(chars: int) -> str:
+        out, size = [], 0
+        while size < chars:
+            out.append(f"w{rng.randrange(10_000)}")
+            size += len(out[-1]) + 1
+        return " ".join(out)
+
+    system = text(body_kb * 1024 // 5)  # a fifth in the system prompt, the rest in 20 tools
     schema = {"type": "object", "properties": {"command": {"type": "string"}}}
-    per_tool = " ".join(words[len(words) // 3 :])
-    tools = [(f"Tool{i}", per_tool[i * 1500 : (i + 1) * 1500], schema) for i in range(20)]
+    tools = [(f"Tool{i}", text(body_kb * 1024 * 4 // 5 // 20), schema) for i in range(20)]
     ask = "Run the tests and tell me what failed."
     if wire == "messages":
         return {
