@@ -247,6 +247,7 @@ class AgentUpstream(FakeUpstream):
         model: str = MODEL,
         chunk_delay_s: float = 0.0,
         api_key: str | None = None,
+        port: int = 0,
     ):
         self.policy = policy or one_tool_then_answer()
         self.api_key = api_key
@@ -257,6 +258,7 @@ class AgentUpstream(FakeUpstream):
             model=model,
             chunk_delay_s=chunk_delay_s,
             routes={"/v1/messages": self._messages, "/v1/responses": self._responses},
+            port=port,
         )
 
     @property
@@ -496,14 +498,15 @@ def cli_dir() -> Path:
 
 
 def find_cli(name: str) -> str | None:
-    """The pinned CLI (`claude`, `codex`) installed by `scripts/install-agent-clis.sh`."""
+    """The pinned CLI (`claude`, `codex`) installed by `scripts/install-agent-clis.sh`; None
+    when it is not there (or node, which starts it, is not)."""
     path = cli_dir() / "node_modules" / ".bin" / name
-    return str(path) if path.exists() else None
+    return str(path) if path.exists() and shutil.which("node") else None
 
 
 def agent_env(home: Path, **extra: str) -> dict[str, str]:
     """An environment for running a CLI offline in a throwaway HOME: no telemetry, no
-    non-essential traffic, no proxy settings from the caller."""
+    non-essential traffic, no retries, no proxy settings or keys from the caller."""
     keep = ("PATH", "LANG", "LC_ALL", "TERM", "TMPDIR", "SYSTEMROOT")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     home.mkdir(parents=True, exist_ok=True)
@@ -513,6 +516,7 @@ def agent_env(home: Path, **extra: str) -> dict[str, str]:
         DISABLE_ERROR_REPORTING="1",
         DISABLE_AUTOUPDATER="1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        CLAUDE_CODE_MAX_RETRIES="0",  # a refused key fails at once (else ~7 tries, 40 s+)
         CODEX_HOME=str(home / ".codex"),
         NO_COLOR="1",
     )
@@ -537,7 +541,3 @@ def codex_config(codex_home: Path, base_url: str, *, model: str = MODEL, key_env
         "request_max_retries = 0\n"
         "stream_max_retries = 0\n"
     )
-
-
-def node_available() -> bool:
-    return shutil.which("node") is not None

@@ -45,6 +45,7 @@ class FakeUpstream:
         chunk_delay_s: float = 0.0,
         routes: dict[str, Route] | None = None,
         chat_reply: Callable[[dict[str, Any], dict[str, str]], str | dict[str, Any]] | None = None,
+        port: int = 0,  # 0: a free one
     ):
         self.answer = answer
         self.chat_reply = chat_reply  # (body, headers) -> reply; overrides `answer`
@@ -208,7 +209,7 @@ class FakeUpstream:
                 self.wfile.write(f"{head}data: {json.dumps(obj)}\n\n".encode())
                 self.wfile.flush()
 
-        self.httpd = _Server(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", port), Handler)
         self.port = self.httpd.server_address[1]
         self.root_url = f"http://127.0.0.1:{self.port}"
         self.base_url = f"{self.root_url}/v1"

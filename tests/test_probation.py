@@ -215,9 +215,14 @@ def scripted_upstream() -> Upstream:
                     False, None, False)  # fmt: skip
 
 
+FEEDBACK_KEY = "operator-feedback-key"
+OPERATOR = {"x-api-key": FEEDBACK_KEY}  # the operator's feedback: trusted, counted by probation
+
+
 def proxy_config(tmp_path: Path, **kw: Any) -> ProxyConfig:
     return ProxyConfig(upstream="http://upstream/v1#m", project=PROJECT, port=0,
-                       log_path=tmp_path / "log.db", home=tmp_path / "home", **kw)  # fmt: skip
+                       log_path=tmp_path / "log.db", home=tmp_path / "home",
+                       feedback_key=FEEDBACK_KEY, **kw)  # fmt: skip
 
 
 def ask(client: httpx.Client, url: str, i: int) -> tuple[str, str]:
@@ -229,7 +234,8 @@ def ask(client: httpx.Client, url: str, i: int) -> tuple[str, str]:
 
 def thumb(client: httpx.Client, url: str, iid: str, reply: str, i: int) -> None:
     right = reply == f"The answer is {2 * i + 1}."
-    client.post(f"{url}/feedback", json={"id": iid, "thumb": "up" if right else "down"})
+    body = {"id": iid, "thumb": "up" if right else "down"}
+    client.post(f"{url}/feedback", json=body, headers=OPERATOR).raise_for_status()
 
 
 def test_a_worse_version_adopted_with_force_is_rolled_back(tmp_path):
@@ -283,7 +289,7 @@ def test_shadow_answers_are_logged_linked_never_returned_never_mined(tmp_path):
             httpx.Client(timeout=30) as client:  # fmt: skip
         iid, reply = ask(client, url, 3)
         assert reply == "The answer is 7."  # the adopted version's answer
-        client.post(f"{url}/feedback", json={"id": iid, "reference": "7"})
+        client.post(f"{url}/feedback", json={"id": iid, "reference": "7"}, headers=OPERATOR)
         state = app.state.proxy
         for _ in range(500):
             if not state.shadow_tasks:

@@ -83,6 +83,10 @@ AnyProjectOpt = Annotated[
 
 
 PROXY_FLAGS = (
+    "client_keys",
+    "feedback_per_minute",
+    "forward_embeddings",
+    "forward_org_headers",
     "auto_rollback",
     "probation_every",
     "canary_share",
@@ -91,24 +95,37 @@ PROXY_FLAGS = (
     "canary_seed",
 )
 PROBATION_FLAGS = ("min_outcomes", "confidence")
+UPSTREAM_HELP = (
+    "Where requests go: http://HOST:PORT/v1#M | http://HOST:PORT (the client's model) | "
+    "openai:M | local | anthropic | openai (the vendor's API, the client's model)."
+)
+FEEDBACK_KEY_HELP = (
+    "The operator's key for POST /v1/feedback: feedback sent with it is trusted (giver "
+    "operator); end users' feedback is not."
+)
+PROXY_PROBATION_FLAGS = {**{f: f for f in PROBATION_FLAGS}, "untrusted": "probation_untrusted"}
 
 
 @app.command("proxy")
 @friendly_errors
 @config_flags(ProxyConfig, PROXY_FLAGS, into="watch_fields")
-@config_flags(ProbationConfig, PROBATION_FLAGS, into="probation_fields")
+@config_flags(ProbationConfig, PROXY_PROBATION_FLAGS, into="probation_fields")
 def proxy_cmd(
     watch_fields: dict[str, Any],
     probation_fields: dict[str, Any],
-    upstream: Annotated[
-        str, typer.Option(help="Model spec to forward to: http://HOST:PORT/v1#M | openai:M | local")
-    ],
+    upstream: Annotated[str, typer.Option(help=UPSTREAM_HELP)],
     project: ProjectOpt = ProxyConfig.project,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = ProxyConfig.host,
     port: Annotated[int, typer.Option(help="Port.")] = ProxyConfig.port,
     require_key: Annotated[
         str | None,
-        typer.Option(envvar="SELFTAUGHT_PROXY_KEY", help="Clients must send this bearer key."),
+        typer.Option(
+            envvar="SELFTAUGHT_PROXY_KEY",
+            help="Clients must send this key (Authorization: Bearer or x-api-key).",
+        ),
+    ] = None,
+    feedback_key: Annotated[
+        str | None, typer.Option(envvar="SELFTAUGHT_FEEDBACK_KEY", help=FEEDBACK_KEY_HELP)
     ] = None,
     allow_remote: Annotated[
         bool,
@@ -132,7 +149,8 @@ def proxy_cmd(
         ),
     ] = ProxyConfig.lora,
 ) -> None:
-    """OpenAI-compatible proxy: injects the adopted skill, logs every exchange (redacted)."""
+    """Logging proxy for chat completions, Anthropic Messages and OpenAI Responses (Claude Code,
+    Codex, any OpenAI-SDK agent): injects the adopted skill, logs every exchange (redacted)."""
     from selftaught.http_guard import strip_credentials
     from selftaught.serve import check_host
     from selftaught.sleep.intake.proxy import ProxyConfig, run_proxy
@@ -147,6 +165,7 @@ def proxy_cmd(
         host=host,
         port=port,
         require_key=require_key,
+        feedback_key=feedback_key,
         allow_remote=allow_remote,
         log_path=log,
         api_key=api_key,

@@ -66,6 +66,7 @@ from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import BlockMarkerError
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
+from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
 from selftaught.sleep.night.consolidate import (
@@ -385,6 +386,7 @@ def _window_rows(
             project=config.project, since=earliest, until=until, errors=False, newest_first=False
         )
     )
+    rows = collapse_sessions(rows)  # an agent session's turns: one episode, its last turn
     out: dict[str, tuple[float, list[Interaction]]] = {}
     for it in rows:
         if it.created_at >= since(it.project):
