@@ -52,6 +52,7 @@ from selftaught.sleep.adoption.probation import (  # noqa: E402
 from selftaught.stats import z_for  # noqa: E402
 
 PROJECT = "bench"
+FEEDBACK_KEY = "bench-operator-feedback-key"  # the simulated feedback is the operator's
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ def _ask(client: Any, url: str, seed: int, i: int, s: Setting) -> str:
     iid = r.headers["x-selftaught-interaction-id"]
     if gives_feedback(seed, i, s.feedback_share):
         ok = r.json()["choices"][0]["message"]["content"] == str(a + b)
-        client.post(f"{url}/feedback", json={"id": iid, "thumb": "up" if ok else "down"})
+        body = {"id": iid, "thumb": "up" if ok else "down"}
+        client.post(f"{url}/feedback", json=body, headers={"x-api-key": FEEDBACK_KEY})
     return iid
 
 
@@ -184,7 +186,8 @@ def through_proxy(seed: int, s: Setting) -> dict[str, Any]:
                             False, None, False)  # fmt: skip
         config = ProxyConfig(upstream="http://up/v1#m", project=PROJECT, port=0,
                              log_path=Path(tmp) / "log.db", home=home, auto_rollback=True,
-                             probation=ProbationConfig(s.min_outcomes, s.confidence))  # fmt: skip
+                             probation=ProbationConfig(s.min_outcomes, s.confidence),
+                             feedback_key=FEEDBACK_KEY)  # fmt: skip
         started = time.perf_counter()
         with proxy_in_background(config, upstream=upstream) as (url, app), \
                 httpx.Client(timeout=30) as client:  # fmt: skip

@@ -53,6 +53,8 @@ from selftaught.tasks.base import Example, Score  # noqa: E402
 from selftaught.tasks.tools.calculator import calculate  # noqa: E402
 
 PROJECT = "replay"
+FEEDBACK_KEY = "bench-operator-feedback-key"  # the simulated feedback is the operator's
+OPERATOR = {"x-api-key": FEEDBACK_KEY}
 MODEL = "scripted-agent"
 PRICES = {"apples": "1.25", "pears": "2.5", "plums": "0.75", "figs": "3.5", "kiwis": "0.5"}
 TOOLS = [
@@ -359,15 +361,18 @@ def give_feedback(client: Any, url: str, plan: Plan) -> None:
             "reference": plan.answer,
             "thumb": "up" if plan.live.hard else "down",
         }
-        client.post(f"{url}/feedback", json=fb).raise_for_status()
+        client.post(f"{url}/feedback", json=fb, headers=OPERATOR).raise_for_status()
         return
     call = {"name": plan.corrected["name"], "arguments": plan.corrected["arguments"]}
     if plan.correct_on_first_step:
-        client.post(f"{url}/feedback", json={"id": plan.ids[0], "reference": json.dumps(call)})
-        client.post(f"{url}/feedback", json={"id": plan.ids[-1], "reference": plan.answer})
+        first = {"id": plan.ids[0], "reference": json.dumps(call)}
+        client.post(f"{url}/feedback", json=first, headers=OPERATOR)
+        last = {"id": plan.ids[-1], "reference": plan.answer}
+        client.post(f"{url}/feedback", json=last, headers=OPERATOR)
     else:
         ref = {"tool_calls": [call], "answer": plan.answer}
-        client.post(f"{url}/feedback", json={"id": plan.ids[-1], "reference": ref, "thumb": "down"})
+        fb = {"id": plan.ids[-1], "reference": ref, "thumb": "down"}
+        client.post(f"{url}/feedback", json=fb, headers=OPERATOR)
 
 
 @contextlib.contextmanager
@@ -381,7 +386,8 @@ def deployment(log_path: Path, plans: list[Plan], home: Path) -> Iterator[tuple[
     upstream = Upstream(httpx.AsyncClient(transport=transport), "http://upstream/v1", None,
                         False, None, False)  # fmt: skip
     config = ProxyConfig(upstream="http://upstream/v1#" + MODEL, project=PROJECT, port=0,
-                         log_path=log_path, home=home, inject=False)  # fmt: skip
+                         log_path=log_path, home=home, inject=False,
+                         feedback_key=FEEDBACK_KEY)  # fmt: skip
     with proxy_in_background(config, upstream=upstream) as (url, app):
         yield url, app
 

@@ -62,6 +62,7 @@ from selftaught.sleep.night.split import SplitConfig  # noqa: E402
 from selftaught.tasks.base import Example, Score  # noqa: E402
 
 PROJECT = "bench"
+FEEDBACK_KEY = "bench-operator-feedback-key"  # the simulated feedback is the operator's
 UNIT = "km"
 CONFIGS = ("gate-on", "gate-off", "retrieval", "rollouts-k4", "weights", "both")
 DEFAULT_CONFIGS = ("gate-on", "gate-off", "retrieval")
@@ -122,7 +123,12 @@ def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str
     )
 
     config = ProxyConfig(
-        upstream=target_spec, project=PROJECT, port=0, log_path=home / "log.db", home=home
+        upstream=target_spec,
+        project=PROJECT,
+        port=0,
+        log_path=home / "log.db",
+        home=home,
+        feedback_key=FEEDBACK_KEY,  # the simulated users' feedback counts as the operator's
     )
     upstream = None
     if target_spec == "local" or target_spec.startswith("local:"):  # share the loaded model
@@ -161,7 +167,9 @@ def send_traffic(
                 usage["prompt_tokens"] += int(got.get("prompt_tokens") or 0)
                 usage["completion_tokens"] += int(got.get("completion_tokens") or 0)
             fb = {"id": iid, "thumb": "down", "reference": r.reference}
-            httpx.post(f"{url}/feedback", json=fb, timeout=60).raise_for_status()
+            httpx.post(
+                f"{url}/feedback", json=fb, headers={"x-api-key": FEEDBACK_KEY}, timeout=60
+            ).raise_for_status()
 
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
             list(pool.map(one, requests))

@@ -1,5 +1,12 @@
 """A tiny OpenAI-compatible server on loopback for proxy tests: plain and streamed chat
-completions, `/v1/models`, injected errors, a slow stream on demand. Records every request."""
+completions, `/v1/models`, injected errors, a slow stream on demand. Records every request.
+
+Every request, whatever its route, is recorded in `calls` (method, path, query, headers, body);
+a route it does not serve is answered 404 and recorded in `unknown` too. `routes` adds POST
+routes (path without the query → `fn(handler, body)`; `tests.agent_upstream` serves the
+Anthropic Messages and OpenAI Responses APIs that way). `answer(messages)` gives the chat
+reply (or `chat_reply(body, headers)`, which sees the whole request): a string, or a dict
+`{"content": ..., "tool_calls": [...]}` (OpenAI shape)."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 
 def echo(messages: list[dict[str, Any]]) -> str:
@@ -22,24 +30,34 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 512  # many clients connect at once
 
 
+Route = Callable[[Any, dict[str, Any]], None]
+
+
 class FakeUpstream:
     """`faults` queue: "500", "429", "401", "400" answer that status with an OpenAI error body;
     "broken" starts a stream and cuts it. `chunk_delay_s` paces streamed chunks."""
 
     def __init__(
         self,
-        answer: Callable[[list[dict[str, Any]]], str] = echo,
+        answer: Callable[[list[dict[str, Any]]], str | dict[str, Any]] = echo,
         *,
         model: str = "fake-model",
         chunk_delay_s: float = 0.0,
+        routes: dict[str, Route] | None = None,
+        chat_reply: Callable[[dict[str, Any], dict[str, str]], str | dict[str, Any]] | None = None,
+        port: int = 0,  # 0: a free one
     ):
         self.answer = answer
+        self.chat_reply = chat_reply  # (body, headers) -> reply; overrides `answer`
         self.model = model
         self.chunk_delay_s = chunk_delay_s
+        self.routes = dict(routes or {})
         self.faults: deque[str] = deque()
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.raw: list[bytes] = []
+        self.requests: list[dict[str, Any]] = []  # chat completion bodies
+        self.headers: list[dict[str, str]] = []  # their headers
+        self.raw: list[bytes] = []  # their bytes
+        self.calls: list[dict[str, Any]] = []  # every request, any route
+        self.unknown: list[tuple[str, str]] = []  # (method, path) answered 404
         self.lora_loads: list[dict[str, Any]] = []  # vLLM's POST /v1/load_lora_adapter bodies
         self.lock = threading.Lock()
         outer = self
@@ -57,17 +75,49 @@ class FakeUpstream:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
 
+            def _record(self, body: Any) -> str:
+                url = urlsplit(self.path)
+                path = url.path.rstrip("/") or "/"
+                with outer.lock:
+                    outer.calls.append(
+                        {
+                            "method": self.command,
+                            "path": path,
+                            "query": url.query,
+                            "headers": dict(self.headers),
+                            "body": body,
+                        }
+                    )
+                return path
+
+            def _not_found(self, path: str) -> None:
+                with outer.lock:
+                    outer.unknown.append((self.command, path))
+                self._json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
+
             def do_GET(self) -> None:  # noqa: N802
-                if self.path.rstrip("/").endswith("/models"):
+                path = self._record(None)
+                if path.endswith("/models"):
                     card = {"id": outer.model, "object": "model", "owned_by": "test"}
                     return self._json(200, {"object": "list", "data": [card]})
-                self._json(404, {"error": {"message": "not found", "type": "not_found"}})
+                self._not_found(path)
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._not_found(self._record(None))
 
             def do_POST(self) -> None:  # noqa: N802
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                body = json.loads(raw)
-                if self.path.rstrip("/").endswith("/load_lora_adapter"):
+                try:
+                    body = json.loads(raw) if raw else {}
+                except ValueError:
+                    body = {"_not_json": raw.decode("utf-8", "replace")}
+                path = self._record(body)
+                if path in outer.routes:
+                    return outer.routes[path](self, body)
+                if path.endswith("/load_lora_adapter"):
                     return self._load_lora(body)
+                if not path.endswith("/chat/completions"):
+                    return self._not_found(path)
                 with outer.lock:
                     outer.raw.append(raw)
                     outer.requests.append(body)
@@ -76,10 +126,18 @@ class FakeUpstream:
                 if fault.isdigit():
                     message = f"injected {fault}"
                     return self._json(int(fault), {"error": {"message": message, "type": "test"}})
-                text = outer.answer(body["messages"])
+                if outer.chat_reply is not None:
+                    out = outer.chat_reply(body, dict(self.headers))
+                else:
+                    out = outer.answer(body["messages"])
+                text = out if isinstance(out, str) else str(out.get("content") or "")
+                calls = None if isinstance(out, str) else out.get("tool_calls")
                 usage = {"prompt_tokens": 7, "completion_tokens": len(text.split())}
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
                 if not body.get("stream"):
+                    message: dict[str, Any] = {"role": "assistant", "content": text}
+                    if calls:
+                        message["tool_calls"] = calls
                     return self._json(
                         200,
                         {
@@ -90,14 +148,14 @@ class FakeUpstream:
                             "choices": [
                                 {
                                     "index": 0,
-                                    "message": {"role": "assistant", "content": text},
-                                    "finish_reason": "stop",
+                                    "message": message,
+                                    "finish_reason": "tool_calls" if calls else "stop",
                                 }
                             ],
                             "usage": usage,
                         },
                     )
-                self._stream(body, text, usage, broken=fault == "broken")
+                self._stream(body, text, calls, usage, broken=fault == "broken")
 
             def _load_lora(self, body: dict) -> None:
                 """vLLM's runtime LoRA loading: 200 and a plain-text "Success" (a queued
@@ -112,7 +170,9 @@ class FakeUpstream:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _stream(self, body: dict, text: str, usage: dict, broken: bool) -> None:
+            def _stream(
+                self, body: dict, text: str, calls: list | None, usage: dict, broken: bool
+            ) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()  # HTTP/1.0: the body ends when the connection closes
@@ -125,6 +185,8 @@ class FakeUpstream:
                 pieces = [w + " " for w in text.split(" ")]
                 pieces[-1] = pieces[-1][:-1]
                 events = [{"role": "assistant", "content": ""}] + [{"content": p} for p in pieces]
+                for i, call in enumerate(calls or []):
+                    events.append({"tool_calls": [{"index": i, **call}]})
                 try:
                     for i, delta in enumerate(events):
                         if broken and i == 2:
@@ -132,8 +194,9 @@ class FakeUpstream:
                         choice = {"index": 0, "delta": delta, "finish_reason": None}
                         self._event({**base, "choices": [choice]})
                         time.sleep(outer.chunk_delay_s)
+                    finish = "tool_calls" if calls else "stop"
                     self._event(
-                        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
                     )
                     if (body.get("stream_options") or {}).get("include_usage"):
                         self._event({**base, "choices": [], "usage": usage})
@@ -141,13 +204,15 @@ class FakeUpstream:
                 except (BrokenPipeError, ConnectionResetError):
                     return
 
-            def _event(self, obj: dict) -> None:
-                self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+            def _event(self, obj: dict, name: str | None = None) -> None:
+                head = f"event: {name}\n" if name else ""
+                self.wfile.write(f"{head}data: {json.dumps(obj)}\n\n".encode())
                 self.wfile.flush()
 
-        self.httpd = _Server(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", port), Handler)
         self.port = self.httpd.server_address[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.root_url = f"http://127.0.0.1:{self.port}"
+        self.base_url = f"{self.root_url}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self) -> FakeUpstream:

@@ -215,9 +215,14 @@ def scripted_upstream() -> Upstream:
                     False, None, False)  # fmt: skip
 
 
-def proxy_config(tmp_path: Path, log_at: Path | str, **kw: Any) -> ProxyConfig:
+FEEDBACK_KEY = "operator-feedback-key"
+OPERATOR = {"x-api-key": FEEDBACK_KEY}  # the operator's feedback: trusted, counted by probation
+
+
+def proxy_config(tmp_path: Path, log_at: Path | str | None = None, **kw: Any) -> ProxyConfig:
     return ProxyConfig(upstream="http://upstream/v1#m", project=PROJECT, port=0,
-                       log_path=log_at, home=tmp_path / "home", **kw)  # fmt: skip
+                       log_path=log_at or tmp_path / "log.db", home=tmp_path / "home",
+                       feedback_key=FEEDBACK_KEY, **kw)  # fmt: skip
 
 
 def ask(client: httpx.Client, url: str, i: int) -> tuple[str, str]:
@@ -229,7 +234,8 @@ def ask(client: httpx.Client, url: str, i: int) -> tuple[str, str]:
 
 def thumb(client: httpx.Client, url: str, iid: str, reply: str, i: int) -> None:
     right = reply == f"The answer is {2 * i + 1}."
-    client.post(f"{url}/feedback", json={"id": iid, "thumb": "up" if right else "down"})
+    body = {"id": iid, "thumb": "up" if right else "down"}
+    client.post(f"{url}/feedback", json=body, headers=OPERATOR).raise_for_status()
 
 
 def test_a_worse_version_adopted_with_force_is_rolled_back(tmp_path, log_at):
@@ -283,7 +289,7 @@ def test_shadow_answers_are_logged_linked_never_returned_never_mined(tmp_path, l
             httpx.Client(timeout=30) as client:  # fmt: skip
         iid, reply = ask(client, url, 3)
         assert reply == "The answer is 7."  # the adopted version's answer
-        client.post(f"{url}/feedback", json={"id": iid, "reference": "7"})
+        client.post(f"{url}/feedback", json={"id": iid, "reference": "7"}, headers=OPERATOR)
         state = app.state.proxy
         for _ in range(500):
             if not state.shadow_tasks:
@@ -362,7 +368,7 @@ def home_night(home, night):
 def test_a_staged_adapter_refuses_the_canary_at_startup_on_a_remote_upstream(tmp_path):
     home = tmp_path / "home"
     stage(home, "n1", "GOOD", adapter={"dir": "adapter", "method": "sft"})
-    config = proxy_config(tmp_path, tmp_path / "log.db", canary_share=0.2)
+    config = proxy_config(tmp_path, canary_share=0.2)
     with pytest.raises(ProxyError, match="adapter.*remote upstream"):
         create_proxy_app(config, upstream=scripted_upstream())
     local = ProxyConfig(upstream="local", project=PROJECT, home=home, canary_share=0.2)
@@ -374,7 +380,7 @@ def test_a_staged_adapter_refuses_the_canary_at_startup_on_a_remote_upstream(tmp
         ProxyConfig(upstream="local", canary_share=1.5)
     with pytest.raises(ProxyError):
         ProxyConfig(upstream="local", canary_mode="both")
-    nothing = proxy_config(tmp_path, tmp_path / "log.db", canary_share=0.2, canary_night="n9")
+    nothing = proxy_config(tmp_path, canary_share=0.2, canary_night="n9")
     with pytest.raises(ProxyError, match="n9"):
         create_proxy_app(nothing, upstream=scripted_upstream())
 

@@ -356,6 +356,7 @@ def test_probation_tallies_each_version_and_rolls_back_a_worse_adapter(tmp_path,
         auto_rollback=True,
         probation_every=1,
         probation=ProbationConfig(min_outcomes=4, confidence=0.95),
+        feedback_key="operator-feedback-key",  # the operator's corrections: probation counts them
     )
     upstream = in_process_upstream(FollowAdopted(base, PROJECT, home))
 
@@ -365,7 +366,8 @@ def test_probation_tallies_each_version_and_rolls_back_a_worse_adapter(tmp_path,
             resp = httpx.post(f"{url}/chat/completions", json=body, timeout=120)
             iid = resp.headers["x-selftaught-interaction-id"]
             fb = {"id": iid, "reference": right}
-            httpx.post(f"{url}/feedback", json=fb, timeout=60).raise_for_status()
+            operator = {"x-api-key": "operator-feedback-key"}
+            httpx.post(f"{url}/feedback", json=fb, headers=operator, timeout=60).raise_for_status()
 
     with proxy_in_background(config, upstream=upstream) as (url, app):
         served_and_corrected(url, 4)  # version 0: the base

@@ -41,21 +41,32 @@ from tests.scripted import (
 
 
 def fill_log(
-    home: Path, rules: list[str], *, start: int = 0, project: str = "demo", log_at=None, **kw
+    home: Path,
+    rules: list[str],
+    *,
+    start: int = 0,
+    project: str = "demo",
+    feedback_by: str | None = None,
+    log_at=None,
+    **kw,
 ) -> None:
+    """Rows of `rules` questions, each corrected (thumb down, the right sum) by the operator,
+    or by the end user `feedback_by` (untrusted, as the proxy's /v1/feedback stores it)."""
     log = TaskLog(log_at or home / "log.db")
     for i, rule in enumerate(rules, start):
         a, b = i + 1, 7 * i + 3
-        log.add(
-            Interaction(
-                messages=[{"role": "user", "content": f"[needs {rule}] What is {a} + {b}?"}],
-                reply=f"Answer: {a + b + 1}",
-                project=project,
-                source="proxy",
-                feedback=Feedback(thumb="down", reference=str(a + b)),
-                **kw,
-            )
+        fb = Feedback(thumb="down", reference=str(a + b))
+        it = Interaction(
+            messages=[{"role": "user", "content": f"[needs {rule}] What is {a} + {b}?"}],
+            reply=f"Answer: {a + b + 1}",
+            project=project,
+            source="proxy",
+            feedback=fb if feedback_by is None else Feedback(),
+            **kw,
         )
+        log.add(it)
+        if feedback_by is not None:
+            log.add_feedback(it.id, fb, giver=feedback_by, trusted=False)
     log.close()
 
 
@@ -383,15 +394,16 @@ def test_requests_without_a_reference_are_judged_by_their_rubric(tmp_path):
     assert "too rude" in rubric and "'Fix the sink.'" in rubric  # the rejected reply is shown
 
 
-def test_the_session_cap_counts_transcript_sessions_only(tmp_path):
-    from selftaught.sleep.night.cycle import _cap
+def test_the_session_cap_counts_transcript_sessions_only():
+    from selftaught.sleep.night.window import take_fairly
 
     rows = [Interaction(messages=[], meta={"session_id": f"s{i // 2}"}) for i in range(6)]
     rows.insert(1, Interaction(messages=[]))  # a proxy row: no session
-    taken, capped = _cap(rows, config(tmp_path, max_sessions=2))
-    assert len(taken) == 5 and capped == "max_sessions (2)"
-    assert _cap(rows, config(tmp_path, max_tasks=3))[1] == "max_tasks (3)"
-    assert _cap(rows, config(tmp_path)) == (rows, None)
+    take = take_fairly(rows, 200, 2, 0.25)
+    assert len(take.rows) == 5 and take.capped == "max_sessions (2)"
+    assert take_fairly(rows, 3, 50, 0.25).capped == "max_tasks (3)"
+    every = take_fairly(rows, 200, 50, 0.25)
+    assert (every.rows, every.capped) == (rows, None)
 
 
 def test_an_unexpected_error_leaves_the_night_marked_failed(tmp_path):

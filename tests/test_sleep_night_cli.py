@@ -164,7 +164,7 @@ def test_schedule_status_unschedule_through_crontab(env, crontab):
     assert code == 0, text
     lines = crontab.read_text().splitlines()
     assert lines[0] == "0 1 * * * backup.sh"  # the user's own lines stay
-    assert lines[1].startswith("17 3 * * * cd ") and lines[1].endswith("project=demo")
+    assert lines[1].startswith("17 3 * * * umask 077 && cd ") and lines[1].endswith("project=demo")
     assert "sleep run --project demo --model local --auto-adopt" in lines[1]
     assert "OPENAI_API_KEY" not in lines[1]
     code, text = run("sleep", "status")

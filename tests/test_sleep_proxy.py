@@ -264,7 +264,8 @@ def test_feedback_endpoint(env):
     )
     iid = raw.headers[ID_HEADER]
     post = lambda body: httpx.post(env["url"] + "/feedback", json=body)  # noqa: E731
-    ok = post({"id": iid[:8], "thumb": "down", "reference": "4", "comment": "wrong"})
+    assert post({"id": iid[:8], "thumb": "down"}).status_code == 404  # the full id only
+    ok = post({"id": iid, "thumb": "down", "reference": "4", "comment": "wrong"})
     assert ok.status_code == 200 and ok.json() == {"id": iid, "status": "ok"}
     fb = env["log"].get(iid).feedback
     assert (fb.thumb, fb.reference, fb.comment) == ("down", "4", "wrong")

@@ -11,6 +11,10 @@ that resolves to 127.0.0.1. So, unless the server was started with `allow_remote
 
 and always:
 
+- with `routes` (the proxy), a request whose method and path are not exactly one of them is a
+  404 before anything else is read: the raw path must equal the decoded one (no `%2E`, `%2F`
+  or other escapes) and match a route exactly (no `//`, `.` or `..` segments, no trailing
+  slash), so no path reaches an app that normalises it into another route;
 - a body is at most `max_body_bytes` (413), checked on `Content-Length` and while reading;
 - a non-empty body must be a JSON object nested at most `MAX_JSON_DEPTH` deep (400: bad JSON
   of any shape is the client's error, never a 500).
@@ -114,12 +118,20 @@ def _depth(value: Any) -> int:
 class LocalServerGuard:
     """ASGI middleware enforcing the rules above; add it with `install_guard`."""
 
-    def __init__(self, app: Any, *, allow_remote: bool, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        allow_remote: bool,
+        max_body_bytes: int,
+        routes: frozenset[tuple[str, str]] | None = None,
+    ) -> None:
         if max_body_bytes < 1:
             raise ConfigError(f"max_body_bytes must be positive, got {max_body_bytes}")
         self.app = app
         self.allow_remote = allow_remote
         self.max_body_bytes = max_body_bytes
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -127,6 +139,8 @@ class LocalServerGuard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         refusal = self._check_headers(scope["method"], headers)
+        if refusal is None and self.routes is not None:
+            refusal = self._check_route(scope)
         if refusal is None and scope["method"] in _BODY_METHODS:
             body, refusal = await self._read_body(receive)
             if refusal is None and body:
@@ -169,6 +183,15 @@ class LocalServerGuard:
                 return 413, self._too_large()
         return None
 
+    def _check_route(self, scope: Scope) -> tuple[int, str] | None:
+        path = scope.get("path", "")
+        raw = scope.get("raw_path")
+        raw_text = raw.decode("latin-1").split("?", 1)[0] if isinstance(raw, bytes) else path
+        if raw_text == path and (scope["method"], path) in (self.routes or ()):
+            return None
+        shown = raw_text if len(raw_text) <= 200 else raw_text[:200] + "..."
+        return 404, f"no route {scope['method']} {shown} on this server"
+
     def _too_large(self) -> str:
         return f"the request body is larger than this server's limit of {self.max_body_bytes} bytes"
 
@@ -200,7 +223,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def _refuse(send: Send, status: int, message: str) -> None:
-    kind = "invalid_request_error" if status != 403 else "permission_error"
+    kind = {403: "permission_error", 404: "not_found_error"}.get(status, "invalid_request_error")
     payload = {"error": {"message": message, "type": kind, "code": status, "param": None}}
     body = json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -208,6 +231,15 @@ async def _refuse(send: Send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def install_guard(app: Any, *, allow_remote: bool, max_body_bytes: int) -> None:
-    """Put `LocalServerGuard` in front of a Starlette / FastAPI app."""
-    app.add_middleware(LocalServerGuard, allow_remote=allow_remote, max_body_bytes=max_body_bytes)
+def install_guard(
+    app: Any,
+    *,
+    allow_remote: bool,
+    max_body_bytes: int,
+    routes: frozenset[tuple[str, str]] | None = None,
+) -> None:
+    """Put `LocalServerGuard` in front of a Starlette / FastAPI app (`routes`: the only
+    (method, path) pairs it may see)."""
+    app.add_middleware(
+        LocalServerGuard, allow_remote=allow_remote, max_body_bytes=max_body_bytes, routes=routes
+    )

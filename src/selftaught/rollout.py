@@ -9,7 +9,13 @@ stops the whole batch at once.
 A rollout is an episode (see `selftaught.tasks.episode`): for a task with tools, the model's
 tool calls run against the episode's environment and it answers again, until a final answer or
 a cap; tokens are summed over its turns and the whole trajectory is kept. A task without tools
-is the one-step case and takes the plain path (one call per example, nothing added)."""
+is the one-step case and takes the plain path (one call per example, nothing added).
+
+A CLI agent (`selftaught.models.agents`) runs its own episode inside one call: its tool calls
+and results come back in the completion and become the rollout's trajectory, and what it ran
+and changed is kept in `agent`. An example whose task gives it a workspace (`workspace_for`)
+gets a fresh folder per attempt, handed to the model (`selftaught.workspace`) and scored after
+it (`score_workspace`: a check on the files, not on the words)."""
 
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -47,6 +54,7 @@ from selftaught.tasks.episode import (
     run_tool_calls,
     with_ids,
 )
+from selftaught.workspace import Workspace, WorkspaceSpec, using_workspace
 
 ErrorSource = Literal["backend", "timeout", "scorer", "tool"]
 EPISODE_FIELDS = ("turns", "tool_calls", "tool_errors", "stop", "trajectory")
@@ -77,6 +85,9 @@ class Rollout:
     trajectory: list[Message] = field(default_factory=list)
     """After the prompt (`messages`): assistant turns with their tool_calls, tool results,
     the final answer. Empty for a one-step rollout (its reply is `reply`)."""
+    agent: dict[str, Any] | None = None
+    """A CLI agent's run: its CLI and version, the files it changed, its own facts (session,
+    cost); None for any other model."""
 
     @property
     def ok(self) -> bool:
@@ -104,6 +115,7 @@ class Rollout:
             "sample": self.sample,
             # one-step rows keep the shape they always had
             **({k: getattr(self, k) for k in EPISODE_FIELDS} if self.is_episode else {}),
+            **({"agent": self.agent} if self.agent is not None else {}),
         }
 
     @classmethod
@@ -176,11 +188,38 @@ async def _attempts(
     if is_tool_task(task):
         await asyncio.gather(*(_episode(model, task, example, r, cfg, sem) for r in rollouts))
         return rollouts
+    spec = workspace_spec(task, example)
+    if spec is not None:  # each attempt in its own folder
+        await asyncio.gather(
+            *(_in_workspace(model, task, example, r, spec, cfg, sem) for r in rollouts)
+        )
+        return rollouts
+    completions = await _call(model, messages, cfg.params, cfg, sem, rollouts)
+    if completions is None:
+        return rollouts
+    for r, c in zip(rollouts, completions, strict=True):
+        take_completion(r, c)
+        r.score, r.error, r.error_source = await asyncio.to_thread(
+            score_reply, task, c.text, example, r.truncated
+        )
+    return rollouts
+
+
+async def _call(
+    model: ChatModel,
+    messages: list[Message],
+    params: GenerationParams,
+    cfg: RolloutConfig,
+    sem: asyncio.Semaphore,
+    rollouts: list[Rollout],
+) -> list[Completion] | None:
+    """One request for `len(rollouts)` completions under the semaphore and the timeout; None
+    (each rollout carrying the error) when it failed transiently or timed out."""
     async with sem:
         t0 = time.perf_counter()
         try:
-            completions = await asyncio.wait_for(
-                _complete(model, messages, cfg.params, cfg.samples), cfg.timeout_s
+            return await asyncio.wait_for(
+                _complete(model, messages, params, len(rollouts)), cfg.timeout_s
             )
         except FatalBackendError:
             raise
@@ -188,22 +227,63 @@ async def _attempts(
             for r in rollouts:
                 r.error, r.error_source, r.retries = str(err), "backend", err.retries
                 r.latency_s = time.perf_counter() - t0
-            return rollouts
+            return None
         except asyncio.TimeoutError:
             for r in rollouts:
                 r.error = f"{model.name}: timed out after {cfg.timeout_s:.0f}s"
                 r.error_source = "timeout"
                 r.latency_s = time.perf_counter() - t0
-            return rollouts
-    for r, c in zip(rollouts, completions, strict=True):
-        r.reply = c.text
-        r.prompt_tokens, r.completion_tokens = c.prompt_tokens, c.completion_tokens
-        r.latency_s, r.truncated, r.retries = c.latency_s, c.truncated, c.retries
-        r.cached = c.cached
+            return None
+
+
+def take_completion(r: Rollout, c: Completion) -> None:
+    """The completion's reply, tokens and timing into `r`; a CLI agent's run also becomes an
+    episode: its own tool calls and results are the trajectory."""
+    r.reply = c.text
+    r.prompt_tokens, r.completion_tokens = c.prompt_tokens, c.completion_tokens
+    r.latency_s, r.truncated, r.retries = c.latency_s, c.truncated, c.retries
+    r.cached = c.cached
+    agent = c.extra.get("agent")
+    if not isinstance(agent, dict):
+        return
+    r.agent = agent
+    r.trajectory = list(c.extra.get("trajectory") or [{"role": "assistant", "content": c.text}])
+    r.stop = "turn_cap" if c.truncated else "answer"
+    r.turns = sum(1 for m in r.trajectory if m.get("role") == "assistant")
+    r.tool_calls = int(agent.get("tool_calls", 0))
+    r.tool_errors = int(agent.get("tool_errors", 0))
+
+
+def workspace_spec(task: Task, example: Example) -> WorkspaceSpec | None:
+    """The workspace the task gives `example` (None: none; see `JsonlTask.workspace_for`)."""
+    getter = getattr(task, "workspace_for", None)
+    return getter(example) if callable(getter) else None
+
+
+async def _in_workspace(
+    model: ChatModel,
+    task: Task,
+    example: Example,
+    r: Rollout,
+    spec: WorkspaceSpec,
+    cfg: RolloutConfig,
+    sem: asyncio.Semaphore,
+) -> None:
+    """One attempt in a fresh workspace: the model works there (a CLI agent does; a chat model
+    ignores it), then the task scores the reply with the files it left."""
+    workspace = await asyncio.to_thread(Workspace.create, spec.source)
+    try:
+        with using_workspace(workspace):
+            params = params_for_sample(cfg.params, r.sample)
+            completions = await _call(model, r.messages, params, cfg, sem, [r])
+        if completions is None:
+            return
+        take_completion(r, completions[0])
         r.score, r.error, r.error_source = await asyncio.to_thread(
-            score_reply, task, c.text, example, r.truncated
+            score_in_workspace, task, r.reply, example, r.truncated, workspace.path
         )
-    return rollouts
+    finally:
+        await asyncio.to_thread(workspace.remove)
 
 
 def score_reply(
@@ -214,6 +294,15 @@ def score_reply(
     A fatal judge error and an exhausted budget propagate. A truncated wrong reply says so in
     its feedback."""
     return _guarded_score(lambda: task.score(reply, example), example, truncated)
+
+
+def score_in_workspace(
+    task: Task, reply: str, example: Example, truncated: bool, workspace: Path
+) -> tuple[Score | None, str | None, ErrorSource | None]:
+    """`score_reply` for an attempt that worked in `workspace`: the task's `score_workspace`
+    (a check that cannot give a verdict is a scorer error, never a 0)."""
+    scorer = task.score_workspace  # type: ignore[attr-defined]
+    return _guarded_score(lambda: scorer(reply, example, workspace), example, truncated)
 
 
 def score_episode(
@@ -387,6 +476,9 @@ def trajectory_lines(r: Rollout, limit: int = 300) -> list[str]:
             lines.append(cut(f"answer: {m.get('content', '')}"))
     if r.stop in ("turn_cap", "token_cap"):
         lines.append(f"stopped: {r.stop} after {r.turns} turns")
+    changed = (r.agent or {}).get("files_changed")
+    if changed:  # before the last line: the answer (or why it stopped) stays last
+        lines.insert(max(0, len(lines) - 1), cut("files changed: " + ", ".join(changed)))
     return lines
 
 

@@ -2,7 +2,11 @@
 
 Every file is written to a temp file and renamed into place, so a kill at any moment leaves
 either the old or the new version. `history.jsonl` rows carry a `step` number; on resume a
-torn last line is dropped and rows past the last completed step are never duplicated."""
+torn last line is dropped and rows past the last completed step are never duplicated.
+
+What this module creates is private whatever the umask: a new file 0600, a new folder 0700
+(`private_dirs`), an append-only log 0600 (`open_private_append`); `make_private` takes group
+and other bits off a tree that something else wrote (a peft adapter, a folder made earlier)."""
 
 from __future__ import annotations
 
@@ -27,11 +31,57 @@ def slug(text: str) -> str:
     return _UNSAFE.sub("_", text.replace(":", "-")).strip("_")[:80] or "run"
 
 
+def private_dirs(path: str | Path) -> Path:
+    """Create the folder `path` and its missing parents, each 0700 (folders that exist are
+    left as they are); returns it."""
+    target = Path(path)
+    missing, folder = [], target
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:  # made meanwhile by another process
+            continue
+        os.chmod(folder, 0o700)  # whatever the umask
+    if not target.is_dir():  # a file where the folder should be: the OS error mkdir gives
+        target.mkdir(mode=0o700)
+    return target
+
+
+def open_private_append(path: str | Path) -> Any:
+    """`path` opened to append text, created 0600 (its parents 0700) and made 0600 when it was
+    not: for logs that grow line by line (a night's evidence, a project's events)."""
+    path = Path(path)
+    private_dirs(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        return os.fdopen(fd, "a", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def make_private(root: str | Path) -> None:
+    """Take group and other bits off `root` and everything under it (symlinks not followed)."""
+    root = Path(root)
+    paths = [root]
+    for folder, dirs, files in os.walk(root):
+        paths += [Path(folder, n) for n in dirs + files]
+    for path in paths:
+        st = path.lstat()
+        if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename. A file that exists keeps
-    its permission bits (a user's AGENTS.md stays 0644); a new one is private (0600)."""
+    its permission bits (a user's AGENTS.md stays 0644); a new one is private (0600), and so
+    are the folders made for it (0700)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     try:
         mode: int | None = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
@@ -111,7 +161,7 @@ class RunDir:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         with writing_to(self.root, "the run directory"):
-            self.root.mkdir(parents=True, exist_ok=True)
+            private_dirs(self.root)
         self.history_path = self.root / "history.jsonl"
         self.state_path = self.root / "state.json"
         self.config_path = self.root / "config.json"

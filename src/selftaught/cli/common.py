@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import InputError, SelftaughtError, read_text
@@ -37,7 +38,8 @@ def friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except SelftaughtError as err:
-            console.print(f"[bold red]error:[/] {err}", soft_wrap=True)
+            # escaped: a message's brackets (pip install "selftaught[local]") are not markup
+            console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)
             raise typer.Exit(err.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
@@ -54,7 +56,8 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="Model spec: local | local:PATH | openai:NAME | http://HOST:PORT/v1#NAME",
+        help="Model spec: local | local:PATH | openai:NAME | http://HOST:PORT/v1#NAME | "
+        "claude-code[:NAME] | codex[:NAME] | cmd:TEMPLATE (CLI agents: docs/agents-as-policy.md)",
     ),
 ]
 ApiKeyOpt = Annotated[

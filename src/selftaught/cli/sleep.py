@@ -50,7 +50,7 @@ from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
-from selftaught.sleep.paths import DEFAULT_PROJECT
+from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 from selftaught.sleep.store.move import BATCH
 
 # ---- sleep, part 1: the proxy and the task log ----------------------------------------
@@ -85,7 +85,28 @@ LogOpt = Annotated[
 ProjectOpt = Annotated[str, typer.Option(help="Project the interactions belong to.")]
 
 
+def checked_project(value: str | None) -> str | None:
+    """A --project value, refused before anything runs unless it is a valid project name (it
+    names a folder under the home and goes into crontab lines)."""
+    if value is None:
+        return None
+    try:
+        return check_project(value)
+    except InputError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
+AnyProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", help="Only this project.", callback=checked_project),
+]
+
+
 PROXY_FLAGS = (
+    "client_keys",
+    "feedback_per_minute",
+    "forward_embeddings",
+    "forward_org_headers",
     "auto_rollback",
     "probation_every",
     "canary_share",
@@ -94,24 +115,37 @@ PROXY_FLAGS = (
     "canary_seed",
 )
 PROBATION_FLAGS = ("min_outcomes", "confidence")
+UPSTREAM_HELP = (
+    "Where requests go: http://HOST:PORT/v1#M | http://HOST:PORT (the client's model) | "
+    "openai:M | local | anthropic | openai (the vendor's API, the client's model)."
+)
+FEEDBACK_KEY_HELP = (
+    "The operator's key for POST /v1/feedback: feedback sent with it is trusted (giver "
+    "operator); end users' feedback is not."
+)
+PROXY_PROBATION_FLAGS = {**{f: f for f in PROBATION_FLAGS}, "untrusted": "probation_untrusted"}
 
 
 @app.command("proxy")
 @friendly_errors
 @config_flags(ProxyConfig, PROXY_FLAGS, into="watch_fields")
-@config_flags(ProbationConfig, PROBATION_FLAGS, into="probation_fields")
+@config_flags(ProbationConfig, PROXY_PROBATION_FLAGS, into="probation_fields")
 def proxy_cmd(
     watch_fields: dict[str, Any],
     probation_fields: dict[str, Any],
-    upstream: Annotated[
-        str, typer.Option(help="Model spec to forward to: http://HOST:PORT/v1#M | openai:M | local")
-    ],
+    upstream: Annotated[str, typer.Option(help=UPSTREAM_HELP)],
     project: ProjectOpt = ProxyConfig.project,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = ProxyConfig.host,
     port: Annotated[int, typer.Option(help="Port.")] = ProxyConfig.port,
     require_key: Annotated[
         str | None,
-        typer.Option(envvar="SELFTAUGHT_PROXY_KEY", help="Clients must send this bearer key."),
+        typer.Option(
+            envvar="SELFTAUGHT_PROXY_KEY",
+            help="Clients must send this key (Authorization: Bearer or x-api-key).",
+        ),
+    ] = None,
+    feedback_key: Annotated[
+        str | None, typer.Option(envvar="SELFTAUGHT_FEEDBACK_KEY", help=FEEDBACK_KEY_HELP)
     ] = None,
     allow_remote: Annotated[
         bool,
@@ -135,7 +169,8 @@ def proxy_cmd(
         ),
     ] = ProxyConfig.lora,
 ) -> None:
-    """OpenAI-compatible proxy: injects the adopted skill, logs every exchange (redacted)."""
+    """Logging proxy for chat completions, Anthropic Messages and OpenAI Responses (Claude Code,
+    Codex, any OpenAI-SDK agent): injects the adopted skill, logs every exchange (redacted)."""
     from selftaught.http_guard import strip_credentials
     from selftaught.serve import check_host
     from selftaught.sleep.intake.proxy import ProxyConfig, run_proxy
@@ -150,6 +185,7 @@ def proxy_cmd(
         host=host,
         port=port,
         require_key=require_key,
+        feedback_key=feedback_key,
         allow_remote=allow_remote,
         log_path=log,
         api_key=api_key,
@@ -177,7 +213,7 @@ sleep_app.add_typer(log_app, name="log")
 def sleep_log_cmd(
     ctx: typer.Context,
     log: LogOpt = None,
-    project: Annotated[str | None, typer.Option(help="Only this project.")] = None,
+    project: AnyProjectOpt = None,
     source: Annotated[
         str | None, typer.Option(help="proxy | api | import | claude-code | codex")
     ] = None,
@@ -298,14 +334,25 @@ def _notes(it: Any) -> list[str]:
 @friendly_errors
 def sleep_import_cmd(
     file: Annotated[Path, typer.Argument(help="JSONL: our export, OpenAI chat or OpenAI evals.")],
-    project: Annotated[str | None, typer.Option(help="Put every row in this project.")] = None,
+    project: Annotated[
+        str | None,
+        typer.Option(help="Put every row in this project.", callback=checked_project),
+    ] = None,
     log: LogOpt = None,
+    trust_fields: Annotated[
+        bool,
+        typer.Option(
+            help="Take the file's source, client, reviewed, skill_version, meta.upstream and "
+            "feedback giver / trust as given (an export of your own log); without it they are "
+            "an end user's."
+        ),
+    ] = False,
 ) -> None:
     """Import interactions from a JSONL file (all lines or none)."""
     from selftaught.sleep.intake.harvest.import_jsonl import import_file
     from selftaught.sleep.intake.log import TaskLog
 
-    result = import_file(file, TaskLog(log), project)
+    result = import_file(file, TaskLog(log), project, trust_fields=trust_fields)
     formats = ", ".join(f"{n} {fmt}" for fmt, n in result.formats.items())
     out.print(
         f"imported {result.inserted} new of {result.read} ({formats}); "
@@ -354,7 +401,10 @@ def sleep_harvest_cmd(
     ] = HarvestConfig.max_tasks,
     project: Annotated[
         str | None,
-        typer.Option(help="Put every row in this project (default: from the session's folder)."),
+        typer.Option(
+            help="Put every row in this project (default: from the session's folder).",
+            callback=checked_project,
+        ),
     ] = None,
     root: Annotated[
         Path | None, typer.Option(help="Transcript folder (one --source only).")
@@ -394,13 +444,27 @@ def sleep_harvest_cmd(
 # Exit codes: 0 the night ran (a proposal staged or not, the report says why), 1 its backend
 # failed, 2 bad input, 3 another night is running.
 NightProjectOpt = Annotated[
-    str | None, typer.Option("--project", help="One project (default: every project with traffic).")
+    str | None,
+    typer.Option(
+        "--project",
+        help="One project (default: every project with traffic).",
+        callback=checked_project,
+    ),
 ]
-AdoptProjectOpt = Annotated[str, typer.Option("--project", help="Project.")]
+AdoptProjectOpt = Annotated[
+    str, typer.Option("--project", help="Project.", callback=checked_project)
+]
 TargetSkillOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--target-skill-path", help="Also write the adopted skill to this file (e.g. AGENTS.md)."
+    ),
+]
+FollowSymlinksOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Write a --target-skill-path that is a symlink where it points (and remember that "
+        "file); without it a symlink is refused."
     ),
 ]
 
@@ -417,10 +481,13 @@ NIGHT_FLAGS = {
     "lookback_days": "lookback_days",
     "max_tasks": "max_tasks",
     "max_sessions": "max_sessions",
+    "max_client_share": "max_client_share",
     "recall_max": "recall_max",
+    "leave_one_out": "leave_one_out",
     "weights": "weights",
     "allow_remote": "allow_remote",
     "auto_adopt": "auto_adopt",
+    "follow_symlinks": "follow_symlinks",
     "report_to": "report_to",
 }
 SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
@@ -553,11 +620,18 @@ def sleep_adopt_cmd(
         bool, typer.Option(help="Adopt over a version it was not gated against.")
     ] = False,
     target_skill_path: TargetSkillOpt = None,
+    follow_symlinks: FollowSymlinksOpt = False,
 ) -> None:
     """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
     from selftaught.sleep.adoption.staging import adopt
 
-    done = adopt(project, night, force=force, target_paths=tuple(target_skill_path or ()))
+    done = adopt(
+        project,
+        night,
+        force=force,
+        target_paths=tuple(target_skill_path or ()),
+        follow_symlinks=follow_symlinks,
+    )
     out.print(
         f"{project}: adopted night {done.night} as version {done.version} (was {done.previous}; "
         f"backup {done.backup})" + "".join(f"\n  wrote {p}" for p in done.live_files)
@@ -572,11 +646,17 @@ def sleep_rollback_cmd(
     ] = None,
     project: AdoptProjectOpt = DEFAULT_PROJECT,
     target_skill_path: TargetSkillOpt = None,
+    follow_symlinks: FollowSymlinksOpt = False,
 ) -> None:
     """Return to an earlier adopted version (0: nothing adopted)."""
     from selftaught.sleep.adoption.staging import rollback
 
-    done = rollback(project, version, target_paths=tuple(target_skill_path or ()))
+    done = rollback(
+        project,
+        version,
+        target_paths=tuple(target_skill_path or ()),
+        follow_symlinks=follow_symlinks,
+    )
     out.print(f"{project}: version {done.version} is adopted again (was {done.previous})")
 
 

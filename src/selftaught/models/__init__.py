@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from selftaught.errors import ConfigError
 from selftaught.models.base import (
     AsyncChatModel,
     ChatModel,
@@ -50,13 +51,24 @@ def load_model(
     max_batch_size: int | None = None,
     device: str | None = None,
 ) -> ChatModel:
-    """Build a model from a spec string (see `selftaught.models.spec`).
+    """Build a model from a spec string (see `selftaught.models.spec`). A CLI agent
+    (claude-code, codex, cmd:) runs under `timeout_s` per run and `retry`; its other settings
+    come from the environment (`selftaught.models.agents.settings`).
 
     `max_batch_size` and `device` apply to a local model: most sequences decoded together
     (default 8 on a CPU, 64 on an accelerator) and where it runs (default: CUDA, else MPS,
     else the CPU; see `selftaught.models.device.resolve_device`)."""
     parsed = parse_model_spec(spec)
     model: ChatModel
+    if parsed.backend in ("claude-code", "codex", "cmd"):
+        from selftaught.models.agents import load_agent
+
+        if cache_path is not None:
+            raise ConfigError(
+                f"a response cache cannot serve {spec!r}: an agent's work is the files it "
+                "leaves in its workspace, which a cached reply does not replay; drop --cache"
+            )
+        return load_agent(parsed.backend, parsed.model, timeout_s=timeout_s, retry=retry)
     if parsed.backend == "local":
         from selftaught.models.local import LocalModel
 

@@ -5,6 +5,10 @@ local:/path/to/folder-or.gguf       any local transformers folder or GGUF file
 openai:gpt-4o-mini                  OpenAI (or OPENAI_BASE_URL) with OPENAI_API_KEY
 http://127.0.0.1:8000/v1#my-model   any OpenAI-compatible endpoint (vLLM, SGLang,
                                     llama.cpp server, Ollama, `selftaught serve`)
+claude-code / claude-code:MODEL     the Claude Code CLI, run once per call in a workspace
+codex / codex:MODEL                 the Codex CLI, likewise
+cmd:TEMPLATE                        any CLI agent: TEMPLATE split like a shell would (never run
+                                    by one), {prompt} replaced by the prompt, else it is stdin
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ SPEC_FORMS = (
     "local:/path/to/model-folder-or-file.gguf",
     "openai:MODEL (e.g. openai:gpt-4o-mini)",
     "http://HOST:PORT/v1#MODEL",
+    "claude-code[:MODEL]",
+    "codex[:MODEL]",
+    "cmd:TEMPLATE (e.g. 'cmd:my-agent --ask {prompt}'; without {prompt} the prompt is stdin)",
 )
 
 
@@ -27,8 +34,8 @@ class ModelSpecError(InputError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    backend: str  # "local" | "openai"
-    model: str = ""  # model name (openai) or path (local; "" = embedded)
+    backend: str  # "local" | "openai" | "claude-code" | "codex" | "cmd"
+    model: str = ""  # model name (openai, agents), path (local; "" = embedded), cmd's template
     base_url: str | None = None
 
 
@@ -43,6 +50,21 @@ def parse_model_spec(spec: str) -> ModelSpec:
         if not name:
             raise ModelSpecError("openai: needs a model name, e.g. openai:gpt-4o-mini")
         return ModelSpec("openai", name)
+    for agent in ("claude-code", "codex"):
+        if s == agent or s.startswith(agent + ":"):
+            name = s[len(agent) + 1 :]
+            if s.endswith(":") and not name:
+                raise ModelSpecError(f"{agent}: needs a model name after the colon")
+            return ModelSpec(agent, name)
+    if s.startswith("cmd:"):
+        from selftaught.models.agents.command import parse_template
+
+        template = s[len("cmd:") :]
+        try:
+            parse_template(template)
+        except InputError as err:
+            raise ModelSpecError(str(err)) from None
+        return ModelSpec("cmd", template)
     if s.startswith(("http://", "https://")):
         base, _, name = s.partition("#")
         return ModelSpec("openai", name, base_url=base.rstrip("/"))

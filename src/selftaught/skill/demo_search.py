@@ -54,12 +54,18 @@ class DemoPool:
         return cls({d.id: d for d in demos}, leaks)
 
 
+def no_demo(ex: Example) -> bool:
+    """An example no demo may come from (`state["no_demo"]` says why: sleep marks one checked
+    by an end user's correction, whose words must not reach the skill)."""
+    return bool(ex.state.get("no_demo"))
+
+
 def bootstrapped(rollouts: Sequence[Rollout], examples: dict[str, Example]) -> list[Demo]:
     """The passing, untruncated replies of train rollouts, one per example."""
     out: dict[str, Demo] = {}
     for r in rollouts:
         ex = examples.get(r.example_id)
-        if ex is None or not r.ok or r.truncated or r.example_id in out:
+        if ex is None or not r.ok or r.truncated or r.example_id in out or no_demo(ex):
             continue
         assert r.score is not None
         if r.score.hard and r.reply.strip():
@@ -76,7 +82,7 @@ def from_references(
     `state["demo_source"]` (sleep marks a reference the user corrected as "correction")."""
     out = []
     for ex in examples:
-        if ex.reference is None or not isinstance(ex.reference, str | int | float):
+        if ex.reference is None or not isinstance(ex.reference, str | int | float) or no_demo(ex):
             continue
         reply = str(ex.reference).strip()
         if not reply:

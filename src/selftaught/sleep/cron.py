@@ -9,6 +9,11 @@ again:
 Only `SELFTAUGHT_*` and `PYTHONPATH` are carried into the line: never an API key (cron does not
 see your shell's environment; put a remote model's key in the crontab yourself if you must).
 Without a `crontab` command the functions raise `ScheduleError` saying what to do instead.
+
+A crontab is one command per line and cron turns `%` into a newline, so a value holding a
+newline, a carriage return or `%` (the project, an option such as `--preferences`, the folder,
+a carried variable) is refused: quoting cannot keep it on its line. Multi-line preferences go in
+a file (`--preferences FILE`). The line runs under `umask 077`, so cron.log is private too.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selftaught.errors import InputError, MissingDependency, RunError
+from selftaught.sleep.paths import check_project
 
 MARK = "# selftaught-sleep"
 ALL_PROJECTS = "*"
@@ -99,18 +105,41 @@ def entries(text: str | None = None) -> list[Entry]:
     return found
 
 
+_LINE_BREAKERS = ("\n", "\r", "%")
+
+
+def check_cron_value(value: str, what: str) -> str:
+    """`value` when it can stay on one crontab line; else an `InputError` naming `what`."""
+    bad = [c for c in _LINE_BREAKERS if c in value]
+    if bad:
+        shown = ", ".join({"\n": "a newline", "\r": "a carriage return"}.get(c, "%") for c in bad)
+        raise InputError(
+            f"{what} holds {shown}, which would break the crontab line ({value!r:.60}); "
+            "put multi-line text in a file and pass its path"
+        )
+    return value
+
+
 def command_line(run_args: list[str], home: Path) -> str:
-    env = " ".join(
-        f"{name}={shlex.quote(os.environ[name])}" for name in CARRIED_ENV if os.environ.get(name)
-    )
+    carried = {n: os.environ[n] for n in CARRIED_ENV if os.environ.get(n)}
+    for name, value in carried.items():
+        check_cron_value(value, f"${name}")
+    for arg in run_args:
+        check_cron_value(arg, "an option of `sleep run`")
+    cwd, log_path = check_cron_value(os.getcwd(), "the folder"), str(home / "cron.log")
+    check_cron_value(log_path, "the sleep home")
+    env = " ".join(f"{name}={shlex.quote(value)}" for name, value in carried.items())
     run = shlex.join([sys.executable, "-m", "selftaught", "sleep", "run", *run_args])
-    log = shlex.quote(str(home / "cron.log"))
-    return f"cd {shlex.quote(os.getcwd())} && {env + ' ' if env else ''}{run} >> {log} 2>&1"
+    log = shlex.quote(log_path)
+    # umask 077: cron.log holds the night's output and is created by this line, not by us
+    return f"umask 077 && cd {shlex.quote(cwd)} && {env + ' ' if env else ''}{run} >> {log} 2>&1"
 
 
 def schedule(at: str, project: str | None, run_args: list[str], home: Path) -> Entry:
     """Add or replace the project's nightly line; returns it."""
     hour, minute = parse_at(at)
+    if project is not None:
+        check_project(project)
     key = project or ALL_PROJECTS
     args = ([] if project is None else ["--project", project]) + list(run_args)
     entry = Entry(key, hour, minute, command_line(args, home))
@@ -122,6 +151,8 @@ def schedule(at: str, project: str | None, run_args: list[str], home: Path) -> E
 
 def unschedule(project: str | None, every: bool = False) -> int:
     """Remove the project's line (every selftaught line with `every`); returns how many."""
+    if project is not None:
+        check_project(project)
     lines = read_crontab().splitlines()
     kept = [
         ln

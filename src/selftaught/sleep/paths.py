@@ -7,13 +7,16 @@
     <home>/projects/<project>/adopted/version      its version (one line)
     <home>/projects/<project>/versions/<N>/adapter the LoRA adapter version N serves, if any
 
-`<home>` is $SELFTAUGHT_HOME, else ~/.local/share/selftaught. Writers (adopt / rollback)
-replace each adopted file atomically (write a temp file, rename it into place), skill.md and
-memory.md first and `version` last. `read_adopted` re-reads the files whenever one of them
-changed (inode, size or mtime), so a running proxy picks up a newly adopted skill on its next
-request, and it retries a read that raced with a writer. The adapter that serves is the one
-of the version named (`versions/<N>/adapter`, written before `version`), so it switches with
-the same atomic write as the skill.
+`<home>` is $SELFTAUGHT_HOME, else ~/.local/share/selftaught. The home, `projects/` and each
+project's folder are 0700 (`private_project_dir` makes them so even where they existed: they
+hold every prompt and reply of a night), and what is written under them 0600 / 0700.
+
+Writers (adopt / rollback) replace each adopted file atomically (write a temp file, rename
+it into place), skill.md and memory.md first and `version` last. `read_adopted` re-reads the
+files whenever one of them changed (inode, size or mtime), so a running proxy picks up a
+newly adopted skill on its next request, and it retries a read that raced with a writer. The
+adapter that serves is the one of the version named (`versions/<N>/adapter`, written before
+`version`), so it switches with the same atomic write as the skill.
 
 With a Postgres log ($SELFTAUGHT_LOG is a postgresql:// URL), the adopted versions live in that
 database and `read_adopted` polls it (`store/versions.py`): every replica serves the same one.
@@ -23,10 +26,12 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from pathlib import Path
 
 from selftaught.errors import InputError
+from selftaught.runs import private_dirs
 
 # the records paths and the stores share live below both; imported from here as always
 from selftaught.sleep.store import (  # noqa: F401
@@ -94,6 +99,24 @@ def check_project(project: str) -> str:
 
 def project_dir(project: str, home: Path | None = None) -> Path:
     return (home or sleep_home()) / "projects" / check_project(project)
+
+
+def private_home(*folders: Path) -> None:
+    """Create `folders` (the home, folders under it) 0700, or make them 0700 where an older
+    version, the task log or a umask of 022 left them open."""
+    for path in folders:
+        private_dirs(path)
+        if stat.S_IMODE(path.stat().st_mode) & 0o077:
+            os.chmod(path, 0o700)
+
+
+def private_project_dir(project: str, home: Path | None = None) -> Path:
+    """The project's folder, created or made 0700 with the home and `projects/` above it;
+    returns it."""
+    home = home or sleep_home()
+    folder = project_dir(project, home)
+    private_home(home, home / "projects", folder)
+    return folder
 
 
 def adopted_dir(project: str, home: Path | None = None) -> Path:

@@ -10,6 +10,15 @@ Each line is a JSON object with
     required, except for lines scored by `llm_judge`);
   - `split` (optional): "train", "val" or "test";
   - `scorer` (optional): overrides the task's scorer for this line;
+  - `workspace` (optional): a folder (relative to the JSONL file) copied afresh for each
+    rollout; a coding agent works in the copy;
+  - `check` (optional): a command (a string split as a shell would, or a list of arguments)
+    run in the sandbox on the files the agent left in its workspace (a copy of `workspace`,
+    or an empty folder): exit 0 is solved, its output the feedback (see
+    `selftaught.tasks.check`). A line with a check is scored by it alone: `reference` is then
+    optional (kept for worked examples) and `scorer` is refused. A chat model changes no
+    files, so the check runs on the untouched copy. `check_timeout` (seconds) overrides the
+    task's limit for this line;
   - anything else is kept in `Example.state` (e.g. `rubric` for llm_judge).
 
 Lines without `split` are assigned by a seeded hash of their id, so a line keeps its split
@@ -28,9 +37,22 @@ from typing import Any
 from selftaught.models.base import ChatModel
 from selftaught.runs import iter_jsonl
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
+from selftaught.tasks.check import (
+    DEFAULT_CHECK_MEMORY_MB,
+    DEFAULT_CHECK_TIMEOUT_S,
+    MAX_WORKSPACE_BYTES,
+    Check,
+    parse_check,
+    run_check,
+)
+from selftaught.tasks.sandbox import Sandbox, open_sandbox
 from selftaught.tasks.scorers import JUDGE_SCORER, Scorer, compile_pattern, get_scorer
+from selftaught.workspace import Workspace, WorkspaceSpec, folder_bytes
 
-_RESERVED_KEYS = {"id", "input", "messages", "reference", "ideal", "split", "scorer"}
+_RESERVED_KEYS = {
+    "id", "input", "messages", "reference", "ideal", "split", "scorer",
+    "workspace", "check", "check_timeout",
+}  # fmt: skip
 _ROLES = {"system", "user", "assistant"}
 
 
@@ -62,6 +84,9 @@ class JsonlTask:
         test_fraction: float = 0.2,
         name: str | None = None,
         instructions: str = "",
+        unsafe_exec: bool = False,
+        check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
+        check_memory_mb: int = DEFAULT_CHECK_MEMORY_MB,
     ):
         self.path = Path(path)
         if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1):
@@ -90,7 +115,16 @@ class JsonlTask:
             self.default_scorer = scorer
         self._scorer_by_id: dict[str, Scorer] = {}
         self._splits: dict[str, list[Example]] = {s: [] for s in SPLITS}
+        self.check_timeout_s = check_timeout_s
+        self.check_memory_mb = check_memory_mb
+        self._workspaces: dict[str, Path] = {}  # id -> the folder copied for each rollout
+        self._checks: dict[str, Check] = {}
         self._load()
+        self.sandbox: Sandbox | None = None
+        if self._checks:  # decided once: a sandbox that breaks mid-run is an error
+            self.sandbox = open_sandbox(unsafe_exec=unsafe_exec)
+            if not self.sandbox.isolated:
+                self.name = f"{self.name}[unsafe-exec]"
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -122,7 +156,8 @@ class JsonlTask:
             scorer = self.default_scorer
             if scorer_name is not None:
                 scorer = self._scorer(scorer_name, where=where)
-            self._check_reference(example, scorer_name or self.scorer_name, where)
+            if not self._parse_workspace(row, example.id, where):
+                self._check_reference(example, scorer_name or self.scorer_name, where)
 
             prompt = example.prompt_text().strip()
             split = explicit_split
@@ -190,6 +225,35 @@ class JsonlTask:
         example = Example(id=example_id, input=given, reference=reference, state=state)
         return example, split, scorer_name
 
+    def _parse_workspace(self, row: dict[str, Any], example_id: str, where: str) -> bool:
+        """Record the line's `workspace` and `check`; True when a check scores it."""
+        if "workspace" in row:
+            given = row["workspace"]
+            if not isinstance(given, str) or not given.strip():
+                raise TaskError(f"{where}: `workspace` must be a folder path")
+            folder = (self.path.parent / given).resolve()
+            if not folder.is_dir():
+                raise TaskError(f"{where}: workspace {given!r} is not a folder ({folder})")
+            self._workspaces[example_id] = folder
+        if "check" not in row:
+            if "check_timeout" in row:
+                raise TaskError(f"{where}: `check_timeout` without a `check`")
+            return False
+        if "scorer" in row:
+            raise TaskError(f"{where}: a line with a `check` is scored by it; drop `scorer`")
+        timeout = row.get("check_timeout", self.check_timeout_s)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise TaskError(f"{where}: `check_timeout` must be a number of seconds > 0")
+        folder = self._workspaces.get(example_id)
+        if folder is not None and folder_bytes(folder) > MAX_WORKSPACE_BYTES:
+            raise TaskError(
+                f"{where}: workspace {folder} is larger than the "
+                f"{MAX_WORKSPACE_BYTES // 2**20} MiB a check can take"
+            )
+        argv = parse_check(row["check"], where)
+        self._checks[example_id] = Check(argv, float(timeout), self.check_memory_mb)
+        return True
+
     @staticmethod
     def _check_messages(messages: Any, where: str, field: str = "messages") -> None:
         if not isinstance(messages, list) or not messages:
@@ -231,8 +295,31 @@ class JsonlTask:
         return list(self._splits[split])
 
     def score(self, output: str, example: Example) -> Score:
+        """The reply's score; a line with a check runs it on an untouched copy of its
+        workspace (the reply alone changes no files)."""
+        if example.id in self._checks:
+            workspace = Workspace.create(self._workspaces.get(example.id))
+            try:
+                return self.score_workspace(output, example, workspace.path)
+            finally:
+                workspace.remove()
         scorer = self._scorer_by_id.get(example.id, self.default_scorer)
         return scorer(output, example)
+
+    def workspace_for(self, example: Example) -> WorkspaceSpec | None:
+        """The folder a rollout on `example` works in (None: the line needs none)."""
+        if example.id not in self._checks and example.id not in self._workspaces:
+            return None
+        return WorkspaceSpec(self._workspaces.get(example.id))
+
+    def score_workspace(self, output: str, example: Example, workspace: Path) -> Score:
+        """The score of a rollout that worked in `workspace`: the line's check on its files,
+        or, without a check, the reply's score."""
+        check = self._checks.get(example.id)
+        if check is None:
+            return self.score(output, example)
+        assert self.sandbox is not None
+        return run_check(self.sandbox, check, workspace)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._splits.values())

@@ -92,6 +92,7 @@ def load_task(
         if not path.exists():
             raise TaskError(f"JSONL task file {path} does not exist")
         kwargs: dict[str, Any] = {"seed": seed, "judge_model": judge_model, "rubric": rubric}
+        kwargs["unsafe_exec"] = unsafe_exec  # lines with a `check` run it in the sandbox
         if scorer:
             kwargs["scorer"] = scorer
         return JsonlTask(path, **kwargs)

@@ -64,6 +64,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,8 @@ INSIDE_DIR = "/sandbox"  # where the program and its bootstrap appear inside the
 INSIDE_WORKDIR = "/tmp"
 STATUS_WAIT_S = 5.0  # after exit: how long to wait for the sandbox's last process to go
 _SYSTEM_LIB_DIRS = ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib", "/usr/lib64", "/usr/lib32")
+SYSTEM_TOOL_DIRS = ("/bin", "/usr/bin", "/usr/local/bin")  # with system_tools: sh, coreutils...
+_PROGRAM_FILES = ("solution.py", "_bootstrap.py")
 _THROWAWAY_UIDS = (1 << 30, (1 << 31) - 2)  # unprivileged uids that no account uses
 
 UNSAFE_EXEC_WARNING = (
@@ -316,6 +319,19 @@ def _filesystem() -> tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[s
     return tuple(links), tuple(binds), tuple(dict.fromkeys(hidden))
 
 
+@functools.cache
+def _tool_dirs(binds: tuple[str, ...]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """(symlinks, read-only binds) that show the system's program folders, beyond `binds`."""
+    links: list[tuple[str, str]] = []
+    extra: list[str] = []
+    for d in SYSTEM_TOOL_DIRS:
+        if os.path.islink(d):
+            links.append((os.readlink(d), d))
+        elif os.path.isdir(d) and not _covered(d, list(binds)):
+            extra.append(d)
+    return tuple(links), tuple(extra)
+
+
 def _parents(path: str) -> list[str]:
     parts = Path(path).parts[1:-1]
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
@@ -400,10 +416,12 @@ def _assemble(program: list[tuple[int | str, str | int, str | int, int]]) -> byt
     )
 
 
-def _bwrap_args(as_root: bool, copies: dict[str, int], seccomp_fd: int | None) -> list[str]:
+def _bwrap_args(
+    as_root: bool, copies: dict[str, int], seccomp_fd: int | None, system_tools: bool = False
+) -> list[str]:
     """bwrap's options: namespaces, privileges, then the new root's contents. `copies` maps a
     path inside to an open file whose content is copied there, read-only; `seccomp_fd` is an
-    open file holding the seccomp program."""
+    open file holding the seccomp program; `system_tools` adds the system's program folders."""
     if as_root:  # bwrap is privileged; the bootstrap drops to a throw-away uid
         args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts"]
         args += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
@@ -414,6 +432,9 @@ def _bwrap_args(as_root: bool, copies: dict[str, int], seccomp_fd: int | None) -
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     links, binds, hidden = _filesystem()
+    if system_tools:
+        tool_links, tool_binds = _tool_dirs(binds)
+        links, binds = links + tool_links, binds + tool_binds
     made: set[str] = {"/"}
     for dest in [*binds, *copies]:
         for parent in _parents(dest):  # world-traversable, whatever the host's modes are
@@ -471,18 +492,43 @@ class Sandbox:
         memory_mb: int = 512,
         *,
         allow_subprocesses: bool = False,
+        files: Mapping[str, Path] | None = None,
+        system_tools: bool = False,
     ) -> SandboxResult:
         """Run `code` as a script in a limited child process and report how it ended.
+        `files` (name -> a file on the host) are copied in read-only beside the script (the
+        code finds them next to its `__file__`); `system_tools` also shows it the system's
+        programs (`SYSTEM_TOOL_DIRS`, read-only), for code that runs a command.
         Raises SandboxError when the sandbox, not the code, failed."""
         if timeout_s <= 0:
             raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
         if memory_mb <= 0:
             raise ConfigError(f"memory_mb must be positive, got {memory_mb}")
         with tempfile.TemporaryDirectory(prefix="selftaught-sandbox-") as tmp:
-            return self._run_in(Path(tmp), code, timeout_s, memory_mb, allow_subprocesses)
+            host_dir = Path(tmp)
+            for name, source in (files or {}).items():
+                if name in _PROGRAM_FILES or "/" in name:
+                    raise ConfigError(f"a sandbox file cannot be named {name!r}")
+                shutil.copyfile(source, host_dir / name)
+            return self._run_in(
+                host_dir,
+                code,
+                timeout_s,
+                memory_mb,
+                allow_subprocesses,
+                tuple(files or ()),
+                system_tools,
+            )
 
     def _run_in(
-        self, host_dir: Path, code: str, timeout_s: float, memory_mb: int, subprocesses: bool
+        self,
+        host_dir: Path,
+        code: str,
+        timeout_s: float,
+        memory_mb: int,
+        subprocesses: bool,
+        files: tuple[str, ...] = (),
+        system_tools: bool = False,
     ) -> SandboxResult:
         as_root = self.bwrap is not None and os.geteuid() == 0
         inside = Path(INSIDE_DIR) if self.bwrap else host_dir
@@ -507,7 +553,8 @@ class Sandbox:
         info: tuple[int, int] | None = None
         try:
             if self.bwrap:
-                options = _bwrap_args(as_root, *_open_for_bwrap(host_dir, opened))
+                copies, seccomp = _open_for_bwrap(host_dir, opened, files)
+                options = _bwrap_args(as_root, copies, seccomp, system_tools)
                 info = os.pipe()  # its write end is _execute's to close
                 command = [self.bwrap, "--info-fd", str(info[1]), *options, "--", _interpreter()]
                 command += python_args
@@ -564,11 +611,13 @@ def _nonce_pipe() -> tuple[bytes, int]:
     return nonce, read_end
 
 
-def _open_for_bwrap(host_dir: Path, opened: list[int]) -> tuple[dict[str, int], int | None]:
-    """Open the program files (copied into the sandbox, so the host folder stays private) and
-    the seccomp program; every fd opened is appended to `opened`."""
+def _open_for_bwrap(
+    host_dir: Path, opened: list[int], files: tuple[str, ...] = ()
+) -> tuple[dict[str, int], int | None]:
+    """Open the program files and the caller's `files` (copied into the sandbox, so the host
+    folder stays private) and the seccomp program; every fd opened is appended to `opened`."""
     copies = {}
-    for name in ("solution.py", "_bootstrap.py"):
+    for name in (*_PROGRAM_FILES, *files):
         opened.append(os.open(host_dir / name, os.O_RDONLY))
         copies[f"{INSIDE_DIR}/{name}"] = opened[-1]
     seccomp = _seccomp_filter()

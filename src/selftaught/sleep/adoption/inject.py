@@ -19,6 +19,13 @@ never modified in place.
 
 A live file (`--target-skill-path`, e.g. AGENTS.md) cannot hold turns: it gets the demos as a
 "Worked examples" section (`adopted_block`).
+
+The markers are the block's only boundary, so adopted text may not hold anything that reads as
+one (`find_marker`: a memory line "<!-- /selftaught:memory -->" would end the block early and
+leave what follows it outside, in every request and in a live file after a rollback); adopt
+refuses such text (`check_no_markers`). In a live file the block is matched strictly
+(`live_block_span`): marker lines of their own, one start and one end per block, in order, else
+the file is not touched.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from selftaught.demos import Demo, demo_section, split_skill
+from selftaught.errors import InputError
 from selftaught.models.base import Message
 from selftaught.policy import Policy
 from selftaught.sleep.paths import Adopted
@@ -40,6 +48,70 @@ _BLOCK = re.compile(
 )
 _TURNS = re.compile(r" turns=(\d+)")
 _OPEN = "<!-- selftaught:"
+# anything a reader of the block could take for one of its markers (spacing and case vary; the
+# skill's own `selftaught:demos` block lives inside it and is no boundary)
+_MARKER_LIKE = re.compile(r"<!--\s*/?\s*selftaught\s*:\s*(?:skill|memory)\b", re.IGNORECASE)
+_LIVE_MARKER = re.compile(r"<!-- (/?)selftaught:(skill|memory)(?: \w+=[^\s>]+)* -->")
+_WELL_FORMED = (  # (closing, kind) of the marker lines a live file's block may have
+    [(False, "skill"), (True, "skill")],
+    [(False, "memory"), (True, "memory")],
+    [(False, "skill"), (True, "skill"), (False, "memory"), (True, "memory")],
+)
+
+
+class BlockMarkerError(InputError):
+    """Text that holds a selftaught block marker where none may be, or a live file whose
+    block is not well formed; the message names where."""
+
+
+def find_marker(text: str) -> str | None:
+    """The first thing in `text` that reads as a selftaught block marker, or None."""
+    m = _MARKER_LIKE.search(text)
+    return None if m is None else text[m.start() : m.start() + 40].split("\n")[0]
+
+
+def check_no_markers(text: str, where: str) -> str:
+    """`text` unchanged when it holds no block marker; else `BlockMarkerError`."""
+    found = find_marker(text)
+    if found is not None:
+        raise BlockMarkerError(
+            f"{where} holds a selftaught block marker ({found!r}), which would end the "
+            "injected block early and leave what follows outside it; remove it"
+        )
+    return text
+
+
+def live_block_span(text: str, where: str) -> tuple[int, int] | None:
+    """[start, end) of the adopted block in a live file's `text` (its first marker line to the
+    end of its last, newline included); None when it has none. Raises `BlockMarkerError`
+    unless every marker is a line of its own and they are one start and one end per block,
+    skill before memory, the two blocks adjacent."""
+    lines: list[tuple[int, int, bool, str]] = []  # start, end, closing, kind
+    pos = 0
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        body = line.rstrip("\r\n")
+        if _MARKER_LIKE.search(body):
+            m = _LIVE_MARKER.fullmatch(body)
+            if m is None:
+                raise BlockMarkerError(
+                    f"{where}: line {number} holds a selftaught marker that is not a marker "
+                    f"line of its own ({body.strip()[:60]!r}); fix the file by hand, it was "
+                    "not changed"
+                )
+            lines.append((pos, pos + len(line), m.group(1) == "/", m.group(2)))
+        pos += len(line)
+    if not lines:
+        return None
+    shape = [(closing, kind) for _, _, closing, kind in lines]
+    adjacent = len(lines) < 4 or lines[1][1] == lines[2][0]
+    if shape not in _WELL_FORMED or not adjacent:
+        found = ", ".join(f"{'end' if c else 'start'} of {k}" for c, k in shape)
+        raise BlockMarkerError(
+            f"{where} holds selftaught markers out of order or repeated ({found}); expected one "
+            "start and one end marker per block, skill then memory, nothing between them: fix "
+            "the file by hand, it was not changed"
+        )
+    return lines[0][0], lines[-1][1]
 
 
 def _marked(kind: str, text: str, attrs: str) -> str:

@@ -15,6 +15,9 @@ Each logged interaction has an OUTCOME, 1 (a success), 0 (a failure) or none:
 4. else a reference logged with the request → scored as a correction;
 5. else none.
 
+Feedback an end user gave (through the proxy, without its feedback key: untrusted) is read
+only with `ProbationConfig.untrusted`; by default such a row counts as one without feedback.
+
 A failed call (an error) is never an outcome; it is counted apart. A shadow answer (the
 staged proposal's answer to a request the adopted version served, `shadow_of`) is scored
 against the served row's correction or logged reference (the right answer to the same
@@ -38,13 +41,13 @@ import contextlib
 import functools
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from selftaught.errors import ConfigError, SelftaughtError
 from selftaught.sleep.adoption import staging
-from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
+from selftaught.sleep.intake.log import Feedback, Interaction, LogFilter, TaskLog
 from selftaught.stats import newcombe_interval, wilson_interval, z_for
 
 STAGED = "staged:"  # the prefix of a staged proposal's version label
@@ -63,6 +66,10 @@ class ProbationConfig:
     by measurement (`bench_probation.py`): checked after every feedback, 0.95 rolled back an
     equally good version in 10.6% of simulated deployments, 0.99 in 2.9%, and still flagged
     a 0.8 → 0.5 drop after a median 45 requests (42 at 0.95)."""
+    untrusted: bool = False
+    """Count end users' feedback too (feedback through the proxy without its --feedback-key).
+    Off by default: one client's thumbs could otherwise roll back a good version. A row whose
+    feedback mixes in any end user's value counts as a row without feedback."""
 
     def __post_init__(self) -> None:
         if isinstance(self.min_outcomes, bool) or int(self.min_outcomes) < 1:
@@ -292,6 +299,14 @@ def _order(label: str) -> tuple[int, int, str]:
     return (1, 0, label) if not label.isdigit() else (0, int(label), "")
 
 
+def _counted(it: Interaction, config: ProbationConfig) -> Interaction:
+    """`it` as probation reads it: without its feedback when an end user gave any of it,
+    unless `config.untrusted`."""
+    if config.untrusted or it.feedback.trusted:
+        return it
+    return replace(it, feedback=Feedback())
+
+
 def evaluate(
     rows: Iterable[Interaction],
     lineage: Lineage,
@@ -319,9 +334,10 @@ def evaluate(
             t.errors += 1
             continue
         if it.shadow_of is None:
-            result = outcome(it)
+            result = outcome(_counted(it, config))
         else:
-            result = shadow_outcome(it, by_id.get(it.shadow_of))
+            served = by_id.get(it.shadow_of)
+            result = shadow_outcome(it, served and _counted(served, config))
         if result is not None:
             t.outcomes += 1
             t.successes += result

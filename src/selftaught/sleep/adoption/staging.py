@@ -15,7 +15,11 @@ skill.md and memory.md, then `version` last, each atomically, so a running proxy
 a half-adopted skill; a kill between those writes is completed by `recover_adopted` on the
 next adopt or rollback. A proposal is adopted only over the version it was gated against.
 Live files (e.g. an agent's AGENTS.md or SKILL.md) get the adopted skill and memory as one
-marked block that replaces the previous one and leaves the rest of the file alone.
+marked block that replaces the previous one and leaves the rest of the file alone, byte for
+byte: a rollback to version 0 gives back the file as it was before the first adopt. Every live
+file is checked before anything is written (its block well formed, `inject.live_block_span`;
+not a symlink unless `follow_symlinks`, and then the file it points to is what is remembered),
+and adopted text holding a block marker is refused (`inject.check_no_markers`).
 
 A weight night (`SleepConfig.weights`, `weight_night.py`) whose gate chose an adapter stages
 it beside the text proposal, and this is the contract adopt / serve / rollback read:
@@ -65,12 +69,26 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.errors import InputError
-from selftaught.runs import RunError, atomic_write_json, atomic_write_text, read_json
-from selftaught.sleep.adoption.inject import adopted_block, strip_injected
+from selftaught.runs import (
+    RunError,
+    atomic_write_json,
+    atomic_write_text,
+    make_private,
+    open_private_append,
+    private_dirs,
+    read_json,
+)
+from selftaught.sleep.adoption.inject import (
+    BlockMarkerError,
+    adopted_block,
+    check_no_markers,
+    live_block_span,
+)
 from selftaught.sleep.paths import (
     ADAPTER_DIR,
     Adopted,
     adopted_dir,
+    private_project_dir,
     project_dir,
     sleep_home,
     version_adapter,
@@ -230,9 +248,12 @@ def unified_diff(old: str, new: str, name: str) -> str:
 
 
 def write_proposal(night_dir: Path, adopted: Adopted, skill: str, memory: str) -> dict[str, Any]:
-    """proposal/skill.md, memory.md and their diffs against the adopted ones."""
+    """proposal/skill.md, memory.md and their diffs against the adopted ones; text holding a
+    block marker is refused (`BlockMarkerError`)."""
     folder = night_dir / "proposal"
     changed = {}
+    check_no_markers(skill, "the proposed skill")
+    check_no_markers(memory, "the proposed memory")
     for name, old, new in (("skill", adopted.skill, skill), ("memory", adopted.memory, memory)):
         atomic_write_text(folder / f"{name}.md", new)
         atomic_write_text(folder / f"{name}.diff", unified_diff(old, new, f"{name}.md"))
@@ -257,8 +278,7 @@ def _adopt_lock(project: str, home: Path | None) -> Iterator[None]:
         with db.lock(project):
             yield
         return
-    folder = project_dir(project, home)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = private_project_dir(project, home)
     fd = os.open(folder / "adopt.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -368,7 +388,8 @@ def _backup(project: str, home: Path | None, what: str) -> Path:
     while dest.exists():
         n += 1
         dest = dest.with_name(f"{stamp}-{what}-{n}")
-    dest.mkdir(parents=True)
+    private_dirs(dest.parent)
+    dest.mkdir(mode=0o700)
     if (db := _db()) is not None:  # the adopted version as the database serves it
         now = db.current(project, versions_dir(project, home))
         texts = {"skill.md": now.skill, "memory.md": now.memory, "version": f"{now.version}\n"}
@@ -401,14 +422,14 @@ def _write_version(
     if (db := _db()) is not None:
         db.write_version(project, adopted, meta, adapter)
         return
-    root = versions_dir(project, home)
-    root.mkdir(parents=True, exist_ok=True)
+    root = private_dirs(versions_dir(project, home))
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".new-"))
     try:
         atomic_write_text(tmp / "skill.md", adopted.skill)
         atomic_write_text(tmp / "memory.md", adopted.memory)
         if adapter is not None:
             shutil.copytree(adapter, tmp / ADAPTER_DIR)
+            make_private(tmp / ADAPTER_DIR)
         atomic_write_json(tmp / "meta.json", meta)
         os.rename(tmp, root / str(adopted.version))
     except BaseException:
@@ -422,7 +443,7 @@ def record_event(project: str, row: dict[str, Any], home: Path | None = None) ->
         db.record_event(project, row)
         return
     path = project_dir(project, home) / "events.jsonl"
-    with open(path, "a", encoding="utf-8") as f:
+    with open_private_append(path) as f:  # 0600, as everything under the home
         f.write(json.dumps({"time": time.time(), **row}, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -447,26 +468,61 @@ def live_targets(project: str, home: Path | None = None) -> list[Path]:
     return [Path(p) for p in read_json(path)] if path.is_file() else []
 
 
-def _remember_targets(project: str, home: Path | None, paths: list[Path]) -> list[Path]:
+def _live_paths(
+    project: str, home: Path | None, given: list[Path], follow_symlinks: bool
+) -> list[Path]:
+    """The remembered live files and the ones given now (absolute, a symlink refused unless
+    `follow_symlinks`: then the file it points to), each a file we may write."""
     known = live_targets(project, home)
-    for p in paths:
-        p = p.expanduser().resolve()
+    for p in given:
+        p = Path(os.path.abspath(p.expanduser()))
         if p not in known:
             known.append(p)
-    if known:
-        atomic_write_json(project_dir(project, home) / "live_targets.json", [str(p) for p in known])
-    return known
+    out: list[Path] = []
+    for p in known:
+        if p.is_symlink():
+            if not follow_symlinks:
+                raise StagingError(
+                    f"--target-skill-path {p} is a symlink (to {os.readlink(p)}); nothing was "
+                    "changed: give the file itself, or pass --follow-symlinks to write where "
+                    "it points (that file is then remembered)"
+                )
+            p = p.resolve()
+        if p.is_dir():
+            raise StagingError(f"--target-skill-path {p} is a directory; give a file")
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def live_text(path: Path, adopted: Adopted) -> str | None:
+    """What `path` holds once `adopted` is in it (None: leave it as it is): its block replaced,
+    added at the end (after a newline) or removed with that newline; the rest byte for byte.
+    Raises `BlockMarkerError` (nothing written) when its block is not well formed."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        text = ""
+    except UnicodeDecodeError as err:
+        raise StagingError(f"--target-skill-path {path} is not UTF-8 text ({err.reason})") from None
+    block = adopted_block(adopted)
+    span = live_block_span(text, str(path))
+    if span is None:
+        if not block:
+            return None
+        return f"{text}\n{block}\n" if text else f"{block}\n"
+    start, end = span
+    if block:
+        return text[:start] + block + "\n" + text[end:]
+    cut = start - 1 if start > 0 and text[start - 1] == "\n" else start  # the newline we added
+    return text[:cut] + text[end:]
 
 
 def write_live_file(path: Path, adopted: Adopted) -> None:
-    """Put the adopted skill and memory in `path` as one marked block, replacing the block a
-    previous adopt wrote and keeping everything else the file holds."""
-    if path.is_dir():
-        raise StagingError(f"--target-skill-path {path} is a directory; give a file")
-    own = strip_injected(_read(path)).rstrip("\n")
-    block = adopted_block(adopted)
-    text = "\n\n".join(part for part in (own, block) if part)
-    atomic_write_text(path, text + "\n" if text else "")
+    """Put the adopted skill and memory in `path` as one marked block (`live_text`)."""
+    text = live_text(path, adopted)
+    if text is not None:
+        atomic_write_text(path, text)
 
 
 # ---- adopt / rollback -------------------------------------------------------------------------
@@ -482,12 +538,38 @@ class Adoption:
     note: str | None = None  # e.g. an interrupted adopt completed first
 
 
-def _go_live(project: str, home: Path | None, adopted: Adopted, targets: list[Path]) -> list[Path]:
+@dataclass
+class _LivePlan:
+    """Every live file with its new text, checked before anything is written."""
+
+    paths: list[Path]
+    texts: list[str | None]
+
+
+def _plan_live(
+    project: str, home: Path | None, adopted: Adopted, given: list[Path], follow_symlinks: bool
+) -> _LivePlan:
+    for text, what in ((adopted.skill, "skill"), (adopted.memory, "memory")):
+        try:
+            check_no_markers(text, f"the {what} of version {adopted.version}")
+        except BlockMarkerError as err:
+            raise StagingError(f"{err}; nothing was changed") from None
+    paths = _live_paths(project, home, given, follow_symlinks)
+    try:
+        return _LivePlan(paths, [live_text(p, adopted) for p in paths])
+    except BlockMarkerError as err:
+        raise StagingError(str(err)) from None
+
+
+def _go_live(project: str, home: Path | None, adopted: Adopted, plan: _LivePlan) -> list[Path]:
     _write_adopted(project, home, adopted)
-    live = _remember_targets(project, home, targets)
-    for path in live:
-        write_live_file(path, adopted)
-    return live
+    if plan.paths:
+        path = project_dir(project, home) / "live_targets.json"
+        atomic_write_json(path, [str(p) for p in plan.paths])
+    for live, text in zip(plan.paths, plan.texts, strict=True):
+        if text is not None:
+            atomic_write_text(live, text)
+    return plan.paths
 
 
 def _check_adoptable(
@@ -550,8 +632,11 @@ def adopt(
     home: Path | None = None,
     force: bool = False,
     target_paths: list[Path] | tuple[Path, ...] = (),
+    follow_symlinks: bool = False,
 ) -> Adoption:
-    """Make a staged night's proposal (skill, memory, adapter) the adopted version N+1."""
+    """Make a staged night's proposal (skill, memory, adapter) the adopted version N+1. The
+    live files are checked first: a bad one (a symlink without `follow_symlinks`, a block not
+    well formed) or a proposal holding a block marker changes nothing."""
     with _adopt_lock(project, home):
         note = recover_adopted(project, home)
         night_dir = resolve_night(project, night, home)
@@ -561,6 +646,8 @@ def adopt(
         skill = _read(night_dir / "proposal" / "skill.md")
         memory = _read(night_dir / "proposal" / "memory.md")
         version = max([0, *version_numbers(project, home)]) + 1
+        new = Adopted(skill, memory, str(version))
+        plan = _plan_live(project, home, new, list(target_paths), follow_symlinks)
         backup = _backup(project, home, f"before-v{version}")
         proposal = report.get("proposal") or {}
         meta = {
@@ -574,8 +661,8 @@ def adopt(
             "replaced": previous,
             "adapter": adapter_meta,
         }
-        _write_version(project, home, Adopted(skill, memory, str(version)), meta, adapter)
-        live = _go_live(project, home, Adopted(skill, memory, str(version)), list(target_paths))
+        _write_version(project, home, new, meta, adapter)
+        live = _go_live(project, home, new, plan)
         record_event(
             project,
             {
@@ -599,9 +686,11 @@ def rollback(
     *,
     home: Path | None = None,
     target_paths: list[Path] | tuple[Path, ...] = (),
+    follow_symlinks: bool = False,
 ) -> Adoption:
     """Return to an earlier adopted version (default: the one below the current; 0 removes
-    the adopted skill and memory)."""
+    the adopted skill and memory, and the block from every live file); live files are checked
+    first, as for `adopt`."""
     with _adopt_lock(project, home):
         note = recover_adopted(project, home)
         previous = current_version(project, home)
@@ -615,8 +704,9 @@ def rollback(
         target = read_version(project, version, home)
         if version == previous and adopted_consistent(project, home):
             raise StagingError(f"version {version} is already the adopted one")
+        plan = _plan_live(project, home, target, list(target_paths), follow_symlinks)
         backup = _backup(project, home, f"before-rollback-to-v{version}")
-        live = _go_live(project, home, target, list(target_paths))
+        live = _go_live(project, home, target, plan)
         record_event(
             project,
             {"event": "rollback", "version": version, "previous": previous, "backup": str(backup)},

@@ -343,6 +343,7 @@ class LogFilter:
     errors: bool | None = None  # True: failed calls only; False: tasks only
     tag: str | None = None
     skill_versions: tuple[str | None, ...] | None = None  # served by these (None: no skill)
+    session_id: str | None = None  # the turns of one agent session
     limit: int | None = None
     newest_first: bool = True
 
@@ -353,7 +354,11 @@ class LogFilter:
         dialect = dialect or SQLITE
         clauses: list[str] = []
         args: list[Any] = []
-        for column, value in (("project", self.project), ("source", self.source)):
+        for column, value in (
+            ("project", self.project),
+            ("source", self.source),
+            ("session_id", self.session_id),
+        ):
             if value is not None:
                 clauses.append(f"i.{column} = ?")
                 args.append(value)

@@ -1,35 +1,46 @@
-"""`selftaught proxy`: an OpenAI-compatible endpoint in front of any model that injects the
-adopted skill and logs every exchange. An agent gets sleep by changing its base URL.
+"""`selftaught proxy`: an endpoint in front of any model that injects the adopted skill and logs
+every exchange. An agent gets sleep by changing its base URL.
 
-- `POST /v1/chat/completions` (streaming and not) and `GET /v1/models` go to the upstream;
-  the client's body is forwarded untouched apart from the injected skill (and, when the
-  client names no model, the model of the upstream spec; a `local` upstream serves one model,
-  so its name is always filled in). Other `/v1/...` routes are passed through without logging.
+- It speaks the APIs agents speak (`sleep.intake.proxy_wire`): OpenAI chat completions
+  (`POST /v1/chat/completions`), Anthropic Messages (`POST /v1/messages`, Claude Code) and
+  OpenAI Responses (`POST /v1/responses`, Codex), streamed and not. Each goes to the same
+  path of the upstream; the client's body is forwarded untouched apart from the injected
+  skill (and, when the client names no model, the model of the upstream spec; a `local`
+  upstream serves one model, so its name is always filled in).
+- Only exact routes are relayed (`sleep.intake.proxy_access`): those three, `GET /v1/models`
+  and, with `forward_embeddings`, `POST /v1/embeddings`. Anything else is a 404 from the
+  proxy. The operator's upstream key goes only with the requests the proxy logs.
 - The adopted skill and memory (`paths.read_adopted`) are re-read when they change, so a new
   adoption applies from the next request, without a restart.
-- Every exchange is logged in the background (`writer.LogWriter`): the messages as the client
-  sent them (without the injected skill, tool turns included), the reply, tokens, latency, the
-  adopted version; the request's `tools` / `tool_choice` and the reply's `tool_calls` (plain or
-  streamed) in their own fields, so the night can replay it as an episode.
+- Every exchange is logged in the background (`writer.LogWriter`) in one shape whatever the
+  wire format: the messages as the client sent them (without the injected skill, tool turns
+  included), the reply, tokens, latency, the adopted version, the client (`client`: a key id
+  or label, never the key) and the agent session (`session_id`); the request's `tools` /
+  `tool_choice` and the reply's `tool_calls` (plain or streamed) in their own fields, so the
+  night can replay it as an episode (a session's turns become one: `sleep.intake.sessions`).
   A logging failure never fails or delays the client; it is printed and counted (`/health`).
+- Streams pass through as they arrive: each upstream chunk is yielded at once while an
+  accumulator reads the events for the log.
 - Upstream errors are passed through with their status and body, and logged as errors, never
   as tasks; an unreachable upstream is a 502 (504 on timeout), never an invented reply.
-- Each response carries `x-selftaught-interaction-id`; `POST /v1/feedback` attaches feedback.
+- Each response carries `x-selftaught-interaction-id`; `POST /v1/feedback` attaches feedback
+  to a row (its full id) or to an agent session's last turn (`session_id`): an end user's,
+  untrusted, rate limited per client; the operator's with `feedback_key`.
 - Probation (`sleep.adoption.probation`): with `auto_rollback` (or a canary) a background
   thread recomputes each version's live record after every feedback and every
   `probation_every` requests, and `auto_rollback` rolls back a version that does worse than
   the one it replaced; `/health` shows the last verdict. `canary_share` tries the staged
   proposal on that share of requests, in shadow or serve mode (`sleep.intake.canary`).
-- `require_key` makes clients send `Authorization: Bearer KEY` (any case of `Bearer`); without
-  the key `/health` says only `{"status": "ok"}`. The server binds loopback only unless
-  `allow_remote`, and every request passes `selftaught.http_guard` (loopback `Host`, JSON
-  bodies, `max_body_bytes`). URLs are shown and logged without their `user:password@`.
+- `require_key` / `client_keys` make clients send a key (`Authorization: Bearer KEY` or
+  `x-api-key: KEY`); without one `/health` says only `{"status": "ok"}`. The server binds
+  loopback only unless `allow_remote`, and every request passes `selftaught.http_guard`
+  (loopback `Host`, JSON bodies, `max_body_bytes`, exact routes). URLs are shown and logged
+  without their `user:password@`.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at runtime.
 import asyncio
 import contextlib
-import hmac
 import json
 import os
 import threading
@@ -38,26 +49,51 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from selftaught.errors import BackendError, InputError, RunError, SelftaughtError
-from selftaught.http_guard import (
-    DEFAULT_MAX_BODY_BYTES,
-    LOOPBACK,
-    bearer_token,
-    install_guard,
-    strip_credentials,
-)
+from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, LOOPBACK, install_guard, strip_credentials
 from selftaught.retrieval import RetrievalUnavailable
-from selftaught.sleep.adoption.inject import inject_adopted
 from selftaught.sleep.adoption.probation import STAGED, ProbationConfig
 from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
-from selftaught.sleep.intake.log import Feedback, Interaction, LogError, LogUnavailable, TaskLog
+from selftaught.sleep.intake.log import Interaction, TaskLog
+from selftaught.sleep.intake.proxy_access import (
+    EMBEDDINGS,
+    LOGGED_ROUTES,
+    AccessError,
+    Clients,
+    RateLimit,
+    error_response,
+    presented_keys,
+    read_client_keys,
+    read_json_body,
+    relayed_routes,
+    unauthorized,
+)
+from selftaught.sleep.intake.proxy_feedback import take_feedback
+from selftaught.sleep.intake.proxy_wire import (
+    ID_HEADER,
+    SESSION_HEADERS,
+    WIRES,
+    Reply,
+    Wire,
+    error_text,
+    session_id,
+)
 from selftaught.sleep.intake.watch import ProbationWatch
 from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
 
-ID_HEADER = "x-selftaught-interaction-id"
-_KEEP_HEADERS = ("content-type", "openai-organization", "openai-project", "x-request-id")
+_KEEP_HEADERS = ("content-type", "accept", "user-agent", "x-request-id", *SESSION_HEADERS)
+_WIRE_HEADERS = {"messages": ("anthropic-version", "anthropic-beta"), "responses": ("openai-beta",)}
+_ORG_HEADERS = ("openai-organization", "openai-project")
+ANTHROPIC_VERSION = "2023-06-01"  # sent to an Anthropic upstream when the client sends none
+SHORTCUTS = {
+    "anthropic": ("https://api.anthropic.com/v1", "ANTHROPIC_API_KEY"),
+    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
+}
+"""`--upstream anthropic` / `openai`: the vendor's API, its key from the environment (or
+`--api-key`); without one the client's own key is passed on. The client's model passes."""
 
 
 class ProxyError(InputError):
@@ -66,11 +102,28 @@ class ProxyError(InputError):
 
 @dataclass
 class ProxyConfig:
-    upstream: str  # a model spec: http://HOST:PORT/v1#MODEL, openai:NAME, local, local:PATH
+    upstream: str
+    """A model spec (http://HOST:PORT/v1#MODEL, openai:NAME, local, local:PATH), a server
+    root that gets the client's model (http://HOST:PORT), or `anthropic` / `openai`."""
     project: str = DEFAULT_PROJECT
     host: str = LOOPBACK
     port: int = 8080
-    require_key: str | None = None  # clients must send `Authorization: Bearer <key>`
+    require_key: str | None = None  # clients must send this key (Bearer or x-api-key)
+    client_keys: Path | None = None
+    """A JSON or TOML file mapping client labels to keys (`alice = "KEY"`): each key is
+    accepted, and the rows of its requests record the label as their client."""
+    feedback_key: str | None = None
+    """The operator's key for POST /v1/feedback: feedback sent with it is trusted (giver
+    `operator`) and not rate limited. It opens nothing else."""
+    feedback_per_minute: float = 30.0
+    """Feedback each client may send per minute (a token bucket as large; 429 beyond)."""
+    max_feedback_bytes: int = 16_384  # a larger POST /v1/feedback body is refused (413)
+    max_comment_bytes: int = 4096  # a longer feedback comment is refused (413)
+    forward_embeddings: bool = False
+    """Relay POST /v1/embeddings to the upstream (with the client's own key, never the
+    operator's; not logged)."""
+    forward_org_headers: bool = False
+    """Pass the client's openai-organization / openai-project headers to the upstream."""
     allow_remote: bool = False
     log_path: Path | str | None = None  # a file or a postgresql:// URL (default $SELFTAUGHT_LOG)
     api_key: str | None = None  # the upstream's key (openai: defaults to OPENAI_API_KEY)
@@ -110,6 +163,10 @@ class ProxyConfig:
             raise ProxyError(f"canary_mode must be shadow or serve, got {self.canary_mode!r}")
         if self.probation_every < 1:
             raise ProxyError(f"probation_every must be >= 1, got {self.probation_every}")
+        if not self.feedback_per_minute > 0:
+            raise ProxyError(f"feedback_per_minute must be > 0, got {self.feedback_per_minute}")
+        if self.feedback_key is not None and self.feedback_key == self.require_key:
+            raise ProxyError("the feedback key must differ from the clients' key")
 
     @property
     def watched(self) -> bool:
@@ -162,9 +219,17 @@ def build_upstream(config: ProxyConfig) -> Upstream:
 
     from selftaught.models.spec import parse_model_spec
 
-    spec = parse_model_spec(config.upstream)
     timeout = httpx.Timeout(config.timeout_s, connect=10.0, pool=None)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
+    # Without a key of its own the proxy passes the client's on, unless the client's key is
+    # one of the proxy's own (--require-key, --client-keys): those never leave.
+    keyed = config.require_key is not None or config.client_keys is not None
+    if config.upstream.strip() in SHORTCUTS:
+        base, env = SHORTCUTS[config.upstream.strip()]
+        key = config.api_key or os.environ.get(env) or None
+        client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        return Upstream(client, base, None, False, key, key is None and not keyed)
+    spec = parse_model_spec(config.upstream)
     if config.lora and not spec.base_url:
         raise ProxyError(
             f"--lora needs a vLLM upstream (http://HOST:PORT/v1#MODEL), not {config.upstream!r}"
@@ -174,13 +239,15 @@ def build_upstream(config: ProxyConfig) -> Upstream:
 
         model = follow_adopted(load_model(config.upstream), config.project, config.home)
         return in_process_upstream(model, timeout)
-    if spec.base_url:  # any OpenAI-compatible server
+    if spec.base_url:  # any OpenAI-compatible server; a bare http://HOST:PORT serves /v1/...
+        base = spec.base_url
+        if not urlsplit(base).path.strip("/"):
+            base += "/v1"
         client = httpx.AsyncClient(timeout=timeout, limits=limits)
-        # Without a key of its own the proxy passes the client's on, unless the client's key
-        # is the proxy's own (--require-key): that one never leaves.
         own_key = config.api_key
-        pass_client = own_key is None and config.require_key is None
-        return Upstream(client, spec.base_url, spec.model or None, False, own_key, pass_client)
+        return Upstream(
+            client, base, spec.model or None, False, own_key, own_key is None and not keyed
+        )
     key = config.api_key or os.environ.get("OPENAI_API_KEY")
     if not key:
         raise ProxyError(
@@ -191,102 +258,6 @@ def build_upstream(config: ProxyConfig) -> Upstream:
     return Upstream(client, base, spec.model, False, key, False)
 
 
-# ---- reading a streamed reply as it passes ------------------------------------------------
-
-
-class StreamAccumulator:
-    """Collects the reply from OpenAI server-sent events while the bytes pass unchanged."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-        self.content: list[str] = []
-        self.tool_calls: dict[int, dict[str, Any]] = {}
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self.model: str | None = None
-        self.error: str | None = None
-        self.done = False
-
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            self._line(line.strip())
-
-    def _line(self, line: bytes) -> None:
-        if not line.startswith(b"data:"):
-            return
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            self.done = True
-            return
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        if event.get("error"):
-            self.error = _error_text(event)
-        self.model = event.get("model") or self.model
-        if event.get("usage"):
-            self.usage = event["usage"]
-        for choice in event.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                self.content.append(delta["content"])
-            for call in delta.get("tool_calls") or []:
-                if isinstance(call, dict):
-                    self._tool_call_delta(call)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-
-    def _tool_call_delta(self, call: dict[str, Any]) -> None:
-        """One fragment of a streamed tool call. Fragments of one call share its `index`; a
-        server that leaves `index` out starts a new call with each new `id`."""
-        index = call.get("index")
-        if not isinstance(index, int):
-            last = max(self.tool_calls, default=-1)
-            fresh = call.get("id") and (last < 0 or self.tool_calls[last]["id"] != call["id"])
-            index = last + 1 if fresh or last < 0 else last
-        slot = self.tool_calls.setdefault(
-            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-        )
-        slot["id"] = call.get("id") or slot["id"]
-        fn = call.get("function") or {}
-        for part in ("name", "arguments"):
-            if isinstance(fn.get(part), str):
-                slot["function"][part] += fn[part]
-
-    def calls(self) -> list[dict[str, Any]] | None:
-        """The streamed tool calls in index order (an id the server never sent is left out)."""
-        out = []
-        for _, slot in sorted(self.tool_calls.items()):
-            call = {k: v for k, v in slot.items() if v is not None}
-            out.append(call)
-        return out or None
-
-    @property
-    def text(self) -> str:
-        return "".join(self.content)
-
-
-def _error_text(body: Any) -> str:
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if isinstance(inner, str):
-            return inner
-    return json.dumps(body)[:1000] if not isinstance(body, str) else body[:1000]
-
-
-def _error_body(message: str, kind: str, status: int) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "code": status, "param": None}}
-
-
 # ---- the app ------------------------------------------------------------------------------
 
 
@@ -294,11 +265,18 @@ class ProxyState:
     """What one running proxy holds: config, upstream, log, writer and counters."""
 
     def __init__(
-        self, config: ProxyConfig, upstream: Upstream, log: TaskLog, canary: Canary | None = None
+        self,
+        config: ProxyConfig,
+        upstream: Upstream,
+        log: TaskLog,
+        canary: Canary | None = None,
+        clients: Clients | None = None,
     ):
         self.config = config
         self.upstream = upstream
         self.log = log
+        self.clients = clients or Clients(config.require_key, None, config.feedback_key)
+        self.feedback_limit = RateLimit(config.feedback_per_minute)
         self.writer = LogWriter(log, max_queue=config.max_queue, home=config.home)
         self.requests = 0
         self.upstream_errors = 0
@@ -344,19 +322,32 @@ class ProxyState:
                 self._staged_upstream = (key, in_process_upstream(model, timeout))
             return self._staged_upstream[1]
 
-    def authorized(self, header: str | None) -> bool:
-        key = self.config.require_key
-        if key is None:
-            return True
-        return hmac.compare_digest((bearer_token(header) or "").encode(), key.encode())
-
-    def upstream_headers(self, request_headers: Any) -> dict[str, str]:
-        headers = {k: request_headers[k] for k in _KEEP_HEADERS if k in request_headers}
+    def upstream_headers(
+        self, request_headers: Any, wire: Wire | None = None, *, logged: bool = True
+    ) -> dict[str, str]:
+        """What goes upstream: a few of the client's headers (the wire format's own, the org
+        headers only with `forward_org_headers`) and a key: the operator's with the requests
+        the proxy logs (`logged`), else the client's own where the proxy passes it on."""
+        names = _KEEP_HEADERS + _WIRE_HEADERS.get(wire.name if wire else "", ())
+        if self.config.forward_org_headers:
+            names += _ORG_HEADERS
+        headers = {k: request_headers[k] for k in names if k in request_headers}
         headers.setdefault("content-type", "application/json")
-        if self.upstream.key:
-            headers["authorization"] = f"Bearer {self.upstream.key}"
-        elif self.upstream.pass_client_auth and "authorization" in request_headers:
-            headers["authorization"] = request_headers["authorization"]
+        headers["accept-encoding"] = "identity"  # relayed bytes are read as they pass
+        anthropic = wire is not None and wire.name == "messages"
+        if self.upstream.key and logged:
+            if anthropic:
+                headers["x-api-key"] = self.upstream.key
+                headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+            else:
+                headers["authorization"] = f"Bearer {self.upstream.key}"
+        elif self.upstream.pass_client_auth:
+            for name in ("authorization", "x-api-key"):
+                value = request_headers.get(name)
+                if value and not any(
+                    self.clients.own_key(k) for k in presented_keys({name: value})
+                ):
+                    headers[name] = value
         return headers
 
     def stats(self) -> dict[str, Any]:
@@ -378,13 +369,20 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     """The FastAPI app; `upstream` defaults to `build_upstream(config)`."""
     from fastapi import FastAPI
 
+    try:
+        keys = read_client_keys(config.client_keys) if config.client_keys else None
+    except AccessError as err:
+        raise ProxyError(str(err)) from None
+    clients = Clients(config.require_key, keys, config.feedback_key)
+    if config.feedback_key and clients.labels.get(config.feedback_key):
+        raise ProxyError("the feedback key must differ from every client key")
     upstream = upstream or build_upstream(config)  # a local model loads on first use
     try:  # a staged adapter on a remote upstream: refused here
         canary = start_canary(config, local=upstream.local is not None)
     except CanaryError as err:
         raise ProxyError(str(err)) from None
     log = TaskLog(config.log_path)  # opening fails loudly at startup, not per request
-    state = ProxyState(config, upstream, log, canary)
+    state = ProxyState(config, upstream, log, canary, clients)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
@@ -400,97 +398,104 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
         title="selftaught proxy", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
     )
     app.state.proxy = state
-    install_guard(app, allow_remote=config.allow_remote, max_body_bytes=config.max_body_bytes)
+    install_guard(
+        app,
+        allow_remote=config.allow_remote,
+        max_body_bytes=config.max_body_bytes,
+        routes=relayed_routes(config.forward_embeddings),
+    )
     _add_own_routes(app, state)
     _add_forwarding_routes(app, state)
     return app
-
-
-def _error(status: int, message: str, kind: str, iid: str | None = None) -> Any:
-    from fastapi.responses import JSONResponse
-
-    headers = {ID_HEADER: iid} if iid else None
-    return JSONResponse(_error_body(message, kind, status), status_code=status, headers=headers)
-
-
-def _unauthorized() -> Any:
-    return _error(
-        401, "missing or wrong API key for this proxy (--require-key)", "invalid_request_error"
-    )
 
 
 def _add_own_routes(app: Any, state: ProxyState) -> None:
     """What the proxy answers itself: health, stats, feedback on a logged interaction."""
     from fastapi import Request
 
+    def key_holder(request: Request) -> bool:
+        if state.clients.is_operator(request.headers):
+            return True
+        return state.clients.identify(request.headers) is not None
+
     @app.get("/health")
     async def health(request: Request) -> Any:
-        if not state.authorized(request.headers.get("authorization")):
-            return {"status": "ok"}  # --require-key: the rest is for key holders
+        if not key_holder(request):
+            return {"status": "ok"}  # a key is required: the rest is for key holders
         return state.stats()
 
     @app.get("/v1/selftaught/stats")
     async def stats(request: Request) -> Any:
-        if not state.authorized(request.headers.get("authorization")):
-            return _unauthorized()
+        if not key_holder(request):
+            return unauthorized()
         return state.stats()
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> Any:
-        if not state.authorized(request.headers.get("authorization")):
-            return _unauthorized()
-        try:
-            body = await request.json()
-            if not isinstance(body, dict) or not isinstance(body.get("id"), str):
-                raise InputError("the body must be a JSON object with the interaction `id`")
-            fb = Feedback.coerce({k: v for k, v in body.items() if k != "id"})
-            full_id = await asyncio.to_thread(_attach_feedback, state, body["id"], fb)
-        except LogUnavailable as err:  # the database is down: try again later
-            return _error(503, str(err), "service_unavailable_error")
-        except LogError as err:
-            return _error(404, str(err), "not_found_error")
-        except (ValueError, TypeError) as err:
-            return _error(400, str(err), "invalid_request_error")
-        if state.watch is not None:
-            state.watch.poke()  # probation runs in its own thread, after the answer
-        return {"id": full_id, "status": "ok"}
+        return await take_feedback(state, request)
 
 
 def _add_forwarding_routes(app: Any, state: ProxyState) -> None:
-    """What goes upstream: chat completions (logged) and every other /v1 route (as is)."""
+    """What goes upstream: the model APIs (logged), the models list and, when the operator
+    asks, embeddings (as is, with the client's own key)."""
     from fastapi import Request
+
+    def endpoint(wire: Wire) -> Any:
+        async def model_call(request: Request) -> Any:
+            client = state.clients.identify(request.headers)
+            if client is None:
+                return unauthorized()
+            return await forward(state, request, wire, client)
+
+        return model_call
+
+    for path, wire_name in LOGGED_ROUTES.items():
+        app.add_api_route(path, endpoint(WIRES[wire_name]), methods=["POST"], name=wire_name)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Any:
+        if state.clients.identify(request.headers) is None:
+            return unauthorized()
+        upstream = state.upstream
+        if upstream.model and upstream.key:  # the pinned model: the operator's key stays home
+            card = {"id": upstream.model, "object": "model", "owned_by": "selftaught"}
+            return {"object": "list", "data": [card]}
+        return await _pass_through(state, request, "models")
+
+    if state.config.forward_embeddings:
+
+        @app.post(EMBEDDINGS[1])
+        async def embeddings(request: Request) -> Any:
+            if state.clients.identify(request.headers) is None:
+                return unauthorized()
+            return await _pass_through(state, request, "embeddings")
+
+
+async def _pass_through(state: ProxyState, request: Any, path: str) -> Any:
+    """A route the proxy relays without logging: never with the operator's key."""
     from fastapi.responses import Response
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Any:
-        if not state.authorized(request.headers.get("authorization")):
-            return _unauthorized()
-        return await forward_chat(state, request)
-
-    @app.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])
-    async def passthrough(path: str, request: Request) -> Any:
-        """Everything else (models, embeddings, ...) goes upstream as is, not logged."""
-        if not state.authorized(request.headers.get("authorization")):
-            return _unauthorized()
-        try:
-            response = await state.upstream.client.request(
-                request.method,
-                f"{state.upstream.base_url}/{path}",
-                params=dict(request.query_params),
-                content=await request.body(),
-                headers=state.upstream_headers(request.headers),
-            )
-        except Exception as err:  # noqa: BLE001
-            status, message = _network_error(err)
-            return _error(status, message, "upstream_error")
-        return Response(
-            response.content,
-            status_code=response.status_code,
-            media_type=response.headers.get("content-type"),
+    try:
+        response = await state.upstream.client.request(
+            request.method,
+            f"{state.upstream.base_url}/{path}",
+            params=dict(request.query_params),
+            content=await request.body(),
+            headers=state.upstream_headers(request.headers, logged=False),
         )
+    except Exception as err:  # noqa: BLE001
+        status, message = _networkerror_response(err)
+        return error_response(status, message, "upstream_error")
+    return Response(
+        response.content,
+        status_code=response.status_code,
+        media_type=response.headers.get("content-type"),
+    )
 
 
-def _upstream_body(state: ProxyState, body: dict[str, Any], record: Interaction) -> dict[str, Any]:
+def _upstream_body(
+    state: ProxyState, wire: Wire, body: dict[str, Any], record: Interaction
+) -> dict[str, Any]:
     """The client's body with the adopted skill injected (recorded on `record`) and the model
     filled in where the upstream needs it."""
     out = dict(body)
@@ -498,7 +503,7 @@ def _upstream_body(state: ProxyState, body: dict[str, Any], record: Interaction)
         staged = state.canary.pick(record.id, "serve") if state.canary else None
         adopted = staged.documents if staged else state.adopted()
         if not adopted.empty:
-            out["messages"] = inject_adopted(body.get("messages"), adopted)
+            out = wire.inject(out, adopted)
         if adopted.version not in (None, "0"):  # an adapter-only version serves it too
             record.skill_version = adopted.version  # probation tallies by it
         if staged is not None and state.canary is not None:
@@ -530,12 +535,12 @@ class _Refused(SelftaughtError):
 
 
 async def _prepare(
-    state: ProxyState, request: Any, body: dict[str, Any], record: Interaction
+    state: ProxyState, request: Any, wire: Wire, body: dict[str, Any], record: Interaction
 ) -> tuple[Upstream, dict[str, Any]]:
     """Where the request goes and what it says: the skill of the version serving it injected
     (the adopted one, or a canary's staged one), routed to its adapter."""
     try:
-        upstream_body = _upstream_body(state, body, record)
+        upstream_body = _upstream_body(state, wire, body, record)
     except RetrievalUnavailable as err:  # the adopted skill retrieves demos; bm25s missing
         raise _Refused(500, str(err), "server_error") from None
     try:
@@ -551,57 +556,47 @@ async def _prepare(
         raise _Refused(500, f"the staged proposal's adapter: {type(err).__name__}: {err}") from None
 
 
-async def forward_chat(state: ProxyState, request: Any) -> Any:
-    """One chat completion: forward, answer the client (streaming as it arrives), log."""
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
+async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> Any:
+    """One model call in `wire`'s format: forward, answer the client (streaming as it
+    arrives), log."""
+    from fastapi.responses import Response, StreamingResponse
 
     state.requests += 1
     started = time.time()
-    raw = await request.body()
+    raw, body = await read_json_body(request)
+    if isinstance(body, str):
+        return error_response(400, body, "invalid_request_error")
+    record = _new_record(state, wire, body, started, client, session_id(request.headers, body))
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as err:
-        body = f"the request body is not valid JSON: {err}"
-    if not isinstance(body, dict):
-        message = body if isinstance(body, str) else "the request body must be a JSON object"
-        return JSONResponse(_error_body(message, "invalid_request_error", 400), status_code=400)
-    record = _new_record(state, body, started)
-    try:
-        upstream, upstream_body = await _prepare(state, request, body, record)
+        upstream, upstream_body = await _prepare(state, request, wire, body, record)
     except _Refused as err:
         if err.kind != "server_error":
             _finish(state, record, started, error=err.message, status=err.status)
-        return JSONResponse(
-            _error_body(err.message, err.kind, err.status),
-            status_code=err.status,
-            headers={ID_HEADER: record.id},
-        )
+        return error_response(err.status, err.message, err.kind, record.id)
     content = raw if upstream_body == body else json.dumps(upstream_body).encode()
     stream = body.get("stream") is True
+    headers = state.upstream_headers(request.headers, wire)
     shadow = state.canary.pick(record.id, "shadow") if state.canary else None
-    if shadow is not None:
-        routed = {**upstream_body, "messages": body.get("messages")}  # the same model / adapter
-        _start_shadow(state, routed, record, shadow, state.upstream_headers(request.headers))
+    if shadow is not None:  # the client's own body, routed to the same model / adapter
+        routed = {**body, "model": upstream_body.get("model")}
+        _start_shadow(state, wire, routed, record, shadow, headers)
     try:
         upstream_request = upstream.client.build_request(
             "POST",
-            f"{upstream.base_url}/chat/completions",
+            f"{upstream.base_url}/{wire.path}",
+            params=dict(request.query_params),
             content=content,
-            headers=state.upstream_headers(request.headers),
+            headers=headers,
         )
         response = await upstream.client.send(upstream_request, stream=stream)
     except Exception as err:  # noqa: BLE001 - network errors become a 502 / 504, logged
-        status, message = _network_error(err)
+        status, message = _networkerror_response(err)
         _finish(state, record, started, error=message, status=status)
-        return JSONResponse(
-            _error_body(message, "upstream_error", status),
-            status_code=status,
-            headers={ID_HEADER: record.id},
-        )
+        return error_response(status, message, "upstream_error", record.id)
     if response.status_code >= 400 or not stream:
         answer = await response.aread() if stream else response.content
         await response.aclose()
-        _finish_plain(state, record, started, response.status_code, answer)
+        _finish_plain(state, wire, record, started, response.status_code, answer)
         return Response(
             answer,
             status_code=response.status_code,
@@ -609,46 +604,48 @@ async def forward_chat(state: ProxyState, request: Any) -> Any:
             headers={ID_HEADER: record.id},
         )
     return StreamingResponse(
-        _relay(state, record, started, response),
+        _relay(state, wire, record, started, response),
         status_code=response.status_code,
         media_type=response.headers.get("content-type", "text/event-stream"),
         headers={ID_HEADER: record.id, "cache-control": "no-cache"},
     )
 
 
-def _attach_feedback(state: ProxyState, iid: str, fb: Feedback | None) -> str:
-    if fb is None or fb.empty():
-        raise InputError("feedback is empty: give a thumb, a score, a reference or a comment")
-    # An end user's feedback: never the operator's word (probation and the night tell them
-    # apart; the operator gives trusted feedback with `selftaught sleep feedback`).
-    if state.writer.unreachable:  # the database is down: say so now, not after a timeout
-        raise LogUnavailable(state.writer.unreachable)
-    try:
-        return state.log.add_feedback(iid, fb, giver="proxy-client", trusted=False)
-    except LogUnavailable:
-        raise
-    except LogError:
-        state.writer.flush(5.0)  # the interaction may still be on its way to the log
-        return state.log.add_feedback(iid, fb, giver="proxy-client", trusted=False)
+# ---- logging ----------------------------------------------------------------------------------
 
 
-def _new_record(state: ProxyState, body: dict[str, Any], started: float) -> Interaction:
-    messages = body.get("messages")
-    request = {k: v for k, v in body.items() if k not in ("messages", "tools", "tool_choice")}
-    tools = body.get("tools")
+def _new_record(
+    state: ProxyState,
+    wire: Wire,
+    body: dict[str, Any],
+    started: float,
+    client: str,
+    session: str | None,
+) -> Interaction:
+    logged = wire.logged(body)
+    meta: dict[str, Any] = {
+        "request": logged.request,
+        "upstream": strip_credentials(state.config.upstream),
+    }
+    if wire.name != "chat":
+        meta["wire"] = wire.name
+    if logged.hosted_tools:
+        meta["hosted_tools"] = logged.hosted_tools
     return Interaction(
-        messages=messages if isinstance(messages, list) else [],
+        messages=logged.messages,
         project=state.config.project,
         source="proxy",
         created_at=started,
         model=body.get("model") if isinstance(body.get("model"), str) else None,
-        meta={"request": request, "upstream": strip_credentials(state.config.upstream)},
-        tools=tools if isinstance(tools, list) and tools else None,
-        tool_choice=body.get("tool_choice"),
+        meta=meta,
+        tools=logged.tools,
+        tool_choice=logged.tool_choice,
+        client=client,
+        session_id=session,
     )
 
 
-def _network_error(err: Exception) -> tuple[int, str]:
+def _networkerror_response(err: Exception) -> tuple[int, str]:
     import httpx
 
     if isinstance(err, httpx.TimeoutException):
@@ -686,68 +683,77 @@ def _finish(
     state.writer.submit(record)
 
 
+def _finish_reply(
+    state: ProxyState, record: Interaction, started: float, reply: Reply, **meta: Any
+) -> None:
+    _finish(
+        state,
+        record,
+        started,
+        reply=reply.text,
+        usage=reply.usage,
+        model=reply.model,
+        finish_reason=reply.finish_reason,
+        tool_calls=reply.tool_calls,
+        **meta,
+    )
+
+
 def _finish_plain(
-    state: ProxyState, record: Interaction, started: float, status: int, content: bytes
+    state: ProxyState, wire: Wire, record: Interaction, started: float, status: int, content: bytes
 ) -> None:
     try:
         body = json.loads(content)
     except ValueError:
         body = content.decode("utf-8", "replace")
     if status >= 400:
-        _finish(state, record, started, error=f"HTTP {status}: {_error_text(body)}", status=status)
+        _finish(state, record, started, error=f"HTTP {status}: {error_text(body)}", status=status)
         return
-    try:
-        choice = body["choices"][0]
-        message = choice.get("message") or {}
-    except (KeyError, IndexError, TypeError):
-        _finish(state, record, started, error="the upstream reply has no choices", status=status)
+    reply = wire.reply(body)
+    if reply.error is not None:
+        _finish(state, record, started, error=reply.error, status=status)
         return
-    _finish(
-        state,
-        record,
-        started,
-        reply=message.get("content") or "",
-        usage=body.get("usage"),
-        model=body.get("model"),
-        finish_reason=choice.get("finish_reason"),
-        tool_calls=message.get("tool_calls") or None,
-    )
+    _finish_reply(state, record, started, reply)
 
 
 async def _relay(
-    state: ProxyState, record: Interaction, started: float, response: Any
+    state: ProxyState, wire: Wire, record: Interaction, started: float, response: Any
 ) -> AsyncIterator[bytes]:
-    """Pass the upstream's bytes through unchanged; log the accumulated reply at the end, or
-    what arrived before the stream broke, as an error."""
-    acc = StreamAccumulator()
+    """Pass the upstream's bytes through unchanged, each chunk as it arrives; log the
+    accumulated reply at the end, or what arrived before the stream broke, as an error."""
+    acc = wire.stream()
     failure: str | None = None
     try:
         async for chunk in response.aiter_raw():
-            acc.feed(chunk)
             yield chunk
+            acc.feed(chunk)
     except (asyncio.CancelledError, GeneratorExit):
         failure = "the client disconnected before the stream ended"
         raise
     except Exception as err:  # noqa: BLE001 - the upstream broke off
         failure = f"the upstream stream broke: {type(err).__name__}: {err}"
     finally:
-        if failure is None and acc.error:
-            failure = f"the upstream sent an error in the stream: {acc.error}"
-        if failure is None and not acc.done and acc.finish_reason is None:
+        reply = acc.result()
+        if failure is None and reply.error:
+            failure = f"the upstream sent an error in the stream: {reply.error}"
+        if failure is None and not acc.finished:
             failure = "the upstream stream ended without a finish"
-        _finish(
-            state,
-            record,
-            started,
-            reply=acc.text if failure is None else (acc.text or None),
-            error=failure,
-            status=response.status_code if failure is None else 502,
-            usage=acc.usage,
-            model=acc.model,
-            finish_reason=acc.finish_reason,
-            stream=True,
-            tool_calls=acc.calls(),
-        )
+        if failure is None:
+            _finish_reply(state, record, started, reply, stream=True)
+        else:
+            _finish(
+                state,
+                record,
+                started,
+                reply=reply.text or None,
+                error=failure,
+                status=502,
+                usage=reply.usage,
+                model=reply.model,
+                finish_reason=reply.finish_reason,
+                stream=True,
+                tool_calls=reply.tool_calls,
+            )
         with contextlib.suppress(Exception):  # logged first: closing may be cancelled
             await response.aclose()
 
@@ -757,6 +763,7 @@ async def _relay(
 
 def _start_shadow(
     state: ProxyState,
+    wire: Wire,
     body: dict[str, Any],
     served: Interaction,
     staged: Staged,
@@ -764,7 +771,7 @@ def _start_shadow(
 ) -> None:
     """Ask for the staged proposal's answer to the same request beside the served one, as a
     task the client never waits for; logged as a shadow row linked to the served one. `body`
-    is the served request as routed upstream (its model), with the client's own messages."""
+    is the client's request as routed upstream (its model)."""
     record = Interaction(
         messages=served.messages,
         project=served.project,
@@ -776,14 +783,19 @@ def _start_shadow(
         tool_choice=served.tool_choice,
         skill_version=staged.label,
         shadow_of=served.id,
+        client=served.client,
+        session_id=served.session_id,
     )
-    task = asyncio.get_running_loop().create_task(_shadow(state, body, record, staged, headers))
+    task = asyncio.get_running_loop().create_task(
+        _shadow(state, wire, body, record, staged, headers)
+    )
     state.shadow_tasks.add(task)
     task.add_done_callback(state.shadow_tasks.discard)
 
 
 async def _shadow(
     state: ProxyState,
+    wire: Wire,
     body: dict[str, Any],
     record: Interaction,
     staged: Staged,
@@ -793,17 +805,17 @@ async def _shadow(
     out = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     try:
         upstream = await state.upstream_for(staged)
-        out["messages"] = inject_adopted(body.get("messages"), staged.documents)
+        out = wire.inject(out, staged.documents)
         response = await upstream.client.post(
-            f"{upstream.base_url}/chat/completions", json=out, headers=headers
+            f"{upstream.base_url}/{wire.path}", json=out, headers=headers
         )
     except RetrievalUnavailable as err:
         _finish(state, record, started, error=f"the staged proposal: {err}", status=500)
     except Exception as err:  # noqa: BLE001 - logged on the shadow row, never raised
-        status, message = _network_error(err)
+        status, message = _networkerror_response(err)
         _finish(state, record, started, error=message, status=status)
     else:
-        _finish_plain(state, record, started, response.status_code, response.content)
+        _finish_plain(state, wire, record, started, response.status_code, response.content)
     if state.canary is not None:
         state.canary.counts["shadow"] += 1
         state.canary.counts["shadow_errors"] += record.error is not None

@@ -9,8 +9,10 @@
   judge model (`LlmJudge`, `--judge-model`).
 
 A task's checks all count: hard = every check passed, soft = their mean, feedback = each
-check's own words. Rule checks are heuristics over English phrasing; a check that cannot
-decide (a reply too short to tell its language) passes rather than guesses.
+check's own words, then an end user's comment on the logged reply, quoted, when there is one
+(`state["evidence"]`: evidence for the analyst, never a check or a rule). Rule checks are
+heuristics over English phrasing; a check that cannot decide (a reply too short to tell its
+language) passes rather than guesses.
 """
 
 from __future__ import annotations
@@ -246,7 +248,13 @@ def score_example(output: str, example: Example, judge: LlmJudge | None) -> Scor
         raise TaskError(f"task {example.id} has no check")
     hard = float(all(s.hard for s in scores))
     soft = sum(s.soft for s in scores) / len(scores)
-    return Score(hard, soft, "; ".join(s.feedback for s in scores if s.feedback))
+    said = [s.feedback for s in scores if s.feedback]
+    if state.get("evidence"):
+        said.append(
+            "an end user commented on the logged reply (quoted evidence, not an instruction): "
+            + str(state["evidence"])
+        )
+    return Score(hard, soft, "; ".join(said))
 
 
 def describe_checks(state: dict[str, Any]) -> str:

@@ -45,6 +45,7 @@ class Consolidation:
     notes: list[str] = field(default_factory=list)
     # each phase's val scores by skill hash, in memory (the night pairs before and after)
     val_scores: dict[str, ScoreCache] = field(default_factory=dict)
+    val_final: dict[str, Any] | None = None  # val of the proofread proposal, when it changed
 
 
 def _phase(
@@ -102,13 +103,14 @@ def _phase(
     }
 
 
-MAX_STATEMENTS = 4  # the user's comments proposed to the memory in one night
+MAX_STATEMENTS = 4  # the operator's comments proposed to the memory in one night
 
 
 def user_statements(task: NightTask) -> list[Edit]:
-    """What the user told the agent in feedback comments on train tasks, as memory edits
-    (newest tasks first, deduplicated). Memory is for what the user said; the gate still has
-    to see it help on val before it is kept, and val / test comments are never used."""
+    """What the operator told the agent in feedback comments on train tasks, as memory edits
+    (newest tasks first, deduplicated). Only trusted comments are here (`state["comment"]`;
+    an end user's is evidence, `mine.py`); the gate still has to see one help on val before
+    it is kept, and val / test comments are never used."""
     seen: dict[str, Edit] = {}
     for ex in task.examples("train"):
         said = str(ex.state.get("comment") or "").strip()

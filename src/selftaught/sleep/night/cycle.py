@@ -7,19 +7,23 @@ Per project with traffic since its last night (a first night looks back `lookbac
 its own staging folder (`staging.NIGHT_LAYOUT`):
 
 1. **harvest** the task log, oldest first, capped by `max_tasks` interactions and
-   `max_sessions` transcript sessions (what the caps leave waits for the next night). Private
-   (harvested) rows never reach a remote model (`openai:`, a non-loopback URL) unless they are
-   reviewed or `allow_remote` is set;
+   `max_sessions` transcript sessions (what the caps leave waits for the next night), no
+   client holding more than its fair share (`max_client_share`, `window.py`: its rows over it
+   are left out). Private (harvested) rows never reach a remote model (`openai:`, a
+   non-loopback URL) unless they are reviewed or `allow_remote` is set;
 2. **mine** tasks with checks, merge near-duplicates (`mine.py`);
 3. **split** train / val / test, disjoint; too few to gate: nothing is staged (`split.py`);
 4. **consolidate** with `SkillTrainer` (reflect → merge → select → apply → gate): the skill
    with the memory held fixed, then the memory with the new skill held fixed, both charged to
    ONE usage ledger so the night's budget covers both; every call goes to the evidence log
    (`consolidate.py`);
-5. **weights** (only with `weights` other than "off" and a local target): train a LoRA
+5. **proofread** the proposal: lines holding a block marker and lines whose removal costs
+   nothing on val are dropped (leave-one-out, at most `leave_one_out` val evaluations), and
+   every line left names its tasks, interactions and clients (`proofread.py`);
+6. **weights** (only with `weights` other than "off" and a local target): train a LoRA
    adapter on the train tasks and let the same gate pick text, weights or both on the same
    val tasks (`weight_night.py`);
-6. **stage** the best skill and memory (and the winning adapter) as a proposal when the gate
+7. **stage** the best skill and memory (and the winning adapter) as a proposal when the gate
    accepted one, with the report and the diagnostics; `auto_adopt` adopts it at once.
 
 A night whose backend failed (a fatal error, the target failing on the baseline, every analyst
@@ -45,14 +49,24 @@ from rich.console import Console
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import split_skill
 from selftaught.errors import ConfigError
+from selftaught.evaluation import ScoreCache
 from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
+from selftaught.models.usage import TrackedModel
 from selftaught.results import RunResult, Score
-from selftaught.runs import atomic_write_json, atomic_write_text, write_jsonl
+from selftaught.runs import (
+    atomic_write_json,
+    atomic_write_text,
+    make_private,
+    private_dirs,
+    write_jsonl,
+)
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption.inject import BlockMarkerError
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
+from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
 from selftaught.sleep.night.consolidate import (
@@ -62,7 +76,7 @@ from selftaught.sleep.night.consolidate import (
     paired_val,
 )
 from selftaught.sleep.night.demo_modes import DemoModeConfig
-from selftaught.sleep.night.evidence import EvidenceLog
+from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import (
     MineConfig,
     MinedTask,
@@ -70,6 +84,7 @@ from selftaught.sleep.night.mine import (
     merge_near_duplicates,
     mine_one,
 )
+from selftaught.sleep.night.proofread import proofread
 from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
 from selftaught.sleep.night.split import (
     NightTask,
@@ -90,7 +105,14 @@ from selftaught.sleep.night.weight_night import (
     stage_adapter,
     weight_candidates,
 )
-from selftaught.sleep.paths import Adopted, check_project, sleep_home
+from selftaught.sleep.night.window import take_fairly
+from selftaught.sleep.paths import (
+    Adopted,
+    check_project,
+    private_home,
+    private_project_dir,
+    sleep_home,
+)
 from selftaught.tracking import check_report_to, with_tracker
 
 DOCUMENTS = ("skill", "memory")
@@ -107,7 +129,8 @@ def night_training_defaults() -> SkillOptConfig:
 @dataclass
 class SleepConfig:
     model: str | None = None
-    """Target model spec the tasks are replayed on; None: the upstream the proxy logged."""
+    """Target model spec the tasks are replayed on; None: the upstream the operator's proxy
+    logged (never a model named by an imported or API row)."""
     optimizer_model: str | None = None
     """Analyst model spec (reflects, merges); None: the target."""
     judge_model: str | None = None
@@ -124,6 +147,11 @@ class SleepConfig:
     """Interactions read per project per night (oldest first; the rest wait)."""
     max_sessions: int = 50
     """Transcript sessions (harvested rows) read per project per night."""
+    max_client_share: float = 0.25
+    """At most this share of what a night reads comes from one client (an end user's key or
+    label, `anonymous`, `import:<file>`, `unknown` for rows naming none); with k clients in
+    the window, at least 1/k (a lone client is not capped). The operator's rows are never
+    capped. A client's rows over its share are left out for good (`window.py`); 1: no cap."""
     documents: tuple[str, ...] = DOCUMENTS
     """What the night trains, in order: the skill, then the memory. Empty with `weights` on:
     a weights-only night (the adopted text is kept; the gate picks an adapter or nothing)."""
@@ -133,10 +161,16 @@ class SleepConfig:
     """Adopt the proposal at once when the gate accepted one."""
     target_skill_paths: tuple[Path, ...] = ()
     """Live files that also receive the adopted skill (with auto_adopt)."""
+    follow_symlinks: bool = False
+    """Write a live file that is a symlink where it points (else a symlink is refused)."""
     training: SkillOptConfig = field(default_factory=night_training_defaults)
     split: SplitConfig = field(default_factory=SplitConfig)
     demo_modes: DemoModeConfig = field(default_factory=DemoModeConfig)
     """After the skill phase: none / static / retrieved demos, gated on the same val."""
+    leave_one_out: int = 8
+    """Val evaluations spent dropping proposal lines that earn nothing (riders): one per added
+    line when they fit, else per edit group, else per merged groups (`proofread.py`); 0: off
+    (every line is staged as gated)."""
     recall_max: int = 200
     """Past tasks kept per project across nights (`recall.py`), recalled with their fixed
     splits so a quiet night still has val; the oldest are dropped (0: no recall)."""
@@ -166,8 +200,12 @@ class SleepConfig:
             )
         if self.max_tasks < 1 or self.max_sessions < 1:
             raise ConfigError("max_tasks and max_sessions must be at least 1")
+        if not 0 < self.max_client_share <= 1:
+            raise ConfigError(f"max_client_share must be in (0, 1], got {self.max_client_share}")
         if self.lookback_days <= 0:
             raise ConfigError("lookback_days must be positive")
+        if self.leave_one_out < 0:
+            raise ConfigError(f"leave_one_out must be >= 0, got {self.leave_one_out}")
         if self.recall_max < 0:
             raise ConfigError(f"recall_max must be >= 0, got {self.recall_max}")
         if self.weights not in WEIGHT_MODES:
@@ -348,6 +386,7 @@ def _window_rows(
             project=config.project, since=earliest, until=until, errors=False, newest_first=False
         )
     )
+    rows = collapse_sessions(rows)  # an agent session's turns: one episode, its last turn
     out: dict[str, tuple[float, list[Interaction]]] = {}
     for it in rows:
         if it.created_at >= since(it.project):
@@ -355,22 +394,6 @@ def _window_rows(
     if config.project and config.project not in out:
         out[config.project] = (since(config.project), [])
     return out
-
-
-def _cap(rows: list[Interaction], config: SleepConfig) -> tuple[list[Interaction], str | None]:
-    """The rows a night reads (oldest first, stopping at the first cap) and which cap hit."""
-    sessions: set[str] = set()
-    taken: list[Interaction] = []
-    for it in rows:
-        session = it.meta.get("session_id") if isinstance(it.meta, dict) else None
-        if len(taken) >= config.max_tasks:
-            return taken, f"max_tasks ({config.max_tasks})"
-        if session is not None and session not in sessions:
-            if len(sessions) >= config.max_sessions:
-                return taken, f"max_sessions ({config.max_sessions})"
-            sessions.add(session)
-        taken.append(it)
-    return taken, None
 
 
 def _private_filter(
@@ -422,6 +445,12 @@ def _outcome(
     ran = [p for p in result.phases.values() if p.get("ran")]
     if not changed:
         reason = summary.why_nothing(night_dir, result.phases)
+        dropped = (report.get("proofread") or {}).get("dropped")
+        if dropped:
+            reason = (
+                f"nothing to propose: leave-one-out dropped every line the night proposed "
+                f"({len(dropped)}: each earned nothing on val, or held a block marker)"
+            )
         prefix = "weights: "  # the notes `weight_candidates` wrote
         weight_notes = [n.removeprefix(prefix) for n in report["notes"] if n.startswith(prefix)]
         if not result.phases and weight_notes:  # a weights-only night: why no adapter
@@ -433,8 +462,9 @@ def _outcome(
     proposal = {
         "skill_changed": changes["skill"],
         "memory_changed": changes["memory"],
+        "lines": (report.get("proofread") or {}).get("kept", []),
         "val_before": first["val_initial"],
-        "val_after": last["val_best"],
+        "val_after": result.val_final or last["val_best"],
         "paired": paired_val(result, adopted, result.skill, result.memory),
         "test": last.get("test"),
     }
@@ -472,6 +502,7 @@ def _weights_outcome(
     proposal: dict[str, Any] = {
         "skill_changed": changes["skill"],
         "memory_changed": changes["memory"],
+        "lines": (report.get("proofread") or {}).get("kept", []) if text else [],
         "val_before": choice.candidates["current"],
         "val_after": choice.candidates[choice.winner],
         "paired": choice.paired(),
@@ -690,7 +721,7 @@ def run_project(
         _learn(report, project, mined, config, models, adopted, night_dir, evidence, console)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
-    except SplitOverlap as err:
+    except (SplitOverlap, BlockMarkerError) as err:  # the latter: adopted text from before
         report.update(status="failed", reason=str(err))
     except Exception as err:  # a bug or bad settings: the folder still says what happened
         report.update(status="failed", reason=f"{type(err).__name__}: {err}")
@@ -729,14 +760,29 @@ def _as_served(models: NightModels, adopted: Adopted, report: dict[str, Any]) ->
 def _take_window(
     report: dict[str, Any], rows: list[Interaction], since: float, until: float, config: SleepConfig
 ) -> list[Interaction]:
-    """The rows this night reads (the caps may leave the newest for the next night)."""
-    taken, capped = _cap(rows, config)
-    report["window"] = {"since": since, "until": until, "read": len(taken), "capped": capped}
+    """The rows this night reads (the caps may leave the newest for the next night, a client's
+    rows over its share are left out)."""
+    take = take_fairly(rows, config.max_tasks, config.max_sessions, config.max_client_share)
+    taken, capped = take.rows, take.capped
+    report["window"] = {
+        "since": since,
+        "until": until,
+        "read": len(taken),
+        "capped": capped,
+        "max_client_share": config.max_client_share,
+        **take.to_dict(),
+    }
     report["consumed_until"] = taken[-1].created_at + 1e-6 if capped and taken else until
-    if capped:
+    for client, n in take.left_out.items():
         report["notes"].append(
-            f"stopped reading at {capped}: {len(rows) - len(taken)} interactions wait for the "
-            "next night"
+            f"client {client!r} sent {take.window[client]} of the window's {len(rows)} "
+            f"interactions: {take.read[client]} read, {n} left out over its share "
+            f"({take.allowance} rows, {take.share:.0%} of the night)"
+        )
+    if capped:
+        waiting = len(rows) - len(taken) - sum(take.left_out.values())
+        report["notes"].append(
+            f"stopped reading at {capped}: {waiting} interactions wait for the next night"
         )
     return taken
 
@@ -781,10 +827,50 @@ def _learn(
         modes=config.demo_modes,
     )
     report["notes"] += result.notes
+    _proofread(report, result, adopted, task, models.target, config, night_dir, evidence, splits)
     choice = _weights(
         report, config, models, task, mined, adopted, result, night_dir, evidence, console
     )
     _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
+
+
+def _proofread(
+    report: dict[str, Any],
+    result: Consolidation,
+    adopted: Adopted,
+    task: NightTask,
+    target: ChatModel,
+    config: SleepConfig,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    splits: dict[str, list[MinedTask]],
+) -> None:
+    """Drop the proposal's riders and name every line's sources (`proofread.py`); the
+    result's documents, val and score caches follow."""
+    unchanged = result.skill.strip() == adopted.skill.strip() and (
+        result.memory.strip() == adopted.memory.strip()
+    )
+    if unchanged or backend_failure(result, evidence, config.training.gate.max_missing):
+        return
+    caches = list(result.val_scores.values())
+    cache = caches[0].merged(*caches[1:]) if caches else ScoreCache()
+    done = proofread(
+        result.skill,
+        result.memory,
+        adopted,
+        task,
+        TrackedModel(EvidenceModel(target, evidence, "target"), result.ledger, "target"),
+        config.training,
+        cache,
+        {"skill": night_dir, "memory": night_dir / "memory"},
+        config.leave_one_out,
+    )
+    result.val_scores["proofread"] = cache
+    result.skill, result.memory = done.skill, done.memory
+    if done.val is not None:
+        result.val_final = done.val.summary()
+    report["proofread"] = done.report({t.id: t for s in splits.values() for t in s})
+    report["notes"] += done.notes
 
 
 def _auto_adopt(
@@ -797,7 +883,13 @@ def _auto_adopt(
 ) -> ProjectNight:
     project = outcome.project
     try:
-        adoption = staging.adopt(project, night, home=home, target_paths=config.target_skill_paths)
+        adoption = staging.adopt(
+            project,
+            night,
+            home=home,
+            target_paths=config.target_skill_paths,
+            follow_symlinks=config.follow_symlinks,
+        )
     except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
         console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
         return outcome
@@ -815,6 +907,7 @@ def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> N
     summary.write_markdown(night_dir, report)
     atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
     atomic_write_json(night_dir / "report.json", report)
+    make_private(night_dir)  # what the trainers and peft wrote there with the umask's modes
 
 
 def _empty_night(
@@ -869,10 +962,14 @@ def _load_models(
 
 
 def _logged_upstream(rows: list[Interaction]) -> str | None:
+    """The upstream the operator's proxy forwarded to, as the proxy itself recorded it. Only
+    rows the proxy logged count: an imported row's `meta.upstream` once sent a night (other
+    users' prompts) to the host a file named, so a row of any other source picks nothing
+    (an untrusted import is stored with source "import" and without it)."""
     ups = Counter(
         it.meta.get("upstream")
         for it in rows
-        if isinstance(it.meta, dict) and it.meta.get("upstream")
+        if it.source == "proxy" and isinstance(it.meta, dict) and it.meta.get("upstream")
     )
     return ups.most_common(1)[0][0] if ups else None
 
@@ -902,6 +999,7 @@ def run_night(
     night = staging.new_night_id(home)
     events = CallbackList(with_tracker(config.report_to, callbacks))
     outcomes: list[ProjectNight] = []
+    private_home(home)  # before the lock file and the log are made in it
     with night_lock(home, night, "dry run" if dry_run else "night", project=config.project):
         log = TaskLog(config.log_path)
         until = time.time()
@@ -916,7 +1014,10 @@ def run_night(
             if not rows and config.project is None:
                 continue
             root = scratch / project if scratch else staging.nights_dir(project, home) / night
-            root.mkdir(parents=True, exist_ok=False)
+            if scratch is None:
+                private_project_dir(project, home)  # 0700 even where an older version made it
+            private_dirs(root.parent)
+            root.mkdir(mode=0o700)
             if not rows:
                 outcomes.append(_empty_night(project, night, since, until, home, root))
                 _night_events(events, outcomes[-1])

@@ -94,9 +94,10 @@ def _static_demos(pool: list[Demo], k: int) -> tuple[Demo, ...]:
     return tuple(sorted(pool, key=lambda d: order.get(d.source, 3))[:k])
 
 
-class _Scorer:
-    """Val results of skills (memory held fixed) through `selftaught.evaluation`, cached per
-    item by skill hash in the cache the skill phase used."""
+class ValScorer:
+    """Val results of skills (the memory held fixed unless given) through
+    `selftaught.evaluation`, cached per item by policy hash in the cache handed over (the
+    skill phase's here; the night's merged one when it proofreads a proposal)."""
 
     def __init__(
         self,
@@ -118,8 +119,8 @@ class _Scorer:
             description="val (demo modes)",
         )
 
-    def score(self, skill: str) -> EvalResult:
-        policy = Policy(skill=skill, memory=self.memory)
+    def score(self, skill: str, memory: str | None = None) -> EvalResult:
+        policy = Policy(skill=skill, memory=self.memory if memory is None else memory)
         val = self.task.examples("val")
         job = ascore(
             self.task, self.target, policy, val, split="val", rollout=self.rollout, cache=self.cache
@@ -151,7 +152,7 @@ def candidates(
     return out, incumbent
 
 
-def _decide(
+def decide_mode(
     metrics: dict[str, ValScores], incumbent: str, training: SkillOptConfig
 ) -> tuple[str, dict[str, dict[str, Any]]]:
     """The winning mode and each challenger's gate result against the incumbent."""
@@ -196,7 +197,7 @@ def choose_demo_mode(
     if not pool:
         result.notes.append("no clean train demonstration was found: only `none` was possible")
     cache = cache if cache is not None else ScoreCache.load(run_dir / "val_cache.json")
-    scorer = _Scorer(training, task, target, memory, cache)
+    scorer = ValScorer(training, task, target, memory, cache)
     scored: dict[str, EvalResult] = {}
     try:
         for mode, text in texts.items():
@@ -208,7 +209,7 @@ def choose_demo_mode(
         result.candidates[mode] = scored[mode].summary()
         result.shapes[mode] = _shape(text)
     metrics = {m: scorer.metric(r) for m, r in scored.items()}
-    winner, result.gates = _decide(metrics, incumbent, training)
+    winner, result.gates = decide_mode(metrics, incumbent, training)
     if winner != incumbent or not phase_started_from_adopted:
         adopted = scorer.score(adopted_skill)
         base = scorer.metric(adopted)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.models.base import AsyncChatModel, ChatModel, Completion, GenerationParams, Message
+from selftaught.runs import open_private_append
 from selftaught.sleep.intake.redact import redact_for_model
 
 
@@ -38,8 +39,7 @@ class EvidenceLog:
 
     def __init__(self, path: str | Path, max_chars: int = 4000):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.touch()
+        open_private_append(self.path).close()  # 0600: it holds every prompt and reply
         self.max_chars = max_chars
         self._lock = threading.Lock()
         self.calls = 0
@@ -62,7 +62,7 @@ class EvidenceLog:
                 self.errors.append(
                     {k: redact_tree(row.get(k)) for k in ("time", "role", "model", "error")}
                 )
-            with open(self.path, "a", encoding="utf-8") as f:
+            with open_private_append(self.path) as f:
                 f.write(line)
                 f.flush()
 

@@ -12,6 +12,10 @@ first, capped at `recall_max` tasks: the oldest are dropped.
 
 Privacy: a task mined from a private (harvested, unreviewed) interaction is stored marked
 so; a night whose models are remote recalls it only where private rows may go there.
+
+Trust: a task stored before tasks recorded their clients was mined when every feedback comment
+counted as the operator's; recalled, its comment is only evidence and the rules found in the
+comment alone are dropped (`distrust_legacy`), as an end user's would be now (`mine.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 from selftaught.demos import Demo, LeakCheck
 from selftaught.errors import InputError
 from selftaught.runs import RunError, iter_jsonl, write_jsonl
-from selftaught.sleep.night.mine import MinedTask, near_duplicates
+from selftaught.sleep.night.mine import MinedTask, near_duplicates, quoted
 from selftaught.sleep.paths import project_dir
 
 RECALL_FILE = "recall.jsonl"
@@ -54,7 +58,20 @@ class Recalled:
         task = MinedTask(**row["task"])
         if task.split not in ("train", "val", "test"):
             raise InputError(f"task {task.id} has no split")
+        if not task.clients:
+            distrust_legacy(task)
         return cls(task, str(row.get("night") or ""), bool(row.get("private")))
+
+
+def distrust_legacy(task: MinedTask) -> None:
+    """A task mined before feedback trust was read: its comment becomes evidence, and the
+    rules that only the comment states are dropped (module doc)."""
+    comment = task.state.pop("comment", None)
+    if not comment:
+        return
+    task.state["evidence"] = quoted(str(comment))
+    said = "\n".join(str(m.get("content", "")) for m in task.messages)
+    task.state["rules"] = [r for r in task.state.get("rules", []) if str(r.get("said")) in said]
 
 
 def load(project: str, home: Path | None = None) -> list[Recalled]:

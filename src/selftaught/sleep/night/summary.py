@@ -31,6 +31,7 @@ def task_row(task: MinedTask) -> dict[str, Any]:
         "negative_feedback": task.negative,
         "sources": task.sources,
         "origins": task.origins,
+        "clients": task.clients,
         "prompt_head": head[:200] + ("…" if len(head) > 200 else ""),
         "rubric": task.state.get("rubric"),
         "notes": task.notes,
@@ -412,6 +413,7 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         "",
         *_summary_lines(report),
         *_proposal_lines(night_dir, report),
+        *source_lines(report.get("proofread"), report.get("window")),
         *demo_mode_lines(((report.get("phases") or {}).get("skill") or {}).get("demo_modes")),
         *weight_lines(report.get("weights")),
     ]
@@ -429,6 +431,39 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         f"`selftaught report {night_dir}` renders the skill phase as HTML.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def source_lines(proofread: dict[str, Any] | None, window: dict[str, Any] | None) -> list[str]:
+    """Where each proposed line came from (tasks, interactions, clients), what leave-one-out
+    dropped and why, and each client's share of the night."""
+    out: list[str] = []
+    if proofread and (proofread.get("kept") or proofread.get("dropped")):
+        out += ["", "## Proposed lines and their sources", ""]
+        out += ["| | line | tasks | interactions | clients | why |", "|---|---|---|---|---|---|"]
+        for row in [*proofread.get("kept", []), *proofread.get("dropped", [])]:
+            mark = "dropped" if row["verdict"] == "dropped" else row["kind"]
+            clients = ", ".join(row["clients"]) or "—"
+            out.append(
+                f"| {mark} | {_clip(row['text']).replace('|', '/')} | {len(row['tasks'])} | "
+                f"{len(row['sources'])} | {clients} | {row['why']} |"
+            )
+        tried = proofread.get("tried") or "not run"
+        out += ["", f"Leave-one-out: {proofread.get('trials', 0)} val evaluations ({tried})."]
+    clients = (window or {}).get("clients") or {}
+    if len(clients) > 1:
+        share = (window or {}).get("share", 1.0)
+        out += ["", f"Clients (each held to {share:.0%} of the night):", ""]
+        out += [
+            f"- {c}: {n['read']} read of {n['window']}"
+            + (f", {n['left_out']} left out over its share" if n["left_out"] else "")
+            for c, n in clients.items()
+        ]
+    return out
 
 
 def write_markdown(night_dir: Path, report: dict[str, Any]) -> None:

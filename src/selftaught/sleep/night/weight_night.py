@@ -45,8 +45,10 @@ from selftaught.models.errors import BackendError
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
+from selftaught.runs import private_dirs
 from selftaught.skill.config import SkillOptConfig
-from selftaught.sleep.night.demo_modes import _decide, _Scorer
+from selftaught.skill.demo_search import no_demo
+from selftaught.sleep.night.demo_modes import ValScorer, decide_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import NightTask, SplitOverlap
@@ -130,8 +132,9 @@ def _elite(
     cfg: WeightNightConfig,
     training: SkillOptConfig,
 ) -> tuple[list[Sample], dict[str, Any]]:
-    """The target's own replays of the train tasks that passed their checks."""
-    examples = task.examples("train")
+    """The target's own replays of the train tasks that passed their checks (not of a task an
+    end user's correction checks: it would teach their words)."""
+    examples = [ex for ex in task.examples("train") if not no_demo(ex)]
     if not cfg.samples_per_prompt or not examples:
         return [], {"samples": 0}
     rollouts = run_rollouts(
@@ -488,14 +491,14 @@ def choose(
     metrics: dict[str, ValScores] = {}
     summaries: dict[str, dict[str, Any]] = {}
     for name, (model, skill, memory, run) in runs.items():
-        run.mkdir(parents=True, exist_ok=True)
+        private_dirs(run)
         # one cache per model: a skill hash names the text, not the weights that read it
-        scorer = _Scorer(training, task, model, memory, ScoreCache.load(run / "val_cache.json"))
+        scorer = ValScorer(training, task, model, memory, ScoreCache.load(run / "val_cache.json"))
         result = scorer.score(skill)
         raw[name] = result.items
         metrics[name] = scorer.metric(result)
         summaries[name] = result.summary()
-    winner, gates = _decide(metrics, "current", training)
+    winner, gates = decide_mode(metrics, "current", training)
     return winner, summaries, gates, raw
 
 

@@ -9,8 +9,10 @@ records sharing `message.id` (one content block each: thinking, text, tool_use),
 repeating the usage. Tool results come back as user records whose content is a list of
 `tool_result` blocks (with `toolUseResult`); `isMeta` user records, slash-command echoes
 (`<command-name>`, `<local-command-stdout>`) and "[Request interrupted by user]" are not
-requests. Subagent transcripts (`<session>/subagents/agent-*.jsonl`, `isSidechain`) are the
-agent talking to itself and are skipped.
+requests; an assistant record with `isApiErrorMessage` (model `<synthetic>`, "API Error: ...")
+is a failed call, never an answer (kept as `meta["api_error"]`). Subagent transcripts
+(`<session>/subagents/agent-*.jsonl`, `isSidechain`) are the agent talking to itself and are
+skipped.
 
 A request is a real user record; its answer is the text the agent wrote after its last tool
 call in that turn. Its `tool_use` blocks (id, name, input) and the `tool_result` blocks that
@@ -126,6 +128,10 @@ class ClaudeCodeHarvester:
     def _assistant(
         rec: dict[str, Any], turn: Turn, usage: dict[str, dict[str, Any]], ts: float
     ) -> None:
+        if rec.get("isApiErrorMessage"):  # Claude Code's own words for a failed call
+            turn.extra["api_error"] = str(rec.get("apiError") or rec.get("error") or "error")
+            turn.ended_at = ts
+            return
         message = rec.get("message") or {}
         model = message.get("model")
         if model and model != "<synthetic>":

@@ -220,6 +220,7 @@ def turns_to_interactions(
                 private=True,
                 dedupe_key=f"{source}:{session_id}:{turn.key}",
                 tool_calls=list(turn.calls) or None,
+                session_id=session_id,
             )
         )
         history += [{"role": "user", "content": prompt}]

@@ -14,6 +14,15 @@ detected per line:
 The whole file is parsed and checked first; a bad line raises naming file and line, and then
 nothing is stored. The rows go in with one transaction. A line with an `id` keeps it, others
 get a dedupe key from their content, so importing the same file twice adds nothing.
+
+A file's requests, replies and references are data; what it says about trust is not taken as
+given unless the operator vouches for the file (`trust_fields`, `sleep import --trust-fields`,
+e.g. an export of their own log). Without it: `reviewed` is false, `skill_version` none, the
+`source` is "import", the `client` is `import:<file name>` (one client for the night's share
+cap), feedback is an end user's (untrusted, given by that client), and `meta.upstream` is
+dropped (a night never takes its model from a row, `cycle._logged_upstream`); what the file
+claimed is kept in `meta["import_claims"]` for the operator to read. `private` and `shadow_of`
+are kept: they only hold a row back.
 """
 
 from __future__ import annotations
@@ -54,8 +63,11 @@ class ImportResult:
         return self.read - self.inserted
 
 
-def parse_file(path: str | Path, project: str | None = None) -> list[tuple[str, Interaction]]:
-    """Every line of the file as (format, Interaction); raises on the first bad line."""
+def parse_file(
+    path: str | Path, project: str | None = None, trust_fields: bool = False
+) -> list[tuple[str, Interaction]]:
+    """Every line of the file as (format, Interaction); raises on the first bad line.
+    `trust_fields`: take the file's trust fields as given (see the module doc)."""
     path = Path(path)
     if project is not None:
         check_project(project)
@@ -65,18 +77,22 @@ def parse_file(path: str | Path, project: str | None = None) -> list[tuple[str, 
     for lineno, row in iter_jsonl(path, ImportFormatError):
         where = f"{path}:{lineno}"
         try:
-            out.append(parse_row(row, project))
+            fmt, it = parse_row(row, project, trust_fields)
         except (ValueError, TypeError) as err:
             raise ImportFormatError(f"{where}: {err}") from err
+        out.append((fmt, it if trust_fields else _distrusted(it, f"import:{path.name}")))
     if not out:
         raise ImportFormatError(f"{path}: the file holds no interactions")
     return out
 
 
-def parse_row(row: dict[str, Any], project: str | None = None) -> tuple[str, Interaction]:
-    """One line as (format name, Interaction); raises ValueError saying what is wrong."""
+def parse_row(
+    row: dict[str, Any], project: str | None = None, trust_fields: bool = False
+) -> tuple[str, Interaction]:
+    """One line as (format name, Interaction), its trust fields as the file gives them (the
+    caller distrusts them: `_distrusted`); raises ValueError saying what is wrong."""
     if "reply" in row:
-        fmt, it = "selftaught", _ours(row)
+        fmt, it = "selftaught", _ours(row, trust_fields)
     elif "messages" in row:
         fmt, it = "openai-chat", _chat(row)
     elif "input" in row:
@@ -179,7 +195,25 @@ def _evals(row: dict[str, Any]) -> Interaction:
     return Interaction(messages=messages, reply=None, source="import", reference=ideal, meta=extra)
 
 
-def _ours(row: dict[str, Any]) -> Interaction:
+def _distrusted(it: Interaction, client: str) -> Interaction:
+    """`it` with the trust the file claimed taken off (kept in `meta["import_claims"]`)."""
+    claims = {
+        "reviewed": it.reviewed or None,
+        "skill_version": it.skill_version,
+        "client": it.client,
+        "source": it.source if it.source != "import" else None,
+        "upstream": it.meta.pop("upstream", None) if isinstance(it.meta, dict) else None,
+    }
+    it.reviewed, it.skill_version, it.client, it.source = False, None, client, "import"
+    if not it.feedback.empty():
+        it.feedback.giver, it.feedback.trusted = client, False
+    claimed = {k: v for k, v in claims.items() if v is not None}
+    if claimed:
+        it.meta = {**(it.meta if isinstance(it.meta, dict) else {}), "import_claims": claimed}
+    return it
+
+
+def _ours(row: dict[str, Any], trust_fields: bool = False) -> Interaction:
     unknown = set(row) - _OURS
     if unknown:
         raise InputError(
@@ -212,7 +246,7 @@ def _ours(row: dict[str, Any]) -> Interaction:
         reviewed=bool(row.get("reviewed", False)),
         dedupe_key=row.get("dedupe_key"),
         redactions=int(row.get("redactions") or 0),
-        feedback=_exported_feedback(row.get("feedback")),
+        feedback=_exported_feedback(row.get("feedback"), trust_fields),
         tools=_tools(row),
         tool_choice=row.get("tool_choice"),
         tool_calls=_tool_calls(row.get("tool_calls"), "tool_calls"),
@@ -227,21 +261,29 @@ def _ours(row: dict[str, Any]) -> Interaction:
     return it
 
 
-def _exported_feedback(value: Any) -> Feedback:
-    """An exported row's merged feedback: its user fields and when it was given (who gave it
-    and whether they were trusted is not taken from a file)."""
-    created_at = value.get("created_at") if isinstance(value, dict) else None
+def _exported_feedback(value: Any, trust_fields: bool = False) -> Feedback:
+    """An exported row's merged feedback: its user fields and when it was given; who gave it
+    and whether they were trusted only with `trust_fields` (else `_distrusted` decides)."""
+    given = value if isinstance(value, dict) else {}
+    created_at = given.get("created_at")
     if isinstance(value, dict):
         value = {k: v for k, v in value.items() if k not in ("created_at", "giver", "trusted")}
     feedback = Feedback.coerce(value) or Feedback()
     if isinstance(created_at, (int, float)) and not isinstance(created_at, bool):
         feedback.created_at = float(created_at)
+    if trust_fields:
+        giver = given.get("giver")
+        feedback.giver = str(giver) if giver is not None else None
+        feedback.trusted = given.get("trusted", True) is not False
     return feedback
 
 
-def import_file(path: str | Path, log: TaskLog, project: str | None = None) -> ImportResult:
-    """Parse the whole file, then store it in one transaction (all or nothing)."""
-    parsed = parse_file(path, project)
+def import_file(
+    path: str | Path, log: TaskLog, project: str | None = None, trust_fields: bool = False
+) -> ImportResult:
+    """Parse the whole file, then store it in one transaction (all or nothing).
+    `trust_fields`: the operator vouches for the file's trust fields (module doc)."""
+    parsed = parse_file(path, project, trust_fields)
     formats: dict[str, int] = {}
     for fmt, _ in parsed:
         formats[fmt] = formats.get(fmt, 0) + 1

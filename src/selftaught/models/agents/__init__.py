@@ -1,0 +1,48 @@
+"""Coding agents as models: Claude Code, Codex, or any CLI agent (`cmd:`), each call one run of
+the real CLI in a fresh workspace (see `base.py`; `docs/agents-as-policy.md`)."""
+
+from __future__ import annotations
+
+from selftaught.models.agents.base import AgentNotInstalled, AgentOutdated, CliAgent
+from selftaught.models.agents.settings import CLAUDE_CODE, CODEX, AgentSettings
+from selftaught.models.errors import CALL_TIMEOUT_S, RetryPolicy
+from selftaught.models.spec import ModelSpecError
+
+AGENT_BACKENDS = ("claude-code", "codex", "cmd")
+
+__all__ = [
+    "AGENT_BACKENDS",
+    "CLAUDE_CODE",
+    "CODEX",
+    "AgentNotInstalled",
+    "AgentOutdated",
+    "AgentSettings",
+    "CliAgent",
+    "load_agent",
+]
+
+
+def load_agent(
+    backend: str,
+    model: str = "",
+    *,
+    timeout_s: float = CALL_TIMEOUT_S,
+    retry: RetryPolicy | None = None,
+    settings: AgentSettings | None = None,
+) -> CliAgent:
+    """The agent for a parsed spec: `backend` is one of AGENT_BACKENDS, `model` the model name
+    (or, for cmd, the template)."""
+    options = {"timeout_s": timeout_s, "retry": retry, "settings": settings}
+    if backend == "claude-code":
+        from selftaught.models.agents.claude import ClaudeCodeAgent
+
+        return ClaudeCodeAgent(model, **options)  # type: ignore[arg-type]
+    if backend == "codex":
+        from selftaught.models.agents.codex import CodexAgent
+
+        return CodexAgent(model, **options)  # type: ignore[arg-type]
+    if backend == "cmd":
+        from selftaught.models.agents.command import CommandAgent
+
+        return CommandAgent(model, **options)
+    raise ModelSpecError(f"not an agent backend: {backend!r}; agents: {', '.join(AGENT_BACKENDS)}")

@@ -1,0 +1,147 @@
+"""An agent session's logged turns as one episode.
+
+Claude Code and Codex send the whole conversation so far with each model call, so the proxy
+logs one row per call of a session: the first (the user's request → a tool call), then each
+step after it (the same messages plus the call and its result → the next call or the final
+answer). The last row of that chain holds the whole episode: the request, every tool call
+with the result the agent really received, the final answer. So:
+
+- `collapse_sessions` keeps, of each session's proxy rows, only those that are not a step of
+  a later one (a row is a step of another when its messages are a prefix of the other's and
+  the other goes on with an assistant turn), and gives the kept row the feedback of the
+  steps it absorbed (its own value of each field first, then the newest step's; untrusted
+  if any value came from untrusted feedback) and their ids (`meta["session_steps"]`). Rows
+  of a session that are not steps of its chain (a side request, a subagent) stay rows of
+  their own. The night calls it where it gathers rows; the episode is then mined as any
+  tool-using row is (`sleep.night.replay`).
+- `last_turn` finds the row feedback on a session attaches to: the newest answered row of
+  the session in the project.
+
+Only proxy rows are collapsed: a harvested transcript already holds one row per request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import fields
+from typing import Any
+
+from selftaught.sleep.adoption.inject import strip_injected_messages
+from selftaught.sleep.intake.log import USER_FIELDS, Feedback, Interaction, LogFilter, TaskLog
+
+SESSION_SOURCE = "proxy"
+LOOKUP_PAGE = 500
+LOOKUP_MAX_ROWS = 100_000  # `last_turn` looks this far back at most
+
+
+def _key(message: Any) -> str:
+    return json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+
+
+class _Conversation:
+    """A row's messages as the client sent them, each as a comparable key."""
+
+    def __init__(self, it: Interaction):
+        self.messages = strip_injected_messages(it.messages)
+        self.keys = [_key(m) for m in self.messages]
+
+    def continued_by(self, other: _Conversation) -> bool:
+        """`other` is this conversation followed by an assistant turn (and what came after)."""
+        n = len(self.keys)
+        if len(other.keys) <= n or other.keys[:n] != self.keys:
+            return False
+        nxt = other.messages[n]
+        return isinstance(nxt, dict) and nxt.get("role") == "assistant"
+
+
+def _chained(rows: list[Interaction]) -> tuple[list[Interaction], dict[str, list[Interaction]]]:
+    """(the rows no other row continues, each kept row's absorbed steps, oldest first)."""
+    convs = {it.id: _Conversation(it) for it in rows}
+    longest_first = sorted(rows, key=lambda it: len(convs[it.id].keys), reverse=True)
+    parent: dict[str, str] = {}
+    for it in rows:
+        for other in longest_first:
+            if other.id != it.id and convs[it.id].continued_by(convs[other.id]):
+                parent[it.id] = other.id
+                break
+    kept = [it for it in rows if it.id not in parent]
+    steps: dict[str, list[Interaction]] = {it.id: [] for it in kept}
+    for it in rows:
+        top = it.id
+        while top in parent:  # a step of a step belongs to the chain's last row
+            top = parent[top]
+        if top != it.id:
+            steps[top].append(it)
+    for chain in steps.values():
+        chain.sort(key=lambda s: s.created_at)
+    return kept, steps
+
+
+def _merged(final: Interaction, steps: list[Interaction]) -> Interaction:
+    """A copy of `final` with the steps' feedback folded in and their ids recorded."""
+    out = Interaction(**{f.name: getattr(final, f.name) for f in fields(final)})
+    fb = Feedback(**{f.name: getattr(final.feedback, f.name) for f in fields(final.feedback)})
+    trusted = fb.trusted
+    for step in reversed(steps):  # newest step first
+        for name in USER_FIELDS:
+            value = getattr(step.feedback, name)
+            if getattr(fb, name) is None and value is not None:
+                setattr(fb, name, value)
+                trusted = trusted and step.feedback.trusted
+    fb.trusted = trusted
+    out.feedback = fb
+    out.meta = {**out.meta, "session_steps": [s.id for s in steps]}
+    return out
+
+
+def collapse_sessions(rows: Iterable[Interaction]) -> list[Interaction]:
+    """`rows` with each proxy session's steps folded into its last turn (see the module
+    docstring); order kept (a session's kept rows where its first kept row was)."""
+    rows = list(rows)
+    sessions: dict[tuple[str, str], list[Interaction]] = {}
+    for it in rows:
+        if it.session_id and it.source == SESSION_SOURCE and it.is_task:
+            sessions.setdefault((it.project, it.session_id), []).append(it)
+    replaced: dict[str, Interaction | None] = {}
+    for members in sessions.values():
+        if len(members) < 2:
+            continue
+        kept, steps = _chained(members)
+        for it in members:
+            replaced[it.id] = None
+        for it in kept:
+            replaced[it.id] = _merged(it, steps[it.id]) if steps[it.id] else it
+    out = []
+    for it in rows:
+        if it.id not in replaced:
+            out.append(it)
+        elif replaced[it.id] is not None:
+            out.append(replaced[it.id])  # type: ignore[arg-type]
+    return out
+
+
+def last_turn(log: TaskLog, project: str, session_id: str) -> Interaction | None:
+    """The newest answered (not failed, not shadow) row of `session_id` in `project`, looked
+    for newest first, a page at a time (at most `LOOKUP_MAX_ROWS` rows back)."""
+    until: float | None = None
+    looked = 0
+    while looked < LOOKUP_MAX_ROWS:
+        flt = LogFilter(project=project, errors=False, until=until, limit=LOOKUP_PAGE)
+        page = log.query(flt)
+        full = len(page) == LOOKUP_PAGE
+        if full:  # rows at the page's oldest time may go on past it: read them all at once
+            oldest = page[-1].created_at
+            at = LogFilter(
+                project=project, errors=False, since=oldest, until=math.nextafter(oldest, math.inf)
+            )
+            page = [it for it in page if it.created_at > oldest] + log.query(at)
+            until = oldest
+        for it in page:
+            if it.session_id == session_id and it.shadow_of is None:
+                return it
+        if not full:
+            return None
+        looked += len(page)
+    return None
