@@ -20,6 +20,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from selftaught.runs import private_dirs
 from selftaught.sleep.intake.log import Feedback, Interaction, LogUnavailable, TaskLog
 
 RETRY_S = 2.0
@@ -45,7 +46,7 @@ class Spool:
     """This process's spool file, and the dead ones' it finds beside it."""
 
     def __init__(self, folder: Path):
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(folder)
         self.folder = folder
         # one file per writer (two proxies in one process never share one)
         self.path = folder / f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from selftaught.runs import private_dirs
 from selftaught.sleep.store import ADAPTER_DIR, Adopted, LogError, LogUrl
 
 POLL_S = 1.0
@@ -243,7 +244,7 @@ class PgVersions:
                 "SELECT name, data FROM version_files WHERE project = %s AND version = %s",
                 (project, version),
             ).fetchall()
-        folder.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(folder.parent)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".adapter-"))
         try:
             for name, data in files:
