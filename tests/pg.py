@@ -13,6 +13,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -51,8 +52,45 @@ def _as_user(cmd: list[str]) -> tuple[list[str], str | None]:
     raise RuntimeError(f"running as root and no unprivileged user ({', '.join(UNPRIVILEGED)})")
 
 
+PREFIX = "selftaught-pg-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop_orphans(pg_ctl: str) -> None:
+    """Stop and delete the clusters of test runs that died without stopping theirs (killed by
+    a timeout: no atexit), found by the pid each cluster's folder records."""
+    for root in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
+        try:
+            owner = int((root / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if not _alive(owner):
+            cmd, _ = _as_user([pg_ctl, "-D", str(root / "data"), "-m", "immediate", "stop"])
+            subprocess.run(cmd, capture_output=True, timeout=60)
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _exit_on_sigterm() -> None:
+    """`timeout` ends a test run with SIGTERM, which skips atexit: make it an exit that runs
+    it (only where nobody handles SIGTERM already)."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 class Cluster:
-    """A throwaway cluster: initdb, start, stop (at exit) and delete."""
+    """A throwaway cluster: initdb, start, stop (at exit, or by the next run if this one is
+    killed) and delete."""
 
     def __init__(self, *, durable: bool = False) -> None:
         """`durable`: fsync and synchronous commit on, as a real server (benchmarks); off by
@@ -61,7 +99,9 @@ class Cluster:
         if not initdb or not pg_ctl:
             raise RuntimeError("no initdb / pg_ctl on PATH or in /usr/lib/postgresql/*/bin")
         self.pg_ctl = pg_ctl
-        self.root = Path(tempfile.mkdtemp(prefix="selftaught-pg-"))
+        _stop_orphans(pg_ctl)
+        self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
+        (self.root / "owner.pid").write_text(str(os.getpid()))
         self.data = self.root / "data"
         self.port = _free_port()
         cmd, user = _as_user([initdb, "-D", str(self.data), "-A", "trust", "-U", "selftaught",
@@ -81,6 +121,8 @@ class Cluster:
                              "-l", str(self.root / "server.log"), "start"])  # fmt: skip
         self._run(start)
         atexit.register(self.stop)
+        if threading.current_thread() is threading.main_thread():
+            _exit_on_sigterm()
         self.url = f"postgresql://selftaught@127.0.0.1:{self.port}/postgres"
 
     @staticmethod
