@@ -170,7 +170,7 @@ def stage(home: Path, night: str, skill: str, *, base: int = 0, tasks=(), adapte
     return folder
 
 
-def test_rows_a_version_was_trained_or_gated_on_are_left_out(tmp_path):
+def test_rows_a_version_was_trained_or_gated_on_are_left_out(tmp_path, log_at):
     home = tmp_path / "home"
     old = [row(version=None, feedback="down") for _ in range(6)]
     stage(home, "n1", "GOOD", tasks=[("train", [old[0].id, old[1].id]), ("val", [old[2].id]),
@@ -219,9 +219,9 @@ FEEDBACK_KEY = "operator-feedback-key"
 OPERATOR = {"x-api-key": FEEDBACK_KEY}  # the operator's feedback: trusted, counted by probation
 
 
-def proxy_config(tmp_path: Path, **kw: Any) -> ProxyConfig:
+def proxy_config(tmp_path: Path, log_at: Path | str | None = None, **kw: Any) -> ProxyConfig:
     return ProxyConfig(upstream="http://upstream/v1#m", project=PROJECT, port=0,
-                       log_path=tmp_path / "log.db", home=tmp_path / "home",
+                       log_path=log_at or tmp_path / "log.db", home=tmp_path / "home",
                        feedback_key=FEEDBACK_KEY, **kw)  # fmt: skip
 
 
@@ -238,12 +238,12 @@ def thumb(client: httpx.Client, url: str, iid: str, reply: str, i: int) -> None:
     client.post(f"{url}/feedback", json=body, headers=OPERATOR).raise_for_status()
 
 
-def test_a_worse_version_adopted_with_force_is_rolled_back(tmp_path):
+def test_a_worse_version_adopted_with_force_is_rolled_back(tmp_path, log_at):
     home = tmp_path / "home"
     stage(home, "n1", "GOOD")
     staging.adopt(PROJECT, "n1", home=home)
     stage(home, "n2", "BAD")  # gated against version 0, adopted over 1 anyway
-    config = proxy_config(tmp_path, auto_rollback=True, probation=ProbationConfig(10))
+    config = proxy_config(tmp_path, log_at, auto_rollback=True, probation=ProbationConfig(10))
     with proxy_in_background(config, upstream=scripted_upstream()) as (url, app), \
             httpx.Client(timeout=30) as client:  # fmt: skip
         watch = app.state.proxy.watch
@@ -269,22 +269,22 @@ def test_a_worse_version_adopted_with_force_is_rolled_back(tmp_path):
     assert stats["interval"][1] < 0 and events[0]["by"] == "proxy"
     assert health["probation"]["rollbacks"][0]["from"] == 2
     assert health["probation"]["auto_rollback"] is True
-    assert TaskLog(tmp_path / "log.db").get(iid).skill_version == "1"
+    assert TaskLog(log_at).get(iid).skill_version == "1"
     # brought back by hand: warned, not rolled back again
     staging.rollback(PROJECT, 2, home=home)
-    result = probation_for(PROJECT, TaskLog(tmp_path / "log.db"), home=home,
+    result = probation_for(PROJECT, TaskLog(log_at), home=home,
                            config=ProbationConfig(10))  # fmt: skip
     assert result.drop and maybe_roll_back(PROJECT, result, home=home) is None
-    lines = status_lines(PROJECT, home, tmp_path / "log.db")  # the default min_outcomes, 20
+    lines = status_lines(PROJECT, home, log_at)  # the default min_outcomes, 20
     assert any(line.startswith("  probation: version 2 vs version 1: 0.00 (0/10") for line in lines)
 
 
-def test_shadow_answers_are_logged_linked_never_returned_never_mined(tmp_path):
+def test_shadow_answers_are_logged_linked_never_returned_never_mined(tmp_path, log_at):
     home = tmp_path / "home"
     stage(home, "n1", "GOOD")
     staging.adopt(PROJECT, "n1", home=home)
     stage(home, "n2", "STAGED", base=1)
-    config = proxy_config(tmp_path, canary_share=1.0, canary_mode="shadow")
+    config = proxy_config(tmp_path, log_at, canary_share=1.0, canary_mode="shadow")
     with proxy_in_background(config, upstream=scripted_upstream()) as (url, app), \
             httpx.Client(timeout=30) as client:  # fmt: skip
         iid, reply = ask(client, url, 3)
@@ -297,7 +297,7 @@ def test_shadow_answers_are_logged_linked_never_returned_never_mined(tmp_path):
             time.sleep(0.02)
         assert state.writer.flush(30)
         health = client.get(url.removesuffix("/v1") + "/health").json()
-    log = TaskLog(tmp_path / "log.db")
+    log = TaskLog(log_at)
     rows = log.query(LogFilter(project=PROJECT))
     shadow = next(r for r in rows if r.shadow_of is not None)
     served = log.get(iid)
@@ -320,12 +320,12 @@ def test_shadow_answers_are_logged_linked_never_returned_never_mined(tmp_path):
     assert result.staged and result.staged[0].old.version == "1"
 
 
-def test_canary_serve_mode_returns_the_staged_answer_and_compares_before_adoption(tmp_path):
+def test_canary_serve_mode_returns_the_staged_answer_and_compares_before_adoption(tmp_path, log_at):
     home = tmp_path / "home"
     stage(home, "n1", "GOOD")
     staging.adopt(PROJECT, "n1", home=home)
     stage(home, "n2", "STAGED", base=1)
-    config = proxy_config(tmp_path, canary_share=0.5, canary_mode="serve",
+    config = proxy_config(tmp_path, log_at, canary_share=0.5, canary_mode="serve",
                           probation=ProbationConfig(5))  # fmt: skip
     served = {"1": 0, "staged:n2": 0}
     with proxy_in_background(config, upstream=scripted_upstream()) as (url, app), \
@@ -338,13 +338,13 @@ def test_canary_serve_mode_returns_the_staged_answer_and_compares_before_adoptio
             thumb(client, url, iid, reply, i)
         assert app.state.proxy.writer.flush(30) and app.state.proxy.watch.wait_idle(30)
         health = client.get(url.removesuffix("/v1") + "/health").json()
-    log = TaskLog(tmp_path / "log.db")
+    log = TaskLog(log_at)
     labels = [r.skill_version for r in log.query(LogFilter(project=PROJECT))]
     assert {v: labels.count(v) for v in served} == served and min(served.values()) >= 5
     assert not any(r.shadow_of for r in log.query())
     assert health["probation"]["staged"][0]["verdict"] == "drop"
     assert health["probation"]["verdict"] == "too_few"  # version 0 served nothing here
-    lines = status_lines(PROJECT, home, tmp_path / "log.db")
+    lines = status_lines(PROJECT, home, log_at)
     assert any(line.startswith("  canary: staged night n2 vs version 1") for line in lines)
     assert any("do not adopt it" in line for line in lines)
     assert staging.current_version(PROJECT, home) == 1  # a canary never adopts or rolls back
@@ -414,23 +414,23 @@ def test_a_log_of_the_previous_schema_gains_shadow_of(tmp_path):
 # ---- the CLI ------------------------------------------------------------------------------------
 
 
-def test_sleep_probation_cli_table_json_and_auto_rollback(tmp_path, monkeypatch):
+def test_sleep_probation_cli_table_json_and_auto_rollback(tmp_path, monkeypatch, log_at):
     home = tmp_path / "home"
     monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
     stage(home, "n1", "GOOD")
     staging.adopt(PROJECT, "n1", home=home)
     stage(home, "n2", "BAD")
     staging.adopt(PROJECT, "n2", home=home, force=True)
-    log = TaskLog(tmp_path / "log.db")
+    log = TaskLog(log_at)
     log.add_many([row(version="1", feedback="up") for _ in range(25)]
                  + [row(version="2", feedback="down") for _ in range(25)])  # fmt: skip
     runner = CliRunner()
-    args = ["sleep", "probation", "--project", PROJECT, "--log", str(tmp_path / "log.db")]
+    args = ["sleep", "probation", "--project", PROJECT, "--log", str(log_at)]
     shown = runner.invoke(cli.app, args)
     assert shown.exit_code == 0, shown.output
     assert "WARNING: version 2 does worse" in shown.output and "current" in shown.output
     status = runner.invoke(cli.app, ["sleep", "status", "--project", PROJECT,
-                                     "--log", str(tmp_path / "log.db")])  # fmt: skip
+                                     "--log", str(log_at)])  # fmt: skip
     assert "probation: version 2 vs version 1" in status.output and "drop" in status.output
     done = runner.invoke(cli.app, [*args, "--json", "--auto-rollback"])
     assert done.exit_code == 0, done.output
@@ -443,15 +443,16 @@ def test_sleep_probation_cli_table_json_and_auto_rollback(tmp_path, monkeypatch)
     assert bad.exit_code == 2
 
 
-def test_a_version_without_documents_is_still_recorded_as_the_one_that_served(tmp_path):
+def test_a_version_without_documents_is_still_recorded_as_the_one_that_served(tmp_path, log_at):
     home = tmp_path / "home"
     stage(home, "n1", "")  # e.g. a weights-only night: the version is its adapter
     staging.adopt(PROJECT, "n1", home=home)
-    with proxy_in_background(proxy_config(tmp_path), upstream=scripted_upstream()) as (url, app), \
+    config = proxy_config(tmp_path, log_at)
+    with proxy_in_background(config, upstream=scripted_upstream()) as (url, app), \
             httpx.Client(timeout=30) as client:  # fmt: skip
         first, _ = ask(client, url, 1)
         staging.rollback(PROJECT, 0, home=home)
         second, _ = ask(client, url, 2)
         assert app.state.proxy.writer.flush(30)
-    log = TaskLog(tmp_path / "log.db")
+    log = TaskLog(log_at)
     assert log.get(first).skill_version == "1" and log.get(second).skill_version is None

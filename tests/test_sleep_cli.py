@@ -1,5 +1,6 @@
 """The sleep commands end to end through the CLI: import, log (list / filter / export),
-feedback, harvest of the fixtures; bad input is one sentence and exit code 2."""
+feedback, harvest of the fixtures; bad input is one sentence and exit code 2. On both log
+backends (SQLite, Postgres: `log_at` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture
-def run(tmp_path, monkeypatch):
+def run(tmp_path, monkeypatch, log_at):
     monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SELFTAUGHT_LOG", str(tmp_path / "log.db"))
+    monkeypatch.setenv("SELFTAUGHT_LOG", str(log_at))
     monkeypatch.setattr(cli.out, "width", 250)  # a table wide enough not to fold the text
     runner = CliRunner()
 
@@ -30,7 +31,7 @@ def run(tmp_path, monkeypatch):
     return invoke
 
 
-def test_import_log_feedback_export(run, tmp_path):
+def test_import_log_feedback_export(run, tmp_path, log_at):
     data = tmp_path / "chat.jsonl"
     data.write_text(
         json.dumps(
@@ -53,7 +54,7 @@ def test_import_log_feedback_export(run, tmp_path):
     code, text = run("sleep", "log", "--project", "ops")
     assert code == 0 and "2 rows match" in text and "1 redacted" in text
     assert "ghp_" not in text and "REDACTED" in text
-    (row,) = [r for r in TaskLog(tmp_path / "log.db").query() if r.reply == "done"]
+    (row,) = [r for r in TaskLog(log_at).query() if r.reply == "done"]
     code, text = run("sleep", "feedback", row.id[:8], "--thumbs", "down", "--reference", "ok")
     assert code == 0 and row.id in text
     code, text = run("sleep", "log", "--feedback")
@@ -117,9 +118,9 @@ def test_malformed_import_line_names_file_and_line(run, tmp_path):
     assert "0 rows match" in text
 
 
-def test_log_and_history_read_in_a_narrow_terminal_and_as_json(tmp_path, monkeypatch):
+def test_log_and_history_read_in_a_narrow_terminal_and_as_json(tmp_path, monkeypatch, log_at):
     monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("SELFTAUGHT_LOG", str(tmp_path / "log.db"))
+    monkeypatch.setenv("SELFTAUGHT_LOG", str(log_at))
     monkeypatch.setattr(cli.out, "width", 80)
     data = tmp_path / "chat.jsonl"
     rows = [
@@ -129,7 +130,7 @@ def test_log_and_history_read_in_a_narrow_terminal_and_as_json(tmp_path, monkeyp
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     runner = CliRunner()
     assert runner.invoke(app, ["sleep", "import", str(data), "--project", "ops"]).exit_code == 0
-    ids = [r.id[:8] for r in TaskLog(tmp_path / "log.db").query()]
+    ids = [r.id[:8] for r in TaskLog(log_at).query()]
 
     table = runner.invoke(app, ["sleep", "log"]).output.splitlines()
     assert all(len(line) <= 80 for line in table)

@@ -1,5 +1,7 @@
 """One night with scripted models: gate on / off, rollouts-k, budgets, failing backends,
-privacy, caps, the cursor, model changes; then adopt / rollback / history round trips."""
+privacy, caps, the cursor, model changes; then adopt / rollback / history round trips. The
+night, adopt / rollback and lock tests taking `log_at` run on both log backends (SQLite,
+Postgres: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -45,11 +47,12 @@ def fill_log(
     start: int = 0,
     project: str = "demo",
     feedback_by: str | None = None,
+    log_at=None,
     **kw,
 ) -> None:
     """Rows of `rules` questions, each corrected (thumb down, the right sum) by the operator,
     or by the end user `feedback_by` (untrusted, as the proxy's /v1/feedback stores it)."""
-    log = TaskLog(home / "log.db")
+    log = TaskLog(log_at or home / "log.db")
     for i, rule in enumerate(rules, start):
         a, b = i + 1, 7 * i + 3
         fb = Feedback(thumb="down", reference=str(a + b))
@@ -67,9 +70,9 @@ def fill_log(
     log.close()
 
 
-def config(home: Path, **kw) -> SleepConfig:
+def config(home: Path, log_at=None, **kw) -> SleepConfig:
     training = kw.pop("training", night_training_defaults())
-    return SleepConfig(home=home, log_path=home / "log.db", training=training, **kw)
+    return SleepConfig(home=home, log_path=log_at or home / "log.db", training=training, **kw)
 
 
 def models(target=None, analyst=None, target_spec="scripted-target") -> NightModels:
@@ -80,9 +83,9 @@ def models(target=None, analyst=None, target_spec="scripted-target") -> NightMod
 ALPHA_NIGHT = ["alpha"] * 8 + ["beta"] * 4
 
 
-def test_a_night_stages_a_gated_proposal_with_its_report_and_evidence(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT)
-    (night,) = run_night(config(tmp_path), models=models())
+def test_a_night_stages_a_gated_proposal_with_its_report_and_evidence(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, log_at=log_at)
+    (night,) = run_night(config(tmp_path, log_at), models=models())
     assert night.status == "staged" and not night.failed
     d = night.night_dir
     assert d == staging.nights_dir("demo", tmp_path) / night.report["night"]
@@ -109,11 +112,11 @@ def test_a_night_stages_a_gated_proposal_with_its_report_and_evidence(tmp_path):
     assert read_adopted("demo", tmp_path).empty  # staged, not adopted
 
 
-def test_adopt_rollback_and_history_round_trip(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT)
+def test_adopt_rollback_and_history_round_trip(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, log_at=log_at)
     live = tmp_path / "AGENTS.md"
     live.write_text("# My agent\nOwn rules stay.\n")
-    (night,) = run_night(config(tmp_path), models=models())
+    (night,) = run_night(config(tmp_path, log_at), models=models())
     done = staging.adopt("demo", home=tmp_path, target_paths=[live])
     assert (done.version, done.previous, done.night) == (1, 0, night.report["night"])
     adopted = read_adopted("demo", tmp_path)
@@ -146,11 +149,11 @@ def test_adopt_rollback_and_history_round_trip(tmp_path):
     assert len(list((tmp_path / "projects" / "demo" / "backups").iterdir())) == 3
 
 
-def test_a_proposal_gated_against_another_version_needs_force(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT)
-    run_night(config(tmp_path), models=models())
-    fill_log(tmp_path, ALPHA_NIGHT, start=100)
-    (second,) = run_night(config(tmp_path), models=models())
+def test_a_proposal_gated_against_another_version_needs_force(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, log_at=log_at)
+    run_night(config(tmp_path, log_at), models=models())
+    fill_log(tmp_path, ALPHA_NIGHT, start=100, log_at=log_at)
+    (second,) = run_night(config(tmp_path, log_at), models=models())
     staging.adopt("demo", staging.list_nights("demo", tmp_path)[0][0].name, home=tmp_path)
     with pytest.raises(staging.StagingError, match="gated against version 0"):
         staging.adopt("demo", second.report["night"], home=tmp_path)
@@ -281,22 +284,22 @@ def test_too_few_tasks_stage_nothing_and_wait_for_more(tmp_path):
     assert nothing.status == "too_few_tasks" and nothing.report["window"]["read"] == 0
 
 
-def test_private_rows_never_reach_a_remote_model_unless_reviewed_or_allowed(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT, private=True)
+def test_private_rows_never_reach_a_remote_model_unless_reviewed_or_allowed(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, private=True, log_at=log_at)
     remote = models(target_spec="openai:gpt-4o-mini")
-    (night,) = run_night(config(tmp_path), models=remote)
+    (night,) = run_night(config(tmp_path, log_at), models=remote)
     assert night.status == "too_few_tasks" and night.report["mining"]["withheld_private"] == 12
     assert "remote model" in night.report["notes"][0]
     assert not (night.night_dir / "evidence.jsonl").read_text()  # no call at all
-    (allowed,) = run_night(config(tmp_path, allow_remote=True), models=remote)
+    (allowed,) = run_night(config(tmp_path, log_at, allow_remote=True), models=remote)
     assert allowed.status == "staged" and allowed.report["mining"]["withheld_private"] == 0
     assert is_remote("openai:gpt-4o") and is_remote("https://api.example.com/v1#m")
     assert not is_remote("http://127.0.0.1:8000/v1#m") and not is_remote("local")
 
 
-def test_reviewed_private_rows_are_used_and_local_models_see_everything(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT, private=True, reviewed=True)
-    (night,) = run_night(config(tmp_path), models=models(target_spec="openai:gpt-4o-mini"))
+def test_reviewed_private_rows_are_used_and_local_models_see_everything(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, private=True, reviewed=True, log_at=log_at)
+    (night,) = run_night(config(tmp_path, log_at), models=models(target_spec="openai:gpt-4o-mini"))
     assert night.report["mining"]["withheld_private"] == 0 and night.status == "staged"
 
 
@@ -329,35 +332,35 @@ def test_preferences_reach_the_analyst_during_a_night(tmp_path):
     assert prompts and all("Answers end with the unit." in p for p in prompts)
 
 
-def test_two_nights_never_overlap_and_a_dead_night_is_marked_interrupted(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT)
+def test_two_nights_never_overlap_and_a_dead_night_is_marked_interrupted(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, log_at=log_at)
     with night_lock(tmp_path, "20260101-030000"), pytest.raises(NightRunning) as err:
-        run_night(config(tmp_path), models=models())
+        run_night(config(tmp_path, log_at), models=models())
     assert "20260101-030000" in str(err.value) and "pid" in str(err.value)
     dead = staging.nights_dir("demo", tmp_path) / "20260101-020000"
     dead.mkdir(parents=True)
     (dead / "report.json").write_text(
         json.dumps({"kind": "sleep-night", "night": dead.name, "status": "running"})
     )
-    (night,) = run_night(config(tmp_path), models=models())
+    (night,) = run_night(config(tmp_path, log_at), models=models())
     assert night.status == "staged"
     assert staging.read_report(dead)["status"] == "interrupted"
 
 
-def test_auto_adopt_makes_the_proposal_live(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT)
-    (night,) = run_night(config(tmp_path, auto_adopt=True), models=models())
+def test_auto_adopt_makes_the_proposal_live(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, log_at=log_at)
+    (night,) = run_night(config(tmp_path, log_at, auto_adopt=True), models=models())
     assert (
         night.status == "adopted" and read_adopted("demo", tmp_path).skill.strip() == "rule alpha"
     )
 
 
-def test_a_dry_run_stages_nothing_and_the_next_night_reads_the_same(tmp_path):
-    fill_log(tmp_path, ALPHA_NIGHT)
-    (dry,) = run_night(config(tmp_path, auto_adopt=True), models=models(), dry_run=True)
+def test_a_dry_run_stages_nothing_and_the_next_night_reads_the_same(tmp_path, log_at):
+    fill_log(tmp_path, ALPHA_NIGHT, log_at=log_at)
+    (dry,) = run_night(config(tmp_path, log_at, auto_adopt=True), models=models(), dry_run=True)
     assert dry.status == "staged" and not staging.nights_dir("demo", tmp_path).exists()
     assert read_adopted("demo", tmp_path).empty
-    (real,) = run_night(config(tmp_path), models=models())
+    (real,) = run_night(config(tmp_path, log_at), models=models())
     assert real.report["window"]["read"] == 12
 
 

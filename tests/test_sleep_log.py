@@ -1,5 +1,6 @@
 """The task log: round trips, feedback, filters, export, redaction on the way in, file mode,
-schema migration from an older log, and 8 real processes writing at once."""
+schema migration from an older log, and 8 real processes writing at once. Tests taking
+`log_at` run on both backends: a SQLite file and a Postgres database (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ from selftaught.sleep.intake.log import (
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-def test_round_trip_with_every_field(tmp_path):
-    log = TaskLog(tmp_path / "log.db")
+def test_round_trip_with_every_field(log_at, tmp_path):
+    log = TaskLog(log_at)
     it = Interaction(
         messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}],
         reply="4",
@@ -59,13 +60,14 @@ def test_round_trip_with_every_field(tmp_path):
         "3",
     )
     assert back.private and not back.reviewed and back.is_task
+    assert log.mark_reviewed([it.id[:8]]) == 1 and log.get(it.id).reviewed
     assert back.prompt_tokens == 12 and back.tags == ["math"] and back.meta["path"]
     assert abs(back.created_at - it.created_at) < 1e-6
     assert log.count() == 1
 
 
-def test_dedupe_key_makes_inserts_idempotent(tmp_path):
-    log = TaskLog(tmp_path / "log.db")
+def test_dedupe_key_makes_inserts_idempotent(log_at, tmp_path):
+    log = TaskLog(log_at)
     rows = [
         Interaction([{"role": "user", "content": f"q{i}"}], "a", dedupe_key=f"k{i}")
         for i in range(5)
@@ -79,8 +81,21 @@ def test_dedupe_key_makes_inserts_idempotent(tmp_path):
     assert log.count() == 7
 
 
-def test_secrets_are_redacted_before_storage_and_counted(tmp_path):
-    log = TaskLog(tmp_path / "log.db")
+def stored_bytes(log_at: Path | str) -> bytes:
+    """Everything the backend holds, as bytes: the SQLite files, or every table's rows."""
+    if isinstance(log_at, Path):
+        return b"".join(p.read_bytes() for p in log_at.parent.glob(log_at.name + "*"))
+    import psycopg
+
+    with psycopg.connect(log_at) as conn:
+        return b"".join(
+            str(conn.execute(f"SELECT t::text FROM {table} t").fetchall()).encode()
+            for table in ("interactions", "feedback")
+        )
+
+
+def test_secrets_are_redacted_before_storage_and_counted(log_at):
+    log = TaskLog(log_at)
     key = "sk-proj-" + "Ab3" * 20
     iid = log_interaction(
         [{"role": "user", "content": f"my key is {key}"}],
@@ -89,15 +104,15 @@ def test_secrets_are_redacted_before_storage_and_counted(tmp_path):
         reference=f"Bearer {key}",
         log=log,
     )
-    raw = (tmp_path / "log.db").read_bytes() + (tmp_path / "log.db-wal").read_bytes()
-    assert key.encode() not in raw and b"hunter22" not in raw
+    raw = stored_bytes(log_at)
+    assert key.encode() not in raw and b"hunter22" not in raw and b"my key is" in raw
     row = log.get(iid)
     assert row.redactions == 3
     assert "[REDACTED:openai_key]" in row.messages[0]["content"]
 
 
-def test_feedback_accumulates_latest_value_per_field(tmp_path):
-    log = TaskLog(tmp_path / "log.db")
+def test_feedback_accumulates_latest_value_per_field(log_at, tmp_path):
+    log = TaskLog(log_at)
     iid = log_interaction("What is 2+2?", "5", feedback="down", log=log)
     log.add_feedback(iid[:8], Feedback(score=0.0, reference="4"))
     log.add_feedback(iid, {"comment": "off by one", "thumb": "down"})
@@ -112,8 +127,8 @@ def test_feedback_accumulates_latest_value_per_field(tmp_path):
         log.add_feedback(iid, "sideways")
 
 
-def test_the_operators_feedback_outranks_an_end_users_whatever_the_order(tmp_path):
-    log = TaskLog(tmp_path / "log.db")
+def test_the_operators_feedback_outranks_an_end_users_whatever_the_order(log_at, tmp_path):
+    log = TaskLog(log_at)
     iid = log_interaction("What is 2+2?", "4", log=log)
     log.add_feedback(iid, "up")  # the operator's, first
     log.add_feedback(iid, {"thumb": "down", "comment": "wrong"}, giver="key:ab12", trusted=False)
@@ -129,8 +144,8 @@ def test_the_operators_feedback_outranks_an_end_users_whatever_the_order(tmp_pat
         log.add_feedback(iid, {"thumb": "down", "trusted": True})
 
 
-def test_filters_and_export(tmp_path):
-    log = TaskLog(tmp_path / "log.db")
+def test_filters_and_export(log_at, tmp_path):
+    log = TaskLog(log_at)
     now = time.time()
     rows = [
         Interaction(
@@ -238,8 +253,8 @@ for i in range(n):
 """
 
 
-def test_eight_processes_writing_at_once_lose_and_duplicate_nothing(tmp_path):
-    path, go = tmp_path / "log.db", tmp_path / "go"
+def test_eight_processes_writing_at_once_lose_and_duplicate_nothing(log_at, tmp_path):
+    path, go = log_at, tmp_path / "go"
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(src=SRC))
     procs = [
@@ -256,3 +271,31 @@ def test_eight_processes_writing_at_once_lose_and_duplicate_nothing(tmp_path):
     assert len({(r.meta["proc"], r.meta["i"]) for r in rows}) == 4000
     assert len({r.id for r in rows}) == 4000
     assert log.integrity_check() == "ok"
+
+
+def test_a_spool_keeps_every_field_and_a_line_cut_by_a_kill_costs_nothing_else(log_at, tmp_path):
+    from selftaught.sleep.intake.spool import Spool
+
+    log = TaskLog(log_at)
+    rows = [
+        Interaction(
+            [{"role": "user", "content": f"q{i}"}], f"a{i}", project="p", source="proxy",
+            tags=["t"], meta={"i": i}, skill_version="2", private=i == 1, client="key:ab",
+            tool_calls=[{"id": "c", "type": "function", "function": {"name": "f"}}],
+            feedback=Feedback(thumb="down", reference="x", giver="key:ab", trusted=False),
+        )
+        for i in range(3)
+    ]  # fmt: skip
+    spool = Spool(tmp_path / "spool")
+    spool.append([log.redacted(it) for it in rows])
+    with open(spool.path, "a") as f:
+        f.write('{"id": "cut-by-a-kill", "messa')  # the last line, half written
+    assert spool.replay(log) == 3 and spool.waiting == 0
+    assert spool.replay(log) == 0  # emptied: nothing stored twice
+    for it in rows:
+        back = log.get(it.id)
+        assert back.to_dict() == {**it.to_dict(), "feedback": back.feedback.to_dict()}
+        assert (back.feedback.thumb, back.feedback.trusted) == ("down", False)
+    assert log.count() == 3
+    spool.close()
+    assert not spool.path.exists()

@@ -1,7 +1,8 @@
 """The nightly cycle through the CLI against an OpenAI-compatible loopback server answering as
 a scripted target and analyst: run → status → adopt → history → rollback, dry-run, the
 model inferred from proxy rows, exit codes (1 backend failed, 2 bad input, 3 another night),
-and the crontab schedule through a stand-in `crontab` command."""
+and the crontab schedule through a stand-in `crontab` command. On both log backends (SQLite,
+Postgres: `log_at` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def answer(messages: list[dict]) -> str:
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    home, log = tmp_path / "home", tmp_path / "log.db"
+def env(tmp_path, monkeypatch, log_at):
+    home, log = tmp_path / "home", log_at
     monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
     monkeypatch.setenv("SELFTAUGHT_LOG", str(log))
     monkeypatch.setattr(cli.out, "width", 250)

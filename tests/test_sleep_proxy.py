@@ -1,7 +1,8 @@
 """`selftaught proxy` against a fake OpenAI server on loopback, driven by the official openai
 client: forwarding (plain and streamed), skill injection picked up without a restart, logging
 (redacted, without the injected skill), errors passed through, feedback, keys, hosts, a
-logging failure that never reaches the client, 200 concurrent requests, kill -9 mid-stream."""
+logging failure that never reaches the client, 200 concurrent requests, kill -9 mid-stream.
+Tests on the `env` fixture run on both log backends (SQLite, Postgres: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,15 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def adopt(home: Path, project: str, skill: str, memory: str, version: str) -> None:
-    """What part 2's `adopt` does: each file replaced atomically, `version` last."""
+    """What part 2's `adopt` does: each file replaced atomically, `version` last (with a
+    Postgres log: the version's row, then the pointer)."""
+    from selftaught.sleep.paths import shared_url
+    from selftaught.sleep.store import versions
+
+    if (db := versions.store(shared_url())) is not None:
+        db.write_version(project, Adopted(skill, memory, version), {}, None)
+        db.point(project, int(version))
+        return
     folder = adopted_dir(project, home)
     atomic_write_text(folder / "skill.md", skill)
     atomic_write_text(folder / "memory.md", memory)
@@ -52,13 +61,13 @@ def wait_logged(base_url: str, n: int, timeout_s: float = 30.0, key: str | None 
 
 
 @pytest.fixture
-def env(tmp_path):
+def env(tmp_path, log_at):
     with FakeUpstream() as upstream:
         config = ProxyConfig(
             upstream=f"{upstream.base_url}#fake-model",
             project="demo",
             port=0,
-            log_path=tmp_path / "log.db",
+            log_path=log_at,
             home=tmp_path / "home",
         )
         with proxy_in_background(config) as (url, app):
@@ -67,7 +76,7 @@ def env(tmp_path):
                 "url": url,
                 "client": client,
                 "upstream": upstream,
-                "log": TaskLog(tmp_path / "log.db"),
+                "log": TaskLog(log_at),
                 "home": tmp_path / "home",
                 "app": app,
             }
@@ -341,7 +350,7 @@ def test_inject_helpers_keep_the_client_messages_intact():
     assert strip_injected_messages(injected) == [{"role": "user", "content": "q"}]
 
 
-def test_read_adopted_sees_each_new_version(tmp_path):
+def test_read_adopted_sees_each_new_version(tmp_path, log_at):
     assert read_adopted("p", tmp_path) == Adopted()
     for v in range(1, 4):
         adopt(tmp_path, "p", f"skill {v}", f"memory {v}", str(v))
@@ -374,8 +383,8 @@ def test_two_hundred_concurrent_requests_all_answered_and_logged_once(env):
     assert all(r.reply == "echo: " + r.messages[0]["content"] for r in rows)
 
 
-def test_kill_minus_nine_mid_stream_leaves_a_clean_log(tmp_path):
-    log_path = tmp_path / "log.db"
+def test_kill_minus_nine_mid_stream_leaves_a_clean_log(tmp_path, log_at):
+    log_path = log_at
     with FakeUpstream(lambda m: " ".join(["word"] * 400), chunk_delay_s=0.01) as upstream:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -50,6 +51,7 @@ from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
+from selftaught.sleep.store.move import BATCH
 
 # ---- sleep, part 1: the proxy and the task log ----------------------------------------
 
@@ -58,9 +60,27 @@ sleep_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(sleep_app, name="sleep")
+
+
+def _log_option(value: str | None) -> str | None:
+    """--log: a file, or a postgresql:// URL; with a URL the command's adopted versions and
+    night's lock live in that database too (it is $SELFTAUGHT_LOG for this command)."""
+    from selftaught.sleep.paths import ENV_LOG
+    from selftaught.sleep.store import is_url
+
+    if value and is_url(value):
+        os.environ[ENV_LOG] = value.strip()
+    return value
+
+
 LogOpt = Annotated[
-    Path | None,
-    typer.Option("--log", help="Task log (default $SELFTAUGHT_LOG or <home>/log.db)."),
+    str | None,
+    typer.Option(
+        "--log",
+        help="Task log: a file (default $SELFTAUGHT_LOG or <home>/log.db) or a postgresql:// "
+        "URL, whose database then also holds the adopted versions and the night's lock.",
+        callback=_log_option,
+    ),
 ]
 ProjectOpt = Annotated[str, typer.Option(help="Project the interactions belong to.")]
 
@@ -182,9 +202,16 @@ def proxy_cmd(
     run_proxy(config)
 
 
-@sleep_app.command("log")
+log_app = typer.Typer(
+    help="List, filter or export the task log; `sleep log migrate` moves it into Postgres."
+)
+sleep_app.add_typer(log_app, name="log")
+
+
+@log_app.callback(invoke_without_command=True)
 @friendly_errors
 def sleep_log_cmd(
+    ctx: typer.Context,
     log: LogOpt = None,
     project: AnyProjectOpt = None,
     source: Annotated[
@@ -210,6 +237,9 @@ def sleep_log_cmd(
     """List, filter or export the task log."""
     from selftaught.sleep.intake.log import LogFilter, TaskLog, parse_time
 
+    if ctx.invoked_subcommand is not None:
+        return
+
     flt = LogFilter(
         project=project,
         source=source,
@@ -231,6 +261,29 @@ def sleep_log_cmd(
             print(json.dumps(it.to_dict(), ensure_ascii=False))
         return
     out.print(log_table(rows, f"task log {task_log.path} ({task_log.count(flt)} rows match)"))
+
+
+@log_app.command("migrate")
+@friendly_errors
+def sleep_log_migrate_cmd(
+    to: Annotated[str, typer.Option("--to", help="The Postgres database: postgresql://...")],
+    log: Annotated[
+        Path | None,
+        typer.Option("--log", help="The SQLite log to copy (default <home>/log.db)."),
+    ] = None,
+    batch: Annotated[int, typer.Option(min=1, help="Rows per transaction.")] = BATCH,
+) -> None:
+    """Copy a SQLite log and its projects' adopted versions into Postgres (safe to re-run:
+    what is there is skipped; a killed run resumes), then read every row back to check it."""
+    from selftaught.sleep.paths import sleep_home
+    from selftaught.sleep.store.move import move_log
+
+    source = log or sleep_home() / "log.db"
+    result = move_log(source, to, sleep_home(), batch=batch, progress=console.print)
+    for line in result.lines():
+        out.print(line, soft_wrap=True, markup=False)
+    if not result.ok:
+        raise typer.Exit(1)
 
 
 def log_table(rows: list[Any], title: str) -> Table:

@@ -10,7 +10,8 @@
   into requests (`inject`).
 
 Beside them: one night at a time (`lock`), on a schedule (`cron`), where it all lives
-(`paths`)."""
+(`paths`), and past one machine (`store/`: the log, the adopted versions and the night's lock
+in PostgreSQL when the log is a `postgresql://` URL)."""
 
 from selftaught.sleep.intake.log import (
     Feedback,

@@ -3,6 +3,10 @@
 The holder writes who it is (pid, night, start time) into the file; a second night fails at
 once with `NightRunning` naming it. The kernel drops the lock when its process dies, even by
 kill -9, so a crashed night never blocks the next one.
+
+With a Postgres log ($SELFTAUGHT_LOG is a URL) the lock is a database advisory lock instead,
+one per project, held by a session of the night's own (`store/pg_lock.py`): nights on any host
+never overlap, and the server releases a dead night's lock with its session.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ class NightRunning(Busy):
         self.holder = holder
         started = holder.get("started")
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if started else "?"
+        host = f"host {holder['host']}, " if holder.get("host") else ""
         super().__init__(
             f"another night is running: {holder.get('what', 'night')} {holder.get('night', '?')} "
-            f"(pid {holder.get('pid', '?')}, started {when}); this one exits without doing "
+            f"({host}pid {holder.get('pid', '?')}, started {when}); this one exits without doing "
             "anything"
         )
 
@@ -37,8 +42,21 @@ def lock_path(home: Path) -> Path:
     return home / "night.lock"
 
 
+def _shared() -> str | None:
+    """The Postgres URL holding the lock ($SELFTAUGHT_LOG), its tables made sure of."""
+    from selftaught.sleep.paths import shared_url
+    from selftaught.sleep.store import versions
+
+    db = versions.store(shared_url())  # opening it brings the shared tables up to date
+    return None if db is None else db.url
+
+
 def read_holder(home: Path) -> dict[str, Any] | None:
-    """Who holds the lock now, or None when nobody does."""
+    """Who holds the lock now (with a Postgres log: any night, on any host), or None."""
+    if (url := _shared()) is not None:
+        from selftaught.sleep.store import pg_lock
+
+        return pg_lock.read_holder(url)
     path = lock_path(home)
     if not path.exists():
         return None
@@ -56,8 +74,18 @@ def read_holder(home: Path) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def night_lock(home: Path, night: str, what: str = "night") -> Iterator[None]:
-    """Hold the lock for the block; raise NightRunning at once when another night holds it."""
+def night_lock(
+    home: Path, night: str, what: str = "night", *, project: str | None = None
+) -> Iterator[None]:
+    """Hold the lock for the block; raise NightRunning at once when another night holds it.
+    `project`: the night's one project (None: every project); only a Postgres lock tells
+    them apart (nights over two different projects may run at once there)."""
+    if (url := _shared()) is not None:
+        from selftaught.sleep.store import pg_lock
+
+        with pg_lock.night_lock(url, night, what, project, NightRunning):
+            yield
+        return
     home.mkdir(parents=True, exist_ok=True)
     path = lock_path(home)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)

@@ -17,6 +17,9 @@ files whenever one of them changed (inode, size or mtime), so a running proxy pi
 newly adopted skill on its next request, and it retries a read that raced with a writer. The
 adapter that serves is the one of the version named (`versions/<N>/adapter`, written before
 `version`), so it switches with the same atomic write as the skill.
+
+With a Postgres log ($SELFTAUGHT_LOG is a postgresql:// URL), the adopted versions live in that
+database and `read_adopted` polls it (`store/versions.py`): every replica serves the same one.
 """
 
 from __future__ import annotations
@@ -25,17 +28,26 @@ import os
 import re
 import stat
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 from selftaught.errors import InputError
 from selftaught.runs import private_dirs
 
+# the records paths and the stores share live below both; imported from here as always
+from selftaught.sleep.store import (  # noqa: F401
+    ADAPTER_DIR,
+    ANY_URL,
+    Adopted,
+    LogError,
+    LogUrl,
+    display_url,
+    is_url,
+)
+
 ENV_HOME = "SELFTAUGHT_HOME"
 ENV_LOG = "SELFTAUGHT_LOG"
 DEFAULT_PROJECT = "default"
 ADOPTED_FILES = ("skill.md", "memory.md", "version")
-ADAPTER_DIR = "adapter"  # a staged night's or a version's LoRA adapter (peft layout)
 _PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -45,10 +57,34 @@ def sleep_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "selftaught"
 
 
-def default_log_path() -> Path:
-    """$SELFTAUGHT_LOG, else <home>/log.db."""
+def default_log_path() -> Path | str:
+    """$SELFTAUGHT_LOG, else <home>/log.db; a postgresql:// URL stays a string (never a path:
+    `Path` would turn it into a folder named 'postgresql:')."""
     env = os.environ.get(ENV_LOG)
+    if is_url(env):
+        return str(env).strip()
     return Path(env).expanduser() if env else sleep_home() / "log.db"
+
+
+def log_location(value: str | Path | LogUrl | None = None) -> Path | LogUrl:
+    """Where the task log is: `value`, else $SELFTAUGHT_LOG, else <home>/log.db. A
+    postgresql:// URL is a `LogUrl`, never a path; another scheme is refused."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        value = default_log_path()
+    if is_url(value):
+        return LogUrl(value)  # type: ignore[arg-type]
+    if isinstance(value, str) and ANY_URL.match(value.strip()):
+        raise LogError(
+            f"the task log {display_url(value)!r} is neither a file path nor a postgresql:// URL"
+        )
+    return Path(value).expanduser()
+
+
+def shared_url() -> str | None:
+    """The Postgres database holding the adopted versions and the night's lock, when
+    $SELFTAUGHT_LOG names one; None: they are files under the sleep home."""
+    env = os.environ.get(ENV_LOG)
+    return LogUrl(env).url if env and is_url(env) else None
 
 
 def check_project(project: str) -> str:
@@ -95,21 +131,6 @@ def version_adapter(project: str, version: str | None, home: Path | None = None)
     return folder if (folder / "adapter_config.json").is_file() else None
 
 
-@dataclass(frozen=True)
-class Adopted:
-    """What is adopted for a project; `version` is None when nothing is. `adapter` is the
-    LoRA adapter folder the version serves (None: the base model)."""
-
-    skill: str = ""
-    memory: str = ""
-    version: str | None = None
-    adapter: Path | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not self.skill.strip() and not self.memory.strip()
-
-
 _Stamp = tuple[tuple[int, int, int] | None, ...]
 _cache: dict[Path, tuple[_Stamp, Adopted]] = {}
 _cache_lock = threading.Lock()
@@ -135,7 +156,12 @@ def _read(path: Path) -> str:
 
 
 def read_adopted(project: str = DEFAULT_PROJECT, home: Path | None = None) -> Adopted:
-    """The project's adopted skill and memory; cheap when nothing changed (three stat calls)."""
+    """The project's adopted skill and memory; cheap when nothing changed (three stat calls,
+    or with a Postgres log one query per `versions.POLL_S`)."""
+    from selftaught.sleep.store import versions
+
+    if (db := versions.store(shared_url())) is not None:
+        return db.poll(project, project_dir(project, home) / "versions")
     folder = adopted_dir(project, home)
     stamp = _stamp(folder)
     with _cache_lock:

@@ -46,6 +46,11 @@ together; a text-only proposal carries the adapter of the version it was gated a
 (each version is whole), and a rollback to a version serves that version's adapter or none.
 `selftaught serve --project`, the proxy's local upstream (`adoption/serving.py`) and a vLLM
 upstream with `--lora` follow the switch without a restart.
+
+With a Postgres log ($SELFTAUGHT_LOG is a postgresql:// URL) the versions, the adopted pointer
+and the events live in that database instead (`store/versions.py`: one row per version written
+in one transaction, one pointer row per project), so every replica on every host serves the
+same version; night folders, backups and live files stay on the host that ran the night.
 """
 
 from __future__ import annotations
@@ -167,7 +172,10 @@ def list_nights(project: str, home: Path | None = None) -> list[tuple[Path, dict
 
 def projects(home: Path | None = None) -> list[str]:
     root = (home or sleep_home()) / "projects"
-    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    found = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
+    if (db := _db()) is not None:
+        found.update(db.projects())  # adopted on another host
+    return sorted(found)
 
 
 def mark_interrupted(project: str, home: Path | None = None) -> list[str]:
@@ -256,8 +264,20 @@ def write_proposal(night_dir: Path, adopted: Adopted, skill: str, memory: str) -
 # ---- adopted versions -----------------------------------------------------------------------
 
 
+def _db() -> Any:
+    """The Postgres versions store when $SELFTAUGHT_LOG is a URL, else None (files here)."""
+    from selftaught.sleep.paths import shared_url
+    from selftaught.sleep.store import versions
+
+    return versions.store(shared_url())
+
+
 @contextlib.contextmanager
 def _adopt_lock(project: str, home: Path | None) -> Iterator[None]:
+    if (db := _db()) is not None:  # one adopt or rollback at a time on every host
+        with db.lock(project):
+            yield
+        return
     folder = private_project_dir(project, home)
     fd = os.open(folder / "adopt.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -277,6 +297,8 @@ def _read(path: Path) -> str:
 
 def read_adopted_files(project: str, home: Path | None = None) -> Adopted:
     """The adopted files as they are on disk now (no cache)."""
+    if (db := _db()) is not None:
+        return db.current(project, versions_dir(project, home))
     folder = adopted_dir(project, home)
     version = _read(folder / "version").strip() or None
     adapter = version_adapter(project, version, home)
@@ -288,6 +310,8 @@ def versions_dir(project: str, home: Path | None = None) -> Path:
 
 
 def version_numbers(project: str, home: Path | None = None) -> list[int]:
+    if (db := _db()) is not None:
+        return db.numbers(project)
     root = versions_dir(project, home)
     found = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
     return sorted(found)
@@ -296,8 +320,12 @@ def version_numbers(project: str, home: Path | None = None) -> list[int]:
 def read_version(project: str, version: int, home: Path | None = None) -> Adopted:
     if version == 0:
         return Adopted("", "", "0")
+    db = _db()
+    found = db.read(project, version, versions_dir(project, home)) if db is not None else None
+    if found is not None:
+        return found
     folder = versions_dir(project, home) / str(version)
-    if not (folder / "meta.json").is_file():
+    if db is not None or not (folder / "meta.json").is_file():
         known = ", ".join(str(v) for v in [0, *version_numbers(project, home)])
         raise StagingError(f"project {project!r} has no adopted version {version} (known: {known})")
     adapter = version_adapter(project, str(version), home)
@@ -307,6 +335,8 @@ def read_version(project: str, version: int, home: Path | None = None) -> Adopte
 def version_meta(project: str, version: int, home: Path | None = None) -> dict[str, Any]:
     """An adopted version's meta.json (night, val, what it replaced, its adapter); {} for
     version 0 or a version adopt did not write."""
+    if (db := _db()) is not None:
+        return db.meta(project, version) if version > 0 else {}
     path = versions_dir(project, home) / str(version) / "meta.json"
     return read_json(path) if version > 0 and path.is_file() else {}
 
@@ -320,7 +350,10 @@ def current_version(project: str, home: Path | None = None) -> int:
 def recover_adopted(project: str, home: Path | None = None) -> str | None:
     """Complete an adopt or rollback that was killed between writing the adopted documents
     and the `version` file: when the documents equal a known version other than the one
-    named, name it. Returns what was done, or None."""
+    named, name it. Returns what was done, or None (always with a Postgres log: each step is
+    one transaction there)."""
+    if _db() is not None:
+        return None
     on_disk = read_adopted_files(project, home)
     named = current_version(project, home)
     candidates = [named] + [v for v in reversed([0, *version_numbers(project, home)]) if v != named]
@@ -357,6 +390,12 @@ def _backup(project: str, home: Path | None, what: str) -> Path:
         dest = dest.with_name(f"{stamp}-{what}-{n}")
     private_dirs(dest.parent)
     dest.mkdir(mode=0o700)
+    if (db := _db()) is not None:  # the adopted version as the database serves it
+        now = db.current(project, versions_dir(project, home))
+        texts = {"skill.md": now.skill, "memory.md": now.memory, "version": f"{now.version}\n"}
+        for name, text in texts.items() if now.version is not None else ():
+            atomic_write_text(dest / name, text)
+        return dest
     for name in ("skill.md", "memory.md", "version"):
         if (folder / name).exists():
             shutil.copy2(folder / name, dest / name)
@@ -364,7 +403,11 @@ def _backup(project: str, home: Path | None, what: str) -> Path:
 
 
 def _write_adopted(project: str, home: Path | None, adopted: Adopted) -> None:
-    """skill.md and memory.md first, `version` last, each atomically (see paths.py)."""
+    """skill.md and memory.md first, `version` last, each atomically (see paths.py); with a
+    Postgres log, the project's pointer row."""
+    if (db := _db()) is not None:
+        db.point(project, int(str(adopted.version)))
+        return
     folder = adopted_dir(project, home)
     atomic_write_text(folder / "skill.md", adopted.skill)
     atomic_write_text(folder / "memory.md", adopted.memory)
@@ -374,7 +417,11 @@ def _write_adopted(project: str, home: Path | None, adopted: Adopted) -> None:
 def _write_version(
     project: str, home: Path | None, adopted: Adopted, meta: dict[str, Any], adapter: Path | None
 ) -> None:
-    """versions/<N>/ complete (skill, memory, meta, a copy of the adapter) or not at all."""
+    """versions/<N>/ complete (skill, memory, meta, a copy of the adapter) or not at all;
+    with a Postgres log, its row and its adapter's files in one transaction."""
+    if (db := _db()) is not None:
+        db.write_version(project, adopted, meta, adapter)
+        return
     root = private_dirs(versions_dir(project, home))
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".new-"))
     try:
@@ -392,6 +439,9 @@ def _write_version(
 
 def record_event(project: str, row: dict[str, Any], home: Path | None = None) -> None:
     """Append one row (with its time) to events.jsonl: adopt, rollback, auto_rollback."""
+    if (db := _db()) is not None:
+        db.record_event(project, row)
+        return
     path = project_dir(project, home) / "events.jsonl"
     with open_private_append(path) as f:  # 0600, as everything under the home
         f.write(json.dumps({"time": time.time(), **row}, ensure_ascii=False) + "\n")
@@ -400,6 +450,8 @@ def record_event(project: str, row: dict[str, Any], home: Path | None = None) ->
 
 
 def events(project: str, home: Path | None = None) -> list[dict[str, Any]]:
+    if (db := _db()) is not None:
+        return db.events(project)
     path = project_dir(project, home) / "events.jsonl"
     rows = []
     for line in _read(path).splitlines():

@@ -1,9 +1,10 @@
-"""The task log: one SQLite row per real interaction of the deployed agent.
+"""The task log: one row per real interaction of the deployed agent.
 
-SQLite in WAL mode (stdlib `sqlite3`), file mode 0600, safe for many processes writing at
-once (a busy timeout, short `BEGIN IMMEDIATE` transactions). The schema is versioned with
-`PRAGMA user_version` and an ordered list of migrations applied on open; a log written by a
-newer selftaught is refused rather than guessed at.
+One interface, two backends (`selftaught.sleep.store`): a SQLite file (the default; WAL mode,
+file mode 0600, safe for many processes writing at once) or a PostgreSQL database named by a
+`postgresql://` URL, which proxies and nights on several hosts share. Both keep the same schema,
+versioned by the ordered `MIGRATIONS` below and applied on open; a log written by a newer
+selftaught is refused rather than guessed at. Every SQL difference lives in `store/dialect.py`.
 
 Everything stored is redacted first (`selftaught.sleep.intake.redact`); the number of redactions is
 kept per row. A row with `error` set is a failed call: it is kept for diagnostics and is never
@@ -19,31 +20,33 @@ tool turns (`role: "tool"`) in the messages, as the client sent them.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from selftaught.errors import InputError, writing_to
 from selftaught.models.base import Message
 from selftaught.sleep.intake.redact import Redactor, default_redactor
-from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, default_log_path
+from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, log_location
+
+# LogError and LogUnavailable live beside the backends that raise them; callers import them
+# from here.
+from selftaught.sleep.store import LogError, LogUnavailable, LogUrl  # noqa: F401
+from selftaught.sleep.store import sqlite as sqlite_store
+
+if TYPE_CHECKING:
+    from selftaught.sleep.store.dialect import Dialect
 
 SOURCES = ("proxy", "api", "import", "claude-code", "codex")
 Thumb = Literal["up", "down"]
-
-
-class LogError(InputError, RuntimeError):
-    """The log cannot be opened or written, or a request to it names nothing in it."""
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -320,29 +323,9 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
-    """Bring the schema up to `target` in one transaction; returns the version found.
-    Safe when several processes open a new log at once (the check runs inside the lock)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        found = conn.execute("PRAGMA user_version").fetchone()[0]
-        if found > SCHEMA_VERSION:
-            raise LogError(
-                f"the log has schema version {found}, newer than this selftaught knows "
-                f"({SCHEMA_VERSION}); upgrade selftaught to read it"
-            )
-        for version in range(found, target):
-            for statement in _statements(MIGRATIONS[version]):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {version + 1}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return found
-
-
-def _statements(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """Bring a SQLite log's schema up to `target` in one transaction; returns the version
+    found. (A Postgres log migrates itself on open: `store.postgres.migrate`.)"""
+    return sqlite_store.migrate(conn, MIGRATIONS, target)
 
 
 # ---- queries ------------------------------------------------------------------------------
@@ -364,7 +347,11 @@ class LogFilter:
     limit: int | None = None
     newest_first: bool = True
 
-    def where(self) -> tuple[str, list[Any]]:
+    def where(self, dialect: Dialect | None = None) -> tuple[str, list[Any]]:
+        """The WHERE clause (with `?` placeholders) and its arguments."""
+        from selftaught.sleep.store.dialect import SQLITE
+
+        dialect = dialect or SQLITE
         clauses: list[str] = []
         args: list[Any] = []
         for column, value in (
@@ -387,13 +374,13 @@ class LogFilter:
         if self.errors is not None:
             clauses.append("i.error IS NOT NULL" if self.errors else "i.error IS NULL")
         if self.tag is not None:
-            clauses.append("EXISTS (SELECT 1 FROM json_each(i.tags) t WHERE t.value = ?)")
+            clauses.append(dialect.tag_clause)
             args.append(self.tag)
         if self.skill_versions is not None:
             named = [v for v in self.skill_versions if v is not None]
             either = [f"i.skill_version IN ({', '.join('?' * len(named))})"] if named else []
             either += ["i.skill_version IS NULL"] * (None in self.skill_versions)
-            clauses.append("(" + (" OR ".join(either) or "0") + ")")
+            clauses.append("(" + (" OR ".join(either) or "1 = 0") + ")")
             args.extend(named)
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
 
@@ -404,6 +391,14 @@ _COLUMNS = (
     "reviewed, dedupe_key, redactions, tools, tool_choice, tool_calls, shadow_of, client, "
     "session_id"
 )
+_FEEDBACK = "created_at, thumb, score, reference, comment, giver, trusted"
+_ROW_VALUES = f"({', '.join('?' * (_COLUMNS.count(',') + 1))})"
+_INSERT_CHUNK = 200  # rows per INSERT: 5,200 parameters, well under either backend's limit
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern matching what starts with `prefix` (its wildcards escaped)."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _dump(value: Any) -> str | None:
@@ -415,54 +410,37 @@ def _load(text: str | None) -> Any:
 
 
 class TaskLog:
-    """The log at `path` (default: `default_log_path()`). One connection, guarded by a lock,
-    so a TaskLog can be shared by threads; open one per process."""
+    """The log at `path`: a SQLite file, or a `postgresql://` URL (default:
+    `$SELFTAUGHT_LOG`, else <home>/log.db). Shareable by threads; open one per process.
+    `path` is the file, or the URL as a `LogUrl` (printing it hides the password)."""
 
     def __init__(
         self,
-        path: str | Path | None = None,
+        path: str | Path | LogUrl | None = None,
         *,
         redactor: Redactor | None = None,
         busy_timeout_s: float = 30.0,
     ):
-        self.path = Path(path).expanduser() if path else default_log_path()
+        self.path: Path | LogUrl = log_location(path)
         self.redactor = redactor or default_redactor()
-        self._lock = threading.Lock()
-        self._conn = self._open(busy_timeout_s)
+        self._backend = self._open(busy_timeout_s)
+        self._dialect = self._backend.dialect
 
-    def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-            # Never open or close a descriptor of the database beside SQLite: closing one drops
-            # every POSIX lock this process holds on the file, and another process may then
-            # delete the WAL under a live connection (answered requests silently lost). The mode
-            # is set by path, before the first write and before SQLite creates -wal/-shm, which
-            # take the database's mode.
-            with contextlib.suppress(PermissionError):  # another owner's file keeps its mode
-                os.chmod(self.path, 0o600)
-        except (OSError, sqlite3.Error) as err:
-            raise LogError(f"cannot open the task log {self.path}: {err}") from err
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            migrate(conn)
-        except sqlite3.DatabaseError as err:
-            conn.close()
-            raise LogError(f"{self.path} is not a usable task log: {err}") from err
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+    def _open(self, busy_timeout_s: float) -> Any:
+        if isinstance(self.path, LogUrl):
+            from selftaught.sleep.store.postgres import PostgresBackend
+
+            return PostgresBackend(self.path, "log", MIGRATIONS)
+        return sqlite_store.SqliteBackend(self.path, MIGRATIONS, busy_timeout_s=busy_timeout_s)
+
+    @property
+    def backend(self) -> str:
+        """'sqlite' or 'postgres'."""
+        return self._dialect.name
 
     # -- lifecycle
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._backend.close()
 
     def __enter__(self) -> TaskLog:
         return self
@@ -470,27 +448,19 @@ class TaskLog:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def _exec(self, conn: Any, query: str, args: Iterable[Any] = ()) -> Any:
+        """Run a query written in SQLite's words (`?` placeholders) on this backend."""
+        return conn.execute(self._dialect.sql(query), self._backend.params(list(args)))
 
     def schema_version(self) -> int:
-        with self._lock:
-            return self._conn.execute("PRAGMA user_version").fetchone()[0]
+        return self._backend.schema_version()
 
     def integrity_check(self) -> str:
-        with self._lock:
-            return self._conn.execute("PRAGMA integrity_check").fetchone()[0]
+        return self._backend.integrity_check()
 
     # -- writing
-    def _redact(self, it: Interaction) -> Interaction:
+    def redacted(self, it: Interaction) -> Interaction:
+        """A copy of `it` with every secret redacted (and counted), as it would be stored."""
         red = self.redactor
         messages, n1 = red.redact_value(it.messages)
         reply, n2 = red.redact(it.reply) if it.reply is not None else (None, 0)
@@ -532,20 +502,30 @@ class TaskLog:
         feedback: dict[str, tuple[Feedback, int]] = {}
         for it in interactions:
             self._validate(it)
-            rows.append(_row(self._redact(it) if redact else it))
+            rows.append(_row(self.redacted(it) if redact else it))
             if not it.feedback.empty():
                 feedback[it.id] = self._redact_feedback(it.feedback)
-        inserted = 0
-        with self._write() as conn:
-            for row in rows:
-                cur = conn.execute(
-                    f"INSERT OR IGNORE INTO interactions ({_COLUMNS}) "
-                    f"VALUES ({', '.join('?' * len(row))})",
-                    row,
-                )
-                inserted += cur.rowcount
-                if cur.rowcount and row[0] in feedback:
-                    self._insert_feedback(conn, row[0], *feedback[row[0]])
+        with self._backend.write() as conn:
+            inserted = self._insert_rows(conn, rows)
+            for iid, (fb, redactions) in feedback.items():
+                if iid in inserted:
+                    self._insert_feedback(conn, iid, fb, redactions)
+        return len(inserted)
+
+    def _insert_rows(self, conn: Any, rows: list[tuple[Any, ...]]) -> set[str]:
+        """Insert rows, skipping an id or dedupe key already stored; the ids inserted. One
+        statement per chunk of rows: one round trip to a database server, not one per row."""
+        inserted: set[str] = set()
+        for start in range(0, len(rows), _INSERT_CHUNK):
+            chunk = rows[start : start + _INSERT_CHUNK]
+            values = ", ".join([_ROW_VALUES] * len(chunk))
+            cur = self._exec(
+                conn,
+                f"INSERT INTO interactions ({_COLUMNS}) VALUES {values} "
+                "ON CONFLICT DO NOTHING RETURNING id",
+                [value for row in chunk for value in row],
+            )
+            inserted.update(r[0] for r in cur.fetchall())
         return inserted
 
     def _redact_feedback(self, feedback: Feedback) -> tuple[Feedback, int]:
@@ -557,9 +537,9 @@ class TaskLog:
         redacted.reference, redacted.comment = reference, comment
         return redacted, n1 + n2
 
-    @staticmethod
-    def _insert_feedback(conn: sqlite3.Connection, iid: str, fb: Feedback, redactions: int) -> None:
-        conn.execute(
+    def _insert_feedback(self, conn: Any, iid: str, fb: Feedback, redactions: int) -> None:
+        self._exec(
+            conn,
             "INSERT INTO feedback (interaction_id, created_at, thumb, score, reference, comment, "
             "giver, trusted) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -574,7 +554,8 @@ class TaskLog:
             ),
         )
         if redactions:
-            conn.execute(
+            self._exec(
+                conn,
                 "UPDATE interactions SET redactions = redactions + ? WHERE id = ?",
                 (redactions, iid),
             )
@@ -596,16 +577,16 @@ class TaskLog:
         full_id = self.resolve_id(interaction_id)
         fb = Feedback(fb.thumb, fb.score, fb.reference, fb.comment, time.time(), giver, trusted)
         red, n = self._redact_feedback(fb)
-        with self._write() as conn:
+        with self._backend.write() as conn:
             self._insert_feedback(conn, full_id, red, n)
         return full_id
 
     def mark_reviewed(self, interaction_ids: Iterable[str], reviewed: bool = True) -> int:
         ids = [self.resolve_id(i) for i in interaction_ids]
-        with self._write() as conn:
+        with self._backend.write() as conn:
             return sum(
-                conn.execute(
-                    "UPDATE interactions SET reviewed = ? WHERE id = ?", (int(reviewed), i)
+                self._exec(
+                    conn, "UPDATE interactions SET reviewed = ? WHERE id = ?", (int(reviewed), i)
                 ).rowcount
                 for i in ids
             )
@@ -613,17 +594,18 @@ class TaskLog:
     # -- reading
     def resolve_id(self, prefix: str) -> str:
         prefix = prefix.strip()
-        with self._lock:
-            exact = self._conn.execute(
-                "SELECT id FROM interactions WHERE id = ?", (prefix,)
-            ).fetchone()
+        with self._backend.read() as conn:
+            exact = self._exec(conn, "SELECT id FROM interactions WHERE id = ?", (prefix,))
+            exact = exact.fetchone()
             if exact:
                 return exact[0]
             if len(prefix) < 6:
                 raise LogError(f"no interaction with id {prefix!r} in {self.path}")
-            found = self._conn.execute(
-                "SELECT id FROM interactions WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
-                (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
+            # lower() on both sides: SQLite's LIKE ignores ASCII case, Postgres' does not
+            found = self._exec(
+                conn,
+                "SELECT id FROM interactions WHERE lower(id) LIKE ? ESCAPE '\\' LIMIT 2",
+                (_like_prefix(prefix.lower()),),
             ).fetchall()
         if not found:
             raise LogError(f"no interaction with id {prefix!r} in {self.path}")
@@ -638,23 +620,24 @@ class TaskLog:
 
     def query(self, flt: LogFilter | None = None) -> list[Interaction]:
         flt = flt or LogFilter()
-        where, args = flt.where()
-        order = f" ORDER BY i.created_at {'DESC' if flt.newest_first else 'ASC'}, i.rowid"
+        where, args = flt.where(self._dialect)
+        order = f" ORDER BY i.created_at {'DESC' if flt.newest_first else 'ASC'}, "
+        order += self._dialect.row_order
         if flt.limit is not None:
             order += f" LIMIT {int(flt.limit)}"
         return self._select(where, args, order)
 
     def count(self, flt: LogFilter | None = None) -> int:
-        where, args = (flt or LogFilter()).where()
-        with self._lock:
-            return self._conn.execute(
-                f"SELECT COUNT(*) FROM interactions i{where}", args
-            ).fetchone()[0]
+        where, args = (flt or LogFilter()).where(self._dialect)
+        with self._backend.read() as conn:
+            return self._exec(conn, f"SELECT COUNT(*) FROM interactions i{where}", args).fetchone()[
+                0
+            ]
 
     def _select(self, where: str, args: list[Any], order: str) -> list[Interaction]:
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT {_COLUMNS} FROM interactions i{where}{order}", args
+        with self._backend.read() as conn:
+            rows = self._exec(
+                conn, f"SELECT {_COLUMNS} FROM interactions i{where}{order}", args
             ).fetchall()
             found = [_interaction(r) for r in rows]
             by_id = {it.id: it for it in found}
@@ -662,7 +645,8 @@ class TaskLog:
             untrusted_fields: dict[str, set[str]] = {}
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
-                for entry in self._conn.execute(
+                for entry in self._exec(
+                    conn,
                     "SELECT interaction_id, created_at, thumb, score, reference, comment, "
                     "giver, trusted FROM feedback "
                     f"WHERE interaction_id IN ({', '.join('?' * len(chunk))}) "
@@ -672,6 +656,74 @@ class TaskLog:
                     untrusted = untrusted_fields.setdefault(entry[0], set())
                     _merge_feedback(by_id[entry[0]].feedback, entry, untrusted)
         return found
+
+    def rows_by_id(self, ids: list[str]) -> list[Interaction]:
+        """The rows with these ids (feedback merged), in no particular order."""
+        if not ids:
+            return []
+        return self._select(f" WHERE i.id IN ({', '.join('?' * len(ids))})", list(ids), "")
+
+    def has_dedupe_key(self, key: str) -> bool:
+        with self._backend.read() as conn:
+            found = self._exec(conn, "SELECT 1 FROM interactions WHERE dedupe_key = ?", (key,))
+            return found.fetchone() is not None
+
+    # -- copying between logs (`sleep log migrate`): rows as stored, already redacted
+    def raw_page(
+        self, after: Any, limit: int
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], Any]:
+        """Up to `limit` rows as stored, in insertion order after the position `after` (None:
+        from the first), their feedback entries (interaction_id first, in `_FEEDBACK` order)
+        and the position of the last one. Copying in this order keeps the order of rows
+        logged in the same instant."""
+        order = self._dialect.row_order
+        where, args = (f" WHERE {order} > ?", [after]) if after is not None else ("", [])
+        with self._backend.read() as conn:
+            rows = self._exec(
+                conn,
+                f"SELECT {_COLUMNS}, {order} FROM interactions i{where} ORDER BY {order} "
+                f"LIMIT {int(limit)}",
+                args,
+            ).fetchall()
+            feedback = self._feedback_of(conn, [r[0] for r in rows])
+        last = rows[-1][-1] if rows else after
+        return [tuple(r[:-1]) for r in rows], feedback, last
+
+    def _feedback_of(self, conn: Any, ids: list[str]) -> list[tuple[Any, ...]]:
+        if not ids:
+            return []
+        return [
+            tuple(e)
+            for e in self._exec(
+                conn,
+                f"SELECT interaction_id, {_FEEDBACK} FROM feedback "
+                f"WHERE interaction_id IN ({', '.join('?' * len(ids))}) ORDER BY id",
+                ids,
+            )
+        ]
+
+    def add_raw(
+        self, rows: list[tuple[Any, ...]], feedback: list[tuple[Any, ...]]
+    ) -> tuple[int, int]:
+        """Store rows as they are (no redaction: they were redacted when first stored) and
+        the feedback entries not already here (compared whole), in ONE transaction. Returns
+        (rows new, feedback entries new); running it again adds nothing."""
+        new_feedback = 0
+        with self._backend.write() as conn:
+            new_rows = len(self._insert_rows(conn, rows))
+            stored = self._feedback_of(conn, sorted({e[0] for e in feedback}))
+            for entry in feedback:
+                if entry in stored:
+                    stored.remove(entry)  # one stored entry answers one copied entry
+                    continue
+                self._exec(
+                    conn,
+                    f"INSERT INTO feedback (interaction_id, {_FEEDBACK}) "
+                    f"VALUES ({', '.join('?' * len(entry))})",
+                    entry,
+                )
+                new_feedback += 1
+        return new_rows, new_feedback
 
     def export_jsonl(self, path: str | Path, flt: LogFilter | None = None) -> int:
         """Write the rows (oldest first) as JSONL, atomically; returns how many."""
@@ -763,13 +815,14 @@ def _interaction(r: tuple[Any, ...]) -> Interaction:
 
 # ---- the Python entry point ------------------------------------------------------------------
 
-_open_logs: dict[Path, TaskLog] = {}
+_open_logs: dict[Path | LogUrl, TaskLog] = {}
 _open_lock = threading.Lock()
 
 
-def open_log(path: str | Path | None = None) -> TaskLog:
-    """A TaskLog shared within this process, per path."""
-    resolved = (Path(path).expanduser() if path else default_log_path()).resolve()
+def open_log(path: str | Path | LogUrl | None = None) -> TaskLog:
+    """A TaskLog shared within this process, per path or URL."""
+    where = log_location(path)
+    resolved = where if isinstance(where, LogUrl) else where.resolve()
     with _open_lock:
         log = _open_logs.get(resolved)
         if log is None:

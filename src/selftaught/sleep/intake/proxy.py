@@ -125,7 +125,7 @@ class ProxyConfig:
     forward_org_headers: bool = False
     """Pass the client's openai-organization / openai-project headers to the upstream."""
     allow_remote: bool = False
-    log_path: Path | None = None  # default: $SELFTAUGHT_LOG or <home>/log.db
+    log_path: Path | str | None = None  # a file or a postgresql:// URL (default $SELFTAUGHT_LOG)
     api_key: str | None = None  # the upstream's key (openai: defaults to OPENAI_API_KEY)
     timeout_s: float = 600.0  # per upstream request
     inject: bool = True  # inject the adopted skill and memory
@@ -277,7 +277,7 @@ class ProxyState:
         self.log = log
         self.clients = clients or Clients(config.require_key, None, config.feedback_key)
         self.feedback_limit = RateLimit(config.feedback_per_minute)
-        self.writer = LogWriter(log, max_queue=config.max_queue)
+        self.writer = LogWriter(log, max_queue=config.max_queue, home=config.home)
         self.requests = 0
         self.upstream_errors = 0
         self.lora = None

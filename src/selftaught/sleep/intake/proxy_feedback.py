@@ -20,7 +20,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from selftaught.errors import InputError
-from selftaught.sleep.intake.log import OPERATOR, Feedback, LogError
+from selftaught.sleep.intake.log import OPERATOR, Feedback, LogError, LogUnavailable
 from selftaught.sleep.intake.proxy_access import (
     error_response,
     read_json_body,
@@ -71,6 +71,8 @@ async def take_feedback(state: ProxyState, request: Any) -> Any:
         return error_response(err.status, err.message, err.kind)
     except _NotFound as err:
         return error_response(404, str(err), "not_found_error")
+    except LogUnavailable as err:  # the log's database is down: try again later
+        return error_response(503, str(err), "service_unavailable_error")
     except (ValueError, TypeError) as err:  # InputError included
         return error_response(400, str(err), "invalid_request_error")
     if state.watch is not None:
@@ -111,6 +113,8 @@ def _feedback_row(state: ProxyState, target: tuple[str, str]) -> str:
         return row.id
     try:
         row = state.log.get(value)
+    except LogUnavailable:
+        raise
     except LogError:
         row = None
     if row is None or row.id != value or row.project != project:
@@ -121,6 +125,8 @@ def _feedback_row(state: ProxyState, target: tuple[str, str]) -> str:
 def _attach_feedback(
     state: ProxyState, target: tuple[str, str], fb: Feedback, client: str, operator: bool
 ) -> str:
+    if state.writer.unreachable:  # the database is down: say so now, not after a timeout
+        raise LogUnavailable(state.writer.unreachable)
     try:
         iid = _feedback_row(state, target)
     except _NotFound:

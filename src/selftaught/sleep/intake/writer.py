@@ -3,7 +3,10 @@
 `submit` never blocks and never raises: when the queue is full the row is dropped, and a write
 that fails is reported on stderr; both are counted (the proxy shows the counters on /health).
 Rows are written in batches (one transaction each); a batch that fails is retried row by row
-so one bad row never costs the others.
+so one bad row never costs the others. While the log's database cannot be reached
+(`LogUnavailable`: a Postgres log down), batches go to a spool file under the home instead
+(`spool.py`: redacted, fsynced) and are replayed, oldest first, once it answers again; /health
+shows the state, what was spooled and what waits.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from selftaught.sleep.intake.log import Interaction, TaskLog
+from selftaught.sleep.intake.log import Interaction, LogUnavailable, TaskLog
+from selftaught.sleep.intake.spool import RETRY_S, Spool, spool_dir
 
 
 @dataclass
@@ -24,13 +29,27 @@ class WriterStats:
     logged: int = 0
     failures: int = 0
     dropped: int = 0
+    spooled: int = 0  # written to the spool while the database was unreachable
+    replayed: int = 0  # stored from the spool once it answered again
 
 
 class LogWriter:
-    def __init__(self, log: TaskLog, *, max_queue: int = 10_000, batch_size: int = 256):
+    def __init__(
+        self,
+        log: TaskLog,
+        *,
+        max_queue: int = 10_000,
+        batch_size: int = 256,
+        home: Path | None = None,
+    ):
         self.log = log
         self.stats = WriterStats()
         self.batch_size = batch_size
+        self._spool_dir = spool_dir(home)
+        # a dead proxy's rows wait here: this writer replays them
+        self._spool = Spool(self._spool_dir) if any(self._spool_dir.glob("*.jsonl")) else None
+        self.unreachable: str | None = None  # why the log cannot be written now
+        self._tried = 0.0  # monotonic time of the last replay attempt
         self._queue: queue.Queue[Interaction | None] = queue.Queue(maxsize=max_queue)
         self._pending = 0
         self._cond = threading.Condition()
@@ -49,7 +68,10 @@ class LogWriter:
 
     def snapshot(self) -> dict[str, Any]:
         with self._cond:
-            return {**self.stats.__dict__, "queued": self._pending}
+            waiting = self._spool.waiting if self._spool else 0
+            state = "unreachable" if self.unreachable else "ok"
+            return {**self.stats.__dict__, "queued": self._pending, "spool_waiting": waiting,
+                    "state": state, "error": self.unreachable}  # fmt: skip
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything submitted so far is written (or failed); False on timeout."""
@@ -69,11 +91,18 @@ class LogWriter:
         except queue.Full:
             return
         self._thread.join(timeout_s)
+        if self._spool is not None:
+            self._spool.close()  # rows still waiting stay for the next writer here
 
     # -- the writer thread
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            waiting = self._spool is not None and self._spool.waiting > 0
+            try:
+                item = self._queue.get(timeout=RETRY_S if waiting else None)
+            except queue.Empty:  # quiet while rows wait in the spool: try the database
+                self._replay()
+                continue
             if item is None:
                 return
             batch = [item]
@@ -89,26 +118,78 @@ class LogWriter:
             self._write(batch)
 
     def _write(self, batch: list[Interaction]) -> None:
+        if not self._replay():  # older rows wait in the spool: these go after them
+            self._to_spool(batch)
+            return
         try:
             self.log.add_many(batch)
             self._done(logged=len(batch))
             return
+        except LogUnavailable as err:
+            self._to_spool(batch, err)
+            return
         except Exception:  # noqa: BLE001 - retried one by one below
             pass
-        for item in batch:
+        for i, item in enumerate(batch):
             try:
                 self.log.add(item)
                 self._done(logged=1)
+            except LogUnavailable as err:
+                self._to_spool(batch[i:], err)
+                return
             except Exception as err:  # noqa: BLE001 - never let logging reach the client
                 self._done(failures=1)
                 self._warn(f"could not log interaction {item.id}: {type(err).__name__}: {err}")
 
-    def _done(self, *, logged: int = 0, failures: int = 0, dropped: int = 0) -> None:
+    def _replay(self) -> bool:
+        """True when nothing waits in the spool (any waiting rows are stored now); False
+        while the database is still unreachable (tried at most every RETRY_S)."""
+        if self._spool is None or self._spool.waiting == 0:
+            return True
+        if time.monotonic() - self._tried < RETRY_S:
+            return False
+        self._tried = time.monotonic()
+        try:
+            waiting = self._spool.waiting
+            self._spool.replay(self.log)
+        except LogUnavailable as err:
+            self.unreachable = str(err)
+            return False
+        except Exception as err:  # noqa: BLE001 - never let the writer thread die
+            self._warn(f"could not replay the spool: {type(err).__name__}: {err}")
+            return False
+        with self._cond:
+            self.stats.replayed += waiting
+        if self.unreachable:
+            self._warn(f"the log answers again: {waiting} spooled interactions stored")
+        self.unreachable = None
+        return True
+
+    def _to_spool(self, batch: list[Interaction], err: Exception | None = None) -> None:
+        """Keep rows the database cannot take now: redacted, on disk, for `_replay`."""
+        if err is not None and self.unreachable is None:
+            self._warn(f"{err}; spooling interactions to {self._spool_dir} until it answers")
+            self._tried = time.monotonic()
+        if err is not None:
+            self.unreachable = str(err)
+        try:
+            self._spool = self._spool or Spool(self._spool_dir)
+            self._spool.append([self.log.redacted(it) for it in batch])
+        except Exception as spool_err:  # noqa: BLE001 - never let logging reach the client
+            self._done(failures=len(batch))
+            self._warn(f"could not spool {len(batch)} interactions: {spool_err}")
+            return
+        self._done(spooled=len(batch))
+
+    def _done(
+        self, *, logged: int = 0, failures: int = 0, dropped: int = 0, spooled: int = 0
+    ) -> None:
         with self._cond:
             self.stats.logged += logged
             self.stats.failures += failures
             self.stats.dropped += dropped
-            self._pending -= logged + failures + dropped
+            self.stats.spooled += spooled
+            self._pending -= logged + failures + dropped + spooled
             self._cond.notify_all()
 
     @staticmethod

@@ -138,7 +138,7 @@ class SleepConfig:
     project: str | None = None
     """One project; None: every project with traffic since its last night."""
     home: Path | None = None
-    log_path: Path | None = None
+    log_path: Path | str | None = None  # a file or a postgresql:// URL
     since: float | None = None
     """Read from here instead of the end of the last night (epoch seconds)."""
     lookback_days: float = 7.0
@@ -1000,7 +1000,7 @@ def run_night(
     events = CallbackList(with_tracker(config.report_to, callbacks))
     outcomes: list[ProjectNight] = []
     private_home(home)  # before the lock file and the log are made in it
-    with night_lock(home, night, "dry run" if dry_run else "night"):
+    with night_lock(home, night, "dry run" if dry_run else "night", project=config.project):
         log = TaskLog(config.log_path)
         until = time.time()
         windows = _window_rows(log, config, home, until)

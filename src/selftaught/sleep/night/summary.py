@@ -481,7 +481,7 @@ def probation_lines(project: str, home: Path, log_path: Path | None) -> list[str
     from selftaught.sleep.paths import default_log_path
 
     path = log_path or default_log_path()
-    if not path.exists():
+    if isinstance(path, Path) and not path.exists():  # a postgresql:// URL is a str
         return []
     try:
         with TaskLog(path) as log:
@@ -619,8 +619,9 @@ def status_lines(
         lines += probation_lines(name, home, log_path)
     if holder is not None:
         lines.append(
-            f"running now: {holder.get('what', 'night')} {holder.get('night')} "
-            f"(pid {holder.get('pid')}, since {_when(holder.get('started'))})"
+            f"running now: {holder.get('what', 'night')} {holder.get('night')} ("
+            + (f"host {holder['host']}, " if holder.get("host") else "")
+            + f"pid {holder.get('pid')}, since {_when(holder.get('started'))})"
         )
     try:
         planned = cron.entries()

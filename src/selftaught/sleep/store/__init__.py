@@ -1,0 +1,127 @@
+"""Where sleep's shared state lives: one SQLite file (the default) or a PostgreSQL database.
+
+A log location (`paths.log_location`) is a path (SQLite, `intake/log.py` as always) or a
+`postgresql://` URL. With a URL the task log, the adopted versions every replica serves
+(`versions.py`) and the night's lock (`pg_lock.py`) all live in that database, so proxies and
+nights on several hosts share them. The adopted versions and the lock follow `$SELFTAUGHT_LOG`
+(`paths.shared_url`; the CLI's `--log URL` sets it for the command it runs), the log follows
+`--log` or `$SELFTAUGHT_LOG`.
+
+This package sits below `paths` and the task log (it imports neither): here are the records
+and errors they share (`Adopted`, `LogError`, `LogUrl`).
+
+    dialect.py    every SQL difference between the two (placeholders, types, tags, ordering)
+    sqlite.py     the SQLite backend of the task log (WAL, PRAGMA user_version migrations)
+    postgres.py   the Postgres backend (psycopg 3, a pool, migrations in `selftaught_schema`)
+    versions.py   adopted versions, their pointer and events in Postgres (staging/paths call it)
+    pg_lock.py    the night's lock as a Postgres advisory lock, and who holds it
+    move.py       `sleep log migrate`: copy a SQLite log and its versions into Postgres
+
+psycopg is an optional extra (`selftaught[postgres]`), imported only when a URL is used.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from selftaught.errors import InputError, MissingDependency
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+ANY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+_PASSWORD_PARAM = re.compile(r"(?i)(password=)[^&\s]*")
+ADAPTER_DIR = "adapter"  # a staged night's or a version's LoRA adapter (peft layout)
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """What is adopted for a project; `version` is None when nothing is. `adapter` is the
+    LoRA adapter folder the version serves (None: the base model)."""
+
+    skill: str = ""
+    memory: str = ""
+    version: str | None = None
+    adapter: Path | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.skill.strip() and not self.memory.strip()
+
+
+class LogError(InputError, RuntimeError):
+    """The log cannot be opened or written, or a request to it names nothing in it."""
+
+
+class LogUnavailable(LogError):
+    """The log's database cannot be reached now (down, unreachable, out of connections): a
+    condition to wait out, not bad input. The proxy spools its rows meanwhile."""
+
+    exit_code = 1
+
+
+def is_url(value: object) -> bool:
+    """A Postgres URL (postgresql:// or postgres://), as a string or a `LogUrl`."""
+    if isinstance(value, LogUrl):
+        return True
+    return isinstance(value, str) and value.strip().lower().startswith(URL_SCHEMES)
+
+
+def display_url(url: str) -> str:
+    """The URL without its password (user, host, port, database and options kept)."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            user, _, host = netloc.rpartition("@")
+            netloc = f"{user.split(':', 1)[0]}@{host}"
+        query = urlencode(
+            [
+                (k, "***" if k.lower() == "password" else v)
+                for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            ]
+        )
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:  # a malformed URL: drop anything that may hold a secret
+        return _PASSWORD_PARAM.sub(r"\1***", re.sub(r"//[^/@]*@", "//***@", url))
+
+
+def scrub(text: str, url: str) -> str:
+    """A driver's message about `url` with its password removed wherever it appears."""
+    password = urlsplit(url).password if "://" in url else None
+    text = text.replace(url, display_url(url))
+    return text.replace(password, "***") if password else text
+
+
+class LogUrl:
+    """A Postgres log location: `str()` shows it without its password, `.url` is the real
+    one (only the driver sees it)."""
+
+    def __init__(self, url: str | LogUrl):
+        self.url = url.url if isinstance(url, LogUrl) else url.strip()
+
+    def __str__(self) -> str:
+        return display_url(self.url)
+
+    def __repr__(self) -> str:
+        return f"LogUrl({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LogUrl) and other.url == self.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+
+def psycopg_modules() -> tuple[object, object]:
+    """(psycopg, psycopg_pool), or a clear error naming the extra."""
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError:
+        raise MissingDependency(
+            "a postgresql:// task log needs the postgres extra: "
+            "pip install 'selftaught[postgres]' (psycopg 3 and psycopg-pool)"
+        ) from None
+    return psycopg, psycopg_pool

@@ -1,0 +1,39 @@
+"""Fixtures shared by the sleep tests: the task log on both backends.
+
+`log_at` is where a test's task log lives, once per backend: a SQLite file in the test's temp
+folder, and a fresh Postgres database (`tests/pg.py`) with $SELFTAUGHT_LOG naming it, so the
+adopted versions and the night's lock live there too. The Postgres run skips, with the reason,
+only when no server can be had (no psycopg, no $SELFTAUGHT_TEST_POSTGRES and no initdb)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import pg
+
+BACKENDS = ("sqlite", "postgres")
+
+
+@pytest.fixture
+def pg_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh Postgres database's URL, also in $SELFTAUGHT_LOG (versions and lock follow)."""
+    admin, why = pg.server()
+    if admin is None:
+        pytest.skip(why)
+    with pg.fresh_database(admin) as url:
+        monkeypatch.setenv("SELFTAUGHT_LOG", url)
+        yield url
+        from selftaught.sleep.store import versions
+
+        versions.forget(url)  # its pooled connections and cached reads go with the database
+
+
+@pytest.fixture(params=BACKENDS)
+def log_at(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """The test's task log: a SQLite path, or a Postgres URL (see the module docstring)."""
+    if request.param == "sqlite":
+        return tmp_path / "log.db"
+    return request.getfixturevalue("pg_url")
