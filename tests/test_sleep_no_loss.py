@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -100,3 +102,83 @@ def test_answers_are_rows_while_other_processes_read_and_write_the_log(tmp_path)
     missing = [i for i in answered if i not in logged]
     assert not missing, f"{len(missing)} of {len(answered)} answered requests are not in the log"
     assert log.count(LogFilter(project="other")) == 6
+
+
+def _load(
+    url: str, stop: threading.Event, answered: list[str], lock: threading.Lock, n: int
+) -> None:
+    """Send requests until `stop` (streamed and not, alternately); keep the id of each answer
+    that arrived whole."""
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=10)
+    i = 0
+    while not stop.is_set():
+        i += 1
+        messages = [{"role": "user", "content": f"load {n}.{i}"}]
+        try:
+            if i % 2:
+                raw = client.chat.completions.with_raw_response.create(
+                    model="fake-model", messages=messages
+                )
+                raw.parse()
+                iid = raw.headers["x-selftaught-interaction-id"]
+            else:
+                with client.chat.completions.with_streaming_response.create(
+                    model="fake-model", messages=messages, stream=True
+                ) as raw:
+                    chunks = list(raw.parse())
+                    iid = raw.headers["x-selftaught-interaction-id"]
+                if not chunks or chunks[-1].choices and not chunks[-1].choices[0].finish_reason:
+                    continue  # cut off: not an answer
+        except (openai.APIError, httpx.HTTPError):
+            continue  # the proxy is gone: this request was never answered
+        with lock:
+            answered.append(iid)
+
+
+def test_kill_9_under_load_leaves_no_answered_request_out_of_the_log(log_at, tmp_path):
+    env = {
+        **os.environ,
+        "PYTHONPATH": SRC,
+        "SELFTAUGHT_HOME": str(tmp_path / "home"),
+        "SELFTAUGHT_LOG": str(log_at),
+    }
+    port = _free_port()
+    with FakeUpstream(chunk_delay_s=0.001) as upstream:
+        args = ["--upstream", f"{upstream.base_url}#fake-model", "--port", str(port)]
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "selftaught", "proxy", *args, "--project", "demo"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}/v1"
+        answered: list[str] = []
+        lock, stop = threading.Lock(), threading.Event()
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(url.removesuffix("/v1") + "/health").status_code == 200:
+                        break
+                assert proxy.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+            clients = [
+                threading.Thread(target=_load, args=(url, stop, answered, lock, n))
+                for n in range(16)
+            ]
+            for t in clients:
+                t.start()
+            while len(answered) < 150:
+                time.sleep(0.01)
+            proxy.send_signal(signal.SIGKILL)  # mid-load: requests in every stage
+            proxy.wait(timeout=30)
+        finally:
+            stop.set()
+            proxy.kill()
+            for t in clients:
+                t.join(timeout=30)
+    log = TaskLog(log_at)
+    logged = {r.id for r in log.query(LogFilter(project="demo"))}
+    missing = [i for i in answered if i not in logged]
+    assert len(answered) >= 150
+    assert not missing, f"{len(missing)} of {len(answered)} answered requests are not in the log"

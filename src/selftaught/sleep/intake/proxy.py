@@ -46,6 +46,7 @@ import os
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,10 @@ class ProxyConfig:
     inject: bool = True  # inject the adopted skill and memory
     home: Path | None = None  # where adopted skills live (default: sleep_home())
     max_queue: int = 10_000  # log rows waiting to be written before new ones are dropped
+    log_wait_s: float = 5.0
+    """How long an answer's last byte waits for its row to be stored (or spooled): a proxy
+    killed at any moment then leaves no answered request out of the log. Past it the answer
+    goes out anyway and /health counts it (`answered_before_logged`)."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request is refused (413)
     lora: bool = False  # the upstream is vLLM with runtime LoRA: load and route adopted adapters
     auto_rollback: bool = False
@@ -163,6 +168,8 @@ class ProxyConfig:
             raise ProxyError(f"canary_mode must be shadow or serve, got {self.canary_mode!r}")
         if self.probation_every < 1:
             raise ProxyError(f"probation_every must be >= 1, got {self.probation_every}")
+        if not self.log_wait_s > 0:
+            raise ProxyError(f"log_wait_s must be > 0, got {self.log_wait_s}")
         if not self.feedback_per_minute > 0:
             raise ProxyError(f"feedback_per_minute must be > 0, got {self.feedback_per_minute}")
         if self.feedback_key is not None and self.feedback_key == self.require_key:
@@ -280,6 +287,7 @@ class ProxyState:
         self.writer = LogWriter(log, max_queue=config.max_queue, home=config.home)
         self.requests = 0
         self.upstream_errors = 0
+        self.answered_before_logged = 0  # answers that outwaited `log_wait_s`
         self.lora = None
         if config.lora:
             from selftaught.sleep.adoption.serving import LoraRoute
@@ -359,6 +367,7 @@ class ProxyState:
             "adopted_version": adopted.version,
             "requests": self.requests,
             "upstream_errors": self.upstream_errors,
+            "answered_before_logged": self.answered_before_logged,
             "log": {"path": str(self.log.path), **self.writer.snapshot()},
             "probation": self.watch.snapshot() if self.watch else None,
             "canary": self.canary.snapshot() if self.canary else None,
@@ -571,7 +580,9 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
         upstream, upstream_body = await _prepare(state, request, wire, body, record)
     except _Refused as err:
         if err.kind != "server_error":
-            _finish(state, record, started, error=err.message, status=err.status)
+            await _stored(
+                state, _finish(state, record, started, error=err.message, status=err.status)
+            )
         return error_response(err.status, err.message, err.kind, record.id)
     content = raw if upstream_body == body else json.dumps(upstream_body).encode()
     stream = body.get("stream") is True
@@ -591,12 +602,14 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
         response = await upstream.client.send(upstream_request, stream=stream)
     except Exception as err:  # noqa: BLE001 - network errors become a 502 / 504, logged
         status, message = _networkerror_response(err)
-        _finish(state, record, started, error=message, status=status)
+        await _stored(state, _finish(state, record, started, error=message, status=status))
         return error_response(status, message, "upstream_error", record.id)
     if response.status_code >= 400 or not stream:
         answer = await response.aread() if stream else response.content
         await response.aclose()
-        _finish_plain(state, wire, record, started, response.status_code, answer)
+        await _stored(
+            state, _finish_plain(state, wire, record, started, response.status_code, answer)
+        )
         return Response(
             answer,
             status_code=response.status_code,
@@ -665,7 +678,8 @@ def _finish(
     model: str | None = None,
     tool_calls: Any = None,
     **meta: Any,
-) -> None:
+) -> Future[str]:
+    """Complete the row and hand it to the writer; the future says when it is stored."""
     record.latency_s = time.time() - started
     record.reply = reply
     record.tool_calls = tool_calls if isinstance(tool_calls, list) and tool_calls else None
@@ -680,13 +694,21 @@ def _finish(
         record.completion_tokens = usage.get("completion_tokens")
     record.model = model or record.model
     record.meta.update({k: v for k, v in meta.items() if v is not None})
-    state.writer.submit(record)
+    return state.writer.submit(record)
+
+
+async def _stored(state: ProxyState, outcome: Future[str]) -> None:
+    """Wait until the row is in the log (or the spool) before the answer completes."""
+    try:
+        await asyncio.wait_for(asyncio.wrap_future(outcome), state.config.log_wait_s)
+    except asyncio.TimeoutError:
+        state.answered_before_logged += 1
 
 
 def _finish_reply(
     state: ProxyState, record: Interaction, started: float, reply: Reply, **meta: Any
-) -> None:
-    _finish(
+) -> Future[str]:
+    return _finish(
         state,
         record,
         started,
@@ -701,61 +723,76 @@ def _finish_reply(
 
 def _finish_plain(
     state: ProxyState, wire: Wire, record: Interaction, started: float, status: int, content: bytes
-) -> None:
+) -> Future[str]:
     try:
         body = json.loads(content)
     except ValueError:
         body = content.decode("utf-8", "replace")
     if status >= 400:
-        _finish(state, record, started, error=f"HTTP {status}: {error_text(body)}", status=status)
-        return
+        why = f"HTTP {status}: {error_text(body)}"
+        return _finish(state, record, started, error=why, status=status)
     reply = wire.reply(body)
     if reply.error is not None:
-        _finish(state, record, started, error=reply.error, status=status)
-        return
-    _finish_reply(state, record, started, reply)
+        return _finish(state, record, started, error=reply.error, status=status)
+    return _finish_reply(state, record, started, reply)
 
 
 async def _relay(
     state: ProxyState, wire: Wire, record: Interaction, started: float, response: Any
 ) -> AsyncIterator[bytes]:
-    """Pass the upstream's bytes through unchanged, each chunk as it arrives; log the
-    accumulated reply at the end, or what arrived before the stream broke, as an error."""
+    """Pass the upstream's bytes through unchanged, each chunk as it arrives. The reply is
+    stored before the answer completes: before the chunk with the stream's end event leaves
+    (or, for a server that sends none, before the response ends). A stream that breaks is
+    logged with what arrived before it broke, as an error."""
     acc = wire.stream()
     failure: str | None = None
+    logged = False
     try:
         async for chunk in response.aiter_raw():
-            yield chunk
             acc.feed(chunk)
+            if acc.done and not logged:
+                logged = True
+                await _stored(state, _finish_stream(state, record, started, acc, None))
+            yield chunk
+        if not logged:
+            logged = True
+            await _stored(state, _finish_stream(state, record, started, acc, None))
     except (asyncio.CancelledError, GeneratorExit):
         failure = "the client disconnected before the stream ended"
         raise
     except Exception as err:  # noqa: BLE001 - the upstream broke off
         failure = f"the upstream stream broke: {type(err).__name__}: {err}"
     finally:
-        reply = acc.result()
-        if failure is None and reply.error:
-            failure = f"the upstream sent an error in the stream: {reply.error}"
-        if failure is None and not acc.finished:
-            failure = "the upstream stream ended without a finish"
-        if failure is None:
-            _finish_reply(state, record, started, reply, stream=True)
-        else:
-            _finish(
-                state,
-                record,
-                started,
-                reply=reply.text or None,
-                error=failure,
-                status=502,
-                usage=reply.usage,
-                model=reply.model,
-                finish_reason=reply.finish_reason,
-                stream=True,
-                tool_calls=reply.tool_calls,
-            )
+        if not logged:
+            _finish_stream(state, record, started, acc, failure)
         with contextlib.suppress(Exception):  # logged first: closing may be cancelled
             await response.aclose()
+
+
+def _finish_stream(
+    state: ProxyState, record: Interaction, started: float, acc: Any, failure: str | None
+) -> Future[str]:
+    """Log a stream: its reply, or as an error what arrived before it failed."""
+    reply = acc.result()
+    if failure is None and reply.error:
+        failure = f"the upstream sent an error in the stream: {reply.error}"
+    if failure is None and not acc.finished:
+        failure = "the upstream stream ended without a finish"
+    if failure is None:
+        return _finish_reply(state, record, started, reply, stream=True)
+    return _finish(
+        state,
+        record,
+        started,
+        reply=reply.text or None,
+        error=failure,
+        status=502,
+        usage=reply.usage,
+        model=reply.model,
+        finish_reason=reply.finish_reason,
+        stream=True,
+        tool_calls=reply.tool_calls,
+    )
 
 
 # ---- canary: the staged proposal's shadow answer -----------------------------------------

@@ -7,6 +7,11 @@ so one bad row never costs the others. While the log's database cannot be reache
 (`LogUnavailable`: a Postgres log down), batches go to a spool file under the home instead
 (`spool.py`: redacted, fsynced) and are replayed, oldest first, once it answers again; /health
 shows the state, what was spooled and what waits.
+
+`submit` returns a future that says where the row went (`logged`, `spooled`, `failed`,
+`dropped`) once it is there: the proxy waits for it before the answer's last byte, so a proxy
+killed at any moment never leaves an answered request out of the log (at worst a logged one
+the client never received).
 """
 
 from __future__ import annotations
@@ -15,12 +20,19 @@ import queue
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from selftaught.sleep.intake.log import Interaction, LogUnavailable, TaskLog
 from selftaught.sleep.intake.spool import RETRY_S, Spool, spool_dir
+
+
+@dataclass
+class _Item:
+    row: Interaction
+    outcome: Future[str]
 
 
 @dataclass
@@ -50,21 +62,25 @@ class LogWriter:
         self._spool = Spool(self._spool_dir) if any(self._spool_dir.glob("*.jsonl")) else None
         self.unreachable: str | None = None  # why the log cannot be written now
         self._tried = 0.0  # monotonic time of the last replay attempt
-        self._queue: queue.Queue[Interaction | None] = queue.Queue(maxsize=max_queue)
+        self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=max_queue)
         self._pending = 0
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="selftaught-log-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, interaction: Interaction) -> None:
+    def submit(self, interaction: Interaction) -> Future[str]:
+        """Queue a row; the future's result is where it went: logged, spooled, failed or
+        dropped (never an exception)."""
+        outcome: Future[str] = Future()
         with self._cond:
             self.stats.submitted += 1
             self._pending += 1
         try:
-            self._queue.put_nowait(interaction)
+            self._queue.put_nowait(_Item(interaction, outcome))
         except queue.Full:
-            self._done(dropped=1)
+            self._done([outcome], "dropped")
             self._warn(f"log queue full: dropped interaction {interaction.id}")
+        return outcome
 
     def snapshot(self) -> dict[str, Any]:
         with self._cond:
@@ -117,13 +133,13 @@ class LogWriter:
                 batch.append(more)
             self._write(batch)
 
-    def _write(self, batch: list[Interaction]) -> None:
+    def _write(self, batch: list[_Item]) -> None:
         if not self._replay():  # older rows wait in the spool: these go after them
             self._to_spool(batch)
             return
         try:
-            self.log.add_many(batch)
-            self._done(logged=len(batch))
+            self.log.add_many(item.row for item in batch)
+            self._done([item.outcome for item in batch], "logged")
             return
         except LogUnavailable as err:
             self._to_spool(batch, err)
@@ -132,14 +148,15 @@ class LogWriter:
             pass
         for i, item in enumerate(batch):
             try:
-                self.log.add(item)
-                self._done(logged=1)
+                self.log.add(item.row)
+                self._done([item.outcome], "logged")
             except LogUnavailable as err:
                 self._to_spool(batch[i:], err)
                 return
             except Exception as err:  # noqa: BLE001 - never let logging reach the client
-                self._done(failures=1)
-                self._warn(f"could not log interaction {item.id}: {type(err).__name__}: {err}")
+                self._done([item.outcome], "failed")
+                why = f"{type(err).__name__}: {err}"
+                self._warn(f"could not log interaction {item.row.id}: {why}")
 
     def _replay(self) -> bool:
         """True when nothing waits in the spool (any waiting rows are stored now); False
@@ -165,7 +182,7 @@ class LogWriter:
         self.unreachable = None
         return True
 
-    def _to_spool(self, batch: list[Interaction], err: Exception | None = None) -> None:
+    def _to_spool(self, batch: list[_Item], err: Exception | None = None) -> None:
         """Keep rows the database cannot take now: redacted, on disk, for `_replay`."""
         if err is not None and self.unreachable is None:
             self._warn(f"{err}; spooling interactions to {self._spool_dir} until it answers")
@@ -174,23 +191,24 @@ class LogWriter:
             self.unreachable = str(err)
         try:
             self._spool = self._spool or Spool(self._spool_dir)
-            self._spool.append([self.log.redacted(it) for it in batch])
+            self._spool.append([self.log.redacted(item.row) for item in batch])
         except Exception as spool_err:  # noqa: BLE001 - never let logging reach the client
-            self._done(failures=len(batch))
+            self._done([item.outcome for item in batch], "failed")
             self._warn(f"could not spool {len(batch)} interactions: {spool_err}")
             return
-        self._done(spooled=len(batch))
+        self._done([item.outcome for item in batch], "spooled")
 
-    def _done(
-        self, *, logged: int = 0, failures: int = 0, dropped: int = 0, spooled: int = 0
-    ) -> None:
+    _COUNTERS = {"logged": "logged", "failed": "failures", "dropped": "dropped",
+                 "spooled": "spooled"}  # fmt: skip
+
+    def _done(self, outcomes: list[Future[str]], where: str) -> None:
         with self._cond:
-            self.stats.logged += logged
-            self.stats.failures += failures
-            self.stats.dropped += dropped
-            self.stats.spooled += spooled
-            self._pending -= logged + failures + dropped + spooled
+            counter = self._COUNTERS[where]
+            setattr(self.stats, counter, getattr(self.stats, counter) + len(outcomes))
+            self._pending -= len(outcomes)
             self._cond.notify_all()
+        for outcome in outcomes:
+            outcome.set_result(where)
 
     @staticmethod
     def _warn(message: str) -> None:
