@@ -463,4 +463,5 @@ def test_a_dead_proxys_spool_is_replayed_by_the_next_one(pg_url, tmp_path):
         assert sorted(r.messages[0]["content"] for r in log.query()) == [
             "new", "q0", "q1", "q2", "q3", "q4"
         ]  # fmt: skip
-    assert writer.snapshot()["replayed"] == 5 and not list(folder.iterdir())
+    # the new row went straight in after the replay, or through the spool behind the old rows
+    assert writer.snapshot()["replayed"] in (5, 6) and not list(folder.iterdir())

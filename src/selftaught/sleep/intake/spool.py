@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -52,13 +53,16 @@ class Spool:
         self.path = folder / f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)  # alive: nobody else replays this file
+        self._lock = threading.Lock()  # the writer appends while the replay thread stores
+        self.replayed = 0  # rows taken out of the files and stored (or refused), in all
         self.waiting = self._count(self.path) + sum(self._count(p) for p in self._orphans())
 
     def append(self, rows: list[Interaction]) -> None:
         """Add rows (already redacted) durably: written and fsynced before this returns."""
-        os.write(self._fd, "".join(record(r) + "\n" for r in rows).encode())
-        os.fsync(self._fd)
-        self.waiting += len(rows)
+        with self._lock:
+            os.write(self._fd, "".join(record(r) + "\n" for r in rows).encode())
+            os.fsync(self._fd)
+            self.waiting += len(rows)
 
     def replay(self, log: TaskLog) -> int:
         """Store every waiting row (dead proxies' first, then ours) and empty the files;
@@ -71,11 +75,18 @@ class Spool:
                     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue  # its proxy is alive after all, or another one replays it
-                stored += self._store(path, log)
+                stored += self._store(path.read_bytes(), path, log)
                 path.unlink()
-        stored += self._store(self.path, log)
-        os.ftruncate(self._fd, 0)
-        self.waiting = 0
+        with self._lock:
+            taken = self.path.read_bytes()
+        stored += self._store(taken, self.path, log)
+        with self._lock:  # keep what was appended while the rows were stored
+            rest = self.path.read_bytes()[len(taken) :]
+            os.ftruncate(self._fd, 0)
+            if rest:
+                os.write(self._fd, rest)
+            os.fsync(self._fd)
+            self.waiting = sum(1 for line in rest.splitlines() if line.strip())
         return stored
 
     def close(self) -> None:
@@ -96,20 +107,21 @@ class Spool:
             return sum(1 for line in f if line.strip())
         return 0
 
-    @staticmethod
-    def _store(path: Path, log: TaskLog) -> int:
+    def _store(self, data: bytes, path: Path, log: TaskLog) -> int:
         rows: list[Interaction] = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 rows.append(from_record(line))
             except (ValueError, TypeError) as err:  # a line cut by a kill: never acknowledged
                 print(f"selftaught proxy: skipped {path}:{n}: {err}", file=sys.stderr)
-        return sum(
+        stored = sum(
             _store_chunk(log, rows[start : start + REPLAY_BATCH])
             for start in range(0, len(rows), REPLAY_BATCH)
         )
+        self.replayed += len(rows)
+        return stored
 
 
 def _store_chunk(log: TaskLog, rows: list[Interaction]) -> int:

@@ -5,7 +5,8 @@ that fails is reported on stderr; both are counted (the proxy shows the counters
 Rows are written in batches (one transaction each); a batch that fails is retried row by row
 so one bad row never costs the others. While the log's database cannot be reached
 (`LogUnavailable`: a Postgres log down), batches go to a spool file under the home instead
-(`spool.py`: redacted, fsynced) and are replayed, oldest first, once it answers again; /health
+(`spool.py`: redacted, fsynced) and are replayed, oldest first, once it answers again, by a
+thread of their own (so no new row ever waits on a database that does not answer); /health
 shows the state, what was spooled and what waits.
 
 `submit` returns a future that says where the row went (`logged`, `spooled`, `failed`,
@@ -61,12 +62,19 @@ class LogWriter:
         # a dead proxy's rows wait here: this writer replays them
         self._spool = Spool(self._spool_dir) if any(self._spool_dir.glob("*.jsonl")) else None
         self.unreachable: str | None = None  # why the log cannot be written now
-        self._tried = 0.0  # monotonic time of the last replay attempt
         self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=max_queue)
         self._pending = 0
         self._cond = threading.Condition()
+        self._replay_now = threading.Event()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="selftaught-log-writer", daemon=True)
+        self._replayer = threading.Thread(
+            target=self._replay_loop, name="selftaught-log-replay", daemon=True
+        )
         self._thread.start()
+        self._replayer.start()
+        if self._spool is not None:
+            self._replay_now.set()  # a dead proxy's rows: stored now, before new ones
 
     def submit(self, interaction: Interaction) -> Future[str]:
         """Queue a row; the future's result is where it went: logged, spooled, failed or
@@ -107,18 +115,16 @@ class LogWriter:
         except queue.Full:
             return
         self._thread.join(timeout_s)
+        self._stopping = True
+        self._replay_now.set()
+        self._replayer.join(timeout_s)
         if self._spool is not None:
             self._spool.close()  # rows still waiting stay for the next writer here
 
     # -- the writer thread
     def _run(self) -> None:
         while True:
-            waiting = self._spool is not None and self._spool.waiting > 0
-            try:
-                item = self._queue.get(timeout=RETRY_S if waiting else None)
-            except queue.Empty:  # quiet while rows wait in the spool: try the database
-                self._replay()
-                continue
+            item = self._queue.get()
             if item is None:
                 return
             batch = [item]
@@ -134,8 +140,8 @@ class LogWriter:
             self._write(batch)
 
     def _write(self, batch: list[_Item]) -> None:
-        if not self._replay():  # older rows wait in the spool: these go after them
-            self._to_spool(batch)
+        if self.unreachable or (self._spool is not None and self._spool.waiting):
+            self._to_spool(batch)  # older rows wait in the spool: these go after them
             return
         try:
             self.log.add_many(item.row for item in batch)
@@ -158,35 +164,39 @@ class LogWriter:
                 why = f"{type(err).__name__}: {err}"
                 self._warn(f"could not log interaction {item.row.id}: {why}")
 
-    def _replay(self) -> bool:
-        """True when nothing waits in the spool (any waiting rows are stored now); False
-        while the database is still unreachable (tried at most every RETRY_S)."""
+    # -- the replay thread
+    def _replay_loop(self) -> None:
+        """Store spooled rows (a dead proxy's at start, ours while the database was away):
+        tried at once when rows are spooled, then every RETRY_S while some wait."""
+        while not self._stopping:
+            self._replay_now.wait(RETRY_S)
+            self._replay_now.clear()
+            if not self._stopping:
+                self._replay()
+
+    def _replay(self) -> None:
         if self._spool is None or self._spool.waiting == 0:
-            return True
-        if time.monotonic() - self._tried < RETRY_S:
-            return False
-        self._tried = time.monotonic()
+            return
+        before = self._spool.replayed
         try:
-            waiting = self._spool.waiting
             self._spool.replay(self.log)
         except LogUnavailable as err:
             self.unreachable = str(err)
-            return False
-        except Exception as err:  # noqa: BLE001 - never let the writer thread die
+            return
+        except Exception as err:  # noqa: BLE001 - never let the replay thread die
             self._warn(f"could not replay the spool: {type(err).__name__}: {err}")
-            return False
+            return
+        replayed = self._spool.replayed - before
         with self._cond:
-            self.stats.replayed += waiting
-        if self.unreachable:
-            self._warn(f"the log answers again: {waiting} spooled interactions stored")
-        self.unreachable = None
-        return True
+            self.stats.replayed += replayed
+        if self.unreachable and self._spool.waiting == 0:
+            self._warn(f"the log answers again: {replayed} spooled interactions stored")
+            self.unreachable = None
 
     def _to_spool(self, batch: list[_Item], err: Exception | None = None) -> None:
         """Keep rows the database cannot take now: redacted, on disk, for `_replay`."""
         if err is not None and self.unreachable is None:
             self._warn(f"{err}; spooling interactions to {self._spool_dir} until it answers")
-            self._tried = time.monotonic()
         if err is not None:
             self.unreachable = str(err)
         try:
@@ -197,6 +207,7 @@ class LogWriter:
             self._warn(f"could not spool {len(batch)} interactions: {spool_err}")
             return
         self._done([item.outcome for item in batch], "spooled")
+        self._replay_now.set()
 
     _COUNTERS = {"logged": "logged", "failed": "failures", "dropped": "dropped",
                  "spooled": "spooled"}  # fmt: skip
@@ -208,7 +219,8 @@ class LogWriter:
             self._pending -= len(outcomes)
             self._cond.notify_all()
         for outcome in outcomes:
-            outcome.set_result(where)
+            if not outcome.done():  # a waiter that gave up may have cancelled it
+                outcome.set_result(where)
 
     @staticmethod
     def _warn(message: str) -> None:
