@@ -225,7 +225,7 @@ def test_retrieved_demos_win_the_three_way_gate_and_never_show_a_held_out_task(t
 def test_with_the_gate_off_the_best_val_mean_wins_and_ties_keep_the_incumbent():
     from selftaught.gate import GateConfig
     from selftaught.skill.config import SkillOptConfig
-    from selftaught.sleep.night.demo_modes import _decide
+    from selftaught.sleep.night.demo_modes import decide_mode
 
     off = SkillOptConfig(gate=GateConfig(accept_all=True))
     on = SkillOptConfig(gate=GateConfig())
@@ -234,7 +234,7 @@ def test_with_the_gate_off_the_best_val_mean_wins_and_ties_keep_the_incumbent():
         "none": {"a": 1.0, "b": 1.0, "c": 0.0},  # +1 item: more than static, not > margin 1
         "retrieved": {"a": 1.0, "b": 0.0, "c": 0.0},
     }
-    assert _decide(metrics, "static", off)[0] == "none"
-    assert _decide(metrics, "static", on)[0] == "static"
+    assert decide_mode(metrics, "static", off)[0] == "none"
+    assert decide_mode(metrics, "static", on)[0] == "static"
     tie = {"static": {"a": 1.0}, "retrieved": {"a": 1.0}}
-    assert _decide(tie, "static", off)[0] == "static"
+    assert decide_mode(tie, "static", off)[0] == "static"

@@ -241,9 +241,9 @@ class LocalModel(AsyncChatModel):
     @property
     def device(self) -> Any:
         """The torch device the model runs on (loads the model)."""
-        from selftaught.models.batching import _model_device
+        from selftaught.models.batching import model_device
 
-        return _model_device(self.model)
+        return model_device(self.model)
 
     @property
     def max_batch_size(self) -> int:

@@ -12,6 +12,7 @@
 Beside them: one night at a time (`lock`), on a schedule (`cron`), where it all lives
 (`paths`)."""
 
+from selftaught.redact import Redactor, redact_for_model
 from selftaught.sleep.intake.log import (
     Feedback,
     Interaction,
@@ -21,7 +22,6 @@ from selftaught.sleep.intake.log import (
     log_interaction,
     open_log,
 )
-from selftaught.sleep.intake.redact import Redactor, redact_for_model
 from selftaught.sleep.paths import Adopted, default_log_path, read_adopted, sleep_home
 
 __all__ = [

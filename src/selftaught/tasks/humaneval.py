@@ -18,7 +18,7 @@ import re
 import textwrap
 from typing import Any
 
-from selftaught.sleep.intake.redact import redact_for_model
+from selftaught.redact import redact_for_model
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.sandbox import open_sandbox
 

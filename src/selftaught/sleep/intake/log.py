@@ -5,7 +5,7 @@ once (a busy timeout, short `BEGIN IMMEDIATE` transactions). The schema is versi
 `PRAGMA user_version` and an ordered list of migrations applied on open; a log written by a
 newer selftaught is refused rather than guessed at.
 
-Everything stored is redacted first (`selftaught.sleep.intake.redact`); the number of redactions is
+Everything stored is redacted first (`selftaught.redact`); the number of redactions is
 kept per row. A row with `error` set is a failed call: it is kept for diagnostics and is never
 a task. Rows harvested from agent transcripts are `private` (they hold private code): part 2
 never sends them to a remote model unless the row is `reviewed` or the user allows it.
@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from selftaught.errors import InputError, writing_to
 from selftaught.models.base import Message
-from selftaught.sleep.intake.redact import Redactor, default_redactor
+from selftaught.redact import Redactor, default_redactor
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, default_log_path
 
 SOURCES = ("proxy", "api", "import", "claude-code", "codex")

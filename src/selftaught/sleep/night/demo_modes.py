@@ -94,7 +94,7 @@ def _static_demos(pool: list[Demo], k: int) -> tuple[Demo, ...]:
     return tuple(sorted(pool, key=lambda d: order.get(d.source, 3))[:k])
 
 
-class _Scorer:
+class ValScorer:
     """Val results of skills (memory held fixed) through `selftaught.evaluation`, cached per
     item by skill hash in the cache the skill phase used."""
 
@@ -151,7 +151,7 @@ def candidates(
     return out, incumbent
 
 
-def _decide(
+def decide_mode(
     metrics: dict[str, ValScores], incumbent: str, training: SkillOptConfig
 ) -> tuple[str, dict[str, dict[str, Any]]]:
     """The winning mode and each challenger's gate result against the incumbent."""
@@ -196,7 +196,7 @@ def choose_demo_mode(
     if not pool:
         result.notes.append("no clean train demonstration was found: only `none` was possible")
     cache = cache if cache is not None else ScoreCache.load(run_dir / "val_cache.json")
-    scorer = _Scorer(training, task, target, memory, cache)
+    scorer = ValScorer(training, task, target, memory, cache)
     scored: dict[str, EvalResult] = {}
     try:
         for mode, text in texts.items():
@@ -208,7 +208,7 @@ def choose_demo_mode(
         result.candidates[mode] = scored[mode].summary()
         result.shapes[mode] = _shape(text)
     metrics = {m: scorer.metric(r) for m, r in scored.items()}
-    winner, result.gates = _decide(metrics, incumbent, training)
+    winner, result.gates = decide_mode(metrics, incumbent, training)
     if winner != incumbent or not phase_started_from_adopted:
         adopted = scorer.score(adopted_skill)
         base = scorer.metric(adopted)

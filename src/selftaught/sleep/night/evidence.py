@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.models.base import AsyncChatModel, ChatModel, Completion, GenerationParams, Message
-from selftaught.sleep.intake.redact import redact_for_model
+from selftaught.redact import redact_for_model
 
 
 def redact_tree(value: Any) -> Any:

@@ -46,7 +46,7 @@ from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.skill.config import SkillOptConfig
-from selftaught.sleep.night.demo_modes import _decide, _Scorer
+from selftaught.sleep.night.demo_modes import ValScorer, decide_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import NightTask, SplitOverlap
@@ -490,12 +490,12 @@ def choose(
     for name, (model, skill, memory, run) in runs.items():
         run.mkdir(parents=True, exist_ok=True)
         # one cache per model: a skill hash names the text, not the weights that read it
-        scorer = _Scorer(training, task, model, memory, ScoreCache.load(run / "val_cache.json"))
+        scorer = ValScorer(training, task, model, memory, ScoreCache.load(run / "val_cache.json"))
         result = scorer.score(skill)
         raw[name] = result.items
         metrics[name] = scorer.metric(result)
         summaries[name] = result.summary()
-    winner, gates = _decide(metrics, "current", training)
+    winner, gates = decide_mode(metrics, "current", training)
     return winner, summaries, gates, raw
 
 
