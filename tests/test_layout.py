@@ -116,7 +116,7 @@ def test_import_graph_sees_package_and_function_imports():
     # a module-level import, a `from package import submodule`, and one inside a function
     assert "selftaught.sleep.intake.log" in graph["selftaught.sleep"]
     assert "selftaught.sleep.adoption.staging" in graph["selftaught.sleep.night.cycle"]
-    assert "selftaught.models" in graph["selftaught.api"]
+    assert "selftaught.tasks" in graph["selftaught.api"]
 
 
 def test_cycle_finder_finds_a_loop_through_three_modules():

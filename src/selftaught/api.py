@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from selftaught.errors import writing_to
 from selftaught.models.base import ChatModel
+from selftaught.models.resolve import ModelLike, local_model_path, resolve_model
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.tasks.base import Split, Task
 
@@ -44,16 +45,10 @@ if TYPE_CHECKING:
     from selftaught.weights.rl import RLResult
 
 TaskLike = str | Task
-ModelLike = str | ChatModel
 
 
-def resolve_model(model: ModelLike, options: Mapping[str, Any] | None = None) -> ChatModel:
-    """A ChatModel from a spec string (with `load_model` options) or as given."""
-    if isinstance(model, str):
-        from selftaught.models import load_model
-
-        return load_model(model, **dict(options or {}))
-    return model
+def _model(model: ModelLike, options: Mapping[str, Any] | None) -> ChatModel:
+    return resolve_model(model, **dict(options or {}))
 
 
 def resolve_task(
@@ -98,9 +93,9 @@ def evaluate(
     ledger = UsageLedger()
     judge = None
     if judge_model is not None:
-        judge = TrackedModel(resolve_model(judge_model, model_options), ledger, "judge")
+        judge = TrackedModel(_model(judge_model, model_options), ledger, "judge")
     the_task = resolve_task(task, task_options, judge=judge)
-    target = TrackedModel(resolve_model(model, model_options), ledger, "target")
+    target = TrackedModel(_model(model, model_options), ledger, "target")
     result = evaluate_split(
         the_task,
         target,
@@ -138,14 +133,15 @@ def optimize(
     model) is the analyst. Resumes the run in `output_dir` (default
     `runs/optimize/<task>`) when it holds one with the same settings. Returns the result
     (`result.summary` is the summary dict, also in summary.json)."""
-    from selftaught.skill import SkillOptConfig, SkillTrainer, default_output_dir
+    from selftaught.skill import SkillOptConfig, default_output_dir
+    from selftaught.trainers import build_trainer
 
     the_task = resolve_task(task, task_options)
-    target = resolve_model(model, model_options)
+    target = _model(model, model_options)
     analyst = target
     if optimizer_model is not None and optimizer_model != model:
-        analyst = resolve_model(optimizer_model, model_options)
-    trainer = SkillTrainer(
+        analyst = _model(optimizer_model, model_options)
+    trainer = build_trainer(
         config or SkillOptConfig(),
         the_task,
         target,
@@ -161,7 +157,7 @@ def optimize(
 
 def train(
     task: TaskLike,
-    model: str = "local",
+    model: ModelLike = "local",
     *,
     method: str | None = None,
     config: RestConfig | RLConfig | None = None,
@@ -180,13 +176,7 @@ def train(
     The run directory (default `runs/train-<method>-<task>-<backend>-s<seed>`) resumes when
     run again."""
     from selftaught.trainers import build_trainer, check_method
-    from selftaught.weights.config import (
-        ConfigError,
-        RestConfig,
-        RLConfig,
-        default_train_config,
-        local_model_path,
-    )
+    from selftaught.weights.config import ConfigError, RestConfig, RLConfig, default_train_config
 
     path = local_model_path(model)  # refuses a model that is not local, before any work
     cfg = config if config is not None else default_train_config(method or "rest")
@@ -197,7 +187,7 @@ def train(
         )
     check_method(cfg, method)
     the_task = resolve_task(task, task_options)
-    return build_trainer(
+    trainer = build_trainer(
         cfg,
         the_task,
         path,
@@ -205,7 +195,8 @@ def train(
         callbacks=callbacks,
         progress=progress,
         console=console,
-    ).train()
+    )
+    return trainer.train()
 
 
 def load_result(d: dict[str, Any]) -> RunResult:

@@ -201,6 +201,14 @@ class LocalModel(AsyncChatModel):
     # ------------------------------------------------------------------ loading
 
     @property
+    def spec(self) -> str | None:
+        """The model spec that loads these weights again: `local` (the embedded model) or
+        `local:PATH`; None for a model in memory (it has no files)."""
+        if self._in_memory:
+            return None
+        return f"local:{self._requested_path}" if self._requested_path else "local"
+
+    @property
     def path(self) -> Path:
         """The resolved transformers folder (converting a GGUF / the embedded model once)."""
         if self._in_memory:

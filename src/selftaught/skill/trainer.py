@@ -29,8 +29,9 @@ from selftaught.demos import LeakCheck, split_skill
 from selftaught.errors import BudgetTooSmall, ConfigError, TaskError
 from selftaught.evaluation import ScoreCache, rollout_row
 from selftaught.gate import paired_comparison
-from selftaught.models.base import ChatModel, GenerationParams
+from selftaught.models.base import GenerationParams
 from selftaught.models.errors import FatalBackendError
+from selftaught.models.resolve import ModelLike, resolve_model
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.results import Score
 from selftaught.rollout import Rollout
@@ -71,7 +72,8 @@ RESUMABLE = {
 
 class SkillTrainer:
     """Skill optimization (SkillOpt, text space) over `task` with a frozen target `model`; the
-    `optimizer_model` (default: the target) is the analyst. Every call of both is counted.
+    `optimizer_model` (default: the target) is the analyst; each a spec string or a
+    `ChatModel` (`selftaught.models.resolve`). Every call of both is counted.
     Built as every trainer is (`SkillTrainer(config, task, model, *, output_dir, callbacks,
     progress, console)`); `train()` returns a `SkillRunResult`."""
 
@@ -79,8 +81,8 @@ class SkillTrainer:
         self,
         config: SkillOptConfig,
         task: Task,
-        model: ChatModel,
-        optimizer_model: ChatModel | None = None,
+        model: ModelLike,
+        optimizer_model: ModelLike | None = None,
         initial_skill: str = "",
         *,
         document: DocumentKind = "skill",
@@ -97,11 +99,14 @@ class SkillTrainer:
         # the tracker (report_to) is built here, so a missing package fails before any call
         self.callbacks = CallbackList(with_tracker(config.report_to, callbacks))
         self.ledger = ledger or UsageLedger()
-        self.target = TrackedModel(model, self.ledger, "target")
+        target = resolve_model(model)
+        same = optimizer_model is None or optimizer_model is model or optimizer_model == model
+        analyst = target if same else resolve_model(optimizer_model)  # type: ignore[arg-type]
+        self.target = TrackedModel(target, self.ledger, "target")
         # the final test evaluation is reported apart, outside any budget (as GEPA's harness)
         self.test_ledger = UsageLedger()
-        self.test_target = TrackedModel(model, self.test_ledger, "target")
-        self.optimizer = TrackedModel(optimizer_model or model, self.ledger, "optimizer")
+        self.test_target = TrackedModel(target, self.test_ledger, "target")
+        self.optimizer = TrackedModel(analyst, self.ledger, "optimizer")
         self.initial_skill = initial_skill
         # what is trained (the skill, or the memory) and the other document, held fixed
         self.document = document

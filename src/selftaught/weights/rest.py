@@ -25,7 +25,6 @@ Run directory:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.evaluation import EvalResult, evaluate_split, tool_use
 from selftaught.gate import GateResult, gate
 from selftaught.models.base import ChatModel, GenerationParams
+from selftaught.models.resolve import ModelLike, local_model_path
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
@@ -48,8 +48,6 @@ from selftaught.weights.config import (
     ConfigError,
     RestConfig,
     default_train_dir,
-    legacy_order,
-    local_model_path,
     resume_settings,
     task_gate,
 )
@@ -124,7 +122,7 @@ class RestResult(RunResult):
 class RestTrainer:
     """ReST-EM (`RestConfig(method="rest")`) or one round of SFT on the task's references
     (`method="sft"`) with a LoRA / full / scratch backend, on the local `model` (None or
-    `local`: the embedded model; `local:PATH` or a path). `train()` resumes a killed run
+    `local`: the embedded model; `local:PATH`, a path, or a `LocalModel` loaded from one). `train()` resumes a killed run
     from its run directory (`output_dir`, default `runs/train-...`): a finished round is never
     redone. `callbacks` see the run's events (`selftaught.callbacks`)."""
 
@@ -132,22 +130,15 @@ class RestTrainer:
         self,
         config: RestConfig,
         task: Task,
-        model: str | Path | None = None,
+        model: ModelLike | Path | None = None,
         *,
         output_dir: str | Path | None = None,
         callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
         console: Console | None = None,
-        model_path: str | Path | None = None,
-        method: str | None = None,
     ):
-        config, task, model, output_dir = legacy_order(
-            RestConfig, config, task, model, output_dir, model_path
-        )
         if not isinstance(config, RestConfig):
             raise ConfigError(f"RestTrainer needs a RestConfig, got {type(config).__name__}")
-        if method is not None and method != config.method:  # the old keyword
-            config = dataclasses.replace(config, method=method)  # type: ignore[arg-type]
         self.task = task
         self.config = config
         self.method = config.method

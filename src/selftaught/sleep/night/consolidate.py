@@ -27,12 +27,12 @@ from selftaught.policy import Policy
 from selftaught.runs import RunDir, RunError, read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit
-from selftaught.skill.trainer import SkillTrainer
 from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
 from selftaught.tasks.scorers import LlmJudge
+from selftaught.trainers import build_trainer
 
 
 @dataclass
@@ -65,13 +65,13 @@ def _phase(
     """One trainer (skill or memory); its summary, or why it stopped early. Its val scores go
     into `scores[document]`."""
     training = dataclasses.replace(training, evaluate_test=bool(task.examples("test")))
-    trainer = SkillTrainer(
+    trainer = build_trainer(
         training,
         task,
         target,
-        optimizer,
-        initial,
-        document=document,  # type: ignore[arg-type]
+        optimizer_model=optimizer,
+        initial_skill=initial,
+        document=document,
         other_document=other,
         proposals=proposals,
         output_dir=run_dir,
