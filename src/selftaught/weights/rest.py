@@ -122,9 +122,10 @@ class RestResult(RunResult):
 class RestTrainer:
     """ReST-EM (`RestConfig(method="rest")`) or one round of SFT on the task's references
     (`method="sft"`) with a LoRA / full / scratch backend, on the local `model` (None or
-    `local`: the embedded model; `local:PATH`, a path, or a `LocalModel` loaded from one). `train()` resumes a killed run
-    from its run directory (`output_dir`, default `runs/train-...`): a finished round is never
-    redone. `callbacks` see the run's events (`selftaught.callbacks`)."""
+    `local`: the embedded model; `local:PATH`, a path, or a `LocalModel` loaded from one).
+    `train()` resumes a killed run from its run directory (`output_dir`, default
+    `runs/train-...`): a finished round is never redone. `callbacks` see the run's events
+    (`selftaught.callbacks`)."""
 
     def __init__(
         self,
