@@ -252,18 +252,38 @@ def test_a_skill_run_returns_a_typed_result_that_round_trips(tmp_path):
     result = skill_run(tmp_path)
     assert isinstance(result, SkillRunResult) and isinstance(result, RunResult)
     assert result.run_dir == tmp_path and result.method == "skill" and result.task == "toy"
-    assert "rule alpha" in result.best_skill and result["best_skill"] == result.best_skill
+    assert "rule alpha" in result.best_skill and result.document == "skill"
+    with pytest.raises(TypeError):
+        result["best_skill"]  # type: ignore[index]  # no dict underneath
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert result.summary == summary
+    assert summary == result.to_dict() and summary["best_skill"] == result.best_skill
+    assert result.val_best is not None and result.val_best.solved == summary["val_best"]["solved"]
+    assert result.test is not None and result.test.paired.wins == summary["test"]["paired"]["wins"]
     # base and shipped are the test comparison, with their intervals
     assert result.base_score == Score.from_summary(summary["test"]["initial"], "test")
     assert result.shipped_score is not None and result.shipped_score.split == "test"
-    assert result.shipped_score.hard == summary["test"]["best"]["hard"]
-    assert result.gain == pytest.approx(summary["test"]["gain"])
-    assert result.usage["optimizer"]["calls"] > 0
-    back = roundtrip(result)
-    assert back.best_skill == result.best_skill and back.summary == result.summary
+    assert result.shipped_score.hard == result.test.best.hard == summary["test"]["best"]["hard"]
+    assert result.gain == pytest.approx(result.test.gain)
+    assert result.usage["optimizer"]["calls"] > 0 and result.analyst.calls > 0
+    assert result.llm_calls == sum(u["calls"] for u in result.usage.values())
+    back = roundtrip(result)  # to_dict() equal after from_dict
+    assert isinstance(back, SkillRunResult) and back.analyst == result.analyst
+    assert back.test is not None and back.test.paired == result.test.paired
     assert result.texts() == {"best_skill.md": result.best_skill}
+
+
+def test_a_summary_written_before_typed_results_still_loads(tmp_path):
+    """An older run's summary.json (no kind, `elapsed_s` only, `soft_ci95` in its scores)."""
+    result = skill_run(tmp_path)
+    old = {k: v for k, v in result.to_dict().items() if k not in RESULT_ONLY}
+    back = SkillRunResult.from_dict(old)
+    assert back.best_skill == result.best_skill and back.seconds == round(result.seconds, 2)
+    assert back.shipped_score == result.shipped_score and back.analyst == result.analyst
+    assert Score.from_summary({"hard": 0.5, "hard_ci95": [0.1, 0.9], "soft_ci95": [0.2, 0.8]})\
+        .soft_ci == (0.2, 0.8)  # fmt: skip
+
+
+RESULT_ONLY = ("kind", "method", "base_score", "shipped_score", "seconds")
 
 
 def test_weight_results_round_trip_with_their_own_fields(tmp_path):
@@ -303,10 +323,10 @@ def test_a_night_returns_night_results_that_round_trip(tmp_path):
     (night,) = run_night(config(tmp_path), models=models(), callbacks=[recorder])
     assert isinstance(night, NightResult) and isinstance(night, RunResult)
     assert night.status == "staged" and night.run_dir == night.night_dir
-    proposal = night.report["proposal"]
+    proposal = night.proposal
     assert night.base_score == Score.from_summary(proposal["val_before"], "val")
     assert night.shipped_score.hard == proposal["val_after"]["hard"] > night.base_score.hard
-    assert night.usage == night.report["usage"] and night.stopped_by is None
+    assert night.usage == night.usage and night.stopped_by is None
     assert night.texts()["proposal_skill.md"].strip() == "rule alpha"
     roundtrip(night)
     assert recorder.events == [

@@ -132,7 +132,7 @@ def optimize(
     """Skill optimization (SkillOpt) of a frozen `model`; `optimizer_model` (default: the same
     model) is the analyst. Resumes the run in `output_dir` (default
     `runs/optimize/<task>`) when it holds one with the same settings. Returns the result
-    (`result.summary` is the summary dict, also in summary.json)."""
+    (its `to_dict()` is also in summary.json)."""
     from selftaught.skill import SkillOptConfig, default_output_dir
     from selftaught.trainers import build_trainer
 

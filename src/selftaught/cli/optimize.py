@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -46,6 +46,10 @@ from selftaught.gate import GateConfig
 from selftaught.models.errors import CALL_TIMEOUT_S
 from selftaught.rollout import rollout_timeout
 from selftaught.skill.config import SkillOptConfig
+
+if TYPE_CHECKING:
+    from selftaught.evaluation import EvalResult
+    from selftaught.skill.result import SkillRunResult
 
 # ---- optimize (skill optimization, text space) ----------------------------------------
 
@@ -158,7 +162,7 @@ def optimize_cmd(
     except FatalBackendError:
         console.print("stopped; the run is resumable: fix the cause and re-run the same command")
         raise
-    print_optimize(result.summary)
+    print_optimize(result)
 
 
 def skill_config(fields: dict[str, Any], **rest: Any) -> SkillOptConfig:
@@ -169,36 +173,37 @@ def skill_config(fields: dict[str, Any], **rest: Any) -> SkillOptConfig:
         raise typer.BadParameter(str(err)) from None
 
 
-def print_optimize(summary: dict[str, Any]) -> None:
-    table = Table(title=f"skill optimization: {summary['task']}")
+def print_optimize(result: SkillRunResult) -> None:
+    table = Table(title=f"skill optimization: {result.task}")
     table.add_column("")
     table.add_column("initial skill", justify="right")
     table.add_column("best skill", justify="right")
 
-    def acc(s: dict[str, Any] | None) -> str:
-        if not s:
+    def acc(s: EvalResult | None) -> str:
+        if s is None:
             return "-"
-        lo, hi = s["hard_ci"]
-        return f"{s['hard']:.3f} ({s['solved']}/{s['n']}, 95% CI {lo:.2f}-{hi:.2f})"
+        lo, hi = s.hard_ci
+        return f"{s.hard:.3f} ({s.solved}/{s.n}, 95% CI {lo:.2f}-{hi:.2f})"
 
-    test_res = summary["test"] or {}
-    table.add_row("val accuracy", acc(summary["val_initial"]), acc(summary["val_best"]))
-    table.add_row("test accuracy", acc(test_res.get("initial")), acc(test_res.get("best")))
-    out.print(table)
-    analyst_stats = summary["analyst"]
-    rate = analyst_stats["parse_rate"]
-    out.print(
-        f"steps {summary['steps']}/{summary['total_steps']} · gate "
-        + ", ".join(f"{k} {v}" for k, v in sorted(summary["decisions"].items()))
-        + f" · analyst replies parsed {'-' if rate is None else f'{rate:.0%}'} of "
-        f"{analyst_stats['calls']} · LLM calls {summary['llm_calls']} · tokens "
-        f"{summary['tokens']} · {summary['elapsed_s']:.0f} s"
+    test = result.test
+    table.add_row("val accuracy", acc(result.val_initial), acc(result.val_best))
+    table.add_row(
+        "test accuracy", acc(test.initial if test else None), acc(test.best if test else None)
     )
-    if summary.get("stopped_by"):
-        out.print(f"[bold yellow]stopped early:[/] {summary['stopped_by']}")
-    if test_res:
-        out.print(f"test paired sign test p = {test_res['paired']['sign_test_p']:.3f}")
-    best_path = Path(summary["run_dir"]) / "best_skill.md"
-    demos = summary.get("best_demos") or []
+    out.print(table)
+    rate = result.analyst.rate()
+    out.print(
+        f"steps {result.steps}/{result.total_steps} · gate "
+        + ", ".join(f"{k} {v}" for k, v in sorted(result.decisions.items()))
+        + f" · analyst replies parsed {'-' if rate is None else f'{rate:.0%}'} of "
+        f"{result.analyst.calls} · LLM calls {result.llm_calls} · tokens "
+        f"{result.tokens} · {result.seconds:.0f} s"
+    )
+    if result.stopped_by:
+        out.print(f"[bold yellow]stopped early:[/] {result.stopped_by}")
+    if test:
+        out.print(f"test paired sign test p = {test.paired.sign_test_p:.3f}")
+    best_path = Path(result.run_dir or ".") / f"best_{result.document}.md"
+    demos = result.best_demos
     carries = f", with {len(demos)} worked example{'s' * (len(demos) != 1)}" if demos else ""
-    out.print(f"best skill ({summary['best_version']}{carries}): {best_path}")
+    out.print(f"best {result.document} ({result.best_version}{carries}): {best_path}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -44,6 +44,10 @@ from selftaught.weights.config import (
     RLConfig,
     SFTTrainConfig,
 )
+
+if TYPE_CHECKING:
+    from selftaught.weights.rest import RestResult
+    from selftaught.weights.rl import RLResult
 
 # ---- train (weight space) -------------------------------------------------------------
 
@@ -296,12 +300,11 @@ def given_options(ctx: typer.Context) -> set[str]:
     }
 
 
-def print_train(result: Any) -> None:
-    summary = result.to_dict()
+def print_train(result: RestResult | RLResult) -> None:
     console.print(f"base    test {result.base_test.line()}")
     console.print(
-        f"shipped test {result.shipped_test.line()}  ({summary['shipped']}, {summary['gain']:+.3f})"
+        f"shipped test {result.shipped_test.line()}  ({result.shipped}, {result.gain:+.3f})"
     )
     if result.best_dir:
         console.print(f"shipped model: {result.best_dir}  (use --model local:{result.best_dir})")
-    out.print_json(data=summary)
+    out.print_json(data=result.to_dict())

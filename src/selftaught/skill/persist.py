@@ -5,7 +5,7 @@ killed anywhere resumes from its last completed step."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,10 @@ from selftaught.skill.documents import VersionStore
 from selftaught.skill.gating import Verdict
 from selftaught.skill.propose import NO_PROPOSAL, Proposal
 from selftaught.skill.reflect import AnalystCall
+from selftaught.skill.result import ParseStats, SkillRunResult, SkillTest
 from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.scoring import SkillScorer
-from selftaught.skill.state import ParseStats, RunState, SkillVersion
+from selftaught.skill.state import RunState, SkillVersion
 
 RUN_LAYOUT = """\
 config.json            the settings; a re-run with the same settings resumes
@@ -40,7 +41,7 @@ diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it fail
 val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated)
 test_results.json      initial vs best skill on the test split (EvalResult summaries, the
                        shape of every accuracy here) and their paired wins / losses / ties
-summary.json           the final summary (SkillTrainer.train() returns it as result.summary)
+summary.json           the final result (what SkillTrainer.train() returns, as JSON)
 error.json             why the run stopped, when a backend failed fatally
 """
 
@@ -292,39 +293,38 @@ class RunStore:
             ],
         }
 
-    # ---- the final summary -------------------------------------------------------------------
-    def summary(
+    # ---- the final result -------------------------------------------------------------------
+    def result(
         self,
         st: RunState,
-        test: dict[str, Any] | None,
+        test: SkillTest | None,
         *,
         task: str,
         document: str,
         test_ledger: UsageLedger,
-    ) -> dict[str, Any]:
+    ) -> SkillRunResult:
+        """What the run shipped (summary.json holds its `to_dict()`)."""
         assert st.best is not None
         rows = self.run.history()
         decisions = Counter(r["gate"]["decision"] for r in rows if r.get("stage") == "step")
-        return {
-            "run_dir": str(self.run.root),
-            "task": task,
-            "document": document,
-            "steps": st.step,
-            "total_steps": self.total_steps,
-            "best_version": st.best.version,
-            "best_skill": st.best.text,
-            "best_demos": demo_dicts(st.best.text),
-            "pool": list(st.pool),
-            "val_initial": self.scorer.val_summary(self.versions.load(0)).summary(),
-            "val_best": self.scorer.val_summary(st.best).summary(),
-            "decisions": dict(decisions),
-            "analyst": st.parse.to_dict(),
-            "test": test,
-            "usage": self.ledger.to_dict(),
-            "llm_calls": self.ledger.total_calls(),
-            "tokens": self.ledger.total_tokens(),
-            "budget": asdict(self.config.budget),
-            "stopped_by": st.stopped_by,
-            "test_usage": test_ledger.to_dict(),
-            "elapsed_s": round(st.elapsed_s, 2),
-        }
+        return SkillRunResult(
+            run_dir=self.run.root,
+            task=task,
+            method=document,
+            steps=st.step,
+            total_steps=self.total_steps,
+            best_version=st.best.version,
+            best_skill=st.best.text,
+            best_demos=demo_dicts(st.best.text),
+            pool=list(st.pool),
+            val_initial=self.scorer.val_summary(self.versions.load(0)),
+            val_best=self.scorer.val_summary(st.best),
+            decisions=dict(decisions),
+            analyst=st.parse,
+            test=test,
+            usage=self.ledger.to_dict(),
+            budget=self.config.budget,
+            stopped_by=st.stopped_by,
+            test_usage=test_ledger.to_dict(),
+            seconds=round(st.elapsed_s, 2),
+        )

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from selftaught.skill.demo_search import DemoPool
-from selftaught.skill.reflect import AnalystCall
+from selftaught.skill.result import ParseStats
 
 
 @dataclass
@@ -16,28 +16,6 @@ class SkillVersion:
     version: str
     text: str
     hash: str
-
-
-@dataclass
-class ParseStats:
-    """How the analyst's replies parsed: ok, repaired, invalid JSON, or a backend error."""
-
-    calls: int = 0
-    ok: int = 0
-    repaired: int = 0
-    invalid_json: int = 0
-    backend_error: int = 0
-
-    def add(self, call: AnalystCall) -> None:
-        self.calls += 1
-        setattr(self, call.status, getattr(self, call.status) + 1)
-
-    def rate(self) -> float | None:
-        answered = self.calls - self.backend_error
-        return (self.ok + self.repaired) / answered if answered else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "parse_rate": self.rate()}
 
 
 @dataclass

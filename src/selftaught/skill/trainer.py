@@ -49,7 +49,7 @@ from selftaught.skill.pool import pick_parent
 from selftaught.skill.progress import RunProgress
 from selftaught.skill.propose import Proposer
 from selftaught.skill.reflect import Analyst, DocumentKind
-from selftaught.skill.result import SkillRunResult
+from selftaught.skill.result import SkillRunResult, SkillTest
 from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.state import RunState, SkillVersion
@@ -170,17 +170,14 @@ class SkillTrainer:
         st.finished = True
         self.store.save_state(st)
         self.run.path("error.json").unlink(missing_ok=True)  # a resumed run got past it
-        summary = self.store.summary(
+        result = self.store.result(
             st, test, task=self.task.name, document=self.document, test_ledger=self.test_ledger
         )
-        atomic_write_json(self.run.path("summary.json"), summary)
-        result = SkillRunResult(summary=summary)
+        atomic_write_json(self.run.path("summary.json"), result.to_dict())
         self.callbacks.end(self.info, result)
         return result
 
-    async def _run_stages(
-        self, st: RunState, elapsed0: float, t_start: float
-    ) -> dict[str, Any] | None:
+    async def _run_stages(self, st: RunState, elapsed0: float, t_start: float) -> SkillTest | None:
         """Baseline, steps (until the budget runs out) and test; a fatal backend error is
         written to error.json (the run resumes where it stopped)."""
         stage = "baseline"
@@ -230,9 +227,11 @@ class SkillTrainer:
             self.info, step=step, metrics={k: v for k, v in row.items() if k not in skip}
         )
 
-    def _test_events(self, st: RunState, test: dict[str, Any] | None) -> None:
-        for label in ("initial", "best") if test else ():
-            scores = Score.from_summary(test[label], "test")  # type: ignore[index]
+    def _test_events(self, st: RunState, test: SkillTest | None) -> None:
+        if test is None:
+            return
+        for label, result in (("initial", test.initial), ("best", test.best)):
+            scores = Score.from_summary(result.summary(), "test")
             self.callbacks.evaluate(
                 self.info, step=max(st.step, 0), split="test", scores=scores, label=label
             )
@@ -424,15 +423,15 @@ class SkillTrainer:
         random.Random(self.config.seed * 100_003 + epoch).shuffle(order)
         return epoch, order[idx * size : (idx + 1) * size]
 
-    async def _test(self, st: RunState) -> dict[str, Any] | None:
+    async def _test(self, st: RunState) -> SkillTest | None:
         """The initial and the best skill on test (outside the budget), paired; skipped when
         the best skill was already tested."""
         if not self.test_set:
             return None
         path = self.run.path("test_results.json")
         if path.exists():
-            done = read_json(path)
-            if st.best and done.get("best", {}).get("skill_hash") == st.best.hash:
+            done = SkillTest.from_dict(read_json(path))
+            if st.best and done.best.skill_hash == st.best.hash:
                 return done
         assert st.best is not None
         self.leak_check.assert_clean(split_skill(st.best.text).demos)  # fail closed, always
@@ -445,19 +444,14 @@ class SkillTrainer:
         else:
             best = await score(st.best.text, self.test_set, "test", "test: best skill")
         paired = paired_comparison(best.metric_scores("hard"), init.metric_scores("hard"))
-        result = {
-            "initial": init.summary(),
-            "best": best.summary(),
-            "versions": {"initial": initial.version, "best": st.best.version},
-            "paired": paired.to_dict(),
-            "gain": best.hard - init.hard,
-        }
+        versions = {"initial": initial.version, "best": st.best.version}
+        result = SkillTest(init, best, versions, paired, best.hard - init.hard)
         write_jsonl(
             self.run.path("test_rollouts.jsonl"),
             [{"skill": "initial", **rollout_row(r)} for r in init.rollouts]
             + [{"skill": "best", **rollout_row(r)} for r in best.rollouts],
         )
-        atomic_write_json(path, result)
+        atomic_write_json(path, result.to_dict())
         self.progress.log(
             f"initial skill {init.line()} → best skill {best.line()} "
             f"(sign test p={paired.sign_test_p:.3f})"

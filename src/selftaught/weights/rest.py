@@ -95,11 +95,16 @@ class RestResult(RunResult):
     def gain(self) -> float:
         return self.shipped_test.hard - self.base_test.hard
 
+    @property
+    def shipped(self) -> str:
+        """What shipped, in words: `base model` or `round N`."""
+        return "base model" if self.best_round == 0 else f"round {self.best_round}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **super().to_dict(),
             "best_round": self.best_round,
-            "shipped": "base model" if self.best_round == 0 else f"round {self.best_round}",
+            "shipped": self.shipped,
             "base_test": self.base_test.summary(),
             "shipped_test": self.shipped_test.summary(),
             "gain": round(self.gain, 4),

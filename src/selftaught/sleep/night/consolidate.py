@@ -47,6 +47,20 @@ class Consolidation:
     val_scores: dict[str, ScoreCache] = field(default_factory=dict)
 
 
+# what a phase's row keeps of the trainer's result (its readable keys)
+PHASE_KEYS = (
+    "steps",
+    "total_steps",
+    "best_version",
+    "val_initial",
+    "val_best",
+    "decisions",
+    "analyst",
+    "stopped_by",
+    "test",
+)
+
+
 def _phase(
     document: str,
     training: SkillOptConfig,
@@ -81,24 +95,17 @@ def _phase(
     )
     scores[document] = trainer.val_cache
     try:
-        summary = trainer.train()
+        result = trainer.train()
     except RunError as err:  # the budget ran out before the baseline was even scored
         return {"document": document, "ran": False, "stopped_by": str(err), "best": initial}
+    summary = result.to_dict()  # the phase's row in the night's report.json
     return {
         "document": document,
         "ran": True,
         "run_dir": str(run_dir),
-        "best": summary["best_skill"],
-        "changed": summary["best_skill"].strip() != initial.strip(),
-        "steps": summary["steps"],
-        "total_steps": summary["total_steps"],
-        "best_version": summary["best_version"],
-        "val_initial": summary["val_initial"],
-        "val_best": summary["val_best"],
-        "decisions": summary["decisions"],
-        "analyst": summary["analyst"],
-        "stopped_by": summary["stopped_by"],
-        "test": summary["test"],
+        "best": result.best_skill,
+        "changed": result.best_skill.strip() != initial.strip(),
+        **{k: summary[k] for k in PHASE_KEYS},
     }
 
 
