@@ -5,6 +5,7 @@ same default; new flags may be added. And `--help` of every command renders."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,30 @@ def test_help_of_every_command_renders(path):
     result = CliRunner().invoke(app, [*path.split(), "--help"])
     assert result.exit_code == 0, result.output
     assert "--help" in result.output
+
+
+def retyped_default(help_text: str, default: object) -> bool:
+    """The help says the default's value next to the word "default" (typer shows the default
+    itself, from the field: a help text that types it again drifts from it)."""
+    value = rf"(?<![\w.]){re.escape(str(default))}(?![\w.])"
+    near = rf"{value}[^.;]{{0,30}}\bdefault\b|\bdefault\b[^.;]{{0,12}}{value}"
+    return re.search(near, help_text, re.I) is not None
+
+
+def test_the_scan_finds_a_retyped_default():
+    assert retyped_default("`lora` (peft adapter, default), `full` or `scratch`", "lora")
+    assert retyped_default("Passes over the train split (default: 4).", 4)
+    assert not retyped_default("Passes over the train split.", 4)
+    assert not retyped_default("Model spec (default: the upstream the proxy logged).", "local")
+
+
+def test_no_help_text_retypes_its_default():
+    retyped = [
+        (path, p.opts[0])
+        for path, cmd in commands()
+        for p in cmd.params
+        if type(p).__name__.endswith("Option")
+        and p.default not in (None, "", True, False)
+        and retyped_default(p.help or "", p.default)
+    ]
+    assert not retyped, f"help texts that type their default again: {retyped}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -9,24 +10,15 @@ import typer
 from rich.table import Table
 
 from selftaught.cli.common import (
+    BUDGET_FLAGS,
+    GATE_FLAGS,
+    TASK_FLAGS,
     ApiKeyOpt,
-    BudgetCallsOpt,
-    BudgetRolesOpt,
-    BudgetTokensOpt,
-    BudgetUsdOpt,
     CacheOpt,
     DeviceOpt,
-    GateConfidenceOpt,
-    GateMarginOpt,
-    GateMetricOpt,
     ModelOpt,
-    SeedOpt,
     TaskOpt,
-    TestSizeOpt,
     TimeoutOpt,
-    TrainSizeOpt,
-    UnsafeExecOpt,
-    ValSizeOpt,
     app,
     budget,
     console,
@@ -35,7 +27,6 @@ from selftaught.cli.common import (
     model_options,
     out,
     read_text_file,
-    task_options,
     warn_unsafe_exec,
 )
 from selftaught.cli.options import config_flags
@@ -44,8 +35,10 @@ from selftaught.cli.options import config_flags
 from selftaught.errors import InputError
 from selftaught.gate import GateConfig
 from selftaught.models.errors import CALL_TIMEOUT_S
+from selftaught.models.usage import Budget
 from selftaught.rollout import rollout_timeout
 from selftaught.skill.config import SkillOptConfig
+from selftaught.tasks.options import TaskOptions
 
 if TYPE_CHECKING:
     from selftaught.evaluation import EvalResult
@@ -84,12 +77,22 @@ SKILL_FLAGS = {
 }
 
 
+# the skill run's own gate defaults; an unset metric is the gate's default
+SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None}
+
+
 @app.command("optimize")
 @friendly_errors
 @config_flags(SkillOptConfig, SKILL_FLAGS, into="skill_fields")
+@config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=SKILL_GATE)
+@config_flags(Budget, BUDGET_FLAGS, into="budget_fields")
+@config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
 def optimize_cmd(
     task: TaskOpt,
     skill_fields: dict[str, Any],
+    gate_fields: dict[str, Any],
+    budget_fields: dict[str, Any],
+    task_fields: dict[str, Any],
     model: ModelOpt = "local",
     optimizer_model: Annotated[
         str | None,
@@ -105,45 +108,30 @@ def optimize_cmd(
             "resumes from the last completed step."
         ),
     ] = None,
-    gate_metric: GateMetricOpt = None,
-    gate_margin: GateMarginOpt = GateConfig.margin,
-    gate_confidence: GateConfidenceOpt = SkillOptConfig().gate.confidence,
     strict_gate: Annotated[
         bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
     ] = False,
-    budget_calls: BudgetCallsOpt = None,
-    budget_tokens: BudgetTokensOpt = None,
-    budget_usd: BudgetUsdOpt = None,
-    budget_roles: BudgetRolesOpt = None,
     timeout: TimeoutOpt = CALL_TIMEOUT_S,
     cache: CacheOpt = None,
-    scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
-    seed: SeedOpt = SkillOptConfig.seed,
-    train_size: TrainSizeOpt = None,
-    val_size: ValSizeOpt = None,
-    test_size: TestSizeOpt = None,
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
-    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Optimize a skill document for a frozen model (SkillOpt): rollout → reflect → aggregate →
     select under an edit budget → apply → gate on val; ships the best skill, not the last."""
     from selftaught.api import optimize
     from selftaught.models.errors import FatalBackendError
 
-    gate = gate_config(
-        gate_metric,
-        0.0 if strict_gate else gate_margin,
-        None if strict_gate else gate_confidence,
-    )
+    if strict_gate:
+        gate_fields = {**gate_fields, "margin": 0.0, "confidence": None}
+    options = TaskOptions(**task_fields)
     config = skill_config(
         skill_fields,
-        seed=seed,
-        gate=gate,
-        budget=budget(budget_calls, budget_tokens, budget_usd, budget_roles),
+        seed=options.seed,
+        gate=gate_config(**gate_fields),
+        budget=budget(**budget_fields),
         timeout_s=rollout_timeout(timeout),
     )
-    warn_unsafe_exec(unsafe_exec)
+    warn_unsafe_exec(options.unsafe_exec)
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
     try:
         result = optimize(
@@ -153,9 +141,7 @@ def optimize_cmd(
             initial_skill=read_text_file(skill, "skill"),
             config=config,
             output_dir=output,
-            task_options=task_options(
-                seed, train_size, val_size, test_size, scorer=scorer, unsafe_exec=unsafe_exec
-            ),
+            task_options=options,
             model_options=model_options(api_key, timeout, cache, device),
             console=console,
         )

@@ -14,10 +14,11 @@ when started again with the same settings."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from selftaught.gate import paired_comparison
 from selftaught.models.base import GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.resolve import ModelLike, resolve_model
-from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
+from selftaught.models.usage import Budget, BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.results import Score
 from selftaught.rollout import Rollout
 from selftaught.runs import RunDir, atomic_write_json, atomic_write_text, read_json, write_jsonl
@@ -193,7 +194,8 @@ class SkillTrainer:
                 except BudgetExhausted as err:
                     self._stop_for_budget(st, stage, err)
                 stage = "test"
-                test = await self._test(st)
+                with self._outside_budget():
+                    test = await self._test(st)
                 self._test_events(st, test)
         except FatalBackendError as err:
             atomic_write_json(
@@ -208,6 +210,16 @@ class SkillTrainer:
             )
             raise
         return test
+
+    @contextlib.contextmanager
+    def _outside_budget(self) -> Iterator[None]:
+        """The final test stands outside the budget: the target's calls go to their own
+        ledger, and a judge charged to the run's (a task's llm_judge) may still answer."""
+        budget, self.ledger.budget = self.ledger.budget, Budget()
+        try:
+            yield
+        finally:
+            self.ledger.budget = budget
 
     # ---- callback events ------------------------------------------------------------------
     def _step_events(self, row: dict[str, Any]) -> None:

@@ -473,7 +473,9 @@ def get_scorer(
     and `threshold=` configure it."""
     if name == JUDGE_SCORER:
         if judge_model is None:
-            raise ConfigError("scorer 'llm_judge' needs a judge model (judge_model=...)")
+            raise ConfigError(
+                "scorer 'llm_judge' needs a judge model (--judge-model, or judge_model=...)"
+            )
         return LlmJudge(judge_model, rubric, **judge_options)
     try:
         return SCORERS[name]

@@ -39,7 +39,7 @@ class BackendConfig:
     """Which weights change and how.
 
     Args:
-        backend: `lora` (peft adapter, default), `full` (every weight) or `scratch` (a small
+        backend: `lora` (a peft adapter), `full` (every weight) or `scratch` (a small
             transformer from random init, for game strategies).
         lora_r / lora_alpha / lora_dropout: LoRA rank, scaling and dropout.
         target_modules: modules LoRA wraps; `"all-linear"` or a list of names.

@@ -130,7 +130,8 @@ class RestTrainer:
     `local`: the embedded model; `local:PATH`, a path, or a `LocalModel` loaded from one).
     `train()` resumes a killed run from its run directory (`output_dir`, default
     `runs/train-...`): a finished round is never redone. `callbacks` see the run's events
-    (`selftaught.callbacks`)."""
+    (`selftaught.callbacks`); `ledger` is charged with every call (the task's judge may share
+    it)."""
 
     def __init__(
         self,
@@ -142,6 +143,7 @@ class RestTrainer:
         callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
         console: Console | None = None,
+        ledger: UsageLedger | None = None,
     ):
         if not isinstance(config, RestConfig):
             raise ConfigError(f"RestTrainer needs a RestConfig, got {type(config).__name__}")
@@ -171,8 +173,10 @@ class RestTrainer:
         self.teacher = Policy(skill=config.teacher_skill or "")
         self.student = Policy()
         self.gate = task_gate(config.gate, task.kind)
-        # sampling and val are charged to the run's budget; test evaluations stand apart
-        self.ledger = UsageLedger(budget=config.budget)
+        # sampling and val (and a judge charged to `ledger`) count against the run's budget;
+        # test evaluations stand apart
+        self.ledger = ledger or UsageLedger()
+        self.ledger.budget = config.budget
         self.test_ledger = UsageLedger()
         self._base: Any = None
         self._tok: Any = None

@@ -376,6 +376,7 @@ class RLTrainer:
         callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
         console: Console | None = None,
+        ledger: UsageLedger | None = None,
     ):
         if not isinstance(config, RLConfig):
             raise ConfigError(f"RLTrainer needs an RLConfig, got {type(config).__name__}")
@@ -395,6 +396,8 @@ class RLTrainer:
             raise ConfigError(f"task {task.name!r} needs train and val examples for RL")
         self.policy = Policy()
         self.gate = task_gate(config.gate, task.kind)
+        # every scored completion (and a judge charged to it) counts against the budget
+        self.ledger = ledger or UsageLedger()
 
     def run_config(self) -> dict[str, Any]:
         return {
@@ -547,7 +550,8 @@ class RLTrainer:
         from trl import GRPOTrainer
 
         cfg = self.config
-        ledger = UsageLedger(budget=cfg.budget)
+        ledger = self.ledger
+        ledger.budget = cfg.budget
         if "usage" in state:  # a resumed run has spent what it spent
             from selftaught.models.usage import RoleUsage
 
