@@ -192,19 +192,10 @@ def run_the_one_way(method: str, model: Any, tmp_path: Path) -> RunResult:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    """A random 1-layer model saved as a folder (seconds to train, never right)."""
     pytest.importorskip("trl")
-    from selftaught.weights.config import BackendConfig
-    from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer
+    from tests.tiny_model import save_tiny_model
 
-    tok = scratch_tokenizer()
-    model = build_scratch_model(
-        tok, BackendConfig(scratch_layers=1, scratch_width=32, scratch_heads=2), seed=0
-    )
-    folder = tmp_path_factory.mktemp("tiny-model")
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
 def test_every_trainer_kind_is_built_and_run_the_one_way_fast(tmp_path, tiny_model):
