@@ -57,7 +57,7 @@ from selftaught.skill.state import RunState, SkillVersion
 from selftaught.tasks.base import Example, Task, check_disjoint
 from selftaught.tracking import with_tracker
 
-__all__ = ["RUN_LAYOUT", "SkillTrainer", "default_output_dir"]
+__all__ = ["SkillTrainer"]
 
 # settings a resumed run may change (the others must match the run it continues)
 RESUMABLE = {
