@@ -169,3 +169,27 @@ def test_a_budget_can_count_the_judges_calls_alone(tmp_path):
     # the baseline's 3 judge calls fit; step 1's 4 train replies do not
     assert summary["stopped_by"].startswith("budget (5 of 5 calls used) during step 1")
     assert summary["steps"] == 0 and summary["test"]["best"]["n"] == 2  # test: outside budget
+
+
+def test_train_takes_the_generated_flags_on_a_tiny_model(tmp_path):
+    """The train command's generated flags (-k, the task options, the gate, the budget) reach
+    the run: a ReST round on a tiny random model, seconds."""
+    pytest.importorskip("trl")
+    from tests.tiny_model import save_tiny_model
+
+    tiny = save_tiny_model(tmp_path / "tiny")
+    run = tmp_path / "run"
+    args = ["train", "--task", "gym:basic_arithmetic?max_terms=2&max_digits=1", "--model",
+            f"local:{tiny}", "--rounds", "1", "-k", "2", "--min-score", "0", "--max-tokens", "4",
+            "--epochs", "1", "--batch-size", "2", "--train-size", "3", "--val-size", "2",
+            "--test-size", "2", "--seed", "5", "--gate-margin", "0", "--budget-calls", "500",
+            "--output", str(run), "--quiet"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    config = json.loads((run / "config.json").read_text())
+    assert config["rest"]["samples_per_prompt"] == 2 and config["rest"]["seed"] == 5
+    assert config["rest"]["gate"]["margin"] == 0.0 and config["rest"]["budget"]["calls"] == 500
+    samples = (run / "rounds" / "1" / "samples.jsonl").read_text().splitlines()
+    assert len(samples) == 3 * 2  # 3 train prompts, k = 2
+    res = json.loads((run / "result.json").read_text())
+    assert res["base_test"]["n"] == 2 and res["method"] == "rest"
