@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the corpora live in the tests
 
+from selftaught.redact import Redactor  # noqa: E402
 from selftaught.runs import atomic_write_json  # noqa: E402
-from selftaught.sleep.intake.redact import Redactor  # noqa: E402
 from tests.test_sleep_redact import (  # noqa: E402
     clean_corpus,
     pasted_secrets,

@@ -47,9 +47,9 @@ sys.path.insert(0, str(HERE))
 
 from selftaught.models.base import AsyncChatModel, Completion, GenerationParams  # noqa: E402
 from selftaught.sleep.intake.log import TaskLog  # noqa: E402
-from selftaught.sleep.night.checks import reference_scorer, score_reference  # noqa: E402
 from selftaught.sleep.night.replay import call_key  # noqa: E402
 from selftaught.tasks.base import Example, Score  # noqa: E402
+from selftaught.tasks.scorers import reference_scorer, score_reference  # noqa: E402
 from selftaught.tasks.tools.calculator import calculate  # noqa: E402
 
 PROJECT = "replay"

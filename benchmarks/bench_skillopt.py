@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> dict:
                 ledger=ledger,
             )
             .train()
-            .summary
+            .to_dict()
         )
     except BaseException as err:
         record_partial(run_dir, args, config.to_dict(), slug_out, time.perf_counter() - t0, err)

@@ -57,9 +57,9 @@ from selftaught.policy import Policy  # noqa: E402
 from selftaught.rollout import RolloutConfig  # noqa: E402
 from selftaught.runs import atomic_write_json, slug  # noqa: E402
 from selftaught.skill.config import SkillOptConfig  # noqa: E402
-from selftaught.sleep.night.checks import quantity  # noqa: E402
 from selftaught.sleep.night.split import SplitConfig  # noqa: E402
 from selftaught.tasks.base import Example, Score  # noqa: E402
+from selftaught.tasks.scorers import quantity  # noqa: E402
 
 PROJECT = "bench"
 FEEDBACK_KEY = "bench-operator-feedback-key"  # the simulated feedback is the operator's
@@ -341,7 +341,7 @@ def run_config(
         traffic = send_traffic(home, models.target, models.target_spec, requests, args)
         (night,) = run_night(sleep_config(name, args, home), models=models)
         night_s = time.perf_counter() - t0
-        row = night_row(k, night.report)
+        row = night_row(k, night.report_dict())
         row.update(
             traffic=traffic,
             heldout=heldout_accuracy(home, models.target, heldout, args),

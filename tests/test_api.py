@@ -40,7 +40,7 @@ def test_optimize_runs_the_trainer_from_specs_and_objects(tmp_path):
         progress=False,
         config=SkillOptConfig(epochs=1, batch_size=8),
     )
-    assert result.run_dir == tmp_path and result.summary["run_dir"] == str(tmp_path)
+    assert result.run_dir == tmp_path and result.to_dict()["run_dir"] == str(tmp_path)
     assert "rule alpha" in result.best_skill
     assert result.usage["optimizer"]["calls"] == len(analyst.calls)
 

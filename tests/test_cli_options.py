@@ -13,17 +13,23 @@ import pytest
 import typer
 
 from selftaught.cli import app
-from selftaught.cli.optimize import SKILL_FLAGS
-from selftaught.cli.options import config_flags, field_default, field_docs
+from selftaught.cli.common import BUDGET_FLAGS, GATE_FLAGS, TASK_FLAGS
+from selftaught.cli.optimize import SKILL_FLAGS, SKILL_GATE
+from selftaught.cli.options import config_flags, field_default, field_docs, flag_default
 from selftaught.cli.sleep import NIGHT_FLAGS, NIGHT_SKILL_FLAGS, NIGHT_TRAINING, WEIGHT_FLAGS
 from selftaught.cli.train import (
     BACKEND_FLAGS,
+    REST_FLAGS,
     RL_FLAGS,
     RL_ONLY_OPTIONS,
     SAMPLING_OPTIONS,
     SFT_ONLY_OPTIONS,
+    TASK_GATE,
+    TRAIN_BUDGET_FLAGS,
 )
 from selftaught.gate import GateConfig
+from selftaught.models.base import GenerationParams
+from selftaught.models.usage import Budget
 from selftaught.rollout import RolloutConfig
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.intake.harvest import HarvestConfig
@@ -32,6 +38,7 @@ from selftaught.sleep.night.cycle import SleepConfig
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
+from selftaught.tasks.options import TaskOptions
 from selftaught.weights.config import BackendConfig, RestConfig, RLConfig, SFTTrainConfig
 
 CLI = Path(__file__).resolve().parents[1] / "src" / "selftaught" / "cli"
@@ -49,6 +56,9 @@ CONFIGS = (
     WeightNightConfig,
     ProxyConfig,
     HarvestConfig,
+    TaskOptions,
+    Budget,
+    GenerationParams,
 )
 
 
@@ -123,16 +133,35 @@ def _param(command: click.Command, name: str) -> click.Parameter:
         ("sleep run", SleepConfig, NIGHT_FLAGS, None),
         ("sleep run", SkillOptConfig, NIGHT_SKILL_FLAGS, NIGHT_TRAINING),
         ("sleep run", WeightNightConfig, WEIGHT_FLAGS, None),
+        ("train", RestConfig, REST_FLAGS, None),
+        ("optimize", GateConfig, GATE_FLAGS, SKILL_GATE),
+        ("train", GateConfig, GATE_FLAGS, TASK_GATE),
+        ("optimize", Budget, BUDGET_FLAGS, None),
+        ("train", Budget, TRAIN_BUDGET_FLAGS, None),
+        ("eval", TaskOptions, TASK_FLAGS, None),
+        ("optimize", TaskOptions, TASK_FLAGS, None),
+        ("train", TaskOptions, TASK_FLAGS, None),
+        ("eval", RolloutConfig, ["concurrency"], None),
+        ("eval", GenerationParams, ["max_tokens", "temperature"], None),
     ],
 )
 def test_generated_options_carry_the_fields_default_and_docstring(command, cls, flags, defaults):
     cmd = _command(command)
     names = flags if isinstance(flags, dict) else {f: f for f in flags}
     for field, param in names.items():
-        option = _param(cmd, param)
-        want = getattr(defaults, field) if defaults else field_default(cls, field)
+        option = _param(cmd, param if isinstance(param, str) else param[0])
+        want = flag_default(cls, field, defaults)
         assert option.default == want, (command, param)
         assert option.help == field_docs(cls)[field], (command, param)
+
+
+def test_the_task_gate_and_budget_flags_are_generated_where_a_task_is_loaded():
+    for command in ("eval", "optimize", "train"):
+        opts = {o for p in _command(command).params for o in getattr(p, "opts", [])}
+        assert {"--seed", "--train-size", "--scorer", "--judge-model", "--unsafe-exec"} <= opts
+    for command in ("optimize", "train"):
+        opts = {o for p in _command(command).params for o in getattr(p, "opts", [])}
+        assert {"--gate-metric", "--gate-margin", "--budget-calls", "--budget-tokens"} <= opts
 
 
 def test_field_docs_read_attribute_docstrings_and_args_sections():

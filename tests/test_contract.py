@@ -6,6 +6,7 @@ which train a tiny model)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,12 +106,121 @@ def test_a_method_that_does_not_match_the_config_is_a_clear_config_error():
     check_method(RestConfig(), None)
 
 
-def test_the_old_constructor_order_still_works_with_a_warning(tmp_path):
-    with pytest.warns(DeprecationWarning, match="Trainer\\(config, task, model"):
-        old = RestTrainer(ToyTask(), RestConfig(), tmp_path / "run", model_path="local:/m")
-    assert (old.config, old.run.root, str(old.model_path)) == (RestConfig(), tmp_path / "run", "/m")
+def test_a_weight_trainer_takes_a_local_model_as_a_spec_a_path_or_an_object(tmp_path):
+    from selftaught.models.local import LocalModel
+
+    task = ToyTask()
+    for model in ("local:/m", Path("/m")):
+        built = build_trainer(RestConfig(), task, model, output_dir=tmp_path / "a")
+        assert isinstance(built, RestTrainer) and built.model_path == Path("/m")
+    embedded = build_trainer(RLConfig(), task, LocalModel(), output_dir=tmp_path / "b")
+    assert isinstance(embedded, RLTrainer) and embedded.model_path is None
     with pytest.raises(ConfigError, match="must be local"):
-        RLTrainer(RLConfig(), ToyTask(), "openai:gpt-4o-mini", output_dir=tmp_path / "x")
+        RLTrainer(RLConfig(), task, "openai:gpt-4o-mini", output_dir=tmp_path / "x")
+    with pytest.raises(ConfigError, match="must be local or local:PATH, got 'scripted-target'"):
+        build_trainer(RestConfig(), task, rule_target(), output_dir=tmp_path / "y")
+
+
+def test_a_skill_trainer_takes_a_spec_string_too(tmp_path):
+    """The README's own example: `build_trainer(SkillOptConfig(), task, "local", ...)`."""
+    from selftaught.models.local import LocalModel
+    from selftaught.models.usage import TrackedModel
+
+    built = build_trainer(SkillOptConfig(), ToyTask(), "local", output_dir=tmp_path)
+    assert isinstance(built, SkillTrainer)
+    assert isinstance(built.target, TrackedModel) and isinstance(built.target.inner, LocalModel)
+    assert built.optimizer.inner is built.target.inner  # the analyst defaults to the target
+    with pytest.raises(ConfigError, match="a spec string or a ChatModel, got int"):
+        build_trainer(SkillOptConfig(), ToyTask(), 3, output_dir=tmp_path)  # type: ignore
+
+
+def test_no_legacy_constructor_remains(tmp_path):
+    for trainer in (RestTrainer, RLTrainer):
+        with pytest.raises(TypeError, match="model_path"):
+            trainer(RestConfig(), ToyTask(), output_dir=tmp_path, model_path="local")  # type: ignore
+
+
+# ---- every trainer kind, built and run the one way ---------------------------------------
+
+SMALL = {"train": {"alpha": 2}, "val": {"alpha": 1, "beta": 1}, "test": {"alpha": 2}}
+
+
+def tiny_configs() -> dict[str, SkillOptConfig | RestConfig | RLConfig]:
+    """Each trainer kind with settings that finish in seconds on a small model (ReST keeps
+    every sample: a model that solves nothing still has something to train on)."""
+    from selftaught.weights.config import BackendConfig, SFTTrainConfig
+
+    backend = BackendConfig(lora_r=2, lora_alpha=4)
+    sft = SFTTrainConfig(epochs=1, batch_size=2)
+    tokens = {"max_tokens": 8, "backend": backend, "sft": sft}
+    return {
+        "skill": SkillOptConfig(epochs=1, batch_size=2, max_tokens=8, analyst_max_tokens=64),
+        "rest": RestConfig(
+            rounds=1, samples_per_prompt=2, min_score=0.0, keep_truncated=True, **tokens
+        ),  # fmt: skip
+        "sft": RestConfig(method="sft", **tokens),
+        "grpo": RLConfig(
+            steps=1,
+            num_generations=2,
+            prompts_per_step=1,
+            max_completion_length=8,
+            eval_max_tokens=8,
+            backend=backend,
+        ),  # fmt: skip
+    }
+
+
+def run_the_one_way(method: str, model: Any, tmp_path: Path) -> RunResult:
+    """Build the trainer of `method` from (config, task, model, keywords) and run it: every
+    kind returns its typed result and its callbacks see the run start and end."""
+    config = tiny_configs()[method]
+    recorder = Recorder()
+    trainer = build_trainer(
+        config, ToyTask(**SMALL), model, output_dir=tmp_path / method, callbacks=[recorder],
+        progress=False,
+    )  # fmt: skip
+    assert type(trainer) is trainer_for(config)
+    result = trainer.train()
+    assert isinstance(result, RunResult) and result.method == method, result
+    assert (result.run_dir, result.task) == (tmp_path / method, "toy")
+    assert result.base_score is not None and result.shipped_score is not None
+    assert recorder.events[0] == ("start", method) and recorder.events[-1] == ("end",)
+    assert recorder.results == [result]
+    roundtrip(result)
+    return result
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    pytest.importorskip("trl")
+    from tests.tiny_model import save_tiny_model
+
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+def test_every_trainer_kind_is_built_and_run_the_one_way_fast(tmp_path, tiny_model):
+    """Fast: the skill trainer on a scripted model, SFT on a tiny model given by spec; the
+    other kinds are built from the same arguments (they run in the slow test below)."""
+    target = rule_target()
+    run_the_one_way("skill", target, tmp_path)
+    sft = run_the_one_way("sft", f"local:{tiny_model}", tmp_path)
+    assert isinstance(sft, RestResult) and sft.rounds
+    for method in ("rest", "grpo"):
+        built = build_trainer(tiny_configs()[method], ToyTask(**SMALL), f"local:{tiny_model}",
+                              output_dir=tmp_path / method)  # fmt: skip
+        assert built.model_path == tiny_model  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+@pytest.mark.local
+def test_every_trainer_kind_runs_on_the_embedded_model_from_the_same_arguments(tmp_path):
+    """The contract on the real embedded model: `build_trainer(config, task, "local", ...)`
+    for every kind, the skill trainer's analyst included (run under the model lock)."""
+    pytest.importorskip("trl")
+    results = {m: run_the_one_way(m, "local", tmp_path) for m in tiny_configs()}
+    assert isinstance(results["skill"], SkillRunResult)
+    assert isinstance(results["rest"], RestResult) and isinstance(results["grpo"], RLResult)
+    assert results["skill"].usage["optimizer"]["calls"] > 0
 
 
 # ---- results --------------------------------------------------------------------------------
@@ -133,18 +243,38 @@ def test_a_skill_run_returns_a_typed_result_that_round_trips(tmp_path):
     result = skill_run(tmp_path)
     assert isinstance(result, SkillRunResult) and isinstance(result, RunResult)
     assert result.run_dir == tmp_path and result.method == "skill" and result.task == "toy"
-    assert "rule alpha" in result.best_skill and result["best_skill"] == result.best_skill
+    assert "rule alpha" in result.best_skill and result.document == "skill"
+    with pytest.raises(TypeError):
+        result["best_skill"]  # type: ignore[index]  # no dict underneath
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert result.summary == summary
+    assert summary == result.to_dict() and summary["best_skill"] == result.best_skill
+    assert result.val_best is not None and result.val_best.solved == summary["val_best"]["solved"]
+    assert result.test is not None and result.test.paired.wins == summary["test"]["paired"]["wins"]
     # base and shipped are the test comparison, with their intervals
     assert result.base_score == Score.from_summary(summary["test"]["initial"], "test")
     assert result.shipped_score is not None and result.shipped_score.split == "test"
-    assert result.shipped_score.hard == summary["test"]["best"]["hard"]
-    assert result.gain == pytest.approx(summary["test"]["gain"])
-    assert result.usage["optimizer"]["calls"] > 0
-    back = roundtrip(result)
-    assert back.best_skill == result.best_skill and back.summary == result.summary
+    assert result.shipped_score.hard == result.test.best.hard == summary["test"]["best"]["hard"]
+    assert result.gain == pytest.approx(result.test.gain)
+    assert result.usage["optimizer"]["calls"] > 0 and result.analyst.calls > 0
+    assert result.llm_calls == sum(u["calls"] for u in result.usage.values())
+    back = roundtrip(result)  # to_dict() equal after from_dict
+    assert isinstance(back, SkillRunResult) and back.analyst == result.analyst
+    assert back.test is not None and back.test.paired == result.test.paired
     assert result.texts() == {"best_skill.md": result.best_skill}
+
+
+def test_a_summary_written_before_typed_results_still_loads(tmp_path):
+    """An older run's summary.json (no kind, `elapsed_s` only, `soft_ci95` in its scores)."""
+    result = skill_run(tmp_path)
+    old = {k: v for k, v in result.to_dict().items() if k not in RESULT_ONLY}
+    back = SkillRunResult.from_dict(old)
+    assert back.best_skill == result.best_skill and back.seconds == round(result.seconds, 2)
+    assert back.shipped_score == result.shipped_score and back.analyst == result.analyst
+    assert Score.from_summary({"hard": 0.5, "hard_ci95": [0.1, 0.9], "soft_ci95": [0.2, 0.8]})\
+        .soft_ci == (0.2, 0.8)  # fmt: skip
+
+
+RESULT_ONLY = ("kind", "method", "base_score", "shipped_score", "seconds")
 
 
 def test_weight_results_round_trip_with_their_own_fields(tmp_path):
@@ -184,10 +314,10 @@ def test_a_night_returns_night_results_that_round_trip(tmp_path):
     (night,) = run_night(config(tmp_path), models=models(), callbacks=[recorder])
     assert isinstance(night, NightResult) and isinstance(night, RunResult)
     assert night.status == "staged" and night.run_dir == night.night_dir
-    proposal = night.report["proposal"]
+    proposal = night.proposal
     assert night.base_score == Score.from_summary(proposal["val_before"], "val")
     assert night.shipped_score.hard == proposal["val_after"]["hard"] > night.base_score.hard
-    assert night.usage == night.report["usage"] and night.stopped_by is None
+    assert night.usage == night.usage and night.stopped_by is None
     assert night.texts()["proposal_skill.md"].strip() == "rule alpha"
     roundtrip(night)
     assert recorder.events == [

@@ -116,7 +116,7 @@ def test_import_graph_sees_package_and_function_imports():
     # a module-level import, a `from package import submodule`, and one inside a function
     assert "selftaught.sleep.intake.log" in graph["selftaught.sleep"]
     assert "selftaught.sleep.adoption.staging" in graph["selftaught.sleep.night.cycle"]
-    assert "selftaught.models" in graph["selftaught.api"]
+    assert "selftaught.tasks" in graph["selftaught.api"]
 
 
 def test_cycle_finder_finds_a_loop_through_three_modules():
@@ -147,3 +147,61 @@ def long_functions() -> list[tuple[str, str, int]]:
 def test_no_function_over_80_lines():
     too_long = [f for f in long_functions() if f[:2] not in LONG_FUNCTIONS_ALLOWED]
     assert not too_long, f"functions over {MAX_FUNCTION_LINES} lines: {too_long}"
+
+
+def private_imports(modules: dict[str, Path] | None = None) -> list[str]:
+    """`from x import _name` where x is another selftaught module: a private name crossing
+    a module boundary (dunders such as `__version__` are public)."""
+    modules = modules if modules is not None else _modules()
+    found = []
+    for name, path in sorted(modules.items()):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                pkg = _package_of(name, path).split(".")
+                base = ".".join(pkg[: len(pkg) - node.level + 1] + ([base] if base else []))
+            if not base.startswith("selftaught") or base == name:
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{name}:{node.lineno} imports {alias.name} from {base}")
+    return found
+
+
+def test_the_private_import_scan_finds_one(tmp_path):
+    a = tmp_path / "selftaught" / "a.py"
+    b = tmp_path / "selftaught" / "b.py"
+    a.parent.mkdir()
+    a.write_text("def _helper(): ...\nfrom selftaught.a import _helper as h\n")
+    b.write_text("from selftaught.a import _helper\nfrom .a import _other\nfrom x import _y\n")
+    found = private_imports({"selftaught.a": a, "selftaught.b": b})
+    assert found == [
+        "selftaught.b:1 imports _helper from selftaught.a",
+        "selftaught.b:2 imports _other from selftaught.a",
+    ]
+
+
+def test_no_module_imports_another_modules_private_name():
+    found = private_imports()
+    assert not found, "private names imported across modules: " + "; ".join(found)
+
+
+# Data flows one way (DESIGN.md): tasks and models know nothing of the optimizers, sleep or cli.
+CORE = ("selftaught.tasks", "selftaught.models")
+ABOVE_CORE = ("selftaught.skill", "selftaught.weights", "selftaught.sleep", "selftaught.cli")
+# an adapter is merged into served weights with the trainer's own peft code (one way to load it)
+CORE_IMPORTS_ALLOWED = {("selftaught.models.adapters", "selftaught.weights.sft")}
+
+
+def test_tasks_and_models_import_nothing_above_them():
+    graph = import_graph()
+    upward = sorted(
+        (module, dep)
+        for module, deps in graph.items()
+        if module.startswith(CORE)
+        for dep in deps
+        if dep.startswith(ABOVE_CORE) and (module, dep) not in CORE_IMPORTS_ALLOWED
+    )
+    assert not upward, f"core modules importing optimizers, sleep or cli: {upward}"

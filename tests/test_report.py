@@ -325,7 +325,7 @@ def test_a_sleep_night_is_reported_as_its_skill_phase_with_the_night_first(tmp_p
     (night,) = run_night(config(tmp_path), models=models())
     run = load_run(night.night_dir)
     assert isinstance(run, SkillRun) and run.kind == "sleep" and run.status.finished
-    assert run.notes[0].startswith(f"Night {night.report['night']} of project demo: staged")
+    assert run.notes[0].startswith(f"Night {night.night} of project demo: staged")
     assert run.notes[1].startswith("Memory phase (memory/): val ")
     assert [s.decision for s in run.steps] == ["accept_new_best"]
     assert run.best_skill is not None and run.best_skill.strip() == "rule alpha"
@@ -333,7 +333,7 @@ def test_a_sleep_night_is_reported_as_its_skill_phase_with_the_night_first(tmp_p
     assert "selftaught sleep · sleep:demo" in page and "rule alpha" in page
     # a night that never trained (too few tasks, no recall of past ones) is still a night
     fill_log(tmp_path, ["alpha"] * 3, start=500)
-    quiet = config(tmp_path, since=night.report["window"]["until"], recall_max=0)
+    quiet = config(tmp_path, since=night.window["until"], recall_max=0)
     (few,) = run_night(quiet, models=models())
     assert few.status == "too_few_tasks"
     thin = load_run(few.night_dir)

@@ -185,3 +185,20 @@ def test_llm_judge_backend_failure_is_raised_never_scored_zero():
     judge = ScriptedJudge(RuntimeError("connection reset"))
     with pytest.raises(BackendError, match="connection reset"):
         LlmJudge(judge)("x", ex("x"))
+
+
+def test_quantity_is_a_scorer_and_a_reference_picks_its_own():
+    from selftaught.errors import ConfigError
+    from selftaught.tasks.scorers import get_scorer, reference_scorer, score_reference
+
+    ex = Example("q", "How far?", reference="7 km")
+    assert get_scorer("quantity")("It is 7 km", ex).hard == 1.0
+    assert get_scorer("quantity")("It is 7", ex).soft == 0.5
+    assert [reference_scorer(r) for r in ("42", "7 km", "Paris")] == [
+        "numeric",
+        "quantity",
+        "normalized",
+    ]
+    assert score_reference("Answer: 8 km", ex, "quantity").hard == 0.0
+    with pytest.raises(ConfigError, match="unknown reference scorer 'exact'"):
+        score_reference("x", ex, "exact")

@@ -247,8 +247,8 @@ def test_a_night_pairs_before_and_after_from_memory_not_val_cache_json(tmp_path,
     poison = canned_analyst(failure=edits_json(append(POISON)))
     training = SkillOptConfig(epochs=1, batch_size=16, gate=GateConfig(accept_all=True))
     (night,) = run_night(config(tmp_path, training=training), models=models(analyst=poison))
-    assert night.status == "staged", night.report["reason"]
-    proposal = night.report["proposal"]
+    assert night.status == "staged", night.reason
+    proposal = night.proposal
     paired, n_val = proposal["paired"], proposal["val_before"]["n"]
     assert paired["wins"] == 0 and paired["losses"] == proposal["val_before"]["solved"] > 0
     assert paired["wins"] + paired["losses"] + paired["ties"] == n_val

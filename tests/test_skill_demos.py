@@ -273,13 +273,13 @@ def test_a_bootstrapped_demo_set_is_found_gated_and_shipped(tmp_path):
         output_dir=tmp_path,
         progress=False,
     )
-    summary = trainer.train()
+    result = trainer.train()
     # val: 5 alpha of 11 solved at first; with one demo all 11
-    assert summary["val_initial"]["solved"] == 5 and summary["val_best"]["solved"] == 11
-    assert summary["test"]["best"]["hard"] == 1.0 and summary["test"]["initial"]["solved"] == 5
+    assert result.val_initial.solved == 5 and result.val_best.solved == 11
+    assert result.test.best.hard == 1.0 and result.test.initial.solved == 5
     train_ids = {e.id for e in ToyTask().examples("train")}
-    assert summary["best_demos"] and all(d["id"] in train_ids for d in summary["best_demos"])
-    assert {d["source"] for d in summary["best_demos"]} == {"bootstrap"}
+    assert result.best_demos and all(d["id"] in train_ids for d in result.best_demos)
+    assert {d["source"] for d in result.best_demos} == {"bootstrap"}
     row = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()][1]
     assert row["gate"]["decision"] == "accept_new_best"
     kinds = [c["kind"] for c in row["candidates"]]
@@ -316,11 +316,11 @@ def test_a_train_item_reworded_from_val_never_becomes_a_demo(tmp_path):
         output_dir=tmp_path,
         progress=False,
     )
-    summary = trainer.train()
+    result = trainer.train()
     pool = json.loads((tmp_path / "demo_pool.json").read_text())
     assert "train-copy" not in {d["id"] for d in pool["demos"]}
     assert pool["leaks"] == [{"demo_id": "train-copy", "held_out_id": "val-000", "split": "val"}]
-    assert "train-copy" not in {d["id"] for d in summary["best_demos"]}
+    assert "train-copy" not in {d["id"] for d in result.best_demos}
 
 
 def demo_hater(messages):
@@ -355,7 +355,7 @@ def test_a_demo_set_screened_out_is_not_proposed_again(tmp_path):
 
 def test_demo_search_alone_never_calls_an_analyst(tmp_path):
     analyst = canned_analyst()
-    summary = SkillTrainer(
+    result = SkillTrainer(
         SkillOptConfig(epochs=1, batch_size=8, proposals=0, screen_size=4, gate=GateConfig()),
         ToyTask(),
         ScriptedModel(format_learner),
@@ -364,7 +364,7 @@ def test_demo_search_alone_never_calls_an_analyst(tmp_path):
         output_dir=tmp_path,
         progress=False,
     ).train()
-    assert analyst.calls == [] and summary["val_best"]["solved"] == 11
-    assert summary["usage"].get("optimizer", {}).get("calls", 0) == 0
+    assert analyst.calls == [] and result.val_best.solved == 11
+    assert result.usage.get("optimizer", {}).get("calls", 0) == 0
     with pytest.raises(ValueError, match="nothing to learn"):
         SkillOptConfig(proposals=0, demos_max=0)

@@ -33,7 +33,7 @@ def test_game_task_runs_and_the_analyst_sees_the_feedback(tmp_path):
     analyst = canned_analyst(
         failure=edits_json(append("Play aggression 0.2, defense 0.2 unless told otherwise."))
     )
-    summary = SkillTrainer(
+    result = SkillTrainer(
         SkillOptConfig(epochs=1, batch_size=4, gate=GateConfig(margin=0.0, metric="soft")),
         task,
         ScriptedModel(strategist, "strategist"),
@@ -48,4 +48,4 @@ def test_game_task_runs_and_the_analyst_sees_the_feedback(tmp_path):
     assert row["edits"]["applied"] == 1
     # any valid strategy earns partial credit, so the soft gate must see a real gain
     assert row["gate"]["decision"] == "accept_new_best" and row["val"]["soft"] > 0
-    assert summary["test"]["best"]["soft"] > summary["test"]["initial"]["soft"] == 0
+    assert result.test.best.soft > result.test.initial.soft == 0

@@ -68,13 +68,13 @@ def decisions(run: Path) -> list[str]:
 
 def test_known_gate_decisions_and_every_artifact(tmp_path):
     analyst = canned_analyst(failure=schedule_of_rules(*RULES))
-    summary = make(tmp_path, analyst=analyst).train()
+    result = make(tmp_path, analyst=analyst).train()
     assert decisions(tmp_path) == EXPECTED
     # delta alone is +1 val item: accepted as current, not shipped as best (margin > 1)
     best = (tmp_path / "best_skill.md").read_text()
-    assert best == "# Skill\nrule delta\nrule alpha\nrule gamma\n" == summary["best_skill"]
-    assert summary["best_version"] == "v0004"
-    assert summary["val_initial"]["solved"] == 0 and summary["val_best"]["solved"] == 8
+    assert best == "# Skill\nrule delta\nrule alpha\nrule gamma\n" == result.best_skill
+    assert result.best_version == "v0004"
+    assert result.val_initial.solved == 0 and result.val_best.solved == 8
     test = json.loads((tmp_path / "test_results.json").read_text())
     assert test["initial"]["solved"] == 0 and test["best"]["solved"] == 7
     assert test["paired"]["wins"] == 7 and test["paired"]["sign_test_p"] < 0.01
@@ -106,8 +106,8 @@ def test_known_gate_decisions_and_every_artifact(tmp_path):
     assert row["edits"]["applied"] == 1 and row["usage"]["target"]["calls"] > 0
     assert row["usage"]["optimizer"]["calls"] >= 1 and row["val"]["hard_ci"]
     # every call is counted, the analyst's too
-    assert summary["usage"]["optimizer"]["calls"] == len(analyst.calls)
-    assert summary["analyst"]["parse_rate"] == 1.0
+    assert result.usage["optimizer"]["calls"] == len(analyst.calls)
+    assert result.analyst.rate() == 1.0
 
 
 def test_strict_gate_ships_the_one_item_gain(tmp_path):
@@ -144,9 +144,9 @@ def test_bad_analyst_output_rejects_and_never_crashes(tmp_path):
     analyst = canned_analyst(
         failure="Add a rule about tens!", success="{not json", repair="still not json"
     )
-    summary = make(tmp_path, analyst=analyst).train()
+    result = make(tmp_path, analyst=analyst).train()
     assert decisions(tmp_path) == ["reject"] * 4
-    assert summary["analyst"]["parse_rate"] == 0.0 and summary["best_version"] == "v0000"
+    assert result.analyst.rate() == 0.0 and result.best_version == "v0000"
     diag = json.loads((tmp_path / "diagnostics" / "step_0001.json").read_text())
     assert diag["gate"]["reason"].startswith("empty patch")
     call = diag["analyst_calls"][0]
@@ -201,9 +201,9 @@ def test_resume_after_interrupt_at_any_call(tmp_path, kill_at):
     target.fail_after, target.interrupt = kill_at, RuntimeError("killed")
     with pytest.raises(RuntimeError, match="killed"):
         make(tmp_path / "run", target=target).train()
-    summary = make(tmp_path / "run").train()
+    result = make(tmp_path / "run").train()
     assert strip_volatile(tmp_path / "run") == strip_volatile(tmp_path / "ref")
-    assert summary["best_version"] == "v0004"
+    assert result.best_version == "v0004"
 
 
 def test_kill_between_state_and_history_loses_nothing(tmp_path):
@@ -263,15 +263,15 @@ def test_budget_ends_the_run_cleanly_and_a_bigger_budget_resumes(tmp_path):
 
     # baseline val (11 calls) + step 1 (4 rollouts, 1 reflection, 11 val) = 27 calls; step 2
     # starts and runs out: it is dropped, the best skill so far ships and is tested apart
-    summary = make(tmp_path, budget=Budget(calls=30)).train()
-    assert summary["steps"] == 1 and summary["stopped_by"].startswith("budget (30 of 30 calls")
-    assert summary["llm_calls"] + sum(u["errors"] for u in summary["usage"].values()) == 30
-    assert summary["test"]["best"]["n"] == len(ToyTask().examples("test"))
-    assert summary["test_usage"]["target"]["calls"] > 0  # reported apart, outside the budget
+    result = make(tmp_path, budget=Budget(calls=30)).train()
+    assert result.steps == 1 and result.stopped_by.startswith("budget (30 of 30 calls")
+    assert result.llm_calls + sum(u["errors"] for u in result.usage.values()) == 30
+    assert result.test.best.n == len(ToyTask().examples("test"))
+    assert result.test_usage["target"]["calls"] > 0  # reported apart, outside the budget
     assert decisions(tmp_path) == EXPECTED[:1]
     # the same directory with a larger budget continues from step 1, nothing redone
-    summary = make(tmp_path, budget=Budget(calls=1000)).train()
-    assert summary["stopped_by"] is None and decisions(tmp_path) == EXPECTED
+    result = make(tmp_path, budget=Budget(calls=1000)).train()
+    assert result.stopped_by is None and decisions(tmp_path) == EXPECTED
 
 
 def test_budget_too_small_for_the_baseline_is_refused_up_front(tmp_path):
@@ -305,7 +305,7 @@ class CoinTarget(ScriptedModel):
 def test_rollouts_k_reflects_on_the_contrast_between_attempts(tmp_path):
     target = CoinTarget()
     analyst = canned_analyst(contrast=edits_json(append("rule steady")))
-    summary = SkillTrainer(
+    result = SkillTrainer(
         SkillOptConfig(epochs=1, batch_size=4, rollouts_k=4, reflect_on_successes=False),
         ToyTask(),
         target,
@@ -324,13 +324,13 @@ def test_rollouts_k_reflects_on_the_contrast_between_attempts(tmp_path):
     assert "rule steady" in (tmp_path / "current_skill.md").read_text()
     # each task's K attempts got K different seeds, so they can differ
     assert all(len(set(seeds)) == len(seeds) == 4 for seeds in target.seeds.values())
-    assert summary["steps"] == 2
+    assert result.steps == 2
 
 
 def test_a_memory_document_trains_with_the_skill_held_fixed(tmp_path):
     target = rule_target()
     analyst = canned_analyst(failure=edits_json(append("rule beta")))
-    summary = SkillTrainer(
+    result = SkillTrainer(
         SkillOptConfig(epochs=1, batch_size=8),
         ToyTask(),
         target,
@@ -341,7 +341,7 @@ def test_a_memory_document_trains_with_the_skill_held_fixed(tmp_path):
         output_dir=tmp_path,
         progress=False,
     ).train()
-    assert summary["document"] == "memory"
+    assert result.document == "memory"
     assert (tmp_path / "best_memory.md").read_text().strip() == "rule beta"
     # the target saw the fixed skill and the trained memory together
     system = system_of(target.calls[-1])

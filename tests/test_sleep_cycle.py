@@ -88,7 +88,7 @@ def test_a_night_stages_a_gated_proposal_with_its_report_and_evidence(tmp_path, 
     (night,) = run_night(config(tmp_path, log_at), models=models())
     assert night.status == "staged" and not night.failed
     d = night.night_dir
-    assert d == staging.nights_dir("demo", tmp_path) / night.report["night"]
+    assert d == staging.nights_dir("demo", tmp_path) / night.night
     assert (d / "proposal" / "skill.md").read_text().strip() == "rule alpha"
     assert "+rule alpha" in (d / "proposal" / "skill.diff").read_text()
     report = json.loads((d / "report.json").read_text())
@@ -118,7 +118,7 @@ def test_adopt_rollback_and_history_round_trip(tmp_path, log_at):
     live.write_text("# My agent\nOwn rules stay.\n")
     (night,) = run_night(config(tmp_path, log_at), models=models())
     done = staging.adopt("demo", home=tmp_path, target_paths=[live])
-    assert (done.version, done.previous, done.night) == (1, 0, night.report["night"])
+    assert (done.version, done.previous, done.night) == (1, 0, night.night)
     adopted = read_adopted("demo", tmp_path)
     assert adopted.skill.strip() == "rule alpha" and adopted.version == "1"
     assert "Own rules stay." in live.read_text() and "rule alpha" in live.read_text()
@@ -126,7 +126,7 @@ def test_adopt_rollback_and_history_round_trip(tmp_path, log_at):
     with pytest.raises(staging.StagingError, match="no staged proposal"):
         staging.adopt("demo", home=tmp_path)
     with pytest.raises(staging.StagingError, match="already adopted as version 1"):
-        staging.adopt("demo", night.report["night"], home=tmp_path)
+        staging.adopt("demo", night.night, home=tmp_path)
     rows = staging.history("demo", tmp_path)
     assert [r["version"] for r in rows] == [0, 1] and rows[1]["current"]
     assert rows[1]["val_after"]["hard"] > rows[1]["val_before"]["hard"]
@@ -156,8 +156,8 @@ def test_a_proposal_gated_against_another_version_needs_force(tmp_path, log_at):
     (second,) = run_night(config(tmp_path, log_at), models=models())
     staging.adopt("demo", staging.list_nights("demo", tmp_path)[0][0].name, home=tmp_path)
     with pytest.raises(staging.StagingError, match="gated against version 0"):
-        staging.adopt("demo", second.report["night"], home=tmp_path)
-    assert staging.adopt("demo", second.report["night"], home=tmp_path, force=True).version == 2
+        staging.adopt("demo", second.night, home=tmp_path)
+    assert staging.adopt("demo", second.night, home=tmp_path, force=True).version == 2
 
 
 def test_an_interrupted_adopt_is_completed_on_the_next_one(tmp_path):
@@ -182,13 +182,13 @@ def test_gate_off_accepts_a_poison_edit_the_gate_rejects(tmp_path):
     on = config(tmp_path, documents=("skill",))
     (kept,) = run_night(on, models=models(analyst=poison))
     assert kept.status == "no_proposal"
-    assert "the gate kept the adopted skill" in kept.report["reason"]
-    assert "step 1 reject" in kept.report["reason"]
+    assert "the gate kept the adopted skill" in kept.reason
+    assert "step 1 reject" in kept.reason
     training = SkillOptConfig(epochs=1, batch_size=16, gate=GateConfig(accept_all=True))
     off = config(tmp_path, documents=("skill",), training=training, since=0)
     (greedy,) = run_night(off, models=models(analyst=poison))
-    assert greedy.status == "staged" and "gate off" in greedy.report["reason"]
-    proposal = greedy.report["proposal"]
+    assert greedy.status == "staged" and "gate off" in greedy.reason
+    proposal = greedy.proposal
     assert proposal["val_before"]["hard"] > 0 and proposal["val_after"]["hard"] == 0.0
     assert proposal["paired"]["losses"] > 0 and proposal["paired"]["wins"] == 0
     assert "**OFF**" in (greedy.night_dir / "report.md").read_text()
@@ -220,19 +220,19 @@ def test_rollouts_k_replays_each_train_task_k_times_and_reflects_on_the_contrast
         json.loads(x) for x in (night.night_dir / "evidence.jsonl").read_text().split("\n") if x
     ]
     sampled = [e for e in evidence if e["role"] == "target" and e["params"]["temperature"] > 0]
-    assert len(sampled) == 4 * night.report["splits"]["train"]
+    assert len(sampled) == 4 * night.splits["train"]
     assert any("## Solved and failed attempts" in user_of(e["messages"]) for e in evidence)
-    assert night.report["training"]["rollouts_k"] == 4
+    assert night.training["rollouts_k"] == 4
 
 
 def test_a_budget_ends_the_night_cleanly_and_covers_both_phases(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)
     training = SkillOptConfig(epochs=3, batch_size=4, budget=Budget(calls=12), gate=GateConfig())
     (night,) = run_night(config(tmp_path, training=training), models=models())
-    skill, memory = night.report["phases"]["skill"], night.report["phases"]["memory"]
+    skill, memory = night.phases["skill"], night.phases["memory"]
     assert skill["stopped_by"].startswith("budget (12 of 12 calls used)")
     assert not memory["ran"] and "spent before the memory phase" in memory["stopped_by"]
-    used = sum(u["calls"] + u["errors"] for u in night.report["usage"].values())
+    used = sum(u["calls"] + u["errors"] for u in night.usage.values())
     assert used <= 12 and not night.failed
     assert "stopped early" in (night.night_dir / "report.md").read_text()
 
@@ -243,16 +243,14 @@ def test_a_failing_target_is_a_backend_failure_never_nothing_to_learn(tmp_path):
     broken.fail_at = {i: transient() for i in range(1000)}
     (night,) = run_night(config(tmp_path), models=models(target=broken))
     assert night.failed and night.status == "backend_failed"
-    assert (
-        "val replays failed" in night.report["reason"] and "injected 503" in night.report["reason"]
-    )
-    assert night.report["consumed_until"] is None  # the same interactions are read again
+    assert "val replays failed" in night.reason and "injected 503" in night.reason
+    assert night.consumed_until is None  # the same interactions are read again
     diag = json.loads((night.night_dir / "diagnostics.json").read_text())
     assert diag["backend_call_errors"] and "injected 503" in diag["backend_call_errors"][0]["error"]
     assert diag["no_proposal_reason"] is None
     # the next night, with a working backend, reads the same interactions
     (again,) = run_night(config(tmp_path), models=models())
-    assert again.status == "staged" and again.report["window"]["read"] == 12
+    assert again.status == "staged" and again.window["read"] == 12
 
 
 def test_a_failing_analyst_or_a_fatal_error_is_a_backend_failure(tmp_path):
@@ -260,39 +258,35 @@ def test_a_failing_analyst_or_a_fatal_error_is_a_backend_failure(tmp_path):
     analyst = canned_analyst(failure=edits_json(append("rule alpha")))
     analyst.fail_at = {i: transient() for i in range(1000)}
     (night,) = run_night(config(tmp_path), models=models(analyst=analyst))
-    assert (
-        night.status == "backend_failed" and "every analyst call failed" in night.report["reason"]
-    )
+    assert night.status == "backend_failed" and "every analyst call failed" in night.reason
     bad_key = rule_target()
     bad_key.fail_at = {0: fatal()}
     (fatal_night,) = run_night(config(tmp_path), models=models(target=bad_key))
     assert fatal_night.status == "backend_failed"
-    assert "401 Incorrect API key" in fatal_night.report["reason"]
+    assert "401 Incorrect API key" in fatal_night.reason
 
 
 def test_too_few_tasks_stage_nothing_and_wait_for_more(tmp_path):
     fill_log(tmp_path, ["alpha"] * 4)
     (night,) = run_night(config(tmp_path), models=models())
-    assert (
-        night.status == "too_few_tasks" and "4 mined, at least 6 needed" in night.report["reason"]
-    )
+    assert night.status == "too_few_tasks" and "4 mined, at least 6 needed" in night.reason
     assert not (night.night_dir / "config.json").exists()  # nothing was trained
     fill_log(tmp_path, ["alpha"] * 4 + ["beta"] * 4, start=50)
     (later,) = run_night(config(tmp_path), models=models())
-    assert later.report["window"]["read"] == 12 and later.status == "staged"
+    assert later.window["read"] == 12 and later.status == "staged"
     (nothing,) = run_night(config(tmp_path, project="demo"), models=models())
-    assert nothing.status == "too_few_tasks" and nothing.report["window"]["read"] == 0
+    assert nothing.status == "too_few_tasks" and nothing.window["read"] == 0
 
 
 def test_private_rows_never_reach_a_remote_model_unless_reviewed_or_allowed(tmp_path, log_at):
     fill_log(tmp_path, ALPHA_NIGHT, private=True, log_at=log_at)
     remote = models(target_spec="openai:gpt-4o-mini")
     (night,) = run_night(config(tmp_path, log_at), models=remote)
-    assert night.status == "too_few_tasks" and night.report["mining"]["withheld_private"] == 12
-    assert "remote model" in night.report["notes"][0]
+    assert night.status == "too_few_tasks" and night.mining["withheld_private"] == 12
+    assert "remote model" in night.notes[0]
     assert not (night.night_dir / "evidence.jsonl").read_text()  # no call at all
     (allowed,) = run_night(config(tmp_path, log_at, allow_remote=True), models=remote)
-    assert allowed.status == "staged" and allowed.report["mining"]["withheld_private"] == 0
+    assert allowed.status == "staged" and allowed.mining["withheld_private"] == 0
     assert is_remote("openai:gpt-4o") and is_remote("https://api.example.com/v1#m")
     assert not is_remote("http://127.0.0.1:8000/v1#m") and not is_remote("local")
 
@@ -300,16 +294,16 @@ def test_private_rows_never_reach_a_remote_model_unless_reviewed_or_allowed(tmp_
 def test_reviewed_private_rows_are_used_and_local_models_see_everything(tmp_path, log_at):
     fill_log(tmp_path, ALPHA_NIGHT, private=True, reviewed=True, log_at=log_at)
     (night,) = run_night(config(tmp_path, log_at), models=models(target_spec="openai:gpt-4o-mini"))
-    assert night.report["mining"]["withheld_private"] == 0 and night.status == "staged"
+    assert night.mining["withheld_private"] == 0 and night.status == "staged"
 
 
 def test_each_night_reads_only_what_came_after_the_last_one_and_caps_wait(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)
     (first,) = run_night(config(tmp_path, max_tasks=10), models=models())
-    assert first.report["window"]["read"] == 10 and "max_tasks (10)" in first.report["notes"][0]
+    assert first.window["read"] == 10 and "max_tasks (10)" in first.notes[0]
     fill_log(tmp_path, ["alpha"] * 4, start=200)
     (second,) = run_night(config(tmp_path), models=models())
-    assert second.report["window"]["read"] == 2 + 4  # the 2 left over, then the new ones
+    assert second.window["read"] == 2 + 4  # the 2 left over, then the new ones
 
 
 def test_a_model_change_since_the_last_night_is_warned_about(tmp_path):
@@ -317,8 +311,8 @@ def test_a_model_change_since_the_last_night_is_warned_about(tmp_path):
     run_night(config(tmp_path), models=models())
     fill_log(tmp_path, ALPHA_NIGHT, start=100)
     (night,) = run_night(config(tmp_path), models=models(target_spec="other-model"))
-    assert night.report["models"]["target"] == "other-model"
-    assert any("models changed" in n and "other-model" in n for n in night.report["notes"])
+    assert night.models["target"] == "other-model"
+    assert any("models changed" in n and "other-model" in n for n in night.notes)
 
 
 def test_preferences_reach_the_analyst_during_a_night(tmp_path):
@@ -361,7 +355,7 @@ def test_a_dry_run_stages_nothing_and_the_next_night_reads_the_same(tmp_path, lo
     assert dry.status == "staged" and not staging.nights_dir("demo", tmp_path).exists()
     assert read_adopted("demo", tmp_path).empty
     (real,) = run_night(config(tmp_path, log_at), models=models())
-    assert real.report["window"]["read"] == 12
+    assert real.window["read"] == 12
 
 
 def test_requests_without_a_reference_are_judged_by_their_rubric(tmp_path):
@@ -388,8 +382,8 @@ def test_requests_without_a_reference_are_judged_by_their_rubric(tmp_path):
     night_models = models(polite, canned_analyst(failure=edits_json(append("rule polite"))))
     night_models.judge, night_models.judge_spec = judge, "scripted-judge"
     (night,) = run_night(config(tmp_path, documents=("skill",)), models=night_models)
-    assert night.report["mining"]["by_check"] == {"rubric": 12}
-    assert night.status == "staged" and night.report["usage"]["judge"]["calls"] > 0
+    assert night.mining["by_check"] == {"rubric": 12}
+    assert night.status == "staged" and night.usage["judge"]["calls"] > 0
     rubric = judge.calls[0][0]["content"]
     assert "too rude" in rubric and "'Fix the sink.'" in rubric  # the rejected reply is shown
 
@@ -437,7 +431,7 @@ def test_what_the_user_said_is_proposed_to_the_memory_and_gated(tmp_path):
     log.close()
     parrot = canned_analyst(failure='{"rules": {"append": {"content": "better text"}}}')
     (night,) = run_night(config(tmp_path), models=models(analyst=parrot))
-    assert night.status == "staged", night.report.get("reason")
+    assert night.status == "staged", night.reason
     memory = (night.night_dir / "proposal" / "memory.md").read_text()
     assert "The user said: remember rule alpha" in memory
     assert not (night.night_dir / "proposal" / "skill.md").read_text().strip()

@@ -53,7 +53,7 @@ def test_a_corrected_reply_is_mined_as_a_correction_demo_source():
 def test_a_night_turns_corrected_train_replies_into_demonstrations(tmp_path):
     fill_log(tmp_path, ["alpha"] * 12)  # each reply corrected by the user (feedback reference)
     (night,) = run_night(config(tmp_path), models=models(ScriptedModel(few_shot), canned_analyst()))
-    assert night.status == "staged", night.report["reason"]
+    assert night.status == "staged", night.reason
     parts = split_skill((night.night_dir / "proposal" / "skill.md").read_text())
     assert parts.demos and {d.source for d in parts.demos} == {"correction"}
     train = {
@@ -62,7 +62,7 @@ def test_a_night_turns_corrected_train_replies_into_demonstrations(tmp_path):
         if r["split"] == "train"
     }
     assert {d.id for d in parts.demos} <= train  # only train tasks feed demos
-    assert night.report["proposal"]["val_after"]["hard"] == 1.0
+    assert night.proposal["val_after"]["hard"] == 1.0
 
 
 # ---- injection: rendered as the policy renders it, stripped again ---------------------------
@@ -192,8 +192,8 @@ def test_retrieved_demos_win_the_three_way_gate_and_never_show_a_held_out_task(t
     target = TagTarget()
     cfg = config(tmp_path, split=SplitConfig(val_fraction=0.4))
     (night,) = run_night(cfg, models=models(target, canned_analyst()))
-    assert night.status == "staged", night.report["reason"]
-    modes = night.report["phases"]["skill"]["demo_modes"]
+    assert night.status == "staged", night.reason
+    modes = night.phases["skill"]["demo_modes"]
     assert set(modes["candidates"]) >= {"none", "static", "retrieved"}
     assert modes["winner"] == "retrieved" and modes["incumbent"] != "retrieved"
     assert modes["candidates"]["retrieved"]["hard"] == 1.0
@@ -209,17 +209,14 @@ def test_retrieved_demos_win_the_three_way_gate_and_never_show_a_held_out_task(t
     assert "Winner: **retrieved**" in md and "| retrieved | 1.000" in md and "95% CI" in md
     assert "smallest gain the gate could accept" in md
 
-    staging.adopt("demo", night.report["night"], home=tmp_path)  # the next night starts there
+    staging.adopt("demo", night.night, home=tmp_path)  # the next night starts there
     fill_tagged(tmp_path, 4, start=100)
     (second,) = run_night(cfg, models=models(target, canned_analyst()))
-    assert not second.failed, second.report["reason"]
-    assert any("retrieves from a pool" in n for n in second.report["notes"])
-    again = second.report["phases"]["skill"]["demo_modes"]  # the adopted pool still retrieves
+    assert not second.failed, second.reason
+    assert any("retrieves from a pool" in n for n in second.notes)
+    again = second.phases["skill"]["demo_modes"]  # the adopted pool still retrieves
     assert again["candidates"]["adopted"]["hard"] == 1.0 and again["winner"] == "adopted"
-    assert (
-        second.status == "no_proposal"
-        and "demos: kept the adopted skill" in second.report["reason"]
-    )
+    assert second.status == "no_proposal" and "demos: kept the adopted skill" in second.reason
 
 
 def test_with_the_gate_off_the_best_val_mean_wins_and_ties_keep_the_incumbent():

@@ -293,16 +293,15 @@ def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
         demo_modes=DemoModeConfig("on", 2),
     )
     (night,) = run_night(config, models=models)
-    assert night.status in ("staged", "no_proposal"), night.report["reason"]
-    report = night.report
-    modes = report["phases"]["skill"]["demo_modes"]
+    assert night.status in ("staged", "no_proposal"), night.reason
+    modes = night.phases["skill"]["demo_modes"]
     assert set(modes["candidates"]) >= {"none", "static", "retrieved"}
-    assert modes["sources"] == {"correction": report["splits"]["train"]}
+    assert modes["sources"] == {"correction": night.splits["train"]}
     assert modes["leaks_refused"] == 0 and modes["winner"] in modes["candidates"]
     for c in modes["candidates"].values():
-        assert c["n"] == report["splits"]["val"] and len(c["hard_ci"]) == 2
-    smallest = report["gate"]["smallest_gain"]
-    assert smallest["n_val"] == report["splits"]["val"] and smallest["items"] == 3
+        assert c["n"] == night.splits["val"] and len(c["hard_ci"]) == 2
+    smallest = night.gate["smallest_gain"]
+    assert smallest["n_val"] == night.splits["val"] and smallest["items"] == 3
     md = (night.night_dir / "report.md").read_text()
     assert "## Demonstrations" in md and "| retrieved |" in md and "Winner: **" in md
     assert "smallest gain the gate could accept: 3 net val items" in md

@@ -5,14 +5,7 @@ from __future__ import annotations
 import pytest
 
 from selftaught.sleep.intake.log import Feedback, Interaction
-from selftaught.sleep.night.checks import (
-    Rule,
-    detect_language,
-    find_rules,
-    quantity,
-    reference_scorer,
-    score_example,
-)
+from selftaught.sleep.night.checks import Rule, detect_language, find_rules, score_example
 from selftaught.sleep.night.cycle import mine
 from selftaught.sleep.night.mine import MineConfig, near_duplicates
 from selftaught.sleep.night.split import (
@@ -24,6 +17,7 @@ from selftaught.sleep.night.split import (
     check_split,
 )
 from selftaught.tasks.base import Example, check_disjoint
+from selftaught.tasks.scorers import quantity, reference_scorer
 
 SECRET = "sk-proj-" + "Ab3" * 20
 

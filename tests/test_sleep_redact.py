@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from selftaught.sleep.intake.redact import Redactor, load_extra_patterns, redact_for_model
+from selftaught.redact import Redactor, load_extra_patterns, redact_for_model
 
 ALNUM = string.ascii_letters + string.digits
 UPPER_DIGITS = string.ascii_uppercase + string.digits

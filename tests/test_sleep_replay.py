@@ -298,8 +298,8 @@ def test_a_night_replays_tool_traffic_as_episodes_and_logs_the_calls(tmp_path):
         home=home, log_path=home / "log.db", documents=("skill",), project="replay"
     )
     (night,) = run_night(config, models=NightModels(target, "scripted", canned_analyst(), "a"))
-    assert night.status == "no_proposal", night.report["reason"]
-    assert night.report["mining"]["tasks"] == 12
+    assert night.status == "no_proposal", night.reason
+    assert night.mining["tasks"] == 12
     assert all(p.tools == bench_replay.TOOLS for _, p in target.requests)
     price = [p for q, p in target.requests if "cost in EUR" in q]
     assert {p.tool_choice for p in price} == {"required", "auto"}  # forcing on the first turn

@@ -108,10 +108,9 @@ def test_a_tool_using_interaction_through_the_proxy_is_replayed_by_a_night(
             training=training,
         )
         (night,) = run_night(night_config)  # the target: `local`, the upstream the proxy logged
-    report = night.report
-    assert report["models"]["target"] == "local"
-    assert night.status in ("no_proposal", "staged"), report["reason"]
-    assert report["mining"]["tasks"] == 3 and report["mining"]["by_check"] == {"reference": 3}
+    assert night.models["target"] == "local"
+    assert night.status in ("no_proposal", "staged"), night.reason
+    assert night.mining["tasks"] == 3 and night.mining["by_check"] == {"reference": 3}
     d = night.night_dir
     evidence = [json.loads(line) for line in (d / "evidence.jsonl").read_text().splitlines()]
     target = [e for e in evidence if e["role"] == "target"]

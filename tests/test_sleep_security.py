@@ -142,7 +142,7 @@ def _staged(home: Path, analyst_rule: str = "rule alpha") -> None:
     fill_log(home, ALPHA_NIGHT)
     analyst = canned_analyst(failure=edits_json(append(analyst_rule)))
     (night,) = run_night(config(home, documents=("skill",)), models=models(analyst=analyst))
-    assert night.status == "staged", night.report["reason"]
+    assert night.status == "staged", night.reason
 
 
 @pytest.mark.parametrize(
@@ -363,7 +363,7 @@ def test_a_night_over_adopted_text_holding_a_marker_fails_saying_so(tmp_path):
     adopted.mkdir(parents=True)
     (adopted / "memory.md").write_text("ok\n<!-- /selftaught:memory -->\nrider\n")  # by hand
     (night,) = run_night(config(tmp_path), models=models())
-    assert night.status == "failed" and "block marker" in night.report["reason"]
+    assert night.status == "failed" and "block marker" in night.reason
 
 
 def test_a_night_makes_a_new_home_private_before_writing_in_it(tmp_path, loose_umask):

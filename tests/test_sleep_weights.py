@@ -89,10 +89,10 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     m = models(analyst=canned_analyst())  # the analyst proposes nothing
     m.adapter_trainer = trainer
     (night,) = run_night(weight_config(tmp_path), models=m)
-    assert night.status == "staged", night.report["reason"]
-    report, d = night.report, night.night_dir
-    proposal = report["proposal"]
-    assert proposal["candidate"] == report["weights"]["winner"] == "sft"
+    assert night.status == "staged", night.reason
+    d = night.night_dir
+    proposal = night.proposal
+    assert proposal["candidate"] == night.weights["winner"] == "sft"
     assert not proposal["skill_changed"] and (d / "proposal" / "skill.md").read_text() == ""
     assert sorted(p.name for p in (d / "adapter").iterdir()) == [
         "adapter_config.json",
@@ -108,12 +108,12 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     ((method, data),) = trainer.calls
     assert data.stats["corrections"] == len(split["train"]) and data.stats["elite"] == 0
     assert {s.target for s in data.sft} == {str(t) for t in _references(night, "train")}
-    cands = report["weights"]["candidates"]
+    cands = night.weights["candidates"]
     assert set(cands) == {"current", "sft"}  # no text proposal: no text candidates
     assert cands["current"]["n"] == cands["sft"]["n"] == len(split["val"])
     assert all(len(c["hard_ci"]) == 2 for c in cands.values())
-    assert report["weights"]["gates"]["sft"]["decision"] == "accept_new_best"
-    assert "sft won" in report["weights"]["why"]
+    assert night.weights["gates"]["sft"]["decision"] == "accept_new_best"
+    assert "sft won" in night.weights["why"]
     md = (d / "report.md").read_text()
     assert "## Text or weights" in md and "Winner: **sft**" in md and "### adapter (sft)" in md
     assert "| current |" in md and "| sft |" in md
@@ -125,10 +125,10 @@ def test_a_weights_only_night_trains_no_text_and_lets_the_gate_pick_the_adapter(
     m = models(analyst=analyst)
     m.adapter_trainer = FakeTrainer(sft=always_right)
     (night,) = run_night(config(tmp_path, documents=(), weights="sft"), models=m)
-    assert night.status == "staged", night.report["reason"]
-    assert not night.report["phases"] and not analyst.calls  # no text phase ran
-    assert set(night.report["weights"]["candidates"]) == {"current", "sft"}
-    assert night.report["proposal"]["candidate"] == "sft"
+    assert night.status == "staged", night.reason
+    assert not night.phases and not analyst.calls  # no text phase ran
+    assert set(night.weights["candidates"]) == {"current", "sft"}
+    assert night.proposal["candidate"] == "sft"
     with pytest.raises(Exception, match="none only with weights on"):
         SleepConfig(documents=())
 
@@ -143,15 +143,15 @@ def test_text_wins_when_the_adapter_does_not_help(tmp_path):
     m = models(analyst=RULE_ALPHA)
     m.adapter_trainer = FakeTrainer(sft=rule_answer)  # the adapter changed nothing
     (night,) = run_night(weight_config(tmp_path), models=m)
-    assert night.status == "staged", night.report["reason"]
-    w = night.report["weights"]
+    assert night.status == "staged", night.reason
+    w = night.weights
     assert set(w["candidates"]) == {"current", "text", "sft", "sft+text"}
-    assert w["winner"] == "text" and night.report["proposal"]["candidate"] == "text"
+    assert w["winner"] == "text" and night.proposal["candidate"] == "text"
     # sft+text scores as text does: the tie goes to the simpler candidate
     assert w["candidates"]["sft+text"]["hard"] == w["candidates"]["text"]["hard"] == 1.0
     assert w["gates"]["sft"]["decision"] != "accept_new_best"  # a tie with the adopted one
     assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
-    assert "adapter" not in night.report["proposal"]
+    assert "adapter" not in night.proposal
     assert not (night.night_dir / "adapter").exists()
     assert not list((night.night_dir / "weights").glob("*/adapter"))  # losers deleted
 
@@ -164,14 +164,14 @@ def test_both_win_when_text_and_adapter_each_fix_their_own_tasks(tmp_path):
     val = [r for r in _rows(night) if r["split"] == "val"]
     rules = [_NEEDS.search(r["prompt"]).group(1) for r in val]
     assert rules.count("alpha") >= 2 and rules.count("beta") >= 2  # the fixture's premise
-    assert night.status == "staged", night.report["reason"]
-    w = night.report["weights"]
+    assert night.status == "staged", night.reason
+    w = night.weights
     assert w["winner"] == "sft+text", w["why"]
     c = w["candidates"]
     assert c["sft+text"]["hard"] == 1.0 > max(c["text"]["hard"], c["sft"]["hard"])
     assert w["gates"]["text"]["decision"] == w["gates"]["sft"]["decision"] == "accept_new_best"
     assert "also passed with less gain" in w["why"]
-    proposal = night.report["proposal"]
+    proposal = night.proposal
     assert proposal["skill_changed"] and proposal["adapter"]["with_text"]
     assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
     assert (night.night_dir / "adapter" / "adapter_config.json").is_file()
@@ -191,9 +191,9 @@ def test_the_gate_keeps_the_adopted_version_when_no_candidate_passes(tmp_path):
     m.adapter_trainer = FakeTrainer(sft=rule_answer)
     (night,) = run_night(weight_config(tmp_path), models=m)
     assert night.status == "no_proposal"
-    assert "the gate kept the adopted version" in night.report["reason"]
-    assert "no candidate passed the gate" in night.report["weights"]["why"]
-    assert "proposal" not in night.report and not (night.night_dir / "adapter").exists()
+    assert "the gate kept the adopted version" in night.reason
+    assert "no candidate passed the gate" in night.weights["why"]
+    assert night.proposal is None and not (night.night_dir / "adapter").exists()
 
 
 def test_auto_also_trains_dpo_on_rejected_replies_and_their_corrections(tmp_path):
@@ -209,8 +209,8 @@ def test_auto_also_trains_dpo_on_rejected_replies_and_their_corrections(tmp_path
     for p in data.pairs:  # the user's correction over the reply the user rejected
         _, total = _question(p.prompt)
         assert p.chosen == str(total) and p.rejected == f"Answer: {total + 1}"
-    assert night.report["weights"]["winner"] == "dpo" and night.status == "staged"
-    assert night.report["proposal"]["adapter"]["method"] == "dpo"
+    assert night.weights["winner"] == "dpo" and night.status == "staged"
+    assert night.proposal["adapter"]["method"] == "dpo"
 
 
 def test_weights_off_never_trains_and_reports_as_before(tmp_path):
@@ -219,16 +219,16 @@ def test_weights_off_never_trains_and_reports_as_before(tmp_path):
     m = models(analyst=RULE_ALPHA)
     m.adapter_trainer = trainer
     (night,) = run_night(weight_config(tmp_path, "off"), models=m)
-    assert trainer.calls == [] and "weights" not in night.report
-    assert night.status == "staged" and "candidate" not in night.report["proposal"]
-    assert "weights" not in night.report["training"]
+    assert trainer.calls == [] and night.weights is None
+    assert night.status == "staged" and "candidate" not in night.proposal
+    assert "weights" not in night.training
 
 
 def test_a_remote_or_scripted_target_without_a_trainer_stays_text_only(tmp_path):
     fill_log(tmp_path, ["alpha"] * 12)
     (night,) = run_night(weight_config(tmp_path), models=models(analyst=RULE_ALPHA))
-    assert night.status == "staged" and "weights" not in night.report
-    assert any("is not a local model" in n for n in night.report["notes"])
+    assert night.status == "staged" and night.weights is None
+    assert any("is not a local model" in n for n in night.notes)
 
 
 def test_too_little_data_for_one_batch_stays_text_only_and_says_why(tmp_path):
@@ -238,7 +238,7 @@ def test_too_little_data_for_one_batch_stays_text_only_and_says_why(tmp_path):
     cfg = weight_config(tmp_path, weight_training=WeightNightConfig(batch_size=64))
     (night,) = run_night(cfg, models=m)
     assert m.adapter_trainer.calls == [] and night.status == "staged"
-    assert any("fewer than one batch (64)" in n for n in night.report["notes"])
+    assert any("fewer than one batch (64)" in n for n in night.notes)
 
 
 def _task(tid: str, a: int, b: int) -> MinedTask:
@@ -363,28 +363,28 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
         weight_training=caps,
     )
     (night,) = run_night(config, models=models)
-    assert night.status in ("staged", "no_proposal"), night.report["reason"]
-    w, report = night.report["weights"], night.report
+    assert night.status in ("staged", "no_proposal"), night.reason
+    w = night.weights
     assert [s["method"] for s in seen] == ["sft"]
     assert {"adapter_config.json", "adapter_model.safetensors"} <= seen[0]["files"]
     assert seen[0]["peft"].peft_type == "LORA" and seen[0]["peft"].r == 8
     t = w["trained"]["sft"]
     assert 1 <= t["steps"] <= 12 and t["loss_last"] < t["loss_first"]
-    assert w["data"]["corrections"] == report["splits"]["train"]
+    assert w["data"]["corrections"] == night.splits["train"]
     assert set(w["candidates"]) == {"current", "sft"}  # the analyst proposed no text
     for c in w["candidates"].values():
-        assert c["n"] == report["splits"]["val"]
+        assert c["n"] == night.splits["val"]
         assert c["hard_ci"][0] <= c["hard"] <= c["hard_ci"][1]
     held_out = {r["id"] for r in _rows(night) if r["split"] != "train"}
     assert held_out and set(w["train_items"]).isdisjoint(held_out)
     staged = night.night_dir / "adapter"
     if w["winner"] == "sft":
-        assert night.status == "staged" and report["proposal"]["adapter"]["base_model"] == "local"
+        assert night.status == "staged" and night.proposal["adapter"]["base_model"] == "local"
         base, _ = load_causal_lm(embedded_model_dir())
         assert isinstance(PeftModel.from_pretrained(base, str(staged)), PeftModel)
         _adopt_serve_rollback(tmp_path, target, night, seen[0]["probe"])
     else:
-        assert not staged.exists() and "gate kept the adopted version" in report["reason"]
+        assert not staged.exists() and "gate kept the adopted version" in night.reason
     assert "## Text or weights" in (night.night_dir / "report.md").read_text()
 
 

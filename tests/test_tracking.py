@@ -118,9 +118,9 @@ def test_a_skill_run_and_a_night_logged_to_mlflows_file_store(tmp_path, monkeypa
     assert run.data.params["task"] == "toy" and run.data.params["report_to"] == "mlflow"
     assert run.data.tags["selftaught.method"] == "skill"
     val = client.get_metric_history(run.info.run_id, "val/base/hard")
-    assert [(m.step, m.value) for m in val] == [(0, result.summary["val_initial"]["hard"])]
+    assert [(m.step, m.value) for m in val] == [(0, result.val_initial.hard)]
     gates = client.get_metric_history(run.info.run_id, "gate/accepted")
-    assert len(gates) == result.summary["steps"]
+    assert len(gates) == result.steps
     assert run.data.metrics["result/shipped_hard"] == result.shipped_score.hard
     assert run.data.metrics["usage/calls"] == sum(u["calls"] for u in result.usage.values())
     skill = load_text(f"{run.info.artifact_uri}/best_skill.md")
@@ -172,8 +172,8 @@ reader.finish()
 print("RESULT " + json.dumps({
     "name": run.name, "config": run.config, "logs": logs, "tried": tried,
     "skill": (Path(skill_dir) / "best_skill.md").read_text(),
-    "best_skill": result.best_skill, "val_initial": result.summary["val_initial"]["hard"],
-    "shipped": result.shipped_score.hard, "steps": result.summary["steps"],
+    "best_skill": result.best_skill, "val_initial": result.val_initial.hard,
+    "shipped": result.shipped_score.hard, "steps": result.steps,
 }))
 """
 

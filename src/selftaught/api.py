@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
-from selftaught.errors import writing_to
+from selftaught.errors import ConfigError, writing_to
 from selftaught.models.base import ChatModel
+from selftaught.models.resolve import ModelLike, local_model_path, resolve_model
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.tasks.base import Split, Task
 
@@ -39,38 +40,45 @@ if TYPE_CHECKING:
     from selftaught.rollout import RolloutConfig
     from selftaught.skill.config import SkillOptConfig
     from selftaught.skill.result import SkillRunResult
+    from selftaught.tasks.options import TaskOptions
     from selftaught.weights.config import RestConfig, RLConfig
     from selftaught.weights.rest import RestResult
     from selftaught.weights.rl import RLResult
 
 TaskLike = str | Task
-ModelLike = str | ChatModel
+TaskOptionsLike = Union["TaskOptions", Mapping[str, Any], None]
 
 
-def resolve_model(model: ModelLike, options: Mapping[str, Any] | None = None) -> ChatModel:
-    """A ChatModel from a spec string (with `load_model` options) or as given."""
-    if isinstance(model, str):
-        from selftaught.models import load_model
-
-        return load_model(model, **dict(options or {}))
-    return model
+def _model(model: ModelLike, options: Mapping[str, Any] | None) -> ChatModel:
+    return resolve_model(model, **dict(options or {}))
 
 
 def resolve_task(
     task: TaskLike,
-    options: Mapping[str, Any] | None = None,
+    options: TaskOptionsLike = None,
     *,
-    judge: ChatModel | None = None,
+    ledger: UsageLedger | None = None,
+    model_options: Mapping[str, Any] | None = None,
 ) -> Task:
-    """A Task from a spec string (with `load_task` options) or as given."""
-    if not isinstance(task, str):
-        return task
+    """A Task from a spec string and its `TaskOptions` (a dict of their fields works too), or
+    a Task object as given. With a `ledger`, the judge's calls are charged to it as `judge`."""
     from selftaught.tasks import load_task
+    from selftaught.tasks.options import TaskOptions
 
-    kwargs = dict(options or {})
-    if judge is not None:
-        kwargs["judge_model"] = judge
-    return load_task(task, **kwargs)
+    opts = TaskOptions.of(options)
+    if not isinstance(task, str):
+        if opts.given():
+            raise ConfigError(
+                f"task options ({', '.join(opts.given())}) apply to a task spec; the task "
+                f"object {getattr(task, 'name', task)!r} was built with its own"
+            )
+        return task
+    judge = None
+    if opts.judge_model is not None:
+        judge = _model(opts.judge_model, model_options)
+        if ledger is not None:
+            judge = TrackedModel(judge, ledger, "judge")
+    return load_task(task, opts, judge=judge)
 
 
 def evaluate(
@@ -82,25 +90,22 @@ def evaluate(
     split: Split = "test",
     limit: int | None = None,
     rollout: RolloutConfig | None = None,
-    judge_model: ModelLike | None = None,
-    task_options: Mapping[str, Any] | None = None,
+    task_options: TaskOptionsLike = None,
     model_options: Mapping[str, Any] | None = None,
     output: str | Path | None = None,
 ) -> EvalResult:
     """Score `model` (reading `skill` and `memory`) on one split of `task`.
 
-    Every call is charged to a ledger (target and judge) and reported in `result.usage`.
+    Every call is charged to a ledger (target, and the judge of `task_options.judge_model`)
+    and reported in `result.usage`.
     With `output`, the per-example rollouts go to that JSONL file and the summary beside it
     (`<output>.summary.json`)."""
     from selftaught.evaluation import evaluate_split
     from selftaught.policy import Policy
 
     ledger = UsageLedger()
-    judge = None
-    if judge_model is not None:
-        judge = TrackedModel(resolve_model(judge_model, model_options), ledger, "judge")
-    the_task = resolve_task(task, task_options, judge=judge)
-    target = TrackedModel(resolve_model(model, model_options), ledger, "target")
+    the_task = resolve_task(task, task_options, ledger=ledger, model_options=model_options)
+    target = TrackedModel(_model(model, model_options), ledger, "target")
     result = evaluate_split(
         the_task,
         target,
@@ -128,7 +133,7 @@ def optimize(
     initial_skill: str = "",
     config: SkillOptConfig | None = None,
     output_dir: str | Path | None = None,
-    task_options: Mapping[str, Any] | None = None,
+    task_options: TaskOptionsLike = None,
     model_options: Mapping[str, Any] | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     progress: bool = True,
@@ -137,21 +142,24 @@ def optimize(
     """Skill optimization (SkillOpt) of a frozen `model`; `optimizer_model` (default: the same
     model) is the analyst. Resumes the run in `output_dir` (default
     `runs/optimize/<task>`) when it holds one with the same settings. Returns the result
-    (`result.summary` is the summary dict, also in summary.json)."""
-    from selftaught.skill import SkillOptConfig, SkillTrainer, default_output_dir
+    (its `to_dict()` is also in summary.json)."""
+    from selftaught.skill import SkillOptConfig, default_output_dir
+    from selftaught.trainers import build_trainer
 
-    the_task = resolve_task(task, task_options)
-    target = resolve_model(model, model_options)
+    ledger = UsageLedger()  # target, analyst and judge: one budget
+    the_task = resolve_task(task, task_options, ledger=ledger, model_options=model_options)
+    target = _model(model, model_options)
     analyst = target
     if optimizer_model is not None and optimizer_model != model:
-        analyst = resolve_model(optimizer_model, model_options)
-    trainer = SkillTrainer(
+        analyst = _model(optimizer_model, model_options)
+    trainer = build_trainer(
         config or SkillOptConfig(),
         the_task,
         target,
         optimizer_model=analyst,
         initial_skill=initial_skill,
         output_dir=output_dir or default_output_dir(the_task.name),
+        ledger=ledger,
         callbacks=callbacks,
         progress=progress,
         console=console,
@@ -161,12 +169,12 @@ def optimize(
 
 def train(
     task: TaskLike,
-    model: str = "local",
+    model: ModelLike = "local",
     *,
     method: str | None = None,
     config: RestConfig | RLConfig | None = None,
     output_dir: str | Path | None = None,
-    task_options: Mapping[str, Any] | None = None,
+    task_options: TaskOptionsLike = None,
     callbacks: Sequence[TrainerCallback] = (),
     progress: bool = True,
     console: Console | None = None,
@@ -180,13 +188,7 @@ def train(
     The run directory (default `runs/train-<method>-<task>-<backend>-s<seed>`) resumes when
     run again."""
     from selftaught.trainers import build_trainer, check_method
-    from selftaught.weights.config import (
-        ConfigError,
-        RestConfig,
-        RLConfig,
-        default_train_config,
-        local_model_path,
-    )
+    from selftaught.weights.config import RestConfig, RLConfig, default_train_config
 
     path = local_model_path(model)  # refuses a model that is not local, before any work
     cfg = config if config is not None else default_train_config(method or "rest")
@@ -196,16 +198,19 @@ def train(
             f"{type(cfg).__name__} (a SkillOptConfig runs with optimize)"
         )
     check_method(cfg, method)
-    the_task = resolve_task(task, task_options)
-    return build_trainer(
+    ledger = UsageLedger()  # the policy's calls and the judge's: one budget
+    the_task = resolve_task(task, task_options, ledger=ledger)
+    trainer = build_trainer(
         cfg,
         the_task,
         path,
         output_dir=output_dir,
+        ledger=ledger,
         callbacks=callbacks,
         progress=progress,
         console=console,
-    ).train()
+    )
+    return trainer.train()
 
 
 def load_result(d: dict[str, Any]) -> RunResult:

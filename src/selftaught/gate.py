@@ -40,13 +40,22 @@ Decision = Literal["accept_new_best", "accept", "reject"]
 
 @dataclass(frozen=True)
 class GateConfig:
+    """The one gate's settings (skills, rounds, GRPO runs and nights alike)."""
+
     metric: Metric = "hard"
-    margin: float = 1.0  # a new best must gain MORE than this many val items (0 = strict >)
-    confidence: float | None = None  # e.g. 0.9: also require a paired test with p <= 0.1
-    accept_ties: bool = True  # let the current skill move to an equal-scoring candidate
-    mixed_weight: float = 0.5  # mixed metric = w * hard + (1 - w) * soft
-    max_missing: float = 0.1  # reject when more val rollouts than this share errored
-    accept_all: bool = False  # gate off: accept every candidate as the new best (greedy)
+    """Gate metric: hard | soft | mixed."""
+    margin: float = 1.0
+    """A new best must gain MORE than this many val items (0 = strict >)."""
+    confidence: float | None = None
+    """Also require a one-sided paired test with p <= 1 - C (e.g. 0.9; 0: none)."""
+    accept_ties: bool = True
+    """Let the current skill move to an equal-scoring candidate."""
+    mixed_weight: float = 0.5
+    """The mixed metric is w * hard + (1 - w) * soft."""
+    max_missing: float = 0.1
+    """Reject when more val rollouts than this share errored."""
+    accept_all: bool = False
+    """Gate off: accept every candidate as the new best (greedy)."""
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:

@@ -23,26 +23,26 @@ def _pair(value: Any) -> tuple[float, float]:
 @dataclass(frozen=True)
 class Score:
     """One split's score: hard (solved share) and soft (partial credit), each with its 95%
-    interval, over `n` scored examples."""
+    interval (`hard_ci`, `soft_ci`: the names every summary uses), over `n` scored examples."""
 
     split: str
     n: int
     hard: float
     hard_ci: tuple[float, float]
     soft: float
-    soft_ci95: tuple[float, float]
+    soft_ci: tuple[float, float]
 
     @classmethod
     def from_summary(cls, d: dict[str, Any], split: str | None = None) -> Score:
-        """From an evaluation summary (`EvalResult.summary()`: `hard_ci`) or a skill run's
-        split summary (`hard_ci95`), or from `to_dict()`."""
+        """From an evaluation summary (`EvalResult.summary()`) or `to_dict()`; a result written
+        before one name was kept (`hard_ci95`, `soft_ci95`) reads the same."""
         return cls(
             split=str(split or d.get("split") or "?"),
             n=int(d.get("n", 0)),
             hard=float(d.get("hard", 0.0)),
             hard_ci=_pair(d.get("hard_ci", d.get("hard_ci95"))),
             soft=float(d.get("soft", 0.0)),
-            soft_ci95=_pair(d.get("soft_ci95", d.get("soft_ci"))),
+            soft_ci=_pair(d.get("soft_ci", d.get("soft_ci95"))),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -52,7 +52,7 @@ class Score:
             "hard": self.hard,
             "hard_ci": list(self.hard_ci),
             "soft": self.soft,
-            "soft_ci95": list(self.soft_ci95),
+            "soft_ci": list(self.soft_ci),
         }
 
 

@@ -7,28 +7,38 @@
 | `RLConfig(method="grpo"/"gspo")`  | `RLTrainer`    | `RLResult`       |
 
 Every trainer is built the same way, `Trainer(config, task, model, *, output_dir, callbacks,
-progress, console)`, and `train()` returns a `RunResult` subclass (`selftaught.results`):
+progress, console)`, and `train()` returns a `RunResult` subclass (`selftaught.results`). The
+model is a spec string or a `ChatModel` for every trainer (`selftaught.models.resolve`); a weight
+trainer's must be local (`local`, `local:PATH`, or a `LocalModel` loaded from files):
 
     from selftaught.trainers import build_trainer
     result = build_trainer(RestConfig(method="sft"), task, "local", output_dir="runs/x").train()
+    run = build_trainer(SkillOptConfig(), task, "local", output_dir="runs/y").train()
 
 A skill run's analyst and starting skill are keywords of its own (`optimizer_model=`,
-`initial_skill=`); a weight run's model is `local`, `local:PATH` or a path."""
+`initial_skill=`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from selftaught.weights.config import METHODS, ConfigError, RestConfig, RLConfig
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from selftaught.models.resolve import ModelLike
     from selftaught.results import RunResult
     from selftaught.skill.config import SkillOptConfig
+    from selftaught.skill.trainer import SkillTrainer
     from selftaught.tasks.base import Task
+    from selftaught.weights.rest import RestTrainer
+    from selftaught.weights.rl import RLTrainer
 
 
 class Trainer(Protocol):
-    """What every trainer offers."""
+    """What every trainer offers: `train()` runs (or resumes) the run in its directory and
+    returns its typed result."""
 
     def train(self) -> RunResult: ...
 
@@ -80,11 +90,24 @@ def check_method(config: SkillOptConfig | RestConfig | RLConfig, method: str | N
         )
 
 
+@overload
+def build_trainer(
+    config: SkillOptConfig, task: Task, model: ModelLike, **kwargs: Any
+) -> SkillTrainer: ...
+@overload
+def build_trainer(
+    config: RestConfig, task: Task, model: ModelLike | Path | None, **kwargs: Any
+) -> RestTrainer: ...
+@overload
+def build_trainer(
+    config: RLConfig, task: Task, model: ModelLike | Path | None, **kwargs: Any
+) -> RLTrainer: ...
 def build_trainer(
     config: SkillOptConfig | RestConfig | RLConfig,
     task: Task,
-    model: Any,
+    model: ModelLike | Path | None,
     **kwargs: Any,
-) -> Any:
+) -> Trainer:
     """The trainer for `config`, built the one way: (config, task, model, **keywords)."""
-    return trainer_for(config)(config, task, model, **kwargs)
+    trainer: Trainer = trainer_for(config)(config, task, model, **kwargs)
+    return trainer

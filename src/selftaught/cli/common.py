@@ -3,6 +3,7 @@ and the small builders that turn options into library objects."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -13,9 +14,12 @@ from rich.console import Console
 from rich.markup import escape
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
+from selftaught.cli.options import config_option
 from selftaught.errors import InputError, SelftaughtError, read_text
 from selftaught.gate import GateConfig
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES
+from selftaught.models.usage import Budget
+from selftaught.tasks.options import TaskOptions
 
 app = typer.Typer(
     help="selftaught: LLM agents that improve themselves on their own tasks, safely.",
@@ -64,61 +68,59 @@ ApiKeyOpt = Annotated[
     str | None,
     typer.Option("--api-key", envvar="SELFTAUGHT_API_KEY", help="API key (else OPENAI_API_KEY)."),
 ]
-SeedOpt = Annotated[int, typer.Option(help="Seed for task splits and sampling.")]
-TrainSizeOpt = Annotated[int | None, typer.Option(help="Train split size (task default if unset).")]
-ValSizeOpt = Annotated[int | None, typer.Option(help="Val split size (task default if unset).")]
-TestSizeOpt = Annotated[int | None, typer.Option(help="Test split size (task default if unset).")]
+# Generated from the configs (each option's help is its field's docstring, its default the
+# field's): the one gate (selftaught.gate), budgets (every call counts: target, optimizer,
+# judge, repairs, gate evaluations) and how a task spec is loaded. Field -> option name.
+GATE_FLAGS = {"metric": "gate_metric", "margin": "gate_margin", "confidence": "gate_confidence"}
+BUDGET_FLAGS = {
+    "calls": "budget_calls",
+    "tokens": "budget_tokens",
+    "usd": "budget_usd",
+    "roles": "budget_roles",
+}
+TASK_FLAGS = tuple(f.name for f in dataclasses.fields(TaskOptions))
+# The same options one by one, for commands that declare them so (sleep run).
+SeedOpt = config_option(TaskOptions, "seed")
+GateMetricOpt = config_option(GateConfig, "metric", optional=True)
+GateMarginOpt = config_option(GateConfig, "margin")
+GateConfidenceOpt = config_option(GateConfig, "confidence")
+BudgetCallsOpt = config_option(Budget, "calls")
+BudgetTokensOpt = config_option(Budget, "tokens")
+BudgetUsdOpt = config_option(Budget, "usd")
 DeviceOpt = Annotated[
     str | None,
     typer.Option(help="Local model device: cpu | cuda | cuda:N | mps (default: best available)."),
 ]
 CacheOpt = Annotated[Path | None, typer.Option(help="SQLite cache of temperature-0 replies.")]
 TimeoutOpt = Annotated[float, typer.Option(help="Seconds per model call.")]
-ReportToOpt = Annotated[
-    str, typer.Option(help="Log the run to: none | trackio | mlflow | wandb (optional extras).")
-]
-# The one gate (selftaught.gate), the same options wherever something is gated.
-GateMetricOpt = Annotated[str | None, typer.Option(help="Gate metric: hard | soft | mixed.")]
-GateMarginOpt = Annotated[
-    float,
-    typer.Option(help="A new best must gain MORE than this many val items (0 = strict >)."),
-]
-GateConfidenceOpt = Annotated[
-    float | None,
-    typer.Option(help="Also require a one-sided paired test with p <= 1 - C (e.g. 0.9; 0: none)."),
-]
-# Budgets: every call counts (target, optimizer, judge, repairs, gate evaluations).
-BudgetCallsOpt = Annotated[int | None, typer.Option(help="Stop cleanly after this many calls.")]
-BudgetTokensOpt = Annotated[int | None, typer.Option(help="Stop cleanly after this many tokens.")]
-BudgetUsdOpt = Annotated[
-    float | None, typer.Option(help="Stop cleanly after this many USD (known prices only).")
-]
-BudgetRolesOpt = Annotated[
-    str | None,
-    typer.Option(help="Roles the budget counts, e.g. 'target' (GEPA's metric calls); default all."),
-]
 
 
-def gate_config(metric: str | None, margin: float, confidence: float | None) -> Any:
-
+def gate_config(
+    metric: str | None, margin: float, confidence: float | None, **rest: Any
+) -> GateConfig:
+    """The gate the options describe (metric unset: the default; confidence 0: no test)."""
     try:
         return GateConfig(
             metric=metric or GateConfig.metric,  # type: ignore[arg-type]
             margin=margin,
             confidence=confidence or None,  # 0: no paired test
+            **rest,
         )
     except InputError as err:
         raise typer.BadParameter(str(err)) from None
 
 
 def budget(
-    calls: int | None, tokens: int | None, usd: float | None, roles: str | None = None
-) -> Any:
-    from selftaught.models.usage import Budget
-
-    counted = tuple(r.strip() for r in roles.split(",") if r.strip()) if roles else None
+    calls: int | None,
+    tokens: int | None,
+    usd: float | None = None,
+    roles: str | tuple[str, ...] | None = None,
+) -> Budget:
+    """The budget the options describe (`roles` comma-separated or a tuple; unset: all)."""
+    if isinstance(roles, str):
+        roles = tuple(r.strip() for r in roles.split(",") if r.strip())
     try:
-        return Budget(calls=calls, tokens=tokens, usd=usd, roles=counted)
+        return Budget(calls=calls, tokens=tokens, usd=usd, roles=roles or None)
     except InputError as err:
         raise typer.BadParameter(str(err)) from None
 
@@ -134,33 +136,11 @@ def model_options(
     return {k: v for k, v in given.items() if v is not None}
 
 
-def task_options(
-    seed: int,
-    train_size: int | None = None,
-    val_size: int | None = None,
-    test_size: int | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """`load_task` keyword arguments (split sizes left unset keep each task's defaults)."""
-    sizes = {"train_size": train_size, "val_size": val_size, "test_size": test_size}
-    return {"seed": seed, **{k: v for k, v in {**sizes, **extra}.items() if v is not None}}
-
-
 DEFAULT_MAX_BODY_MB = DEFAULT_MAX_BODY_BYTES / 2**20
 MaxBodyOpt = Annotated[
     float,
     typer.Option(
         "--max-body-mb", min=0.001, help="Largest request body accepted, in MiB (larger: 413)."
-    ),
-]
-UnsafeExecOpt = Annotated[
-    bool,
-    typer.Option(
-        "--unsafe-exec",
-        help="Where bubblewrap is missing, run model-written code with resource limits only "
-        "(it can read your files and use the network); and allow the reasoning-gym tasks whose "
-        "own scorers evaluate the answer as Python inside this selftaught process, unsandboxed "
-        "even when bubblewrap is installed. Without this such tasks refuse.",
     ),
 ]
 

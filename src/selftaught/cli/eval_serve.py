@@ -10,27 +10,23 @@ from rich.table import Table
 
 from selftaught.cli.common import (
     DEFAULT_MAX_BODY_MB,
+    TASK_FLAGS,
     ApiKeyOpt,
     CacheOpt,
     DeviceOpt,
     MaxBodyOpt,
     ModelOpt,
-    SeedOpt,
     TaskOpt,
-    TestSizeOpt,
     TimeoutOpt,
-    TrainSizeOpt,
-    UnsafeExecOpt,
-    ValSizeOpt,
     app,
     console,
     friendly_errors,
     model_options,
     out,
     read_text_file,
-    task_options,
     warn_unsafe_exec,
 )
+from selftaught.cli.options import config_flags
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import InputError
@@ -38,7 +34,7 @@ from selftaught.http_guard import LOOPBACK
 from selftaught.models.base import GenerationParams
 from selftaught.models.errors import CALL_TIMEOUT_S
 from selftaught.rollout import RolloutConfig, rollout_timeout
-from selftaught.tasks.registry import DEFAULT_SEED
+from selftaught.tasks.options import TaskOptions
 
 # ---- tasks / eval / serve (foundation) ------------------------------------------------
 
@@ -69,8 +65,14 @@ def tasks_cmd(
 
 @app.command("eval")
 @friendly_errors
+@config_flags(RolloutConfig, ["concurrency"], into="rollout_fields")
+@config_flags(GenerationParams, ["max_tokens", "temperature"], into="params")
+@config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
 def eval_cmd(
     task: TaskOpt,
+    rollout_fields: dict[str, Any],
+    params: dict[str, Any],
+    task_fields: dict[str, Any],
     model: ModelOpt = "local",
     skill: Annotated[Path | None, typer.Option(help="Skill document (system prompt).")] = None,
     memory: Annotated[Path | None, typer.Option(help="Memory document.")] = None,
@@ -80,51 +82,20 @@ def eval_cmd(
         Path | None,
         typer.Option(help="Per-example JSONL (default runs/eval/<task>-<split>.jsonl)."),
     ] = None,
-    concurrency: Annotated[
-        int, typer.Option(help="Concurrent requests.")
-    ] = RolloutConfig.concurrency,
-    max_tokens: Annotated[
-        int, typer.Option(help="Reply length cap (truncation is reported).")
-    ] = GenerationParams.max_tokens,
-    temperature: Annotated[
-        float, typer.Option(help="Sampling temperature (0 = greedy).")
-    ] = GenerationParams.temperature,
     timeout: TimeoutOpt = CALL_TIMEOUT_S,
     cache: CacheOpt = None,
-    scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
-    judge_model: Annotated[
-        str | None, typer.Option(help="Judge model spec for the llm_judge scorer.")
-    ] = None,
-    rubric: Annotated[
-        Path | None, typer.Option(help="Rubric file for the llm_judge scorer.")
-    ] = None,
-    seed: SeedOpt = DEFAULT_SEED,
-    train_size: TrainSizeOpt = None,
-    val_size: ValSizeOpt = None,
-    test_size: TestSizeOpt = None,
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
-    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Score a model (+ skill) on a task split: hard/soft accuracy with 95% CIs, tokens used."""
     from selftaught.api import evaluate
-    from selftaught.rollout import RolloutConfig
     from selftaught.runs import slug
 
     if split not in ("train", "val", "test"):
         raise typer.BadParameter(f"--split must be train, val or test, not {split!r}")
-    warn_unsafe_exec(unsafe_exec)
-    options = task_options(
-        seed,
-        train_size,
-        val_size,
-        test_size,
-        scorer=scorer,
-        rubric=read_text_file(rubric, "rubric") or None,
-        unsafe_exec=unsafe_exec,
-    )
-    task_name = task  # for the default output path; the task object names itself below
-    path = output or Path("runs") / "eval" / f"{slug(task_name)}-{split}.jsonl"
+    options = TaskOptions(**task_fields)
+    warn_unsafe_exec(options.unsafe_exec)
+    path = output or Path("runs") / "eval" / f"{slug(task)}-{split}.jsonl"
     result = evaluate(
         task,
         model,
@@ -133,12 +104,11 @@ def eval_cmd(
         split=split,  # type: ignore[arg-type]
         limit=limit,
         rollout=RolloutConfig(
-            concurrency=concurrency,
+            **rollout_fields,
             timeout_s=rollout_timeout(timeout),
-            params=GenerationParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
+            params=GenerationParams(**params, seed=options.seed),
             description=f"eval {task} [{split}]",
         ),
-        judge_model=judge_model,
         task_options=options,
         model_options=model_options(api_key, timeout, cache, device),
         output=path,

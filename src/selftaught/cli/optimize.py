@@ -2,31 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from selftaught.cli.common import (
+    BUDGET_FLAGS,
+    GATE_FLAGS,
+    TASK_FLAGS,
     ApiKeyOpt,
-    BudgetCallsOpt,
-    BudgetRolesOpt,
-    BudgetTokensOpt,
-    BudgetUsdOpt,
     CacheOpt,
     DeviceOpt,
-    GateConfidenceOpt,
-    GateMarginOpt,
-    GateMetricOpt,
     ModelOpt,
-    SeedOpt,
     TaskOpt,
-    TestSizeOpt,
     TimeoutOpt,
-    TrainSizeOpt,
-    UnsafeExecOpt,
-    ValSizeOpt,
     app,
     budget,
     console,
@@ -35,7 +27,6 @@ from selftaught.cli.common import (
     model_options,
     out,
     read_text_file,
-    task_options,
     warn_unsafe_exec,
 )
 from selftaught.cli.options import config_flags
@@ -44,8 +35,14 @@ from selftaught.cli.options import config_flags
 from selftaught.errors import InputError
 from selftaught.gate import GateConfig
 from selftaught.models.errors import CALL_TIMEOUT_S
+from selftaught.models.usage import Budget
 from selftaught.rollout import rollout_timeout
 from selftaught.skill.config import SkillOptConfig
+from selftaught.tasks.options import TaskOptions
+
+if TYPE_CHECKING:
+    from selftaught.evaluation import EvalResult
+    from selftaught.skill.result import SkillRunResult
 
 # ---- optimize (skill optimization, text space) ----------------------------------------
 
@@ -80,12 +77,22 @@ SKILL_FLAGS = {
 }
 
 
+# the skill run's own gate defaults; an unset metric is the gate's default
+SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None}
+
+
 @app.command("optimize")
 @friendly_errors
 @config_flags(SkillOptConfig, SKILL_FLAGS, into="skill_fields")
+@config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=SKILL_GATE)
+@config_flags(Budget, BUDGET_FLAGS, into="budget_fields")
+@config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
 def optimize_cmd(
     task: TaskOpt,
     skill_fields: dict[str, Any],
+    gate_fields: dict[str, Any],
+    budget_fields: dict[str, Any],
+    task_fields: dict[str, Any],
     model: ModelOpt = "local",
     optimizer_model: Annotated[
         str | None,
@@ -101,45 +108,30 @@ def optimize_cmd(
             "resumes from the last completed step."
         ),
     ] = None,
-    gate_metric: GateMetricOpt = None,
-    gate_margin: GateMarginOpt = GateConfig.margin,
-    gate_confidence: GateConfidenceOpt = SkillOptConfig().gate.confidence,
     strict_gate: Annotated[
         bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
     ] = False,
-    budget_calls: BudgetCallsOpt = None,
-    budget_tokens: BudgetTokensOpt = None,
-    budget_usd: BudgetUsdOpt = None,
-    budget_roles: BudgetRolesOpt = None,
     timeout: TimeoutOpt = CALL_TIMEOUT_S,
     cache: CacheOpt = None,
-    scorer: Annotated[str | None, typer.Option(help="Scorer for JSONL tasks.")] = None,
-    seed: SeedOpt = SkillOptConfig.seed,
-    train_size: TrainSizeOpt = None,
-    val_size: ValSizeOpt = None,
-    test_size: TestSizeOpt = None,
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
-    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Optimize a skill document for a frozen model (SkillOpt): rollout → reflect → aggregate →
     select under an edit budget → apply → gate on val; ships the best skill, not the last."""
     from selftaught.api import optimize
     from selftaught.models.errors import FatalBackendError
 
-    gate = gate_config(
-        gate_metric,
-        0.0 if strict_gate else gate_margin,
-        None if strict_gate else gate_confidence,
-    )
+    if strict_gate:
+        gate_fields = {**gate_fields, "margin": 0.0, "confidence": None}
+    options = TaskOptions(**task_fields)
     config = skill_config(
         skill_fields,
-        seed=seed,
-        gate=gate,
-        budget=budget(budget_calls, budget_tokens, budget_usd, budget_roles),
+        seed=options.seed,
+        gate=gate_config(**gate_fields),
+        budget=budget(**budget_fields),
         timeout_s=rollout_timeout(timeout),
     )
-    warn_unsafe_exec(unsafe_exec)
+    warn_unsafe_exec(options.unsafe_exec)
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
     try:
         result = optimize(
@@ -149,16 +141,14 @@ def optimize_cmd(
             initial_skill=read_text_file(skill, "skill"),
             config=config,
             output_dir=output,
-            task_options=task_options(
-                seed, train_size, val_size, test_size, scorer=scorer, unsafe_exec=unsafe_exec
-            ),
+            task_options=options,
             model_options=model_options(api_key, timeout, cache, device),
             console=console,
         )
     except FatalBackendError:
         console.print("stopped; the run is resumable: fix the cause and re-run the same command")
         raise
-    print_optimize(result.summary)
+    print_optimize(result)
 
 
 def skill_config(fields: dict[str, Any], **rest: Any) -> SkillOptConfig:
@@ -169,36 +159,37 @@ def skill_config(fields: dict[str, Any], **rest: Any) -> SkillOptConfig:
         raise typer.BadParameter(str(err)) from None
 
 
-def print_optimize(summary: dict[str, Any]) -> None:
-    table = Table(title=f"skill optimization: {summary['task']}")
+def print_optimize(result: SkillRunResult) -> None:
+    table = Table(title=f"skill optimization: {result.task}")
     table.add_column("")
     table.add_column("initial skill", justify="right")
     table.add_column("best skill", justify="right")
 
-    def acc(s: dict[str, Any] | None) -> str:
-        if not s:
+    def acc(s: EvalResult | None) -> str:
+        if s is None:
             return "-"
-        lo, hi = s["hard_ci"]
-        return f"{s['hard']:.3f} ({s['solved']}/{s['n']}, 95% CI {lo:.2f}-{hi:.2f})"
+        lo, hi = s.hard_ci
+        return f"{s.hard:.3f} ({s.solved}/{s.n}, 95% CI {lo:.2f}-{hi:.2f})"
 
-    test_res = summary["test"] or {}
-    table.add_row("val accuracy", acc(summary["val_initial"]), acc(summary["val_best"]))
-    table.add_row("test accuracy", acc(test_res.get("initial")), acc(test_res.get("best")))
-    out.print(table)
-    analyst_stats = summary["analyst"]
-    rate = analyst_stats["parse_rate"]
-    out.print(
-        f"steps {summary['steps']}/{summary['total_steps']} · gate "
-        + ", ".join(f"{k} {v}" for k, v in sorted(summary["decisions"].items()))
-        + f" · analyst replies parsed {'-' if rate is None else f'{rate:.0%}'} of "
-        f"{analyst_stats['calls']} · LLM calls {summary['llm_calls']} · tokens "
-        f"{summary['tokens']} · {summary['elapsed_s']:.0f} s"
+    test = result.test
+    table.add_row("val accuracy", acc(result.val_initial), acc(result.val_best))
+    table.add_row(
+        "test accuracy", acc(test.initial if test else None), acc(test.best if test else None)
     )
-    if summary.get("stopped_by"):
-        out.print(f"[bold yellow]stopped early:[/] {summary['stopped_by']}")
-    if test_res:
-        out.print(f"test paired sign test p = {test_res['paired']['sign_test_p']:.3f}")
-    best_path = Path(summary["run_dir"]) / "best_skill.md"
-    demos = summary.get("best_demos") or []
+    out.print(table)
+    rate = result.analyst.rate()
+    out.print(
+        f"steps {result.steps}/{result.total_steps} · gate "
+        + ", ".join(f"{k} {v}" for k, v in sorted(result.decisions.items()))
+        + f" · analyst replies parsed {'-' if rate is None else f'{rate:.0%}'} of "
+        f"{result.analyst.calls} · LLM calls {result.llm_calls} · tokens "
+        f"{result.tokens} · {result.seconds:.0f} s"
+    )
+    if result.stopped_by:
+        out.print(f"[bold yellow]stopped early:[/] {result.stopped_by}")
+    if test:
+        out.print(f"test paired sign test p = {test.paired.sign_test_p:.3f}")
+    best_path = Path(result.run_dir or ".") / f"best_{result.document}.md"
+    demos = result.best_demos
     carries = f", with {len(demos)} worked example{'s' * (len(demos) != 1)}" if demos else ""
-    out.print(f"best skill ({summary['best_version']}{carries}): {best_path}")
+    out.print(f"best {result.document} ({result.best_version}{carries}): {best_path}")

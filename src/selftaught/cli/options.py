@@ -92,53 +92,100 @@ def field_default(cls: type, name: str) -> Any:
     raise TypeError(f"{cls.__name__}.{name} has no default")
 
 
+def _is_str_tuple(hint: Any) -> bool:
+    """`tuple[str, ...]` (or it or None): a flag that takes a comma-separated list."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+        hint = args[0]
+    return typing.get_origin(hint) is tuple and typing.get_args(hint)[:1] == (str,)
+
+
 def _option_type(hint: Any) -> Any:
-    """What typer can parse: a Literal of strings becomes str (the config validates it)."""
+    """What typer can parse: a Literal of strings becomes str (the config validates it), a
+    tuple of strings a comma-separated string, a union holding str (e.g. a model spec or a
+    ChatModel) its string form."""
+    if _is_str_tuple(hint):
+        return str | None
     if typing.get_origin(hint) is Literal:
         return type(typing.get_args(hint)[0])
     args = typing.get_args(hint)
     if args and type(None) in args and any(typing.get_origin(a) is Literal for a in args):
         return str | None
-    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) not in args:
-        return args[0]  # e.g. `str | list[str]`: the flag takes the string form
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if type(None) not in args:
+            return args[0]  # e.g. `str | list[str]`: the flag takes the string form
+        if str in args and len(args) > 2:
+            return str | None  # e.g. `str | ChatModel | None`: a spec string
     return hint
 
 
-def config_option(cls: type, name: str, *decls: str, help_suffix: str = "") -> Any:
-    """`Annotated[type, typer.Option(...)]` for one config field (default set by the caller)."""
+def _from_flag(hint: Any, value: Any) -> Any:
+    """A flag's value as the field takes it (a comma-separated list as a tuple)."""
+    if _is_str_tuple(hint) and isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip()) or None
+    return value
+
+
+def config_option(
+    cls: type, name: str, *decls: str, help_suffix: str = "", optional: bool = False
+) -> Any:
+    """`Annotated[type, typer.Option(...)]` for one config field (default set by the caller;
+    `optional`: the option may be left unset, None)."""
     hint = typing.get_type_hints(cls)[name]
     help_text = field_help(cls, name) + (f" {help_suffix}" if help_suffix else "")
-    return Annotated[_option_type(hint), typer.Option(*decls, help=help_text)]
+    kind = _option_type(hint)
+    if optional and type(None) not in typing.get_args(kind):
+        kind = kind | None
+    return Annotated[kind, typer.Option(*decls, help=help_text)]
+
+
+FieldFlags = Mapping[str, "str | tuple[str, ...]"] | Sequence[str]
+
+
+def flag_default(cls: type, field: str, defaults: Any) -> Any:
+    """The flag's default: from `defaults` (a mapping by field, or a config instance) when it
+    names the field, else the class's own."""
+    if isinstance(defaults, Mapping):
+        return defaults[field] if field in defaults else field_default(cls, field)
+    return getattr(defaults, field) if defaults is not None else field_default(cls, field)
 
 
 def config_flags(
     cls: type,
-    fields: Mapping[str, str] | Sequence[str],
+    fields: FieldFlags,
     *,
     into: str,
     defaults: Any = None,
 ) -> Callable[[F], F]:
-    """Add one option per config field (field name -> option parameter name) to a command;
-    the command receives their values as one dict `into`, keyed by field name. Defaults are
-    the class's, or those of the `defaults` instance (e.g. a night's own SkillOpt settings)."""
-    names = dict(fields) if isinstance(fields, Mapping) else {f: f for f in fields}
+    """Add one option per config field to a command; the command receives their values as one
+    dict `into`, keyed by field name. `fields` maps a field to its option's parameter name, or
+    to (parameter name, short flag, ...), e.g. `{"samples_per_prompt": ("samples_per_prompt",
+    "-k")}`. Defaults are the class's, or those `defaults` gives (a config instance, e.g. a
+    night's own SkillOpt settings, or a mapping by field name: a None there leaves the option
+    unset, for a command that decides later)."""
+    named = dict(fields) if isinstance(fields, Mapping) else {f: f for f in fields}
+    names = {f: (v if isinstance(v, str) else v[0]) for f, v in named.items()}
+    shorts = {f: (() if isinstance(v, str) else tuple(v[1:])) for f, v in named.items()}
+    hints = typing.get_type_hints(cls)
+
+    def option(field: str, param: str) -> inspect.Parameter:
+        default = flag_default(cls, field, defaults)
+        decls = ("--" + param.replace("_", "-"), *shorts[field]) if shorts[field] else ()
+        annotation = config_option(cls, field, *decls, optional=default is None)
+        return inspect.Parameter(
+            param, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+        )
 
     def decorate(fn: F) -> F:
         sig = inspect.signature(fn, eval_str=True)
         params = [p for p in sig.parameters.values() if p.name != into]
-        added = [
-            inspect.Parameter(
-                param,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=getattr(defaults, field) if defaults else field_default(cls, field),
-                annotation=config_option(cls, field),
-            )
-            for field, param in names.items()
-        ]
+        added = [option(field, param) for field, param in names.items()]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            chosen = {field: kwargs.pop(param) for field, param in names.items()}
+            chosen = {
+                field: _from_flag(hints[field], kwargs.pop(param)) for field, param in names.items()
+            }
             return fn(*args, **{into: chosen}, **kwargs)
 
         positional = [p for p in params if p.kind != inspect.Parameter.KEYWORD_ONLY]

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from selftaught.cli.common import (
-    BudgetCallsOpt,
-    BudgetTokensOpt,
+    BUDGET_FLAGS,
+    GATE_FLAGS,
+    TASK_FLAGS,
     DeviceOpt,
-    GateConfidenceOpt,
-    GateMarginOpt,
-    GateMetricOpt,
     ModelOpt,
-    SeedOpt,
     TaskOpt,
-    TestSizeOpt,
-    TrainSizeOpt,
-    UnsafeExecOpt,
-    ValSizeOpt,
     app,
     budget,
     console,
@@ -28,7 +21,6 @@ from selftaught.cli.common import (
     gate_config,
     out,
     read_text_file,
-    task_options,
     warn_unsafe_exec,
 )
 from selftaught.cli.options import config_flags
@@ -36,6 +28,8 @@ from selftaught.errors import ConfigError
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.gate import GateConfig
+from selftaught.models.usage import Budget
+from selftaught.tasks.options import TaskOptions
 from selftaught.weights.config import (
     METHODS,
     RL_METHODS,
@@ -44,6 +38,10 @@ from selftaught.weights.config import (
     RLConfig,
     SFTTrainConfig,
 )
+
+if TYPE_CHECKING:
+    from selftaught.weights.rest import RestResult
+    from selftaught.weights.rl import RLResult
 
 # ---- train (weight space) -------------------------------------------------------------
 
@@ -111,6 +109,9 @@ def check_method_options(method: str, given: set[str]) -> None:
 
 
 # Config fields offered as flags (help and default: the field): field name -> option name
+# the gate left unset is the task's own (soft for games); a train budget counts calls, tokens
+TASK_GATE = {"metric": None, "confidence": None}
+TRAIN_BUDGET_FLAGS = {k: BUDGET_FLAGS[k] for k in ("calls", "tokens")}
 BACKEND_FLAGS = {
     "backend": "backend",
     "lora_r": "lora_r",
@@ -122,7 +123,8 @@ BACKEND_FLAGS = {
     "scratch_layers": "scratch_layers",
     "scratch_width": "scratch_width",
 }
-REST_FLAGS = {
+REST_FLAGS: dict[str, str | tuple[str, ...]] = {
+    "samples_per_prompt": ("samples_per_prompt", "-k"),
     "rounds": "rounds",
     "elite_fraction": "elite_fraction",
     "min_score": "min_score",
@@ -149,6 +151,9 @@ RL_FLAGS = {
 @config_flags(RestConfig, REST_FLAGS, into="rest_fields")
 @config_flags(SFTTrainConfig, SFT_FLAGS, into="sft_fields")
 @config_flags(RLConfig, RL_FLAGS, into="rl_fields")
+@config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=TASK_GATE)
+@config_flags(Budget, TRAIN_BUDGET_FLAGS, into="budget_fields")
+@config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
 def train(
     ctx: typer.Context,
     task: TaskOpt,
@@ -156,15 +161,19 @@ def train(
     rest_fields: dict[str, Any],
     sft_fields: dict[str, Any],
     rl_fields: dict[str, Any],
+    gate_fields: dict[str, Any],
+    budget_fields: dict[str, Any],
+    task_fields: dict[str, Any],
     method: Annotated[
         str, typer.Option(help="rest (ReST-EM) | sft (on references) | grpo | gspo")
     ] = RestConfig.method,
     model: ModelOpt = "local",
-    samples_per_prompt: Annotated[
-        int, typer.Option("--samples-per-prompt", "-k", help="k samples per train prompt.")
-    ] = RestConfig.samples_per_prompt,
     temperature: Annotated[
-        float | None, typer.Option(help="Sampling temperature (rest 0.8, grpo/gspo 1.0).")
+        float | None,
+        typer.Option(
+            help=f"Sampling temperature (rest {RestConfig.temperature}, grpo/gspo "
+            f"{RLConfig.temperature})."
+        ),
     ] = None,
     lr: Annotated[
         float | None, typer.Option("--lr", help="Learning rate (default per backend and method).")
@@ -173,16 +182,7 @@ def train(
         Path | None,
         typer.Option(help="Skill file in the system prompt while sampling only (distillation)."),
     ] = None,
-    gate_metric: GateMetricOpt = None,
-    gate_margin: GateMarginOpt = GateConfig.margin,
-    gate_confidence: GateConfidenceOpt = None,
-    budget_calls: BudgetCallsOpt = None,
-    budget_tokens: BudgetTokensOpt = None,
     device: DeviceOpt = None,
-    train_size: TrainSizeOpt = None,
-    val_size: ValSizeOpt = None,
-    test_size: TestSizeOpt = None,
-    seed: SeedOpt = RestConfig.seed,
     threads: Annotated[
         int | None, typer.Option(help="torch CPU threads (fewer is faster on a busy machine).")
     ] = None,
@@ -195,18 +195,18 @@ def train(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
-    unsafe_exec: UnsafeExecOpt = False,
 ) -> None:
     """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO."""
     from selftaught.api import train as run_training
 
     check_method_options(method, given_options(ctx))
     set_threads(threads)
-    warn_unsafe_exec(unsafe_exec)
+    options = TaskOptions(**task_fields)
+    warn_unsafe_exec(options.unsafe_exec)
     shared = {
-        "seed": seed,
-        "gate": train_gate(gate_metric, gate_margin, gate_confidence),
-        "budget": budget(budget_calls, budget_tokens, None),
+        "seed": options.seed,
+        "gate": train_gate(**gate_fields),
+        "budget": budget(**budget_fields),
         "backend": BackendConfig(**backend_fields, device=device),
     }
     config: RestConfig | RLConfig
@@ -214,16 +214,14 @@ def train(
         config = rl_config(method, rl_fields, rest_fields, temperature, lr, shared)
     else:
         teacher = read_text_file(teacher_skill, "teacher skill") or None
-        config = rest_config(
-            method, rest_fields, sft_fields, samples_per_prompt, temperature, lr, teacher, shared
-        )
+        config = rest_config(method, rest_fields, sft_fields, temperature, lr, teacher, shared)
     result = run_training(
         task,
         model,
         method=method,
         config=config,
         output_dir=output,
-        task_options=task_options(seed, train_size, val_size, test_size, unsafe_exec=unsafe_exec),
+        task_options=options,
         progress=not quiet,
         console=console,
     )
@@ -247,7 +245,6 @@ def rest_config(
     method: str,
     rest_fields: dict[str, Any],
     sft_fields: dict[str, Any],
-    samples_per_prompt: int,
     temperature: float | None,
     lr: float | None,
     teacher_skill: str | None,
@@ -257,7 +254,6 @@ def rest_config(
     return RestConfig(
         method=method,  # type: ignore[arg-type]
         **rest_fields,
-        samples_per_prompt=samples_per_prompt,
         temperature=RestConfig.temperature if temperature is None else temperature,
         teacher_skill=teacher_skill,
         sft=SFTTrainConfig(**sft_fields, learning_rate=lr),
@@ -296,12 +292,11 @@ def given_options(ctx: typer.Context) -> set[str]:
     }
 
 
-def print_train(result: Any) -> None:
-    summary = result.to_dict()
+def print_train(result: RestResult | RLResult) -> None:
     console.print(f"base    test {result.base_test.line()}")
     console.print(
-        f"shipped test {result.shipped_test.line()}  ({summary['shipped']}, {summary['gain']:+.3f})"
+        f"shipped test {result.shipped_test.line()}  ({result.shipped}, {result.gain:+.3f})"
     )
     if result.best_dir:
         console.print(f"shipped model: {result.best_dir}  (use --model local:{result.best_dir})")
-    out.print_json(data=summary)
+    out.print_json(data=result.to_dict())

@@ -26,10 +26,15 @@ class GenerationParams:
     `max_completion_tokens` and would generate to the context limit)."""
 
     max_tokens: int = 256
+    """Reply length cap (truncation is reported)."""
     temperature: float = 0.0
+    """Sampling temperature (0 = greedy)."""
     top_p: float = 1.0
+    """Nucleus sampling: the smallest set of tokens with this much probability."""
     seed: int | None = None
+    """Sampling seed (None: unseeded)."""
     stop: list[str] | None = None
+    """Strings that end the reply as soon as they appear."""
     tools: list[dict[str, Any]] | None = None
     """The OpenAI `tools` schema offered to the model (None: a plain chat reply)."""
     tool_choice: str | dict[str, Any] | None = None

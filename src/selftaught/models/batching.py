@@ -120,7 +120,7 @@ class ContinuousBatcher:
         self.pad_id = int(pad_id)
         self.decode = decode
         self.min_prefix = min_prefix
-        self.device = _model_device(model)
+        self.device = model_device(model)
         self.stats = stats if stats is not None else BatcherStats()
         self._keep_logits = _accepts_logits_to_keep(model)
         self.rows: list[GenSequence] = []
@@ -431,7 +431,7 @@ def _check_cache(cache: Any) -> None:
             )
 
 
-def _model_device(model: Any) -> Any:
+def model_device(model: Any) -> Any:
     device = getattr(model, "device", None)
     if device is None:
         device = next(model.parameters()).device

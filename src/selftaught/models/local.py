@@ -201,6 +201,14 @@ class LocalModel(AsyncChatModel):
     # ------------------------------------------------------------------ loading
 
     @property
+    def spec(self) -> str | None:
+        """The model spec that loads these weights again: `local` (the embedded model) or
+        `local:PATH`; None for a model in memory (it has no files)."""
+        if self._in_memory:
+            return None
+        return f"local:{self._requested_path}" if self._requested_path else "local"
+
+    @property
     def path(self) -> Path:
         """The resolved transformers folder (converting a GGUF / the embedded model once)."""
         if self._in_memory:
@@ -241,9 +249,9 @@ class LocalModel(AsyncChatModel):
     @property
     def device(self) -> Any:
         """The torch device the model runs on (loads the model)."""
-        from selftaught.models.batching import _model_device
+        from selftaught.models.batching import model_device
 
-        return _model_device(self.model)
+        return model_device(self.model)
 
     @property
     def max_batch_size(self) -> int:

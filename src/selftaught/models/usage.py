@@ -54,9 +54,14 @@ class Budget:
     rollouts only) is `Budget(calls=N, roles=("target",))`."""
 
     calls: int | None = None
+    """Stop cleanly after this many calls."""
     tokens: int | None = None
+    """Stop cleanly after this many tokens."""
     usd: float | None = None
+    """Stop cleanly after this many USD (known prices only)."""
     roles: tuple[str, ...] | None = None
+    """Roles the budget counts, comma-separated, e.g. 'target' (GEPA's metric calls); unset:
+    every role."""
 
     def __post_init__(self) -> None:
         for name in ("calls", "tokens", "usd"):

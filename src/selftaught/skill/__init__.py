@@ -5,8 +5,9 @@ from selftaught.gate import GateConfig, GateResult, gate
 from selftaught.skill.budget_schedule import edit_budget
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit, EditReport, Patch, SkillDocument, apply_edits
+from selftaught.skill.persist import default_output_dir
 from selftaught.skill.select import select_edits
-from selftaught.skill.trainer import SkillTrainer, default_output_dir
+from selftaught.skill.trainer import SkillTrainer
 
 __all__ = [
     "Edit",

@@ -109,7 +109,8 @@ class SkillOptConfig:
     `proposal_temperature`, so a weak analyst's rare good edit gets more chances. 0: no
     analyst at all, the demo search alone (as DSPy's BootstrapFewShot). With a 0.5B analyst 0
     shipped the same skills as 1 on every peer-benchmark seed and task in a tenth to a third
-    of the wall time; 1 stays the default because rules are what a strong analyst can improve."""
+    of the wall time; the default asks the analyst because rules are what a strong one can
+    improve."""
     proposal_temperature: float = 0.7
     """Analyst temperature of the extra proposals."""
     pool: bool = True

@@ -1,94 +1,189 @@
-"""What a skill optimization run returns: `SkillRunResult`, a `RunResult` that also carries
-the run's summary (the dict `summary.json` holds)."""
+"""What a skill optimization run returns: `SkillRunResult`, a `RunResult` with the run's
+summary as typed fields. `to_dict()` is what `summary.json` holds (the summary's readable keys
+plus `RunResult`'s); `from_dict` reads it back, an older run's summary too."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from selftaught.evaluation import EvalResult
+from selftaught.gate import Paired
+from selftaught.models.usage import Budget
 from selftaught.results import RunResult, Score
 
-# keys RunResult.to_dict adds that the skill summary does not hold
-_RESULT_ONLY = ("kind", "method", "base_score", "shipped_score", "seconds")
+if TYPE_CHECKING:
+    from selftaught.skill.reflect import AnalystCall
 
 
 @dataclass
-class SkillRunResult(RunResult):
-    """A skill (or memory) run: the shipped document, val before / after, the test
-    comparison when test was scored, gate decisions, analyst parse rate, usage. The base and
-    shipped scores are on test when the run scored it, else on val.
+class ParseStats:
+    """How the analyst's replies parsed: ok, repaired, invalid JSON, or a backend error."""
 
-    `result.summary` is the summary dict; `result["key"]` reads it too (as when `train()`
-    returned the dict)."""
+    calls: int = 0
+    ok: int = 0
+    repaired: int = 0
+    invalid_json: int = 0
+    backend_error: int = 0
+
+    def add(self, call: AnalystCall) -> None:
+        self.calls += 1
+        setattr(self, call.status, getattr(self, call.status) + 1)
+
+    def rate(self) -> float | None:
+        """Share of answered calls whose reply parsed (repaired ones included)."""
+        answered = self.calls - self.backend_error
+        return (self.ok + self.repaired) / answered if answered else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "parse_rate": self.rate()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ParseStats:
+        return cls(**{f.name: int(d.get(f.name) or 0) for f in fields(cls)})
+
+
+@dataclass
+class SkillTest:
+    """The initial and the best skill on the test split, paired item by item."""
+
+    initial: EvalResult
+    best: EvalResult
+    versions: dict[str, str]
+    paired: Paired
+    gain: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "initial": self.initial.summary(),
+            "best": self.best.summary(),
+            "versions": dict(self.versions),
+            "paired": self.paired.to_dict(),
+            "gain": self.gain,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SkillTest:
+        p = d.get("paired") or {}
+        return cls(
+            initial=EvalResult.from_summary(d["initial"]),
+            best=EvalResult.from_summary(d["best"]),
+            versions=dict(d.get("versions") or {}),
+            paired=Paired(
+                int(p.get("wins", 0)),
+                int(p.get("losses", 0)),
+                int(p.get("ties", 0)),
+                float(p.get("sign_test_p", 1.0)),
+            ),
+            gain=float(d.get("gain", 0.0)),
+        )
+
+
+def _eval(d: dict[str, Any] | None) -> EvalResult | None:
+    return EvalResult.from_summary(d) if d else None
+
+
+@dataclass(kw_only=True)
+class SkillRunResult(RunResult):
+    """A skill (or memory: `method`) run: the shipped document, val before / after, the test
+    comparison when test was scored, gate decisions, analyst parse rate, usage (the final test
+    apart, in `test_usage`). The base and shipped scores are on test when the run scored it,
+    else on val."""
 
     kind: ClassVar[str] = "skill"
 
-    summary: dict[str, Any] = field(default_factory=dict)
+    steps: int = 0
+    total_steps: int = 0
+    best_version: str = ""
+    best_skill: str = ""
+    best_demos: list[dict[str, Any]] = field(default_factory=list)
+    pool: list[str] = field(default_factory=list)
+    val_initial: EvalResult | None = None
+    val_best: EvalResult | None = None
+    decisions: dict[str, int] = field(default_factory=dict)
+    analyst: ParseStats = field(default_factory=ParseStats)
+    test: SkillTest | None = None
+    test_usage: dict[str, Any] = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
 
     def __post_init__(self) -> None:
-        s = self.summary
-        if self.run_dir is None and s.get("run_dir"):
-            self.run_dir = Path(s["run_dir"])
-        self.method = self.method or str(s.get("document") or "skill")
-        self.task = self.task or str(s.get("task") or "")
-        test = s.get("test") or {}
-        if test.get("initial") and test.get("best"):
-            base, shipped, split = test["initial"], test["best"], "test"
+        self.method = self.method or "skill"
+        if self.test is not None:
+            base, shipped = self.test.initial, self.test.best
         else:
-            base, shipped, split = s.get("val_initial"), s.get("val_best"), "val"
-        if self.base_score is None and base:
-            self.base_score = Score.from_summary(base, split)
-        if self.shipped_score is None and shipped:
-            self.shipped_score = Score.from_summary(shipped, split)
-        self.stopped_by = self.stopped_by or s.get("stopped_by")
-        self.usage = self.usage or dict(s.get("usage") or {})
-        self.seconds = self.seconds or float(s.get("elapsed_s") or 0.0)
-
-    # ---- the summary's main fields, typed -------------------------------------------------
-    @property
-    def best_skill(self) -> str:
-        return str(self.summary.get("best_skill", ""))
+            base, shipped = self.val_initial, self.val_best
+        if self.base_score is None and base is not None:
+            self.base_score = Score.from_summary(base.summary())
+        if self.shipped_score is None and shipped is not None:
+            self.shipped_score = Score.from_summary(shipped.summary())
 
     @property
-    def best_version(self) -> str:
-        return str(self.summary.get("best_version", ""))
+    def document(self) -> str:
+        """What was trained: `skill`, or `memory` (the skill held fixed)."""
+        return self.method
 
     @property
-    def val_initial(self) -> Score | None:
-        d = self.summary.get("val_initial")
-        return Score.from_summary(d, "val") if d else None
+    def llm_calls(self) -> int:
+        """Calls of every role the run charged (the final test apart)."""
+        return sum(int(u.get("calls", 0)) for u in self.usage.values())
 
     @property
-    def val_best(self) -> Score | None:
-        d = self.summary.get("val_best")
-        return Score.from_summary(d, "val") if d else None
-
-    @property
-    def test(self) -> dict[str, Any] | None:
-        return self.summary.get("test")
-
-    @property
-    def decisions(self) -> dict[str, int]:
-        return dict(self.summary.get("decisions") or {})
-
-    # ---- the dict it used to be -------------------------------------------------------------
-    def __getitem__(self, key: str) -> Any:
-        return self.summary[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.summary
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.summary.get(key, default)
+    def tokens(self) -> int:
+        return sum(
+            int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
+            for u in self.usage.values()
+        )
 
     def texts(self) -> dict[str, str]:
         return {f"best_{self.method}.md": self.best_skill}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.summary, **super().to_dict()}
+        """The summary's keys (what summary.json always held) and RunResult's."""
+        return {
+            "run_dir": str(self.run_dir) if self.run_dir is not None else None,
+            "task": self.task,
+            "document": self.document,
+            "steps": self.steps,
+            "total_steps": self.total_steps,
+            "best_version": self.best_version,
+            "best_skill": self.best_skill,
+            "best_demos": self.best_demos,
+            "pool": list(self.pool),
+            "val_initial": self.val_initial.summary() if self.val_initial else None,
+            "val_best": self.val_best.summary() if self.val_best else None,
+            "decisions": dict(self.decisions),
+            "analyst": self.analyst.to_dict(),
+            "test": self.test.to_dict() if self.test else None,
+            "usage": self.usage,
+            "llm_calls": self.llm_calls,
+            "tokens": self.tokens,
+            "budget": asdict(self.budget),
+            "stopped_by": self.stopped_by,
+            "test_usage": self.test_usage,
+            "elapsed_s": round(self.seconds, 2),
+            **super().to_dict(),
+        }
 
     @classmethod
     def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:
-        summary = {k: v for k, v in d.items() if k not in _RESULT_ONLY}
-        return {**super()._fields_from_dict(d), "summary": summary}
+        budget = dict(d.get("budget") or {})
+        if budget.get("roles") is not None:
+            budget["roles"] = tuple(budget["roles"])
+        return {
+            **super()._fields_from_dict(d),
+            "method": str(d.get("method") or d.get("document") or "skill"),
+            "steps": int(d.get("steps") or 0),
+            "total_steps": int(d.get("total_steps") or 0),
+            "best_version": str(d.get("best_version") or ""),
+            "best_skill": str(d.get("best_skill") or ""),
+            "best_demos": list(d.get("best_demos") or []),
+            "pool": list(d.get("pool") or []),
+            "val_initial": _eval(d.get("val_initial")),
+            "val_best": _eval(d.get("val_best")),
+            "decisions": dict(d.get("decisions") or {}),
+            "analyst": ParseStats.from_dict(d.get("analyst") or {}),
+            "test": SkillTest.from_dict(d["test"]) if d.get("test") else None,
+            "test_usage": dict(d.get("test_usage") or {}),
+            "budget": Budget(**budget),
+            "seconds": float(d.get("seconds") or d.get("elapsed_s") or 0.0),
+        }

@@ -13,6 +13,7 @@ Beside them: one night at a time (`lock`), on a schedule (`cron`), where it all 
 (`paths`), and past one machine (`store/`: the log, the adopted versions and the night's lock
 in PostgreSQL when the log is a `postgresql://` URL)."""
 
+from selftaught.redact import Redactor, redact_for_model
 from selftaught.sleep.intake.log import (
     Feedback,
     Interaction,
@@ -22,7 +23,6 @@ from selftaught.sleep.intake.log import (
     log_interaction,
     open_log,
 )
-from selftaught.sleep.intake.redact import Redactor, redact_for_model
 from selftaught.sleep.paths import Adopted, default_log_path, read_adopted, sleep_home
 
 __all__ = [

@@ -18,7 +18,8 @@ import re
 import textwrap
 from typing import Any
 
-from selftaught.sleep.intake.redact import redact_for_model
+from selftaught.errors import ConfigError
+from selftaught.redact import redact_for_model
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.sandbox import open_sandbox
 
@@ -97,7 +98,8 @@ def build_program(prompt: str, code: str, entry_point: str) -> str | None:
 
 
 class HumanEvalTask:
-    """The 164 HumanEval problems; val and test sizes are fixed, train is the rest."""
+    """The 164 HumanEval problems; val and test sizes are fixed, train is the rest (or its first
+    `train_size`, in the seeded order)."""
 
     name = "humaneval"
     kind: TaskKind = "agent"
@@ -110,11 +112,18 @@ class HumanEvalTask:
         timeout_s: float = 5.0,
         memory_mb: int = 512,
         unsafe_exec: bool = False,
+        train_size: int | None = None,
     ):
         if val_size < 0 or test_size < 0 or val_size + test_size >= HUMANEVAL_SIZE:
             raise TaskError(
                 f"val_size + test_size must leave training problems out of {HUMANEVAL_SIZE}, "
                 f"got {val_size} + {test_size}"
+            )
+        left = HUMANEVAL_SIZE - val_size - test_size
+        if train_size is not None and not 0 <= train_size <= left:
+            raise ConfigError(
+                f"humaneval: train_size must be in 0..{left} (what val {val_size} and test "
+                f"{test_size} leave of {HUMANEVAL_SIZE}), got {train_size}"
             )
         # decided once: a sandbox that breaks mid-run is an error, never a silent fallback
         self.sandbox = open_sandbox(unsafe_exec=unsafe_exec)
@@ -132,7 +141,7 @@ class HumanEvalTask:
         assignment: dict[str, list[str]] = {
             "test": ids[:test_size],
             "val": ids[test_size : test_size + val_size],
-            "train": ids[test_size + val_size :],
+            "train": ids[test_size + val_size :][:train_size],  # None: all that is left
         }
         self._splits: dict[str, list[Example]] = {
             split: [self._example(problems[pid]) for pid in assignment[split]] for split in SPLITS

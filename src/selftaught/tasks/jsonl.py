@@ -34,6 +34,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from selftaught.errors import ConfigError
 from selftaught.models.base import ChatModel
 from selftaught.runs import iter_jsonl
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
@@ -87,6 +88,9 @@ class JsonlTask:
         unsafe_exec: bool = False,
         check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
         check_memory_mb: int = DEFAULT_CHECK_MEMORY_MB,
+        train_size: int | None = None,
+        val_size: int | None = None,
+        test_size: int | None = None,
     ):
         self.path = Path(path)
         if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1):
@@ -125,6 +129,7 @@ class JsonlTask:
             self.sandbox = open_sandbox(unsafe_exec=unsafe_exec)
             if not self.sandbox.isolated:
                 self.name = f"{self.name}[unsafe-exec]"
+        self._take({"train": train_size, "val": val_size, "test": test_size})
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -286,6 +291,21 @@ class JsonlTask:
                     compile_pattern(str(pattern))
                 except TaskError as err:
                     raise TaskError(f"{where}: {err}") from err
+
+    def _take(self, sizes: dict[str, int | None]) -> None:
+        """Each split's first N lines, in file order (a split asked for more lines than it
+        holds is refused: a size is never silently not met)."""
+        for split, size in sizes.items():
+            if size is None:
+                continue
+            have = len(self._splits[split])
+            if size > have:
+                raise ConfigError(
+                    f"{self.path}: {split}_size {size} asked, but the {split} split holds "
+                    f"{have} lines (seeded hash split, val_fraction {self.val_fraction}, "
+                    f"test_fraction {self.test_fraction}, or the lines' own `split`)"
+                )
+            self._splits[split] = self._splits[split][:size]
 
     # --- Task protocol ---------------------------------------------------------------------
 

@@ -11,10 +11,12 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from selftaught.errors import ConfigError
 from selftaught.tasks.base import Task, TaskError
 
 _TASK_ATTRIBUTES = ("name", "kind", "instructions")
@@ -78,8 +80,9 @@ def missing_task_attributes(obj: Any) -> list[str]:
     return missing
 
 
-def load_plugin_task(spec: str, **kwargs: Any) -> Task:
-    """Import "module:Name", build the task with the kwargs it accepts, check the protocol."""
+def load_plugin_task(spec: str, required: Iterable[str] = (), **kwargs: Any) -> Task:
+    """Import "module:Name", build the task with the kwargs it accepts, check the protocol.
+    A `required` keyword the factory does not accept is refused (ConfigError), not dropped."""
     module_ref, sep, attr_path = spec.rpartition(":")
     if not sep or not module_ref or not attr_path:
         raise TaskError(f"task plugin {spec!r}: expected 'package.module:ClassName'")
@@ -91,14 +94,27 @@ def load_plugin_task(spec: str, **kwargs: Any) -> Task:
         target = getattr(target, part)
 
     if inspect.isclass(target) or (callable(target) and missing_task_attributes(target)):
+        accepted = _accepted_kwargs(target, kwargs)
+        refused = sorted(set(required) - set(accepted))
+        if refused:
+            raise ConfigError(
+                f"task plugin {spec!r}: {attr_path} takes no "
+                + ", ".join(f"{name}=" for name in refused)
+                + " (its signature does not name it), so it cannot honour it"
+            )
         try:
-            task = target(**_accepted_kwargs(target, kwargs))
+            task = target(**accepted)
         except TaskError:
             raise
         except Exception as err:
             raise TaskError(f"task plugin {spec!r}: building {attr_path} failed: {err!r}") from err
     else:
         task = target  # already a task instance
+        if required:
+            raise ConfigError(
+                f"task plugin {spec!r} is a task instance: it cannot honour "
+                + ", ".join(f"{name}=" for name in sorted(required))
+            )
 
     missing = missing_task_attributes(task)
     if missing:

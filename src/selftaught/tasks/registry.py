@@ -15,6 +15,7 @@ from typing import Any
 
 from selftaught.models.base import ChatModel
 from selftaught.tasks.base import Task, TaskError
+from selftaught.tasks.options import TaskOptions
 
 TASK_FORMS = (
     "gym:NAME[?key=value&...]",
@@ -41,66 +42,86 @@ BUILTIN_TASKS: dict[str, str] = {
 }
 
 
-DEFAULT_SEED = 0
-"""Seeds a task's generator and its train / val / test split."""
+SIZES = {"train_size", "val_size", "test_size"}
+# a permission, not a setting: a task that runs no model-written code has nothing to refuse
+PERMISSIONS = {"unsafe_exec"}
 
 
 def load_task(
     spec: str,
+    options: TaskOptions | dict[str, Any] | None = None,
     *,
-    seed: int = DEFAULT_SEED,
-    train_size: int | None = None,
-    val_size: int | None = None,
-    test_size: int | None = None,
-    scorer: str | None = None,
-    judge_model: ChatModel | None = None,
-    rubric: str | None = None,
-    unsafe_exec: bool = False,
+    judge: ChatModel | None = None,
+    **fields: Any,
 ) -> Task:
-    """Build a task from its spec. Split sizes left as None keep each task's defaults.
-    unsafe_exec: tasks that execute model-written code may run it with resource limits only
-    when bubblewrap is missing, and reasoning-gym generators whose scorer evaluates the answer
-    in this process may load (otherwise both refuse to load)."""
-    sizes = {
-        k: v
-        for k, v in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size))
-        if v is not None
-    }
+    """Build a task from its spec and its `TaskOptions` (or their fields as keywords, e.g.
+    `load_task("gym:chain_sum", seed=1, test_size=50)`). A task source that cannot honour an
+    option set raises ConfigError. `judge`: the judge model object for the llm_judge scorer
+    (else `options.judge_model` is resolved here)."""
+    opts = TaskOptions.of(options, **fields)
     s = spec.strip()
     if s.startswith("gym:"):
         from selftaught.tasks.gym import GymTask, parse_gym_spec
 
+        opts.refuse(f"task {s}", {"seed", *SIZES, *PERMISSIONS})
         name, kwargs = parse_gym_spec(s)
-        return GymTask(name, seed=seed, unsafe_exec=unsafe_exec, **sizes, **kwargs)
+        return GymTask(name, seed=opts.seed, unsafe_exec=opts.unsafe_exec, **opts.sizes(), **kwargs)
     if s == "humaneval":
         from selftaught.tasks.humaneval import HumanEvalTask
 
-        sizes.pop("train_size", None)  # train is what val and test leave
-        return HumanEvalTask(seed=seed, unsafe_exec=unsafe_exec, **sizes)
+        opts.refuse("task humaneval", {"seed", *SIZES, *PERMISSIONS})
+        return HumanEvalTask(seed=opts.seed, unsafe_exec=opts.unsafe_exec, **opts.sizes())
     if s in ("game:ctf", "ctf"):
         from selftaught.tasks.games.ctf import GridCTFTask
 
-        return GridCTFTask(seed=seed, **sizes)
+        opts.refuse("task game:ctf", {"seed", *SIZES, *PERMISSIONS})
+        return GridCTFTask(seed=opts.seed, **opts.sizes())
     if s.startswith("tool:"):
         from selftaught.tasks.tools import load_tool_task
 
-        return load_tool_task(s, seed=seed, **sizes)
+        opts.refuse(f"task {s}", {"seed", *SIZES, *PERMISSIONS})
+        return load_tool_task(s, seed=opts.seed, **opts.sizes())
     if s.startswith("jsonl:") or s.endswith(".jsonl"):
-        from selftaught.tasks.jsonl import JsonlTask
-
-        path = Path(s.removeprefix("jsonl:"))
-        if not path.exists():
-            raise TaskError(f"JSONL task file {path} does not exist")
-        kwargs: dict[str, Any] = {"seed": seed, "judge_model": judge_model, "rubric": rubric}
-        kwargs["unsafe_exec"] = unsafe_exec  # lines with a `check` run it in the sandbox
-        if scorer:
-            kwargs["scorer"] = scorer
-        return JsonlTask(path, **kwargs)
+        return _jsonl_task(Path(s.removeprefix("jsonl:")), opts, judge)
     if ":" in s and s.split(":")[0] not in ("game", "gym", "jsonl", "tool"):
-        from selftaught.tasks.plugin import load_plugin_task
-
-        return load_plugin_task(s, seed=seed, **sizes)
+        return _plugin_task(s, opts, judge)
     raise TaskError(
         f"unknown task {spec!r}; valid forms: {', '.join(TASK_FORMS)}; built-in: "
         + ", ".join(BUILTIN_TASKS)
     )
+
+
+def _judge(opts: TaskOptions, judge: ChatModel | None) -> ChatModel | None:
+    if judge is not None or opts.judge_model is None:
+        return judge
+    from selftaught.models.resolve import resolve_model
+
+    return resolve_model(opts.judge_model)
+
+
+def _jsonl_task(path: Path, opts: TaskOptions, judge: ChatModel | None) -> Task:
+    from selftaught.tasks.jsonl import JsonlTask
+
+    if not path.exists():
+        raise TaskError(f"JSONL task file {path} does not exist")
+    kwargs: dict[str, Any] = {"seed": opts.seed, "judge_model": _judge(opts, judge)}
+    kwargs["rubric"] = opts.rubric
+    kwargs["unsafe_exec"] = opts.unsafe_exec  # lines with a `check` run it in the sandbox
+    for name in ("scorer", "val_fraction", "test_fraction"):
+        if getattr(opts, name) is not None:
+            kwargs[name] = getattr(opts, name)
+    return JsonlTask(path, **kwargs, **opts.sizes())
+
+
+def _plugin_task(spec: str, opts: TaskOptions, judge: ChatModel | None) -> Task:
+    """A plugin gets the options its factory names; one set that it does not name is
+    refused."""
+    from selftaught.tasks.plugin import load_plugin_task
+
+    kwargs: dict[str, Any] = {"seed": opts.seed, **opts.sizes()}
+    for name in opts.given():
+        kwargs[name] = getattr(opts, name)
+    if opts.judge_model is not None or judge is not None:
+        kwargs["judge_model"] = _judge(opts, judge)
+    required = [n for n in opts.given() if n not in PERMISSIONS]
+    return load_plugin_task(spec, required=required, **kwargs)

@@ -187,6 +187,40 @@ def numeric(output: str, example: Example) -> Score:
     return _binary(False, f"expected {want}, got {_format_number(got)}")
 
 
+# --- quantity: a number with a unit ---------------------------------------------------------
+
+_QUANTITY = re.compile(
+    r"^\s*(-?\$?\d[\d,]*(?:\.\d+)?)\s*([A-Za-z°%µ€£][A-Za-z°%µ/²³.\-]{0,15}(?: [A-Za-z]{1,10})?)"
+    r"\s*\.?\s*$"
+)
+_PLAIN_NUMBER = re.compile(r"^\s*-?\$?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?\s*$")
+
+
+def quantity(output: str, example: Example) -> Score:
+    """A number with a unit: the answer's number must equal the reference's and the answer
+    must end with the unit (e.g. reference "7 km": "... 7 km" solves, "7" does not).
+    soft: half for the number, half for the unit."""
+    m = _QUANTITY.match(str(example.reference))
+    if m is None:
+        raise TaskError(f"reference {example.reference!r} is not a number with a unit")
+    want, unit = parse_number(m.group(1)), m.group(2).strip().rstrip(".")
+    answer = extract_answer(output).strip().rstrip(".!").strip()
+    got = parse_number(answer)
+    number_ok = got is not None and want is not None and abs(got - want) <= 1e-9 + 1e-6 * abs(want)
+    ends = re.search(rf"\d\s*{re.escape(unit)}$", answer, re.I) is not None
+    soft = 0.5 * number_ok + 0.5 * ends
+    if number_ok and ends:
+        return Score(1.0, 1.0, f"correct: {m.group(1)} {unit}")
+    problems = []
+    if not number_ok:
+        problems.append(
+            f"expected the number {m.group(1)}, got {got if got is not None else 'none'}"
+        )
+    if not ends:
+        problems.append(f"the answer must end with the unit {unit!r} (right after the number)")
+    return Score(0.0, soft, "; ".join(problems))
+
+
 # --- regex -----------------------------------------------------------------------------------
 
 
@@ -399,9 +433,34 @@ SCORERS: dict[str, Scorer] = {
     "contains": contains,
     "regex": regex,
     "json_match": json_match,
+    "quantity": quantity,
 }
 JUDGE_SCORER = "llm_judge"  # built by get_scorer: it needs a judge model
 SCORER_NAMES: tuple[str, ...] = (*SCORERS, JUDGE_SCORER)
+
+# ---- a reference alone picks its scorer (mined tasks, probation) ----------------------------
+
+REFERENCE_SCORERS = ("numeric", "quantity", "normalized")
+
+
+def reference_scorer(reference: Any) -> str:
+    """Which scorer checks this reference: numeric, quantity or normalized."""
+    refs = reference if isinstance(reference, list) else [reference]
+    texts = [str(r) for r in refs]
+    if texts and all(_PLAIN_NUMBER.match(t) for t in texts):
+        return "numeric"
+    if len(texts) == 1 and _QUANTITY.match(texts[0]):
+        return "quantity"
+    return "normalized"
+
+
+def score_reference(output: str, example: Example, scorer: str) -> Score:
+    """`output` against the example's reference with one of REFERENCE_SCORERS."""
+    if scorer not in REFERENCE_SCORERS:
+        raise ConfigError(
+            f"unknown reference scorer {scorer!r}; valid: {', '.join(REFERENCE_SCORERS)}"
+        )
+    return SCORERS[scorer](output, example)
 
 
 def get_scorer(
@@ -414,7 +473,9 @@ def get_scorer(
     and `threshold=` configure it."""
     if name == JUDGE_SCORER:
         if judge_model is None:
-            raise ConfigError("scorer 'llm_judge' needs a judge model (judge_model=...)")
+            raise ConfigError(
+                "scorer 'llm_judge' needs a judge model (--judge-model, or judge_model=...)"
+            )
         return LlmJudge(judge_model, rubric, **judge_options)
     try:
         return SCORERS[name]

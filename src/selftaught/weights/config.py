@@ -39,7 +39,7 @@ class BackendConfig:
     """Which weights change and how.
 
     Args:
-        backend: `lora` (peft adapter, default), `full` (every weight) or `scratch` (a small
+        backend: `lora` (a peft adapter), `full` (every weight) or `scratch` (a small
             transformer from random init, for game strategies).
         lora_r / lora_alpha / lora_dropout: LoRA rank, scaling and dropout.
         target_modules: modules LoRA wraps; `"all-linear"` or a list of names.
@@ -391,49 +391,7 @@ def default_train_dir(config: RestConfig | RLConfig, task_name: str) -> Path:
     return Path("runs") / slug(name)
 
 
-def legacy_order(
-    config_type: type, config: Any, task: Any, model: Any, output_dir: Any, model_path: Any
-) -> tuple[Any, Any, Any, Any]:
-    """(config, task, model, output_dir) from a call in the old order `Trainer(task, config,
-    run_dir, model_path=...)` (warned about) or the new one `Trainer(config, task, model,
-    output_dir=...)`."""
-    import warnings
-
-    if isinstance(task, config_type) and not isinstance(config, config_type):
-        warnings.warn(
-            f"{config_type.__name__} trainers are built as Trainer(config, task, model, "
-            "output_dir=...); the order (task, config, run_dir, model_path=...) is deprecated",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        return task, config, model_path, model
-    if model_path is not None:
-        warnings.warn("model_path= is deprecated: pass the model", DeprecationWarning, stacklevel=3)
-        model = model_path
-    return config, task, model, output_dir
-
-
 def resume_settings(config: RestConfig | RLConfig) -> dict[str, Any]:
     """The settings a resumed run must share with the run it continues: all but the method
     (recorded apart) and where logs are reported."""
     return {k: v for k, v in config.to_dict().items() if k not in ("method", "report_to")}
-
-
-def local_model_path(model: str | Path | None) -> Path | None:
-    """Where the weights to train are: None (the embedded model) for None or `local`, the
-    path of `local:PATH`, or a path as given. Any other model spec is refused: training
-    changes weights, so the model must be local."""
-    if model is None or isinstance(model, Path):
-        return model
-    from selftaught.models.spec import parse_model_spec
-
-    try:
-        spec = parse_model_spec(model)
-    except ValueError:
-        spec = None
-    _check(
-        spec is not None and spec.backend == "local",
-        f"training changes weights, so the model must be local or local:PATH, got {model!r}",
-    )
-    assert spec is not None
-    return Path(spec.model) if spec.model else None

@@ -25,7 +25,6 @@ Run directory:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.evaluation import EvalResult, evaluate_split, tool_use
 from selftaught.gate import GateResult, gate
 from selftaught.models.base import ChatModel, GenerationParams
+from selftaught.models.resolve import ModelLike, local_model_path
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
@@ -48,8 +48,6 @@ from selftaught.weights.config import (
     ConfigError,
     RestConfig,
     default_train_dir,
-    legacy_order,
-    local_model_path,
     resume_settings,
     task_gate,
 )
@@ -97,11 +95,16 @@ class RestResult(RunResult):
     def gain(self) -> float:
         return self.shipped_test.hard - self.base_test.hard
 
+    @property
+    def shipped(self) -> str:
+        """What shipped, in words: `base model` or `round N`."""
+        return "base model" if self.best_round == 0 else f"round {self.best_round}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **super().to_dict(),
             "best_round": self.best_round,
-            "shipped": "base model" if self.best_round == 0 else f"round {self.best_round}",
+            "shipped": self.shipped,
             "base_test": self.base_test.summary(),
             "shipped_test": self.shipped_test.summary(),
             "gain": round(self.gain, 4),
@@ -124,30 +127,26 @@ class RestResult(RunResult):
 class RestTrainer:
     """ReST-EM (`RestConfig(method="rest")`) or one round of SFT on the task's references
     (`method="sft"`) with a LoRA / full / scratch backend, on the local `model` (None or
-    `local`: the embedded model; `local:PATH` or a path). `train()` resumes a killed run
-    from its run directory (`output_dir`, default `runs/train-...`): a finished round is never
-    redone. `callbacks` see the run's events (`selftaught.callbacks`)."""
+    `local`: the embedded model; `local:PATH`, a path, or a `LocalModel` loaded from one).
+    `train()` resumes a killed run from its run directory (`output_dir`, default
+    `runs/train-...`): a finished round is never redone. `callbacks` see the run's events
+    (`selftaught.callbacks`); `ledger` is charged with every call (the task's judge may share
+    it)."""
 
     def __init__(
         self,
         config: RestConfig,
         task: Task,
-        model: str | Path | None = None,
+        model: ModelLike | Path | None = None,
         *,
         output_dir: str | Path | None = None,
         callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
         console: Console | None = None,
-        model_path: str | Path | None = None,
-        method: str | None = None,
+        ledger: UsageLedger | None = None,
     ):
-        config, task, model, output_dir = legacy_order(
-            RestConfig, config, task, model, output_dir, model_path
-        )
         if not isinstance(config, RestConfig):
             raise ConfigError(f"RestTrainer needs a RestConfig, got {type(config).__name__}")
-        if method is not None and method != config.method:  # the old keyword
-            config = dataclasses.replace(config, method=method)  # type: ignore[arg-type]
         self.task = task
         self.config = config
         self.method = config.method
@@ -174,8 +173,10 @@ class RestTrainer:
         self.teacher = Policy(skill=config.teacher_skill or "")
         self.student = Policy()
         self.gate = task_gate(config.gate, task.kind)
-        # sampling and val are charged to the run's budget; test evaluations stand apart
-        self.ledger = UsageLedger(budget=config.budget)
+        # sampling and val (and a judge charged to `ledger`) count against the run's budget;
+        # test evaluations stand apart
+        self.ledger = ledger or UsageLedger()
+        self.ledger.budget = config.budget
         self.test_ledger = UsageLedger()
         self._base: Any = None
         self._tok: Any = None

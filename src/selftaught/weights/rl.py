@@ -33,6 +33,7 @@ from selftaught.errors import RunError
 from selftaught.evaluation import EvalResult, evaluate_split
 from selftaught.gate import gate
 from selftaught.models.base import Completion, GenerationParams
+from selftaught.models.resolve import ModelLike, local_model_path
 from selftaught.models.usage import UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
@@ -45,8 +46,6 @@ from selftaught.weights.config import (
     ConfigError,
     RLConfig,
     default_train_dir,
-    legacy_order,
-    local_model_path,
     resume_settings,
     task_gate,
 )
@@ -371,17 +370,14 @@ class RLTrainer:
         self,
         config: RLConfig,
         task: Task,
-        model: str | Path | None = None,
+        model: ModelLike | Path | None = None,
         *,
         output_dir: str | Path | None = None,
         callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
         console: Console | None = None,
-        model_path: str | Path | None = None,
+        ledger: UsageLedger | None = None,
     ):
-        config, task, model, output_dir = legacy_order(
-            RLConfig, config, task, model, output_dir, model_path
-        )
         if not isinstance(config, RLConfig):
             raise ConfigError(f"RLTrainer needs an RLConfig, got {type(config).__name__}")
         check_disjoint(task)
@@ -400,6 +396,8 @@ class RLTrainer:
             raise ConfigError(f"task {task.name!r} needs train and val examples for RL")
         self.policy = Policy()
         self.gate = task_gate(config.gate, task.kind)
+        # every scored completion (and a judge charged to it) counts against the budget
+        self.ledger = ledger or UsageLedger()
 
     def run_config(self) -> dict[str, Any]:
         return {
@@ -552,7 +550,8 @@ class RLTrainer:
         from trl import GRPOTrainer
 
         cfg = self.config
-        ledger = UsageLedger(budget=cfg.budget)
+        ledger = self.ledger
+        ledger.budget = cfg.budget
         if "usage" in state:  # a resumed run has spent what it spent
             from selftaught.models.usage import RoleUsage
 

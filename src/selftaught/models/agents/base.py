@@ -435,7 +435,7 @@ class CliAgent(AsyncChatModel):
     def _completion(
         self, run: AgentRun, result: ProcessResult, changed: list[str], secrets: list[str]
     ) -> Completion:
-        from selftaught.sleep.intake.redact import default_redactor
+        from selftaught.redact import default_redactor
 
         trajectory, _ = default_redactor().redact_value(scrub(run.trajectory, secrets))
         agent = {

@@ -8,7 +8,7 @@ proxy row without one was served with nothing adopted: version 0.
 Each logged interaction has an OUTCOME, 1 (a success), 0 (a failure) or none:
 
 1. a correction (a feedback `reference`) → the reply scored against it by the reference
-   check the night uses (`checks.score_reference`; on a request with tools, a corrected
+   check the night uses (`tasks.scorers.score_reference`; on a request with tools, a corrected
    tool call must be among the reply's calls): solved → 1, else 0;
 2. else a thumb: up → 1, down → 0;
 3. else a score: >= 0.5 → 1, else 0;
@@ -83,8 +83,8 @@ class ProbationConfig:
 
 def _solved(reply: str, reference: Any) -> bool | None:
     """The night's reference check on a reply (None: the reference is empty or unusable)."""
-    from selftaught.sleep.night.checks import reference_scorer, score_reference
     from selftaught.tasks.base import Example
+    from selftaught.tasks.scorers import reference_scorer, score_reference
 
     if isinstance(reference, list):
         reference = [r for r in reference if r is not None and str(r).strip()] or None

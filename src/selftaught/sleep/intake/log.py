@@ -6,7 +6,7 @@ file mode 0600, safe for many processes writing at once) or a PostgreSQL databas
 versioned by the ordered `MIGRATIONS` below and applied on open; a log written by a newer
 selftaught is refused rather than guessed at. Every SQL difference lives in `store/dialect.py`.
 
-Everything stored is redacted first (`selftaught.sleep.intake.redact`); the number of redactions is
+Everything stored is redacted first (`selftaught.redact`); the number of redactions is
 kept per row. A row with `error` set is a failed call: it is kept for diagnostics and is never
 a task. Rows harvested from agent transcripts are `private` (they hold private code): part 2
 never sends them to a remote model unless the row is `reviewed` or the user allows it.
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from selftaught.errors import InputError, writing_to
 from selftaught.models.base import Message
-from selftaught.sleep.intake.redact import Redactor, default_redactor
+from selftaught.redact import Redactor, default_redactor
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, log_location
 
 # LogError and LogUnavailable live beside the backends that raise them; callers import them

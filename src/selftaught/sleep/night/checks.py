@@ -23,10 +23,8 @@ from typing import Any
 
 from selftaught.errors import ConfigError, TaskError
 from selftaught.tasks.base import Example, Score
-from selftaught.tasks.extract import extract_answer, extract_json
-from selftaught.tasks.scorers import LlmJudge, normalized, numeric, parse_number
-
-REFERENCE_SCORERS = ("numeric", "quantity", "normalized")
+from selftaught.tasks.extract import extract_json
+from selftaught.tasks.scorers import LlmJudge, score_reference
 
 # ---- rules the user stated ----------------------------------------------------------------
 
@@ -170,61 +168,6 @@ def detect_language(text: str) -> str | None:
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])
     (best, hits), (_, second) = ranked[0], ranked[1]
     return best if hits >= 2 and hits > second else None
-
-
-# ---- references ---------------------------------------------------------------------------
-
-_QUANTITY = re.compile(
-    r"^\s*(-?\$?\d[\d,]*(?:\.\d+)?)\s*([A-Za-z°%µ€£][A-Za-z°%µ/²³.\-]{0,15}(?: [A-Za-z]{1,10})?)"
-    r"\s*\.?\s*$"
-)
-_PLAIN_NUMBER = re.compile(r"^\s*-?\$?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?\s*$")
-
-
-def reference_scorer(reference: Any) -> str:
-    """Which scorer checks this reference: numeric, quantity or normalized."""
-    refs = reference if isinstance(reference, list) else [reference]
-    texts = [str(r) for r in refs]
-    if texts and all(_PLAIN_NUMBER.match(t) for t in texts):
-        return "numeric"
-    if len(texts) == 1 and _QUANTITY.match(texts[0]):
-        return "quantity"
-    return "normalized"
-
-
-def quantity(output: str, example: Example) -> Score:
-    """A number with a unit: the answer's number must equal the reference's and the answer
-    must end with the unit (e.g. reference "7 km": "... 7 km" solves, "7" does not).
-    soft: half for the number, half for the unit."""
-    m = _QUANTITY.match(str(example.reference))
-    if m is None:
-        raise TaskError(f"reference {example.reference!r} is not a number with a unit")
-    want, unit = parse_number(m.group(1)), m.group(2).strip().rstrip(".")
-    answer = extract_answer(output).strip().rstrip(".!").strip()
-    got = parse_number(answer)
-    number_ok = got is not None and want is not None and abs(got - want) <= 1e-9 + 1e-6 * abs(want)
-    ends = re.search(rf"\d\s*{re.escape(unit)}$", answer, re.I) is not None
-    soft = 0.5 * number_ok + 0.5 * ends
-    if number_ok and ends:
-        return Score(1.0, 1.0, f"correct: {m.group(1)} {unit}")
-    problems = []
-    if not number_ok:
-        problems.append(
-            f"expected the number {m.group(1)}, got {got if got is not None else 'none'}"
-        )
-    if not ends:
-        problems.append(f"the answer must end with the unit {unit!r} (right after the number)")
-    return Score(0.0, soft, "; ".join(problems))
-
-
-def score_reference(output: str, example: Example, scorer: str) -> Score:
-    if scorer == "numeric":
-        return numeric(output, example)
-    if scorer == "quantity":
-        return quantity(output, example)
-    if scorer == "normalized":
-        return normalized(output, example)
-    raise ConfigError(f"unknown reference scorer {scorer!r}; valid: {', '.join(REFERENCE_SCORERS)}")
 
 
 # ---- a mined task's score ------------------------------------------------------------------

@@ -27,12 +27,12 @@ from selftaught.policy import Policy
 from selftaught.runs import RunDir, RunError, read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit
-from selftaught.skill.trainer import SkillTrainer
 from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
 from selftaught.tasks.scorers import LlmJudge
+from selftaught.trainers import build_trainer
 
 
 @dataclass
@@ -46,6 +46,20 @@ class Consolidation:
     # each phase's val scores by skill hash, in memory (the night pairs before and after)
     val_scores: dict[str, ScoreCache] = field(default_factory=dict)
     val_final: dict[str, Any] | None = None  # val of the proofread proposal, when it changed
+
+
+# what a phase's row keeps of the trainer's result (its readable keys)
+PHASE_KEYS = (
+    "steps",
+    "total_steps",
+    "best_version",
+    "val_initial",
+    "val_best",
+    "decisions",
+    "analyst",
+    "stopped_by",
+    "test",
+)
 
 
 def _phase(
@@ -66,13 +80,13 @@ def _phase(
     """One trainer (skill or memory); its summary, or why it stopped early. Its val scores go
     into `scores[document]`."""
     training = dataclasses.replace(training, evaluate_test=bool(task.examples("test")))
-    trainer = SkillTrainer(
+    trainer = build_trainer(
         training,
         task,
         target,
-        optimizer,
-        initial,
-        document=document,  # type: ignore[arg-type]
+        optimizer_model=optimizer,
+        initial_skill=initial,
+        document=document,
         other_document=other,
         proposals=proposals,
         output_dir=run_dir,
@@ -82,24 +96,17 @@ def _phase(
     )
     scores[document] = trainer.val_cache
     try:
-        summary = trainer.train()
+        result = trainer.train()
     except RunError as err:  # the budget ran out before the baseline was even scored
         return {"document": document, "ran": False, "stopped_by": str(err), "best": initial}
+    summary = result.to_dict()  # the phase's row in the night's report.json
     return {
         "document": document,
         "ran": True,
         "run_dir": str(run_dir),
-        "best": summary["best_skill"],
-        "changed": summary["best_skill"].strip() != initial.strip(),
-        "steps": summary["steps"],
-        "total_steps": summary["total_steps"],
-        "best_version": summary["best_version"],
-        "val_initial": summary["val_initial"],
-        "val_best": summary["val_best"],
-        "decisions": summary["decisions"],
-        "analyst": summary["analyst"],
-        "stopped_by": summary["stopped_by"],
-        "test": summary["test"],
+        "best": result.best_skill,
+        "changed": result.best_skill.strip() != initial.strip(),
+        **{k: summary[k] for k in PHASE_KEYS},
     }
 
 

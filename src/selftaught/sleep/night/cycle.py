@@ -39,7 +39,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
@@ -250,30 +250,79 @@ def is_remote(spec: str | None) -> bool:
     return not is_loopback(host)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ProjectNight(RunResult):
-    """What one night did for one project (its report.json, and where it is): a `RunResult`
-    whose scores are val before / after the proposal (nothing shipped: both the start)."""
+    """What one night did for one project, and where it is: its report.json as typed fields
+    (the same names; `report_dict()` is that file's shape). A `RunResult` whose scores are
+    val before / after the proposal (nothing shipped: both the start)."""
 
     kind: ClassVar[str] = "night"
 
     project: str
     night_dir: Path | None
-    report: dict[str, Any]
+    night: str = ""
+    status: str = ""
+    reason: str | None = None
+    pid: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    models: dict[str, Any] = field(default_factory=dict)
+    gate: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    window: dict[str, Any] = field(default_factory=dict)
+    consumed_until: float | None = None
+    base_version: int | None = None
+    mining: dict[str, Any] = field(default_factory=dict)
+    recall: dict[str, Any] = field(default_factory=dict)
+    splits: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    proposal: dict[str, Any] | None = None
+    proofread: dict[str, Any] | None = None
+    weights: dict[str, Any] | None = None
+    adapter: dict[str, Any] | None = None
+    evidence_calls: int | None = None
+    adopted_version: int | None = None
+    adopted_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys of a report written by a newer version (kept, written back as they came)."""
 
     def __post_init__(self) -> None:
-        r = self.report
         self.run_dir = self.run_dir or self.night_dir
         self.method = self.method or "night"
         self.task = self.task or self.project
-        before, after = _night_scores(r)
+        before, after = _night_scores(self)
         self.base_score = self.base_score or before
         self.shipped_score = self.shipped_score or after
         if self.stopped_by is None and self.failed:
-            self.stopped_by = r.get("reason")
-        self.usage = self.usage or dict(r.get("usage") or {})
-        if not self.seconds and r.get("ended_at") and r.get("started_at"):
-            self.seconds = float(r["ended_at"]) - float(r["started_at"])
+            self.stopped_by = self.reason
+        if not self.seconds and self.ended_at and self.started_at:
+            self.seconds = float(self.ended_at) - float(self.started_at)
+
+    @classmethod
+    def from_report(
+        cls, project: str, night_dir: Path | None, report: dict[str, Any]
+    ) -> ProjectNight:
+        """The night a report.json describes."""
+        known = {f for f in REPORT_FIELDS if f in report}
+        extra = {k: v for k, v in report.items() if k not in REPORT_FIELDS and k != "kind"}
+        return cls(
+            project=project,
+            night_dir=night_dir,
+            usage=dict(report.get("usage") or {}),
+            extra=extra,
+            **{k: report[k] for k in known if k != "usage"},
+        )
+
+    def report_dict(self) -> dict[str, Any]:
+        """The night as its report.json holds it (unset fields left out)."""
+        out: dict[str, Any] = {"kind": staging.NIGHT_KIND, "project": self.project}
+        for name in REPORT_FIELDS:
+            value = getattr(self, name)
+            if name in ("night", "status", "reason") or value not in (None, {}, []):
+                out[name] = value
+        return {**out, **self.extra}
 
     def texts(self) -> dict[str, str]:
         folder = self.night_dir / "proposal" if self.night_dir else None
@@ -288,38 +337,61 @@ class ProjectNight(RunResult):
             **super().to_dict(),
             "project": self.project,
             "night_dir": night_dir,
-            "report": self.report,
+            "report": self.report_dict(),
         }
 
     @classmethod
     def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:
         night_dir = Path(d["night_dir"]) if d.get("night_dir") else None
-        return {
-            **super()._fields_from_dict(d),
-            "project": d["project"],
-            "night_dir": night_dir,
-            "report": d.get("report") or {},
-        }
-
-    @property
-    def status(self) -> str:
-        return str(self.report.get("status"))
+        night = cls.from_report(d["project"], night_dir, d.get("report") or {})
+        report = {f.name: getattr(night, f.name) for f in fields(cls) if f.name in _OWN}
+        return {**super()._fields_from_dict(d), **report}
 
     @property
     def failed(self) -> bool:
         return self.status in EXIT_FAILED
 
 
+# report.json's keys, each a ProjectNight field of the same name ("kind" is the file's kind)
+REPORT_FIELDS = (
+    "night",
+    "status",
+    "reason",
+    "pid",
+    "started_at",
+    "ended_at",
+    "models",
+    "gate",
+    "training",
+    "budget",
+    "notes",
+    "window",
+    "consumed_until",
+    "base_version",
+    "mining",
+    "recall",
+    "splits",
+    "phases",
+    "usage",
+    "proposal",
+    "proofread",
+    "weights",
+    "adapter",
+    "evidence_calls",
+    "adopted_version",
+    "adopted_at",
+)
+_OWN = (*REPORT_FIELDS, "project", "night_dir", "extra")
 NightResult = ProjectNight  # the name the trainer contract uses
 
 
-def _night_scores(report: dict[str, Any]) -> tuple[Score | None, Score | None]:
+def _night_scores(night: ProjectNight) -> tuple[Score | None, Score | None]:
     """Val before / after a staged proposal; a night that proposed nothing kept its start."""
-    proposal = report.get("proposal") or {}
+    proposal = night.proposal or {}
     if proposal.get("val_before") and proposal.get("val_after"):
         before = Score.from_summary(proposal["val_before"], "val")
         return before, Score.from_summary(proposal["val_after"], "val")
-    ran = [p for p in (report.get("phases") or {}).values() if p.get("val_initial")]
+    ran = [p for p in night.phases.values() if p.get("val_initial")]
     if not ran:
         return None, None
     start = Score.from_summary(ran[0]["val_initial"], "val")
@@ -329,11 +401,9 @@ def _night_scores(report: dict[str, Any]) -> tuple[Score | None, Score | None]:
 def _night_events(callbacks: CallbackList, outcome: ProjectNight) -> None:
     """A finished project night as events: its phases as steps, val before / after, the
     staging decision, the end."""
-    info = RunInfo(
-        "night", outcome.project, outcome.night_dir, {"night": outcome.report.get("night")}
-    )
+    info = RunInfo("night", outcome.project, outcome.night_dir, {"night": outcome.night})
     callbacks.start(info)
-    phases = outcome.report.get("phases") or {}
+    phases = outcome.phases
     for step, (name, phase) in enumerate(phases.items(), start=1):
         metrics = {k: v for k, v in phase.items() if k in ("steps", "decisions", "ran", "changed")}
         callbacks.step(info, step=step, metrics={"phase": name, **metrics})
@@ -343,7 +413,7 @@ def _night_events(callbacks: CallbackList, outcome: ProjectNight) -> None:
         callbacks.evaluate(
             info, step=last, split="val", scores=outcome.shipped_score, label="after"
         )
-    reason = str(outcome.report.get("reason") or "")
+    reason = str(outcome.reason or "")
     callbacks.gate(
         info,
         step=last,
@@ -733,7 +803,7 @@ def run_project(
             project, home, night, mined.tonight, mined.rest, mined.private_ids, config.recall_max
         )
     _finish(night_dir, report, evidence)
-    outcome = ProjectNight(project, night_dir, report)
+    outcome = ProjectNight.from_report(project, night_dir, report)
     if config.auto_adopt and report["status"] == "staged" and not dry_run:
         outcome = _auto_adopt(outcome, night_dir, night, config, home, console)
     return outcome
@@ -894,7 +964,7 @@ def _auto_adopt(
         console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
         return outcome
     console.print(f"{project}: adopted night {night} as version {adoption.version}")
-    return ProjectNight(project, night_dir, staging.read_report(night_dir))
+    return ProjectNight.from_report(project, night_dir, staging.read_report(night_dir))
 
 
 def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:
@@ -929,7 +999,7 @@ def _empty_night(
     }
     summary.write_markdown(night_dir, report)
     atomic_write_json(night_dir / "report.json", report)
-    return ProjectNight(project, night_dir, report)
+    return ProjectNight.from_report(project, night_dir, report)
 
 
 # ---- the night ------------------------------------------------------------------------------

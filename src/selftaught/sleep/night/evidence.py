@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.models.base import AsyncChatModel, ChatModel, Completion, GenerationParams, Message
+from selftaught.redact import redact_for_model
 from selftaught.runs import open_private_append
-from selftaught.sleep.intake.redact import redact_for_model
 
 
 def redact_tree(value: Any) -> Any:

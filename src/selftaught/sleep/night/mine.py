@@ -34,10 +34,11 @@ from typing import Any
 
 from selftaught.errors import ConfigError
 from selftaught.models.base import Message
+from selftaught.redact import redact_for_model
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import OPERATOR, Interaction
-from selftaught.sleep.intake.redact import redact_for_model
-from selftaught.sleep.night.checks import find_rules, reference_scorer
+from selftaught.sleep.night.checks import find_rules
+from selftaught.tasks.scorers import reference_scorer
 
 
 @dataclass

@@ -47,9 +47,9 @@ import jsonschema
 
 from selftaught.errors import TaskError
 from selftaught.models.base import Message
+from selftaught.redact import redact_for_model
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import Interaction
-from selftaught.sleep.intake.redact import redact_for_model
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.mine import MineConfig, MinedTask, new_task, task_checks
 from selftaught.sleep.night.split import NightTask

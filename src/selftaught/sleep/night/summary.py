@@ -500,10 +500,10 @@ def print_outcomes(outcomes: list[Any], out: Any, *, dry_run: bool = False) -> N
         out.print("no project has interactions since its last night; nothing to do")
     for o in outcomes:
         if dry_run and o.night_dir is not None:
-            out.print(render_markdown(o.night_dir, o.report), markup=False)
+            out.print(render_markdown(o.night_dir, o.report_dict()), markup=False)
             shutil.rmtree(o.night_dir.parent, ignore_errors=True)
             continue
-        out.print(f"{o.project}: {o.status} — {o.report.get('reason')}", markup=False)
+        out.print(f"{o.project}: {o.status} — {o.reason}", markup=False)
         if o.night_dir is not None:
             out.print(f"  report: {o.night_dir / 'report.md'}", markup=False)
 

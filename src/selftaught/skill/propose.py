@@ -1,0 +1,192 @@
+"""Propose: the step's analyst proposals. Reflect (≈ the gradient) on bounded minibatches of
+the step's attempts → aggregate the patches → select under the edit budget (≈ the learning
+rate) → apply to the parent's rules. With `proposals > 1`, the second and later proposals are
+sampled (seeded) so that they differ."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from selftaught.rollout import Rollout
+from selftaught.skill.aggregate import Aggregation, aggregate
+from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.document import Edit, EditReport, apply_edits
+from selftaught.skill.documents import TrainedDocument
+from selftaught.skill.reflect import Analyst, AnalystCall
+from selftaught.skill.scoring import SkillScorer
+from selftaught.skill.select import Selection, select_edits
+from selftaught.skill.state import RunState, SkillVersion
+
+
+@dataclass
+class Update:
+    """Select + apply: the merged edits, what the budget kept, the new text and per-edit
+    reports."""
+
+    merged: list[Edit]
+    selection: Selection
+    text: str
+    reports: list[EditReport]
+    applied: list[Edit]
+
+
+@dataclass
+class Proposal:
+    """One analyst proposal: reflect → aggregate → select → apply on the parent's rules."""
+
+    calls: list[AnalystCall]
+    agg: Aggregation
+    update: Update
+
+
+NO_PROPOSAL = Proposal([], Aggregation(), Update([], Selection(), "", [], []))
+
+
+def why_empty(proposals: list[Proposal]) -> str:
+    """Why a step has no candidate, in the words of its first proposal."""
+    if not proposals:
+        return "no demo set left to try and no analyst proposal asked for"
+    update = proposals[0].update
+    if not update.merged:
+        return "no edit proposed"
+    if not update.selection.kept:
+        return "every proposed edit was rejected before"
+    return "no selected edit could be applied"
+
+
+class Proposer:
+    """The analyst's proposals for one step. `user_edits` (e.g. what the user stated) join the
+    first step's merged edits and meet the same budget, guard-free apply and gate."""
+
+    def __init__(
+        self,
+        config: SkillOptConfig,
+        analyst: Analyst,
+        document: TrainedDocument,
+        scorer: SkillScorer,
+        user_edits: Sequence[Edit] = (),
+    ):
+        self.config = config
+        self.analyst = analyst
+        self.document = document
+        self.scorer = scorer
+        self.user_edits = list(user_edits)
+
+    async def propose(
+        self,
+        st: RunState,
+        parent: SkillVersion,
+        rollouts: list[Rollout],
+        rejected: list[Edit],
+        budget: int,
+        step: int,
+    ) -> list[Proposal]:
+        """N analyst proposals on the parent's rules; the first at the analyst's temperature,
+        the others sampled (seeded) so that they differ."""
+        rules = self.document.parts(parent.text).rules
+        out = []
+        if not self.config.proposals and step == 1 and self.user_edits:
+            # no analyst, but edits proposed from outside still meet the budget and the gate
+            agg = Aggregation(edits=list(self.user_edits))
+            return [Proposal([], agg, self.update(rules, agg.edits, rejected, budget))]
+        for i in range(self.config.proposals):
+            analyst = self.analyst
+            if i:
+                analyst = copy.copy(self.analyst)
+                analyst.params = replace(
+                    self.analyst.params,
+                    temperature=self.config.proposal_temperature,
+                    seed=self.config.seed * 100_003 + step * 101 + i,
+                )
+            calls = await self.reflect(analyst, rules, rollouts, rejected, budget)
+            agg = await aggregate(
+                analyst if self.config.llm_merge else None,
+                rules,
+                [c.edits for c in calls if c.kind in ("failure", "contrast") and c.edits],
+                [c.edits for c in calls if c.kind == "success" and c.edits],
+                merge_batch_size=self.config.merge_batch_size,
+                max_edits=2 * budget,
+            )
+            for c in calls + agg.calls:
+                st.parse.add(c)
+            self.buffer_refused(st, calls + agg.calls)
+            if step == 1 and i == 0 and self.user_edits:
+                agg.edits = [*self.user_edits, *agg.edits]
+            out.append(Proposal(calls, agg, self.update(rules, agg.edits, rejected, budget)))
+        return out
+
+    async def reflect(
+        self,
+        analyst: Analyst,
+        text: str,
+        rollouts: list[Rollout],
+        rejected: list[Edit],
+        budget: int,
+    ) -> list[AnalystCall]:
+        """Reflect on bounded minibatches: failures, successes, and, when each task was
+        attempted K > 1 times, the contrast between a solved and a failed attempt at the same
+        task."""
+        cfg = self.config
+        failed, solved, pairs = self.attempt_groups(rollouts)
+        mb, most = cfg.minibatch_size, cfg.max_minibatches
+
+        def chunks(items: list[Any]) -> list[list[Any]]:
+            return [items[i : i + mb] for i in range(0, len(items), mb)][:most]
+
+        sem = asyncio.Semaphore(cfg.concurrency)
+
+        async def limited(job: Any) -> AnalystCall:
+            async with sem:
+                return await job
+
+        jobs = [analyst.reflect("failure", text, c, rejected, budget) for c in chunks(failed)]
+        jobs += [analyst.reflect_contrast(text, c, rejected, budget) for c in chunks(pairs)]
+        if cfg.reflect_on_successes:
+            jobs += [analyst.reflect("success", text, c, rejected, budget) for c in chunks(solved)]
+        return list(await asyncio.gather(*(limited(j) for j in jobs)))
+
+    def attempt_groups(
+        self, rollouts: list[Rollout]
+    ) -> tuple[list[Rollout], list[Rollout], list[tuple[Rollout, Rollout]]]:
+        """(tasks every attempt failed, tasks every attempt solved, (solved, failed) pairs
+        of tasks with both), one representative attempt each, in batch order."""
+        by_example: dict[str, list[Rollout]] = {}
+        for r in rollouts:
+            if r.ok:
+                by_example.setdefault(r.example_id, []).append(r)
+        failed, solved, pairs = [], [], []
+        for attempts in by_example.values():
+            bad = [r for r in attempts if self.scorer.is_failure(r)]
+            good = [r for r in attempts if not self.scorer.is_failure(r)]
+            if bad and good:
+                pairs.append((good[0], bad[0]))
+            elif bad:
+                failed.append(bad[0])
+            else:
+                solved.append(good[0])
+        return failed, solved, pairs
+
+    def update(self, rules: str, merged: list[Edit], rejected: list[Edit], budget: int) -> Update:
+        """Select under the edit budget (≈ the learning rate), then apply with a report."""
+        selection = select_edits(merged, budget, rejected)
+        text, reports = apply_edits(
+            rules,
+            selection.kept,
+            max_chars=self.config.max_skill_chars,
+            fallback_append=self.config.fallback_append,
+        )
+        applied = [r.edit for r in reports if r.changed]
+        return Update(merged, selection, text, reports, applied)
+
+    def buffer_refused(self, st: RunState, calls: list[AnalystCall]) -> None:
+        """Edits the guard refused join the rejected buffer, reason and all, so the analyst
+        is told not to propose them again."""
+        refused = [
+            {**r["edit"], "rationale": f"refused: {r['reason']}"} for c in calls for r in c.refused
+        ]
+        size = self.config.rejected_buffer_size
+        st.rejected = (st.rejected + refused)[-size:] if size else []

@@ -1,0 +1,92 @@
+"""How a task spec is loaded: `TaskOptions`, one config for every task source (the CLI's task
+flags are generated from it). A task source takes the options it can honour; an option it
+cannot honour is a `ConfigError` naming it, never silently ignored."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from selftaught.errors import ConfigError
+from selftaught.models.resolve import ModelLike
+
+DEFAULT_SEED = 0
+"""Seeds a task's generator and its train / val / test split."""
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """Seed, split sizes and fractions, scorer and judge of a task spec
+    (`load_task(spec, TaskOptions(...))`). Unset (None) leaves the task's own choice."""
+
+    seed: int = DEFAULT_SEED
+    """Seed for task splits and sampling."""
+    train_size: int | None = None
+    """Train split size (unset: the task's own). A JSONL file's first N train lines."""
+    val_size: int | None = None
+    """Val split size (unset: the task's own). A JSONL file's first N val lines."""
+    test_size: int | None = None
+    """Test split size (unset: the task's own). A JSONL file's first N test lines."""
+    val_fraction: float | None = None
+    """JSONL tasks: the share of lines without a `split` that go to val (unset: the task's
+    own)."""
+    test_fraction: float | None = None
+    """JSONL tasks: the share of lines without a `split` that go to test (unset: the task's
+    own)."""
+    scorer: str | None = None
+    """Scorer for JSONL tasks: exact | normalized | numeric | quantity | contains | regex |
+    json_match | llm_judge (unset: normalized)."""
+    judge_model: ModelLike | None = None
+    """Judge model spec for the llm_judge scorer (its calls are charged to the role `judge`)."""
+    rubric: Path | None = None
+    """Rubric file for the llm_judge scorer."""
+    unsafe_exec: bool = False
+    """Where bubblewrap is missing, run model-written code with resource limits only (it can
+    read your files and use the network); and allow the reasoning-gym tasks whose own scorers
+    evaluate the answer as Python inside this selftaught process, unsandboxed even when
+    bubblewrap is installed. Without this such tasks refuse."""
+
+    def __post_init__(self) -> None:
+        for name in ("train_size", "val_size", "test_size"):
+            size = getattr(self, name)
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
+                raise ConfigError(f"{name} must be an integer >= 0, got {size!r}")
+            if size is not None and size < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, got {size!r}")
+
+    @classmethod
+    def of(cls, options: TaskOptions | dict[str, Any] | None = None, **fields: Any) -> TaskOptions:
+        """Options from an instance, a dict of fields or None, with `fields` on top."""
+        base = options if isinstance(options, TaskOptions) else cls(**dict(options or {}))
+        try:
+            return dataclasses.replace(base, **fields)
+        except TypeError as err:  # an unknown keyword
+            known = ", ".join(f.name for f in dataclasses.fields(cls))
+            raise ConfigError(f"unknown task option ({err}); task options are: {known}") from None
+
+    def given(self) -> list[str]:
+        """The options set to something other than their default, by name."""
+        return [
+            f.name
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != f.default and getattr(self, f.name) is not None
+        ]
+
+    def sizes(self) -> dict[str, int]:
+        """The split sizes that were set, as constructor keywords."""
+        named = {"train_size": self.train_size, "val_size": self.val_size}
+        named["test_size"] = self.test_size
+        return {k: v for k, v in named.items() if v is not None}
+
+    def refuse(self, source: str, honoured: set[str], why: str = "") -> None:
+        """ConfigError naming the options `source` cannot honour (never ignore one)."""
+        bad = [name for name in self.given() if name not in honoured]
+        if bad:
+            flags = ", ".join("--" + n.replace("_", "-") for n in bad)
+            raise ConfigError(
+                f"{source} cannot honour {flags}"
+                + (f" ({why})" if why else "")
+                + f"; it takes {', '.join('--' + n.replace('_', '-') for n in sorted(honoured))}"
+            )
