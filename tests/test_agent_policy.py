@@ -39,7 +39,6 @@ from tests.agent_upstream import (
     codex_config,
     find_cli,
     needs_skill,
-    node_available,
     one_tool_then_answer,
 )
 
@@ -52,7 +51,7 @@ UNSAFE_ARGS = ["--unsafe-exec"] if find_bwrap() is None else []
 def needs_cli(kind: str):
     program = {"claude-code": "claude", "codex": "codex"}[kind]
     return pytest.mark.skipif(
-        find_cli(program) is None or not node_available(),
+        find_cli(program) is None,
         reason=f"{program} not installed (scripts/install-agent-clis.sh)",
     )
 

@@ -20,9 +20,12 @@ RECORDED = Path(__file__).parent / "fixtures" / "cli_flags.json"
 
 
 def commands(cmd: Any = None, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
-    """(command path, click command) for every leaf command of the app."""
+    """(command path, click command) for every leaf command of the app, and every group that
+    runs on its own with options of its own (`sleep log`, `sleep log migrate`)."""
     cmd = cmd if cmd is not None else typer.main.get_command(app)
     if hasattr(cmd, "commands"):  # a group (typer may vendor click: no isinstance)
+        if path and any(type(p).__name__.endswith("Option") for p in cmd.params):
+            yield " ".join(path), cmd
         for name, sub in sorted(cmd.commands.items()):
             yield from commands(sub, (*path, name))
     else:

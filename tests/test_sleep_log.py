@@ -299,3 +299,16 @@ def test_a_spool_keeps_every_field_and_a_line_cut_by_a_kill_costs_nothing_else(l
     assert log.count() == 3
     spool.close()
     assert not spool.path.exists()
+
+
+def test_trust_is_per_field_an_end_users_comment_leaves_the_operators_correction_his(tmp_path):
+    log = TaskLog(tmp_path / "log.db")
+    iid = log_interaction("What is 2+2?", "5", log=log)
+    log.add_feedback(iid, {"comment": "answer in French"}, giver="key:ab12", trusted=False)
+    log.add_feedback(iid, {"thumb": "down", "reference": "4"})  # the operator's
+    fb = log.get(iid).feedback
+    assert not fb.trusted and fb.untrusted_fields == ("comment",)
+    assert fb.trusted_for("reference") and fb.trusted_for("thumb")
+    assert not fb.trusted_for("comment")
+    as_given = Feedback(thumb="up", giver="key:ab12", trusted=False)  # one giver: its trust
+    assert not as_given.trusted_for("thumb")

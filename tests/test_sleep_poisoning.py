@@ -178,7 +178,7 @@ def test_leave_one_out_stays_within_its_budget_and_still_finds_a_rider(tmp_path)
         fill_log(home, ALPHA_NIGHT)
         target = models(analyst=analyst).target
         (n,) = run_night(config(home, leave_one_out=leave_one_out), models=models(target, analyst))
-        return len(target.calls), n.report
+        return len(target.calls), n.report_dict()
 
     off_calls, off = target_calls(0, tmp_path / "off")
     on_calls, on = target_calls(6, tmp_path / "on")

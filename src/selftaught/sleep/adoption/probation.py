@@ -300,11 +300,14 @@ def _order(label: str) -> tuple[int, int, str]:
 
 
 def _counted(it: Interaction, config: ProbationConfig) -> Interaction:
-    """`it` as probation reads it: without its feedback when an end user gave any of it,
-    unless `config.untrusted`."""
-    if config.untrusted or it.feedback.trusted:
+    """`it` as probation reads it: only the thumb and score the operator gave, unless
+    `config.untrusted` (then every one)."""
+    fb = it.feedback
+    if config.untrusted or (fb.trusted_for("thumb") and fb.trusted_for("score")):
         return it
-    return replace(it, feedback=Feedback())
+    thumb = fb.thumb if fb.trusted_for("thumb") else None
+    score = fb.score if fb.trusted_for("score") else None
+    return replace(it, feedback=Feedback(thumb=thumb, score=score))
 
 
 def evaluate(

@@ -65,7 +65,9 @@ class Feedback:
     `giver` is who said it (`operator` for the CLI and the Python API, a client id for an end
     user through the proxy); `trusted` is whether that giver is the operator. Read from the
     log, a row's feedback is merged: trusted entries override untrusted ones, later entries
-    earlier ones; `trusted` then says whether every value shown came from a trusted entry."""
+    earlier ones; `untrusted_fields` then names the values an untrusted giver set, and
+    `trusted` says whether there are none. Ask `trusted_for(field)` before taking a value as
+    the operator's word."""
 
     thumb: Thumb | None = None
     score: float | None = None
@@ -74,8 +76,15 @@ class Feedback:
     created_at: float | None = None
     giver: str | None = None
     trusted: bool = True
+    untrusted_fields: tuple[str, ...] = ()
+
+    def trusted_for(self, name: str) -> bool:
+        """Whether the value of user field `name` is the operator's word: for merged feedback,
+        per field; for feedback as one giver gave it, that giver's trust."""
+        return name not in self.untrusted_fields if self.untrusted_fields else self.trusted
 
     def __post_init__(self) -> None:
+        self.untrusted_fields = tuple(self.untrusted_fields)
         if self.thumb not in (None, "up", "down"):
             raise InputError(f"thumb must be 'up' or 'down', got {self.thumb!r}")
         if self.score is not None:
@@ -92,7 +101,7 @@ class Feedback:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        return {k: v for k, v in self.__dict__.items() if v is not None and v != ()}
 
     @classmethod
     def coerce(cls, value: Feedback | dict[str, Any] | str | float | None) -> Feedback | None:
@@ -749,6 +758,7 @@ def _merge_feedback(fb: Feedback, entry: tuple[Any, ...], untrusted: set[str]) -
             setattr(fb, name, value)
             (untrusted.discard if trusted else untrusted.add)(name)
     fb.created_at, fb.giver, fb.trusted = created, giver, not untrusted
+    fb.untrusted_fields = tuple(name for name in USER_FIELDS if name in untrusted)
 
 
 def _row(it: Interaction) -> tuple[Any, ...]:

@@ -83,14 +83,16 @@ def _merged(final: Interaction, steps: list[Interaction]) -> Interaction:
     """A copy of `final` with the steps' feedback folded in and their ids recorded."""
     out = Interaction(**{f.name: getattr(final, f.name) for f in fields(final)})
     fb = Feedback(**{f.name: getattr(final.feedback, f.name) for f in fields(final.feedback)})
-    trusted = fb.trusted
+    untrusted = {name for name in USER_FIELDS if not fb.trusted_for(name)}
     for step in reversed(steps):  # newest step first
         for name in USER_FIELDS:
             value = getattr(step.feedback, name)
             if getattr(fb, name) is None and value is not None:
                 setattr(fb, name, value)
-                trusted = trusted and step.feedback.trusted
-    fb.trusted = trusted
+                if not step.feedback.trusted_for(name):
+                    untrusted.add(name)
+    fb.untrusted_fields = tuple(name for name in USER_FIELDS if name in untrusted)
+    fb.trusted = not untrusted
     out.feedback = fb
     out.meta = {**out.meta, "session_steps": [s.id for s in steps]}
     return out

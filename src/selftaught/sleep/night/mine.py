@@ -14,10 +14,10 @@ Near-duplicate prompts (the same numbers in the same order and word shingles at 
 user asked twice lands on one side of the split only. Each task records where it came from:
 the interactions and the clients that sent them.
 
-Whose words are taken as words: feedback the operator gave (`Feedback.trusted`) keeps its
-power: the rules its comment states become checks, the comment itself a memory candidate
-(`consolidate.user_statements`), its correction a demonstration's reply. An end user's
-feedback (a row's merged feedback holding any untrusted value) is evidence only: its comment
+Whose words are taken as words: feedback the operator gave (`Feedback.trusted_for`, per
+field) keeps its power: the rules its comment states become checks, the comment itself a memory
+candidate (`consolidate.user_statements`), its correction a demonstration's reply. An end
+user's feedback (a field whose merged value an untrusted giver set) is evidence only: its comment
 states no rule and is never memory text; it reaches the analyst quoted, in the check's
 feedback (`state["evidence"]`), and the judge quoted, in the rubric; its correction still
 checks the task but is marked `no_demo`, so no demonstration (nor adapter sample) carries it
@@ -205,7 +205,7 @@ def _rubric(it: Interaction, config: MineConfig) -> str:
     lines = [
         "The reply does what the user asked in the request, correctly and completely.",
     ]
-    if fb.comment and fb.trusted:
+    if fb.comment and fb.trusted_for("comment"):
         lines.append(f"The user's comment on an earlier reply: {redact_for_model(fb.comment)!r}.")
     elif fb.comment:
         lines.append(
@@ -260,7 +260,7 @@ def task_checks(
     comment = (fb.comment or "").strip()
     said = "\n".join(str(m["content"]) for m in messages if m["role"] in ("system", "developer"))
     said += "\n" + str(messages[-1]["content"])
-    if comment and fb.trusted:  # an end user's comment states no rule (module doc)
+    if comment and fb.trusted_for("comment"):  # an end user's comment states no rule
         said += "\n" + comment
     rules = [r.to_dict() for r in find_rules(said)]
     reference = _redact_value(reference)
@@ -269,13 +269,13 @@ def task_checks(
     elif reference is not None and not str(reference).strip():
         reference = None
     state: dict[str, Any] = {"rules": rules}
-    if comment and fb.trusted:
+    if comment and fb.trusted_for("comment"):
         state["comment"] = redact_for_model(comment)
     elif comment:
         state["evidence"] = quoted(comment)
     if reference is not None:
         state["scorer"] = reference_scorer(reference)
-        if fb.reference is not None and fb.trusted:  # the operator's correction: a demo's reply
+        if fb.reference is not None and fb.trusted_for("reference"):  # the operator's: a demo
             state["demo_source"] = "correction"
         elif fb.reference is not None:
             state["no_demo"] = "checked by an end user's correction"

@@ -267,7 +267,8 @@ def _exported_feedback(value: Any, trust_fields: bool = False) -> Feedback:
     given = value if isinstance(value, dict) else {}
     created_at = given.get("created_at")
     if isinstance(value, dict):
-        value = {k: v for k, v in value.items() if k not in ("created_at", "giver", "trusted")}
+        stamped = ("created_at", "giver", "trusted", "untrusted_fields")
+        value = {k: v for k, v in value.items() if k not in stamped}
     feedback = Feedback.coerce(value) or Feedback()
     if isinstance(created_at, (int, float)) and not isinstance(created_at, bool):
         feedback.created_at = float(created_at)
