@@ -37,7 +37,7 @@ from selftaught.evaluation import (
     rollout_row,
     summarize,
 )
-from selftaught.gate import GateResult, ValScores, gate, paired_comparison
+from selftaught.gate import GateResult, ValScores, gate, gate_tags, paired_comparison
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import BudgetExhausted, RoleUsage, TrackedModel, UsageLedger
@@ -395,6 +395,7 @@ class SkillTrainer:
         check_disjoint(self.task)  # validation that overlaps training fails closed
         self.train_set = self.task.examples("train")
         self.val_set = self.task.examples("val")
+        self.val_tags = gate_tags(self.val_set, self.gate_cfg)  # the per-tag veto's tags
         self.test_set = self.task.examples("test") if self.config.evaluate_test else []
         if not self.train_set:
             raise TaskError(f"task {self.task.name!r} has an empty train split")
@@ -689,6 +690,7 @@ class SkillTrainer:
             self._metric(self.val_cache[parent.hash]),
             self._metric(self.val_cache[st.best.hash]),
             self.gate_cfg,
+            tags=self.val_tags,
         )
         return _Verdict(result, chosen.skill, chosen.rollouts, chosen.cached, chosen)
 
