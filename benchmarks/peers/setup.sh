@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up what bench_peers.py needs, outside the package's own dependencies:
-#   1. benchmarks/.venv-peers: a virtualenv with gepa==0.1.4 and skillrl==1.0.0. It sees the
+#   1. benchmarks/.venv-peers: a virtualenv with gepa==0.1.4, skillrl==1.0.0 and dspy==3.4.1
+#      (with optuna, which its MIPROv2 needs; DSPy pins the same gepa). It sees the
 #      interpreter's site-packages (selftaught, reasoning-gym, openai) because the driver
 #      scores the peers' rollouts with selftaught's task scorer; the peers and anything they
 #      pull in are installed into the venv only.
@@ -16,8 +17,8 @@ venv="$bench/.venv-peers"
 if [ ! -x "$venv/bin/python" ]; then
     "$python" -m venv --system-site-packages "$venv"
 fi
-"$venv/bin/python" -m pip install --quiet "gepa==0.1.4" "skillrl==1.0.0"
-"$venv/bin/python" -c "import gepa, skillrl, selftaught; print('peers venv ok:', '$venv')"
+"$venv/bin/python" -m pip install --quiet "gepa==0.1.4" "skillrl==1.0.0" "dspy[optuna]==3.4.1"
+"$venv/bin/python" -c "import gepa, skillrl, dspy, selftaught; print('peers venv ok:', '$venv')"
 
 if [ "${1:-}" = "--qwen" ]; then
     wheels="$(mktemp -d)"
