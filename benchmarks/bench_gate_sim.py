@@ -156,8 +156,8 @@ def summarize(rows: list[dict[str, Any]], steps: int) -> dict[str, Any]:
 def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     lines = [
         "| scenario | gate | accepted steps | ships a change | true regression (> 1 pt) "
-        "| true gain (> 1 pt) | mean true change | test loss p ≤ 0.05 | test loss beyond CI "
-        "| test gain p ≤ 0.05 |",
+        "| true gain (> 1 pt) | mean true change | test loss one-sided p ≤ 0.05 "
+        "| test loss beyond CI | test gain one-sided p ≤ 0.05 |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731

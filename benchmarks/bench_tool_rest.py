@@ -33,7 +33,7 @@ from common import (  # noqa: E402
     fmt_acc,
     machine_info,
     markdown_table,
-    update_readme,
+    write_tables,
 )
 
 TEACHER = Path(__file__).resolve().parent / "tool_calculator_teacher.md"
@@ -174,7 +174,7 @@ def main() -> None:
     atomic_write_json(args.result, report)
     body = readme_body(report)
     if not args.no_readme:
-        update_readme("bench_tool_rest", body)
+        write_tables()
     print(body)
     print(f"\nwritten {args.result}")
     print(json.dumps(report["paired"]))
