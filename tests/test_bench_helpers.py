@@ -4,8 +4,8 @@ its folder goes on sys.path, as when a script runs)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest

@@ -168,8 +168,11 @@ def test_a_judge_task_is_a_seeded_jsonl_task_scored_by_the_judge(tmp_path, monke
         judged.append(messages[-1]["content"])
         return '{"score": 9, "reason": "names the subject"}'
 
-    task = bench_tasks.build_task("judge:abstract2title", seed=3, train_size=5, val_size=4,
-                                  test_size=6, judge_model=ScriptedModel(judge), wheel=wheel)  # fmt: skip
+    sizes = {"train_size": 5, "val_size": 4, "test_size": 6}
+    judge_model = ScriptedModel(judge)
+    task = bench_tasks.build_task(
+        "judge:abstract2title", seed=3, judge_model=judge_model, wheel=wheel, **sizes
+    )
     sizes = [len(task.examples(s)) for s in ("train", "val", "test")]
     assert sizes == [5, 4, 6]
     ex = task.examples("test")[0]
