@@ -72,10 +72,8 @@ from counting_proxy import CallCounter, counting_proxy
 from protocol import check_design_use, code_state, load_report_settings, settings_commit
 
 SYSTEMS = ("selftaught", "gepa", "skillrl", "dspy-bfrs", "dspy-mipro", "dspy-gepa")
-TASKS = (
-    "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2",
-    "gym:chain_sum",
-)
+FROZEN = load_report_settings()  # the tasks, systems and dev seeds every mode starts from
+TASKS = tuple(FROZEN["tasks"])  # the first is the arithmetic task --quick runs
 SEED_PROMPT = "You are a helpful assistant."
 # selftaught's gate settings for --gate: margin in val items, confidence = 1 - p
 GATES: dict[str, dict[str, Any]] = {
@@ -95,7 +93,7 @@ class Settings:
 
     mode: str = "peers"  # peers (dev) | gate (dev) | report
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
-    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    seeds: list[int] = field(default_factory=lambda: list(FROZEN["dev_seeds"]))
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
     gates: list[str] = field(default_factory=lambda: ["margin1", "p<=0.1", "p<=0.2"])
     train: int = 30
@@ -155,7 +153,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     p.add_argument("--gate", action="store_true", help="sweep selftaught's gate settings")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, SmolLM2")
     p.add_argument("--tasks", nargs="+", help=f"task specs (default: {' '.join(TASKS)})")
-    p.add_argument("--seeds", nargs="+", type=int, help="split + run seeds (dev: 0 1; gate 0 1 2)")
+    p.add_argument("--seeds", nargs="+", type=int, help="split + run seeds (dev: the dev seeds)")
     p.add_argument("--systems", nargs="+", choices=SYSTEMS, help="default: all of them")
     p.add_argument("--gates", nargs="+", choices=list(GATES), help="gate settings for --gate")
     p.add_argument("--budget", type=int, help="target calls per run (default 200)")
@@ -822,8 +820,16 @@ def saved_report_tables(out_dir: Path = RESULTS) -> str:
 
 
 def check_peers_installed(s: Settings) -> None:
-    if set(s.systems) - {"selftaught"} and not PEERS_PYTHON.exists():
+    peers = set(s.systems) - {"selftaught"}
+    if peers and not PEERS_PYTHON.exists():
         raise SystemExit(f"{PEERS_PYTHON} is missing; run: bash benchmarks/peers/setup.sh")
+    modules = {p.split("-")[0] for p in peers}  # gepa, skillrl, dspy
+    if modules and subprocess.call([str(PEERS_PYTHON), "-c", f"import {', '.join(modules)}"],
+                                   stderr=subprocess.DEVNULL) != 0:  # fmt: skip
+        raise SystemExit(
+            f"the peers' venv lacks one of {', '.join(sorted(modules))}; "
+            "run: bash benchmarks/peers/setup.sh"
+        )
 
 
 # settings two runs must share to sit in one results file (seeds, systems and tasks may differ)
