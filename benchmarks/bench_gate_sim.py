@@ -198,6 +198,10 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"gate_sim{'_quick' if args.quick else ''}.json"
     path.write_text(json.dumps(out, indent=1), encoding="utf-8")
+    if not args.quick:
+        from common import write_tables
+
+        write_tables()  # the README's table comes from gate_sim.json
     print(table(results))
     print(f"\nwrote {path} ({out['wall_s']} s)")
 
