@@ -200,3 +200,17 @@ def test_gym_specs_pass_through_and_unknown_forms_are_refused():
     )
     with pytest.raises(SystemExit, match="unknown judge set"):
         bench_tasks.task_kind("judge:nope")
+
+
+def test_report_results_keep_every_row_with_its_commits(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
+    s = bench_peers.parse_args(["--report", "--tasks", FROZEN["tasks"][1]])
+    meta = {"settings_commit": "c0ffee", "date": "2026-01-01T00:00:00+00:00"}
+    row = bench_peers.stamp(s, meta, {"system": "gepa", "variant": "gepa", "seed": 100})
+    assert row["code"]["commit"] and row["meta"]["settings_commit"] == "c0ffee"
+    (path,) = bench_peers.write_results(s, meta, {FROZEN["tasks"][1]: [row]})
+    again = {**row, "run_id": "gepa/s100/later"}  # the same system and seed, run again
+    bench_peers.write_results(s, meta, {FROZEN["tasks"][1]: [again]})
+    saved = json.loads(path.read_text())
+    assert saved["settings_commit"] == "c0ffee" and path.name == "report_chain_sum.json"
+    assert [r["run_id"] for r in saved["runs"]] == [row["run_id"], "gepa/s100/later"]
