@@ -136,7 +136,12 @@ def _sleep_table(results: Path, name: str) -> str:
             cells.append(acc if n["night"] == 0 else f"{acc} ({n.get('status')})")
         walls = " / ".join(f"{s:.0f}" for s in c["summary"]["night_s"])
         body.append([label, *cells, *[""] * (nights - len(cells)), walls])
-    return markdown_table(header, body)
+    n = next(iter(configs.values()))["nights"][0]["heldout"]["n"]
+    note = (
+        f"Held out: {n} requests; the smallest difference a paired test on them can show at "
+        f"α = 0.05 (two-sided exact sign test) is {_mdd(n)}."
+    )
+    return note + "\n\n" + markdown_table(header, body)
 
 
 def quickstart(results: Path) -> str:
