@@ -287,6 +287,7 @@ class Bench:
             val_size=self.s.val,
             test_size=self.s.test,
             judge_model=judge,
+            judge_timeout_s=self.s.timeout_s,
         )
 
     def score(self, task: Any, prompt: str, split: str) -> dict[str, float | None]:

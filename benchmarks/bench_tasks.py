@@ -77,10 +77,12 @@ def build_task(
     val_size: int,
     test_size: int,
     judge_model: Any = None,
+    judge_timeout_s: float = 900.0,
     wheel: Path = EVALS_WHEEL,
 ) -> Any:
     """The task of `spec` with seeded splits of these sizes (`judge_model`: a model spec or
-    ChatModel, required by `judge:` tasks)."""
+    ChatModel, required by `judge:` tasks; a spec gets the benchmark's call timeout: a judge
+    reads a long prompt, on a shared CPU the default timeout gave up on it)."""
     from selftaught.tasks import load_task
 
     if task_kind(spec) == "gym":
@@ -91,14 +93,17 @@ def build_task(
         raise SystemExit(f"task {spec!r} is scored by a judge: give it a judge model")
     name = spec.removeprefix("judge:")
     path = write_judge_jsonl(name, seed, (train_size, val_size, test_size), wheel)
-    return judge_task(name, path, judge_model, seed)
+    return judge_task(name, path, judge_model, seed, judge_timeout_s)
 
 
-def judge_task(name: str, path: Path, judge_model: Any, seed: int) -> Any:
+def judge_task(name: str, path: Path, judge_model: Any, seed: int, timeout_s: float) -> Any:
     from selftaught.models import load_model
     from selftaught.tasks.jsonl import JsonlTask
 
-    model = load_model(judge_model) if isinstance(judge_model, str) else judge_model
+    if isinstance(judge_model, str):
+        model = load_model(judge_model, timeout_s=timeout_s)
+    else:
+        model = judge_model
     js = JUDGE_SETS[name]
     return JsonlTask(
         path,

@@ -59,6 +59,7 @@ def rebuild_task(job: dict[str, Any]) -> Task:
         val_size=t["val_size"],
         test_size=t["test_size"],
         judge_model=judge,
+        judge_timeout_s=job["timeout_s"],
     )
     for split in ("train", "val"):
         mine = [(e.id, e.input, str(e.reference)) for e in task.examples(split)]
