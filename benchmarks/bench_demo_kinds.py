@@ -3,9 +3,13 @@ its own bare answers, or the task's references, as chat turns or a system sectio
 
 Per seed: the seed prompt answers the train split once (greedy); the passing replies are split
 into worked (`demo_search.shows_work`) and bare; two demos of each kind (a seeded draw) are
-placed in the skill, and the val and test splits (80 items with the defaults) are answered
-with each skill and paired per item against the seed prompt alone. One model job, run
-sequentially; every evaluation is saved as it ends and a re-run resumes.
+placed in the skill, and the val split is answered with each skill and paired per item
+against the seed prompt alone. One model job, run sequentially; every evaluation is saved as
+it ends and a re-run resumes.
+
+A design tool (benchmarks/README.md, "Protocol"): it scores on val only, never on test, and
+refuses the report seeds of report_settings.json. (Its results before 2026-11-26 were scored
+on val + test of the peer benchmark's seeds, which is what the protocol now forbids.)
 
     python benchmarks/bench_demo_kinds.py --seeds 0 1 \\
         --model local:~/.cache/selftaught/models/qwen2.5-coder-0.5b-instruct.gguf
@@ -28,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from protocol import check_design_use
+
 from selftaught.demos import Demo, LeakCheck, join_skill
 from selftaught.evaluation import evaluate_split
 from selftaught.gate import paired_comparison
@@ -44,6 +50,7 @@ RESULTS = Path(__file__).parent / "results"
 PEER_TASK = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
 SEED_PROMPT = "You are a helpful assistant."
 KINDS = ("worked-turns", "bare-turns", "ref-system", "worked-system")
+SPLITS = ("val",)  # a design tool never scores test
 
 
 def _demo_sets(task: Any, model: Any, cfg: RolloutConfig, seed: int) -> dict[str, list[Demo]]:
@@ -62,7 +69,7 @@ def _demo_sets(task: Any, model: Any, cfg: RolloutConfig, seed: int) -> dict[str
         (split, ex.id, ex.prompt_text()) for split in ("val", "test") for ex in task.examples(split)
     )
     for demos in drawn.values():
-        held_out.assert_clean(demos)  # the sets are scored on val + test: no copy of an item
+        held_out.assert_clean(demos)  # no demo may copy a held-out item
     return {kind: drawn[kind.split("-")[0]] for kind in KINDS}
 
 
@@ -89,11 +96,11 @@ class Evals:
             self.saved = {"settings": settings, "evals": {}, "rows": {}}
 
     def hard(self, key: str, task: Any, model: Any, cfg: RolloutConfig, skill: str) -> dict:
-        """Per-item hard scores of `skill` on val + test (from the file when saved)."""
+        """Per-item hard scores of `skill` on val (from the file when saved)."""
         saved = self.saved["evals"].get(key)
         if saved is None or saved["skill"] != skill:  # a changed skill is evaluated again
             t0, hard = time.perf_counter(), {}
-            for split in ("val", "test"):
+            for split in SPLITS:
                 res = evaluate_split(task, model, Policy(skill=skill), split=split, rollout=cfg)
                 hard |= {r.example_id: r.score.hard for r in res.rollouts if r.ok and r.score}
             self.saved["evals"][key] = {
@@ -156,7 +163,9 @@ def main() -> None:
     p.add_argument("--out", default=str(RESULTS / "demo_kinds_qwen.json"))
     p.add_argument("--order", metavar="DIR", help="compare two orders of the pools saved in DIR")
     a = p.parse_args()
-    evals = Evals(Path(a.out), {"model": a.model, "task": a.task, "max_tokens": a.max_tokens})
+    check_design_use("bench_demo_kinds.py", seeds=a.seeds, splits=SPLITS)
+    settings = {"model": a.model, "task": a.task, "max_tokens": a.max_tokens, "splits": SPLITS}
+    evals = Evals(Path(a.out), settings)
     model = load_model(os.path.expanduser(a.model))
     cfg = RolloutConfig(params=GenerationParams(max_tokens=a.max_tokens), progress=False)
     for seed in a.seeds:

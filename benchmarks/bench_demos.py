@@ -1,11 +1,15 @@
 """Demonstrations on a frozen model: placement (chat turns vs a system-prompt section) and
-source (the model's own passing replies vs the task's references), measured on one test set.
+source (the model's own passing replies vs the task's references), measured on one val set.
 
 For each of `--draws` random demo sets of `--k` demos (drawn from train only, the same draw
-for both placements), the test split is answered with the skill's demos placed as turns and
-as a system section, and paired per item against the same test items with no demos: mean
+for both placements), the val split is answered with the skill's demos placed as turns and
+as a system section, and paired per item against the same val items with no demos: mean
 accuracy difference with a 95% interval over items, wins / losses, sign test. One model job,
 run sequentially; results are saved after every evaluation and a re-run resumes.
+
+A design tool (benchmarks/README.md, "Protocol"): it scores on train and val only, never on
+test (`--split test` is refused), and refuses the report seeds of report_settings.json. (Its
+results before 2026-11-26 were scored on the test split.)
 
     python benchmarks/bench_demos.py --model local \\
         --task "gym:basic_arithmetic?max_terms=2&max_digits=1" --k 2 --draws 3
@@ -20,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from protocol import check_design_use
+
 from selftaught.demos import Demo, join_skill
 from selftaught.evaluation import evaluate_split
 from selftaught.models import load_model
@@ -28,7 +34,7 @@ from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, arun_rollouts
 from selftaught.runs import atomic_write_json, read_json
 from selftaught.skill.demo_search import bootstrapped, from_references
-from selftaught.stats import mean_interval, sign_test_pvalue
+from selftaught.stats import mean_interval, sign_test_pvalue, sign_test_two_sided
 from selftaught.tasks.registry import load_task
 
 RESULTS = Path(__file__).parent / "results"
@@ -48,6 +54,7 @@ def _paired(base: dict[str, float], new: dict[str, float]) -> dict[str, Any]:
         "wins": wins,
         "losses": losses,
         "sign_test_p_gain": round(sign_test_pvalue(wins, losses), 4),
+        "sign_test_p_two_sided": round(sign_test_two_sided(wins, losses), 4),
     }
 
 
@@ -56,30 +63,30 @@ def main() -> None:
     p.add_argument("--model", default="local")
     p.add_argument("--task", default="gym:basic_arithmetic?max_terms=2&max_digits=1")
     p.add_argument("--train-size", type=int, default=48)
-    p.add_argument("--test-size", type=int, default=100)
+    p.add_argument("--val-size", type=int, default=100)
+    p.add_argument("--split", default="val", help="the split scored: val (or train); never test")
     p.add_argument("--k", type=int, default=2)
     p.add_argument("--draws", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(RESULTS / "demos_placement.json"))
     a = p.parse_args()
+    check_design_use("bench_demos.py", seeds=[a.seed], splits=[a.split])
     out = Path(a.out)
     saved: dict[str, Any] = read_json(out) if out.exists() else {}
     settings = {k: v for k, v in vars(a).items() if k != "out"}
     if saved.get("settings") != settings:
         saved = {"settings": settings, "evals": {}}
-    task = load_task(
-        a.task, seed=a.seed, train_size=a.train_size, val_size=4, test_size=a.test_size
-    )
+    task = load_task(a.task, seed=a.seed, train_size=a.train_size, val_size=a.val_size, test_size=4)
     model = load_model(a.model)
     params = GenerationParams(max_tokens=a.max_tokens)
-    train, test = task.examples("train"), task.examples("test")
+    train, scored = task.examples("train"), task.examples(a.split)
 
     def run(name: str, skill: str) -> dict[str, float]:
         if name not in saved["evals"]:
             t0 = time.perf_counter()
             cfg = RolloutConfig(params=params, progress=False)
-            res = evaluate_split(task, model, Policy(skill=skill), split="test", rollout=cfg)
+            res = evaluate_split(task, model, Policy(skill=skill), split=a.split, rollout=cfg)
             saved["evals"][name] = {
                 "hard": {r.example_id: r.score.hard for r in res.rollouts if r.ok and r.score},
                 "seconds": round(time.perf_counter() - t0, 1),
@@ -87,7 +94,8 @@ def main() -> None:
             }
             atomic_write_json(out, saved)
             print(
-                f"{name}: {sum(saved['evals'][name]['hard'].values()) / len(test):.3f}", flush=True
+                f"{name}: {sum(saved['evals'][name]['hard'].values()) / len(scored):.3f}",
+                flush=True,
             )
         return saved["evals"][name]["hard"]
 

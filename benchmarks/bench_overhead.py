@@ -40,7 +40,7 @@ from common import (
     markdown_table,
     selftaught_server,
     split_spec,
-    update_readme,
+    write_tables,
 )
 from fake_openai import fake_server
 
@@ -262,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     markdown = report(s, meta, rows)
     atomic_write_text(path.with_suffix(".md"), markdown + "\n")
     if not s.quick:
-        update_readme("bench_overhead", markdown)
+        write_tables()
     print(f"wrote {path}\n\n{markdown}")
 
 

@@ -1,35 +1,39 @@
-"""Benchmark: selftaught `optimize` vs GEPA 0.1.4 vs skillrl 1.0.0, side by side.
+"""Benchmark: selftaught `optimize` vs GEPA 0.1.4, skillrl 1.0.0 and DSPy 3.4.1
+(BootstrapFewShotWithRandomSearch, MIPROv2 light, dspy.GEPA), side by side.
 
-Same machine, tasks, seeded disjoint splits (train 30 / val 30 / test 50 from
-`selftaught.tasks.load_task(spec, seed=S, ...)`, handed to every system as the very same
-examples), seed prompt, answer rule (the task's instructions after the question, scored by
-reasoning-gym's `score_answer`), model (one OpenAI-compatible endpoint serves target and
-optimizer) and budget (200 target calls: GEPA's `max_metric_calls`; selftaught's
-`Budget(calls=200, roles=("target",))`; for skillrl, which has no budget, its run is ended at
-the 201st target call and its best skill so far ships, as selftaught's does).
+Same machine, tasks, seeded disjoint splits (`bench_tasks.build_task(spec, seed=S, ...)`,
+handed to every system as the very same examples), seed prompt, answer rule (the task's
+instructions after the question, scored by the task's scorer), model (one OpenAI-compatible
+endpoint serves target, optimizer and judge) and budget (200 target calls: GEPA's
+`max_metric_calls`; selftaught's `Budget(calls=200, roles=("target",))`; skillrl and DSPy's
+BootstrapFewShotWithRandomSearch / MIPROv2, which have no such budget, are cut at the 201st
+target call and ship their best so far).
 
 Every call is counted at the endpoint (a counting proxy, one route per role), and every
-system's shipped prompt is scored here with `selftaught.evaluate` on the same val and test
-split (baseline: the seed prompt), with 95% Wilson intervals and the paired sign test.
+system's shipped prompt is scored here with `selftaught.evaluate`.
 
-    bash benchmarks/peers/setup.sh --qwen             # peers' venv + the Qwen GGUF, once
-    python benchmarks/bench_peers.py                  # both tasks, seeds 0 1, all systems
-    python benchmarks/bench_peers.py --gate           # selftaught's gate settings, seeds 0 1 2
-    python benchmarks/bench_peers.py --quick          # smoke run on SmolLM2, a few minutes
+The protocol (benchmarks/README.md, "Protocol"; `protocol.py`):
+
+    python benchmarks/bench_peers.py --report           # the report run: report_settings.json
+    python benchmarks/bench_peers.py --seeds 0 1 2      # dev run: dev seeds, val only
     python benchmarks/bench_peers.py --systems selftaught --config pool=false  # a default swept
+    python benchmarks/bench_peers.py --gate             # selftaught's gate settings (dev, val)
+    python benchmarks/bench_peers.py --quick            # smoke run on SmolLM2, a few minutes
 
-`--versus A B` scores the shipped prompts of two saved runs (systems or `--config` variants)
-per seed on the same test items again and pairs them with each other, seed by seed and over
-all seeds: whether a difference in mean gain between two systems is beyond the noise.
+`--report` runs every system once per report seed with the committed settings file and
+scores the shipped prompts on val and test (paired per item with the seed prompt and with
+each other: two-sided exact sign tests); it refuses a settings file with uncommitted changes,
+and a re-run is a new row beside the old ones in `results/report_<task>.json`. Every other
+mode is a design tool: dev seeds only (report seeds are refused), val only (test is never
+scored).
 
 `--config KEY=VALUE ...` runs selftaught with those `SkillOptConfig` fields changed: its rows
-sit beside the default's in the same results file, labelled with the change, so a default is
-chosen on the same tasks, seeds and splits as the peers.
+sit beside the default's in the same results file, labelled with the change.
 
 The server is `selftaught serve --model local:<Qwen GGUF>` started by the script (or any
-endpoint: `--endpoint http://HOST:PORT/v1#MODEL`). Results: benchmarks/results/peers_<task>.json
-(or gate_sweep.json) and a regenerated section of benchmarks/README.md; `--quick` writes under
-runs/bench/quick/ and leaves the README alone.
+endpoint: `--endpoint http://HOST:PORT/v1#MODEL`). Dev results: results/peers_<task>.json (or
+gate_sweep.json); `--quick` writes under runs/bench/quick/. Tables: `python
+benchmarks/tables.py` regenerates them from the results files.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench_tasks import build_task, needs_judge, task_kind
 from common import (
     BENCH_DIR,
     QWEN_GGUF,
@@ -62,15 +67,13 @@ from common import (
     markdown_table,
     selftaught_server,
     split_spec,
-    update_readme,
 )
 from counting_proxy import CallCounter, counting_proxy
+from protocol import check_design_use, code_state, load_report_settings, settings_commit
 
-SYSTEMS = ("selftaught", "gepa", "skillrl")
-TASKS = (
-    "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2",
-    "gym:chain_sum",
-)
+SYSTEMS = ("selftaught", "gepa", "skillrl", "dspy-bfrs", "dspy-mipro", "dspy-gepa")
+FROZEN = load_report_settings()  # the tasks, systems and dev seeds every mode starts from
+TASKS = tuple(FROZEN["tasks"])  # the first is the arithmetic task --quick runs
 SEED_PROMPT = "You are a helpful assistant."
 # selftaught's gate settings for --gate: margin in val items, confidence = 1 - p
 GATES: dict[str, dict[str, Any]] = {
@@ -88,10 +91,9 @@ RUNS = REPO / "runs" / "bench"
 class Settings:
     """One benchmark invocation; `--quick` shrinks every size."""
 
-    mode: str = "peers"  # peers | gate | versus
-    versus: list[str] = field(default_factory=list)
+    mode: str = "peers"  # peers (dev) | gate (dev) | report
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
-    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    seeds: list[int] = field(default_factory=lambda: list(FROZEN["dev_seeds"]))
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
     gates: list[str] = field(default_factory=lambda: ["margin1", "p<=0.1", "p<=0.2"])
     train: int = 30
@@ -110,6 +112,11 @@ class Settings:
     serve_model: str = f"local:{QWEN_GGUF}"
     serve_name: str = "qwen"
     selftaught_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """What a run is scored on: val and test in a report run, val only in a design run."""
+        return ("val", "test") if self.mode == "report" else ("val",)
 
 
 def parse_config(pairs: Sequence[str]) -> dict[str, Any]:
@@ -142,13 +149,12 @@ def config_label(config: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> Settings:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--report", action="store_true", help="the report run (report_settings.json)")
     p.add_argument("--gate", action="store_true", help="sweep selftaught's gate settings")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, SmolLM2")
     p.add_argument("--tasks", nargs="+", help=f"task specs (default: {' '.join(TASKS)})")
-    p.add_argument(
-        "--seeds", nargs="+", type=int, help="split + run seeds (default 0 1; gate 0 1 2)"
-    )
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS, help="default: all three")
+    p.add_argument("--seeds", nargs="+", type=int, help="split + run seeds (dev: the dev seeds)")
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, help="default: all of them")
     p.add_argument("--gates", nargs="+", choices=list(GATES), help="gate settings for --gate")
     p.add_argument("--budget", type=int, help="target calls per run (default 200)")
     p.add_argument("--endpoint", help="use this endpoint, http://HOST:PORT/v1#MODEL")
@@ -158,12 +164,11 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     p.add_argument("--seed-prompt", help=f"the prompt every system starts from ({SEED_PROMPT!r})")
     p.add_argument("--concurrency", type=int, help="requests in flight per system (default 8)")
     p.add_argument(
-        "--versus", nargs=2, metavar=("A", "B"), help="pair two saved runs' shipped prompts"
-    )
-    p.add_argument(
         "--config", nargs="+", metavar="KEY=VALUE", help="selftaught SkillOptConfig changes"
     )
     args = p.parse_args(argv)
+    if args.report:
+        return report_settings(args)
     s = quick_settings() if args.quick else Settings()
     if args.gate:
         s.mode, s.systems = "gate", ["selftaught"]
@@ -177,9 +182,39 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         s.seed_prompt = args.seed_prompt
     if args.config:
         s.selftaught_config = parse_config(args.config)
-    if args.versus:
-        s.mode, s.versus = "versus", list(args.versus)
-        s.seeds = args.seeds or [0, 1, 2]
+    for spec in s.tasks:
+        task_kind(spec)  # an unknown form fails here, before any model starts
+    check_design_use("bench_peers.py outside --report", seeds=s.seeds, splits=s.splits)
+    return s
+
+
+def report_settings(args: argparse.Namespace) -> Settings:
+    """The report run's settings, all from the committed report_settings.json: its report
+    seeds, tasks, systems and settings. `--tasks / --systems / --seeds` may pick a subset (a
+    report run spread over sittings); `--endpoint` / `--concurrency` say where and how the same
+    model is served; nothing else may change."""
+    changed = [f"--{k.replace('_', '-')}" for k in ("gate", "quick", "config", "gates", "budget",
+               "serve_model", "seed_prompt") if getattr(args, k)]  # fmt: skip
+    if changed:
+        raise SystemExit(
+            f"--report takes its settings from report_settings.json; {', '.join(changed)} would "
+            "change them (a changed setting is a new settings file, committed before the run)"
+        )
+    frozen = load_report_settings()
+    s = Settings(**{**frozen["settings"], "mode": "report"})
+    s.tasks, s.systems, s.seeds = frozen["tasks"], frozen["systems"], frozen["report_seeds"]
+    for name in ("tasks", "systems", "seeds"):
+        picked = getattr(args, name)
+        if picked is None:
+            continue
+        extra = [x for x in picked if x not in getattr(s, name)]
+        if extra:
+            raise SystemExit(f"--report: {name} {extra} are not in report_settings.json")
+        setattr(s, name, list(picked))
+    if args.endpoint:
+        s.endpoint = args.endpoint
+    if args.concurrency:
+        s.concurrency = args.concurrency
     return s
 
 
@@ -241,6 +276,20 @@ class Bench:
     def url(self, role: str) -> str:
         return f"{self.proxy}/{role}/v1"
 
+    def task(self, spec: str, seed: int) -> Any:
+        """The task of `spec` on `seed`'s splits; a judge task's judge is the endpoint's model
+        on the `judge` route (counted apart)."""
+        judge = f"{self.url('judge')}#{self.model_name}" if needs_judge(spec) else None
+        return build_task(
+            spec,
+            seed=seed,
+            train_size=self.s.train,
+            val_size=self.s.val,
+            test_size=self.s.test,
+            judge_model=judge,
+            judge_timeout_s=self.s.timeout_s,
+        )
+
     def score(self, task: Any, prompt: str, split: str) -> dict[str, float | None]:
         """Per-example hard scores of `prompt` on `split` (None where a rollout errored)."""
         import selftaught
@@ -290,6 +339,7 @@ def make_job(b: Bench, system: str, task: Any, spec: str, seed: int, out_dir: Pa
         "seed_prompt": s.seed_prompt,
         "target_url": b.url("target"),
         "optimizer_url": b.url("optimizer"),
+        "judge_url": b.url("judge") if needs_judge(spec) else None,
         "model_name": b.model_name,
         "budget_calls": s.budget,
         "epochs": planned_epochs(s.budget, s.train, s.val, s.batch_size),
@@ -361,7 +411,7 @@ def run_one(
     if "error" in result:
         return row
     shipped = result["shipped_prompt"]
-    for split in ("val", "test"):
+    for split in b.s.splits:
         scores = baseline[split] if same_prompt(shipped, b.s.seed_prompt) else None
         scores = scores or b.score(task, shipped, split)
         row[split] = {
@@ -369,6 +419,8 @@ def run_one(
             "shipped": accuracy(scores),
             "paired": compare_paired(baseline[split], scores),
         }
+        if b.s.mode == "report":  # per item: the tables pair systems with each other
+            row[split] |= {"items": scores, "seed_items": baseline[split]}
     row["eval_usage"] = b.counter.take()  # outside the budget, reported apart
     row["shipped_is_seed"] = same_prompt(shipped, b.s.seed_prompt)
     return row
@@ -417,15 +469,11 @@ def run_task(
     b: Bench, spec: str, on_row: Callable[[list[dict[str, Any]]], None] | None = None
 ) -> list[dict[str, Any]]:
     """Every (system, seed) run on one task; `on_row` sees the rows so far after each run."""
-    from selftaught.tasks import load_task
-
     rows: list[dict[str, Any]] = []
     for seed in b.s.seeds:
-        task = load_task(
-            spec, seed=seed, train_size=b.s.train, val_size=b.s.val, test_size=b.s.test
-        )
+        task = b.task(spec, seed)
         b.counter.take()
-        baseline = {split: b.score(task, b.s.seed_prompt, split) for split in ("val", "test")}
+        baseline = {split: b.score(task, b.s.seed_prompt, split) for split in b.s.splits}
         for system, variant in variants(b.s):
             print(f"[{task_slug(spec)} s{seed}] {variant} ...", flush=True)
             row = run_one(b, task, spec, seed, system, variant, baseline)
@@ -436,64 +484,22 @@ def run_task(
     return rows
 
 
-def versus_task(b: Bench, spec: str) -> dict[str, Any]:
-    """Both saved runs' shipped prompts (`b.s.versus`, by variant name) on the test split of
-    each seed, paired item by item: B's wins and losses against A, per seed and pooled."""
-    from selftaught.tasks import load_task
-
-    path = results_dir(b.s) / f"peers_{task_slug(spec)}.json"
-    saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
-    a, z = b.s.versus
-    pooled: dict[str, dict[str, float | None]] = {a: {}, z: {}}
-    per_seed = []
-    for seed in b.s.seeds:
-        rows = {r.get("variant", r["system"]): r for r in saved["runs"] if r["seed"] == seed}
-        missing = [v for v in (a, z) if v not in rows or "error" in rows[v]]
-        if missing:
-            raise SystemExit(f"{path.name}: no finished {' / '.join(missing)} run on seed {seed}")
-        task = load_task(
-            spec, seed=seed, train_size=b.s.train, val_size=b.s.val, test_size=b.s.test
-        )
-        scores = {v: b.score(task, rows[v]["shipped_prompt"], "test") for v in (a, z)}
-        for v in (a, z):
-            pooled[v].update({f"s{seed}/{k}": x for k, x in scores[v].items()})
-        per_seed.append({"seed": seed, **compare_paired(scores[a], scores[z])})
-    return {
-        "task": spec,
-        "a": a,
-        "b": z,
-        "seeds": per_seed,
-        "pooled": compare_paired(pooled[a], pooled[z]),
-    }
-
-
-def versus_table(results: Sequence[dict[str, Any]]) -> str:
-    header = ["task", "seed", "B vs A on test", "Δ (B − A)", "B wins / A wins", "p (B) / p (A)"]
-    body = []
-    for res in results:
-        for label, c in [*((str(x["seed"]), x) for x in res["seeds"]), ("all", res["pooled"])]:
-            body.append(
-                [
-                    task_slug(res["task"]),
-                    label,
-                    f"{res['b']} vs {res['a']}",
-                    f"{c['delta']:+.3f}",
-                    f"{c['wins']} / {c['losses']}",
-                    f"{c['p_gain']:.3f} / {c['p_loss']:.3f}",
-                ]
-            )
-    return markdown_table(header, body)
-
-
 # ---- tables -----------------------------------------------------------------------------
+
+
+def scored_split(row: dict[str, Any]) -> str:
+    """The split a row's table shows: test where it was scored (report runs, and dev runs
+    from before the protocol), else val."""
+    return "test" if "test" in row else "val"
 
 
 def row_line(row: dict[str, Any]) -> str:
     if "error" in row:
         return f"FAILED ({row['error']})"
-    t = row["test"]
+    split = scored_split(row)
+    t = row[split]
     return (
-        f"test {fmt_acc(t['seed'])} -> {fmt_acc(t['shipped'])}, "
+        f"{split} {fmt_acc(t['seed'])} -> {fmt_acc(t['shipped'])}, "
         f"W/L {t['paired']['wins']}/{t['paired']['losses']}, "
         f"target calls {calls(row, 'target')}, optimizer calls {calls(row, 'optimizer')}"
     )
@@ -514,17 +520,43 @@ def tokens(row: dict[str, Any]) -> int:
     return sum(int(u.get("tokens", 0)) for u in row.get("usage", {}).values())
 
 
+def p_two_sided(paired: dict[str, Any]) -> float:
+    from selftaught.stats import sign_test_two_sided
+
+    return sign_test_two_sided(int(paired["wins"]), int(paired["losses"]))
+
+
+def fmt_p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def detectable_line(n: int, what: str) -> str:
+    """The table header's statement of the smallest gain `n` paired items can show."""
+    from selftaught.stats import min_detectable_difference, min_detectable_wins
+
+    wins = min_detectable_wins(0.05)
+    mdd = min_detectable_difference(n, 0.05)
+    if mdd is None:
+        return f"{n} {what} items cannot show any difference at α = 0.05 (two-sided)."
+    return (
+        f"Paired tests are two-sided exact sign tests (McNemar). On {n} {what} items the "
+        f"smallest difference they can show at α = 0.05 is **{mdd:.3f}** ({wins} items won, "
+        "none lost); a smaller Δ is not evidence either way."
+    )
+
+
 def peers_table(rows: Sequence[dict[str, Any]]) -> str:
-    """One Markdown row per run: val and test (seed prompt → shipped), the paired test, calls
-    per role and tokens within the budget, wall time."""
+    """One Markdown row per run: the scored split (seed prompt → shipped), the paired test
+    against the seed prompt (two-sided), calls per role and tokens within the budget, wall
+    time."""
     header = [
         "system",
         "seed",
-        "val: seed → shipped",
-        "test: seed → shipped [95% CI]",
-        "Δ test",
+        "split",
+        "seed → shipped [95% CI]",
+        "Δ",
         "W/L",
-        "p gain / p loss",
+        "p (two-sided)",
         "target calls",
         "optimizer calls",
         "tokens",
@@ -534,23 +566,24 @@ def peers_table(rows: Sequence[dict[str, Any]]) -> str:
     body = []
     for r in rows:
         if "error" in r:
-            body.append([system_label(r), r["seed"], f"failed: {r['error']}", *[""] * 9])
+            body.append([system_label(r), r["seed"], "", f"failed: {r['error']}", *[""] * 8])
             continue
-        v, t = r["val"], r["test"]
+        split = scored_split(r)
+        t = r[split]
         body.append(
             [
                 system_label(r),
                 r["seed"],
-                f"{v['seed']['hard']:.2f} → {v['shipped']['hard']:.2f}",
+                split,
                 f"{fmt_acc(t['seed'])} → {fmt_acc(t['shipped'])}",
                 f"{t['paired']['delta']:+.2f}",
                 f"{t['paired']['wins']}/{t['paired']['losses']}",
-                f"{t['paired']['p_gain']:.3f} / {t['paired']['p_loss']:.3f}",
+                fmt_p(p_two_sided(t["paired"])),
                 calls_cell(r, "target"),
                 calls_cell(r, "optimizer"),
                 f"{tokens(r):,}",
                 f"{r.get('wall_s', 0):.0f}",
-                f"{r.get('accepted', '?')} / {_or_dash(r.get('steps'))}",
+                f"{_or_dash(r.get('accepted'))} / {_or_dash(r.get('steps'))}",
             ]
         )
     return markdown_table(header, body)
@@ -570,14 +603,15 @@ def _or_dash(value: Any) -> str:
 
 
 def gate_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per gate setting, over tasks × seeds: accepted-step rate, test regressions and gains
-    (by the intervals and by the paired sign test at p ≤ 0.05), mean test change."""
+    """Per gate setting, over tasks × seeds, on each row's scored split (val in a design
+    run): accepted-step rate, regressions and gains (by the intervals and by the two-sided
+    paired sign test at p ≤ 0.05), mean change."""
     out = []
     for gate in dict.fromkeys(r["variant"] for r in rows):
         done = [r for r in rows if r["variant"] == gate and "error" not in r]
         steps = sum(int(r.get("steps") or 0) for r in done)
         accepted = sum(int(r.get("accepted") or 0) for r in done)
-        tests = [r["test"]["paired"] for r in done]
+        tests = [r[scored_split(r)]["paired"] for r in done]
         out.append(
             {
                 "gate": gate,
@@ -588,10 +622,10 @@ def gate_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "accept_rate": round(accepted / steps, 3) if steps else 0.0,
                 "shipped_changed": sum(not r["shipped_is_seed"] for r in done),
                 "regressions_ci": sum(t["regression_beyond_ci"] for t in tests),
-                "regressions_paired": sum(t["p_loss"] <= 0.05 for t in tests),
+                "regressions_paired": sum(t["delta"] < 0 and p_two_sided(t) <= 0.05 for t in tests),
                 "test_drops": sum(t["delta"] < 0 for t in tests),
                 "gains_ci": sum(t["gain_beyond_ci"] for t in tests),
-                "gains_paired": sum(t["p_gain"] <= 0.05 for t in tests),
+                "gains_paired": sum(t["delta"] > 0 and p_two_sided(t) <= 0.05 for t in tests),
                 "mean_delta": round(sum(t["delta"] for t in tests) / len(tests), 4)
                 if tests
                 else 0.0,
@@ -606,9 +640,9 @@ def gate_table(summary: Sequence[dict[str, Any]]) -> str:
         "runs",
         "accepted / steps",
         "shipped ≠ seed",
-        "test regressions (CI / paired p≤0.05 / any drop)",
-        "test gains (CI / paired p≤0.05)",
-        "mean Δ test",
+        "regressions (CI / two-sided p≤0.05 / any drop)",
+        "gains (CI / two-sided p≤0.05)",
+        "mean Δ",
     ]
     body = [
         [
@@ -628,6 +662,8 @@ def gate_table(summary: Sequence[dict[str, Any]]) -> str:
 def header_lines(s: dict[str, Any], meta: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     """The run's command, machine, load, versions and settings (`s`: Settings as a dict)."""
     peer_versions = sorted({f"{r['system']} {r['version']}" for r in rows if "version" in r})
+    split = scored_split(rows[0]) if rows and "error" not in rows[0] else "val"
+    n = s["test"] if split == "test" else s["val"]
     return "\n".join(
         [
             f"Command: `{meta['command']}`  ",
@@ -640,7 +676,8 @@ def header_lines(s: dict[str, Any], meta: dict[str, Any], rows: Sequence[dict[st
             f"{s['budget']} target calls, batch {s['batch_size']}, minibatch "
             f"{s['minibatch_size']}, max_tokens {s['max_tokens']} (optimizer "
             f"{s['analyst_max_tokens']}), temperature 0, concurrency {s['concurrency']}, "
-            f"seed prompt {s['seed_prompt']!r}",
+            f"seed prompt {s['seed_prompt']!r}  ",
+            detectable_line(n, split),
         ]
     )
 
@@ -658,8 +695,8 @@ def report(
 
 
 def saved_peers_report(out_dir: Path) -> str:
-    """Every task measured so far (one `peers_<task>.json` each, maybe from separate runs of
-    the script), each under its own command, date and load."""
+    """Every task measured so far on dev seeds (one `peers_<task>.json` each, maybe from
+    separate runs of the script), each under its own command, date and load."""
     sections = []
     for path in sorted(out_dir.glob("peers_*.json")):
         if "." in path.stem:
@@ -670,12 +707,130 @@ def saved_peers_report(out_dir: Path) -> str:
     return "\n".join(sections)
 
 
+# ---- the report run's tables ------------------------------------------------------------
+
+
+def first_runs(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The first finished run of each (system, seed): what a report counts. A re-run is a
+    new row the tables show beside it, never a replacement."""
+    first: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: r.get("meta", {}).get("date", "")):
+        if "error" not in r:
+            first.setdefault((r["variant"], r["seed"]), r)
+    return first
+
+
+def pooled(rows: Sequence[dict[str, Any]], a: str, b: str) -> dict[str, Any]:
+    """`b`'s shipped prompt against `a`'s (the seed prompt when `a` is "seed") on the same
+    test items of every seed both ran: wins, losses, Δ, two-sided p."""
+    from common import compare_paired
+
+    first = first_runs(rows)
+    left: dict[str, float | None] = {}
+    right: dict[str, float | None] = {}
+    for (variant, seed), row in first.items():
+        if variant != b or (a != "seed" and (a, seed) not in first):
+            continue
+        base = row["test"]["seed_items"] if a == "seed" else first[(a, seed)]["test"]["items"]
+        left |= {f"s{seed}/{k}": v for k, v in base.items()}
+        right |= {f"s{seed}/{k}": v for k, v in row["test"]["items"].items()}
+    c = compare_paired(left, right)
+    return {**c, "p_two_sided": p_two_sided(c)}
+
+
+def report_task_table(saved: dict[str, Any]) -> str:
+    """One report task: every run (date, commits), then per system the pooled gain over the
+    seed prompt and its pairing with selftaught on the very same test items."""
+    rows = saved["runs"]
+    s = saved["settings"]
+    lines = [
+        f"Settings file commit `{saved['settings_commit'][:10]}`; train {s['train']} / val "
+        f"{s['val']} / test {s['test']} per seed, budget {s['budget']} target calls, model "
+        f"`{s['serve_model']}`.  ",
+        detectable_line(s["test"], "test") + " Pooled over the seeds, n is larger.",
+        "",
+    ]
+    body = []
+    for r in rows:
+        when = r.get("meta", {}).get("date", "")[:16]
+        commit = r.get("code", {}).get("commit", "")[:8] + (
+            "+" if r.get("code", {}).get("dirty") else ""
+        )
+        if "error" in r:
+            body.append(
+                [system_label(r), r["seed"], f"{when} {commit}", f"failed: {r['error']}", *[""] * 5]
+            )
+            continue
+        t = r["test"]
+        body.append(
+            [
+                system_label(r),
+                r["seed"],
+                f"{when} {commit}",
+                f"{fmt_acc(t['seed'])} → {fmt_acc(t['shipped'])}",
+                f"{t['paired']['delta']:+.2f}",
+                f"{t['paired']['wins']}/{t['paired']['losses']}",
+                fmt_p(p_two_sided(t["paired"])),
+                " / ".join(calls_cell(r, role) for role in ("target", "optimizer", "judge")),
+                f"{r.get('wall_s', 0):.0f}",
+            ]
+        )
+    header = ["system", "seed", "run (UTC, commit)", "test: seed → shipped [95% CI]", "Δ", "W/L",
+              "p (two-sided)", "calls: target / optimizer / judge", "wall s"]  # fmt: skip
+    lines += [markdown_table(header, body), ""]
+    variants = list(dict.fromkeys(v for v, _ in first_runs(rows)))
+    summary = []
+    for v in variants:
+        gain = pooled(rows, "seed", v)
+        vs = (
+            pooled(rows, "selftaught", v)
+            if v != "selftaught" and "selftaught" in variants
+            else None
+        )
+        summary.append(
+            [
+                v,
+                gain["n_paired"],
+                f"{gain['delta']:+.3f}",
+                f"{gain['wins']}/{gain['losses']}",
+                fmt_p(gain["p_two_sided"]),
+                "–" if vs is None else versus_cell(vs),
+            ]
+        )
+    header = ["system (first run per seed)", "test items", "Δ vs seed prompt", "W/L",
+              "p (two-sided)", "vs selftaught on the same items: Δ (W/L, two-sided p)"]  # fmt: skip
+    lines += [markdown_table(header, summary)]
+    return "\n".join(lines)
+
+
+def versus_cell(c: dict[str, Any]) -> str:
+    return f"{c['delta']:+.3f} ({c['wins']}/{c['losses']}, p {fmt_p(c['p_two_sided'])})"
+
+
+def saved_report_tables(out_dir: Path = RESULTS) -> str:
+    sections = []
+    for path in sorted(out_dir.glob("report_*.json")):
+        saved = json.loads(path.read_text())
+        sections += [f"`{saved['task']}`:", "", report_task_table(saved), ""]
+    if not sections:
+        return "Not run yet: `python benchmarks/bench_peers.py --report` (see Protocol)."
+    return "\n".join(sections).strip()
+
+
 # ---- main -------------------------------------------------------------------------------
 
 
 def check_peers_installed(s: Settings) -> None:
-    if set(s.systems) - {"selftaught"} and not PEERS_PYTHON.exists():
+    peers = set(s.systems) - {"selftaught"}
+    if peers and not PEERS_PYTHON.exists():
         raise SystemExit(f"{PEERS_PYTHON} is missing; run: bash benchmarks/peers/setup.sh")
+    modules = {p.split("-")[0] for p in peers}  # gepa, skillrl, dspy
+    if modules and subprocess.call([str(PEERS_PYTHON), "-c", f"import {', '.join(modules)}"],
+                                   stderr=subprocess.DEVNULL) != 0:  # fmt: skip
+        raise SystemExit(
+            f"the peers' venv lacks one of {', '.join(sorted(modules))}; "
+            "run: bash benchmarks/peers/setup.sh"
+        )
 
 
 # settings two runs must share to sit in one results file (seeds, systems and tasks may differ)
@@ -684,7 +839,7 @@ COMPARABLE = ("train", "val", "test", "budget", "batch_size", "minibatch_size", 
 
 
 def merged_runs(path: Path, settings: dict, meta: dict, rows: list[dict]) -> list[dict]:
-    """This run's rows plus the saved runs of other (system, seed) pairs measured with the
+    """A dev run's rows plus the saved runs of other (system, seed) pairs measured with the
     same settings, each row keeping the meta (date, load, command) of the run that made it;
     so a benchmark spread over sittings (one seed or system at a time) loses nothing."""
     fresh = [{**r, "meta": r.get("meta") or meta} for r in rows]
@@ -704,6 +859,14 @@ def merged_runs(path: Path, settings: dict, meta: dict, rows: list[dict]) -> lis
     return kept + fresh
 
 
+def appended_runs(path: Path, rows: list[dict]) -> list[dict]:
+    """A report run's rows after every saved row: nothing is replaced (a row of this
+    invocation, saved after each run, is updated in place by its `run_id`)."""
+    saved = json.loads(path.read_text())["runs"] if path.exists() else []
+    mine = {r["run_id"] for r in rows}
+    return [r for r in saved if r.get("run_id") not in mine] + rows
+
+
 def results_dir(s: Settings) -> Path:
     """Where results are saved and read back: `--quick` runs never touch benchmarks/results."""
     return RUNS / "quick" if s.quick else RESULTS
@@ -714,13 +877,15 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
 
     out_dir = results_dir(s)
     settings = asdict(s)
-    if s.mode == "versus":
-        results = [r for rows in by_task.values() for r in rows]
-        path = (
-            out_dir / f"versus_{'_'.join(re.sub(r'[^A-Za-z0-9]+', '-', v) for v in s.versus)}.json"
-        )
-        atomic_write_json(path, {"meta": meta, "settings": settings, "results": results})
-        return [path]
+    paths = []
+    if s.mode == "report":
+        for spec, rows in by_task.items():
+            path = out_dir / f"report_{task_slug(spec)}.json"
+            data = {"task": spec, "settings": settings, "settings_commit": meta["settings_commit"],
+                    "runs": appended_runs(path, rows)}  # fmt: skip
+            atomic_write_json(path, data)
+            paths.append(path)
+        return paths
     if s.mode == "gate":
         rows = [r for task_rows in by_task.values() for r in task_rows]
         path = out_dir / "gate_sweep.json"
@@ -728,7 +893,6 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
         atomic_write_json(path, data)
         paths = [path]
     else:
-        paths = []
         for spec, rows in by_task.items():
             path = out_dir / f"peers_{task_slug(spec)}.json"
             runs = merged_runs(path, settings, meta, rows)
@@ -737,15 +901,24 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
     markdown = report(settings, meta, by_task) if s.mode == "gate" else saved_peers_report(out_dir)
     md_path = out_dir / ("gate_sweep.md" if s.mode == "gate" else "peers.md")
     atomic_write_text(md_path, markdown + "\n")
-    if not s.quick:
-        update_readme("bench_gate" if s.mode == "gate" else "bench_peers", markdown)
     return [*paths, md_path]
+
+
+def stamp(s: Settings, meta: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """A row as saved: its date and load, the code it ran on and, in a report run, an id that
+    makes a re-run a new row."""
+    row = {**row, "meta": {**meta, "date": machine_info()["date"]}, "code": code_state()}
+    if s.mode == "report":
+        row["run_id"] = f"{row['variant']}/s{row['seed']}/{row['meta']['date']}"
+    return row
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     s = parse_args(argv)
     check_peers_installed(s)
     meta = {**machine_info(), "command": command_line()}
+    if s.mode == "report":
+        meta["settings_commit"] = settings_commit()  # refuses uncommitted settings
     t0 = time.perf_counter()
     by_task: dict[str, list[dict[str, Any]]] = {}
     with endpoint(s) as upstream:
@@ -757,15 +930,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             def save_so_far(spec: str, rows: list[dict[str, Any]]) -> None:
                 # an interrupted benchmark keeps every finished run (rewritten after each)
+                rows[-1] = stamp(s, meta, rows[-1]) if "code" not in rows[-1] else rows[-1]
                 by_task[spec] = rows
                 meta["wall_s"] = round(time.perf_counter() - t0, 1)
                 write_results(s, meta, by_task)
 
             for spec in s.tasks:
-                if s.mode == "versus":
-                    by_task[spec] = [versus_task(bench, spec)]
-                    save_so_far(spec, by_task[spec])
-                    continue
                 by_task[spec] = run_task(
                     bench, spec, lambda rows, spec=spec: save_so_far(spec, rows)
                 )
@@ -773,10 +943,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     for path in write_results(s, meta, by_task):
         print(f"wrote {path}")
-    if s.mode == "versus":
-        print(versus_table([r for rows in by_task.values() for r in rows]))
-        return
-    print(report(asdict(s), meta, by_task))
+    print("tables: python benchmarks/tables.py")
+    if s.mode != "report":
+        print(report(asdict(s), meta, by_task))
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, command_line, machine_info  # noqa: E402
+from common import RESULTS, command_line, machine_info, write_tables  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402  (module level: the endpoint's annotation)
 
 from selftaught.sleep.adoption.probation import (  # noqa: E402
@@ -265,6 +265,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / "probation.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
+    write_tables()  # the README's probation table comes from this file
     print(f"wrote {path} in {result['seconds']} s")
 
 

@@ -62,6 +62,10 @@ def main() -> None:
             "load_average": {"start": list(load0), "end": list(load1)},
         },
     )
+    if a.out.resolve().parent == RESULTS.resolve():
+        from common import write_tables
+
+        write_tables()  # the READMEs' quick-start figures come from these files
     i, b = test["initial"], test["best"]
     print(
         f"test {i['hard']:.3f} {_ci(i)} -> {b['hard']:.3f} {_ci(b)} "

@@ -552,7 +552,7 @@ def _readme(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    from common import RESULTS, command_line, machine_info, update_readme
+    from common import RESULTS, command_line, machine_info, write_tables
 
     from selftaught.runs import atomic_write_json
 
@@ -565,7 +565,7 @@ def main() -> None:
     result.update(machine=machine_info(), command=command_line())
     atomic_write_json(RESULTS / "replay.json", result)
     if not args.no_readme:
-        update_readme("bench_replay", _readme(result))
+        write_tables()
     print(_readme(result))
 
 

@@ -449,6 +449,10 @@ def main() -> None:
     results["wall_s"] = round(results.get("wall_s", 0) + time.perf_counter() - t0, 1)
     results["machine"]["load_at_end"] = os.getloadavg()
     save()
+    if output.resolve().parent == (Path(__file__).resolve().parent / "results"):
+        from common import write_tables
+
+        write_tables()  # the README's sleep tables come from these files
     print(json.dumps({k: v.get("summary") for k, v in results["configs"].items()}, indent=2))
     print(f"results: {output}")
 

@@ -33,7 +33,7 @@ from common import (  # noqa: E402
     fmt_acc,
     machine_info,
     markdown_table,
-    update_readme,
+    write_tables,
 )
 
 TEACHER = Path(__file__).resolve().parent / "tool_calculator_teacher.md"
@@ -72,6 +72,8 @@ def _pct(x: float | None) -> str:
 
 
 def readme_body(report: dict[str, Any]) -> str:
+    from selftaught.stats import min_detectable_difference, sign_test_two_sided
+
     rows = [
         [
             r["round"],
@@ -95,9 +97,11 @@ def readme_body(report: dict[str, Any]) -> str:
             markdown_table(head, rows),
             "",
             f"Test: base {fmt_acc(report['base'])} → shipped (round {report['best_round']}) "
-            f"{fmt_acc(report['shipped'])}; {p['wins']} wins / {p['losses']} losses, one-sided "
-            f"sign test p = {p['p_gain']:.3g}, gain beyond the intervals: "
-            f"{'yes' if p['gain_beyond_ci'] else 'no'}.",
+            f"{fmt_acc(report['shipped'])}; {p['wins']} wins / {p['losses']} losses, two-sided "
+            f"exact sign test p = {sign_test_two_sided(p['wins'], p['losses']):.3g}, gain "
+            f"beyond the intervals: {'yes' if p['gain_beyond_ci'] else 'no'}. The smallest "
+            f"difference {report['sizes']['test']} test items can show (α 0.05, two-sided): "
+            f"{min_detectable_difference(report['sizes']['test']) or 0:.3f}.",
         ]
     )
 
@@ -174,7 +178,7 @@ def main() -> None:
     atomic_write_json(args.result, report)
     body = readme_body(report)
     if not args.no_readme:
-        update_readme("bench_tool_rest", body)
+        write_tables()
     print(body)
     print(f"\nwritten {args.result}")
     print(json.dumps(report["paired"]))

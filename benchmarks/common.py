@@ -1,7 +1,7 @@
 """Helpers the benchmark scripts share: where results go, what machine measured them, the
 offline Qwen2.5-Coder-0.5B model (a GGUF split over six PyPI wheels), a `selftaught serve`
-endpoint started for the run, paired statistics of two evaluations, and the README sections
-the scripts regenerate.
+endpoint started for the run, paired statistics of two evaluations, and the tables they regenerate
+(`tables.py`).
 
 Imported by the scripts beside it (`python benchmarks/bench_*.py` puts this folder on
 `sys.path`) and by tests/test_bench_helpers.py; never by the package."""
@@ -182,10 +182,11 @@ def compare_paired(
     baseline: Mapping[str, float | None], candidate: Mapping[str, float | None]
 ) -> dict[str, Any]:
     """Paired comparison of per-example hard scores (None: the rollout errored, left out):
-    wins, losses, the one-sided sign test for a gain and for a loss, and whether the
-    candidate's 95% Wilson interval lies wholly above / below the baseline's."""
+    wins, losses, the two-sided exact sign test (what a report states: "do they differ?"),
+    the one-sided tests for a gain and for a loss (kept for the gate's own question), and
+    whether the candidate's 95% Wilson interval lies wholly above / below the baseline's."""
     from selftaught.gate import paired_comparison
-    from selftaught.stats import sign_test_pvalue, wilson_interval
+    from selftaught.stats import sign_test_pvalue, sign_test_two_sided, wilson_interval
 
     ids = [k for k, v in baseline.items() if v is not None and candidate.get(k) is not None]
     base = [float(baseline[k]) for k in ids]  # type: ignore[arg-type]
@@ -199,6 +200,7 @@ def compare_paired(
         "n_paired": n,
         "wins": wins,
         "losses": losses,
+        "p_two_sided": round(sign_test_two_sided(wins, losses), 6),
         "p_gain": round(sign_test_pvalue(wins, losses), 6),
         "p_loss": round(sign_test_pvalue(losses, wins), 6),
         "delta": round((sum(cand) - sum(base)) / n, 6) if n else 0.0,
@@ -238,25 +240,12 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def replace_section(text: str, name: str, body: str) -> str:
-    """Put `body` between the `<!-- NAME:begin -->` / `<!-- NAME:end -->` markers of `text`
-    (appended at the end, with its markers, when they are missing)."""
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    block = f"{begin}\n{body.strip()}\n{end}"
-    start = text.find(begin)
-    if start < 0:
-        return text.rstrip("\n") + "\n\n" + block + "\n"
-    stop = text.find(end, start)
-    if stop < 0:
-        raise ValueError(f"{begin} has no matching {end}")
-    return text[:start] + block + text[stop + len(end) :]
+def write_tables() -> None:
+    """Regenerate every marked table and figure of the READMEs from the results files
+    (`tables.py`): a benchmark writes its results file, then calls this."""
+    import tables
 
-
-def update_readme(name: str, body: str, readme: Path = README) -> None:
-    """Regenerate one marked section of benchmarks/README.md (atomically)."""
-    from selftaught.runs import atomic_write_text
-
-    atomic_write_text(readme, replace_section(readme.read_text(encoding="utf-8"), name, body))
+    tables.main([])
 
 
 def fmt_acc(acc: Mapping[str, Any]) -> str:

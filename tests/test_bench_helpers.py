@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -14,22 +15,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_overhead  # noqa: E402
 import bench_peers  # noqa: E402
 import bench_quickstart  # noqa: E402
-from common import accuracy, compare_paired, fmt_acc, markdown_table, replace_section  # noqa: E402
+from common import accuracy, compare_paired, fmt_acc, markdown_table  # noqa: E402
 from counting_proxy import CallCounter, counting_proxy, normalise_request  # noqa: E402
 
 from tests.fault_server import FaultServer  # noqa: E402
-
-
-def test_replace_section_appends_then_replaces_in_place() -> None:
-    text = "# Benchmarks\n\nintro\n"
-    once = replace_section(text, "bench_x", "table 1")
-    assert once.startswith("# Benchmarks\n\nintro\n")
-    assert "<!-- bench_x:begin -->\ntable 1\n<!-- bench_x:end -->" in once
-    twice = replace_section(once + "\ntail\n", "bench_x", "table 2")
-    assert "table 1" not in twice and "table 2" in twice
-    assert twice.endswith("\ntail\n") and twice.count("bench_x:begin") == 1
-    with pytest.raises(ValueError, match="no matching"):
-        replace_section("<!-- bench_x:begin -->\nx", "bench_x", "y")
 
 
 def test_markdown_table_escapes_pipes_and_newlines() -> None:
@@ -44,6 +33,7 @@ def test_compare_paired_counts_wins_losses_and_skips_errors() -> None:
     result = compare_paired(base, worse)
     assert (result["n_paired"], result["wins"], result["losses"]) == (19, 0, 10)
     assert result["p_loss"] == pytest.approx(1 / 1024, abs=1e-6) and result["p_gain"] == 1.0
+    assert result["p_two_sided"] == pytest.approx(2 / 1024, abs=1e-6)  # what tables report
     assert result["delta"] == pytest.approx(-10 / 19)
     assert result["regression_beyond_ci"] and not result["gain_beyond_ci"]
     same = compare_paired(base, base)
@@ -99,10 +89,10 @@ def test_planned_epochs_let_the_budget_end_the_run() -> None:
     assert bench_peers.planned_epochs(10, 6, 30, 4) == 2  # never fewer than one step
 
 
-def _row(variant: str, delta: float, *, steps: int = 4, accepted: int = 1, **flags: bool) -> dict:
+def _row(variant: str, delta: float, *, steps: int = 4, accepted: int = 1, **flags: Any) -> dict:
     paired = {
-        "wins": 3,
-        "losses": 1,
+        "wins": flags.get("wins", 3),
+        "losses": flags.get("losses", 1),
         "p_gain": flags.get("p_gain", 0.3),
         "p_loss": flags.get("p_loss", 0.9),
         "delta": delta,
@@ -132,7 +122,7 @@ def _row(variant: str, delta: float, *, steps: int = 4, accepted: int = 1, **fla
 
 def test_gate_summary_and_tables() -> None:
     rows = [
-        _row("margin1", -0.1, regression_ci=True, p_loss=0.01),
+        _row("margin1", -0.1, regression_ci=True, p_loss=0.01, wins=0, losses=8),
         _row("margin1", 0.2, gain_ci=True, p_gain=0.02),
         _row("p<=0.2", 0.0, accepted=0),
         {"variant": "p<=0.2", "seed": 1, "system": "selftaught", "error": "exit 1: boom"},
@@ -141,18 +131,19 @@ def test_gate_summary_and_tables() -> None:
     m = summary["margin1"]
     assert (m["runs"], m["steps"], m["accepted"], m["accept_rate"]) == (2, 8, 2, 0.25)
     assert (m["regressions_ci"], m["regressions_paired"], m["test_drops"]) == (1, 1, 1)
-    assert (m["gains_ci"], m["gains_paired"], m["mean_delta"]) == (1, 1, 0.05)
+    # the gain row's 3 wins / 1 loss is p = 0.625 two-sided: not a paired gain, whatever
+    # the one-sided p it carries; 0 / 8 is p = 0.008: a paired regression
+    assert (m["gains_ci"], m["gains_paired"], m["mean_delta"]) == (1, 0, 0.05)
     p = summary["p<=0.2"]
     assert (p["runs"], p["failed"], p["shipped_changed"], p["accept_rate"]) == (1, 1, 0, 0.0)
     gate_md = bench_peers.gate_table(list(summary.values()))
-    assert "| margin1 | 2 | 2 / 8 (25%) | 2 | 1 / 1 / 1 | 1 / 1 | +0.050 |" in gate_md
+    assert "| margin1 | 2 | 2 / 8 (25%) | 2 | 1 / 1 / 1 | 1 / 0 | +0.050 |" in gate_md
     assert "1 (+1 failed)" in gate_md
     peers_md = bench_peers.peers_table(rows)
-    assert "| selftaught 0.1.0 (margin1) | 0 | 0.50 → 0.50 |" in peers_md
-    assert (
-        "| -0.10 | 3/1 | 0.300 / 0.010 | 200 (+2 unanswered) | 9 | 1,050 | 12 | 1 / 4 |" in peers_md
-    )
-    assert "| selftaught (p<=0.2) | 1 | failed: exit 1: boom |" in peers_md
+    assert "| selftaught 0.1.0 (margin1) | 0 | test | 0.50 [0.30, 0.70] → 0.50" in peers_md
+    assert "| -0.10 | 0/8 | 0.008 | 200 (+2 unanswered) | 9 | 1,050 | 12 | 1 / 4 |" in peers_md
+    assert "| selftaught (p<=0.2) | 1 |  | failed: exit 1: boom |" in peers_md
+    assert "p (two-sided)" in peers_md.splitlines()[0]
 
 
 def test_ratio_stats_median_and_spread() -> None:
@@ -208,40 +199,3 @@ def test_peer_config_changes_run_as_their_own_labelled_selftaught_variant():
         bench_peers.parse_args(["--config", "demo_max=3"])
     with pytest.raises(Exception, match="screen_keep"):  # a bad value fails before any run
         bench_peers.parse_args(["--config", "screen_keep=0"])
-
-
-def test_versus_pairs_two_saved_runs_per_seed_and_over_all_seeds(tmp_path, monkeypatch):
-    import json
-
-    spec = "gym:t"
-    runs = [
-        {"system": s, "variant": s, "seed": seed, "shipped_prompt": f"{s}{seed}"}
-        for s in ("selftaught", "skillrl")
-        for seed in (0, 1)
-    ]
-    (tmp_path / "peers_t.json").write_text(json.dumps({"runs": runs}))
-    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
-    monkeypatch.setattr("selftaught.tasks.load_task", lambda *a, **k: None)
-    # skillrl solves item x on both seeds, selftaught item y on seed 0 only
-    solved = {"skillrl0": {"x"}, "skillrl1": {"x"}, "selftaught0": {"y"}, "selftaught1": set()}
-
-    class FakeBench:
-        s = bench_peers.parse_args(["--versus", "selftaught", "skillrl", "--seeds", "0", "1"])
-
-        def score(self, task, prompt, split):
-            return {i: float(i in solved[prompt]) for i in ("x", "y")}
-
-    res = bench_peers.versus_task(FakeBench(), spec)
-    assert [(x["seed"], x["wins"], x["losses"]) for x in res["seeds"]] == [(0, 1, 1), (1, 1, 0)]
-    assert (res["pooled"]["wins"], res["pooled"]["n_paired"]) == (2, 4)
-    assert "| t | all | skillrl vs selftaught | +0.250 | 2 / 1 |" in bench_peers.versus_table([res])
-    FakeBench.s.seeds = [2]
-    with pytest.raises(SystemExit, match="no finished selftaught / skillrl run on seed 2"):
-        bench_peers.versus_task(FakeBench(), spec)
-
-
-def test_a_versus_result_is_not_read_back_as_a_task_of_the_peer_report(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
-    s = bench_peers.parse_args(["--versus", "selftaught", "skillrl"])
-    (path,) = bench_peers.write_results(s, {}, {"gym:t": [{"task": "gym:t"}]})
-    assert path.exists() and bench_peers.saved_peers_report(tmp_path) == ""

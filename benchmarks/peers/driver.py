@@ -1,5 +1,8 @@
 """Run one skill/prompt optimizer on one benchmark job: `python driver.py JOB.json RESULT.json`.
 
+Systems: selftaught, gepa, skillrl, and DSPy's dspy-bfrs (BootstrapFewShotWithRandomSearch),
+dspy-mipro (MIPROv2, auto="light") and dspy-gepa (dspy.GEPA).
+
 `bench_peers.py` writes the job (system, task spec and seed, the very train / val examples,
 seed prompt, endpoint URLs, budget, shared generation settings) and starts this script with
 the interpreter that has the system installed: the package's own for `selftaught`, the
@@ -25,7 +28,10 @@ from typing import Any
 
 from selftaught.policy import Policy
 from selftaught.runs import atomic_write_json
-from selftaught.tasks import Example, Task, load_task
+from selftaught.tasks import Example, Task
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the task specs
+from bench_tasks import build_task  # noqa: E402
 
 GEPA_COMPONENT = "system_prompt"
 
@@ -45,12 +51,15 @@ class EndpointFailed(BaseException):
 def rebuild_task(job: dict[str, Any]) -> Task:
     """The task with its scorer, checked to hold exactly the examples the job hands over."""
     t = job["task"]
-    task = load_task(
+    judge = f"{job['judge_url']}#{job['model_name']}" if job.get("judge_url") else None
+    task = build_task(
         t["spec"],
         seed=t["seed"],
         train_size=t["train_size"],
         val_size=t["val_size"],
         test_size=t["test_size"],
+        judge_model=judge,
+        judge_timeout_s=job["timeout_s"],
     )
     for split in ("train", "val"):
         mine = [(e.id, e.input, str(e.reference)) for e in task.examples(split)]
@@ -362,9 +371,217 @@ def _read_json(path: Path, default: Any) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
 
 
+# ---- DSPy -------------------------------------------------------------------------------
+# DSPy's program here is one `dspy.Predict` whose signature's instructions start as the seed
+# prompt. Its adapter (`SkillAdapter`) builds every target call with selftaught's prompt
+# assembly, the instructions as the system prompt and the program's demos as prior chat turns:
+# a DSPy program is then exactly a selftaught skill (instructions + a demos block, `turns`
+# placement), which is what ships and what bench_peers.py scores, with the same messages the
+# optimizer saw. So DSPy optimizes what the others optimize, under the same answer rule.
+
+DSPY_SYSTEMS = {"dspy-bfrs", "dspy-mipro", "dspy-gepa"}
+
+
+def dspy_setup(job: dict[str, Any], task: Task) -> tuple[Any, Any, Any, Any]:
+    """(target LM with the budget, optimizer LM, the seed program, SkillAdapter class)."""
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
+    os.environ.setdefault("DSPY_CACHEDIR", str(Path(job["out_dir"]) / ".dspy_cache"))
+    import dspy
+    from dspy.adapters.chat_adapter import ChatAdapter
+
+    from selftaught.demos import Demo, join_skill
+
+    target = TargetCalls(job)  # the budget; DSPy's own LM client makes the call
+    if job["system"] == "dspy-gepa":
+        target.budget = 10**9  # GEPA enforces its own max_metric_calls, as for the GEPA peer
+
+    class BudgetLM(dspy.LM):
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            target.charge()
+            return super().__call__(*args, **kwargs)
+
+    def lm(cls: Any, url: str, max_tokens: int) -> Any:
+        return cls(
+            f"openai/{job['model_name']}",
+            api_base=url,
+            api_key="EMPTY",
+            temperature=0.0,
+            max_tokens=max_tokens,
+            cache=False,
+            num_retries=3,
+            timeout=job["timeout_s"],
+        )
+
+    class SkillAdapter(ChatAdapter):
+        """The task's program (`question -> answer`): messages = selftaught's
+        `Policy(skill).messages`, the whole reply is the answer. Any other signature (the
+        optimizers' own proposers) keeps DSPy's ChatAdapter."""
+
+        @staticmethod
+        def ours(signature: Any) -> bool:
+            return list(signature.input_fields) == ["question"] and list(
+                signature.output_fields
+            ) == ["answer"]
+
+        def format(self, signature: Any, demos: list[dict[str, Any]], inputs: dict[str, Any]):
+            if not self.ours(signature):
+                return super().format(signature, demos, inputs)
+            skill = join_skill(signature.instructions, dspy_demos(demos), "turns")
+            example = Example(id="dspy", input=str(inputs["question"]))
+            return messages_for(task, example, skill)
+
+        def parse(self, signature: Any, completion: str) -> dict[str, Any]:
+            if not self.ours(signature):
+                return super().parse(signature, completion)
+            return {"answer": completion}
+
+    def dspy_demos(demos: list[Any]) -> list[Demo]:
+        return [
+            Demo.of(f"d{i}", str(d["question"]), str(d["answer"]), "dspy")
+            for i, d in enumerate(demos)
+            if d.get("question") is not None and d.get("answer") is not None
+        ]
+
+    SkillAdapter.to_demos = staticmethod(dspy_demos)  # type: ignore[attr-defined]
+    dspy.configure(adapter=SkillAdapter())
+    signature = dspy.Signature("question -> answer", instructions=job["seed_prompt"])
+    return (
+        lm(BudgetLM, job["target_url"], job["max_tokens"]),
+        lm(dspy.LM, job["optimizer_url"], job["analyst_max_tokens"]),
+        dspy.Predict(signature),
+        SkillAdapter,
+    )
+
+
+def dspy_sets(job: dict[str, Any], task: Task) -> tuple[list[Any], list[Any], dict[str, Example]]:
+    """The job's train and val examples as dspy.Examples (question, answer = reference)."""
+    import dspy
+
+    by_question: dict[str, Example] = {}
+    sets = []
+    for split in ("train", "val"):
+        rows = []
+        for e in task.examples(split):
+            by_question[str(e.input)] = e
+            rows.append(dspy.Example(question=str(e.input), answer=str(e.reference)))
+        sets.append([r.with_inputs("question") for r in rows])
+    return sets[0], sets[1], by_question
+
+
+class BestSoFar:
+    """Every full-val evaluation an optimizer runs (DSPy's `Evaluate` on the val set), so
+    that a run cut at the budget ships the best program it had fully evaluated, as the
+    others ship their best so far. A run that ends on its own ships what DSPy returns."""
+
+    def __init__(self, n_val: int):
+        self.n_val = n_val
+        self.best: tuple[float, Any] | None = None
+
+    def install(self) -> None:
+        import dspy
+
+        original = dspy.Evaluate.__call__
+        tracker = self
+
+        def recording(evaluate: Any, program: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(evaluate, program, *args, **kwargs)
+            devset = kwargs.get("devset") or evaluate.devset
+            if len(devset) == tracker.n_val and (
+                tracker.best is None or result.score > tracker.best[0]
+            ):
+                tracker.best = (float(result.score), program.deepcopy())
+            return result
+
+        dspy.Evaluate.__call__ = recording  # type: ignore[method-assign]
+
+
+def run_dspy(job: dict[str, Any], task: Task) -> dict[str, Any]:
+    import dspy
+
+    target_lm, optimizer_lm, student, adapter = dspy_setup(job, task)
+    dspy.configure(lm=target_lm)
+    trainset, valset, by_question = dspy_sets(job, task)
+
+    def hard(gold: Any, pred: Any) -> Any:
+        return task.score(str(pred.answer), by_question[gold.question])
+
+    def metric(gold: Any, pred: Any, trace: Any = None, *rest: Any) -> Any:
+        score = hard(gold, pred)
+        if job["system"] == "dspy-gepa":
+            return dspy.Prediction(score=float(score.hard), feedback=score.feedback)
+        return float(score.hard)
+
+    best = BestSoFar(len(valset))
+    best.install()
+    stopped_by = None
+    program = student
+    try:
+        program = compile_dspy(job, metric, student, trainset, valset, optimizer_lm)
+    except BudgetSpent as err:
+        stopped_by = f"budget ({err})"
+        program = best.best[1] if best.best else student
+    predictor = program.predictors()[0]
+    shipped = join_skill_of(predictor, adapter)
+    return {
+        "shipped_prompt": shipped,
+        "own_val": None,  # DSPy reports its own scores in its log; bench_peers scores val
+        "steps": None,
+        "accepted": None,
+        "decisions": {},
+        "stopped_by": stopped_by or "optimizer finished",
+        "version_of": "dspy",
+    }
+
+
+def join_skill_of(predictor: Any, adapter: Any) -> str:
+    from selftaught.demos import join_skill
+
+    return join_skill(predictor.signature.instructions, adapter.to_demos(predictor.demos), "turns")
+
+
+def compile_dspy(
+    job: dict[str, Any], metric: Any, student: Any, trainset: list, valset: list, optimizer_lm: Any
+) -> Any:
+    """One DSPy optimizer, each with its own defaults except what the benchmark holds equal
+    (seed, threads, the optimizer model, and for GEPA the metric-call budget)."""
+    import dspy
+
+    threads = job["concurrency"]
+    system = job["system"]
+    if system == "dspy-bfrs":
+        opt = dspy.BootstrapFewShotWithRandomSearch(metric=metric, num_threads=threads)
+        return opt.compile(student, trainset=trainset, valset=valset)
+    if system == "dspy-mipro":
+        opt = dspy.MIPROv2(
+            metric=metric,
+            prompt_model=optimizer_lm,
+            auto="light",
+            num_threads=threads,
+            seed=job["seed"],
+        )
+        return opt.compile(student, trainset=trainset, valset=valset)
+    opt = dspy.GEPA(
+        metric=metric,
+        max_metric_calls=job["budget_calls"],
+        reflection_lm=optimizer_lm,
+        reflection_minibatch_size=job["minibatch_size"],
+        num_threads=threads,
+        seed=job["seed"],
+        log_dir=str(Path(job["out_dir"]) / "gepa"),
+    )
+    return opt.compile(student, trainset=trainset, valset=valset)
+
+
 # ---- main -------------------------------------------------------------------------------
 
-RUNNERS = {"selftaught": run_selftaught, "gepa": run_gepa, "skillrl": run_skillrl}
+RUNNERS = {
+    "selftaught": run_selftaught,
+    "gepa": run_gepa,
+    "skillrl": run_skillrl,
+    **dict.fromkeys(DSPY_SYSTEMS, run_dspy),
+}
 
 
 def main(argv: list[str]) -> None:
@@ -377,7 +594,9 @@ def main(argv: list[str]) -> None:
     task = rebuild_task(job)
     t0 = time.perf_counter()
     result = RUNNERS[system](job, task)
-    result.update(system=system, version=version(system), wall_s=round(time.perf_counter() - t0, 2))
+    package = result.pop("version_of", system)
+    wall_s = round(time.perf_counter() - t0, 2)
+    result.update(system=system, version=version(package), wall_s=wall_s)
     atomic_write_json(argv[1], result)
 
 

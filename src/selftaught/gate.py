@@ -6,7 +6,16 @@ Why a margin: on 20-40 val items a strict `>` accepts noise (measured on peers: 
 "gain" shipped an edit that cost 16 test points). By default a new best must solve MORE THAN
 ONE extra val item (net, in metric units); `--gate-margin 0` restores the strict `>`, and
 `--gate-confidence C` additionally requires a one-sided paired test (exact sign test on the
-hard metric, paired bootstrap otherwise) with p <= 1 - C.
+hard metric, paired bootstrap otherwise) with p <= 1 - C. One-sided on purpose: a gate asks
+"is the candidate better?" and keeps it only then. A table that reports two systems asks "do
+they differ?", a two-sided question (`stats.sign_test_two_sided`), which the gate never asks.
+
+Per-tag veto (opt-in, `tag_alpha` / `tag_margin`): examples may carry tags in
+`Example.state["tags"]` (a task family, a cluster, a mined intent). A candidate that loses the
+items of one tag beyond that tag's noise (a one-sided paired sign test for a loss on the tag's
+items at `tag_alpha`, or more than `tag_margin` net items lost) is rejected even when its total
+rises, and the reason names the tag: a total gain bought by collapsing one kind of request is
+not a gain.
 
 Decisions:
   accept_new_best  the candidate beats the best by the margin (and test): it becomes both
@@ -25,13 +34,13 @@ still reported, so a run without a gate shows what it let through.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from selftaught.errors import ConfigError
 from selftaught.stats import paired_bootstrap_pvalue, sign_test_pvalue
-from selftaught.tasks.base import Score
+from selftaught.tasks.base import Example, Score
 
 Metric = Literal["hard", "soft", "mixed"]
 METRICS: tuple[str, ...] = ("hard", "soft", "mixed")
@@ -56,6 +65,17 @@ class GateConfig:
     """Reject when more val rollouts than this share errored."""
     accept_all: bool = False
     """Gate off: accept every candidate as the new best (greedy)."""
+    tag_alpha: float | None = None
+    """Per-tag no-regression veto (off when None): reject a candidate that loses the val items
+    of one tag (`Example.state["tags"]`) with a one-sided paired sign test p <= this against
+    the skill it would replace, even when its total rises; e.g. 0.1."""
+    tag_margin: float | None = None
+    """Per-tag no-regression veto by a margin (off when None): reject a candidate that loses
+    more than this many net val items of one tag against the skill it would replace."""
+
+    @property
+    def tag_veto(self) -> bool:
+        return self.tag_alpha is not None or self.tag_margin is not None
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -70,6 +90,10 @@ class GateConfig:
             raise ConfigError(f"mixed weight must be in [0, 1], got {self.mixed_weight}")
         if not 0.0 <= self.max_missing <= 1.0:
             raise ConfigError(f"max_missing must be in [0, 1], got {self.max_missing}")
+        if self.tag_alpha is not None and not 0.0 < self.tag_alpha < 1.0:
+            raise ConfigError(f"gate tag_alpha must be in (0, 1), got {self.tag_alpha}")
+        if self.tag_margin is not None and self.tag_margin < 0:
+            raise ConfigError(f"gate tag_margin must be >= 0, got {self.tag_margin}")
 
 
 def metric_value(
@@ -99,6 +123,7 @@ class GateResult:
     pvalue: float | None = None
     n_paired: int = 0
     n_missing: int = 0
+    tag_losses: list[dict[str, Any]] = field(default_factory=list)  # the per-tag veto's finds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,8 +163,26 @@ def _pvalue(new: ValScores, old: ValScores, metric: Metric) -> float:
     return paired_bootstrap_pvalue(*_paired(new, old))
 
 
-def gate(candidate: ValScores, current: ValScores, best: ValScores, cfg: GateConfig) -> GateResult:
-    """Decide on `candidate` given per-example val scores of the current and best skills."""
+def gate(
+    candidate: ValScores,
+    current: ValScores,
+    best: ValScores,
+    cfg: GateConfig,
+    tags: Tags | None = None,
+) -> GateResult:
+    """Decide on `candidate` given per-example val scores of the current and best skills;
+    `tags` (example id -> its tags) feeds the per-tag veto when the config turns it on."""
+    result = _decide(candidate, current, best, cfg)
+    if cfg.tag_veto and tags and result.decision != "reject" and not cfg.accept_all:
+        replaced = best if result.decision == "accept_new_best" else current
+        _veto_tags(result, tag_regressions(candidate, replaced, tags, cfg))
+    return result
+
+
+def _decide(
+    candidate: ValScores, current: ValScores, best: ValScores, cfg: GateConfig
+) -> GateResult:
+    """The total's verdict: margin and paired test against the best, ties with the current."""
     n = len(candidate)
     missing = sum(1 for v in candidate.values() if v is None)
     cb, bb = _paired(candidate, best)
@@ -191,6 +234,92 @@ def gate(candidate: ValScores, current: ValScores, best: ValScores, cfg: GateCon
     else:
         result.reason = f"{gain_cur:+g} items vs current{test_note}"
     return result
+
+
+Tags = Mapping[str, Sequence[str]]  # example id -> its tags
+
+
+def example_tags(examples: Iterable[Example]) -> dict[str, tuple[str, ...]]:
+    """Each example's tags, from `Example.state["tags"]` (a string or a list of strings;
+    examples without tags are left out)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for ex in examples:
+        raw = ex.state.get("tags") if isinstance(ex.state, Mapping) else None
+        if raw is None:
+            continue
+        found = (raw,) if isinstance(raw, str) else tuple(str(t) for t in raw)
+        if found:
+            out[ex.id] = found
+    return out
+
+
+def gate_tags(examples: Iterable[Example], cfg: GateConfig) -> dict[str, tuple[str, ...]]:
+    """The val examples' tags for `gate`, checked once before a run: a veto asked for on
+    examples that carry no tag would silently never fire, so it is refused."""
+    examples = list(examples)
+    tags = example_tags(examples)
+    if cfg.tag_veto and examples and not tags:
+        raise ConfigError(
+            "the gate's per-tag veto (tag_alpha / tag_margin) needs tagged val examples; "
+            'none has `tags` in its state (a JSONL line takes "tags": ["family", ...])'
+        )
+    return tags
+
+
+@dataclass(frozen=True)
+class TagLoss:
+    """One tag whose val items the candidate lost beyond the tag's noise."""
+
+    tag: str
+    n_items: int
+    wins: int
+    losses: int
+    net: float  # candidate minus the replaced skill, in items of this tag
+    p_loss: float  # one-sided exact sign test for a loss on this tag's items
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "net": round(self.net, 6), "p_loss": round(self.p_loss, 6)}
+
+    def describe(self) -> str:
+        return (
+            f"tag {self.tag!r} lost {-self.net:g} of {self.n_items} items "
+            f"({self.wins} won / {self.losses} lost, one-sided p={self.p_loss:.3f})"
+        )
+
+
+def tag_regressions(
+    candidate: ValScores, replaced: ValScores, tags: Tags, cfg: GateConfig
+) -> list[TagLoss]:
+    """Tags whose items `candidate` loses against `replaced` beyond the tag's noise: a
+    one-sided paired sign test for a loss with p <= `cfg.tag_alpha`, or a net loss of more
+    than `cfg.tag_margin` items. Pure; the worst first."""
+    by_tag: dict[str, list[str]] = {}
+    for example_id, names in tags.items():
+        for name in names:
+            by_tag.setdefault(name, []).append(example_id)
+    found = []
+    for name, ids in sorted(by_tag.items()):
+        new, old = _paired({i: candidate.get(i) for i in ids}, replaced)
+        if not new:
+            continue
+        paired = paired_comparison(dict(enumerate(new)), dict(enumerate(old)))
+        net = sum(new) - sum(old)
+        p_loss = sign_test_pvalue(paired.losses, paired.wins)
+        by_test = cfg.tag_alpha is not None and p_loss <= cfg.tag_alpha + 1e-9
+        by_margin = cfg.tag_margin is not None and -net > cfg.tag_margin + 1e-9
+        if by_test or by_margin:
+            found.append(TagLoss(name, len(new), paired.wins, paired.losses, net, p_loss))
+    return sorted(found, key=lambda t: (t.net, t.p_loss))
+
+
+def _veto_tags(result: GateResult, losses: list[TagLoss]) -> None:
+    if not losses:
+        return
+    result.tag_losses = [t.to_dict() for t in losses]
+    result.decision = "reject"
+    result.reason = (
+        f"per-tag veto: {'; '.join(t.describe() for t in losses)} (the total: {result.reason})"
+    )
 
 
 @dataclass(frozen=True)

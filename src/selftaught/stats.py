@@ -66,11 +66,50 @@ def mean_interval(values: Sequence[float], z: float = Z95) -> tuple[float, float
 
 
 def sign_test_pvalue(wins: int, losses: int) -> float:
-    """One-sided exact sign test (McNemar on discordant pairs): P(X >= wins) under p=0.5."""
+    """One-sided exact sign test (McNemar on discordant pairs): P(X >= wins) under p=0.5.
+
+    The question "is the new one better?" — the gate's question (a candidate is kept only
+    when it wins), never a report's: a report asks "do the two differ?", which is
+    `sign_test_two_sided`."""
     n = wins + losses
     if n == 0:
         return 1.0
     return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n
+
+
+def sign_test_two_sided(wins: int, losses: int) -> float:
+    """Exact two-sided sign test (exact McNemar on the discordant pairs): the probability,
+    under p = 0.5, of a split at least as uneven as `wins` / `losses` in either direction:
+    twice the smaller tail, at most 1. What a table of results reports."""
+    if wins < 0 or losses < 0:
+        raise InputError(f"wins and losses are counts >= 0, got {wins} and {losses}")
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(max(wins, losses), n + 1)) / 2**n
+    return min(1.0, 2.0 * tail)
+
+
+def min_detectable_wins(alpha: float = 0.05) -> int:
+    """The fewest discordant pairs, all of them wins (no loss), whose two-sided exact sign
+    test reaches p < `alpha`: 6 at alpha 0.05 (p = 2 * 2^-6 = 0.031; 5 gives 0.0625)."""
+    if not 0.0 < alpha < 1.0:
+        raise InputError(f"alpha is in (0, 1), got {alpha}")
+    wins = 1
+    while sign_test_two_sided(wins, 0) >= alpha:
+        wins += 1
+    return wins
+
+
+def min_detectable_difference(n: int, alpha: float = 0.05) -> float | None:
+    """The smallest accuracy difference a paired comparison on `n` items can show at `alpha`
+    (two-sided exact sign test), in the most favourable case: `min_detectable_wins` items
+    won and none lost, as a share of `n`. Any real comparison needs at least this much (with
+    losses it needs more). None when `n` items are too few to show any difference."""
+    if n < 0:
+        raise InputError(f"n is a count of items >= 0, got {n}")
+    wins = min_detectable_wins(alpha)
+    return None if wins > n else wins / n
 
 
 def paired_bootstrap_pvalue(

@@ -76,6 +76,7 @@ async def choose(
         scorer.val_metric(parent.hash),
         scorer.val_metric(st.best.hash),
         config.gate,
+        tags=scorer.val_tags,
     )
     return Verdict(result, chosen.skill, chosen.rollouts, chosen.cached, chosen)
 

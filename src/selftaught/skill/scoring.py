@@ -36,6 +36,7 @@ class SkillScorer:
         self.test_target = test_target
         self.val_cache = val_cache
         self.val_set: list[Example] = []
+        self.val_tags: dict[str, tuple[str, ...]] = {}  # the per-tag veto's (gate_tags)
         self.params = GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
 
     def metric(self, scores: dict[str, list[float] | None]) -> ValScores:

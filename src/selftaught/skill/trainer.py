@@ -29,7 +29,7 @@ from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import LeakCheck, split_skill
 from selftaught.errors import BudgetTooSmall, ConfigError, TaskError
 from selftaught.evaluation import ScoreCache, rollout_row
-from selftaught.gate import paired_comparison
+from selftaught.gate import gate_tags, paired_comparison
 from selftaught.models.base import GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.resolve import ModelLike, resolve_model
@@ -254,6 +254,7 @@ class SkillTrainer:
         check_disjoint(self.task)  # validation that overlaps training fails closed
         self.train_set = self.task.examples("train")
         self.val_set = self.scorer.val_set = self.task.examples("val")
+        self.scorer.val_tags = gate_tags(self.val_set, self.config.gate)
         self.test_set = self.task.examples("test") if self.config.evaluate_test else []
         if not self.train_set:
             raise TaskError(f"task {self.task.name!r} has an empty train split")

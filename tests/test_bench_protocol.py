@@ -1,0 +1,216 @@
+"""The benchmark protocol (benchmarks/protocol.py, bench_peers.py --report): design tools
+refuse test and the report seeds; a report run takes its settings from the committed file
+only, refuses uncommitted settings, keeps every row; its tables pair systems on the same test
+items with two-sided tests. Plus the benchmark's task specs (bench_tasks.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_peers  # noqa: E402
+import bench_tasks  # noqa: E402
+import protocol  # noqa: E402
+
+from tests.scripted import ScriptedModel  # noqa: E402
+
+FROZEN = protocol.load_report_settings()
+
+
+def test_design_tools_refuse_the_test_split_and_the_report_seeds():
+    protocol.check_design_use("tool", seeds=FROZEN["dev_seeds"], splits=["train", "val"])
+    with pytest.raises(SystemExit, match="never on test"):
+        protocol.check_design_use("tool", splits=["val", "test"])
+    with pytest.raises(SystemExit, match=f"seed\\(s\\) {FROZEN['report_seeds'][0]} are report"):
+        protocol.check_design_use("tool", seeds=[0, FROZEN["report_seeds"][0]])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["benchmarks/bench_demos.py", "--split", "test"],
+        ["benchmarks/bench_demo_kinds.py", "--seeds", str(FROZEN["report_seeds"][1])],
+    ],
+)
+def test_the_demo_design_tools_refuse_before_loading_any_model(argv):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode != 0
+    assert "scores design choices" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_dev_runs_score_val_only_and_refuse_report_seeds():
+    s = bench_peers.parse_args(["--seeds", "0", "1"])
+    assert s.mode == "peers" and s.splits == ("val",)
+    with pytest.raises(SystemExit, match="are report seeds"):
+        bench_peers.parse_args(["--seeds", str(FROZEN["report_seeds"][0])])
+    with pytest.raises(SystemExit, match="gym:NAME"):
+        bench_peers.parse_args(["--tasks", "humaneval"])
+
+
+def test_a_report_run_takes_every_setting_from_the_file():
+    s = bench_peers.parse_args(["--report"])
+    assert (s.mode, s.splits) == ("report", ("val", "test"))
+    assert s.seeds == FROZEN["report_seeds"] and s.tasks == FROZEN["tasks"]
+    assert s.systems == FROZEN["systems"] and s.test == FROZEN["settings"]["test"]
+    sub = bench_peers.parse_args(["--report", "--systems", "gepa", "--seeds", "101"])
+    assert (sub.systems, sub.seeds) == (["gepa"], [101])
+    with pytest.raises(SystemExit, match="--budget would change them"):
+        bench_peers.parse_args(["--report", "--budget", "400"])
+    with pytest.raises(SystemExit, match=r"seeds \[7\] are not in report_settings"):
+        bench_peers.parse_args(["--report", "--seeds", "7"])
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+
+
+def test_a_report_refuses_settings_with_uncommitted_changes(tmp_path, monkeypatch):
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@t")
+    _git(tmp_path, "config", "user.name", "t")
+    settings = tmp_path / "report_settings.json"
+    monkeypatch.setattr(protocol, "REPO", tmp_path)
+    settings.write_text("{}")
+    with pytest.raises(SystemExit, match="uncommitted changes"):
+        protocol.settings_commit(settings)
+    _git(tmp_path, "add", "report_settings.json")
+    _git(tmp_path, "commit", "-qm", "freeze")
+    assert protocol.settings_commit(settings) == _git(tmp_path, "rev-parse", "HEAD")
+    settings.write_text('{"report_seeds": [7]}')
+    with pytest.raises(SystemExit, match="commit the report settings"):
+        protocol.settings_commit(settings)
+    assert protocol.code_state()["dirty"] is True
+
+
+def _report_row(system: str, seed: int, date: str, shipped: dict, seed_items: dict) -> dict:
+    from common import accuracy, compare_paired
+
+    return {
+        "system": system,
+        "variant": system,
+        "seed": seed,
+        "version": "1",
+        "run_id": f"{system}/s{seed}/{date}",
+        "meta": {"date": date},
+        "code": {"commit": "abcdef1234", "dirty": False},
+        "test": {
+            "seed": accuracy(seed_items),
+            "shipped": accuracy(shipped),
+            "paired": compare_paired(seed_items, shipped),
+            "items": shipped,
+            "seed_items": seed_items,
+        },
+        "usage": {"target": {"sent": 200, "calls": 200}},
+        "wall_s": 10,
+    }
+
+
+def test_a_rerun_is_a_new_row_and_the_summary_counts_the_first_run(tmp_path):
+    base = {f"i{k}": 0.0 for k in range(10)}
+    st = {f"i{k}": float(k < 8) for k in range(10)}  # selftaught: 8 wins on the seed
+    peer = {f"i{k}": float(k < 2) for k in range(10)}  # the peer: 2
+    better_rerun = {f"i{k}": 1.0 for k in range(10)}
+    path = tmp_path / "report_t.json"
+    first = [_report_row("selftaught", 100, "2026-01-01", st, base),
+             _report_row("gepa", 100, "2026-01-01", peer, base)]  # fmt: skip
+    path.write_text(json.dumps({"runs": first}))
+    rerun = [_report_row("gepa", 100, "2026-02-01", better_rerun, base)]
+    runs = bench_peers.appended_runs(path, rerun)
+    assert [r["run_id"] for r in runs] == [r["run_id"] for r in first + rerun]  # kept, added
+    saved = {"task": "gym:t", "settings_commit": "0123456789ab", "runs": runs,
+             "settings": {"train": 30, "val": 30, "test": 10, "budget": 200,
+                          "serve_model": "local:q"}}  # fmt: skip
+    md = bench_peers.report_task_table(saved)
+    assert md.count("| gepa 1 | 100 |") == 2  # both runs shown
+    assert "two-sided exact sign tests" in md and "10 test items cannot show" not in md
+    # summary: gepa's FIRST run (2 wins) against the seed, and against selftaught (8 vs 2)
+    assert "| gepa | 10 | +0.200 | 2/0 | 0.500 | -0.600 (0/6, p 0.031) |" in md
+    assert "| selftaught | 10 | +0.800 | 8/0 | 0.008 | – |" in md
+
+
+def test_the_report_table_states_the_smallest_detectable_difference():
+    assert "**0.060** (6 items won" in bench_peers.detectable_line(100, "test")
+    assert "cannot show any difference" in bench_peers.detectable_line(5, "test")
+
+
+# ---- task specs ------------------------------------------------------------------------
+
+
+def _fake_wheel(tmp_path: Path, n: int) -> Path:
+    rows = [{"input": [{"role": "system", "content": "Write a title:"},
+                       {"role": "user", "content": f"Abstract number {i}."}],
+             "ideal": f"Title {i}"} for i in range(n)]  # fmt: skip
+    wheel = tmp_path / bench_tasks.EVALS_WHEEL_NAME
+    with zipfile.ZipFile(wheel, "w") as zf:
+        body = "\n".join(json.dumps(r) for r in rows)
+        zf.writestr(bench_tasks.JUDGE_SETS["abstract2title"].path, body)
+    return wheel
+
+
+def test_a_judge_task_is_a_seeded_jsonl_task_scored_by_the_judge(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _fake_wheel(tmp_path, 20)
+    judged = []
+
+    def judge(messages):
+        judged.append(messages[-1]["content"])
+        return '{"score": 9, "reason": "names the subject"}'
+
+    sizes = {"train_size": 5, "val_size": 4, "test_size": 6}
+    judge_model = ScriptedModel(judge)
+    task = bench_tasks.build_task(
+        "judge:abstract2title", seed=3, judge_model=judge_model, wheel=wheel, **sizes
+    )
+    sizes = [len(task.examples(s)) for s in ("train", "val", "test")]
+    assert sizes == [5, 4, 6]
+    ex = task.examples("test")[0]
+    assert ex.input.startswith("Write a title:\n\nAbstract number ")
+    assert ex.reference == f"Title {ex.id.split('-')[-1]}"
+    score = task.score("A title", ex)
+    assert score.hard == 1.0 and "judge score 9" in score.feedback
+    assert "Score 10 for a title" in judged[0] and ex.reference in judged[0]  # rubric, reference
+    again = bench_tasks.judge_rows("abstract2title", 3, (5, 4, 6), wheel)
+    other = bench_tasks.judge_rows("abstract2title", 4, (5, 4, 6), wheel)
+    assert [r["id"] for r in again if r["split"] == "test"] == [e.id for e in task.examples("test")]
+    assert again != other  # the seed draws the split
+    with pytest.raises(SystemExit, match="20 rows"):
+        bench_tasks.judge_rows("abstract2title", 0, (10, 10, 10), wheel)
+    with pytest.raises(SystemExit, match="judge model"):
+        bench_tasks.build_task("judge:abstract2title", seed=0, train_size=1, val_size=1,
+                               test_size=1, wheel=wheel)  # fmt: skip
+
+
+def test_gym_specs_pass_through_and_unknown_forms_are_refused():
+    task = bench_tasks.build_task("gym:syllogism", seed=0, train_size=3, val_size=2, test_size=4)
+    assert [len(task.examples(s)) for s in ("train", "val", "test")] == [3, 2, 4]
+    assert not bench_tasks.needs_judge("gym:chain_sum") and bench_tasks.needs_judge(
+        "judge:abstract2title"
+    )
+    with pytest.raises(SystemExit, match="unknown judge set"):
+        bench_tasks.task_kind("judge:nope")
+
+
+def test_report_results_keep_every_row_with_its_commits(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
+    s = bench_peers.parse_args(["--report", "--tasks", FROZEN["tasks"][1]])
+    meta = {"settings_commit": "c0ffee", "date": "2026-01-01T00:00:00+00:00"}
+    row = bench_peers.stamp(s, meta, {"system": "gepa", "variant": "gepa", "seed": 100})
+    assert row["code"]["commit"] and row["meta"]["settings_commit"] == "c0ffee"
+    (path,) = bench_peers.write_results(s, meta, {FROZEN["tasks"][1]: [row]})
+    again = {**row, "run_id": "gepa/s100/later"}  # the same system and seed, run again
+    bench_peers.write_results(s, meta, {FROZEN["tasks"][1]: [again]})
+    saved = json.loads(path.read_text())
+    assert saved["settings_commit"] == "c0ffee" and path.name == "report_chain_sum.json"
+    assert [r["run_id"] for r in saved["runs"]] == [row["run_id"], "gepa/s100/later"]
