@@ -69,6 +69,7 @@ from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
+from selftaught.sleep.night.agent_replay import NOT_CHECKABLE, for_agent, is_agent
 from selftaught.sleep.night.consolidate import (
     Consolidation,
     backend_failure,
@@ -113,6 +114,7 @@ from selftaught.sleep.paths import (
     private_project_dir,
     sleep_home,
 )
+from selftaught.tasks.episode import is_tool_task
 from selftaught.tracking import check_report_to, with_tracker
 
 DOCUMENTS = ("skill", "memory")
@@ -685,9 +687,29 @@ def _mine_and_split(
     )
     recalled.max = config.recall_max
     report["recall"] = recalled.to_dict()
+    if is_agent(models.target):
+        combined = _checkable_on_agent(report, combined, tasks)
     splits = assign_splits(combined, config.split, mining.near_duplicate)
     private_ids = {it.id for it in kept if it.private and not it.reviewed}
     return _Mined(tasks, splits, rest, private_ids)
+
+
+def _checkable_on_agent(
+    report: dict[str, Any], combined: list[MinedTask], tonight: list[MinedTask]
+) -> list[MinedTask]:
+    """The tasks an agent's run can be checked on (`agent_replay.for_agent`); the others are
+    counted among tonight's dropped, or noted when recalled."""
+    kept, left = for_agent(combined)
+    tonight_ids = {id(t) for t in tonight}
+    mined_left = sum(id(t) in tonight_ids for t in left)
+    if mined_left:
+        dropped = report["mining"]["dropped"]
+        dropped[NOT_CHECKABLE] = dropped.get(NOT_CHECKABLE, 0) + mined_left
+    if len(left) > mined_left:
+        report["notes"].append(
+            f"{len(left) - mined_left} recalled tasks were left out: {NOT_CHECKABLE}"
+        )
+    return kept
 
 
 def run_project(
@@ -811,7 +833,9 @@ def _learn(
         for t in s
     ]
     write_jsonl(night_dir / "tasks.jsonl", rows_out)
-    task = night_task(project, splits)  # episodes when the traffic used tools
+    agent = is_agent(models.target)
+    task = night_task(project, splits, agent=agent)  # episodes when the traffic used tools
+    report["replay"] = "agent" if agent else "episode" if is_tool_task(task) else "reply"
     result = consolidate(
         config.training,
         config.documents,

@@ -37,6 +37,7 @@ from selftaught.models.base import Message
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import OPERATOR, Interaction
 from selftaught.sleep.intake.redact import redact_for_model
+from selftaught.sleep.intake.sessions import AGENT_TRANSCRIPTS, task_turns
 from selftaught.sleep.night.checks import find_rules, reference_scorer
 
 
@@ -109,7 +110,7 @@ class MineReport:
 
 # ---- whose words ----------------------------------------------------------------------------
 
-HARVESTED = ("claude-code", "codex")  # the operator's own agent transcripts
+HARVESTED = AGENT_TRANSCRIPTS  # the operator's own agent transcripts
 UNKNOWN_CLIENT = "unknown"
 MAX_EVIDENCE_CHARS = 400  # of an end user's comment, quoted to the analyst and the judge
 
@@ -231,7 +232,7 @@ def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str
     """(task, None), or (None, why it cannot be a task)."""
     if not it.is_task:
         return None, it.not_task_reason
-    messages = _redact_messages(it.messages)
+    messages = _redact_messages(task_turns(it))
     if messages is None:
         return None, "holds non-text content (images, files): cannot be replayed as text"
     if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
