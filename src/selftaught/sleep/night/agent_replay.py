@@ -24,7 +24,6 @@ else is left out of the night (`for_agent`), a task with an answer check too kee
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from selftaught.models.base import ChatModel, Message
@@ -37,7 +36,10 @@ from selftaught.tasks.scorers import LlmJudge
 CONTEXT_HEAD = "Earlier in this conversation (context only; the request to act on follows):"
 REQUEST_HEAD = "The request:"
 MAX_CONTEXT_TURN_CHARS = 1500  # of one earlier turn quoted in the prompt
-NOT_CHECKABLE = "checked only by a corrected tool call, which an agent's run does not repeat"
+NOT_CHECKABLE = (
+    "left out (the target is an agent): checked only by a corrected tool call, which an "
+    "agent's run does not repeat"
+)
 CALL_NOT_CHECKED = "its corrected tool call is not checked on the agent's run (its answer is)"
 
 
@@ -130,13 +132,3 @@ def for_agent(tasks: list[MinedTask]) -> tuple[list[MinedTask], list[MinedTask]]
         else:
             left.append(task)
     return kept, left
-
-
-def trajectory_summary(row: dict[str, Any]) -> str:
-    """A diagnostics row's agent run in one line: calls, failed calls, files changed."""
-    agent = row.get("agent") or {}
-    files = agent.get("files_changed") or []
-    parts = [f"{row.get('tool_calls', 0)} tool calls", f"{row.get('tool_errors', 0)} failed"]
-    if files:
-        parts.append("changed " + ", ".join(json.dumps(f) for f in files[:5]))
-    return "; ".join(parts)
