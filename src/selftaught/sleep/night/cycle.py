@@ -132,7 +132,8 @@ def night_training_defaults() -> SkillOptConfig:
 class SleepConfig:
     model: str | None = None
     """Target model spec the tasks are replayed on; None: the upstream the operator's proxy
-    logged (never a model named by an imported or API row)."""
+    logged (never a model named by an imported or API row). A coding agent (`claude-code`,
+    `codex`, `cmd:`) replays them by running itself (`agent_replay.py`)."""
     optimizer_model: str | None = None
     """Analyst model spec (reflects, merges); None: the target."""
     judge_model: str | None = None
