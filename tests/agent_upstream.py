@@ -541,3 +541,8 @@ def codex_config(codex_home: Path, base_url: str, *, model: str = MODEL, key_env
         "request_max_retries = 0\n"
         "stream_max_retries = 0\n"
     )
+
+
+def node_available() -> bool:
+    """node is on PATH (`find_cli` checks it too; tests/test_agent_policy.py asks apart)."""
+    return shutil.which("node") is not None
