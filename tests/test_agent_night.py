@@ -288,7 +288,7 @@ import pathlib, sys
 prompt = sys.stdin.read()
 pathlib.Path("checked.txt").write_text(prompt)  # the agent's work: a file in its workspace
 rules = pathlib.Path("AGENTS.md").read_text() if pathlib.Path("AGENTS.md").exists() else ""
-print("SOLVED" if "{MARKER}" in rules else "UNSOLVED")
+print("SOLVED" if "{MARKER}" in rules else "UNSOLVED, see AKIAIOSFODNN7EXAMPLE")
 """
 
 
@@ -332,11 +332,14 @@ def test_a_night_on_a_cmd_agent_validates_the_skill_on_the_agent(tmp_path, night
         assert row["agent"]["cli"] == "cmd" and row["agent"]["files_changed"] == [
             "A checked.txt (+1)"
         ]
-    assert {r["reply_head"] for r in diag["val_before"]} == {"UNSOLVED"}
+    assert {r["reply_head"] for r in diag["val_before"]} == {
+        "UNSOLVED, see [REDACTED:aws_access_key_id]"
+    }
     assert {r["reply_head"] for r in diag["val_after"]} == {"SOLVED"}
     md = report_md.read_text()
     assert "- replay: on the agent itself" in md and "## Agent runs on val" in md
-    assert "adopted: failed · files changed: A checked.txt (+1) · answer: UNSOLVED" in md
+    assert "adopted: failed · files changed: A checked.txt (+1) · answer: UNSOLVED, see [RED" in md
+    assert "AKIA" not in md  # what the agent said is redacted as in diagnostics.json
     assert "candidate: solved · files changed: A checked.txt (+1) · answer: SOLVED" in md
     code, text = run("sleep", "adopt", "--project", PROJECT)
     assert code == 0 and read_adopted(PROJECT, home).skill.strip() == RULE

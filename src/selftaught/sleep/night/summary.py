@@ -435,7 +435,7 @@ def agent_run_lines(report: dict[str, Any]) -> list[str]:
     (a night replayed on the agent only)."""
     if report.get("replay") != "agent":
         return []
-    before, after = val_rows(report)
+    before, after = (redact_tree(rows) for rows in val_rows(report))  # as diagnostics.json
     if not before:
         return []
     target = (report.get("models") or {}).get("target")
