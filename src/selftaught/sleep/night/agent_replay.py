@@ -24,8 +24,7 @@ else is left out of the night (`for_agent`), a task with an answer check too kee
 
 from __future__ import annotations
 
-from typing import Any
-
+from selftaught.models.agents.base import CliAgent, content_text
 from selftaught.models.base import ChatModel, Message
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.replay import arguments_value, call_parts, has_answer_check, show_call
@@ -45,17 +44,7 @@ CALL_NOT_CHECKED = "its corrected tool call is not checked on the agent's run (i
 
 def is_agent(model: ChatModel) -> bool:
     """The model is a CLI agent (`claude-code`, `codex`, `cmd:`): it runs its own episode."""
-    from selftaught.models.agents.base import CliAgent
-
     return isinstance(model, CliAgent)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
 
 
 def _clip(text: str, limit: int = MAX_CONTEXT_TURN_CHARS) -> str:
@@ -65,7 +54,7 @@ def _clip(text: str, limit: int = MAX_CONTEXT_TURN_CHARS) -> str:
 
 def _quoted_turn(msg: Message) -> list[str]:
     """One earlier turn as lines of the quoted conversation."""
-    role, text = msg.get("role"), _clip(_text(msg.get("content")))
+    role, text = msg.get("role"), _clip(content_text(msg.get("content")))
     if role == "user":
         return [f"User: {text}"]
     if role == "tool":
@@ -91,7 +80,7 @@ def agent_prompt(messages: list[Message]) -> list[Message]:
     last = max((i for i, m in enumerate(turns) if m.get("role") == "user"), default=None)
     if last is None:
         return list(messages)  # no request: the agent backend says so
-    request = _text(turns[last].get("content"))
+    request = content_text(turns[last].get("content"))
     earlier = [line for m in turns[:last] for line in _quoted_turn(m)]
     if not earlier:
         return [*system, {"role": "user", "content": request}]
