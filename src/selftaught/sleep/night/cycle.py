@@ -69,7 +69,12 @@ from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
-from selftaught.sleep.night.agent_replay import NOT_CHECKABLE, for_agent, is_agent
+from selftaught.sleep.night.agent_replay import (
+    NOT_CHECKABLE,
+    AgentNightTask,
+    for_agent,
+    is_agent,
+)
 from selftaught.sleep.night.consolidate import (
     Consolidation,
     backend_failure,
@@ -834,8 +839,8 @@ def _learn(
         for t in s
     ]
     write_jsonl(night_dir / "tasks.jsonl", rows_out)
-    agent = is_agent(models.target)
-    task = night_task(project, splits, agent=agent)  # episodes when the traffic used tools
+    agent = is_agent(models.target)  # replays on the agent itself, else on a chat model:
+    task = AgentNightTask(project, splits) if agent else night_task(project, splits)
     report["replay"] = "agent" if agent else "episode" if is_tool_task(task) else "reply"
     result = consolidate(
         config.training,

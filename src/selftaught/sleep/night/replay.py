@@ -553,18 +553,10 @@ class ReplayNightTask(NightTask):
 
 
 def night_task(
-    project: str,
-    splits: dict[str, list[MinedTask]],
-    judge: LlmJudge | None = None,
-    *,
-    agent: bool = False,
+    project: str, splits: dict[str, list[MinedTask]], judge: LlmJudge | None = None
 ) -> NightTask:
-    """The night's `Task`: with `agent` (the target is a CLI agent), the requests replayed on
-    the agent itself (`agent_replay.AgentNightTask`); else a replay of episodes when any task
-    was tool-using, else the plain one-reply task (nothing changes for traffic without tools)."""
-    if agent:
-        from selftaught.sleep.night.agent_replay import AgentNightTask
-
-        return AgentNightTask(project, splits, judge)
+    """The night's `Task` on a chat model: a replay of episodes when any task was tool-using,
+    else the plain one-reply task (nothing changes for traffic without tools). A CLI agent
+    replays the tasks itself (`agent_replay.AgentNightTask`)."""
     tool_using = any(t.state.get("tools") for ts in splits.values() for t in ts)
     return (ReplayNightTask if tool_using else NightTask)(project, splits, judge)
