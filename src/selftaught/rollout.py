@@ -511,7 +511,8 @@ def attempt_text(r: Rollout, max_chars: int) -> str:
 
 def episode_row(r: Rollout) -> dict[str, Any]:
     """Diagnostics fields of an episode (turns, calls, failed calls, why it stopped, the
-    trajectory as lines); {} for a one-step rollout, whose row stays as it was."""
+    trajectory as lines, and a CLI agent's run: its CLI, version, seconds, files changed);
+    {} for a one-step rollout, whose row stays as it was."""
     if not r.is_episode:
         return {}
     return {
@@ -520,6 +521,7 @@ def episode_row(r: Rollout) -> dict[str, Any]:
         "tool_errors": r.tool_errors,
         "stop": r.stop,
         "trajectory": trajectory_lines(r),
+        **({"agent": r.agent} if r.agent is not None else {}),  # a CLI agent's own facts
     }
 
 

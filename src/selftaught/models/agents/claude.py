@@ -89,6 +89,13 @@ class ClaudeCodeAgent(CliAgent):
         copy_user_file(user_config / "settings.json", config / "settings.json")
         out = {k: v for k, v in CLAUDE_DEFAULTS.items() if k not in env}
         out["CLAUDE_CONFIG_DIR"] = str(config)
+        # its own temporary folder: Claude Code keeps its sandbox's settings file in
+        # $TMPDIR/claude-<uid>/ under a name shared by every run, and a run that ends deletes
+        # it under the others (measured: 1-2 of 12 concurrent runs' Bash calls failed with
+        # "bwrap: Can't find source path /tmp/claude-0/claude-settings-....json")
+        tmp = home / "tmp"
+        tmp.mkdir(exist_ok=True)
+        out["TMPDIR"] = str(tmp)
         return out
 
     def parse(self, result: ProcessResult) -> AgentRun:

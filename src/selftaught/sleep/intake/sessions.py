@@ -16,6 +16,14 @@ with the result the agent really received, the final answer. So:
   tool-using row is (`sleep.night.replay`).
 - `last_turn` finds the row feedback on a session attaches to: the newest answered row of
   the session in the project.
+- `task_turns` is what of an agent session's row is the user's task (`is_agent_session`: a
+  coding agent's row, logged by the proxy on the Messages / Responses wire with the agent's
+  session id, or harvested from its transcripts): the conversation without the harness's
+  own context. The system / developer messages (the agent's prompt, and the injected
+  selftaught block) go, and so does what the harness writes into user turns: Claude Code's
+  `<system-reminder>` blocks (CLAUDE.md among them), Codex's `# AGENTS.md instructions` with
+  their `<INSTRUCTIONS>`, `<environment_context>` and `<user_instructions>`. The agent
+  supplies all of that again when it runs; the tools it offered stay in the row.
 
 Only proxy rows are collapsed: a harvested transcript already holds one row per request.
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
@@ -32,6 +41,16 @@ from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import USER_FIELDS, Feedback, Interaction, LogFilter, TaskLog
 
 SESSION_SOURCE = "proxy"
+AGENT_WIRES = ("messages", "responses")  # meta["wire"] of a Claude Code / Codex request
+AGENT_TRANSCRIPTS = ("claude-code", "codex")  # sources of harvested agent transcripts
+HARNESS_ROLES = ("system", "developer")
+# What Claude Code and Codex write into a user turn around the user's words (read off the
+# requests of Claude Code 2.1.328 and Codex 0.169.0).
+_HARNESS_TEXT = re.compile(
+    r"<(system-reminder|environment_context|user_instructions|INSTRUCTIONS)\b[^>]*>.*?</\1>"
+    r"|^# AGENTS\.md instructions for [^\n]*$",
+    re.DOTALL | re.MULTILINE,
+)
 LOOKUP_PAGE = 500
 LOOKUP_MAX_ROWS = 100_000  # `last_turn` looks this far back at most
 
@@ -147,3 +166,58 @@ def last_turn(log: TaskLog, project: str, session_id: str) -> Interaction | None
             return None
         looked += len(page)
     return None
+
+
+# ---- what of an agent's row is the user's task ----------------------------------------------
+
+
+def is_agent_session(it: Interaction) -> bool:
+    """A coding agent's row: a harvested Claude Code / Codex transcript, or a proxy row of the
+    Messages / Responses wire that carries the agent's session id (an app calling those APIs
+    without one keeps its system prompt: that is its task's)."""
+    if it.source in AGENT_TRANSCRIPTS:
+        return True
+    wire = it.meta.get("wire") if isinstance(it.meta, dict) else None
+    return it.source == SESSION_SOURCE and wire in AGENT_WIRES and bool(it.session_id)
+
+
+def without_harness_text(text: str) -> str:
+    """`text` without the blocks an agent's harness writes into a user turn."""
+    return _HARNESS_TEXT.sub("", text).strip()
+
+
+def _without_harness(content: Any) -> Any:
+    if isinstance(content, str):
+        return without_harness_text(content)
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                text = without_harness_text(part["text"])
+                if text:
+                    parts.append({**part, "text": text})
+            else:
+                parts.append(part)
+        return parts
+    return content
+
+
+def task_turns(it: Interaction) -> list[Any]:
+    """The messages of `it` that are the user's task: for an agent's row (`is_agent_session`),
+    the conversation without the harness's system / developer messages and without what it
+    wrote into user turns (a turn left empty is dropped); any other row's as logged. The
+    injected selftaught block is stripped either way."""
+    messages = strip_injected_messages(it.messages)
+    if not is_agent_session(it):
+        return messages
+    out = []
+    for msg in messages:
+        if not isinstance(msg, dict) or msg.get("role") in HARNESS_ROLES:
+            continue
+        if msg.get("role") == "user":
+            content = _without_harness(msg.get("content"))
+            if not content:
+                continue
+            msg = {**msg, "content": content}
+        out.append(msg)
+    return out

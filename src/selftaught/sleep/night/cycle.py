@@ -69,6 +69,12 @@ from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
+from selftaught.sleep.night.agent_replay import (
+    NOT_CHECKABLE,
+    AgentNightTask,
+    for_agent,
+    is_agent,
+)
 from selftaught.sleep.night.consolidate import (
     Consolidation,
     backend_failure,
@@ -113,6 +119,7 @@ from selftaught.sleep.paths import (
     private_project_dir,
     sleep_home,
 )
+from selftaught.tasks.episode import is_tool_task
 from selftaught.tracking import check_report_to, with_tracker
 
 DOCUMENTS = ("skill", "memory")
@@ -130,7 +137,8 @@ def night_training_defaults() -> SkillOptConfig:
 class SleepConfig:
     model: str | None = None
     """Target model spec the tasks are replayed on; None: the upstream the operator's proxy
-    logged (never a model named by an imported or API row)."""
+    logged (never a model named by an imported or API row). A coding agent (`claude-code`,
+    `codex`, `cmd:`) replays them by running itself (`agent_replay.py`)."""
     optimizer_model: str | None = None
     """Analyst model spec (reflects, merges); None: the target."""
     judge_model: str | None = None
@@ -280,6 +288,7 @@ class ProjectNight(RunResult):
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)
     proposal: dict[str, Any] | None = None
     proofread: dict[str, Any] | None = None
+    replay: str | None = None  # how val tasks were replayed: episode, reply or agent
     weights: dict[str, Any] | None = None
     adapter: dict[str, Any] | None = None
     evidence_calls: int | None = None
@@ -375,6 +384,7 @@ REPORT_FIELDS = (
     "usage",
     "proposal",
     "proofread",
+    "replay",
     "weights",
     "adapter",
     "evidence_calls",
@@ -755,9 +765,29 @@ def _mine_and_split(
     )
     recalled.max = config.recall_max
     report["recall"] = recalled.to_dict()
+    if is_agent(models.target):
+        combined = _checkable_on_agent(report, combined, tasks)
     splits = assign_splits(combined, config.split, mining.near_duplicate)
     private_ids = {it.id for it in kept if it.private and not it.reviewed}
     return _Mined(tasks, splits, rest, private_ids)
+
+
+def _checkable_on_agent(
+    report: dict[str, Any], combined: list[MinedTask], tonight: list[MinedTask]
+) -> list[MinedTask]:
+    """The tasks an agent's run can be checked on (`agent_replay.for_agent`); the others are
+    counted among tonight's dropped, or noted when recalled."""
+    kept, left = for_agent(combined)
+    tonight_ids = {id(t) for t in tonight}
+    mined_left = sum(id(t) in tonight_ids for t in left)
+    if mined_left:
+        dropped = report["mining"]["dropped"]
+        dropped[NOT_CHECKABLE] = dropped.get(NOT_CHECKABLE, 0) + mined_left
+    if len(left) > mined_left:
+        report["notes"].append(
+            f"{len(left) - mined_left} recalled tasks were left out: {NOT_CHECKABLE}"
+        )
+    return kept
 
 
 def run_project(
@@ -881,7 +911,9 @@ def _learn(
         for t in s
     ]
     write_jsonl(night_dir / "tasks.jsonl", rows_out)
-    task = night_task(project, splits)  # episodes when the traffic used tools
+    agent = is_agent(models.target)  # replays on the agent itself, else on a chat model:
+    task = AgentNightTask(project, splits) if agent else night_task(project, splits)
+    report["replay"] = "agent" if agent else "episode" if is_tool_task(task) else "reply"
     result = consolidate(
         config.training,
         config.documents,

@@ -8,6 +8,9 @@ A thumbs-down (or a score below 0.5) marks a failure to learn from: the rubric s
 the user rejected. An interaction with no possible check is dropped, and the report says why.
 An interaction with `tools` is mined by `selftaught.sleep.night.replay` into an episode task (the
 same tools, the recorded tool results as fixtures, the steps of one conversation folded).
+A coding agent's row (Claude Code / Codex, through the proxy or harvested) is the user's
+request, by one rule for both (`sessions.task_turns`): the harness's system / developer prompt
+and what it writes into user turns are not part of the task, nor of its size check.
 
 Near-duplicate prompts (the same numbers in the same order and word shingles at or above
 `near_duplicate` Jaccard) are merged into one task that keeps every source, so a request the
@@ -37,6 +40,7 @@ from selftaught.models.base import Message
 from selftaught.redact import redact_for_model
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import OPERATOR, Interaction
+from selftaught.sleep.intake.sessions import AGENT_TRANSCRIPTS, task_turns
 from selftaught.sleep.night.checks import find_rules
 from selftaught.tasks.scorers import reference_scorer
 
@@ -46,7 +50,8 @@ class MineConfig:
     near_duplicate: float = 0.8
     """Prompts with the same numbers whose word-shingle Jaccard reaches this are merged."""
     max_prompt_chars: int = 12_000
-    """Longer requests are not replayed (counted as dropped)."""
+    """Longer requests are not replayed (counted as dropped). Counted on the task's messages:
+    an agent's harness prompt and any row's tool schemas are not part of them."""
     max_rubric_reply_chars: int = 600
     """How much of a rejected reply the rubric quotes."""
     judge: bool = False
@@ -110,7 +115,7 @@ class MineReport:
 
 # ---- whose words ----------------------------------------------------------------------------
 
-HARVESTED = ("claude-code", "codex")  # the operator's own agent transcripts
+HARVESTED = AGENT_TRANSCRIPTS  # the operator's own agent transcripts
 UNKNOWN_CLIENT = "unknown"
 MAX_EVIDENCE_CHARS = 400  # of an end user's comment, quoted to the analyst and the judge
 
@@ -232,7 +237,7 @@ def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str
     """(task, None), or (None, why it cannot be a task)."""
     if not it.is_task:
         return None, it.not_task_reason
-    messages = _redact_messages(it.messages)
+    messages = _redact_messages(task_turns(it))
     if messages is None:
         return None, "holds non-text content (images, files): cannot be replayed as text"
     if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():

@@ -50,6 +50,7 @@ from selftaught.models.base import Message
 from selftaught.redact import redact_for_model
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import Interaction
+from selftaught.sleep.intake.sessions import task_turns
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.mine import MineConfig, MinedTask, new_task, task_checks
 from selftaught.sleep.night.split import NightTask
@@ -156,7 +157,7 @@ def _conversation_key(it: Interaction) -> str | None:
     tools = logged_tools(it)
     if tools is None or not it.is_task:
         return None
-    messages = strip_injected_messages(it.messages)
+    messages = task_turns(it)
     head = messages[: _last_user(messages) + 1]
     return json.dumps([it.project, head, tools], sort_keys=True, ensure_ascii=False, default=str)
 
@@ -322,7 +323,7 @@ def mine_tool_task(
     it = group[0]
     if not it.is_task:
         return None, it.not_task_reason
-    messages = redact_turns(it.messages)
+    messages = redact_turns(task_turns(it))
     if messages is None:
         return None, "holds non-text content (images, files): cannot be replayed as text"
     cut = _last_user(messages)
@@ -554,7 +555,8 @@ class ReplayNightTask(NightTask):
 def night_task(
     project: str, splits: dict[str, list[MinedTask]], judge: LlmJudge | None = None
 ) -> NightTask:
-    """The night's `Task`: a replay of episodes when any task was tool-using, else the plain
-    one-reply task (nothing changes for traffic without tools)."""
+    """The night's `Task` on a chat model: a replay of episodes when any task was tool-using,
+    else the plain one-reply task (nothing changes for traffic without tools). A CLI agent
+    replays the tasks itself (`agent_replay.AgentNightTask`)."""
     tool_using = any(t.state.get("tools") for ts in splits.values() for t in ts)
     return (ReplayNightTask if tool_using else NightTask)(project, splits, judge)

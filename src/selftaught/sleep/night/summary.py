@@ -106,6 +106,22 @@ def _best_val_rows(phase: dict[str, Any]) -> list[dict[str, Any]] | None:
     return _diag(Path(phase["run_dir"]), step).get("val") or None
 
 
+def val_rows(
+    report: dict[str, Any],
+) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+    """The val rows (one per val task) before the night, and with its best candidate (None
+    when no phase ran, or none found a new best)."""
+    ran = [p for p in (report.get("phases") or {}).values() if p.get("ran")]
+    if not ran:
+        return None, None
+    before = _diag(Path(ran[0]["run_dir"]), 0).get("val")
+    for phase in reversed(ran):
+        after = _best_val_rows(phase)
+        if after is not None:
+            return before, after
+    return before, None
+
+
 def write_diagnostics(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:
     phases = report.get("phases") or {}
     ran = {d: p for d, p in phases.items() if p.get("ran")}
@@ -130,14 +146,7 @@ def write_diagnostics(night_dir: Path, report: dict[str, Any], evidence: Evidenc
                     }
                 )
         steps[document] = rows
-    before = after = None
-    if ran:
-        first = next(iter(ran.values()))
-        before = _diag(Path(first["run_dir"]), 0).get("val")
-        for phase in reversed(list(ran.values())):
-            after = _best_val_rows(phase)
-            if after is not None:
-                break
+    before, after = val_rows(report)
     diagnostics = {
         "night": report.get("night"),
         "project": report.get("project"),
@@ -156,6 +165,14 @@ def write_diagnostics(night_dir: Path, report: dict[str, Any], evidence: Evidenc
 
 
 # ---- report.md --------------------------------------------------------------------------------
+
+REPLAY = {
+    "agent": "on the agent itself: each task's request run by the target agent in a fresh "
+    "workspace, the skill tried written to its instruction file, its own tools run for real",
+    "episode": "episodes: the logged tools offered, the recorded tool results as fixtures",
+    "reply": "one reply per request",
+}
+AGENT_RUNS_SHOWN = 20  # val tasks whose agent runs report.md shows
 
 NEXT_STEP = {
     "staged": "review the diff below, then `selftaught sleep adopt {night} --project {project}`",
@@ -237,6 +254,8 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
         s = report["splits"]
         lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
     lines += _recall_lines(report.get("recall"))
+    if report.get("replay") in REPLAY:
+        lines.append(f"- replay: {REPLAY[report['replay']]}")
     gate = report.get("gate")
     if gate and gate["mode"] == "off":
         lines.append("- gate: **OFF** — every candidate was accepted greedily, unchecked")
@@ -398,6 +417,47 @@ def _proposal_lines(night_dir: Path, report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _run_line(row: dict[str, Any]) -> str:
+    """One val rollout of an agent: solved or not, then what it did (its tool calls with their
+    results, the files it changed, its answer), clipped."""
+    if row.get("error"):
+        return f"error: {_clip(str(row['error']), 200)}"
+    mark = "solved" if row.get("hard") else "failed"
+    steps = row.get("trajectory") or [f"answer: {row.get('reply_head', '')}"]
+    files = (row.get("agent") or {}).get("files_changed") or []
+    if files and not any(str(s).startswith("files changed:") for s in steps):
+        steps = [f"files changed: {', '.join(files)}", *steps]
+    return f"{mark} · " + " · ".join(_clip(str(s), 160) for s in steps)
+
+
+def agent_run_lines(report: dict[str, Any]) -> list[str]:
+    """What the agent did on each val task, before the night and with its best candidate
+    (a night replayed on the agent only)."""
+    if report.get("replay") != "agent":
+        return []
+    before, after = (redact_tree(rows) for rows in val_rows(report))  # as diagnostics.json
+    if not before:
+        return []
+    target = (report.get("models") or {}).get("target")
+    with_best = {r["id"]: r for r in after or []}
+    lines = [
+        "",
+        "## Agent runs on val",
+        "",
+        f"What `{target}` did on each val task with the adopted skill"
+        + (" and with the night's best candidate" if with_best else "")
+        + " (tool calls with their results, files changed, answer):",
+        "",
+    ]
+    for row in before[:AGENT_RUNS_SHOWN]:
+        lines.append(f"- `{row['id']}` adopted: {_run_line(row)}")
+        if row["id"] in with_best:
+            lines.append(f"  - candidate: {_run_line(with_best[row['id']])}")
+    if len(before) > AGENT_RUNS_SHOWN:
+        lines.append(f"- … {len(before) - AGENT_RUNS_SHOWN} more in `diagnostics.json`")
+    return lines
+
+
 def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
     status = report.get("status", "?")
     project, night = report.get("project"), report.get("night")
@@ -413,6 +473,7 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         "",
         *_summary_lines(report),
         *_proposal_lines(night_dir, report),
+        *agent_run_lines(report),
         *source_lines(report.get("proofread"), report.get("window")),
         *demo_mode_lines(((report.get("phases") or {}).get("skill") or {}).get("demo_modes")),
         *weight_lines(report.get("weights")),
