@@ -1,5 +1,6 @@
-"""Every measured table in README.md and benchmarks/README.md, written from the results files in
-benchmarks/results/, so that no number in them is typed by hand.
+"""Every measured table and figure in README.md, the docs pages (docs/*.md) and
+benchmarks/README.md, written from the results files in benchmarks/results/, so that no number
+in them is typed by hand.
 
 - A table sits between `<!-- table:NAME -->` and `<!-- /table:NAME -->`; NAME is one of
   `TABLES` below, each a function of the results folder.
@@ -28,7 +29,7 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RESULTS = BENCH_DIR / "results"
-DOCS = (REPO / "README.md", BENCH_DIR / "README.md")
+DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), BENCH_DIR / "README.md")
 
 TABLE = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(\n<!-- /table:\2 -->)", re.S)
 FIG = re.compile(r"(<!-- fig:([^#\s]+)#([\w.\-]+)\|([^ ]*) -->)(.*?)(<!-- /fig -->)", re.S)
@@ -145,7 +146,7 @@ def _sleep_table(results: Path, name: str) -> str:
 
 
 def quickstart(results: Path) -> str:
-    """The README quick start's measured runs: test accuracy before and after, paired."""
+    """The quick start's measured runs: test accuracy before and after, paired."""
     from common import markdown_table
 
     body = []

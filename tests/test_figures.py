@@ -1,6 +1,6 @@
-"""Numbers from files: every marked table and figure in README.md and benchmarks/README.md is
-what `benchmarks/tables.py` generates from benchmarks/results/. A table or figure edited by
-hand, or a results file changed without regenerating the text, fails here."""
+"""Numbers from files: every marked table and figure in README.md, docs/*.md and
+benchmarks/README.md is what `benchmarks/tables.py` generates from benchmarks/results/. A table
+or figure edited by hand, or a results file changed without regenerating the text, fails here."""
 
 from __future__ import annotations
 
@@ -27,7 +27,15 @@ def test_the_readmes_mark_the_tables_that_come_from_results_files() -> None:
     marked = {m.group(2) for d in tables.DOCS for m in tables.TABLE.finditer(d.read_text())}
     assert marked == set(tables.TABLES)  # every table is in a document, and only known ones
     readme = (ROOT / "README.md").read_text()
-    assert len(tables.FIG.findall(readme)) >= 6  # the quick start's figures
+    assert len(tables.FIG.findall(readme)) >= 6  # the quick start's result
+    assert len(tables.FIG.findall((ROOT / "docs" / "quickstart.md").read_text())) >= 6
+    # the whole measurement, both runs: docs/benchmarks.md
+    assert len(tables.FIG.findall((ROOT / "docs" / "benchmarks.md").read_text())) >= 12
+
+
+def test_every_docs_page_is_checked() -> None:
+    pages = set((ROOT / "docs").glob("*.md"))
+    assert pages and pages <= set(tables.DOCS)
 
 
 def test_a_hand_edited_table_or_figure_is_caught(tmp_path: Path) -> None:
