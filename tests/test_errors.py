@@ -83,9 +83,9 @@ def test_each_family_has_its_own_code_and_the_table_names_them_all():
     assert issubclass(ConfigError, ValueError) and issubclass(RunError, RuntimeError)
 
 
-def test_readme_documents_the_same_exit_codes():
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("### Exit codes") :]
+def test_the_commands_page_documents_the_same_exit_codes():
+    page = (ROOT / "docs" / "commands.md").read_text()
+    table = page[page.index("## Exit codes") :]
     table = table[: table.index("\n\n", table.index("|"))]
     documented = {int(m) for m in re.findall(r"^\| `(\d+)` \|", table, re.M)}
     assert documented == set(EXIT_CODES)
