@@ -229,6 +229,23 @@ def test_every_readme_python_block_is_collected():
     assert len(collected) == readme.count("```python") > 0
 
 
+def test_the_readme_gives_the_test_command_ci_runs():
+    """README.md and docs/development.md give exactly what `.ci/run` installs and runs."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    (command,) = [line for line in ci.splitlines() if "python -m pytest" in line]
+    command = command.replace(" -q", "").strip()  # CI runs pip quietly
+    packages = re.findall(r"apt-get install -y -qq ([\w.-]+)", ci)
+    assert {"bubblewrap", "postgresql"} <= set(packages)
+    clis = "bash scripts/install-agent-clis.sh"
+    assert clis in ci
+    for page in (ROOT / "README.md", ROOT / "docs" / "development.md"):
+        text = page.read_text(encoding="utf-8")
+        assert command in text and clis in text, page
+        block = text[text.rfind("```bash", 0, text.index(command)) : text.index(command)]
+        apt = next(line for line in block.splitlines() if line.startswith("apt-get update"))
+        assert set(packages) <= set(apt.split()), (page, apt)  # in the command's own block
+
+
 def test_a_drifted_example_fails(tmp_path, monkeypatch, tiny_dir):
     offline(monkeypatch, tmp_path, tiny_dir)
     with pytest.raises(AttributeError, match="hard_ci95"):
