@@ -49,6 +49,7 @@ from selftaught.models.base import (
 )
 from selftaught.models.batching import BatcherStats, ContinuousBatcher, GenSequence
 from selftaught.models.errors import BackendError, FatalBackendError
+from selftaught.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from selftaught.models.tools import (
     apply_tool_reply,
     check_tool_choice,
@@ -117,6 +118,9 @@ class LocalModel(AsyncChatModel):
         batch_wait_ms: how long an idle model waits for more requests before the first
             prefill (requests arriving together share it).
         chat_template: a Jinja chat template to use when the tokenizer has none.
+        prefix_cache_mb: most megabytes of prompt-prefix keys/values kept between requests
+            (a skill, its examples, the tool schemas: computed once, see
+            `selftaught.models.prefix_cache`); 0 turns prefix reuse off.
     """
 
     def __init__(
@@ -131,11 +135,14 @@ class LocalModel(AsyncChatModel):
         device: str | None = None,
         batch_wait_ms: float = 5.0,
         chat_template: str | None = None,
+        prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
     ) -> None:
         if max_batch_size is not None and max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if batch_wait_ms < 0:
             raise ConfigError(f"batch_wait_ms must be >= 0, got {batch_wait_ms}")
+        if prefix_cache_mb < 0:
+            raise ConfigError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
         if (model is None) != (tokenizer is None):
             raise ConfigError("pass both model= and tokenizer= (or neither)")
         if model is not None and path:
@@ -144,6 +151,7 @@ class LocalModel(AsyncChatModel):
         self._max_batch_arg = max_batch_size
         self._device_arg = device
         self.batch_wait_ms = batch_wait_ms
+        self.prefix_cache_mb = prefix_cache_mb
         self._dtype_arg = dtype
         self._chat_template = chat_template
         self._in_memory = model is not None
@@ -194,8 +202,10 @@ class LocalModel(AsyncChatModel):
         """Wrap a transformers model already in memory (e.g. the one being trained, peft
         adapters included). Cheap: nothing is copied or moved. The model may stay in train
         mode: each forward switches it to eval and back. Update its weights only while no
-        request is in flight (the KV caches and the cached prompt prefix are the weights of
-        the moment; `fingerprint` follows in-place updates). `close()` lets go of it."""
+        request is in flight (the running KV caches are the weights of the moment; the cached
+        prompt prefixes are dropped when the next request finds the parameters or the active
+        adapters changed, and `fingerprint` follows in-place updates). `close()` lets go of
+        it."""
         return cls(model=model, tokenizer=tokenizer, name=name, **kwargs)
 
     # ------------------------------------------------------------------ loading
@@ -569,8 +579,7 @@ class LocalModel(AsyncChatModel):
         return self._batcher is not None and bool(self._batcher.rows)
 
     def _drop_abandoned(self) -> None:
-        """Forget the sequences of cancelled or failed requests, running or waiting (an
-        emptied batch also forgets its cached prompt prefix)."""
+        """Forget the sequences of cancelled or failed requests, running or waiting."""
         if self._batcher is not None:
             self._batcher.drop(lambda s: s.owner.abandoned)
         if any(s.owner.abandoned for s in self._waiting):
@@ -609,6 +618,7 @@ class LocalModel(AsyncChatModel):
                 self._eos_ids[0] if pad is None else pad,
                 lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
                 stats=self.stats,
+                prefix_cache_mb=self.prefix_cache_mb,
             )
         return self._batcher
 
