@@ -266,6 +266,65 @@ def test_switching_a_peft_adapter_off_changes_the_model_state(tokenizer):
 
 
 @needs_model
+def test_replies_carry_their_time_to_first_token(tokenizer):
+    local = LocalModel.from_pretrained_model(tiny_model(tokenizer), tokenizer)
+    reply = local.chat(conversation(SKILL_A, "What is 2 + 2?"), GenerationParams(max_tokens=8))
+    local.close()
+    assert 0 < reply.extra["ttft_s"] < reply.latency_s
+
+
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+def greedy_on_text(model, tokenizer, text: str, max_tokens: int) -> str:
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.eos_token_id,
+        )
+    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+@needs_model
+def test_an_episodes_next_turn_prefills_only_what_is_new(tokenizer):
+    """A turn offered tools keeps its conversation's keys and values when it ends: the next
+    turn (that conversation, the call and its result) reuses them, and its reply is still
+    exactly unbatched greedy decoding's."""
+    model = tiny_model(tokenizer, seed=5)
+    local = LocalModel.from_pretrained_model(model, tokenizer, max_batch_size=2)
+    params = GenerationParams(max_tokens=6, tools=[ADD_TOOL])
+    first = conversation(SKILL_A, "What is 1200 + 3400? Use the tool.")
+    reply = local.chat(first, params)
+    second = first + [
+        {"role": "assistant", "content": reply.text},
+        {"role": "tool", "tool_call_id": "call_0", "content": "4600"},
+    ]
+    reused_before = local.stats.prefix_tokens_reused
+    again = local.chat(second, params)
+    reused = local.stats.prefix_tokens_reused - reused_before
+    assert local.stats.replies_cached >= 1
+    assert reused >= again.prompt_tokens - 40  # only the tool turn's tokens were computed
+    assert again.text == greedy_on_text(model, tokenizer, local.format_prompt(second, params), 6)
+    assert reply.text == greedy_on_text(model, tokenizer, local.format_prompt(first, params), 6)
+    local.close()
+
+
+@needs_model
 def test_the_cache_stays_within_its_bound(tokenizer):
     """Many different long skills through a small cache: it never holds more than its
     bound, the oldest are dropped, and the replies stay exact."""

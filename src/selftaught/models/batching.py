@@ -29,6 +29,7 @@ whole packed batch); on 16 task prompts its useful throughput was 29 tok/s, 0.54
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
@@ -44,6 +45,7 @@ from selftaught.models.prefix_cache import (
 )
 
 _RECENT_PROMPTS = 16  # prompts a newcomer's prefix is compared with to find a shared one
+_HEADROOM = 64  # spare columns a cache buffer is given, at least (a quarter of its width, at most)
 
 
 @dataclass(eq=False)
@@ -64,6 +66,8 @@ class GenSequence:
     tokens: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "stop" | "length" once finished
     stop_text: str | None = None  # the reply cut before a stop string, when one ended it
+    first_token_at: float | None = None  # time.perf_counter() when its first token was sampled
+    keep_kv: bool = False  # cache its keys and values when it ends (a turn more will follow)
 
     @property
     def finished(self) -> bool:
@@ -83,6 +87,7 @@ class BatcherStats:
     prefix_builds: int = 0  # shared prefixes computed and cached
     prefix_hits: int = 0  # prompts prefilled after a cached prefix
     prefix_tokens_reused: int = 0  # prompt tokens taken from the prefix cache, not computed
+    replies_cached: int = 0  # finished conversations kept as prefixes of their next turn
     decoded_tokens: int = 0  # tokens sampled by decode steps (one per live row per step)
     max_rows: int = 0  # largest running batch seen
     prefill_seconds: float = 0.0  # in prefill forwards (prefix builds included)
@@ -285,8 +290,6 @@ class ContinuousBatcher:
         [padding | head i | padding | rest i] (no head: [padding | rest i]), the padding
         masked out, positions counting each row's own tokens."""
         torch = self.torch
-        from transformers import DynamicCache
-
         n, width = len(rests), max(len(r) for r in rests)
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((n, width), dtype=torch.long)
@@ -295,7 +298,7 @@ class ContinuousBatcher:
             mask[row, width - len(rest) :] = 1
         starts = torch.tensor([h.length for h in heads], dtype=torch.long)
         positions = starts[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
+        cache = _new_cache()
         head_width = max(h.length for h in heads)
         if head_width:
             for i, (keys, values) in enumerate(_stack_heads(heads, head_width)):
@@ -331,7 +334,7 @@ class ContinuousBatcher:
         index = torch.tensor(rows, device=self.device)
         if rows != list(range(len(rests))):  # samples share their prompt's prefill
             for layer in cache.layers:
-                layer.keys, layer.values = layer.keys[index], layer.values[index]
+                layer.select(index)
             mask, logits = mask[index], logits[index]
         first = self._sample(logits, members)
         for s, token in zip(members, first, strict=True):
@@ -405,10 +408,7 @@ class ContinuousBatcher:
             width = max(self.width, int(block.mask.shape[1]))
             old_pad, new_pad = width - self.width, width - int(block.mask.shape[1])
             for old, new in zip(run.cache.layers, block.cache.layers, strict=True):
-                old.keys = torch.cat([_pad_left(old.keys, old_pad), _pad_left(new.keys, new_pad)])
-                old.values = torch.cat(
-                    [_pad_left(old.values, old_pad), _pad_left(new.values, new_pad)]
-                )
+                old.stack(new, old_pad, new_pad)
             run.mask = torch.cat(
                 [_pad_left(run.mask, old_pad, dim=1), _pad_left(block.mask, new_pad, dim=1)]
             )
@@ -419,6 +419,8 @@ class ContinuousBatcher:
         self.stats.max_rows = max(self.stats.max_rows, len(self.rows))
 
     def _append(self, s: GenSequence, token: int) -> None:
+        if not s.tokens:
+            s.first_token_at = time.perf_counter()
         s.tokens.append(token)
         if token in self.eos_ids or (s.stop and self._cut_at_stop(s)):
             s.finish_reason = "stop"
@@ -436,12 +438,30 @@ class ContinuousBatcher:
     def _evict_finished(self) -> list[GenSequence]:
         done = [s for s in self.rows if s.finished]
         if done:
+            self._cache_replies([i for i, s in enumerate(self.rows) if s.finished and s.keep_kv])
             self._keep([i for i, s in enumerate(self.rows) if not s.finished])
         return done
 
+    def _cache_replies(self, rows: list[int]) -> None:
+        """Keep the keys and values of finished rows (prompt and reply, all but the last
+        token, which was never fed) as cached prefixes: the next turn of an episode is this
+        conversation plus a tool result, and prefills only what is new."""
+        cache, run = self.prefix_cache, self._run
+        if cache is None or run is None:
+            return
+        for i in rows:
+            s = self.rows[i]
+            valid = run.mask[i].bool()
+            kv = [
+                (ly.keys[i : i + 1, :, valid], ly.values[i : i + 1, :, valid])
+                for ly in run.cache.layers
+            ]
+            cache.put(tuple(s.prompt_ids) + tuple(s.tokens[:-1]), kv)
+            self.stats.replies_cached += 1
+
     def _keep(self, keep: list[int]) -> None:
         """Keep only rows `keep`, then drop the leading columns that are padding in every
-        row. An empty batch also forgets the cached prefix."""
+        row."""
         run = self._run
         if not keep or run is None:
             self.reset()
@@ -454,8 +474,7 @@ class ContinuousBatcher:
         run.positions, run.lead = run.positions[index], run.lead[index]
         crop = int(run.lead.min())
         for layer in run.cache.layers:
-            layer.keys = layer.keys[index, :, crop:]
-            layer.values = layer.values[index, :, crop:]
+            layer.select(index, crop)
         run.mask, run.lead = run.mask[:, crop:], run.lead - crop
 
     def _sample(self, logits: Any, rows: Sequence[GenSequence]) -> list[int]:
@@ -523,6 +542,108 @@ def _pad_left(x: Any, n: int, dim: int = 2) -> Any:
     shape = list(x.shape)
     shape[dim] = n
     return torch.cat([x.new_zeros(shape), x], dim=dim)
+
+
+def _new_cache() -> Any:
+    """A `DynamicCache` whose layers are `_growing_layer()`s."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = _growing_layer()
+    return cache
+
+
+@functools.cache
+def _growing_layer() -> type:
+    """`DynamicLayer` with spare columns. transformers' layer concatenates on every update, so
+    each decode step copies every row's whole history (measured: 13% of the quick-start
+    eval's serving time); this one keeps keys and values in buffers with room to grow and
+    writes one column a step, `keys` / `values` being views of the valid part."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        buffers: tuple[Any, Any] | None = None
+        length = 0
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kw: Any) -> Any:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n = self.length + key_states.shape[-2]
+            if self.buffers is None or n > self.buffers[0].shape[-2]:
+                self._reserve(n, key_states)
+            keys, values = self.buffers  # type: ignore[misc]
+            keys[:, :, self.length : n] = key_states
+            values[:, :, self.length : n] = value_states
+            self._set_length(n)
+            return self.keys, self.values
+
+        def _reserve(self, n: int, like: Any) -> None:
+            rows, heads, _, dim = like.shape
+            size = (rows, heads, n + max(_HEADROOM, n // 4), dim)
+            keys, values = like.new_empty(size), like.new_empty(size)
+            if self.length:
+                keys[:, :, : self.length] = self.keys
+                values[:, :, : self.length] = self.values
+            self.buffers = (keys, values)
+
+        def _set_length(self, n: int) -> None:
+            keys, values = self.buffers  # type: ignore[misc]
+            self.length = n
+            self.keys, self.values = keys[:, :, :n], values[:, :, :n]
+
+        def select(self, index: Any, crop: int = 0) -> None:
+            """Keep rows `index` without their first `crop` columns (one copy, the spare
+            columns kept)."""
+            keys, values = self.buffers  # type: ignore[misc]
+            self.buffers = (keys[index, :, crop:], values[index, :, crop:])
+            self._set_length(self.length - crop)
+
+        def stack(self, other: Any, pad: int, other_pad: int) -> None:
+            """Append `other`'s rows below these, each side left-padded with zero columns
+            (`pad` here, `other_pad` there) to one width."""
+            width = self.length + pad
+            rows = self.keys.shape[0]
+            like = self.keys
+            size = (rows + other.keys.shape[0], like.shape[1], width + max(_HEADROOM, width // 4))
+            keys, values = (
+                like.new_empty((*size, like.shape[3])),
+                like.new_empty((*size, like.shape[3])),
+            )
+            for buffer, mine, theirs in (
+                (keys, self.keys, other.keys),
+                (values, self.values, other.values),
+            ):
+                buffer[:rows, :, :pad] = 0
+                buffer[:rows, :, pad:width] = mine
+                buffer[rows:, :, :other_pad] = 0
+                buffer[rows:, :, other_pad:width] = theirs
+            self.buffers = (keys, values)
+            self._set_length(width)
+
+        def reset(self) -> None:
+            self.buffers, self.length = None, 0
+            super().reset()
+
+        def crop(self, tokens_to_remove: int) -> None:
+            if tokens_to_remove > 0:
+                raise ValueError("crop takes the negative number of tokens to remove")
+            if tokens_to_remove and self.is_initialized:
+                self._set_length(self.length + tokens_to_remove)
+
+        def batch_select_indices(self, indices: Any) -> None:
+            if self.length:
+                self.select(indices)
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self.length:
+                keys, values = self.buffers  # type: ignore[misc]
+                self.buffers = (
+                    keys.repeat_interleave(repeats, 0),
+                    values.repeat_interleave(repeats, 0),
+                )
+                self._set_length(self.length)
+
+    return GrowingLayer
 
 
 def _check_cache(cache: Any) -> None:

@@ -561,6 +561,7 @@ class LocalModel(AsyncChatModel):
                 if params.temperature > 0
                 else None,
                 stop=params.stop,
+                keep_kv=bool(params.tools),  # an episode's turn: the next one extends it
             )
             for i in range(count)
         ]
@@ -635,6 +636,8 @@ class LocalModel(AsyncChatModel):
                 continue
             completion = self._completion(seq, request.prompt_tokens)
             completion.latency_s = done - request.submitted_at
+            if seq.first_token_at is not None:  # time to first token
+                completion.extra["ttft_s"] = round(seq.first_token_at - request.submitted_at, 4)
             offered = offered_tools(request.params.tools, request.params.tool_choice)
             if offered:  # the reply's <tool_call> blocks become tool_calls (or errors)
                 apply_tool_reply(completion, offered)
