@@ -446,3 +446,34 @@ def _replies(local: LocalModel, conversations, caps):
         )
 
     return asyncio.run(main())
+
+
+@needs_model
+def test_a_caller_answered_joins_the_next_step(tokenizer, monkeypatch):
+    """Rollout-like callers (C at a time, the next one starting when one is answered): the
+    newcomer reaches the inbox before the next decode step, so no step runs a row short
+    until the last replies drain."""
+    import selftaught.models.local as local_module
+
+    def one_row_steps(turns: int) -> int:
+        monkeypatch.setattr(local_module, "_FOLLOW_UP_TURNS", turns)
+        local = LocalModel.from_pretrained_model(tiny_model(tokenizer), tokenizer, max_batch_size=2)
+        caps = [3, 9, 3, 3, 3, 9]
+
+        async def main():
+            gate = asyncio.Semaphore(2)
+
+            async def one(i: int, cap: int):
+                async with gate:
+                    return await local.achat(
+                        conversation(SKILL_A, f"Question {i}?"), GenerationParams(max_tokens=cap)
+                    )
+
+            await asyncio.gather(*(one(i, c) for i, c in enumerate(caps)))
+
+        asyncio.run(main())
+        local.close()
+        return local.stats.decode_rows.get(1, 0)
+
+    turns = local_module._FOLLOW_UP_TURNS
+    assert one_row_steps(0) > one_row_steps(turns)

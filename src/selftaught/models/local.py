@@ -64,6 +64,7 @@ CPU_MAX_BATCH = 8  # rows decoded together on a CPU (more adds latency, little t
 ACCELERATOR_MAX_BATCH = 64
 _VALID_ROLES = {"system", "user", "assistant", "tool"}
 _MAX_POLL_S = 0.02  # longest wait of a driver while another thread steps
+_FOLLOW_UP_TURNS = 4  # loop turns an answered caller gets to ask again before the next step
 
 
 @dataclass(eq=False)
@@ -173,6 +174,7 @@ class LocalModel(AsyncChatModel):
         self._drivers: dict[asyncio.AbstractEventLoop, _Driver] = {}
         self._waiting: deque[GenSequence] = deque()
         self._gather_until: float | None = None  # end of an idle model's wait for more
+        self._answered = False  # the last step answered a request (its caller may ask again)
         self._pid = os.getpid()
         if model is not None:
             config_name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
@@ -462,11 +464,23 @@ class LocalModel(AsyncChatModel):
                 if delay is None:
                     return
                 await asyncio.sleep(delay)
+                if self._answered:
+                    await self._follow_ups()
         finally:
             with self._inbox_lock:
                 driver.finished = True
                 if self._drivers.get(loop) is driver:
                     del self._drivers[loop]
+
+    async def _follow_ups(self) -> None:
+        """A caller answered by the last step often asks again at once (the next rollout
+        of a batch, an episode's next turn): while slots are free, give it the few loop
+        turns it takes to reach the inbox, so that it joins the next step, not the one after."""
+        self._answered = False
+        for _ in range(_FOLLOW_UP_TURNS):
+            if self._inbox or len(self._waiting) + self._running() >= self.max_batch_size:
+                return
+            await asyncio.sleep(0)
 
     def _drive_step(self, driver: _Driver) -> float | None:
         """One serving step (caller holds _step_lock). Returns how long to yield before the
@@ -579,6 +593,9 @@ class LocalModel(AsyncChatModel):
     def _has_running(self) -> bool:
         return self._batcher is not None and bool(self._batcher.rows)
 
+    def _running(self) -> int:
+        return 0 if self._batcher is None else len(self._batcher.rows)
+
     def _drop_abandoned(self) -> None:
         """Forget the sequences of cancelled or failed requests, running or waiting."""
         if self._batcher is not None:
@@ -652,6 +669,7 @@ class LocalModel(AsyncChatModel):
                     _shared_copy(completion) for _ in range(request.n - 1)
                 ]
             _resolve(request.future, list(request.completions))
+            self._answered = True
 
     # ------------------------------------------------------------------ text
 
