@@ -207,7 +207,7 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
         for c in args.concurrency:
-            k = (repeat + args.concurrency.index(c)) % len(args.modes)
+            k = (repeat + args.concurrency.index(c)) % max(1, len(args.modes))
             for mode in args.modes[k:] + args.modes[:k]:  # rotate the order every time
                 load_before = os.getloadavg()[0]
                 cpu_before = time.process_time()
