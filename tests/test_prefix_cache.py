@@ -477,3 +477,36 @@ def test_a_caller_answered_joins_the_next_step(tokenizer, monkeypatch):
 
     turns = local_module._FOLLOW_UP_TURNS
     assert one_row_steps(0) > one_row_steps(turns)
+
+
+def test_growing_cache_layer_holds_what_concatenation_would():
+    """The engine's cache layer (spare columns instead of a copy per step) through updates,
+    growth past its spare room, row selection with a crop, and stacking with another."""
+    from selftaught.models.batching import _growing_layer
+
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(rows: int, cols: int):
+        return torch.randn((rows, 2, cols, 4), generator=gen)
+
+    layer, keys = _growing_layer()(), None
+    for cols in (5, 1, 1, 100, 1):  # 100 outgrows the first buffer's spare columns
+        k = rand(3, cols)
+        out, _ = layer.update(k, k + 1)
+        keys = k if keys is None else torch.cat([keys, k], dim=2)
+        assert torch.equal(out, keys) and torch.equal(layer.values, keys + 1)
+    assert layer.get_seq_length() == keys.shape[2] == 108
+    index = torch.tensor([2, 0])
+    layer.select(index, crop=3)
+    keys = keys[index, :, 3:]
+    assert torch.equal(layer.keys, keys) and torch.equal(layer.values, keys + 1)
+    other = _growing_layer()()
+    theirs = rand(1, 40)
+    other.update(theirs, theirs + 1)
+    layer.stack(other, 0, keys.shape[2] - 40)
+    padded = torch.cat([torch.zeros((1, 2, keys.shape[2] - 40, 4)), theirs], dim=2)
+    assert torch.equal(layer.keys, torch.cat([keys, padded]))
+    assert torch.equal(layer.values[2:, :, -40:], theirs + 1)
+    step = rand(3, 1)
+    out, _ = layer.update(step, step)
+    assert torch.equal(out[:, :, -1:], step) and out.shape[2] == keys.shape[2] + 1
