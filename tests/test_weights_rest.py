@@ -183,6 +183,22 @@ def test_killed_run_resumes_without_redoing_a_round(tiny_dir, tmp_path, monkeypa
         RestTrainer(config(3), EchoTask(), tiny_dir, output_dir=run, progress=False).train()
 
 
+def test_continued_rounds_leave_the_loaded_base_untouched(tiny_dir, tmp_path, monkeypatch):
+    """Round 0 samples from the loaded base itself (no copy); training from it, and a resumed
+    run rebuilding round 1 on it, work on copies."""
+    scripted_eval(monkeypatch, [0.25, 0.5, 0.75])
+    cfg = dataclasses.replace(config(2), continue_training=True)
+    trainer = RestTrainer(cfg, EchoTask(), tiny_dir, output_dir=tmp_path / "run", progress=False)
+    trainer.train()
+    base = weights(tiny_dir)
+    loaded = trainer._base.state_dict()
+    assert all(torch.equal(base[k], loaded[k]) for k in base)
+    assert trainer._round_model(0) is trainer._base
+    rebuilt = trainer._round_model(1).state_dict()  # the adapter merged into a copy
+    assert any(not torch.equal(base[k], rebuilt[k]) for k in base)
+    assert all(torch.equal(base[k], trainer._base.state_dict()[k]) for k in base)
+
+
 def test_teacher_skill_is_used_for_sampling_only(tiny_dir, tmp_path, monkeypatch):
     scripted_eval(monkeypatch, [0.25, 0.5])
     cfg = config(1)

@@ -239,17 +239,26 @@ class RestTrainer:
         self._load_base()
         return copy.deepcopy(self._base)
 
-    def _round_model(self, r: int) -> Any:
+    def _round_model(self, r: int, *, own: bool = False) -> Any:
         """The model of round r, rebuilt from its saved artifacts (resume); None is round 0
-        of a from-scratch run (the game's random strategies)."""
+        of a from-scratch run (the game's random strategies). Round 0 is the loaded base
+        itself (sampling and evaluating leave it as it is; training starts from a copy)
+        unless `own` asks for a copy to change."""
         if r == 0:
-            return None if self.backend == "scratch" else self._fresh_base()
+            if self.backend == "scratch":
+                return None
+            self._load_base()
+            return self._fresh_base() if own else self._base
         rdir = self.run.path("rounds", str(r))
         if (rdir / "model").exists():
             from transformers import AutoModelForCausalLM
 
             return AutoModelForCausalLM.from_pretrained(str(rdir / "model")).eval()
-        start = self._round_model(r - 1) if self.config.continue_training else self._fresh_base()
+        start = (
+            self._round_model(r - 1, own=True)
+            if self.config.continue_training
+            else self._fresh_base()
+        )
         return apply_adapter(start, rdir / "adapter").eval()
 
     @contextlib.contextmanager
