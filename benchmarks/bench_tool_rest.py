@@ -3,7 +3,7 @@ on `tool:calculator` with SmolLM2-135M on CPU: test accuracy of the base and the
 model with 95% intervals and the paired sign test, and per round the share of episodes that
 call the tool (sampled, val, test).
 
-    HF_HUB_OFFLINE=1 python benchmarks/bench_tool_rest.py [--rounds 3] [--threads 1]
+    HF_HUB_OFFLINE=1 python benchmarks/bench_tool_rest.py [--rounds 3] [--threads N]
 
 The base model never calls the tool unprompted (measured: 0 of 8 greedy test episodes), so
 sampling uses a teacher skill (`tool_calculator_teacher.md`: one rule and two worked examples
@@ -112,7 +112,12 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--epochs", type=float, default=2.0)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's, one per core; 1 on a machine others share)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--teacher-skill", type=Path, default=TEACHER)
     ap.add_argument("--output", type=Path, default=Path("runs/bench-tool-rest"))
@@ -126,7 +131,8 @@ def main() -> None:
     from selftaught.runs import atomic_write_json, read_json
     from selftaught.weights.config import RestConfig, SFTTrainConfig
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg = RestConfig(
         rounds=args.rounds,
         samples_per_prompt=args.samples_per_prompt,
@@ -161,7 +167,7 @@ def main() -> None:
         "task": "tool:calculator",
         "sizes": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
         "config": cfg.to_dict() | {"teacher_skill": str(args.teacher_skill)},
-        "threads": args.threads,
+        "threads": torch.get_num_threads(),
         "wall_seconds": round(wall, 1),  # of this invocation (a resumed run adds up)
         "best_round": result.best_round,
         "base": accuracy(base),
