@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -62,9 +63,18 @@ def round_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "elite": (h.get("elite") or {}).get("kept"),
                 "gate": (h.get("gate") or {}).get("decision"),
                 "round_s": h.get("seconds"),
+                "sample_s": h.get("sample_seconds"),
+                "train_s": (h.get("train") or {}).get("train_seconds"),
+                "sft_step_s": (h.get("train") or {}).get("step_seconds"),
             }
         )
     return rows
+
+
+def _seconds(r: dict[str, Any]) -> str:
+    if r["round_s"] is None:
+        return "–"
+    return f"{r['round_s']:.0f} ({r['sample_s'] or 0:.0f} / {r['train_s'] or 0:.0f})"
 
 
 def _pct(x: float | None) -> str:
@@ -81,16 +91,27 @@ def readme_body(report: dict[str, Any]) -> str:
             _pct(r["sample_call_share"]),
             _pct(r["test_call_share"]),
             r["gate"] or "",
+            _seconds(r),
         ]
         for r in report["rounds"]
     ]
-    head = ["round", "val", "test", "sampled solved", "sampled calling", "test calling", "gate"]
+    head = [
+        "round",
+        "val",
+        "test",
+        "sampled solved",
+        "sampled calling",
+        "test calling",
+        "gate",
+        "s (sampling / SFT)",
+    ]
     p = report["paired"]
     m = report["machine"]
     return "\n".join(
         [
-            f"`{report['command']}` — {m['date']}, {m['cpu_count']} cores, load "
-            f"{m['loadavg']}, {report['wall_seconds'] / 60:.1f} min wall.",
+            f"`{report['command']}` — {m['date']}, {m['cpu_count']} cores, "
+            f"{report['threads']} torch threads, load {m['loadavg']}, "
+            f"{report['wall_seconds'] / 60:.1f} min wall, peak RSS {report['max_rss_gb']} GB.",
             "",
             markdown_table(head, rows),
             "",
@@ -169,6 +190,7 @@ def main() -> None:
         "config": cfg.to_dict() | {"teacher_skill": str(args.teacher_skill)},
         "threads": torch.get_num_threads(),
         "wall_seconds": round(wall, 1),  # of this invocation (a resumed run adds up)
+        "max_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "best_round": result.best_round,
         "base": accuracy(base),
         "shipped": accuracy(shipped),
