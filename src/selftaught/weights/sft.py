@@ -327,7 +327,11 @@ def sft_train(
         _check_episode_rows(dataset["assistant_masks"], cfg.max_length)
     own_dir = work_dir is None
     out = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="selftaught-sft-"))
-    parts = micro_batches(cfg.batch_size, min(_longest_row(dataset, tokenizer), cfg.max_length))
+    parts = (
+        micro_batches(cfg.batch_size, min(_longest_row(dataset, tokenizer), cfg.max_length))
+        if on_cpu(model)
+        else 1
+    )
     args = _sft_args(
         model,
         cfg,
