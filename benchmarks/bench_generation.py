@@ -76,6 +76,12 @@ def parse_args() -> argparse.Namespace:
         metavar="N",
         help="also time prompts behind a shared N-token system prompt, with and without reuse",
     )
+    p.add_argument(
+        "--shape-bound",
+        action="store_true",
+        help="also time a decode step by rows in the batch, and from it what a perfect engine "
+        "would take for each continuous run's batch shape",
+    )
     p.add_argument("--quick", action="store_true", help="16 prompts, 64 tokens, C=8, 1 repeat")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
@@ -132,8 +138,35 @@ class Bench:
         return out[:, enc["input_ids"].shape[1] :].tolist()
 
     def continuous(self, c: int) -> tuple[int, float, list[str]]:
-        replies, seconds, _ = self.engine_run(c, self.prompts)
+        replies, seconds, self.last_stats = self.engine_run(c, self.prompts)
         return sum(r.completion_tokens for r in replies), seconds, [r.text for r in replies]
+
+    def step_costs(self, c: int, steps: int = 24) -> dict[int, float]:
+        """Seconds of one decode step of the engine's batcher by rows in the batch (1, 2, 4,
+        ..., c), rows forced past their end: what the batch's shape costs, engine aside."""
+        from selftaught.models.batching import ContinuousBatcher, GenSequence
+
+        ids = [self.tok(t, add_special_tokens=False)["input_ids"] for t in self.texts]
+        sizes = sorted({min(c, 2**i) for i in range(c.bit_length() + 1)})
+        costs = {}
+        for b in sizes:
+            batcher = ContinuousBatcher(self.model, [-1], self.tok.pad_token_id or 0, str)
+            rows = [ids[i % len(ids)] for i in range(b)]
+            batcher.admit(
+                [
+                    GenSequence(owner=i, index=0, prompt_ids=p, max_new_tokens=steps)
+                    for i, p in enumerate(rows)
+                ]
+            )
+            times = []
+            while batcher.rows:
+                self._sync()
+                t0 = time.perf_counter()
+                batcher.step()
+                self._sync()
+                times.append(time.perf_counter() - t0)
+            costs[b] = statistics.median(times[2:])
+        return costs
 
     def engine_run(
         self, c: int, prompts: list[list[Message]], **engine_kwargs: Any
@@ -203,6 +236,7 @@ def main() -> None:
     load_s = time.perf_counter() - t0
     bench = Bench(local, prompts, args)
     bench.raw(min(args.concurrency))  # warm-up: first calls allocate and tune kernels
+    step_costs = {c: bench.step_costs(c) for c in args.concurrency} if args.shape_bound else {}
 
     runs: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
@@ -225,6 +259,8 @@ def main() -> None:
                     "load_before": round(load_before, 2),
                     "texts": texts,
                 }
+                if mode == "continuous":
+                    run["engine"] = engine_summary(bench.last_stats, step_costs.get(c))
                 runs.append(run)
                 print(
                     f"repeat {repeat} C={c:<3} {mode:<10} {tokens:>6} tok {seconds:7.1f} s "
@@ -240,6 +276,37 @@ def main() -> None:
     atomic_write_json(out, result)
     print_summary(result)
     print(f"wrote {out}")
+
+
+def engine_summary(stats: Any, costs: dict[int, float] | None) -> dict[str, Any]:
+    """The engine's own account of a continuous run: forward time by kind, decode steps by
+    rows in the batch, prefix reuse; with step costs, the shape bound: the decode time the
+    same steps take at the measured cost of a step with that many rows (no prefill, no host
+    work, no engine)."""
+    out = {
+        "prefill_seconds": round(stats.prefill_seconds, 3),
+        "decode_seconds": round(stats.decode_seconds, 3),
+        "prefill_calls": stats.prefill_calls,
+        "prefilled_tokens": stats.prefilled_tokens,
+        "prefix_tokens_reused": stats.prefix_tokens_reused,
+        "decode_rows": dict(sorted(stats.decode_rows.items())),
+    }
+    if costs:
+        sizes = sorted(costs)
+
+        def cost(rows: int) -> float:  # linear between the measured sizes
+            above = next(s for s in sizes if s >= rows)
+            below = max((s for s in sizes if s <= rows), default=above)
+            if above == below:
+                return costs[above]
+            w = (rows - below) / (above - below)
+            return costs[below] * (1 - w) + costs[above] * w
+
+        out["shape_bound_seconds"] = round(
+            sum(n * cost(r) for r, n in stats.decode_rows.items()), 3
+        )
+        out["step_costs_s"] = {str(k): round(v, 4) for k, v in costs.items()}
+    return out
 
 
 SKILL_RULES = (
@@ -361,6 +428,16 @@ def summarize(
             entry["same_replies_as_static"] = sum(x == y for x, y in zip(a, b, strict=True))
         if replies["continuous"]:
             entry["mean_reply_tokens"] = round(replies["continuous"][0]["tokens"] / args.prompts, 1)
+            bounds = [
+                r["tokens"] / r["engine"]["shape_bound_seconds"]
+                for r in replies["continuous"]
+                if r["engine"].get("shape_bound_seconds")
+            ]
+            if bounds and "raw" in args.modes:
+                # what a perfect engine reaches on this batch shape, against the raw rate
+                entry["shape_bound_vs_raw"] = round(
+                    statistics.median(bounds) / statistics.median(rates["raw"]), 3
+                )
         by_c[str(c)] = entry
     return {
         "model": local.name,
