@@ -45,6 +45,7 @@ from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunDir, atomic_write_json, read_json, write_jsonl
 from selftaught.tasks.base import Task, check_disjoint
+from selftaught.tasks.episode import is_tool_task
 from selftaught.weights.config import (
     ConfigError,
     RestConfig,
@@ -336,7 +337,7 @@ class RestTrainer:
                 self.task,
                 self.train_examples,
                 RolloutConfig(
-                    concurrency=max(1, cfg.gen_batch_size // cfg.samples_per_prompt),
+                    concurrency=self._sampling_calls(),
                     samples=cfg.samples_per_prompt,
                     params=GenerationParams(
                         max_tokens=cfg.max_tokens,
@@ -350,6 +351,15 @@ class RestTrainer:
             )
         samples = samples_from_rollouts(self.task, self.train_examples, rollouts, self.student)
         return samples, sum(not r.ok for r in rollouts), tool_use(rollouts)
+
+    def _sampling_calls(self) -> int:
+        """Concurrent sampling calls that fill `gen_batch_size` rows: a one-step prompt's k
+        samples are one call of k rows; an episode's turns are calls of one row each (the
+        rollout's concurrency counts calls)."""
+        cfg = self.config
+        if is_tool_task(self.task):
+            return cfg.gen_batch_size
+        return max(1, cfg.gen_batch_size // cfg.samples_per_prompt)
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
