@@ -238,11 +238,11 @@ class ContinuousBatcher:
         cache = self.prefix_cache
         if cache is None:
             return [_Head() for _ in prompts]
-        extra = self._build_shared(prompts, cache)  # built but too large to keep
+        built = self._build_shared(prompts, cache)  # kept, or used once if too large
         heads = []
         for p in prompts:
             n, entry = cache.match(p, len(p) - 1)
-            for e in extra:
+            for e in built:
                 m = min(common_prefix_len(e.tokens, p), len(p) - 1)
                 if m > n:
                     n, entry = m, e
