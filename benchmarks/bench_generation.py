@@ -16,8 +16,14 @@ falls on all of them alike; ratios are taken per repeat, then the median. Each r
 records the process CPU time it used: on a shared machine, tokens per CPU-second (with
 --threads 1) is steadier than tokens per wall-clock second.
 
+--shared-prefix N...: the same prompts behind a system prompt of about N tokens that all of
+them share (a skill), answered by the engine with prefix reuse and without it
+(`prefix_cache_mb=0`), interleaved: time to first token (median, p90) and useful tokens/s.
+
     python benchmarks/bench_generation.py              # full: 64 prompts, max_tokens 256, C=8,32
     python benchmarks/bench_generation.py --quick      # smoke test, ~1-2 min on 2 idle cores
+    python benchmarks/bench_generation.py --shared-prefix 0 500 2000 --concurrency 8 \
+        --modes continuous                              # prefix reuse only
 
 Writes benchmarks/results/generation_<device>.json.
 """
@@ -59,9 +65,23 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--raw-batches", type=int, default=2, help="chunks of C prompts timed for the raw rate"
     )
-    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    p.add_argument("--modes", nargs="*", choices=MODES, default=list(MODES))
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument(
+        "--shared-prefix",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="N",
+        help="also time prompts behind a shared N-token system prompt, with and without reuse",
+    )
+    p.add_argument(
+        "--shape-bound",
+        action="store_true",
+        help="also time a decode step by rows in the batch, and from it what a perfect engine "
+        "would take for each continuous run's batch shape",
+    )
     p.add_argument("--quick", action="store_true", help="16 prompts, 64 tokens, C=8, 1 repeat")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
@@ -72,6 +92,8 @@ def parse_args() -> argparse.Namespace:
         p.error("--prompts, --max-tokens, --repeats and --raw-tokens must be >= 1")
     if min(args.concurrency) < 1:
         p.error("--concurrency values must be >= 1")
+    if args.shared_prefix and min(args.shared_prefix) < 0:
+        p.error("--shared-prefix values must be >= 0")
     return args
 
 
@@ -116,7 +138,44 @@ class Bench:
         return out[:, enc["input_ids"].shape[1] :].tolist()
 
     def continuous(self, c: int) -> tuple[int, float, list[str]]:
-        engine = LocalModel.from_pretrained_model(self.model, self.tok, max_batch_size=c)
+        replies, seconds, self.last_stats = self.engine_run(c, self.prompts)
+        return sum(r.completion_tokens for r in replies), seconds, [r.text for r in replies]
+
+    def step_costs(self, c: int, steps: int = 24) -> dict[int, float]:
+        """Seconds of one decode step of the engine's batcher by rows in the batch (1, 2, 4,
+        ..., c), rows forced past their end: what the batch's shape costs, engine aside."""
+        from selftaught.models.batching import ContinuousBatcher, GenSequence
+
+        ids = [self.tok(t, add_special_tokens=False)["input_ids"] for t in self.texts]
+        sizes = sorted({min(c, 2**i) for i in range(c.bit_length() + 1)})
+        costs = {}
+        for b in sizes:
+            batcher = ContinuousBatcher(self.model, [-1], self.tok.pad_token_id or 0, str)
+            rows = [ids[i % len(ids)] for i in range(b)]
+            batcher.admit(
+                [
+                    GenSequence(owner=i, index=0, prompt_ids=p, max_new_tokens=steps)
+                    for i, p in enumerate(rows)
+                ]
+            )
+            times = []
+            while batcher.rows:
+                self._sync()
+                t0 = time.perf_counter()
+                batcher.step()
+                self._sync()
+                times.append(time.perf_counter() - t0)
+            costs[b] = statistics.median(times[2:])
+        return costs
+
+    def engine_run(
+        self, c: int, prompts: list[list[Message]], **engine_kwargs: Any
+    ) -> tuple[list[Any], float, Any]:
+        """C concurrent `achat` calls at a time on a fresh engine: the replies, the wall
+        time and the engine's stats."""
+        engine = LocalModel.from_pretrained_model(
+            self.model, self.tok, max_batch_size=c, **engine_kwargs
+        )
         params = GenerationParams(max_tokens=self.args.max_tokens)
 
         async def run() -> list[Any]:
@@ -126,7 +185,7 @@ class Bench:
                 async with gate:
                     return await engine.achat(messages, params)
 
-            return await asyncio.gather(*(one(m) for m in self.prompts))
+            return await asyncio.gather(*(one(m) for m in prompts))
 
         self._sync()
         t0 = time.perf_counter()
@@ -134,7 +193,7 @@ class Bench:
         self._sync()
         seconds = time.perf_counter() - t0
         engine.close()
-        return sum(r.completion_tokens for r in replies), seconds, [r.text for r in replies]
+        return replies, seconds, engine.stats
 
     def static(self, c: int) -> tuple[int, float, list[str]]:
         tokens, texts = 0, []
@@ -177,11 +236,12 @@ def main() -> None:
     load_s = time.perf_counter() - t0
     bench = Bench(local, prompts, args)
     bench.raw(min(args.concurrency))  # warm-up: first calls allocate and tune kernels
+    step_costs = {c: bench.step_costs(c) for c in args.concurrency} if args.shape_bound else {}
 
     runs: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
         for c in args.concurrency:
-            k = (repeat + args.concurrency.index(c)) % len(args.modes)
+            k = (repeat + args.concurrency.index(c)) % max(1, len(args.modes))
             for mode in args.modes[k:] + args.modes[:k]:  # rotate the order every time
                 load_before = os.getloadavg()[0]
                 cpu_before = time.process_time()
@@ -199,6 +259,8 @@ def main() -> None:
                     "load_before": round(load_before, 2),
                     "texts": texts,
                 }
+                if mode == "continuous":
+                    run["engine"] = engine_summary(bench.last_stats, step_costs.get(c))
                 runs.append(run)
                 print(
                     f"repeat {repeat} C={c:<3} {mode:<10} {tokens:>6} tok {seconds:7.1f} s "
@@ -207,11 +269,132 @@ def main() -> None:
                     flush=True,
                 )
     result = summarize(runs, args, local, load_s)
+    if args.shared_prefix:
+        result["shared_prefix"] = prefix_runs(bench, args)
     device = str(local.device.type)
     out = args.out or RESULTS / f"generation_{device}{'_quick' if args.quick else ''}.json"
     atomic_write_json(out, result)
     print_summary(result)
     print(f"wrote {out}")
+
+
+def engine_summary(stats: Any, costs: dict[int, float] | None) -> dict[str, Any]:
+    """The engine's own account of a continuous run: forward time by kind, decode steps by
+    rows in the batch, prefix reuse; with step costs, the shape bound: the decode time the
+    same steps take at the measured cost of a step with that many rows (no prefill, no host
+    work, no engine)."""
+    out = {
+        "prefill_seconds": round(stats.prefill_seconds, 3),
+        "decode_seconds": round(stats.decode_seconds, 3),
+        "prefill_calls": stats.prefill_calls,
+        "prefilled_tokens": stats.prefilled_tokens,
+        "prefix_tokens_reused": stats.prefix_tokens_reused,
+        "decode_rows": dict(sorted(stats.decode_rows.items())),
+    }
+    if costs:
+        sizes = sorted(costs)
+
+        def cost(rows: int) -> float:  # linear between the measured sizes
+            above = next(s for s in sizes if s >= rows)
+            below = max((s for s in sizes if s <= rows), default=above)
+            if above == below:
+                return costs[above]
+            w = (rows - below) / (above - below)
+            return costs[below] * (1 - w) + costs[above] * w
+
+        out["shape_bound_seconds"] = round(
+            sum(n * cost(r) for r, n in stats.decode_rows.items()), 3
+        )
+        out["step_costs_s"] = {str(k): round(v, 4) for k, v in costs.items()}
+    return out
+
+
+SKILL_RULES = (
+    "Rule {i}: read the whole question before answering; name the operation you will do; do it "
+    "step by step, one digit at a time; check the result with the inverse operation; give the "
+    "final answer on its own line, as a number, with no units and no other words. "
+)
+
+
+def shared_system_prompt(tok: Any, n_tokens: int) -> str:
+    """A skill-like system prompt of about `n_tokens` tokens (numbered rules)."""
+    text, i = "", 1
+    while len(tok(text, add_special_tokens=False)["input_ids"]) < n_tokens:
+        text += SKILL_RULES.format(i=i)
+        i += 1
+    ids = tok(text, add_special_tokens=False)["input_ids"][:n_tokens]
+    return tok.decode(ids)
+
+
+def prefix_runs(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Per shared-prefix length and concurrency: the engine with prefix reuse and without,
+    interleaved (the order alternating per repeat), each on a fresh engine (a cold cache):
+    time to first token and useful tokens/s."""
+    out: dict[str, Any] = {}
+    for n in args.shared_prefix:
+        system = shared_system_prompt(bench.tok, n) if n else ""
+        prompts = [
+            ([{"role": "system", "content": system}] if system else []) + [m[-1]]
+            for m in bench.prompts
+        ]
+        for c in args.concurrency:
+            arms: dict[str, list[dict[str, Any]]] = {"reuse": [], "no_reuse": []}
+            for repeat in range(args.repeats):
+                order = ["reuse", "no_reuse"][:: 1 if repeat % 2 == 0 else -1]
+                for arm in order:
+                    mb = {} if arm == "reuse" else {"prefix_cache_mb": 0}
+                    replies, seconds, stats = bench.engine_run(c, prompts, **mb)
+                    run = prefix_run_row(replies, seconds, stats)
+                    arms[arm].append(run)
+                    print(
+                        f"prefix {n:>5} C={c:<3} {arm:<8} {run['tok_per_s']:7.1f} tok/s, "
+                        f"TTFT median {run['ttft_median_s']:.3f} s p90 {run['ttft_p90_s']:.3f} s "
+                        f"(load {os.getloadavg()[0]:.1f})",
+                        flush=True,
+                    )
+            out[f"{n}/C={c}"] = summarize_prefix(arms, n, c)
+    return out
+
+
+def prefix_run_row(replies: list[Any], seconds: float, stats: Any) -> dict[str, Any]:
+    ttfts = sorted(r.extra["ttft_s"] for r in replies)
+    tokens = sum(r.completion_tokens for r in replies)
+    return {
+        "tokens": tokens,
+        "seconds": round(seconds, 3),
+        "tok_per_s": round(tokens / seconds, 2),
+        "ttft_median_s": round(statistics.median(ttfts), 4),
+        "ttft_p90_s": round(ttfts[int(0.9 * (len(ttfts) - 1))], 4),
+        "prompt_tokens": sum(r.prompt_tokens for r in replies),
+        "prefilled_tokens": stats.prefilled_tokens,
+        "prefix_tokens_reused": stats.prefix_tokens_reused,
+        "prefill_seconds": round(stats.prefill_seconds, 3),
+        "decode_seconds": round(stats.decode_seconds, 3),
+        "texts": [r.text for r in replies],
+        "load_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def summarize_prefix(arms: dict[str, list[dict[str, Any]]], n: int, c: int) -> dict[str, Any]:
+    pairs = list(zip(arms["reuse"], arms["no_reuse"], strict=True))
+    entry: dict[str, Any] = {"shared_prefix_tokens": n, "concurrency": c}
+    for arm, runs in arms.items():
+        entry[arm] = {
+            "tok_per_s": statistics.median(r["tok_per_s"] for r in runs),
+            "ttft_median_s": statistics.median(r["ttft_median_s"] for r in runs),
+            "ttft_p90_s": statistics.median(r["ttft_p90_s"] for r in runs),
+            "runs": [{k: v for k, v in r.items() if k != "texts"} for r in runs],
+        }
+    entry["throughput_ratio"] = round(
+        statistics.median(a["tok_per_s"] / b["tok_per_s"] for a, b in pairs), 3
+    )
+    entry["ttft_ratio"] = round(
+        statistics.median(a["ttft_median_s"] / b["ttft_median_s"] for a, b in pairs), 3
+    )
+    entry["same_replies"] = sum(
+        x == y for x, y in zip(pairs[0][0]["texts"], pairs[0][1]["texts"], strict=True)
+    )
+    return entry
 
 
 def summarize(
@@ -245,6 +428,16 @@ def summarize(
             entry["same_replies_as_static"] = sum(x == y for x, y in zip(a, b, strict=True))
         if replies["continuous"]:
             entry["mean_reply_tokens"] = round(replies["continuous"][0]["tokens"] / args.prompts, 1)
+            bounds = [
+                r["tokens"] / r["engine"]["shape_bound_seconds"]
+                for r in replies["continuous"]
+                if r["engine"].get("shape_bound_seconds")
+            ]
+            if bounds and "raw" in args.modes:
+                # what a perfect engine reaches on this batch shape, against the raw rate
+                entry["shape_bound_vs_raw"] = round(
+                    statistics.median(bounds) / statistics.median(rates["raw"]), 3
+                )
         by_c[str(c)] = entry
     return {
         "model": local.name,
@@ -277,6 +470,14 @@ def print_summary(result: dict[str, Any]) -> None:
         parts = [f"{m} {entry[m]['median']:.1f} tok/s" for m in MODES if m in entry]
         ratios = [f"{k} {v:.2f}x" for k, v in entry.items() if "_vs_raw" in k]
         print(f"  C={c}: " + ", ".join(parts) + ("; " + ", ".join(ratios) if ratios else ""))
+    for key, e in result.get("shared_prefix", {}).items():
+        r, b = e["reuse"], e["no_reuse"]
+        print(
+            f"  shared prefix {key}: TTFT {r['ttft_median_s']:.3f} s vs {b['ttft_median_s']:.3f} s "
+            f"without reuse ({e['ttft_ratio']:.2f}x), {r['tok_per_s']:.1f} vs "
+            f"{b['tok_per_s']:.1f} tok/s ({e['throughput_ratio']:.2f}x), "
+            f"{e['same_replies']} same replies"
+        )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ on `tool:calculator` with SmolLM2-135M on CPU: test accuracy of the base and the
 model with 95% intervals and the paired sign test, and per round the share of episodes that
 call the tool (sampled, val, test).
 
-    HF_HUB_OFFLINE=1 python benchmarks/bench_tool_rest.py [--rounds 3] [--threads 1]
+    HF_HUB_OFFLINE=1 python benchmarks/bench_tool_rest.py [--rounds 3] [--threads N]
 
 The base model never calls the tool unprompted (measured: 0 of 8 greedy test episodes), so
 sampling uses a teacher skill (`tool_calculator_teacher.md`: one rule and two worked examples
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -62,9 +63,18 @@ def round_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "elite": (h.get("elite") or {}).get("kept"),
                 "gate": (h.get("gate") or {}).get("decision"),
                 "round_s": h.get("seconds"),
+                "sample_s": h.get("sample_seconds"),
+                "train_s": (h.get("train") or {}).get("train_seconds"),
+                "sft_step_s": (h.get("train") or {}).get("step_seconds"),
             }
         )
     return rows
+
+
+def _seconds(r: dict[str, Any]) -> str:
+    if r["round_s"] is None:
+        return "–"
+    return f"{r['round_s']:.0f} ({r['sample_s'] or 0:.0f} / {r['train_s'] or 0:.0f})"
 
 
 def _pct(x: float | None) -> str:
@@ -83,16 +93,27 @@ def readme_body(report: dict[str, Any]) -> str:
             _pct(r["sample_call_share"]),
             _pct(r["test_call_share"]),
             r["gate"] or "",
+            _seconds(r),
         ]
         for r in report["rounds"]
     ]
-    head = ["round", "val", "test", "sampled solved", "sampled calling", "test calling", "gate"]
+    head = [
+        "round",
+        "val",
+        "test",
+        "sampled solved",
+        "sampled calling",
+        "test calling",
+        "gate",
+        "s (sampling / SFT)",
+    ]
     p = report["paired"]
     m = report["machine"]
     return "\n".join(
         [
-            f"`{report['command']}` — {m['date']}, {m['cpu_count']} cores, load "
-            f"{m['loadavg']}, {report['wall_seconds'] / 60:.1f} min wall.",
+            f"`{report['command']}` — {m['date']}, {m['cpu_count']} cores, "
+            f"{report['threads']} torch threads, load {m['loadavg']}, "
+            f"{report['wall_seconds'] / 60:.1f} min wall, peak RSS {report['max_rss_gb']} GB.",
             "",
             markdown_table(head, rows),
             "",
@@ -116,7 +137,12 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--epochs", type=float, default=2.0)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's, one per core; 1 on a machine others share)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--teacher-skill", type=Path, default=TEACHER)
     ap.add_argument("--output", type=Path, default=Path("runs/bench-tool-rest"))
@@ -130,7 +156,8 @@ def main() -> None:
     from selftaught.runs import atomic_write_json, read_json
     from selftaught.weights.config import RestConfig, SFTTrainConfig
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg = RestConfig(
         rounds=args.rounds,
         samples_per_prompt=args.samples_per_prompt,
@@ -165,8 +192,9 @@ def main() -> None:
         "task": "tool:calculator",
         "sizes": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
         "config": cfg.to_dict() | {"teacher_skill": str(args.teacher_skill)},
-        "threads": args.threads,
+        "threads": torch.get_num_threads(),
         "wall_seconds": round(wall, 1),  # of this invocation (a resumed run adds up)
+        "max_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "best_round": result.best_round,
         "base": accuracy(base),
         "shipped": accuracy(shipped),

@@ -59,7 +59,7 @@ def timed_train(trainer: Any, steps: int) -> float:
 # ---- SFT ------------------------------------------------------------------------------------
 
 
-def sft_plain(path: str, steps: int, batch: int) -> float:
+def sft_plain(path: str, steps: int, batch: int, bf16: bool = False) -> float:
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -81,6 +81,9 @@ def sft_plain(path: str, steps: int, batch: int) -> float:
                 save_strategy="no",
                 report_to="none",
                 use_cpu=True,
+                # SFTConfig defaults to bf16 autocast (also on a CPU); selftaught trains in
+                # fp32 unless asked (`SFTTrainConfig.bf16`): the same precision on both sides
+                bf16=bf16,
                 gradient_checkpointing=False,
                 disable_tqdm=True,
             ),
@@ -91,7 +94,7 @@ def sft_plain(path: str, steps: int, batch: int) -> float:
         return timed_train(trainer, steps)
 
 
-def sft_ours(path: str, steps: int, batch: int) -> float:
+def sft_ours(path: str, steps: int, batch: int, bf16: bool = False) -> float:
     from selftaught.weights import sft as sft_mod
     from selftaught.weights.config import BackendConfig, SFTTrainConfig
     from selftaught.weights.sampling import Sample
@@ -106,7 +109,7 @@ def sft_ours(path: str, steps: int, batch: int) -> float:
         trainable,
         tok,
         samples,
-        SFTTrainConfig(epochs=1, batch_size=batch),
+        SFTTrainConfig(epochs=1, batch_size=batch, bf16=bf16),
         backend="lora",
         progress=False,
     )
@@ -221,6 +224,7 @@ def main() -> None:
     ap.add_argument("--grpo-steps", type=int, default=8)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--bf16", action="store_true", help="SFT in bf16 autocast on both sides")
     ap.add_argument("--quick", action="store_true", help="2 pairs, 2 steps each")
     args = ap.parse_args()
     if args.quick:
@@ -254,8 +258,8 @@ def main() -> None:
     if "sft" in args.modes:
         report["sft"] = pairs(
             "sft",
-            lambda: sft_ours(path, args.sft_steps, args.batch),
-            lambda: sft_plain(path, args.sft_steps, args.batch),
+            lambda: sft_ours(path, args.sft_steps, args.batch, args.bf16),
+            lambda: sft_plain(path, args.sft_steps, args.batch, args.bf16),
             args.pairs,
         )
     if "grpo" in args.modes:

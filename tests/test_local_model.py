@@ -76,7 +76,8 @@ def test_chat_template_reaches_the_model(local: LocalModel, monkeypatch):
 
     monkeypatch.setattr(local.model, "forward", spy)
     messages = ask("Say hi.")
-    completion = local.chat(messages, GenerationParams(max_tokens=3))
+    whole = LocalModel.from_pretrained_model(local.model, local.tokenizer, prefix_cache_mb=0)
+    completion = whole.chat(messages, GenerationParams(max_tokens=3))  # one prefill, no reuse
 
     im_start = local.tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert len(seen) == 1

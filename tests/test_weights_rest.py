@@ -183,6 +183,35 @@ def test_killed_run_resumes_without_redoing_a_round(tiny_dir, tmp_path, monkeypa
         RestTrainer(config(3), EchoTask(), tiny_dir, output_dir=run, progress=False).train()
 
 
+def test_continued_rounds_leave_the_loaded_base_untouched(tiny_dir, tmp_path, monkeypatch):
+    """Round 0 samples from the loaded base itself (no copy); training from it, and a resumed
+    run rebuilding round 1 on it, work on copies."""
+    scripted_eval(monkeypatch, [0.25, 0.5, 0.75])
+    cfg = dataclasses.replace(config(2), continue_training=True)
+    trainer = RestTrainer(cfg, EchoTask(), tiny_dir, output_dir=tmp_path / "run", progress=False)
+    trainer.train()
+    base = weights(tiny_dir)
+    loaded = trainer._base.state_dict()
+    assert all(torch.equal(base[k], loaded[k]) for k in base)
+    assert trainer._round_model(0) is trainer._base
+    rebuilt = trainer._round_model(1).state_dict()  # the adapter merged into a copy
+    assert any(not torch.equal(base[k], rebuilt[k]) for k in base)
+    assert all(torch.equal(base[k], trainer._base.state_dict()[k]) for k in base)
+
+
+def test_sampling_fills_the_generation_batch_for_episodes_too(tiny_dir, tmp_path):
+    """The rollout's concurrency counts calls: k samples of a one-step prompt are one call of
+    k rows, an episode's turn is a call of one row, so episodes need k times the calls."""
+    from selftaught.tasks.registry import load_task
+
+    cfg = dataclasses.replace(config(1), gen_batch_size=16, samples_per_prompt=4)
+    one_step = RestTrainer(cfg, EchoTask(), tiny_dir, output_dir=tmp_path / "a")
+    tools = load_task("tool:calculator", train_size=4, val_size=2, test_size=2)
+    episodes = RestTrainer(cfg, tools, tiny_dir, output_dir=tmp_path / "b")
+    assert one_step._sampling_calls() == 4  # 4 prompts x 4 samples = 16 rows
+    assert episodes._sampling_calls() == 16  # 16 episodes, one row each
+
+
 def test_teacher_skill_is_used_for_sampling_only(tiny_dir, tmp_path, monkeypatch):
     scripted_eval(monkeypatch, [0.25, 0.5])
     cfg = config(1)

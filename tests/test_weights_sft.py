@@ -125,3 +125,45 @@ def test_a_model_in_training_samples_through_the_engine(tok):
     assert [c.text for c in out] == [c.text for c in again]
     assert model.training  # generation switched to eval and back
     chat.close()
+
+
+def test_micro_batches_split_a_batch_of_long_rows_evenly():
+    from selftaught.weights.sft import micro_batches
+
+    assert micro_batches(8, 60, budget=2048) == 1  # short rows: one forward, as before
+    assert micro_batches(8, 450, budget=2048) == 2  # 4 rows of 450 fit, 8 do not
+    assert micro_batches(6, 700, budget=2048) == 3  # a divisor of the batch
+    assert micro_batches(8, 3000, budget=2048) == 8  # a row alone past the budget
+
+
+def test_a_batch_split_into_micro_batches_takes_the_same_steps(tok, monkeypatch):
+    """Long rows over the micro-batch budget: the batch is run in parts whose gradients
+    accumulate into one optimizer step; with no dropout the weights end where one forward
+    of the whole batch takes them."""
+    from selftaught.weights import sft as sft_mod
+
+    rows = []
+    for i in range(6):
+        msgs = [{"role": "user", "content": f"Question {i}: " + "add the numbers. " * (3 + 2 * i)}]
+        answer = f"answer {i} " * (2 + i)
+        rows.append(Sample(f"e{i}", msgs, msgs, answer, answer, 1.0, 1.0))
+    cfg = SFTTrainConfig(epochs=2, batch_size=4, learning_rate=1e-2, warmup_ratio=0.0)
+    backend = BackendConfig(lora_r=2, lora_alpha=4, lora_dropout=0.0)
+    trained, parts_used = [], []
+    real_args = sft_mod._sft_args
+
+    def spy(*args, **kwargs):
+        parts_used.append(kwargs["parts"])
+        return real_args(*args, **kwargs)
+
+    monkeypatch.setattr(sft_mod, "_sft_args", spy)
+    for budget in (10_000, 60):  # the whole batch at once; then parts of one or two rows
+        monkeypatch.setattr(sft_mod, "MICRO_BATCH_TOKENS", budget)
+        model = prepare_trainable(tiny(tok, seed=3), backend)
+        stats = sft_train(model, tok, rows, cfg, backend="lora", seed=1, progress=False)
+        assert stats["steps"] == 4  # 2 epochs of ceil(6 / 4) steps either way
+        trained.append({k: v.detach().clone() for k, v in model.named_parameters() if "lora" in k})
+    assert parts_used[0] == 1 and parts_used[1] > 1
+    whole, split = trained
+    assert all(torch.allclose(whole[k], split[k], atol=1e-5) for k in whole)
+    assert any(not torch.equal(whole[k], torch.zeros_like(whole[k])) for k in whole)

@@ -49,6 +49,7 @@ from selftaught.models.base import (
 )
 from selftaught.models.batching import BatcherStats, ContinuousBatcher, GenSequence
 from selftaught.models.errors import BackendError, FatalBackendError
+from selftaught.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from selftaught.models.tools import (
     apply_tool_reply,
     check_tool_choice,
@@ -63,6 +64,7 @@ CPU_MAX_BATCH = 8  # rows decoded together on a CPU (more adds latency, little t
 ACCELERATOR_MAX_BATCH = 64
 _VALID_ROLES = {"system", "user", "assistant", "tool"}
 _MAX_POLL_S = 0.02  # longest wait of a driver while another thread steps
+_FOLLOW_UP_TURNS = 4  # loop turns an answered caller gets to ask again before the next step
 
 
 @dataclass(eq=False)
@@ -117,6 +119,9 @@ class LocalModel(AsyncChatModel):
         batch_wait_ms: how long an idle model waits for more requests before the first
             prefill (requests arriving together share it).
         chat_template: a Jinja chat template to use when the tokenizer has none.
+        prefix_cache_mb: most megabytes of prompt-prefix keys/values kept between requests
+            (a skill, its examples, the tool schemas: computed once, see
+            `selftaught.models.prefix_cache`); 0 turns prefix reuse off.
     """
 
     def __init__(
@@ -131,11 +136,14 @@ class LocalModel(AsyncChatModel):
         device: str | None = None,
         batch_wait_ms: float = 5.0,
         chat_template: str | None = None,
+        prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
     ) -> None:
         if max_batch_size is not None and max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if batch_wait_ms < 0:
             raise ConfigError(f"batch_wait_ms must be >= 0, got {batch_wait_ms}")
+        if prefix_cache_mb < 0:
+            raise ConfigError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
         if (model is None) != (tokenizer is None):
             raise ConfigError("pass both model= and tokenizer= (or neither)")
         if model is not None and path:
@@ -144,6 +152,7 @@ class LocalModel(AsyncChatModel):
         self._max_batch_arg = max_batch_size
         self._device_arg = device
         self.batch_wait_ms = batch_wait_ms
+        self.prefix_cache_mb = prefix_cache_mb
         self._dtype_arg = dtype
         self._chat_template = chat_template
         self._in_memory = model is not None
@@ -165,6 +174,7 @@ class LocalModel(AsyncChatModel):
         self._drivers: dict[asyncio.AbstractEventLoop, _Driver] = {}
         self._waiting: deque[GenSequence] = deque()
         self._gather_until: float | None = None  # end of an idle model's wait for more
+        self._answered = False  # the last step answered a request (its caller may ask again)
         self._pid = os.getpid()
         if model is not None:
             config_name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
@@ -194,8 +204,10 @@ class LocalModel(AsyncChatModel):
         """Wrap a transformers model already in memory (e.g. the one being trained, peft
         adapters included). Cheap: nothing is copied or moved. The model may stay in train
         mode: each forward switches it to eval and back. Update its weights only while no
-        request is in flight (the KV caches and the cached prompt prefix are the weights of
-        the moment; `fingerprint` follows in-place updates). `close()` lets go of it."""
+        request is in flight (the running KV caches are the weights of the moment; the cached
+        prompt prefixes are dropped when the next request finds the parameters or the active
+        adapters changed, and `fingerprint` follows in-place updates). `close()` lets go of
+        it."""
         return cls(model=model, tokenizer=tokenizer, name=name, **kwargs)
 
     # ------------------------------------------------------------------ loading
@@ -460,11 +472,23 @@ class LocalModel(AsyncChatModel):
                 if delay is None:
                     return
                 await asyncio.sleep(delay)
+                if self._answered:
+                    await self._follow_ups()
         finally:
             with self._inbox_lock:
                 driver.finished = True
                 if self._drivers.get(loop) is driver:
                     del self._drivers[loop]
+
+    async def _follow_ups(self) -> None:
+        """A caller answered by the last step often asks again at once (the next rollout
+        of a batch, an episode's next turn): while slots are free, give it the few loop
+        turns it takes to reach the inbox, so that it joins the next step, not the one after."""
+        self._answered = False
+        for _ in range(_FOLLOW_UP_TURNS):
+            if self._inbox or len(self._waiting) + self._running() >= self.max_batch_size:
+                return
+            await asyncio.sleep(0)
 
     def _drive_step(self, driver: _Driver) -> float | None:
         """One serving step (caller holds _step_lock). Returns how long to yield before the
@@ -559,6 +583,7 @@ class LocalModel(AsyncChatModel):
                 if params.temperature > 0
                 else None,
                 stop=params.stop,
+                keep_kv=bool(params.tools),  # an episode's turn: the next one extends it
             )
             for i in range(count)
         ]
@@ -576,9 +601,11 @@ class LocalModel(AsyncChatModel):
     def _has_running(self) -> bool:
         return self._batcher is not None and bool(self._batcher.rows)
 
+    def _running(self) -> int:
+        return 0 if self._batcher is None else len(self._batcher.rows)
+
     def _drop_abandoned(self) -> None:
-        """Forget the sequences of cancelled or failed requests, running or waiting (an
-        emptied batch also forgets its cached prompt prefix)."""
+        """Forget the sequences of cancelled or failed requests, running or waiting."""
         if self._batcher is not None:
             self._batcher.drop(lambda s: s.owner.abandoned)
         if any(s.owner.abandoned for s in self._waiting):
@@ -617,6 +644,7 @@ class LocalModel(AsyncChatModel):
                 self._eos_ids[0] if pad is None else pad,
                 lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
                 stats=self.stats,
+                prefix_cache_mb=self.prefix_cache_mb,
             )
         return self._batcher
 
@@ -633,6 +661,8 @@ class LocalModel(AsyncChatModel):
                 continue
             completion = self._completion(seq, request.prompt_tokens)
             completion.latency_s = done - request.submitted_at
+            if seq.first_token_at is not None:  # time to first token
+                completion.extra["ttft_s"] = round(seq.first_token_at - request.submitted_at, 4)
             offered = offered_tools(request.params.tools, request.params.tool_choice)
             if offered:  # the reply's <tool_call> blocks become tool_calls (or errors)
                 apply_tool_reply(completion, offered)
@@ -647,6 +677,7 @@ class LocalModel(AsyncChatModel):
                     _shared_copy(completion) for _ in range(request.n - 1)
                 ]
             _resolve(request.future, list(request.completions))
+            self._answered = True
 
     # ------------------------------------------------------------------ text
 

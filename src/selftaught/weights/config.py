@@ -96,6 +96,15 @@ class BackendConfig:
             )
 
 
+MICRO_BATCH_TOKENS = 512
+"""On a CPU, most tokens (rows x the longest row) one forward/backward of a fine-tune holds: a
+larger batch runs as micro-batches whose gradients accumulate into the same optimizer step
+(the loss is weighted by tokens over the whole batch, so the step is the batch's). Measured on
+SmolLM2-135M, a batch of 8 tool episodes of up to 483 tokens, LoRA r=16, 1 thread: whole,
+13.2 GB peak RSS and 49.6 s a step; in micro-batches of 2,048 / 1,024 / 512 tokens, 7.9 / 4.5
+/ 2.7 GB and 39.9 / 38.7 / 40.3 s, the same loss. On an accelerator the batch runs whole."""
+
+
 @dataclass
 class SFTTrainConfig:
     """One supervised fine-tune on (prompt, completion) pairs through TRL's SFTTrainer.
@@ -103,7 +112,8 @@ class SFTTrainConfig:
     Args:
         epochs: passes over the elite samples per round.
         learning_rate: None picks 2e-4 for LoRA, 2e-5 for full fine-tuning, 1e-3 from scratch.
-        batch_size: per-step batch; the training set must hold at least one batch.
+        batch_size: per-step batch; the training set must hold at least one batch (on a
+            CPU, long rows run it as micro-batches: `MICRO_BATCH_TOKENS`).
         grad_accum: gradient accumulation steps.
         max_length: prompt + completion tokens kept per sample.
         bf16: train in bfloat16 autocast (off by default: fp32 is the safe choice on CPU).

@@ -24,9 +24,10 @@ Run directory:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -44,6 +45,7 @@ from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunDir, atomic_write_json, read_json, write_jsonl
 from selftaught.tasks.base import Task, check_disjoint
+from selftaught.tasks.episode import is_tool_task
 from selftaught.weights.config import (
     ConfigError,
     RestConfig,
@@ -239,31 +241,40 @@ class RestTrainer:
         self._load_base()
         return copy.deepcopy(self._base)
 
-    def _round_model(self, r: int) -> Any:
+    def _round_model(self, r: int, *, own: bool = False) -> Any:
         """The model of round r, rebuilt from its saved artifacts (resume); None is round 0
-        of a from-scratch run (the game's random strategies)."""
+        of a from-scratch run (the game's random strategies). Round 0 is the loaded base
+        itself (sampling and evaluating leave it as it is; training starts from a copy)
+        unless `own` asks for a copy to change."""
         if r == 0:
-            return None if self.backend == "scratch" else self._fresh_base()
+            if self.backend == "scratch":
+                return None
+            self._load_base()
+            return self._fresh_base() if own else self._base
         rdir = self.run.path("rounds", str(r))
         if (rdir / "model").exists():
             from transformers import AutoModelForCausalLM
 
             return AutoModelForCausalLM.from_pretrained(str(rdir / "model")).eval()
-        start = self._round_model(r - 1) if self.config.continue_training else self._fresh_base()
+        start = (
+            self._round_model(r - 1, own=True)
+            if self.config.continue_training
+            else self._fresh_base()
+        )
         return apply_adapter(start, rdir / "adapter").eval()
 
+    @contextlib.contextmanager
     def _chat(
         self, model: Any, r: int, ledger: UsageLedger, *, sampling: bool = False
-    ) -> ChatModel:
-        """Round r's model behind the chat protocol, every call charged to `ledger`. With
-        `sampler_url`, sampling goes to that server (evaluation stays in process, so every
-        round is scored the same way)."""
-        if model is None:
-            return TrackedModel(
-                RandomStrategyModel(self.task, seed=self.config.seed), ledger, "target"
-            )
+    ) -> Iterator[ChatModel]:
+        """Round r's model behind the chat protocol, every call charged to `ledger`, closed
+        after use (an engine lets go of its KV and prefix caches at once, not at the next
+        garbage collection). With `sampler_url`, sampling goes to that server (evaluation
+        stays in process, so every round is scored the same way)."""
         served: ChatModel
-        if sampling and self.config.sampler_url:
+        if model is None:
+            served = RandomStrategyModel(self.task, seed=self.config.seed)
+        elif sampling and self.config.sampler_url:
             from selftaught.weights.served import served_round_model
 
             served = served_round_model(self.config, self.run.root, r)
@@ -276,24 +287,30 @@ class RestTrainer:
                 name=f"local:round-{r}",
                 max_batch_size=self.config.gen_batch_size,
             )
-        return TrackedModel(served, ledger, "target")
+        try:
+            yield TrackedModel(served, ledger, "target")
+        finally:
+            close = getattr(served, "close", None)
+            if callable(close):
+                close()
 
     # ----------------------------------------------------------------- engine calls
     def _eval(self, model: Any, r: int, split: str) -> EvalResult:
         """Greedy replies on val (charged to the budget) or test (apart), through the engine."""
         ledger = self.ledger if split == "val" else self.test_ledger
-        return evaluate_split(
-            self.task,
-            self._chat(model, r, ledger),
-            self.student,
-            split=split,  # type: ignore[arg-type]
-            rollout=RolloutConfig(
-                concurrency=self.config.gen_batch_size,
-                params=GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0),
-                progress=self.progress,
-                description=f"round {r}: eval {split}",
-            ),
-        )
+        with self._chat(model, r, ledger) as chat:
+            return evaluate_split(
+                self.task,
+                chat,
+                self.student,
+                split=split,  # type: ignore[arg-type]
+                rollout=RolloutConfig(
+                    concurrency=self.config.gen_batch_size,
+                    params=GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0),
+                    progress=self.progress,
+                    description=f"round {r}: eval {split}",
+                ),
+            )
 
     def _test(self, model: Any, r: int, state: dict[str, Any]) -> EvalResult:
         """Round r on test, its per-example hard scores kept in `state["test_scores"]` (for
@@ -314,26 +331,36 @@ class RestTrainer:
         cfg = self.config
         if self.method == "sft":
             return reference_samples(self.task, self.train_examples, self.student), 0, None
-        rollouts = run_rollouts(
-            self._chat(model, source_round, self.ledger, sampling=True),
-            self.teacher,
-            self.task,
-            self.train_examples,
-            RolloutConfig(
-                concurrency=max(1, cfg.gen_batch_size // cfg.samples_per_prompt),
-                samples=cfg.samples_per_prompt,
-                params=GenerationParams(
-                    max_tokens=cfg.max_tokens,
-                    temperature=cfg.temperature,
-                    top_p=cfg.top_p,
-                    seed=cfg.seed * 10_000 + r * 1000,
+        with self._chat(model, source_round, self.ledger, sampling=True) as chat:
+            rollouts = run_rollouts(
+                chat,
+                self.teacher,
+                self.task,
+                self.train_examples,
+                RolloutConfig(
+                    concurrency=self._sampling_calls(),
+                    samples=cfg.samples_per_prompt,
+                    params=GenerationParams(
+                        max_tokens=cfg.max_tokens,
+                        temperature=cfg.temperature,
+                        top_p=cfg.top_p,
+                        seed=cfg.seed * 10_000 + r * 1000,
+                    ),
+                    progress=self.progress,
+                    description=f"round {r}: sampling",
                 ),
-                progress=self.progress,
-                description=f"round {r}: sampling",
-            ),
-        )
+            )
         samples = samples_from_rollouts(self.task, self.train_examples, rollouts, self.student)
         return samples, sum(not r.ok for r in rollouts), tool_use(rollouts)
+
+    def _sampling_calls(self) -> int:
+        """Concurrent sampling calls that fill `gen_batch_size` rows: a one-step prompt's k
+        samples are one call of k rows; an episode's turns are calls of one row each (the
+        rollout's concurrency counts calls)."""
+        cfg = self.config
+        if is_tool_task(self.task):
+            return cfg.gen_batch_size
+        return max(1, cfg.gen_batch_size // cfg.samples_per_prompt)
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:

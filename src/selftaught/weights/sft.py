@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.models.base import Message
-from selftaught.weights.config import BackendConfig, ConfigError, SFTTrainConfig
+from selftaught.weights.config import (
+    MICRO_BATCH_TOKENS,
+    BackendConfig,
+    ConfigError,
+    SFTTrainConfig,
+)
 from selftaught.weights.sampling import Sample
 
 
@@ -234,6 +239,30 @@ def _check_episode_rows(masks: Sequence[Sequence[int]], max_length: int) -> None
         )
 
 
+def micro_batches(batch_size: int, longest: int, budget: int | None = None) -> int:
+    """Into how many micro-batches a batch of `batch_size` rows of up to `longest` tokens is
+    split so that one holds at most `budget` tokens (default `MICRO_BATCH_TOKENS`; a divisor
+    of `batch_size`: the optimizer step still sees the whole batch, as accumulated
+    gradients)."""
+    budget = MICRO_BATCH_TOKENS if budget is None else budget
+    for parts in range(1, batch_size + 1):
+        if batch_size % parts == 0 and (batch_size // parts) * longest <= budget:
+            return parts
+    return batch_size
+
+
+def _longest_row(dataset: Any, tokenizer: Any) -> int:
+    """Tokens of the longest training row (prompt and completion, as the chat template
+    renders them; episodes are tokenized already)."""
+    if "input_ids" in dataset.column_names:
+        return max(len(ids) for ids in dataset["input_ids"])
+    texts = [
+        tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
+        for row in dataset
+    ]
+    return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+
+
 def _step_timer(times: list[float]) -> Any:
     """A callback appending each optimizer step's wall time to `times`."""
     from transformers import TrainerCallback
@@ -298,6 +327,11 @@ def sft_train(
         _check_episode_rows(dataset["assistant_masks"], cfg.max_length)
     own_dir = work_dir is None
     out = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="selftaught-sft-"))
+    parts = (
+        micro_batches(cfg.batch_size, min(_longest_row(dataset, tokenizer), cfg.max_length))
+        if on_cpu(model)
+        else 1
+    )
     args = _sft_args(
         model,
         cfg,
@@ -307,6 +341,7 @@ def sft_train(
         progress=progress,
         report_to=report_to,
         run_name=run_name,
+        parts=parts,
     )
     step_times: list[float] = []
     stopped: list[str] = []
@@ -340,8 +375,10 @@ def _sft_args(
     progress: bool,
     report_to: str,
     run_name: str | None,
+    parts: int = 1,
 ) -> Any:
-    """TRL's SFTConfig for one fine-tune: no checkpoints, a log line per step."""
+    """TRL's SFTConfig for one fine-tune: no checkpoints, a log line per step; each batch in
+    `parts` micro-batches (`micro_batches`)."""
     from trl import SFTConfig
 
     from selftaught.tracking import trl_report_to
@@ -349,8 +386,8 @@ def _sft_args(
     return SFTConfig(
         output_dir=str(out),
         num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
+        per_device_train_batch_size=cfg.batch_size // parts,
+        gradient_accumulation_steps=cfg.grad_accum * parts,
         learning_rate=cfg.lr_for(backend),
         lr_scheduler_type="cosine",
         warmup_steps=cfg.warmup_ratio,

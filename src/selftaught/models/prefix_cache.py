@@ -1,0 +1,140 @@
+"""The key/value cache of prompt prefixes that many requests share, kept between requests.
+
+Every rollout of a skill starts with the same tokens (the chat template's header, the skill's
+rules and worked examples, the memory, the tool schemas); only the example differs. The local
+engine computes such a prefix's keys and values once, keeps them here, and prefills each new
+prompt from the end of its longest cached prefix on (`selftaught.models.batching`). vLLM and
+SGLang do the same server-side (automatic prefix caching, RadixAttention).
+
+An LRU of entries keyed by their token ids, bounded in bytes. A prompt may use any leading
+part of an entry (the keys and values of the first m tokens of a prefix are those of the
+first m tokens of any prompt that starts with them: attention is causal), so one entry also
+serves prompts that share only the template's header with it. The cache holds the weights of
+one moment: `sync` clears it when the model's state (parameters, active adapters) changed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_PREFIX_CACHE_MB = 256.0  # on a CPU, SmolLM2-135M: ~46 KB a token, ~5,800 tokens
+
+
+@dataclass(eq=False)
+class PrefixEntry:
+    """One cached prefix: its tokens and, per layer, keys and values [1, heads, len, dim]."""
+
+    tokens: tuple[int, ...]
+    kv: list[tuple[Any, Any]]
+    nbytes: int
+
+    def head(self, n: int) -> list[tuple[Any, Any]]:
+        """The keys and values of the first `n` tokens (views, no copy)."""
+        if n == len(self.tokens):
+            return self.kv
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in self.kv]
+
+
+class PrefixCache:
+    """Prompt-prefix key/value caches, least recently used dropped first.
+
+    Args:
+        max_bytes: most bytes of keys and values kept; an entry larger than that is not kept.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[int, ...], PrefixEntry] = OrderedDict()
+        self._version: Hashable = None
+        self.nbytes = 0
+        self.evictions = 0
+        self.invalidations = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def sync(self, version: Hashable) -> None:
+        """Forget every entry when the model's state is not the one they were computed with."""
+        if version != self._version:
+            if self._entries:
+                self.invalidations += 1
+            self.clear()
+            self._version = version
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.nbytes = 0
+
+    def match(
+        self, prompt: Sequence[int], limit: int | None = None
+    ) -> tuple[int, PrefixEntry | None]:
+        """The longest cached prefix of `prompt`, at most `limit` tokens: its length and
+        the entry it is the head of (0, None when none). The entry becomes the most recent."""
+        limit = len(prompt) if limit is None else min(limit, len(prompt))
+        best, found = 0, None
+        for entry in self._entries.values():
+            n = min(common_prefix_len(entry.tokens, prompt), limit)
+            if n > best:
+                best, found = n, entry
+        if found is not None:
+            self._entries.move_to_end(found.tokens)
+        return best, found
+
+    def put(self, tokens: tuple[int, ...], kv: list[tuple[Any, Any]]) -> PrefixEntry:
+        """Keep `kv` (contiguous tensors the cache now owns) as the prefix `tokens`, dropping
+        the least recently used entries to stay within `max_bytes`, and entries that are a
+        head of it (it serves their prompts too). Returns the entry, kept or not."""
+        entry = PrefixEntry(tokens, kv, sum(k.nbytes + v.nbytes for k, v in kv))
+        if entry.nbytes > self.max_bytes:
+            return entry
+        for old in [e for e in self._entries.values() if tokens[: len(e.tokens)] == e.tokens]:
+            self._drop(old)
+        while self._entries and self.nbytes + entry.nbytes > self.max_bytes:
+            self._drop(next(iter(self._entries.values())))
+            self.evictions += 1
+        self._entries[tokens] = entry
+        self.nbytes += entry.nbytes
+        return entry
+
+    def _drop(self, entry: PrefixEntry) -> None:
+        del self._entries[entry.tokens]
+        self.nbytes -= entry.nbytes
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share (slice comparisons run in C: a binary search
+    over them beats a Python loop over thousands of tokens)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def model_state(model: Any) -> Hashable:
+    """What the cached keys and values depend on: each parameter's identity and in-place
+    version counter (an optimizer step, `load_state_dict`, a merged adapter or swapped modules
+    change it) and, for a peft model, which adapters are active, disabled or merged (switching
+    them changes no parameter)."""
+    weights = tuple((id(p), p._version) for p in model.parameters())
+    try:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:
+        return weights
+    adapters = tuple(
+        (bool(m.disable_adapters), tuple(m.active_adapters), tuple(m.merged_adapters))
+        for m in model.modules()
+        if isinstance(m, BaseTunerLayer)
+    )
+    return weights, adapters
