@@ -74,7 +74,9 @@ def round_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _seconds(r: dict[str, Any]) -> str:
     if r["round_s"] is None:
         return "–"
-    return f"{r['round_s']:.0f} ({r['sample_s'] or 0:.0f} / {r['train_s'] or 0:.0f})"
+    if r.get("sample_s") is None:  # a report written before the phases were timed
+        return f"{r['round_s']:.0f}"
+    return f"{r['round_s']:.0f} ({r['sample_s']:.0f} / {r['train_s'] or 0:.0f})"
 
 
 def _pct(x: float | None) -> str:
@@ -109,11 +111,13 @@ def readme_body(report: dict[str, Any]) -> str:
     ]
     p = report["paired"]
     m = report["machine"]
+    rss = report.get("max_rss_gb")  # absent from reports written before RSS was recorded
     return "\n".join(
         [
             f"`{report['command']}` — {m['date']}, {m['cpu_count']} cores, "
             f"{report['threads']} torch threads, load {m['loadavg']}, "
-            f"{report['wall_seconds'] / 60:.1f} min wall, peak RSS {report['max_rss_gb']} GB.",
+            f"{report['wall_seconds'] / 60:.1f} min wall"
+            + (f", peak RSS {rss} GB." if rss is not None else "."),
             "",
             markdown_table(head, rows),
             "",
