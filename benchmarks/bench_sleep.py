@@ -282,6 +282,8 @@ def night_row(k: int, report: dict[str, Any]) -> dict[str, Any]:
         if weights
         else None,
         "night_usage": report.get("usage"),
+        "phase_seconds": report.get("phase_seconds"),
+        "weight_seconds": weights.get("seconds"),
     }
 
 

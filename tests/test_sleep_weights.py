@@ -119,6 +119,22 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     assert "| current |" in md and "| sft |" in md
 
 
+def test_the_report_says_where_the_nights_time_went(tmp_path):
+    fill_log(tmp_path, MIXED)
+    m = models(analyst=RULE_ALPHA)
+    m.adapter_trainer = FakeTrainer(sft=always_right)
+    (night,) = run_night(weight_config(tmp_path), models=m)
+    assert night.status == "staged", night.reason
+    assert list(night.phase_seconds) == ["mine", "text", "proofread", "weights"]
+    assert all(s >= 0 for s in night.phase_seconds.values())
+    assert night.phases["skill"]["seconds"] <= night.phase_seconds["text"]
+    assert list(night.weights["seconds"]) == ["replay", "train", "gate"]
+    assert sum(night.weights["seconds"].values()) <= night.phase_seconds["weights"] + 0.01
+    assert sum(night.phase_seconds.values()) <= night.seconds + 0.01
+    md = (night.night_dir / "report.md").read_text()
+    assert "## Time" in md and "weights " in md and "(replay " in md and "(skill " in md
+
+
 def test_a_weights_only_night_trains_no_text_and_lets_the_gate_pick_the_adapter(tmp_path):
     fill_log(tmp_path, MIXED)
     analyst = canned_analyst(failure=edits_json(append("rule alpha")))  # would edit the skill

@@ -11,6 +11,7 @@ from one that had nothing to learn.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,7 @@ def consolidate(
             }
             continue
         skill_doc = document == "skill"
+        t0 = time.perf_counter()
         try:
             phase = _phase(
                 document,
@@ -245,6 +247,7 @@ def consolidate(
             result.phases[document] = {"document": document, "ran": False, "error": str(err)}
             return result
         result.phases[document] = phase
+        phase["seconds"] = round(time.perf_counter() - t0, 2)  # demo modes not included
         if skill_doc and phase.get("ran") and training.demos_max:
             try:
                 tracked = TrackedModel(target, ledger, "target")

@@ -38,7 +38,8 @@ import dataclasses
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -286,6 +287,7 @@ class ProjectNight(RunResult):
     recall: dict[str, Any] = field(default_factory=dict)
     splits: dict[str, int] = field(default_factory=dict)
     phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # mine, text, proofread, weights
     proposal: dict[str, Any] | None = None
     proofread: dict[str, Any] | None = None
     replay: str | None = None  # how val tasks were replayed: episode, reply or agent
@@ -381,6 +383,7 @@ REPORT_FIELDS = (
     "recall",
     "splits",
     "phases",
+    "phase_seconds",
     "usage",
     "proposal",
     "proofread",
@@ -817,7 +820,8 @@ def run_project(
     evidence = EvidenceLog(night_dir / "evidence.jsonl")
     mined: _Mined | None = None
     try:
-        mined = _mine_and_split(report, taken, config, models, adopted, home)
+        with _timed(report, "mine"):
+            mined = _mine_and_split(report, taken, config, models, adopted, home)
         _learn(report, project, mined, config, models, adopted, night_dir, evidence, console)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
@@ -837,6 +841,17 @@ def run_project(
     if config.auto_adopt and report["status"] == "staged" and not dry_run:
         outcome = _auto_adopt(outcome, night_dir, night, config, home, console)
     return outcome
+
+
+@contextmanager
+def _timed(report: dict[str, Any], phase: str) -> Iterator[None]:
+    """Add the block's wall seconds to `report["phase_seconds"][phase]` (what a night costs)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds = report.setdefault("phase_seconds", {})
+        seconds[phase] = round(seconds.get(phase, 0.0) + time.perf_counter() - t0, 2)
 
 
 def _as_served(models: NightModels, adopted: Adopted, report: dict[str, Any]) -> NightModels:
@@ -914,25 +929,30 @@ def _learn(
     agent = is_agent(models.target)  # replays on the agent itself, else on a chat model:
     task = AgentNightTask(project, splits) if agent else night_task(project, splits)
     report["replay"] = "agent" if agent else "episode" if is_tool_task(task) else "reply"
-    result = consolidate(
-        config.training,
-        config.documents,
-        config.progress,
-        task,
-        models.target,
-        models.optimizer,
-        models.judge,
-        adopted,
-        night_dir,
-        evidence,
-        console,
-        modes=config.demo_modes,
-    )
+    with _timed(report, "text"):
+        result = consolidate(
+            config.training,
+            config.documents,
+            config.progress,
+            task,
+            models.target,
+            models.optimizer,
+            models.judge,
+            adopted,
+            night_dir,
+            evidence,
+            console,
+            modes=config.demo_modes,
+        )
     report["notes"] += result.notes
-    _proofread(report, result, adopted, task, models.target, config, night_dir, evidence, splits)
-    choice = _weights(
-        report, config, models, task, mined, adopted, result, night_dir, evidence, console
-    )
+    with _timed(report, "proofread"):
+        _proofread(
+            report, result, adopted, task, models.target, config, night_dir, evidence, splits
+        )
+    with _timed(report, "weights"):
+        choice = _weights(
+            report, config, models, task, mined, adopted, result, night_dir, evidence, console
+        )
     _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
 
 

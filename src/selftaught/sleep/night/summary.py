@@ -483,6 +483,7 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         lines += ["", "## Phases", ""]
         for document, phase in phases.items():
             lines += _phase_lines(document, phase)
+    lines += time_lines(report)
     if report.get("usage"):
         lines += ["", "## Usage", "", *_usage_lines(report["usage"], report.get("budget"))]
     lines += [
@@ -492,6 +493,28 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         f"`selftaught report {night_dir}` renders the skill phase as HTML.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def time_lines(report: dict[str, Any]) -> list[str]:
+    """Where the night's wall time went, phase by phase (the weight phase in its parts)."""
+    seconds = report.get("phase_seconds") or {}
+    if not seconds:
+        return []
+    parts = []
+    for phase, s in seconds.items():
+        part = f"{phase} {s:.0f} s"
+        if phase == "text":
+            docs = [
+                f"{d} {p['seconds']:.0f} s"
+                for d, p in (report.get("phases") or {}).items()
+                if p.get("seconds") is not None
+            ]
+            part += f" ({', '.join(docs)})" if docs else ""
+        if phase == "weights":
+            inner = ((report.get("weights") or {}).get("seconds")) or {}
+            part += f" ({', '.join(f'{k} {v:.0f} s' for k, v in inner.items())})" if inner else ""
+        parts.append(part)
+    return ["", "## Time", "", f"- {'; '.join(parts)}; total {sum(seconds.values()):.0f} s"]
 
 
 def _clip(text: str, limit: int = 80) -> str:

@@ -354,6 +354,7 @@ class WeightChoice:
     adapter: TrainedAdapter | None = None
     train_items: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # replay, train, gate
 
     @property
     def with_text(self) -> bool:
@@ -369,6 +370,7 @@ class WeightChoice:
             "trained": self.trained,
             "train_items": self.train_items,
             "notes": self.notes,
+            "seconds": self.seconds,
         }
 
     def paired(self) -> dict[str, Any]:
@@ -519,10 +521,20 @@ def weight_candidates(
     """Build the data, train the adapters, let the gate choose. None (with notes) when no
     adapter could be trained: the night then stays text-only, as without weights."""
     base = _tracked(target, evidence, ledger)
+    clock = time.perf_counter()
+    seconds: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = round(now - clock, 2)
+        clock = now
+
     try:
         data = build_data(task, train_tasks, base, text.adopted, cfg, training)
     except (BudgetExhausted, BackendError) as err:
         return None, [f"weights not trained: replaying the train tasks failed ({err})"]
+    lap("replay")
     assert_train_only(data, task)  # fails the night closed
     console.print(
         f"weights: {data.stats['corrections']} corrections, {data.stats['elite']} elite "
@@ -530,6 +542,7 @@ def weight_candidates(
     )
     weights_dir = night_dir / "weights"
     adapters, trained, notes = train_adapters(mode, data, cfg, trainer, weights_dir)
+    lap("train")
     if not adapters:
         return None, [f"weights: {n}" for n in notes] or ["weights: no adapter was trained"]
     try:
@@ -540,6 +553,7 @@ def weight_candidates(
         for a in adapters.values():
             _close(a.model)
         return None, [*notes, f"weights not compared: the budget ran out ({err})"]
+    lap("gate")
     choice = WeightChoice(
         winner=winner,
         why=_why(winner, gates, summaries),
@@ -550,6 +564,7 @@ def weight_candidates(
         trained=trained,
         train_items=data.train_items(),
         notes=notes,
+        seconds=seconds,
     )
     for m, a in adapters.items():
         if winner.split("+")[0] == m:
