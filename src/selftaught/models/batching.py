@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from selftaught.errors import RunError
+from selftaught.errors import ConfigError, RunError
 from selftaught.models.prefix_cache import (
     DEFAULT_PREFIX_CACHE_MB,
     PrefixCache,
@@ -602,22 +602,10 @@ def _growing_layer() -> type:
             """Append `other`'s rows below these, each side left-padded with zero columns
             (`pad` here, `other_pad` there) to one width."""
             width = self.length + pad
-            rows = self.keys.shape[0]
-            like = self.keys
-            size = (rows + other.keys.shape[0], like.shape[1], width + max(_HEADROOM, width // 4))
-            keys, values = (
-                like.new_empty((*size, like.shape[3])),
-                like.new_empty((*size, like.shape[3])),
+            self.buffers = (
+                _stacked(self.keys, other.keys, pad, other_pad, width),
+                _stacked(self.values, other.values, pad, other_pad, width),
             )
-            for buffer, mine, theirs in (
-                (keys, self.keys, other.keys),
-                (values, self.values, other.values),
-            ):
-                buffer[:rows, :, :pad] = 0
-                buffer[:rows, :, pad:width] = mine
-                buffer[rows:, :, :other_pad] = 0
-                buffer[rows:, :, other_pad:width] = theirs
-            self.buffers = (keys, values)
             self._set_length(width)
 
         def reset(self) -> None:
@@ -626,7 +614,7 @@ def _growing_layer() -> type:
 
         def crop(self, tokens_to_remove: int) -> None:
             if tokens_to_remove > 0:
-                raise ValueError("crop takes the negative number of tokens to remove")
+                raise ConfigError("crop takes the negative number of tokens to remove")
             if tokens_to_remove and self.is_initialized:
                 self._set_length(self.length + tokens_to_remove)
 
@@ -644,6 +632,19 @@ def _growing_layer() -> type:
                 self._set_length(self.length)
 
     return GrowingLayer
+
+
+def _stacked(mine: Any, theirs: Any, pad: int, their_pad: int, width: int) -> Any:
+    """One buffer with `mine`'s rows over `theirs`, each left-padded with zeros to `width`
+    columns, and spare columns after."""
+    rows = mine.shape[0]
+    size = (rows + theirs.shape[0], mine.shape[1], width + max(_HEADROOM, width // 4))
+    buffer = mine.new_empty((*size, mine.shape[3]))
+    buffer[:rows, :, :pad] = 0
+    buffer[:rows, :, pad:width] = mine
+    buffer[rows:, :, :their_pad] = 0
+    buffer[rows:, :, their_pad:width] = theirs
+    return buffer
 
 
 def _check_cache(cache: Any) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from selftaught.errors import ConfigError
+
 DEFAULT_PREFIX_CACHE_MB = 256.0  # on a CPU, SmolLM2-135M: ~46 KB a token, ~5,800 tokens
 
 
@@ -47,7 +49,7 @@ class PrefixCache:
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes < 0:
-            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+            raise ConfigError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[int, ...], PrefixEntry] = OrderedDict()
         self._version: Hashable = None
