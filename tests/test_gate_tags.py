@@ -125,3 +125,24 @@ def test_a_run_refuses_a_candidate_whose_total_rises_while_a_tag_collapses(tmp_p
     else:
         assert verdict["decision"] == "accept_new_best"
         assert "rule alpha" in summary.best_skill
+
+
+def test_the_veto_is_a_flag_of_optimize_train_and_sleep_run(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    lines = [{"input": f"What is {i} + 1?", "reference": str(i + 1)} for i in range(30)]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        ["optimize", "--task", "jsonl:t.jsonl", "--model", "cmd:echo 4", "--proposals", "0",
+         "--epochs", "1", "--gate-tag-margin", "0", "--output", "run"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "needs tagged val examples" in " ".join(result.output.split())
+    for command in (["train", "--method", "rest"], ["sleep", "run"]):
+        text = runner.invoke(app, [*command, "--help"], terminal_width=200).output
+        assert "--gate-tag-alpha" in text and "--gate-tag-margin" in text

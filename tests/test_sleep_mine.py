@@ -113,6 +113,19 @@ def test_near_duplicates_merge_but_different_numbers_never_do():
     assert merged.negative and merged.sources[0] == rows[1].id  # the newest leads
 
 
+def test_mined_tasks_carry_their_interactions_tags_for_the_per_tag_veto():
+    rows = [
+        it("What is 3 + 4?", "8", created_at=1.0, reference="7", tags=["billing"]),
+        it("what is 3+4", "7", created_at=2.0, reference="7", tags=["support", "billing"]),
+        it("What is 3 + 5?", "8", created_at=3.0, reference="8"),
+    ]
+    tasks, _ = mine(rows, MineConfig())
+    merged = next(t for t in tasks if len(t.sources) == 2)
+    assert merged.state["tags"] == ["billing", "support"]  # the union of the merged rows'
+    untagged = next(t for t in tasks if len(t.sources) == 1)
+    assert "tags" not in untagged.state
+
+
 def test_splits_are_stable_disjoint_and_refuse_too_few_tasks():
     rows = [it(f"Question number {i}: what is {i} + {i}?", reference=str(2 * i)) for i in range(12)]
     tasks, _ = mine(rows, MineConfig())

@@ -71,7 +71,13 @@ ApiKeyOpt = Annotated[
 # Generated from the configs (each option's help is its field's docstring, its default the
 # field's): the one gate (selftaught.gate), budgets (every call counts: target, optimizer,
 # judge, repairs, gate evaluations) and how a task spec is loaded. Field -> option name.
-GATE_FLAGS = {"metric": "gate_metric", "margin": "gate_margin", "confidence": "gate_confidence"}
+GATE_FLAGS = {
+    "metric": "gate_metric",
+    "margin": "gate_margin",
+    "confidence": "gate_confidence",
+    "tag_alpha": "gate_tag_alpha",
+    "tag_margin": "gate_tag_margin",
+}
 BUDGET_FLAGS = {
     "calls": "budget_calls",
     "tokens": "budget_tokens",
@@ -84,6 +90,8 @@ SeedOpt = config_option(TaskOptions, "seed")
 GateMetricOpt = config_option(GateConfig, "metric", optional=True)
 GateMarginOpt = config_option(GateConfig, "margin")
 GateConfidenceOpt = config_option(GateConfig, "confidence")
+GateTagAlphaOpt = config_option(GateConfig, "tag_alpha", optional=True)
+GateTagMarginOpt = config_option(GateConfig, "tag_margin", optional=True)
 BudgetCallsOpt = config_option(Budget, "calls")
 BudgetTokensOpt = config_option(Budget, "tokens")
 BudgetUsdOpt = config_option(Budget, "usd")

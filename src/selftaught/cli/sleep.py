@@ -21,6 +21,8 @@ from selftaught.cli.common import (
     BudgetUsdOpt,
     F,
     GateConfidenceOpt,
+    GateTagAlphaOpt,
+    GateTagMarginOpt,
     GateMarginOpt,
     GateMetricOpt,
     MaxBodyOpt,
@@ -525,6 +527,8 @@ def sleep_run_cmd(
     gate_metric: GateMetricOpt = None,
     gate_margin: GateMarginOpt = GateConfig.margin,
     gate_confidence: GateConfidenceOpt = None,
+    gate_tag_alpha: GateTagAlphaOpt = None,
+    gate_tag_margin: GateTagMarginOpt = None,
     preferences: Annotated[
         str | None, typer.Option(help="House rules for the analyst: text, or a file holding it.")
     ] = None,
@@ -551,7 +555,14 @@ def sleep_run_cmd(
         **skill_fields,
         preferences=_preferences(preferences),
         gate=dataclasses.replace(
-            gate_config(gate_metric, gate_margin, gate_confidence), accept_all=gate == "off"
+            gate_config(
+                gate_metric,
+                gate_margin,
+                gate_confidence,
+                tag_alpha=gate_tag_alpha,
+                tag_margin=gate_tag_margin,
+            ),
+            accept_all=gate == "off",
         ),
         budget=budget(budget_calls, budget_tokens, budget_usd),
         seed=seed,

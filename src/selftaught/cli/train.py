@@ -235,9 +235,11 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-def train_gate(metric: str | None, margin: float, confidence: float | None) -> GateConfig | None:
+def train_gate(
+    metric: str | None, margin: float, confidence: float | None, **tag_veto: float | None
+) -> GateConfig | None:
     """The gate the user set, or None for the task's own default (soft for games)."""
-    gate = gate_config(metric, margin, confidence)
+    gate = gate_config(metric, margin, confidence, **tag_veto)
     return None if metric is None and gate == GateConfig() else gate
 
 

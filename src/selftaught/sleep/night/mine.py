@@ -301,6 +301,8 @@ def new_task(
 ) -> MinedTask:
     """The task of `it`: its id is a hash of its user requests, so it is stable across nights."""
     key = "\n".join(normalized_prompt(str(m["content"])) for m in messages if m["role"] == "user")
+    if it.tags:  # the gate's per-tag veto reads them (import `tags`, a harvest's source)
+        state = {**state, "tags": sorted(set(it.tags))}
     return MinedTask(
         id="t-" + hashlib.sha256(key.encode()).hexdigest()[:12],
         messages=messages,
@@ -335,6 +337,9 @@ def _merge(group: list[MinedTask]) -> MinedTask:
         head.origins += [o for o in other.origins if o not in head.origins]
         head.clients += [c for c in other.clients if c not in head.clients]
         head.negative = head.negative or other.negative
+    tags = sorted({tag for t in group for tag in t.state.get("tags", ())})
+    if tags:
+        head.state["tags"] = tags
     return head
 
 
