@@ -32,7 +32,8 @@ RESULTS = BENCH_DIR / "results"
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), BENCH_DIR / "README.md")
 
 TABLE = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(\n<!-- /table:\2 -->)", re.S)
-FIG = re.compile(r"(<!-- fig:([^#\s]+)#([\w.\-]+)\|([^ ]*) -->)(.*?)(<!-- /fig -->)", re.S)
+# a span is one line: a marker quoted in prose never reaches a later span's end
+FIG = re.compile(r"(<!-- fig:([^#\s]+)#([\w.\-]+)\|([^ ]*) -->)(.*?)(<!-- /fig -->)")
 
 
 def _load(results: Path, name: str) -> Any:
