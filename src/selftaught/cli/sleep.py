@@ -549,20 +549,11 @@ def sleep_run_cmd(
     from selftaught.sleep.night.cycle import run_night
     from selftaught.sleep.night.summary import print_outcomes
 
-    if gate not in ("on", "off"):
-        raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
     training = night_training(
         **skill_fields,
         preferences=_preferences(preferences),
-        gate=dataclasses.replace(
-            gate_config(
-                gate_metric,
-                gate_margin,
-                gate_confidence,
-                tag_alpha=gate_tag_alpha,
-                tag_margin=gate_tag_margin,
-            ),
-            accept_all=gate == "off",
+        gate=_night_gate(
+            gate, gate_metric, gate_margin, gate_confidence, gate_tag_alpha, gate_tag_margin
         ),
         budget=budget(budget_calls, budget_tokens, budget_usd),
         seed=seed,
@@ -589,6 +580,21 @@ def sleep_run_cmd(
     print_outcomes(outcomes, out, dry_run=dry_run)
     if any(o.failed for o in outcomes):
         raise typer.Exit(1)
+
+
+def _night_gate(
+    gate: str,
+    metric: str | None,
+    margin: float,
+    confidence: float | None,
+    tag_alpha: float | None,
+    tag_margin: float | None,
+) -> GateConfig:
+    """The night's gate from `--gate on|off` and the gate options."""
+    if gate not in ("on", "off"):
+        raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
+    cfg = gate_config(metric, margin, confidence, tag_alpha=tag_alpha, tag_margin=tag_margin)
+    return dataclasses.replace(cfg, accept_all=gate == "off")
 
 
 def night_training(**settings: Any) -> Any:
