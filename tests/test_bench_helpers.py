@@ -202,3 +202,56 @@ def test_peer_config_changes_run_as_their_own_labelled_selftaught_variant():
         bench_peers.parse_args(["--config", "demo_max=3"])
     with pytest.raises(Exception, match="screen_keep"):  # a bad value fails before any run
         bench_peers.parse_args(["--config", "screen_keep=0"])
+
+
+def test_the_peer_driver_runs_selftaught_and_reads_its_typed_result(tmp_path):
+    """The peer benchmark's selftaught system, end to end on a scripted endpoint (the driver
+    in this interpreter: selftaught needs no peers' venv)."""
+    import json
+    import os
+    import subprocess
+
+    from selftaught.tasks import load_task
+
+    root = Path(__file__).resolve().parents[1]
+    spec = "gym:basic_arithmetic?max_terms=2&max_digits=1"
+    task = load_task(spec, seed=0, train_size=4, val_size=4, test_size=2)
+    refs = {e.input: str(e.reference) for s in ("train", "val") for e in task.examples(s)}
+
+    def answer(messages: list[dict]) -> str:
+        question = [m["content"] for m in messages if m["role"] == "user"][-1].split("\n\n")[0]
+        return refs.get(question, "no edits")
+
+    with FaultServer(answer) as up:
+        job = {
+            "system": "selftaught",
+            "task": {"spec": spec, "seed": 0, "train_size": 4, "val_size": 4, "test_size": 2},
+            "examples": {
+                s: [{"id": e.id, "input": e.input, "reference": str(e.reference)}
+                    for e in task.examples(s)]  # fmt: skip
+                for s in ("train", "val")
+            },
+            "seed": 0, "seed_prompt": "You are a helpful assistant.",
+            "target_url": up.base_url, "optimizer_url": up.base_url, "model_name": "fake-model",
+            "budget_calls": 20, "epochs": 1, "batch_size": 2, "minibatch_size": 2,
+            "max_tokens": 16, "analyst_max_tokens": 32, "concurrency": 2, "timeout_s": 30,
+            "out_dir": str(tmp_path / "run"),
+        }  # fmt: skip
+        (tmp_path / "job.json").write_text(json.dumps(job))
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(root / "benchmarks/peers/driver.py"),
+                str(tmp_path / "job.json"),
+                str(tmp_path / "result.json"),
+            ],  # fmt: skip
+            env={**os.environ, "PYTHONPATH": str(root / "src")},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["system"] == "selftaught" and result["own_val"]["seed"] == 1.0
+    assert result["shipped_prompt"].startswith("You are a helpful assistant.")
+    assert isinstance(result["decisions"], dict) and "parse_rate" in result["analyst"]

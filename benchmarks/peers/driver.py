@@ -136,7 +136,7 @@ def run_selftaught(job: dict[str, Any], task: Task) -> dict[str, Any]:
         **job.get("config", {}),  # bench_peers.py --config: defaults being swept
     )
     name = job["model_name"]
-    summary = selftaught.optimize(
+    run = selftaught.optimize(
         task,
         f"{job['target_url']}#{name}",
         optimizer_model=f"{job['optimizer_url']}#{name}",
@@ -145,16 +145,19 @@ def run_selftaught(job: dict[str, Any], task: Task) -> dict[str, Any]:
         output_dir=job["out_dir"],
         model_options={"timeout_s": job["timeout_s"]},
         progress=False,
-    ).summary
-    decisions = summary["decisions"]
+    )  # a typed SkillRunResult
+    seed_val, shipped_val = run.val_initial, run.val_best
     return {
-        "shipped_prompt": summary["best_skill"],
-        "own_val": {"seed": summary["val_initial"]["hard"], "shipped": summary["val_best"]["hard"]},
-        "steps": summary["steps"],
-        "accepted": decisions.get("accept_new_best", 0),
-        "decisions": decisions,
-        "stopped_by": summary["stopped_by"],
-        "analyst": summary["analyst"],
+        "shipped_prompt": run.best_skill,
+        "own_val": {
+            "seed": seed_val.hard if seed_val else None,
+            "shipped": shipped_val.hard if shipped_val else None,
+        },
+        "steps": run.steps,
+        "accepted": run.decisions.get("accept_new_best", 0),
+        "decisions": dict(run.decisions),
+        "stopped_by": run.stopped_by,
+        "analyst": run.analyst.to_dict(),
     }
 
 
