@@ -45,6 +45,11 @@ needs_tokenizer = pytest.mark.skipif(TOKENIZER_DIR is None, reason="embedded mod
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    return load_tokenizer()
+
+
+def load_tokenizer():
+    """The embedded model's tokenizer (the test skips without it)."""
     if TOKENIZER_DIR is None:
         pytest.skip("embedded model not installed")
     return transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
@@ -76,6 +81,11 @@ def tiny_model(tokenizer, seed: int = 0, context: int = 512):
 def reference_greedy(model, tokenizer, messages, max_tokens: int) -> list[int]:
     """Unbatched greedy `generate`, one prompt, no padding: the tokens batching must equal."""
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return greedy_tokens(model, tokenizer, text, max_tokens)
+
+
+def greedy_tokens(model, tokenizer, text: str, max_tokens: int) -> list[int]:
+    """Unbatched greedy `generate` on a rendered prompt: the reply's token ids."""
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
     with torch.inference_mode():
         out = model.generate(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from selftaught.models import GenerationParams  # noqa: E402
-from selftaught.models import embedded as embedded_module  # noqa: E402
 from selftaught.models.batching import ContinuousBatcher, GenSequence  # noqa: E402
 from selftaught.models.local import LocalModel  # noqa: E402
 from selftaught.models.prefix_cache import (  # noqa: E402
@@ -27,6 +25,15 @@ from selftaught.models.prefix_cache import (  # noqa: E402
     common_prefix_len,
     model_state,
 )
+from tests.test_local_engine import (  # noqa: E402
+    greedy_tokens,
+    load_tokenizer,
+    needs_tokenizer,
+    reference_greedy,
+    tiny_model,
+)
+from tests.test_local_model import needs_model as needs_embedded  # noqa: E402
+from tests.test_local_tools import ADD  # noqa: E402
 
 # ---------------------------------------------------------------------- the LRU alone
 
@@ -102,67 +109,13 @@ def test_a_negative_bound_is_refused():
 # ---------------------------------------------------------------------- the engine, tiny model
 
 
-def _tokenizer_dir() -> Path | None:
-    folder = embedded_module.cache_root() / "models" / embedded_module.EMBEDDED_NAME
-    if folder.exists():
-        return folder
-    try:
-        return embedded_module.embedded_model_dir()
-    except embedded_module.EmbeddedModelMissing:
-        return None
-
-
-TOKENIZER_DIR = _tokenizer_dir()
-needs_model = pytest.mark.skipif(TOKENIZER_DIR is None, reason="embedded model not installed")
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
-    if TOKENIZER_DIR is None:
-        pytest.skip("embedded model not installed")
-    return transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-
-
-def tiny_model(tokenizer, seed: int = 0):
-    """A 2-layer random Llama over the real tokenizer (never says EOS: replies run to their
-    caps, so every token is a chance for reuse to diverge)."""
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=True,
-    )
-    generator = torch.Generator().manual_seed(seed)
-    model = transformers.LlamaForCausalLM(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * 0.5)
-    return model.eval()
+    return load_tokenizer()
 
 
 def conversation(skill: str, question: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": skill}, {"role": "user", "content": question}]
-
-
-def greedy_reference(model, tokenizer, messages, max_tokens: int) -> list[int]:
-    """Unbatched greedy `generate` on the whole prompt: what every reply must equal."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.eos_token_id,
-        )
-    return out[0, ids.shape[1] :].tolist()
 
 
 SKILL_A = "Rules: add carefully, check every digit, answer with the number only. " * 10
@@ -181,11 +134,11 @@ def answer_all(local: LocalModel, conversations, caps) -> list[str]:
     return [r.text for r in asyncio.run(main())]
 
 
-@needs_model
+@needs_tokenizer
 def test_a_cached_skill_is_reused_by_the_next_batch(tokenizer):
     """The second busy period prefills only the questions: the skill's KV outlived the first
     batch, and the replies are still those of unbatched greedy decoding."""
-    model = tiny_model(tokenizer)
+    model = tiny_model(tokenizer, context=1024)
     local = LocalModel.from_pretrained_model(model, tokenizer, max_batch_size=3)
     first = [conversation(SKILL_A, f"What is {i} + {i}?") for i in range(3)]
     second = [conversation(SKILL_A, f"How much is {i} times {i + 2}?") for i in range(4)]
@@ -195,7 +148,7 @@ def test_a_cached_skill_is_reused_by_the_next_batch(tokenizer):
     stats = local.stats
     local.close()
     for messages, cap, text in zip(second, [3, 6, 4, 5], texts, strict=True):
-        expected = greedy_reference(model, tokenizer, messages, cap)
+        expected = reference_greedy(model, tokenizer, messages, cap)
         assert text == tokenizer.decode(expected, skip_special_tokens=True)
     skill_tokens = len(tokenizer(SKILL_A, add_special_tokens=False)["input_ids"])
     assert stats.prefix_builds == builds  # nothing recomputed for the second batch
@@ -203,11 +156,11 @@ def test_a_cached_skill_is_reused_by_the_next_batch(tokenizer):
     assert stats.prefix_tokens_reused >= 4 * skill_tokens
 
 
-@needs_model
+@needs_tokenizer
 def test_rows_of_one_prefill_may_start_from_different_prefixes(tokenizer):
     """Two skills (and a prompt sharing only the template's header) admitted together:
     each row continues its own cached prefix, with the same replies as unbatched decoding."""
-    model = tiny_model(tokenizer, seed=1)
+    model = tiny_model(tokenizer, seed=1, context=1024)
     local = LocalModel.from_pretrained_model(model, tokenizer, max_batch_size=8, batch_wait_ms=50)
     answer_all(
         local, [conversation(SKILL_A, "warm up a"), conversation(SKILL_B, "warm up b")], [2, 2]
@@ -226,15 +179,15 @@ def test_rows_of_one_prefill_may_start_from_different_prefixes(tokenizer):
     local.close()
     assert stats.prefill_calls - calls == 1  # one forward for all five, different heads
     for messages, cap, text in zip(mixed, caps, texts, strict=True):
-        expected = greedy_reference(model, tokenizer, messages, cap)
+        expected = reference_greedy(model, tokenizer, messages, cap)
         assert text == tokenizer.decode(expected, skip_special_tokens=True)
 
 
-@needs_model
+@needs_tokenizer
 def test_changed_weights_drop_the_cached_prefixes(tokenizer):
     """A training step between busy periods (an in-place update of the parameters): the next
     replies are the new weights' own, not continuations of stale keys and values."""
-    model = tiny_model(tokenizer, seed=2)
+    model = tiny_model(tokenizer, seed=2, context=1024)
     local = LocalModel.from_pretrained_model(model, tokenizer, max_batch_size=2)
     prompts = [conversation(SKILL_A, f"What is {i} + 1?") for i in range(2)]
     answer_all(local, prompts, [3, 3])
@@ -247,14 +200,14 @@ def test_changed_weights_drop_the_cached_prefixes(tokenizer):
     local.close()
     assert cache.invalidations == 1
     for messages, text in zip(prompts, texts, strict=True):
-        expected = greedy_reference(model, tokenizer, messages, 5)
+        expected = reference_greedy(model, tokenizer, messages, 5)
         assert text == tokenizer.decode(expected, skip_special_tokens=True)
 
 
-@needs_model
+@needs_tokenizer
 def test_switching_a_peft_adapter_off_changes_the_model_state(tokenizer):
     peft = pytest.importorskip("peft")
-    model = tiny_model(tokenizer, seed=3)
+    model = tiny_model(tokenizer, seed=3, context=1024)
     wrapped = peft.get_peft_model(
         model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     )
@@ -265,49 +218,28 @@ def test_switching_a_peft_adapter_off_changes_the_model_state(tokenizer):
     assert model_state(wrapped) == before
 
 
-@needs_model
+@needs_tokenizer
 def test_replies_carry_their_time_to_first_token(tokenizer):
-    local = LocalModel.from_pretrained_model(tiny_model(tokenizer), tokenizer)
+    local = LocalModel.from_pretrained_model(tiny_model(tokenizer, context=1024), tokenizer)
     reply = local.chat(conversation(SKILL_A, "What is 2 + 2?"), GenerationParams(max_tokens=8))
     local.close()
     assert 0 < reply.extra["ttft_s"] < reply.latency_s
 
 
-ADD_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
-
-
 def greedy_on_text(model, tokenizer, text: str, max_tokens: int) -> str:
-    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.eos_token_id,
-        )
-    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    return tokenizer.decode(
+        greedy_tokens(model, tokenizer, text, max_tokens), skip_special_tokens=True
+    )
 
 
-@needs_model
+@needs_tokenizer
 def test_an_episodes_next_turn_prefills_only_what_is_new(tokenizer):
     """A turn offered tools keeps its conversation's keys and values when it ends: the next
     turn (that conversation, the call and its result) reuses them, and its reply is still
     exactly unbatched greedy decoding's."""
-    model = tiny_model(tokenizer, seed=5)
+    model = tiny_model(tokenizer, seed=5, context=1024)
     local = LocalModel.from_pretrained_model(model, tokenizer, max_batch_size=2)
-    params = GenerationParams(max_tokens=6, tools=[ADD_TOOL])
+    params = GenerationParams(max_tokens=6, tools=[ADD])
     first = conversation(SKILL_A, "What is 1200 + 3400? Use the tool.")
     reply = local.chat(first, params)
     second = first + [
@@ -324,11 +256,11 @@ def test_an_episodes_next_turn_prefills_only_what_is_new(tokenizer):
     local.close()
 
 
-@needs_model
+@needs_tokenizer
 def test_the_cache_stays_within_its_bound(tokenizer):
     """Many different long skills through a small cache: it never holds more than its
     bound, the oldest are dropped, and the replies stay exact."""
-    model = tiny_model(tokenizer, seed=4)
+    model = tiny_model(tokenizer, seed=4, context=1024)
     batcher = ContinuousBatcher(
         model,
         [tokenizer.eos_token_id],
@@ -361,15 +293,7 @@ def test_the_cache_stays_within_its_bound(tokenizer):
 # ---------------------------------------------------------------------- the embedded model
 
 
-def _embedded_available() -> bool:
-    try:
-        embedded_module.embedded_gguf_path()
-    except embedded_module.EmbeddedModelMissing:
-        return (embedded_module.cache_root() / "models" / embedded_module.EMBEDDED_NAME).exists()
-    return True
-
-
-@pytest.mark.skipif(not _embedded_available(), reason="embedded model not installed")
+@needs_embedded
 def test_prefix_reuse_gives_the_same_greedy_replies_on_the_embedded_model():
     """SmolLM2-135M, a ~300-token shared system prompt, 6 questions of different lengths and
     caps, 3 rows at a time (slots refilled as rows finish): with prefix reuse and without,
@@ -448,7 +372,7 @@ def _replies(local: LocalModel, conversations, caps):
     return asyncio.run(main())
 
 
-@needs_model
+@needs_tokenizer
 def test_a_caller_answered_joins_the_next_step(tokenizer, monkeypatch):
     """Rollout-like callers (C at a time, the next one starting when one is answered): the
     newcomer reaches the inbox before the next decode step, so no step runs a row short
@@ -457,7 +381,9 @@ def test_a_caller_answered_joins_the_next_step(tokenizer, monkeypatch):
 
     def one_row_steps(turns: int) -> int:
         monkeypatch.setattr(local_module, "_FOLLOW_UP_TURNS", turns)
-        local = LocalModel.from_pretrained_model(tiny_model(tokenizer), tokenizer, max_batch_size=2)
+        local = LocalModel.from_pretrained_model(
+            tiny_model(tokenizer, context=1024), tokenizer, max_batch_size=2
+        )
         caps = [3, 9, 3, 3, 3, 9]
 
         async def main():
