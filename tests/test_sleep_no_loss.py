@@ -10,7 +10,6 @@ failures."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -26,6 +25,7 @@ import openai
 
 from selftaught.sleep.intake.log import LogFilter, TaskLog
 from tests.fake_upstream import FakeUpstream
+from tests.test_sleep_proxy import wait_healthy
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -68,13 +68,7 @@ def test_answers_are_rows_while_other_processes_read_and_write_the_log(tmp_path)
         url = f"http://127.0.0.1:{port}/v1"
         answered: list[str] = []
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url.removesuffix("/v1") + "/health").status_code == 200:
-                        break
-                assert proxy.poll() is None and time.monotonic() < deadline, proxy.stdout.read()
-                time.sleep(0.1)
+            wait_healthy(proxy, url)
             client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=30)
             for i in range(6):
                 reply = client.chat.completions.with_raw_response.create(
@@ -155,13 +149,7 @@ def test_kill_9_under_load_leaves_no_answered_request_out_of_the_log(log_at, tmp
         answered: list[str] = []
         lock, stop = threading.Lock(), threading.Event()
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url.removesuffix("/v1") + "/health").status_code == 200:
-                        break
-                assert proxy.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+            wait_healthy(proxy, url)
             clients = [
                 threading.Thread(target=_load, args=(url, stop, answered, lock, n))
                 for n in range(16)

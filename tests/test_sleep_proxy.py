@@ -383,6 +383,17 @@ def test_two_hundred_concurrent_requests_all_answered_and_logged_once(env):
     assert all(r.reply == "echo: " + r.messages[0]["content"] for r in rows)
 
 
+def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float = 60) -> None:
+    """Until the proxy process at `url` (…/v1) answers /health; fails if it exits first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url.removesuffix("/v1") + "/health").status_code == 200:
+                return
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+        time.sleep(0.1)
+
+
 def test_kill_minus_nine_mid_stream_leaves_a_clean_log(tmp_path, log_at):
     log_path = log_at
     with FakeUpstream(lambda m: " ".join(["word"] * 400), chunk_delay_s=0.01) as upstream:
@@ -398,13 +409,7 @@ def test_kill_minus_nine_mid_stream_leaves_a_clean_log(tmp_path, log_at):
         )
         url = f"http://127.0.0.1:{port}/v1"
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url.removesuffix("/v1") + "/health").status_code == 200:
-                        break
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
-                time.sleep(0.1)
+            wait_healthy(proc, url)
             client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=30)
             upstream.answer = lambda m: "short answer"
             for i in range(5):
