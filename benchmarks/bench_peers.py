@@ -23,7 +23,8 @@ The protocol (benchmarks/README.md, "Protocol"; `protocol.py`):
 `--report` runs every system once per report seed with the committed settings file and
 scores the shipped prompts on val and test (paired per item with the seed prompt and with
 each other: two-sided exact sign tests); it refuses a settings file with uncommitted changes,
-and a re-run is a new row beside the old ones in `results/report_<task>.json`. Every other
+and a re-run (`--rerun`; otherwise a sitting skips the finished system-seed pairs, so a killed
+report resumes) is a new row beside the old ones in `results/report_<task>.json`. Every other
 mode is a design tool: dev seeds only (report seeds are refused), val only (test is never
 scored).
 
@@ -112,6 +113,7 @@ class Settings:
     serve_model: str = f"local:{QWEN_GGUF}"
     serve_name: str = "qwen"
     selftaught_config: dict[str, Any] = field(default_factory=dict)
+    rerun: bool = False  # report: run (system, seed) pairs that already have a finished row
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -150,6 +152,12 @@ def config_label(config: dict[str, Any]) -> str:
 def parse_args(argv: Sequence[str] | None) -> Settings:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--report", action="store_true", help="the report run (report_settings.json)")
+    p.add_argument(
+        "--rerun",
+        action="store_true",
+        help="--report: run again the (system, seed) pairs already finished (a new row beside "
+        "the old; without it a sitting skips them, so a killed report resumes)",
+    )
     p.add_argument("--gate", action="store_true", help="sweep selftaught's gate settings")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, SmolLM2")
     p.add_argument("--tasks", nargs="+", help=f"task specs (default: {' '.join(TASKS)})")
@@ -169,6 +177,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     args = p.parse_args(argv)
     if args.report:
         return report_settings(args)
+    if args.rerun:
+        raise SystemExit("--rerun is for --report (a dev run replaces its rows anyway)")
     s = quick_settings() if args.quick else Settings()
     if args.gate:
         s.mode, s.systems = "gate", ["selftaught"]
@@ -215,6 +225,7 @@ def report_settings(args: argparse.Namespace) -> Settings:
         s.endpoint = args.endpoint
     if args.concurrency:
         s.concurrency = args.concurrency
+    s.rerun = args.rerun
     return s
 
 
@@ -465,16 +476,31 @@ def variants(s: Settings) -> list[tuple[str, str]]:
     ]
 
 
+def finished_report_runs(s: Settings, spec: str) -> set[tuple[str, int]]:
+    """The (variant, seed) pairs a report sitting skips: those with a finished row saved
+    (a failed run is not a result, so it runs again), unless `--rerun` asks for a new row."""
+    path = results_dir(s) / f"report_{task_slug(spec)}.json"
+    if s.mode != "report" or s.rerun or not path.exists():
+        return set()
+    return set(first_runs(json.loads(path.read_text())["runs"]))
+
+
 def run_task(
     b: Bench, spec: str, on_row: Callable[[list[dict[str, Any]]], None] | None = None
 ) -> list[dict[str, Any]]:
     """Every (system, seed) run on one task; `on_row` sees the rows so far after each run."""
     rows: list[dict[str, Any]] = []
+    done = finished_report_runs(b.s, spec)
     for seed in b.s.seeds:
+        todo = [(sys_, v) for sys_, v in variants(b.s) if (v, seed) not in done]
+        for _, variant in sorted(set(variants(b.s)) - set(todo)):
+            print(f"[{task_slug(spec)} s{seed}] {variant}: finished before, skipped (see --rerun)")
+        if not todo:
+            continue
         task = b.task(spec, seed)
         b.counter.take()
         baseline = {split: b.score(task, b.s.seed_prompt, split) for split in b.s.splits}
-        for system, variant in variants(b.s):
+        for system, variant in todo:
             print(f"[{task_slug(spec)} s{seed}] {variant} ...", flush=True)
             row = run_one(b, task, spec, seed, system, variant, baseline)
             print(f"[{task_slug(spec)} s{seed}] {variant}: {row_line(row)}", flush=True)

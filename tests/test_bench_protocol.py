@@ -214,3 +214,19 @@ def test_report_results_keep_every_row_with_its_commits(tmp_path, monkeypatch):
     saved = json.loads(path.read_text())
     assert saved["settings_commit"] == "c0ffee" and path.name == "report_chain_sum.json"
     assert [r["run_id"] for r in saved["runs"]] == [row["run_id"], "gepa/s100/later"]
+
+
+def test_a_report_sitting_skips_finished_runs_and_retries_failed_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
+    spec = FROZEN["tasks"][1]
+    base = {"i0": 0.0}
+    failed = {**_report_row("gepa", 101, "2026-01-01", base, base), "error": "crashed"}
+    del failed["test"]
+    runs = [_report_row("selftaught", 100, "2026-01-01", base, base), failed]
+    (tmp_path / "report_chain_sum.json").write_text(json.dumps({"runs": runs}))
+    s = bench_peers.parse_args(["--report", "--tasks", spec])
+    assert bench_peers.finished_report_runs(s, spec) == {("selftaught", 100)}  # gepa 101 again
+    rerun = bench_peers.parse_args(["--report", "--rerun", "--tasks", spec])
+    assert bench_peers.finished_report_runs(rerun, spec) == set()
+    with pytest.raises(SystemExit, match="--rerun is for --report"):
+        bench_peers.parse_args(["--rerun"])
