@@ -825,8 +825,41 @@ def report_task_table(saved: dict[str, Any]) -> str:
         )
     header = ["system (first run per seed)", "test items", "Δ vs seed prompt", "W/L",
               "p (two-sided)", "vs selftaught on the same items: Δ (W/L, two-sided p)"]  # fmt: skip
-    lines += [markdown_table(header, summary)]
+    lines += [markdown_table(header, summary), "", targets_line(rows)]
     return "\n".join(lines)
+
+
+def targets_line(rows: Sequence[dict[str, Any]]) -> str:
+    """Issue #34's targets on one task, read from the first runs: selftaught's mean test gain
+    over the seeds ≥ every peer's; a seed whose gain is beyond chance (two-sided p < 0.05) and
+    no seed with a loss beyond it. A target stays "open" until every system ran every seed."""
+    first = first_runs(rows)
+    seeds = sorted({seed for _, seed in first})
+    systems = sorted({variant for variant, _ in first})
+
+    def mean_gain(v: str, on: Sequence[int]) -> float:
+        return sum(first[(v, s)]["test"]["paired"]["delta"] for s in on) / len(on)
+
+    mine = [s for s in seeds if ("selftaught", s) in first]
+    st = [first[("selftaught", s)]["test"]["paired"] for s in mine]
+    beyond = [p for p in st if p_two_sided(p) < 0.05]
+    ours = mean_gain("selftaught", mine) if mine else None
+    behind = []  # peers ahead of selftaught on the seeds both ran
+    for v in systems:
+        both = [s for s in mine if (v, s) in first]
+        if v != "selftaught" and both and mean_gain(v, both) > mean_gain("selftaught", both):
+            behind.append(v)
+    complete = all((v, s) in first for v in systems for s in seeds)
+    return (
+        f"Targets ({len(seeds)} seed(s), {len(systems)} system(s) with a finished run"
+        f"{'' if complete else ', not every pair run yet'}): selftaught's mean test gain "
+        + ("–" if ours is None else f"{ours:+.3f}")
+        + (f", below {', '.join(behind)}'s" if behind else ", ≥ every peer's")
+        + " on the seeds both ran"
+        + f"; seeds with a gain beyond chance (two-sided p < 0.05): "
+        f"{sum(p['delta'] > 0 for p in beyond)} of {len(st)}; with a loss beyond it: "
+        f"{sum(p['delta'] < 0 for p in beyond)}."
+    )
 
 
 def versus_cell(c: dict[str, Any]) -> str:

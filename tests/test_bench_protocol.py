@@ -138,6 +138,10 @@ def test_a_rerun_is_a_new_row_and_the_summary_counts_the_first_run(tmp_path):
     # summary: gepa's FIRST run (2 wins) against the seed, and against selftaught (8 vs 2)
     assert "| gepa | 10 | +0.200 | 2/0 | 0.500 | -0.600 (0/6, p 0.031) |" in md
     assert "| selftaught | 10 | +0.800 | 8/0 | 0.008 | – |" in md
+    # the targets, from the first runs: gepa's better re-run does not put it ahead
+    assert "mean test gain +0.800, ≥ every peer's" in md and "beyond it: 0." in md
+    ahead = _report_row("skillrl", 100, "2026-01-01", better_rerun, base)
+    assert "below skillrl's" in bench_peers.targets_line([*runs, ahead])
 
 
 def test_the_report_table_states_the_smallest_detectable_difference():
