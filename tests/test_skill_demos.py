@@ -98,6 +98,15 @@ def test_near_duplicates_are_caught_and_different_problems_are_not():
     # the same numbers with another operator or sign are another problem
     assert not near_duplicate("Calculate 5 - 3.", "Calculate ( 5 * 3 ).")
     assert not near_duplicate("Calculate -9 / 1.", "Calculate 9 / 1.")
+    # list markers are layout: two syllogisms (reasoning-gym's, one template) share only them
+    one = "Consider these statements:\n1. Some teachers are not parents\n2. All parents are "
+    two = "Consider these statements:\n1. All adults are grandparents\n2. No grandparents are "
+    ask = "\n\nDoes it logically follow that:\n{}?\n(Answer Yes or No)"
+    assert not near_duplicate(one + "lawyers" + ask.format("Some lawyers are parents"),
+                              two + "fish" + ask.format("Some adults are not fish"))  # fmt: skip
+    same = one + "lawyers" + ask.format("Some lawyers are parents")
+    assert near_duplicate(same, same.replace("\n1. ", "\n 1) ").lower())
+    assert not near_duplicate("1. Add 3 and 4.", "1. Add 3 and 5.")  # numbers still count
 
 
 def test_leak_check_drops_and_fails_closed_naming_both_items():

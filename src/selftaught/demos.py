@@ -171,12 +171,15 @@ def demo_section(demos: Sequence[Demo]) -> str:
 
 # ---- leakage ------------------------------------------------------------------------------
 _SKELETON = re.compile(r"\d+(?:\.\d+)?|[^\w\s.,;:?!'\"]")
+# "1. " / "2) " opening a line number a list's lines: layout, not what the problem is about
+_LIST_MARKER = re.compile(r"(?m)^[ \t]*\d+[.)](?=\s)")
 
 
 def skeleton(text: str) -> list[str]:
     """The numbers and symbols of a text in order (operators, signs, brackets): what tells
-    one arithmetic problem from another when their words are the same."""
-    return _SKELETON.findall(text.replace(",", ""))
+    one arithmetic problem from another when their words are the same. List markers are
+    left out: two syllogisms with premises "1." and "2." share them and nothing else."""
+    return _SKELETON.findall(_LIST_MARKER.sub("", text).replace(",", ""))
 
 
 def near_duplicate(a: str, b: str, *, word_share: float = 0.9) -> bool:
@@ -187,7 +190,7 @@ def near_duplicate(a: str, b: str, *, word_share: float = 0.9) -> bool:
     wa = {w for w in words(a) if not w.isdigit()}
     wb = {w for w in words(b) if not w.isdigit()}
     share = len(wa & wb) / len(wa | wb) if wa | wb else 1.0
-    if numbers(a) or numbers(b):
+    if numbers(_LIST_MARKER.sub("", a)) or numbers(_LIST_MARKER.sub("", b)):
         return sa == sb and share >= 0.5
     return sa == sb and share >= word_share
 
