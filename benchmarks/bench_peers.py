@@ -966,7 +966,8 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
 def stamp(s: Settings, meta: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """A row as saved: its date and load, the code it ran on and, in a report run, an id that
     makes a re-run a new row."""
-    row = {**row, "meta": {**meta, "date": machine_info()["date"]}, "code": code_state()}
+    code = meta.get("code") or code_state()  # the code the invocation started with
+    row = {**row, "meta": {**meta, "date": machine_info()["date"]}, "code": code}
     if s.mode == "report":
         row["run_id"] = f"{row['variant']}/s{row['seed']}/{row['meta']['date']}"
     return row
@@ -975,7 +976,7 @@ def stamp(s: Settings, meta: dict[str, Any], row: dict[str, Any]) -> dict[str, A
 def main(argv: Sequence[str] | None = None) -> None:
     s = parse_args(argv)
     check_peers_installed(s)
-    meta = {**machine_info(), "command": command_line()}
+    meta = {**machine_info(), "command": command_line(), "code": code_state()}
     if s.mode == "report":
         meta["settings_commit"] = settings_commit()  # refuses uncommitted settings
     t0 = time.perf_counter()

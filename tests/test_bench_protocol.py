@@ -212,6 +212,10 @@ def test_report_results_keep_every_row_with_its_commits(tmp_path, monkeypatch):
     meta = {"settings_commit": "c0ffee", "date": "2026-01-01T00:00:00+00:00"}
     row = bench_peers.stamp(s, meta, {"system": "gepa", "variant": "gepa", "seed": 100})
     assert row["code"]["commit"] and row["meta"]["settings_commit"] == "c0ffee"
+    started = {**meta, "code": {"commit": "f00d", "dirty": False}}  # HEAD when it started
+    assert (
+        bench_peers.stamp(s, started, {"variant": "gepa", "seed": 100})["code"]["commit"] == "f00d"
+    )
     (path,) = bench_peers.write_results(s, meta, {FROZEN["tasks"][1]: [row]})
     again = {**row, "run_id": "gepa/s100/later"}  # the same system and seed, run again
     bench_peers.write_results(s, meta, {FROZEN["tasks"][1]: [again]})
