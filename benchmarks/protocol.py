@@ -23,6 +23,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 REPORT_SETTINGS = BENCH_DIR / "report_settings.json"
 DESIGN_SPLITS = ("train", "val")
+RESULTS_DIR = "benchmarks/results"  # relative to the repository root
 
 
 def load_report_settings(path: Path = REPORT_SETTINGS) -> dict[str, Any]:
@@ -80,5 +81,7 @@ def settings_commit(path: Path = REPORT_SETTINGS) -> str:
 
 
 def code_state() -> dict[str, Any]:
-    """The code a row was measured with: HEAD, and whether the tree had other changes."""
-    return {"commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain"))}
+    """The code a row was measured with: HEAD, and whether the tree had other changes (the
+    results a benchmark writes are not code: a report's own new results file is no change)."""
+    changes = _git("status", "--porcelain", "--", ".", f":!{RESULTS_DIR}")
+    return {"commit": _git("rev-parse", "HEAD"), "dirty": bool(changes)}

@@ -92,6 +92,12 @@ def test_a_report_refuses_settings_with_uncommitted_changes(tmp_path, monkeypatc
     with pytest.raises(SystemExit, match="commit the report settings"):
         protocol.settings_commit(settings)
     assert protocol.code_state()["dirty"] is True
+    _git(tmp_path, "commit", "-qam", "settings")
+    (tmp_path / protocol.RESULTS_DIR).mkdir(parents=True)
+    (tmp_path / protocol.RESULTS_DIR / "report_t.json").write_text("{}")  # a report's output
+    assert protocol.code_state()["dirty"] is False
+    (tmp_path / "bench.py").write_text("")  # code
+    assert protocol.code_state()["dirty"] is True
 
 
 def _report_row(system: str, seed: int, date: str, shipped: dict, seed_items: dict) -> dict:
