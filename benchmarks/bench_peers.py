@@ -825,11 +825,16 @@ def report_task_table(saved: dict[str, Any]) -> str:
         )
     header = ["system (first run per seed)", "test items", "Δ vs seed prompt", "W/L",
               "p (two-sided)", "vs selftaught on the same items: Δ (W/L, two-sided p)"]  # fmt: skip
-    lines += [markdown_table(header, summary), "", targets_line(rows)]
+    planned = (s.get("systems", []), s.get("seeds", []))
+    lines += [markdown_table(header, summary), "", targets_line(rows, *planned)]
     return "\n".join(lines)
 
 
-def targets_line(rows: Sequence[dict[str, Any]]) -> str:
+def targets_line(
+    rows: Sequence[dict[str, Any]],
+    systems_planned: Sequence[str] = (),
+    seeds_planned: Sequence[int] = (),
+) -> str:
     """Issue #34's targets on one task, read from the first runs: selftaught's mean test gain
     over the seeds ≥ every peer's; a seed whose gain is beyond chance (two-sided p < 0.05) and
     no seed with a loss beyond it. A target stays "open" until every system ran every seed."""
@@ -849,10 +854,13 @@ def targets_line(rows: Sequence[dict[str, Any]]) -> str:
         both = [s for s in mine if (v, s) in first]
         if v != "selftaught" and both and mean_gain(v, both) > mean_gain("selftaught", both):
             behind.append(v)
-    complete = all((v, s) in first for v in systems for s in seeds)
+    planned = set(systems_planned) | set(systems), set(seeds_planned) | set(seeds)
+    complete = all((v, s) in first for v in planned[0] for s in planned[1])
     return (
         f"Targets ({len(seeds)} seed(s), {len(systems)} system(s) with a finished run"
-        f"{'' if complete else ', not every pair run yet'}): selftaught's mean test gain "
+        + ("" if complete else f" of {len(planned[0])} systems × {len(planned[1])} seeds planned")
+        + ("): " if complete else ": open): ")
+        + "selftaught's mean test gain "
         + ("–" if ours is None else f"{ours:+.3f}")
         + (f", below {', '.join(behind)}'s" if behind else ", ≥ every peer's")
         + " on the seeds both ran"
