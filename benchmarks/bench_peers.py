@@ -854,11 +854,11 @@ def targets_line(
         both = [s for s in mine if (v, s) in first]
         if v != "selftaught" and both and mean_gain(v, both) > mean_gain("selftaught", both):
             behind.append(v)
-    planned = set(systems_planned) | set(systems), set(seeds_planned) | set(seeds)
-    complete = all((v, s) in first for v in planned[0] for s in planned[1])
+    all_systems, all_seeds = set(systems_planned) | set(systems), set(seeds_planned) | set(seeds)
+    complete = all((v, s) in first for v in all_systems for s in all_seeds)
     return (
         f"Targets ({len(seeds)} seed(s), {len(systems)} system(s) with a finished run"
-        + ("" if complete else f" of {len(planned[0])} systems × {len(planned[1])} seeds planned")
+        + ("" if complete else f" of {len(all_systems)} systems × {len(all_seeds)} seeds planned")
         + ("): " if complete else ": open): ")
         + "selftaught's mean test gain "
         + ("–" if ours is None else f"{ours:+.3f}")

@@ -23,7 +23,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 REPORT_SETTINGS = BENCH_DIR / "report_settings.json"
 DESIGN_SPLITS = ("train", "val")
-RESULTS_DIR = "benchmarks/results"  # relative to the repository root
+RESULTS_DIR = (BENCH_DIR / "results").relative_to(REPO).as_posix()  # what benchmarks write
 
 
 def load_report_settings(path: Path = REPORT_SETTINGS) -> dict[str, Any]:

@@ -179,7 +179,11 @@ def skeleton(text: str) -> list[str]:
     """The numbers and symbols of a text in order (operators, signs, brackets): what tells
     one arithmetic problem from another when their words are the same. List markers are
     left out: two syllogisms with premises "1." and "2." share them and nothing else."""
-    return _SKELETON.findall(_LIST_MARKER.sub("", text).replace(",", ""))
+    return _SKELETON.findall(_without_list_markers(text).replace(",", ""))
+
+
+def _without_list_markers(text: str) -> str:
+    return _LIST_MARKER.sub("", text)
 
 
 def near_duplicate(a: str, b: str, *, word_share: float = 0.9) -> bool:
@@ -190,7 +194,7 @@ def near_duplicate(a: str, b: str, *, word_share: float = 0.9) -> bool:
     wa = {w for w in words(a) if not w.isdigit()}
     wb = {w for w in words(b) if not w.isdigit()}
     share = len(wa & wb) / len(wa | wb) if wa | wb else 1.0
-    if numbers(_LIST_MARKER.sub("", a)) or numbers(_LIST_MARKER.sub("", b)):
+    if numbers(_without_list_markers(a)) or numbers(_without_list_markers(b)):
         return sa == sb and share >= 0.5
     return sa == sb and share >= word_share
 
