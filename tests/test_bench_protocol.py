@@ -244,3 +244,30 @@ def test_a_report_sitting_skips_finished_runs_and_retries_failed_ones(tmp_path, 
     assert bench_peers.finished_report_runs(rerun, spec) == set()
     with pytest.raises(SystemExit, match="--rerun is for --report"):
         bench_peers.parse_args(["--rerun"])
+
+
+def test_a_resumed_sitting_reuses_the_seed_prompts_saved_scores(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench_peers, "settings_commit", lambda: "c0ffee")
+    spec = FROZEN["tasks"][1]
+    s = bench_peers.parse_args(["--report", "--tasks", spec])
+    val, test = {"v0": 1.0, "v1": 0.0}, {"t0": 0.0, "t1": 1.0}
+    row = _report_row("selftaught", 100, "2026-01-01", test, test)
+    row["val"] = {"items": val, "seed_items": val}
+    row["meta"]["settings_commit"] = "c0ffee"
+    failed = {**_report_row("gepa", 101, "2026-01-01", test, test), "error": "crashed"}
+    failed["val"], failed["meta"]["settings_commit"] = row["val"], "c0ffee"
+    path = tmp_path / "report_chain_sum.json"
+    path.write_text(json.dumps({"settings": asdict(s), "runs": [row, failed]}))
+    assert bench_peers.saved_baseline(s, spec, 100) == {"val": val, "test": test}
+    assert bench_peers.saved_baseline(s, spec, 101) is None  # a failed run's scores are not kept
+    rerun = bench_peers.parse_args(["--report", "--rerun", "--tasks", spec])
+    assert bench_peers.saved_baseline(rerun, spec, 100) is None
+    monkeypatch.setattr(bench_peers, "settings_commit", lambda: "later")  # other settings file
+    assert bench_peers.saved_baseline(s, spec, 100) is None
+    monkeypatch.setattr(bench_peers, "settings_commit", lambda: "c0ffee")
+    other = {**asdict(s), "max_tokens": 64}  # the file's settings differ from this sitting's
+    path.write_text(json.dumps({"settings": other, "runs": [row]}))
+    assert bench_peers.saved_baseline(s, spec, 100) is None
