@@ -524,9 +524,13 @@ def run_task(
             continue
         task = b.task(spec, seed)
         b.counter.take()
-        baseline = saved_baseline(b.s, spec, seed) or {
-            split: b.score(task, b.s.seed_prompt, split) for split in b.s.splits
-        }
+        baseline = saved_baseline(b.s, spec, seed)
+        where, splits = f"[{task_slug(spec)} s{seed}]", ", ".join(b.s.splits)
+        if baseline is None:
+            print(f"{where} scoring the seed prompt on {splits} ...", flush=True)
+            baseline = {split: b.score(task, b.s.seed_prompt, split) for split in b.s.splits}
+        else:
+            print(f"{where} the seed prompt's {splits} scores: the saved ones", flush=True)
         for system, variant in todo:
             print(f"[{task_slug(spec)} s{seed}] {variant} ...", flush=True)
             row = run_one(b, task, spec, seed, system, variant, baseline)
