@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the scripted upstream lives in the tests
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from common import machine_info  # noqa: E402
+from common import RESULTS, machine_info  # noqa: E402
 
 from selftaught.models import GenerationParams, load_model  # noqa: E402
 from selftaught.runs import atomic_write_json  # noqa: E402
@@ -44,7 +44,6 @@ from tests.agent_upstream import (  # noqa: E402
     needs_skill,
 )
 
-RESULTS = ROOT / "benchmarks" / "results"
 KEY = "bench-key-0000"
 PROMPT = "Say hi."
 TRIVIAL_AGENT = "import sys; sys.stdin.read(); print('SOLVED')\n"

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import RESULTS  # noqa: E402
 from protocol import check_design_use
 
 from selftaught.demos import Demo, LeakCheck, join_skill
@@ -46,7 +47,6 @@ from selftaught.skill.demo_search import _ranked, bootstrapped, from_references,
 from selftaught.stats import wilson_interval
 from selftaught.tasks.registry import load_task
 
-RESULTS = Path(__file__).parent / "results"
 PEER_TASK = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
 SEED_PROMPT = "You are a helpful assistant."
 KINDS = ("worked-turns", "bare-turns", "ref-system", "worked-system")

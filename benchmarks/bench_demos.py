@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import RESULTS  # noqa: E402
 from protocol import check_design_use
 
 from selftaught.demos import Demo, join_skill
@@ -36,8 +37,6 @@ from selftaught.runs import atomic_write_json, read_json
 from selftaught.skill.demo_search import bootstrapped, from_references
 from selftaught.stats import mean_interval, sign_test_pvalue, sign_test_two_sided
 from selftaught.tasks.registry import load_task
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def _paired(base: dict[str, float], new: dict[str, float]) -> dict[str, Any]:

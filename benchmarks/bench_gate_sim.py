@@ -32,13 +32,13 @@ import random
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
+
+from common import RESULTS  # noqa: E402
 
 from selftaught.gate import GateConfig, gate
 from selftaught.stats import sign_test_pvalue, wilson_interval
 
-RESULTS = Path(__file__).resolve().parent / "results"
 GATES: dict[str, GateConfig] = {
     "margin1": GateConfig(margin=1.0),
     "p<=0.1": GateConfig(margin=0.0, confidence=0.9),

@@ -42,13 +42,14 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from common import RESULTS  # noqa: E402
+
 from selftaught.models.base import GenerationParams, Message  # noqa: E402
 from selftaught.models.local import LocalModel  # noqa: E402
 from selftaught.policy import Policy  # noqa: E402
 from selftaught.runs import atomic_write_json  # noqa: E402
 from selftaught.tasks.registry import load_task  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
 MODES = ("continuous", "static", "raw")
 
 

@@ -43,7 +43,7 @@ REPO = HERE.parent
 SRC = REPO / "src"
 sys.path[:0] = [str(SRC), str(REPO), str(HERE)]
 
-from common import free_port, machine_info, wait_healthy  # noqa: E402
+from common import RESULTS, free_port, machine_info, wait_healthy  # noqa: E402
 
 PROJECT = "load"
 ID_HEADER = "x-selftaught-interaction-id"
@@ -520,7 +520,7 @@ def main() -> None:
     parser.add_argument("--trial-requests", type=int, default=300)
     parser.add_argument("--outage-s", type=float, default=5.0, help="the database away")
     parser.add_argument("--quick", action="store_true", help="2 proxies x 100 requests")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "log_load.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "log_load.json")
     parser.add_argument("--serve-upstream", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import RESULTS
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 MODEL = "bench-model"
@@ -148,7 +150,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--upstream-delay-ms", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="200 requests, concurrency 16")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "proxy_overhead.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "proxy_overhead.json")
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:

@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import RESULTS  # noqa: E402
+
 from selftaught.runs import atomic_write_json
 
-RESULTS = Path(__file__).parent / "results"
 COMMAND = (
     'selftaught optimize --task "gym:basic_arithmetic?max_terms=2&max_digits=1" --model local '
     "--proposals 0 --epochs 1 --batch-size 16 --train-size 32 --val-size 30 --test-size {test} "

@@ -20,6 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the corpora live in the tests
 
+from common import RESULTS  # noqa: E402
+
 from selftaught.redact import Redactor  # noqa: E402
 from selftaught.runs import atomic_write_json  # noqa: E402
 from tests.test_sleep_redact import (  # noqa: E402
@@ -28,8 +30,6 @@ from tests.test_sleep_redact import (  # noqa: E402
     secrets_corpus,
     technical_text,
 )
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def detect_secrets_redactor() -> Callable[[str], str] | None:

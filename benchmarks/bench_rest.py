@@ -15,6 +15,8 @@ import re
 import time
 from pathlib import Path
 
+from common import RESULTS
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -94,7 +96,7 @@ def main() -> None:
         "result": result.to_dict(),
         "rounds": rows,
     }
-    out = Path(__file__).parent / "results" / f"rest_{name}.json"
+    out = RESULTS / f"rest_{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print("| round | val | test (95% CI) | sampled solved | samples/s | elite | SFT step s |")

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import RESULTS
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 OLD_COMMIT = "572ec18"
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +133,7 @@ def main() -> None:
         "new_vs_old_median": round(statistics.median(r["ratio"] for r in rows), 3),
     }
     name = "rest_sampling_quick.json" if args.quick else "rest_sampling.json"
-    out = Path(__file__).parent / "results" / name
+    out = RESULTS / name
     atomic_write_json(out, report)
     print(f"new / old samples per second: {report['new_vs_old_median']} (median); wrote {out}")
 

@@ -22,11 +22,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from common import RESULTS  # noqa: E402
+
 from selftaught.tasks.base import SPLITS
 from selftaught.tasks.humaneval import HumanEvalTask, load_problems
 from selftaught.tasks.sandbox import Sandbox, find_bwrap, open_sandbox
 
-RESULTS = Path(__file__).parent / "results"
 # A small program like a HumanEval check: a function, a loop, a few asserts.
 SMALL_PROGRAM = """\
 def f(n):

@@ -31,9 +31,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from common import QWEN_GGUF, assemble_qwen
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from common import (
+    QWEN_GGUF,
+    RESULTS,  # noqa: E402
+    assemble_qwen,
+)
 
 
 def _raise_interrupt(*_: object) -> None:

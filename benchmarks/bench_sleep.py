@@ -51,6 +51,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
+from common import RESULTS  # noqa: E402
+
 from selftaught.gate import GateConfig  # noqa: E402
 from selftaught.models.base import ChatModel, GenerationParams  # noqa: E402
 from selftaught.policy import Policy  # noqa: E402
@@ -431,7 +433,7 @@ def main() -> None:
     unknown = [c for c in names if c not in CONFIGS]
     if unknown:
         p.error(f"unknown config(s) {unknown}; valid: {', '.join(CONFIGS)}")
-    output = args.output or HERE / "results" / (
+    output = args.output or RESULTS / (
         f"sleep_{slug(args.target)}{'_quick' if args.quick else ''}.json"
     )
     nights, heldout_requests = make_stream(args)
@@ -451,7 +453,7 @@ def main() -> None:
     results["wall_s"] = round(results.get("wall_s", 0) + time.perf_counter() - t0, 1)
     results["machine"]["load_at_end"] = os.getloadavg()
     save()
-    if output.resolve().parent == (Path(__file__).resolve().parent / "results"):
+    if output.resolve().parent == RESULTS.resolve():
         from common import write_tables
 
         write_tables()  # the README's sleep tables come from these files

@@ -12,13 +12,20 @@ same examples and the same scorer.
   written as a JSONL task with `scorer: llm_judge` and a rubric, the judge being the model
   behind the benchmark's `judge` route (its calls are counted apart). Its rows are shuffled
   with the seed and cut to the benchmark's sizes, each row's `split` written in the file.
+
+Run as a script it is a design tool (dev seeds, train or val only): the seed prompt's score on
+a task, the check that decides whether a candidate task stays (neither 0 nor 1):
+
+    python benchmarks/bench_tasks.py judge:abstract2title --model local:<Qwen GGUF> --seed 0
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,3 +174,77 @@ def write_judge_jsonl(
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, body)
     return path
+
+
+def devcheck(
+    spec: str,
+    model: Any,
+    *,
+    seed: int,
+    split: str,
+    sizes: Sequence[int],
+    out: Path,
+    wheel: Path = EVALS_WHEEL,
+) -> Any:
+    """The seed prompt of the report settings scored on `split` of `spec`, built as the
+    benchmark builds it (a judge task's judge is `model` too, loaded once); per item to
+    `out`."""
+    from protocol import check_design_use, load_report_settings
+
+    import selftaught
+    from selftaught.models import GenerationParams, load_model
+    from selftaught.rollout import RolloutConfig
+
+    check_design_use("bench_tasks.py", seeds=[seed], splits=[split])
+    settings = load_report_settings()["settings"]
+    timeout_s = float(settings["timeout_s"])
+    if isinstance(model, str):
+        model = load_model(model, timeout_s=timeout_s)
+    task = build_task(
+        spec,
+        seed=seed,
+        train_size=sizes[0],
+        val_size=sizes[1],
+        test_size=sizes[2],
+        judge_model=model if needs_judge(spec) else None,
+        judge_timeout_s=timeout_s,
+        wheel=wheel,
+    )
+    params = GenerationParams(max_tokens=settings["max_tokens"], temperature=0.0)
+    rollout = RolloutConfig(concurrency=settings["concurrency"], timeout_s=timeout_s, params=params)
+    return selftaught.evaluate(
+        task,
+        model,
+        skill=settings["seed_prompt"],
+        split=split,  # type: ignore[arg-type]
+        rollout=rollout,
+        output=out,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    from common import RESULTS
+    from protocol import load_report_settings
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("spec", help="gym:NAME[?k=v&...] or judge:NAME")
+    parser.add_argument("--model", required=True, help="target (and judge) model spec")
+    parser.add_argument("--seed", type=int, default=0, help="a dev seed")
+    parser.add_argument("--split", default="val", choices=("train", "val"))
+    parser.add_argument("--sizes", type=int, nargs=3, metavar=("TRAIN", "VAL", "TEST"),
+                        help="split sizes (default: the report settings')")  # fmt: skip
+    parser.add_argument("--output", type=Path, help="per-item JSONL (default: results/devcheck_"
+                        "<task>_<split>_seed<seed>.jsonl)")  # fmt: skip
+    a = parser.parse_args(argv)
+    task_kind(a.spec)  # an unknown spec is refused before any model loads
+    frozen = load_report_settings()["settings"]
+    sizes = a.sizes or [frozen["train"], frozen["val"], frozen["test"]]
+    name = a.spec.split(":", 1)[1].split("?")[0]
+    out = a.output or RESULTS / f"devcheck_{name}_{a.split}_seed{a.seed}.jsonl"
+    result = devcheck(a.spec, a.model, seed=a.seed, split=a.split, sizes=sizes, out=out)
+    print(f"{a.spec} {a.split} seed {a.seed}: {result}")
+    print(f"per item: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -28,8 +28,9 @@ import statistics
 import tempfile
 import time
 import warnings
-from pathlib import Path
 from typing import Any
+
+from common import RESULTS
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TASK = "gym:basic_arithmetic?max_terms=2&max_digits=1"
@@ -271,7 +272,7 @@ def main() -> None:
         )
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     name = "trl_step_quick.json" if args.quick else "trl_step.json"
-    out = Path(__file__).parent / "results" / name
+    out = RESULTS / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     for mode in ("sft", "grpo"):

@@ -19,11 +19,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO = BENCH_DIR.parent
+from common import BENCH_DIR, REPO, RESULTS
+
 REPORT_SETTINGS = BENCH_DIR / "report_settings.json"
 DESIGN_SPLITS = ("train", "val")
-RESULTS_DIR = (BENCH_DIR / "results").relative_to(REPO).as_posix()  # what benchmarks write
+RESULTS_DIR = RESULTS.relative_to(REPO).as_posix()  # what benchmarks write
 
 
 def load_report_settings(path: Path = REPORT_SETTINGS) -> dict[str, Any]:

@@ -26,9 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO = BENCH_DIR.parent
-RESULTS = BENCH_DIR / "results"
+from common import BENCH_DIR, REPO, RESULTS
+
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), BENCH_DIR / "README.md")
 
 TABLE = re.compile(r"(<!-- table:([\w-]+) -->\n)(.*?)(\n<!-- /table:\2 -->)", re.S)

@@ -212,6 +212,31 @@ def test_gym_specs_pass_through_and_unknown_forms_are_refused():
         bench_tasks.task_kind("judge:nope")
 
 
+def test_the_task_devcheck_scores_the_seed_prompt_on_dev_data_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _fake_wheel(tmp_path, 20)
+    seen = []
+
+    def model(messages):  # target and judge: one model, as in the benchmark
+        seen.append(messages)
+        text = messages[-1]["content"]
+        return '{"score": 8, "reason": "ok"}' if "Score 10 for a title" in text else "Title 1"
+
+    out = tmp_path / "check.jsonl"
+    kwargs = {"sizes": (5, 4, 6), "out": out, "wheel": wheel}
+    result = bench_tasks.devcheck(
+        "judge:abstract2title", ScriptedModel(model), seed=0, split="val", **kwargs
+    )
+    assert (result.n, result.n_errors, result.hard) == (4, 0, 1.0)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["example_id"].startswith("abstract2title-") for r in rows] == [True] * 4
+    targets = [m for m in seen if "Score 10 for a title" not in m[-1]["content"]]
+    assert len(targets) == 4 and targets[0][0]["content"] == FROZEN["settings"]["seed_prompt"]
+    for seed, split in ((100, "val"), (0, "test")):  # a report seed, the test split
+        with pytest.raises(SystemExit, match="design choices"):
+            bench_tasks.devcheck("judge:abstract2title", "local", seed=seed, split=split, **kwargs)
+
+
 def test_report_results_keep_every_row_with_its_commits(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
     s = bench_peers.parse_args(["--report", "--tasks", FROZEN["tasks"][1]])
@@ -244,3 +269,30 @@ def test_a_report_sitting_skips_finished_runs_and_retries_failed_ones(tmp_path, 
     assert bench_peers.finished_report_runs(rerun, spec) == set()
     with pytest.raises(SystemExit, match="--rerun is for --report"):
         bench_peers.parse_args(["--rerun"])
+
+
+def test_a_resumed_sitting_reuses_the_seed_prompts_saved_scores(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench_peers, "settings_commit", lambda: "c0ffee")
+    spec = FROZEN["tasks"][1]
+    s = bench_peers.parse_args(["--report", "--tasks", spec])
+    val, test = {"v0": 1.0, "v1": 0.0}, {"t0": 0.0, "t1": 1.0}
+    row = _report_row("selftaught", 100, "2026-01-01", test, test)
+    row["val"] = {"items": val, "seed_items": val}
+    row["meta"]["settings_commit"] = "c0ffee"
+    failed = {**_report_row("gepa", 101, "2026-01-01", test, test), "error": "crashed"}
+    failed["val"], failed["meta"]["settings_commit"] = row["val"], "c0ffee"
+    path = tmp_path / "report_chain_sum.json"
+    path.write_text(json.dumps({"settings": asdict(s), "runs": [row, failed]}))
+    assert bench_peers.saved_baseline(s, spec, 100) == {"val": val, "test": test}
+    assert bench_peers.saved_baseline(s, spec, 101) is None  # a failed run's scores are not kept
+    rerun = bench_peers.parse_args(["--report", "--rerun", "--tasks", spec])
+    assert bench_peers.saved_baseline(rerun, spec, 100) is None
+    monkeypatch.setattr(bench_peers, "settings_commit", lambda: "later")  # other settings file
+    assert bench_peers.saved_baseline(s, spec, 100) is None
+    monkeypatch.setattr(bench_peers, "settings_commit", lambda: "c0ffee")
+    other = {**asdict(s), "max_tokens": 64}  # the file's settings differ from this sitting's
+    path.write_text(json.dumps({"settings": other, "runs": [row]}))
+    assert bench_peers.saved_baseline(s, spec, 100) is None

@@ -75,6 +75,15 @@ def test_help_of_every_command_renders(path):
     assert "--help" in result.output
 
 
+def test_every_command_summary_is_one_line():
+    """`--help` lists a command by its docstring's first paragraph: one line, so the list reads
+    as one sentence per command (details go after a blank line)."""
+    wrapped = [
+        path for path, cmd in commands() if "\n" in (cmd.help or "").strip().split("\n\n")[0]
+    ]
+    assert not wrapped, f"commands whose summary spans lines: {wrapped}"
+
+
 def retyped_default(help_text: str, default: object) -> bool:
     """The help says the default's value next to the word "default" (typer shows the default
     itself, from the field: a help text that types it again drifts from it)."""

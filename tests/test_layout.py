@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "selftaught"
@@ -30,6 +32,14 @@ def _resolve(target: str, modules: dict[str, Path]) -> str | None:
     while target and target not in modules:
         target = target.rpartition(".")[0]
     return target or None
+
+
+def _outer_packages(target: str, importer: str) -> list[str]:
+    """The packages Python runs before `target` (their `__init__`), less the root package and
+    those the importer sits in (already running when it runs)."""
+    parts = target.split(".")
+    outer = [".".join(parts[:i]) for i in range(2, len(parts))]
+    return [p for p in outer if not importer.startswith(p + ".")]
 
 
 def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
@@ -63,6 +73,7 @@ def import_graph() -> dict[str, set[str]]:
                 resolved = _resolve(target, modules) if target.startswith("selftaught") else None
                 if resolved and resolved != name:
                     graph[name].add(resolved)
+                    graph[name].update(_outer_packages(resolved, name))
     return graph
 
 
@@ -117,6 +128,15 @@ def test_import_graph_sees_package_and_function_imports():
     assert "selftaught.sleep.intake.log" in graph["selftaught.sleep"]
     assert "selftaught.sleep.adoption.staging" in graph["selftaught.sleep.night.cycle"]
     assert "selftaught.tasks" in graph["selftaught.api"]
+    # `from selftaught.sleep.paths import ...` runs selftaught.sleep's __init__ first
+    assert _outer_packages("selftaught.sleep.intake.log", "selftaught.redact") == [
+        "selftaught.sleep",
+        "selftaught.sleep.intake",
+    ]
+    assert _outer_packages("selftaught.sleep.intake.log", "selftaught.sleep.night.cycle") == [
+        "selftaught.sleep.intake"
+    ]
+    assert "selftaught.models" in graph["selftaught.weights.sft"]
 
 
 def test_cycle_finder_finds_a_loop_through_three_modules():
@@ -192,7 +212,11 @@ def test_no_module_imports_another_modules_private_name():
 CORE = ("selftaught.tasks", "selftaught.models")
 ABOVE_CORE = ("selftaught.skill", "selftaught.weights", "selftaught.sleep", "selftaught.cli")
 # an adapter is merged into served weights with the trainer's own peft code (one way to load it)
-CORE_IMPORTS_ALLOWED = {("selftaught.models.adapters", "selftaught.weights.sft")}
+# (importing weights.sft runs the weights package's __init__ too)
+CORE_IMPORTS_ALLOWED = {
+    ("selftaught.models.adapters", "selftaught.weights.sft"),
+    ("selftaught.models.adapters", "selftaught.weights"),
+}
 
 
 def test_tasks_and_models_import_nothing_above_them():
@@ -205,3 +229,35 @@ def test_tasks_and_models_import_nothing_above_them():
         if dep.startswith(ABOVE_CORE) and (module, dep) not in CORE_IMPORTS_ALLOWED
     )
     assert not upward, f"core modules importing optimizers, sleep or cli: {upward}"
+
+
+_IMPORT_EACH_FIRST = """
+import importlib, pkgutil, sys, traceback
+import selftaught
+names = [m.name for m in pkgutil.walk_packages(selftaught.__path__, "selftaught.")]
+failed = []
+for name in names:
+    if name.endswith("__main__"):  # runs the CLI
+        continue
+    for loaded in [m for m in sys.modules if m == "selftaught" or m.startswith("selftaught.")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception as err:
+        failed.append(f"{name}: {type(err).__name__}: {err}")
+print("\\n".join(failed))
+"""
+
+
+def test_every_module_imports_as_the_first_one():
+    """The graph above sees the loops it is told about; this runs each import for real, as a
+    program's first `import selftaught.x` would (a loop through a package's __init__ fails
+    only there)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH_FIRST],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=SRC.parents[1],
+    ).stdout.strip()
+    assert not out, "modules that fail as a program's first import:\n" + out

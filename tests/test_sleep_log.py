@@ -312,3 +312,26 @@ def test_trust_is_per_field_an_end_users_comment_leaves_the_operators_correction
     assert not fb.trusted_for("comment")
     as_given = Feedback(thumb="up", giver="key:ab12", trusted=False)  # one giver: its trust
     assert not as_given.trusted_for("thumb")
+
+
+def test_a_writer_closed_before_its_replay_thread_ran_leaves_nothing_in_the_spool(log_at, tmp_path):
+    """On a busy machine the replay thread may not have run when the proxy shuts down: the
+    close still stores a dead proxy's rows and the ones queued behind them."""
+    from selftaught.sleep.intake.spool import Spool, spool_dir
+    from selftaught.sleep.intake.writer import LogWriter
+
+    class StarvedWriter(LogWriter):
+        def _replay_loop(self) -> None:  # the thread never gets the CPU before the close
+            return
+
+    log = TaskLog(log_at)
+    dead = Spool(spool_dir(tmp_path))
+    dead.append([Interaction([{"role": "user", "content": f"q{i}"}], "a") for i in range(3)])
+    dead.close()  # its proxy died with rows waiting
+    writer = StarvedWriter(log, home=tmp_path)
+    assert writer.submit(Interaction([{"role": "user", "content": "new"}], "b")).result(10) == (
+        "spooled"  # behind the older rows
+    )
+    writer.close()
+    assert sorted(r.messages[0]["content"] for r in log.query()) == ["new", "q0", "q1", "q2"]
+    assert not list(spool_dir(tmp_path).iterdir())

@@ -33,11 +33,13 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from selftaught.models.base import Message
 from selftaught.runs import RunError
 from selftaught.text import numbers, words
+
+if TYPE_CHECKING:  # annotations only: demos sits below the models (their agents render demos)
+    from selftaught.models.base import Message
 
 DemoSource = Literal["bootstrap", "reference", "correction"]
 DemoPlacement = Literal["turns", "system"]

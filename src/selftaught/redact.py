@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.errors import ConfigError
-from selftaught.sleep.paths import sleep_home
+from selftaught.runs import sleep_home
 
 MARK = "[REDACTED:{}]"
 _ALREADY = r"(?!\[REDACTED)"  # never redact a marker again

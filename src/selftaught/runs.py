@@ -25,6 +25,16 @@ from selftaught.errors import RunError as RunError
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+ENV_HOME = "SELFTAUGHT_HOME"
+
+
+def sleep_home() -> Path:
+    """$SELFTAUGHT_HOME, else ~/.local/share/selftaught: sleep's state (the log, adopted
+    skills) and the redaction patterns; here, below every package, so that anything may ask."""
+    env = os.environ.get(ENV_HOME)
+    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "selftaught"
+
+
 def slug(text: str) -> str:
     """A file-name-safe form of a task or run name (`gym:basic_arithmetic?max_terms=2` →
     `gym-basic_arithmetic_max_terms_2`), deterministic so that re-running resumes."""

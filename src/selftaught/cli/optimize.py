@@ -116,8 +116,9 @@ def optimize_cmd(
     device: DeviceOpt = None,
     api_key: ApiKeyOpt = None,
 ) -> None:
-    """Optimize a skill document for a frozen model (SkillOpt): rollout → reflect → aggregate →
-    select under an edit budget → apply → gate on val; ships the best skill, not the last."""
+    """Optimize a skill for a frozen model (SkillOpt); ships the best skill, not the last one.
+
+    Each step: rollout → reflect → aggregate → select under an edit budget → apply → gate on val."""
     from selftaught.api import optimize
     from selftaught.models.errors import FatalBackendError
 

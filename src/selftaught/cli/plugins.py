@@ -34,8 +34,9 @@ def mcp_cmd(
     ] = None,
     log: LogOpt = None,
 ) -> None:
-    """Run the MCP server (stdio) a coding agent uses to give feedback on its session and read
-    its adopted skill and last night's report. Needs the `mcp` extra."""
+    """Run the MCP server (stdio) through which a coding agent gives feedback and reads its skill.
+
+    The agent reads its adopted skill and last night's report there. Needs the `mcp` extra."""
     from selftaught.mcp_server import serve
 
     serve(project, log)
@@ -52,8 +53,9 @@ def hook_install_cmd(
     scope: ScopeOpt = "user",
     log: LogOpt = None,
 ) -> None:
-    """Register the agent's session-end hook (idempotent; other settings are kept; the
-    original file is backed up once beside it)."""
+    """Register the agent's session-end hook in its settings file (idempotent).
+
+    Other settings are kept; the original file is backed up once beside it."""
     from selftaught.sleep.intake.hook_install import install
 
     done = install(agent, scope=scope, project=project, log=log)  # type: ignore[arg-type]

@@ -30,8 +30,10 @@ def report_cmd(
         bool, typer.Option("--open", help="Open the page in the web browser.")
     ] = False,
 ) -> None:
-    """A self-contained HTML report of a run (also of one still in progress): learning curves
-    with 95% intervals, gate decisions, edits, skill diffs, usage, failures, config."""
+    """A self-contained HTML report of a run, also of one still in progress.
+
+    Learning curves with 95% intervals, gate decisions, edits, skill diffs, usage, failures,
+    config."""
     import webbrowser
 
     from selftaught.report import write_report

@@ -171,8 +171,10 @@ def proxy_cmd(
         ),
     ] = ProxyConfig.lora,
 ) -> None:
-    """Logging proxy for chat completions, Anthropic Messages and OpenAI Responses (Claude Code,
-    Codex, any OpenAI-SDK agent): injects the adopted skill, logs every exchange (redacted)."""
+    """Logging proxy: injects the adopted skill, logs every exchange (redacted).
+
+    It speaks chat completions, Anthropic Messages and OpenAI Responses (Claude Code, Codex, any
+    OpenAI-SDK agent)."""
     from selftaught.http_guard import strip_credentials
     from selftaught.serve import check_host
     from selftaught.sleep.intake.proxy import ProxyConfig, run_proxy
@@ -275,8 +277,9 @@ def sleep_log_migrate_cmd(
     ] = None,
     batch: Annotated[int, typer.Option(min=1, help="Rows per transaction.")] = BATCH,
 ) -> None:
-    """Copy a SQLite log and its projects' adopted versions into Postgres (safe to re-run:
-    what is there is skipped; a killed run resumes), then read every row back to check it."""
+    """Copy a SQLite log and its projects' adopted versions into Postgres, then check every row.
+
+    Safe to re-run: what is there is skipped, and a killed run resumes."""
     from selftaught.sleep.paths import sleep_home
     from selftaught.sleep.store.move import move_log
 
@@ -544,8 +547,10 @@ def sleep_run_cmd(
     api_key: ApiKeyOpt = None,
     dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
 ) -> None:
-    """One night: harvest the log → mine tasks → split → consolidate skill, then memory → stage
-    a proposal (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
+    """One night: learn a skill and a memory from the log and stage them as a proposal.
+
+    Harvest the log → mine tasks → split → consolidate skill, then memory → stage a proposal
+    (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
     from selftaught.sleep.night.cycle import run_night
     from selftaught.sleep.night.summary import print_outcomes
 
@@ -700,8 +705,9 @@ def sleep_history_cmd(
 @sleep_app.command("status")
 @friendly_errors
 def sleep_status_cmd(project: NightProjectOpt = None, log: LogOpt = None) -> None:
-    """The last night, a staged proposal, the adopted version and its probation, a running
-    night, the schedule."""
+    """The last night, the staged proposal, the adopted version, its probation and the schedule.
+
+    A night still running is shown too."""
     from selftaught.sleep.night.summary import status_lines
 
     for line in status_lines(project, log_path=log):
@@ -723,8 +729,10 @@ def sleep_probation_cmd(
         typer.Option(help="On a drop, roll back to the version replaced (an auto_rollback event)."),
     ] = False,
 ) -> None:
-    """Each version's live record (requests, outcomes, success rate with its interval) and
-    the adopted version against the one it replaced, on traffic neither was trained on."""
+    """Each adopted version's live record, and the adopted version against the one it replaced.
+
+    The record: requests, outcomes, success rate with its 95% interval; the comparison is on
+    traffic neither version was trained on."""
     from selftaught.sleep.adoption.probation import maybe_roll_back, probation_for, status_lines
     from selftaught.sleep.intake.log import TaskLog
 

@@ -10,11 +10,16 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from selftaught.errors import BackendError as BackendError
+from selftaught.errors import InputError
 
 T = TypeVar("T")
 
 CALL_TIMEOUT_S = 120.0
 """Seconds one model call may take before it counts as failed (then retried)."""
+
+
+class ModelSpecError(InputError):
+    """A model spec that names no known backend or model."""
 
 
 class TransientBackendError(BackendError):

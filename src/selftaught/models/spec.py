@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from selftaught.errors import InputError
+from selftaught.models.errors import ModelSpecError as ModelSpecError
 
 SPEC_FORMS = (
     "local",
@@ -26,10 +27,6 @@ SPEC_FORMS = (
     "codex[:MODEL]",
     "cmd:TEMPLATE (e.g. 'cmd:my-agent --ask {prompt}'; without {prompt} the prompt is stdin)",
 )
-
-
-class ModelSpecError(InputError):
-    """A model spec that names no known backend or model."""
 
 
 @dataclass(frozen=True)

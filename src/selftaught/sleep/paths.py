@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 
 from selftaught.errors import InputError
-from selftaught.runs import private_dirs
+from selftaught.runs import ENV_HOME, private_dirs, sleep_home  # noqa: F401 (re-exported)
 
 # the records paths and the stores share live below both; imported from here as always
 from selftaught.sleep.store import (  # noqa: F401
@@ -44,17 +44,10 @@ from selftaught.sleep.store import (  # noqa: F401
     is_url,
 )
 
-ENV_HOME = "SELFTAUGHT_HOME"
 ENV_LOG = "SELFTAUGHT_LOG"
 DEFAULT_PROJECT = "default"
 ADOPTED_FILES = ("skill.md", "memory.md", "version")
 _PROJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-def sleep_home() -> Path:
-    """$SELFTAUGHT_HOME, else ~/.local/share/selftaught."""
-    env = os.environ.get(ENV_HOME)
-    return Path(env).expanduser() if env else Path.home() / ".local" / "share" / "selftaught"
 
 
 def default_log_path() -> Path | str:

@@ -21,10 +21,10 @@ from selftaught.models.base import Message
 from selftaught.weights.config import SFTTrainConfig
 from selftaught.weights.sft import (
     check_batch,
+    fine_tune_report,
     on_cpu,
     step_cap_args,
     time_cap,
-    trainable_parameters,
 )
 
 
@@ -112,17 +112,5 @@ def dpo_train(
     finally:
         shutil.rmtree(out, ignore_errors=True)
     model.eval()
-    steps = int(result.global_step)
-    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
-    return {
-        "train_pairs": len(pairs),
-        "steps": steps,
-        "loss_first": losses[0] if losses else None,
-        "loss_last": losses[-1] if losses else None,
-        "train_loss": float(result.training_loss),
-        "train_seconds": round(seconds, 2),
-        "setup_seconds": round(t_setup, 2),
-        "step_seconds": round(seconds / steps, 3) if steps else None,
-        "trainable_params": trainable_parameters(model),
-        **({"stopped_by": stopped[0]} if stopped else {}),
-    }
+    counted = ("train_pairs", len(pairs))
+    return fine_tune_report(model, counted, result, trainer, [], seconds, t_setup, stopped)

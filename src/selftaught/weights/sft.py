@@ -362,7 +362,8 @@ def sft_train(
     model.eval()
     if own_dir:
         shutil.rmtree(out, ignore_errors=True)
-    return _sft_report(model, len(samples), result, trainer, step_times, seconds, t_setup, stopped)
+    counted = ("train_samples", len(samples))
+    return fine_tune_report(model, counted, result, trainer, step_times, seconds, t_setup, stopped)
 
 
 def _sft_args(
@@ -410,9 +411,9 @@ def _sft_args(
     )
 
 
-def _sft_report(
+def fine_tune_report(
     model: Any,
-    n_samples: int,
+    counted: tuple[str, int],
     result: Any,
     trainer: Any,
     step_times: list[float],
@@ -420,11 +421,12 @@ def _sft_report(
     t_setup: float,
     stopped: list[str],
 ) -> dict[str, Any]:
-    """What a fine-tune reports: loss, steps and timings."""
+    """What a fine-tune (SFT, DPO) reports: what it trained on (`counted`: its name and
+    number), loss, steps and timings."""
     steps = int(result.global_step)
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
     return {
-        "train_samples": n_samples,
+        counted[0]: counted[1],
         "steps": steps,
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from selftaught.models.agents.base import AgentNotInstalled, AgentOutdated, CliAgent
 from selftaught.models.agents.settings import CLAUDE_CODE, CODEX, AgentSettings
-from selftaught.models.errors import CALL_TIMEOUT_S, RetryPolicy
-from selftaught.models.spec import ModelSpecError
+from selftaught.models.errors import CALL_TIMEOUT_S, ModelSpecError, RetryPolicy
 
 AGENT_BACKENDS = ("claude-code", "codex", "cmd")
 

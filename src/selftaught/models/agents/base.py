@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from selftaught.demos import Demo, demo_section
 from selftaught.errors import ConfigError, InputError
 from selftaught.models.agents.process import ProcessResult, run_process
 from selftaught.models.agents.settings import CLIS_ENV, AgentSettings, CliInfo, parse_version
@@ -106,8 +107,6 @@ def brief_from_messages(messages: Sequence[Message]) -> AgentBrief:
     """System turns and earlier user/assistant pairs (worked examples, rendered as the
     system prompt's "Worked examples" section) go to the instruction file; the last user
     message is the prompt."""
-    from selftaught.demos import Demo, demo_section
-
     if any(m.get("role") == "tool" or m.get("tool_calls") for m in messages):
         refuse_tools()
     system = [content_text(m.get("content")) for m in messages if m.get("role") == "system"]

@@ -6,8 +6,8 @@ Rows are written in batches (one transaction each); a batch that fails is retrie
 so one bad row never costs the others. While the log's database cannot be reached
 (`LogUnavailable`: a Postgres log down), batches go to a spool file under the home instead
 (`spool.py`: redacted, fsynced) and are replayed, oldest first, once it answers again, by a
-thread of their own (so no new row ever waits on a database that does not answer); /health
-shows the state, what was spooled and what waits.
+thread of their own (so no new row ever waits on a database that does not answer), and once
+more when the writer closes; /health shows the state, what was spooled and what waits.
 
 `submit` returns a future that says where the row went (`logged`, `spooled`, `failed`,
 `dropped`) once it is there: the proxy waits for it before the answer's last byte, so a proxy
@@ -118,6 +118,10 @@ class LogWriter:
         self._stopping = True
         self._replay_now.set()
         self._replayer.join(timeout_s)
+        if not self._replayer.is_alive():
+            # a last try, so that a writer closed before its replay thread ran (a busy
+            # machine) leaves nothing in the spool that the log could take now
+            self._replay()
         if self._spool is not None:
             self._spool.close()  # rows still waiting stay for the next writer here
 

@@ -144,8 +144,9 @@ _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 
 
-def _text(content: Any) -> str | None:
-    """A message's text; None when it holds something other than text (an image...)."""
+def message_text(content: Any) -> str | None:
+    """A message's text (a string, or a list of text parts); None when it holds something other
+    than text (an image...)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -187,7 +188,7 @@ def near_duplicates(a: str, b: str, threshold: float) -> bool:
 def _redact_messages(messages: list[Message]) -> list[Message] | None:
     out = []
     for msg in strip_injected_messages(messages):
-        text = _text(msg.get("content"))
+        text = message_text(msg.get("content"))
         if text is None:
             return None
         out.append({"role": str(msg.get("role", "user")), "content": redact_for_model(text)})

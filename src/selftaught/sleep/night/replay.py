@@ -52,7 +52,13 @@ from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.intake.sessions import task_turns
 from selftaught.sleep.night.checks import score_example
-from selftaught.sleep.night.mine import MineConfig, MinedTask, new_task, task_checks
+from selftaught.sleep.night.mine import (
+    MineConfig,
+    MinedTask,
+    message_text,
+    new_task,
+    task_checks,
+)
 from selftaught.sleep.night.split import NightTask
 from selftaught.tasks.base import Example, Score
 from selftaught.tasks.episode import (
@@ -229,19 +235,6 @@ def tool_feedback(reference: Any) -> ToolFeedback | None:
 # ---- mining ---------------------------------------------------------------------------------
 
 
-def _text(content: Any) -> str | None:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
-                return None
-            parts.append(str(part.get("text", "")))
-        return "".join(parts)
-    return None
-
-
 def _redact_call(call: dict[str, Any], turn: int, k: int) -> dict[str, Any]:
     name, args = call_parts(call) or ("?", {})
     raw = (call.get("function") or {}).get("arguments")
@@ -259,7 +252,7 @@ def redact_turns(messages: list[Message]) -> list[Message] | None:
     out: list[Message] = []
     pending: deque[str] = deque()  # ids of calls not yet answered, for tool turns without one
     for turn, msg in enumerate(strip_injected_messages(messages)):
-        text = _text(msg.get("content"))
+        text = message_text(msg.get("content"))
         if text is None:
             return None
         role = str(msg.get("role", "user"))
