@@ -856,7 +856,8 @@ def report_task_table(saved: dict[str, Any]) -> str:
         )
     header = ["system (first run per seed)", "test items", "Δ vs seed prompt", "W/L",
               "p (two-sided)", "vs selftaught on the same items: Δ (W/L, two-sided p)"]  # fmt: skip
-    planned = (s.get("systems", []), s.get("seeds", []))
+    frozen = load_report_settings()  # what the report plans, not what the last sitting ran
+    planned = (frozen["systems"], frozen["report_seeds"])
     lines += [markdown_table(header, summary), "", targets_line(rows, *planned)]
     return "\n".join(lines)
 

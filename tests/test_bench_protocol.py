@@ -146,6 +146,10 @@ def test_a_rerun_is_a_new_row_and_the_summary_counts_the_first_run(tmp_path):
     assert "| selftaught | 10 | +0.800 | 8/0 | 0.008 | – |" in md
     # the targets, from the first runs: gepa's better re-run does not put it ahead
     assert "mean test gain +0.800, ≥ every peer's" in md and "beyond it: 0." in md
+    # open until every frozen system ran every report seed, whatever the last sitting ran
+    saved["settings"] |= {"systems": ["gepa"], "seeds": [100]}
+    planned = f"of {len(FROZEN['systems'])} systems × {len(FROZEN['report_seeds'])} seeds planned"
+    assert f"{planned}: open)" in bench_peers.report_task_table(saved)
     ahead = _report_row("skillrl", 100, "2026-01-01", better_rerun, base)
     assert "below skillrl's" in bench_peers.targets_line([*runs, ahead])
 
