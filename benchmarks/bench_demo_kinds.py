@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS  # noqa: E402
+from common import RESULTS
 from protocol import check_design_use
 
 from selftaught.demos import Demo, LeakCheck, join_skill

@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from common import RESULTS  # noqa: E402
+from common import RESULTS
 
 from selftaught.gate import GateConfig, gate
 from selftaught.stats import sign_test_pvalue, wilson_interval

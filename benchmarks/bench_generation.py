@@ -42,7 +42,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from common import RESULTS  # noqa: E402
+from common import RESULTS
 
 from selftaught.models.base import GenerationParams, Message  # noqa: E402
 from selftaught.models.local import LocalModel  # noqa: E402

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import RESULTS  # noqa: E402
+from common import RESULTS
 
 from selftaught.runs import atomic_write_json
 

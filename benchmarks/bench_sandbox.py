@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import RESULTS  # noqa: E402
+from common import RESULTS
 
 from selftaught.tasks.base import SPLITS
 from selftaught.tasks.humaneval import HumanEvalTask, load_problems

@@ -31,11 +31,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from common import (
-    QWEN_GGUF,
-    RESULTS,  # noqa: E402
-    assemble_qwen,
-)
+from common import QWEN_GGUF, RESULTS, assemble_qwen
 
 
 def _raise_interrupt(*_: object) -> None:

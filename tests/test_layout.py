@@ -232,7 +232,7 @@ def test_tasks_and_models_import_nothing_above_them():
 
 
 _IMPORT_EACH_FIRST = """
-import importlib, pkgutil, sys, traceback
+import importlib, pkgutil, sys
 import selftaught
 names = [m.name for m in pkgutil.walk_packages(selftaught.__path__, "selftaught.")]
 failed = []
