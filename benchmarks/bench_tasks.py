@@ -17,6 +17,13 @@ Run as a script it is a design tool (dev seeds, train or val only): the seed pro
 a task, the check that decides whether a candidate task stays (neither 0 nor 1):
 
     python benchmarks/bench_tasks.py judge:abstract2title --model local:<Qwen GGUF> --seed 0
+
+and, for a judge task, `--judge-check`: whether the judge can grade at all. Each item's own
+reference is judged as a reply (it must pass) and so is the nearest other reference of the
+registry file that differs from it (it must fail: for a story with several questions, another
+place of the same story). The judge grades when it passes at least 80% of the references and at
+most 20% of the wrong ones (`JUDGE_RULE`, written before any check ran); a judge that cannot
+tell the two apart makes any score of the task noise.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ import argparse
 import json
 import random
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +50,13 @@ class JudgeSet:
     path: str  # inside the wheel
     rubric: str
     instructions: str = ""
+    # rows whose questions share this key (a story asked several questions) count as one: one
+    # of them, drawn with the seed, is kept, so no story sits in two splits
+    group_key: Callable[[str], str] | None = None
+
+
+def _story(question: str) -> str:
+    return question.rsplit(". ", 1)[0]
 
 
 JUDGE_SETS: dict[str, JudgeSet] = {
@@ -56,7 +71,20 @@ JUDGE_SETS: dict[str, JudgeSet] = {
         ),
         instructions="Reply with the title only, on one line.",
     ),
+    "tomi": JudgeSet(
+        "evals/registry/data/theory_of_mind/tomi/test.jsonl",
+        rubric=(
+            "The question asks, about a short story, where an object is, was, or where someone "
+            "will look for it. Score 10 when the place the reply gives as its answer is the "
+            "reference place (wording may differ: 'green_box', 'the green box' and 'It is in "
+            "the green box.' are the same place); score 0 when it gives another place, several "
+            "places without choosing one, or no place."
+        ),
+        instructions="Answer with the place.",
+        group_key=_story,
+    ),
 }
+JUDGE_RULE = (0.8, 0.2)  # a judge grades: passes >= 80% of references, <= 20% of wrong ones
 
 
 def task_kind(spec: str) -> str:
@@ -139,13 +167,21 @@ def judge_rows(
     """The set's rows, shuffled with `seed`, cut to train / val / test of `sizes`; each row in
     the JSONL task format (`input` as a chat list without the registry's system turn, whose
     instruction goes first in the user turn; `reference` the registry's `ideal`; `split`)."""
-    rows = evals_rows(JUDGE_SETS[name].path, wheel)
-    if sum(sizes) > len(rows):
-        raise SystemExit(
-            f"judge:{name} has {len(rows)} rows; train + val + test = {sum(sizes)} do not fit"
-        )
+    js = JUDGE_SETS[name]
+    rows = evals_rows(js.path, wheel)
     order = list(range(len(rows)))
-    random.Random(seed).shuffle(order)
+    rng = random.Random(seed)
+    if js.group_key is not None:
+        groups: dict[str, list[int]] = {}
+        for i in order:
+            groups.setdefault(js.group_key(_as_question(rows[i])["input"]), []).append(i)
+        order = [rng.choice(members) for members in groups.values()]
+    if sum(sizes) > len(order):
+        unit = "groups" if js.group_key is not None else "rows"
+        raise SystemExit(
+            f"judge:{name} has {len(order)} {unit}; train + val + test = {sum(sizes)} do not fit"
+        )
+    rng.shuffle(order)
     out, start = [], 0
     for split, size in zip(("train", "val", "test"), sizes, strict=True):
         for i in order[start : start + size]:
@@ -176,24 +212,14 @@ def write_judge_jsonl(
     return path
 
 
-def devcheck(
-    spec: str,
-    model: Any,
-    *,
-    seed: int,
-    split: str,
-    sizes: Sequence[int],
-    out: Path,
-    wheel: Path = EVALS_WHEEL,
-) -> Any:
-    """The seed prompt of the report settings scored on `split` of `spec`, built as the
-    benchmark builds it (a judge task's judge is `model` too, loaded once); per item to
-    `out`."""
+def _design_task(
+    spec: str, model: Any, seed: int, split: str, sizes: Sequence[int], wheel: Path
+) -> tuple[dict[str, Any], Any, Any]:
+    """(report settings, model, task) for a design check on dev data: the task built as the
+    benchmark builds it (a judge task's judge is `model` too, loaded once)."""
     from protocol import check_design_use, load_report_settings
 
-    import selftaught
-    from selftaught.models import GenerationParams, load_model
-    from selftaught.rollout import RolloutConfig
+    from selftaught.models import load_model
 
     check_design_use("bench_tasks.py", seeds=[seed], splits=[split])
     settings = load_report_settings()["settings"]
@@ -210,6 +236,26 @@ def devcheck(
         judge_timeout_s=timeout_s,
         wheel=wheel,
     )
+    return settings, model, task
+
+
+def devcheck(
+    spec: str,
+    model: Any,
+    *,
+    seed: int,
+    split: str,
+    sizes: Sequence[int],
+    out: Path,
+    wheel: Path = EVALS_WHEEL,
+) -> Any:
+    """The seed prompt of the report settings scored on `split` of `spec`; per item to `out`."""
+    import selftaught
+    from selftaught.models import GenerationParams
+    from selftaught.rollout import RolloutConfig
+
+    settings, model, task = _design_task(spec, model, seed, split, sizes, wheel)
+    timeout_s = float(settings["timeout_s"])
     params = GenerationParams(max_tokens=settings["max_tokens"], temperature=0.0)
     rollout = RolloutConfig(concurrency=settings["concurrency"], timeout_s=timeout_s, params=params)
     return selftaught.evaluate(
@@ -220,6 +266,75 @@ def devcheck(
         rollout=rollout,
         output=out,
     )
+
+
+def wrong_references(name: str, ids: Sequence[str], wheel: Path = EVALS_WHEEL) -> dict[str, str]:
+    """For each item id (`NAME-ROW`), a wrong answer of the same kind: the registry file's
+    nearest other reference (row +1, -1, +2, ...) that differs from the item's own, taken from
+    the item's own group (its story's other questions) when the set has groups."""
+    js = JUDGE_SETS[name]
+    questions = [_as_question(r) for r in evals_rows(js.path, wheel)]
+    refs = [q["reference"] for q in questions]
+    key = js.group_key or (lambda _: "")
+    out = {}
+    for example_id in ids:
+        row = int(example_id.rsplit("-", 1)[1])
+        own, group = refs[row].casefold(), key(questions[row]["input"])
+        near = [j for step in range(1, len(refs)) for j in (row + step, row - step)]
+        differ = [j for j in near if 0 <= j < len(refs) and refs[j].casefold() != own]
+        same = [j for j in differ if key(questions[j]["input"]) == group]
+        if differ:
+            out[example_id] = refs[(same or differ)[0]]
+    return out
+
+
+def judgecheck(
+    spec: str,
+    model: Any,
+    *,
+    seed: int,
+    split: str,
+    sizes: Sequence[int],
+    out: Path,
+    wheel: Path = EVALS_WHEEL,
+) -> dict[str, Any]:
+    """Whether the judge of a judge task can grade: every item of `split` judged twice, with its
+    own reference as the reply (should pass) and with a wrong reference (should fail); per
+    judgement to `out` (JSONL), the counts returned with the verdict under `JUDGE_RULE`."""
+    from selftaught.errors import BackendError
+    from selftaught.runs import atomic_write_text
+
+    if not needs_judge(spec):
+        raise SystemExit(f"--judge-check: {spec!r} is not a judge task")
+    name = spec.removeprefix("judge:")
+    settings, model, task = _design_task(spec, model, seed, split, sizes, wheel)
+    examples = task.examples(split)
+    wrong = wrong_references(name, [ex.id for ex in examples], wheel)
+    cases = [(ex, "reference", ex.reference) for ex in examples]
+    cases += [(ex, "wrong", wrong[ex.id]) for ex in examples if ex.id in wrong]
+
+    def judge(case: tuple[Any, str, str]) -> dict[str, Any]:
+        ex, kind, reply = case
+        row = {"example_id": ex.id, "case": kind, "reply": reply}
+        try:
+            score = task.score(reply, ex)
+        except BackendError as err:  # a broken judge is an error, never a verdict
+            return row | {"error": str(err)}
+        return row | {"passed": score.hard == 1.0, "feedback": score.feedback}
+
+    with ThreadPoolExecutor(max_workers=int(settings["concurrency"])) as pool:
+        rows = list(pool.map(judge, cases))
+    atomic_write_text(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    summary: dict[str, Any] = {"errors": sum("error" in r for r in rows)}
+    for kind in ("reference", "wrong"):
+        judged = [r for r in rows if r["case"] == kind and "error" not in r]
+        summary[kind] = (sum(r["passed"] for r in judged), len(judged))
+    (ref_pass, n_ref), (wrong_pass, n_wrong) = summary["reference"], summary["wrong"]
+    summary["grades"] = bool(
+        n_ref and n_wrong and ref_pass >= JUDGE_RULE[0] * n_ref
+        and wrong_pass <= JUDGE_RULE[1] * n_wrong
+    )  # fmt: skip
+    return summary
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -233,16 +348,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default="val", choices=("train", "val"))
     parser.add_argument("--sizes", type=int, nargs=3, metavar=("TRAIN", "VAL", "TEST"),
                         help="split sizes (default: the report settings')")  # fmt: skip
+    parser.add_argument(
+        "--judge-check",
+        action="store_true",
+        help="a judge task: can its judge tell a reference from a wrong answer?",
+    )
     parser.add_argument("--output", type=Path, help="per-item JSONL (default: results/devcheck_"
-                        "<task>_<split>_seed<seed>.jsonl)")  # fmt: skip
+                        "<task>_<split>_seed<seed>.jsonl, or judgecheck_...)")  # fmt: skip
     a = parser.parse_args(argv)
     task_kind(a.spec)  # an unknown spec is refused before any model loads
     frozen = load_report_settings()["settings"]
     sizes = a.sizes or [frozen["train"], frozen["val"], frozen["test"]]
     name = a.spec.split(":", 1)[1].split("?")[0]
-    out = a.output or RESULTS / f"devcheck_{name}_{a.split}_seed{a.seed}.jsonl"
-    result = devcheck(a.spec, a.model, seed=a.seed, split=a.split, sizes=sizes, out=out)
-    print(f"{a.spec} {a.split} seed {a.seed}: {result}")
+    tool = "judgecheck" if a.judge_check else "devcheck"
+    out = a.output or RESULTS / f"{tool}_{name}_{a.split}_seed{a.seed}.jsonl"
+    kwargs = {"seed": a.seed, "split": a.split, "sizes": sizes, "out": out}
+    if a.judge_check:
+        c = judgecheck(a.spec, a.model, **kwargs)
+        (ref_pass, n_ref), (wrong_pass, n_wrong) = c["reference"], c["wrong"]
+        verdict = "grades" if c["grades"] else "cannot grade"
+        print(f"{a.spec} {a.split} seed {a.seed}: the judge passed {ref_pass}/{n_ref} references "
+              f"and {wrong_pass}/{n_wrong} wrong answers ({c['errors']} judge errors): it "
+              f"{verdict} (rule: >= {JUDGE_RULE[0]:.0%} and <= {JUDGE_RULE[1]:.0%})")  # fmt: skip
+    else:
+        print(f"{a.spec} {a.split} seed {a.seed}: {devcheck(a.spec, a.model, **kwargs)}")
     print(f"per item: {out}")
 
 

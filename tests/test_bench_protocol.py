@@ -241,6 +241,65 @@ def test_the_task_devcheck_scores_the_seed_prompt_on_dev_data_only(tmp_path, mon
             bench_tasks.devcheck("judge:abstract2title", "local", seed=seed, split=split, **kwargs)
 
 
+def _tomi_wheel(tmp_path: Path, stories: int) -> Path:
+    rows = []
+    for k in range(stories):  # two questions per story, with different places
+        story = f"Ann entered room_{k}. The ball is in box_{k}. Ann moved the ball to bag_{k}."
+        rows += [{"input": [{"role": "user", "content": f"{story} Where was the ball at first?"}],
+                  "ideal": f"box_{k}"},
+                 {"input": [{"role": "user", "content": f"{story} Where is the ball really?"}],
+                  "ideal": f"bag_{k}"}]  # fmt: skip
+    wheel = tmp_path / bench_tasks.EVALS_WHEEL_NAME
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(bench_tasks.JUDGE_SETS["tomi"].path, "\n".join(json.dumps(r) for r in rows))
+    return wheel
+
+
+def test_a_grouped_judge_set_keeps_one_question_per_story(tmp_path):
+    wheel = _tomi_wheel(tmp_path, 12)
+    rows = bench_tasks.judge_rows("tomi", 0, (4, 3, 5), wheel)
+    stories = [bench_tasks._story(r["input"]) for r in rows]
+    assert len(rows) == 12 and len(set(stories)) == 12  # no story in two splits
+    assert bench_tasks.judge_rows("tomi", 0, (4, 3, 5), wheel) == rows
+    with pytest.raises(SystemExit, match="12 groups"):
+        bench_tasks.judge_rows("tomi", 0, (5, 5, 5), wheel)
+
+
+def _grading_judge(fair: bool):
+    def judge(messages):  # the judge prompt: the reference, then the reply
+        text = messages[-1]["content"]
+        reference = text.split("## Reference answer")[1].split("## Reply to grade")[0].strip()
+        reply = text.split("## Reply to grade")[1].split("## How to answer")[0].strip()
+        score = 10 if (reference in reply or not fair) else 0
+        return json.dumps({"score": score, "reason": "compared"})
+
+    return judge
+
+
+def test_the_judge_check_tells_a_grading_judge_from_a_yes_sayer(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _tomi_wheel(tmp_path, 12)
+    kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel}
+    out = tmp_path / "judged.jsonl"
+    fair = bench_tasks.judgecheck("judge:tomi", ScriptedModel(_grading_judge(True)), out=out,
+                                  **kwargs)  # fmt: skip
+    assert (fair["reference"], fair["wrong"], fair["errors"], fair["grades"]) == (
+        (3, 3), (0, 3), 0, True
+    )  # fmt: skip
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    for row in (r for r in rows if r["case"] == "wrong"):  # the same story's other place
+        k = row["example_id"]  # tomi-ROW: rows 2k and 2k+1 are story k
+        assert row["reply"].endswith(f"_{int(k.rsplit('-', 1)[1]) // 2}")
+    yes = bench_tasks.judgecheck("judge:tomi", ScriptedModel(_grading_judge(False)), out=out,
+                                 **kwargs)  # fmt: skip
+    assert yes["wrong"] == (3, 3) and not yes["grades"]
+    with pytest.raises(SystemExit, match="not a judge task"):
+        bench_tasks.judgecheck("gym:chain_sum", ScriptedModel(_grading_judge(True)), out=out,
+                               **kwargs)  # fmt: skip
+    with pytest.raises(SystemExit, match="design choices"):
+        bench_tasks.judgecheck("judge:tomi", "local", out=out, **(kwargs | {"split": "test"}))
+
+
 def test_report_results_keep_every_row_with_its_commits(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
     s = bench_peers.parse_args(["--report", "--tasks", FROZEN["tasks"][1]])
