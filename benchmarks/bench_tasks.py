@@ -41,6 +41,7 @@ from typing import Any
 EVALS_WHEEL_NAME = "evals-3.0.1.post1-py3-none-any.whl"
 EVALS_WHEEL = Path("~/.cache/selftaught/bench") / EVALS_WHEEL_NAME
 TASK_FILES = Path(__file__).resolve().parent.parent / "runs" / "bench" / "tasks"
+JUDGE_TEMPLATES = Path(__file__).resolve().parent / "judges"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class JudgeSet:
     # rows whose questions share this key (a story asked several questions) count as one: one
     # of them, drawn with the seed, is kept, so no story sits in two splits
     group_key: Callable[[str], str] | None = None
+    # the judge's prompt (a file under benchmarks/judges/), else selftaught's packaged one
+    judge_template: str | None = None
 
 
 def _story(question: str) -> str:
@@ -74,14 +77,14 @@ JUDGE_SETS: dict[str, JudgeSet] = {
     "tomi": JudgeSet(
         "evals/registry/data/theory_of_mind/tomi/test.jsonl",
         rubric=(
-            "The question asks, about a short story, where an object is, was, or where someone "
-            "will look for it. Score 10 when the place the reply gives as its answer is the "
-            "reference place (wording may differ: 'green_box', 'the green box' and 'It is in "
-            "the green box.' are the same place); score 0 when it gives another place, several "
-            "places without choosing one, or no place."
+            "Score 10 when the place the reply gives as its answer is the reference place "
+            "(wording may differ: 'green_box', 'the green box' and 'It is in the green box.' "
+            "are the same place); score 0 when it gives another place, several places without "
+            "choosing one, or no place."
         ),
         instructions="Answer with the place.",
         group_key=_story,
+        judge_template="compare.md",
     ),
 }
 JUDGE_RULE = (0.8, 0.2)  # a judge grades: passes >= 80% of references, <= 20% of wrong ones
@@ -134,17 +137,17 @@ def build_task(
 def judge_task(name: str, path: Path, judge_model: Any, seed: int, timeout_s: float) -> Any:
     from selftaught.models import load_model
     from selftaught.tasks.jsonl import JsonlTask
+    from selftaught.tasks.scorers import LlmJudge
 
     if isinstance(judge_model, str):
         model = load_model(judge_model, timeout_s=timeout_s)
     else:
         model = judge_model
     js = JUDGE_SETS[name]
+    template = JUDGE_TEMPLATES / js.judge_template if js.judge_template else None
     return JsonlTask(
         path,
-        scorer="llm_judge",
-        judge_model=model,
-        rubric=js.rubric,
+        scorer=LlmJudge(model, js.rubric, template=template),
         seed=seed,
         name=name,
         instructions=js.instructions,

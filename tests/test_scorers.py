@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from selftaught.errors import ConfigError
 from selftaught.models.base import Completion, GenerationParams, Message
 from selftaught.models.errors import BackendError
 from selftaught.tasks.base import Example, TaskError
@@ -161,6 +162,18 @@ def test_llm_judge_scores_and_sends_rubric_question_reference():
     prompt = judge.calls[0][0]["content"]
     assert "Must name the city." in prompt and "What is it?" in prompt
     assert "It's Paris." in prompt and "Paris" in prompt and "{{" not in prompt
+
+
+def test_llm_judge_takes_its_own_prompt_template(tmp_path):
+    judge = ScriptedJudge('{"reason": "same city", "score": 10}')
+    template = tmp_path / "short.md"
+    template.write_text("Reference: {{reference}}\nReply: {{reply}}\n{{rubric}}\nJSON please.")
+    score = LlmJudge(judge, "Same city?", template=template)("Paris!", ex("Paris"))
+    assert score.hard == 1.0
+    sent = judge.calls[0][0]["content"]
+    assert sent == "Reference: Paris\nReply: Paris!\nSame city?\nJSON please."
+    with pytest.raises(ConfigError, match="must hold"):
+        LlmJudge(judge, template="Grade the answer to {{question}}.")
 
 
 def test_llm_judge_threshold_and_per_example_rubric():

@@ -347,7 +347,9 @@ class LlmJudge:
     hard = score >= threshold, soft = score / 10, feedback = the judge's reason. A judge that
     fails (backend error, or no readable score after one repair request) raises BackendError:
     a broken judge is never a wrong answer. An example's own `state["rubric"]` overrides the
-    scorer's rubric."""
+    scorer's rubric. `template` (text or a Path to a `.md` file) replaces the packaged judge
+    prompt (`prompts/llm_judge.md`); it fills `{{rubric}}`, `{{question}}`, `{{reference}}` and
+    `{{reply}}`, and must hold `{{reply}}`."""
 
     name = "llm_judge"
 
@@ -358,6 +360,7 @@ class LlmJudge:
         *,
         threshold: float = 7.0,
         params: GenerationParams | None = None,
+        template: str | Path | None = None,
     ):
         if judge_model is None:
             raise ConfigError("scorer 'llm_judge' needs a judge model")
@@ -369,7 +372,11 @@ class LlmJudge:
         self.rubric = (rubric or "").strip() or DEFAULT_RUBRIC
         self.threshold = threshold
         self.params = params or GenerationParams(max_tokens=512, temperature=0.0)
-        self._template = judge_prompt_template()
+        if isinstance(template, Path):
+            template = read_text(template, "judge template file")
+        self._template = template or judge_prompt_template()
+        if "{{reply}}" not in self._template:
+            raise ConfigError("a judge template must hold {{reply}}: the judge would not see it")
 
     def messages(self, output: str, example: Example) -> list[Message]:
         rubric = str(example.state.get("rubric") or self.rubric)
