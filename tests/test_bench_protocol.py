@@ -266,10 +266,10 @@ def test_a_grouped_judge_set_keeps_one_question_per_story(tmp_path):
 
 
 def _grading_judge(fair: bool):
-    def judge(messages):  # the set's judge prompt (judges/compare.md): reference, then reply
+    def judge(messages):  # judges/compare.md: the item's reference, then its reply, come last
         text = messages[-1]["content"]
-        reference = text.split("Reference answer: ")[1].split("\n")[0]
-        reply = text.split("Reply: ")[1].split("\n")[0]
+        reference = text.rsplit("Reference answer: ", 1)[1].split("\n")[0]
+        reply = text.rsplit("Reply: ", 1)[1].split("\n")[0]
         score = 10 if (reference in reply or not fair) else 0
         return json.dumps({"score": score, "reason": "compared"})
 
