@@ -279,13 +279,14 @@ def wrong_references(name: str, ids: Sequence[str], wheel: Path = EVALS_WHEEL) -
     questions = [_as_question(r) for r in evals_rows(js.path, wheel)]
     refs = [q["reference"] for q in questions]
     key = js.group_key or (lambda _: "")
+    groups = [key(q["input"]) for q in questions]  # once per row, not once per row and item
     out = {}
     for example_id in ids:
         row = int(example_id.rsplit("-", 1)[1])
-        own, group = refs[row].casefold(), key(questions[row]["input"])
+        own = refs[row].casefold()
         near = [j for step in range(1, len(refs)) for j in (row + step, row - step)]
         differ = [j for j in near if 0 <= j < len(refs) and refs[j].casefold() != own]
-        same = [j for j in differ if key(questions[j]["input"]) == group]
+        same = [j for j in differ if groups[j] == groups[row]]
         if differ:
             out[example_id] = refs[(same or differ)[0]]
     return out
