@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_tasks import build_task, needs_judge, task_kind
+from bench_tasks import build_task, needs_judge, passing_judge_check, task_kind
 from common import (
     BENCH_DIR,
     QWEN_GGUF,
@@ -508,6 +508,21 @@ def saved_baseline(s: Settings, spec: str, seed: int) -> dict[str, dict[str, Any
         if all("seed_items" in row.get(split, {}) for split in s.splits):
             return {split: row[split]["seed_items"] for split in s.splits}
     return None
+
+
+def unchecked_judge(s: Settings, spec: str) -> str | None:
+    """Why a report run skips `spec`: a judge task whose judge (the endpoint's model) has no
+    saved judge check in which it grades (`bench_tasks.py --judge-check`); a judge that
+    cannot tell a right answer from a wrong one would make its rows noise."""
+    if s.mode != "report" or not needs_judge(spec):
+        return None
+    judge = s.endpoint or s.serve_model
+    if passing_judge_check(spec, judge, RESULTS) is not None:
+        return None
+    return (
+        f"[{task_slug(spec)}] skipped: no judge check in {RESULTS} in which {judge} grades "
+        f"this task; run: python benchmarks/bench_tasks.py {spec} --judge-check --model {judge}"
+    )
 
 
 def run_task(
@@ -1036,6 +1051,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 write_results(s, meta, by_task)
 
             for spec in s.tasks:
+                if why := unchecked_judge(s, spec):
+                    print(why, flush=True)
+                    continue
                 by_task[spec] = run_task(
                     bench, spec, lambda rows, spec=spec: save_so_far(spec, rows)
                 )

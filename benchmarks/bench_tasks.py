@@ -23,7 +23,9 @@ reference is judged as a reply (it must pass) and so is the nearest other refere
 registry file that differs from it (it must fail: for a story with several questions, another
 place of the same story). The judge grades when it passes at least 80% of the references and at
 most 20% of the wrong ones (`JUDGE_RULE`, written before any check ran); a judge that cannot
-tell the two apart makes any score of the task noise.
+tell the two apart makes any score of the task noise. The verdict is saved beside the
+judgements (`<output>.summary.json`); `bench_peers.py --report` runs a judge task only when one
+records its judge grading it.
 """
 
 from __future__ import annotations
@@ -304,13 +306,15 @@ def judgecheck(
 ) -> dict[str, Any]:
     """Whether the judge of a judge task can grade: every item of `split` judged twice, with its
     own reference as the reply (should pass) and with a wrong reference (should fail); per
-    judgement to `out` (JSONL), the counts returned with the verdict under `JUDGE_RULE`."""
+    judgement to `out` (JSONL), the counts with the verdict under `JUDGE_RULE` returned and
+    saved beside it (`<out>.summary.json`, what a report run looks for: `passing_judge_check`)."""
     from selftaught.errors import BackendError
-    from selftaught.runs import atomic_write_text
+    from selftaught.runs import atomic_write_json, atomic_write_text
 
     if not needs_judge(spec):
         raise SystemExit(f"--judge-check: {spec!r} is not a judge task")
     name = spec.removeprefix("judge:")
+    judge_name = model if isinstance(model, str) else str(getattr(model, "name", model))
     settings, model, task = _design_task(spec, model, seed, split, sizes, wheel)
     examples = task.examples(split)
     wrong = wrong_references(name, [ex.id for ex in examples], wheel)
@@ -338,7 +342,27 @@ def judgecheck(
         n_ref and n_wrong and ref_pass >= JUDGE_RULE[0] * n_ref
         and wrong_pass <= JUDGE_RULE[1] * n_wrong
     )  # fmt: skip
+    record = {"spec": spec, "judge": judge_name, "seed": seed, "split": split,
+              "sizes": list(sizes), "rule": list(JUDGE_RULE), **summary}  # fmt: skip
+    atomic_write_json(summary_path(out), record)
     return summary
+
+
+def summary_path(out: Path) -> Path:
+    return out.with_name(out.name.removesuffix(".jsonl") + ".summary.json")
+
+
+def passing_judge_check(spec: str, judge: str, results: Path) -> Path | None:
+    """A saved judge check (`judgecheck_*.summary.json` in `results`) in which `judge` graded
+    the task `spec`, if there is one: a judge task's report rows need it."""
+    home = str(Path.home())  # `local:~/...` and `local:/root/...` name the same model
+    want = judge.replace("~", home)
+    for path in sorted(results.glob("judgecheck_*.summary.json")):
+        record = json.loads(path.read_text())
+        same = record.get("spec") == spec and record.get("judge", "").replace("~", home) == want
+        if same and record.get("grades") is True:
+            return path
+    return None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -376,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{verdict} (rule: >= {JUDGE_RULE[0]:.0%} and <= {JUDGE_RULE[1]:.0%})")  # fmt: skip
     else:
         print(f"{a.spec} {a.split} seed {a.seed}: {devcheck(a.spec, a.model, **kwargs)}")
-    print(f"per item: {out}")
+    print(f"per item: {out}" + (f"; verdict: {summary_path(out)}" if a.judge_check else ""))
 
 
 if __name__ == "__main__":

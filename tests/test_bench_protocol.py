@@ -290,14 +290,44 @@ def test_the_judge_check_tells_a_grading_judge_from_a_yes_sayer(tmp_path, monkey
     for row in (r for r in rows if r["case"] == "wrong"):  # the same story's other place
         k = row["example_id"]  # tomi-ROW: rows 2k and 2k+1 are story k
         assert row["reply"].endswith(f"_{int(k.rsplit('-', 1)[1]) // 2}")
+    saved = json.loads((tmp_path / "judged.summary.json").read_text())
+    assert (saved["spec"], saved["grades"], saved["wrong"]) == ("judge:tomi", True, [0, 3])
+    judge = saved["judge"]  # the scripted model's name: what a report's judge is matched on
+    assert bench_tasks.passing_judge_check("judge:tomi", judge, tmp_path) is None  # its name
+    (tmp_path / "judged.summary.json").rename(tmp_path / "judgecheck_tomi.summary.json")
+    assert bench_tasks.passing_judge_check("judge:tomi", judge, tmp_path).name.startswith("judge")
+    assert bench_tasks.passing_judge_check("judge:tomi", "another-model", tmp_path) is None
+    assert bench_tasks.passing_judge_check("judge:abstract2title", judge, tmp_path) is None
+    out = tmp_path / "judgecheck_tomi.jsonl"  # the same check again, by a yes-sayer
     yes = bench_tasks.judgecheck("judge:tomi", ScriptedModel(_grading_judge(False)), out=out,
                                  **kwargs)  # fmt: skip
     assert yes["wrong"] == (3, 3) and not yes["grades"]
+    assert bench_tasks.passing_judge_check("judge:tomi", judge, tmp_path) is None
     with pytest.raises(SystemExit, match="not a judge task"):
         bench_tasks.judgecheck("gym:chain_sum", ScriptedModel(_grading_judge(True)), out=out,
                                **kwargs)  # fmt: skip
     with pytest.raises(SystemExit, match="design choices"):
         bench_tasks.judgecheck("judge:tomi", "local", out=out, **(kwargs | {"split": "test"}))
+
+
+def test_a_report_run_skips_a_judge_task_until_its_judge_passes_the_judge_check(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
+    s = bench_peers.parse_args(["--report"])
+    judge_tasks = [spec for spec in s.tasks if bench_tasks.needs_judge(spec)]
+    assert judge_tasks, "the report plans a judge task"
+    spec = judge_tasks[0]
+    assert "--judge-check" in bench_peers.unchecked_judge(s, spec)
+    assert bench_peers.unchecked_judge(s, FROZEN["tasks"][0]) is None  # no judge, no check
+    record = {"spec": spec, "judge": s.serve_model, "grades": False}
+    path = tmp_path / "judgecheck_x_val_seed0.summary.json"
+    path.write_text(json.dumps(record))
+    assert bench_peers.unchecked_judge(s, spec) is not None  # checked, but cannot grade
+    path.write_text(json.dumps(record | {"grades": True}))
+    assert bench_peers.unchecked_judge(s, spec) is None
+    dev = bench_peers.parse_args(["--seeds", "0", "--tasks", spec])
+    assert bench_peers.unchecked_judge(dev, spec) is None  # dev runs are design tools
 
 
 def test_report_results_keep_every_row_with_its_commits(tmp_path, monkeypatch):
