@@ -877,14 +877,15 @@ def report_task_table(saved: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def targets_line(
+def targets(
     rows: Sequence[dict[str, Any]],
     systems_planned: Sequence[str] = (),
     seeds_planned: Sequence[int] = (),
-) -> str:
+) -> dict[str, Any]:
     """Issue #34's targets on one task, read from the first runs: selftaught's mean test gain
     over the seeds ≥ every peer's; a seed whose gain is beyond chance (two-sided p < 0.05) and
-    no seed with a loss beyond it. A target stays "open" until every system ran every seed."""
+    no seed with a loss beyond it. The verdict stays "open" until every planned system ran
+    every planned seed; then it is "met" or "missed"."""
     first = first_runs(rows)
     seeds = sorted({seed for _, seed in first})
     systems = sorted({variant for variant, _ in first})
@@ -895,26 +896,75 @@ def targets_line(
     mine = [s for s in seeds if ("selftaught", s) in first]
     st = [first[("selftaught", s)]["test"]["paired"] for s in mine]
     beyond = [p for p in st if p_two_sided(p) < 0.05]
-    ours = mean_gain("selftaught", mine) if mine else None
     behind = []  # peers ahead of selftaught on the seeds both ran
     for v in systems:
         both = [s for s in mine if (v, s) in first]
         if v != "selftaught" and both and mean_gain(v, both) > mean_gain("selftaught", both):
             behind.append(v)
     all_systems, all_seeds = set(systems_planned) | set(systems), set(seeds_planned) | set(seeds)
-    complete = all((v, s) in first for v in all_systems for s in all_seeds)
+    finished = sum((v, s) in first for v in all_systems for s in all_seeds)
+    gains, losses = sum(p["delta"] > 0 for p in beyond), sum(p["delta"] < 0 for p in beyond)
+    complete = finished == len(all_systems) * len(all_seeds)
+    met = not behind and gains >= 1 and losses == 0
+    peers = {v: mean_gain(v, [s for w, s in first if w == v]) for v in systems if v != "selftaught"}
+    return {
+        "seeds": seeds, "systems": systems, "n_seeds_planned": len(all_seeds),
+        "n_systems_planned": len(all_systems), "finished": finished, "complete": complete,
+        "ours": mean_gain("selftaught", mine) if mine else None, "behind": behind,
+        "best_peer": max(peers.items(), key=lambda kv: kv[1]) if peers else None,
+        "n_selftaught": len(st), "gains": gains, "losses": losses,
+        "verdict": ("met" if met else "missed") if complete else "open",
+    }  # fmt: skip
+
+
+def targets_line(
+    rows: Sequence[dict[str, Any]],
+    systems_planned: Sequence[str] = (),
+    seeds_planned: Sequence[int] = (),
+) -> str:
+    t = targets(rows, systems_planned, seeds_planned)
+    planned = f" of {t['n_systems_planned']} systems × {t['n_seeds_planned']} seeds planned"
     return (
-        f"Targets ({len(seeds)} seed(s), {len(systems)} system(s) with a finished run"
-        + ("" if complete else f" of {len(all_systems)} systems × {len(all_seeds)} seeds planned")
-        + ("): " if complete else ": open): ")
-        + "selftaught's mean test gain "
-        + ("–" if ours is None else f"{ours:+.3f}")
-        + (f", below {', '.join(behind)}'s" if behind else ", ≥ every peer's")
+        f"Targets ({len(t['seeds'])} seed(s), {len(t['systems'])} system(s) with a finished run"
+        + ("" if t["complete"] else planned)
+        + f": **{t['verdict']}**): selftaught's mean test gain "
+        + ("–" if t["ours"] is None else f"{t['ours']:+.3f}")
+        + (f", below {', '.join(t['behind'])}'s" if t["behind"] else ", ≥ every peer's")
         + " on the seeds both ran"
         + f"; seeds with a gain beyond chance (two-sided p < 0.05): "
-        f"{sum(p['delta'] > 0 for p in beyond)} of {len(st)}; with a loss beyond it: "
-        f"{sum(p['delta'] < 0 for p in beyond)}."
+        f"{t['gains']} of {t['n_selftaught']}; with a loss beyond it: {t['losses']}."
     )
+
+
+def report_status_table(out_dir: Path) -> str:
+    """Every task the settings file plans, in its order: how far its report run is and its
+    targets' verdict; a judge task without a judge that passed the judge check says so."""
+    from bench_tasks import passing_judge_check
+
+    frozen = load_report_settings()
+    systems, seeds = frozen["systems"], frozen["report_seeds"]
+    body = []
+    for spec in frozen["tasks"]:
+        path = out_dir / f"report_{task_slug(spec)}.json"
+        judge = frozen["settings"]["serve_model"]
+        if not path.exists():
+            unchecked = needs_judge(spec) and not passing_judge_check(spec, judge, out_dir)
+            why = "not run: no judge passed the judge check" if unchecked else "not run yet"
+            body.append([task_slug(spec), f"0 / {len(systems) * len(seeds)}", "–", "–", "–", why])
+            continue
+        t = targets(json.loads(path.read_text())["runs"], systems, seeds)
+        peer = "–" if t["best_peer"] is None else f"{t['best_peer'][1]:+.3f} ({t['best_peer'][0]})"
+        body.append([
+            task_slug(spec),
+            f"{t['finished']} / {t['n_systems_planned'] * t['n_seeds_planned']}",
+            "–" if t["ours"] is None else f"{t['ours']:+.3f}",
+            peer,
+            f"{t['gains']} / {t['losses']} of {t['n_selftaught']}",
+            t["verdict"],
+        ])  # fmt: skip
+    header = ["task", "runs finished", "selftaught mean Δ", "best peer's mean Δ",
+              "seeds: gain / loss beyond chance", "targets"]  # fmt: skip
+    return markdown_table(header, body)
 
 
 def versus_cell(c: dict[str, Any]) -> str:
@@ -922,12 +972,13 @@ def versus_cell(c: dict[str, Any]) -> str:
 
 
 def saved_report_tables(out_dir: Path = RESULTS) -> str:
-    sections = []
-    for path in sorted(out_dir.glob("report_*.json")):
+    paths = sorted(out_dir.glob("report_*.json"))
+    if not paths:
+        return "Not run yet: `python benchmarks/bench_peers.py --report` (see Protocol)."
+    sections = ["Status, per task the settings file plans:", "", report_status_table(out_dir), ""]
+    for path in paths:
         saved = json.loads(path.read_text())
         sections += [f"`{saved['task']}`:", "", report_task_table(saved), ""]
-    if not sections:
-        return "Not run yet: `python benchmarks/bench_peers.py --report` (see Protocol)."
     return "\n".join(sections).strip()
 
 

@@ -149,9 +149,29 @@ def test_a_rerun_is_a_new_row_and_the_summary_counts_the_first_run(tmp_path):
     # open until every frozen system ran every report seed, whatever the last sitting ran
     saved["settings"] |= {"systems": ["gepa"], "seeds": [100]}
     planned = f"of {len(FROZEN['systems'])} systems × {len(FROZEN['report_seeds'])} seeds planned"
-    assert f"{planned}: open)" in bench_peers.report_task_table(saved)
+    assert f"{planned}: **open**)" in bench_peers.report_task_table(saved)
+    assert bench_peers.targets(runs, ["selftaught", "gepa"], [100])["verdict"] == "met"
     ahead = _report_row("skillrl", 100, "2026-01-01", better_rerun, base)
     assert "below skillrl's" in bench_peers.targets_line([*runs, ahead])
+    assert bench_peers.targets([*runs, ahead])["verdict"] == "missed"
+    slow = _report_row("selftaught", 100, "2026-01-01", peer, base)  # a gain, not beyond chance
+    assert bench_peers.targets([slow, first[1]])["verdict"] == "missed"
+
+
+def test_the_report_status_lists_every_planned_task_with_its_verdict(tmp_path):
+    base = {f"i{k}": 0.0 for k in range(10)}
+    st = {f"i{k}": float(k < 8) for k in range(10)}
+    spec = FROZEN["tasks"][0]
+    rows = [_report_row("selftaught", 100, "2026-01-01", st, base)]
+    (tmp_path / f"report_{bench_peers.task_slug(spec)}.json").write_text(json.dumps({"runs": rows}))
+    status = bench_peers.report_status_table(tmp_path).splitlines()[2:]
+    assert len(status) == len(FROZEN["tasks"])  # every planned task, in the file's order
+    planned = len(FROZEN["systems"]) * len(FROZEN["report_seeds"])
+    assert status[0] == (
+        f"| {bench_peers.task_slug(spec)} | 1 / {planned} | +0.800 | – | 1 / 0 of 1 | open |"
+    )
+    assert all(line.endswith("| not run yet |") for line in status[1:] if "judge:" not in line)
+    assert any(line.endswith("no judge passed the judge check |") for line in status)
 
 
 def test_the_report_table_states_the_smallest_detectable_difference():
