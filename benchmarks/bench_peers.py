@@ -963,7 +963,8 @@ def report_status_table(out_dir: Path) -> str:
             t["verdict"],
         ])  # fmt: skip
     header = ["task", "runs finished", "selftaught mean Δ", "best peer's mean Δ",
-              "seeds: gain / loss beyond chance", "targets"]  # fmt: skip
+              "seeds: gain / loss beyond chance",
+              "targets (≥ every peer; a seed's gain beyond chance; no loss beyond it)"]  # fmt: skip
     return markdown_table(header, body)
 
 

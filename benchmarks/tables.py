@@ -48,6 +48,12 @@ def peers_report(results: Path) -> str:
     return bench_peers.saved_report_tables(results)
 
 
+def peers_report_status(results: Path) -> str:
+    import bench_peers
+
+    return bench_peers.report_status_table(results)
+
+
 def peers_dev(results: Path) -> str:
     import bench_peers
 
@@ -188,6 +194,7 @@ def _mdd(n: int) -> str:
 
 TABLES: dict[str, Callable[[Path], str]] = {
     "peers_report": peers_report,
+    "peers_report_status": peers_report_status,
     "peers_dev": peers_dev,
     "gate_sweep": gate_sweep,
     "gate_sim": gate_sim,
