@@ -939,14 +939,12 @@ def targets_line(
 def report_status_table(out_dir: Path) -> str:
     """Every task the settings file plans, in its order: how far its report run is and its
     targets' verdict; a judge task without a judge that passed the judge check says so."""
-    from bench_tasks import passing_judge_check
-
     frozen = load_report_settings()
     systems, seeds = frozen["systems"], frozen["report_seeds"]
+    judge = frozen["settings"]["serve_model"]
     body = []
     for spec in frozen["tasks"]:
         path = out_dir / f"report_{task_slug(spec)}.json"
-        judge = frozen["settings"]["serve_model"]
         if not path.exists():
             unchecked = needs_judge(spec) and not passing_judge_check(spec, judge, out_dir)
             why = "not run: no judge passed the judge check" if unchecked else "not run yet"
