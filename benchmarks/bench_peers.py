@@ -906,12 +906,13 @@ def targets(
     gains, losses = sum(p["delta"] > 0 for p in beyond), sum(p["delta"] < 0 for p in beyond)
     complete = finished == len(all_systems) * len(all_seeds)
     met = not behind and gains >= 1 and losses == 0
-    peers = {v: mean_gain(v, [s for w, s in first if w == v]) for v in systems if v != "selftaught"}
+    ran = {v: [s for w, s in first if w == v] for v in systems if v != "selftaught"}
+    peers = {v: (v, mean_gain(v, on), len(on)) for v, on in ran.items()}
     return {
         "seeds": seeds, "systems": systems, "n_seeds_planned": len(all_seeds),
         "n_systems_planned": len(all_systems), "finished": finished, "complete": complete,
         "ours": mean_gain("selftaught", mine) if mine else None, "behind": behind,
-        "best_peer": max(peers.items(), key=lambda kv: kv[1]) if peers else None,
+        "best_peer": max(peers.values(), key=lambda p: p[1]) if peers else None,
         "n_selftaught": len(st), "gains": gains, "losses": losses,
         "verdict": ("met" if met else "missed") if complete else "open",
     }  # fmt: skip
@@ -951,11 +952,15 @@ def report_status_table(out_dir: Path) -> str:
             body.append([task_slug(spec), f"0 / {len(systems) * len(seeds)}", "–", "–", "–", why])
             continue
         t = targets(json.loads(path.read_text())["runs"], systems, seeds)
-        peer = "–" if t["best_peer"] is None else f"{t['best_peer'][1]:+.3f} ({t['best_peer'][0]})"
+        peer = "–"
+        if t["best_peer"] is not None:
+            name, gain, n_seeds = t["best_peer"]
+            peer = f"{gain:+.3f} ({name}, {n_seeds} seed{'s' * (n_seeds != 1)})"
+        n_ours = t["n_selftaught"]
         body.append([
             task_slug(spec),
             f"{t['finished']} / {t['n_systems_planned'] * t['n_seeds_planned']}",
-            "–" if t["ours"] is None else f"{t['ours']:+.3f}",
+            "–" if t["ours"] is None else f"{t['ours']:+.3f} ({n_ours} seed{'s' * (n_ours != 1)})",
             peer,
             f"{t['gains']} / {t['losses']} of {t['n_selftaught']}",
             t["verdict"],

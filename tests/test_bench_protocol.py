@@ -167,9 +167,8 @@ def test_the_report_status_lists_every_planned_task_with_its_verdict(tmp_path):
     status = bench_peers.report_status_table(tmp_path).splitlines()[2:]
     assert len(status) == len(FROZEN["tasks"])  # every planned task, in the file's order
     planned = len(FROZEN["systems"]) * len(FROZEN["report_seeds"])
-    assert status[0] == (
-        f"| {bench_peers.task_slug(spec)} | 1 / {planned} | +0.800 | – | 1 / 0 of 1 | open |"
-    )
+    slug = bench_peers.task_slug(spec)
+    assert status[0] == f"| {slug} | 1 / {planned} | +0.800 (1 seed) | – | 1 / 0 of 1 | open |"
     assert all(line.endswith("| not run yet |") for line in status[1:] if "judge:" not in line)
     assert any(line.endswith("no judge passed the judge check |") for line in status)
 
