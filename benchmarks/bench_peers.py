@@ -907,12 +907,12 @@ def targets(
     complete = finished == len(all_systems) * len(all_seeds)
     met = not behind and gains >= 1 and losses == 0
     ran = {v: [s for w, s in first if w == v] for v in systems if v != "selftaught"}
-    peers = {v: (v, mean_gain(v, on), len(on)) for v, on in ran.items()}
+    peers = [(v, mean_gain(v, on), len(on)) for v, on in ran.items()]  # (name, gain, seeds)
     return {
         "seeds": seeds, "systems": systems, "n_seeds_planned": len(all_seeds),
         "n_systems_planned": len(all_systems), "finished": finished, "complete": complete,
         "ours": mean_gain("selftaught", mine) if mine else None, "behind": behind,
-        "best_peer": max(peers.values(), key=lambda p: p[1]) if peers else None,
+        "best_peer": max(peers, key=lambda p: p[1]) if peers else None,
         "n_selftaught": len(st), "gains": gains, "losses": losses,
         "verdict": ("met" if met else "missed") if complete else "open",
     }  # fmt: skip
@@ -1089,6 +1089,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     meta = {**machine_info(), "command": command_line(), "code": code_state()}
     if s.mode == "report":
         meta["settings_commit"] = settings_commit()  # refuses uncommitted settings
+    tasks = []
+    for spec in s.tasks:  # before the endpoint starts: a skipped task loads no model
+        if why := unchecked_judge(s, spec):
+            print(why, flush=True)
+        else:
+            tasks.append(spec)
+    if not tasks:
+        return
     t0 = time.perf_counter()
     by_task: dict[str, list[dict[str, Any]]] = {}
     with endpoint(s) as upstream:
@@ -1105,10 +1113,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 meta["wall_s"] = round(time.perf_counter() - t0, 1)
                 write_results(s, meta, by_task)
 
-            for spec in s.tasks:
-                if why := unchecked_judge(s, spec):
-                    print(why, flush=True)
-                    continue
+            for spec in tasks:
                 by_task[spec] = run_task(
                     bench, spec, lambda rows, spec=spec: save_so_far(spec, rows)
                 )
