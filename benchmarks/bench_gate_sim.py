@@ -26,7 +26,6 @@ Writes benchmarks/results/gate_sim.json and prints a Markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import statistics
@@ -37,6 +36,7 @@ from typing import Any
 from common import RESULTS
 
 from selftaught.gate import GateConfig, gate
+from selftaught.runs import atomic_write_json
 from selftaught.stats import sign_test_pvalue, wilson_interval
 
 GATES: dict[str, GateConfig] = {
@@ -197,7 +197,7 @@ def main() -> None:
     }
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"gate_sim{'_quick' if args.quick else ''}.json"
-    path.write_text(json.dumps(out, indent=1), encoding="utf-8")
+    atomic_write_json(path, out)
     if not args.quick:
         from common import write_tables
 

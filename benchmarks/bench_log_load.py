@@ -45,6 +45,8 @@ sys.path[:0] = [str(SRC), str(REPO), str(HERE)]
 
 from common import RESULTS, free_port, machine_info, wait_healthy  # noqa: E402
 
+from selftaught.runs import atomic_write_json, atomic_write_text  # noqa: E402
+
 PROJECT = "load"
 ID_HEADER = "x-selftaught-interaction-id"
 
@@ -426,7 +428,6 @@ def adopt_latency(location: str, urls: list[str], work: Path, flips: int = 6) ->
     import httpx
 
     os.environ["SELFTAUGHT_LOG"] = location
-    from selftaught.runs import atomic_write_json, atomic_write_text
     from selftaught.sleep.adoption import staging
 
     home = work / "host-a"
@@ -561,8 +562,7 @@ def main() -> None:
             ],
             "kill_trials_unlogged_share": [p["kill_trials"]["share"], s["kill_trials"]["share"]],
         }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_json(args.out, report)
     print(f"wrote {args.out} (work folder {work})")
 
 

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, command_line, machine_info, write_tables  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402  (module level: the endpoint's annotation)
 
+from selftaught.runs import atomic_write_json, atomic_write_text  # noqa: E402
 from selftaught.sleep.adoption.probation import (  # noqa: E402
     ProbationConfig,
     Tally,
@@ -143,7 +144,6 @@ def upstream_app(seed: int) -> Any:
 
 
 def _stage(home: Path, night: str, p: float, trained_ids: list[str]) -> None:
-    from selftaught.runs import atomic_write_json, atomic_write_text
     from selftaught.sleep.adoption import staging
 
     folder = staging.nights_dir(PROJECT, home) / night
@@ -264,7 +264,7 @@ def main() -> None:
     result["machine"]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / "probation.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(path, result)
     write_tables()  # the README's probation table comes from this file
     print(f"wrote {path} in {result['seconds']} s")
 

@@ -28,6 +28,8 @@ from typing import Any
 
 from common import RESULTS
 
+from selftaught.runs import atomic_write_json
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 MODEL = "bench-model"
@@ -231,8 +233,7 @@ def main() -> None:
             "load_avg": os.getloadavg(),
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_json(args.out, report)
     print(json.dumps({k: report[k] for k in ("ratios", "added_ms", "direct", "proxy")}, indent=2))
     print(f"proxy log: {health}")
     print(f"wrote {args.out}")

@@ -37,6 +37,8 @@ sys.path.insert(0, str(HERE))
 from bench_proxy import free_port, wait_up  # noqa: E402
 from common import RESULTS, command_line, machine_info  # noqa: E402
 
+from selftaught.runs import atomic_write_json  # noqa: E402
+
 MODEL = "bench-agent-model"
 REPLY = " ".join(f"word{i}" for i in range(30))
 TARGET_MS = 20.0
@@ -205,8 +207,7 @@ def main() -> None:
         "loadavg_before": load_before,
         "machine": machine_info(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    atomic_write_json(args.out, report)
     for wire, r in wires.items():
         lo, hi = r["overhead_ci95_ms"]
         print(f"{wire}: direct {r['direct_ttfb_median_ms']} ms, proxy "

@@ -9,13 +9,14 @@ only; test per round is recorded for the report (`eval_test_each_round`)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import time
 from pathlib import Path
 
 from common import RESULTS
+
+from selftaught.runs import atomic_write_json
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -97,8 +98,7 @@ def main() -> None:
         "rounds": rows,
     }
     out = RESULTS / f"rest_{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_json(out, report)
     print("| round | val | test (95% CI) | sampled solved | samples/s | elite | SFT step s |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

@@ -17,13 +17,13 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common import RESULTS
 
+from selftaught.runs import atomic_write_json
 from selftaught.tasks.base import SPLITS
 from selftaught.tasks.humaneval import HumanEvalTask, load_problems
 from selftaught.tasks.sandbox import Sandbox, find_bwrap, open_sandbox
@@ -37,14 +37,6 @@ for n in range(200):
     assert f(n) >= 0
 print(f(100))
 """
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-        json.dump(data, f, indent=2)
-        tmp = f.name
-    os.replace(tmp, path)
 
 
 def per_execution(modes: dict[str, Sandbox], execs: int) -> dict:
@@ -142,7 +134,7 @@ def main() -> None:
         "machine": {**info, "load_average_after": [round(x, 2) for x in os.getloadavg()]},
     }
     out = args.out or RESULTS / ("sandbox_quick.json" if args.quick else "sandbox.json")
-    write_json_atomic(out, results)
+    atomic_write_json(out, results)
     print(json.dumps(results, indent=2))
     print(f"written to {out}")
 

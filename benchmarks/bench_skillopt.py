@@ -33,6 +33,8 @@ from pathlib import Path
 
 from common import QWEN_GGUF, RESULTS, assemble_qwen
 
+from selftaught.runs import atomic_write_json
+
 
 def _raise_interrupt(*_: object) -> None:
     raise KeyboardInterrupt("SIGTERM")
@@ -76,8 +78,7 @@ def record_partial(
         "wall_s_this_invocation": round(wall, 1),
         "resume": "re-run the same command: the run resumes from its last completed step",
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    atomic_write_json(out, result)
     print(f"interrupted; partial results: {out}", file=sys.stderr)
 
 
@@ -168,8 +169,7 @@ def run(args: argparse.Namespace) -> dict:
         "elapsed_s_run": summary["elapsed_s"],
     }
     out = slug_out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    atomic_write_json(out, result)
     ci = lambda s: f"{s['hard']:.3f} [{s['hard_ci'][0]:.2f}, {s['hard_ci'][1]:.2f}]"  # noqa: E731
     if init and best:
         print(

@@ -206,7 +206,6 @@ def main() -> None:
         "result": result.to_dict(),
         "rounds": round_rows(result.rounds),
     }
-    args.result.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.result, report)
     body = readme_body(report)
     if not args.no_readme:

@@ -21,7 +21,6 @@ Writes benchmarks/results/trl_step.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -31,6 +30,8 @@ import warnings
 from typing import Any
 
 from common import RESULTS
+
+from selftaught.runs import atomic_write_json
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TASK = "gym:basic_arithmetic?max_terms=2&max_digits=1"
@@ -273,8 +274,7 @@ def main() -> None:
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     name = "trl_step_quick.json" if args.quick else "trl_step.json"
     out = RESULTS / name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_json(out, report)
     for mode in ("sft", "grpo"):
         if mode in report:
             r = report[mode]
