@@ -146,7 +146,7 @@ async def run_mode(base_url: str, n: int, concurrency: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=32)
@@ -155,15 +155,26 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "proxy_overhead.json")
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_upstream:
-        import uvicorn
-
-        app = upstream_app(args.upstream_delay_ms / 1000)
-        uvicorn.run(app, host="127.0.0.1", port=args.serve_upstream, log_level="warning")
-        return
     if args.quick:
         args.requests, args.concurrency = 200, 16
+    return args
 
+
+def wait_logged(health_url: str, expected: int, timeout_s: float = 60) -> dict[str, Any]:
+    """The proxy's log counters once every sent request is accounted for (or at the timeout)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        health = httpx.get(health_url).json()["log"]
+        done = health["logged"] + health["failures"] + health["dropped"] >= expected
+        if done or time.monotonic() >= deadline:
+            return health
+        time.sleep(0.2)
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Start the upstream and a proxy in front of it; time both; the proxy's log counters."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     workdir = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
     env["SELFTAUGHT_HOME"] = str(workdir / "home")
@@ -183,29 +194,34 @@ def main() -> None:
         )
     )
     proxied = f"http://127.0.0.1:{proxy_port}/v1"
+    health_url = proxied.removesuffix("/v1") + "/health"
     try:
         wait_up(direct + "/models", procs[0])
-        wait_up(proxied.removesuffix("/v1") + "/health", procs[1])
+        wait_up(health_url, procs[1])
         for url in (direct, proxied):  # warm up connections and code paths
             asyncio.run(run_mode(url, 2 * args.concurrency, args.concurrency))
         results = {
             "direct": asyncio.run(run_mode(direct, args.requests, args.concurrency)),
             "proxy": asyncio.run(run_mode(proxied, args.requests, args.concurrency)),
         }
-        import httpx
-
-        deadline = time.monotonic() + 60
-        expected = args.requests + 2 * args.concurrency
-        while time.monotonic() < deadline:
-            health = httpx.get(proxied.removesuffix("/v1") + "/health").json()["log"]
-            if health["logged"] + health["failures"] + health["dropped"] >= expected:
-                break
-            time.sleep(0.2)
+        health = wait_logged(health_url, args.requests + 2 * args.concurrency)
     finally:
         for p in procs:
             p.terminate()
         for p in procs:
             p.wait(timeout=30)
+    return results, health
+
+
+def main() -> None:
+    args = parse_args()
+    if args.serve_upstream:
+        import uvicorn
+
+        app = upstream_app(args.upstream_delay_ms / 1000)
+        uvicorn.run(app, host="127.0.0.1", port=args.serve_upstream, log_level="warning")
+        return
+    results, health = measure(args)
     d, p = results["direct"], results["proxy"]
     report = {
         "what": "selftaught proxy vs the same upstream called directly (half streamed)",

@@ -13,6 +13,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 from common import RESULTS
 
@@ -21,7 +22,7 @@ from selftaught.runs import atomic_write_json
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--task", default="gym:basic_arithmetic?max_terms=2&max_digits=1")
     ap.add_argument("--rounds", type=int, default=3)
@@ -36,7 +37,49 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", type=Path, default=None)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def round_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat row per ReST round: val / test with intervals, sampling and SFT speed."""
+    rows = []
+    for h in history:
+        val, test, train = h.get("val", {}), h.get("test", {}), h.get("train", {})
+        rows.append(
+            {
+                "round": h["round"],
+                "val": val.get("hard"),
+                "val_ci": val.get("hard_ci"),
+                "val_truncated": val.get("truncated"),
+                "test": test.get("hard"),
+                "test_ci": test.get("hard_ci"),
+                "test_truncated": test.get("truncated"),
+                "sample_solved": h.get("sample_solved"),
+                "samples_per_s": h.get("samples_per_s"),
+                "elite": h.get("elite", {}).get("kept"),
+                "sft_steps": train.get("steps"),
+                "sft_step_s": train.get("step_seconds"),
+                "round_s": h.get("seconds"),
+            }
+        )
+    return rows
+
+
+def print_rounds(rows: list[dict[str, Any]]) -> None:
+    print("| round | val | test (95% CI) | sampled solved | samples/s | elite | SFT step s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        ci = r["test_ci"] or [0, 0]
+        test = f"{r['test']:.3f} ({ci[0]:.3f}-{ci[1]:.3f})" if r["test"] is not None else "-"
+        val = f"{r['val']:.3f}" if r["val"] is not None else "-"
+        print(
+            f"| {r['round']} | {val} | {test} | {r['sample_solved'] or '-'} | "
+            f"{r['samples_per_s'] or '-'} | {r['elite'] or '-'} | {r['sft_step_s'] or '-'} |"
+        )
+
+
+def main() -> None:
+    args = parse_args()
 
     import torch
 
@@ -66,27 +109,7 @@ def main() -> None:
         progress=False,
     )
     wall = time.perf_counter() - t0
-
-    rows = []
-    for h in result.rounds:
-        train = h.get("train", {})
-        rows.append(
-            {
-                "round": h["round"],
-                "val": h.get("val", {}).get("hard"),
-                "val_ci": h.get("val", {}).get("hard_ci"),
-                "val_truncated": h.get("val", {}).get("truncated"),
-                "test": h.get("test", {}).get("hard"),
-                "test_ci": h.get("test", {}).get("hard_ci"),
-                "test_truncated": h.get("test", {}).get("truncated"),
-                "sample_solved": h.get("sample_solved"),
-                "samples_per_s": h.get("samples_per_s"),
-                "elite": h.get("elite", {}).get("kept"),
-                "sft_steps": train.get("steps"),
-                "sft_step_s": train.get("step_seconds"),
-                "round_s": h.get("seconds"),
-            }
-        )
+    rows = round_rows(result.rounds)
     report = {
         "task": args.task,
         "sizes": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
@@ -99,16 +122,7 @@ def main() -> None:
     }
     out = RESULTS / f"rest_{name}.json"
     atomic_write_json(out, report)
-    print("| round | val | test (95% CI) | sampled solved | samples/s | elite | SFT step s |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        ci = r["test_ci"] or [0, 0]
-        test = f"{r['test']:.3f} ({ci[0]:.3f}-{ci[1]:.3f})" if r["test"] is not None else "-"
-        val = f"{r['val']:.3f}" if r["val"] is not None else "-"
-        print(
-            f"| {r['round']} | {val} | {test} | {r['sample_solved'] or '-'} | "
-            f"{r['samples_per_s'] or '-'} | {r['elite'] or '-'} | {r['sft_step_s'] or '-'} |"
-        )
+    print_rounds(rows)
     b, s = result.base_test, result.shipped_test
     print(f"\nbase {b.line()}\nshipped (round {result.best_round}) {s.line()}")
     print(f"gain {result.gain:+.3f}; wall {wall / 60:.1f} min; written {out}")

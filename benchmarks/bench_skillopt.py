@@ -137,9 +137,20 @@ def run(args: argparse.Namespace) -> dict:
         record_partial(run_dir, args, config.to_dict(), slug_out, time.perf_counter() - t0, err)
         raise
     wall = time.perf_counter() - t0
+    result = result_record(args, config.to_dict(), run_dir, summary, wall)
+    atomic_write_json(slug_out, result)
+    print_summary(result, summary["elapsed_s"])
+    print(f"results: {slug_out}")
+    return result
+
+
+def result_record(
+    args: argparse.Namespace, config: dict, run_dir: Path, summary: dict, wall: float
+) -> dict:
+    """The benchmark's results row from a finished run's summary."""
     test = summary["test"] or {}
     init, best = test.get("initial", {}), test.get("best", {})
-    result = {
+    return {
         "benchmark": "skillopt",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} {platform.system()}, python {platform.python_version()}",
@@ -147,7 +158,7 @@ def run(args: argparse.Namespace) -> dict:
         "model": args.model,
         "optimizer_model": args.optimizer_model or args.model,
         "splits": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
-        "config": config.to_dict(),
+        "config": config,
         "run_dir": str(run_dir),
         "test_initial": {k: init.get(k) for k in ("hard", "hard_ci", "solved", "n", "soft")},
         "test_best": {k: best.get(k) for k in ("hard", "hard_ci", "solved", "n", "soft")},
@@ -168,17 +179,18 @@ def run(args: argparse.Namespace) -> dict:
         "wall_s_this_invocation": round(wall, 1),
         "elapsed_s_run": summary["elapsed_s"],
     }
-    out = slug_out
-    atomic_write_json(out, result)
+
+
+def print_summary(result: dict, elapsed_s: float) -> None:
+    init, best = result["test_initial"], result["test_best"]
     ci = lambda s: f"{s['hard']:.3f} [{s['hard_ci'][0]:.2f}, {s['hard_ci'][1]:.2f}]"  # noqa: E731
-    if init and best:
+    if init.get("hard") is not None and best.get("hard") is not None:
+        p = result["test_paired"]["sign_test_p"]
         print(
-            f"test: initial {ci(init)} -> best {ci(best)}; sign test p="
-            f"{test['paired']['sign_test_p']:.3f}; gain beyond CI: {result['gain_beyond_ci']}"
+            f"test: initial {ci(init)} -> best {ci(best)}; sign test p={p:.3f}; "
+            f"gain beyond CI: {result['gain_beyond_ci']}"
         )
-    print(f"calls {result['llm_calls']}, tokens {result['tokens']}, {summary['elapsed_s']:.0f} s")
-    print(f"results: {out}")
-    return result
+    print(f"calls {result['llm_calls']}, tokens {result['tokens']}, {elapsed_s:.0f} s")
 
 
 def main(argv: list[str] | None = None) -> None:

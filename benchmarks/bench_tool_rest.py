@@ -131,7 +131,7 @@ def readme_body(report: dict[str, Any]) -> str:
     )
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--train-size", type=int, default=64)
@@ -152,8 +152,11 @@ def main() -> None:
     ap.add_argument("--output", type=Path, default=Path("runs/bench-tool-rest"))
     ap.add_argument("--result", type=Path, default=RESULTS / "tool_rest.json")
     ap.add_argument("--no-readme", action="store_true", help="leave benchmarks/README.md alone")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
     import torch
 
     import selftaught
