@@ -925,13 +925,18 @@ def targets_line(
 ) -> str:
     t = targets(rows, systems_planned, seeds_planned)
     planned = f" of {t['n_systems_planned']} systems × {t['n_seeds_planned']} seeds planned"
+    if t["behind"]:
+        comparison = f", below {', '.join(t['behind'])}'s on the seeds both ran"
+    elif t["best_peer"] is None:
+        comparison = " (no peer has run yet)"
+    else:
+        comparison = ", ≥ every peer's on the seeds both ran"
     return (
         f"Targets ({len(t['seeds'])} seed(s), {len(t['systems'])} system(s) with a finished run"
         + ("" if t["complete"] else planned)
         + f": **{t['verdict']}**): selftaught's mean test gain "
         + ("–" if t["ours"] is None else f"{t['ours']:+.3f}")
-        + (f", below {', '.join(t['behind'])}'s" if t["behind"] else ", ≥ every peer's")
-        + " on the seeds both ran"
+        + comparison
         + f"; seeds with a gain beyond chance (two-sided p < 0.05): "
         f"{t['gains']} of {t['n_selftaught']}; with a loss beyond it: {t['losses']}."
     )

@@ -156,6 +156,9 @@ def test_a_rerun_is_a_new_row_and_the_summary_counts_the_first_run(tmp_path):
     assert bench_peers.targets([*runs, ahead])["verdict"] == "missed"
     slow = _report_row("selftaught", 100, "2026-01-01", peer, base)  # a gain, not beyond chance
     assert bench_peers.targets([slow, first[1]])["verdict"] == "missed"
+    # selftaught alone: nothing to compare with, said so (not "≥ every peer's")
+    alone = bench_peers.targets_line(first[:1])
+    assert "+0.800 (no peer has run yet)" in alone and "every peer" not in alone
 
 
 def test_the_report_status_lists_every_planned_task_with_its_verdict(tmp_path):
