@@ -942,6 +942,10 @@ def targets_line(
     )
 
 
+def seeds_count(n: int) -> str:
+    return f"{n} seed{'s' * (n != 1)}"
+
+
 def report_status_table(out_dir: Path) -> str:
     """Every task the settings file plans, in its order: how far its report run is and its
     targets' verdict; a judge task without a judge that passed the judge check says so."""
@@ -960,12 +964,11 @@ def report_status_table(out_dir: Path) -> str:
         peer = "–"
         if t["best_peer"] is not None:
             name, gain, n_seeds = t["best_peer"]
-            peer = f"{gain:+.3f} ({name}, {n_seeds} seed{'s' * (n_seeds != 1)})"
-        n_ours = t["n_selftaught"]
+            peer = f"{gain:+.3f} ({name}, {seeds_count(n_seeds)})"
         body.append([
             task_slug(spec),
             f"{t['finished']} / {t['n_systems_planned'] * t['n_seeds_planned']}",
-            "–" if t["ours"] is None else f"{t['ours']:+.3f} ({n_ours} seed{'s' * (n_ours != 1)})",
+            "–" if t["ours"] is None else f"{t['ours']:+.3f} ({seeds_count(t['n_selftaught'])})",
             peer,
             f"{t['gains']} / {t['losses']} of {t['n_selftaught']}",
             t["verdict"],

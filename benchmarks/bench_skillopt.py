@@ -40,6 +40,21 @@ def _raise_interrupt(*_: object) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
 
+def run_header(args: argparse.Namespace, config: dict, run_dir: Path) -> dict:
+    """What a results file says of its run, finished or interrupted."""
+    return {
+        "benchmark": "skillopt",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {platform.system()}, python {platform.python_version()}",
+        "task": args.task,
+        "model": args.model,
+        "optimizer_model": args.optimizer_model or args.model,
+        "splits": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
+        "config": config,
+        "run_dir": str(run_dir),
+    }
+
+
 def record_partial(
     run_dir: Path,
     args: argparse.Namespace,
@@ -60,17 +75,9 @@ def record_partial(
     if (run_dir / "state.json").exists():
         state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
     result = {
-        "benchmark": "skillopt",
+        **run_header(args, config, run_dir),
         "status": "incomplete",
         "stopped_by": f"{type(err).__name__}: {err}",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {platform.system()}, python {platform.python_version()}",
-        "task": args.task,
-        "model": args.model,
-        "optimizer_model": args.optimizer_model or args.model,
-        "splits": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
-        "config": config,
-        "run_dir": str(run_dir),
         "completed_steps": state.get("step"),
         "val_initial": rows[0]["val"] if rows else None,
         "history": rows,
@@ -151,15 +158,7 @@ def result_record(
     test = summary["test"] or {}
     init, best = test.get("initial", {}), test.get("best", {})
     return {
-        "benchmark": "skillopt",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {platform.system()}, python {platform.python_version()}",
-        "task": args.task,
-        "model": args.model,
-        "optimizer_model": args.optimizer_model or args.model,
-        "splits": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
-        "config": config,
-        "run_dir": str(run_dir),
+        **run_header(args, config, run_dir),
         "test_initial": {k: init.get(k) for k in ("hard", "hard_ci", "solved", "n", "soft")},
         "test_best": {k: best.get(k) for k in ("hard", "hard_ci", "solved", "n", "soft")},
         "test_gain": test.get("gain"),
