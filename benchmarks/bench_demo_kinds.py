@@ -20,6 +20,16 @@ selftaught runs): the top 1 and 2 shortest first (the order before 2026-11-25) a
 top 1 and 2 in the order they are filled now (`demo_search._ranked`: most steps first), each paired
 per item against the seed prompt and against each other; and the top 3 and 4 in the new
 order (how many demos help).
+
+`--stratify` compares the first fresh demo set a step proposes with and without
+`SkillOptConfig.demo_stratify` (on a task with few distinct answers each answer gets its share
+of the slots), from the pool the trainer holds once the seed prompt has answered train: the
+references the scorer passes, each replaced by the model's own reply where that passed. The
+splits are the peer benchmark's (train 30, val 30, test 100; test is never scored):
+
+    python benchmarks/bench_demo_kinds.py --stratify --task gym:syllogism --seeds 0 1 2 \
+        --model local:~/.cache/selftaught/models/qwen2.5-coder-0.5b-instruct.gguf \
+        --out benchmarks/results/demo_stratify_qwen.json
 """
 
 from __future__ import annotations
@@ -43,8 +53,15 @@ from selftaught.models.base import GenerationParams, run_sync
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, arun_rollouts
 from selftaught.runs import atomic_write_json, read_json
-from selftaught.skill.demo_search import _ranked, bootstrapped, from_references, shows_work
-from selftaught.stats import wilson_interval
+from selftaught.skill.demo_search import (
+    DemoPool,
+    _ranked,
+    bootstrapped,
+    from_references,
+    propose_sets,
+    shows_work,
+)
+from selftaught.stats import sign_test_two_sided, wilson_interval
 from selftaught.tasks.registry import load_task
 
 PEER_TASK = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
@@ -82,7 +99,8 @@ def _row(base: dict[str, float], hard: dict[str, float]) -> dict[str, Any]:
         "ci95": [round(x, 3) for x in wilson_interval(solved, len(hard))],
         "wins": paired.wins,
         "losses": paired.losses,
-        "p_gain": round(paired.sign_test_p, 4),
+        "p_gain": round(paired.sign_test_p, 4),  # one-sided: the gate's question
+        "p_two_sided": round(sign_test_two_sided(paired.wins, paired.losses), 4),
     }
 
 
@@ -154,6 +172,41 @@ def compare_orders(evals: Evals, task: Any, model: Any, cfg: RolloutConfig, seed
         print(f"seed {seed} steps{k} vs short{k}: {row}")
 
 
+def _first_fresh_sets(task: Any, model: Any, cfg: RolloutConfig, seed: int, k: int) -> dict:
+    """The first fresh set of a step with `demo_stratify` off and on, from the trainer's pool
+    after the seed prompt answered train once (leaks refused as the trainer refuses them)."""
+    train = task.examples("train")
+    held_out = LeakCheck(
+        (split, ex.id, ex.prompt_text()) for split in ("val", "test") for ex in task.examples(split)
+    )
+    pool = DemoPool()
+    pool.add(from_references(task, train), held_out)
+    rollouts = run_sync(arun_rollouts(model, Policy(skill=SEED_PROMPT), task, train, cfg))
+    pool.add(bootstrapped(rollouts, {e.id: e for e in train}), held_out)
+    demos = list(pool.demos.values())
+    print(f"seed {seed} pool: {sorted(f'{d.source}:{d.reply}' for d in demos)}", flush=True)
+    sets = {}
+    for name, stratify in (("fresh", False), ("stratified", True)):
+        moves = propose_sets([], demos, k, 8, random.Random(seed), set(), stratify)
+        sets[name] = next(list(s) for s, why in moves if why.split()[0] == name)
+    return sets
+
+
+def compare_stratified(evals: Evals, task: Any, model: Any, cfg: RolloutConfig, seed: int,
+                       k: int = 4) -> None:  # fmt: skip
+    base = evals.hard(f"s{seed}-none", task, model, cfg, SEED_PROMPT)
+    hard = {}
+    for name, demos in _first_fresh_sets(task, model, cfg, seed, k).items():
+        skill = join_skill(SEED_PROMPT, demos, "turns")
+        hard[name] = evals.hard(f"s{seed}-{name}", task, model, cfg, skill)
+        row = {**_row(base, hard[name]), "replies": [d.reply for d in demos]}
+        evals.add_row(f"s{seed}-{name}", row)
+        print(f"seed {seed} {name}: {row} (none: {int(sum(base.values()))}/{len(base)})")
+    row = _row(hard["fresh"], hard["stratified"])  # stratified against the old set, per item
+    evals.add_row(f"s{seed}-stratified-vs-fresh", row)
+    print(f"seed {seed} stratified vs fresh: {row}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="local")
@@ -162,6 +215,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--out", default=str(RESULTS / "demo_kinds_qwen.json"))
     p.add_argument("--order", metavar="DIR", help="compare two orders of the pools saved in DIR")
+    p.add_argument("--stratify", action="store_true", help="the first fresh set, stratified or not")
     a = p.parse_args()
     check_design_use("bench_demo_kinds.py", seeds=a.seeds, splits=SPLITS)
     settings = {"model": a.model, "task": a.task, "max_tokens": a.max_tokens, "splits": SPLITS}
@@ -169,7 +223,11 @@ def main() -> None:
     model = load_model(os.path.expanduser(a.model))
     cfg = RolloutConfig(params=GenerationParams(max_tokens=a.max_tokens), progress=False)
     for seed in a.seeds:
-        task = load_task(a.task, seed=seed, train_size=30, val_size=30, test_size=50)
+        test_size = 100 if a.stratify else 50  # --stratify: the peer benchmark's dev splits
+        task = load_task(a.task, seed=seed, train_size=30, val_size=30, test_size=test_size)
+        if a.stratify:
+            compare_stratified(evals, task, model, cfg, seed)
+            continue
         if a.order:
             compare_orders(
                 evals, task, model, cfg, seed, Path(a.order) / f"basic_arithmetic_s{seed}.json"

@@ -25,6 +25,7 @@ from selftaught.skill.demo_search import (
     from_references,
     propose_sets,
     shows_work,
+    stratified,
     work_steps,
 )
 from selftaught.skill.pool import Member, merge_pair, pareto_front, pick_parent, top_items
@@ -201,6 +202,23 @@ def test_demo_sets_take_the_most_worked_replies_before_bare_answers_and_referenc
         assert sets[0][1] == "add b4 (bootstrap)"  # the most steps, the shorter of two such
         fresh = [s for s, why in sets if why.startswith("fresh")]
         assert [d.id for d in fresh[0]] == ["b4", "b2", "b3", "b5"]  # the first fresh set
+
+
+def test_on_a_label_task_the_first_fresh_set_gives_each_answer_its_share():
+    # the model's own passing replies all say "No"; train's other answer is "Yes"
+    pool = [Demo.of(f"b{i}", f"Does it follow ({i})?", "No", "bootstrap") for i in range(5)]
+    pool += [Demo.of(f"r{i}", f"Does it hold ({i})?", "Yes.", "reference") for i in range(11)]
+    for seed in range(5):
+        sets = propose_sets([], pool, 4, 4, random.Random(seed), set())
+        shared = [s for s, why in sets if why == "stratified set of 4"][0]
+        assert [d.reply for d in shared] == ["No", "Yes.", "Yes.", "Yes."]  # 5:11 of 4 slots
+        plain = propose_sets([], pool, 4, 4, random.Random(seed), set(), stratify=False)
+        fresh = [s for s, why in plain if why.startswith("fresh")][0]
+        assert [d.reply for d in fresh] == ["No"] * 4  # what it replaces: one answer only
+    yes_no = [Demo.of("a", "q1", "yes", "reference"), Demo.of("b", "q2", "Yes!", "bootstrap")]
+    assert stratified(yes_no, 4) is None  # one answer, case and punctuation aside
+    free_text = [Demo.of(f"w{i}", f"q{i}", f"a, b{i}", "bootstrap") for i in range(5)]
+    assert stratified(free_text, 4) is None  # more answers than slots: the ranked top stays
 
 
 def test_later_rounds_offer_random_sets_once_the_first_moves_were_tried():

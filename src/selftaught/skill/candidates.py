@@ -104,7 +104,8 @@ class CandidateBuilder:
         if self.demos_on:
             rng = random.Random(self.config.seed * 7_919 + step)
             n, pool = self.config.demo_sets_per_step, list(st.demo_pool.demos.values())
-            moves = propose_sets(parts.demos, pool, self.config.demos_max, 4 * n, rng, set())
+            k, stratify = self.config.demos_max, self.config.demo_stratify
+            moves = propose_sets(parts.demos, pool, k, 4 * n, rng, set(), stratify)
             fresh: list[Draft] = [
                 (self.document.join(parts.rules, d), "demos", why, None) for d, why in moves
             ]

@@ -5,12 +5,14 @@ Candidates come from the train split only: the target's own passing replies (boo
 from the step's rollouts, never truncated) and the references the scorer passes. Each goes
 through the leak check before it may be used. A step proposes, from its parent's demo set:
 add one (while below the cap), swap one, a fresh set, drop one, round after round (later
-fresh sets are random draws); sets already tried are skipped. Every proposal then meets the
-same screening and gate as a rule edit."""
+fresh sets are random draws); sets already tried are skipped. On a task with few distinct
+answers (Yes / No, a label) the first fresh set is stratified: each answer gets its share
+of the slots. Every proposal then meets the same screening and gate as a rule edit."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -142,12 +144,14 @@ def propose_sets(
     n: int,
     rng: random.Random,
     tried: set[tuple[str, ...]],
+    stratify: bool = True,
 ) -> list[tuple[tuple[Demo, ...], str]]:
     """Up to `n` new demo sets (each at most `k` demos) around `parent`, with what was done.
-    `tried` holds the id tuples already proposed; the new ones are added to it."""
+    `tried` holds the id tuples already proposed; the new ones are added to it. `stratify`:
+    the first fresh set gives each answer its share when the pool has few distinct ones."""
     parent_key = tuple(d.id for d in parent)
     out = []
-    for demos, why in _moves(list(parent), pool, k, rng):
+    for demos, why in _moves(list(parent), pool, k, rng, stratify):
         key = tuple(d.id for d in demos)
         if key in tried or key == parent_key:
             continue
@@ -159,14 +163,15 @@ def propose_sets(
 
 
 def _moves(
-    parent: list[Demo], pool: Sequence[Demo], k: int, rng: random.Random
+    parent: list[Demo], pool: Sequence[Demo], k: int, rng: random.Random, stratify: bool
 ) -> Iterator[tuple[list[Demo], str]]:
     """The moves around `parent`, best guesses first, in rounds (DSPy's random search goes
     on the same way, one fresh draw after another): add the next ranked candidate (below the
     cap), swap a demo for the next ranked candidate `add` does not offer (at the cap: the
     best), a fresh set, drop a demo. The first fresh set is
-    the top `k` ranked; later ones are random draws of 1..k from the better half of the
-    ranking, so that a step whose first sets were tried still has new ones to offer."""
+    the top `k` ranked (stratified by answer on a label task); later ones are random draws of
+    1..k from the better half of the ranking, so that a step whose first sets were tried
+    still has new ones to offer."""
     others = _ranked([d for d in pool if d.id not in {p.id for p in parent}], rng)
     ranked = _ranked(pool, rng)
     drops = rng.sample(range(len(parent)), len(parent))
@@ -179,14 +184,19 @@ def _moves(
             i, pick = rng.randrange(len(parent)), others[min(nxt, len(others) - 1)]
             yield [*parent[:i], pick, *parent[i + 1 :]], f"swap {parent[i].id} for {pick.id}"
         if ranked and k:
-            yield _fresh(ranked, k, r, rng)
+            yield _fresh(ranked, k, r, rng, stratify)
         if len(parent) > 1 and r < len(drops):
             i = drops[r]
             yield [*parent[:i], *parent[i + 1 :]], f"drop {parent[i].id}"
 
 
-def _fresh(ranked: list[Demo], k: int, r: int, rng: random.Random) -> tuple[list[Demo], str]:
+def _fresh(
+    ranked: list[Demo], k: int, r: int, rng: random.Random, stratify: bool
+) -> tuple[list[Demo], str]:
     if r == 0:
+        shared = stratified(ranked, k) if stratify else None
+        if shared is not None:
+            return shared, f"stratified set of {len(shared)}"
         top = ranked[: min(k, len(ranked))]
         return top, f"fresh set of {len(top)}"
     size = rng.randint(1, min(k, len(ranked)))
@@ -194,3 +204,37 @@ def _fresh(ranked: list[Demo], k: int, r: int, rng: random.Random) -> tuple[list
     picked = {d.id for d in rng.sample(better, size)}
     draw = [d for d in ranked if d.id in picked]  # in ranked order
     return draw, f"random set of {len(draw)}"
+
+
+def answer_key(reply: str) -> str:
+    """A reply as an answer: its words, case and punctuation aside ("Yes." and "yes" match)."""
+    return " ".join(words(reply))
+
+
+def stratified(ranked: Sequence[Demo], k: int) -> list[Demo] | None:
+    """`k` demos in which each distinct answer of the pool gets its share of the slots
+    (largest remainder), the best ranked of each, in ranked order; None when the pool's
+    replies take more distinct values than `k` (free text, where a share is below one demo)
+    or a single one. Why: on a label task the model's own passing replies all carry the
+    answer it already favours, so a set of them can only teach that answer; the pool, one
+    demo per train item, holds the answers as train does. On gym:syllogism's dev seeds 0-2
+    (Qwen2.5-Coder-0.5B, val 30) the top-ranked set was four of its own "No"s and left val
+    where the seed prompt had it (11, 8, 8 of 30); the stratified set (one "No", three
+    "Yes") took it to 20, 27 and 24 (benchmarks/bench_demo_kinds.py --stratify)."""
+    counts = Counter(answer_key(d.reply) for d in ranked)
+    if not 2 <= len(counts) <= k:
+        return None
+    n, total = min(k, len(ranked)), len(ranked)
+    exact = {a: n * c / total for a, c in counts.items()}
+    shares = {a: int(x) for a, x in exact.items()}
+    first = {a: i for i, a in enumerate(dict.fromkeys(answer_key(d.reply) for d in ranked))}
+    by_remainder = sorted(exact, key=lambda a: (shares[a] - exact[a], first[a]))
+    for a in by_remainder[: n - sum(shares.values())]:
+        shares[a] += 1
+    out = []
+    for d in ranked:
+        a = answer_key(d.reply)
+        if shares[a] > 0:
+            shares[a] -= 1
+            out.append(d)
+    return out
