@@ -25,7 +25,9 @@ order (how many demos help).
 `SkillOptConfig.demo_stratify` (on a task with few distinct answers each answer gets its share
 of the slots), from the pool the trainer holds once the seed prompt has answered train: the
 references the scorer passes, each replaced by the model's own reply where that passed. The
-splits are the peer benchmark's (train 30, val 30, test 100; test is never scored):
+splits are sized as the report's (train 30, val 30, test 100; test is never scored; the
+sizes decide which items each split draws, so these are not `bench_peers.py`'s dev splits,
+sized test 50):
 
     python benchmarks/bench_demo_kinds.py --stratify --task gym:syllogism --seeds 0 1 2 \
         --model local:~/.cache/selftaught/models/qwen2.5-coder-0.5b-instruct.gguf \
@@ -223,7 +225,7 @@ def main() -> None:
     model = load_model(os.path.expanduser(a.model))
     cfg = RolloutConfig(params=GenerationParams(max_tokens=a.max_tokens), progress=False)
     for seed in a.seeds:
-        test_size = 100 if a.stratify else 50  # --stratify: the peer benchmark's dev splits
+        test_size = 100 if a.stratify else 50  # --stratify: sized as the report's
         task = load_task(a.task, seed=seed, train_size=30, val_size=30, test_size=test_size)
         if a.stratify:
             compare_stratified(evals, task, model, cfg, seed)
