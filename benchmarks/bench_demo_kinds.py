@@ -84,9 +84,7 @@ def _demo_sets(task: Any, model: Any, cfg: RolloutConfig, seed: int) -> dict[str
     print({k: [d.reply for d in v] for k, v in pools.items()}, flush=True)
     rng = random.Random(seed)
     drawn = {k: rng.sample(v, 2) if len(v) >= 2 else [] for k, v in pools.items()}
-    held_out = LeakCheck(
-        (split, ex.id, ex.prompt_text()) for split in ("val", "test") for ex in task.examples(split)
-    )
+    held_out = LeakCheck.of_task(task)
     for demos in drawn.values():
         held_out.assert_clean(demos)  # no demo may copy a held-out item
     return {kind: drawn[kind.split("-")[0]] for kind in KINDS}
@@ -157,9 +155,7 @@ def _orders(pool_file: Path, seed: int) -> dict[str, list[Demo]]:
 def compare_orders(evals: Evals, task: Any, model: Any, cfg: RolloutConfig, seed: int,
                    pool_file: Path) -> None:  # fmt: skip
     base = evals.hard(f"s{seed}-none", task, model, cfg, SEED_PROMPT)
-    held_out = LeakCheck(
-        (split, ex.id, ex.prompt_text()) for split in ("val", "test") for ex in task.examples(split)
-    )
+    held_out = LeakCheck.of_task(task)
     hard = {}
     for name, demos in _orders(pool_file, seed).items():
         held_out.assert_clean(demos)
@@ -178,9 +174,7 @@ def _first_fresh_sets(task: Any, model: Any, cfg: RolloutConfig, seed: int, k: i
     """The first fresh set of a step with `demo_stratify` off and on, from the trainer's pool
     after the seed prompt answered train once (leaks refused as the trainer refuses them)."""
     train = task.examples("train")
-    held_out = LeakCheck(
-        (split, ex.id, ex.prompt_text()) for split in ("val", "test") for ex in task.examples(split)
-    )
+    held_out = LeakCheck.of_task(task)
     pool = DemoPool()
     pool.add(from_references(task, train), held_out)
     rollouts = run_sync(arun_rollouts(model, Policy(skill=SEED_PROMPT), task, train, cfg))

@@ -40,6 +40,7 @@ from selftaught.text import numbers, words
 
 if TYPE_CHECKING:  # annotations only: demos sits below the models (their agents render demos)
     from selftaught.models.base import Message
+    from selftaught.tasks.base import Task
 
 DemoSource = Literal["bootstrap", "reference", "correction"]
 DemoPlacement = Literal["turns", "system"]
@@ -221,6 +222,15 @@ class LeakCheck:
         self._by_skeleton: dict[str, list[tuple[str, str, str]]] = {}
         for item in self.items:
             self._by_skeleton.setdefault(" ".join(skeleton(item[2])), []).append(item)
+
+    @classmethod
+    def of_task(cls, task: Task) -> LeakCheck:
+        """The check against every val and test input of `task`."""
+        return cls(
+            (split, ex.id, ex.prompt_text())
+            for split in ("val", "test")
+            for ex in task.examples(split)  # type: ignore[arg-type]
+        )
 
     def find(self, demo: Demo) -> Leak | None:
         text = demo.input_text()

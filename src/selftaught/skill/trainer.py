@@ -271,11 +271,7 @@ class SkillTrainer:
         self.train_by_id = {ex.id: ex for ex in self.train_set}
         # demos are the skill's: a run that trains the memory keeps the skill's as they are
         self.demos_on = self.document == "skill" and self.config.demos_max > 0
-        self.leak_check = LeakCheck(
-            (split, ex.id, ex.prompt_text())
-            for split in ("val", "test")
-            for ex in self.task.examples(split)  # type: ignore[arg-type]
-        )
+        self.leak_check = LeakCheck.of_task(self.task)
         # nothing held out may be in a demo, not even in the skill the user started from
         self.leak_check.assert_clean(split_skill(self.initial_skill).demos)
         self.builder = CandidateBuilder(

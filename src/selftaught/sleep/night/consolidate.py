@@ -140,9 +140,7 @@ def _skill_start(adopted_skill: str, task: NightTask) -> tuple[str, list[str]]:
             f"the adopted skill retrieves from a pool of {len(parts.demos)} demos; the skill "
             "phase started from its rules, and the pool was tried again as a demo mode"
         )
-    held_out = LeakCheck(
-        (s, ex.id, ex.prompt_text()) for s in ("val", "test") for ex in task.examples(s)
-    )
+    held_out = LeakCheck.of_task(task)
     demos, leaks = held_out.filter(demos)
     if leaks:
         notes.append(

@@ -211,9 +211,7 @@ def assert_train_only(data: WeightData, task: NightTask) -> None:
             f"weight training got items that are not train tasks ({', '.join(strays[:5])}); "
             "val and test never feed what is learned"
         )
-    held_out = LeakCheck(
-        (s, ex.id, ex.prompt_text()) for s in ("val", "test") for ex in task.examples(s)
-    )
+    held_out = LeakCheck.of_task(task)
     items = [Demo.of(i, train[i].input, "", "correction") for i in data.train_items()]
     try:
         held_out.assert_clean(items)
