@@ -221,19 +221,17 @@ def stratified(ranked: Sequence[Demo], k: int) -> list[Demo] | None:
     (Qwen2.5-Coder-0.5B, val 30) the top-ranked set was four of its own "No"s and left val
     where the seed prompt had it (11, 8, 8 of 30); the stratified set (one "No", three
     "Yes") took it to 20, 27 and 24 (benchmarks/bench_demo_kinds.py --stratify)."""
-    counts = Counter(answer_key(d.reply) for d in ranked)
+    keys = [answer_key(d.reply) for d in ranked]
+    counts = Counter(keys)  # in order of first appearance: ties go to the better ranked
     if not 2 <= len(counts) <= k:
         return None
-    n, total = min(k, len(ranked)), len(ranked)
-    exact = {a: n * c / total for a, c in counts.items()}
+    n = min(k, len(ranked))
+    exact = {a: n * c / len(ranked) for a, c in counts.items()}
     shares = {a: int(x) for a, x in exact.items()}
-    first = {a: i for i, a in enumerate(dict.fromkeys(answer_key(d.reply) for d in ranked))}
-    by_remainder = sorted(exact, key=lambda a: (shares[a] - exact[a], first[a]))
-    for a in by_remainder[: n - sum(shares.values())]:
-        shares[a] += 1
+    for a in sorted(exact, key=lambda a: shares[a] - exact[a])[: n - sum(shares.values())]:
+        shares[a] += 1  # a stable sort: equal remainders keep first-appearance order
     out = []
-    for d in ranked:
-        a = answer_key(d.reply)
+    for d, a in zip(ranked, keys, strict=True):
         if shares[a] > 0:
             shares[a] -= 1
             out.append(d)
