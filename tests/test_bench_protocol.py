@@ -144,6 +144,12 @@ def test_a_rerun_is_a_new_row_and_the_summary_counts_the_first_run(tmp_path):
     # summary: gepa's FIRST run (2 wins) against the seed, and against selftaught (8 vs 2)
     assert "| gepa | 10 | +0.200 | 2/0 | 0.500 | -0.600 (0/6, p 0.031) |" in md
     assert "| selftaught | 10 | +0.800 | 8/0 | 0.008 | – |" in md
+    # the re-run shown as its own row, not counted: against the seed and selftaught's first run
+    again = "| gepa, re-run (not counted) | 10 | +1.000 | 10/0 | 0.002 | +0.200 (2/0, p 0.500) |"
+    assert again in md
+    assert md.count("re-run (not counted)") == 1  # selftaught has none
+    third = _report_row("gepa", 100, "2026-03-01", base, base)  # a later re-run: shown only
+    assert bench_peers.first_reruns([*runs, third])[("gepa", 100)] is runs[-1]
     # the targets, from the first runs: gepa's better re-run does not put it ahead
     assert "mean test gain +0.800, ≥ every peer's" in md and "beyond it: 0." in md
     # open until every frozen system ran every report seed, whatever the last sitting ran
