@@ -803,8 +803,8 @@ def first_reruns(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], dict[s
 
 def pooled(rows: Sequence[dict[str, Any]], a: str, b: str, reruns: bool = False) -> dict[str, Any]:
     """`b`'s shipped prompt against `a`'s (the seed prompt when `a` is "seed") on the same
-    test items of every seed both ran: wins, losses, Δ, two-sided p. `a` is always a first
-    run; `b` is its first re-run per seed with `reruns`."""
+    test items of every seed both ran: wins, losses, Δ, two-sided p. `a` is read from its
+    first runs; `b` from its first re-run per seed when `reruns`, else its first runs."""
     from common import compare_paired
 
     first = first_runs(rows)
