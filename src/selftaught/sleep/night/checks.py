@@ -69,7 +69,18 @@ _RULE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(r"\b(?:bullet(?:ed)?[- ]?(?:point)?\s+list|bullet points|as bullets)\b", re.I),
     ),
     ("numbered", re.compile(r"\bnumbered list\b", re.I)),
+    (
+        "just_number",
+        re.compile(
+            r"\b(?:just|only)\s+(?:give\s+(?:me\s+)?)?(?:the\s+|a\s+)?(?:final\s+)?"
+            r"(?:number|numeral|numeric answer|figure)s?\b"
+            r"(?:\s+(?:and|with|plus|in|followed by)\s+(?:the\s+)?(?:unit\s+)?"
+            r"\(?([a-z%°$€£µ]{1,8})\)?\b)?",
+            re.I,
+        ),
+    ),
 )
+_UNIT_WORDS = frozenset("the a an its unit units please pls thanks thank nothing else so".split())
 LANGUAGES = ("english", "french", "spanish", "german", "italian", "portuguese", "dutch")
 _LANGUAGE = re.compile(
     r"\b(?:answer|reply|respond|write|translate|speak|say)\b(?:\s+\S+){0,4}?\s+(?:in|into)\s+("
@@ -98,7 +109,8 @@ _STOPWORDS: dict[str, frozenset[str]] = {
 @dataclass(frozen=True)
 class Rule:
     """A rule the user stated: `kind` (max_words, max_sentences, max_chars, json, bullets,
-    numbered, language) and its argument (a count, or a language name)."""
+    numbered, language, just_number) and its argument (a count, a language name, or the unit
+    a bare number must carry)."""
 
     kind: str
     arg: Any = None
@@ -129,12 +141,32 @@ class Rule:
             items = sum(1 for line in text.splitlines() if re.match(rf"\s*{mark}", line))
             what = "bulleted" if self.kind == "bullets" else "numbered"
             return items >= 2, f"{items} {what} items (the user asked for a {what} list)"
+        if self.kind == "just_number":
+            return _just_number(text, self.arg)
         if self.kind == "language":
             found = detect_language(text)
             if found is None:
                 return True, f"too short to tell its language (the user asked for {self.arg})"
             return found == self.arg, f"written in {found} (the user asked for {self.arg})"
         raise TaskError(f"unknown rule kind {self.kind!r}")
+
+
+_BARE_NUMBER = re.compile(r"[-+]?\$?\d[\d,]*(?:\.\d+)?")
+
+
+def _just_number(text: str, unit: str | None) -> tuple[bool, str]:
+    """A reply that is only a number (and the unit, when the user named one)."""
+    body = text.strip().rstrip(".!").strip()
+    m = _BARE_NUMBER.match(body)
+    rest = body[m.end() :].strip() if m else body
+    asked = "just the number" + (f" and {unit}" if unit else "")
+    if m is None:
+        return False, f"no number at the start (the user asked for {asked})"
+    if unit is None:
+        return not rest, "a bare number" if not rest else f"more than a number: {rest[:40]!r}"
+    if rest.lower() == unit:
+        return True, f"a number and {unit}, as asked"
+    return False, f"{rest[:40]!r} after the number (the user asked for {asked})"
 
 
 def _count(word: str) -> int:
@@ -148,9 +180,13 @@ def find_rules(text: str) -> list[Rule]:
         m = pattern.search(text)
         if m is None or kind in rules:
             continue
-        arg = _count(m.group(1)) if m.groups() else None
-        if arg == 0:
-            continue
+        if kind == "just_number":
+            unit = (m.group(1) or "").lower()
+            arg = unit if unit and unit not in _UNIT_WORDS else None
+        else:
+            arg = _count(m.group(1)) if m.groups() else None
+            if arg == 0:
+                continue
         rules[kind] = Rule(kind, arg, m.group(0))
     m = _LANGUAGE.search(text)
     if m is not None:

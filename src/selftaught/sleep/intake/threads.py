@@ -1,0 +1,236 @@
+"""Threads: the logged rows of one conversation, linked, and the replies in it.
+
+A chat app resends the whole history with each request, so the conversation a user had is
+spread over several rows: the first (a question → a reply), then each later one (the same
+messages, that reply, the user's next turn → the next reply). A row *continues* another when
+its messages begin with the other's messages followed by the other's reply, both from the same
+client in the same project. A thread is a chain of such rows; its last row (the head) holds the
+whole conversation, and every reply in it is one `Turn`: the messages up to the request, the
+reply, and the user's next turn when there is one (what a night reads as feedback on that
+reply: `selftaught.sleep.night.signals`).
+
+A conversation can also sit inside one row: an imported chat, or a request whose history holds
+an earlier reply and the user's answer to it. Its replies are turns of the same kind, logged by
+no row of their own (`Turn.row_id` is None).
+
+Rows with tools (their episodes are replayed whole) and coding agents' sessions (collapsed by
+`sessions.collapse_sessions`, linked by the agent's session id) are threads of one row here:
+`how` says "session" for those, "single" for a one-off request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from selftaught.models.base import Message
+from selftaught.sleep.adoption.inject import strip_injected_messages
+from selftaught.sleep.intake.log import Interaction
+from selftaught.sleep.intake.sessions import is_agent_session
+
+ThreadKind = Literal["history", "session", "single"]
+
+
+def message_text(content: Any) -> str | None:
+    """A message's text (a string, or a list of text parts); None when it holds something other
+    than text (an image...)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
+                return None
+            parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    return None if content is not None else ""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One reply of a thread and what followed it."""
+
+    index: int
+    """The reply's position in the thread's conversation (its messages, then the head's reply)."""
+    request: tuple[Message, ...]
+    """The conversation up to and including the user's request (injected skill stripped)."""
+    reply: str
+    row_id: str | None
+    """The row that logged this reply; None when it is only in a later row's history."""
+    at: float
+    """When the reply was logged (its row's time; the head's for a reply inside a row)."""
+    followup: str | None = None
+    """The text of the user's next turn, when the conversation goes on with one."""
+    followup_row: str | None = None
+    """The row whose request first holds that next turn."""
+    followup_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Thread:
+    """The rows of one conversation, oldest first; the last one holds all of it."""
+
+    rows: tuple[Interaction, ...]
+    how: ThreadKind
+    turns: tuple[Turn, ...]
+
+    @property
+    def head(self) -> Interaction:
+        return self.rows[-1]
+
+    @property
+    def id(self) -> str:
+        return self.head.id
+
+    @property
+    def linked(self) -> bool:
+        """More than one row, or more than one reply: a conversation, not a one-off."""
+        return len(self.rows) > 1 or len(self.turns) > 1
+
+
+def _key(message: Any) -> str:
+    """A message as the app resends it: its role and text (other fields, such as `refusal` or
+    `annotations`, come back in different shapes)."""
+    if not isinstance(message, dict):
+        return json.dumps(message, sort_keys=True, default=str)
+    text = message_text(message.get("content"))
+    if text is None:
+        text = json.dumps(message.get("content"), sort_keys=True, default=str)
+    calls = message.get("tool_calls")
+    extra = json.dumps(calls, sort_keys=True, default=str) if calls else ""
+    return f"{message.get('role')}\x00{text.strip()}\x00{extra}"
+
+
+def _digest(keys: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for key in keys:
+        h.update(key.encode("utf-8", "replace"))
+        h.update(b"\x01")
+    return h.hexdigest()
+
+
+def _has_tools(it: Interaction) -> bool:
+    request = it.meta.get("request") if isinstance(it.meta, dict) else None
+    tools = it.tools or (request.get("tools") if isinstance(request, dict) else None)
+    return bool(tools) or any(
+        isinstance(m, dict) and (m.get("role") == "tool" or m.get("tool_calls"))
+        for m in it.messages
+    )
+
+
+def threadable(it: Interaction) -> bool:
+    """A plain chat row: answered, no tools, not a coding agent's session step."""
+    return it.is_task and it.reply is not None and not _has_tools(it) and not is_agent_session(it)
+
+
+class _Index:
+    """Chat rows by (project, client, digest of their messages): what a row continues."""
+
+    def __init__(self, rows: list[Interaction]):
+        self.messages = {it.id: strip_injected_messages(it.messages) for it in rows}
+        self.keys = {it.id: [_key(m) for m in self.messages[it.id]] for it in rows}
+        self.by_digest: dict[tuple[str, str | None, str], list[Interaction]] = {}
+        self.by_client: dict[tuple[str, str | None], list[Interaction]] = {}
+        for it in sorted(rows, key=_when):
+            where = (it.project, it.client, _digest(self.keys[it.id]))
+            self.by_digest.setdefault(where, []).append(it)
+            self.by_client.setdefault((it.project, it.client), []).append(it)
+
+    def logged(self, it: Interaction, upto: int, reply_key: str) -> Interaction | None:
+        """The row of `it`'s project and client whose messages are `it`'s first `upto` and
+        whose reply is `reply_key` (the oldest, when the request was sent twice)."""
+        where = (it.project, it.client, _digest(self.keys[it.id][:upto]))
+        for row in self.by_digest.get(where, []):
+            if row.id != it.id and _key({"role": "assistant", "content": row.reply}) == reply_key:
+                return row
+        return None
+
+    def first_holding(self, head: Interaction, keys: list[str]) -> Interaction:
+        """The oldest row of `head`'s project and client whose messages begin with `keys`
+        (the request that first carried a follow-up); `head` when no other row does."""
+        n = len(keys)
+        for row in self.by_client[(head.project, head.client)]:
+            if self.keys[row.id][:n] == keys:
+                return row
+        return head
+
+
+def _turns(head: Interaction, index: _Index) -> list[Turn]:
+    """The replies of `head`'s conversation, each with the user's next turn."""
+    messages = index.messages[head.id]
+    conversation = [*messages, {"role": "assistant", "content": head.reply}]
+    keys = [*index.keys[head.id], _key(conversation[-1])]
+    turns: list[Turn] = []
+    for i, msg in enumerate(conversation):
+        if i == 0 or not isinstance(msg, dict) or msg.get("role") != "assistant":
+            continue
+        last = conversation[i - 1]
+        reply = message_text(msg.get("content"))
+        if not isinstance(last, dict) or last.get("role") != "user" or reply is None:
+            continue
+        row = head if i == len(messages) else index.logged(head, i, keys[i])
+        nxt = conversation[i + 1] if i + 1 < len(conversation) else None
+        followup, by = None, None
+        if isinstance(nxt, dict) and nxt.get("role") == "user":
+            followup = message_text(nxt.get("content"))
+            by = index.first_holding(head, keys[: i + 2])
+        turns.append(
+            Turn(
+                index=i,
+                request=tuple(conversation[:i]),
+                reply=reply,
+                row_id=None if row is None else row.id,
+                at=head.created_at if row is None else row.created_at,
+                followup=followup,
+                followup_row=None if by is None else by.id,
+                followup_at=None if by is None else by.created_at,
+            )
+        )
+    return turns
+
+
+def build_threads(rows: Iterable[Interaction]) -> list[Thread]:
+    """Every row in exactly one thread, threads in the order of their first row.
+
+    A chat row continued by a later row of its client belongs to that row's thread. A branch
+    (two rows continuing one, as after a regenerated reply) makes two threads that share their
+    first turns; the shared rows belong to the older branch."""
+    rows = list(rows)
+    chat = [it for it in rows if threadable(it)]
+    index = _Index(chat)
+    continued: set[str] = set()
+    for it in chat:
+        for i, key in enumerate(index.keys[it.id]):
+            if i > 0 and key.startswith("assistant\x00"):
+                earlier = index.logged(it, i, key)
+                if earlier is not None:
+                    continued.add(earlier.id)
+    owner: dict[str, Thread] = {}
+    by_id = {it.id: it for it in chat}
+    for head in sorted((it for it in chat if it.id not in continued), key=_when):
+        turns = _turns(head, index)
+        members = [by_id[t.row_id] for t in turns if t.row_id is not None]
+        own = [r for r in members if r.id not in owner]
+        if head not in own:
+            own.append(head)
+        how: ThreadKind = "history" if len(own) > 1 or len(turns) > 1 else "single"
+        thread = Thread(tuple(sorted(own, key=_when)), how, tuple(turns))
+        for r in own:
+            owner[r.id] = thread
+    out: list[Thread] = []
+    placed: set[int] = set()
+    for it in sorted(rows, key=_when):
+        thread = owner.get(it.id)
+        if thread is None:
+            thread = Thread((it,), "session" if it.session_id else "single", ())
+        if id(thread) not in placed:
+            placed.add(id(thread))
+            out.append(thread)
+    return out
+
+
+def _when(it: Interaction) -> tuple[float, str]:
+    return (it.created_at, it.id)
