@@ -56,6 +56,10 @@ USER_FIELDS = ("thumb", "score", "reference", "comment")
 """What a giver of feedback may set; when it was given, by whom and whether that giver is
 trusted are set by the code that stores it, never taken from the giver."""
 OPERATOR = "operator"
+TRUSTED_WORDS = "trusted_words"
+"""`meta` key set by the proxy (`--trusted-clients`) and `sleep import --trust-fields` on a row
+whose client's own words are the operator's (`sleep.night.signals.words_trusted`); never taken
+from what a client or an untrusted file sends."""
 
 
 @dataclass

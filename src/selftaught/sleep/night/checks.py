@@ -80,7 +80,7 @@ _RULE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
-_UNIT_WORDS = frozenset("the a an its unit units please pls thanks thank nothing else so".split())
+_UNIT_WORDS = frozenset(["the", "a", "an", "its", "unit", "units", "please", "pls", "thanks", "so"])
 LANGUAGES = ("english", "french", "spanish", "german", "italian", "portuguese", "dutch")
 _LANGUAGE = re.compile(
     r"\b(?:answer|reply|respond|write|translate|speak|say)\b(?:\s+\S+){0,4}?\s+(?:in|into)\s+("

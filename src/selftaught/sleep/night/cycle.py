@@ -93,6 +93,7 @@ from selftaught.sleep.night.mine import (
 )
 from selftaught.sleep.night.proofread import proofread
 from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
+from selftaught.sleep.night.signals import ANSWER_IN_PROMPT, read_threads, rejected_signals
 from selftaught.sleep.night.split import (
     NightTask,
     SplitConfig,
@@ -695,16 +696,23 @@ def _model_change(report: dict[str, Any], project: str, home: Path) -> str | Non
     )
 
 
-def mine(interactions: list[Interaction], config: MineConfig) -> tuple[list[MinedTask], MineReport]:
+def mine(
+    interactions: list[Interaction], config: MineConfig, rejected: set[str] | None = None
+) -> tuple[list[MinedTask], MineReport]:
     """Tasks from `interactions` (already filtered for privacy by the caller), with a report
-    of what was dropped and why: plain exchanges through `mine.mine_one`, tool-using
-    conversations through `replay.mine_tool_task` (here, above both, so neither imports the
-    other back)."""
+    of what was dropped and why: chat threads read for the user's own verdicts first
+    (`signals.read_threads`; `rejected`: signals the operator rejected), then plain exchanges
+    through `mine.mine_one`, tool-using conversations through `replay.mine_tool_task` (here,
+    above both, so neither imports the other back)."""
     report = MineReport(read=len(interactions))
+    rows, _, conversation = read_threads(interactions, config, rejected)
+    report.conversation = conversation.to_dict()
     dropped: Counter[str] = Counter()
+    if conversation.answer_in_prompt:
+        dropped[ANSWER_IN_PROMPT] = conversation.answer_in_prompt
     tasks = []
     steps = 0  # earlier steps of a tool-using conversation, folded into its last one
-    for group in conversations(interactions):
+    for group in conversations(rows):
         if logged_tools(group[0]):
             task, why = mine_tool_task(group, config)
         else:
@@ -749,7 +757,7 @@ def _mine_and_split(
 ) -> _Mined:
     kept, withheld = _private_filter(rows, models, config.allow_remote)
     mining = dataclasses.replace(config.mining, judge=models.judge is not None)
-    tasks, mined = mine(kept, mining)
+    tasks, mined = mine(kept, mining, rejected_signals(report["project"], home))
     mined.withheld_private = withheld
     report["mining"] = mined.to_dict()
     if withheld:

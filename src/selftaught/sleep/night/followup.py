@@ -145,10 +145,12 @@ def _said(reply: str, number: str, unit: str) -> bool:
     return not unit or re.search(with_unit, reply, _I) is not None
 
 
-def _rules(text: str, reply: str) -> tuple[Rule, ...]:
+def rules_in(text: str, reply: str | None = None) -> tuple[Rule, ...]:
+    """The rules `text` states about a reply: `find_rules`'s, and "shorter" (at most half the
+    words of `reply`, when there is one)."""
     rules = list(find_rules(text))
     m = _SHORTER.search(text)
-    if m is not None and not any(r.kind == "max_words" for r in rules):
+    if m is not None and reply and not any(r.kind == "max_words" for r in rules):
         half = max(1, len(reply.split()) // 2)
         rules.append(Rule("max_words", half, m.group(0)))
     return tuple(rules)
@@ -160,7 +162,7 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
         return None
     text = " ".join(followup[:MAX_FOLLOWUP_CHARS].split())
     answers_question = reply.rstrip().endswith("?") and _YES_NO.match(text) is not None
-    rules = _rules(text, reply)
+    rules = rules_in(text, reply)
     asks = _NEW_QUESTION.match(text) is not None
     rejected = _REJECT.search(text) is not None and not answers_question and not asks
     if rejected:

@@ -41,7 +41,9 @@ from selftaught.redact import redact_for_model
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import OPERATOR, Interaction
 from selftaught.sleep.intake.sessions import AGENT_TRANSCRIPTS, task_turns
+from selftaught.sleep.intake.threads import message_text
 from selftaught.sleep.night.checks import find_rules
+from selftaught.sleep.night.followup import rules_in
 from selftaught.tasks.scorers import reference_scorer
 
 
@@ -56,12 +58,19 @@ class MineConfig:
     """How much of a rejected reply the rubric quotes."""
     judge: bool = False
     """A judge model is available: interactions without a reference get a rubric."""
+    conversation: bool = True
+    """Read the user's next turn as feedback on a reply (`signals.py`)."""
+    reask_window_s: float = 3600.0
+    """The same request again from the same end user within this many seconds marks the
+    earlier reply failed (0: off)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.near_duplicate <= 1.0:
             raise ConfigError(f"near_duplicate must be in (0, 1], got {self.near_duplicate}")
         if self.max_prompt_chars < 1:
             raise ConfigError("max_prompt_chars must be >= 1")
+        if self.reask_window_s < 0:
+            raise ConfigError(f"reask_window_s must be >= 0, got {self.reask_window_s}")
 
 
 @dataclass
@@ -108,6 +117,8 @@ class MineReport:
     negative: int = 0
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
     withheld_private: int = 0  # private rows kept from a remote model
+    conversation: dict[str, Any] = field(default_factory=dict)
+    """What the threads held (`signals.SignalReport.to_dict()`): threads, turns, signals."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,21 +153,6 @@ def quoted(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
 
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-
-
-def message_text(content: Any) -> str | None:
-    """A message's text (a string, or a list of text parts); None when it holds something other
-    than text (an image...)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
-                return None
-            parts.append(str(part.get("text", "")))
-        return "".join(parts)
-    return None if content is not None else ""
 
 
 def normalized_prompt(text: str) -> str:
@@ -266,9 +262,11 @@ def task_checks(
     comment = (fb.comment or "").strip()
     said = "\n".join(str(m["content"]) for m in messages if m["role"] in ("system", "developer"))
     said += "\n" + str(messages[-1]["content"])
+    found = find_rules(said)
     if comment and fb.trusted_for("comment"):  # an end user's comment states no rule
-        said += "\n" + comment
-    rules = [r.to_dict() for r in find_rules(said)]
+        kinds = {r.kind for r in found}
+        found += [r for r in rules_in(comment, it.reply) if r.kind not in kinds]
+    rules = [r.to_dict() for r in found]
     reference = _redact_value(reference)
     if isinstance(reference, list):
         reference = [r for r in reference if r is not None and str(r).strip()] or None

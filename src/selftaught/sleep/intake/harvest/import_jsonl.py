@@ -35,7 +35,13 @@ from typing import Any
 
 from selftaught.errors import InputError
 from selftaught.runs import iter_jsonl
-from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog, parse_time
+from selftaught.sleep.intake.log import (
+    TRUSTED_WORDS,
+    Feedback,
+    Interaction,
+    TaskLog,
+    parse_time,
+)
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -80,7 +86,7 @@ def parse_file(
             fmt, it = parse_row(row, project, trust_fields)
         except (ValueError, TypeError) as err:
             raise ImportFormatError(f"{where}: {err}") from err
-        out.append((fmt, it if trust_fields else _distrusted(it, f"import:{path.name}")))
+        out.append((fmt, _vouched(it) if trust_fields else _distrusted(it, f"import:{path.name}")))
     if not out:
         raise ImportFormatError(f"{path}: the file holds no interactions")
     return out
@@ -195,6 +201,13 @@ def _evals(row: dict[str, Any]) -> Interaction:
     return Interaction(messages=messages, reply=None, source="import", reference=ideal, meta=extra)
 
 
+def _vouched(it: Interaction) -> Interaction:
+    """`it` from a file the operator vouches for: its users' words are the operator's (a
+    correction in a chat's next turn counts as theirs)."""
+    it.meta = {**(it.meta if isinstance(it.meta, dict) else {}), TRUSTED_WORDS: True}
+    return it
+
+
 def _distrusted(it: Interaction, client: str) -> Interaction:
     """`it` with the trust the file claimed taken off (kept in `meta["import_claims"]`)."""
     claims = {
@@ -203,6 +216,7 @@ def _distrusted(it: Interaction, client: str) -> Interaction:
         "client": it.client,
         "source": it.source if it.source != "import" else None,
         "upstream": it.meta.pop("upstream", None) if isinstance(it.meta, dict) else None,
+        TRUSTED_WORDS: it.meta.pop(TRUSTED_WORDS, None) if isinstance(it.meta, dict) else None,
     }
     it.reviewed, it.skill_version, it.client, it.source = False, None, client, "import"
     if not it.feedback.empty():

@@ -1,0 +1,310 @@
+"""Labels real traffic already has: the user's next turn, and the same question asked again.
+
+A night reads its window as threads (`selftaught.sleep.intake.threads`). Each reply of a thread
+with a signal becomes a row to mine of its own, holding **the conversation up to the request
+whose reply was judged**, never the feedback turn or what came after it:
+
+- the user's next turn, read by `followup.read_followup` (correction → a reference and a
+  thumbs-down; rejection → a thumbs-down; a restated rule → a comment whose rules check the
+  task; acceptance → a thumbs-up);
+- a **re-ask**: the same request (a near-duplicate prompt) from the same end user (the app's
+  `user` field where it sends one, else the client) within `MineConfig.reask_window_s`, in another
+  conversation or as the next turn, marks the earlier reply failed (a thumbs-down).
+
+A signal is feedback by one rule with the explicit kind (`Feedback`, field by field): its
+giver is the row's client, and it is trusted only when that client's words are the operator's
+(`words_trusted`: the operator's own rows and harvested agent transcripts, a client the proxy
+was told to trust, `--trusted-clients`, or a file imported with `--trust-fields`). An end
+user's signal is evidence: its correction checks the task (never a demonstration, adapter
+sample or memory text), its words reach the analyst quoted. A value the row's explicit
+feedback already set is kept; the signal fills the fields it left empty.
+
+A reply whose request ends with a correction (the user's "No, it's 17 km" and the reply to
+it) is not a task: its answer sits in its prompt. The operator may reject a signal before a
+night uses it (`sleep feedback ID --reject-signal SIGNAL`), recorded in the project's
+`signals_rejected.json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Literal
+
+from selftaught.redact import redact_for_model
+from selftaught.runs import atomic_write_json
+from selftaught.sleep.intake.log import TRUSTED_WORDS, USER_FIELDS, Feedback, Interaction
+from selftaught.sleep.intake.threads import Thread, Turn, build_threads, message_text
+from selftaught.sleep.night.followup import Followup, read_followup
+from selftaught.sleep.night.mine import OPERATOR, MineConfig, client_label, near_duplicates
+from selftaught.sleep.paths import project_dir
+
+SignalKind = Literal["correction", "rejection", "rule", "acceptance", "reask"]
+REJECTED_FILE = "signals_rejected.json"
+ANSWER_IN_PROMPT = "answers a correction: its answer sits in its prompt"
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A verdict on one reply, read from the conversation. `words` are the user's (redacted)."""
+
+    id: str
+    kind: SignalKind
+    words: str
+    thread: str
+    turn: int
+    row_id: str | None
+    giver: str
+    trusted: bool
+    at: float
+    reference: str | None = None
+    rules: tuple[str, ...] = ()
+    source: str = "conversation"
+
+    @property
+    def thumb(self) -> Literal["up", "down"] | None:
+        if self.kind == "acceptance":
+            return "up"
+        return None if self.kind == "rule" else "down"
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass
+class SignalReport:
+    """What a night read from its threads: the mining report's `conversation` section."""
+
+    threads: int = 0
+    linked_threads: int = 0  # of two or more rows or replies
+    turns: int = 0  # replies in them
+    signals: dict[str, int] = field(default_factory=dict)  # by kind
+    trusted: int = 0
+    untrusted: int = 0
+    rejected_by_operator: int = 0
+    answer_in_prompt: int = 0  # replies to a correction, not tasks
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def words_trusted(it: Interaction) -> bool:
+    """Whether what `it`'s client says counts as the operator's words."""
+    return client_label(it) == OPERATOR or (
+        isinstance(it.meta, dict) and it.meta.get(TRUSTED_WORDS) is True
+    )
+
+
+def end_user(it: Interaction) -> str:
+    """Who asked: the app's own `user` field (chat completions `user`, Messages
+    `metadata.user_id`) within the client, else the client."""
+    request = it.meta.get("request") if isinstance(it.meta, dict) else None
+    user = None
+    if isinstance(request, dict):
+        user = request.get("user")
+        meta = request.get("metadata")
+        if user is None and isinstance(meta, dict):
+            user = meta.get("user_id")
+    label = client_label(it)
+    return f"{label}/{user}" if isinstance(user, str) and user else label
+
+
+def signal_id(thread: Thread, turn: Turn) -> str:
+    key = f"{turn.row_id or thread.id}#{turn.index}"
+    return "s-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+# ---- the operator's rejections ------------------------------------------------------------
+
+
+def rejected_signals(project: str, home: Path | None) -> set[str]:
+    path = project_dir(project, home) / REJECTED_FILE
+    if not path.is_file():
+        return set()
+    return set(json.loads(path.read_text()).get("rejected", []))
+
+
+def reject_signal(project: str, home: Path | None, ids: Iterable[str]) -> int:
+    """Record that the operator rejects these signals; the number newly rejected."""
+    before = rejected_signals(project, home)
+    after = before | set(ids)
+    path = project_dir(project, home) / REJECTED_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, {"rejected": sorted(after)})
+    return len(after) - len(before)
+
+
+# ---- reading the threads ----------------------------------------------------------------
+
+
+def _last_user_text(turn: Turn) -> str:
+    for msg in reversed(turn.request):
+        if isinstance(msg, dict) and msg.get("role") == "user":
+            return message_text(msg.get("content")) or ""
+    return ""
+
+
+def _signal(thread: Thread, turn: Turn, read: Followup | None, kind: SignalKind) -> Signal:
+    head = thread.head
+    return Signal(
+        id=signal_id(thread, turn),
+        kind=kind,
+        words=redact_for_model(read.words if read else (turn.followup or "")),
+        thread=thread.id,
+        turn=turn.index,
+        row_id=turn.row_id,
+        giver=client_label(head),
+        trusted=words_trusted(head),
+        at=turn.followup_at or turn.at,
+        reference=None if read is None else read.reference,
+        rules=() if read is None else tuple(r.kind for r in read.rules),
+        source="conversation" if kind != "reask" else "reask",
+    )
+
+
+def _feedback(explicit: Feedback, signal: Signal, read: Followup | None) -> Feedback:
+    """`explicit` with the fields it left empty filled from `signal` (field by field trust)."""
+    said: dict[str, object] = {"thumb": signal.thumb, "reference": signal.reference}
+    if read is not None and read.rules:  # the words state a rule: a comment, as given
+        said["comment"] = signal.words
+    fb = Feedback(**{f.name: getattr(explicit, f.name) for f in fields(explicit)})
+    untrusted = {name for name in USER_FIELDS if getattr(fb, name) is not None} - {
+        name for name in USER_FIELDS if fb.trusted_for(name)
+    }
+    for name, value in said.items():
+        if value is not None and getattr(fb, name) is None:
+            setattr(fb, name, value)
+            if not signal.trusted:
+                untrusted.add(name)
+    fb.untrusted_fields = tuple(n for n in USER_FIELDS if n in untrusted)
+    fb.trusted = not untrusted
+    if fb.giver is None:
+        fb.giver = signal.giver
+    return fb
+
+
+def _turn_row(thread: Thread, turn: Turn, rows: dict[str, Interaction]) -> Interaction:
+    """The row to mine for `turn`: its own logged row cut to the request, or the head's."""
+    base = rows.get(turn.row_id or "", thread.head)
+    own = turn.row_id is not None
+    return replace(
+        base,
+        id=base.id if own else f"{thread.id}#{turn.index}",
+        messages=list(turn.request),
+        reply=turn.reply,
+        created_at=turn.at,
+        dedupe_key=base.dedupe_key if own else None,
+        feedback=base.feedback if own else Feedback(),
+        meta={**base.meta, "thread": thread.id, "turn": turn.index},
+    )
+
+
+_Verdict = tuple[Signal, Followup | None] | None
+
+
+@dataclass
+class _Read:
+    rows: list[Interaction] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
+    report: SignalReport = field(default_factory=SignalReport)
+    emitted: set[str] = field(default_factory=set)  # a branch shares its first turns
+
+
+def _followups(thread: Thread, config: MineConfig) -> dict[int, _Verdict]:
+    """What the next turn said of each reply of a thread (None: nothing)."""
+    said: dict[int, _Verdict] = {}
+    for turn in thread.turns:
+        read = read_followup(turn.followup, turn.reply) if config.conversation else None
+        said[turn.index] = None if read is None else (_signal(thread, turn, read, read.kind), read)
+    return said
+
+
+def read_threads(
+    rows: list[Interaction], config: MineConfig, rejected: set[str] | None = None
+) -> tuple[list[Interaction], list[Signal], SignalReport]:
+    """The rows to mine (one per reply of a conversation thread, the others as they are), the
+    signals read, and what the threads held."""
+    rejected = rejected or set()
+    threads = build_threads(rows)
+    by_id = {it.id: it for it in rows}
+    out = _Read()
+    out.report.threads = len(threads)
+    verdicts: dict[tuple[str, int], _Verdict] = {}
+    for thread in threads:
+        out.report.linked_threads += thread.linked
+        out.report.turns += len(thread.turns)
+        for index, v in _followups(thread, config).items():
+            verdicts[(thread.id, index)] = v
+    if config.reask_window_s > 0:
+        _reasks(threads, config, verdicts)
+    for thread in threads:
+        if not thread.turns:
+            out.rows.extend(thread.rows)
+            continue
+        _mine_rows(thread, by_id, verdicts, rejected, out)
+    return out.rows, out.signals, out.report
+
+
+def _mine_rows(
+    thread: Thread,
+    by_id: dict[str, Interaction],
+    verdicts: dict[tuple[str, int], _Verdict],
+    rejected: set[str],
+    out: _Read,
+) -> None:
+    corrected = False  # the previous reply was corrected: this request ends with the answer
+    for turn in thread.turns:
+        v = verdicts.get((thread.id, turn.index))
+        if v is not None and v[0].id in rejected:
+            out.report.rejected_by_operator += 1
+            v = None
+        row = _turn_row(thread, turn, by_id)
+        was_corrected, corrected = corrected, v is not None and v[0].kind == "correction"
+        if row.id in out.emitted:
+            continue
+        out.emitted.add(row.id)
+        if was_corrected:
+            out.report.answer_in_prompt += 1
+            continue
+        if v is not None:
+            signal, read = v
+            out.signals.append(signal)
+            out.report.signals[signal.kind] = out.report.signals.get(signal.kind, 0) + 1
+            if signal.trusted:
+                out.report.trusted += 1
+            else:
+                out.report.untrusted += 1
+            meta = {**row.meta, "signals": [signal.to_dict()]}
+            row = replace(row, feedback=_feedback(row.feedback, signal, read), meta=meta)
+        out.rows.append(row)
+
+
+def _reasks(
+    threads: list[Thread],
+    config: MineConfig,
+    verdicts: dict[tuple[str, int], _Verdict],
+) -> None:
+    """Mark a reply failed when its end user asked the same request again in time."""
+    asked: list[tuple[float, str, str, Thread, Turn]] = []
+    for thread in threads:
+        for turn in thread.turns:
+            asked.append((turn.at, end_user(thread.head), _last_user_text(turn), thread, turn))
+    asked.sort(key=lambda a: a[0])
+    by_user: Counter[str] = Counter(a[1] for a in asked)
+    for i, (at, user, text, thread, turn) in enumerate(asked):
+        if by_user[user] < 2 or verdicts.get((thread.id, turn.index)) is not None:
+            continue
+        for later_at, later_user, later_text, later_thread, later_turn in asked[i + 1 :]:
+            if later_at - at > config.reask_window_s:
+                break
+            if later_user != user or (later_thread is thread and later_turn is turn):
+                continue
+            if text.strip() and near_duplicates(text, later_text, config.near_duplicate):
+                signal = _signal(thread, turn, None, "reask")
+                words = redact_for_model(later_text)
+                verdicts[(thread.id, turn.index)] = (replace(signal, words=words), None)
+                break
