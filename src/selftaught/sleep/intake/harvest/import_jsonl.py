@@ -86,7 +86,11 @@ def parse_file(
             fmt, it = parse_row(row, project, trust_fields)
         except (ValueError, TypeError) as err:
             raise ImportFormatError(f"{where}: {err}") from err
-        out.append((fmt, _vouched(it) if trust_fields else _distrusted(it, f"import:{path.name}")))
+        if not trust_fields:
+            it = _distrusted(it, f"import:{path.name}")
+        elif fmt != "selftaught":  # an export of ours keeps its rows' own provenance
+            it = _vouched(it)
+        out.append((fmt, it))
     if not out:
         raise ImportFormatError(f"{path}: the file holds no interactions")
     return out
@@ -202,7 +206,7 @@ def _evals(row: dict[str, Any]) -> Interaction:
 
 
 def _vouched(it: Interaction) -> Interaction:
-    """`it` from a file the operator vouches for: its users' words are the operator's (a
+    """`it` from a chat file the operator vouches for: its users' words are the operator's (a
     correction in a chat's next turn counts as theirs)."""
     it.meta = {**(it.meta if isinstance(it.meta, dict) else {}), TRUSTED_WORDS: True}
     return it

@@ -1,0 +1,267 @@
+"""Unlabeled traffic: threads, the user's next turn read as feedback, re-asks, and the tasks a
+night mines from them (the conversation up to the judged request, the trust model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from selftaught.sleep.intake.harvest.import_jsonl import import_file
+from selftaught.sleep.intake.log import OPERATOR, TRUSTED_WORDS, Feedback, Interaction, TaskLog
+from selftaught.sleep.intake.threads import build_threads
+from selftaught.sleep.night.cycle import mine
+from selftaught.sleep.night.followup import read_followup
+from selftaught.sleep.night.mine import MineConfig
+from selftaught.sleep.night.signals import (
+    ANSWER_IN_PROMPT,
+    read_threads,
+    reject_signal,
+    rejected_signals,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+Q = "How far is it in total if I walk 12 km and then 5 km?"
+WRONG = "You walk a total of 20 kilometers."
+CORRECTION = "No, that's wrong: it's 17 km. Please answer with just the number and km."
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, str]:
+    return {"role": "assistant", "content": text}
+
+
+def row(messages: list[dict[str, str]], reply: str, at: float, **kw) -> Interaction:
+    kw.setdefault("client", "key:alice")
+    return Interaction(messages=messages, reply=reply, created_at=at, source="proxy", **kw)
+
+
+def chat_app_rows(client: str = "key:alice", **kw) -> list[Interaction]:
+    """A chat app that resends the history: the question, then the user's correction."""
+    first = row([user(Q)], WRONG, 100.0, client=client, **kw)
+    second = row([user(Q), assistant(WRONG), user(CORRECTION)], "17 km", 160.0, client=client, **kw)
+    return [first, second]
+
+
+# ---- threads -------------------------------------------------------------------------------
+
+
+def test_a_row_that_resends_another_rows_history_continues_its_thread():
+    first, second = chat_app_rows()
+    other = row([user("What is 2 + 2?")], "4", 120.0)
+    threads = build_threads([first, other, second])
+    assert [len(t.rows) for t in threads] == [2, 1]
+    thread = threads[0]
+    assert [r.id for r in thread.rows] == [first.id, second.id] and thread.how == "history"
+    turn = thread.turns[0]
+    assert turn.row_id == first.id and turn.reply == WRONG
+    assert turn.followup == CORRECTION and turn.followup_row == second.id
+    assert thread.turns[1].row_id == second.id and thread.turns[1].followup is None
+
+
+def test_another_client_resending_the_same_history_does_not_join_the_thread():
+    first, _ = chat_app_rows(client="key:alice")
+    _, bobs = chat_app_rows(client="key:bob")
+    threads = build_threads([first, bobs])
+    assert [len(t.rows) for t in threads] == [1, 1]
+    bob_thread = next(t for t in threads if t.head.id == bobs.id)
+    assert bob_thread.turns[0].row_id is None  # bob's history is his own, not alice's row
+
+
+def test_a_conversation_inside_one_row_has_its_turns():
+    one = row([user(Q), assistant(WRONG), user(CORRECTION)], "17 km", 100.0)
+    (thread,) = build_threads([one])
+    assert [t.reply for t in thread.turns] == [WRONG, "17 km"]
+    assert thread.turns[0].row_id is None and thread.turns[0].followup == CORRECTION
+
+
+# ---- tasks from corrections ----------------------------------------------------------------
+
+
+def test_a_correction_becomes_a_task_whose_prompt_ends_before_the_feedback_turn():
+    tasks, report = mine(chat_app_rows(), MineConfig())
+    assert report.tasks == 1 and report.dropped == {ANSWER_IN_PROMPT: 1}
+    (task,) = tasks
+    assert task.messages == [user(Q)]
+    assert all("17" not in str(m["content"]) for m in task.messages)
+    assert task.reference == "17 km" and task.state["scorer"] == "quantity"
+    assert task.negative and task.logged_reply == WRONG
+    conv = report.conversation
+    assert conv["linked_threads"] == 1 and conv["signals"] == {"correction": 1}
+    assert conv["untrusted"] == 1 and conv["answer_in_prompt"] == 1
+
+
+def test_an_end_users_correction_checks_the_task_but_is_evidence_only():
+    (task,), _ = mine(chat_app_rows(), MineConfig())
+    assert task.state["no_demo"]
+    assert "demo_source" not in task.state and "comment" not in task.state
+    assert json.loads(task.state["evidence"]) == CORRECTION  # quoted for the analyst
+    assert task.state["rules"] == []  # an end user's restated rule states no rule
+
+
+def test_the_operators_own_correction_is_a_demo_and_its_rule_a_check():
+    rows = chat_app_rows(meta={TRUSTED_WORDS: True})
+    (task,), report = mine(rows, MineConfig())
+    assert task.state["demo_source"] == "correction" and "no_demo" not in task.state
+    assert task.state["comment"] == CORRECTION
+    assert [(r["kind"], r["arg"]) for r in task.state["rules"]] == [("just_number", "km")]
+    assert report.conversation["trusted"] == 1
+
+
+def test_explicit_feedback_on_the_row_wins_over_the_conversation():
+    first, second = chat_app_rows()
+    first.feedback = Feedback(reference="18 km", giver=OPERATOR, trusted=True)
+    (task,), _ = mine([first, second], MineConfig())
+    assert task.reference == "18 km" and task.state["demo_source"] == "correction"
+
+
+def test_a_rejection_a_rule_and_an_acceptance_each_label_their_reply():
+    rows = [
+        row([user("Fix my test.")], "Change line 3.", 10.0),
+        row(
+            [user("Fix my test."), assistant("Change line 3."), user("that still fails")], "ok", 20
+        ),
+    ]
+    rows += [
+        row([user("Summarize the plot of Hamlet.")], "A long summary " * 20, 30.0, client="k2"),
+        row(
+            [
+                user("Summarize the plot of Hamlet."),
+                assistant("A long summary " * 20),
+                user("In under 20 words please."),
+            ],
+            "Prince avenges father.",
+            40.0,
+            client="k2",
+        ),  # fmt: skip
+    ]
+    _, signals, report = read_threads(rows, MineConfig())
+    assert [s.kind for s in signals] == ["rejection", "rule"]
+    assert report.signals == {"rejection": 1, "rule": 1}
+    assert signals[0].words == "that still fails" and signals[0].thumb == "down"
+
+
+def test_the_operator_can_reject_a_signal_before_a_night_uses_it(tmp_path: Path):
+    rows = chat_app_rows()
+    _, (signal,), _ = read_threads(rows, MineConfig())
+    assert reject_signal("demo", tmp_path, [signal.id]) == 1
+    assert rejected_signals("demo", tmp_path) == {signal.id}
+    tasks, report = mine(rows, MineConfig(), rejected_signals("demo", tmp_path))
+    assert report.conversation["rejected_by_operator"] == 1
+    assert report.conversation["signals"] == {} and report.by_check.get("reference") is None
+    # not a correction any more: the next request is an ordinary one (its own rule checks it)
+    assert [t.logged_reply for t in tasks] == ["17 km"]
+
+
+def test_conversation_reading_can_be_turned_off():
+    tasks, report = mine(chat_app_rows(), MineConfig(conversation=False, reask_window_s=0))
+    assert report.conversation["signals"] == {}
+    assert "no reference" in next(iter(report.dropped))
+
+
+# ---- re-asks -------------------------------------------------------------------------------
+
+
+def reask_rows(gap: float, second: str = "key:alice") -> list[Interaction]:
+    return [
+        row([user("What is the capital of Australia?")], "Sydney", 100.0),
+        row([user("what is the capital of australia")], "Canberra", 100 + gap, client=second),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("gap", "client", "marked"),
+    [(60.0, "key:alice", True), (7200.0, "key:alice", False), (60.0, "key:bob", False)],
+)
+def test_the_same_request_again_from_the_same_user_in_time_marks_the_first_reply(
+    gap: float, client: str, marked: bool
+):
+    rows, signals, _ = read_threads(reask_rows(gap, client), MineConfig())
+    assert [s.kind for s in signals] == (["reask"] if marked else [])
+    first = next(r for r in rows if r.reply == "Sydney")
+    assert (first.feedback.thumb == "down") is marked
+    if marked:
+        assert signals[0].row_id == first.id and "australia" in signals[0].words
+
+
+def test_a_reask_names_the_end_user_the_app_sends():
+    rows = reask_rows(60.0)
+    rows[0].meta = {"request": {"user": "u1"}}
+    rows[1].meta = {"request": {"user": "u2"}}
+    _, signals, _ = read_threads(rows, MineConfig())
+    assert signals == []  # two people behind one app key asked the same thing
+
+
+# ---- the reproducer: imported chats --------------------------------------------------------
+
+
+def _chats(path: Path, corrected: int, plain: int) -> Path:
+    lines = []
+    for i in range(corrected + plain):
+        a, b = 3 + i, 20 + 2 * i
+        q = f"How far is it in total if I walk {a} km and then {b} km?"
+        msgs = [user(q)]
+        if i < corrected:
+            msgs += [
+                assistant(f"You walk a total of {a + b + 3} kilometers."),
+                user(f"No, that's wrong: it's {a + b} km. Please answer with just the number."),
+                assistant(f"{a + b} km"),
+            ]
+        else:
+            msgs.append(assistant(f"The total is {a + b} km."))
+        lines.append(json.dumps({"messages": msgs}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_imported_chats_corrected_in_the_next_turn_give_tasks(tmp_path: Path, trust: bool):
+    chats = _chats(tmp_path / "chats.jsonl", corrected=30, plain=28)
+    with TaskLog(tmp_path / "log.db") as log:
+        import_file(chats, log, project="chat", trust_fields=trust)
+        rows = log.query()
+    tasks, report = mine(rows, MineConfig())
+    assert report.tasks == 30 and report.by_check == {"reference": 30}
+    assert report.conversation["signals"] == {"correction": 30}
+    assert all(t.messages[-1]["content"].startswith("How far") for t in tasks)
+    assert all(len(t.messages) == 1 for t in tasks)
+    if trust:
+        assert all(t.state["demo_source"] == "correction" for t in tasks)
+        assert report.conversation["trusted"] == 30
+    else:
+        assert all(t.state["no_demo"] for t in tasks)
+        assert report.conversation["untrusted"] == 30
+
+
+def test_an_untrusted_file_cannot_claim_trusted_words(tmp_path: Path):
+    path = tmp_path / "claims.jsonl"
+    line = {"messages": [user(Q)], "reply": WRONG, "meta": {TRUSTED_WORDS: True}}
+    path.write_text(json.dumps(line) + "\n")
+    with TaskLog(tmp_path / "log.db") as log:
+        import_file(path, log, project="chat")
+        (it,) = log.query()
+    assert TRUSTED_WORDS not in it.meta and it.meta["import_claims"][TRUSTED_WORDS] is True
+
+
+# ---- the follow-up reader ------------------------------------------------------------------
+
+
+def _corpus(name: str) -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / name).read_text().splitlines()]
+
+
+@pytest.mark.parametrize("item", _corpus("followups_dev.jsonl"), ids=lambda d: d["followup"][:40])
+def test_the_follow_up_reader_on_its_dev_corpus(item: dict):
+    read = read_followup(item["followup"], item["reply"])
+    assert (read.kind if read else "none") == item["kind"]
+    if item["kind"] == "correction":
+        assert read is not None and read.reference == item["reference"]
+
+
+def test_yes_or_no_after_a_question_of_the_assistant_is_an_answer_not_feedback():
+    assert read_followup("no, skip that", "Shall I also update the docs?") is None
+    assert read_followup("No, skip that", "Updated the docs.") is not None
