@@ -317,7 +317,8 @@ def test_a_night_on_a_cmd_agent_validates_the_skill_on_the_agent(tmp_path, night
     spec = f"cmd:{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
     with FakeUpstream(canned_analyst(failure=learns_the_marker).fn) as analyst:
         code, text = run("sleep", "run", "--model", spec, "--optimizer-model",
-                         f"{analyst.base_url}#fake-model", "--documents", "skill")  # fmt: skip
+                         f"{analyst.base_url}#fake-model", "--documents", "skill",
+                         "--allow-cmd-replay")  # fmt: skip
     assert code == 0, text
     assert f"{PROJECT}: staged" in text
     report_md = Path(text.split("report: ")[1].split()[0])

@@ -491,6 +491,7 @@ NIGHT_FLAGS = {
     "leave_one_out": "leave_one_out",
     "weights": "weights",
     "allow_remote": "allow_remote",
+    "allow_cmd_replay": "allow_cmd_replay",
     "auto_adopt": "auto_adopt",
     "follow_symlinks": "follow_symlinks",
     "report_to": "report_to",

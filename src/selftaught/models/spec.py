@@ -8,7 +8,8 @@ http://127.0.0.1:8000/v1#my-model   any OpenAI-compatible endpoint (vLLM, SGLang
 claude-code / claude-code:MODEL     the Claude Code CLI, run once per call in a workspace
 codex / codex:MODEL                 the Codex CLI, likewise
 cmd:TEMPLATE                        any CLI agent: TEMPLATE split like a shell would (never run
-                                    by one), {prompt} replaced by the prompt, else it is stdin
+                                    by one), {prompt} replaced by the prompt, else it is stdin;
+                                    refused where the prompt could run as code (command_guard)
 """
 
 from __future__ import annotations

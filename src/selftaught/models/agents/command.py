@@ -12,33 +12,33 @@ The skill is written to `AGENTS.md` in the workspace, as for Codex. The reply is
 command prints on stdout. Exit 0 is an answer; exit 75 (EX_TEMPFAIL) asks for a retry, like
 a 429 from an API; any other status stops the run with the command's stderr.
 
-`cmd:sh -c SCRIPT` with a placeholder inside SCRIPT is refused: the prompt would be read as
-shell code. Pass it as an argument instead: cmd:sh -c 'my-agent --ask "$1"' sh {prompt}"""
+A template that could run a placeholder's text (or the prompt on stdin) as code is refused
+when it is parsed, with CommandTemplateError: a placeholder inside a larger argument, inside
+the script of `sh -c` / `python -c` / `perl -e`, or behind a launcher (`env`, `timeout`, `ssh`
+...); see `command_guard.py`. Pass the prompt as a whole argument after the script instead:
+cmd:sh -c 'my-agent --ask "$1"' sh {prompt}"""
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
 from pathlib import Path
 
-from selftaught.errors import InputError
 from selftaught.models.agents.base import AgentBrief, AgentRun, CliAgent
+from selftaught.models.agents.command_guard import (
+    PLACEHOLDER,
+    CommandTemplateError,
+    check_template,
+)
 from selftaught.models.agents.process import ProcessResult
 from selftaught.models.errors import FatalBackendError, TransientBackendError
 
-_PLACEHOLDER = re.compile(r"\{(prompt|instructions|workspace)\}")
-_SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "ash", "busybox"}
+__all__ = ["CommandAgent", "CommandTemplateError", "fill", "parse_template"]
 RETRY_STATUS = 75  # EX_TEMPFAIL (sysexits.h): "try again later"
-
-
-class CommandTemplateError(InputError):
-    """A cmd: template that cannot be run safely or at all."""
 
 
 def parse_template(template: str) -> list[str]:
     """The template's arguments; CommandTemplateError when it is empty, cannot be split, or
-    puts a placeholder inside a shell's -c script."""
+    could run a placeholder's text or the prompt as code (`command_guard.check_template`)."""
     try:
         argv = shlex.split(template)
     except ValueError as err:
@@ -47,20 +47,12 @@ def parse_template(template: str) -> list[str]:
         ) from None
     if not argv:
         raise CommandTemplateError("cmd: needs a command, e.g. cmd:my-agent --ask {prompt}")
-    if os.path.basename(argv[0]) in _SHELLS:
-        for flag, script in zip(argv, argv[1:], strict=False):
-            is_c = flag == "-c" or (re.fullmatch(r"-[a-z]*c[a-z]*", flag) is not None)
-            if is_c and _PLACEHOLDER.search(script):
-                raise CommandTemplateError(
-                    f"cmd: a placeholder inside the script of `{argv[0]} {flag}` would run the "
-                    "prompt as shell code; pass it as an argument instead, e.g. "
-                    "cmd:sh -c 'my-agent --ask \"$1\"' sh {prompt}"
-                )
+    check_template(argv)
     return argv
 
 
 def fill(argv: list[str], values: dict[str, str]) -> list[str]:
-    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in argv]
+    return [PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in argv]
 
 
 class CommandAgent(CliAgent):

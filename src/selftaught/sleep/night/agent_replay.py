@@ -17,6 +17,11 @@ session, the agent's answers and its tool calls) is quoted in the prompt ahead o
 (`agent_prompt`), not handed over as turns (which the agent backend would read as worked
 examples).
 
+A `cmd:` agent runs a command of the operator's, unsandboxed, on text end users wrote: its
+template must pass `command_guard` (no placeholder where a shell or interpreter reads code) and
+the night must be allowed to run it (`SleepConfig.allow_cmd_replay`, `--allow-cmd-replay`);
+Claude Code and Codex run in their own sandboxes.
+
 A corrected tool call is not checked on an agent's run: it names the logged agent's tool and
 arguments, which a fresh run has no reason to repeat word for word. A task checked by nothing
 else is left out of the night (`for_agent`), a task with an answer check too keeps that one.

@@ -38,7 +38,7 @@ import dataclasses
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -140,7 +140,8 @@ class SleepConfig:
     model: str | None = None
     """Target model spec the tasks are replayed on; None: the upstream the operator's proxy
     logged (never a model named by an imported or API row). A coding agent (`claude-code`,
-    `codex`, `cmd:`) replays them by running itself (`agent_replay.py`)."""
+    `codex`, `cmd:`) replays them by running itself (`agent_replay.py`); `cmd:` only with
+    `allow_cmd_replay`."""
     optimizer_model: str | None = None
     """Analyst model spec (reflects, merges); None: the target."""
     judge_model: str | None = None
@@ -167,6 +168,11 @@ class SleepConfig:
     a weights-only night (the adopted text is kept; the gate picks an adapter or nothing)."""
     allow_remote: bool = False
     """Send private (harvested, unreviewed) rows to remote models too."""
+    allow_cmd_replay: bool = False
+    """Let a `cmd:` model (target, analyst or judge) run on the night's logged traffic: it is a
+    command of yours, run with your rights and no sandbox on text your users wrote. Its
+    template is checked (no placeholder where a shell or interpreter reads code), but no such
+    check is complete; without this a night refuses it (docs/security.md)."""
     auto_adopt: bool = False
     """Adopt the proposal at once when the gate accepted one."""
     target_skill_paths: tuple[Path, ...] = ()
@@ -222,6 +228,12 @@ class SleepConfig:
             raise ConfigError(
                 f"weights must be one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}"
             )
+        roles = {
+            "model": self.model,
+            "optimizer_model": self.optimizer_model,
+            "judge_model": self.judge_model,
+        }
+        check_cmd_replay(roles, self.allow_cmd_replay)
 
 
 @dataclass
@@ -248,6 +260,49 @@ class NightModels:
 
     def remote(self) -> list[str]:
         return [s for s in (self.target_spec, self.optimizer_spec, self.judge_spec) if is_remote(s)]
+
+    def commands(self) -> dict[str, str]:
+        """The roles a `cmd:` agent plays (known by its spec, or by the model passed), each
+        with its spec."""
+        from selftaught.models.agents.command import CommandAgent
+
+        roles = {
+            "model": (self.target, self.target_spec),
+            "optimizer_model": (self.optimizer, self.optimizer_spec),
+            "judge_model": (self.judge, self.judge_spec),
+        }
+        out = {}
+        for role, (model, spec) in roles.items():
+            inner = getattr(model, "inner", model)
+            if isinstance(inner, CommandAgent):
+                out[role] = inner.name  # "cmd:TEMPLATE"
+            elif spec and is_cmd(spec):
+                out[role] = spec
+        return out
+
+
+def is_cmd(spec: str | None) -> bool:
+    return spec is not None and spec.strip().startswith("cmd:")
+
+
+def check_cmd_replay(roles: Mapping[str, str | None], allowed: bool) -> None:
+    """A `cmd:` model's template is checked at once (ModelSpecError: one that could run the
+    prompt as code), then ConfigError when it would run on logged traffic without the opt-in."""
+    from selftaught.models.spec import parse_model_spec
+
+    cmd = {role: spec for role, spec in roles.items() if is_cmd(spec)}
+    for spec in cmd.values():
+        parse_model_spec(spec)
+    if cmd and not allowed:
+        named = ", ".join(f"--{role.replace('_', '-')} {spec!r}" for role, spec in cmd.items())
+        raise ConfigError(
+            f"{named}: a night replays logged traffic (text your users wrote) on its models, "
+            "and a cmd: model runs a command of yours on it, with your rights and no sandbox; "
+            "its template is checked so that no placeholder is read as shell code, but no such "
+            "check is complete. Pass --allow-cmd-replay (allow_cmd_replay=True) to run it "
+            "anyway, under a user that holds no secrets, or use claude-code / codex (they run "
+            "in their own sandbox) or a model endpoint"
+        )
 
 
 def is_remote(spec: str | None) -> bool:
@@ -1081,6 +1136,8 @@ def _load_models(
         return cache[spec]
 
     optimizer = config.optimizer_model or target
+    roles = {"model": target, "optimizer_model": optimizer, "judge_model": config.judge_model}
+    check_cmd_replay(roles, config.allow_cmd_replay)  # the target may be the logged upstream
     return NightModels(
         load(target),
         target,
@@ -1123,6 +1180,8 @@ def run_night(
 
     from selftaught.models import load_model
 
+    if models is not None:
+        check_cmd_replay(models.commands(), config.allow_cmd_replay)
     console = console or Console(stderr=True, quiet=not config.progress)
     home = config.home or sleep_home()
     loader = loader or (lambda spec: load_model(spec, **config.model_options))
