@@ -49,45 +49,71 @@ _SMALL = {
 _COUNT = r"(\d{1,4}|" + "|".join(sorted(_SMALL, key=len, reverse=True)) + ")"
 _LIMIT = (
     r"(?:in|under|within|at most|no more than|not more than|fewer than|less than"
-    r"|max(?:imum)?(?: of)?|up to)"
+    r"|max(?:imum)?(?: of)?|up to|keep it to|keep it under|limit it to|stick to|just|only)"
 )
+_AT_MOST = r"(?:max(?:imum)?|at most|or less|or fewer|tops|top|maximum|max\.)"
 _RULE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("max_words", re.compile(rf"\b{_LIMIT}\s+{_COUNT}\s+words?\b", re.I)),
     ("max_words", re.compile(rf"\b{_COUNT}[- ]word (?:answer|reply|response|summary)\b", re.I)),
+    ("max_words", re.compile(rf"\b{_COUNT}\s+words?\s+{_AT_MOST}(?=\W|$)", re.I)),
     ("max_sentences", re.compile(rf"\b{_LIMIT}\s+{_COUNT}\s+sentences?\b", re.I)),
+    ("max_sentences", re.compile(rf"\b{_COUNT}\s+sentences?\s+{_AT_MOST}(?=\W|$)", re.I)),
     ("max_chars", re.compile(rf"\b{_LIMIT}\s+(\d{{1,5}})\s+(?:characters|chars)\b", re.I)),
     (
         "json",
         re.compile(
-            r"\b(?:as|in|return|reply with|respond with|output|answer with|formatted as)\s+"
-            r"(?:valid\s+|a\s+|an\s+)?json\b",
+            r"\b(?:as|in|return|reply with|respond with|output|answer with|formatted as|only)\s+"
+            r"(?:valid\s+|a\s+|an\s+)?json\b|\bjson only\b|\bvalid json\b",
             re.I,
         ),
     ),
     (
         "bullets",
-        re.compile(r"\b(?:bullet(?:ed)?[- ]?(?:point)?\s+list|bullet points|as bullets)\b", re.I),
+        re.compile(
+            r"\b(?:bullet(?:ed)?[- ]?(?:point)?\s+list|bullet points|as bullets|use bullets)\b",
+            re.I,
+        ),
     ),
-    ("numbered", re.compile(r"\bnumbered list\b", re.I)),
+    ("numbered", re.compile(r"\bnumbered (?:list|steps|points|items)\b", re.I)),
     (
         "just_number",
         re.compile(
             r"\b(?:just|only)\s+(?:give\s+(?:me\s+)?)?(?:the\s+|a\s+)?(?:final\s+)?"
             r"(?:number|numeral|numeric answer|figure)s?\b"
             r"(?:\s+(?:and|with|plus|in|followed by)\s+(?:the\s+)?(?:unit\s+)?"
-            r"\(?([a-z%°$€£µ]{1,8})\)?\b)?",
+            r"\(?([a-z%°$€£µ]{1,8})\)?\b)?"
+            r"|\b(?:number|digits|numeral)s?\s+only\b",
             re.I,
         ),
     ),
 )
 _UNIT_WORDS = frozenset(["the", "a", "an", "its", "unit", "units", "please", "pls", "thanks", "so"])
 LANGUAGES = ("english", "french", "spanish", "german", "italian", "portuguese", "dutch")
+# the languages' names in their own words (and a few in another's)
+_LANGUAGE_NAMES = {
+    "english": "english|anglais|inglés|ingles|englisch|inglese|inglês|engels",
+    "french": "french|français|francais|francés|frances|französisch|francese|francês|frans",
+    "spanish": "spanish|español|espanol|espagnol|spanisch|spagnolo|espanhol|spaans",
+    "german": "german|deutsch|allemand|alemán|aleman|tedesco|alemão|duits",
+    "italian": "italian|italiano|italien|italienisch|italiaans",
+    "portuguese": "portuguese|português|portugues|portugais|portugiesisch|portoghese",
+    "dutch": "dutch|nederlands|néerlandais|neerlandés|niederländisch|olandese",
+}
+_ANY_LANGUAGE = "|".join(_LANGUAGE_NAMES.values())
 _LANGUAGE = re.compile(
-    r"\b(?:answer|reply|respond|write|translate|speak|say)\b(?:\s+\S+){0,4}?\s+(?:in|into)\s+("
-    + "|".join(LANGUAGES)
-    + r")\b",
+    r"\b(?:answer|reply|respond|write|translate|speak|say|réponds|répondez|responde|antworte|"
+    r"rispondi)\b(?:\s+\S+){0,4}?\s+(?:in|into|en|auf|em|in het)\s+(" + _ANY_LANGUAGE + r")\b"
+    r"|^\W{0,3}(?:please\s+)?(?:in|en|auf|em|in het)\s+(" + _ANY_LANGUAGE + r")\b"
+    r"|\b(" + _ANY_LANGUAGE + r")\s+(?:please|only|bitte|por favor|s'il (?:te|vous) pla[iî]t|"
+    r"per favore|alsjeblieft)\b",
     re.I,
 )
+
+
+def language_named(word: str) -> str:
+    """The LANGUAGES entry a language's name (in any of them) stands for."""
+    word = word.lower()
+    return next(k for k, names in _LANGUAGE_NAMES.items() if word in names.split("|"))
 
 
 def _words(text: str) -> list[str]:
@@ -190,7 +216,8 @@ def find_rules(text: str) -> list[Rule]:
         rules[kind] = Rule(kind, arg, m.group(0))
     m = _LANGUAGE.search(text)
     if m is not None:
-        rules["language"] = Rule("language", m.group(1).lower(), m.group(0))
+        name = next(g for g in m.groups() if g is not None)
+        rules["language"] = Rule("language", language_named(name), m.group(0))
     return list(rules.values())
 
 
