@@ -17,8 +17,8 @@ from selftaught.sleep.night.mine import MineConfig
 from selftaught.sleep.night.signals import (
     ANSWER_IN_PROMPT,
     read_threads,
-    reject_signal,
     rejected_signals,
+    review_signals,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -148,7 +148,7 @@ def test_a_rejection_a_rule_and_an_acceptance_each_label_their_reply():
 def test_the_operator_can_reject_a_signal_before_a_night_uses_it(tmp_path: Path):
     rows = chat_app_rows()
     _, (signal,), _ = read_threads(rows, MineConfig())
-    assert reject_signal("demo", tmp_path, [signal.id]) == 1
+    assert review_signals("demo", tmp_path, [signal.id]) == 1
     assert rejected_signals("demo", tmp_path) == {signal.id}
     tasks, report = mine(rows, MineConfig(), rejected_signals("demo", tmp_path))
     assert report.conversation["rejected_by_operator"] == 1

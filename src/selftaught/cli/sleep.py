@@ -237,6 +237,17 @@ def sleep_log_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per row on stdout (for grep, jq).")
     ] = False,
+    threads: Annotated[
+        bool, typer.Option("--threads", help="Group the rows by conversation thread.")
+    ] = False,
+    signals: Annotated[
+        bool,
+        typer.Option(
+            "--signals",
+            help="The verdicts read from the rows' conversations (next-turn corrections, "
+            "rejections, rules, acceptances, re-asks), as a night would use them.",
+        ),
+    ] = False,
 ) -> None:
     """List, filter or export the task log."""
     from selftaught.sleep.intake.log import LogFilter, TaskLog, parse_time
@@ -260,11 +271,55 @@ def sleep_log_cmd(
         console.print(f"exported {n} interactions to {export}")
         return
     rows = task_log.query(flt)
+    if threads or signals:
+        _print_conversations(rows, signals, as_json)
+        return
     if as_json:
         for it in rows:
             print(json.dumps(it.to_dict(), ensure_ascii=False))
         return
     out.print(log_table(rows, f"task log {task_log.path} ({task_log.count(flt)} rows match)"))
+
+
+def _print_conversations(rows: list[Any], signals: bool, as_json: bool) -> None:
+    """`sleep log --threads` / `--signals`: the rows as a night reads them."""
+    from selftaught.sleep.intake.threads import build_threads
+    from selftaught.sleep.night.mine import MineConfig
+    from selftaught.sleep.night.signals import read_threads, rejected_signals
+
+    rows = sorted(rows, key=lambda it: it.created_at)
+    if not signals:
+        table = Table(title=f"{len(rows)} rows", expand=True)
+        for column in ("thread", "how", "rows", "replies", "first request"):
+            table.add_column(column, no_wrap=True, overflow="ellipsis")
+        for thread in build_threads(rows):
+            first = thread.rows[0]
+            if as_json:
+                ids = [r.id for r in thread.rows]
+                print(json.dumps({"thread": thread.id, "how": thread.how, "rows": ids}))
+                continue
+            table.add_row(thread.id[:8], thread.how, str(len(thread.rows)),
+                          str(len(thread.turns)), first.prompt_head(80))  # fmt: skip
+        if not as_json:
+            out.print(table)
+        return
+    rejected: set[str] = set()
+    for project in {it.project for it in rows}:
+        rejected |= rejected_signals(project)
+    _, found, _ = read_threads(rows, MineConfig())
+    table = Table(title=f"{len(found)} signals in {len(rows)} rows", expand=True)
+    for column in ("signal", "kind", "row", "giver", "trusted", "status", "words"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
+    for sig in found:
+        status = "rejected" if sig.id in rejected else "used"
+        if as_json:
+            print(json.dumps({**sig.to_dict(), "status": status}, ensure_ascii=False))
+            continue
+        row = (sig.row_id or f"{sig.thread}#{sig.turn}")[:12]
+        table.add_row(sig.id, sig.kind, row, sig.giver, "yes" if sig.trusted else "no", status,
+                      sig.words[:100])  # fmt: skip
+    if not as_json:
+        out.print(table)
 
 
 @log_app.command("migrate")
@@ -379,13 +434,40 @@ def sleep_feedback_cmd(
         ),
     ] = None,
     comment: Annotated[str | None, typer.Option(help="A comment.")] = None,
+    reject_signal: Annotated[
+        bool,
+        typer.Option(
+            "--reject-signal",
+            help="Reject the verdicts read from the conversation on this row (or the signal "
+            "with this id, s-...): a night will not use them (`sleep log --signals`).",
+        ),
+    ] = False,
+    accept_signal: Annotated[
+        bool, typer.Option("--accept-signal", help="Take a rejection back.")
+    ] = False,
+    project: AnyProjectOpt = None,
     log: LogOpt = None,
 ) -> None:
-    """Attach feedback to a logged interaction."""
+    """Attach feedback to a logged interaction, or reject a signal read from a conversation."""
     from selftaught.sleep.intake.log import Feedback, TaskLog
 
+    if reject_signal or accept_signal:
+        _review_signals(TaskLog(log), interaction_id, project, accept_signal)
+        return
     fb = Feedback(thumb=thumbs, score=score, reference=reference, comment=comment)  # type: ignore[arg-type]
     out.print(f"feedback attached to {TaskLog(log).add_feedback(interaction_id, fb)}")
+
+
+def _review_signals(log: Any, target: str, project: str | None, accept: bool) -> None:
+    from selftaught.sleep.night.signals import review_signals, signals_on_row
+
+    if target.startswith("s-"):
+        ids, where = [target], project or DEFAULT_PROJECT
+    else:
+        where, ids = signals_on_row(log, target)
+    changed = review_signals(where, None, ids, accept=accept)
+    verb = "accepted again" if accept else "rejected"
+    out.print(f"{changed} of {len(ids)} signals {verb} in project {where}: {', '.join(ids)}")
 
 
 @sleep_app.command("harvest")

@@ -35,9 +35,17 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
+from selftaught.errors import InputError
 from selftaught.redact import redact_for_model
 from selftaught.runs import atomic_write_json
-from selftaught.sleep.intake.log import TRUSTED_WORDS, USER_FIELDS, Feedback, Interaction
+from selftaught.sleep.intake.log import (
+    TRUSTED_WORDS,
+    USER_FIELDS,
+    Feedback,
+    Interaction,
+    LogFilter,
+    TaskLog,
+)
 from selftaught.sleep.intake.threads import Thread, Turn, build_threads, message_text
 from selftaught.sleep.night.followup import Followup, read_followup
 from selftaught.sleep.night.mine import OPERATOR, MineConfig, client_label, near_duplicates
@@ -121,21 +129,38 @@ def signal_id(thread: Thread, turn: Turn) -> str:
 # ---- the operator's rejections ------------------------------------------------------------
 
 
-def rejected_signals(project: str, home: Path | None) -> set[str]:
+def rejected_signals(project: str, home: Path | None = None) -> set[str]:
     path = project_dir(project, home) / REJECTED_FILE
     if not path.is_file():
         return set()
     return set(json.loads(path.read_text()).get("rejected", []))
 
 
-def reject_signal(project: str, home: Path | None, ids: Iterable[str]) -> int:
-    """Record that the operator rejects these signals; the number newly rejected."""
+def review_signals(
+    project: str, home: Path | None, ids: Iterable[str], accept: bool = False
+) -> int:
+    """Record that the operator rejects these signals (or, `accept`, takes a rejection back);
+    how many changed."""
     before = rejected_signals(project, home)
-    after = before | set(ids)
+    after = before - set(ids) if accept else before | set(ids)
     path = project_dir(project, home) / REJECTED_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, {"rejected": sorted(after)})
-    return len(after) - len(before)
+    return len(before ^ after)
+
+
+def signals_on_row(log: TaskLog, interaction: str) -> tuple[str, list[str]]:
+    """(its project, the ids of the signals read on a logged row: on its reply, or on a reply
+    inside it); InputError when none was."""
+    it = log.get(log.resolve_id(interaction))
+    config = MineConfig()
+    window = config.reask_window_s + 86400  # the rows of its thread and of its re-asks
+    flt = LogFilter(project=it.project, since=it.created_at - window, until=it.created_at + window)
+    _, found, _ = read_threads(log.query(flt), config)
+    ids = [s.id for s in found if s.row_id == it.id or s.thread == it.id]
+    if not ids:
+        raise InputError(f"no signal was read on interaction {it.id} (`sleep log --signals`)")
+    return it.project, ids
 
 
 # ---- reading the threads ----------------------------------------------------------------
