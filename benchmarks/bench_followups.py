@@ -1,10 +1,13 @@
 """Precision of the follow-up reader (`selftaught.sleep.night.followup`): how often the user's
 next turn, read with no model, raises a false signal.
 
-Two corpora of (reply, next turn, label) lines:
+Corpora of (reply, next turn, label) lines:
 - `tests/fixtures/followups_dev.jsonl`: written with the reader, tuned on (dev);
 - `benchmarks/data/followups_report.jsonl`: 320 lines written blind, by an author who never saw
-  the reader's code, after the reader was committed (report; run once per reader version).
+  the reader's code, after the first reader was committed; its errors were then read, so it
+  measured the first reader only;
+- `benchmarks/data/followups_report2.jsonl`: 400 lines written blind the same way, for the
+  second reader (committed before this corpus was first read or run).
 
 A signal is **false** when the turn is no feedback (label `none`), when its direction is wrong
 (a thumbs-down on an acceptance, a thumbs-up on a rejection), when a correction's value is not
@@ -40,6 +43,7 @@ from selftaught.stats import wilson_interval  # noqa: E402
 CORPORA = {
     "dev": HERE.parent / "tests" / "fixtures" / "followups_dev.jsonl",
     "report": HERE / "data" / "followups_report.jsonl",
+    "report2": HERE / "data" / "followups_report2.jsonl",
 }
 DOWN = {"correction", "rejection"}
 
@@ -114,7 +118,7 @@ def measure(path: Path, show: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=list(CORPORA))
+    parser.add_argument("--corpora", nargs="+", default=["dev"], choices=list(CORPORA))
     parser.add_argument("--show-errors", action="store_true")
     args = parser.parse_args()
     out = RESULTS / "followups.json"
