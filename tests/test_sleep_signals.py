@@ -265,3 +265,51 @@ def test_the_follow_up_reader_on_its_dev_corpus(item: dict):
 def test_yes_or_no_after_a_question_of_the_assistant_is_an_answer_not_feedback():
     assert read_followup("no, skip that", "Shall I also update the docs?") is None
     assert read_followup("No, skip that", "Updated the docs.") is not None
+
+
+# ---- through the proxy: a chat app that resends its history ------------------------------
+
+
+ASK = "Add 12 km and 5 km."
+
+
+@pytest.mark.parametrize("trusted", [(), ("*",)])
+def test_a_chat_app_correcting_in_the_next_turn_through_the_proxy(tmp_path, log_at, trusted):
+    pytest.importorskip("fastapi")
+    import openai
+
+    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
+    from tests.fake_upstream import FakeUpstream
+
+    with FakeUpstream() as upstream:
+        config = ProxyConfig(
+            upstream=f"{upstream.base_url}#fake-model",
+            project="demo",
+            port=0,
+            log_path=log_at,
+            home=tmp_path / "home",
+            trusted_clients=trusted,
+        )
+        with proxy_in_background(config) as (url, app):
+            client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=20)
+            history = [user(ASK)]  # the fake upstream echoes it: a reply that asks nothing
+            first = client.chat.completions.create(model="fake-model", messages=history)
+            history += [assistant(first.choices[0].message.content), user(CORRECTION)]
+            client.chat.completions.create(model="fake-model", messages=history)
+            app.state.proxy.writer.flush(30)
+    rows = TaskLog(log_at).query()
+    assert len(rows) == 2 and all((TRUSTED_WORDS in r.meta) == bool(trusted) for r in rows)
+    (task,), report = mine(rows, MineConfig())
+    assert task.messages == [user(ASK)] and task.reference == "17 km"
+    assert report.conversation["linked_threads"] == 1
+    if trusted:
+        assert task.state["demo_source"] == "correction"
+    else:
+        assert task.state["no_demo"]
+
+
+def test_named_trusted_clients_need_client_keys(tmp_path):
+    from selftaught.sleep.intake.proxy import ProxyConfig, ProxyError
+
+    with pytest.raises(ProxyError, match="--client-keys"):
+        ProxyConfig(upstream="http://127.0.0.1:1#m", trusted_clients=("alice",))

@@ -106,6 +106,7 @@ AnyProjectOpt = Annotated[
 
 PROXY_FLAGS = (
     "client_keys",
+    "trusted_clients",
     "feedback_per_minute",
     "forward_embeddings",
     "forward_org_headers",
@@ -203,6 +204,13 @@ def proxy_cmd(
     console.print(
         f"proxy for {strip_credentials(upstream)} at http://{host}:{port}/v1 (project {project})"
     )
+    if "*" in config.trusted_clients:
+        console.print(
+            "--trusted-clients '*': every client's words count as the operator's (their "
+            "corrections may become demonstrations): for a one-person deployment only"
+        )
+    elif config.trusted_clients:
+        console.print(f"clients whose words count as the operator's: {config.trusted_clients}")
     run_proxy(config)
 
 

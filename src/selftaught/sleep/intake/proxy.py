@@ -57,7 +57,7 @@ from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, LOOPBACK, install_guar
 from selftaught.retrieval import RetrievalUnavailable
 from selftaught.sleep.adoption.probation import STAGED, ProbationConfig
 from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
-from selftaught.sleep.intake.log import Interaction, TaskLog
+from selftaught.sleep.intake.log import TRUSTED_WORDS, Interaction, TaskLog
 from selftaught.sleep.intake.proxy_access import (
     EMBEDDINGS,
     LOGGED_ROUTES,
@@ -113,6 +113,11 @@ class ProxyConfig:
     client_keys: Path | None = None
     """A JSON or TOML file mapping client labels to keys (`alice = "KEY"`): each key is
     accepted, and the rows of its requests record the label as their client."""
+    trusted_clients: tuple[str, ...] = ()
+    """Clients whose own words count as the operator's (labels of --client-keys; `*`: every
+    client, for a one-person deployment): a correction they make in the next turn of a
+    conversation may then become a demonstration, a rule they restate a check. Name only
+    clients whose every end user is the operator."""
     feedback_key: str | None = None
     """The operator's key for POST /v1/feedback: feedback sent with it is trusted (giver
     `operator`) and not rate limited. It opens nothing else."""
@@ -170,6 +175,13 @@ class ProxyConfig:
             raise ProxyError(f"probation_every must be >= 1, got {self.probation_every}")
         if not self.log_wait_s > 0:
             raise ProxyError(f"log_wait_s must be > 0, got {self.log_wait_s}")
+        self.trusted_clients = tuple(self.trusted_clients or ())
+        named = [c for c in self.trusted_clients if c != "*"]
+        if named and self.client_keys is None:
+            raise ProxyError(
+                "--trusted-clients names clients, which only --client-keys can tell apart "
+                "(without keys a client id is a claim); use '*' for a one-person deployment"
+            )
         if not self.feedback_per_minute > 0:
             raise ProxyError(f"feedback_per_minute must be > 0, got {self.feedback_per_minute}")
         if self.feedback_key is not None and self.feedback_key == self.require_key:
@@ -644,6 +656,9 @@ def _new_record(
         meta["wire"] = wire.name
     if logged.hosted_tools:
         meta["hosted_tools"] = logged.hosted_tools
+    trusted = state.config.trusted_clients
+    if "*" in trusted or client in trusted:
+        meta[TRUSTED_WORDS] = True
     return Interaction(
         messages=logged.messages,
         project=state.config.project,
