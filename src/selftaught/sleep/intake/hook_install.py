@@ -87,12 +87,17 @@ def settings_path(agent: str, scope: Scope = "user", folder: Path | None = None)
     return (Path(base).expanduser() if base else Path.home() / ".claude") / "settings.json"
 
 
-def hook_argv(agent: str, project: str | None = None, log: Path | None = None) -> list[str]:
+def hook_argv(
+    agent: str, project: str | None = None, log: Path | None = None, folder: Path | None = None
+) -> list[str]:
     """The command the hook runs: this Python, the light hook module, and where to write
-    (the log and home this shell uses, when set, so the hook writes where the CLI reads)."""
+    (the log and home this shell uses, when set, so the hook writes where the CLI reads).
+    A project-scope hook names its `folder`: it harvests only sessions that ran there."""
     argv = [sys.executable, "-m", HOOK_MODULE, check_agent(agent)]
     if project:
         argv += ["--project", check_project(project)]
+    if folder is not None:
+        argv += ["--folder", str(Path(folder).expanduser().resolve())]
     log_path = log or (Path(os.environ[ENV_LOG]) if os.environ.get(ENV_LOG) else None)
     if log_path:
         argv += ["--log", str(Path(log_path).expanduser().resolve())]
@@ -334,7 +339,7 @@ def install(
 ) -> Change:
     """Register (or re-register) the agent's session-end hook; idempotent."""
     path = settings_path(agent, scope, folder)
-    argv = hook_argv(agent, project, log)
+    argv = hook_argv(agent, project, log, (folder or Path.cwd()) if scope == "project" else None)
     return _codex_install(path, argv) if agent == "codex" else _claude_install(path, argv)
 
 
