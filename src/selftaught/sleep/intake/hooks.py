@@ -9,12 +9,13 @@
                   "cwd", "input-messages", "last-assistant-message"} (the thread id is the
                   session id in the rollout file's name)
 
-and it runs as `python -m selftaught.sleep.intake.hooks AGENT [--project P] [--log L]
-[--home H] [--folder F] [PAYLOAD]` (`--folder`: a project-scope hook harvests only sessions
-that ran in its project's folder). It imports only the harvesters and the log (no CLI,
-~0.3 s), reads that one session's transcript and stores its turns (idempotent: a turn already
-stored is skipped), and it never fails the agent: it exits 0 whatever happens and writes one
-line per run, an error included, to `<home>/hooks.log`.
+and it runs as `python -m selftaught.sleep.intake.hooks AGENT [--project P] [--log L |
+--log-from FILE] [--home H] [--folder F] [PAYLOAD]` (`--log-from`: a 0600 file holding a
+log URL with a password, kept out of the agent's settings; `--folder`: a project-scope hook
+harvests only sessions that ran in its project's folder). It imports only the harvesters and
+the log (no CLI, ~0.3 s), reads that one session's transcript and stores its turns
+(idempotent: a turn already stored is skipped), and it never fails the agent: it exits 0
+whatever happens and writes one line per run, an error included, to `<home>/hooks.log`.
 
 `harvest_session` is also what the MCP server (`selftaught.mcp_server`) calls to bring a live
 session into the log before attaching feedback to it; there the turn still running (the one
@@ -236,10 +237,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("agent", choices=AGENTS)
     parser.add_argument("--project", help="put the rows in this project (default: the cwd's)")
     parser.add_argument("--log", help="the task log (default $SELFTAUGHT_LOG or <home>/log.db)")
+    parser.add_argument("--log-from", help="a file holding the log's URL (one with a password)")
     parser.add_argument("--home", help="the sleep home (default $SELFTAUGHT_HOME)")
     parser.add_argument("--folder", help="harvest only sessions that ran in this folder")
     parser.add_argument("payload", nargs="?", help="the agent's JSON (Codex notify)")
     return parser
+
+
+def _log_location(args: argparse.Namespace) -> str | None:
+    """--log, else the URL in the --log-from file (kept out of the agent's settings)."""
+    if args.log_from:
+        url = Path(args.log_from).read_text(encoding="utf-8").strip()
+        if not url:
+            raise InputError(f"{args.log_from} holds no log URL")
+        return url
+    return args.log
 
 
 def _run(args: argparse.Namespace, stdin: TextIO) -> str:
@@ -255,7 +267,7 @@ def _run(args: argparse.Namespace, stdin: TextIO) -> str:
         if path is not None and not wait_for_turn(path, turn_id):
             note(f"codex session {session_id}: turn {turn_id} not in the rollout yet")
         transcript = str(path) if path else None
-    with TaskLog(args.log) as log:
+    with TaskLog(_log_location(args)) as log:
         done = harvest_session(
             args.agent,
             log,
