@@ -3,6 +3,9 @@
 - URLs stay URLs, secrets stay secret: a password holding `/` or `?` is cut from every URL
   shown or stored (`display_url`, `strip_credentials`, the `url_password` redaction), up to
   the last `@`; `--log URL` with a password warns and points to $SELFTAUGHT_LOG.
+- Sessions belong to clients: with client keys, bob cannot give feedback on alice's rows (by
+  id or session), his rows sent with alice's session id are a session of their own, and the
+  operator's feedback by session names the client, so it never lands on bob's rows.
 
 (The MCP server's and the hooks' project walls are tested in tests/test_mcp.py and
 tests/test_hooks.py.)"""
@@ -16,11 +19,18 @@ from typer.testing import CliRunner
 from selftaught.cli import app
 from selftaught.http_guard import strip_credentials
 from selftaught.redact import redact_text
-from selftaught.sleep.intake.log import TaskLog
+from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
+from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.store import LogUrl, display_url
 
 pytest.importorskip("fastapi")
-from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background  # noqa: E402
+from selftaught.sleep.intake.proxy import (  # noqa: E402
+    ID_HEADER,
+    ProxyConfig,
+    proxy_in_background,
+)
+from tests.fake_upstream import FakeUpstream  # noqa: E402
+from tests.test_sleep_proxy import wait_logged  # noqa: E402
 
 SECRET = "Secret9"
 SLASHED = [
@@ -76,3 +86,81 @@ def test_the_proxy_shows_no_upstream_password_holding_a_slash(tmp_path):
     assert answer.status_code == 502 and SECRET not in answer.text
     (row,) = TaskLog(tmp_path / "log.db").query()
     assert row.meta["upstream"] == "http://127.0.0.1:9/v1#m" and SECRET not in str(row.to_dict())
+
+
+# ---- 6. sessions belong to clients ---------------------------------------------------------
+
+ALICE, BOB, OPERATOR_KEY = "alice-secret-key", "bob-secret-key-2", "operator-feedback-key-1"
+
+
+def _ask(url: str, key: str, text: str, session: str) -> str:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
+    headers = {"authorization": f"Bearer {key}", "x-claude-code-session-id": session}
+    answer = httpx.post(f"{url}/chat/completions", json=body, headers=headers, timeout=20)
+    assert answer.status_code == 200, answer.text
+    return answer.headers[ID_HEADER]
+
+
+def _feedback(url: str, key: str, **body: str) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"}
+    return httpx.post(f"{url}/feedback", json=body, headers=headers, timeout=20)
+
+
+def test_a_session_is_its_clients_feedback_and_the_operators_included(tmp_path, log_at):
+    keys = tmp_path / "clients.json"
+    keys.write_text(f'{{"alice": "{ALICE}", "bob": "{BOB}"}}')
+    with FakeUpstream() as upstream:
+        config = ProxyConfig(
+            upstream=f"{upstream.base_url}#fake-model",
+            project="demo",
+            port=0,
+            log_path=log_at,
+            home=tmp_path / "home",
+            client_keys=keys,
+            feedback_key=OPERATOR_KEY,
+        )
+        with proxy_in_background(config) as (url, _):
+            alices = _ask(url, ALICE, "alice asks", "sess-alice")
+            bobs = _ask(url, BOB, "bob asks, later, in alice's session", "sess-alice")
+            wait_logged(url, 2, key=ALICE)
+            # bob on alice's row: the 404 a missing row gets; by her session id: his own row
+            by_id = _feedback(url, BOB, id=alices, thumb="down")
+            missing = _feedback(url, BOB, id="no-such-row", thumb="down")
+            by_session = _feedback(url, BOB, session_id="sess-alice", thumb="down")
+            # the operator by session must say whose; then it lands on that client's row
+            unnamed = _feedback(url, OPERATOR_KEY, session_id="sess-alice", reference="x")
+            named = _feedback(
+                url, OPERATOR_KEY, session_id="sess-alice", client="alice", reference="right"
+            )
+            own = _feedback(url, ALICE, session_id="sess-alice", thumb="up")
+    assert (by_id.status_code, missing.status_code) == (404, 404)
+    said = [r.json()["error"]["message"] for r in (by_id, missing)]
+    assert said[0].replace(alices, "ID") == said[1].replace("no-such-row", "ID")  # no oracle
+    assert by_session.status_code == 200 and by_session.json()["id"] == bobs
+    assert unnamed.status_code == 400 and "client" in unnamed.json()["error"]["message"]
+    assert named.status_code == 200 and named.json()["id"] == alices
+    assert own.status_code == 200 and own.json()["id"] == alices
+    log = TaskLog(log_at)
+    bob_fb, fb = log.get(bobs).feedback, log.get(alices).feedback
+    assert (bob_fb.thumb, bob_fb.giver, bob_fb.reference) == ("down", "bob", None)
+    assert (fb.reference, fb.thumb) == ("right", "up") and fb.trusted_for("reference")
+    # bob's row is a session of its own: never a step of alice's episode
+    kept = collapse_sessions(log.query(LogFilter(project="demo", newest_first=False)))
+    assert {it.id for it in kept} == {alices, bobs}
+
+
+def test_a_session_id_sent_by_two_clients_collapses_apart():
+    """bob's row continues alice's conversation under her session id: without the client in
+    the session's key, alice's episode would end in bob's reply (and take her feedback)."""
+    asked = [{"role": "user", "content": "q"}]
+    alice = Interaction(asked, "a", project="p", source="proxy", created_at=1)
+    bob = Interaction(
+        [*asked, {"role": "assistant", "content": "a"}, {"role": "user", "content": "more"}],
+        "b",
+        project="p",
+        source="proxy",
+        created_at=2,
+    )
+    alice.session_id = bob.session_id = "sess-alice"
+    alice.client, bob.client = "alice", "bob"
+    assert [it.id for it in collapse_sessions([alice, bob])] == [alice.id, bob.id]
