@@ -6,11 +6,15 @@
 - Sessions belong to clients: with client keys, bob cannot give feedback on alice's rows (by
   id or session), his rows sent with alice's session id are a session of their own, and the
   operator's feedback by session names the client, so it never lands on bob's rows.
+- A night pointed at the proxy: its calls carry the night's mark (a MAC under the home's
+  0600 key), which the proxy relays untouched and never logs; a forged mark is traffic.
 
 (The MCP server's and the hooks' project walls are tested in tests/test_mcp.py and
 tests/test_hooks.py.)"""
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import pytest
@@ -21,6 +25,7 @@ from selftaught.http_guard import strip_credentials
 from selftaught.redact import redact_text
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
+from selftaught.sleep.replay_mark import REPLAY_HEADER, mark, replay_key
 from selftaught.sleep.store import LogUrl, display_url
 
 pytest.importorskip("fastapi")
@@ -30,6 +35,7 @@ from selftaught.sleep.intake.proxy import (  # noqa: E402
     proxy_in_background,
 )
 from tests.fake_upstream import FakeUpstream  # noqa: E402
+from tests.test_sleep_night_cli import answer, fill  # noqa: E402
 from tests.test_sleep_proxy import wait_logged  # noqa: E402
 
 SECRET = "Secret9"
@@ -164,3 +170,47 @@ def test_a_session_id_sent_by_two_clients_collapses_apart():
     alice.session_id = bob.session_id = "sess-alice"
     alice.client, bob.client = "alice", "bob"
     assert [it.id for it in collapse_sessions([alice, bob])] == [alice.id, bob.id]
+
+
+# ---- 7. the night's own calls never come back as traffic -----------------------------------
+
+
+def test_a_night_pointed_at_the_proxy_never_logs_its_replays(tmp_path, monkeypatch, log_at):
+    home = tmp_path / "home"
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
+    monkeypatch.setenv("SELFTAUGHT_LOG", str(log_at))
+    runner = CliRunner()
+    with FakeUpstream(answer) as upstream:
+        fill(log_at, upstream=f"{upstream.base_url}#fake-model")
+        config = ProxyConfig(
+            upstream=f"{upstream.base_url}#fake-model",
+            project="demo",
+            port=0,
+            log_path=log_at,
+            home=home,
+        )
+        with proxy_in_background(config) as (url, _):
+            before = TaskLog(log_at).count()
+            night = runner.invoke(app, ["sleep", "run", "--model", f"{url}#fake-model",
+                                        "--max-tokens", "32"])  # fmt: skip
+            assert night.exit_code == 0, night.output
+            night_calls = sum(call["method"] == "POST" for call in upstream.calls)
+            adopted = runner.invoke(app, ["sleep", "adopt", "--project", "demo"])
+            assert adopted.exit_code == 0, adopted.output
+            body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+            raw = json.dumps(body).encode()
+            headers = {"content-type": "application/json"}
+            marked = {**headers, **mark(replay_key(home), raw)}
+            forged = {**headers, REPLAY_HEADER: "0" * 64}
+            for extra in (marked, forged, headers):
+                answered = httpx.post(f"{url}/chat/completions", content=raw, headers=extra)
+                assert answered.status_code == 200, answered.text
+            health = wait_logged(url, 2)
+    assert night_calls > 0 and health["night_replays"] == night_calls + 1
+    # the night's calls and the marked one: relayed, never logged; the forged and the plain
+    # request are traffic
+    assert TaskLog(log_at).count() == before + 2
+    sent = [json.dumps(call["body"]) for call in upstream.calls[-3:]]
+    assert "rule alpha" not in sent[0] and "rule alpha" in sent[1] and "rule alpha" in sent[2]
+    assert not any(REPLAY_HEADER in map(str.lower, call["headers"]) for call in upstream.calls)
+    assert oct((home / "replay.key").stat().st_mode & 0o777) == "0o600"
