@@ -135,7 +135,8 @@ def test_harvested_turns_carry_their_session_and_are_found_by_it(tmp_path):
     assert [r.messages[-1]["content"][:14] for r in codex] == ["invoice totals", "write a one-li"]
     assert log.count(LogFilter(session_id="nope")) == 0
     # the newest turn with an answer: the Claude session's last request was interrupted
-    turn = last_answered_turn(log, CLAUDE_SESSION)
+    turn = last_answered_turn(log, CLAUDE_SESSION, "webapp")
+    assert last_answered_turn(log, CLAUDE_SESSION, "billing-service") is None  # one project
     assert turn is not None and turn.reply and turn.reply.startswith("The tests now use")
 
 
@@ -357,6 +358,77 @@ def test_claude_code_session_end_hook_harvests_that_session(env):
     lines = (env["home"] / "hooks.log").read_text().splitlines()
     assert "3 new of 3 turns" in lines[0] and "0 new of 3 turns" in lines[1]
     print(f"claude-code hook: {seconds:.2f} s")  # measured: see the report
+
+
+def test_a_project_scope_hook_harvests_only_sessions_of_its_folder(env, tmp_path, monkeypatch):
+    """A project is a wall: the hook in a repository's .claude/settings.json, handed a
+    session that ran in another repository, stores nothing of it."""
+    projects = env["claude"] / "projects"
+    shutil.copytree(FIXTURES / "claude_code" / "projects", projects)
+    transcript = next(projects.glob(f"*/{CLAUDE_SESSION}.jsonl"))  # ran in /home/dev/src/webapp
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    hook_install.install("claude-code", scope="project", project="repo")
+    (mine,) = our_handlers(json.loads((folder / ".claude" / "settings.json").read_text()))
+    payload = {"session_id": CLAUDE_SESSION, "transcript_path": str(transcript)}
+    run_hook_command(mine["command"], json.dumps(payload))
+    assert TaskLog(env["log"]).count() == 0
+    assert "ran outside" in (env["home"] / "hooks.log").read_text()
+    transcript.write_text(transcript.read_text().replace("/home/dev/src/webapp", str(folder)))
+    run_hook_command(mine["command"], json.dumps(payload))  # a session of this folder: stored
+    rows = TaskLog(env["log"]).query()
+    assert len(rows) == 3 and {r.project for r in rows} == {"repo"}
+
+
+def test_a_postgres_log_stays_a_url_and_its_password_stays_out_of_the_settings(
+    env, tmp_path, monkeypatch
+):
+    """The hook once wrote `Path(url).resolve()`: the password in clear in settings.json and
+    config.toml, and rows in a SQLite file under a folder named `postgresql:`."""
+    url = "postgresql://app:Ab/Secret9@127.0.0.1:1/db"
+    monkeypatch.setenv("SELFTAUGHT_LOG", url)
+    monkeypatch.chdir(tmp_path)
+    hook_install.install("claude-code")
+    hook_install.install("codex")
+    settings = (env["claude"] / "settings.json").read_text()
+    config = (env["codex"] / "config.toml").read_text()
+    assert "Secret9" not in settings + config, settings + config
+    (mine,) = our_handlers(json.loads(settings))
+    argv = shlex.split(mine["command"])
+    secret = Path(argv[argv.index("--log-from") + 1])
+    assert secret.read_text().strip() == url and secret.parent == env["home"]
+    assert oct(secret.stat().st_mode & 0o777) == "0o600"
+    notify = tomllib.loads(config)["notify"]
+    assert notify[notify.index("--log-from") + 1] == str(secret)
+    shutil.copytree(FIXTURES / "claude_code" / "projects", env["claude"] / "projects")
+    transcript = next((env["claude"] / "projects").glob(f"*/{CLAUDE_SESSION}.jsonl"))
+    payload = {"session_id": CLAUDE_SESSION, "transcript_path": str(transcript)}
+    run_hook_command(mine["command"], json.dumps(payload), SELFTAUGHT_LOG="")
+    note = (env["home"] / "hooks.log").read_text()
+    assert "error" in note and "postgresql://app@127.0.0.1:1/db" in note  # tried the URL
+    assert "Secret9" not in note and not list(tmp_path.rglob("postgresql:*"))
+    # a URL without a password stays in the command as it is
+    monkeypatch.setenv("SELFTAUGHT_LOG", "postgresql://app@db.internal:5432/sleep")
+    argv = hook_install.hook_argv("claude-code")
+    assert argv[argv.index("--log") + 1] == "postgresql://app@db.internal:5432/sleep"
+
+
+def test_the_hook_writes_to_postgres_through_its_url_file(env, pg_url, monkeypatch):
+    url = pg_url.replace("://selftaught@", "://selftaught:S3cret-pw@", 1)  # trust: any password
+    monkeypatch.setenv("SELFTAUGHT_LOG", url)
+    hook_install.install("claude-code", project="web")
+    settings = (env["claude"] / "settings.json").read_text()
+    assert "S3cret-pw" not in settings
+    (mine,) = our_handlers(json.loads(settings))
+    shutil.copytree(FIXTURES / "claude_code" / "projects", env["claude"] / "projects")
+    transcript = next((env["claude"] / "projects").glob(f"*/{CLAUDE_SESSION}.jsonl"))
+    payload = {"session_id": CLAUDE_SESSION, "transcript_path": str(transcript)}
+    run_hook_command(mine["command"], json.dumps(payload), SELFTAUGHT_LOG="")
+    rows = TaskLog(pg_url).query(LogFilter(session_id=CLAUDE_SESSION))
+    assert len(rows) == 3 and {r.project for r in rows} == {"web"}, (
+        env["home"] / "hooks.log"
+    ).read_text()
 
 
 def test_codex_notify_hook_harvests_the_finished_turns(env):

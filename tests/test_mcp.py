@@ -1,8 +1,9 @@
 """`selftaught mcp` through the official SDK's stdio client, spawning `python -m selftaught mcp
 --project P` as an agent would: feedback reaches the log on the session's last answered turn
-(trusted, giver mcp), for a harvested transcript and for rows the proxy logged; the adopted
-skill and the last night's report read what `read_adopted` and the night wrote; bad input is
-an MCP tool error with one sentence; nothing adopts."""
+(giver mcp, untrusted unless --trust-feedback), for a harvested transcript and for rows the
+proxy logged; a session of another project or folder is not found and nothing of it leaks;
+the adopted skill and the last night's report read what `read_adopted` and the night wrote;
+bad input is an MCP tool error with one sentence; nothing adopts."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 FIXTURES = Path(__file__).parent / "fixtures"
 CLAUDE_SESSION = "7f3c2a91-5b4e-4c1d-9e8f-2a6b0c4d1e33"
 PROXY_SESSION = "proxy-sess-1"
+WEBAPP = "/home/dev/src/webapp"  # the fixture transcript's folder
 T = TypeVar("T")
 
 
@@ -49,6 +51,9 @@ def env(tmp_path, monkeypatch) -> dict[str, Path]:
         "codex": tmp_path / "codex",
     }
     shutil.copytree(FIXTURES / "claude_code" / "projects", paths["claude"] / "projects")
+    for transcript in (paths["claude"] / "projects").glob("*/*.jsonl"):  # ran where the
+        text = transcript.read_text().replace(WEBAPP, str(tmp_path))  # server runs
+        transcript.write_text(text)
     paths["codex"].mkdir()
     monkeypatch.setenv("SELFTAUGHT_HOME", str(paths["home"]))
     monkeypatch.setenv("SELFTAUGHT_LOG", str(paths["log"]))
@@ -60,9 +65,14 @@ def env(tmp_path, monkeypatch) -> dict[str, Path]:
 
 
 def with_server(
-    env: dict[str, Path], talk: Callable[[Client], Awaitable[T]], **extra_env: str
+    env: dict[str, Path],
+    talk: Callable[[Client], Awaitable[T]],
+    *options: str,
+    folder: Path | None = None,
+    **extra_env: str,
 ) -> T:
-    """Spawn `python -m selftaught mcp --project demo` over stdio and run `talk` against it."""
+    """Spawn `python -m selftaught mcp --project demo` over stdio (in the folder the fixture
+    transcripts ran in) and run `talk` against it."""
     server_env = {
         "PYTHONPATH": str(SRC),
         "HOME": str(env["home"].parent),  # nothing of the real home is read
@@ -74,9 +84,9 @@ def with_server(
     }
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "selftaught", "mcp", "--project", "demo"],
+        args=["-m", "selftaught", "mcp", "--project", "demo", *options],
         env=server_env,
-        cwd=str(env["home"].parent),
+        cwd=str(folder or env["home"].parent),
     )
 
     async def main() -> T:
@@ -158,7 +168,8 @@ def test_feedback_through_a_real_mcp_client_lands_on_the_sessions_last_turn(env)
         "use sqlite in memory",
         "close, but the fixture is wrong",
     )
-    assert fb.giver == "mcp" and fb.trusted is True
+    assert fb.giver == "mcp" and fb.trusted is False  # the agent's word is evidence
+    assert got["trusted"] is False
     assert turns[0].feedback.empty() and turns[-1].project == "demo"
 
     # the session that started the server (CLAUDE_CODE_SESSION_ID), logged by the proxy: its
@@ -168,13 +179,15 @@ def test_feedback_through_a_real_mcp_client_lands_on_the_sessions_last_turn(env)
     assert from_env["attached_to"] == rows["final"].id
     assert from_env["turn"]["reply"] == "final answer" and from_env["harvested_new_turns"] == 0
     final = log.get(rows["final"].id).feedback
-    assert (final.thumb, final.giver, final.trusted) == ("up", "mcp", True)
+    assert (final.thumb, final.giver, final.trusted) == ("up", "mcp", False)
     assert all(log.get(rows[n].id).feedback.empty() for n in ("first", "calling", "other"))
 
     # bad input: tool errors, one sentence each, and nothing stored
     assert out["empty"].is_error and "feedback is empty" in text_of(out["empty"])
     assert out["unknown"].is_error
-    assert "nothing is logged for session no-such-session" in text_of(out["unknown"])
+    assert "nothing is logged for session no-such-session in project demo" in text_of(
+        out["unknown"]
+    )
     assert out["bad_id"].is_error and "invalid session id '../../x'" in text_of(out["bad_id"])
     assert out["bad_thumb"].is_error and "'up' or 'down'" in text_of(out["bad_thumb"])
     assert log.count(LogFilter(has_feedback=True)) == 2
@@ -234,6 +247,70 @@ def test_without_a_session_id_the_projects_newest_session_is_used(env):
     assert done["session_from"] == "newest session logged in project demo"
 
 
+def test_a_session_of_another_project_or_folder_is_not_found_and_nothing_leaks(env, tmp_path):
+    """A project is a wall: feedback naming another project's session, or a transcript of
+    another repository, gets the answer a session that does not exist gets; nothing is
+    stored, harvested or returned."""
+    secret = Interaction(
+        [{"role": "user", "content": "secret request of billing"}],
+        "secret reply of billing",
+        project="billing",
+        source="proxy",
+        session_id="billing-session",
+    )
+    with TaskLog(env["log"]) as log:
+        log.add(secret)
+    elsewhere = tmp_path / "other-repo"  # the server runs here; the transcript ran in tmp_path
+    elsewhere.mkdir()
+    sids = ("billing-session", CLAUDE_SESSION, "no-such-session")
+
+    async def talk(client: Client) -> list[Any]:
+        args = {"thumb": "up", "comment": "trust me"}
+        return [await client.call_tool("give_feedback", {**args, "session_id": s}) for s in sids]
+
+    results = with_server(env, talk, folder=elsewhere)
+    assert all(r.is_error for r in results), [text_of(r) for r in results]
+    answers = {text_of(r).replace(sid, "ID") for r, sid in zip(results, sids, strict=True)}
+    assert len(answers) == 1, answers  # one answer: no oracle
+    assert "secret" not in text_of(results[0])
+    log = TaskLog(env["log"])
+    assert log.count() == 1 and log.get(secret.id).feedback.empty()  # nothing harvested
+    # the server in the transcript's own folder finds it (in its project, untrusted)
+    done = SleepTools("demo", env["log"], env={}, folder=tmp_path).give_feedback(
+        thumb="down", session_id=CLAUDE_SESSION
+    )
+    row = log.get(done["attached_to"])
+    assert row.project == "demo" and (row.feedback.giver, row.feedback.trusted) == ("mcp", False)
+
+
+def test_trust_feedback_makes_the_agents_feedback_the_operators(env):
+    rows = proxy_rows(env["log"])
+
+    async def talk(client: Client) -> Any:
+        return await client.call_tool("give_feedback", {"thumb": "up"})
+
+    done = with_server(env, talk, "--trust-feedback", CLAUDE_CODE_SESSION_ID=PROXY_SESSION)
+    assert not done.is_error, text_of(done)
+    assert done.structured_content["trusted"] is True
+    fb = TaskLog(env["log"]).get(rows["final"].id).feedback
+    assert (fb.thumb, fb.giver, fb.trusted) == ("up", "mcp", True)
+
+
+def test_a_session_id_two_proxy_clients_logged_under_is_refused(env):
+    """A session id is a client's: when bob's proxy rows carry alice's session id, the MCP
+    feedback (the operator's with --trust-feedback) goes to neither, and says why."""
+    proxy_rows(env["log"])
+    forged = Interaction([{"role": "user", "content": "q9"}], "bob's answer", created_at=900)
+    forged.project, forged.source, forged.session_id = "demo", "proxy", PROXY_SESSION
+    forged.client = "bob"
+    with TaskLog(env["log"]) as log:
+        log.add(forged)
+    tools = SleepTools("demo", env["log"], env={}, trust_feedback=True)
+    with pytest.raises(ValueError, match="logged by 2 proxy clients in project demo"):
+        tools.give_feedback(thumb="up", session_id=PROXY_SESSION)
+    assert TaskLog(env["log"]).count(LogFilter(has_feedback=True)) == 0
+
+
 def test_the_mcp_command_without_the_sdk_names_the_extra(env, monkeypatch):
     monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails
     with pytest.raises(MissingDependency, match=r"pip install 'selftaught\[mcp\]'"):
@@ -262,7 +339,7 @@ def test_real_claude_code_gives_feedback_through_the_mcp_server(env, tmp_path):
 
     server = {
         "command": sys.executable,
-        "args": ["-m", "selftaught", "mcp", "--project", "demo"],
+        "args": ["-m", "selftaught", "mcp", "--project", "demo", "--trust-feedback"],
         "env": {"PYTHONPATH": str(SRC), "SELFTAUGHT_HOME": str(env["home"])},
     }
     config = tmp_path / "mcp.json"

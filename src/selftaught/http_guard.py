@@ -19,7 +19,8 @@ and always:
 - a non-empty body must be a JSON object nested at most `MAX_JSON_DEPTH` deep (400: bad JSON
   of any shape is the client's error, never a 500).
 
-`strip_credentials` takes `user:password@` out of URLs before a server shows or logs them, and
+`strip_credentials` takes `user:password@` out of URLs before a server shows or logs them (up
+to the last `@` of the URL: a password may hold `/` or `?` unescaped), and
 `bearer_token` reads an `Authorization` header whatever the scheme's case.
 """
 
@@ -39,7 +40,8 @@ LOOPBACK = "127.0.0.1"
 """Where servers bind unless told otherwise: reachable from this machine only."""
 MAX_JSON_DEPTH = 100  # OpenAI bodies (tools with JSON schemas included) nest far less
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-_URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,30}://)[^\s/?#@\"'<>]*@")
+_URL_TOKEN = re.compile(r"[^\s\"'<>]+")
+_URL_SCHEME = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]{0,30}://")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -47,8 +49,19 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def strip_credentials(text: str) -> str:
-    """`text` with the `user:password@` part of every URL in it removed."""
-    return _URL_CREDENTIALS.sub(r"\1", text)
+    """`text` with the `user:password@` part of every URL in it removed: everything between
+    `scheme://` and the last `@` of the URL (a password's `/` or `?` does not end it; an `@`
+    in a path or query costs what precedes it, the safe side). One pass per word: linear."""
+
+    def word(match: re.Match[str]) -> str:
+        token = match.group(0)
+        scheme = _URL_SCHEME.search(token)
+        at = token.rfind("@")
+        if scheme is None or at < scheme.end():
+            return token
+        return token[: scheme.end()] + token[at + 1 :]
+
+    return _URL_TOKEN.sub(word, text)
 
 
 def bearer_token(header: str | None) -> str | None:

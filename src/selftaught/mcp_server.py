@@ -8,9 +8,15 @@ Three tools, and nothing that changes what the agent serves (no adopt, no rollba
   environment; Codex gives its shell commands CODEX_THREAD_ID), else the newest session logged
   in the project. A session whose transcript is on this machine is harvested first (only what
   is new; the turn still running, the one calling this tool, is left out), so feedback works
-  without the proxy; a session neither logged nor on disk is an error that says so. The
-  feedback is the operator's (trusted, giver `mcp`): whoever runs the agent on their own
-  machine owns its log.
+  without the proxy; a session neither logged nor on disk is an error that says so.
+
+A project is a wall: the server acts on its own project only. A session is found only among
+the project's rows, and a transcript is harvested only when its session ran in the server's
+folder (the repository the agent started it in): a session of another project or repository
+gets the same answer as one that does not exist, and nothing of it is returned or stored.
+The agent calling the tool may have read untrusted content (a web page, an issue) that
+steers it, so its feedback is evidence: stored untrusted (giver `mcp`) unless the operator
+starts the server with `trust_feedback` (`selftaught mcp --trust-feedback`).
 - `adopted_skill`: the project's adopted skill, memory and version (`read_adopted`).
 - `last_night_report`: the status and report of the project's last night.
 
@@ -73,6 +79,11 @@ class SleepTools:
     project: str
     log_path: Path | None = None
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    folder: Path = field(default_factory=Path.cwd)
+    """The repository this server serves: only transcripts of sessions that ran here are
+    harvested."""
+    trust_feedback: bool = False
+    """Store the agent's feedback as the operator's (trusted); by default it is evidence."""
 
     def __post_init__(self) -> None:
         check_project(self.project)
@@ -91,14 +102,15 @@ class SleepTools:
         with TaskLog(self.log_path) as log:
             sid, how = self._session(session_id, log)
             harvested = self._harvest(sid, log)
-            turn = last_answered_turn(log, sid)
-            if turn is None:
+            turn = last_answered_turn(log, sid, self.project)
+            if turn is None:  # one answer whether it is elsewhere or nowhere (no oracle)
                 raise NothingLogged(
-                    f"nothing is logged for session {sid}: no row in {log.path} and no Claude "
-                    "Code or Codex transcript with that id here (run the agent through "
-                    "`selftaught proxy`, or give feedback from the machine it ran on)"
+                    f"nothing is logged for session {sid} in project {self.project}: no row "
+                    "of it in the log and no Claude Code or Codex transcript of it from this "
+                    "folder (run the agent through `selftaught proxy`, or give feedback from "
+                    "the machine and folder it ran in)"
                 )
-            log.add_feedback(turn.id, fb, giver=GIVER, trusted=True)
+            log.add_feedback(turn.id, fb, giver=GIVER, trusted=self.trust_feedback)
         return {
             "attached_to": turn.id,
             "session_id": sid,
@@ -106,6 +118,7 @@ class SleepTools:
             "project": turn.project,
             "turn": _turn_summary(turn),
             "feedback": {k: v for k, v in fb.to_dict().items() if k in USER_FIELDS},
+            "trusted": self.trust_feedback,
             "harvested_new_turns": harvested,
         }
 
@@ -125,13 +138,19 @@ class SleepTools:
         )
 
     def _harvest(self, session_id: str, log: TaskLog) -> int:
-        """Bring what is new of the session's transcript (if on this machine) into the log."""
+        """Bring what is new of the session's transcript (if on this machine and its session
+        ran in this server's folder) into the log."""
         new = 0
         for agent in AGENTS:
             path = find_transcript(agent, session_id)
             if path is not None:
                 done = harvest_session(
-                    agent, log, transcript=path, project=self.project, leave_open_turn=True
+                    agent,
+                    log,
+                    transcript=path,
+                    project=self.project,
+                    leave_open_turn=True,
+                    folder=self.folder,
                 )
                 new += done.inserted
         return new
@@ -250,8 +269,13 @@ def build_server(tools: SleepTools) -> Any:
     return server
 
 
-def serve(project: str | None = None, log_path: Path | None = None) -> None:
+def serve(
+    project: str | None = None, log_path: Path | None = None, trust_feedback: bool = False
+) -> None:
     """Run the server on stdio until the client closes it. The project defaults to the one
-    transcripts from this folder are harvested into (its name, as `sleep harvest` names it)."""
-    tools = SleepTools(project or project_from_cwd(os.getcwd()), log_path)
+    transcripts from this folder are harvested into (its name, as `sleep harvest` names it);
+    the folder it serves is the working one (where the agent started it)."""
+    tools = SleepTools(
+        project or project_from_cwd(os.getcwd()), log_path, trust_feedback=trust_feedback
+    )
     build_server(tools).run("stdio")

@@ -221,12 +221,14 @@ BUILTIN_PATTERNS: tuple[Pattern, ...] = (
         r"(?i)\bauthorization\s*[:=]\s*['\"]?basic\s+" + _ALREADY + r"([A-Za-z0-9+/]{8,}=*)",
         1,
     ),
-    # scheme://user:password@ and scheme://:password@
+    # scheme://user:password@ and scheme://:password@. The password runs to the last `@`
+    # (within 200 characters): it may hold `/`, `?`, `#` or `@`; a port followed by a path
+    # (host:8080/path?mail=a@b) is no password.
     _p(
         "url_password",
         r"\b[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s:/@\"'<>\[\]]{0,100}:"
         + _ALREADY
-        + r"([^\s@/\"'<>]{1,200})@",
+        + r"(?!\d{1,5}[/?#])([^\s\"'<>]{1,200})@",
         1,
     ),
     # scheme://TOKEN@host (a Sentry DSN, a token used as the user name)

@@ -33,13 +33,22 @@ def mcp_cmd(
         typer.Option(help="Project (default: the one this folder's sessions are harvested into)."),
     ] = None,
     log: LogOpt = None,
+    trust_feedback: Annotated[
+        bool,
+        typer.Option(
+            "--trust-feedback",
+            help="Store the agent's feedback as the operator's (trusted). Default: evidence "
+            "(untrusted), since the agent may have read untrusted content.",
+        ),
+    ] = False,
 ) -> None:
     """Run the MCP server (stdio) through which a coding agent gives feedback and reads its skill.
 
-    The agent reads its adopted skill and last night's report there. Needs the `mcp` extra."""
+    The agent reads its adopted skill and last night's report there; it acts on this project
+    and this folder's sessions only. Needs the `mcp` extra."""
     from selftaught.mcp_server import serve
 
-    serve(project, log)
+    serve(project, log, trust_feedback)
 
 
 @hook_app.command("install")

@@ -68,10 +68,19 @@ def _log_option(value: str | None) -> str | None:
     """--log: a file, or a postgresql:// URL; with a URL the command's adopted versions and
     night's lock live in that database too (it is $SELFTAUGHT_LOG for this command)."""
     from selftaught.sleep.paths import ENV_LOG
-    from selftaught.sleep.store import is_url
+    from selftaught.sleep.store import display_url, is_url, url_password
 
     if value and is_url(value):
         os.environ[ENV_LOG] = value.strip()
+        if url_password(value):  # a command line is readable by every local user (ps)
+            console.print(
+                f"warning: --log {display_url(value)} carries a password on the command "
+                f"line, which every user of this machine can read (ps); set {ENV_LOG} in "
+                "the environment instead (or use ~/.pgpass)",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
     return value
 
 

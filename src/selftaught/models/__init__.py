@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from selftaught.errors import ConfigError
@@ -50,6 +51,7 @@ def load_model(
     cache_path: str | Path | None = None,
     max_batch_size: int | None = None,
     device: str | None = None,
+    sign: Callable[[bytes], Mapping[str, str]] | None = None,
 ) -> ChatModel:
     """Build a model from a spec string (see `selftaught.models.spec`). A CLI agent
     (claude-code, codex, cmd:) runs under `timeout_s` per run and `retry`; its other settings
@@ -57,7 +59,8 @@ def load_model(
 
     `max_batch_size` and `device` apply to a local model: most sequences decoded together
     (default 8 on a CPU, 64 on an accelerator) and where it runs (default: CUDA, else MPS,
-    else the CPU; see `selftaught.models.device.resolve_device`)."""
+    else the CPU; see `selftaught.models.device.resolve_device`). `sign` applies to an
+    OpenAI-compatible endpoint: headers made from each request's body (a night's mark)."""
     parsed = parse_model_spec(spec)
     model: ChatModel
     if parsed.backend in ("claude-code", "codex", "cmd"):
@@ -82,6 +85,7 @@ def load_model(
             api_key=api_key,
             timeout_s=timeout_s,
             retry=retry or RetryPolicy(),
+            sign=sign,
         )
     if cache_path is not None:
         from selftaught.models.cache import CachedModel, ResponseCache

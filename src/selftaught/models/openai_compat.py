@@ -8,6 +8,7 @@ import json
 import os
 import time
 import weakref
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import openai
@@ -78,7 +79,10 @@ class OpenAICompatModel(AsyncChatModel):
         api_key: str | None = None,
         timeout_s: float = CALL_TIMEOUT_S,
         retry: RetryPolicy | None = None,
+        sign: Callable[[bytes], Mapping[str, str]] | None = None,
     ):
+        """`sign`: headers to add to each request, made from its body's bytes (a night marks
+        its own calls so that a selftaught proxy in front of this model does not log them)."""
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
         key = api_key or os.environ.get("OPENAI_API_KEY")
         if not key:
@@ -98,6 +102,7 @@ class OpenAICompatModel(AsyncChatModel):
         )
         self._checked = False
         self._n_supported: bool | None = None  # None: not tried yet
+        self._sign = sign
 
     def _client(self) -> openai.AsyncOpenAI:
         # httpx clients are bound to the event loop that created them: one per loop (keyed
@@ -108,11 +113,26 @@ class OpenAICompatModel(AsyncChatModel):
         client = self._clients.get(loop)
         if client is None or client.is_closed():
             client = openai.AsyncOpenAI(
-                base_url=self.base_url, api_key=self._key, timeout=self.timeout_s, max_retries=0
+                base_url=self.base_url,
+                api_key=self._key,
+                timeout=self.timeout_s,
+                max_retries=0,
+                http_client=self._http_client(),
             )
             self._clients[loop] = client
             close_with_loop(client.close)
         return client
+
+    def _http_client(self) -> Any:
+        """The SDK's default httpx client, signing each request's body when asked to."""
+        if self._sign is None:
+            return None
+        sign = self._sign
+
+        async def signed(request: Any) -> None:
+            request.headers.update(sign(request.read()))
+
+        return openai.DefaultAsyncHttpxClient(event_hooks={"request": [signed]})
 
     async def list_models(self) -> list[str]:
         async def call() -> list[str]:

@@ -16,6 +16,10 @@ or removed) and checked by parsing it again. The first install backs the file up
 it (`<file>.selftaught-backup`); an uninstall that leaves the settings as they were in the
 backup puts the backup's bytes back. Writes are atomic; a symlinked settings file is written
 through (the link stays). Codex's single `notify` is never taken from another program.
+
+The command carries where the hook writes: a log file's absolute path, a postgresql:// URL as
+a URL, and a URL with a password never (other programs read an agent's settings): that URL
+goes to `<home>/hook-log-url` (0600) and the command names the file (`--log-from`).
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ from typing import Any, Literal
 from selftaught.errors import ConfigError, InputError, read_text, writing_to
 from selftaught.runs import atomic_write_text
 from selftaught.sleep.intake.hooks import AGENTS, HOOK_MODULE, check_agent
-from selftaught.sleep.paths import ENV_HOME, ENV_LOG, check_project
+from selftaught.sleep.paths import ENV_HOME, ENV_LOG, check_project, private_home, sleep_home
+from selftaught.sleep.store import is_url, url_password
 
 Scope = Literal["user", "project"]
 BACKUP_SUFFIX = ".selftaught-backup"
 CLAUDE_EVENT = "SessionEnd"
 CLAUDE_TIMEOUT_S = 30  # Claude Code gives a SessionEnd hook 1.5 s unless it asks for more
+LOG_URL_FILE = "hook-log-url"  # in the sleep home, 0600: a log URL that holds a password
 
 
 @dataclass
@@ -87,18 +93,45 @@ def settings_path(agent: str, scope: Scope = "user", folder: Path | None = None)
     return (Path(base).expanduser() if base else Path.home() / ".claude") / "settings.json"
 
 
-def hook_argv(agent: str, project: str | None = None, log: Path | None = None) -> list[str]:
+def hook_argv(
+    agent: str,
+    project: str | None = None,
+    log: str | Path | None = None,
+    folder: Path | None = None,
+) -> list[str]:
     """The command the hook runs: this Python, the light hook module, and where to write
-    (the log and home this shell uses, when set, so the hook writes where the CLI reads)."""
+    (the log and home this shell uses, when set, so the hook writes where the CLI reads).
+    A project-scope hook names its `folder`: it harvests only sessions that ran there."""
     argv = [sys.executable, "-m", HOOK_MODULE, check_agent(agent)]
     if project:
         argv += ["--project", check_project(project)]
-    log_path = log or (Path(os.environ[ENV_LOG]) if os.environ.get(ENV_LOG) else None)
-    if log_path:
-        argv += ["--log", str(Path(log_path).expanduser().resolve())]
+    if folder is not None:
+        argv += ["--folder", str(Path(folder).expanduser().resolve())]
+    argv += _log_argv(log if log is not None else os.environ.get(ENV_LOG) or None)
     if os.environ.get(ENV_HOME):
         argv += ["--home", str(Path(os.environ[ENV_HOME]).expanduser().resolve())]
     return argv
+
+
+def _log_argv(log: str | Path | None) -> list[str]:
+    """Where the hook writes. A file log: its absolute path. A postgresql:// URL stays a URL;
+    one with a password is never written into an agent's settings (other programs read
+    them, dotfiles repositories publish them): it goes to <home>/hook-log-url (0600) and the
+    command names that file."""
+    if log is None or (isinstance(log, str) and not log.strip()):
+        return []
+    if not is_url(log):
+        return ["--log", str(Path(log).expanduser().resolve())]
+    url = str(log).strip()
+    if not url_password(url):
+        return ["--log", url]
+    home = sleep_home()
+    private_home(home)
+    path = home / LOG_URL_FILE
+    with writing_to(path, "the hook's log URL"):
+        atomic_write_text(path, url + "\n")
+        os.chmod(path, 0o600)  # a file that was there keeps its mode otherwise
+    return ["--log-from", str(path.resolve())]
 
 
 def _ours(command: Any) -> bool:
@@ -329,12 +362,12 @@ def install(
     *,
     scope: Scope = "user",
     project: str | None = None,
-    log: Path | None = None,
+    log: str | Path | None = None,
     folder: Path | None = None,
 ) -> Change:
     """Register (or re-register) the agent's session-end hook; idempotent."""
     path = settings_path(agent, scope, folder)
-    argv = hook_argv(agent, project, log)
+    argv = hook_argv(agent, project, log, (folder or Path.cwd()) if scope == "project" else None)
     return _codex_install(path, argv) if agent == "codex" else _claude_install(path, argv)
 
 

@@ -9,15 +9,21 @@
                   "cwd", "input-messages", "last-assistant-message"} (the thread id is the
                   session id in the rollout file's name)
 
-and it runs as `python -m selftaught.sleep.intake.hooks AGENT [--project P] [--log L]
-[--home H] [PAYLOAD]`. It imports only the harvesters and the log (no CLI, ~0.3 s), reads
-that one session's transcript and stores its turns (idempotent: a turn already stored is
-skipped), and it never fails the agent: it exits 0 whatever happens and writes one line per
-run, an error included, to `<home>/hooks.log`.
+and it runs as `python -m selftaught.sleep.intake.hooks AGENT [--project P] [--log L |
+--log-from FILE] [--home H] [--folder F] [PAYLOAD]` (`--log-from`: a 0600 file holding a
+log URL with a password, kept out of the agent's settings; `--folder`: a project-scope hook
+harvests only sessions that ran in its project's folder). It imports only the harvesters and
+the log (no CLI, ~0.3 s), reads that one session's transcript and stores its turns
+(idempotent: a turn already stored is skipped), and it never fails the agent: it exits 0
+whatever happens and writes one line per run, an error included, to `<home>/hooks.log`.
 
 `harvest_session` is also what the MCP server (`selftaught.mcp_server`) calls to bring a live
 session into the log before attaching feedback to it; there the turn still running (the one
 calling the tool) is left out, so it is not stored half-done (a stored turn is never updated).
+
+A project is a wall: given a `folder` (the MCP server's, or a project-scope hook's), a
+transcript whose session ran in another folder is not harvested (`SessionHarvest.elsewhere`),
+and `last_answered_turn` looks in one project only.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ class SessionHarvest:
     found: int = 0  # turns in the transcript (less the one still running, when left out)
     inserted: int = 0  # new rows; the rest were stored before
     left_open: bool = False  # the last turn was still running and was not stored
+    elsewhere: bool = False  # the session ran outside the folder asked for: nothing stored
     malformed: list[str] = field(default_factory=list)
 
 
@@ -103,9 +110,11 @@ def harvest_session(
     project: str | None = None,
     root: Path | None = None,
     leave_open_turn: bool = False,
+    folder: Path | None = None,
 ) -> SessionHarvest:
     """Store one session's turns: its transcript file, else the file found by session id.
-    `leave_open_turn` leaves out a last turn that has no answer yet (the session is live)."""
+    `leave_open_turn` leaves out a last turn that has no answer yet (the session is live);
+    with `folder`, a session that ran anywhere else is not stored (`elsewhere`)."""
     path = Path(transcript).expanduser() if transcript else None
     if path is None:
         if not session_id:
@@ -119,6 +128,9 @@ def harvest_session(
     report = HarvestReport(agent, str(path.parent))
     rows = harvesters()[check_agent(agent)].read_session(path, config, report)
     result = SessionHarvest(agent, session_id, str(path), malformed=report.malformed)
+    if folder is not None and not (rows and same_folder(rows[0].meta.get("cwd"), folder)):
+        result.elsewhere = True
+        return result
     if leave_open_turn and rows and not rows[-1].meta.get("answered"):
         rows, result.left_open = rows[:-1], True
     rows = rows[-config.max_tasks :]
@@ -129,10 +141,33 @@ def harvest_session(
     return result
 
 
-def last_answered_turn(log: TaskLog, session_id: str) -> Interaction | None:
-    """The newest turn of a session (any project) with an answer, else its newest turn;
-    failed calls and shadow answers are never a turn."""
-    turns = [it for it in log.query(LogFilter(session_id=session_id)) if it.is_task]
+def same_folder(cwd: Any, folder: Path) -> bool:
+    """A session's working folder (as its transcript records it) is `folder`."""
+    if not isinstance(cwd, str) or not cwd:
+        return False
+    return os.path.realpath(os.path.expanduser(cwd)) == os.path.realpath(folder)
+
+
+class SessionAmbiguous(InputError):
+    """A session id that several proxy clients logged rows under (none of it is harvested)."""
+
+
+def last_answered_turn(log: TaskLog, session_id: str, project: str) -> Interaction | None:
+    """The newest turn of a session in `project` with an answer, else its newest turn;
+    failed calls and shadow answers are never a turn. A session id is a client's: the rows
+    harvested from this machine's transcripts when there are any, else its proxy rows, which
+    must all be one client's (another client may have sent the same id: `SessionAmbiguous`)."""
+    flt = LogFilter(project=project, session_id=session_id)
+    turns = [it for it in log.query(flt) if it.is_task]
+    harvested = [it for it in turns if it.source in AGENTS]
+    if harvested:
+        turns = harvested
+    elif len({it.client for it in turns}) > 1:
+        raise SessionAmbiguous(
+            f"session {session_id} was logged by {len({it.client for it in turns})} proxy "
+            f"clients in project {project}: give feedback on the row by its id instead "
+            "(`selftaught sleep feedback ID`)"
+        )
     answered = [it for it in turns if it.reply]
     return (answered or turns or [None])[0]
 
@@ -202,9 +237,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("agent", choices=AGENTS)
     parser.add_argument("--project", help="put the rows in this project (default: the cwd's)")
     parser.add_argument("--log", help="the task log (default $SELFTAUGHT_LOG or <home>/log.db)")
+    parser.add_argument("--log-from", help="a file holding the log's URL (one with a password)")
     parser.add_argument("--home", help="the sleep home (default $SELFTAUGHT_HOME)")
+    parser.add_argument("--folder", help="harvest only sessions that ran in this folder")
     parser.add_argument("payload", nargs="?", help="the agent's JSON (Codex notify)")
     return parser
+
+
+def _log_location(args: argparse.Namespace) -> str | None:
+    """--log, else the URL in the --log-from file (kept out of the agent's settings)."""
+    if args.log_from:
+        url = Path(args.log_from).read_text(encoding="utf-8").strip()
+        if not url:
+            raise InputError(f"{args.log_from} holds no log URL")
+        return url
+    return args.log
 
 
 def _run(args: argparse.Namespace, stdin: TextIO) -> str:
@@ -220,10 +267,17 @@ def _run(args: argparse.Namespace, stdin: TextIO) -> str:
         if path is not None and not wait_for_turn(path, turn_id):
             note(f"codex session {session_id}: turn {turn_id} not in the rollout yet")
         transcript = str(path) if path else None
-    with TaskLog(args.log) as log:
+    with TaskLog(_log_location(args)) as log:
         done = harvest_session(
-            args.agent, log, session_id=session_id, transcript=transcript, project=args.project
+            args.agent,
+            log,
+            session_id=session_id,
+            transcript=transcript,
+            project=args.project,
+            folder=Path(args.folder) if args.folder else None,
         )
+    if done.elsewhere:
+        return f"{args.agent} session {session_id}: ran outside {args.folder}; not harvested"
     bad = f", {len(done.malformed)} malformed lines skipped" if done.malformed else ""
     return (
         f"{args.agent} session {done.session_id or session_id}: {done.inserted} new of "

@@ -72,6 +72,7 @@ from selftaught.sleep.intake.proxy_access import (
     unauthorized,
 )
 from selftaught.sleep.intake.proxy_feedback import take_feedback
+from selftaught.sleep.intake.proxy_replay import relay_night_call
 from selftaught.sleep.intake.proxy_wire import (
     ID_HEADER,
     SESSION_HEADERS,
@@ -84,6 +85,7 @@ from selftaught.sleep.intake.proxy_wire import (
 from selftaught.sleep.intake.watch import ProbationWatch
 from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
+from selftaught.sleep.replay_mark import is_marked, replay_key
 
 _KEEP_HEADERS = ("content-type", "accept", "user-agent", "x-request-id", *SESSION_HEADERS)
 _WIRE_HEADERS = {"messages": ("anthropic-version", "anthropic-beta"), "responses": ("openai-beta",)}
@@ -300,6 +302,8 @@ class ProxyState:
         self.requests = 0
         self.upstream_errors = 0
         self.answered_before_logged = 0  # answers that outwaited `log_wait_s`
+        self.replay_key = _replay_key(config.home)  # the night's mark: relayed, never logged
+        self.night_replays = 0
         self.lora = None
         if config.lora:
             from selftaught.sleep.adoption.serving import LoraRoute
@@ -380,10 +384,20 @@ class ProxyState:
             "requests": self.requests,
             "upstream_errors": self.upstream_errors,
             "answered_before_logged": self.answered_before_logged,
+            "night_replays": self.night_replays,
             "log": {"path": str(self.log.path), **self.writer.snapshot()},
             "probation": self.watch.snapshot() if self.watch else None,
             "canary": self.canary.snapshot() if self.canary else None,
         }
+
+
+def _replay_key(home: Path | None) -> bytes | None:
+    """The home's replay key; None (every request is traffic) when it cannot be had."""
+    try:
+        return replay_key(home)
+    except (OSError, SelftaughtError) as err:
+        print(f"selftaught proxy: no replay key, a night's calls will be logged: {err}")
+        return None
 
 
 def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -> Any:
@@ -587,6 +601,8 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
     raw, body = await read_json_body(request)
     if isinstance(body, str):
         return error_response(400, body, "invalid_request_error")
+    if is_marked(state.replay_key, request.headers, raw):  # the operator's night (see module)
+        return await relay_night_call(state, request, wire, raw, body)
     record = _new_record(state, wire, body, started, client, session_id(request.headers, body))
     try:
         upstream, upstream_body = await _prepare(state, request, wire, body, record)

@@ -1,10 +1,18 @@
 """`POST /v1/feedback` on the proxy: feedback on a logged row, or on an agent session's last turn.
 
 The body names what it is on: `{"id": FULL_ID}` (the `x-selftaught-interaction-id` of the
-answer; a prefix is not enough) or `{"session_id": ID}` (the session's newest answered turn),
+answer; a prefix is not enough) or `{"session_id": ID}` (the session's newest answered turn;
+the operator adds `"client"`, see below),
 with any of `thumb` ("up" / "down"), `score`, `reference` (the right answer, or a corrected
 tool call), `comment`. Only rows of the proxy's project: a row of another project, a prefix
 and a missing id get the same answer, 404, so nothing can be probed.
+
+A session belongs to the client that sent it. With client keys (`--require-key`,
+`--client-keys`: client ids are identities), an end user's feedback goes only on their own
+rows: another client's row, by id or by session, gets the same 404. The operator's feedback
+by `session_id` then names whose session it is, `{"session_id": ID, "client": LABEL}` (400
+without it), so a client that sends another's session id cannot have the operator's trusted
+feedback land on its own rows. Without keys a client id is only a claim: nothing binds.
 
 An end user's feedback is stored as theirs (giver: their client id) and untrusted: the night
 treats it as evidence, probation ignores it unless told otherwise. It is rate limited per
@@ -66,7 +74,10 @@ async def take_feedback(state: ProxyState, request: Any) -> Any:
         return error_response(413, message, "invalid_request_error")
     try:
         target, fb = _feedback_request(body, config.max_comment_bytes)
-        found = await asyncio.to_thread(_attach_feedback, state, target, fb, client, operator)
+        owner = _session_owner(state, body, target, client, operator)
+        found = await asyncio.to_thread(
+            _attach_feedback, state, target, fb, client, operator, owner
+        )
     except _TooLarge as err:
         return error_response(err.status, err.message, err.kind)
     except _NotFound as err:
@@ -91,7 +102,7 @@ def _feedback_request(
         raise InputError(
             "the body must be a JSON object with the interaction `id` or the agent `session_id`"
         )
-    fb = Feedback.coerce({k: v for k, v in body.items() if k not in ("id", "session_id")})
+    fb = Feedback.coerce({k: v for k, v in body.items() if k not in ("id", "session_id", "client")})
     if fb is None or fb.empty():
         raise InputError("feedback is empty: give a thumb, a score, a reference or a comment")
     if fb.comment is not None and not isinstance(fb.comment, str):
@@ -101,13 +112,33 @@ def _feedback_request(
     return (named[0], body[named[0]]), fb
 
 
-def _feedback_row(state: ProxyState, target: tuple[str, str]) -> str:
-    """The full id of the row the feedback is on: this project's only, the exact id only
-    (no prefix), one message whatever the reason (no oracle)."""
+def _session_owner(
+    state: ProxyState, body: Any, target: tuple[str, str], client: str, operator: bool
+) -> str | None:
+    """Whose rows the feedback may go on (None: anyone's in the project). With client keys,
+    an end user's own; the operator's by session, the client the body names (required)."""
+    named = body.get("client") if isinstance(body, dict) else None
+    if named is not None and not (isinstance(named, str) and named):
+        raise InputError("client must be a client's label (a non-empty string)")
+    if not operator:
+        if named is not None and named != client:
+            raise InputError("only the operator's feedback names a client")
+        return client if state.clients.required else None
+    if named is None and target[0] == "session_id" and state.clients.required:
+        raise InputError(
+            "with client keys, the operator's feedback by session_id names whose session it "
+            'is: add "client": LABEL (a session id is its client\'s)'
+        )
+    return named
+
+
+def _feedback_row(state: ProxyState, target: tuple[str, str], owner: str | None) -> str:
+    """The full id of the row the feedback is on: this project's only (and `owner`'s, when
+    given), the exact id only (no prefix), one message whatever the reason (no oracle)."""
     kind, value = target
     project = state.config.project
     if kind == "session_id":
-        row = last_turn(state.log, project, value)
+        row = last_turn(state.log, project, value, owner)
         if row is None:
             raise _NotFound(f"no answered turn of session {value!r} in this proxy's project")
         return row.id
@@ -117,19 +148,25 @@ def _feedback_row(state: ProxyState, target: tuple[str, str]) -> str:
         raise
     except LogError:
         row = None
-    if row is None or row.id != value or row.project != project:
+    mine = owner is None or (row is not None and row.client == owner)
+    if row is None or row.id != value or row.project != project or not mine:
         raise _NotFound(f"no interaction {value!r} in this proxy's project (give its full id)")
     return row.id
 
 
 def _attach_feedback(
-    state: ProxyState, target: tuple[str, str], fb: Feedback, client: str, operator: bool
+    state: ProxyState,
+    target: tuple[str, str],
+    fb: Feedback,
+    client: str,
+    operator: bool,
+    owner: str | None,
 ) -> str:
     if state.writer.unreachable:  # the database is down: say so now, not after a timeout
         raise LogUnavailable(state.writer.unreachable)
     try:
-        iid = _feedback_row(state, target)
+        iid = _feedback_row(state, target, owner)
     except _NotFound:
         state.writer.flush(5.0)  # the interaction may still be on its way to the log
-        iid = _feedback_row(state, target)
+        iid = _feedback_row(state, target, owner)
     return state.log.add_feedback(iid, fb, giver=client, trusted=operator)

@@ -15,7 +15,10 @@ with the result the agent really received, the final answer. So:
   their own. The night calls it where it gathers rows; the episode is then mined as any
   tool-using row is (`sleep.night.replay`).
 - `last_turn` finds the row feedback on a session attaches to: the newest answered row of
-  the session in the project.
+  the session in the project (of one client, when it is named).
+
+A session id is scoped by the client that sent it: another client's rows carrying the same id
+are another session (collapsed apart, never a step of it, never where its feedback lands).
 - `task_turns` is what of an agent session's row is the user's task (`is_agent_session`: a
   coding agent's row, logged by the proxy on the Messages / Responses wire with the agent's
   session id, or harvested from its transcripts): the conversation without the harness's
@@ -121,10 +124,10 @@ def collapse_sessions(rows: Iterable[Interaction]) -> list[Interaction]:
     """`rows` with each proxy session's steps folded into its last turn (see the module
     docstring); order kept (a session's kept rows where its first kept row was)."""
     rows = list(rows)
-    sessions: dict[tuple[str, str], list[Interaction]] = {}
+    sessions: dict[tuple[str, str, str], list[Interaction]] = {}
     for it in rows:
         if it.session_id and it.source == SESSION_SOURCE and it.is_task:
-            sessions.setdefault((it.project, it.session_id), []).append(it)
+            sessions.setdefault((it.project, it.client or "", it.session_id), []).append(it)
     replaced: dict[str, Interaction | None] = {}
     for members in sessions.values():
         if len(members) < 2:
@@ -143,9 +146,12 @@ def collapse_sessions(rows: Iterable[Interaction]) -> list[Interaction]:
     return out
 
 
-def last_turn(log: TaskLog, project: str, session_id: str) -> Interaction | None:
-    """The newest answered (not failed, not shadow) row of `session_id` in `project`, looked
-    for newest first, a page at a time (at most `LOOKUP_MAX_ROWS` rows back)."""
+def last_turn(
+    log: TaskLog, project: str, session_id: str, client: str | None = None
+) -> Interaction | None:
+    """The newest answered (not failed, not shadow) row of `session_id` in `project` (sent
+    by `client`, when given), looked for newest first, a page at a time (at most
+    `LOOKUP_MAX_ROWS` rows back)."""
     until: float | None = None
     looked = 0
     while looked < LOOKUP_MAX_ROWS:
@@ -160,7 +166,8 @@ def last_turn(log: TaskLog, project: str, session_id: str) -> Interaction | None
             page = [it for it in page if it.created_at > oldest] + log.query(at)
             until = oldest
         for it in page:
-            if it.session_id == session_id and it.shadow_of is None:
+            ours = client is None or it.client == client
+            if it.session_id == session_id and it.shadow_of is None and ours:
                 return it
         if not full:
             return None

@@ -35,6 +35,7 @@ The models behind a night are recorded; a change since the last night is warned 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections import Counter
@@ -64,6 +65,7 @@ from selftaught.runs import (
 )
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
+from selftaught.sleep import replay_mark
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import BlockMarkerError
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
@@ -1184,7 +1186,9 @@ def run_night(
         check_cmd_replay(models.commands(), config.allow_cmd_replay)
     console = console or Console(stderr=True, quiet=not config.progress)
     home = config.home or sleep_home()
-    loader = loader or (lambda spec: load_model(spec, **config.model_options))
+    if loader is None:  # the night's calls carry its mark: a proxy in front relays, not logs
+        sign = functools.partial(replay_mark.mark, replay_mark.replay_key(home))
+        loader = lambda spec: load_model(spec, **config.model_options, sign=sign)  # noqa: E731
     night = staging.new_night_id(home)
     events = CallbackList(with_tracker(config.report_to, callbacks))
     outcomes: list[ProjectNight] = []

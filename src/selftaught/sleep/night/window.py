@@ -85,9 +85,8 @@ def take_fairly(
         if allowance is not None and label != OPERATOR and take.read[label] >= allowance:
             take.left_out[label] += 1
             continue
-        session = it.session_id or (
-            it.meta.get("session_id") if isinstance(it.meta, dict) else None
-        )
+        sid = it.session_id or (it.meta.get("session_id") if isinstance(it.meta, dict) else None)
+        session = None if sid is None else f"{it.client or ''}\0{sid}"  # a client's session
         if session is not None and session not in sessions:
             if len(sessions) >= max_sessions:
                 take.capped = f"max_sessions ({max_sessions})"

@@ -32,6 +32,7 @@ from selftaught.errors import InputError, MissingDependency
 URL_SCHEMES = ("postgresql://", "postgres://")
 ANY_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _PASSWORD_PARAM = re.compile(r"(?i)(password=)[^&\s]*")
+_URL_HEAD = re.compile(r"^\s*[A-Za-z][A-Za-z0-9+.\-]*://")
 ADAPTER_DIR = "adapter"  # a staged night's or a version's LoRA adapter (peft layout)
 
 
@@ -68,28 +69,54 @@ def is_url(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower().startswith(URL_SCHEMES)
 
 
+def split_credentials(url: str) -> tuple[str, str | None, str]:
+    """(`scheme://`, the user-info or None, the rest). The user-info runs to the LAST `@`:
+    a password may hold `/`, `?`, `#` or `@` unescaped, and a parser that stops at the first
+    `/` shows it as host and path. (An `@` in a path or query is taken for the end of the
+    credentials too: showing less is the safe side.)"""
+    match = _URL_HEAD.match(url)
+    if match is None:
+        return "", None, url
+    head, rest = url[: match.end()], url[match.end() :]
+    userinfo, at, after = rest.rpartition("@")
+    return (head, userinfo, after) if at else (head, None, rest)
+
+
+def url_password(url: str) -> str | None:
+    """The password a URL carries (in its user-info or a `password=` option), if any."""
+    _, userinfo, rest = split_credentials(url.strip())
+    if userinfo and ":" in userinfo:
+        return userinfo.split(":", 1)[1] or None
+    found = _PASSWORD_PARAM.search(rest)
+    if found is None:
+        return None
+    return found.group(0)[len(found.group(1)) :] or None
+
+
 def display_url(url: str) -> str:
     """The URL without its password (user, host, port, database and options kept)."""
+    head, userinfo, rest = split_credentials(url)
+    if userinfo is not None:
+        user = userinfo.split(":", 1)[0]
+        if any(c in user for c in "/?#@"):  # no telling a user name from a secret
+            user = "***"
+        url = head + (f"{user}@" if user else "") + rest
     try:
         parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, _, host = netloc.rpartition("@")
-            netloc = f"{user.split(':', 1)[0]}@{host}"
         query = urlencode(
             [
                 (k, "***" if k.lower() == "password" else v)
                 for k, v in parse_qsl(parts.query, keep_blank_values=True)
             ]
         )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
     except ValueError:  # a malformed URL: drop anything that may hold a secret
-        return _PASSWORD_PARAM.sub(r"\1***", re.sub(r"//[^/@]*@", "//***@", url))
+        return _PASSWORD_PARAM.sub(r"\1***", url)
 
 
 def scrub(text: str, url: str) -> str:
     """A driver's message about `url` with its password removed wherever it appears."""
-    password = urlsplit(url).password if "://" in url else None
+    password = url_password(url) if "://" in url else None
     text = text.replace(url, display_url(url))
     return text.replace(password, "***") if password else text
 
