@@ -115,7 +115,9 @@ class HeldOut:
 
 
 @contextlib.contextmanager
-def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str, Any]]:
+def proxy(
+    home: Path, target: ChatModel, target_spec: str, trusted: tuple[str, ...] = ()
+) -> Iterator[tuple[str, Any]]:
     """`selftaught proxy` for the project, in this process, in front of the target."""
     from selftaught.sleep.intake.proxy import (
         ProxyConfig,
@@ -131,6 +133,7 @@ def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str
         log_path=home / "log.db",
         home=home,
         feedback_key=FEEDBACK_KEY,  # the simulated users' feedback counts as the operator's
+        trusted_clients=trusted,  # unlabeled streams: a one-person deployment (`'*'`)
     )
     upstream = None
     if target_spec == "local" or target_spec.startswith("local:"):  # share the loaded model
@@ -140,41 +143,82 @@ def proxy(home: Path, target: ChatModel, target_spec: str) -> Iterator[tuple[str
         yield running
 
 
+FEEDBACK_MODES = ("explicit", "conversation", "rules", "reask")
+CORRECT = "No, that's wrong: it's {ref}. Please answer with just the number and {unit}."
+RESTATE = "Please answer with just the number and {unit}."
+THANKS = "Thanks, that's right."
+
+
+def followup(mode: str, i: int, r: Request, reply: str) -> str | None:
+    """The user's next turn in an unlabeled stream (None: none): a wrong reply is corrected
+    (`conversation`), corrected or only told the rule, alternately (`rules`), or asked again
+    (`reask`, sent as a new conversation); a right one is thanked."""
+    right = quantity(reply, Example("q", r.question, r.reference)).hard
+    if right:
+        return THANKS
+    if mode == "reask":
+        return None
+    if mode == "rules" and i % 2:
+        return RESTATE.format(unit=UNIT)
+    return CORRECT.format(ref=r.reference, unit=UNIT)
+
+
 def send_traffic(
     home: Path, target: ChatModel, spec: str, requests: list[Request], args: argparse.Namespace
 ) -> dict[str, int]:
-    """The night's requests through the proxy, each corrected by the user with its reference."""
+    """The night's requests through the proxy. `--feedback explicit`: each reply corrected by the
+    operator's feedback call with its reference; otherwise no feedback call at all, only what
+    the user says next in the conversation (`followup`), the app resending the history."""
     import concurrent.futures
     import threading
 
     import httpx
 
-    usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "followups": 0}
     lock = threading.Lock()
-    with proxy(home, target, spec) as (url, app):
+    trusted = () if args.feedback == "explicit" else ("*",)
+    with proxy(home, target, spec, trusted) as (url, app):
 
-        def one(r: Request) -> None:
+        def ask(messages: list[dict[str, str]]) -> tuple[str, str]:
             body = {
                 "model": "m",
-                "messages": [{"role": "user", "content": r.question}],
+                "messages": messages,
                 "max_tokens": args.max_tokens,
                 "temperature": 0,
             }
             resp = httpx.post(f"{url}/chat/completions", json=body, timeout=3600)
             resp.raise_for_status()
-            iid = resp.headers["x-selftaught-interaction-id"]
-            got = resp.json().get("usage") or {}
+            got = resp.json()
             with lock:
                 usage["requests"] += 1
-                usage["prompt_tokens"] += int(got.get("prompt_tokens") or 0)
-                usage["completion_tokens"] += int(got.get("completion_tokens") or 0)
-            fb = {"id": iid, "thumb": "down", "reference": r.reference}
-            httpx.post(
-                f"{url}/feedback", json=fb, headers={"x-api-key": FEEDBACK_KEY}, timeout=60
-            ).raise_for_status()
+                usage["prompt_tokens"] += int((got.get("usage") or {}).get("prompt_tokens") or 0)
+                usage["completion_tokens"] += int(
+                    (got.get("usage") or {}).get("completion_tokens") or 0
+                )
+            reply = got["choices"][0]["message"]["content"] or ""
+            return resp.headers["x-selftaught-interaction-id"], reply
+
+        def one(item: tuple[int, Request]) -> None:
+            i, r = item
+            history = [{"role": "user", "content": r.question}]
+            iid, reply = ask(history)
+            if args.feedback == "explicit":
+                fb = {"id": iid, "thumb": "down", "reference": r.reference}
+                httpx.post(
+                    f"{url}/feedback", json=fb, headers={"x-api-key": FEEDBACK_KEY}, timeout=60
+                ).raise_for_status()
+                return
+            said = followup(args.feedback, i, r, reply)
+            if said is None:  # a re-ask: the same question in a new conversation
+                ask(history)
+            else:
+                ask([*history, {"role": "assistant", "content": reply},
+                     {"role": "user", "content": said}])  # fmt: skip
+            with lock:
+                usage["followups"] += 1
 
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
-            list(pool.map(one, requests))
+            list(pool.map(one, enumerate(requests)))
         app.state.proxy.writer.flush(60)
     return usage
 
@@ -421,6 +465,13 @@ def main() -> None:
     p.add_argument("--weights-mode", default="sft", help="weights / both configs: sft | dpo | auto")
     p.add_argument("--max-steps", type=int, default=16, help="adapter steps per night at most")
     p.add_argument("--max-train-seconds", type=float, default=300, help="adapter training cap")
+    p.add_argument(
+        "--feedback",
+        default="explicit",
+        choices=FEEDBACK_MODES,
+        help="explicit: the operator's feedback call with the reference; conversation / rules "
+        "/ reask: no feedback call, the user's next turn only (a one-person deployment)",
+    )
     p.add_argument("--output", type=Path, default=None)
     p.add_argument("--fresh", action="store_true", help="start over instead of resuming")
     args = p.parse_args()
@@ -433,8 +484,9 @@ def main() -> None:
     unknown = [c for c in names if c not in CONFIGS]
     if unknown:
         p.error(f"unknown config(s) {unknown}; valid: {', '.join(CONFIGS)}")
+    stream = "" if args.feedback == "explicit" else f"_{args.feedback}"
     output = args.output or RESULTS / (
-        f"sleep_{slug(args.target)}{'_quick' if args.quick else ''}.json"
+        f"sleep_{slug(args.target)}{stream}{'_quick' if args.quick else ''}.json"
     )
     nights, heldout_requests = make_stream(args)
     heldout = HeldOut(heldout_requests)
@@ -462,6 +514,7 @@ def main() -> None:
 
 
 RESUME_KEYS = (
+    "feedback",
     "target",
     "optimizer_model",
     "gym",
@@ -483,7 +536,8 @@ def load_results(output: Path, args: argparse.Namespace, state: Path) -> dict[st
 
     if output.exists() and not args.fresh:
         saved = json.loads(output.read_text())
-        same = all(saved["args"].get(k) == getattr(args, k) for k in RESUME_KEYS)
+        given = {"feedback": "explicit", **saved["args"]}  # files from before the option
+        same = all(given.get(k) == getattr(args, k) for k in RESUME_KEYS)
         if same:
             print(f"resuming {output} ({', '.join(saved['configs']) or 'no config yet'})")
             return saved
