@@ -313,3 +313,49 @@ def test_named_trusted_clients_need_client_keys(tmp_path):
 
     with pytest.raises(ProxyError, match="--client-keys"):
         ProxyConfig(upstream="http://127.0.0.1:1#m", trusted_clients=("alice",))
+
+
+# ---- a whole night on unlabeled traffic (scripted models) ---------------------------------
+
+
+def test_a_night_on_unlabeled_chats_learns_from_the_next_turn(tmp_path, log_at):
+    from selftaught.sleep.night.cycle import run_night
+    from tests.test_sleep_cycle import ALPHA_NIGHT, config, models
+
+    log = TaskLog(log_at)
+    for i, rule in enumerate(ALPHA_NIGHT):
+        a, b = i + 1, 7 * i + 3
+        q, wrong = f"[needs {rule}] What is {a} + {b}?", f"Answer: {a + b + 1}"
+        said = f"No, that's wrong: it's {a + b}."
+        common = {"project": "demo", "source": "proxy", "client": "key:app"}
+        log.add(Interaction([user(q)], wrong, created_at=1000.0 + i, **common))
+        log.add(Interaction([user(q), assistant(wrong), user(said)], f"{a + b}",
+                            created_at=1000.5 + i, **common))  # fmt: skip
+    log.close()
+    (night,) = run_night(config(tmp_path, log_at, since=0.0), models=models())
+    assert night.status == "staged", night.report_dict().get("reason")
+    report = json.loads((night.night_dir / "report.json").read_text())
+    mining = report["mining"]
+    assert mining["tasks"] == 12 and mining["by_check"] == {"reference": 12}
+    assert mining["conversation"]["signals"] == {"correction": 12}
+    assert mining["dropped"] == {ANSWER_IN_PROMPT: 12}
+    tasks = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
+    assert all("wrong" not in t["prompt_head"] for t in tasks)
+    assert all(t["signals"][0]["kind"] == "correction" for t in tasks)
+    assert all(t["signals"][0]["words"].startswith("No, that's wrong") for t in tasks)
+    md = (night.night_dir / "report.md").read_text()
+    assert "12 correction" in md and "12 an end user's evidence" in md
+
+
+def test_a_quiet_night_says_what_would_have_made_its_rows_tasks(tmp_path, log_at):
+    from selftaught.sleep.night.cycle import run_night
+    from tests.test_sleep_cycle import config, models
+
+    log = TaskLog(log_at)
+    for i in range(3):
+        log.add(Interaction([user(f"Tell me a joke about {i} cats.")], "No.", project="demo",
+                            source="proxy", created_at=1000.0 + i))  # fmt: skip
+    log.close()
+    (night,) = run_night(config(tmp_path, log_at, since=0.0), models=models())
+    md = (night.night_dir / "report.md").read_text()
+    assert "3 rows had no check" in md and "next turn" in md

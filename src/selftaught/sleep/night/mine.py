@@ -89,6 +89,9 @@ class MinedTask:
     created_at: float = 0.0
     split: str | None = None
     notes: list[str] = field(default_factory=list)
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    """What the conversation said of the logged reply (`signals.Signal.to_dict()`): kind, the
+    user's words, who said them and whether they count as the operator's."""
 
     @property
     def prompt(self) -> str:
@@ -313,6 +316,7 @@ def new_task(
         negative=_negative(it),
         logged_reply=None if it.reply is None else redact_for_model(it.reply),
         created_at=it.created_at,
+        signals=list(it.meta.get("signals", [])) if isinstance(it.meta, dict) else [],
     )
 
 

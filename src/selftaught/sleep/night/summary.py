@@ -35,6 +35,10 @@ def task_row(task: MinedTask) -> dict[str, Any]:
         "prompt_head": head[:200] + ("…" if len(head) > 200 else ""),
         "rubric": task.state.get("rubric"),
         "notes": task.notes,
+        "signals": [
+            {k: sig.get(k) for k in ("kind", "source", "giver", "trusted", "words")}
+            for sig in task.signals
+        ],
     }
 
 
@@ -250,6 +254,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
             f"- tasks: {mining['tasks']} mined ({checks}), {mining['merged']} near-duplicates "
             f"merged, {mining['negative']} from negative feedback; dropped: {dropped}"
         )
+        lines += _conversation_lines(mining)
     if report.get("splits"):
         s = report["splits"]
         lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
@@ -283,6 +288,34 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
             f"{'given' if training['preferences'] else 'none'}"
         )
     return lines + [f"- note: {note}" for note in report.get("notes") or []]
+
+
+UNCHECKED = "no reference, no stated rule"
+
+
+def _conversation_lines(mining: dict[str, Any]) -> list[str]:
+    """What the threads held, and what would have checked the rows dropped for want of one."""
+    conv = mining.get("conversation") or {}
+    lines = []
+    if conv.get("threads"):
+        signals = ", ".join(f"{n} {k}" for k, n in conv["signals"].items()) or "none"
+        rejected = conv.get("rejected_by_operator") or 0
+        lines.append(
+            f"- conversations: {conv['threads']} threads ({conv['linked_threads']} of two or "
+            f"more replies, {conv['turns']} replies); read from the users' next turns and "
+            f"re-asks: {signals} ({conv['trusted']} the operator's words, {conv['untrusted']} "
+            f"an end user's evidence"
+            + (f"; {rejected} rejected by the operator" if rejected else "")
+            + ")"
+        )
+    unchecked = sum(n for why, n in mining.get("dropped", {}).items() if why.startswith(UNCHECKED))
+    if unchecked:
+        lines.append(
+            f"- {unchecked} rows had no check: a correction in the user's next turn, "
+            "`sleep feedback ID --reference`, a rule the request states, or a --judge-model "
+            "(rubric) would make them tasks"
+        )
+    return lines
 
 
 def _recall_lines(rec: dict[str, Any] | None) -> list[str]:
