@@ -133,11 +133,9 @@ class _Index:
         self.messages = {it.id: strip_injected_messages(it.messages) for it in rows}
         self.keys = {it.id: [_key(m) for m in self.messages[it.id]] for it in rows}
         self.by_digest: dict[tuple[str, str | None, str], list[Interaction]] = {}
-        self.by_client: dict[tuple[str, str | None], list[Interaction]] = {}
         for it in sorted(rows, key=_when):
             where = (it.project, it.client, _digest(self.keys[it.id]))
             self.by_digest.setdefault(where, []).append(it)
-            self.by_client.setdefault((it.project, it.client), []).append(it)
 
     def logged(self, it: Interaction, upto: int, reply_key: str) -> Interaction | None:
         """The row of `it`'s project and client whose messages are `it`'s first `upto` and
@@ -148,14 +146,11 @@ class _Index:
                 return row
         return None
 
-    def first_holding(self, head: Interaction, keys: list[str]) -> Interaction:
-        """The oldest row of `head`'s project and client whose messages begin with `keys`
-        (the request that first carried a follow-up); `head` when no other row does."""
-        n = len(keys)
-        for row in self.by_client[(head.project, head.client)]:
-            if self.keys[row.id][:n] == keys:
-                return row
-        return head
+    def asked(self, head: Interaction, keys: list[str]) -> Interaction:
+        """The oldest row of `head`'s project and client whose request was exactly `keys`
+        (the one that carried a follow-up as its last turn); `head` when none was logged."""
+        found = self.by_digest.get((head.project, head.client, _digest(keys)), [])
+        return found[0] if found else head
 
 
 def _turns(head: Interaction, index: _Index) -> list[Turn]:
@@ -176,7 +171,7 @@ def _turns(head: Interaction, index: _Index) -> list[Turn]:
         followup, by = None, None
         if isinstance(nxt, dict) and nxt.get("role") == "user":
             followup = message_text(nxt.get("content"))
-            by = index.first_holding(head, keys[: i + 2])
+            by = index.asked(head, keys[: i + 2])
         turns.append(
             Turn(
                 index=i,

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -48,7 +47,13 @@ from selftaught.sleep.intake.log import (
 )
 from selftaught.sleep.intake.threads import Thread, Turn, build_threads, message_text
 from selftaught.sleep.night.followup import Followup, read_followup
-from selftaught.sleep.night.mine import OPERATOR, MineConfig, client_label, near_duplicates
+from selftaught.sleep.night.mine import (
+    OPERATOR,
+    MineConfig,
+    client_label,
+    normalized_prompt,
+    prompt_signature,
+)
 from selftaught.sleep.paths import project_dir
 
 SignalKind = Literal["correction", "rejection", "rule", "acceptance", "reask"]
@@ -313,23 +318,44 @@ def _reasks(
     config: MineConfig,
     verdicts: dict[tuple[str, int], _Verdict],
 ) -> None:
-    """Mark a reply failed when its end user asked the same request again in time."""
-    asked: list[tuple[float, str, str, Thread, Turn]] = []
+    """Mark a reply failed when its end user asked the same request again in time. Two asks
+    can only be near-duplicates with the same numbers: compared within (user, numbers)."""
+    buckets: dict[tuple[str, tuple[str, ...]], list[_Ask]] = {}
     for thread in threads:
         for turn in thread.turns:
-            asked.append((turn.at, end_user(thread.head), _last_user_text(turn), thread, turn))
-    asked.sort(key=lambda a: a[0])
-    by_user: Counter[str] = Counter(a[1] for a in asked)
-    for i, (at, user, text, thread, turn) in enumerate(asked):
-        if by_user[user] < 2 or verdicts.get((thread.id, turn.index)) is not None:
-            continue
-        for later_at, later_user, later_text, later_thread, later_turn in asked[i + 1 :]:
-            if later_at - at > config.reask_window_s:
-                break
-            if later_user != user or (later_thread is thread and later_turn is turn):
+            text = _last_user_text(turn)
+            if not text.strip():
                 continue
-            if text.strip() and near_duplicates(text, later_text, config.near_duplicate):
-                signal = _signal(thread, turn, None, "reask")
-                words = redact_for_model(later_text)
-                verdicts[(thread.id, turn.index)] = (replace(signal, words=words), None)
-                break
+            numbers, shingles = prompt_signature(text)
+            ask = _Ask(turn.at, text, normalized_prompt(text), shingles, thread, turn)
+            buckets.setdefault((end_user(thread.head), numbers), []).append(ask)
+    for asks in buckets.values():
+        asks.sort(key=lambda a: a.at)
+        for i, ask in enumerate(asks):
+            if verdicts.get((ask.thread.id, ask.turn.index)) is not None:
+                continue
+            for later in asks[i + 1 :]:
+                if later.at - ask.at > config.reask_window_s:
+                    break
+                if later.turn is not ask.turn and ask.same_request(later, config.near_duplicate):
+                    signal = _signal(ask.thread, ask.turn, None, "reask")
+                    words = redact_for_model(later.text)
+                    verdicts[(ask.thread.id, ask.turn.index)] = (replace(signal, words=words), None)
+                    break
+
+
+@dataclass(frozen=True)
+class _Ask:
+    at: float
+    text: str
+    normalized: str
+    shingles: frozenset[tuple[str, ...]]
+    thread: Thread
+    turn: Turn
+
+    def same_request(self, other: _Ask, threshold: float) -> bool:
+        """`mine.near_duplicates` on precomputed signatures (the numbers already equal)."""
+        if self.normalized == other.normalized:
+            return True
+        a, b = self.shingles, other.shingles
+        return bool(a and b) and len(a & b) / len(a | b) >= threshold
