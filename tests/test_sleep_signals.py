@@ -359,3 +359,29 @@ def test_a_quiet_night_says_what_would_have_made_its_rows_tasks(tmp_path, log_at
     (night,) = run_night(config(tmp_path, log_at, since=0.0), models=models())
     md = (night.night_dir / "report.md").read_text()
     assert "3 rows had no check" in md and "next turn" in md
+
+
+def test_the_reply_an_operators_correction_drew_is_the_demo_when_it_passes_the_check():
+    from selftaught.skill.demo_search import from_references
+    from selftaught.tasks.base import Example
+    from selftaught.tasks.scorers import quantity
+
+    class Task:
+        def score(self, output, example):
+            return quantity(output, example)
+
+    def drawn(reply: str, trusted: bool) -> list:
+        meta = {TRUSTED_WORDS: True} if trusted else {}
+        first = row([user(ASK)], "20 km", 1.0, meta=meta)
+        second = row(
+            [user(ASK), assistant("20 km"), user("No, it's 17 km.")], reply, 2.0, meta=meta
+        )
+        (task,), _ = mine([first, second], MineConfig())
+        ex = Example(task.id, task.prompt, task.reference, state=task.state)
+        return [d.reply for d in from_references(Task(), [ex])]
+
+    assert drawn("You are right: 12 km + 5 km = 17 km", trusted=True) == [
+        "You are right: 12 km + 5 km = 17 km"
+    ]
+    assert drawn("Sorry, 18 km", trusted=True) == ["17 km"]  # it fails the check: the reference
+    assert drawn("You are right: 12 km + 5 km = 17 km", trusted=False) == []  # an end user's

@@ -81,21 +81,29 @@ def from_references(
     """Examples whose reference, given as the reply, passes the task's own scorer (a
     reference in a form the scorer rejects would teach the wrong format). A scorer that
     raises on a reference skips it: no demo, no score. An example may name its own source in
-    `state["demo_source"]` (sleep marks a reference the user corrected as "correction")."""
+    `state["demo_source"]` (sleep marks a reference the user corrected as "correction"), and a
+    fuller reply that passes the same scorer (`_reference_replies`)."""
     out = []
     for ex in examples:
         if ex.reference is None or not isinstance(ex.reference, str | int | float) or no_demo(ex):
             continue
-        reply = str(ex.reference).strip()
-        if not reply:
-            continue
-        try:
-            ok = task.score(reply, ex).hard
-        except Exception:  # noqa: BLE001 - a scorer error is never a pass
-            continue
-        if ok:
-            out.append(Demo.of(ex.id, ex.input, reply, ex.state.get("demo_source") or source))
+        for reply in _reference_replies(ex):
+            try:
+                ok = task.score(reply, ex).hard
+            except Exception:  # noqa: BLE001 - a scorer error is never a pass
+                continue
+            if ok:
+                out.append(Demo.of(ex.id, ex.input, reply, ex.state.get("demo_source") or source))
+                break
     return out
+
+
+def _reference_replies(ex: Example) -> list[str]:
+    """What a reference demo may reply, best first: the reply the user's own correction drew in
+    the conversation (`state["reference_reply"]`, set by sleep for the operator's words only),
+    then the reference itself."""
+    drawn = str(ex.state.get("reference_reply") or "").strip()
+    return [r for r in (drawn, str(ex.reference).strip()) if r]
 
 
 def shows_work(reply: str) -> bool:

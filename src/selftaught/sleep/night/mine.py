@@ -132,6 +132,9 @@ class MineReport:
 HARVESTED = AGENT_TRANSCRIPTS  # the operator's own agent transcripts
 UNKNOWN_CLIENT = "unknown"
 MAX_EVIDENCE_CHARS = 400  # of an end user's comment, quoted to the analyst and the judge
+REFERENCE_REPLY = "reference_reply"
+"""`meta` key (`signals.py`): the reply that answered a user's correction in the conversation;
+when the correction is the operator's, the demonstration's reply (if it passes the check)."""
 
 
 def client_label(it: Interaction) -> str:
@@ -284,6 +287,9 @@ def task_checks(
         state["scorer"] = reference_scorer(reference)
         if fb.reference is not None and fb.trusted_for("reference"):  # the operator's: a demo
             state["demo_source"] = "correction"
+            drawn = it.meta.get(REFERENCE_REPLY) if isinstance(it.meta, dict) else None
+            if isinstance(drawn, str) and drawn.strip():
+                state[REFERENCE_REPLY] = redact_for_model(drawn)
         elif fb.reference is not None:
             state["no_demo"] = "checked by an end user's correction"
     elif config.judge:

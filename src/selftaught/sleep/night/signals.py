@@ -49,6 +49,7 @@ from selftaught.sleep.intake.threads import Thread, Turn, build_threads, message
 from selftaught.sleep.night.followup import Followup, read_followup
 from selftaught.sleep.night.mine import (
     OPERATOR,
+    REFERENCE_REPLY,
     MineConfig,
     client_label,
     normalized_prompt,
@@ -58,6 +59,7 @@ from selftaught.sleep.paths import project_dir
 
 SignalKind = Literal["correction", "rejection", "rule", "acceptance", "reask"]
 REJECTED_FILE = "signals_rejected.json"
+
 ANSWER_IN_PROMPT = "answers a correction: its answer sits in its prompt"
 
 
@@ -287,7 +289,8 @@ def _mine_rows(
     out: _Read,
 ) -> None:
     corrected = False  # the previous reply was corrected: this request ends with the answer
-    for turn in thread.turns:
+    turns = list(thread.turns)
+    for k, turn in enumerate(turns):
         v = verdicts.get((thread.id, turn.index))
         if v is not None and v[0].id in rejected:
             out.report.rejected_by_operator += 1
@@ -309,6 +312,8 @@ def _mine_rows(
             else:
                 out.report.untrusted += 1
             meta = {**row.meta, "signals": [signal.to_dict()]}
+            if signal.kind == "correction" and k + 1 < len(turns):  # the reply it drew
+                meta[REFERENCE_REPLY] = turns[k + 1].reply
             row = replace(row, feedback=_feedback(row.feedback, signal, read), meta=meta)
         out.rows.append(row)
 
