@@ -68,7 +68,7 @@ TRAIN_ONLY = ("weak", "synthetic")
 def train_only(task: MinedTask) -> str | None:
     """ "weak" or "synthetic" (the `state` key marking it) for a task that may train and never
     validate; None for a task mined with a check of its own."""
-    return next((kind for kind in TRAIN_ONLY if task.state.get(kind)), None)
+    return next((kind for kind in TRAIN_ONLY if task.state.get(kind) is not None), None)
 
 
 def assign_splits(

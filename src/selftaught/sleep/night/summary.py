@@ -16,8 +16,10 @@ from typing import Any
 
 from selftaught.runs import RunDir, atomic_write_json, atomic_write_text
 from selftaught.sleep.night.checks import describe_checks
+from selftaught.sleep.night.dream import dream_lines
 from selftaught.sleep.night.evidence import EvidenceLog, redact_tree
 from selftaught.sleep.night.mine import MinedTask
+from selftaught.sleep.night.weak import weak_lines
 
 
 def task_row(task: MinedTask) -> dict[str, Any]:
@@ -35,6 +37,7 @@ def task_row(task: MinedTask) -> dict[str, Any]:
         "prompt_head": head[:200] + ("…" if len(head) > 200 else ""),
         "rubric": task.state.get("rubric"),
         "notes": task.notes,
+        **{k: task.state[k] for k in ("weak", "synthetic") if task.state.get(k)},
     }
 
 
@@ -254,6 +257,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
         s = report["splits"]
         lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
     lines += _recall_lines(report.get("recall"))
+    lines += weak_lines(report.get("weak")) + dream_lines(report.get("dream"))
     if report.get("replay") in REPLAY:
         lines.append(f"- replay: {REPLAY[report['replay']]}")
     gate = report.get("gate")
