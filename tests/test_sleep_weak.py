@@ -18,7 +18,14 @@ from selftaught.sleep.night import recall
 from selftaught.sleep.night.cycle import SleepConfig, mine, run_night
 from selftaught.sleep.night.mine import NO_CHECK, MineConfig, MinedTask
 from selftaught.sleep.night.split import SplitConfig, assign_splits, train_only
-from selftaught.sleep.night.weak import UNTRUSTED_REQUEST, WeakConfig, short_answer, weak_label
+from selftaught.sleep.night.weak import (
+    UNTRUSTED_REQUEST,
+    WeakConfig,
+    WeakReport,
+    settle_weak,
+    short_answer,
+    weak_label,
+)
 from tests.scripted import ScriptedModel, rule_answer, user_of
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
 
@@ -193,3 +200,63 @@ def test_without_pseudo_k_a_night_has_no_weak_section(tmp_path):
 def test_sleep_config_carries_the_weak_and_dream_settings():
     cfg = SleepConfig(weak=WeakConfig(k=4, agree=0.75))
     assert cfg.weak.k == 4 and cfg.dream.n == 0
+
+
+def test_weak_tasks_are_capped_by_a_share_of_the_checked_train_tasks():
+    real = [
+        MinedTask(f"r{i}", [{"role": "user", "content": f"What is {i} + {i + 7}?"}], "x")
+        for i in range(4)
+    ]
+    weak = [
+        MinedTask(f"w{i}", [{"role": "user", "content": f"Name colour {i}."}], "red")
+        for i in range(5)
+    ]
+    for i, t in enumerate(weak):
+        t.state["weak"] = {"agreement": 0.8 + i / 100, "k": 5}
+    splits = {"train": [*real, *weak], "val": [], "test": []}
+    for t in splits["train"]:
+        t.split = "train"
+    report = WeakReport(labelled=5)
+    settle_weak(splits, weak, WeakConfig(k=5, share=0.5), report)
+    assert report.over_cap == 3 and report.trained == 2
+    assert {t.id for t in splits["train"] if train_only(t)} == {"w4", "w3"}  # best agreed
+    assert weak[0].split is None and "over the weak share" in weak[0].notes[-1]
+
+
+def test_the_recall_pool_never_keeps_a_weak_or_synthetic_task(tmp_path):
+    def one(tid: str, **state) -> MinedTask:
+        t = MinedTask(tid, [{"role": "user", "content": tid}], "1", {"rules": [], **state})
+        t.split = "train"
+        return t
+
+    tasks = [one("real"), one("weak", weak={"k": 3}), one("dream", synthetic={"from": "real"})]
+    assert recall.remember("demo", tmp_path, "n1", tasks, [], set(), 10) == 1
+    assert [r.task.id for r in recall.load("demo", tmp_path)] == ["real"]
+
+
+@pytest.mark.slow
+@pytest.mark.local
+def test_pseudo_k_samples_the_embedded_model(tmp_path):
+    """Plumbing only: the embedded SmolLM2-135M answers k samples per unchecked request
+    through the rollout runner; whether they agree is the model's business."""
+    pytest.importorskip("transformers")
+    from selftaught.models import embedded
+    from selftaught.models.local import LocalModel
+    from selftaught.models.usage import TrackedModel, UsageLedger
+
+    try:
+        embedded.embedded_model_dir()
+    except embedded.EmbeddedModelMissing as err:
+        pytest.skip(f"embedded model unavailable: {err}")
+    ledger = UsageLedger()
+    model = LocalModel(max_batch_size=8)
+    target = TrackedModel(model, ledger, "target")
+    rows = [row("What is 2 + 2?"), row("Name a colour.")]
+    training = SkillOptConfig(max_tokens=16)
+    tasks, report = weak_label(
+        rows, [], WeakConfig(k=3, agree=0.67), MineConfig(), target, Policy(), training
+    )
+    assert report.sampled == 2 and report.failed_samples == 0
+    assert ledger.to_dict()["target"]["calls"] >= 2  # k samples may share one prompt
+    assert len(report.tasks) == 2 and all(0 <= r["agreement"] <= 1 for r in report.tasks)
+    assert all(t.state["weak"]["k"] == 3 and t.reference for t in tasks)
