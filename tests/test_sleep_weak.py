@@ -260,3 +260,23 @@ def test_pseudo_k_samples_the_embedded_model(tmp_path):
     assert ledger.to_dict()["target"]["calls"] >= 2  # k samples may share one prompt
     assert len(report.tasks) == 2 and all(0 <= r["agreement"] <= 1 for r in report.tasks)
     assert all(t.state["weak"]["k"] == 3 and t.reference for t in tasks)
+
+
+def test_a_real_reference_arriving_on_a_later_night_scores_a_weak_label(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    add_unchecked(tmp_path, [(50, 60), (70, 80)])
+    cfg = config(tmp_path, weak=WeakConfig(k=2))
+    target = ScriptedModel(adds, "scripted-target")
+    (first,) = run_night(cfg, models=models(target))
+    assert first.weak["labelled"] == 2 and first.weak["waiting"] == 2
+    assert first.weak["verified_later"] == {"right": 0, "wrong": 0}
+    log = TaskLog(tmp_path / "log.db")
+    for text, right in (("Please add 50 and 60.", "110"), ("Please add 70 and 80.", "151")):
+        log.add(row(text, client=None, feedback=Feedback(thumb="down", reference=right)))
+    log.close()
+    (second,) = run_night(cfg, models=models(target))
+    assert second.status in ("staged", "no_proposal"), second.reason
+    w = second.weak
+    assert w["verified_later"] == {"right": 1, "wrong": 1} and w["accuracy"] == 0.5
+    assert w["waiting"] == 0 and w["candidates"] == 0
+    assert "1 of 2 right" in (second.night_dir / "report.md").read_text()

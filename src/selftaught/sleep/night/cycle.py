@@ -106,7 +106,15 @@ from selftaught.sleep.night.split import (
     assign_splits,
     train_only_use,
 )
-from selftaught.sleep.night.weak import WeakConfig, settle_weak, weak_label
+from selftaught.sleep.night.weak import (
+    WeakConfig,
+    load_waiting,
+    remember_waiting,
+    settle_weak,
+    still_waiting,
+    verify_waiting,
+    weak_label,
+)
 from selftaught.sleep.night.weight_night import (
     WEIGHT_MODES,
     AdapterTrainer,
@@ -824,6 +832,8 @@ class _Mined:
     ledger: UsageLedger = field(default_factory=UsageLedger)
     """The night's one ledger: weak-label samples and dream paraphrases are charged to it
     before consolidation goes on charging it."""
+    weak_waiting: list[dict[str, Any]] | None = None
+    """The project's weak-label file after the night (None: weak labels off)."""
 
 
 def _mine_and_split(
@@ -862,37 +872,13 @@ def _mine_and_split(
     splits = assign_splits(combined, config.split, mining.near_duplicate)
     private_ids = {it.id for it in kept if it.private and not it.reviewed}
     ledger = UsageLedger(budget=config.training.budget)
-    _train_only(report, unchecked, combined, splits, config, models, adopted, evidence, ledger)
-    return _Mined(tasks, splits, rest, private_ids, ledger)
-
-
-def _train_only(
-    report: dict[str, Any],
-    unchecked: list[Interaction],
-    checked: list[MinedTask],
-    splits: dict[str, list[MinedTask]],
-    config: SleepConfig,
-    models: NightModels,
-    adopted: Adopted,
-    evidence: EvidenceLog,
-    ledger: UsageLedger,
-) -> None:
-    """Weak labels (`weak.py`) and dreams (`dream.py`), added to train after the split (so a
-    night too small to gate spends nothing on them); their report sections."""
-    if config.weak.k:
-        if is_agent(models.target):
-            report["notes"].append("weak labels: not sampled on an agent target")
-        else:
-            target = TrackedModel(
-                EvidenceModel(models.target, evidence, "target"), ledger, "target"
-            )
-            policy = Policy(adopted.skill, adopted.memory)
-            found, labels = weak_label(
-                unchecked, checked, config.weak, config.mining, target, policy, config.training
-            )
-            add_train_only(splits, found, config.mining.near_duplicate)
-            settle_weak(splits, found, config.weak, labels)
-            report["weak"] = labels.to_dict()
+    waiting = None
+    if config.weak.k and is_agent(models.target):
+        report["notes"].append("weak labels: not sampled on an agent target")
+    elif config.weak.k:
+        target = TrackedModel(EvidenceModel(models.target, evidence, "target"), ledger, "target")
+        policy = Policy(adopted.skill, adopted.memory)
+        waiting = _weak_labels(report, unchecked, combined, splits, config, target, policy, home)
     if config.dream.n:
         analyst = EvidenceModel(models.optimizer, evidence, "optimizer")
         _, dreamt = dream(
@@ -900,10 +886,37 @@ def _train_only(
             config.dream,
             TrackedModel(analyst, ledger, "optimizer"),
             config.training,
-            config.mining.near_duplicate,
+            mining.near_duplicate,
             config.split.seed,
         )
         report["dream"] = dreamt.to_dict()
+    return _Mined(tasks, splits, rest, private_ids, ledger, waiting)
+
+
+def _weak_labels(
+    report: dict[str, Any],
+    unchecked: list[Interaction],
+    checked: list[MinedTask],
+    splits: dict[str, list[MinedTask]],
+    config: SleepConfig,
+    target: ChatModel,
+    policy: Policy,
+    home: Path,
+) -> list[dict[str, Any]]:
+    """Weak labels (`weak.py`) added to train after the split (a night too small to gate
+    spends nothing on them), past ones scored where a real reference came since; what the
+    project's weak-label file is to hold after the night."""
+    found, labels = weak_label(
+        unchecked, checked, config.weak, config.mining, target, policy, config.training
+    )
+    add_train_only(splits, found, config.mining.near_duplicate)
+    settle_weak(splits, found, config.weak, labels)
+    past = load_waiting(report["project"], home)
+    left = verify_waiting(past, checked, config.mining.near_duplicate, labels)
+    waiting = still_waiting(left, found, report["night"])
+    labels.waiting = len(waiting)
+    report["weak"] = labels.to_dict()
+    return waiting
 
 
 def _checkable_on_agent(
@@ -967,6 +980,8 @@ def run_project(
         report["recall"]["pool_after"] = recall.remember(
             project, home, night, mined.tonight, mined.rest, mined.private_ids, config.recall_max
         )
+    if mined is not None and mined.weak_waiting is not None and not dry_run and used:
+        remember_waiting(project, home, mined.weak_waiting)
     _finish(night_dir, report, evidence)
     outcome = ProjectNight.from_report(project, night_dir, report)
     if config.auto_adopt and report["status"] == "staged" and not dry_run:

@@ -29,6 +29,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from selftaught.errors import BudgetExhausted, ConfigError
@@ -36,6 +37,7 @@ from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
+from selftaught.runs import RunError, iter_jsonl, write_jsonl
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.night.mine import (
@@ -50,6 +52,7 @@ from selftaught.sleep.night.mine import (
 from selftaught.sleep.night.replay import logged_tools
 from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
+from selftaught.sleep.paths import project_dir
 from selftaught.tasks.base import Example, Score, Split
 from selftaught.tasks.extract import extract_answer
 from selftaught.tasks.scorers import (
@@ -183,7 +186,11 @@ class WeakReport:
     refuted: int = 0  # the agreed answer is the one the user rejected
     already_checked: int = 0  # a checked task asks the same: not added
     verified: dict[str, int] = field(default_factory=lambda: {"right": 0, "wrong": 0})
-    """Weak labels scored against a real reference of the same request (tonight or recalled)."""
+    """Tonight's weak labels scored against a real reference of the same request (tonight's
+    or recalled)."""
+    verified_later: dict[str, int] = field(default_factory=lambda: {"right": 0, "wrong": 0})
+    """Past nights' weak labels scored against a real reference that arrived since."""
+    waiting: int = 0  # past weak labels with no real reference yet
     left_out: int = 0  # near-duplicates of a val or test task
     over_cap: int = 0  # beyond `share` of the checked train tasks
     trained: int = 0  # weak tasks in tonight's train split
@@ -195,8 +202,10 @@ class WeakReport:
 
     @property
     def accuracy(self) -> float | None:
-        n = self.verified["right"] + self.verified["wrong"]
-        return None if n == 0 else self.verified["right"] / n
+        """How often a weak label was right, where a real reference came (tonight or since)."""
+        right = self.verified["right"] + self.verified_later["right"]
+        n = right + self.verified["wrong"] + self.verified_later["wrong"]
+        return None if n == 0 else round(right / n, 4)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "accuracy": self.accuracy}
@@ -278,13 +287,12 @@ def _sample(
     return replies
 
 
-def _twin(task: MinedTask, checked: list[MinedTask], threshold: float) -> MinedTask | None:
+def _twin(
+    task_id: str, prompt: str, checked: list[MinedTask], threshold: float
+) -> MinedTask | None:
+    """The checked task asking what `prompt` asks (the same id, or a near-duplicate)."""
     return next(
-        (
-            t
-            for t in checked
-            if t.id == task.id or near_duplicates(task.prompt, t.prompt, threshold)
-        ),
+        (t for t in checked if t.id == task_id or near_duplicates(prompt, t.prompt, threshold)),
         None,
     )
 
@@ -314,7 +322,7 @@ def _settle_one(
         report.no_answer += int(got.key is None)
         report.disagreed += int(got.key is not None)
         return "no_answer" if got.key is None else "disagreed"
-    twin = _twin(task, checked, threshold)
+    twin = _twin(task.id, task.prompt, checked, threshold)
     if twin is not None:
         report.already_checked += 1
         right = _right(got.answer, twin)
@@ -419,20 +427,90 @@ def settle_weak(
                 row["outcome"] = task.notes[-1]
 
 
+# ---- labels waiting for a real reference ---------------------------------------------------
+
+WEAK_FILE = "weak_labels.jsonl"
+MAX_WAITING = 500
+
+
+class WeakLabelsError(RunError):
+    """The project's weak-label file cannot be read (a malformed line, named)."""
+
+
+def weak_labels_path(project: str, home: Path | None = None) -> Path:
+    return project_dir(project, home) / WEAK_FILE
+
+
+def load_waiting(project: str, home: Path | None = None) -> list[dict[str, Any]]:
+    """Past nights' weak labels no real reference has scored yet (newest first)."""
+    path = weak_labels_path(project, home)
+    if not path.is_file():
+        return []
+    rows = [row for _, row in iter_jsonl(path, WeakLabelsError)]
+    return [r for r in rows if isinstance(r.get("prompt"), str) and r.get("answer") is not None]
+
+
+def verify_waiting(
+    waiting: list[dict[str, Any]],
+    checked: list[MinedTask],
+    threshold: float,
+    report: WeakReport,
+) -> list[dict[str, Any]]:
+    """Score each waiting label against a checked task that asks the same (its real reference
+    arrived since); returns those still waiting."""
+    left = []
+    for row in waiting:
+        twin = _twin(str(row.get("id")), row["prompt"], checked, threshold)
+        right = None if twin is None else _right(str(row["answer"]), twin)
+        if right is None:
+            left.append(row)
+        else:
+            report.verified_later["right" if right else "wrong"] += 1
+    return left
+
+
+def still_waiting(
+    left: list[dict[str, Any]], labelled: list[MinedTask], night: str
+) -> list[dict[str, Any]]:
+    """What the weak-label file holds after tonight: tonight's labels, then those still
+    waiting, at most `MAX_WAITING` (the oldest dropped)."""
+    rows = [
+        {
+            "id": t.id,
+            "prompt": t.prompt,
+            "answer": t.reference,
+            "agreement": t.state["weak"]["agreement"],
+            "k": t.state["weak"]["k"],
+            "night": night,
+        }
+        for t in labelled
+    ]
+    ids = {r["id"] for r in rows}
+    rows += [r for r in left if r.get("id") not in ids]
+    return rows[:MAX_WAITING]
+
+
+def remember_waiting(project: str, home: Path | None, rows: list[dict[str, Any]]) -> None:
+    """Write the weak-label file (after a night that used its interactions)."""
+    write_jsonl(weak_labels_path(project, home), rows)
+
+
 def weak_lines(d: dict[str, Any] | None) -> list[str]:
     """report.md's lines for the `weak` section."""
     if not d:
         return []
     agreement = "-" if d.get("mean_agreement") is None else f"{d['mean_agreement']:.0%}"
-    v = d.get("verified") or {}
-    checked = v.get("right", 0) + v.get("wrong", 0)
-    right = f"{v.get('right', 0)} of {checked} right" if checked else "none to compare"
+    v, later = d.get("verified") or {}, d.get("verified_later") or {}
+    n_right = v.get("right", 0) + later.get("right", 0)
+    checked = n_right + v.get("wrong", 0) + later.get("wrong", 0)
+    right = f"{n_right} of {checked} right" if checked else "none to compare yet"
     lines = [
         f"- weak labels (k {d['k']}, agree {d['agree']:.0%}): {d['candidates']} unchecked "
         f"requests, {d['sampled']} sampled, {d['labelled']} agreed (mean {agreement}), "
         f"{d['disagreed']} disagreed, {d['no_answer']} gave no short answer, {d['refuted']} "
         f"refuted by the user; {d['trained']} in train ({d['left_out']} left out as "
         f"near-duplicates of val/test, {d['over_cap']} over the share); against a real "
-        f"reference: {right}"
+        f"reference (tonight's, or one that came since a past night): {right}; "
+        f"{d.get('waiting', 0)} waiting for one"
     ]
     return lines + [f"  - {n}" for n in d.get("notes") or []] + use_lines(d.get("shipped"))
