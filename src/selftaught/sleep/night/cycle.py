@@ -13,6 +13,8 @@ its own staging folder (`staging.NIGHT_LAYOUT`):
    non-loopback URL) unless they are reviewed or `allow_remote` is set;
 2. **mine** tasks with checks, merge near-duplicates (`mine.py`);
 3. **split** train / val / test, disjoint; too few to gate: nothing is staged (`split.py`);
+   then, when asked, weak labels (`--pseudo-k`, `weak.py`) and synthetic variants
+   (`--dream`, `dream.py`) join train only;
 4. **consolidate** with `SkillTrainer` (reflect → merge → select → apply → gate): the skill
    with the memory held fixed, then the memory with the new skill held fixed, both charged to
    ONE usage ledger so the night's budget covers both; every call goes to the evidence log
