@@ -50,7 +50,9 @@ from selftaught.sleep.intake.log import parse_time
 from selftaught.sleep.intake.proxy import ProxyConfig
 from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
 from selftaught.sleep.night.demo_modes import DemoModeConfig
+from selftaught.sleep.night.dream import DreamConfig
 from selftaught.sleep.night.split import SplitConfig
+from selftaught.sleep.night.weak import WeakConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 from selftaught.sleep.store.move import BATCH
@@ -599,6 +601,8 @@ SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
 DEMO_MODE_FLAGS = ("retrieval", "retrieve_k")
 NIGHT_SKILL_FLAGS = ("epochs", "batch_size", "rollouts_k", "demos_max", "concurrency", "max_tokens")
 WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_seconds": "weight_max_seconds"}
+WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
+DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 
 
 @sleep_app.command("run")
@@ -608,12 +612,16 @@ WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_seconds": "weight_max_seco
 @config_flags(SplitConfig, SPLIT_FLAGS, into="split_fields")
 @config_flags(DemoModeConfig, DEMO_MODE_FLAGS, into="demo_fields")
 @config_flags(WeightNightConfig, WEIGHT_FLAGS, into="weight_fields")
+@config_flags(WeakConfig, WEAK_FLAGS, into="weak_fields")
+@config_flags(DreamConfig, DREAM_FLAGS, into="dream_fields")
 def sleep_run_cmd(
     night_fields: dict[str, Any],
     skill_fields: dict[str, Any],
     split_fields: dict[str, Any],
     demo_fields: dict[str, Any],
     weight_fields: dict[str, Any],
+    weak_fields: dict[str, Any],
+    dream_fields: dict[str, Any],
     project: NightProjectOpt = None,
     model: Annotated[
         str | None, typer.Option(help="Target model spec (default: the upstream the proxy logged).")
@@ -678,6 +686,8 @@ def sleep_run_cmd(
         split=SplitConfig(**split_fields, seed=seed),
         demo_modes=DemoModeConfig(**demo_fields),
         weight_training=WeightNightConfig(**weight_fields, seed=seed),
+        weak=WeakConfig(**weak_fields),
+        dream=DreamConfig(**dream_fields),
         model_options=model_options(api_key, timeout),
         progress=console.is_terminal,
     )

@@ -13,6 +13,8 @@ its own staging folder (`staging.NIGHT_LAYOUT`):
    non-loopback URL) unless they are reviewed or `allow_remote` is set;
 2. **mine** tasks with checks, merge near-duplicates (`mine.py`);
 3. **split** train / val / test, disjoint; too few to gate: nothing is staged (`split.py`);
+   then, when asked, weak labels (`--pseudo-k`, `weak.py`) and synthetic variants
+   (`--dream`, `dream.py`) join train only;
 4. **consolidate** with `SkillTrainer` (reflect → merge → select → apply → gate): the skill
    with the memory held fixed, then the memory with the new skill held fixed, both charged to
    ONE usage ledger so the night's budget covers both; every call goes to the evidence log
@@ -54,7 +56,8 @@ from selftaught.errors import ConfigError
 from selftaught.evaluation import ScoreCache
 from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
-from selftaught.models.usage import TrackedModel
+from selftaught.models.usage import TrackedModel, UsageLedger
+from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
 from selftaught.runs import (
     atomic_write_json,
@@ -85,8 +88,10 @@ from selftaught.sleep.night.consolidate import (
     paired_val,
 )
 from selftaught.sleep.night.demo_modes import DemoModeConfig
+from selftaught.sleep.night.dream import DreamConfig, dream
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import (
+    NO_CHECK,
     MineConfig,
     MinedTask,
     MineReport,
@@ -101,7 +106,18 @@ from selftaught.sleep.night.split import (
     SplitConfig,
     SplitOverlap,
     TooFewTasks,
+    add_train_only,
     assign_splits,
+    train_only_use,
+)
+from selftaught.sleep.night.weak import (
+    WeakConfig,
+    load_waiting,
+    remember_waiting,
+    settle_weak,
+    still_waiting,
+    verify_waiting,
+    weak_label,
 )
 from selftaught.sleep.night.weight_night import (
     WEIGHT_MODES,
@@ -193,6 +209,10 @@ class SleepConfig:
     """Past tasks kept per project across nights (`recall.py`), recalled with their fixed
     splits so a quiet night still has val; the oldest are dropped (0: no recall)."""
     mining: MineConfig = field(default_factory=MineConfig)
+    weak: WeakConfig = field(default_factory=WeakConfig)
+    """Self-consistency labels for requests nobody checked, train only (`weak.py`)."""
+    dream: DreamConfig = field(default_factory=DreamConfig)
+    """Synthetic variants of train tasks, train only (`dream.py`)."""
     model_options: dict[str, Any] = field(default_factory=dict)
     """`load_model` keyword arguments (api_key, timeout_s, ...)."""
     weights: str = "off"
@@ -351,6 +371,8 @@ class ProjectNight(RunResult):
     replay: str | None = None  # how val tasks were replayed: episode, reply or agent
     weights: dict[str, Any] | None = None
     adapter: dict[str, Any] | None = None
+    weak: dict[str, Any] | None = None  # weak labels (`weak.WeakReport`), when sampled
+    dream: dict[str, Any] | None = None  # synthetic tasks (`dream.DreamReport`), when dreamed
     evidence_calls: int | None = None
     adopted_version: int | None = None
     adopted_at: float | None = None
@@ -448,6 +470,8 @@ REPORT_FIELDS = (
     "replay",
     "weights",
     "adapter",
+    "weak",
+    "dream",
     "evidence_calls",
     "adopted_version",
     "adopted_at",
@@ -754,13 +778,18 @@ def _model_change(report: dict[str, Any], project: str, home: Path) -> str | Non
 
 
 def mine(
-    interactions: list[Interaction], config: MineConfig, rejected: set[str] | None = None
+    interactions: list[Interaction],
+    config: MineConfig,
+    rejected: set[str] | None = None,
+    unchecked: list[Interaction] | None = None,
 ) -> tuple[list[MinedTask], MineReport]:
     """Tasks from `interactions` (already filtered for privacy by the caller), with a report
     of what was dropped and why: chat threads read for the user's own verdicts first
     (`signals.read_threads`; `rejected`: signals the operator rejected), then plain exchanges
     through `mine.mine_one`, tool-using conversations through `replay.mine_tool_task` (here,
-    above both, so neither imports the other back)."""
+    above both, so neither imports the other back). `unchecked`: receives the plain
+    exchanges dropped for having nothing to check them by (`mine.NO_CHECK`), as rows read
+    from their threads, for `weak.py` (they are still counted as dropped)."""
     report = MineReport(read=len(interactions))
     rows, _, conversation = read_threads(interactions, config, rejected)
     report.conversation = conversation.to_dict()
@@ -777,6 +806,8 @@ def mine(
         steps += len(group) - 1
         if task is None:
             dropped[why or "unknown"] += 1
+            if unchecked is not None and (why or "").startswith(NO_CHECK):
+                unchecked.append(group[0])
         else:
             tasks.append(task)
     merged = merge_near_duplicates(tasks, config.near_duplicate)
@@ -802,6 +833,11 @@ class _Mined:
     splits: dict[str, list[MinedTask]]
     rest: list[recall.Recalled]
     private_ids: set[str]
+    ledger: UsageLedger = field(default_factory=UsageLedger)
+    """The night's one ledger: weak-label samples and dream paraphrases are charged to it
+    before consolidation goes on charging it."""
+    weak_waiting: list[dict[str, Any]] | None = None
+    """The project's weak-label file after the night (None: weak labels off)."""
 
 
 def _mine_and_split(
@@ -811,10 +847,12 @@ def _mine_and_split(
     models: NightModels,
     adopted: Adopted,
     home: Path,
+    evidence: EvidenceLog,
 ) -> _Mined:
     kept, withheld = _private_filter(rows, models, config.allow_remote)
     mining = dataclasses.replace(config.mining, judge=models.judge is not None)
-    tasks, mined = mine(kept, mining, rejected_signals(report["project"], home))
+    unchecked: list[Interaction] = []
+    tasks, mined = mine(kept, mining, rejected_signals(report["project"], home), unchecked)
     mined.withheld_private = withheld
     report["mining"] = mined.to_dict()
     if withheld:
@@ -837,7 +875,52 @@ def _mine_and_split(
         combined = _checkable_on_agent(report, combined, tasks)
     splits = assign_splits(combined, config.split, mining.near_duplicate)
     private_ids = {it.id for it in kept if it.private and not it.reviewed}
-    return _Mined(tasks, splits, rest, private_ids)
+    ledger = UsageLedger(budget=config.training.budget)
+    waiting = None
+    if config.weak.k and is_agent(models.target):
+        report["notes"].append("weak labels: not sampled on an agent target")
+    elif config.weak.k:
+        target = TrackedModel(EvidenceModel(models.target, evidence, "target"), ledger, "target")
+        policy = Policy(adopted.skill, adopted.memory)
+        waiting = _weak_labels(report, unchecked, combined, splits, config, target, policy, home)
+    if config.dream.n:
+        analyst = EvidenceModel(models.optimizer, evidence, "optimizer")
+        _, dreamt = dream(
+            splits,
+            config.dream,
+            TrackedModel(analyst, ledger, "optimizer"),
+            config.training,
+            mining.near_duplicate,
+            config.split.seed,
+        )
+        report["dream"] = dreamt.to_dict()
+    return _Mined(tasks, splits, rest, private_ids, ledger, waiting)
+
+
+def _weak_labels(
+    report: dict[str, Any],
+    unchecked: list[Interaction],
+    checked: list[MinedTask],
+    splits: dict[str, list[MinedTask]],
+    config: SleepConfig,
+    target: ChatModel,
+    policy: Policy,
+    home: Path,
+) -> list[dict[str, Any]]:
+    """Weak labels (`weak.py`) added to train after the split (a night too small to gate
+    spends nothing on them), past ones scored where a real reference came since; what the
+    project's weak-label file is to hold after the night."""
+    found, labels = weak_label(
+        unchecked, checked, config.weak, config.mining, target, policy, config.training
+    )
+    add_train_only(splits, found, config.mining.near_duplicate)
+    settle_weak(splits, found, config.weak, labels)
+    past = load_waiting(report["project"], home)
+    left = verify_waiting(past, checked, config.mining.near_duplicate, labels)
+    waiting = still_waiting(left, found, report["night"])
+    labels.waiting = len(waiting)
+    report["weak"] = labels.to_dict()
+    return waiting
 
 
 def _checkable_on_agent(
@@ -886,7 +969,7 @@ def run_project(
     mined: _Mined | None = None
     try:
         with _timed(report, "mine"):
-            mined = _mine_and_split(report, taken, config, models, adopted, home)
+            mined = _mine_and_split(report, taken, config, models, adopted, home, evidence)
         _learn(report, project, mined, config, models, adopted, night_dir, evidence, console)
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
@@ -901,6 +984,8 @@ def run_project(
         report["recall"]["pool_after"] = recall.remember(
             project, home, night, mined.tonight, mined.rest, mined.private_ids, config.recall_max
         )
+    if mined is not None and mined.weak_waiting is not None and not dry_run and used:
+        remember_waiting(project, home, mined.weak_waiting)
     _finish(night_dir, report, evidence)
     outcome = ProjectNight.from_report(project, night_dir, report)
     if config.auto_adopt and report["status"] == "staged" and not dry_run:
@@ -1008,6 +1093,7 @@ def _learn(
             evidence,
             console,
             modes=config.demo_modes,
+            ledger=mined.ledger,
         )
     report["notes"] += result.notes
     with _timed(report, "proofread"):
@@ -1019,6 +1105,19 @@ def _learn(
             report, config, models, task, mined, adopted, result, night_dir, evidence, console
         )
     _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
+    _train_only_use(report, night_dir, splits)
+
+
+def _train_only_use(
+    report: dict[str, Any], night_dir: Path, splits: dict[str, list[MinedTask]]
+) -> None:
+    """Whether what the night staged used its weak or synthetic tasks (`split.train_only_use`)."""
+    staged = night_dir / "proposal" / "skill.md"
+    skill = staged.read_text() if staged.is_file() else None
+    used = train_only_use(splits, skill, report.get("proposal"))
+    for section, kind in (("weak", "weak"), ("dream", "synthetic")):
+        if report.get(section) is not None:
+            report[section]["shipped"] = used.get(kind, {})
 
 
 def _proofread(

@@ -236,22 +236,36 @@ def _negative(it: Interaction) -> bool:
     return fb.thumb == "down" or (fb.score is not None and fb.score < 0.5)
 
 
-def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str | None]:
-    """(task, None), or (None, why it cannot be a task)."""
+def request_messages(it: Interaction, config: MineConfig) -> list[Message] | str:
+    """The redacted messages `it`'s task replays (ending with the user request), or why it
+    has none."""
     if not it.is_task:
-        return None, it.not_task_reason
+        return it.not_task_reason
     messages = _redact_messages(task_turns(it))
     if messages is None:
-        return None, "holds non-text content (images, files): cannot be replayed as text"
+        return "holds non-text content (images, files): cannot be replayed as text"
     if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
-        return None, "no user request to replay"
+        return "no user request to replay"
     if sum(len(m["content"]) for m in messages) > config.max_prompt_chars:
-        return None, f"longer than {config.max_prompt_chars} characters"
+        return f"longer than {config.max_prompt_chars} characters"
+    return messages
+
+
+def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str | None]:
+    """(task, None), or (None, why it cannot be a task)."""
+    messages = request_messages(it, config)
+    if isinstance(messages, str):
+        return None, messages
     checks = task_checks(it, messages, it.effective_reference, config)
     if isinstance(checks, str):
         return None, checks
     state, reference = checks
     return new_task(it, messages, reference, state), None
+
+
+NO_CHECK = "no reference, no stated rule"
+"""Why a row with nothing to check it by was dropped (the start of the reason): the rows a
+weak label may be sampled for (`weak.py`, `cycle.mine(unchecked=...)`)."""
 
 
 def task_checks(
@@ -297,7 +311,7 @@ def task_checks(
         if it.reply and not _negative(it) and (it.feedback.thumb or it.feedback.score):
             reference = redact_for_model(it.reply)  # an approved reply, for the judge only
     elif not rules and not other_check:
-        why = "no reference, no stated rule"
+        why = NO_CHECK
         if not config.judge:
             why += " and no --judge-model for a rubric"
         return why

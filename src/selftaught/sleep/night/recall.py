@@ -8,7 +8,8 @@ task keeps it; a task mined again tonight (same id, or a near-duplicate of a rec
 takes the recalled task's split and replaces it; a task whose request an adopted
 demonstration was made from is pinned to train (a deployed demo is never validated on).
 After a night that used its interactions, the pool is written back (atomically), newest
-first, capped at `recall_max` tasks: the oldest are dropped.
+first, capped at `recall_max` tasks: the oldest are dropped. A weak-labelled or synthetic
+task (`split.train_only`) is never written to it.
 
 Privacy: a task mined from a private (harvested, unreviewed) interaction is stored marked
 so; a night whose models are remote recalls it only where private rows may go there.
@@ -29,6 +30,7 @@ from selftaught.demos import Demo, LeakCheck
 from selftaught.errors import InputError
 from selftaught.runs import RunError, iter_jsonl, write_jsonl
 from selftaught.sleep.night.mine import MinedTask, near_duplicates, quoted
+from selftaught.sleep.night.split import train_only
 from selftaught.sleep.paths import project_dir
 
 RECALL_FILE = "recall.jsonl"
@@ -171,7 +173,7 @@ def remember(
     rows = [
         Recalled(t, night, any(s in private_ids for s in t.sources))
         for t in tonight
-        if t.split is not None
+        if t.split is not None and not train_only(t)  # a weak label or a dream: never kept
     ]
     rows += list(rest)
     rows.sort(key=lambda r: r.task.created_at, reverse=True)

@@ -7,6 +7,11 @@ fewer tasks than `min_train + min_val` the night cannot gate anything and stages
 never falls back to validating on the training tasks (SkillOpt-Sleep does, then has to flag
 the result as unverified). Val or test tasks that are near-duplicates of train tasks fail
 closed, naming both.
+
+A task whose check a model made (a self-consistency label, `weak.py`) or that no user sent (a
+dream, `dream.py`) is **train only** (`train_only`): it never goes to val or test, does not
+count toward `min_train`, and one that nearly duplicates a val or test task is left out (its
+split stays None and a note names the held-out task), where a mined task would fail the night.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from selftaught.demos import split_skill
 from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.mine import MinedTask, near_duplicates
@@ -56,12 +62,24 @@ def _unit(task_id: str, seed: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+TRAIN_ONLY = ("weak", "synthetic")
+
+
+def train_only(task: MinedTask) -> str | None:
+    """ "weak" or "synthetic" (the `state` key marking it) for a task that may train and never
+    validate; None for a task mined with a check of its own."""
+    return next((kind for kind in TRAIN_ONLY if task.state.get(kind) is not None), None)
+
+
 def assign_splits(
     tasks: list[MinedTask], config: SplitConfig, near_duplicate: float = 0.8
 ) -> dict[str, list[MinedTask]]:
     """Set each task's split (keeping one already set) and return the splits; raises
     TooFewTasks when train or val cannot reach its minimum, SplitOverlap when a task has a
-    near-duplicate (at `near_duplicate` similarity) in another split."""
+    near-duplicate (at `near_duplicate` similarity) in another split. Train-only tasks go to
+    train after the others are split (`add_train_only`)."""
+    extra = [t for t in tasks if train_only(t)]
+    tasks = [t for t in tasks if not train_only(t)]
     need = config.min_train + config.min_val
     if len(tasks) < need:
         raise TooFewTasks(
@@ -106,7 +124,33 @@ def assign_splits(
             f"(at least {config.min_train} and {config.min_val} needed)"
         )
     check_split(splits, near_duplicate)
+    add_train_only(splits, extra, near_duplicate)
     return splits
+
+
+def add_train_only(
+    splits: dict[str, list[MinedTask]], tasks: list[MinedTask], threshold: float
+) -> list[MinedTask]:
+    """Add train-only `tasks` to `splits["train"]`; one that is a near-duplicate of a val or
+    test task is left out (fail closed: its split is None, a note names the held-out task).
+    Returns those added."""
+    held = [(s, t) for s in ("val", "test") for t in splits.get(s, [])]
+    added = []
+    for task in tasks:
+        hit = next(
+            ((s, o) for s, o in held if near_duplicates(task.prompt, o.prompt, threshold)), None
+        )
+        if hit is not None:
+            task.split = None
+            task.notes.append(
+                f"left out: a near-duplicate of {hit[1].id} ({hit[0]}), and a "
+                f"{train_only(task) or 'train-only'} task never overlaps a held-out one"
+            )
+            continue
+        task.split = "train"
+        splits.setdefault("train", []).append(task)
+        added.append(task)
+    return added
 
 
 def check_split(splits: dict[str, list[MinedTask]], threshold: float) -> None:
@@ -155,3 +199,41 @@ class NightTask:
 
     def sizes(self) -> dict[str, Any]:
         return {s: len(v) for s, v in self._examples.items()}
+
+
+def train_only_use(
+    splits: dict[str, list[MinedTask]], skill: str | None, proposal: dict[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """What a staged proposal took from train-only tasks, by kind ("weak", "synthetic"): the
+    ids of its skill's demos made from them (`skill`: the staged skill, None when the text was
+    not staged), how many of its kept lines name them, and how many of them (those that may be
+    a demo) an adapter it stages trained on. Empty when nothing was staged."""
+    if not proposal:
+        return {}
+    kinds = {t.id: k for t in splits.get("train", []) if (k := train_only(t))}
+    demos = [d.id for d in split_skill(skill).demos] if skill is not None else []
+    lines = proposal.get("lines") or []
+    adapter = proposal.get("adapter") is not None
+    out: dict[str, dict[str, Any]] = {}
+    for kind in TRAIN_ONLY:
+        mine = {i for i, k in kinds.items() if k == kind}
+        demoable = [
+            t for t in splits.get("train", []) if t.id in mine and not t.state.get("no_demo")
+        ]
+        out[kind] = {
+            "demos": [d for d in demos if d in mine],
+            "lines": sum(1 for line in lines if mine & set(line.get("tasks") or ())),
+            "adapter_tasks": len(demoable) if adapter else 0,
+        }
+    return out
+
+
+def use_lines(used: dict[str, Any] | None) -> list[str]:
+    """report.md's line for one kind of `train_only_use` (nothing when nothing was staged)."""
+    if not used:
+        return []
+    return [
+        f"  - in the staged proposal: {len(used.get('demos') or [])} demos, "
+        f"{used.get('lines', 0)} lines naming them, {used.get('adapter_tasks', 0)} in the "
+        "adapter's train set"
+    ]

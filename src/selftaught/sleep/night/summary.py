@@ -16,8 +16,10 @@ from typing import Any
 
 from selftaught.runs import RunDir, atomic_write_json, atomic_write_text
 from selftaught.sleep.night.checks import describe_checks
+from selftaught.sleep.night.dream import dream_lines
 from selftaught.sleep.night.evidence import EvidenceLog, redact_tree
-from selftaught.sleep.night.mine import MinedTask
+from selftaught.sleep.night.mine import NO_CHECK, MinedTask
+from selftaught.sleep.night.weak import weak_lines
 
 
 def task_row(task: MinedTask) -> dict[str, Any]:
@@ -39,6 +41,7 @@ def task_row(task: MinedTask) -> dict[str, Any]:
             {k: sig.get(k) for k in ("kind", "source", "giver", "trusted", "words")}
             for sig in task.signals
         ],
+        **{k: task.state[k] for k in ("weak", "synthetic") if task.state.get(k)},
     }
 
 
@@ -259,6 +262,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
         s = report["splits"]
         lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
     lines += _recall_lines(report.get("recall"))
+    lines += weak_lines(report.get("weak")) + dream_lines(report.get("dream"))
     if report.get("replay") in REPLAY:
         lines.append(f"- replay: {REPLAY[report['replay']]}")
     gate = report.get("gate")
@@ -290,9 +294,6 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
     return lines + [f"- note: {note}" for note in report.get("notes") or []]
 
 
-UNCHECKED = "no reference, no stated rule"
-
-
 def _conversation_lines(mining: dict[str, Any]) -> list[str]:
     """What the threads held, and what would have checked the rows dropped for want of one."""
     conv = mining.get("conversation") or {}
@@ -308,7 +309,7 @@ def _conversation_lines(mining: dict[str, Any]) -> list[str]:
             + (f"; {rejected} rejected by the operator" if rejected else "")
             + ")"
         )
-    unchecked = sum(n for why, n in mining.get("dropped", {}).items() if why.startswith(UNCHECKED))
+    unchecked = sum(n for why, n in mining.get("dropped", {}).items() if why.startswith(NO_CHECK))
     if unchecked:
         lines.append(
             f"- {unchecked} rows had no check: a correction in the user's next turn, "

@@ -1,0 +1,516 @@
+"""Weak labels: self-consistency for requests nobody checked, for training only.
+
+A plain request that mining dropped for having nothing to check it by (no reference, no rule
+the user stated, no judge: `mine.NO_CHECK`) may still have an answer one can extract: a number,
+a number with a unit, a label, a short text. With `--pseudo-k K` the night asks the target
+(with the adopted skill and memory, through the rollout runner, charged to the night's ledger
+and written to its evidence log) for K samples at the rollout temperature; when one extracted
+answer reaches `--pseudo-agree` of the K samples, it becomes the task's **weak reference**
+(`state["weak"] = {"agreement", "k", "answers"}`, scored like any reference).
+
+A weak label trains and never validates: a weak task goes to train only (`split.train_only`),
+never to val or test, never counts toward the night's minimum train size, is left out when it
+nearly duplicates a val or test task, is never written to the recall pool, and weak tasks are
+at most `--pseudo-share` of the night's checked train tasks (the best agreed kept). It may
+feed a demonstration (the target's own passing reply, or the agreed answer) only when every
+row it came from is the operator's own words (`signals.words_trusted`); a weak task on an end
+user's request is marked `no_demo` and only feeds reflection.
+
+No label is taken where the user already spoke: a request that the user rejected, whose
+agreed answer is the one in the rejected reply, is refuted; a request that a checked task of
+tonight or of the recall pool also asks (the same id or a near-duplicate) is not added, and
+where that task has a reference the weak label is scored against it: the report counts how
+often weak labels were right.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from selftaught.errors import BudgetExhausted, ConfigError
+from selftaught.models.base import ChatModel, GenerationParams
+from selftaught.models.errors import FatalBackendError
+from selftaught.policy import Policy
+from selftaught.rollout import RolloutConfig, run_rollouts
+from selftaught.runs import RunError, iter_jsonl, write_jsonl
+from selftaught.skill.config import SkillOptConfig
+from selftaught.sleep.intake.log import Interaction
+from selftaught.sleep.night.mine import (
+    MineConfig,
+    MinedTask,
+    merge_near_duplicates,
+    near_duplicates,
+    new_task,
+    quoted,
+    request_messages,
+)
+from selftaught.sleep.night.replay import logged_tools
+from selftaught.sleep.night.signals import words_trusted
+from selftaught.sleep.night.split import train_only, use_lines
+from selftaught.sleep.paths import project_dir
+from selftaught.tasks.base import Example, Score, Split
+from selftaught.tasks.extract import extract_answer
+from selftaught.tasks.scorers import (
+    normalize_text,
+    parse_number,
+    reference_scorer,
+    score_reference,
+)
+from selftaught.text import words
+
+UNTRUSTED_REQUEST = "a weak label on an end user's request (no demonstration is made of it)"
+
+
+@dataclass
+class WeakConfig:
+    k: int = 0
+    """Samples of the target per request nobody checked, whose agreed extracted answer (a
+    number, a number with a unit, a label, a short text) becomes a weak reference for training
+    only, never for val or test (0: off; else at least 2)."""
+    agree: float = 0.8
+    """Share of the samples one extracted answer must reach to become a weak reference (above
+    one half)."""
+    share: float = 1.0
+    """Weak tasks at most this share of the night's checked train tasks (the best agreed
+    kept)."""
+    max_candidates: int = 32
+    """Requests sampled per night at most (newest first): each costs k target samples."""
+    max_answer_words: int = 6
+    """A reply's extracted answer longer than this is not an answer to agree on."""
+
+    def __post_init__(self) -> None:
+        if self.k < 0 or self.k == 1:
+            raise ConfigError(f"pseudo k must be 0 (off) or at least 2, got {self.k}")
+        if not 0.5 < self.agree <= 1.0:
+            raise ConfigError(f"pseudo agree must be in (0.5, 1], got {self.agree}")
+        if self.share < 0:
+            raise ConfigError(f"pseudo share must be >= 0, got {self.share}")
+        if self.max_candidates < 1 or self.max_answer_words < 1:
+            raise ConfigError("max_candidates and max_answer_words must be >= 1")
+
+
+# ---- the answer of a reply ----------------------------------------------------------------
+
+_NON_ANSWER = re.compile(
+    r"\b(?:i\s+(?:do\s+not|don'?t|can\s*not|can'?t)|not sure|unable|sorry|unknown|no idea)\b",
+    re.I,
+)
+_NUM = re.compile(r"[-−]?\$?\d[\d,]*(?:\.\d+)?")
+_WITH_UNIT = re.compile(r"^([-−]?\$?\d[\d,]*(?:\.\d+)?)\s*([A-Za-z°%µ€£][A-Za-z°%µ/²³]{0,15})$")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What samples agree on (`key`) and the reference it becomes (`value`)."""
+
+    key: str
+    value: str
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def short_answer(reply: str, max_words: int = 6) -> Answer | None:
+    """The answer a reply gives, when it is short enough to agree on: the final-answer marker's
+    content (else the reply), after its last `=`; a number (keyed by its value), a number with
+    a unit ("7 km"), else a short text (keyed normalized). None: no such answer (prose, several
+    numbers, several lines, a refusal such as "I do not know")."""
+    text = extract_answer(reply)
+    if "=" in text:
+        text = text.rsplit("=", 1)[1]
+    text = text.strip().strip("*`\"'").rstrip(".!").strip()
+    if not text or "\n" in text or len(words(text)) > max_words:
+        return None
+    found = _NUM.findall(text)
+    if len(found) > 1:
+        return None
+    if found:
+        value = parse_number(found[0])
+        if value is None or not math.isfinite(value):
+            return None
+        number = _number(value)
+        unit = _WITH_UNIT.match(text)
+        return Answer(number, f"{number} {unit.group(2)}" if unit else number)
+    key = normalize_text(text)
+    if not key or _NON_ANSWER.search(text):  # "I do not know" agreed is no label
+        return None
+    return Answer(key, text)
+
+
+@dataclass(frozen=True)
+class Vote:
+    """The samples' verdict on one request."""
+
+    answer: str | None  # the agreed reference (None: no answer reached the share)
+    key: str | None  # the most common answer's key
+    agreement: float  # its share of the k samples
+    answers: dict[str, int]  # every key and its count
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def vote(replies: list[str | None], k: int, agree: float, max_words: int) -> Vote:
+    """Count the extracted answers of `replies` (None: a sample that failed) over `k`."""
+    answers = [short_answer(r, max_words) if r is not None else None for r in replies]
+    keys = Counter(a.key for a in answers if a is not None)
+    if not keys:
+        return Vote(None, None, 0.0, {})
+    key, count = keys.most_common(1)[0]
+    forms = Counter(a.value for a in answers if a is not None and a.key == key)
+    share = count / k
+    agreed = forms.most_common(1)[0][0] if share >= agree else None
+    return Vote(agreed, key, round(share, 4), dict(keys.most_common(5)))
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+@dataclass
+class WeakReport:
+    """What self-consistency did tonight (report.json's `weak`)."""
+
+    k: int = 0
+    agree: float = 0.0
+    candidates: int = 0  # requests mining dropped with nothing to check them by
+    sampled: int = 0  # of them, sampled k times (max_candidates, newest first)
+    labelled: int = 0  # an answer reached the agreement share
+    disagreed: int = 0  # the samples gave answers, none reached the share
+    no_answer: int = 0  # no sample gave a short answer
+    refuted: int = 0  # the agreed answer is the one the user rejected
+    already_checked: int = 0  # a checked task asks the same: not added
+    verified: dict[str, int] = field(default_factory=lambda: {"right": 0, "wrong": 0})
+    """Tonight's weak labels scored against a real reference of the same request (tonight's
+    or recalled)."""
+    verified_later: dict[str, int] = field(default_factory=lambda: {"right": 0, "wrong": 0})
+    """Past nights' weak labels scored against a real reference that arrived since."""
+    waiting: int = 0  # past weak labels with no real reference yet
+    left_out: int = 0  # near-duplicates of a val or test task
+    over_cap: int = 0  # beyond `share` of the checked train tasks
+    trained: int = 0  # weak tasks in tonight's train split
+    mean_agreement: float | None = None  # over the labelled
+    failed_samples: int = 0
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # one row per sampled request
+    notes: list[str] = field(default_factory=list)
+    shipped: dict[str, Any] = field(default_factory=dict)  # what the staged proposal used
+
+    @property
+    def accuracy(self) -> float | None:
+        """How often a weak label was right, where a real reference came (tonight or since)."""
+        right = self.verified["right"] + self.verified_later["right"]
+        n = right + self.verified["wrong"] + self.verified_later["wrong"]
+        return None if n == 0 else round(right / n, 4)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "accuracy": self.accuracy}
+
+
+# ---- candidates and sampling ----------------------------------------------------------------
+
+
+class _Unchecked:
+    """The requests to sample as a Task for the rollout runner: nothing checks them yet."""
+
+    kind = "agent"
+    instructions = ""
+    name = "sleep:weak-labels"
+
+    def __init__(self, examples: list[Example]):
+        self._examples = examples
+
+    def examples(self, split: Split) -> list[Example]:
+        return list(self._examples) if split == "train" else []
+
+    def score(self, output: str, example: Example) -> Score:
+        return Score(0.0, 0.0, "no check yet: sampled for a weak label")
+
+
+def candidates(rows: list[Interaction], mining: MineConfig) -> list[MinedTask]:
+    """Check-less tasks from `rows` (plain requests mining dropped with `NO_CHECK`), merged as
+    near-duplicates, newest first; `no_demo` unless every row is the operator's words."""
+    tasks, trusted = [], {}
+    for it in rows:
+        if logged_tools(it):
+            continue
+        messages = request_messages(it, mining)
+        if isinstance(messages, str):
+            continue
+        state: dict[str, Any] = {"rules": []}
+        if (it.feedback.comment or "").strip():  # a trusted comment would have stated a rule
+            state["evidence"] = quoted(it.feedback.comment or "")
+        tasks.append(new_task(it, messages, None, state))
+        trusted[it.id] = words_trusted(it)
+    merged = merge_near_duplicates(tasks, mining.near_duplicate)
+    for task in merged:
+        if not all(trusted.get(s, False) for s in task.sources):
+            task.state["no_demo"] = UNTRUSTED_REQUEST
+    return sorted(merged, key=lambda t: t.created_at, reverse=True)
+
+
+def _sample(
+    tasks: list[MinedTask],
+    config: WeakConfig,
+    target: ChatModel,
+    policy: Policy,
+    training: SkillOptConfig,
+    report: WeakReport,
+) -> dict[str, list[str | None]] | None:
+    """Each task's k replies (None for a failed sample); None when the backend or the budget
+    stopped the sampling (noted)."""
+    examples = [Example(id=t.id, input=t.messages) for t in tasks]
+    rollout = RolloutConfig(
+        concurrency=training.concurrency,
+        timeout_s=training.timeout_s,
+        params=GenerationParams(
+            max_tokens=training.max_tokens, temperature=training.rollout_temperature
+        ),
+        samples=config.k,
+        progress=False,
+        description="weak labels",
+    )
+    try:
+        done = run_rollouts(target, policy, _Unchecked(examples), examples, rollout)
+    except (FatalBackendError, BudgetExhausted) as err:
+        report.notes.append(f"weak labels: sampling stopped ({err}); none taken tonight")
+        return None
+    replies: dict[str, list[str | None]] = {t.id: [] for t in tasks}
+    for r in done:
+        bad = r.error is not None or r.truncated
+        report.failed_samples += int(r.error is not None)
+        replies[r.example_id].append(None if bad else r.reply)
+    return replies
+
+
+def _twin(
+    task_id: str, prompt: str, checked: list[MinedTask], threshold: float
+) -> MinedTask | None:
+    """The checked task asking what `prompt` asks (the same id, or a near-duplicate)."""
+    return next(
+        (t for t in checked if t.id == task_id or near_duplicates(prompt, t.prompt, threshold)),
+        None,
+    )
+
+
+def _right(answer: str, twin: MinedTask) -> bool | None:
+    """Whether a weak answer passes the real reference of `twin` (None: it has none)."""
+    scorer = twin.state.get("scorer")
+    if not scorer or twin.reference is None:
+        return None
+    ex = Example(id=twin.id, input=twin.messages, reference=twin.reference, state=twin.state)
+    try:
+        return bool(score_reference(answer, ex, scorer).hard)
+    except Exception:  # noqa: BLE001 - a reference its scorer cannot read compares nothing
+        return None
+
+
+def _settle_one(
+    task: MinedTask,
+    got: Vote,
+    checked: list[MinedTask],
+    config: WeakConfig,
+    threshold: float,
+    report: WeakReport,
+) -> str:
+    """Label `task` from its vote, or say why not: the outcome word for the report."""
+    if got.answer is None:
+        report.no_answer += int(got.key is None)
+        report.disagreed += int(got.key is not None)
+        return "no_answer" if got.key is None else "disagreed"
+    twin = _twin(task.id, task.prompt, checked, threshold)
+    if twin is not None:
+        report.already_checked += 1
+        right = _right(got.answer, twin)
+        if right is not None:
+            report.verified["right" if right else "wrong"] += 1
+            return f"checked by {twin.id}: {'right' if right else 'wrong'}"
+        return f"already checked by {twin.id}"
+    rejected = short_answer(task.logged_reply or "", config.max_answer_words)
+    if task.negative and rejected is not None and rejected.key == got.key:
+        report.refuted += 1
+        return "refuted: the user rejected a reply with this answer"
+    task.reference = got.answer
+    task.state["scorer"] = reference_scorer(got.answer)
+    task.state["weak"] = {"agreement": got.agreement, "k": config.k, "answers": got.answers}
+    task.notes.append(f"weak label: {got.answer!r} agreed by {got.agreement:.0%} of {config.k}")
+    report.labelled += 1
+    return "labelled"
+
+
+def weak_label(
+    rows: list[Interaction],
+    checked: list[MinedTask],
+    config: WeakConfig,
+    mining: MineConfig,
+    target: ChatModel,
+    policy: Policy,
+    training: SkillOptConfig,
+) -> tuple[list[MinedTask], WeakReport]:
+    """Weak tasks from `rows` (what `cycle.mine(unchecked=...)` handed back), sampled on
+    `target` (already charged to the night's ledger and evidence log) under `policy`;
+    `checked`: the night's tasks with checks (tonight's and recalled), which a weak label
+    never duplicates and is scored against. The tasks come back unsplit, marked `weak`."""
+    report = WeakReport(k=config.k, agree=config.agree)
+    if config.k == 0:
+        return [], report
+    found = candidates(rows, mining)
+    report.candidates = len(found)
+    sample = found[: config.max_candidates]
+    if len(found) > len(sample):
+        report.notes.append(
+            f"{len(found) - len(sample)} unchecked requests not sampled (max_candidates "
+            f"{config.max_candidates}, newest first)"
+        )
+    if not sample:
+        return [], report
+    replies = _sample(sample, config, target, policy, training, report)
+    if replies is None:
+        return [], report
+    report.sampled = len(sample)
+    out = []
+    for task in sample:
+        got = vote(replies[task.id], config.k, config.agree, config.max_answer_words)
+        outcome = _settle_one(task, got, checked, config, mining.near_duplicate, report)
+        report.tasks.append(
+            {
+                "id": task.id,
+                "answer": got.answer,
+                "agreement": got.agreement,
+                "answers": got.answers,
+                "outcome": outcome,
+            }
+        )
+        if outcome == "labelled":
+            out.append(task)
+    return out, report
+
+
+def settle_weak(
+    splits: dict[str, list[MinedTask]],
+    tasks: list[MinedTask],
+    config: WeakConfig,
+    report: WeakReport,
+) -> None:
+    """After the split: count the weak tasks left out as near-duplicates of held-out ones,
+    keep at most `share` of the checked train tasks (the best agreed), record the rest."""
+    report.left_out = sum(t.split is None for t in tasks)
+    train = splits.get("train", [])
+    checked = sum(not train_only(t) for t in train)
+    cap = math.floor(config.share * checked + 1e-9)
+    weak = sorted(
+        (t for t in train if train_only(t) == "weak"),
+        key=lambda t: (-t.state["weak"]["agreement"], t.id),
+    )
+    for task in weak[cap:]:
+        train.remove(task)
+        task.split = None
+        task.notes.append(f"left out: over the weak share ({cap} of {checked} checked train tasks)")
+    report.over_cap = max(0, len(weak) - cap)
+    kept = weak[:cap]
+    report.trained = len(kept)
+    if report.labelled:
+        labelled = [t for t in tasks if t.state.get("weak")]
+        report.mean_agreement = round(
+            sum(t.state["weak"]["agreement"] for t in labelled) / len(labelled), 4
+        )
+    by_id = {t.id: t for t in tasks}
+    for row in report.tasks:
+        task = by_id.get(row["id"])
+        if task is not None:
+            row["split"] = task.split
+            if task.split is None and task.notes:
+                row["outcome"] = task.notes[-1]
+
+
+# ---- labels waiting for a real reference ---------------------------------------------------
+
+WEAK_FILE = "weak_labels.jsonl"
+MAX_WAITING = 500
+
+
+class WeakLabelsError(RunError):
+    """The project's weak-label file cannot be read (a malformed line, named)."""
+
+
+def weak_labels_path(project: str, home: Path | None = None) -> Path:
+    return project_dir(project, home) / WEAK_FILE
+
+
+def load_waiting(project: str, home: Path | None = None) -> list[dict[str, Any]]:
+    """Past nights' weak labels no real reference has scored yet (newest first)."""
+    path = weak_labels_path(project, home)
+    if not path.is_file():
+        return []
+    rows = [row for _, row in iter_jsonl(path, WeakLabelsError)]
+    return [r for r in rows if isinstance(r.get("prompt"), str) and r.get("answer") is not None]
+
+
+def verify_waiting(
+    waiting: list[dict[str, Any]],
+    checked: list[MinedTask],
+    threshold: float,
+    report: WeakReport,
+) -> list[dict[str, Any]]:
+    """Score each waiting label against a checked task that asks the same (its real reference
+    arrived since); returns those still waiting."""
+    left = []
+    for row in waiting:
+        twin = _twin(str(row.get("id")), row["prompt"], checked, threshold)
+        right = None if twin is None else _right(str(row["answer"]), twin)
+        if right is None:
+            left.append(row)
+        else:
+            report.verified_later["right" if right else "wrong"] += 1
+    return left
+
+
+def still_waiting(
+    left: list[dict[str, Any]], labelled: list[MinedTask], night: str
+) -> list[dict[str, Any]]:
+    """What the weak-label file holds after tonight: tonight's labels, then those still
+    waiting, at most `MAX_WAITING` (the oldest dropped)."""
+    rows = [
+        {
+            "id": t.id,
+            "prompt": t.prompt,
+            "answer": t.reference,
+            "agreement": t.state["weak"]["agreement"],
+            "k": t.state["weak"]["k"],
+            "night": night,
+        }
+        for t in labelled
+    ]
+    ids = {r["id"] for r in rows}
+    rows += [r for r in left if r.get("id") not in ids]
+    return rows[:MAX_WAITING]
+
+
+def remember_waiting(project: str, home: Path | None, rows: list[dict[str, Any]]) -> None:
+    """Write the weak-label file (after a night that used its interactions)."""
+    write_jsonl(weak_labels_path(project, home), rows)
+
+
+def weak_lines(d: dict[str, Any] | None) -> list[str]:
+    """report.md's lines for the `weak` section."""
+    if not d:
+        return []
+    agreement = "-" if d.get("mean_agreement") is None else f"{d['mean_agreement']:.0%}"
+    v, later = d.get("verified") or {}, d.get("verified_later") or {}
+    n_right = v.get("right", 0) + later.get("right", 0)
+    checked = n_right + v.get("wrong", 0) + later.get("wrong", 0)
+    right = f"{n_right} of {checked} right" if checked else "none to compare yet"
+    lines = [
+        f"- weak labels (k {d['k']}, agree {d['agree']:.0%}): {d['candidates']} unchecked "
+        f"requests, {d['sampled']} sampled, {d['labelled']} agreed (mean {agreement}), "
+        f"{d['disagreed']} disagreed, {d['no_answer']} gave no short answer, {d['refuted']} "
+        f"refuted by the user; {d['trained']} in train ({d['left_out']} left out as "
+        f"near-duplicates of val/test, {d['over_cap']} over the share); against a real "
+        f"reference (tonight's, or one that came since a past night): {right}; "
+        f"{d.get('waiting', 0)} waiting for one"
+    ]
+    return lines + [f"  - {n}" for n in d.get("notes") or []] + use_lines(d.get("shipped"))
