@@ -19,6 +19,9 @@ every exchange. An agent gets sleep by changing its base URL.
   `tool_choice` and the reply's `tool_calls` (plain or streamed) in their own fields, so the
   night can replay it as an episode (a session's turns become one: `sleep.intake.sessions`).
   A logging failure never fails or delays the client; it is printed and counted (`/health`).
+  Whatever its bytes, an answered request leaves a row (`sleep.intake.storable`): what the log
+  cannot store is replaced where the body or reply is parsed, and a request or reply the proxy
+  cannot read is logged as an error row saying why.
 - Streams pass through as they arrive: each upstream chunk is yielded at once while an
   accumulator reads the events for the log.
 - Upstream errors are passed through with their status and body, and logged as errors, never
@@ -77,11 +80,13 @@ from selftaught.sleep.intake.proxy_wire import (
     ID_HEADER,
     SESSION_HEADERS,
     WIRES,
+    Logged,
     Reply,
     Wire,
     error_text,
     session_id,
 )
+from selftaught.sleep.intake.storable import LOG_ERROR, REPLACED, storable
 from selftaught.sleep.intake.watch import ProbationWatch
 from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
@@ -304,6 +309,9 @@ class ProxyState:
         self.answered_before_logged = 0  # answers that outwaited `log_wait_s`
         self.replay_key = _replay_key(config.home)  # the night's mark: relayed, never logged
         self.night_replays = 0
+        self.replaced_chars = 0  # characters `storable` replaced in requests and replies
+        self.malformed_events = 0  # stream events of no shape the API has (skipped)
+        self.rows_not_read = 0  # rows logged as errors: the request or reply was unreadable
         self.lora = None
         if config.lora:
             from selftaught.sleep.adoption.serving import LoraRoute
@@ -385,6 +393,9 @@ class ProxyState:
             "upstream_errors": self.upstream_errors,
             "answered_before_logged": self.answered_before_logged,
             "night_replays": self.night_replays,
+            "replaced_chars": self.replaced_chars,
+            "malformed_events": self.malformed_events,
+            "rows_not_read": self.rows_not_read,
             "log": {"path": str(self.log.path), **self.writer.snapshot()},
             "probation": self.watch.snapshot() if self.watch else None,
             "canary": self.canary.snapshot() if self.canary else None,
@@ -578,6 +589,9 @@ async def _prepare(
         upstream_body = _upstream_body(state, wire, body, record)
     except RetrievalUnavailable as err:  # the adopted skill retrieves demos; bm25s missing
         raise _Refused(500, str(err), "server_error") from None
+    except Exception as err:  # noqa: BLE001 - fields of types no API has: refused, logged
+        why = f"the proxy could not read the request: {type(err).__name__}: {err}"
+        raise _Refused(400, why, "invalid_request_error") from None
     try:
         upstream_body = await _route_adapter(state, request, body, upstream_body)
     except BackendError as err:  # vLLM refused the adopted adapter
@@ -603,7 +617,9 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
         return error_response(400, body, "invalid_request_error")
     if is_marked(state.replay_key, request.headers, raw):  # the operator's night (see module)
         return await relay_night_call(state, request, wire, raw, body)
-    record = _new_record(state, wire, body, started, client, session_id(request.headers, body))
+    body, replaced = storable(body)  # what the log cannot store, replaced before any reads it
+    record = _new_record(state, wire, body, started, client, request.headers)
+    _count_replaced(state, record, replaced)
     try:
         upstream, upstream_body = await _prepare(state, request, wire, body, record)
     except _Refused as err:
@@ -656,14 +672,16 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
 
 
 def _new_record(
-    state: ProxyState,
-    wire: Wire,
-    body: dict[str, Any],
-    started: float,
-    client: str,
-    session: str | None,
+    state: ProxyState, wire: Wire, body: dict[str, Any], started: float, client: str, headers: Any
 ) -> Interaction:
-    logged = wire.logged(body)
+    """The row of a request, its reply still to come. A body the log cannot read (fields of
+    types no API has) still gets a row: without its messages, an error row saying why."""
+    try:
+        logged, session = wire.logged(body), session_id(headers, body)
+        unread = None
+    except Exception as err:  # noqa: BLE001 - the request is still answered and logged
+        logged, session = Logged([], None, None, {}), None
+        unread = f"the proxy could not read the request: {type(err).__name__}: {err}"
     meta: dict[str, Any] = {
         "request": logged.request,
         "upstream": strip_credentials(state.config.upstream),
@@ -675,6 +693,8 @@ def _new_record(
     trusted = state.config.trusted_clients
     if "*" in trusted or client in trusted:
         meta[TRUSTED_WORDS] = True
+    if unread:
+        meta[LOG_ERROR] = unread
     return Interaction(
         messages=logged.messages,
         project=state.config.project,
@@ -687,6 +707,13 @@ def _new_record(
         client=client,
         session_id=session,
     )
+
+
+def _count_replaced(state: ProxyState, record: Interaction, replaced: int) -> None:
+    """Characters `storable` replaced in what this row logs: on the row and on /health."""
+    if replaced:
+        record.meta[REPLACED] = int(record.meta.get(REPLACED) or 0) + replaced
+        state.replaced_chars += replaced
 
 
 def _networkerror_response(err: Exception) -> tuple[int, str]:
@@ -710,22 +737,37 @@ def _finish(
     tool_calls: Any = None,
     **meta: Any,
 ) -> Future[str]:
-    """Complete the row and hand it to the writer; the future says when it is stored."""
+    """Complete the row and hand it to the writer; the future says when it is stored. The one
+    path every row takes; it never raises: a row whose request or reply the log could not
+    read goes in as an error row saying why (`meta["log_error"]`)."""
     record.latency_s = time.time() - started
     record.reply = reply
     record.tool_calls = tool_calls if isinstance(tool_calls, list) and tool_calls else None
     record.error = error
     record.error_status = status if error else None
-    if record.shadow_of is None:  # a shadow answer is not a request the proxy served
-        state.upstream_errors += bool(error)
-        if state.watch is not None:
-            state.watch.request_done()
     if usage:
         record.prompt_tokens = usage.get("prompt_tokens")
         record.completion_tokens = usage.get("completion_tokens")
     record.model = model or record.model
     record.meta.update({k: v for k, v in meta.items() if v is not None})
+    if record.shadow_of is None:  # a shadow answer is not a request the proxy served
+        state.upstream_errors += bool(error)
+        with contextlib.suppress(Exception):  # probation never costs a row
+            if state.watch is not None:
+                state.watch.request_done()
+    if record.error is None and record.meta.get(LOG_ERROR):
+        record.error = str(record.meta[LOG_ERROR])
+        state.rows_not_read += 1
     return state.writer.submit(record)
+
+
+def _unread(
+    state: ProxyState, record: Interaction, started: float, what: str, err: Exception, **kw: Any
+) -> Future[str]:
+    """The row of an exchange whose `what` the log could not read: an error row saying why
+    (the client's answer is not touched)."""
+    record.meta[LOG_ERROR] = f"the proxy could not read {what}: {type(err).__name__}: {err}"
+    return _finish(state, record, started, **kw)
 
 
 async def _stored(state: ProxyState, outcome: Future[str]) -> None:
@@ -756,13 +798,21 @@ def _finish_plain(
     state: ProxyState, wire: Wire, record: Interaction, started: float, status: int, content: bytes
 ) -> Future[str]:
     try:
-        body = json.loads(content)
-    except ValueError:
+        body: Any = json.loads(content)
+    except (ValueError, RecursionError):
         body = content.decode("utf-8", "replace")
-    if status >= 400:
-        why = f"HTTP {status}: {error_text(body)}"
-        return _finish(state, record, started, error=why, status=status)
-    reply = wire.reply(body)
+    try:
+        body, replaced = storable(body)
+        _count_replaced(state, record, replaced)
+        if status >= 400:
+            why = f"HTTP {status}: {error_text(body)}"
+            return _finish(state, record, started, error=why, status=status)
+        reply = wire.reply(body)
+    except Exception as err:  # noqa: BLE001 - a reply of no shape the API has
+        failed = f"HTTP {status}" if status >= 400 else None
+        return _unread(
+            state, record, started, "the upstream reply", err, error=failed, status=status
+        )
     if reply.error is not None:
         return _finish(state, record, started, error=reply.error, status=status)
     return _finish_reply(state, record, started, reply)
@@ -780,14 +830,16 @@ async def _relay(
     logged = False
     try:
         async for chunk in response.aiter_raw():
-            acc.feed(chunk)
+            acc.feed(chunk)  # never raises: a malformed event is counted, the bytes pass
             if acc.done and not logged:
+                outcome = _finish_stream(state, record, started, acc, None)  # never raises
                 logged = True
-                await _stored(state, _finish_stream(state, record, started, acc, None))
+                await _stored(state, outcome)
             yield chunk
         if not logged:
+            outcome = _finish_stream(state, record, started, acc, None)
             logged = True
-            await _stored(state, _finish_stream(state, record, started, acc, None))
+            await _stored(state, outcome)
     except (asyncio.CancelledError, GeneratorExit):
         failure = "the client disconnected before the stream ended"
         raise
@@ -804,7 +856,23 @@ def _finish_stream(
     state: ProxyState, record: Interaction, started: float, acc: Any, failure: str | None
 ) -> Future[str]:
     """Log a stream: its reply, or as an error what arrived before it failed."""
-    reply = acc.result()
+    _count_replaced(state, record, acc.replaced)
+    if acc.malformed:
+        record.meta["malformed_events"] = acc.malformed
+        state.malformed_events += acc.malformed
+    try:
+        reply = acc.result()
+    except Exception as err:  # noqa: BLE001 - events of no shape the API has
+        return _unread(
+            state,
+            record,
+            started,
+            "the upstream stream",
+            err,
+            error=failure,
+            status=502 if failure else None,
+            stream=True,
+        )
     if failure is None and reply.error:
         failure = f"the upstream sent an error in the stream: {reply.error}"
     if failure is None and not acc.finished:

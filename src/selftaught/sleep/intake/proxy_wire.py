@@ -29,12 +29,14 @@ from typing import Any
 from selftaught.models.base import Message
 from selftaught.sleep.adoption.inject import inject_adopted, render_adopted
 from selftaught.sleep.intake.harvest.common import tool_call
+from selftaught.sleep.intake.storable import storable
 from selftaught.sleep.paths import Adopted
 
 ID_HEADER = "x-selftaught-interaction-id"  # on every answer: the logged row's id
 SESSION_HEADERS = ("x-claude-code-session-id", "session-id")
 _SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 REQUEST_FIELD_CHARS = 2000  # a request field longer than this (as JSON) is not kept in meta
+MAX_EVENT_BYTES = 16 * 2**20  # a longer stream line is not read for the log (it still passes)
 _BILLING = "x-anthropic-billing-header:"  # Claude Code's first system block: not an instruction
 
 
@@ -83,7 +85,7 @@ def session_id(headers: Any, body: dict[str, Any]) -> str | None:
         try:  # Claude Code: metadata.user_id is a JSON string holding session_id
             user = json.loads(metadata["user_id"])
             found.append(user.get("session_id") if isinstance(user, dict) else None)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     client_meta = body.get("client_metadata")
     if isinstance(client_meta, dict):
@@ -105,10 +107,62 @@ def request_fields(body: dict[str, Any], skip: tuple[str, ...]) -> dict[str, Any
     return out
 
 
+MAX_TOKENS = 2**31 - 1  # the largest count both backends' INTEGER column stores
+
+
+def _count(value: Any) -> int | None:
+    """A token count as an upstream should send it (a whole number in the column's range),
+    else None: a count of another type or size is not guessed at."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= MAX_TOKENS else None
+
+
+def _index(value: Any) -> int:
+    """A stream's block / output index; one that is not a whole number reads as 0 (as a
+    missing one does)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _label(value: Any) -> str | None:
+    """A short name an upstream sends (model, finish reason, id): a string as is, another
+    value as JSON, nothing as None."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, default=str)[:200]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _reply_text(content: Any) -> str:
+    """A reply's content as text: a string as is, text parts joined, anything else as JSON."""
+    if isinstance(content, str):
+        return content
+    if not content:
+        return ""
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        parts = _text_or_parts(content)
+        if isinstance(parts, str):
+            return parts
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
 def _usage(prompt: Any, completion: Any) -> dict[str, int] | None:
+    """The token counts; one that is missing or malformed (`_count`) reads as 0."""
+    prompt, completion = _count(prompt), _count(completion)
     if prompt is None and completion is None:
         return None
-    return {"prompt_tokens": int(prompt or 0), "completion_tokens": int(completion or 0)}
+    return {"prompt_tokens": prompt or 0, "completion_tokens": completion or 0}
 
 
 def _text_or_parts(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
@@ -121,7 +175,7 @@ def _text_or_parts(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
 def _json_object(text: str) -> Any:
     try:
         return json.loads(text) if text.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python parses
         return text
 
 
@@ -133,29 +187,51 @@ class SseLines:
     `event`. Subclasses collect the reply (`result`) and say whether it ended (`done`)."""
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self._partial: list[bytes] = []  # the line still coming, in pieces (joined once)
+        self._held = 0  # its bytes so far
+        self._oversize = False  # it outgrew MAX_EVENT_BYTES: skipped to its end
         self.done = False
         self.error: str | None = None
         self.model: str | None = None
         self.finish_reason: str | None = None
+        self.replaced = 0  # characters `storable` replaced in the events
+        self.malformed = 0  # events that were not JSON objects, or not of the API's shape
 
     def feed(self, data: bytes) -> None:
-        self._buffer += data
-        *lines, self._buffer = self._buffer.split(b"\n")
+        """Read what passed; never raises (a malformed event is counted and skipped). Linear
+        in the bytes fed, however a line is split."""
+        *lines, rest = data.split(b"\n")
+        if lines:
+            lines[0] = b"" if self._oversize else b"".join([*self._partial, lines[0]])
+            self._partial, self._held, self._oversize = [], 0, False
+        if rest and not self._oversize:
+            self._partial.append(rest)
+            self._held += len(rest)
+            if self._held > MAX_EVENT_BYTES:  # never parsed: its bytes still pass through
+                self._partial, self._held, self._oversize = [], 0, True
+                self.malformed += 1
         for line in lines:
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-                continue
-            try:
-                event = json.loads(payload)
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                self.event(event)
+            self._line(line.strip())
+
+    def _line(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            event, replaced = storable(json.loads(payload))
+        except (ValueError, RecursionError):
+            self.malformed += 1
+            return
+        self.replaced += replaced
+        try:
+            if not isinstance(event, dict):
+                raise TypeError("not an object")
+            self.event(event)
+        except Exception:  # noqa: BLE001 - an event of the wrong shape is skipped
+            self.malformed += 1
 
     def event(self, event: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -181,34 +257,35 @@ class ChatStream(SseLines):
     def event(self, event: dict[str, Any]) -> None:
         if event.get("error"):
             self.error = error_text(event)
-        self.model = event.get("model") or self.model
-        if event.get("usage"):
+        self.model = _label(event.get("model")) or self.model
+        if isinstance(event.get("usage"), dict) and event["usage"]:
             self.usage = event["usage"]
-        for choice in event.get("choices") or []:
+        for choice in _list(event.get("choices")):
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = _dict(choice.get("delta"))
             if delta.get("content"):
-                self.content.append(delta["content"])
-            for call in delta.get("tool_calls") or []:
+                self.content.append(_reply_text(delta["content"]))
+            for call in _list(delta.get("tool_calls")):
                 if isinstance(call, dict):
                     self._tool_call_delta(call)
             if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+                self.finish_reason = _label(choice["finish_reason"])
 
     def _tool_call_delta(self, call: dict[str, Any]) -> None:
         """One fragment of a streamed tool call. Fragments of one call share its `index`; a
         server that leaves `index` out starts a new call with each new `id`."""
         index = call.get("index")
-        if not isinstance(index, int):
+        call_id = _label(call.get("id"))
+        if not isinstance(index, int) or isinstance(index, bool):
             last = max(self.tool_calls, default=-1)
-            fresh = call.get("id") and (last < 0 or self.tool_calls[last]["id"] != call["id"])
+            fresh = call_id and (last < 0 or self.tool_calls[last]["id"] != call_id)
             index = last + 1 if fresh or last < 0 else last
         slot = self.tool_calls.setdefault(
             index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
         )
-        slot["id"] = call.get("id") or slot["id"]
-        fn = call.get("function") or {}
+        slot["id"] = call_id or slot["id"]
+        fn = _dict(call.get("function"))
         for part in ("name", "arguments"):
             if isinstance(fn.get(part), str):
                 slot["function"][part] += fn[part]
@@ -251,17 +328,17 @@ class MessagesStream(SseLines):
         kind = event.get("type")
         if kind == "message_start" and isinstance(event.get("message"), dict):
             message = event["message"]
-            self.model = message.get("model") or self.model
+            self.model = _label(message.get("model")) or self.model
             self._take_usage(message.get("usage"))
         elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
             block = dict(event["content_block"])
             block["partial"] = ""
-            self.blocks[int(event.get("index") or 0)] = block
+            self.blocks[_index(event.get("index"))] = block
         elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
-            self._delta(int(event.get("index") or 0), event["delta"])
+            self._delta(_index(event.get("index")), event["delta"])
         elif kind == "message_delta":
-            delta = event.get("delta") or {}
-            self.finish_reason = delta.get("stop_reason") or self.finish_reason
+            delta = _dict(event.get("delta"))
+            self.finish_reason = _label(delta.get("stop_reason")) or self.finish_reason
             self._take_usage(event.get("usage"))
         elif kind == "message_stop":
             self.done = True
@@ -274,7 +351,7 @@ class MessagesStream(SseLines):
         if usage.get("input_tokens") is not None:
             self.input_tokens = _anthropic_input_tokens(usage)
         if usage.get("output_tokens") is not None:
-            self.output_tokens = int(usage["output_tokens"])
+            self.output_tokens = _count(usage["output_tokens"])
 
     def _delta(self, index: int, delta: dict[str, Any]) -> None:
         block = self.blocks.setdefault(index, {"type": "text", "text": "", "partial": ""})
@@ -313,14 +390,14 @@ class ResponsesStream(SseLines):
         self.final: dict[str, Any] | None = None
 
     def event(self, event: dict[str, Any]) -> None:
-        kind = str(event.get("type") or "")
+        kind = event.get("type")
         response = event.get("response") if isinstance(event.get("response"), dict) else None
         if response is not None:
-            self.model = response.get("model") or self.model
+            self.model = _label(response.get("model")) or self.model
         if kind == "response.output_item.done" and isinstance(event.get("item"), dict):
-            self.items[int(event.get("output_index") or 0)] = event["item"]
+            self.items[_index(event.get("output_index"))] = event["item"]
         elif kind == "response.output_text.delta":
-            self.deltas.append(str(event.get("delta") or ""))
+            self.deltas.append(_reply_text(event.get("delta")))
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self.final = response or {}
             self.done = True
@@ -331,7 +408,7 @@ class ResponsesStream(SseLines):
 
     def result(self) -> Reply:
         final = self.final or {}
-        output = final.get("output") or [item for _, item in sorted(self.items.items())]
+        output = _list(final.get("output")) or [item for _, item in sorted(self.items.items())]
         reply = _responses_reply({**final, "output": output})
         if not output and self.deltas:
             reply.text = "".join(self.deltas)
@@ -383,16 +460,17 @@ class ChatWire(Wire):
     def reply(self, body: Any) -> Reply:
         try:
             choice = body["choices"][0]
-            message = choice.get("message") or {}
+            message = _dict(choice.get("message"))
         except (KeyError, IndexError, TypeError, AttributeError):
             return Reply(error="the upstream reply has no choices")
-        usage = body.get("usage") or {}
+        usage = _dict(body.get("usage"))
+        calls = [c for c in _list(message.get("tool_calls")) if isinstance(c, dict)]
         return Reply(
-            message.get("content") or "",
-            message.get("tool_calls") or None,
+            _reply_text(message.get("content")),
+            calls or None,
             _usage(usage.get("prompt_tokens"), usage.get("completion_tokens")),
-            body.get("model"),
-            choice.get("finish_reason"),
+            _label(body.get("model")),
+            _label(choice.get("finish_reason")),
         )
 
     def stream(self) -> ChatStream:
@@ -434,8 +512,8 @@ class MessagesWire(Wire):
             text,
             calls,
             _usage(_anthropic_input_tokens(usage), usage.get("output_tokens")),
-            body.get("model"),
-            body.get("stop_reason"),
+            _label(body.get("model")),
+            _label(body.get("stop_reason")),
         )
 
     def stream(self) -> MessagesStream:
@@ -495,9 +573,10 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
 def _anthropic_input_tokens(usage: dict[str, Any]) -> int | None:
     """Input tokens, cache reads and writes included (Anthropic counts them apart)."""
     keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    if all(usage.get(k) is None for k in keys):
+    counts = [_count(usage.get(k)) for k in keys]
+    if all(c is None for c in counts):
         return None
-    return sum(int(usage.get(k) or 0) for k in keys)
+    return sum(c or 0 for c in counts)
 
 
 def anthropic_system_text(system: Any) -> str:
@@ -634,6 +713,8 @@ def _responses_part(part: Any) -> dict[str, Any]:
 def _responses_content(content: Any) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
+    if not isinstance(content, list):
+        return _reply_text(content)
     parts = [_responses_part(p) for p in content if isinstance(p, (dict, str))]
     return _text_or_parts(parts) if parts else ""
 
@@ -715,7 +796,7 @@ def responses_tool_choice(choice: Any) -> Any:
 
 def _responses_reply(body: dict[str, Any]) -> Reply:
     texts, calls = [], []
-    for item in body.get("output") or []:
+    for item in _list(body.get("output")):
         if not isinstance(item, dict):
             continue
         if item.get("type") == "message":
@@ -724,15 +805,15 @@ def _responses_reply(body: dict[str, Any]) -> Reply:
         elif item.get("type") in _CALL_ITEMS:
             calls.append(_item_call(item))
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    finish = body.get("status")
+    finish = _label(body.get("status"))
     if finish == "incomplete":
-        finish = f"incomplete: {(body.get('incomplete_details') or {}).get('reason')}"
+        finish = f"incomplete: {_label(_dict(body.get('incomplete_details')).get('reason'))}"
     error = error_text(body["error"]) if body.get("error") else None
     return Reply(
         "\n".join(texts),
         calls or None,
         _usage(usage.get("input_tokens"), usage.get("output_tokens")),
-        body.get("model"),
+        _label(body.get("model")),
         finish,
         error,
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from selftaught.runs import private_dirs
 from selftaught.sleep.intake.log import Feedback, Interaction, LogUnavailable, TaskLog
+from selftaught.sleep.intake.storable import salvaged
 
 RETRY_S = 2.0
 """While the database is unreachable, batches go straight to the spool and a replay is tried
@@ -125,8 +126,9 @@ class Spool:
 
 
 def _store_chunk(log: TaskLog, rows: list[Interaction]) -> int:
-    """Store rows (already redacted); a row the log refuses is said and dropped, never the
-    others with it. The database down (LogUnavailable) stops the replay: they stay spooled."""
+    """Store rows (already redacted); a row the log refuses is stored as `salvaged` makes it
+    (else said and dropped), never costing the others. The database down (LogUnavailable)
+    stops the replay: they stay spooled."""
     try:
         return log.add_many(rows, redact=False)
     except LogUnavailable:
@@ -134,8 +136,16 @@ def _store_chunk(log: TaskLog, rows: list[Interaction]) -> int:
     except Exception as err:  # noqa: BLE001 - one bad row never costs the others
         if len(rows) > 1:
             return sum(_store_chunk(log, [row]) for row in rows)
-        print(f"selftaught proxy: could not replay {rows[0].id}: {err}", file=sys.stderr)
-        return 0
+        refused = err
+    for other in salvaged(rows[0], refused):  # stored changed rather than lost
+        try:
+            return log.add_many([other], redact=False)
+        except LogUnavailable:
+            raise
+        except Exception:  # noqa: BLE001 - the next, smaller row
+            continue
+    print(f"selftaught proxy: could not replay {rows[0].id}: {refused}", file=sys.stderr)
+    return 0
 
 
 def spool_dir(home: Path | None) -> Path:

@@ -3,11 +3,14 @@
 `submit` never blocks and never raises: when the queue is full the row is dropped, and a write
 that fails is reported on stderr; both are counted (the proxy shows the counters on /health).
 Rows are written in batches (one transaction each); a batch that fails is retried row by row
-so one bad row never costs the others. While the log's database cannot be reached
-(`LogUnavailable`: a Postgres log down), batches go to a spool file under the home instead
-(`spool.py`: redacted, fsynced) and are replayed, oldest first, once it answers again, by a
-thread of their own (so no new row ever waits on a database that does not answer), and once
-more when the writer closes; /health shows the state, what was spooled and what waits.
+so one bad row never costs the others, and a row the log refuses goes in as
+`storable.salvaged` makes it (every field made storable, else a minimal error row saying why;
+counted as `salvaged`): no answered request is left out for its bytes. While the log's
+database cannot be reached (`LogUnavailable`: a Postgres log down), batches go to a spool
+file under the home instead (`spool.py`: redacted, fsynced) and are replayed, oldest first,
+once it answers again, by a thread of their own (so no new row ever waits on a database that
+does not answer), and once more when the writer closes; /health shows the state, what was
+spooled and what waits.
 
 `submit` returns a future that says where the row went (`logged`, `spooled`, `failed`,
 `dropped`) once it is there: the proxy waits for it before the answer's last byte, so a proxy
@@ -28,6 +31,8 @@ from typing import Any
 
 from selftaught.sleep.intake.log import Interaction, LogUnavailable, TaskLog
 from selftaught.sleep.intake.spool import RETRY_S, Spool, spool_dir
+from selftaught.sleep.intake.spool import record as spool_line
+from selftaught.sleep.intake.storable import salvaged
 
 
 @dataclass
@@ -44,6 +49,7 @@ class WriterStats:
     dropped: int = 0
     spooled: int = 0  # written to the spool while the database was unreachable
     replayed: int = 0  # stored from the spool once it answered again
+    salvaged: int = 0  # refused as they were: stored made storable, or as a minimal error row
 
 
 class LogWriter:
@@ -158,15 +164,37 @@ class LogWriter:
             pass
         for i, item in enumerate(batch):
             try:
-                self.log.add(item.row)
-                self._done([item.outcome], "logged")
+                self._done([item.outcome], self._write_one(item.row))
             except LogUnavailable as err:
                 self._to_spool(batch[i:], err)
                 return
-            except Exception as err:  # noqa: BLE001 - never let logging reach the client
-                self._done([item.outcome], "failed")
-                why = f"{type(err).__name__}: {err}"
-                self._warn(f"could not log interaction {item.row.id}: {why}")
+
+    def _write_one(self, row: Interaction) -> str:
+        """Store one row; one the log refuses goes in as `salvaged` makes it (storable, else a
+        minimal error row). Where it went: logged or failed; raises LogUnavailable."""
+        try:
+            self.log.add(row)
+            return "logged"
+        except LogUnavailable:
+            raise
+        except Exception as err:  # noqa: BLE001 - never let logging reach the client
+            refused = err
+        for other in salvaged(row, refused):
+            try:
+                self.log.add(other)
+            except LogUnavailable:
+                raise
+            except Exception:  # noqa: BLE001 - the next, smaller row
+                continue
+            self._salvaged(row, refused)
+            return "logged"
+        self._warn(f"could not log interaction {row.id}: {type(refused).__name__}: {refused}")
+        return "failed"
+
+    def _salvaged(self, row: Interaction, why: Exception) -> None:
+        with self._cond:
+            self.stats.salvaged += 1
+        self._warn(f"interaction {row.id} was stored changed: {type(why).__name__}: {why}")
 
     # -- the replay thread
     def _replay_loop(self) -> None:
@@ -203,15 +231,40 @@ class LogWriter:
             self._warn(f"{err}; spooling interactions to {self._spool_dir} until it answers")
         if err is not None:
             self.unreachable = str(err)
+        rows = [(item, self._spoolable(item.row)) for item in batch]
+        lost = [item.outcome for item, row in rows if row is None]
+        if lost:
+            self._done(lost, "failed")
+        kept = [(item, row) for item, row in rows if row is not None]
         try:
             self._spool = self._spool or Spool(self._spool_dir)
-            self._spool.append([self.log.redacted(item.row) for item in batch])
+            self._spool.append([row for _, row in kept])
         except Exception as spool_err:  # noqa: BLE001 - never let logging reach the client
-            self._done([item.outcome for item in batch], "failed")
-            self._warn(f"could not spool {len(batch)} interactions: {spool_err}")
+            self._done([item.outcome for item, _ in kept], "failed")
+            self._warn(f"could not spool {len(kept)} interactions: {spool_err}")
             return
-        self._done([item.outcome for item in batch], "spooled")
+        self._done([item.outcome for item, _ in kept], "spooled")
         self._replay_now.set()
+
+    def _spoolable(self, row: Interaction) -> Interaction | None:
+        """The row as the spool keeps it (redacted, its line encodable); one that cannot be
+        is replaced as `salvaged` says; None when nothing can be (counted as failed)."""
+        try:
+            out = self.log.redacted(row)
+            spool_line(out).encode()
+            return out
+        except Exception as err:  # noqa: BLE001 - never let logging reach the client
+            refused = err
+        for other in salvaged(row, refused):
+            try:
+                out = self.log.redacted(other)
+                spool_line(out).encode()
+            except Exception:  # noqa: BLE001 - the next, smaller row
+                continue
+            self._salvaged(row, refused)
+            return out
+        self._warn(f"could not spool interaction {row.id}: {type(refused).__name__}: {refused}")
+        return None
 
     _COUNTERS = {"logged": "logged", "failed": "failures", "dropped": "dropped",
                  "spooled": "spooled"}  # fmt: skip

@@ -126,7 +126,7 @@ def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
         try:
             json.loads(arguments)
             text = arguments
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past what Python parses: not JSON here
             text = json.dumps({"input": arguments}, ensure_ascii=False)
     else:
         text = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
