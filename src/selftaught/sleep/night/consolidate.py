@@ -200,12 +200,14 @@ def consolidate(
     evidence: EvidenceLog,
     console: Console,
     modes: DemoModeConfig | None = None,
+    ledger: UsageLedger | None = None,
 ) -> Consolidation:
     """Train the night's documents in order on `task`; the best of each and what happened.
     After the skill phase, `modes` (default: `DemoModeConfig()`) compares how the skill
-    shows its demos (none / static / retrieved) on the same gate."""
+    shows its demos (none / static / retrieved) on the same gate. `ledger`: the night's, when
+    it already holds calls (the miner's); else a new one."""
     modes = modes or DemoModeConfig()
-    ledger = UsageLedger()
+    ledger = ledger if ledger is not None else UsageLedger()
     target = EvidenceModel(target_model, evidence, "target")
     optimizer = EvidenceModel(optimizer_model, evidence, "optimizer")
     if judge_model is not None:
