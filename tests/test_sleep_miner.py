@@ -14,7 +14,12 @@ import pytest
 from selftaught.models.usage import Budget, TrackedModel, UsageLedger
 from selftaught.sleep.intake.log import OPERATOR, Feedback, Interaction, TaskLog
 from selftaught.sleep.night import checks
-from selftaught.sleep.night.checks import NO_REGEX_PACKAGE, Rule, pattern_problem
+from selftaught.sleep.night.checks import (
+    NO_REGEX_PACKAGE,
+    Rule,
+    describe_checks,
+    pattern_problem,
+)
 from selftaught.sleep.night.cycle import NightModels, SleepConfig, mine, run_night
 from selftaught.sleep.night.mine import MineConfig
 from selftaught.sleep.night.miner import (
@@ -109,6 +114,7 @@ def test_a_check_two_sided_on_the_thread_is_kept_and_checks_the_task():
     mined = first.state["mined_check"]
     assert mined["by"] == "scripted-miner" and mined["tested_on"] == "both"
     assert first.state["no_demo"]  # an end user's verdict: checks the task, teaches nothing
+    assert describe_checks(first.state) == "reference (normalized), written by scripted-miner"
     prompt = user_of(model.calls[0])
     assert f'the reply the user rejected: "{WRONG}"' in prompt
     assert f'the reply the user accepted: "{RIGHT}"' in prompt
@@ -194,16 +200,18 @@ def test_parts_outside_the_vocabulary_are_dropped_not_obeyed():
                     {"kind": "regex_must", "value": "x" * 300},
                     {"kind": "regex_must", "value": "((a{1000}){1000}){1000}"},
                     {"kind": "language", "value": "klingon"},
+                    {"kind": "regex_must_not", "value": "<a pattern the reply must not match>"},
                     {"kind": "contains", "value": "Canberra"},
+                    {"kind": "regex_must", "value": r"(?P<n>\d+) km"},
                 ],
             }
         )
     )
     assert cannot is None and check is not None
-    assert check.answer is None and [r.kind for r in check.rules] == ["contains"]
+    assert check.answer is None and [r.kind for r in check.rules] == ["contains", "regex_must"]
     whys = " | ".join(i["why"] for i in invalid)
-    assert "placeholder" in whys and "run_python" in whys and "over 200" in whys
-    assert "counted repeats" in whys and "klingon" in whys and len(invalid) == 6
+    assert "run_python" in whys and "over 200" in whys and "counted repeats" in whys
+    assert "klingon" in whys and whys.count("placeholder") == 2 and len(invalid) == 7
     assert parse_check('{"answer": {"kind": "number", "value": "seventeen"}}')[0] is None
 
 
@@ -276,6 +284,19 @@ def test_a_private_row_is_never_shown_to_a_remote_miner():
     reviewed = thumb_row(Q, WRONG, "down", private=True, reviewed=True)
     _, report = mine([reviewed], MineConfig(), miner=miner_of(model, send_private=False))
     assert len(model.calls) == 1 and report.miner["kept"] == 1
+
+
+def test_a_fatal_backend_error_stops_the_miner_and_is_counted():
+    from tests.scripted import fatal
+
+    model = says(ANSWER)
+    model.fail_at[0] = fatal()
+    rows = [thumb_row(f"{Q} ({i})", WRONG, "down", at=float(i)) for i in range(3)]
+    tasks, report = mine(rows, MineConfig(), miner=miner_of(model))
+    assert len(model.calls) == 1 and tasks == []
+    assert report.miner["backend_errors"] == 1 and "401" in report.miner["first_error"]
+    ((reason, n),) = report.miner["skipped"].items()
+    assert n == 2 and reason.startswith("the miner's backend failed")
 
 
 def test_the_miner_stops_when_the_nights_budget_is_spent():

@@ -344,6 +344,8 @@ def describe_checks(state: dict[str, Any]) -> str:
         f"rule {r['kind']}" + (f"={r['arg']}" if r.get("arg") else "")
         for r in state.get("rules", [])
     ]
+    if state.get("mined_check"):  # a check the miner wrote (`miner.py`)
+        parts.append(f"written by {state['mined_check'].get('by')}")
     if state.get("expected_calls"):
         parts.append(f"corrected tool call ({len(state['expected_calls'])})")
     if state.get("tools"):  # a replayed episode (selftaught.sleep.night.replay)

@@ -887,6 +887,11 @@ def _mine_and_split(
     report["mining"] = mined.to_dict()
     if ledger.roles:  # the miner's calls, even when the night stops before consolidating
         report["usage"] = ledger.to_dict()
+    if mined.miner.get("backend_errors"):
+        report["notes"].append(
+            f"{mined.miner['backend_errors']} miner calls failed (first: "
+            f"{mined.miner['first_error']}); those rows were left without a written check"
+        )
     if withheld:
         report["notes"].append(
             f"{withheld} private (harvested) interactions were left out: "

@@ -66,8 +66,6 @@ ANSWER_KINDS: dict[str, tuple[str, ...]] = {
 MAX_VALUE_CHARS = 200  # an expected answer, a `contains` text
 MAX_RUBRIC_CHARS = 600
 MAX_COUNT = 10_000  # max_words / max_sentences
-# the prompt's example values: weak miners echo them back ("<a number>")
-_PLACEHOLDER = re.compile(r"<[^<>\n]{1,60}>|^\s*(?:\.\.\.|…)\s*$")
 
 Verdict = Literal["up", "down"]
 CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error", "budget"]
@@ -75,6 +73,20 @@ CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error", "budget"
 
 def load_prompt(name: str) -> str:
     return resources.files("selftaught.sleep.night").joinpath("prompts", f"{name}.md").read_text()
+
+
+PROMPTS = ("miner", "miner_repair")
+# the prompts' example values ("<a number>"): weak miners echo them back as their check
+PLACEHOLDERS = frozenset(
+    p for name in PROMPTS for p in re.findall(r"<[^<>\n]{1,80}>", load_prompt(name))
+) | {"...", "…"}
+
+
+def _placeholder(text: str) -> str | None:
+    """The prompt placeholder `text` copies, if any."""
+    if text.strip() in PLACEHOLDERS:
+        return text.strip()
+    return next((p for p in PLACEHOLDERS if p.startswith("<") and p in text), None)
 
 
 class MinerParseError(InputError):
@@ -138,7 +150,7 @@ def _text(value: Any, what: str, limit: int) -> str:
         raise ValueError(f"{what} is empty")
     if len(text) > limit:
         raise ValueError(f"{what} is {len(text)} characters, over {limit}")
-    if _PLACEHOLDER.search(text):
+    if _placeholder(text):
         raise ValueError(f"{what} {text!r} copies the prompt's placeholder")
     return text
 
@@ -176,6 +188,8 @@ def _rule(raw: Any) -> Rule:
         return Rule(kind, name)
     if kind in REGEX_KINDS:
         problem = pattern_problem(value)
+        if problem is None and _placeholder(value):
+            problem = "it copies the prompt's placeholder"
         if problem is not None:
             raise ValueError(f"{kind}: {problem}")
         return Rule(kind, value)
@@ -367,6 +381,7 @@ class MinerReport:
     skipped: dict[str, int] = field(default_factory=dict)  # why -> rows never shown
     invalid_parts: int = 0  # parts of a check outside the vocabulary, dropped
     kept_parts: dict[str, int] = field(default_factory=dict)  # answer:number, rule:json, ...
+    first_error: str | None = None  # the first backend error, for the night's notes
     examples: list[dict[str, Any]] = field(default_factory=list)  # the first decisions
 
     @property
@@ -387,8 +402,8 @@ class MinerConfig:
     max_rows: int = 50
     """Rows shown to the miner per night (those with both an accepted and a rejected reply
     first); the rest are skipped and counted."""
-    max_tokens: int = 400
-    """The miner's reply length."""
+    max_tokens: int = 256
+    """The miner's reply length (a check is a short JSON object)."""
     timeout_s: float = 120.0
     """One miner call's time limit (a call past it is a backend error)."""
     concurrency: int = 4
@@ -496,7 +511,7 @@ class Miner:
         self.send_private = send_private
         self.mining = mining or MineConfig()
         self.params = GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0)
-        self.prompts = {n: load_prompt(n) for n in ("miner", "miner_repair")}
+        self.prompts = {n: load_prompt(n) for n in PROMPTS}
         self._stopped: str | None = None
 
     def resolve(
@@ -649,6 +664,7 @@ class Miner:
         report.invalid_parts += len(call.invalid)
         if call.status == "backend_error":
             report.backend_errors += 1
+            report.first_error = report.first_error or redact_for_model(str(call.error))[:300]
             return f"backend error: {call.error}"
         if call.status == "invalid_json":
             report.parse_failures += 1
