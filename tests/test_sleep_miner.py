@@ -325,9 +325,13 @@ def test_a_nights_miner_calls_are_on_its_ledger_evidence_and_report(tmp_path):
     night_log(tmp_path)
     miner = says(ANSWER)
     models = NightModels(
-        rule_target(), "scripted-target", canned_analyst(), "scripted-analyst",
-        miner=miner, miner_spec="scripted-miner",
-    )  # fmt: skip
+        rule_target(),
+        "scripted-target",
+        canned_analyst(),
+        "scripted-analyst",
+        miner=miner,
+        miner_spec="scripted-miner",
+    )
     config = SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", since=0.0)
     (night,) = run_night(config, models=models)
     assert night.models["miner"] == "scripted-miner"
@@ -345,9 +349,13 @@ def test_a_remote_miner_keeps_private_rows_out_of_the_night(tmp_path):
     night_log(tmp_path, private=True)
     miner = says(ANSWER)
     models = NightModels(
-        rule_target(), "local", canned_analyst(), "local",
-        miner=miner, miner_spec="openai:gpt-4o-mini",
-    )  # fmt: skip
+        rule_target(),
+        "local",
+        canned_analyst(),
+        "local",
+        miner=miner,
+        miner_spec="openai:gpt-4o-mini",
+    )
     (night,) = run_night(
         SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", since=0.0), models=models
     )
@@ -368,9 +376,13 @@ def test_the_miner_is_the_optimizer_unless_named_or_off(tmp_path, miner_model, n
         return loaded.setdefault(spec, model)
 
     config = SleepConfig(
-        model="t", optimizer_model="opt", miner_model=miner_model, home=tmp_path,
-        log_path=tmp_path / "log.db", since=0.0,
-    )  # fmt: skip
+        model="t",
+        optimizer_model="opt",
+        miner_model=miner_model,
+        home=tmp_path,
+        log_path=tmp_path / "log.db",
+        since=0.0,
+    )
     (night,) = run_night(config, loader=loader)
     assert night.models["miner"] == named
     assert (night.mining.get("miner") or {}).get("asked", 0) == asked
@@ -398,9 +410,13 @@ def test_the_embedded_model_as_miner_plumbing(tmp_path):
         pytest.skip(f"embedded model unavailable: {err}")
     night_log(tmp_path)
     models = NightModels(
-        rule_target(), "scripted-target", canned_analyst(), "scripted-analyst",
-        miner=load_model("local"), miner_spec="local",
-    )  # fmt: skip
+        rule_target(),
+        "scripted-target",
+        canned_analyst(),
+        "scripted-analyst",
+        miner=load_model("local"),
+        miner_spec="local",
+    )
     config = SleepConfig(
         home=tmp_path, log_path=tmp_path / "log.db", since=0.0, miner=MinerConfig(max_tokens=96)
     )

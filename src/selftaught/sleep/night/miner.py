@@ -293,7 +293,8 @@ def _side(ev: Evidence, it: Interaction, which: Verdict) -> None:
 def thread_evidence(rows: list[Interaction]) -> dict[str, Evidence]:
     """Per row id, the replies its check can be tested on: its own reply by its verdict, and
     in a thread (`signals.read_threads` marks each row's thread and turn) a rejected reply
-    with the next reply of the thread when the user accepted that one, and the other way."""
+    with the next reply of the thread when the user accepted that one, and the other way. (A
+    re-ask's later answer sits in another conversation: it is not paired.)"""
     out: dict[str, Evidence] = {}
     threads: dict[str, list[Interaction]] = {}
     for it in rows:
