@@ -584,6 +584,7 @@ def _preferences(value: str | None) -> str:
 
 NIGHT_TRAINING = night_training_defaults()  # a night's SkillOpt settings: their defaults
 NIGHT_FLAGS = {
+    "miner_model": "miner_model",
     "lookback_days": "lookback_days",
     "max_tasks": "max_tasks",
     "max_sessions": "max_sessions",

@@ -5,6 +5,8 @@
   must match and the answer must end with the unit), else `normalized`;
 - a **rule** the user stated in the request or the client's system prompt (length, format,
   language) → a rule check of this module (`find_rules`);
+- a check the miner model wrote from a thread (`miner.py`): an expected answer, rules (among
+  them `regex_must`, `regex_must_not` and `contains`, which only a miner writes) or a rubric;
 - otherwise a **rubric** (written by the miner from the request and the feedback) scored by a
   judge model (`LlmJudge`, `--judge-model`).
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 from selftaught.errors import ConfigError, TaskError
@@ -132,11 +135,101 @@ _STOPWORDS: dict[str, frozenset[str]] = {
 }
 
 
+# ---- patterns a model wrote --------------------------------------------------------------
+
+try:  # the `regex` package can stop a search after a time limit; `re` cannot
+    import regex as _regex
+except ImportError:  # a core install without it: a written pattern is never run
+    _regex = None
+
+MAX_PATTERN_CHARS = 200
+"""A written pattern longer than this is refused."""
+MAX_REPEATS = 10_000
+"""The product of a written pattern's counted repeats (`{n}`, `{n,m}`) is capped: compiling
+`((a{1000}){1000}){1000}` takes more memory than the machine has, and no time limit covers
+compiling."""
+_COUNTED = re.compile(r"\{(\d*)(?:,(\d*))?\}")
+REGEX_TIMEOUT_S = 0.25
+"""A written pattern's search that runs longer fails its check (it never passes)."""
+NO_REGEX_PACKAGE = (
+    "regex checks need the `regex` package (a time limit on the search): "
+    "pip install regex, or selftaught[local]"
+)
+REGEX_KINDS = ("regex_must", "regex_must_not")
+
+
+def regex_available() -> bool:
+    return _regex is not None
+
+
+def pattern_problem(pattern: Any) -> str | None:
+    """Why a written pattern cannot be a check (None: it can): not a string, empty, too long,
+    the `regex` package absent, or it does not compile."""
+    if not isinstance(pattern, str) or not pattern.strip():
+        return "a regex rule needs a non-empty pattern"
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"the pattern is {len(pattern)} characters, over {MAX_PATTERN_CHARS}"
+    if _regex is None:
+        return NO_REGEX_PACKAGE
+    repeats = 1
+    for m in _COUNTED.finditer(pattern):  # an overestimate: every count as if nested
+        repeats *= max([int(n) for n in m.groups() if n] or [1], default=1) or 1
+        if repeats > MAX_REPEATS:
+            return (
+                f"the pattern's counted repeats exceed {MAX_REPEATS} (compiling it could "
+                "exhaust memory)"
+            )
+    try:
+        _compiled(pattern)
+    except Exception as err:  # regex.error, or an overflow on a pathological pattern
+        return f"the pattern does not compile: {err}"
+    return None
+
+
+@lru_cache(maxsize=256)
+def _compiled(pattern: str) -> Any:
+    assert _regex is not None
+    return _regex.compile(pattern)
+
+
+def search_limited(pattern: str, text: str) -> bool | None:
+    """Whether `pattern` matches somewhere in `text`, searched under `REGEX_TIMEOUT_S`; None
+    when it could not be told (timed out, refused pattern, no `regex` package)."""
+    if pattern_problem(pattern) is not None:
+        return None
+    try:
+        return _compiled(pattern).search(text, timeout=REGEX_TIMEOUT_S) is not None
+    except TimeoutError:
+        return None
+
+
+def _regex_check(kind: str, pattern: str, text: str) -> tuple[bool, str]:
+    """A written pattern's check; one that cannot run or runs out of time fails (closed)."""
+    problem = pattern_problem(pattern)
+    if problem is not None:
+        return False, f"{problem}: failed closed"
+    found = search_limited(pattern, text)
+    if found is None:
+        return False, f"the pattern {pattern!r} ran past {REGEX_TIMEOUT_S:g} s: failed closed"
+    if kind == "regex_must":
+        return found, f"matches {pattern!r}" if found else f"does not match {pattern!r}"
+    return not found, f"matches {pattern!r}, which it must not" if found else "no forbidden match"
+
+
+def _contains(text: str, wanted: str) -> tuple[bool, str]:
+    """Case and spacing aside, `wanted` is in `text`."""
+    have = " ".join(text.lower().split())
+    want = " ".join(str(wanted).lower().split())
+    ok = bool(want) and want in have
+    return ok, f"contains {wanted!r}" if ok else f"does not contain {wanted!r}"
+
+
 @dataclass(frozen=True)
 class Rule:
-    """A rule the user stated: `kind` (max_words, max_sentences, max_chars, json, bullets,
-    numbered, language, just_number) and its argument (a count, a language name, or the unit
-    a bare number must carry)."""
+    """A rule the user stated or the miner wrote: `kind` (max_words, max_sentences, max_chars,
+    json, bullets, numbered, language, just_number; and only from the miner: regex_must,
+    regex_must_not, contains) and its argument (a count, a language name, the unit a bare
+    number must carry, a pattern, or a text)."""
 
     kind: str
     arg: Any = None
@@ -174,6 +267,10 @@ class Rule:
             if found is None:
                 return True, f"too short to tell its language (the user asked for {self.arg})"
             return found == self.arg, f"written in {found} (the user asked for {self.arg})"
+        if self.kind in REGEX_KINDS:
+            return _regex_check(self.kind, self.arg, text)
+        if self.kind == "contains":
+            return _contains(text, self.arg)
         raise TaskError(f"unknown rule kind {self.kind!r}")
 
 
@@ -274,6 +371,8 @@ def describe_checks(state: dict[str, Any]) -> str:
         f"rule {r['kind']}" + (f"={r['arg']}" if r.get("arg") else "")
         for r in state.get("rules", [])
     ]
+    if state.get("mined_check"):  # a check the miner wrote (`miner.py`)
+        parts.append(f"written by {state['mined_check'].get('by')}")
     if state.get("expected_calls"):
         parts.append(f"corrected tool call ({len(state['expected_calls'])})")
     if state.get("tools"):  # a replayed episode (selftaught.sleep.night.replay)

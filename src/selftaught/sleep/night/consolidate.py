@@ -205,7 +205,7 @@ def consolidate(
     """Train the night's documents in order on `task`; the best of each and what happened.
     After the skill phase, `modes` (default: `DemoModeConfig()`) compares how the skill
     shows its demos (none / static / retrieved) on the same gate. `ledger`: the night's, when
-    it already charged calls (weak labels, dreams); else a new one."""
+    it already charged calls (the miner's, weak labels, dreams); else a new one."""
     modes = modes or DemoModeConfig()
     ledger = ledger if ledger is not None else UsageLedger()
     target = EvidenceModel(target_model, evidence, "target")

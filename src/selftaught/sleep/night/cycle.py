@@ -98,6 +98,7 @@ from selftaught.sleep.night.mine import (
     merge_near_duplicates,
     mine_one,
 )
+from selftaught.sleep.night.miner import Miner, MinerConfig, Pending, wants_check
 from selftaught.sleep.night.proofread import proofread
 from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
 from selftaught.sleep.night.signals import ANSWER_IN_PROMPT, read_threads, rejected_signals
@@ -140,6 +141,7 @@ from selftaught.sleep.paths import (
     sleep_home,
 )
 from selftaught.tasks.episode import is_tool_task
+from selftaught.tasks.scorers import LlmJudge
 from selftaught.tracking import check_report_to, with_tracker
 
 DOCUMENTS = ("skill", "memory")
@@ -164,6 +166,12 @@ class SleepConfig:
     """Analyst model spec (reflects, merges); None: the target."""
     judge_model: str | None = None
     """Judge for tasks without a reference (rubrics); None: such tasks are dropped."""
+    miner_model: str | None = None
+    """Miner: writes a check for a row the user judged but gave no reference or rule, kept
+    only when the thread's accepted reply passes it and its rejected reply fails it
+    (`miner.py`); unset: the optimizer model; `off`: no miner."""
+    miner: MinerConfig = field(default_factory=MinerConfig)
+    """The miner's caps: rows a night, reply length, time limit."""
     project: str | None = None
     """One project; None: every project with traffic since its last night."""
     home: Path | None = None
@@ -254,6 +262,7 @@ class SleepConfig:
             "model": self.model,
             "optimizer_model": self.optimizer_model,
             "judge_model": self.judge_model,
+            "miner_model": None if self.miner_model == MINER_OFF else self.miner_model,
         }
         check_cmd_replay(roles, self.allow_cmd_replay)
 
@@ -271,6 +280,9 @@ class NightModels:
     judge_spec: str | None = None
     adapter_trainer: AdapterTrainer | None = None
     """Trains the night's adapters (None: `LocalAdapterTrainer` for a local target)."""
+    miner: ChatModel | None = None
+    """Writes checks for rows without one (`miner.py`); None: no miner."""
+    miner_spec: str | None = None
 
     def specs(self) -> dict[str, str | None]:
         return {
@@ -278,10 +290,20 @@ class NightModels:
             "optimizer": self.optimizer_spec,
             "judge": self.judge_spec,
             "target_name": self.target.name,
+            "miner": self.miner_label(),
         }
 
+    def miner_label(self) -> str | None:
+        """The miner as the report names it: its spec, else its model's name."""
+        if self.miner is None:
+            return None
+        return self.miner_spec or self.miner.name
+
     def remote(self) -> list[str]:
-        return [s for s in (self.target_spec, self.optimizer_spec, self.judge_spec) if is_remote(s)]
+        specs = (self.target_spec, self.optimizer_spec, self.judge_spec)
+        if self.miner is not None:
+            specs += (self.miner_spec,)
+        return [s for s in dict.fromkeys(specs) if is_remote(s)]
 
     def commands(self) -> dict[str, str]:
         """The roles a `cmd:` agent plays (known by its spec, or by the model passed), each
@@ -292,6 +314,7 @@ class NightModels:
             "model": (self.target, self.target_spec),
             "optimizer_model": (self.optimizer, self.optimizer_spec),
             "judge_model": (self.judge, self.judge_spec),
+            "miner_model": (self.miner, self.miner_spec),
         }
         out = {}
         for role, (model, spec) in roles.items():
@@ -301,6 +324,9 @@ class NightModels:
             elif spec and is_cmd(spec):
                 out[role] = spec
         return out
+
+
+MINER_OFF = "off"
 
 
 def is_cmd(spec: str | None) -> bool:
@@ -782,14 +808,16 @@ def mine(
     config: MineConfig,
     rejected: set[str] | None = None,
     unchecked: list[Interaction] | None = None,
+    miner: Miner | None = None,
 ) -> tuple[list[MinedTask], MineReport]:
     """Tasks from `interactions` (already filtered for privacy by the caller), with a report
     of what was dropped and why: chat threads read for the user's own verdicts first
     (`signals.read_threads`; `rejected`: signals the operator rejected), then plain exchanges
     through `mine.mine_one`, tool-using conversations through `replay.mine_tool_task` (here,
-    above both, so neither imports the other back). `unchecked`: receives the plain
-    exchanges dropped for having nothing to check them by (`mine.NO_CHECK`), as rows read
-    from their threads, for `weak.py` (they are still counted as dropped)."""
+    above both, so neither imports the other back). `miner` writes checks for the plain
+    exchanges left without a strong one (`miner.py`). `unchecked`: receives the plain
+    exchanges still dropped for having nothing to check them by (`mine.NO_CHECK`), as rows
+    read from their threads, for `weak.py` (they are still counted as dropped)."""
     report = MineReport(read=len(interactions))
     rows, _, conversation = read_threads(interactions, config, rejected)
     report.conversation = conversation.to_dict()
@@ -798,18 +826,22 @@ def mine(
         dropped[ANSWER_IN_PROMPT] = conversation.answer_in_prompt
     tasks = []
     steps = 0  # earlier steps of a tool-using conversation, folded into its last one
+    pending: list[Pending] = []  # plain exchanges without a strong check, for the miner
     for group in conversations(rows):
+        steps += len(group) - 1
         if logged_tools(group[0]):
             task, why = mine_tool_task(group, config)
         else:
             task, why = mine_one(group[0], config)
-        steps += len(group) - 1
-        if task is None:
-            dropped[why or "unknown"] += 1
-            if unchecked is not None and (why or "").startswith(NO_CHECK):
-                unchecked.append(group[0])
-        else:
-            tasks.append(task)
+            if miner is not None and wants_check(task, why):
+                pending.append(Pending(group[0], task, why))
+                continue
+        _keep(group[0], task, why, tasks, dropped, unchecked)
+    if miner is not None:
+        found, written = miner.resolve(pending, rows)
+        report.miner = written.to_dict()
+        for p, (task, why) in zip(pending, found, strict=True):
+            _keep(p.row, task, why, tasks, dropped, unchecked)
     merged = merge_near_duplicates(tasks, config.near_duplicate)
     seen: Counter[str] = Counter()
     for task in merged:  # equal ids from prompts that differ only in punctuation
@@ -824,6 +856,24 @@ def mine(
     return merged, report
 
 
+def _keep(
+    row: Interaction,
+    task: MinedTask | None,
+    why: str | None,
+    tasks: list[MinedTask],
+    dropped: Counter[str],
+    unchecked: list[Interaction] | None,
+) -> None:
+    """A mined row's outcome: its task kept, or why it was dropped (and, with nothing to check
+    it by, handed to the weak labels)."""
+    if task is not None:
+        tasks.append(task)
+        return
+    dropped[why or "unknown"] += 1
+    if unchecked is not None and (why or "").startswith(NO_CHECK):
+        unchecked.append(row)
+
+
 @dataclass
 class _Mined:
     """Tonight's tasks, the night's splits (tonight's and recalled tasks), and what the
@@ -834,10 +884,36 @@ class _Mined:
     rest: list[recall.Recalled]
     private_ids: set[str]
     ledger: UsageLedger = field(default_factory=UsageLedger)
-    """The night's one ledger: weak-label samples and dream paraphrases are charged to it
-    before consolidation goes on charging it."""
+    """The night's one ledger: the miner's calls, weak-label samples and dream paraphrases
+    are charged to it before consolidation goes on charging it."""
     weak_waiting: list[dict[str, Any]] | None = None
     """The project's weak-label file after the night (None: weak labels off)."""
+
+
+def _night_miner(
+    config: SleepConfig,
+    models: NightModels,
+    mining: MineConfig,
+    ledger: UsageLedger,
+    evidence: EvidenceLog,
+) -> Miner | None:
+    """The night's miner, its calls (and the judge's, testing its rubrics) charged to the
+    night's ledger and evidence log; None when the night has none."""
+    if models.miner is None:
+        return None
+    config.training.budget.check_priced([models.miner.name])
+    judge = None
+    if models.judge is not None:
+        tracked = TrackedModel(EvidenceModel(models.judge, evidence, "judge"), ledger, "judge")
+        judge = LlmJudge(tracked)
+    return Miner(
+        TrackedModel(EvidenceModel(models.miner, evidence, "miner"), ledger, "miner"),
+        models.miner_label() or "miner",
+        config.miner,
+        judge=judge,
+        send_private=config.allow_remote or not is_remote(models.miner_spec),
+        mining=mining,
+    )
 
 
 def _mine_and_split(
@@ -852,9 +928,19 @@ def _mine_and_split(
     kept, withheld = _private_filter(rows, models, config.allow_remote)
     mining = dataclasses.replace(config.mining, judge=models.judge is not None)
     unchecked: list[Interaction] = []
-    tasks, mined = mine(kept, mining, rejected_signals(report["project"], home), unchecked)
+    ledger = UsageLedger(budget=config.training.budget)
+    miner = _night_miner(config, models, mining, ledger, evidence)
+    rejected = rejected_signals(report["project"], home)
+    tasks, mined = mine(kept, mining, rejected, unchecked, miner)
     mined.withheld_private = withheld
     report["mining"] = mined.to_dict()
+    if ledger.roles:  # the miner's calls, even when the night stops before consolidating
+        report["usage"] = ledger.to_dict()
+    if mined.miner.get("backend_errors"):
+        report["notes"].append(
+            f"{mined.miner['backend_errors']} miner calls failed (first: "
+            f"{mined.miner['first_error']}); those rows were left without a written check"
+        )
     if withheld:
         report["notes"].append(
             f"{withheld} private (harvested) interactions were left out: "
@@ -875,7 +961,6 @@ def _mine_and_split(
         combined = _checkable_on_agent(report, combined, tasks)
     splits = assign_splits(combined, config.split, mining.near_duplicate)
     private_ids = {it.id for it in kept if it.private and not it.reviewed}
-    ledger = UsageLedger(budget=config.training.budget)
     waiting = None
     if config.weak.k and is_agent(models.target):
         report["notes"].append("weak labels: not sampled on an agent target")
@@ -1237,7 +1322,14 @@ def _load_models(
         return cache[spec]
 
     optimizer = config.optimizer_model or target
-    roles = {"model": target, "optimizer_model": optimizer, "judge_model": config.judge_model}
+    miner = config.miner_model or optimizer
+    miner = None if miner == MINER_OFF else miner
+    roles = {
+        "model": target,
+        "optimizer_model": optimizer,
+        "judge_model": config.judge_model,
+        "miner_model": miner,
+    }
     check_cmd_replay(roles, config.allow_cmd_replay)  # the target may be the logged upstream
     return NightModels(
         load(target),
@@ -1246,6 +1338,8 @@ def _load_models(
         optimizer,
         load(config.judge_model) if config.judge_model else None,
         config.judge_model,
+        miner=load(miner) if miner else None,
+        miner_spec=miner,
     )
 
 

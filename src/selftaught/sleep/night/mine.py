@@ -122,6 +122,8 @@ class MineReport:
     withheld_private: int = 0  # private rows kept from a remote model
     conversation: dict[str, Any] = field(default_factory=dict)
     """What the threads held (`signals.SignalReport.to_dict()`): threads, turns, signals."""
+    miner: dict[str, Any] = field(default_factory=dict)
+    """What the miner wrote and what was kept (`miner.MinerReport.to_dict()`); empty: none."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -187,7 +189,7 @@ def near_duplicates(a: str, b: str, threshold: float) -> bool:
     return len(sa & sb) / len(sa | sb) >= threshold
 
 
-def _redact_messages(messages: list[Message]) -> list[Message] | None:
+def redact_messages(messages: list[Message]) -> list[Message] | None:
     out = []
     for msg in strip_injected_messages(messages):
         text = message_text(msg.get("content"))
@@ -241,7 +243,7 @@ def request_messages(it: Interaction, config: MineConfig) -> list[Message] | str
     has none."""
     if not it.is_task:
         return it.not_task_reason
-    messages = _redact_messages(task_turns(it))
+    messages = redact_messages(task_turns(it))
     if messages is None:
         return "holds non-text content (images, files): cannot be replayed as text"
     if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():

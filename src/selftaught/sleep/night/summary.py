@@ -247,7 +247,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
     if models:
         lines.append(
             f"- models: target `{models['target']}`, optimizer `{models['optimizer']}`, judge "
-            f"`{models.get('judge') or 'none'}`"
+            f"`{models.get('judge') or 'none'}`, miner `{models.get('miner') or 'none'}`"
         )
     mining = report.get("mining")
     if mining:
@@ -258,6 +258,7 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
             f"merged, {mining['negative']} from negative feedback; dropped: {dropped}"
         )
         lines += _conversation_lines(mining)
+        lines += miner_lines(mining.get("miner"))
     if report.get("splits"):
         s = report["splits"]
         lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
@@ -317,6 +318,22 @@ def _conversation_lines(mining: dict[str, Any]) -> list[str]:
             "(rubric) would make them tasks"
         )
     return lines
+
+
+def miner_lines(miner: dict[str, Any] | None) -> list[str]:
+    """What the miner wrote (`miner.MinerReport`): asked, parsed, kept, refused and why."""
+    if not miner:
+        return []
+    rate = miner.get("parse_rate")
+    refused = "; ".join(f"{n} {why}" for why, n in miner["refused"].items()) or "none"
+    skipped = "; ".join(f"{n} {why}" for why, n in miner["skipped"].items()) or "none"
+    return [
+        f"- miner `{miner['miner']}`: {miner['candidates']} rows without a strong check, "
+        f"{miner['asked']} shown, parse rate {'n/a' if rate is None else f'{rate:.2f}'} "
+        f"({miner['repaired']} repaired, {miner['parse_failures']} unreadable, "
+        f"{miner['backend_errors']} backend errors), {miner['cannot_check']} cannot check; "
+        f"checks kept {miner['kept']}, refused: {refused}; not shown: {skipped}"
+    ]
 
 
 def _recall_lines(rec: dict[str, Any] | None) -> list[str]:

@@ -1,0 +1,728 @@
+"""A miner that writes checks: an analyst model reads a thread with no strong check and writes
+one, kept only when the thread's own evidence agrees with it.
+
+A row whose user gave a verdict (a thumb, a score, or what the next turn said: `signals.py`)
+but no reference and no rule has no check a night can trust: without a judge it is dropped,
+with one it gets a generic rubric. The miner (`--miner-model`, default the optimizer model) is
+shown such a row's conversation and the replies the user judged (redacted, as quoted JSON
+strings), and answers in a closed vocabulary (`prompts/miner.md`): an expected answer (a
+number, a number with its unit, an exact text), rules (`regex_must`, `regex_must_not`,
+`contains`, `max_words`, `max_sentences`, `json`, `language`), a rubric, or "cannot check".
+Its reply is validated; a reply that is not JSON of that shape gets ONE repair call, and the
+parse rate is reported.
+
+A written check is kept only when it is **two-sided on the thread's evidence**: the reply the
+user accepted (its own thumb up, or the retry the user accepted after rejecting it) passes it,
+and the reply the user rejected fails it. With one side only, that side must behave; with
+neither (no verdict), the row is not even shown to the miner: there is nothing to test a check
+on. A rubric is tested by the night's judge; without a judge it is left out of the check.
+A written pattern runs under a time limit and fails closed (`checks.search_limited`).
+
+Miner calls are charged to the night's ledger (role `miner`: its budget covers them) and go to
+its evidence log. A private row is never shown to a remote miner. A check written on an end
+user's verdict checks its task but is no demonstration (`no_demo`), like an end user's
+correction. Every kept check names its miner (`state["mined_check"]`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any, Literal
+
+from selftaught.errors import BudgetExhausted, ConfigError, InputError
+from selftaught.models.base import ChatModel, GenerationParams, Message, run_sync
+from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
+from selftaught.redact import redact_for_model
+from selftaught.skill.reflect import clip, render
+from selftaught.sleep.intake.log import Interaction
+from selftaught.sleep.intake.sessions import task_turns
+from selftaught.sleep.night.checks import LANGUAGES, REGEX_KINDS, Rule, pattern_problem
+from selftaught.sleep.night.mine import (
+    NO_CHECK,
+    MineConfig,
+    MinedTask,
+    new_task,
+    quoted,
+    redact_messages,
+    task_checks,
+)
+from selftaught.tasks.base import Example
+from selftaught.tasks.extract import extract_json
+from selftaught.tasks.scorers import LlmJudge, reference_scorer, score_reference
+
+MINER_RULES = ("regex_must", "regex_must_not", "contains", "max_words", "max_sentences", "json")
+MINER_RULES += ("language",)
+AnswerKind = Literal["number", "quantity", "text"]
+ANSWER_KINDS: dict[str, tuple[str, ...]] = {
+    "number": ("numeric",),
+    "quantity": ("quantity",),
+    "text": ("normalized", "numeric", "quantity"),
+}
+MAX_VALUE_CHARS = 200  # an expected answer, a `contains` text
+MAX_RUBRIC_CHARS = 600
+MAX_COUNT = 10_000  # max_words / max_sentences
+
+Verdict = Literal["up", "down"]
+CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error", "budget"]
+
+
+def load_prompt(name: str) -> str:
+    return resources.files("selftaught.sleep.night").joinpath("prompts", f"{name}.md").read_text()
+
+
+PROMPTS = ("miner", "miner_repair")
+# the prompts' example values ("<a number>"): weak miners echo them back as their check
+PLACEHOLDERS = frozenset(
+    p for name in PROMPTS for p in re.findall(r"<[^<>\n]{1,80}>", load_prompt(name))
+) | {"...", "…"}
+
+
+def _placeholder(text: str) -> str | None:
+    """The prompt placeholder `text` copies, if any."""
+    if text.strip() in PLACEHOLDERS:
+        return text.strip()
+    return next((p for p in PLACEHOLDERS if p.startswith("<") and p in text), None)
+
+
+class MinerParseError(InputError):
+    """A miner reply that holds no check (nor "cannot check") we can read."""
+
+
+# ---- the closed vocabulary ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpectedAnswer:
+    """The one right answer: `kind` number, quantity (a number and its unit) or text."""
+
+    kind: AnswerKind
+    value: str
+
+    @property
+    def scorer(self) -> str:
+        return reference_scorer(self.value)
+
+
+@dataclass(frozen=True)
+class MinedCheck:
+    """What the miner wrote: any of an expected answer, rules and a rubric; `why` is its own
+    account of where the check comes from."""
+
+    answer: ExpectedAnswer | None = None
+    rules: tuple[Rule, ...] = ()
+    rubric: str | None = None
+    why: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return self.answer is None and not self.rules and not self.rubric
+
+    def parts(self) -> list[str]:
+        """Its parts, by name: `answer:number`, `rule:max_words`, `rubric`."""
+        out = [f"answer:{self.answer.kind}"] if self.answer else []
+        out += [f"rule:{r.kind}" for r in self.rules]
+        return out + (["rubric"] if self.rubric else [])
+
+    def describe(self) -> str:
+        parts = [f"answer {self.answer.value!r}"] if self.answer else []
+        parts += [f"{r.kind}" + (f"={r.arg!r}" if r.arg is not None else "") for r in self.rules]
+        return ", ".join(parts + ([f"rubric {self.rubric!r}"] if self.rubric else []))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": None if self.answer is None else asdict(self.answer),
+            "rules": [r.to_dict() for r in self.rules],
+            "rubric": self.rubric,
+            "why": self.why,
+        }
+
+
+def _text(value: Any, what: str, limit: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{what} must be a text, got {type(value).__name__}")
+    text = str(value).strip()
+    if not text:
+        raise ValueError(f"{what} is empty")
+    if len(text) > limit:
+        raise ValueError(f"{what} is {len(text)} characters, over {limit}")
+    if _placeholder(text):
+        raise ValueError(f"{what} {text!r} copies the prompt's placeholder")
+    return text
+
+
+def _answer(raw: Any) -> ExpectedAnswer:
+    if not isinstance(raw, dict):
+        raise ValueError("answer must be an object with kind and value")
+    kind = raw.get("kind")
+    if kind not in ANSWER_KINDS:
+        raise ValueError(f"answer kind must be one of {', '.join(ANSWER_KINDS)}, got {kind!r}")
+    value = _text(raw.get("value"), "the answer", MAX_VALUE_CHARS)
+    if reference_scorer(value) not in ANSWER_KINDS[kind]:
+        raise ValueError(f"answer {value!r} is not a {kind}")
+    return ExpectedAnswer(kind, value)
+
+
+def _rule(raw: Any) -> Rule:
+    if not isinstance(raw, dict):
+        raise ValueError("a rule must be an object with kind (and value)")
+    kind, value = raw.get("kind"), raw.get("value", raw.get("arg"))
+    if kind not in MINER_RULES:
+        raise ValueError(f"rule kind must be one of {', '.join(MINER_RULES)}, got {kind!r}")
+    if kind == "json":
+        return Rule("json")
+    if kind in ("max_words", "max_sentences"):
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_COUNT:
+            raise ValueError(f"{kind} needs a count in 1..{MAX_COUNT}, got {value!r}")
+        return Rule(kind, value)
+    if kind == "language":
+        name = str(value or "").strip().lower()
+        if name not in LANGUAGES:
+            raise ValueError(f"language must be one of {', '.join(LANGUAGES)}, got {value!r}")
+        return Rule(kind, name)
+    if kind in REGEX_KINDS:
+        problem = pattern_problem(value)
+        if problem is None and _placeholder(value):
+            problem = "it copies the prompt's placeholder"
+        if problem is not None:
+            raise ValueError(f"{kind}: {problem}")
+        return Rule(kind, value)
+    return Rule(kind, _text(value, "the contains text", MAX_VALUE_CHARS))
+
+
+def parse_check(text: str) -> tuple[MinedCheck | None, str | None, list[dict[str, Any]]]:
+    """(the check, or None; why it cannot check, or None; the parts refused, with why) from
+    a miner reply. Raises MinerParseError when the reply holds no JSON object of the shape."""
+    try:
+        value = extract_json(text)
+    except ValueError as err:
+        raise MinerParseError(str(err)) from err
+    if not isinstance(value, dict):
+        raise MinerParseError(f"expected a JSON object, got {type(value).__name__}")
+    if "cannot_check" in value and not any(k in value for k in ("answer", "rules", "rubric")):
+        why = value.get("cannot_check")
+        return None, str(why if isinstance(why, str) and why.strip() else "no reason given"), []
+    if not any(k in value for k in ("answer", "rules", "rubric")):
+        raise MinerParseError("the object has none of answer, rules, rubric, cannot_check")
+    invalid: list[dict[str, Any]] = []
+    answer = None
+    if value.get("answer") is not None:
+        try:
+            answer = _answer(value["answer"])
+        except ValueError as err:
+            invalid.append({"part": value["answer"], "why": str(err)})
+    rules: dict[str, Rule] = {}
+    raw_rules = value.get("rules") or []
+    for raw in raw_rules if isinstance(raw_rules, list) else [raw_rules]:
+        try:
+            rule = _rule(raw)
+        except ValueError as err:
+            invalid.append({"part": raw, "why": str(err)})
+            continue
+        rules.setdefault(f"{rule.kind}\x00{rule.arg}", rule)
+    rubric = None
+    if value.get("rubric") is not None:
+        try:
+            rubric = _text(value["rubric"], "the rubric", MAX_RUBRIC_CHARS)
+        except ValueError as err:
+            invalid.append({"part": value["rubric"], "why": str(err)})
+    why = str(value.get("why") or "")[:MAX_RUBRIC_CHARS]
+    check = MinedCheck(answer, tuple(rules.values()), rubric, why)
+    return (None if check.empty else check), None, invalid
+
+
+# ---- the thread's evidence ----------------------------------------------------------------
+
+
+def verdict(it: Interaction) -> Verdict | None:
+    """What the user thought of `it`'s reply: its thumb, else its score (0.5 and up: up)."""
+    fb = it.feedback
+    if fb.thumb is not None:
+        return fb.thumb
+    if fb.score is not None:
+        return "up" if fb.score >= 0.5 else "down"
+    return None
+
+
+def verdict_trusted(it: Interaction) -> bool:
+    field_ = "thumb" if it.feedback.thumb is not None else "score"
+    return it.feedback.trusted_for(field_)
+
+
+@dataclass
+class Evidence:
+    """The replies a check is tested on (redacted): the one the user accepted, the one the
+    user rejected, and what the user said after each."""
+
+    accepted: str | None = None
+    rejected: str | None = None
+    accepted_said: str | None = None
+    rejected_said: str | None = None
+
+    @property
+    def sides(self) -> str:
+        """both, accepted, rejected or none: what a check can be tested on."""
+        have = [n for n in ("accepted", "rejected") if getattr(self, n) is not None]
+        return "both" if len(have) == 2 else have[0] if have else "none"
+
+
+def _said(it: Interaction) -> str | None:
+    """The user's words on `it`'s reply: the next turn a signal read, else a comment."""
+    signals = it.meta.get("signals") if isinstance(it.meta, dict) else None
+    if isinstance(signals, list) and signals and isinstance(signals[0], dict):
+        return quoted(str(signals[0].get("words") or ""))
+    comment = (it.feedback.comment or "").strip()
+    return quoted(comment) if comment else None
+
+
+def _side(ev: Evidence, it: Interaction, which: Verdict) -> None:
+    if it.reply is None:
+        return
+    if which == "up" and ev.accepted is None:
+        ev.accepted, ev.accepted_said = redact_for_model(it.reply), _said(it)
+    elif which == "down" and ev.rejected is None:
+        ev.rejected, ev.rejected_said = redact_for_model(it.reply), _said(it)
+
+
+def thread_evidence(rows: list[Interaction]) -> dict[str, Evidence]:
+    """Per row id, the replies its check can be tested on: its own reply by its verdict, and
+    in a thread (`signals.read_threads` marks each row's thread and turn) a rejected reply
+    with the next reply of the thread when the user accepted that one, and the other way. (A
+    re-ask's later answer sits in another conversation: it is not paired.)"""
+    out: dict[str, Evidence] = {}
+    threads: dict[str, list[Interaction]] = {}
+    for it in rows:
+        ev = out.setdefault(it.id, Evidence())
+        v = verdict(it)
+        if v is not None:
+            _side(ev, it, v)
+        meta = it.meta if isinstance(it.meta, dict) else {}
+        if "thread" in meta and isinstance(meta.get("turn"), int):
+            threads.setdefault(str(meta["thread"]), []).append(it)
+    for members in threads.values():
+        members.sort(key=lambda r: r.meta["turn"])
+        for earlier, later in zip(members, members[1:], strict=False):
+            if verdict(earlier) == "down" and verdict(later) == "up":
+                _side(out[earlier.id], later, "up")
+                _side(out[later.id], earlier, "down")
+    return out
+
+
+# ---- testing a check on the evidence ------------------------------------------------------
+
+
+def check_passes(
+    check: MinedCheck, reply: str, judge: LlmJudge | None, request: list[Message] | None = None
+) -> tuple[bool, str]:
+    """(passed, why) for one reply to `request` on every part of `check` (a rubric by
+    `judge`)."""
+    reference = check.answer.value if check.answer else None
+    example = Example("mined-check", request or "", reference, {"rubric": check.rubric})
+    if check.answer is not None:
+        score = score_reference(reply, example, check.answer.scorer)
+        if not score.hard:
+            return False, f"answer: {score.feedback}"
+    for rule in check.rules:
+        ok, why = rule.check(reply)
+        if not ok:
+            return False, f"rule {rule.kind}: {why}"
+    if check.rubric:
+        if judge is None:
+            raise ConfigError("a rubric is tested by a judge")
+        score = judge(reply, example)
+        if not score.hard:
+            return False, f"rubric: {score.feedback}"
+    return True, "passes every part"
+
+
+def refusal(
+    check: MinedCheck,
+    evidence: Evidence,
+    judge: LlmJudge | None,
+    request: list[Message] | None = None,
+) -> str | None:
+    """Why `check` is refused on `evidence` (None: it is kept): the accepted reply must pass
+    it and the rejected reply must fail it, each where the thread has one."""
+    if evidence.accepted is None and evidence.rejected is None:
+        return "no evidence to test the check on"
+    if evidence.accepted is not None:
+        ok, _ = check_passes(check, evidence.accepted, judge, request)
+        if not ok:
+            return "the accepted reply fails it"
+    if evidence.rejected is not None:
+        ok, _ = check_passes(check, evidence.rejected, judge, request)
+        if ok:
+            return "the rejected reply passes it (not two-sided)"
+    return None
+
+
+# ---- the report -----------------------------------------------------------------------------
+
+
+@dataclass
+class MinerReport:
+    """What the miner did in one night: the mining report's `miner` section."""
+
+    miner: str = ""  # the miner's spec (or name): every measurement names its miner
+    candidates: int = 0  # rows with a verdict and no strong check, or none at all
+    asked: int = 0
+    answered: int = 0  # replies that parsed (repaired ones included)
+    repaired: int = 0
+    parse_failures: int = 0
+    backend_errors: int = 0
+    cannot_check: int = 0
+    kept: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # why -> checks
+    skipped: dict[str, int] = field(default_factory=dict)  # why -> rows never shown
+    invalid_parts: int = 0  # parts of a check outside the vocabulary, dropped
+    kept_parts: dict[str, int] = field(default_factory=dict)  # answer:number, rule:json, ...
+    first_error: str | None = None  # the first backend error, for the night's notes
+    examples: list[dict[str, Any]] = field(default_factory=list)  # the first decisions
+
+    @property
+    def parse_rate(self) -> float | None:
+        """Share of answered calls whose reply parsed (repaired ones included)."""
+        replied = self.asked - self.backend_errors
+        return self.answered / replied if replied else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "parse_rate": self.parse_rate}
+
+
+MAX_EXAMPLES = 10
+
+
+@dataclass
+class MinerConfig:
+    max_rows: int = 50
+    """Rows shown to the miner per night (those with both an accepted and a rejected reply
+    first); the rest are skipped and counted."""
+    max_tokens: int = 256
+    """The miner's reply length (a check is a short JSON object)."""
+    timeout_s: float = 120.0
+    """One miner call's time limit (a call past it is a backend error)."""
+    concurrency: int = 4
+    max_message_chars: int = 1200
+    """Each message of the conversation as the miner reads it (head and tail kept)."""
+    max_conversation_chars: int = 6000
+    """The conversation's last messages that fit, as the miner reads them."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_tokens", "concurrency", "max_message_chars"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"miner {name} must be >= 1, got {getattr(self, name)}")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"miner timeout_s must be > 0, got {self.timeout_s}")
+
+
+# ---- the miner ----------------------------------------------------------------------------
+
+
+@dataclass
+class Pending:
+    """A row without a strong check: `task` when `mine.mine_one` made one anyway (a generic
+    rubric), else None with `why` it was dropped."""
+
+    row: Interaction
+    task: MinedTask | None
+    why: str | None
+
+
+def wants_check(task: MinedTask | None, why: str | None) -> bool:
+    """Whether `mine_one`'s outcome leaves the row without a strong check: dropped for having
+    no reference and no rule, or a task checked by a rubric alone."""
+    if task is None:
+        return bool(why) and str(why).startswith(NO_CHECK)
+    s = task.state
+    return not any(s.get(k) for k in ("scorer", "rules", "expected_calls", "tools"))
+
+
+@dataclass
+class MinerCall:
+    """One row shown to the miner: its reply, the repair when there was one, what it parsed
+    into."""
+
+    row_id: str
+    status: CallStatus = "ok"
+    raw_reply: str = ""
+    repair_reply: str | None = None
+    error: str | None = None
+    check: MinedCheck | None = None
+    cannot_check: str | None = None
+    invalid: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _conversation(messages: list[Message], config: MinerConfig) -> str:
+    """The conversation as quoted lines, the newest that fit (the request always)."""
+    lines: list[str] = []
+    used = 0
+    for msg in reversed(messages):
+        text = clip(str(msg.get("content") or ""), config.max_message_chars)
+        line = f"- {msg.get('role', 'user')}: {json.dumps(text, ensure_ascii=False)}"
+        if lines and used + len(line) > config.max_conversation_chars:
+            lines.append(f"- (… {len(messages) - len(lines)} earlier messages left out)")
+            break
+        lines.append(line)
+        used += len(line)
+    return "\n".join(reversed(lines))
+
+
+def _evidence_text(ev: Evidence, config: MinerConfig) -> str:
+    lines = []
+    for label, reply, said in (
+        ("the reply the user accepted", ev.accepted, ev.accepted_said),
+        ("the reply the user rejected", ev.rejected, ev.rejected_said),
+    ):
+        if reply is None:
+            continue
+        text = json.dumps(clip(reply, config.max_message_chars), ensure_ascii=False)
+        lines.append(f"- {label}: {text}")
+        if said:
+            lines.append(f"  what the user said of it: {said}")
+    return "\n".join(lines)
+
+
+class Miner:
+    """The miner model in its role: shows each pending row to the model, parses and repairs
+    its answer, tests the check on the thread's evidence and puts a kept check on the task.
+    `model` should be charged to the night's ledger (`TrackedModel`, role `miner`); `judge`
+    tests rubrics (None: a rubric is left out of a check); `send_private`: private rows may be
+    shown (False for a remote miner)."""
+
+    def __init__(
+        self,
+        model: ChatModel,
+        name: str,
+        config: MinerConfig | None = None,
+        *,
+        judge: LlmJudge | None = None,
+        send_private: bool = True,
+        mining: MineConfig | None = None,
+    ):
+        self.model = model
+        self.name = name
+        self.config = config or MinerConfig()
+        self.judge = judge
+        self.send_private = send_private
+        self.mining = mining or MineConfig()
+        self.params = GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0)
+        self.prompts = {n: load_prompt(n) for n in PROMPTS}
+        self._stopped: str | None = None
+
+    def resolve(
+        self, pending: list[Pending], rows: list[Interaction]
+    ) -> tuple[list[tuple[MinedTask | None, str | None]], MinerReport]:
+        """Per pending row, in order: (its task, None) or (None, why it stays dropped); and
+        the report. `rows`: every row the night reads (the threads' evidence)."""
+        evidence = thread_evidence(rows)
+        report = MinerReport(miner=self.name, candidates=len(pending))
+        chosen = self._choose(pending, evidence, report)
+        prompts = {p.row.id: self._prompt(p, evidence[p.row.id]) for p in chosen}
+        calls = run_sync(self._ask_all(prompts, report))
+        out = []
+        for p in pending:
+            call = calls.get(p.row.id)
+            ev = evidence.get(p.row.id) or Evidence()
+            out.append((p.task, p.why) if call is None else self._decide(p, call, ev, report))
+        return out, report
+
+    def _choose(
+        self, pending: list[Pending], evidence: dict[str, Evidence], report: MinerReport
+    ) -> list[Pending]:
+        """The rows to show: with a verdict to test on, allowed to this miner, up to the cap
+        (two-sided evidence first)."""
+        skipped: Counter[str] = Counter()
+        ranked = []
+        for p in pending:
+            ev = evidence.setdefault(p.row.id, Evidence())
+            if ev.sides == "none":
+                skipped["no verdict: nothing to test a check on"] += 1
+            elif p.row.private and not p.row.reviewed and not self.send_private:
+                skipped["private row: the miner is a remote model"] += 1
+            else:
+                ranked.append(p)
+        ranked.sort(key=lambda p: evidence[p.row.id].sides != "both")
+        over = ranked[self.config.max_rows :]
+        if over:
+            skipped[f"over the cap of {self.config.max_rows} rows a night"] += len(over)
+        report.skipped = dict(skipped)
+        return ranked[: self.config.max_rows]
+
+    def _messages(self, p: Pending) -> list[Message]:
+        if p.task is not None:
+            return p.task.messages
+        return redact_messages(task_turns(p.row)) or []
+
+    def _prompt(self, p: Pending, ev: Evidence) -> str:
+        return render(
+            self.prompts["miner"],
+            conversation=_conversation(self._messages(p), self.config),
+            evidence=_evidence_text(ev, self.config),
+        )
+
+    async def _ask_all(self, prompts: dict[str, str], report: MinerReport) -> dict[str, MinerCall]:
+        gate = asyncio.Semaphore(self.config.concurrency)
+        stopped: Counter[str] = Counter()
+
+        async def one(row_id: str, prompt: str) -> MinerCall | None:
+            async with gate:
+                if self._stopped is not None:
+                    stopped[self._stopped] += 1
+                    return None
+                return await self._call(row_id, prompt)
+
+        done = await asyncio.gather(*(one(r, p) for r, p in prompts.items()))
+        for reason, n in stopped.items():
+            report.skipped[reason] = report.skipped.get(reason, 0) + n
+        return {c.row_id: c for c in done if c is not None}
+
+    async def _ask(self, prompt: str) -> str:
+        messages: list[Message] = [{"role": "user", "content": prompt}]
+        c = await asyncio.wait_for(self.model.achat(messages, self.params), self.config.timeout_s)
+        return c.text
+
+    async def _reply(self, call: MinerCall, prompt: str) -> str | None:
+        """The model's reply, or None (the call's status and error set)."""
+        try:
+            return await self._ask(prompt)
+        except BudgetExhausted as err:
+            self._stopped = f"the night's budget was spent ({err})"
+            call.status, call.error = "budget", str(err)
+        except FatalBackendError as err:
+            self._stopped = f"the miner's backend failed: {err}"
+            call.status, call.error = "backend_error", str(err)
+        except (BackendError, TransientBackendError, asyncio.TimeoutError) as err:
+            call.status, call.error = "backend_error", str(err) or "timed out"
+        return None
+
+    async def _call(self, row_id: str, prompt: str) -> MinerCall:
+        """Ask, parse; a reply that is not a check gets ONE repair call."""
+        call = MinerCall(row_id)
+        reply = await self._reply(call, prompt)
+        if reply is None:
+            return call
+        call.raw_reply = reply
+        try:
+            call.check, call.cannot_check, call.invalid = parse_check(reply)
+            return call
+        except MinerParseError as err:
+            call.error = f"invalid JSON: {err}"
+        repair = render(self.prompts["miner_repair"], reply=clip(reply, 3000), error=call.error)
+        fixed = await self._reply(MinerCall(row_id), repair)
+        if fixed is None:
+            call.status = "invalid_json"
+            call.error += "; the repair call failed"
+            return call
+        call.repair_reply = fixed
+        try:
+            call.check, call.cannot_check, call.invalid = parse_check(fixed)
+            call.status = "repaired"
+        except MinerParseError as err:
+            call.status, call.error = "invalid_json", f"{call.error}; after repair: {err}"
+        return call
+
+    def _decide(
+        self, p: Pending, call: MinerCall, ev: Evidence, report: MinerReport
+    ) -> tuple[MinedTask | None, str | None]:
+        """Count the call; test its check; the task with the check when it is kept."""
+        if call.status == "budget":
+            reason = self._stopped or "the night's budget was spent"
+            report.skipped[reason] = report.skipped.get(reason, 0) + 1
+            return p.task, p.why
+        report.asked += 1
+        outcome = self._outcome(call, report)
+        check = call.check
+        if check is not None and check.rubric and self.judge is None:
+            check = MinedCheck(check.answer, check.rules, None, check.why)
+            if check.empty:
+                outcome, check = "refused: a rubric needs a judge model (--judge-model)", None
+        if check is not None:
+            try:
+                why = refusal(check, ev, self.judge, self._messages(p))
+            except (BackendError, BudgetExhausted) as err:
+                why = f"the judge could not test the rubric ({type(err).__name__})"
+            outcome = f"refused: {why}" if why else "kept"
+        if outcome.startswith("refused: "):
+            why = outcome.removeprefix("refused: ")
+            report.refused[why] = report.refused.get(why, 0) + 1
+        self._example(report, p, call, outcome)
+        if outcome != "kept" or check is None:
+            return p.task, p.why
+        report.kept += 1
+        for part in check.parts():
+            report.kept_parts[part] = report.kept_parts.get(part, 0) + 1
+        return self._apply(p, check, ev), None
+
+    @staticmethod
+    def _outcome(call: MinerCall, report: MinerReport) -> str:
+        """Count the call's status; its outcome before the check is tested."""
+        report.invalid_parts += len(call.invalid)
+        if call.status == "backend_error":
+            report.backend_errors += 1
+            report.first_error = report.first_error or redact_for_model(str(call.error))[:300]
+            return f"backend error: {call.error}"
+        if call.status == "invalid_json":
+            report.parse_failures += 1
+            return f"invalid reply: {call.error}"
+        report.answered += 1
+        report.repaired += call.status == "repaired"
+        if call.cannot_check is not None:
+            report.cannot_check += 1
+            return f"cannot check: {call.cannot_check}"
+        if call.check is None:
+            return "refused: no part of the check is in the vocabulary"
+        return "written"
+
+    def _example(self, report: MinerReport, p: Pending, call: MinerCall, outcome: str) -> None:
+        if len(report.examples) < MAX_EXAMPLES:
+            described = call.check.describe() if call.check else None
+            report.examples.append(
+                {
+                    "row": p.row.id,
+                    "check": None if described is None else redact_for_model(described),
+                    "outcome": redact_for_model(outcome)[:300],
+                }
+            )
+
+    def _apply(self, p: Pending, check: MinedCheck, ev: Evidence) -> MinedTask:
+        """`p`'s task (made now for a dropped row) checked by `check`."""
+        messages = self._messages(p)
+        if p.task is not None:
+            state, reference = dict(p.task.state), p.task.reference
+        else:
+            got = task_checks(p.row, messages, None, self.mining, other_check=True)
+            assert not isinstance(got, str)  # other_check: never "no check"
+            state, reference = got
+        state, reference = with_check(state, reference, check, self.name, ev.sides)
+        if not verdict_trusted(p.row):
+            state.setdefault("no_demo", "checked by a miner's check on an end user's verdict")
+        if p.task is None:
+            return new_task(p.row, messages, reference, state)
+        p.task.state, p.task.reference = state, reference
+        return p.task
+
+
+def with_check(
+    state: dict[str, Any], reference: Any, check: MinedCheck, miner: str, tested_on: str
+) -> tuple[dict[str, Any], Any]:
+    """A task's (state, reference) with `check` added: its answer is the reference (a rubric
+    is then not needed), its rules join the task's, its rubric joins the task's rubric."""
+    state = dict(state)
+    if check.answer is not None:
+        reference = check.answer.value
+        state["scorer"] = check.answer.scorer
+        state.pop("rubric", None)
+    have = {(r["kind"], str(r.get("arg"))) for r in state.get("rules", [])}
+    added = [r.to_dict() for r in check.rules if (r.kind, str(r.arg)) not in have]
+    state["rules"] = [*state.get("rules", []), *added]
+    if check.rubric and check.answer is None:
+        before = state.get("rubric")
+        state["rubric"] = f"{before} {check.rubric}" if before else check.rubric
+    state["mined_check"] = {"by": miner, "tested_on": tested_on, **check.to_dict()}
+    return state, reference

@@ -1,0 +1,439 @@
+"""The miner that writes checks (`sleep/night/miner.py`): a scripted miner's check is kept only
+when two-sided on the thread's evidence; "cannot check", a repaired reply, a pattern that runs
+out of time (fails closed), a remote miner and a private row, the night's ledger and budget;
+and, marked slow, the embedded model as miner (the plumbing only: a 135M model writes no
+check)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from selftaught.models.usage import Budget, TrackedModel, UsageLedger
+from selftaught.sleep.intake.log import OPERATOR, Feedback, Interaction, TaskLog
+from selftaught.sleep.night import checks
+from selftaught.sleep.night.checks import (
+    NO_REGEX_PACKAGE,
+    Rule,
+    describe_checks,
+    pattern_problem,
+)
+from selftaught.sleep.night.cycle import NightModels, SleepConfig, mine, run_night
+from selftaught.sleep.night.mine import MineConfig
+from selftaught.sleep.night.miner import (
+    NO_STRONG_CHECK,
+    Miner,
+    MinerConfig,
+    Pending,
+    parse_check,
+)
+from selftaught.tasks.scorers import LlmJudge
+from tests.scripted import ScriptedModel, canned_analyst, rule_target, user_of
+
+Q = "What is the capital of Australia?"
+WRONG, RIGHT = "Sydney.", "Canberra."
+
+
+def user(text: str) -> dict[str, str]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, str]:
+    return {"role": "assistant", "content": text}
+
+
+def thread_row(
+    q: str = Q, client: str = "key:alice", at: float = 100.0, thanks: str = "", **kw
+) -> Interaction:
+    """One chat: a reply the user rejects ("That's wrong."), the retry the user accepts, and
+    a last reply nobody judged."""
+    messages = [
+        user(q),
+        assistant(WRONG),
+        user("That's wrong."),
+        assistant(RIGHT),
+        user(f"Thanks, that's right! {thanks}".strip()),
+    ]
+    kw.setdefault("project", "demo")
+    return Interaction(
+        messages=messages,
+        reply="You're welcome.",
+        created_at=at,
+        source="proxy",
+        client=client,
+        **kw,
+    )
+
+
+def thumb_row(q: str, reply: str, thumb: str, at: float = 50.0, **kw) -> Interaction:
+    kw.setdefault("project", "demo")
+    return Interaction(
+        messages=[user(q)],
+        reply=reply,
+        created_at=at,
+        source="proxy",
+        client=OPERATOR,
+        feedback=Feedback(thumb=thumb),
+        **kw,
+    )
+
+
+def says(*replies: str | dict) -> ScriptedModel:
+    """A scripted miner answering each call with the next reply (the last one repeats); a
+    dict is sent as JSON."""
+    texts = [r if isinstance(r, str) else json.dumps(r) for r in replies]
+    model = ScriptedModel(lambda m: texts[min(len(model.calls), len(texts)) - 1], "scripted-miner")
+    return model
+
+
+def miner_of(model: ScriptedModel, **kw) -> Miner:
+    return Miner(model, "scripted-miner", MinerConfig(concurrency=1), **kw)
+
+
+ANSWER = {"answer": {"kind": "text", "value": "Canberra"}, "why": "the user accepted Canberra"}
+
+
+# ---- two-sided on the thread's evidence -----------------------------------------------------
+
+
+def test_a_check_two_sided_on_the_thread_is_kept_and_checks_the_task():
+    """The rejected reply and the accepted retry of one chat: the miner's answer passes the
+    accepted reply and fails the rejected one, so both judged replies become tasks."""
+    model = says(ANSWER)
+    tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(model))
+    written = report.miner
+    assert written["miner"] == "scripted-miner"
+    assert written["asked"] == 2 and written["kept"] == 2 and written["refused"] == {}
+    assert written["skipped"] == {"no verdict: nothing to test a check on": 1}  # the last reply
+    assert written["kept_parts"] == {"answer:text": 2} and written["parse_rate"] == 1.0
+    assert report.tasks == len(tasks) >= 1 and not report.dropped.get(NO_STRONG_CHECK)
+    first = next(t for t in tasks if len(t.messages) == 1)  # the request the user rejected
+    assert first.reference == "Canberra" and first.state["scorer"] == "normalized"
+    mined = first.state["mined_check"]
+    assert mined["by"] == "scripted-miner" and mined["tested_on"] == "both"
+    assert first.state["no_demo"]  # an end user's verdict: checks the task, teaches nothing
+    assert describe_checks(first.state) == "reference (normalized), written by scripted-miner"
+    prompt = user_of(model.calls[0])
+    assert f'the reply the user rejected: "{WRONG}"' in prompt
+    assert f'the reply the user accepted: "{RIGHT}"' in prompt
+    assert "That's wrong." in prompt and f'- user: "{Q}"' in prompt
+
+
+def test_without_a_miner_the_same_chat_gives_no_task():
+    tasks, report = mine([thread_row()], MineConfig())
+    assert tasks == [] and report.miner == {}
+    assert sum(report.dropped.values()) == 3
+
+
+@pytest.mark.parametrize(
+    ("check", "why"),
+    [
+        ({"rules": [{"kind": "max_words", "value": 50}]}, "the rejected reply passes it"),
+        ({"answer": {"kind": "text", "value": "Sydney"}}, "the accepted reply fails it"),
+    ],
+)
+def test_a_check_that_does_not_tell_the_replies_apart_is_refused_and_counted(check, why):
+    tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(says(check)))
+    assert tasks == [] and report.miner["kept"] == 0
+    ((reason, n),) = report.miner["refused"].items()
+    assert reason.startswith(why) and n == 2
+    assert sum(n for r, n in report.dropped.items() if r.startswith(NO_STRONG_CHECK)) == 3
+
+
+def test_with_one_side_only_that_side_must_behave():
+    """A thumbs-down alone: the check must fail the rejected reply."""
+    rows = [thumb_row("What is 12 + 5 in km?", "20 km", "down")]
+    kept, report = mine(
+        rows, MineConfig(), miner=miner_of(says({"answer": {"kind": "quantity", "value": "17 km"}}))
+    )
+    assert report.miner["kept"] == 1 and kept[0].reference == "17 km"
+    assert kept[0].state["mined_check"]["tested_on"] == "rejected"
+    assert "no_demo" not in kept[0].state  # the operator's own thumb
+    _, report = mine(
+        rows, MineConfig(), miner=miner_of(says({"answer": {"kind": "quantity", "value": "20 km"}}))
+    )
+    assert report.miner["refused"] == {"the rejected reply passes it (not two-sided)": 1}
+
+
+def test_a_row_without_a_verdict_is_not_shown():
+    model = says(ANSWER)
+    row = Interaction(messages=[user(Q)], reply=RIGHT, source="proxy", project="demo")
+    tasks, report = mine([row], MineConfig(), miner=miner_of(model))
+    assert model.calls == [] and tasks == []
+    assert report.miner["skipped"] == {"no verdict: nothing to test a check on": 1}
+
+
+# ---- what the miner answers -----------------------------------------------------------------
+
+
+def test_cannot_check_is_counted_and_the_rows_stay_dropped():
+    model = says({"cannot_check": "the conversation does not say what is right"})
+    tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(model))
+    assert tasks == [] and report.miner["cannot_check"] == 2 and report.miner["answered"] == 2
+    assert report.miner["examples"][0]["outcome"].startswith("cannot check: the conversation")
+
+
+def test_a_reply_that_is_not_json_gets_one_repair():
+    model = says("The capital is Canberra, so check for that.", ANSWER, "still not JSON")
+    row = thumb_row(Q, WRONG, "down")
+    tasks, report = mine([row], MineConfig(), miner=miner_of(model))
+    assert len(model.calls) == 2 and "## Reply to repair" in user_of(model.calls[1])
+    assert "The capital is Canberra" in user_of(model.calls[1])
+    assert report.miner["repaired"] == 1 and report.miner["kept"] == 1
+    assert tasks[0].reference == "Canberra"
+    model = says("no JSON here", "nor here")
+    tasks, report = mine([row], MineConfig(), miner=miner_of(model))
+    assert len(model.calls) == 2 and tasks == []
+    assert report.miner["parse_failures"] == 1 and report.miner["parse_rate"] == 0.0
+
+
+def test_parts_outside_the_vocabulary_are_dropped_not_obeyed():
+    check, cannot, invalid = parse_check(
+        json.dumps(
+            {
+                "answer": {"kind": "number", "value": "<a number>"},
+                "rules": [
+                    {"kind": "run_python", "value": "import os"},
+                    {"kind": "max_words", "value": 0},
+                    {"kind": "regex_must", "value": "x" * 300},
+                    {"kind": "regex_must", "value": "((a{1000}){1000}){1000}"},
+                    {"kind": "language", "value": "klingon"},
+                    {"kind": "regex_must_not", "value": "<a pattern the reply must not match>"},
+                    {"kind": "contains", "value": "Canberra"},
+                    {"kind": "regex_must", "value": r"(?P<n>\d+) km"},
+                ],
+            }
+        )
+    )
+    assert cannot is None and check is not None
+    assert check.answer is None and [r.kind for r in check.rules] == ["contains", "regex_must"]
+    whys = " | ".join(i["why"] for i in invalid)
+    assert "run_python" in whys and "over 200" in whys and "counted repeats" in whys
+    assert "klingon" in whys and whys.count("placeholder") == 2 and len(invalid) == 7
+    assert parse_check('{"answer": {"kind": "number", "value": "seventeen"}}')[0] is None
+
+
+# ---- patterns a model wrote -----------------------------------------------------------------
+
+
+def test_a_catastrophic_pattern_runs_out_of_time_and_fails_closed():
+    slow = "(a|aa)+$"
+    text = "a" * 60 + "b"
+    t0 = time.monotonic()
+    for kind in ("regex_must", "regex_must_not"):
+        ok, why = Rule(kind, slow).check(text)
+        assert not ok and "failed closed" in why  # never passes, whichever way it is meant
+    assert time.monotonic() - t0 < 30  # generous: each search stops after REGEX_TIMEOUT_S
+    row = thumb_row("Spell a long run of a's", text, "up")
+    miner = miner_of(says({"rules": [{"kind": "regex_must", "value": slow}]}))
+    tasks, report = mine([row], MineConfig(), miner=miner)
+    assert tasks == [] and report.miner["refused"] == {"the accepted reply fails it": 1}
+
+
+def test_without_the_regex_package_a_written_pattern_is_refused(monkeypatch):
+    monkeypatch.setattr(checks, "_regex", None)
+    assert pattern_problem(r"\d+ km") == NO_REGEX_PACKAGE
+    ok, why = Rule("regex_must_not", r"\d").check("no digits")
+    assert not ok and NO_REGEX_PACKAGE in why
+    check, _, invalid = parse_check('{"rules": [{"kind": "regex_must", "value": "Canberra"}]}')
+    assert check is None and NO_REGEX_PACKAGE in invalid[0]["why"]
+
+
+# ---- rubrics --------------------------------------------------------------------------------
+
+
+def test_a_rubric_is_tested_by_the_judge_and_refused_without_one():
+    rubric = {"rubric": "The reply names Canberra as the capital."}
+
+    def judge_says(messages):
+        return '{"score": 9, "reason": "ok"}' if RIGHT in user_of(messages) else '{"score": 1}'
+
+    judge = ScriptedModel(judge_says, "scripted-judge")
+    tasks, report = mine(
+        [thread_row()], MineConfig(), miner=miner_of(says(rubric), judge=LlmJudge(judge))
+    )
+    assert report.miner["kept"] == 2 and len(judge.calls) == 4  # 2 checks x 2 replies
+    assert tasks[0].state["rubric"] == rubric["rubric"] and tasks[0].check == "rubric"
+    _, report = mine([thread_row()], MineConfig(), miner=miner_of(says(rubric)))
+    assert report.miner["refused"] == {"a rubric needs a judge model (--judge-model)": 2}
+
+
+def test_a_negative_row_with_only_a_generic_rubric_gets_the_written_check():
+    """With a judge, a thumbs-down row is a task checked by a generic rubric; the miner's
+    answer replaces it."""
+    row = thumb_row(Q, WRONG, "down")
+    tasks, _ = mine([row], MineConfig(judge=True))
+    assert tasks[0].check == "rubric"
+    tasks, report = mine([row], MineConfig(judge=True), miner=miner_of(says(ANSWER)))
+    assert report.miner["kept"] == 1 and tasks[0].check == "reference"
+    assert tasks[0].reference == "Canberra" and "rubric" not in tasks[0].state
+
+
+# ---- privacy, ledger, budget ----------------------------------------------------------------
+
+
+def test_a_private_row_is_never_shown_to_a_remote_miner():
+    model = says(ANSWER)
+    row = thumb_row(Q, WRONG, "down", private=True)
+    miner = miner_of(model, send_private=False)
+    tasks, report = mine([row], MineConfig(), miner=miner)
+    assert model.calls == [] and tasks == []
+    assert report.miner["skipped"] == {"private row: the miner is a remote model": 1}
+    reviewed = thumb_row(Q, WRONG, "down", private=True, reviewed=True)
+    _, report = mine([reviewed], MineConfig(), miner=miner_of(model, send_private=False))
+    assert len(model.calls) == 1 and report.miner["kept"] == 1
+
+
+def test_a_fatal_backend_error_stops_the_miner_and_is_counted():
+    from tests.scripted import fatal
+
+    model = says(ANSWER)
+    model.fail_at[0] = fatal()
+    rows = [thumb_row(f"{Q} ({i})", WRONG, "down", at=float(i)) for i in range(3)]
+    tasks, report = mine(rows, MineConfig(), miner=miner_of(model))
+    assert len(model.calls) == 1 and tasks == []
+    assert report.miner["backend_errors"] == 1 and "401" in report.miner["first_error"]
+    ((reason, n),) = report.miner["skipped"].items()
+    assert n == 2 and reason.startswith("the miner's backend failed")
+
+
+def test_the_miner_stops_when_the_nights_budget_is_spent():
+    ledger = UsageLedger(budget=Budget(calls=2))
+    model = says(ANSWER)
+    rows = [thumb_row(f"{Q} ({i})", WRONG, "down", at=float(i)) for i in range(4)]
+    miner = miner_of(TrackedModel(model, ledger, "miner"))
+    tasks, report = mine(rows, MineConfig(), miner=miner)
+    assert len(model.calls) == 2 and ledger.roles["miner"].calls == 2
+    assert report.miner["asked"] == 2 and len(tasks) == 2
+    ((reason, n),) = report.miner["skipped"].items()
+    assert n == 2 and "budget" in reason
+
+
+def night_log(tmp_path, private: bool = False) -> None:
+    log = TaskLog(tmp_path / "log.db")
+    for i in range(4):  # distinct last turns: the same one again would read as a re-ask
+        q = f"What is the capital of country number {i}?"
+        log.add(thread_row(q, at=100.0 + i, thanks=f"({i})"))
+    if private:
+        log.add(thumb_row("Review my private key handling", "looks fine", "down", private=True))
+    log.close()
+
+
+def test_a_nights_miner_calls_are_on_its_ledger_evidence_and_report(tmp_path):
+    night_log(tmp_path)
+    miner = says(ANSWER)
+    models = NightModels(
+        rule_target(),
+        "scripted-target",
+        canned_analyst(),
+        "scripted-analyst",
+        miner=miner,
+        miner_spec="scripted-miner",
+    )
+    config = SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", since=0.0)
+    (night,) = run_night(config, models=models)
+    assert night.models["miner"] == "scripted-miner"
+    written = night.mining["miner"]
+    assert written["asked"] == len(miner.calls) == 8 and written["kept"] == 8
+    assert night.usage["miner"]["calls"] == 8  # the night's one ledger (and budget)
+    evidence = (night.night_dir / "evidence.jsonl").read_text().splitlines()
+    assert sum(json.loads(line)["role"] == "miner" for line in evidence) == 8
+    md = (night.night_dir / "report.md").read_text()
+    assert "miner `scripted-miner`: 12 rows without a strong check, 8 shown" in md
+    assert "checks kept 8" in md
+
+
+def test_a_remote_miner_keeps_private_rows_out_of_the_night(tmp_path):
+    night_log(tmp_path, private=True)
+    miner = says(ANSWER)
+    models = NightModels(
+        rule_target(),
+        "local",
+        canned_analyst(),
+        "local",
+        miner=miner,
+        miner_spec="openai:gpt-4o-mini",
+    )
+    (night,) = run_night(
+        SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", since=0.0), models=models
+    )
+    assert night.mining["withheld_private"] == 1 and miner.calls
+    assert not any("private key" in user_of(call) for call in miner.calls)
+    assert any("openai:gpt-4o-mini is a remote model" in note for note in night.notes)
+
+
+@pytest.mark.parametrize(
+    ("miner_model", "named", "asked"), [(None, "opt", 8), ("m", "m", 8), ("off", None, 0)]
+)
+def test_the_miner_is_the_optimizer_unless_named_or_off(tmp_path, miner_model, named, asked):
+    night_log(tmp_path)
+    loaded: dict[str, ScriptedModel] = {}
+
+    def loader(spec):
+        model = {"t": rule_target, "opt": canned_analyst}.get(spec, lambda: says(ANSWER))()
+        return loaded.setdefault(spec, model)
+
+    config = SleepConfig(
+        model="t",
+        optimizer_model="opt",
+        miner_model=miner_model,
+        home=tmp_path,
+        log_path=tmp_path / "log.db",
+        since=0.0,
+    )
+    (night,) = run_night(config, loader=loader)
+    assert night.models["miner"] == named
+    assert (night.mining.get("miner") or {}).get("asked", 0) == asked
+    if named == "m":
+        assert len(loaded["m"].calls) == 8 and night.mining["miner"]["kept"] == 8
+    if named == "opt":  # the analyst answers a miner prompt with no check: none is kept
+        assert night.mining["miner"]["parse_failures"] == 8
+
+
+# ---- the embedded model as miner ------------------------------------------------------------
+
+
+@pytest.mark.local
+@pytest.mark.slow  # the embedded model answers ~8 miner prompts: about a minute on 2 busy cores
+def test_the_embedded_model_as_miner_plumbing(tmp_path):
+    """A 135M model cannot write checks; this asserts only that its calls are made, counted
+    on the night's ledger, and reported under its name."""
+    pytest.importorskip("transformers")
+    from selftaught.models import load_model
+    from selftaught.models.embedded import EmbeddedModelMissing, embedded_model_dir
+
+    try:
+        embedded_model_dir()
+    except EmbeddedModelMissing as err:
+        pytest.skip(f"embedded model unavailable: {err}")
+    night_log(tmp_path)
+    models = NightModels(
+        rule_target(),
+        "scripted-target",
+        canned_analyst(),
+        "scripted-analyst",
+        miner=load_model("local"),
+        miner_spec="local",
+    )
+    config = SleepConfig(
+        home=tmp_path, log_path=tmp_path / "log.db", since=0.0, miner=MinerConfig(max_tokens=96)
+    )
+    (night,) = run_night(config, models=models)
+    written = night.mining["miner"]
+    assert written["miner"] == "local" and written["asked"] == 8
+    assert night.usage["miner"]["calls"] + night.usage["miner"]["errors"] >= 8
+    assert written["kept"] + sum(written["refused"].values()) + written["cannot_check"] + (
+        written["parse_failures"] + written["backend_errors"]
+    ) == written["asked"]  # fmt: skip
+    assert "miner `local`" in (night.night_dir / "report.md").read_text()
+
+
+def test_pending_rows_keep_their_order_and_outcome():
+    """Rows the miner does not check come back as they were, in order."""
+    rows = [thumb_row(Q, WRONG, "down", at=1.0), thumb_row("What is 2 + 2?", "5", "down", at=2.0)]
+    pending = [Pending(r, None, NO_STRONG_CHECK) for r in rows]
+    found, report = miner_of(says({"cannot_check": "no"})).resolve(pending, rows)
+    assert found == [(None, NO_STRONG_CHECK), (None, NO_STRONG_CHECK)]
+    assert report.asked == 2 and report.kept == 0
