@@ -21,9 +21,8 @@ from selftaught.sleep.night.checks import (
     pattern_problem,
 )
 from selftaught.sleep.night.cycle import NightModels, SleepConfig, mine, run_night
-from selftaught.sleep.night.mine import MineConfig
+from selftaught.sleep.night.mine import NO_CHECK, MineConfig
 from selftaught.sleep.night.miner import (
-    NO_STRONG_CHECK,
     Miner,
     MinerConfig,
     Pending,
@@ -108,7 +107,7 @@ def test_a_check_two_sided_on_the_thread_is_kept_and_checks_the_task():
     assert written["asked"] == 2 and written["kept"] == 2 and written["refused"] == {}
     assert written["skipped"] == {"no verdict: nothing to test a check on": 1}  # the last reply
     assert written["kept_parts"] == {"answer:text": 2} and written["parse_rate"] == 1.0
-    assert report.tasks == len(tasks) >= 1 and not report.dropped.get(NO_STRONG_CHECK)
+    assert report.tasks == len(tasks) >= 1 and not report.dropped.get(NO_CHECK)
     first = next(t for t in tasks if len(t.messages) == 1)  # the request the user rejected
     assert first.reference == "Canberra" and first.state["scorer"] == "normalized"
     mined = first.state["mined_check"]
@@ -139,7 +138,7 @@ def test_a_check_that_does_not_tell_the_replies_apart_is_refused_and_counted(che
     assert tasks == [] and report.miner["kept"] == 0
     ((reason, n),) = report.miner["refused"].items()
     assert reason.startswith(why) and n == 2
-    assert sum(n for r, n in report.dropped.items() if r.startswith(NO_STRONG_CHECK)) == 3
+    assert sum(n for r, n in report.dropped.items() if r.startswith(NO_CHECK)) == 3
 
 
 def test_with_one_side_only_that_side_must_behave():
@@ -433,7 +432,7 @@ def test_the_embedded_model_as_miner_plumbing(tmp_path):
 def test_pending_rows_keep_their_order_and_outcome():
     """Rows the miner does not check come back as they were, in order."""
     rows = [thumb_row(Q, WRONG, "down", at=1.0), thumb_row("What is 2 + 2?", "5", "down", at=2.0)]
-    pending = [Pending(r, None, NO_STRONG_CHECK) for r in rows]
+    pending = [Pending(r, None, NO_CHECK) for r in rows]
     found, report = miner_of(says({"cannot_check": "no"})).resolve(pending, rows)
-    assert found == [(None, NO_STRONG_CHECK), (None, NO_STRONG_CHECK)]
+    assert found == [(None, NO_CHECK), (None, NO_CHECK)]
     assert report.asked == 2 and report.kept == 0
