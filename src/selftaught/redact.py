@@ -523,8 +523,9 @@ class Redactor:
         redaction (whatever was found before) and in `deadline.withheld`: fails closed."""
         deadline = deadline or self.deadline()
         total, out = 0, text
-        folded = _fold(text)
         try:
+            deadline.check()  # a row's spent deadline: not even the folding below
+            folded = _fold(text)
             for pattern in self.patterns:
                 deadline.check()
                 if pattern.gate and not any(word in folded for word in pattern.gate):
