@@ -473,17 +473,20 @@ class TaskLog:
 
     # -- writing
     def redacted(self, it: Interaction) -> Interaction:
-        """A copy of `it` with every secret redacted (and counted), as it would be stored."""
+        """A copy of `it` with every secret redacted (and counted), as it would be stored.
+        One redaction deadline covers the whole row: a text not redacted in time is stored
+        as a placeholder that says so (counted as a redaction), never as it came."""
         red = self.redactor
-        messages, n1 = red.redact_value(it.messages)
-        reply, n2 = red.redact(it.reply) if it.reply is not None else (None, 0)
-        error, n3 = red.redact(it.error) if it.error is not None else (None, 0)
-        reference, n4 = red.redact_value(it.reference)
-        meta, n5 = red.redact_value(it.meta)
+        deadline = red.deadline()
+        messages, n1 = red.redact_value(it.messages, deadline)
+        reply, n2 = red.redact(it.reply, deadline) if it.reply is not None else (None, 0)
+        error, n3 = red.redact(it.error, deadline) if it.error is not None else (None, 0)
+        reference, n4 = red.redact_value(it.reference, deadline)
+        meta, n5 = red.redact_value(it.meta, deadline)
         # tool calls get the same redaction as the tool turns in the messages, so a logged
         # call still matches the call its recorded result answers
-        tool_calls, n6 = red.redact_value(it.tool_calls)
-        tools, n7 = red.redact_value(it.tools)
+        tool_calls, n6 = red.redact_value(it.tool_calls, deadline)
+        tools, n7 = red.redact_value(it.tools, deadline)
         out = Interaction(**{f.name: getattr(it, f.name) for f in fields(it)})
         out.messages, out.reply, out.error, out.reference, out.meta = (
             messages,
@@ -542,9 +545,12 @@ class TaskLog:
         return inserted
 
     def _redact_feedback(self, feedback: Feedback) -> tuple[Feedback, int]:
-        reference, n1 = self.redactor.redact_value(feedback.reference)
+        deadline = self.redactor.deadline()
+        reference, n1 = self.redactor.redact_value(feedback.reference, deadline)
         comment, n2 = (
-            self.redactor.redact(feedback.comment) if feedback.comment else (feedback.comment, 0)
+            self.redactor.redact(feedback.comment, deadline)
+            if feedback.comment
+            else (feedback.comment, 0)
         )
         redacted = Feedback(**{f.name: getattr(feedback, f.name) for f in fields(feedback)})
         redacted.reference, redacted.comment = reference, comment
