@@ -986,3 +986,19 @@ def test_a_request_the_proxy_cannot_read_is_still_answered_or_refused_and_logged
     assert refused.error.startswith("the proxy could not read the request: TypeError")
     assert refused.error_status == 400 and refused.messages[-1]["content"] == "hi"
     assert stats["rows_not_read"] == 1 and stats["log"]["failures"] == 0
+
+
+def test_feedback_with_a_lone_surrogate_is_stored_as_u_fffd(tmp_path, log_at):
+    body = {**basic("chat"), "stream": False}
+    case = Case("for-feedback", "chat", dumps(body), GOOD[("chat", False)](), False)
+    with scripted_proxy(tmp_path, log_at, [case]) as url:
+        outcome = send(url, case)
+        settled(url, 1)
+        feedback = dumps({"id": outcome.id, "comment": "wrong" + S, "reference": "4" + S})
+        answer = httpx.post(
+            f"{url}/feedback", content=feedback, headers={"content-type": "application/json"}
+        )
+    assert answer.status_code == 200, answer.text
+    with TaskLog(log_at) as log:
+        fb = log.get(outcome.id or "").feedback
+    assert (fb.comment, fb.reference) == ("wrong\ufffd", "4\ufffd")

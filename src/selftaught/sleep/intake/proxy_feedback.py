@@ -36,6 +36,7 @@ from selftaught.sleep.intake.proxy_access import (
     unauthorized,
 )
 from selftaught.sleep.intake.sessions import last_turn
+from selftaught.sleep.intake.storable import storable
 
 if TYPE_CHECKING:
     from selftaught.sleep.intake.proxy import ProxyState
@@ -72,6 +73,8 @@ async def take_feedback(state: ProxyState, request: Any) -> Any:
     if len(raw) > config.max_feedback_bytes:
         message = f"the feedback body is larger than {config.max_feedback_bytes} bytes"
         return error_response(413, message, "invalid_request_error")
+    if not isinstance(body, str):
+        body, _ = storable(body)  # a lone surrogate is stored as U+FFFD, as in a request
     try:
         target, fb = _feedback_request(body, config.max_comment_bytes)
         owner = _session_owner(state, body, target, client, operator)
