@@ -96,6 +96,8 @@ class MinedTask:
 
     @property
     def check(self) -> str:
+        if self.state.get("workspace"):
+            return "workspace"
         if self.state.get("scorer"):
             return "reference"
         if self.state.get("rubric"):
@@ -119,6 +121,8 @@ class MineReport:
     withheld_private: int = 0  # private rows kept from a remote model
     conversation: dict[str, Any] = field(default_factory=dict)
     """What the threads held (`signals.SignalReport.to_dict()`): threads, turns, signals."""
+    agent: dict[str, Any] = field(default_factory=dict)
+    """What coding agents' own test runs said (`agent_outcome.OutcomeReport.to_dict()`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -318,7 +322,7 @@ def new_task(
 
 # ---- merging ------------------------------------------------------------------------------
 
-_STRENGTH = {"reference": 2, "tool_call": 2, "rubric": 1, "rule": 0}
+_STRENGTH = {"workspace": 3, "reference": 2, "tool_call": 2, "rubric": 1, "rule": 0}
 
 
 def _merge(group: list[MinedTask]) -> MinedTask:
