@@ -30,6 +30,7 @@ from selftaught.sleep.intake.repo_state import (
 )
 from selftaught.sleep.night import agent_outcome as ao
 from selftaught.sleep.night.agent_replay import AgentNightTask
+from selftaught.sleep.night.checks import describe_checks
 from selftaught.sleep.night.cycle import mine
 from selftaught.sleep.night.mine import MineConfig
 from selftaught.tasks.check import Check, run_check
@@ -285,6 +286,7 @@ def test_a_solved_session_becomes_a_workspace_task_with_a_two_sided_check(tmp_pa
     assert folder.is_relative_to(home / "projects" / "calc" / "workspaces")
     assert (folder / "calc.py").read_text() == BUGGY  # the start: what the agent is given
     assert not (folder / ".env").exists() and not (folder / "build").exists()
+    assert describe_checks(task.state) == "workspace check `python3 -m unittest -q test_calc`"
     proof = json.loads((folder.parent / "proof.json").read_text())
     assert (proof["start"]["score"], proof["end"]["score"]) == (0.0, 1.0)
 
@@ -421,3 +423,46 @@ def test_real_codex_session_is_solved_but_its_start_is_recorded_after_the_first_
     assert [t.check for t in tasks] == ["rubric"]
     assert report.conversation["signals"] == {"solved": 1}
     assert report.agent["not_workspace"] == {ao.START_PASSES: 1}
+
+
+@NO_BWRAP
+@pytest.mark.skipif(find_cli("claude") is None, reason="Claude Code is not installed")
+def test_real_claude_code_through_the_proxy_gives_the_same_workspace_task(env, tmp_path):
+    """The same session with Claude Code talking through the logging proxy: its steps are
+    proxy rows, collapsed into one episode whose tool turns hold the runs; the hooks (their
+    harvest into another log) recorded the repository under the same session id."""
+    pytest.importorskip("fastapi")
+    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
+    from selftaught.sleep.intake.sessions import collapse_sessions
+
+    root = repo(tmp_path / "calc")
+    hook_install.install("claude-code", project="calc", log=tmp_path / "harvested.db")
+    with AgentUpstream(fail_fix_pass) as up:
+        config = ProxyConfig(upstream=up.root_url, project="calc", port=0,
+                             log_path=env["log"], home=env["home"])  # fmt: skip
+        with proxy_in_background(config) as (url, app):
+            agent = agent_env(
+                tmp_path / "agent-home",
+                PYTHONPATH=str(SRC),
+                CLAUDE_CONFIG_DIR=str(env["claude"]),
+                ANTHROPIC_BASE_URL=url.removesuffix("/v1"),
+                ANTHROPIC_API_KEY="test-key",
+            )
+            argv = [str(find_cli("claude")), "-p", "make the calc test pass", "--output-format",
+                    "json", "--model", up.model, "--allowedTools", "Bash"]  # fmt: skip
+            done = subprocess.run(
+                argv, cwd=root, env=agent, capture_output=True, text=True, timeout=120
+            )
+            assert app.state.proxy.writer.flush(30)
+    assert done.returncode == 0, done.stderr
+    sid = json.loads(done.stdout)["session_id"]
+    rows = collapse_sessions(TaskLog(env["log"]).query(LogFilter(session_id=sid)))
+    (episode,) = rows
+    assert episode.source == "proxy" and episode.meta["wire"] == "messages"
+    tasks, report = mine(rows, MineConfig(), workspaces=ao.WorkspaceMiner("calc", env["home"]))
+    (task,) = tasks
+    assert task.check == "workspace" and report.conversation["signals"] == {"solved": 1}
+    assert task.messages == [{"role": "user", "content": "make the calc test pass"}]
+    record = load_record(sid, env["home"])
+    check = Check(tuple(task.state["workspace"]["check"]))
+    assert prove(record, check, tmp_path) == (0.0, 1.0)

@@ -339,7 +339,9 @@ class WorkspaceMiner:
     def _task(
         self, it: Interaction, config: MineConfig, folder: Path, check: Check, start: RepoState
     ) -> MinedTask | None:
-        messages = _redact_messages(task_turns(it))
+        turns = task_turns(it)  # up to the last request: the agent redoes what followed
+        last = max((i for i, m in enumerate(turns) if m.get("role") == "user"), default=-1)
+        messages = _redact_messages(turns[: last + 1])
         if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
             return self._fell_back(NO_REQUEST)
         if sum(len(m["content"]) for m in messages) > config.max_prompt_chars:
