@@ -301,6 +301,14 @@ def test_a_solved_session_becomes_a_workspace_task_with_a_two_sided_check(tmp_pa
     (fixed / "calc.py").write_text(FIXED)
     assert night.score_workspace("done", example, fixed).hard == 1.0
     assert (folder / "calc.py").read_text() == BUGGY  # scoring never touches the start
+    # a proof is kept: the next night does not run it again (nor count it in its budget)
+    again = ao.WorkspaceMiner("calc", home, max_proofs=0)
+    assert [t.check for t in mine([solved_row("s-ok")], MineConfig(), workspaces=again)[0]] == [
+        "workspace"
+    ]
+    session(tmp_path, home, "s-new")
+    _, report = mine([solved_row("s-new")], MineConfig(), workspaces=again)
+    assert report.agent["not_workspace"] == {ao.OVER_BUDGET: 1}
     # a chat-model night leaves it out (it edits no files): nothing else checks it
     assert ao.for_target([task], agent=False) == ([], [task])
     assert ao.for_target([task], agent=True) == ([task], [])

@@ -82,6 +82,8 @@ CHECK_ERROR = "the check cannot run in the sandbox"
 FIXED_FAILS = "the check fails on the session's end state in the sandbox"
 START_PASSES = "the check already passes on the session's start state"
 NO_REQUEST = "no user request to replay"
+OVER_BUDGET = "over the night's proofs (MAX_PROOFS)"
+MAX_PROOFS = 20  # sessions proven per night (two sandboxed checks each); a proof is kept
 _SHELL_CHARS = re.compile(r"[$`*?\[\]{}()<>|;&~\\!]")
 _REDIRECT = re.compile(r"^\d*(?:>>?|<|>&|&>)\S*$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^$`]*$")
@@ -249,6 +251,7 @@ class WorkspaceMiner:
         *,
         sandbox: Sandbox | None = None,
         timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
+        max_proofs: int = MAX_PROOFS,
     ):
         self.folder = project_dir(project, home) / WORKSPACES_DIR
         self.home = Path(home)
@@ -256,6 +259,8 @@ class WorkspaceMiner:
         self.timeout_s = timeout_s
         self._sandbox = sandbox
         self._no_sandbox: str | None = None
+        self.max_proofs = max_proofs
+        self.proofs = 0
 
     def sandbox(self) -> Sandbox | None:
         if self._sandbox is None and self._no_sandbox is None:
@@ -305,6 +310,9 @@ class WorkspaceMiner:
         home = self.folder / self._key(session_id, start, end, check)
         if (home / "proof.json").is_file() and (home / "files").is_dir():
             return home / "files"
+        if self.proofs >= self.max_proofs:
+            return self._fell_back(OVER_BUDGET)
+        self.proofs += 1
         with tempfile.TemporaryDirectory(prefix="selftaught-proof-") as tmp:
             before, after = Path(tmp) / "start", Path(tmp) / "end"
             try:
