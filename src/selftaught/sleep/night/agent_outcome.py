@@ -63,7 +63,7 @@ from selftaught.sleep.night.outcomes import (
     split_command,
 )
 from selftaught.sleep.night.replay import has_answer_check
-from selftaught.sleep.night.signals import Signal, merge_signal, words_trusted
+from selftaught.sleep.night.signals import Signal, SignalKind, merge_signal, words_trusted
 from selftaught.sleep.paths import project_dir
 from selftaught.tasks.base import Score
 from selftaught.tasks.check import DEFAULT_CHECK_TIMEOUT_S, MAX_WORKSPACE_BYTES, Check, run_check
@@ -107,8 +107,8 @@ class OutcomeReport:
 
     def fell_back(self, why: str, detail: str | None = None) -> None:
         self.not_workspace[why] = self.not_workspace.get(why, 0) + 1
-        if detail and len(self.notes) < 5:
-            self.notes.append(f"{why}: {detail}")
+        if detail and len(self.notes) < 5:  # logged text: redacted, clipped
+            self.notes.append(f"{why}: {redact_for_model(detail)[-300:]}")
 
 
 # ---- signals --------------------------------------------------------------------------------
@@ -118,11 +118,11 @@ def outcome_signal(it: Interaction, outcome: SessionOutcome) -> Signal | None:
     last = outcome.last
     if outcome.verdict == "none" or last is None:
         return None
-    kind = "solved" if outcome.verdict == "solved" else "ended_red"
+    kind: SignalKind = "solved" if outcome.verdict == "solved" else "ended_red"
     key = f"{it.id}#agent"
     return Signal(
         id="s-" + hashlib.sha256(key.encode()).hexdigest()[:12],
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         words=redact_for_model(f"{last.command} → {last.summary}"),
         thread=it.id,
         turn=last.step,
@@ -136,7 +136,8 @@ def outcome_signal(it: Interaction, outcome: SessionOutcome) -> Signal | None:
 
 def _outcome_meta(outcome: SessionOutcome) -> dict[str, Any]:
     def run(r: CommandOutcome) -> dict[str, Any]:
-        return {**asdict(r), "command": redact_for_model(r.command)}
+        said = {"command": redact_for_model(r.command), "summary": redact_for_model(r.summary)}
+        return {**asdict(r), **said}
 
     return {"verdict": outcome.verdict, "runs": [run(r) for r in outcome.runs]}
 

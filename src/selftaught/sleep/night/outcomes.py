@@ -190,7 +190,7 @@ _TEST_RUNNERS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (
             "unittest",
             r"^python[\d.]*\s+-m\s+unittest\b|^(?:python[\d.]*\s+)?(?:\./)?manage\.py\s+test\b",
-        ),  # noqa: E501
+        ),
         ("tox", r"^(?:tox|nox)\b"),
         ("npm", r"^(?:npm|pnpm|yarn|bun)\s+(?:run\s+)?(?:test|t)\b(?!:?build)"),
         ("js", r"^(?:(?:yarn|pnpm)\s+)?(?:jest|vitest|mocha|ava)\b"),
@@ -286,17 +286,21 @@ def find_runner(command: str) -> tuple[RunKind, str, int] | None:
     """(kind, runner, index of the segment) of the first test run in `command`, else its
     first build, else None."""
     segments = [_head(s) for s, _ in split_command(command)]
-    for table, kind in ((_TEST_RUNNERS, "test"), (_BUILDS, "build")):
+    tables: tuple[tuple[RunKind, tuple[tuple[str, re.Pattern[str]], ...]], ...] = (
+        ("test", _TEST_RUNNERS),
+        ("build", _BUILDS),
+    )
+    for kind, table in tables:
         for i, head in enumerate(segments):
             for name, pattern in table:
                 if pattern.search(head):
-                    return kind, name, i  # type: ignore[return-value]
+                    return kind, name, i
     return None
 
 
 def _exit_code(
     step_output: str, exit_code: int | None, is_error: bool | None, tool: str
-) -> int | None:  # noqa: E501
+) -> int | None:
     if exit_code is not None:
         return exit_code
     m = _EXIT_CLAUDE.match(step_output) or _EXIT_CODEX.search(step_output[:600])
@@ -308,10 +312,8 @@ def _exit_code(
 
 
 def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    found = None
-    for found in pattern.finditer(text):  # noqa: B007
-        pass
-    return found
+    matches = list(pattern.finditer(text))
+    return matches[-1] if matches else None
 
 
 def _clip(line: str) -> str:
