@@ -2,7 +2,9 @@
 
     claude-code  ~/.claude/settings.json ($CLAUDE_CONFIG_DIR/settings.json when set), or the
                  project's .claude/settings.json (`scope="project"`): one `SessionEnd` command
-                 hook, {"hooks": {"SessionEnd": [{"hooks": [{"type": "command", ...}]}]}}
+                 hook, {"hooks": {"SessionEnd": [{"hooks": [{"type": "command", ...}]}]}}, and
+                 the same command as a `SessionStart` hook (it records the repository's
+                 commit and uncommitted changes, `repo_state.py`)
     codex        $CODEX_HOME/config.toml (~/.codex): the top-level `notify` program, run after
                  every finished turn. Codex 0.169 also has a `SessionEnd` hook, but a hook
                  runs only once the user has reviewed and trusted it in Codex's /hooks, and
@@ -42,6 +44,8 @@ from selftaught.sleep.store import is_url, url_password
 Scope = Literal["user", "project"]
 BACKUP_SUFFIX = ".selftaught-backup"
 CLAUDE_EVENT = "SessionEnd"
+CLAUDE_START_EVENT = "SessionStart"  # records the repository's state (`repo_state.py`)
+CLAUDE_EVENTS = (CLAUDE_EVENT, CLAUDE_START_EVENT)
 CLAUDE_TIMEOUT_S = 30  # Claude Code gives a SessionEnd hook 1.5 s unless it asks for more
 LOG_URL_FILE = "hook-log-url"  # in the sleep home, 0600: a log URL that holds a password
 
@@ -58,12 +62,17 @@ class HookState:
     other: str | None = None  # Codex: another program holds `notify`
     backup: Path | None = None
     runnable: bool | None = None  # the Python our command names still exists
+    records_start: bool | None = None  # Claude Code: our SessionStart hook is there too
 
     def describe(self) -> str:
         if not self.installed:
             held = f" (notify is another program's: {self.other})" if self.other else ""
             return f"{self.agent} ({self.scope}): not installed in {self.path}{held}"
         broken = "" if self.runnable else " — its Python is gone: install it again"
+        if self.records_start is False:
+            broken += (
+                f" — no {CLAUDE_START_EVENT} hook (the workspace is not recorded): install again"
+            )
         return f"{self.agent} ({self.scope}): installed in {self.path}{broken}\n  {self.command}"
 
 
@@ -186,19 +195,30 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _claude_groups(settings: dict[str, Any], path: Path) -> list[Any]:
+def _claude_groups(settings: dict[str, Any], path: Path, event: str = CLAUDE_EVENT) -> list[Any]:
     hooks = settings.get("hooks", {})
     if not isinstance(hooks, dict):
         raise InputError(f"{path}: 'hooks' is not an object; fix it by hand first")
-    groups = hooks.get(CLAUDE_EVENT, [])
+    groups = hooks.get(event, [])
     if not isinstance(groups, list):
-        raise InputError(f"{path}: 'hooks.{CLAUDE_EVENT}' is not a list; fix it by hand first")
+        raise InputError(f"{path}: 'hooks.{event}' is not a list; fix it by hand first")
     return groups
 
 
 def _claude_without_ours(settings: dict[str, Any], path: Path) -> tuple[dict[str, Any], int]:
-    """The settings less our handlers (a group or event left empty by that goes too)."""
-    groups = _claude_groups(settings, path)
+    """The settings less our handlers, of every event we install (a group or event left
+    empty by that goes too)."""
+    out, removed = settings, 0
+    for event in CLAUDE_EVENTS:
+        out, n = _claude_event_without_ours(out, path, event)
+        removed += n
+    return out, removed
+
+
+def _claude_event_without_ours(
+    settings: dict[str, Any], path: Path, event: str
+) -> tuple[dict[str, Any], int]:
+    groups = _claude_groups(settings, path, event)
     kept, removed = [], 0
     for group in groups:
         handlers = group.get("hooks") if isinstance(group, dict) else None
@@ -213,9 +233,9 @@ def _claude_without_ours(settings: dict[str, Any], path: Path) -> tuple[dict[str
     if not removed:
         return settings, 0
     out = dict(settings)
-    hooks = {k: v for k, v in settings["hooks"].items() if k != CLAUDE_EVENT}
+    hooks = {k: v for k, v in settings["hooks"].items() if k != event}
     if kept:
-        hooks[CLAUDE_EVENT] = kept
+        hooks[event] = kept
     if hooks:
         out["hooks"] = hooks
     else:
@@ -223,8 +243,8 @@ def _claude_without_ours(settings: dict[str, Any], path: Path) -> tuple[dict[str
     return out, removed
 
 
-def _claude_ours(settings: dict[str, Any], path: Path) -> str | None:
-    for group in _claude_groups(settings, path):
+def _claude_ours(settings: dict[str, Any], path: Path, event: str = CLAUDE_EVENT) -> str | None:
+    for group in _claude_groups(settings, path, event):
         for h in (group.get("hooks") or []) if isinstance(group, dict) else []:
             if isinstance(h, dict) and _ours(h.get("command")):
                 return str(h["command"])
@@ -236,7 +256,8 @@ def _claude_install(path: Path, argv: list[str]) -> Change:
     entry = {"type": "command", "command": shlex.join(argv), "timeout": CLAUDE_TIMEOUT_S}
     base, _ = _claude_without_ours(settings, path)
     hooks = dict(base.get("hooks") or {})
-    hooks[CLAUDE_EVENT] = [*_claude_groups(base, path), {"hooks": [entry]}]
+    for event in CLAUDE_EVENTS:
+        hooks[event] = [*_claude_groups(base, path, event), {"hooks": [entry]}]
     new = {**base, "hooks": hooks}
     if new == settings:
         return Change(path, changed=False, backup=_existing_backup(path))
@@ -387,8 +408,10 @@ def state(agent: str, scope: Scope = "user", folder: Path | None = None) -> Hook
         elif notify is not None:
             found.other = repr(notify)
     else:
-        found.command = _claude_ours(_read_json(path), path)
+        settings = _read_json(path)
+        found.command = _claude_ours(settings, path)
         found.installed = found.command is not None
+        found.records_start = _claude_ours(settings, path, CLAUDE_START_EVENT) is not None
     if found.command:
         found.runnable = _runnable(found.command)
     return found

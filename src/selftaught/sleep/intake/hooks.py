@@ -4,6 +4,7 @@
 
     claude-code   a `SessionEnd` command hook; Claude Code writes the hook's JSON on stdin:
                   {"session_id", "transcript_path", "cwd", "hook_event_name", "reason"}
+                  (and a `SessionStart` one: the same fields, `source` for `reason`)
     codex         the `notify` program of config.toml; Codex appends one JSON argument after
                   each finished turn: {"type": "agent-turn-complete", "thread-id", "turn-id",
                   "cwd", "input-messages", "last-assistant-message"} (the thread id is the
@@ -16,6 +17,13 @@ harvests only sessions that ran in its project's folder). It imports only the ha
 the log (no CLI, ~0.3 s), reads that one session's transcript and stores its turns
 (idempotent: a turn already stored is skipped), and it never fails the agent: it exits 0
 whatever happens and writes one line per run, an error included, to `<home>/hooks.log`.
+
+The same command records the repository the session works in (`record_workspace`,
+`repo_state.py`: its commit and uncommitted changes, for a night's workspace tasks): Claude
+Code's `SessionStart` hook (installed beside `SessionEnd`) records the start, its `SessionEnd`
+the end; Codex has no session-start hook, so its first `notify` records the start (after the
+first turn: changes made in that turn are already in it) and every `notify` the end. A folder
+that is not a git repository is noted and skipped.
 
 `harvest_session` is also what the MCP server (`selftaught.mcp_server`) calls to bring a live
 session into the log before attaching feedback to it; there the turn still running (the one
@@ -230,6 +238,38 @@ def note(line: str, home: Path | None = None) -> None:
         pass
 
 
+def record_workspace(
+    agent: str, payload: dict[str, Any], folder: Path | None = None
+) -> tuple[bool, str]:
+    """Record the repository the session works in (`repo_state`): Claude Code's SessionStart
+    its start, its SessionEnd its end; Codex's first notify its start (it has no session-start
+    hook: the first turn's changes are already in it), every notify its end. With `folder` (a
+    project-scoped hook), a session working anywhere else is not recorded. Never raises:
+    returns whether it recorded anything and what it did, for the hook's log line."""
+    from selftaught.sleep.intake.repo_state import RepoStateError, record_end, record_start
+
+    session_id, _ = payload_session(agent, payload)
+    cwd = payload.get("cwd")
+    if not session_id or not isinstance(cwd, str) or not cwd:
+        return False, "workspace not recorded: no session id or cwd"
+    if folder is not None and not same_folder(cwd, folder):
+        return False, f"workspace not recorded: the session works outside {folder}"
+    home = sleep_home()
+    try:
+        if agent == "claude-code" and payload.get("hook_event_name") == "SessionStart":
+            started = record_start(session_id, Path(cwd), home)
+            return bool(started), (
+                "workspace start recorded" if started else "workspace start kept (resumed)"
+            )
+        said = []
+        if agent == "codex" and record_start(session_id, Path(cwd), home) is not None:
+            said.append("workspace start recorded (first notify)")
+        record_end(session_id, Path(cwd), home)
+        return True, ", ".join([*said, "workspace end recorded"])
+    except (RepoStateError, OSError) as err:
+        return False, f"workspace not recorded: {err}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"python -m {HOOK_MODULE}", description="Harvest the session an agent just ended."
@@ -261,27 +301,37 @@ def _run(args: argparse.Namespace, stdin: TextIO) -> str:
     session_id, transcript = payload_session(args.agent, payload)
     if session_id:
         check_session_id(session_id)
+    folder = Path(args.folder) if args.folder else None
+    if args.agent == "claude-code" and payload.get("hook_event_name") == "SessionStart":
+        said = record_workspace(args.agent, payload, folder)[1]
+        return f"claude-code session {session_id}: {said}"
+    wrote, recorded = record_workspace(args.agent, payload, folder)
     turn_id = payload.get("turn-id")
     if args.agent == "codex" and session_id and isinstance(turn_id, str) and not transcript:
         path = find_transcript("codex", session_id)
         if path is not None and not wait_for_turn(path, turn_id):
             note(f"codex session {session_id}: turn {turn_id} not in the rollout yet")
         transcript = str(path) if path else None
-    with TaskLog(_log_location(args)) as log:
-        done = harvest_session(
-            args.agent,
-            log,
-            session_id=session_id,
-            transcript=transcript,
-            project=args.project,
-            folder=Path(args.folder) if args.folder else None,
-        )
+    try:
+        with TaskLog(_log_location(args)) as log:
+            done = harvest_session(
+                args.agent,
+                log,
+                session_id=session_id,
+                transcript=transcript,
+                project=args.project,
+                folder=folder,
+            )
+    except Exception:
+        if wrote:  # say what was recorded before the harvest failed
+            note(f"ok {args.agent} session {session_id}: {recorded}")
+        raise
     if done.elsewhere:
         return f"{args.agent} session {session_id}: ran outside {args.folder}; not harvested"
     bad = f", {len(done.malformed)} malformed lines skipped" if done.malformed else ""
     return (
         f"{args.agent} session {done.session_id or session_id}: {done.inserted} new of "
-        f"{done.found} turns ({done.transcript}){bad}"
+        f"{done.found} turns ({done.transcript}){bad}; {recorded}"
     )
 
 

@@ -29,13 +29,19 @@ else is left out of the night (`for_agent`), a task with an answer check too kee
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from selftaught.models.agents.base import CliAgent, content_text
 from selftaught.models.base import ChatModel, Message
+from selftaught.sleep.night.agent_outcome import workspace_of
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.replay import arguments_value, call_parts, has_answer_check, show_call
 from selftaught.sleep.night.split import NightTask
-from selftaught.tasks.base import SPLITS, Example
+from selftaught.tasks.base import SPLITS, Example, Score
+from selftaught.tasks.check import run_check
+from selftaught.tasks.sandbox import Sandbox, open_sandbox
 from selftaught.tasks.scorers import LlmJudge
+from selftaught.workspace import Workspace, WorkspaceSpec
 
 CONTEXT_HEAD = "Earlier in this conversation (context only; the request to act on follows):"
 REQUEST_HEAD = "The request:"
@@ -97,12 +103,15 @@ def agent_prompt(messages: list[Message]) -> list[Message]:
 class AgentNightTask(NightTask):
     """The night's tasks replayed on a CLI agent: each example one prompt (`agent_prompt`), no
     tools or fixtures offered (the agent runs its own), scored on the agent's final message by
-    the task's checks."""
+    the task's checks. A workspace task (`agent_outcome.py`: the agent's own test run) gives
+    the agent a fresh copy of its start folder and is scored by its check on the files the
+    agent left, in the sandbox."""
 
     def __init__(
         self, project: str, splits: dict[str, list[MinedTask]], judge: LlmJudge | None = None
     ):
         super().__init__(project, splits, judge)
+        self._sandbox: Sandbox | None = None
         self._examples = {
             s: [
                 Example(ex.id, agent_prompt(list(ex.input)), ex.reference, ex.state)
@@ -110,6 +119,30 @@ class AgentNightTask(NightTask):
             ]
             for s in SPLITS
         }
+
+    def workspace_for(self, example: Example) -> WorkspaceSpec | None:
+        ws = workspace_of(example.state)
+        return None if ws is None else WorkspaceSpec(ws[0])
+
+    def score_workspace(self, output: str, example: Example, workspace: Path) -> Score:
+        """The check on the files the agent left (a task without one: its answer's checks)."""
+        ws = workspace_of(example.state)
+        if ws is None:
+            return self.score(output, example)
+        if self._sandbox is None:
+            self._sandbox = open_sandbox()  # bubblewrap, never the unsafe mode: logged text
+        return run_check(self._sandbox, ws[1], workspace)
+
+    def score(self, output: str, example: Example) -> Score:
+        """A workspace task's check on an untouched copy (a reply alone changes no files)."""
+        ws = workspace_of(example.state)
+        if ws is None:
+            return super().score(output, example)
+        workspace = Workspace.create(ws[0])
+        try:
+            return self.score_workspace(output, example, workspace.path)
+        finally:
+            workspace.remove()
 
 
 def for_agent(tasks: list[MinedTask]) -> tuple[list[MinedTask], list[MinedTask]]:

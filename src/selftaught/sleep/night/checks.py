@@ -20,6 +20,7 @@ language) passes rather than guesses.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
@@ -363,6 +364,8 @@ def score_example(output: str, example: Example, judge: LlmJudge | None) -> Scor
 def describe_checks(state: dict[str, Any]) -> str:
     """One line naming a task's checks, for reports."""
     parts = []
+    if isinstance(state.get("workspace"), dict):  # the agent's own test run (agent_outcome.py)
+        parts.append(f"workspace check `{shlex.join(state['workspace'].get('check', []))}`")
     if state.get("scorer"):
         parts.append(f"reference ({state['scorer']})")
     elif state.get("rubric"):

@@ -75,6 +75,11 @@ from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
+from selftaught.sleep.night.agent_outcome import (
+    WorkspaceMiner,
+    for_target,
+    read_outcomes,
+)
 from selftaught.sleep.night.agent_replay import (
     NOT_CHECKABLE,
     AgentNightTask,
@@ -809,17 +814,26 @@ def mine(
     rejected: set[str] | None = None,
     unchecked: list[Interaction] | None = None,
     miner: Miner | None = None,
+    workspaces: WorkspaceMiner | None = None,
 ) -> tuple[list[MinedTask], MineReport]:
     """Tasks from `interactions` (already filtered for privacy by the caller), with a report
     of what was dropped and why: chat threads read for the user's own verdicts first
-    (`signals.read_threads`; `rejected`: signals the operator rejected), then plain exchanges
-    through `mine.mine_one`, tool-using conversations through `replay.mine_tool_task` (here,
-    above both, so neither imports the other back). `miner` writes checks for the plain
-    exchanges left without a strong one (`miner.py`). `unchecked`: receives the plain
-    exchanges still dropped for having nothing to check them by (`mine.NO_CHECK`), as rows
-    read from their threads, for `weak.py` (they are still counted as dropped)."""
+    (`signals.read_threads`; `rejected`: signals the operator rejected), coding agents' rows
+    for their own test runs (`agent_outcome.read_outcomes`), then a solved agent row with a
+    session record through `workspaces` (a workspace task, when its check is two-sided),
+    plain exchanges through `mine.mine_one`, tool-using conversations through
+    `replay.mine_tool_task` (here, above both, so neither imports the other back). `miner`
+    writes checks for the plain exchanges left without a strong one (`miner.py`).
+    `unchecked`: receives the plain exchanges still dropped for having nothing to check them
+    by (`mine.NO_CHECK`), as rows read from their threads, for `weak.py` (they are still
+    counted as dropped)."""
     report = MineReport(read=len(interactions))
     rows, _, conversation = read_threads(interactions, config, rejected)
+    rows, _, agent = read_outcomes(rows, rejected)
+    if workspaces is not None:
+        workspaces.report = agent
+    for kind, n in agent.signals.items():  # one count of signals by kind, whatever the source
+        conversation.signals[kind] = conversation.signals.get(kind, 0) + n
     report.conversation = conversation.to_dict()
     dropped: Counter[str] = Counter()
     if conversation.answer_in_prompt:
@@ -829,9 +843,11 @@ def mine(
     pending: list[Pending] = []  # plain exchanges without a strong check, for the miner
     for group in conversations(rows):
         steps += len(group) - 1
-        if logged_tools(group[0]):
+        task = workspaces.mine(group[0], config) if workspaces is not None else None
+        why: str | None = None
+        if task is None and logged_tools(group[0]):
             task, why = mine_tool_task(group, config)
-        else:
+        elif task is None:
             task, why = mine_one(group[0], config)
             if miner is not None and wants_check(task, why):
                 pending.append(Pending(group[0], task, why))
@@ -853,6 +869,7 @@ def mine(
     report.by_check = dict(Counter(t.check for t in merged))
     report.negative = sum(t.negative for t in merged)
     report.dropped = dict(dropped)
+    report.agent = agent.to_dict()
     return merged, report
 
 
@@ -931,7 +948,8 @@ def _mine_and_split(
     ledger = UsageLedger(budget=config.training.budget)
     miner = _night_miner(config, models, mining, ledger, evidence)
     rejected = rejected_signals(report["project"], home)
-    tasks, mined = mine(kept, mining, rejected, unchecked, miner)
+    workspaces = WorkspaceMiner(report["project"], home)
+    tasks, mined = mine(kept, mining, rejected, unchecked, miner, workspaces)
     mined.withheld_private = withheld
     report["mining"] = mined.to_dict()
     if ledger.roles:  # the miner's calls, even when the night stops before consolidating
@@ -959,6 +977,7 @@ def _mine_and_split(
     report["recall"] = recalled.to_dict()
     if is_agent(models.target):
         combined = _checkable_on_agent(report, combined, tasks)
+    combined = _checkable_workspaces(report, combined, tasks, is_agent(models.target))
     splits = assign_splits(combined, config.split, mining.near_duplicate)
     private_ids = {it.id for it in kept if it.private and not it.reviewed}
     waiting = None
@@ -1023,6 +1042,23 @@ def _checkable_on_agent(
         report["notes"].append(
             f"{len(left) - mined_left} recalled tasks were left out: {NOT_CHECKABLE}"
         )
+    return kept
+
+
+def _checkable_workspaces(
+    report: dict[str, Any], combined: list[MinedTask], tonight: list[MinedTask], agent: bool
+) -> list[MinedTask]:
+    """The workspace tasks the target can be checked on (`agent_outcome.for_target`); the
+    others are counted among tonight's dropped, or noted when recalled."""
+    kept, left = for_target(combined, agent)
+    tonight_ids = {id(t) for t in tonight}
+    mined_left = sum(id(t) in tonight_ids for t in left)
+    why = "a workspace task (the agent's own test run) needs an agent target or its folder"
+    if mined_left:
+        dropped = report["mining"]["dropped"]
+        dropped[why] = dropped.get(why, 0) + mined_left
+    if len(left) > mined_left:
+        report["notes"].append(f"{len(left) - mined_left} recalled tasks were left out: {why}")
     return kept
 
 

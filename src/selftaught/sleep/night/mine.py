@@ -99,6 +99,8 @@ class MinedTask:
 
     @property
     def check(self) -> str:
+        if self.state.get("workspace"):
+            return "workspace"
         if self.state.get("scorer"):
             return "reference"
         if self.state.get("rubric"):
@@ -124,6 +126,8 @@ class MineReport:
     """What the threads held (`signals.SignalReport.to_dict()`): threads, turns, signals."""
     miner: dict[str, Any] = field(default_factory=dict)
     """What the miner wrote and what was kept (`miner.MinerReport.to_dict()`); empty: none."""
+    agent: dict[str, Any] = field(default_factory=dict)
+    """What coding agents' own test runs said (`agent_outcome.OutcomeReport.to_dict()`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -344,7 +348,7 @@ def new_task(
 
 # ---- merging ------------------------------------------------------------------------------
 
-_STRENGTH = {"reference": 2, "tool_call": 2, "rubric": 1, "rule": 0}
+_STRENGTH = {"workspace": 3, "reference": 2, "tool_call": 2, "rubric": 1, "rule": 0}
 
 
 def _merge(group: list[MinedTask]) -> MinedTask:

@@ -57,7 +57,9 @@ from selftaught.sleep.night.mine import (
 )
 from selftaught.sleep.paths import project_dir
 
-SignalKind = Literal["correction", "rejection", "rule", "acceptance", "reask"]
+SignalKind = Literal[
+    "correction", "rejection", "rule", "acceptance", "reask", "solved", "ended_red"
+]  # the last two: the agent's own test runs (`agent_outcome.py`, source "agent")
 REJECTED_FILE = "signals_rejected.json"
 
 ANSWER_IN_PROMPT = "answers a correction: its answer sits in its prompt"
@@ -82,7 +84,7 @@ class Signal:
 
     @property
     def thumb(self) -> Literal["up", "down"] | None:
-        if self.kind == "acceptance":
+        if self.kind in ("acceptance", "solved"):
             return "up"
         return None if self.kind == "rule" else "down"
 
@@ -217,6 +219,12 @@ def _feedback(explicit: Feedback, signal: Signal, read: Followup | None) -> Feed
     if fb.giver is None:
         fb.giver = signal.giver
     return fb
+
+
+def merge_signal(explicit: Feedback, signal: Signal) -> Feedback:
+    """`explicit` with the fields it left empty filled from `signal` (its thumb, its
+    reference), by the one rule every signal follows."""
+    return _feedback(explicit, signal, None)
 
 
 def _turn_row(thread: Thread, turn: Turn, rows: dict[str, Interaction]) -> Interaction:

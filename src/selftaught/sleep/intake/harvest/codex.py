@@ -67,6 +67,20 @@ def _output(output: Any) -> Any:
     return output
 
 
+def _exit_code(output: Any) -> int | None:
+    """The exit code a legacy tool output records in its metadata (`{"output", "metadata":
+    {"exit_code"}}`); newer ones say it in their text (`Process exited with code N`)."""
+    if not isinstance(output, str) or not output.startswith("{"):
+        return None
+    try:
+        inner = json.loads(output)
+    except ValueError:
+        return None
+    meta = inner.get("metadata") if isinstance(inner, dict) else None
+    code = meta.get("exit_code") if isinstance(meta, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -149,7 +163,10 @@ class CodexHarvester:
                 turns[-1].tools.append(str(payload.get("name") or ptype))
                 turns[-1].calls.append(_call(payload))
             elif kind == "response_item" and ptype in _TOOL_OUTPUTS:
-                turns[-1].add_result(payload.get("call_id"), _output(payload.get("output")))
+                output = payload.get("output")
+                turns[-1].add_result(
+                    payload.get("call_id"), _output(output), exit_code=_exit_code(output)
+                )
             elif kind == "event_msg" and ptype == "token_count":
                 total = ((payload.get("info") or {}).get("total_token_usage")) or {}
                 if total:

@@ -115,6 +115,7 @@ def clip(text: str, limit: int) -> str:
 
 
 RESULT_CHARS = 4000  # a tool result kept in a harvested row is cut here
+RESULT_TAIL_CHARS = 1500  # of which its end: a test runner's summary line comes last
 
 
 def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
@@ -156,12 +157,23 @@ class Turn:
     calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI shape, in order
     results: list[dict[str, Any]] = field(default_factory=list)  # tool_call_id, content, is_error
 
-    def add_result(self, call_id: Any, content: Any, is_error: bool = False) -> None:
+    def add_result(
+        self, call_id: Any, content: Any, is_error: bool = False, exit_code: int | None = None
+    ) -> None:
         text = content if isinstance(content, str) else _result_text(content)
-        self.results.append(
-            {"tool_call_id": str(call_id or ""), "content": clip(text, RESULT_CHARS),
-             "is_error": bool(is_error)}
-        )  # fmt: skip
+        result = {"tool_call_id": str(call_id or ""), "content": clip_middle(text, RESULT_CHARS),
+                  "is_error": bool(is_error)}  # fmt: skip
+        if exit_code is not None:  # recorded beside the output (Codex's legacy metadata)
+            result["exit_code"] = exit_code
+        self.results.append(result)
+
+
+def clip_middle(text: str, limit: int, tail: int = RESULT_TAIL_CHARS) -> str:
+    """`text` cut to its first `limit - tail` and last `tail` characters, marked as cut."""
+    if len(text) <= limit:
+        return text
+    head = limit - tail
+    return f"{text[:head]}\n[... cut: {len(text) - limit} characters ...]\n{text[-tail:]}"
 
 
 def _result_text(content: Any) -> str:
