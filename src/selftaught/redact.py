@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from selftaught.errors import ConfigError
+from selftaught.errors import ConfigError, SelftaughtError
 from selftaught.runs import sleep_home
 
 MARK = "[REDACTED:{}]"
@@ -449,7 +449,7 @@ def default_deadline_s() -> float:
     return seconds
 
 
-class _TimedOut(Exception):
+class _TimedOut(SelftaughtError):
     """A deadline passed in the middle of a text; caught in `Redactor.redact`, never raised
     out of this module."""
 
