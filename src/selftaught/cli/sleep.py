@@ -215,13 +215,14 @@ def proxy_cmd(
     console.print(
         f"proxy for {strip_credentials(upstream)} at http://{host}:{port}/v1 (project {project})"
     )
-    if "*" in config.trusted_clients:
+    trusted = config.trusted_clients or ()
+    if "*" in trusted:
         console.print(
             "--trusted-clients '*': every client's words count as the operator's (their "
             "corrections may become demonstrations): for a one-person deployment only"
         )
-    elif config.trusted_clients:
-        console.print(f"clients whose words count as the operator's: {config.trusted_clients}")
+    elif trusted:
+        console.print(f"clients whose words count as the operator's: {', '.join(trusted)}")
     run_proxy(config)
 
 

@@ -120,7 +120,7 @@ class ProxyConfig:
     client_keys: Path | None = None
     """A JSON or TOML file mapping client labels to keys (`alice = "KEY"`): each key is
     accepted, and the rows of its requests record the label as their client."""
-    trusted_clients: tuple[str, ...] = ()
+    trusted_clients: tuple[str, ...] | None = None
     """Clients whose own words count as the operator's (labels of --client-keys; `*`: every
     client, for a one-person deployment): a correction they make in the next turn of a
     conversation may then become a demonstration, a rule they restate a check. Name only
@@ -690,7 +690,7 @@ def _new_record(
         meta["wire"] = wire.name
     if logged.hosted_tools:
         meta["hosted_tools"] = logged.hosted_tools
-    trusted = state.config.trusted_clients
+    trusted = state.config.trusted_clients or ()
     if "*" in trusted or client in trusted:
         meta[TRUSTED_WORDS] = True
     if unread:

@@ -142,56 +142,62 @@ class MinedCheck:
         }
 
 
+class OutsideVocabulary(InputError):
+    """A part of a miner's answer outside the closed vocabulary (dropped and counted)."""
+
+
 def _text(value: Any, what: str, limit: int) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"{what} must be a text, got {type(value).__name__}")
+        raise OutsideVocabulary(f"{what} must be a text, got {type(value).__name__}")
     text = str(value).strip()
     if not text:
-        raise ValueError(f"{what} is empty")
+        raise OutsideVocabulary(f"{what} is empty")
     if len(text) > limit:
-        raise ValueError(f"{what} is {len(text)} characters, over {limit}")
+        raise OutsideVocabulary(f"{what} is {len(text)} characters, over {limit}")
     if _placeholder(text):
-        raise ValueError(f"{what} {text!r} copies the prompt's placeholder")
+        raise OutsideVocabulary(f"{what} {text!r} copies the prompt's placeholder")
     return text
 
 
 def _answer(raw: Any) -> ExpectedAnswer:
     if not isinstance(raw, dict):
-        raise ValueError("answer must be an object with kind and value")
+        raise OutsideVocabulary("answer must be an object with kind and value")
     kind = raw.get("kind")
     if kind not in ANSWER_KINDS:
-        raise ValueError(f"answer kind must be one of {', '.join(ANSWER_KINDS)}, got {kind!r}")
+        kinds = ", ".join(ANSWER_KINDS)
+        raise OutsideVocabulary(f"answer kind must be one of {kinds}, got {kind!r}")
     value = _text(raw.get("value"), "the answer", MAX_VALUE_CHARS)
     if reference_scorer(value) not in ANSWER_KINDS[kind]:
-        raise ValueError(f"answer {value!r} is not a {kind}")
+        raise OutsideVocabulary(f"answer {value!r} is not a {kind}")
     return ExpectedAnswer(kind, value)
 
 
 def _rule(raw: Any) -> Rule:
     if not isinstance(raw, dict):
-        raise ValueError("a rule must be an object with kind (and value)")
+        raise OutsideVocabulary("a rule must be an object with kind (and value)")
     kind, value = raw.get("kind"), raw.get("value", raw.get("arg"))
     if kind not in MINER_RULES:
-        raise ValueError(f"rule kind must be one of {', '.join(MINER_RULES)}, got {kind!r}")
+        raise OutsideVocabulary(f"rule kind must be one of {', '.join(MINER_RULES)}, got {kind!r}")
     if kind == "json":
         return Rule("json")
     if kind in ("max_words", "max_sentences"):
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_COUNT:
-            raise ValueError(f"{kind} needs a count in 1..{MAX_COUNT}, got {value!r}")
+            raise OutsideVocabulary(f"{kind} needs a count in 1..{MAX_COUNT}, got {value!r}")
         return Rule(kind, value)
     if kind == "language":
         name = str(value or "").strip().lower()
         if name not in LANGUAGES:
-            raise ValueError(f"language must be one of {', '.join(LANGUAGES)}, got {value!r}")
+            names = ", ".join(LANGUAGES)
+            raise OutsideVocabulary(f"language must be one of {names}, got {value!r}")
         return Rule(kind, name)
     if kind in REGEX_KINDS:
         problem = pattern_problem(value)
         if problem is None and _placeholder(value):
             problem = "it copies the prompt's placeholder"
         if problem is not None:
-            raise ValueError(f"{kind}: {problem}")
+            raise OutsideVocabulary(f"{kind}: {problem}")
         return Rule(kind, value)
     return Rule(kind, _text(value, "the contains text", MAX_VALUE_CHARS))
 
@@ -215,14 +221,14 @@ def parse_check(text: str) -> tuple[MinedCheck | None, str | None, list[dict[str
     if value.get("answer") is not None:
         try:
             answer = _answer(value["answer"])
-        except ValueError as err:
+        except OutsideVocabulary as err:
             invalid.append({"part": value["answer"], "why": str(err)})
     rules: dict[str, Rule] = {}
     raw_rules = value.get("rules") or []
     for raw in raw_rules if isinstance(raw_rules, list) else [raw_rules]:
         try:
             rule = _rule(raw)
-        except ValueError as err:
+        except OutsideVocabulary as err:
             invalid.append({"part": raw, "why": str(err)})
             continue
         rules.setdefault(f"{rule.kind}\x00{rule.arg}", rule)
@@ -230,7 +236,7 @@ def parse_check(text: str) -> tuple[MinedCheck | None, str | None, list[dict[str
     if value.get("rubric") is not None:
         try:
             rubric = _text(value["rubric"], "the rubric", MAX_RUBRIC_CHARS)
-        except ValueError as err:
+        except OutsideVocabulary as err:
             invalid.append({"part": value["rubric"], "why": str(err)})
     why = str(value.get("why") or "")[:MAX_RUBRIC_CHARS]
     check = MinedCheck(answer, tuple(rules.values()), rubric, why)
