@@ -200,3 +200,18 @@ def test_the_report_command_renders_a_night(env):
     html = (night_dir / "report.html").read_text()
     assert "selftaught sleep" in html and "staged" in html and "rule alpha" in html
     assert json.loads((night_dir / "report.json").read_text())["kind"] == "sleep-night"
+
+
+def test_a_scheduled_night_reads_a_log_password_from_a_private_file(tmp_path, monkeypatch, crontab):
+    from selftaught.sleep import cron
+
+    home = tmp_path / "home"
+    url = "postgresql://app:Ab/Se%cret9@db.internal:5432/selftaught"
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
+    monkeypatch.setenv("SELFTAUGHT_LOG", url)
+    entry = cron.schedule("03:00", "demo", [], home)
+    line = crontab.read_text()
+    assert "Se%cret9" not in line and "Ab/" not in line and "Ab/" not in entry.command
+    stash = home / "hook-log-url"
+    assert stash.read_text().strip() == url and stat.S_IMODE(stash.stat().st_mode) == 0o600
+    assert f'SELFTAUGHT_LOG="$(cat {stash.resolve()})"' in line

@@ -7,7 +7,8 @@ again:
         --project demo ... >> <home>/cron.log 2>&1 # selftaught-sleep project=demo
 
 Only `SELFTAUGHT_*` and `PYTHONPATH` are carried into the line: never an API key (cron does not
-see your shell's environment; put a remote model's key in the crontab yourself if you must).
+see your shell's environment; put a remote model's key in the crontab yourself if you must). A
+`$SELFTAUGHT_LOG` URL with a password is carried as a read of `<home>/hook-log-url` (0600).
 Without a `crontab` command the functions raise `ScheduleError` saying what to do instead.
 
 A crontab is one command per line and cron turns `%` into a newline, so a value holding a
@@ -122,17 +123,27 @@ def check_cron_value(value: str, what: str) -> str:
 
 def command_line(run_args: list[str], home: Path) -> str:
     carried = {n: os.environ[n] for n in CARRIED_ENV if os.environ.get(n)}
-    for name, value in carried.items():
-        check_cron_value(value, f"${name}")
     for arg in run_args:
         check_cron_value(arg, "an option of `sleep run`")
     cwd, log_path = check_cron_value(os.getcwd(), "the folder"), str(home / "cron.log")
     check_cron_value(log_path, "the sleep home")
-    env = " ".join(f"{name}={shlex.quote(value)}" for name, value in carried.items())
+    env = " ".join(_carried(name, value, home) for name, value in carried.items())
     run = shlex.join([sys.executable, "-m", "selftaught", "sleep", "run", *run_args])
     log = shlex.quote(log_path)
     # umask 077: cron.log holds the night's output and is created by this line, not by us
     return f"umask 077 && cd {shlex.quote(cwd)} && {env + ' ' if env else ''}{run} >> {log} 2>&1"
+
+
+def _carried(name: str, value: str, home: Path) -> str:
+    """`NAME=value` for the crontab line; a log URL with a password is read from a 0600 file
+    at run time instead (a crontab is listed, copied and backed up)."""
+    from selftaught.sleep.intake.hook_install import stash_log_url
+    from selftaught.sleep.store import is_url, url_password
+
+    if name == "SELFTAUGHT_LOG" and is_url(value) and url_password(value):
+        path = str(stash_log_url(value, home).resolve())
+        return f'{name}="$(cat {shlex.quote(check_cron_value(path, "the sleep home"))})"'
+    return f"{name}={shlex.quote(check_cron_value(value, f'${name}'))}"
 
 
 def schedule(at: str, project: str | None, run_args: list[str], home: Path) -> Entry:

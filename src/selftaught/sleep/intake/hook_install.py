@@ -134,13 +134,19 @@ def _log_argv(log: str | Path | None) -> list[str]:
     url = str(log).strip()
     if not url_password(url):
         return ["--log", url]
-    home = sleep_home()
+    return ["--log-from", str(stash_log_url(url).resolve())]
+
+
+def stash_log_url(url: str, home: Path | None = None) -> Path:
+    """`<home>/hook-log-url` (0600) holding `url`: where a command line that others may read
+    (an agent's settings, a crontab) names a log URL with a password instead of spelling it."""
+    home = home or sleep_home()
     private_home(home)
     path = home / LOG_URL_FILE
-    with writing_to(path, "the hook's log URL"):
+    with writing_to(path, "the log URL"):
         atomic_write_text(path, url + "\n")
         os.chmod(path, 0o600)  # a file that was there keeps its mode otherwise
-    return ["--log-from", str(path.resolve())]
+    return path
 
 
 def _ours(command: Any) -> bool:
