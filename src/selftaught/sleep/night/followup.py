@@ -176,8 +176,11 @@ def _in_reply(value: str, reply: str) -> bool:
 def _clause_value(clause: str, reply: str, plain: bool = False) -> str | None:
     """The value a short clause after a verdict states: its number (and unit), else the clause
     itself when it is a few words with no verdict in them (with a capital or a symbol, unless
-    `plain`), when the reply did not say it."""
-    clause = _VALUE_LEAD.sub("", _VALUE_LEAD.sub("", clause.strip(), count=1), count=1).strip()
+    `plain`), when the reply did not say it. A value the user asserts ("it's 17 km", "should
+    be 8080") counts even when the reply held it in a wrong form ("17 km and 3")."""
+    stripped = _VALUE_LEAD.sub("", _VALUE_LEAD.sub("", clause.strip(), count=1), count=1)
+    asserted = stripped.strip() != clause.strip()
+    clause = stripped.strip()
     if not clause or _REJECT.search(clause) or _LEADING_VERDICT.match(clause):
         return None
     if re.match(r"^(?:not|but|and|so|because)\b", clause, _I):
@@ -189,7 +192,8 @@ def _clause_value(clause: str, reply: str, plain: bool = False) -> str | None:
         if len(clause.split()) <= 3 and _content_words(clause):  # "June 2024", "100 °C"
             value = clause
         value = value.rstrip(".,;:!")
-        return None if _said(reply, m.group(1), "" if value == m.group(1) else unit) else value
+        said = _said(reply, m.group(1), "" if value == m.group(1) else unit)
+        return None if said and not (asserted and reply.strip() != value) else value
     if (
         len(clause.split()) <= 4
         and _content_words(clause)
