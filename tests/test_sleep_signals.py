@@ -385,3 +385,15 @@ def test_the_reply_an_operators_correction_drew_is_the_demo_when_it_passes_the_c
     ]
     assert drawn("Sorry, 18 km", trusted=True) == ["17 km"]  # it fails the check: the reference
     assert drawn("You are right: 12 km + 5 km = 17 km", trusted=False) == []  # an end user's
+
+
+def test_the_reply_to_a_rejection_holding_a_number_is_not_a_task():
+    said = "No, 17 km and 3 m is not right. Just the number and km."
+    rows = [
+        row([user(ASK)], "17 km and 3 m", 1.0),
+        row([user(ASK), assistant("17 km and 3 m"), user(said)], "17 km", 2.0),
+    ]
+    tasks, report = mine(rows, MineConfig())
+    assert report.conversation["signals"] == {"rejection": 1}
+    assert report.dropped.get(ANSWER_IN_PROMPT) == 1
+    assert all(len(t.messages) == 1 for t in tasks)  # nothing mined with the user's words in it

@@ -19,8 +19,10 @@ user's signal is evidence: its correction checks the task (never a demonstration
 sample or memory text), its words reach the analyst quoted. A value the row's explicit
 feedback already set is kept; the signal fills the fields it left empty.
 
-A reply whose request ends with a correction (the user's "No, it's 17 km" and the reply to
-it) is not a task: its answer sits in its prompt. The operator may reject a signal before a
+A reply whose request ends with a correction (the user's "No, it's 17 km" and the reply to it)
+is not a task: its answer sits in its prompt; nor is one after a rejection whose words hold a
+number or a quoted value the reader did not take as the answer ("No, 17 km and 3 m is not 17
+km"): the answer may sit there too. The operator may reject a signal before a
 night uses it (`sleep feedback ID --reject-signal SIGNAL`), recorded in the project's
 `signals_rejected.json`.
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -62,7 +65,7 @@ SignalKind = Literal[
 ]  # the last two: the agent's own test runs (`agent_outcome.py`, source "agent")
 REJECTED_FILE = "signals_rejected.json"
 
-ANSWER_IN_PROMPT = "answers a correction: its answer sits in its prompt"
+ANSWER_IN_PROMPT = "answers a correction: the answer the user gave sits in its prompt"
 
 
 @dataclass(frozen=True)
@@ -304,7 +307,7 @@ def _mine_rows(
             out.report.rejected_by_operator += 1
             v = None
         row = _turn_row(thread, turn, by_id)
-        was_corrected, corrected = corrected, v is not None and v[0].kind == "correction"
+        was_corrected, corrected = corrected, v is not None and _gave_answer(v[0])
         if row.id in out.emitted:
             continue
         out.emitted.add(row.id)
@@ -324,6 +327,17 @@ def _mine_rows(
                 meta[REFERENCE_REPLY] = turns[k + 1].reply
             row = replace(row, feedback=_feedback(row.feedback, signal, read), meta=meta)
         out.rows.append(row)
+
+
+_VALUE_IN_WORDS = re.compile(r"\d|[\"“`]")
+
+
+def _gave_answer(signal: Signal) -> bool:
+    """The user's words may hold the answer: a correction, or a rejection with a number or a
+    quoted value in it."""
+    return signal.kind == "correction" or (
+        signal.kind == "rejection" and _VALUE_IN_WORDS.search(signal.words) is not None
+    )
 
 
 def _reasks(
