@@ -99,14 +99,14 @@ ANSWER = {"answer": {"kind": "text", "value": "Canberra"}, "why": "the user acce
 
 def test_a_check_two_sided_on_the_thread_is_kept_and_checks_the_task():
     """The rejected reply and the accepted retry of one chat: the miner's answer passes the
-    accepted reply and fails the rejected one, so both judged replies become tasks."""
+    accepted reply and fails the rejected one, so the chat's request becomes a task (the retry,
+    a reply to the user's verdict, is its evidence, never a task of its own)."""
     model = says(ANSWER)
     tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(model))
     written = report.miner
     assert written["miner"] == "scripted-miner"
-    assert written["asked"] == 2 and written["kept"] == 2 and written["refused"] == {}
-    assert written["skipped"] == {"no verdict: nothing to test a check on": 1}  # the last reply
-    assert written["kept_parts"] == {"answer:text": 2} and written["parse_rate"] == 1.0
+    assert written["asked"] == 1 and written["kept"] == 1 and written["refused"] == {}
+    assert written["kept_parts"] == {"answer:text": 1} and written["parse_rate"] == 1.0
     assert report.tasks == len(tasks) >= 1 and not report.dropped.get(NO_CHECK)
     first = next(t for t in tasks if len(t.messages) == 1)  # the request the user rejected
     assert first.reference == "Canberra" and first.state["scorer"] == "normalized"
@@ -137,8 +137,8 @@ def test_a_check_that_does_not_tell_the_replies_apart_is_refused_and_counted(che
     tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(says(check)))
     assert tasks == [] and report.miner["kept"] == 0
     ((reason, n),) = report.miner["refused"].items()
-    assert reason.startswith(why) and n == 2
-    assert sum(n for r, n in report.dropped.items() if r.startswith(NO_CHECK)) == 3
+    assert reason.startswith(why) and n == 1
+    assert sum(n for r, n in report.dropped.items() if r.startswith(NO_CHECK)) == 2
 
 
 def test_with_one_side_only_that_side_must_behave():
@@ -170,7 +170,7 @@ def test_a_row_without_a_verdict_is_not_shown():
 def test_cannot_check_is_counted_and_the_rows_stay_dropped():
     model = says({"cannot_check": "the conversation does not say what is right"})
     tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(model))
-    assert tasks == [] and report.miner["cannot_check"] == 2 and report.miner["answered"] == 2
+    assert tasks == [] and report.miner["cannot_check"] == 1 and report.miner["answered"] == 1
     assert report.miner["examples"][0]["outcome"].startswith("cannot check: the conversation")
 
 
@@ -253,10 +253,10 @@ def test_a_rubric_is_tested_by_the_judge_and_refused_without_one():
     tasks, report = mine(
         [thread_row()], MineConfig(), miner=miner_of(says(rubric), judge=LlmJudge(judge))
     )
-    assert report.miner["kept"] == 2 and len(judge.calls) == 4  # 2 checks x 2 replies
+    assert report.miner["kept"] == 1 and len(judge.calls) == 2  # 1 check x 2 replies
     assert tasks[0].state["rubric"] == rubric["rubric"] and tasks[0].check == "rubric"
     _, report = mine([thread_row()], MineConfig(), miner=miner_of(says(rubric)))
-    assert report.miner["refused"] == {"a rubric needs a judge model (--judge-model)": 2}
+    assert report.miner["refused"] == {"a rubric needs a judge model (--judge-model)": 1}
 
 
 def test_a_negative_row_with_only_a_generic_rubric_gets_the_written_check():
@@ -335,13 +335,13 @@ def test_a_nights_miner_calls_are_on_its_ledger_evidence_and_report(tmp_path):
     (night,) = run_night(config, models=models)
     assert night.models["miner"] == "scripted-miner"
     written = night.mining["miner"]
-    assert written["asked"] == len(miner.calls) == 8 and written["kept"] == 8
-    assert night.usage["miner"]["calls"] == 8  # the night's one ledger (and budget)
+    assert written["asked"] == len(miner.calls) == 4 and written["kept"] == 4
+    assert night.usage["miner"]["calls"] == 4  # the night's one ledger (and budget)
     evidence = (night.night_dir / "evidence.jsonl").read_text().splitlines()
-    assert sum(json.loads(line)["role"] == "miner" for line in evidence) == 8
+    assert sum(json.loads(line)["role"] == "miner" for line in evidence) == 4
     md = (night.night_dir / "report.md").read_text()
-    assert "miner `scripted-miner`: 12 rows without a strong check, 8 shown" in md
-    assert "checks kept 8" in md
+    assert "miner `scripted-miner`: 8 rows without a strong check, 4 shown" in md
+    assert "checks kept 4" in md
 
 
 def test_a_remote_miner_keeps_private_rows_out_of_the_night(tmp_path):
@@ -364,7 +364,7 @@ def test_a_remote_miner_keeps_private_rows_out_of_the_night(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("miner_model", "named", "asked"), [(None, "opt", 8), ("m", "m", 8), ("off", None, 0)]
+    ("miner_model", "named", "asked"), [(None, "opt", 4), ("m", "m", 4), ("off", None, 0)]
 )
 def test_the_miner_is_the_optimizer_unless_named_or_off(tmp_path, miner_model, named, asked):
     night_log(tmp_path)
@@ -386,9 +386,9 @@ def test_the_miner_is_the_optimizer_unless_named_or_off(tmp_path, miner_model, n
     assert night.models["miner"] == named
     assert (night.mining.get("miner") or {}).get("asked", 0) == asked
     if named == "m":
-        assert len(loaded["m"].calls) == 8 and night.mining["miner"]["kept"] == 8
+        assert len(loaded["m"].calls) == 4 and night.mining["miner"]["kept"] == 4
     if named == "opt":  # the analyst answers a miner prompt with no check: none is kept
-        assert night.mining["miner"]["parse_failures"] == 8
+        assert night.mining["miner"]["parse_failures"] == 4
 
 
 # ---- the embedded model as miner ------------------------------------------------------------

@@ -15,7 +15,7 @@ from selftaught.sleep.night.cycle import mine
 from selftaught.sleep.night.followup import read_followup
 from selftaught.sleep.night.mine import MineConfig
 from selftaught.sleep.night.signals import (
-    ANSWER_IN_PROMPT,
+    REDONE,
     read_threads,
     rejected_signals,
     review_signals,
@@ -84,7 +84,7 @@ def test_a_conversation_inside_one_row_has_its_turns():
 
 def test_a_correction_becomes_a_task_whose_prompt_ends_before_the_feedback_turn():
     tasks, report = mine(chat_app_rows(), MineConfig())
-    assert report.tasks == 1 and report.dropped == {ANSWER_IN_PROMPT: 1}
+    assert report.tasks == 1 and report.dropped == {REDONE: 1}
     (task,) = tasks
     assert task.messages == [user(Q)]
     assert all("17" not in str(m["content"]) for m in task.messages)
@@ -92,7 +92,7 @@ def test_a_correction_becomes_a_task_whose_prompt_ends_before_the_feedback_turn(
     assert task.negative and task.logged_reply == WRONG
     conv = report.conversation
     assert conv["linked_threads"] == 1 and conv["signals"] == {"correction": 1}
-    assert conv["untrusted"] == 1 and conv["answer_in_prompt"] == 1
+    assert conv["untrusted"] == 1 and conv["redo_turns"] == 1
 
 
 def test_an_end_users_correction_checks_the_task_but_is_evidence_only():
@@ -338,7 +338,7 @@ def test_a_night_on_unlabeled_chats_learns_from_the_next_turn(tmp_path, log_at):
     mining = report["mining"]
     assert mining["tasks"] == 12 and mining["by_check"] == {"reference": 12}
     assert mining["conversation"]["signals"] == {"correction": 12}
-    assert mining["dropped"] == {ANSWER_IN_PROMPT: 12}
+    assert mining["dropped"] == {REDONE: 12}
     tasks = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
     assert all("wrong" not in t["prompt_head"] for t in tasks)
     assert all(t["signals"][0]["kind"] == "correction" for t in tasks)
@@ -395,5 +395,5 @@ def test_the_reply_to_a_rejection_holding_a_number_is_not_a_task():
     ]
     tasks, report = mine(rows, MineConfig())
     assert report.conversation["signals"] == {"rejection": 1}
-    assert report.dropped.get(ANSWER_IN_PROMPT) == 1
+    assert report.dropped.get(REDONE) == 1
     assert all(len(t.messages) == 1 for t in tasks)  # nothing mined with the user's words in it

@@ -106,7 +106,7 @@ from selftaught.sleep.night.mine import (
 from selftaught.sleep.night.miner import Miner, MinerConfig, Pending, wants_check
 from selftaught.sleep.night.proofread import proofread
 from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
-from selftaught.sleep.night.signals import ANSWER_IN_PROMPT, read_threads, rejected_signals
+from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
 from selftaught.sleep.night.split import (
     NightTask,
     SplitConfig,
@@ -836,12 +836,12 @@ def mine(
         conversation.signals[kind] = conversation.signals.get(kind, 0) + n
     report.conversation = conversation.to_dict()
     dropped: Counter[str] = Counter()
-    if conversation.answer_in_prompt:
-        dropped[ANSWER_IN_PROMPT] = conversation.answer_in_prompt
+    if conversation.redo_turns:
+        dropped[REDONE] = conversation.redo_turns
     tasks = []
     steps = 0  # earlier steps of a tool-using conversation, folded into its last one
     pending: list[Pending] = []  # plain exchanges without a strong check, for the miner
-    for group in conversations(rows):
+    for group in conversations([it for it in rows if not is_redo(it)]):
         steps += len(group) - 1
         task = workspaces.mine(group[0], config) if workspaces is not None else None
         why: str | None = None

@@ -19,19 +19,20 @@ user's signal is evidence: its correction checks the task (never a demonstration
 sample or memory text), its words reach the analyst quoted. A value the row's explicit
 feedback already set is kept; the signal fills the fields it left empty.
 
-A reply whose request ends with a correction (the user's "No, it's 17 km" and the reply to it)
-is not a task: its answer sits in its prompt; nor is one after a rejection whose words hold a
-number or a quoted value the reader did not take as the answer ("No, 17 km and 3 m is not 17
-km"): the answer may sit there too. The operator may reject a signal before a
-night uses it (`sleep feedback ID --reject-signal SIGNAL`), recorded in the project's
-`signals_rejected.json`.
+A reply whose request ends with the user's verdict on the earlier reply (a correction, a
+rejection or a restated rule: "No, it's 17 km", "that's wrong", "just the number") is not a
+task (`is_redo`): the earlier request is the task, the user's words (and any answer they gave)
+sit in this one's prompt, and a task of each would put one question on both sides of the split.
+It stays a row to read, evidence for the miner (a retry the user then accepted).
+
+The operator may reject a signal before a night uses it (`sleep feedback ID --reject-signal`),
+recorded in the project's `signals_rejected.json`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -65,7 +66,13 @@ SignalKind = Literal[
 ]  # the last two: the agent's own test runs (`agent_outcome.py`, source "agent")
 REJECTED_FILE = "signals_rejected.json"
 
-ANSWER_IN_PROMPT = "answers a correction: the answer the user gave sits in its prompt"
+REDO = "redo"
+REDONE = (
+    "asks again after the user's verdict on the earlier reply (a correction, rejection or "
+    "restated rule): that earlier request is the task, and the user's words (any answer "
+    "they gave) sit in this one's prompt"
+)
+REDO_AFTER = ("correction", "rejection", "rule")
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,7 @@ class SignalReport:
     trusted: int = 0
     untrusted: int = 0
     rejected_by_operator: int = 0
-    answer_in_prompt: int = 0  # replies to a correction, not tasks
+    redo_turns: int = 0  # replies to the user's verdict on an earlier reply: evidence, not tasks
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -299,7 +306,7 @@ def _mine_rows(
     rejected: set[str],
     out: _Read,
 ) -> None:
-    corrected = False  # the previous reply was corrected: this request ends with the answer
+    judged = False  # the user gave a verdict on the previous reply: this request repeats it
     turns = list(thread.turns)
     for k, turn in enumerate(turns):
         v = verdicts.get((thread.id, turn.index))
@@ -307,13 +314,13 @@ def _mine_rows(
             out.report.rejected_by_operator += 1
             v = None
         row = _turn_row(thread, turn, by_id)
-        was_corrected, corrected = corrected, v is not None and _gave_answer(v[0])
+        redo, judged = judged, v is not None and v[0].kind in REDO_AFTER
         if row.id in out.emitted:
             continue
         out.emitted.add(row.id)
-        if was_corrected:
-            out.report.answer_in_prompt += 1
-            continue
+        if redo:  # evidence for the miner (a retry the user accepted), never a task
+            out.report.redo_turns += 1
+            row = replace(row, meta={**row.meta, REDO: REDONE})
         if v is not None:
             signal, read = v
             out.signals.append(signal)
@@ -329,15 +336,9 @@ def _mine_rows(
         out.rows.append(row)
 
 
-_VALUE_IN_WORDS = re.compile(r"\d|[\"“`]")
-
-
-def _gave_answer(signal: Signal) -> bool:
-    """The user's words may hold the answer: a correction, or a rejection with a number or a
-    quoted value in it."""
-    return signal.kind == "correction" or (
-        signal.kind == "rejection" and _VALUE_IN_WORDS.search(signal.words) is not None
-    )
+def is_redo(it: Interaction) -> bool:
+    """A reply to the user's verdict on an earlier reply of its thread (`REDONE`)."""
+    return isinstance(it.meta, dict) and it.meta.get(REDO) is not None
 
 
 def _reasks(
