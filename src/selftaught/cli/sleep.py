@@ -685,11 +685,7 @@ def sleep_run_cmd(
         documents=tuple(d.strip() for d in documents.split(",") if d.strip()),
         target_skill_paths=tuple(target_skill_path or ()),
         training=training,
-        split=SplitConfig(**split_fields, seed=seed),
-        demo_modes=DemoModeConfig(**demo_fields),
-        weight_training=WeightNightConfig(**weight_fields, seed=seed),
-        weak=WeakConfig(**weak_fields),
-        dream=DreamConfig(**dream_fields),
+        **_nested(seed, split_fields, demo_fields, weight_fields, weak_fields, dream_fields),
         model_options=model_options(api_key, timeout),
         progress=console.is_terminal,
     )
@@ -697,6 +693,24 @@ def sleep_run_cmd(
     print_outcomes(outcomes, out, dry_run=dry_run)
     if any(o.failed for o in outcomes):
         raise typer.Exit(1)
+
+
+def _nested(
+    seed: int,
+    split: dict[str, Any],
+    demos: dict[str, Any],
+    weights: dict[str, Any],
+    weak: dict[str, Any],
+    dream: dict[str, Any],
+) -> dict[str, Any]:
+    """The night's nested configs from their generated flags."""
+    return {
+        "split": SplitConfig(**split, seed=seed),
+        "demo_modes": DemoModeConfig(**demos),
+        "weight_training": WeightNightConfig(**weights, seed=seed),
+        "weak": WeakConfig(**weak),
+        "dream": DreamConfig(**dream),
+    }
 
 
 def _night_gate(

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -50,6 +49,7 @@ from typing import Any, TextIO
 from selftaught.errors import InputError
 from selftaught.sleep.intake.harvest import HarvestConfig, HarvestReport, harvesters
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
+from selftaught.sleep.intake.sessions import check_session_id
 from selftaught.sleep.paths import ENV_HOME, sleep_home
 
 AGENTS = ("claude-code", "codex")
@@ -57,22 +57,12 @@ HOOK_MODULE = "selftaught.sleep.intake.hooks"
 HOOK_LOG = "hooks.log"
 HOOK_LOG_MAX_BYTES = 1 << 20  # then it is renamed to hooks.log.1 (one old copy kept)
 CODEX_SETTLE_S = 5.0  # Codex calls notify before its rollout file has the turn's end
-_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def check_agent(agent: str) -> str:
     if agent not in AGENTS:
         raise InputError(f"unknown agent {agent!r}; valid: {', '.join(AGENTS)}")
     return agent
-
-
-def check_session_id(session_id: str) -> str:
-    """A session id names a file: letters, digits, '.', '_', '-' only (no path, no glob)."""
-    if not isinstance(session_id, str) or not _SESSION_ID.match(session_id):
-        raise InputError(
-            f"invalid session id {session_id!r}: letters, digits, '.', '_' or '-' only"
-        )
-    return session_id
 
 
 # ---- one session ---------------------------------------------------------------------------

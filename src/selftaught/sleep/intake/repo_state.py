@@ -38,6 +38,7 @@ from typing import Any
 
 from selftaught.errors import InputError
 from selftaught.runs import atomic_write_json, private_dirs
+from selftaught.sleep.intake.sessions import check_session_id
 
 SESSIONS_DIR = "sessions"
 SECRET_FILES = (
@@ -172,8 +173,6 @@ def capture(folder: Path, redactor: Any = None) -> RepoState:
 
 
 def record_dir(session_id: str, home: Path) -> Path:
-    from selftaught.sleep.intake.hooks import check_session_id
-
     return Path(home) / SESSIONS_DIR / check_session_id(session_id)
 
 

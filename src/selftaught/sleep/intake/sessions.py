@@ -40,6 +40,7 @@ from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
+from selftaught.errors import InputError
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import USER_FIELDS, Feedback, Interaction, LogFilter, TaskLog
 
@@ -54,8 +55,18 @@ _HARNESS_TEXT = re.compile(
     r"|^# AGENTS\.md instructions for [^\n]*$",
     re.DOTALL | re.MULTILINE,
 )
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LOOKUP_PAGE = 500
 LOOKUP_MAX_ROWS = 100_000  # `last_turn` looks this far back at most
+
+
+def check_session_id(session_id: str) -> str:
+    """A session id names a file: letters, digits, '.', '_', '-' only (no path, no glob)."""
+    if not isinstance(session_id, str) or not _SESSION_ID.match(session_id):
+        raise InputError(
+            f"invalid session id {session_id!r}: letters, digits, '.', '_' or '-' only"
+        )
+    return session_id
 
 
 def _key(message: Any) -> str:
