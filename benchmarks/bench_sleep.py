@@ -176,7 +176,7 @@ def send_traffic(
 
     usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "followups": 0}
     lock = threading.Lock()
-    trusted = () if args.feedback == "explicit" else ("*",)
+    trusted = ("*",) if args.feedback != "explicit" and args.trust == "operator" else ()
     with proxy(home, target, spec, trusted) as (url, app):
 
         def ask(messages: list[dict[str, str]]) -> tuple[str, str]:
@@ -472,6 +472,13 @@ def main() -> None:
         help="explicit: the operator's feedback call with the reference; conversation / rules "
         "/ reask: no feedback call, the user's next turn only (a one-person deployment)",
     )
+    p.add_argument(
+        "--trust",
+        default="operator",
+        choices=("operator", "end-user"),
+        help="unlabeled streams: whose words the users' turns are (operator: a one-person "
+        "deployment, `--trusted-clients '*'`; end-user: evidence only)",
+    )
     p.add_argument("--output", type=Path, default=None)
     p.add_argument("--fresh", action="store_true", help="start over instead of resuming")
     args = p.parse_args()
@@ -485,6 +492,7 @@ def main() -> None:
     if unknown:
         p.error(f"unknown config(s) {unknown}; valid: {', '.join(CONFIGS)}")
     stream = "" if args.feedback == "explicit" else f"_{args.feedback}"
+    stream += "_untrusted" if args.trust == "end-user" and args.feedback != "explicit" else ""
     output = args.output or RESULTS / (
         f"sleep_{slug(args.target)}{stream}{'_quick' if args.quick else ''}.json"
     )
@@ -515,6 +523,7 @@ def main() -> None:
 
 RESUME_KEYS = (
     "feedback",
+    "trust",
     "target",
     "optimizer_model",
     "gym",
@@ -536,7 +545,7 @@ def load_results(output: Path, args: argparse.Namespace, state: Path) -> dict[st
 
     if output.exists() and not args.fresh:
         saved = json.loads(output.read_text())
-        given = {"feedback": "explicit", **saved["args"]}  # files from before the option
+        given = {"feedback": "explicit", "trust": "operator", **saved["args"]}  # older files
         same = all(given.get(k) == getattr(args, k) for k in RESUME_KEYS)
         if same:
             print(f"resuming {output} ({', '.join(saved['configs']) or 'no config yet'})")
