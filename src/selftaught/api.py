@@ -175,6 +175,7 @@ def train(
     config: RestConfig | RLConfig | None = None,
     output_dir: str | Path | None = None,
     task_options: TaskOptionsLike = None,
+    judge_model: ModelLike | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     progress: bool = True,
     console: Console | None = None,
@@ -183,7 +184,8 @@ def train(
     picks the trainer: `RestConfig(method="rest")` (ReST-EM, the default),
     `RestConfig(method="sft")` (one round on the references), `RLConfig(method="grpo")` or
     `"gspo"`. `method` alone gives that method's default config; given with a config, it must
-    match it.
+    match it. `judge_model` scores GRPO's `judge` reward (`RLConfig.rewards`); its calls count
+    against the run's budget.
 
     The run directory (default `runs/train-<method>-<task>-<backend>-s<seed>`) resumes when
     run again."""
@@ -198,14 +200,18 @@ def train(
             f"{type(cfg).__name__} (a SkillOptConfig runs with optimize)"
         )
     check_method(cfg, method)
-    ledger = UsageLedger()  # the policy's calls and the judge's: one budget
+    if judge_model is not None and not isinstance(cfg, RLConfig):
+        raise ConfigError("judge_model scores GRPO's judge reward: it needs an RLConfig")
+    ledger = UsageLedger()  # the policy's calls and the judges': one budget
     the_task = resolve_task(task, task_options, ledger=ledger)
+    judged = {"judge_model": judge_model} if isinstance(cfg, RLConfig) else {}
     trainer = build_trainer(
         cfg,
         the_task,
         path,
         output_dir=output_dir,
         ledger=ledger,
+        **judged,
         callbacks=callbacks,
         progress=progress,
         console=console,

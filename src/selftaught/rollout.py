@@ -293,7 +293,7 @@ def score_reply(
     its judge model failing transiently) is an error, recorded with its message, never a 0.
     A fatal judge error and an exhausted budget propagate. A truncated wrong reply says so in
     its feedback."""
-    return _guarded_score(lambda: task.score(reply, example), example, truncated)
+    return guarded_score(lambda: task.score(reply, example), example, truncated)
 
 
 def score_in_workspace(
@@ -302,7 +302,7 @@ def score_in_workspace(
     """`score_reply` for an attempt that worked in `workspace`: the task's `score_workspace`
     (a check that cannot give a verdict is a scorer error, never a 0)."""
     scorer = task.score_workspace  # type: ignore[attr-defined]
-    return _guarded_score(lambda: scorer(reply, example, workspace), example, truncated)
+    return guarded_score(lambda: scorer(reply, example, workspace), example, truncated)
 
 
 def score_episode(
@@ -316,12 +316,14 @@ def score_episode(
         score = judge(episode, example) if callable(judge) else task.score(episode.final, example)
         return finish_score(score, episode)
 
-    return _guarded_score(scored, example, truncated)
+    return guarded_score(scored, example, truncated)
 
 
-def _guarded_score(
+def guarded_score(
     scored: Any, example: Example, truncated: bool
 ) -> tuple[Score | None, str | None, ErrorSource | None]:
+    """`scored()` under the one error rule (see `score_reply`): every scorer of a reply,
+    a GRPO reward function's included, goes through here."""
     try:
         score = scored()
     except (FatalBackendError, BudgetExhausted):

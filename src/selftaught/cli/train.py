@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -23,13 +24,14 @@ from selftaught.cli.common import (
     read_text_file,
     warn_unsafe_exec,
 )
-from selftaught.cli.options import config_flags
+from selftaught.cli.options import config_flags, field_help
 from selftaught.errors import ConfigError
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
 from selftaught.tasks.options import TaskOptions
+from selftaught.tasks.registry import takes_judge
 from selftaught.weights.config import (
     METHODS,
     RL_METHODS,
@@ -37,6 +39,7 @@ from selftaught.weights.config import (
     RestConfig,
     RLConfig,
     SFTTrainConfig,
+    parse_rewards,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +69,8 @@ RL_ONLY_OPTIONS = (
     "--max-completion-length",
     "--steps",
     "--vllm-server",
+    "--loss-type",
+    "--reward",
 )
 SAMPLING_OPTIONS = (
     "--samples-per-prompt",
@@ -142,7 +147,13 @@ RL_FLAGS = {
     "max_completion_length": "max_completion_length",
     "steps": "steps",
     "vllm_server_url": "vllm_server",
+    "loss_type": "loss_type",
 }
+REWARD_HELP = (
+    "A GRPO / GSPO reward as NAME=WEIGHT, repeatable (e.g. --reward correctness=1 --reward "
+    "format=0.2); the list replaces the default, so name correctness to keep it. "
+    + field_help(RLConfig, "rewards")
+)
 
 
 @app.command()
@@ -178,6 +189,7 @@ def train(
     lr: Annotated[
         float | None, typer.Option("--lr", help="Learning rate (default per backend and method).")
     ] = None,
+    reward: Annotated[list[str] | None, typer.Option("--reward", help=REWARD_HELP)] = None,
     teacher_skill: Annotated[
         Path | None,
         typer.Option(help="Skill file in the system prompt while sampling only (distillation)."),
@@ -210,8 +222,11 @@ def train(
         "backend": BackendConfig(**backend_fields, device=device),
     }
     config: RestConfig | RLConfig
+    judge: str | None = None
     if method in RL_METHODS:
+        rl_fields = {**rl_fields, "rewards": parse_rewards(reward) if reward else None}
         config = rl_config(method, rl_fields, rest_fields, temperature, lr, shared)
+        judge, options = reward_judge(task, options, config)
     else:
         teacher = read_text_file(teacher_skill, "teacher skill") or None
         config = rest_config(method, rest_fields, sft_fields, temperature, lr, teacher, shared)
@@ -222,6 +237,7 @@ def train(
         config=config,
         output_dir=output,
         task_options=options,
+        judge_model=judge,
         progress=not quiet,
         console=console,
     )
@@ -271,16 +287,31 @@ def rl_config(
     lr: float | None,
     shared: dict[str, Any],
 ) -> RLConfig:
-    """GRPO / GSPO settings; `--max-tokens` and `--report-to` are shared with ReST."""
+    """GRPO / GSPO settings; `--max-tokens` and `--report-to` are shared with ReST; unset
+    `rewards` are the config's default."""
+    rewards = rl_fields.get("rewards")
+    fields = {k: v for k, v in rl_fields.items() if k != "rewards"}
     return RLConfig(
         method=method,  # type: ignore[arg-type]
-        **rl_fields,
+        **fields,
+        **({"rewards": rewards} if rewards is not None else {}),
         temperature=RLConfig.temperature if temperature is None else temperature,
         learning_rate=lr,
         eval_max_tokens=rest_fields["max_tokens"],
         report_to=rest_fields["report_to"],
         **shared,
     )
+
+
+def reward_judge(
+    task: str, options: TaskOptions, config: RLConfig
+) -> tuple[str | None, TaskOptions]:
+    """With the judge reward named, `--judge-model` scores it; the task keeps the flag only
+    where its source takes a judge (JSONL files, plugins), as without the judge reward."""
+    if "judge" not in config.rewards or options.judge_model is None:
+        return None, options  # the trainer says that the judge reward needs a judge model
+    judge = str(options.judge_model)
+    return judge, options if takes_judge(task) else replace(options, judge_model=None)
 
 
 def given_options(ctx: typer.Context) -> set[str]:

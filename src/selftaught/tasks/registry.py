@@ -81,14 +81,29 @@ def load_task(
 
         opts.refuse(f"task {s}", {"seed", *SIZES, *PERMISSIONS})
         return load_tool_task(s, seed=opts.seed, **opts.sizes())
-    if s.startswith("jsonl:") or s.endswith(".jsonl"):
+    if _is_jsonl(s):
         return _jsonl_task(Path(s.removeprefix("jsonl:")), opts, judge)
-    if ":" in s and s.split(":")[0] not in ("game", "gym", "jsonl", "tool"):
+    if _is_plugin(s):
         return _plugin_task(s, opts, judge)
     raise TaskError(
         f"unknown task {spec!r}; valid forms: {', '.join(TASK_FORMS)}; built-in: "
         + ", ".join(BUILTIN_TASKS)
     )
+
+
+def _is_jsonl(spec: str) -> bool:
+    return spec.startswith("jsonl:") or spec.endswith(".jsonl")
+
+
+def _is_plugin(spec: str) -> bool:
+    return ":" in spec and spec.split(":")[0] not in ("game", "gym", "jsonl", "tool")
+
+
+def takes_judge(spec: str) -> bool:
+    """Whether the task spec's source can use a judge model (`--judge-model`): JSONL files
+    (lines scored by llm_judge) and plugins; the built-in tasks score by rule."""
+    s = spec.strip()
+    return _is_jsonl(s) or _is_plugin(s)
 
 
 def _judge(opts: TaskOptions, judge: ChatModel | None) -> ChatModel | None:

@@ -7,6 +7,8 @@ embedded SmolLM2-135M on 2 CPU cores otherwise."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +23,10 @@ REST_METHODS = ("rest", "sft")
 RL_METHODS = ("grpo", "gspo")
 METHODS = REST_METHODS + RL_METHODS
 GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
+# TRL 1.16's GRPOConfig.loss_type values (its default: dapo); tests check them against TRL
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+DEFAULT_LOSS_TYPE = "dapo"
+REWARD_NAMES = ("correctness", "format", "judge")
 
 
 def _check(cond: bool, message: str) -> None:
@@ -295,7 +301,16 @@ class RLConfig:
         max_completion_length: completion token cap (truncation is logged and warned about).
         temperature: sampling temperature of the groups.
         learning_rate: None picks 5e-5 for LoRA, 1e-6 for full fine-tuning.
-        reward: `soft` (partial credit) or `hard` (0/1) score as reward.
+        reward: `soft` (partial credit) or `hard` (0/1) score as the correctness reward (and
+            the judge reward: its score / 10, or 1 at 7/10 and above).
+        rewards: the reward functions TRL sums, by name, with their weights (TRL's
+            `reward_weights`): `correctness` (the task's scorer), `format` (1 when the reply
+            ended on its own, holds text and, for a game, a JSON strategy valid against the
+            task's schema; else 0), `judge` (an LLM judge's score of the reply; needs a judge
+            model). Weights are finite and >= 0, at least one > 0; a weight-0 reward is
+            computed and logged, not trained on. Default: correctness alone, weight 1.
+        loss_type: TRL's loss formulation: grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo (GSPO
+            only) or vespo (GRPO only); the default is TRL 1.16's own.
         truncation_warn: warn when more than this share of a step's completions is truncated.
         eval_max_tokens: token cap of the greedy val / test evaluations.
         gate: whether the trained model is shipped instead of the start model, from
@@ -319,6 +334,8 @@ class RLConfig:
     temperature: float = 1.0
     learning_rate: float | None = None
     reward: Literal["soft", "hard"] = "soft"
+    rewards: dict[str, float] = field(default_factory=lambda: {"correctness": 1.0})
+    loss_type: str = DEFAULT_LOSS_TYPE
     truncation_warn: float = 0.5
     eval_max_tokens: int = 64
     gate: GateConfig | None = None
@@ -352,6 +369,8 @@ class RLConfig:
         )
         _check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
         _check(self.reward in ("soft", "hard"), f"reward must be soft or hard, got {self.reward!r}")
+        self.rewards = check_rewards(self.rewards)
+        self._check_loss_type()
         _check(
             self.learning_rate is None or self.learning_rate > 0,
             f"learning rate (--lr) must be > 0, got {self.learning_rate}",
@@ -360,6 +379,22 @@ class RLConfig:
             self.backend.backend != "scratch",
             "backend 'scratch' is for ReST on games: a random-init model has no reward signal "
             "for GRPO/GSPO; use --backend lora or full",
+        )
+
+    def _check_loss_type(self) -> None:
+        _check(
+            self.loss_type in LOSS_TYPES,
+            f"loss_type must be one of {', '.join(LOSS_TYPES)} (TRL's), got {self.loss_type!r}",
+        )
+        # TRL only warns about these; the loss is then not the one its paper defines
+        _check(
+            self.loss_type != "luspo" or self.method == "gspo",
+            "loss_type luspo is a sequence-level loss: it needs --method gspo",
+        )
+        _check(
+            self.loss_type != "vespo" or self.method == "grpo",
+            "loss_type vespo weighs sequences itself: it needs --method grpo (token-level "
+            "importance sampling)",
         )
 
     @property
@@ -373,6 +408,54 @@ class RLConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def check_rewards(rewards: Mapping[str, Any]) -> dict[str, float]:
+    """The rewards by name with float weights, or ConfigError naming the problem."""
+    _check(
+        isinstance(rewards, Mapping) and bool(rewards),
+        f"rewards must name at least one of {', '.join(REWARD_NAMES)} with a weight, "
+        f"got {rewards!r}",
+    )
+    out: dict[str, float] = {}
+    for name, weight in rewards.items():
+        _check(
+            name in REWARD_NAMES,
+            f"unknown reward {name!r}; valid rewards: {', '.join(REWARD_NAMES)}",
+        )
+        number = isinstance(weight, int | float) and not isinstance(weight, bool)
+        _check(
+            number and math.isfinite(weight) and weight >= 0,
+            f"reward {name!r}: the weight must be a finite number >= 0, got {weight!r}",
+        )
+        out[name] = float(weight)
+    _check(
+        any(w > 0 for w in out.values()),
+        "at least one reward needs a weight > 0 (a weight-0 reward is only logged)",
+    )
+    return out
+
+
+def parse_rewards(items: Iterable[str]) -> dict[str, float]:
+    """`["correctness=1", "format=0.2"]` (the repeatable `--reward NAME=WEIGHT`) as the
+    `rewards` mapping; ConfigError on a malformed or repeated item."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        _check(
+            bool(sep and name and text.strip()),
+            f"--reward takes NAME=WEIGHT (e.g. --reward format=0.2), got {item!r}",
+        )
+        try:
+            weight = float(text)
+        except ValueError:
+            raise ConfigError(
+                f"--reward {item!r}: the weight {text.strip()!r} is not a number"
+            ) from None
+        _check(name not in out, f"--reward {name} is given twice")
+        out[name] = weight
+    return check_rewards(out)
 
 
 def task_gate(gate: GateConfig | None, task_kind: str) -> GateConfig:

@@ -1,9 +1,11 @@
 """Online RL with verifiable rewards: GRPO / GSPO through TRL's GRPOTrainer, the task's own
-scorer as the reward. Prompts are conversational (chat template); free-text answers are
-scored as text, JSON only for games.
+scorer as the reward (by default; `rewards` adds a format and an LLM-judge reward with
+weights, `loss_type` picks TRL's loss: see `weights.rewards` and `RLConfig`). Prompts are
+conversational (chat template); free-text answers are scored as text, JSON only for games.
 
-Each logged step lands in history.jsonl with mean reward, reward std within groups, KL,
-completion length and the share of completions cut by the length cap. The run warns loudly
+Each logged step lands in history.jsonl with mean reward, reward std within groups, each
+reward function's mean (`rewards/<name>`), KL, completion length and the share of completions
+cut by the length cap. The run warns loudly
 when every reward of a step is equal (no learning signal) or when most completions are
 truncated (the cap zeroes the reward). The trained model ships only when the gate (the one
 `optimize` uses: margin / paired test on per-example val scores) says it beats the start
@@ -18,6 +20,7 @@ Past one machine: `vllm_server_url` has TRL generate with a vLLM server (`trl vl
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 import warnings
@@ -29,17 +32,16 @@ from typing import Any, ClassVar
 from rich.console import Console
 
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
-from selftaught.errors import RunError
 from selftaught.evaluation import EvalResult, evaluate_split
 from selftaught.gate import gate
-from selftaught.models.base import Completion, GenerationParams
-from selftaught.models.resolve import ModelLike, local_model_path
-from selftaught.models.usage import UsageLedger
+from selftaught.models.base import GenerationParams
+from selftaught.models.resolve import ModelLike, local_model_path, resolve_model
+from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig
 from selftaught.runs import RunDir, atomic_write_json
-from selftaught.tasks.base import Example, Task, check_disjoint
+from selftaught.tasks.base import Task, check_disjoint
 from selftaught.tasks.episode import is_tool_task
 from selftaught.tracking import trl_report_to
 from selftaught.weights.config import (
@@ -48,6 +50,18 @@ from selftaught.weights.config import (
     default_train_dir,
     resume_settings,
     task_gate,
+)
+from selftaught.weights.rewards import (
+    EpisodeReward,
+    FormatReward,
+    JudgeReward,
+    Reward,
+    RewardError,
+    RewardSet,
+    TaskReward,
+)
+from selftaught.weights.rewards import (
+    completion_text as completion_text,  # re-exported: where the reward functions were
 )
 from selftaught.weights.sft import load_causal_lm, merged, on_cpu, prepare_trainable, save_atomic
 
@@ -64,172 +78,22 @@ _METRICS = {
     "tools/call_frequency": "tool_calls_per_completion",
     "tools/failure_frequency": "tool_failure_share",
 }
+_REWARD_MEAN = re.compile(r"^rewards/(?P<name>.+)/mean$")  # TRL's per-function means
 
 
-def completion_text(completion: Any) -> str:
-    """TRL passes conversational completions as a list of messages; plain ones as text."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list):
-        return "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
-    return str(completion)
-
-
-class RewardError(RunError):
-    """Most rewards of a generation batch could not be computed: the run stops with the cause
-    instead of learning from made-up rewards."""
-
-
-class TaskReward:
-    """The task's scorer as a TRL reward function, under the one error rule: a scorer that
-    raises is an error, recorded with its message and counted, never a 0. An errored
-    completion gets the mean reward of the other completions for its prompt in the batch, so
-    its advantage is zero: it teaches nothing, and it does not drag its group down. A batch
-    whose rewards are mostly errors stops the run (`RewardError`) with the first cause.
-
-    Also records, per call (= one generation batch), whether every reward was equal, so the
-    run can say there was no signal."""
-
-    def __init__(
-        self,
-        task: Task,
-        examples: list[Example],
-        kind: str = "soft",
-        *,
-        max_error_share: float = 0.5,
-        ledger: UsageLedger | None = None,
-    ):
-        self.task = task
-        self.ledger = ledger  # each scored completion is charged here (the run's budget)
-        self.by_id = {ex.id: ex for ex in examples}
-        self.kind = kind
-        self.max_error_share = max_error_share
-        self.__name__ = f"{task.name}:{kind}"  # TRL names the reward column after this
-        self.flat_batches = 0
-        self.batches = 0
-        self.errors = 0
-        self.scored = 0
-        self.error_messages: list[str] = []
-        self.last_rewards: list[float] = []
-
-    def _charge(self, completion_ids: list[list[int]]) -> None:
-        if self.ledger is not None:
-            _charge_completions(self.ledger, "local:grpo-policy", completion_ids)
-
-    def _score(
-        self, completion: Any, eid: str, environment: Any = None, n_tokens: int = 0
-    ) -> tuple[float | None, str | None]:
-        from selftaught.rollout import score_reply
-
-        score, error, _ = score_reply(
-            self.task, completion_text(completion), self.by_id[eid], truncated=False
-        )
-        return self._value(score, error)
-
-    def _value(self, score: Any, error: str | None) -> tuple[float | None, str | None]:
-        if score is None:
-            return None, error
-        return float(score.soft if self.kind == "soft" else score.hard), None
-
-    def __call__(
-        self,
-        prompts: list[Any],
-        completions: list[Any],
-        example_id: list[str],
-        completion_ids: list[list[int]] | None = None,
-        environments: list[Any] | None = None,
-        **_: Any,
-    ) -> list[float]:
-        ids = completion_ids or [[] for _ in completions]
-        self._charge(ids)
-        envs = environments or [None] * len(completions)
-        raw: list[float | None] = []
-        for completion, eid, env, tokens in zip(completions, example_id, envs, ids, strict=True):
-            value, error = self._score(completion, eid, env, len(tokens))
-            raw.append(value)
-            if error is not None:
-                self.errors += 1
-                if len(self.error_messages) < 20:
-                    self.error_messages.append(error)
-        self.batches += 1
-        failed = sum(v is None for v in raw)
-        self.scored += len(raw) - failed
-        if raw and failed / len(raw) > self.max_error_share:
-            raise RewardError(
-                f"{failed} of {len(raw)} rewards of a step could not be computed (scorer "
-                f"errors), e.g. {self.error_messages[-1]}"
-            )
-        rewards = _neutral_fill(raw, example_id)
-        self.last_rewards = rewards
-        if len(set(rewards)) <= 1:
-            self.flat_batches += 1
-        return rewards
-
-
-class EpisodeReward(TaskReward):
-    """The task's `score_episode` as the reward of an episode TRL played with its
-    `environment_factory` (see `weights.trl_env`): failed calls cost soft score as in every
-    other mode, and a crashed tool makes the completion an error (neutral), never a 0."""
-
-    def __init__(
-        self,
-        task: Task,
-        examples: list[Example],
-        kind: str = "soft",
-        *,
-        max_iterations: int,
-        max_completion_length: int,
-        **kw: Any,
-    ):
-        super().__init__(task, examples, kind, **kw)
-        self.max_iterations = max_iterations
-        self.max_completion_length = max_completion_length
-
-    def _score(
-        self, completion: Any, eid: str, environment: Any = None, n_tokens: int = 0
-    ) -> tuple[float | None, str | None]:
-        from selftaught.rollout import score_episode
-        from selftaught.weights.trl_env import episode_from_completion
-
-        if environment is None or getattr(environment, "env", None) is None:
-            return None, f"{eid}: TRL gave no environment for this episode"
-        if environment.crash:
-            return None, f"tool error on {eid}: {environment.crash}"
-        if not isinstance(completion, list):
-            completion = [{"role": "assistant", "content": str(completion)}]
-        episode, truncated = episode_from_completion(
-            completion,
-            environment,
-            max_iterations=self.max_iterations,
-            truncated=n_tokens >= self.max_completion_length,
-        )
-        score, error, _ = score_episode(self.task, episode, self.by_id[eid], truncated)
-        return self._value(score, error)
-
-
-def _charge_completions(ledger: UsageLedger, name: str, completion_ids: list[list[int]]) -> None:
-    for ids in completion_ids:
-        ledger.record("target", name, Completion(text="", completion_tokens=len(ids)))
-
-
-def _neutral_fill(raw: list[float | None], group_of: list[str]) -> list[float]:
-    """Errored rewards become their group's mean over the scored ones (advantage zero)."""
-    groups: dict[str, list[float]] = {}
-    for value, group in zip(raw, group_of, strict=True):
-        if value is not None:
-            groups.setdefault(group, []).append(value)
-    filled = []
-    for value, group in zip(raw, group_of, strict=True):
-        if value is None:
-            scored = groups.get(group, [])
-            value = sum(scored) / len(scored) if scored else 0.0
-        filled.append(value)
-    return filled
+def reward_means(logs: dict[str, Any]) -> dict[str, float]:
+    """Each reward function's mean of a logged step, as `rewards/<name>` (history's keys)."""
+    out = {}
+    for key, value in logs.items():
+        hit = _REWARD_MEAN.match(key)
+        if hit is not None:
+            out[f"rewards/{hit['name']}"] = float(value)
+    return out
 
 
 def _make_callback(
     run: RunDir,
-    reward: TaskReward,
+    reward: Reward | RewardSet,
     cfg: RLConfig,
     console: Console,
     on_row: Callable[[dict[str, Any]], None] = lambda row: None,
@@ -248,6 +112,7 @@ def _make_callback(
             for key, name in _METRICS.items():
                 if key in logs:
                     row[name] = float(logs[key])
+            row.update(reward_means(logs))
             row["all_rewards_equal"] = len(set(reward.last_rewards)) <= 1
             warn = []
             if row["all_rewards_equal"]:
@@ -264,9 +129,12 @@ def _make_callback(
             row["warnings"] = warn
             run.append_history(row, key="step")
             on_row(row)
+            means = {k[8:]: v for k, v in row.items() if k.startswith("rewards/")}
+            each = " ".join(f"{k} {v:.3f}" for k, v in means.items())
             console.print(
                 f"step {row['step']}: reward {row.get('reward', 0):.3f} "
-                f"std {row.get('reward_std', 0):.3f} kl {row.get('kl', 0):.4f} "
+                + (f"({each}) " if len(means) > 1 else "")
+                + f"std {row.get('reward_std', 0):.3f} kl {row.get('kl', 0):.4f} "
                 f"len {row.get('completion_length', 0):.1f} "
                 f"truncated {row.get('truncated', 0):.0%}"
             )
@@ -377,6 +245,7 @@ class RLTrainer:
         progress: bool = True,
         console: Console | None = None,
         ledger: UsageLedger | None = None,
+        judge_model: ModelLike | None = None,
     ):
         if not isinstance(config, RLConfig):
             raise ConfigError(f"RLTrainer needs an RLConfig, got {type(config).__name__}")
@@ -398,15 +267,75 @@ class RLTrainer:
         self.gate = task_gate(config.gate, task.kind)
         # every scored completion (and a judge charged to it) counts against the budget
         self.ledger = ledger or UsageLedger()
+        self.judge_name, self.judge = self._judge(judge_model)
+
+    def _judge(self, judge_model: ModelLike | None) -> tuple[str | None, TrackedModel | None]:
+        """The judge reward's model (its calls charged to `judge`), needed exactly when the
+        judge reward is named."""
+        named = "judge" in self.config.rewards
+        if named and judge_model is None:
+            raise ConfigError(
+                "the judge reward needs a judge model: --judge-model SPEC (judge_model= in "
+                "the Python API)"
+            )
+        if judge_model is None:
+            return None, None
+        if not named:
+            raise ConfigError(
+                "a judge model scores the judge reward, which is not named: add --reward "
+                "judge=WEIGHT (rewards={..., 'judge': WEIGHT} in the Python API)"
+            )
+        model = resolve_model(judge_model)
+        name = judge_model if isinstance(judge_model, str) else model.name
+        return name, TrackedModel(model, self.ledger, "judge")
 
     def run_config(self) -> dict[str, Any]:
-        return {
+        out = {
             "method": self.config.method,
             "task": self.task.name,
             "model": str(self.model_path or "embedded"),
             "sizes": [len(self.train_examples), len(self.val_examples), len(self.test_examples)],
             "rl": resume_settings(self.config),
         }
+        if self.judge_name is not None:  # a resumed run is judged by the same model
+            out["judge_model"] = self.judge_name
+        return out
+
+    def rewards(self, episodes: dict[str, Any] | None = None) -> RewardSet:
+        """TRL's reward functions and weights, in the config's order. The first one charges
+        each sampled completion to the budget (the judge charges its own calls)."""
+        cfg = self.config
+        funcs: list[Reward] = []
+        for name in cfg.rewards:
+            ledger = None if funcs else self.ledger
+            if name == "format":
+                funcs.append(
+                    FormatReward(
+                        self.task,
+                        self.train_examples,
+                        max_completion_length=cfg.max_completion_length,
+                        ledger=ledger,
+                    )
+                )
+            elif name == "judge":
+                assert self.judge is not None  # refused in __init__ otherwise
+                funcs.append(
+                    JudgeReward(self.train_examples, self.judge, cfg.reward, ledger=ledger)
+                )
+            elif episodes is not None:
+                funcs.append(
+                    EpisodeReward(
+                        self.task,
+                        self.train_examples,
+                        cfg.reward,
+                        ledger=ledger,
+                        max_iterations=episodes["args"]["max_tool_calling_iterations"],
+                        max_completion_length=cfg.max_completion_length,
+                    )
+                )
+            else:
+                funcs.append(TaskReward(self.task, self.train_examples, cfg.reward, ledger=ledger))
+        return RewardSet(funcs, list(cfg.rewards.values()))
 
     def _eval(self, model: Any, tok: Any, split: str, name: str) -> EvalResult:
         from selftaught.models.local import LocalModel
@@ -487,6 +416,8 @@ class RLTrainer:
             temperature=cfg.temperature,
             beta=cfg.beta,
             importance_sampling_level=cfg.importance_sampling_level,
+            loss_type=cfg.loss_type,
+            reward_weights=list(cfg.rewards.values()),
             learning_rate=cfg.lr(),
             logging_steps=1,
             save_strategy="steps",
@@ -557,18 +488,7 @@ class RLTrainer:
 
             ledger.roles = {role: RoleUsage(**u) for role, u in state["usage"].items()}
         episodes = self.episode_setup(tok) if is_tool_task(self.task) else None
-        reward: TaskReward
-        if episodes is not None:
-            reward = EpisodeReward(
-                self.task,
-                self.train_examples,
-                cfg.reward,
-                ledger=ledger,
-                max_iterations=episodes["args"]["max_tool_calling_iterations"],
-                max_completion_length=cfg.max_completion_length,
-            )
-        else:
-            reward = TaskReward(self.task, self.train_examples, cfg.reward, ledger=ledger)
+        rewards = self.rewards(episodes)
 
         def persist(usage: dict[str, Any]) -> None:
             state["usage"] = usage
@@ -581,12 +501,12 @@ class RLTrainer:
             warnings.simplefilter("ignore")
             trainer = GRPOTrainer(
                 model=trainable,
-                reward_funcs=reward,
+                reward_funcs=rewards.funcs,
                 args=self.grpo_args(on_cpu(model), **(episodes["args"] if episodes else {})),
                 train_dataset=episodes["train_dataset"] if episodes else self.dataset(),
                 processing_class=episodes["processing_class"] if episodes else tok,
                 callbacks=[
-                    _make_callback(self.run, reward, cfg, self.console, self._on_step),
+                    _make_callback(self.run, rewards, cfg, self.console, self._on_step),
                     budget_stop,
                 ],
                 **({"environment_factory": episodes["environment_factory"]} if episodes else {}),
@@ -602,7 +522,7 @@ class RLTrainer:
             raise ConfigError(f"training stopped: {err}") from err
         seconds = time.perf_counter() - t0
         steps_run = max(1, int(out.global_step))  # a resumed run times only its own steps
-        if reward.batches and reward.flat_batches == reward.batches:
+        if rewards.batches and rewards.flat_batches == rewards.batches:
             self.console.print(
                 "[bold red]WARNING:[/] every step had all rewards equal: the run learned "
                 "nothing. Check the answer format, max_completion_length and task difficulty."
@@ -612,9 +532,9 @@ class RLTrainer:
             trained=True,
             steps_done=int(out.global_step),
             step_seconds=None if resume else round(seconds / steps_run, 2),
-            flat_batches=reward.flat_batches,
-            batches=reward.batches,
-            reward_errors=reward.errors,
+            flat_batches=rewards.flat_batches,
+            batches=rewards.batches,
+            reward_errors=rewards.errors,
             usage=ledger.to_dict(),
             stopped_by=budget_stop.stopped_by,
         )
