@@ -92,6 +92,9 @@ def tiny_model(root: Path) -> Path:
 RL_LOGS = [  # what TRL's GRPOTrainer logs per step (keys as TRL names them)
     {
         "reward": 0.0,
+        "rewards/correctness/mean": 0.0,
+        "rewards/correctness/std": 0.1,
+        "rewards/format/mean": 0.0,
         "reward_std": 0.0,
         "kl": 0.0,
         "completions/mean_length": 64.0,
@@ -101,6 +104,9 @@ RL_LOGS = [  # what TRL's GRPOTrainer logs per step (keys as TRL names them)
     },
     {
         "reward": 0.25,
+        "rewards/correctness/mean": 0.0,
+        "rewards/correctness/std": 0.1,
+        "rewards/format/mean": 0.5,
         "reward_std": 0.2,
         "kl": 0.004,
         "completions/mean_length": 40.0,
@@ -110,6 +116,9 @@ RL_LOGS = [  # what TRL's GRPOTrainer logs per step (keys as TRL names them)
     },
     {
         "reward": 0.5,
+        "rewards/correctness/mean": 0.25,
+        "rewards/correctness/std": 0.1,
+        "rewards/format/mean": 0.5,
         "reward_std": 0.3,
         "kl": 0.011,
         "completions/mean_length": 31.5,
@@ -118,6 +127,7 @@ RL_LOGS = [  # what TRL's GRPOTrainer logs per step (keys as TRL names them)
         "loss": 0.02,
     },
 ]
+RL_WEIGHTS = {"correctness": 1.0, "format": 0.5}  # reward = correctness + 0.5 * format
 RL_REWARDS = [[0.0] * 4, [0.0, 0.5, 0.0, 0.5], [1.0, 0.0, 0.5, 0.5]]
 
 
@@ -143,7 +153,7 @@ def rl_run(root: Path, *, finished: bool = True) -> None:
     from selftaught.weights.rl import RLResult, TaskReward, _make_callback
 
     task = ToyTask()
-    cfg = RLConfig(steps=len(RL_LOGS))
+    cfg = RLConfig(steps=len(RL_LOGS), rewards=RL_WEIGHTS)
     run = RunDir(root)
     run.check_or_write_config(
         {

@@ -268,6 +268,18 @@ def test_rl_report_shows_reward_kl_truncation_and_warnings(tmp_path):
     ] == [0.0, 0.25, 0.5]
     assert [y for _, y in points(page, "kl", "KL")] == [0.0, 0.004, 0.011]
     assert "no learning signal" in page and "max_completion_length 64" in page
+    # each reward function's mean per step (TRL's rewards/<name>/mean), labelled with its weight
+    assert [s.values["rewards/format"] for s in run.steps] == [0.0, 0.5, 0.5]
+    assert "rewards/correctness/std" not in history(tmp_path / "grpo")[0]
+    curve = points(page, "learning-curve", "mean correctness (weight 1)")
+    assert [y for _, y in curve] == [0.0, 0.0, 0.25]
+    assert [y for _, y in points(page, "learning-curve", "mean format (weight 0.5)")] == [
+        0,
+        0.5,
+        0.5,
+    ]
+    header = page.split('id="steps-table"', 1)[1].split("</thead>", 1)[0]
+    assert "correctness (weight 1)" in header and "format (weight 0.5)" in header
 
     rl_run(tmp_path / "unfinished", finished=False)
     run = load_run(tmp_path / "unfinished")

@@ -221,6 +221,25 @@ def _rl_series(run: RLRun, key: str, name: str, color: str, **kw: Any) -> Series
     return Series(name, pts, color, **kw)
 
 
+_REWARD_COLORS = [COLORS["green"], COLORS["sky"], COLORS["vermillion"], COLORS["black"]]
+
+
+def reward_names(run: RLRun) -> list[str]:
+    """The reward functions whose means the steps logged (`rewards/<name>`), in order."""
+    names: dict[str, None] = {}
+    for s in run.steps:
+        names.update(
+            (k.removeprefix("rewards/"), None) for k in s.values if k.startswith("rewards/")
+        )
+    return list(names)
+
+
+def _reward_label(run: RLRun, name: str) -> str:
+    weights = run.config.get("rl", {}).get("rewards") or {}
+    weight = weights.get(name) if isinstance(weights, dict) else None
+    return f"{name} (weight {weight:g})" if isinstance(weight, int | float) else name
+
+
 def _reward_point(step: RLStep) -> Point:
     v = step.values
     if "reward" not in v:
@@ -266,6 +285,18 @@ def _rl_reward_chart(run: RLRun) -> Chart:
             x_offset=0.08,
         ),
     ]
+    names = reward_names(run)
+    each = [  # one reward alone is the mean reward (times its weight): no second line
+        _rl_series(
+            run,
+            f"rewards/{name}",
+            f"mean {_reward_label(run, name)}",
+            _REWARD_COLORS[i % len(_REWARD_COLORS)],
+            dashed=True,
+        )
+        for i, name in enumerate(names)
+        if len(names) > 1
+    ]
     flat = [
         Mark(
             s.step,
@@ -280,7 +311,7 @@ def _rl_reward_chart(run: RLRun) -> Chart:
         "Reward and held-out accuracy",
         "step",
         "reward / accuracy",
-        [reward] + [e for e in evals if any(math.isfinite(p.y) for p in e.points)],
+        [reward, *each] + [e for e in evals if any(math.isfinite(p.y) for p in e.points)],
         flat,
         y_range=None,
         chart_id="learning-curve",
@@ -337,8 +368,10 @@ def rl_page(run: RLRun) -> tuple[str, Html]:
     task = str(run.config.get("task", run.root.name))
     flat = sum(1 for s in run.steps if s.all_rewards_equal)
     total = f" of {run.total_steps}" if run.total_steps else ""
+    names = reward_names(run)
     keys = [
         "reward",
+        *(f"rewards/{name}" for name in names),
         "reward_std",
         "kl",
         "completion_length",
@@ -385,12 +418,22 @@ def rl_page(run: RLRun) -> tuple[str, Html]:
             section(
                 "Steps",
                 table(
-                    ["step"] + [k.replace("_", " ") for k in keys] + ["warnings"],
+                    ["step"]
+                    + [
+                        _reward_label(run, k[8:])
+                        if k.startswith("rewards/")
+                        else k.replace("_", " ")
+                        for k in keys
+                    ]
+                    + ["warnings"],
                     rows,
                     table_id="steps-table",
                     empty="no step logged yet",
                 ),
                 "steps",
+                "reward is the weighted sum of the reward functions' means (one column each)."
+                if names
+                else "",
             ),
             section("Config", config_table(run.config), "config"),
         ]
