@@ -17,7 +17,7 @@ from rich.console import Console  # noqa: E402
 
 from selftaught.runs import RunDir  # noqa: E402
 from selftaught.tasks.base import Example, Score  # noqa: E402
-from selftaught.weights.config import RLConfig  # noqa: E402
+from selftaught.weights.config import ConfigError, RLConfig  # noqa: E402
 from selftaught.weights.rl import TaskReward, _make_callback, completion_text  # noqa: E402
 
 
@@ -215,3 +215,220 @@ def test_a_budget_charges_every_scored_completion_and_stops_training(tmp_path):
     reward([None] * 4, ["1", "2", "3", "4"], ["train-0"] * 4, completion_ids=[[1]] * 4)
     stop.on_step_end(None, NS(global_step=2), control)
     assert control.should_training_stop and stop.stopped_by.startswith("budget (8 of 6 calls")
+
+
+# ---- GRPO's variants: weighted rewards, TRL's loss types -----------------------------------
+
+
+def test_our_loss_types_and_default_are_trls():
+    """The pinned TRL's own list (its GRPOConfig help) and default: a TRL upgrade that adds,
+    drops or changes one fails here, and RLConfig / docs/train.md follow."""
+    import re
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    from selftaught.weights.config import LOSS_TYPES
+
+    [field] = [f for f in fields(GRPOConfig) if f.name == "loss_type"]
+    listed = field.metadata["help"].split("Supported values are", 1)[1].split(". ", 1)[0]
+    assert tuple(re.findall(r"'(\w+)'", listed)) == LOSS_TYPES
+    assert field.default == RLConfig().loss_type == "dapo"
+
+
+def test_loss_type_and_reward_weights_reach_trls_config(tmp_path):
+    from selftaught.weights.rl import RLTrainer
+
+    cfg = RLConfig(loss_type="bnpo", rewards={"correctness": 1.0, "format": 0.25})
+    trainer = RLTrainer(cfg, SumTask(), output_dir=tmp_path / "run")
+    args = trainer.grpo_args(use_cpu=True)
+    assert args.loss_type == "bnpo" and args.reward_weights == [1.0, 0.25]
+    rewards = trainer.rewards()
+    assert rewards.names == ["correctness", "format"] and rewards.weights == [1.0, 0.25]
+    # the first reward charges the sampled completions to the budget, once
+    assert rewards.funcs[0].ledger is trainer.ledger and rewards.funcs[1].ledger is None
+    plain = RLTrainer(RLConfig(), SumTask(), output_dir=tmp_path / "plain").grpo_args(use_cpu=True)
+    assert plain.loss_type == "dapo" and plain.reward_weights == [1.0]
+
+
+def _turn(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def test_format_reward_scores_ended_replies_that_hold_an_answer():
+    from selftaught.weights.rewards import FormatReward
+
+    task = SumTask()
+    reward = FormatReward(task, task.examples("train"), max_completion_length=8)
+    replies = [_turn("The answer is 41."), _turn("The answer is"), _turn(""), "<answer></answer>"]
+    ids = [[1, 2, 3], [1] * 8, [2], [1, 2]]  # the second reached the cap: cut
+    # a wrong but complete answer still has the format; a cut or empty one does not
+    assert reward([None] * 4, replies, ["train-0"] * 4, ids) == [1.0, 0.0, 0.0, 0.0]
+    assert reward.errors == 0 and reward.__name__ == "format"
+
+
+def test_format_reward_on_a_game_wants_a_strategy_valid_against_its_schema():
+    from selftaught.tasks.registry import load_task
+    from selftaught.weights.rewards import FormatReward
+
+    task = load_task("game:ctf", seed=0, train_size=2, val_size=1, test_size=1)
+    ex = task.examples("train")[0]
+    valid = {
+        "aggression": 0.2,
+        "defense": 0.2,
+        "path_bias": "center",
+        "retreat_threshold": 0.3,
+        "formation": "column",
+    }
+    invalid = {**valid, "formation": "phalanx"}
+    reward = FormatReward(task, task.examples("train"), max_completion_length=256)
+    replies = [f"Here: {json.dumps(valid)}", json.dumps(invalid), "attack!"]
+    assert reward([None] * 3, replies, [ex.id] * 3, [[1]] * 3) == [1.0, 0.0, 0.0]
+
+
+def test_a_crashing_format_check_is_an_error_never_a_score(monkeypatch):
+    from selftaught.weights import rewards as mod
+    from selftaught.weights.rewards import FormatReward, RewardError
+
+    task = SumTask()
+    reward = FormatReward(task, task.examples("train"), max_completion_length=8)
+
+    def check(task, reply, truncated):
+        if "boom" in reply:
+            raise RuntimeError("format check broke")
+        return real(task, reply, truncated)
+
+    real = mod.format_score
+    monkeypatch.setattr(mod, "format_score", check)
+    values = reward([None] * 3, ["1", "boom", ""], ["train-0"] * 3, [[1]] * 3)
+    assert values == [1.0, 0.5, 0.0]  # the error gets its group's mean: advantage zero
+    assert reward.errors == 1 and "format check broke" in reward.error_messages[0]
+    with pytest.raises(RewardError, match="2 of 3 rewards .*format errors.*broke"):
+        reward([None] * 3, ["boom", "boom", "1"], ["train-0"] * 3, [[1]] * 3)
+
+
+def _judge_says(score):
+    from tests.scripted import ScriptedModel
+
+    return ScriptedModel(lambda messages: json.dumps({"score": score(messages), "reason": "ok"}))
+
+
+def test_judge_reward_scores_with_the_judge_model():
+    from selftaught.weights.rewards import JudgeReward
+
+    task = SumTask()
+
+    def score(messages):  # the judge reads the reply and the reference
+        prompt = messages[0]["content"]
+        return 9 if "Reply to grade\n\nthe sum is 1" in prompt and "answer\n\n1" in prompt else 2
+
+    judge = _judge_says(score)
+    reward = JudgeReward(task.examples("train"), judge)
+    values = reward([None] * 2, [_turn("the sum is 1"), _turn("no idea")], ["train-0"] * 2)
+    assert values == [0.9, 0.2] and len(judge.calls) == 2 and reward.__name__ == "judge"
+    hard = JudgeReward(task.examples("train"), _judge_says(score), "hard")
+    assert hard([None] * 2, ["the sum is 1", "no idea"], ["train-0"] * 2) == [1.0, 0.0]
+
+
+def test_a_failing_judge_is_an_error_and_a_fatal_one_stops_the_run():
+    from selftaught.models.errors import FatalBackendError, TransientBackendError
+    from selftaught.weights.rewards import JudgeReward
+
+    task = SumTask()
+    judge = _judge_says(lambda messages: 6)
+    judge.fail_at[1] = TransientBackendError("judge", "503")
+    reward = JudgeReward(task.examples("train"), judge)
+    assert reward([None] * 3, ["a", "b", "c"], ["train-0"] * 3) == [0.6, 0.6, 0.6]
+    assert reward.errors == 1 and "judge error on train-0" in reward.error_messages[0]
+    judge.fail_at[3] = FatalBackendError("judge", "401 unauthorized")
+    with pytest.raises(FatalBackendError, match="401"):
+        reward([None], ["a"], ["train-0"])
+
+
+def test_the_judge_reward_needs_a_judge_model_and_charges_its_calls(tmp_path):
+    from selftaught.models.usage import UsageLedger
+    from selftaught.weights.rl import RLTrainer
+
+    judged = RLConfig(rewards={"correctness": 1.0, "judge": 0.5})
+    with pytest.raises(ConfigError, match="the judge reward needs a judge model: --judge-model"):
+        RLTrainer(judged, SumTask(), output_dir=tmp_path / "a")
+    with pytest.raises(ConfigError, match="add --reward judge=WEIGHT"):
+        RLTrainer(RLConfig(), SumTask(), output_dir=tmp_path / "b", judge_model=_judge_says(len))
+    ledger = UsageLedger()
+    trainer = RLTrainer(
+        judged,
+        SumTask(),
+        output_dir=tmp_path / "c",
+        ledger=ledger,
+        judge_model=_judge_says(lambda m: 5),
+    )
+    assert trainer.run_config()["judge_model"] == "scripted"
+    rewards = trainer.rewards()
+    for func in rewards.funcs:
+        func([None] * 2, ["1", "2"], ["train-0"] * 2, [[1, 2]] * 2)
+    assert ledger.to_dict()["judge"]["calls"] == 2 and ledger.to_dict()["target"]["calls"] == 2
+    # what TRL trains on: 1 * correctness + 0.5 * judge, per completion
+    assert rewards.last_rewards == [1.0 + 0.25, 0.0 + 0.25] and rewards.batches == 1
+
+
+def test_history_keeps_each_reward_functions_mean(tmp_path):
+    from selftaught.weights.rewards import FormatReward, RewardSet
+
+    task = SumTask()
+    funcs = [
+        TaskReward(task, task.examples("train")),
+        FormatReward(task, [], max_completion_length=8),
+    ]
+    rewards = RewardSet(funcs, [1.0, 0.5])
+    run = RunDir(tmp_path / "run")
+    console = Console(record=True, width=200)
+    cb = _make_callback(run, rewards, RLConfig(), console)
+    rewards.last_rewards = [1.5, 0.5]
+    logs = {"reward": 1.0, "rewards/correctness/mean": 0.5, "rewards/correctness/std": 0.7}
+    _log(cb, 1, {**logs, "rewards/format/mean": 1.0, "rewards/format/std": 0.0})
+    [row] = run.history()
+    assert row["rewards/correctness"] == 0.5 and row["rewards/format"] == 1.0
+    assert not any(k.endswith("/std") for k in row) and not row["all_rewards_equal"]
+    assert "reward 1.000 (correctness 0.500 format 1.000)" in console.export_text()
+
+
+def test_a_tiny_grpo_step_logs_each_reward_and_uses_the_loss_type(tmp_path, monkeypatch):
+    """One real TRL step on a random 1-layer model: the loss type and the weights reach TRL,
+    and each reward function's mean lands in history.jsonl."""
+    from trl import GRPOTrainer
+
+    from selftaught.weights.config import BackendConfig
+    from selftaught.weights.rl import RLTrainer
+    from tests.tiny_model import save_tiny_model
+
+    seen: dict = {}
+    train = GRPOTrainer.train
+
+    def recording(self, *args, **kw):
+        seen.update(loss=self.loss_type, names=self.reward_func_names)
+        seen["weights"] = self.reward_weights.tolist()
+        return train(self, *args, **kw)
+
+    monkeypatch.setattr(GRPOTrainer, "train", recording)
+    cfg = RLConfig(
+        steps=1,
+        num_generations=2,
+        prompts_per_step=1,
+        max_completion_length=4,
+        eval_max_tokens=4,
+        loss_type="dr_grpo",
+        rewards={"correctness": 1.0, "format": 0.5, "judge": 0.25},
+        backend=BackendConfig(lora_r=2, lora_alpha=4),
+    )
+    judge = _judge_says(lambda messages: 6)
+    model = save_tiny_model(tmp_path / "tiny")
+    RLTrainer(
+        cfg, SumTask(), model, output_dir=tmp_path / "run", progress=False, judge_model=judge
+    ).train()
+    assert seen == {"loss": "dr_grpo", "names": ["correctness", "format", "judge"],
+                    "weights": [1.0, 0.5, 0.25]}  # fmt: skip
+    [row] = RunDir(tmp_path / "run").history()
+    # a random model never stops: every reply is cut, so no format and no right answer
+    assert row["truncated"] == 1.0 and row["rewards/format"] == 0.0
+    assert row["rewards/correctness"] == 0.0 and row["rewards/judge"] == pytest.approx(0.6)
+    assert row["reward"] == pytest.approx(0.25 * 0.6) and len(judge.calls) == 2

@@ -239,6 +239,34 @@ def test_a_crashed_tool_is_an_error_not_a_reward() -> None:
     assert reward.errors == 1 and "database is down" in reward.error_messages[0]
 
 
+def test_format_and_judge_rewards_read_the_answer_an_episode_ended_on() -> None:
+    """An episode has the format when it ends on an answer (not on a tool call, not cut);
+    the judge grades that answer, never the tool traffic."""
+    from selftaught.weights.rewards import FormatReward, JudgeReward
+    from tests.scripted import ScriptedModel
+
+    task = LookupTask()
+    [ex] = task.examples("test")
+    call = {"role": "assistant", "content": "", "tool_calls": [trl_call("lookup", key="x")]}
+    final = {"role": "assistant", "content": "value-x"}
+    answered = played(task, ex, [call, final])
+    stuck = played(task, ex, [call, call])  # the turn cap: it never answered
+    envs, completions = zip(answered, stuck, answered, strict=True)
+    ids = [[1] * 10, [1] * 10, [1] * 256]  # the third reached the cap: cut
+    reward = FormatReward(task, [ex], max_completion_length=256)
+    values = reward([None] * 3, list(completions), ["q0"] * 3, ids, environments=list(envs))
+    assert values == [1.0, 0.0, 0.0]
+    graded: list[str] = []
+
+    def grade(messages):  # type: ignore[no-untyped-def]
+        graded.append(messages[0]["content"].split("## Reply to grade\n\n")[1].split("\n")[0])
+        return '{"score": 10, "reason": "right"}'
+
+    judge = JudgeReward([ex], ScriptedModel(grade))
+    assert judge([None], [completions[0]], ["q0"], [[1]], environments=[envs[0]]) == [1.0]
+    assert graded == ["value-x"]
+
+
 @pytest.mark.slow
 def test_grpo_plays_episodes_through_trls_environment_loop(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """One real GRPO step on the embedded model with TRL's own tool loop; generation is
