@@ -2,7 +2,8 @@
 
 - `rest.RestTrainer`: expert iteration / ReST-EM (sample k → score → elite → fine-tune →
   val; ship the best round, the base model being round 0), or one SFT round on references.
-- `rl.RLTrainer`: GRPO / GSPO through TRL's GRPOTrainer with the task scorer as reward.
+- `rl.RLTrainer`: GRPO / GSPO through TRL's GRPOTrainer with the task scorer as reward
+  (`rewards`: beside it, a format and an LLM-judge reward with weights).
 - `sft`: TRL SFTTrainer with a peft LoRA / DoRA adapter, full fine-tuning, or `scratch`
   (a small transformer from random init, for game strategies).
 

@@ -228,7 +228,8 @@ class RLResult(RunResult):
 
 class RLTrainer:
     """GRPO (`method="grpo"`) or GSPO (`"gspo"`, sequence-level importance sampling) on a
-    local model with the task scorer as reward. Resumes from the last TRL checkpoint. The
+    local model with the task scorer as reward (and the others `config.rewards` names; the
+    judge reward is scored by `judge_model`). Resumes from the last TRL checkpoint. The
     start and the trained model are evaluated through the one engine (`LocalModel` wrapping
     the model in memory → rollout → evaluation); the gate `optimize` uses decides which one
     ships. Under `accelerate launch`, every process trains and the main one evaluates and
