@@ -5,11 +5,10 @@ conversational (chat template); free-text answers are scored as text, JSON only 
 
 Each logged step lands in history.jsonl with mean reward, reward std within groups, each
 reward function's mean (`rewards/<name>`), KL, completion length and the share of completions
-cut by the length cap. The run warns loudly
-when every reward of a step is equal (no learning signal) or when most completions are
-truncated (the cap zeroes the reward). The trained model ships only when the gate (the one
-`optimize` uses: margin / paired test on per-example val scores) says it beats the start
-model; otherwise the start model ships.
+cut by the length cap. The run warns loudly when every reward of a step is equal (no learning
+signal) or when most completions are truncated (the cap zeroes the reward). The trained model
+ships only when the gate (the one `optimize` uses: margin / paired test on per-example val
+scores) says it beats the start model; otherwise the start model ships.
 
 A task with tools trains on whole episodes through TRL's own `environment_factory` support
 (the adapter is `weights.trl_env`): the model calls the task's tools during generation, tool
