@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from selftaught.errors import RunError
+from selftaught.errors import ConfigError, RunError
 from selftaught.models.base import ChatModel, Completion
 from selftaught.models.usage import UsageLedger
 from selftaught.tasks.base import Example, Score, Task
@@ -271,7 +271,7 @@ class RewardSet:
 
     def __init__(self, funcs: list[Reward], weights: list[float]):
         if len(funcs) != len(weights) or not funcs:
-            raise ValueError("one weight per reward function, at least one function")
+            raise ConfigError("one weight per reward function, at least one function")
         self.funcs = funcs
         self.weights = weights
         self.last_rewards: list[float] = []
