@@ -189,7 +189,9 @@ def train(
     lr: Annotated[
         float | None, typer.Option("--lr", help="Learning rate (default per backend and method).")
     ] = None,
-    reward: Annotated[list[str] | None, typer.Option("--reward", help=REWARD_HELP)] = None,
+    reward: Annotated[
+        list[str] | None, typer.Option("--reward", help=REWARD_HELP, metavar="<str>")
+    ] = None,
     teacher_skill: Annotated[
         Path | None,
         typer.Option(help="Skill file in the system prompt while sampling only (distillation)."),
