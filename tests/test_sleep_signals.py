@@ -397,3 +397,15 @@ def test_the_reply_to_a_rejection_holding_a_number_is_not_a_task():
     assert report.conversation["signals"] == {"rejection": 1}
     assert report.dropped.get(REDONE) == 1
     assert all(len(t.messages) == 1 for t in tasks)  # nothing mined with the user's words in it
+
+
+def test_two_corrections_in_the_same_words_are_not_a_reask():
+    said = "No, that's wrong: it's 7 km."
+    rows = []
+    for i, q in enumerate(["Add 3 km and 4 km.", "Add 2 km and 5 km."]):
+        rows += [
+            row([user(q)], "9 km", 10.0 * i),
+            row([user(q), assistant("9 km"), user(said)], "7 km", 10.0 * i + 1),
+        ]
+    _, signals, _ = read_threads(rows, MineConfig())
+    assert sorted(s.kind for s in signals) == ["correction", "correction"]

@@ -347,12 +347,17 @@ def _reasks(
     verdicts: dict[tuple[str, int], _Verdict],
 ) -> None:
     """Mark a reply failed when its end user asked the same request again in time. Two asks
-    can only be near-duplicates with the same numbers: compared within (user, numbers)."""
+    can only be near-duplicates with the same numbers: compared within (user, numbers). A
+    turn whose request is the user's verdict on the earlier reply (a retry) asks nothing new:
+    two corrections in the same words ("No, it's 7 km") are not a re-ask."""
     buckets: dict[tuple[str, tuple[str, ...]], list[_Ask]] = {}
     for thread in threads:
+        judged = False
         for turn in thread.turns:
+            v = verdicts.get((thread.id, turn.index))
+            retry, judged = judged, v is not None and v[0].kind in REDO_AFTER
             text = _last_user_text(turn)
-            if not text.strip():
+            if retry or not text.strip():
                 continue
             numbers, shingles = prompt_signature(text)
             ask = _Ask(turn.at, text, normalized_prompt(text), shingles, thread, turn)
