@@ -112,10 +112,16 @@ def _digest(keys: Sequence[str]) -> str:
     return h.hexdigest()
 
 
+def logged_tools(it: Interaction) -> list[dict[str, Any]] | None:
+    """The request's tools (rows logged before the tools column hold them in meta.request)."""
+    tools = it.tools
+    if tools is None and isinstance(it.meta, dict) and isinstance(it.meta.get("request"), dict):
+        tools = it.meta["request"].get("tools")
+    return tools if isinstance(tools, list) and tools else None
+
+
 def _has_tools(it: Interaction) -> bool:
-    request = it.meta.get("request") if isinstance(it.meta, dict) else None
-    tools = it.tools or (request.get("tools") if isinstance(request, dict) else None)
-    return bool(tools) or any(
+    return logged_tools(it) is not None or any(
         isinstance(m, dict) and (m.get("role") == "tool" or m.get("tool_calls"))
         for m in it.messages
     )

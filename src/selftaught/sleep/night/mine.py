@@ -188,9 +188,14 @@ def near_duplicates(a: str, b: str, threshold: float) -> bool:
     if normalized_prompt(a) == normalized_prompt(b):
         return True
     (na, sa), (nb, sb) = prompt_signature(a), prompt_signature(b)
-    if na != nb or not sa or not sb:
-        return False
-    return len(sa & sb) / len(sa | sb) >= threshold
+    return na == nb and shingles_overlap(sa, sb, threshold)
+
+
+def shingles_overlap(
+    a: frozenset[tuple[str, ...]], b: frozenset[tuple[str, ...]], threshold: float
+) -> bool:
+    """Two prompts' word shingles (`prompt_signature`) overlap at `threshold` Jaccard or more."""
+    return bool(a and b) and len(a & b) / len(a | b) >= threshold
 
 
 def redact_messages(messages: list[Message]) -> list[Message] | None:

@@ -51,6 +51,7 @@ from selftaught.redact import redact_for_model
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.intake.sessions import task_turns
+from selftaught.sleep.intake.threads import logged_tools
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.mine import (
     MineConfig,
@@ -128,14 +129,6 @@ def show_call(name: str, arguments: Any) -> str:
 
 
 # ---- what the log holds ------------------------------------------------------------------
-
-
-def logged_tools(it: Interaction) -> list[dict[str, Any]] | None:
-    """The request's tools (rows logged before the tools column hold them in meta.request)."""
-    tools = it.tools
-    if tools is None and isinstance(it.meta, dict) and isinstance(it.meta.get("request"), dict):
-        tools = it.meta["request"].get("tools")
-    return tools if isinstance(tools, list) and tools else None
 
 
 def logged_tool_choice(it: Interaction) -> Any:

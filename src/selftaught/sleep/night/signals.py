@@ -58,6 +58,7 @@ from selftaught.sleep.night.mine import (
     client_label,
     normalized_prompt,
     prompt_signature,
+    shingles_overlap,
 )
 from selftaught.sleep.paths import project_dir
 
@@ -390,5 +391,4 @@ class _Ask:
         """`mine.near_duplicates` on precomputed signatures (the numbers already equal)."""
         if self.normalized == other.normalized:
             return True
-        a, b = self.shingles, other.shingles
-        return bool(a and b) and len(a & b) / len(a | b) >= threshold
+        return shingles_overlap(self.shingles, other.shingles, threshold)
