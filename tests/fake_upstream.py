@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -222,3 +222,23 @@ class FakeUpstream:
     def __exit__(self, *exc: Any) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@contextlib.contextmanager
+def fake_proxy(home: Any, log_at: Any, **config: Any) -> Iterator[tuple[str, Any, FakeUpstream]]:
+    """`selftaught proxy` for project `demo` (sleep home `home`) in front of a FakeUpstream
+    serving `fake-model`; (the proxy's /v1 URL, its app, the upstream). `config`: more
+    ProxyConfig fields."""
+    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
+
+    with FakeUpstream() as upstream:
+        proxy = ProxyConfig(
+            upstream=f"{upstream.base_url}#fake-model",
+            project="demo",
+            port=0,
+            log_path=log_at,
+            home=home,
+            **config,
+        )
+        with proxy_in_background(proxy) as (url, app):
+            yield url, app, upstream

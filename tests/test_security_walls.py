@@ -34,7 +34,7 @@ from selftaught.sleep.intake.proxy import (  # noqa: E402
     ProxyConfig,
     proxy_in_background,
 )
-from tests.fake_upstream import FakeUpstream  # noqa: E402
+from tests.fake_upstream import FakeUpstream, fake_proxy  # noqa: E402
 from tests.test_sleep_night_cli import answer, fill  # noqa: E402
 from tests.test_sleep_proxy import wait_logged  # noqa: E402
 
@@ -115,30 +115,21 @@ def _feedback(url: str, key: str, **body: str) -> httpx.Response:
 def test_a_session_is_its_clients_feedback_and_the_operators_included(tmp_path, log_at):
     keys = tmp_path / "clients.json"
     keys.write_text(f'{{"alice": "{ALICE}", "bob": "{BOB}"}}')
-    with FakeUpstream() as upstream:
-        config = ProxyConfig(
-            upstream=f"{upstream.base_url}#fake-model",
-            project="demo",
-            port=0,
-            log_path=log_at,
-            home=tmp_path / "home",
-            client_keys=keys,
-            feedback_key=OPERATOR_KEY,
+    config = {"client_keys": keys, "feedback_key": OPERATOR_KEY}
+    with fake_proxy(tmp_path / "home", log_at, **config) as (url, _, _):
+        alices = _ask(url, ALICE, "alice asks", "sess-alice")
+        bobs = _ask(url, BOB, "bob asks, later, in alice's session", "sess-alice")
+        wait_logged(url, 2, key=ALICE)
+        # bob on alice's row: the 404 a missing row gets; by her session id: his own row
+        by_id = _feedback(url, BOB, id=alices, thumb="down")
+        missing = _feedback(url, BOB, id="no-such-row", thumb="down")
+        by_session = _feedback(url, BOB, session_id="sess-alice", thumb="down")
+        # the operator by session must say whose; then it lands on that client's row
+        unnamed = _feedback(url, OPERATOR_KEY, session_id="sess-alice", reference="x")
+        named = _feedback(
+            url, OPERATOR_KEY, session_id="sess-alice", client="alice", reference="right"
         )
-        with proxy_in_background(config) as (url, _):
-            alices = _ask(url, ALICE, "alice asks", "sess-alice")
-            bobs = _ask(url, BOB, "bob asks, later, in alice's session", "sess-alice")
-            wait_logged(url, 2, key=ALICE)
-            # bob on alice's row: the 404 a missing row gets; by her session id: his own row
-            by_id = _feedback(url, BOB, id=alices, thumb="down")
-            missing = _feedback(url, BOB, id="no-such-row", thumb="down")
-            by_session = _feedback(url, BOB, session_id="sess-alice", thumb="down")
-            # the operator by session must say whose; then it lands on that client's row
-            unnamed = _feedback(url, OPERATOR_KEY, session_id="sess-alice", reference="x")
-            named = _feedback(
-                url, OPERATOR_KEY, session_id="sess-alice", client="alice", reference="right"
-            )
-            own = _feedback(url, ALICE, session_id="sess-alice", thumb="up")
+        own = _feedback(url, ALICE, session_id="sess-alice", thumb="up")
     assert (by_id.status_code, missing.status_code) == (404, 404)
     said = [r.json()["error"]["message"] for r in (by_id, missing)]
     assert said[0].replace(alices, "ID") == said[1].replace("no-such-row", "ID")  # no oracle

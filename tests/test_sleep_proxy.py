@@ -28,7 +28,7 @@ from selftaught.sleep.adoption.inject import inject_adopted, strip_injected, str
 from selftaught.sleep.intake.log import LogFilter, TaskLog  # noqa: E402
 from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, ProxyError, proxy_in_background  # noqa: E402
 from selftaught.sleep.paths import Adopted, adopted_dir, read_adopted  # noqa: E402
-from tests.fake_upstream import FakeUpstream  # noqa: E402
+from tests.fake_upstream import FakeUpstream, fake_proxy  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -62,24 +62,16 @@ def wait_logged(base_url: str, n: int, timeout_s: float = 30.0, key: str | None 
 
 @pytest.fixture
 def env(tmp_path, log_at):
-    with FakeUpstream() as upstream:
-        config = ProxyConfig(
-            upstream=f"{upstream.base_url}#fake-model",
-            project="demo",
-            port=0,
-            log_path=log_at,
-            home=tmp_path / "home",
-        )
-        with proxy_in_background(config) as (url, app):
-            client = openai.OpenAI(base_url=url, api_key="client-key", max_retries=0, timeout=20)
-            yield {
-                "url": url,
-                "client": client,
-                "upstream": upstream,
-                "log": TaskLog(log_at),
-                "home": tmp_path / "home",
-                "app": app,
-            }
+    with fake_proxy(tmp_path / "home", log_at) as (url, app, upstream):
+        client = openai.OpenAI(base_url=url, api_key="client-key", max_retries=0, timeout=20)
+        yield {
+            "url": url,
+            "client": client,
+            "upstream": upstream,
+            "log": TaskLog(log_at),
+            "home": tmp_path / "home",
+            "app": app,
+        }
 
 
 def test_plain_request_is_forwarded_untouched_and_logged(env):

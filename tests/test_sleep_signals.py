@@ -278,25 +278,15 @@ def test_a_chat_app_correcting_in_the_next_turn_through_the_proxy(tmp_path, log_
     pytest.importorskip("fastapi")
     import openai
 
-    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
-    from tests.fake_upstream import FakeUpstream
+    from tests.fake_upstream import fake_proxy
 
-    with FakeUpstream() as upstream:
-        config = ProxyConfig(
-            upstream=f"{upstream.base_url}#fake-model",
-            project="demo",
-            port=0,
-            log_path=log_at,
-            home=tmp_path / "home",
-            trusted_clients=trusted,
-        )
-        with proxy_in_background(config) as (url, app):
-            client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=20)
-            history = [user(ASK)]  # the fake upstream echoes it: a reply that asks nothing
-            first = client.chat.completions.create(model="fake-model", messages=history)
-            history += [assistant(first.choices[0].message.content), user(CORRECTION)]
-            client.chat.completions.create(model="fake-model", messages=history)
-            app.state.proxy.writer.flush(30)
+    with fake_proxy(tmp_path / "home", log_at, trusted_clients=trusted) as (url, app, _):
+        client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=20)
+        history = [user(ASK)]  # the fake upstream echoes it: a reply that asks nothing
+        first = client.chat.completions.create(model="fake-model", messages=history)
+        history += [assistant(first.choices[0].message.content), user(CORRECTION)]
+        client.chat.completions.create(model="fake-model", messages=history)
+        app.state.proxy.writer.flush(30)
     rows = TaskLog(log_at).query()
     assert len(rows) == 2 and all((TRUSTED_WORDS in r.meta) == bool(trusted) for r in rows)
     (task,), report = mine(rows, MineConfig())
