@@ -1,0 +1,63 @@
+"""Routing among many skills: BM25 over each skill's description and tasks."""
+
+from __future__ import annotations
+
+import pytest
+
+from selftaught.errors import InputError
+from selftaught.skill.routing import SkillCard, SkillRouter, check_name, slug_name
+
+pytest.importorskip("bm25s")
+
+
+def _router() -> SkillRouter:
+    return SkillRouter(
+        [
+            SkillCard(
+                "sql-queries",
+                "Write SQL queries against the orders database",
+                tasks=("select the ten largest orders by total", "count customers per country"),
+            ),
+            SkillCard(
+                "release-notes",
+                "Draft release notes from a list of merged pull requests",
+                tasks=("summarise these merged PRs into release notes",),
+            ),
+        ]
+    )
+
+
+def test_routes_to_the_skill_whose_tasks_fit() -> None:
+    router = _router()
+    assert router.route("count orders per customer in SQL").skill == "sql-queries"
+    route = router.route("write release notes for the merged pull requests below")
+    assert route.skill == "release-notes"
+    assert route.runner_up in {None, "sql-queries"}
+    assert route.score > route.runner_up_score
+
+
+def test_one_near_task_routes_even_when_the_description_does_not_match() -> None:
+    assert _router().route("count customers per country").skill == "sql-queries"
+
+
+def test_no_shared_word_routes_to_no_skill() -> None:
+    route = _router().route("zebra giraffe")
+    assert route.skill is None and route.score == 0.0
+    assert _router().route("").skill is None
+
+
+def test_names_follow_the_agents_rule() -> None:
+    assert slug_name("SQL Queries: the Orders DB!") == "sql-queries-the-orders-db"
+    assert slug_name("!!!") == "skill"
+    assert len(slug_name("x" * 200)) == 64
+    for bad in ("SQL", "a--b", "-a", "a b", "x" * 65, ""):
+        with pytest.raises(InputError):
+            check_name(bad)
+
+
+def test_cards_refuse_duplicates_and_empty_descriptions() -> None:
+    with pytest.raises(InputError, match="share a name"):
+        SkillRouter([SkillCard("a", "one"), SkillCard("a", "two")])
+    with pytest.raises(InputError, match="description"):
+        SkillCard("a", "  \n ")
+    assert SkillCard("a", "two\nlines").description == "two lines"
