@@ -61,3 +61,25 @@ def test_cards_refuse_duplicates_and_empty_descriptions() -> None:
     with pytest.raises(InputError, match="description"):
         SkillCard("a", "  \n ")
     assert SkillCard("a", "two\nlines").description == "two lines"
+
+
+def test_skill_md_round_trips_and_keeps_the_users_other_keys() -> None:
+    from selftaught.skill.skill_md import SkillFile, parse_skill_md, render_skill_md
+
+    card = SkillCard("sql-queries", 'Write SQL: "orders" db')
+    text = render_skill_md(card, "\nUse CTEs.\n")
+    assert text.startswith("---\nname: sql-queries\ndescription: ") and text.endswith("CTEs.\n")
+    parsed = parse_skill_md(text, "x/SKILL.md")
+    assert parsed == SkillFile(card=card, body="Use CTEs.")
+    users = "---\nname: mine\ndescription: 'it''s mine'\nallowed-tools: Bash\n---\nbody\n"
+    mine = parse_skill_md(users, "u")
+    assert mine.card.description == "it's mine" and mine.extra == ("allowed-tools: Bash",)
+    assert "allowed-tools: Bash" in mine.render()
+    assert "allowed-tools" not in render_skill_md(mine.card, mine.body)
+    for bad, why in (
+        ("no front", "starts"),
+        ("---\nname: a\n", "not closed"),
+        ("---\nname: a\n---\n", "description"),
+    ):
+        with pytest.raises(InputError, match=why):
+            parse_skill_md(bad, "bad.md")
