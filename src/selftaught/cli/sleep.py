@@ -757,6 +757,16 @@ def _dry_run_signature(fn: F) -> F:
 sleep_app.command("dry-run")(_dry_run_signature(sleep_run_cmd))
 
 
+# many skills (nightskills): `sleep adopt / rollback --skill NAME` act on that skill's unit
+SkillOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--skill",
+        help="One of the project's skills (a night with --skills): adopt or roll back it alone.",
+    ),
+]
+
+
 @sleep_app.command("adopt")
 @friendly_errors
 def sleep_adopt_cmd(
@@ -769,10 +779,20 @@ def sleep_adopt_cmd(
     ] = False,
     target_skill_path: TargetSkillOpt = None,
     follow_symlinks: FollowSymlinksOpt = False,
+    skill: SkillOpt = None,
 ) -> None:
     """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
     from selftaught.sleep.adoption.staging import adopt
 
+    if skill is not None:  # one of the project's many skills, in its own unit
+        from selftaught.sleep.adoption.skill_units import adopt_skill
+
+        done = adopt_skill(project, skill, night, force=force)
+        out.print(
+            f"{project}: adopted skill {skill} of night {done.night} as its version "
+            f"{done.version} (was {done.previous}; backup {done.backup})"
+        )
+        return
     done = adopt(
         project,
         night,
@@ -795,10 +815,17 @@ def sleep_rollback_cmd(
     project: AdoptProjectOpt = DEFAULT_PROJECT,
     target_skill_path: TargetSkillOpt = None,
     follow_symlinks: FollowSymlinksOpt = False,
+    skill: SkillOpt = None,
 ) -> None:
     """Return to an earlier adopted version (0: nothing adopted)."""
     from selftaught.sleep.adoption.staging import rollback
 
+    if skill is not None:  # that skill only; the project's other skills stay as they are
+        from selftaught.sleep.adoption.skill_units import rollback_skill
+
+        done = rollback_skill(project, skill, version)
+        out.print(f"{project}: skill {skill} is at version {done.version} (was {done.previous})")
+        return
     done = rollback(
         project,
         version,

@@ -6,6 +6,10 @@
     <home>/projects/<project>/adopted/memory.md    the adopted memory
     <home>/projects/<project>/adopted/version      its version (one line)
     <home>/projects/<project>/versions/<N>/adapter the LoRA adapter version N serves, if any
+    <home>/projects/<project>/skills/<name>/       one of the project's many skills (a night
+                                                   with `many_skills`): the same layout
+                                                   (adopted/, versions/<N>/, events.jsonl),
+                                                   adopted and rolled back on its own (`Unit`)
 
 `<home>` is $SELFTAUGHT_HOME, else ~/.local/share/selftaught. The home, `projects/` and each
 project's folder are 0700 (`private_project_dir` makes them so even where they existed: they
@@ -28,6 +32,7 @@ import os
 import re
 import stat
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from selftaught.errors import InputError
@@ -94,6 +99,54 @@ def project_dir(project: str, home: Path | None = None) -> Path:
     return (home or sleep_home()) / "projects" / check_project(project)
 
 
+SKILLS_DIR = "skills"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What is adopted, versioned and rolled back as one: a project's skill and memory
+    (`skill` None, the project's folder), or one of its named skills (`skills/<name>/` in it,
+    the same layout). Everything in `adoption/staging.py` that takes a project takes a unit."""
+
+    project: str
+    skill: str | None = None
+
+    def __post_init__(self) -> None:
+        check_project(self.project)
+        if self.skill is not None:
+            from selftaught.skill.routing import check_name
+
+            check_name(self.skill)
+
+    @property
+    def key(self) -> str:
+        """The versions store's key (Postgres): the project's name, or `<project>/skills/<name>`
+        (a '/' no project name holds, so the two never meet)."""
+        return self.project if self.skill is None else f"{self.project}/{SKILLS_DIR}/{self.skill}"
+
+    @property
+    def label(self) -> str:
+        """How messages name it."""
+        if self.skill is None:
+            return f"project {self.project!r}"
+        return f"skill {self.skill!r} of project {self.project!r}"
+
+    def folder(self, home: Path | None = None) -> Path:
+        root = project_dir(self.project, home)
+        return root if self.skill is None else root / SKILLS_DIR / self.skill
+
+
+Owner = str | Unit  # a project's name (its own unit) or a unit
+
+
+def as_unit(owner: Owner) -> Unit:
+    return owner if isinstance(owner, Unit) else Unit(owner)
+
+
+def unit_dir(owner: Owner, home: Path | None = None) -> Path:
+    return as_unit(owner).folder(home)
+
+
 def private_home(*folders: Path) -> None:
     """Create `folders` (the home, folders under it) 0700, or make them 0700 where an older
     version, the task log or a umask of 022 left them open."""
@@ -112,15 +165,25 @@ def private_project_dir(project: str, home: Path | None = None) -> Path:
     return folder
 
 
-def adopted_dir(project: str, home: Path | None = None) -> Path:
-    return project_dir(project, home) / "adopted"
+def private_unit_dir(owner: Owner, home: Path | None = None) -> Path:
+    """`private_project_dir` for a unit: its folder too is 0700."""
+    unit = as_unit(owner)
+    folder = private_project_dir(unit.project, home)
+    if unit.skill is not None:
+        folder = unit.folder(home)
+        private_home(folder.parent, folder)
+    return folder
 
 
-def version_adapter(project: str, version: str | None, home: Path | None = None) -> Path | None:
+def adopted_dir(project: Owner, home: Path | None = None) -> Path:
+    return unit_dir(project, home) / "adopted"
+
+
+def version_adapter(project: Owner, version: str | None, home: Path | None = None) -> Path | None:
     """The LoRA adapter folder of an adopted version (None: the version serves the base)."""
     if not version or not version.isdigit() or version == "0":
         return None
-    folder = project_dir(project, home) / "versions" / version / ADAPTER_DIR
+    folder = unit_dir(project, home) / "versions" / version / ADAPTER_DIR
     return folder if (folder / "adapter_config.json").is_file() else None
 
 
@@ -148,13 +211,13 @@ def _read(path: Path) -> str:
         return ""
 
 
-def read_adopted(project: str = DEFAULT_PROJECT, home: Path | None = None) -> Adopted:
-    """The project's adopted skill and memory; cheap when nothing changed (three stat calls,
-    or with a Postgres log one query per `versions.POLL_S`)."""
+def read_adopted(project: Owner = DEFAULT_PROJECT, home: Path | None = None) -> Adopted:
+    """The project's (or a skill unit's) adopted skill and memory; cheap when nothing changed
+    (three stat calls, or with a Postgres log one query per `versions.POLL_S`)."""
     from selftaught.sleep.store import versions
 
     if (db := versions.store(shared_url())) is not None:
-        return db.poll(project, project_dir(project, home) / "versions")
+        return db.poll(as_unit(project).key, unit_dir(project, home) / "versions")
     folder = adopted_dir(project, home)
     stamp = _stamp(folder)
     with _cache_lock:

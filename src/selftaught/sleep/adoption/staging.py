@@ -87,10 +87,13 @@ from selftaught.sleep.adoption.inject import (
 from selftaught.sleep.paths import (
     ADAPTER_DIR,
     Adopted,
+    Owner,
     adopted_dir,
-    private_project_dir,
+    as_unit,
+    private_unit_dir,
     project_dir,
     sleep_home,
+    unit_dir,
     version_adapter,
 )
 
@@ -173,8 +176,8 @@ def list_nights(project: str, home: Path | None = None) -> list[tuple[Path, dict
 def projects(home: Path | None = None) -> list[str]:
     root = (home or sleep_home()) / "projects"
     found = {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
-    if (db := _db()) is not None:
-        found.update(db.projects())  # adopted on another host
+    if (db := _db()) is not None:  # adopted on another host (skill units' keys hold a '/')
+        found.update(p for p in db.projects() if "/" not in p)
     return sorted(found)
 
 
@@ -217,7 +220,8 @@ def resolve_night(project: str, night: str | None, home: Path | None = None) -> 
     """A night folder by id (or a unique prefix); None: the newest staged, unadopted one."""
     nights = list_nights(project, home)
     if night is None:
-        staged = [p for p, r in nights if r.get("status") == "staged"]
+        # a night that staged only skills (`skills`) has no project proposal to adopt here
+        staged = [p for p, r in nights if r.get("status") == "staged" and r.get("proposal")]
         if not staged:
             raise StagingError(
                 f"project {project!r} has no staged proposal waiting "
@@ -264,7 +268,7 @@ def write_proposal(night_dir: Path, adopted: Adopted, skill: str, memory: str) -
 # ---- adopted versions -----------------------------------------------------------------------
 
 
-def _db() -> Any:
+def versions_store() -> Any:
     """The Postgres versions store when $SELFTAUGHT_LOG is a URL, else None (files here)."""
     from selftaught.sleep.paths import shared_url
     from selftaught.sleep.store import versions
@@ -272,13 +276,17 @@ def _db() -> Any:
     return versions.store(shared_url())
 
 
+_db = versions_store
+
+
 @contextlib.contextmanager
-def _adopt_lock(project: str, home: Path | None) -> Iterator[None]:
-    if (db := _db()) is not None:  # one adopt or rollback at a time on every host
-        with db.lock(project):
+def adopt_lock(project: Owner, home: Path | None) -> Iterator[None]:
+    """One adopt or rollback of a unit at a time (on every host with a Postgres log)."""
+    if (db := _db()) is not None:
+        with db.lock(as_unit(project).key):
             yield
         return
-    folder = private_project_dir(project, home)
+    folder = private_unit_dir(project, home)
     fd = os.open(folder / "adopt.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -288,66 +296,70 @@ def _adopt_lock(project: str, home: Path | None) -> Iterator[None]:
         os.close(fd)
 
 
-def _read(path: Path) -> str:
+def read_text(path: Path) -> str:
+    """A staged or adopted file's text ("" when it is absent)."""
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ""
 
 
-def read_adopted_files(project: str, home: Path | None = None) -> Adopted:
+_read = read_text
+
+
+def read_adopted_files(project: Owner, home: Path | None = None) -> Adopted:
     """The adopted files as they are on disk now (no cache)."""
     if (db := _db()) is not None:
-        return db.current(project, versions_dir(project, home))
+        return db.current(as_unit(project).key, versions_dir(project, home))
     folder = adopted_dir(project, home)
     version = _read(folder / "version").strip() or None
     adapter = version_adapter(project, version, home)
     return Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), version, adapter)
 
 
-def versions_dir(project: str, home: Path | None = None) -> Path:
-    return project_dir(project, home) / "versions"
+def versions_dir(project: Owner, home: Path | None = None) -> Path:
+    return unit_dir(project, home) / "versions"
 
 
-def version_numbers(project: str, home: Path | None = None) -> list[int]:
+def version_numbers(project: Owner, home: Path | None = None) -> list[int]:
     if (db := _db()) is not None:
-        return db.numbers(project)
+        return db.numbers(as_unit(project).key)
     root = versions_dir(project, home)
     found = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
     return sorted(found)
 
 
-def read_version(project: str, version: int, home: Path | None = None) -> Adopted:
+def read_version(project: Owner, version: int, home: Path | None = None) -> Adopted:
     if version == 0:
         return Adopted("", "", "0")
-    db = _db()
-    found = db.read(project, version, versions_dir(project, home)) if db is not None else None
+    db, unit = _db(), as_unit(project)
+    found = db.read(unit.key, version, versions_dir(unit, home)) if db is not None else None
     if found is not None:
         return found
     folder = versions_dir(project, home) / str(version)
     if db is not None or not (folder / "meta.json").is_file():
         known = ", ".join(str(v) for v in [0, *version_numbers(project, home)])
-        raise StagingError(f"project {project!r} has no adopted version {version} (known: {known})")
+        raise StagingError(f"{unit.label} has no adopted version {version} (known: {known})")
     adapter = version_adapter(project, str(version), home)
     return Adopted(_read(folder / "skill.md"), _read(folder / "memory.md"), str(version), adapter)
 
 
-def version_meta(project: str, version: int, home: Path | None = None) -> dict[str, Any]:
+def version_meta(project: Owner, version: int, home: Path | None = None) -> dict[str, Any]:
     """An adopted version's meta.json (night, val, what it replaced, its adapter); {} for
     version 0 or a version adopt did not write."""
     if (db := _db()) is not None:
-        return db.meta(project, version) if version > 0 else {}
+        return db.meta(as_unit(project).key, version) if version > 0 else {}
     path = versions_dir(project, home) / str(version) / "meta.json"
     return read_json(path) if version > 0 and path.is_file() else {}
 
 
-def current_version(project: str, home: Path | None = None) -> int:
+def current_version(project: Owner, home: Path | None = None) -> int:
     """The adopted version number (0: nothing adopted, or a version not written by adopt)."""
     text = read_adopted_files(project, home).version
     return int(text) if text and text.isdigit() else 0
 
 
-def recover_adopted(project: str, home: Path | None = None) -> str | None:
+def recover_adopted(project: Owner, home: Path | None = None) -> str | None:
     """Complete an adopt or rollback that was killed between writing the adopted documents
     and the `version` file: when the documents equal a known version other than the one
     named, name it. Returns what was done, or None (always with a Postgres log: each step is
@@ -368,7 +380,7 @@ def recover_adopted(project: str, home: Path | None = None) -> str | None:
     return None
 
 
-def adopted_consistent(project: str, home: Path | None = None) -> bool:
+def adopted_consistent(project: Owner, home: Path | None = None) -> bool:
     """The adopted files equal the version they name (hand edits or a torn adopt: False)."""
     on_disk = read_adopted_files(project, home)
     if on_disk.version is None and on_disk.empty:
@@ -380,10 +392,10 @@ def adopted_consistent(project: str, home: Path | None = None) -> bool:
     return known.skill == on_disk.skill and known.memory == on_disk.memory
 
 
-def _backup(project: str, home: Path | None, what: str) -> Path:
+def _backup(project: Owner, home: Path | None, what: str) -> Path:
     folder = adopted_dir(project, home)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    dest = project_dir(project, home) / "backups" / f"{stamp}-{what}"
+    dest = unit_dir(project, home) / "backups" / f"{stamp}-{what}"
     n = 1
     while dest.exists():
         n += 1
@@ -391,7 +403,7 @@ def _backup(project: str, home: Path | None, what: str) -> Path:
     private_dirs(dest.parent)
     dest.mkdir(mode=0o700)
     if (db := _db()) is not None:  # the adopted version as the database serves it
-        now = db.current(project, versions_dir(project, home))
+        now = db.current(as_unit(project).key, versions_dir(project, home))
         texts = {"skill.md": now.skill, "memory.md": now.memory, "version": f"{now.version}\n"}
         for name, text in texts.items() if now.version is not None else ():
             atomic_write_text(dest / name, text)
@@ -402,11 +414,11 @@ def _backup(project: str, home: Path | None, what: str) -> Path:
     return dest
 
 
-def _write_adopted(project: str, home: Path | None, adopted: Adopted) -> None:
+def _write_adopted(project: Owner, home: Path | None, adopted: Adopted) -> None:
     """skill.md and memory.md first, `version` last, each atomically (see paths.py); with a
-    Postgres log, the project's pointer row."""
+    Postgres log, the unit's pointer row."""
     if (db := _db()) is not None:
-        db.point(project, int(str(adopted.version)))
+        db.point(as_unit(project).key, int(str(adopted.version)))
         return
     folder = adopted_dir(project, home)
     atomic_write_text(folder / "skill.md", adopted.skill)
@@ -415,12 +427,12 @@ def _write_adopted(project: str, home: Path | None, adopted: Adopted) -> None:
 
 
 def _write_version(
-    project: str, home: Path | None, adopted: Adopted, meta: dict[str, Any], adapter: Path | None
+    project: Owner, home: Path | None, adopted: Adopted, meta: dict[str, Any], adapter: Path | None
 ) -> None:
     """versions/<N>/ complete (skill, memory, meta, a copy of the adapter) or not at all;
     with a Postgres log, its row and its adapter's files in one transaction."""
     if (db := _db()) is not None:
-        db.write_version(project, adopted, meta, adapter)
+        db.write_version(as_unit(project).key, adopted, meta, adapter)
         return
     root = private_dirs(versions_dir(project, home))
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".new-"))
@@ -437,22 +449,22 @@ def _write_version(
         raise
 
 
-def record_event(project: str, row: dict[str, Any], home: Path | None = None) -> None:
+def record_event(project: Owner, row: dict[str, Any], home: Path | None = None) -> None:
     """Append one row (with its time) to events.jsonl: adopt, rollback, auto_rollback."""
     if (db := _db()) is not None:
-        db.record_event(project, row)
+        db.record_event(as_unit(project).key, row)
         return
-    path = project_dir(project, home) / "events.jsonl"
+    path = unit_dir(project, home) / "events.jsonl"
     with open_private_append(path) as f:  # 0600, as everything under the home
         f.write(json.dumps({"time": time.time(), **row}, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
 
 
-def events(project: str, home: Path | None = None) -> list[dict[str, Any]]:
+def events(project: Owner, home: Path | None = None) -> list[dict[str, Any]]:
     if (db := _db()) is not None:
-        return db.events(project)
-    path = project_dir(project, home) / "events.jsonl"
+        return db.events(as_unit(project).key)
+    path = unit_dir(project, home) / "events.jsonl"
     rows = []
     for line in _read(path).splitlines():
         with contextlib.suppress(json.JSONDecodeError):
@@ -463,13 +475,13 @@ def events(project: str, home: Path | None = None) -> list[dict[str, Any]]:
 # ---- live files -----------------------------------------------------------------------------
 
 
-def live_targets(project: str, home: Path | None = None) -> list[Path]:
-    path = project_dir(project, home) / "live_targets.json"
+def live_targets(project: Owner, home: Path | None = None) -> list[Path]:
+    path = unit_dir(project, home) / "live_targets.json"
     return [Path(p) for p in read_json(path)] if path.is_file() else []
 
 
 def _live_paths(
-    project: str, home: Path | None, given: list[Path], follow_symlinks: bool
+    project: Owner, home: Path | None, given: list[Path], follow_symlinks: bool
 ) -> list[Path]:
     """The remembered live files and the ones given now (absolute, a symlink refused unless
     `follow_symlinks`: then the file it points to), each a file we may write."""
@@ -547,7 +559,7 @@ class _LivePlan:
 
 
 def _plan_live(
-    project: str, home: Path | None, adopted: Adopted, given: list[Path], follow_symlinks: bool
+    project: Owner, home: Path | None, adopted: Adopted, given: list[Path], follow_symlinks: bool
 ) -> _LivePlan:
     for text, what in ((adopted.skill, "skill"), (adopted.memory, "memory")):
         try:
@@ -561,10 +573,10 @@ def _plan_live(
         raise StagingError(str(err)) from None
 
 
-def _go_live(project: str, home: Path | None, adopted: Adopted, plan: _LivePlan) -> list[Path]:
+def _go_live(project: Owner, home: Path | None, adopted: Adopted, plan: _LivePlan) -> list[Path]:
     _write_adopted(project, home, adopted)
     if plan.paths:
-        path = project_dir(project, home) / "live_targets.json"
+        path = unit_dir(project, home) / "live_targets.json"
         atomic_write_json(path, [str(p) for p in plan.paths])
     for live, text in zip(plan.paths, plan.texts, strict=True):
         if text is not None:
@@ -585,6 +597,11 @@ def _check_adoptable(
         raise StagingError(
             f"night {night_dir.name} has nothing to adopt (status {status}: "
             f"{report.get('reason') or 'no proposal'})"
+        )
+    if not report.get("proposal") and report.get("skills"):
+        raise StagingError(
+            f"night {night_dir.name} staged skills only: adopt each with "
+            "`selftaught sleep adopt --skill NAME` (`sleep status` lists them)"
         )
     previous = current_version(project, home)
     base = int(report.get("base_version") or 0)
@@ -637,7 +654,7 @@ def adopt(
     """Make a staged night's proposal (skill, memory, adapter) the adopted version N+1. The
     live files are checked first: a bad one (a symlink without `follow_symlinks`, a block not
     well formed) or a proposal holding a block marker changes nothing."""
-    with _adopt_lock(project, home):
+    with adopt_lock(project, home):
         note = recover_adopted(project, home)
         night_dir = resolve_night(project, night, home)
         report = read_report(night_dir)
@@ -645,43 +662,59 @@ def adopt(
         adapter, adapter_meta = _proposed_adapter(project, night_dir, report, previous, home)
         skill = _read(night_dir / "proposal" / "skill.md")
         memory = _read(night_dir / "proposal" / "memory.md")
-        version = max([0, *version_numbers(project, home)]) + 1
-        new = Adopted(skill, memory, str(version))
-        plan = _plan_live(project, home, new, list(target_paths), follow_symlinks)
-        backup = _backup(project, home, f"before-v{version}")
         proposal = report.get("proposal") or {}
         meta = {
-            "version": version,
             "night": night_dir.name,
-            "adopted_at": time.time(),
             "val_before": proposal.get("val_before"),
             "val_after": proposal.get("val_after"),
             "gate": (report.get("gate") or {}).get("mode"),
             "models": report.get("models"),
-            "replaced": previous,
             "adapter": adapter_meta,
         }
-        _write_version(project, home, new, meta, adapter)
-        live = _go_live(project, home, new, plan)
-        record_event(
-            project,
-            {
-                "event": "adopt",
-                "version": version,
-                "night": night_dir.name,
-                "previous": previous,
-                "adapter": bool(adapter),
-                "backup": str(backup),
-            },
-            home,
-        )
-        report.update(status="adopted", adopted_version=version, adopted_at=time.time())
+        live = LiveFiles(list(target_paths), follow_symlinks)
+        done = install_version(project, home, skill, memory, meta, adapter, previous, live)
+        report.update(status="adopted", adopted_version=done.version, adopted_at=time.time())
         atomic_write_json(night_dir / "report.json", report)
-        return Adoption(version, previous, night_dir.name, backup, live, note)
+        done.note = note
+        return done
+
+
+@dataclass(frozen=True)
+class LiveFiles:
+    """The live files an adopt or rollback also writes (given now; remembered ones too)."""
+
+    given: list[Path]
+    follow_symlinks: bool = False
+
+
+def install_version(
+    unit: Owner,
+    home: Path | None,
+    skill: str,
+    memory: str,
+    meta: dict[str, Any],
+    adapter: Path | None,
+    previous: int,
+    live: LiveFiles,
+) -> Adoption:
+    """Adopt `skill` / `memory` (and `adapter`) as the unit's next version, the caller holding
+    its `adopt_lock`: live files checked first, a backup, `versions/<N>/` whole, the adopted
+    files, an `adopt` event. `meta` (night, val, ...) goes into the version's meta.json."""
+    version = max([0, *version_numbers(unit, home)]) + 1
+    new = Adopted(skill, memory, str(version))
+    plan = _plan_live(unit, home, new, live.given, live.follow_symlinks)
+    backup = _backup(unit, home, f"before-v{version}")
+    meta = {"version": version, "adopted_at": time.time(), **meta, "replaced": previous}
+    _write_version(unit, home, new, meta, adapter)
+    written = _go_live(unit, home, new, plan)
+    event = {"event": "adopt", "version": version, "night": meta.get("night")}
+    event.update(previous=previous, adapter=bool(adapter), backup=str(backup))
+    record_event(unit, event, home)
+    return Adoption(version, previous, meta.get("night"), backup, written)
 
 
 def rollback(
-    project: str,
+    project: Owner,
     version: int | None = None,
     *,
     home: Path | None = None,
@@ -691,13 +724,13 @@ def rollback(
     """Return to an earlier adopted version (default: the one below the current; 0 removes
     the adopted skill and memory, and the block from every live file); live files are checked
     first, as for `adopt`."""
-    with _adopt_lock(project, home):
+    with adopt_lock(project, home):
         note = recover_adopted(project, home)
         previous = current_version(project, home)
         if version is None:
             lower = [v for v in version_numbers(project, home) if v < previous]
             if previous == 0:
-                raise StagingError(f"project {project!r} has nothing adopted to roll back")
+                raise StagingError(f"{as_unit(project).label} has nothing adopted to roll back")
             version = lower[-1] if lower else 0
         if version < 0:
             raise StagingError("a version is a number >= 0")
@@ -715,7 +748,7 @@ def rollback(
         return Adoption(version, previous, None, backup, live, note)
 
 
-def history(project: str, home: Path | None = None) -> list[dict[str, Any]]:
+def history(project: Owner, home: Path | None = None) -> list[dict[str, Any]]:
     """One row per adopted version (0 = nothing adopted), with its night and val scores."""
     current = current_version(project, home)
     rows = [

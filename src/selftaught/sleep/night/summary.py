@@ -712,6 +712,14 @@ def history_rows(project: str, home: Path | None = None) -> list[dict[str, Any]]
     return rows
 
 
+def skill_lines(project: str, home: Path, log_path: Path | None) -> list[str]:
+    """`sleep status`'s lines of the project's many skills: each one's version and probation,
+    the ones staged and waiting."""
+    from selftaught.sleep.adoption.skill_units import skill_status_lines
+
+    return skill_status_lines(project, home, log_path)
+
+
 def status_lines(
     project: str | None, home: Path | None = None, log_path: Path | None = None
 ) -> list[str]:
@@ -745,13 +753,14 @@ def status_lines(
             if status == "running" and (holder or {}).get("night") != last["night"]:
                 status, reason = "interrupted", "it stopped before it finished (killed or crashed)"
             lines.append(f"  last night {last['night']}: {status} — {reason}")
-        staged = [r for _, r in nights if r.get("status") == "staged"]
+        staged = [r for _, r in nights if r.get("status") == "staged" and r.get("proposal")]
         if staged:
             lines.append(
                 f"  waiting to be adopted: night {staged[-1]['night']} "
                 f"(`selftaught sleep adopt {staged[-1]['night']} --project {name}`)"
             )
         lines += probation_lines(name, home, log_path)
+        lines += skill_lines(name, home, log_path)  # many skills (nightskills)
     if holder is not None:
         lines.append(
             f"running now: {holder.get('what', 'night')} {holder.get('night')} ("

@@ -1,0 +1,338 @@
+"""A project's many skills: each one staged, adopted, rolled back and on probation on its own.
+
+A night with `SleepConfig.many_skills` trains one skill per cluster of tasks (`night/skills.py`)
+and stages each accepted one beside the night's report:
+
+    nights/<night>/skills/<name>/proposal/   skill.md (the body), SKILL.md (name and
+                                             description in its front matter, for agents),
+                                             skill.diff against the skill's adopted body
+    report.json  skills[]                    one `StagedSkill` per trained skill (staged or
+                                             rejected, and why; its own and the whole val)
+
+`sleep adopt --skill NAME` makes the newest staged proposal of that skill its next version, in
+its own adoption unit (`paths.Unit`), a folder with the project folder's layout and guarantees:
+
+    <home>/projects/<project>/skills/<name>/
+      adopted/        skill.md, memory.md (empty), version: what the proxy injects when a
+                      request routes to the skill
+      versions/<N>/   skill.md, memory.md, meta.json (night, its card: name, description and
+                      the train tasks the router reads, val, the version it replaced)
+      backups/, events.jsonl
+
+The same functions of `staging.py` write it (a temp folder renamed into place, `version`
+last, `recover_adopted` completing a killed adopt), so adopting or rolling back one skill
+never touches another's files or version. With a Postgres log a skill's versions, pointer and
+events are rows keyed `<project>/skills/<name>` in the versions store (`Unit.key`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from selftaught.runs import atomic_write_json, atomic_write_text
+from selftaught.skill.routing import SkillCard, SkillRouter
+from selftaught.skill.skill_md import render_skill_md
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption.inject import check_no_markers
+from selftaught.sleep.adoption.staging import Adoption, LiveFiles, StagingError
+from selftaught.sleep.paths import SKILLS_DIR, Unit, project_dir, read_adopted, shared_url
+
+ROUTER_TASKS = 40  # train task inputs a skill's card keeps for the router (the first ones)
+TASK_CHARS = 2000  # of each
+SKILL_STATUSES = ("staged", "rejected", "adopted")
+
+
+@dataclass(frozen=True)
+class ValPair:
+    """A val score before and after (hard means), on `n` items."""
+
+    before: float
+    after: float
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"before": self.before, "after": self.after, "n": self.n}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> ValPair | None:
+        if not d:
+            return None
+        return cls(float(d["before"]), float(d["after"]), int(d.get("n") or 0))
+
+
+@dataclass(frozen=True)
+class StagedSkill:
+    """One skill a night trained (report.json `skills[]`): staged, rejected (and why), or
+    adopted (as which version of its unit)."""
+
+    name: str
+    description: str
+    status: str
+    reason: str
+    base_version: int = 0  # the skill's version it was trained and gated against
+    train_ids: tuple[str, ...] = ()
+    val_ids: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()  # train task inputs for the router's card
+    own_val: ValPair | None = None  # on the skill's own cluster's val
+    whole_val: ValPair | None = None  # on the night's whole val
+    adopted_version: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in SKILL_STATUSES:
+            raise StagingError(f"a staged skill's status is one of {SKILL_STATUSES}")
+
+    @property
+    def card(self) -> SkillCard:
+        return SkillCard(self.name, self.description, self.tasks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "status": self.status,
+            "reason": self.reason,
+            "base_version": self.base_version,
+            "train_ids": list(self.train_ids),
+            "val_ids": list(self.val_ids),
+            "tasks": list(self.tasks),
+            "own_val": self.own_val.to_dict() if self.own_val else None,
+            "whole_val": self.whole_val.to_dict() if self.whole_val else None,
+            "adopted_version": self.adopted_version,
+            "dir": f"{SKILLS_DIR}/{self.name}",
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StagedSkill:
+        return cls(
+            name=str(d["name"]),
+            description=str(d["description"]),
+            status=str(d["status"]),
+            reason=str(d.get("reason") or ""),
+            base_version=int(d.get("base_version") or 0),
+            train_ids=tuple(d.get("train_ids") or ()),
+            val_ids=tuple(d.get("val_ids") or ()),
+            tasks=tuple(d.get("tasks") or ()),
+            own_val=ValPair.from_dict(d.get("own_val")),
+            whole_val=ValPair.from_dict(d.get("whole_val")),
+            adopted_version=d.get("adopted_version"),
+        )
+
+
+def router_tasks(texts: list[str]) -> tuple[str, ...]:
+    """What a card keeps of its train tasks' inputs: the first ROUTER_TASKS, each cut."""
+    return tuple(t[:TASK_CHARS] for t in texts[:ROUTER_TASKS] if t.strip())
+
+
+# ---- staging ----------------------------------------------------------------------------------
+
+
+def skill_proposal_dir(night_dir: Path, name: str) -> Path:
+    return night_dir / SKILLS_DIR / name / "proposal"
+
+
+def write_skill_proposal(night_dir: Path, project: str, skill: StagedSkill, body: str, home: Path):
+    """proposal/skill.md, SKILL.md and skill.diff of one staged skill (text holding a block
+    marker is refused, as for the project's proposal)."""
+    check_no_markers(body, f"the proposed skill {skill.name!r}")
+    folder = skill_proposal_dir(night_dir, skill.name)
+    adopted = staging.read_adopted_files(Unit(project, skill.name), home)
+    atomic_write_text(folder / "skill.md", body)
+    atomic_write_text(folder / "SKILL.md", render_skill_md(skill.card, body))
+    atomic_write_text(folder / "skill.diff", staging.unified_diff(adopted.skill, body, "skill.md"))
+
+
+def staged_skills(report: dict[str, Any]) -> list[StagedSkill]:
+    return [StagedSkill.from_dict(d) for d in report.get("skills") or []]
+
+
+def _resolve(
+    project: str, name: str, night: str | None, home: Path | None
+) -> tuple[Path, dict[str, Any], int]:
+    """(night folder, its report, the index of the skill's entry): the named night, or the
+    newest night that staged `name` and is not adopted yet."""
+    if night is not None:
+        night_dir = staging.resolve_night(project, night, home)
+        report = staging.read_report(night_dir)
+        for i, entry in enumerate(staged_skills(report)):
+            if entry.name == name:
+                return night_dir, report, i
+        raise StagingError(f"night {night_dir.name} trained no skill {name!r}")
+    for night_dir, report in reversed(staging.list_nights(project, home)):
+        for i, entry in enumerate(staged_skills(report)):
+            if entry.name == name and entry.status == "staged":
+                return night_dir, report, i
+    raise StagingError(
+        f"project {project!r} has no staged proposal of skill {name!r} waiting "
+        "(`selftaught sleep status` lists the skills)"
+    )
+
+
+def adopt_skill(
+    project: str,
+    name: str,
+    night: str | None = None,
+    *,
+    home: Path | None = None,
+    force: bool = False,
+) -> Adoption:
+    """Make a night's proposal of skill `name` that skill's next version (its unit only)."""
+    unit = Unit(project, name)
+    # the project's lock first: the night's report.json is shared by its skills
+    with staging.adopt_lock(project, home), staging.adopt_lock(unit, home):
+        note = staging.recover_adopted(unit, home)
+        night_dir, report, index = _resolve(project, name, night, home)
+        entry = staged_skills(report)[index]
+        if entry.status != "staged":
+            raise StagingError(
+                f"skill {name!r} of night {night_dir.name} has nothing to adopt ({entry.status}"
+                + (f" as version {entry.adopted_version}" if entry.adopted_version else "")
+                + f": {entry.reason})"
+            )
+        previous = staging.current_version(unit, home)
+        if previous != entry.base_version and not force:
+            raise StagingError(
+                f"skill {name!r} changed since night {night_dir.name} ran (it was gated "
+                f"against its version {entry.base_version}, version {previous} is adopted "
+                "now); run another night, or pass --force to adopt it anyway"
+            )
+        body = staging.read_text(skill_proposal_dir(night_dir, name) / "skill.md")
+        meta = {
+            "night": night_dir.name,
+            "card": {"name": name, "description": entry.description, "tasks": list(entry.tasks)},
+            "own_val": entry.own_val.to_dict() if entry.own_val else None,
+            "whole_val": entry.whole_val.to_dict() if entry.whole_val else None,
+            "val_before": entry.whole_val and {"hard": entry.whole_val.before},
+            "val_after": entry.whole_val and {"hard": entry.whole_val.after},
+        }
+        done = staging.install_version(unit, home, body, "", meta, None, previous, LiveFiles([]))
+        entries = report["skills"]
+        entries[index] = {**entries[index], "status": "adopted", "adopted_version": done.version}
+        atomic_write_json(night_dir / "report.json", report)
+        done.note = note
+        return done
+
+
+def rollback_skill(
+    project: str, name: str, version: int | None = None, *, home: Path | None = None
+) -> Adoption:
+    """Return skill `name` to an earlier version of its own (0: the skill is not served)."""
+    return staging.rollback(Unit(project, name), version, home=home)
+
+
+# ---- what a project has adopted ----------------------------------------------------------------
+
+
+def skill_names(project: str, home: Path | None = None) -> list[str]:
+    """Every skill of the project that has an adoption unit (adopted now or once)."""
+    found: set[str] = set()
+    root = project_dir(project, home) / SKILLS_DIR
+    if root.is_dir():
+        found.update(p.name for p in root.iterdir() if p.is_dir())
+    if (db := staging.versions_store()) is not None:
+        prefix = f"{project}/{SKILLS_DIR}/"
+        found.update(k[len(prefix) :] for k in db.projects() if k.startswith(prefix))
+    names = []
+    for name in sorted(found):
+        with contextlib.suppress(Exception):
+            names.append(Unit(project, name).skill or "")
+    return [n for n in names if n]
+
+
+@dataclass(frozen=True)
+class AdoptedSkill:
+    """One skill as the proxy serves it: its card (for the router), body and version."""
+
+    card: SkillCard
+    body: str
+    version: int
+
+    @property
+    def name(self) -> str:
+        return self.card.name
+
+
+@dataclass
+class _Shelf:
+    """The proxy's cache of a project's adopted skills: the names are re-listed every
+    `LIST_S` seconds (a directory listing, or one query with a Postgres log), each unit's
+    adopted text is `read_adopted`'s own cache, a version's card is read once."""
+
+    names: tuple[float, list[str]] | None = None
+    cards: dict[tuple[str, int], SkillCard | None] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+LIST_S = 1.0
+_shelves: dict[tuple[str, Path | None, str | None], _Shelf] = {}
+
+
+def _card(unit: Unit, version: int, home: Path | None, shelf: _Shelf) -> SkillCard | None:
+    key = (str(unit.skill), version)
+    with shelf.lock:
+        if key in shelf.cards:
+            return shelf.cards[key]
+    card = None
+    with contextlib.suppress(Exception):  # a version without a card is not routed to
+        raw = staging.version_meta(unit, version, home).get("card") or {}
+        card = SkillCard(str(unit.skill), str(raw["description"]), tuple(raw.get("tasks") or ()))
+    with shelf.lock:
+        shelf.cards[key] = card
+    return card
+
+
+def adopted_skills(project: str, home: Path | None = None) -> list[AdoptedSkill]:
+    """The project's skills adopted now (version >= 1), cheap enough to call per request."""
+    shelf = _shelves.setdefault((project, home, shared_url()), _Shelf())
+    now = time.monotonic()
+    with shelf.lock:
+        listed = shelf.names
+    if listed is None or now - listed[0] > LIST_S:
+        listed = (now, skill_names(project, home))
+        with shelf.lock:
+            shelf.names = listed
+    out = []
+    for name in listed[1]:
+        unit = Unit(project, name)
+        adopted = read_adopted(unit, home)
+        version = int(adopted.version) if (adopted.version or "").isdigit() else 0
+        if version < 1 or not adopted.skill.strip():
+            continue
+        card = _card(unit, version, home, shelf)
+        if card is not None:
+            out.append(AdoptedSkill(card, adopted.skill, version))
+    return out
+
+
+def router_for(skills: list[AdoptedSkill]) -> SkillRouter:
+    return SkillRouter([s.card for s in skills])
+
+
+def skill_status_lines(
+    project: str, home: Path | None = None, log_path: Path | str | None = None
+) -> list[str]:
+    """`sleep status`: each skill's adopted version, and the skills staged and waiting."""
+    lines = []
+    for name in skill_names(project, home):
+        unit = Unit(project, name)
+        version = staging.current_version(unit, home)
+        known = staging.version_numbers(unit, home)
+        lines.append(
+            f"  skill {name}: version {version} adopted"
+            + (f" (versions: {', '.join(map(str, known))})" if known else "")
+        )
+    waiting = []
+    for night_dir, report in staging.list_nights(project, home):
+        for entry in staged_skills(report):
+            if entry.status == "staged":
+                waiting.append(f"{entry.name} (night {night_dir.name})")
+    if waiting:
+        lines.append(
+            f"  skills staged: {', '.join(waiting)}: `selftaught sleep adopt --skill NAME "
+            f"--project {project}`"
+        )
+    return lines

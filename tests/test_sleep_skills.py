@@ -1,0 +1,200 @@
+"""A project's many skills, each its own adoption unit (`sleep/adoption/skill_units.py`):
+adopting or rolling back one skill never changes another's files or version, on both log
+backends; a kill mid-adopt of a skill is completed by the next adopt; the CLI's `--skill`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from selftaught import cli
+from selftaught.runs import atomic_write_json
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption.skill_units import (
+    StagedSkill,
+    ValPair,
+    adopt_skill,
+    adopted_skills,
+    rollback_skill,
+    skill_names,
+    write_skill_proposal,
+)
+from selftaught.sleep.paths import Unit, read_adopted
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+PROJECT = "demo"
+CARDS = {
+    "unit-conversion": ("Convert between units: km, miles, kg, pounds.", "convert 5 km to miles"),
+    "sql-queries": ("Write SQL queries over the orders table.", "select the orders of May"),
+}
+
+
+def stage_skills(home: Path, night: str, bodies: dict[str, str], bases: dict[str, int] | None = None):
+    """A night that staged `bodies` (skill name -> body), as a many-skills night leaves it."""
+    folder = staging.nights_dir(PROJECT, home) / night
+    entries = []
+    for name, body in bodies.items():
+        description, task = CARDS[name]
+        entry = StagedSkill(
+            name=name,
+            description=description,
+            status="staged",
+            reason="accepted on its own val and the whole val",
+            base_version=(bases or {}).get(name, 0),
+            train_ids=(f"{name}-t1",),
+            val_ids=(f"{name}-v1",),
+            tasks=(task,),
+            own_val=ValPair(0.5, 1.0, 2),
+            whole_val=ValPair(0.5, 0.75, 4),
+        )
+        write_skill_proposal(folder, PROJECT, entry, body, home)
+        entries.append(entry.to_dict())
+    report = {"kind": staging.NIGHT_KIND, "night": night, "project": PROJECT, "status": "staged",
+              "base_version": 0, "skills": entries}  # fmt: skip
+    atomic_write_json(folder / "report.json", report)
+    return folder
+
+
+def unit_files(home: Path, name: str) -> dict[str, bytes]:
+    root = Unit(PROJECT, name).folder(home)
+    skip = ("backups", "adopt.lock")
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not any(part in skip for part in p.relative_to(root).parts)
+    }
+
+
+def state(home: Path, name: str) -> tuple[int, str, list[int], list[str]]:
+    unit = Unit(PROJECT, name)
+    return (
+        staging.current_version(unit, home),
+        read_adopted(unit, home).skill,
+        staging.version_numbers(unit, home),
+        [e["event"] for e in staging.events(unit, home)],
+    )
+
+
+def test_adopting_or_rolling_back_one_skill_leaves_the_other_untouched(tmp_path, log_at):
+    home = tmp_path / "home"
+    stage_skills(home, "n1", {"unit-conversion": "UNITS ONE", "sql-queries": "SQL ONE"})
+    stage_skills(home, "n2", {"unit-conversion": "UNITS TWO"}, bases={"unit-conversion": 1})
+    assert adopt_skill(PROJECT, "sql-queries", home=home).version == 1  # the newest staged
+    sql_before = state(home, "sql-queries")
+    sql_files = unit_files(home, "sql-queries")
+    assert adopt_skill(PROJECT, "unit-conversion", "n1", home=home).version == 1
+    assert adopt_skill(PROJECT, "unit-conversion", home=home).night == "n2"
+    assert state(home, "unit-conversion")[:3] == (2, "UNITS TWO", [1, 2])
+    rollback_skill(PROJECT, "unit-conversion", 0, home=home)
+    assert state(home, "unit-conversion") == (0, "", [1, 2], ["adopt", "adopt", "rollback"])
+    # the other skill: same version, text, events and (on disk) the same bytes
+    assert state(home, "sql-queries") == sql_before == (1, "SQL ONE", [1], ["adopt"])
+    assert unit_files(home, "sql-queries") == sql_files
+    # and the project's own unit: nothing adopted, no events
+    assert staging.current_version(PROJECT, home) == 0 and staging.events(PROJECT, home) == []
+    assert skill_names(PROJECT, home) == ["sql-queries", "unit-conversion"]
+    served = {s.name: (s.version, s.body) for s in adopted_skills(PROJECT, home)}
+    assert served == {"sql-queries": (1, "SQL ONE")}  # a skill at version 0 is not served
+    report = staging.read_report(staging.nights_dir(PROJECT, home) / "n1")
+    assert [(e["name"], e["status"], e["adopted_version"]) for e in report["skills"]] == [
+        ("unit-conversion", "adopted", 1),
+        ("sql-queries", "adopted", 1),
+    ]
+    meta = staging.version_meta(Unit(PROJECT, "sql-queries"), 1, home)
+    assert meta["card"]["description"] == CARDS["sql-queries"][0] and meta["replaced"] == 0
+
+
+def test_a_skills_night_is_not_adopted_as_the_project_and_a_skill_needs_its_base(tmp_path):
+    stage_skills(tmp_path, "n1", {"unit-conversion": "UNITS ONE"})
+    with pytest.raises(staging.StagingError, match="no staged proposal waiting"):
+        staging.adopt(PROJECT, home=tmp_path)
+    with pytest.raises(staging.StagingError, match="staged skills only"):
+        staging.adopt(PROJECT, "n1", home=tmp_path)
+    stage_skills(tmp_path, "n2", {"unit-conversion": "UNITS TWO"})  # gated against version 0
+    adopt_skill(PROJECT, "unit-conversion", "n1", home=tmp_path)
+    with pytest.raises(staging.StagingError, match="gated against its version 0"):
+        adopt_skill(PROJECT, "unit-conversion", "n2", home=tmp_path)
+    assert adopt_skill(PROJECT, "unit-conversion", "n2", home=tmp_path, force=True).version == 2
+    with pytest.raises(staging.StagingError, match="nothing to adopt \\(adopted as version 1"):
+        adopt_skill(PROJECT, "unit-conversion", "n1", home=tmp_path)
+    with pytest.raises(staging.StagingError, match="trained no skill 'sql-queries'"):
+        adopt_skill(PROJECT, "sql-queries", "n1", home=tmp_path)
+
+
+KILL_MID_ADOPT = """
+import os, sys
+from pathlib import Path
+from selftaught.sleep.adoption import skill_units, staging
+
+home = Path(sys.argv[1])
+real_write = staging._write_adopted
+
+def write_then_die(unit, home_, adopted):
+    if os.environ.get("SELFTAUGHT_LOG"):  # Postgres: the version row is written, no pointer
+        os._exit(9)
+    folder = staging.adopted_dir(unit, home_)  # files: the skill written, `version` not yet
+    staging.atomic_write_text(folder / "skill.md", adopted.skill)
+    staging.atomic_write_text(folder / "memory.md", adopted.memory)
+    os._exit(9)
+
+staging._write_adopted = write_then_die
+skill_units.adopt_skill("demo", "unit-conversion", "n2", home=home)
+"""
+
+
+def test_a_kill_mid_adopt_of_a_skill_is_completed_and_the_other_skill_untouched(
+    tmp_path, log_at
+):
+    home = tmp_path / "home"
+    stage_skills(home, "n1", {"unit-conversion": "UNITS ONE", "sql-queries": "SQL ONE"})
+    stage_skills(home, "n2", {"unit-conversion": "UNITS TWO"}, bases={"unit-conversion": 1})
+    adopt_skill(PROJECT, "unit-conversion", "n1", home=home)
+    adopt_skill(PROJECT, "sql-queries", "n1", home=home)
+    sql_files = unit_files(home, "sql-queries")
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_MID_ADOPT, str(home)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == -9 or proc.returncode == 9, proc.stderr
+    unit = Unit(PROJECT, "unit-conversion")
+    assert staging.version_numbers(unit, home) == [1, 2]  # version 2 was written whole
+    if isinstance(log_at, Path):
+        # files: the adopted text is version 2's but `version` still names 1 (torn)
+        assert not staging.adopted_consistent(unit, home)
+    if isinstance(log_at, Path):
+        # the next adopt or rollback of that skill completes it first, then does its own work
+        done = rollback_skill(PROJECT, "unit-conversion", 1, home=home)
+        assert "version 2" in str(done.note) and done.previous == 2
+    else:  # one transaction per step: the pointer never moved, version 1 still serves
+        assert staging.recover_adopted(unit, home) is None
+    assert staging.adopted_consistent(unit, home)
+    assert state(home, "unit-conversion")[:2] == (1, "UNITS ONE")
+    assert state(home, "sql-queries") == (1, "SQL ONE", [1], ["adopt"])
+    assert unit_files(home, "sql-queries") == sql_files
+
+
+def test_the_cli_adopts_and_rolls_back_one_skill_and_status_lists_each(tmp_path, monkeypatch):
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path))
+    stage_skills(tmp_path, "n1", {"unit-conversion": "UNITS ONE", "sql-queries": "SQL ONE"})
+    runner = CliRunner()
+    status = runner.invoke(cli.app, ["sleep", "status", "--project", PROJECT])
+    assert status.exit_code == 0, status.output
+    assert "skills staged: unit-conversion (night n1), sql-queries (night n1)" in status.output
+    assert "waiting to be adopted" not in status.output  # nothing for the project itself
+    for name in ("unit-conversion", "sql-queries"):
+        done = runner.invoke(cli.app, ["sleep", "adopt", "--skill", name, "--project", PROJECT])
+        assert done.exit_code == 0, done.output
+        assert f"adopted skill {name} of night n1 as its version 1" in done.output
+    back = runner.invoke(cli.app, ["sleep", "rollback", "0", "--skill", "sql-queries",
+                                   "--project", PROJECT])  # fmt: skip
+    assert back.exit_code == 0 and "skill sql-queries is at version 0 (was 1)" in back.output
+    status = runner.invoke(cli.app, ["sleep", "status", "--project", PROJECT])
+    assert "skill sql-queries: version 0 adopted (versions: 1)" in status.output
+    assert "skill unit-conversion: version 1 adopted (versions: 1)" in status.output
+    bad = runner.invoke(cli.app, ["sleep", "adopt", "--skill", "Bad Name", "--project", PROJECT])
+    assert bad.exit_code == 2 and "skill name 'Bad Name' is not valid" in bad.output
