@@ -198,3 +198,86 @@ def test_the_cli_adopts_and_rolls_back_one_skill_and_status_lists_each(tmp_path,
     assert "skill unit-conversion: version 1 adopted (versions: 1)" in status.output
     bad = runner.invoke(cli.app, ["sleep", "adopt", "--skill", "Bad Name", "--project", PROJECT])
     assert bad.exit_code == 2 and "skill name 'Bad Name' is not valid" in bad.output
+
+
+# ---- the proxy's router -----------------------------------------------------------------------
+
+
+def _chat(url: str, text: str) -> str:
+    import httpx
+
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
+    r = httpx.post(f"{url}/chat/completions", json=body, timeout=20)
+    assert r.status_code == 200, r.text
+    return r.headers["x-selftaught-interaction-id"]
+
+
+def test_the_proxy_routes_two_requests_to_two_skills_and_logs_each_route(tmp_path, log_at):
+    from selftaught.sleep.adoption.inject import strip_injected_messages
+    from selftaught.sleep.intake.log import TaskLog
+    from tests.fake_upstream import fake_proxy
+    from tests.test_sleep_proxy import adopt as adopt_project
+
+    home = tmp_path / "home"
+    stage_skills(home, "n1", {"unit-conversion": "UNITS RULE", "sql-queries": "SQL RULE"})
+    adopt_skill(PROJECT, "unit-conversion", home=home)
+    adopt_skill(PROJECT, "sql-queries", home=home)
+    adopt_project(home, PROJECT, "PROJECT RULE", "", "4")
+    with fake_proxy(home, log_at) as (url, _app, upstream):
+        ids = [
+            _chat(url, "please convert 12 km to miles"),
+            _chat(url, "which orders shipped in May? write the query"),
+            _chat(url, "hello there"),  # shares no word with any skill
+        ]
+        sent = [r["messages"] for r in upstream.requests]
+        from tests.test_sleep_proxy import wait_logged
+
+        wait_logged(url, 3)
+    units, sql, none = (m[0]["content"] for m in sent)
+    assert "PROJECT RULE" in units and "PROJECT RULE" in sql and "PROJECT RULE" in none
+    assert "<!-- selftaught:skill name=unit-conversion version=1 -->\nUNITS RULE" in units
+    assert "SQL RULE" not in units and "UNITS RULE" not in sql and "SQL RULE" in sql
+    assert "name=" not in none
+    for messages, text in zip(sent, ("please convert", "which orders", "hello"), strict=True):
+        (client,) = strip_injected_messages(messages)  # both blocks go, the client's stays
+        assert client["role"] == "user" and client["content"].startswith(text)
+    log = TaskLog(log_at)
+    try:
+        routes = [log.get(i).meta["skill_route"] for i in ids]
+    finally:
+        log.close()
+    assert [(r["skill"], r["version"]) for r in routes] == [
+        ("unit-conversion", 1),
+        ("sql-queries", 1),
+        (None, 0),
+    ]
+    assert routes[0]["score"] > 0 and set(routes[0]) >= {"runner_up", "runner_up_score"}
+    assert all("skill_route" not in str(m) for m in sent)  # the decision is logged, not sent
+
+
+def test_a_routed_skill_never_reaches_a_mined_task():
+    """A row whose messages hold what the proxy injected (an agent's transcript, a client that
+    echoes its system prompt back): the project's and the routed skill's blocks, demo turns
+    included, are stripped before anything is mined from it."""
+    from selftaught.demos import Demo, join_skill
+    from selftaught.sleep.adoption.inject import RoutedSkill, inject_adopted
+    from selftaught.sleep.intake.log import Interaction
+    from selftaught.sleep.night.cycle import mine
+    from selftaught.sleep.night.mine import MineConfig
+    from selftaught.sleep.paths import Adopted
+
+    demo = Demo("d1", "convert 1 km to miles", "0.62 miles")
+    routed_body = join_skill("SECRET ROUTED RULE: answer in miles.", [demo])
+    client = [{"role": "system", "content": "Be brief."},
+              {"role": "user", "content": "convert 3 km to miles"}]  # fmt: skip
+    sent = inject_adopted(client, Adopted("PROJECT RULE", "", "2"),
+                          RoutedSkill("unit-conversion", routed_body, 3))  # fmt: skip
+    assert any("SECRET ROUTED RULE" in str(m["content"]) for m in sent)
+    assert {"role": "assistant", "content": "0.62 miles"} in sent  # the demo as a turn
+    tasks, _ = mine([Interaction(messages=sent, reply="1.86 miles", reference="1.86")],
+                    MineConfig())  # fmt: skip
+    (task,) = tasks
+    text = str(task.to_dict())
+    assert "SECRET ROUTED RULE" not in text and "0.62 miles" not in text
+    assert "PROJECT RULE" not in text and "selftaught:" not in text
+    assert task.messages == client

@@ -17,6 +17,11 @@ prior user/assistant turns right after that message; `turns=N` in the marker cou
 (`retrieve=K`) shows, per request, the K demos most similar to it. The client's messages are
 never modified in place.
 
+A project with many skills (`adoption/skill_units.py`) gets, after its own block, the one skill
+the proxy's router picked for the request (`RoutedSkill`), marked the same way with its name
+(`<!-- selftaught:skill name=sql-queries version=2 -->`), so stripping removes it too; its
+demo turns follow the project's (each block's `turns=N` is counted).
+
 A live file (`--target-skill-path`, e.g. AGENTS.md) cannot hold turns: it gets the demos as a
 "Worked examples" section (`adopted_block`).
 
@@ -138,6 +143,15 @@ def adopted_block(adopted: Adopted) -> str:
     return "\n".join(parts)
 
 
+@dataclass(frozen=True)
+class RoutedSkill:
+    """The skill the router chose for one request: its name, adopted body and version."""
+
+    name: str
+    skill: str
+    version: int
+
+
 @dataclass
 class Rendered:
     """What a request gets: the marked system block, the demo turns after it, the demos."""
@@ -161,28 +175,43 @@ def request_text(messages: list[Any]) -> str:
     return "\n".join(out)
 
 
-def render_adopted(messages: list[Any], adopted: Adopted) -> Rendered:
-    """The adopted skill and memory for this request, as `Policy` renders them."""
-    policy = Policy(skill=adopted.skill)
+def _render_skill(messages: list[Any], skill: str, attrs: str) -> Rendered:
+    policy = Policy(skill=skill)
     demos = policy.demos_for(Example("request", request_text(messages)))
     turns = policy.demo_messages("", demos)
     rules = policy.system_prompt(demos)  # rules, and the demos placed in the system prompt
-    attrs = _version(adopted) + (f" turns={len(turns)}" if turns else "")
-    parts = []
-    if rules.strip() or turns:
-        parts.append(_marked("skill", rules, attrs))
+    attrs += f" turns={len(turns)}" if turns else ""
+    block = _marked("skill", rules, attrs) if rules.strip() or turns else ""
+    return Rendered(block, turns, demos)
+
+
+def render_adopted(
+    messages: list[Any], adopted: Adopted, routed: RoutedSkill | None = None
+) -> Rendered:
+    """The adopted skill and memory for this request, as `Policy` renders them, then the
+    routed skill (if any)."""
+    own = _render_skill(messages, adopted.skill, _version(adopted))
+    parts = [own.block] if own.block else []
     if adopted.memory.strip():
         parts.append(_marked("memory", adopted.memory, _version(adopted)))
+    turns, demos = list(own.turns), own.demos
+    if routed is not None:
+        attrs = f" name={routed.name} version={routed.version}"
+        more = _render_skill(messages, routed.skill, attrs)
+        parts += [more.block] if more.block else []
+        turns += more.turns
+        demos += more.demos
     return Rendered("\n".join(parts), turns, demos)
 
 
-def inject_adopted(messages: Any, adopted: Adopted) -> Any:
-    """A copy of `messages` with the adopted skill and memory in it (see the module doc);
-    `messages` itself unchanged (and returned as is when nothing is adopted or it is not a
-    chat list). Raises `RetrievalUnavailable` for a retrieval pool without bm25s."""
-    if adopted.empty or not isinstance(messages, list):
+def inject_adopted(messages: Any, adopted: Adopted, routed: RoutedSkill | None = None) -> Any:
+    """A copy of `messages` with the adopted skill and memory (and the routed skill) in it
+    (see the module doc); `messages` itself unchanged (and returned as is when nothing is
+    adopted or it is not a chat list). Raises `RetrievalUnavailable` for a retrieval pool
+    without bm25s."""
+    if (adopted.empty and routed is None) or not isinstance(messages, list):
         return messages
-    rendered = render_adopted(messages, adopted)
+    rendered = render_adopted(messages, adopted, routed)
     if not rendered.block:
         return messages
     block = rendered.block
@@ -210,12 +239,14 @@ def strip_injected(text: str) -> str:
 
 
 def _injected_turns(text: str) -> int:
-    """How many demo turns the injected skill block in `text` says follow it."""
+    """How many demo turns the injected skill blocks in `text` (the project's and a routed
+    one) say follow them."""
+    count = 0
     for m in _BLOCK.finditer(text):
         if m.group(1) == "skill":
             turns = _TURNS.search(m.group(2))
-            return int(turns.group(1)) if turns else 0
-    return 0
+            count += int(turns.group(1)) if turns else 0
+    return count
 
 
 def _strip_content(content: Any) -> tuple[Any, int] | None:

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.runs import atomic_write_json, atomic_write_text
-from selftaught.skill.routing import SkillCard, SkillRouter
+from selftaught.skill.routing import Route, SkillCard, SkillRouter
 from selftaught.skill.skill_md import render_skill_md
 from selftaught.sleep.adoption import staging
-from selftaught.sleep.adoption.inject import check_no_markers
+from selftaught.sleep.adoption.inject import RoutedSkill, check_no_markers, request_text
 from selftaught.sleep.adoption.staging import Adoption, LiveFiles, StagingError
 from selftaught.sleep.paths import SKILLS_DIR, Unit, project_dir, read_adopted, shared_url
 
@@ -308,8 +308,62 @@ def adopted_skills(project: str, home: Path | None = None) -> list[AdoptedSkill]
     return out
 
 
+_routers: dict[tuple[tuple[str, int], ...], SkillRouter] = {}
+_routers_lock = threading.Lock()
+
+
 def router_for(skills: list[AdoptedSkill]) -> SkillRouter:
-    return SkillRouter([s.card for s in skills])
+    """The BM25 router over these skills' cards (built once per set of skill versions)."""
+    key = tuple((s.name, s.version) for s in skills)
+    with _routers_lock:
+        found = _routers.get(key)
+    if found is None:
+        found = SkillRouter([s.card for s in skills])
+        with _routers_lock:
+            if len(_routers) > 64:  # old sets of versions
+                _routers.clear()
+            _routers[key] = found
+    return found
+
+
+@dataclass(frozen=True)
+class SkillRoute:
+    """A request's routing decision as its row logs it (`Interaction.meta["skill_route"]`):
+    `Route.to_dict()` plus the version of the skill that served it (0: none)."""
+
+    route: Route
+    version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.route.to_dict(), "version": self.version}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> SkillRoute | None:
+        """The logged decision, or None when the row holds none (or not in this shape)."""
+        if not isinstance(d, dict) or not (d.get("skill") is None or isinstance(d["skill"], str)):
+            return None
+        try:
+            version = int(d.get("version") or 0)
+            route = Route(d.get("skill"), float(d.get("score") or 0.0), d.get("runner_up"),
+                          float(d.get("runner_up_score") or 0.0))  # fmt: skip
+        except (TypeError, ValueError):
+            return None
+        return cls(route, version)
+
+
+def route_request(
+    project: str, home: Path | None, messages: list[Any]
+) -> tuple[RoutedSkill | None, SkillRoute | None]:
+    """The skill (if any) a request's user text routes to among the project's adopted skills,
+    and the decision to log; (None, None) when the project has none adopted."""
+    skills = adopted_skills(project, home)
+    if not skills:
+        return None, None
+    route = router_for(skills).route(request_text(messages))
+    chosen = next((s for s in skills if s.name == route.skill), None)
+    if chosen is None:
+        return None, SkillRoute(route, 0)
+    return RoutedSkill(chosen.name, chosen.body, chosen.version), SkillRoute(route, chosen.version)
 
 
 def skill_status_lines(

@@ -548,8 +548,9 @@ def _upstream_body(
     if state.config.inject:
         staged = state.canary.pick(record.id, "serve") if state.canary else None
         adopted = staged.documents if staged else state.adopted()
-        if not adopted.empty:
-            out = wire.inject(out, adopted)
+        routed = _route_skill(state, record)
+        if not adopted.empty or routed is not None:
+            out = wire.inject(out, adopted, routed)
         if adopted.version not in (None, "0"):  # an adapter-only version serves it too
             record.skill_version = adopted.version  # probation tallies by it
         if staged is not None and state.canary is not None:
@@ -558,6 +559,17 @@ def _upstream_body(
     if upstream.model and (upstream.force_model or not body.get("model")):
         out["model"] = upstream.model
     return out
+
+
+def _route_skill(state: ProxyState, record: Interaction) -> Any:
+    """Many skills: the project's adopted skill the request routes to (None: none fits, or
+    none is adopted), the decision logged on the row (`meta["skill_route"]`)."""
+    from selftaught.sleep.adoption.skill_units import route_request
+
+    routed, decision = route_request(state.config.project, state.config.home, record.messages)
+    if decision is not None:
+        record.meta["skill_route"] = decision.to_dict()
+    return routed
 
 
 async def _route_adapter(

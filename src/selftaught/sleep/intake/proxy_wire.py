@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from selftaught.models.base import Message
-from selftaught.sleep.adoption.inject import inject_adopted, render_adopted
+from selftaught.sleep.adoption.inject import RoutedSkill, inject_adopted, render_adopted
 from selftaught.sleep.intake.harvest.common import tool_call
 from selftaught.sleep.intake.storable import storable
 from selftaught.sleep.paths import Adopted
@@ -429,7 +429,9 @@ class Wire:
     def logged(self, body: dict[str, Any]) -> Logged:
         raise NotImplementedError
 
-    def inject(self, body: dict[str, Any], adopted: Adopted) -> dict[str, Any]:
+    def inject(
+        self, body: dict[str, Any], adopted: Adopted, routed: RoutedSkill | None = None
+    ) -> dict[str, Any]:
         raise NotImplementedError
 
     def reply(self, body: Any) -> Reply:
@@ -454,8 +456,10 @@ class ChatWire(Wire):
             },
         )
 
-    def inject(self, body: dict[str, Any], adopted: Adopted) -> dict[str, Any]:
-        return {**body, "messages": inject_adopted(body.get("messages"), adopted)}
+    def inject(
+        self, body: dict[str, Any], adopted: Adopted, routed: RoutedSkill | None = None
+    ) -> dict[str, Any]:
+        return {**body, "messages": inject_adopted(body.get("messages"), adopted, routed)}
 
     def reply(self, body: Any) -> Reply:
         try:
@@ -493,8 +497,10 @@ class MessagesWire(Wire):
             hosted_tools=hosted,
         )
 
-    def inject(self, body: dict[str, Any], adopted: Adopted) -> dict[str, Any]:
-        rendered = render_adopted(self.logged(body).messages, adopted)
+    def inject(
+        self, body: dict[str, Any], adopted: Adopted, routed: RoutedSkill | None = None
+    ) -> dict[str, Any]:
+        rendered = render_adopted(self.logged(body).messages, adopted, routed)
         if not rendered.block:
             return body
         out = {**body, "system": _system_with(body.get("system"), rendered.block)}
@@ -535,8 +541,10 @@ class ResponsesWire(Wire):
             hosted_tools=hosted,
         )
 
-    def inject(self, body: dict[str, Any], adopted: Adopted) -> dict[str, Any]:
-        rendered = render_adopted(self.logged(body).messages, adopted)
+    def inject(
+        self, body: dict[str, Any], adopted: Adopted, routed: RoutedSkill | None = None
+    ) -> dict[str, Any]:
+        rendered = render_adopted(self.logged(body).messages, adopted, routed)
         if not rendered.block:
             return body
         given = body.get("instructions")
