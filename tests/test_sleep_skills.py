@@ -281,3 +281,78 @@ def test_a_routed_skill_never_reaches_a_mined_task():
     assert "SECRET ROUTED RULE" not in text and "0.62 miles" not in text
     assert "PROJECT RULE" not in text and "selftaught:" not in text
     assert task.messages == client
+
+
+# ---- probation per skill ------------------------------------------------------------------------
+
+
+def routed_row(text: str, skill: str | None, version: int, thumb: str):
+    from selftaught.sleep.intake.log import Feedback, Interaction
+
+    meta = {} if skill is None else {"skill_route": {"skill": skill, "version": version,
+            "score": 1.0, "runner_up": None, "runner_up_score": 0.0}}  # fmt: skip
+    return Interaction(messages=[{"role": "user", "content": text}], reply="ok", project=PROJECT,
+                       source="proxy", meta=meta, feedback=Feedback(thumb=thumb))  # fmt: skip
+
+
+def test_a_drop_on_one_skills_rows_rolls_back_that_skill_only(tmp_path, log_at):
+    from selftaught.sleep.adoption.probation import ProbationConfig, skill_probations
+    from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.intake.watch import ProbationWatch
+
+    home = tmp_path / "home"
+    stage_skills(home, "n1", {"unit-conversion": "UNITS ONE", "sql-queries": "SQL ONE"})
+    stage_skills(home, "n2", {"unit-conversion": "UNITS TWO"}, bases={"unit-conversion": 1})
+    adopt_skill(PROJECT, "unit-conversion", "n1", home=home)
+    adopt_skill(PROJECT, "sql-queries", "n1", home=home)
+    adopt_skill(PROJECT, "unit-conversion", "n2", home=home)
+    units, sql = "convert 5 km to miles please", "select the orders of May"
+    rows = [routed_row(units, "unit-conversion", 1, "up") for _ in range(25)]
+    rows += [routed_row(units, "unit-conversion", 2, "down") for _ in range(25)]  # v2: worse
+    rows += [routed_row(sql, "sql-queries", 1, "up") for _ in range(25)]
+    rows += [routed_row(sql, None, 0, "up") for _ in range(25)]  # before sql-queries existed
+    rows += [routed_row("hello there", None, 0, "down") for _ in range(25)]  # no skill's rows
+    log = TaskLog(log_at)
+    log.add_many(rows)
+    config = ProbationConfig(min_outcomes=20)
+    by_skill = {r.skill: r for r in skill_probations(PROJECT, log, home=home, config=config)}
+    units_p, sql_p = by_skill["unit-conversion"], by_skill["sql-queries"]
+    assert units_p.adopted.verdict == "drop" and units_p.current == "2"
+    assert (units_p.adopted.new.outcomes, units_p.adopted.old.outcomes) == (25, 25)
+    # sql-queries' first version against the requests it serves now, served without it
+    assert sql_p.adopted.verdict == "ok" and sql_p.adopted.old.version == "0"
+    assert (sql_p.adopted.new.successes, sql_p.adopted.old.successes) == (25, 25)
+    sql_files = unit_files(home, "sql-queries")
+    watch = ProbationWatch(PROJECT, log_at, home, config, auto_rollback=True, every=1)
+    try:
+        watch.poke()
+        assert watch.wait_idle(60)
+    finally:
+        watch.close()
+    assert watch.error is None
+    assert [(r["skill"], r["from"], r["to"]) for r in watch.rollbacks] == [("unit-conversion", 2, 1)]
+    assert watch.snapshot()["skills"]["sql-queries"]["verdict"] == "ok"
+    assert state(home, "unit-conversion") == (1, "UNITS ONE", [1, 2],
+                                              ["adopt", "adopt", "rollback", "auto_rollback"])  # fmt: skip
+    assert state(home, "sql-queries") == (1, "SQL ONE", [1], ["adopt"])
+    assert unit_files(home, "sql-queries") == sql_files
+    assert staging.events(PROJECT, home) == []  # the project's own unit: untouched
+    log.close()
+
+
+def test_status_shows_each_skills_probation(tmp_path, monkeypatch):
+    from selftaught.sleep.intake.log import TaskLog
+
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path))
+    stage_skills(tmp_path, "n1", {"unit-conversion": "UNITS ONE"})
+    stage_skills(tmp_path, "n2", {"unit-conversion": "UNITS TWO"}, bases={"unit-conversion": 1})
+    adopt_skill(PROJECT, "unit-conversion", "n1", home=tmp_path)
+    adopt_skill(PROJECT, "unit-conversion", "n2", home=tmp_path)
+    text = "convert 5 km to miles please"
+    with TaskLog(tmp_path / "log.db") as log:
+        log.add_many([routed_row(text, "unit-conversion", 1, "up") for _ in range(25)]
+                     + [routed_row(text, "unit-conversion", 2, "down") for _ in range(25)])  # fmt: skip
+    out = CliRunner().invoke(cli.app, ["sleep", "status", "--project", PROJECT])
+    assert out.exit_code == 0, out.output
+    assert "probation of skill unit-conversion: version 2 vs version 1" in out.output
+    assert "sleep rollback 1 --project demo --skill unit-conversion" in out.output

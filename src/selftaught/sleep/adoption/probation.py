@@ -33,6 +33,14 @@ with Newcombe's hybrid score interval. Verdict: `too_few` (a side has fewer than
 `min_outcomes` outcomes), `drop` (the difference's interval lies wholly below 0), else `ok`.
 With `auto_rollback` a drop rolls back to the version replaced (`maybe_roll_back`), recorded
 as an `auto_rollback` event with the statistics in events.jsonl.
+
+A project's many skills (`adoption/skill_units.py`) are each on probation on their own
+(`skill_probations`): the proxy logs which skill and version served each request
+(`meta["skill_route"]`), so skill S's version N is tallied on the rows routed to S at version
+N, and compared with the version it replaced on the rows routed to S at that version. When
+it replaced version 0 (S was new), that side is the rows served with no skill that the
+router, with the skills adopted now, sends to S: the requests S serves now, served without
+it. A drop rolls back S alone (an `auto_rollback` event in S's unit).
 """
 
 from __future__ import annotations
@@ -45,9 +53,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from collections.abc import Callable
+
 from selftaught.errors import ConfigError, SelftaughtError
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Feedback, Interaction, LogFilter, TaskLog
+from selftaught.sleep.paths import Owner, Unit, as_unit
 from selftaught.stats import newcombe_interval, wilson_interval, z_for
 
 STAGED = "staged:"  # the prefix of a staged proposal's version label
@@ -278,14 +289,20 @@ class Probation:
     staged: list[Comparison] = field(default_factory=list)
     config: ProbationConfig = field(default_factory=ProbationConfig)
     left_out_ids: int = 0  # interactions some version was trained or gated on
+    skill: str | None = None  # one of the project's many skills (None: the project's own)
 
     @property
     def drop(self) -> bool:
         return self.adopted is not None and self.adopted.verdict == "drop"
 
+    @property
+    def unit(self) -> Unit:
+        return Unit(self.project, self.skill)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "project": self.project,
+            "skill": self.skill,
             "current": self.current,
             "config": asdict(self.config),
             "left_out_ids": self.left_out_ids,
@@ -315,14 +332,18 @@ def evaluate(
     lineage: Lineage,
     config: ProbationConfig | None = None,
     project: str = "",
+    served: Callable[[Interaction], str | None] = served_by,
+    skill: str | None = None,
 ) -> Probation:
-    """The tallies and verdicts of one project's rows (pure: reads nothing else)."""
+    """The tallies and verdicts of one project's rows (pure: reads nothing else); `served`
+    labels each row with the version that answered it (None: not counted), `skill_served`'s
+    for one of its skills."""
     config = config or ProbationConfig()
     rows = list(rows)
     by_id = {it.id: it for it in rows}
     tallies: dict[str, Tally] = {}
     for it in rows:
-        label = served_by(it)
+        label = served(it)
         if label is None:
             continue
         t = tallies.setdefault(label, Tally(label))
@@ -360,8 +381,29 @@ def evaluate(
     ]
     ordered = [tallies[k] for k in sorted(tallies, key=_order)]
     return Probation(
-        project, lineage.current, ordered, adopted, staged, config, len(lineage.trained)
+        project, lineage.current, ordered, adopted, staged, config, len(lineage.trained), skill
     )
+
+
+def skill_served(
+    name: str, routes_to: Callable[[Interaction], str | None] | None = None
+) -> Callable[[Interaction], str | None]:
+    """The label of a row for skill `name`'s probation: the version of `name` that served it
+    (`meta["skill_route"]`); "0" for a row served with no skill that `routes_to` (the router
+    over the skills adopted now) sends to `name`; else None (not its row)."""
+    from selftaught.sleep.adoption.skill_units import SkillRoute
+
+    def label(it: Interaction) -> str | None:
+        if it.source != "proxy":
+            return None
+        logged = SkillRoute.from_dict((it.meta or {}).get("skill_route"))
+        if logged is not None and logged.route.skill is not None:
+            return str(logged.version) if logged.route.skill == name else None
+        if routes_to is not None and it.shadow_of is None and routes_to(it) == name:
+            return "0"
+        return None
+
+    return label
 
 
 # ---- reading a project -----------------------------------------------------------------------
@@ -388,11 +430,13 @@ def trained_ids(night_dir: Path) -> frozenset[str]:
     return _trained_in(path, (st.st_mtime_ns, st.st_size))
 
 
-def read_lineage(project: str, home: Path | None = None) -> Lineage:
-    """The project's current version, the one it replaced, the staged proposals waiting, and
-    every interaction a version's night (adopted or staged) trained or gated on."""
+def read_lineage(project: Owner, home: Path | None = None) -> Lineage:
+    """The unit's current version, the one it replaced, the staged proposals waiting (the
+    project's own, for a canary), and every interaction a version's night (adopted or
+    staged) trained or gated on."""
+    unit = as_unit(project)
     current = staging.current_version(project, home)
-    nights = staging.nights_dir(project, home)
+    nights = staging.nights_dir(unit.project, home)
     trained: set[str] = set()
     replaced = None
     for row in staging.history(project, home)[1:]:
@@ -401,7 +445,7 @@ def read_lineage(project: str, home: Path | None = None) -> Lineage:
         if row["version"] == current and row.get("replaced") is not None:
             replaced = str(row["replaced"])
     staged = []
-    for path, report in staging.list_nights(project, home):
+    for path, report in staging.list_nights(unit.project, home) if unit.skill is None else ():
         if report.get("status") == "staged":
             staged.append(STAGED + path.name)
             trained |= trained_ids(path)
@@ -425,10 +469,43 @@ def probation_for(
     return evaluate(log.query(flt), lineage, config, project)
 
 
+def skill_probations(
+    project: str,
+    log: TaskLog,
+    *,
+    home: Path | None = None,
+    config: ProbationConfig | None = None,
+) -> list[Probation]:
+    """The probation of each of the project's adopted skills (see the module doc), from one
+    read of its rows."""
+    from selftaught.sleep.adoption.inject import request_text
+    from selftaught.sleep.adoption.skill_units import adopted_skills, router_for
+
+    skills = adopted_skills(project, home)
+    if not skills:
+        return []
+    router = router_for(skills)
+    memo: dict[str, str | None] = {}
+
+    def routes_to(it: Interaction) -> str | None:
+        if it.id not in memo:
+            memo[it.id] = router.route(request_text(it.messages)).skill
+        return memo[it.id]
+
+    rows = list(log.query(LogFilter(project=project, newest_first=False)))
+    out = []
+    for skill in skills:
+        unit = Unit(project, skill.name)
+        lineage = read_lineage(unit, home)
+        served = skill_served(skill.name, routes_to)
+        out.append(evaluate(rows, lineage, config, project, served, skill.name))
+    return out
+
+
 # ---- acting on a drop -------------------------------------------------------------------------
 
 
-def _brought_back(project: str, version: int, home: Path | None) -> bool:
+def _brought_back(project: Owner, version: int, home: Path | None) -> bool:
     """The user adopted `version` again after an automatic rollback took it away: their call
     stands (warned, not rolled back again)."""
     rows = staging.events(project, home)
@@ -443,7 +520,7 @@ def _brought_back(project: str, version: int, home: Path | None) -> bool:
 
 
 def maybe_roll_back(
-    project: str, result: Probation, *, home: Path | None = None, by: str = "cli"
+    project: Owner, result: Probation, *, home: Path | None = None, by: str = "cli"
 ) -> staging.Adoption | None:
     """On a drop, roll back to the version replaced and record an `auto_rollback` event with
     the statistics; None when there is no drop, the adopted version changed since `result`
@@ -475,18 +552,21 @@ def maybe_roll_back(
 
 def status_lines(result: Probation, project: str) -> list[str]:
     """`sleep status`: the probation line(s), and a WARNING on a drop."""
+    head = "probation" if result.skill is None else f"probation of skill {result.skill}"
+    of = "" if result.skill is None else f" of skill {result.skill}"
     if result.adopted is None:
         what = "nothing adopted" if result.current == "0" else "no earlier version recorded"
-        lines = [f"  probation: {what}, nothing to compare"]
+        lines = [f"  {head}: {what}, nothing to compare"]
     else:
-        lines = [f"  probation: {result.adopted.line()}"]
+        lines = [f"  {head}: {result.adopted.line()}"]
     if result.drop and result.adopted is not None:
         new, old = result.adopted.new.version, result.adopted.old.version
+        flag = "" if result.skill is None else f" --skill {result.skill}"
         lines.append(
-            f"  WARNING: version {new} does worse than version {old} on live traffic (the "
+            f"  WARNING: version {new}{of} does worse than version {old} on live traffic (the "
             f"{result.config.confidence:.0%} interval of the difference is below 0): "
-            f"`selftaught sleep rollback {old} --project {project}` returns to it (the proxy's "
-            "--auto-rollback does it by itself)"
+            f"`selftaught sleep rollback {old} --project {project}{flag}` returns to it (the "
+            "proxy's --auto-rollback does it by itself)"
         )
     for comp in result.staged:
         lines.append(f"  canary: {comp.line()}")

@@ -379,6 +379,7 @@ def skill_status_lines(
             f"  skill {name}: version {version} adopted"
             + (f" (versions: {', '.join(map(str, known))})" if known else "")
         )
+    lines += _probation_lines(project, home, log_path)
     waiting = []
     for night_dir, report in staging.list_nights(project, home):
         for entry in staged_skills(report):
@@ -390,3 +391,21 @@ def skill_status_lines(
             f"--project {project}`"
         )
     return lines
+
+
+def _probation_lines(project: str, home: Path | None, log_path: Path | str | None) -> list[str]:
+    """Each adopted skill's probation line (nothing without a log)."""
+    from selftaught.errors import SelftaughtError
+    from selftaught.sleep.adoption.probation import skill_probations, status_lines
+    from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.paths import default_log_path
+
+    path = log_path or default_log_path()
+    if isinstance(path, Path) and not path.exists():  # a postgresql:// URL is a str
+        return []
+    try:
+        with TaskLog(path) as log:
+            results = skill_probations(project, log, home=home)
+    except SelftaughtError as err:
+        return [f"  probation of skills: unknown ({err})"]
+    return [line for r in results for line in status_lines(r, project)]

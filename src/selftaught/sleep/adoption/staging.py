@@ -216,12 +216,17 @@ def last_models(project: str, home: Path | None = None) -> tuple[str, dict[str, 
     return None
 
 
+def own_proposal(report: dict[str, Any]) -> bool:
+    """The night proposes something for the project itself (a night that staged only some of
+    its many skills, `skills`, does not)."""
+    return report.get("proposal") is not None or not report.get("skills")
+
+
 def resolve_night(project: str, night: str | None, home: Path | None = None) -> Path:
     """A night folder by id (or a unique prefix); None: the newest staged, unadopted one."""
     nights = list_nights(project, home)
     if night is None:
-        # a night that staged only skills (`skills`) has no project proposal to adopt here
-        staged = [p for p, r in nights if r.get("status") == "staged" and r.get("proposal")]
+        staged = [p for p, r in nights if r.get("status") == "staged" and own_proposal(r)]
         if not staged:
             raise StagingError(
                 f"project {project!r} has no staged proposal waiting "
@@ -598,7 +603,7 @@ def _check_adoptable(
             f"night {night_dir.name} has nothing to adopt (status {status}: "
             f"{report.get('reason') or 'no proposal'})"
         )
-    if not report.get("proposal") and report.get("skills"):
+    if not own_proposal(report):
         raise StagingError(
             f"night {night_dir.name} staged skills only: adopt each with "
             "`selftaught sleep adopt --skill NAME` (`sleep status` lists them)"

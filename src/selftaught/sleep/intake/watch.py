@@ -14,7 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from selftaught.sleep.adoption.probation import ProbationConfig, maybe_roll_back, probation_for
+from selftaught.sleep.adoption.probation import (
+    ProbationConfig,
+    maybe_roll_back,
+    probation_for,
+    skill_probations,
+)
 from selftaught.sleep.intake.log import TaskLog
 
 
@@ -102,7 +107,24 @@ class ProbationWatch:
                 row = {"time": time.time(), "from": done.previous, "to": done.version}
                 self.rollbacks.append(row)
                 summary["rolled_back"] = row
+        summary["skills"] = self._check_skills(log)
         self.last = summary
+
+    def _check_skills(self, log: TaskLog) -> dict[str, Any]:
+        """Each adopted skill's verdict (many skills); with `auto_rollback` a drop rolls back
+        that skill alone."""
+        out: dict[str, Any] = {}
+        for result in skill_probations(self.project, log, home=self.home, config=self.config):
+            adopted = result.adopted
+            out[str(result.skill)] = row = {"verdict": adopted.verdict if adopted else None}
+            if self.auto_rollback:
+                done = maybe_roll_back(result.unit, result, home=self.home, by="proxy")
+                if done is not None:
+                    rolled = {"time": time.time(), "skill": result.skill,
+                              "from": done.previous, "to": done.version}  # fmt: skip
+                    self.rollbacks.append(rolled)
+                    row["rolled_back"] = rolled
+        return out
 
     def snapshot(self) -> dict[str, Any]:
         """What /health shows: the last verdict, the rollbacks done, a failed check."""
@@ -119,6 +141,7 @@ class ProbationWatch:
             else None,
             "adopted": adopted,
             "staged": last.get("staged", []),
+            "skills": last.get("skills", {}),
             "rollbacks": self.rollbacks,
             "error": self.error,
         }

@@ -753,7 +753,7 @@ def status_lines(
             if status == "running" and (holder or {}).get("night") != last["night"]:
                 status, reason = "interrupted", "it stopped before it finished (killed or crashed)"
             lines.append(f"  last night {last['night']}: {status} — {reason}")
-        staged = [r for _, r in nights if r.get("status") == "staged" and r.get("proposal")]
+        staged = [r for _, r in nights if r["status"] == "staged" and staging.own_proposal(r)]
         if staged:
             lines.append(
                 f"  waiting to be adopted: night {staged[-1]['night']} "
