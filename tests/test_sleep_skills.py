@@ -34,7 +34,7 @@ CARDS = {
 }
 
 
-def stage_skills(home: Path, night: str, bodies: dict[str, str], bases: dict[str, int] | None = None):
+def stage_skills(home: Path, night: str, bodies: dict[str, str], bases: dict | None = None):
     """A night that staged `bodies` (skill name -> body), as a many-skills night leaves it."""
     folder = staging.nights_dir(PROJECT, home) / night
     entries = []
@@ -147,9 +147,7 @@ skill_units.adopt_skill("demo", "unit-conversion", "n2", home=home)
 """
 
 
-def test_a_kill_mid_adopt_of_a_skill_is_completed_and_the_other_skill_untouched(
-    tmp_path, log_at
-):
+def test_a_kill_mid_adopt_of_a_skill_is_completed_and_the_other_skill_untouched(tmp_path, log_at):
     home = tmp_path / "home"
     stage_skills(home, "n1", {"unit-conversion": "UNITS ONE", "sql-queries": "SQL ONE"})
     stage_skills(home, "n2", {"unit-conversion": "UNITS TWO"}, bases={"unit-conversion": 1})
@@ -330,10 +328,11 @@ def test_a_drop_on_one_skills_rows_rolls_back_that_skill_only(tmp_path, log_at):
     finally:
         watch.close()
     assert watch.error is None
-    assert [(r["skill"], r["from"], r["to"]) for r in watch.rollbacks] == [("unit-conversion", 2, 1)]
+    rolled = [(r["skill"], r["from"], r["to"]) for r in watch.rollbacks]
+    assert rolled == [("unit-conversion", 2, 1)]
     assert watch.snapshot()["skills"]["sql-queries"]["verdict"] == "ok"
-    assert state(home, "unit-conversion") == (1, "UNITS ONE", [1, 2],
-                                              ["adopt", "adopt", "rollback", "auto_rollback"])  # fmt: skip
+    events = ["adopt", "adopt", "rollback", "auto_rollback"]
+    assert state(home, "unit-conversion") == (1, "UNITS ONE", [1, 2], events)
     assert state(home, "sql-queries") == (1, "SQL ONE", [1], ["adopt"])
     assert unit_files(home, "sql-queries") == sql_files
     assert staging.events(PROJECT, home) == []  # the project's own unit: untouched
@@ -350,8 +349,8 @@ def test_status_shows_each_skills_probation(tmp_path, monkeypatch):
     adopt_skill(PROJECT, "unit-conversion", "n2", home=tmp_path)
     text = "convert 5 km to miles please"
     with TaskLog(tmp_path / "log.db") as log:
-        log.add_many([routed_row(text, "unit-conversion", 1, "up") for _ in range(25)]
-                     + [routed_row(text, "unit-conversion", 2, "down") for _ in range(25)])  # fmt: skip
+        log.add_many([routed_row(text, "unit-conversion", v, t) for v, t in [(1, "up"), (2, "down")]
+                      for _ in range(25)])  # fmt: skip
     out = CliRunner().invoke(cli.app, ["sleep", "status", "--project", PROJECT])
     assert out.exit_code == 0, out.output
     assert "probation of skill unit-conversion: version 2 vs version 1" in out.output

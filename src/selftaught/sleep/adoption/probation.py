@@ -48,12 +48,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
-
-from collections.abc import Callable
 
 from selftaught.errors import ConfigError, SelftaughtError
 from selftaught.sleep.adoption import staging
