@@ -355,3 +355,87 @@ def test_status_shows_each_skills_probation(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     assert "probation of skill unit-conversion: version 2 vs version 1" in out.output
     assert "sleep rollback 1 --project demo --skill unit-conversion" in out.output
+
+
+# ---- a night that trains many skills -----------------------------------------------------------
+
+INTENTS = {"alpha": "Fruit stall apples pears:", "beta": "Invoice ledger totals:"}
+
+
+def fill_two_intents(home: Path, log_at, n: int = 12) -> None:
+    """Rows of two intents (their own words), each corrected by the operator; a question is
+    solved only when the system prompt holds its intent's rule (`tests.scripted`)."""
+    from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
+
+    log = TaskLog(log_at)
+    for i in range(n):
+        for rule, words_ in INTENTS.items():
+            a, b = i + 1, 7 * i + (3 if rule == "alpha" else 5)
+            log.add(Interaction(
+                messages=[{"role": "user", "content": f"{words_} [needs {rule}] What is {a} + {b}?"}],
+                reply=f"Answer: {a + b + 1}", project=PROJECT, source="proxy",
+                feedback=Feedback(thumb="down", reference=str(a + b))))  # fmt: skip
+    log.close()
+
+
+def two_rule_models():
+    from selftaught.sleep.night.cycle import NightModels
+    from tests.scripted import append, canned_analyst, edits_json, rule_target, user_of
+
+    def failure(messages):
+        rule = "beta" if "[needs beta]" in user_of(messages) else "alpha"
+        return edits_json(append(f"rule {rule}"))
+
+    analyst = canned_analyst(failure=failure)
+    return NightModels(rule_target(), "scripted-target", analyst, "scripted-analyst")
+
+
+def test_a_night_with_two_intents_stages_two_skills_each_adopted_alone(tmp_path, log_at):
+    from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+
+    home = tmp_path / "home"
+    fill_two_intents(home, log_at)
+    cfg = SleepConfig(home=home, log_path=log_at, training=night_training_defaults(),
+                      many_skills=True)  # fmt: skip
+    (night,) = run_night(cfg, models=two_rule_models())
+    report = staging.read_report(night.night_dir)
+    assert night.status == "staged", report["reason"]
+    skills = {e["name"]: e for e in report["skills"]}
+    assert len(skills) == 2 and all(e["status"] == "staged" for e in skills.values())
+    by_rule = {}
+    for name, entry in skills.items():
+        body = (night.night_dir / "skills" / name / "proposal" / "skill.md").read_text()
+        rule = "alpha" if "rule alpha" in body else "beta"
+        by_rule[rule] = name
+        assert f"rule {'beta' if rule == 'alpha' else 'alpha'}" not in body  # its own only
+        assert entry["own_val"]["after"] > entry["own_val"]["before"]
+        assert entry["whole_val"]["after"] > entry["whole_val"]["before"]
+        assert entry["tasks"] and all(f"[needs {rule}]" in t for t in entry["tasks"])
+        skill_md = (night.night_dir / "skills" / name / "proposal" / "SKILL.md").read_text()
+        assert skill_md.startswith(f"---\nname: {name}\ndescription: ")
+    assert set(by_rule) == {"alpha", "beta"}
+    assert report["skill_set"]["staged"] == 2 and "proposal" not in report
+    assert not (night.night_dir / "proposal").exists()  # nothing for the project itself
+    adopt_skill(PROJECT, by_rule["alpha"], home=home)
+    assert staging.current_version(Unit(PROJECT, by_rule["alpha"]), home) == 1
+    assert staging.current_version(Unit(PROJECT, by_rule["beta"]), home) == 0  # not adopted
+    assert staging.current_version(PROJECT, home) == 0
+
+
+def test_auto_adopt_adopts_each_accepted_skill_and_the_next_night_starts_from_them(tmp_path):
+    from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+
+    fill_two_intents(tmp_path, tmp_path / "log.db")
+    cfg = SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", auto_adopt=True,
+                      training=night_training_defaults(), many_skills=True)  # fmt: skip
+    (night,) = run_night(cfg, models=two_rule_models())
+    assert night.status == "adopted"
+    served = adopted_skills(PROJECT, tmp_path)
+    assert len(served) == 2 and all(s.version == 1 for s in served)
+    fill_two_intents(tmp_path, tmp_path / "log.db", n=12)  # more of the same: nothing to add
+    (second,) = run_night(cfg, models=two_rule_models())
+    report = staging.read_report(second.night_dir)
+    # the tasks joined the adopted skills (by their cards), which already solve them
+    assert {e["name"] for e in report["skills"]} == {s.name for s in served}
+    assert all(e["status"] == "rejected" for e in report["skills"])
+    assert second.status == "no_proposal"

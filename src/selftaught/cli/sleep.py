@@ -598,6 +598,10 @@ NIGHT_FLAGS = {
     "auto_adopt": "auto_adopt",
     "follow_symlinks": "follow_symlinks",
     "report_to": "report_to",
+    # many skills (nightskills): `--skills`, `--skill-min-tasks`, `--max-skills`
+    "many_skills": "skills",
+    "skill_min_tasks": "skill_min_tasks",
+    "max_skills": "max_skills",
 }
 SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
 DEMO_MODE_FLAGS = ("retrieval", "retrieve_k")

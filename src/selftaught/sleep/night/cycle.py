@@ -234,6 +234,15 @@ class SleepConfig:
     plus DPO where the log holds rejected replies with their corrections)."""
     weight_training: WeightNightConfig = field(default_factory=WeightNightConfig)
     """The adapter's training: step and wall-clock caps, LoRA rank, batch, replays."""
+    # many skills (nightskills): one skill per cluster of tasks, each staged on its own
+    many_skills: bool = False
+    """Cluster the night's tasks by intent and train one skill per cluster instead of the
+    project's one skill and memory; each is staged, adopted (`sleep adopt --skill NAME`),
+    rolled back and on probation on its own, and the proxy routes each request to one."""
+    skill_min_tasks: int = 4
+    """With --skills: train tasks a cluster needs to get a skill of its own."""
+    max_skills: int = 8
+    """With --skills: at most this many skills trained a night."""
     progress: bool = False
     report_to: str = "none"
     """Experiment tracker each project's night is logged to: `none`, `trackio`, `mlflow` or
@@ -270,6 +279,8 @@ class SleepConfig:
             "miner_model": None if self.miner_model == MINER_OFF else self.miner_model,
         }
         check_cmd_replay(roles, self.allow_cmd_replay)
+        if self.many_skills and (self.weights != "off" or self.skill_min_tasks < 1):
+            raise ConfigError("many_skills trains text skills only (weights off, min tasks >= 1)")
 
 
 @dataclass
@@ -1200,6 +1211,14 @@ def _learn(
     agent = is_agent(models.target)  # replays on the agent itself, else on a chat model:
     task = AgentNightTask(project, splits) if agent else night_task(project, splits)
     report["replay"] = "agent" if agent else "episode" if is_tool_task(task) else "reply"
+    if config.many_skills:  # many skills (nightskills): one skill per cluster, staged apart
+        from selftaught.sleep.night.skills import learn_skills
+
+        home = config.home or sleep_home()
+        with _timed(report, "skills"):
+            learn_skills(report, project, task, config, models, night_dir, evidence,
+                         mined.ledger, console, home)  # fmt: skip
+        return
     with _timed(report, "text"):
         result = consolidate(
             config.training,
@@ -1289,6 +1308,11 @@ def _auto_adopt(
     console: Console,
 ) -> ProjectNight:
     project = outcome.project
+    if config.many_skills:  # each staged skill in its own unit (nightskills)
+        from selftaught.sleep.night.skills import auto_adopt_skills
+
+        auto_adopt_skills(project, night_dir, home, console)
+        return ProjectNight.from_report(project, night_dir, staging.read_report(night_dir))
     try:
         adoption = staging.adopt(
             project,

@@ -1,0 +1,180 @@
+"""A night that trains many skills (`SleepConfig.many_skills`, `sleep run --skills`).
+
+After mining and the split, the night clusters its train tasks by intent, starting from the
+project's adopted skills (a task their router sends to one joins it), and trains one skill per
+cluster with enough tasks (`skill_min_tasks`, at most `max_skills`), each gated on its own
+cluster's val and on the whole val (`selftaught.skill.skillset`). Each accepted skill is staged
+on its own under `nights/<night>/skills/<name>/proposal/` with its report entry
+(`skill_units.StagedSkill`, report.json `skills[]`), and adopted on its own with
+`sleep adopt --skill NAME` (`--auto-adopt`: each accepted one). The night's own skill and
+memory are not trained on such a night: the skills stand in for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from selftaught.models.errors import FatalBackendError
+from selftaught.models.usage import TrackedModel, UsageLedger
+from selftaught.skill.skill_md import SkillFile
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption.skill_units import (
+    StagedSkill,
+    ValPair,
+    adopt_skill,
+    adopted_skills,
+    router_tasks,
+    write_skill_proposal,
+)
+from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.paths import Unit
+
+try:
+    from selftaught.skill.skillset import SkillSetConfig, cluster_tasks, train_skill_set
+except ImportError:  # until skillset lands
+    from selftaught.sleep.night.skillset_shim import (  # type: ignore[assignment]
+        SkillSetConfig,
+        cluster_tasks,
+        train_skill_set,
+    )
+
+
+@dataclass(frozen=True)
+class SkillSetSummary:
+    """report.json `skill_set`: how the night's tasks were shared among skills."""
+
+    clusters: int
+    staged: int
+    unrouted_train: int
+    unrouted_val: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clusters": self.clusters,
+            "staged": self.staged,
+            "unrouted_train": self.unrouted_train,
+            "unrouted_val": self.unrouted_val,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SkillSetSummary:
+        return cls(*(int(d.get(k) or 0) for k in ("clusters", "staged", "unrouted_train",
+                                                   "unrouted_val")))  # fmt: skip
+
+
+def _pair(before: Any, after: Any) -> ValPair | None:
+    if before is None or after is None:
+        return None
+    return ValPair(float(before.hard), float(after.hard), int(after.n))
+
+
+def _entry(project: str, outcome: Any, inputs: dict[str, str], home: Path) -> StagedSkill:
+    cluster = outcome.cluster
+    whole = outcome.whole_val
+    return StagedSkill(
+        name=cluster.card.name,
+        description=cluster.card.description,
+        status="staged" if outcome.accepted else "rejected",
+        reason=outcome.reason,
+        base_version=staging.current_version(Unit(project, cluster.card.name), home),
+        train_ids=tuple(cluster.train_ids),
+        val_ids=tuple(cluster.val_ids),
+        tasks=router_tasks([inputs[i] for i in cluster.train_ids if i in inputs]),
+        own_val=_pair(outcome.own_before, outcome.own_after),
+        whole_val=_pair(whole.before, whole.after) if whole is not None else None,
+    )
+
+
+def learn_skills(
+    report: dict[str, Any],
+    project: str,
+    task: Any,
+    config: Any,
+    models: Any,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    ledger: UsageLedger,
+    console: Console,
+    home: Path,
+) -> None:
+    """Cluster, train and gate one skill per cluster, stage the accepted ones; the night's
+    status and reason say what was staged (`config`: the `SleepConfig`)."""
+    if models.judge is not None:
+        from selftaught.tasks.scorers import LlmJudge
+
+        judge = EvidenceModel(models.judge, evidence, "judge")
+        task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
+    start = [SkillFile(s.card, s.body) for s in adopted_skills(project, home)]
+    train, val = task.examples("train"), task.examples("val")
+    set_config = SkillSetConfig(min_tasks=config.skill_min_tasks, max_skills=config.max_skills)
+    clusters = cluster_tasks(train, val, set_config, start)
+    target = TrackedModel(EvidenceModel(models.target, evidence, "target"), ledger, "target")
+    analyst = EvidenceModel(models.optimizer, evidence, "optimizer")
+    try:
+        result = train_skill_set(
+            task,
+            target,
+            TrackedModel(analyst, ledger, "optimizer"),
+            output_dir=night_dir / "skillset",
+            config=config.training,
+            set_config=set_config,
+            start=start,
+            clusters=clusters,
+            progress=config.progress,
+            console=console,
+        )
+    except FatalBackendError as err:
+        report["usage"] = ledger.to_dict()
+        report.update(status="backend_failed", reason=f"training the skills: {err}")
+        return
+    inputs = {ex.id: ex.prompt_text() for ex in train}
+    entries = [_entry(project, o, inputs, home) for o in result.outcomes]
+    for entry, outcome in zip(entries, result.outcomes, strict=True):
+        if entry.status == "staged":
+            write_skill_proposal(night_dir, project, entry, outcome.trained_body, home)
+    staged = [e.name for e in entries if e.status == "staged"]
+    summary = SkillSetSummary(
+        len(clusters), len(staged), len(result.unrouted_train), len(result.unrouted_val)
+    )
+    report.update(skills=[e.to_dict() for e in entries], skill_set=summary.to_dict())
+    report["usage"] = ledger.to_dict()
+    if staged:
+        report.update(
+            status="staged",
+            reason=f"{len(staged)} of {len(entries)} skills staged ({', '.join(staged)}): "
+            f"`selftaught sleep adopt --skill NAME --project {project}` adopts each",
+        )
+        return
+    why = "; ".join(f"{e.name}: {e.reason}" for e in entries) or (
+        f"no cluster of at least {config.skill_min_tasks} train tasks"
+    )
+    report.update(status="no_proposal", reason=f"no skill was staged ({why})")
+
+
+def auto_adopt_skills(
+    project: str, night_dir: Path, home: Path, console: Console
+) -> list[tuple[str, int]]:
+    """Adopt each skill the night staged (`--auto-adopt`); the night is `adopted` once none
+    waits. Returns (skill, version) of each adopted."""
+    done = []
+    for entry in [e for e in staging.read_report(night_dir).get("skills") or []]:
+        if entry.get("status") != "staged":
+            continue
+        try:
+            adoption = adopt_skill(project, entry["name"], night_dir.name, home=home)
+        except staging.StagingError as err:  # e.g. that skill changed meanwhile
+            console.print(f"[bold yellow]warning:[/] {project}: skill not adopted: {err}")
+            continue
+        done.append((str(entry["name"]), adoption.version))
+        console.print(f"{project}: adopted skill {entry['name']} as its version {adoption.version}")
+    report = staging.read_report(night_dir)
+    if done and not any(e.get("status") == "staged" for e in report.get("skills") or []):
+        from selftaught.runs import atomic_write_json
+
+        report["status"] = "adopted"
+        atomic_write_json(night_dir / "report.json", report)
+    return done
