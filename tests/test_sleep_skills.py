@@ -371,8 +371,9 @@ def fill_two_intents(home: Path, log_at, n: int = 12) -> None:
     for i in range(n):
         for rule, words_ in INTENTS.items():
             a, b = i + 1, 7 * i + (3 if rule == "alpha" else 5)
+            text = f"{words_} [needs {rule}] What is {a} + {b}?"
             log.add(Interaction(
-                messages=[{"role": "user", "content": f"{words_} [needs {rule}] What is {a} + {b}?"}],
+                messages=[{"role": "user", "content": text}],
                 reply=f"Answer: {a + b + 1}", project=PROJECT, source="proxy",
                 feedback=Feedback(thumb="down", reference=str(a + b))))  # fmt: skip
     log.close()
