@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,16 +259,49 @@ class AdoptedSkill:
 
 @dataclass
 class _Shelf:
-    """The proxy's cache of a project's adopted skills: the names are re-listed every
-    `LIST_S` seconds (a directory listing, or one query with a Postgres log), each unit's
-    adopted text is `read_adopted`'s own cache, a version's card is read once."""
+    """The proxy's cache of a project's adopted skills: the names are listed per request (a
+    directory listing), or with a Postgres log re-read every `LIST_S` seconds in a thread of
+    its own (a request never waits on the database; an outage keeps the last list); each
+    unit's adopted text is `read_adopted`'s own cache, a version's card is read once."""
 
     names: tuple[float, list[str]] | None = None
     cards: dict[tuple[str, int], SkillCard | None] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    refreshing: bool = False
 
 
 LIST_S = 1.0
+
+
+def _list_now(project: str, home: Path | None, shelf: _Shelf) -> list[str]:
+    from selftaught.sleep.store import LogError
+
+    try:
+        names = skill_names(project, home)
+    except LogError:  # the database is away: the last list stands, tried again in LIST_S
+        with shelf.lock:
+            names = shelf.names[1] if shelf.names else []
+    with shelf.lock:
+        shelf.names = (time.monotonic(), names)
+        shelf.refreshing = False
+    return names
+
+
+def _names(project: str, home: Path | None, shelf: _Shelf) -> list[str]:
+    if shared_url() is None:  # files: a listing per request, so an adopt applies at once
+        return skill_names(project, home)
+    with shelf.lock:
+        listed = shelf.names
+        due = listed is None or time.monotonic() - listed[0] > LIST_S
+        background = due and listed is not None and shared_url() is not None
+        if background and not shelf.refreshing:
+            shelf.refreshing = True
+            threading.Thread(target=_list_now, args=(project, home, shelf), daemon=True).start()
+    if listed is not None and (background or not due):
+        return listed[1]
+    return _list_now(project, home, shelf)
+
+
 _shelves: dict[tuple[str, Path | None, str | None], _Shelf] = {}
 
 
@@ -288,15 +322,8 @@ def _card(unit: Unit, version: int, home: Path | None, shelf: _Shelf) -> SkillCa
 def adopted_skills(project: str, home: Path | None = None) -> list[AdoptedSkill]:
     """The project's skills adopted now (version >= 1), cheap enough to call per request."""
     shelf = _shelves.setdefault((project, home, shared_url()), _Shelf())
-    now = time.monotonic()
-    with shelf.lock:
-        listed = shelf.names
-    if listed is None or now - listed[0] > LIST_S:
-        listed = (now, skill_names(project, home))
-        with shelf.lock:
-            shelf.names = listed
     out = []
-    for name in listed[1]:
+    for name in _names(project, home, shelf):
         unit = Unit(project, name)
         adopted = read_adopted(unit, home)
         version = int(adopted.version) if (adopted.version or "").isdigit() else 0
@@ -367,9 +394,10 @@ def route_request(
 
 
 def skill_status_lines(
-    project: str, home: Path | None = None, log_path: Path | str | None = None
+    project: str, home: Path | None = None, probation: Sequence[str] = ()
 ) -> list[str]:
-    """`sleep status`: each skill's adopted version, and the skills staged and waiting."""
+    """`sleep status`: each skill's adopted version, `probation` (each skill's probation
+    lines), and the skills staged and waiting."""
     lines = []
     for name in skill_names(project, home):
         unit = Unit(project, name)
@@ -379,7 +407,7 @@ def skill_status_lines(
             f"  skill {name}: version {version} adopted"
             + (f" (versions: {', '.join(map(str, known))})" if known else "")
         )
-    lines += _probation_lines(project, home, log_path)
+    lines += list(probation)
     waiting = []
     for night_dir, report in staging.list_nights(project, home):
         for entry in staged_skills(report):
@@ -391,21 +419,3 @@ def skill_status_lines(
             f"--project {project}`"
         )
     return lines
-
-
-def _probation_lines(project: str, home: Path | None, log_path: Path | str | None) -> list[str]:
-    """Each adopted skill's probation line (nothing without a log)."""
-    from selftaught.errors import SelftaughtError
-    from selftaught.sleep.adoption.probation import skill_probations, status_lines
-    from selftaught.sleep.intake.log import TaskLog
-    from selftaught.sleep.paths import default_log_path
-
-    path = log_path or default_log_path()
-    if isinstance(path, Path) and not path.exists():  # a postgresql:// URL is a str
-        return []
-    try:
-        with TaskLog(path) as log:
-            results = skill_probations(project, log, home=home)
-    except SelftaughtError as err:
-        return [f"  probation of skills: unknown ({err})"]
-    return [line for r in results for line in status_lines(r, project)]

@@ -715,9 +715,22 @@ def history_rows(project: str, home: Path | None = None) -> list[dict[str, Any]]
 def skill_lines(project: str, home: Path, log_path: Path | None) -> list[str]:
     """`sleep status`'s lines of the project's many skills: each one's version and probation,
     the ones staged and waiting."""
+    from selftaught.errors import SelftaughtError
+    from selftaught.sleep.adoption.probation import skill_probations, status_lines
     from selftaught.sleep.adoption.skill_units import skill_status_lines
+    from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.paths import default_log_path
 
-    return skill_status_lines(project, home, log_path)
+    path = log_path or default_log_path()
+    probation: list[str] = []
+    if not (isinstance(path, Path) and not path.exists()):  # a postgresql:// URL is a str
+        try:
+            with TaskLog(path) as log:
+                results = skill_probations(project, log, home=home)
+            probation = [line for r in results for line in status_lines(r, project)]
+        except SelftaughtError as err:
+            probation = [f"  probation of skills: unknown ({err})"]
+    return skill_status_lines(project, home, probation)
 
 
 def status_lines(
