@@ -64,7 +64,7 @@ def main() -> None:
         },
     )
     if a.out.resolve().parent == RESULTS.resolve():
-        from common import write_tables
+        from tables import write_tables
 
         write_tables()  # the READMEs' quick-start figures come from these files
     i, b = test["initial"], test["best"]
