@@ -341,3 +341,36 @@ def test_starting_documents_are_every_instruction_file_with_its_hash(tmp_path, r
 def test_results_round_trip_through_json(tmp_path, repo):
     done = place([skill("unit-math")], f"claude:{repo}", tmp_path)
     assert PlacementResult.from_dict(json.loads(json.dumps(done.to_dict()))) == done
+
+
+# ---- the CLI ----------------------------------------------------------------------------------
+
+
+def test_sleep_adopt_places_the_adopted_skill_for_each_agent(tmp_path, repo, monkeypatch):
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+    from selftaught.runs import atomic_write_json, atomic_write_text
+    from selftaught.sleep.adoption import staging
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
+    monkeypatch.delenv("SELFTAUGHT_LOG", raising=False)
+    folder = staging.nights_dir("demo", home) / "night-1"
+    atomic_write_text(folder / "proposal" / "skill.md", "Quote amounts in grams.")
+    atomic_write_text(folder / "proposal" / "memory.md", "The ledger is in kg.")
+    atomic_write_json(folder / "report.json", {"kind": staging.NIGHT_KIND, "night": "night-1",
+                      "project": "demo", "status": "staged", "base_version": 0})  # fmt: skip
+    runner = CliRunner()
+    refused = runner.invoke(app, ["sleep", "adopt", "--project", "demo", "--place", "codex-global"])
+    assert refused.exit_code == 2 and "--allow-global" in refused.output
+    assert staging.current_version("demo", home) == 0  # refused before anything was adopted
+    args = ["sleep", "adopt", "--project", "demo", "--place", f"claude:{repo}",
+            "--place", f"agents-md:{repo}"]  # fmt: skip
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
+    text = (repo / ".claude/skills/demo/SKILL.md").read_text()
+    assert text.startswith("---\nname: demo\ndescription: ")
+    assert text.endswith("---\nQuote amounts in grams.\n\n## Memory\nThe ledger is in kg.\n")
+    assert "## Skill: demo" in (repo / "AGENTS.md").read_text()
+    assert f"written {repo / '.claude/skills/demo/SKILL.md'}" in done.output

@@ -48,9 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from selftaught.demos import demo_section, split_skill
 from selftaught.errors import InputError
 from selftaught.runs import atomic_write_json, atomic_write_text, private_dirs, read_json
-from selftaught.skill.routing import check_name
+from selftaught.skill.routing import SkillCard, check_name, slug_name
 from selftaught.skill.skill_md import FENCE, SkillFile, SkillFileError, parse_skill_md
 from selftaught.sleep.adoption.inject import (
     BlockMarkerError,
@@ -58,7 +59,7 @@ from selftaught.sleep.adoption.inject import (
     find_marker,
     live_block_span,
 )
-from selftaught.sleep.paths import sleep_home
+from selftaught.sleep.paths import Adopted, sleep_home
 
 TargetKind = Literal["claude", "codex", "agents-md", "codex-global"]
 TARGET_KINDS: tuple[str, ...] = ("claude", "codex", "agents-md", "codex-global")
@@ -612,6 +613,24 @@ def place_skills(
                 files.append(plan)
         done, backup = _commit(writes, ledger, state, f"place-{target.kind}")
     return PlacementResult(target, tuple(files + done), backup)
+
+
+def adopted_skill_file(project: str, adopted: Adopted) -> SkillFile | None:
+    """A project's one adopted skill as a SKILL.md to place (None when nothing is adopted):
+    named after the project, its rules, worked examples and memory as the body."""
+    skill = split_skill(adopted.skill)
+    parts = [skill.rules.strip(), demo_section(skill.demos)]
+    if adopted.memory.strip():
+        parts.append(f"## Memory\n{adopted.memory.strip()}")
+    body = "\n\n".join(p for p in parts if p)
+    if not body:
+        return None
+    card = SkillCard(
+        slug_name(project),
+        f"Rules selftaught learned from the {project} project's own traffic: follow them for "
+        "this project's tasks.",
+    )
+    return SkillFile(card, body)
 
 
 # ---- undoing a placement ----------------------------------------------------------------------
