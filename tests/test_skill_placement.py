@@ -86,6 +86,8 @@ def test_codex_global_is_refused_without_the_opt_in_and_written_with_it(tmp_path
 def test_a_bad_spec_and_two_skills_of_one_name_are_errors(tmp_path, repo):
     with pytest.raises(PlacementError, match="expected claude:REPO"):
         PlacementTarget.parse("cursor:/x")
+    with pytest.raises(PlacementError, match="is not a folder"):
+        place([skill("a-b")], f"claude:{repo / 'typo'}", tmp_path)
     with pytest.raises(PlacementError, match="share a name: a-b"):
         place([skill("a-b"), skill("a-b")], f"claude:{repo}", tmp_path)
     assert not (repo / ".claude").exists()
@@ -152,6 +154,12 @@ def test_a_section_the_user_changed_is_skipped_and_the_others_written(tmp_path, 
     after = path.read_text()
     assert "My own rule." in after and "New rule A." not in after and "New rule B." in after
     assert after.split("date-format -->")[0] == before.split("date-format -->")[0]
+    # a section the user removed is not put back either
+    cut = after.index("<!-- selftaught:agent-skill name=date-format")
+    path.write_text(after[:cut])
+    done = place([skill("date-format", "Newer.")], f"agents-md:{repo}", tmp_path)
+    assert actions(done) == {"date-format": "skipped-user-changed"}
+    assert "removed since" in done.skipped[0].reason and path.read_text() == after[:cut]
 
 
 def test_malformed_section_markers_refuse_the_file_and_change_nothing(tmp_path, repo):

@@ -376,8 +376,10 @@ def _locked(state: Path) -> Iterator[dict[str, str]]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         path = state / "placed.json"
         ledger: dict[str, str] = read_json(path) if path.is_file() else {}
-        yield ledger
-        atomic_write_json(path, ledger)
+        try:
+            yield ledger
+        finally:  # entries are added only once their file is written: keep them on an error
+            atomic_write_json(path, ledger)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
@@ -558,6 +560,10 @@ def _plan_agents_md(
         if current is not None and current.rstrip("\n") == section:
             write.files.append(PlacedFile(str(path), "unchanged", name))
             continue
+        if current is None and key in ledger:
+            why = f"section {name!r} was removed since selftaught wrote it; not written again"
+            write.files.append(PlacedFile(str(path), "skipped-user-changed", name, reason=why))
+            continue
         if current is not None and sha256_text(current) != ledger.get(key):
             why = f"section {name!r} changed since selftaught wrote it; left as it is"
             write.files.append(PlacedFile(str(path), "skipped-user-changed", name, reason=why))
@@ -584,6 +590,8 @@ def place_skills(
     formed is `refused`; a file changed since selftaught wrote it or the caller read it
     (`read`: the starting documents it read) is `skipped-user-changed`; the others are
     written atomically, after a backup (`PlacementResult.backup`, for `restore_placement`)."""
+    if target.kind != "codex-global" and not target.root.is_dir():
+        raise PlacementError(f"{target.root} is not a folder (give the repository's folder)")
     names = [s.card.name for s in skills]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -692,6 +700,8 @@ def _read_document(path: Path, kind: DocumentKind, root: Path, follow: bool) -> 
         text = real.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         return StartingDocument(real, kind, "", "", problem=f"not UTF-8 text ({err.reason})")
+    except OSError as err:  # a dangling symlink, a file that went away
+        return StartingDocument(real, kind, "", "", problem=f"cannot be read ({err.strerror})")
     skill, problem = None, None
     if kind in ("claude-skill", "codex-skill"):
         try:
