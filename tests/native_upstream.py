@@ -184,7 +184,8 @@ class NativeServer:
         n = int(config.get("candidateCount") or 1)
         if n > 1 and self.n_mode == "reject":
             return self.error(400, "candidateCount is not supported by this model")
-        system = "".join(p.get("text", "") for p in (body.get("systemInstruction") or {}).get("parts", []))
+        parts = (body.get("systemInstruction") or {}).get("parts", [])
+        system = "".join(p.get("text", "") for p in parts)
         read = tokens(system) if system and self._cached(system) else 0
         prompt = tokens(system + json.dumps(body.get("contents")))
         candidates = []

@@ -3,7 +3,7 @@
 local                               the embedded SmolLM2-135M-Instruct
 local:/path/to/folder-or.gguf       any local transformers folder or GGUF file
 openai:gpt-4o-mini                  OpenAI (or OPENAI_BASE_URL) with OPENAI_API_KEY
-anthropic:claude-sonnet-4-5         Anthropic's Messages API (the `anthropic` SDK, extra
+anthropic:claude-sonnet-4-6         Anthropic's Messages API (the `anthropic` SDK, extra
                                     `anthropic`) with ANTHROPIC_API_KEY
 gemini:gemini-2.5-flash             Google's Gemini API (the `google-genai` SDK, extra `gemini`)
                                     with GEMINI_API_KEY or GOOGLE_API_KEY
@@ -27,7 +27,7 @@ SPEC_FORMS = (
     "local",
     "local:/path/to/model-folder-or-file.gguf",
     "openai:MODEL (e.g. openai:gpt-4o-mini)",
-    "anthropic:MODEL (e.g. anthropic:claude-sonnet-4-5)",
+    "anthropic:MODEL (e.g. anthropic:claude-sonnet-4-6)",
     "gemini:MODEL (e.g. gemini:gemini-2.5-flash)",
     "http://HOST:PORT/v1#MODEL",
     "claude-code[:MODEL]",
@@ -39,7 +39,7 @@ SPEC_FORMS = (
 # Hosted APIs called through their vendor's SDK: the spec's prefix, and an example spec.
 NATIVE_PROVIDERS = {
     "openai": "openai:gpt-4o-mini",
-    "anthropic": "anthropic:claude-sonnet-4-5",
+    "anthropic": "anthropic:claude-sonnet-4-6",
     "gemini": "gemini:gemini-2.5-flash",
 }
 
