@@ -110,6 +110,16 @@ def test_no_key_and_no_endpoint_is_fatal_and_says_which_variable(monkeypatch, wi
         load_model(SPECS[wire])
 
 
+def test_gemini_reads_googles_own_variables(serve, monkeypatch):
+    server = serve("gemini")
+    monkeypatch.delenv("GEMINI_API_KEY")
+    monkeypatch.delenv("GEMINI_BASE_URL")
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", server.base_url)  # the SDK's own variable
+    assert model("gemini").chat(MSGS, GenerationParams()).text == "42"
+    assert server.headers[0]["x-goog-api-key"] == KEY
+
+
 # ---- Anthropic's Messages API -----------------------------------------------------------
 
 
