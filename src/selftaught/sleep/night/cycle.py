@@ -359,10 +359,11 @@ def check_cmd_replay(roles: Mapping[str, str | None], allowed: bool) -> None:
 
 
 def is_remote(spec: str | None) -> bool:
-    """A model outside this machine: `openai:` or a URL whose host is not loopback."""
+    """A model outside this machine: `openai:`, `anthropic:`, `gemini:` or a URL whose host
+    is not loopback."""
     if not spec or spec == "local" or spec.startswith("local:"):
         return False
-    if spec.startswith("openai:"):
+    if spec.startswith(("openai:", "anthropic:", "gemini:")):
         return True
     host = urlparse(spec.partition("#")[0]).hostname or ""
     return not is_loopback(host)
