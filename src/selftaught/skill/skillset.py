@@ -94,7 +94,8 @@ class SkillSetConfig:
         return dict(self.__dict__)
 
 
-def _file_dict(f: SkillFile) -> dict[str, Any]:
+def skill_file_dict(f: SkillFile) -> dict[str, Any]:
+    """A SkillFile as JSON (name, description, body, the other front-matter lines)."""
     return {
         "name": f.card.name,
         "description": f.card.description,
@@ -103,7 +104,7 @@ def _file_dict(f: SkillFile) -> dict[str, Any]:
     }
 
 
-def _file_from(d: dict[str, Any]) -> SkillFile:
+def skill_file_from(d: dict[str, Any]) -> SkillFile:
     card = SkillCard(str(d["name"]), str(d["description"]))
     return SkillFile(card=card, body=str(d.get("body") or ""), extra=tuple(d.get("extra") or ()))
 
@@ -133,7 +134,7 @@ class TaskCluster:
             "train_ids": list(self.train_ids),
             "val_ids": list(self.val_ids),
             "test_ids": list(self.test_ids),
-            "start": _file_dict(self.start) if self.start is not None else None,
+            "start": skill_file_dict(self.start) if self.start is not None else None,
             "terms": list(self.terms),
         }
 
@@ -144,7 +145,7 @@ class TaskCluster:
             train_ids=tuple(d.get("train_ids") or ()),
             val_ids=tuple(d.get("val_ids") or ()),
             test_ids=tuple(d.get("test_ids") or ()),
-            start=_file_from(d["start"]) if d.get("start") else None,
+            start=skill_file_from(d["start"]) if d.get("start") else None,
             terms=tuple(d.get("terms") or ()),
         )
 
@@ -390,6 +391,7 @@ class SkillOutcome:
     own_accepted: bool = False
     whole_val: WholeValCheck | None = None
     run_dir: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)  # the cluster's run, per role
 
     @property
     def card(self) -> SkillCard:
@@ -419,6 +421,7 @@ class SkillOutcome:
             "own_accepted": self.own_accepted,
             "whole_val": self.whole_val.to_dict() if self.whole_val else None,
             "run_dir": self.run_dir,
+            "usage": self.usage,
         }
 
     @classmethod
@@ -435,6 +438,7 @@ class SkillOutcome:
             own_accepted=bool(d.get("own_accepted")),
             whole_val=WholeValCheck.from_dict(d["whole_val"]) if d.get("whole_val") else None,
             run_dir=d.get("run_dir"),
+            usage=dict(d.get("usage") or {}),
         )
 
 
@@ -449,6 +453,8 @@ class SkillSetResult(RunResult):
     outcomes: list[SkillOutcome] = field(default_factory=list)
     unrouted_train: list[str] = field(default_factory=list)
     unrouted_val: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)  # SKILL.md files written (optimize --skills)
+    refused: list[RefusedWrite] = field(default_factory=list)  # and those not written, why
 
     def __post_init__(self) -> None:
         self.method = self.method or "skill_set"
@@ -466,6 +472,8 @@ class SkillSetResult(RunResult):
             "outcomes": [o.to_dict() for o in self.outcomes],
             "unrouted_train": list(self.unrouted_train),
             "unrouted_val": list(self.unrouted_val),
+            "written": list(self.written),
+            "refused": [r.to_dict() for r in self.refused],
         }
 
     @classmethod
@@ -475,9 +483,431 @@ class SkillSetResult(RunResult):
             "outcomes": [SkillOutcome.from_dict(o) for o in d.get("outcomes") or ()],
             "unrouted_train": list(d.get("unrouted_train") or ()),
             "unrouted_val": list(d.get("unrouted_val") or ()),
+            "written": list(d.get("written") or ()),
+            "refused": [RefusedWrite(**r) for r in d.get("refused") or ()],
         }
+
+
+@dataclass(frozen=True)
+class RefusedWrite:
+    """A skill file not written, and why (e.g. it changed on disk since it was read)."""
+
+    path: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason}
 
 
 def dumps(clusters: Sequence[TaskCluster]) -> str:
     """The clusters as JSON text (what a set's run directory keeps, so a resume re-uses them)."""
     return json.dumps([c.to_dict() for c in clusters], indent=2)
+
+
+# ---- naming by the analyst --------------------------------------------------------------------
+
+
+def analyst_namer(model: Any, *, max_tokens: int = 200, timeout_s: float = 120.0) -> Namer:
+    """A `Namer` asking `model` (a `ChatModel`, e.g. the run's analyst) with the prompt
+    `skill/prompts/skill_name.md`. A reply that is not usable, or a transient backend error,
+    gives None (the cluster's top words name it); a fatal backend error stops the run."""
+    import asyncio
+
+    from selftaught.models.base import GenerationParams, run_sync
+    from selftaught.models.errors import TransientBackendError
+    from selftaught.skill.reflect import load_prompt, render
+
+    template = load_prompt("skill_name")
+    params = GenerationParams(max_tokens=max_tokens, temperature=0.0)
+
+    def name(inputs: Sequence[str], terms: Sequence[str]) -> tuple[str, str] | None:
+        requests = "\n".join(f"- {' '.join(t.split())}" for t in inputs)
+        prompt = render(template, requests=requests, terms=", ".join(terms) or "(none)")
+        messages = [{"role": "user", "content": prompt}]
+        try:
+            reply = run_sync(asyncio.wait_for(model.achat(messages, params), timeout_s))
+        except (TransientBackendError, asyncio.TimeoutError):
+            return None
+        return parse_name_reply(reply.text)
+
+    return name
+
+
+# ---- training ---------------------------------------------------------------------------------
+
+SET_LAYOUT = """A skill-set run (selftaught optimize --skills): one skill per cluster of tasks.
+config.json            the settings (a resumed run must match them)
+clusters.json          the clusters: name, description, train / val / test ids, starting skill
+skills/<name>/         each cluster's skill run (a normal optimize run directory, resumable)
+outcomes/<name>.json   each finished cluster: own gate, whole-val check, accepted or not
+whole_val_cache.json   val scores per item by skill hash (the whole-val checks)
+result.json            the set's result (SkillSetResult), written at the end
+"""
+
+
+class ClusterTask:
+    """One cluster's share of a task as a `Task`: its train, val and test examples; scoring and
+    everything else (kind, instructions, schema, tools) are the task's own."""
+
+    def __init__(self, task: Any, cluster: TaskCluster):
+        self._task = task
+        self.name = f"{task.name}#{cluster.name}"
+        ids = {"train": cluster.train_ids, "val": cluster.val_ids, "test": cluster.test_ids}
+        self._ids = {split: set(v) for split, v in ids.items()}
+
+    def examples(self, split: str) -> list[Example]:
+        want = self._ids.get(split, set())
+        return [ex for ex in self._task.examples(split) if ex.id in want]
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._task, attr)
+
+
+class WholeVal:
+    """Scores of the whole val served with routing: each example gets the skill its route picks
+    among the served skills (no skill when unrouted), scored once per skill hash (cached)."""
+
+    def __init__(
+        self, task: Any, target: Any, config: Any, clusters: Sequence[TaskCluster], cache: Any
+    ):
+        from selftaught.skill.documents import TrainedDocument
+
+        self.task, self.target, self.config, self.cache = task, target, config, cache
+        self.doc = TrainedDocument("skill", "", config.demo_placement)
+        self.cards = {c.name: c.card for c in clusters}
+        self.val = task.examples("val")
+        self.tags = {ex.id: (UNROUTED,) for ex in self.val}
+        for c in clusters:
+            for vid in c.val_ids:
+                self.tags[vid] = (c.name,)
+
+    async def items(self, served: dict[str, str]) -> dict[str, list[float] | None]:
+        """Per val example [hard, soft] (None: errored) with `served` (name -> body)."""
+        from selftaught.evaluation import ascore
+        from selftaught.rollout import RolloutConfig
+
+        cards = [card for name, card in self.cards.items() if name in served]
+        router = SkillRouter(cards) if cards else None
+        by_body: dict[str, list[Example]] = {}
+        for ex in self.val:
+            skill = router.route(ex.prompt_text()).skill if router is not None else None
+            by_body.setdefault(served[skill] if skill is not None else "", []).append(ex)
+        cfg = RolloutConfig(
+            concurrency=self.config.concurrency,
+            timeout_s=self.config.timeout_s,
+            params=_params(self.config),
+            progress=False,
+            description="whole val",
+        )
+        out: dict[str, list[float] | None] = {}
+        for body, examples in by_body.items():
+            policy = self.doc.policy(body)
+            scored = await ascore(
+                self.task, self.target, policy, examples, split="val", rollout=cfg, cache=self.cache
+            )
+            out.update(scored.items)
+        return out
+
+    def score(self, items: dict[str, list[float] | None]) -> Score:
+        from selftaught.evaluation import summarize
+
+        summary = summarize(
+            [],
+            task=self.task.name,
+            model=self.target.name,
+            split="val",
+            wall_s=0.0,
+            skill_hash="served",
+            items={ex.id: items[ex.id] for ex in self.val},
+        )
+        return Score.from_summary(summary.summary(), "val")
+
+    async def check(
+        self, name: str, before: dict[str, str], after: dict[str, str]
+    ) -> WholeValCheck:
+        """`after` (the skill served) against `before` (without it), cluster by cluster; the
+        losses of the clusters other than `name` (module docstring: the rule)."""
+        from dataclasses import replace
+
+        from selftaught.evaluation import metric_scores
+        from selftaught.gate import tag_regressions
+
+        gate = self.config.gate
+        old, new = await self.items(before), await self.items(after)
+        m_old = metric_scores(old, gate.metric, gate.mixed_weight)
+        m_new = metric_scores(new, gate.metric, gate.mixed_weight)
+        deltas = []
+        for cluster in [*self.cards, UNROUTED]:
+            ids = [i for i, t in self.tags.items() if t[0] == cluster]
+            pairs = [
+                (m_old[i], m_new[i]) for i in ids if m_old[i] is not None and m_new[i] is not None
+            ]
+            if pairs:
+                b, a = sum(p[0] for p in pairs), sum(p[1] for p in pairs)  # type: ignore[misc]
+                deltas.append(
+                    ClusterDelta(cluster, len(pairs), b / len(pairs), a / len(pairs), a - b)
+                )
+        losses: list[TagLoss] = []
+        if not gate.accept_all:
+            margin = gate.tag_margin if gate.tag_margin is not None else gate.margin
+            rule = replace(gate, tag_margin=margin)
+            others = {i: t for i, t in self.tags.items() if t[0] != name}
+            losses = tag_regressions(m_new, m_old, others, rule)
+        return WholeValCheck(self.score(old), self.score(new), tuple(deltas), tuple(losses))
+
+
+def _params(config: Any) -> Any:
+    from selftaught.models.base import GenerationParams
+
+    return GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
+
+
+def add_usage(*usages: dict[str, Any]) -> dict[str, Any]:
+    """Per-role usage dicts summed (numbers added, the rest kept from the first)."""
+    total: dict[str, dict[str, Any]] = {}
+    for usage in usages:
+        for role, u in usage.items():
+            into = total.setdefault(role, {})
+            for key, value in u.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    into[key] = into.get(key, 0) + value
+                else:
+                    into.setdefault(key, value)
+    return total
+
+
+def train_skill_set(
+    task: Any,
+    model: Any,
+    optimizer_model: Any = None,
+    *,
+    output_dir: Any,
+    config: Any = None,
+    set_config: SkillSetConfig | None = None,
+    start: Sequence[SkillFile] = (),
+    clusters: Sequence[TaskCluster] | None = None,
+    callbacks: Sequence[Any] = (),
+    progress: bool = True,
+    console: Any = None,
+) -> SkillSetResult:
+    """Cluster `task` (or take `clusters`), train one skill per cluster with `SkillTrainer`
+    (`config`: a `SkillOptConfig`, used by every cluster's run), gate each on its own val and on
+    the whole val (module docstring), in `output_dir` (resumed when it holds this set). The
+    skills themselves are not written anywhere: `SkillSetResult.accepted` holds them
+    (`skill_dir.write_skill_files` writes them as SKILL.md files)."""
+    run = SkillSetRun(
+        task,
+        model,
+        optimizer_model,
+        output_dir=output_dir,
+        config=config,
+        set_config=set_config,
+        start=start,
+        clusters=clusters,
+        callbacks=callbacks,
+        progress=progress,
+        console=console,
+    )
+    return run.train()
+
+
+class SkillSetRun:
+    """The run behind `train_skill_set` (its docstring); `train()` runs or resumes it."""
+
+    def __init__(
+        self,
+        task: Any,
+        model: Any,
+        optimizer_model: Any = None,
+        *,
+        output_dir: Any,
+        config: Any = None,
+        set_config: SkillSetConfig | None = None,
+        start: Sequence[SkillFile] = (),
+        clusters: Sequence[TaskCluster] | None = None,
+        callbacks: Sequence[Any] = (),
+        progress: bool = True,
+        console: Any = None,
+    ):
+        from rich.console import Console
+
+        from selftaught.models.resolve import resolve_model
+        from selftaught.models.usage import TrackedModel, UsageLedger
+        from selftaught.runs import RunDir
+        from selftaught.skill.config import SkillOptConfig
+
+        self.task = task
+        self.config = config or SkillOptConfig()
+        self.set_config = set_config or SkillSetConfig()
+        self.start = tuple(start)
+        self.given = tuple(clusters) if clusters is not None else None
+        self.run = RunDir(output_dir)
+        self.ledger = UsageLedger()  # naming and whole-val checks (each cluster has its own)
+        self.model = resolve_model(model)
+        same = optimizer_model is None or optimizer_model is model or optimizer_model == model
+        self.analyst_model = self.model if same else resolve_model(optimizer_model)
+        self.target = TrackedModel(self.model, self.ledger, "target")
+        self.analyst = TrackedModel(self.analyst_model, self.ledger, "optimizer")
+        self.callbacks = tuple(callbacks)
+        self.progress = progress
+        self.console = console or Console(stderr=True, quiet=not progress)
+
+    def train(self) -> SkillSetResult:
+        import time
+
+        from selftaught.evaluation import ScoreCache
+        from selftaught.models.base import run_sync
+        from selftaught.runs import atomic_write_json, atomic_write_text
+        from selftaught.skill.trainer import RESUMABLE
+        from selftaught.tasks.base import check_disjoint
+
+        t0 = time.perf_counter()
+        check_disjoint(self.task)  # validation that overlaps training fails closed
+        self.run.check_or_write_config(self._run_config(), ignore=RESUMABLE)
+        atomic_write_text(self.run.path("README.txt"), SET_LAYOUT)
+        clusters = self._clusters()
+        cache = ScoreCache.load(self.run.path("whole_val_cache.json"))
+        whole = WholeVal(self.task, self.target, self.config, clusters, cache)
+        served = {c.name: c.start.body for c in clusters if c.start is not None}
+        start_served = dict(served)
+        outcomes: list[SkillOutcome] = []
+        for i, cluster in enumerate(clusters, 1):
+            outcome = self._outcome(f"{i}/{len(clusters)}", cluster, served, whole)
+            outcomes.append(outcome)
+            if outcome.accepted:
+                served[cluster.name] = outcome.trained_body
+        base = whole.score(run_sync(whole.items(start_served)))
+        shipped = whole.score(run_sync(whole.items(served)))
+        in_train = {i for c in clusters for i in c.train_ids}
+        in_val = {i for c in clusters for i in c.val_ids}
+        result = SkillSetResult(
+            run_dir=self.run.root,
+            task=self.task.name,
+            base_score=base,
+            shipped_score=shipped,
+            usage=add_usage(self.ledger.to_dict(), *(o.usage for o in outcomes)),
+            seconds=time.perf_counter() - t0,
+            outcomes=outcomes,
+            unrouted_train=[e.id for e in self.task.examples("train") if e.id not in in_train],
+            unrouted_val=[e.id for e in self.task.examples("val") if e.id not in in_val],
+        )
+        atomic_write_json(self.run.path("result.json"), result.to_dict())
+        return result
+
+    def _run_config(self) -> dict[str, Any]:
+        return {
+            **self.config.to_dict(),
+            "skill_set": self.set_config.to_dict(),
+            "task": self.task.name,
+            "model": self.model.name,
+            "optimizer_model": self.analyst_model.name,
+            "start": sorted(s.card.name for s in self.start),
+        }
+
+    def _clusters(self) -> list[TaskCluster]:
+        """The set's clusters: read back on resume (names and routing never change under a
+        resumed run), else computed and saved."""
+        from selftaught.runs import atomic_write_json, read_json
+
+        path = self.run.path("clusters.json")
+        if path.exists():
+            return [TaskCluster.from_dict(d) for d in read_json(path)]
+        if self.given is not None:
+            clusters = list(self.given)
+        else:
+            test = self.task.examples("test") if self.config.evaluate_test else []
+            clusters = cluster_tasks(
+                self.task.examples("train"),
+                self.task.examples("val"),
+                self.set_config,
+                self.start,
+                test=test,
+                namer=analyst_namer(self.analyst, timeout_s=self.config.timeout_s),
+            )
+        atomic_write_json(path, [c.to_dict() for c in clusters])
+        for c in clusters:
+            origin = "existing" if c.start is not None else "new"
+            self.console.print(
+                f"cluster [bold]{c.name}[/] ({origin}): {len(c.train_ids)} train, "
+                f"{len(c.val_ids)} val · {c.card.description}"
+            )
+        return clusters
+
+    def _skip_reason(self, cluster: TaskCluster) -> str | None:
+        n, least = len(cluster.train_ids), self.set_config.min_tasks
+        if not n:
+            return "no train task routes to it: kept as it is"
+        if n < least:
+            return f"too few train tasks ({n} < min_tasks {least}): kept as it is"
+        if not cluster.val_ids:
+            return "no val task routes to it: nothing to gate on"
+        return None
+
+    def _outcome(
+        self, where: str, cluster: TaskCluster, served: dict[str, str], whole: WholeVal
+    ) -> SkillOutcome:
+        """The cluster's outcome: read back when it finished before, else trained now."""
+        from selftaught.runs import atomic_write_json, read_json
+
+        path = self.run.path("outcomes", f"{cluster.name}.json")
+        if path.exists():
+            outcome = SkillOutcome.from_dict(read_json(path))
+            self.console.print(f"skill {where} [bold]{cluster.name}[/]: finished before, kept")
+            return outcome
+        body = cluster.start.body if cluster.start is not None else ""
+        skip = self._skip_reason(cluster)
+        if skip is not None:
+            outcome = SkillOutcome(cluster, body, body, trained=False, accepted=False, reason=skip)
+        else:
+            self.console.print(
+                f"skill {where} [bold]{cluster.name}[/]: training on {len(cluster.train_ids)} "
+                f"train tasks, gated on {len(cluster.val_ids)} val"
+            )
+            outcome = self._train_one(cluster, body, served, whole)
+        atomic_write_json(path, outcome.to_dict())
+        verdict = "[green]accepted[/]" if outcome.accepted else "[yellow]not accepted[/]"
+        self.console.print(f"skill {where} [bold]{cluster.name}[/]: {verdict} ({outcome.reason})")
+        return outcome
+
+    def _train_one(
+        self, cluster: TaskCluster, body: str, served: dict[str, str], whole: WholeVal
+    ) -> SkillOutcome:
+        from selftaught.models.base import run_sync
+        from selftaught.skill.trainer import SkillTrainer
+
+        sub = self.run.path("skills", cluster.name)
+        trainer = SkillTrainer(
+            self.config,
+            ClusterTask(self.task, cluster),
+            self.model,
+            self.analyst_model,
+            body,
+            output_dir=sub,
+            callbacks=self.callbacks,
+            progress=self.progress,
+            console=self.console,
+        )
+        r = trainer.train()
+        own = r.best_version != "v0000"  # the gate made a candidate the new best
+        check = None
+        if own:
+            after = {**served, cluster.name: r.best_skill}
+            check = run_sync(whole.check(cluster.name, served, after))
+            reason = check.reason()
+        else:
+            tally = ", ".join(f"{k} {v}" for k, v in sorted(r.decisions.items())) or "no step"
+            reason = f"own gate: no candidate beat the starting skill on its val ({tally})"
+        return SkillOutcome(
+            cluster,
+            body,
+            r.best_skill,
+            trained=True,
+            accepted=own and check is not None and check.passed,
+            reason=reason,
+            own_before=r.val_initial and Score.from_summary(r.val_initial.summary(), "val"),
+            own_after=r.val_best and Score.from_summary(r.val_best.summary(), "val"),
+            own_accepted=own,
+            whole_val=check,
+            run_dir=str(sub),
+            usage=dict(r.usage),
+        )
