@@ -301,3 +301,47 @@ def test_a_killed_set_resumes_the_unfinished_cluster_and_keeps_the_finished(tmp_
     assert all(o.accepted for o in result.outcomes)
     fresh = train_set(tmp_path / "fresh")
     assert [o.trained_body for o in result.outcomes] == [o.trained_body for o in fresh.outcomes]
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+TASK = f"{Path(__file__).resolve()}:TwoIntents"
+
+
+def test_optimize_skills_command_prints_each_skill_and_writes_its_file(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import selftaught.models
+    from selftaught.cli import app
+
+    models = {"target": ScriptedModel(answer, "target"), "analyst": analyst()}
+    monkeypatch.setattr(selftaught.models, "load_model", lambda spec, **_: models[spec])
+    path = tmp_path / "skills" / "adding" / "SKILL.md"
+    path.parent.mkdir(parents=True)
+    path.write_text(USER_SKILL)
+    args = ["optimize", "--task", TASK, "--model", "target", "--optimizer-model", "analyst"]
+    args += ["--skills", str(tmp_path / "skills"), "--output", str(tmp_path / "run")]
+    args += ["--min-tasks", "4", "--epochs", "1", "--batch-size", "6", "--demos-max", "0"]
+    args += ["--no-pool", "--gate-margin", "1", "--gate-confidence", "0"]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    out = " ".join(done.output.split())
+    for name in ("adding (existing)", "spelling", "own val", "whole val", "accepted"):
+        assert name in out, name
+    assert f"written: {path}" in done.output.replace("\n", "")
+    assert "rule alpha" in path.read_text() and "license: MIT" in path.read_text()
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["kind"] == "skill_set" and len(result["written"]) == 2
+
+
+def test_report_on_a_skill_set_shows_each_skill_and_writes_each_run_page(tmp_path):
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+
+    result = train_set(tmp_path)
+    done = CliRunner().invoke(app, ["report", str(tmp_path / "run")])
+    assert done.exit_code == 0, done.output
+    assert "skills: two-intents" in done.output and "accepted" in done.output
+    for o in result.outcomes:
+        assert (Path(o.run_dir) / "report.html").is_file()
