@@ -83,6 +83,15 @@ SKILL_FLAGS = {
 # many skills (`--skills DIR`): SkillSetConfig fields offered as flags
 SET_FLAGS = {"min_tasks": "min_tasks", "max_skills": "max_skills"}
 
+SkillsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--skills",
+        help="Many skills: cluster the tasks by intent, train one skill per cluster, starting "
+        "from DIR/*/SKILL.md and writing each accepted one to DIR/<name>/SKILL.md.",
+    ),
+]
+
 # the skill run's own gate defaults; an unset metric is the gate's default
 SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None}
 
@@ -116,14 +125,7 @@ def optimize_cmd(
             "resumes from the last completed step."
         ),
     ] = None,
-    skills: Annotated[
-        Path | None,
-        typer.Option(
-            "--skills",
-            help="Many skills: cluster the tasks by intent and train one skill per cluster, "
-            "starting from DIR/*/SKILL.md and writing each accepted one to DIR/<name>/SKILL.md.",
-        ),
-    ] = None,
+    skills: SkillsOpt = None,
     strict_gate: Annotated[
         bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
     ] = False,
@@ -150,23 +152,9 @@ def optimize_cmd(
     )
     warn_unsafe_exec(options.unsafe_exec)
     if skills is not None:
-        if skill is not None:
-            raise typer.BadParameter("--skill and --skills: the skills in DIR are the start")
-        console.print(f"optimizing many skills for [bold]{task}[/] with {model} in {skills}")
-        print_skill_set(
-            _optimize_skills(
-                task,
-                model,
-                optimizer_model,
-                skills,
-                config,
-                set_fields,
-                output,
-                options,
-                model_options(api_key, timeout, cache, device),
-            )
-        )
-        return
+        models = model_options(api_key, timeout, cache, device)
+        args = (task, model, optimizer_model, skill, skills, config, set_fields, output, options)
+        return _optimize_skills(*args, models)
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
     try:
         result = optimize(
@@ -190,22 +178,27 @@ def _optimize_skills(
     task: str,
     model: str,
     optimizer_model: str | None,
+    skill: Path | None,
     skills: Path,
     config: SkillOptConfig,
     set_fields: dict[str, Any],
     output: Path | None,
     options: TaskOptions,
     models: dict[str, Any],
-) -> SkillSetResult:
+) -> None:
+    """`optimize --skills DIR`: many skills, then the per-skill table."""
     from selftaught.api import optimize_skills
     from selftaught.models.errors import FatalBackendError
 
+    if skill is not None:
+        raise typer.BadParameter("--skill and --skills: the skills in DIR are the start")
     try:
         set_config = SkillSetConfig(**set_fields)
     except InputError as err:
         raise typer.BadParameter(str(err)) from None
+    console.print(f"optimizing many skills for [bold]{task}[/] with {model} in {skills}")
     try:
-        return optimize_skills(
+        result = optimize_skills(
             task,
             model,
             skills_dir=skills,
@@ -220,6 +213,7 @@ def _optimize_skills(
     except FatalBackendError:
         console.print("stopped; the run is resumable: fix the cause and re-run the same command")
         raise
+    print_skill_set(result)
 
 
 def print_skill_set(result: SkillSetResult) -> None:
