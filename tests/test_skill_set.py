@@ -345,3 +345,41 @@ def test_report_on_a_skill_set_shows_each_skill_and_writes_each_run_page(tmp_pat
     assert "skills: two-intents" in done.output and "accepted" in done.output
     for o in result.outcomes:
         assert (Path(o.run_dir) / "report.html").is_file()
+
+
+# ---- the embedded model ---------------------------------------------------------------------
+
+
+@pytest.mark.local
+@pytest.mark.slow
+def test_many_skills_end_to_end_on_the_embedded_model(tmp_path):
+    """The real embedded model (SmolLM2-135M) as target and analyst, tiny: whatever it learns,
+    two clusters get valid unique names, each is trained and gated, the result is complete,
+    and only accepted skills are written (the user's front matter kept)."""
+    from selftaught.api import optimize_skills
+
+    path = tmp_path / "skills" / "adding" / "SKILL.md"
+    path.parent.mkdir(parents=True)
+    path.write_text(USER_SKILL)
+    cfg = config(batch_size=4, max_tokens=16, analyst_max_tokens=128, evaluate_test=False)
+    result = optimize_skills(
+        TwoIntents(train=4, val=2, test=0),
+        "local",
+        skills_dir=tmp_path / "skills",
+        config=cfg,
+        set_config=SET,
+        output_dir=tmp_path / "run",
+        progress=False,
+    )
+    names = [o.name for o in result.outcomes]
+    assert names[0] == "adding" and len(names) == 2 and len(set(names)) == 2
+    assert all(check_name(n) == n for n in names)
+    assert all(o.trained and o.own_before is not None for o in result.outcomes)
+    assert result.base_score is not None and result.base_score.n == 4
+    stored = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert SkillSetResult.from_dict(stored).to_dict() == result.to_dict()
+    accepted = {o.name for o in result.accepted}
+    assert len(result.written) == len(accepted) and not result.refused
+    assert ("license: MIT" in path.read_text()) and (
+        ("adding" in accepted) == (path.read_text() != USER_SKILL)
+    )
