@@ -38,7 +38,25 @@ def report_cmd(
 
     from selftaught.report import write_report
 
+    if (run_dir / "clusters.json").is_file():  # `optimize --skills`: one report per skill
+        _skill_set_report(run_dir)
+        return
     path = write_report(run_dir, output)
     out.print(str(path))
     if open_page and not webbrowser.open(path.resolve().as_uri()):
         console.print(f"no web browser found; open {path} yourself")
+
+
+def _skill_set_report(run_dir: Path) -> None:
+    """A skill set's table (once finished) and each skill run's own report page."""
+    from selftaught.cli.optimize import print_skill_set
+    from selftaught.report import write_report
+    from selftaught.runs import read_json
+    from selftaught.skill.skillset import SkillSetResult
+
+    if (run_dir / "result.json").is_file():
+        print_skill_set(SkillSetResult.from_dict(read_json(run_dir / "result.json")))
+    else:
+        console.print(f"{run_dir}: a skill set still in progress (no result.json yet)")
+    for sub in sorted(p for p in (run_dir / "skills").glob("*") if (p / "config.json").is_file()):
+        out.print(str(write_report(sub, None)))
