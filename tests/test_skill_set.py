@@ -26,8 +26,8 @@ from tests.scripted import ScriptedModel, append, canned_analyst, edits_json, sy
 
 pytest.importorskip("bm25s")
 
-ADD = "Add the numbers {a} and {b}, then report their sum."
-SPELL = "Spell the word number {n} backwards in capital letters."
+ADD = "Add the number {a} to {b}, then report their sum."
+SPELL = "Spell the number {n} backwards in capital letters."
 
 
 def add_example(i: int, split: str) -> Example:
@@ -67,9 +67,9 @@ def answer(messages, *, alpha_hurts_spelling: bool = False) -> str:
     """Right iff the system prompt holds the intent's rule; with `alpha_hurts_spelling`,
     spelling is right without a rule and wrong when 'rule alpha' is served to it."""
     text, system = user_of(messages), system_of(messages)
-    if m := re.search(r"Add the numbers (\d+) and (\d+)", text):
+    if m := re.search(r"Add the number (\d+) to (\d+)", text):
         return str(int(m[1]) + int(m[2])) if "rule alpha" in system else "0"
-    if m := re.search(r"Spell the word number (\d+)", text):
+    if m := re.search(r"Spell the number (\d+)", text):
         if alpha_hurts_spelling:
             return "WRONG" if "rule alpha" in system else m[1][::-1]
         return m[1][::-1] if "rule beta" in system else "WRONG"
@@ -79,7 +79,7 @@ def answer(messages, *, alpha_hurts_spelling: bool = False) -> str:
 def reflect(messages) -> str:
     text = user_of(messages)
     failed = text.split("## Failed attempts", 1)[1]
-    rule = "rule alpha" if "Add the numbers" in failed else "rule beta"
+    rule = "rule alpha" if "Add the number" in failed else "rule beta"
     return edits_json(append(rule))
 
 
@@ -93,7 +93,7 @@ def analyst(names: bool = True, on_call=None) -> ScriptedModel:
         if "You name one skill" in text:
             if not names:
                 return "no idea"
-            if "Add the numbers" in text:
+            if "Add the number" in text:
                 return json.dumps({"name": "Adding Numbers", "description": "Add numbers, sum."})
             return json.dumps({"name": "spelling", "description": "Spell a word backwards."})
         return inner.fn(messages)
@@ -285,7 +285,7 @@ def test_a_killed_set_resumes_the_unfinished_cluster_and_keeps_the_finished(tmp_
     first = tmp_path / "run" / "outcomes" / "adding-numbers.json"
 
     def killed(messages):
-        if first.exists() and "Spell the word" in user_of(messages):
+        if first.exists() and "Spell the number" in user_of(messages):
             raise RuntimeError("killed")
         return answer(messages)
 
@@ -297,7 +297,7 @@ def test_a_killed_set_resumes_the_unfinished_cluster_and_keeps_the_finished(tmp_
     result = train_set(tmp_path, target=target)
     assert first.read_text() == kept
     # the finished cluster is neither trained nor scored again (its scores are cached)
-    assert target.calls and not any("Add the numbers" in user_of(m) for m in target.calls)
+    assert target.calls and not any("Add the number" in user_of(m) for m in target.calls)
     assert all(o.accepted for o in result.outcomes)
     fresh = train_set(tmp_path / "fresh")
     assert [o.trained_body for o in result.outcomes] == [o.trained_body for o in fresh.outcomes]
