@@ -60,6 +60,7 @@ PHASE_KEYS = (
     "analyst",
     "stopped_by",
     "test",
+    "slow",  # the slow update at the phase's end (issue 51), when due
 )
 
 
@@ -247,6 +248,13 @@ def consolidate(
             result.phases[document] = {"document": document, "ran": False, "error": str(err)}
             return result
         result.phases[document] = phase
+        if (phase.get("slow") or {}).get("due"):
+            slow = phase["slow"]
+            result.notes.append(
+                f"{document}: slow update ({slow['runs']} nights): "
+                f"{'shipped' if slow['shipped'] else slow.get('decision') or 'no rewrite'}, "
+                f"{slow['reason']}"
+            )
         phase["seconds"] = round(time.perf_counter() - t0, 2)  # demo modes not included
         if skill_doc and phase.get("ran") and training.demos_max:
             try:
