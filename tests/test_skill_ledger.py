@@ -122,6 +122,10 @@ def test_the_slow_update_drops_what_earns_nothing_and_keeps_what_helps(tmp_path)
     # val (and test) items reach the analyst as scores only, never as text
     prompts = "\n".join(analyst_prompts(analyst))
     assert not any(text in prompts for text in held_out_inputs())
+    # the same command again: the finished run is read back, the update not done twice
+    again = run(tmp_path, "slow", analyst, skill, slow_every=1)
+    assert again.slow == slow and again.best_skill == result.best_skill
+    assert len(EditLedger(tmp_path / "ledger.jsonl").runs()) == 1
 
 
 def accepted_twice(ledger: EditLedger, *rules: str) -> None:

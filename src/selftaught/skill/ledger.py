@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from selftaught.errors import InputError
 from selftaught.runs import open_private_append
 from selftaught.skill.document import Edit, normalize
 
@@ -108,7 +109,7 @@ class LedgerEvent:
     def from_dict(cls, d: dict[str, Any]) -> LedgerEvent:
         kind = str(d["kind"])
         if kind not in EVENT_KINDS:
-            raise ValueError(f"unknown ledger event {kind!r}")
+            raise InputError(f"unknown ledger event {kind!r}")
         return cls(
             kind,  # type: ignore[arg-type]
             str(d["run"]),
