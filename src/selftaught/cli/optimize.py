@@ -77,6 +77,9 @@ SKILL_FLAGS = {
     "max_tokens": "max_tokens",
     "analyst_max_tokens": "analyst_max_tokens",
     "report_to": "report_to",
+    # the slow update (issue 51): a ledger shared across runs, the consolidation at the end
+    "edit_ledger": "edit_ledger",
+    "slow_every": "slow_every",
 }
 
 

@@ -6,6 +6,7 @@
     <home>/projects/<project>/adopted/memory.md    the adopted memory
     <home>/projects/<project>/adopted/version      its version (one line)
     <home>/projects/<project>/versions/<N>/adapter the LoRA adapter version N serves, if any
+    <home>/projects/<project>/edit_ledger.jsonl    every edit its nights proposed, and its fate
 
 `<home>` is $SELFTAUGHT_HOME, else ~/.local/share/selftaught. The home, `projects/` and each
 project's folder are 0700 (`private_project_dir` makes them so even where they existed: they
@@ -114,6 +115,11 @@ def private_project_dir(project: str, home: Path | None = None) -> Path:
 
 def adopted_dir(project: str, home: Path | None = None) -> Path:
     return project_dir(project, home) / "adopted"
+
+
+def edit_ledger_path(project: str, home: Path | None = None) -> Path:
+    """The project's edit ledger across nights (`skill.ledger`)."""
+    return project_dir(project, home) / "edit_ledger.jsonl"
 
 
 def version_adapter(project: str, version: str | None, home: Path | None = None) -> Path | None:
