@@ -62,8 +62,10 @@ def watch_cmd(
         bool, typer.Option("--open", help="Open the page in the web browser.")
     ] = False,
 ) -> None:
-    """A live page of a run on 127.0.0.1: steps, candidates, gate decisions, the val curve and
-    the budget used, updated as the run writes its history (redacted; loopback only)."""
+    """A live page of a run on 127.0.0.1, updated as the run writes its history.
+
+    Steps, candidates, gate decisions, the val curve and the budget used; every text redacted;
+    loopback only (a foreign Host or Origin is refused). The page says "finished" at the end."""
     import webbrowser
 
     from selftaught.report.live import serve_watch
