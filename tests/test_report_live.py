@@ -231,6 +231,40 @@ def test_foreign_hosts_origins_and_other_paths_are_refused(
     assert "toy" not in r.text and "gate" not in r.text
 
 
+def test_hostile_bytes_in_a_row_do_not_break_the_endpoint(finished_run, tmp_path):
+    replay = Replay(finished_run, tmp_path / "run")
+
+    def lone_surrogate(row: dict[str, Any]) -> dict[str, Any]:
+        if row.get("gate"):
+            row["gate"]["reason"] = "half a pair \ud800 here"  # valid JSON, not UTF-8-encodable
+        return row
+
+    replay.append(3, edit=lone_surrogate)
+    r = client(replay.root).get("/api/state")
+    assert r.status_code == 200
+    assert [row["key"] for row in r.json()["rows"]] == [0, 1, 2]
+
+
+def test_every_candidate_of_a_step_shows_with_its_fate(tmp_path):
+    from tests.report_fixtures import demo_optimize_run
+
+    demo_optimize_run(tmp_path / "run")
+    rows = LiveRun(tmp_path / "run").snapshot()["rows"]
+    assert rows[1]["decision"] == "accept_new_best"
+    assert "v0001 rules: screened out" in rows[1]["cells"][4]
+    assert "demos: kept · new best" in rows[1]["cells"][4]
+
+
+def test_a_night_folder_shows_the_night(finished_run, tmp_path):
+    replay = Replay(finished_run, tmp_path / "run")
+    replay.append(2)
+    night = {"kind": "sleep-night", "night": 3, "project": "demo", "status": "staged"}
+    (replay.root / "report.json").write_text(json.dumps({**night, "reason": "val rose"}))
+    view = LiveRun(replay.root).snapshot()["view"]
+    assert view["title"] == "selftaught sleep · toy"
+    assert view["notes"][0] == "Night 3 of project demo: staged — val rose."
+
+
 def test_a_post_is_refused(finished_run, tmp_path):
     replay = Replay(finished_run, tmp_path / "run")
     r = client(replay.root).post("/api/state", json={})

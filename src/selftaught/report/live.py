@@ -31,6 +31,7 @@ from typing import Any
 from selftaught.errors import RunError
 from selftaught.http_guard import LOOPBACK, install_guard
 from selftaught.redact import Redactor, default_redactor
+from selftaught.report.candidates import FATE_TEXT
 from selftaught.report.html import Html, cards, esc, page, tag
 from selftaught.report.readers import (
     Estimate,
@@ -376,8 +377,9 @@ def _skill_view(rd: LiveReader, rows: list[dict[str, Any]], kind: str) -> _Built
     for s in run.steps:
         decision = s.decision if s.val is not None else "none"
         candidate = f"{s.parent} → {s.candidate}" if s.candidate else "–"
-        if s.candidates:
-            candidate += f" (of {len(s.candidates)})"
+        if len(s.candidates) > 1:  # each candidate of the step with its fate
+            fates = (f"{c.version} {c.kind}: {FATE_TEXT.get(c.fate, c.fate)}" for c in s.candidates)
+            candidate += " (" + "; ".join(fates) + ")"
         label = DECISION_TEXT.get(s.decision, s.decision) if s.val is not None else "no candidate"
         cells = [str(s.step), label, _est(s.val), _est(s.best_val), candidate]
         views.append(RowView(s.step, decision, [*cells, step_cost(s), s.reason]))
@@ -512,7 +514,7 @@ def create_watch_app(
     """The FastAPI app of `selftaught watch`: GET /, /live.js and /api/state, nothing else,
     behind the loopback guard."""
     from fastapi import FastAPI
-    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from fastapi.responses import HTMLResponse, Response
 
     if not interval_s > 0:
         raise ReportError(f"--interval must be above 0 seconds, got {interval_s}")
@@ -530,8 +532,11 @@ def create_watch_app(
         return Response(script, media_type="text/javascript", headers=HEADERS)
 
     @app.get("/api/state")
-    def state(since: int = 0, gen: int = -1, rev: int = -1) -> JSONResponse:
-        return JSONResponse(live.snapshot(since, gen, rev), headers=HEADERS)
+    def state(since: int = 0, gen: int = -1, rev: int = -1) -> Response:
+        # ASCII JSON: a lone surrogate a run recorded (valid JSON) travels as `\ud800`
+        # instead of failing UTF-8 encoding on every poll
+        body = json.dumps(live.snapshot(since, gen, rev), ensure_ascii=True)
+        return Response(body, media_type="application/json", headers=HEADERS)
 
     app.state.live = live
     return app
