@@ -252,11 +252,10 @@ def train(
 
 def set_threads(threads: int | None) -> None:
     """`--threads N` means what SELFTAUGHT_THREADS=N means (`selftaught.models.threads`)."""
-    from selftaught.models.threads import configure, governor
+    from selftaught.models.threads import fix_threads
 
     if threads:
-        configure(threads)
-        governor().apply()
+        fix_threads(threads)
 
 
 def train_gate(

@@ -151,6 +151,14 @@ def configure(threads: int | None) -> None:
     _override = threads
 
 
+def fix_threads(threads: int) -> None:
+    """Fix the threads now and for every local model of this process (`train --threads`,
+    a benchmark's `--threads`): `torch.set_num_threads` alone would be undone by the next
+    model load."""
+    configure(threads)
+    governor().apply()
+
+
 def thread_setting(env: Mapping[str, str] | None = None) -> int | None:
     """The fixed number of threads, if any: `configure`'s, else `SELFTAUGHT_THREADS`."""
     if _override is not None:
