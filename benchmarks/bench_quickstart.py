@@ -24,10 +24,12 @@ from common import RESULTS
 
 from selftaught.runs import atomic_write_json
 
+TASK = "gym:basic_arithmetic?max_terms=2&max_digits=1"  # the README's quick-start task
+MAX_TOKENS = 64
 COMMAND = (
-    'selftaught optimize --task "gym:basic_arithmetic?max_terms=2&max_digits=1" --model local '
+    f'selftaught optimize --task "{TASK}" --model local '
     "--proposals 0 --epochs 1 --batch-size 16 --train-size 32 --val-size 30 --test-size {test} "
-    "--max-tokens 64"
+    f"--max-tokens {MAX_TOKENS}"
 )
 TEST_SIZE = 400  # the README's --test-size
 
