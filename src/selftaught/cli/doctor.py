@@ -25,8 +25,10 @@ def doctor_cmd(
     ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """The cores the local model may use, how many are busy, the threads chosen, this
-    machine's raw decode rate and the README's main command's expected time here."""
+    """This machine for the local model: cores, busy ones, threads, raw decode rate.
+
+    Also the README's main command's expected time here (its measured time scaled by the
+    ratio of raw decode rates)."""
     from selftaught.doctor import diagnose, local_path, measure_raw_rate, report_lines
 
     path = local_path(model)
