@@ -164,7 +164,9 @@ def main() -> None:
     from selftaught.weights.config import RestConfig, SFTTrainConfig
 
     if args.threads:
-        torch.set_num_threads(args.threads)
+        from selftaught.models.threads import fix_threads
+
+        fix_threads(args.threads)  # the local model keeps to it
     cfg = RestConfig(
         rounds=args.rounds,
         samples_per_prompt=args.samples_per_prompt,
