@@ -199,7 +199,7 @@ def main() -> None:
     path = RESULTS / f"gate_sim{'_quick' if args.quick else ''}.json"
     atomic_write_json(path, out)
     if not args.quick:
-        from common import write_tables
+        from tables import write_tables
 
         write_tables()  # the README's table comes from gate_sim.json
     print(table(results))

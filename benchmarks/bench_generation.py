@@ -46,6 +46,7 @@ from common import RESULTS
 
 from selftaught.models.base import GenerationParams, Message  # noqa: E402
 from selftaught.models.local import LocalModel  # noqa: E402
+from selftaught.models.raw_rate import raw_decode, static_generate  # noqa: E402
 from selftaught.policy import Policy  # noqa: E402
 from selftaught.runs import atomic_write_json  # noqa: E402
 from selftaught.tasks.registry import load_task  # noqa: E402
@@ -125,18 +126,7 @@ class Bench:
             self.torch.cuda.synchronize()
 
     def _generate(self, texts: list[str], **kwargs: Any) -> Any:
-        self.tok.padding_side = "left"
-        enc = self.tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(self.model.device) for k, v in enc.items()}
-        with self.torch.inference_mode():
-            out = self.model.generate(
-                **enc,
-                do_sample=False,
-                pad_token_id=self.tok.pad_token_id or min(self.eos),
-                eos_token_id=sorted(self.eos),
-                **kwargs,
-            )
-        return out[:, enc["input_ids"].shape[1] :].tolist()
+        return static_generate(self.model, self.tok, sorted(self.eos), texts, **kwargs)
 
     def continuous(self, c: int) -> tuple[int, float, list[str]]:
         replies, seconds, self.last_stats = self.engine_run(c, self.prompts)
@@ -212,24 +202,26 @@ class Bench:
         return tokens, time.perf_counter() - t0, texts
 
     def raw(self, c: int) -> tuple[int, float, list[str]]:
-        n = self.args.raw_tokens
-        chunks = [self.texts[s : s + c] for s in range(0, len(self.texts), c)]
-        chunks = [ch for ch in chunks if len(ch) == c] or chunks[:1]
-        chunks = chunks[: self.args.raw_batches]
-        self._sync()
-        t0 = time.perf_counter()
-        for chunk in chunks:
-            self._generate(chunk, max_new_tokens=n, min_new_tokens=n)
-        self._sync()
-        return sum(len(ch) for ch in chunks) * n, time.perf_counter() - t0, []
+        """The raw decode rate (`selftaught.models.raw_rate`, as `selftaught doctor` takes it)."""
+        rate = raw_decode(
+            self.model,
+            self.tok,
+            sorted(self.eos),
+            self.texts,
+            batch=c,
+            tokens=self.args.raw_tokens,
+            batches=self.args.raw_batches,
+        )
+        return rate.tokens, rate.seconds, []
 
 
 def main() -> None:
     args = parse_args()
-    import torch
 
     if args.threads:
-        torch.set_num_threads(args.threads)
+        from selftaught.models.threads import fix_threads
+
+        fix_threads(args.threads)  # the local model keeps to it
     prompts = load_prompts(args)
     t0 = time.perf_counter()
     local = LocalModel(args.model, device=args.device)

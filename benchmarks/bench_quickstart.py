@@ -1,6 +1,8 @@
 """The README's main command, timed: the embedded model practises on 32 train problems and the
 shipped skill is checked on the test split. Runs the command exactly as the README gives it
-(plus an output folder), and records its summary, wall and CPU time and the load average.
+(plus an output folder), and records its summary, wall and CPU time, the load average and,
+measured just before, the machine's raw decode rate (`raw_decode`, as `selftaught doctor`
+takes it: doctor scales `wall_s` by it, so copy both into `selftaught/doctor.py`).
 
     python benchmarks/bench_quickstart.py            # results/quickstart_demos_local.json
     python benchmarks/bench_quickstart.py --test-size 100 --out /tmp/quickstart_100.json
@@ -22,10 +24,12 @@ from common import RESULTS
 
 from selftaught.runs import atomic_write_json
 
+TASK = "gym:basic_arithmetic?max_terms=2&max_digits=1"  # the README's quick-start task
+MAX_TOKENS = 64
 COMMAND = (
-    'selftaught optimize --task "gym:basic_arithmetic?max_terms=2&max_digits=1" --model local '
+    f'selftaught optimize --task "{TASK}" --model local '
     "--proposals 0 --epochs 1 --batch-size 16 --train-size 32 --val-size 30 --test-size {test} "
-    "--max-tokens 64"
+    f"--max-tokens {MAX_TOKENS}"
 )
 TEST_SIZE = 400  # the README's --test-size
 
@@ -40,6 +44,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=RESULTS / "quickstart_demos_local.json")
     a = p.parse_args()
     command = COMMAND.format(test=a.test_size)
+    from selftaught.doctor import measure_raw_rate
+
+    raw = measure_raw_rate()  # the yardstick: doctor scales wall_s by it on other machines
     with tempfile.TemporaryDirectory() as tmp:
         load0, t0 = os.getloadavg(), time.perf_counter()
         subprocess.run([*shlex.split(command), "--output", tmp], check=True)
@@ -60,11 +67,12 @@ def main() -> None:
             "best_skill": summary.get("best_skill"),
             "wall_s": round(wall, 1),
             "cpu_user_s": round(cpu.ru_utime, 1),
+            "raw_decode": raw.to_dict(),
             "load_average": {"start": list(load0), "end": list(load1)},
         },
     )
     if a.out.resolve().parent == RESULTS.resolve():
-        from common import write_tables
+        from tables import write_tables
 
         write_tables()  # the READMEs' quick-start figures come from these files
     i, b = test["initial"], test["best"]

@@ -81,12 +81,11 @@ def print_rounds(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     args = parse_args()
 
-    import torch
-
     import selftaught
+    from selftaught.models.threads import fix_threads
     from selftaught.weights.config import RestConfig, SFTTrainConfig
 
-    torch.set_num_threads(args.threads)
+    fix_threads(args.threads)  # the local model keeps to it
     sizes = {"train_size": args.train_size, "val_size": args.val_size, "test_size": args.test_size}
     name = re.sub(r"[^A-Za-z0-9]+", "_", args.task).strip("_")
     run_dir = args.output or Path("runs") / f"bench-rest-{name}-s{args.seed}"

@@ -34,8 +34,8 @@ from common import (  # noqa: E402
     fmt_acc,
     machine_info,
     markdown_table,
-    write_tables,
 )
+from tables import write_tables  # noqa: E402
 
 TEACHER = Path(__file__).resolve().parent / "tool_calculator_teacher.md"
 
@@ -164,7 +164,9 @@ def main() -> None:
     from selftaught.weights.config import RestConfig, SFTTrainConfig
 
     if args.threads:
-        torch.set_num_threads(args.threads)
+        from selftaught.models.threads import fix_threads
+
+        fix_threads(args.threads)  # the local model keeps to it
     cfg = RestConfig(
         rounds=args.rounds,
         samples_per_prompt=args.samples_per_prompt,

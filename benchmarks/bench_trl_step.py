@@ -238,7 +238,9 @@ def main() -> None:
     from selftaught.tasks import load_task
 
     if args.threads:
-        torch.set_num_threads(args.threads)
+        from selftaught.models.threads import fix_threads
+
+        fix_threads(args.threads)  # the local model keeps to it
     path = str(embedded_model_dir())
     task = load_task(TASK, train_size=16, val_size=4, test_size=4)
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Helpers the benchmark scripts share: where results go, what machine measured them, the
 offline Qwen2.5-Coder-0.5B model (a GGUF split over six PyPI wheels), a `selftaught serve`
 endpoint started for the run, paired statistics of two evaluations, and the tables they regenerate
-(`tables.py`).
+(`tables.py`, which imports this module: never the other way round).
 
 Imported by the scripts beside it (`python benchmarks/bench_*.py` puts this folder on
 `sys.path`) and by tests/test_bench_helpers.py; never by the package."""
@@ -238,14 +238,6 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines.append("|" + "|".join("---" for _ in header) + "|")
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def write_tables() -> None:
-    """Regenerate every marked table and figure of the READMEs from the results files
-    (`tables.py`): a benchmark writes its results file, then calls this."""
-    import tables
-
-    tables.main([])
 
 
 def fmt_acc(acc: Mapping[str, Any]) -> str:

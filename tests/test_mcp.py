@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 from selftaught import cli
 from selftaught.cli import app
 from selftaught.errors import MissingDependency
-from selftaught.mcp_server import NothingLogged, SleepTools, build_server
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
+from selftaught.sleep.mcp_server import NothingLogged, SleepTools, build_server
 from selftaught.sleep.paths import read_adopted
 from tests.agent_upstream import AgentRequest, AgentUpstream, Call, agent_env, find_cli
 from tests.fake_upstream import FakeUpstream

@@ -51,12 +51,13 @@ class Browser:
         self.errors: list[str] = []
         self.requests: list[str] = []
 
-    def open(self, path: Path):
+    def open(self, path: Path | str):
+        """A page of a file, or of a URL (the live view's server)."""
         page = self.context.new_page()
         page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         page.on("pageerror", lambda e: self.errors.append(str(e)))
         page.on("request", lambda r: self.requests.append(r.url))
-        page.goto(path.resolve().as_uri(), wait_until="load")
+        page.goto(path if isinstance(path, str) else path.resolve().as_uri(), wait_until="load")
         return page
 
     def close(self) -> None:

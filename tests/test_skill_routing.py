@@ -83,3 +83,9 @@ def test_skill_md_round_trips_and_keeps_the_users_other_keys() -> None:
     ):
         with pytest.raises(InputError, match=why):
             parse_skill_md(bad, "bad.md")
+
+
+def test_stop_words_alone_route_nowhere() -> None:
+    router = SkillRouter([SkillCard("sql-queries", "Write the SQL for the orders database")])
+    assert router.route("what is the weather like").skill is None
+    assert router.route("the orders of the day").skill == "sql-queries"

@@ -302,11 +302,12 @@ def test_the_cli_refuses_an_unknown_weights_mode_in_one_sentence(tmp_path, monke
 
 
 @pytest.fixture
-def one_thread():
+def one_thread(monkeypatch):
     """Training on 2 shared cores: one torch thread is ~5x faster than two spinning ones."""
     torch = pytest.importorskip("torch")
     before = torch.get_num_threads()
     torch.set_num_threads(1)
+    monkeypatch.setenv("SELFTAUGHT_THREADS", "1")  # the local model keeps to it too
     yield
     torch.set_num_threads(before)
 

@@ -57,6 +57,7 @@ def test_a_rest_round_on_calculator_episodes_trains_assistant_turns_only(
     from selftaught.weights.config import RestConfig, SFTTrainConfig
 
     torch.set_num_threads(1)
+    monkeypatch.setenv("SELFTAUGHT_THREADS", "1")  # the local model keeps to it too
     trained: list[tuple[list, object]] = []
     real = sft.samples_to_dataset
 

@@ -226,6 +226,7 @@ def test_an_sft_run_of_the_embedded_model_logs_through_trls_report_to(tmp_path, 
     from tests.test_contract import Recorder
 
     torch.set_num_threads(1)
+    monkeypatch.setenv("SELFTAUGHT_THREADS", "1")  # the local model keeps to it too
     tried = no_network(monkeypatch)
     for key, value in QUIET.items():
         monkeypatch.setenv(key, value)

@@ -281,6 +281,7 @@ def test_grpo_plays_episodes_through_trls_environment_loop(tmp_path, monkeypatch
     from selftaught.weights.rl import RLTrainer
 
     torch.set_num_threads(1)
+    monkeypatch.setenv("SELFTAUGHT_THREADS", "1")  # the local model keeps to it too
     tok = AutoTokenizer.from_pretrained(str(embedded_model_dir()))
     task = CalculatorTask(train_size=2, val_size=1, test_size=1)
     questions = [str(ex.input) for ex in task.examples("train")]

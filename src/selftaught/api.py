@@ -10,6 +10,8 @@ calls these functions.
     result = selftaught.evaluate("gym:basic_arithmetic", "local", limit=20)
     run = selftaught.optimize("gym:basic_arithmetic", "openai:gpt-4o-mini",
                               optimizer_model="openai:gpt-4o")       # a SkillRunResult
+    skills = selftaught.optimize_skills("data.jsonl", "openai:gpt-4o-mini",
+                                        skills_dir=".claude/skills")  # a SkillSetResult
     shipped = selftaught.train("gym:basic_arithmetic?max_terms=2&max_digits=1",
                                config=RestConfig(method="sft"))      # a RestResult
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from selftaught.rollout import RolloutConfig
     from selftaught.skill.config import SkillOptConfig
     from selftaught.skill.result import SkillRunResult
+    from selftaught.skill.skillset import SkillSetConfig, SkillSetResult
     from selftaught.tasks.options import TaskOptions
     from selftaught.weights.config import RestConfig, RLConfig
     from selftaught.weights.rest import RestResult
@@ -167,6 +170,56 @@ def optimize(
     return trainer.train()
 
 
+def optimize_skills(
+    task: TaskLike,
+    model: ModelLike = "local",
+    *,
+    skills_dir: str | Path,
+    optimizer_model: ModelLike | None = None,
+    config: SkillOptConfig | None = None,
+    set_config: SkillSetConfig | None = None,
+    output_dir: str | Path | None = None,
+    task_options: TaskOptionsLike = None,
+    model_options: Mapping[str, Any] | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
+    progress: bool = True,
+    console: Console | None = None,
+) -> SkillSetResult:
+    """Many skills (`optimize --skills DIR`): the skills in `skills_dir/*/SKILL.md` are the
+    starting ones; the task's examples are clustered by intent and one skill is trained per
+    cluster, each gated on its own val and on the whole val served with routing
+    (`selftaught.skill.skillset`). Each accepted skill is written to `skills_dir/<name>/SKILL.md`
+    (an existing one back to its own file, never over a file changed since it was read:
+    `result.refused` says which). Resumes the run in `output_dir` (default
+    `runs/optimize-skills/<task>`); `config` is each cluster's `SkillOptConfig`."""
+    from selftaught.runs import atomic_write_json, slug
+    from selftaught.skill.skill_dir import starting_skills, write_skill_files
+    from selftaught.skill.skillset import train_skill_set
+
+    the_task = resolve_task(task, task_options, model_options=model_options)
+    target = _model(model, model_options)
+    analyst = target
+    if optimizer_model is not None and optimizer_model != model:
+        analyst = _model(optimizer_model, model_options)
+    out = Path(output_dir or Path("runs") / "optimize-skills" / slug(the_task.name))
+    starts = starting_skills(skills_dir, out)
+    result = train_skill_set(
+        the_task,
+        target,
+        analyst,
+        output_dir=out,
+        config=config,
+        set_config=set_config,
+        start=[s.file for s in starts],
+        callbacks=callbacks,
+        progress=progress,
+        console=console,
+    )
+    result.written, result.refused = write_skill_files(result.outcomes, skills_dir, starts)
+    atomic_write_json(out / "result.json", result.to_dict())
+    return result
+
+
 def train(
     task: TaskLike,
     model: ModelLike = "local",
@@ -223,6 +276,7 @@ def load_result(d: dict[str, Any]) -> RunResult:
     """`RunResult.from_dict` with every result kind imported (skill, ReST, RL, night), so a
     stored `result.json` of any kind comes back as its own subclass."""
     import selftaught.skill.result  # noqa: F401
+    import selftaught.skill.skillset  # noqa: F401
     import selftaught.sleep.night.cycle  # noqa: F401
     import selftaught.weights.rest  # noqa: F401
     import selftaught.weights.rl  # noqa: F401

@@ -42,6 +42,7 @@ from selftaught.models.base import (
 from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
 from selftaught.models.usage import BudgetExhausted
 from selftaught.policy import Policy
+from selftaught.progress_lines import ProgressLines, plain_lines_wanted
 from selftaught.tasks.base import Example, Score, Task
 from selftaught.tasks.episode import (
     DEFAULT_MAX_TURNS,
@@ -553,6 +554,10 @@ async def arun_rollouts(
         disable=not cfg.progress,
         transient=True,
     )
+    # off a terminal the bar shows nothing: a plain line a minute instead
+    lines = ProgressLines(
+        cfg.description, len(jobs), enabled=plain_lines_wanted(cfg.progress, progress.console)
+    )
     solved = done = 0
     try:
         with progress:
@@ -562,7 +567,10 @@ async def arun_rollouts(
                 done += len(attempts)
                 solved += sum(int(r.score.hard) for r in attempts if r.ok and r.score is not None)
                 progress.update(bar, advance=1, acc=f"{solved}/{done}")
+                generated = sum(r.completion_tokens for r in attempts if not r.cached)
+                lines.advance(tokens=generated, note=f"acc {solved}/{done}")
                 results[i] = attempts
+        lines.finish()
     except BudgetExhausted:
         # the calls already sent are paid for: let them finish (the jobs still waiting are
         # refused by the budget at once), so what is charged is what the backend served

@@ -60,13 +60,19 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="Model spec: local | local:PATH | openai:NAME | http://HOST:PORT/v1#NAME | "
-        "claude-code[:NAME] | codex[:NAME] | cmd:TEMPLATE (CLI agents: docs/agents-as-policy.md)",
+        help="Model spec: local | local:PATH | openai:NAME | anthropic:NAME | gemini:NAME | "
+        "http://HOST:PORT/v1#NAME | claude-code[:NAME] | codex[:NAME] | cmd:TEMPLATE (CLI "
+        "agents: docs/agents-as-policy.md)",
     ),
 ]
 ApiKeyOpt = Annotated[
     str | None,
-    typer.Option("--api-key", envvar="SELFTAUGHT_API_KEY", help="API key (else OPENAI_API_KEY)."),
+    typer.Option(
+        "--api-key",
+        envvar="SELFTAUGHT_API_KEY",
+        help="API key for the command's models (else the vendor's: OPENAI_API_KEY, "
+        "ANTHROPIC_API_KEY, GEMINI_API_KEY).",
+    ),
 ]
 # Generated from the configs (each option's help is its field's docstring, its default the
 # field's): the one gate (selftaught.gate), budgets (every call counts: target, optimizer,

@@ -38,11 +38,14 @@ from selftaught.models.errors import CALL_TIMEOUT_S
 from selftaught.models.usage import Budget
 from selftaught.rollout import rollout_timeout
 from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.skillset import SkillSetConfig
 from selftaught.tasks.options import TaskOptions
 
 if TYPE_CHECKING:
     from selftaught.evaluation import EvalResult
+    from selftaught.results import Score
     from selftaught.skill.result import SkillRunResult
+    from selftaught.skill.skillset import SkillSetResult
 
 # ---- optimize (skill optimization, text space) ----------------------------------------
 
@@ -74,8 +77,23 @@ SKILL_FLAGS = {
     "max_tokens": "max_tokens",
     "analyst_max_tokens": "analyst_max_tokens",
     "report_to": "report_to",
+    # the slow update (issue 51): a ledger shared across runs, the consolidation at the end
+    "edit_ledger": "edit_ledger",
+    "slow_every": "slow_every",
 }
 
+
+# many skills (`--skills DIR`): SkillSetConfig fields offered as flags
+SET_FLAGS = {"min_tasks": "min_tasks", "max_skills": "max_skills"}
+
+SkillsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--skills",
+        help="Many skills: cluster the tasks by intent, train one skill per cluster, starting "
+        "from DIR/*/SKILL.md and writing each accepted one to DIR/<name>/SKILL.md.",
+    ),
+]
 
 # the skill run's own gate defaults; an unset metric is the gate's default
 SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None}
@@ -87,12 +105,14 @@ SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None}
 @config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=SKILL_GATE)
 @config_flags(Budget, BUDGET_FLAGS, into="budget_fields")
 @config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
+@config_flags(SkillSetConfig, SET_FLAGS, into="set_fields")
 def optimize_cmd(
     task: TaskOpt,
     skill_fields: dict[str, Any],
     gate_fields: dict[str, Any],
     budget_fields: dict[str, Any],
     task_fields: dict[str, Any],
+    set_fields: dict[str, Any],
     model: ModelOpt = "local",
     optimizer_model: Annotated[
         str | None,
@@ -108,6 +128,7 @@ def optimize_cmd(
             "resumes from the last completed step."
         ),
     ] = None,
+    skills: SkillsOpt = None,
     strict_gate: Annotated[
         bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
     ] = False,
@@ -133,6 +154,10 @@ def optimize_cmd(
         timeout_s=rollout_timeout(timeout),
     )
     warn_unsafe_exec(options.unsafe_exec)
+    if skills is not None:
+        models = model_options(api_key, timeout, cache, device)
+        args = (task, model, optimizer_model, skill, skills, config, set_fields, output, options)
+        return _optimize_skills(*args, models)
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
     try:
         result = optimize(
@@ -150,6 +175,81 @@ def optimize_cmd(
         console.print("stopped; the run is resumable: fix the cause and re-run the same command")
         raise
     print_optimize(result)
+
+
+def _optimize_skills(
+    task: str,
+    model: str,
+    optimizer_model: str | None,
+    skill: Path | None,
+    skills: Path,
+    config: SkillOptConfig,
+    set_fields: dict[str, Any],
+    output: Path | None,
+    options: TaskOptions,
+    models: dict[str, Any],
+) -> None:
+    """`optimize --skills DIR`: many skills, then the per-skill table."""
+    from selftaught.api import optimize_skills
+    from selftaught.models.errors import FatalBackendError
+
+    if skill is not None:
+        raise typer.BadParameter("--skill and --skills: the skills in DIR are the start")
+    try:
+        set_config = SkillSetConfig(**set_fields)
+    except InputError as err:
+        raise typer.BadParameter(str(err)) from None
+    console.print(f"optimizing many skills for [bold]{task}[/] with {model} in {skills}")
+    try:
+        result = optimize_skills(
+            task,
+            model,
+            skills_dir=skills,
+            optimizer_model=optimizer_model,
+            config=config,
+            set_config=set_config,
+            output_dir=output,
+            task_options=options,
+            model_options=models,
+            console=console,
+        )
+    except FatalBackendError:
+        console.print("stopped; the run is resumable: fix the cause and re-run the same command")
+        raise
+    print_skill_set(result)
+
+
+def print_skill_set(result: SkillSetResult) -> None:
+    """One row per skill: its tasks, own-val and whole-val scores, the gate's decision."""
+
+    def acc(s: Score | None) -> str:
+        return "-" if s is None else f"{s.hard:.3f} (n={s.n})"
+
+    table = Table(title=f"skills: {result.task}")
+    for name in ("skill", "tasks (train/val)", "own val", "whole val", "decision"):
+        table.add_column(name, justify="right" if name in ("own val", "whole val") else "left")
+    for o in result.outcomes:
+        own = f"{acc(o.own_before)} → {acc(o.own_after)}" if o.trained else "-"
+        whole = "-"
+        if o.whole_val is not None:
+            whole = f"{acc(o.whole_val.before)} → {acc(o.whole_val.after)}"
+        decision = "[green]accepted[/]" if o.accepted else "not accepted"
+        table.add_row(
+            o.name + (" (existing)" if o.cluster.start is not None else ""),
+            f"{len(o.cluster.train_ids)}/{len(o.cluster.val_ids)}",
+            own,
+            whole,
+            f"{decision}: {o.reason}",
+        )
+    out.print(table)
+    out.print(
+        f"whole val served with routing: {acc(result.base_score)} → {acc(result.shipped_score)}"
+        f" · unrouted: {len(result.unrouted_train)} train, {len(result.unrouted_val)} val"
+    )
+    for path in result.written:
+        out.print(f"written: {path}")
+    for refused in result.refused:
+        out.print(f"[bold yellow]not written:[/] {refused.path}: {refused.reason}")
 
 
 def skill_config(fields: dict[str, Any], **rest: Any) -> SkillOptConfig:

@@ -46,7 +46,7 @@ def mcp_cmd(
 
     The agent reads its adopted skill and last night's report there; it acts on this project
     and this folder's sessions only. Needs the `mcp` extra."""
-    from selftaught.mcp_server import serve
+    from selftaught.sleep.mcp_server import serve
 
     serve(project, log, trust_feedback)
 

@@ -576,6 +576,22 @@ FollowSymlinksOpt = Annotated[
 ]
 
 
+# --place (skills where each agent reads them, sleep/adoption/placement.py)
+PlaceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--place",
+        help="Also write the adopted skill where an agent reads it: claude:REPO "
+        "(.claude/skills), codex:REPO (.agents/skills), agents-md:REPO (a section of "
+        "AGENTS.md), codex-global (~/.codex/skills, with --allow-global). Repeatable.",
+    ),
+]
+AllowGlobalOpt = Annotated[
+    bool,
+    typer.Option(help="Let --place codex-global write where every repository's Codex reads."),
+]
+
+
 def _preferences(value: str | None) -> str:
     """--preferences: a file's text when the value names a file, else the text itself."""
     if value and Path(value).expanduser().is_file():
@@ -605,7 +621,10 @@ NIGHT_FLAGS = {
 }
 SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
 DEMO_MODE_FLAGS = ("retrieval", "retrieve_k")
-NIGHT_SKILL_FLAGS = ("epochs", "batch_size", "rollouts_k", "demos_max", "concurrency", "max_tokens")
+NIGHT_SKILL_FLAGS = (
+    *("epochs", "batch_size", "rollouts_k", "demos_max", "concurrency", "max_tokens"),
+    "slow_every",  # the slow update every N nights (issue 51)
+)
 WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_seconds": "weight_max_seconds"}
 WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
 DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
@@ -783,11 +802,18 @@ def sleep_adopt_cmd(
     ] = False,
     target_skill_path: TargetSkillOpt = None,
     follow_symlinks: FollowSymlinksOpt = False,
+    place: PlaceOpt = None,
+    allow_global: AllowGlobalOpt = False,
     skill: SkillOpt = None,
 ) -> None:
     """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
+    from selftaught.sleep.adoption.placement import PlacementTarget
     from selftaught.sleep.adoption.staging import adopt
 
+    targets = [
+        PlacementTarget.parse(spec, allow_global=allow_global, follow_symlinks=follow_symlinks)
+        for spec in place or ()
+    ]  # checked before anything is adopted
     if skill is not None:  # one of the project's many skills, in its own unit
         from selftaught.sleep.adoption.skill_units import adopt_skill
 
@@ -796,6 +822,8 @@ def sleep_adopt_cmd(
             f"{project}: adopted skill {skill} of night {done.night} as its version "
             f"{done.version} (was {done.previous}; backup {done.backup})"
         )
+        if targets and not _place_adopted(project, targets, skill):
+            raise typer.Exit(1)
         return
     done = adopt(
         project,
@@ -808,6 +836,37 @@ def sleep_adopt_cmd(
         f"{project}: adopted night {done.night} as version {done.version} (was {done.previous}; "
         f"backup {done.backup})" + "".join(f"\n  wrote {p}" for p in done.live_files)
     )
+    if targets and not _place_adopted(project, targets):
+        raise typer.Exit(1)
+
+
+def _place_adopted(project: str, targets: list[Any], name: str | None = None) -> bool:
+    """Place the adopted skill (or the project's skill `name`) in each target; False when a
+    file was refused or skipped."""
+    from selftaught.sleep.adoption.placement import adopted_skill_file, place_skills
+    from selftaught.sleep.adoption.staging import read_adopted_files
+
+    if name is not None:  # many skills: that skill's card and adopted body
+        from selftaught.skill.skill_md import SkillFile
+        from selftaught.sleep.adoption.skill_units import adopted_skills
+
+        found = [SkillFile(s.card, s.body) for s in adopted_skills(project) if s.name == name]
+        skill = found[0] if found else None
+    else:
+        skill = adopted_skill_file(project, read_adopted_files(project))
+    if skill is None:
+        out.print("  nothing adopted to place")
+        return True
+    ok = True
+    for target in targets:
+        result = place_skills([skill], target)
+        for f in result.files:
+            ok = ok and f.action in ("written", "unchanged")
+            why = f": {f.reason}" if f.reason else ""
+            out.print(f"  {f.action} {f.path}{why}", soft_wrap=True, markup=False)
+        if result.backup:
+            out.print(f"  (placement backup {result.backup})", soft_wrap=True, markup=False)
+    return ok
 
 
 @sleep_app.command("rollback")

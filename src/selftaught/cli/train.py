@@ -198,7 +198,11 @@ def train(
     ] = None,
     device: DeviceOpt = None,
     threads: Annotated[
-        int | None, typer.Option(help="torch CPU threads (fewer is faster on a busy machine).")
+        int | None,
+        typer.Option(
+            help="torch CPU threads (default: the free cores, or $SELFTAUGHT_THREADS; "
+            "fewer is faster on a busy machine)."
+        ),
     ] = None,
     output: Annotated[
         Path | None,
@@ -247,10 +251,11 @@ def train(
 
 
 def set_threads(threads: int | None) -> None:
-    if threads:
-        import torch
+    """`--threads N` means what SELFTAUGHT_THREADS=N means (`selftaught.models.threads`)."""
+    from selftaught.models.threads import fix_threads
 
-        torch.set_num_threads(threads)
+    if threads:
+        fix_threads(threads)
 
 
 def train_gate(

@@ -1,4 +1,5 @@
-"""Who answers: one chat protocol over an OpenAI-compatible endpoint or the local model."""
+"""Who answers: one chat protocol over an OpenAI-compatible endpoint, Anthropic's or Google's
+API (their SDKs, optional extras), the local model or a CLI agent."""
 
 from __future__ import annotations
 
@@ -60,7 +61,10 @@ def load_model(
     `max_batch_size` and `device` apply to a local model: most sequences decoded together
     (default 8 on a CPU, 64 on an accelerator) and where it runs (default: CUDA, else MPS,
     else the CPU; see `selftaught.models.device.resolve_device`). `sign` applies to an
-    OpenAI-compatible endpoint: headers made from each request's body (a night's mark)."""
+    OpenAI-compatible endpoint and to `anthropic:`: headers made from each request's body (a
+    night's mark).
+    `api_key` is the key of `openai:`, `anthropic:` or `gemini:` (default: the vendor's
+    environment variable)."""
     parsed = parse_model_spec(spec)
     model: ChatModel
     if parsed.backend in ("claude-code", "codex", "cmd"):
@@ -76,6 +80,16 @@ def load_model(
         from selftaught.models.local import LocalModel
 
         model = LocalModel(parsed.model or None, max_batch_size=max_batch_size, device=device)
+    elif parsed.backend == "anthropic":
+        from selftaught.models.anthropic_native import AnthropicModel
+
+        model = AnthropicModel(
+            parsed.model, api_key=api_key, timeout_s=timeout_s, retry=retry, sign=sign
+        )
+    elif parsed.backend == "gemini":
+        from selftaught.models.gemini_native import GeminiModel
+
+        model = GeminiModel(parsed.model, api_key=api_key, timeout_s=timeout_s, retry=retry)
     else:
         from selftaught.models.openai_compat import OpenAICompatModel
 

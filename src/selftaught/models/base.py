@@ -73,6 +73,11 @@ class Completion:
     """Malformed tool calls, one {"index", "error", "raw"} each (bad JSON, an unknown tool,
     arguments not an object, a truncated call): the reply then keeps its text and finish
     reason and has no `tool_calls`. None: nothing malformed."""
+    # provider prompt caching (anthropic:, gemini:): parts of `prompt_tokens`, priced apart
+    cache_read_tokens: int = 0
+    """Prompt tokens the provider read from its prompt cache."""
+    cache_write_tokens: int = 0
+    """Prompt tokens the provider wrote into its prompt cache."""
 
     @property
     def truncated(self) -> bool:

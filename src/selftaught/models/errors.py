@@ -30,6 +30,23 @@ class FatalBackendError(BackendError):
     """401/403, unknown model, unreachable endpoint after retries, bad request: stop the run."""
 
 
+def classify_status(backend: str, status: int, detail: str) -> BackendError:
+    """One rule for every HTTP backend: 408, 409, 425, 429 and 5xx (Anthropic's 529
+    "overloaded" too) are transient; 401/403 (a rejected key), 404 (no such model or URL) and
+    any other 4xx are fatal, each with the server's own message."""
+    if status in (408, 409, 425, 429) or status >= 500:
+        return TransientBackendError(backend, f"HTTP {status}: {detail}", status=status)
+    if status in (401, 403):
+        return FatalBackendError(
+            backend, f"HTTP {status}: the API key was rejected ({detail})", status=status
+        )
+    if status == 404:
+        return FatalBackendError(
+            backend, f"HTTP 404: model or URL not found ({detail})", status=status
+        )
+    return FatalBackendError(backend, f"HTTP {status}: {detail}", status=status)
+
+
 @dataclass
 class RetryPolicy:
     max_retries: int = 5

@@ -10,7 +10,9 @@ every request made in that loop is answered; then it exits. So the model runs in
 that awaits it, usually the only thread of the process that runs torch (a second one costs
 every forward on a CPU: libgomp keeps one OpenMP team per calling thread, and two teams on
 too few cores make both spin politely and slowly). The cost: while a forward runs (one
-decode step, or one prefill), nothing else runs in that loop.
+decode step, or one prefill), nothing else runs in that loop. How many torch threads that
+forward uses follows the cores other processes leave free, checked again while serving
+(`selftaught.models.threads`; `SELFTAUGHT_THREADS` fixes it).
 
 Several loops in several threads may use one model at once (`run_sync` inside a running loop
 runs in a helper thread; a sync scorer calls a local judge from a worker thread): one step
@@ -26,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 import os
 import secrets
 import threading
@@ -50,6 +53,7 @@ from selftaught.models.base import (
 from selftaught.models.batching import BatcherStats, ContinuousBatcher, GenSequence
 from selftaught.models.errors import BackendError, FatalBackendError
 from selftaught.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
+from selftaught.models.threads import governor
 from selftaught.models.tools import (
     apply_tool_reply,
     check_tool_choice,
@@ -65,6 +69,7 @@ ACCELERATOR_MAX_BATCH = 64
 _VALID_ROLES = {"system", "user", "assistant", "tool"}
 _MAX_POLL_S = 0.02  # longest wait of a driver while another thread steps
 _FOLLOW_UP_TURNS = 4  # loop turns an answered caller gets to ask again before the next step
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -302,6 +307,7 @@ class LocalModel(AsyncChatModel):
             if self._model is not None:
                 return
             path = self.path
+            first = governor().start()  # the busy reading spans the load
             try:
                 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -325,6 +331,7 @@ class LocalModel(AsyncChatModel):
             model.to(device)
             model.eval()
             self._adopt(model, tokenizer)
+            governor().on_load(first)
 
     def _adopt(self, model: Any, tokenizer: Any) -> None:
         """Check and keep a model + tokenizer (the tokenizer is not modified: it may be a
@@ -615,6 +622,7 @@ class LocalModel(AsyncChatModel):
         """Drop abandoned sequences, refill free slots from the waiting ones, decode one
         step, deliver what finished. A failure fails only the requests it touched."""
         batcher = self._ensure_batcher()
+        _follow_free_cores()
         self._drop_abandoned()
         waiting = self._waiting
         free = self.max_batch_size - len(batcher.rows)
@@ -718,6 +726,15 @@ class LocalModel(AsyncChatModel):
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _follow_free_cores() -> None:
+    """Between forward passes, in the thread that runs them: the torch threads follow the
+    free cores (`selftaught.models.threads`). Tuning never fails a request."""
+    try:
+        governor().tick()
+    except Exception as err:  # e.g. torch refusing a thread count: keep serving as before
+        log.debug("thread tuning skipped: %s", err)
 
 
 def _eos_token_ids(tokenizer: Any, model: Any) -> list[int]:

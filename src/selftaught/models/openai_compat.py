@@ -29,6 +29,7 @@ from selftaught.models.errors import (
     FatalBackendError,
     RetryPolicy,
     TransientBackendError,
+    classify_status,
     with_retries,
 )
 from selftaught.models.tools import check_tool_calls, tool_names
@@ -43,19 +44,7 @@ def classify_openai_error(backend: str, err: Exception) -> Exception:
     if isinstance(err, openai.APIConnectionError):
         return TransientBackendError(backend, f"connection failed ({err.__cause__ or err})")
     if isinstance(err, openai.APIStatusError):
-        status = err.status_code
-        detail = _error_message(err)
-        if status in (408, 409, 425, 429) or status >= 500:
-            return TransientBackendError(backend, f"HTTP {status}: {detail}", status=status)
-        if status in (401, 403):
-            return FatalBackendError(
-                backend, f"HTTP {status}: the API key was rejected ({detail})", status=status
-            )
-        if status == 404:
-            return FatalBackendError(
-                backend, f"HTTP 404: model or URL not found ({detail})", status=status
-            )
-        return FatalBackendError(backend, f"HTTP {status}: {detail}", status=status)
+        return classify_status(backend, err.status_code, _error_message(err))
     return err
 
 

@@ -1,5 +1,6 @@
 """The one place a model given to the library becomes what a trainer needs: a spec string
-(`local`, `local:PATH`, `openai:NAME`, `http://HOST:PORT/v1#NAME`) or a `ChatModel` object.
+(`local`, `local:PATH`, `openai:NAME`, `anthropic:NAME`, `gemini:NAME`,
+`http://HOST:PORT/v1#NAME`, ...) or a `ChatModel` object.
 
 - `resolve_model`: the `ChatModel` that answers (text space: evaluation, skill runs, nights);
 - `local_model_path`: where the weights a weight-space trainer changes are (a local model

@@ -3,6 +3,10 @@
 local                               the embedded SmolLM2-135M-Instruct
 local:/path/to/folder-or.gguf       any local transformers folder or GGUF file
 openai:gpt-4o-mini                  OpenAI (or OPENAI_BASE_URL) with OPENAI_API_KEY
+anthropic:claude-sonnet-4-6         Anthropic's Messages API (the `anthropic` SDK, extra
+                                    `anthropic`) with ANTHROPIC_API_KEY
+gemini:gemini-2.5-flash             Google's Gemini API (the `google-genai` SDK, extra `gemini`)
+                                    with GEMINI_API_KEY or GOOGLE_API_KEY
 http://127.0.0.1:8000/v1#my-model   any OpenAI-compatible endpoint (vLLM, SGLang,
                                     llama.cpp server, Ollama, `selftaught serve`)
 claude-code / claude-code:MODEL     the Claude Code CLI, run once per call in a workspace
@@ -23,6 +27,8 @@ SPEC_FORMS = (
     "local",
     "local:/path/to/model-folder-or-file.gguf",
     "openai:MODEL (e.g. openai:gpt-4o-mini)",
+    "anthropic:MODEL (e.g. anthropic:claude-sonnet-4-6)",
+    "gemini:MODEL (e.g. gemini:gemini-2.5-flash)",
     "http://HOST:PORT/v1#MODEL",
     "claude-code[:MODEL]",
     "codex[:MODEL]",
@@ -30,9 +36,17 @@ SPEC_FORMS = (
 )
 
 
+# Hosted APIs called through their vendor's SDK: the spec's prefix, and an example spec.
+NATIVE_PROVIDERS = {
+    "openai": "openai:gpt-4o-mini",
+    "anthropic": "anthropic:claude-sonnet-4-6",
+    "gemini": "gemini:gemini-2.5-flash",
+}
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    backend: str  # "local" | "openai" | "claude-code" | "codex" | "cmd"
+    backend: str  # "local" | "openai" | "anthropic" | "gemini" | "claude-code" | "codex" | "cmd"
     model: str = ""  # model name (openai, agents), path (local; "" = embedded), cmd's template
     base_url: str | None = None
 
@@ -43,11 +57,12 @@ def parse_model_spec(spec: str) -> ModelSpec:
         return ModelSpec("local")
     if s.startswith("local:"):
         return ModelSpec("local", s[len("local:") :])
-    if s.startswith("openai:"):
-        name = s[len("openai:") :]
-        if not name:
-            raise ModelSpecError("openai: needs a model name, e.g. openai:gpt-4o-mini")
-        return ModelSpec("openai", name)
+    for provider, example in NATIVE_PROVIDERS.items():
+        if s.startswith(provider + ":"):
+            name = s[len(provider) + 1 :]
+            if not name:
+                raise ModelSpecError(f"{provider}: needs a model name, e.g. {example}")
+            return ModelSpec(provider, name)
     for agent in ("claude-code", "codex"):
         if s == agent or s.startswith(agent + ":"):
             name = s[len(agent) + 1 :]

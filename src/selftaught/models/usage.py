@@ -9,6 +9,7 @@ budget (a run's final test evaluation) is charged to a ledger of its own."""
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -24,7 +25,36 @@ PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
     "gpt-4.1-mini": (0.40, 1.60),
     "gpt-4.1-nano": (0.10, 0.40),
     "gpt-4.1": (2.00, 8.00),
+    # Anthropic, https://docs.anthropic.com/en/docs/about-claude/pricing (read 2026)
+    "claude-opus-4-6": (5.00, 25.00),
+    "claude-opus-4-5": (5.00, 25.00),
+    "claude-opus-4-1": (15.00, 75.00),
+    "claude-sonnet-4-6": (3.00, 15.00),
+    "claude-sonnet-4-5": (3.00, 15.00),
+    "claude-haiku-4-5": (1.00, 5.00),
+    # Google, https://ai.google.dev/gemini-api/docs/pricing (text, prompts up to 200k tokens)
+    "gemini-2.5-pro": (1.25, 10.00),
+    "gemini-2.5-flash": (0.30, 2.50),
+    "gemini-2.5-flash-lite": (0.10, 0.40),
 }
+
+# USD per 1M prompt tokens (cache read, cache write) where the provider prices its prompt cache
+# apart (same sources): Anthropic's cache hits are 0.1x input and its 5-minute cache writes
+# 1.25x; Gemini's implicit cache reads are discounted and it has no write surcharge. A priced
+# model absent here pays its input price for cached tokens.
+CACHE_PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
+    "claude-opus-4-6": (0.50, 6.25),
+    "claude-opus-4-5": (0.50, 6.25),
+    "claude-opus-4-1": (1.50, 18.75),
+    "claude-sonnet-4-6": (0.30, 3.75),
+    "claude-sonnet-4-5": (0.30, 3.75),
+    "claude-haiku-4-5": (0.10, 1.25),
+    "gemini-2.5-pro": (0.125, 1.25),
+    "gemini-2.5-flash": (0.03, 0.30),
+    "gemini-2.5-flash-lite": (0.01, 0.10),
+}
+
+_DATED = re.compile(r"-\d{8}$")  # a dated snapshot (claude-haiku-4-5-20251001) prices as its alias
 
 
 @dataclass
@@ -38,13 +68,38 @@ class RoleUsage:
     errors: int = 0
     truncated: int = 0
     usd: float | None = None
+    # provider prompt caching (anthropic:, gemini:): parts of prompt_tokens
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 LOCAL_PREFIX = "local:"  # in-process models cost no USD
 
 
+def price_name(model: str) -> str:
+    """The price table's name for a model: its last path part, a snapshot date dropped."""
+    name = model.split("/")[-1]
+    return name if name in PRICES_PER_MTOK else _DATED.sub("", name)
+
+
 def price_known(model: str) -> bool:
-    return model.startswith(LOCAL_PREFIX) or model.split("/")[-1] in PRICES_PER_MTOK
+    return model.startswith(LOCAL_PREFIX) or price_name(model) in PRICES_PER_MTOK
+
+
+def call_usd(model: str, c: Completion, prompt_tokens: int) -> float | None:
+    """What one completion cost (None: the price is unknown). Cached prompt tokens are priced
+    at the cache's rates; `prompt_tokens` is 0 for a sample that shared its call's prompt."""
+    if model.startswith(LOCAL_PREFIX):
+        return 0.0
+    name = price_name(model)
+    price = PRICES_PER_MTOK.get(name)
+    if price is None:
+        return None
+    read, write = (c.cache_read_tokens, c.cache_write_tokens) if prompt_tokens else (0, 0)
+    read_price, write_price = CACHE_PRICES_PER_MTOK.get(name, (price[0], price[0]))
+    uncached = max(0, prompt_tokens - read - write)
+    cost = uncached * price[0] + read * read_price + write * write_price
+    return (cost + c.completion_tokens * price[1]) / 1e6
 
 
 @dataclass(frozen=True)
@@ -149,10 +204,11 @@ class UsageLedger:
             u.latency_s += 0.0 if shared else c.latency_s
             u.retries += c.retries
             u.truncated += int(c.truncated)
-            price = (0.0, 0.0) if model.startswith(LOCAL_PREFIX) else None
-            price = price or PRICES_PER_MTOK.get(model.split("/")[-1])
-            if price is not None and not c.cached:
-                cost = (prompt_tokens * price[0] + c.completion_tokens * price[1]) / 1e6
+            if not shared:
+                u.cache_read_tokens += c.cache_read_tokens
+                u.cache_write_tokens += c.cache_write_tokens
+            cost = call_usd(model, c, prompt_tokens)
+            if cost is not None and not c.cached:
                 u.usd = (u.usd or 0.0) + cost
 
     def record_error(self, role: str, retries: int = 0, *, reserved: bool = False) -> None:

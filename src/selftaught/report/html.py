@@ -166,6 +166,14 @@ def config_table(config: dict[str, Any]) -> Html:
     )
 
 
-def page(title: str, body: Html) -> str:
+REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+"""The static report's policy: no script, no network (the page can be mailed)."""
+
+
+def page(title: str, body: Html, *, csp: str = REPORT_CSP) -> str:
+    """The whole page; `csp` is its Content-Security-Policy (the live view allows its own
+    script and polling of its own server, nothing else)."""
     template = resources.files("selftaught.report").joinpath("template.html").read_text("utf-8")
-    return Template(template).substitute(title=escape(title), body=body)
+    return Template(template).substitute(
+        title=escape(title), body=body, csp=escape(csp, quote=True)
+    )

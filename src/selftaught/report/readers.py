@@ -131,9 +131,10 @@ class RunStatus:
     error: str | None = None
 
 
-class _Reader:
+class RunReader:
     """Reads a run's files; a missing one is None (and a note when the caller says so), a
-    malformed one is a ReportError naming the file (and the line, for JSONL)."""
+    malformed one is a ReportError naming the file (and the line, for JSONL). The live view
+    (`report/live.py`) subclasses it to cache and redact what it reads."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -419,7 +420,7 @@ def _step_failures(step: int, diag: dict[str, Any]) -> list[Failure]:
     return out
 
 
-def _skill_status(rd: _Reader, state: dict[str, Any], summary: Any, n_steps: int) -> RunStatus:
+def _skill_status(rd: RunReader, state: dict[str, Any], summary: Any, n_steps: int) -> RunStatus:
     error = _dict(rd.json("error.json"))
     total = state.get("total_steps")
     if summary is not None:
@@ -445,7 +446,7 @@ _Parts = tuple[str, list[DemoView], str]  # rules, demos, placement
 class _Skills:
     """skills/VERSION.md split into rules and demos, read once each."""
 
-    def __init__(self, rd: _Reader):
+    def __init__(self, rd: RunReader):
         self.rd = rd
         self.cache: dict[str, _Parts | None] = {}
 
@@ -495,7 +496,7 @@ def _step_diffs(skills: _Skills, step: SkillStep) -> list[SkillDiff]:
 
 
 def _step_details(
-    rd: _Reader, steps: list[SkillStep]
+    rd: RunReader, steps: list[SkillStep]
 ) -> tuple[list[EditEvent], list[SkillDiff], list[Failure]]:
     """Per step, from diagnostics/ and skills/: what happened to each edit, the candidate's
     diff against the skill it was built from, and the failed examples."""
@@ -516,7 +517,7 @@ def _step_details(
     return edits, diffs, failures
 
 
-def _test_failures(rd: _Reader) -> list[Failure]:
+def _test_failures(rd: RunReader) -> list[Failure]:
     """The shipped skill's failures on test (test_rollouts.jsonl, written after the last step)."""
     return [
         Failure(
@@ -536,12 +537,20 @@ def _test_failures(rd: _Reader) -> list[Failure]:
 
 def load_skill_run(root: Path, kind: str = "optimize") -> SkillRun:
     """An `optimize` run directory (or anything with its layout: a sleep night's staging)."""
-    rd = _Reader(root)
+    rd = RunReader(root)
+    return skill_run_from(rd, rd.jsonl("history.jsonl"), kind)
+
+
+def skill_run_from(
+    rd: RunReader, rows: list[dict[str, Any]], kind: str = "optimize", *, details: bool = True
+) -> SkillRun:
+    """A skill run from its history `rows` and the small files `rd` reads. Without
+    `details`, no per-step file (diagnostics/, skills/, test rollouts, demo pool) is read:
+    what the live view needs (steps, curve, status, usage) at the cost of a few small files."""
     config = _dict(rd.json("config.json"))
     state = _dict(rd.json("state.json"))
     summary = rd.json("summary.json")
     test = _dict(rd.json("test_results.json"))
-    rows = rd.jsonl("history.jsonl")
     gate_metric = _dict(config.get("gate")).get("metric") or config.get("gate_metric")
     metric = "soft" if gate_metric == "soft" else "hard"
     if gate_metric == "mixed":
@@ -558,17 +567,17 @@ def load_skill_run(root: Path, kind: str = "optimize") -> SkillRun:
         else:
             rd.note("No test results yet: the test split is evaluated after the last step.")
 
-    edits, diffs, failures = _step_details(rd, steps)
-    failures = _test_failures(rd) + failures
+    edits, diffs, failures = _step_details(rd, steps) if details else ([], [], [])
+    failures = (_test_failures(rd) if details else []) + failures
     best_version = state.get("best_version") or (steps[-1].best if steps else None)
     summary_d = _dict(summary)
-    best_skill = rd.text("best_skill.md")
+    best_skill = rd.text("best_skill.md") if details else None
     shipped: _Parts = ("", [], "turns")
     if best_skill is not None:
         shipped = split_or_note(best_skill, "best_skill.md", rd.notes)
-    pool, leaks = read_demo_pool(rd.json("demo_pool.json"), rd.notes)
+    pool, leaks = read_demo_pool(rd.json("demo_pool.json") if details else None, rd.notes)
     return SkillRun(
-        root=root,
+        root=rd.root,
         kind=kind,
         config=config,
         status=status,
@@ -600,7 +609,14 @@ def load_sleep_night(root: Path) -> SkillRun:
     """A sleep night's staging folder: its skill phase is an `optimize` run directory at the
     folder's root; the night's status, reason, memory phase and notes come first as notes."""
     run = load_skill_run(root, kind="sleep")
-    night = _dict(_Reader(root).json("report.json"))
+    run.notes[:0] = night_notes(RunReader(root))
+    return run
+
+
+def night_notes(rd: RunReader) -> list[str]:
+    """What a night's report.json says beyond its skill phase: status, reason, memory phase
+    and the night's own notes."""
+    night = _dict(rd.json("report.json"))
     notes = [
         f"Night {night.get('night')} of project {night.get('project')}: "
         f"{night.get('status')} — {night.get('reason') or 'no reason recorded'}."
@@ -618,8 +634,7 @@ def load_sleep_night(root: Path) -> SkillRun:
             f"Memory phase did not run: {memory.get('stopped_by') or memory.get('error')}."
         )
     notes += [str(n) for n in night.get("notes") or []]
-    run.notes[:0] = notes
-    return run
+    return notes
 
 
 # ---- train: ReST-EM / SFT -------------------------------------------------------------------
@@ -659,7 +674,7 @@ class RestRun:
     """The last sampled round's unsolved episodes (tool tasks), with their trajectories."""
 
 
-def _rest_failures(rd: _Reader, rounds: list[Round]) -> list[Failure]:
+def _rest_failures(rd: RunReader, rounds: list[Round]) -> list[Failure]:
     """Unsolved sampled episodes of the last round that sampled (one-step samples: none,
     their replies are in samples.jsonl)."""
     sampled = [r.round for r in rounds if r.samples]
@@ -711,7 +726,13 @@ def _rest_round(row: dict[str, Any], metric: str, best_before: int) -> Round:
 
 
 def load_rest_run(root: Path) -> RestRun:
-    rd = _Reader(root)
+    rd = RunReader(root)
+    return rest_run_from(rd, rd.jsonl("history.jsonl"))
+
+
+def rest_run_from(rd: RunReader, rows: list[dict[str, Any]], *, details: bool = True) -> RestRun:
+    """A ReST / SFT run from its history `rows` and small files (`details`: the last round's
+    unsolved samples too)."""
     config = _dict(rd.json("config.json"))
     rest = _dict(config.get("rest"))
     backend = _dict(rest.get("backend")).get("backend")
@@ -722,7 +743,6 @@ def load_rest_run(root: Path) -> RestRun:
     )
     state = _dict(rd.json("state.json"))
     result = _dict(rd.json("result.json"))
-    rows = rd.jsonl("history.jsonl")
     if not rows:
         rd.note("No round has finished yet (history.jsonl is missing or empty).")
     rounds, best = [], 0
@@ -743,7 +763,7 @@ def load_rest_run(root: Path) -> RestRun:
         )
         rd.note("No result.json yet: the shipped model's test accuracy comes at the end.")
     return RestRun(
-        root=root,
+        root=rd.root,
         method=str(config.get("method") or "rest"),
         config=config,
         status=status,
@@ -755,7 +775,7 @@ def load_rest_run(root: Path) -> RestRun:
         base_test=read_estimate(result.get("base_test") or state.get("base_test"), metric),
         shipped_test=read_estimate(result.get("shipped_test"), metric),
         shipped=result.get("shipped"),
-        failures=_rest_failures(rd, rounds),
+        failures=_rest_failures(rd, rounds) if details else [],
     )
 
 
@@ -786,7 +806,12 @@ class RLRun:
 
 
 def load_rl_run(root: Path) -> RLRun:
-    rd = _Reader(root)
+    rd = RunReader(root)
+    return rl_run_from(rd, rd.jsonl("history.jsonl"))
+
+
+def rl_run_from(rd: RunReader, rows: list[dict[str, Any]]) -> RLRun:
+    """A GRPO / GSPO run from its history `rows` (one per logged step) and small files."""
     config = _dict(rd.json("config.json"))
     rl = _dict(config.get("rl"))
     state = _dict(rd.json("state.json"))
@@ -802,7 +827,7 @@ def load_rl_run(root: Path) -> RLRun:
             bool(row.get("all_rewards_equal")),
             [str(w) for w in row.get("warnings", [])],
         )
-        for i, row in enumerate(rd.jsonl("history.jsonl"))
+        for i, row in enumerate(rows)
     ]
     if not steps:
         rd.note("No training step has been logged yet (history.jsonl is missing or empty).")
@@ -823,7 +848,7 @@ def load_rl_run(root: Path) -> RLRun:
         return read_estimate(result.get(key) or state.get(key))
 
     return RLRun(
-        root=root,
+        root=rd.root,
         method=str(config.get("method") or rl.get("method") or "grpo"),
         config=config,
         status=status,
@@ -851,7 +876,7 @@ ADAPTERS: dict[str, Callable[[Path], Run]] = {
 
 
 def _first_row(root: Path) -> dict[str, Any]:
-    rows = _Reader(root).jsonl("history.jsonl")
+    rows = RunReader(root).jsonl("history.jsonl")
     return rows[0] if rows else {}
 
 
@@ -861,9 +886,9 @@ def detect_kind(root: Path) -> str:
         raise ReportError(f"run directory {root} does not exist")
     if not root.is_dir():
         raise ReportError(f"{root} is not a directory; give the run directory")
-    if _dict(_Reader(root).json("report.json")).get("kind") == "sleep-night":
+    if _dict(RunReader(root).json("report.json")).get("kind") == "sleep-night":
         return "sleep"
-    config = _dict(_Reader(root).json("config.json"))
+    config = _dict(RunReader(root).json("config.json"))
     method = config.get("method")
     if method in ("rest", "sft") or "rest" in config:
         return "rest"

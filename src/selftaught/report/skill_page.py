@@ -48,6 +48,11 @@ OUTCOME_TEXT = {
 
 
 def _skill_cards(run: SkillRun) -> Html:
+    return cards(skill_card_items(run))
+
+
+def skill_card_items(run: SkillRun) -> list[tuple[str, str, Any, str]]:
+    """The summary cards (key, label, value, detail): val, test, steps, decisions, usage."""
     best = run.steps[-1].best_val if run.steps else run.baseline
     decisions = Counter(s.decision for s in run.steps if s.val is not None)
     empty = sum(1 for s in run.steps if s.val is None)
@@ -66,53 +71,51 @@ def _skill_cards(run: SkillRun) -> Html:
         )
     rate = run.analyst.get("parse_rate")
     total = f" of {run.total_steps}" if run.total_steps else ""
-    return cards(
-        [
-            (
-                "val-initial",
-                "val · initial skill",
-                num(run.baseline and run.baseline.value),
-                ci_text(run.baseline),
-            ),
-            (
-                "val-best",
-                f"val · best skill ({run.best_version or '–'})",
-                num(best and best.value),
-                ci_text(best),
-            ),
-            (
-                "test",
-                "test · initial → shipped",
-                change(run.test_initial, run.test_best),
-                test_detail,
-            ),
-            ("steps", "steps", f"{len(run.steps)}{total}", ""),
-            (
-                "decisions",
-                "gate decisions",
-                " · ".join(f"{decisions[k]} {DECISION_TEXT[k]}" for k in DECISION_TEXT),
-                f"{len(run.steps)} steps; {empty} had no candidate (empty patch)",
-            ),
-            ("calls", "LLM calls", num(calls), "every role, gate evaluations included"),
-            ("tokens", "tokens", num(tokens), "prompt + completion"),
-            (
-                "cost",
-                "cost (USD)",
-                f"{sum(usd):.4f}" if usd else "unknown",
-                "" if usd else "no public price for these models",
-            ),
-            (
-                "parse-rate",
-                "analyst JSON parse rate",
-                num(rate, 2) if rate is not None else "–",
-                f"{run.analyst.get('calls', 0)} analyst calls",
-            ),
-            ("elapsed", "elapsed", f"{num(run.elapsed_s, 1)} s", ""),
-        ]
-    )
+    return [
+        (
+            "val-initial",
+            "val · initial skill",
+            num(run.baseline and run.baseline.value),
+            ci_text(run.baseline),
+        ),
+        (
+            "val-best",
+            f"val · best skill ({run.best_version or '–'})",
+            num(best and best.value),
+            ci_text(best),
+        ),
+        (
+            "test",
+            "test · initial → shipped",
+            change(run.test_initial, run.test_best),
+            test_detail,
+        ),
+        ("steps", "steps", f"{len(run.steps)}{total}", ""),
+        (
+            "decisions",
+            "gate decisions",
+            " · ".join(f"{decisions[k]} {DECISION_TEXT[k]}" for k in DECISION_TEXT),
+            f"{len(run.steps)} steps; {empty} had no candidate (empty patch)",
+        ),
+        ("calls", "LLM calls", num(calls), "every role, gate evaluations included"),
+        ("tokens", "tokens", num(tokens), "prompt + completion"),
+        (
+            "cost",
+            "cost (USD)",
+            f"{sum(usd):.4f}" if usd else "unknown",
+            "" if usd else "no public price for these models",
+        ),
+        (
+            "parse-rate",
+            "analyst JSON parse rate",
+            num(rate, 2) if rate is not None else "–",
+            f"{run.analyst.get('calls', 0)} analyst calls",
+        ),
+        ("elapsed", "elapsed", f"{num(run.elapsed_s, 1)} s", ""),
+    ]
 
 
-def _skill_chart(run: SkillRun) -> Html:
+def skill_chart(run: SkillRun) -> Html:
     steps = run.steps
     metric = run.metric
     x_end = steps[-1].step if steps else 1
@@ -178,7 +181,7 @@ def _skill_chart(run: SkillRun) -> Html:
     )
 
 
-def _step_cost(s: SkillStep) -> str:
+def step_cost(s: SkillStep) -> str:
     calls = sum(int(u.get("calls") or 0) for u in s.usage.values())
     tokens = sum(
         int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
@@ -214,7 +217,7 @@ def _gate_table(steps: Sequence[SkillStep]) -> Html:
                 estimate_cell(s.val) + (" (cached)" if s.val_cached else ""),
                 badge(label, kind) + tag("div", s.reason),
                 f"{s.current} / {s.best}",
-                _step_cost(s),
+                step_cost(s),
             ]
         )
     return table(
@@ -349,7 +352,7 @@ def skill_page(run: SkillRun) -> tuple[str, Html]:
             header(run.kind, run, task),
             tag("p", models, class_="sub"),
             _skill_cards(run),
-            section("Learning curve", _skill_chart(run), "curve"),
+            section("Learning curve", skill_chart(run), "curve"),
             section(
                 "Gate decisions",
                 _gate_table(run.steps),

@@ -24,7 +24,7 @@ from selftaught.report.svg import COLORS, Chart, Mark, Point, Series, render_cha
 
 
 # ---- train: ReST-EM / SFT -------------------------------------------------------------------
-def _rest_chart(run: RestRun) -> Html:
+def rest_chart(run: RestRun) -> Html:
     rounds = run.rounds
     series = [
         Series(
@@ -140,51 +140,54 @@ def _rounds_table(run: RestRun) -> Html:
     )
 
 
-def rest_page(run: RestRun) -> tuple[str, Html]:
-    task = str(run.config.get("task", run.root.name))
+def rest_card_items(run: RestRun) -> list[tuple[str, str, Any, str]]:
+    """The summary cards of a ReST / SFT run."""
     best = next((r.val for r in run.rounds if r.round == run.best_round), None)
     base_val = run.rounds[0].val if run.rounds else None
     total = f" of {run.total_rounds}" if run.total_rounds else ""
+    return [
+        (
+            "val-initial",
+            "val · base model",
+            num(base_val and base_val.value),
+            ci_text(base_val),
+        ),
+        (
+            "val-best",
+            f"val · best round ({num(run.best_round)})",
+            num(best and best.value),
+            ci_text(best),
+        ),
+        (
+            "test",
+            "test · base → shipped",
+            change(run.base_test, run.shipped_test),
+            ci_text(run.shipped_test),
+        ),
+        ("rounds", "rounds", f"{max(len(run.rounds) - 1, 0)}{total}", ""),
+        (
+            "shipped",
+            "shipped",
+            run.shipped or "–",
+            "the best round on val, never the last",
+        ),
+        (
+            "samples",
+            "samples generated",
+            num(sum(r.samples or 0 for r in run.rounds)),
+            "",
+        ),
+    ]
+
+
+def rest_page(run: RestRun) -> tuple[str, Html]:
+    task = str(run.config.get("task", run.root.name))
     body = join(
         [
             header(f"train · {run.method}", run, task),
             tag("p", f"model {run.config.get('model', '?')}", class_="sub"),
-            cards(
-                [
-                    (
-                        "val-initial",
-                        "val · base model",
-                        num(base_val and base_val.value),
-                        ci_text(base_val),
-                    ),
-                    (
-                        "val-best",
-                        f"val · best round ({num(run.best_round)})",
-                        num(best and best.value),
-                        ci_text(best),
-                    ),
-                    (
-                        "test",
-                        "test · base → shipped",
-                        change(run.base_test, run.shipped_test),
-                        ci_text(run.shipped_test),
-                    ),
-                    ("rounds", "rounds", f"{max(len(run.rounds) - 1, 0)}{total}", ""),
-                    (
-                        "shipped",
-                        "shipped",
-                        run.shipped or "–",
-                        "the best round on val, never the last",
-                    ),
-                    (
-                        "samples",
-                        "samples generated",
-                        num(sum(r.samples or 0 for r in run.rounds)),
-                        "",
-                    ),
-                ]
-            ),
-            section("Learning curve", _rest_chart(run), "curve"),
+            cards(rest_card_items(run)),
+            section("Learning curve", rest_chart(run), "curve"),
             section(
                 "Rounds",
                 _rounds_table(run),
@@ -321,7 +324,7 @@ def _rl_reward_chart(run: RLRun) -> Chart:
     )
 
 
-def _rl_charts(run: RLRun) -> Html:
+def rl_charts(run: RLRun) -> Html:
     small = [
         Chart(
             "KL to the start model",
@@ -364,10 +367,37 @@ def _rl_charts(run: RLRun) -> Html:
     return Html(render_chart(_rl_reward_chart(run))) + grid
 
 
-def rl_page(run: RLRun) -> tuple[str, Html]:
-    task = str(run.config.get("task", run.root.name))
+def rl_card_items(run: RLRun) -> list[tuple[str, str, Any, str]]:
+    """The summary cards of a GRPO / GSPO run."""
     flat = sum(1 for s in run.steps if s.all_rewards_equal)
     total = f" of {run.total_steps}" if run.total_steps else ""
+    return [
+        (
+            "val",
+            "val · start → trained",
+            change(run.base_val, run.trained_val),
+            ci_text(run.trained_val),
+        ),
+        (
+            "test",
+            "test · start → shipped",
+            change(run.base_test, run.shipped_test),
+            ci_text(run.shipped_test),
+        ),
+        ("steps", "steps logged", f"{len(run.steps)}{total}", ""),
+        ("flat", "steps with no signal", str(flat), "every reward equal"),
+        (
+            "shipped",
+            "shipped",
+            run.shipped or "–",
+            "the better of start and trained on val",
+        ),
+        ("step-seconds", "seconds per step", num(run.step_seconds, 2), ""),
+    ]
+
+
+def rl_page(run: RLRun) -> tuple[str, Html]:
+    task = str(run.config.get("task", run.root.name))
     names = reward_names(run)
     keys = [
         "reward",
@@ -389,32 +419,8 @@ def rl_page(run: RLRun) -> tuple[str, Html]:
         [
             header(f"train · {run.method}", run, task),
             tag("p", f"model {run.config.get('model', '?')}", class_="sub"),
-            cards(
-                [
-                    (
-                        "val",
-                        "val · start → trained",
-                        change(run.base_val, run.trained_val),
-                        ci_text(run.trained_val),
-                    ),
-                    (
-                        "test",
-                        "test · start → shipped",
-                        change(run.base_test, run.shipped_test),
-                        ci_text(run.shipped_test),
-                    ),
-                    ("steps", "steps logged", f"{len(run.steps)}{total}", ""),
-                    ("flat", "steps with no signal", str(flat), "every reward equal"),
-                    (
-                        "shipped",
-                        "shipped",
-                        run.shipped or "–",
-                        "the better of start and trained on val",
-                    ),
-                    ("step-seconds", "seconds per step", num(run.step_seconds, 2), ""),
-                ]
-            ),
-            section("Learning curves", _rl_charts(run), "curve"),
+            cards(rl_card_items(run)),
+            section("Learning curves", rl_charts(run), "curve"),
             section(
                 "Steps",
                 table(

@@ -158,6 +158,26 @@ class SkillOptConfig:
     evaluate_test: bool = True
     """At the end, evaluate the initial and the best skill on the test split."""
 
+    # --- slow update (issue 51): the edit ledger across runs, consolidation ------------
+    edit_ledger: str | None = None
+    """The edit ledger: every edit proposed and its fate (accepted, rejected, rolled back), kept
+    across runs (`skill.ledger`). Default: edit_ledger.jsonl in the run dir (a night: in the
+    project's folder); give several runs of one skill the same file to share it."""
+    tried_failed_min: int = 2
+    """Edits the ledger holds as rejected (or rolled back) at least this often are shown to
+    the analyst as "tried and failed" and not applied again (0: off)."""
+    tried_failed_max: int = 10
+    """At most this many "tried and failed" edits in the analyst's prompt (the most failed)."""
+    slow_every: int = 0
+    """Slow update: at the end of every Nth run the ledger records (a night: every Nth night),
+    one rewrite of the skill that drops the rules whose leave-one-out costs nothing on val and
+    merges rules accepted many times, gated against the current skill (0: off)."""
+    slow_max_trials: int = 12
+    """Val evaluations the slow update's leave-one-out may spend (one per rule tried)."""
+    slow_min_accepted: int = 2
+    """Rules the ledger holds as accepted at least this often are offered to the analyst to
+    merge where they overlap."""
+
     # --- tracking ------------------------------------------------------------------------
     report_to: str = "none"
     """Experiment tracker the run logs to: `none`, `trackio`, `mlflow` or `wandb` (val
@@ -212,6 +232,11 @@ class SkillOptConfig:
             raise ConfigError(
                 f"edit_schedule must be one of {', '.join(SCHEDULES)}, got {self.edit_schedule!r}"
             )
+        for name in ("tried_failed_min", "tried_failed_max", "slow_every", "slow_max_trials"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.slow_min_accepted < 1:
+            raise ConfigError(f"slow_min_accepted must be >= 1, got {self.slow_min_accepted}")
         if self.rejected_buffer_size < 0:
             raise ConfigError("rejected_buffer_size must be >= 0")
         if self.rollouts_k > 1 and self.rollout_temperature <= 0:

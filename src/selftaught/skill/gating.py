@@ -12,6 +12,7 @@ from selftaught.rollout import Rollout
 from selftaught.runs import RunDir, atomic_write_text
 from selftaught.skill.candidates import Candidate
 from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.document import Edit
 from selftaught.skill.propose import Proposal, why_empty
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.screen import screen, wants_screening
@@ -81,6 +82,19 @@ async def choose(
     return Verdict(result, chosen.skill, chosen.rollouts, chosen.cached, chosen)
 
 
+def edit_fates(candidates: list[Candidate], verdict: Verdict) -> tuple[list[Edit], list[Edit]]:
+    """(edits of the rule candidate the gate passed, edits of rule candidates it did not):
+    what the rejected buffer and the edit ledger record."""
+    passed = verdict.candidate is not None and verdict.result.decision != "reject"
+    accepted: list[Edit] = []
+    lost: list[Edit] = []
+    for c in candidates:
+        if c.proposal is not None:
+            won = passed and c.skill is verdict.candidate
+            (accepted if won else lost).extend(c.proposal.update.applied)
+    return accepted, lost
+
+
 def apply_verdict(
     config: SkillOptConfig,
     run: RunDir,
@@ -93,14 +107,9 @@ def apply_verdict(
     buffer (the analyst sees them next time); what passed joins the pool."""
     candidate, decision = verdict.candidate, verdict.result.decision
     passed = candidate is not None and decision != "reject"
-    lost = [
-        e.to_dict()
-        for c in candidates
-        if c.proposal is not None and not (passed and c.skill is candidate)
-        for e in c.proposal.update.applied
-    ]
+    _, lost = edit_fates(candidates, verdict)
     size = config.rejected_buffer_size
-    st.rejected = (st.rejected + lost)[-size:] if size else []
+    st.rejected = (st.rejected + [e.to_dict() for e in lost])[-size:] if size else []
     if not passed:
         return
     assert candidate is not None

@@ -42,6 +42,8 @@ val_cache.json         val scores by skill hash (an unchanged skill is never re-
 test_results.json      initial vs best skill on the test split (EvalResult summaries, the
                        shape of every accuracy here) and their paired wins / losses / ties
 summary.json           the final result (what SkillTrainer.train() returns, as JSON)
+edit_ledger.jsonl      every edit proposed and its fate, across runs (unless --edit-ledger
+                       names another file); slow_update.json: the slow update (--slow-every)
 error.json             why the run stopped, when a backend failed fatally
 """
 

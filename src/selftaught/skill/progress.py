@@ -1,4 +1,5 @@
-"""The progress bar and log lines of a skill run (quiet without `progress`)."""
+"""The progress bar and log lines of a skill run (quiet without `progress`); off a terminal,
+where the bar shows nothing, a plain line a minute (`selftaught.progress_lines`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from selftaught.progress_lines import ProgressLines, plain_lines_wanted
 
 
 class RunProgress:
@@ -16,6 +19,7 @@ class RunProgress:
         self.show = show
         self._progress: Progress | None = None
         self._bar: Any = None
+        self._lines = ProgressLines("optimize", None, enabled=False)
         self.stage = ""
 
     def log(self, msg: str) -> None:
@@ -37,12 +41,17 @@ class RunProgress:
         self._bar = self._progress.add_task(
             "optimize", total=total, completed=completed, stage="", scores=""
         )
+        wanted = plain_lines_wanted(self.show, self.console)
+        self._lines = ProgressLines(
+            "optimize", total, enabled=wanted, unit="steps", start=completed
+        )
         return self._progress
 
     def set_stage(self, stage: str, step: int | None = None) -> None:
         self.stage = f"step {step} · {stage}" if step else stage
         if self._progress is not None:
             self._progress.update(self._bar, stage=self.stage)
+        self._lines.update(self._lines.done, note=self.stage)
 
     @property
     def active(self) -> bool:
@@ -53,3 +62,4 @@ class RunProgress:
             self._progress.update(
                 self._bar, completed=completed, scores=f"val current {current:.3f} best {best:.3f}"
             )
+        self._lines.update(completed, note=f"val current {current:.3f} best {best:.3f}")

@@ -171,8 +171,10 @@ class Proposer:
         return failed, solved, pairs
 
     def update(self, rules: str, merged: list[Edit], rejected: list[Edit], budget: int) -> Update:
-        """Select under the edit budget (≈ the learning rate), then apply with a report."""
-        selection = select_edits(merged, budget, rejected)
+        """Select under the edit budget (≈ the learning rate), then apply with a report; what
+        the gate refused before, in this run or (the ledger's tried and failed) in earlier
+        ones, is not applied again."""
+        selection = select_edits(merged, budget, [*rejected, *self.analyst.tried_failed])
         text, reports = apply_edits(
             rules,
             selection.kept,

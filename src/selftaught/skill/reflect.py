@@ -247,13 +247,24 @@ class Analyst:
                 "repair",
                 "rejected",
                 "preferences",
+                "tried_failed",
+                "slow_merge",
             )
         }
+        # edits the cross-run ledger holds as rejected again and again (`skill.ledger`)
+        self.tried_failed: list[Edit] = []
+        self.tried_failed_min = 2
 
     def _rejected_block(self, rejected: list[Edit]) -> str:
         if not rejected:
             return ""
         return render(self.prompts["rejected"], rejected=format_edits(rejected))
+
+    def _tried_failed_block(self) -> str:
+        if not self.tried_failed:
+            return ""
+        edits = format_edits(self.tried_failed)
+        return render(self.prompts["tried_failed"], edits=edits, min=self.tried_failed_min)
 
     def _preferences_block(self) -> str:
         if not self.preferences:
@@ -267,6 +278,7 @@ class Analyst:
             doc=self.document,
             doc_description=DOCUMENTS[self.document],
             preferences=self._preferences_block(),
+            tried_failed=self._tried_failed_block(),
             document=document.strip() or "(empty: nothing written yet)",
             **values,
         )
@@ -316,6 +328,16 @@ class Analyst:
         )
         return await self._json_call(
             "merge", self._render("merge", document, patches=listing, max_edits=max_edits)
+        )
+
+    async def merge_overlaps(
+        self, document: str, helped: list[Edit], max_edits: int
+    ) -> AnalystCall:
+        """The slow update's merge: overlapping rules of `document` (those listed in `helped`
+        kept helping) merged into fewer; the reply is edits, as any other call's."""
+        return await self._json_call(
+            "slow_merge",
+            self._render("slow_merge", document, helped=format_edits(helped), max_edits=max_edits),
         )
 
     async def _ask(self, prompt: str) -> str:

@@ -5,7 +5,7 @@ plus `RunResult`'s); `from_dict` reads it back, an older run's summary too."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from selftaught.evaluation import EvalResult
 from selftaught.gate import Paired
@@ -79,6 +79,71 @@ class SkillTest:
         )
 
 
+@dataclass(frozen=True)
+class RuleTrial:
+    """One rule's leave-one-out: dropped (it earned nothing), kept, or untried."""
+
+    rule: str
+    verdict: Literal["dropped", "kept", "untried"]
+    why: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RuleTrial:
+        return cls(str(d["rule"]), d["verdict"], str(d.get("why") or ""))
+
+
+@dataclass(frozen=True)
+class SlowUpdate:
+    """What a run's slow update did: whether it was due, each rule's trial, the merges, the
+    gate's decision on the rewrite and whether it shipped (became the best skill)."""
+
+    due: bool
+    reason: str
+    runs: int = 0  # runs of this document the ledger records, this one included
+    every: int = 0
+    trials: tuple[RuleTrial, ...] = ()
+    merged: tuple[tuple[str, str, str], ...] = ()  # (op, target, content) applied
+    decision: str | None = None  # the gate's, on the rewrite
+    val_before: float | None = None  # hard val mean of the current skill
+    val_after: float | None = None  # of the rewrite
+    chars_before: int = 0
+    chars_after: int = 0
+    version: str | None = None  # the rewrite's saved version
+    shipped: bool = False
+
+    @property
+    def dropped(self) -> list[str]:
+        return [t.rule for t in self.trials if t.verdict == "dropped"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "trials": [t.to_dict() for t in self.trials],
+            "merged": [list(m) for m in self.merged],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SlowUpdate:
+        return cls(
+            due=bool(d["due"]),
+            reason=str(d.get("reason") or ""),
+            runs=int(d.get("runs") or 0),
+            every=int(d.get("every") or 0),
+            trials=tuple(RuleTrial.from_dict(t) for t in d.get("trials") or ()),
+            merged=tuple((str(a), str(b), str(c)) for a, b, c in d.get("merged") or ()),
+            decision=d.get("decision"),
+            val_before=d.get("val_before"),
+            val_after=d.get("val_after"),
+            chars_before=int(d.get("chars_before") or 0),
+            chars_after=int(d.get("chars_after") or 0),
+            version=d.get("version"),
+            shipped=bool(d.get("shipped")),
+        )
+
+
 def _eval(d: dict[str, Any] | None) -> EvalResult | None:
     return EvalResult.from_summary(d) if d else None
 
@@ -105,6 +170,7 @@ class SkillRunResult(RunResult):
     test: SkillTest | None = None
     test_usage: dict[str, Any] = field(default_factory=dict)
     budget: Budget = field(default_factory=Budget)
+    slow: SlowUpdate | None = None  # the slow update at the run's end (`skill.slow`), when set
 
     def __post_init__(self) -> None:
         self.method = self.method or "skill"
@@ -161,6 +227,7 @@ class SkillRunResult(RunResult):
             "stopped_by": self.stopped_by,
             "test_usage": self.test_usage,
             "elapsed_s": round(self.seconds, 2),
+            "slow": self.slow.to_dict() if self.slow else None,
             **super().to_dict(),
         }
 
@@ -186,4 +253,5 @@ class SkillRunResult(RunResult):
             "test_usage": dict(d.get("test_usage") or {}),
             "budget": Budget(**budget),
             "seconds": float(d.get("seconds") or d.get("elapsed_s") or 0.0),
+            "slow": SlowUpdate.from_dict(d["slow"]) if d.get("slow") else None,
         }

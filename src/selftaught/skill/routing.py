@@ -4,8 +4,10 @@ A project can hold several skills, each with a name, a one-line description writ
 routing, and the train tasks it was learned on. The router scores every skill against a
 request with lexical BM25 (the `retrieval` extra, as demo retrieval does) over the skill's
 description and each of its tasks; a skill's score is its best document's, so one near task
-is enough and a long list of tasks is not penalised for its length. A request that shares
-no word with any skill routes to none: the agent gets no skill rather than a wrong one.
+is enough and a long list of tasks is not penalised for its length. English stop words
+("the", "is", ...: bm25s's list) are left out on both sides, since BM25 gives every shared
+word a positive weight and "the" alone would route a request. A request that shares no other
+word with any skill routes to none: the agent gets no skill rather than a wrong one.
 
 Names follow Claude Code's skill rule (lower-case letters, digits and hyphens, at most 64
 characters), so one name serves every place a skill is written.
@@ -24,6 +26,12 @@ from selftaught.text import words
 NAME_MAX = 64
 DESCRIPTION_MAX = 1024
 _NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+def _terms(text: str) -> list[str]:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return [w for w in words(text) if w not in STOPWORDS_EN]
 
 
 class SkillNameError(InputError):
@@ -102,7 +110,7 @@ class SkillRouter:
         docs: list[list[str]] = []
         for i, card in enumerate(self.cards):
             for text in (card.description, *card.tasks):
-                docs.append(words(text) or ["\x00"])
+                docs.append(_terms(text) or ["\x00"])
                 self._owner.append(i)
         self._index = None
         if docs:
@@ -112,7 +120,7 @@ class SkillRouter:
     def scores(self, text: str) -> list[float]:
         """Each skill's score for `text` (card order): its best document's BM25 score."""
         best = [0.0] * len(self.cards)
-        query = words(text)
+        query = _terms(text)
         if not query or self._index is None:
             return best
         for doc, score in enumerate(self._index.get_scores(query)):

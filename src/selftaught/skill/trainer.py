@@ -43,16 +43,18 @@ from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import bootstrapped, from_references
 from selftaught.skill.document import Edit
 from selftaught.skill.documents import TrainedDocument, VersionStore
-from selftaught.skill.gating import apply_verdict, choose
+from selftaught.skill.gating import apply_verdict, choose, edit_fates
 from selftaught.skill.guard import EditGuard
+from selftaught.skill.ledger import LEDGER_FILE, EditLedger, LedgerEvent, step_events
 from selftaught.skill.persist import RUN_LAYOUT, RunStore, StepOutcome, default_output_dir
 from selftaught.skill.pool import pick_parent
 from selftaught.skill.progress import RunProgress
 from selftaught.skill.propose import Proposer
 from selftaught.skill.reflect import Analyst, DocumentKind
-from selftaught.skill.result import SkillRunResult, SkillTest
+from selftaught.skill.result import SkillRunResult, SkillTest, SlowUpdate
 from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.scoring import SkillScorer
+from selftaught.skill.slow import SlowConsolidator
 from selftaught.skill.state import RunState, SkillVersion
 from selftaught.tasks.base import Example, Task, check_disjoint
 from selftaught.tracking import with_tracker
@@ -68,6 +70,13 @@ RESUMABLE = {
     "evaluate_test",
     "budget",
     "report_to",
+    # the slow update's (issue 51): they shape the run's end, or the prompt, not its steps
+    "edit_ledger",
+    "tried_failed_min",
+    "tried_failed_max",
+    "slow_every",
+    "slow_max_trials",
+    "slow_min_accepted",
 }
 
 
@@ -162,6 +171,8 @@ class SkillTrainer:
         self.callbacks.start(self.info)
         atomic_write_text(self.run.path("README.txt"), RUN_LAYOUT)
         st = self.store.load_state() if resumed else RunState()
+        run_row = LedgerEvent("run", self.run_id, document=self.document, time=time.time())
+        self.edit_ledger.append([run_row])
         if resumed:
             self.progress.log(f"resuming {self.run.root} after step {st.step}")
         t_start = time.perf_counter()
@@ -174,6 +185,7 @@ class SkillTrainer:
         result = self.store.result(
             st, test, task=self.task.name, document=self.document, test_ledger=self.test_ledger
         )
+        result.slow = self.slow_update
         atomic_write_json(self.run.path("summary.json"), result.to_dict())
         self.callbacks.end(self.info, result)
         return result
@@ -191,6 +203,9 @@ class SkillTrainer:
                     for step in range(st.step + 1, self.total_steps + 1):
                         stage = f"step {step}"
                         await self._step(st, step, elapsed0, t_start)
+                    if self.config.slow_every:
+                        stage = "slow update"
+                        await self._slow(st)
                 except BudgetExhausted as err:
                     self._stop_for_budget(st, stage, err)
                 stage = "test"
@@ -277,6 +292,7 @@ class SkillTrainer:
         self.builder = CandidateBuilder(
             self.config, self.doc, self.versions, self.scorer, self.demos_on
         )
+        self._open_ledger()
         self.store = RunStore(
             self.run,
             self.config,
@@ -286,6 +302,23 @@ class SkillTrainer:
             total_steps=self.total_steps,
             demos_on=self.demos_on,
         )
+
+    def _open_ledger(self) -> None:
+        """The edit ledger (`skill.ledger`), and what it holds as tried and failed in other
+        runs: shown to the analyst, and not applied again."""
+        self.edit_ledger = EditLedger(self.config.edit_ledger or self.run.path(LEDGER_FILE))
+        self.run_id = str(self.run.root.resolve())
+        self.slow_update: SlowUpdate | None = None
+        if not self.config.tried_failed_min:
+            return
+        failed = self.edit_ledger.tried_and_failed(
+            self.document,
+            min_failures=self.config.tried_failed_min,
+            limit=self.config.tried_failed_max,
+            exclude_run=self.run_id,  # a resumed run's prompts are the uninterrupted run's
+        )
+        self.analyst.tried_failed = [e.edit() for e in failed]
+        self.analyst.tried_failed_min = self.config.tried_failed_min
 
     def _check_budget(self) -> None:
         """Prices known for every model the budget counts in USD, and enough calls for the
@@ -379,7 +412,50 @@ class SkillTrainer:
         st.elapsed_s = elapsed0 + time.perf_counter() - t_run
         row = self.store.history_row(st, outcome, usage0, time.perf_counter() - t0)
         self._commit(st, row)
+        fates = edit_fates(candidates, verdict)
+        reason = f"{verdict.result.decision}: {verdict.result.reason}"
+        events = step_events(self.run_id, step, self.document, proposals, fates, reason)
+        self.edit_ledger.append(events)
         self._log_step(st, row, outcome)
+
+    async def _slow(self, st: RunState) -> None:
+        """The slow update (`skill.slow`) once, at the run's end: a rewrite the gate passed
+        becomes the current and the best skill. slow_update.json is written before the
+        state, so a run killed between the two still ships the rewrite when resumed."""
+        assert st.best is not None
+        path = self.run.path("slow_update.json")
+        if path.exists():
+            self.slow_update = update = SlowUpdate.from_dict(read_json(path))
+            if update.shipped and update.version and st.best.version != update.version:
+                self._ship(st, self.versions.load(update.version))
+            return
+        consolidator = SlowConsolidator(
+            self.config,
+            self.doc,
+            self.scorer,
+            self.versions,
+            self.analyst,
+            self.edit_ledger,
+            self.run_id,
+        )
+        update, version = await consolidator.run(
+            st.best, st.step, lambda stage: self.progress.set_stage(stage, st.step)
+        )
+        atomic_write_json(path, update.to_dict())
+        self.slow_update = update
+        if version is not None:
+            self._ship(st, version)
+        verdict = "shipped" if update.shipped else (update.decision or "nothing")
+        self.progress.log(
+            f"slow update: {verdict} ({update.reason}); dropped {len(update.dropped)} rules, "
+            f"merged {len(update.merged)}"
+        )
+
+    def _ship(self, st: RunState, version: SkillVersion) -> None:
+        st.current = st.best = version
+        atomic_write_text(self.run.path(f"best_{self.document}.md"), version.text)
+        atomic_write_text(self.run.path(f"current_{self.document}.md"), version.text)
+        self.store.save_state(st)
 
     def _log_step(self, st: RunState, row: StepRow, o: StepOutcome) -> None:
         assert st.best is not None

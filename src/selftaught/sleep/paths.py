@@ -6,6 +6,7 @@
     <home>/projects/<project>/adopted/memory.md    the adopted memory
     <home>/projects/<project>/adopted/version      its version (one line)
     <home>/projects/<project>/versions/<N>/adapter the LoRA adapter version N serves, if any
+    <home>/projects/<project>/edit_ledger.jsonl    every edit its nights proposed, and its fate
     <home>/projects/<project>/skills/<name>/       one of the project's many skills (a night
                                                    with `many_skills`): the same layout
                                                    (adopted/, versions/<N>/, events.jsonl),
@@ -177,6 +178,11 @@ def private_unit_dir(owner: Owner, home: Path | None = None) -> Path:
 
 def adopted_dir(project: Owner, home: Path | None = None) -> Path:
     return unit_dir(project, home) / "adopted"
+
+
+def edit_ledger_path(project: str, home: Path | None = None) -> Path:
+    """The project's edit ledger across nights (`skill.ledger`)."""
+    return project_dir(project, home) / "edit_ledger.jsonl"
 
 
 def version_adapter(project: Owner, version: str | None, home: Path | None = None) -> Path | None:

@@ -62,7 +62,14 @@ from selftaught.weights.rewards import (
 from selftaught.weights.rewards import (
     completion_text as completion_text,  # re-exported: where the reward functions were
 )
-from selftaught.weights.sft import load_causal_lm, merged, on_cpu, prepare_trainable, save_atomic
+from selftaught.weights.sft import (
+    load_causal_lm,
+    merged,
+    on_cpu,
+    plain_progress,
+    prepare_trainable,
+    save_atomic,
+)
 
 # TRL log keys → our history names
 _METRICS = {
@@ -508,6 +515,7 @@ class RLTrainer:
                 callbacks=[
                     _make_callback(self.run, rewards, cfg, self.console, self._on_step),
                     budget_stop,
+                    plain_progress(cfg.method, self.progress),
                 ],
                 **({"environment_factory": episodes["environment_factory"]} if episodes else {}),
             )

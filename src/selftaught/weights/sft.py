@@ -296,6 +296,32 @@ def time_cap(max_seconds: float | None, stopped: list[str]) -> Any:
     return TimeCap()
 
 
+def plain_progress(phase: str, progress: bool) -> Any:
+    """A callback printing a plain line a minute (steps done, rate, ETA) when progress is on
+    and stderr, where the trainer's bar goes, is not a terminal (`selftaught.progress_lines`)."""
+    from rich.console import Console
+    from transformers import TrainerCallback
+
+    from selftaught.progress_lines import ProgressLines, plain_lines_wanted
+
+    class PlainProgress(TrainerCallback):
+        lines = ProgressLines(phase, None, enabled=False)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            wanted = plain_lines_wanted(progress, Console(stderr=True))
+            total = state.max_steps or None
+            start = state.global_step
+            self.lines = ProgressLines(phase, total, enabled=wanted, unit="steps", start=start)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.lines.update(state.global_step)
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.lines.finish()
+
+    return PlainProgress()
+
+
 def step_cap_args(cfg: SFTTrainConfig) -> dict[str, Any]:
     """Trainer arguments for `cfg.max_steps` (-1: the epochs decide)."""
     return {"max_steps": cfg.max_steps if cfg.max_steps is not None else -1}
@@ -353,7 +379,11 @@ def sft_train(
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
-            callbacks=[_step_timer(step_times), time_cap(cfg.max_seconds, stopped)],
+            callbacks=[
+                _step_timer(step_times),
+                time_cap(cfg.max_seconds, stopped),
+                plain_progress("fine-tune", progress),
+            ],
         )
     t_setup = time.perf_counter() - t0
     t1 = time.perf_counter()

@@ -25,7 +25,7 @@ the end; Codex has no session-start hook, so its first `notify` records the star
 first turn: changes made in that turn are already in it) and every `notify` the end. A folder
 that is not a git repository is noted and skipped.
 
-`harvest_session` is also what the MCP server (`selftaught.mcp_server`) calls to bring a live
+`harvest_session` is also what the MCP server (`selftaught.sleep.mcp_server`) calls to bring a live
 session into the log before attaching feedback to it; there the turn still running (the one
 calling the tool) is left out, so it is not stored half-done (a stored turn is never updated).
 

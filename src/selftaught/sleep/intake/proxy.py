@@ -256,6 +256,12 @@ def build_upstream(config: ProxyConfig) -> Upstream:
         client = httpx.AsyncClient(timeout=timeout, limits=limits)
         return Upstream(client, base, None, False, key, key is None and not keyed)
     spec = parse_model_spec(config.upstream)
+    if spec.backend in ("anthropic", "gemini"):  # clients of a vendor's SDK, not a wire to relay
+        raise ProxyError(
+            f"upstream {config.upstream!r} is a client spec (eval, optimize, nights); the proxy "
+            "relays a wire: use --upstream anthropic (the Messages API, the client's model) or "
+            "an OpenAI-compatible URL"
+        )
     if config.lora and not spec.base_url:
         raise ProxyError(
             f"--lora needs a vLLM upstream (http://HOST:PORT/v1#MODEL), not {config.upstream!r}"

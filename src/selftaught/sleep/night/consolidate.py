@@ -60,6 +60,7 @@ PHASE_KEYS = (
     "analyst",
     "stopped_by",
     "test",
+    "slow",  # the slow update at the phase's end (issue 51), when due
 )
 
 
@@ -187,6 +188,15 @@ def _demo_modes(
     return chosen.skill
 
 
+def _slow_note(document: str, phase: dict[str, Any]) -> list[str]:
+    """A line for the report when the phase ran the slow update (issue 51)."""
+    slow = phase.get("slow") or {}
+    if not slow.get("due"):
+        return []
+    done = "shipped" if slow["shipped"] else slow.get("decision") or "no rewrite"
+    return [f"{document}: slow update ({slow['runs']} nights): {done}, {slow['reason']}"]
+
+
 def consolidate(
     training: SkillOptConfig,
     documents: tuple[str, ...],
@@ -247,6 +257,7 @@ def consolidate(
             result.phases[document] = {"document": document, "ran": False, "error": str(err)}
             return result
         result.phases[document] = phase
+        result.notes += _slow_note(document, phase)
         phase["seconds"] = round(time.perf_counter() - t0, 2)  # demo modes not included
         if skill_doc and phase.get("ran") and training.demos_max:
             try:

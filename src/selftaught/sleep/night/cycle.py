@@ -68,6 +68,8 @@ from selftaught.runs import (
 )
 from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.ledger import EditLedger
+from selftaught.skill.result import SlowUpdate
 from selftaught.sleep import replay_mark
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import BlockMarkerError
@@ -107,6 +109,7 @@ from selftaught.sleep.night.miner import Miner, MinerConfig, Pending, wants_chec
 from selftaught.sleep.night.proofread import proofread
 from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
 from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
+from selftaught.sleep.night.slow import night_ledger, sync_rollbacks, with_ledger
 from selftaught.sleep.night.split import (
     NightTask,
     SplitConfig,
@@ -370,10 +373,11 @@ def check_cmd_replay(roles: Mapping[str, str | None], allowed: bool) -> None:
 
 
 def is_remote(spec: str | None) -> bool:
-    """A model outside this machine: `openai:` or a URL whose host is not loopback."""
+    """A model outside this machine: `openai:`, `anthropic:`, `gemini:` or a URL whose host
+    is not loopback."""
     if not spec or spec == "local" or spec.startswith("local:"):
         return False
-    if spec.startswith("openai:"):
+    if spec.startswith(("openai:", "anthropic:", "gemini:")):
         return True
     host = urlparse(spec.partition("#")[0]).hostname or ""
     return not is_loopback(host)
@@ -483,6 +487,12 @@ class ProjectNight(RunResult):
     @property
     def failed(self) -> bool:
         return self.status in EXIT_FAILED
+
+    @property
+    def slow(self) -> SlowUpdate | None:
+        """The skill phase's slow update (`skill.slow`), typed; None when off or not run."""
+        raw = (self.phases.get("skill") or {}).get("slow")
+        return SlowUpdate.from_dict(raw) if raw else None
 
 
 # report.json's keys, each a ProjectNight field of the same name ("kind" is the file's kind)
@@ -1096,6 +1106,10 @@ def run_project(
     if change:
         report["notes"].append(change)
         console.print(f"[bold yellow]warning:[/] {project}: {change}")
+    # slow update (issue 51): the trainers write the project's edit ledger, rollbacks noted
+    ledger = night_ledger(project, home, night_dir, dry_run)
+    config = dataclasses.replace(config, training=with_ledger(config.training, ledger))
+    sync_rollbacks(project, home, EditLedger(config.training.edit_ledger or ledger))
     atomic_write_json(night_dir / "report.json", report)
     evidence = EvidenceLog(night_dir / "evidence.jsonl")
     mined: _Mined | None = None

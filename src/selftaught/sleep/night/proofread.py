@@ -41,6 +41,7 @@ from selftaught.evaluation import EvalResult, ScoreCache
 from selftaught.models.base import ChatModel
 from selftaught.models.usage import BudgetExhausted
 from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.slow import costs_nothing
 from selftaught.sleep.adoption.inject import find_marker
 from selftaught.sleep.night.demo_modes import ValScorer
 from selftaught.sleep.night.mine import MinedTask
@@ -242,14 +243,6 @@ class Proofread:
         }
 
 
-def _costs_nothing(without: EvalResult, with_it: EvalResult) -> bool:
-    return (
-        without.n_errors <= with_it.n_errors
-        and without.hard >= with_it.hard
-        and without.soft >= with_it.soft
-    )
-
-
 def proofread(
     skill: str,
     memory: str,
@@ -320,7 +313,7 @@ def _leave_one_out(
             f"without it hard {current.hard:.3f} → {trial.hard:.3f}, "
             f"soft {current.soft:.3f} → {trial.soft:.3f}"
         )
-        dropped = _costs_nothing(trial, current)
+        dropped = costs_nothing(trial, current)
         alone = "" if len(unit) == 1 else f" (tried with {len(unit) - 1} other lines)"
         for line in unit:
             line.verdict = "dropped" if dropped else "kept"

@@ -21,6 +21,7 @@ from rich.console import Console
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.skill.skill_md import SkillFile
+from selftaught.skill.skillset import SkillSetConfig, cluster_tasks, train_skill_set
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.skill_units import (
     StagedSkill,
@@ -32,15 +33,6 @@ from selftaught.sleep.adoption.skill_units import (
 )
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.paths import Unit
-
-try:
-    from selftaught.skill.skillset import SkillSetConfig, cluster_tasks, train_skill_set
-except ImportError:  # until skillset lands
-    from selftaught.sleep.night.skillset_shim import (  # type: ignore[assignment]
-        SkillSetConfig,
-        cluster_tasks,
-        train_skill_set,
-    )
 
 
 @dataclass(frozen=True)
