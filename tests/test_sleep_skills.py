@@ -194,6 +194,15 @@ def test_the_cli_adopts_and_rolls_back_one_skill_and_status_lists_each(tmp_path,
     status = runner.invoke(cli.app, ["sleep", "status", "--project", PROJECT])
     assert "skill sql-queries: version 0 adopted (versions: 1)" in status.output
     assert "skill unit-conversion: version 1 adopted (versions: 1)" in status.output
+    stage_skills(tmp_path, "n2", {"sql-queries": "SQL TWO"})  # over its version 0 again
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    placed = runner.invoke(cli.app, ["sleep", "adopt", "--skill", "sql-queries", "--project",
+                                     PROJECT, "--place", f"claude:{repo}"])  # fmt: skip
+    assert placed.exit_code == 0, placed.output
+    skill_md = (repo / ".claude" / "skills" / "sql-queries" / "SKILL.md").read_text()
+    assert "name: sql-queries" in skill_md and "SQL TWO" in skill_md
+    assert not (repo / ".claude" / "skills" / "unit-conversion").exists()  # that skill only
     bad = runner.invoke(cli.app, ["sleep", "adopt", "--skill", "Bad Name", "--project", PROJECT])
     assert bad.exit_code == 2 and "skill name 'Bad Name' is not valid" in bad.output
 
