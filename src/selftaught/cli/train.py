@@ -156,6 +156,15 @@ REWARD_HELP = (
 )
 
 
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="torch CPU threads (default: the free cores, or $SELFTAUGHT_THREADS; "
+        "fewer is faster on a busy machine)."
+    ),
+]
+
+
 @app.command()
 @friendly_errors
 @config_flags(BackendConfig, BACKEND_FLAGS, into="backend_fields")
@@ -197,13 +206,7 @@ def train(
         typer.Option(help="Skill file in the system prompt while sampling only (distillation)."),
     ] = None,
     device: DeviceOpt = None,
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            help="torch CPU threads (default: the free cores, or $SELFTAUGHT_THREADS; "
-            "fewer is faster on a busy machine)."
-        ),
-    ] = None,
+    threads: ThreadsOpt = None,
     output: Annotated[
         Path | None,
         typer.Option(
