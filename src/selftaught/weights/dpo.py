@@ -207,7 +207,7 @@ def _text(row: dict[str, Any], key: str, where: str) -> str:
 
 
 def _prompt(row: dict[str, Any], where: str) -> list[Message]:
-    from selftaught.tasks.jsonl import JSONLTask
+    from selftaught.tasks.jsonl import JsonlTask
 
     given = row.get("prompt")
     if isinstance(given, str):
@@ -216,7 +216,7 @@ def _prompt(row: dict[str, Any], where: str) -> list[Message]:
         return [{"role": "user", "content": given}]
     if not isinstance(given, list):
         raise TaskError(f"{where}: missing `prompt` (a string or a list of chat messages)")
-    JSONLTask._check_messages(given, where, "prompt")  # the task files' own rule
+    JsonlTask._check_messages(given, where, "prompt")  # the task files' own rule
     if given[-1]["role"] == "assistant":
         raise TaskError(
             f"{where}: `prompt` ends with an assistant turn; the answers are `chosen` and "
