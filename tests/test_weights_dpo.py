@@ -192,6 +192,53 @@ def test_train_method_dpo_parses_and_wires(monkeypatch, tmp_path):
     assert not seen
 
 
+def test_dpo_runs_the_one_way_on_a_tiny_model_and_resumes(tmp_path):
+    """Fast: a tiny random model trains a DPO adapter on 4 pairs; base (round 0) and adapter
+    (round 1) are scored on val and test, the gate's choice ships, the result round-trips,
+    callbacks see the run, and a second `train()` resumes without training again."""
+    pytest.importorskip("trl")
+    from selftaught.results import RunResult
+    from selftaught.weights.dpo import DPOResult
+    from tests.scripted import ToyTask
+    from tests.test_contract import SMALL, Recorder, roundtrip
+    from tests.tiny_model import save_tiny_model
+
+    model = f"local:{save_tiny_model(tmp_path / 'tiny')}"
+    config = DPOConfig(
+        max_tokens=8,
+        train=SFTTrainConfig(epochs=1, batch_size=2, max_length=64),
+        backend=BackendConfig(lora_r=2, lora_alpha=4),
+    )
+    prefs = [
+        PreferencePair(f"p{i}", [{"role": "user", "content": f"Add {i} and 1."}], f"{i + 1}", "7")
+        for i in range(4)
+    ]
+    recorder = Recorder()
+    run = tmp_path / "run"
+
+    def trainer():
+        return build_trainer(
+            config, ToyTask(**SMALL), model, preferences=prefs, output_dir=run,
+            callbacks=[recorder], progress=False,
+        )  # fmt: skip
+
+    result = trainer().train()
+    assert isinstance(result, DPOResult) and result.method == "dpo" and result.train_pairs == 4
+    assert result.best_round in (0, 1) and result.base_test.n == 2
+    assert recorder.events[0] == ("start", "dpo") and recorder.events[-1] == ("end",)
+    assert ("gate", 1, result.rounds[1]["gate"]["decision"]) in recorder.events
+    assert result.rounds[1]["train"]["steps"] == 2
+    assert (run / "rounds/1/adapter/adapter_config.json").is_file()
+    assert type(roundtrip(result)) is DPOResult
+    assert type(RunResult.from_dict(result.to_dict())) is DPOResult
+    again = trainer().train()
+    assert len(again.rounds) == 2 and again.best_round == result.best_round
+    assert again.shipped_test.hard == result.shipped_test.hard
+    changed = [*prefs[:3], PreferencePair("p9", prefs[0].prompt, "2", "5")]
+    with pytest.raises(ConfigError, match=r"different config \(preferences\)"):
+        DPOTrainer(config, ToyTask(**SMALL), model, preferences=changed, output_dir=run).train()
+
+
 @pytest.mark.local
 @pytest.mark.slow
 def test_dpo_on_the_embedded_model_trains_gates_ships_and_resumes(tmp_path):
