@@ -278,3 +278,37 @@ def test_dpo_on_the_embedded_model_trains_gates_ships_and_resumes(tmp_path):
     changed = [*cmd[: cmd.index(str(prefs))], str(other), *cmd[cmd.index(str(prefs)) + 1 :]]
     refused = CliRunner().invoke(app, changed)
     assert refused.exit_code == 2 and "different config (preferences)" in refused.output
+
+
+def test_a_nights_adapters_train_through_the_trainers_configs(monkeypatch):
+    """The night's adapter phase builds `DPOConfig` / `SFTTrainConfig` from its own fields
+    (validated at once) and trains DPO through the DPO trainer's `dpo_fit`, with the
+    settings it used before (beta, DPO rate, the batch capped by the rows, the caps)."""
+    import selftaught.weights.dpo as dpo_mod
+    from selftaught.sleep.night.weight_night import (
+        LocalAdapterTrainer,
+        WeightData,
+        WeightNightConfig,
+    )
+
+    cfg = WeightNightConfig(max_steps=5, max_seconds=9.0, dpo_beta=0.3)
+    seen: dict = {}
+
+    def fake_fit(model, tok, pairs, config, **kw):
+        seen.update(model=model, pairs=pairs, config=config)
+        return {"steps": 1}
+
+    monkeypatch.setattr(dpo_mod, "dpo_fit", fake_fit)
+    trainer = LocalAdapterTrainer("local", cfg)
+    trainer._tok = "tok"
+    pair = PreferencePair("e1", [{"role": "user", "content": "q"}], "a", "b")
+    assert trainer._train("dpo", "model", WeightData(pairs=[pair] * 3)) == {"steps": 1}
+    config = seen["config"]
+    assert isinstance(config, DPOConfig) and config.beta == 0.3 and config.lr() == 5e-5
+    assert (config.train.batch_size, config.train.max_steps, config.train.max_seconds) == (3, 5, 9)
+    assert (config.backend.lora_r, config.backend.lora_alpha) == (8, 16) and config.seed == 0
+    assert cfg.sft_config(10).lr_for("lora") == 1e-3  # the night's SFT rate, as before
+    with pytest.raises(ConfigError, match="must be a finite number > 0"):
+        WeightNightConfig(dpo_beta=0)
+    with pytest.raises(ConfigError, match="max_length must be >= 16"):
+        WeightNightConfig(max_length=8)

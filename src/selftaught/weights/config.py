@@ -509,7 +509,7 @@ class DPOConfig:
 
     Args:
         method: `dpo`; the config's type picks the trainer.
-        beta: DPO's temperature on the log-ratio of policy to reference (TRL's default 0.1):
+        beta: DPO's temperature on the log-ratio of policy to reference (TRL's default):
             higher keeps the adapter closer to the base model.
         max_tokens: completion cap of the val / test evaluations; truncated replies are
             counted and reported, never silently scored.
