@@ -21,7 +21,8 @@ Backend = Literal["lora", "full", "scratch"]
 BACKENDS = ("lora", "full", "scratch")
 REST_METHODS = ("rest", "sft")
 RL_METHODS = ("grpo", "gspo")
-METHODS = REST_METHODS + RL_METHODS
+DPO_METHODS = ("dpo",)
+METHODS = REST_METHODS + RL_METHODS + DPO_METHODS
 GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
 # TRL 1.16's GRPOConfig.loss_type values (its default: dapo); tests check them against TRL
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -466,16 +467,18 @@ def task_gate(gate: GateConfig | None, task_kind: str) -> GateConfig:
     return GateConfig(metric="soft") if task_kind == "game" else GateConfig()
 
 
-def default_train_config(method: str) -> RestConfig | RLConfig:
-    """Each method's own defaults: ReST-EM 3 rounds, SFT one round, GRPO / GSPO."""
+def default_train_config(method: str) -> RestConfig | RLConfig | DPOConfig:
+    """Each method's own defaults: ReST-EM 3 rounds, SFT one round, GRPO / GSPO, DPO."""
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method in DPO_METHODS:
+        return DPOConfig()
     if method in RL_METHODS:
         return RLConfig(method=method)  # type: ignore[arg-type]
     return RestConfig(method=method)  # type: ignore[arg-type]
 
 
-def default_train_dir(config: RestConfig | RLConfig, task_name: str) -> Path:
+def default_train_dir(config: RestConfig | RLConfig | DPOConfig, task_name: str) -> Path:
     """Deterministic, so running the same command again resumes the run:
     runs/train-<method>-<task>-<backend>-s<seed>."""
     from selftaught.runs import slug
@@ -484,7 +487,78 @@ def default_train_dir(config: RestConfig | RLConfig, task_name: str) -> Path:
     return Path("runs") / slug(name)
 
 
-def resume_settings(config: RestConfig | RLConfig) -> dict[str, Any]:
+def resume_settings(config: RestConfig | RLConfig | DPOConfig) -> dict[str, Any]:
     """The settings a resumed run must share with the run it continues: all but the method
     (recorded apart) and where logs are reported."""
     return {k: v for k, v in config.to_dict().items() if k not in ("method", "report_to")}
+
+
+# ---- DPO: preference training as a trainer of its own (issue 50) ------------------------------
+
+DPO_LEARNING_RATE = 5e-5
+"""DPO's learning rate when `DPOConfig.train.learning_rate` is unset (what `dpo_train` used)."""
+
+
+@dataclass
+class DPOConfig:
+    """Direct preference optimization on (prompt, chosen, rejected) pairs through TRL's
+    DPOTrainer, on a LoRA adapter (the reference policy is the model with its adapter
+    disabled, so no second copy of the weights is held). One round: the base model is round 0,
+    the adapter round 1; the gate on val decides which ships. The pairs are the trainer's data
+    (`DPOTrainer(preferences=...)`, `--preferences FILE.jsonl`), not a setting.
+
+    Args:
+        method: `dpo`; the config's type picks the trainer.
+        beta: DPO's temperature on the log-ratio of policy to reference (TRL's default):
+            higher keeps the adapter closer to the base model.
+        max_tokens: completion cap of the val / test evaluations; truncated replies are
+            counted and reported, never silently scored.
+        gate: how the trained adapter becomes the shipped model, from per-example val scores:
+            the one gate `optimize` uses. None: the default gate on the task's metric.
+        gen_batch_size: sequences decoded together by the in-process model when evaluating.
+        budget: most calls / tokens the val evaluations may spend (test is outside it).
+        seed: training seed.
+        train: the fine-tune's schedule (`SFTTrainConfig`: epochs, batch size, length, caps);
+            its learning_rate, when set, is DPO's, else 5e-5.
+        backend: the LoRA adapter (`BackendConfig`; DPO takes the lora backend only).
+        report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
+            see `selftaught.tracking`).
+    """
+
+    method: Literal["dpo"] = "dpo"
+    beta: float = 0.1
+    max_tokens: int = 64
+    gate: GateConfig | None = None
+    gen_batch_size: int = 32
+    budget: Budget = field(default_factory=Budget)
+    seed: int = 0
+    train: SFTTrainConfig = field(default_factory=SFTTrainConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    report_to: str = "none"
+
+    def __post_init__(self) -> None:
+        _check(
+            self.method in DPO_METHODS,
+            f"DPOConfig runs method dpo, got {self.method!r} (rest and sft take a RestConfig, "
+            "grpo and gspo an RLConfig)",
+        )
+        _check_report_to(self.report_to)
+        _check(
+            math.isfinite(self.beta) and self.beta > 0,
+            f"beta (--dpo-beta) must be a finite number > 0, got {self.beta}",
+        )
+        _check(self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}")
+        _check(self.gen_batch_size >= 1, f"gen_batch_size must be >= 1, got {self.gen_batch_size}")
+        _check(
+            self.backend.backend == "lora",
+            f"DPO trains a LoRA adapter (its reference is the model with the adapter disabled); "
+            f"backend {self.backend.backend!r} is not offered: use --backend lora",
+        )
+
+    def lr(self) -> float:
+        """The learning rate: `train.learning_rate`, else DPO's 5e-5."""
+        rate = self.train.learning_rate
+        return DPO_LEARNING_RATE if rate is None else rate
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -135,6 +135,9 @@ class RestTrainer:
     (`selftaught.callbacks`); `ledger` is charged with every call (the task's judge may share
     it)."""
 
+    config_type: ClassVar[type] = RestConfig
+    result_type: ClassVar[type[RestResult]] = RestResult
+
     def __init__(
         self,
         config: RestConfig,
@@ -147,8 +150,11 @@ class RestTrainer:
         console: Console | None = None,
         ledger: UsageLedger | None = None,
     ):
-        if not isinstance(config, RestConfig):
-            raise ConfigError(f"RestTrainer needs a RestConfig, got {type(config).__name__}")
+        if not isinstance(config, self.config_type):
+            raise ConfigError(
+                f"{type(self).__name__} needs a {self.config_type.__name__}, got "
+                f"{type(config).__name__}"
+            )
         self.task = task
         self.config = config
         self.method = config.method
@@ -160,19 +166,16 @@ class RestTrainer:
         self.train_examples = task.examples("train")
         self.val_examples = task.examples("val")
         self.test_examples = task.examples("test")
-        if not self.train_examples:
-            raise ConfigError(f"task {task.name!r} has no train examples")
         if not self.val_examples:
             raise ConfigError(
                 f"task {task.name!r} has no val examples: the best round is chosen "
                 "on val, so val cannot be empty"
             )
-        self._check_fillable(config, self.method)
+        self._check_data()
         self.model_path = local_model_path(model)
         self.run = RunDir(output_dir or default_train_dir(config, task.name))
         self.callbacks = CallbackList(callbacks)
         self.info = RunInfo(self.method, task.name, self.run.root, config.to_dict())
-        self.teacher = Policy(skill=config.teacher_skill or "")
         self.student = Policy()
         self.gate = task_gate(config.gate, task.kind)
         # sampling and val (and a judge charged to `ledger`) count against the run's budget;
@@ -195,8 +198,12 @@ class RestTrainer:
                 "method 'sft' trains on reference answers; games have none: use --method rest"
             )
 
-    def _check_fillable(self, config: RestConfig, method: str) -> None:
-        """Refuse up front a batch no round could ever fill (instead of sampling first)."""
+    def _check_data(self) -> None:
+        """Refuse up front a run with nothing to train on, or a batch no round could ever fill
+        (instead of sampling first)."""
+        config, method = self.config, self.method
+        if not self.train_examples:
+            raise ConfigError(f"task {self.task.name!r} has no train examples")
         n = len(self.train_examples)
         most = n if method == "sft" else n * min(config.max_per_prompt, config.samples_per_prompt)
         if most < config.sft.batch_size:
@@ -205,6 +212,11 @@ class RestTrainer:
                 f"give at most {most} training samples per round; lower --batch-size or "
                 "raise --train-size"
             )
+
+    @property
+    def last_round(self) -> int:
+        """The rounds the run trains (round 0 is the base model)."""
+        return int(self.config.rounds or 1)
 
     # ----------------------------------------------------------------- config / state
     def run_config(self) -> dict[str, Any]:
@@ -334,7 +346,7 @@ class RestTrainer:
         with self._chat(model, source_round, self.ledger, sampling=True) as chat:
             rollouts = run_rollouts(
                 chat,
-                self.teacher,
+                Policy(skill=cfg.teacher_skill or ""),
                 self.task,
                 self.train_examples,
                 RolloutConfig(
@@ -376,7 +388,7 @@ class RestTrainer:
             if state.get("completed_round", -1) < 0:
                 state = self._round_zero()
             current = self._round_model(state["current_round"])
-            for r in range(state["completed_round"] + 1, self.config.rounds + 1):
+            for r in range(state["completed_round"] + 1, self.last_round + 1):
                 if state.get("stopped_by"):
                     break
                 current = self._round(r, current, state)
@@ -439,6 +451,25 @@ class RestTrainer:
         if len(elite) < cfg.sft.batch_size:
             return self._stop_too_few(r, row, state, len(elite), current)
         model = self._fine_tune(current, elite, r, row)
+        what = f"sampled {row['sample_solved']:.0%} solved, kept {len(elite)}"
+        test = cfg.eval_test_each_round
+        return self._gate_round(r, model, current, state, row, t0, what=what, test=test)
+
+    def _gate_round(
+        self,
+        r: int,
+        model: Any,
+        current: Any,
+        state: dict[str, Any],
+        row: dict[str, Any],
+        t0: float,
+        *,
+        what: str,
+        test: bool,
+    ) -> Any:
+        """Round r's trained `model` on val (and test when `test`), through the gate against
+        the current and the best round; the round recorded. Returns the model the next round
+        starts from."""
         val = self._eval(model, r, "val")
         scores = state["val_scores"]
         scores[str(r)] = val.val_scores(self.gate)
@@ -457,16 +488,13 @@ class RestTrainer:
             reason=result.reason,
             details=result.to_dict(),
         )
-        if cfg.eval_test_each_round:
-            test = self._test(model, r, state)
-            row["test"] = test.summary()
-            self._scored(r, test, "candidate")
+        if test:
+            tested = self._test(model, r, state)
+            row["test"] = tested.summary()
+            self._scored(r, tested, "candidate")
         self._apply_decision(r, model, val, result, state)
         row.update(best_round=state["best_round"], seconds=round(time.perf_counter() - t0, 1))
-        self._log(
-            f"round {r}: sampled {row['sample_solved']:.0%} solved, kept {len(elite)}, "
-            f"{val.line()} · {result.decision} ({result.reason})"
-        )
+        self._log(f"round {r}: {what}, {val.line()} · {result.decision} ({result.reason})")
         self.run.append_history(row, key="round")
         state["completed_round"] = r
         self.run.save_state(state)
@@ -568,7 +596,7 @@ class RestTrainer:
                 self.run.save_state(state)
             shipped_test = EvalResult.from_summary(state["shipped_test"])
         scratch_base = best_round == 0 and self.backend == "scratch"
-        result = RestResult(
+        result = self.result_type(
             best_round=best_round,
             base_test=base_test,
             shipped_test=shipped_test,
