@@ -11,6 +11,7 @@ from selftaught.evaluation import EvalResult
 from selftaught.gate import Paired
 from selftaught.models.usage import Budget
 from selftaught.results import RunResult, Score
+from selftaught.stops import stop_dict
 
 if TYPE_CHECKING:
     from selftaught.skill.reflect import AnalystCall
@@ -107,6 +108,7 @@ class SkillRunResult(RunResult):
     budget: Budget = field(default_factory=Budget)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.method = self.method or "skill"
         if self.test is not None:
             base, shipped = self.test.initial, self.test.best
@@ -158,7 +160,7 @@ class SkillRunResult(RunResult):
             "llm_calls": self.llm_calls,
             "tokens": self.tokens,
             "budget": asdict(self.budget),
-            "stopped_by": self.stopped_by,
+            "stopped_by": stop_dict(self.stopped_by),
             "test_usage": self.test_usage,
             "elapsed_s": round(self.seconds, 2),
             **super().to_dict(),

@@ -90,6 +90,7 @@ class RestResult(RunResult):
     best_dir: Path | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
         self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
 

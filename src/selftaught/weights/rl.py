@@ -186,6 +186,7 @@ class RLResult(RunResult):
     reward_errors: int = 0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
         self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
 
@@ -209,7 +210,6 @@ class RLResult(RunResult):
         return {
             **super().to_dict(),
             "shipped": self.shipped,
-            "stopped_by": self.stopped_by,
             "gate": self.gate,
             "base_val": self.base_val.summary(),
             "trained_val": self.trained_val.summary(),

@@ -411,6 +411,7 @@ class ProjectNight(RunResult):
     """Keys of a report written by a newer version (kept, written back as they came)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.run_dir = self.run_dir or self.night_dir
         self.method = self.method or "night"
         self.task = self.task or self.project
