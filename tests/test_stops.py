@@ -16,6 +16,7 @@ from selftaught.results import RunResult
 from selftaught.stops import Deadline, StopReason, Stops
 from tests.scripted import canned_analyst
 from tests.test_skill_trainer import EXPECTED, decisions, make
+from tests.test_sleep_night_cli import crontab, env  # noqa: F401 (fixtures)
 
 
 class FakeClock:
@@ -111,3 +112,135 @@ def test_an_accepted_step_resets_patience(tmp_path):
     # EXPECTED: accept, accept_new_best, reject, accept_new_best: never 2 rejects in a row
     result = make(tmp_path, stops=Stops(patience=2)).train()
     assert result.stopped_by is None and decisions(tmp_path) == EXPECTED
+
+
+# ---- sleep run -------------------------------------------------------------------------------
+
+
+def night_setup(tmp_path: Path, clock_at=None, **kw):
+    from selftaught.sleep.night.cycle import run_night
+    from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
+
+    fill_log(tmp_path, ALPHA_NIGHT, **kw)
+    return run_night, config, models
+
+
+def test_max_minutes_ends_a_night_after_its_phase_and_stages_only_what_was_gated(
+    tmp_path, monkeypatch
+):
+    from selftaught.skill.config import SkillOptConfig
+    from selftaught.gate import GateConfig
+    from tests.scripted import ScriptedModel, append, edits_json
+
+    t = [0.0]
+    monkeypatch.setattr(stops_mod, "now", lambda: t[0])
+    inner = canned_analyst(failure=edits_json(append("rule alpha")))
+
+    def slow_analyst(messages):  # each analyst call takes ten minutes of the fake clock
+        t[0] += 600
+        return inner.fn(messages)
+
+    run_night, config, models = night_setup(tmp_path)
+    training = SkillOptConfig(epochs=3, batch_size=4, gate=GateConfig())
+    analyst = ScriptedModel(slow_analyst)
+    (night,) = run_night(
+        config(tmp_path, training=training, stops=Stops(max_minutes=5)),
+        models=models(analyst=analyst),
+    )
+    skill, memory = night.phases["skill"], night.phases["memory"]
+    # the skill trainer ended after its step; the memory phase never started
+    assert skill["steps"] == 1 < skill["total_steps"]
+    assert StopReason.read(skill["stopped_by"]).kind == "max_minutes"
+    assert not memory["ran"] and memory["stopped_by"]["at"] == "before the memory phase"
+    # what the gate accepted is staged; the night says which stop fired
+    assert night.status == "staged"
+    assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
+    assert night.stopped_by == StopReason("max_minutes", "5 min", "after the text phase")
+    report = json.loads((night.night_dir / "report.json").read_text())
+    assert report["stopped_by"]["kind"] == "max_minutes"
+    assert "Stopped by max-minutes (5 min)" in (night.night_dir / "report.md").read_text()
+
+
+def test_patience_pauses_the_schedule_after_k_nights_and_status_says_so(tmp_path, capsys):
+    from rich.console import Console
+
+    from selftaught.sleep import pause
+    from selftaught.sleep.night.summary import status_lines
+
+    run_night, config, models = night_setup(tmp_path)
+    nothing = canned_analyst()  # proposes nothing: every night ends no_proposal
+    cfg = config(tmp_path, stops=Stops(patience=2), scheduled=True)
+    (first,) = run_night(cfg, models=models(analyst=nothing))
+    assert first.status == "no_proposal" and first.stopped_by is None
+    assert pause.read("demo", tmp_path).without_accept == 1
+    assert not any("paused" in line for line in status_lines("demo", tmp_path))
+    night_setup(tmp_path, start=100)
+    (second,) = run_night(cfg, models=models(analyst=nothing))
+    assert second.stopped_by == StopReason.patience(2, "nights", f"after night {second.night}")
+    assert pause.read("demo", tmp_path).paused.night == second.night
+    text = "\n".join(status_lines("demo", tmp_path))
+    assert f"schedule paused since night {second.night}" in text
+    assert "2 nights in a row without an accepted proposal" in text
+    assert "selftaught sleep resume --project demo" in text
+    assert "stopped by patience (2 nights" in text
+    # the scheduled night skips the paused project, saying why; its rows wait
+    night_setup(tmp_path, start=200)
+    console = Console(file=None, force_terminal=False, width=200)
+    with console.capture() as seen:
+        assert run_night(cfg, models=models(analyst=nothing), console=console) == []
+    assert "demo: skipped, the schedule is paused" in seen.get()
+    # resumed: the next scheduled night runs and counts from zero
+    pause.resume("demo", tmp_path)
+    assert "paused" not in "\n".join(status_lines("demo", tmp_path))
+    (third,) = run_night(cfg, models=models(analyst=nothing))
+    assert third.window["read"] == 12 and pause.read("demo", tmp_path).without_accept == 1
+
+
+def test_a_staged_night_resets_the_count_and_lifts_a_pause(tmp_path):
+    from selftaught.sleep import pause
+
+    run_night, config, models = night_setup(tmp_path)
+    pause.count_night("demo", "n0", "no_proposal", 1, tmp_path)
+    assert pause.read("demo", tmp_path).paused is not None
+    (night,) = run_night(config(tmp_path, stops=Stops(patience=1)), models=models())
+    assert night.status == "staged" and night.stopped_by is None
+    assert pause.read("demo", tmp_path) == pause.NightPatience(0, night.night, None)
+    # nights that could not learn neither count nor reset
+    assert pause.count_night("demo", "n2", "too_few_tasks", 1, tmp_path) is None
+    assert pause.read("demo", tmp_path).without_accept == 0
+
+
+def test_the_cli_pauses_a_schedule_and_resumes_it(env, crontab):
+    from tests.fake_upstream import FakeUpstream
+    from tests.scripted import prompt_kind, rule_answer
+    from tests.test_sleep_night_cli import fill
+
+    home, log, run = env
+    nothing = canned_analyst()
+
+    def answer(messages):
+        return rule_answer(messages) if prompt_kind(messages) == "other" else nothing.fn(messages)
+
+    code, text = run("sleep", "schedule", "--at", "03:17", "--project", "demo", "--patience", "1")
+    assert code == 0, text
+    assert "sleep run --project demo --patience 1 --scheduled" in crontab.read_text()
+    with FakeUpstream(answer) as server:
+        fill(log)
+        args = ("sleep", "run", "--model", f"{server.base_url}#fake-model", "--max-tokens", "32")
+        code, text = run(*args, "--patience", "1", "--max-minutes", "600")
+        assert code == 0, text
+        assert "demo: no_proposal" in text
+        assert "stopped by patience (1 night without an accepted candidate) after night" in text
+        code, text = run("sleep", "status")
+        assert "schedule paused since night" in text and "sleep resume --project demo" in text
+        fill(log, start=100)
+        code, text = run(*args, "--patience", "1", "--scheduled")
+        assert code == 0 and "demo: skipped, the schedule is paused since night" in text
+        code, text = run("sleep", "resume")
+        assert code == 0 and "demo: schedule resumed" in text
+        code, text = run("sleep", "status")
+        assert "paused" not in text
+        code, text = run("sleep", "resume", "--project", "demo")
+        assert "no paused schedule to resume" in text
+    code, text = run("sleep", "run", "--patience", "0")
+    assert code == 2 and "patience must be >= 1" in text

@@ -75,6 +75,7 @@ class StopReason:
 
     @classmethod
     def patience(cls, k: int, unit: str, at: str) -> StopReason:
+        unit = unit.removesuffix("s") if k == 1 else unit
         return cls("patience", f"{k} {unit} without an accepted candidate", at)
 
     def to_dict(self) -> dict[str, Any]:

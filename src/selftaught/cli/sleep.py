@@ -15,6 +15,7 @@ from rich.table import Table
 
 from selftaught.cli.common import (
     DEFAULT_MAX_BODY_MB,
+    STOP_FLAGS,
     ApiKeyOpt,
     BudgetCallsOpt,
     BudgetTokensOpt,
@@ -56,6 +57,7 @@ from selftaught.sleep.night.weak import WeakConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 from selftaught.sleep.store.move import BATCH
+from selftaught.stops import Stops
 
 # ---- sleep, part 1: the proxy and the task log ----------------------------------------
 
@@ -616,6 +618,7 @@ DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 @config_flags(WeightNightConfig, WEIGHT_FLAGS, into="weight_fields")
 @config_flags(WeakConfig, WEAK_FLAGS, into="weak_fields")
 @config_flags(DreamConfig, DREAM_FLAGS, into="dream_fields")
+@config_flags(Stops, STOP_FLAGS, into="stop_fields")
 def sleep_run_cmd(
     night_fields: dict[str, Any],
     skill_fields: dict[str, Any],
@@ -624,6 +627,7 @@ def sleep_run_cmd(
     weight_fields: dict[str, Any],
     weak_fields: dict[str, Any],
     dream_fields: dict[str, Any],
+    stop_fields: dict[str, Any],
     project: NightProjectOpt = None,
     model: Annotated[
         str | None, typer.Option(help="Target model spec (default: the upstream the proxy logged).")
@@ -656,6 +660,9 @@ def sleep_run_cmd(
     timeout: TimeoutOpt = CALL_TIMEOUT_S,
     api_key: ApiKeyOpt = None,
     dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
+    scheduled: Annotated[
+        bool, typer.Option(hidden=True, help="Run by `sleep schedule`: paused projects skip.")
+    ] = False,
 ) -> None:
     """One night: learn a skill and a memory from the log and stage them as a proposal.
 
@@ -687,6 +694,8 @@ def sleep_run_cmd(
         training=training,
         **_nested(seed, split_fields, demo_fields, weight_fields, weak_fields, dream_fields),
         model_options=model_options(api_key, timeout),
+        stops=Stops(**stop_fields),
+        scheduled=scheduled,
         progress=console.is_terminal,
     )
     outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3
@@ -838,6 +847,26 @@ def sleep_status_cmd(project: NightProjectOpt = None, log: LogOpt = None) -> Non
 
     for line in status_lines(project, log_path=log):
         out.print(line, soft_wrap=True, markup=False)
+
+
+@sleep_app.command("resume")
+@friendly_errors
+def sleep_resume_cmd(project: NightProjectOpt = None) -> None:
+    """Resume a schedule that `--patience` paused (every paused project by default)."""
+    from selftaught.sleep import pause
+    from selftaught.sleep.adoption import staging
+    from selftaught.sleep.paths import sleep_home
+
+    home = sleep_home()
+    resumed = [
+        name
+        for name in ([project] if project else staging.projects(home))
+        if pause.read(name, home).paused is not None and pause.resume(name, home)
+    ]
+    for name in resumed:
+        out.print(f"{name}: schedule resumed; the next scheduled night runs it", markup=False)
+    if not resumed:
+        out.print("no paused schedule to resume", markup=False)
 
 
 @sleep_app.command("probation")

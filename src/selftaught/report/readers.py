@@ -31,6 +31,7 @@ from selftaught.report.candidates import (
 )
 from selftaught.runs import jsonl_rows
 from selftaught.stats import wilson_interval
+from selftaught.stops import stop_text
 
 
 class ReportError(InputError):
@@ -614,9 +615,8 @@ def load_sleep_night(root: Path) -> SkillRun:
             f"{after.text() if after else '?'}; decisions {memory.get('decisions') or {}}."
         )
     elif memory:
-        notes.append(
-            f"Memory phase did not run: {memory.get('stopped_by') or memory.get('error')}."
-        )
+        why = stop_text(memory.get("stopped_by")) or memory.get("error")
+        notes.append(f"Memory phase did not run: {why}.")
     notes += [str(n) for n in night.get("notes") or []]
     run.notes[:0] = notes
     return run
