@@ -128,8 +128,8 @@ def night_setup(tmp_path: Path, clock_at=None, **kw):
 def test_max_minutes_ends_a_night_after_its_phase_and_stages_only_what_was_gated(
     tmp_path, monkeypatch
 ):
-    from selftaught.skill.config import SkillOptConfig
     from selftaught.gate import GateConfig
+    from selftaught.skill.config import SkillOptConfig
     from tests.scripted import ScriptedModel, append, edits_json
 
     t = [0.0]
@@ -210,7 +210,7 @@ def test_a_staged_night_resets_the_count_and_lifts_a_pause(tmp_path):
     assert pause.read("demo", tmp_path).without_accept == 0
 
 
-def test_the_cli_pauses_a_schedule_and_resumes_it(env, crontab):
+def test_the_cli_pauses_a_schedule_and_resumes_it(env, crontab):  # noqa: F811 (fixtures)
     from tests.fake_upstream import FakeUpstream
     from tests.scripted import prompt_kind, rule_answer
     from tests.test_sleep_night_cli import fill
