@@ -604,7 +604,7 @@ NIGHT_FLAGS = {
 SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
 DEMO_MODE_FLAGS = ("retrieval", "retrieve_k")
 NIGHT_SKILL_FLAGS = ("epochs", "batch_size", "rollouts_k", "demos_max", "concurrency", "max_tokens")
-WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_seconds": "weight_max_seconds"}
+WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_minutes": "weight_max_minutes"}
 WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
 DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.models.base import Message
+from selftaught.stops import Deadline, StopReason
 from selftaught.weights.config import SFTTrainConfig
 from selftaught.weights.sft import (
     check_batch,
@@ -66,9 +67,11 @@ def dpo_train(
     learning_rate: float = 5e-5,
     seed: int = 0,
     progress: bool = False,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
     """Train the peft `model` in place on `pairs` (DPO, sigmoid loss); loss, steps, timings.
-    `cfg` gives the epochs, batch size, length and the step / wall-clock caps."""
+    `cfg` gives the epochs, batch size, length and the step cap; `deadline` the wall-clock
+    limit (training stops after the optimizer step that crosses it)."""
     from trl import DPOConfig, DPOTrainer
 
     check_batch(len(pairs), cfg.batch_size, "preference pairs")
@@ -93,7 +96,7 @@ def dpo_train(
         disable_tqdm=not progress,
         **step_cap_args(cfg),
     )
-    stopped: list[str] = []
+    stopped: list[StopReason] = []
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -103,7 +106,7 @@ def dpo_train(
                 args=args,
                 train_dataset=pairs_to_dataset(pairs),
                 processing_class=tokenizer,
-                callbacks=[time_cap(cfg.max_seconds, stopped)],
+                callbacks=[time_cap(deadline, stopped)],
             )
         t_setup = time.perf_counter() - t0
         t1 = time.perf_counter()
