@@ -600,11 +600,18 @@ NIGHT_FLAGS = {
     "auto_adopt": "auto_adopt",
     "follow_symlinks": "follow_symlinks",
     "report_to": "report_to",
+    "scheduled": "scheduled",  # `sleep schedule` passes it; your own scheduler may too
 }
 SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
 DEMO_MODE_FLAGS = ("retrieval", "retrieve_k")
 NIGHT_SKILL_FLAGS = ("epochs", "batch_size", "rollouts_k", "demos_max", "concurrency", "max_tokens")
 WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_minutes": "weight_max_minutes"}
+# --weight-max-seconds (before --weight-max-minutes) still parses: crontab lines hold it
+LEGACY_WEIGHT_SECONDS = WeightNightConfig.max_minutes * 60
+LegacyWeightSecondsOpt = Annotated[
+    float, typer.Option(hidden=True, help="Deprecated: --weight-max-minutes.")
+]
+
 WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
 DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 
@@ -660,9 +667,7 @@ def sleep_run_cmd(
     timeout: TimeoutOpt = CALL_TIMEOUT_S,
     api_key: ApiKeyOpt = None,
     dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
-    scheduled: Annotated[
-        bool, typer.Option(hidden=True, help="Run by `sleep schedule`: paused projects skip.")
-    ] = False,
+    weight_max_seconds: LegacyWeightSecondsOpt = LEGACY_WEIGHT_SECONDS,
 ) -> None:
     """One night: learn a skill and a memory from the log and stage them as a proposal.
 
@@ -671,6 +676,7 @@ def sleep_run_cmd(
     from selftaught.sleep.night.cycle import run_night
     from selftaught.sleep.night.summary import print_outcomes
 
+    weight_fields = legacy_weights(weight_fields, weight_max_seconds)
     training = night_training(
         **skill_fields,
         preferences=_preferences(preferences),
@@ -682,7 +688,7 @@ def sleep_run_cmd(
         timeout_s=rollout_timeout(timeout),
     )
     config = SleepConfig(
-        **{**night_fields, "auto_adopt": night_fields["auto_adopt"] and not dry_run},
+        **_night_fields(night_fields, stop_fields, dry_run),
         model=model,
         optimizer_model=optimizer_model,
         judge_model=judge_model,
@@ -694,14 +700,17 @@ def sleep_run_cmd(
         training=training,
         **_nested(seed, split_fields, demo_fields, weight_fields, weak_fields, dream_fields),
         model_options=model_options(api_key, timeout),
-        stops=Stops(**stop_fields),
-        scheduled=scheduled,
         progress=console.is_terminal,
     )
     outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3
     print_outcomes(outcomes, out, dry_run=dry_run)
     if any(o.failed for o in outcomes):
         raise typer.Exit(1)
+
+
+def _night_fields(night: dict[str, Any], stops: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    """SleepConfig's own fields from their generated flags (a dry run adopts nothing)."""
+    return {**night, "auto_adopt": night["auto_adopt"] and not dry_run, "stops": Stops(**stops)}
 
 
 def _nested(
@@ -720,6 +729,13 @@ def _nested(
         "weak": WeakConfig(**weak),
         "dream": DreamConfig(**dream),
     }
+
+
+def legacy_weights(weights: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """--weight-max-seconds, as a crontab line written before --weight-max-minutes holds it."""
+    if seconds == LEGACY_WEIGHT_SECONDS:
+        return weights
+    return {**weights, "max_minutes": seconds / 60}
 
 
 def _night_gate(

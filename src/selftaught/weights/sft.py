@@ -278,9 +278,10 @@ def _step_timer(times: list[float]) -> Any:
     return StepTimer()
 
 
-def time_cap(deadline: Deadline | None, stopped: list[StopReason]) -> Any:
+def time_cap(deadline: Deadline | None, stopped: list[StopReason], *, save: bool = False) -> Any:
     """A callback that ends training after the optimizer step that crosses `deadline` (the
-    run's `--max-minutes`; None: never), noting the stop in `stopped`."""
+    run's `--max-minutes`; None: never), noting the stop in `stopped`; `save`: a checkpoint is
+    written at that step (a run that resumes from checkpoints goes on from there)."""
     from transformers import TrainerCallback
 
     class TimeCap(TrainerCallback):
@@ -288,6 +289,7 @@ def time_cap(deadline: Deadline | None, stopped: list[StopReason]) -> Any:
             if deadline is None or control.should_training_stop or not deadline.passed():
                 return
             control.should_training_stop = True
+            control.should_save = control.should_save or save
             assert deadline.minutes is not None
             stopped.append(
                 StopReason.max_minutes(

@@ -117,6 +117,19 @@ def _phase(
     }
 
 
+def _not_started(document: str, ledger: UsageLedger, deadline: Deadline) -> dict[str, Any] | None:
+    """Why a phase does not start (StopReason.to_dict()): the budget spent by the skill
+    phase, or the night's --max-minutes passed; None: it starts."""
+    if document == "memory" and ledger.budget.limited and ledger.exhausted():
+        return StopReason(
+            "budget", str(ledger.exhausted()), "spent before the memory phase"
+        ).to_dict()
+    if deadline.passed():
+        assert deadline.minutes is not None
+        return StopReason.max_minutes(deadline.minutes, f"before the {document} phase").to_dict()
+    return None
+
+
 def _with_time_left(training: SkillOptConfig, deadline: Deadline) -> SkillOptConfig:
     """The phase's trainer stops after the step that crosses the night's deadline."""
     if not deadline.limited:
@@ -234,22 +247,9 @@ def consolidate(
     skill_start, start_notes = _skill_start(adopted.skill, task)
     result.notes += start_notes
     for document in documents:
-        if document == "memory" and ledger.budget.limited and ledger.exhausted():
-            why = StopReason("budget", str(ledger.exhausted()), "spent before the memory phase")
-            result.phases["memory"] = {
-                "document": "memory",
-                "ran": False,
-                "stopped_by": why.to_dict(),
-            }
-            continue
-        if deadline.passed():
-            assert deadline.minutes is not None
-            why = StopReason.max_minutes(deadline.minutes, f"before the {document} phase")
-            result.phases[document] = {
-                "document": document,
-                "ran": False,
-                "stopped_by": why.to_dict(),
-            }
+        why = _not_started(document, ledger, deadline)
+        if why is not None:
+            result.phases[document] = {"document": document, "ran": False, "stopped_by": why}
             continue
         skill_doc = document == "skill"
         t0 = time.perf_counter()

@@ -242,8 +242,8 @@ class SleepConfig:
     night. `patience`: that many nights in a row without an accepted proposal pause the
     project's schedule (`sleep/pause.py`)."""
     scheduled: bool = False
-    """Run by the schedule (`sleep schedule` passes `--scheduled`): a project whose schedule
-    is paused is skipped, saying why."""
+    """Run by a schedule (`sleep schedule` passes `--scheduled`; pass it from your own timer
+    too): a project whose schedule `patience` paused is skipped, saying why."""
 
     progress: bool = False
     report_to: str = "none"
