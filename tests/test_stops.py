@@ -12,6 +12,7 @@ import pytest
 
 import selftaught.stops as stops_mod
 from selftaught.errors import ConfigError
+from selftaught.report import render_report
 from selftaught.results import RunResult
 from selftaught.stops import Deadline, StopReason, Stops
 from tests.scripted import canned_analyst
@@ -83,6 +84,8 @@ def test_max_minutes_ends_a_skill_run_after_a_step_and_a_rerun_resumes(tmp_path,
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["stopped_by"]["kind"] == "max_minutes"
     assert rows(tmp_path)[1]["stopped_by"]["at"] == "after step 1"  # in history
+    html = render_report(tmp_path)  # the report says so
+    assert "stopped early by max-minutes (1.5 min) after step 1" in html
     # the same command with a new time budget continues from step 2, nothing redone
     result = make(tmp_path, stops=Stops(max_minutes=1000)).train()
     assert result.stopped_by is None and result.steps == 4

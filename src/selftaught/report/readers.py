@@ -424,7 +424,9 @@ def _skill_status(rd: _Reader, state: dict[str, Any], summary: Any, n_steps: int
     error = _dict(rd.json("error.json"))
     total = state.get("total_steps")
     if summary is not None:
-        return RunStatus(True, f"finished: {n_steps} steps")
+        stop = stop_text(_dict(summary).get("stopped_by"))  # max-minutes, patience, budget
+        early = f", stopped early by {stop} (the same command resumes)" if stop else ""
+        return RunStatus(True, f"finished: {n_steps} steps{early}")
     if error:
         cause = error.get("cause") or "unknown cause"
         text = f"stopped at {error.get('stage', '?')} after step {error.get('after_step', '?')}"
