@@ -292,11 +292,11 @@ def test_a_nights_adapters_train_through_the_trainers_configs(monkeypatch):
         WeightNightConfig,
     )
 
-    cfg = WeightNightConfig(max_steps=5, max_seconds=9.0, dpo_beta=0.3)
+    cfg = WeightNightConfig(max_steps=5, max_minutes=0.5, dpo_beta=0.3)
     seen: dict = {}
 
     def fake_fit(model, tok, pairs, config, **kw):
-        seen.update(model=model, pairs=pairs, config=config)
+        seen.update(model=model, pairs=pairs, config=config, **kw)
         return {"steps": 1}
 
     monkeypatch.setattr(dpo_mod, "dpo_fit", fake_fit)
@@ -306,7 +306,8 @@ def test_a_nights_adapters_train_through_the_trainers_configs(monkeypatch):
     assert trainer._train("dpo", "model", WeightData(pairs=[pair] * 3)) == {"steps": 1}
     config = seen["config"]
     assert isinstance(config, DPOConfig) and config.beta == 0.3 and config.lr() == 5e-5
-    assert (config.train.batch_size, config.train.max_steps, config.train.max_seconds) == (3, 5, 9)
+    assert (config.train.batch_size, config.train.max_steps) == (3, 5)
+    assert seen["deadline"].minutes == 0.5  # the night's --weight-max-minutes
     assert (config.backend.lora_r, config.backend.lora_alpha) == (8, 16) and config.seed == 0
     assert cfg.sft_config(10).lr_for("lora") == 1e-3  # the night's SFT rate, as before
     with pytest.raises(ConfigError, match="must be a finite number > 0"):

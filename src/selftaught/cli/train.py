@@ -11,6 +11,7 @@ import typer
 from selftaught.cli.common import (
     BUDGET_FLAGS,
     GATE_FLAGS,
+    STOP_FLAGS,
     TASK_FLAGS,
     DeviceOpt,
     ModelOpt,
@@ -30,6 +31,7 @@ from selftaught.errors import ConfigError
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
+from selftaught.stops import Stops
 from selftaught.tasks.options import TaskOptions
 from selftaught.tasks.registry import takes_judge
 from selftaught.weights.config import (
@@ -202,6 +204,7 @@ ThreadsOpt = Annotated[
 @config_flags(DPOConfig, DPO_FLAGS, into="dpo_fields")
 @config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=TASK_GATE)
 @config_flags(Budget, TRAIN_BUDGET_FLAGS, into="budget_fields")
+@config_flags(Stops, STOP_FLAGS, into="stop_fields")
 @config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
 def train(
     ctx: typer.Context,
@@ -213,6 +216,7 @@ def train(
     dpo_fields: dict[str, Any],
     gate_fields: dict[str, Any],
     budget_fields: dict[str, Any],
+    stop_fields: dict[str, Any],
     task_fields: dict[str, Any],
     method: Annotated[
         str,
@@ -256,12 +260,12 @@ def train(
 
     check_method_options(method, given_options(ctx))
     set_threads(threads)
-    options = TaskOptions(**task_fields)
-    warn_unsafe_exec(options.unsafe_exec)
+    options = checked_task_options(task_fields)
     shared = {
         "seed": options.seed,
         "gate": train_gate(**gate_fields),
         "budget": budget(**budget_fields),
+        "stops": Stops(**stop_fields),
         "backend": BackendConfig(**backend_fields, device=device),
     }
     config: RestConfig | RLConfig | DPOConfig
@@ -288,6 +292,13 @@ def train(
         console=console,
     )
     print_train(result)
+
+
+def checked_task_options(task_fields: dict[str, Any]) -> TaskOptions:
+    """The task options, with a loud warning when they turn the sandbox off."""
+    options = TaskOptions(**task_fields)
+    warn_unsafe_exec(options.unsafe_exec)
+    return options
 
 
 def set_threads(threads: int | None) -> None:
@@ -395,6 +406,10 @@ def print_train(result: RestResult | RLResult | DPOResult) -> None:
     console.print(
         f"shipped test {result.shipped_test.line()}  ({result.shipped}, {result.gain:+.3f})"
     )
+    if result.stopped_by is not None:
+        console.print(
+            f"[bold yellow]stopped early:[/] {result.stopped_by} (the same command resumes)"
+        )
     if result.best_dir:
         console.print(f"shipped model: {result.best_dir}  (use --model local:{result.best_dir})")
     out.print_json(data=result.to_dict())

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from selftaught.errors import ConfigError as ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
+from selftaught.stops import Stops
 
 Backend = Literal["lora", "full", "scratch"]
 BACKENDS = ("lora", "full", "scratch")
@@ -126,8 +127,9 @@ class SFTTrainConfig:
         bf16: train in bfloat16 autocast (off by default: fp32 is the safe choice on CPU).
         warmup_ratio / weight_decay: optimizer schedule details.
         max_steps: stop after this many optimizer steps (None: the epochs decide).
-        max_seconds: stop after the optimizer step that crosses this wall-clock time
-            (None: no cap); a night's weight training is bounded by both.
+
+    Its wall-clock limit is the run's (`stops.max_minutes` of `RestConfig`, a night's weight
+    cap): `sft_train(deadline=...)` stops after the optimizer step that crosses it.
     """
 
     epochs: float = 2.0
@@ -139,7 +141,6 @@ class SFTTrainConfig:
     warmup_ratio: float = 0.05
     weight_decay: float = 0.0
     max_steps: int | None = None
-    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
@@ -153,10 +154,6 @@ class SFTTrainConfig:
         _check(
             self.max_steps is None or self.max_steps >= 1,
             f"max_steps must be >= 1 (or unset), got {self.max_steps}",
-        )
-        _check(
-            self.max_seconds is None or self.max_seconds > 0,
-            f"max_seconds must be > 0 (or unset), got {self.max_seconds}",
         )
 
     def lr_for(self, backend: str) -> float:
@@ -207,6 +204,9 @@ class RestConfig:
         seed: sampling and training seed.
         report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
             see `selftaught.tracking`).
+        stops: `max_minutes` (this invocation's wall-clock limit: a round's fine-tune stops
+            after the optimizer step that crosses it, the round is gated, the run ends) and
+            `patience` (rounds in a row the gate accepted nothing); re-running resumes.
     """
 
     method: Literal["rest", "sft"] = "rest"
@@ -231,6 +231,8 @@ class RestConfig:
     sft: SFTTrainConfig = field(default_factory=SFTTrainConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     report_to: str = "none"
+    # --- stops: wall clock and patience (issue 51, `selftaught.stops`) -------------------
+    stops: Stops = field(default_factory=Stops)
 
     def __post_init__(self) -> None:
         _check(
@@ -324,6 +326,8 @@ class RLConfig:
         seed: training seed.
         report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
             see `selftaught.tracking`).
+        stops: `max_minutes` (training stops after the optimizer step that crosses it; the
+            gate decides on what was learned). No `patience`: GRPO gates once, at the end.
     """
 
     method: Literal["grpo", "gspo"] = "grpo"
@@ -345,6 +349,8 @@ class RLConfig:
     seed: int = 0
     backend: BackendConfig = field(default_factory=BackendConfig)
     report_to: str = "none"
+    # --- stops: wall clock (issue 51, `selftaught.stops`) --------------------------------
+    stops: Stops = field(default_factory=Stops)
 
     def __post_init__(self) -> None:
         _check(
@@ -375,6 +381,11 @@ class RLConfig:
         _check(
             self.learning_rate is None or self.learning_rate > 0,
             f"learning rate (--lr) must be > 0, got {self.learning_rate}",
+        )
+        _check(
+            self.stops.patience is None,
+            f"--patience counts rounds the gate accepted nothing in; --method {self.method} "
+            "gates once, after training (use --max-minutes, or --method rest)",
         )
         _check(
             self.backend.backend != "scratch",
@@ -489,8 +500,10 @@ def default_train_dir(config: RestConfig | RLConfig | DPOConfig, task_name: str)
 
 def resume_settings(config: RestConfig | RLConfig | DPOConfig) -> dict[str, Any]:
     """The settings a resumed run must share with the run it continues: all but the method
-    (recorded apart) and where logs are reported."""
-    return {k: v for k, v in config.to_dict().items() if k not in ("method", "report_to")}
+    (recorded apart), where logs are reported and the stops (each invocation has its own time
+    limit; patience's count is in the run's state)."""
+    skip = ("method", "report_to", "stops")
+    return {k: v for k, v in config.to_dict().items() if k not in skip}
 
 
 # ---- DPO: preference training as a trainer of its own (issue 50) ------------------------------
@@ -523,6 +536,8 @@ class DPOConfig:
         backend: the LoRA adapter (`BackendConfig`; DPO takes the lora backend only).
         report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
             see `selftaught.tracking`).
+        stops: `max_minutes` (the fine-tune stops after the optimizer step that crosses it;
+            the gate decides on what was learned). One round, so no patience.
     """
 
     method: Literal["dpo"] = "dpo"
@@ -535,8 +550,13 @@ class DPOConfig:
     train: SFTTrainConfig = field(default_factory=SFTTrainConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     report_to: str = "none"
+    stops: Stops = field(default_factory=Stops)
 
     def __post_init__(self) -> None:
+        _check(
+            self.stops.patience is None,
+            "DPO trains one round: --patience has nothing to count (use --max-minutes)",
+        )
         _check(
             self.method in DPO_METHODS,
             f"DPOConfig runs method dpo, got {self.method!r} (rest and sft take a RestConfig, "

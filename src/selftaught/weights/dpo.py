@@ -35,6 +35,7 @@ from selftaught.models.base import Message
 from selftaught.models.resolve import ModelLike
 from selftaught.models.usage import UsageLedger
 from selftaught.runs import write_jsonl
+from selftaught.stops import Deadline, StopReason
 from selftaught.tasks.base import Task
 from selftaught.weights.config import ConfigError, DPOConfig, SFTTrainConfig, resume_settings
 from selftaught.weights.rest import RestResult, RestTrainer
@@ -91,10 +92,12 @@ def dpo_train(
     progress: bool = False,
     report_to: str = "none",
     run_name: str | None = None,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
     """Train the peft `model` in place on `pairs` (DPO, sigmoid loss); loss, steps, timings.
-    `cfg` gives the epochs, batch size, length and the step / wall-clock caps; `report_to` the
-    tracker TRL logs to (`selftaught.tracking`)."""
+    `cfg` gives the epochs, batch size, length and the step cap; `deadline` the wall-clock
+    limit (training stops after the optimizer step that crosses it); `report_to` the tracker
+    TRL logs to (`selftaught.tracking`)."""
     from trl import DPOConfig as TRLDPOConfig
     from trl import DPOTrainer as TRLDPOTrainer
 
@@ -124,7 +127,7 @@ def dpo_train(
         disable_tqdm=not progress,
         **step_cap_args(cfg),
     )
-    stopped: list[str] = []
+    stopped: list[StopReason] = []
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -134,7 +137,7 @@ def dpo_train(
                 args=args,
                 train_dataset=pairs_to_dataset(pairs),
                 processing_class=tokenizer,
-                callbacks=[time_cap(cfg.max_seconds, stopped)],
+                callbacks=[time_cap(deadline, stopped)],
             )
         t_setup = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -155,10 +158,11 @@ def dpo_fit(
     *,
     progress: bool = False,
     run_name: str | None = None,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
     """The DPO trainer's one fine-tune, on the settings of a validated `DPOConfig`: the peft
     `model` trained in place on `pairs` (`DPOTrainer` and a night's adapter phase both call
-    it)."""
+    it); `deadline`: the wall-clock limit (`selftaught.stops`)."""
     return dpo_train(
         model,
         tokenizer,
@@ -170,6 +174,7 @@ def dpo_fit(
         progress=progress,
         report_to=config.report_to,
         run_name=run_name,
+        deadline=deadline,
     )
 
 
@@ -377,6 +382,7 @@ class DPOTrainer(RestTrainer):
             self.config,
             progress=self.progress,
             run_name=f"{self.run.root.name}-dpo",
+            deadline=self.deadline,
         )
         save_atomic(model, rdir / "adapter")
         model = merged(model).eval()

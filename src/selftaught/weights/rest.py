@@ -44,6 +44,7 @@ from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunDir, atomic_write_json, read_json, write_jsonl
+from selftaught.stops import Deadline, StopReason, accepted, patience_reached, stop_text
 from selftaught.tasks.base import Task, check_disjoint
 from selftaught.tasks.episode import is_tool_task
 from selftaught.weights.config import (
@@ -90,6 +91,7 @@ class RestResult(RunResult):
     best_dir: Path | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
         self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
 
@@ -377,18 +379,24 @@ class RestTrainer:
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
         t_start = time.perf_counter()
+        self.deadline = Deadline.start(self.config.stops.max_minutes)  # this invocation's
         resuming = self.run.check_or_write_config(self.run_config())
         self.callbacks.start(self.info)
         state = self.run.load_state() or {}
         if resuming and state.get("completed_round", -1) >= 0:
             done = state["completed_round"]
             self._log(f"[bold]resuming[/] {self.run.root}: rounds 0..{done} already done")
+            stop = StopReason.read(state.get("stopped_by"))
+            if stop is not None and stop.kind in ("max_minutes", "patience"):
+                state.pop("stopped_by")  # a new time limit; patience's count is kept
         self._load_base()  # scratch: the tokenizer + the random init round 1 trains from
         try:
             if state.get("completed_round", -1) < 0:
                 state = self._round_zero()
             current = self._round_model(state["current_round"])
             for r in range(state["completed_round"] + 1, self.last_round + 1):
+                if not state.get("stopped_by") and self._stop_at(state, f"before round {r}"):
+                    self.run.save_state(state)
                 if state.get("stopped_by"):
                     break
                 current = self._round(r, current, state)
@@ -397,7 +405,7 @@ class RestTrainer:
                 raise ConfigError(
                     f"the budget ran out during round 0 ({err.reason}); raise it"
                 ) from err
-            state["stopped_by"] = f"budget ({err.reason})"
+            state["stopped_by"] = StopReason("budget", err.reason).to_dict()
             self.run.save_state(state)
             self._log(f"[bold yellow]budget exhausted[/] ({err.reason}): shipping the best round")
         return self._finish(state, time.perf_counter() - t_start)
@@ -494,12 +502,34 @@ class RestTrainer:
             self._scored(r, tested, "candidate")
         self._apply_decision(r, model, val, result, state)
         row.update(best_round=state["best_round"], seconds=round(time.perf_counter() - t0, 1))
+        state["without_accept"] = (
+            0 if accepted(result.decision) else state.get("without_accept", 0) + 1
+        )
+        if r < self.last_round and self._stop_at(state, f"after round {r}"):
+            row["stopped_by"] = state["stopped_by"]  # in history: a resumed run keeps it
         self._log(f"round {r}: {what}, {val.line()} · {result.decision} ({result.reason})")
         self.run.append_history(row, key="round")
         state["completed_round"] = r
         self.run.save_state(state)
         self._step_done(r, row)
         return model if result.decision != "reject" else current
+
+    def _stop_at(self, state: dict[str, Any], at: str) -> bool:
+        """Whether a stop fires at this safe point (patience, counted across resumes, then
+        the wall clock); the stop goes into `state` (saved by the caller)."""
+        stops = self.config.stops
+        stop = None
+        if patience_reached(stops, int(state.get("without_accept") or 0)):
+            assert stops.patience is not None
+            stop = StopReason.patience(stops.patience, "rounds", at)
+        elif self.deadline.passed():
+            assert stops.max_minutes is not None
+            stop = StopReason.max_minutes(stops.max_minutes, at)
+        if stop is None:
+            return False
+        state["stopped_by"] = stop.to_dict()
+        self._log(f"[bold yellow]stopped:[/] {stop}: shipping the best round; re-run to resume")
+        return True
 
     def _scored(self, r: int, result: EvalResult, label: str) -> None:
         scores = Score.from_summary(result.summary())
@@ -541,6 +571,7 @@ class RestTrainer:
             render=local_render(self._tok),  # episodes: the text the local backend generated from
             report_to=cfg.report_to,
             run_name=f"{self.run.root.name}-round-{r}",
+            deadline=self.deadline,  # --max-minutes: the last optimizer step crosses it
         )
         rdir = self.run.path("rounds", str(r))
         if self.backend == "lora":
@@ -570,7 +601,7 @@ class RestTrainer:
         self._log(f"[bold yellow]stopping:[/] {why}: {TOO_FEW_ELITE_ADVICE}")
         row.update(trained=False, reason=why, advice=TOO_FEW_ELITE_ADVICE)
         self.run.append_history(row, key="round")
-        state.update(completed_round=r, stopped_by=why)
+        state.update(completed_round=r, stopped_by=StopReason("other", why).to_dict())
         self.run.save_state(state)
         self._step_done(r, row)
         return current
@@ -582,7 +613,7 @@ class RestTrainer:
         best_round = int(state["best_round"])
         if best_round == 0:
             shipped_test = base_test
-            why = state.get("stopped_by") or "no round beat the base model on val"
+            why = stop_text(state.get("stopped_by")) or "no round beat the base model on val"
             self._log(f"[yellow]{why}: the base model is shipped[/]")
         else:
             if "shipped_test" not in state or state.get("shipped_round") != best_round:
@@ -603,7 +634,7 @@ class RestTrainer:
             rounds=self.run.history(),
             best_dir=None if scratch_base else self.run.path("best"),
             seconds=seconds,
-            stopped_by=state.get("stopped_by"),
+            stopped_by=StopReason.read(state.get("stopped_by")),
             run_dir=self.run.root,
             method=self.method,
             task=self.task.name,

@@ -68,8 +68,9 @@ class WeightNightConfig:
 
     max_steps: int = 16
     """Optimizer steps per adapter at most (the night's step cap)."""
-    max_seconds: float = 300.0
-    """Wall-clock seconds of training per adapter at most (checked after each step)."""
+    max_minutes: float = 5.0
+    """Wall-clock minutes of training per adapter at most: training stops after the optimizer
+    step that crosses it (the one notion of `--max-minutes`, `selftaught.stops`)."""
     epochs: float = 3.0
     batch_size: int = 4
     learning_rate: float | None = 1e-3
@@ -90,8 +91,8 @@ class WeightNightConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1 or self.max_seconds <= 0:
-            raise ConfigError("weight max_steps must be >= 1 and max_seconds > 0")
+        if self.max_steps < 1 or self.max_minutes <= 0:
+            raise ConfigError("weight max_steps must be >= 1 and max_minutes > 0")
         if self.batch_size < 1 or self.samples_per_prompt < 0:
             raise ConfigError("weight batch_size must be >= 1 and samples_per_prompt >= 0")
         if self.samples_per_prompt and self.temperature <= 0:
@@ -113,7 +114,6 @@ class WeightNightConfig:
             batch_size=max(1, min(self.batch_size, rows)),
             max_length=self.max_length,
             max_steps=self.max_steps,
-            max_seconds=self.max_seconds,
         )
 
     def dpo_config(self, rows: int) -> DPOConfig:
@@ -334,16 +334,27 @@ class LocalAdapterTrainer:
         )
 
     def _train(self, method: str, model: Any, data: WeightData) -> dict[str, Any]:
+        from selftaught.stops import Deadline
         from selftaught.weights.dpo import dpo_fit
         from selftaught.weights.sft import sft_train
 
         cfg = self.cfg
+        deadline = Deadline.start(cfg.max_minutes)
         if method == "sft":
             train_cfg = cfg.sft_config(len(data.sft))
             return sft_train(
-                model, self._tok, data.sft, train_cfg, backend="lora", seed=cfg.seed, progress=False
+                model,
+                self._tok,
+                data.sft,
+                train_cfg,
+                backend="lora",
+                seed=cfg.seed,
+                progress=False,
+                deadline=deadline,
             )
-        return dpo_fit(model, self._tok, data.pairs, cfg.dpo_config(len(data.pairs)))
+        return dpo_fit(
+            model, self._tok, data.pairs, cfg.dpo_config(len(data.pairs)), deadline=deadline
+        )
 
 
 # ---- the gate's choice ---------------------------------------------------------------------
