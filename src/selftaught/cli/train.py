@@ -186,6 +186,18 @@ REWARD_HELP = (
 )
 
 
+MethodOpt = Annotated[
+    str,
+    typer.Option(
+        help="rest (ReST-EM) | sft (on references) | grpo | gspo | dpo (on --preferences)"
+    ),
+]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output", "-o", help="Run directory (default: runs/train-...; the same command resumes)."
+    ),
+]
 ThreadsOpt = Annotated[
     int | None,
     typer.Option(
@@ -218,12 +230,7 @@ def train(
     budget_fields: dict[str, Any],
     stop_fields: dict[str, Any],
     task_fields: dict[str, Any],
-    method: Annotated[
-        str,
-        typer.Option(
-            help="rest (ReST-EM) | sft (on references) | grpo | gspo | dpo (on --preferences)"
-        ),
-    ] = RestConfig.method,
+    method: MethodOpt = RestConfig.method,
     model: ModelOpt = "local",
     temperature: Annotated[
         float | None,
@@ -245,14 +252,7 @@ def train(
     preferences: Annotated[Path | None, typer.Option(help=PREFERENCES_HELP)] = None,
     device: DeviceOpt = None,
     threads: ThreadsOpt = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Run directory (default: runs/train-...; the same command resumes).",
-        ),
-    ] = None,
+    output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
 ) -> None:
     """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO / DPO."""
