@@ -293,7 +293,7 @@ def sleep_config(name: str, args: argparse.Namespace, home: Path) -> Any:
         demo_modes=DemoModeConfig("on" if name == "retrieval" else "off", args.retrieve_k),
         weights=weights,
         weight_training=WeightNightConfig(
-            max_steps=args.max_steps, max_seconds=args.max_train_seconds, seed=args.seed
+            max_steps=args.max_steps, max_minutes=args.max_train_seconds / 60, seed=args.seed
         ),
     )
 

@@ -50,8 +50,9 @@ def test_train_dispatches_per_method_defaults_and_refuses_api_models():
     assert default_train_config("sft").rounds == 1
     assert default_train_config("gspo").method == "gspo"
     assert isinstance(default_train_config("grpo"), RLConfig)
-    with pytest.raises(ConfigError, match="one of rest, sft, grpo, gspo"):
-        default_train_config("dpo")
+    assert default_train_config("dpo").method == "dpo"  # DPO is a trainer of its own
+    with pytest.raises(ConfigError, match="one of rest, sft, grpo, gspo, dpo"):
+        default_train_config("ppo")
     with pytest.raises(ConfigError, match="must be local"):
         selftaught.train("gym:basic_arithmetic", "openai:gpt-4o-mini")
     with pytest.raises(ConfigError, match="needs an RLConfig"):

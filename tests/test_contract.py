@@ -80,7 +80,7 @@ def test_the_config_type_and_method_pick_the_trainer():
     assert trainer_for(RestConfig(method="sft")) is RestTrainer
     assert trainer_for(RLConfig(method="gspo")) is RLTrainer
     assert default_train_config("sft") == RestConfig(method="sft", rounds=1)
-    with pytest.raises(ConfigError, match="SkillOptConfig, RestConfig or RLConfig"):
+    with pytest.raises(ConfigError, match="SkillOptConfig, RestConfig, RLConfig or DPOConfig"):
         trainer_for({"method": "rest"})  # type: ignore[arg-type]
     built = build_trainer(RestConfig(method="sft"), ToyTask(), "local", output_dir="unused")
     assert isinstance(built, RestTrainer) and built.method == "sft" and built.model_path is None

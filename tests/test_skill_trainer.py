@@ -264,7 +264,7 @@ def test_budget_ends_the_run_cleanly_and_a_bigger_budget_resumes(tmp_path):
     # baseline val (11 calls) + step 1 (4 rollouts, 1 reflection, 11 val) = 27 calls; step 2
     # starts and runs out: it is dropped, the best skill so far ships and is tested apart
     result = make(tmp_path, budget=Budget(calls=30)).train()
-    assert result.steps == 1 and result.stopped_by.startswith("budget (30 of 30 calls")
+    assert result.steps == 1 and str(result.stopped_by).startswith("budget (30 of 30 calls")
     assert result.llm_calls + sum(u["errors"] for u in result.usage.values()) == 30
     assert result.test.best.n == len(ToyTask().examples("test"))
     assert result.test_usage["target"]["calls"] > 0  # reported apart, outside the budget

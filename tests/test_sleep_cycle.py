@@ -230,8 +230,8 @@ def test_a_budget_ends_the_night_cleanly_and_covers_both_phases(tmp_path):
     training = SkillOptConfig(epochs=3, batch_size=4, budget=Budget(calls=12), gate=GateConfig())
     (night,) = run_night(config(tmp_path, training=training), models=models())
     skill, memory = night.phases["skill"], night.phases["memory"]
-    assert skill["stopped_by"].startswith("budget (12 of 12 calls used)")
-    assert not memory["ran"] and "spent before the memory phase" in memory["stopped_by"]
+    assert skill["stopped_by"]["text"].startswith("budget (12 of 12 calls used)")
+    assert not memory["ran"] and "spent before the memory phase" in memory["stopped_by"]["text"]
     used = sum(u["calls"] + u["errors"] for u in night.usage.values())
     assert used <= 12 and not night.failed
     assert "stopped early" in (night.night_dir / "report.md").read_text()

@@ -352,7 +352,7 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
         )
     log.close()
     target = load_model("local")
-    caps = WeightNightConfig(max_steps=12, max_seconds=120, max_length=256)
+    caps = WeightNightConfig(max_steps=12, max_minutes=2, max_length=256)
     seen: list[dict] = []
 
     class Spy(LocalAdapterTrainer):

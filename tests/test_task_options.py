@@ -167,7 +167,7 @@ def test_a_budget_can_count_the_judges_calls_alone(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["budget"]["roles"] == ["judge"]
     # the baseline's 3 judge calls fit; step 1's 4 train replies do not
-    assert summary["stopped_by"].startswith("budget (5 of 5 calls used) during step 1")
+    assert summary["stopped_by"]["text"].startswith("budget (5 of 5 calls used) during step 1")
     assert summary["steps"] == 0 and summary["test"]["best"]["n"] == 2  # test: outside budget
 
 

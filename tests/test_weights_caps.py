@@ -1,5 +1,6 @@
 """A night's weight training is capped: SFT and DPO stop at `max_steps` and after the step
-that crosses `max_seconds`; DPO on a LoRA model trains the adapter (tiny random model)."""
+that crosses the run's deadline (`--max-minutes`); DPO on a LoRA model trains the adapter
+(tiny random model)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
+from selftaught.stops import Deadline, Stops  # noqa: E402
 from selftaught.weights.config import BackendConfig, ConfigError, SFTTrainConfig  # noqa: E402
 from selftaught.weights.dpo import PreferencePair, dpo_train  # noqa: E402
 from selftaught.weights.scratch import build_scratch_model, scratch_tokenizer  # noqa: E402
@@ -36,10 +38,15 @@ def test_sft_stops_at_max_steps(tok):
     assert stats["steps"] == 2 and "stopped_by" not in stats
 
 
-def test_sft_stops_after_the_step_that_crosses_max_seconds(tok):
-    cfg = SFTTrainConfig(epochs=5, batch_size=2, max_seconds=1e-6)
-    stats = sft_train(tiny_lora(tok), tok, samples(4), cfg, backend="lora", progress=False)
-    assert stats["steps"] == 1 and stats["stopped_by"].startswith("max_seconds")
+def test_sft_stops_after_the_step_that_crosses_the_deadline(tok):
+    cfg = SFTTrainConfig(epochs=5, batch_size=2)
+    deadline = Deadline.start(1e-9)
+    model = tiny_lora(tok)
+    stats = sft_train(
+        model, tok, samples(4), cfg, backend="lora", progress=False, deadline=deadline
+    )
+    assert stats["steps"] == 1 and stats["stopped_by"]["kind"] == "max_minutes"
+    assert stats["stopped_by"]["at"] == "after optimizer step 1"
 
 
 def test_dpo_trains_the_adapter_on_preference_pairs_within_the_cap(tok):
@@ -59,8 +66,8 @@ def test_dpo_trains_the_adapter_on_preference_pairs_within_the_cap(tok):
 def test_caps_and_too_few_pairs_are_refused_clearly(tok):
     with pytest.raises(ConfigError, match="max_steps must be >= 1"):
         SFTTrainConfig(max_steps=0)
-    with pytest.raises(ConfigError, match="max_seconds must be > 0"):
-        SFTTrainConfig(max_seconds=0)
+    with pytest.raises(ConfigError, match="max_minutes must be > 0"):
+        Stops(max_minutes=0)
     pair = PreferencePair("e", [{"role": "user", "content": "hi"}], "a", "b")
     with pytest.raises(ConfigError, match="larger than the 1 preference pairs"):
         dpo_train(tiny_lora(tok), tok, [pair], SFTTrainConfig(batch_size=2))

@@ -288,10 +288,11 @@ def test_too_few_elite_samples_stop_the_run_at_once_with_advice(tiny_dir, tmp_pa
     trainer = RestTrainer(config(3), HardTask(), tiny_dir, output_dir=tmp_path / "run")
     result = trainer.train()
     assert sampled == [1]  # round 1 only: not rounds 2 and 3 for nothing
-    assert result.best_round == 0 and "fewer than one batch" in result.stopped_by
+    assert result.best_round == 0 and "fewer than one batch" in str(result.stopped_by)
     last = trainer.run.history()[-1]
     assert last["round"] == 1 and not last["trained"] and "easier" in last["advice"]
-    assert read_json(tmp_path / "run" / "result.json")["stopped_by"] == result.stopped_by
+    written = read_json(tmp_path / "run" / "result.json")["stopped_by"]
+    assert written == result.stopped_by.to_dict()
 
 
 class CrashingScorerTask(EchoTask):

@@ -214,7 +214,7 @@ def test_a_budget_charges_every_scored_completion_and_stops_training(tmp_path):
     assert saved[-1]["target"]["completion_tokens"] == 8
     reward([None] * 4, ["1", "2", "3", "4"], ["train-0"] * 4, completion_ids=[[1]] * 4)
     stop.on_step_end(None, NS(global_step=2), control)
-    assert control.should_training_stop and stop.stopped_by.startswith("budget (8 of 6 calls")
+    assert control.should_training_stop and str(stop.stopped_by).startswith("budget (8 of 6 calls")
 
 
 # ---- GRPO's variants: weighted rewards, TRL's loss types -----------------------------------

@@ -156,7 +156,7 @@ def run_selftaught(job: dict[str, Any], task: Task) -> dict[str, Any]:
         "steps": run.steps,
         "accepted": run.decisions.get("accept_new_best", 0),
         "decisions": dict(run.decisions),
-        "stopped_by": run.stopped_by,
+        "stopped_by": str(run.stopped_by) if run.stopped_by else None,  # text, as its peers
         "analyst": run.analyst.to_dict(),
     }
 

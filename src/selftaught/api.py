@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from selftaught.skill.result import SkillRunResult
     from selftaught.skill.skillset import SkillSetConfig, SkillSetResult
     from selftaught.tasks.options import TaskOptions
-    from selftaught.weights.config import RestConfig, RLConfig
+    from selftaught.weights.config import DPOConfig, RestConfig, RLConfig
+    from selftaught.weights.dpo import DPOResult, PreferencePair, Preferences
     from selftaught.weights.rest import RestResult
     from selftaught.weights.rl import RLResult
 
@@ -225,31 +226,34 @@ def train(
     model: ModelLike = "local",
     *,
     method: str | None = None,
-    config: RestConfig | RLConfig | None = None,
+    config: RestConfig | RLConfig | DPOConfig | None = None,
     output_dir: str | Path | None = None,
     task_options: TaskOptionsLike = None,
     judge_model: ModelLike | None = None,
+    preferences: str | Path | Sequence[PreferencePair] | Preferences | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     progress: bool = True,
     console: Console | None = None,
-) -> RestResult | RLResult:
+) -> RestResult | RLResult | DPOResult:
     """Weight-space self-improvement of a local model (`local` or `local:PATH`). The config
     picks the trainer: `RestConfig(method="rest")` (ReST-EM, the default),
     `RestConfig(method="sft")` (one round on the references), `RLConfig(method="grpo")` or
     `"gspo"`. `method` alone gives that method's default config; given with a config, it must
     match it. `judge_model` scores GRPO's `judge` reward (`RLConfig.rewards`); its calls count
-    against the run's budget.
+    against the run's budget. `DPOConfig()` (`method="dpo"`) trains a LoRA adapter by DPO on
+    `preferences`: a preference JSONL file (`{"prompt", "chosen", "rejected"}` a line) or
+    `PreferencePair`s; the task's val and test score it.
 
     The run directory (default `runs/train-<method>-<task>-<backend>-s<seed>`) resumes when
     run again."""
     from selftaught.trainers import build_trainer, check_method
-    from selftaught.weights.config import RestConfig, RLConfig, default_train_config
+    from selftaught.weights.config import DPOConfig, RestConfig, RLConfig, default_train_config
 
     path = local_model_path(model)  # refuses a model that is not local, before any work
     cfg = config if config is not None else default_train_config(method or "rest")
-    if not isinstance(cfg, RestConfig | RLConfig):
+    if not isinstance(cfg, RestConfig | RLConfig | DPOConfig):
         raise ConfigError(
-            f"train changes weights: it takes a RestConfig or an RLConfig, got "
+            f"train changes weights: it takes a RestConfig, an RLConfig or a DPOConfig, got "
             f"{type(cfg).__name__} (a SkillOptConfig runs with optimize)"
         )
     check_method(cfg, method)
@@ -257,7 +261,11 @@ def train(
         raise ConfigError("judge_model scores GRPO's judge reward: it needs an RLConfig")
     ledger = UsageLedger()  # the policy's calls and the judges': one budget
     the_task = resolve_task(task, task_options, ledger=ledger)
-    judged = {"judge_model": judge_model} if isinstance(cfg, RLConfig) else {}
+    if preferences is not None and not isinstance(cfg, DPOConfig):
+        raise ConfigError("preferences are DPO's training data: they need a DPOConfig")
+    judged: dict[str, Any] = {"judge_model": judge_model} if isinstance(cfg, RLConfig) else {}
+    if isinstance(cfg, DPOConfig):
+        judged = {"preferences": preferences}
     trainer = build_trainer(
         cfg,
         the_task,
@@ -278,6 +286,7 @@ def load_result(d: dict[str, Any]) -> RunResult:
     import selftaught.skill.result  # noqa: F401
     import selftaught.skill.skillset  # noqa: F401
     import selftaught.sleep.night.cycle  # noqa: F401
+    import selftaught.weights.dpo  # noqa: F401
     import selftaught.weights.rest  # noqa: F401
     import selftaught.weights.rl  # noqa: F401
     from selftaught.results import RunResult

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from selftaught.stops import StopReason, stop_dict
+
 _KINDS: dict[str, type[RunResult]] = {}
 
 
@@ -73,9 +75,14 @@ class RunResult:
     task: str = ""
     base_score: Score | None = None
     shipped_score: Score | None = None
-    stopped_by: str | None = None
+    stopped_by: StopReason | None = None
+    """Which stop ended the run early (max-minutes, patience, the budget); None: it ran to its
+    end. Text an older run wrote is read into one (`StopReason.read`)."""
     usage: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.stopped_by = StopReason.read(self.stopped_by)
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -101,7 +108,7 @@ class RunResult:
             "task": self.task,
             "base_score": self.base_score.to_dict() if self.base_score else None,
             "shipped_score": self.shipped_score.to_dict() if self.shipped_score else None,
-            "stopped_by": self.stopped_by,
+            "stopped_by": stop_dict(self.stopped_by),
             "usage": self.usage,
             "seconds": round(self.seconds, 2),
         }
@@ -122,7 +129,7 @@ class RunResult:
             "task": d.get("task", ""),
             "base_score": _score(d.get("base_score")),
             "shipped_score": _score(d.get("shipped_score")),
-            "stopped_by": d.get("stopped_by"),
+            "stopped_by": StopReason.read(d.get("stopped_by")),
             "usage": d.get("usage") or {},
             "seconds": float(d.get("seconds") or 0.0),
         }

@@ -5,6 +5,7 @@
 | `SkillOptConfig`                | `SkillTrainer` | `SkillRunResult` |
 | `RestConfig(method="rest"/"sft")` | `RestTrainer`  | `RestResult`     |
 | `RLConfig(method="grpo"/"gspo")`  | `RLTrainer`    | `RLResult`       |
+| `DPOConfig(method="dpo")`       | `DPOTrainer`   | `DPOResult`      |
 
 Every trainer is built the same way, `Trainer(config, task, model, *, output_dir, callbacks,
 progress, console)`, and `train()` returns a `RunResult` subclass (`selftaught.results`). The
@@ -16,13 +17,13 @@ trainer's must be local (`local`, `local:PATH`, or a `LocalModel` loaded from fi
     run = build_trainer(SkillOptConfig(), task, "local", output_dir="runs/y").train()
 
 A skill run's analyst and starting skill are keywords of its own (`optimizer_model=`,
-`initial_skill=`)."""
+`initial_skill=`); a DPO run's pairs are `preferences=` (a preference JSONL file or pairs)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
-from selftaught.weights.config import METHODS, ConfigError, RestConfig, RLConfig
+from selftaught.weights.config import METHODS, ConfigError, DPOConfig, RestConfig, RLConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from selftaught.skill.config import SkillOptConfig
     from selftaught.skill.trainer import SkillTrainer
     from selftaught.tasks.base import Task
+    from selftaught.weights.dpo import DPOTrainer
     from selftaught.weights.rest import RestTrainer
     from selftaught.weights.rl import RLTrainer
 
@@ -49,15 +51,23 @@ def config_method(config: Any) -> str:
 
     if isinstance(config, SkillOptConfig):
         return "skill"
-    if isinstance(config, RestConfig | RLConfig):
+    if isinstance(config, RestConfig | RLConfig | DPOConfig):
         return config.method
     raise ConfigError(
-        "a run config must be a SkillOptConfig, RestConfig or RLConfig, got "
+        "a run config must be a SkillOptConfig, RestConfig, RLConfig or DPOConfig, got "
         f"{type(config).__name__}"
     )
 
 
-def trainer_for(config: SkillOptConfig | RestConfig | RLConfig) -> type:
+@overload
+def trainer_for(config: SkillOptConfig) -> type[SkillTrainer]: ...
+@overload
+def trainer_for(config: RestConfig) -> type[RestTrainer]: ...
+@overload
+def trainer_for(config: RLConfig) -> type[RLTrainer]: ...
+@overload
+def trainer_for(config: DPOConfig) -> type[DPOTrainer]: ...
+def trainer_for(config: SkillOptConfig | RestConfig | RLConfig | DPOConfig) -> type:
     """The trainer class that runs `config`."""
     method = config_method(config)
     if method == "skill":
@@ -68,12 +78,18 @@ def trainer_for(config: SkillOptConfig | RestConfig | RLConfig) -> type:
         from selftaught.weights.rest import RestTrainer
 
         return RestTrainer
+    if isinstance(config, DPOConfig):
+        from selftaught.weights.dpo import DPOTrainer
+
+        return DPOTrainer
     from selftaught.weights.rl import RLTrainer
 
     return RLTrainer
 
 
-def check_method(config: SkillOptConfig | RestConfig | RLConfig, method: str | None) -> None:
+def check_method(
+    config: SkillOptConfig | RestConfig | RLConfig | DPOConfig, method: str | None
+) -> None:
     """Refuse a method that the config does not run (the config decides; naming the method as
     well is optional)."""
     if method is None:
@@ -82,7 +98,9 @@ def check_method(config: SkillOptConfig | RestConfig | RLConfig, method: str | N
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     have = config_method(config)
     if have != method:
-        want = "an RLConfig" if method in ("grpo", "gspo") else "a RestConfig"
+        want = {"grpo": "an RLConfig", "gspo": "an RLConfig", "dpo": "a DPOConfig"}.get(
+            method, "a RestConfig"
+        )
         raise ConfigError(
             f"method {method!r} needs {want}(method={method!r}); the config given is a "
             f"{type(config).__name__} that runs {have!r} (leave the method out: the config "
@@ -102,8 +120,12 @@ def build_trainer(
 def build_trainer(
     config: RLConfig, task: Task, model: ModelLike | Path | None, **kwargs: Any
 ) -> RLTrainer: ...
+@overload
 def build_trainer(
-    config: SkillOptConfig | RestConfig | RLConfig,
+    config: DPOConfig, task: Task, model: ModelLike | Path | None, **kwargs: Any
+) -> DPOTrainer: ...
+def build_trainer(
+    config: SkillOptConfig | RestConfig | RLConfig | DPOConfig,
     task: Task,
     model: ModelLike | Path | None,
     **kwargs: Any,

@@ -91,6 +91,7 @@ BUDGET_FLAGS = {
     "roles": "budget_roles",
 }
 TASK_FLAGS = tuple(f.name for f in dataclasses.fields(TaskOptions))
+STOP_FLAGS = ("max_minutes", "patience")  # selftaught.stops.Stops: optimize, train, sleep run
 # The same options one by one, for commands that declare them so (sleep run).
 SeedOpt = config_option(TaskOptions, "seed")
 GateMetricOpt = config_option(GateConfig, "metric", optional=True)

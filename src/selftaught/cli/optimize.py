@@ -12,6 +12,7 @@ from rich.table import Table
 from selftaught.cli.common import (
     BUDGET_FLAGS,
     GATE_FLAGS,
+    STOP_FLAGS,
     TASK_FLAGS,
     ApiKeyOpt,
     CacheOpt,
@@ -39,6 +40,7 @@ from selftaught.models.usage import Budget
 from selftaught.rollout import rollout_timeout
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.skillset import SkillSetConfig
+from selftaught.stops import Stops
 from selftaught.tasks.options import TaskOptions
 
 if TYPE_CHECKING:
@@ -104,6 +106,7 @@ SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None}
 @config_flags(SkillOptConfig, SKILL_FLAGS, into="skill_fields")
 @config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=SKILL_GATE)
 @config_flags(Budget, BUDGET_FLAGS, into="budget_fields")
+@config_flags(Stops, STOP_FLAGS, into="stop_fields")
 @config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
 @config_flags(SkillSetConfig, SET_FLAGS, into="set_fields")
 def optimize_cmd(
@@ -111,6 +114,7 @@ def optimize_cmd(
     skill_fields: dict[str, Any],
     gate_fields: dict[str, Any],
     budget_fields: dict[str, Any],
+    stop_fields: dict[str, Any],
     task_fields: dict[str, Any],
     set_fields: dict[str, Any],
     model: ModelOpt = "local",
@@ -151,6 +155,7 @@ def optimize_cmd(
         seed=options.seed,
         gate=gate_config(**gate_fields),
         budget=budget(**budget_fields),
+        stops=Stops(**stop_fields),
         timeout_s=rollout_timeout(timeout),
     )
     warn_unsafe_exec(options.unsafe_exec)
@@ -287,7 +292,7 @@ def print_optimize(result: SkillRunResult) -> None:
         f"{result.tokens} · {result.seconds:.0f} s"
     )
     if result.stopped_by:
-        out.print(f"[bold yellow]stopped early:[/] {result.stopped_by}")
+        out.print(f"[bold yellow]stopped early:[/] {result.stopped_by} (the same command resumes)")
     if test:
         out.print(f"test paired sign test p = {test.paired.sign_test_p:.3f}")
     best_path = Path(result.run_dir or ".") / f"best_{result.document}.md"

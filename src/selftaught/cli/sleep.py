@@ -15,6 +15,7 @@ from rich.table import Table
 
 from selftaught.cli.common import (
     DEFAULT_MAX_BODY_MB,
+    STOP_FLAGS,
     ApiKeyOpt,
     BudgetCallsOpt,
     BudgetTokensOpt,
@@ -56,6 +57,7 @@ from selftaught.sleep.night.weak import WeakConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
 from selftaught.sleep.store.move import BATCH
+from selftaught.stops import Stops
 
 # ---- sleep, part 1: the proxy and the task log ----------------------------------------
 
@@ -614,6 +616,7 @@ NIGHT_FLAGS = {
     "auto_adopt": "auto_adopt",
     "follow_symlinks": "follow_symlinks",
     "report_to": "report_to",
+    "scheduled": "scheduled",  # `sleep schedule` passes it; your own scheduler may too
     # many skills (nightskills): `--skills`, `--skill-min-tasks`, `--max-skills`
     "many_skills": "skills",
     "skill_min_tasks": "skill_min_tasks",
@@ -625,7 +628,13 @@ NIGHT_SKILL_FLAGS = (
     *("epochs", "batch_size", "rollouts_k", "demos_max", "concurrency", "max_tokens"),
     "slow_every",  # the slow update every N nights (issue 51)
 )
-WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_seconds": "weight_max_seconds"}
+WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_minutes": "weight_max_minutes"}
+# --weight-max-seconds (before --weight-max-minutes) still parses: crontab lines hold it
+LEGACY_WEIGHT_SECONDS = WeightNightConfig.max_minutes * 60
+LegacyWeightSecondsOpt = Annotated[
+    float, typer.Option(hidden=True, help="Deprecated: --weight-max-minutes.")
+]
+
 WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
 DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 
@@ -639,6 +648,7 @@ DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 @config_flags(WeightNightConfig, WEIGHT_FLAGS, into="weight_fields")
 @config_flags(WeakConfig, WEAK_FLAGS, into="weak_fields")
 @config_flags(DreamConfig, DREAM_FLAGS, into="dream_fields")
+@config_flags(Stops, STOP_FLAGS, into="stop_fields")
 def sleep_run_cmd(
     night_fields: dict[str, Any],
     skill_fields: dict[str, Any],
@@ -647,6 +657,7 @@ def sleep_run_cmd(
     weight_fields: dict[str, Any],
     weak_fields: dict[str, Any],
     dream_fields: dict[str, Any],
+    stop_fields: dict[str, Any],
     project: NightProjectOpt = None,
     model: Annotated[
         str | None, typer.Option(help="Target model spec (default: the upstream the proxy logged).")
@@ -679,6 +690,7 @@ def sleep_run_cmd(
     timeout: TimeoutOpt = CALL_TIMEOUT_S,
     api_key: ApiKeyOpt = None,
     dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
+    weight_max_seconds: LegacyWeightSecondsOpt = LEGACY_WEIGHT_SECONDS,
 ) -> None:
     """One night: learn a skill and a memory from the log and stage them as a proposal.
 
@@ -687,6 +699,7 @@ def sleep_run_cmd(
     from selftaught.sleep.night.cycle import run_night
     from selftaught.sleep.night.summary import print_outcomes
 
+    weight_fields = legacy_weights(weight_fields, weight_max_seconds)
     training = night_training(
         **skill_fields,
         preferences=_preferences(preferences),
@@ -698,7 +711,7 @@ def sleep_run_cmd(
         timeout_s=rollout_timeout(timeout),
     )
     config = SleepConfig(
-        **{**night_fields, "auto_adopt": night_fields["auto_adopt"] and not dry_run},
+        **_night_fields(night_fields, stop_fields, dry_run),
         model=model,
         optimizer_model=optimizer_model,
         judge_model=judge_model,
@@ -718,6 +731,11 @@ def sleep_run_cmd(
         raise typer.Exit(1)
 
 
+def _night_fields(night: dict[str, Any], stops: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    """SleepConfig's own fields from their generated flags (a dry run adopts nothing)."""
+    return {**night, "auto_adopt": night["auto_adopt"] and not dry_run, "stops": Stops(**stops)}
+
+
 def _nested(
     seed: int,
     split: dict[str, Any],
@@ -734,6 +752,13 @@ def _nested(
         "weak": WeakConfig(**weak),
         "dream": DreamConfig(**dream),
     }
+
+
+def legacy_weights(weights: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """--weight-max-seconds, as a crontab line written before --weight-max-minutes holds it."""
+    if seconds == LEGACY_WEIGHT_SECONDS:
+        return weights
+    return {**weights, "max_minutes": seconds / 60}
 
 
 def _night_gate(
@@ -928,6 +953,26 @@ def sleep_status_cmd(project: NightProjectOpt = None, log: LogOpt = None) -> Non
 
     for line in status_lines(project, log_path=log):
         out.print(line, soft_wrap=True, markup=False)
+
+
+@sleep_app.command("resume")
+@friendly_errors
+def sleep_resume_cmd(project: NightProjectOpt = None) -> None:
+    """Resume a schedule that `--patience` paused (every paused project by default)."""
+    from selftaught.sleep import pause
+    from selftaught.sleep.adoption import staging
+    from selftaught.sleep.paths import sleep_home
+
+    home = sleep_home()
+    resumed = [
+        name
+        for name in ([project] if project else staging.projects(home))
+        if pause.read(name, home).paused is not None and pause.resume(name, home)
+    ]
+    for name in resumed:
+        out.print(f"{name}: schedule resumed; the next scheduled night runs it", markup=False)
+    if not resumed:
+        out.print("no paused schedule to resume", markup=False)
 
 
 @sleep_app.command("probation")

@@ -11,6 +11,7 @@ import typer
 from selftaught.cli.common import (
     BUDGET_FLAGS,
     GATE_FLAGS,
+    STOP_FLAGS,
     TASK_FLAGS,
     DeviceOpt,
     ModelOpt,
@@ -30,12 +31,15 @@ from selftaught.errors import ConfigError
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
+from selftaught.stops import Stops
 from selftaught.tasks.options import TaskOptions
 from selftaught.tasks.registry import takes_judge
 from selftaught.weights.config import (
+    DPO_METHODS,
     METHODS,
     RL_METHODS,
     BackendConfig,
+    DPOConfig,
     RestConfig,
     RLConfig,
     SFTTrainConfig,
@@ -43,6 +47,7 @@ from selftaught.weights.config import (
 )
 
 if TYPE_CHECKING:
+    from selftaught.weights.dpo import DPOResult
     from selftaught.weights.rest import RestResult
     from selftaught.weights.rl import RLResult
 
@@ -84,11 +89,31 @@ SAMPLING_OPTIONS = (
 )
 
 
+# DPO trains on a preference file: no sampling, no rounds, no rewards
+DPO_ONLY_OPTIONS = ("--dpo-beta", "--preferences")
+NOT_DPO_OPTIONS = (*RL_ONLY_OPTIONS, *SAMPLING_OPTIONS, "--rounds", "--continue-training")
+
+
 def check_method_options(method: str, given: set[str]) -> None:
     """Refuse options the chosen method would silently ignore, naming them and the methods
     that use them. `given` holds the flags the user actually set."""
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method in DPO_METHODS:
+        bad = sorted(given & set(NOT_DPO_OPTIONS))
+        if bad:
+            raise ConfigError(
+                f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not for --method dpo, "
+                "which trains one adapter on --preferences (use --dpo-beta, --epochs, "
+                "--batch-size, --lr)"
+            )
+        return
+    bad = sorted(given & set(DPO_ONLY_OPTIONS))
+    if bad:
+        raise ConfigError(
+            f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for --method dpo "
+            f"(preference pairs); --method {method} does not read them"
+        )
     if method in ("grpo", "gspo"):
         bad = sorted(given & set(SFT_ONLY_OPTIONS))
         if bad:
@@ -149,11 +174,37 @@ RL_FLAGS = {
     "vllm_server_url": "vllm_server",
     "loss_type": "loss_type",
 }
+DPO_FLAGS = {"beta": "dpo_beta"}
+PREFERENCES_HELP = (
+    "Preference JSONL file for --method dpo: one {prompt, chosen, rejected[, id]} object a line "
+    "(prompt: a string or chat messages)."
+)
 REWARD_HELP = (
     "A GRPO / GSPO reward as NAME=WEIGHT, repeatable (e.g. --reward correctness=1 --reward "
     "format=0.2); the list replaces the default, so name correctness to keep it. "
     + field_help(RLConfig, "rewards")
 )
+
+
+MethodOpt = Annotated[
+    str,
+    typer.Option(
+        help="rest (ReST-EM) | sft (on references) | grpo | gspo | dpo (on --preferences)"
+    ),
+]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output", "-o", help="Run directory (default: runs/train-...; the same command resumes)."
+    ),
+]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="torch CPU threads (default: the free cores, or $SELFTAUGHT_THREADS; "
+        "fewer is faster on a busy machine)."
+    ),
+]
 
 
 @app.command()
@@ -162,8 +213,10 @@ REWARD_HELP = (
 @config_flags(RestConfig, REST_FLAGS, into="rest_fields")
 @config_flags(SFTTrainConfig, SFT_FLAGS, into="sft_fields")
 @config_flags(RLConfig, RL_FLAGS, into="rl_fields")
+@config_flags(DPOConfig, DPO_FLAGS, into="dpo_fields")
 @config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=TASK_GATE)
 @config_flags(Budget, TRAIN_BUDGET_FLAGS, into="budget_fields")
+@config_flags(Stops, STOP_FLAGS, into="stop_fields")
 @config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
 def train(
     ctx: typer.Context,
@@ -172,12 +225,12 @@ def train(
     rest_fields: dict[str, Any],
     sft_fields: dict[str, Any],
     rl_fields: dict[str, Any],
+    dpo_fields: dict[str, Any],
     gate_fields: dict[str, Any],
     budget_fields: dict[str, Any],
+    stop_fields: dict[str, Any],
     task_fields: dict[str, Any],
-    method: Annotated[
-        str, typer.Option(help="rest (ReST-EM) | sft (on references) | grpo | gspo")
-    ] = RestConfig.method,
+    method: MethodOpt = RestConfig.method,
     model: ModelOpt = "local",
     temperature: Annotated[
         float | None,
@@ -196,40 +249,30 @@ def train(
         Path | None,
         typer.Option(help="Skill file in the system prompt while sampling only (distillation)."),
     ] = None,
+    preferences: Annotated[Path | None, typer.Option(help=PREFERENCES_HELP)] = None,
     device: DeviceOpt = None,
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            help="torch CPU threads (default: the free cores, or $SELFTAUGHT_THREADS; "
-            "fewer is faster on a busy machine)."
-        ),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Run directory (default: runs/train-...; the same command resumes).",
-        ),
-    ] = None,
+    threads: ThreadsOpt = None,
+    output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
 ) -> None:
-    """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO."""
+    """Train the weights of a local model on a task: ReST-EM / SFT / GRPO / GSPO / DPO."""
     from selftaught.api import train as run_training
 
     check_method_options(method, given_options(ctx))
     set_threads(threads)
-    options = TaskOptions(**task_fields)
-    warn_unsafe_exec(options.unsafe_exec)
+    options = checked_task_options(task_fields)
     shared = {
         "seed": options.seed,
         "gate": train_gate(**gate_fields),
         "budget": budget(**budget_fields),
+        "stops": Stops(**stop_fields),
         "backend": BackendConfig(**backend_fields, device=device),
     }
-    config: RestConfig | RLConfig
+    config: RestConfig | RLConfig | DPOConfig
     judge: str | None = None
-    if method in RL_METHODS:
+    if method in DPO_METHODS:
+        config = dpo_config(dpo_fields, rest_fields, sft_fields, lr, shared)
+    elif method in RL_METHODS:
         rl_fields = {**rl_fields, "rewards": parse_rewards(reward) if reward else None}
         config = rl_config(method, rl_fields, rest_fields, temperature, lr, shared)
         judge, options = reward_judge(task, options, config)
@@ -244,10 +287,18 @@ def train(
         output_dir=output,
         task_options=options,
         judge_model=judge,
+        **({"preferences": preferences} if method in DPO_METHODS else {}),
         progress=not quiet,
         console=console,
     )
     print_train(result)
+
+
+def checked_task_options(task_fields: dict[str, Any]) -> TaskOptions:
+    """The task options, with a loud warning when they turn the sandbox off."""
+    options = TaskOptions(**task_fields)
+    warn_unsafe_exec(options.unsafe_exec)
+    return options
 
 
 def set_threads(threads: int | None) -> None:
@@ -310,6 +361,24 @@ def rl_config(
     )
 
 
+def dpo_config(
+    dpo_fields: dict[str, Any],
+    rest_fields: dict[str, Any],
+    sft_fields: dict[str, Any],
+    lr: float | None,
+    shared: dict[str, Any],
+) -> DPOConfig:
+    """DPO settings: `--dpo-beta`, the fine-tune's `--epochs/--batch-size/--lr`, and
+    `--max-tokens` / `--report-to` shared with ReST."""
+    return DPOConfig(
+        **dpo_fields,
+        max_tokens=rest_fields["max_tokens"],
+        report_to=rest_fields["report_to"],
+        train=SFTTrainConfig(**sft_fields, learning_rate=lr),
+        **shared,
+    )
+
+
 def reward_judge(
     task: str, options: TaskOptions, config: RLConfig
 ) -> tuple[str | None, TaskOptions]:
@@ -332,11 +401,15 @@ def given_options(ctx: typer.Context) -> set[str]:
     }
 
 
-def print_train(result: RestResult | RLResult) -> None:
+def print_train(result: RestResult | RLResult | DPOResult) -> None:
     console.print(f"base    test {result.base_test.line()}")
     console.print(
         f"shipped test {result.shipped_test.line()}  ({result.shipped}, {result.gain:+.3f})"
     )
+    if result.stopped_by is not None:
+        console.print(
+            f"[bold yellow]stopped early:[/] {result.stopped_by} (the same command resumes)"
+        )
     if result.best_dir:
         console.print(f"shipped model: {result.best_dir}  (use --model local:{result.best_dir})")
     out.print_json(data=result.to_dict())

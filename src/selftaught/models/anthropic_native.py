@@ -162,7 +162,7 @@ class AnthropicModel(AsyncChatModel):
         return kwargs
 
     async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
-        from selftaught.models.openai_compat import _check_calls
+        from selftaught.models.openai_compat import checked_completion
 
         kwargs = self.request(messages, params)
         retries_seen = 0
@@ -176,7 +176,7 @@ class AnthropicModel(AsyncChatModel):
             c = to_completion(resp, self.model, time.perf_counter() - t0)
             if not c.text.strip() and not c.tool_calls:
                 raise TransientBackendError(self.backend, "empty reply")
-            return _check_calls(c, params)
+            return checked_completion(c, params)
 
         def count(attempt: int, _err: TransientBackendError) -> None:
             nonlocal retries_seen

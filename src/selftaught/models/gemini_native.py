@@ -192,7 +192,7 @@ class GeminiModel(AsyncChatModel):
     async def _candidates(
         self, messages: list[Message], params: GenerationParams, n: int
     ) -> list[Completion]:
-        from selftaught.models.openai_compat import _check_calls
+        from selftaught.models.openai_compat import checked_completion
 
         contents = to_contents(messages)
         config = self.config(messages, params, n)
@@ -209,7 +209,7 @@ class GeminiModel(AsyncChatModel):
             out = to_completions(resp, self.model, time.perf_counter() - t0)
             if not out or (n == 1 and not out[0].text.strip() and not out[0].tool_calls):
                 raise TransientBackendError(self.backend, "empty reply")
-            return [_check_calls(c, params) for c in out]
+            return [checked_completion(c, params) for c in out]
 
         def count(attempt: int, _err: TransientBackendError) -> None:
             nonlocal retries_seen

@@ -236,7 +236,7 @@ class OpenAICompatModel(AsyncChatModel):
             if n == 1 and _empty(choices[0].message):
                 raise TransientBackendError(self.backend, "empty reply")
             completions = _completions(resp, choices, self.model, time.perf_counter() - t0)
-            return [_check_calls(c, params) for c in completions]
+            return [checked_completion(c, params) for c in completions]
 
         def count(attempt: int, _err: TransientBackendError) -> None:
             nonlocal retries_seen
@@ -287,7 +287,7 @@ def _tool_calls(message: Any) -> list[ToolCall] | None:
     return out
 
 
-def _check_calls(c: Completion, params: GenerationParams) -> Completion:
+def checked_completion(c: Completion, params: GenerationParams) -> Completion:
     """Hold a server's tool calls to the rules parsed ones meet (an offered tool, arguments a
     JSON object, a reply not cut by max_tokens): malformed ones move to
     `extra["malformed_tool_calls"]` and are reported in `tool_call_errors`; a reply of valid

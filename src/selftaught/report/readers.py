@@ -31,6 +31,7 @@ from selftaught.report.candidates import (
 )
 from selftaught.runs import jsonl_rows
 from selftaught.stats import wilson_interval
+from selftaught.stops import stop_text
 
 
 class ReportError(InputError):
@@ -424,7 +425,9 @@ def _skill_status(rd: RunReader, state: dict[str, Any], summary: Any, n_steps: i
     error = _dict(rd.json("error.json"))
     total = state.get("total_steps")
     if summary is not None:
-        return RunStatus(True, f"finished: {n_steps} steps")
+        stop = stop_text(_dict(summary).get("stopped_by"))  # max-minutes, patience, budget
+        early = f", stopped early by {stop} (the same command resumes)" if stop else ""
+        return RunStatus(True, f"finished: {n_steps} steps{early}")
     if error:
         cause = error.get("cause") or "unknown cause"
         text = f"stopped at {error.get('stage', '?')} after step {error.get('after_step', '?')}"
@@ -630,9 +633,8 @@ def night_notes(rd: RunReader) -> list[str]:
             f"{after.text() if after else '?'}; decisions {memory.get('decisions') or {}}."
         )
     elif memory:
-        notes.append(
-            f"Memory phase did not run: {memory.get('stopped_by') or memory.get('error')}."
-        )
+        why = stop_text(memory.get("stopped_by")) or memory.get("error")
+        notes.append(f"Memory phase did not run: {why}.")
     notes += [str(n) for n in night.get("notes") or []]
     return notes
 

@@ -13,6 +13,7 @@ from selftaught.errors import ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
 from selftaught.skill.budget_schedule import SCHEDULES
+from selftaught.stops import Stops
 from selftaught.tracking import check_report_to
 
 # On a 30-item val set the margin alone let noise through: simulated runs whose edits were
@@ -146,6 +147,12 @@ class SkillOptConfig:
     judge, repairs, gate evaluations). Hitting it ends the run cleanly: the best skill so far
     is shipped and evaluated on test outside the budget. Unlimited by default."""
 
+    # --- stops: wall clock and patience (issue 51, `selftaught.stops`) ------------------
+    stops: Stops = field(default_factory=Stops)
+    """`max_minutes` (a wall-clock limit per invocation, checked after each step) and
+    `patience` (steps in a row without an accepted candidate): the run ends cleanly with the
+    best skill so far, and re-running the same command resumes it."""
+
     # --- rollouts ------------------------------------------------------------------------
     concurrency: int = 8
     """Concurrent target calls (and analyst calls) in flight."""
@@ -247,6 +254,8 @@ class SkillOptConfig:
             raise ConfigError("timeout_s must be > 0")
         if not isinstance(self.budget, Budget):
             raise ConfigError(f"budget must be a Budget, got {type(self.budget).__name__}")
+        if not isinstance(self.stops, Stops):
+            raise ConfigError(f"stops must be a Stops, got {type(self.stops).__name__}")
         if not isinstance(self.gate, GateConfig):
             raise ConfigError(f"gate must be a GateConfig, got {type(self.gate).__name__}")
         check_report_to(self.report_to)

@@ -25,6 +25,7 @@ from selftaught.skill.result import ParseStats, SkillRunResult, SkillTest
 from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.state import RunState, SkillVersion
+from selftaught.stops import StopReason, stop_dict
 
 RUN_LAYOUT = """\
 config.json            the settings; a re-run with the same settings resumes
@@ -131,7 +132,8 @@ class RunStore:
                 "usage": self.ledger.to_dict(),
                 "elapsed_s": round(st.elapsed_s, 3),
                 "finished": st.finished,
-                "stopped_by": st.stopped_by,
+                "stopped_by": stop_dict(st.stopped_by),
+                "without_accept": st.without_accept,
                 "pool": st.pool,
                 "last_row": st.last_row,
             }
@@ -151,7 +153,8 @@ class RunStore:
             rejected=raw.get("rejected", []),
             elapsed_s=raw.get("elapsed_s", 0.0),
             last_row=raw.get("last_row"),
-            stopped_by=raw.get("stopped_by"),
+            stopped_by=StopReason.read(raw.get("stopped_by")),
+            without_accept=int(raw.get("without_accept") or 0),
             pool=raw.get("pool")
             or ([raw["current_version"]] if raw.get("current_version") else []),
         )
@@ -259,6 +262,7 @@ class RunStore:
             usage=self._step_usage(usage0),
             step_time_s=round(step_s, 2),
             time_s=round(st.elapsed_s, 2),
+            stopped_by=stop_dict(st.stopped_by),
         )
 
     def _step_usage(self, usage0: dict[str, Any]) -> dict[str, Any]:

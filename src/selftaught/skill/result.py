@@ -11,6 +11,7 @@ from selftaught.evaluation import EvalResult
 from selftaught.gate import Paired
 from selftaught.models.usage import Budget
 from selftaught.results import RunResult, Score
+from selftaught.stops import stop_dict
 
 if TYPE_CHECKING:
     from selftaught.skill.reflect import AnalystCall
@@ -173,6 +174,7 @@ class SkillRunResult(RunResult):
     slow: SlowUpdate | None = None  # the slow update at the run's end (`skill.slow`), when set
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.method = self.method or "skill"
         if self.test is not None:
             base, shipped = self.test.initial, self.test.best
@@ -224,7 +226,7 @@ class SkillRunResult(RunResult):
             "llm_calls": self.llm_calls,
             "tokens": self.tokens,
             "budget": asdict(self.budget),
-            "stopped_by": self.stopped_by,
+            "stopped_by": stop_dict(self.stopped_by),
             "test_usage": self.test_usage,
             "elapsed_s": round(self.seconds, 2),
             "slow": self.slow.to_dict() if self.slow else None,

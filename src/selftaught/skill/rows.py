@@ -47,6 +47,7 @@ class StepRow:
     usage: dict[str, Any]  # calls and tokens of this step, per role
     step_time_s: float
     time_s: float
+    stopped_by: dict[str, Any] | None = None  # StopReason.to_dict(): the run ended here
     stage: str = field(default="step", init=False)
 
     def to_dict(self) -> dict[str, Any]:

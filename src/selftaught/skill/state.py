@@ -7,6 +7,7 @@ from typing import Any
 
 from selftaught.skill.demo_search import DemoPool
 from selftaught.skill.result import ParseStats
+from selftaught.stops import StopReason
 
 
 @dataclass
@@ -31,6 +32,7 @@ class RunState:
     elapsed_s: float = 0.0
     last_row: dict[str, Any] | None = None
     finished: bool = False
-    stopped_by: str | None = None  # why the run ended before its last step (the budget)
+    stopped_by: StopReason | None = None  # why the run ended before its last step
+    without_accept: int = 0  # steps in a row the gate accepted nothing (`--patience`)
     pool: list[str] = field(default_factory=list)  # versions that passed the gate
     demo_pool: DemoPool = field(default_factory=DemoPool)

@@ -56,6 +56,7 @@ from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.slow import SlowConsolidator
 from selftaught.skill.state import RunState, SkillVersion
+from selftaught.stops import Deadline, StopReason, accepted, patience_reached
 from selftaught.tasks.base import Example, Task, check_disjoint
 from selftaught.tracking import with_tracker
 
@@ -77,6 +78,7 @@ RESUMABLE = {
     "slow_every",
     "slow_max_trials",
     "slow_min_accepted",
+    "stops",  # each invocation has its own time limit; patience's count is in the state
 }
 
 
@@ -194,6 +196,7 @@ class SkillTrainer:
         """Baseline, steps (until the budget runs out) and test; a fatal backend error is
         written to error.json (the run resumes where it stopped)."""
         stage = "baseline"
+        self.deadline = Deadline.start(self.config.stops.max_minutes)  # this invocation's
         try:
             with self.progress.bar(self.total_steps, max(st.step, 0)):
                 try:
@@ -201,9 +204,20 @@ class SkillTrainer:
                         await self._baseline(st, elapsed0, t_start)
                     st.stopped_by = None
                     for step in range(st.step + 1, self.total_steps + 1):
+                        st.stopped_by = self._stop_reason(st, f"before step {step}")
+                        if st.stopped_by is not None:
+                            break
                         stage = f"step {step}"
                         await self._step(st, step, elapsed0, t_start)
-                    if self.config.slow_every:
+                        if st.stopped_by is not None:
+                            break
+                    if st.stopped_by is not None:
+                        self.progress.log(
+                            f"[bold yellow]stopped:[/] {st.stopped_by}: shipping the best "
+                            f"skill so far ({st.best.version if st.best else '-'}); the same "
+                            "command resumes the run"
+                        )
+                    if self.config.slow_every and not self._out_of_time(st):
                         stage = "slow update"
                         await self._slow(st)
                 except BudgetExhausted as err:
@@ -340,11 +354,28 @@ class SkillTrainer:
                 f"the budget ran out during the baseline evaluation ({err.reason}); "
                 "nothing was learned: raise the budget"
             ) from err
-        st.stopped_by = f"budget ({err.reason}) during {stage}"
+        st.stopped_by = StopReason("budget", err.reason, f"during {stage}")
         self.progress.log(
             f"[bold yellow]budget exhausted[/] ({err.reason}) during {stage}: shipping the best "
             f"skill so far ({st.best.version}); its test evaluation is outside the budget"
         )
+
+    @staticmethod
+    def _out_of_time(st: RunState) -> bool:
+        """The run stopped on its wall-clock or cost limit: no slow update after it."""
+        return st.stopped_by is not None and st.stopped_by.kind in ("max_minutes", "budget")
+
+    def _stop_reason(self, st: RunState, at: str) -> StopReason | None:
+        """The stop that fires at this safe point: patience (steps in a row without an
+        accepted candidate, counted across resumes), then the wall-clock limit."""
+        stops = self.config.stops
+        if patience_reached(stops, st.without_accept):
+            assert stops.patience is not None
+            return StopReason.patience(stops.patience, "steps", at)
+        if self.deadline.passed():
+            assert stops.max_minutes is not None
+            return StopReason.max_minutes(stops.max_minutes, at)
+        return None
 
     # ---- stages -------------------------------------------------------------------------
     async def _baseline(self, st: RunState, elapsed0: float, t0: float) -> None:
@@ -409,6 +440,9 @@ class SkillTrainer:
         )
         self.store.write_diagnostics(outcome)
         st.step = step
+        st.without_accept = 0 if accepted(verdict.result.decision) else st.without_accept + 1
+        if step < self.total_steps:  # recorded in the step's row: a resumed run keeps it
+            st.stopped_by = self._stop_reason(st, f"after step {step}")
         st.elapsed_s = elapsed0 + time.perf_counter() - t_run
         row = self.store.history_row(st, outcome, usage0, time.perf_counter() - t0)
         self._commit(st, row)

@@ -152,7 +152,8 @@ def schedule(at: str, project: str | None, run_args: list[str], home: Path) -> E
     if project is not None:
         check_project(project)
     key = project or ALL_PROJECTS
-    args = ([] if project is None else ["--project", project]) + list(run_args)
+    # --scheduled: a project whose schedule `--patience` paused is skipped (`sleep/pause.py`)
+    args = ([] if project is None else ["--project", project]) + list(run_args) + ["--scheduled"]
     entry = Entry(key, hour, minute, command_line(args, home))
     kept = [ln for ln in read_crontab().splitlines() if not _is_ours(ln, key)]
     line = f"{minute} {hour} * * * {entry.command} {MARK} project={key}"

@@ -4,6 +4,8 @@
   val; ship the best round, the base model being round 0), or one SFT round on references.
 - `rl.RLTrainer`: GRPO / GSPO through TRL's GRPOTrainer with the task scorer as reward
   (`rewards`: beside it, a format and an LLM-judge reward with weights).
+- `dpo.DPOTrainer`: DPO on preference pairs (a preference JSONL file) with a LoRA adapter;
+  the base model is round 0, the gate on val decides what ships.
 - `sft`: TRL SFTTrainer with a peft LoRA / DoRA adapter, full fine-tuning, or `scratch`
   (a small transformer from random init, for game strategies).
 
@@ -12,6 +14,7 @@ Nothing here imports torch until a trainer runs, so `import selftaught` stays li
 from selftaught.weights.config import (
     BackendConfig,
     ConfigError,
+    DPOConfig,
     RestConfig,
     RLConfig,
     SFTTrainConfig,
@@ -22,6 +25,7 @@ from selftaught.weights.sampling import Sample
 __all__ = [
     "BackendConfig",
     "ConfigError",
+    "DPOConfig",
     "EliteStats",
     "RLConfig",
     "RestConfig",

@@ -16,12 +16,14 @@ from typing import Any, Literal
 from selftaught.errors import ConfigError as ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
+from selftaught.stops import Stops
 
 Backend = Literal["lora", "full", "scratch"]
 BACKENDS = ("lora", "full", "scratch")
 REST_METHODS = ("rest", "sft")
 RL_METHODS = ("grpo", "gspo")
-METHODS = REST_METHODS + RL_METHODS
+DPO_METHODS = ("dpo",)
+METHODS = REST_METHODS + RL_METHODS + DPO_METHODS
 GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
 # TRL 1.16's GRPOConfig.loss_type values (its default: dapo); tests check them against TRL
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -125,8 +127,9 @@ class SFTTrainConfig:
         bf16: train in bfloat16 autocast (off by default: fp32 is the safe choice on CPU).
         warmup_ratio / weight_decay: optimizer schedule details.
         max_steps: stop after this many optimizer steps (None: the epochs decide).
-        max_seconds: stop after the optimizer step that crosses this wall-clock time
-            (None: no cap); a night's weight training is bounded by both.
+
+    Its wall-clock limit is the run's (`stops.max_minutes` of `RestConfig`, a night's weight
+    cap): `sft_train(deadline=...)` stops after the optimizer step that crosses it.
     """
 
     epochs: float = 2.0
@@ -138,7 +141,6 @@ class SFTTrainConfig:
     warmup_ratio: float = 0.05
     weight_decay: float = 0.0
     max_steps: int | None = None
-    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
@@ -152,10 +154,6 @@ class SFTTrainConfig:
         _check(
             self.max_steps is None or self.max_steps >= 1,
             f"max_steps must be >= 1 (or unset), got {self.max_steps}",
-        )
-        _check(
-            self.max_seconds is None or self.max_seconds > 0,
-            f"max_seconds must be > 0 (or unset), got {self.max_seconds}",
         )
 
     def lr_for(self, backend: str) -> float:
@@ -206,6 +204,9 @@ class RestConfig:
         seed: sampling and training seed.
         report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
             see `selftaught.tracking`).
+        stops: `max_minutes` (this invocation's wall-clock limit: a round's fine-tune stops
+            after the optimizer step that crosses it, the round is gated, the run ends) and
+            `patience` (rounds in a row the gate accepted nothing); re-running resumes.
     """
 
     method: Literal["rest", "sft"] = "rest"
@@ -230,6 +231,8 @@ class RestConfig:
     sft: SFTTrainConfig = field(default_factory=SFTTrainConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     report_to: str = "none"
+    # --- stops: wall clock and patience (issue 51, `selftaught.stops`) -------------------
+    stops: Stops = field(default_factory=Stops)
 
     def __post_init__(self) -> None:
         _check(
@@ -323,6 +326,8 @@ class RLConfig:
         seed: training seed.
         report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
             see `selftaught.tracking`).
+        stops: `max_minutes` (training stops after the optimizer step that crosses it; the
+            gate decides on what was learned). No `patience`: GRPO gates once, at the end.
     """
 
     method: Literal["grpo", "gspo"] = "grpo"
@@ -344,6 +349,8 @@ class RLConfig:
     seed: int = 0
     backend: BackendConfig = field(default_factory=BackendConfig)
     report_to: str = "none"
+    # --- stops: wall clock (issue 51, `selftaught.stops`) --------------------------------
+    stops: Stops = field(default_factory=Stops)
 
     def __post_init__(self) -> None:
         _check(
@@ -374,6 +381,11 @@ class RLConfig:
         _check(
             self.learning_rate is None or self.learning_rate > 0,
             f"learning rate (--lr) must be > 0, got {self.learning_rate}",
+        )
+        _check(
+            self.stops.patience is None,
+            f"--patience counts rounds the gate accepted nothing in; --method {self.method} "
+            "gates once, after training (use --max-minutes, or --method rest)",
         )
         _check(
             self.backend.backend != "scratch",
@@ -466,16 +478,18 @@ def task_gate(gate: GateConfig | None, task_kind: str) -> GateConfig:
     return GateConfig(metric="soft") if task_kind == "game" else GateConfig()
 
 
-def default_train_config(method: str) -> RestConfig | RLConfig:
-    """Each method's own defaults: ReST-EM 3 rounds, SFT one round, GRPO / GSPO."""
+def default_train_config(method: str) -> RestConfig | RLConfig | DPOConfig:
+    """Each method's own defaults: ReST-EM 3 rounds, SFT one round, GRPO / GSPO, DPO."""
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method in DPO_METHODS:
+        return DPOConfig()
     if method in RL_METHODS:
         return RLConfig(method=method)  # type: ignore[arg-type]
     return RestConfig(method=method)  # type: ignore[arg-type]
 
 
-def default_train_dir(config: RestConfig | RLConfig, task_name: str) -> Path:
+def default_train_dir(config: RestConfig | RLConfig | DPOConfig, task_name: str) -> Path:
     """Deterministic, so running the same command again resumes the run:
     runs/train-<method>-<task>-<backend>-s<seed>."""
     from selftaught.runs import slug
@@ -484,7 +498,87 @@ def default_train_dir(config: RestConfig | RLConfig, task_name: str) -> Path:
     return Path("runs") / slug(name)
 
 
-def resume_settings(config: RestConfig | RLConfig) -> dict[str, Any]:
+def resume_settings(config: RestConfig | RLConfig | DPOConfig) -> dict[str, Any]:
     """The settings a resumed run must share with the run it continues: all but the method
-    (recorded apart) and where logs are reported."""
-    return {k: v for k, v in config.to_dict().items() if k not in ("method", "report_to")}
+    (recorded apart), where logs are reported and the stops (each invocation has its own time
+    limit; patience's count is in the run's state)."""
+    skip = ("method", "report_to", "stops")
+    return {k: v for k, v in config.to_dict().items() if k not in skip}
+
+
+# ---- DPO: preference training as a trainer of its own (issue 50) ------------------------------
+
+DPO_LEARNING_RATE = 5e-5
+"""DPO's learning rate when `DPOConfig.train.learning_rate` is unset (what `dpo_train` used)."""
+
+
+@dataclass
+class DPOConfig:
+    """Direct preference optimization on (prompt, chosen, rejected) pairs through TRL's
+    DPOTrainer, on a LoRA adapter (the reference policy is the model with its adapter
+    disabled, so no second copy of the weights is held). One round: the base model is round 0,
+    the adapter round 1; the gate on val decides which ships. The pairs are the trainer's data
+    (`DPOTrainer(preferences=...)`, `--preferences FILE.jsonl`), not a setting.
+
+    Args:
+        method: `dpo`; the config's type picks the trainer.
+        beta: DPO's temperature on the log-ratio of policy to reference (TRL's default):
+            higher keeps the adapter closer to the base model.
+        max_tokens: completion cap of the val / test evaluations; truncated replies are
+            counted and reported, never silently scored.
+        gate: how the trained adapter becomes the shipped model, from per-example val scores:
+            the one gate `optimize` uses. None: the default gate on the task's metric.
+        gen_batch_size: sequences decoded together by the in-process model when evaluating.
+        budget: most calls / tokens the val evaluations may spend (test is outside it).
+        seed: training seed.
+        train: the fine-tune's schedule (`SFTTrainConfig`: epochs, batch size, length, caps);
+            its learning_rate, when set, is DPO's, else 5e-5.
+        backend: the LoRA adapter (`BackendConfig`; DPO takes the lora backend only).
+        report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
+            see `selftaught.tracking`).
+        stops: `max_minutes` (the fine-tune stops after the optimizer step that crosses it;
+            the gate decides on what was learned). One round, so no patience.
+    """
+
+    method: Literal["dpo"] = "dpo"
+    beta: float = 0.1
+    max_tokens: int = 64
+    gate: GateConfig | None = None
+    gen_batch_size: int = 32
+    budget: Budget = field(default_factory=Budget)
+    seed: int = 0
+    train: SFTTrainConfig = field(default_factory=SFTTrainConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    report_to: str = "none"
+    stops: Stops = field(default_factory=Stops)
+
+    def __post_init__(self) -> None:
+        _check(
+            self.stops.patience is None,
+            "DPO trains one round: --patience has nothing to count (use --max-minutes)",
+        )
+        _check(
+            self.method in DPO_METHODS,
+            f"DPOConfig runs method dpo, got {self.method!r} (rest and sft take a RestConfig, "
+            "grpo and gspo an RLConfig)",
+        )
+        _check_report_to(self.report_to)
+        _check(
+            math.isfinite(self.beta) and self.beta > 0,
+            f"beta (--dpo-beta) must be a finite number > 0, got {self.beta}",
+        )
+        _check(self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}")
+        _check(self.gen_batch_size >= 1, f"gen_batch_size must be >= 1, got {self.gen_batch_size}")
+        _check(
+            self.backend.backend == "lora",
+            f"DPO trains a LoRA adapter (its reference is the model with the adapter disabled); "
+            f"backend {self.backend.backend!r} is not offered: use --backend lora",
+        )
+
+    def lr(self) -> float:
+        """The learning rate: `train.learning_rate`, else DPO's 5e-5."""
+        rate = self.train.learning_rate
+        return DPO_LEARNING_RATE if rate is None else rate
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

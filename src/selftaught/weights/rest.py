@@ -44,6 +44,7 @@ from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunDir, atomic_write_json, read_json, write_jsonl
+from selftaught.stops import Deadline, StopReason, accepted, patience_reached, stop_text
 from selftaught.tasks.base import Task, check_disjoint
 from selftaught.tasks.episode import is_tool_task
 from selftaught.weights.config import (
@@ -90,6 +91,7 @@ class RestResult(RunResult):
     best_dir: Path | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
         self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
 
@@ -135,6 +137,9 @@ class RestTrainer:
     (`selftaught.callbacks`); `ledger` is charged with every call (the task's judge may share
     it)."""
 
+    config_type: ClassVar[type] = RestConfig
+    result_type: ClassVar[type[RestResult]] = RestResult
+
     def __init__(
         self,
         config: RestConfig,
@@ -147,8 +152,11 @@ class RestTrainer:
         console: Console | None = None,
         ledger: UsageLedger | None = None,
     ):
-        if not isinstance(config, RestConfig):
-            raise ConfigError(f"RestTrainer needs a RestConfig, got {type(config).__name__}")
+        if not isinstance(config, self.config_type):
+            raise ConfigError(
+                f"{type(self).__name__} needs a {self.config_type.__name__}, got "
+                f"{type(config).__name__}"
+            )
         self.task = task
         self.config = config
         self.method = config.method
@@ -160,19 +168,16 @@ class RestTrainer:
         self.train_examples = task.examples("train")
         self.val_examples = task.examples("val")
         self.test_examples = task.examples("test")
-        if not self.train_examples:
-            raise ConfigError(f"task {task.name!r} has no train examples")
         if not self.val_examples:
             raise ConfigError(
                 f"task {task.name!r} has no val examples: the best round is chosen "
                 "on val, so val cannot be empty"
             )
-        self._check_fillable(config, self.method)
+        self._check_data()
         self.model_path = local_model_path(model)
         self.run = RunDir(output_dir or default_train_dir(config, task.name))
         self.callbacks = CallbackList(callbacks)
         self.info = RunInfo(self.method, task.name, self.run.root, config.to_dict())
-        self.teacher = Policy(skill=config.teacher_skill or "")
         self.student = Policy()
         self.gate = task_gate(config.gate, task.kind)
         # sampling and val (and a judge charged to `ledger`) count against the run's budget;
@@ -195,8 +200,12 @@ class RestTrainer:
                 "method 'sft' trains on reference answers; games have none: use --method rest"
             )
 
-    def _check_fillable(self, config: RestConfig, method: str) -> None:
-        """Refuse up front a batch no round could ever fill (instead of sampling first)."""
+    def _check_data(self) -> None:
+        """Refuse up front a run with nothing to train on, or a batch no round could ever fill
+        (instead of sampling first)."""
+        config, method = self.config, self.method
+        if not self.train_examples:
+            raise ConfigError(f"task {self.task.name!r} has no train examples")
         n = len(self.train_examples)
         most = n if method == "sft" else n * min(config.max_per_prompt, config.samples_per_prompt)
         if most < config.sft.batch_size:
@@ -205,6 +214,11 @@ class RestTrainer:
                 f"give at most {most} training samples per round; lower --batch-size or "
                 "raise --train-size"
             )
+
+    @property
+    def last_round(self) -> int:
+        """The rounds the run trains (round 0 is the base model)."""
+        return int(self.config.rounds or 1)
 
     # ----------------------------------------------------------------- config / state
     def run_config(self) -> dict[str, Any]:
@@ -334,7 +348,7 @@ class RestTrainer:
         with self._chat(model, source_round, self.ledger, sampling=True) as chat:
             rollouts = run_rollouts(
                 chat,
-                self.teacher,
+                Policy(skill=cfg.teacher_skill or ""),
                 self.task,
                 self.train_examples,
                 RolloutConfig(
@@ -365,18 +379,24 @@ class RestTrainer:
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
         t_start = time.perf_counter()
+        self.deadline = Deadline.start(self.config.stops.max_minutes)  # this invocation's
         resuming = self.run.check_or_write_config(self.run_config())
         self.callbacks.start(self.info)
         state = self.run.load_state() or {}
         if resuming and state.get("completed_round", -1) >= 0:
             done = state["completed_round"]
             self._log(f"[bold]resuming[/] {self.run.root}: rounds 0..{done} already done")
+            stop = StopReason.read(state.get("stopped_by"))
+            if stop is not None and stop.kind in ("max_minutes", "patience"):
+                state.pop("stopped_by")  # a new time limit; patience's count is kept
         self._load_base()  # scratch: the tokenizer + the random init round 1 trains from
         try:
             if state.get("completed_round", -1) < 0:
                 state = self._round_zero()
             current = self._round_model(state["current_round"])
-            for r in range(state["completed_round"] + 1, self.config.rounds + 1):
+            for r in range(state["completed_round"] + 1, self.last_round + 1):
+                if not state.get("stopped_by") and self._stop_at(state, f"before round {r}"):
+                    self.run.save_state(state)
                 if state.get("stopped_by"):
                     break
                 current = self._round(r, current, state)
@@ -385,7 +405,7 @@ class RestTrainer:
                 raise ConfigError(
                     f"the budget ran out during round 0 ({err.reason}); raise it"
                 ) from err
-            state["stopped_by"] = f"budget ({err.reason})"
+            state["stopped_by"] = StopReason("budget", err.reason).to_dict()
             self.run.save_state(state)
             self._log(f"[bold yellow]budget exhausted[/] ({err.reason}): shipping the best round")
         return self._finish(state, time.perf_counter() - t_start)
@@ -439,6 +459,25 @@ class RestTrainer:
         if len(elite) < cfg.sft.batch_size:
             return self._stop_too_few(r, row, state, len(elite), current)
         model = self._fine_tune(current, elite, r, row)
+        what = f"sampled {row['sample_solved']:.0%} solved, kept {len(elite)}"
+        test = cfg.eval_test_each_round
+        return self._gate_round(r, model, current, state, row, t0, what=what, test=test)
+
+    def _gate_round(
+        self,
+        r: int,
+        model: Any,
+        current: Any,
+        state: dict[str, Any],
+        row: dict[str, Any],
+        t0: float,
+        *,
+        what: str,
+        test: bool,
+    ) -> Any:
+        """Round r's trained `model` on val (and test when `test`), through the gate against
+        the current and the best round; the round recorded. Returns the model the next round
+        starts from."""
         val = self._eval(model, r, "val")
         scores = state["val_scores"]
         scores[str(r)] = val.val_scores(self.gate)
@@ -457,21 +496,40 @@ class RestTrainer:
             reason=result.reason,
             details=result.to_dict(),
         )
-        if cfg.eval_test_each_round:
-            test = self._test(model, r, state)
-            row["test"] = test.summary()
-            self._scored(r, test, "candidate")
+        if test:
+            tested = self._test(model, r, state)
+            row["test"] = tested.summary()
+            self._scored(r, tested, "candidate")
         self._apply_decision(r, model, val, result, state)
         row.update(best_round=state["best_round"], seconds=round(time.perf_counter() - t0, 1))
-        self._log(
-            f"round {r}: sampled {row['sample_solved']:.0%} solved, kept {len(elite)}, "
-            f"{val.line()} · {result.decision} ({result.reason})"
+        state["without_accept"] = (
+            0 if accepted(result.decision) else state.get("without_accept", 0) + 1
         )
+        if r < self.last_round and self._stop_at(state, f"after round {r}"):
+            row["stopped_by"] = state["stopped_by"]  # in history: a resumed run keeps it
+        self._log(f"round {r}: {what}, {val.line()} · {result.decision} ({result.reason})")
         self.run.append_history(row, key="round")
         state["completed_round"] = r
         self.run.save_state(state)
         self._step_done(r, row)
         return model if result.decision != "reject" else current
+
+    def _stop_at(self, state: dict[str, Any], at: str) -> bool:
+        """Whether a stop fires at this safe point (patience, counted across resumes, then
+        the wall clock); the stop goes into `state` (saved by the caller)."""
+        stops = self.config.stops
+        stop = None
+        if patience_reached(stops, int(state.get("without_accept") or 0)):
+            assert stops.patience is not None
+            stop = StopReason.patience(stops.patience, "rounds", at)
+        elif self.deadline.passed():
+            assert stops.max_minutes is not None
+            stop = StopReason.max_minutes(stops.max_minutes, at)
+        if stop is None:
+            return False
+        state["stopped_by"] = stop.to_dict()
+        self._log(f"[bold yellow]stopped:[/] {stop}: shipping the best round; re-run to resume")
+        return True
 
     def _scored(self, r: int, result: EvalResult, label: str) -> None:
         scores = Score.from_summary(result.summary())
@@ -513,6 +571,7 @@ class RestTrainer:
             render=local_render(self._tok),  # episodes: the text the local backend generated from
             report_to=cfg.report_to,
             run_name=f"{self.run.root.name}-round-{r}",
+            deadline=self.deadline,  # --max-minutes: the last optimizer step crosses it
         )
         rdir = self.run.path("rounds", str(r))
         if self.backend == "lora":
@@ -542,7 +601,7 @@ class RestTrainer:
         self._log(f"[bold yellow]stopping:[/] {why}: {TOO_FEW_ELITE_ADVICE}")
         row.update(trained=False, reason=why, advice=TOO_FEW_ELITE_ADVICE)
         self.run.append_history(row, key="round")
-        state.update(completed_round=r, stopped_by=why)
+        state.update(completed_round=r, stopped_by=StopReason("other", why).to_dict())
         self.run.save_state(state)
         self._step_done(r, row)
         return current
@@ -554,7 +613,7 @@ class RestTrainer:
         best_round = int(state["best_round"])
         if best_round == 0:
             shipped_test = base_test
-            why = state.get("stopped_by") or "no round beat the base model on val"
+            why = stop_text(state.get("stopped_by")) or "no round beat the base model on val"
             self._log(f"[yellow]{why}: the base model is shipped[/]")
         else:
             if "shipped_test" not in state or state.get("shipped_round") != best_round:
@@ -568,14 +627,14 @@ class RestTrainer:
                 self.run.save_state(state)
             shipped_test = EvalResult.from_summary(state["shipped_test"])
         scratch_base = best_round == 0 and self.backend == "scratch"
-        result = RestResult(
+        result = self.result_type(
             best_round=best_round,
             base_test=base_test,
             shipped_test=shipped_test,
             rounds=self.run.history(),
             best_dir=None if scratch_base else self.run.path("best"),
             seconds=seconds,
-            stopped_by=state.get("stopped_by"),
+            stopped_by=StopReason.read(state.get("stopped_by")),
             run_dir=self.run.root,
             method=self.method,
             task=self.task.name,

@@ -40,6 +40,7 @@ from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig
 from selftaught.runs import RunDir, atomic_write_json
+from selftaught.stops import Deadline, StopReason, stop_dict
 from selftaught.tasks.base import Task, check_disjoint
 from selftaught.tasks.episode import is_tool_task
 from selftaught.tracking import trl_report_to
@@ -69,6 +70,18 @@ from selftaught.weights.sft import (
     plain_progress,
     prepare_trainable,
     save_atomic,
+    time_cap,
+)
+
+# what a run decided after training, decided again when a --max-minutes stop resumes
+RESUMED_KEYS = (
+    "trained",
+    "trained_val",
+    "trained_val_scores",
+    "gate",
+    "trained_test",
+    "stopped_by",
+    "steps_done",
 )
 
 # TRL log keys → our history names
@@ -159,14 +172,14 @@ def _budget_stop(
     from transformers import TrainerCallback
 
     class BudgetStop(TrainerCallback):
-        stopped_by: str | None = None
+        stopped_by: StopReason | None = None
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if getattr(state, "is_world_process_zero", True):
                 persist(ledger.to_dict())
             why = ledger.exhausted()
             if why is not None and self.stopped_by is None:
-                self.stopped_by = f"budget ({why}) after step {state.global_step}"
+                self.stopped_by = StopReason("budget", why, f"after step {state.global_step}")
                 console.print(f"[bold yellow]budget exhausted[/] ({why}): training stops here")
             if why is not None:
                 control.should_training_stop = True
@@ -193,6 +206,7 @@ class RLResult(RunResult):
     reward_errors: int = 0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
         self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
 
@@ -216,7 +230,6 @@ class RLResult(RunResult):
         return {
             **super().to_dict(),
             "shipped": self.shipped,
-            "stopped_by": self.stopped_by,
             "gate": self.gate,
             "base_val": self.base_val.summary(),
             "trained_val": self.trained_val.summary(),
@@ -452,6 +465,8 @@ class RLTrainer:
             self.run.check_or_write_config(self.run_config())
             self.callbacks.start(self.info)
         state = self.run.load_state() or {}
+        if main:
+            self._resume_after_time_stop(state)
         path = resolve_local_path(str(self.model_path) if self.model_path else None)
         model, tok = load_causal_lm(path, device=self.config.backend.device)
         model.eval()
@@ -483,6 +498,17 @@ class RLTrainer:
             self.info, step=step, split=result.split, scores=scores, label=label
         )
 
+    def _resume_after_time_stop(self, state: dict[str, Any]) -> None:
+        """A run `--max-minutes` stopped trains on from the checkpoint it wrote there (with
+        this invocation's limit); what was gated and shipped is decided again after."""
+        stop = StopReason.read(state.get("stopped_by"))
+        ckpt = self.run.path("checkpoints")
+        if stop is None or stop.kind != "max_minutes" or not any(ckpt.glob("checkpoint-*")):
+            return
+        for key in RESUMED_KEYS:
+            state.pop(key, None)
+        self.run.save_state(state)
+
     def _train(self, model: Any, tok: Any, state: dict[str, Any], main: bool) -> Any:
         """GRPO / GSPO through TRL; returns the trained model (merged) and records the run."""
         from trl import GRPOTrainer
@@ -502,6 +528,8 @@ class RLTrainer:
             self.run.save_state(state)
 
         budget_stop = _budget_stop(ledger, self.console, persist)
+        timed_out: list[StopReason] = []  # --max-minutes: a checkpoint is saved at the stop
+        deadline = Deadline.start(cfg.stops.max_minutes)
         ckpt_dir = self.run.path("checkpoints")
         trainable = prepare_trainable(model, cfg.backend)
         with warnings.catch_warnings():
@@ -516,6 +544,7 @@ class RLTrainer:
                     _make_callback(self.run, rewards, cfg, self.console, self._on_step),
                     budget_stop,
                     plain_progress(cfg.method, self.progress),
+                    time_cap(deadline, timed_out, save=True),
                 ],
                 **({"environment_factory": episodes["environment_factory"]} if episodes else {}),
             )
@@ -536,6 +565,12 @@ class RLTrainer:
                 "nothing. Check the answer format, max_completion_length and task difficulty."
             )
         model = merged(trainable).eval()
+        stop = budget_stop.stopped_by or (timed_out[0] if timed_out else None)
+        if timed_out:
+            self.console.print(
+                f"[bold yellow]stopped:[/] {timed_out[0]}: the gate decides on what was "
+                "learned; re-running the same command trains on from here"
+            )
         state.update(
             trained=True,
             steps_done=int(out.global_step),
@@ -544,11 +579,12 @@ class RLTrainer:
             batches=rewards.batches,
             reward_errors=rewards.errors,
             usage=ledger.to_dict(),
-            stopped_by=budget_stop.stopped_by,
+            stopped_by=stop_dict(stop),
         )
         if main:
             save_atomic(model, self.run.path("trained"), tok)
-            shutil.rmtree(ckpt_dir, ignore_errors=True)  # `trained/` supersedes them
+            if not timed_out:  # `trained/` supersedes them; a timed-out run resumes from one
+                shutil.rmtree(ckpt_dir, ignore_errors=True)
             self.run.save_state(state)
         return model
 
@@ -620,7 +656,7 @@ class RLTrainer:
             seconds=seconds,
             step_seconds=state.get("step_seconds"),
             reward_errors=state.get("reward_errors", 0),
-            stopped_by=state.get("stopped_by"),
+            stopped_by=StopReason.read(state.get("stopped_by")),
             run_dir=self.run.root,
             method=self.config.method,
             task=self.task.name,

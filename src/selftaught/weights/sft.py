@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.models.base import Message
+from selftaught.stops import Deadline, StopReason
 from selftaught.weights.config import (
     MICRO_BATCH_TOKENS,
     BackendConfig,
@@ -277,21 +278,24 @@ def _step_timer(times: list[float]) -> Any:
     return StepTimer()
 
 
-def time_cap(max_seconds: float | None, stopped: list[str]) -> Any:
-    """A callback that ends training after the step that crosses `max_seconds` of training
-    (None: never), noting why in `stopped`."""
+def time_cap(deadline: Deadline | None, stopped: list[StopReason], *, save: bool = False) -> Any:
+    """A callback that ends training after the optimizer step that crosses `deadline` (the
+    run's `--max-minutes`; None: never), noting the stop in `stopped`; `save`: a checkpoint is
+    written at that step (a run that resumes from checkpoints goes on from there)."""
     from transformers import TrainerCallback
 
     class TimeCap(TrainerCallback):
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.t0 = time.perf_counter()
-
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            if max_seconds is None or control.should_training_stop:
+            if deadline is None or control.should_training_stop or not deadline.passed():
                 return
-            if time.perf_counter() - self.t0 >= max_seconds:
-                control.should_training_stop = True
-                stopped.append(f"max_seconds ({max_seconds:g} s) after step {state.global_step}")
+            control.should_training_stop = True
+            control.should_save = control.should_save or save
+            assert deadline.minutes is not None
+            stopped.append(
+                StopReason.max_minutes(
+                    deadline.minutes, f"after optimizer step {state.global_step}"
+                )
+            )
 
     return TimeCap()
 
@@ -340,10 +344,12 @@ def sft_train(
     render: Render | None = None,
     report_to: str = "none",
     run_name: str | None = None,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
     """Fine-tune `model` in place on `samples`; returns loss, steps and timings. `render`:
     how episodes are rendered (default: as the local backend renders them, `local_render`).
-    `report_to`: the tracker TRL logs this fine-tune to (`selftaught.tracking`)."""
+    `report_to`: the tracker TRL logs this fine-tune to (`selftaught.tracking`). `deadline`:
+    the run's wall-clock limit; training stops after the optimizer step that crosses it."""
     from trl import SFTTrainer
 
     check_batch(len(samples), cfg.batch_size)
@@ -370,7 +376,7 @@ def sft_train(
         parts=parts,
     )
     step_times: list[float] = []
-    stopped: list[str] = []
+    stopped: list[StopReason] = []
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -381,7 +387,7 @@ def sft_train(
             processing_class=tokenizer,
             callbacks=[
                 _step_timer(step_times),
-                time_cap(cfg.max_seconds, stopped),
+                time_cap(deadline, stopped),
                 plain_progress("fine-tune", progress),
             ],
         )
@@ -449,7 +455,7 @@ def fine_tune_report(
     step_times: list[float],
     seconds: float,
     t_setup: float,
-    stopped: list[str],
+    stopped: list[StopReason],
 ) -> dict[str, Any]:
     """What a fine-tune (SFT, DPO) reports: what it trained on (`counted`: its name and
     number), loss, steps and timings."""
@@ -466,7 +472,7 @@ def fine_tune_report(
         "step_seconds": round(seconds / steps, 3) if steps else None,
         "step_seconds_median": round(statistics.median(step_times), 3) if step_times else None,
         "trainable_params": trainable_parameters(model),
-        **({"stopped_by": stopped[0]} if stopped else {}),
+        **({"stopped_by": stopped[0].to_dict()} if stopped else {}),
     }
 
 

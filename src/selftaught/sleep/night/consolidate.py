@@ -32,6 +32,7 @@ from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
+from selftaught.stops import UNLIMITED, Deadline, StopReason, stop_dict
 from selftaught.tasks.scorers import LlmJudge
 from selftaught.trainers import build_trainer
 
@@ -100,7 +101,12 @@ def _phase(
     try:
         result = trainer.train()
     except RunError as err:  # the budget ran out before the baseline was even scored
-        return {"document": document, "ran": False, "stopped_by": str(err), "best": initial}
+        return {
+            "document": document,
+            "ran": False,
+            "stopped_by": stop_dict(str(err)),
+            "best": initial,
+        }
     summary = result.to_dict()  # the phase's row in the night's report.json
     return {
         "document": document,
@@ -110,6 +116,27 @@ def _phase(
         "changed": result.best_skill.strip() != initial.strip(),
         **{k: summary[k] for k in PHASE_KEYS},
     }
+
+
+def _not_started(document: str, ledger: UsageLedger, deadline: Deadline) -> dict[str, Any] | None:
+    """Why a phase does not start (StopReason.to_dict()): the budget spent by the skill
+    phase, or the night's --max-minutes passed; None: it starts."""
+    if document == "memory" and ledger.budget.limited and ledger.exhausted():
+        return StopReason(
+            "budget", str(ledger.exhausted()), "spent before the memory phase"
+        ).to_dict()
+    if deadline.passed():
+        assert deadline.minutes is not None
+        return StopReason.max_minutes(deadline.minutes, f"before the {document} phase").to_dict()
+    return None
+
+
+def _with_time_left(training: SkillOptConfig, deadline: Deadline) -> SkillOptConfig:
+    """The phase's trainer stops after the step that crosses the night's deadline."""
+    if not deadline.limited:
+        return training
+    stops = dataclasses.replace(training.stops, max_minutes=deadline.remaining_minutes())
+    return dataclasses.replace(training, stops=stops)
 
 
 MAX_STATEMENTS = 4  # the operator's comments proposed to the memory in one night
@@ -211,11 +238,14 @@ def consolidate(
     console: Console,
     modes: DemoModeConfig | None = None,
     ledger: UsageLedger | None = None,
+    deadline: Deadline = UNLIMITED,
 ) -> Consolidation:
     """Train the night's documents in order on `task`; the best of each and what happened.
     After the skill phase, `modes` (default: `DemoModeConfig()`) compares how the skill
     shows its demos (none / static / retrieved) on the same gate. `ledger`: the night's, when
-    it already charged calls (the miner's, weak labels, dreams); else a new one."""
+    it already charged calls (the miner's, weak labels, dreams); else a new one. `deadline`:
+    the night's --max-minutes; each phase's trainer stops after its step when it passes, and
+    a phase not started by then is skipped."""
     modes = modes or DemoModeConfig()
     ledger = ledger if ledger is not None else UsageLedger()
     target = EvidenceModel(target_model, evidence, "target")
@@ -227,19 +257,16 @@ def consolidate(
     skill_start, start_notes = _skill_start(adopted.skill, task)
     result.notes += start_notes
     for document in documents:
-        if document == "memory" and ledger.budget.limited and ledger.exhausted():
-            result.phases["memory"] = {
-                "document": "memory",
-                "ran": False,
-                "stopped_by": f"budget ({ledger.exhausted()}) spent before the memory phase",
-            }
+        why = _not_started(document, ledger, deadline)
+        if why is not None:
+            result.phases[document] = {"document": document, "ran": False, "stopped_by": why}
             continue
         skill_doc = document == "skill"
         t0 = time.perf_counter()
         try:
             phase = _phase(
                 document,
-                training,
+                _with_time_left(training, deadline),
                 progress,
                 task,
                 target,

@@ -70,7 +70,7 @@ from selftaught.serve import is_loopback
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.ledger import EditLedger
 from selftaught.skill.result import SlowUpdate
-from selftaught.sleep import replay_mark
+from selftaught.sleep import pause, replay_mark
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import BlockMarkerError
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
@@ -148,6 +148,7 @@ from selftaught.sleep.paths import (
     private_project_dir,
     sleep_home,
 )
+from selftaught.stops import UNLIMITED, Deadline, StopReason, Stops, stop_dict
 from selftaught.tasks.episode import is_tool_task
 from selftaught.tasks.scorers import LlmJudge
 from selftaught.tracking import check_report_to, with_tracker
@@ -246,6 +247,16 @@ class SleepConfig:
     """With --skills: train tasks a cluster needs to get a skill of its own."""
     max_skills: int = 8
     """With --skills: at most this many skills trained a night."""
+    # --- stops: wall clock and patience over nights (issue 51, `selftaught.stops`) -------
+    stops: Stops = field(default_factory=Stops)
+    """`max_minutes`: the night ends its current phase cleanly (the skill trainer after its
+    step) and stages only what the gate accepted; projects not reached wait for the next
+    night. `patience`: that many nights in a row without an accepted proposal pause the
+    project's schedule (`sleep/pause.py`)."""
+    scheduled: bool = False
+    """Run by a schedule (`sleep schedule` passes `--scheduled`; pass it from your own timer
+    too): a project whose schedule `patience` paused is skipped, saying why."""
+
     progress: bool = False
     report_to: str = "none"
     """Experiment tracker each project's night is logged to: `none`, `trackio`, `mlflow` or
@@ -426,6 +437,7 @@ class ProjectNight(RunResult):
     """Keys of a report written by a newer version (kept, written back as they came)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.run_dir = self.run_dir or self.night_dir
         self.method = self.method or "night"
         self.task = self.task or self.project
@@ -433,7 +445,7 @@ class ProjectNight(RunResult):
         self.base_score = self.base_score or before
         self.shipped_score = self.shipped_score or after
         if self.stopped_by is None and self.failed:
-            self.stopped_by = self.reason
+            self.stopped_by = StopReason.read(self.reason)
         if not self.seconds and self.ended_at and self.started_at:
             self.seconds = float(self.ended_at) - float(self.started_at)
 
@@ -457,6 +469,8 @@ class ProjectNight(RunResult):
         out: dict[str, Any] = {"kind": staging.NIGHT_KIND, "project": self.project}
         for name in REPORT_FIELDS:
             value = getattr(self, name)
+            if name == "stopped_by":  # a failed night's is its reason, already written
+                value = None if self.failed else stop_dict(value)
             if name in ("night", "status", "reason") or value not in (None, {}, []):
                 out[name] = value
         return {**out, **self.extra}
@@ -527,6 +541,7 @@ REPORT_FIELDS = (
     "evidence_calls",
     "adopted_version",
     "adopted_at",
+    "stopped_by",
 )
 _OWN = (*REPORT_FIELDS, "project", "night_dir", "extra")
 NightResult = ProjectNight  # the name the trainer contract uses
@@ -1095,8 +1110,10 @@ def run_project(
     console: Console,
     night_dir: Path,
     dry_run: bool = False,
+    deadline: Deadline = UNLIMITED,
 ) -> ProjectNight:
-    """One project's night, staged in `night_dir` (report.json is written first, as running)."""
+    """One project's night, staged in `night_dir` (report.json is written first, as running);
+    `deadline`: the night's `--max-minutes`, checked between phases."""
     report = _base_report(project, night, models, config)
     report["base_version"] = staging.current_version(project, home)
     adopted = staging.read_adopted_files(project, home)
@@ -1116,7 +1133,9 @@ def run_project(
     try:
         with _timed(report, "mine"):
             mined = _mine_and_split(report, taken, config, models, adopted, home, evidence)
-        _learn(report, project, mined, config, models, adopted, night_dir, evidence, console)
+        _learn(
+            report, project, mined, config, models, adopted, night_dir, evidence, console, deadline
+        )
     except TooFewTasks as err:
         report.update(status="too_few_tasks", reason=str(err))
     except (SplitOverlap, BlockMarkerError) as err:  # the latter: adopted text from before
@@ -1132,11 +1151,42 @@ def run_project(
         )
     if mined is not None and mined.weak_waiting is not None and not dry_run and used:
         remember_waiting(project, home, mined.weak_waiting)
+    if not dry_run:
+        _count_patience(report, project, night, config, home)
     _finish(night_dir, report, evidence)
     outcome = ProjectNight.from_report(project, night_dir, report)
     if config.auto_adopt and report["status"] == "staged" and not dry_run:
         outcome = _auto_adopt(outcome, night_dir, night, config, home, console)
     return outcome
+
+
+def _count_patience(
+    report: dict[str, Any], project: str, night: str, config: SleepConfig, home: Path
+) -> None:
+    """Count the night toward `--patience` (`sleep/pause.py`); the stop when it fired."""
+    stop = pause.count_night(project, night, report["status"], config.stops.patience, home)
+    if stop is not None:
+        report["stopped_by"] = stop.to_dict()  # it outranks max-minutes: it pauses the schedule
+        report["notes"].append(
+            f"stopped by {stop}: the schedule of {project} is paused "
+            f"(`selftaught sleep resume --project {project}` resumes it)"
+        )
+
+
+def _time_up(report: dict[str, Any], config: SleepConfig, deadline: Deadline, at: str) -> bool:
+    """Whether the night's `--max-minutes` has passed at this phase boundary; the first time,
+    the stop is recorded."""
+    if not deadline.passed():
+        return False
+    if "stopped_by" not in report:
+        assert config.stops.max_minutes is not None
+        stop = StopReason.max_minutes(config.stops.max_minutes, at)
+        report["stopped_by"] = stop.to_dict()
+        report["notes"].append(
+            f"stopped by {stop}: the phases after it were skipped; only what the gate accepted "
+            "is staged"
+        )
+    return True
 
 
 @contextmanager
@@ -1208,8 +1258,10 @@ def _learn(
     night_dir: Path,
     evidence: EvidenceLog,
     console: Console,
+    deadline: Deadline = UNLIMITED,
 ) -> None:
-    """Write the night's tasks, consolidate a skill and memory on them, record the outcome."""
+    """Write the night's tasks, consolidate a skill and memory on them, record the outcome;
+    past `deadline`, the phases left are skipped (proofreading spends no val calls)."""
     splits = mined.splits
     report["splits"] = {s: len(v) for s, v in splits.items()}
     report["gate"]["smallest_gain"] = smallest_accepted_gain(
@@ -1225,6 +1277,7 @@ def _learn(
     agent = is_agent(models.target)  # replays on the agent itself, else on a chat model:
     task = AgentNightTask(project, splits) if agent else night_task(project, splits)
     report["replay"] = "agent" if agent else "episode" if is_tool_task(task) else "reply"
+    _time_up(report, config, deadline, "after mining")
     if config.many_skills:  # many skills (nightskills): one skill per cluster, staged apart
         from selftaught.sleep.night.skills import learn_skills
 
@@ -1248,16 +1301,25 @@ def _learn(
             console,
             modes=config.demo_modes,
             ledger=mined.ledger,
+            deadline=deadline,
         )
     report["notes"] += result.notes
+    late = _time_up(report, config, deadline, "after the text phase")
+    if late:  # the gated proposal is staged as the gate took it: no leave-one-out calls
+        config = dataclasses.replace(config, leave_one_out=0)
     with _timed(report, "proofread"):
         _proofread(
             report, result, adopted, task, models.target, config, night_dir, evidence, splits
         )
+    late = late or _time_up(report, config, deadline, "after proofreading")
     with _timed(report, "weights"):
-        choice = _weights(
-            report, config, models, task, mined, adopted, result, night_dir, evidence, console
-        )
+        choice = None
+        if late and config.weights != "off":
+            report["notes"].append("weights not trained: the night's --max-minutes had passed")
+        elif not late:
+            choice = _weights(
+                report, config, models, task, mined, adopted, result, night_dir, evidence, console
+            )
     _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
     _train_only_use(report, night_dir, splits)
 
@@ -1430,6 +1492,35 @@ def _logged_upstream(rows: list[Interaction]) -> str | None:
     return ups.most_common(1)[0][0] if ups else None
 
 
+def _skipped(
+    project: str,
+    config: SleepConfig,
+    home: Path,
+    deadline: Deadline,
+    after_one: bool,
+    console: Console,
+) -> bool:
+    """A project this night leaves alone, saying why: its schedule is paused (a scheduled
+    night only), or the night's --max-minutes passed (after at least one project); its
+    interactions wait for the next night."""
+    paused = pause.read(project, home).paused if config.scheduled else None
+    if paused is not None:
+        console.print(
+            f"{project}: skipped, the schedule is paused since night {paused.night} "
+            f"({paused.why}); `selftaught sleep resume --project {project}` resumes it",
+            markup=False,
+        )
+        return True
+    if after_one and deadline.passed():
+        console.print(
+            f"{project}: skipped, the night's --max-minutes ({config.stops.max_minutes:g}) "
+            "has passed; its interactions wait for the next night",
+            markup=False,
+        )
+        return True
+    return False
+
+
 def run_night(
     config: SleepConfig,
     *,
@@ -1457,6 +1548,7 @@ def run_night(
         sign = functools.partial(replay_mark.mark, replay_mark.replay_key(home))
         loader = lambda spec: load_model(spec, **config.model_options, sign=sign)  # noqa: E731
     night = staging.new_night_id(home)
+    deadline = Deadline.start(config.stops.max_minutes)
     events = CallbackList(with_tracker(config.report_to, callbacks))
     outcomes: list[ProjectNight] = []
     private_home(home)  # before the lock file and the log are made in it
@@ -1472,6 +1564,8 @@ def run_night(
         for project in sorted(windows):
             since, rows = windows[project]
             if not rows and config.project is None:
+                continue
+            if _skipped(project, config, home, deadline, bool(outcomes), console):
                 continue
             root = scratch / project if scratch else staging.nights_dir(project, home) / night
             if scratch is None:
@@ -1496,6 +1590,7 @@ def run_night(
                     console,
                     root,
                     dry_run,
+                    deadline,
                 )
             )
             _night_events(events, outcomes[-1])

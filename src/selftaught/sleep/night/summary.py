@@ -20,6 +20,7 @@ from selftaught.sleep.night.dream import dream_lines
 from selftaught.sleep.night.evidence import EvidenceLog, redact_tree
 from selftaught.sleep.night.mine import NO_CHECK, MinedTask
 from selftaught.sleep.night.weak import weak_lines
+from selftaught.stops import stop_text
 
 
 def task_row(task: MinedTask) -> dict[str, Any]:
@@ -62,9 +63,8 @@ def why_nothing(night_dir: Path, phases: dict[str, dict[str, Any]]) -> str:
     parts = []
     for document, phase in phases.items():
         if not phase.get("ran"):
-            parts.append(
-                f"{document}: did not run ({phase.get('stopped_by') or phase.get('error')})"
-            )
+            why = stop_text(phase.get("stopped_by")) or phase.get("error")
+            parts.append(f"{document}: did not run ({why})")
             continue
         run_dir = Path(phase["run_dir"])
         steps = _steps(run_dir)
@@ -100,7 +100,7 @@ def why_nothing(night_dir: Path, phases: dict[str, dict[str, Any]]) -> str:
         elif modes.get("candidates"):
             text += f"; demos: {modes['winner']} won of {', '.join(modes['candidates'])}"
         if phase.get("stopped_by"):
-            text += f"; stopped early: {phase['stopped_by']}"
+            text += f"; stopped early: {stop_text(phase['stopped_by'])}"
         parts.append(text)
     return "nothing to propose: " + " | ".join(parts)
 
@@ -223,7 +223,8 @@ def _usage_lines(usage: dict[str, Any], budget: dict[str, Any] | None) -> list[s
 
 def _phase_lines(document: str, phase: dict[str, Any]) -> list[str]:
     if not phase.get("ran"):
-        return [f"- **{document}**: did not run ({phase.get('stopped_by') or phase.get('error')})"]
+        why = stop_text(phase.get("stopped_by")) or phase.get("error")
+        return [f"- **{document}**: did not run ({why})"]
     decisions = ", ".join(f"{k} {v}" for k, v in (phase.get("decisions") or {}).items()) or "none"
     line = (
         f"- **{document}**: {phase['steps']} of {phase['total_steps']} steps; val "
@@ -231,7 +232,7 @@ def _phase_lines(document: str, phase: dict[str, Any]) -> list[str]:
         f"{decisions}; analyst parse rate {phase['analyst'].get('parse_rate')}"
     )
     if phase.get("stopped_by"):
-        line += f"; **stopped early: {phase['stopped_by']}**"
+        line += f"; **stopped early: {stop_text(phase['stopped_by'])}**"
     return [line]
 
 
@@ -420,7 +421,7 @@ def weight_lines(weights: dict[str, Any] | None) -> list[str]:
         lines.append(
             f"- {method}: {t.get('steps')} steps in {t.get('seconds')} s, loss "
             f"{loss[0]} → {loss[1]}"
-            + (f" (stopped by {t['stopped_by']})" if t.get("stopped_by") else "")
+            + (f" (stopped by {stop_text(t['stopped_by'])})" if t.get("stopped_by") else "")
         )
     lines += [
         "",
@@ -519,6 +520,8 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
         f"# Night {night} · project {project}",
         "",
         f"**Status: {status}** — {report.get('reason') or ''}",
+        "",
+        f"**Stopped by {stop_text(report['stopped_by'])}**" if report.get("stopped_by") else "",
         "",
         f"Next: {next_step}" if next_step else "",
         "",
@@ -639,6 +642,8 @@ def print_outcomes(outcomes: list[Any], out: Any, *, dry_run: bool = False) -> N
             shutil.rmtree(o.night_dir.parent, ignore_errors=True)
             continue
         out.print(f"{o.project}: {o.status} — {o.reason}", markup=False)
+        if o.stopped_by is not None and not o.failed:
+            out.print(f"  stopped by {o.stopped_by}", markup=False)
         if o.night_dir is not None:
             out.print(f"  report: {o.night_dir / 'report.md'}", markup=False)
 
@@ -738,7 +743,7 @@ def status_lines(
 ) -> list[str]:
     """What `sleep status` prints: per project the last night, a proposal waiting, the
     adopted version and its probation; then a running night and the schedule."""
-    from selftaught.sleep import cron
+    from selftaught.sleep import cron, pause
     from selftaught.sleep.adoption import staging
     from selftaught.sleep.lock import read_holder
     from selftaught.sleep.paths import sleep_home
@@ -766,12 +771,16 @@ def status_lines(
             if status == "running" and (holder or {}).get("night") != last["night"]:
                 status, reason = "interrupted", "it stopped before it finished (killed or crashed)"
             lines.append(f"  last night {last['night']}: {status} — {reason}")
+            if last.get("stopped_by"):
+                lines.append(f"  stopped by {stop_text(last['stopped_by'])}")
         staged = [r for _, r in nights if r["status"] == "staged" and staging.own_proposal(r)]
         if staged:
             lines.append(
                 f"  waiting to be adopted: night {staged[-1]['night']} "
                 f"(`selftaught sleep adopt {staged[-1]['night']} --project {name}`)"
             )
+        patience = pause.status_line(name, home)
+        lines += [patience] if patience else []
         lines += probation_lines(name, home, log_path)
         lines += skill_lines(name, home, log_path)  # many skills (nightskills)
     if holder is not None:

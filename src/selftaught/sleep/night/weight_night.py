@@ -2,7 +2,8 @@
 
 When the deployed model is local (`local`, `local:PATH`) and `SleepConfig.weights` allows it,
 a night also fine-tunes a LoRA adapter on its TRAIN tasks, through the weight half's own code
-(`weights.sampling`, `weights.elite`, `weights.sft`; `weights.dpo` for preferences):
+(`weights.sampling`, `weights.elite`, `weights.sft`; `weights.dpo` for preferences, the
+DPO trainer's fine-tune on its `DPOConfig`):
 
 - ``sft``  supervised on the user's corrections (the reply the user typed instead) and on
            the model's own replayed replies that passed their checks (ReST-style elite:
@@ -53,7 +54,7 @@ from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import NightTask, SplitOverlap
 from selftaught.sleep.paths import ADAPTER_DIR, Adopted
-from selftaught.weights.config import ConfigError
+from selftaught.weights.config import BackendConfig, ConfigError, DPOConfig, SFTTrainConfig
 from selftaught.weights.dpo import PreferencePair
 from selftaught.weights.elite import select_elite
 from selftaught.weights.sampling import Sample, samples_from_rollouts
@@ -67,8 +68,9 @@ class WeightNightConfig:
 
     max_steps: int = 16
     """Optimizer steps per adapter at most (the night's step cap)."""
-    max_seconds: float = 300.0
-    """Wall-clock seconds of training per adapter at most (checked after each step)."""
+    max_minutes: float = 5.0
+    """Wall-clock minutes of training per adapter at most: training stops after the optimizer
+    step that crosses it (the one notion of `--max-minutes`, `selftaught.stops`)."""
     epochs: float = 3.0
     batch_size: int = 4
     learning_rate: float | None = 1e-3
@@ -89,12 +91,39 @@ class WeightNightConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1 or self.max_seconds <= 0:
-            raise ConfigError("weight max_steps must be >= 1 and max_seconds > 0")
+        if self.max_steps < 1 or self.max_minutes <= 0:
+            raise ConfigError("weight max_steps must be >= 1 and max_minutes > 0")
         if self.batch_size < 1 or self.samples_per_prompt < 0:
             raise ConfigError("weight batch_size must be >= 1 and samples_per_prompt >= 0")
         if self.samples_per_prompt and self.temperature <= 0:
             raise ConfigError("weight temperature must be > 0 (k greedy samples are k copies)")
+        self.dpo_config(self.batch_size)  # the trainers' configs validate the rest
+        self.sft_config(self.batch_size)
+
+    # The trainers' own configs, built from these flat fields (their names are `sleep run`'s
+    # and a night's report's): an adapter trains through the same validated settings and the
+    # same functions as `train --method sft / dpo`.
+    def backend_config(self) -> BackendConfig:
+        return BackendConfig(lora_r=self.lora_r, lora_alpha=self.lora_alpha, device=self.device)
+
+    def sft_config(self, rows: int, learning_rate: float | None = None) -> SFTTrainConfig:
+        """The fine-tune's schedule for `rows` training rows (a batch never larger)."""
+        return SFTTrainConfig(
+            epochs=self.epochs,
+            learning_rate=self.learning_rate if learning_rate is None else learning_rate,
+            batch_size=max(1, min(self.batch_size, rows)),
+            max_length=self.max_length,
+            max_steps=self.max_steps,
+        )
+
+    def dpo_config(self, rows: int) -> DPOConfig:
+        """`train --method dpo`'s config for `rows` preference pairs."""
+        return DPOConfig(
+            beta=self.dpo_beta,
+            seed=self.seed,
+            train=self.sft_config(rows, self.dpo_learning_rate),
+            backend=self.backend_config(),
+        )
 
 
 def is_local_spec(spec: str | None) -> bool:
@@ -240,9 +269,10 @@ class AdapterTrainer(Protocol):
 
 class LocalAdapterTrainer:
     """Trains LoRA adapters on the night's local target with `weights.sft.sft_train` (the
-    ReST trainer's step) or `weights.dpo.dpo_train`. The base weights are read once (from the
-    target's loaded model when it is a `LocalModel`, else from its spec) and copied per
-    adapter. When the target serves an adopted adapter (`models.adapters.AdaptedLocalModel`),
+    ReST / SFT trainer's step) or `weights.dpo.dpo_fit` (the DPO trainer's), on the configs
+    `WeightNightConfig` builds (`sft_config`, `dpo_config`). The base weights are read once
+    (from the target's loaded model when it is a `LocalModel`, else from its spec) and copied
+    per adapter. When the target serves an adopted adapter (`models.adapters.AdaptedLocalModel`),
     training continues that adapter on the base, so every staged adapter applies to the base
     alone and what was learned before is kept."""
 
@@ -277,25 +307,13 @@ class LocalAdapterTrainer:
 
     def __call__(self, method: str, data: WeightData, out_dir: Path) -> TrainedAdapter:
         from selftaught.models.local import LocalModel
-        from selftaught.weights.config import BackendConfig, SFTTrainConfig
         from selftaught.weights.sft import merged, save_atomic
 
         self._load()
-        cfg = self.cfg
-        rows = len(data.sft) if method == "sft" else len(data.pairs)
-        train_cfg = SFTTrainConfig(
-            epochs=cfg.epochs,
-            learning_rate=cfg.learning_rate,
-            batch_size=max(1, min(cfg.batch_size, rows)),
-            max_length=cfg.max_length,
-            max_steps=cfg.max_steps,
-            max_seconds=cfg.max_seconds,
-        )
-        backend = BackendConfig(lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, device=cfg.device)
-        model = self._trainable(backend)
+        model = self._trainable(self.cfg.backend_config())
         # the trainers print their logs; a night's stdout is the CLI's (its report, --json)
         with contextlib.redirect_stdout(sys.stderr):
-            stats = self._train(method, model, data, train_cfg)
+            stats = self._train(method, model, data)
         stats["continued_from"] = str(self.start_adapter) if self.start_adapter else None
         save_atomic(model, out_dir)  # adapter_config.json + adapter_model.safetensors
         served = LocalModel.from_pretrained_model(
@@ -315,23 +333,27 @@ class LocalAdapterTrainer:
             copy.deepcopy(self._base), str(self.start_adapter), is_trainable=True
         )
 
-    def _train(self, method: str, model: Any, data: WeightData, train_cfg: Any) -> dict[str, Any]:
-        from selftaught.weights.dpo import dpo_train
+    def _train(self, method: str, model: Any, data: WeightData) -> dict[str, Any]:
+        from selftaught.stops import Deadline
+        from selftaught.weights.dpo import dpo_fit
         from selftaught.weights.sft import sft_train
 
         cfg = self.cfg
+        deadline = Deadline.start(cfg.max_minutes)
         if method == "sft":
+            train_cfg = cfg.sft_config(len(data.sft))
             return sft_train(
-                model, self._tok, data.sft, train_cfg, backend="lora", seed=cfg.seed, progress=False
+                model,
+                self._tok,
+                data.sft,
+                train_cfg,
+                backend="lora",
+                seed=cfg.seed,
+                progress=False,
+                deadline=deadline,
             )
-        return dpo_train(
-            model,
-            self._tok,
-            data.pairs,
-            train_cfg,
-            beta=cfg.dpo_beta,
-            learning_rate=cfg.dpo_learning_rate,
-            seed=cfg.seed,
+        return dpo_fit(
+            model, self._tok, data.pairs, cfg.dpo_config(len(data.pairs)), deadline=deadline
         )
 
 
