@@ -42,21 +42,24 @@ def _outer_packages(target: str, importer: str) -> list[str]:
     return [p for p in outer if not importer.startswith(p + ".")]
 
 
-def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node except those under `if TYPE_CHECKING:` (annotations only, never run)."""
+def _type_only_nodes(tree: ast.AST) -> set[int]:
+    """The nodes under `if TYPE_CHECKING:` (annotations only, never run)."""
     skipped: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return [n for n in ast.walk(tree) if id(n) not in skipped]
+    return skipped
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the selftaught modules it imports anywhere (module level or in a function)."""
+    """Module -> the selftaught modules it imports anywhere (module level, in a function, or
+    under `if TYPE_CHECKING:`: a type-only circle is still a circle between layers)."""
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        type_only = _type_only_nodes(tree)
+        for node in ast.walk(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -73,7 +76,8 @@ def import_graph() -> dict[str, set[str]]:
                 resolved = _resolve(target, modules) if target.startswith("selftaught") else None
                 if resolved and resolved != name:
                     graph[name].add(resolved)
-                    graph[name].update(_outer_packages(resolved, name))
+                    if id(node) not in type_only:  # run: the packages around it run first
+                        graph[name].update(_outer_packages(resolved, name))
     return graph
 
 

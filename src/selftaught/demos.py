@@ -33,14 +33,13 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from selftaught.runs import RunError
 from selftaught.text import numbers, words
 
 if TYPE_CHECKING:  # annotations only: demos sits below the models (their agents render demos)
     from selftaught.models.base import Message
-    from selftaught.tasks.base import Task
 
 DemoSource = Literal["bootstrap", "reference", "correction"]
 DemoPlacement = Literal["turns", "system"]
@@ -212,6 +211,20 @@ class Leak:
         return f"demo {self.demo_id} duplicates {self.split} item {self.held_out_id}"
 
 
+class HeldOutItem(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    def prompt_text(self) -> str: ...
+
+
+class HeldOutSource(Protocol):
+    """What the leak check reads of a task: its val and test examples (a `Task` has them;
+    declared here because demos sits below tasks and models)."""
+
+    def examples(self, split: Literal["val", "test"]) -> Sequence[HeldOutItem]: ...
+
+
 class LeakCheck:
     """Held-out inputs, indexed for fast near-duplicate checks of candidate demos."""
 
@@ -224,12 +237,12 @@ class LeakCheck:
             self._by_skeleton.setdefault(" ".join(skeleton(item[2])), []).append(item)
 
     @classmethod
-    def of_task(cls, task: Task) -> LeakCheck:
+    def of_task(cls, task: HeldOutSource) -> LeakCheck:
         """The check against every val and test input of `task`."""
         return cls(
             (split, ex.id, ex.prompt_text())
             for split in ("val", "test")
-            for ex in task.examples(split)  # type: ignore[arg-type]
+            for ex in task.examples(split)
         )
 
     def find(self, demo: Demo) -> Leak | None:

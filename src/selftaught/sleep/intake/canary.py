@@ -30,15 +30,33 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from selftaught.errors import InputError
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.probation import STAGED
 from selftaught.sleep.paths import Adopted
 
-if TYPE_CHECKING:
-    from selftaught.sleep.intake.proxy import ProxyConfig
+
+class CanarySettings(Protocol):
+    """What the canary reads of the proxy's config (`ProxyConfig` has it; declared here so
+    that this module needs nothing from the proxy's)."""
+
+    @property
+    def project(self) -> str: ...
+    @property
+    def home(self) -> Path | None: ...
+    @property
+    def inject(self) -> bool: ...
+    @property
+    def canary_share(self) -> float: ...
+    @property
+    def canary_mode(self) -> str: ...
+    @property
+    def canary_night(self) -> str | None: ...
+    @property
+    def canary_seed(self) -> int: ...
+
 
 CANARY_MODES = ("shadow", "serve")
 RESOLVE_EVERY_S = 5.0  # how often the staged night is looked up again
@@ -72,7 +90,7 @@ class Staged:
 class Canary:
     """The canary of one running proxy: which proposal, which requests, and its counters."""
 
-    def __init__(self, config: ProxyConfig, *, local: bool):
+    def __init__(self, config: CanarySettings, *, local: bool):
         self.project = config.project
         self.home = config.home
         self.share = config.canary_share
@@ -146,7 +164,7 @@ def _read(path: Path) -> str:
         return ""
 
 
-def start_canary(config: ProxyConfig, *, local: bool) -> Canary | None:
+def start_canary(config: CanarySettings, *, local: bool) -> Canary | None:
     """The proxy's canary, checked at startup (None when `canary_share` is 0); `local`: the
     upstream runs in this process and can serve a staged adapter."""
     if config.canary_share <= 0:

@@ -25,11 +25,13 @@ When it is given is stamped by the log, never taken from the body.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from selftaught.errors import InputError
-from selftaught.sleep.intake.log import OPERATOR, Feedback, LogError, LogUnavailable
+from selftaught.sleep.intake.log import OPERATOR, Feedback, LogError, LogUnavailable, TaskLog
 from selftaught.sleep.intake.proxy_access import (
+    Clients,
+    RateLimit,
     error_response,
     read_json_body,
     retry_after,
@@ -37,9 +39,37 @@ from selftaught.sleep.intake.proxy_access import (
 )
 from selftaught.sleep.intake.sessions import last_turn
 from selftaught.sleep.intake.storable import storable
+from selftaught.sleep.intake.watch import ProbationWatch
+from selftaught.sleep.intake.writer import LogWriter
 
-if TYPE_CHECKING:
-    from selftaught.sleep.intake.proxy import ProxyState
+
+class FeedbackSettings(Protocol):
+    @property
+    def project(self) -> str: ...
+    @property
+    def feedback_per_minute(self) -> float: ...
+    @property
+    def max_feedback_bytes(self) -> int: ...
+    @property
+    def max_comment_bytes(self) -> int: ...
+
+
+class FeedbackHost(Protocol):
+    """What the feedback endpoint reads of the running proxy (`ProxyState` has it; declared
+    here so that this module needs nothing from the proxy's)."""
+
+    @property
+    def config(self) -> FeedbackSettings: ...
+    @property
+    def clients(self) -> Clients: ...
+    @property
+    def feedback_limit(self) -> RateLimit: ...
+    @property
+    def log(self) -> TaskLog: ...
+    @property
+    def writer(self) -> LogWriter: ...
+    @property
+    def watch(self) -> ProbationWatch | None: ...
 
 
 class _TooLarge(InputError):
@@ -52,7 +82,7 @@ class _NotFound(InputError, LookupError):
     """No row the feedback may go to (the message is the same whatever the reason)."""
 
 
-async def take_feedback(state: ProxyState, request: Any) -> Any:
+async def take_feedback(state: FeedbackHost, request: Any) -> Any:
     """POST /v1/feedback: `{"id": FULL_ID, ...}` or `{"session_id": ID, ...}` with any of
     thumb / score / reference / comment. The operator's (with `feedback_key`) is trusted; an
     end user's is untrusted, given by their client id, rate limited."""
@@ -116,7 +146,7 @@ def _feedback_request(
 
 
 def _session_owner(
-    state: ProxyState, body: Any, target: tuple[str, str], client: str, operator: bool
+    state: FeedbackHost, body: Any, target: tuple[str, str], client: str, operator: bool
 ) -> str | None:
     """Whose rows the feedback may go on (None: anyone's in the project). With client keys,
     an end user's own; the operator's by session, the client the body names (required)."""
@@ -135,7 +165,7 @@ def _session_owner(
     return named
 
 
-def _feedback_row(state: ProxyState, target: tuple[str, str], owner: str | None) -> str:
+def _feedback_row(state: FeedbackHost, target: tuple[str, str], owner: str | None) -> str:
     """The full id of the row the feedback is on: this project's only (and `owner`'s, when
     given), the exact id only (no prefix), one message whatever the reason (no oracle)."""
     kind, value = target
@@ -158,7 +188,7 @@ def _feedback_row(state: ProxyState, target: tuple[str, str], owner: str | None)
 
 
 def _attach_feedback(
-    state: ProxyState,
+    state: FeedbackHost,
     target: tuple[str, str],
     fb: Feedback,
     client: str,

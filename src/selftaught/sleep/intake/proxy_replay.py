@@ -13,18 +13,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from selftaught.http_guard import strip_credentials
 from selftaught.sleep.intake.proxy_access import error_response
 from selftaught.sleep.intake.proxy_wire import Wire
 
-if TYPE_CHECKING:
-    from selftaught.sleep.intake.proxy import ProxyState
+
+class ReplayHost(Protocol):
+    """What relaying a night's call reads of the running proxy (`ProxyState` has it; declared
+    here so that this module needs nothing from the proxy's)."""
+
+    night_replays: int
+
+    @property
+    def upstream(self) -> Any: ...
+
+    def upstream_headers(
+        self, request_headers: Any, wire: Wire | None = None, *, logged: bool = True
+    ) -> dict[str, str]: ...
 
 
 async def relay_night_call(
-    state: ProxyState, request: Any, wire: Wire, raw: bytes, body: dict[str, Any]
+    state: ReplayHost, request: Any, wire: Wire, raw: bytes, body: dict[str, Any]
 ) -> Any:
     """Forward one marked call to the upstream and pass its answer back, logging nothing."""
     import httpx
