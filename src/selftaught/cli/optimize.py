@@ -169,16 +169,11 @@ def optimize_cmd(
         timeout_s=rollout_timeout(timeout),
     )
     warn_unsafe_exec(options.unsafe_exec)
+    start = _read_start(skill, skills) if write_back else None
     if skills is not None:
         models = model_options(api_key, timeout, cache, device)
         args = (task, model, optimizer_model, skill, skills, config, set_fields, output, options)
         return _optimize_skills(*args, models)
-    if write_back and (skill is None or skills is not None):
-        raise typer.BadParameter(
-            "--write-back needs --skill PATH, the file the best skill goes back into (--skills "
-            "DIR writes its skills back by itself)"
-        )
-    start = _read_start(skill) if write_back else None
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
     try:
         result = optimize(
@@ -200,11 +195,16 @@ def optimize_cmd(
         raise typer.Exit(1)
 
 
-def _read_start(path: Path | None) -> Any:
+def _read_start(path: Path | None, skills: Path | None) -> Any:
     """--skill PATH as read (text and sha256) for --write-back."""
     from selftaught.sleep.adoption.placement import read_document
 
-    doc = read_document(path or Path())
+    if path is None or skills is not None:
+        raise typer.BadParameter(
+            "--write-back needs --skill PATH, the file the best skill goes back into (--skills "
+            "DIR writes its skills back by itself)"
+        )
+    doc = read_document(path)
     if not doc.usable:
         raise typer.BadParameter(f"{doc.path}: {doc.problem}", param_hint="--skill")
     return doc
