@@ -97,6 +97,15 @@ SkillsOpt = Annotated[
     ),
 ]
 
+WriteBackOpt = Annotated[
+    bool,
+    typer.Option(
+        "--write-back",
+        help="With --skill PATH: when the gate ships a new best skill, write it into PATH (a "
+        "diff shown, a backup kept), only if PATH is unchanged since the run read it.",
+    ),
+]
+
 # the skill run's own gate defaults; an unset metric is the gate's default
 SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None}
 
@@ -133,6 +142,7 @@ def optimize_cmd(
         ),
     ] = None,
     skills: SkillsOpt = None,
+    write_back: WriteBackOpt = False,
     strict_gate: Annotated[
         bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
     ] = False,
@@ -159,6 +169,7 @@ def optimize_cmd(
         timeout_s=rollout_timeout(timeout),
     )
     warn_unsafe_exec(options.unsafe_exec)
+    start = _read_start(skill, skills) if write_back else None
     if skills is not None:
         models = model_options(api_key, timeout, cache, device)
         args = (task, model, optimizer_model, skill, skills, config, set_fields, output, options)
@@ -169,7 +180,7 @@ def optimize_cmd(
             task,
             model,
             optimizer_model=optimizer_model,
-            initial_skill=read_text_file(skill, "skill"),
+            initial_skill=start.text if start else read_text_file(skill, "skill"),
             config=config,
             output_dir=output,
             task_options=options,
@@ -180,6 +191,43 @@ def optimize_cmd(
         console.print("stopped; the run is resumable: fix the cause and re-run the same command")
         raise
     print_optimize(result)
+    if start is not None and not write_best_back(start, result.best_skill):
+        raise typer.Exit(1)
+
+
+def _read_start(path: Path | None, skills: Path | None) -> Any:
+    """--skill PATH as read (text and sha256) for --write-back."""
+    from selftaught.sleep.adoption.placement import read_document
+
+    if path is None or skills is not None:
+        raise typer.BadParameter(
+            "--write-back needs --skill PATH, the file the best skill goes back into (--skills "
+            "DIR writes its skills back by itself)"
+        )
+    doc = read_document(path)
+    if not doc.usable:
+        raise typer.BadParameter(f"{doc.path}: {doc.problem}", param_hint="--skill")
+    return doc
+
+
+def write_best_back(start: Any, best: str) -> bool:
+    """--write-back: the shipped best skill into the file it started from, only while that
+    file is what the run read; False when it was left as it is (changed, or out of bounds)."""
+    from selftaught.sleep.adoption.placement import DocumentEdit, write_documents
+
+    if best.strip() == start.text.strip():
+        out.print(f"nothing written back: the gate shipped no new skill; {start.path} unchanged")
+        return True
+    result = write_documents([DocumentEdit(start, best)])
+    (done,) = result.files
+    if done.action not in ("written", "unchanged"):
+        out.print(f"[bold yellow]not written back:[/] {done.path}: {done.reason}", soft_wrap=True)
+        return False
+    out.print(f"wrote the best skill back into {done.path} (previous bytes in {result.backup})",
+              soft_wrap=True, markup=False)  # fmt: skip
+    if done.diff:
+        out.print(done.diff.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+    return True
 
 
 def _optimize_skills(

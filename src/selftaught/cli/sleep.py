@@ -621,6 +621,9 @@ NIGHT_FLAGS = {
     "many_skills": "skills",
     "skill_min_tasks": "skill_min_tasks",
     "max_skills": "max_skills",
+    # the user's own files as starting documents: `--skills-from REPO`, `--start-document PATH`
+    "skills_from": "skills_from",
+    "start_document": "start_document",
 }
 SPLIT_FLAGS = ("val_fraction", "test_fraction", "min_val")
 DEMO_MODE_FLAGS = ("retrieval", "retrieve_k")
@@ -833,7 +836,7 @@ def sleep_adopt_cmd(
 ) -> None:
     """Make a night's proposal the adopted skill and memory (atomically, with a backup)."""
     from selftaught.sleep.adoption.placement import PlacementTarget
-    from selftaught.sleep.adoption.staging import adopt
+    from selftaught.sleep.adoption.write_back import adopt_night
 
     targets = [
         PlacementTarget.parse(spec, allow_global=allow_global, follow_symlinks=follow_symlinks)
@@ -847,10 +850,11 @@ def sleep_adopt_cmd(
             f"{project}: adopted skill {skill} of night {done.night} as its version "
             f"{done.version} (was {done.previous}; backup {done.backup})"
         )
+        _print_written_back(done)
         if targets and not _place_adopted(project, targets, skill):
             raise typer.Exit(1)
         return
-    done = adopt(
+    done = adopt_night(  # writes a --start-document night's skill back into that file
         project,
         night,
         force=force,
@@ -861,14 +865,36 @@ def sleep_adopt_cmd(
         f"{project}: adopted night {done.night} as version {done.version} (was {done.previous}; "
         f"backup {done.backup})" + "".join(f"\n  wrote {p}" for p in done.live_files)
     )
+    _print_written_back(done)
     if targets and not _place_adopted(project, targets):
         raise typer.Exit(1)
 
 
+def _print_written_back(done: Any) -> bool:
+    """The user's files an adopt wrote back (with the diff) or a rollback restored; False when
+    one was left as the user changed it."""
+    for w in done.written_back:
+        out.print(f"  wrote back {w.path} (previous bytes in {w.backup or '-'})", markup=False,
+                  soft_wrap=True)  # fmt: skip
+        if w.diff:
+            out.print(w.diff.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+    for f in done.restored:
+        why = f": {f.reason}" if f.reason else ""
+        out.print(f"  {f.action} {f.path}{why}", markup=False, soft_wrap=True)
+    if done.note:
+        out.print(f"  note: {done.note}", markup=False, soft_wrap=True)
+    return not any(f.action == "skipped-user-changed" for f in done.restored)
+
+
 def _place_adopted(project: str, targets: list[Any], name: str | None = None) -> bool:
-    """Place the adopted skill (or the project's skill `name`) in each target; False when a
-    file was refused or skipped."""
-    from selftaught.sleep.adoption.placement import adopted_skill_file, place_skills
+    """Place the adopted skill (or the project's skill `name`) in each target, or take it
+    away when nothing is adopted (a rollback to version 0); False when a file was refused or
+    skipped."""
+    from selftaught.sleep.adoption.placement import (
+        adopted_skill_file,
+        place_skills,
+        unplace_skills,
+    )
     from selftaught.sleep.adoption.staging import read_adopted_files
 
     if name is not None:  # many skills: that skill's card and adopted body
@@ -879,14 +905,16 @@ def _place_adopted(project: str, targets: list[Any], name: str | None = None) ->
         skill = found[0] if found else None
     else:
         skill = adopted_skill_file(project, read_adopted_files(project))
-    if skill is None:
-        out.print("  nothing adopted to place")
-        return True
     ok = True
     for target in targets:
-        result = place_skills([skill], target)
+        if skill is None:  # nothing adopted: the file (or section) placed before goes
+            from selftaught.skill.routing import slug_name
+
+            result = unplace_skills([name or slug_name(project)], target)
+        else:
+            result = place_skills([skill], target)
         for f in result.files:
-            ok = ok and f.action in ("written", "unchanged")
+            ok = ok and f.action in ("written", "unchanged", "removed")
             why = f": {f.reason}" if f.reason else ""
             out.print(f"  {f.action} {f.path}{why}", soft_wrap=True, markup=False)
         if result.backup:
@@ -904,23 +932,39 @@ def sleep_rollback_cmd(
     target_skill_path: TargetSkillOpt = None,
     follow_symlinks: FollowSymlinksOpt = False,
     skill: SkillOpt = None,
+    place: PlaceOpt = None,
+    allow_global: AllowGlobalOpt = False,
 ) -> None:
-    """Return to an earlier adopted version (0: nothing adopted)."""
-    from selftaught.sleep.adoption.staging import rollback
+    """Return to an earlier adopted version (0: nothing adopted).
 
+    A user's file an undone version was written back into gets its previous bytes (unless it
+    changed since); with --place, the version returned to is placed again (version 0: the
+    placed file is removed), never over a file the user changed."""
+    from selftaught.sleep.adoption.placement import PlacementTarget
+    from selftaught.sleep.adoption.write_back import rollback_unit
+
+    targets = [
+        PlacementTarget.parse(spec, allow_global=allow_global, follow_symlinks=follow_symlinks)
+        for spec in place or ()
+    ]  # checked before anything is rolled back
     if skill is not None:  # that skill only; the project's other skills stay as they are
         from selftaught.sleep.adoption.skill_units import rollback_skill
 
         done = rollback_skill(project, skill, version)
         out.print(f"{project}: skill {skill} is at version {done.version} (was {done.previous})")
-        return
-    done = rollback(
-        project,
-        version,
-        target_paths=tuple(target_skill_path or ()),
-        follow_symlinks=follow_symlinks,
-    )
-    out.print(f"{project}: version {done.version} is adopted again (was {done.previous})")
+    else:
+        done = rollback_unit(
+            project,
+            version,
+            target_paths=tuple(target_skill_path or ()),
+            follow_symlinks=follow_symlinks,
+        )
+        out.print(f"{project}: version {done.version} is adopted again (was {done.previous})")
+    ok = _print_written_back(done)
+    if targets and not _place_adopted(project, targets, skill):
+        ok = False
+    if not ok:
+        raise typer.Exit(1)
 
 
 @sleep_app.command("history")

@@ -64,7 +64,7 @@ from selftaught.sleep.paths import Adopted, sleep_home
 TargetKind = Literal["claude", "codex", "agents-md", "codex-global"]
 TARGET_KINDS: tuple[str, ...] = ("claude", "codex", "agents-md", "codex-global")
 Action = Literal["written", "unchanged", "removed", "skipped-user-changed", "refused"]
-DocumentKind = Literal["claude-skill", "codex-skill", "claude-md", "agents-md"]
+DocumentKind = Literal["claude-skill", "codex-skill", "claude-md", "agents-md", "markdown"]
 
 SKILL_FILE = "SKILL.md"
 CLAUDE_SKILLS = Path(".claude") / "skills"
@@ -399,13 +399,13 @@ def _new_backup(state: Path, what: str) -> Path:
 
 @dataclass
 class _Write:
-    """One file to write: its bytes as planned on (None: absent) and its new text, with the
-    ledger entries (key -> sha256) the write records."""
+    """One file to write: its bytes as planned on (None: absent) and its new text (None: the
+    file is removed), with the ledger entries (key -> sha256, None: forgotten) it records."""
 
     path: Path
     old: str | None
-    new: str
-    records: dict[str, str] = field(default_factory=dict)
+    new: str | None
+    records: dict[str, str | None] = field(default_factory=dict)
     files: list[PlacedFile] = field(default_factory=list)
 
 
@@ -432,7 +432,7 @@ def _commit(
 ) -> tuple[list[PlacedFile], str | None]:
     """Back up, then write each file atomically, each only if it still holds what was planned
     on (else `skipped-user-changed`); records the ledger entries of what was written."""
-    todo = [w for w in writes if any(f.action == "written" for f in w.files)]
+    todo = [w for w in writes if any(f.action in ("written", "removed") for f in w.files)]
     out = [f for w in writes if w not in todo for f in w.files]
     if not todo:
         return out, None
@@ -444,7 +444,8 @@ def _commit(
         keys = {k: ledger.get(k) for k in w.records}
         manifest.append(
             {"path": str(w.path), "existed": w.old is not None, "file": str(i),
-             "sha256_after": sha256_text(w.new), "ledger_before": keys}
+             "sha256_after": None if w.new is None else sha256_text(w.new),
+             "ledger_before": keys}
         )  # fmt: skip
     atomic_write_json(backup / "manifest.json", manifest)
     for w in todo:
@@ -452,14 +453,28 @@ def _commit(
             why = "changed while selftaught was writing it; left as it is"
             out += [_skip(f, why) for f in w.files]
             continue
-        atomic_write_text(w.path, w.new)
-        ledger.update(w.records)
+        if w.new is None:
+            _remove(w.path)
+        else:
+            atomic_write_text(w.path, w.new)
+        for key, sha in w.records.items():
+            if sha is None:
+                ledger.pop(key, None)
+            else:
+                ledger[key] = sha
         out += w.files
     return out, str(backup)
 
 
+def _remove(path: Path) -> None:
+    path.unlink()
+    if path.name == SKILL_FILE:  # the skill's own folder, when now empty
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
+
+
 def _skip(f: PlacedFile, why: str) -> PlacedFile:
-    if f.action != "written":
+    if f.action not in ("written", "removed"):
         return f
     return PlacedFile(f.path, "skipped-user-changed", f.skill, "", why)
 
@@ -623,6 +638,85 @@ def place_skills(
     return PlacementResult(target, tuple(files + done), backup)
 
 
+def _plan_unplace_file(
+    name: str, target: PlacementTarget, ledger: Mapping[str, str]
+) -> _Write | PlacedFile:
+    """Removing one SKILL.md: only while it is still what selftaught wrote."""
+    shown = target.skill_path(name)
+    path, why = _checked_path(shown, target.root, target.follow_symlinks)
+    if path is None:
+        return PlacedFile(str(shown), "refused", name, reason=why)
+    try:
+        now = _read_now(path)
+    except UnicodeDecodeError:
+        return PlacedFile(str(path), "refused", name, reason=f"{path} is not UTF-8 text")
+    if now is None:
+        return PlacedFile(str(path), "unchanged", name)
+    why = _user_changed(path, now, ledger, set())
+    if why or str(path) not in ledger:
+        why = why or "was not written by selftaught; left as it is"
+        return PlacedFile(str(path), "skipped-user-changed", name, reason=why)
+    done = PlacedFile(str(path), "removed", name, diff=_diff(now, None, path))
+    return _Write(path, now, None, {str(path): None}, [done])
+
+
+def _plan_unplace_sections(
+    names: Sequence[str], target: PlacementTarget, ledger: Mapping[str, str]
+) -> _Write | list[PlacedFile]:
+    """AGENTS.md without the sections `names`, each only while still what selftaught wrote."""
+    shown = target.skill_path("")
+    path, why = _checked_path(shown, target.root, target.follow_symlinks)
+    if path is None:
+        return [PlacedFile(str(shown), "refused", n, reason=why) for n in names]
+    try:
+        old = _read_now(path)
+        text = old or ""
+        spans = section_spans(text, str(path))
+    except (UnicodeDecodeError, BlockMarkerError) as err:
+        why = str(err) if isinstance(err, BlockMarkerError) else f"{path} is not UTF-8 text"
+        return [PlacedFile(str(path), "refused", n, reason=why) for n in names]
+    write = _Write(path, old, text)
+    for name in names:
+        span, key = spans.get(name), f"{path}#{name}"
+        if span is None:
+            write.files.append(PlacedFile(str(path), "unchanged", name))
+            continue
+        if sha256_text(text[span[0] : span[1]]) != ledger.get(key):
+            why = f"section {name!r} changed since selftaught wrote it; left as it is"
+            write.files.append(PlacedFile(str(path), "skipped-user-changed", name, reason=why))
+            continue
+        head, tail = text[: span[0]], text[span[1] :]
+        if not tail and head.endswith("\n\n"):  # the blank line `with_section` added
+            head = head[:-1]
+        new = head + tail
+        write.files.append(PlacedFile(str(path), "removed", name, diff=_diff(text, new, path)))
+        text, spans = new, section_spans(new, str(path))
+        write.records[key] = None
+    write.new = text if text or old is None else None  # a file that held only them: removed
+    return write
+
+
+def unplace_skills(
+    names: Sequence[str], target: PlacementTarget, *, home: Path | None = None
+) -> PlacementResult:
+    """Take skills `names` away from where `target`'s agent reads them (a rollback to version
+    0): each SKILL.md (or AGENTS.md section) is `removed` only while it is still what
+    selftaught wrote, else `skipped-user-changed`; a backup as for `place_skills`."""
+    if target.kind != "codex-global" and not target.root.is_dir():
+        raise PlacementError(f"{target.root} is not a folder (give the repository's folder)")
+    state = placements_dir(home)
+    with _locked(state) as ledger:
+        if target.kind == "agents-md":
+            planned = _plan_unplace_sections(names, target, ledger)
+            plans = [planned] if isinstance(planned, _Write) else list(planned)
+        else:
+            plans = [_plan_unplace_file(name, target, ledger) for name in names]
+        files = [p for p in plans if isinstance(p, PlacedFile)]
+        done, backup = _commit([p for p in plans if isinstance(p, _Write)], ledger, state,
+                               f"unplace-{target.kind}")  # fmt: skip
+    return PlacementResult(target, tuple(files + done), backup)
+
+
 def adopted_skill_file(project: str, adopted: Adopted) -> SkillFile | None:
     """A project's one adopted skill as a SKILL.md to place (None when nothing is adopted):
     named after the project, its rules, worked examples and memory as the body."""
@@ -658,18 +752,17 @@ def restore_placement(backup: str | Path, *, home: Path | None = None) -> Placem
         for row in manifest:
             path = Path(row["path"])
             now = _read_now(path)
-            if now is None or sha256_text(now) != row["sha256_after"]:
+            if (None if now is None else sha256_text(now)) != row["sha256_after"]:
                 why = "changed since that placement wrote it; left as it is"
                 files.append(PlacedFile(str(path), "skipped-user-changed", reason=why))
                 continue
             old = _read_now(folder / "files" / row["file"]) if row["existed"] else None
             if old is None:
-                path.unlink()
-                if path.name == SKILL_FILE:  # the skill's own folder, when now empty
-                    with contextlib.suppress(OSError):
-                        path.parent.rmdir()
+                if now is not None:
+                    _remove(path)
                 files.append(PlacedFile(str(path), "removed", diff=_diff(now, None, path)))
             else:
+                path.parent.mkdir(parents=True, exist_ok=True)  # a removed skill's folder
                 atomic_write_text(path, old)
                 files.append(PlacedFile(str(path), "written", diff=_diff(now, old, path)))
             for key, sha in row["ledger_before"].items():
@@ -727,6 +820,38 @@ def read_starting_documents(
             if path.is_file() or path.is_symlink():
                 out.append(_read_document(path, kind, root, follow_symlinks))
     return out
+
+
+def document_kind(path: Path) -> DocumentKind:
+    """A file's kind by its name (and, for a SKILL.md, its folder)."""
+    if path.name == SKILL_FILE:
+        codex = path.parent.parent.parent.name in (".agents", ".codex")
+        return "codex-skill" if codex else "claude-skill"
+    kinds: dict[str, DocumentKind] = {"CLAUDE.md": "claude-md", AGENTS_MD: "agents-md"}
+    return kinds.get(path.name, "markdown")
+
+
+def read_document(path: str | Path, *, follow_symlinks: bool = False) -> StartingDocument:
+    """One file of the user's as a starting document (`sleep run --start-document`,
+    `optimize --write-back`): its text and sha256 as read, or its `problem`."""
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    if not path.is_file() and not path.is_symlink():
+        raise PlacementError(f"{path} is not a file")
+    return _read_document(path, document_kind(path), path.parent, follow_symlinks)
+
+
+def start_problem(doc: StartingDocument) -> str | None:
+    """Why `doc` cannot be the whole starting text of a skill (None: it can): it was not read,
+    or it holds selftaught's marked block or sections (a --target-skill-path or agents-md
+    file), which a skill may not hold."""
+    if not doc.usable:
+        return f"{doc.path} cannot be used: {doc.problem}"
+    if _marker_lines(doc.text):
+        return (
+            f"{doc.path} holds selftaught's marked block or skill sections (it is a "
+            "--target-skill-path or --place agents-md file); start from a file without them"
+        )
+    return None
 
 
 def _marker_lines(text: str) -> list[str]:

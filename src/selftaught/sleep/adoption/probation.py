@@ -530,7 +530,9 @@ def maybe_roll_back(
     # checked again here: an adopt since the tallies were read must not be undone
     if staging.current_version(project, home) != version or _brought_back(project, version, home):
         return None
-    done = staging.rollback(project, target, home=home)
+    from selftaught.sleep.adoption.write_back import rollback_unit
+
+    done = rollback_unit(project, target, home=home)  # a user's file written back: restored
     staging.record_event(
         project,
         {

@@ -28,6 +28,7 @@ events are rows keyed `<project>/skills/<name>` in the versions store (`Unit.key
 from __future__ import annotations
 
 import contextlib
+import difflib
 import threading
 import time
 from collections.abc import Sequence
@@ -40,7 +41,16 @@ from selftaught.skill.routing import Route, SkillCard, SkillRouter
 from selftaught.skill.skill_md import render_skill_md
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import RoutedSkill, check_no_markers, request_text
+from selftaught.sleep.adoption.placement import StartingDocument
 from selftaught.sleep.adoption.staging import Adoption, LiveFiles, StagingError
+from selftaught.sleep.adoption.write_back import (
+    WRITTEN_BACK,
+    SourceFile,
+    file_text,
+    rollback_unit,
+    undo,
+    write_back,
+)
 from selftaught.sleep.paths import SKILLS_DIR, Unit, project_dir, read_adopted, shared_url
 
 ROUTER_TASKS = 40  # train task inputs a skill's card keeps for the router (the first ones)
@@ -82,6 +92,7 @@ class StagedSkill:
     own_val: ValPair | None = None  # on the skill's own cluster's val
     whole_val: ValPair | None = None  # on the night's whole val
     adopted_version: int | None = None
+    source: SourceFile | None = None  # the user's SKILL.md it started from (--skills-from)
 
     def __post_init__(self) -> None:
         if self.status not in SKILL_STATUSES:
@@ -104,6 +115,7 @@ class StagedSkill:
             "own_val": self.own_val.to_dict() if self.own_val else None,
             "whole_val": self.whole_val.to_dict() if self.whole_val else None,
             "adopted_version": self.adopted_version,
+            "source": self.source.to_dict() if self.source else None,
             "dir": f"{SKILLS_DIR}/{self.name}",
         }
 
@@ -121,6 +133,7 @@ class StagedSkill:
             own_val=ValPair.from_dict(d.get("own_val")),
             whole_val=ValPair.from_dict(d.get("whole_val")),
             adopted_version=d.get("adopted_version"),
+            source=SourceFile.from_dict(d.get("source")),
         )
 
 
@@ -136,15 +149,34 @@ def skill_proposal_dir(night_dir: Path, name: str) -> Path:
     return night_dir / SKILLS_DIR / name / "proposal"
 
 
-def write_skill_proposal(night_dir: Path, project: str, skill: StagedSkill, body: str, home: Path):
+def write_skill_proposal(
+    night_dir: Path,
+    project: str,
+    skill: StagedSkill,
+    body: str,
+    home: Path,
+    source: StartingDocument | None = None,
+):
     """proposal/skill.md, SKILL.md and skill.diff of one staged skill (text holding a block
-    marker is refused, as for the project's proposal)."""
+    marker is refused, as for the project's proposal); for a skill that started from a user's
+    file (`source`), file.diff: that file as read against the file adopting it writes."""
     check_no_markers(body, f"the proposed skill {skill.name!r}")
     folder = skill_proposal_dir(night_dir, skill.name)
     adopted = staging.read_adopted_files(Unit(project, skill.name), home)
     atomic_write_text(folder / "skill.md", body)
     atomic_write_text(folder / "SKILL.md", render_skill_md(skill.card, body))
     atomic_write_text(folder / "skill.diff", staging.unified_diff(adopted.skill, body, "skill.md"))
+    if source is not None:
+        atomic_write_text(folder / "file.diff", file_diff(source, file_text(source, body)))
+
+
+def file_diff(source: StartingDocument, new: str) -> str:
+    """The user's file as the night read it against what adopting writes into it."""
+    where = str(source.path)
+    return "".join(
+        difflib.unified_diff(source.text.splitlines(keepends=True), new.splitlines(keepends=True),
+                             fromfile=f"{where} (as read)", tofile=f"{where} (adopted)")
+    )  # fmt: skip
 
 
 def staged_skills(report: dict[str, Any]) -> list[StagedSkill]:
@@ -202,6 +234,8 @@ def adopt_skill(
                 "now); run another night, or pass --force to adopt it anyway"
             )
         body = staging.read_text(skill_proposal_dir(night_dir, name) / "skill.md")
+        # a skill read from the user's file goes back into it first (WriteBackError: changed)
+        written = write_back(entry.source, body, home) if entry.source is not None else None
         meta = {
             "night": night_dir.name,
             "card": {"name": name, "description": entry.description, "tasks": list(entry.tasks)},
@@ -209,8 +243,15 @@ def adopt_skill(
             "whole_val": entry.whole_val.to_dict() if entry.whole_val else None,
             "val_before": entry.whole_val and {"hard": entry.whole_val.before},
             "val_after": entry.whole_val and {"hard": entry.whole_val.after},
+            WRITTEN_BACK: written.to_dict() if written else None,
         }
-        done = staging.install_version(unit, home, body, "", meta, None, previous, LiveFiles([]))
+        try:
+            done = staging.install_version(unit, home, body, "", meta, None, previous,
+                                           LiveFiles([]))  # fmt: skip
+        except BaseException:
+            undo(written, home)
+            raise
+        done.written_back += [written] if written else []
         entries = report["skills"]
         entries[index] = {**entries[index], "status": "adopted", "adopted_version": done.version}
         atomic_write_json(night_dir / "report.json", report)
@@ -221,8 +262,10 @@ def adopt_skill(
 def rollback_skill(
     project: str, name: str, version: int | None = None, *, home: Path | None = None
 ) -> Adoption:
-    """Return skill `name` to an earlier version of its own (0: the skill is not served)."""
-    return staging.rollback(Unit(project, name), version, home=home)
+    """Return skill `name` to an earlier version of its own (0: the skill is not served); a
+    user's file the versions undone wrote gets its bytes back (`write_back.restore_written`;
+    `Adoption.note` says what was left)."""
+    return rollback_unit(Unit(project, name), version, home=home)
 
 
 # ---- what a project has adopted ----------------------------------------------------------------

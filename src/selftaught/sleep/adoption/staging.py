@@ -64,7 +64,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -553,6 +553,10 @@ class Adoption:
     backup: Path
     live_files: list[Path]
     note: str | None = None  # e.g. an interrupted adopt completed first
+    # the user's files (write_back.py): written by an adopt (WrittenBack), put back by a
+    # rollback (placement.PlacedFile)
+    written_back: list[Any] = field(default_factory=list)
+    restored: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -655,10 +659,12 @@ def adopt(
     force: bool = False,
     target_paths: list[Path] | tuple[Path, ...] = (),
     follow_symlinks: bool = False,
+    meta: dict[str, Any] | None = None,
 ) -> Adoption:
     """Make a staged night's proposal (skill, memory, adapter) the adopted version N+1. The
     live files are checked first: a bad one (a symlink without `follow_symlinks`, a block not
-    well formed) or a proposal holding a block marker changes nothing."""
+    well formed) or a proposal holding a block marker changes nothing. `meta`: more for the
+    version's meta.json (e.g. the user's file written back, `write_back.py`)."""
     with adopt_lock(project, home):
         note = recover_adopted(project, home)
         night_dir = resolve_night(project, night, home)
@@ -669,6 +675,7 @@ def adopt(
         memory = _read(night_dir / "proposal" / "memory.md")
         proposal = report.get("proposal") or {}
         meta = {
+            **(meta or {}),
             "night": night_dir.name,
             "val_before": proposal.get("val_before"),
             "val_after": proposal.get("val_after"),

@@ -73,6 +73,7 @@ from selftaught.skill.result import SlowUpdate
 from selftaught.sleep import pause, replay_mark
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import BlockMarkerError
+from selftaught.sleep.adoption.write_back import adopt_night
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.lock import night_lock
@@ -119,6 +120,7 @@ from selftaught.sleep.night.split import (
     assign_splits,
     train_only_use,
 )
+from selftaught.sleep.night.start_files import check_start_files, start_from
 from selftaught.sleep.night.weak import (
     WeakConfig,
     load_waiting,
@@ -247,6 +249,15 @@ class SleepConfig:
     """With --skills: train tasks a cluster needs to get a skill of its own."""
     max_skills: int = 8
     """With --skills: at most this many skills trained a night."""
+    # start documents (issue 51): the user's own files as what the night starts from
+    skills_from: Path | None = None
+    """With --skills: the user's SKILL.md files in this repository (.claude/skills,
+    .agents/skills, .codex/skills) start the skills of their names (an adopted skill of that
+    name wins); adopting one writes it back into its file, unless the file changed since."""
+    start_document: Path | None = None
+    """The project's skill starts from this file's text (CLAUDE.md, AGENTS.md, any Markdown)
+    as if it were the adopted skill; adopting writes the adopted skill back into the file,
+    unless the file changed since the night read it."""
     # --- stops: wall clock and patience over nights (issue 51, `selftaught.stops`) -------
     stops: Stops = field(default_factory=Stops)
     """`max_minutes`: the night ends its current phase cleanly (the skill trainer after its
@@ -295,6 +306,7 @@ class SleepConfig:
         check_cmd_replay(roles, self.allow_cmd_replay)
         if self.many_skills and (self.weights != "off" or self.skill_min_tasks < 1):
             raise ConfigError("many_skills trains text skills only (weights off, min tasks >= 1)")
+        check_start_files(self)
 
 
 @dataclass
@@ -1116,7 +1128,7 @@ def run_project(
     `deadline`: the night's `--max-minutes`, checked between phases."""
     report = _base_report(project, night, models, config)
     report["base_version"] = staging.current_version(project, home)
-    adopted = staging.read_adopted_files(project, home)
+    adopted = start_from(report, staging.read_adopted_files(project, home), config.start_document)
     models = _as_served(models, adopted, report)
     taken = _take_window(report, rows, since, until, config)
     change = _model_change(report, project, home)
@@ -1390,7 +1402,7 @@ def _auto_adopt(
         auto_adopt_skills(project, night_dir, home, console)
         return ProjectNight.from_report(project, night_dir, staging.read_report(night_dir))
     try:
-        adoption = staging.adopt(
+        adoption = adopt_night(  # staging.adopt, writing back a --start-document
             project,
             night,
             home=home,

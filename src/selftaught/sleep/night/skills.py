@@ -8,6 +8,11 @@ on its own under `nights/<night>/skills/<name>/proposal/` with its report entry
 (`skill_units.StagedSkill`, report.json `skills[]`), and adopted on its own with
 `sleep adopt --skill NAME` (`--auto-adopt`: each accepted one). The night's own skill and
 memory are not trained on such a night: the skills stand in for them.
+
+With `skills_from` (`--skills-from REPO`) the user's own SKILL.md files in REPO start the skills
+of their names too (an adopted skill of the same name wins); each staged proposal of one
+records the file as read (`StagedSkill.source`) and adopting it writes it back there
+(`adoption/write_back.py`).
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ from typing import Any
 
 from rich.console import Console
 
+from selftaught.errors import InputError
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.skill.skill_md import SkillFile
 from selftaught.skill.skillset import SkillSetConfig, cluster_tasks, train_skill_set
 from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption.placement import StartingDocument, read_starting_documents
 from selftaught.sleep.adoption.skill_units import (
     StagedSkill,
     ValPair,
@@ -31,6 +38,7 @@ from selftaught.sleep.adoption.skill_units import (
     router_tasks,
     write_skill_proposal,
 )
+from selftaught.sleep.adoption.write_back import SourceFile, written_by
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.paths import Unit
 
@@ -64,7 +72,61 @@ def _pair(before: Any, after: Any) -> ValPair | None:
     return ValPair(float(before.hard), float(after.hard), int(after.n))
 
 
-def _entry(project: str, outcome: Any, inputs: dict[str, str], home: Path) -> StagedSkill:
+def _starting_skills(
+    project: str, home: Path, repo: Path | None, notes: list[str]
+) -> tuple[list[SkillFile], dict[str, StartingDocument]]:
+    """The skills the night starts from: the adopted ones, then the user's SKILL.md files in
+    `repo` (a name adopted already, or seen twice, is noted and left to the first), and which
+    of them came from a user's file (a file adopting wrote back still counts as that
+    skill's file)."""
+    adopted = {s.name: SkillFile(s.card, s.body) for s in adopted_skills(project, home)}
+    start, files = list(adopted.values()), {}
+    for doc in read_starting_documents(repo) if repo is not None else []:
+        if doc.kind not in ("claude-skill", "codex-skill"):
+            continue
+        if doc.skill is None or not doc.usable:
+            notes.append(f"{doc.path} not used: {doc.problem}")
+            continue
+        name = doc.skill.card.name
+        if name in adopted:
+            if _written_by_adopt(project, name, doc, home):
+                files[name] = doc  # its adopted version is this file: adopting writes it
+                continue
+            notes.append(
+                f"{doc.path}: skill {name!r} is adopted already; the night starts from its "
+                "adopted version (adopting it does not write this file)"
+            )
+            continue
+        try:
+            Unit(project, name)
+        except InputError as err:
+            notes.append(f"{doc.path} not used: {err}")
+            continue
+        if name in files:
+            notes.append(f"{doc.path} not used: {files[name].path} holds skill {name!r} too")
+            continue
+        start.append(doc.skill)
+        files[name] = doc
+    return start, files
+
+
+def _written_by_adopt(project: str, name: str, doc: StartingDocument, home: Path) -> bool:
+    """Whether `doc` is what adopting the skill's current version wrote into it."""
+    unit = Unit(project, name)
+    written = written_by(unit, staging.current_version(unit, home), home)
+    return written is not None and (written.path, written.sha256_after) == (
+        str(doc.path),
+        doc.sha256,
+    )
+
+
+def _entry(
+    project: str,
+    outcome: Any,
+    inputs: dict[str, str],
+    home: Path,
+    file: StartingDocument | None = None,
+) -> StagedSkill:
     cluster = outcome.cluster
     whole = outcome.whole_val
     return StagedSkill(
@@ -78,6 +140,7 @@ def _entry(project: str, outcome: Any, inputs: dict[str, str], home: Path) -> St
         tasks=router_tasks([inputs[i] for i in cluster.train_ids if i in inputs]),
         own_val=_pair(outcome.own_before, outcome.own_after),
         whole_val=_pair(whole.before, whole.after) if whole is not None else None,
+        source=SourceFile.of(file) if file is not None else None,
     )
 
 
@@ -100,7 +163,7 @@ def learn_skills(
 
         judge = EvidenceModel(models.judge, evidence, "judge")
         task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
-    start = [SkillFile(s.card, s.body) for s in adopted_skills(project, home)]
+    start, files = _starting_skills(project, home, config.skills_from, report["notes"])
     train, val = task.examples("train"), task.examples("val")
     set_config = SkillSetConfig(min_tasks=config.skill_min_tasks, max_skills=config.max_skills)
     clusters = cluster_tasks(train, val, set_config, start)
@@ -124,10 +187,11 @@ def learn_skills(
         report.update(status="backend_failed", reason=f"training the skills: {err}")
         return
     inputs = {ex.id: ex.prompt_text() for ex in train}
-    entries = [_entry(project, o, inputs, home) for o in result.outcomes]
+    entries = [_entry(project, o, inputs, home, files.get(o.name)) for o in result.outcomes]
     for entry, outcome in zip(entries, result.outcomes, strict=True):
         if entry.status == "staged":
-            write_skill_proposal(night_dir, project, entry, outcome.trained_body, home)
+            write_skill_proposal(night_dir, project, entry, outcome.trained_body, home,
+                                 files.get(entry.name))  # fmt: skip
     staged = [e.name for e in entries if e.status == "staged"]
     summary = SkillSetSummary(
         len(clusters), len(staged), len(result.unrouted_train), len(result.unrouted_val)
