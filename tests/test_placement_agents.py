@@ -179,3 +179,68 @@ def test_codex_reads_the_agents_md_section_in_every_turn(tmp_path):
         t["text"] for t in first.turns if t["text"].startswith("# AGENTS.md instructions for")
     )
     assert "Use tabs." in agents and RULE in agents and f"## Skill: {NAME}" in agents
+
+
+# ---- end to end: what a night learned, adopted with --place, read by the real agents --------
+
+
+def night_skill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, str]:
+    """A many-skills night on scripted traffic (`tests.test_sleep_skills`): the name, the
+    description and the body of the skill it learned for the 'alpha' intent."""
+    from selftaught.sleep.adoption import staging
+    from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+    from tests.test_sleep_skills import fill_two_intents, two_rule_models
+
+    home = tmp_path / "selftaught-home"
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
+    fill_two_intents(home, home / "log.db")
+    cfg = SleepConfig(home=home, log_path=home / "log.db", many_skills=True,
+                      training=night_training_defaults())  # fmt: skip
+    (night,) = run_night(cfg, models=two_rule_models())
+    for entry in staging.read_report(night.night_dir)["skills"]:
+        body = (night.night_dir / "skills" / entry["name"] / "proposal" / "skill.md").read_text()
+        if "rule alpha" in body:
+            return entry["name"], entry["description"], body
+    raise AssertionError("the night learned no skill for the alpha intent")
+
+
+def adopt_and_place(name: str, spec: str) -> None:
+    from typer.testing import CliRunner
+
+    from selftaught import cli
+    from tests.test_sleep_skills import PROJECT
+
+    done = CliRunner().invoke(
+        cli.app, ["sleep", "adopt", "--skill", name, "--project", PROJECT, "--place", spec]
+    )
+    assert done.exit_code == 0, done.output
+
+
+def test_a_skill_a_night_learned_is_used_by_the_real_claude_code(tmp_path, monkeypatch):
+    need("claude")
+    name, description, _ = night_skill(tmp_path, monkeypatch)
+
+    def policy(request: AgentRequest) -> Reply:
+        if "rule alpha" in request.context():
+            return "SOLVED"
+        if f"- {name}: {description}" in request.context() and "Skill" in request.tools:
+            return Call("Skill", {"skill": name})
+        return "UNSOLVED"
+
+    repo = temp_repo(tmp_path, "repo")
+    with AgentUpstream(policy) as up:
+        assert run_claude(up, repo, tmp_path / "home-bare") == "UNSOLVED"
+    adopt_and_place(name, f"claude:{repo}")
+    with AgentUpstream(policy) as up:
+        assert run_claude(up, repo, tmp_path / "home") == "SOLVED"
+
+
+def test_a_skill_a_night_learned_is_used_by_the_real_codex(tmp_path, monkeypatch):
+    need("codex")
+    name, _, _ = night_skill(tmp_path, monkeypatch)
+    repo = temp_repo(tmp_path, "repo")
+    with AgentUpstream(needs_skill("rule alpha")) as up:
+        assert run_codex(up, repo, tmp_path / "home-bare") == "UNSOLVED"
+    adopt_and_place(name, f"agents-md:{repo}")
+    with AgentUpstream(needs_skill("rule alpha")) as up:
+        assert run_codex(up, repo, tmp_path / "home") == "SOLVED"
