@@ -63,25 +63,23 @@ from selftaught.trainer_base import BaseTrainer
 __all__ = ["SkillTrainer"]
 
 # settings a resumed run may change (the others must match the run it continues)
-RESUMABLE = frozenset(
-    {
-        "epochs",
-        "max_steps",
-        "concurrency",
-        "timeout_s",
-        "evaluate_test",
-        "budget",
-        "report_to",
-        # the slow update's (issue 51): they shape the run's end, or the prompt, not its steps
-        "edit_ledger",
-        "tried_failed_min",
-        "tried_failed_max",
-        "slow_every",
-        "slow_max_trials",
-        "slow_min_accepted",
-        "stops",  # each invocation has its own time limit; patience's count is in the state
-    }
-)
+RESUMABLE = {
+    "epochs",
+    "max_steps",
+    "concurrency",
+    "timeout_s",
+    "evaluate_test",
+    "budget",
+    "report_to",
+    # the slow update's (issue 51): they shape the run's end, or the prompt, not its steps
+    "edit_ledger",
+    "tried_failed_min",
+    "tried_failed_max",
+    "slow_every",
+    "slow_max_trials",
+    "slow_min_accepted",
+    "stops",  # each invocation has its own time limit; patience's count is in the state
+}
 
 
 class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
@@ -94,7 +92,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
     config_type: ClassVar[type] = SkillOptConfig
     result_type: ClassVar[type[SkillRunResult]] = SkillRunResult
     result_file: ClassVar[str] = "summary.json"
-    resumable: ClassVar[frozenset[str]] = RESUMABLE
+    resumable: ClassVar[frozenset[str]] = frozenset(RESUMABLE)
     quiet_without_progress: ClassVar[bool] = True
 
     def __init__(
@@ -115,9 +113,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         console: Console | None = None,
     ):
         self.initial_skill = initial_skill
-        # what is trained (the skill, or the memory) and the other document, held fixed
-        self.document = document
-        self.doc = TrainedDocument(document, other_document, config.demo_placement)
+        self.document = document  # what is trained: the skill, or the memory
         self._optimizer_model = optimizer_model
         # the base: the tracker (report_to) is built there, so a missing package fails before
         # any call; the models are resolved in `_setup`
@@ -131,6 +127,8 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             console=console,
             ledger=ledger,
         )
+        # what is trained and the other document, held fixed
+        self.doc = TrainedDocument(document, other_document, config.demo_placement)
         self.versions = VersionStore(self.run, self.doc)
         self.progress = RunProgress(self.console, progress)
         self.analyst = Analyst(
