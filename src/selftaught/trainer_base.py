@@ -1,18 +1,12 @@
-"""What every trainer shares, in one place (TRL's `Trainer` shape): built as
-`Trainer(config, task, model, *, output_dir, callbacks, progress, console, ledger)`, it checks
-the config's type, wires the callbacks (and the tracker `report_to` names), the usage ledger
-and its budget, makes the run directory, and offers the run's plumbing: the split check,
-the resume check, the start / end events with the result file, the stop checks. A trainer
-subclasses it and keeps its own loop (`train()`).
+"""What every trainer shares, once (TRL's `Trainer` shape). Built as `Trainer(config, task,
+model, *, output_dir, callbacks, progress, console, ledger)`, in this order: the config's type;
+the console; the callbacks and the tracker `report_to` names (a missing package fails here);
+the ledger charged with the run's calls (its budget the config's) and the test ledger (test
+stands outside the budget); `_setup(model)`, the trainer's own checks and models, before
+anything is written; then the run directory and the `RunInfo` every event is told.
 
-Building, in this order: the config's type; the console; the callbacks (a missing tracker
-package fails here, before any call); the ledger (charged with the run's calls, its budget
-the config's) and the test ledger (test evaluations stand apart, outside any budget);
-`_setup(model)`, the trainer's own checks and models, before anything is written; then the
-run directory and the `RunInfo` every event is told.
-
-A run: `_begin()` (the resume check against `config.json`, `on_start`, this invocation's
-clock), the trainer's loop, `_end(result)` (the result file, `on_end`)."""
+A run is `_begin()` (the resume check against `config.json`, `on_start`, this invocation's
+clock), the trainer's own loop, then `_end(result)` (the result file, `on_end`)."""
 
 from __future__ import annotations
 
@@ -143,8 +137,8 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
             )
 
     def _read_splits(self) -> tuple[list[Example], list[Example], list[Example]]:
-        """The task's train, val and test examples, once val or test were found apart from
-        train: an item in two splits (by id or by prompt) fails closed, naming it."""
+        """The task's train, val and test examples; an item in two splits (by id or by
+        prompt) fails closed, naming it: val and test never feed what is learned."""
         check_disjoint(self.task)
         self.train_examples = self.task.examples("train")
         self.val_examples = self.task.examples("val")
