@@ -8,7 +8,9 @@
 | `DPOConfig(method="dpo")`       | `DPOTrainer`   | `DPOResult`      |
 
 Every trainer is built the same way, `Trainer(config, task, model, *, output_dir, callbacks,
-progress, console)`, and `train()` returns a `RunResult` subclass (`selftaught.results`). The
+progress, console, ledger)`, and `train()` returns a `RunResult` subclass (`selftaught.results`):
+each subclasses `selftaught.trainer_base.BaseTrainer` (the run directory and its resume check,
+callbacks and tracker, the usage ledger, the split check) and keeps only its own loop. The
 model is a spec string or a `ChatModel` for every trainer (`selftaught.models.resolve`); a weight
 trainer's must be local (`local`, `local:PATH`, or a `LocalModel` loaded from files):
 
@@ -21,28 +23,52 @@ A skill run's analyst and starting skill are keywords of its own (`optimizer_mod
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from selftaught.weights.config import METHODS, ConfigError, DPOConfig, RestConfig, RLConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from selftaught.callbacks import CallbackList, RunInfo
     from selftaught.models.resolve import ModelLike
+    from selftaught.models.usage import UsageLedger
     from selftaught.results import RunResult
+    from selftaught.runs import RunDir
     from selftaught.skill.config import SkillOptConfig
     from selftaught.skill.trainer import SkillTrainer
     from selftaught.tasks.base import Task
+    from selftaught.trainer_base import BaseTrainer
     from selftaught.weights.dpo import DPOTrainer
     from selftaught.weights.rest import RestTrainer
     from selftaught.weights.rl import RLTrainer
 
+ResultT_co = TypeVar("ResultT_co", bound="RunResult", covariant=True)
 
-class Trainer(Protocol):
-    """What every trainer offers: `train()` runs (or resumes) the run in its directory and
-    returns its typed result."""
 
-    def train(self) -> RunResult: ...
+class Trainer(Protocol[ResultT_co]):
+    """What every trainer offers (`BaseTrainer` holds it): its validated `config`, the `task`,
+    the run directory `run` (`run.root`; a resume with other settings is refused), the
+    `RunInfo` its callbacks are told, the `callbacks`, the `ledger` charged with its calls,
+    the `result_type` `train()` returns, and `train()`, which runs (or resumes) the run."""
+
+    @property
+    def result_type(self) -> type[ResultT_co]: ...
+    @property
+    def config(self) -> Any: ...
+    @property
+    def task(self) -> Task: ...
+    @property
+    def run(self) -> RunDir: ...
+    @property
+    def info(self) -> RunInfo: ...
+    @property
+    def callbacks(self) -> CallbackList: ...
+    @property
+    def ledger(self) -> UsageLedger: ...
+    @property
+    def method(self) -> str: ...
+    def train(self) -> ResultT_co: ...
 
 
 def config_method(config: Any) -> str:
@@ -129,7 +155,8 @@ def build_trainer(
     task: Task,
     model: ModelLike | Path | None,
     **kwargs: Any,
-) -> Trainer:
+) -> Trainer[RunResult]:
     """The trainer for `config`, built the one way: (config, task, model, **keywords)."""
-    trainer: Trainer = trainer_for(config)(config, task, model, **kwargs)
+    cls: type[BaseTrainer[Any, Any]] = trainer_for(config)
+    trainer: Trainer[RunResult] = cls(config, task, model, **kwargs)
     return trainer

@@ -21,11 +21,11 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.console import Console
 
-from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
+from selftaught.callbacks import TrainerCallback
 from selftaught.demos import LeakCheck, split_skill
 from selftaught.errors import BudgetTooSmall, ConfigError, TaskError
 from selftaught.evaluation import ScoreCache, rollout_row
@@ -36,7 +36,7 @@ from selftaught.models.resolve import ModelLike, resolve_model
 from selftaught.models.usage import Budget, BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.results import Score
 from selftaught.rollout import Rollout
-from selftaught.runs import RunDir, atomic_write_json, atomic_write_text, read_json, write_jsonl
+from selftaught.runs import atomic_write_json, atomic_write_text, read_json, write_jsonl
 from selftaught.skill.budget_schedule import edit_budget
 from selftaught.skill.candidates import CandidateBuilder
 from selftaught.skill.config import SkillOptConfig
@@ -56,9 +56,9 @@ from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.slow import SlowConsolidator
 from selftaught.skill.state import RunState, SkillVersion
-from selftaught.stops import Deadline, StopReason, accepted, patience_reached
-from selftaught.tasks.base import Example, Task, check_disjoint
-from selftaught.tracking import with_tracker
+from selftaught.stops import StopReason, accepted
+from selftaught.tasks.base import Example, Task
+from selftaught.trainer_base import BaseTrainer
 
 __all__ = ["SkillTrainer"]
 
@@ -82,12 +82,18 @@ RESUMABLE = {
 }
 
 
-class SkillTrainer:
+class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
     """Skill optimization (SkillOpt, text space) over `task` with a frozen target `model`; the
     `optimizer_model` (default: the target) is the analyst; each a spec string or a
     `ChatModel` (`selftaught.models.resolve`). Every call of both is counted.
     Built as every trainer is (`SkillTrainer(config, task, model, *, output_dir, callbacks,
     progress, console)`); `train()` returns a `SkillRunResult`."""
+
+    config_type: ClassVar[type] = SkillOptConfig
+    result_type: ClassVar[type[SkillRunResult]] = SkillRunResult
+    result_file: ClassVar[str] = "summary.json"
+    resumable: ClassVar[frozenset[str]] = frozenset(RESUMABLE)
+    quiet_without_progress: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -106,27 +112,24 @@ class SkillTrainer:
         progress: bool = True,
         console: Console | None = None,
     ):
-        self.config = config
-        self.task = task
-        # the tracker (report_to) is built here, so a missing package fails before any call
-        self.callbacks = CallbackList(with_tracker(config.report_to, callbacks))
-        self.ledger = ledger or UsageLedger()
-        target = resolve_model(model)
-        same = optimizer_model is None or optimizer_model is model or optimizer_model == model
-        analyst = target if same else resolve_model(optimizer_model)  # type: ignore[arg-type]
-        self.target = TrackedModel(target, self.ledger, "target")
-        # the final test evaluation is reported apart, outside any budget (as GEPA's harness)
-        self.test_ledger = UsageLedger()
-        self.test_target = TrackedModel(target, self.test_ledger, "target")
-        self.optimizer = TrackedModel(analyst, self.ledger, "optimizer")
         self.initial_skill = initial_skill
-        # what is trained (the skill, or the memory) and the other document, held fixed
-        self.document = document
+        self.document = document  # what is trained: the skill, or the memory
+        self._optimizer_model = optimizer_model
+        # the base: the tracker (report_to) is built there, so a missing package fails before
+        # any call; the models are resolved in `_setup`
+        super().__init__(
+            config,
+            task,
+            model,
+            output_dir=output_dir,
+            callbacks=callbacks,
+            progress=progress,
+            console=console,
+            ledger=ledger,
+        )
+        # what is trained and the other document, held fixed
         self.doc = TrainedDocument(document, other_document, config.demo_placement)
-        self.run = RunDir(output_dir or default_output_dir(task.name))
         self.versions = VersionStore(self.run, self.doc)
-        self.info = RunInfo(document, task.name, self.run.root, config.to_dict())
-        self.console = console or Console(stderr=True, quiet=not progress)
         self.progress = RunProgress(self.console, progress)
         self.analyst = Analyst(
             self.optimizer,
@@ -154,6 +157,25 @@ class SkillTrainer:
         user_edits = [replace(e, source="user") for e in proposals]
         self.proposer = Proposer(config, self.analyst, self.doc, self.scorer, user_edits)
 
+    def _setup(self, model: Any) -> None:
+        """The target and the analyst (default: the target), each call charged to the ledger;
+        the final test evaluation is charged apart, outside any budget (as GEPA's harness)."""
+        target = resolve_model(model)
+        given = self._optimizer_model
+        same = given is None or given is model or given == model
+        analyst = target if same else resolve_model(given)  # type: ignore[arg-type]
+        self.target = TrackedModel(target, self.ledger, "target")
+        self.test_target = TrackedModel(target, self.test_ledger, "target")
+        self.optimizer = TrackedModel(analyst, self.ledger, "optimizer")
+
+    @property
+    def method(self) -> str:
+        """What is trained: `skill` or `memory`."""
+        return self.document
+
+    def default_output_dir(self) -> Path:
+        return default_output_dir(self.task.name)
+
     @property
     def val_cache(self) -> ScoreCache:
         """Val scores by skill hash (what a night pairs before and after)."""
@@ -169,8 +191,7 @@ class SkillTrainer:
 
     async def atrain(self) -> SkillRunResult:
         self._prepare()
-        resumed = self.run.check_or_write_config(self._run_config(), ignore=RESUMABLE)
-        self.callbacks.start(self.info)
+        resumed = self._begin()  # the resume check, on_start, this invocation's clock
         atomic_write_text(self.run.path("README.txt"), RUN_LAYOUT)
         st = self.store.load_state() if resumed else RunState()
         run_row = LedgerEvent("run", self.run_id, document=self.document, time=time.time())
@@ -188,15 +209,12 @@ class SkillTrainer:
             st, test, task=self.task.name, document=self.document, test_ledger=self.test_ledger
         )
         result.slow = self.slow_update
-        atomic_write_json(self.run.path("summary.json"), result.to_dict())
-        self.callbacks.end(self.info, result)
-        return result
+        return self._end(result)  # summary.json, on_end
 
     async def _run_stages(self, st: RunState, elapsed0: float, t_start: float) -> SkillTest | None:
         """Baseline, steps (until the budget runs out) and test; a fatal backend error is
         written to error.json (the run resumes where it stopped)."""
         stage = "baseline"
-        self.deadline = Deadline.start(self.config.stops.max_minutes)  # this invocation's
         try:
             with self.progress.bar(self.total_steps, max(st.step, 0)):
                 try:
@@ -204,7 +222,9 @@ class SkillTrainer:
                         await self._baseline(st, elapsed0, t_start)
                     st.stopped_by = None
                     for step in range(st.step + 1, self.total_steps + 1):
-                        st.stopped_by = self._stop_reason(st, f"before step {step}")
+                        st.stopped_by = self._due_stop(
+                            st.without_accept, "steps", f"before step {step}"
+                        )
                         if st.stopped_by is not None:
                             break
                         stage = f"step {step}"
@@ -259,10 +279,7 @@ class SkillTrainer:
             scores = Score.from_summary(row["val"], "val")
             self.callbacks.evaluate(self.info, step=step, split="val", scores=scores, label=label)
         if row.get("gate"):
-            g = row["gate"]
-            self.callbacks.gate(
-                self.info, step=step, decision=g["decision"], reason=g["reason"], details=g
-            )
+            self._gated(step, row["gate"])
         skip = ("val", "gate", "step", "candidates", "pool", "demos")
         self.callbacks.step(
             self.info, step=step, metrics={k: v for k, v in row.items() if k not in skip}
@@ -272,19 +289,16 @@ class SkillTrainer:
         if test is None:
             return
         for label, result in (("initial", test.initial), ("best", test.best)):
-            scores = Score.from_summary(result.summary(), "test")
-            self.callbacks.evaluate(
-                self.info, step=max(st.step, 0), split="test", scores=scores, label=label
-            )
+            self._scored(max(st.step, 0), result, label)
 
     # ---- before anything is written or called ---------------------------------------------
     def _prepare(self) -> None:
         """Splits, schedule and budget checks, before anything is written or called."""
-        check_disjoint(self.task)  # validation that overlaps training fails closed
-        self.train_set = self.task.examples("train")
-        self.val_set = self.scorer.val_set = self.task.examples("val")
+        # validation that overlaps training fails closed (here, when the run starts)
+        self.train_set, self.val_set, test = self._read_splits()
+        self.scorer.val_set = self.val_set
         self.scorer.val_tags = gate_tags(self.val_set, self.config.gate)
-        self.test_set = self.task.examples("test") if self.config.evaluate_test else []
+        self.test_set = test if self.config.evaluate_test else []
         if not self.train_set:
             raise TaskError(f"task {self.task.name!r} has an empty train split")
         if not self.val_set:
@@ -345,7 +359,6 @@ class SkillTrainer:
                 f"--budget-calls {budget.calls} cannot cover even the baseline evaluation "
                 f"({len(self.val_set)} val examples); raise it or shrink --val-size"
             )
-        self.ledger.budget = budget
 
     def _stop_for_budget(self, st: RunState, stage: str, err: BudgetExhausted) -> None:
         """End the run cleanly: the partial step is dropped, the best skill so far ships."""
@@ -364,18 +377,6 @@ class SkillTrainer:
     def _out_of_time(st: RunState) -> bool:
         """The run stopped on its wall-clock or cost limit: no slow update after it."""
         return st.stopped_by is not None and st.stopped_by.kind in ("max_minutes", "budget")
-
-    def _stop_reason(self, st: RunState, at: str) -> StopReason | None:
-        """The stop that fires at this safe point: patience (steps in a row without an
-        accepted candidate, counted across resumes), then the wall-clock limit."""
-        stops = self.config.stops
-        if patience_reached(stops, st.without_accept):
-            assert stops.patience is not None
-            return StopReason.patience(stops.patience, "steps", at)
-        if self.deadline.passed():
-            assert stops.max_minutes is not None
-            return StopReason.max_minutes(stops.max_minutes, at)
-        return None
 
     # ---- stages -------------------------------------------------------------------------
     async def _baseline(self, st: RunState, elapsed0: float, t0: float) -> None:
@@ -442,7 +443,7 @@ class SkillTrainer:
         st.step = step
         st.without_accept = 0 if accepted(verdict.result.decision) else st.without_accept + 1
         if step < self.total_steps:  # recorded in the step's row: a resumed run keeps it
-            st.stopped_by = self._stop_reason(st, f"after step {step}")
+            st.stopped_by = self._due_stop(st.without_accept, "steps", f"after step {step}")
         st.elapsed_s = elapsed0 + time.perf_counter() - t_run
         row = self.store.history_row(st, outcome, usage0, time.perf_counter() - t0)
         self._commit(st, row)
@@ -578,12 +579,12 @@ class SkillTrainer:
         return result
 
     # ---- helpers ------------------------------------------------------------------------
-    def _run_config(self) -> dict[str, Any]:
+    def run_config(self) -> dict[str, Any]:
         return {
             **self.config.to_dict(),
             "task": self.task.name,
             "task_kind": self.task.kind,
-            "split_sizes": {s: len(self.task.examples(s)) for s in ("train", "val", "test")},
+            "split_sizes": dict(zip(("train", "val", "test"), self.split_sizes(), strict=True)),
             "model": self.target.name,
             "optimizer_model": self.optimizer.name,
             "document": self.document,

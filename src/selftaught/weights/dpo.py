@@ -37,7 +37,7 @@ from selftaught.models.usage import UsageLedger
 from selftaught.runs import write_jsonl
 from selftaught.stops import Deadline, StopReason
 from selftaught.tasks.base import Task
-from selftaught.weights.config import ConfigError, DPOConfig, SFTTrainConfig, resume_settings
+from selftaught.weights.config import ConfigError, DPOConfig, SFTTrainConfig
 from selftaught.weights.rest import RestResult, RestTrainer
 from selftaught.weights.sft import (
     apply_adapter,
@@ -310,7 +310,8 @@ class DPOTrainer(RestTrainer):
     directory (a resume on other pairs or settings is refused)."""
 
     config_type: ClassVar[type] = DPOConfig
-    result_type: ClassVar[type[RestResult]] = DPOResult
+    result_type: ClassVar[type[DPOResult]] = DPOResult
+    settings_key: ClassVar[str] = "dpo"
     config: DPOConfig  # type: ignore[assignment]
 
     def __init__(
@@ -343,7 +344,12 @@ class DPOTrainer(RestTrainer):
     def pairs(self) -> tuple[PreferencePair, ...]:
         return self.preferences.pairs
 
-    def _check_data(self) -> None:
+    def train(self) -> DPOResult:
+        result = super().train()  # built as `result_type`
+        assert isinstance(result, DPOResult)
+        return result
+
+    def _check_batch(self) -> None:
         batch = self.config.train.batch_size
         if len(self.pairs) < batch:
             raise ConfigError(
@@ -356,10 +362,9 @@ class DPOTrainer(RestTrainer):
         return 1
 
     def run_config(self) -> dict[str, Any]:
-        out = {k: v for k, v in super().run_config().items() if k != "rest"}
         prefs = self.preferences
         digest = {"source": prefs.source, "pairs": len(prefs.pairs), "sha256": prefs.sha256()}
-        return {**out, "dpo": resume_settings(self.config), "preferences": digest}
+        return {**super().run_config(), "preferences": digest}
 
     def _round_model(self, r: int, *, own: bool = False) -> Any:
         """Round 0 is the base model; round 1 the base with the DPO adapter."""
@@ -380,7 +385,7 @@ class DPOTrainer(RestTrainer):
             self._tok,
             self.pairs,
             self.config,
-            progress=self.progress,
+            progress=self.show_progress,
             run_name=f"{self.run.root.name}-dpo",
             deadline=self.deadline,
         )

@@ -34,26 +34,20 @@ from typing import Any, ClassVar
 
 from rich.console import Console
 
-from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
+from selftaught.callbacks import TrainerCallback
 from selftaught.evaluation import EvalResult, evaluate_split, tool_use
 from selftaught.gate import GateResult, gate
 from selftaught.models.base import ChatModel, GenerationParams
-from selftaught.models.resolve import ModelLike, local_model_path
+from selftaught.models.resolve import ModelLike
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig, run_rollouts
-from selftaught.runs import RunDir, atomic_write_json, read_json, write_jsonl
-from selftaught.stops import Deadline, StopReason, accepted, patience_reached, stop_text
-from selftaught.tasks.base import Task, check_disjoint
+from selftaught.runs import atomic_write_json, read_json, write_jsonl
+from selftaught.stops import StopReason, accepted, stop_text
+from selftaught.tasks.base import Task
 from selftaught.tasks.episode import is_tool_task
-from selftaught.weights.config import (
-    ConfigError,
-    RestConfig,
-    default_train_dir,
-    resume_settings,
-    task_gate,
-)
+from selftaught.weights.config import ConfigError, RestConfig
 from selftaught.weights.elite import select_elite
 from selftaught.weights.sampling import (
     RandomStrategyModel,
@@ -70,6 +64,7 @@ from selftaught.weights.sft import (
     save_atomic,
     sft_train,
 )
+from selftaught.weights.trainer import WeightTrainer
 
 TOO_FEW_ELITE_ADVICE = (
     "the model solves too few of its own samples to learn from; try an easier task config "
@@ -128,7 +123,7 @@ class RestResult(RunResult):
         }
 
 
-class RestTrainer:
+class RestTrainer(WeightTrainer[RestConfig, RestResult]):
     """ReST-EM (`RestConfig(method="rest")`) or one round of SFT on the task's references
     (`method="sft"`) with a LoRA / full / scratch backend, on the local `model` (None or
     `local`: the embedded model; `local:PATH`, a path, or a `LocalModel` loaded from one).
@@ -139,6 +134,7 @@ class RestTrainer:
 
     config_type: ClassVar[type] = RestConfig
     result_type: ClassVar[type[RestResult]] = RestResult
+    settings_key: ClassVar[str] = "rest"
 
     def __init__(
         self,
@@ -152,39 +148,20 @@ class RestTrainer:
         console: Console | None = None,
         ledger: UsageLedger | None = None,
     ):
-        if not isinstance(config, self.config_type):
-            raise ConfigError(
-                f"{type(self).__name__} needs a {self.config_type.__name__}, got "
-                f"{type(config).__name__}"
-            )
-        self.task = task
-        self.config = config
-        self.method = config.method
-        self.progress = progress
-        self.console = console or Console(stderr=True)
-        self.backend = config.backend.backend
-        self._check_fit(task, config, self.method)
-        check_disjoint(task)
-        self.train_examples = task.examples("train")
-        self.val_examples = task.examples("val")
-        self.test_examples = task.examples("test")
-        if not self.val_examples:
-            raise ConfigError(
-                f"task {task.name!r} has no val examples: the best round is chosen "
-                "on val, so val cannot be empty"
-            )
-        self._check_data()
-        self.model_path = local_model_path(model)
-        self.run = RunDir(output_dir or default_train_dir(config, task.name))
-        self.callbacks = CallbackList(callbacks)
-        self.info = RunInfo(self.method, task.name, self.run.root, config.to_dict())
-        self.student = Policy()
-        self.gate = task_gate(config.gate, task.kind)
         # sampling and val (and a judge charged to `ledger`) count against the run's budget;
-        # test evaluations stand apart
-        self.ledger = ledger or UsageLedger()
-        self.ledger.budget = config.budget
-        self.test_ledger = UsageLedger()
+        # test evaluations stand apart (the base's `test_ledger`)
+        super().__init__(
+            config,
+            task,
+            model,
+            output_dir=output_dir,
+            callbacks=callbacks,
+            progress=progress,
+            console=console,
+            ledger=ledger,
+        )
+        self.backend = config.backend.backend
+        self.student = Policy()
         self._base: Any = None
         self._tok: Any = None
 
@@ -201,6 +178,15 @@ class RestTrainer:
             )
 
     def _check_data(self) -> None:
+        self._check_fit(self.task, self.config, self.method)
+        if not self.val_examples:
+            raise ConfigError(
+                f"task {self.task.name!r} has no val examples: the best round is chosen "
+                "on val, so val cannot be empty"
+            )
+        self._check_batch()
+
+    def _check_batch(self) -> None:
         """Refuse up front a run with nothing to train on, or a batch no round could ever fill
         (instead of sampling first)."""
         config, method = self.config, self.method
@@ -219,19 +205,6 @@ class RestTrainer:
     def last_round(self) -> int:
         """The rounds the run trains (round 0 is the base model)."""
         return int(self.config.rounds or 1)
-
-    # ----------------------------------------------------------------- config / state
-    def run_config(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "task": self.task.name,
-            "model": str(self.model_path or "embedded"),
-            "sizes": [len(self.train_examples), len(self.val_examples), len(self.test_examples)],
-            "rest": resume_settings(self.config),
-        }
-
-    def _log(self, msg: str) -> None:
-        self.console.print(msg)
 
     # ----------------------------------------------------------------- models
     def _load_base(self) -> None:
@@ -321,7 +294,7 @@ class RestTrainer:
                 rollout=RolloutConfig(
                     concurrency=self.config.gen_batch_size,
                     params=GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0),
-                    progress=self.progress,
+                    progress=self.show_progress,
                     description=f"round {r}: eval {split}",
                 ),
             )
@@ -360,7 +333,7 @@ class RestTrainer:
                         top_p=cfg.top_p,
                         seed=cfg.seed * 10_000 + r * 1000,
                     ),
-                    progress=self.progress,
+                    progress=self.show_progress,
                     description=f"round {r}: sampling",
                 ),
             )
@@ -379,9 +352,7 @@ class RestTrainer:
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
         t_start = time.perf_counter()
-        self.deadline = Deadline.start(self.config.stops.max_minutes)  # this invocation's
-        resuming = self.run.check_or_write_config(self.run_config())
-        self.callbacks.start(self.info)
+        resuming = self._begin()  # the resume check, on_start, this invocation's clock
         state = self.run.load_state() or {}
         if resuming and state.get("completed_round", -1) >= 0:
             done = state["completed_round"]
@@ -489,13 +460,7 @@ class RestTrainer:
         )
         row.update(trained=True, val=val.summary(), gate=result.to_dict())
         self._scored(r, val, "candidate")
-        self.callbacks.gate(
-            self.info,
-            step=r,
-            decision=result.decision,
-            reason=result.reason,
-            details=result.to_dict(),
-        )
+        self._gated(r, result.to_dict())
         if test:
             tested = self._test(model, r, state)
             row["test"] = tested.summary()
@@ -517,23 +482,12 @@ class RestTrainer:
     def _stop_at(self, state: dict[str, Any], at: str) -> bool:
         """Whether a stop fires at this safe point (patience, counted across resumes, then
         the wall clock); the stop goes into `state` (saved by the caller)."""
-        stops = self.config.stops
-        stop = None
-        if patience_reached(stops, int(state.get("without_accept") or 0)):
-            assert stops.patience is not None
-            stop = StopReason.patience(stops.patience, "rounds", at)
-        elif self.deadline.passed():
-            assert stops.max_minutes is not None
-            stop = StopReason.max_minutes(stops.max_minutes, at)
+        stop = self._due_stop(int(state.get("without_accept") or 0), "rounds", at)
         if stop is None:
             return False
         state["stopped_by"] = stop.to_dict()
         self._log(f"[bold yellow]stopped:[/] {stop}: shipping the best round; re-run to resume")
         return True
-
-    def _scored(self, r: int, result: EvalResult, label: str) -> None:
-        scores = Score.from_summary(result.summary())
-        self.callbacks.evaluate(self.info, step=r, split=result.split, scores=scores, label=label)
 
     def _step_done(self, r: int, row: dict[str, Any]) -> None:
         metrics = {k: v for k, v in row.items() if k not in ("val", "test", "gate", "round")}
@@ -567,7 +521,7 @@ class RestTrainer:
             cfg.sft,
             backend=self.backend,
             seed=cfg.seed + r,
-            progress=self.progress,
+            progress=self.show_progress,
             render=local_render(self._tok),  # episodes: the text the local backend generated from
             report_to=cfg.report_to,
             run_name=f"{self.run.root.name}-round-{r}",
@@ -640,9 +594,7 @@ class RestTrainer:
             task=self.task.name,
             usage=self.ledger.to_dict(),
         )
-        atomic_write_json(self.run.path("result.json"), result.to_dict())
-        self.callbacks.end(self.info, result)
-        return result
+        return self._end(result)
 
 
 def load_result(run_dir: str | Path) -> dict[str, Any]:

@@ -30,27 +30,21 @@ from typing import Any, ClassVar
 
 from rich.console import Console
 
-from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
+from selftaught.callbacks import TrainerCallback
 from selftaught.evaluation import EvalResult, evaluate_split
 from selftaught.gate import gate
 from selftaught.models.base import GenerationParams
-from selftaught.models.resolve import ModelLike, local_model_path, resolve_model
+from selftaught.models.resolve import ModelLike, resolve_model
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
 from selftaught.rollout import RolloutConfig
 from selftaught.runs import RunDir, atomic_write_json
 from selftaught.stops import Deadline, StopReason, stop_dict
-from selftaught.tasks.base import Task, check_disjoint
+from selftaught.tasks.base import Task
 from selftaught.tasks.episode import is_tool_task
 from selftaught.tracking import trl_report_to
-from selftaught.weights.config import (
-    ConfigError,
-    RLConfig,
-    default_train_dir,
-    resume_settings,
-    task_gate,
-)
+from selftaught.weights.config import ConfigError, RLConfig
 from selftaught.weights.rewards import (
     EpisodeReward,
     FormatReward,
@@ -72,6 +66,7 @@ from selftaught.weights.sft import (
     save_atomic,
     time_cap,
 )
+from selftaught.weights.trainer import WeightTrainer
 
 # what a run decided after training, decided again when a --max-minutes stop resumes
 RESUMED_KEYS = (
@@ -245,7 +240,7 @@ class RLResult(RunResult):
         }
 
 
-class RLTrainer:
+class RLTrainer(WeightTrainer[RLConfig, RLResult]):
     """GRPO (`method="grpo"`) or GSPO (`"gspo"`, sequence-level importance sampling) on a
     local model with the task scorer as reward (and the others `config.rewards` names; the
     judge reward is scored by `judge_model`). Resumes from the last TRL checkpoint. The
@@ -253,6 +248,10 @@ class RLTrainer:
     the model in memory → rollout → evaluation); the gate `optimize` uses decides which one
     ships. Under `accelerate launch`, every process trains and the main one evaluates and
     writes the run directory."""
+
+    config_type: ClassVar[type] = RLConfig
+    result_type: ClassVar[type[RLResult]] = RLResult
+    settings_key: ClassVar[str] = "rl"
 
     def __init__(
         self,
@@ -267,27 +266,23 @@ class RLTrainer:
         ledger: UsageLedger | None = None,
         judge_model: ModelLike | None = None,
     ):
-        if not isinstance(config, RLConfig):
-            raise ConfigError(f"RLTrainer needs an RLConfig, got {type(config).__name__}")
-        check_disjoint(task)
-        self.task = task
-        self.config = config
-        self.model_path = local_model_path(model)
-        self.progress = progress
-        self.console = console or Console(stderr=True)
-        self.run = RunDir(output_dir or default_train_dir(config, task.name))
-        self.callbacks = CallbackList(callbacks)
-        self.info = RunInfo(config.method, task.name, self.run.root, config.to_dict())
-        self.train_examples = task.examples("train")
-        self.val_examples = task.examples("val")
-        self.test_examples = task.examples("test")
-        if not self.train_examples or not self.val_examples:
-            raise ConfigError(f"task {task.name!r} needs train and val examples for RL")
-        self.policy = Policy()
-        self.gate = task_gate(config.gate, task.kind)
         # every scored completion (and a judge charged to it) counts against the budget
-        self.ledger = ledger or UsageLedger()
+        super().__init__(
+            config,
+            task,
+            model,
+            output_dir=output_dir,
+            callbacks=callbacks,
+            progress=progress,
+            console=console,
+            ledger=ledger,
+        )
+        self.policy = Policy()
         self.judge_name, self.judge = self._judge(judge_model)
+
+    def _check_data(self) -> None:
+        if not self.train_examples or not self.val_examples:
+            raise ConfigError(f"task {self.task.name!r} needs train and val examples for RL")
 
     def _judge(self, judge_model: ModelLike | None) -> tuple[str | None, TrackedModel | None]:
         """The judge reward's model (its calls charged to `judge`), needed exactly when the
@@ -310,13 +305,7 @@ class RLTrainer:
         return name, TrackedModel(model, self.ledger, "judge")
 
     def run_config(self) -> dict[str, Any]:
-        out = {
-            "method": self.config.method,
-            "task": self.task.name,
-            "model": str(self.model_path or "embedded"),
-            "sizes": [len(self.train_examples), len(self.val_examples), len(self.test_examples)],
-            "rl": resume_settings(self.config),
-        }
+        out = super().run_config()
         if self.judge_name is not None:  # a resumed run is judged by the same model
             out["judge_model"] = self.judge_name
         return out
@@ -371,7 +360,7 @@ class RLTrainer:
                     params=GenerationParams(
                         max_tokens=self.config.eval_max_tokens, temperature=0.0
                     ),
-                    progress=self.progress,
+                    progress=self.show_progress,
                     description=f"{name}: eval {split}",
                 ),
             )
@@ -449,7 +438,7 @@ class RLTrainer:
             bf16=False,
             gradient_checkpointing=False,  # TRL's default on; not worth it on small models
             seed=cfg.seed,
-            disable_tqdm=not self.progress,
+            disable_tqdm=not self.show_progress,
             **vllm,
             **extra,
         )
@@ -462,8 +451,7 @@ class RLTrainer:
         t_start = time.perf_counter()
         main = PartialState().is_main_process
         if main:
-            self.run.check_or_write_config(self.run_config())
-            self.callbacks.start(self.info)
+            self._begin()  # the resume check and on_start
         state = self.run.load_state() or {}
         if main:
             self._resume_after_time_stop(state)
@@ -492,12 +480,6 @@ class RLTrainer:
         PartialState().wait_for_everyone()
         return self._result(self.run.load_state() or {}, self.run.path("best"), 0.0)
 
-    def _scored(self, step: int, result: EvalResult, label: str) -> None:
-        scores = Score.from_summary(result.summary())
-        self.callbacks.evaluate(
-            self.info, step=step, split=result.split, scores=scores, label=label
-        )
-
     def _resume_after_time_stop(self, state: dict[str, Any]) -> None:
         """A run `--max-minutes` stopped trains on from the checkpoint it wrote there (with
         this invocation's limit); what was gated and shipped is decided again after."""
@@ -515,11 +497,8 @@ class RLTrainer:
 
         cfg = self.config
         ledger = self.ledger
-        ledger.budget = cfg.budget
         if "usage" in state:  # a resumed run has spent what it spent
-            from selftaught.models.usage import RoleUsage
-
-            ledger.roles = {role: RoleUsage(**u) for role, u in state["usage"].items()}
+            self._restore_usage(state["usage"])
         episodes = self.episode_setup(tok) if is_tool_task(self.task) else None
         rewards = self.rewards(episodes)
 
@@ -543,7 +522,7 @@ class RLTrainer:
                 callbacks=[
                     _make_callback(self.run, rewards, cfg, self.console, self._on_step),
                     budget_stop,
-                    plain_progress(cfg.method, self.progress),
+                    plain_progress(cfg.method, self.show_progress),
                     time_cap(deadline, timed_out, save=True),
                 ],
                 **({"environment_factory": episodes["environment_factory"]} if episodes else {}),
@@ -610,13 +589,7 @@ class RLTrainer:
             self.gate,
         )
         state["gate"] = result.to_dict()
-        self.callbacks.gate(
-            self.info,
-            step=last_step,
-            decision=result.decision,
-            reason=result.reason,
-            details=result.to_dict(),
-        )
+        self._gated(last_step, result.to_dict())
         better = result.decision == "accept_new_best"
         if better:
             if "trained_test" not in state:
@@ -633,9 +606,7 @@ class RLTrainer:
             self.run.path("best", "best.json"),
             {"shipped": "trained" if better else "base", "gate": result.to_dict()},
         )
-        out = self._result(state, self.run.path("best"), seconds)
-        atomic_write_json(self.run.path("result.json"), out.to_dict())
-        self.callbacks.end(self.info, out)
+        out = self._end(self._result(state, self.run.path("best"), seconds))
         from accelerate import PartialState
 
         PartialState().wait_for_everyone()  # the other processes read the shipped result
@@ -658,7 +629,7 @@ class RLTrainer:
             reward_errors=state.get("reward_errors", 0),
             stopped_by=StopReason.read(state.get("stopped_by")),
             run_dir=self.run.root,
-            method=self.config.method,
+            method=self.method,
             task=self.task.name,
             usage=state.get("usage") or {},
         )

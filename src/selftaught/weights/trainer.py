@@ -1,0 +1,67 @@
+"""What the weight trainers (`RestTrainer`, `DPOTrainer`, `RLTrainer`) share beyond every
+trainer's base (`selftaught.trainer_base`): a local model (`local`, `local:PATH`, a path or a
+`LocalModel` loaded from files), the three splits read and checked before anything is written,
+the default run directory `runs/train-<method>-<task>-<backend>-s<seed>`, the gate on the
+task's natural metric, and `config.json` as `{method, task, model, sizes, <method's settings>}`.
+TRL logs to the tracker `report_to` names (`tracking.trl_report_to`), so no tracker callback
+is added."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from selftaught.callbacks import TrainerCallback
+from selftaught.models.resolve import local_model_path
+from selftaught.results import RunResult
+from selftaught.trainer_base import BaseTrainer
+from selftaught.weights.config import (
+    DPOConfig,
+    RestConfig,
+    RLConfig,
+    default_train_dir,
+    resume_settings,
+    task_gate,
+)
+
+WeightConfigT = TypeVar("WeightConfigT", RestConfig, RLConfig, DPOConfig)
+ResultT = TypeVar("ResultT", bound=RunResult)
+
+
+class WeightTrainer(BaseTrainer[WeightConfigT, ResultT]):
+    """The base of the trainers that change a local model's weights."""
+
+    # config.json's key for the settings a resumed run must share (`resume_settings`)
+    settings_key: ClassVar[str]
+
+    model_path: Path | None
+
+    @property
+    def method(self) -> str:
+        return self.config.method
+
+    def _trackers(self) -> list[TrainerCallback]:
+        return []  # TRL logs to `report_to` itself
+
+    def _setup(self, model: Any) -> None:
+        """The splits, the trainer's data checks (`_check_data`), then the local model: all
+        refused before the run directory is made."""
+        self._read_splits()
+        self._check_data()
+        self.model_path = local_model_path(model)
+        self.gate = task_gate(self.config.gate, self.task.kind)
+
+    def _check_data(self) -> None:
+        """Refuse up front a run with nothing to train on."""
+
+    def default_output_dir(self) -> Path:
+        return default_train_dir(self.config, self.task.name)
+
+    def run_config(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "task": self.task.name,
+            "model": str(self.model_path or "embedded"),
+            "sizes": self.split_sizes(),
+            self.settings_key: resume_settings(self.config),
+        }
