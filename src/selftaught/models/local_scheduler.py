@@ -63,7 +63,9 @@ class ServedModel(Protocol):
     @property
     def max_batch_size(self) -> int: ...
 
-    def _ensure_batcher(self) -> ContinuousBatcher: ...
+    def _ensure_batcher(self) -> ContinuousBatcher:
+        """The engine to step (made once; the scheduler keeps it in `batcher`)."""
+        ...
 
     def _encode(
         self, messages: list[Message], params: GenerationParams | None = None
@@ -328,7 +330,7 @@ class RequestScheduler:
     def _serve_step(self, model: ServedModel) -> None:
         """Drop abandoned sequences, refill free slots from the waiting ones, decode one
         step, deliver what finished. A failure fails only the requests it touched."""
-        batcher = model._ensure_batcher()
+        batcher = self.batcher = model._ensure_batcher()
         _follow_free_cores()
         self._drop_abandoned()
         waiting = self._waiting
