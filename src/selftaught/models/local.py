@@ -50,10 +50,10 @@ class LocalModel(AsyncChatModel):
     """A transformers causal LM answering chat messages in this process.
 
     The model runs in the thread of the event loop that awaits it
-    (`selftaught.models.local_scheduler` says how): a forward blocks that loop while it runs, and `chat` / `generate_batch`
-    without a running loop run one of their own (`run_sync`). Safe to share between
-    threads and loops; a model nobody references any more is freed once its requests are
-    answered.
+    (`selftaught.models.local_scheduler` says how): a forward blocks that loop while it
+    runs, and `chat` / `generate_batch` without a running loop run one of their own
+    (`run_sync`). Safe to share between threads and loops; a model nobody references any
+    more is freed once its requests are answered.
 
     Args:
         path: a transformers model folder, a `.gguf` file (converted once into a cache
