@@ -38,7 +38,6 @@ from selftaught.errors import InputError, MissingDependency, SelftaughtError
 from selftaught.sleep.intake.harvest.common import project_from_cwd
 from selftaught.sleep.intake.hooks import (
     AGENTS,
-    check_session_id,
     find_transcript,
     harvest_session,
     last_answered_turn,
@@ -51,6 +50,7 @@ from selftaught.sleep.intake.log import (
     TaskLog,
     iso_utc,
 )
+from selftaught.sleep.intake.sessions import check_session_id
 from selftaught.sleep.paths import check_project, read_adopted
 
 SERVER_NAME = "selftaught"

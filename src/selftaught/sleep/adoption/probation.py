@@ -101,9 +101,10 @@ def _solved(reply: str, reference: Any) -> bool | None:
 def reference_outcome(it: Interaction, reference: Any) -> int | None:
     """1 when the row's reply passes `reference` (a corrected answer, or on a request with
     tools a corrected tool call, see `sleep.night.replay`), 0 when not, None when unusable."""
+    from selftaught.sleep.intake.threads import logged_tools
     from selftaught.sleep.night import replay
 
-    if replay.logged_tools(it) is not None:
+    if logged_tools(it) is not None:
         corrected = replay.tool_feedback(reference)
         if corrected is not None:
             made = {

@@ -292,12 +292,13 @@ def _claude_uninstall(path: Path) -> Change:
 
 
 def _toml_loads(text: str, path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the `tomli` dependency on Python 3.10
+        import tomli as tomllib
     try:
-        import tomllib  # type: ignore[import-not-found]
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        return tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"Codex config {path} is not valid TOML ({err})") from None
 

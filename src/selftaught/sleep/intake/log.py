@@ -39,7 +39,9 @@ from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, log_location
 
 # LogError and LogUnavailable live beside the backends that raise them; callers import them
 # from here.
-from selftaught.sleep.store import LogError, LogUnavailable, LogUrl  # noqa: F401
+from selftaught.sleep.store import LogError as LogError
+from selftaught.sleep.store import LogUnavailable as LogUnavailable
+from selftaught.sleep.store import LogUrl
 from selftaught.sleep.store import sqlite as sqlite_store
 
 if TYPE_CHECKING:

@@ -75,6 +75,7 @@ from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import BlockMarkerError
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
+from selftaught.sleep.intake.threads import logged_tools
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
 from selftaught.sleep.night.agent_outcome import (
@@ -107,7 +108,7 @@ from selftaught.sleep.night.mine import (
 )
 from selftaught.sleep.night.miner import Miner, MinerConfig, Pending, wants_check
 from selftaught.sleep.night.proofread import proofread
-from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
+from selftaught.sleep.night.replay import conversations, mine_tool_task, night_task
 from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
 from selftaught.sleep.night.slow import night_ledger, sync_rollbacks, with_ledger
 from selftaught.sleep.night.split import (

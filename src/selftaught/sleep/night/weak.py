@@ -40,6 +40,7 @@ from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunError, iter_jsonl, write_jsonl
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.intake.log import Interaction
+from selftaught.sleep.intake.threads import logged_tools
 from selftaught.sleep.night.mine import (
     MineConfig,
     MinedTask,
@@ -49,7 +50,6 @@ from selftaught.sleep.night.mine import (
     quoted,
     request_messages,
 )
-from selftaught.sleep.night.replay import logged_tools
 from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.paths import project_dir
