@@ -173,10 +173,10 @@ def test_client_keys_toml_reads_with_tomli_on_python_310(tmp_path, monkeypatch):
     # Python 3.10 has no tomllib; `tomli` (a dependency there) is the same parser. Simulated
     # here: the version says 3.10, `import tomllib` fails, `tomli` is the stdlib module.
     import sys
-    import tomllib
 
     from selftaught.sleep.intake.proxy_access import read_client_keys
 
+    tomllib = pytest.importorskip("tomllib")
     toml = tmp_path / "clients.toml"
     toml.write_text('carol = "carol-secret-key"\n')
     monkeypatch.setattr(sys, "version_info", (3, 10, 14, "final", 0))
