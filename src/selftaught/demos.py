@@ -229,7 +229,7 @@ class LeakCheck:
         return cls(
             (split, ex.id, ex.prompt_text())
             for split in ("val", "test")
-            for ex in task.examples(split)  # type: ignore[arg-type]
+            for ex in task.examples(split)
         )
 
     def find(self, demo: Demo) -> Leak | None:

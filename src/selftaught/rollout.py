@@ -502,7 +502,8 @@ def attempt_text(r: Rollout, max_chars: int) -> str:
     if not r.is_episode:
         return r.reply
     lines = trajectory_lines(r, limit=max(60, max_chars // 4))
-    last, shown, used = lines[-1:], [], len(lines[-1]) if lines else 0
+    shown: list[str] = []
+    last, used = lines[-1:], len(lines[-1]) if lines else 0
     for line in lines[:-1]:
         if used + len(line) > max_chars:
             shown.append(f"... ({len(lines) - 1 - len(shown)} more steps)")

@@ -21,6 +21,7 @@ A skill run's analyst and starting skill are keywords of its own (`optimizer_mod
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from selftaught.weights.config import METHODS, ConfigError, DPOConfig, RestConfig, RLConfig
@@ -131,5 +132,26 @@ def build_trainer(
     **kwargs: Any,
 ) -> Trainer:
     """The trainer for `config`, built the one way: (config, task, model, **keywords)."""
-    trainer: Trainer = trainer_for(config)(config, task, model, **kwargs)
-    return trainer
+    from selftaught.skill.config import SkillOptConfig
+
+    config_method(config)  # refuses a config of another type
+    # one branch per overload above, so that the type checker holds each config to its trainer
+    if isinstance(config, SkillOptConfig):
+        from selftaught.skill.trainer import SkillTrainer
+
+        if model is None or isinstance(model, PurePath):  # what SkillTrainer would refuse
+            raise ConfigError(
+                f"a model is a spec string or a ChatModel, got {type(model).__name__}"
+            )
+        return SkillTrainer(config, task, model, **kwargs)
+    if isinstance(config, RestConfig):
+        from selftaught.weights.rest import RestTrainer
+
+        return RestTrainer(config, task, model, **kwargs)
+    if isinstance(config, DPOConfig):
+        from selftaught.weights.dpo import DPOTrainer
+
+        return DPOTrainer(config, task, model, **kwargs)
+    from selftaught.weights.rl import RLTrainer
+
+    return RLTrainer(config, task, model, **kwargs)

@@ -115,7 +115,8 @@ def call_parts(call: Any) -> tuple[str, Any] | None:
     None when it names no tool."""
     if not isinstance(call, dict):
         return None
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else call
     name = fn.get("name")
     if not isinstance(name, str) or not name.strip():
         return None

@@ -53,7 +53,7 @@ from selftaught.sleep.night.mine import (
 from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.paths import project_dir
-from selftaught.tasks.base import Example, Score, Split
+from selftaught.tasks.base import Example, Score, Split, TaskKind
 from selftaught.tasks.extract import extract_answer
 from selftaught.tasks.scorers import (
     normalize_text,
@@ -217,7 +217,7 @@ class WeakReport:
 class _Unchecked:
     """The requests to sample as a Task for the rollout runner: nothing checks them yet."""
 
-    kind = "agent"
+    kind: TaskKind = "agent"
     instructions = ""
     name = "sleep:weak-labels"
 

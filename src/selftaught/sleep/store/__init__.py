@@ -127,7 +127,7 @@ class LogUrl:
     one (only the driver sees it)."""
 
     def __init__(self, url: str | LogUrl):
-        self.url = url.url if isinstance(url, LogUrl) else url.strip()
+        self.url: str = url.url if isinstance(url, LogUrl) else url.strip()
 
     def __str__(self) -> str:
         return display_url(self.url)
