@@ -79,7 +79,7 @@ class _Request:
     messages: list[Message]
     params: GenerationParams
     n: int = 1
-    future: Future = field(default_factory=Future)
+    future: Future[list[Completion]] = field(default_factory=Future)
     submitted_at: float = field(default_factory=time.perf_counter)
     prompt_tokens: int = 0
     completions: list[Completion | None] = field(default_factory=list)
@@ -96,7 +96,7 @@ class _Driver:
     """The serving task of one event loop and the requests made in that loop."""
 
     requests: list[_Request] = field(default_factory=list)
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     finished: bool = False  # decided to exit: a new request in its loop starts a new one
 
 
@@ -323,7 +323,8 @@ class LocalModel(AsyncChatModel):
                 raise FatalBackendError(BACKEND, str(err), exit_code=InputError.exit_code) from err
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path)
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+                # Any, as `_adopt` takes it: mypy reads transformers' wrapped `to` unbound
+                model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
             except Exception as err:  # OSError, ValueError, safetensors errors, ...
                 raise FatalBackendError(
                     BACKEND, f"could not load a causal language model from {path}: {err}"
@@ -600,7 +601,8 @@ class LocalModel(AsyncChatModel):
         template already holds them, e.g. <|im_start|>)."""
         self._ensure_loaded()
         text = self._prompt_text(messages, params)
-        return self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids: list[int] = self._tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids
 
     def _context_length(self) -> int | None:
         return getattr(self._model.config, "max_position_embeddings", None)
@@ -681,10 +683,12 @@ class LocalModel(AsyncChatModel):
             if request.pending:
                 continue
             if request.params.temperature <= 0:  # greedy: the n replies are one
-                request.completions = [completion] + [
-                    _shared_copy(completion) for _ in range(request.n - 1)
+                request.completions = [
+                    completion,
+                    *(_shared_copy(completion) for _ in range(request.n - 1)),
                 ]
-            _resolve(request.future, list(request.completions))
+            # pending is 0: every index holds its completion
+            _resolve(request.future, [c for c in request.completions if c is not None])
             self._answered = True
 
     # ------------------------------------------------------------------ text
@@ -799,7 +803,7 @@ def _check_params(params: GenerationParams) -> None:
     check_tool_choice(params.tool_choice, params.tools)
 
 
-def _resolve(future: Future, result: Any) -> None:
+def _resolve(future: Future[list[Completion]], result: list[Completion]) -> None:
     with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
         future.set_result(result)
 

@@ -77,7 +77,7 @@ class SleepTools:
     `SelftaughtError` whose message the agent sees."""
 
     project: str
-    log_path: Path | None = None
+    log_path: str | Path | None = None  # a file, or a postgresql:// URL
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     folder: Path = field(default_factory=Path.cwd)
     """The repository this server serves: only transcripts of sessions that ran here are
@@ -270,7 +270,7 @@ def build_server(tools: SleepTools) -> Any:
 
 
 def serve(
-    project: str | None = None, log_path: Path | None = None, trust_feedback: bool = False
+    project: str | None = None, log_path: str | Path | None = None, trust_feedback: bool = False
 ) -> None:
     """Run the server on stdio until the client closes it. The project defaults to the one
     transcripts from this folder are harvested into (its name, as `sleep harvest` names it);

@@ -63,7 +63,7 @@ def log_location(value: str | Path | LogUrl | None = None) -> Path | LogUrl:
     postgresql:// URL is a `LogUrl`, never a path; another scheme is refused."""
     if value is None or (isinstance(value, str) and not value.strip()):
         value = default_log_path()
-    if isinstance(value, LogUrl) or is_url(value):
+    if isinstance(value, LogUrl) or (isinstance(value, str) and is_url(value)):
         return LogUrl(value)
     if isinstance(value, str) and ANY_URL.match(value.strip()):
         raise LogError(

@@ -512,7 +512,7 @@ def version_table(result: Probation) -> Any:
     columns = ["version", "served", *(["shadow"] if shadow else []), "errors", "left out"]
     columns += ["outcomes", "rate", f"{result.config.confidence:.0%} CI", ""]
     for column in columns:
-        justify = "left" if column in ("version", "") else "right"
+        justify: Literal["left", "right"] = "left" if column in ("version", "") else "right"
         table.add_column(column, justify=justify, no_wrap=True)
     for t in result.tallies:
         lo, hi = t.interval

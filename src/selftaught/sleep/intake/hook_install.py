@@ -410,8 +410,9 @@ def state(agent: str, scope: Scope = "user", folder: Path | None = None) -> Hook
     found = HookState(agent, scope, path, False, backup=_existing_backup(path))
     if agent == "codex":
         notify = _codex_state(path)[1].get("notify")
-        if _ours(notify):
-            found.installed, found.command = True, shlex.join(notify)
+        if _ours(notify):  # a list as we write it; a string if someone edited it to one
+            command = shlex.join(notify) if isinstance(notify, list) else str(notify)
+            found.installed, found.command = True, command
         elif notify is not None:
             found.other = repr(notify)
     else:

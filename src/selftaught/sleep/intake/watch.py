@@ -16,6 +16,7 @@ from typing import Any
 
 from selftaught.sleep.adoption.probation import ProbationConfig, maybe_roll_back, probation_for
 from selftaught.sleep.intake.log import TaskLog
+from selftaught.sleep.store import LogUrl
 
 
 class ProbationWatch:
@@ -24,7 +25,7 @@ class ProbationWatch:
     def __init__(
         self,
         project: str,
-        log_path: Path,
+        log_path: Path | LogUrl,
         home: Path | None,
         config: ProbationConfig,
         *,

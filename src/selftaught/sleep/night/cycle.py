@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 from urllib.parse import urlparse
 
 from rich.console import Console
@@ -320,7 +320,7 @@ class NightModels:
         return self.miner_spec or self.miner.name
 
     def remote(self) -> list[str]:
-        specs = (self.target_spec, self.optimizer_spec, self.judge_spec)
+        specs: tuple[str | None, ...] = (self.target_spec, self.optimizer_spec, self.judge_spec)
         if self.miner is not None:
             specs += (self.miner_spec,)
         return [s for s in dict.fromkeys(specs) if is_remote(s)]
@@ -349,7 +349,7 @@ class NightModels:
 MINER_OFF = "off"
 
 
-def is_cmd(spec: str | None) -> bool:
+def is_cmd(spec: str | None) -> TypeGuard[str]:
     return spec is not None and spec.strip().startswith("cmd:")
 
 
@@ -373,7 +373,7 @@ def check_cmd_replay(roles: Mapping[str, str | None], allowed: bool) -> None:
         )
 
 
-def is_remote(spec: str | None) -> bool:
+def is_remote(spec: str | None) -> TypeGuard[str]:
     """A model outside this machine: `openai:`, `anthropic:`, `gemini:` or a URL whose host
     is not loopback."""
     if not spec or spec == "local" or spec.startswith("local:"):
@@ -792,7 +792,9 @@ def _weights(
 # ---- one project ----------------------------------------------------------------------------
 
 
-def _base_report(project: str, night: str, models: NightModels, config: SleepConfig) -> dict:
+def _base_report(
+    project: str, night: str, models: NightModels, config: SleepConfig
+) -> dict[str, Any]:
     return {
         "kind": staging.NIGHT_KIND,
         "night": night,
@@ -864,7 +866,7 @@ def mine(
     dropped: Counter[str] = Counter()
     if conversation.redo_turns:
         dropped[REDONE] = conversation.redo_turns
-    tasks = []
+    tasks: list[MinedTask] = []
     steps = 0  # earlier steps of a tool-using conversation, folded into its last one
     pending: list[Pending] = []  # plain exchanges without a strong check, for the miner
     for group in conversations([it for it in rows if not is_redo(it)]):
@@ -1420,7 +1422,10 @@ def _empty_night(
 
 
 def _load_models(
-    config: SleepConfig, project_rows: list[Interaction], loader: ModelLoader, cache: dict
+    config: SleepConfig,
+    project_rows: list[Interaction],
+    loader: ModelLoader,
+    cache: dict[str, ChatModel],
 ) -> NightModels:
     target = config.model or _logged_upstream(project_rows)
     if target is None:
@@ -1435,8 +1440,8 @@ def _load_models(
         return cache[spec]
 
     optimizer = config.optimizer_model or target
-    miner = config.miner_model or optimizer
-    miner = None if miner == MINER_OFF else miner
+    wanted = config.miner_model or optimizer
+    miner = None if wanted == MINER_OFF else wanted
     roles = {
         "model": target,
         "optimizer_model": optimizer,

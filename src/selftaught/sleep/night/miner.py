@@ -201,7 +201,7 @@ def _rule(raw: Any) -> Rule:
         return Rule(kind, name)
     if kind in REGEX_KINDS:
         problem = pattern_problem(value)
-        if problem is None and _placeholder(value):
+        if problem is None and isinstance(value, str) and _placeholder(value):
             problem = "it copies the prompt's placeholder"
         if problem is not None:
             raise OutsideVocabulary(f"{kind}: {problem}")

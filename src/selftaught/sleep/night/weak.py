@@ -420,11 +420,11 @@ def settle_weak(
         )
     by_id = {t.id: t for t in tasks}
     for row in report.tasks:
-        task = by_id.get(row["id"])
-        if task is not None:
-            row["split"] = task.split
-            if task.split is None and task.notes:
-                row["outcome"] = task.notes[-1]
+        found = by_id.get(row["id"])
+        if found is not None:
+            row["split"] = found.split
+            if found.split is None and found.notes:
+                row["outcome"] = found.notes[-1]
 
 
 # ---- labels waiting for a real reference ---------------------------------------------------

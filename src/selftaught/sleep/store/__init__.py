@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeGuard
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from selftaught.errors import InputError, MissingDependency
@@ -63,7 +62,7 @@ class LogUnavailable(LogError):
     exit_code = 1
 
 
-def is_url(value: object) -> TypeGuard[str | LogUrl]:
+def is_url(value: object) -> bool:
     """A Postgres URL (postgresql:// or postgres://), as a string or a `LogUrl`."""
     if isinstance(value, LogUrl):
         return True
