@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from selftaught.errors import InputError, MissingDependency
@@ -141,7 +142,7 @@ class LogUrl:
         return hash(self.url)
 
 
-def psycopg_modules() -> tuple[object, object]:
+def psycopg_modules() -> tuple[ModuleType, ModuleType]:
     """(psycopg, psycopg_pool), or a clear error naming the extra."""
     try:
         import psycopg
