@@ -323,6 +323,16 @@ def test_codex_notify_of_another_program_is_never_taken(env):
     assert code == 0 and "no selftaught hook" in text and config.read_text() == theirs
 
 
+def test_codex_notify_edited_to_a_string_shows_as_written(env):
+    # Codex's notify is a list; one edited to a string is still ours, shown as it is (it was
+    # shown one character per word: shlex.join of a string)
+    config = env["codex"] / "config.toml"
+    config.parent.mkdir()
+    config.write_text(f'notify = "python -m {HOOK_MODULE} codex"\n')
+    found = hook_install.state("codex")
+    assert found.installed and found.command == f"python -m {HOOK_MODULE} codex"
+
+
 def test_codex_install_creates_the_config_and_uninstall_removes_it(env):
     hook_install.install("codex")
     config = env["codex"] / "config.toml"

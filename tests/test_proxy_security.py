@@ -169,6 +169,22 @@ def test_every_row_records_its_client_and_never_its_key(tmp_path):
     assert b"sk-client-alpha-0001" not in db and b"sk-client-beta-0002" not in db
 
 
+def test_client_keys_toml_reads_with_tomli_on_python_310(tmp_path, monkeypatch):
+    # Python 3.10 has no tomllib; `tomli` (a dependency there) is the same parser. Simulated
+    # here: the version says 3.10, `import tomllib` fails, `tomli` is the stdlib module.
+    import sys
+
+    from selftaught.sleep.intake.proxy_access import read_client_keys
+
+    tomllib = pytest.importorskip("tomllib")
+    toml = tmp_path / "clients.toml"
+    toml.write_text('carol = "carol-secret-key"\n')
+    monkeypatch.setattr(sys, "version_info", (3, 10, 14, "final", 0))
+    monkeypatch.setitem(sys.modules, "tomllib", None)
+    monkeypatch.setitem(sys.modules, "tomli", tomllib)
+    assert read_client_keys(toml) == {"carol-secret-key": "carol"}
+
+
 def test_client_keys_file_labels_clients_and_refuses_others(tmp_path):
     keys = tmp_path / "clients.json"
     keys.write_text(json.dumps({"alice": "alice-secret-key", "bob": "bob-secret-key-2"}))

@@ -130,8 +130,12 @@ class GateResult:
 
 
 def _paired(a: ValScores, b: ValScores) -> tuple[list[float], list[float]]:
-    ids = [i for i in a if a[i] is not None and b.get(i) is not None]
-    return [float(a[i]) for i in ids], [float(b[i]) for i in ids]  # type: ignore[arg-type]
+    pairs = [(x, y) for i, x in a.items() if x is not None and (y := b.get(i)) is not None]
+    return [float(x) for x, _ in pairs], [float(y) for _, y in pairs]
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
 
 
 @dataclass(frozen=True)
@@ -187,15 +191,14 @@ def _decide(
     missing = sum(1 for v in candidate.values() if v is None)
     cb, bb = _paired(candidate, best)
     cc, cur = _paired(candidate, current)
-    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     gain_best = sum(cb) - sum(bb)
     gain_cur = sum(cc) - sum(cur)
     result = GateResult(
         decision="reject",
         reason="",
-        candidate=mean(cb),
-        current=mean(cur),
-        best=mean(bb),
+        candidate=_mean(cb),
+        current=_mean(cur),
+        best=_mean(bb),
         gain_vs_best=round(gain_best, 6),
         gain_vs_current=round(gain_cur, 6),
         n_paired=len(cb),
@@ -302,7 +305,9 @@ def tag_regressions(
         new, old = _paired({i: candidate.get(i) for i in ids}, replaced)
         if not new:
             continue
-        paired = paired_comparison(dict(enumerate(new)), dict(enumerate(old)))
+        paired = paired_comparison(
+            {str(i): x for i, x in enumerate(new)}, {str(i): y for i, y in enumerate(old)}
+        )
         net = sum(new) - sum(old)
         p_loss = sign_test_pvalue(paired.losses, paired.wins)
         by_test = cfg.tag_alpha is not None and p_loss <= cfg.tag_alpha + 1e-9

@@ -96,7 +96,7 @@ def _origin_is_loopback(origin: str) -> bool:
         host = urlsplit(origin).hostname
     except ValueError:
         return False
-    return bool(host) and is_loopback_name(host)
+    return host is not None and bool(host) and is_loopback_name(host)
 
 
 def json_body_problem(body: bytes) -> str | None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from selftaught.stops import StopReason, stop_dict
 
 _KINDS: dict[str, type[RunResult]] = {}
+_R = TypeVar("_R", bound="RunResult")
 
 
 def _pair(value: Any) -> tuple[float, float]:
@@ -114,10 +115,12 @@ class RunResult:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunResult:
+    def from_dict(cls: type[_R], d: dict[str, Any]) -> _R:
         """The result `to_dict()` wrote, as the subclass its `kind` names."""
-        target = _KINDS.get(str(d.get("kind")), cls) if cls is RunResult else cls
-        return target(**target._fields_from_dict(d))
+        if cls is RunResult:  # _R is RunResult here: any subclass is one
+            target = _KINDS.get(str(d.get("kind")), cls)
+            return cast(_R, target(**target._fields_from_dict(d)))
+        return cls(**cls._fields_from_dict(d))
 
     @classmethod
     def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from selftaught.tasks.episode import (
     Episode,
     StopReason,
     ToolCrash,
+    ToolTask,
     answer_malformed,
     finish_score,
     is_tool_task,
@@ -343,7 +344,7 @@ def guarded_score(
 
 async def _episode(
     model: ChatModel,
-    task: Task,
+    task: ToolTask,
     example: Example,
     r: Rollout,
     cfg: RolloutConfig,
@@ -355,7 +356,7 @@ async def _episode(
     r.turns, r.stop = 0, "error"
     t0 = time.perf_counter()
     try:
-        env = task.environment(example)  # type: ignore[attr-defined]
+        env = task.environment(example)
     except Exception as err:  # the task could not build the episode's world
         r.error = f"tool error on {example.id}: environment: {type(err).__name__}: {err}"
         r.error_source = "tool"
@@ -502,7 +503,8 @@ def attempt_text(r: Rollout, max_chars: int) -> str:
     if not r.is_episode:
         return r.reply
     lines = trajectory_lines(r, limit=max(60, max_chars // 4))
-    last, shown, used = lines[-1:], [], len(lines[-1]) if lines else 0
+    shown: list[str] = []
+    last, used = lines[-1:], len(lines[-1]) if lines else 0
     for line in lines[:-1]:
         if used + len(line) > max_chars:
             shown.append(f"... ({len(lines) - 1 - len(shown)} more steps)")

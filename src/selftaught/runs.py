@@ -15,7 +15,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +181,7 @@ class RunDir:
 
     # config -------------------------------------------------------------
     def check_or_write_config(
-        self, config: dict[str, Any], *, ignore: set[str] = frozenset()
+        self, config: dict[str, Any], *, ignore: Collection[str] = frozenset()
     ) -> bool:
         """Write config on a new run; on resume refuse a config that changed (except `ignore`).
         Returns True when resuming."""

@@ -24,13 +24,16 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selftaught.errors import ConfigError, InputError, RunError
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, install_guard
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
 from selftaught.models.tools import check_tool_choice, check_tool_messages, check_tools
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 DEFAULT_MAX_TOKENS = 512
 _ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -336,7 +339,7 @@ def create_app(
     return app
 
 
-def _add_error_handlers(app: Any) -> None:
+def _add_error_handlers(app: "FastAPI") -> None:
     """Every error leaves as an OpenAI-shaped JSON body."""
     from fastapi import Request
     from fastapi.exceptions import RequestValidationError
@@ -360,7 +363,7 @@ def _add_error_handlers(app: Any) -> None:
         return error_response(RequestError(f"invalid request: {err.errors()}"))
 
 
-def _add_model_routes(app: Any, model_name: str, created: int) -> None:
+def _add_model_routes(app: "FastAPI", model_name: str, created: int) -> None:
     """/health and the model list (one model)."""
 
     def model_card() -> dict[str, Any]:
@@ -385,7 +388,9 @@ def _add_model_routes(app: Any, model_name: str, created: int) -> None:
         return model_card()
 
 
-def _add_chat_route(app: Any, model: ChatModel, model_name: str, default_max_tokens: int) -> None:
+def _add_chat_route(
+    app: "FastAPI", model: ChatModel, model_name: str, default_max_tokens: int
+) -> None:
     """POST /v1/chat/completions, streamed or not; backend failures map to 5xx."""
     from fastapi import Request
     from fastapi.responses import StreamingResponse

@@ -74,7 +74,7 @@ def sign_test_pvalue(wins: int, losses: int) -> float:
     n = wins + losses
     if n == 0:
         return 1.0
-    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n
+    return sum(math.comb(n, k) for k in range(wins, n + 1)) / (1 << n)
 
 
 def sign_test_two_sided(wins: int, losses: int) -> float:
@@ -86,7 +86,7 @@ def sign_test_two_sided(wins: int, losses: int) -> float:
     n = wins + losses
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, k) for k in range(max(wins, losses), n + 1)) / 2**n
+    tail = sum(math.comb(n, k) for k in range(max(wins, losses), n + 1)) / (1 << n)
     return min(1.0, 2.0 * tail)
 
 

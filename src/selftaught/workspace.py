@@ -149,7 +149,9 @@ def _counts(before: FileState | None, after: FileState | None) -> str:
     if any(t is None for t in texts):
         return " (binary)"
     added = deleted = 0
-    for line in difflib.unified_diff(_lines(before and before.text), _lines(after and after.text)):
+    for line in difflib.unified_diff(
+        _lines(before.text if before else None), _lines(after.text if after else None)
+    ):
         if line.startswith("+") and not line.startswith("+++"):
             added += 1
         elif line.startswith("-") and not line.startswith("---"):

@@ -287,7 +287,7 @@ def train(
         output_dir=output,
         task_options=options,
         judge_model=judge,
-        **({"preferences": preferences} if method in DPO_METHODS else {}),
+        preferences=preferences if method in DPO_METHODS else None,
         progress=not quiet,
         console=console,
     )

@@ -7,11 +7,13 @@ import contextlib
 import dataclasses
 import hashlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from selftaught.errors import InputError
+
+T = TypeVar("T")
 
 # {"role": "system" | "user" | "assistant" | "tool", "content": str}, in the OpenAI shape: an
 # assistant turn may carry "tool_calls", a tool turn carries "tool_call_id"
@@ -168,7 +170,7 @@ def close_with_loop(close: Callable[[], Any]) -> None:
     _LOOP_CLEANUPS.setdefault(asyncio.get_running_loop(), []).append(close)
 
 
-async def _with_cleanup(coro: Any) -> Any:
+async def _with_cleanup(coro: Awaitable[T]) -> T:
     try:
         return await coro
     finally:
@@ -177,7 +179,7 @@ async def _with_cleanup(coro: Any) -> Any:
                 await close()
 
 
-def run_sync(coro: Any) -> Any:
+def run_sync(coro: Awaitable[T]) -> T:
     """Run a coroutine from sync code, also when called inside a running loop's thread pool."""
     try:
         asyncio.get_running_loop()

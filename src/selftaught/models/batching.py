@@ -123,7 +123,8 @@ class _Head:
 
     @property
     def kv(self) -> list[tuple[Any, Any]]:
-        return self.entry.head(self.length)
+        kv: list[tuple[Any, Any]] = self.entry.head(self.length)
+        return kv
 
 
 @dataclass
@@ -481,7 +482,7 @@ class ContinuousBatcher:
         """One token per row: argmax for greedy rows; for sampled rows temperature, top_p
         (nucleus, no top-k: OpenAI semantics) and one uniform draw from the row's generator."""
         torch = self.torch
-        tokens = logits.argmax(dim=-1).tolist()
+        tokens: list[int] = logits.argmax(dim=-1).tolist()
         sampled = [i for i, s in enumerate(rows) if s.temperature > 0]
         if not sampled:
             return tokens
@@ -571,7 +572,7 @@ def _growing_layer() -> type:
             n = self.length + key_states.shape[-2]
             if self.buffers is None or n > self.buffers[0].shape[-2]:
                 self._reserve(n, key_states)
-            keys, values = self.buffers  # type: ignore[misc]
+            keys, values = self._buffers()
             keys[:, :, self.length : n] = key_states
             values[:, :, self.length : n] = value_states
             self._set_length(n)
@@ -586,15 +587,20 @@ def _growing_layer() -> type:
                 values[:, :, : self.length] = self.values
             self.buffers = (keys, values)
 
+        def _buffers(self) -> tuple[Any, Any]:
+            if self.buffers is None:  # `_reserve` runs first: never
+                raise RuntimeError("the layer's buffers are not reserved")
+            return self.buffers
+
         def _set_length(self, n: int) -> None:
-            keys, values = self.buffers  # type: ignore[misc]
+            keys, values = self._buffers()
             self.length = n
             self.keys, self.values = keys[:, :, :n], values[:, :, :n]
 
         def select(self, index: Any, crop: int = 0) -> None:
             """Keep rows `index` without their first `crop` columns (one copy, the spare
             columns kept)."""
-            keys, values = self.buffers  # type: ignore[misc]
+            keys, values = self._buffers()
             self.buffers = (keys[index, :, crop:], values[index, :, crop:])
             self._set_length(self.length - crop)
 
@@ -624,7 +630,7 @@ def _growing_layer() -> type:
 
         def batch_repeat_interleave(self, repeats: int) -> None:
             if self.length:
-                keys, values = self.buffers  # type: ignore[misc]
+                keys, values = self._buffers()
                 self.buffers = (
                     keys.repeat_interleave(repeats, 0),
                     values.repeat_interleave(repeats, 0),
@@ -654,8 +660,8 @@ def _check_cache(cache: Any) -> None:
         ok = (
             isinstance(layer, DynamicLayer)
             and not isinstance(layer, DynamicSlidingWindowLayer)
-            and getattr(layer, "keys", None) is not None
-            and layer.keys.dim() == 4
+            and (keys := getattr(layer, "keys", None)) is not None
+            and keys.dim() == 4
         )
         if not ok:
             raise UnsupportedCacheError(

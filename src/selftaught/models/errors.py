@@ -55,7 +55,7 @@ class RetryPolicy:
     jitter: float = 0.5  # fraction of the delay drawn at random
 
     def delay(self, attempt: int) -> float:
-        d = min(self.max_delay_s, self.base_delay_s * (2**attempt))
+        d = min(self.max_delay_s, self.base_delay_s * (2.0**attempt))
         return d * (1 - self.jitter + self.jitter * random.random())
 
 

@@ -288,7 +288,7 @@ def to_completions(resp: Any, model: str, latency_s: float) -> list[Completion]:
     total = (
         ((usage.candidates_token_count or 0) + (usage.thoughts_token_count or 0)) if usage else 0
     )
-    out = []
+    out: list[Completion] = []
     for cand in sorted(resp.candidates or [], key=lambda c: c.index or 0):
         texts, calls = [], []
         for i, part in enumerate((cand.content.parts if cand.content else None) or []):

@@ -60,7 +60,8 @@ def static_generate(
             eos_token_id=sorted(eos_ids),
             **kwargs,
         )
-    return out[:, enc["input_ids"].shape[1] :].tolist()
+    rows: list[list[int]] = out[:, enc["input_ids"].shape[1] :].tolist()
+    return rows
 
 
 def raw_decode(

@@ -224,7 +224,9 @@ class ThreadChoice:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ThreadChoice:
-        return cls(**{k: d.get(k) for k in ("usable", "busy", "setting", "ceiling", "threads")})
+        names = ("usable", "busy", "setting", "ceiling", "threads")
+        fields: dict[str, Any] = {k: d.get(k) for k in names}  # JSON values, as written
+        return cls(**fields)
 
 
 def torch_default_threads() -> int | None:

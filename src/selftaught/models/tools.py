@@ -282,9 +282,10 @@ def render_prompt(
             kwargs["tools"] = offered
         else:
             messages = fallback_messages(messages, offered, instruction)
-    return tokenizer.apply_chat_template(
+    text: str = tokenizer.apply_chat_template(  # tokenize=False: the prompt as text
         messages, add_generation_prompt=add_generation_prompt, tokenize=False, **kwargs
     )
+    return text
 
 
 # ---------------------------------------------------------------------- parsing

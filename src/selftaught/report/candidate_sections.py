@@ -84,7 +84,7 @@ def candidates_table(run: SkillRun) -> Html:
     )
 
 
-def _demo_rows(demos: Sequence[DemoView], extra: dict[str, str] | None = None) -> list[list]:
+def _demo_rows(demos: Sequence[DemoView], extra: dict[str, str] | None = None) -> list[list[str]]:
     return [
         [tag("code", d.id), d.source, tag("pre", clip(d.input)), tag("pre", clip(d.reply))]
         + ([extra.get(d.id, "")] if extra is not None else [])

@@ -97,7 +97,8 @@ def _fate(
 def read_candidates(step: int, row: dict[str, Any]) -> list[Candidate]:
     """The step's candidates with their fate; [] for a row written before candidates."""
     raw = [c for c in row.get("candidates") or [] if isinstance(c, dict)]
-    gate = row.get("gate") if isinstance(row.get("gate"), dict) else {}
+    gate = row.get("gate")
+    gate = gate if isinstance(gate, dict) else {}
     chosen = next((c for c in raw if c.get("chosen")), None)
     out = []
     for c in raw:

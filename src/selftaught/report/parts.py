@@ -36,10 +36,8 @@ def header(kind: str, run: Run, task: str) -> Html:
 
 
 def change(a: Estimate | None, b: Estimate | None) -> str:
-    if a is None and b is None:
-        return "–"
     if b is None:
-        return f"{a.value:.3f} → …"  # type: ignore[union-attr]
+        return "–" if a is None else f"{a.value:.3f} → …"
     if a is None:
         return f"… → {b.value:.3f}"
     return f"{a.value:.3f} → {b.value:.3f}"

@@ -112,7 +112,8 @@ def read_estimate(d: Any, metric: str = "hard") -> Estimate | None:
     n = s.get("n") if isinstance(s.get("n"), int) else None
     value = _number(s, metric)
     if metric == "soft":
-        return None if value is None else Estimate(value, *(_pair(s, "soft_ci") or (None, None)), n)
+        lo, hi = _pair(s, "soft_ci") or (None, None)
+        return None if value is None else Estimate(value, lo, hi, n)
     solved_raw = _number(s, "solved")
     solved = int(solved_raw) if solved_raw is not None else None
     if solved is None and value is not None and n:
@@ -301,7 +302,7 @@ def _skill_steps(rows: list[dict[str, Any]], metric: str) -> list[SkillStep]:
     baseline = read_estimate(rows[0].get("val"), metric) if rows else None
     current_val = best_val = baseline
     parent = str(rows[0].get("skill_version") or "v0000") if rows else "v0000"
-    steps = []
+    steps: list[SkillStep] = []
     for row in rows[1:]:
         gate = _dict(row.get("gate"))
         decision = str(gate.get("decision") or "unknown")

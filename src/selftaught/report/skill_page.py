@@ -61,7 +61,7 @@ def skill_card_items(run: SkillRun) -> list[tuple[str, str, Any, str]]:
         int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
         for u in run.usage.values()
     )
-    usd = [u.get("usd") for u in run.usage.values() if u.get("usd") is not None]
+    usd = [float(u["usd"]) for u in run.usage.values() if u.get("usd") is not None]
     paired = run.test_paired
     test_detail = ""
     if paired:

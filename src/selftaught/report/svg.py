@@ -214,17 +214,21 @@ def _series(s: Series, index: int, sc: _Scale) -> list[str]:
         )
     name = escape(s.name)
     out = [f'<g class="series" data-series="{name}" data-index="{index}">']
-    with_ci = [p for p in s.points if p.lo is not None and p.hi is not None and math.isfinite(p.y)]
+    with_ci = [  # (x, lo, hi)
+        (p.x, p.lo, p.hi)
+        for p in s.points
+        if p.lo is not None and p.hi is not None and math.isfinite(p.y)
+    ]
     if s.band and len(with_ci) > 1:
-        upper = _path([Point(p.x, p.hi) for p in with_ci], sc, s.step)  # type: ignore[arg-type]
-        lower = _path([Point(p.x, p.lo) for p in reversed(with_ci)], sc, False)  # type: ignore[arg-type]
+        upper = _path([Point(x, hi) for x, _, hi in with_ci], sc, s.step)
+        lower = _path([Point(x, lo) for x, lo, _ in reversed(with_ci)], sc, False)
         if s.step:  # the lower edge of a step band must step too
-            lower = _path([Point(p.x, p.lo) for p in with_ci], sc, True)  # type: ignore[arg-type]
+            lower = _path([Point(x, lo) for x, lo, _ in with_ci], sc, True)
             lower = " ".join(reversed(lower.split()))
         out.append(f'<polygon class="band" fill="{s.color}" points="{upper} {lower}"/>')
     if s.error_bars:
-        for p in with_ci:
-            x, y_lo, y_hi = sc.x(p.x), sc.y(p.lo), sc.y(p.hi)  # type: ignore[arg-type]
+        for at, lo, hi in with_ci:
+            x, y_lo, y_hi = sc.x(at), sc.y(lo), sc.y(hi)
             out.append(
                 f'<path class="errbar" stroke="{s.color}" d="M{x - 3:.1f},{y_hi:.1f}h6'
                 f'M{x:.1f},{y_hi:.1f}V{y_lo:.1f}M{x - 3:.1f},{y_lo:.1f}h6"/>'

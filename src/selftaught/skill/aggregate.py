@@ -9,6 +9,7 @@ by support), so proposals are never lost to a bad merge."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass, field, replace
 
 from selftaught.skill.document import Edit
@@ -92,10 +93,12 @@ async def aggregate(
     """Merge failure- and success-driven patches separately, then together. `analyst=None`
     merges deterministically (no LLM call)."""
     agg = Aggregation()
-    kw = {"merge_batch_size": merge_batch_size, "max_edits": max_edits, "agg": agg}
+    merge = functools.partial(
+        merge_hierarchically, merge_batch_size=merge_batch_size, max_edits=max_edits, agg=agg
+    )
     fail, succ = await asyncio.gather(
-        merge_hierarchically(analyst, skill, failure_patches, source="failure", **kw),
-        merge_hierarchically(analyst, skill, success_patches, source="success", **kw),
+        merge(analyst, skill, failure_patches, source="failure"),
+        merge(analyst, skill, success_patches, source="success"),
     )
     if fail and succ:
         # keep failure-driven first when the final merge falls back (they carry the signal)

@@ -15,6 +15,7 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from selftaught.demos import Demo, Leak, LeakCheck
 from selftaught.rollout import Rollout
@@ -50,9 +51,9 @@ class DemoPool:
         }
 
     @classmethod
-    def from_dict(cls, raw: dict[str, object]) -> DemoPool:
-        demos = [Demo.from_dict(d) for d in raw.get("demos", [])]  # type: ignore[union-attr]
-        leaks = [Leak(**x) for x in raw.get("leaks", [])]  # type: ignore[union-attr]
+    def from_dict(cls, raw: dict[str, Any]) -> DemoPool:
+        demos = [Demo.from_dict(d) for d in raw.get("demos", [])]
+        leaks = [Leak(**x) for x in raw.get("leaks", [])]
         return cls({d.id: d for d in demos}, leaks)
 
 

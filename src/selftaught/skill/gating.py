@@ -35,7 +35,7 @@ def _total(scores: ValScores) -> float:
 
 
 def _rejected(reason: str) -> Verdict:
-    return Verdict(GateResult("reject", reason, *[0.0] * 5))
+    return Verdict(GateResult("reject", reason, 0.0, 0.0, 0.0, 0.0, 0.0))
 
 
 async def choose(

@@ -177,13 +177,16 @@ class _Tally:
 
     def entry(self) -> LedgerEntry:
         e = self.first
-        kinds = ("proposed", "accepted", "rejected", "rolled_back", "dropped")
         return LedgerEntry(
             e.op,
             e.target,
             e.content,
             e.document,
-            *(self.counts.get(k, 0) for k in kinds),
+            proposed=self.counts.get("proposed", 0),
+            accepted=self.counts.get("accepted", 0),
+            rejected=self.counts.get("rejected", 0),
+            rolled_back=self.counts.get("rolled_back", 0),
+            dropped=self.counts.get("dropped", 0),
             tasks=tuple(self.tasks),
             runs=tuple(self.runs),
             last_time=self.last_time,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -139,7 +139,7 @@ class Proposer:
 
         sem = asyncio.Semaphore(cfg.concurrency)
 
-        async def limited(job: Any) -> AnalystCall:
+        async def limited(job: Awaitable[AnalystCall]) -> AnalystCall:
             async with sem:
                 return await job
 

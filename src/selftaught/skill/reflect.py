@@ -25,7 +25,7 @@ CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error"]
 
 
 def load_prompt(name: str) -> str:
-    return resources.files("selftaught.skill").joinpath("prompts", f"{name}.md").read_text("utf-8")
+    return resources.files("selftaught.skill").joinpath(f"prompts/{name}.md").read_text("utf-8")
 
 
 def render(template: str, **values: Any) -> str:

@@ -176,6 +176,8 @@ class SkillRunResult(RunResult):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.method = self.method or "skill"
+        base: EvalResult | None
+        shipped: EvalResult | None
         if self.test is not None:
             base, shipped = self.test.initial, self.test.best
         else:

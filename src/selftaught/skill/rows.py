@@ -73,5 +73,7 @@ def row_from_dict(d: dict[str, Any]) -> HistoryRow:
     cls: type[BaselineRow] | type[StepRow] = (
         BaselineRow if d.get("stage") == "baseline" else StepRow
     )
-    kwargs = {f.name: d.get(f.name, _DEFAULTS.get(f.name)) for f in fields(cls) if f.init}
+    kwargs: dict[str, Any] = {
+        f.name: d.get(f.name, _DEFAULTS.get(f.name)) for f in fields(cls) if f.init
+    }
     return cls(**kwargs)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from selftaught.errors import ConfigError
 from selftaught.gate import TagLoss
@@ -53,6 +53,9 @@ from selftaught.skill.routing import (
 from selftaught.skill.skill_md import SkillFile
 from selftaught.tasks.base import Example
 from selftaught.text import words
+
+if TYPE_CHECKING:
+    from selftaught.evaluation import EvalResult
 
 UNROUTED = "(unrouted)"  # the group of val examples no skill's card shares a word with
 
@@ -662,6 +665,10 @@ def _params(config: Any) -> Any:
     return GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
 
 
+def _val_score(result: EvalResult | None) -> Score | None:
+    return None if result is None else Score.from_summary(result.summary(), "val")
+
+
 def add_usage(*usages: dict[str, Any]) -> dict[str, Any]:
     """Per-role usage dicts summed (numbers added, the rest kept from the first)."""
     total: dict[str, dict[str, Any]] = {}
@@ -904,8 +911,8 @@ class SkillSetRun:
             trained=True,
             accepted=own and check is not None and check.passed,
             reason=reason,
-            own_before=r.val_initial and Score.from_summary(r.val_initial.summary(), "val"),
-            own_after=r.val_best and Score.from_summary(r.val_best.summary(), "val"),
+            own_before=_val_score(r.val_initial),
+            own_after=_val_score(r.val_best),
             own_accepted=own,
             whole_val=check,
             run_dir=str(sub),

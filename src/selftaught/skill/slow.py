@@ -20,6 +20,7 @@ skill that keeps what earns its place and merges what kept helping, gated like a
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -119,17 +120,18 @@ class SlowConsolidator:
         set_stage("slow: merge")
         rules, merged = await self._merge(rules)
         text = self.doc.join(rules, parts.demos)
-        common = {
-            "runs": runs,
-            "every": self.config.slow_every,
-            "trials": tuple(trials),
-            "merged": tuple((e.op, e.target, e.content) for e in merged),
-            "val_before": base.hard,
-            "chars_before": len(current.text),
-        }
+        common = functools.partial(
+            SlowUpdate,
+            runs=runs,
+            every=self.config.slow_every,
+            trials=tuple(trials),
+            merged=tuple((e.op, e.target, e.content) for e in merged),
+            val_before=base.hard,
+            chars_before=len(current.text),
+        )
         if self.doc.hash(text) == current.hash:
             why = "nothing to rewrite: every rule tried earns its place, none overlap"
-            return SlowUpdate(True, why, **common, chars_after=len(text)), None
+            return common(True, why, chars_after=len(text)), None
         version = self.versions.save(f"v{step:04d}-slow", text)
         set_stage("slow: val")
         after = await self.scorer.val(version)
@@ -142,10 +144,9 @@ class SlowConsolidator:
             tags=self.scorer.val_tags,
         )
         shipped = result.decision != "reject"
-        update = SlowUpdate(
+        update = common(
             True,
             result.reason,
-            **common,
             decision=result.decision,
             val_after=after.hard,
             chars_after=len(text),

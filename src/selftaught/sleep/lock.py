@@ -66,7 +66,8 @@ def read_holder(home: Path) -> dict[str, Any] | None:
         except BlockingIOError:
             f.seek(0)
             try:
-                return json.loads(f.read() or "{}")
+                holder: dict[str, Any] = json.loads(f.read() or "{}")  # the holder's JSON
+                return holder
             except json.JSONDecodeError:
                 return {}
         fcntl.flock(f, fcntl.LOCK_UN)

@@ -38,7 +38,6 @@ from selftaught.errors import InputError, MissingDependency, SelftaughtError
 from selftaught.sleep.intake.harvest.common import project_from_cwd
 from selftaught.sleep.intake.hooks import (
     AGENTS,
-    check_session_id,
     find_transcript,
     harvest_session,
     last_answered_turn,
@@ -51,6 +50,7 @@ from selftaught.sleep.intake.log import (
     TaskLog,
     iso_utc,
 )
+from selftaught.sleep.intake.sessions import check_session_id
 from selftaught.sleep.paths import check_project, read_adopted
 
 SERVER_NAME = "selftaught"
@@ -77,7 +77,7 @@ class SleepTools:
     `SelftaughtError` whose message the agent sees."""
 
     project: str
-    log_path: Path | None = None
+    log_path: str | Path | None = None  # a file, or a postgresql:// URL
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     folder: Path = field(default_factory=Path.cwd)
     """The repository this server serves: only transcripts of sessions that ran here are
@@ -270,7 +270,7 @@ def build_server(tools: SleepTools) -> Any:
 
 
 def serve(
-    project: str | None = None, log_path: Path | None = None, trust_feedback: bool = False
+    project: str | None = None, log_path: str | Path | None = None, trust_feedback: bool = False
 ) -> None:
     """Run the server on stdio until the client closes it. The project defaults to the one
     transcripts from this folder are harvested into (its name, as `sleep harvest` names it);

@@ -37,18 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selftaught.errors import InputError
-from selftaught.runs import ENV_HOME, private_dirs, sleep_home  # noqa: F401 (re-exported)
+
+# `X as X`: re-exported on purpose (mypy's strict mode wants it said)
+from selftaught.runs import ENV_HOME as ENV_HOME
+from selftaught.runs import private_dirs as private_dirs
+from selftaught.runs import sleep_home as sleep_home
 
 # the records paths and the stores share live below both; imported from here as always
-from selftaught.sleep.store import (  # noqa: F401
-    ADAPTER_DIR,
-    ANY_URL,
-    Adopted,
-    LogError,
-    LogUrl,
-    display_url,
-    is_url,
-)
+from selftaught.sleep.store import ADAPTER_DIR as ADAPTER_DIR
+from selftaught.sleep.store import ANY_URL, LogError, LogUrl, display_url, is_url
+from selftaught.sleep.store import Adopted as Adopted
 
 ENV_LOG = "SELFTAUGHT_LOG"
 DEFAULT_PROJECT = "default"
@@ -70,8 +68,8 @@ def log_location(value: str | Path | LogUrl | None = None) -> Path | LogUrl:
     postgresql:// URL is a `LogUrl`, never a path; another scheme is refused."""
     if value is None or (isinstance(value, str) and not value.strip()):
         value = default_log_path()
-    if is_url(value):
-        return LogUrl(value)  # type: ignore[arg-type]
+    if isinstance(value, LogUrl) or (isinstance(value, str) and is_url(value)):
+        return LogUrl(value)
     if isinstance(value, str) and ANY_URL.match(value.strip()):
         raise LogError(
             f"the task log {display_url(value)!r} is neither a file path nor a postgresql:// URL"

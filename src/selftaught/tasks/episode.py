@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeGuard, runtime_checkable
 
 import jsonschema
 
@@ -142,7 +142,7 @@ class ToolTask(Task, Protocol):
     def score_episode(self, episode: Episode, example: Example) -> Score: ...
 
 
-def is_tool_task(task: Task) -> bool:
+def is_tool_task(task: Task) -> TypeGuard[ToolTask]:
     return callable(getattr(task, "environment", None))
 
 

@@ -30,7 +30,7 @@ def extract_answer(text: str) -> str:
 
 def extract_number(text: str) -> str | None:
     """The last number in `text` (commas dropped), or None."""
-    hits = _NUMBER.findall(text)
+    hits: list[str] = _NUMBER.findall(text)  # the pattern has no groups: whole matches
     if not hits:
         return None
     return hits[-1].replace(",", "")

@@ -7,7 +7,7 @@ import re
 from functools import cached_property
 from typing import Any
 
-from selftaught.tasks.base import Example, Score, Split, TaskError
+from selftaught.tasks.base import Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.extract import extract_answer, extract_number
 
 DEFAULT_INSTRUCTIONS = "Give the final answer only."
@@ -59,7 +59,7 @@ class GymTask:
     """One reasoning-gym generator as a Task. Splits come from distinct seeds and are
     de-duplicated by question text (test first, then val, then train), so they never overlap."""
 
-    kind = "agent"
+    kind: TaskKind = "agent"
 
     def __init__(
         self,

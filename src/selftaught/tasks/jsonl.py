@@ -249,10 +249,10 @@ class JsonlTask:
         timeout = row.get("check_timeout", self.check_timeout_s)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise TaskError(f"{where}: `check_timeout` must be a number of seconds > 0")
-        folder = self._workspaces.get(example_id)
-        if folder is not None and folder_bytes(folder) > MAX_WORKSPACE_BYTES:
+        workspace = self._workspaces.get(example_id)
+        if workspace is not None and folder_bytes(workspace) > MAX_WORKSPACE_BYTES:
             raise TaskError(
-                f"{where}: workspace {folder} is larger than the "
+                f"{where}: workspace {workspace} is larger than the "
                 f"{MAX_WORKSPACE_BYTES // 2**20} MiB a check can take"
             )
         argv = parse_check(row["check"], where)

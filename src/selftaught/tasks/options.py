@@ -5,15 +5,24 @@ cannot honour is a `ConfigError` naming it, never silently ignored."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from selftaught.errors import ConfigError
 from selftaught.models.resolve import ModelLike
 
 DEFAULT_SEED = 0
 """Seeds a task's generator and its train / val / test split."""
+
+
+class Sizes(TypedDict, total=False):
+    """The split sizes a task constructor takes as keywords (those set)."""
+
+    train_size: int
+    val_size: int
+    test_size: int
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,9 @@ class TaskOptions:
                 raise ConfigError(f"{name} must be an integer >= 0, got {size!r}")
 
     @classmethod
-    def of(cls, options: TaskOptions | dict[str, Any] | None = None, **fields: Any) -> TaskOptions:
+    def of(
+        cls, options: TaskOptions | Mapping[str, Any] | None = None, **fields: Any
+    ) -> TaskOptions:
         """Options from an instance, a dict of fields or None, with `fields` on top."""
         base = options if isinstance(options, TaskOptions) else cls(**dict(options or {}))
         try:
@@ -74,11 +85,16 @@ class TaskOptions:
             if getattr(self, f.name) != f.default and getattr(self, f.name) is not None
         ]
 
-    def sizes(self) -> dict[str, int]:
+    def sizes(self) -> Sizes:
         """The split sizes that were set, as constructor keywords."""
-        named = {"train_size": self.train_size, "val_size": self.val_size}
-        named["test_size"] = self.test_size
-        return {k: v for k, v in named.items() if v is not None}
+        sizes: Sizes = {}
+        if self.train_size is not None:
+            sizes["train_size"] = self.train_size
+        if self.val_size is not None:
+            sizes["val_size"] = self.val_size
+        if self.test_size is not None:
+            sizes["test_size"] = self.test_size
+        return sizes
 
     def refuse(self, source: str, honoured: set[str], why: str = "") -> None:
         """ConfigError naming the options `source` cannot honour (never ignore one)."""

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from selftaught.errors import ConfigError
 from selftaught.tasks.base import Task, TaskError
@@ -124,4 +124,4 @@ def load_plugin_task(spec: str, required: Iterable[str] = (), **kwargs: Any) -> 
         )
     if task.kind not in ("agent", "game"):
         raise TaskError(f"task plugin {spec!r}: kind must be 'agent' or 'game', got {task.kind!r}")
-    return task
+    return cast(Task, task)  # every attribute of the Task protocol checked just above

@@ -67,6 +67,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from selftaught.errors import ConfigError
 from selftaught.tasks.base import TaskError
@@ -342,7 +343,15 @@ def _parents(path: str) -> list[str]:
 # session keyring is inherited) and memory the address-space limit does not count
 # (memfd_create, memfd_secret, SysV shared memory and message queues, POSIX message queues,
 # io_uring). clone3 hides its flags, so it gets ENOSYS and libc falls back to clone.
-_SECCOMP = {
+class _Syscalls(TypedDict):
+    arch: int
+    clone: int
+    unshare: int
+    clone3: int
+    refused: tuple[int, ...]
+
+
+_SECCOMP: dict[str, _Syscalls] = {
     "x86_64": {
         "arch": 0xC000003E,
         "clone": 56,
@@ -374,7 +383,7 @@ def _seccomp_filter() -> bytes | None:
     allow, errno_ret = 0x7FFF0000, 0x00050000  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
     refused = table["refused"]
     # (code, label if true, label if false, k), labels resolved to relative jumps below
-    program: list[tuple[int, str | int, str | int, int]] = [
+    program: list[tuple[int | str, str | int, str | int, int]] = [
         (load, 0, 0, 4),  # the syscall's ABI
         (jeq, 0, "eperm", table["arch"]),  # another ABI (32-bit calls): refuse
         (load, 0, 0, 0),  # the syscall number
@@ -400,12 +409,12 @@ def _assemble(program: list[tuple[int | str, str | int, str | int, int]]) -> byt
     """Classic BPF bytes from instructions whose jumps name labels; a label is an
     instruction whose code is a string."""
     labels: dict[str, int] = {}
-    instructions = []
-    for item in program:
-        if isinstance(item[0], str):
-            labels[item[0]] = len(instructions)
+    instructions: list[tuple[int, str | int, str | int, int]] = []
+    for code, jt, jf, k in program:
+        if isinstance(code, str):
+            labels[code] = len(instructions)
         else:
-            instructions.append(item)
+            instructions.append((code, jt, jf, k))
 
     def offset(target: str | int, at: int) -> int:
         return labels[target] - at - 1 if isinstance(target, str) else target

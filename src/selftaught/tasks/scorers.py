@@ -37,9 +37,9 @@ class Scorer(Protocol):
 
 
 def _shorten(text: Any, limit: int = _SHOWN_CHARS) -> str:
-    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    shown = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
+    shown = " ".join(shown.split())
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def _references(example: Example, scorer: str) -> list[Any]:
@@ -166,8 +166,9 @@ def numeric(output: str, example: Example) -> Score:
     """The final number of the answer equals the reference within rel 1e-6 / abs 1e-9.
     Looks in the extracted answer first, then falls back to the last number in the reply."""
     refs = _references(example, "numeric")
-    expected = [parse_number(r) for r in refs]
-    if any(v is None for v in expected):
+    parsed = [parse_number(r) for r in refs]
+    expected = [v for v in parsed if v is not None]
+    if len(expected) != len(parsed):
         raise TaskError(f"example {example.id!r}: reference {refs!r} is not a number")
     answer = extract_answer(output)
     got = parse_number(answer)
@@ -176,13 +177,11 @@ def numeric(output: str, example: Example) -> Score:
     want = (
         _format_number(expected[0])
         if len(expected) == 1
-        else str([_format_number(v) for v in expected if v is not None])
+        else str([_format_number(v) for v in expected])
     )
     if got is None:
         return _binary(False, f"expected {want}, got no number in {_shorten(answer)!r}")
-    if any(
-        math.isclose(got, v, rel_tol=REL_TOL, abs_tol=ABS_TOL) for v in expected if v is not None
-    ):
+    if any(math.isclose(got, v, rel_tol=REL_TOL, abs_tol=ABS_TOL) for v in expected):
         return _binary(True, f"correct: {_format_number(got)}")
     return _binary(False, f"expected {want}, got {_format_number(got)}")
 

@@ -329,8 +329,8 @@ class DPOTrainer(RestTrainer):
     ):
         self.preferences = _preferences(preferences)
         assert_no_held_out(self.preferences, task)  # before the run directory is made
-        super().__init__(  # type: ignore[arg-type]
-            config,
+        super().__init__(
+            config,  # type: ignore[arg-type]  # RestTrainer's preamble, typed for RestConfig
             task,
             model,
             output_dir=output_dir,

@@ -290,7 +290,7 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
                 self.task,
                 chat,
                 self.student,
-                split=split,  # type: ignore[arg-type]
+                split=split,
                 rollout=RolloutConfig(
                     concurrency=self.config.gen_batch_size,
                     params=GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0),
@@ -598,4 +598,5 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
 
 
 def load_result(run_dir: str | Path) -> dict[str, Any]:
-    return read_json(Path(run_dir) / "result.json")
+    result: dict[str, Any] = read_json(Path(run_dir) / "result.json")  # a result's to_dict()
+    return result

@@ -95,7 +95,7 @@ def samples_from_rollouts(
         )
         if r.is_episode and is_tool_task(task):
             if r.example_id not in tools:  # the schema the episode was offered
-                tools[r.example_id] = task.environment(example).schemas() or None  # type: ignore[attr-defined]
+                tools[r.example_id] = task.environment(example).schemas() or None
             sample.trajectory = r.trajectory
             sample.tools = tools[r.example_id]
             sample.target = episode_target(r.trajectory)

@@ -45,14 +45,16 @@ def load_causal_lm(path: str | Path, *, device: str | None = None) -> tuple[Any,
     tok = AutoTokenizer.from_pretrained(str(path))
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    # Any, as this module treats models: mypy reads transformers' wrapped `to` unbound
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     model.to(where)
     return model, tok
 
 
 def on_cpu(model: Any) -> bool:
     """Whether `model` lives on the CPU (trainers are then told `use_cpu`)."""
-    return next(model.parameters()).device.type == "cpu"
+    device: str = next(model.parameters()).device.type
+    return device == "cpu"
 
 
 def _layers(model: Any) -> Any:
@@ -122,9 +124,10 @@ def template_render(tokenizer: Any) -> Render:
     without a tools section drops the calls: `episode_tokens` refuses that)."""
 
     def render(messages: list[Message], tools: list[dict[str, Any]] | None, gen: bool) -> str:
-        return tokenizer.apply_chat_template(
+        text: str = tokenizer.apply_chat_template(  # tokenize=False: the text
             messages, tools=tools or None, tokenize=False, add_generation_prompt=gen
         )
+        return text
 
     return render
 

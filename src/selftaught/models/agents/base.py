@@ -114,7 +114,8 @@ def brief_from_messages(messages: Sequence[Message]) -> AgentBrief:
     last = max((i for i, m in enumerate(turns) if m.get("role") == "user"), default=None)
     if last is None:
         raise InputError("the messages hold no user message for the agent to act on")
-    demos, asked = [], []
+    demos: list[Demo] = []
+    asked: list[str] = []
     for m in turns[:last]:
         text = content_text(m.get("content"))
         if m.get("role") == "user":
@@ -372,7 +373,11 @@ class CliAgent(AsyncChatModel):
         await self.preflight()
         async with self._slot():
             handed = current_workspace()
-            workspace = handed or await asyncio.to_thread(Workspace.create, self.settings.workspace)
+            workspace = (
+                handed
+                if handed is not None
+                else await asyncio.to_thread(Workspace.create, self.settings.workspace)
+            )
             try:
                 return await self._with_retries(brief, workspace)
             finally:

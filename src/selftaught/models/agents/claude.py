@@ -123,7 +123,8 @@ def _run(events: list[dict[str, Any]], final: dict[str, Any]) -> AgentRun:
         if event.get("parent_tool_use_id"):  # a subagent's own steps: its result is enough
             continue
         message = event.get("message") or {}
-        blocks = message.get("content") if isinstance(message.get("content"), list) else []
+        blocks = message.get("content")
+        blocks = blocks if isinstance(blocks, list) else []
         for block in blocks:
             kind = block.get("type")
             if event.get("type") == "assistant" and kind == "text":
@@ -147,7 +148,7 @@ def _run(events: list[dict[str, Any]], final: dict[str, Any]) -> AgentRun:
         int(usage.get(k) or 0)
         for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
-    info = {
+    info: dict[str, Any] = {
         k: final[k]
         for k in ("session_id", "num_turns", "total_cost_usd", "duration_ms")
         if k in final

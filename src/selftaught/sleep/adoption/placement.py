@@ -626,7 +626,9 @@ def place_skills(
         writes: list[_Write] = []
         if target.kind == "agents-md":
             planned = _plan_agents_md(ok, target, ledger)
-            plans = [planned] if isinstance(planned, _Write) else list(planned)
+            plans: list[_Write | PlacedFile] = (
+                [planned] if isinstance(planned, _Write) else list(planned)
+            )
         else:
             plans = [_plan_skill_file(skill, target, ledger, shas) for skill in ok]
         for plan in plans:

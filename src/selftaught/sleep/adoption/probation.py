@@ -110,9 +110,10 @@ def _solved(reply: str, reference: Any) -> bool | None:
 def reference_outcome(it: Interaction, reference: Any) -> int | None:
     """1 when the row's reply passes `reference` (a corrected answer, or on a request with
     tools a corrected tool call, see `sleep.night.replay`), 0 when not, None when unusable."""
+    from selftaught.sleep.intake.threads import logged_tools
     from selftaught.sleep.night import replay
 
-    if replay.logged_tools(it) is not None:
+    if logged_tools(it) is not None:
         corrected = replay.tool_feedback(reference)
         if corrected is not None:
             made = {
@@ -591,7 +592,7 @@ def version_table(result: Probation) -> Any:
     columns = ["version", "served", *(["shadow"] if shadow else []), "errors", "left out"]
     columns += ["outcomes", "rate", f"{result.config.confidence:.0%} CI", ""]
     for column in columns:
-        justify = "left" if column in ("version", "") else "right"
+        justify: Literal["left", "right"] = "left" if column in ("version", "") else "right"
         table.add_column(column, justify=justify, no_wrap=True)
     for t in result.tallies:
         lo, hi = t.interval

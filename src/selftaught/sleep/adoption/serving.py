@@ -26,12 +26,10 @@ from selftaught.models.local import LocalModel
 from selftaught.sleep.paths import read_adopted
 
 
-def _adapter_key(folder: Path | None, memo: dict[Path, str]) -> str | None:
+def _adapter_key(folder: Path, memo: dict[Path, str]) -> str:
     """What identifies an adapter: its files' fingerprint (a text-only adopt copies the same
     adapter into a new version folder, which must not rebuild it). Version folders never
     change once written, so each is hashed once."""
-    if folder is None:
-        return None
     if folder not in memo:
         memo[folder] = fingerprint_path(folder)
     return memo[folder]
@@ -56,7 +54,7 @@ class FollowAdopted(AsyncChatModel):
 
     def _wanted(self) -> tuple[Path | None, str | None]:
         folder = self.adapter
-        return folder, _adapter_key(folder, self._keys)
+        return folder, None if folder is None else _adapter_key(folder, self._keys)
 
     @property
     def inner(self) -> LocalModel:

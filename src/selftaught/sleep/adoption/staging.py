@@ -66,7 +66,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from selftaught.errors import InputError
 from selftaught.runs import (
@@ -96,6 +96,9 @@ from selftaught.sleep.paths import (
     unit_dir,
     version_adapter,
 )
+
+if TYPE_CHECKING:
+    from selftaught.sleep.store.versions import PgVersions
 
 NIGHT_KIND = "sleep-night"
 NIGHT_LAYOUT = """\
@@ -273,7 +276,7 @@ def write_proposal(night_dir: Path, adopted: Adopted, skill: str, memory: str) -
 # ---- adopted versions -----------------------------------------------------------------------
 
 
-def versions_store() -> Any:
+def versions_store() -> PgVersions | None:
     """The Postgres versions store when $SELFTAUGHT_LOG is a URL, else None (files here)."""
     from selftaught.sleep.paths import shared_url
     from selftaught.sleep.store import versions

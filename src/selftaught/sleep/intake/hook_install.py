@@ -292,12 +292,13 @@ def _claude_uninstall(path: Path) -> Change:
 
 
 def _toml_loads(text: str, path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the `tomli` dependency on Python 3.10
+        import tomli as tomllib
     try:
-        import tomllib  # type: ignore[import-not-found]
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        return tomllib.loads(text)
+        data: dict[str, Any] = tomllib.loads(text)
+        return data
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"Codex config {path} is not valid TOML ({err})") from None
 
@@ -409,8 +410,9 @@ def state(agent: str, scope: Scope = "user", folder: Path | None = None) -> Hook
     found = HookState(agent, scope, path, False, backup=_existing_backup(path))
     if agent == "codex":
         notify = _codex_state(path)[1].get("notify")
-        if _ours(notify):
-            found.installed, found.command = True, shlex.join(notify)
+        if _ours(notify):  # a list as we write it; a string if someone edited it to one
+            command = shlex.join(notify) if isinstance(notify, list) else str(notify)
+            found.installed, found.command = True, command
         elif notify is not None:
             found.other = repr(notify)
     else:

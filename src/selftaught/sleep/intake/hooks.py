@@ -167,7 +167,7 @@ def last_answered_turn(log: TaskLog, session_id: str, project: str) -> Interacti
             "(`selftaught sleep feedback ID`)"
         )
     answered = [it for it in turns if it.reply]
-    return (answered or turns or [None])[0]
+    return (answered or turns)[0] if turns else None
 
 
 # ---- the hook ------------------------------------------------------------------------------
@@ -281,7 +281,8 @@ def _log_location(args: argparse.Namespace) -> str | None:
         if not url:
             raise InputError(f"{args.log_from} holds no log URL")
         return url
-    return args.log
+    log: str | None = args.log  # --log: a string option
+    return log
 
 
 def _run(args: argparse.Namespace, stdin: TextIO) -> str:

@@ -39,11 +39,14 @@ from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, log_location
 
 # LogError and LogUnavailable live beside the backends that raise them; callers import them
 # from here.
-from selftaught.sleep.store import LogError, LogUnavailable, LogUrl  # noqa: F401
+from selftaught.sleep.store import LogError as LogError
+from selftaught.sleep.store import LogUnavailable as LogUnavailable
+from selftaught.sleep.store import LogUrl
 from selftaught.sleep.store import sqlite as sqlite_store
 
 if TYPE_CHECKING:
     from selftaught.sleep.store.dialect import Dialect
+    from selftaught.sleep.store.postgres import PostgresBackend
 
 SOURCES = ("proxy", "api", "import", "claude-code", "codex")
 Thumb = Literal["up", "down"]
@@ -439,7 +442,7 @@ class TaskLog:
         self._backend = self._open(busy_timeout_s)
         self._dialect = self._backend.dialect
 
-    def _open(self, busy_timeout_s: float) -> Any:
+    def _open(self, busy_timeout_s: float) -> sqlite_store.SqliteBackend | PostgresBackend:
         if isinstance(self.path, LogUrl):
             from selftaught.sleep.store.postgres import PostgresBackend
 
@@ -617,7 +620,8 @@ class TaskLog:
             exact = self._exec(conn, "SELECT id FROM interactions WHERE id = ?", (prefix,))
             exact = exact.fetchone()
             if exact:
-                return exact[0]
+                full: str = exact[0]
+                return full
             if len(prefix) < 6:
                 raise LogError(f"no interaction with id {prefix!r} in {self.path}")
             # lower() on both sides: SQLite's LIKE ignores ASCII case, Postgres' does not
@@ -630,7 +634,8 @@ class TaskLog:
             raise LogError(f"no interaction with id {prefix!r} in {self.path}")
         if len(found) > 1:
             raise LogError(f"id prefix {prefix!r} is ambiguous in {self.path}; give more of it")
-        return found[0][0]
+        unique: str = found[0][0]
+        return unique
 
     def get(self, interaction_id: str) -> Interaction:
         full_id = self.resolve_id(interaction_id)
@@ -649,9 +654,9 @@ class TaskLog:
     def count(self, flt: LogFilter | None = None) -> int:
         where, args = (flt or LogFilter()).where(self._dialect)
         with self._backend.read() as conn:
-            return self._exec(conn, f"SELECT COUNT(*) FROM interactions i{where}", args).fetchone()[
-                0
-            ]
+            row = self._exec(conn, f"SELECT COUNT(*) FROM interactions i{where}", args).fetchone()
+        n: int = row[0]
+        return n
 
     def _select(self, where: str, args: list[Any], order: str) -> list[Interaction]:
         with self._backend.read() as conn:

@@ -52,7 +52,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from selftaught.errors import BackendError, InputError, RunError, SelftaughtError
@@ -91,6 +91,9 @@ from selftaught.sleep.intake.watch import ProbationWatch
 from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
 from selftaught.sleep.replay_mark import is_marked, replay_key
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 _KEEP_HEADERS = ("content-type", "accept", "user-agent", "x-request-id", *SESSION_HEADERS)
 _WIRE_HEADERS = {"messages": ("anthropic-version", "anthropic-beta"), "responses": ("openai-beta",)}
@@ -461,7 +464,7 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
     return app
 
 
-def _add_own_routes(app: Any, state: ProxyState) -> None:
+def _add_own_routes(app: "FastAPI", state: ProxyState) -> None:
     """What the proxy answers itself: health, stats, feedback on a logged interaction."""
     from fastapi import Request
 
@@ -487,7 +490,7 @@ def _add_own_routes(app: Any, state: ProxyState) -> None:
         return await take_feedback(state, request)
 
 
-def _add_forwarding_routes(app: Any, state: ProxyState) -> None:
+def _add_forwarding_routes(app: "FastAPI", state: ProxyState) -> None:
     """What goes upstream: the model APIs (logged), the models list and, when the operator
     asks, embeddings (as is, with the client's own key)."""
     from fastapi import Request

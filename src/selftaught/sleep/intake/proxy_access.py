@@ -25,6 +25,7 @@ import hmac
 import json
 import math
 import re
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -79,13 +80,16 @@ def read_client_keys(path: Path) -> dict[str, str]:
         raise AccessError(f"cannot read the client keys file {path}: {err.strerror}") from None
     try:
         if Path(path).suffix.lower() == ".toml":
-            import tomllib
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # the `tomli` dependency (the same parser) on Python 3.10
+                import tomli as tomllib
 
             data: Any = tomllib.loads(text)
         else:
             data = json.loads(text)
     except ImportError:
-        raise AccessError(f"{path}: TOML needs Python 3.11 or later; write it as JSON") from None
+        raise AccessError(f"{path}: TOML needs Python 3.11 or `tomli`; write it as JSON") from None
     except ValueError as err:  # json and tomllib errors both derive from ValueError
         raise AccessError(f"the client keys file {path} is not valid: {err}") from None
     if not isinstance(data, dict) or not data:

@@ -513,7 +513,7 @@ class MessagesWire(Wire):
         if not isinstance(body, dict) or not isinstance(body.get("content"), list):
             return Reply(error="the upstream reply has no content")
         text, calls = _message_content(body["content"])
-        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        usage = _dict(body.get("usage"))
         return Reply(
             text,
             calls,
@@ -616,7 +616,7 @@ def _anthropic_part(block: dict[str, Any]) -> dict[str, Any]:
     kind = block.get("type")
     if kind == "text":
         return {"type": "text", "text": str(block.get("text", ""))}
-    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    source = _dict(block.get("source"))
     if kind == "image" and source.get("type") == "base64":
         url = f"data:{source.get('media_type')};base64,{source.get('data')}"
         return {"type": "image_url", "image_url": {"url": url}}
@@ -812,7 +812,7 @@ def _responses_reply(body: dict[str, Any]) -> Reply:
             texts.append(content if isinstance(content, str) else json.dumps(content))
         elif item.get("type") in _CALL_ITEMS:
             calls.append(_item_call(item))
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    usage = _dict(body.get("usage"))
     finish = _label(body.get("status"))
     if finish == "incomplete":
         finish = f"incomplete: {_label(_dict(body.get('incomplete_details')).get('reason'))}"

@@ -224,12 +224,12 @@ def build_threads(rows: Iterable[Interaction]) -> list[Thread]:
     out: list[Thread] = []
     placed: set[int] = set()
     for it in sorted(rows, key=_when):
-        thread = owner.get(it.id)
-        if thread is None:
-            thread = Thread((it,), "session" if it.session_id else "single", ())
-        if id(thread) not in placed:
-            placed.add(id(thread))
-            out.append(thread)
+        found = owner.get(it.id)
+        if found is None:
+            found = Thread((it,), "session" if it.session_id else "single", ())
+        if id(found) not in placed:
+            placed.add(id(found))
+            out.append(found)
     return out
 
 

@@ -21,6 +21,7 @@ from selftaught.sleep.adoption.probation import (
     skill_probations,
 )
 from selftaught.sleep.intake.log import TaskLog
+from selftaught.sleep.store import LogUrl
 
 
 class ProbationWatch:
@@ -29,7 +30,7 @@ class ProbationWatch:
     def __init__(
         self,
         project: str,
-        log_path: Path,
+        log_path: Path | LogUrl,
         home: Path | None,
         config: ProbationConfig,
         *,

@@ -278,18 +278,23 @@ class WorkspaceMiner:
             return None
         record = load_record(it.session_id, self.home)
         if record is None or (record.start is None and record.end is None):
-            return self._fell_back(NO_RECORD)
+            self._fell_back(NO_RECORD)
+            return None
         if record.start is None:
-            return self._fell_back(NO_START)
+            self._fell_back(NO_START)
+            return None
         if record.end is None:
-            return self._fell_back(NO_END)
+            self._fell_back(NO_END)
+            return None
         start, end = record.start, record.end
         argv = check_argv(str(outcome["check"]), start.root, start.cwd)
         if argv is None:
-            return self._fell_back(NEEDS_SHELL, str(outcome["check"]))
+            self._fell_back(NEEDS_SHELL, str(outcome["check"]))
+            return None
         sandbox = self.sandbox()
         if sandbox is None:
-            return self._fell_back(NO_SANDBOX, self._no_sandbox)
+            self._fell_back(NO_SANDBOX, self._no_sandbox)
+            return None
         check = Check(argv, self.timeout_s)
         folder = self._proven(it.session_id, start, end, check, sandbox)
         if folder is None:
@@ -298,7 +303,6 @@ class WorkspaceMiner:
 
     def _fell_back(self, why: str, detail: str | None = None) -> None:
         self.report.fell_back(why, detail)
-        return None
 
     def _key(self, session_id: str, start: RepoState, end: RepoState, check: Check) -> str:
         raw = json.dumps([session_id, start.commit, start.diff, end.commit, end.diff, check.argv])
@@ -312,7 +316,8 @@ class WorkspaceMiner:
         if (home / "proof.json").is_file() and (home / "files").is_dir():
             return home / "files"
         if self.proofs >= self.max_proofs:
-            return self._fell_back(OVER_BUDGET)
+            self._fell_back(OVER_BUDGET)
+            return None
         self.proofs += 1
         with tempfile.TemporaryDirectory(prefix="selftaught-proof-") as tmp:
             before, after = Path(tmp) / "start", Path(tmp) / "end"
@@ -320,15 +325,19 @@ class WorkspaceMiner:
                 materialise(start, before, MAX_WORKSPACE_BYTES)
                 materialise(end, after, MAX_WORKSPACE_BYTES)
             except RepoStateError as err:
-                return self._fell_back(NOT_REBUILT, str(err))
+                self._fell_back(NOT_REBUILT, str(err))
+                return None
             try:
                 proof = _Proof(run_check(sandbox, check, before), run_check(sandbox, check, after))
             except TaskError as err:  # CheckError: no verdict
-                return self._fell_back(CHECK_ERROR, f"{check.describe()}: {err}")
+                self._fell_back(CHECK_ERROR, f"{check.describe()}: {err}")
+                return None
             if not proof.end.hard:
-                return self._fell_back(FIXED_FAILS, f"{check.describe()}: {proof.end.feedback}")
+                self._fell_back(FIXED_FAILS, f"{check.describe()}: {proof.end.feedback}")
+                return None
             if proof.start.hard:
-                return self._fell_back(START_PASSES, check.describe())
+                self._fell_back(START_PASSES, check.describe())
+                return None
             private_dirs(home)
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(home / "files")
@@ -352,12 +361,15 @@ class WorkspaceMiner:
         last = max((i for i, m in enumerate(turns) if m.get("role") == "user"), default=-1)
         messages = redact_messages(turns[: last + 1])
         if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
-            return self._fell_back(NO_REQUEST)
+            self._fell_back(NO_REQUEST)
+            return None
         if sum(len(m["content"]) for m in messages) > config.max_prompt_chars:
-            return self._fell_back(f"longer than {config.max_prompt_chars} characters")
+            self._fell_back(f"longer than {config.max_prompt_chars} characters")
+            return None
         checks = task_checks(it, messages, it.effective_reference, config, other_check=True)
         if isinstance(checks, str):  # not with other_check; kept for the type
-            return self._fell_back(checks)
+            self._fell_back(checks)
+            return None
         state, reference = checks
         state["workspace"] = {
             "path": str(folder),
@@ -385,7 +397,8 @@ def for_target(tasks: list[MinedTask], agent: bool) -> tuple[list[MinedTask], li
     """(the tasks the night's target can be checked on, the others): a workspace task needs
     an agent target (a chat model edits no files) unless it has an answer check too, and its
     start folder (a recalled task's may have been removed)."""
-    kept, left = [], []
+    kept: list[MinedTask] = []
+    left: list[MinedTask] = []
     for task in tasks:
         ws = workspace_of(task.state)
         if ws is None:

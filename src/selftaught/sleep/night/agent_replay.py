@@ -78,6 +78,11 @@ def _quoted_turn(msg: Message) -> list[str]:
     return lines
 
 
+def _messages(given: str | list[Message]) -> list[Message]:
+    """A task's input as messages (a night's are its logged ones; a text is one request)."""
+    return [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+
+
 def agent_prompt(messages: list[Message]) -> list[Message]:
     """A task's messages as a CLI agent takes them: any system message kept (it goes to the
     instruction file; a developer message becomes one), and one user message, the last
@@ -114,7 +119,7 @@ class AgentNightTask(NightTask):
         self._sandbox: Sandbox | None = None
         self._examples = {
             s: [
-                Example(ex.id, agent_prompt(list(ex.input)), ex.reference, ex.state)
+                Example(ex.id, agent_prompt(_messages(ex.input)), ex.reference, ex.state)
                 for ex in self._examples[s]
             ]
             for s in SPLITS

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from selftaught.demos import LeakCheck, join_skill, split_skill
+from selftaught.demos import Demo, LeakCheck, join_skill, split_skill
 from selftaught.evaluation import ScoreCache, metric_scores
 from selftaught.gate import paired_comparison
 from selftaught.models.base import ChatModel
@@ -161,7 +162,7 @@ def _skill_start(adopted_skill: str, task: NightTask) -> tuple[str, list[str]]:
     demo that now duplicates a val / test task (it could never be gated); with notes."""
     parts = split_skill(adopted_skill)
     notes = []
-    demos = parts.demos
+    demos: Sequence[Demo] = parts.demos
     if parts.retrieve:
         demos = ()
         notes.append(

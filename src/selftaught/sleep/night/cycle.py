@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 from urllib.parse import urlparse
 
 from rich.console import Console
@@ -76,6 +76,7 @@ from selftaught.sleep.adoption.inject import BlockMarkerError
 from selftaught.sleep.adoption.write_back import adopt_night
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
+from selftaught.sleep.intake.threads import logged_tools
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
 from selftaught.sleep.night.agent_outcome import (
@@ -108,7 +109,7 @@ from selftaught.sleep.night.mine import (
 )
 from selftaught.sleep.night.miner import Miner, MinerConfig, Pending, wants_check
 from selftaught.sleep.night.proofread import proofread
-from selftaught.sleep.night.replay import conversations, logged_tools, mine_tool_task, night_task
+from selftaught.sleep.night.replay import conversations, mine_tool_task, night_task
 from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
 from selftaught.sleep.night.slow import night_ledger, sync_rollbacks, with_ledger
 from selftaught.sleep.night.split import (
@@ -342,7 +343,7 @@ class NightModels:
         return self.miner_spec or self.miner.name
 
     def remote(self) -> list[str]:
-        specs = (self.target_spec, self.optimizer_spec, self.judge_spec)
+        specs: tuple[str | None, ...] = (self.target_spec, self.optimizer_spec, self.judge_spec)
         if self.miner is not None:
             specs += (self.miner_spec,)
         return [s for s in dict.fromkeys(specs) if is_remote(s)]
@@ -371,7 +372,7 @@ class NightModels:
 MINER_OFF = "off"
 
 
-def is_cmd(spec: str | None) -> bool:
+def is_cmd(spec: str | None) -> TypeGuard[str]:
     return spec is not None and spec.strip().startswith("cmd:")
 
 
@@ -395,7 +396,7 @@ def check_cmd_replay(roles: Mapping[str, str | None], allowed: bool) -> None:
         )
 
 
-def is_remote(spec: str | None) -> bool:
+def is_remote(spec: str | None) -> TypeGuard[str]:
     """A model outside this machine: `openai:`, `anthropic:`, `gemini:` or a URL whose host
     is not loopback."""
     if not spec or spec == "local" or spec.startswith("local:"):
@@ -814,7 +815,9 @@ def _weights(
 # ---- one project ----------------------------------------------------------------------------
 
 
-def _base_report(project: str, night: str, models: NightModels, config: SleepConfig) -> dict:
+def _base_report(
+    project: str, night: str, models: NightModels, config: SleepConfig
+) -> dict[str, Any]:
     return {
         "kind": staging.NIGHT_KIND,
         "night": night,
@@ -886,7 +889,7 @@ def mine(
     dropped: Counter[str] = Counter()
     if conversation.redo_turns:
         dropped[REDONE] = conversation.redo_turns
-    tasks = []
+    tasks: list[MinedTask] = []
     steps = 0  # earlier steps of a tool-using conversation, folded into its last one
     pending: list[Pending] = []  # plain exchanges without a strong check, for the miner
     for group in conversations([it for it in rows if not is_redo(it)]):
@@ -1455,7 +1458,10 @@ def _empty_night(
 
 
 def _load_models(
-    config: SleepConfig, project_rows: list[Interaction], loader: ModelLoader, cache: dict
+    config: SleepConfig,
+    project_rows: list[Interaction],
+    loader: ModelLoader,
+    cache: dict[str, ChatModel],
 ) -> NightModels:
     target = config.model or _logged_upstream(project_rows)
     if target is None:
@@ -1470,8 +1476,8 @@ def _load_models(
         return cache[spec]
 
     optimizer = config.optimizer_model or target
-    miner = config.miner_model or optimizer
-    miner = None if miner == MINER_OFF else miner
+    wanted = config.miner_model or optimizer
+    miner = None if wanted == MINER_OFF else wanted
     roles = {
         "model": target,
         "optimizer_model": optimizer,

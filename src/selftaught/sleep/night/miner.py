@@ -55,7 +55,14 @@ from selftaught.tasks.base import Example
 from selftaught.tasks.extract import extract_json
 from selftaught.tasks.scorers import LlmJudge, reference_scorer, score_reference
 
-MINER_RULES = ("regex_must", "regex_must_not", "contains", "max_words", "max_sentences", "json")
+MINER_RULES: tuple[str, ...] = (
+    "regex_must",
+    "regex_must_not",
+    "contains",
+    "max_words",
+    "max_sentences",
+    "json",
+)
 MINER_RULES += ("language",)
 AnswerKind = Literal["number", "quantity", "text"]
 ANSWER_KINDS: dict[str, tuple[str, ...]] = {
@@ -72,7 +79,7 @@ CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error", "budget"
 
 
 def load_prompt(name: str) -> str:
-    return resources.files("selftaught.sleep.night").joinpath("prompts", f"{name}.md").read_text()
+    return resources.files("selftaught.sleep.night").joinpath(f"prompts/{name}.md").read_text()
 
 
 PROMPTS = ("miner", "miner_repair")
@@ -194,7 +201,7 @@ def _rule(raw: Any) -> Rule:
         return Rule(kind, name)
     if kind in REGEX_KINDS:
         problem = pattern_problem(value)
-        if problem is None and _placeholder(value):
+        if problem is None and isinstance(value, str) and _placeholder(value):
             problem = "it copies the prompt's placeholder"
         if problem is not None:
             raise OutsideVocabulary(f"{kind}: {problem}")

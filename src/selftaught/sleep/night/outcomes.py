@@ -119,7 +119,8 @@ def shell_command(name: str, arguments: Any) -> str | None:
 def _call_parts(call: Any) -> tuple[str, str, Any] | None:
     if not isinstance(call, dict):
         return None
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else call
     name = fn.get("name")
     if not isinstance(name, str):
         return None

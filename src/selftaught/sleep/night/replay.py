@@ -51,12 +51,11 @@ from selftaught.redact import redact_for_model
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.intake.sessions import task_turns
-from selftaught.sleep.intake.threads import logged_tools
+from selftaught.sleep.intake.threads import logged_tools, message_text
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.mine import (
     MineConfig,
     MinedTask,
-    message_text,
     new_task,
     task_checks,
 )
@@ -116,7 +115,8 @@ def call_parts(call: Any) -> tuple[str, Any] | None:
     None when it names no tool."""
     if not isinstance(call, dict):
         return None
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else call
     name = fn.get("name")
     if not isinstance(name, str) or not name.strip():
         return None

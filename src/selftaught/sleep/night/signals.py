@@ -42,6 +42,7 @@ from selftaught.errors import InputError
 from selftaught.redact import redact_for_model
 from selftaught.runs import atomic_write_json
 from selftaught.sleep.intake.log import (
+    OPERATOR,
     TRUSTED_WORDS,
     USER_FIELDS,
     Feedback,
@@ -52,7 +53,6 @@ from selftaught.sleep.intake.log import (
 from selftaught.sleep.intake.threads import Thread, Turn, build_threads, message_text
 from selftaught.sleep.night.followup import Followup, read_followup
 from selftaught.sleep.night.mine import (
-    OPERATOR,
     REFERENCE_REPLY,
     MineConfig,
     client_label,

@@ -585,10 +585,10 @@ def source_lines(proofread: dict[str, Any] | None, window: dict[str, Any] | None
         out += ["| | line | tasks | interactions | clients | why |", "|---|---|---|---|---|---|"]
         for row in [*proofread.get("kept", []), *proofread.get("dropped", [])]:
             mark = "dropped" if row["verdict"] == "dropped" else row["kind"]
-            clients = ", ".join(row["clients"]) or "—"
+            who = ", ".join(row["clients"]) or "—"
             out.append(
                 f"| {mark} | {_clip(row['text']).replace('|', '/')} | {len(row['tasks'])} | "
-                f"{len(row['sources'])} | {clients} | {row['why']} |"
+                f"{len(row['sources'])} | {who} | {row['why']} |"
             )
         tried = proofread.get("tried") or "not run"
         out += ["", f"Leave-one-out: {proofread.get('trials', 0)} val evaluations ({tried})."]
@@ -611,7 +611,7 @@ def write_markdown(night_dir: Path, report: dict[str, Any]) -> None:
 # ---- the CLI's views -----------------------------------------------------------------------
 
 
-def probation_lines(project: str, home: Path, log_path: Path | None) -> list[str]:
+def probation_lines(project: str, home: Path, log_path: str | Path | None) -> list[str]:
     """`sleep status`'s probation line (and a WARNING on a drop); nothing without a log."""
     from selftaught.errors import SelftaughtError
     from selftaught.sleep.adoption.probation import probation_for, status_lines
@@ -739,7 +739,7 @@ def skill_lines(project: str, home: Path, log_path: Path | None) -> list[str]:
 
 
 def status_lines(
-    project: str | None, home: Path | None = None, log_path: Path | None = None
+    project: str | None, home: Path | None = None, log_path: str | Path | None = None
 ) -> list[str]:
     """What `sleep status` prints: per project the last night, a proposal waiting, the
     adopted version and its probation; then a running night and the schedule."""

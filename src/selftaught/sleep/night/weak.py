@@ -40,6 +40,7 @@ from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunError, iter_jsonl, write_jsonl
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.intake.log import Interaction
+from selftaught.sleep.intake.threads import logged_tools
 from selftaught.sleep.night.mine import (
     MineConfig,
     MinedTask,
@@ -49,11 +50,10 @@ from selftaught.sleep.night.mine import (
     quoted,
     request_messages,
 )
-from selftaught.sleep.night.replay import logged_tools
 from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.paths import project_dir
-from selftaught.tasks.base import Example, Score, Split
+from selftaught.tasks.base import Example, Score, Split, TaskKind
 from selftaught.tasks.extract import extract_answer
 from selftaught.tasks.scorers import (
     normalize_text,
@@ -217,7 +217,7 @@ class WeakReport:
 class _Unchecked:
     """The requests to sample as a Task for the rollout runner: nothing checks them yet."""
 
-    kind = "agent"
+    kind: TaskKind = "agent"
     instructions = ""
     name = "sleep:weak-labels"
 
@@ -420,11 +420,11 @@ def settle_weak(
         )
     by_id = {t.id: t for t in tasks}
     for row in report.tasks:
-        task = by_id.get(row["id"])
-        if task is not None:
-            row["split"] = task.split
-            if task.split is None and task.notes:
-                row["outcome"] = task.notes[-1]
+        found = by_id.get(row["id"])
+        if found is not None:
+            row["split"] = found.split
+            if found.split is None and found.notes:
+                row["outcome"] = found.notes[-1]
 
 
 # ---- labels waiting for a real reference ---------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from selftaught.errors import InputError, MissingDependency
@@ -126,7 +127,7 @@ class LogUrl:
     one (only the driver sees it)."""
 
     def __init__(self, url: str | LogUrl):
-        self.url = url.url if isinstance(url, LogUrl) else url.strip()
+        self.url: str = url.url if isinstance(url, LogUrl) else url.strip()
 
     def __str__(self) -> str:
         return display_url(self.url)
@@ -141,7 +142,7 @@ class LogUrl:
         return hash(self.url)
 
 
-def psycopg_modules() -> tuple[object, object]:
+def psycopg_modules() -> tuple[ModuleType, ModuleType]:
     """(psycopg, psycopg_pool), or a clear error naming the extra."""
     try:
         import psycopg

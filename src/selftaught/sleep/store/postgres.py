@@ -89,8 +89,8 @@ def connect_kwargs(url: str, role: str) -> dict[str, Any]:
     says who this is. Settings the URL gives win. A URL libpq cannot parse is a LogError."""
     psycopg, _ = psycopg_modules()
     try:
-        given = psycopg.conninfo.conninfo_to_dict(url)  # type: ignore[attr-defined]
-    except psycopg.ProgrammingError as err:  # type: ignore[attr-defined]
+        given = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as err:
         raise LogError(
             f"{display_url(url)} is not a usable Postgres URL: {_sentence(scrub(str(err), url))}"
         ) from None
@@ -130,9 +130,9 @@ def translate(err: BaseException, url: str, doing: str = "open") -> LogError:
     psycopg, pool = psycopg_modules()
     where = display_url(url)
     text = _sentence(scrub(str(err), url)) or type(err).__name__
-    if isinstance(err, pool.PoolTimeout):  # type: ignore[attr-defined]
+    if isinstance(err, pool.PoolTimeout):
         return LogUnavailable(f"cannot {doing} the task log {where}: no connection ({text})")
-    if isinstance(err, psycopg.OperationalError):  # type: ignore[attr-defined]
+    if isinstance(err, psycopg.OperationalError):
         if any(s in text.lower() for s in _BAD_INPUT):
             return LogError(f"cannot {doing} the task log {where}: {text}")
         return LogUnavailable(f"cannot {doing} the task log {where}: {text}")
@@ -181,8 +181,8 @@ def connect(url: str, role: str, *, autocommit: bool = False) -> Any:
     psycopg, _ = psycopg_modules()
     kwargs = connect_kwargs(url, role)
     try:
-        return psycopg.connect(url, autocommit=autocommit, **kwargs)  # type: ignore[attr-defined]
-    except psycopg.Error as err:  # type: ignore[attr-defined]
+        return psycopg.connect(url, autocommit=autocommit, **kwargs)
+    except psycopg.Error as err:
         raise translate(err, url) from None
 
 
@@ -257,14 +257,14 @@ def _migrate(conn: Any, url: str, component: str, migrations: Sequence[str]) -> 
 
 def _new_pool(url: str) -> Any:
     _, pool_mod = psycopg_modules()
-    return pool_mod.ConnectionPool(  # type: ignore[attr-defined]
+    return pool_mod.ConnectionPool(
         url,
         kwargs=connect_kwargs(url, "log"),
         min_size=1,
         max_size=POOL_MAX,
         timeout=POOL_TIMEOUT_S,
         reconnect_timeout=RECONNECT_S,
-        check=pool_mod.ConnectionPool.check_connection,  # type: ignore[attr-defined]
+        check=pool_mod.ConnectionPool.check_connection,
         name="selftaught-log",
         open=True,
     )
@@ -294,13 +294,13 @@ class PostgresBackend:
     @contextlib.contextmanager
     def _connection(self, doing: str) -> Iterator[Any]:
         psycopg, pool = psycopg_modules()
-        failures = (psycopg.OperationalError, pool.PoolTimeout)  # type: ignore[attr-defined]
+        failures = (psycopg.OperationalError, pool.PoolTimeout)
         try:
             with self._pool.connection() as conn:  # commits at the end, rolls back on error
                 yield conn
         except failures as err:
             raise translate(err, self._url, doing) from None
-        except psycopg.Error as err:  # type: ignore[attr-defined]
+        except psycopg.Error as err:
             raise translate(err, self._url, doing) from None
 
     def read(self) -> contextlib.AbstractContextManager[Any]:

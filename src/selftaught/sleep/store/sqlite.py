@@ -26,7 +26,7 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str], target: int | N
     target = len(migrations) if target is None else target
     conn.execute("BEGIN IMMEDIATE")
     try:
-        found = conn.execute("PRAGMA user_version").fetchone()[0]
+        found: int = conn.execute("PRAGMA user_version").fetchone()[0]
         if found > len(migrations):
             raise LogError(
                 f"the log has schema version {found}, newer than this selftaught knows "
@@ -105,11 +105,13 @@ class SqliteBackend:
 
     def schema_version(self) -> int:
         with self.read() as conn:
-            return conn.execute("PRAGMA user_version").fetchone()[0]
+            version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+            return version
 
     def integrity_check(self) -> str:
         with self.read() as conn:
-            return conn.execute("PRAGMA integrity_check").fetchone()[0]
+            verdict: str = conn.execute("PRAGMA integrity_check").fetchone()[0]
+            return verdict
 
     def close(self) -> None:
         with self._lock:

@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonschema
 
-from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError
+from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.extract import extract_json
 from selftaught.tasks.games.ctf_map import LANES, MAX_HP, UNIT_LETTERS, generate_scenario
 from selftaught.tasks.games.ctf_sim import GameResult, play
@@ -236,7 +236,7 @@ class GridCTFTask:
     """Grid capture-the-flag: one seeded scenario per example, splits from disjoint seeds."""
 
     name = "game:ctf"
-    kind = "game"
+    kind: TaskKind = "game"
     schema = STRATEGY_SCHEMA
     instructions = INSTRUCTIONS
 

@@ -13,11 +13,20 @@ import ast
 import math
 import operator
 import random
+from collections.abc import Callable
 from fractions import Fraction
 from functools import cached_property
 from typing import Any
 
-from selftaught.tasks.base import Example, Score, Split, TaskError, distinct_splits, split_sizes
+from selftaught.tasks.base import (
+    Example,
+    Score,
+    Split,
+    TaskError,
+    TaskKind,
+    distinct_splits,
+    split_sizes,
+)
 from selftaught.tasks.episode import Environment, Episode, Tool, ToolError
 from selftaught.tasks.extract import extract_answer, extract_number
 
@@ -27,7 +36,7 @@ INSTRUCTIONS = (
     "Use the calculator tool for the arithmetic, then give the final answer as 'Answer: N'."
 )
 
-_BINARY = {
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -36,7 +45,10 @@ _BINARY = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_UNARY: dict[type[ast.unaryop], Callable[[float], float]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
 
 
 def _check_size(value: float) -> float:
@@ -133,7 +145,10 @@ def _number(rng: random.Random, lo: int, hi: int) -> int:
 
 def make_question(rng: random.Random, min_digits: int, max_digits: int) -> tuple[str, int]:
     """One question and its exact answer."""
-    n = lambda: _number(rng, min_digits, max_digits)  # noqa: E731
+
+    def n() -> int:
+        return _number(rng, min_digits, max_digits)
+
     a, b, c, d = n(), n(), n(), n()
     form = rng.randrange(4)
     if form == 0:
@@ -149,7 +164,7 @@ class CalculatorTask:
     """Large-number arithmetic with a calculator tool. Splits come from one seeded stream,
     de-duplicated by question (test first, then val, then train), so they never overlap."""
 
-    kind = "agent"
+    kind: TaskKind = "agent"
     max_turns = 4
 
     def __init__(

@@ -14,7 +14,15 @@ import re
 from functools import cached_property
 from typing import Any
 
-from selftaught.tasks.base import Example, Score, Split, TaskError, distinct_splits, split_sizes
+from selftaught.tasks.base import (
+    Example,
+    Score,
+    Split,
+    TaskError,
+    TaskKind,
+    distinct_splits,
+    split_sizes,
+)
 from selftaught.tasks.episode import Environment, Episode, Tool, ToolError
 from selftaught.tasks.extract import extract_answer, extract_number
 
@@ -163,15 +171,15 @@ def check_episode(
     answer = extract_answer(answer_text)
     want = goal["answer"]
     if isinstance(want, int):
-        got = extract_number(answer)
-        ok = got is not None and got.lstrip("-").isdigit() and int(got) == want
+        said = extract_number(answer)
+        ok = said is not None and said.lstrip("-").isdigit() and int(said) == want
     else:
-        got = answer
+        said = answer
         named = [
             k for k in goal.get("asked", [want]) if re.search(rf"\b{re.escape(k)}\b", answer, re.I)
         ]
         ok = named == [want]  # that key, and no other one hedged beside it
-    checks.append((f"the answer should be {want}, got {got!r}", ok))
+    checks.append((f"the answer should be {want}, got {said!r}", ok))
     return checks
 
 
@@ -186,7 +194,7 @@ def _score(checks: list[tuple[str, bool]]) -> Score:
 class KVStoreTask:
     """Goals on a hidden key-value store, reached through list_keys / get / set calls."""
 
-    kind = "agent"
+    kind: TaskKind = "agent"
     max_turns = 10
 
     def __init__(

@@ -114,7 +114,8 @@ class CodexHarvester:
             r.get("type") == "event_msg" and (r.get("payload") or {}).get("type") == "user_message"
             for r in records
         )
-        session_id, meta = path.stem, {"file": str(path)}
+        session_id = path.stem
+        meta: dict[str, Any] = {"file": str(path)}  # the row's meta: JSON values
         turns: list[Turn] = []
         model: str | None = None
         turn_id: str | None = None
