@@ -456,3 +456,16 @@ def test_a_version_without_documents_is_still_recorded_as_the_one_that_served(tm
         assert app.state.proxy.writer.flush(30)
     log = TaskLog(log_at)
     assert log.get(first).skill_version == "1" and log.get(second).skill_version is None
+
+
+def test_a_shadow_row_before_other_rows_leaves_the_labeller_alone():
+    """A shadow answer's served row once took the name of the `served` labeller, so every row
+    after a shadow row was labelled by calling an Interaction (found by the type checker)."""
+    served = row(feedback={"reference": "4"})
+    shadow = row(version="staged:n1", shadow_of=served.id)
+    rows = [served, shadow, row(feedback="up"), row(feedback="down")]
+    result = evaluate(rows, Lineage("1", "0", staged=("staged:n1",)))
+    v1 = next(t for t in result.tallies if t.version == "1")
+    staged = next(t for t in result.tallies if t.version == "staged:n1")
+    assert (v1.requests, v1.outcomes, v1.successes) == (3, 3, 2)
+    assert (staged.shadow, staged.outcomes, staged.successes) == (1, 1, 1)

@@ -78,11 +78,13 @@ class ChatFormat:
         """The prompt's token ids: the chat template's text, no special tokens added (the
         template already holds them, e.g. <|im_start|>)."""
         text = self.text(messages, params)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids: list[int] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids
 
     def decode(self, ids: list[int]) -> str:
         """Token ids as text, special tokens left out (the engine's streaming decode)."""
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        text: str = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return text
 
     def completion(self, seq: GenSequence, prompt_tokens: int, model_name: str) -> Completion:
         """The reply of a finished sequence: the text before a stop string or the

@@ -83,7 +83,7 @@ class Request:
     messages: list[Message]
     params: GenerationParams
     n: int = 1
-    future: Future = field(default_factory=Future)
+    future: Future[list[Completion]] = field(default_factory=Future)
     submitted_at: float = field(default_factory=time.perf_counter)
     prompt_tokens: int = 0
     completions: list[Completion | None] = field(default_factory=list)
@@ -100,7 +100,7 @@ class Driver:
     """The serving task of one event loop and the requests made in that loop."""
 
     requests: list[Request] = field(default_factory=list)
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     finished: bool = False  # decided to exit: a new request in its loop starts a new one
 
 
@@ -375,10 +375,12 @@ class RequestScheduler:
             if request.pending:
                 continue
             if request.params.temperature <= 0:  # greedy: the n replies are one
-                request.completions = [completion] + [
-                    _shared_copy(completion) for _ in range(request.n - 1)
+                request.completions = [
+                    completion,
+                    *(_shared_copy(completion) for _ in range(request.n - 1)),
                 ]
-            _resolve(request.future, list(request.completions))
+            # pending is 0: every index holds its completion
+            _resolve(request.future, [c for c in request.completions if c is not None])
             self._answered = True
 
 
@@ -410,7 +412,7 @@ def _shared_copy(completion: Completion) -> Completion:
     return copy_
 
 
-def _resolve(future: Future, result: Any) -> None:
+def _resolve(future: Future[list[Completion]], result: list[Completion]) -> None:
     with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
         future.set_result(result)
 

@@ -175,7 +175,8 @@ class LocalWeights:
                 raise FatalBackendError(BACKEND, str(err), exit_code=InputError.exit_code) from err
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path)
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+                # Any, as `adopt` takes it: mypy reads transformers' wrapped `to` unbound
+                model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
             except Exception as err:  # OSError, ValueError, safetensors errors, ...
                 raise FatalBackendError(
                     BACKEND, f"could not load a causal language model from {path}: {err}"

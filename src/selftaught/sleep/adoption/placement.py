@@ -710,7 +710,9 @@ def unplace_skills(
     with _locked(state) as ledger:
         if target.kind == "agents-md":
             planned = _plan_unplace_sections(names, target, ledger)
-            plans = [planned] if isinstance(planned, _Write) else list(planned)
+            plans: list[_Write | PlacedFile] = (
+                [planned] if isinstance(planned, _Write) else list(planned)
+            )
         else:
             plans = [_plan_unplace_file(name, target, ledger) for name in names]
         files = [p for p in plans if isinstance(p, PlacedFile)]

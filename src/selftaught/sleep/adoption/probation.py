@@ -359,8 +359,8 @@ def evaluate(
         if it.shadow_of is None:
             result = outcome(_counted(it, config))
         else:
-            served = by_id.get(it.shadow_of)
-            result = shadow_outcome(it, served and _counted(served, config))
+            served_row = by_id.get(it.shadow_of)  # not `served`: that names the labeller
+            result = shadow_outcome(it, served_row and _counted(served_row, config))
         if result is not None:
             t.outcomes += 1
             t.successes += result

@@ -156,7 +156,7 @@ def write_skill_proposal(
     body: str,
     home: Path,
     source: StartingDocument | None = None,
-):
+) -> None:
     """proposal/skill.md, SKILL.md and skill.diff of one staged skill (text holding a block
     marker is refused, as for the project's proposal); for a skill that started from a user's
     file (`source`), file.diff: that file as read against the file adopting it writes."""
@@ -369,7 +369,7 @@ def adopted_skills(project: str, home: Path | None = None) -> list[AdoptedSkill]
     for name in _names(project, home, shelf):
         unit = Unit(project, name)
         adopted = read_adopted(unit, home)
-        version = int(adopted.version) if (adopted.version or "").isdigit() else 0
+        version = int(adopted.version) if adopted.version and adopted.version.isdigit() else 0
         if version < 1 or not adopted.skill.strip():
             continue
         card = _card(unit, version, home, shelf)

@@ -117,7 +117,8 @@ class ProbationWatch:
         out: dict[str, Any] = {}
         for result in skill_probations(self.project, log, home=self.home, config=self.config):
             adopted = result.adopted
-            out[str(result.skill)] = row = {"verdict": adopted.verdict if adopted else None}
+            row: dict[str, Any] = {"verdict": adopted.verdict if adopted else None}
+            out[str(result.skill)] = row
             if self.auto_rollback:
                 done = maybe_roll_back(result.unit, result, home=self.home, by="proxy")
                 if done is not None:

@@ -717,7 +717,7 @@ def history_rows(project: str, home: Path | None = None) -> list[dict[str, Any]]
     return rows
 
 
-def skill_lines(project: str, home: Path, log_path: Path | None) -> list[str]:
+def skill_lines(project: str, home: Path, log_path: str | Path | None) -> list[str]:
     """`sleep status`'s lines of the project's many skills: each one's version and probation,
     the ones staged and waiting."""
     from selftaught.errors import SelftaughtError
