@@ -84,7 +84,7 @@ def command_section(path: str, cmd: Any) -> list[str]:
     if cmd.help:
         lines += [cmd.help.strip(), ""]
     usage = f"{ctx.command_path} {' '.join(cmd.collect_usage_pieces(ctx))}".strip()
-    lines += ["<!-- not run: a command's usage line -->", "```text", usage, "```", ""]
+    lines += [f"Usage: `{usage}`", ""]
     args = [p for p in cmd.params if type(p).__name__.endswith("Argument")]
     opts = [p for p in cmd.params if type(p).__name__.endswith("Option")]
     if args:
