@@ -1,13 +1,20 @@
-"""Every code example in README.md and docs/ runs (an example that drifts from the code fails
-here), and the docs site builds with `mkdocs build --strict`.
+"""Every fenced block of README.md and docs/ either runs here or says why it cannot (an example
+that drifts from the code fails here), and the docs site builds with `mkdocs build --strict`.
 
-Which blocks run (docs/writing-docs.md says the same for authors):
-- every fenced `python` block, in a fresh namespace, top-level `await` allowed;
-- a fenced `bash` block right after a `<!-- run -->` comment, with `bash -e`.
+Each block is one of (docs/writing-docs.md says the same for authors):
+- run: a `python` block, in a fresh namespace, top-level `await` allowed; a `bash` block right
+  after a `<!-- run -->` comment, with `bash -e`;
+- parsed: a `json` block (one value, or one per line) or a `toml` block;
+- marked: right after a `<!-- not run: WHY -->` comment (a hosted API key, a server of yours,
+  an install, a program's output, ...).
+A block that is none of them fails `test_every_block_runs_or_says_why_not`;
+`python -m tests.test_docs_examples` prints the counts.
 
 Every example runs offline in a scratch folder (its cwd and the sleep home), with each model
-spec answered by a scripted model (`DocModel`) and the embedded model's weights replaced by a
-tiny random model, so a long example takes seconds. An `<!-- example: NAME -->` comment right
+spec answered by a scripted model (`tests/doc_env.py`, also in the Python processes a bash
+example starts, where a loopback URL reaches the server the example started) and the embedded
+model's weights replaced by a tiny random model, so a long example takes seconds. A server a
+bash example leaves running is stopped when it ends. An `<!-- example: NAME -->` comment right
 before a block names what else it needs (`ENVIRONMENTS`): a model in memory, a skill run's
 `config` and `task`, or a live proxy behind `openai.OpenAI`."""
 
@@ -15,12 +22,15 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +38,16 @@ from typing import Any
 
 import pytest
 
-from selftaught.models.base import AsyncChatModel, Completion, GenerationParams, Message
+from selftaught.models.base import GenerationParams
+from tests.doc_env import TINY_MODEL_ENV, DocModel, scripted_loader
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[ \t]*$")
-MARK = re.compile(r"^\s*<!--\s*(?:(?P<run>run)|example:\s*(?P<env>[\w-]+))\s*-->\s*$")
+MARK = re.compile(
+    r"^\s*<!--\s*(?:(?P<run>run)|example:\s*(?P<env>[\w-]+)|not run:\s*(?P<why>\S.*?))\s*-->\s*$"
+)
+PARSED = {"json": "json", "jsonl": "json", "toml": "toml"}
 
 
 @dataclass(frozen=True)
@@ -44,20 +58,31 @@ class Example:
     code: str
     env: str | None
     run: bool
+    why_not: str | None = None  # `<!-- not run: WHY -->`
 
     @property
     def id(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}"
 
+    @property
+    def status(self) -> str:
+        """run | parsed | marked | neither."""
+        if self.why_not:
+            return "marked"
+        if self.lang == "python" or (self.lang in ("bash", "sh") and self.run):
+            return "run"
+        return "parsed" if self.lang in PARSED else "neither"
+
 
 def parse_examples(page: Path) -> list[Example]:
-    """The fenced blocks of a Markdown page, each with the marker comment right before it."""
+    """The fenced blocks of a Markdown page (a fence without a language too), each with the
+    marker comment right before it."""
     lines = page.read_text(encoding="utf-8").splitlines()
     out: list[Example] = []
     i = 0
     while i < len(lines):
         m = FENCE.match(lines[i])
-        if m is None or not m["lang"]:
+        if m is None:
             i += 1
             continue
         start, indent = i, m["indent"]
@@ -68,40 +93,27 @@ def parse_examples(page: Path) -> list[Example]:
         prev = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         mark = MARK.match(prev)
         env = mark["env"] if mark else None
-        out.append(
-            Example(
-                page, start + 1, m["lang"], textwrap.dedent(body), env, bool(mark and mark["run"])
-            )
-        )
+        run, why = bool(mark and mark["run"]), mark["why"] if mark else None
+        out.append(Example(page, start + 1, m["lang"], textwrap.dedent(body), env, run, why))
         i += 1
     return out
 
 
+def collected() -> list[Example]:
+    return [e for page in PAGES for e in parse_examples(page)]
+
+
 def runnable() -> list[Example]:
-    found = [e for page in PAGES for e in parse_examples(page)]
-    return [e for e in found if e.lang == "python" or (e.lang in ("bash", "sh") and e.run)]
+    return [e for e in collected() if e.status in ("run", "parsed")]
+
+
+def census(blocks: list[Example]) -> dict[str, int]:
+    """How many blocks run, are parsed, are marked not run, or are none of them."""
+    counts = Counter(e.status for e in blocks)
+    return {k: counts[k] for k in ("run", "parsed", "marked", "neither")}
 
 
 # ---- what the examples run against ----------------------------------------------------------
-
-
-class DocModel(AsyncChatModel):
-    """Any model spec, answered offline: a judge's score, an analyst's edit, else a number."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    async def achat(self, messages: list[Message], params: GenerationParams) -> Completion:
-        text = "\n".join(str(m.get("content") or "") for m in messages)
-        if "Score the reply below against the rubric" in text:
-            reply = json.dumps({"score": 8, "reason": "scripted judge"})
-        elif "<skill>" in text:  # the analyst
-            edit = {"op": "append", "content": "Give the final answer only.", "rationale": "doc"}
-            reply = json.dumps({"edits": [edit]})
-        else:
-            numbers = [int(n) for n in re.findall(r"-?\d+", text)[-2:]]
-            reply = str(sum(numbers)) if numbers else "blue"
-        return Completion(text=reply, prompt_tokens=len(text) // 4 + 1, completion_tokens=2)
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +133,10 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_dir: Path) -> 
     monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("SELFTAUGHT_LOG", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(selftaught.models, "load_model", lambda spec, **_: DocModel(spec))
+    loader = scripted_loader(selftaught.models.load_model, loopback=False)
+    monkeypatch.setattr(selftaught.models, "load_model", loader)
     monkeypatch.setattr(selftaught.models.embedded, "embedded_model_dir", lambda: tiny_dir)
+    monkeypatch.setenv(TINY_MODEL_ENV, str(tiny_dir))  # the bash examples' processes
 
 
 def local_model(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path) -> Iterator[None]:
@@ -179,18 +193,49 @@ def run_python(code: str, ns: dict[str, Any], where: str) -> None:
 
 
 def run_bash(code: str, cwd: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "SELFTAUGHT_HOME": str(cwd / "home")}
+    """`bash -e` in its own session, scripted models in its Python processes
+    (`tests/doc_site/sitecustomize.py`); whatever it leaves running (a server) is stopped."""
+    path = os.pathsep.join(str(p) for p in (ROOT / "src", ROOT / "tests" / "doc_site", ROOT))
+    env = {**os.environ, "PYTHONPATH": path, "SELFTAUGHT_HOME": str(cwd / "home")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    done = subprocess.run(
-        ["bash", "-e", "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    log = cwd / ".example-output"
+    with log.open("w") as sink:  # a file, not a pipe: a background server keeps a pipe open
+        proc = subprocess.Popen(
+            ["bash", "-e", "-c", code], cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            code_ = proc.wait(timeout=300)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # nothing left running
+                os.killpg(proc.pid, signal.SIGTERM)
+    assert code_ == 0, log.read_text(errors="replace")
+
+
+def check_data(example: Example) -> None:
+    """A `json` block is one JSON value or one per line (JSONL); a `toml` block parses."""
+    if PARSED[example.lang] == "toml":
+        tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+        tomllib.loads(example.code)
+        return
+    try:
+        json.loads(example.code)
+    except json.JSONDecodeError:
+        for n, line in enumerate(example.code.splitlines(), 1):
+            if line.strip():
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as err:
+                    pytest.fail(f"{example.id}: line {n} is not JSON: {err}")
 
 
 @pytest.mark.parametrize("example", runnable(), ids=lambda e: e.id)
 def test_the_example_runs(example: Example, tmp_path, monkeypatch, tiny_dir):
     if example.env is not None and example.env not in ENVIRONMENTS:
         pytest.fail(f"{example.id}: unknown example environment {example.env!r}")
+    if example.status == "parsed":
+        check_data(example)
+        return
     offline(monkeypatch, tmp_path, tiny_dir)
     if example.lang != "python":
         run_bash(example.code, tmp_path)
@@ -208,19 +253,39 @@ def test_the_example_runs(example: Example, tmp_path, monkeypatch, tiny_dir):
 # ---- the collector itself -------------------------------------------------------------------
 
 
+def test_every_block_runs_or_says_why_not(record_property):
+    blocks = collected()
+    counts = census(blocks)
+    for name, n in counts.items():
+        record_property(name, n)
+    print(f"documentation blocks: {counts}")
+    neither = [f"{e.id} ({e.lang or 'no language'})" for e in blocks if e.status == "neither"]
+    assert not neither, (
+        "blocks that neither run nor say why not (add `<!-- run -->` or "
+        f"`<!-- not run: WHY -->` on the line before): {neither}"
+    )
+
+
 def test_the_collector_finds_marked_blocks_and_only_runnable_bash(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
         "Text.\n\n```python\nx = 1\n```\n\n<!-- run -->\n```bash\necho hi\n```\n\n"
         "```bash\nrm -rf /\n```\n\n<!-- example: proxy -->\n  ```python\n  y = 2\n  ```\n"
+        "\n<!-- not run: needs a hosted API key -->\n```bash\ncurl x\n```\n"
+        '\n```json\n{"a": 1}\n```\n\n```\nplain\n```\n'
     )
     blocks = parse_examples(page)
-    assert [(b.lang, b.run, b.env, b.code) for b in blocks] == [
-        ("python", False, None, "x = 1"),
-        ("bash", True, None, "echo hi"),
-        ("bash", False, None, "rm -rf /"),
-        ("python", False, "proxy", "y = 2"),
+    assert [(b.lang, b.run, b.env, b.code, b.status) for b in blocks] == [
+        ("python", False, None, "x = 1", "run"),
+        ("bash", True, None, "echo hi", "run"),
+        ("bash", False, None, "rm -rf /", "neither"),
+        ("python", False, "proxy", "y = 2", "run"),
+        ("bash", False, None, "curl x", "marked"),
+        ("json", False, None, '{"a": 1}', "parsed"),
+        ("", False, None, "plain", "neither"),
     ]
+    assert blocks[4].why_not == "needs a hosted API key"
+    assert census(blocks) == {"run": 3, "parsed": 1, "marked": 1, "neither": 2}
 
 
 def test_every_readme_python_block_is_collected():
@@ -260,6 +325,7 @@ def test_a_drifted_example_fails(tmp_path, monkeypatch, tiny_dir):
 def test_the_docs_site_builds_strictly(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
+    pytest.importorskip("mkdocstrings_handlers.python")  # the API reference
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
         cwd=ROOT,
@@ -269,3 +335,11 @@ def test_the_docs_site_builds_strictly(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "index.html").exists()
+
+
+if __name__ == "__main__":  # python -m tests.test_docs_examples: the counts, and what is neither
+    blocks = collected()
+    print(" · ".join(f"{k} {v}" for k, v in census(blocks).items()))
+    for e in blocks:
+        if e.status == "neither":
+            print(f"neither: {e.id} ({e.lang or 'no language'})")

@@ -7,12 +7,17 @@ code, in one place. The families keep the builtin base code already catches: bad
 | code | family              | meaning                                                            |
 |------|---------------------|--------------------------------------------------------------------|
 | 0    |                     | done (a night ran, whatever it concluded)                          |
-| 1    | `BackendError`      | the model backend failed: unreachable endpoint, refused key, ...   |
+| 1    | `BackendError`      | the model backend failed: unreachable endpoint, refused key, a     |
+|      |                     | missing agent CLI; also `LogUnavailable` and a failed night        |
 | 2    | `InputError`        | bad input: a setting or flag combination, a file, a task, a model  |
+|      |                     | (also a missing tracking extra or bubblewrap)                      |
 | 3    | `Busy`              | another night is running for this sleep home                       |
 | 4    | `RunError`          | a run failed or cannot be read: run directory, a crashed scorer    |
-| 5    | `BudgetExhausted`   | a call or token budget ran out                                     |
+| 5    | `BudgetTooSmall`    | the budget ran out before the baseline was scored (a budget that   |
+|      |                     | runs out later, `BudgetExhausted`, ends the run cleanly: exit 0)   |
 | 6    | `MissingDependency` | an optional extra, a model's files or a program is not installed    |
+
+docs/cli-reference.md lists every class with its code (`python -m selftaught.cli.reference`).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ A value must look like its kind: a name such as `n_pass` or `secret` in prose ne
 with more than plain words or numbers (`n_pass = 1024`, "the secret: practice daily" stay),
 and an unquoted code reference (`password = self.password`) is left alone.
 A secret becomes `[REDACTED:<name>]`; redacting twice changes nothing. Extra patterns come from
-the caller (`--redact-pattern`) or from `<home>/redact_patterns.txt` (one regex per line; the
-whole match, or group 1 when there is one, is redacted).
+the caller (`redact_text(text, extra_patterns)`, `Redactor(...)`) or from
+`<home>/redact_patterns.txt` (one regex per line; the whole match, or group 1 when there is
+one, is redacted).
 
 Deliberately left alone: bare high-entropy strings (git hashes, sha256, UUIDs, base64 data),
 because they are what code is full of; a secret without a known prefix or a telling name is

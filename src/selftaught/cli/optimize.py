@@ -144,7 +144,11 @@ def optimize_cmd(
     skills: SkillsOpt = None,
     write_back: WriteBackOpt = False,
     strict_gate: Annotated[
-        bool, typer.Option(help="SkillOpt's plain strict > gate (same as --gate-margin 0).")
+        bool,
+        typer.Option(
+            help="SkillOpt's plain strict > gate: --gate-margin 0 and no paired test "
+            "(--gate-confidence 0)."
+        ),
     ] = False,
     timeout: TimeoutOpt = CALL_TIMEOUT_S,
     cache: CacheOpt = None,

@@ -22,7 +22,13 @@ from selftaught.report.live import DEFAULT_INTERVAL_S
 @app.command("report")
 @friendly_errors
 def report_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory of optimize or train.")],
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="Run directory of optimize (also --skills) or train, or a night's folder "
+            "(HOME/projects/P/nights/N)."
+        ),
+    ],
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="HTML file to write (default RUN_DIR/report.html)."),

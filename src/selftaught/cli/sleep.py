@@ -135,6 +135,16 @@ UPSTREAM_HELP = (
     "Where requests go: http://HOST:PORT/v1#M | http://HOST:PORT (the client's model) | "
     "openai:M | local | anthropic | openai (the vendor's API, the client's model)."
 )
+# the proxy's own: its fallback depends on the upstream (sleep/intake/proxy.py SHORTCUTS)
+ProxyApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="SELFTAUGHT_API_KEY",
+        help="The upstream's key. Else: ANTHROPIC_API_KEY for --upstream anthropic, "
+        "OPENAI_API_KEY for openai and openai:M; for a URL, the client's own key.",
+    ),
+]
 FEEDBACK_KEY_HELP = (
     "The operator's key for POST /v1/feedback: feedback sent with it is trusted (giver "
     "operator); end users' feedback is not."
@@ -168,7 +178,7 @@ def proxy_cmd(
         typer.Option(help="Allow binding a non-loopback interface and any Host / Origin header."),
     ] = ProxyConfig.allow_remote,
     log: LogOpt = None,
-    api_key: ApiKeyOpt = None,
+    api_key: ProxyApiKeyOpt = None,
     inject: Annotated[
         bool, typer.Option(help="Inject the adopted skill and memory.")
     ] = ProxyConfig.inject,

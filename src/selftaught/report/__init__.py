@@ -5,7 +5,8 @@ with the scorer's feedback, config). No script and no network at view time: char
 inline SVG, styles inline.
 
     from selftaught.report import write_report
-    path = write_report("runs/optimize/gym-basic_arithmetic")   # → .../report.html
+    path = write_report("runs/optimize/gym-basic_arithmetic_max_terms_2_max_digits_1")
+    # → .../report.html
 """
 
 from __future__ import annotations

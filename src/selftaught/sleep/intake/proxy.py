@@ -142,7 +142,7 @@ class ProxyConfig:
     """Pass the client's openai-organization / openai-project headers to the upstream."""
     allow_remote: bool = False
     log_path: Path | str | None = None  # a file or a postgresql:// URL (default $SELFTAUGHT_LOG)
-    api_key: str | None = None  # the upstream's key (openai: defaults to OPENAI_API_KEY)
+    api_key: str | None = None  # the upstream's key (else ANTHROPIC_ / OPENAI_API_KEY: SHORTCUTS)
     timeout_s: float = 600.0  # per upstream request
     inject: bool = True  # inject the adopted skill and memory
     home: Path | None = None  # where adopted skills live (default: sleep_home())
