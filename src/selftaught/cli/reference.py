@@ -29,7 +29,12 @@ DIRECT_EXITS: dict[tuple[str, int], str] = {
     ("eval_cmd", 1): "`eval`: every model call failed, no example was scored",
     ("sleep_run_cmd", 1): "`sleep run`: a night failed (its backend failed, or it crashed)",
     ("sleep_log_migrate_cmd", 1): "`sleep log migrate`: a row read back differs from the source",
-    ("sleep_adopt_cmd", 1): "`sleep adopt --place`: a skill could not be placed",
+    ("sleep_adopt_cmd", 1): "`sleep adopt`: a skill could not be placed (`--place`) or a file "
+    "you changed since the night read it was not written back",
+    ("sleep_rollback_cmd", 1): "`sleep rollback`: a file you changed was not restored or "
+    "re-placed (`--place`)",
+    ("optimize_cmd", 1): "`optimize --write-back`: the skill file changed since the run read "
+    "it, so the best skill was not written back",
 }
 
 # What a code's class list alone would misstate.
