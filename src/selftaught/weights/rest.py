@@ -41,7 +41,7 @@ from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.resolve import ModelLike, local_model_path
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
-from selftaught.results import RunResult, Score
+from selftaught.results import RunResult
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunDir, atomic_write_json, read_json, write_jsonl
 from selftaught.stops import Deadline, StopReason, accepted, patience_reached, stop_text
@@ -55,6 +55,7 @@ from selftaught.weights.config import (
     task_gate,
 )
 from selftaught.weights.elite import select_elite
+from selftaught.weights.rows import RestRound
 from selftaught.weights.sampling import (
     RandomStrategyModel,
     Sample,
@@ -87,13 +88,13 @@ class RestResult(RunResult):
     best_round: int
     base_test: EvalResult
     shipped_test: EvalResult
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[RestRound] = field(default_factory=list)
     best_dir: Path | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
-        self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
+        self.base_score = self.base_score or self.base_test.score()
+        self.shipped_score = self.shipped_score or self.shipped_test.score()
 
     @property
     def gain(self) -> float:
@@ -113,7 +114,7 @@ class RestResult(RunResult):
             "shipped_test": self.shipped_test.summary(),
             "gain": round(self.gain, 4),
             "best_dir": str(self.best_dir) if self.best_dir else None,
-            "rounds": self.rounds,
+            "rounds": [r.to_dict() for r in self.rounds],
         }
 
     @classmethod
@@ -123,7 +124,7 @@ class RestResult(RunResult):
             "best_round": int(d["best_round"]),
             "base_test": EvalResult.from_summary(d["base_test"]),
             "shipped_test": EvalResult.from_summary(d["shipped_test"]),
-            "rounds": list(d.get("rounds") or []),
+            "rounds": [RestRound.from_dict(r) for r in d.get("rounds") or []],
             "best_dir": Path(d["best_dir"]) if d.get("best_dir") else None,
         }
 
@@ -532,7 +533,7 @@ class RestTrainer:
         return True
 
     def _scored(self, r: int, result: EvalResult, label: str) -> None:
-        scores = Score.from_summary(result.summary())
+        scores = result.score()
         self.callbacks.evaluate(self.info, step=r, split=result.split, scores=scores, label=label)
 
     def _step_done(self, r: int, row: dict[str, Any]) -> None:
@@ -631,7 +632,7 @@ class RestTrainer:
             best_round=best_round,
             base_test=base_test,
             shipped_test=shipped_test,
-            rounds=self.run.history(),
+            rounds=[RestRound.from_dict(h) for h in self.run.history()],
             best_dir=None if scratch_base else self.run.path("best"),
             seconds=seconds,
             stopped_by=StopReason.read(state.get("stopped_by")),
