@@ -65,9 +65,7 @@ class EvalResult:
 
     def score(self, split: str | None = None) -> Score:
         """The accuracy part of the summary, as the one summary type."""
-        return Score(
-            split or self.split, self.n, self.hard, self.hard_ci, self.soft, self.soft_ci
-        )
+        return Score(split or self.split, self.n, self.hard, self.hard_ci, self.soft, self.soft_ci)
 
     @classmethod
     def from_summary(cls, d: Mapping[str, Any]) -> EvalResult:

@@ -798,9 +798,7 @@ def rl_run_from(rd: RunReader, rows: list[dict[str, Any]]) -> RLRun:
     state = _dict(rd.json("state.json"))
     result = _dict(rd.json("result.json"))
     typed = _typed(list(enumerate(rows)), lambda ir: RLStepRow.from_dict(ir[1], ir[0]))
-    steps = [
-        RLStep(s.step, dict(s.metrics), s.all_rewards_equal, list(s.warnings)) for s in typed
-    ]
+    steps = [RLStep(s.step, dict(s.metrics), s.all_rewards_equal, list(s.warnings)) for s in typed]
     if not steps:
         rd.note("No training step has been logged yet (history.jsonl is missing or empty).")
     total = rl.get("steps")
