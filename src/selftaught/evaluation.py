@@ -24,8 +24,6 @@ from selftaught.tasks.base import Example, Split, Task, TaskError
 
 # example id -> [hard, soft]; None where the rollout errored (an error is never a score)
 ItemScores = dict[str, list[float] | None]
-# an interval a summary did not store (hard and soft both lie in [0, 1])
-UNKNOWN_INTERVAL = (0.0, 1.0)
 
 
 @dataclass
@@ -39,7 +37,7 @@ class EvalResult:
     hard: float
     hard_ci: tuple[float, float]
     soft: float
-    soft_ci: tuple[float, float]
+    soft_ci: tuple[float, float] | None  # None: read from an older summary that stored none
     prompt_tokens: int
     completion_tokens: int
     truncated: int
@@ -60,7 +58,8 @@ class EvalResult:
         """The one accuracy summary every run directory stores (the report reads it)."""
         out = {k: v for k, v in self.__dict__.items() if k not in ("rollouts", "items")}
         # JSON-shaped (intervals as lists), so a summary equals itself read back from disk
-        out["hard_ci"], out["soft_ci"] = list(self.hard_ci), list(self.soft_ci)
+        out["hard_ci"] = list(self.hard_ci)
+        out["soft_ci"] = list(self.soft_ci) if self.soft_ci is not None else None
         return {**out, "solved": self.solved}
 
     def score(self, split: str | None = None) -> Score:
@@ -71,7 +70,7 @@ class EvalResult:
     def from_summary(cls, d: Mapping[str, Any]) -> EvalResult:
         """Back from `summary()` (as stored in a run directory), without the rollouts. The
         accuracy is read by the one decoder (`Score.from_dict`), so a summary of an older
-        shape reads too; what it did not store reads as 0 (an unknown interval as 0-1)."""
+        shape reads too; a count it did not store reads as 0."""
         s, score = one_shape(d), Score.from_dict(d)
         return cls(
             task=str(s.get("task") or ""),
@@ -81,9 +80,9 @@ class EvalResult:
             n_errors=int(s.get("n_errors") or 0),
             n_scorer_errors=int(s.get("n_scorer_errors") or 0),
             hard=score.hard,
-            hard_ci=score.hard_ci or UNKNOWN_INTERVAL,
+            hard_ci=score.hard_ci,
             soft=score.soft,
-            soft_ci=score.soft_ci or UNKNOWN_INTERVAL,
+            soft_ci=score.soft_ci,
             prompt_tokens=int(s.get("prompt_tokens") or 0),
             completion_tokens=int(s.get("completion_tokens") or 0),
             truncated=int(s.get("truncated") or 0),

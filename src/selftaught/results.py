@@ -73,16 +73,16 @@ class Score:
     its 95% interval (`hard_ci`, `soft_ci`), over `n` scored examples.
 
     The one reader of every accuracy summary a run directory holds: `from_dict` reads
-    `EvalResult.summary()`, `to_dict()`, and each older shape (`LEGACY_KEYS`). An interval
-    the summary did not store is None, except hard's, which is the Wilson interval of the
-    solved count whenever `n` is known."""
+    `EvalResult.summary()`, `to_dict()`, and each older shape (`LEGACY_KEYS`). A hard
+    interval the summary did not store is the Wilson interval of its counts (as `evaluate`
+    computes it); a soft one cannot be recomputed and is None."""
 
     split: str
     n: int
     hard: float
-    hard_ci: tuple[float, float] | None
+    hard_ci: tuple[float, float]
     soft: float
-    soft_ci: tuple[float, float] | None
+    soft_ci: tuple[float, float] | None  # None: an older summary stored none
 
     @property
     def solved(self) -> int:
@@ -96,7 +96,7 @@ class Score:
         n = int(s.get("n") or 0)
         hard = float(s.get("hard") or 0.0)
         hard_ci = _interval(s.get("hard_ci"))
-        if hard_ci is None and n > 0:
+        if hard_ci is None:
             solved = s.get("solved")
             hard_ci = wilson_interval(int(solved) if solved is not None else round(hard * n), n)
         return cls(
@@ -124,7 +124,7 @@ class Score:
             "split": self.split,
             "n": self.n,
             "hard": self.hard,
-            "hard_ci": list(self.hard_ci) if self.hard_ci is not None else None,
+            "hard_ci": list(self.hard_ci),
             "soft": self.soft,
             "soft_ci": list(self.soft_ci) if self.soft_ci is not None else None,
         }

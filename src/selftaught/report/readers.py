@@ -65,8 +65,7 @@ class Estimate:
         if metric == "soft":
             lo, hi = score.soft_ci or (None, None)
             return cls(score.soft, lo, hi, n)
-        lo, hi = score.hard_ci or (None, None)
-        return cls(score.hard, lo, hi, n, score.solved if n else None)
+        return cls(score.hard, *score.hard_ci, n, score.solved if n else None)
 
     def text(self) -> str:
         counts = f" ({self.solved}/{self.n})" if self.solved is not None and self.n else ""

@@ -57,7 +57,7 @@ class RestRound:
     sample_seconds: float | None = None
     samples_per_s: float | None = None
     elite: Mapping[str, int] | None = None  # `EliteStats.to_dict()` (SFT: {"kept": n})
-    sample_tool_use: Mapping[str, Any] | None = None  # `evaluation.tool_use` of the samples
+    sample_tool_use: Mapping[str, float] | None = None  # `evaluation.tool_use` of the samples
     train_pairs: int | None = None  # DPO: the preference pairs the adapter trained on
     train: Mapping[str, Any] | None = None  # what `sft_train` / `dpo_fit` reported
     val: EvalResult | None = None

@@ -201,7 +201,7 @@ def _acc(d: dict[str, Any] | None) -> str:
     if not d:
         return "—"
     s = Score.from_dict(d)  # the one decoder: a night's summary of an older shape reads too
-    lo, hi = s.hard_ci or (0.0, 1.0)
+    lo, hi = s.hard_ci
     return f"{s.hard:.3f} ({s.solved}/{s.n}, 95% CI {lo:.2f}–{hi:.2f})"
 
 
@@ -359,7 +359,7 @@ def _recall_lines(rec: dict[str, Any] | None) -> list[str]:
 
 def _ci(d: dict[str, Any]) -> str:
     s = Score.from_dict(d)  # the one decoder: a night's summary of an older shape reads too
-    lo, hi = s.hard_ci or (0.0, 1.0)
+    lo, hi = s.hard_ci
     return f"{s.hard:.3f} ({s.solved}/{s.n}) | {lo:.2f}–{hi:.2f}"
 
 
