@@ -108,7 +108,7 @@ def main() -> None:
         progress=False,
     )
     wall = time.perf_counter() - t0
-    rows = round_rows(result.rounds)
+    rows = round_rows([r.to_dict() for r in result.rounds])
     report = {
         "task": args.task,
         "sizes": {"train": args.train_size, "val": args.val_size, "test": args.test_size},

@@ -209,7 +209,7 @@ def main() -> None:
         "shipped": accuracy(shipped),
         "paired": compare_paired(base, shipped),
         "result": result.to_dict(),
-        "rounds": round_rows(result.rounds),
+        "rounds": round_rows([r.to_dict() for r in result.rounds]),
     }
     atomic_write_json(args.result, report)
     body = readme_body(report)

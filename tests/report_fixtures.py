@@ -151,6 +151,7 @@ def rl_run(root: Path, *, finished: bool = True) -> None:
     from selftaught.runs import RunDir, atomic_write_json
     from selftaught.weights.config import RLConfig
     from selftaught.weights.rl import RLResult, TaskReward, _make_callback
+    from selftaught.weights.rows import RLStepRow
 
     task = ToyTask()
     cfg = RLConfig(steps=len(RL_LOGS), rewards=RL_WEIGHTS)
@@ -190,7 +191,7 @@ def rl_run(root: Path, *, finished: bool = True) -> None:
         trained_val=trained_val,
         base_test=base_test,
         shipped_test=trained_test,
-        steps=run.history(),
+        steps=[RLStepRow.from_dict(row) for row in run.history()],
         step_seconds=1.5,
     )
     atomic_write_json(run.path("result.json"), result.to_dict())

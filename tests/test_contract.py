@@ -15,6 +15,7 @@ import selftaught
 from selftaught.api import load_result
 from selftaught.callbacks import RunInfo, TrainerCallback
 from selftaught.evaluation import EvalResult
+from selftaught.gate import GateResult
 from selftaught.results import RunResult, Score
 from selftaught.skill import SkillOptConfig
 from selftaught.skill.result import SkillRunResult
@@ -24,6 +25,7 @@ from selftaught.trainers import build_trainer, check_method, trainer_for
 from selftaught.weights.config import ConfigError, RestConfig, RLConfig, default_train_config
 from selftaught.weights.rest import RestResult, RestTrainer
 from selftaught.weights.rl import RLResult, RLTrainer
+from selftaught.weights.rows import RestRound, RLStepRow
 from tests.scripted import ToyTask, append, canned_analyst, edits_json, rule_target
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
 
@@ -282,7 +284,7 @@ def test_weight_results_round_trip_with_their_own_fields(tmp_path):
         best_round=2,
         base_test=eval_result(0.25),
         shipped_test=eval_result(0.5),
-        rounds=[{"round": 0}, {"round": 1}, {"round": 2}],
+        rounds=[RestRound(0), RestRound(1), RestRound(2)],
         best_dir=tmp_path / "best",
         run_dir=tmp_path,
         method="sft",
@@ -299,8 +301,8 @@ def test_weight_results_round_trip_with_their_own_fields(tmp_path):
         trained_val=eval_result(0.3, "val"),
         base_test=eval_result(0.2),
         shipped_test=eval_result(0.4),
-        gate={"decision": "accept_new_best"},
-        steps=[{"step": 1, "reward": 0.5}],
+        gate=GateResult.from_dict({"decision": "accept_new_best"}),
+        steps=[RLStepRow(1, {"reward": 0.5})],
         method="grpo",
     )
     back_rl = roundtrip(rl)

@@ -102,7 +102,7 @@ def test_history_rows_are_typed_and_round_trip(skill_run):
     typed = [row_from_dict(r) for r in rows]
     assert isinstance(typed[0], BaselineRow) and all(isinstance(t, StepRow) for t in typed[1:])
     assert [t.to_dict() for t in typed] == rows
-    assert [t.gate["decision"] for t in typed[1:]] == [
+    assert [t.gate.decision for t in typed[1:]] == [
         "accept",
         "accept_new_best",
         "reject",

@@ -34,8 +34,8 @@ def test_rest_patience_stops_after_k_rounds_and_survives_resume(tiny_dir, tmp_pa
     run = tmp_path / "run"
     result = rest_trainer(tiny_dir, run, Stops(patience=2)).train()
     assert result.stopped_by == StopReason.patience(2, "rounds", "after round 2")
-    assert [h["round"] for h in result.rounds] == [0, 1, 2] and result.best_round == 0
-    assert result.rounds[-1]["stopped_by"]["kind"] == "patience"  # in history
+    assert [h.round for h in result.rounds] == [0, 1, 2] and result.best_round == 0
+    assert result.rounds[-1].stopped_by.kind == "patience"  # in history
     # the count survives resume: the same patience stops before round 3, no round redone
     result = rest_trainer(tiny_dir, run, Stops(patience=2)).train()
     assert result.stopped_by.at == "before round 3" and len(result.rounds) == 3
@@ -58,5 +58,5 @@ def test_rest_max_minutes_ends_after_a_round_and_a_rerun_resumes(tiny_dir, tmp_p
     assert result.stopped_by == StopReason("max_minutes", "25 min", "after round 1")
     assert result.best_round == 1 and len(result.rounds) == 2
     result = rest_trainer(tiny_dir, run, Stops(max_minutes=1000)).train()
-    assert result.stopped_by is None and [h["round"] for h in result.rounds] == [0, 1, 2, 3]
+    assert result.stopped_by is None and [h.round for h in result.rounds] == [0, 1, 2, 3]
     assert calls["val"] == 4  # round 0 and round 1 were not evaluated again

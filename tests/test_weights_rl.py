@@ -149,7 +149,7 @@ def test_grpo_and_gspo_run_a_step_on_a_tiny_model(tmp_path):
         assert len(rows) == 1 and rows[0]["step"] == 1
         assert rows[0]["truncated"] == 1.0 and rows[0]["warnings"]  # a random model never stops
         assert result.shipped == "base"  # nothing learned: the start model is shipped
-        assert result.gate["decision"] != "accept_new_best"
+        assert result.gate.decision != "accept_new_best"
         assert (tmp_path / method / "best" / "config.json").exists()
 
 

@@ -331,7 +331,7 @@ def test_grpo_plays_episodes_through_trls_environment_loop(tmp_path, monkeypatch
         ("evaluate", 0, "test", "base"),
         ("step", 1),
         ("evaluate", 1, "val", "trained"),
-        ("gate", 1, result.gate["decision"]),
+        ("gate", 1, result.gate.decision),
         ("end",),
     ]
     assert recorder.results == [result] and result.method == "grpo"

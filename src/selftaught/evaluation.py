@@ -8,7 +8,7 @@ scored again."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from selftaught.gate import GateConfig, Metric, ValScores, metric_value
 from selftaught.models.base import ChatModel, run_sync
 from selftaught.policy import Policy
+from selftaught.results import Score, one_shape
 from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts, episode_row
 from selftaught.runs import atomic_write_json, read_json
 from selftaught.stats import mean_interval, wilson_interval
@@ -36,7 +37,7 @@ class EvalResult:
     hard: float
     hard_ci: tuple[float, float]
     soft: float
-    soft_ci: tuple[float, float]
+    soft_ci: tuple[float, float] | None  # None: read from an older summary that stored none
     prompt_tokens: int
     completion_tokens: int
     truncated: int
@@ -57,16 +58,41 @@ class EvalResult:
         """The one accuracy summary every run directory stores (the report reads it)."""
         out = {k: v for k, v in self.__dict__.items() if k not in ("rollouts", "items")}
         # JSON-shaped (intervals as lists), so a summary equals itself read back from disk
-        out["hard_ci"], out["soft_ci"] = list(self.hard_ci), list(self.soft_ci)
+        out["hard_ci"] = list(self.hard_ci)
+        out["soft_ci"] = list(self.soft_ci) if self.soft_ci is not None else None
         return {**out, "solved": self.solved}
 
+    def score(self, split: str | None = None) -> Score:
+        """The accuracy part of the summary, as the one summary type."""
+        return Score(split or self.split, self.n, self.hard, self.hard_ci, self.soft, self.soft_ci)
+
     @classmethod
-    def from_summary(cls, d: dict[str, Any]) -> EvalResult:
-        """Back from `summary()` (as stored in a run directory), without the rollouts."""
-        fields = {k: v for k, v in d.items() if k in cls.__dataclass_fields__ and k != "items"}
-        for key in ("hard_ci", "soft_ci"):
-            fields[key] = tuple(fields[key])
-        return cls(**fields)
+    def from_summary(cls, d: Mapping[str, Any]) -> EvalResult:
+        """Back from `summary()` (as stored in a run directory), without the rollouts. The
+        accuracy is read by the one decoder (`Score.from_dict`), so a summary of an older
+        shape reads too; a count it did not store reads as 0."""
+        s, score = one_shape(d), Score.from_dict(d)
+        return cls(
+            task=str(s.get("task") or ""),
+            model=str(s.get("model") or ""),
+            split=score.split,
+            n=score.n,
+            n_errors=int(s.get("n_errors") or 0),
+            n_scorer_errors=int(s.get("n_scorer_errors") or 0),
+            hard=score.hard,
+            hard_ci=score.hard_ci,
+            soft=score.soft,
+            soft_ci=score.soft_ci,
+            prompt_tokens=int(s.get("prompt_tokens") or 0),
+            completion_tokens=int(s.get("completion_tokens") or 0),
+            truncated=int(s.get("truncated") or 0),
+            retries=int(s.get("retries") or 0),
+            wall_s=float(s.get("wall_s") or 0.0),
+            skill_hash=str(s.get("skill_hash") or ""),
+            usage=dict(s.get("usage") or {}),
+            tool_use=s.get("tool_use"),
+            n_cached=int(s.get("n_cached") or 0),
+        )
 
     def metric_scores(self, metric: Metric = "hard", mixed_weight: float = 0.5) -> ValScores:
         """Per-example values of `metric` (None where the rollout errored)."""

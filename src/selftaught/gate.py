@@ -128,6 +128,25 @@ class GateResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GateResult:
+        """Back from `to_dict()` (a run's history row, state or result); a number an older
+        row did not store reads as 0."""
+        pvalue = d.get("pvalue")
+        return cls(
+            decision=d.get("decision") or "reject",
+            reason=str(d.get("reason") or ""),
+            candidate=float(d.get("candidate") or 0.0),
+            current=float(d.get("current") or 0.0),
+            best=float(d.get("best") or 0.0),
+            gain_vs_best=float(d.get("gain_vs_best") or 0.0),
+            gain_vs_current=float(d.get("gain_vs_current") or 0.0),
+            pvalue=None if pvalue is None else float(pvalue),
+            n_paired=int(d.get("n_paired") or 0),
+            n_missing=int(d.get("n_missing") or 0),
+            tag_losses=[dict(t) for t in d.get("tag_losses") or []],
+        )
+
 
 def _paired(a: ValScores, b: ValScores) -> tuple[list[float], list[float]]:
     pairs = [(x, y) for i, x in a.items() if x is not None and (y := b.get(i)) is not None]

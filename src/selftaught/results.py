@@ -8,45 +8,117 @@ named by `d["kind"]`, so a result read back from disk is the object the run retu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar, cast
 
+from selftaught.errors import InputError
+from selftaught.stats import wilson_interval
 from selftaught.stops import StopReason, stop_dict
 
 _KINDS: dict[str, type[RunResult]] = {}
 _R = TypeVar("_R", bound="RunResult")
 
 
-def _pair(value: Any) -> tuple[float, float]:
-    lo, hi = value if value is not None else (0.0, 0.0)
-    return float(lo), float(hi)
+class SummaryError(InputError):
+    """An accuracy summary whose numbers are not numbers (the message names the key)."""
+
+
+# The accuracy summaries runs wrote before every trainer wrote `EvalResult.summary()`, each
+# key mapped to the key of the one shape:
+# - the skill trainer's {n, errors, solved, hard, hard_ci95, soft, soft_ci95},
+# - a night's held-out scores {n, errors, hard, hard_ci95, soft, tokens} (and its
+#   `val_before` / `val_after` before one shape),
+# - the weight trainers' {split, n, solved, accuracy, ci, mean_soft, truncated, seconds},
+# - the peers benchmark's {n, errors, solved, hard, ci95}.
+# A key of the one shape wins over an old one when both are present.
+LEGACY_KEYS: dict[str, str] = {
+    "hard_ci95": "hard_ci",
+    "soft_ci95": "soft_ci",
+    "ci95": "hard_ci",
+    "ci": "hard_ci",
+    "errors": "n_errors",
+    "accuracy": "hard",
+    "mean_soft": "soft",
+    "seconds": "wall_s",
+}
+_NUMBERS = ("n", "hard", "soft", "solved", "n_errors")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def one_shape(d: Mapping[str, Any]) -> dict[str, Any]:
+    """`d` in the one summary shape (`EvalResult.summary()`'s keys): an old shape's keys are
+    renamed (`LEGACY_KEYS`); a non-numeric count or score is a `SummaryError`."""
+    out = {LEGACY_KEYS[k]: v for k, v in d.items() if k in LEGACY_KEYS}
+    out.update({k: v for k, v in d.items() if k not in LEGACY_KEYS})
+    for key in _NUMBERS:
+        v = out.get(key)
+        if v is not None and not _is_number(v):
+            raise SummaryError(f"an accuracy summary has a non-numeric {key!r} ({v!r})")
+    return out
+
+
+def _interval(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(map(_is_number, value)):
+        return float(value[0]), float(value[1])
+    return None
 
 
 @dataclass(frozen=True)
 class Score:
-    """One split's score: hard (solved share) and soft (partial credit), each with its 95%
-    interval (`hard_ci`, `soft_ci`: the names every summary uses), over `n` scored examples."""
+    """One split's accuracy summary: hard (solved share) and soft (partial credit), each with
+    its 95% interval (`hard_ci`, `soft_ci`), over `n` scored examples.
+
+    The one reader of every accuracy summary a run directory holds: `from_dict` reads
+    `EvalResult.summary()`, `to_dict()`, and each older shape (`LEGACY_KEYS`). A hard
+    interval the summary did not store is the Wilson interval of its counts (as `evaluate`
+    computes it); a soft one cannot be recomputed and is None."""
 
     split: str
     n: int
     hard: float
     hard_ci: tuple[float, float]
     soft: float
-    soft_ci: tuple[float, float]
+    soft_ci: tuple[float, float] | None  # None: an older summary stored none
+
+    @property
+    def solved(self) -> int:
+        return round(self.hard * self.n)
 
     @classmethod
-    def from_summary(cls, d: dict[str, Any], split: str | None = None) -> Score:
-        """From an evaluation summary (`EvalResult.summary()`) or `to_dict()`; a result written
-        before one name was kept (`hard_ci95`, `soft_ci95`) reads the same."""
+    def from_dict(cls, d: Mapping[str, Any], split: str | None = None) -> Score:
+        """From any accuracy summary (`split` overrides the one it names); a missing number
+        reads as 0."""
+        s = one_shape(d)
+        n = int(s.get("n") or 0)
+        hard = float(s.get("hard") or 0.0)
+        hard_ci = _interval(s.get("hard_ci"))
+        if hard_ci is None:
+            solved = s.get("solved")
+            hard_ci = wilson_interval(int(solved) if solved is not None else round(hard * n), n)
         return cls(
-            split=str(split or d.get("split") or "?"),
-            n=int(d.get("n", 0)),
-            hard=float(d.get("hard", 0.0)),
-            hard_ci=_pair(d.get("hard_ci", d.get("hard_ci95"))),
-            soft=float(d.get("soft", 0.0)),
-            soft_ci=_pair(d.get("soft_ci", d.get("soft_ci95"))),
+            split=str(split or s.get("split") or "?"),
+            n=n,
+            hard=hard,
+            hard_ci=hard_ci,
+            soft=float(s.get("soft") or 0.0),
+            soft_ci=_interval(s.get("soft_ci")),
         )
+
+    # the name the readers used before there was one decoder
+    from_summary = from_dict
+
+    @classmethod
+    def read(cls, d: Any, metric: str = "hard") -> Score | None:
+        """The summary `d` holds, or None where there is none: `d` is not a dict (a step
+        with no candidate, a run still going) or stores no `metric` value."""
+        if not isinstance(d, Mapping) or one_shape(d).get(metric) is None:
+            return None
+        return cls.from_dict(d)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,12 +127,12 @@ class Score:
             "hard": self.hard,
             "hard_ci": list(self.hard_ci),
             "soft": self.soft,
-            "soft_ci": list(self.soft_ci),
+            "soft_ci": list(self.soft_ci) if self.soft_ci is not None else None,
         }
 
 
 def _score(d: dict[str, Any] | None) -> Score | None:
-    return Score.from_summary(d) if d else None
+    return Score.from_dict(d) if d else None
 
 
 @dataclass(kw_only=True)

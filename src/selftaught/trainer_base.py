@@ -19,7 +19,7 @@ from rich.console import Console
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.errors import ConfigError
 from selftaught.models.usage import RoleUsage, UsageLedger
-from selftaught.results import RunResult, Score
+from selftaught.results import RunResult
 from selftaught.runs import RunDir, atomic_write_json
 from selftaught.stops import UNLIMITED, Deadline, StopReason, Stops, patience_reached
 from selftaught.tasks.base import Example, check_disjoint
@@ -182,7 +182,7 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
 
     # ---- events --------------------------------------------------------------------------
     def _scored(self, step: int, result: EvalResult, label: str) -> None:
-        scores = Score.from_summary(result.summary())
+        scores = result.score()
         self.callbacks.evaluate(
             self.info, step=step, split=result.split, scores=scores, label=label
         )

@@ -129,9 +129,8 @@ def print_eval(result: Any) -> None:
         "hard accuracy",
         f"{result.hard:.3f}  (95% CI {result.hard_ci[0]:.3f}-{result.hard_ci[1]:.3f})",
     )
-    table.add_row(
-        "soft score", f"{result.soft:.3f}  (95% CI {result.soft_ci[0]:.3f}-{result.soft_ci[1]:.3f})"
-    )
+    soft_ci = result.soft_ci or (0.0, 1.0)  # a live evaluation always has one
+    table.add_row("soft score", f"{result.soft:.3f}  (95% CI {soft_ci[0]:.3f}-{soft_ci[1]:.3f})")
     table.add_row("tokens in / out", f"{result.prompt_tokens} / {result.completion_tokens}")
     table.add_row("truncated replies", str(result.truncated))
     table.add_row("errors (not scored)", str(result.n_errors))

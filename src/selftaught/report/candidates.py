@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from selftaught.demos import Demo, split_skill
+from selftaught.gate import GateResult
 from selftaught.runs import RunError
 
 # a candidate's fate: the gate's outcome for the chosen one, else where it was stopped
@@ -70,10 +71,10 @@ def demo_view(d: Demo) -> DemoView:
 
 
 def _fate(
-    c: dict[str, Any], chosen: dict[str, Any] | None, gate: dict[str, Any]
+    c: dict[str, Any], chosen: dict[str, Any] | None, gate: GateResult | None
 ) -> tuple[str, str]:
-    decision = str(gate.get("decision") or "")
-    reason = str(gate.get("reason") or "")
+    decision = gate.decision if gate is not None else ""
+    reason = gate.reason if gate is not None else ""
     if c.get("chosen"):
         return _GATE_FATE.get(decision, "rejected"), reason
     val, screen = c.get("val"), c.get("screen")
@@ -94,11 +95,12 @@ def _fate(
     return "not_scored", "never scored (stopped before val)"
 
 
-def read_candidates(step: int, row: dict[str, Any]) -> list[Candidate]:
-    """The step's candidates with their fate; [] for a row written before candidates."""
-    raw = [c for c in row.get("candidates") or [] if isinstance(c, dict)]
-    gate = row.get("gate")
-    gate = gate if isinstance(gate, dict) else {}
+def read_candidates(
+    step: int, candidates: list[dict[str, Any]], gate: GateResult | None
+) -> list[Candidate]:
+    """A history row's candidates with their fate (`gate`: the row's decision); [] for a row
+    written before candidates."""
+    raw = [c for c in candidates or [] if isinstance(c, dict)]
     chosen = next((c for c in raw if c.get("chosen")), None)
     out = []
     for c in raw:

@@ -7,19 +7,21 @@
 - `rest` (weights/rest.py: ReST-EM and SFT, one history row per round, round 0 = base),
 - `rl` (weights/rl.py: GRPO / GSPO, one history row per logged step).
 
-A run in progress is read as far as it got: a missing file is a note, never a crash. Every
-accuracy summary goes through `read_estimate`, which reads one shape (`EvalResult.summary()`);
-summaries written before that shape (`OLD_SHAPES`) are translated into it first."""
+A run in progress is read as far as it got: a missing file is a note, never a crash. History
+rows are read as their typed rows (`skill.rows`, `weights.rows`); every accuracy summary goes
+through the one decoder, `Score.from_dict` (`results.py`), which reads `EvalResult.summary()`
+and every older shape; `Estimate` is the value of one metric the pages show."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from selftaught.errors import InputError
+from selftaught.evaluation import EvalResult
 from selftaught.report.candidates import (
     Candidate,
     DemoView,
@@ -29,13 +31,20 @@ from selftaught.report.candidates import (
     rules_candidate,
     split_or_note,
 )
+from selftaught.results import Score, SummaryError
 from selftaught.runs import jsonl_rows
+from selftaught.skill.rows import HistoryRow, StepRow, row_from_dict
 from selftaught.stats import wilson_interval
 from selftaught.stops import stop_text
+from selftaught.weights.rows import RestRound, RLStepRow
 
 
 class ReportError(InputError):
     """A run directory that cannot be reported on (the message is one sentence)."""
+
+
+_In = TypeVar("_In")
+_Row = TypeVar("_Row")
 
 
 # ---- shared pieces ------------------------------------------------------------------------
@@ -49,81 +58,48 @@ class Estimate:
     n: int | None = None
     solved: int | None = None
 
+    @classmethod
+    def of(cls, score: Score, metric: str = "hard") -> Estimate:
+        """`metric` of a decoded summary: hard with its counts, or soft."""
+        n = score.n or None
+        if metric == "soft":
+            lo, hi = score.soft_ci or (None, None)
+            return cls(score.soft, lo, hi, n)
+        return cls(score.hard, *score.hard_ci, n, score.solved if n else None)
+
     def text(self) -> str:
         counts = f" ({self.solved}/{self.n})" if self.solved is not None and self.n else ""
         ci = f", 95% CI {self.lo:.3f}–{self.hi:.3f}" if self.lo is not None else ""
         return f"{self.value:.3f}{counts}{ci}"
 
 
-def _number(d: dict[str, Any], *keys: str) -> float | None:
-    for k in keys:
-        v = d.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-    return None
-
-
-def _pair(d: dict[str, Any], *keys: str) -> tuple[float, float] | None:
-    for k in keys:
-        v = d.get(k)
-        if (
-            isinstance(v, (list, tuple))
-            and len(v) == 2
-            and all(isinstance(x, (int, float)) for x in v)
-        ):
-            return float(v[0]), float(v[1])
-    return None
-
-
-# the accuracy summaries runs wrote before every trainer wrote `EvalResult.summary()`: the
-# skill trainer's {n, errors, solved, hard, hard_ci95, soft, soft_ci95} and the weight
-# trainers' {n, solved, accuracy, ci, mean_soft}; old key -> the key of the one shape
-OLD_SHAPES: dict[str, str] = {
-    "hard_ci95": "hard_ci",
-    "soft_ci95": "soft_ci",
-    "errors": "n_errors",
-    "accuracy": "hard",
-    "ci": "hard_ci",
-    "mean_soft": "soft",
-}
-
-
-def as_summary(d: Any) -> dict[str, Any] | None:
-    """`d` in the one summary shape (None when it is not a dict); an old shape's keys are
-    renamed, a value of the one shape wins over an old one."""
-    if not isinstance(d, dict):
-        return None
-    out = {OLD_SHAPES[k]: v for k, v in d.items() if k in OLD_SHAPES}
-    out.update({k: v for k, v in d.items() if k not in OLD_SHAPES})
-    for key in ("hard", "soft", "n", "solved"):
-        v = out.get(key)
-        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
-            raise ReportError(f"an accuracy summary has a non-numeric {key!r} ({v!r})")
-    return out
-
-
 def read_estimate(d: Any, metric: str = "hard") -> Estimate | None:
-    """The accuracy of one summary (`EvalResult.summary()`, or an old shape it is translated
-    from by `as_summary`): `metric` is `hard` (solved share) or `soft` (mean partial credit).
-    None when there is none (a step with no candidate, a run still going)."""
-    s = as_summary(d)
-    if s is None:
-        return None
-    n = s.get("n") if isinstance(s.get("n"), int) else None
-    value = _number(s, metric)
-    if metric == "soft":
-        lo, hi = _pair(s, "soft_ci") or (None, None)
-        return None if value is None else Estimate(value, lo, hi, n)
-    solved_raw = _number(s, "solved")
-    solved = int(solved_raw) if solved_raw is not None else None
-    if solved is None and value is not None and n:
-        solved = round(value * n)
-    ci = _pair(s, "hard_ci")
-    if ci is None and solved is not None and n:
-        ci = wilson_interval(solved, n)
-    if value is None:
-        return None
-    return Estimate(value, ci[0] if ci else None, ci[1] if ci else None, n, solved)
+    """The `metric` (`hard`: solved share, or `soft`: mean partial credit) of one stored
+    accuracy summary, of any shape the one decoder reads (`Score.read`). None when there is
+    none (a step with no candidate, a run still going)."""
+    try:
+        score = Score.read(d, metric)
+    except SummaryError as err:
+        raise ReportError(str(err)) from err
+    return Estimate.of(score, metric) if score is not None else None
+
+
+def _estimate(summary: EvalResult | None, metric: str) -> Estimate | None:
+    """The `metric` of a typed row's summary (None: the row stored none)."""
+    return Estimate.of(summary.score(), metric) if summary is not None else None
+
+
+def _typed(rows: Sequence[_In], read: Callable[[_In], _Row]) -> list[_Row]:
+    """History rows as their typed rows; a summary no shape explains is a ReportError."""
+    out = []
+    for i, row in enumerate(rows, 1):
+        try:
+            out.append(read(row))
+        except SummaryError as err:
+            raise ReportError(str(err)) from err
+        except (TypeError, ValueError) as err:
+            raise ReportError(f"history.jsonl row {i} cannot be read: {err}") from err
+    return out
 
 
 @dataclass
@@ -298,50 +274,51 @@ class SkillRun:
 _GATE_OUTCOME = {"accept_new_best": "accepted_new_best", "accept": "accepted"}
 
 
-def _skill_steps(rows: list[dict[str, Any]], metric: str) -> list[SkillStep]:
-    baseline = read_estimate(rows[0].get("val"), metric) if rows else None
+def _skill_steps(rows: list[HistoryRow], metric: str) -> list[SkillStep]:
+    baseline = _estimate(rows[0].val, metric) if rows else None
     current_val = best_val = baseline
-    parent = str(rows[0].get("skill_version") or "v0000") if rows else "v0000"
+    parent = str(rows[0].skill_version or "v0000") if rows else "v0000"
     steps: list[SkillStep] = []
     for row in rows[1:]:
-        gate = _dict(row.get("gate"))
-        decision = str(gate.get("decision") or "unknown")
-        val = read_estimate(row.get("val"), metric)
+        assert isinstance(row, StepRow)  # only the first row is a baseline
+        gate = row.gate
+        decision = gate.decision if gate is not None else "unknown"
+        val = _estimate(row.val, metric)
         if val is not None and decision in _GATE_OUTCOME:
             current_val = val
             if decision == "accept_new_best":
                 best_val = val
-        batch = _dict(row.get("batch"))
-        pool = row.get("pool")
+        step = int(row.step) if row.step is not None else len(steps) + 1
         # with a pool the parent is drawn from its front and recorded; before, it was the
         # previous step's current skill
-        parent = str(row.get("parent_version") or parent)
+        parent = str(row.parent_version or parent)
         steps.append(
             SkillStep(
-                step=int(row.get("step", len(steps) + 1)),
-                epoch=row.get("epoch"),
-                batch=read_estimate(batch, metric),
+                step=step,
+                epoch=row.epoch,
+                batch=_estimate(row.batch, metric),
                 val=val,
                 decision=decision,
-                reason=str(gate.get("reason") or ""),
+                reason=gate.reason if gate is not None else "",
                 parent=parent,
-                candidate=row.get("skill_version"),
-                current=row.get("current_version"),
-                best=row.get("best_version"),
+                candidate=row.skill_version,
+                current=row.current_version,
+                best=row.best_version,
                 current_val=current_val,
                 best_val=best_val,
-                budget=row.get("budget"),
-                edits=_dict(row.get("edits")),
-                usage=_dict(row.get("usage")),
-                time_s=row.get("step_time_s"),
-                val_cached=bool(row.get("val_cached")),
-                truncated=int(batch.get("truncated") or 0),
-                candidates=read_candidates(int(row.get("step", len(steps) + 1)), row),
-                pool=[str(v) for v in pool] if isinstance(pool, list) else None,
-                demo_stats=_dict(row.get("demos")),
+                budget=row.budget,
+                edits=_dict(row.edits),
+                usage=_dict(row.usage),
+                time_s=row.step_time_s,
+                val_cached=bool(row.val_cached),
+                truncated=row.batch.truncated if row.batch is not None else 0,
+                candidates=read_candidates(step, row.candidates, gate),
+                # every run with a pool records its first member: none recorded, no pool
+                pool=[str(v) for v in row.pool] if row.pool else None,
+                demo_stats=_dict(row.demos),
             )
         )
-        parent = str(row.get("current_version") or parent)
+        parent = str(row.current_version or parent)
     return steps
 
 
@@ -563,7 +540,8 @@ def skill_run_from(
         rd.note("config.json is missing: the run's settings are unknown.")
     if not rows:
         rd.note("No step has finished yet (history.jsonl is missing or empty).")
-    steps = _skill_steps(rows, metric)
+    typed = _typed(rows, row_from_dict)
+    steps = _skill_steps(typed, metric)
     status = _skill_status(rd, state, summary, len(steps))
     if not test:
         if status.finished and config.get("evaluate_test") is False:
@@ -587,7 +565,7 @@ def skill_run_from(
         status=status,
         notes=rd.notes,
         metric=metric,
-        baseline=read_estimate(rows[0].get("val"), metric) if rows else None,
+        baseline=_estimate(typed[0].val, metric) if typed else None,
         steps=steps,
         total_steps=state.get("total_steps"),
         test_initial=read_estimate(test.get("initial"), metric),
@@ -700,31 +678,29 @@ def _rest_failures(rd: RunReader, rounds: list[Round]) -> list[Failure]:
     ]
 
 
-def _rest_round(row: dict[str, Any], metric: str, best_before: int) -> Round:
-    r = int(row.get("round", 0))
-    samples = row.get("samples")
-    share = row.get("sample_solved")
+def _rest_round(row: RestRound, metric: str, best_before: int) -> Round:
+    r, samples, share = row.round, row.samples, row.sample_solved
     solved = None
-    if isinstance(samples, int) and samples and isinstance(share, (int, float)):
+    if samples and share is not None:
         k = round(share * samples)
         lo, hi = wilson_interval(k, samples)
-        solved = Estimate(float(share), lo, hi, samples, k)
-    best_round = int(row.get("best_round", best_before if r else 0))
+        solved = Estimate(share, lo, hi, samples, k)
+    best_round = row.best_round if row.best_round is not None else (best_before if r else 0)
     return Round(
         round=r,
-        label=str(row.get("model") or ("base" if r == 0 else f"round {r}")),
-        trained=bool(row.get("trained", r > 0)),
-        reason=str(row.get("reason") or ""),
-        samples=samples if isinstance(samples, int) else None,
+        label=str(row.model or ("base" if r == 0 else f"round {r}")),
+        trained=row.trained,
+        reason=str(row.reason or ""),
+        samples=samples,
         sample_solved=solved,
-        sample_truncated=row.get("sample_truncated"),
-        elite=_dict(row.get("elite")),
-        train=_dict(row.get("train")),
-        val=read_estimate(row.get("val"), metric),
-        test=read_estimate(row.get("test"), metric),
+        sample_truncated=row.sample_truncated,
+        elite=dict(row.elite or {}),
+        train=dict(row.train or {}),
+        val=_estimate(row.val, metric),
+        test=_estimate(row.test, metric),
         best_round=best_round,
         new_best=r > 0 and best_round == r,
-        seconds=row.get("seconds"),
+        seconds=row.seconds,
     )
 
 
@@ -748,8 +724,9 @@ def rest_run_from(rd: RunReader, rows: list[dict[str, Any]], *, details: bool = 
     result = _dict(rd.json("result.json"))
     if not rows:
         rd.note("No round has finished yet (history.jsonl is missing or empty).")
-    rounds, best = [], 0
-    for row in rows:
+    rounds: list[Round] = []
+    best = 0
+    for row in _typed(rows, RestRound.from_dict):
         rounds.append(_rest_round(row, metric, best))
         best = rounds[-1].best_round
     total = rest.get("rounds")
@@ -819,19 +796,8 @@ def rl_run_from(rd: RunReader, rows: list[dict[str, Any]]) -> RLRun:
     rl = _dict(config.get("rl"))
     state = _dict(rd.json("state.json"))
     result = _dict(rd.json("result.json"))
-    steps = [
-        RLStep(
-            int(row.get("step", i + 1)),
-            {
-                k: float(v)
-                for k, v in row.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"
-            },
-            bool(row.get("all_rewards_equal")),
-            [str(w) for w in row.get("warnings", [])],
-        )
-        for i, row in enumerate(rows)
-    ]
+    typed = _typed(list(enumerate(rows)), lambda ir: RLStepRow.from_dict(ir[1], ir[0]))
+    steps = [RLStep(s.step, dict(s.metrics), s.all_rewards_equal, list(s.warnings)) for s in typed]
     if not steps:
         rd.note("No training step has been logged yet (history.jsonl is missing or empty).")
     total = rl.get("steps")

@@ -225,7 +225,7 @@ class RunStore:
         self, st: RunState, o: StepOutcome, usage0: dict[str, Any], step_s: float
     ) -> StepRow:
         assert st.current is not None and st.best is not None
-        batch = self.scorer.summarize(o.rollouts, "train", o.parent.hash).summary()
+        batch = self.scorer.summarize(o.rollouts, "train", o.parent.hash)
         step_parse = ParseStats()
         for c in o.calls + o.agg_calls:
             step_parse.add(c)
@@ -252,8 +252,8 @@ class RunStore:
                 "best": [d["id"] for d in (demo_dicts(st.best.text))],
             },
             analyst=step_parse.to_dict(),
-            gate=o.verdict.result.to_dict(),
-            val=self.scorer.val_summary(candidate).summary() if candidate else None,
+            gate=o.verdict.result,
+            val=self.scorer.val_summary(candidate) if candidate else None,
             val_cached=o.verdict.cached,
             skill_version=candidate.version if candidate else None,
             pool=list(st.pool),
@@ -262,7 +262,7 @@ class RunStore:
             usage=self._step_usage(usage0),
             step_time_s=round(step_s, 2),
             time_s=round(st.elapsed_s, 2),
-            stopped_by=stop_dict(st.stopped_by),
+            stopped_by=st.stopped_by,
         )
 
     def _step_usage(self, usage0: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from selftaught.evaluation import EvalResult
 from selftaught.gate import Paired
 from selftaught.models.usage import Budget
-from selftaught.results import RunResult, Score
+from selftaught.results import RunResult
 from selftaught.stops import stop_dict
 
 if TYPE_CHECKING:
@@ -183,9 +183,9 @@ class SkillRunResult(RunResult):
         else:
             base, shipped = self.val_initial, self.val_best
         if self.base_score is None and base is not None:
-            self.base_score = Score.from_summary(base.summary())
+            self.base_score = base.score()
         if self.shipped_score is None and shipped is not None:
-            self.shipped_score = Score.from_summary(shipped.summary())
+            self.shipped_score = shipped.score()
 
     @property
     def document(self) -> str:

@@ -1,11 +1,19 @@
 """The rows a skill run appends to history.jsonl, typed: one `BaselineRow` (step 0) and one
-`StepRow` per optimization step. `to_dict` writes the JSON keys the report reads; `row_from_dict`
-reads a row back (a row written before a key existed gets its default)."""
+`StepRow` per optimization step (the weight trainers' rows are beside them, in
+`weights/rows.py`). `to_dict` writes the JSON keys the report reads; `row_from_dict` reads a
+row back (a row written before a key existed gets its default; an accuracy summary of an older
+shape is read by the one decoder, `Score.from_dict`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from selftaught.evaluation import EvalResult
+from selftaught.gate import GateResult
+from selftaught.results import Score
+from selftaught.stops import StopReason, stop_dict
 
 
 @dataclass
@@ -15,13 +23,21 @@ class BaselineRow:
     step: int
     skill_version: str
     skill_hash: str
-    val: dict[str, Any]  # EvalResult.summary()
+    val: EvalResult | None  # None: a row that stored no summary
     usage: dict[str, Any]
     time_s: float
     stage: str = field(default="baseline", init=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "step": self.step,
+            "skill_version": self.skill_version,
+            "skill_hash": self.skill_hash,
+            "val": self.val.summary() if self.val is not None else None,
+            "usage": self.usage,
+            "time_s": self.time_s,
+            "stage": self.stage,
+        }
 
 
 @dataclass
@@ -30,15 +46,15 @@ class StepRow:
 
     step: int
     epoch: int
-    batch: dict[str, Any]  # EvalResult.summary() of the step's train rollouts
+    batch: EvalResult | None  # the step's train rollouts (None: a row that stored none)
     budget: int
     edits: dict[str, Any]
     parent_version: str
     candidates: list[dict[str, Any]]
     demos: dict[str, Any]
     analyst: dict[str, Any]
-    gate: dict[str, Any]  # GateResult.to_dict()
-    val: dict[str, Any] | None  # EvalResult.summary() of the gated candidate (None: none)
+    gate: GateResult | None  # None: a row that recorded no decision
+    val: EvalResult | None  # the gated candidate on val (None: no candidate)
     val_cached: bool
     skill_version: str | None
     pool: list[str]
@@ -47,11 +63,18 @@ class StepRow:
     usage: dict[str, Any]  # calls and tokens of this step, per role
     step_time_s: float
     time_s: float
-    stopped_by: dict[str, Any] | None = None  # StopReason.to_dict(): the run ended here
+    stopped_by: StopReason | None = None  # the run ended here
     stage: str = field(default="step", init=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {
+            **out,
+            "batch": self.batch.summary() if self.batch is not None else None,
+            "gate": self.gate.to_dict() if self.gate is not None else {},
+            "val": self.val.summary() if self.val is not None else None,
+            "stopped_by": stop_dict(self.stopped_by),
+        }
 
 
 HistoryRow = BaselineRow | StepRow
@@ -60,7 +83,6 @@ _DEFAULTS: dict[str, Any] = {
     "candidates": [],
     "demos": {},
     "analyst": {},
-    "gate": {},
     "edits": {},
     "pool": [],
     "usage": {},
@@ -68,7 +90,12 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-def row_from_dict(d: dict[str, Any]) -> HistoryRow:
+def _summary(value: Any) -> EvalResult | None:
+    """A stored summary (None where the row holds none, or one without a hard score)."""
+    return EvalResult.from_summary(value) if Score.read(value) is not None else None
+
+
+def row_from_dict(d: Mapping[str, Any]) -> HistoryRow:
     """A history row back from its JSON (`stage` says which kind)."""
     cls: type[BaselineRow] | type[StepRow] = (
         BaselineRow if d.get("stage") == "baseline" else StepRow
@@ -76,4 +103,10 @@ def row_from_dict(d: dict[str, Any]) -> HistoryRow:
     kwargs: dict[str, Any] = {
         f.name: d.get(f.name, _DEFAULTS.get(f.name)) for f in fields(cls) if f.init
     }
+    kwargs["val"] = _summary(d.get("val"))
+    if cls is StepRow:
+        gate = d.get("gate")
+        kwargs["batch"] = _summary(d.get("batch"))
+        kwargs["gate"] = GateResult.from_dict(gate) if isinstance(gate, Mapping) and gate else None
+        kwargs["stopped_by"] = StopReason.read(d.get("stopped_by"))
     return cls(**kwargs)

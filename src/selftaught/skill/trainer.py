@@ -397,7 +397,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             0,
             skill.version,
             skill.hash,
-            row_val.summary(),
+            row_val,
             self.ledger.to_dict(),
             round(st.elapsed_s, 2),
         )
@@ -496,9 +496,9 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         assert st.best is not None
         best_val = self.scorer.val_summary(st.best)
         chosen, result = o.verdict.chosen, o.verdict.result
+        batch = f"{row.batch.solved}/{row.batch.n}" if row.batch is not None else "-"
         self.progress.log(
-            f"step {o.step}/{self.total_steps} · batch {row.batch['solved']}/"
-            f"{row.batch['n']} · edits {row.edits['proposed']}→"
+            f"step {o.step}/{self.total_steps} · batch {batch} · edits {row.edits['proposed']}→"
             f"{len(o.primary.update.applied)} applied · {len(o.candidates)} candidates"
             f"{f' (chose {chosen.kind}: {chosen.why})' if chosen else ''} · "
             f"{result.decision} ({result.reason}) · best val "

@@ -297,8 +297,8 @@ class DPOResult(RestResult):
     @property
     def train_pairs(self) -> int:
         """The preference pairs the adapter trained on (0 before it trained)."""
-        row = next((r for r in self.rounds if r.get("round") == 1), {})
-        return int(row.get("train_pairs") or 0)
+        row = next((r for r in self.rounds if r.round == 1), None)
+        return int(row.train_pairs or 0) if row is not None else 0
 
 
 class DPOTrainer(RestTrainer):

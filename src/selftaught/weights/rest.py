@@ -41,7 +41,7 @@ from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.resolve import ModelLike
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
-from selftaught.results import RunResult, Score
+from selftaught.results import RunResult
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import atomic_write_json, read_json, write_jsonl
 from selftaught.stops import StopReason, accepted, stop_text
@@ -49,6 +49,7 @@ from selftaught.tasks.base import Task
 from selftaught.tasks.episode import is_tool_task
 from selftaught.weights.config import ConfigError, RestConfig
 from selftaught.weights.elite import select_elite
+from selftaught.weights.rows import RestRound
 from selftaught.weights.sampling import (
     RandomStrategyModel,
     Sample,
@@ -82,13 +83,13 @@ class RestResult(RunResult):
     best_round: int
     base_test: EvalResult
     shipped_test: EvalResult
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[RestRound] = field(default_factory=list)
     best_dir: Path | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
-        self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
+        self.base_score = self.base_score or self.base_test.score()
+        self.shipped_score = self.shipped_score or self.shipped_test.score()
 
     @property
     def gain(self) -> float:
@@ -108,7 +109,7 @@ class RestResult(RunResult):
             "shipped_test": self.shipped_test.summary(),
             "gain": round(self.gain, 4),
             "best_dir": str(self.best_dir) if self.best_dir else None,
-            "rounds": self.rounds,
+            "rounds": [r.to_dict() for r in self.rounds],
         }
 
     @classmethod
@@ -118,7 +119,7 @@ class RestResult(RunResult):
             "best_round": int(d["best_round"]),
             "base_test": EvalResult.from_summary(d["base_test"]),
             "shipped_test": EvalResult.from_summary(d["shipped_test"]),
-            "rounds": list(d.get("rounds") or []),
+            "rounds": [RestRound.from_dict(r) for r in d.get("rounds") or []],
             "best_dir": Path(d["best_dir"]) if d.get("best_dir") else None,
         }
 
@@ -585,7 +586,7 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             best_round=best_round,
             base_test=base_test,
             shipped_test=shipped_test,
-            rounds=self.run.history(),
+            rounds=[RestRound.from_dict(h) for h in self.run.history()],
             best_dir=None if scratch_base else self.run.path("best"),
             seconds=seconds,
             stopped_by=StopReason.read(state.get("stopped_by")),

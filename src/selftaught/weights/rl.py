@@ -32,12 +32,12 @@ from rich.console import Console
 
 from selftaught.callbacks import TrainerCallback
 from selftaught.evaluation import EvalResult, evaluate_split
-from selftaught.gate import gate
+from selftaught.gate import GateResult, gate
 from selftaught.models.base import GenerationParams
 from selftaught.models.resolve import ModelLike, resolve_model
 from selftaught.models.usage import TrackedModel, UsageLedger
 from selftaught.policy import Policy
-from selftaught.results import RunResult, Score
+from selftaught.results import RunResult
 from selftaught.rollout import RolloutConfig
 from selftaught.runs import RunDir, atomic_write_json
 from selftaught.stops import Deadline, StopReason, stop_dict
@@ -57,6 +57,7 @@ from selftaught.weights.rewards import (
 from selftaught.weights.rewards import (
     completion_text as completion_text,  # re-exported: where the reward functions were
 )
+from selftaught.weights.rows import RLStepRow
 from selftaught.weights.sft import (
     load_causal_lm,
     merged,
@@ -194,16 +195,16 @@ class RLResult(RunResult):
     trained_val: EvalResult
     base_test: EvalResult
     shipped_test: EvalResult
-    gate: dict[str, Any] = field(default_factory=dict)
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    gate: GateResult | None = None  # None: the run ended before the gate decided
+    steps: list[RLStepRow] = field(default_factory=list)
     best_dir: Path | None = None
     step_seconds: float | None = None
     reward_errors: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.base_score = self.base_score or Score.from_summary(self.base_test.summary())
-        self.shipped_score = self.shipped_score or Score.from_summary(self.shipped_test.summary())
+        self.base_score = self.base_score or self.base_test.score()
+        self.shipped_score = self.shipped_score or self.shipped_test.score()
 
     @classmethod
     def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:
@@ -214,8 +215,8 @@ class RLResult(RunResult):
                 k: EvalResult.from_summary(d[k])
                 for k in ("base_val", "trained_val", "base_test", "shipped_test")
             },
-            "gate": d.get("gate") or {},
-            "steps": list(d.get("steps") or []),
+            "gate": GateResult.from_dict(d["gate"]) if d.get("gate") else None,
+            "steps": [RLStepRow.from_dict(s, i) for i, s in enumerate(d.get("steps") or [])],
             "best_dir": Path(d["best_dir"]) if d.get("best_dir") else None,
             "step_seconds": d.get("step_seconds"),
             "reward_errors": int(d.get("reward_errors") or 0),
@@ -225,18 +226,18 @@ class RLResult(RunResult):
         return {
             **super().to_dict(),
             "shipped": self.shipped,
-            "gate": self.gate,
+            "gate": self.gate.to_dict() if self.gate is not None else {},
             "base_val": self.base_val.summary(),
             "trained_val": self.trained_val.summary(),
             "base_test": self.base_test.summary(),
             "shipped_test": self.shipped_test.summary(),
             "gain": round(self.shipped_test.hard - self.base_test.hard, 4),
             "steps_logged": len(self.steps),
-            "flat_steps": sum(1 for s in self.steps if s.get("all_rewards_equal")),
+            "flat_steps": sum(1 for s in self.steps if s.all_rewards_equal),
             "reward_errors": self.reward_errors,
             "step_seconds": self.step_seconds,
             "best_dir": str(self.best_dir) if self.best_dir else None,
-            "steps": self.steps,
+            "steps": [s.to_dict() for s in self.steps],
         }
 
 
@@ -622,8 +623,8 @@ class RLTrainer(WeightTrainer[RLConfig, RLResult]):
             trained_val=EvalResult.from_summary(state.get("trained_val", state["base_val"])),
             base_test=base_test,
             shipped_test=EvalResult.from_summary(state["trained_test"]) if better else base_test,
-            gate=state.get("gate", {}),
-            steps=self.run.history(),
+            gate=GateResult.from_dict(state["gate"]) if state.get("gate") else None,
+            steps=[RLStepRow.from_dict(row, i) for i, row in enumerate(self.run.history())],
             best_dir=best_dir,
             seconds=seconds,
             step_seconds=state.get("step_seconds"),

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from selftaught.results import Score
 from selftaught.runs import RunDir, atomic_write_json, atomic_write_text
 from selftaught.sleep.night.checks import describe_checks
 from selftaught.sleep.night.dream import dream_lines
@@ -199,8 +200,9 @@ def _when(ts: float | None) -> str:
 def _acc(d: dict[str, Any] | None) -> str:
     if not d:
         return "—"
-    lo, hi = d.get("hard_ci") or d["hard_ci95"]  # hard_ci95: nights before one shape
-    return f"{d['hard']:.3f} ({d['solved']}/{d['n']}, 95% CI {lo:.2f}–{hi:.2f})"
+    s = Score.from_dict(d)  # the one decoder: a night's summary of an older shape reads too
+    lo, hi = s.hard_ci
+    return f"{s.hard:.3f} ({s.solved}/{s.n}, 95% CI {lo:.2f}–{hi:.2f})"
 
 
 def _fence(text: str, lang: str = "") -> str:
@@ -356,8 +358,9 @@ def _recall_lines(rec: dict[str, Any] | None) -> list[str]:
 
 
 def _ci(d: dict[str, Any]) -> str:
-    lo, hi = d.get("hard_ci") or d["hard_ci95"]  # hard_ci95: nights before one shape
-    return f"{d['hard']:.3f} ({d['solved']}/{d['n']}) | {lo:.2f}–{hi:.2f}"
+    s = Score.from_dict(d)  # the one decoder: a night's summary of an older shape reads too
+    lo, hi = s.hard_ci
+    return f"{s.hard:.3f} ({s.solved}/{s.n}) | {lo:.2f}–{hi:.2f}"
 
 
 def demo_mode_lines(modes: dict[str, Any] | None) -> list[str]:
