@@ -133,15 +133,15 @@ def error_classes(src: Path = SRC) -> dict[str, int]:
                 for b in node.bases
             ]
             for stmt in node.body:
-                target = (
-                    getattr(stmt, "target", None) or (getattr(stmt, "targets", None) or [None])[0]
-                )
-                if (
-                    isinstance(target, ast.Name)
-                    and target.id == "exit_code"
-                    and stmt.value is not None
-                ):
-                    own[node.name] = stmt.value
+                target: ast.expr
+                if isinstance(stmt, ast.AnnAssign):
+                    target, value = stmt.target, stmt.value
+                elif isinstance(stmt, ast.Assign) and stmt.targets:
+                    target, value = stmt.targets[0], stmt.value
+                else:
+                    continue
+                if isinstance(target, ast.Name) and target.id == "exit_code" and value is not None:
+                    own[node.name] = value
 
     def code(name: str, seen: frozenset[str] = frozenset()) -> int | None:
         if name in seen or name not in bases:
@@ -181,6 +181,7 @@ def direct_exits(src: Path = SRC / "cli") -> set[tuple[str, int]]:
                     and ast.unparse(exc.func) == "typer.Exit"
                     and exc.args
                     and isinstance(exc.args[0], ast.Constant)
+                    and isinstance(exc.args[0].value, int)
                 ):
                     found.add((fn.name, exc.args[0].value))
     return found
