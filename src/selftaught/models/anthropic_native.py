@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,7 +21,8 @@ from selftaught.models.base import (
     Completion,
     GenerationParams,
     Message,
-    close_with_loop,
+    PerLoop,
+    signing_http_client,
 )
 from selftaught.models.errors import (
     CALL_TIMEOUT_S,
@@ -101,7 +101,7 @@ class AnthropicModel(AsyncChatModel):
         self.timeout_s = timeout_s
         self.cache_prompt = cache_prompt
         self._key = key
-        self._clients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._clients: PerLoop[Any] = PerLoop()
         self._sign = sign
 
     @property
@@ -109,33 +109,17 @@ class AnthropicModel(AsyncChatModel):
         return f"anthropic {self.base_url or 'https://api.anthropic.com'}#{self.model}"
 
     def _client(self) -> Any:
-        # the SDK's HTTP client is bound to the loop that made it: one per loop, closed with it
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None or client.is_closed():
-            client = self._sdk.AsyncAnthropic(
+        return self._clients.get(
+            lambda: self._sdk.AsyncAnthropic(
                 api_key=self._key,
                 base_url=self.base_url or None,
                 timeout=self.timeout_s,
                 max_retries=0,
-                http_client=self._http_client(),
-            )
-            self._clients[loop] = client
-            close_with_loop(client.close)
-        return client
-
-    def _http_client(self) -> Any:
-        """The SDK's default HTTP client, signing each request's body when asked to."""
-        if self._sign is None:
-            return None
-        sign = self._sign
-
-        async def signed(request: Any) -> None:
-            request.headers.update(sign(request.read()))
-
-        return self._sdk.DefaultAsyncHttpxClient(event_hooks={"request": [signed]})
+                http_client=signing_http_client(self._sdk.DefaultAsyncHttpxClient, self._sign),
+            ),
+            close=lambda client: client.close,
+            is_closed=lambda client: client.is_closed(),
+        )
 
     def request(self, messages: list[Message], params: GenerationParams) -> dict[str, Any]:
         """The Messages API request for a chat in the OpenAI shape."""

@@ -7,9 +7,9 @@ import contextlib
 import dataclasses
 import hashlib
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from selftaught.errors import InputError
 
@@ -168,6 +168,48 @@ def close_with_loop(close: Callable[[], Any]) -> None:
     """Call `await close()` when the running loop's `run_sync` call ends (backends register
     their per-loop clients here: closed in time, they never warn "Event loop is closed")."""
     _LOOP_CLEANUPS.setdefault(asyncio.get_running_loop(), []).append(close)
+
+
+C = TypeVar("C")
+
+
+class PerLoop(Generic[C]):
+    """One SDK client per running event loop (an SDK's async HTTP client is bound to the loop
+    that first used it), each closed with its loop (`close_with_loop`)."""
+
+    def __init__(self) -> None:
+        self._items: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, C] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(
+        self,
+        make: Callable[[], C],
+        close: Callable[[C], Callable[[], Any]],
+        is_closed: Callable[[C], bool] = lambda _: False,
+    ) -> C:
+        """This loop's client: `make()` the first time (or after it was closed)."""
+        loop = asyncio.get_running_loop()
+        item = self._items.get(loop)
+        if item is None or is_closed(item):
+            item = make()
+            self._items[loop] = item
+            close_with_loop(close(item))
+        return item
+
+
+def signing_http_client(
+    client_class: Callable[..., Any], sign: Callable[[bytes], Mapping[str, str]] | None
+) -> Any:
+    """An SDK's default async httpx client that signs each request's body (`sign`: the night's
+    request signature), or None (the SDK's own) when nothing is to be signed."""
+    if sign is None:
+        return None
+
+    async def signed(request: Any) -> None:
+        request.headers.update(sign(request.read()))
+
+    return client_class(event_hooks={"request": [signed]})
 
 
 async def _with_cleanup(coro: Awaitable[T]) -> T:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import os
 import time
-import weakref
+from collections.abc import Callable
 from typing import Any
 
 from selftaught.errors import MissingDependency
@@ -22,8 +22,8 @@ from selftaught.models.base import (
     Completion,
     GenerationParams,
     Message,
+    PerLoop,
     check_n,
-    close_with_loop,
     params_for_sample,
 )
 from selftaught.models.errors import (
@@ -108,7 +108,7 @@ class GeminiModel(AsyncChatModel):
         self.retry = retry or RetryPolicy()
         self.timeout_s = timeout_s
         self._key = key
-        self._clients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._clients: PerLoop[Any] = PerLoop()
         self._n_supported: bool | None = None  # None: not tried yet
 
     @property
@@ -116,22 +116,20 @@ class GeminiModel(AsyncChatModel):
         return f"gemini {self.base_url or 'https://generativelanguage.googleapis.com'}#{self.model}"
 
     def _client(self) -> Any:
-        # the SDK's async HTTP client is bound to the loop that used it: one per loop
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
+        def make() -> Any:
             options: dict[str, Any] = {"timeout": int(self.timeout_s * 1000)}
             if self.base_url:
                 options["base_url"] = self.base_url
-            client = self._genai.Client(api_key=self._key, vertexai=False, http_options=options)
-            self._clients[loop] = client
+            return self._genai.Client(api_key=self._key, vertexai=False, http_options=options)
 
-            async def close() -> None:
+        def close(client: Any) -> Callable[[], Any]:
+            async def both() -> None:
                 await client.aio.aclose()
                 client.close()
 
-            close_with_loop(close)
-        return client
+            return both
+
+        return self._clients.get(make, close)
 
     def config(self, messages: list[Message], params: GenerationParams, n: int) -> dict[str, Any]:
         """The GenerateContentConfig (as a dict) for a chat in the OpenAI shape."""

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,10 +18,11 @@ from selftaught.models.base import (
     Completion,
     GenerationParams,
     Message,
+    PerLoop,
     ToolCall,
     check_n,
-    close_with_loop,
     params_for_sample,
+    signing_http_client,
 )
 from selftaught.models.errors import (
     CALL_TIMEOUT_S,
@@ -86,42 +86,23 @@ class OpenAICompatModel(AsyncChatModel):
         self.retry = retry or RetryPolicy()
         self.timeout_s = timeout_s
         self._key = key
-        self._clients: weakref.WeakKeyDictionary[Any, openai.AsyncOpenAI] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._clients: PerLoop[openai.AsyncOpenAI] = PerLoop()
         self._checked = False
         self._n_supported: bool | None = None  # None: not tried yet
         self._sign = sign
 
     def _client(self) -> openai.AsyncOpenAI:
-        # httpx clients are bound to the event loop that created them: one per loop (keyed
-        # by the loop itself: a new loop may reuse a dead one's id), closed with it.
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None or client.is_closed():
-            client = openai.AsyncOpenAI(
+        return self._clients.get(
+            lambda: openai.AsyncOpenAI(
                 base_url=self.base_url,
                 api_key=self._key,
                 timeout=self.timeout_s,
                 max_retries=0,
-                http_client=self._http_client(),
-            )
-            self._clients[loop] = client
-            close_with_loop(client.close)
-        return client
-
-    def _http_client(self) -> Any:
-        """The SDK's default httpx client, signing each request's body when asked to."""
-        if self._sign is None:
-            return None
-        sign = self._sign
-
-        async def signed(request: Any) -> None:
-            request.headers.update(sign(request.read()))
-
-        return openai.DefaultAsyncHttpxClient(event_hooks={"request": [signed]})
+                http_client=signing_http_client(openai.DefaultAsyncHttpxClient, self._sign),
+            ),
+            close=lambda client: client.close,
+            is_closed=lambda client: client.is_closed(),
+        )
 
     async def list_models(self) -> list[str]:
         async def call() -> list[str]:
