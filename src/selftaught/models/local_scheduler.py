@@ -315,10 +315,11 @@ class RequestScheduler:
         ]
 
     def _has_running(self) -> bool:
-        return self.batcher is not None and bool(self.batcher.rows)
+        return self.batcher is not None and bool(self.batcher.in_flight)
 
     def _running(self) -> int:
-        return 0 if self.batcher is None else len(self.batcher.rows)
+        """Sequences decoding or being prefilled (chunked prefill): each holds a slot."""
+        return 0 if self.batcher is None else len(self.batcher.in_flight)
 
     def _drop_abandoned(self) -> None:
         """Forget the sequences of cancelled or failed requests, running or waiting."""
@@ -334,7 +335,7 @@ class RequestScheduler:
         _follow_free_cores()
         self._drop_abandoned()
         waiting = self._waiting
-        free = model.max_batch_size - len(batcher.rows)
+        free = model.max_batch_size - len(batcher.in_flight)
         if free > 0 and waiting:
             newcomers = [waiting.popleft() for _ in range(min(free, len(waiting)))]
             try:
@@ -344,7 +345,7 @@ class RequestScheduler:
                 _fail([s.owner for s in newcomers], error)
                 if any(s in batcher.rows for s in newcomers):  # failed mid-merge
                     self._fail_running(error)
-        if batcher.rows:
+        if batcher.in_flight:
             try:
                 self._deliver(model, batcher.step())
             except Exception as err:
@@ -352,7 +353,7 @@ class RequestScheduler:
 
     def _fail_running(self, error: BaseException) -> None:
         if self.batcher is not None:
-            _fail([s.owner for s in self.batcher.rows], error)
+            _fail([s.owner for s in self.batcher.in_flight], error)
             self.batcher.reset()
 
     def _deliver(self, model: ServedModel, finished: list[GenSequence]) -> None:
