@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from selftaught.errors import ConfigError  # noqa: E402
-from selftaught.models import GenerationParams  # noqa: E402
+from selftaught.models import FatalBackendError, GenerationParams  # noqa: E402
 from selftaught.models.batching import ContinuousBatcher, GenSequence  # noqa: E402
 from selftaught.models.local import LocalModel  # noqa: E402
 from tests.test_local_engine import (  # noqa: E402
@@ -33,7 +33,7 @@ from tests.test_local_model import needs_model as needs_embedded  # noqa: E402
 SKILL = list(range(1000, 1060))  # a 60-token prefix several prompts share (a skill)
 SETTINGS = [
     {"prefill_chunk": 32},
-    {"prefill_chunk": 1},  # one column a chunk: the most pauses
+    {"prefill_chunk": 7},  # two columns a chunk for three rows, the last chunk shorter
     {"compact_at": 0.1},
     {"prefill_chunk": 48, "compact_at": 0.1},
 ]
@@ -104,29 +104,36 @@ def batcher_for(model, tokenizer, **settings) -> ContinuousBatcher:
     return ContinuousBatcher(model, [-1], 0, tokenizer.decode, **settings)  # no EOS: caps end rows
 
 
+@pytest.fixture(scope="module")
+def plain(model, tokenizer):
+    """The mixed batch through the batcher with both settings off: its tokens and stats."""
+    batcher = batcher_for(model, tokenizer)
+    tokens, _ = refill_loop(batcher, mixed_sequences(), slots=3)
+    return tokens, batcher.stats
+
+
 @needs_tokenizer
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(map(str, s.values())))
-def test_the_layout_settings_decode_the_same_tokens(model, tokenizer, settings):
-    plain = batcher_for(model, tokenizer)
-    expected, plain_widths = refill_loop(plain, mixed_sequences(), slots=3)
-    assert plain.stats.prefix_hits >= 2  # the shared skill was reused
+def test_the_layout_settings_decode_the_same_tokens(model, tokenizer, plain, settings):
+    expected, plain_stats = plain
+    assert plain_stats.prefix_hits >= 2  # the shared skill was reused
 
     batcher = batcher_for(model, tokenizer, **settings)
     tokens, widths = refill_loop(batcher, mixed_sequences(), slots=3)
     assert tokens == expected
     assert len(set(map(tuple, tokens[-3:]))) == 3  # the seeded samples differ from each other
     stats = batcher.stats
-    assert stats.admitted == plain.stats.admitted == 12
-    assert stats.prefix_hits == plain.stats.prefix_hits
+    assert stats.admitted == plain_stats.admitted == 12
+    assert stats.prefix_hits == plain_stats.prefix_hits
     chunk = settings.get("prefill_chunk")
     if chunk is None:
         assert stats.prefill_chunks == 0 and stats.max_prefill_tokens > 200
     else:  # at least one column a chunk: at most max(chunk, rows) tokens
         assert 0 < stats.max_prefill_tokens <= max(chunk, 3)
-        assert stats.prefill_chunks > plain.stats.prefill_calls
+        assert stats.prefill_chunks > plain_stats.prefill_calls
     if settings.get("compact_at"):
         assert stats.compactions >= 1 and stats.compacted_columns > 100
-        assert stats.decode_columns < plain.stats.decode_columns
+        assert stats.decode_columns < plain_stats.decode_columns
     else:
         assert stats.compactions == 0
 
@@ -228,6 +235,31 @@ def test_the_engine_with_both_settings_gives_the_same_replies(model, tokenizer):
         assert reply.text == tokenizer.decode(expected, skip_special_tokens=True)
     assert [c.text for c in sampled] == [c.text for c in replies["off"][1]]
     assert len({c.text for c in sampled}) == 3
+
+
+@needs_tokenizer
+def test_a_failed_chunk_fails_its_request_and_the_engine_serves_on(model, tokenizer):
+    local = LocalModel.from_pretrained_model(model, tokenizer, prefill_chunk=8)
+    batcher = local._ensure_batcher()
+    forward, calls = batcher._forward, []
+
+    def failing_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("boom")
+        return forward(*args, **kwargs)
+
+    batcher._forward = failing_third
+    question = [{"role": "user", "content": "Tell me about the sea, the sky and the hills."}]
+    with pytest.raises(FatalBackendError, match="boom"):
+        local.chat(question, GenerationParams(max_tokens=3))
+    assert batcher.in_flight == [] and len(calls) == 3  # failed mid-prefill, then forgotten
+    reply = local.chat(question, GenerationParams(max_tokens=3))
+    local.close()
+    assert reply.completion_tokens == 3
+    assert reply.text == tokenizer.decode(
+        reference_greedy(model, tokenizer, question, 3), skip_special_tokens=True
+    )
 
 
 def test_the_settings_are_checked():

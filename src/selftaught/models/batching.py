@@ -765,11 +765,13 @@ def _growing_layer() -> type:
         def pack(self, index: Any) -> None:
             """Keep, for each row i, the columns `index[i]` in that order (one copy, spare
             columns after)."""
-            rows, heads, _, dim = self.keys.shape
+            keys: Any = self.keys  # the valid part of the buffers
+            values: Any = self.values
+            rows, heads, _, dim = keys.shape
             n = int(index.shape[1])
             where = index[:, None, :, None].expand(rows, heads, n, dim)
             packed = []
-            for old in (self.keys, self.values):
+            for old in (keys, values):
                 buffer = old.new_empty((rows, heads, n + max(_HEADROOM, n // 4), dim))
                 buffer[:, :, :n] = old.gather(2, where)
                 packed.append(buffer)
