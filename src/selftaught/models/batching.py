@@ -418,7 +418,7 @@ class ContinuousBatcher:
                 prefill=True,
             )
             self.stats.max_prefill_tokens = max(self.stats.max_prefill_tokens, n * (end - start))
-            self.stats.prefill_chunks += chunked
+            self.stats.prefill_chunks += int(chunked)
         _check_cache(cache)
         lead = [
             head_width - h.length if h.length else head_width + width - len(r)

@@ -9,9 +9,10 @@ every request made in that loop is answered; then it exits. So the model runs in
 that awaits it, usually the only thread of the process that runs torch (a second one costs
 every forward on a CPU: libgomp keeps one OpenMP team per calling thread, and two teams on
 too few cores make both spin politely and slowly). The cost: while a forward runs (one
-decode step, or one prefill), nothing else runs in that loop. How many torch threads that
-forward uses follows the cores other processes leave free, checked again while serving
-(`selftaught.models.threads`; `SELFTAUGHT_THREADS` fixes it).
+decode step, or one prefill, or with `prefill_chunk` one chunk of one), nothing else runs in
+that loop. A sequence being prefilled in chunks holds its slot like a running one. How many
+torch threads that forward uses follows the cores other processes leave free, checked again
+while serving (`selftaught.models.threads`; `SELFTAUGHT_THREADS` fixes it).
 
 Several loops in several threads may use one model at once (`run_sync` inside a running loop
 runs in a helper thread; a sync scorer calls a local judge from a worker thread): one step
