@@ -25,13 +25,28 @@ them share (a skill), answered by the engine with prefix reuse and without it
     python benchmarks/bench_generation.py --shared-prefix 0 500 2000 --concurrency 8 \
         --modes continuous                              # prefix reuse only
 
-Writes benchmarks/results/generation_<device>.json.
+--engine-arms: the engine's layout settings (issue 53), instead of the three modes: the same
+prompts answered by the engine with chunked prefill and compaction off (`off`, today's
+engine), `chunked` (`prefill_chunk=--prefill-chunk`), `compact` (`compact_at=--compact-at`),
+`both`, and the raw decode rate (`raw`) in the same run, at each C; (repeat, C, arm) units
+interleaved, the arms' order rotated every repeat. The file is written after every unit and
+running the same command again resumes (more --repeats add repeats; other settings refuse).
+Each engine unit records its useful tokens/s, the engine's counters (prefill chunks,
+compactions, columns dropped, padding attended) and a hash of every reply; the summary gives
+per C each arm's median, its ratio to `off` and to `raw` per repeat, and how many replies
+are the same as `off`'s.
+
+    python benchmarks/bench_generation.py --engine-arms --repeats 3   # C=8,32 -> results/
+
+Writes benchmarks/results/generation_<device>.json (--engine-arms:
+generation_engine_<device>.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import platform
 import statistics
@@ -42,16 +57,19 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from common import RESULTS
+from common import RESULTS, command_line
 
 from selftaught.models.base import GenerationParams, Message  # noqa: E402
 from selftaught.models.local import LocalModel  # noqa: E402
 from selftaught.models.raw_rate import raw_decode, static_generate  # noqa: E402
 from selftaught.policy import Policy  # noqa: E402
-from selftaught.runs import atomic_write_json  # noqa: E402
+from selftaught.runs import atomic_write_json, read_json  # noqa: E402
 from selftaught.tasks.registry import load_task  # noqa: E402
 
 MODES = ("continuous", "static", "raw")
+ENGINE_ARMS = ("off", "chunked", "compact", "both", "raw")
+PREFILL_CHUNK = 256  # tokens per prefill chunk in the chunked arms
+COMPACT_AT = 0.25  # the compaction threshold in the compact arms
 
 
 def parse_args() -> argparse.Namespace:
@@ -84,6 +102,14 @@ def parse_args() -> argparse.Namespace:
         help="also time a decode step by rows in the batch, and from it what a perfect engine "
         "would take for each continuous run's batch shape",
     )
+    p.add_argument(
+        "--engine-arms",
+        action="store_true",
+        help="time the engine with chunked prefill / compaction off and on, and raw decode, "
+        "interleaved, resumable (instead of --modes)",
+    )
+    p.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK, help="for --engine-arms")
+    p.add_argument("--compact-at", type=float, default=COMPACT_AT, help="for --engine-arms")
     p.add_argument("--quick", action="store_true", help="16 prompts, 64 tokens, C=8, 1 repeat")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
@@ -96,6 +122,8 @@ def parse_args() -> argparse.Namespace:
         p.error("--concurrency values must be >= 1")
     if args.shared_prefix and min(args.shared_prefix) < 0:
         p.error("--shared-prefix values must be >= 0")
+    if args.prefill_chunk < 1 or not 0 < args.compact_at <= 1:
+        p.error("--prefill-chunk must be >= 1 and --compact-at in (0, 1]")
     return args
 
 
@@ -229,6 +257,9 @@ def main() -> None:
     load_s = time.perf_counter() - t0
     bench = Bench(local, prompts, args)
     bench.raw(min(args.concurrency))  # warm-up: first calls allocate and tune kernels
+    if args.engine_arms:
+        run_engine_arms(bench, args, local)
+        return
     step_costs = {c: bench.step_costs(c) for c in args.concurrency} if args.shape_bound else {}
 
     runs: list[dict[str, Any]] = []
@@ -300,6 +331,199 @@ def engine_summary(stats: Any, costs: dict[int, float] | None) -> dict[str, Any]
         )
         out["step_costs_s"] = {str(k): round(v, 4) for k, v in costs.items()}
     return out
+
+
+# ---------------------------------------------------------------------- --engine-arms
+
+
+def engine_arm_settings(arm: str, chunk: int, compact_at: float) -> dict[str, Any]:
+    """The `LocalModel` settings of an engine arm (`raw` runs no engine)."""
+    settings: dict[str, Any] = {"prefill_chunk": None, "compact_at": None}
+    if arm in ("chunked", "both"):
+        settings["prefill_chunk"] = chunk
+    if arm in ("compact", "both"):
+        settings["compact_at"] = compact_at
+    return settings
+
+
+def engine_plan(
+    repeats: int, concurrency: list[int], arms: tuple[str, ...] = ENGINE_ARMS
+) -> list[tuple[int, int, str]]:
+    """(repeat, C, arm) in the order they run: each repeat runs every arm once at each C,
+    the arms' order rotated by one per repeat and per C."""
+    order = []
+    for repeat in range(repeats):
+        for j, c in enumerate(concurrency):
+            k = (repeat + j) % len(arms)
+            order += [(repeat, c, arm) for arm in arms[k:] + arms[:k]]
+    return order
+
+
+def pending_units(
+    order: list[tuple[int, int, str]], runs: list[dict[str, Any]]
+) -> list[tuple[int, int, str]]:
+    """What is left of `order` after the units already recorded (a resumed benchmark)."""
+    done = {(r["repeat"], r["concurrency"], r["arm"]) for r in runs}
+    return [unit for unit in order if unit not in done]
+
+
+def load_engine_runs(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The units of an earlier, interrupted benchmark with the same settings (else none)."""
+    if not path.exists():
+        return []
+    old = read_json(path)
+    if old.get("settings") != settings:
+        raise SystemExit(f"{path} holds a run with other settings; pass --out elsewhere")
+    return list(old.get("runs", []))
+
+
+def engine_settings(args: argparse.Namespace, model: str) -> dict[str, Any]:
+    """What must match for a resumed --engine-arms run to add to an earlier one."""
+    return {
+        "model": model,
+        "task": args.task,
+        "split": args.split,
+        "prompts": args.prompts,
+        "max_tokens": args.max_tokens,
+        "concurrency": list(args.concurrency),
+        "raw_tokens": args.raw_tokens,
+        "raw_batches": args.raw_batches,
+        "prefill_chunk": args.prefill_chunk,
+        "compact_at": args.compact_at,
+        "threads": args.threads,
+    }
+
+
+def engine_unit(bench: Bench, c: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One (C, arm) unit: its tokens, seconds, CPU time and load; an engine arm also its
+    counters and a hash of each reply."""
+    load_before, cpu_before = os.getloadavg()[0], time.process_time()
+    row: dict[str, Any] = {"concurrency": c, "arm": arm}
+    if arm == "raw":
+        tokens, seconds, _ = bench.raw(c)
+    else:
+        settings = engine_arm_settings(arm, args.prefill_chunk, args.compact_at)
+        replies, seconds, stats = bench.engine_run(c, bench.prompts, **settings)
+        tokens = sum(r.completion_tokens for r in replies)
+        ttfts = sorted(r.extra["ttft_s"] for r in replies)
+        row["engine"] = {
+            **engine_summary(stats, None),
+            **{k: getattr(stats, k) for k in LAYOUT_COUNTERS},
+            "ttft_median_s": round(statistics.median(ttfts), 4),
+        }
+        row["reply_sha"] = [hashlib.sha256(r.text.encode()).hexdigest()[:12] for r in replies]
+    cpu_seconds = time.process_time() - cpu_before
+    row.update(
+        tokens=tokens,
+        seconds=round(seconds, 3),
+        tok_per_s=round(tokens / seconds, 2),
+        cpu_seconds=round(cpu_seconds, 3),
+        tok_per_cpu_s=round(tokens / cpu_seconds, 2) if cpu_seconds > 0 else None,
+        load_before=round(load_before, 2),
+        load_after=round(os.getloadavg()[0], 2),
+    )
+    return row
+
+
+LAYOUT_COUNTERS = (
+    "prefill_chunks",
+    "max_prefill_tokens",
+    "compactions",
+    "compacted_columns",
+    "decode_columns",
+    "decode_live_columns",
+)
+
+
+def summarize_engine_arms(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per C: each arm's tok/s (all, median), its ratio to `off` and to `raw` (paired by
+    repeat, then the median), the replies the same as `off`'s (same repeat, the fewest), and
+    the padding share of the key columns its decode steps attended."""
+    out: dict[str, Any] = {}
+    for c in sorted({r["concurrency"] for r in runs}):
+        mine = [r for r in runs if r["concurrency"] == c]
+        by = {(r["repeat"], r["arm"]): r for r in mine}
+        entry: dict[str, Any] = {}
+        for arm in ENGINE_ARMS:
+            rows = sorted((r for r in mine if r["arm"] == arm), key=lambda r: r["repeat"])
+            if rows:
+                entry[arm] = _arm_summary(arm, rows, by)
+        out[str(c)] = entry
+    return out
+
+
+def _arm_summary(
+    arm: str, rows: list[dict[str, Any]], by: dict[tuple[int, str], dict[str, Any]]
+) -> dict[str, Any]:
+    rates = [r["tok_per_s"] for r in rows]
+    out: dict[str, Any] = {"tok_per_s": rates, "median": statistics.median(rates)}
+    for base in ("off", "raw"):
+        paired = [
+            r["tok_per_s"] / by[(r["repeat"], base)]["tok_per_s"]
+            for r in rows
+            if (r["repeat"], base) in by and arm != base
+        ]
+        if paired:
+            out[f"vs_{base}"] = round(statistics.median(paired), 3)
+            out[f"vs_{base}_per_repeat"] = [round(x, 3) for x in paired]
+    same = [
+        _same(r["reply_sha"], by[(r["repeat"], "off")]["reply_sha"])
+        for r in rows
+        if "reply_sha" in r and (r["repeat"], "off") in by
+    ]
+    if same:
+        out["same_replies_as_off"] = min(same)
+    engines = [r["engine"] for r in rows if "engine" in r]
+    if engines:
+        attended = sum(e["decode_columns"] for e in engines)
+        live = sum(e["decode_live_columns"] for e in engines)
+        out["padding_attended"] = round(1 - live / attended, 3) if attended else 0.0
+        for key in ("prefill_chunks", "compactions", "compacted_columns"):
+            out[key] = statistics.median(e[key] for e in engines)
+    return out
+
+
+def _same(a: list[str], b: list[str]) -> int:
+    return sum(x == y for x, y in zip(a, b, strict=True))
+
+
+def run_engine_arms(bench: Bench, args: argparse.Namespace, local: LocalModel) -> None:
+    """The --engine-arms benchmark: every pending unit, the file written after each."""
+    device = str(local.device.type)
+    out = args.out or RESULTS / f"generation_engine_{device}{'_quick' if args.quick else ''}.json"
+    settings = engine_settings(args, local.name)
+    runs = load_engine_runs(out, settings)
+    for repeat, c, arm in pending_units(engine_plan(args.repeats, args.concurrency), runs):
+        run = {"repeat": repeat, **engine_unit(bench, c, arm, args)}
+        runs.append(run)
+        result = {
+            "command": command_line(),
+            "settings": settings,
+            "machine": {
+                "device": str(local.device),
+                "dtype": str(local.model.dtype),
+                "cpus": os.cpu_count(),
+                "torch_threads": bench.torch.get_num_threads(),
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+            },
+            "summary": summarize_engine_arms(runs),
+            "runs": runs,
+        }
+        atomic_write_json(out, result)  # after every unit: an interruption loses one
+        print(
+            f"repeat {repeat} C={c:<3} {arm:<8} {run['tokens']:>6} tok {run['seconds']:7.1f} s "
+            f"{run['tok_per_s']:7.1f} tok/s (load {run['load_before']:.1f})",
+            flush=True,
+        )
+    for c, entry in summarize_engine_arms(runs).items():
+        parts = [
+            f"{arm} {e['median']:.1f} tok/s"
+            + (f" ({e['vs_off']:.2f}x off)" if "vs_off" in e else "")
+            + (f" ({e['vs_raw']:.2f}x raw)" if "vs_raw" in e else "")
+            for arm, e in entry.items()
+        ]
+        print(f"  C={c}: " + ", ".join(parts))
+    print(f"wrote {out}")
 
 
 SKILL_RULES = (

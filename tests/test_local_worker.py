@@ -77,6 +77,10 @@ class ScriptedBatcher:
     def reset(self) -> None:
         self.rows = []
 
+    @property
+    def in_flight(self) -> list[GenSequence]:
+        return self.rows
+
     def _record_thread(self, sequences: list[GenSequence]) -> None:
         for s in sequences:
             self.threads.setdefault(name_of(s), set()).add(threading.get_ident())

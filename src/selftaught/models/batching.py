@@ -16,6 +16,19 @@ prefills only the rest of its prompt, after a copy of the prefix's KV (its row i
 different prefixes). Under SkillOpt every rollout starts with the same skill, so most of the
 prompt is never computed twice, also across batches and idle periods.
 
+Two settings change how the batch is laid out, both off by default (their defaults wait for
+the benchmark, `benchmarks/bench_generation.py --engine-arms`):
+- `prefill_chunk` (chunked prefill, vLLM's): newcomers are not prefilled in a forward of their
+  own that stalls every running row; each `step` runs at most one chunk of their prefill (at
+  most `prefill_chunk` tokens, rows x columns) before the running rows' decode, and they join
+  the batch when their last chunk is done.
+- `compact_at` (compaction): rows that continue a cached prefix hold a hole of padding between
+  the prefix and the rest of their prompt ([padding | prefix | padding | rest]); once the
+  columns that no row needs are at least this fraction of the cache's width, every row's
+  valid columns are packed to the right (one copy of the cache), so the batch is as wide as
+  its longest live row. Keys are stored with their rotary positions applied and position ids
+  are kept per row, so moving a column changes no row's positions.
+
 Position ids are each row's own token count, exactly what `generate` computes for a
 left-padded batch, so greedy rows decode the same tokens as unbatched greedy decoding.
 Sampling is per row (temperature, top_p, and a private `torch.Generator` each), so greedy and
@@ -32,7 +45,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +59,8 @@ from selftaught.models.prefix_cache import (
 
 _RECENT_PROMPTS = 16  # prompts a newcomer's prefix is compared with to find a shared one
 _HEADROOM = 64  # spare columns a cache buffer is given, at least (a quarter of its width, at most)
+DEFAULT_PREFILL_CHUNK: int | None = None  # off until the benchmark shows a gain
+DEFAULT_COMPACT_AT: float | None = None  # off until the benchmark shows a gain
 
 
 @dataclass(eq=False)
@@ -93,6 +108,12 @@ class BatcherStats:
     prefill_seconds: float = 0.0  # in prefill forwards (prefix builds included)
     decode_seconds: float = 0.0  # in decode-step forwards
     decode_rows: dict[int, int] = field(default_factory=dict)  # rows in a step -> steps
+    max_prefill_tokens: int = 0  # most tokens (rows x columns, padding included) in one prefill
+    prefill_chunks: int = 0  # prefill forwards run as one chunk each (prefill_chunk set)
+    compactions: int = 0  # times the running cache was packed (compact_at set)
+    compacted_columns: int = 0  # cache columns those packings dropped
+    decode_columns: int = 0  # key columns attended by decode steps (rows x width, summed)
+    decode_live_columns: int = 0  # of those, each row's own tokens (the rest is padding)
 
 
 class UnsupportedCacheError(RunError):
@@ -138,6 +159,16 @@ class _Forward:
     lead: list[int]
 
 
+@dataclass(eq=False)
+class _Joining:
+    """Sequences being prefilled in chunks (`prefill_chunk` set): their admission, paused
+    before each forward, resumed one forward per step."""
+
+    members: list[GenSequence]
+    steps: Generator[None, None, _Block]
+    started: bool = False
+
+
 class ContinuousBatcher:
     """The slot-refill decoding loop for one causal LM (not thread-safe: one driver thread).
 
@@ -153,6 +184,12 @@ class ContinuousBatcher:
         state: what the cached prefixes depend on (default `model_state`: the parameters'
             versions and the active adapters); taken when an idle batcher admits, since an
             in-memory model may be trained between busy periods.
+        prefill_chunk: most tokens (rows x columns) in one prefill forward; newcomers are then
+            prefilled one chunk per `step`, beside the running rows' decode (at least one
+            column a chunk). None: one forward per admission, in `admit`.
+        compact_at: pack the running cache when the columns no row needs are at least this
+            fraction (0 < f <= 1) of its width. None: never (leading columns that are
+            padding in every row are still dropped whenever rows leave).
     """
 
     def __init__(
@@ -165,8 +202,12 @@ class ContinuousBatcher:
         min_prefix: int = 16,
         prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
         state: Callable[[], Hashable] | None = None,
+        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+        compact_at: float | None = DEFAULT_COMPACT_AT,
     ) -> None:
         import torch
+
+        check_engine_settings(prefill_chunk, compact_at)
 
         self.torch = torch
         self.model = model
@@ -184,36 +225,57 @@ class ContinuousBatcher:
         )
         self._state = state or (lambda: model_state(model))
         self._recent: deque[tuple[int, ...]] = deque(maxlen=_RECENT_PROMPTS)
+        self.prefill_chunk = prefill_chunk
+        self.compact_at = compact_at
+        self._joining: deque[_Joining] = deque()
 
     # ------------------------------------------------------------------ public
 
     def admit(self, sequences: list[GenSequence]) -> list[GenSequence]:
         """Prefill `sequences`, sample their first token and add them to the running batch.
-        Returns the ones already finished (they are not kept)."""
+        Returns the ones already finished (they are not kept). With `prefill_chunk` set, only
+        queue them: the next steps prefill them, and `step` returns those that finish."""
         if not sequences:
             return []
         with self.torch.inference_mode():  # the cache is made of inference tensors
             return self._admit(sequences)
 
     def step(self) -> list[GenSequence]:
-        """One decode step for every running row. Returns the rows that finished."""
-        if not self.rows:
+        """One decode step for every running row, after one prefill chunk of the sequences
+        joining (`prefill_chunk` set; they join once prefilled). Returns the rows that
+        finished."""
+        if not self.rows and not self._joining:
             return []
         with self.torch.inference_mode():
-            return self._step()
+            done = self._advance_joining() if self._joining else []
+            if self.rows:
+                done += self._step()
+            return done
 
     def drop(self, predicate: Callable[[GenSequence], bool]) -> list[GenSequence]:
-        """Evict the running rows for which `predicate` holds (e.g. abandoned requests)."""
+        """Evict the running rows for which `predicate` holds (e.g. abandoned requests), and
+        the admissions still being prefilled whose sequences all match (a partly abandoned
+        one joins, and its rows go at the next drop)."""
         gone = [s for s in self.rows if predicate(s)]
         if gone:
             with self.torch.inference_mode():
                 self._keep([i for i, s in enumerate(self.rows) if not predicate(s)])
+        for job in [j for j in self._joining if all(predicate(s) for s in j.members)]:
+            self._joining.remove(job)
+            gone += job.members
         return gone
 
     def reset(self) -> None:
-        """Forget every running row (after an error). Cached prefixes stay: they are checked
-        against the model's state before an idle batcher uses them again."""
+        """Forget every running row and joining sequence (after an error). Cached prefixes
+        stay: they are checked against the model's state before an idle batcher uses them
+        again."""
         self.rows, self._run = [], None
+        self._joining.clear()
+
+    @property
+    def in_flight(self) -> list[GenSequence]:
+        """The running rows, then the sequences still being prefilled."""
+        return self.rows + [s for job in self._joining for s in job.members]
 
     @property
     def width(self) -> int:
@@ -223,15 +285,42 @@ class ContinuousBatcher:
     # ------------------------------------------------------------------ internals
 
     def _admit(self, sequences: list[GenSequence]) -> list[GenSequence]:
+        if self.prefill_chunk is not None:
+            self._joining.append(_Joining(list(sequences), self._admission(sequences)))
+            return []
+        self._merge(_run_through(self._admission(sequences)))
+        return self._evict_finished()
+
+    def _admission(self, sequences: list[GenSequence]) -> Generator[None, None, _Block]:
+        """Prefill `sequences` (shared prefixes first): their block, first tokens sampled.
+        Pauses before each forward (run through at once, or one forward a step)."""
         if not self.rows and self.prefix_cache is not None:
             self.prefix_cache.sync(self._state())  # weights change only between busy periods
         prompts = list(dict.fromkeys(tuple(s.prompt_ids) for s in sequences))
-        self._merge(self._prefill(prompts, self._heads(prompts), sequences))
+        heads = yield from self._heads(prompts)
+        block = yield from self._prefill(prompts, heads, sequences)
         self.stats.admitted += len(sequences)
         self._recent.extend([p for p in prompts if p not in self._recent])
+        return block
+
+    def _advance_joining(self) -> list[GenSequence]:
+        """One prefill forward of the first joining admission; once it is done, its rows
+        join the batch. Returns those already finished."""
+        job = self._joining[0]
+        done, block = False, None
+        if not job.started:  # run it to just before its first forward
+            job.started = True
+            done, block = _resume(job.steps)
+        if not done:
+            done, block = _resume(job.steps)
+        if not done:
+            return []
+        self._joining.popleft()
+        assert block is not None
+        self._merge(block)
         return self._evict_finished()
 
-    def _heads(self, prompts: list[tuple[int, ...]]) -> list[_Head]:
+    def _heads(self, prompts: list[tuple[int, ...]]) -> Generator[None, None, list[_Head]]:
         """Per prompt, the cached prefix to prefill it after (at least `min_prefix` tokens,
         leaving it a token to prefill), or an empty head. A prefix that a prompt shares with
         another newcomer or a recent prompt, longer than what is cached by `min_prefix`
@@ -239,7 +328,7 @@ class ContinuousBatcher:
         cache = self.prefix_cache
         if cache is None:
             return [_Head() for _ in prompts]
-        built = self._build_shared(prompts, cache)  # kept, or used once if too large
+        built = yield from self._build_shared(prompts, cache)  # kept, or used once if too large
         heads = []
         for p in prompts:
             n, entry = cache.match(p, len(p) - 1)
@@ -255,7 +344,9 @@ class ContinuousBatcher:
             self.stats.prefix_tokens_reused += n
         return heads
 
-    def _build_shared(self, prompts: list[tuple[int, ...]], cache: PrefixCache) -> list[Any]:
+    def _build_shared(
+        self, prompts: list[tuple[int, ...]], cache: PrefixCache
+    ) -> Generator[None, None, list[Any]]:
         """Compute and cache the prefixes newcomers share with each other or with recent
         prompts, longest first (a later one usually finds the earlier one cached and
         needs nothing). Returns the built entries (also those too large to keep)."""
@@ -271,25 +362,30 @@ class ContinuousBatcher:
                 + [min(common_prefix_len(e.tokens, p), shared) for e in built]
             )
             if shared >= max(self.min_prefix, have + self.min_prefix):
-                built.append(self._build_prefix(p[:shared], cache))
+                built.append((yield from self._build_prefix(p[:shared], cache)))
         return built
 
-    def _build_prefix(self, prefix: tuple[int, ...], cache: PrefixCache) -> Any:
+    def _build_prefix(
+        self, prefix: tuple[int, ...], cache: PrefixCache
+    ) -> Generator[None, None, Any]:
         """One forward for `prefix` (after its longest cached head), its keys and values
         cached as a new entry."""
         n, entry = cache.match(prefix, len(prefix) - 1)
         head = _Head(n, entry) if entry is not None and n >= self.min_prefix else _Head()
-        run = self._forward_rows([prefix[head.length :]], [head])
+        run = yield from self._forward_rows([prefix[head.length :]], [head])
         valid = run.mask[0].bool()
         kv = [(ly.keys[:, :, valid], ly.values[:, :, valid]) for ly in run.cache.layers]
         self.stats.prefix_builds += 1
         self.stats.prefilled_tokens += len(prefix) - head.length
         return cache.put(prefix, kv)
 
-    def _forward_rows(self, rests: list[tuple[int, ...]], heads: list[_Head]) -> _Forward:
-        """One forward for rows that each continue a cached head with their rest: row i is
+    def _forward_rows(
+        self, rests: list[tuple[int, ...]], heads: list[_Head]
+    ) -> Generator[None, None, _Forward]:
+        """The forward for rows that each continue a cached head with their rest: row i is
         [padding | head i | padding | rest i] (no head: [padding | rest i]), the padding
-        masked out, positions counting each row's own tokens."""
+        masked out, positions counting each row's own tokens. One forward, or with
+        `prefill_chunk` one per chunk of columns; pauses before each."""
         torch = self.torch
         n, width = len(rests), max(len(r) for r in rests)
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
@@ -309,8 +405,21 @@ class ContinuousBatcher:
                 if h.length:
                     head_mask[row, head_width - h.length :] = 1
             mask = torch.cat([head_mask, mask], dim=1)
-        mask, ids = mask.to(self.device), ids.to(self.device)
-        logits = self._forward(ids, mask, positions.to(self.device), cache, prefill=True)
+        mask, ids, positions = mask.to(self.device), ids.to(self.device), positions.to(self.device)
+        chunked = self.prefill_chunk is not None
+        span = max(1, self.prefill_chunk // n) if self.prefill_chunk is not None else width
+        for start in range(0, width, span):
+            end = min(start + span, width)
+            yield
+            logits = self._forward(
+                ids[:, start:end],
+                mask[:, : head_width + end],
+                positions[:, start:end],
+                cache,
+                prefill=True,
+            )
+            self.stats.max_prefill_tokens = max(self.stats.max_prefill_tokens, n * (end - start))
+            self.stats.prefill_chunks += int(chunked)
         _check_cache(cache)
         lead = [
             head_width - h.length if h.length else head_width + width - len(r)
@@ -320,12 +429,12 @@ class ContinuousBatcher:
 
     def _prefill(
         self, prompts: list[tuple[int, ...]], heads: list[_Head], members: list[GenSequence]
-    ) -> _Block:
+    ) -> Generator[None, None, _Block]:
         """One forward for `prompts` (their parts after their heads), then one row per member
         sequence (n samples of a prompt share its prefill), first tokens sampled."""
         torch = self.torch
         rests = [p[h.length :] for p, h in zip(prompts, heads, strict=True)]
-        run = self._forward_rows(rests, heads)
+        run = yield from self._forward_rows(rests, heads)
         self.stats.prefill_calls += 1
         self.stats.prefilled_prompts += len(rests)
         self.stats.prefilled_tokens += sum(len(r) for r in rests)
@@ -362,6 +471,8 @@ class ContinuousBatcher:
         self.stats.decoded_tokens += len(tokens)
         rows = self.stats.decode_rows
         rows[len(tokens)] = rows.get(len(tokens), 0) + 1
+        self.stats.decode_columns += len(tokens) * int(run.mask.shape[1])
+        self.stats.decode_live_columns += sum(len(s.prompt_ids) + len(s.tokens) for s in self.rows)
         run.last = torch.tensor(tokens, device=self.device)
         for s, token in zip(self.rows, tokens, strict=True):
             self._append(s, token)
@@ -418,6 +529,7 @@ class ContinuousBatcher:
             run.lead = torch.cat([run.lead + old_pad, block.lead + new_pad])
             self.rows.extend(block.rows)
         self.stats.max_rows = max(self.stats.max_rows, len(self.rows))
+        self._maybe_compact()
 
     def _append(self, s: GenSequence, token: int) -> None:
         if not s.tokens:
@@ -465,7 +577,7 @@ class ContinuousBatcher:
         row."""
         run = self._run
         if not keep or run is None:
-            self.reset()
+            self.rows, self._run = [], None  # the sequences joining stay
             return
         torch = self.torch
         index = torch.tensor(keep, device=self.device)
@@ -477,6 +589,32 @@ class ContinuousBatcher:
         for layer in run.cache.layers:
             layer.select(index, crop)
         run.mask, run.lead = run.mask[:, crop:], run.lead - crop
+        self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
+        """With `compact_at` set: when the columns no row needs are at least that fraction of
+        the cache's width, pack each row's valid columns to the right, in order. Only rows
+        joining or leaving change that, so it is checked then, not every step."""
+        run = self._run
+        if self.compact_at is None or run is None or not self.rows:
+            return
+        torch = self.torch
+        width = int(run.mask.shape[1])
+        counts = run.mask.sum(dim=1)
+        need = int(counts.max())
+        if width - need < max(1.0, self.compact_at * width):
+            return
+        # Valid columns numbered from 1, padding 0: sorted, each row is its padding then its
+        # valid columns in order; the last `need` are its packed layout.
+        numbered = run.mask * torch.arange(1, width + 1, device=run.mask.device)
+        order = numbered.sort(dim=1).values[:, width - need :]
+        index = (order - 1).clamp(min=0)
+        for layer in run.cache.layers:
+            layer.pack(index)
+        run.mask = (order > 0).to(run.mask.dtype)
+        run.lead = need - counts
+        self.stats.compactions += 1
+        self.stats.compacted_columns += width - need
 
     def _sample(self, logits: Any, rows: Sequence[GenSequence]) -> list[int]:
         """One token per row: argmax for greedy rows; for sampled rows temperature, top_p
@@ -531,6 +669,32 @@ def _stack_heads(heads: list[_Head], width: int) -> list[tuple[Any, Any]]:
         ]
         layers.append((torch.cat([k for k, _ in parts]), torch.cat([v for _, v in parts])))
     return layers
+
+
+def check_engine_settings(prefill_chunk: int | None, compact_at: float | None) -> None:
+    """Refuse a chunk under one token or a compaction threshold outside (0, 1]."""
+    if prefill_chunk is not None and (isinstance(prefill_chunk, bool) or prefill_chunk < 1):
+        raise ConfigError(f"prefill_chunk must be >= 1 token (or None: off), got {prefill_chunk}")
+    if compact_at is not None and not 0 < compact_at <= 1:
+        raise ConfigError(f"compact_at must be in (0, 1] (or None: off), got {compact_at}")
+
+
+def _resume(steps: Generator[None, None, _Block]) -> tuple[bool, _Block | None]:
+    """Run a paused admission to its next pause: (False, None), or (True, its block)."""
+    try:
+        next(steps)
+    except StopIteration as stop:
+        return True, stop.value
+    return False, None
+
+
+def _run_through(steps: Generator[None, None, _Block]) -> _Block:
+    """Run an admission to its end, every forward at once."""
+    while True:
+        done, block = _resume(steps)
+        if done:
+            assert block is not None
+            return block
 
 
 def _pad_left(x: Any, n: int, dim: int = 2) -> Any:
@@ -603,6 +767,22 @@ def _growing_layer() -> type:
             keys, values = self._buffers()
             self.buffers = (keys[index, :, crop:], values[index, :, crop:])
             self._set_length(self.length - crop)
+
+        def pack(self, index: Any) -> None:
+            """Keep, for each row i, the columns `index[i]` in that order (one copy, spare
+            columns after)."""
+            keys: Any = self.keys  # the valid part of the buffers
+            values: Any = self.values
+            rows, heads, _, dim = keys.shape
+            n = int(index.shape[1])
+            where = index[:, None, :, None].expand(rows, heads, n, dim)
+            packed = []
+            for old in (keys, values):
+                buffer = old.new_empty((rows, heads, n + max(_HEADROOM, n // 4), dim))
+                buffer[:, :, :n] = old.gather(2, where)
+                packed.append(buffer)
+            self.buffers = (packed[0], packed[1])
+            self._set_length(n)
 
         def stack(self, other: Any, pad: int, other_pad: int) -> None:
             """Append `other`'s rows below these, each side left-padded with zero columns

@@ -29,7 +29,14 @@ from selftaught.models.base import (
     check_n,
     run_sync,
 )
-from selftaught.models.batching import BatcherStats, ContinuousBatcher, GenSequence
+from selftaught.models.batching import (
+    DEFAULT_COMPACT_AT,
+    DEFAULT_PREFILL_CHUNK,
+    BatcherStats,
+    ContinuousBatcher,
+    GenSequence,
+    check_engine_settings,
+)
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.local_prompts import BACKEND, check_messages, check_params
 from selftaught.models.local_scheduler import (
@@ -73,6 +80,11 @@ class LocalModel(AsyncChatModel):
         prefix_cache_mb: most megabytes of prompt-prefix keys/values kept between requests
             (a skill, its examples, the tool schemas: computed once, see
             `selftaught.models.prefix_cache`); 0 turns prefix reuse off.
+        prefill_chunk: chunked prefill: most tokens (rows x columns) in one prefill forward,
+            run one chunk a decode step beside the running rows; None (the default for now)
+            prefills each admission in one forward. See docs/local-engine-performance.md.
+        compact_at: pack the running KV cache when the columns no row needs are at least
+            this fraction of its width; None (the default for now) never packs.
     """
 
     def __init__(
@@ -88,6 +100,8 @@ class LocalModel(AsyncChatModel):
         batch_wait_ms: float = 5.0,
         chat_template: str | None = None,
         prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
+        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+        compact_at: float | None = DEFAULT_COMPACT_AT,
     ) -> None:
         if max_batch_size is not None and max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -95,8 +109,10 @@ class LocalModel(AsyncChatModel):
             raise ConfigError(f"batch_wait_ms must be >= 0, got {batch_wait_ms}")
         if prefix_cache_mb < 0:
             raise ConfigError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
+        check_engine_settings(prefill_chunk, compact_at)
         self._max_batch_arg = max_batch_size
         self.prefix_cache_mb = prefix_cache_mb
+        self.prefill_chunk, self.compact_at = prefill_chunk, compact_at
         self.stats = BatcherStats()
         self._weights = LocalWeights(
             path,
@@ -314,6 +330,8 @@ class LocalModel(AsyncChatModel):
                 chat.decode,
                 stats=self.stats,
                 prefix_cache_mb=self.prefix_cache_mb,
+                prefill_chunk=self.prefill_chunk,
+                compact_at=self.compact_at,
             )
         return scheduler.batcher
 

@@ -9,9 +9,10 @@ every request made in that loop is answered; then it exits. So the model runs in
 that awaits it, usually the only thread of the process that runs torch (a second one costs
 every forward on a CPU: libgomp keeps one OpenMP team per calling thread, and two teams on
 too few cores make both spin politely and slowly). The cost: while a forward runs (one
-decode step, or one prefill), nothing else runs in that loop. How many torch threads that
-forward uses follows the cores other processes leave free, checked again while serving
-(`selftaught.models.threads`; `SELFTAUGHT_THREADS` fixes it).
+decode step, or one prefill, or with `prefill_chunk` one chunk of one), nothing else runs in
+that loop. A sequence being prefilled in chunks holds its slot like a running one. How many
+torch threads that forward uses follows the cores other processes leave free, checked again
+while serving (`selftaught.models.threads`; `SELFTAUGHT_THREADS` fixes it).
 
 Several loops in several threads may use one model at once (`run_sync` inside a running loop
 runs in a helper thread; a sync scorer calls a local judge from a worker thread): one step
@@ -315,10 +316,11 @@ class RequestScheduler:
         ]
 
     def _has_running(self) -> bool:
-        return self.batcher is not None and bool(self.batcher.rows)
+        return self.batcher is not None and bool(self.batcher.in_flight)
 
     def _running(self) -> int:
-        return 0 if self.batcher is None else len(self.batcher.rows)
+        """Sequences decoding or being prefilled (chunked prefill): each holds a slot."""
+        return 0 if self.batcher is None else len(self.batcher.in_flight)
 
     def _drop_abandoned(self) -> None:
         """Forget the sequences of cancelled or failed requests, running or waiting."""
@@ -334,7 +336,7 @@ class RequestScheduler:
         _follow_free_cores()
         self._drop_abandoned()
         waiting = self._waiting
-        free = model.max_batch_size - len(batcher.rows)
+        free = model.max_batch_size - len(batcher.in_flight)
         if free > 0 and waiting:
             newcomers = [waiting.popleft() for _ in range(min(free, len(waiting)))]
             try:
@@ -344,7 +346,7 @@ class RequestScheduler:
                 _fail([s.owner for s in newcomers], error)
                 if any(s in batcher.rows for s in newcomers):  # failed mid-merge
                     self._fail_running(error)
-        if batcher.rows:
+        if batcher.in_flight:
             try:
                 self._deliver(model, batcher.step())
             except Exception as err:
@@ -352,7 +354,7 @@ class RequestScheduler:
 
     def _fail_running(self, error: BaseException) -> None:
         if self.batcher is not None:
-            _fail([s.owner for s in self.batcher.rows], error)
+            _fail([s.owner for s in self.batcher.in_flight], error)
             self.batcher.reset()
 
     def _deliver(self, model: ServedModel, finished: list[GenSequence]) -> None:

@@ -1,0 +1,96 @@
+"""benchmarks/bench_generation.py --engine-arms, its pure parts: the arms' engine settings, the
+interleaved plan, resuming, and the summary (the benchmark itself runs on a quiet machine,
+not here)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import bench_generation as bench  # noqa: E402
+
+
+def test_each_arm_turns_on_its_setting_and_off_is_todays_engine():
+    assert bench.engine_arm_settings("off", 256, 0.25) == {
+        "prefill_chunk": None,
+        "compact_at": None,
+    }
+    assert bench.engine_arm_settings("chunked", 128, 0.25) == {
+        "prefill_chunk": 128,
+        "compact_at": None,
+    }
+    assert bench.engine_arm_settings("compact", 128, 0.3)["compact_at"] == 0.3
+    assert bench.engine_arm_settings("both", 64, 0.5) == {"prefill_chunk": 64, "compact_at": 0.5}
+    from selftaught.models.batching import DEFAULT_COMPACT_AT, DEFAULT_PREFILL_CHUNK
+
+    assert (DEFAULT_PREFILL_CHUNK, DEFAULT_COMPACT_AT) == (None, None)  # off until measured
+
+
+def test_units_interleave_and_rotate_and_a_resume_skips_what_ran():
+    arms = ("off", "chunked", "raw")
+    order = bench.engine_plan(2, [8, 32], arms)
+    assert order[:6] == [
+        (0, 8, "off"),
+        (0, 8, "chunked"),
+        (0, 8, "raw"),
+        (0, 32, "chunked"),
+        (0, 32, "raw"),
+        (0, 32, "off"),
+    ]
+    assert order[6:9] == [(1, 8, "chunked"), (1, 8, "raw"), (1, 8, "off")]
+    assert len(bench.engine_plan(3, [8, 32])) == 3 * 2 * len(bench.ENGINE_ARMS)
+    ran = [{"repeat": 0, "concurrency": 8, "arm": a} for a in arms]
+    assert bench.pending_units(order, ran)[0] == (0, 32, "chunked")
+    assert len(bench.pending_units(order, ran)) == 9
+
+
+def test_a_resume_refuses_other_settings(tmp_path):
+    from selftaught.runs import atomic_write_json
+
+    path = tmp_path / "engine.json"
+    settings = {"prefill_chunk": 256, "compact_at": 0.25}
+    assert bench.load_engine_runs(path, settings) == []
+    atomic_write_json(path, {"settings": settings, "runs": [{"repeat": 0, "arm": "off"}]})
+    assert bench.load_engine_runs(path, settings) == [{"repeat": 0, "arm": "off"}]
+    with pytest.raises(SystemExit, match="other settings"):
+        bench.load_engine_runs(path, {**settings, "prefill_chunk": 64})
+
+
+def _unit(repeat: int, arm: str, rate: float, shas=None, columns=(100, 60), compactions=0):
+    row = {"repeat": repeat, "concurrency": 8, "arm": arm, "tok_per_s": rate}
+    if arm != "raw":
+        row["reply_sha"] = shas or ["a", "b", "c"]
+        row["engine"] = {
+            "decode_columns": columns[0],
+            "decode_live_columns": columns[1],
+            "prefill_chunks": 0,
+            "compactions": compactions,
+            "compacted_columns": 10 * compactions,
+        }
+    return row
+
+
+def test_summary_pairs_each_arm_with_off_and_raw_by_repeat():
+    runs = [
+        _unit(0, "off", 20.0),
+        _unit(0, "compact", 24.0, shas=["a", "x", "c"], columns=(80, 60), compactions=2),
+        _unit(0, "raw", 40.0),
+        _unit(1, "off", 10.0),
+        _unit(1, "compact", 11.0, columns=(70, 60), compactions=4),
+        _unit(1, "raw", 20.0),
+    ]
+    s = bench.summarize_engine_arms(runs)["8"]
+    assert s["off"]["median"] == 15.0 and "vs_off" not in s["off"]
+    assert s["off"]["vs_raw"] == 0.5
+    assert s["compact"]["vs_off_per_repeat"] == [1.2, 1.1]
+    assert s["compact"]["vs_off"] == pytest.approx(1.15)
+    assert s["compact"]["vs_raw_per_repeat"] == [0.6, 0.55]
+    assert s["compact"]["same_replies_as_off"] == 2  # the fewest over repeats
+    assert s["compact"]["padding_attended"] == pytest.approx(1 - 120 / 150, abs=1e-3)
+    assert s["compact"]["compactions"] == 3
+    assert s["off"]["padding_attended"] == 0.4
+    assert "same_replies_as_off" not in s["raw"] and s["raw"]["median"] == 30.0
