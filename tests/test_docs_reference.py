@@ -128,7 +128,13 @@ def test_the_environment_check_sees_a_new_variable(tmp_path):
 
 
 def known_flags() -> set[str]:
-    return {
+    """selftaught's options, and the benchmark scripts' own (`add_argument("--...")`)."""
+    benchmarks = {
+        flag
+        for script in (ROOT / "benchmarks").glob("*.py")
+        for flag in re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", _text(script))
+    }
+    return benchmarks | {
         o
         for _, cmd in reference.commands()
         for p in cmd.params

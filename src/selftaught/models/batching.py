@@ -718,12 +718,29 @@ def _new_cache() -> Any:
     return cache
 
 
+def _roomy(like: Any, n: int) -> Any:
+    """An empty buffer shaped like `like`, with room for `n` columns and spare ones after."""
+    rows, heads, _, dim = like.shape
+    return like.new_empty((rows, heads, n + max(_HEADROOM, n // 4), dim))
+
+
+def _packed(old: Any, index: Any) -> Any:
+    """`old`'s columns `index[i]` for each row i, in a new buffer with spare columns after."""
+    rows, heads, _, dim = old.shape
+    n = int(index.shape[1])
+    buffer = _roomy(old, n)
+    buffer[:, :, :n] = old.gather(2, index[:, None, :, None].expand(rows, heads, n, dim))
+    return buffer
+
+
+# `DynamicLayer` with spare columns. transformers' layer concatenates on every update, so each
+# decode step copies every row's whole history (measured: 13% of the quick-start eval's serving
+# time); this one keeps keys and values in buffers with room to grow and writes one column a
+# step, `keys` / `values` being views of the valid part.
+
+
 @functools.cache
-def _growing_layer() -> type:
-    """`DynamicLayer` with spare columns. transformers' layer concatenates on every update, so
-    each decode step copies every row's whole history (measured: 13% of the quick-start
-    eval's serving time); this one keeps keys and values in buffers with room to grow and
-    writes one column a step, `keys` / `values` being views of the valid part."""
+def _growing_layer() -> type:  # the layer class (above), made once transformers is imported
     from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):
@@ -743,9 +760,7 @@ def _growing_layer() -> type:
             return self.keys, self.values
 
         def _reserve(self, n: int, like: Any) -> None:
-            rows, heads, _, dim = like.shape
-            size = (rows, heads, n + max(_HEADROOM, n // 4), dim)
-            keys, values = like.new_empty(size), like.new_empty(size)
+            keys, values = _roomy(like, n), _roomy(like, n)
             if self.length:
                 keys[:, :, : self.length] = self.keys
                 values[:, :, : self.length] = self.values
@@ -753,7 +768,7 @@ def _growing_layer() -> type:
 
         def _buffers(self) -> tuple[Any, Any]:
             if self.buffers is None:  # `_reserve` runs first: never
-                raise RuntimeError("the layer's buffers are not reserved")
+                raise RunError("the layer's buffers are not reserved")
             return self.buffers
 
         def _set_length(self, n: int) -> None:
@@ -762,31 +777,18 @@ def _growing_layer() -> type:
             self.keys, self.values = keys[:, :, :n], values[:, :, :n]
 
         def select(self, index: Any, crop: int = 0) -> None:
-            """Keep rows `index` without their first `crop` columns (one copy, the spare
-            columns kept)."""
+            """Keep rows `index` without their first `crop` columns (one copy)."""
             keys, values = self._buffers()
             self.buffers = (keys[index, :, crop:], values[index, :, crop:])
             self._set_length(self.length - crop)
 
         def pack(self, index: Any) -> None:
-            """Keep, for each row i, the columns `index[i]` in that order (one copy, spare
-            columns after)."""
-            keys: Any = self.keys  # the valid part of the buffers
-            values: Any = self.values
-            rows, heads, _, dim = keys.shape
-            n = int(index.shape[1])
-            where = index[:, None, :, None].expand(rows, heads, n, dim)
-            packed = []
-            for old in (keys, values):
-                buffer = old.new_empty((rows, heads, n + max(_HEADROOM, n // 4), dim))
-                buffer[:, :, :n] = old.gather(2, where)
-                packed.append(buffer)
-            self.buffers = (packed[0], packed[1])
-            self._set_length(n)
+            """Keep, for each row i, the columns `index[i]` in that order (one copy)."""
+            self.buffers = (_packed(self.keys, index), _packed(self.values, index))
+            self._set_length(int(index.shape[1]))
 
         def stack(self, other: Any, pad: int, other_pad: int) -> None:
-            """Append `other`'s rows below these, each side left-padded with zero columns
-            (`pad` here, `other_pad` there) to one width."""
+            """Append `other`'s rows below these, left-padded (`pad`, `other_pad`) to one width."""
             width = self.length + pad
             self.buffers = (
                 _stacked(self.keys, other.keys, pad, other_pad, width),

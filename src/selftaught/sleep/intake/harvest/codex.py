@@ -178,12 +178,11 @@ class CodexHarvester:
             if turns and model:
                 turns[-1].model = turns[-1].model or model
         self._close(turns, last_totals, totals)
-        project = project_from_cwd(meta.get("cwd"), config.project)
         return turns_to_interactions(
             turns,
             source=self.name,
             session_id=session_id,
-            project=project,
+            project=project_from_cwd(meta.get("cwd"), config.project),
             meta=meta,
             config=config,
         )
