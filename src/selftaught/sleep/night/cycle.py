@@ -56,7 +56,7 @@ from selftaught.errors import ConfigError
 from selftaught.evaluation import ScoreCache
 from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
-from selftaught.models.usage import TrackedModel, UsageLedger
+from selftaught.models.usage import Budget, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
 from selftaught.runs import (
@@ -191,7 +191,13 @@ def night_training_defaults() -> SkillOptConfig:
 
 
 @dataclass
-class SleepConfig:
+class NightConfig:
+    """A night's settings (`sleep run`'s flags), nesting the configs it runs: the skill and
+    memory phases' `SkillOptConfig` (`training`, its `GateConfig` and `Budget`), the weight
+    phase's `WeightNightConfig`, the `Stops`, and the mining, split, window and recall
+    settings of its own. `build_trainer(NightConfig(project=...), log, model)` is one
+    project's `NightTrainer`; `run_night(config)` runs every project with traffic."""
+
     model: str | None = None
     """Target model spec the tasks are replayed on; None: the upstream the operator's proxy
     logged (never a model named by an imported or API row). A coding agent (`claude-code`,
@@ -331,6 +337,28 @@ class SleepConfig:
         if self.many_skills and (self.weights != "off" or self.skill_min_tasks < 1):
             raise ConfigError("many_skills trains text skills only (weights off, min tasks >= 1)")
         check_start_files(self)
+
+    # the trainer contract (`trainer_base.RunConfig`): what every run config offers
+    @property
+    def budget(self) -> Budget:
+        """The night's budget: the skill phase's, charged by every phase."""
+        return self.training.budget
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as JSON-ready values (paths as text)."""
+        out: dict[str, Any] = _jsonable(dataclasses.asdict(self))
+        return out
+
+
+SleepConfig = NightConfig  # its name before the night was a trainer
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
 
 
 @dataclass
@@ -1626,8 +1654,149 @@ def _skipped(
     return False
 
 
+class NightTrainer:
+    """One project's night as a trainer, built the way every trainer is:
+    `NightTrainer(config, log, model, *, output_dir, callbacks, progress, console)` (through
+    `build_trainer(NightConfig(project=...), log, model)`), and `train()` runs the night
+    (today's `run_project`: harvest, mine, split, the skill / memory / weight phases, the gate,
+    staging) and returns its typed `NightResult`; `callbacks` (and the tracker
+    `config.report_to` names) see its phases, val before / after and the staging decision.
+
+    Not a `BaseTrainer`: that base is built around a `Task` with fixed splits, a resumable run
+    directory (`config.json`, `result.json`) and one budget per run; a night's input is a
+    log it mines, its folder is a staged night (`report.json`, no resume: an interrupted
+    night is marked and its rows read again) and its lock spans every project. It offers the
+    same attributes (`config`, `callbacks`, `ledger`, `method`, `result_type`, `train`).
+
+    `log`: a `TaskLog`, its path or URL (None: `config.log_path`, else the default log);
+    `model`: the target (a spec or a `ChatModel`; the config's roles load the others) or the
+    `NightModels` of every role (None: `config.model`, else the logged upstream)."""
+
+    result_type: ClassVar[type[NightResult]] = NightResult
+    method: ClassVar[str] = "night"
+
+    def __init__(
+        self,
+        config: NightConfig,
+        log: TaskLog | Path | str | None = None,
+        model: NightModels | ChatModel | str | None = None,
+        *,
+        output_dir: str | Path | None = None,
+        callbacks: Sequence[TrainerCallback] | CallbackList = (),
+        progress: bool | None = None,
+        console: Console | None = None,
+        ledger: UsageLedger | None = None,
+        loader: ModelLoader | None = None,
+        dry_run: bool = False,
+    ):
+        if not isinstance(config, NightConfig):
+            raise ConfigError(f"NightTrainer needs a NightConfig, got {type(config).__name__}")
+        self.config = config
+        self.log = log
+        self.home = config.home or sleep_home()
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        quiet = not (config.progress if progress is None else progress)
+        self.console = console or Console(stderr=True, quiet=quiet)
+        if isinstance(callbacks, CallbackList):  # run_night's: one tracker for every project
+            self.callbacks = callbacks
+        else:
+            self.callbacks = CallbackList(with_tracker(config.report_to, callbacks))
+        self.ledger = ledger or UsageLedger(budget=config.budget)
+        self.loader = loader or _default_loader(config, self.home)
+        self.models = night_models(model, config, self.loader)
+        self.dry_run = dry_run
+        self._cache: dict[str, ChatModel] = {}
+
+    def train(self) -> NightResult:
+        """The project's night under the night lock (`NightRunning`: another holds it)."""
+        project = self.config.project
+        if project is None:
+            raise ConfigError("a NightTrainer runs one project's night: set NightConfig.project")
+        night = staging.new_night_id(self.home)
+        private_home(self.home)
+        kind = "dry run" if self.dry_run else "night"
+        with night_lock(self.home, night, kind, project=project):
+            for old in [] if self.dry_run else staging.mark_interrupted(project, self.home):
+                self.console.print(f"{project}: night {old} had been interrupted; marked so")
+            log = (
+                self.log
+                if isinstance(self.log, TaskLog)
+                else TaskLog(self.log if self.log is not None else self.config.log_path)
+            )
+            try:
+                until = time.time()
+                since, rows = _window_rows(log, self.config, self.home, until)[project]
+                deadline = Deadline.start(self.config.stops.max_minutes)
+                return self.night_of(project, night, since, until, rows, deadline)
+            finally:
+                if log is not self.log:
+                    log.close()
+
+    def night_of(
+        self,
+        project: str,
+        night: str,
+        since: float,
+        until: float,
+        rows: list[Interaction],
+        deadline: Deadline,
+        scratch: Path | None = None,
+    ) -> NightResult:
+        """The night of `project` over `rows` (its window), the lock held by the caller; its
+        folder is `output_dir`, else under `scratch` (a dry run), else the project's."""
+        home, config = self.home, self.config
+        root = self.output_dir or (
+            scratch / project if scratch else staging.nights_dir(project, home) / night
+        )
+        if scratch is None and self.output_dir is None:
+            private_project_dir(project, home)  # 0700 even where an older version made it
+        private_dirs(root.parent)
+        root.mkdir(mode=0o700)
+        if not rows:
+            outcome = _empty_night(project, night, since, until, home, root)
+        else:
+            models = self.models or _load_models(config, rows, self.loader, self._cache)
+            outcome = run_project(project, night, since, until, rows, config, models, home,
+                                  self.console, root, self.dry_run, deadline)  # fmt: skip
+        _night_events(self.callbacks, outcome)
+        return outcome
+
+
+def _default_loader(config: NightConfig, home: Path) -> ModelLoader:
+    """`load_model` with the config's options; the night's calls carry its mark, so a proxy
+    in front relays them instead of logging them."""
+    from selftaught.models import load_model
+
+    sign = functools.partial(replay_mark.mark, replay_mark.replay_key(home))
+    return lambda spec: load_model(spec, **config.model_options, sign=sign)
+
+
+def night_models(
+    model: NightModels | ChatModel | str | None,
+    config: NightConfig,
+    loader: ModelLoader | None = None,
+) -> NightModels | None:
+    """The night's models from a trainer's `model`: every role given, or the target (the
+    config's specs load the other roles; the analyst defaults to the target)."""
+    if isinstance(model, NightModels):
+        check_cmd_replay(model.commands(), config.allow_cmd_replay)
+        return model
+    if model is None:
+        return None
+    loader = loader or _default_loader(config, config.home or sleep_home())
+    if isinstance(model, str):
+        config = dataclasses.replace(config, model=model)
+        return _load_models(config, [], loader, {})
+    optimizer = loader(config.optimizer_model) if config.optimizer_model else model
+    judge = loader(config.judge_model) if config.judge_model else None
+    models = NightModels(model, model.name, optimizer, config.optimizer_model or model.name,
+                         judge, config.judge_model)  # fmt: skip
+    check_cmd_replay(models.commands(), config.allow_cmd_replay)
+    return models
+
+
 def run_night(
-    config: SleepConfig,
+    config: NightConfig,
     *,
     models: NightModels | None = None,
     loader: ModelLoader | None = None,
@@ -1635,26 +1804,22 @@ def run_night(
     console: Console | None = None,
     callbacks: Sequence[TrainerCallback] = (),
 ) -> list[NightResult]:
-    """Run one night over every project with traffic (or `config.project`). Raises
-    `NightRunning` at once when another night holds the lock. A dry run stages nothing: its
-    folders go to a temporary directory (returned in each NightResult, deleted by the
-    caller) and the next night reads the same interactions. Returns one `NightResult`
-    per project; `callbacks` (and the tracker `config.report_to` names)
-    see each project's night once it is done."""
+    """Run one night over every project with traffic (or `config.project`): what spans
+    projects (the lock, the window, the schedule, the clock, a dry run's scratch folder), each
+    project's night a `NightTrainer`. Raises `NightRunning` at once when another night holds
+    the lock. A dry run stages nothing: its folders go to a temporary directory (returned in
+    each NightResult, deleted by the caller) and the next night reads the same interactions.
+    Returns one `NightResult` per project; `callbacks` (and the tracker `config.report_to`
+    names) see each project's night once it is done."""
     import tempfile
 
-    from selftaught.models import load_model
-
-    if models is not None:
-        check_cmd_replay(models.commands(), config.allow_cmd_replay)
     console = console or Console(stderr=True, quiet=not config.progress)
     home = config.home or sleep_home()
-    if loader is None:  # the night's calls carry its mark: a proxy in front relays, not logs
-        sign = functools.partial(replay_mark.mark, replay_mark.replay_key(home))
-        loader = lambda spec: load_model(spec, **config.model_options, sign=sign)  # noqa: E731
+    events = CallbackList(with_tracker(config.report_to, callbacks))
+    trainer = NightTrainer(config, None, models, callbacks=events, console=console,
+                           loader=loader, dry_run=dry_run)  # fmt: skip
     night = staging.new_night_id(home)
     deadline = Deadline.start(config.stops.max_minutes)
-    events = CallbackList(with_tracker(config.report_to, callbacks))
     outcomes: list[NightResult] = []
     private_home(home)  # before the lock file and the log are made in it
     with night_lock(home, night, "dry run" if dry_run else "night", project=config.project):
@@ -1662,7 +1827,6 @@ def run_night(
         until = time.time()
         windows = _window_rows(log, config, home, until)
         scratch = Path(tempfile.mkdtemp(prefix="selftaught-dry-run-")) if dry_run else None
-        cache: dict[str, ChatModel] = {}
         for project in [] if dry_run else staging.projects(home):
             for old in staging.mark_interrupted(project, home):  # we hold the lock: it died
                 console.print(f"{project}: night {old} had been interrupted; marked so")
@@ -1672,32 +1836,7 @@ def run_night(
                 continue
             if _skipped(project, config, home, deadline, bool(outcomes), console):
                 continue
-            root = scratch / project if scratch else staging.nights_dir(project, home) / night
-            if scratch is None:
-                private_project_dir(project, home)  # 0700 even where an older version made it
-            private_dirs(root.parent)
-            root.mkdir(mode=0o700)
-            if not rows:
-                outcomes.append(_empty_night(project, night, since, until, home, root))
-                _night_events(events, outcomes[-1])
-                continue
-            night_models = models or _load_models(config, rows, loader, cache)
-            outcomes.append(
-                run_project(
-                    project,
-                    night,
-                    since,
-                    until,
-                    rows,
-                    config,
-                    night_models,
-                    home,
-                    console,
-                    root,
-                    dry_run,
-                    deadline,
-                )
-            )
-            _night_events(events, outcomes[-1])
+            outcomes.append(trainer.night_of(project, night, since, until, rows, deadline,
+                                             scratch))  # fmt: skip
         log.close()
     return outcomes
