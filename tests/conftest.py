@@ -37,3 +37,17 @@ def log_at(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
     if request.param == "sqlite":
         return tmp_path / "log.db"
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(autouse=True)
+def _night_reports_round_trip(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every night report.json a test leaves in its temp folder reads into a `NightResult`
+    whose `report_dict()` is that file, key for key and in order (issue 50: the typed result
+    keeps report.json's shape)."""
+    wanted = "tmp_path" in request.fixturenames
+    root = request.getfixturevalue("tmp_path") if wanted else None  # before it is torn down
+    yield
+    if root is not None:
+        from tests.night_reports import check_round_trip
+
+        check_round_trip(root)

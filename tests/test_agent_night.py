@@ -276,7 +276,7 @@ def test_a_bare_model_replays_agent_sessions_as_episodes_without_the_harness(tmp
     config = SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", documents=("skill",))
     (night,) = run_night(config, models=models)
     assert night.status == "staged" and night.replay == "episode"
-    assert night.mining["tasks"] == 8  # the tool-call task too: a bare model is checked
+    assert night.mining.tasks == 8  # the tool-call task too: a bare model is checked
     assert target.calls and all(HARNESS not in json.dumps(m) for m in target.calls)
     assert all([t["function"]["name"] for t in p.tools] == ["Bash", "Read"] for p in target.params)
 

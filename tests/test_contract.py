@@ -20,7 +20,13 @@ from selftaught.results import RunResult, Score
 from selftaught.skill import SkillOptConfig
 from selftaught.skill.result import SkillRunResult
 from selftaught.skill.trainer import SkillTrainer
-from selftaught.sleep.night.cycle import NightResult, run_night
+from selftaught.sleep.night.cycle import (
+    NightConfig,
+    NightResult,
+    NightTrainer,
+    SleepConfig,
+    run_night,
+)
 from selftaught.trainers import build_trainer, check_method, trainer_for
 from selftaught.weights.config import ConfigError, RestConfig, RLConfig, default_train_config
 from selftaught.weights.rest import RestResult, RestTrainer
@@ -317,8 +323,8 @@ def test_a_night_returns_night_results_that_round_trip(tmp_path):
     assert isinstance(night, NightResult) and isinstance(night, RunResult)
     assert night.status == "staged" and night.run_dir == night.night_dir
     proposal = night.proposal
-    assert night.base_score == Score.from_summary(proposal["val_before"], "val")
-    assert night.shipped_score.hard == proposal["val_after"]["hard"] > night.base_score.hard
+    assert night.base_score == proposal.val_before.score
+    assert night.shipped_score.hard == proposal.val_after.hard > night.base_score.hard
     assert night.usage == night.usage and night.stopped_by is None
     assert night.texts()["proposal_skill.md"].strip() == "rule alpha"
     roundtrip(night)
@@ -332,6 +338,37 @@ def test_a_night_returns_night_results_that_round_trip(tmp_path):
         ("end",),
     ]
     assert recorder.results == [night]
+
+
+def test_the_night_is_a_trainer_built_by_build_trainer(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    cfg = config(tmp_path, project="demo")
+    assert SleepConfig is NightConfig and cfg.budget is cfg.training.budget
+    recorder = Recorder()
+    trainer = build_trainer(cfg, tmp_path / "log.db", models(), callbacks=[recorder])
+    assert isinstance(trainer, NightTrainer) and trainer.result_type is NightResult
+    night = trainer.train()
+    assert isinstance(night, NightResult) and night.status == "staged"
+    assert night.night_dir is not None and night.night_dir.parent.name == "nights"
+    assert recorder.events[0] == ("start", "night") and recorder.results == [night]
+    assert json.loads(json.dumps(cfg.to_dict()))["training"]["epochs"] == 1
+    with pytest.raises(ConfigError, match="one project"):
+        build_trainer(config(tmp_path), None, models()).train()
+    with pytest.raises(ConfigError, match="task log"):
+        build_trainer(cfg, ToyTask(), models())  # type: ignore[call-overload]
+
+
+def test_sleep_night_is_the_library_entry_point(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    recorder = Recorder()
+    nights = selftaught.sleep_night(config(tmp_path), model=models(), callbacks=[recorder])
+    (night,) = nights
+    assert isinstance(night, NightResult) and night.status == "staged"
+    assert night.proposal is not None and night.proposal.val_after is not None
+    assert night.shipped_score == night.proposal.val_after.score
+    assert recorder.results == [night]
+    again = selftaught.sleep_night(config(tmp_path, project="demo"), model=models(), dry_run=True)
+    assert [n.status for n in again] == ["too_few_tasks"]  # nothing new since the night
 
 
 # ---- callbacks ------------------------------------------------------------------------------

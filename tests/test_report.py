@@ -345,7 +345,7 @@ def test_a_sleep_night_is_reported_as_its_skill_phase_with_the_night_first(tmp_p
     assert "selftaught sleep · sleep:demo" in page and "rule alpha" in page
     # a night that never trained (too few tasks, no recall of past ones) is still a night
     fill_log(tmp_path, ["alpha"] * 3, start=500)
-    quiet = config(tmp_path, since=night.window["until"], recall_max=0)
+    quiet = config(tmp_path, since=night.window.until, recall_max=0)
     (few,) = run_night(quiet, models=models())
     assert few.status == "too_few_tasks"
     thin = load_run(few.night_dir)

@@ -189,8 +189,8 @@ def test_gate_off_accepts_a_poison_edit_the_gate_rejects(tmp_path):
     (greedy,) = run_night(off, models=models(analyst=poison))
     assert greedy.status == "staged" and "gate off" in greedy.reason
     proposal = greedy.proposal
-    assert proposal["val_before"]["hard"] > 0 and proposal["val_after"]["hard"] == 0.0
-    assert proposal["paired"]["losses"] > 0 and proposal["paired"]["wins"] == 0
+    assert proposal.val_before.hard > 0 and proposal.val_after.hard == 0.0
+    assert proposal.paired["losses"] > 0 and proposal.paired["wins"] == 0
     assert "**OFF**" in (greedy.night_dir / "report.md").read_text()
 
 
@@ -220,9 +220,9 @@ def test_rollouts_k_replays_each_train_task_k_times_and_reflects_on_the_contrast
         json.loads(x) for x in (night.night_dir / "evidence.jsonl").read_text().split("\n") if x
     ]
     sampled = [e for e in evidence if e["role"] == "target" and e["params"]["temperature"] > 0]
-    assert len(sampled) == 4 * night.splits["train"]
+    assert len(sampled) == 4 * night.splits.train
     assert any("## Solved and failed attempts" in user_of(e["messages"]) for e in evidence)
-    assert night.training["rollouts_k"] == 4
+    assert night.training.rollouts_k == 4
 
 
 def test_a_budget_ends_the_night_cleanly_and_covers_both_phases(tmp_path):
@@ -230,8 +230,8 @@ def test_a_budget_ends_the_night_cleanly_and_covers_both_phases(tmp_path):
     training = SkillOptConfig(epochs=3, batch_size=4, budget=Budget(calls=12), gate=GateConfig())
     (night,) = run_night(config(tmp_path, training=training), models=models())
     skill, memory = night.phases["skill"], night.phases["memory"]
-    assert skill["stopped_by"]["text"].startswith("budget (12 of 12 calls used)")
-    assert not memory["ran"] and "spent before the memory phase" in memory["stopped_by"]["text"]
+    assert skill.stopped_by.text.startswith("budget (12 of 12 calls used)")
+    assert not memory.ran and "spent before the memory phase" in memory.stopped_by.text
     used = sum(u["calls"] + u["errors"] for u in night.usage.values())
     assert used <= 12 and not night.failed
     assert "stopped early" in (night.night_dir / "report.md").read_text()
@@ -250,7 +250,7 @@ def test_a_failing_target_is_a_backend_failure_never_nothing_to_learn(tmp_path):
     assert diag["no_proposal_reason"] is None
     # the next night, with a working backend, reads the same interactions
     (again,) = run_night(config(tmp_path), models=models())
-    assert again.status == "staged" and again.window["read"] == 12
+    assert again.status == "staged" and again.window.read == 12
 
 
 def test_a_failing_analyst_or_a_fatal_error_is_a_backend_failure(tmp_path):
@@ -273,20 +273,20 @@ def test_too_few_tasks_stage_nothing_and_wait_for_more(tmp_path):
     assert not (night.night_dir / "config.json").exists()  # nothing was trained
     fill_log(tmp_path, ["alpha"] * 4 + ["beta"] * 4, start=50)
     (later,) = run_night(config(tmp_path), models=models())
-    assert later.window["read"] == 12 and later.status == "staged"
+    assert later.window.read == 12 and later.status == "staged"
     (nothing,) = run_night(config(tmp_path, project="demo"), models=models())
-    assert nothing.status == "too_few_tasks" and nothing.window["read"] == 0
+    assert nothing.status == "too_few_tasks" and nothing.window.read == 0
 
 
 def test_private_rows_never_reach_a_remote_model_unless_reviewed_or_allowed(tmp_path, log_at):
     fill_log(tmp_path, ALPHA_NIGHT, private=True, log_at=log_at)
     remote = models(target_spec="openai:gpt-4o-mini")
     (night,) = run_night(config(tmp_path, log_at), models=remote)
-    assert night.status == "too_few_tasks" and night.mining["withheld_private"] == 12
+    assert night.status == "too_few_tasks" and night.mining.withheld_private == 12
     assert "remote model" in night.notes[0]
     assert not (night.night_dir / "evidence.jsonl").read_text()  # no call at all
     (allowed,) = run_night(config(tmp_path, log_at, allow_remote=True), models=remote)
-    assert allowed.status == "staged" and allowed.mining["withheld_private"] == 0
+    assert allowed.status == "staged" and allowed.mining.withheld_private == 0
     assert is_remote("openai:gpt-4o") and is_remote("https://api.example.com/v1#m")
     assert not is_remote("http://127.0.0.1:8000/v1#m") and not is_remote("local")
 
@@ -294,16 +294,16 @@ def test_private_rows_never_reach_a_remote_model_unless_reviewed_or_allowed(tmp_
 def test_reviewed_private_rows_are_used_and_local_models_see_everything(tmp_path, log_at):
     fill_log(tmp_path, ALPHA_NIGHT, private=True, reviewed=True, log_at=log_at)
     (night,) = run_night(config(tmp_path, log_at), models=models(target_spec="openai:gpt-4o-mini"))
-    assert night.mining["withheld_private"] == 0 and night.status == "staged"
+    assert night.mining.withheld_private == 0 and night.status == "staged"
 
 
 def test_each_night_reads_only_what_came_after_the_last_one_and_caps_wait(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)
     (first,) = run_night(config(tmp_path, max_tasks=10), models=models())
-    assert first.window["read"] == 10 and "max_tasks (10)" in first.notes[0]
+    assert first.window.read == 10 and "max_tasks (10)" in first.notes[0]
     fill_log(tmp_path, ["alpha"] * 4, start=200)
     (second,) = run_night(config(tmp_path), models=models())
-    assert second.window["read"] == 2 + 4  # the 2 left over, then the new ones
+    assert second.window.read == 2 + 4  # the 2 left over, then the new ones
 
 
 def test_a_model_change_since_the_last_night_is_warned_about(tmp_path):
@@ -311,7 +311,7 @@ def test_a_model_change_since_the_last_night_is_warned_about(tmp_path):
     run_night(config(tmp_path), models=models())
     fill_log(tmp_path, ALPHA_NIGHT, start=100)
     (night,) = run_night(config(tmp_path), models=models(target_spec="other-model"))
-    assert night.models["target"] == "other-model"
+    assert night.models.target == "other-model"
     assert any("models changed" in n and "other-model" in n for n in night.notes)
 
 
@@ -355,7 +355,7 @@ def test_a_dry_run_stages_nothing_and_the_next_night_reads_the_same(tmp_path, lo
     assert dry.status == "staged" and not staging.nights_dir("demo", tmp_path).exists()
     assert read_adopted("demo", tmp_path).empty
     (real,) = run_night(config(tmp_path, log_at), models=models())
-    assert real.window["read"] == 12
+    assert real.window.read == 12
 
 
 def test_requests_without_a_reference_are_judged_by_their_rubric(tmp_path):
@@ -382,7 +382,7 @@ def test_requests_without_a_reference_are_judged_by_their_rubric(tmp_path):
     night_models = models(polite, canned_analyst(failure=edits_json(append("rule polite"))))
     night_models.judge, night_models.judge_spec = judge, "scripted-judge"
     (night,) = run_night(config(tmp_path, documents=("skill",)), models=night_models)
-    assert night.mining["by_check"] == {"rubric": 12}
+    assert night.mining.by_check == {"rubric": 12}
     assert night.status == "staged" and night.usage["judge"]["calls"] > 0
     rubric = judge.calls[0][0]["content"]
     assert "too rude" in rubric and "'Fix the sink.'" in rubric  # the rejected reply is shown

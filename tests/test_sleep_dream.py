@@ -199,7 +199,7 @@ def test_a_night_dreams_for_train_only_and_never_recalls_a_dream(tmp_path, log_a
     rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
     dreamt = [r for r in rows if r.get("synthetic")]
     assert len(dreamt) == d["trained"] and {r["split"] for r in dreamt} <= {"train"}
-    assert night.splits["val"] == 4 and night.splits["train"] == 8 + d["trained"]
+    assert night.splits.val == 4 and night.splits.train == 8 + d["trained"]
     pool = recall.load("demo", tmp_path)
     assert len(pool) == 12 and not any(train_only(r.task) for r in pool)
     assert "dreams (n 1, share 0.5)" in (night.night_dir / "report.md").read_text()

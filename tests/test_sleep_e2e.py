@@ -294,14 +294,14 @@ def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
     )
     (night,) = run_night(config, models=models)
     assert night.status in ("staged", "no_proposal"), night.reason
-    modes = night.phases["skill"]["demo_modes"]
-    assert set(modes["candidates"]) >= {"none", "static", "retrieved"}
-    assert modes["sources"] == {"correction": night.splits["train"]}
-    assert modes["leaks_refused"] == 0 and modes["winner"] in modes["candidates"]
-    for c in modes["candidates"].values():
-        assert c["n"] == night.splits["val"] and len(c["hard_ci"]) == 2
-    smallest = night.gate["smallest_gain"]
-    assert smallest["n_val"] == night.splits["val"] and smallest["items"] == 3
+    modes = night.phases["skill"].demo_modes
+    assert set(modes.candidates) >= {"none", "static", "retrieved"}
+    assert modes.extra["sources"] == {"correction": night.splits.train}
+    assert modes.extra["leaks_refused"] == 0 and modes.winner in modes.candidates
+    for c in modes.candidates.values():
+        assert c.n == night.splits.val and len(c.hard_ci or ()) == 2
+    smallest = night.gate.smallest_gain
+    assert smallest.n_val == night.splits.val and smallest.items == 3
     md = (night.night_dir / "report.md").read_text()
     assert "## Demonstrations" in md and "| retrieved |" in md and "Winner: **" in md
     assert "smallest gain the gate could accept: 3 net val items" in md

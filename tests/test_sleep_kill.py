@@ -87,5 +87,5 @@ def test_kill_9_mid_night_leaves_everything_consistent_and_the_next_night_runs(t
     assert f"last night {killed_dir.name}: interrupted" in shown and "running now" not in shown
     (night,) = run_night(config(tmp_path), models=models())
     assert staging.read_report(killed_dir)["status"] == "interrupted"
-    assert night.window["read"] == len(ALPHA_NIGHT)  # the killed night's rows again
+    assert night.window.read == len(ALPHA_NIGHT)  # the killed night's rows again
     assert night.status in ("staged", "no_proposal") and not night.failed

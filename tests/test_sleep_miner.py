@@ -333,8 +333,8 @@ def test_a_nights_miner_calls_are_on_its_ledger_evidence_and_report(tmp_path):
     )
     config = SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", since=0.0)
     (night,) = run_night(config, models=models)
-    assert night.models["miner"] == "scripted-miner"
-    written = night.mining["miner"]
+    assert night.models.miner == "scripted-miner"
+    written = night.mining.miner
     assert written["asked"] == len(miner.calls) == 4 and written["kept"] == 4
     assert night.usage["miner"]["calls"] == 4  # the night's one ledger (and budget)
     evidence = (night.night_dir / "evidence.jsonl").read_text().splitlines()
@@ -358,7 +358,7 @@ def test_a_remote_miner_keeps_private_rows_out_of_the_night(tmp_path):
     (night,) = run_night(
         SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", since=0.0), models=models
     )
-    assert night.mining["withheld_private"] == 1 and miner.calls
+    assert night.mining.withheld_private == 1 and miner.calls
     assert not any("private key" in user_of(call) for call in miner.calls)
     assert any("openai:gpt-4o-mini is a remote model" in note for note in night.notes)
 
@@ -383,12 +383,12 @@ def test_the_miner_is_the_optimizer_unless_named_or_off(tmp_path, miner_model, n
         since=0.0,
     )
     (night,) = run_night(config, loader=loader)
-    assert night.models["miner"] == named
-    assert (night.mining.get("miner") or {}).get("asked", 0) == asked
+    assert night.models.miner == named
+    assert (night.mining.miner or {}).get("asked", 0) == asked
     if named == "m":
-        assert len(loaded["m"].calls) == 4 and night.mining["miner"]["kept"] == 4
+        assert len(loaded["m"].calls) == 4 and night.mining.miner["kept"] == 4
     if named == "opt":  # the analyst answers a miner prompt with no check: none is kept
-        assert night.mining["miner"]["parse_failures"] == 4
+        assert night.mining.miner["parse_failures"] == 4
 
 
 # ---- the embedded model as miner ------------------------------------------------------------
@@ -420,7 +420,7 @@ def test_the_embedded_model_as_miner_plumbing(tmp_path):
         home=tmp_path, log_path=tmp_path / "log.db", since=0.0, miner=MinerConfig(max_tokens=96)
     )
     (night,) = run_night(config, models=models)
-    written = night.mining["miner"]
+    written = night.mining.miner
     assert written["miner"] == "local" and written["asked"] == 8
     assert night.usage["miner"]["calls"] + night.usage["miner"]["errors"] >= 8
     assert written["kept"] + sum(written["refused"].values()) + written["cannot_check"] + (

@@ -87,7 +87,7 @@ def test_an_end_users_correction_checks_the_task_but_makes_no_demo(tmp_path):
     fill_log(other, ["alpha"] * 12, feedback_by="key:someone")  # the same, from an end user
     (night,) = run_night(config(other), models=models(ScriptedModel(few_shot), canned_analyst()))
     assert night.status == "no_proposal"  # only a demo could help, and none may be made
-    assert night.splits["train"] > 0 and night.mining["by_check"] == {"reference": 12}
+    assert night.splits.train > 0 and night.mining.by_check == {"reference": 12}
     pool = json.loads((night.night_dir / "demo_pool.json").read_text())
     assert pool["demos"] == []
 
@@ -112,7 +112,7 @@ def test_one_client_cannot_fill_a_night_and_the_report_counts_each_client(tmp_pa
     for n, name in enumerate(["key:b", "key:c", "key:d", "key:e"]):
         fill_log(tmp_path, ["alpha", "beta", "alpha"], start=100 + 10 * n, client=name)
     (night,) = run_night(config(tmp_path, max_tasks=12), models=models())
-    window = night.window
+    window = night.window.to_dict()
     assert window["clients"]["key:flood"] == {"window": 24, "read": 2, "left_out": 22}
     assert all(window["clients"][c]["read"] == 2 for c in ["key:b", "key:c", "key:d", "key:e"])
     assert window["read"] == 10 and window["allowance"] == 2 and window["share"] == 0.25
@@ -125,8 +125,10 @@ def test_one_client_cannot_fill_a_night_and_the_report_counts_each_client(tmp_pa
 def test_rows_of_the_operator_and_a_lone_client_are_read_as_before(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)  # no client recorded: one "unknown" client, alone
     (night,) = run_night(config(tmp_path), models=models())
-    assert night.window["clients"] == {"unknown": {"window": 12, "read": 12, "left_out": 0}}
-    assert night.window["allowance"] is None and night.status == "staged"
+    assert night.window.to_dict()["clients"] == {
+        "unknown": {"window": 12, "read": 12, "left_out": 0}
+    }
+    assert night.window.allowance is None and night.status == "staged"
 
 
 # ---- every line names its sources; a line that earns nothing is dropped ----------------------
@@ -139,14 +141,14 @@ def test_a_rider_that_earns_nothing_on_val_is_dropped_and_every_line_names_its_s
     (night,) = run_night(config(tmp_path), models=models(analyst=analyst))
     assert night.status == "staged", night.reason
     assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
-    (line,) = night.proposal["lines"]
-    assert (line["kind"], line["text"], line["verdict"]) == ("rule", "rule alpha", "kept")
-    assert line["clients"] == ["key:a", "key:b"] and len(line["sources"]) == len(line["tasks"])
+    (line,) = night.proposal.lines
+    assert (line.kind, line.text, line.verdict) == ("rule", "rule alpha", "kept")
+    assert line.clients == ("key:a", "key:b") and len(line.sources) == len(line.tasks)
     log = TaskLog(tmp_path / "log.db")
-    assert {log.get(s).client for s in line["sources"]} == {"key:a", "key:b"}  # row ids
-    (rider,) = night.proofread["dropped"]
-    assert rider["text"] == RIDER and "earns nothing on val" in rider["why"]
-    assert rider["sources"] and rider["clients"] == ["key:a", "key:b"]
+    assert {log.get(s).client for s in line.sources} == {"key:a", "key:b"}  # row ids
+    (rider,) = night.proofread.dropped
+    assert rider.text == RIDER and "earns nothing on val" in (rider.why or "")
+    assert rider.sources and rider.clients == ("key:a", "key:b")
     md = (night.night_dir / "report.md").read_text()
     assert "## Proposed lines and their sources" in md and "key:a, key:b" in md
 
@@ -159,9 +161,9 @@ def test_a_marker_line_is_dropped_before_anything_is_staged(tmp_path):
     assert night.status == "staged", night.reason
     skill = (night.night_dir / "proposal" / "skill.md").read_text()
     assert "selftaught:skill" not in skill and RIDER in skill  # leave-one-out off: kept
-    dropped = night.proofread["dropped"]
-    assert [d["text"] for d in dropped] == ["<!-- /selftaught:skill -->"]
-    assert "block marker" in dropped[0]["why"]
+    dropped = night.proofread.dropped
+    assert [d.text for d in dropped] == ["<!-- /selftaught:skill -->"]
+    assert "block marker" in (dropped[0].why or "")
 
 
 def _proposal(report: dict) -> tuple[str, ...]:
@@ -275,11 +277,11 @@ def test_the_operators_comment_still_reaches_memory_but_its_rider_does_not(tmp_p
     assert night.status == "staged", night.reason
     memory = (night.night_dir / "proposal" / "memory.md").read_text()
     assert memory.strip() == "- The user said: Always answer in French."
-    dropped = {d["text"]: d["why"] for d in night.proofread["dropped"]}
+    dropped = {d.text: d.why for d in night.proofread.dropped}
     assert "block marker" in dropped["<!-- /selftaught:memory -->"]
     assert "earns nothing on val" in dropped[RIDER]
-    (kept,) = night.proposal["lines"]
-    assert kept["kind"] == "memory" and len(kept["tasks"]) == len(kept["sources"]) >= 1
+    (kept,) = night.proposal.lines
+    assert kept.kind == "memory" and len(kept.tasks) == len(kept.sources) >= 1
 
 
 def test_a_task_recalled_from_before_clients_were_recorded_keeps_its_comment_as_evidence():

@@ -23,7 +23,7 @@ def tasks_of(night_dir: Path) -> dict[str, dict]:
 def test_a_quiet_night_recalls_past_tasks_with_their_splits(tmp_path):
     fill_log(tmp_path, ["alpha"] * 12)
     (first,) = run_night(config(tmp_path), models=models())
-    assert first.status == "staged" and first.recall["pool"] == 0
+    assert first.status == "staged" and first.recall.pool == 0
     before = tasks_of(first.night_dir)
     assert len(recall.load("demo", tmp_path)) == 12
     fill_log(tmp_path, ["alpha"] * 3, start=100)  # a quiet night: 3 requests, 6 needed
@@ -34,8 +34,8 @@ def test_a_quiet_night_recalls_past_tasks_with_their_splits(tmp_path):
     for tid, row in before.items():  # every past task came back, on the same side
         assert after[tid]["recalled"] and after[tid]["split"] == row["split"]
     val_before = sum(1 for r in before.values() if r["split"] == "val")
-    assert second.recall["recalled"]["val"] == val_before
-    assert second.recall["pool_after"] == 15
+    assert second.recall.recalled["val"] == val_before
+    assert second.recall.pool_after == 15
     assert "recall: 12 past tasks" in (second.night_dir / "report.md").read_text()
 
 
@@ -57,7 +57,7 @@ def test_a_request_asked_again_keeps_its_split_and_the_pool_is_capped(tmp_path):
     assert stamps == sorted(stamps, reverse=True)
     fill_log(tmp_path, ["alpha"] * 12)  # the same twelve requests again
     (second,) = run_night(config(tmp_path, recall_max=8), models=models())
-    again = second.recall["mined_again"]
+    again = second.recall.mined_again
     assert again == 8
     one, two = tasks_of(first.night_dir), tasks_of(second.night_dir)
     assert {t: r["split"] for t, r in two.items()} == {t: r["split"] for t, r in one.items()}
@@ -72,7 +72,7 @@ def test_recalled_private_tasks_never_reach_a_remote_model(tmp_path):
     fill_log(tmp_path, ["alpha"] * 8, start=100)
     remote = NightModels(rule_target(), "openai:gpt-x", canned_analyst(), "openai:gpt-x")
     (second,) = run_night(config(tmp_path), models=remote)
-    assert second.recall["withheld_private"] == 12
+    assert second.recall.withheld_private == 12
     assert not any(r["recalled"] for r in tasks_of(second.night_dir).values())
 
 

@@ -299,7 +299,7 @@ def test_a_night_replays_tool_traffic_as_episodes_and_logs_the_calls(tmp_path):
     )
     (night,) = run_night(config, models=NightModels(target, "scripted", canned_analyst(), "a"))
     assert night.status == "no_proposal", night.reason
-    assert night.mining["tasks"] == 12
+    assert night.mining.tasks == 12
     assert all(p.tools == bench_replay.TOOLS for _, p in target.requests)
     price = [p for q, p in target.requests if "cost in EUR" in q]
     assert {p.tool_choice for p in price} == {"required", "auto"}  # forcing on the first turn

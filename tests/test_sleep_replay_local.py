@@ -108,9 +108,9 @@ def test_a_tool_using_interaction_through_the_proxy_is_replayed_by_a_night(
             training=training,
         )
         (night,) = run_night(night_config)  # the target: `local`, the upstream the proxy logged
-    assert night.models["target"] == "local"
+    assert night.models.target == "local"
     assert night.status in ("no_proposal", "staged"), night.reason
-    assert night.mining["tasks"] == 3 and night.mining["by_check"] == {"reference": 3}
+    assert night.mining.tasks == 3 and night.mining.by_check == {"reference": 3}
     d = night.night_dir
     evidence = [json.loads(line) for line in (d / "evidence.jsonl").read_text().splitlines()]
     target = [e for e in evidence if e["role"] == "target"]

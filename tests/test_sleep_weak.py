@@ -176,12 +176,12 @@ def test_a_night_trains_on_weak_labels_and_never_validates_or_recalls_them(tmp_p
     assert night.status == "staged", night.reason
     w = night.weak
     assert (w["candidates"], w["sampled"], w["labelled"], w["trained"]) == (3, 3, 3, 3)
-    assert w["mean_agreement"] == 1.0 and night.splits["train"] >= 3
+    assert w["mean_agreement"] == 1.0 and night.splits.train >= 3
     rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
     weak_rows = [r for r in rows if r.get("weak")]
     assert sorted(r["reference"] for r in weak_rows) == ["105", "110", "150"]
     assert {r["split"] for r in weak_rows} == {"train"}
-    assert night.mining["tasks"] == 12  # mining's own count is unchanged
+    assert night.mining.tasks == 12  # mining's own count is unchanged
     pool = recall.load("demo", tmp_path)
     assert len(pool) == 12 and not any(train_only(r.task) for r in pool)
     assert "weak labels (k 3, agree 80%)" in (night.night_dir / "report.md").read_text()
@@ -194,7 +194,7 @@ def test_without_pseudo_k_a_night_has_no_weak_section(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)
     add_unchecked(tmp_path, [(50, 60)])
     (night,) = run_night(config(tmp_path), models=models(ScriptedModel(adds, "scripted-target")))
-    assert night.weak is None and night.splits == {"train": 8, "val": 4, "test": 0}
+    assert night.weak is None and night.splits.to_dict() == {"train": 8, "val": 4, "test": 0}
 
 
 def test_sleep_config_carries_the_weak_and_dream_settings():

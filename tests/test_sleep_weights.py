@@ -92,28 +92,28 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     assert night.status == "staged", night.reason
     d = night.night_dir
     proposal = night.proposal
-    assert proposal["candidate"] == night.weights["winner"] == "sft"
-    assert not proposal["skill_changed"] and (d / "proposal" / "skill.md").read_text() == ""
+    assert proposal.candidate == night.weights.winner == "sft"
+    assert not proposal.skill_changed and (d / "proposal" / "skill.md").read_text() == ""
     assert sorted(p.name for p in (d / "adapter").iterdir()) == [
         "adapter_config.json",
         "adapter_model.safetensors",
     ]
     assert not (d / "weights" / "sft" / "adapter").exists()  # moved, not copied
-    meta = proposal["adapter"]
-    assert meta["dir"] == "adapter" and meta["method"] == "sft"
-    assert meta["base_model"] == "scripted-target" and meta["val"]["hard"] == 1.0
+    meta = proposal.adapter
+    assert meta.dir == "adapter" and meta.method == "sft"
+    assert meta.base_model == "scripted-target" and meta.val.hard == 1.0
     split = splits(night)
-    assert set(meta["train_items"]) == split["train"]  # every corrected train task, no other
-    assert not set(meta["train_items"]) & split["val"]
+    assert set(meta.train_items) == split["train"]  # every corrected train task, no other
+    assert not set(meta.train_items) & split["val"]
     ((method, data),) = trainer.calls
     assert data.stats["corrections"] == len(split["train"]) and data.stats["elite"] == 0
     assert {s.target for s in data.sft} == {str(t) for t in _references(night, "train")}
-    cands = night.weights["candidates"]
+    cands = night.weights.candidates
     assert set(cands) == {"current", "sft"}  # no text proposal: no text candidates
-    assert cands["current"]["n"] == cands["sft"]["n"] == len(split["val"])
-    assert all(len(c["hard_ci"]) == 2 for c in cands.values())
-    assert night.weights["gates"]["sft"]["decision"] == "accept_new_best"
-    assert "sft won" in night.weights["why"]
+    assert cands["current"].n == cands["sft"].n == len(split["val"])
+    assert all(len(c.hard_ci or ()) == 2 for c in cands.values())
+    assert night.weights.gates["sft"].decision == "accept_new_best"
+    assert "sft won" in night.weights.why
     md = (d / "report.md").read_text()
     assert "## Text or weights" in md and "Winner: **sft**" in md and "### adapter (sft)" in md
     assert "| current |" in md and "| sft |" in md
@@ -127,9 +127,9 @@ def test_the_report_says_where_the_nights_time_went(tmp_path):
     assert night.status == "staged", night.reason
     assert list(night.phase_seconds) == ["mine", "text", "proofread", "weights"]
     assert all(s >= 0 for s in night.phase_seconds.values())
-    assert night.phases["skill"]["seconds"] <= night.phase_seconds["text"]
-    assert list(night.weights["seconds"]) == ["replay", "train", "gate"]
-    assert sum(night.weights["seconds"].values()) <= night.phase_seconds["weights"] + 0.01
+    assert night.phases["skill"].seconds <= night.phase_seconds["text"]
+    assert list(night.weights.seconds) == ["replay", "train", "gate"]
+    assert sum(night.weights.seconds.values()) <= night.phase_seconds["weights"] + 0.01
     assert sum(night.phase_seconds.values()) <= night.seconds + 0.01
     md = (night.night_dir / "report.md").read_text()
     assert "## Time" in md and "weights " in md and "(replay " in md and "(skill " in md
@@ -143,8 +143,8 @@ def test_a_weights_only_night_trains_no_text_and_lets_the_gate_pick_the_adapter(
     (night,) = run_night(config(tmp_path, documents=(), weights="sft"), models=m)
     assert night.status == "staged", night.reason
     assert not night.phases and not analyst.calls  # no text phase ran
-    assert set(night.weights["candidates"]) == {"current", "sft"}
-    assert night.proposal["candidate"] == "sft"
+    assert set(night.weights.candidates) == {"current", "sft"}
+    assert night.proposal.candidate == "sft"
     with pytest.raises(Exception, match="none only with weights on"):
         SleepConfig(documents=())
 
@@ -161,13 +161,13 @@ def test_text_wins_when_the_adapter_does_not_help(tmp_path):
     (night,) = run_night(weight_config(tmp_path), models=m)
     assert night.status == "staged", night.reason
     w = night.weights
-    assert set(w["candidates"]) == {"current", "text", "sft", "sft+text"}
-    assert w["winner"] == "text" and night.proposal["candidate"] == "text"
+    assert set(w.candidates) == {"current", "text", "sft", "sft+text"}
+    assert w.winner == "text" and night.proposal.candidate == "text"
     # sft+text scores as text does: the tie goes to the simpler candidate
-    assert w["candidates"]["sft+text"]["hard"] == w["candidates"]["text"]["hard"] == 1.0
-    assert w["gates"]["sft"]["decision"] != "accept_new_best"  # a tie with the adopted one
+    assert w.candidates["sft+text"].hard == w.candidates["text"].hard == 1.0
+    assert w.gates["sft"].decision != "accept_new_best"  # a tie with the adopted one
     assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
-    assert "adapter" not in night.proposal
+    assert night.proposal.adapter is None
     assert not (night.night_dir / "adapter").exists()
     assert not list((night.night_dir / "weights").glob("*/adapter"))  # losers deleted
 
@@ -182,16 +182,16 @@ def test_both_win_when_text_and_adapter_each_fix_their_own_tasks(tmp_path):
     assert rules.count("alpha") >= 2 and rules.count("beta") >= 2  # the fixture's premise
     assert night.status == "staged", night.reason
     w = night.weights
-    assert w["winner"] == "sft+text", w["why"]
-    c = w["candidates"]
-    assert c["sft+text"]["hard"] == 1.0 > max(c["text"]["hard"], c["sft"]["hard"])
-    assert w["gates"]["text"]["decision"] == w["gates"]["sft"]["decision"] == "accept_new_best"
-    assert "also passed with less gain" in w["why"]
+    assert w.winner == "sft+text", w.why
+    c = w.candidates
+    assert c["sft+text"].hard == 1.0 > max(c["text"].hard, c["sft"].hard)
+    assert w.gates["text"].decision == w.gates["sft"].decision == "accept_new_best"
+    assert "also passed with less gain" in w.why
     proposal = night.proposal
-    assert proposal["skill_changed"] and proposal["adapter"]["with_text"]
+    assert proposal.skill_changed and proposal.adapter.with_text
     assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
     assert (night.night_dir / "adapter" / "adapter_config.json").is_file()
-    assert proposal["paired"]["wins"] == len(val) and proposal["paired"]["losses"] == 0
+    assert proposal.paired["wins"] == len(val) and proposal.paired["losses"] == 0
 
 
 def _rows(night) -> list[dict]:
@@ -208,7 +208,7 @@ def test_the_gate_keeps_the_adopted_version_when_no_candidate_passes(tmp_path):
     (night,) = run_night(weight_config(tmp_path), models=m)
     assert night.status == "no_proposal"
     assert "the gate kept the adopted version" in night.reason
-    assert "no candidate passed the gate" in night.weights["why"]
+    assert "no candidate passed the gate" in night.weights.why
     assert night.proposal is None and not (night.night_dir / "adapter").exists()
 
 
@@ -225,8 +225,8 @@ def test_auto_also_trains_dpo_on_rejected_replies_and_their_corrections(tmp_path
     for p in data.pairs:  # the user's correction over the reply the user rejected
         _, total = _question(p.prompt)
         assert p.chosen == str(total) and p.rejected == f"Answer: {total + 1}"
-    assert night.weights["winner"] == "dpo" and night.status == "staged"
-    assert night.proposal["adapter"]["method"] == "dpo"
+    assert night.weights.winner == "dpo" and night.status == "staged"
+    assert night.proposal.adapter.method == "dpo"
 
 
 def test_weights_off_never_trains_and_reports_as_before(tmp_path):
@@ -236,8 +236,8 @@ def test_weights_off_never_trains_and_reports_as_before(tmp_path):
     m.adapter_trainer = trainer
     (night,) = run_night(weight_config(tmp_path, "off"), models=m)
     assert trainer.calls == [] and night.weights is None
-    assert night.status == "staged" and "candidate" not in night.proposal
-    assert "weights" not in night.training
+    assert night.status == "staged" and night.proposal.candidate is None
+    assert night.training.weights is None
 
 
 def test_a_remote_or_scripted_target_without_a_trainer_stays_text_only(tmp_path):
@@ -385,18 +385,18 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
     assert [s["method"] for s in seen] == ["sft"]
     assert {"adapter_config.json", "adapter_model.safetensors"} <= seen[0]["files"]
     assert seen[0]["peft"].peft_type == "LORA" and seen[0]["peft"].r == 8
-    t = w["trained"]["sft"]
-    assert 1 <= t["steps"] <= 12 and t["loss_last"] < t["loss_first"]
-    assert w["data"]["corrections"] == night.splits["train"]
-    assert set(w["candidates"]) == {"current", "sft"}  # the analyst proposed no text
-    for c in w["candidates"].values():
-        assert c["n"] == night.splits["val"]
-        assert c["hard_ci"][0] <= c["hard"] <= c["hard_ci"][1]
+    t = w.trained["sft"]
+    assert 1 <= t.steps <= 12 and t.loss_last < t.loss_first
+    assert w.data["corrections"] == night.splits.train
+    assert set(w.candidates) == {"current", "sft"}  # the analyst proposed no text
+    for c in w.candidates.values():
+        assert c.n == night.splits.val
+        assert c.hard_ci[0] <= c.hard <= c.hard_ci[1]
     held_out = {r["id"] for r in _rows(night) if r["split"] != "train"}
-    assert held_out and set(w["train_items"]).isdisjoint(held_out)
+    assert held_out and set(w.train_items).isdisjoint(held_out)
     staged = night.night_dir / "adapter"
-    if w["winner"] == "sft":
-        assert night.status == "staged" and night.proposal["adapter"]["base_model"] == "local"
+    if w.winner == "sft":
+        assert night.status == "staged" and night.proposal.adapter.base_model == "local"
         base, _ = load_causal_lm(embedded_model_dir())
         assert isinstance(PeftModel.from_pretrained(base, str(staged)), PeftModel)
         _adopt_serve_rollback(tmp_path, target, night, seen[0]["probe"])

@@ -152,9 +152,9 @@ def test_max_minutes_ends_a_night_after_its_phase_and_stages_only_what_was_gated
     )
     skill, memory = night.phases["skill"], night.phases["memory"]
     # the skill trainer ended after its step; the memory phase never started
-    assert skill["steps"] == 1 < skill["total_steps"]
-    assert StopReason.read(skill["stopped_by"]).kind == "max_minutes"
-    assert not memory["ran"] and memory["stopped_by"]["at"] == "before the memory phase"
+    assert skill.steps == 1 < skill.total_steps
+    assert skill.stopped_by.reason.kind == "max_minutes"
+    assert not memory.ran and memory.stopped_by.at == "before the memory phase"
     # what the gate accepted is staged; the night says which stop fired
     assert night.status == "staged"
     assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
@@ -196,7 +196,7 @@ def test_patience_pauses_the_schedule_after_k_nights_and_status_says_so(tmp_path
     pause.resume("demo", tmp_path)
     assert "paused" not in "\n".join(status_lines("demo", tmp_path))
     (third,) = run_night(cfg, models=models(analyst=nothing))
-    assert third.window["read"] == 12 and pause.read("demo", tmp_path).without_accept == 1
+    assert third.window.read == 12 and pause.read("demo", tmp_path).without_accept == 1
 
 
 def test_a_staged_night_resets_the_count_and_lifts_a_pause(tmp_path):

@@ -1,4 +1,4 @@
-"""The library's entry points, GEPA style: `evaluate`, `optimize`, `train`.
+"""The library's entry points, GEPA style: `evaluate`, `optimize`, `train`, `sleep_night`.
 
 Each owns the wiring a user would otherwise repeat (and the CLI and the benchmarks used to):
 resolving task and model specs, charging every call to a usage ledger, method dispatch with
@@ -14,6 +14,7 @@ calls these functions.
                                         skills_dir=".claude/skills")  # a SkillSetResult
     shipped = selftaught.train("gym:basic_arithmetic?max_terms=2&max_digits=1",
                                config=RestConfig(method="sft"))      # a RestResult
+    nights = selftaught.sleep_night(NightConfig(project="demo"), model="openai:gpt-4o-mini")
 
 `optimize` and `train` return `RunResult` subclasses (`selftaught.results`); the config's
 type picks the trainer (`selftaught.trainers`); `callbacks=[...]` see the run's events.
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from selftaught.skill.config import SkillOptConfig
     from selftaught.skill.result import SkillRunResult
     from selftaught.skill.skillset import SkillSetConfig, SkillSetResult
+    from selftaught.sleep.night.cycle import NightConfig, NightModels, NightResult
     from selftaught.tasks.options import TaskOptions
     from selftaught.weights.config import DPOConfig, RestConfig, RLConfig
     from selftaught.weights.dpo import DPOResult, PreferencePair, Preferences
@@ -278,6 +280,39 @@ def train(
         console=console,
     )
     return trainer.train()
+
+
+def sleep_night(
+    config: NightConfig | None = None,
+    *,
+    model: ModelLike | NightModels | None = None,
+    dry_run: bool = False,
+    callbacks: Sequence[TrainerCallback] = (),
+    progress: bool | None = None,
+    console: Console | None = None,
+) -> list[NightResult]:
+    """One night (`sleep run`): each project with traffic in the task log since its last
+    night (`config.project`: that one) is mined into tasks, its skill and memory (and, with
+    `weights`, an adapter) trained on them and gated, and what the gate accepted staged for
+    `sleep adopt`. Each project's night is a `NightTrainer` (`build_trainer(NightConfig(...),
+    log, model)`); one typed `NightResult` per project comes back, in project order.
+
+    `model`: the target (a spec or a `ChatModel`; None: `config.model`, else the upstream
+    the proxy logged), or the `NightModels` of every role. `callbacks` (and the tracker
+    `config.report_to` names) see each project's phases, val before / after and the staging
+    decision. A dry run stages nothing and reads the same interactions again next night."""
+    import dataclasses
+
+    from selftaught.sleep.night.cycle import NightConfig, night_models, run_night
+
+    cfg = config if config is not None else NightConfig()
+    if progress is not None:
+        cfg = dataclasses.replace(cfg, progress=progress)
+    if isinstance(model, str):  # loaded by the night, with its options and its mark
+        cfg = dataclasses.replace(cfg, model=model)
+        model = None
+    models = night_models(model, cfg)
+    return run_night(cfg, models=models, dry_run=dry_run, console=console, callbacks=callbacks)
 
 
 def load_result(d: dict[str, Any]) -> RunResult:

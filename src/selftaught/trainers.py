@@ -6,6 +6,7 @@
 | `RestConfig(method="rest"/"sft")` | `RestTrainer`  | `RestResult`     |
 | `RLConfig(method="grpo"/"gspo")`  | `RLTrainer`    | `RLResult`       |
 | `DPOConfig(method="dpo")`       | `DPOTrainer`   | `DPOResult`      |
+| `NightConfig(project=...)`      | `NightTrainer` | `NightResult`    |
 
 Every trainer is built the same way, `Trainer(config, task, model, *, output_dir, callbacks,
 progress, console, ledger)`, and `train()` returns a `RunResult` subclass (`selftaught.results`):
@@ -19,7 +20,10 @@ trainer's must be local (`local`, `local:PATH`, or a `LocalModel` loaded from fi
     run = build_trainer(SkillOptConfig(), task, "local", output_dir="runs/y").train()
 
 A skill run's analyst and starting skill are keywords of its own (`optimizer_model=`,
-`initial_skill=`); a DPO run's pairs are `preferences=` (a preference JSONL file or pairs)."""
+`initial_skill=`); a DPO run's pairs are `preferences=` (a preference JSONL file or pairs).
+A night's "task" is the task log it mines (a `TaskLog`, its path or URL) and its model the
+target (or the `NightModels` of every role): `build_trainer(NightConfig(project="demo"), log,
+model).train()` is one project's night (`selftaught.sleep.night.cycle.NightTrainer`)."""
 
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ if TYPE_CHECKING:
     from selftaught.runs import RunDir
     from selftaught.skill.config import SkillOptConfig
     from selftaught.skill.trainer import SkillTrainer
+    from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.night.cycle import NightConfig, NightModels, NightTrainer
     from selftaught.tasks.base import Task
     from selftaught.trainer_base import BaseTrainer
     from selftaught.weights.dpo import DPOTrainer
@@ -150,13 +156,32 @@ def build_trainer(
 def build_trainer(
     config: DPOConfig, task: Task, model: ModelLike | Path | None, **kwargs: Any
 ) -> DPOTrainer: ...
+@overload
 def build_trainer(
-    config: SkillOptConfig | RestConfig | RLConfig | DPOConfig,
-    task: Task,
-    model: ModelLike | Path | None,
+    config: NightConfig,
+    task: TaskLog | Path | str | None,
+    model: NightModels | ModelLike | None,
     **kwargs: Any,
-) -> Trainer[RunResult]:
-    """The trainer for `config`, built the one way: (config, task, model, **keywords)."""
+) -> NightTrainer: ...
+def build_trainer(
+    config: SkillOptConfig | RestConfig | RLConfig | DPOConfig | NightConfig,
+    task: Task | TaskLog | Path | str | None,
+    model: ModelLike | NightModels | Path | None,
+    **kwargs: Any,
+) -> Trainer[RunResult] | NightTrainer:
+    """The trainer for `config`, built the one way: (config, task, model, **keywords); a
+    night's task is its log."""
+    from pathlib import Path
+
+    from selftaught.sleep.night.cycle import NightConfig, NightModels, NightTrainer
+    from selftaught.tasks.base import Task
+
+    if isinstance(config, NightConfig):
+        if isinstance(task, Task) or isinstance(model, Path):
+            raise ConfigError("a night mines its task log: pass the log (or None), not a Task")
+        return NightTrainer(config, task, model, **kwargs)
+    if not isinstance(task, Task) or isinstance(model, NightModels):
+        raise ConfigError(f"a {type(config).__name__} trains on a Task with a model spec")
     cls: type[BaseTrainer[Any, Any]] = trainer_for(config)
     trainer: Trainer[RunResult] = cls(config, task, model, **kwargs)
     return trainer

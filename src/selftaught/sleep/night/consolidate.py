@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 
@@ -29,13 +29,14 @@ from selftaught.policy import Policy
 from selftaught.runs import RunDir, RunError, read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit
+from selftaught.skill.reflect import DocumentKind
+from selftaught.skill.trainer import SkillTrainer
 from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
 from selftaught.stops import UNLIMITED, Deadline, StopReason, stop_dict
 from selftaught.tasks.scorers import LlmJudge
-from selftaught.trainers import build_trainer
 
 
 @dataclass
@@ -84,13 +85,13 @@ def _phase(
     """One trainer (skill or memory); its summary, or why it stopped early. Its val scores go
     into `scores[document]`."""
     training = dataclasses.replace(training, evaluate_test=bool(task.examples("test")))
-    trainer = build_trainer(
+    trainer = SkillTrainer(  # the class build_trainer picks (trainers.py builds nights too)
         training,
         task,
         target,
         optimizer_model=optimizer,
         initial_skill=initial,
-        document=document,
+        document=cast("DocumentKind", document),  # DOCUMENTS: skill or memory
         other_document=other,
         proposals=proposals,
         output_dir=run_dir,

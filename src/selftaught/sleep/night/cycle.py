@@ -56,7 +56,7 @@ from selftaught.errors import ConfigError
 from selftaught.evaluation import ScoreCache
 from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
-from selftaught.models.usage import TrackedModel, UsageLedger
+from selftaught.models.usage import Budget, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult, Score
 from selftaught.runs import (
@@ -109,6 +109,29 @@ from selftaught.sleep.night.mine import (
 )
 from selftaught.sleep.night.miner import Miner, MinerConfig, Pending, wants_check
 from selftaught.sleep.night.proofread import proofread
+from selftaught.sleep.night.records import (
+    AdoptedAdapter,
+    BudgetRecord,
+    Decoder,
+    GateMode,
+    MiningRecord,
+    ModelSpecs,
+    PhaseRecord,
+    ProofreadRecord,
+    ProposalRecord,
+    RecallRecord,
+    SkillRecord,
+    SkillSetRecord,
+    SourceFileRecord,
+    SplitCounts,
+    TrainingRecord,
+    WeightsRecord,
+    WindowRecord,
+    each,
+    many,
+    plain,
+    strings,
+)
 from selftaught.sleep.night.replay import conversations, mine_tool_task, night_task
 from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
 from selftaught.sleep.night.slow import night_ledger, sync_rollbacks, with_ledger
@@ -168,7 +191,13 @@ def night_training_defaults() -> SkillOptConfig:
 
 
 @dataclass
-class SleepConfig:
+class NightConfig:
+    """A night's settings (`sleep run`'s flags), nesting the configs it runs: the skill and
+    memory phases' `SkillOptConfig` (`training`, its `GateConfig` and `Budget`), the weight
+    phase's `WeightNightConfig`, the `Stops`, and the mining, split, window and recall
+    settings of its own. `build_trainer(NightConfig(project=...), log, model)` is one
+    project's `NightTrainer`; `run_night(config)` runs every project with traffic."""
+
     model: str | None = None
     """Target model spec the tasks are replayed on; None: the upstream the operator's proxy
     logged (never a model named by an imported or API row). A coding agent (`claude-code`,
@@ -309,6 +338,28 @@ class SleepConfig:
             raise ConfigError("many_skills trains text skills only (weights off, min tasks >= 1)")
         check_start_files(self)
 
+    # the trainer contract (`trainer_base.RunConfig`): what every run config offers
+    @property
+    def budget(self) -> Budget:
+        """The night's budget: the skill phase's, charged by every phase."""
+        return self.training.budget
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as JSON-ready values (paths as text)."""
+        out: dict[str, Any] = _jsonable(dataclasses.asdict(self))
+        return out
+
+
+SleepConfig = NightConfig  # its name before the night was a trainer
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
 
 @dataclass
 class NightModels:
@@ -408,10 +459,14 @@ def is_remote(spec: str | None) -> TypeGuard[str]:
 
 
 @dataclass(kw_only=True)
-class ProjectNight(RunResult):
+class NightResult(RunResult):
     """What one night did for one project, and where it is: its report.json as typed fields
-    (the same names; `report_dict()` is that file's shape). A `RunResult` whose scores are
-    val before / after the proposal (nothing shipped: both the start)."""
+    of the same names, each section a frozen record (`records.py`); `report_dict()` is that
+    file, key for key, also for a report an older version wrote. A `RunResult` whose scores
+    are val before / after the proposal (nothing shipped: both the start).
+
+    Not frozen itself: `RunResult`, its base, is not, and a frozen dataclass cannot subclass
+    a mutable one; its sections are."""
 
     kind: ClassVar[str] = "night"
 
@@ -423,31 +478,36 @@ class ProjectNight(RunResult):
     pid: int | None = None
     started_at: float | None = None
     ended_at: float | None = None
-    models: dict[str, Any] = field(default_factory=dict)
-    gate: dict[str, Any] = field(default_factory=dict)
-    training: dict[str, Any] = field(default_factory=dict)
-    budget: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    window: dict[str, Any] = field(default_factory=dict)
+    models: ModelSpecs | None = None
+    gate: GateMode | None = None
+    training: TrainingRecord | None = None
+    budget: BudgetRecord | None = None
+    notes: tuple[str, ...] = ()
+    window: WindowRecord | None = None
     consumed_until: float | None = None
     base_version: int | None = None
-    mining: dict[str, Any] = field(default_factory=dict)
-    recall: dict[str, Any] = field(default_factory=dict)
-    splits: dict[str, int] = field(default_factory=dict)
-    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
-    phase_seconds: dict[str, float] = field(default_factory=dict)  # mine, text, proofread, weights
-    proposal: dict[str, Any] | None = None
-    proofread: dict[str, Any] | None = None
+    mining: MiningRecord | None = None
+    recall: RecallRecord | None = None
+    splits: SplitCounts | None = None
+    phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)  # mine, text, weights, ...
+    proposal: ProposalRecord | None = None
+    proofread: ProofreadRecord | None = None
     replay: str | None = None  # how val tasks were replayed: episode, reply or agent
-    weights: dict[str, Any] | None = None
-    adapter: dict[str, Any] | None = None
-    weak: dict[str, Any] | None = None  # weak labels (`weak.WeakReport`), when sampled
-    dream: dict[str, Any] | None = None  # synthetic tasks (`dream.DreamReport`), when dreamed
+    weights: WeightsRecord | None = None
+    adapter: AdoptedAdapter | None = None
+    weak: Mapping[str, Any] | None = None  # weak labels (`weak.WeakReport`), when sampled
+    dream: Mapping[str, Any] | None = None  # synthetic tasks (`dream.DreamReport`), when dreamed
     evidence_calls: int | None = None
     adopted_version: int | None = None
     adopted_at: float | None = None
+    skills: tuple[SkillRecord, ...] = ()  # a many-skills night's skills
+    skill_set: SkillSetRecord | None = None
+    start_document: SourceFileRecord | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys of a report written by a newer version (kept, written back as they came)."""
+    report_keys: tuple[str, ...] | None = None
+    """The keys of the report.json it was read from, in order (None: built in code)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -464,29 +524,53 @@ class ProjectNight(RunResult):
 
     @classmethod
     def from_report(
-        cls, project: str, night_dir: Path | None, report: dict[str, Any]
-    ) -> ProjectNight:
-        """The night a report.json describes."""
-        known = {f for f in REPORT_FIELDS if f in report}
-        extra = {k: v for k, v in report.items() if k not in REPORT_FIELDS and k != "kind"}
+        cls, project: str, night_dir: Path | None, report: Mapping[str, Any]
+    ) -> NightResult:
+        """The night a report.json describes (any version's)."""
+        typed: dict[str, Any] = {}
+        for name in REPORT_FIELDS:
+            if name in report and name != "usage":
+                value, decode = report[name], _DECODE.get(name)
+                typed[name] = decode(value) if decode is not None and value is not None else value
+        extra = {k: v for k, v in report.items() if k not in (*REPORT_FIELDS, *_HEAD)}
+        if isinstance(report.get("stopped_by"), str):  # an older night's stop, in words: kept
+            extra["stopped_by"] = report["stopped_by"]
         return cls(
             project=project,
             night_dir=night_dir,
             usage=dict(report.get("usage") or {}),
             extra=extra,
-            **{k: report[k] for k in known if k != "usage"},
+            report_keys=tuple(report),
+            **typed,
         )
 
+    def _report_value(self, name: str, read: bool) -> Any:
+        value = getattr(self, name)
+        if name == "stopped_by":  # a failed night's is its reason, already written
+            return stop_dict(value) if read or not self.failed else None
+        return plain(value)
+
     def report_dict(self) -> dict[str, Any]:
-        """The night as its report.json holds it (unset fields left out)."""
-        out: dict[str, Any] = {"kind": staging.NIGHT_KIND, "project": self.project}
-        for name in REPORT_FIELDS:
-            value = getattr(self, name)
-            if name == "stopped_by":  # a failed night's is its reason, already written
-                value = None if self.failed else stop_dict(value)
-            if name in ("night", "status", "reason") or value not in (None, {}, []):
+        """The night as its report.json holds it: the keys it was read with, in their order
+        (a night built in code: its set fields), then fields set since."""
+        read = self.report_keys is not None
+        order = self.report_keys if self.report_keys is not None else (*_HEAD, *REPORT_FIELDS)
+        out: dict[str, Any] = {}
+        for name in order:
+            if name == "kind":
+                out[name] = staging.NIGHT_KIND
+            elif name == "project":
+                out[name] = self.project
+            elif name in self.extra:
+                out[name] = self.extra[name]
+            elif name in REPORT_FIELDS:
+                value = self._report_value(name, read)
+                if read or name in _ALWAYS or value not in _EMPTY:
+                    out[name] = value
+        for name in REPORT_FIELDS:  # set since the report was read
+            if name not in out and (value := self._report_value(name, False)) not in _EMPTY:
                 out[name] = value
-        return {**out, **self.extra}
+        return {**out, **{k: v for k, v in self.extra.items() if k not in out}}
 
     def texts(self) -> dict[str, str]:
         folder = self.night_dir / "proposal" if self.night_dir else None
@@ -518,11 +602,14 @@ class ProjectNight(RunResult):
     @property
     def slow(self) -> SlowUpdate | None:
         """The skill phase's slow update (`skill.slow`), typed; None when off or not run."""
-        raw = (self.phases.get("skill") or {}).get("slow")
-        return SlowUpdate.from_dict(raw) if raw else None
+        phase = self.phases.get("skill")
+        raw = phase.slow if phase is not None else None
+        return SlowUpdate.from_dict(dict(raw)) if raw else None
 
 
-# report.json's keys, each a ProjectNight field of the same name ("kind" is the file's kind)
+ProjectNight = NightResult  # its name before the night was a trainer
+
+# report.json's keys, each a NightResult field of the same name (and "kind", "project")
 REPORT_FIELDS = (
     "night",
     "status",
@@ -555,32 +642,60 @@ REPORT_FIELDS = (
     "adopted_version",
     "adopted_at",
     "stopped_by",
+    "skills",
+    "skill_set",
+    "start_document",
 )
-_OWN = (*REPORT_FIELDS, "project", "night_dir", "extra")
-NightResult = ProjectNight  # the name the trainer contract uses
+_HEAD = ("kind", "project")
+_ALWAYS = ("night", "status", "reason")  # written even when empty
+_EMPTY: tuple[Any, ...] = (None, {}, [])
+_DECODE: dict[str, Decoder] = {
+    "models": ModelSpecs.from_dict,
+    "gate": GateMode.from_dict,
+    "training": TrainingRecord.from_dict,
+    "budget": BudgetRecord.from_dict,
+    "notes": strings,
+    "window": WindowRecord.from_dict,
+    "mining": MiningRecord.from_dict,
+    "recall": RecallRecord.from_dict,
+    "splits": SplitCounts.from_dict,
+    "phases": each(PhaseRecord),
+    "proposal": ProposalRecord.from_dict,
+    "proofread": ProofreadRecord.from_dict,
+    "weights": WeightsRecord.from_dict,
+    "adapter": AdoptedAdapter.from_dict,
+    "skills": many(SkillRecord),
+    "skill_set": SkillSetRecord.from_dict,
+    "start_document": SourceFileRecord.from_dict,
+}
+_OWN = (*REPORT_FIELDS, "project", "night_dir", "extra", "report_keys")
 
 
-def _night_scores(night: ProjectNight) -> tuple[Score | None, Score | None]:
+def _night_scores(night: NightResult) -> tuple[Score | None, Score | None]:
     """Val before / after a staged proposal; a night that proposed nothing kept its start."""
-    proposal = night.proposal or {}
-    if proposal.get("val_before") and proposal.get("val_after"):
-        before = Score.from_summary(proposal["val_before"], "val")
-        return before, Score.from_summary(proposal["val_after"], "val")
-    ran = [p for p in night.phases.values() if p.get("val_initial")]
+    proposal = night.proposal
+    if proposal is not None and proposal.val_before and proposal.val_after:
+        before = proposal.val_before.score
+        return before, proposal.val_after.score
+    ran = [p.val_initial for p in night.phases.values() if p.val_initial]
     if not ran:
         return None, None
-    start = Score.from_summary(ran[0]["val_initial"], "val")
+    start = ran[0].score
     return start, start
 
 
-def _night_events(callbacks: CallbackList, outcome: ProjectNight) -> None:
+def _night_events(callbacks: CallbackList, outcome: NightResult) -> None:
     """A finished project night as events: its phases as steps, val before / after, the
     staging decision, the end."""
     info = RunInfo("night", outcome.project, outcome.night_dir, {"night": outcome.night})
     callbacks.start(info)
     phases = outcome.phases
     for step, (name, phase) in enumerate(phases.items(), start=1):
-        metrics = {k: v for k, v in phase.items() if k in ("steps", "decisions", "ran", "changed")}
+        metrics = {
+            k: v
+            for k, v in phase.to_dict().items()
+            if k in ("steps", "decisions", "ran", "changed")
+        }
         callbacks.step(info, step=step, metrics={"phase": name, **metrics})
     last = len(phases)
     if outcome.base_score is not None and outcome.shipped_score is not None:
@@ -1126,7 +1241,7 @@ def run_project(
     night_dir: Path,
     dry_run: bool = False,
     deadline: Deadline = UNLIMITED,
-) -> ProjectNight:
+) -> NightResult:
     """One project's night, staged in `night_dir` (report.json is written first, as running);
     `deadline`: the night's `--max-minutes`, checked between phases."""
     report = _base_report(project, night, models, config)
@@ -1169,7 +1284,7 @@ def run_project(
     if not dry_run:
         _count_patience(report, project, night, config, home)
     _finish(night_dir, report, evidence)
-    outcome = ProjectNight.from_report(project, night_dir, report)
+    outcome = NightResult.from_report(project, night_dir, report)
     if config.auto_adopt and report["status"] == "staged" and not dry_run:
         outcome = _auto_adopt(outcome, night_dir, night, config, home, console)
     return outcome
@@ -1391,19 +1506,19 @@ def _proofread(
 
 
 def _auto_adopt(
-    outcome: ProjectNight,
+    outcome: NightResult,
     night_dir: Path,
     night: str,
     config: SleepConfig,
     home: Path,
     console: Console,
-) -> ProjectNight:
+) -> NightResult:
     project = outcome.project
     if config.many_skills:  # each staged skill in its own unit (nightskills)
         from selftaught.sleep.night.skills import auto_adopt_skills
 
         auto_adopt_skills(project, night_dir, home, console)
-        return ProjectNight.from_report(project, night_dir, staging.read_report(night_dir))
+        return NightResult.from_report(project, night_dir, staging.read_report(night_dir))
     try:
         adoption = adopt_night(  # staging.adopt, writing back a --start-document
             project,
@@ -1416,7 +1531,7 @@ def _auto_adopt(
         console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
         return outcome
     console.print(f"{project}: adopted night {night} as version {adoption.version}")
-    return ProjectNight.from_report(project, night_dir, staging.read_report(night_dir))
+    return NightResult.from_report(project, night_dir, staging.read_report(night_dir))
 
 
 def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:
@@ -1434,7 +1549,7 @@ def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> N
 
 def _empty_night(
     project: str, night: str, since: float, until: float, home: Path, night_dir: Path
-) -> ProjectNight:
+) -> NightResult:
     """A named project with no traffic in its window: nothing to load, nothing to learn."""
     report = {
         "kind": staging.NIGHT_KIND,
@@ -1451,7 +1566,7 @@ def _empty_night(
     }
     summary.write_markdown(night_dir, report)
     atomic_write_json(night_dir / "report.json", report)
-    return ProjectNight.from_report(project, night_dir, report)
+    return NightResult.from_report(project, night_dir, report)
 
 
 # ---- the night ------------------------------------------------------------------------------
@@ -1539,43 +1654,179 @@ def _skipped(
     return False
 
 
+class NightTrainer:
+    """One project's night as a trainer, built the way every trainer is:
+    `NightTrainer(config, log, model, *, output_dir, callbacks, progress, console)` (through
+    `build_trainer(NightConfig(project=...), log, model)`), and `train()` runs the night
+    (today's `run_project`: harvest, mine, split, the skill / memory / weight phases, the gate,
+    staging) and returns its typed `NightResult`; `callbacks` (and the tracker
+    `config.report_to` names) see its phases, val before / after and the staging decision.
+
+    Not a `BaseTrainer`: that base is built around a `Task` with fixed splits, a resumable run
+    directory (`config.json`, `result.json`) and one budget per run; a night's input is a
+    log it mines, its folder is a staged night (`report.json`, no resume: an interrupted
+    night is marked and its rows read again) and its lock spans every project. It offers the
+    same attributes (`config`, `callbacks`, `ledger`, `method`, `result_type`, `train`).
+
+    `log`: a `TaskLog`, its path or URL (None: `config.log_path`, else the default log);
+    `model`: the target (a spec or a `ChatModel`; the config's roles load the others) or the
+    `NightModels` of every role (None: `config.model`, else the logged upstream)."""
+
+    result_type: ClassVar[type[NightResult]] = NightResult
+    method: ClassVar[str] = "night"
+
+    def __init__(
+        self,
+        config: NightConfig,
+        log: TaskLog | Path | str | None = None,
+        model: NightModels | ChatModel | str | None = None,
+        *,
+        output_dir: str | Path | None = None,
+        callbacks: Sequence[TrainerCallback] | CallbackList = (),
+        progress: bool | None = None,
+        console: Console | None = None,
+        ledger: UsageLedger | None = None,
+        loader: ModelLoader | None = None,
+        dry_run: bool = False,
+    ):
+        if not isinstance(config, NightConfig):
+            raise ConfigError(f"NightTrainer needs a NightConfig, got {type(config).__name__}")
+        self.config = config
+        self.log = log
+        self.home = config.home or sleep_home()
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        quiet = not (config.progress if progress is None else progress)
+        self.console = console or Console(stderr=True, quiet=quiet)
+        if isinstance(callbacks, CallbackList):  # run_night's: one tracker for every project
+            self.callbacks = callbacks
+        else:
+            self.callbacks = CallbackList(with_tracker(config.report_to, callbacks))
+        self.ledger = ledger or UsageLedger(budget=config.budget)
+        self.loader = loader or _default_loader(config, self.home)
+        self.models = night_models(model, config, self.loader)
+        self.dry_run = dry_run
+        self._cache: dict[str, ChatModel] = {}
+
+    def train(self) -> NightResult:
+        """The project's night under the night lock (`NightRunning`: another holds it)."""
+        project = self.config.project
+        if project is None:
+            raise ConfigError("a NightTrainer runs one project's night: set NightConfig.project")
+        night = staging.new_night_id(self.home)
+        private_home(self.home)
+        kind = "dry run" if self.dry_run else "night"
+        with night_lock(self.home, night, kind, project=project):
+            for old in [] if self.dry_run else staging.mark_interrupted(project, self.home):
+                self.console.print(f"{project}: night {old} had been interrupted; marked so")
+            log = (
+                self.log
+                if isinstance(self.log, TaskLog)
+                else TaskLog(self.log if self.log is not None else self.config.log_path)
+            )
+            try:
+                until = time.time()
+                since, rows = _window_rows(log, self.config, self.home, until)[project]
+                deadline = Deadline.start(self.config.stops.max_minutes)
+                return self.night_of(project, night, since, until, rows, deadline)
+            finally:
+                if log is not self.log:
+                    log.close()
+
+    def night_of(
+        self,
+        project: str,
+        night: str,
+        since: float,
+        until: float,
+        rows: list[Interaction],
+        deadline: Deadline,
+        scratch: Path | None = None,
+    ) -> NightResult:
+        """The night of `project` over `rows` (its window), the lock held by the caller; its
+        folder is `output_dir`, else under `scratch` (a dry run), else the project's."""
+        home, config = self.home, self.config
+        root = self.output_dir or (
+            scratch / project if scratch else staging.nights_dir(project, home) / night
+        )
+        if scratch is None and self.output_dir is None:
+            private_project_dir(project, home)  # 0700 even where an older version made it
+        private_dirs(root.parent)
+        root.mkdir(mode=0o700)
+        if not rows:
+            outcome = _empty_night(project, night, since, until, home, root)
+        else:
+            models = self.models or _load_models(config, rows, self.loader, self._cache)
+            outcome = run_project(project, night, since, until, rows, config, models, home,
+                                  self.console, root, self.dry_run, deadline)  # fmt: skip
+        _night_events(self.callbacks, outcome)
+        return outcome
+
+
+def _default_loader(config: NightConfig, home: Path) -> ModelLoader:
+    """`load_model` with the config's options; the night's calls carry its mark, so a proxy
+    in front relays them instead of logging them."""
+    from selftaught.models import load_model
+
+    sign = functools.partial(replay_mark.mark, replay_mark.replay_key(home))
+    return lambda spec: load_model(spec, **config.model_options, sign=sign)
+
+
+def night_models(
+    model: NightModels | ChatModel | str | None,
+    config: NightConfig,
+    loader: ModelLoader | None = None,
+) -> NightModels | None:
+    """The night's models from a trainer's `model`: every role given, or the target (the
+    config's specs load the other roles; the analyst defaults to the target)."""
+    if isinstance(model, NightModels):
+        check_cmd_replay(model.commands(), config.allow_cmd_replay)
+        return model
+    if model is None:
+        return None
+    loader = loader or _default_loader(config, config.home or sleep_home())
+    if isinstance(model, str):
+        config = dataclasses.replace(config, model=model)
+        return _load_models(config, [], loader, {})
+    optimizer = loader(config.optimizer_model) if config.optimizer_model else model
+    judge = loader(config.judge_model) if config.judge_model else None
+    models = NightModels(model, model.name, optimizer, config.optimizer_model or model.name,
+                         judge, config.judge_model)  # fmt: skip
+    check_cmd_replay(models.commands(), config.allow_cmd_replay)
+    return models
+
+
 def run_night(
-    config: SleepConfig,
+    config: NightConfig,
     *,
     models: NightModels | None = None,
     loader: ModelLoader | None = None,
     dry_run: bool = False,
     console: Console | None = None,
     callbacks: Sequence[TrainerCallback] = (),
-) -> list[ProjectNight]:
-    """Run one night over every project with traffic (or `config.project`). Raises
-    `NightRunning` at once when another night holds the lock. A dry run stages nothing: its
-    folders go to a temporary directory (returned in each ProjectNight, deleted by the
-    caller) and the next night reads the same interactions. Returns one `NightResult`
-    (= `ProjectNight`) per project; `callbacks` (and the tracker `config.report_to` names)
-    see each project's night once it is done."""
+) -> list[NightResult]:
+    """Run one night over every project with traffic (or `config.project`): what spans
+    projects (the lock, the window, the schedule, the clock, a dry run's scratch folder), each
+    project's night a `NightTrainer`. Raises `NightRunning` at once when another night holds
+    the lock. A dry run stages nothing: its folders go to a temporary directory (returned in
+    each NightResult, deleted by the caller) and the next night reads the same interactions.
+    Returns one `NightResult` per project; `callbacks` (and the tracker `config.report_to`
+    names) see each project's night once it is done."""
     import tempfile
 
-    from selftaught.models import load_model
-
-    if models is not None:
-        check_cmd_replay(models.commands(), config.allow_cmd_replay)
     console = console or Console(stderr=True, quiet=not config.progress)
     home = config.home or sleep_home()
-    if loader is None:  # the night's calls carry its mark: a proxy in front relays, not logs
-        sign = functools.partial(replay_mark.mark, replay_mark.replay_key(home))
-        loader = lambda spec: load_model(spec, **config.model_options, sign=sign)  # noqa: E731
+    events = CallbackList(with_tracker(config.report_to, callbacks))
+    trainer = NightTrainer(config, None, models, callbacks=events, console=console,
+                           loader=loader, dry_run=dry_run)  # fmt: skip
     night = staging.new_night_id(home)
     deadline = Deadline.start(config.stops.max_minutes)
-    events = CallbackList(with_tracker(config.report_to, callbacks))
-    outcomes: list[ProjectNight] = []
+    outcomes: list[NightResult] = []
     private_home(home)  # before the lock file and the log are made in it
     with night_lock(home, night, "dry run" if dry_run else "night", project=config.project):
         log = TaskLog(config.log_path)
         until = time.time()
         windows = _window_rows(log, config, home, until)
         scratch = Path(tempfile.mkdtemp(prefix="selftaught-dry-run-")) if dry_run else None
-        cache: dict[str, ChatModel] = {}
         for project in [] if dry_run else staging.projects(home):
             for old in staging.mark_interrupted(project, home):  # we hold the lock: it died
                 console.print(f"{project}: night {old} had been interrupted; marked so")
@@ -1585,32 +1836,7 @@ def run_night(
                 continue
             if _skipped(project, config, home, deadline, bool(outcomes), console):
                 continue
-            root = scratch / project if scratch else staging.nights_dir(project, home) / night
-            if scratch is None:
-                private_project_dir(project, home)  # 0700 even where an older version made it
-            private_dirs(root.parent)
-            root.mkdir(mode=0o700)
-            if not rows:
-                outcomes.append(_empty_night(project, night, since, until, home, root))
-                _night_events(events, outcomes[-1])
-                continue
-            night_models = models or _load_models(config, rows, loader, cache)
-            outcomes.append(
-                run_project(
-                    project,
-                    night,
-                    since,
-                    until,
-                    rows,
-                    config,
-                    night_models,
-                    home,
-                    console,
-                    root,
-                    dry_run,
-                    deadline,
-                )
-            )
-            _night_events(events, outcomes[-1])
+            outcomes.append(trainer.night_of(project, night, since, until, rows, deadline,
+                                             scratch))  # fmt: skip
         log.close()
     return outcomes
