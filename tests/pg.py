@@ -234,7 +234,11 @@ class Relay:
                 client.close()
                 continue
             server = socket.create_connection(self.target)
-            with self._lock:
+            with self._lock:  # a cut between the check above and here closes this one too
+                if not self.up:
+                    client.close()
+                    server.close()
+                    continue
                 self._open += [client, server]
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
