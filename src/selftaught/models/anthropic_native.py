@@ -149,7 +149,6 @@ class AnthropicModel(AsyncChatModel):
         from selftaught.models.openai_compat import checked_completion
 
         kwargs = self.request(messages, params)
-        retries_seen = 0
 
         async def call() -> Completion:
             t0 = time.perf_counter()
@@ -162,11 +161,7 @@ class AnthropicModel(AsyncChatModel):
                 raise TransientBackendError(self.backend, "empty reply")
             return checked_completion(c, params)
 
-        def count(attempt: int, _err: TransientBackendError) -> None:
-            nonlocal retries_seen
-            retries_seen = attempt
-
-        c, retries = await with_retries(call, self.retry, on_retry=count)
+        c, retries = await with_retries(call, self.retry)
         c.retries = retries
         return c
 

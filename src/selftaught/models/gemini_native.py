@@ -194,7 +194,6 @@ class GeminiModel(AsyncChatModel):
 
         contents = to_contents(messages)
         config = self.config(messages, params, n)
-        retries_seen = 0
 
         async def call() -> list[Completion]:
             t0 = time.perf_counter()
@@ -209,11 +208,7 @@ class GeminiModel(AsyncChatModel):
                 raise TransientBackendError(self.backend, "empty reply")
             return [checked_completion(c, params) for c in out]
 
-        def count(attempt: int, _err: TransientBackendError) -> None:
-            nonlocal retries_seen
-            retries_seen = attempt
-
-        completions, retries = await with_retries(call, self.retry, on_retry=count)
+        completions, retries = await with_retries(call, self.retry)
         for c in completions:
             c.retries = retries
         return completions

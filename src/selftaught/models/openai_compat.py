@@ -184,7 +184,6 @@ class OpenAICompatModel(AsyncChatModel):
         """One request for `n` choices, with retries. With n == 1 an empty reply is a
         transient error; with n > 1 empty choices are returned for the caller to top up."""
         await self.preflight()
-        retries_seen = 0
 
         async def call() -> list[Completion]:
             t0 = time.perf_counter()
@@ -219,11 +218,7 @@ class OpenAICompatModel(AsyncChatModel):
             completions = _completions(resp, choices, self.model, time.perf_counter() - t0)
             return [checked_completion(c, params) for c in completions]
 
-        def count(attempt: int, _err: TransientBackendError) -> None:
-            nonlocal retries_seen
-            retries_seen = attempt
-
-        completions, retries = await with_retries(call, self.retry, on_retry=count)
+        completions, retries = await with_retries(call, self.retry)
         for c in completions:
             c.retries = retries
         return completions
