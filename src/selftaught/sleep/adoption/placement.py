@@ -549,24 +549,35 @@ def _plan_skill_file(
     return _Write(path, now, new, {str(path): sha256_text(new)}, [done])
 
 
+def _open_agents_md(
+    target: PlacementTarget, names: Sequence[str]
+) -> tuple[_Write, dict[str, tuple[int, int]]] | list[PlacedFile]:
+    """AGENTS.md as it is now, ready to edit (a `_Write` whose new text starts as the old) with
+    its sections' spans; or every name refused, saying why (a path not allowed, not UTF-8, a
+    broken section marker)."""
+    shown = target.skill_path("")
+    path, why = _checked_path(shown, target.root, target.follow_symlinks)
+    if path is None:
+        return [PlacedFile(str(shown), "refused", n, reason=why) for n in names]
+    try:
+        old = _read_now(path)
+        spans = section_spans(old or "", str(path))
+    except (UnicodeDecodeError, BlockMarkerError) as err:
+        why = str(err) if isinstance(err, BlockMarkerError) else f"{path} is not UTF-8 text"
+        return [PlacedFile(str(path), "refused", n, reason=why) for n in names]
+    return _Write(path, old, old or ""), spans
+
+
 def _plan_agents_md(
     skills: Sequence[SkillFile], target: PlacementTarget, ledger: Mapping[str, str]
 ) -> _Write | list[PlacedFile]:
     """AGENTS.md with one section per skill: a section selftaught did not write as it is now
     is left alone (skipped), the rest of the file byte for byte."""
-    shown = target.skill_path("")
-    path, why = _checked_path(shown, target.root, target.follow_symlinks)
-    names = [s.card.name for s in skills]
-    if path is None:
-        return [PlacedFile(str(shown), "refused", n, reason=why) for n in names]
-    try:
-        old = _read_now(path)
-        text = old or ""
-        spans = section_spans(text, str(path))
-    except (UnicodeDecodeError, BlockMarkerError) as err:
-        why = str(err) if isinstance(err, BlockMarkerError) else f"{path} is not UTF-8 text"
-        return [PlacedFile(str(path), "refused", n, reason=why) for n in names]
-    write = _Write(path, old, text)
+    opened = _open_agents_md(target, [s.card.name for s in skills])
+    if isinstance(opened, list):
+        return opened
+    write, spans = opened
+    path, text = write.path, write.new or ""
     for skill in skills:
         name, key = skill.card.name, f"{path}#{skill.card.name}"
         section = section_text(skill)
@@ -666,18 +677,11 @@ def _plan_unplace_sections(
     names: Sequence[str], target: PlacementTarget, ledger: Mapping[str, str]
 ) -> _Write | list[PlacedFile]:
     """AGENTS.md without the sections `names`, each only while still what selftaught wrote."""
-    shown = target.skill_path("")
-    path, why = _checked_path(shown, target.root, target.follow_symlinks)
-    if path is None:
-        return [PlacedFile(str(shown), "refused", n, reason=why) for n in names]
-    try:
-        old = _read_now(path)
-        text = old or ""
-        spans = section_spans(text, str(path))
-    except (UnicodeDecodeError, BlockMarkerError) as err:
-        why = str(err) if isinstance(err, BlockMarkerError) else f"{path} is not UTF-8 text"
-        return [PlacedFile(str(path), "refused", n, reason=why) for n in names]
-    write = _Write(path, old, text)
+    opened = _open_agents_md(target, names)
+    if isinstance(opened, list):
+        return opened
+    write, spans = opened
+    path, text = write.path, write.new or ""
     for name in names:
         span, key = spans.get(name), f"{path}#{name}"
         if span is None:
@@ -694,7 +698,7 @@ def _plan_unplace_sections(
         write.files.append(PlacedFile(str(path), "removed", name, diff=_diff(text, new, path)))
         text, spans = new, section_spans(new, str(path))
         write.records[key] = None
-    write.new = text if text or old is None else None  # a file that held only them: removed
+    write.new = text if text or write.old is None else None  # a file that held only them: removed
     return write
 
 
