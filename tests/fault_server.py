@@ -20,6 +20,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet handler that answers JSON (`_send`); the scripted servers' handlers build on it."""
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(data)
+
+
 def _choice(index: int, answer: str | dict[str, Any]) -> dict[str, Any]:
     """A choice for an answer: a text, or a message dict (e.g. with "tool_calls"; its
     "finish_reason" key, default "tool_calls" when it has calls, sets the choice's)."""
@@ -59,19 +75,7 @@ class FaultServer:
         self.lock = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def _authorized(self) -> bool:
                 if server.require_key is None:
                     return True

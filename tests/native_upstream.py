@@ -10,7 +10,6 @@ before by itself. Token counts are characters // 4."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -18,6 +17,8 @@ from collections import deque
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fault_server import JsonHandler
 
 Answer = Callable[[dict[str, Any]], "str | dict[str, Any]"]
 
@@ -75,19 +76,7 @@ class NativeServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
