@@ -84,6 +84,7 @@ from selftaught.sleep.adoption.inject import (
     check_no_markers,
     live_block_span,
 )
+from selftaught.sleep.night.result import NIGHT_KIND
 from selftaught.sleep.paths import (
     ADAPTER_DIR,
     Adopted,
@@ -100,7 +101,6 @@ from selftaught.sleep.paths import (
 if TYPE_CHECKING:
     from selftaught.sleep.store.versions import PgVersions
 
-NIGHT_KIND = "sleep-night"
 NIGHT_LAYOUT = """\
 report.json        the night: status (running, staged, adopted, no_proposal, too_few_tasks,
                    backend_failed, failed, interrupted), why, window, models, tasks, splits,

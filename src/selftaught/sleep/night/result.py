@@ -1,0 +1,269 @@
+"""A night's result: what one night did for one project, typed section by section.
+
+`NightResult` is the night's report.json as fields of the same names (each section a frozen
+record from `records.py`); `from_report` reads any version's report.json, `report_dict()`
+writes it back key for key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from selftaught.results import RunResult, Score
+from selftaught.skill.result import SlowUpdate
+from selftaught.sleep.night.records import (
+    AdoptedAdapter,
+    BudgetRecord,
+    Decoder,
+    GateMode,
+    MiningRecord,
+    ModelSpecs,
+    PhaseRecord,
+    ProofreadRecord,
+    ProposalRecord,
+    RecallRecord,
+    SkillRecord,
+    SkillSetRecord,
+    SourceFileRecord,
+    SplitCounts,
+    TrainingRecord,
+    WeightsRecord,
+    WindowRecord,
+    each,
+    many,
+    plain,
+    strings,
+)
+from selftaught.stops import StopReason, stop_dict
+
+NIGHT_KIND = "sleep-night"  # report.json's "kind"
+EXIT_FAILED = ("backend_failed", "failed")
+
+
+@dataclass(kw_only=True)
+class NightResult(RunResult):
+    """What one night did for one project, and where it is: its report.json as typed fields
+    of the same names, each section a frozen record (`records.py`); `report_dict()` is that
+    file, key for key, also for a report an older version wrote. A `RunResult` whose scores
+    are val before / after the proposal (nothing shipped: both the start).
+
+    Not frozen itself: `RunResult`, its base, is not, and a frozen dataclass cannot subclass
+    a mutable one; its sections are."""
+
+    kind: ClassVar[str] = "night"
+
+    project: str
+    night_dir: Path | None
+    night: str = ""
+    status: str = ""
+    reason: str | None = None
+    pid: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    models: ModelSpecs | None = None
+    gate: GateMode | None = None
+    training: TrainingRecord | None = None
+    budget: BudgetRecord | None = None
+    notes: tuple[str, ...] = ()
+    window: WindowRecord | None = None
+    consumed_until: float | None = None
+    base_version: int | None = None
+    mining: MiningRecord | None = None
+    recall: RecallRecord | None = None
+    splits: SplitCounts | None = None
+    phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)  # mine, text, weights, ...
+    proposal: ProposalRecord | None = None
+    proofread: ProofreadRecord | None = None
+    replay: str | None = None  # how val tasks were replayed: episode, reply or agent
+    weights: WeightsRecord | None = None
+    adapter: AdoptedAdapter | None = None
+    weak: Mapping[str, Any] | None = None  # weak labels (`weak.WeakReport`), when sampled
+    dream: Mapping[str, Any] | None = None  # synthetic tasks (`dream.DreamReport`), when dreamed
+    evidence_calls: int | None = None
+    adopted_version: int | None = None
+    adopted_at: float | None = None
+    skills: tuple[SkillRecord, ...] = ()  # a many-skills night's skills
+    skill_set: SkillSetRecord | None = None
+    start_document: SourceFileRecord | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys of a report written by a newer version (kept, written back as they came)."""
+    report_keys: tuple[str, ...] | None = None
+    """The keys of the report.json it was read from, in order (None: built in code)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.run_dir = self.run_dir or self.night_dir
+        self.method = self.method or "night"
+        self.task = self.task or self.project
+        before, after = _night_scores(self)
+        self.base_score = self.base_score or before
+        self.shipped_score = self.shipped_score or after
+        if self.stopped_by is None and self.failed:
+            self.stopped_by = StopReason.read(self.reason)
+        if not self.seconds and self.ended_at and self.started_at:
+            self.seconds = float(self.ended_at) - float(self.started_at)
+
+    @classmethod
+    def from_report(
+        cls, project: str, night_dir: Path | None, report: Mapping[str, Any]
+    ) -> NightResult:
+        """The night a report.json describes (any version's)."""
+        typed: dict[str, Any] = {}
+        for name in REPORT_FIELDS:
+            if name in report and name != "usage":
+                value, decode = report[name], _DECODE.get(name)
+                typed[name] = decode(value) if decode is not None and value is not None else value
+        extra = {k: v for k, v in report.items() if k not in (*REPORT_FIELDS, *_HEAD)}
+        if isinstance(report.get("stopped_by"), str):  # an older night's stop, in words: kept
+            extra["stopped_by"] = report["stopped_by"]
+        return cls(
+            project=project,
+            night_dir=night_dir,
+            usage=dict(report.get("usage") or {}),
+            extra=extra,
+            report_keys=tuple(report),
+            **typed,
+        )
+
+    def _report_value(self, name: str, read: bool) -> Any:
+        value = getattr(self, name)
+        if name == "stopped_by":  # a failed night's is its reason, already written
+            return stop_dict(value) if read or not self.failed else None
+        return plain(value)
+
+    def report_dict(self) -> dict[str, Any]:
+        """The night as its report.json holds it: the keys it was read with, in their order
+        (a night built in code: its set fields), then fields set since."""
+        read = self.report_keys is not None
+        order = self.report_keys if self.report_keys is not None else (*_HEAD, *REPORT_FIELDS)
+        out: dict[str, Any] = {}
+        for name in order:
+            if name == "kind":
+                out[name] = NIGHT_KIND
+            elif name == "project":
+                out[name] = self.project
+            elif name in self.extra:
+                out[name] = self.extra[name]
+            elif name in REPORT_FIELDS:
+                value = self._report_value(name, read)
+                if read or name in _ALWAYS or value not in _EMPTY:
+                    out[name] = value
+        for name in REPORT_FIELDS:  # set since the report was read
+            if name not in out and (value := self._report_value(name, False)) not in _EMPTY:
+                out[name] = value
+        return {**out, **{k: v for k, v in self.extra.items() if k not in out}}
+
+    def texts(self) -> dict[str, str]:
+        folder = self.night_dir / "proposal" if self.night_dir else None
+        if self.status != "staged" or folder is None:
+            return {}
+        names = ("skill.md", "memory.md")
+        return {f"proposal_{n}": (folder / n).read_text() for n in names if (folder / n).exists()}
+
+    def to_dict(self) -> dict[str, Any]:
+        night_dir = str(self.night_dir) if self.night_dir else None
+        return {
+            **super().to_dict(),
+            "project": self.project,
+            "night_dir": night_dir,
+            "report": self.report_dict(),
+        }
+
+    @classmethod
+    def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:
+        night_dir = Path(d["night_dir"]) if d.get("night_dir") else None
+        night = cls.from_report(d["project"], night_dir, d.get("report") or {})
+        report = {f.name: getattr(night, f.name) for f in fields(cls) if f.name in _OWN}
+        return {**super()._fields_from_dict(d), **report}
+
+    @property
+    def failed(self) -> bool:
+        return self.status in EXIT_FAILED
+
+    @property
+    def slow(self) -> SlowUpdate | None:
+        """The skill phase's slow update (`skill.slow`), typed; None when off or not run."""
+        phase = self.phases.get("skill")
+        raw = phase.slow if phase is not None else None
+        return SlowUpdate.from_dict(dict(raw)) if raw else None
+
+
+ProjectNight = NightResult  # its name before the night was a trainer
+
+# report.json's keys, each a NightResult field of the same name (and "kind", "project")
+REPORT_FIELDS = (
+    "night",
+    "status",
+    "reason",
+    "pid",
+    "started_at",
+    "ended_at",
+    "models",
+    "gate",
+    "training",
+    "budget",
+    "notes",
+    "window",
+    "consumed_until",
+    "base_version",
+    "mining",
+    "recall",
+    "splits",
+    "phases",
+    "phase_seconds",
+    "usage",
+    "proposal",
+    "proofread",
+    "replay",
+    "weights",
+    "adapter",
+    "weak",
+    "dream",
+    "evidence_calls",
+    "adopted_version",
+    "adopted_at",
+    "stopped_by",
+    "skills",
+    "skill_set",
+    "start_document",
+)
+_HEAD = ("kind", "project")
+_ALWAYS = ("night", "status", "reason")  # written even when empty
+_EMPTY: tuple[Any, ...] = (None, {}, [])
+_DECODE: dict[str, Decoder] = {
+    "models": ModelSpecs.from_dict,
+    "gate": GateMode.from_dict,
+    "training": TrainingRecord.from_dict,
+    "budget": BudgetRecord.from_dict,
+    "notes": strings,
+    "window": WindowRecord.from_dict,
+    "mining": MiningRecord.from_dict,
+    "recall": RecallRecord.from_dict,
+    "splits": SplitCounts.from_dict,
+    "phases": each(PhaseRecord),
+    "proposal": ProposalRecord.from_dict,
+    "proofread": ProofreadRecord.from_dict,
+    "weights": WeightsRecord.from_dict,
+    "adapter": AdoptedAdapter.from_dict,
+    "skills": many(SkillRecord),
+    "skill_set": SkillSetRecord.from_dict,
+    "start_document": SourceFileRecord.from_dict,
+}
+_OWN = (*REPORT_FIELDS, "project", "night_dir", "extra", "report_keys")
+
+
+def _night_scores(night: NightResult) -> tuple[Score | None, Score | None]:
+    """Val before / after a staged proposal; a night that proposed nothing kept its start."""
+    proposal = night.proposal
+    if proposal is not None and proposal.val_before and proposal.val_after:
+        before = proposal.val_before.score
+        return before, proposal.val_after.score
+    ran = [p.val_initial for p in night.phases.values() if p.val_initial]
+    if not ran:
+        return None, None
+    start = ran[0].score
+    return start, start
