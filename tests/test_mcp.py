@@ -229,10 +229,10 @@ def test_adopted_skill_and_last_night_report_read_what_the_night_wrote(env, monk
         "memory": expected.memory,
         "adapter": None,
     }
-    night_dir, report = staging.list_nights("demo")[-1]
+    night_dir, last = staging.list_nights("demo")[-1]
     got = night.structured_content
-    assert got["night"] == night_dir.name and got["status"] == report["status"] == "adopted"
-    assert got["adopted_version"] == 1 and got["reason"] == report["reason"]
+    assert got["night"] == night_dir.name and got["status"] == last.status == "adopted"
+    assert got["adopted_version"] == 1 and got["reason"] == last.reason
     assert got["report"] == (night_dir / "report.md").read_text()
 
 

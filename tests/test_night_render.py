@@ -93,3 +93,13 @@ def test_why_nothing_reads_the_typed_phases_as_it_read_the_dicts(name: str, tmp_
     night_dir, night = _staged(name, tmp_path)
     phases: dict[str, PhaseRecord] = dict(night.phases)
     assert summary.why_nothing(night_dir, phases) == night.reason
+
+
+def test_an_older_report_renders_too(tmp_path: Path) -> None:
+    # the dict code raised KeyError on it (no `mining.negative`, no `proposal.paired`)
+    old = json.loads((NIGHTS / "old.json").read_text())
+    md = summary.render_markdown(tmp_path, NightResult.from_report("demo", tmp_path, old))
+    assert f"# Night {old['night']} · project demo" in md
+    assert "**Stopped by max-minutes (30 min) after the skill phase**" in md
+    assert "with the proposal: 0.500 (2/4, 95% CI 0.15–0.85).\n" in md
+    assert "0 from negative feedback" in md

@@ -405,8 +405,8 @@ def test_an_unexpected_error_leaves_the_night_marked_failed(tmp_path):
     training = SkillOptConfig(epochs=1, batch_size=16, budget=Budget(calls=2), gate=GateConfig())
     with pytest.raises(ValueError, match="cannot cover even the baseline"):
         run_night(config(tmp_path, training=training), models=models())
-    ((path, report),) = staging.list_nights("demo", tmp_path)
-    assert report["status"] == "failed" and "cannot cover" in report["reason"]
+    ((path, night),) = staging.list_nights("demo", tmp_path)
+    assert night.status == "failed" and "cannot cover" in str(night.reason)
     assert (path / "report.md").exists() and (path / "diagnostics.json").exists()
 
 

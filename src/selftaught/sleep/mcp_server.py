@@ -173,18 +173,15 @@ class SleepTools:
         nights = list_nights(self.project)
         if not nights:
             raise InputError(f"project {self.project!r} has not been through a night yet")
-        night_dir, report = nights[-1]
+        night_dir, night = nights[-1]
         md = night_dir / "report.md"
-        if md.is_file():
-            text = md.read_text(encoding="utf-8")
-        else:
-            text = render_markdown(night_dir, report)
+        text = md.read_text(encoding="utf-8") if md.is_file() else render_markdown(night_dir, night)
         cut = len(text) > REPORT_CHARS
         return {
             "project": self.project,
             "night": night_dir.name,
-            "status": report.get("status"),
-            "reason": report.get("reason"),
+            "status": night.status,
+            "reason": night.reason,
             "adopted_version": current_version(self.project),
             "report": text[:REPORT_CHARS] + (f"\n[... cut; all of it in {md}]" if cut else ""),
         }

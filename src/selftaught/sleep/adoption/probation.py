@@ -444,8 +444,8 @@ def read_lineage(project: Owner, home: Path | None = None) -> Lineage:
         if row["version"] == current and row.get("replaced") is not None:
             replaced = str(row["replaced"])
     staged = []
-    for path, report in staging.list_nights(unit.project, home) if unit.skill is None else ():
-        if report.get("status") == "staged":
+    for path, night in staging.list_nights(unit.project, home) if unit.skill is None else ():
+        if night.status == "staged":
             staged.append(STAGED + path.name)
             trained |= trained_ids(path)
     return Lineage(str(current), replaced, tuple(staged), frozenset(trained))

@@ -32,11 +32,11 @@ import difflib
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from selftaught.runs import atomic_write_json, atomic_write_text
+from selftaught.runs import atomic_write_text
 from selftaught.skill.routing import Route, SkillCard, SkillRouter
 from selftaught.skill.skill_md import render_skill_md
 from selftaught.sleep.adoption import staging
@@ -51,6 +51,8 @@ from selftaught.sleep.adoption.write_back import (
     undo,
     write_back,
 )
+from selftaught.sleep.night.records import SkillRecord
+from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import SKILLS_DIR, Unit, project_dir, read_adopted, shared_url
 
 ROUTER_TASKS = 40  # train task inputs a skill's card keeps for the router (the first ones)
@@ -179,26 +181,34 @@ def file_diff(source: StartingDocument, new: str) -> str:
     )  # fmt: skip
 
 
-def staged_skills(report: dict[str, Any]) -> list[StagedSkill]:
-    return [StagedSkill.from_dict(d) for d in report.get("skills") or []]
+def staged_skills(night: NightResult) -> list[StagedSkill]:
+    return [StagedSkill.from_dict(s.to_dict()) for s in night.skills]
+
+
+def _adopted(record: SkillRecord, version: int) -> SkillRecord:
+    """A staged skill's entry once adopted as `version` (keys it lacked added at its end)."""
+    keys = record.read_keys
+    if keys is not None:
+        keys = (*keys, *(k for k in ("status", "adopted_version") if k not in keys))
+    return replace(record, status="adopted", adopted_version=version, read_keys=keys)
 
 
 def _resolve(
     project: str, name: str, night: str | None, home: Path | None
-) -> tuple[Path, dict[str, Any], int]:
-    """(night folder, its report, the index of the skill's entry): the named night, or the
+) -> tuple[Path, NightResult, int]:
+    """(night folder, the night, the index of the skill's entry): the named night, or the
     newest night that staged `name` and is not adopted yet."""
     if night is not None:
         night_dir = staging.resolve_night(project, night, home)
-        report = staging.read_report(night_dir)
-        for i, entry in enumerate(staged_skills(report)):
+        found = staging.read_night(night_dir)
+        for i, entry in enumerate(staged_skills(found)):
             if entry.name == name:
-                return night_dir, report, i
+                return night_dir, found, i
         raise StagingError(f"night {night_dir.name} trained no skill {name!r}")
-    for night_dir, report in reversed(staging.list_nights(project, home)):
-        for i, entry in enumerate(staged_skills(report)):
+    for night_dir, staged in reversed(staging.list_nights(project, home)):
+        for i, entry in enumerate(staged_skills(staged)):
             if entry.name == name and entry.status == "staged":
-                return night_dir, report, i
+                return night_dir, staged, i
     raise StagingError(
         f"project {project!r} has no staged proposal of skill {name!r} waiting "
         "(`selftaught sleep status` lists the skills)"
@@ -218,8 +228,8 @@ def adopt_skill(
     # the project's lock first: the night's report.json is shared by its skills
     with staging.adopt_lock(project, home), staging.adopt_lock(unit, home):
         note = staging.recover_adopted(unit, home)
-        night_dir, report, index = _resolve(project, name, night, home)
-        entry = staged_skills(report)[index]
+        night_dir, staged, index = _resolve(project, name, night, home)
+        entry = staged_skills(staged)[index]
         if entry.status != "staged":
             raise StagingError(
                 f"skill {name!r} of night {night_dir.name} has nothing to adopt ({entry.status}"
@@ -252,9 +262,10 @@ def adopt_skill(
             undo(written, home)
             raise
         done.written_back += [written] if written else []
-        entries = report["skills"]
-        entries[index] = {**entries[index], "status": "adopted", "adopted_version": done.version}
-        atomic_write_json(night_dir / "report.json", report)
+        skills = list(staged.skills)
+        skills[index] = _adopted(skills[index], done.version)
+        staged.skills = tuple(skills)
+        staging.write_night(staged)
         done.note = note
         return done
 
@@ -452,8 +463,8 @@ def skill_status_lines(
         )
     lines += list(probation)
     waiting = []
-    for night_dir, report in staging.list_nights(project, home):
-        for entry in staged_skills(report):
+    for night_dir, night in staging.list_nights(project, home):
+        for entry in staged_skills(night):
             if entry.status == "staged":
                 waiting.append(f"{entry.name} (night {night_dir.name})")
     if waiting:

@@ -84,7 +84,9 @@ from selftaught.sleep.adoption.inject import (
     check_no_markers,
     live_block_span,
 )
-from selftaught.sleep.night.result import NIGHT_KIND
+from selftaught.sleep.night.records import AdapterRecord, ModelSpecs, plain
+from selftaught.sleep.night.result import NIGHT_KIND as NIGHT_KIND  # read here by old callers
+from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import (
     ADAPTER_DIR,
     Adopted,
@@ -154,6 +156,8 @@ def new_night_id(home: Path, now: float | None = None) -> str:
 
 
 def read_report(night_dir: Path) -> dict[str, Any]:
+    """report.json as the file holds it (every key, also ones this version does not know);
+    `read_night` is the typed night."""
     path = night_dir / "report.json"
     try:
         data = read_json(path)
@@ -166,13 +170,27 @@ def read_report(night_dir: Path) -> dict[str, Any]:
     return data
 
 
-def list_nights(project: str, home: Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
-    """(folder, report) of every readable night of the project, oldest first."""
+def read_night(night_dir: Path) -> NightResult:
+    """The night a staging folder holds, typed (any version's report.json)."""
+    report = read_report(night_dir)
+    project = str(report.get("project") or night_dir.parent.parent.name)
+    return NightResult.from_report(project, night_dir, report)
+
+
+def write_night(night: NightResult) -> None:
+    """report.json of a night read with `read_night` (its keys kept, in their order)."""
+    if night.night_dir is None:
+        raise StagingError(f"night {night.night} of {night.project!r} has no folder to write")
+    atomic_write_json(night.night_dir / "report.json", night.report_dict())
+
+
+def list_nights(project: str, home: Path | None = None) -> list[tuple[Path, NightResult]]:
+    """(folder, night) of every readable night of the project, oldest first."""
     out = []
     root = nights_dir(project, home)
     for path in sorted(root.iterdir()) if root.is_dir() else []:
         with contextlib.suppress(StagingError):
-            out.append((path, read_report(path)))
+            out.append((path, read_night(path)))
     return out
 
 
@@ -188,14 +206,14 @@ def mark_interrupted(project: str, home: Path | None = None) -> list[str]:
     """Nights still `running` while the caller holds the night lock died mid-way (killed,
     crashed): mark them `interrupted`. Returns their ids."""
     found = []
-    for path, report in list_nights(project, home):
-        if report.get("status") == "running":
-            report["status"] = "interrupted"
-            report["reason"] = (
+    for path, night in list_nights(project, home):
+        if night.status == "running":
+            night.status = "interrupted"
+            night.reason = (
                 "the night stopped before it finished (killed or crashed); nothing was staged, "
                 "and its interactions are read again by the next night"
             )
-            atomic_write_json(path / "report.json", report)
+            write_night(night)
             found.append(path.name)
     return found
 
@@ -204,32 +222,36 @@ def cursor(project: str, home: Path | None = None) -> float | None:
     """Where the next night starts reading: the end of the last night that used its
     interactions (None: no such night yet)."""
     ends = [
-        r["consumed_until"]
-        for _, r in list_nights(project, home)
-        if r.get("status") in ADVANCES_CURSOR and r.get("consumed_until") is not None
+        n.consumed_until
+        for _, n in list_nights(project, home)
+        if n.status in ADVANCES_CURSOR and n.consumed_until is not None
     ]
     return max(ends) if ends else None
 
 
-def last_models(project: str, home: Path | None = None) -> tuple[str, dict[str, Any]] | None:
+def last_models(project: str, home: Path | None = None) -> tuple[str, ModelSpecs] | None:
     """(night, models) of the newest night that recorded its models."""
-    for path, report in reversed(list_nights(project, home)):
-        if report.get("models") and report.get("status") not in ("running", "interrupted"):
-            return path.name, report["models"]
+    for path, night in reversed(list_nights(project, home)):
+        models = night.models
+        if models is not None and models.read_keys != () and night.status not in _UNFINISHED:
+            return path.name, models
     return None
 
 
-def own_proposal(report: dict[str, Any]) -> bool:
+_UNFINISHED = ("running", "interrupted")
+
+
+def own_proposal(night: NightResult) -> bool:
     """The night proposes something for the project itself (a night that staged only some of
     its many skills, `skills`, does not)."""
-    return report.get("proposal") is not None or not report.get("skills")
+    return night.proposal is not None or not night.skills
 
 
 def resolve_night(project: str, night: str | None, home: Path | None = None) -> Path:
     """A night folder by id (or a unique prefix); None: the newest staged, unadopted one."""
     nights = list_nights(project, home)
     if night is None:
-        staged = [p for p, r in nights if r.get("status") == "staged" and own_proposal(r)]
+        staged = [p for p, n in nights if n.status == "staged" and own_proposal(n)]
         if not staged:
             raise StagingError(
                 f"project {project!r} has no staged proposal waiting "
@@ -597,26 +619,26 @@ def _go_live(project: Owner, home: Path | None, adopted: Adopted, plan: _LivePla
 
 
 def _check_adoptable(
-    project: str, night_dir: Path, report: dict[str, Any], force: bool, home: Path | None
+    project: str, night_dir: Path, night: NightResult, force: bool, home: Path | None
 ) -> int:
     """The adopted version now, once the night is known to be adoptable over it."""
-    status = report.get("status")
+    status = night.status
     if status == "adopted":
         raise StagingError(
-            f"night {night_dir.name} is already adopted as version {report.get('adopted_version')}"
+            f"night {night_dir.name} is already adopted as version {night.adopted_version}"
         )
     if status != "staged":
         raise StagingError(
             f"night {night_dir.name} has nothing to adopt (status {status}: "
-            f"{report.get('reason') or 'no proposal'})"
+            f"{night.reason or 'no proposal'})"
         )
-    if not own_proposal(report):
+    if not own_proposal(night):
         raise StagingError(
             f"night {night_dir.name} staged skills only: adopt each with "
             "`selftaught sleep adopt --skill NAME` (`sleep status` lists them)"
         )
     previous = current_version(project, home)
-    base = int(report.get("base_version") or 0)
+    base = int(night.base_version or 0)
     if previous != base and not force:
         raise StagingError(
             f"the adopted version changed since night {night_dir.name} ran (it was gated "
@@ -626,27 +648,33 @@ def _check_adoptable(
     return previous
 
 
-def staged_adapter(night_dir: Path, report: dict[str, Any]) -> Path | None:
+def _staged_adapter(night: NightResult) -> AdapterRecord | None:
+    staged = night.proposal.adapter if night.proposal is not None else None
+    return staged if staged is not None and staged.read_keys != () else None
+
+
+def staged_adapter(night_dir: Path, night: NightResult) -> Path | None:
     """The adapter folder a staged night proposes (None: a text-only proposal)."""
-    staged = (report.get("proposal") or {}).get("adapter")
-    return night_dir / str(staged.get("dir") or ADAPTER_DIR) if staged else None
+    staged = _staged_adapter(night)
+    return night_dir / str(staged.dir or ADAPTER_DIR) if staged is not None else None
 
 
 def _proposed_adapter(
-    project: str, night_dir: Path, report: dict[str, Any], previous: int, home: Path | None
+    project: str, night_dir: Path, night: NightResult, previous: int, home: Path | None
 ) -> tuple[Path | None, dict[str, Any] | None]:
     """The adapter the new version serves, and its metadata: the night's own when its gate
     chose one, else the one the previous version served (a text proposal was gated with it)."""
-    folder = staged_adapter(night_dir, report)
-    if folder is not None:
-        staged = report["proposal"]["adapter"]
+    folder = staged_adapter(night_dir, night)
+    staged = _staged_adapter(night)
+    if folder is not None and staged is not None:
         if not (folder / "adapter_config.json").is_file():
             raise StagingError(
                 f"night {night_dir.name} proposes an adapter but {folder} holds none "
                 "(adapter_config.json missing); nothing was adopted"
             )
         keep = ("method", "base_model", "base_model_path", "train_items", "val", "with_text")
-        return folder, {"night": night_dir.name, **{k: staged.get(k) for k in keep}}
+        written = staged.to_dict()  # meta.json keeps them as report.json wrote them
+        return folder, {"night": night_dir.name, **{k: written.get(k) for k in keep}}
     folder = version_adapter(project, str(previous), home)
     if folder is None:
         return None, None
@@ -671,25 +699,26 @@ def adopt(
     with adopt_lock(project, home):
         note = recover_adopted(project, home)
         night_dir = resolve_night(project, night, home)
-        report = read_report(night_dir)
-        previous = _check_adoptable(project, night_dir, report, force, home)
-        adapter, adapter_meta = _proposed_adapter(project, night_dir, report, previous, home)
+        staged = read_night(night_dir)
+        previous = _check_adoptable(project, night_dir, staged, force, home)
+        adapter, adapter_meta = _proposed_adapter(project, night_dir, staged, previous, home)
         skill = _read(night_dir / "proposal" / "skill.md")
         memory = _read(night_dir / "proposal" / "memory.md")
-        proposal = report.get("proposal") or {}
+        proposal, gate = staged.proposal, staged.gate
         meta = {
             **(meta or {}),
             "night": night_dir.name,
-            "val_before": proposal.get("val_before"),
-            "val_after": proposal.get("val_after"),
-            "gate": (report.get("gate") or {}).get("mode"),
-            "models": report.get("models"),
+            "val_before": plain(proposal.val_before) if proposal is not None else None,
+            "val_after": plain(proposal.val_after) if proposal is not None else None,
+            "gate": gate.mode if gate is not None and gate.read_keys != () else None,
+            "models": plain(staged.models),
             "adapter": adapter_meta,
         }
         live = LiveFiles(list(target_paths), follow_symlinks)
         done = install_version(project, home, skill, memory, meta, adapter, previous, live)
-        report.update(status="adopted", adopted_version=done.version, adopted_at=time.time())
-        atomic_write_json(night_dir / "report.json", report)
+        staged.status, staged.adopted_version = "adopted", done.version
+        staged.adopted_at = time.time()
+        write_night(staged)
         done.note = note
         return done
 

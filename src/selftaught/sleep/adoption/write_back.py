@@ -37,6 +37,7 @@ from selftaught.sleep.adoption.placement import (
     write_documents,
 )
 from selftaught.sleep.adoption.staging import Adoption, StagingError
+from selftaught.sleep.night.records import plain
 from selftaught.sleep.paths import Owner
 
 WRITTEN_BACK = "written_back"  # the key in a version's meta.json
@@ -209,11 +210,11 @@ def adopt_night(
     read it nothing is adopted (`WriteBackError` names it); if the adopt fails after the
     write, the file gets its bytes back."""
     night_dir = staging.resolve_night(project, night, home)
-    report = staging.read_report(night_dir)
-    source = SourceFile.from_dict(report.get(START_DOCUMENT))
+    staged = staging.read_night(night_dir)
+    source = SourceFile.from_dict(plain(staged.start_document))
     args: dict[str, Any] = dict(home=home, force=force, target_paths=target_paths,
                                 follow_symlinks=follow_symlinks)  # fmt: skip
-    if source is None or report.get("status") != "staged":
+    if source is None or staged.status != "staged":
         return staging.adopt(project, night_dir.name, **args)
     skill = staging.read_text(night_dir / "proposal" / "skill.md")
     written = write_back(source, skill, home)

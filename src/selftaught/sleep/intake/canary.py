@@ -108,14 +108,14 @@ class Canary:
         """The staged proposal now (raises CanaryError when it cannot be tried)."""
         try:
             night_dir = staging.resolve_night(self.project, self.night, self.home)
-            report = staging.read_report(night_dir)
+            night = staging.read_night(night_dir)
         except staging.StagingError as err:
             self.note = str(err)
             return None
-        if report.get("status") != "staged":
-            self.note = f"night {night_dir.name} is {report.get('status')}, not staged"
+        if night.status != "staged":
+            self.note = f"night {night_dir.name} is {night.status}, not staged"
             return None
-        adapter = staging.staged_adapter(night_dir, report)
+        adapter = staging.staged_adapter(night_dir, night)
         if adapter is not None and not self.local:
             raise CanaryError(
                 f"night {night_dir.name}'s proposal has an adapter: a canary cannot try it "

@@ -107,6 +107,7 @@ from selftaught.sleep.night.mine import (
 )
 from selftaught.sleep.night.miner import Miner, MinerConfig, Pending, wants_check
 from selftaught.sleep.night.proofread import proofread
+from selftaught.sleep.night.records import PhaseRecord, each
 from selftaught.sleep.night.replay import conversations, mine_tool_task, night_task
 from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
@@ -553,7 +554,7 @@ def _outcome(
     )
     ran = [p for p in result.phases.values() if p.get("ran")]
     if not changed:
-        reason = summary.why_nothing(night_dir, result.phases)
+        reason = summary.why_nothing(night_dir, each(PhaseRecord)(report["phases"]))
         dropped = (report.get("proofread") or {}).get("dropped")
         if dropped:
             reason = (
@@ -709,8 +710,8 @@ def _model_change(report: dict[str, Any], project: str, home: Path) -> str | Non
     last = staging.last_models(project, home)
     if last is None:
         return None
-    night, before = last
-    now = report["models"]
+    night, specs = last
+    before, now = specs.to_dict(), report["models"]
     changed = [
         k for k in ("target", "optimizer", "judge", "target_name") if before.get(k) != now.get(k)
     ]
@@ -1289,8 +1290,9 @@ def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> N
     report["ended_at"] = time.time()
     if report["status"] not in staging.ADVANCES_CURSOR:
         report["consumed_until"] = None  # read again next night
-    summary.write_diagnostics(night_dir, report, evidence)
-    summary.write_markdown(night_dir, report)
+    night = NightResult.from_report(report["project"], night_dir, report)
+    summary.write_diagnostics(night_dir, night, evidence)
+    summary.write_markdown(night_dir, night)
     atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
     atomic_write_json(night_dir / "report.json", report)
     make_private(night_dir)  # what the trainers and peft wrote there with the umask's modes
@@ -1313,7 +1315,7 @@ def _empty_night(
         "consumed_until": None,
         "notes": [],
     }
-    summary.write_markdown(night_dir, report)
+    summary.write_markdown(night_dir, NightResult.from_report(project, night_dir, report))
     atomic_write_json(night_dir / "report.json", report)
     return NightResult.from_report(project, night_dir, report)
 

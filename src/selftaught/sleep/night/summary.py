@@ -11,17 +11,35 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
-from selftaught.results import Score
 from selftaught.runs import RunDir, atomic_write_json, atomic_write_text
+from selftaught.skill.rows import StepRow, row_from_dict
 from selftaught.sleep.night.checks import describe_checks
 from selftaught.sleep.night.dream import dream_lines
 from selftaught.sleep.night.evidence import EvidenceLog, redact_tree
 from selftaught.sleep.night.mine import NO_CHECK, MinedTask
+from selftaught.sleep.night.records import (
+    BudgetRecord,
+    DemoModesRecord,
+    MiningRecord,
+    PhaseRecord,
+    ProofreadRecord,
+    RecallRecord,
+    Record,
+    StopRecord,
+    Summary,
+    WeightsRecord,
+    WindowRecord,
+    plain,
+)
+from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.night.weak import weak_lines
-from selftaught.stops import stop_text
+from selftaught.stops import StopReason, stop_text
+
+_R = TypeVar("_R", bound=Record)
 
 
 def task_row(task: MinedTask) -> dict[str, Any]:
@@ -55,28 +73,39 @@ def _diag(run_dir: Path, step: int) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
-def _steps(run_dir: Path) -> list[dict[str, Any]]:
-    return [r for r in RunDir(run_dir).history() if r.get("stage") == "step"]
+def _steps(run_dir: Path) -> list[StepRow]:
+    """The run's step rows (history.jsonl), typed."""
+    rows = (row_from_dict(r) for r in RunDir(run_dir).history() if r.get("stage") == "step")
+    return [r for r in rows if isinstance(r, StepRow)]
 
 
-def why_nothing(night_dir: Path, phases: dict[str, dict[str, Any]]) -> str:
+def given(record: _R | None) -> TypeGuard[_R]:
+    """The section is there and holds something (as a report's non-empty dict was)."""
+    return record is not None and record.read_keys != ()
+
+
+def _stop(record: StopRecord | None) -> StopReason | None:
+    return record.reason if record is not None else None
+
+
+def why_nothing(night_dir: Path, phases: Mapping[str, PhaseRecord]) -> str:
     """Why a night whose backend worked proposed nothing, in one paragraph."""
     parts = []
     for document, phase in phases.items():
-        if not phase.get("ran"):
-            why = stop_text(phase.get("stopped_by")) or phase.get("error")
+        if not phase.ran:
+            why = stop_text(_stop(phase.stopped_by)) or phase.error
             parts.append(f"{document}: did not run ({why})")
             continue
-        run_dir = Path(phase["run_dir"])
+        run_dir = Path(str(phase.run_dir))
         steps = _steps(run_dir)
-        calls = [c for r in steps for c in _diag(run_dir, r["step"]).get("analyst_calls", [])]
+        calls = [c for r in steps for c in _diag(run_dir, r.step).get("analyst_calls", [])]
         statuses: dict[str, int] = {}
         for c in calls:
             key = c["status"] if c["status"] != "ok" or c["edits"] else "ok, no edit"
             statuses[key] = statuses.get(key, 0) + 1
-        proposed = sum(r["edits"]["proposed"] for r in steps)
-        applied = sum(r["edits"]["applied"] for r in steps)
-        refused = sum(r["edits"]["refused"] for r in steps)
+        proposed = sum(r.edits["proposed"] for r in steps)
+        applied = sum(r.edits["applied"] for r in steps)
+        refused = sum(r.edits["refused"] for r in steps)
         calls_text = ", ".join(f"{n} {k}" for k, n in statuses.items()) or "none"
         n_calls = f"{len(calls)} call{'' if len(calls) == 1 else 's'}"
         if proposed == 0:
@@ -89,40 +118,40 @@ def why_nothing(night_dir: Path, phases: dict[str, dict[str, Any]]) -> str:
             )
         else:
             verdicts = "; ".join(
-                f"step {r['step']} {r['gate']['decision']} ({r['gate']['reason']})"
+                f"step {r.step} {r.gate.decision} ({r.gate.reason})"
                 for r in steps
-                if r.get("val") is not None
+                if r.val is not None and r.gate is not None
             )
             text = f"{document}: the gate kept the adopted {document}: {verdicts}"
-        modes = phase.get("demo_modes") or {}
-        if modes.get("winner") == "adopted" and modes.get("vs_adopted"):
-            vs = modes["vs_adopted"]
+        modes = phase.demo_modes
+        vs = modes.extra.get("vs_adopted") if modes is not None else None
+        if modes is not None and modes.winner == "adopted" and vs:
             text += f"; demos: kept the adopted skill ({vs['mode']} vs it: {vs['reason']})"
-        elif modes.get("candidates"):
-            text += f"; demos: {modes['winner']} won of {', '.join(modes['candidates'])}"
-        if phase.get("stopped_by"):
-            text += f"; stopped early: {stop_text(phase['stopped_by'])}"
+        elif modes is not None and modes.candidates:
+            text += f"; demos: {modes.winner} won of {', '.join(modes.candidates)}"
+        if given(phase.stopped_by):
+            text += f"; stopped early: {stop_text(_stop(phase.stopped_by))}"
         parts.append(text)
     return "nothing to propose: " + " | ".join(parts)
 
 
-def _best_val_rows(phase: dict[str, Any]) -> list[dict[str, Any]] | None:
-    version = str(phase.get("best_version") or "v0000")
+def _best_val_rows(phase: PhaseRecord) -> list[dict[str, Any]] | None:
+    version = str(phase.best_version or "v0000")  # the run's skill version, "v0003"
     step = int(version[1:]) if version[1:].isdigit() else 0
     if step == 0:
         return None
-    return _diag(Path(phase["run_dir"]), step).get("val") or None
+    return _diag(Path(str(phase.run_dir)), step).get("val") or None
 
 
 def val_rows(
-    report: dict[str, Any],
+    night: NightResult,
 ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
     """The val rows (one per val task) before the night, and with its best candidate (None
     when no phase ran, or none found a new best)."""
-    ran = [p for p in (report.get("phases") or {}).values() if p.get("ran")]
+    ran = [p for p in night.phases.values() if p.ran]
     if not ran:
         return None, None
-    before = _diag(Path(ran[0]["run_dir"]), 0).get("val")
+    before = _diag(Path(str(ran[0].run_dir)), 0).get("val")
     for phase in reversed(ran):
         after = _best_val_rows(phase)
         if after is not None:
@@ -130,23 +159,22 @@ def val_rows(
     return before, None
 
 
-def write_diagnostics(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:
-    phases = report.get("phases") or {}
-    ran = {d: p for d, p in phases.items() if p.get("ran")}
+def write_diagnostics(night_dir: Path, night: NightResult, evidence: EvidenceLog) -> None:
+    ran = {d: p for d, p in night.phases.items() if p.ran}
     steps: dict[str, list[dict[str, Any]]] = {}
     rollout_errors = []
     for document, phase in ran.items():
-        run_dir = Path(phase["run_dir"])
+        run_dir = Path(str(phase.run_dir))
         rows = []
-        for r in [{"step": 0}, *_steps(run_dir)]:
-            diag = _diag(run_dir, r["step"])
+        for step in [0, *(r.step for r in _steps(run_dir))]:
+            diag = _diag(run_dir, step)
             rollout_errors += [
-                {"phase": document, "step": r["step"], **e} for e in diag.get("backend_errors", [])
+                {"phase": document, "step": step, **e} for e in diag.get("backend_errors", [])
             ]
-            if r["step"]:
+            if step:
                 rows.append(
                     {
-                        "step": r["step"],
+                        "step": step,
                         "gate": diag.get("gate"),
                         "analyst_calls": diag.get("analyst_calls", []),
                         "dropped": diag.get("dropped", []),
@@ -154,20 +182,18 @@ def write_diagnostics(night_dir: Path, report: dict[str, Any], evidence: Evidenc
                     }
                 )
         steps[document] = rows
-    before, after = val_rows(report)
+    before, after = val_rows(night)
     diagnostics = {
-        "night": report.get("night"),
-        "project": report.get("project"),
-        "status": report.get("status"),
-        "reason": report.get("reason"),
+        "night": night.night,
+        "project": night.project,
+        "status": night.status,
+        "reason": night.reason,
         "val_before": before,
         "val_after": after,
         "steps": steps,
         "backend_call_errors": evidence.errors,
         "rollout_errors": rollout_errors,
-        "no_proposal_reason": report.get("reason")
-        if report.get("status") == "no_proposal"
-        else None,
+        "no_proposal_reason": night.reason if night.status == "no_proposal" else None,
     }
     atomic_write_json(night_dir / "diagnostics.json", redact_tree(diagnostics))
 
@@ -197,10 +223,10 @@ def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "?"
 
 
-def _acc(d: dict[str, Any] | None) -> str:
-    if not d:
+def _acc(summary: Summary | None) -> str:
+    if not given(summary):
         return "—"
-    s = Score.from_dict(d)  # the one decoder: a night's summary of an older shape reads too
+    s = summary.score  # the one decoder: a night's summary of an older shape reads too
     lo, hi = s.hard_ci
     return f"{s.hard:.3f} ({s.solved}/{s.n}, 95% CI {lo:.2f}–{hi:.2f})"
 
@@ -210,97 +236,110 @@ def _fence(text: str, lang: str = "") -> str:
     return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
 
 
-def _usage_lines(usage: dict[str, Any], budget: dict[str, Any] | None) -> list[str]:
+def _usage_lines(usage: Mapping[str, Any], budget: BudgetRecord | None) -> list[str]:
     lines = ["| role | calls | errors | tokens in | tokens out |", "|---|---:|---:|---:|---:|"]
     for role, u in usage.items():
         lines.append(
             f"| {role} | {u['calls']} | {u['errors']} | {u['prompt_tokens']} | "
             f"{u['completion_tokens']} |"
         )
-    limits = {k: v for k, v in (budget or {}).items() if v is not None and k != "roles"}
+    written = budget.to_dict() if budget is not None else {}  # the limits as the report has them
+    limits = {k: v for k, v in written.items() if v is not None and k != "roles"}
     lines.append("")
     lines.append(f"Budget: {limits or 'none'} (every role counts, both phases share it).")
     return lines
 
 
-def _phase_lines(document: str, phase: dict[str, Any]) -> list[str]:
-    if not phase.get("ran"):
-        why = stop_text(phase.get("stopped_by")) or phase.get("error")
+def _phase_lines(document: str, phase: PhaseRecord) -> list[str]:
+    if not phase.ran:
+        why = stop_text(_stop(phase.stopped_by)) or phase.error
         return [f"- **{document}**: did not run ({why})"]
-    decisions = ", ".join(f"{k} {v}" for k, v in (phase.get("decisions") or {}).items()) or "none"
+    decisions = ", ".join(f"{k} {v}" for k, v in phase.decisions.items()) or "none"
     line = (
-        f"- **{document}**: {phase['steps']} of {phase['total_steps']} steps; val "
-        f"{_acc(phase['val_initial'])} → best {_acc(phase['val_best'])}; gate decisions: "
-        f"{decisions}; analyst parse rate {phase['analyst'].get('parse_rate')}"
+        f"- **{document}**: {phase.steps} of {phase.total_steps} steps; val "
+        f"{_acc(phase.val_initial)} → best {_acc(phase.val_best)}; gate decisions: "
+        f"{decisions}; analyst parse rate {(phase.analyst or {}).get('parse_rate')}"
     )
-    if phase.get("stopped_by"):
-        line += f"; **stopped early: {stop_text(phase['stopped_by'])}**"
+    if given(phase.stopped_by):
+        line += f"; **stopped early: {stop_text(_stop(phase.stopped_by))}**"
     return [line]
 
 
-def _summary_lines(report: dict[str, Any]) -> list[str]:
+def _summary_lines(night: NightResult) -> list[str]:
     """The bullet list under the status: what was read, the models, tasks, split, gate."""
-    window = report.get("window") or {}
-    capped = f" (capped at {window['capped']})" if window.get("capped") else ""
+    window = night.window
+    capped = f" (capped at {window.capped})" if window is not None and window.capped else ""
+    since, until = (window.since, window.until) if window is not None else (None, None)
     lines = [
-        f"- read: {window.get('read', 0)} interactions from {_when(window.get('since'))} to "
-        f"{_when(window.get('until'))}{capped}"
+        f"- read: {window.read if window is not None else 0} interactions from {_when(since)} "
+        f"to {_when(until)}{capped}"
     ]
-    models = report.get("models")
-    if models:
+    if given(night.models):
+        m = night.models
         lines.append(
-            f"- models: target `{models['target']}`, optimizer `{models['optimizer']}`, judge "
-            f"`{models.get('judge') or 'none'}`, miner `{models.get('miner') or 'none'}`"
+            f"- models: target `{m.target}`, optimizer `{m.optimizer}`, judge "
+            f"`{m.judge or 'none'}`, miner `{m.miner or 'none'}`"
         )
-    mining = report.get("mining")
-    if mining:
-        dropped = "; ".join(f"{n} {why}" for why, n in mining["dropped"].items()) or "none"
-        checks = ", ".join(f"{n} {k}" for k, n in mining["by_check"].items()) or "none"
+    if given(night.mining):
+        lines += _mining_lines(night.mining)
+    if given(night.splits):
+        s = night.splits
+        lines.append(f"- split: {s.train} train / {s.val} val / {s.test} test")
+    lines += _recall_lines(night.recall)
+    lines += weak_lines(_as_dict(night.weak)) + dream_lines(_as_dict(night.dream))
+    if night.replay in REPLAY:
+        lines.append(f"- replay: {REPLAY[night.replay]}")
+    lines += _gate_lines(night)
+    if given(night.training):
+        t = night.training
         lines.append(
-            f"- tasks: {mining['tasks']} mined ({checks}), {mining['merged']} near-duplicates "
-            f"merged, {mining['negative']} from negative feedback; dropped: {dropped}"
+            f"- training: {t.epochs} epoch(s), batch {t.batch_size}, rollouts-k {t.rollouts_k}, "
+            f"{t.concurrency} workers, house rules {'given' if t.preferences else 'none'}"
         )
-        lines += _conversation_lines(mining)
-        lines += miner_lines(mining.get("miner"))
-    if report.get("splits"):
-        s = report["splits"]
-        lines.append(f"- split: {s['train']} train / {s['val']} val / {s['test']} test")
-    lines += _recall_lines(report.get("recall"))
-    lines += weak_lines(report.get("weak")) + dream_lines(report.get("dream"))
-    if report.get("replay") in REPLAY:
-        lines.append(f"- replay: {REPLAY[report['replay']]}")
-    gate = report.get("gate")
-    if gate and gate["mode"] == "off":
-        lines.append("- gate: **OFF** — every candidate was accepted greedily, unchecked")
-    elif gate:
-        paired = f", paired test at {gate['confidence']}" if gate.get("confidence") else ""
-        lines.append(
-            f"- gate: on ({gate['metric']}, a new best needs > {gate['margin']:g} val "
-            f"items{paired})"
-        )
-    smallest = (gate or {}).get("smallest_gain")
-    if smallest and gate and gate["mode"] == "on":
-        if smallest["items"] is None:
-            lines.append(f"- smallest gain the gate could accept: none — {smallest['why']}")
+    return lines + [f"- note: {note}" for note in night.notes]
+
+
+def _as_dict(section: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return dict(section) if section is not None else None
+
+
+def _mining_lines(mining: MiningRecord) -> list[str]:
+    dropped = "; ".join(f"{n} {why}" for why, n in mining.dropped.items()) or "none"
+    checks = ", ".join(f"{n} {k}" for k, n in mining.by_check.items()) or "none"
+    return [
+        f"- tasks: {mining.tasks} mined ({checks}), {mining.merged} near-duplicates "
+        f"merged, {mining.negative} from negative feedback; dropped: {dropped}",
+        *_conversation_lines(mining),
+        *miner_lines(mining.miner),
+    ]
+
+
+def _gate_lines(night: NightResult) -> list[str]:
+    """The gate's settings, and the smallest gain it could accept on this val."""
+    gate = night.gate
+    if not given(gate):
+        return []
+    if gate.mode == "off":
+        return ["- gate: **OFF** — every candidate was accepted greedily, unchecked"]
+    paired = f", paired test at {gate.confidence}" if gate.confidence else ""
+    lines = [f"- gate: on ({gate.metric}, a new best needs > {gate.margin:g} val items{paired})"]
+    smallest = gate.smallest_gain
+    if given(smallest) and gate.mode == "on":
+        if smallest.items is None:
+            lines.append(f"- smallest gain the gate could accept: none — {smallest.why}")
         else:
+            share = smallest.share or 0.0
             lines.append(
-                f"- smallest gain the gate could accept: {smallest['items']} net val items of "
-                f"{smallest['n_val']} ({smallest['share']:.0%}); a smaller true gain cannot be "
+                f"- smallest gain the gate could accept: {smallest.items} net val items of "
+                f"{smallest.n_val} ({share:.0%}); a smaller true gain cannot be "
                 "told from noise at this val size"
             )
-    training = report.get("training")
-    if training:
-        lines.append(
-            f"- training: {training['epochs']} epoch(s), batch {training['batch_size']}, "
-            f"rollouts-k {training['rollouts_k']}, {training['concurrency']} workers, house rules "
-            f"{'given' if training['preferences'] else 'none'}"
-        )
-    return lines + [f"- note: {note}" for note in report.get("notes") or []]
+    return lines
 
 
-def _conversation_lines(mining: dict[str, Any]) -> list[str]:
+def _conversation_lines(mining: MiningRecord) -> list[str]:
     """What the threads held, and what would have checked the rows dropped for want of one."""
-    conv = mining.get("conversation") or {}
+    conv = mining.conversation or {}
     lines = []
     if conv.get("threads"):
         signals = ", ".join(f"{n} {k}" for k, n in conv["signals"].items()) or "none"
@@ -313,7 +352,7 @@ def _conversation_lines(mining: dict[str, Any]) -> list[str]:
             + (f"; {rejected} rejected by the operator" if rejected else "")
             + ")"
         )
-    unchecked = sum(n for why, n in mining.get("dropped", {}).items() if why.startswith(NO_CHECK))
+    unchecked = sum(n for why, n in mining.dropped.items() if why.startswith(NO_CHECK))
     if unchecked:
         lines.append(
             f"- {unchecked} rows had no check: a correction in the user's next turn, "
@@ -323,7 +362,7 @@ def _conversation_lines(mining: dict[str, Any]) -> list[str]:
     return lines
 
 
-def miner_lines(miner: dict[str, Any] | None) -> list[str]:
+def miner_lines(miner: Mapping[str, Any] | None) -> list[str]:
     """What the miner wrote (`miner.MinerReport`): asked, parsed, kept, refused and why."""
     if not miner:
         return []
@@ -339,75 +378,76 @@ def miner_lines(miner: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def _recall_lines(rec: dict[str, Any] | None) -> list[str]:
-    if not rec:
+def _recall_lines(rec: RecallRecord | None) -> list[str]:
+    if not given(rec):
         return []
-    if not rec.get("max"):
+    if not rec.max:
         return ["- recall: off"]
-    used = rec.get("recalled") or {}
+    used = rec.recalled
     by_split = " / ".join(f"{used.get(s, 0)} {s}" for s in ("train", "val", "test"))
     line = (
-        f"- recall: {sum(used.values())} past tasks ({by_split}) from a pool of {rec['pool']} "
-        f"(cap {rec['max']}); {rec.get('mined_again', 0)} asked again tonight kept their split"
+        f"- recall: {sum(used.values())} past tasks ({by_split}) from a pool of {rec.pool} "
+        f"(cap {rec.max}); {rec.mined_again} asked again tonight kept their split"
     )
-    if rec.get("pinned_train"):
-        line += f"; {rec['pinned_train']} pinned to train (an adopted demo came from them)"
-    if rec.get("withheld_private"):
-        line += f"; {rec['withheld_private']} private ones kept from a remote model"
+    if rec.pinned_train:
+        line += f"; {rec.pinned_train} pinned to train (an adopted demo came from them)"
+    if rec.withheld_private:
+        line += f"; {rec.withheld_private} private ones kept from a remote model"
     return [line]
 
 
-def _ci(d: dict[str, Any]) -> str:
-    s = Score.from_dict(d)  # the one decoder: a night's summary of an older shape reads too
+def _ci(summary: Summary) -> str:
+    s = summary.score  # the one decoder: a night's summary of an older shape reads too
     lo, hi = s.hard_ci
     return f"{s.hard:.3f} ({s.solved}/{s.n}) | {lo:.2f}–{hi:.2f}"
 
 
-def demo_mode_lines(modes: dict[str, Any] | None) -> list[str]:
+def demo_mode_lines(modes: DemoModesRecord | None) -> list[str]:
     """The three-way demo gate: the pool, each mode's val with its 95% interval, the winner."""
-    if not modes:
+    if not given(modes):
         return []
-    sources = ", ".join(f"{n} {k}" for k, n in sorted(modes.get("sources", {}).items()))
+    more = modes.extra  # the pool, its sources, each mode's shape, the adopted skill's gate
+    sources = ", ".join(f"{n} {k}" for k, n in sorted(more.get("sources", {}).items()))
     lines = [
         "",
         "## Demonstrations",
         "",
-        f"Pool: {modes['pool']} clean train demos ({sources or 'none'}); "
-        f"{modes['leaks_refused']} refused as near-copies of val / test inputs.",
+        f"Pool: {more['pool']} clean train demos ({sources or 'none'}); "
+        f"{more['leaks_refused']} refused as near-copies of val / test inputs.",
     ]
-    cands = modes.get("candidates") or {}
-    if cands:
+    if modes.candidates:
         lines += [
             "",
             "| mode | val | 95% CI | demos | net items vs incumbent | gate |",
             "|---|---:|---:|---:|---:|---|",
         ]
-        for mode, d in cands.items():
-            g = (modes.get("gates") or {}).get(mode)
-            if mode == modes["incumbent"]:
+        for mode, summary in modes.candidates.items():
+            g = modes.gates.get(mode)
+            if mode == modes.incumbent:
                 net, verdict = "—", "incumbent (the skill phase's choice)"
             elif mode == "adopted":
-                vs = modes.get("vs_adopted") or {}
+                vs = more.get("vs_adopted") or {}
                 net, verdict = "—", f"the adopted skill; {vs.get('mode')} vs it: {vs.get('reason')}"
             else:
-                net = f"{g['gain_vs_best']:+g}" if g else "—"
-                verdict = g["reason"] if g else ""
-            shape = (modes.get("shapes") or {}).get(mode) or d  # before shapes: in the summary
+                net = f"{g.result.gain_vs_best:+g}" if g else "—"
+                verdict = g.reason if g else ""
+            # before shapes were kept apart, each mode's summary held its own
+            shape = (more.get("shapes") or {}).get(mode) or summary.to_dict()
             shown = f"{shape['demos']}" + (
                 f" (retrieve {shape['retrieve']})" if shape.get("retrieve") else ""
             )
-            lines.append(f"| {mode} | {_ci(d)} | {shown} | {net} | {verdict} |")
-        won = modes["winner"]
-        lines += ["", f"Winner: **{won}**" + (" (kept)" if won == modes["incumbent"] else "") + "."]
-    lines += [f"- note: {n}" for n in modes.get("notes") or []]
+            lines.append(f"| {mode} | {_ci(summary)} | {shown} | {net} | {verdict} |")
+        won = modes.winner
+        lines += ["", f"Winner: **{won}**" + (" (kept)" if won == modes.incumbent else "") + "."]
+    lines += [f"- note: {n}" for n in modes.notes]
     return lines
 
 
-def weight_lines(weights: dict[str, Any] | None) -> list[str]:
+def weight_lines(weights: WeightsRecord | None) -> list[str]:
     """A weight night's candidates (text, adapters, both) with val, 95% CI and the gate."""
-    if not weights:
+    if not given(weights):
         return []
-    data = weights.get("data") or {}
+    data = weights.data or {}
     lines = [
         "",
         "## Text or weights",
@@ -416,58 +456,59 @@ def weight_lines(weights: dict[str, Any] | None) -> list[str]:
         f"{data.get('elite', 0)} elite replays, {data.get('preference_pairs', 0)} preference "
         "pairs.",
     ]
-    for method, t in (weights.get("trained") or {}).items():
-        loss = [
-            f"{x:.3f}" if isinstance(x, float) else "—"
-            for x in (t.get("loss_first"), t.get("loss_last"))
-        ]
+    for method, t in weights.trained.items():
+        loss = [f"{x:.3f}" if isinstance(x, float) else "—" for x in (t.loss_first, t.loss_last)]
+        stop = t.extra.get("stopped_by")
         lines.append(
-            f"- {method}: {t.get('steps')} steps in {t.get('seconds')} s, loss "
-            f"{loss[0]} → {loss[1]}"
-            + (f" (stopped by {stop_text(t['stopped_by'])})" if t.get("stopped_by") else "")
+            f"- {method}: {t.steps} steps in {t.seconds} s, loss {loss[0]} → {loss[1]}"
+            + (f" (stopped by {stop_text(stop)})" if stop else "")
         )
     lines += [
         "",
         "| candidate | val | 95% CI | net items vs adopted | gate |",
         "|---|---:|---:|---:|---|",
     ]
-    gates = weights.get("gates") or {}
-    for name, d in (weights.get("candidates") or {}).items():
-        g = gates.get(name)
-        net = f"{g['gain_vs_best']:+g}" if g else "—"
-        verdict = g["reason"] if g else "the adopted version (incumbent)"
-        lines.append(f"| {name} | {_ci(d)} | {net} | {verdict} |")
-    lines += ["", f"Winner: **{weights['winner']}**: {weights['why']}."]
-    lines += [f"- note: {n}" for n in weights.get("notes") or []]
+    for name, summary in weights.candidates.items():
+        g = weights.gates.get(name)
+        net = f"{g.result.gain_vs_best:+g}" if g else "—"
+        verdict = g.reason if g else "the adopted version (incumbent)"
+        lines.append(f"| {name} | {_ci(summary)} | {net} | {verdict} |")
+    lines += ["", f"Winner: **{weights.winner}**: {weights.why}."]
+    lines += [f"- note: {n}" for n in weights.notes]
     return lines
 
 
-def _proposal_lines(night_dir: Path, report: dict[str, Any]) -> list[str]:
-    proposal = report.get("proposal")
-    if not proposal:
+def _proposal_lines(night_dir: Path, night: NightResult) -> list[str]:
+    proposal = night.proposal
+    if not given(proposal):
         return []
-    paired = proposal["paired"]
+    paired = proposal.paired  # an older night's proposal has no paired comparison
+    per_task = (
+        f"; per task {paired['wins']} better, {paired['losses']} worse "
+        f"(sign test p={paired['sign_test_p']:.3f})"
+        if paired
+        else ""
+    )
     lines = [
         "",
         "## Proposal",
         "",
-        f"Val with the adopted version {report.get('base_version')}: "
-        f"{_acc(proposal['val_before'])}; with the proposal: {_acc(proposal['val_after'])}; "
-        f"per task {paired['wins']} better, {paired['losses']} worse "
-        f"(sign test p={paired['sign_test_p']:.3f}).",
+        f"Val with the adopted version {night.base_version}: "
+        f"{_acc(proposal.val_before)}; with the proposal: {_acc(proposal.val_after)}{per_task}.",
     ]
+    changed = {"skill": proposal.skill_changed, "memory": proposal.memory_changed}
     for name in ("skill", "memory"):
         diff = night_dir / "proposal" / f"{name}.diff"
-        if proposal.get(f"{name}_changed") and diff.exists():
+        if changed[name] and diff.exists():
             lines += ["", f"### {name}.md", "", _fence(diff.read_text(encoding="utf-8"), "diff")]
-    adapter = proposal.get("adapter")
-    if adapter:
+    adapter = proposal.adapter
+    if given(adapter):
         lines += [
             "",
-            f"### adapter ({adapter['method']})",
+            f"### adapter ({adapter.method})",
             "",
-            f"`{adapter['dir']}/` in this folder: a LoRA adapter on {adapter['base_model']}, "
-            f"trained on {len(adapter['train_items'])} train tasks.",
+            f"`{adapter.dir}/` in this folder: a LoRA adapter on {adapter.base_model}, "
+            f"trained on {len(adapter.train_items)} train tasks.",
         ]
     return lines
 
@@ -485,15 +526,15 @@ def _run_line(row: dict[str, Any]) -> str:
     return f"{mark} · " + " · ".join(_clip(str(s), 160) for s in steps)
 
 
-def agent_run_lines(report: dict[str, Any]) -> list[str]:
+def agent_run_lines(night: NightResult) -> list[str]:
     """What the agent did on each val task, before the night and with its best candidate
     (a night replayed on the agent only)."""
-    if report.get("replay") != "agent":
+    if night.replay != "agent":
         return []
-    before, after = (redact_tree(rows) for rows in val_rows(report))  # as diagnostics.json
+    before, after = (redact_tree(rows) for rows in val_rows(night))  # as diagnostics.json
     if not before:
         return []
-    target = (report.get("models") or {}).get("target")
+    target = night.models.target if night.models is not None else None
     with_best = {r["id"]: r for r in after or []}
     lines = [
         "",
@@ -513,36 +554,44 @@ def agent_run_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
-    status = report.get("status", "?")
-    project, night = report.get("project"), report.get("night")
+def shown_stop(night: NightResult) -> StopReason | None:
+    """The stop report.json holds: a failed night's is its reason, not written again unless
+    the report it was read from had one."""
+    if night.failed and "stopped_by" not in (night.report_keys or ()):
+        return None
+    return night.stopped_by
+
+
+def render_markdown(night_dir: Path, night: NightResult) -> str:
+    status = night.status or "?"
     next_step = NEXT_STEP.get(status, "").format(
-        night=night, project=project, adopted_version=report.get("adopted_version")
+        night=night.night, project=night.project, adopted_version=night.adopted_version
     )
+    stop = shown_stop(night)
+    skill = night.phases.get("skill")
     lines = [
-        f"# Night {night} · project {project}",
+        f"# Night {night.night} · project {night.project}",
         "",
-        f"**Status: {status}** — {report.get('reason') or ''}",
+        f"**Status: {status}** — {night.reason or ''}",
         "",
-        f"**Stopped by {stop_text(report['stopped_by'])}**" if report.get("stopped_by") else "",
+        f"**Stopped by {stop_text(stop)}**" if stop is not None else "",
         "",
         f"Next: {next_step}" if next_step else "",
         "",
-        *_summary_lines(report),
-        *_proposal_lines(night_dir, report),
-        *agent_run_lines(report),
-        *source_lines(report.get("proofread"), report.get("window")),
-        *demo_mode_lines(((report.get("phases") or {}).get("skill") or {}).get("demo_modes")),
-        *weight_lines(report.get("weights")),
+        *_summary_lines(night),
+        *_proposal_lines(night_dir, night),
+        *agent_run_lines(night),
+        *source_lines(night.proofread, night.window),
+        *demo_mode_lines(skill.demo_modes if skill is not None else None),
+        *weight_lines(night.weights),
     ]
-    phases = report.get("phases") or {}
-    if phases:
+    if night.phases:
         lines += ["", "## Phases", ""]
-        for document, phase in phases.items():
+        for document, phase in night.phases.items():
             lines += _phase_lines(document, phase)
-    lines += time_lines(report)
-    if report.get("usage"):
-        lines += ["", "## Usage", "", *_usage_lines(report["usage"], report.get("budget"))]
+    lines += time_lines(night)
+    if night.usage:
+        lines += ["", "## Usage", "", *_usage_lines(night.usage, night.budget)]
     lines += [
         "",
         "Details: `diagnostics.json` (per val task, analyst replies, backend errors), "
@@ -552,9 +601,9 @@ def render_markdown(night_dir: Path, report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def time_lines(report: dict[str, Any]) -> list[str]:
+def time_lines(night: NightResult) -> list[str]:
     """Where the night's wall time went, phase by phase (the weight phase in its parts)."""
-    seconds = report.get("phase_seconds") or {}
+    seconds = night.phase_seconds
     if not seconds:
         return []
     parts = []
@@ -562,13 +611,11 @@ def time_lines(report: dict[str, Any]) -> list[str]:
         part = f"{phase} {s:.0f} s"
         if phase == "text":
             docs = [
-                f"{d} {p['seconds']:.0f} s"
-                for d, p in (report.get("phases") or {}).items()
-                if p.get("seconds") is not None
+                f"{d} {p.seconds:.0f} s" for d, p in night.phases.items() if p.seconds is not None
             ]
             part += f" ({', '.join(docs)})" if docs else ""
         if phase == "weights":
-            inner = ((report.get("weights") or {}).get("seconds")) or {}
+            inner = night.weights.seconds if night.weights is not None else {}
             part += f" ({', '.join(f'{k} {v:.0f} s' for k, v in inner.items())})" if inner else ""
         parts.append(part)
     return ["", "## Time", "", f"- {'; '.join(parts)}; total {sum(seconds.values()):.0f} s"]
@@ -579,36 +626,36 @@ def _clip(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def source_lines(proofread: dict[str, Any] | None, window: dict[str, Any] | None) -> list[str]:
+def source_lines(proofread: ProofreadRecord | None, window: WindowRecord | None) -> list[str]:
     """Where each proposed line came from (tasks, interactions, clients), what leave-one-out
     dropped and why, and each client's share of the night."""
     out: list[str] = []
-    if proofread and (proofread.get("kept") or proofread.get("dropped")):
+    if proofread is not None and (proofread.kept or proofread.dropped):
         out += ["", "## Proposed lines and their sources", ""]
         out += ["| | line | tasks | interactions | clients | why |", "|---|---|---|---|---|---|"]
-        for row in [*proofread.get("kept", []), *proofread.get("dropped", [])]:
-            mark = "dropped" if row["verdict"] == "dropped" else row["kind"]
-            who = ", ".join(row["clients"]) or "—"
+        for row in [*proofread.kept, *proofread.dropped]:
+            mark = "dropped" if row.verdict == "dropped" else row.kind
+            who = ", ".join(row.clients) or "—"
             out.append(
-                f"| {mark} | {_clip(row['text']).replace('|', '/')} | {len(row['tasks'])} | "
-                f"{len(row['sources'])} | {who} | {row['why']} |"
+                f"| {mark} | {_clip(row.text).replace('|', '/')} | {len(row.tasks)} | "
+                f"{len(row.sources)} | {who} | {row.why} |"
             )
-        tried = proofread.get("tried") or "not run"
-        out += ["", f"Leave-one-out: {proofread.get('trials', 0)} val evaluations ({tried})."]
-    clients = (window or {}).get("clients") or {}
-    if len(clients) > 1:
-        share = (window or {}).get("share", 1.0)
+        tried = proofread.tried or "not run"
+        out += ["", f"Leave-one-out: {proofread.trials} val evaluations ({tried})."]
+    clients = window.clients if window is not None else {}
+    if len(clients) > 1 and window is not None:
+        share = window.share if window.share is not None else 1.0
         out += ["", f"Clients (each held to {share:.0%} of the night):", ""]
         out += [
-            f"- {c}: {n['read']} read of {n['window']}"
-            + (f", {n['left_out']} left out over its share" if n["left_out"] else "")
+            f"- {c}: {n.read} read of {n.window}"
+            + (f", {n.left_out} left out over its share" if n.left_out else "")
             for c, n in clients.items()
         ]
     return out
 
 
-def write_markdown(night_dir: Path, report: dict[str, Any]) -> None:
-    atomic_write_text(night_dir / "report.md", render_markdown(night_dir, report))
+def write_markdown(night_dir: Path, night: NightResult) -> None:
+    atomic_write_text(night_dir / "report.md", render_markdown(night_dir, night))
 
 
 # ---- the CLI's views -----------------------------------------------------------------------
@@ -641,7 +688,7 @@ def print_outcomes(outcomes: list[Any], out: Any, *, dry_run: bool = False) -> N
         out.print("no project has interactions since its last night; nothing to do")
     for o in outcomes:
         if dry_run and o.night_dir is not None:
-            out.print(render_markdown(o.night_dir, o.report_dict()), markup=False)
+            out.print(render_markdown(o.night_dir, o), markup=False)
             shutil.rmtree(o.night_dir.parent, ignore_errors=True)
             continue
         out.print(f"{o.project}: {o.status} — {o.reason}", markup=False)
@@ -651,7 +698,10 @@ def print_outcomes(outcomes: list[Any], out: Any, *, dry_run: bool = False) -> N
             out.print(f"  report: {o.night_dir / 'report.md'}", markup=False)
 
 
-def _score(d: dict[str, Any] | None) -> str:
+def _score(d: Summary | Mapping[str, Any] | None) -> str:
+    """A val summary in short: a night's (typed) or a version's meta.json (as written)."""
+    if isinstance(d, Summary):
+        d = d.to_dict() if given(d) else None
     return "—" if not d else f"{d['hard']:.3f} ({d['solved']}/{d['n']})"
 
 
@@ -686,14 +736,14 @@ def history_tables(project: str, home: Path | None = None) -> list[Any]:
     for column in ("night", "status", "val before → after"):
         nights.add_column(column, no_wrap=True)
     nights.add_column("why", no_wrap=True, overflow="ellipsis", ratio=1)
-    for _, report in staging.list_nights(project, home):
-        proposal = report.get("proposal") or {}
+    for _, night in staging.list_nights(project, home):
+        proposal = night.proposal
         scores = (
-            f"{_score(proposal.get('val_before'))} → {_score(proposal.get('val_after'))}"
-            if proposal
+            f"{_score(proposal.val_before)} → {_score(proposal.val_after)}"
+            if given(proposal)
             else ""
         )
-        nights.add_row(report["night"], report["status"], scores, str(report.get("reason") or ""))
+        nights.add_row(night.night, night.status, scores, str(night.reason or ""))
     return [versions, nights]
 
 
@@ -705,16 +755,16 @@ def history_rows(project: str, home: Path | None = None) -> list[dict[str, Any]]
     rows: list[dict[str, Any]] = [
         {"kind": "version", **row} for row in staging.history(project, home)
     ]
-    for _, report in staging.list_nights(project, home):
-        proposal = report.get("proposal") or {}
+    for _, night in staging.list_nights(project, home):
+        proposal = night.proposal
         rows.append(
             {
                 "kind": "night",
-                "night": report["night"],
-                "status": report["status"],
-                "val_before": proposal.get("val_before"),
-                "val_after": proposal.get("val_after"),
-                "reason": report.get("reason"),
+                "night": night.night,
+                "status": night.status,
+                "val_before": plain(proposal.val_before) if proposal is not None else None,
+                "val_after": plain(proposal.val_after) if proposal is not None else None,
+                "reason": night.reason,
             }
         )
     return rows
@@ -770,17 +820,17 @@ def status_lines(
         )
         if nights:
             last = nights[-1][1]
-            status, reason = last["status"], last.get("reason")
-            if status == "running" and (holder or {}).get("night") != last["night"]:
+            status, reason = last.status, last.reason
+            if status == "running" and (holder or {}).get("night") != last.night:
                 status, reason = "interrupted", "it stopped before it finished (killed or crashed)"
-            lines.append(f"  last night {last['night']}: {status} — {reason}")
-            if last.get("stopped_by"):
-                lines.append(f"  stopped by {stop_text(last['stopped_by'])}")
-        staged = [r for _, r in nights if r["status"] == "staged" and staging.own_proposal(r)]
+            lines.append(f"  last night {last.night}: {status} — {reason}")
+            if (stop := shown_stop(last)) is not None:
+                lines.append(f"  stopped by {stop_text(stop)}")
+        staged = [n for _, n in nights if n.status == "staged" and staging.own_proposal(n)]
         if staged:
             lines.append(
-                f"  waiting to be adopted: night {staged[-1]['night']} "
-                f"(`selftaught sleep adopt {staged[-1]['night']} --project {name}`)"
+                f"  waiting to be adopted: night {staged[-1].night} "
+                f"(`selftaught sleep adopt {staged[-1].night} --project {name}`)"
             )
         patience = pause.status_line(name, home)
         lines += [patience] if patience else []
