@@ -103,3 +103,16 @@ def test_an_older_report_renders_too(tmp_path: Path) -> None:
     assert "**Stopped by max-minutes (30 min) after the skill phase**" in md
     assert "with the proposal: 0.500 (2/4, 95% CI 0.15–0.85).\n" in md
     assert "0 from negative feedback" in md
+
+
+def test_a_report_of_odd_shape_is_refused_by_name_and_left_out_of_the_list(tmp_path: Path) -> None:
+    from selftaught.sleep.adoption import staging
+
+    night_dir = staging.nights_dir("demo", tmp_path) / "n1"
+    night_dir.mkdir(parents=True)
+    report = {"kind": staging.NIGHT_KIND, "project": "demo", "night": "n1", "status": "staged"}
+    (night_dir / "report.json").write_text(json.dumps({**report, "phases": {"skill": "oops"}}))
+    with pytest.raises(staging.StagingError, match="report.json is malformed"):
+        staging.read_night(night_dir)
+    assert staging.list_nights("demo", tmp_path) == []
+    (night_dir / "report.json").unlink()  # conftest round-trips every report a test leaves

@@ -174,7 +174,10 @@ def read_night(night_dir: Path) -> NightResult:
     """The night a staging folder holds, typed (any version's report.json)."""
     report = read_report(night_dir)
     project = str(report.get("project") or night_dir.parent.parent.name)
-    return NightResult.from_report(project, night_dir, report)
+    try:
+        return NightResult.from_report(project, night_dir, report)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:  # a section of odd shape
+        raise StagingError(f"{night_dir / 'report.json'} is malformed: {err!r}") from None
 
 
 def write_night(night: NightResult) -> None:
