@@ -194,16 +194,18 @@ def test_a_night_dreams_for_train_only_and_never_recalls_a_dream(tmp_path, log_a
     (night,) = run_night(config(tmp_path, log_at, dream=DreamConfig(n=1)), models=models())
     assert night.status == "staged", night.reason
     d = night.dream
-    assert d["sources"] == 8 and d["cap"] == 4 and d["made"] == {"renumbered": 4}
-    assert d["trained"] + d["left_out"] == 4
+    assert d is not None and d.sources == 8 and d.cap == 4 and d.made == {"renumbered": 4}
+    assert d.trained + d.left_out == 4
     rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
     dreamt = [r for r in rows if r.get("synthetic")]
-    assert len(dreamt) == d["trained"] and {r["split"] for r in dreamt} <= {"train"}
-    assert night.splits.val == 4 and night.splits.train == 8 + d["trained"]
+    assert len(dreamt) == d.trained and {r["split"] for r in dreamt} <= {"train"}
+    assert night.splits.val == 4 and night.splits.train == 8 + d.trained
     pool = recall.load("demo", tmp_path)
     assert len(pool) == 12 and not any(train_only(r.task) for r in pool)
     assert "dreams (n 1, share 0.5)" in (night.night_dir / "report.md").read_text()
-    assert set(d["shipped"]) == {"demos", "lines", "adapter_tasks"}
+    assert d.shipped is not None
+    assert set(d.shipped.to_dict()) == {"demos", "lines", "adapter_tasks"}
+    assert [r.from_task for r in d.tasks] and all(r.how == "renumbered" for r in d.tasks)
 
 
 @pytest.mark.parametrize("giver", [None, "key:end-user"])
@@ -214,11 +216,12 @@ def test_a_dream_of_an_end_users_correction_is_never_a_demo_candidate(tmp_path, 
     (night,) = run_night(config(tmp_path, dream=DreamConfig(n=1, share=1.0)), models=models())
     rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
     dreamt = {r["id"] for r in rows if r.get("synthetic")}
-    assert dreamt and night.dream["trained"] == len(dreamt) == 8
+    assert dreamt and night.dream is not None and night.dream.trained == len(dreamt) == 8
     pool = json.loads((night.night_dir / "demo_pool.json").read_text())["demos"]
     candidates = {d["id"] for d in pool} & dreamt
     assert candidates == (dreamt if giver is None else set())
     proposal = night.night_dir / "proposal" / "skill.md"
     demos = split_skill(proposal.read_text()).demos if proposal.exists() else ()
     assert giver is None or not {d.id for d in demos} & dreamt
-    assert night.dream["shipped"]["demos"] == [d.id for d in demos if d.id in dreamt]
+    assert night.dream.shipped is not None
+    assert list(night.dream.shipped.demos) == [d.id for d in demos if d.id in dreamt]

@@ -335,7 +335,7 @@ def test_a_nights_miner_calls_are_on_its_ledger_evidence_and_report(tmp_path):
     (night,) = run_night(config, models=models)
     assert night.models.miner == "scripted-miner"
     written = night.mining.miner
-    assert written["asked"] == len(miner.calls) == 4 and written["kept"] == 4
+    assert written is not None and written.asked == len(miner.calls) == 4 and written.kept == 4
     assert night.usage["miner"]["calls"] == 4  # the night's one ledger (and budget)
     evidence = (night.night_dir / "evidence.jsonl").read_text().splitlines()
     assert sum(json.loads(line)["role"] == "miner" for line in evidence) == 4
@@ -384,11 +384,12 @@ def test_the_miner_is_the_optimizer_unless_named_or_off(tmp_path, miner_model, n
     )
     (night,) = run_night(config, loader=loader)
     assert night.models.miner == named
-    assert (night.mining.miner or {}).get("asked", 0) == asked
+    written = night.mining.miner
+    assert written is not None and written.asked == asked and written.ran == bool(named)
     if named == "m":
-        assert len(loaded["m"].calls) == 4 and night.mining.miner["kept"] == 4
+        assert len(loaded["m"].calls) == 4 and written.kept == 4
     if named == "opt":  # the analyst answers a miner prompt with no check: none is kept
-        assert night.mining.miner["parse_failures"] == 4
+        assert written.parse_failures == 4
 
 
 # ---- the embedded model as miner ------------------------------------------------------------
@@ -421,11 +422,11 @@ def test_the_embedded_model_as_miner_plumbing(tmp_path):
     )
     (night,) = run_night(config, models=models)
     written = night.mining.miner
-    assert written["miner"] == "local" and written["asked"] == 8
+    assert written is not None and written.miner == "local" and written.asked == 8
     assert night.usage["miner"]["calls"] + night.usage["miner"]["errors"] >= 8
-    assert written["kept"] + sum(written["refused"].values()) + written["cannot_check"] + (
-        written["parse_failures"] + written["backend_errors"]
-    ) == written["asked"]  # fmt: skip
+    assert written.kept + sum(written.refused.values()) + written.cannot_check + (
+        written.parse_failures + written.backend_errors
+    ) == written.asked  # fmt: skip
     assert "miner `local`" in (night.night_dir / "report.md").read_text()
 
 

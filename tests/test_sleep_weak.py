@@ -175,8 +175,9 @@ def test_a_night_trains_on_weak_labels_and_never_validates_or_recalls_them(tmp_p
     (night,) = run_night(cfg, models=models(ScriptedModel(adds, "scripted-target")))
     assert night.status == "staged", night.reason
     w = night.weak
-    assert (w["candidates"], w["sampled"], w["labelled"], w["trained"]) == (3, 3, 3, 3)
-    assert w["mean_agreement"] == 1.0 and night.splits.train >= 3
+    assert w is not None and (w.candidates, w.sampled, w.labelled, w.trained) == (3, 3, 3, 3)
+    assert w.mean_agreement == 1.0 and night.splits.train >= 3
+    assert {t.outcome for t in w.tasks} == {"labelled"}
     rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
     weak_rows = [r for r in rows if r.get("weak")]
     assert sorted(r["reference"] for r in weak_rows) == ["105", "110", "150"]
@@ -268,8 +269,8 @@ def test_a_real_reference_arriving_on_a_later_night_scores_a_weak_label(tmp_path
     cfg = config(tmp_path, weak=WeakConfig(k=2))
     target = ScriptedModel(adds, "scripted-target")
     (first,) = run_night(cfg, models=models(target))
-    assert first.weak["labelled"] == 2 and first.weak["waiting"] == 2
-    assert first.weak["verified_later"] == {"right": 0, "wrong": 0}
+    assert first.weak is not None and first.weak.labelled == 2 and first.weak.waiting == 2
+    assert first.weak.verified_later == {"right": 0, "wrong": 0}
     log = TaskLog(tmp_path / "log.db")
     for text, right in (("Please add 50 and 60.", "110"), ("Please add 70 and 80.", "151")):
         log.add(row(text, client=None, feedback=Feedback(thumb="down", reference=right)))
@@ -277,6 +278,6 @@ def test_a_real_reference_arriving_on_a_later_night_scores_a_weak_label(tmp_path
     (second,) = run_night(cfg, models=models(target))
     assert second.status in ("staged", "no_proposal"), second.reason
     w = second.weak
-    assert w["verified_later"] == {"right": 1, "wrong": 1} and w["accuracy"] == 0.5
-    assert w["waiting"] == 0 and w["candidates"] == 0
+    assert w is not None and w.verified_later == {"right": 1, "wrong": 1} and w.accuracy == 0.5
+    assert w.waiting == 0 and w.candidates == 0
     assert "1 of 2 right" in (second.night_dir / "report.md").read_text()

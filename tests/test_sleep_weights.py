@@ -191,7 +191,8 @@ def test_both_win_when_text_and_adapter_each_fix_their_own_tasks(tmp_path):
     assert proposal.skill_changed and proposal.adapter.with_text
     assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
     assert (night.night_dir / "adapter" / "adapter_config.json").is_file()
-    assert proposal.paired["wins"] == len(val) and proposal.paired["losses"] == 0
+    assert proposal.paired is not None
+    assert proposal.paired.wins == len(val) and proposal.paired.losses == 0
 
 
 def _rows(night) -> list[dict]:

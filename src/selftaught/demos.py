@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from selftaught.runs import RunError
 from selftaught.text import numbers, words
@@ -56,6 +56,15 @@ _BLOCK = re.compile(
 
 class DemoLeakError(RunError):
     """A demonstration duplicates a held-out (val or test) input."""
+
+
+class DemoDict(TypedDict):
+    """A demo as JSON holds it (`Demo.to_dict()`: a skill's demos block, a run's best demos)."""
+
+    id: str
+    source: str
+    input: str | list[dict[str, str]]  # a chat input: its turns, {role, content}
+    reply: str
 
 
 @dataclass(frozen=True)
@@ -93,14 +102,13 @@ class Demo:
             msgs[-1] = {**msgs[-1], "content": f"{msgs[-1]['content']}\n\n{instructions}"}
         return msgs
 
-    def to_dict(self) -> dict[str, Any]:
-        inp: Any = self.input
-        if not isinstance(inp, str):
-            inp = [{"role": r, "content": c} for r, c in inp]
+    def to_dict(self) -> DemoDict:
+        given = self.input
+        inp = given if isinstance(given, str) else [{"role": r, "content": c} for r, c in given]
         return {"id": self.id, "source": self.source, "input": inp, "reply": self.reply}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Demo:
+    def from_dict(cls, d: Mapping[str, Any]) -> Demo:
         return cls.of(str(d["id"]), d["input"], str(d["reply"]), str(d.get("source", "bootstrap")))
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar, cast
 
 from selftaught.errors import InputError
+from selftaught.models.usage import Usage
 from selftaught.stats import wilson_interval
 from selftaught.stops import StopReason, stop_dict
 
@@ -151,7 +152,8 @@ class RunResult:
     stopped_by: StopReason | None = None
     """Which stop ended the run early (max-minutes, patience, the budget); None: it ran to its
     end. Text an older run wrote is read into one (`StopReason.read`)."""
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: Usage = field(default_factory=dict)
+    """What it spent per role (`UsageLedger.to_dict()`: calls, tokens, errors, USD, ...)."""
     seconds: float = 0.0
 
     def __post_init__(self) -> None:

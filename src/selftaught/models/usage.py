@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from selftaught.errors import BudgetExhausted as BudgetExhausted
 from selftaught.errors import ConfigError
@@ -71,6 +71,26 @@ class RoleUsage:
     # provider prompt caching (anthropic:, gemini:): parts of prompt_tokens
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+
+
+class RoleUsageDict(TypedDict, total=False):
+    """One role's `RoleUsage` as JSON holds it (a run written before a key existed lacks it)."""
+
+    calls: int
+    cached_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    retries: int
+    errors: int
+    truncated: int
+    usd: float | None
+    cache_read_tokens: int
+    cache_write_tokens: int
+
+
+Usage = dict[str, RoleUsageDict]
+"""What a run spent, role by role (`UsageLedger.to_dict()`, `RunResult.usage`)."""
 
 
 LOCAL_PREFIX = "local:"  # in-process models cost no USD
@@ -225,9 +245,9 @@ class UsageLedger:
     def total_tokens(self) -> int:
         return sum(u.prompt_tokens + u.completion_tokens for u in self.roles.values())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Usage:
         with self._lock:
-            return {role: asdict(u) for role, u in self.roles.items()}
+            return {role: cast(RoleUsageDict, asdict(u)) for role, u in self.roles.items()}
 
 
 class TrackedModel(AsyncChatModel):

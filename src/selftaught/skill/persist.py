@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from selftaught.demos import split_skill
+from selftaught.demos import DemoDict, split_skill
 from selftaught.evaluation import EvalResult, ScoreCache, error_rows, rollout_row
 from selftaught.models.usage import RoleUsage, UsageLedger
 from selftaught.rollout import Rollout
@@ -54,7 +54,7 @@ def default_output_dir(task_name: str) -> Path:
     return Path("runs") / "optimize" / slug(task_name)
 
 
-def demo_dicts(text: str) -> list[dict[str, Any]]:
+def demo_dicts(text: str) -> list[DemoDict]:
     return [d.to_dict() for d in split_skill(text).demos]
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from selftaught.demos import DemoDict
 from selftaught.evaluation import EvalResult
 from selftaught.gate import Paired
-from selftaught.models.usage import Budget
+from selftaught.models.usage import Budget, Usage
 from selftaught.results import RunResult
 from selftaught.stops import stop_dict
 
@@ -162,14 +163,14 @@ class SkillRunResult(RunResult):
     total_steps: int = 0
     best_version: str = ""
     best_skill: str = ""
-    best_demos: list[dict[str, Any]] = field(default_factory=list)
+    best_demos: list[DemoDict] = field(default_factory=list)
     pool: list[str] = field(default_factory=list)
     val_initial: EvalResult | None = None
     val_best: EvalResult | None = None
     decisions: dict[str, int] = field(default_factory=dict)
     analyst: ParseStats = field(default_factory=ParseStats)
     test: SkillTest | None = None
-    test_usage: dict[str, Any] = field(default_factory=dict)
+    test_usage: Usage = field(default_factory=dict)
     budget: Budget = field(default_factory=Budget)
     slow: SlowUpdate | None = None  # the slow update at the run's end (`skill.slow`), when set
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from selftaught.errors import ConfigError
 from selftaught.gate import TagLoss
+from selftaught.models.usage import Usage
 from selftaught.results import RunResult, Score
 from selftaught.skill.clustering import group_texts, top_terms
 from selftaught.skill.routing import (
@@ -394,7 +395,7 @@ class SkillOutcome:
     own_accepted: bool = False
     whole_val: WholeValCheck | None = None
     run_dir: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)  # the cluster's run, per role
+    usage: Usage = field(default_factory=dict)  # the cluster's run, per role
 
     @property
     def card(self) -> SkillCard:

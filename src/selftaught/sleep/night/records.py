@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
-from selftaught.gate import GateResult
+from selftaught.gate import GateResult, Paired
 from selftaught.results import Score
+from selftaught.skill.result import ParseStats, SlowUpdate
 from selftaught.stops import StopReason
 
 _R = TypeVar("_R", bound="Record")
@@ -48,26 +49,39 @@ class Record:
 
     decoders: ClassVar[Mapping[str, Decoder]] = {}
     """Field name → how its JSON value becomes the typed one (a None stays None)."""
+    renamed: ClassVar[Mapping[str, str]] = {}
+    """JSON key → field name, for a key that cannot be a field's name (`from`)."""
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls) if f.name not in _OWN)
 
     @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """The JSON keys of the fields, in the fields' order."""
+        field_key = {name: key for key, name in cls.renamed.items()}
+        return tuple(field_key.get(n, n) for n in cls.names())
+
+    @classmethod
     def from_dict(cls: type[_R], d: Mapping[str, Any]) -> _R:
         names = set(cls.names())
         known: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
         for key, value in d.items():
-            if key in names:
-                decode = cls.decoders.get(key)
-                known[key] = decode(value) if decode is not None and value is not None else value
-        extra = {k: v for k, v in d.items() if k not in names}
+            name = cls.renamed.get(key, key)
+            if name not in names:
+                extra[key] = value
+                continue
+            decode = cls.decoders.get(name)
+            known[name] = decode(value) if decode is not None and value is not None else value
         return cls(**known, extra=extra, read_keys=tuple(d))
 
     def to_dict(self) -> dict[str, Any]:
-        names = self.names()
-        order = (*names, *self.extra) if self.read_keys is None else self.read_keys
-        return {k: plain(self.extra[k] if k in self.extra else getattr(self, k)) for k in order}
+        order = (*self.keys(), *self.extra) if self.read_keys is None else self.read_keys
+        return {
+            k: plain(self.extra[k] if k in self.extra else getattr(self, self.renamed.get(k, k)))
+            for k in order
+        }
 
 
 def each(record: type[_R]) -> Decoder:
@@ -200,7 +214,9 @@ class BudgetRecord(Record):
     calls: int | None = None
     tokens: int | None = None
     usd: float | None = None
-    roles: Mapping[str, Any] | None = None
+    roles: tuple[str, ...] | None = None  # the roles it counts (None: every role)
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"roles": strings}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,6 +245,76 @@ class WindowRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ConversationRecord(Record):
+    """`mining.conversation`: what the threads held (`signals.SignalReport.to_dict()`)."""
+
+    threads: int = 0
+    linked_threads: int = 0
+    turns: int = 0
+    signals: Mapping[str, int] = field(default_factory=dict)  # by kind
+    trusted: int = 0
+    untrusted: int = 0
+    rejected_by_operator: int = 0
+    redo_turns: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinerExample(Record):
+    """One of the miner's first decisions (`miner.MinerReport.examples`)."""
+
+    row: str = ""
+    check: str | None = None
+    outcome: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinerRecord(Record):
+    """`mining.miner`: what the miner wrote and what was kept (`miner.MinerReport.to_dict()`);
+    read from `{}` when no miner ran (`ran` is False)."""
+
+    miner: str = ""
+    candidates: int = 0
+    asked: int = 0
+    answered: int = 0
+    repaired: int = 0
+    parse_failures: int = 0
+    backend_errors: int = 0
+    cannot_check: int = 0
+    kept: int = 0
+    refused: Mapping[str, int] = field(default_factory=dict)
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    invalid_parts: int = 0
+    kept_parts: Mapping[str, int] = field(default_factory=dict)
+    first_error: str | None = None
+    examples: tuple[MinerExample, ...] = ()
+    parse_rate: float | None = None
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"examples": many(MinerExample)}
+
+    @property
+    def ran(self) -> bool:
+        """Whether a miner ran (an empty section: none did)."""
+        return self.read_keys is None or bool(self.read_keys)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentRunsRecord(Record):
+    """`mining.agent`: what coding agents' own test runs said
+    (`agent_outcome.OutcomeReport.to_dict()`)."""
+
+    rows: int = 0
+    with_runs: int = 0
+    runs: Mapping[str, int] = field(default_factory=dict)  # by status
+    signals: Mapping[str, int] = field(default_factory=dict)  # solved / ended_red
+    rejected_by_operator: int = 0
+    workspace_tasks: int = 0
+    not_workspace: Mapping[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"notes": strings}
+
+
+@dataclass(frozen=True, kw_only=True)
 class MiningRecord(Record):
     """report.json `mining` (`MineReport.to_dict()` and the privacy filter's count)."""
 
@@ -239,9 +325,15 @@ class MiningRecord(Record):
     negative: int = 0
     dropped: Mapping[str, int] = field(default_factory=dict)
     withheld_private: int = 0
-    conversation: Mapping[str, Any] | None = None
-    miner: Mapping[str, Any] | None = None
-    agent: Mapping[str, Any] | None = None
+    conversation: ConversationRecord | None = None
+    miner: MinerRecord | None = None
+    agent: AgentRunsRecord | None = None
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "conversation": ConversationRecord.from_dict,
+        "miner": MinerRecord.from_dict,
+        "agent": AgentRunsRecord.from_dict,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,6 +359,13 @@ class SplitCounts(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class VsAdoptedRecord(GateRecord):
+    """`demo_modes.vs_adopted`: the winning demo mode gated against the adopted skill."""
+
+    mode: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class DemoModesRecord(Record):
     """A phase's `demo_modes`: none / static / retrieved demos, gated on val."""
 
@@ -274,13 +373,72 @@ class DemoModesRecord(Record):
     incumbent: str | None = None
     candidates: Mapping[str, Summary] = field(default_factory=dict)
     gates: Mapping[str, GateRecord] = field(default_factory=dict)
+    vs_adopted: VsAdoptedRecord | None = None
     notes: tuple[str, ...] = ()
 
     decoders: ClassVar[Mapping[str, Decoder]] = {
         "candidates": each(Summary),
         "gates": each(GateRecord),
+        "vs_adopted": VsAdoptedRecord.from_dict,
         "notes": strings,
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalystRecord(Record):
+    """A phase's `analyst`: how the analyst's replies parsed (`ParseStats.to_dict()`)."""
+
+    calls: int = 0
+    ok: int = 0
+    repaired: int = 0
+    invalid_json: int = 0
+    backend_error: int = 0
+    parse_rate: float | None = None
+
+    @property
+    def stats(self) -> ParseStats:
+        return ParseStats.from_dict(self.to_dict())
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuleTrialRecord(Record):
+    """One rule's leave-one-out in a slow update (`RuleTrial.to_dict()`)."""
+
+    rule: str = ""
+    verdict: str = "untried"
+    why: str = ""
+
+
+def _merges(items: Sequence[Sequence[Any]]) -> tuple[tuple[str, str, str], ...]:
+    return tuple((str(a), str(b), str(c)) for a, b, c in items)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowRecord(Record):
+    """A phase's `slow`: the slow update at its end (`SlowUpdate.to_dict()`)."""
+
+    due: bool = False
+    reason: str = ""
+    runs: int = 0
+    every: int = 0
+    trials: tuple[RuleTrialRecord, ...] = ()
+    merged: tuple[tuple[str, str, str], ...] = ()  # (op, target, content) applied
+    decision: str | None = None
+    val_before: float | None = None
+    val_after: float | None = None
+    chars_before: int = 0
+    chars_after: int = 0
+    version: str | None = None
+    shipped: bool = False
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "trials": many(RuleTrialRecord),
+        "merged": _merges,
+    }
+
+    @property
+    def update(self) -> SlowUpdate:
+        return SlowUpdate.from_dict(self.to_dict())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,10 +455,10 @@ class PhaseRecord(Record):
     val_initial: Summary | None = None
     val_best: Summary | None = None
     decisions: Mapping[str, int] = field(default_factory=dict)
-    analyst: Mapping[str, Any] | None = None
+    analyst: AnalystRecord | None = None
     stopped_by: StopRecord | None = None
     test: Summary | None = None
-    slow: Mapping[str, Any] | None = None
+    slow: SlowRecord | None = None
     seconds: float | None = None
     demo_modes: DemoModesRecord | None = None
     error: str | None = None
@@ -308,8 +466,10 @@ class PhaseRecord(Record):
     decoders: ClassVar[Mapping[str, Decoder]] = {
         "val_initial": Summary.from_dict,
         "val_best": Summary.from_dict,
+        "analyst": AnalystRecord.from_dict,
         "stopped_by": StopRecord.from_dict,
         "test": Summary.from_dict,
+        "slow": SlowRecord.from_dict,
         "demo_modes": DemoModesRecord.from_dict,
     }
 
@@ -354,6 +514,60 @@ class ProofreadRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReplayStats(Record):
+    """`weights.data.replays`: the elite filter on the target's replays (`EliteStats`)."""
+
+    samples: int = 0
+    prompts: int = 0
+    kept: int = 0
+    prompts_kept: int = 0
+    below_threshold: int = 0
+    duplicates: int = 0
+    over_cap: int = 0
+    truncated_kept: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightDataRecord(Record):
+    """`weights.data` (and the staged adapter's): what the adapters trained on, train only."""
+
+    corrections: int = 0
+    elite: int = 0
+    sft_samples: int = 0
+    preference_pairs: int = 0
+    replays: ReplayStats | None = None
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"replays": ReplayStats.from_dict}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainedRecord(Record):
+    """One adapter's training (`weights.trained.sft`, `.dpo`, `proposal.adapter.training`)."""
+
+    steps: int = 0
+    loss_first: float | None = None
+    loss_last: float | None = None
+    seconds: float | None = None
+    continued_from: str | None = None  # the adopted adapter it continued, if any
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairedRecord(Record):
+    """`proposal.paired`: the proposal against the adopted version per val task
+    (`gate.Paired.to_dict()`)."""
+
+    wins: int = 0
+    losses: int = 0
+    ties: int = 0
+    sign_test_p: float = 1.0
+
+    @property
+    def paired(self) -> Paired:
+        return Paired(self.wins, self.losses, self.ties, self.sign_test_p)
+
+
+@dataclass(frozen=True, kw_only=True)
 class AdapterRecord(Record):
     """`proposal.adapter`: the staged adapter, how it was trained and its val."""
 
@@ -361,14 +575,20 @@ class AdapterRecord(Record):
     method: str = ""
     base_model: str | None = None
     base_model_path: str | None = None
-    files: Any = None
+    files: tuple[str, ...] = ()
     train_items: tuple[str, ...] = ()
-    data: Mapping[str, Any] | None = None
-    training: Mapping[str, Any] | None = None
+    data: WeightDataRecord | None = None
+    training: TrainedRecord | None = None
     val: Summary | None = None
     with_text: bool = False
 
-    decoders: ClassVar[Mapping[str, Decoder]] = {"val": Summary.from_dict, "train_items": strings}
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "files": strings,
+        "train_items": strings,
+        "data": WeightDataRecord.from_dict,
+        "training": TrainedRecord.from_dict,
+        "val": Summary.from_dict,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -380,7 +600,7 @@ class ProposalRecord(Record):
     lines: tuple[SourcedLine, ...] = ()
     val_before: Summary | None = None
     val_after: Summary | None = None
-    paired: Mapping[str, Any] | None = None
+    paired: PairedRecord | None = None
     test: Summary | None = None
     candidate: str | None = None
     adapter: AdapterRecord | None = None
@@ -389,19 +609,10 @@ class ProposalRecord(Record):
         "lines": many(SourcedLine),
         "val_before": Summary.from_dict,
         "val_after": Summary.from_dict,
+        "paired": PairedRecord.from_dict,
         "test": Summary.from_dict,
         "adapter": AdapterRecord.from_dict,
     }
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainedRecord(Record):
-    """One adapter's training (`weights.trained.sft`, `.dpo`)."""
-
-    steps: int = 0
-    loss_first: float | None = None
-    loss_last: float | None = None
-    seconds: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -412,7 +623,7 @@ class WeightsRecord(Record):
     why: str = ""
     candidates: Mapping[str, Summary] = field(default_factory=dict)
     gates: Mapping[str, GateRecord] = field(default_factory=dict)
-    data: Mapping[str, Any] | None = None
+    data: WeightDataRecord | None = None
     trained: Mapping[str, TrainedRecord] = field(default_factory=dict)
     train_items: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -421,6 +632,7 @@ class WeightsRecord(Record):
     decoders: ClassVar[Mapping[str, Decoder]] = {
         "candidates": each(Summary),
         "gates": each(GateRecord),
+        "data": WeightDataRecord.from_dict,
         "trained": each(TrainedRecord),
         "train_items": strings,
         "notes": strings,
@@ -489,3 +701,175 @@ class AdoptedAdapter(Record):
 
     version: int | None = None
     dir: str | None = None
+
+
+# ---- train-only tasks: weak labels and dreams -----------------------------------------------
+
+JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+"""A value as JSON holds it (a task's reference: a string, a number, a list of them, ...)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainOnlyUse(Record):
+    """`weak.shipped`, `dream.shipped`: what the staged proposal took from these train-only
+    tasks (`split.train_only_use`); read from `{}` when nothing was staged."""
+
+    demos: tuple[str, ...] = ()  # the staged skill's demos made from them
+    lines: int = 0  # kept lines that name them
+    adapter_tasks: int = 0  # of them in the staged adapter's train set
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"demos": strings}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeakTaskRow(Record):
+    """One sampled request of `weak.tasks`: the samples' vote and what became of it."""
+
+    id: str = ""
+    answer: str | None = None
+    agreement: float = 0.0
+    answers: Mapping[str, int] = field(default_factory=dict)  # answer key → count
+    outcome: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeakRecord(Record):
+    """report.json `weak`: what self-consistency labelled tonight (`weak.WeakReport`)."""
+
+    k: int = 0
+    agree: float = 0.0
+    candidates: int = 0
+    sampled: int = 0
+    labelled: int = 0
+    disagreed: int = 0
+    no_answer: int = 0
+    refuted: int = 0
+    already_checked: int = 0
+    verified: Mapping[str, int] = field(default_factory=dict)  # right / wrong
+    verified_later: Mapping[str, int] = field(default_factory=dict)
+    waiting: int = 0
+    left_out: int = 0
+    over_cap: int = 0
+    trained: int = 0
+    mean_agreement: float | None = None
+    failed_samples: int = 0
+    tasks: tuple[WeakTaskRow, ...] = ()
+    notes: tuple[str, ...] = ()
+    shipped: TrainOnlyUse | None = None
+    accuracy: float | None = None
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "tasks": many(WeakTaskRow),
+        "notes": strings,
+        "shipped": TrainOnlyUse.from_dict,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class DreamTaskRow(Record):
+    """One synthetic task of `dream.tasks`: what it was made from and how, and its split."""
+
+    id: str = ""
+    from_task: str = ""  # JSON `from`: the train task it varies
+    how: str = ""
+    reference: JsonValue = None
+    prompt_head: str = ""
+    split: str | None = None
+    no_demo: bool = False
+    notes: tuple[str, ...] = ()
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"notes": strings}
+    renamed: ClassVar[Mapping[str, str]] = {"from": "from_task"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DreamRecord(Record):
+    """report.json `dream`: the synthetic variants made tonight (`dream.DreamReport`)."""
+
+    n: int = 0
+    share: float = 0.0
+    cap: int = 0
+    sources: int = 0
+    made: Mapping[str, int] = field(default_factory=dict)  # by how
+    refused: Mapping[str, int] = field(default_factory=dict)  # by why
+    failed_calls: int = 0
+    duplicates: int = 0
+    left_out: int = 0
+    capped: bool = False
+    trained: int = 0
+    tasks: tuple[DreamTaskRow, ...] = ()
+    notes: tuple[str, ...] = ()
+    shipped: TrainOnlyUse | None = None
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "tasks": many(DreamTaskRow),
+        "notes": strings,
+        "shipped": TrainOnlyUse.from_dict,
+    }
+
+
+# ---- the night's tasks (tasks.jsonl) --------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSignal(Record):
+    """What the conversation said of a task's logged reply: the kind, whose words, trusted."""
+
+    kind: str = ""
+    source: str | None = None
+    giver: str | None = None
+    trusted: bool = False
+    words: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeakLabel(Record):
+    """A weak task's label (`state["weak"]`): the samples' agreement on it."""
+
+    agreement: float = 0.0
+    k: int = 0
+    answers: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyntheticOrigin(Record):
+    """A dreamt task's origin (`state["synthetic"]`): the train task it varies, and how."""
+
+    from_task: str = ""  # JSON `from`
+    how: str = ""
+
+    renamed: ClassVar[Mapping[str, str]] = {"from": "from_task"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRecord(Record):
+    """One row of a night's tasks.jsonl (`summary.task_row`): a task the night mined or
+    recalled, with its trust provenance: the interactions it came from (`sources`), their
+    origins and `clients`, and `no_demo`, why it may not be a demonstration (None: it may)."""
+
+    id: str = ""
+    split: str | None = None
+    checks: str = ""
+    reference: JsonValue = None
+    negative_feedback: bool = False
+    sources: tuple[str, ...] = ()  # interaction ids, newest first
+    origins: tuple[str, ...] = ()  # proxy / api / import / claude-code ...
+    clients: tuple[str, ...] = ()  # who sent them
+    no_demo: str | None = None
+    prompt_head: str = ""
+    rubric: str | None = None
+    notes: tuple[str, ...] = ()
+    signals: tuple[TaskSignal, ...] = ()
+    weak: WeakLabel | None = None
+    synthetic: SyntheticOrigin | None = None
+    recalled: bool = False  # lent by the recall pool, not mined tonight
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "sources": strings,
+        "origins": strings,
+        "clients": strings,
+        "notes": strings,
+        "signals": many(TaskSignal),
+        "weak": WeakLabel.from_dict,
+        "synthetic": SyntheticOrigin.from_dict,
+    }

@@ -7,6 +7,7 @@ writes it back key for key.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,6 +19,7 @@ from selftaught.sleep.night.records import (
     AdoptedAdapter,
     BudgetRecord,
     Decoder,
+    DreamRecord,
     GateMode,
     MiningRecord,
     ModelSpecs,
@@ -29,7 +31,9 @@ from selftaught.sleep.night.records import (
     SkillSetRecord,
     SourceFileRecord,
     SplitCounts,
+    TaskRecord,
     TrainingRecord,
+    WeakRecord,
     WeightsRecord,
     WindowRecord,
     each,
@@ -40,6 +44,8 @@ from selftaught.sleep.night.records import (
 from selftaught.stops import StopReason, stop_dict
 
 NIGHT_KIND = "sleep-night"  # report.json's "kind"
+TASKS_FILE = "tasks.jsonl"  # in the night's folder: its tasks, one `TaskRecord` a line
+EVIDENCE_FILE = "evidence.jsonl"  # in the night's folder: every model call
 EXIT_FAILED = ("backend_failed", "failed")
 
 
@@ -81,8 +87,8 @@ class NightResult(RunResult):
     replay: str | None = None  # how val tasks were replayed: episode, reply or agent
     weights: WeightsRecord | None = None
     adapter: AdoptedAdapter | None = None
-    weak: Mapping[str, Any] | None = None  # weak labels (`weak.WeakReport`), when sampled
-    dream: Mapping[str, Any] | None = None  # synthetic tasks (`dream.DreamReport`), when dreamed
+    weak: WeakRecord | None = None  # weak labels (`weak.WeakReport`), when sampled
+    dream: DreamRecord | None = None  # synthetic tasks (`dream.DreamReport`), when dreamed
     evidence_calls: int | None = None
     adopted_version: int | None = None
     adopted_at: float | None = None
@@ -180,6 +186,24 @@ class NightResult(RunResult):
         report = {f.name: getattr(night, f.name) for f in fields(cls) if f.name in _OWN}
         return {**super()._fields_from_dict(d), **report}
 
+    def tasks(self) -> tuple[TaskRecord, ...]:
+        """The night's tasks as its tasks.jsonl lists them, each with its trust provenance:
+        the interactions it came from (`sources`), their `origins` and `clients`, and
+        `no_demo` (why it may not be a demonstration). () when the night wrote no such file
+        (it mined nothing, or the night is not on disk)."""
+        path = self.night_dir / TASKS_FILE if self.night_dir is not None else None
+        if path is None or not path.is_file():
+            return ()
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return tuple(TaskRecord.from_dict(json.loads(line)) for line in lines if line.strip())
+
+    @property
+    def evidence_path(self) -> Path | None:
+        """The night's evidence log: every model call it made (role, messages, reply), one
+        JSON line each, redacted (`evidence.EvidenceLog`); None when it has none on disk."""
+        path = self.night_dir / EVIDENCE_FILE if self.night_dir is not None else None
+        return path if path is not None and path.is_file() else None
+
     @property
     def failed(self) -> bool:
         return self.status in EXIT_FAILED
@@ -188,8 +212,7 @@ class NightResult(RunResult):
     def slow(self) -> SlowUpdate | None:
         """The skill phase's slow update (`skill.slow`), typed; None when off or not run."""
         phase = self.phases.get("skill")
-        raw = phase.slow if phase is not None else None
-        return SlowUpdate.from_dict(dict(raw)) if raw else None
+        return phase.slow.update if phase is not None and phase.slow is not None else None
 
 
 ProjectNight = NightResult  # its name before the night was a trainer
@@ -249,6 +272,8 @@ _DECODE: dict[str, Decoder] = {
     "proofread": ProofreadRecord.from_dict,
     "weights": WeightsRecord.from_dict,
     "adapter": AdoptedAdapter.from_dict,
+    "weak": WeakRecord.from_dict,
+    "dream": DreamRecord.from_dict,
     "skills": many(SkillRecord),
     "skill_set": SkillSetRecord.from_dict,
     "start_document": SourceFileRecord.from_dict,
