@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeGuard, TypeVar
 
 from selftaught.gate import GateResult, Paired
 from selftaught.results import Score
@@ -82,6 +82,11 @@ class Record:
             k: plain(self.extra[k] if k in self.extra else getattr(self, self.renamed.get(k, k)))
             for k in order
         }
+
+
+def given(record: _R | None) -> TypeGuard[_R]:
+    """The section is there and holds something (as a report's non-empty dict was)."""
+    return record is not None and record.read_keys != ()
 
 
 def each(record: type[_R]) -> Decoder:
@@ -366,18 +371,31 @@ class VsAdoptedRecord(GateRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DemoShape(Record):
+    """How one demo mode's skill holds its demos (`demo_modes.shapes[mode]`)."""
+
+    demos: int = 0
+    retrieve: int | None = None  # demos retrieved per request (None: static)
+
+
+@dataclass(frozen=True, kw_only=True)
 class DemoModesRecord(Record):
     """A phase's `demo_modes`: none / static / retrieved demos, gated on val."""
 
     winner: str | None = None
     incumbent: str | None = None
+    pool: int = 0  # clean train demos to choose from
+    leaks_refused: int = 0  # near-copies of val / test inputs left out of the pool
+    sources: Mapping[str, int] = field(default_factory=dict)  # pool demos by source
     candidates: Mapping[str, Summary] = field(default_factory=dict)
+    shapes: Mapping[str, DemoShape] = field(default_factory=dict)  # an older night: none
     gates: Mapping[str, GateRecord] = field(default_factory=dict)
     vs_adopted: VsAdoptedRecord | None = None
     notes: tuple[str, ...] = ()
 
     decoders: ClassVar[Mapping[str, Decoder]] = {
         "candidates": each(Summary),
+        "shapes": each(DemoShape),
         "gates": each(GateRecord),
         "vs_adopted": VsAdoptedRecord.from_dict,
         "notes": strings,
@@ -550,6 +568,9 @@ class TrainedRecord(Record):
     loss_last: float | None = None
     seconds: float | None = None
     continued_from: str | None = None  # the adopted adapter it continued, if any
+    stopped_by: StopRecord | None = None  # a stop before its last step (`--max-minutes`)
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"stopped_by": StopRecord.from_dict}
 
 
 @dataclass(frozen=True, kw_only=True)

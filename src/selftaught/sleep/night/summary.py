@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 from selftaught.runs import RunDir, atomic_write_json, atomic_write_text
 from selftaught.skill.rows import StepRow, row_from_dict
@@ -24,6 +24,8 @@ from selftaught.sleep.night.mine import NO_CHECK, MinedTask
 from selftaught.sleep.night.records import (
     BudgetRecord,
     DemoModesRecord,
+    DemoShape,
+    MinerRecord,
     MiningRecord,
     PhaseRecord,
     ProofreadRecord,
@@ -31,8 +33,10 @@ from selftaught.sleep.night.records import (
     Record,
     StopRecord,
     Summary,
+    WeightDataRecord,
     WeightsRecord,
     WindowRecord,
+    given,
     plain,
 )
 from selftaught.sleep.night.result import NightResult
@@ -80,11 +84,6 @@ def _steps(run_dir: Path) -> list[StepRow]:
     return [r for r in rows if isinstance(r, StepRow)]
 
 
-def given(record: _R | None) -> TypeGuard[_R]:
-    """The section is there and holds something (as a report's non-empty dict was)."""
-    return record is not None and record.read_keys != ()
-
-
 def _stop(record: StopRecord | None) -> StopReason | None:
     return record.reason if record is not None else None
 
@@ -125,9 +124,9 @@ def why_nothing(night_dir: Path, phases: Mapping[str, PhaseRecord]) -> str:
             )
             text = f"{document}: the gate kept the adopted {document}: {verdicts}"
         modes = phase.demo_modes
-        vs = modes.extra.get("vs_adopted") if modes is not None else None
-        if modes is not None and modes.winner == "adopted" and vs:
-            text += f"; demos: kept the adopted skill ({vs['mode']} vs it: {vs['reason']})"
+        vs = modes.vs_adopted if modes is not None else None
+        if modes is not None and modes.winner == "adopted" and given(vs):
+            text += f"; demos: kept the adopted skill ({vs.mode} vs it: {vs.reason})"
         elif modes is not None and modes.candidates:
             text += f"; demos: {modes.winner} won of {', '.join(modes.candidates)}"
         if given(phase.stopped_by):
@@ -259,7 +258,7 @@ def _phase_lines(document: str, phase: PhaseRecord) -> list[str]:
     line = (
         f"- **{document}**: {phase.steps} of {phase.total_steps} steps; val "
         f"{_acc(phase.val_initial)} → best {_acc(phase.val_best)}; gate decisions: "
-        f"{decisions}; analyst parse rate {(phase.analyst or {}).get('parse_rate')}"
+        f"{decisions}; analyst parse rate {phase.analyst.parse_rate if phase.analyst else None}"
     )
     if given(phase.stopped_by):
         line += f"; **stopped early: {stop_text(_stop(phase.stopped_by))}**"
@@ -287,7 +286,7 @@ def _summary_lines(night: NightResult) -> list[str]:
         s = night.splits
         lines.append(f"- split: {s.train} train / {s.val} val / {s.test} test")
     lines += _recall_lines(night.recall)
-    lines += weak_lines(_as_dict(night.weak)) + dream_lines(_as_dict(night.dream))
+    lines += weak_lines(night.weak) + dream_lines(night.dream)
     if night.replay in REPLAY:
         lines.append(f"- replay: {REPLAY[night.replay]}")
     lines += _gate_lines(night)
@@ -298,10 +297,6 @@ def _summary_lines(night: NightResult) -> list[str]:
             f"{t.concurrency} workers, house rules {'given' if t.preferences else 'none'}"
         )
     return lines + [f"- note: {note}" for note in night.notes]
-
-
-def _as_dict(section: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    return dict(section) if section is not None else None
 
 
 def _mining_lines(mining: MiningRecord) -> list[str]:
@@ -340,15 +335,15 @@ def _gate_lines(night: NightResult) -> list[str]:
 
 def _conversation_lines(mining: MiningRecord) -> list[str]:
     """What the threads held, and what would have checked the rows dropped for want of one."""
-    conv = mining.conversation or {}
+    conv = mining.conversation
     lines = []
-    if conv.get("threads"):
-        signals = ", ".join(f"{n} {k}" for k, n in conv["signals"].items()) or "none"
-        rejected = conv.get("rejected_by_operator") or 0
+    if conv is not None and conv.threads:
+        signals = ", ".join(f"{n} {k}" for k, n in conv.signals.items()) or "none"
+        rejected = conv.rejected_by_operator
         lines.append(
-            f"- conversations: {conv['threads']} threads ({conv['linked_threads']} of two or "
-            f"more replies, {conv['turns']} replies); read from the users' next turns and "
-            f"re-asks: {signals} ({conv['trusted']} the operator's words, {conv['untrusted']} "
+            f"- conversations: {conv.threads} threads ({conv.linked_threads} of two or "
+            f"more replies, {conv.turns} replies); read from the users' next turns and "
+            f"re-asks: {signals} ({conv.trusted} the operator's words, {conv.untrusted} "
             f"an end user's evidence"
             + (f"; {rejected} rejected by the operator" if rejected else "")
             + ")"
@@ -363,19 +358,19 @@ def _conversation_lines(mining: MiningRecord) -> list[str]:
     return lines
 
 
-def miner_lines(miner: Mapping[str, Any] | None) -> list[str]:
+def miner_lines(miner: MinerRecord | None) -> list[str]:
     """What the miner wrote (`miner.MinerReport`): asked, parsed, kept, refused and why."""
-    if not miner:
+    if not given(miner):
         return []
-    rate = miner.get("parse_rate")
-    refused = "; ".join(f"{n} {why}" for why, n in miner["refused"].items()) or "none"
-    skipped = "; ".join(f"{n} {why}" for why, n in miner["skipped"].items()) or "none"
+    rate = miner.parse_rate
+    refused = "; ".join(f"{n} {why}" for why, n in miner.refused.items()) or "none"
+    skipped = "; ".join(f"{n} {why}" for why, n in miner.skipped.items()) or "none"
     return [
-        f"- miner `{miner['miner']}`: {miner['candidates']} rows without a strong check, "
-        f"{miner['asked']} shown, parse rate {'n/a' if rate is None else f'{rate:.2f}'} "
-        f"({miner['repaired']} repaired, {miner['parse_failures']} unreadable, "
-        f"{miner['backend_errors']} backend errors), {miner['cannot_check']} cannot check; "
-        f"checks kept {miner['kept']}, refused: {refused}; not shown: {skipped}"
+        f"- miner `{miner.miner}`: {miner.candidates} rows without a strong check, "
+        f"{miner.asked} shown, parse rate {'n/a' if rate is None else f'{rate:.2f}'} "
+        f"({miner.repaired} repaired, {miner.parse_failures} unreadable, "
+        f"{miner.backend_errors} backend errors), {miner.cannot_check} cannot check; "
+        f"checks kept {miner.kept}, refused: {refused}; not shown: {skipped}"
     ]
 
 
@@ -407,14 +402,13 @@ def demo_mode_lines(modes: DemoModesRecord | None) -> list[str]:
     """The three-way demo gate: the pool, each mode's val with its 95% interval, the winner."""
     if not given(modes):
         return []
-    more = modes.extra  # the pool, its sources, each mode's shape, the adopted skill's gate
-    sources = ", ".join(f"{n} {k}" for k, n in sorted(more.get("sources", {}).items()))
+    sources = ", ".join(f"{n} {k}" for k, n in sorted(modes.sources.items()))
     lines = [
         "",
         "## Demonstrations",
         "",
-        f"Pool: {more['pool']} clean train demos ({sources or 'none'}); "
-        f"{more['leaks_refused']} refused as near-copies of val / test inputs.",
+        f"Pool: {modes.pool} clean train demos ({sources or 'none'}); "
+        f"{modes.leaks_refused} refused as near-copies of val / test inputs.",
     ]
     if modes.candidates:
         lines += [
@@ -427,16 +421,15 @@ def demo_mode_lines(modes: DemoModesRecord | None) -> list[str]:
             if mode == modes.incumbent:
                 net, verdict = "—", "incumbent (the skill phase's choice)"
             elif mode == "adopted":
-                vs = more.get("vs_adopted") or {}
-                net, verdict = "—", f"the adopted skill; {vs.get('mode')} vs it: {vs.get('reason')}"
+                vs = modes.vs_adopted
+                mode_vs, why_vs = (vs.mode, vs.reason) if vs is not None else (None, None)
+                net, verdict = "—", f"the adopted skill; {mode_vs} vs it: {why_vs}"
             else:
                 net = f"{g.result.gain_vs_best:+g}" if g else "—"
                 verdict = g.reason if g else ""
             # before shapes were kept apart, each mode's summary held its own
-            shape = (more.get("shapes") or {}).get(mode) or summary.to_dict()
-            shown = f"{shape['demos']}" + (
-                f" (retrieve {shape['retrieve']})" if shape.get("retrieve") else ""
-            )
+            shape = modes.shapes.get(mode) or DemoShape.from_dict(summary.extra)
+            shown = f"{shape.demos}" + (f" (retrieve {shape.retrieve})" if shape.retrieve else "")
             lines.append(f"| {mode} | {_ci(summary)} | {shown} | {net} | {verdict} |")
         won = modes.winner
         lines += ["", f"Winner: **{won}**" + (" (kept)" if won == modes.incumbent else "") + "."]
@@ -448,18 +441,17 @@ def weight_lines(weights: WeightsRecord | None) -> list[str]:
     """A weight night's candidates (text, adapters, both) with val, 95% CI and the gate."""
     if not given(weights):
         return []
-    data = weights.data or {}
+    data = weights.data or WeightDataRecord()
     lines = [
         "",
         "## Text or weights",
         "",
-        f"Adapter data (train tasks only): {data.get('corrections', 0)} corrections, "
-        f"{data.get('elite', 0)} elite replays, {data.get('preference_pairs', 0)} preference "
-        "pairs.",
+        f"Adapter data (train tasks only): {data.corrections} corrections, "
+        f"{data.elite} elite replays, {data.preference_pairs} preference pairs.",
     ]
     for method, t in weights.trained.items():
         loss = [f"{x:.3f}" if isinstance(x, float) else "—" for x in (t.loss_first, t.loss_last)]
-        stop = t.extra.get("stopped_by")
+        stop = _stop(t.stopped_by)
         lines.append(
             f"- {method}: {t.steps} steps in {t.seconds} s, loss {loss[0]} → {loss[1]}"
             + (f" (stopped by {stop_text(stop)})" if stop else "")
@@ -485,9 +477,9 @@ def _proposal_lines(night_dir: Path, night: NightResult) -> list[str]:
         return []
     paired = proposal.paired  # an older night's proposal has no paired comparison
     per_task = (
-        f"; per task {paired['wins']} better, {paired['losses']} worse "
-        f"(sign test p={paired['sign_test_p']:.3f})"
-        if paired
+        f"; per task {paired.wins} better, {paired.losses} worse "
+        f"(sign test p={paired.sign_test_p:.3f})"
+        if given(paired)
         else ""
     )
     lines = [
