@@ -15,8 +15,8 @@ from selftaught.gate import GateResult
 from selftaught.results import Score
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.night import summary
-from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.night.records import ProposalRecord, Summary, WeightsRecord
+from selftaught.sleep.night.result import NightResult
 from selftaught.stops import StopReason
 from tests.night_reports import round_trip
 

@@ -487,5 +487,5 @@ class SkillSetRecord(Record):
 class AdoptedAdapter(Record):
     """report.json `adapter`: the adopted adapter the night's target served with."""
 
-    version: int | None = None
+    version: str | None = None  # as `Adopted.version` names it (text)
     dir: str | None = None

@@ -132,7 +132,8 @@ class NightResult(RunResult):
     def _report_value(self, name: str, read: bool) -> Any:
         value = getattr(self, name)
         if name == "stopped_by":  # a failed night's is its reason, already written
-            return stop_dict(value) if read or not self.failed else None
+            derived = self.failed and value == StopReason.read(self.reason)
+            return stop_dict(value) if read or not derived else None
         return plain(value)
 
     def report_dict(self) -> dict[str, Any]:
@@ -179,6 +180,22 @@ class NightResult(RunResult):
         night = cls.from_report(d["project"], night_dir, d.get("report") or {})
         report = {f.name: getattr(night, f.name) for f in fields(cls) if f.name in _OWN}
         return {**super()._fields_from_dict(d), **report}
+
+    # ---- a night built phase by phase (`cycle.run_project`) ---------------------------------
+
+    def note(self, *texts: str) -> None:
+        """Add notes, in order (report.json `notes`)."""
+        self.notes = (*self.notes, *texts)
+
+    def add_seconds(self, phase: str, seconds: float) -> None:
+        """Add wall seconds to `phase_seconds[phase]`, rounded as the report keeps them."""
+        total = self.phase_seconds.get(phase, 0.0) + seconds
+        self.phase_seconds = {**self.phase_seconds, phase: round(total, 2)}
+
+    def settle(self) -> None:
+        """The `RunResult` fields a read night derives from its sections (val before / after,
+        seconds, a failed night's stop), for a night built in code once it has ended."""
+        self.__post_init__()
 
     @property
     def failed(self) -> bool:

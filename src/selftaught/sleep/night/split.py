@@ -24,6 +24,7 @@ from selftaught.demos import split_skill
 from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.mine import MinedTask, near_duplicates
+from selftaught.sleep.night.records import ProposalRecord
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.scorers import LlmJudge
 
@@ -202,18 +203,18 @@ class NightTask:
 
 
 def train_only_use(
-    splits: dict[str, list[MinedTask]], skill: str | None, proposal: dict[str, Any] | None
+    splits: dict[str, list[MinedTask]], skill: str | None, proposal: ProposalRecord | None
 ) -> dict[str, dict[str, Any]]:
     """What a staged proposal took from train-only tasks, by kind ("weak", "synthetic"): the
     ids of its skill's demos made from them (`skill`: the staged skill, None when the text was
     not staged), how many of its kept lines name them, and how many of them (those that may be
     a demo) an adapter it stages trained on. Empty when nothing was staged."""
-    if not proposal:
+    if proposal is None:
         return {}
     kinds = {t.id: k for t in splits.get("train", []) if (k := train_only(t))}
     demos = [d.id for d in split_skill(skill).demos] if skill is not None else []
-    lines = proposal.get("lines") or []
-    adapter = proposal.get("adapter") is not None
+    lines = proposal.lines
+    adapter = proposal.adapter is not None
     out: dict[str, dict[str, Any]] = {}
     for kind in TRAIN_ONLY:
         mine = {i for i, k in kinds.items() if k == kind}
@@ -222,7 +223,7 @@ def train_only_use(
         ]
         out[kind] = {
             "demos": [d for d in demos if d in mine],
-            "lines": sum(1 for line in lines if mine & set(line.get("tasks") or ())),
+            "lines": sum(1 for line in lines if mine & set(line.tasks)),
             "adapter_tasks": len(demoable) if adapter else 0,
         }
     return out
