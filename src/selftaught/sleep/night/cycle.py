@@ -1209,8 +1209,8 @@ def _learn(
     )
     if night.gate is not None:
         gain = smallest_accepted_gain(len(splits["val"]), config.training.gate)
-        night.gate = dataclasses.replace(night.gate, smallest_gain=SmallestGain.from_dict(
-            gain.to_dict()))  # fmt: skip
+        smallest = SmallestGain.from_dict(gain.to_dict())
+        night.gate = dataclasses.replace(night.gate, smallest_gain=smallest)
     task = _write_tasks(night, mined, models, night_dir)
     _time_up(night, config, deadline, "after mining")
     if config.many_skills:  # many skills (nightskills): one skill per cluster, staged apart
