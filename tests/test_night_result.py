@@ -84,6 +84,9 @@ def test_a_night_built_in_code_writes_its_set_fields() -> None:
         "night": "n1",
         "status": "no_proposal",
         "reason": None,
+        "notes": [],
+        "consumed_until": None,
+        "phases": {},
     }
 
 

@@ -262,6 +262,7 @@ def test_a_night_after_an_adapter_was_adopted_measures_it_and_trains_on_from_it(
     import torch
 
     from selftaught.sleep.night.cycle import NightModels, _as_served
+    from selftaught.sleep.night.result import NightResult
     from selftaught.sleep.night.weight_night import LocalAdapterTrainer, WeightNightConfig
     from selftaught.weights.config import BackendConfig
 
@@ -270,9 +271,9 @@ def test_a_night_after_an_adapter_was_adopted_measures_it_and_trains_on_from_it(
     stage_night(home, "n1", adapter=adapter)
     staging.adopt(PROJECT, "n1", home=home)
     adopted = staging.read_adopted_files(PROJECT, home)
-    report: dict = {"notes": []}
-    models = _as_served(NightModels(base, "local", base, "local"), adopted, report)
-    assert models.target is not base and report["adapter"]["version"] == "1"
+    night = NightResult(project=PROJECT, night_dir=None)
+    models = _as_served(NightModels(base, "local", base, "local"), adopted, night)
+    assert models.target is not base and night.adapter and night.adapter.version == "1"
     trainer = LocalAdapterTrainer("local", WeightNightConfig(), models.target)
     trainer._load()
     assert trainer.start_adapter == adopted.adapter and trainer._base is base.model

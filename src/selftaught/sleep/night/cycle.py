@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeGuard
+from typing import Any, ClassVar, NamedTuple, TypeGuard
 from urllib.parse import urlparse
 
 from rich.console import Console
@@ -107,7 +107,29 @@ from selftaught.sleep.night.mine import (
 )
 from selftaught.sleep.night.miner import Miner, MinerConfig, Pending, wants_check
 from selftaught.sleep.night.proofread import proofread
-from selftaught.sleep.night.records import PhaseRecord, each
+from selftaught.sleep.night.records import (
+    AdoptedAdapter,
+    BudgetRecord,
+    ClientWindow,
+    DreamRecord,
+    GateMode,
+    MiningRecord,
+    ModelSpecs,
+    PairedRecord,
+    PhaseRecord,
+    ProofreadRecord,
+    ProposalRecord,
+    RecallRecord,
+    SmallestGain,
+    SplitCounts,
+    Summary,
+    TrainingRecord,
+    TrainOnlyUse,
+    WeakRecord,
+    WindowRecord,
+    each,
+    plain,
+)
 from selftaught.sleep.night.replay import conversations, mine_tool_task, night_task
 from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
@@ -354,14 +376,15 @@ class NightModels:
     """Writes checks for rows without one (`miner.py`); None: no miner."""
     miner_spec: str | None = None
 
-    def specs(self) -> dict[str, str | None]:
-        return {
-            "target": self.target_spec,
-            "optimizer": self.optimizer_spec,
-            "judge": self.judge_spec,
-            "target_name": self.target.name,
-            "miner": self.miner_label(),
-        }
+    def specs(self) -> ModelSpecs:
+        """report.json `models`: each role's spec and the target's name."""
+        return ModelSpecs(
+            target=self.target_spec,
+            optimizer=self.optimizer_spec,
+            judge=self.judge_spec,
+            target_name=self.target.name,
+            miner=self.miner_label(),
+        )
 
     def miner_label(self) -> str | None:
         """The miner as the report names it: its spec, else its model's name."""
@@ -516,18 +539,30 @@ def _private_filter(
     return kept, len(rows) - len(kept)
 
 
-def _gate_mode(training: SkillOptConfig) -> dict[str, Any]:
+def _gate_mode(training: SkillOptConfig) -> GateMode:
     g = training.gate
-    return {
-        "mode": "off" if g.accept_all else "on",
-        "metric": g.metric,
-        "margin": g.margin,
-        "confidence": g.confidence,
-    }
+    return GateMode(
+        mode="off" if g.accept_all else "on",
+        metric=g.metric,
+        margin=g.margin,
+        confidence=g.confidence,
+    )
+
+
+class _Verdict(NamedTuple):
+    """How a night that consolidated ends: its status, why, and the proposal it staged."""
+
+    status: str
+    reason: str
+    proposal: ProposalRecord | None = None
+
+
+def _summary(d: Mapping[str, Any] | None) -> Summary | None:
+    return Summary.from_dict(d) if d is not None else None
 
 
 def _outcome(
-    report: dict[str, Any],
+    night: NightResult,
     night_dir: Path,
     adopted: Adopted,
     result: Consolidation,
@@ -538,102 +573,111 @@ def _outcome(
 ) -> None:
     """Status, reason and proposal of a night whose consolidation ran (with `choice`: the
     gate's pick among text, weights and both decides)."""
-    report["phases"] = {
-        d: {k: v for k, v in p.items() if k != "best"} for d, p in result.phases.items()
+    night.phases = {
+        d: PhaseRecord.from_dict({k: v for k, v in p.items() if k != "best"})
+        for d, p in result.phases.items()
     }
-    report["usage"] = result.ledger.to_dict()
+    night.usage = result.ledger.to_dict()
     failure = backend_failure(result, evidence, config.training.gate.max_missing)
     if failure is not None:
-        report.update(status="backend_failed", reason=failure)
+        night.status, night.reason = "backend_failed", failure
         return
     if choice is not None:
-        _weights_outcome(report, night_dir, adopted, result, config, choice, base_spec)
-        return
+        night.weights = choice.record()
+        verdict = _weights_outcome(night_dir, adopted, result, config, choice, base_spec,
+                                   night.proofread)  # fmt: skip
+    else:
+        verdict = _text_outcome(night_dir, adopted, result, config, night.proofread, night.notes)
+    night.status, night.reason, night.proposal = verdict
+
+
+def _text_outcome(
+    night_dir: Path,
+    adopted: Adopted,
+    result: Consolidation,
+    config: SleepConfig,
+    proofread: ProofreadRecord | None,
+    notes: Sequence[str],
+) -> _Verdict:
+    """Stage the night's text when it changed; else why nothing was proposed."""
     changed = result.skill.strip() != adopted.skill.strip() or (
         result.memory.strip() != adopted.memory.strip()
     )
     ran = [p for p in result.phases.values() if p.get("ran")]
     if not changed:
-        reason = summary.why_nothing(night_dir, each(PhaseRecord)(report["phases"]))
-        dropped = (report.get("proofread") or {}).get("dropped")
+        reason = summary.why_nothing(night_dir, each(PhaseRecord)(result.phases))
+        dropped = proofread.dropped if proofread is not None else ()
         if dropped:
             reason = (
                 f"nothing to propose: leave-one-out dropped every line the night proposed "
                 f"({len(dropped)}: each earned nothing on val, or held a block marker)"
             )
         prefix = "weights: "  # the notes `weight_candidates` wrote
-        weight_notes = [n.removeprefix(prefix) for n in report["notes"] if n.startswith(prefix)]
+        weight_notes = [n.removeprefix(prefix) for n in notes if n.startswith(prefix)]
         if not result.phases and weight_notes:  # a weights-only night: why no adapter
             reason = "nothing to propose: " + "; ".join(weight_notes)
-        report.update(status="no_proposal", reason=reason)
-        return
+        return _Verdict("no_proposal", reason)
     changes = staging.write_proposal(night_dir, adopted, result.skill, result.memory)
     first, last = ran[0], ran[-1]
-    proposal = {
-        "skill_changed": changes["skill"],
-        "memory_changed": changes["memory"],
-        "lines": (report.get("proofread") or {}).get("kept", []),
-        "val_before": first["val_initial"],
-        "val_after": result.val_final or last["val_best"],
-        "paired": paired_val(result, adopted, result.skill, result.memory),
-        "test": last.get("test"),
-    }
-    report["proposal"] = proposal
+    before = Summary.from_dict(first["val_initial"])
+    after = Summary.from_dict(result.val_final or last["val_best"])
+    proposal = ProposalRecord(
+        skill_changed=changes["skill"],
+        memory_changed=changes["memory"],
+        lines=proofread.kept if proofread is not None else (),
+        val_before=before,
+        val_after=after,
+        paired=PairedRecord.from_dict(paired_val(result, adopted, result.skill, result.memory)),
+        test=_summary(last.get("test")),
+    )
     gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
     what = " and ".join(k for k in ("skill", "memory") if changes[k])
-    report.update(
-        status="staged",
-        reason=f"a new {what} was proposed ({gate}): val "
-        f"{proposal['val_before']['hard']:.3f} → {proposal['val_after']['hard']:.3f}",
-    )
+    reason = f"a new {what} was proposed ({gate}): val {before.hard:.3f} → {after.hard:.3f}"
+    return _Verdict("staged", reason, proposal)
 
 
 def _weights_outcome(
-    report: dict[str, Any],
     night_dir: Path,
     adopted: Adopted,
     result: Consolidation,
     config: SleepConfig,
     choice: WeightChoice,
     base_spec: str,
-) -> None:
+    proofread: ProofreadRecord | None,
+) -> _Verdict:
     """Stage what the gate chose among text, weights and both (the adapter in `adapter/`)."""
-    report["weights"] = choice.to_dict()
     if choice.winner == "current":
         discard_adapters(night_dir)
-        report.update(
-            status="no_proposal", reason=f"the gate kept the adopted version: {choice.why}"
-        )
-        return
+        return _Verdict("no_proposal", f"the gate kept the adopted version: {choice.why}")
     text = choice.with_text
     skill, memory = (result.skill, result.memory) if text else (adopted.skill, adopted.memory)
     changes = staging.write_proposal(night_dir, adopted, skill, memory)
     ran = [p for p in result.phases.values() if p.get("ran")]
-    proposal: dict[str, Any] = {
-        "skill_changed": changes["skill"],
-        "memory_changed": changes["memory"],
-        "lines": (report.get("proofread") or {}).get("kept", []) if text else [],
-        "val_before": choice.candidates["current"],
-        "val_after": choice.candidates[choice.winner],
-        "paired": choice.paired(),
-        "test": ran[-1].get("test") if choice.winner == "text" and ran else None,
-        "candidate": choice.winner,
-    }
+    before = Summary.from_dict(choice.candidates["current"])
+    after = Summary.from_dict(choice.candidates[choice.winner])
     if choice.adapter is not None:
-        proposal["adapter"] = stage_adapter(choice, night_dir, base_spec)
+        adapter = stage_adapter(choice, night_dir, base_spec)
     else:
+        adapter = None
         discard_adapters(night_dir)
-    report["proposal"] = proposal
-    gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
-    report.update(
-        status="staged",
-        reason=f"the {gate} chose {choice.winner}: val "
-        f"{proposal['val_before']['hard']:.3f} → {proposal['val_after']['hard']:.3f}",
+    proposal = ProposalRecord(
+        skill_changed=changes["skill"],
+        memory_changed=changes["memory"],
+        lines=proofread.kept if proofread is not None and text else (),
+        val_before=before,
+        val_after=after,
+        paired=PairedRecord.from_dict(choice.paired()),
+        test=_summary(ran[-1].get("test")) if choice.winner == "text" and ran else None,
+        candidate=choice.winner,
+        adapter=adapter,
     )
+    gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
+    reason = f"the {gate} chose {choice.winner}: val {before.hard:.3f} → {after.hard:.3f}"
+    return _Verdict("staged", reason, proposal)
 
 
 def _weights(
-    report: dict[str, Any],
+    night: NightResult,
     config: SleepConfig,
     models: NightModels,
     task: NightTask,
@@ -652,13 +696,14 @@ def _weights(
     trainer = models.adapter_trainer
     if trainer is None:
         if not is_local_spec(models.target_spec):
-            report["notes"].append(
+            night.note(
                 f"weights not trained: the target {models.target_spec!r} is not a local model "
                 "(`local` or `local:PATH`); the night stayed text-only"
             )
             return None
         trainer = LocalAdapterTrainer(models.target_spec, config.weight_training, models.target)
-    report["training"]["weights"] = config.weights
+    if night.training is not None:
+        night.training = dataclasses.replace(night.training, weights=config.weights)
     choice, notes = weight_candidates(
         config.weights,
         config.weight_training,
@@ -673,51 +718,50 @@ def _weights(
         result.ledger,
         console,
     )
-    report["notes"] += notes
+    night.note(*notes)
     return choice
 
 
 # ---- one project ----------------------------------------------------------------------------
 
 
-def _base_report(
-    project: str, night: str, models: NightModels, config: SleepConfig
-) -> dict[str, Any]:
-    return {
-        "kind": staging.NIGHT_KIND,
-        "night": night,
-        "project": project,
-        "status": "running",
-        "reason": None,
-        "pid": os.getpid(),
-        "started_at": time.time(),
-        "models": models.specs(),
-        "gate": _gate_mode(config.training),
-        "training": {
-            "epochs": config.training.epochs,
-            "batch_size": config.training.batch_size,
-            "rollouts_k": config.training.rollouts_k,
-            "concurrency": config.training.concurrency,
-            "documents": list(config.documents),
-            "preferences": bool(config.training.preferences.strip()),
-        },
-        "budget": dataclasses.asdict(config.training.budget),
-        "notes": [],
-    }
+def _new_night(
+    project: str, night: str, night_dir: Path, models: NightModels, config: SleepConfig, home: Path
+) -> NightResult:
+    """The night as it starts (report.json's first write, as running)."""
+    training = config.training
+    return NightResult(
+        project=project,
+        night_dir=night_dir,
+        night=night,
+        status="running",
+        pid=os.getpid(),
+        started_at=time.time(),
+        models=models.specs(),
+        gate=_gate_mode(training),
+        training=TrainingRecord(
+            epochs=training.epochs,
+            batch_size=training.batch_size,
+            rollouts_k=training.rollouts_k,
+            concurrency=training.concurrency,
+            documents=tuple(config.documents),
+            preferences=bool(training.preferences.strip()),
+        ),
+        budget=BudgetRecord.from_dict(plain(dataclasses.asdict(training.budget))),
+        base_version=staging.current_version(project, home),
+    )
 
 
-def _model_change(report: dict[str, Any], project: str, home: Path) -> str | None:
+def _model_change(now: ModelSpecs | None, project: str, home: Path) -> str | None:
     last = staging.last_models(project, home)
-    if last is None:
+    if last is None or now is None:
         return None
-    night, specs = last
-    before, now = specs.to_dict(), report["models"]
-    changed = [
-        k for k in ("target", "optimizer", "judge", "target_name") if before.get(k) != now.get(k)
-    ]
+    night, before = last
+    keys = ("target", "optimizer", "judge", "target_name")
+    changed = [k for k in keys if getattr(before, k) != getattr(now, k)]
     if not changed:
         return None
-    parts = ", ".join(f"{k} {before.get(k)!r} → {now.get(k)!r}" for k in changed)
+    parts = ", ".join(f"{k} {getattr(before, k)!r} → {getattr(now, k)!r}" for k in changed)
     return (
         f"the models changed since night {night} ({parts}): a skill learned for one model may "
         "not suit another"
@@ -850,7 +894,7 @@ def _night_miner(
 
 
 def _mine_and_split(
-    report: dict[str, Any],
+    night: NightResult,
     rows: list[Interaction],
     config: SleepConfig,
     models: NightModels,
@@ -858,51 +902,44 @@ def _mine_and_split(
     home: Path,
     evidence: EvidenceLog,
 ) -> _Mined:
+    """Mine tonight's tasks, recall past ones, split them, then (when asked) add weak labels
+    and dreamt variants to train; each section is the night's as soon as it is known (a night
+    too small to gate still reports its mining)."""
     kept, withheld = _private_filter(rows, models, config.allow_remote)
     mining = dataclasses.replace(config.mining, judge=models.judge is not None)
     unchecked: list[Interaction] = []
     ledger = UsageLedger(budget=config.training.budget)
     miner = _night_miner(config, models, mining, ledger, evidence)
-    rejected = rejected_signals(report["project"], home)
-    workspaces = WorkspaceMiner(report["project"], home)
+    rejected = rejected_signals(night.project, home)
+    workspaces = WorkspaceMiner(night.project, home)
     tasks, mined = mine(kept, mining, rejected, unchecked, miner, workspaces)
     mined.withheld_private = withheld
-    report["mining"] = mined.to_dict()
+    night.mining = MiningRecord.from_dict(mined.to_dict())
     if ledger.roles:  # the miner's calls, even when the night stops before consolidating
-        report["usage"] = ledger.to_dict()
+        night.usage = ledger.to_dict()
     if mined.miner.get("backend_errors"):
-        report["notes"].append(
+        night.note(
             f"{mined.miner['backend_errors']} miner calls failed (first: "
             f"{mined.miner['first_error']}); those rows were left without a written check"
         )
     if withheld:
-        report["notes"].append(
+        night.note(
             f"{withheld} private (harvested) interactions were left out: "
             f"{', '.join(models.remote())} is a remote model; mark them reviewed or pass "
             "--allow-remote to use them"
         )
-    pool = recall.load(report["project"], home) if config.recall_max else []
-    combined, recalled, rest = recall.combine(
-        tasks,
-        pool,
-        threshold=mining.near_duplicate,
-        private_ok=config.allow_remote or not models.remote(),
-        pinned=split_skill(adopted.skill).demos,
-    )
-    recalled.max = config.recall_max
-    report["recall"] = recalled.to_dict()
-    if is_agent(models.target):
-        combined = _checkable_on_agent(report, combined, tasks)
-    combined = _checkable_workspaces(report, combined, tasks, is_agent(models.target))
+    combined, rest = _recall(night, tasks, config, models, adopted, home, mining)
+    combined = _checkable(night, combined, tasks, is_agent(models.target))
     splits = assign_splits(combined, config.split, mining.near_duplicate)
     private_ids = {it.id for it in kept if it.private and not it.reviewed}
     waiting = None
     if config.weak.k and is_agent(models.target):
-        report["notes"].append("weak labels: not sampled on an agent target")
+        night.note("weak labels: not sampled on an agent target")
     elif config.weak.k:
         target = TrackedModel(EvidenceModel(models.target, evidence, "target"), ledger, "target")
         policy = Policy(adopted.skill, adopted.memory)
-        waiting = _weak_labels(report, unchecked, combined, splits, config, target, policy, home)
+        waiting, night.weak = _weak_labels(night, unchecked, combined, splits, config, target,
+                                           policy, home)  # fmt: skip
     if config.dream.n:
         analyst = EvidenceModel(models.optimizer, evidence, "optimizer")
         _, dreamt = dream(
@@ -913,12 +950,42 @@ def _mine_and_split(
             mining.near_duplicate,
             config.split.seed,
         )
-        report["dream"] = dreamt.to_dict()
+        night.dream = DreamRecord.from_dict(dreamt.to_dict())
     return _Mined(tasks, splits, rest, private_ids, ledger, waiting)
 
 
+def _recall(
+    night: NightResult,
+    tasks: list[MinedTask],
+    config: SleepConfig,
+    models: NightModels,
+    adopted: Adopted,
+    home: Path,
+    mining: MineConfig,
+) -> tuple[list[MinedTask], list[recall.Recalled]]:
+    """Tonight's tasks and the recalled ones (`recall.combine`), the night's `recall`
+    recorded; the pool's records to write back after the night."""
+    pool = recall.load(night.project, home) if config.recall_max else []
+    combined, recalled, rest = recall.combine(
+        tasks,
+        pool,
+        threshold=mining.near_duplicate,
+        private_ok=config.allow_remote or not models.remote(),
+        pinned=split_skill(adopted.skill).demos,
+    )
+    night.recall = RecallRecord(
+        pool=recalled.pool,
+        recalled=dict(recalled.recalled),
+        mined_again=recalled.mined_again,
+        pinned_train=recalled.pinned_train,
+        withheld_private=recalled.withheld_private,
+        max=config.recall_max,
+    )
+    return combined, rest
+
+
 def _weak_labels(
-    report: dict[str, Any],
+    night: NightResult,
     unchecked: list[Interaction],
     checked: list[MinedTask],
     splits: dict[str, list[MinedTask]],
@@ -926,56 +993,51 @@ def _weak_labels(
     target: ChatModel,
     policy: Policy,
     home: Path,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], WeakRecord]:
     """Weak labels (`weak.py`) added to train after the split (a night too small to gate
-    spends nothing on them), past ones scored where a real reference came since; what the
-    project's weak-label file is to hold after the night."""
+    spends nothing on them), past ones scored where a real reference came since: what the
+    project's weak-label file is to hold after the night, and the night's `weak`."""
     found, labels = weak_label(
         unchecked, checked, config.weak, config.mining, target, policy, config.training
     )
     add_train_only(splits, found, config.mining.near_duplicate)
     settle_weak(splits, found, config.weak, labels)
-    past = load_waiting(report["project"], home)
+    past = load_waiting(night.project, home)
     left = verify_waiting(past, checked, config.mining.near_duplicate, labels)
-    waiting = still_waiting(left, found, report["night"])
+    waiting = still_waiting(left, found, night.night)
     labels.waiting = len(waiting)
-    report["weak"] = labels.to_dict()
-    return waiting
+    return waiting, WeakRecord.from_dict(labels.to_dict())
 
 
-def _checkable_on_agent(
-    report: dict[str, Any], combined: list[MinedTask], tonight: list[MinedTask]
+_WORKSPACE_LEFT = "a workspace task (the agent's own test run) needs an agent target or its folder"
+
+
+def _checkable(
+    night: NightResult, combined: list[MinedTask], tonight: list[MinedTask], agent: bool
 ) -> list[MinedTask]:
-    """The tasks an agent's run can be checked on (`agent_replay.for_agent`); the others are
-    counted among tonight's dropped, or noted when recalled."""
-    kept, left = for_agent(combined)
-    tonight_ids = {id(t) for t in tonight}
-    mined_left = sum(id(t) in tonight_ids for t in left)
-    if mined_left:
-        dropped = report["mining"]["dropped"]
-        dropped[NOT_CHECKABLE] = dropped.get(NOT_CHECKABLE, 0) + mined_left
-    if len(left) > mined_left:
-        report["notes"].append(
-            f"{len(left) - mined_left} recalled tasks were left out: {NOT_CHECKABLE}"
-        )
-    return kept
-
-
-def _checkable_workspaces(
-    report: dict[str, Any], combined: list[MinedTask], tonight: list[MinedTask], agent: bool
-) -> list[MinedTask]:
-    """The workspace tasks the target can be checked on (`agent_outcome.for_target`); the
-    others are counted among tonight's dropped, or noted when recalled."""
+    """The tasks the target can be checked on: on an agent, those its run can be checked on
+    (`agent_replay.for_agent`); the workspace tasks only on an agent or with their folder
+    (`agent_outcome.for_target`). The others are counted among tonight's dropped, or noted
+    when recalled."""
+    if agent:
+        combined, left = for_agent(combined)
+        _leave_out(night, left, tonight, NOT_CHECKABLE)
     kept, left = for_target(combined, agent)
+    _leave_out(night, left, tonight, _WORKSPACE_LEFT)
+    return kept
+
+
+def _leave_out(
+    night: NightResult, left: list[MinedTask], tonight: list[MinedTask], why: str
+) -> None:
     tonight_ids = {id(t) for t in tonight}
     mined_left = sum(id(t) in tonight_ids for t in left)
-    why = "a workspace task (the agent's own test run) needs an agent target or its folder"
-    if mined_left:
-        dropped = report["mining"]["dropped"]
+    if mined_left and night.mining is not None:
+        dropped = dict(night.mining.dropped)
         dropped[why] = dropped.get(why, 0) + mined_left
+        night.mining = dataclasses.replace(night.mining, dropped=dropped)
     if len(left) > mined_left:
-        report["notes"].append(f"{len(left) - mined_left} recalled tasks were left out: {why}")
-    return kept
+        night.note(f"{len(left) - mined_left} recalled tasks were left out: {why}")
 
 
 def run_project(
@@ -993,76 +1055,78 @@ def run_project(
     deadline: Deadline = UNLIMITED,
 ) -> NightResult:
     """One project's night, staged in `night_dir` (report.json is written first, as running);
-    `deadline`: the night's `--max-minutes`, checked between phases."""
-    report = _base_report(project, night, models, config)
-    report["base_version"] = staging.current_version(project, home)
-    adopted = start_from(report, staging.read_adopted_files(project, home), config.start_document)
-    models = _as_served(models, adopted, report)
-    taken = _take_window(report, rows, since, until, config)
-    change = _model_change(report, project, home)
+    `deadline`: the night's `--max-minutes`, checked between phases. The `NightResult` is
+    built phase by phase; report.json is always its `report_dict()`."""
+    outcome = _new_night(project, night, night_dir, models, config, home)
+    adopted = start_from(outcome, staging.read_adopted_files(project, home), config.start_document)
+    models = _as_served(models, adopted, outcome)
+    taken = _take_window(outcome, rows, since, until, config)
+    change = _model_change(outcome.models, project, home)
     if change:
-        report["notes"].append(change)
+        outcome.note(change)
         console.print(f"[bold yellow]warning:[/] {project}: {change}")
     # slow update (issue 51): the trainers write the project's edit ledger, rollbacks noted
     ledger = night_ledger(project, home, night_dir, dry_run)
     config = dataclasses.replace(config, training=with_ledger(config.training, ledger))
     sync_rollbacks(project, home, EditLedger(config.training.edit_ledger or ledger))
-    atomic_write_json(night_dir / "report.json", report)
+    atomic_write_json(night_dir / "report.json", outcome.report_dict())
     evidence = EvidenceLog(night_dir / "evidence.jsonl")
     mined: _Mined | None = None
     try:
-        with _timed(report, "mine"):
-            mined = _mine_and_split(report, taken, config, models, adopted, home, evidence)
-        _learn(
-            report, project, mined, config, models, adopted, night_dir, evidence, console, deadline
-        )
+        with _timed(outcome, "mine"):
+            mined = _mine_and_split(outcome, taken, config, models, adopted, home, evidence)
+        _learn(outcome, mined, config, models, adopted, night_dir, evidence, console, deadline)
     except TooFewTasks as err:
-        report.update(status="too_few_tasks", reason=str(err))
+        outcome.status, outcome.reason = "too_few_tasks", str(err)
     except (SplitOverlap, BlockMarkerError) as err:  # the latter: adopted text from before
-        report.update(status="failed", reason=str(err))
+        outcome.status, outcome.reason = "failed", str(err)
     except Exception as err:  # a bug or bad settings: the folder still says what happened
-        report.update(status="failed", reason=f"{type(err).__name__}: {err}")
-        _finish(night_dir, report, evidence)
+        outcome.status, outcome.reason = "failed", f"{type(err).__name__}: {err}"
+        _finish(night_dir, outcome, evidence)
         raise
-    used = report["status"] in staging.ADVANCES_CURSOR  # else: read again next night
-    if mined is not None and config.recall_max and not dry_run and used:
-        report["recall"]["pool_after"] = recall.remember(
-            project, home, night, mined.tonight, mined.rest, mined.private_ids, config.recall_max
-        )
-    if mined is not None and mined.weak_waiting is not None and not dry_run and used:
-        remember_waiting(project, home, mined.weak_waiting)
+    if mined is not None and not dry_run and outcome.status in staging.ADVANCES_CURSOR:
+        _remember(outcome, mined, config, home)  # else: read again next night
     if not dry_run:
-        _count_patience(report, project, night, config, home)
-    _finish(night_dir, report, evidence)
-    outcome = NightResult.from_report(project, night_dir, report)
-    if config.auto_adopt and report["status"] == "staged" and not dry_run:
+        _count_patience(outcome, config, home)
+    _finish(night_dir, outcome, evidence)
+    if config.auto_adopt and outcome.status == "staged" and not dry_run:
         outcome = _auto_adopt(outcome, night_dir, night, config, home, console)
     return outcome
 
 
-def _count_patience(
-    report: dict[str, Any], project: str, night: str, config: SleepConfig, home: Path
-) -> None:
+def _remember(night: NightResult, mined: _Mined, config: SleepConfig, home: Path) -> None:
+    """Keep tonight's tasks for the nights to come (`recall.py`) and the weak labels still
+    waiting for a reference (`weak.py`), once the night has used its interactions."""
+    if config.recall_max and night.recall is not None:
+        pool_after = recall.remember(night.project, home, night.night, mined.tonight,
+                                     mined.rest, mined.private_ids, config.recall_max)  # fmt: skip
+        night.recall = dataclasses.replace(night.recall, pool_after=pool_after)
+    if mined.weak_waiting is not None:
+        remember_waiting(night.project, home, mined.weak_waiting)
+
+
+def _count_patience(night: NightResult, config: SleepConfig, home: Path) -> None:
     """Count the night toward `--patience` (`sleep/pause.py`); the stop when it fired."""
-    stop = pause.count_night(project, night, report["status"], config.stops.patience, home)
+    project = night.project
+    stop = pause.count_night(project, night.night, night.status, config.stops.patience, home)
     if stop is not None:
-        report["stopped_by"] = stop.to_dict()  # it outranks max-minutes: it pauses the schedule
-        report["notes"].append(
+        night.stopped_by = stop  # it outranks max-minutes: it pauses the schedule
+        night.note(
             f"stopped by {stop}: the schedule of {project} is paused "
             f"(`selftaught sleep resume --project {project}` resumes it)"
         )
 
 
-def _time_up(report: dict[str, Any], config: SleepConfig, deadline: Deadline, at: str) -> bool:
+def _time_up(night: NightResult, config: SleepConfig, deadline: Deadline, at: str) -> bool:
     """Whether the night's `--max-minutes` has passed at this phase boundary; the first time,
     the stop is recorded."""
     if not deadline.passed():
         return False
-    if "stopped_by" not in report:
+    if night.stopped_by is None:
         assert config.stops.max_minutes is not None
         stop = StopReason.max_minutes(config.stops.max_minutes, at)
-        report["stopped_by"] = stop.to_dict()
-        report["notes"].append(
+        night.stopped_by = stop
+        night.note(
             f"stopped by {stop}: the phases after it were skipped; only what the gate accepted "
             "is staged"
         )
@@ -1070,17 +1134,17 @@ def _time_up(report: dict[str, Any], config: SleepConfig, deadline: Deadline, at
 
 
 @contextmanager
-def _timed(report: dict[str, Any], phase: str) -> Iterator[None]:
-    """Add the block's wall seconds to `report["phase_seconds"][phase]` (what a night costs)."""
+def _timed(night: NightResult, phase: str) -> Iterator[None]:
+    """Add the block's wall seconds to the night's `phase_seconds[phase]` (what a night
+    costs)."""
     t0 = time.perf_counter()
     try:
         yield
     finally:
-        seconds = report.setdefault("phase_seconds", {})
-        seconds[phase] = round(seconds.get(phase, 0.0) + time.perf_counter() - t0, 2)
+        night.add_seconds(phase, time.perf_counter() - t0)
 
 
-def _as_served(models: NightModels, adopted: Adopted, report: dict[str, Any]) -> NightModels:
+def _as_served(models: NightModels, adopted: Adopted, night: NightResult) -> NightModels:
     """The night measures the agent as it serves: with the adopted version's adapter, when it
     has one (a weight night then goes on training that adapter)."""
     if adopted.adapter is None:
@@ -1088,9 +1152,9 @@ def _as_served(models: NightModels, adopted: Adopted, report: dict[str, Any]) ->
     from selftaught.models.adapters import with_adapter
     from selftaught.models.local import LocalModel
 
-    report["adapter"] = {"version": adopted.version, "dir": str(adopted.adapter)}
+    night.adapter = AdoptedAdapter(version=adopted.version, dir=str(adopted.adapter))
     if not isinstance(models.target, LocalModel):
-        report["notes"].append(
+        night.note(
             f"version {adopted.version} serves an adapter, but the night's target "
             f"{models.target_spec!r} is not a local model: val was measured without it"
         )
@@ -1099,38 +1163,40 @@ def _as_served(models: NightModels, adopted: Adopted, report: dict[str, Any]) ->
 
 
 def _take_window(
-    report: dict[str, Any], rows: list[Interaction], since: float, until: float, config: SleepConfig
+    night: NightResult, rows: list[Interaction], since: float, until: float, config: SleepConfig
 ) -> list[Interaction]:
     """The rows this night reads (the caps may leave the newest for the next night, a client's
     rows over its share are left out)."""
     take = take_fairly(rows, config.max_tasks, config.max_sessions, config.max_client_share)
     taken, capped = take.rows, take.capped
-    report["window"] = {
-        "since": since,
-        "until": until,
-        "read": len(taken),
-        "capped": capped,
-        "max_client_share": config.max_client_share,
-        **take.to_dict(),
-    }
-    report["consumed_until"] = taken[-1].created_at + 1e-6 if capped and taken else until
+    night.window = WindowRecord(
+        since=since,
+        until=until,
+        read=len(taken),
+        capped=capped,
+        max_client_share=config.max_client_share,
+        allowance=take.allowance,
+        share=take.share,
+        clients={
+            c: ClientWindow(window=n, read=take.read[c], left_out=take.left_out[c])
+            for c, n in take.window.most_common()
+        },
+    )
+    night.consumed_until = taken[-1].created_at + 1e-6 if capped and taken else until
     for client, n in take.left_out.items():
-        report["notes"].append(
+        night.note(
             f"client {client!r} sent {take.window[client]} of the window's {len(rows)} "
             f"interactions: {take.read[client]} read, {n} left out over its share "
             f"({take.allowance} rows, {take.share:.0%} of the night)"
         )
     if capped:
         waiting = len(rows) - len(taken) - sum(take.left_out.values())
-        report["notes"].append(
-            f"stopped reading at {capped}: {waiting} interactions wait for the next night"
-        )
+        night.note(f"stopped reading at {capped}: {waiting} interactions wait for the next night")
     return taken
 
 
 def _learn(
-    report: dict[str, Any],
-    project: str,
+    night: NightResult,
     mined: _Mined,
     config: SleepConfig,
     models: NightModels,
@@ -1143,30 +1209,24 @@ def _learn(
     """Write the night's tasks, consolidate a skill and memory on them, record the outcome;
     past `deadline`, the phases left are skipped (proofreading spends no val calls)."""
     splits = mined.splits
-    report["splits"] = {s: len(v) for s, v in splits.items()}
-    report["gate"]["smallest_gain"] = smallest_accepted_gain(
-        len(splits["val"]), config.training.gate
-    ).to_dict()
-    tonight = {id(t) for t in mined.tonight}
-    rows_out = [
-        {**summary.task_row(t), "recalled": id(t) not in tonight}
-        for s in splits.values()
-        for t in s
-    ]
-    write_jsonl(night_dir / "tasks.jsonl", rows_out)
-    agent = is_agent(models.target)  # replays on the agent itself, else on a chat model:
-    task = AgentNightTask(project, splits) if agent else night_task(project, splits)
-    report["replay"] = "agent" if agent else "episode" if is_tool_task(task) else "reply"
-    _time_up(report, config, deadline, "after mining")
+    night.splits = SplitCounts(
+        train=len(splits["train"]), val=len(splits["val"]), test=len(splits["test"])
+    )
+    if night.gate is not None:
+        gain = smallest_accepted_gain(len(splits["val"]), config.training.gate)
+        smallest = SmallestGain.from_dict(gain.to_dict())
+        night.gate = dataclasses.replace(night.gate, smallest_gain=smallest)
+    task = _write_tasks(night, mined, models, night_dir)
+    _time_up(night, config, deadline, "after mining")
     if config.many_skills:  # many skills (nightskills): one skill per cluster, staged apart
         from selftaught.sleep.night.skills import learn_skills
 
         home = config.home or sleep_home()
-        with _timed(report, "skills"):
-            learn_skills(report, project, task, config, models, night_dir, evidence,
-                         mined.ledger, console, home)  # fmt: skip
+        with _timed(night, "skills"):
+            learn_skills(night, task, config, models, night_dir, evidence, mined.ledger,
+                         console, home)  # fmt: skip
         return
-    with _timed(report, "text"):
+    with _timed(night, "text"):
         result = consolidate(
             config.training,
             config.documents,
@@ -1183,41 +1243,63 @@ def _learn(
             ledger=mined.ledger,
             deadline=deadline,
         )
-    report["notes"] += result.notes
-    late = _time_up(report, config, deadline, "after the text phase")
+    night.note(*result.notes)
+    late = _time_up(night, config, deadline, "after the text phase")
     if late:  # the gated proposal is staged as the gate took it: no leave-one-out calls
         config = dataclasses.replace(config, leave_one_out=0)
-    with _timed(report, "proofread"):
-        _proofread(
-            report, result, adopted, task, models.target, config, night_dir, evidence, splits
-        )
-    late = late or _time_up(report, config, deadline, "after proofreading")
-    with _timed(report, "weights"):
+    with _timed(night, "proofread"):
+        done = _proofread(result, adopted, task, models.target, config, night_dir, evidence,
+                          splits)  # fmt: skip
+        if done is not None:
+            night.proofread = done
+            night.note(*done.notes)
+    late = late or _time_up(night, config, deadline, "after proofreading")
+    with _timed(night, "weights"):
         choice = None
         if late and config.weights != "off":
-            report["notes"].append("weights not trained: the night's --max-minutes had passed")
+            night.note("weights not trained: the night's --max-minutes had passed")
         elif not late:
             choice = _weights(
-                report, config, models, task, mined, adopted, result, night_dir, evidence, console
+                night, config, models, task, mined, adopted, result, night_dir, evidence, console
             )
-    _outcome(report, night_dir, adopted, result, evidence, config, choice, models.target_spec)
-    _train_only_use(report, night_dir, splits)
+    _outcome(night, night_dir, adopted, result, evidence, config, choice, models.target_spec)
+    _train_only_use(night, night_dir, splits)
+
+
+def _write_tasks(
+    night: NightResult, mined: _Mined, models: NightModels, night_dir: Path
+) -> NightTask:
+    """tasks.jsonl (every task of the night, recalled ones marked) and the task the night
+    replays them with: on the agent itself, else on a chat model (the night's `replay`)."""
+    tonight = {id(t) for t in mined.tonight}
+    rows_out = [
+        {**summary.task_row(t), "recalled": id(t) not in tonight}
+        for s in mined.splits.values()
+        for t in s
+    ]
+    write_jsonl(night_dir / "tasks.jsonl", rows_out)
+    agent = is_agent(models.target)
+    project = night.project
+    task = AgentNightTask(project, mined.splits) if agent else night_task(project, mined.splits)
+    night.replay = "agent" if agent else "episode" if is_tool_task(task) else "reply"
+    return task
 
 
 def _train_only_use(
-    report: dict[str, Any], night_dir: Path, splits: dict[str, list[MinedTask]]
+    night: NightResult, night_dir: Path, splits: dict[str, list[MinedTask]]
 ) -> None:
     """Whether what the night staged used its weak or synthetic tasks (`split.train_only_use`)."""
     staged = night_dir / "proposal" / "skill.md"
     skill = staged.read_text() if staged.is_file() else None
-    used = train_only_use(splits, skill, report.get("proposal"))
-    for section, kind in (("weak", "weak"), ("dream", "synthetic")):
-        if report.get(section) is not None:
-            report[section]["shipped"] = used.get(kind, {})
+    used = train_only_use(splits, skill, night.proposal)
+    empty = TrainOnlyUse.from_dict({})  # nothing staged: read back as `{}`, as written
+    if night.weak is not None:
+        night.weak = dataclasses.replace(night.weak, shipped=used.get("weak", empty))
+    if night.dream is not None:
+        night.dream = dataclasses.replace(night.dream, shipped=used.get("synthetic", empty))
 
 
 def _proofread(
-    report: dict[str, Any],
     result: Consolidation,
     adopted: Adopted,
     task: NightTask,
@@ -1226,14 +1308,14 @@ def _proofread(
     night_dir: Path,
     evidence: EvidenceLog,
     splits: dict[str, list[MinedTask]],
-) -> None:
+) -> ProofreadRecord | None:
     """Drop the proposal's riders and name every line's sources (`proofread.py`); the
-    result's documents, val and score caches follow."""
+    result's documents, val and score caches follow. None: nothing to proofread."""
     unchanged = result.skill.strip() == adopted.skill.strip() and (
         result.memory.strip() == adopted.memory.strip()
     )
     if unchanged or backend_failure(result, evidence, config.training.gate.max_missing):
-        return
+        return None
     caches = list(result.val_scores.values())
     cache = caches[0].merged(*caches[1:]) if caches else ScoreCache()
     done = proofread(
@@ -1251,8 +1333,7 @@ def _proofread(
     result.skill, result.memory = done.skill, done.memory
     if done.val is not None:
         result.val_final = done.val.summary()
-    report["proofread"] = done.report({t.id: t for s in splits.values() for t in s})
-    report["notes"] += done.notes
+    return ProofreadRecord.from_dict(done.report({t.id: t for s in splits.values() for t in s}))
 
 
 def _auto_adopt(
@@ -1268,7 +1349,7 @@ def _auto_adopt(
         from selftaught.sleep.night.skills import auto_adopt_skills
 
         auto_adopt_skills(project, night_dir, home, console)
-        return NightResult.from_report(project, night_dir, staging.read_report(night_dir))
+        return staging.read_night(night_dir)
     try:
         adoption = adopt_night(  # staging.adopt, writing back a --start-document
             project,
@@ -1281,16 +1362,17 @@ def _auto_adopt(
         console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
         return outcome
     console.print(f"{project}: adopted night {night} as version {adoption.version}")
-    return NightResult.from_report(project, night_dir, staging.read_report(night_dir))
+    return staging.read_night(night_dir)
 
 
-def _finish(night_dir: Path, report: dict[str, Any], evidence: EvidenceLog) -> None:
+def _finish(night_dir: Path, night: NightResult, evidence: EvidenceLog) -> None:
     """The night's last writes: diagnostics, report.md, then report.json (its status)."""
-    report["evidence_calls"] = evidence.calls
-    report["ended_at"] = time.time()
-    if report["status"] not in staging.ADVANCES_CURSOR:
-        report["consumed_until"] = None  # read again next night
-    night = NightResult.from_report(report["project"], night_dir, report)
+    night.evidence_calls = evidence.calls
+    night.ended_at = time.time()
+    if night.status not in staging.ADVANCES_CURSOR:
+        night.consumed_until = None  # read again next night
+    night.settle()
+    report = night.report_dict()
     summary.write_diagnostics(night_dir, night, evidence)
     summary.write_markdown(night_dir, night)
     atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
@@ -1302,22 +1384,21 @@ def _empty_night(
     project: str, night: str, since: float, until: float, home: Path, night_dir: Path
 ) -> NightResult:
     """A named project with no traffic in its window: nothing to load, nothing to learn."""
-    report = {
-        "kind": staging.NIGHT_KIND,
-        "night": night,
-        "project": project,
-        "status": "too_few_tasks",
-        "reason": "no interactions since the last night",
-        "started_at": until,
-        "ended_at": time.time(),
-        "base_version": staging.current_version(project, home),
-        "window": {"since": since, "until": until, "read": 0, "capped": None},
-        "consumed_until": None,
-        "notes": [],
-    }
-    summary.write_markdown(night_dir, NightResult.from_report(project, night_dir, report))
+    outcome = NightResult(
+        project=project,
+        night_dir=night_dir,
+        night=night,
+        status="too_few_tasks",
+        reason="no interactions since the last night",
+        started_at=until,
+        ended_at=time.time(),
+        base_version=staging.current_version(project, home),
+        window=WindowRecord(since=since, until=until, read=0, capped=None),
+    )
+    report = outcome.report_dict()
+    summary.write_markdown(night_dir, outcome)
     atomic_write_json(night_dir / "report.json", report)
-    return NightResult.from_report(project, night_dir, report)
+    return outcome
 
 
 # ---- the night ------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.reflect import load_prompt, render
 from selftaught.sleep.night.checks import find_rules
 from selftaught.sleep.night.mine import MinedTask, normalized_prompt, prompt_signature
+from selftaught.sleep.night.records import DreamRecord, given
 from selftaught.sleep.night.split import add_train_only, train_only, use_lines
 from selftaught.tasks.scorers import normalize_text, reference_scorer
 
@@ -410,17 +411,17 @@ def _row(task: MinedTask) -> dict[str, Any]:
     }
 
 
-def dream_lines(d: dict[str, Any] | None) -> list[str]:
+def dream_lines(d: DreamRecord | None) -> list[str]:
     """report.md's lines for the `dream` section."""
-    if not d:
+    if not given(d):
         return []
-    made = ", ".join(f"{n} {how}" for how, n in (d.get("made") or {}).items()) or "none"
-    refused = "; ".join(f"{n} {why}" for why, n in (d.get("refused") or {}).items())
+    made = ", ".join(f"{n} {how}" for how, n in d.made.items()) or "none"
+    refused = "; ".join(f"{n} {why}" for why, n in d.refused.items())
     lines = [
-        f"- dreams (n {d['n']}, share {d['share']:g}): {made} from {d['sources']} checked "
-        f"train tasks (cap {d['cap']}{', reached' if d.get('capped') else ''}); "
-        f"{d['trained']} in train, {d['left_out']} left out as near-duplicates of val/test"
+        f"- dreams (n {d.n}, share {d.share:g}): {made} from {d.sources} checked "
+        f"train tasks (cap {d.cap}{', reached' if d.capped else ''}); "
+        f"{d.trained} in train, {d.left_out} left out as near-duplicates of val/test"
         + (f"; paraphrases refused: {refused}" if refused else "")
     ]
-    lines += [f"  - {n}" for n in d.get("notes") or []]
-    return lines + use_lines(d.get("shipped"))
+    lines += [f"  - {n}" for n in d.notes]
+    return lines + use_lines(d.shipped)

@@ -720,7 +720,7 @@ class SkillSetRecord(Record):
 class AdoptedAdapter(Record):
     """report.json `adapter`: the adopted adapter the night's target served with."""
 
-    version: int | None = None
+    version: str | None = None  # as `Adopted.version` names it (text)
     dir: str | None = None
 
 

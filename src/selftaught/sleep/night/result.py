@@ -138,7 +138,8 @@ class NightResult(RunResult):
     def _report_value(self, name: str, read: bool) -> Any:
         value = getattr(self, name)
         if name == "stopped_by":  # a failed night's is its reason, already written
-            return stop_dict(value) if read or not self.failed else None
+            derived = self.failed and value == StopReason.read(self.reason)
+            return stop_dict(value) if read or not derived else None
         return plain(value)
 
     def report_dict(self) -> dict[str, Any]:
@@ -204,6 +205,22 @@ class NightResult(RunResult):
         path = self.night_dir / EVIDENCE_FILE if self.night_dir is not None else None
         return path if path is not None and path.is_file() else None
 
+    # ---- a night built phase by phase (`cycle.run_project`) ---------------------------------
+
+    def note(self, *texts: str) -> None:
+        """Add notes, in order (report.json `notes`)."""
+        self.notes = (*self.notes, *texts)
+
+    def add_seconds(self, phase: str, seconds: float) -> None:
+        """Add wall seconds to `phase_seconds[phase]`, rounded as the report keeps them."""
+        total = self.phase_seconds.get(phase, 0.0) + seconds
+        self.phase_seconds = {**self.phase_seconds, phase: round(total, 2)}
+
+    def settle(self) -> None:
+        """The `RunResult` fields a read night derives from its sections (val before / after,
+        seconds, a failed night's stop), for a night built in code once it has ended."""
+        self.__post_init__()
+
     @property
     def failed(self) -> bool:
         return self.status in EXIT_FAILED
@@ -255,7 +272,8 @@ REPORT_FIELDS = (
     "start_document",
 )
 _HEAD = ("kind", "project")
-_ALWAYS = ("night", "status", "reason")  # written even when empty
+# written even when empty, as the night wrote them before it was typed (old tooling reads them)
+_ALWAYS = ("night", "status", "reason", "notes", "consumed_until", "phases")
 _EMPTY: tuple[Any, ...] = (None, {}, [])
 _DECODE: dict[str, Decoder] = {
     "models": ModelSpecs.from_dict,

@@ -17,7 +17,6 @@ records the file as read (`StagedSkill.source`) and adopting it writes it back t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,30 +39,9 @@ from selftaught.sleep.adoption.skill_units import (
 )
 from selftaught.sleep.adoption.write_back import SourceFile, written_by
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.night.records import SkillRecord, SkillSetRecord
+from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import Unit
-
-
-@dataclass(frozen=True)
-class SkillSetSummary:
-    """report.json `skill_set`: how the night's tasks were shared among skills."""
-
-    clusters: int
-    staged: int
-    unrouted_train: int
-    unrouted_val: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "clusters": self.clusters,
-            "staged": self.staged,
-            "unrouted_train": self.unrouted_train,
-            "unrouted_val": self.unrouted_val,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SkillSetSummary:
-        return cls(*(int(d.get(k) or 0) for k in ("clusters", "staged", "unrouted_train",
-                                                   "unrouted_val")))  # fmt: skip
 
 
 def _pair(before: Any, after: Any) -> ValPair | None:
@@ -145,8 +123,7 @@ def _entry(
 
 
 def learn_skills(
-    report: dict[str, Any],
-    project: str,
+    night: NightResult,
     task: Any,
     config: Any,
     models: Any,
@@ -157,13 +134,17 @@ def learn_skills(
     home: Path,
 ) -> None:
     """Cluster, train and gate one skill per cluster, stage the accepted ones; the night's
-    status and reason say what was staged (`config`: the `SleepConfig`)."""
+    `skills`, `skill_set`, status and reason say what was staged (`config`: the
+    `SleepConfig`)."""
+    project = night.project
     if models.judge is not None:
         from selftaught.tasks.scorers import LlmJudge
 
         judge = EvidenceModel(models.judge, evidence, "judge")
         task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
-    start, files = _starting_skills(project, home, config.skills_from, report["notes"])
+    notes: list[str] = []
+    start, files = _starting_skills(project, home, config.skills_from, notes)
+    night.note(*notes)
     train, val = task.examples("train"), task.examples("val")
     set_config = SkillSetConfig(min_tasks=config.skill_min_tasks, max_skills=config.max_skills)
     clusters = cluster_tasks(train, val, set_config, start)
@@ -183,8 +164,8 @@ def learn_skills(
             console=console,
         )
     except FatalBackendError as err:
-        report["usage"] = ledger.to_dict()
-        report.update(status="backend_failed", reason=f"training the skills: {err}")
+        night.usage = ledger.to_dict()
+        night.status, night.reason = "backend_failed", f"training the skills: {err}"
         return
     inputs = {ex.id: ex.prompt_text() for ex in train}
     entries = [_entry(project, o, inputs, home, files.get(o.name)) for o in result.outcomes]
@@ -193,22 +174,31 @@ def learn_skills(
             write_skill_proposal(night_dir, project, entry, outcome.trained_body, home,
                                  files.get(entry.name))  # fmt: skip
     staged = [e.name for e in entries if e.status == "staged"]
-    summary = SkillSetSummary(
-        len(clusters), len(staged), len(result.unrouted_train), len(result.unrouted_val)
+    night.skills = tuple(SkillRecord.from_dict(e.to_dict()) for e in entries)
+    night.skill_set = SkillSetRecord(
+        clusters=len(clusters),
+        staged=len(staged),
+        unrouted_train=len(result.unrouted_train),
+        unrouted_val=len(result.unrouted_val),
     )
-    report.update(skills=[e.to_dict() for e in entries], skill_set=summary.to_dict())
-    report["usage"] = ledger.to_dict()
+    night.usage = ledger.to_dict()
+    night.status, night.reason = _skills_outcome(project, entries, staged, config.skill_min_tasks)
+
+
+def _skills_outcome(
+    project: str, entries: list[StagedSkill], staged: list[str], min_tasks: int
+) -> tuple[str, str]:
+    """The night's status and reason: which skills it staged, or why none."""
     if staged:
-        report.update(
-            status="staged",
-            reason=f"{len(staged)} of {len(entries)} skills staged ({', '.join(staged)}): "
+        return (
+            "staged",
+            f"{len(staged)} of {len(entries)} skills staged ({', '.join(staged)}): "
             f"`selftaught sleep adopt --skill NAME --project {project}` adopts each",
         )
-        return
     why = "; ".join(f"{e.name}: {e.reason}" for e in entries) or (
-        f"no cluster of at least {config.skill_min_tasks} train tasks"
+        f"no cluster of at least {min_tasks} train tasks"
     )
-    report.update(status="no_proposal", reason=f"no skill was staged ({why})")
+    return "no_proposal", f"no skill was staged ({why})"
 
 
 def auto_adopt_skills(
@@ -217,20 +207,18 @@ def auto_adopt_skills(
     """Adopt each skill the night staged (`--auto-adopt`); the night is `adopted` once none
     waits. Returns (skill, version) of each adopted."""
     done = []
-    for entry in [e for e in staging.read_report(night_dir).get("skills") or []]:
-        if entry.get("status") != "staged":
+    for entry in staging.read_night(night_dir).skills:
+        if entry.status != "staged":
             continue
         try:
-            adoption = adopt_skill(project, entry["name"], night_dir.name, home=home)
+            adoption = adopt_skill(project, entry.name, night_dir.name, home=home)
         except staging.StagingError as err:  # e.g. that skill changed meanwhile
             console.print(f"[bold yellow]warning:[/] {project}: skill not adopted: {err}")
             continue
-        done.append((str(entry["name"]), adoption.version))
-        console.print(f"{project}: adopted skill {entry['name']} as its version {adoption.version}")
-    report = staging.read_report(night_dir)
-    if done and not any(e.get("status") == "staged" for e in report.get("skills") or []):
-        from selftaught.runs import atomic_write_json
-
-        report["status"] = "adopted"
-        atomic_write_json(night_dir / "report.json", report)
+        done.append((entry.name, adoption.version))
+        console.print(f"{project}: adopted skill {entry.name} as its version {adoption.version}")
+    night = staging.read_night(night_dir)  # as adopting each skill left it
+    if done and not any(e.status == "staged" for e in night.skills):
+        night.status = "adopted"
+        staging.write_night(night)
     return done

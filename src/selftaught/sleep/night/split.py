@@ -24,6 +24,7 @@ from selftaught.demos import split_skill
 from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.mine import MinedTask, near_duplicates
+from selftaught.sleep.night.records import ProposalRecord, TrainOnlyUse, given
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.scorers import LlmJudge
 
@@ -202,38 +203,37 @@ class NightTask:
 
 
 def train_only_use(
-    splits: dict[str, list[MinedTask]], skill: str | None, proposal: dict[str, Any] | None
-) -> dict[str, dict[str, Any]]:
+    splits: dict[str, list[MinedTask]], skill: str | None, proposal: ProposalRecord | None
+) -> dict[str, TrainOnlyUse]:
     """What a staged proposal took from train-only tasks, by kind ("weak", "synthetic"): the
     ids of its skill's demos made from them (`skill`: the staged skill, None when the text was
     not staged), how many of its kept lines name them, and how many of them (those that may be
     a demo) an adapter it stages trained on. Empty when nothing was staged."""
-    if not proposal:
+    if proposal is None:
         return {}
     kinds = {t.id: k for t in splits.get("train", []) if (k := train_only(t))}
     demos = [d.id for d in split_skill(skill).demos] if skill is not None else []
-    lines = proposal.get("lines") or []
-    adapter = proposal.get("adapter") is not None
-    out: dict[str, dict[str, Any]] = {}
+    lines = proposal.lines
+    adapter = proposal.adapter is not None
+    out: dict[str, TrainOnlyUse] = {}
     for kind in TRAIN_ONLY:
         mine = {i for i, k in kinds.items() if k == kind}
         demoable = [
             t for t in splits.get("train", []) if t.id in mine and not t.state.get("no_demo")
         ]
-        out[kind] = {
-            "demos": [d for d in demos if d in mine],
-            "lines": sum(1 for line in lines if mine & set(line.get("tasks") or ())),
-            "adapter_tasks": len(demoable) if adapter else 0,
-        }
+        out[kind] = TrainOnlyUse(
+            demos=tuple(d for d in demos if d in mine),
+            lines=sum(1 for line in lines if mine & set(line.tasks)),
+            adapter_tasks=len(demoable) if adapter else 0,
+        )
     return out
 
 
-def use_lines(used: dict[str, Any] | None) -> list[str]:
+def use_lines(used: TrainOnlyUse | None) -> list[str]:
     """report.md's line for one kind of `train_only_use` (nothing when nothing was staged)."""
-    if not used:
+    if not given(used):
         return []
     return [
-        f"  - in the staged proposal: {len(used.get('demos') or [])} demos, "
-        f"{used.get('lines', 0)} lines naming them, {used.get('adapter_tasks', 0)} in the "
-        "adapter's train set"
+        f"  - in the staged proposal: {len(used.demos)} demos, "
+        f"{used.lines} lines naming them, {used.adapter_tasks} in the adapter's train set"
     ]

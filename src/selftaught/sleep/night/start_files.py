@@ -15,7 +15,9 @@ from typing import Any
 
 from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.adoption.placement import read_document, start_problem
-from selftaught.sleep.adoption.write_back import START_DOCUMENT, SourceFile
+from selftaught.sleep.adoption.write_back import SourceFile
+from selftaught.sleep.night.records import SourceFileRecord
+from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import Adopted
 
 
@@ -42,17 +44,21 @@ def check_start_files(config: Any) -> None:
         )
 
 
-def start_from(report: dict[str, Any], adopted: Adopted, path: Path | None) -> Adopted:
-    """`adopted` with the skill read from `path` (None: as it is), recorded in `report`."""
+def start_from(night: NightResult, adopted: Adopted, path: Path | None) -> Adopted:
+    """`adopted` with the skill read from `path` (None: as it is), recorded in the night
+    (`start_document`, a note when it replaces the adopted skill)."""
     if path is None:
         return adopted
     doc = read_document(path)
     problem = start_problem(doc)
     if problem is not None:
         raise InputError(problem)
-    report[START_DOCUMENT] = SourceFile.of(doc).to_dict()
+    source = SourceFile.of(doc)
+    night.start_document = SourceFileRecord(
+        path=source.path, kind=source.kind, sha256=source.sha256
+    )
     if adopted.skill.strip() and adopted.skill.strip() != doc.text.strip():
-        report["notes"].append(
+        night.note(
             f"the skill starts from {doc.path}, not from the adopted version {adopted.version}"
         )
     return dataclasses.replace(adopted, skill=doc.text)

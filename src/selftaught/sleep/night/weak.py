@@ -50,6 +50,7 @@ from selftaught.sleep.night.mine import (
     quoted,
     request_messages,
 )
+from selftaught.sleep.night.records import WeakRecord, given
 from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.paths import project_dir
@@ -495,22 +496,22 @@ def remember_waiting(project: str, home: Path | None, rows: list[dict[str, Any]]
     write_jsonl(weak_labels_path(project, home), rows)
 
 
-def weak_lines(d: dict[str, Any] | None) -> list[str]:
+def weak_lines(d: WeakRecord | None) -> list[str]:
     """report.md's lines for the `weak` section."""
-    if not d:
+    if not given(d):
         return []
-    agreement = "-" if d.get("mean_agreement") is None else f"{d['mean_agreement']:.0%}"
-    v, later = d.get("verified") or {}, d.get("verified_later") or {}
+    agreement = "-" if d.mean_agreement is None else f"{d.mean_agreement:.0%}"
+    v, later = d.verified, d.verified_later
     n_right = v.get("right", 0) + later.get("right", 0)
     checked = n_right + v.get("wrong", 0) + later.get("wrong", 0)
     right = f"{n_right} of {checked} right" if checked else "none to compare yet"
     lines = [
-        f"- weak labels (k {d['k']}, agree {d['agree']:.0%}): {d['candidates']} unchecked "
-        f"requests, {d['sampled']} sampled, {d['labelled']} agreed (mean {agreement}), "
-        f"{d['disagreed']} disagreed, {d['no_answer']} gave no short answer, {d['refuted']} "
-        f"refuted by the user; {d['trained']} in train ({d['left_out']} left out as "
-        f"near-duplicates of val/test, {d['over_cap']} over the share); against a real "
+        f"- weak labels (k {d.k}, agree {d.agree:.0%}): {d.candidates} unchecked "
+        f"requests, {d.sampled} sampled, {d.labelled} agreed (mean {agreement}), "
+        f"{d.disagreed} disagreed, {d.no_answer} gave no short answer, {d.refuted} "
+        f"refuted by the user; {d.trained} in train ({d.left_out} left out as "
+        f"near-duplicates of val/test, {d.over_cap} over the share); against a real "
         f"reference (tonight's, or one that came since a past night): {right}; "
-        f"{d.get('waiting', 0)} waiting for one"
+        f"{d.waiting} waiting for one"
     ]
-    return lines + [f"  - {n}" for n in d.get("notes") or []] + use_lines(d.get("shipped"))
+    return lines + [f"  - {n}" for n in d.notes] + use_lines(d.shipped)

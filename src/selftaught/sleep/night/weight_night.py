@@ -52,6 +52,14 @@ from selftaught.skill.demo_search import no_demo
 from selftaught.sleep.night.demo_modes import ValScorer, decide_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import MinedTask
+from selftaught.sleep.night.records import (
+    AdapterRecord,
+    GateRecord,
+    Summary,
+    TrainedRecord,
+    WeightDataRecord,
+    WeightsRecord,
+)
 from selftaught.sleep.night.split import NightTask, SplitOverlap
 from selftaught.sleep.paths import ADAPTER_DIR, Adopted
 from selftaught.weights.config import BackendConfig, ConfigError, DPOConfig, SFTTrainConfig
@@ -380,18 +388,19 @@ class WeightChoice:
     def with_text(self) -> bool:
         return self.winner == "text" or self.winner.endswith("+text")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "winner": self.winner,
-            "why": self.why,
-            "candidates": self.candidates,
-            "gates": self.gates,
-            "data": self.data,
-            "trained": self.trained,
-            "train_items": self.train_items,
-            "notes": self.notes,
-            "seconds": self.seconds,
-        }
+    def record(self) -> WeightsRecord:
+        """report.json `weights`: every candidate's val, the gate's decisions, the winner."""
+        return WeightsRecord(
+            winner=self.winner,
+            why=self.why,
+            candidates={m: Summary.from_dict(c) for m, c in self.candidates.items()},
+            gates={m: GateRecord.from_dict(g) for m, g in self.gates.items()},
+            data=WeightDataRecord.from_dict(self.data),
+            trained={m: TrainedRecord.from_dict(t) for m, t in self.trained.items()},
+            train_items=tuple(self.train_items),
+            notes=tuple(self.notes),
+            seconds=dict(self.seconds),
+        )
 
     def paired(self) -> dict[str, Any]:
         """Per val task, the winner against the adopted version (hard scores)."""
@@ -593,27 +602,32 @@ def weight_candidates(
     return choice, []
 
 
-def stage_adapter(choice: WeightChoice, night_dir: Path, base_spec: str) -> dict[str, Any]:
+def _trained(d: dict[str, Any] | None) -> TrainedRecord | None:
+    return TrainedRecord.from_dict(d) if d is not None else None
+
+
+def stage_adapter(choice: WeightChoice, night_dir: Path, base_spec: str) -> AdapterRecord:
     """Move the winning adapter to `<night>/adapter/` (peft's save_pretrained layout) and
-    return its metadata for the staged proposal; the losers' adapters are deleted."""
+    return its record for the staged proposal (`proposal.adapter`); the losers' adapters are
+    deleted."""
     assert choice.adapter is not None
     dest = night_dir / ADAPTER_DIR
     if dest.exists():
         shutil.rmtree(dest)
     os.replace(choice.adapter.adapter_dir, dest)
     discard_adapters(night_dir)
-    return {
-        "dir": ADAPTER_DIR,
-        "method": choice.adapter.method,
-        "base_model": base_spec,
-        "base_model_path": choice.adapter.base_model or base_spec,
-        "files": sorted(p.name for p in dest.iterdir()),
-        "train_items": choice.train_items,
-        "data": choice.data,
-        "training": choice.trained.get(choice.adapter.method),
-        "val": choice.candidates[choice.winner],
-        "with_text": choice.with_text,
-    }
+    return AdapterRecord(
+        dir=ADAPTER_DIR,
+        method=choice.adapter.method,
+        base_model=base_spec,
+        base_model_path=choice.adapter.base_model or base_spec,
+        files=tuple(sorted(p.name for p in dest.iterdir())),
+        train_items=tuple(choice.train_items),
+        data=WeightDataRecord.from_dict(choice.data),
+        training=_trained(choice.trained.get(choice.adapter.method)),
+        val=Summary.from_dict(choice.candidates[choice.winner]),
+        with_text=choice.with_text,
+    )
 
 
 def discard_adapters(night_dir: Path) -> None:
