@@ -4,6 +4,7 @@ reports written today and before, written back key for key; `sleep adopt`, `roll
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import shutil
@@ -117,3 +118,79 @@ def test_adopt_rollback_status_and_history_read_an_older_report(tmp_path: Path) 
     adopted = NightResult.from_report("demo", None, staging.read_report(home / "projects" /
                                       "demo" / "nights" / night))  # fmt: skip
     assert adopted.status == "adopted" and adopted.adopted_version == 1
+
+
+# ---- the night is typed end to end (issue 50's measurements) --------------------------------
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "selftaught"
+# the JSON boundary: the raw file reader (tooling that must see keys this version does not
+# know), NightResult's own reader and writer, and an MCP tool's reply (status, reason and the
+# report's markdown: a wire format, not report.json)
+RAW_REPORT_READERS = {
+    "staging.read_report",
+    "result.from_report",
+    "result.report_dict",
+    "mcp_server.last_night_report",
+}
+
+
+def _untyped(annotation: ast.expr | None) -> bool:
+    text = ast.unparse(annotation) if annotation is not None else ""
+    return "Any" in text and ("dict" in text or "Mapping" in text)
+
+
+def report_dict_functions(root: Path = SRC / "sleep") -> list[str]:
+    """Functions under `root` that take a `report` as a dict or return a report as one."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            name = f"{path.stem}.{node.name}"
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            takes = any(a.arg == "report" and _untyped(a.annotation) for a in args)
+            gives = "report" in node.name and _untyped(node.returns)
+            if (takes or gives) and name not in RAW_REPORT_READERS:
+                found.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name}")
+    return found
+
+
+def test_no_night_function_passes_the_report_as_a_dict() -> None:
+    found = report_dict_functions()
+    assert not found, "the night's report passed as a dict: " + "; ".join(found)
+
+
+def any_typed_fields(modules: tuple[str, ...]) -> list[str]:
+    """Dataclass fields annotated with `Any` (bare or inside a dict / Mapping) in `modules`,
+    `extra` (the keys a version does not know) left out."""
+    found = []
+    for module in modules:
+        path = SRC / module
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for stmt in node.body:
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Name)
+                    and stmt.target.id != "extra"
+                    and "ClassVar" not in ast.unparse(stmt.annotation)
+                    and "Any" in ast.unparse(stmt.annotation)
+                ):
+                    found.append(f"{module}:{stmt.lineno} {node.name}.{stmt.target.id}")
+    return found
+
+
+RESULT_MODULES = (
+    "results.py",
+    "sleep/night/records.py",
+    "sleep/night/result.py",
+    "weights/rows.py",
+    "weights/rest.py",
+    "weights/rl.py",
+)
+
+
+def test_result_types_have_no_any_typed_field() -> None:
+    found = any_typed_fields(RESULT_MODULES)
+    assert not found, "Any-typed result fields: " + "; ".join(found)

@@ -259,6 +259,6 @@ def test_an_sft_run_of_the_embedded_model_logs_through_trls_report_to(tmp_path, 
     [run] = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == "run-round-1"
     losses = client.get_metric_history(run.info.run_id, "loss")
-    steps = result.rounds[1].train["steps"]
+    steps = result.rounds[1].train.steps
     assert len(losses) == steps >= 1  # TRL logged every step (logging_steps=1)
     assert tried == []

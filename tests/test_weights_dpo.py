@@ -227,7 +227,7 @@ def test_dpo_runs_the_one_way_on_a_tiny_model_and_resumes(tmp_path):
     assert result.best_round in (0, 1) and result.base_test.n == 2
     assert recorder.events[0] == ("start", "dpo") and recorder.events[-1] == ("end",)
     assert ("gate", 1, result.rounds[1].gate.decision) in recorder.events
-    assert result.rounds[1].train["steps"] == 2
+    assert result.rounds[1].train.steps == 2
     assert (run / "rounds/1/adapter/adapter_config.json").is_file()
     assert type(roundtrip(result)) is DPOResult
     assert type(RunResult.from_dict(result.to_dict())) is DPOResult

@@ -695,7 +695,7 @@ def _rest_round(row: RestRound, metric: str, best_before: int) -> Round:
         sample_solved=solved,
         sample_truncated=row.sample_truncated,
         elite=dict(row.elite or {}),
-        train=dict(row.train or {}),
+        train=row.train.to_dict() if row.train is not None else {},
         val=_estimate(row.val, metric),
         test=_estimate(row.test, metric),
         best_round=best_round,

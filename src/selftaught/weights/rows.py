@@ -40,6 +40,79 @@ _SAMPLING = (
 )
 
 
+_TRAIN_KEYS = (
+    "steps",
+    "loss_first",
+    "loss_last",
+    "train_loss",
+    "train_seconds",
+    "setup_seconds",
+    "step_seconds",
+    "step_seconds_median",
+    "trainable_params",
+)
+
+
+@dataclass(frozen=True)
+class TrainStats:
+    """What a round's fine-tune reported (`sft.fit_report`): what it trained on (`samples`,
+    or DPO's `pairs`), its steps, loss and timings, and a stop before its last step. `to_dict`
+    writes the keys it was read with, in their order; keys it does not type stay in `extra`."""
+
+    steps: int | None = None
+    samples: int | None = None
+    pairs: int | None = None
+    loss_first: float | None = None
+    loss_last: float | None = None
+    train_loss: float | None = None
+    train_seconds: float | None = None
+    setup_seconds: float | None = None
+    step_seconds: float | None = None
+    step_seconds_median: float | None = None
+    trainable_params: int | None = None
+    stopped_by: StopReason | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)
+    keys: tuple[str, ...] = ()  # as read (empty: built in code, every set field)
+
+    def get(self, key: str) -> object:
+        """A reported value by its JSON key (None when not reported)."""
+        return self.to_dict().get(key)
+
+    def to_dict(self) -> dict[str, object]:
+        known = {"samples", "pairs", *_TRAIN_KEYS, "stopped_by"}
+        order = self.keys or tuple(k for k in ("samples", "pairs", *_TRAIN_KEYS, "stopped_by")
+                                   if getattr(self, k) is not None)  # fmt: skip
+        out: dict[str, object] = {}
+        for key in order:
+            if key not in known:
+                out[key] = self.extra.get(key)
+            elif key == "stopped_by":
+                out[key] = stop_dict(self.stopped_by)
+            else:
+                out[key] = getattr(self, key)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainStats:
+        typed = {"samples", "pairs", *_TRAIN_KEYS, "stopped_by"}
+        return cls(
+            steps=_int(d.get("steps")),
+            samples=_int(d.get("samples")),
+            pairs=_int(d.get("pairs")),
+            loss_first=_float(d.get("loss_first")),
+            loss_last=_float(d.get("loss_last")),
+            train_loss=_float(d.get("train_loss")),
+            train_seconds=_float(d.get("train_seconds")),
+            setup_seconds=_float(d.get("setup_seconds")),
+            step_seconds=_float(d.get("step_seconds")),
+            step_seconds_median=_float(d.get("step_seconds_median")),
+            trainable_params=_int(d.get("trainable_params")),
+            stopped_by=StopReason.read(d.get("stopped_by")),
+            extra={k: v for k, v in d.items() if k not in typed},
+            keys=tuple(d),
+        )
+
+
 @dataclass(frozen=True)
 class RestRound:
     """One round of a ReST-EM / SFT / DPO run: what was sampled (ReST, SFT) or trained on
@@ -59,7 +132,7 @@ class RestRound:
     elite: Mapping[str, int] | None = None  # `EliteStats.to_dict()` (SFT: {"kept": n})
     sample_tool_use: Mapping[str, float] | None = None  # `evaluation.tool_use` of the samples
     train_pairs: int | None = None  # DPO: the preference pairs the adapter trained on
-    train: Mapping[str, Any] | None = None  # what `sft_train` / `dpo_fit` reported
+    train: TrainStats | None = None  # what `sft_train` / `dpo_fit` reported
     val: EvalResult | None = None
     gate: GateResult | None = None
     test: EvalResult | None = None
@@ -81,7 +154,7 @@ class RestRound:
         if self.train_pairs is not None:
             out["train_pairs"] = self.train_pairs
         if self.train is not None:
-            out["train"] = dict(self.train)
+            out["train"] = self.train.to_dict()
         out["trained"] = self.trained
         for key in ("val", "test"):
             summary = getattr(self, key)
@@ -113,7 +186,7 @@ class RestRound:
             elite=dict(d["elite"]) if isinstance(d.get("elite"), Mapping) else None,
             sample_tool_use=d.get("sample_tool_use"),
             train_pairs=_int(d.get("train_pairs")),
-            train=dict(d["train"]) if isinstance(d.get("train"), Mapping) else None,
+            train=TrainStats.from_dict(d["train"]) if isinstance(d.get("train"), Mapping) else None,
             val=_summary(d.get("val")),
             gate=GateResult.from_dict(gate) if isinstance(gate, Mapping) and gate else None,
             test=_summary(d.get("test")),

@@ -1333,7 +1333,7 @@ def _proofread(
     result.skill, result.memory = done.skill, done.memory
     if done.val is not None:
         result.val_final = done.val.summary()
-    return ProofreadRecord.from_dict(done.report({t.id: t for s in splits.values() for t in s}))
+    return done.record({t.id: t for s in splits.values() for t in s})
 
 
 def _auto_adopt(

@@ -34,7 +34,6 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from selftaught.demos import Demo, join_skill, split_skill
 from selftaught.evaluation import EvalResult, ScoreCache
@@ -45,6 +44,7 @@ from selftaught.skill.slow import costs_nothing
 from selftaught.sleep.adoption.inject import find_marker
 from selftaught.sleep.night.demo_modes import ValScorer
 from selftaught.sleep.night.mine import MinedTask
+from selftaught.sleep.night.records import ProofreadRecord, SourcedLine
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
 
@@ -63,18 +63,19 @@ class Line:
     verdict: str = "kept"  # kept | dropped | untried
     why: str = ""
 
-    def to_dict(self, index: dict[str, MinedTask]) -> dict[str, Any]:
+    def record(self, index: dict[str, MinedTask]) -> SourcedLine:
+        """The line with its provenance: the interactions and clients its tasks came from."""
         known = [index[t] for t in self.tasks if t in index]
-        return {
-            "document": DOCUMENT[self.key[0]],
-            "kind": KIND[self.key[0]],
-            "text": self.text,
-            "tasks": self.tasks,
-            "sources": sorted({s for t in known for s in t.sources}),
-            "clients": sorted({c for t in known for c in t.clients}),
-            "verdict": self.verdict,
-            "why": self.why,
-        }
+        return SourcedLine(
+            document=DOCUMENT[self.key[0]],
+            kind=KIND[self.key[0]],
+            text=self.text,
+            tasks=tuple(self.tasks),
+            sources=tuple(sorted({s for t in known for s in t.sources})),
+            clients=tuple(sorted({c for t in known for c in t.clients})),
+            verdict=self.verdict,
+            why=self.why,
+        )
 
 
 @dataclass
@@ -231,16 +232,17 @@ class Proofread:
     val: EvalResult | None = None  # the final proposal's val (when anything was scored)
     notes: list[str] = field(default_factory=list)
 
-    def report(self, index: dict[str, MinedTask]) -> dict[str, Any]:
-        rows = [line.to_dict(index) for line in self.lines]
-        return {
-            "ran": self.ran,
-            "tried": self.tried,
-            "trials": self.trials,
-            "kept": [r for r in rows if r["verdict"] != "dropped"],
-            "dropped": [r for r in rows if r["verdict"] == "dropped"],
-            "notes": self.notes,
-        }
+    def record(self, index: dict[str, MinedTask]) -> ProofreadRecord:
+        """report.json `proofread`: the trials, the lines kept and dropped with provenance."""
+        rows = [line.record(index) for line in self.lines]
+        return ProofreadRecord(
+            ran=self.ran,
+            tried=self.tried,
+            trials=self.trials,
+            kept=tuple(r for r in rows if r.verdict != "dropped"),
+            dropped=tuple(r for r in rows if r.verdict == "dropped"),
+            notes=tuple(self.notes),
+        )
 
 
 def proofread(
