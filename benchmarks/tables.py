@@ -156,7 +156,9 @@ def quickstart(results: Path) -> str:
     from common import markdown_table
 
     body = []
-    for name in ("quickstart_demos_local.json", "quickstart_demos_local_test100.json"):
+    names = ("quickstart_demos_local.json", "quickstart_demos_local_2026-11-28.json",
+             "quickstart_demos_local_test100.json")  # fmt: skip
+    for name in names:
         saved = _load(results, name)
         test = saved["test"]
         i, b, p = test["initial"], test["best"], test["paired"]
@@ -170,11 +172,12 @@ def quickstart(results: Path) -> str:
                 _p(p["wins"], p["losses"]),
                 f"{_mdd(b['n'])}",
                 f"{saved['wall_s']:.0f}",
+                f"{raw['tok_per_s']:.1f}" if (raw := saved.get("raw_decode")) else "not measured",
             ]
         )
     header = ["results file", "test items", "test before [95% CI]", "after [95% CI]", "W / L",
               "p (two-sided sign test)", "smallest difference n items can show (α 0.05)",
-              "wall s"]  # fmt: skip
+              "wall s", "raw decode tok/s (batch 8, just before)"]  # fmt: skip
     return markdown_table(header, body)
 
 

@@ -91,7 +91,7 @@ def test_the_setting_shows(monkeypatch):
 
 def test_the_recorded_figure_is_the_results_files():
     """doctor's copy of the README's figure is the one bench_quickstart.py wrote."""
-    recorded = json.loads((RESULTS / "quickstart_demos_local.json").read_text())
+    recorded = json.loads((RESULTS / doctor.MAIN_RESULTS).read_text())
     assert recorded["command"] == doctor.MAIN_COMMAND
     assert recorded["wall_s"] == doctor.MAIN_SECONDS
     assert (recorded.get("raw_decode") or {}).get("tok_per_s") == doctor.MAIN_RAW_TOK_S
