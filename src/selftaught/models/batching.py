@@ -59,8 +59,8 @@ from selftaught.models.prefix_cache import (
 
 _RECENT_PROMPTS = 16  # prompts a newcomer's prefix is compared with to find a shared one
 _HEADROOM = 64  # spare columns a cache buffer is given, at least (a quarter of its width, at most)
-DEFAULT_PREFILL_CHUNK: int | None = None  # off until the benchmark shows a gain
-DEFAULT_COMPACT_AT: float | None = None  # off until the benchmark shows a gain
+DEFAULT_PREFILL_CHUNK: int | None = None  # off: no gain on a 2-core CPU (benchmarks/README.md)
+DEFAULT_COMPACT_AT: float | None = None  # off: never fired there (padding lies between rows)
 
 
 @dataclass(eq=False)
