@@ -27,7 +27,7 @@ def test_each_arm_turns_on_its_setting_and_off_is_todays_engine():
     assert bench.engine_arm_settings("both", 64, 0.5) == {"prefill_chunk": 64, "compact_at": 0.5}
     from selftaught.models.batching import DEFAULT_COMPACT_AT, DEFAULT_PREFILL_CHUNK
 
-    assert (DEFAULT_PREFILL_CHUNK, DEFAULT_COMPACT_AT) == (None, None)  # off: measured, no gain on CPU (benchmarks/README.md)
+    assert (DEFAULT_PREFILL_CHUNK, DEFAULT_COMPACT_AT) == (None, None)  # off: no gain on CPU
 
 
 def test_units_interleave_and_rotate_and_a_resume_skips_what_ran():
