@@ -64,3 +64,34 @@ def test_status_history_adopt_and_rollback_read_a_night_an_older_version_staged(
     assert staging.read_adopted_files("demo", home).skill != proposed
     (v0,) = [r for r in _history() if r["kind"] == "version" and r["version"] == 0]
     assert v0["current"]
+
+
+def _key_paths(value: object, at: str = "") -> set[str]:
+    """Every key path of a JSON value (list items merged: `a[].b`)."""
+    if isinstance(value, dict):
+        out = set()
+        for key, inner in value.items():
+            path = f"{at}.{key}" if at else str(key)
+            out |= {path} | _key_paths(inner, path)
+        return out
+    if isinstance(value, list):
+        return set().union(*(_key_paths(v, at + "[]") for v in value)) if value else set()
+    return set()
+
+
+def test_todays_night_writes_every_key_the_older_version_wrote(tmp_path) -> None:
+    """The same scripted night the saved folder came from (its README), run by today's code:
+    report.json holds every key path the older version wrote (old tooling reads them)."""
+    from selftaught.sleep.night.cycle import run_night
+    from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
+
+    home = tmp_path / "home"
+    home.mkdir()
+    fill_log(home, ALPHA_NIGHT)
+    (night,) = run_night(config(home), models=models())
+    assert night.status == "staged", night.reason
+    old = json.loads((SAVED / NIGHT / "report.json").read_text())
+    assert night.night_dir is not None
+    new = staging.read_report(night.night_dir)
+    missing = sorted(_key_paths(old) - _key_paths(new))
+    assert not missing, f"keys the older version wrote and today's night does not: {missing}"
