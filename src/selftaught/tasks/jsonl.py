@@ -7,7 +7,7 @@ Each line is a JSON object with
     the line gives one;
   - `id` (optional; default: the line number), unique in the file;
   - `reference`, or `ideal` as in OpenAI evals (a string or a list of acceptable answers;
-    required, except for lines scored by `llm_judge`);
+    required, except for lines scored by `llm_judge` other than its reference mode);
   - `split` (optional): "train", "val" or "test";
   - `scorer` (optional): overrides the task's scorer for this line;
   - `workspace` (optional): a folder (relative to the JSONL file) copied afresh for each
