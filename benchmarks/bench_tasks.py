@@ -26,6 +26,16 @@ most 20% of the wrong ones (`JUDGE_RULE`, written before any check ran); a judge
 tell the two apart makes any score of the task noise. The verdict is saved beside the
 judgements (`<output>.summary.json`); `bench_peers.py --report` runs a judge task only when one
 records its judge grading it.
+
+`--judge-variant` (repeatable, or a comma list) checks judge variants in one run (issue 52):
+`absolute` (the default: the set's judge as the task scores with it), `kN` (N judge calls, the
+median verdict), `reference` (selftaught's reference-guided prompt), `pairwise` (the reference
+against the wrong answer and the wrong answer against the reference, in one A / B order drawn
+per item, so each pair is judged both ways round), or a mode and `kN` (`reference+k5`). Each
+variant reports its pass rates on the references and on the wrong answers, its agreement with
+the gold labels (reference: pass, wrong: fail) and the items it gets right both ways, each with
+a 95% Wilson interval, and whether it meets `JUDGE_RULE`; the summary keeps each under
+`variants` and the absolute variant's keys at the top, as before.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ import argparse
 import json
 import random
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,20 +149,71 @@ def build_task(
 def judge_task(name: str, path: Path, judge_model: Any, seed: int, timeout_s: float) -> Any:
     from selftaught.models import load_model
     from selftaught.tasks.jsonl import JsonlTask
-    from selftaught.tasks.scorers import LlmJudge
 
     if isinstance(judge_model, str):
         model = load_model(judge_model, timeout_s=timeout_s)
     else:
         model = judge_model
-    js = JUDGE_SETS[name]
-    template = JUDGE_TEMPLATES / js.judge_template if js.judge_template else None
     return JsonlTask(
         path,
-        scorer=LlmJudge(model, js.rubric, template=template),
+        scorer=judge_scorer(name, model, JudgeVariant("absolute")),
         seed=seed,
         name=name,
-        instructions=js.instructions,
+        instructions=JUDGE_SETS[name].instructions,
+    )
+
+
+@dataclass(frozen=True)
+class JudgeVariant:
+    """How a judge set's judge grades (issue 52): `mode` (absolute: a 0-10 score against the
+    rubric with the set's own prompt; reference: selftaught's reference-guided prompt;
+    pairwise: which of two replies better meets the rubric) and `samples` (k judge calls, the
+    median verdict). Named `absolute`, `reference`, `pairwise`, `kN` (absolute, k = N) or a
+    mode and `kN` joined by `+` (`reference+k5`)."""
+
+    mode: str = "absolute"
+    samples: int = 1
+
+    @property
+    def name(self) -> str:
+        if self.samples == 1:
+            return self.mode
+        k = f"k{self.samples}"
+        return k if self.mode == "absolute" else f"{self.mode}+{k}"
+
+    @classmethod
+    def parse(cls, text: str) -> JudgeVariant:
+        from selftaught.tasks.scorers import JUDGE_MODES
+
+        mode, samples = "absolute", 1
+        for part in text.strip().split("+"):
+            if part in JUDGE_MODES:
+                mode = part
+            elif part[:1] == "k" and part[1:].isdigit() and int(part[1:]) >= 1:
+                samples = int(part[1:])
+            else:
+                raise SystemExit(
+                    f"judge variant {text!r}: use {', '.join(JUDGE_MODES)}, kN (N judge calls, "
+                    "the median verdict) or a mode+kN (e.g. reference+k5)"
+                )
+        return cls(mode, samples)
+
+
+def judge_scorer(
+    name: str, model: Any, variant: JudgeVariant, baseline: Mapping[str, str] | None = None
+) -> Any:
+    """The judge set's LlmJudge in `variant` (pairwise: against `baseline`, by example id)."""
+    from selftaught.tasks.scorers import LlmJudge
+
+    js = JUDGE_SETS[name]
+    own = JUDGE_TEMPLATES / js.judge_template if js.judge_template else None
+    return LlmJudge(
+        model,
+        js.rubric,
+        template=own if variant.mode == "absolute" else None,  # the others: packaged prompts
+        samples=variant.samples,
+        mode=variant.mode,  # parse() checked it
+        baseline=baseline,
     )
 
 
@@ -303,66 +364,171 @@ def judgecheck(
     sizes: Sequence[int],
     out: Path,
     wheel: Path = EVALS_WHEEL,
+    variants: Sequence[str] = ("absolute",),
 ) -> dict[str, Any]:
-    """Whether the judge of a judge task can grade: every item of `split` judged twice, with its
-    own reference as the reply (should pass) and with a wrong reference (should fail); per
-    judgement to `out` (JSONL), the counts with the verdict under `JUDGE_RULE` returned and
-    saved beside it (`<out>.summary.json`, what a report run looks for: `passing_judge_check`)."""
-    from selftaught.errors import BackendError
+    """Whether the judge of a judge task can grade, in each of `variants` (JudgeVariant names):
+    every item of `split` judged twice, with its own reference as the reply (should pass) and
+    with a wrong reference (should fail; pairwise: the reference against the wrong one, then
+    the wrong one against the reference, so the pair is judged both ways round); per judgement
+    to `out` (JSONL), the counts with the verdict under `JUDGE_RULE` returned and saved beside
+    it (`<out>.summary.json`, what a report run looks for: `passing_judge_check`). The summary
+    holds each variant under `variants`, and the `absolute` variant's keys at the top as
+    before."""
     from selftaught.runs import atomic_write_json, atomic_write_text
 
     if not needs_judge(spec):
         raise SystemExit(f"--judge-check: {spec!r} is not a judge task")
+    chosen = list({v.name: v for v in map(JudgeVariant.parse, variants)}.values())
+    if not chosen:
+        raise SystemExit("--judge-check: name at least one judge variant")
     name = spec.removeprefix("judge:")
     judge_name = model if isinstance(model, str) else str(getattr(model, "name", model))
     settings, model, task = _design_task(spec, model, seed, split, sizes, wheel)
     examples = task.examples(split)
     wrong = wrong_references(name, [ex.id for ex in examples], wheel)
-    cases = [(ex, "reference", ex.reference) for ex in examples]
-    cases += [(ex, "wrong", wrong[ex.id]) for ex in examples if ex.id in wrong]
-
-    def judge(case: tuple[Any, str, str]) -> dict[str, Any]:
-        ex, kind, reply = case
-        row = {"example_id": ex.id, "case": kind, "reply": reply}
-        try:
-            score = task.score(reply, ex)
-        except BackendError as err:  # a broken judge is an error, never a verdict
-            return row | {"error": str(err)}
-        return row | {"passed": score.hard == 1.0, "feedback": score.feedback}
-
+    cases = [c for v in chosen for c in _check_cases(name, model, v, examples, wrong)]
     with ThreadPoolExecutor(max_workers=int(settings["concurrency"])) as pool:
-        rows = list(pool.map(judge, cases))
+        rows = list(pool.map(_judge_case, cases))
     atomic_write_text(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    summary: dict[str, Any] = {"errors": sum("error" in r for r in rows)}
-    for kind in ("reference", "wrong"):
-        judged = [r for r in rows if r["case"] == kind and "error" not in r]
-        summary[kind] = (sum(r["passed"] for r in judged), len(judged))
-    (ref_pass, n_ref), (wrong_pass, n_wrong) = summary["reference"], summary["wrong"]
-    summary["grades"] = bool(
-        n_ref and n_wrong and ref_pass >= JUDGE_RULE[0] * n_ref
-        and wrong_pass <= JUDGE_RULE[1] * n_wrong
-    )  # fmt: skip
+    summary = judge_check_summary(rows, [v.name for v in chosen])
     record = {"spec": spec, "judge": judge_name, "seed": seed, "split": split,
               "sizes": list(sizes), "rule": list(JUDGE_RULE), **summary}  # fmt: skip
     atomic_write_json(summary_path(out), record)
     return summary
 
 
+@dataclass(frozen=True)
+class CheckCase:
+    """One judgement of a judge check: `reply` (the item's reference, or a wrong one: `case`)
+    scored by `scorer` of `variant` (pairwise: against `baseline`, the other one)."""
+
+    variant: str
+    scorer: Any
+    example: Any
+    case: str  # "reference" (gold: pass) or "wrong" (gold: fail)
+    reply: str
+    baseline: str | None = None
+
+
+def _check_cases(
+    name: str, model: Any, variant: JudgeVariant, examples: Sequence[Any], wrong: dict[str, str]
+) -> list[CheckCase]:
+    v = variant.name
+    if variant.mode != "pairwise":
+        scorer = judge_scorer(name, model, variant)
+        cases = [CheckCase(v, scorer, ex, "reference", ex.reference) for ex in examples]
+        return cases + [
+            CheckCase(v, scorer, ex, "wrong", wrong[ex.id]) for ex in examples if ex.id in wrong
+        ]
+    paired = [ex for ex in examples if ex.id in wrong]  # a pair needs its wrong answer
+    refs = {ex.id: str(ex.reference) for ex in paired}
+    # one order draw per item: the reference is A against the wrong answer exactly when the
+    # wrong answer is A against the reference, so each pair is judged both ways round
+    beats = judge_scorer(name, model, variant, baseline=wrong)
+    loses = judge_scorer(name, model, variant, baseline=refs)
+    return [CheckCase(v, beats, ex, "reference", refs[ex.id], wrong[ex.id]) for ex in paired] + [
+        CheckCase(v, loses, ex, "wrong", wrong[ex.id], refs[ex.id]) for ex in paired
+    ]
+
+
+def _judge_case(c: CheckCase) -> dict[str, Any]:
+    from selftaught.errors import BackendError
+
+    row: dict[str, Any] = {"variant": c.variant, "example_id": c.example.id, "case": c.case,
+                           "reply": c.reply}  # fmt: skip
+    if c.baseline is not None:
+        row["baseline"] = c.baseline
+    try:
+        score = c.scorer(c.reply, c.example)
+    except BackendError as err:  # a broken judge is an error, never a verdict
+        return row | {"error": str(err)}
+    return row | {"passed": score.hard == 1.0, "feedback": score.feedback}
+
+
+def _rate(k: int, n: int) -> dict[str, Any]:
+    from selftaught.stats import wilson_interval
+
+    return {"k": k, "n": n, "rate": round(k / n, 4) if n else None,
+            "ci95": [round(x, 4) for x in wilson_interval(k, n)]}  # fmt: skip
+
+
+def variant_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One variant's judge check: the references and the wrong answers passed (each with a
+    95% Wilson interval), the agreement with the gold labels (reference: pass, wrong: fail),
+    the items whose two judgements are both right (`pairs`; pairwise: the reference beat the
+    wrong answer both ways round), judge errors (counted apart, never a verdict) and whether
+    it meets `JUDGE_RULE` (`grades`)."""
+    judged = [r for r in rows if "error" not in r]
+    out: dict[str, Any] = {"errors": len(rows) - len(judged)}
+    for kind in ("reference", "wrong"):
+        mine = [r for r in judged if r["case"] == kind]
+        out[kind] = (sum(r["passed"] for r in mine), len(mine))
+        out[f"{kind}_rate"] = _rate(*out[kind])
+    right = [r["passed"] == (r["case"] == "reference") for r in judged]
+    out["agreement"] = _rate(sum(right), len(right))
+    by_item: dict[str, dict[str, bool]] = {}
+    for r in judged:
+        by_item.setdefault(r["example_id"], {})[r["case"]] = r["passed"]
+    both = [v for v in by_item.values() if len(v) == 2]
+    out["pairs"] = _rate(sum(v["reference"] and not v["wrong"] for v in both), len(both))
+    (ref_pass, n_ref), (wrong_pass, n_wrong) = out["reference"], out["wrong"]
+    out["grades"] = bool(
+        n_ref and n_wrong and ref_pass >= JUDGE_RULE[0] * n_ref
+        and wrong_pass <= JUDGE_RULE[1] * n_wrong
+    )  # fmt: skip
+    return out
+
+
+def judge_check_summary(rows: Sequence[dict[str, Any]], variants: Sequence[str]) -> dict[str, Any]:
+    """Each variant's `variant_summary` under `variants`; the `absolute` variant's errors,
+    reference, wrong and grades also at the top, where a summary kept them before variants
+    (rows without a `variant` are the absolute variant's)."""
+    per = {
+        v: variant_summary([r for r in rows if r.get("variant", "absolute") == v]) for v in variants
+    }
+    if "absolute" not in per:
+        return {"variants": per}
+    top = {k: per["absolute"][k] for k in ("errors", "reference", "wrong", "grades")}
+    return top | {"variants": per}
+
+
 def summary_path(out: Path) -> Path:
     return out.with_name(out.name.removesuffix(".jsonl") + ".summary.json")
 
 
-def passing_judge_check(spec: str, judge: str, results: Path) -> Path | None:
+def passing_judge_check(
+    spec: str, judge: str, results: Path, variant: str = "absolute"
+) -> Path | None:
     """A saved judge check (`judgecheck_*.summary.json` in `results`) in which `judge` graded
-    the task `spec`, if there is one: a judge task's report rows need it."""
+    the task `spec` in `variant` (a JudgeVariant name), if there is one: a judge task's report
+    rows need it. The absolute variant's verdict is the summary's top-level `grades` (also in
+    the files written before variants)."""
     home = str(Path.home())  # `local:~/...` and `local:/root/...` name the same model
     want = judge.replace("~", home)
     for path in sorted(results.glob("judgecheck_*.summary.json")):
         record = json.loads(path.read_text())
         same = record.get("spec") == spec and record.get("judge", "").replace("~", home) == want
-        if same and record.get("grades") is True:
+        verdict = record if variant == "absolute" else record.get("variants", {}).get(variant, {})
+        if same and verdict.get("grades") is True:
             return path
     return None
+
+
+def judge_check_line(v: dict[str, Any]) -> str:
+    """One variant's judge check in a sentence."""
+
+    def shown(r: dict[str, Any]) -> str:
+        lo, hi = r["ci95"]
+        return f"{r['k']}/{r['n']} ({r['rate']}, 95% CI {lo:.2f}-{hi:.2f})"
+
+    verdict = "grades" if v["grades"] else "cannot grade"
+    return (
+        f"the judge passed {shown(v['reference_rate'])} references and "
+        f"{shown(v['wrong_rate'])} wrong answers; agreement with the gold labels "
+        f"{shown(v['agreement'])}, both judgements of an item right {shown(v['pairs'])} "
+        f"({v['errors']} judge errors): it {verdict} (rule: >= {JUDGE_RULE[0]:.0%} and "
+        f"<= {JUDGE_RULE[1]:.0%})"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -381,6 +547,14 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="a judge task: can its judge tell a reference from a wrong answer?",
     )
+    parser.add_argument(
+        "--judge-variant",
+        action="append",
+        metavar="NAME[,NAME...]",
+        help="with --judge-check, repeatable: absolute (default), kN (N judge calls, the median), "
+        "reference (reference-guided prompt), pairwise (reference vs wrong answer, both ways "
+        "round), or mode+kN (e.g. reference+k5)",
+    )
     parser.add_argument("--output", type=Path, help="per-item JSONL (default: results/devcheck_"
                         "<task>_<split>_seed<seed>.jsonl, or judgecheck_...)")  # fmt: skip
     a = parser.parse_args(argv)
@@ -392,12 +566,12 @@ def main(argv: list[str] | None = None) -> None:
     out = a.output or RESULTS / f"{tool}_{name}_{a.split}_seed{a.seed}.jsonl"
     kwargs = {"seed": a.seed, "split": a.split, "sizes": sizes, "out": out}
     if a.judge_check:
-        c = judgecheck(a.spec, a.model, **kwargs)
-        (ref_pass, n_ref), (wrong_pass, n_wrong) = c["reference"], c["wrong"]
-        verdict = "grades" if c["grades"] else "cannot grade"
-        print(f"{a.spec} {a.split} seed {a.seed}: the judge passed {ref_pass}/{n_ref} references "
-              f"and {wrong_pass}/{n_wrong} wrong answers ({c['errors']} judge errors): it "
-              f"{verdict} (rule: >= {JUDGE_RULE[0]:.0%} and <= {JUDGE_RULE[1]:.0%})")  # fmt: skip
+        names = [v.strip() for arg in a.judge_variant or ["absolute"] for v in arg.split(",")]
+        for variant_name in names:  # every name is checked before any model loads
+            JudgeVariant.parse(variant_name)
+        c = judgecheck(a.spec, a.model, **kwargs, variants=names)
+        for variant, v in c["variants"].items():
+            print(f"{a.spec} {a.split} seed {a.seed} [{variant}]: " + judge_check_line(v))
     else:
         print(f"{a.spec} {a.split} seed {a.seed}: {devcheck(a.spec, a.model, **kwargs)}")
     print(f"per item: {out}" + (f"; verdict: {summary_path(out)}" if a.judge_check else ""))

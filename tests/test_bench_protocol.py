@@ -417,3 +417,102 @@ def test_a_resumed_sitting_reuses_the_seed_prompts_saved_scores(tmp_path, monkey
     other = {**asdict(s), "max_tokens": 64}  # the file's settings differ from this sitting's
     path.write_text(json.dumps({"settings": other, "runs": [row]}))
     assert bench_peers.saved_baseline(s, spec, 100) is None
+
+
+def _section(text: str, title: str) -> str:
+    return text.split(f"## {title}\n\n", 1)[1].split("\n\n## ", 1)[0].strip()
+
+
+def _variant_judge(fair: bool, first: str = "A"):
+    """A judge for every variant's prompt: compare.md, the reference-guided and the pairwise
+    one; `fair` compares places, else it says yes to any reply (pairwise: always `first`)."""
+
+    def judge(messages):
+        text = messages[-1]["content"]
+        if "## Reply A" in text:
+            ref = _section(text, "Reference answer")
+            better = ("A" if _section(text, "Reply A") == ref else "B") if fair else first
+            return json.dumps({"reason": "compared", "better": better})
+        if "## Reference answer (correct)" in text:
+            same = _section(text, "Reference answer (correct)") == _section(text, "Reply to grade")
+            return json.dumps({"reason": "compared", "score": 10 if same or not fair else 0})
+        return _grading_judge(fair)(messages)
+
+    return judge
+
+
+def test_the_judge_check_reports_each_variant_with_intervals(tmp_path, monkeypatch):
+    from selftaught.stats import wilson_interval
+
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _tomi_wheel(tmp_path, 12)
+    kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel}
+    out = tmp_path / "judgecheck_tomi.jsonl"
+    model = ScriptedModel(_variant_judge(True))
+    variants = ["absolute", "k3", "reference", "pairwise"]
+    fair = bench_tasks.judgecheck("judge:tomi", model, out=out, variants=variants, **kwargs)
+    assert len(model.calls) == 6 + 18 + 6 + 6  # k3: three judge calls per judgement
+    assert sorted(p.temperature for p in model.params)[-18:] == [0.7] * 18
+    assert list(fair["variants"]) == variants
+    for v in fair["variants"].values():
+        assert (v["reference"], v["wrong"], v["errors"], v["grades"]) == ((3, 3), (0, 3), 0, True)
+        assert v["agreement"] == {"k": 6, "n": 6, "rate": 1.0,
+                                  "ci95": [round(x, 4) for x in wilson_interval(6, 6)]}  # fmt: skip
+        assert v["pairs"]["k"] == v["pairs"]["n"] == 3
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    pairwise = [r for r in rows if r["variant"] == "pairwise"]
+    assert {(r["case"], r["reply"] != r["baseline"]) for r in pairwise} == {
+        ("reference", True), ("wrong", True)}  # fmt: skip
+    saved = json.loads((tmp_path / "judgecheck_tomi.summary.json").read_text())
+    assert (saved["grades"], saved["reference"], saved["wrong"]) == (True, [3, 3], [0, 3])
+    assert saved["variants"]["pairwise"]["wrong_rate"]["ci95"] == [0.0, round(
+        wilson_interval(0, 3)[1], 4)]  # fmt: skip
+    judge = saved["judge"]
+    for variant in variants:
+        assert bench_tasks.passing_judge_check("judge:tomi", judge, tmp_path, variant)
+    assert bench_tasks.passing_judge_check("judge:tomi", judge, tmp_path, "pairwise+k3") is None
+
+
+def test_a_position_biased_pairwise_judge_agrees_half_the_time_and_never_grades(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _tomi_wheel(tmp_path, 12)
+    kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel}
+    out = tmp_path / "judgecheck_tomi.jsonl"
+    for first in ("A", "B"):  # each pair judged both ways round: the bias passes one of two
+        model = ScriptedModel(_variant_judge(False, first))
+        c = bench_tasks.judgecheck("judge:tomi", model, out=out, variants=["pairwise"], **kwargs)
+        v = c["variants"]["pairwise"]
+        assert v["reference"][0] == v["wrong"][0] and v["agreement"]["k"] == 3
+        assert (v["agreement"]["n"], v["pairs"]["k"], v["grades"]) == (6, 0, False)
+    assert "grades" not in c  # no absolute variant ran: no top-level verdict for it
+    assert bench_tasks.passing_judge_check("judge:tomi", "scripted", tmp_path) is None
+    assert bench_tasks.passing_judge_check("judge:tomi", "scripted", tmp_path, "pairwise") is None
+
+
+def test_the_judge_check_counts_errors_apart_and_reads_old_rows():
+    rows = [  # rows of a check before variants: no `variant`, the absolute variant's
+        {"example_id": "a", "case": "reference", "passed": True},
+        {"example_id": "a", "case": "wrong", "passed": False},
+        {"example_id": "b", "case": "reference", "passed": True},
+        {"example_id": "b", "case": "wrong", "error": "judge gave no readable score"},
+        {"example_id": "c", "case": "reference", "passed": False},
+        {"example_id": "c", "case": "wrong", "passed": True},
+    ]
+    s = bench_tasks.judge_check_summary(rows, ["absolute"])
+    assert (s["errors"], s["reference"], s["wrong"], s["grades"]) == (1, (2, 3), (1, 2), False)
+    v = s["variants"]["absolute"]
+    assert (v["agreement"]["k"], v["agreement"]["n"]) == (3, 5)
+    assert (v["pairs"]["k"], v["pairs"]["n"]) == (1, 2)  # b's wrong answer was never judged
+    assert v["reference_rate"]["rate"] == 0.6667
+
+
+def test_judge_variant_names():
+    parse = bench_tasks.JudgeVariant.parse
+    assert [parse(n).name for n in ("absolute", "k5", "absolute+k5", "pairwise+k3")] == [
+        "absolute", "k5", "k5", "pairwise+k3"]  # fmt: skip
+    assert parse("reference+k5") == bench_tasks.JudgeVariant("reference", 5)
+    for bad in ("k0", "ranked", "k"):
+        with pytest.raises(SystemExit, match="judge variant"):
+            parse(bad)

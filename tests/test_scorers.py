@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from selftaught.errors import ConfigError
+from selftaught.errors import ConfigError, InputError
 from selftaught.models.base import Completion, GenerationParams, Message
 from selftaught.models.errors import BackendError
 from selftaught.tasks.base import Example, TaskError
 from selftaught.tasks.scorers import (
+    SAMPLE_TEMPERATURE,
     SCORER_NAMES,
     LlmJudge,
     contains,
@@ -215,3 +218,143 @@ def test_quantity_is_a_scorer_and_a_reference_picks_its_own():
     assert score_reference("Answer: 8 km", ex, "quantity").hard == 0.0
     with pytest.raises(ConfigError, match="unknown reference scorer 'exact'"):
         score_reference("x", ex, "exact")
+
+
+# --- judge variants (issue 52): k samples, reference-guided, pairwise -------------------------
+
+
+def _score(value: float) -> str:
+    return json.dumps({"score": value, "reason": f"gave {value}"})
+
+
+def test_llm_judge_k_samples_take_the_median_at_a_sampling_temperature():
+    judge = ScriptedJudge(_score(9), _score(2), _score(8), _score(3), _score(7))
+    scorer = LlmJudge(judge, "rubric", samples=5)
+    score = scorer("reply", ex("ref"))
+    assert len(judge.calls) == 5 and scorer.params.temperature == SAMPLE_TEMPERATURE
+    assert (score.hard, score.soft) == (1.0, 0.7)  # median of 9, 2, 8, 3, 7; a mean says 5.8
+    assert score.feedback.startswith("judge scores 9, 2, 8, 3, 7 (median 7/10): gave 7")
+    low = LlmJudge(ScriptedJudge(_score(9), _score(2), _score(1)), samples=3)("r", ex("ref"))
+    assert low.hard == 0.0 and "median 2/10" in low.feedback  # one 9 does not carry it
+    assert LlmJudge(judge).params.temperature == 0.0  # the default: one greedy call
+    with pytest.raises(ConfigError, match="copies of one verdict"):
+        LlmJudge(judge, samples=3, temperature=0.0)
+    with pytest.raises(ConfigError, match="samples must be an integer >= 1"):
+        LlmJudge(judge, samples=0)
+
+
+def test_llm_judge_k_samples_one_failed_call_is_an_error_never_a_median():
+    judge = ScriptedJudge(_score(9), RuntimeError("connection reset"), _score(9))
+    with pytest.raises(BackendError, match="connection reset"):
+        LlmJudge(judge, samples=3)("reply", ex("ref"))
+    unreadable = ScriptedJudge(_score(9), "no idea", "still no idea", _score(9))
+    with pytest.raises(BackendError, match="no readable score"):
+        LlmJudge(unreadable, samples=3)("reply", ex("ref"))
+
+
+def test_llm_judge_reference_mode_shows_the_reference_first_and_needs_one():
+    judge = ScriptedJudge(_score(10))
+    scorer = LlmJudge(judge, "Same place?", mode="reference")
+    assert scorer("the green box", ex("green_box")).hard == 1.0
+    prompt = judge.calls[0][0]["content"]
+    assert prompt.index("green_box") < prompt.index("What is it?") < prompt.index("the green box")
+    assert "same answer as the reference" in prompt and "{{" not in prompt
+    with pytest.raises(TaskError, match="no reference; the reference-guided judge"):
+        scorer("x", ex(None))
+    assert len(judge.calls) == 1  # refused before any judge call
+
+
+def test_a_jsonl_task_with_the_reference_judge_refuses_a_line_without_reference(tmp_path):
+    from selftaught.tasks.jsonl import JsonlTask
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "input": "Q?", "reference": "R"}\n{"id": "b", "input": "Q2?"}\n')
+    judge = ScriptedJudge()
+    assert JsonlTask(path, "llm_judge", judge_model=judge).scorer_name == "llm_judge"
+    with pytest.raises(TaskError, match=r"t.jsonl:2: missing `reference` \(the reference-guided"):
+        JsonlTask(path, "llm_judge", judge_model=judge, judge_options={"mode": "reference"})
+
+
+def _position_biased(label: str):
+    """A pairwise judge that always prefers the reply in position `label`."""
+    return lambda n: [json.dumps({"reason": "first is better", "better": label})] * n
+
+
+def test_llm_judge_pairwise_draws_the_order_and_a_position_bias_cancels():
+    examples = [Example(id=f"e{i}", input="Q?", reference="R") for i in range(40)]
+    baseline = {e.id: "BASE" for e in examples}
+    judge = ScriptedJudge(*_position_biased("A")(40))
+    scorer = LlmJudge(judge, mode="pairwise", baseline=baseline, seed=3)
+    firsts = [scorer.reply_first(e, 0) for e in examples]
+    assert 10 < sum(firsts) < 30  # both orders drawn
+    assert firsts == [LlmJudge(judge, mode="pairwise", baseline=baseline, seed=3)
+                      .reply_first(e, 0) for e in examples]  # fmt: skip  # seeded
+    assert firsts != [LlmJudge(judge, mode="pairwise", baseline=baseline, seed=4)
+                      .reply_first(e, 0) for e in examples]  # fmt: skip
+    wins = [scorer("MINE", e).hard for e in examples]
+    for e, first, sent in zip(examples, firsts, judge.calls, strict=True):
+        text = sent[0]["content"]
+        reply_at, base_at = text.index("MINE"), text.index("BASE")
+        assert (reply_at < base_at) == first, e.id  # A is the reply exactly when drawn first
+    assert wins == [1.0 if f else 0.0 for f in firsts]  # an A-sayer wins only where A is it
+    # the pair judged both ways round (x against y, then y against x) sees both orders, so a
+    # position-biased judge crowns both or neither: it never decides the pair for one side
+    flipped = LlmJudge(ScriptedJudge(*_position_biased("A")(40)), mode="pairwise",
+                       baseline={e.id: "MINE" for e in examples}, seed=3)  # fmt: skip
+    base_wins = [flipped("BASE", e).hard for e in examples]
+    assert base_wins == wins
+
+
+def test_llm_judge_pairwise_verdicts_ties_and_k_samples():
+    e = Example(id="e1", input="Q?", reference="R")
+    scorer = LlmJudge(ScriptedJudge(), mode="pairwise", baseline=lambda _id: "BASE")
+    mine = "A" if scorer.reply_first(e, 0) else "B"
+    other = "B" if mine == "A" else "A"
+    verdict = json.dumps({"reason": "r", "better": mine})
+    scorer.judge_model = ScriptedJudge(verdict)
+    win = scorer("MINE", e)
+    assert (win.hard, win.soft) == (1.0, 1.0) and "win (median 10/10: a win)" in win.feedback
+    scorer.judge_model = ScriptedJudge('{"better": "tie", "reason": "same"}')
+    assert (scorer("MINE", e).hard, scorer.judge_model.calls != []) == (0.0, True)
+    scorer.judge_model = ScriptedJudge(f'{{"reason": "r", "better": "{other}"}}')
+    assert scorer("MINE", e).soft == 0.0
+    three = LlmJudge(ScriptedJudge(), mode="pairwise", baseline={"e1": "BASE"}, samples=3)
+    labels = ["A" if three.reply_first(e, i) else "B" for i in range(3)]
+    three.judge_model = ScriptedJudge(
+        *(json.dumps({"reason": "r", "better": lab}) for lab in labels[:2]), '{"better": "tie"}'
+    )
+    score = three("MINE", e)  # win, win, tie: the median a win
+    assert score.hard == 1.0 and "win, win, tie" in score.feedback
+
+
+def test_llm_judge_pairwise_without_a_baseline_is_refused():
+    with pytest.raises(ConfigError, match="pairwise' needs a baseline reply"):
+        LlmJudge(ScriptedJudge(), mode="pairwise")
+    with pytest.raises(ConfigError, match="unknown llm_judge mode"):
+        LlmJudge(ScriptedJudge(), mode="ranked")
+    scorer = LlmJudge(ScriptedJudge(), mode="pairwise", baseline={"other": "BASE"})
+    with pytest.raises(TaskError, match="'e1' has no baseline reply"):
+        scorer("MINE", ex("R"))
+    with pytest.raises(ConfigError, match="must hold \\{\\{reply_a\\}\\} and \\{\\{reply_b\\}\\}"):
+        LlmJudge(ScriptedJudge(), mode="pairwise", baseline={}, template="{{reply}}")
+
+
+def test_judge_variants_are_task_options(tmp_path):
+    from selftaught.tasks import load_task
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "input": "Q?", "reference": "R", "split": "val"}\n')
+    baselines = tmp_path / "base.jsonl"
+    baselines.write_text('{"id": "a", "reply": "BASE"}\n')
+    judge = ScriptedJudge()
+    task = load_task(str(path), scorer="llm_judge", judge_samples=3, judge_mode="pairwise",
+                     judge_baselines=baselines, seed=5, judge=judge)  # fmt: skip
+    scorer = task.default_scorer
+    assert (scorer.samples, scorer.mode, scorer.seed) == (3, "pairwise", 5)
+    assert scorer.baseline == {"a": "BASE"}
+    with pytest.raises(ConfigError, match="judge_mode must be one of"):
+        load_task(str(path), scorer="llm_judge", judge_mode="ranked", judge=judge)
+    with pytest.raises(InputError, match="pairwise' needs a baseline"):
+        load_task(str(path), scorer="llm_judge", judge_mode="pairwise", judge=judge)
+    with pytest.raises(ConfigError, match="cannot honour --judge-samples"):
+        load_task("gym:basic_arithmetic", judge_samples=3)

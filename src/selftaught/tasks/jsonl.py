@@ -7,7 +7,7 @@ Each line is a JSON object with
     the line gives one;
   - `id` (optional; default: the line number), unique in the file;
   - `reference`, or `ideal` as in OpenAI evals (a string or a list of acceptable answers;
-    required, except for lines scored by `llm_judge`);
+    required, except for lines scored by `llm_judge` other than its reference mode);
   - `split` (optional): "train", "val" or "test";
   - `scorer` (optional): overrides the task's scorer for this line;
   - `workspace` (optional): a folder (relative to the JSONL file) copied afresh for each
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,7 @@ class JsonlTask:
         *,
         judge_model: ChatModel | None = None,
         rubric: str | Path | None = None,
+        judge_options: Mapping[str, Any] | None = None,
         seed: int = 0,
         val_fraction: float = 0.2,
         test_fraction: float = 0.2,
@@ -110,6 +112,7 @@ class JsonlTask:
         self.test_fraction = test_fraction
         self._judge_model = judge_model
         self._rubric = rubric
+        self._judge_options = dict(judge_options or {})
         self._scorers: dict[str, Scorer] = {}
         if isinstance(scorer, str):
             self.scorer_name = scorer
@@ -136,7 +139,10 @@ class JsonlTask:
     def _scorer(self, name: str, *, where: str) -> Scorer:
         if name not in self._scorers:
             try:
-                self._scorers[name] = get_scorer(name, self._judge_model, self._rubric)
+                judge_options = self._judge_options if name == JUDGE_SCORER else {}
+                self._scorers[name] = get_scorer(
+                    name, self._judge_model, self._rubric, **judge_options
+                )
             except ValueError as err:
                 raise TaskError(f"{where}: {err}") from err
         return self._scorers[name]
@@ -162,7 +168,7 @@ class JsonlTask:
             if scorer_name is not None:
                 scorer = self._scorer(scorer_name, where=where)
             if not self._parse_workspace(row, example.id, where):
-                self._check_reference(example, scorer_name or self.scorer_name, where)
+                self._check_reference(example, scorer_name or self.scorer_name, scorer, where)
 
             prompt = example.prompt_text().strip()
             split = explicit_split
@@ -274,11 +280,16 @@ class JsonlTask:
             raise TaskError(f"{where}: `{field}` has no user message")
 
     @staticmethod
-    def _check_reference(example: Example, scorer_name: str, where: str) -> None:
-        if scorer_name == JUDGE_SCORER:
-            return
+    def _check_reference(example: Example, scorer_name: str, scorer: Scorer, where: str) -> None:
         ref = example.reference
-        if ref is None or (isinstance(ref, list) and not ref):
+        missing = ref is None or (isinstance(ref, list) and not ref)
+        if scorer_name == JUDGE_SCORER:
+            if missing and getattr(scorer, "needs_reference", False):  # the reference judge
+                raise TaskError(
+                    f"{where}: missing `reference` (the reference-guided judge needs one)"
+                )
+            return
+        if missing:
             raise TaskError(f"{where}: missing `reference` (scorer {scorer_name!r} needs one)")
         if scorer_name == "json_match" and isinstance(ref, str):
             try:

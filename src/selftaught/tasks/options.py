@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 
 from selftaught.errors import ConfigError
 from selftaught.models.resolve import ModelLike
+from selftaught.tasks.scorers import JUDGE_MODES, JudgeMode
 
 DEFAULT_SEED = 0
 """Seeds a task's generator and its train / val / test split."""
@@ -51,6 +52,18 @@ class TaskOptions:
     """Judge model spec for the llm_judge scorer (its calls are charged to the role `judge`)."""
     rubric: Path | None = None
     """Rubric file for the llm_judge scorer."""
+    # judge variants (issue 52): each off unless set, for a dev-seed comparison
+    judge_samples: int | None = None
+    """llm_judge: judge calls per reply, the verdict their median (unset: 1; more than 1 runs
+    at the judge's sampling temperature, 0.7)."""
+    judge_mode: JudgeMode | None = None
+    """llm_judge: absolute (a 0-10 score against the rubric) | reference (the reference shown
+    first: does the reply give its answer? every line needs a reference) | pairwise (which of
+    the reply and a baseline reply better meets the rubric; needs --judge-baselines)
+    (unset: absolute)."""
+    judge_baselines: Path | None = None
+    """llm_judge pairwise: a JSONL file of {"id", "reply"} lines, each example's baseline
+    reply."""
     unsafe_exec: bool = False
     """Where bubblewrap is missing, run model-written code with resource limits only (it can
     read your files and use the network); and allow the reasoning-gym tasks whose own scorers
@@ -58,6 +71,15 @@ class TaskOptions:
     bubblewrap is installed. Without this such tasks refuse."""
 
     def __post_init__(self) -> None:
+        if self.judge_mode is not None and self.judge_mode not in JUDGE_MODES:
+            raise ConfigError(
+                f"judge_mode must be one of {', '.join(JUDGE_MODES)}, got {self.judge_mode!r}"
+            )
+        samples = self.judge_samples
+        if samples is not None and (
+            isinstance(samples, bool) or not isinstance(samples, int) or samples < 1
+        ):
+            raise ConfigError(f"judge_samples must be an integer >= 1, got {samples!r}")
         for name in ("train_size", "val_size", "test_size"):
             size = getattr(self, name)
             if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
@@ -84,6 +106,20 @@ class TaskOptions:
             for f in dataclasses.fields(self)
             if getattr(self, f.name) != f.default and getattr(self, f.name) is not None
         ]
+
+    def judge_options(self) -> dict[str, Any]:
+        """The llm_judge keywords these options set (`LlmJudge(samples=, mode=, baseline=)`)."""
+        from selftaught.tasks.scorers import read_baselines
+
+        options: dict[str, Any] = {}
+        if self.judge_samples is not None:
+            options["samples"] = self.judge_samples
+        if self.judge_mode is not None:
+            options["mode"] = self.judge_mode
+        if self.judge_baselines is not None:
+            options["baseline"] = read_baselines(self.judge_baselines)
+            options["seed"] = self.seed  # the A / B order is drawn with the task's seed
+        return options
 
     def sizes(self) -> Sizes:
         """The split sizes that were set, as constructor keywords."""

@@ -121,6 +121,7 @@ def _jsonl_task(path: Path, opts: TaskOptions, judge: ChatModel | None) -> Task:
         raise TaskError(f"JSONL task file {path} does not exist")
     kwargs: dict[str, Any] = {"seed": opts.seed, "judge_model": _judge(opts, judge)}
     kwargs["rubric"] = opts.rubric
+    kwargs["judge_options"] = opts.judge_options()
     kwargs["unsafe_exec"] = opts.unsafe_exec  # lines with a `check` run it in the sandbox
     for name in ("scorer", "val_fraction", "test_fraction"):
         if getattr(opts, name) is not None:

@@ -10,16 +10,20 @@ and `regex`: any one of them matching counts as solved.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
+import random
 import re
+import statistics
 import string
 from collections import Counter
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from selftaught.errors import ConfigError, read_text
 from selftaught.models.base import ChatModel, GenerationParams, Message
@@ -303,16 +307,41 @@ DEFAULT_RUBRIC = (
     "The reply answers the question correctly and completely. When a reference answer is "
     "given, the reply must agree with it in substance (wording may differ)."
 )
+JudgeMode = Literal["absolute", "reference", "pairwise"]
+JUDGE_MODES: tuple[JudgeMode, ...] = ("absolute", "reference", "pairwise")
+SAMPLE_TEMPERATURE = 0.7  # the judge's temperature when it is asked k > 1 times per reply
+_JUDGE_MAX_TOKENS = 512
+_TEMPLATES: dict[JudgeMode, str] = {
+    "absolute": "prompts/llm_judge.md",
+    "reference": "prompts/llm_judge_reference.md",
+    "pairwise": "prompts/llm_judge_pairwise.md",
+}
+_NEEDS: dict[JudgeMode, tuple[str, ...]] = {
+    "absolute": ("{{reply}}",),
+    "reference": ("{{reply}}",),
+    "pairwise": ("{{reply_a}}", "{{reply_b}}"),
+}
 _JUDGE_SCORE = re.compile(r'"?score"?\s*[:=]\s*"?(\d+(?:\.\d+)?)', re.I)
 _JUDGE_REASON = re.compile(r'"reason"\s*:\s*"((?:[^"\\]|\\.)*)', re.S)
+_JUDGE_BETTER = re.compile(r'"?better"?\s*[:=]\s*"?(A|B|tie)\b', re.I)
 _REPAIR_PROMPT = (
     "Your reply could not be read. Answer again with exactly one JSON object and nothing else: "
     '{"score": <integer 0..10>, "reason": "<one or two sentences>"}'
 )
+_PAIRWISE_REPAIR_PROMPT = (
+    "Your reply could not be read. Answer again with exactly one JSON object and nothing else: "
+    '{"reason": "<one or two sentences>", "better": "A" or "B" or "tie"}'
+)
+_WIN, _TIE, _LOSS = 10.0, 5.0, 0.0  # a pairwise verdict on the 0..10 scale of a score
+_OUTCOME = {_WIN: "win", _TIE: "tie", _LOSS: "loss"}
+
+Baseline: TypeAlias = "Mapping[str, str] | Callable[[str], str | None]"
+"""Pairwise mode's baseline reply of an example, by example id."""
 
 
-def judge_prompt_template() -> str:
-    return resources.files("selftaught.tasks").joinpath("prompts/llm_judge.md").read_text("utf-8")
+def judge_prompt_template(mode: JudgeMode = "absolute") -> str:
+    path = _TEMPLATES[mode]
+    return resources.files("selftaught.tasks").joinpath(path).read_text("utf-8")
 
 
 def parse_judge_reply(text: str) -> tuple[float, str] | None:
@@ -340,6 +369,40 @@ def parse_judge_reply(text: str) -> tuple[float, str] | None:
     return float(score), reason.strip()
 
 
+def parse_pairwise_reply(text: str) -> tuple[str, str] | None:
+    """("A" | "B" | "tie", reason) from a pairwise judge reply, or None when it cannot be
+    read. Accepts a JSON object, and as a fallback a bare `"better": "A"`."""
+    better: Any = None
+    reason = ""
+    try:
+        data = extract_json(text)
+        if isinstance(data, dict):
+            better, reason = data.get("better"), str(data.get("reason", "") or "")
+    except ValueError:
+        pass
+    if not isinstance(better, str):
+        hit = _JUDGE_BETTER.search(text)
+        if hit is None:
+            return None
+        better = hit.group(1)
+        reason_hit = _JUDGE_REASON.search(text)
+        reason = reason_hit.group(1) if reason_hit else ""
+    label = {"a": "A", "b": "B", "tie": "tie"}.get(better.strip().casefold())
+    return None if label is None else (label, reason.strip())
+
+
+def read_baselines(path: Path) -> dict[str, str]:
+    """Pairwise baselines from a JSONL file of `{"id": ..., "reply": ...}` lines."""
+    from selftaught.runs import iter_jsonl
+
+    out: dict[str, str] = {}
+    for lineno, row in iter_jsonl(path, ConfigError):
+        if "id" not in row or not isinstance(row.get("reply"), str):
+            raise ConfigError(f"{path}:{lineno}: a baseline line needs `id` and a string `reply`")
+        out[str(row["id"])] = row["reply"]
+    return out
+
+
 class LlmJudge:
     """Scores a reply with a judge model against a rubric.
 
@@ -348,7 +411,15 @@ class LlmJudge:
     a broken judge is never a wrong answer. An example's own `state["rubric"]` overrides the
     scorer's rubric. `template` (text or a Path to a `.md` file) replaces the packaged judge
     prompt (`prompts/llm_judge.md`); it fills `{{rubric}}`, `{{question}}`, `{{reference}}` and
-    `{{reply}}`, and must hold `{{reply}}`."""
+    `{{reply}}`, and must hold `{{reply}}`.
+
+    Variants (each off by default): `samples` = k judge calls per reply at `temperature`
+    (default `SAMPLE_TEMPERATURE` when k > 1), the verdict their median; `mode="reference"`
+    shows the reference first and asks whether the reply gives the same answer (an example
+    without a reference is a TaskError); `mode="pairwise"` asks which of the reply and the
+    example's `baseline` reply (by example id) better meets the rubric, labelled A / B in an
+    order drawn per (seed, example, sample), so judging x against y and y against x shows the
+    pair both ways round; hard = the reply wins (median verdict: win 10, tie 5, loss 0)."""
 
     name = "llm_judge"
 
@@ -360,6 +431,11 @@ class LlmJudge:
         threshold: float = 7.0,
         params: GenerationParams | None = None,
         template: str | Path | None = None,
+        samples: int = 1,
+        temperature: float | None = None,
+        mode: JudgeMode = "absolute",
+        baseline: Baseline | None = None,
+        seed: int = 0,
     ):
         if judge_model is None:
             raise ConfigError("scorer 'llm_judge' needs a judge model")
@@ -370,14 +446,25 @@ class LlmJudge:
         self.judge_model = judge_model
         self.rubric = (rubric or "").strip() or DEFAULT_RUBRIC
         self.threshold = threshold
-        self.params = params or GenerationParams(max_tokens=512, temperature=0.0)
+        self.samples, self.mode, self.seed = samples, mode, seed
+        self.params = _judge_params(params, samples, temperature)
+        self.baseline = _check_mode(mode, baseline)
         if isinstance(template, Path):
             template = read_text(template, "judge template file")
-        self._template = template or judge_prompt_template()
-        if "{{reply}}" not in self._template:
-            raise ConfigError("a judge template must hold {{reply}}: the judge would not see it")
+        self._template = template or judge_prompt_template(mode)
+        missing = [field for field in _NEEDS[mode] if field not in self._template]
+        if missing:
+            raise ConfigError(
+                f"a {mode} judge template must hold {' and '.join(missing)}: "
+                "the judge would not see the reply"
+            )
 
-    def messages(self, output: str, example: Example) -> list[Message]:
+    @property
+    def needs_reference(self) -> bool:
+        """Whether every example needs a reference (a JSONL task checks it at load)."""
+        return self.mode == "reference"
+
+    def _fill(self, example: Example, **replies: str) -> list[Message]:
         rubric = str(example.state.get("rubric") or self.rubric)
         reference = example.reference
         if reference is None:
@@ -390,12 +477,47 @@ class LlmJudge:
             "rubric": rubric,
             "question": example.prompt_text(),
             "reference": reference_text,
-            "reply": output,
+            **replies,
         }
         prompt = self._template
         for key, value in fields.items():  # plain replace: the texts may hold braces
             prompt = prompt.replace("{{" + key + "}}", value)
         return [{"role": "user", "content": prompt}]
+
+    def messages(self, output: str, example: Example, sample: int = 0) -> list[Message]:
+        """The judge's prompt for `output` (pairwise: for judge sample `sample`)."""
+        if self.mode == "reference" and (
+            example.reference is None or example.reference in ("", [])
+        ):
+            raise TaskError(
+                f"example {example.id!r} has no reference; the reference-guided judge "
+                "(llm_judge mode 'reference') needs one"
+            )
+        if self.mode != "pairwise":
+            return self._fill(example, reply=output)
+        baseline = self._baseline_of(example)
+        a, b = (output, baseline) if self.reply_first(example, sample) else (baseline, output)
+        return self._fill(example, reply_a=a, reply_b=b)
+
+    def reply_first(self, example: Example, sample: int) -> bool:
+        """Pairwise: whether the reply is A in judge sample `sample` of `example`. Drawn from
+        an RNG seeded by (seed, example id, sample): the same for every reply of the example,
+        so a pair judged both ways round sees both orders, and reproducible under threads."""
+        return random.Random(f"{self.seed}\x00{example.id}\x00{sample}").random() < 0.5
+
+    def _baseline_of(self, example: Example) -> str:
+        got: str | None
+        if isinstance(self.baseline, Mapping):
+            got = self.baseline.get(example.id)
+        else:
+            assert self.baseline is not None  # _check_mode refused pairwise without one
+            got = self.baseline(example.id)
+        if got is None:
+            raise TaskError(
+                f"example {example.id!r} has no baseline reply; the pairwise judge "
+                "(llm_judge mode 'pairwise') needs one for every example it scores"
+            )
+        return got
 
     def _ask(self, messages: list[Message]) -> str:
         try:
@@ -406,28 +528,96 @@ class LlmJudge:
             name = getattr(self.judge_model, "name", "judge")
             raise BackendError(name, f"judge call failed: {err!r}") from err
 
-    def __call__(self, output: str, example: Example) -> Score:
-        messages = self.messages(output, example)
+    def _read(self, reply: str, example: Example, sample: int) -> tuple[float, str] | None:
+        """A reply of the judge as (0..10 for the graded reply, reason), or None."""
+        if self.mode != "pairwise":
+            return parse_judge_reply(reply)
+        parsed = parse_pairwise_reply(reply)
+        if parsed is None:
+            return None
+        better, reason = parsed
+        if better == "tie":
+            return _TIE, reason
+        ours = "A" if self.reply_first(example, sample) else "B"
+        return (_WIN if better == ours else _LOSS), reason
+
+    def _verdict(self, output: str, example: Example, sample: int) -> tuple[float, str]:
+        """One judge call (and one repair request when its reply cannot be read)."""
+        messages = self.messages(output, example, sample)
         reply = self._ask(messages)
-        parsed = parse_judge_reply(reply)
+        parsed = self._read(reply, example, sample)
         if parsed is None:  # one repair attempt, in the same conversation
-            repair = messages + [
+            repair = _PAIRWISE_REPAIR_PROMPT if self.mode == "pairwise" else _REPAIR_PROMPT
+            repair_messages = messages + [
                 {"role": "assistant", "content": reply},
-                {"role": "user", "content": _REPAIR_PROMPT},
+                {"role": "user", "content": repair},
             ]
-            reply = self._ask(repair)
-            parsed = parse_judge_reply(reply)
+            reply = self._ask(repair_messages)
+            parsed = self._read(reply, example, sample)
         if parsed is None:
             name = getattr(self.judge_model, "name", "judge")
+            what = "verdict" if self.mode == "pairwise" else "score"
             raise BackendError(
-                name, f"judge gave no readable score after one repair: {_shorten(reply, 120)!r}"
+                name, f"judge gave no readable {what} after one repair: {_shorten(reply, 120)!r}"
             )
-        value, reason = parsed
-        return Score(
-            hard=1.0 if value >= self.threshold else 0.0,
-            soft=value / 10.0,
-            feedback=f"judge score {value:g}/10: {reason or '(no reason given)'}",
+        return parsed
+
+    def __call__(self, output: str, example: Example) -> Score:
+        # every call must answer: one that fails raises, never a median of the others
+        verdicts = [self._verdict(output, example, i) for i in range(self.samples)]
+        values = [value for value, _ in verdicts]
+        value = float(statistics.median(values))
+        # the reason of the sample closest to the median speaks for the verdict
+        reason = min(verdicts, key=lambda v: abs(v[0] - value))[1] or "(no reason given)"
+        if self.mode == "pairwise":
+            hard = value > _TIE
+            outcomes = ", ".join(_OUTCOME[v] for v in values)
+            head = f"pairwise judge vs the baseline: {outcomes}"
+            head += f" (median {value:g}/10: {'a win' if hard else 'no win'})"
+        else:
+            hard = value >= self.threshold
+            if self.samples == 1:
+                head = f"judge score {value:g}/10"
+            else:
+                shown = ", ".join(f"{v:g}" for v in values)
+                head = f"judge scores {shown} (median {value:g}/10)"
+        return Score(hard=1.0 if hard else 0.0, soft=value / 10.0, feedback=f"{head}: {reason}")
+
+
+def _judge_params(
+    params: GenerationParams | None, samples: int, temperature: float | None
+) -> GenerationParams:
+    """The judge's sampling settings: greedy for one call; k > 1 calls at `temperature`
+    (default SAMPLE_TEMPERATURE), since k greedy calls are k copies of one (and cached)."""
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ConfigError(f"llm_judge samples must be an integer >= 1, got {samples!r}")
+    if temperature is None and samples > 1 and (params is None or params.temperature == 0):
+        temperature = SAMPLE_TEMPERATURE
+    if temperature is not None and not 0 <= temperature <= 2:
+        raise ConfigError(f"llm_judge temperature must be in 0..2, got {temperature}")
+    base = params or GenerationParams(max_tokens=_JUDGE_MAX_TOKENS, temperature=0.0)
+    if temperature is not None:
+        base = dataclasses.replace(base, temperature=temperature)
+    if samples > 1 and base.temperature == 0:
+        raise ConfigError(
+            f"llm_judge samples={samples} at temperature 0 are {samples} copies of one verdict; "
+            "give a temperature > 0"
         )
+    return base
+
+
+def _check_mode(mode: str, baseline: Baseline | None) -> Baseline | None:
+    if mode not in JUDGE_MODES:
+        raise ConfigError(f"unknown llm_judge mode {mode!r}; valid: {', '.join(JUDGE_MODES)}")
+    if mode == "pairwise" and baseline is None:
+        raise ConfigError(
+            "llm_judge mode 'pairwise' needs a baseline reply per example to compare with "
+            "(baseline=: a mapping or a callable from example id to the reply; "
+            "--judge-baselines FILE on the command line)"
+        )
+    if mode != "pairwise" and baseline is not None:
+        raise ConfigError(f"a baseline is for llm_judge mode 'pairwise', not {mode!r}")
+    return baseline
 
 
 # --- registry --------------------------------------------------------------------------------
@@ -476,7 +666,8 @@ def get_scorer(
     **judge_options: Any,
 ) -> Scorer:
     """A scorer by name. `llm_judge` needs `judge_model`; `rubric` (text or a Path to a file)
-    and `threshold=` configure it."""
+    and LlmJudge's keywords (`threshold=`, `samples=`, `mode=`, `baseline=`, ...) configure
+    it."""
     if name == JUDGE_SCORER:
         if judge_model is None:
             raise ConfigError(
