@@ -296,8 +296,8 @@ def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
     assert night.status in ("staged", "no_proposal"), night.reason
     modes = night.phases["skill"].demo_modes
     assert set(modes.candidates) >= {"none", "static", "retrieved"}
-    assert modes.extra["sources"] == {"correction": night.splits.train}
-    assert modes.extra["leaks_refused"] == 0 and modes.winner in modes.candidates
+    assert modes.sources == {"correction": night.splits.train}
+    assert modes.leaks_refused == 0 and modes.winner in modes.candidates
     for c in modes.candidates.values():
         assert c.n == night.splits.val and len(c.hard_ci or ()) == 2
     smallest = night.gate.smallest_gain

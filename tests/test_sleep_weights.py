@@ -388,7 +388,7 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
     assert seen[0]["peft"].peft_type == "LORA" and seen[0]["peft"].r == 8
     t = w.trained["sft"]
     assert 1 <= t.steps <= 12 and t.loss_last < t.loss_first
-    assert w.data["corrections"] == night.splits.train
+    assert w.data is not None and w.data.corrections == night.splits.train
     assert set(w.candidates) == {"current", "sft"}  # the analyst proposed no text
     for c in w.candidates.values():
         assert c.n == night.splits.val

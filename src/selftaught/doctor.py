@@ -26,8 +26,8 @@ MAIN_COMMAND = (
     "--max-tokens 64"
 )
 # The README's figure for MAIN_COMMAND, as benchmarks/bench_quickstart.py recorded it in
-# benchmarks/results/quickstart_demos_local_2026-11-28.json (`wall_s`, and the raw decode rate measured
-# just before, `raw_decode.tok_per_s`); tests/test_doctor.py keeps the two equal.
+# benchmarks/results/MAIN_RESULTS (`wall_s`, and the raw decode rate measured just before,
+# `raw_decode.tok_per_s`); tests/test_doctor.py keeps the two equal.
 MAIN_RESULTS = "quickstart_demos_local_2026-11-28.json"
 MAIN_SECONDS = 378.1
 MAIN_RAW_TOK_S: float | None = 82.78
