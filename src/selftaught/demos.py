@@ -6,7 +6,9 @@ block of demonstrations: (input, reply) pairs taken from the train split only:
 - ``bootstrap``: the target's own reply that passed the scorer (and was not truncated), as in
   DSPy's BootstrapFewShot: a demo shows the model a reply it can really produce;
 - ``reference``: the task's reference answer, kept only when the scorer passes it;
-- ``correction``: a reply the user corrected in deployment (sleep), a reference too.
+- ``correction``: a reply the user corrected in deployment (sleep), a reference too;
+- ``teacher``: a reply the optimizer model wrote for a train item the target failed, kept
+  only when the task's own scorer passes it (`skill.teacher`, `--teacher-demos`).
 
 They live in the skill file itself, after the rules, one JSON object per line, so every place
 that reads a skill (eval --skill, the proxy, adopt, a night) carries them with it:
@@ -41,7 +43,7 @@ from selftaught.text import numbers, words
 if TYPE_CHECKING:  # annotations only: demos sits below the models (their agents render demos)
     from selftaught.models.base import Message
 
-DemoSource = Literal["bootstrap", "reference", "correction"]
+DemoSource = Literal["bootstrap", "reference", "correction", "teacher"]
 DemoPlacement = Literal["turns", "system"]
 PLACEMENTS: tuple[str, ...] = ("turns", "system")
 

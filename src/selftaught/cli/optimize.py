@@ -67,6 +67,7 @@ SKILL_FLAGS = {
     "demos_max": "demos_max",
     "demo_placement": "demo_placement",
     "demo_sets_per_step": "demo_sets",
+    "teacher_demos": "teacher_demos",  # issue 52: the optimizer writes, the scorer verifies
     "proposals": "proposals",
     "pool": "pool",
     "merge": "merge",

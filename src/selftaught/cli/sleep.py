@@ -640,6 +640,7 @@ DEMO_MODE_FLAGS = ("retrieval", "retrieve_k")
 NIGHT_SKILL_FLAGS = (
     *("epochs", "batch_size", "rollouts_k", "demos_max", "concurrency", "max_tokens"),
     "slow_every",  # the slow update every N nights (issue 51)
+    "teacher_demos",  # issue 52: never an end user's (no_demo) task
 )
 WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_minutes": "weight_max_minutes"}
 # --weight-max-seconds (before --weight-max-minutes) still parses: crontab lines hold it

@@ -110,6 +110,17 @@ class SkillOptConfig:
     gym:syllogism's dev seeds it took val from 11, 8, 8 to 20, 27, 24 of 30 where the
     top-ranked set changed nothing (docs/optimize.md)."""
 
+    # --- teacher demos (issue 52): replies the optimizer writes, the scorer verifies ----
+    teacher_demos: int = 0
+    """Where the target solves too few train items to bootstrap demos from: at each step
+    whose demo pool holds fewer than `demos_max` demos beyond bare references, the optimizer
+    model is asked to write the reply to at most this many train items of the step's batch
+    the target failed (each item once per run); a reply the task's own scorer passes joins
+    the pool as a "teacher" demo, ranked after the model's own replies and the user's
+    corrections, and gated on val like every candidate. Never an item marked `no_demo`
+    (sleep: an end user's evidence), nor one of a tool or workspace task. 0: off (the
+    default until it is measured on dev seeds)."""
+
     # --- candidates per step: proposals, pool, merge, successive halving --------------
     proposals: int = 1
     """Analyst proposals per step; the second and later are sampled at
@@ -214,7 +225,13 @@ class SkillOptConfig:
             "screen_keep",
         ):
             positive(name)
-        for name in ("demos_max", "demo_sets_per_step", "screen_size", "proposals"):
+        for name in (
+            "demos_max",
+            "demo_sets_per_step",
+            "screen_size",
+            "proposals",
+            "teacher_demos",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.demo_placement not in PLACEMENTS:

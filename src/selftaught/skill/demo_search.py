@@ -2,8 +2,9 @@
 this loop): where candidate demos come from, and the demo sets a step proposes.
 
 Candidates come from the train split only: the target's own passing replies (bootstrapped
-from the step's rollouts, never truncated) and the references the scorer passes. Each goes
-through the leak check before it may be used. A step proposes, from its parent's demo set:
+from the step's rollouts, never truncated), the references the scorer passes, and (with
+`teacher_demos`) replies the optimizer model wrote that the scorer passes (`skill.teacher`).
+Each goes through the leak check before it may be used. A step proposes, from its parent's demo set:
 add one (while below the cap), swap one, a fresh set, drop one, round after round (later
 fresh sets are random draws); sets already tried are skipped. On a task with few distinct
 answers (Yes / No, a label) the first fresh set is stratified: each answer gets its share
@@ -22,15 +23,29 @@ from selftaught.rollout import Rollout
 from selftaught.tasks.base import Example, Task
 from selftaught.text import words
 
+# The order sources are preferred in, for the same train item and when a set is filled: the
+# user's corrections and the model's own replies first (what it can produce), then a teacher's
+# verified reply (it shows the working, written by another model), then a bare reference.
+SOURCE_RANK = {"correction": 0, "bootstrap": 0, "teacher": 1, "reference": 2}
+
+
+def source_rank(source: str) -> int:
+    return SOURCE_RANK.get(source, 3)
+
 
 @dataclass
 class DemoPool:
     """The demo candidates found so far (one per train example; a bootstrapped reply is
-    preferred over a reference: it shows what the model itself can produce), and the leaks
-    refused on the way."""
+    preferred over a teacher's, and either over a reference: `SOURCE_RANK`), the leaks
+    refused on the way, and the train items the teacher was already asked about."""
 
     demos: dict[str, Demo] = field(default_factory=dict)
     leaks: list[Leak] = field(default_factory=list)
+    teacher_asked: list[str] = field(default_factory=list)
+
+    def own(self) -> int:
+        """Demos that are more than a bare reference (what `teacher_demos` counts)."""
+        return sum(1 for d in self.demos.values() if d.source != "reference")
 
     def add(self, candidates: Iterable[Demo], check: LeakCheck) -> list[Demo]:
         """Add the clean candidates; returns those that are new."""
@@ -39,22 +54,25 @@ class DemoPool:
         new = []
         for d in clean:
             old = self.demos.get(d.id)
-            if old is None or (old.source == "reference" and d.source != "reference"):
+            if old is None or source_rank(d.source) < source_rank(old.source):
                 self.demos[d.id] = d
                 new.append(d)
         return new
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "demos": [d.to_dict() for d in self.demos.values()],
             "leaks": [x.__dict__ for x in self.leaks],
         }
+        if self.teacher_asked:  # absent with the teacher off: the file is as before
+            out["teacher_asked"] = list(self.teacher_asked)
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> DemoPool:
         demos = [Demo.from_dict(d) for d in raw.get("demos", [])]
         leaks = [Leak(**x) for x in raw.get("leaks", [])]
-        return cls({d.id: d for d in demos}, leaks)
+        return cls({d.id: d for d in demos}, leaks, list(raw.get("teacher_asked", [])))
 
 
 def no_demo(ex: Example) -> bool:
@@ -123,22 +141,23 @@ def work_steps(reply: str) -> int:
 
 
 def _ranked(demos: Sequence[Demo], rng: random.Random) -> list[Demo]:
-    """The order a demo set is filled in (as DSPy fills one: bootstrapped first): the
-    model's own passing replies that show their working, those with the most steps first,
-    then its bare answers, then references; shorter first among equals (ties in random
-    order). Measured with Qwen2.5-Coder-0.5B on 80 held-out arithmetic items against the
-    seed prompt alone (30/80): two worked own replies as turns 40/80 (15 wins / 5 losses),
-    bare own answers 33/80, references as a system section 18/80; and among worked replies,
-    the two with the most steps beat the two shortest on each of three seeds (58 vs 45,
-    47 vs 36, 43 vs 38 of 80; one demo: 48 vs 38, 43 vs 31, 43 vs 36): a one-step
-    demo teaches the format, a demo that writes out its intermediate results teaches the
-    working. (On SmolLM2-135M references taught it to answer without working.)"""
+    """The order a demo set is filled in (as DSPy fills one: bootstrapped first): the model's
+    own passing replies (and the user's corrections) that show their working, those with the
+    most steps first, then its bare answers, then a teacher's verified replies, then
+    references (`SOURCE_RANK`); shorter first among equals (ties in random order). Measured
+    with Qwen2.5-Coder-0.5B on 80 held-out arithmetic items against the seed prompt alone
+    (30/80): two worked own replies as turns 40/80 (15 wins / 5 losses), bare own answers
+    33/80, references as a system section 18/80; and among worked replies, the two with the
+    most steps beat the two shortest on each of three seeds (58 vs 45, 47 vs 36, 43 vs 38 of
+    80; one demo: 48 vs 38, 43 vs 31, 43 vs 36): a one-step demo teaches the format, a demo
+    that writes out its intermediate results teaches the working. (On SmolLM2-135M
+    references taught it to answer without working.)"""
     order = list(demos)
     rng.shuffle(order)
     return sorted(
         order,
         key=lambda d: (
-            d.source == "reference",
+            source_rank(d.source),
             not shows_work(d.reply),
             -work_steps(d.reply),
             len(d.reply),

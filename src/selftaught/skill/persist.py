@@ -25,6 +25,7 @@ from selftaught.skill.result import ParseStats, SkillRunResult, SkillTest
 from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.state import RunState, SkillVersion
+from selftaught.skill.teacher import TeacherAttempt
 from selftaught.stops import StopReason, stop_dict
 
 RUN_LAYOUT = """\
@@ -36,6 +37,7 @@ skills/vNNNN[-J].md    the candidates of step NNNN (v0000 = the initial skill; -
                        second and later candidates of a step: other proposals, demo sets,
                        merges); a run that trains the memory writes memorys/, best_memory.md
 demo_pool.json         demonstration candidates found in train so far, and leaks refused
+                       (with --teacher-demos: the train items the teacher was asked about)
 best_skill.md          the best skill so far (what ships), current_skill.md the current one
 diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
                        analyst's raw replies; backend call errors
@@ -71,6 +73,7 @@ class StepOutcome:
     candidates: list[Candidate]
     verdict: Verdict
     new_demos: int = 0
+    teacher: list[TeacherAttempt] | None = None  # None: the teacher is off
 
     @property
     def primary(self) -> Proposal:
@@ -191,6 +194,7 @@ class RunStore:
             {"analyst": c.kind, "error": c.error} for c in all_calls if c.status == "backend_error"
         ]
         v = o.verdict
+        teacher = {} if o.teacher is None else {"teacher": [a.to_dict() for a in o.teacher]}
         atomic_write_json(
             self.run.path("diagnostics", f"step_{o.step:04d}.json"),
             {
@@ -217,6 +221,7 @@ class RunStore:
                 "backend_errors": error_rows(o.rollouts)
                 + error_rows(v.val_rollouts)
                 + analyst_errors,
+                **teacher,  # the teacher's attempts (only with --teacher-demos)
             },
         )
 
@@ -250,6 +255,7 @@ class RunStore:
                 "new": o.new_demos,
                 "leaks_refused": len(st.demo_pool.leaks),
                 "best": [d["id"] for d in (demo_dicts(st.best.text))],
+                **self._teacher_counts(o),
             },
             analyst=step_parse.to_dict(),
             gate=o.verdict.result,
@@ -264,6 +270,13 @@ class RunStore:
             time_s=round(st.elapsed_s, 2),
             stopped_by=st.stopped_by,
         )
+
+    @staticmethod
+    def _teacher_counts(o: StepOutcome) -> dict[str, Any]:
+        """The step's teacher attempts by status (nothing when the teacher is off)."""
+        if o.teacher is None:
+            return {}
+        return {"teacher": dict(Counter(a.status for a in o.teacher))}
 
     def _step_usage(self, usage0: dict[str, Any]) -> dict[str, Any]:
         """Calls and tokens of this step, per role (the ledger now minus at its start)."""

@@ -56,6 +56,7 @@ from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.slow import SlowConsolidator
 from selftaught.skill.state import RunState, SkillVersion
+from selftaught.skill.teacher import Teacher, TeacherAttempt, teach
 from selftaught.stops import StopReason, accepted
 from selftaught.tasks.base import Example, Task
 from selftaught.trainer_base import BaseTrainer
@@ -314,6 +315,8 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         self.train_by_id = {ex.id: ex for ex in self.train_set}
         # demos are the skill's: a run that trains the memory keeps the skill's as they are
         self.demos_on = self.document == "skill" and self.config.demos_max > 0
+        # the optimizer model writing demos the task's scorer verifies (`skill.teacher`)
+        self.teacher = Teacher(self.optimizer, self.task, self.config)
         self.leak_check = LeakCheck.of_task(self.task)
         # nothing held out may be in a demo, not even in the skill the user started from
         self.leak_check.assert_clean(split_skill(self.initial_skill).demos)
@@ -422,6 +425,8 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         self.progress.set_stage("rollout", step)
         rollouts = await self._train_rollouts(parent.text, batch, step)
         new_demos = self._harvest_demos(st, rollouts)
+        taught, teacher_new = await self._teach(st, parent, rollouts, step)
+        new_demos += teacher_new
         self.progress.set_stage("reflect", step)
         proposals = await self.proposer.propose(st, parent, rollouts, rejected, budget, step)
         candidates = self.builder.candidates(st, step, parent, proposals)
@@ -437,7 +442,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         )
         apply_verdict(self.config, self.run, self.document, st, candidates, verdict)
         outcome = StepOutcome(
-            step, epoch, budget, rollouts, parent, proposals, candidates, verdict, new_demos
+            step, epoch, budget, rollouts, parent, proposals, candidates, verdict, new_demos, taught
         )
         self.store.write_diagnostics(outcome)
         st.step = step
@@ -520,6 +525,21 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         if not self.demos_on:
             return 0
         return len(st.demo_pool.add(bootstrapped(rollouts, self.train_by_id), self.leak_check))
+
+    async def _teach(
+        self, st: RunState, parent: SkillVersion, rollouts: list[Rollout], step: int
+    ) -> tuple[list[TeacherAttempt] | None, int]:
+        """Teacher demos (`--teacher-demos`): the optimizer writes replies to failed train
+        items while the pool is short of demos; the scorer keeps those it passes. None when
+        the teacher is off (the step's row and diagnostics are then as before)."""
+        if not self.demos_on or not self.config.teacher_demos:
+            return None, 0
+        self.progress.set_stage("teacher demos", step)
+        rules = self.doc.parts(parent.text).rules
+        attempts, new = await teach(
+            self.teacher, st.demo_pool, rollouts, self.train_by_id, self.leak_check, rules
+        )
+        return attempts, new
 
     async def _train_rollouts(self, text: str, batch: list[Example], step: int) -> list[Rollout]:
         """The step's attempts: one greedy rollout per example, or K sampled ones."""

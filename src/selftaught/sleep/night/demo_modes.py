@@ -88,10 +88,11 @@ def _shape(skill: str) -> dict[str, Any]:
 
 
 def _static_demos(pool: list[Demo], k: int) -> tuple[Demo, ...]:
-    """The pool's first `k`: the user's corrections and the model's own replies before plain
-    references (as the skill phase ranks them)."""
-    order = {"correction": 0, "bootstrap": 1, "reference": 2}
-    return tuple(sorted(pool, key=lambda d: order.get(d.source, 3))[:k])
+    """The pool's first `k`: the user's corrections and the model's own replies before a
+    teacher's verified replies, and those before plain references (as the skill phase ranks
+    them)."""
+    order = {"correction": 0, "bootstrap": 1, "teacher": 2, "reference": 3}
+    return tuple(sorted(pool, key=lambda d: order.get(d.source, 4))[:k])
 
 
 class ValScorer:
