@@ -344,24 +344,37 @@ def judge_prompt_template(mode: JudgeMode = "absolute") -> str:
     return resources.files("selftaught.tasks").joinpath(path).read_text("utf-8")
 
 
-def parse_judge_reply(text: str) -> tuple[float, str] | None:
-    """(score 0..10, reason) from a judge reply, or None when it cannot be read.
-    Accepts a JSON object (fenced or inline), and as a fallback a bare `"score": 7`."""
-    score: Any = None
+def _judge_field(
+    text: str, key: str, bare: re.Pattern[str], usable: Callable[[Any], bool]
+) -> tuple[Any, str] | None:
+    """(the value of `key`, the reason) from a judge reply: a JSON object (fenced or inline),
+    else, when its value is not `usable`, the bare `"key": value` that `bare` finds; None when
+    neither holds it."""
+    value: Any = None
     reason = ""
     try:
         data = extract_json(text)
         if isinstance(data, dict):
-            score, reason = data.get("score"), str(data.get("reason", "") or "")
+            value, reason = data.get(key), str(data.get("reason", "") or "")
     except ValueError:
         pass
-    if score is None:
-        hit = _JUDGE_SCORE.search(text)
+    if not usable(value):
+        hit = bare.search(text)
         if hit is None:
             return None
-        score = hit.group(1)
+        value = hit.group(1)
         reason_hit = _JUDGE_REASON.search(text)
         reason = reason_hit.group(1) if reason_hit else ""
+    return value, reason
+
+
+def parse_judge_reply(text: str) -> tuple[float, str] | None:
+    """(score 0..10, reason) from a judge reply, or None when it cannot be read.
+    Accepts a JSON object (fenced or inline), and as a fallback a bare `"score": 7`."""
+    found = _judge_field(text, "score", _JUDGE_SCORE, lambda v: v is not None)
+    if found is None:
+        return None
+    score, reason = found
     if isinstance(score, str):
         score = parse_number(score)
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 10:
@@ -372,21 +385,10 @@ def parse_judge_reply(text: str) -> tuple[float, str] | None:
 def parse_pairwise_reply(text: str) -> tuple[str, str] | None:
     """("A" | "B" | "tie", reason) from a pairwise judge reply, or None when it cannot be
     read. Accepts a JSON object, and as a fallback a bare `"better": "A"`."""
-    better: Any = None
-    reason = ""
-    try:
-        data = extract_json(text)
-        if isinstance(data, dict):
-            better, reason = data.get("better"), str(data.get("reason", "") or "")
-    except ValueError:
-        pass
-    if not isinstance(better, str):
-        hit = _JUDGE_BETTER.search(text)
-        if hit is None:
-            return None
-        better = hit.group(1)
-        reason_hit = _JUDGE_REASON.search(text)
-        reason = reason_hit.group(1) if reason_hit else ""
+    found = _judge_field(text, "better", _JUDGE_BETTER, lambda v: isinstance(v, str))
+    if found is None:
+        return None
+    better, reason = found
     label = {"a": "A", "b": "B", "tie": "tie"}.get(better.strip().casefold())
     return None if label is None else (label, reason.strip())
 
