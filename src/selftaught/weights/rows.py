@@ -74,10 +74,6 @@ class TrainStats:
     extra: Mapping[str, object] = field(default_factory=dict)
     keys: tuple[str, ...] = ()  # as read (empty: built in code, every set field)
 
-    def get(self, key: str) -> object:
-        """A reported value by its JSON key (None when not reported)."""
-        return self.to_dict().get(key)
-
     def to_dict(self) -> dict[str, object]:
         known = {"samples", "pairs", *_TRAIN_KEYS, "stopped_by"}
         order = self.keys or tuple(k for k in ("samples", "pairs", *_TRAIN_KEYS, "stopped_by")

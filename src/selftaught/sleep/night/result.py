@@ -102,6 +102,10 @@ class NightResult(RunResult):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._derive()
+
+    def _derive(self) -> None:
+        """The `RunResult` fields that follow from the night's sections."""
         self.run_dir = self.run_dir or self.night_dir
         self.method = self.method or "night"
         self.task = self.task or self.project
@@ -219,7 +223,7 @@ class NightResult(RunResult):
     def settle(self) -> None:
         """The `RunResult` fields a read night derives from its sections (val before / after,
         seconds, a failed night's stop), for a night built in code once it has ended."""
-        self.__post_init__()
+        self._derive()
 
     @property
     def failed(self) -> bool:
