@@ -121,6 +121,17 @@ class SkillOptConfig:
     (sleep: an end user's evidence), nor one of a tool or workspace task. 0: off (the
     default until it is measured on dev seeds)."""
 
+    # --- grounded proposals (issue 52): MIPRO's data-aware instruction proposer -------
+    grounded_proposals: bool = False
+    """Once per run the analyst writes a short summary of the train set from at most
+    `summary_items` train items (inputs and references; never val / test, never an item
+    marked `no_demo`), saved in the run (train_summary.json; a resumed run reads it); each
+    proposal then makes one more reflection call that proposes instructions grounded in that
+    summary and the step's failed replies, merged with the failure-driven edits and gated as
+    every edit. Off (the default until it is measured on dev seeds)."""
+    summary_items: int = 20
+    """Train items the summary is written from (a seeded sample; `grounded_proposals`)."""
+
     # --- candidates per step: proposals, pool, merge, successive halving --------------
     proposals: int = 1
     """Analyst proposals per step; the second and later are sampled at
@@ -223,6 +234,7 @@ class SkillOptConfig:
             "max_skill_chars",
             "max_edit_chars",
             "screen_keep",
+            "summary_items",
         ):
             positive(name)
         for name in (

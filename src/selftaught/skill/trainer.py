@@ -44,6 +44,7 @@ from selftaught.skill.demo_search import bootstrapped, from_references
 from selftaught.skill.document import Edit
 from selftaught.skill.documents import TrainedDocument, VersionStore
 from selftaught.skill.gating import apply_verdict, choose, edit_fates
+from selftaught.skill.grounding import Summarizer, summary_sample
 from selftaught.skill.guard import EditGuard
 from selftaught.skill.ledger import LEDGER_FILE, EditLedger, LedgerEvent, step_events
 from selftaught.skill.persist import RUN_LAYOUT, RunStore, StepOutcome, default_output_dir
@@ -144,6 +145,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             timeout_s=config.timeout_s,
             document=document,
             preferences=config.preferences,
+            grounded=config.grounded_proposals,
         )
         self.scorer = SkillScorer(
             config,
@@ -427,6 +429,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         new_demos = self._harvest_demos(st, rollouts)
         taught, teacher_new = await self._teach(st, parent, rollouts, step)
         new_demos += teacher_new
+        await self._ground(st, step)
         self.progress.set_stage("reflect", step)
         proposals = await self.proposer.propose(st, parent, rollouts, rejected, budget, step)
         candidates = self.builder.candidates(st, step, parent, proposals)
@@ -540,6 +543,33 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             self.teacher, st.demo_pool, rollouts, self.train_by_id, self.leak_check, rules
         )
         return attempts, new
+
+    async def _ground(self, st: RunState, step: int) -> None:
+        """`--grounded-proposals`: the train set's summary, asked once per run (kept in the run
+        directory; a backend error leaves this step ungrounded and the next one asks again)."""
+        if not self.config.grounded_proposals or not self.config.proposals:
+            return
+        if st.train_summary is not None and st.train_summary.status != "backend_error":
+            return
+        self.progress.set_stage("train summary", step)
+        cfg = self.config
+        items = summary_sample(self.train_set, self.leak_check, cfg.summary_items, cfg.seed)
+        summarizer = Summarizer(
+            self.optimizer,
+            max_tokens=cfg.analyst_max_tokens,
+            temperature=cfg.analyst_temperature,
+            max_input_chars=cfg.max_input_chars,
+            max_reply_chars=cfg.max_reply_chars,
+            timeout_s=cfg.timeout_s,
+        )
+        st.train_summary = await summarizer.summarize(
+            items, self.leak_check, self.task.instructions
+        )
+        self.store.save_train_summary(st.train_summary)
+        if not st.train_summary.usable:
+            self.progress.log(
+                f"train summary: {st.train_summary.status} ({st.train_summary.error})"
+            )
 
     async def _train_rollouts(self, text: str, batch: list[Example], step: int) -> list[Rollout]:
         """The step's attempts: one greedy rollout per example, or K sampled ones."""
