@@ -13,8 +13,16 @@ from selftaught.gate import GateConfig
 from selftaught.models.base import run_sync
 from selftaught.skill import SkillOptConfig, SkillTrainer
 from selftaught.skill.grounding import Summarizer, TrainSummary, read_summary, summary_sample
-from tests.scripted import ScriptedModel, ToyTask, append, canned_analyst, edits_json, transient
-from tests.scripted import rule_target, user_of
+from tests.scripted import (
+    ScriptedModel,
+    ToyTask,
+    append,
+    canned_analyst,
+    edits_json,
+    rule_target,
+    transient,
+    user_of,
+)
 
 SUMMARY_PROMPT = "You are studying a data set"
 GROUNDED_PROMPT = "## What the task's data looks like"
