@@ -71,6 +71,7 @@ SKILL_FLAGS = {
     # issue 52: instruction proposals grounded in a summary of the train set (MIPRO)
     "grounded_proposals": "grounded_proposals",
     "summary_items": "summary_items",
+    "pooled_val": "pooled_val",  # issue 52: a second held-out pool for the gate
     "proposals": "proposals",
     "pool": "pool",
     "merge": "merge",

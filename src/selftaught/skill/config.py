@@ -163,6 +163,16 @@ class SkillOptConfig:
     p <= 0.2: chosen from `benchmarks/bench_gate_sim.py` (README: "Choosing the default gate").
     SkillOpt's plain strict `>` is `GateConfig(margin=0)`."""
 
+    # --- pooled val gate (issue 52): more items where the step's val is too small --------
+    pooled_val: int = 0
+    """Hold out this many train items (a seeded draw, before training) as a second val pool:
+    a candidate the val alone does not reject is judged on val and pool together, one look
+    (`gate.pooled_gate`), and the step's diagnostics state the power of each (the smallest
+    gain it can show). The pool leaves train, so it never feeds rules, demos, the teacher or
+    the summary; an overlap with what is learned fails closed, naming the items. Refused in
+    nights unless `NightConfig.allow_pooled_val`. 0: off (the default until its false-accept
+    rate is measured on dev seeds: `benchmarks/bench_gate_sim.py --pooled`)."""
+
     # --- budget ------------------------------------------------------------------------
     budget: Budget = field(default_factory=Budget)
     """Most calls / tokens / USD the run may spend, every role counted (target, optimizer,
@@ -243,6 +253,7 @@ class SkillOptConfig:
             "screen_size",
             "proposals",
             "teacher_demos",
+            "pooled_val",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -57,11 +57,13 @@ class TrainSummary:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainSummary:
-        status = d.get("status") or "ok"
+        status: SummaryStatus = "ok"
+        if d.get("status") in ("empty", "backend_error"):
+            status = d["status"]
         return cls(
             text=str(d.get("text") or ""),
             item_ids=[str(i) for i in d.get("item_ids") or []],
-            status=status if status in ("ok", "empty", "backend_error") else "ok",
+            status=status,
             error=str(d.get("error") or ""),
         )
 
@@ -71,7 +73,7 @@ def read_summary(text: str) -> str:
     whole; an opened tag never closed (cut off) keeps what follows it."""
     tagged = _SUMMARY.findall(text)
     if tagged:
-        return tagged[-1].strip()
+        return str(tagged[-1]).strip()
     if "<summary>" in text:
         return text.split("<summary>")[-1].strip()
     return text.strip()

@@ -44,7 +44,8 @@ train_summary.json     with --grounded-proposals: the analyst's summary of the t
 best_skill.md          the best skill so far (what ships), current_skill.md the current one
 diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
                        analyst's raw replies; backend call errors
-val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated)
+val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated);
+                       pool_cache.json the same for the pooled val (--pooled-val)
 test_results.json      initial vs best skill on the test split (EvalResult summaries, the
                        shape of every accuracy here) and their paired wins / losses / ties
 summary.json           the final result (what SkillTrainer.train() returns, as JSON)
@@ -210,7 +211,11 @@ class RunStore:
             {"analyst": c.kind, "error": c.error} for c in all_calls if c.status == "backend_error"
         ]
         v = o.verdict
-        teacher = {} if o.teacher is None else {"teacher": [a.to_dict() for a in o.teacher]}
+        extra: dict[str, Any] = {}
+        if o.teacher is not None:  # --teacher-demos: each attempt
+            extra["teacher"] = [a.to_dict() for a in o.teacher]
+        if o.verdict.pooled is not None:  # --pooled-val: the pool's part and each one's power
+            extra["pooled_val"] = o.verdict.pooled.to_dict()
         atomic_write_json(
             self.run.path("diagnostics", f"step_{o.step:04d}.json"),
             {
@@ -237,7 +242,7 @@ class RunStore:
                 "backend_errors": error_rows(o.rollouts)
                 + error_rows(v.val_rollouts)
                 + analyst_errors,
-                **teacher,  # the teacher's attempts (only with --teacher-demos)
+                **extra,  # the teacher's attempts (--teacher-demos), the pooled val
             },
         )
 
