@@ -19,6 +19,7 @@ The model of a run (the assumptions, stated so they can be argued with):
 
     python benchmarks/bench_gate_sim.py                  # 5 settings x 3 scenarios, 2,000 runs each
     python benchmarks/bench_gate_sim.py --quick          # 500 runs each
+    python benchmarks/bench_gate_sim.py --pooled         # the pooled val's false accepts (issue 52)
 
 Writes benchmarks/results/gate_sim.json and prints a Markdown table.
 """
@@ -35,7 +36,7 @@ from typing import Any
 
 from common import RESULTS
 
-from selftaught.gate import GateConfig, gate
+from selftaught.gate import GateConfig, gate, pooled_gate
 from selftaught.runs import atomic_write_json
 from selftaught.stats import sign_test_pvalue, wilson_interval
 
@@ -46,6 +47,9 @@ GATES: dict[str, GateConfig] = {
     "margin1+p<=0.1": GateConfig(margin=1.0, confidence=0.9),
     "strict>": GateConfig(margin=0.0),
 }
+
+
+SKILL_GATE = GateConfig(margin=1.0, confidence=0.8)  # SkillOptConfig's default gate
 
 
 @dataclass(frozen=True)
@@ -173,12 +177,97 @@ def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+# ---- the pooled val (issue 52): false accepts against placebo candidates -----------------
+
+
+@dataclass(frozen=True)
+class PlaceboCase:
+    """A parent and a placebo candidate: the same true accuracy (effect 0), a new prompt's
+    churn flipping some answers; the gate sees `n_val` val items and, pooled, `n_pool` more."""
+
+    base_acc: float
+    n_val: int = 30
+    n_pool: int = 30
+    item_sd: float = 1.5
+    churn: float = 1.0
+
+
+PLACEBO_CASES = (
+    PlaceboCase(base_acc=0.05),  # chain_sum's start: about 1 of 30 val items solved
+    PlaceboCase(base_acc=0.05, n_pool=60),
+    PlaceboCase(base_acc=0.35),
+    PlaceboCase(base_acc=0.35, n_pool=60),
+)
+
+
+def placebo_false_accepts(
+    case: PlaceboCase, cfg: GateConfig, runs: int, seed: int = 0
+) -> dict[str, float]:
+    """Share of placebo candidates the gate accepts as a new best on val alone and on the
+    pooled val (`gate.pooled_gate`), on the same simulated items and outcomes. Pure: the
+    package's own gate, seeded draws."""
+    rng = random.Random(seed)
+    centre = math.log(case.base_acc / (1 - case.base_acc))
+    n = case.n_val + case.n_pool
+    alone = pooled = 0
+    for _ in range(runs):
+        logits = [rng.gauss(centre, case.item_sd) for _ in range(n)]
+
+        def outcomes(xs: list[float] = logits) -> list[float]:
+            noisy = (sigmoid(x + rng.gauss(0, case.churn)) for x in xs)
+            return [1.0 if rng.random() < p else 0.0 for p in noisy]
+
+        parent, placebo = outcomes(), outcomes()
+        val = (val_of(placebo, case.n_val), val_of(parent, case.n_val))
+        pool = tuple(
+            {f"p{i}": o[case.n_val + i] for i in range(case.n_pool)} for o in (placebo, parent)
+        )
+        alone += gate(val[0], val[1], val[1], cfg).decision == "accept_new_best"
+        verdict = pooled_gate((val[0], val[1], val[1]), (pool[0], pool[1], pool[1]), cfg)
+        pooled += verdict.result.decision == "accept_new_best"
+    return {"val_alone": alone / runs, "pooled": pooled / runs}
+
+
+def pooled_main(runs: int) -> None:
+    t0 = time.perf_counter()
+    rows = []
+    for case in PLACEBO_CASES:
+        for name, cfg in (
+            ("default (margin1 + p<=0.2)", SKILL_GATE),
+            ("strict>", GATES["strict>"]),
+        ):
+            rates = placebo_false_accepts(case, cfg, runs)
+            rows.append({"case": asdict(case), "gate": name, **rates})
+    out = {
+        "command": f"python benchmarks/bench_gate_sim.py --pooled --runs {runs}",
+        "runs": runs,
+        "rows": rows,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / "gate_sim_pooled.json"
+    atomic_write_json(path, out)
+    print("| base acc | val + pool | gate | false accepts, val alone | false accepts, pooled |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        c = r["case"]
+        print(
+            f"| {c['base_acc']:.2f} | {c['n_val']} + {c['n_pool']} | {r['gate']} "
+            f"| {100 * r['val_alone']:.1f}% | {100 * r['pooled']:.1f}% |"
+        )
+    print(f"\nwrote {path} ({out['wall_s']} s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--quick", action="store_true", help="500 runs per cell")
     ap.add_argument("--gates", nargs="+", choices=sorted(GATES), default=list(GATES))
+    ap.add_argument("--pooled", action="store_true", help="the pooled val's placebo study")
     args = ap.parse_args()
+    if args.pooled:
+        pooled_main(500 if args.quick else args.runs)
+        return
     runs = 500 if args.quick else args.runs
     t0 = time.perf_counter()
     results: dict[str, dict[str, dict[str, Any]]] = {}

@@ -384,3 +384,59 @@ def smallest_accepted_gain(n_val: int, cfg: GateConfig) -> SmallestGain:
             n_val, None, None, f"no gain can pass on {n_val} val items: needs {w} net wins ({why})"
         )
     return SmallestGain(n_val, w, round(w / n_val, 6), f"{w} net wins of {n_val} ({why})")
+
+
+# ---- the pooled val (issue 52): more items where the step's val is too small --------------
+
+
+@dataclass(frozen=True)
+class PooledVerdict:
+    """A gate decision taken on the pooled val (the step's val plus a held-out pool), with the
+    power of each: the smallest net gain val alone and the pooled val can show (`pooled`:
+    False when the pool was not consulted, the val's own rejection standing)."""
+
+    result: GateResult
+    pooled: bool
+    n_val: int
+    n_pool: int
+    power_val: SmallestGain
+    power_pooled: SmallestGain
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pooled": self.pooled,
+            "n_val": self.n_val,
+            "n_pool": self.n_pool,
+            "power_val": self.power_val.to_dict(),
+            "power_pooled": self.power_pooled.to_dict(),
+        }
+
+
+def pool_scores(val: ValScores, pool: ValScores) -> dict[str, float | None]:
+    """One score map over the val and the pool items (keys kept apart by a prefix)."""
+    return {**{f"val:{k}": v for k, v in val.items()}, **{f"pool:{k}": v for k, v in pool.items()}}
+
+
+def pooled_gate(
+    val: tuple[ValScores, ValScores, ValScores],
+    pool: tuple[ValScores, ValScores, ValScores],
+    cfg: GateConfig,
+    tags: Tags | None = None,
+) -> PooledVerdict:
+    """The gate on the pooled val: (candidate, current, best) scores on the step's val and on
+    the pool. A candidate the val alone rejects (worse than the current one) stays rejected and
+    the pool is not consulted: a filter, which can only lower the accept rate. Every other
+    decision is the one gate's on val and pool together, a single look (not val first and the
+    pool as a second chance, which would add the two looks' false accepts). The per-tag veto
+    reads the val items' tags."""
+    n_val, n_pool = len(val[0]), len(pool[0])
+    power_val = smallest_accepted_gain(n_val, cfg)
+    power_pooled = smallest_accepted_gain(n_val + n_pool, cfg)
+    alone = gate(val[0], val[1], val[2], cfg, tags=tags)
+    if alone.decision == "reject" or not n_pool:
+        return PooledVerdict(alone, False, n_val, n_pool, power_val, power_pooled)
+    candidate, current, best = (pool_scores(v, p) for v, p in zip(val, pool, strict=True))
+    pooled_tags = {f"val:{k}": t for k, t in (tags or {}).items()}
+    result = gate(candidate, current, best, cfg, tags=pooled_tags)
+    result.reason = f"pooled val ({n_val} val + {n_pool} pool items): {result.reason}"
+    return PooledVerdict(result, True, n_val, n_pool, power_val, power_pooled)

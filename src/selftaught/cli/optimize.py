@@ -68,6 +68,10 @@ SKILL_FLAGS = {
     "demo_placement": "demo_placement",
     "demo_sets_per_step": "demo_sets",
     "teacher_demos": "teacher_demos",  # issue 52: the optimizer writes, the scorer verifies
+    # issue 52: instruction proposals grounded in a summary of the train set (MIPRO)
+    "grounded_proposals": "grounded_proposals",
+    "summary_items": "summary_items",
+    "pooled_val": "pooled_val",  # issue 52: a second held-out pool for the gate
     "proposals": "proposals",
     "pool": "pool",
     "merge": "merge",

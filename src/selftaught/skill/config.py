@@ -121,6 +121,17 @@ class SkillOptConfig:
     (sleep: an end user's evidence), nor one of a tool or workspace task. 0: off (the
     default until it is measured on dev seeds)."""
 
+    # --- grounded proposals (issue 52): MIPRO's data-aware instruction proposer -------
+    grounded_proposals: bool = False
+    """Once per run the analyst writes a short summary of the train set from at most
+    `summary_items` train items (inputs and references; never val / test, never an item
+    marked `no_demo`), saved in the run (train_summary.json; a resumed run reads it); each
+    proposal then makes one more reflection call that proposes instructions grounded in that
+    summary and the step's failed replies, merged with the failure-driven edits and gated as
+    every edit. Off (the default until it is measured on dev seeds)."""
+    summary_items: int = 20
+    """Train items the summary is written from (a seeded sample; `grounded_proposals`)."""
+
     # --- candidates per step: proposals, pool, merge, successive halving --------------
     proposals: int = 1
     """Analyst proposals per step; the second and later are sampled at
@@ -151,6 +162,16 @@ class SkillOptConfig:
     new best must gain more than one val item *and* pass a one-sided paired sign test at
     p <= 0.2: chosen from `benchmarks/bench_gate_sim.py` (README: "Choosing the default gate").
     SkillOpt's plain strict `>` is `GateConfig(margin=0)`."""
+
+    # --- pooled val gate (issue 52): more items where the step's val is too small --------
+    pooled_val: int = 0
+    """Hold out this many train items (a seeded draw, before training) as a second val pool:
+    a candidate the val alone does not reject is judged on val and pool together, one look
+    (`gate.pooled_gate`), and the step's diagnostics state the power of each (the smallest
+    gain it can show). The pool leaves train, so it never feeds rules, demos, the teacher or
+    the summary; an overlap with what is learned fails closed, naming the items. Refused in
+    nights unless `NightConfig.allow_pooled_val`. 0: off (the default until its false-accept
+    rate is measured on dev seeds: `benchmarks/bench_gate_sim.py --pooled`)."""
 
     # --- budget ------------------------------------------------------------------------
     budget: Budget = field(default_factory=Budget)
@@ -223,6 +244,7 @@ class SkillOptConfig:
             "max_skill_chars",
             "max_edit_chars",
             "screen_keep",
+            "summary_items",
         ):
             positive(name)
         for name in (
@@ -231,6 +253,7 @@ class SkillOptConfig:
             "screen_size",
             "proposals",
             "teacher_demos",
+            "pooled_val",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from selftaught.gate import GateResult, ValScores, gate
+from selftaught.gate import GateResult, PooledVerdict, ValScores, gate, pooled_gate
 from selftaught.rollout import Rollout
 from selftaught.runs import RunDir, atomic_write_text
 from selftaught.skill.candidates import Candidate
@@ -28,6 +28,7 @@ class Verdict:
     val_rollouts: list[Rollout] = field(default_factory=list)
     cached: bool = False
     chosen: Candidate | None = None
+    pooled: PooledVerdict | None = None  # with `pooled_val`: the pool's part and the power
 
 
 def _total(scores: ValScores) -> float:
@@ -72,14 +73,25 @@ async def choose(
         c.cached = c.cached and val.all_cached
         c.full = True
     chosen = max(finalists, key=lambda c: _total(scorer.val_metric(c.skill.hash)))
-    result = gate(
+    trio = (chosen.skill, parent, st.best)
+    scores = (
         scorer.val_metric(chosen.skill.hash),
         scorer.val_metric(parent.hash),
         scorer.val_metric(st.best.hash),
-        config.gate,
-        tags=scorer.val_tags,
     )
-    return Verdict(result, chosen.skill, chosen.rollouts, chosen.cached, chosen)
+    if not scorer.pool_set:
+        result = gate(*scores, config.gate, tags=scorer.val_tags)
+        return Verdict(result, chosen.skill, chosen.rollouts, chosen.cached, chosen)
+    # the pool is scored only for a candidate the val alone does not reject
+    unscored: ValScores = dict.fromkeys(ex.id for ex in scorer.pool_set)
+    pool: list[ValScores] = [unscored] * 3
+    if gate(*scores, config.gate, tags=scorer.val_tags).decision != "reject":
+        set_stage("pooled val")
+        for skill in trio:  # cached per item: the parent and the best were scored before
+            await scorer.pool(skill)
+        pool = [scorer.pool_metric(s.hash) for s in trio]
+    pooled = pooled_gate(scores, (pool[0], pool[1], pool[2]), config.gate, tags=scorer.val_tags)
+    return Verdict(pooled.result, chosen.skill, chosen.rollouts, chosen.cached, chosen, pooled)
 
 
 def edit_fates(candidates: list[Candidate], verdict: Verdict) -> tuple[list[Edit], list[Edit]]:

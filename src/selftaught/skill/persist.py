@@ -19,6 +19,7 @@ from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import DemoPool
 from selftaught.skill.documents import VersionStore
 from selftaught.skill.gating import Verdict
+from selftaught.skill.grounding import TrainSummary
 from selftaught.skill.propose import NO_PROPOSAL, Proposal
 from selftaught.skill.reflect import AnalystCall
 from selftaught.skill.result import ParseStats, SkillRunResult, SkillTest
@@ -38,10 +39,13 @@ skills/vNNNN[-J].md    the candidates of step NNNN (v0000 = the initial skill; -
                        merges); a run that trains the memory writes memorys/, best_memory.md
 demo_pool.json         demonstration candidates found in train so far, and leaks refused
                        (with --teacher-demos: the train items the teacher was asked about)
+train_summary.json     with --grounded-proposals: the analyst's summary of the train set and
+                       the train items it was written from (written once; a resumed run reads it)
 best_skill.md          the best skill so far (what ships), current_skill.md the current one
 diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
                        analyst's raw replies; backend call errors
-val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated)
+val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated);
+                       pool_cache.json the same for the pooled val (--pooled-val)
 test_results.json      initial vs best skill on the test split (EvalResult summaries, the
                        shape of every accuracy here) and their paired wins / losses / ties
 summary.json           the final result (what SkillTrainer.train() returns, as JSON)
@@ -49,6 +53,9 @@ edit_ledger.jsonl      every edit proposed and its fate, across runs (unless --e
                        names another file); slow_update.json: the slow update (--slow-every)
 error.json             why the run stopped, when a backend failed fatally
 """
+
+
+SUMMARY_FILE = "train_summary.json"
 
 
 def default_output_dir(task_name: str) -> Path:
@@ -161,6 +168,7 @@ class RunStore:
             pool=raw.get("pool")
             or ([raw["current_version"]] if raw.get("current_version") else []),
         )
+        st.train_summary = self.load_train_summary()
         demo_path = self.run.path("demo_pool.json")
         if demo_path.exists():
             st.demo_pool = DemoPool.from_dict(read_json(demo_path))
@@ -174,6 +182,15 @@ class RunStore:
         if st.last_row is not None:
             self.run.append_history(st.last_row)  # no-op unless the kill hit in between
         return st
+
+    def save_train_summary(self, summary: TrainSummary) -> None:
+        """Written as soon as the analyst answered: a run killed in its first step does not
+        ask again."""
+        atomic_write_json(self.run.path(SUMMARY_FILE), summary.to_dict())
+
+    def load_train_summary(self) -> TrainSummary | None:
+        path = self.run.path(SUMMARY_FILE)
+        return TrainSummary.from_dict(read_json(path)) if path.exists() else None
 
     # ---- diagnostics ---------------------------------------------------------------------
     def write_baseline_diagnostics(self, skill: SkillVersion, val: EvalResult) -> None:
@@ -194,7 +211,11 @@ class RunStore:
             {"analyst": c.kind, "error": c.error} for c in all_calls if c.status == "backend_error"
         ]
         v = o.verdict
-        teacher = {} if o.teacher is None else {"teacher": [a.to_dict() for a in o.teacher]}
+        extra: dict[str, Any] = {}
+        if o.teacher is not None:  # --teacher-demos: each attempt
+            extra["teacher"] = [a.to_dict() for a in o.teacher]
+        if o.verdict.pooled is not None:  # --pooled-val: the pool's part and each one's power
+            extra["pooled_val"] = o.verdict.pooled.to_dict()
         atomic_write_json(
             self.run.path("diagnostics", f"step_{o.step:04d}.json"),
             {
@@ -221,7 +242,7 @@ class RunStore:
                 "backend_errors": error_rows(o.rollouts)
                 + error_rows(v.val_rollouts)
                 + analyst_errors,
-                **teacher,  # the teacher's attempts (only with --teacher-demos)
+                **extra,  # the teacher's attempts (--teacher-demos), the pooled val
             },
         )
 

@@ -43,6 +43,9 @@ class Proposal:
     update: Update
 
 
+# reflection kinds whose patches are merged with the failure-driven ones
+FAILURE_DRIVEN = ("failure", "contrast", "grounded")
+
 NO_PROPOSAL = Proposal([], Aggregation(), Update([], Selection(), "", [], []))
 
 
@@ -102,11 +105,12 @@ class Proposer:
                     temperature=self.config.proposal_temperature,
                     seed=self.config.seed * 100_003 + step * 101 + i,
                 )
-            calls = await self.reflect(analyst, rules, rollouts, rejected, budget)
+            summary = st.train_summary.text if st.train_summary is not None else ""
+            calls = await self.reflect(analyst, rules, rollouts, rejected, budget, summary)
             agg = await aggregate(
                 analyst if self.config.llm_merge else None,
                 rules,
-                [c.edits for c in calls if c.kind in ("failure", "contrast") and c.edits],
+                [c.edits for c in calls if c.kind in FAILURE_DRIVEN and c.edits],
                 [c.edits for c in calls if c.kind == "success" and c.edits],
                 merge_batch_size=self.config.merge_batch_size,
                 max_edits=2 * budget,
@@ -126,10 +130,12 @@ class Proposer:
         rollouts: list[Rollout],
         rejected: list[Edit],
         budget: int,
+        summary: str = "",
     ) -> list[AnalystCall]:
         """Reflect on bounded minibatches: failures, successes, and, when each task was
         attempted K > 1 times, the contrast between a solved and a failed attempt at the same
-        task."""
+        task. With `grounded_proposals` and a train summary, one more call proposes
+        instructions grounded in the summary and the step's failed attempts."""
         cfg = self.config
         failed, solved, pairs = self.attempt_groups(rollouts)
         mb, most = cfg.minibatch_size, cfg.max_minibatches
@@ -147,6 +153,9 @@ class Proposer:
         jobs += [analyst.reflect_contrast(text, c, rejected, budget) for c in chunks(pairs)]
         if cfg.reflect_on_successes:
             jobs += [analyst.reflect("success", text, c, rejected, budget) for c in chunks(solved)]
+        if cfg.grounded_proposals and summary:
+            shown = (failed + [bad for _, bad in pairs])[:mb]
+            jobs.append(analyst.reflect_grounded(text, summary, shown, rejected, budget))
         return list(await asyncio.gather(*(limited(j) for j in jobs)))
 
     def attempt_groups(

@@ -106,7 +106,7 @@ def parse_edits(
 class AnalystCall:
     """One analyst reflection or merge, with everything diagnostics need."""
 
-    kind: str  # "failure" | "success" | "contrast" | "merge"
+    kind: str  # "failure" | "success" | "contrast" | "grounded" | "merge"
     status: CallStatus = "ok"
     edits: list[Edit] = field(default_factory=list)
     invalid: list[dict[str, Any]] = field(default_factory=list)  # not edits at all
@@ -221,6 +221,7 @@ class Analyst:
         guard: EditGuard | None = None,
         document: DocumentKind = "skill",
         preferences: str = "",
+        grounded: bool = False,
     ):
         if document not in DOCUMENTS:
             raise ConfigError(f"document must be one of {', '.join(DOCUMENTS)}, got {document!r}")
@@ -251,6 +252,8 @@ class Analyst:
                 "slow_merge",
             )
         }
+        if grounded:  # loaded only when asked for: the guard's templates are as before when off
+            self.prompts["reflect_grounded"] = load_prompt("reflect_grounded")
         # edits the cross-run ledger holds as rejected again and again (`skill.ledger`)
         self.tried_failed: list[Edit] = []
         self.tried_failed_min = 2
@@ -320,6 +323,29 @@ class Analyst:
         )
         call = await self._json_call("contrast", prompt)
         call.example_ids = [good.example_id for good, _ in pairs]
+        return call
+
+    async def reflect_grounded(
+        self,
+        document: str,
+        summary: str,
+        failed: list[Rollout],
+        rejected: list[Edit],
+        max_edits: int,
+    ) -> AnalystCall:
+        """An instruction proposal grounded in the train set's summary and the step's failed
+        attempts (`skill.grounding`, MIPRO's data-aware proposer)."""
+        examples = format_rollouts(failed, **self.limits) if failed else "(none this round)"
+        prompt = self._render(
+            "reflect_grounded",
+            document,
+            summary=summary,
+            examples=examples,
+            rejected=self._rejected_block(rejected),
+            max_edits=max_edits,
+        )
+        call = await self._json_call("grounded", prompt)
+        call.example_ids = [r.example_id for r in failed]
         return call
 
     async def merge(self, document: str, patches: list[list[Edit]], max_edits: int) -> AnalystCall:

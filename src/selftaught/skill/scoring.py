@@ -37,6 +37,9 @@ class SkillScorer:
         self.val_cache = val_cache
         self.val_set: list[Example] = []
         self.val_tags: dict[str, tuple[str, ...]] = {}  # the per-tag veto's (gate_tags)
+        # the pooled val (`pooled_val`): held-out train items the gate reads with val
+        self.pool_set: list[Example] = []
+        self.pool_cache = ScoreCache()
         self.params = GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
 
     def metric(self, scores: dict[str, list[float] | None]) -> ValScores:
@@ -96,6 +99,13 @@ class SkillScorer:
         return await ascore(
             self.task, model, policy, examples, split=split, rollout=cfg, cache=cache
         )
+
+    async def pool(self, skill: SkillVersion) -> EvalResult:
+        """`skill` on the pooled val's items, cached per item by skill hash (pool_cache.json)."""
+        return await self.score(skill.text, self.pool_set, "val", "pool", cache=self.pool_cache)
+
+    def pool_metric(self, skill_hash: str) -> ValScores:
+        return self.metric(self.pool_cache[skill_hash])
 
     def val_summary(self, skill: SkillVersion) -> EvalResult:
         """The whole-val summary of `skill`, read from the cache (so the same on resume; the

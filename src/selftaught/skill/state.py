@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from selftaught.skill.demo_search import DemoPool
+from selftaught.skill.grounding import TrainSummary
 from selftaught.skill.result import ParseStats
 from selftaught.stops import StopReason
 
@@ -36,3 +37,4 @@ class RunState:
     without_accept: int = 0  # steps in a row the gate accepted nothing (`--patience`)
     pool: list[str] = field(default_factory=list)  # versions that passed the gate
     demo_pool: DemoPool = field(default_factory=DemoPool)
+    train_summary: TrainSummary | None = None  # `grounded_proposals`: written once per run

@@ -44,10 +44,12 @@ from selftaught.skill.demo_search import bootstrapped, from_references
 from selftaught.skill.document import Edit
 from selftaught.skill.documents import TrainedDocument, VersionStore
 from selftaught.skill.gating import apply_verdict, choose, edit_fates
+from selftaught.skill.grounding import Summarizer, summary_sample
 from selftaught.skill.guard import EditGuard
 from selftaught.skill.ledger import LEDGER_FILE, EditLedger, LedgerEvent, step_events
 from selftaught.skill.persist import RUN_LAYOUT, RunStore, StepOutcome, default_output_dir
 from selftaught.skill.pool import pick_parent
+from selftaught.skill.pooled_val import check_pool, pool_check, split_pool
 from selftaught.skill.progress import RunProgress
 from selftaught.skill.propose import Proposer
 from selftaught.skill.reflect import Analyst, DocumentKind
@@ -144,6 +146,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             timeout_s=config.timeout_s,
             document=document,
             preferences=config.preferences,
+            grounded=config.grounded_proposals,
         )
         self.scorer = SkillScorer(
             config,
@@ -297,6 +300,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         """Splits, schedule and budget checks, before anything is written or called."""
         # validation that overlaps training fails closed (here, when the run starts)
         self.train_set, self.val_set, test = self._read_splits()
+        pool = self._split_pool()
         self.scorer.val_set = self.val_set
         self.scorer.val_tags = gate_tags(self.val_set, self.config.gate)
         self.test_set = test if self.config.evaluate_test else []
@@ -310,14 +314,14 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             self.total_steps = min(self.total_steps, self.config.max_steps)
         self._check_budget()
         if self.config.guard_edits:
-            inputs = [ex.prompt_text() for ex in self.train_set + self.val_set]
+            inputs = [ex.prompt_text() for ex in self.train_set + self.val_set + pool]
             self.analyst.guard = EditGuard(self.analyst.templates(), inputs)
         self.train_by_id = {ex.id: ex for ex in self.train_set}
         # demos are the skill's: a run that trains the memory keeps the skill's as they are
         self.demos_on = self.document == "skill" and self.config.demos_max > 0
         # the optimizer model writing demos the task's scorer verifies (`skill.teacher`)
         self.teacher = Teacher(self.optimizer, self.task, self.config)
-        self.leak_check = LeakCheck.of_task(self.task)
+        self.leak_check = LeakCheck([*LeakCheck.of_task(self.task).items, *pool_check(pool).items])
         # nothing held out may be in a demo, not even in the skill the user started from
         self.leak_check.assert_clean(split_skill(self.initial_skill).demos)
         self.builder = CandidateBuilder(
@@ -333,6 +337,18 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             total_steps=self.total_steps,
             demos_on=self.demos_on,
         )
+
+    def _split_pool(self) -> list[Example]:
+        """`--pooled-val N`: N train items held out as the gate's second val pool, before
+        anything is learned; an overlap with what is learned fails closed, naming it."""
+        n = self.config.pooled_val
+        if not n:
+            return []
+        self.train_set, pool = split_pool(self.train_set, n, self.config.seed)
+        check_pool(pool, self.train_set, split_skill(self.initial_skill).demos)
+        self.scorer.pool_set = pool
+        self.scorer.pool_cache = ScoreCache.load(self.run.path("pool_cache.json"))
+        return pool
 
     def _open_ledger(self) -> None:
         """The edit ledger (`skill.ledger`), and what it holds as tried and failed in other
@@ -427,6 +443,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         new_demos = self._harvest_demos(st, rollouts)
         taught, teacher_new = await self._teach(st, parent, rollouts, step)
         new_demos += teacher_new
+        await self._ground(st, step)
         self.progress.set_stage("reflect", step)
         proposals = await self.proposer.propose(st, parent, rollouts, rejected, budget, step)
         candidates = self.builder.candidates(st, step, parent, proposals)
@@ -540,6 +557,33 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             self.teacher, st.demo_pool, rollouts, self.train_by_id, self.leak_check, rules
         )
         return attempts, new
+
+    async def _ground(self, st: RunState, step: int) -> None:
+        """`--grounded-proposals`: the train set's summary, asked once per run (kept in the run
+        directory; a backend error leaves this step ungrounded and the next one asks again)."""
+        if not self.config.grounded_proposals or not self.config.proposals:
+            return
+        if st.train_summary is not None and st.train_summary.status != "backend_error":
+            return
+        self.progress.set_stage("train summary", step)
+        cfg = self.config
+        items = summary_sample(self.train_set, self.leak_check, cfg.summary_items, cfg.seed)
+        summarizer = Summarizer(
+            self.optimizer,
+            max_tokens=cfg.analyst_max_tokens,
+            temperature=cfg.analyst_temperature,
+            max_input_chars=cfg.max_input_chars,
+            max_reply_chars=cfg.max_reply_chars,
+            timeout_s=cfg.timeout_s,
+        )
+        st.train_summary = await summarizer.summarize(
+            items, self.leak_check, self.task.instructions
+        )
+        self.store.save_train_summary(st.train_summary)
+        if not st.train_summary.usable:
+            self.progress.log(
+                f"train summary: {st.train_summary.status} ({st.train_summary.error})"
+            )
 
     async def _train_rollouts(self, text: str, batch: list[Example], step: int) -> list[Rollout]:
         """The step's attempts: one greedy rollout per example, or K sampled ones."""

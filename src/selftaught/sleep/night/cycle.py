@@ -296,6 +296,10 @@ class NightConfig:
     """Run by a schedule (`sleep schedule` passes `--scheduled`; pass it from your own timer
     too): a project whose schedule `patience` paused is skipped, saying why."""
 
+    allow_pooled_val: bool = False
+    """Let the skill phase's gate read a pooled val (`training.pooled_val`, issue 52): refused
+    in a night without this, until its false-accept rate is measured on a night's val sizes."""
+
     progress: bool = False
     report_to: str = "none"
     """Experiment tracker each project's night is logged to: `none`, `trackio`, `mlflow` or
@@ -335,6 +339,11 @@ class NightConfig:
         if self.many_skills and (self.weights != "off" or self.skill_min_tasks < 1):
             raise ConfigError("many_skills trains text skills only (weights off, min tasks >= 1)")
         check_start_files(self)
+        if self.training.pooled_val and not self.allow_pooled_val:
+            raise ConfigError(
+                "a night's gate does not read a pooled val (training.pooled_val) unless "
+                "allow_pooled_val is set: its false-accept rate is not measured there"
+            )
 
     # the trainer contract (`trainer_base.RunConfig`): what every run config offers
     @property
