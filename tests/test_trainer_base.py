@@ -149,6 +149,34 @@ def test_a_resume_with_changed_settings_is_refused_naming_them(kind, tmp_path):
         make(kind, run, stops=Stops(max_minutes=5.0), callbacks=[HaltAtStart()]).train()
 
 
+NEWER_SETTING = ("seed", 5)  # a setting at its default in `config_of`, and another value
+
+
+def _drop(config: dict[str, Any], key: str) -> bool:
+    """Remove `key` wherever it is in a saved config (flat, or under a method's key)."""
+    found = config.pop(key, None) is not None
+    for value in config.values():
+        if isinstance(value, dict):
+            found = _drop(value, key) or found
+    return found
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_run_saved_before_a_setting_existed_resumes_at_its_default(kind, tmp_path):
+    run = tmp_path / kind
+    with pytest.raises(Halt):
+        make(kind, run, callbacks=[HaltAtStart()]).train()
+    key, other = NEWER_SETTING
+    saved = json.loads((run / "config.json").read_text())
+    assert _drop(saved, key)  # as a version without that setting wrote it
+    (run / "config.json").write_text(json.dumps(saved))
+
+    with pytest.raises(Halt):  # the same settings: the missing one reads as its default
+        make(kind, run, callbacks=[HaltAtStart()]).train()
+    with pytest.raises(ConfigError, match="holds a run with a different config"):
+        make(kind, run, **{key: other}).train()  # not at its default: a changed setting
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_val_overlapping_train_fails_closed_naming_the_item(kind, tmp_path):
     run = tmp_path / kind

@@ -165,6 +165,21 @@ def iter_jsonl(
         yield from jsonl_rows(f, path, error)
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True)
+
+
+def with_missing(saved: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """`saved` with the keys it lacks (at any depth) taken from `defaults`."""
+    out = dict(saved)
+    for key, value in defaults.items():
+        if key not in out:
+            out[key] = value
+        elif isinstance(out[key], dict) and isinstance(value, dict):
+            out[key] = with_missing(out[key], value)
+    return out
+
+
 class RunDir:
     """A directory holding everything a run produced and everything needed to resume it."""
 
@@ -181,19 +196,24 @@ class RunDir:
 
     # config -------------------------------------------------------------
     def check_or_write_config(
-        self, config: dict[str, Any], *, ignore: Collection[str] = frozenset()
+        self,
+        config: dict[str, Any],
+        *,
+        ignore: Collection[str] = frozenset(),
+        defaults: dict[str, Any] | None = None,
     ) -> bool:
         """Write config on a new run; on resume refuse a config that changed (except `ignore`).
-        Returns True when resuming."""
+        A setting the saved config lacks (it was added since) reads as its value in
+        `defaults`, so a run saved by an older version resumes when the new setting is at
+        its default. Returns True when resuming."""
         if not self.config_path.exists():
             atomic_write_json(self.config_path, config)
             return False
-        old = read_json(self.config_path)
+        old = with_missing(read_json(self.config_path), defaults or {})
         changed = sorted(
             k
             for k in set(old) | set(config)
-            if k not in ignore
-            and json.dumps(old.get(k), default=str) != json.dumps(config.get(k), default=str)
+            if k not in ignore and _canonical(old.get(k)) != _canonical(config.get(k))
         )
         if changed:
             raise ConfigError(

@@ -153,10 +153,22 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
         """A new run records its settings; a resumed one must match them (a changed setting
         is refused, naming it). Then `on_start`, and this invocation's clock for
         `--max-minutes`. True when resuming."""
-        resuming = self.run.check_or_write_config(self.run_config(), ignore=set(self.resumable))
+        resuming = self.run.check_or_write_config(
+            self.run_config(), ignore=set(self.resumable), defaults=self._default_run_config()
+        )
         self.callbacks.start(self.info)
         self.deadline = Deadline.start(self.config.stops.max_minutes)
         return resuming
+
+    def _default_run_config(self) -> dict[str, Any]:
+        """`run_config` with every setting at its default: what a saved run that predates a
+        setting is read as having (`RunDir.check_or_write_config`)."""
+        given = self.config
+        self.config = self.config_type()
+        try:
+            return self.run_config()
+        finally:
+            self.config = given
 
     def _end(self, result: ResultT) -> ResultT:
         """The result written to the run directory (`result_file`), then `on_end`."""
