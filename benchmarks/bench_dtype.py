@@ -17,8 +17,8 @@ load on the machine falls on both alike. Ratios (bf16 / fp32) are paired by repe
 95% t-interval over the repeats (of the log ratio); accuracy is paired per item on the first
 repeat (`common.compare_paired`), and the replies identical between the dtypes are counted
 per repeat. The file is written after every unit and running the same command again resumes
-(more --repeats add repeats; other settings refuse). Run it on a quiet machine; about 12
-minutes on 2 cores with the defaults.
+(more --repeats add repeats; other settings refuse). Run it on a quiet machine; estimated (not
+yet timed) at 10-12 minutes on 2 cores with the defaults.
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_dtype.py               # -> results/dtype_cpu.json
     HF_HUB_OFFLINE=1 python benchmarks/bench_dtype.py --repeats 5   # resumes, adds two
