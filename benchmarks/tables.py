@@ -93,6 +93,12 @@ def replay(results: Path) -> str:
     return bench_replay._readme(_load(results, "replay.json")).strip()
 
 
+def dtype_cpu(results: Path) -> str:
+    import bench_dtype
+
+    return bench_dtype.readme_body(results)
+
+
 def gate_sim(results: Path) -> str:
     import bench_gate_sim
 
@@ -201,6 +207,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "peers_dev": peers_dev,
     "gate_sweep": gate_sweep,
     "gate_sim": gate_sim,
+    "dtype_cpu": dtype_cpu,
     "overhead": overhead,
     "tool_rest": tool_rest,
     "replay": replay,

@@ -2,7 +2,9 @@
 command should take here.
 
 It prints the cores this process may use, how many of them other processes keep busy, the
-torch threads chosen from that (`selftaught.models.threads`), and, with the local model
+torch threads chosen from that (`selftaught.models.threads`), whether the CPU has bf16
+instructions and the inference dtype and training autocast `auto` gives here
+(`selftaught.models.device`), and, with the local model
 installed, this machine's raw decode rate (`selftaught.models.raw_rate`: a static batch of 8
 fixed prompts, every row forced to the same length, with those threads; about 10-20 s on two
 CPU cores). The README's time for its main command was measured on one machine; scaled by the
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from selftaught.errors import InputError, SelftaughtError
+from selftaught.models.device import DTYPE_ENV, Precision
 from selftaught.models.raw_rate import RawRate
 from selftaught.models.threads import ENV, ThreadChoice, measure
 from selftaught.progress_lines import duration
@@ -55,6 +58,7 @@ class DoctorReport:
     raw_note: str = ""
     recorded_s: float = MAIN_SECONDS
     recorded_raw_tok_s: float | None = MAIN_RAW_TOK_S
+    precision: Precision | None = None  # None: not known (no torch), not printed
 
     @property
     def expected_s(self) -> float | None:
@@ -72,30 +76,42 @@ class DoctorReport:
             "recorded_s": self.recorded_s,
             "recorded_raw_tok_s": self.recorded_raw_tok_s,
             "expected_s": None if self.expected_s is None else round(self.expected_s, 1),
+            "precision": None if self.precision is None else self.precision.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DoctorReport:
-        raw = d.get("raw_decode")
+        raw, precision = d.get("raw_decode"), d.get("precision")
         return cls(
             threads=ThreadChoice.from_dict(d["threads"]),
             raw=None if raw is None else RawRate.from_dict(raw),
             raw_note=d.get("raw_note", ""),
             recorded_s=d.get("recorded_s", MAIN_SECONDS),
             recorded_raw_tok_s=d.get("recorded_raw_tok_s"),
+            precision=None if precision is None else Precision.from_dict(precision),
         )
 
 
 def diagnose(measure_rate: Callable[[], RawRate] | None) -> DoctorReport:
     """The thread choice now and, when `measure_rate` is given, the raw decode rate (a
     local model that cannot load is reported, not raised)."""
-    threads = measure()
+    threads, dtypes = measure(), this_precision()
     if measure_rate is None:
-        return DoctorReport(threads, None, "not measured (--no-measure)")
+        return DoctorReport(threads, None, "not measured (--no-measure)", precision=dtypes)
     try:
-        return DoctorReport(threads, measure_rate())
+        return DoctorReport(threads, measure_rate(), precision=dtypes)
     except SelftaughtError as err:  # the [local] extra or the embedded model missing
-        return DoctorReport(threads, None, f"not measured: {err}")
+        return DoctorReport(threads, None, f"not measured: {err}", precision=dtypes)
+
+
+def this_precision() -> Precision | None:
+    """What `auto` gives here (None without torch); a bad `SELFTAUGHT_DTYPE` raises."""
+    from selftaught.models.device import precision
+
+    try:
+        return precision()
+    except ImportError:
+        return None
 
 
 def measure_raw_rate(path: str | None = None, *, tokens: int = RAW_TOKENS) -> RawRate:
@@ -135,6 +151,7 @@ def report_lines(report: DoctorReport) -> list[str]:
         f"usable cores: {t.usable}{ceiling}",
         f"busy elsewhere: {busy}",
         f"threads: {t.threads} ({how})",
+        *precision_lines(report.precision),
     ]
     if report.raw is None:
         lines.append(f"raw decode rate: {report.raw_note}")
@@ -157,3 +174,20 @@ def report_lines(report: DoctorReport) -> list[str]:
     lines.append(f"the README's main command: {recorded}; {here}")
     lines.append(f"  {MAIN_COMMAND}")
     return lines
+
+
+def precision_lines(p: Precision | None) -> list[str]:
+    """The bf16 lines: the CPU's instructions, then what `auto` picks for each use."""
+    if p is None:  # no torch: the raw rate line says the extra is missing
+        return []
+    how = (
+        f"fixed by {DTYPE_ENV}={p.setting}"
+        if p.setting != "auto"
+        else f"auto on {p.device}; {DTYPE_ENV}=float32|bfloat16 fixes it"
+    )
+    autocast = "bf16" if p.autocast else "off"
+    return [
+        f"bf16 on this CPU: {p.cpu.describe()}",
+        f"inference dtype: {p.inference} ({how})",
+        f"training autocast: {autocast} (auto on {p.device}; train --bf16 / --no-bf16 forces it)",
+    ]

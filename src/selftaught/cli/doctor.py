@@ -1,4 +1,4 @@
-"""`doctor`: this machine's cores, busy estimate, threads and raw decode rate
+"""`doctor`: this machine's cores, busy estimate, threads, bf16 choice and raw decode rate
 (`selftaught.doctor`)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def doctor_cmd(
     ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """This machine for the local model: cores, busy ones, threads, raw decode rate.
+    """This machine for the local model: cores, busy ones, threads, bf16, raw decode rate.
 
     Also the README's main command's expected time here (its measured time scaled by the
     ratio of raw decode rates)."""

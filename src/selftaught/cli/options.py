@@ -27,7 +27,7 @@ import typer
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-_ARG = re.compile(r"^(?P<names>[a-z_]+(?: / [a-z_]+)*): (?P<text>.*)$")
+_ARG = re.compile(r"^(?P<names>[a-z_][a-z0-9_]*(?: / [a-z_][a-z0-9_]*)*): (?P<text>.*)$")
 
 
 def _args_section(doc: str) -> dict[str, str]:

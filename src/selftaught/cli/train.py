@@ -64,6 +64,7 @@ SFT_ONLY_OPTIONS = (
     "--continue-training",
     "--epochs",
     "--batch-size",
+    "--bf16",
     "--teacher-skill",
     "--sampler-url",
     "--sampler-base-model",
@@ -165,7 +166,7 @@ REST_FLAGS: dict[str, str | tuple[str, ...]] = {
     "max_tokens": "max_tokens",
     "report_to": "report_to",
 }
-SFT_FLAGS = {"epochs": "epochs", "batch_size": "batch_size"}
+SFT_FLAGS = {"epochs": "epochs", "batch_size": "batch_size", "bf16": "bf16"}
 RL_FLAGS = {
     "beta": "beta",
     "num_generations": "num_generations",

@@ -70,8 +70,9 @@ class LocalModel(AsyncChatModel):
         name: the model's name in replies and logs (default: from the folder or config).
         max_batch_size: most sequences decoded together (default 8 on a CPU, 64 on an
             accelerator).
-        dtype: torch dtype (or its name, e.g. "bfloat16") for a loaded model; default from
-            `resolve_device`: float32 on CPU, bfloat16/float16 on accelerators.
+        dtype: torch dtype (or its name, e.g. "bfloat16") for a loaded model; default
+            `SELFTAUGHT_DTYPE`, else `auto` (`selftaught.models.device.inference_dtype`):
+            bfloat16/float16 on accelerators, float32 on a CPU unless bf16 is on for it.
         device: "cpu", "cuda", "cuda:1", "mps", or None for the best available one. An
             in-memory model stays where it is.
         batch_wait_ms: how long an idle model waits for more requests before the first

@@ -61,6 +61,7 @@ class LocalWeights:
         self._fingerprint: str | None = None
         self._fingerprint_version: tuple[tuple[int, int], ...] = ()
         self._load_lock = threading.Lock()
+        self._placement: tuple[str, Any] | None = None  # (device, dtype), once decided
         if model is not None:
             config_name = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
             self.name = name or f"local:{Path(config_name).name or 'in-memory'}"
@@ -135,11 +136,15 @@ class LocalWeights:
         """A hash of the weights (of the files for a folder, of the parameters for an
         in-memory model). An in-memory model's is taken again once its parameters changed
         in place (a training step), which torch's tensor version counters tell cheaply."""
+        from selftaught.models.device import dtype_name
         from selftaught.models.fingerprint import fingerprint_module, fingerprint_path
 
         if not self.in_memory:
             if self._fingerprint is None:
-                self._fingerprint = f"local:files:{fingerprint_path(self.path)}"
+                # the dtype too (replies differ by it); float32 keeps the key it always had
+                dtype = dtype_name(self.placement()[1])
+                suffix = "" if dtype == "float32" else f":{dtype}"
+                self._fingerprint = f"local:files:{fingerprint_path(self.path)}{suffix}"
             return self._fingerprint
         self.load()
         version = weights_version(self.model)
@@ -160,19 +165,13 @@ class LocalWeights:
                 return
             path = self.path
             first = governor().start()  # the busy reading spans the load
+            device, dtype = self.placement()
             try:
                 from transformers import AutoModelForCausalLM, AutoTokenizer
-
-                from selftaught.models.device import resolve_device, resolve_dtype
             except ImportError as err:
                 raise FatalBackendError(
                     BACKEND, missing_extra(err), exit_code=MissingDependency.exit_code
                 ) from err
-            try:
-                device, default_dtype = resolve_device(self._device_arg)
-                dtype = resolve_dtype(self._dtype_arg, default_dtype)
-            except ValueError as err:  # the --device / --dtype the user gave
-                raise FatalBackendError(BACKEND, str(err), exit_code=InputError.exit_code) from err
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path)
                 # Any, as `adopt` takes it: mypy reads transformers' wrapped `to` unbound
@@ -185,6 +184,25 @@ class LocalWeights:
             model.eval()
             self.adopt(model, tokenizer)
             governor().on_load(first)
+
+    def placement(self) -> tuple[str, Any]:
+        """The device and torch dtype a folder model loads in, decided once (the fingerprint
+        names the dtype before anything loads): `dtype=`, else `SELFTAUGHT_DTYPE`, through
+        `selftaught.models.device.inference_dtype`."""
+        if self._placement is None:
+            from selftaught.models.device import dtype_setting, inference_dtype, resolve_device
+
+            try:
+                device = resolve_device(self._device_arg)[0]
+                setting = self._dtype_arg if self._dtype_arg is not None else dtype_setting()
+                self._placement = (device, inference_dtype(device, setting))
+            except ImportError as err:  # torch itself
+                raise FatalBackendError(
+                    BACKEND, missing_extra(err), exit_code=MissingDependency.exit_code
+                ) from err
+            except ValueError as err:  # the --device / dtype / SELFTAUGHT_DTYPE the user gave
+                raise FatalBackendError(BACKEND, str(err), exit_code=InputError.exit_code) from err
+        return self._placement
 
     def adopt(self, model: Any, tokenizer: Any) -> None:
         """Check and keep a model + tokenizer (the tokenizer is not modified beyond a given

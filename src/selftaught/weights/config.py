@@ -124,7 +124,10 @@ class SFTTrainConfig:
             CPU, long rows run it as micro-batches: `MICRO_BATCH_TOKENS`).
         grad_accum: gradient accumulation steps.
         max_length: prompt + completion tokens kept per sample.
-        bf16: train in bfloat16 autocast (off by default: fp32 is the safe choice on CPU).
+        bf16: bfloat16 autocast over the float32 weights, forced on (`--bf16`) or off
+            (`--no-bf16`); unset, decided per device (`training_autocast` in
+            `selftaught.models.device`: on a CPU with AVX512-BF16 or AMX once measured
+            as fast and as accurate there, else off).
         warmup_ratio / weight_decay: optimizer schedule details.
         max_steps: stop after this many optimizer steps (None: the epochs decide).
 
@@ -137,7 +140,7 @@ class SFTTrainConfig:
     batch_size: int = 8
     grad_accum: int = 1
     max_length: int = 1024
-    bf16: bool = False
+    bf16: bool | None = None  # None: auto, per device (`training_autocast`)
     warmup_ratio: float = 0.05
     weight_decay: float = 0.0
     max_steps: int | None = None

@@ -41,6 +41,7 @@ from selftaught.weights.config import ConfigError, DPOConfig, SFTTrainConfig
 from selftaught.weights.rest import RestResult, RestTrainer
 from selftaught.weights.sft import (
     apply_adapter,
+    autocast_bf16,
     check_batch,
     fine_tune_report,
     merged,
@@ -115,7 +116,7 @@ def dpo_train(
         lr_scheduler_type="cosine",
         beta=beta,
         max_length=cfg.max_length,
-        bf16=cfg.bf16,
+        bf16=autocast_bf16(cfg, model),
         gradient_checkpointing=False,  # as in SFT: a small model needs no memory savings
         use_cpu=on_cpu(model),
         logging_steps=1,

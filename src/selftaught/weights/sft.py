@@ -57,6 +57,14 @@ def on_cpu(model: Any) -> bool:
     return device == "cpu"
 
 
+def autocast_bf16(cfg: SFTTrainConfig, model: Any) -> bool:
+    """Whether a fine-tune of `model` runs in bf16 autocast (`cfg.bf16`, None deciding per
+    device: `selftaught.models.device.training_autocast`)."""
+    from selftaught.models.device import training_autocast
+
+    return training_autocast(cfg.bf16, "cpu" if on_cpu(model) else "accelerator")
+
+
 def _layers(model: Any) -> Any:
     """The list of transformer blocks (Llama-like `model.model.layers`, GPT-2's `h`)."""
     base = getattr(model, "model", None) or getattr(model, "transformer", None)
@@ -433,7 +441,7 @@ def _sft_args(
         warmup_steps=cfg.warmup_ratio,
         weight_decay=cfg.weight_decay,
         max_length=cfg.max_length,
-        bf16=cfg.bf16,
+        bf16=autocast_bf16(cfg, model),
         # TRL turns this on by default; a 135M-class model needs no memory savings and
         # recomputing activations costs about a third more time per step
         gradient_checkpointing=False,
@@ -475,6 +483,9 @@ def fine_tune_report(
         "step_seconds": round(seconds / steps, 3) if steps else None,
         "step_seconds_median": round(statistics.median(step_times), 3) if step_times else None,
         "trainable_params": trainable_parameters(model),
+        # the precision it trained in: bf16 autocast or none, over weights of this dtype
+        "autocast": "bf16" if getattr(trainer.args, "bf16", False) else "off",
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         **({"stopped_by": stopped[0].to_dict()} if stopped else {}),
     }
 
