@@ -165,7 +165,7 @@ REST_FLAGS: dict[str, str | tuple[str, ...]] = {
     "max_tokens": "max_tokens",
     "report_to": "report_to",
 }
-SFT_FLAGS = {"epochs": "epochs", "batch_size": "batch_size"}
+SFT_FLAGS = {"epochs": "epochs", "batch_size": "batch_size", "packing": "packing"}
 RL_FLAGS = {
     "beta": "beta",
     "num_generations": "num_generations",
