@@ -127,12 +127,10 @@ class SFTTrainConfig:
         bf16: train in bfloat16 autocast (off by default: fp32 is the safe choice on CPU).
         warmup_ratio / weight_decay: optimizer schedule details.
         max_steps: stop after this many optimizer steps (None: the epochs decide).
-        packing: padding-free packing (`--packing`, off by default): each micro-batch's rows
-            run as one row, position ids restarting per row, attention kept inside each row;
-            no pad token is computed on. The loss per token and the steps are unpacked
-            training's. On a CPU a micro-batch then holds rows up to `MICRO_BATCH_TOKENS` in
-            total (not rows x the longest); tool episodes over half that budget already run
-            one per micro-batch, unpadded, so it changes nothing for them there.
+        packing: padding-free packing: each micro-batch's rows run as one row, position ids
+            restarting per row (no padding; the same loss and steps); on a CPU a micro-batch
+            then holds rows up to `MICRO_BATCH_TOKENS` in total. Refused for a model whose
+            attention does not keep packed rows apart.
 
     Its wall-clock limit is the run's (`stops.max_minutes` of `RestConfig`, a night's weight
     cap): `sft_train(deadline=...)` stops after the optimizer step that crosses it.
