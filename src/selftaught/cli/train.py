@@ -166,7 +166,12 @@ REST_FLAGS: dict[str, str | tuple[str, ...]] = {
     "max_tokens": "max_tokens",
     "report_to": "report_to",
 }
-SFT_FLAGS = {"epochs": "epochs", "batch_size": "batch_size", "bf16": "bf16"}
+SFT_FLAGS = {
+    "epochs": "epochs",
+    "batch_size": "batch_size",
+    "bf16": "bf16",
+    "packing": "packing",
+}
 RL_FLAGS = {
     "beta": "beta",
     "num_generations": "num_generations",

@@ -130,6 +130,10 @@ class SFTTrainConfig:
             as fast and as accurate there, else off).
         warmup_ratio / weight_decay: optimizer schedule details.
         max_steps: stop after this many optimizer steps (None: the epochs decide).
+        packing: padding-free packing: each micro-batch's rows run as one row, position ids
+            restarting per row (no padding; the same loss and steps); on a CPU a micro-batch
+            then holds rows up to `MICRO_BATCH_TOKENS` in total. Refused for a model whose
+            attention does not keep packed rows apart.
 
     Its wall-clock limit is the run's (`stops.max_minutes` of `RestConfig`, a night's weight
     cap): `sft_train(deadline=...)` stops after the optimizer step that crosses it.
@@ -144,6 +148,9 @@ class SFTTrainConfig:
     warmup_ratio: float = 0.05
     weight_decay: float = 0.0
     max_steps: int | None = None
+    # padding-free packing: a micro-batch's rows run as one row with position ids restarting
+    # per row; the attention mask built from them keeps each row to itself (checked at start)
+    packing: bool = False
 
     def __post_init__(self) -> None:
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")

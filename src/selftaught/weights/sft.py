@@ -263,16 +263,96 @@ def micro_batches(batch_size: int, longest: int, budget: int | None = None) -> i
     return batch_size
 
 
-def _longest_row(dataset: Any, tokenizer: Any) -> int:
-    """Tokens of the longest training row (prompt and completion, as the chat template
-    renders them; episodes are tokenized already)."""
+def packed_micro_batches(batch_size: int, lengths: Sequence[int], budget: int | None = None) -> int:
+    """`micro_batches` for packed rows: a micro-batch is one row of its rows' tokens, so it
+    holds the sum of their lengths, not rows x the longest; the bound is the sum of the
+    longest rows a micro-batch could draw (the sampler shuffles)."""
+    budget = MICRO_BATCH_TOKENS if budget is None else budget
+    longest_first = sorted(lengths, reverse=True)
+    for parts in range(1, batch_size + 1):
+        if batch_size % parts == 0 and sum(longest_first[: batch_size // parts]) <= budget:
+            return parts
+    return batch_size
+
+
+def _row_lengths(dataset: Any, tokenizer: Any, max_length: int) -> list[int]:
+    """Tokens of each training row (prompt and completion, as the chat template renders
+    them; episodes are tokenized already), as trained: at most `max_length`."""
     if "input_ids" in dataset.column_names:
-        return max(len(ids) for ids in dataset["input_ids"])
+        return [min(len(ids), max_length) for ids in dataset["input_ids"]]
     texts = [
         tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
         for row in dataset
     ]
-    return max(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    return [
+        min(len(tokenizer(t, add_special_tokens=False)["input_ids"]), max_length) for t in texts
+    ]
+
+
+def _parts(model: Any, cfg: SFTTrainConfig, lengths: list[int]) -> int:
+    """Micro-batches per batch: on a CPU, as the token budget allows; elsewhere one."""
+    if not on_cpu(model):
+        return 1
+    if cfg.packing:
+        return packed_micro_batches(cfg.batch_size, lengths)
+    return micro_batches(cfg.batch_size, max(lengths))
+
+
+def check_packing_isolates(model: Any) -> None:
+    """Packing is right only where the model's attention keeps packed rows apart (from the
+    restarting position ids: transformers' masks for sdpa / eager when no attention mask is
+    given, the varlen kernels for flash attention). Checked on the model itself: a short
+    row packed after another must give the logits it gives alone."""
+    import torch
+
+    device = next(model.parameters()).device
+    first, second = [11, 12, 13, 14], [21, 22, 23]
+    ids = torch.tensor([first + second], device=device)
+    positions = torch.tensor([list(range(len(first))) + list(range(len(second)))], device=device)
+    was_training = model.training
+    model.eval()  # no dropout: the two forwards must be comparable
+    try:
+        with torch.no_grad():
+            packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits
+            alone = model(input_ids=ids[:, len(first) :], use_cache=False).logits
+    finally:
+        model.train(was_training)
+    tol = 1e-4 if packed.dtype == torch.float32 else 5e-2
+    if not torch.allclose(packed[0, len(first) :].float(), alone[0].float(), atol=tol, rtol=tol):
+        raise ConfigError(
+            "--packing: this model's attention does not keep packed rows apart (a row packed "
+            "after another attends to it); train without --packing"
+        )
+
+
+class CountingCollator:
+    """The trainer's collator, counting what it hands to the model: `tokens` (positions
+    computed on, pad included) and `pad_tokens` (positions that are padding); `packed` turns
+    TRL's collator padding-free (its rows concatenated into one, position ids restarting)."""
+
+    def __init__(self, inner: Any, packed: bool = False) -> None:
+        if packed:
+            from dataclasses import replace
+
+            inner = replace(inner, padding_free=True)
+        self.inner = inner
+        self.tokens = 0
+        self.pad_tokens = 0
+
+    def __call__(self, examples: list[dict[str, Any]]) -> Any:
+        batch = self.inner(examples)
+        computed = int(batch["input_ids"].numel())
+        self.tokens += computed
+        self.pad_tokens += computed - sum(len(e["input_ids"]) for e in examples)
+        return batch
+
+    def report(self) -> dict[str, Any]:
+        share = self.pad_tokens / self.tokens if self.tokens else None
+        return {
+            "tokens": self.tokens,
+            "pad_tokens": self.pad_tokens,
+            "pad_share": None if share is None else round(share, 4),
+        }
 
 
 def _step_timer(times: list[float]) -> Any:
@@ -368,13 +448,11 @@ def sft_train(
     dataset = samples_to_dataset(samples, tokenizer, render)
     if "assistant_masks" in dataset.column_names:
         _check_episode_rows(dataset["assistant_masks"], cfg.max_length)
+    if cfg.packing:
+        check_packing_isolates(model)
     own_dir = work_dir is None
     out = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="selftaught-sft-"))
-    parts = (
-        micro_batches(cfg.batch_size, min(_longest_row(dataset, tokenizer), cfg.max_length))
-        if on_cpu(model)
-        else 1
-    )
+    parts = _parts(model, cfg, _row_lengths(dataset, tokenizer, cfg.max_length))
     args = _sft_args(
         model,
         cfg,
@@ -402,6 +480,11 @@ def sft_train(
                 plain_progress("fine-tune", progress),
             ],
         )
+    # TRL's own collator, padding-free when packing: set here, as TRL 1.16 refuses
+    # `padding_free` without its dataset packing while max_length is set, though it truncates
+    # every row to max_length either way; its bfd packing would pack the whole dataset into
+    # max_length rows (other batches, fewer steps)
+    trainer.data_collator = collated = CountingCollator(trainer.data_collator, cfg.packing)
     t_setup = time.perf_counter() - t0
     t1 = time.perf_counter()
     result = trainer.train()
@@ -410,7 +493,10 @@ def sft_train(
     if own_dir:
         shutil.rmtree(out, ignore_errors=True)
     counted = ("train_samples", len(samples))
-    return fine_tune_report(model, counted, result, trainer, step_times, seconds, t_setup, stopped)
+    report = fine_tune_report(
+        model, counted, result, trainer, step_times, seconds, t_setup, stopped
+    )
+    return {**report, **collated.report(), "micro_batches": parts, "packing": cfg.packing}
 
 
 def _sft_args(
