@@ -160,6 +160,7 @@ def main() -> None:
     import torch
 
     import selftaught
+    from selftaught.models.device import precision
     from selftaught.runs import atomic_write_json, read_json
     from selftaught.weights.config import RestConfig, SFTTrainConfig
 
@@ -202,6 +203,7 @@ def main() -> None:
         "sizes": {"train": args.train_size, "val": args.val_size, "test": args.test_size},
         "config": cfg.to_dict() | {"teacher_skill": str(args.teacher_skill)},
         "threads": torch.get_num_threads(),
+        "precision": precision().to_dict(),  # the dtype rounds are served in, SFT's autocast
         "wall_seconds": round(wall, 1),  # of this invocation (a resumed run adds up)
         "max_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "best_round": result.best_round,

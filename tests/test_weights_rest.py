@@ -344,3 +344,34 @@ def test_sampler_url_needs_lora_from_the_base():
 
     with pytest.raises(ConfigError, match="needs --backend lora"):
         RestConfig(sampler_url="http://x/v1", continue_training=True)
+
+
+def test_rounds_are_served_in_the_serving_dtype_and_a_resume_in_another_is_refused(
+    tiny_dir, tmp_path, monkeypatch
+):
+    """`SELFTAUGHT_DTYPE=bfloat16` on a CPU: every round is sampled and scored by a bf16
+    copy while the trained weights stay float32; the run records it, and a resume served in
+    float32 is refused, naming the setting (its scores would not be comparable)."""
+    import torch
+
+    from selftaught.models.local import LocalModel
+
+    monkeypatch.setenv("SELFTAUGHT_DTYPE", "bfloat16")
+    served: list[torch.dtype] = []
+    wrap = LocalModel.from_pretrained_model
+
+    def spy(model, *args, **kwargs):
+        served.append(next(model.parameters()).dtype)
+        return wrap(model, *args, **kwargs)
+
+    monkeypatch.setattr(LocalModel, "from_pretrained_model", staticmethod(spy))
+    run = tmp_path / "run"
+    trainer = RestTrainer(config(1), EchoTask(), tiny_dir, output_dir=run, progress=False)
+    trainer.train()
+    assert served and set(served) == {torch.bfloat16}  # round 0 and round 1, every call
+    assert next(trainer._base.parameters()).dtype == torch.float32  # trained in its own
+    assert read_json(run / "config.json")["serving_dtype"] == "bfloat16"
+
+    monkeypatch.setenv("SELFTAUGHT_DTYPE", "float32")
+    with pytest.raises(ConfigError, match=r"different config \(serving_dtype\)"):
+        RestTrainer(config(1), EchoTask(), tiny_dir, output_dir=run, progress=False).train()

@@ -65,7 +65,7 @@ from selftaught.weights.sft import (
     save_atomic,
     sft_train,
 )
-from selftaught.weights.trainer import WeightTrainer
+from selftaught.weights.trainer import WeightTrainer, served_copy
 
 TOO_FEW_ELITE_ADVICE = (
     "the model solves too few of its own samples to learn from; try an easier task config "
@@ -270,7 +270,7 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             from selftaught.models.local import LocalModel
 
             served = LocalModel.from_pretrained_model(
-                model,
+                served_copy(model, self.serving_dtype()),
                 self._tok,
                 name=f"local:round-{r}",
                 max_batch_size=self.config.gen_batch_size,

@@ -67,7 +67,7 @@ from selftaught.weights.sft import (
     save_atomic,
     time_cap,
 )
-from selftaught.weights.trainer import WeightTrainer
+from selftaught.weights.trainer import WeightTrainer, served_copy
 
 # what a run decided after training, decided again when a --max-minutes stop resumes
 RESUMED_KEYS = (
@@ -350,7 +350,8 @@ class RLTrainer(WeightTrainer[RLConfig, RLResult]):
     def _eval(self, model: Any, tok: Any, split: str, name: str) -> EvalResult:
         from selftaught.models.local import LocalModel
 
-        chat = LocalModel.from_pretrained_model(model, tok, name=f"local:{name}")
+        served = served_copy(model, self.serving_dtype())
+        chat = LocalModel.from_pretrained_model(served, tok, name=f"local:{name}")
         try:
             return evaluate_split(
                 self.task,
