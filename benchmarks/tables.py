@@ -163,6 +163,7 @@ def quickstart(results: Path) -> str:
 
     body = []
     names = ("quickstart_demos_local.json", "quickstart_demos_local_2026-11-28.json",
+             "quickstart_demos_local_bf16_2026-11-28.json",
              "quickstart_demos_local_test100.json")  # fmt: skip
     for name in names:
         saved = _load(results, name)

@@ -31,9 +31,9 @@ MAIN_COMMAND = (
 # The README's figure for MAIN_COMMAND, as benchmarks/bench_quickstart.py recorded it in
 # benchmarks/results/MAIN_RESULTS (`wall_s`, and the raw decode rate measured just before,
 # `raw_decode.tok_per_s`); tests/test_doctor.py keeps the two equal.
-MAIN_RESULTS = "quickstart_demos_local_2026-11-28.json"
-MAIN_SECONDS = 378.1
-MAIN_RAW_TOK_S: float | None = 82.78
+MAIN_RESULTS = "quickstart_demos_local_bf16_2026-11-28.json"
+MAIN_SECONDS = 183.3
+MAIN_RAW_TOK_S: float | None = 170.31
 
 RAW_BATCH = 8
 RAW_TOKENS = 96
