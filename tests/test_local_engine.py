@@ -369,7 +369,10 @@ def test_unavailable_device_is_a_fatal_error_naming_it(tokenizer, tmp_path, monk
         model.chat(ask("hi"), GenerationParams(max_tokens=2))
     on_cpu = load_model(f"local:{folder}", device="cpu")
     assert on_cpu.chat(ask("hi"), GenerationParams(max_tokens=2)).completion_tokens == 2
-    assert on_cpu.model.dtype == torch.float32 and on_cpu.max_batch_size == 8
+    from selftaught.models.device import inference_dtype
+
+    # float32, or bfloat16 on a CPU with bf16 instructions (the per-CPU choice)
+    assert on_cpu.model.dtype == inference_dtype("cpu") and on_cpu.max_batch_size == 8
     on_cpu.close()
 
 
