@@ -142,3 +142,18 @@ def test_gym_difficulty_reads_only_what_the_generator_gives():
     # word_sequence_reversal names its knob `words` but gives `num_words`: no guessing
     task = GymTask("word_sequence_reversal", train_size=3, val_size=1, test_size=1)
     assert all("difficulty" not in ex.state for ex in task.examples("train"))
+
+
+def test_a_jsonl_line_carries_its_difficulty(tmp_path):
+    from selftaught.tasks.jsonl import JsonlTask
+
+    path = tmp_path / "t.jsonl"
+    rows = [
+        {"input": "q1", "reference": "a", "difficulty": 2, "split": "train"},
+        {"input": "q2", "reference": "b", "difficulty": 0.5, "split": "train"},
+        {"input": "q3", "reference": "c", "split": "val"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = JsonlTask(str(path))
+    order = curriculum_order(task.examples("train"), 0, task.name)
+    assert [e.input for e in order] == ["q2", "q1"]
