@@ -72,6 +72,7 @@ SKILL_FLAGS = {
     "grounded_proposals": "grounded_proposals",
     "summary_items": "summary_items",
     "pooled_val": "pooled_val",  # issue 52: a second held-out pool for the gate
+    "curriculum": "curriculum",  # issue 52: the first epoch easier first
     "proposals": "proposals",
     "pool": "pool",
     "merge": "merge",

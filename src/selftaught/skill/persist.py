@@ -81,6 +81,8 @@ class StepOutcome:
     verdict: Verdict
     new_demos: int = 0
     teacher: list[TeacherAttempt] | None = None  # None: the teacher is off
+    # the difficulties of a batch --curriculum ordered, in batch order (None: not ordered)
+    curriculum: list[float] | None = None
 
     @property
     def primary(self) -> Proposal:
@@ -216,6 +218,8 @@ class RunStore:
             extra["teacher"] = [a.to_dict() for a in o.teacher]
         if o.verdict.pooled is not None:  # --pooled-val: the pool's part and each one's power
             extra["pooled_val"] = o.verdict.pooled.to_dict()
+        if o.curriculum is not None:  # --curriculum ordered this batch: each item's difficulty
+            extra["curriculum"] = {"difficulty": [round(d, 4) for d in o.curriculum]}
         atomic_write_json(
             self.run.path("diagnostics", f"step_{o.step:04d}.json"),
             {
@@ -290,6 +294,9 @@ class RunStore:
             step_time_s=round(step_s, 2),
             time_s=round(st.elapsed_s, 2),
             stopped_by=st.stopped_by,
+            curriculum=(
+                [round(min(o.curriculum), 4), round(max(o.curriculum), 4)] if o.curriculum else None
+            ),
         )
 
     @staticmethod

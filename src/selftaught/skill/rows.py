@@ -64,6 +64,8 @@ class StepRow:
     step_time_s: float
     time_s: float
     stopped_by: StopReason | None = None  # the run ended here
+    # --curriculum ordered this batch: its [easiest, hardest] difficulty (None: not ordered)
+    curriculum: list[float] | None = None
     stage: str = field(default="step", init=False)
 
     def to_dict(self) -> dict[str, Any]:

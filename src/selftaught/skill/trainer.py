@@ -40,6 +40,7 @@ from selftaught.runs import atomic_write_json, atomic_write_text, read_json, wri
 from selftaught.skill.budget_schedule import edit_budget
 from selftaught.skill.candidates import CandidateBuilder
 from selftaught.skill.config import SkillOptConfig
+from selftaught.skill.curriculum import curriculum_order, epoch_order, example_difficulty
 from selftaught.skill.demo_search import bootstrapped, from_references
 from selftaught.skill.document import Edit
 from selftaught.skill.documents import TrainedDocument, VersionStore
@@ -309,6 +310,12 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         if not self.val_set:
             raise TaskError(f"task {self.task.name!r} has an empty val split; the gate needs one")
         self.steps_per_epoch = math.ceil(len(self.train_set) / self.config.batch_size)
+        # --curriculum: the first epoch easier first (refused, up front, without difficulties)
+        self.first_epoch = (
+            curriculum_order(self.train_set, self.config.seed, self.task.name)
+            if self.config.curriculum
+            else None
+        )
         self.total_steps = self.config.epochs * self.steps_per_epoch
         if self.config.max_steps is not None:
             self.total_steps = min(self.total_steps, self.config.max_steps)
@@ -461,6 +468,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         outcome = StepOutcome(
             step, epoch, budget, rollouts, parent, proposals, candidates, verdict, new_demos, taught
         )
+        outcome.curriculum = self._curriculum(epoch, batch)
         self.store.write_diagnostics(outcome)
         st.step = step
         st.without_accept = 0 if accepted(verdict.result.decision) else st.without_accept + 1
@@ -600,12 +608,21 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         )
 
     def _batch(self, step: int) -> tuple[int, list[Example]]:
-        """(epoch index, the train examples of `step`): a seeded shuffle per epoch."""
+        """(epoch index, the train examples of `step`): a seeded shuffle per epoch, the
+        first epoch easier first under --curriculum."""
         epoch, idx = divmod(step - 1, self.steps_per_epoch)
         size = self.config.batch_size
-        order = list(self.train_set)
-        random.Random(self.config.seed * 100_003 + epoch).shuffle(order)
+        if epoch == 0 and self.first_epoch is not None:
+            order = self.first_epoch
+        else:
+            order = epoch_order(self.train_set, self.config.seed, epoch)
         return epoch, order[idx * size : (idx + 1) * size]
+
+    def _curriculum(self, epoch: int, batch: list[Example]) -> list[float] | None:
+        """The difficulties of a batch the curriculum ordered (None: it ordered none)."""
+        if epoch != 0 or self.first_epoch is None:
+            return None
+        return [level for ex in batch if (level := example_difficulty(ex)) is not None]
 
     async def _test(self, st: RunState) -> SkillTest | None:
         """The initial and the best skill on test (outside the budget), paired; skipped when

@@ -12,11 +12,15 @@ from selftaught.models.base import Message
 SPLITS = ("train", "val", "test")
 Split = Literal["train", "val", "test"]
 TaskKind = Literal["agent", "game"]
+DIFFICULTY = "difficulty"
+"""`Example.state` key of an example's difficulty, where its task gives one (a real number,
+higher is harder): what the skill trainer's curriculum orders the first epoch by."""
 
 
 @dataclass
 class Example:
-    """One problem. `input` is text or chat messages; `state` is whatever the scorer needs."""
+    """One problem. `input` is text or chat messages; `state` is whatever the scorer needs
+    (and, where the task has them, its `tags` and its `difficulty`)."""
 
     id: str
     input: str | list[Message]

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
-from selftaught.tasks.base import Example, Score, Split, TaskError, TaskKind
+from selftaught.tasks.base import DIFFICULTY, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.extract import extract_answer, extract_number
 
 DEFAULT_INSTRUCTIONS = "Give the final answer only."
@@ -42,6 +44,37 @@ def parse_gym_spec(spec: str) -> tuple[str, dict[str, Any]]:
             raise TaskError(f"gym option {part!r} in {spec!r} must look like key=value")
         kwargs[key] = _parse_value(value)
     return name, kwargs
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def gym_difficulty(metadata: Mapping[str, Any]) -> float | None:
+    """An entry's difficulty in [0, 1], from the generator's own metadata: reasoning-gym names
+    its difficulty knobs and their configured (min, max) in `metadata["difficulty"]`, and most
+    generators give the entry's value of each knob under the same name (chain_sum: num_terms
+    (2, 6), num_digits (1, 4)). The mean of each varying knob's position in its range; knobs
+    held fixed count for nothing, and where every knob is fixed every entry is 0. None where the
+    generator names no knobs, or does not give the entry's value of every one of them
+    (word_sequence_reversal names `words`, gives `num_words`): a partial reading is no order."""
+    knobs = metadata.get("difficulty")
+    if not isinstance(knobs, Mapping) or not knobs:
+        return None
+    positions: list[float] = []
+    for name, bounds in knobs.items():
+        value = _number(metadata.get(name))
+        if value is None:
+            return None
+        if not isinstance(bounds, list | tuple) or len(bounds) != 2:
+            continue  # a knob given as one value: fixed
+        lo, hi = _number(bounds[0]), _number(bounds[1])
+        if lo is None or hi is None or hi <= lo:
+            continue
+        positions.append(min(1.0, max(0.0, (value - lo) / (hi - lo))))
+    return sum(positions) / len(positions) if positions else 0.0
 
 
 # Generators whose own `score_answer` runs the model's answer as Python in this process
@@ -128,12 +161,16 @@ class GymTask:
                     if q in seen:
                         continue
                     seen.add(q)
+                    state = {"entry": entry, "dataset_seed": ds.seed, "index": i}
+                    level = gym_difficulty(entry.get("metadata") or {})
+                    if level is not None:  # what --curriculum orders train by
+                        state[DIFFICULTY] = level
                     examples.append(
                         Example(
                             id=f"{self.generator}-{split}-{len(examples):05d}",
                             input=entry["question"],
                             reference=entry["answer"],
-                            state={"entry": entry, "dataset_seed": ds.seed, "index": i},
+                            state=state,
                         )
                     )
                     if len(examples) == want:
