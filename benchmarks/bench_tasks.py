@@ -36,13 +36,22 @@ variant reports its pass rates on the references and on the wrong answers, its a
 the gold labels (reference: pass, wrong: fail) and the items it gets right both ways, each with
 a 95% Wilson interval, and whether it meets `JUDGE_RULE`; the summary keeps each under
 `variants` and the absolute variant's keys at the top, as before.
+
+A judge check resumes: its JSONL starts with a header of its settings (spec, judge, seed,
+split, sizes) and each judgement is appended as soon as it is made, so a killed check run
+again judges only what is missing (a file of other settings is refused; more variants add
+to it), and its summary, computed from every row on disk, is the uninterrupted one's. A
+verdict the judge gave that cannot be read keeps the judge's whole last reply
+(`judge_reply`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import threading
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -373,8 +382,15 @@ def judgecheck(
     to `out` (JSONL), the counts with the verdict under `JUDGE_RULE` returned and saved beside
     it (`<out>.summary.json`, what a report run looks for: `passing_judge_check`). The summary
     holds each variant under `variants`, and the `absolute` variant's keys at the top as
-    before."""
-    from selftaught.runs import atomic_write_json, atomic_write_text
+    before.
+
+    Resumable: `out` starts with a header of the check's settings and each judgement is
+    appended as soon as it is made, so running the same check again judges only what is
+    missing (other settings refuse; a judge error is a row like any other, never retried:
+    retrying until a reply reads would hide how often the judge fails). The summary is
+    computed from every row on disk: the variants named, and any other variant the file
+    holds in full."""
+    from selftaught.runs import atomic_write_json
 
     if not needs_judge(spec):
         raise SystemExit(f"--judge-check: {spec!r} is not a judge task")
@@ -383,18 +399,100 @@ def judgecheck(
         raise SystemExit("--judge-check: name at least one judge variant")
     name = spec.removeprefix("judge:")
     judge_name = model if isinstance(model, str) else str(getattr(model, "name", model))
+    check = {"spec": spec, "judge": judge_name, "seed": seed, "split": split,
+             "sizes": list(sizes)}  # fmt: skip
+    from protocol import check_design_use
+
+    check_design_use("bench_tasks.py", seeds=[seed], splits=[split])
+    resume_check_rows(out, check)  # a file of another check is refused before any model loads
     settings, model, task = _design_task(spec, model, seed, split, sizes, wheel)
     examples = task.examples(split)
     wrong = wrong_references(name, [ex.id for ex in examples], wheel)
-    cases = [c for v in chosen for c in _check_cases(name, model, v, examples, wrong)]
-    with ThreadPoolExecutor(max_workers=int(settings["concurrency"])) as pool:
-        rows = list(pool.map(_judge_case, cases))
-    atomic_write_text(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    summary = judge_check_summary(rows, [v.name for v in chosen])
-    record = {"spec": spec, "judge": judge_name, "seed": seed, "split": split,
-              "sizes": list(sizes), "rule": list(JUDGE_RULE), **summary}  # fmt: skip
-    atomic_write_json(summary_path(out), record)
+    rows = resume_check_rows(out, check)
+    done = {_row_key(r) for r in rows}
+    on_disk = [JudgeVariant.parse(n) for n in dict.fromkeys(r["variant"] for r in rows)]
+    every = list({v.name: v for v in chosen + on_disk}.values())
+    cases = {v.name: _check_cases(name, model, v, examples, wrong) for v in every}
+    todo = [c for v in chosen for c in cases[v.name] if _case_key(c) not in done]
+    rows += _judge_all(todo, out, int(settings["concurrency"]))
+    done = {_row_key(r) for r in rows}
+    named = {v.name for v in chosen}
+    shown = [v for v in cases if v in named or all(_case_key(c) in done for c in cases[v])]
+    summary = judge_check_summary(rows, shown)
+    atomic_write_json(summary_path(out), {**check, "rule": list(JUDGE_RULE), **summary})
     return summary
+
+
+CHECK_HEADER = "judge_check"  # the key of a judge check file's first line: its settings
+
+
+def _row_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return (row.get("variant", "absolute"), row["example_id"], row["case"])
+
+
+def _case_key(c: CheckCase) -> tuple[str, str, str]:
+    return (c.variant, c.example.id, c.case)
+
+
+def resume_check_rows(out: Path, check: dict[str, Any]) -> list[dict[str, Any]]:
+    """The judgements a judge check file already holds (none for a new file, which gets the
+    header of `check`'s settings). A torn last line (a kill mid-append) is dropped and the
+    file rewritten without it; a file of other settings, or without a header (written before
+    checks resumed), is refused, naming what differs."""
+    from selftaught.runs import write_jsonl
+
+    lines = out.read_text(encoding="utf-8").splitlines() if out.exists() else []
+    parsed: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        try:
+            parsed.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise SystemExit(f"{out}:{i + 1} is not JSON; pass --output elsewhere") from None
+    if not parsed:
+        write_jsonl(out, [{CHECK_HEADER: check}])
+        return []
+    old = parsed[0].get(CHECK_HEADER)
+    if old is None:
+        raise SystemExit(f"{out} holds a judge check without recorded settings (written before "
+                         "checks resumed); pass --output elsewhere")  # fmt: skip
+    if old != check:
+        changed = ", ".join(
+            f"{k} {old.get(k)!r} there, {check.get(k)!r} now"
+            for k in sorted(set(old) | set(check)) if old.get(k) != check.get(k)
+        )  # fmt: skip
+        raise SystemExit(f"{out} holds a judge check with other settings ({changed}); run the "
+                         "same check to resume it, or pass --output elsewhere")  # fmt: skip
+    if len(parsed) < len(lines):  # the torn line goes before anything is appended after it
+        write_jsonl(out, parsed)
+    return parsed[1:]
+
+
+def _judge_all(cases: Sequence[CheckCase], out: Path, concurrency: int) -> list[dict[str, Any]]:
+    """Judge `cases` on `concurrency` threads, each row appended to `out` (one write of one
+    line, fsynced) as soon as it is judged; an exception (a kill) cancels what has not started."""
+    lock = threading.Lock()
+    rows: list[dict[str, Any]] = []
+
+    def judge(c: CheckCase) -> None:
+        row = _judge_case(c)
+        line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        with lock:
+            fd = os.open(out, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            rows.append(row)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    try:
+        for _ in pool.map(judge, cases):
+            pass
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -433,6 +531,7 @@ def _check_cases(
 
 def _judge_case(c: CheckCase) -> dict[str, Any]:
     from selftaught.errors import BackendError
+    from selftaught.tasks.scorers import UnreadableVerdict
 
     row: dict[str, Any] = {"variant": c.variant, "example_id": c.example.id, "case": c.case,
                            "reply": c.reply}  # fmt: skip
@@ -441,6 +540,8 @@ def _judge_case(c: CheckCase) -> dict[str, Any]:
     try:
         score = c.scorer(c.reply, c.example)
     except BackendError as err:  # a broken judge is an error, never a verdict
+        if isinstance(err, UnreadableVerdict):  # the whole reply: why it could not be read
+            return row | {"error": str(err), "judge_reply": err.reply}
         return row | {"error": str(err)}
     return row | {"passed": score.hard == 1.0, "feedback": score.feedback}
 

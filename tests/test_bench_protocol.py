@@ -293,6 +293,13 @@ def test_a_grouped_judge_set_keeps_one_question_per_story(tmp_path):
         bench_tasks.judge_rows("tomi", 0, (5, 5, 5), wheel)
 
 
+def _check_rows(out):
+    """A judge check file's judgements, after its header of settings."""
+    header, *rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert set(header) == {bench_tasks.CHECK_HEADER}
+    return rows
+
+
 def _grading_judge(fair: bool):
     def judge(messages):  # judges/compare.md: the item's reference, then its reply, come last
         text = messages[-1]["content"]
@@ -314,7 +321,7 @@ def test_the_judge_check_tells_a_grading_judge_from_a_yes_sayer(tmp_path, monkey
     assert (fair["reference"], fair["wrong"], fair["errors"], fair["grades"]) == (
         (3, 3), (0, 3), 0, True
     )  # fmt: skip
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = _check_rows(out)
     for row in (r for r in rows if r["case"] == "wrong"):  # the same story's other place
         k = row["example_id"]  # tomi-ROW: rows 2k and 2k+1 are story k
         assert row["reply"].endswith(f"_{int(k.rsplit('-', 1)[1]) // 2}")
@@ -459,7 +466,7 @@ def test_the_judge_check_reports_each_variant_with_intervals(tmp_path, monkeypat
         assert v["agreement"] == {"k": 6, "n": 6, "rate": 1.0,
                                   "ci95": [round(x, 4) for x in wilson_interval(6, 6)]}  # fmt: skip
         assert v["pairs"]["k"] == v["pairs"]["n"] == 3
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = _check_rows(out)
     pairwise = [r for r in rows if r["variant"] == "pairwise"]
     assert {(r["case"], r["reply"] != r["baseline"]) for r in pairwise} == {
         ("reference", True), ("wrong", True)}  # fmt: skip
@@ -479,8 +486,8 @@ def test_a_position_biased_pairwise_judge_agrees_half_the_time_and_never_grades(
     monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
     wheel = _tomi_wheel(tmp_path, 12)
     kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel}
-    out = tmp_path / "judgecheck_tomi.jsonl"
     for first in ("A", "B"):  # each pair judged both ways round: the bias passes one of two
+        out = tmp_path / f"judgecheck_tomi_{first}.jsonl"  # one file per check (one resumes)
         model = ScriptedModel(_variant_judge(False, first))
         c = bench_tasks.judgecheck("judge:tomi", model, out=out, variants=["pairwise"], **kwargs)
         v = c["variants"]["pairwise"]
@@ -489,6 +496,60 @@ def test_a_position_biased_pairwise_judge_agrees_half_the_time_and_never_grades(
     assert "grades" not in c  # no absolute variant ran: no top-level verdict for it
     assert bench_tasks.passing_judge_check("judge:tomi", "scripted", tmp_path) is None
     assert bench_tasks.passing_judge_check("judge:tomi", "scripted", tmp_path, "pairwise") is None
+
+
+def test_a_killed_judge_check_resumes_with_no_row_lost_or_duplicated(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _tomi_wheel(tmp_path, 12)
+    kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel,
+              "variants": ["absolute", "pairwise"]}  # fmt: skip
+    whole = tmp_path / "whole.jsonl"  # the same check, never interrupted
+    bench_tasks.judgecheck("judge:tomi", ScriptedModel(_variant_judge(True)), out=whole, **kwargs)
+    out = tmp_path / "killed.jsonl"
+    killed = ScriptedModel(_variant_judge(True))
+    killed.fail_after = 5  # a kill after five judgements (threads in flight die with it)
+    with pytest.raises(KeyboardInterrupt):
+        bench_tasks.judgecheck("judge:tomi", killed, out=out, **kwargs)
+    kept = _check_rows(out)
+    assert 0 < len(kept) <= 5  # every judgement made was on disk at once
+    with open(out, "a") as f:
+        f.write('{"variant": "absolute", "example_id": "tom')  # torn by the kill mid-append
+    again = ScriptedModel(_variant_judge(True))
+    resumed = bench_tasks.judgecheck("judge:tomi", again, out=out, **kwargs)
+    assert len(again.calls) == 12 - len(kept)  # only the missing judgements
+    rows, want = _check_rows(out), _check_rows(whole)
+    key = bench_tasks._row_key
+    assert sorted(map(key, rows)) == sorted(map(key, want)) and len(set(map(key, rows))) == 12
+    assert rows[: len(kept)] == kept
+    saved = json.loads((tmp_path / "killed.summary.json").read_text())
+    assert saved == json.loads((tmp_path / "whole.summary.json").read_text())
+    assert resumed["variants"]["pairwise"]["grades"] is True
+    done = ScriptedModel(_variant_judge(True))  # a finished check run again judges nothing
+    bench_tasks.judgecheck("judge:tomi", done, out=out, **kwargs)
+    assert done.calls == [] and len(_check_rows(out)) == 12
+    # a re-run naming one variant still reports the other, held in full on disk
+    one = bench_tasks.judgecheck("judge:tomi", done, out=out, **(kwargs | {"variants": ["k3"]}))
+    assert list(one["variants"]) == ["k3", "absolute", "pairwise"] and len(done.calls) == 18
+    with pytest.raises(SystemExit, match=r"other settings \(sizes \[4, 3, 5\] there, \[4, 4, 4\]"):
+        bench_tasks.judgecheck("judge:tomi", done, out=out, **(kwargs | {"sizes": (4, 4, 4)}))
+    old = tmp_path / "old.jsonl"  # a file written before checks resumed: no header
+    old.write_text(json.dumps({"example_id": "tomi-1", "case": "wrong", "passed": False}) + "\n")
+    with pytest.raises(SystemExit, match="without recorded settings"):
+        bench_tasks.judgecheck("judge:tomi", done, out=old, **kwargs)
+
+
+def test_an_unreadable_verdict_keeps_the_judges_whole_reply(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _tomi_wheel(tmp_path, 12)
+    kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel}
+    ramble = "I think the place is " + "quite possibly the green box, or not, " * 20 + "END"
+    out = tmp_path / "judgecheck_tomi.jsonl"
+    c = bench_tasks.judgecheck("judge:tomi", ScriptedModel(lambda m: ramble), out=out, **kwargs)
+    assert c["errors"] == 6 and c["reference"] == (0, 0)
+    for row in _check_rows(out):
+        assert row["judge_reply"] == ramble  # the whole last reply, after the repair request
+        assert "no readable score" in row["error"] and len(row["error"]) < 200
+        assert "END" not in row["error"]  # the message itself stays short
 
 
 def test_the_judge_check_counts_errors_apart_and_reads_old_rows():
