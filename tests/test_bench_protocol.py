@@ -269,6 +269,46 @@ def test_the_task_devcheck_scores_the_seed_prompt_on_dev_data_only(tmp_path, mon
             bench_tasks.devcheck("judge:abstract2title", "local", seed=seed, split=split, **kwargs)
 
 
+def _skill(rules: str, *replies: str) -> str:
+    from selftaught.demos import Demo, join_skill
+
+    return join_skill(rules, [Demo(f"d{i}", f"q{i}", r) for i, r in enumerate(replies)])
+
+
+def test_the_label_report_names_labels_lost_from_demos_and_priors_in_rules():
+    refs = ["Yes", "No", "no", "No.", "yes", "No"]
+    report = bench_tasks.label_report(refs, _skill("Answer Yes or No.", "No", "no.", "So: No"))
+    assert report.train == {"no": 4, "yes": 2} and report.demos == {"no": 3}
+    assert (report.labels_lost, report.prior_labels, report.n_demos) == (["yes"], [], 3)
+    fair = bench_tasks.label_report(refs, _skill("Think, then answer.", "No", "It follows: Yes"))
+    assert (fair.labels_lost, fair.demos) == ([], {"no": 1, "yes": 1})
+    prior = bench_tasks.label_report(refs, _skill("The conclusion usually does not follow: No."))
+    assert (prior.prior_labels, prior.labels_lost, prior.n_demos) == (["no"], [], 0)
+    letters = ["A", "B", "C", "(A)", "B", "C"] * 2  # options: "a" the article is no option A
+    mc = bench_tasks.label_report(letters, _skill("Pick a letter; a careful reader picks C.",
+                                                  "(A)", "The answer is A"))  # fmt: skip
+    assert mc.train == {"a": 4, "b": 4, "c": 4} and mc.demos == {"a": 2}
+    assert (mc.labels_lost, mc.prior_labels) == (["b", "c"], ["c"])
+    assert bench_tasks.label_report(["4", "7", "4", "9"], _skill("x", "4")) is None  # 9 once
+    many = [str(n) for n in range(9)] * 2  # nine distinct answers: not a closed set
+    assert bench_tasks.label_report(many, "") is None
+
+
+def test_the_devcheck_of_a_label_task_reports_its_labels(tmp_path):
+    skill = _skill("Answer with Yes or No.", "No", "No")
+    model = ScriptedModel(lambda m: "No")
+    out = tmp_path / "devcheck.jsonl"
+    bench_tasks.devcheck("gym:syllogism", model, seed=0, split="val", sizes=(12, 3, 3), out=out,
+                         skill=skill)  # fmt: skip
+    labels = json.loads((tmp_path / "devcheck.summary.json").read_text())["labels"]
+    assert set(labels["train"]) == {"yes", "no"} and labels["demos"] == {"no": 2}
+    assert (labels["labels_lost"], labels["prior_labels"]) == (["yes"], [])
+    assert model.calls[0][0]["content"].startswith("Answer with Yes or No.")
+    skill_file = tmp_path / "result.json"
+    skill_file.write_text(json.dumps({"best_skill": skill}))
+    assert bench_tasks.read_skill(skill_file) == skill
+
+
 def _tomi_wheel(tmp_path: Path, stories: int) -> Path:
     rows = []
     for k in range(stories):  # two questions per story, with different places
