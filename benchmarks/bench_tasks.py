@@ -18,6 +18,14 @@ a task, the check that decides whether a candidate task stays (neither 0 nor 1):
 
     python benchmarks/bench_tasks.py judge:abstract2title --model local:<Qwen GGUF> --seed 0
 
+(`--skill FILE`: a skill file or a run's result.json scored instead of the seed prompt). On a
+label task (at most 8 distinct train references, each seen twice or more: Yes / No, option
+letters) the dev check's summary also holds `labels` (issue 52 item 2): the train labels, the
+labels the skill's demos show, `labels_lost` (train labels no demo shows) and `prior_labels`
+(a label the skill's rules name alone, as in "usually No": a flag for a reader to look at);
+
+    python benchmarks/bench_tasks.py gym:syllogism --model local:<Qwen GGUF> --skill result.json
+
 and, for a judge task, `--judge-check`: whether the judge can grade at all. Each item's own
 reference is judged as a reply (it must pass) and so is the nearest other reference of the
 registry file that differs from it (it must fail: for a story with several questions, another
@@ -36,13 +44,22 @@ variant reports its pass rates on the references and on the wrong answers, its a
 the gold labels (reference: pass, wrong: fail) and the items it gets right both ways, each with
 a 95% Wilson interval, and whether it meets `JUDGE_RULE`; the summary keeps each under
 `variants` and the absolute variant's keys at the top, as before.
+
+A judge check resumes: its JSONL starts with a header of its settings (spec, judge, seed,
+split, sizes) and each judgement is appended as soon as it is made, so a killed check run
+again judges only what is missing (a file of other settings is refused; more variants add
+to it), and its summary, computed from every row on disk, is the uninterrupted one's. A
+verdict the judge gave that cannot be read keeps the judge's whole last reply
+(`judge_reply`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import threading
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -314,24 +331,131 @@ def devcheck(
     sizes: Sequence[int],
     out: Path,
     wheel: Path = EVALS_WHEEL,
+    skill: str | None = None,
 ) -> Any:
-    """The seed prompt of the report settings scored on `split` of `spec`; per item to `out`."""
+    """`skill` (default: the seed prompt of the report settings) scored on `split` of `spec`;
+    per item to `out`, the summary beside it (`<out>.summary.json`). On a label task (see
+    `label_report`) the summary also holds `labels`: the train labels, those the skill's
+    demos show, the ones it lost and any its rules state as a prior."""
     import selftaught
     from selftaught.models import GenerationParams
     from selftaught.rollout import RolloutConfig
+    from selftaught.runs import atomic_write_json, read_json
 
     settings, model, task = _design_task(spec, model, seed, split, sizes, wheel)
     timeout_s = float(settings["timeout_s"])
     params = GenerationParams(max_tokens=settings["max_tokens"], temperature=0.0)
     rollout = RolloutConfig(concurrency=settings["concurrency"], timeout_s=timeout_s, params=params)
-    return selftaught.evaluate(
+    text = settings["seed_prompt"] if skill is None else skill
+    result = selftaught.evaluate(
         task,
         model,
-        skill=settings["seed_prompt"],
+        skill=text,
         split=split,  # type: ignore[arg-type]
         rollout=rollout,
         output=out,
     )
+    labels = label_report([ex.reference for ex in task.examples("train")], text)
+    if labels is not None:
+        path = out.with_suffix(".summary.json")  # where evaluate() saved its summary
+        atomic_write_json(path, read_json(path) | {"labels": labels.to_dict()})
+    return result
+
+
+# ---- label tasks (issue 52 item 2) --------------------------------------------------------
+
+LABELS_AT_MOST = 8  # a label task: at most this many distinct train references ...
+LABEL_SEEN_AT_LEAST = 2  # ... each seen at least this often
+
+
+@dataclass(frozen=True)
+class LabelReport:
+    """A label task's labels against a skill: `train` (label: count), `demos` (label: count
+    among the skill's demos; a demo whose reply names none is left out), `labels_lost` (train
+    labels no demo shows; none when the skill has no demos) and `prior_labels` (see
+    `stated_priors`). Labels are normalized (`answer_key`: words, case and punctuation aside)."""
+
+    train: dict[str, int]
+    demos: dict[str, int]
+    n_demos: int
+    labels_lost: list[str]
+    prior_labels: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"train": self.train, "demos": self.demos, "n_demos": self.n_demos,
+                "labels_lost": self.labels_lost, "prior_labels": self.prior_labels}  # fmt: skip
+
+
+def closed_labels(references: Sequence[Any]) -> dict[str, int] | None:
+    """The label counts of train references that are a small closed set (at most
+    `LABELS_AT_MOST` distinct normalized references, each seen `LABEL_SEEN_AT_LEAST` times or
+    more: Yes / No, multiple-choice letters), most frequent first; else None (free text)."""
+    from collections import Counter
+
+    from selftaught.skill.demo_search import answer_key
+
+    refs = [r[0] if isinstance(r, list | tuple) and r else r for r in references]
+    counts = Counter(answer_key(str(r)) for r in refs if r is not None)
+    counts.pop("", None)
+    if not counts or len(counts) > LABELS_AT_MOST or min(counts.values()) < LABEL_SEEN_AT_LEAST:
+        return None
+    return dict(counts.most_common())
+
+
+def reply_label(reply: str, labels: Sequence[str]) -> str | None:
+    """The label a reply gives: the whole reply as a label, else the label named last in it
+    (a reply that reasons first and answers last), else None."""
+    from selftaught.skill.demo_search import answer_key
+    from selftaught.text import words
+
+    if answer_key(reply) in labels:
+        return answer_key(reply)
+    toks = words(reply)
+    found = None, -1
+    for label in labels:
+        n = len(label.split())
+        at = [i for i in range(len(toks) - n + 1) if " ".join(toks[i : i + n]) == label]
+        if at and at[-1] > found[1]:
+            found = label, at[-1]
+    return found[0]
+
+
+def stated_priors(rules: str, labels: Sequence[str]) -> list[str]:
+    """The labels the rules state as a prior, by a simple check: the rules name exactly one
+    label ("answer No", "usually No"), and none of the others. A label of one letter (a
+    multiple-choice option) counts only as a capital standing alone ("A", "(B)"), so that the
+    article "a" is not read as option A; longer labels as whole words, case aside. A flag for
+    a reader, not a verdict: "answer Yes only if ..." names one label too."""
+    import re
+
+    from selftaught.text import words
+
+    toks = " " + " ".join(words(rules)) + " "
+    named = [
+        label
+        for label in labels
+        if (re.search(rf"(?<![\w]){re.escape(label.upper())}(?![\w])", rules) if len(label) == 1
+            else f" {label} " in toks)
+    ]  # fmt: skip
+    return named if len(named) == 1 else []
+
+
+def label_report(references: Sequence[Any], skill: str) -> LabelReport | None:
+    """`skill` (rules and demos block) against the labels of a label task's train
+    `references`; None when the references are not a small closed set (`closed_labels`)."""
+    from collections import Counter
+
+    from selftaught.demos import split_skill
+
+    train = closed_labels(references)
+    if train is None:
+        return None
+    parts = split_skill(skill)
+    shown = [reply_label(d.reply, list(train)) for d in parts.demos]
+    demos = dict(Counter(label for label in shown if label is not None).most_common())
+    lost = [label for label in train if label not in demos] if parts.demos else []
+    priors = stated_priors(parts.rules, list(train))
+    return LabelReport(train, demos, len(parts.demos), lost, priors)
 
 
 def wrong_references(name: str, ids: Sequence[str], wheel: Path = EVALS_WHEEL) -> dict[str, str]:
@@ -373,8 +497,15 @@ def judgecheck(
     to `out` (JSONL), the counts with the verdict under `JUDGE_RULE` returned and saved beside
     it (`<out>.summary.json`, what a report run looks for: `passing_judge_check`). The summary
     holds each variant under `variants`, and the `absolute` variant's keys at the top as
-    before."""
-    from selftaught.runs import atomic_write_json, atomic_write_text
+    before.
+
+    Resumable: `out` starts with a header of the check's settings and each judgement is
+    appended as soon as it is made, so running the same check again judges only what is
+    missing (other settings refuse; a judge error is a row like any other, never retried:
+    retrying until a reply reads would hide how often the judge fails). The summary is
+    computed from every row on disk: the variants named, and any other variant the file
+    holds in full."""
+    from selftaught.runs import atomic_write_json
 
     if not needs_judge(spec):
         raise SystemExit(f"--judge-check: {spec!r} is not a judge task")
@@ -383,18 +514,100 @@ def judgecheck(
         raise SystemExit("--judge-check: name at least one judge variant")
     name = spec.removeprefix("judge:")
     judge_name = model if isinstance(model, str) else str(getattr(model, "name", model))
+    check = {"spec": spec, "judge": judge_name, "seed": seed, "split": split,
+             "sizes": list(sizes)}  # fmt: skip
+    from protocol import check_design_use
+
+    check_design_use("bench_tasks.py", seeds=[seed], splits=[split])
+    resume_check_rows(out, check)  # a file of another check is refused before any model loads
     settings, model, task = _design_task(spec, model, seed, split, sizes, wheel)
     examples = task.examples(split)
     wrong = wrong_references(name, [ex.id for ex in examples], wheel)
-    cases = [c for v in chosen for c in _check_cases(name, model, v, examples, wrong)]
-    with ThreadPoolExecutor(max_workers=int(settings["concurrency"])) as pool:
-        rows = list(pool.map(_judge_case, cases))
-    atomic_write_text(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    summary = judge_check_summary(rows, [v.name for v in chosen])
-    record = {"spec": spec, "judge": judge_name, "seed": seed, "split": split,
-              "sizes": list(sizes), "rule": list(JUDGE_RULE), **summary}  # fmt: skip
-    atomic_write_json(summary_path(out), record)
+    rows = resume_check_rows(out, check)
+    done = {_row_key(r) for r in rows}
+    on_disk = [JudgeVariant.parse(n) for n in dict.fromkeys(r["variant"] for r in rows)]
+    every = list({v.name: v for v in chosen + on_disk}.values())
+    cases = {v.name: _check_cases(name, model, v, examples, wrong) for v in every}
+    todo = [c for v in chosen for c in cases[v.name] if _case_key(c) not in done]
+    rows += _judge_all(todo, out, int(settings["concurrency"]))
+    done = {_row_key(r) for r in rows}
+    named = {v.name for v in chosen}
+    shown = [v for v in cases if v in named or all(_case_key(c) in done for c in cases[v])]
+    summary = judge_check_summary(rows, shown)
+    atomic_write_json(summary_path(out), {**check, "rule": list(JUDGE_RULE), **summary})
     return summary
+
+
+CHECK_HEADER = "judge_check"  # the key of a judge check file's first line: its settings
+
+
+def _row_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return (row.get("variant", "absolute"), row["example_id"], row["case"])
+
+
+def _case_key(c: CheckCase) -> tuple[str, str, str]:
+    return (c.variant, c.example.id, c.case)
+
+
+def resume_check_rows(out: Path, check: dict[str, Any]) -> list[dict[str, Any]]:
+    """The judgements a judge check file already holds (none for a new file, which gets the
+    header of `check`'s settings). A torn last line (a kill mid-append) is dropped and the
+    file rewritten without it; a file of other settings, or without a header (written before
+    checks resumed), is refused, naming what differs."""
+    from selftaught.runs import write_jsonl
+
+    lines = out.read_text(encoding="utf-8").splitlines() if out.exists() else []
+    parsed: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        try:
+            parsed.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise SystemExit(f"{out}:{i + 1} is not JSON; pass --output elsewhere") from None
+    if not parsed:
+        write_jsonl(out, [{CHECK_HEADER: check}])
+        return []
+    old = parsed[0].get(CHECK_HEADER)
+    if old is None:
+        raise SystemExit(f"{out} holds a judge check without recorded settings (written before "
+                         "checks resumed); pass --output elsewhere")  # fmt: skip
+    if old != check:
+        changed = ", ".join(
+            f"{k} {old.get(k)!r} there, {check.get(k)!r} now"
+            for k in sorted(set(old) | set(check)) if old.get(k) != check.get(k)
+        )  # fmt: skip
+        raise SystemExit(f"{out} holds a judge check with other settings ({changed}); run the "
+                         "same check to resume it, or pass --output elsewhere")  # fmt: skip
+    if len(parsed) < len(lines):  # the torn line goes before anything is appended after it
+        write_jsonl(out, parsed)
+    return parsed[1:]
+
+
+def _judge_all(cases: Sequence[CheckCase], out: Path, concurrency: int) -> list[dict[str, Any]]:
+    """Judge `cases` on `concurrency` threads, each row appended to `out` (one write of one
+    line, fsynced) as soon as it is judged; an exception (a kill) cancels what has not started."""
+    lock = threading.Lock()
+    rows: list[dict[str, Any]] = []
+
+    def judge(c: CheckCase) -> None:
+        row = _judge_case(c)
+        line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        with lock:
+            fd = os.open(out, os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            rows.append(row)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    try:
+        for _ in pool.map(judge, cases):
+            pass
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -433,6 +646,7 @@ def _check_cases(
 
 def _judge_case(c: CheckCase) -> dict[str, Any]:
     from selftaught.errors import BackendError
+    from selftaught.tasks.scorers import UnreadableVerdict
 
     row: dict[str, Any] = {"variant": c.variant, "example_id": c.example.id, "case": c.case,
                            "reply": c.reply}  # fmt: skip
@@ -441,6 +655,8 @@ def _judge_case(c: CheckCase) -> dict[str, Any]:
     try:
         score = c.scorer(c.reply, c.example)
     except BackendError as err:  # a broken judge is an error, never a verdict
+        if isinstance(err, UnreadableVerdict):  # the whole reply: why it could not be read
+            return row | {"error": str(err), "judge_reply": err.reply}
         return row | {"error": str(err)}
     return row | {"passed": score.hard == 1.0, "feedback": score.feedback}
 
@@ -555,6 +771,9 @@ def main(argv: list[str] | None = None) -> None:
         "reference (reference-guided prompt), pairwise (reference vs wrong answer, both ways "
         "round), or mode+kN (e.g. reference+k5)",
     )
+    parser.add_argument("--skill", type=Path, help="the dev check's skill: a skill file (rules "
+                        "and demos block) or a run's result.json (its best_skill); default: the "
+                        "seed prompt")  # fmt: skip
     parser.add_argument("--output", type=Path, help="per-item JSONL (default: results/devcheck_"
                         "<task>_<split>_seed<seed>.jsonl, or judgecheck_...)")  # fmt: skip
     a = parser.parse_args(argv)
@@ -573,8 +792,24 @@ def main(argv: list[str] | None = None) -> None:
         for variant, v in c["variants"].items():
             print(f"{a.spec} {a.split} seed {a.seed} [{variant}]: " + judge_check_line(v))
     else:
-        print(f"{a.spec} {a.split} seed {a.seed}: {devcheck(a.spec, a.model, **kwargs)}")
+        skill = read_skill(a.skill) if a.skill else None
+        result = devcheck(a.spec, a.model, **kwargs, skill=skill)
+        print(f"{a.spec} {a.split} seed {a.seed}: {result}")
+        labels = json.loads(out.with_suffix(".summary.json").read_text()).get("labels")
+        if labels is not None:
+            print(f"labels: {labels}")
     print(f"per item: {out}" + (f"; verdict: {summary_path(out)}" if a.judge_check else ""))
+
+
+def read_skill(path: Path) -> str:
+    """A skill's text: a run's result.json gives its `best_skill`, any other file is the skill."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        best = json.loads(text).get("best_skill")
+        if not isinstance(best, str):
+            raise SystemExit(f"{path}: no best_skill (give a run's result.json or a skill file)")
+        return best
+    return text
 
 
 if __name__ == "__main__":

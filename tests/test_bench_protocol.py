@@ -269,6 +269,46 @@ def test_the_task_devcheck_scores_the_seed_prompt_on_dev_data_only(tmp_path, mon
             bench_tasks.devcheck("judge:abstract2title", "local", seed=seed, split=split, **kwargs)
 
 
+def _skill(rules: str, *replies: str) -> str:
+    from selftaught.demos import Demo, join_skill
+
+    return join_skill(rules, [Demo(f"d{i}", f"q{i}", r) for i, r in enumerate(replies)])
+
+
+def test_the_label_report_names_labels_lost_from_demos_and_priors_in_rules():
+    refs = ["Yes", "No", "no", "No.", "yes", "No"]
+    report = bench_tasks.label_report(refs, _skill("Answer Yes or No.", "No", "no.", "So: No"))
+    assert report.train == {"no": 4, "yes": 2} and report.demos == {"no": 3}
+    assert (report.labels_lost, report.prior_labels, report.n_demos) == (["yes"], [], 3)
+    fair = bench_tasks.label_report(refs, _skill("Think, then answer.", "No", "It follows: Yes"))
+    assert (fair.labels_lost, fair.demos) == ([], {"no": 1, "yes": 1})
+    prior = bench_tasks.label_report(refs, _skill("The conclusion usually does not follow: No."))
+    assert (prior.prior_labels, prior.labels_lost, prior.n_demos) == (["no"], [], 0)
+    letters = ["A", "B", "C", "(A)", "B", "C"] * 2  # options: "a" the article is no option A
+    mc = bench_tasks.label_report(letters, _skill("Pick a letter; a careful reader picks C.",
+                                                  "(A)", "The answer is A"))  # fmt: skip
+    assert mc.train == {"a": 4, "b": 4, "c": 4} and mc.demos == {"a": 2}
+    assert (mc.labels_lost, mc.prior_labels) == (["b", "c"], ["c"])
+    assert bench_tasks.label_report(["4", "7", "4", "9"], _skill("x", "4")) is None  # 9 once
+    many = [str(n) for n in range(9)] * 2  # nine distinct answers: not a closed set
+    assert bench_tasks.label_report(many, "") is None
+
+
+def test_the_devcheck_of_a_label_task_reports_its_labels(tmp_path):
+    skill = _skill("Answer with Yes or No.", "No", "No")
+    model = ScriptedModel(lambda m: "No")
+    out = tmp_path / "devcheck.jsonl"
+    bench_tasks.devcheck("gym:syllogism", model, seed=0, split="val", sizes=(12, 3, 3), out=out,
+                         skill=skill)  # fmt: skip
+    labels = json.loads((tmp_path / "devcheck.summary.json").read_text())["labels"]
+    assert set(labels["train"]) == {"yes", "no"} and labels["demos"] == {"no": 2}
+    assert (labels["labels_lost"], labels["prior_labels"]) == (["yes"], [])
+    assert model.calls[0][0]["content"].startswith("Answer with Yes or No.")
+    skill_file = tmp_path / "result.json"
+    skill_file.write_text(json.dumps({"best_skill": skill}))
+    assert bench_tasks.read_skill(skill_file) == skill
+
+
 def _tomi_wheel(tmp_path: Path, stories: int) -> Path:
     rows = []
     for k in range(stories):  # two questions per story, with different places
@@ -293,6 +333,13 @@ def test_a_grouped_judge_set_keeps_one_question_per_story(tmp_path):
         bench_tasks.judge_rows("tomi", 0, (5, 5, 5), wheel)
 
 
+def _check_rows(out):
+    """A judge check file's judgements, after its header of settings."""
+    header, *rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert set(header) == {bench_tasks.CHECK_HEADER}
+    return rows
+
+
 def _grading_judge(fair: bool):
     def judge(messages):  # judges/compare.md: the item's reference, then its reply, come last
         text = messages[-1]["content"]
@@ -314,7 +361,7 @@ def test_the_judge_check_tells_a_grading_judge_from_a_yes_sayer(tmp_path, monkey
     assert (fair["reference"], fair["wrong"], fair["errors"], fair["grades"]) == (
         (3, 3), (0, 3), 0, True
     )  # fmt: skip
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = _check_rows(out)
     for row in (r for r in rows if r["case"] == "wrong"):  # the same story's other place
         k = row["example_id"]  # tomi-ROW: rows 2k and 2k+1 are story k
         assert row["reply"].endswith(f"_{int(k.rsplit('-', 1)[1]) // 2}")
@@ -459,7 +506,7 @@ def test_the_judge_check_reports_each_variant_with_intervals(tmp_path, monkeypat
         assert v["agreement"] == {"k": 6, "n": 6, "rate": 1.0,
                                   "ci95": [round(x, 4) for x in wilson_interval(6, 6)]}  # fmt: skip
         assert v["pairs"]["k"] == v["pairs"]["n"] == 3
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = _check_rows(out)
     pairwise = [r for r in rows if r["variant"] == "pairwise"]
     assert {(r["case"], r["reply"] != r["baseline"]) for r in pairwise} == {
         ("reference", True), ("wrong", True)}  # fmt: skip
@@ -479,8 +526,8 @@ def test_a_position_biased_pairwise_judge_agrees_half_the_time_and_never_grades(
     monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
     wheel = _tomi_wheel(tmp_path, 12)
     kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel}
-    out = tmp_path / "judgecheck_tomi.jsonl"
     for first in ("A", "B"):  # each pair judged both ways round: the bias passes one of two
+        out = tmp_path / f"judgecheck_tomi_{first}.jsonl"  # one file per check (one resumes)
         model = ScriptedModel(_variant_judge(False, first))
         c = bench_tasks.judgecheck("judge:tomi", model, out=out, variants=["pairwise"], **kwargs)
         v = c["variants"]["pairwise"]
@@ -489,6 +536,60 @@ def test_a_position_biased_pairwise_judge_agrees_half_the_time_and_never_grades(
     assert "grades" not in c  # no absolute variant ran: no top-level verdict for it
     assert bench_tasks.passing_judge_check("judge:tomi", "scripted", tmp_path) is None
     assert bench_tasks.passing_judge_check("judge:tomi", "scripted", tmp_path, "pairwise") is None
+
+
+def test_a_killed_judge_check_resumes_with_no_row_lost_or_duplicated(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _tomi_wheel(tmp_path, 12)
+    kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel,
+              "variants": ["absolute", "pairwise"]}  # fmt: skip
+    whole = tmp_path / "whole.jsonl"  # the same check, never interrupted
+    bench_tasks.judgecheck("judge:tomi", ScriptedModel(_variant_judge(True)), out=whole, **kwargs)
+    out = tmp_path / "killed.jsonl"
+    killed = ScriptedModel(_variant_judge(True))
+    killed.fail_after = 5  # a kill after five judgements (threads in flight die with it)
+    with pytest.raises(KeyboardInterrupt):
+        bench_tasks.judgecheck("judge:tomi", killed, out=out, **kwargs)
+    kept = _check_rows(out)
+    assert 0 < len(kept) <= 5  # every judgement made was on disk at once
+    with open(out, "a") as f:
+        f.write('{"variant": "absolute", "example_id": "tom')  # torn by the kill mid-append
+    again = ScriptedModel(_variant_judge(True))
+    resumed = bench_tasks.judgecheck("judge:tomi", again, out=out, **kwargs)
+    assert len(again.calls) == 12 - len(kept)  # only the missing judgements
+    rows, want = _check_rows(out), _check_rows(whole)
+    key = bench_tasks._row_key
+    assert sorted(map(key, rows)) == sorted(map(key, want)) and len(set(map(key, rows))) == 12
+    assert rows[: len(kept)] == kept
+    saved = json.loads((tmp_path / "killed.summary.json").read_text())
+    assert saved == json.loads((tmp_path / "whole.summary.json").read_text())
+    assert resumed["variants"]["pairwise"]["grades"] is True
+    done = ScriptedModel(_variant_judge(True))  # a finished check run again judges nothing
+    bench_tasks.judgecheck("judge:tomi", done, out=out, **kwargs)
+    assert done.calls == [] and len(_check_rows(out)) == 12
+    # a re-run naming one variant still reports the other, held in full on disk
+    one = bench_tasks.judgecheck("judge:tomi", done, out=out, **(kwargs | {"variants": ["k3"]}))
+    assert list(one["variants"]) == ["k3", "absolute", "pairwise"] and len(done.calls) == 18
+    with pytest.raises(SystemExit, match=r"other settings \(sizes \[4, 3, 5\] there, \[4, 4, 4\]"):
+        bench_tasks.judgecheck("judge:tomi", done, out=out, **(kwargs | {"sizes": (4, 4, 4)}))
+    old = tmp_path / "old.jsonl"  # a file written before checks resumed: no header
+    old.write_text(json.dumps({"example_id": "tomi-1", "case": "wrong", "passed": False}) + "\n")
+    with pytest.raises(SystemExit, match="without recorded settings"):
+        bench_tasks.judgecheck("judge:tomi", done, out=old, **kwargs)
+
+
+def test_an_unreadable_verdict_keeps_the_judges_whole_reply(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _tomi_wheel(tmp_path, 12)
+    kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel}
+    ramble = "I think the place is " + "quite possibly the green box, or not, " * 20 + "END"
+    out = tmp_path / "judgecheck_tomi.jsonl"
+    c = bench_tasks.judgecheck("judge:tomi", ScriptedModel(lambda m: ramble), out=out, **kwargs)
+    assert c["errors"] == 6 and c["reference"] == (0, 0)
+    for row in _check_rows(out):
+        assert row["judge_reply"] == ramble  # the whole last reply, after the repair request
+        assert "no readable score" in row["error"] and len(row["error"]) < 200
+        assert "END" not in row["error"]  # the message itself stays short
 
 
 def test_the_judge_check_counts_errors_apart_and_reads_old_rows():

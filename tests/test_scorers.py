@@ -192,9 +192,12 @@ def test_llm_judge_repairs_once_then_raises_backend_error():
     assert LlmJudge(judge)("x", ex("x")).hard == 1
     assert len(judge.calls) == 2 and judge.calls[1][-2]["content"] == "Looks fine to me!"
 
-    broken = ScriptedJudge("no idea", "still no idea")
-    with pytest.raises(BackendError, match="no readable score"):
+    long = "still no idea, " * 20 + "the end"
+    broken = ScriptedJudge("no idea", long)
+    with pytest.raises(BackendError, match="no readable score") as caught:
         LlmJudge(broken)("x", ex("x"))
+    # the message shows the reply's start; the whole last reply travels with the error
+    assert "the end" not in str(caught.value) and caught.value.reply == long
 
 
 def test_llm_judge_backend_failure_is_raised_never_scored_zero():

@@ -405,6 +405,16 @@ def read_baselines(path: Path) -> dict[str, str]:
     return out
 
 
+class UnreadableVerdict(BackendError):
+    """The judge answered, twice, with no verdict that can be read: a backend error whose
+    message shows the reply cut short, and `reply` its whole last reply (for a judge check
+    to save: why it was unreadable)."""
+
+    def __init__(self, backend: str, cause: str, *, reply: str):
+        super().__init__(backend, cause)
+        self.reply = reply
+
+
 class LlmJudge:
     """Scores a reply with a judge model against a rubric.
 
@@ -559,8 +569,10 @@ class LlmJudge:
         if parsed is None:
             name = getattr(self.judge_model, "name", "judge")
             what = "verdict" if self.mode == "pairwise" else "score"
-            raise BackendError(
-                name, f"judge gave no readable {what} after one repair: {_shorten(reply, 120)!r}"
+            raise UnreadableVerdict(
+                name,
+                f"judge gave no readable {what} after one repair: {_shorten(reply, 120)!r}",
+                reply=reply,
             )
         return parsed
 
