@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from bench_quickstart import MAX_TOKENS, TASK, TEST_SIZE
-from common import RESULTS, command_line, machine_info
+from common import RESULTS, command_line, machine_info, pending_units, resumed_units
 
-from selftaught.runs import atomic_write_json, read_json
+from selftaught.runs import atomic_write_json
 
 ARMS = ("alone", "busy", "busy_all_cores")
 TARGET = 1.2  # busy / alone, medians
@@ -58,8 +58,7 @@ def pending(
     order: Sequence[tuple[int, str]], runs: Sequence[dict[str, Any]]
 ) -> list[tuple[int, str]]:
     """What is left of `order` after the runs already recorded (a resumed benchmark)."""
-    done = {(r["repeat"], r["arm"]) for r in runs}
-    return [step for step in order if step not in done]
+    return pending_units(order, runs, ("repeat", "arm"))
 
 
 def eval_command(items: int, output: str) -> list[str]:
@@ -120,16 +119,6 @@ def summarize(runs: Sequence[dict[str, Any]], target: float = TARGET) -> dict[st
     return out
 
 
-def load(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """The runs of an earlier, interrupted benchmark with the same settings (else none)."""
-    if not path.exists():
-        return []
-    old = read_json(path)
-    if old.get("settings") != settings:
-        raise SystemExit(f"{path} holds a run with other settings; pass --out elsewhere")
-    return list(old.get("runs", []))
-
-
 def run_once(arm: str, items: int, all_cores: int) -> dict[str, Any]:
     """One eval, beside a busy process for the busy arms: its seconds and the load."""
     busy = None
@@ -173,7 +162,7 @@ def main() -> None:
 
     all_cores = torch_default_threads() or len(usable_cpus())
     settings = {"task": TASK, "items": a.items, "max_tokens": MAX_TOKENS, "all_cores": all_cores}
-    runs = load(a.out, settings)
+    runs = resumed_units(a.out, settings)
     for repeat, arm in pending(plan(a.repeats), runs):
         run = {"repeat": repeat, **run_once(arm, a.items, all_cores)}
         runs.append(run)

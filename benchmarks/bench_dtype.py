@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import RESULTS, command_line, machine_info
+from common import RESULTS, command_line, machine_info, pending_units, resumed_units
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -94,20 +94,7 @@ def pending(
     order: Sequence[tuple[int, str, str]], runs: Sequence[dict[str, Any]]
 ) -> list[tuple[int, str, str]]:
     """What is left of `order` after the units already recorded (a resumed benchmark)."""
-    done = {(r["repeat"], r["part"], r["dtype"]) for r in runs}
-    return [unit for unit in order if unit not in done]
-
-
-def load_runs(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """The units of an earlier, interrupted benchmark with the same settings (else none)."""
-    from selftaught.runs import read_json
-
-    if not path.exists():
-        return []
-    old = read_json(path)
-    if old.get("settings") != settings:
-        raise SystemExit(f"{path} holds a run with other settings; pass --out elsewhere")
-    return list(old.get("runs", []))
+    return pending_units(order, runs, ("repeat", "part", "dtype"))
 
 
 # ---- the units ----------------------------------------------------------------------------
@@ -364,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         fix_threads(a.threads)
     settings = settings_of(a)
-    runs = load_runs(a.out, settings)
+    runs = resumed_units(a.out, settings)
     for repeat, part, dtype in pending(plan(a.repeats, a.parts), runs):
         run = {"repeat": repeat, **run_unit(part, dtype, a)}
         runs.append(run)

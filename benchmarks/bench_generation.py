@@ -57,13 +57,13 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from common import RESULTS, command_line
+from common import RESULTS, command_line, pending_units, resumed_units
 
 from selftaught.models.base import GenerationParams, Message  # noqa: E402
 from selftaught.models.local import LocalModel  # noqa: E402
 from selftaught.models.raw_rate import raw_decode, static_generate  # noqa: E402
 from selftaught.policy import Policy  # noqa: E402
-from selftaught.runs import atomic_write_json, read_json  # noqa: E402
+from selftaught.runs import atomic_write_json  # noqa: E402
 from selftaught.tasks.registry import load_task  # noqa: E402
 
 MODES = ("continuous", "static", "raw")
@@ -359,22 +359,11 @@ def engine_plan(
     return order
 
 
-def pending_units(
+def engine_pending(
     order: list[tuple[int, int, str]], runs: list[dict[str, Any]]
 ) -> list[tuple[int, int, str]]:
     """What is left of `order` after the units already recorded (a resumed benchmark)."""
-    done = {(r["repeat"], r["concurrency"], r["arm"]) for r in runs}
-    return [unit for unit in order if unit not in done]
-
-
-def load_engine_runs(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """The units of an earlier, interrupted benchmark with the same settings (else none)."""
-    if not path.exists():
-        return []
-    old = read_json(path)
-    if old.get("settings") != settings:
-        raise SystemExit(f"{path} holds a run with other settings; pass --out elsewhere")
-    return list(old.get("runs", []))
+    return pending_units(order, runs, ("repeat", "concurrency", "arm"))
 
 
 def engine_settings(args: argparse.Namespace, model: str) -> dict[str, Any]:
@@ -492,8 +481,8 @@ def run_engine_arms(bench: Bench, args: argparse.Namespace, local: LocalModel) -
     device = str(local.device.type)
     out = args.out or RESULTS / f"generation_engine_{device}{'_quick' if args.quick else ''}.json"
     settings = engine_settings(args, local.name)
-    runs = load_engine_runs(out, settings)
-    for repeat, c, arm in pending_units(engine_plan(args.repeats, args.concurrency), runs):
+    runs = resumed_units(out, settings)
+    for repeat, c, arm in engine_pending(engine_plan(args.repeats, args.concurrency), runs):
         run = {"repeat": repeat, **engine_unit(bench, c, arm, args)}
         runs.append(run)
         result = {

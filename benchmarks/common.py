@@ -21,7 +21,7 @@ import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -245,3 +245,28 @@ def fmt_acc(acc: Mapping[str, Any]) -> str:
     lo, hi = acc["ci95"]
     errors = f" ({acc['errors']} errors)" if acc.get("errors") else ""
     return f"{acc['hard']:.2f} [{lo:.2f}, {hi:.2f}]{errors}"
+
+
+def resumed_units(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The units an interrupted interleaved benchmark recorded in `path` (its `runs`), when
+    it ran with the same `settings`; none for a new file; other settings refuse."""
+    from selftaught.runs import read_json
+
+    if not path.exists():
+        return []
+    old = read_json(path)
+    if old.get("settings") != settings:
+        raise SystemExit(f"{path} holds a run with other settings; pass --out elsewhere")
+    return list(old.get("runs", []))
+
+
+UnitT = TypeVar("UnitT", bound=tuple[Any, ...])
+
+
+def pending_units(
+    order: Sequence[UnitT], runs: Sequence[dict[str, Any]], keys: Sequence[str]
+) -> list[UnitT]:
+    """What is left of `order` after the units already recorded, each unit named by the
+    run fields `keys` (a resumed benchmark)."""
+    done = {tuple(r[k] for k in keys) for r in runs}
+    return [unit for unit in order if unit not in done]

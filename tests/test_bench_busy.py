@@ -57,8 +57,8 @@ def test_a_resume_refuses_other_settings(tmp_path):
     from selftaught.runs import atomic_write_json
 
     path = tmp_path / "busy.json"
-    assert bench_busy.load(path, {"items": 40}) == []
+    assert bench_busy.resumed_units(path, {"items": 40}) == []
     atomic_write_json(path, {"settings": {"items": 40}, "runs": [{"repeat": 0, "arm": "alone"}]})
-    assert bench_busy.load(path, {"items": 40}) == [{"repeat": 0, "arm": "alone"}]
+    assert bench_busy.resumed_units(path, {"items": 40}) == [{"repeat": 0, "arm": "alone"}]
     with pytest.raises(SystemExit, match="other settings"):
-        bench_busy.load(path, {"items": 20})
+        bench_busy.resumed_units(path, {"items": 20})

@@ -44,8 +44,8 @@ def test_units_interleave_and_rotate_and_a_resume_skips_what_ran():
     assert order[6:9] == [(1, 8, "chunked"), (1, 8, "raw"), (1, 8, "off")]
     assert len(bench.engine_plan(3, [8, 32])) == 3 * 2 * len(bench.ENGINE_ARMS)
     ran = [{"repeat": 0, "concurrency": 8, "arm": a} for a in arms]
-    assert bench.pending_units(order, ran)[0] == (0, 32, "chunked")
-    assert len(bench.pending_units(order, ran)) == 9
+    assert bench.engine_pending(order, ran)[0] == (0, 32, "chunked")
+    assert len(bench.engine_pending(order, ran)) == 9
 
 
 def test_a_resume_refuses_other_settings(tmp_path):
@@ -53,11 +53,11 @@ def test_a_resume_refuses_other_settings(tmp_path):
 
     path = tmp_path / "engine.json"
     settings = {"prefill_chunk": 256, "compact_at": 0.25}
-    assert bench.load_engine_runs(path, settings) == []
+    assert bench.resumed_units(path, settings) == []
     atomic_write_json(path, {"settings": settings, "runs": [{"repeat": 0, "arm": "off"}]})
-    assert bench.load_engine_runs(path, settings) == [{"repeat": 0, "arm": "off"}]
+    assert bench.resumed_units(path, settings) == [{"repeat": 0, "arm": "off"}]
     with pytest.raises(SystemExit, match="other settings"):
-        bench.load_engine_runs(path, {**settings, "prefill_chunk": 64})
+        bench.resumed_units(path, {**settings, "prefill_chunk": 64})
 
 
 def _unit(repeat: int, arm: str, rate: float, shas=None, columns=(100, 60), compactions=0):
