@@ -290,7 +290,7 @@ def test_the_layout_settings_decode_the_same_tokens_on_the_embedded_model():
     """SmolLM2-135M (logits much closer than the random model's): a ~300-token shared system
     prompt, six questions, three rows at a time; chunked prefill and compaction on give the
     tokens the batcher gives with them off."""
-    local = LocalModel(max_batch_size=3)
+    local = LocalModel(max_batch_size=3, dtype="float32")  # exact in float32, not in bf16
     skill = (
         "You are a careful calculator. Rules: read the whole question; write the operation "
         "you will do; do it digit by digit; check the result by doing the inverse operation; "

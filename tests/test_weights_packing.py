@@ -95,8 +95,13 @@ def test_packing_trains_as_unpacked_on_no_padding(tok, monkeypatch, budget):
     for packing in (False, True):
         seen.clear()
         model = tiny(tok)
-        cfg = SFTTrainConfig(
-            epochs=1, batch_size=4, learning_rate=1e-2, warmup_ratio=0.0, packing=packing
+        cfg = SFTTrainConfig(  # fp32: the same weights to 1e-6 (bf16 autocast rounds per layout)
+            epochs=1,
+            batch_size=4,
+            learning_rate=1e-2,
+            warmup_ratio=0.0,
+            packing=packing,
+            bf16=False,
         )
         stats[packing] = sft_mod.sft_train(model, tok, rows, cfg, backend="scratch", progress=False)
         weights[packing] = {k: v.detach().clone() for k, v in model.named_parameters()}

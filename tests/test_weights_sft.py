@@ -147,7 +147,8 @@ def test_a_batch_split_into_micro_batches_takes_the_same_steps(tok, monkeypatch)
         msgs = [{"role": "user", "content": f"Question {i}: " + "add the numbers. " * (3 + 2 * i)}]
         answer = f"answer {i} " * (2 + i)
         rows.append(Sample(f"e{i}", msgs, msgs, answer, answer, 1.0, 1.0))
-    cfg = SFTTrainConfig(epochs=2, batch_size=4, learning_rate=1e-2, warmup_ratio=0.0)
+    # fp32: the same weights either way (bf16 autocast rounds per micro-batch layout)
+    cfg = SFTTrainConfig(epochs=2, batch_size=4, learning_rate=1e-2, warmup_ratio=0.0, bf16=False)
     backend = BackendConfig(lora_r=2, lora_alpha=4, lora_dropout=0.0)
     trained, parts_used = [], []
     real_args = sft_mod._sft_args
