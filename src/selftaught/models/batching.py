@@ -30,7 +30,8 @@ the benchmark, `benchmarks/bench_generation.py --engine-arms`):
   are kept per row, so moving a column changes no row's positions.
 
 Position ids are each row's own token count, exactly what `generate` computes for a
-left-padded batch, so greedy rows decode the same tokens as unbatched greedy decoding.
+left-padded batch, so greedy rows decode the same tokens as unbatched greedy decoding (in
+float32; bfloat16 rounds differently per batch shape).
 Sampling is per row (temperature, top_p, and a private `torch.Generator` each), so greedy and
 sampled requests share one batch and a seeded row never touches torch's global RNG.
 
