@@ -70,6 +70,8 @@ class StepRow:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.curriculum is None:  # written only when set: older rows read back as written
+            del out["curriculum"]
         return {
             **out,
             "batch": self.batch.summary() if self.batch is not None else None,
