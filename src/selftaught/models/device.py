@@ -73,12 +73,15 @@ def dtype_setting(env: Mapping[str, str] | None = None) -> str:
 
 
 def inference_dtype(device: str, setting: Any = None) -> Any:
-    """The dtype a local model answers in on `device`: `setting` (a torch dtype or its name)
-    when it names one; for None / `auto`, the accelerator's half precision, or on a CPU
-    bfloat16 where it has bf16 instructions and `CPU_BF16_INFERENCE` is on, else float32."""
+    """The dtype a local model answers in on `device`: `setting` (a torch dtype or its name;
+    None reads `SELFTAUGHT_DTYPE`) when it names one; for `auto`, the accelerator's half
+    precision, or on a CPU bfloat16 where it has bf16 instructions and `CPU_BF16_INFERENCE`
+    is on, else float32."""
     import torch
 
-    if setting is not None and setting != "auto":
+    if setting is None:
+        setting = dtype_setting()
+    if setting != "auto":
         return resolve_dtype(setting, None)
     if torch.device(device).type != "cpu":
         return resolve_device(device)[1]

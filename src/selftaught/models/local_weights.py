@@ -190,12 +190,11 @@ class LocalWeights:
         names the dtype before anything loads): `dtype=`, else `SELFTAUGHT_DTYPE`, through
         `selftaught.models.device.inference_dtype`."""
         if self._placement is None:
-            from selftaught.models.device import dtype_setting, inference_dtype, resolve_device
+            from selftaught.models.device import inference_dtype, resolve_device
 
             try:
                 device = resolve_device(self._device_arg)[0]
-                setting = self._dtype_arg if self._dtype_arg is not None else dtype_setting()
-                self._placement = (device, inference_dtype(device, setting))
+                self._placement = (device, inference_dtype(device, self._dtype_arg))
             except ImportError as err:  # torch itself
                 raise FatalBackendError(
                     BACKEND, missing_extra(err), exit_code=MissingDependency.exit_code

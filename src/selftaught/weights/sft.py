@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.models.base import Message
+from selftaught.models.device import dtype_name, training_autocast
 from selftaught.stops import Deadline, StopReason
 from selftaught.weights.config import (
     MICRO_BATCH_TOKENS,
@@ -60,8 +61,6 @@ def on_cpu(model: Any) -> bool:
 def autocast_bf16(cfg: SFTTrainConfig, model: Any) -> bool:
     """Whether a fine-tune of `model` runs in bf16 autocast (`cfg.bf16`, None deciding per
     device: `selftaught.models.device.training_autocast`)."""
-    from selftaught.models.device import training_autocast
-
     return training_autocast(cfg.bf16, "cpu" if on_cpu(model) else "accelerator")
 
 
@@ -571,7 +570,7 @@ def fine_tune_report(
         "trainable_params": trainable_parameters(model),
         # the precision it trained in: bf16 autocast or none, over weights of this dtype
         "autocast": "bf16" if getattr(trainer.args, "bf16", False) else "off",
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "dtype": dtype_name(next(model.parameters()).dtype),
         **({"stopped_by": stopped[0].to_dict()} if stopped else {}),
     }
 

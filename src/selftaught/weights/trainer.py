@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from selftaught.callbacks import TrainerCallback
-from selftaught.models.device import dtype_name, dtype_setting, inference_dtype, resolve_device
+from selftaught.models.device import dtype_name, inference_dtype, resolve_device
 from selftaught.models.resolve import local_model_path
 from selftaught.results import RunResult
 from selftaught.trainer_base import BaseTrainer
@@ -84,7 +84,7 @@ class WeightTrainer(BaseTrainer[WeightConfigT, ResultT]):
         train in (`SELFTAUGHT_DTYPE`, else the per-device choice of
         `selftaught.models.device.inference_dtype`); None when they are the same."""
         device, weights = resolve_device(self.config.backend.device)
-        serving = inference_dtype(device, dtype_setting())
+        serving = inference_dtype(device)
         return None if serving == weights else serving
 
 
