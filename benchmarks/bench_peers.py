@@ -70,7 +70,17 @@ from common import (
     split_spec,
 )
 from counting_proxy import CallCounter, counting_proxy
-from protocol import check_design_use, code_state, load_report_settings, settings_commit
+from protocol import (
+    LATEST_ROUND,
+    check_design_use,
+    check_round_commit,
+    code_state,
+    load_report_settings,
+    planned_systems,
+    round_path,
+    round_settings,
+    settings_commit,
+)
 
 SYSTEMS = ("selftaught", "gepa", "skillrl", "dspy-bfrs", "dspy-mipro", "dspy-gepa")
 FROZEN = load_report_settings()  # the tasks, systems and dev seeds every mode starts from
@@ -114,6 +124,7 @@ class Settings:
     serve_name: str = "qwen"
     selftaught_config: dict[str, Any] = field(default_factory=dict)
     rerun: bool = False  # report: run (system, seed) pairs that already have a finished row
+    report_round: int = 0  # report: which round's settings file (0: not a report run)
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -153,6 +164,12 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--report", action="store_true", help="the report run (report_settings.json)")
     p.add_argument(
+        "--round",
+        type=int,
+        help=f"--report: the report round (default {LATEST_ROUND}, the latest; 1: "
+        "report_settings.json, N: report_settings_roundN.json)",
+    )
+    p.add_argument(
         "--rerun",
         action="store_true",
         help="--report: run again the (system, seed) pairs already finished (a new row beside "
@@ -179,6 +196,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         return report_settings(args)
     if args.rerun:
         raise SystemExit("--rerun is for --report (a dev run replaces its rows anyway)")
+    if args.round is not None:
+        raise SystemExit("--round is for --report (a dev run scores dev seeds only)")
     s = quick_settings() if args.quick else Settings()
     if args.gate:
         s.mode, s.systems = "gate", ["selftaught"]
@@ -210,8 +229,10 @@ def report_settings(args: argparse.Namespace) -> Settings:
             f"--report takes its settings from report_settings.json; {', '.join(changed)} would "
             "change them (a changed setting is a new settings file, committed before the run)"
         )
-    frozen = load_report_settings()
-    s = Settings(**{**frozen["settings"], "mode": "report"})
+    round_ = LATEST_ROUND if args.round is None else args.round
+    frozen = round_settings(round_)
+    s = Settings(**{**frozen["settings"], "mode": "report", "report_round": round_})
+    parse_config([f"{k}={json.dumps(v)}" for k, v in s.selftaught_config.items()])  # checked
     s.tasks, s.systems, s.seeds = frozen["tasks"], frozen["systems"], frozen["report_seeds"]
     for name in ("tasks", "systems", "seeds"):
         picked = getattr(args, name)
@@ -219,7 +240,7 @@ def report_settings(args: argparse.Namespace) -> Settings:
             continue
         extra = [x for x in picked if x not in getattr(s, name)]
         if extra:
-            raise SystemExit(f"--report: {name} {extra} are not in report_settings.json")
+            raise SystemExit(f"--report: {name} {extra} are not in {round_path(round_).name}")
         setattr(s, name, list(picked))
     if args.endpoint:
         s.endpoint = args.endpoint
@@ -466,20 +487,31 @@ def task_slug(spec: str) -> str:
     return spec.removeprefix("gym:").split("?")[0]
 
 
-def variants(s: Settings) -> list[tuple[str, str]]:
-    """(system, variant) pairs to run per task and seed."""
+def report_file(round_: int, spec: str) -> str:
+    """A round's results file for one task: round 1's `report_<task>.json` kept its name."""
+    return f"report{'' if round_ == 1 else round_}_{task_slug(spec)}.json"
+
+
+def variants(s: Settings, spec: str | None = None) -> list[tuple[str, str]]:
+    """(system, variant) pairs to run per task and seed; a report round runs on `spec` only
+    the systems it plans there."""
     if s.mode == "gate":
         return [("selftaught", gate) for gate in s.gates]
-    changed = config_label(s.selftaught_config)
+    systems = s.systems
+    if s.mode == "report" and spec is not None:
+        planned = planned_systems(round_settings(s.report_round), spec)
+        systems = [system for system in s.systems if system in planned]
+    # a report round's selftaught settings are its file's, and its rows are "selftaught"
+    changed = "" if s.mode == "report" else config_label(s.selftaught_config)
     return [
-        (system, changed if system == "selftaught" and changed else system) for system in s.systems
+        (system, changed if system == "selftaught" and changed else system) for system in systems
     ]
 
 
 def finished_report_runs(s: Settings, spec: str) -> set[tuple[str, int]]:
     """The (variant, seed) pairs a report sitting skips: those with a finished row saved
     (a failed run is not a result, so it runs again), unless `--rerun` asks for a new row."""
-    path = results_dir(s) / f"report_{task_slug(spec)}.json"
+    path = results_dir(s) / report_file(s.report_round, spec)
     if s.mode != "report" or s.rerun or not path.exists():
         return set()
     return set(first_runs(json.loads(path.read_text())["runs"]))
@@ -494,14 +526,14 @@ def saved_baseline(s: Settings, spec: str, seed: int) -> dict[str, dict[str, Any
     and seed, measured under the same settings commit: a resumed sitting reuses them instead
     of scoring the seed prompt again (130 calls, ~8 min on Qwen on 2 CPUs). None when there
     is no such row, and always under `--rerun` (a re-run measures everything afresh)."""
-    path = results_dir(s) / f"report_{task_slug(spec)}.json"
+    path = results_dir(s) / report_file(s.report_round, spec)
     if s.mode != "report" or s.rerun or not path.exists():
         return None
     saved = json.loads(path.read_text())
     mine = asdict(s)
     if any(saved.get("settings", {}).get(k) != mine.get(k) for k in BASELINE_FIELDS):
         return None
-    commit = settings_commit()
+    commit = settings_commit(round_path(s.report_round))
     for row in first_runs(saved["runs"]).values():
         if row["seed"] != seed or row.get("meta", {}).get("settings_commit") != commit:
             continue
@@ -531,9 +563,10 @@ def run_task(
     """Every (system, seed) run on one task; `on_row` sees the rows so far after each run."""
     rows: list[dict[str, Any]] = []
     done = finished_report_runs(b.s, spec)
+    planned = variants(b.s, spec)
     for seed in b.s.seeds:
-        todo = [(sys_, v) for sys_, v in variants(b.s) if (v, seed) not in done]
-        for _, variant in sorted(set(variants(b.s)) - set(todo)):
+        todo = [(sys_, v) for sys_, v in planned if (v, seed) not in done]
+        for _, variant in sorted(set(planned) - set(todo)):
             print(f"[{task_slug(spec)} s{seed}] {variant}: finished before, skipped (see --rerun)")
         if not todo:
             continue
@@ -883,21 +916,41 @@ def report_task_table(saved: dict[str, Any]) -> str:
     header = ["system (first run per seed; a re-run: its first per seed)", "test items",
               "Δ vs seed prompt", "W/L", "p (two-sided)",
               "vs selftaught's first run on the same items: Δ (W/L, two-sided p)"]  # fmt: skip
-    frozen = load_report_settings()  # what the report plans, not what the last sitting ran
-    planned = (frozen["systems"], frozen["report_seeds"])
-    lines += [markdown_table(header, summary), "", targets_line(rows, *planned)]
+    frozen = round_settings(saved_round(saved))  # what the round plans, not the last sitting
+    planned = (planned_systems(frozen, saved["task"]), frozen["report_seeds"])
+    lines += [markdown_table(header, summary), "",
+              targets_line(rows, *planned, **round_targets(frozen))]  # fmt: skip
     return "\n".join(lines)
+
+
+def saved_round(saved: dict[str, Any]) -> int:
+    """The round a saved report file belongs to (round 1's files predate the field)."""
+    return int(saved.get("settings", {}).get("report_round") or 1)
+
+
+def round_targets(frozen: dict[str, Any]) -> dict[str, Any]:
+    """A round's targets as `targets` keywords (round 1's file predates the field: issue
+    #34's targets, one seed's gain; round 2 adds issue #52's: two seeds, no peer ahead)."""
+    wanted = frozen.get("targets", {})
+    return {
+        "min_gain_seeds": int(wanted.get("min_gain_seeds", 1)),
+        "no_peer_ahead_beyond_chance": bool(wanted.get("no_peer_ahead_beyond_chance", False)),
+    }
 
 
 def targets(
     rows: Sequence[dict[str, Any]],
     systems_planned: Sequence[str] = (),
     seeds_planned: Sequence[int] = (),
+    min_gain_seeds: int = 1,
+    no_peer_ahead_beyond_chance: bool = False,
 ) -> dict[str, Any]:
-    """Issue #34's targets on one task, read from the first runs: selftaught's mean test gain
-    over the seeds ≥ every peer's; a seed whose gain is beyond chance (two-sided p < 0.05) and
-    no seed with a loss beyond it. The verdict stays "open" until every planned system ran
-    every planned seed; then it is "met" or "missed"."""
+    """A round's targets on one task, read from the first runs: selftaught's mean test gain
+    over the seeds ≥ every peer's; at least `min_gain_seeds` seeds whose gain is beyond chance
+    (two-sided p < 0.05) and no seed with a loss beyond it; with
+    `no_peer_ahead_beyond_chance`, no peer ahead of selftaught beyond chance on the same
+    items (pooled over the seeds both ran). The verdict stays "open" until every planned
+    system ran every planned seed; then it is "met" or "missed"."""
     first = first_runs(rows)
     seeds = sorted({seed for _, seed in first})
     systems = sorted({variant for variant, _ in first})
@@ -917,13 +970,20 @@ def targets(
     finished = sum((v, s) in first for v in all_systems for s in all_seeds)
     gains, losses = sum(p["delta"] > 0 for p in beyond), sum(p["delta"] < 0 for p in beyond)
     complete = finished == len(all_systems) * len(all_seeds)
-    met = not behind and gains >= 1 and losses == 0
+    ahead = []  # peers ahead of selftaught beyond chance, pooled on the same items
+    if no_peer_ahead_beyond_chance and mine:
+        for v in (v for v in systems if v != "selftaught"):
+            vs = pooled(rows, "selftaught", v)
+            if vs["n_paired"] and vs["delta"] > 0 and vs["p_two_sided"] < 0.05:
+                ahead.append(v)
+    met = not behind and not ahead and gains >= min_gain_seeds and losses == 0
     ran = {v: [s for w, s in first if w == v] for v in systems if v != "selftaught"}
     peers = [(v, mean_gain(v, on), len(on)) for v, on in ran.items()]  # (name, gain, seeds)
     return {
         "seeds": seeds, "systems": systems, "n_seeds_planned": len(all_seeds),
         "n_systems_planned": len(all_systems), "finished": finished, "complete": complete,
         "ours": mean_gain("selftaught", mine) if mine else None, "behind": behind,
+        "ahead_beyond_chance": ahead, "min_gain_seeds": min_gain_seeds,
         "best_peer": max(peers, key=lambda p: p[1]) if peers else None,
         "n_selftaught": len(st), "gains": gains, "losses": losses,
         "verdict": ("met" if met else "missed") if complete else "open",
@@ -934,8 +994,9 @@ def targets_line(
     rows: Sequence[dict[str, Any]],
     systems_planned: Sequence[str] = (),
     seeds_planned: Sequence[int] = (),
+    **wanted: Any,
 ) -> str:
-    t = targets(rows, systems_planned, seeds_planned)
+    t = targets(rows, systems_planned, seeds_planned, **wanted)
     planned = f" of {t['n_systems_planned']} systems × {t['n_seeds_planned']} seeds planned"
     if t["behind"]:
         comparison = f", below {', '.join(t['behind'])}'s on the seeds both ran"
@@ -949,8 +1010,15 @@ def targets_line(
         + f": **{t['verdict']}**): selftaught's mean test gain "
         + ("–" if t["ours"] is None else f"{t['ours']:+.3f}")
         + comparison
+        + (
+            f"; ahead of it beyond chance on the same items: {', '.join(t['ahead_beyond_chance'])}"
+            if t["ahead_beyond_chance"]
+            else ""
+        )
         + f"; seeds with a gain beyond chance (two-sided p < 0.05): "
-        f"{t['gains']} of {t['n_selftaught']}; with a loss beyond it: {t['losses']}."
+        f"{t['gains']} of {t['n_selftaught']}"
+        + (f" (the target: {t['min_gain_seeds']})" if t["min_gain_seeds"] > 1 else "")
+        + f"; with a loss beyond it: {t['losses']}."
     )
 
 
@@ -958,21 +1026,23 @@ def seeds_count(n: int) -> str:
     return f"{n} seed{'s' * (n != 1)}"
 
 
-def report_status_table(out_dir: Path) -> str:
-    """Every task the settings file plans, in its order: how far its report run is and its
-    targets' verdict; a judge task without a judge that passed the judge check says so."""
-    frozen = load_report_settings()
-    systems, seeds = frozen["systems"], frozen["report_seeds"]
+def report_status_table(out_dir: Path, round_: int = 1) -> str:
+    """Every task the round's settings file plans, in its order: how far its report run is
+    and its targets' verdict; a judge task without a judge that passed the judge check says
+    so."""
+    frozen = round_settings(round_)
+    seeds = frozen["report_seeds"]
     judge = frozen["settings"]["serve_model"]
     body = []
     for spec in frozen["tasks"]:
-        path = out_dir / f"report_{task_slug(spec)}.json"
+        systems = planned_systems(frozen, spec)
+        path = out_dir / report_file(round_, spec)
         if not path.exists():
             unchecked = needs_judge(spec) and not passing_judge_check(spec, judge, out_dir)
             why = "not run: no judge passed the judge check" if unchecked else "not run yet"
             body.append([task_slug(spec), f"0 / {len(systems) * len(seeds)}", "–", "–", "–", why])
             continue
-        t = targets(json.loads(path.read_text())["runs"], systems, seeds)
+        t = targets(json.loads(path.read_text())["runs"], systems, seeds, **round_targets(frozen))
         peer = "–"
         if t["best_peer"] is not None:
             name, gain, n_seeds = t["best_peer"]
@@ -985,9 +1055,15 @@ def report_status_table(out_dir: Path) -> str:
             f"{t['gains']} / {t['losses']} of {t['n_selftaught']}",
             t["verdict"],
         ])  # fmt: skip
+    wanted = round_targets(frozen)
+    seeds_wanted = (
+        "a seed's" if wanted["min_gain_seeds"] == 1 else f"{wanted['min_gain_seeds']} seeds'"
+    )
+    ahead = "; no peer ahead beyond chance" if wanted["no_peer_ahead_beyond_chance"] else ""
     header = ["task", "runs finished", "selftaught mean Δ", "best peer's mean Δ",
               "seeds: gain / loss beyond chance",
-              "targets (≥ every peer; a seed's gain beyond chance; no loss beyond it)"]  # fmt: skip
+              f"targets (≥ every peer{ahead}; {seeds_wanted} gain beyond chance; "
+              "no loss beyond it)"]  # fmt: skip
     return markdown_table(header, body)
 
 
@@ -995,15 +1071,57 @@ def versus_cell(c: dict[str, Any]) -> str:
     return f"{c['delta']:+.3f} ({c['wins']}/{c['losses']}, p {fmt_p(c['p_two_sided'])})"
 
 
-def saved_report_tables(out_dir: Path = RESULTS) -> str:
-    paths = sorted(out_dir.glob("report_*.json"))
+def saved_report_tables(out_dir: Path = RESULTS, round_: int = 1) -> str:
+    paths = sorted(out_dir.glob(report_file(round_, "*")))
+    sections = ["Status, per task the settings file plans:", "",
+                report_status_table(out_dir, round_), ""]  # fmt: skip
     if not paths:
-        return "Not run yet: `python benchmarks/bench_peers.py --report` (see Protocol)."
-    sections = ["Status, per task the settings file plans:", "", report_status_table(out_dir), ""]
-    for path in paths:
-        saved = json.loads(path.read_text())
+        return "\n".join(sections + ["No run yet: `python benchmarks/bench_peers.py --report "
+                                      f"--round {round_}` (see above)."])  # fmt: skip
+    saved_files = [json.loads(path.read_text()) for path in paths]
+    for saved in saved_files:
         sections += [f"`{saved['task']}`:", "", report_task_table(saved), ""]
+    sections.append(many_comparisons_line([saved["runs"] for saved in saved_files]))
     return "\n".join(sections).strip()
+
+
+def round_comparisons(runs_per_task: Sequence[Sequence[dict[str, Any]]]) -> list[float]:
+    """The two-sided p of every comparison the targets read, over a round's tasks: each of
+    selftaught's seeds against the seed prompt, and every peer against selftaught pooled on
+    the same items (first runs only)."""
+    ps = []
+    for rows in runs_per_task:
+        first = first_runs(rows)
+        ps += [p_two_sided(r["test"]["paired"]) for (v, _), r in first.items() if v == "selftaught"]
+        if any(v == "selftaught" for v, _ in first):
+            peers = sorted({v for v, _ in first} - {"selftaught"})
+            ps += [pooled(rows, "selftaught", v)["p_two_sided"] for v in peers]
+    return ps
+
+
+def holm_passes(ps: Sequence[float], alpha: float = 0.05) -> int:
+    """How many of `ps` Holm's step-down procedure rejects at family-wise `alpha`."""
+    passed = 0
+    for rank, p in enumerate(sorted(ps)):
+        if p > alpha / (len(ps) - rank):
+            break
+        passed += 1
+    return passed
+
+
+def many_comparisons_line(runs_per_task: Sequence[Sequence[dict[str, Any]]]) -> str:
+    """What the round's many tests mean together: the per-comparison α the tables and the
+    targets use, how many would pass by chance alone, and how many survive Holm."""
+    ps = round_comparisons(runs_per_task)
+    raw = sum(p < 0.05 for p in ps)
+    return (
+        f"Many comparisons: the targets read {len(ps)} two-sided tests over these tasks "
+        f"(selftaught's seeds against the seed prompt; every peer against selftaught, pooled), "
+        f"each at a per-comparison α = 0.05: {raw} pass, and {0.05 * len(ps):.1f} would pass by "
+        f"chance alone if no system differed from another; {holm_passes(ps)} pass Holm's "
+        "correction at a family-wise α = 0.05 (the targets stay read per comparison, as the "
+        "issue states them)."
+    )
 
 
 # ---- main -------------------------------------------------------------------------------
@@ -1069,7 +1187,7 @@ def write_results(s: Settings, meta: dict, by_task: dict[str, list[dict]]) -> li
     paths = []
     if s.mode == "report":
         for spec, rows in by_task.items():
-            path = out_dir / f"report_{task_slug(spec)}.json"
+            path = out_dir / report_file(s.report_round, spec)
             data = {"task": spec, "settings": settings, "settings_commit": meta["settings_commit"],
                     "runs": appended_runs(path, rows)}  # fmt: skip
             atomic_write_json(path, data)
@@ -1108,7 +1226,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     check_peers_installed(s)
     meta = {**machine_info(), "command": command_line(), "code": code_state()}
     if s.mode == "report":
-        meta["settings_commit"] = settings_commit()  # refuses uncommitted settings
+        meta["settings_commit"] = settings_commit(round_path(s.report_round))  # committed only
+        check_round_commit(round_settings(s.report_round))  # on the round's tagged commit
     tasks = []
     for spec in s.tasks:  # before the endpoint starts: a skipped task loads no model
         if why := unchecked_judge(s, spec):

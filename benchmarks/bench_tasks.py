@@ -26,6 +26,9 @@ labels the skill's demos show, `labels_lost` (train labels no demo shows) and `p
 
     python benchmarks/bench_tasks.py gym:syllogism --model local:<Qwen GGUF> --skill result.json
 
+and `--label-check results/peers_<task>.json` reads the same labels off every dev run's
+shipped skill in a `bench_peers.py` dev results file, no model called
+(`results/labelcheck_<task>_dev.json`);
 and, for a judge task, `--judge-check`: whether the judge can grade at all. Each item's own
 reference is judged as a reply (it must pass) and so is the nearest other reference of the
 registry file that differs from it (it must fail: for a story with several questions, another
@@ -458,6 +461,36 @@ def label_report(references: Sequence[Any], skill: str) -> LabelReport | None:
     return LabelReport(train, demos, len(parts.demos), lost, priors)
 
 
+def label_check(results_file: Path, out: Path) -> list[dict[str, Any]]:
+    """Every dev run's shipped skill in a `bench_peers.py` dev results file
+    (`results/peers_<task>.json`) against its seed's train labels (`label_report`), no model
+    called: what each run's demos show, the labels they lost and any prior its rules state.
+    Saved to `out`; a design tool, so the file's seeds must be dev seeds."""
+    from protocol import check_design_use
+
+    from selftaught.runs import atomic_write_json, read_json
+
+    saved = read_json(results_file)
+    rows = saved["runs"]
+    check_design_use("bench_tasks.py --label-check", seeds=[r["seed"] for r in rows])
+    s = saved["settings"]
+    checked = []
+    for row in rows:
+        if "error" in row or needs_judge(row["task"]):
+            continue
+        task = build_task(row["task"], seed=row["seed"], train_size=s["train"],
+                          val_size=s["val"], test_size=s["test"])  # fmt: skip
+        refs = [ex.reference for ex in task.examples("train")]
+        report = label_report(refs, row["shipped_prompt"])
+        if report is None:
+            raise SystemExit(f"{row['task']} is not a label task (its train references are free "
+                             "text): a label check has nothing to read")  # fmt: skip
+        checked.append({"system": row["system"], "variant": row.get("variant"),
+                        "seed": row["seed"], "labels": report.to_dict()})  # fmt: skip
+    atomic_write_json(out, {"source": results_file.name, "runs": checked})
+    return checked
+
+
 def wrong_references(name: str, ids: Sequence[str], wheel: Path = EVALS_WHEEL) -> dict[str, str]:
     """For each item id (`NAME-ROW`), a wrong answer of the same kind: the registry file's
     nearest other reference (row +1, -1, +2, ...) that differs from the item's own, taken from
@@ -753,7 +786,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", help="gym:NAME[?k=v&...] or judge:NAME")
-    parser.add_argument("--model", required=True, help="target (and judge) model spec")
+    parser.add_argument("--model", help="target (and judge) model spec (not for --label-check)")
     parser.add_argument("--seed", type=int, default=0, help="a dev seed")
     parser.add_argument("--split", default="val", choices=("train", "val"))
     parser.add_argument("--sizes", type=int, nargs=3, metavar=("TRAIN", "VAL", "TEST"),
@@ -771,6 +804,9 @@ def main(argv: list[str] | None = None) -> None:
         "reference (reference-guided prompt), pairwise (reference vs wrong answer, both ways "
         "round), or mode+kN (e.g. reference+k5)",
     )
+    parser.add_argument("--label-check", type=Path, metavar="RESULTS", help="a label task: "
+                        "every dev run's shipped skill in a bench_peers.py dev results file "
+                        "against its train labels (no model called)")  # fmt: skip
     parser.add_argument("--skill", type=Path, help="the dev check's skill: a skill file (rules "
                         "and demos block) or a run's result.json (its best_skill); default: the "
                         "seed prompt")  # fmt: skip
@@ -778,9 +814,17 @@ def main(argv: list[str] | None = None) -> None:
                         "<task>_<split>_seed<seed>.jsonl, or judgecheck_...)")  # fmt: skip
     a = parser.parse_args(argv)
     task_kind(a.spec)  # an unknown spec is refused before any model loads
+    name = a.spec.split(":", 1)[1].split("?")[0]
+    if a.label_check:
+        out = a.output or RESULTS / f"labelcheck_{name}_dev.json"
+        for row in label_check(a.label_check, out):
+            print(f"{a.spec} seed {row['seed']} {row['variant']}: {row['labels']}")
+        print(f"wrote {out}")
+        return
+    if not a.model:
+        parser.error("--model is required (except with --label-check)")
     frozen = load_report_settings()["settings"]
     sizes = a.sizes or [frozen["train"], frozen["val"], frozen["test"]]
-    name = a.spec.split(":", 1)[1].split("?")[0]
     tool = "judgecheck" if a.judge_check else "devcheck"
     out = a.output or RESULTS / f"{tool}_{name}_{a.split}_seed{a.seed}.jsonl"
     kwargs = {"seed": a.seed, "split": a.split, "sizes": sizes, "out": out}

@@ -54,6 +54,18 @@ def peers_report_status(results: Path) -> str:
     return bench_peers.report_status_table(results)
 
 
+def peers_report2(results: Path) -> str:
+    import bench_peers
+
+    return bench_peers.saved_report_tables(results, round_=2)
+
+
+def peers_report2_status(results: Path) -> str:
+    import bench_peers
+
+    return bench_peers.report_status_table(results, round_=2)
+
+
 def peers_dev(results: Path) -> str:
     import bench_peers
 
@@ -205,6 +217,8 @@ def _mdd(n: int) -> str:
 TABLES: dict[str, Callable[[Path], str]] = {
     "peers_report": peers_report,
     "peers_report_status": peers_report_status,
+    "peers_report2": peers_report2,
+    "peers_report2_status": peers_report2_status,
     "peers_dev": peers_dev,
     "gate_sweep": gate_sweep,
     "gate_sim": gate_sim,

@@ -59,16 +59,18 @@ def test_dev_runs_score_val_only_and_refuse_report_seeds():
 
 
 def test_a_report_run_takes_every_setting_from_the_file():
-    s = bench_peers.parse_args(["--report"])
+    s = bench_peers.parse_args(["--report", "--round", "1"])
     assert (s.mode, s.splits) == ("report", ("val", "test"))
     assert s.seeds == FROZEN["report_seeds"] and s.tasks == FROZEN["tasks"]
     assert s.systems == FROZEN["systems"] and s.test == FROZEN["settings"]["test"]
-    sub = bench_peers.parse_args(["--report", "--systems", "gepa", "--seeds", "101"])
+    sub = bench_peers.parse_args(
+        ["--report", "--round", "1", "--systems", "gepa", "--seeds", "101"]
+    )
     assert (sub.systems, sub.seeds) == (["gepa"], [101])
     with pytest.raises(SystemExit, match="--budget would change them"):
-        bench_peers.parse_args(["--report", "--budget", "400"])
+        bench_peers.parse_args(["--report", "--round", "1", "--budget", "400"])
     with pytest.raises(SystemExit, match=r"seeds \[7\] are not in report_settings"):
-        bench_peers.parse_args(["--report", "--seeds", "7"])
+        bench_peers.parse_args(["--report", "--round", "1", "--seeds", "7"])
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -389,7 +391,7 @@ def test_a_report_run_skips_a_judge_task_until_its_judge_passes_the_judge_check(
     tmp_path, monkeypatch
 ):
     monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
-    s = bench_peers.parse_args(["--report"])
+    s = bench_peers.parse_args(["--report", "--round", "1"])
     judge_tasks = [spec for spec in s.tasks if bench_tasks.needs_judge(spec)]
     assert judge_tasks, "the report plans a judge task"
     spec = judge_tasks[0]
@@ -407,7 +409,7 @@ def test_a_report_run_skips_a_judge_task_until_its_judge_passes_the_judge_check(
 
 def test_report_results_keep_every_row_with_its_commits(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
-    s = bench_peers.parse_args(["--report", "--tasks", FROZEN["tasks"][1]])
+    s = bench_peers.parse_args(["--report", "--round", "1", "--tasks", FROZEN["tasks"][1]])
     meta = {"settings_commit": "c0ffee", "date": "2026-01-01T00:00:00+00:00"}
     row = bench_peers.stamp(s, meta, {"system": "gepa", "variant": "gepa", "seed": 100})
     assert row["code"]["commit"] and row["meta"]["settings_commit"] == "c0ffee"
@@ -431,9 +433,9 @@ def test_a_report_sitting_skips_finished_runs_and_retries_failed_ones(tmp_path, 
     del failed["test"]
     runs = [_report_row("selftaught", 100, "2026-01-01", base, base), failed]
     (tmp_path / "report_chain_sum.json").write_text(json.dumps({"runs": runs}))
-    s = bench_peers.parse_args(["--report", "--tasks", spec])
+    s = bench_peers.parse_args(["--report", "--round", "1", "--tasks", spec])
     assert bench_peers.finished_report_runs(s, spec) == {("selftaught", 100)}  # gepa 101 again
-    rerun = bench_peers.parse_args(["--report", "--rerun", "--tasks", spec])
+    rerun = bench_peers.parse_args(["--report", "--round", "1", "--rerun", "--tasks", spec])
     assert bench_peers.finished_report_runs(rerun, spec) == set()
     with pytest.raises(SystemExit, match="--rerun is for --report"):
         bench_peers.parse_args(["--rerun"])
@@ -443,9 +445,9 @@ def test_a_resumed_sitting_reuses_the_seed_prompts_saved_scores(tmp_path, monkey
     from dataclasses import asdict
 
     monkeypatch.setattr(bench_peers, "RESULTS", tmp_path)
-    monkeypatch.setattr(bench_peers, "settings_commit", lambda: "c0ffee")
+    monkeypatch.setattr(bench_peers, "settings_commit", lambda *_: "c0ffee")
     spec = FROZEN["tasks"][1]
-    s = bench_peers.parse_args(["--report", "--tasks", spec])
+    s = bench_peers.parse_args(["--report", "--round", "1", "--tasks", spec])
     val, test = {"v0": 1.0, "v1": 0.0}, {"t0": 0.0, "t1": 1.0}
     row = _report_row("selftaught", 100, "2026-01-01", test, test)
     row["val"] = {"items": val, "seed_items": val}
@@ -456,11 +458,11 @@ def test_a_resumed_sitting_reuses_the_seed_prompts_saved_scores(tmp_path, monkey
     path.write_text(json.dumps({"settings": asdict(s), "runs": [row, failed]}))
     assert bench_peers.saved_baseline(s, spec, 100) == {"val": val, "test": test}
     assert bench_peers.saved_baseline(s, spec, 101) is None  # a failed run's scores are not kept
-    rerun = bench_peers.parse_args(["--report", "--rerun", "--tasks", spec])
+    rerun = bench_peers.parse_args(["--report", "--round", "1", "--rerun", "--tasks", spec])
     assert bench_peers.saved_baseline(rerun, spec, 100) is None
-    monkeypatch.setattr(bench_peers, "settings_commit", lambda: "later")  # other settings file
+    monkeypatch.setattr(bench_peers, "settings_commit", lambda *_: "later")  # other settings file
     assert bench_peers.saved_baseline(s, spec, 100) is None
-    monkeypatch.setattr(bench_peers, "settings_commit", lambda: "c0ffee")
+    monkeypatch.setattr(bench_peers, "settings_commit", lambda *_: "c0ffee")
     other = {**asdict(s), "max_tokens": 64}  # the file's settings differ from this sitting's
     path.write_text(json.dumps({"settings": other, "runs": [row]}))
     assert bench_peers.saved_baseline(s, spec, 100) is None
@@ -617,3 +619,128 @@ def test_judge_variant_names():
     for bad in ("k0", "ranked", "k"):
         with pytest.raises(SystemExit, match="judge variant"):
             parse(bad)
+
+
+# ---- report rounds ---------------------------------------------------------------------
+
+ROUND2 = protocol.round_settings(2)
+
+
+def test_a_later_round_takes_fresh_seeds_its_own_file_and_its_own_systems():
+    assert not set(ROUND2["report_seeds"]) & set(FROZEN["report_seeds"])
+    for seed in ROUND2["report_seeds"]:  # no design tool may score a seed of any round
+        with pytest.raises(SystemExit, match="are report seeds"):
+            protocol.check_design_use("tool", seeds=[seed])
+    s = bench_peers.parse_args(["--report"])  # the latest round
+    assert (s.report_round, s.seeds, s.tasks) == (2, ROUND2["report_seeds"], ROUND2["tasks"])
+    first = bench_peers.parse_args(["--report", "--round", "1"])
+    assert (first.report_round, first.seeds) == (1, FROZEN["report_seeds"])
+    for spec in s.tasks:
+        planned = bench_peers.variants(s, spec)
+        assert [system for system, _ in planned] == protocol.planned_systems(ROUND2, spec)
+        assert all(system == variant for system, variant in planned)  # rows: "selftaught"
+    assert s.selftaught_config == ROUND2["settings"].get("selftaught_config", {})
+    arithmetic = next(spec for spec in s.tasks if "basic_arithmetic" in spec)
+    assert len(bench_peers.variants(s, arithmetic)) < len(s.systems)  # selftaught + a peer
+    assert bench_peers.report_file(2, "gym:chain_sum") == "report2_chain_sum.json"
+    assert bench_peers.report_file(1, "gym:chain_sum") == "report_chain_sum.json"
+    with pytest.raises(SystemExit, match="round 3 is unknown"):
+        bench_peers.parse_args(["--report", "--round", "3"])
+    with pytest.raises(SystemExit, match="--round is for --report"):
+        bench_peers.parse_args(["--round", "2"])
+
+
+def test_a_round_reusing_an_earlier_rounds_seed_is_refused(tmp_path, monkeypatch):
+    again = {**ROUND2, "report_seeds": [FROZEN["report_seeds"][0], 900]}
+    (tmp_path / "round2.json").write_text(json.dumps(again))
+    monkeypatch.setitem(protocol.ROUNDS, 2, tmp_path / "round2.json")
+    with pytest.raises(SystemExit, match=f"seed\\(s\\) \\[{FROZEN['report_seeds'][0]}\\] were"):
+        protocol.round_settings(2)
+    stray = {**ROUND2, "systems_per_task": {"gym:nope": ["selftaught"]}}
+    (tmp_path / "round2.json").write_text(json.dumps(stray))
+    with pytest.raises(SystemExit, match="names a task or system"):
+        protocol.round_settings(2)
+
+
+def test_a_round_runs_only_on_its_tagged_commit(tmp_path, monkeypatch):
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@t")
+    _git(tmp_path, "config", "user.name", "t")
+    monkeypatch.setattr(protocol, "REPO", tmp_path)
+    (tmp_path / "code.py").write_text("1")
+    _git(tmp_path, "add", "code.py")
+    _git(tmp_path, "commit", "-qm", "round")
+    frozen = {"code_tag": "round-x"}
+    with pytest.raises(SystemExit, match="no such tag"):
+        protocol.check_round_commit(frozen)
+    _git(tmp_path, "tag", "round-x")
+    protocol.check_round_commit(frozen)  # HEAD is the tagged commit
+    (tmp_path / "code.py").write_text("2")
+    with pytest.raises(SystemExit, match="as committed"):
+        protocol.check_round_commit(frozen)
+    _git(tmp_path, "commit", "-qam", "a change landing meanwhile")
+    with pytest.raises(SystemExit, match="git worktree add"):
+        protocol.check_round_commit(frozen)
+    protocol.check_round_commit({})  # round 1 names no tag
+
+
+def test_round_two_targets_ask_two_seeds_and_no_peer_ahead_beyond_chance():
+    base = {f"i{k}": 0.0 for k in range(10)}
+    st = {f"i{k}": float(k < 7) for k in range(10)}  # 7 wins: p 0.016
+    rows = [_report_row("selftaught", 200, "2026-01-01", st, base),
+            _report_row("selftaught", 201, "2026-01-01", base, base)]  # fmt: skip
+    wanted = bench_peers.round_targets(ROUND2)
+    assert wanted == {"min_gain_seeds": 2, "no_peer_ahead_beyond_chance": True}
+    assert bench_peers.round_targets(FROZEN)["min_gain_seeds"] == 1  # round 1 as it was
+    one_seed = bench_peers.targets(rows, ["selftaught"], [200, 201], **wanted)
+    assert (one_seed["gains"], one_seed["verdict"]) == (1, "missed")
+    assert bench_peers.targets(rows, ["selftaught"], [200, 201])["verdict"] == "met"
+    rows.append(_report_row("selftaught", 202, "2026-01-01", st, base))
+    assert bench_peers.targets(rows, ["selftaught"], [200, 201, 202], **wanted)["verdict"] == "met"
+    # a peer ahead on the mean gain and beyond chance on the same items (pooled: 16 / 0)
+    allw = {f"i{k}": 1.0 for k in range(10)}
+    peer = [_report_row("gepa", seed, "2026-01-01", allw, base) for seed in (200, 201, 202)]
+    t = bench_peers.targets(rows + peer, ["selftaught", "gepa"], [200, 201, 202], **wanted)
+    assert t["ahead_beyond_chance"] == t["behind"] == ["gepa"] and t["verdict"] == "missed"
+    assert "ahead of it beyond chance on the same items: gepa" in bench_peers.targets_line(
+        rows + peer, **wanted
+    )
+
+
+def test_the_many_comparisons_line_counts_the_tests_and_applies_holm():
+    assert bench_peers.holm_passes([0.001, 0.03, 0.04]) == 1  # 0.03 > 0.05 / 2 stops it
+    assert bench_peers.holm_passes([0.001, 0.02, 0.04]) == 3
+    assert bench_peers.holm_passes([0.02, 0.02, 0.02]) == 0  # 0.02 > 0.05 / 3
+    base = {f"i{k}": 0.0 for k in range(10)}
+    st = {f"i{k}": float(k < 8) for k in range(10)}
+    rows = [_report_row("selftaught", 200, "2026-01-01", st, base),
+            _report_row("gepa", 200, "2026-01-01", base, base)]  # fmt: skip
+    ps = bench_peers.round_comparisons([rows])
+    assert len(ps) == 2  # selftaught's seed, gepa against selftaught
+    line = bench_peers.many_comparisons_line([rows])
+    assert "2 two-sided tests" in line and "2 pass" in line and "0.1 would pass" in line
+
+
+def test_the_label_check_reads_every_dev_runs_shipped_skill_without_a_model(tmp_path):
+    spec = "gym:syllogism"
+    sizes = {"train": 30, "val": 4, "test": 4}
+    task = bench_tasks.build_task(spec, seed=1, train_size=30, val_size=4, test_size=4)
+    labels = sorted({str(ex.reference).lower() for ex in task.examples("train")})
+    assert labels == ["no", "yes"]
+    runs = [{"task": spec, "seed": 1, "system": "selftaught", "variant": "selftaught",
+             "shipped_prompt": _skill("Think.", "Yes", "No")},
+            {"task": spec, "seed": 1, "system": "gepa", "variant": "gepa",
+             "shipped_prompt": _skill("Usually the answer is No.", "No")},
+            {"task": spec, "seed": 2, "variant": "skillrl", "error": "x"}]  # fmt: skip
+    results = tmp_path / "peers_syllogism.json"
+    results.write_text(json.dumps({"settings": sizes, "runs": runs}))
+    out = tmp_path / "labelcheck.json"
+    checked = bench_tasks.label_check(results, out)
+    assert [(r["variant"], r["labels"]["labels_lost"]) for r in checked] == [
+        ("selftaught", []), ("gepa", ["yes"])]  # fmt: skip
+    assert checked[1]["labels"]["prior_labels"] == ["no"]
+    assert json.loads(out.read_text())["runs"] == checked
+    runs[0]["seed"] = FROZEN["report_seeds"][0]  # a report run is no design input
+    results.write_text(json.dumps({"settings": sizes, "runs": runs}))
+    with pytest.raises(SystemExit, match="design choices"):
+        bench_tasks.label_check(results, out)

@@ -157,3 +157,14 @@ def test_a_jsonl_line_carries_its_difficulty(tmp_path):
     task = JsonlTask(str(path))
     order = curriculum_order(task.examples("train"), 0, task.name)
     assert [e.input for e in order] == ["q2", "q1"]
+
+
+def test_curriculum_none_orders_where_the_task_gives_difficulties_and_only_there(tmp_path):
+    make(tmp_path / "on", graded(), curriculum=True).train()
+    make(tmp_path / "auto", graded(), curriculum=None).train()
+    assert batches(tmp_path / "auto") == batches(tmp_path / "on")
+    for name, task in (("none", graded(None)), ("flat", graded([1] * 8))):
+        make(tmp_path / name, task, curriculum=None).train()  # no refusal: left as without
+        make(tmp_path / f"{name}-off", graded(None if name == "none" else [1] * 8)).train()
+        assert batches(tmp_path / name) == batches(tmp_path / f"{name}-off")
+        assert all("curriculum" not in r for r in history(tmp_path / name)[1:])

@@ -34,13 +34,14 @@ class SkillOptConfig:
     seed: int = 0
     """Seeds the per-epoch shuffle of the train split."""
     # curriculum (issue 52): off until chosen on dev seeds
-    curriculum: bool = False
+    curriculum: bool | None = False
     """The first epoch's batches go from easier to harder train examples (ties in the
     seeded shuffle); later epochs are shuffled as without it. Only the order changes: train
     gains and loses nothing, and val and test (the gate's and the report's items) are never
-    reordered or changed. Needs a task that gives every train example a difficulty
+    reordered or changed. True needs a task that gives every train example a difficulty
     (`Example.state["difficulty"]`: reasoning-gym generators whose metadata gives each knob's
-    value, JSONL lines with a `difficulty`); any other task refuses it."""
+    value, JSONL lines with a `difficulty`); any other task refuses it. None: wherever the
+    task gives one (differing) difficulty to every train example, else off."""
 
     # --- rollout: attempts per train example --------------------------------------------
     rollouts_k: int = 1

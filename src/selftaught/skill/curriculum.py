@@ -36,6 +36,12 @@ def epoch_order(examples: Sequence[Example], seed: int, epoch: int) -> list[Exam
     return order
 
 
+def orderable(examples: Sequence[Example]) -> bool:
+    """Whether a curriculum can order `examples`: each has a difficulty, not all the same."""
+    levels = [example_difficulty(ex) for ex in examples]
+    return None not in levels and len(set(levels)) > 1
+
+
 def curriculum_order(examples: Sequence[Example], seed: int, task_name: str) -> list[Example]:
     """The first epoch's order: easier first, ties in the epoch's seeded shuffle (a stable
     sort of it). Refused where the task gives no difficulty to some train example, or where

@@ -40,7 +40,12 @@ from selftaught.runs import atomic_write_json, atomic_write_text, read_json, wri
 from selftaught.skill.budget_schedule import edit_budget
 from selftaught.skill.candidates import CandidateBuilder
 from selftaught.skill.config import SkillOptConfig
-from selftaught.skill.curriculum import curriculum_order, epoch_order, example_difficulty
+from selftaught.skill.curriculum import (
+    curriculum_order,
+    epoch_order,
+    example_difficulty,
+    orderable,
+)
 from selftaught.skill.demo_search import bootstrapped, from_references
 from selftaught.skill.document import Edit
 from selftaught.skill.documents import TrainedDocument, VersionStore
@@ -310,12 +315,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         if not self.val_set:
             raise TaskError(f"task {self.task.name!r} has an empty val split; the gate needs one")
         self.steps_per_epoch = math.ceil(len(self.train_set) / self.config.batch_size)
-        # --curriculum: the first epoch easier first (refused, up front, without difficulties)
-        self.first_epoch = (
-            curriculum_order(self.train_set, self.config.seed, self.task.name)
-            if self.config.curriculum
-            else None
-        )
+        self.first_epoch = self._first_epoch_order()
         self.total_steps = self.config.epochs * self.steps_per_epoch
         if self.config.max_steps is not None:
             self.total_steps = min(self.total_steps, self.config.max_steps)
@@ -617,6 +617,14 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         else:
             order = epoch_order(self.train_set, self.config.seed, epoch)
         return epoch, order[idx * size : (idx + 1) * size]
+
+    def _first_epoch_order(self) -> list[Example] | None:
+        """--curriculum: the first epoch easier first (True: refused, up front, on a task
+        without difficulties; None: only where the task gives them)."""
+        wanted = self.config.curriculum
+        if wanted is False or (wanted is None and not orderable(self.train_set)):
+            return None
+        return curriculum_order(self.train_set, self.config.seed, self.task.name)
 
     def _curriculum(self, epoch: int, batch: list[Example]) -> list[float] | None:
         """The difficulties of a batch the curriculum ordered (None: it ordered none)."""
