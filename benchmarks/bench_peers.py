@@ -14,7 +14,8 @@ system's shipped prompt is scored here with `selftaught.evaluate`.
 
 The protocol (benchmarks/README.md, "Protocol"; `protocol.py`):
 
-    python benchmarks/bench_peers.py --report           # the report run: report_settings.json
+    python benchmarks/bench_peers.py --report           # the latest report round
+    python benchmarks/bench_peers.py --report --round 1 # round 1: report_settings.json
     python benchmarks/bench_peers.py --seeds 0 1 2      # dev run: dev seeds, val only
     python benchmarks/bench_peers.py --systems selftaught --config pool=false  # a default swept
     python benchmarks/bench_peers.py --gate             # selftaught's gate settings (dev, val)
@@ -24,8 +25,12 @@ The protocol (benchmarks/README.md, "Protocol"; `protocol.py`):
 scores the shipped prompts on val and test (paired per item with the seed prompt and with
 each other: two-sided exact sign tests); it refuses a settings file with uncommitted changes,
 and a re-run (`--rerun`; otherwise a sitting skips the finished system-seed pairs, so a killed
-report resumes) is a new row beside the old ones in `results/report_<task>.json`. Every other
-mode is a design tool: dev seeds only (report seeds are refused), val only (test is never
+report resumes) is a new row beside the old ones in `results/report_<task>.json` (round N > 1:
+`report<N>_<task>.json`). A later round (`report_settings_round<N>.json`) has fresh report
+seeds, may plan fewer systems on a task (`systems_per_task`), states its targets and
+selftaught's settings (`selftaught_config`), and may name the tag its sittings must run on
+(`code_tag`; any other commit, or a tree with changes, is refused). Every other mode is a
+design tool: dev seeds only (every round's report seeds are refused), val only (test is never
 scored).
 
 `--config KEY=VALUE ...` runs selftaught with those `SkillOptConfig` fields changed: its rows
