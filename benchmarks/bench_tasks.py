@@ -49,7 +49,7 @@ a 95% Wilson interval, and whether it meets `JUDGE_RULE`; the summary keeps each
 `variants` and the absolute variant's keys at the top, as before.
 
 A judge check resumes: its JSONL starts with a header of its settings (spec, judge, seed,
-split, sizes) and each judgement is appended as soon as it is made, so a killed check run
+split, sizes, a digest of every judge prompt it may use) and each judgement is appended as soon as it is made, so a killed check run
 again judges only what is missing (a file of other settings is refused; more variants add
 to it), and its summary, computed from every row on disk, is the uninterrupted one's. A
 verdict the judge gave that cannot be read keeps the judge's whole last reply
@@ -548,7 +548,7 @@ def judgecheck(
     name = spec.removeprefix("judge:")
     judge_name = model if isinstance(model, str) else str(getattr(model, "name", model))
     check = {"spec": spec, "judge": judge_name, "seed": seed, "split": split,
-             "sizes": list(sizes)}  # fmt: skip
+             "sizes": list(sizes), "prompts": judge_prompts_digest(name)}  # fmt: skip
     from protocol import check_design_use
 
     check_design_use("bench_tasks.py", seeds=[seed], splits=[split])
@@ -572,6 +572,25 @@ def judgecheck(
 
 
 CHECK_HEADER = "judge_check"  # the key of a judge check file's first line: its settings
+
+
+def judge_prompts_digest(name: str) -> str:
+    """What the set's judges are asked, as one digest: its rubric and instructions, its own
+    judge prompt and selftaught's packaged ones (every mode's, so that a resumed check may
+    add variants). A check resumed after any of them changed is refused: its verdicts would
+    mix two judges."""
+    import hashlib
+
+    import selftaught.tasks.scorers as scorers
+
+    js = JUDGE_SETS[name]
+    texts = [js.rubric, js.instructions]
+    if js.judge_template:
+        texts.append((JUDGE_TEMPLATES / js.judge_template).read_text(encoding="utf-8"))
+    packaged = Path(scorers.__file__).parent / "prompts"
+    texts += [(packaged / f).read_text(encoding="utf-8") for f in sorted(
+        p.name for p in packaged.glob("llm_judge*.md"))]  # fmt: skip
+    return hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest()[:16]
 
 
 def _row_key(row: dict[str, Any]) -> tuple[str, str, str]:

@@ -744,3 +744,19 @@ def test_the_label_check_reads_every_dev_runs_shipped_skill_without_a_model(tmp_
     results.write_text(json.dumps({"settings": sizes, "runs": runs}))
     with pytest.raises(SystemExit, match="design choices"):
         bench_tasks.label_check(results, out)
+
+
+def test_a_judge_check_is_not_resumed_with_another_judge_prompt(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    monkeypatch.setattr(bench_tasks, "TASK_FILES", tmp_path / "tasks")
+    wheel = _tomi_wheel(tmp_path, 12)
+    kwargs = {"seed": 0, "split": "val", "sizes": (4, 3, 5), "wheel": wheel,
+              "out": tmp_path / "check.jsonl", "variants": ["absolute"]}  # fmt: skip
+    bench_tasks.judgecheck("judge:tomi", ScriptedModel(_variant_judge(True)), **kwargs)
+    before = bench_tasks.judge_prompts_digest("tomi")
+    js = bench_tasks.JUDGE_SETS["tomi"]
+    monkeypatch.setitem(bench_tasks.JUDGE_SETS, "tomi", replace(js, rubric=js.rubric + " Be kind."))
+    assert bench_tasks.judge_prompts_digest("tomi") != before
+    with pytest.raises(SystemExit, match="other settings \\(prompts "):
+        bench_tasks.judgecheck("judge:tomi", ScriptedModel(_variant_judge(True)), **kwargs)
