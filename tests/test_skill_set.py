@@ -303,6 +303,21 @@ def test_a_killed_set_resumes_the_unfinished_cluster_and_keeps_the_finished(tmp_
     assert [o.trained_body for o in result.outcomes] == [o.trained_body for o in fresh.outcomes]
 
 
+def test_a_set_saved_before_a_setting_existed_resumes_at_its_default(tmp_path):
+    from selftaught.errors import ConfigError
+
+    train_set(tmp_path)
+    config = tmp_path / "run" / "config.json"
+    saved = json.loads(config.read_text())
+    del saved["curriculum"], saved["skill_set"]["name_input_chars"]  # settings added later
+    config.write_text(json.dumps(saved))
+    train_set(tmp_path)  # read as their defaults: the same settings, resumed
+    saved["batch_size"] += 1  # a setting that differs is still refused, named
+    config.write_text(json.dumps(saved))
+    with pytest.raises(ConfigError, match="batch_size"):
+        train_set(tmp_path)
+
+
 # ---- the command ----------------------------------------------------------------------------
 
 TASK = f"{Path(__file__).resolve()}:TwoIntents"

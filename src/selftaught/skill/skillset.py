@@ -771,7 +771,9 @@ class SkillSetRun:
 
         t0 = time.perf_counter()
         check_disjoint(self.task)  # validation that overlaps training fails closed
-        self.run.check_or_write_config(self._run_config(), ignore=RESUMABLE)
+        self.run.check_or_write_config(
+            self._run_config(), ignore=RESUMABLE, defaults=self._default_run_config()
+        )
         atomic_write_text(self.run.path("README.txt"), SET_LAYOUT)
         clusters = self._clusters()
         cache = ScoreCache.load(self.run.path("whole_val_cache.json"))
@@ -810,6 +812,15 @@ class SkillSetRun:
             "model": self.model.name,
             "optimizer_model": self.analyst_model.name,
             "start": sorted(s.card.name for s in self.start),
+        }
+
+    def _default_run_config(self) -> dict[str, Any]:
+        """`_run_config` with every setting at its default: what a saved set that predates a
+        setting is read as having (`RunDir.check_or_write_config`)."""
+        return {
+            **self._run_config(),
+            **type(self.config)().to_dict(),
+            "skill_set": type(self.set_config)().to_dict(),
         }
 
     def _clusters(self) -> list[TaskCluster]:
