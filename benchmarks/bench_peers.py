@@ -140,24 +140,34 @@ class Settings:
 def parse_config(pairs: Sequence[str]) -> dict[str, Any]:
     """`["pool=false", "demos_max=3"]` → `{"pool": False, "demos_max": 3}`, each key a field of
     `SkillOptConfig` (values read as JSON where they parse, else kept as text)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--config {pair!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return check_config(out)
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` if every key is a `SkillOptConfig` field and the values make a valid config;
+    a bad one fails here, before any model starts."""
     from dataclasses import fields
 
     from selftaught.skill import SkillOptConfig
 
     known = {f.name for f in fields(SkillOptConfig)}
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or key not in known:
-            raise SystemExit(
-                f"--config {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(known))}"
-            )
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    SkillOptConfig(**out)  # a bad value fails here, before any model starts
-    return out
+    unknown = [key for key in config if key not in known]
+    if unknown:
+        raise SystemExit(
+            f"--config {unknown[0]!r}: expected KEY=VALUE with KEY one of "
+            f"{', '.join(sorted(known))}"
+        )
+    SkillOptConfig(**config)
+    return config
 
 
 def config_label(config: dict[str, Any]) -> str:
@@ -237,7 +247,7 @@ def report_settings(args: argparse.Namespace) -> Settings:
     round_ = LATEST_ROUND if args.round is None else args.round
     frozen = round_settings(round_)
     s = Settings(**{**frozen["settings"], "mode": "report", "report_round": round_})
-    parse_config([f"{k}={json.dumps(v)}" for k, v in s.selftaught_config.items()])  # checked
+    check_config(s.selftaught_config)  # the file's selftaught settings, before any model
     s.tasks, s.systems, s.seeds = frozen["tasks"], frozen["systems"], frozen["report_seeds"]
     for name in ("tasks", "systems", "seeds"):
         picked = getattr(args, name)

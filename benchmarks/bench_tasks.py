@@ -49,11 +49,11 @@ a 95% Wilson interval, and whether it meets `JUDGE_RULE`; the summary keeps each
 `variants` and the absolute variant's keys at the top, as before.
 
 A judge check resumes: its JSONL starts with a header of its settings (spec, judge, seed,
-split, sizes, a digest of every judge prompt it may use) and each judgement is appended as soon as it is made, so a killed check run
-again judges only what is missing (a file of other settings is refused; more variants add
-to it), and its summary, computed from every row on disk, is the uninterrupted one's. A
-verdict the judge gave that cannot be read keeps the judge's whole last reply
-(`judge_reply`).
+split, sizes, a digest of every judge prompt it may use) and each judgement is appended as
+soon as it is made, so a killed check run again judges only what is missing (a file of other
+settings is refused; more variants add to it), and its summary, computed from every row on
+disk, is the uninterrupted one's. A verdict the judge gave that cannot be read keeps the
+judge's whole last reply (`judge_reply`).
 """
 
 from __future__ import annotations
