@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from selftaught import cli
 from selftaught.errors import MissingDependency
 from selftaught.runs import atomic_write_json, atomic_write_text
-from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption import skill_units, staging
 from selftaught.sleep.intake.log import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -31,7 +31,7 @@ from selftaught.sleep.intake.log import (
     TaskLog,
 )
 from selftaught.sleep.lock import NightRunning, night_lock, read_holder
-from selftaught.sleep.paths import read_adopted
+from selftaught.sleep.paths import Unit, read_adopted
 from selftaught.sleep.store import versions
 from selftaught.sleep.store.move import move_log
 
@@ -76,7 +76,7 @@ def next_line(proc: subprocess.Popen[str]) -> dict:
 REPLICA = """
 import json, sys, time
 from pathlib import Path
-from selftaught.sleep.paths import read_adopted
+from selftaught.sleep.paths import Unit, read_adopted
 home, stop, last = Path(sys.argv[1]), Path(sys.argv[2]), "start"
 while not stop.exists():
     a = read_adopted("demo", home)
@@ -249,6 +249,28 @@ def test_migrate_copies_checks_and_resumes_after_a_kill(pg_url, tmp_path, monkey
     assert staging.current_version(PROJECT, home) == 1
     assert read_adopted(PROJECT, tmp_path / "elsewhere").skill == "ONE"
     assert [e["event"] for e in staging.events(PROJECT, home)] == ["adopt", "adopt", "rollback"]
+
+
+def test_migrate_copies_each_named_skills_versions_and_pointer(pg_url, tmp_path, monkeypatch):
+    from tests.test_sleep_skills import stage_skills
+
+    home = a_sqlite_home(tmp_path, monkeypatch, rows=3)
+    stage_skills(home, "s1", {"sql-queries": "SQL ONE", "unit-conversion": "UNITS ONE"})
+    skill_units.adopt_skill(PROJECT, "sql-queries", "s1", home=home)
+    stage_skills(home, "s2", {"sql-queries": "SQL TWO"}, bases={"sql-queries": 1})
+    skill_units.adopt_skill(PROJECT, "sql-queries", "s2", home=home)
+    skill_units.rollback_skill(PROJECT, "sql-queries", 1, home=home)
+    done = move_log(home / "log.db", pg_url, home)
+    assert (done.versions_copied, done.versions_checked) == (4, 4)  # the project's 2, the skill's 2
+    assert done.pointers_set == ["demo=1", "demo/skills/sql-queries=1"]
+    monkeypatch.setenv("SELFTAUGHT_LOG", pg_url)  # from now on, the database
+    elsewhere, sql = tmp_path / "elsewhere", Unit(PROJECT, "sql-queries")
+    assert staging.current_version(sql, elsewhere) == 1
+    assert read_adopted(sql, elsewhere).skill == "SQL ONE"
+    assert [e["event"] for e in staging.events(sql, elsewhere)] == ["adopt", "adopt", "rollback"]
+    assert staging.current_version(Unit(PROJECT, "unit-conversion"), elsewhere) == 0
+    again = move_log(home / "log.db", pg_url, home)  # idempotent
+    assert (again.versions_copied, again.versions_present, again.events_copied) == (0, 4, 0)
 
 
 def test_migrate_cli_prints_what_it_copied_and_checked(pg_url, tmp_path, monkeypatch):

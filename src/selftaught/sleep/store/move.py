@@ -1,5 +1,6 @@
 """`selftaught sleep log migrate --to postgresql://...`: move a SQLite log and its projects'
-adopted versions into Postgres.
+adopted versions into Postgres (each project's own, and each of its named skills' under the
+key `<project>/skills/<name>`, as `paths.Unit.key` names them).
 
 Idempotent and resumable: rows are copied in batches, each batch (its rows and their
 feedback) one transaction; a row whose id is already there is skipped, a feedback entry
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.runs import read_json
-from selftaught.sleep.paths import Adopted, adopted_dir, version_adapter
+from selftaught.sleep.paths import SKILLS_DIR, Adopted, Unit, adopted_dir, version_adapter
 from selftaught.sleep.store import LogError, LogUrl, is_url
 
 BATCH = 500  # rows per transaction
@@ -38,7 +39,7 @@ class MoveResult:
     versions_copied: int = 0
     versions_present: int = 0
     versions_checked: int = 0
-    pointers_set: list[str] = field(default_factory=list)  # "project=N"
+    pointers_set: list[str] = field(default_factory=list)  # "<unit key>=N"
     events_copied: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -142,14 +143,22 @@ def _copy_versions(url: str, home: Path, result: MoveResult) -> None:
     db = PgVersions(url)
     try:
         for project in projects:
-            _copy_project(db, project, home, result)
+            for unit in _units(project, home):
+                _copy_unit(db, unit, home, result)
     finally:
         db.close()
 
 
-def _copy_project(db: Any, project: str, home: Path, result: MoveResult) -> None:
-    folder = home / "projects" / project
-    present = set(db.numbers(project))
+def _units(project: str, home: Path) -> list[Unit]:
+    """The project's own unit, then each named skill it adopted versions of."""
+    skills = home / "projects" / project / SKILLS_DIR
+    names = sorted(p.name for p in skills.iterdir() if p.is_dir()) if skills.is_dir() else []
+    return [Unit(project)] + [Unit(project, name) for name in names]
+
+
+def _copy_unit(db: Any, unit: Unit, home: Path, result: MoveResult) -> None:
+    folder, key = unit.folder(home), unit.key
+    present = set(db.numbers(key))
     for n in _local_versions(folder):
         version_dir = folder / "versions" / str(n)
         on_disk = Adopted(
@@ -161,36 +170,36 @@ def _copy_project(db: Any, project: str, home: Path, result: MoveResult) -> None
         if n in present:
             result.versions_present += 1
         else:
-            db.write_version(project, on_disk, meta, version_adapter(project, str(n), home))
+            db.write_version(key, on_disk, meta, version_adapter(unit, str(n), home))
             result.versions_copied += 1
-        there = db.read(project, n, folder / "versions")
+        there = db.read(key, n, folder / "versions")
         if there and (there.skill, there.memory) == (on_disk.skill, on_disk.memory):
-            result.versions_checked += int(db.meta(project, n) == json.loads(json.dumps(meta)))
-    _copy_pointer(db, project, home, result)
-    _copy_events(db, project, folder, result)
+            result.versions_checked += int(db.meta(key, n) == json.loads(json.dumps(meta)))
+    _copy_pointer(db, unit, home, result)
+    _copy_events(db, key, folder, result)
 
 
-def _copy_pointer(db: Any, project: str, home: Path, result: MoveResult) -> None:
+def _copy_pointer(db: Any, unit: Unit, home: Path, result: MoveResult) -> None:
     """The adopted version, unless Postgres already names one (it may have moved on)."""
-    path = adopted_dir(project, home) / "version"
+    path = adopted_dir(unit, home) / "version"
     named = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
-    if db.pointer(project) is not None or not named:
+    if db.pointer(unit.key) is not None or not named:
         return
-    if not named.isdigit() or (named != "0" and int(named) not in db.numbers(project)):
+    if not named.isdigit() or (named != "0" and int(named) not in db.numbers(unit.key)):
         result.notes.append(
-            f"{project}: the adopted files name version {named!r}, which adopt did not write; "
-            "not adopted in Postgres (adopt a night there)"
+            f"{unit.label}: the adopted files name version {named!r}, which adopt did not "
+            "write; not adopted in Postgres (adopt a night there)"
         )
         return
-    db.point(project, int(named))
-    result.pointers_set.append(f"{project}={named}")
+    db.point(unit.key, int(named))
+    result.pointers_set.append(f"{unit.key}={named}")
 
 
-def _copy_events(db: Any, project: str, folder: Path, result: MoveResult) -> None:
+def _copy_events(db: Any, key: str, folder: Path, result: MoveResult) -> None:
     path = folder / "events.jsonl"
     if not path.is_file():
         return
-    have = db.events(project)
+    have = db.events(key)
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
@@ -199,5 +208,5 @@ def _copy_events(db: Any, project: str, folder: Path, result: MoveResult) -> Non
         if row in have:
             have.remove(row)
             continue
-        db.record_event(project, row)
+        db.record_event(key, row)
         result.events_copied += 1
