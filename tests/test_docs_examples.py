@@ -27,6 +27,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -192,16 +193,31 @@ def run_python(code: str, ns: dict[str, Any], where: str) -> None:
         asyncio.run(result)
 
 
+def free_ports(code: str) -> str:
+    """The block with each port its servers listen on (`--port N`, and every `:N` / ` N` naming
+    it) replaced by one free now, so that two test runs at once never meet on a port."""
+    ports = sorted(set(re.findall(r"--port (\d+)", code)))
+    sockets = [socket.socket() for _ in ports]
+    try:
+        for sock in sockets:  # all bound at once: distinct ports
+            sock.bind(("127.0.0.1", 0))
+        free = {port: str(sock.getsockname()[1]) for port, sock in zip(ports, sockets, strict=True)}
+    finally:
+        for sock in sockets:
+            sock.close()
+    return re.sub(r"(?<=[:\s])\d+\b", lambda m: free.get(m.group(), m.group()), code)
+
+
 def run_bash(code: str, cwd: Path) -> None:
     """`bash -e` in its own session, scripted models in its Python processes
     (`tests/doc_site/sitecustomize.py`); whatever it leaves running (a server) is stopped."""
     path = os.pathsep.join(str(p) for p in (ROOT / "src", ROOT / "tests" / "doc_site", ROOT))
     env = {**os.environ, "PYTHONPATH": path, "SELFTAUGHT_HOME": str(cwd / "home")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    log = cwd / ".example-output"
+    log, script = cwd / ".example-output", free_ports(code)
     with log.open("w") as sink:  # a file, not a pipe: a background server keeps a pipe open
         proc = subprocess.Popen(
-            ["bash", "-e", "-c", code], cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            ["bash", "-e", "-c", script], cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
         try:
@@ -309,6 +325,14 @@ def test_the_readme_gives_the_test_command_ci_runs():
         block = text[text.rfind("```bash", 0, text.index(command)) : text.index(command)]
         apt = next(line for line in block.splitlines() if line.startswith("apt-get update"))
         assert set(packages) <= set(apt.split()), (page, apt)  # in the command's own block
+
+
+def test_a_bash_examples_servers_get_free_ports_and_other_numbers_stay():
+    code = "serve --port 8011 &\ncurl http://127.0.0.1:8011/health --retry 60\nproxy --port 8080"
+    out = free_ports(code)
+    first, second = re.findall(r"--port (\d+)", out)
+    assert first != second and "8011" not in out and "8080" not in out
+    assert f"127.0.0.1:{first}/health --retry 60" in out
 
 
 def test_a_drifted_example_fails(tmp_path, monkeypatch, tiny_dir):
