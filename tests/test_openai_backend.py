@@ -89,6 +89,37 @@ def test_missing_api_key_for_openai(monkeypatch):
         load_model("openai:gpt-4o-mini")
 
 
+def test_an_endpoint_named_by_url_never_gets_the_users_openai_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-user-secret")
+    with FaultServer(require_key="sk-user-secret") as server:
+        with pytest.raises(FatalBackendError, match="API key was rejected"):
+            load_model(f"{server.base_url}#fake-model").chat(MSGS, GenerationParams())
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)  # the user's own redirect
+        assert load_model("openai:fake-model").chat(MSGS, GenerationParams()).text == "42"
+
+
+@pytest.mark.parametrize(
+    ("model", "analyst", "refused"),
+    [
+        ("openai:gpt-4o-mini", "anthropic:claude-sonnet-4-6", "anthropic and openai"),
+        ("http://127.0.0.1:9/v1#m", "openai:gpt-4o-mini", "http://127.0.0.1:9/v1 and openai"),
+        ("local", "openai:gpt-4o-mini", None),  # one place: the key goes to openai only
+    ],
+)
+def test_one_api_key_for_two_vendors_is_refused_before_any_call(model, analyst, refused):
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+
+    args = ["optimize", "--task", "no-such-task", "--model", model, "--optimizer-model", analyst]
+    out = CliRunner().invoke(app, [*args, "--api-key", "sk-one"])
+    assert out.exit_code == 2
+    if refused:
+        assert f"would send it to {refused}" in out.output
+    else:
+        assert "would send it" not in out.output and "no-such-task" in out.output
+
+
 def test_eval_cli_completes_through_faults_and_reports_retries(tmp_path):
     from typer.testing import CliRunner
 

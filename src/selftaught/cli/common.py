@@ -70,8 +70,8 @@ ApiKeyOpt = Annotated[
     typer.Option(
         "--api-key",
         envvar="SELFTAUGHT_API_KEY",
-        help="API key for the command's models (else the vendor's: OPENAI_API_KEY, "
-        "ANTHROPIC_API_KEY, GEMINI_API_KEY).",
+        help="API key for the command's models, all of one vendor or endpoint (else each "
+        "vendor's own: OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY).",
     ),
 ]
 # Generated from the configs (each option's help is its field's docstring, its default the
@@ -145,8 +145,15 @@ def model_options(
     timeout: float | None = None,
     cache: Path | None = None,
     device: str | None = None,
+    *,
+    models: tuple[str | None, ...] = (),
 ) -> dict[str, Any]:
-    """`load_model` keyword arguments for the options the user gave."""
+    """`load_model` keyword arguments for the options the user gave; `models`: the specs the
+    command loads with them (a key that would reach two vendors is refused)."""
+    if api_key is not None:
+        from selftaught.models.spec import check_one_key_destination
+
+        check_one_key_destination(models)
     given = {"api_key": api_key, "timeout_s": timeout, "cache_path": cache, "device": device}
     return {k: v for k, v in given.items() if v is not None}
 

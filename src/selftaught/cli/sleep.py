@@ -736,7 +736,7 @@ def sleep_run_cmd(
         target_skill_paths=tuple(target_skill_path or ()),
         training=training,
         **_nested(seed, split_fields, demo_fields, weight_fields, weak_fields, dream_fields),
-        model_options=model_options(api_key, timeout),
+        model_options=model_options(api_key, timeout, models=(model, optimizer_model, judge_model)),
         progress=console.is_terminal,
     )
     outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3

@@ -73,7 +73,8 @@ class OpenAICompatModel(AsyncChatModel):
         """`sign`: headers to add to each request, made from its body's bytes (a night marks
         its own calls so that a selftaught proxy in front of this model does not log them)."""
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
-        key = api_key or os.environ.get("OPENAI_API_KEY")
+        # an endpoint the spec names gets the key given for it, never the user's OpenAI key
+        key = api_key or (os.environ.get("OPENAI_API_KEY") if base_url is None else None)
         if not key:
             if self.base_url is None:
                 raise FatalBackendError(

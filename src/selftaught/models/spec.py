@@ -8,7 +8,8 @@ anthropic:claude-sonnet-4-6         Anthropic's Messages API (the `anthropic` SD
 gemini:gemini-2.5-flash             Google's Gemini API (the `google-genai` SDK, extra `gemini`)
                                     with GEMINI_API_KEY or GOOGLE_API_KEY
 http://127.0.0.1:8000/v1#my-model   any OpenAI-compatible endpoint (vLLM, SGLang,
-                                    llama.cpp server, Ollama, `selftaught serve`)
+                                    llama.cpp server, Ollama, `selftaught serve`); its key is
+                                    the one given (`--api-key`), never OPENAI_API_KEY
 claude-code / claude-code:MODEL     the Claude Code CLI, run once per call in a workspace
 codex / codex:MODEL                 the Codex CLI, likewise
 cmd:TEMPLATE                        any CLI agent: TEMPLATE split like a shell would (never run
@@ -18,6 +19,7 @@ cmd:TEMPLATE                        any CLI agent: TEMPLATE split like a shell w
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from selftaught.errors import InputError
@@ -82,3 +84,24 @@ def parse_model_spec(spec: str) -> ModelSpec:
         base, _, name = s.partition("#")
         return ModelSpec("openai", name, base_url=base.rstrip("/"))
     raise ModelSpecError(f"unknown model spec {spec!r}; valid forms: " + "; ".join(SPEC_FORMS))
+
+
+def key_destination(spec: str) -> str | None:
+    """Where a key given for this model (`--api-key`) is sent: its vendor (openai, anthropic,
+    gemini) or its endpoint's base URL; None for a model that takes no key (local, an agent)."""
+    parsed = parse_model_spec(spec)
+    if parsed.backend in NATIVE_PROVIDERS:
+        return parsed.base_url or parsed.backend
+    return None
+
+
+def check_one_key_destination(specs: Iterable[str | None]) -> None:
+    """Refuse one key for models that would send it to more than one place (one vendor's key
+    sent to another vendor, or to a self-hosted endpoint)."""
+    places = sorted({d for spec in specs if spec for d in [key_destination(spec)] if d})
+    if len(places) > 1:
+        raise ModelSpecError(
+            f"--api-key (SELFTAUGHT_API_KEY) is one key, and this command's models would send "
+            f"it to {' and '.join(places)}: leave it unset and give each vendor its own "
+            "variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY)"
+        )
