@@ -180,8 +180,8 @@ def optimize_cmd(
     )
     warn_unsafe_exec(options.unsafe_exec)
     start = _read_start(skill, skills) if write_back else None
+    models = model_options(api_key, timeout, cache, device, models=(model, optimizer_model))
     if skills is not None:
-        models = model_options(api_key, timeout, cache, device, models=(model, optimizer_model))
         args = (task, model, optimizer_model, skill, skills, config, set_fields, output, options)
         return _optimize_skills(*args, models)
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
@@ -194,9 +194,7 @@ def optimize_cmd(
             config=config,
             output_dir=output,
             task_options=options,
-            model_options=model_options(
-                api_key, timeout, cache, device, models=(model, optimizer_model)
-            ),
+            model_options=models,
             console=console,
         )
     except FatalBackendError:
