@@ -33,6 +33,7 @@ import os
 import re
 import stat
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,6 +145,25 @@ def as_unit(owner: Owner) -> Unit:
 
 def unit_dir(owner: Owner, home: Path | None = None) -> Path:
     return as_unit(owner).folder(home)
+
+
+def valid_skill_names(project: str, names: Iterable[str]) -> list[str]:
+    """Those of `names` a skill of `project` can hold, sorted, each once (a stray folder or
+    key is no skill)."""
+    valid = []
+    for name in sorted(set(names)):
+        try:
+            valid.append(Unit(project, name).skill or "")
+        except InputError:
+            continue
+    return [name for name in valid if name]
+
+
+def local_skill_names(project: str, home: Path | None = None) -> list[str]:
+    """The project's named skills with a folder in its sleep home (`skills/<name>/`)."""
+    root = project_dir(project, home) / SKILLS_DIR
+    found = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    return valid_skill_names(project, found)
 
 
 def private_home(*folders: Path) -> None:

@@ -53,7 +53,14 @@ from selftaught.sleep.adoption.write_back import (
 )
 from selftaught.sleep.night.records import SkillRecord
 from selftaught.sleep.night.result import NightResult
-from selftaught.sleep.paths import SKILLS_DIR, Unit, project_dir, read_adopted, shared_url
+from selftaught.sleep.paths import (
+    SKILLS_DIR,
+    Unit,
+    local_skill_names,
+    read_adopted,
+    shared_url,
+    valid_skill_names,
+)
 
 ROUTER_TASKS = 40  # train task inputs a skill's card keeps for the router (the first ones)
 TASK_CHARS = 2000  # of each
@@ -284,18 +291,11 @@ def rollback_skill(
 
 def skill_names(project: str, home: Path | None = None) -> list[str]:
     """Every skill of the project that has an adoption unit (adopted now or once)."""
-    found: set[str] = set()
-    root = project_dir(project, home) / SKILLS_DIR
-    if root.is_dir():
-        found.update(p.name for p in root.iterdir() if p.is_dir())
+    found = local_skill_names(project, home)
     if (db := staging.versions_store()) is not None:
         prefix = f"{project}/{SKILLS_DIR}/"
-        found.update(k[len(prefix) :] for k in db.projects() if k.startswith(prefix))
-    names = []
-    for name in sorted(found):
-        with contextlib.suppress(Exception):
-            names.append(Unit(project, name).skill or "")
-    return [n for n in names if n]
+        found += [k[len(prefix) :] for k in db.projects() if k.startswith(prefix)]
+    return valid_skill_names(project, found)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.runs import read_json
-from selftaught.sleep.paths import SKILLS_DIR, Adopted, Unit, adopted_dir, version_adapter
+from selftaught.sleep.paths import (
+    Adopted,
+    Unit,
+    adopted_dir,
+    local_skill_names,
+    version_adapter,
+)
 from selftaught.sleep.store import LogError, LogUrl, is_url
 
 BATCH = 500  # rows per transaction
@@ -150,10 +156,8 @@ def _copy_versions(url: str, home: Path, result: MoveResult) -> None:
 
 
 def _units(project: str, home: Path) -> list[Unit]:
-    """The project's own unit, then each named skill it adopted versions of."""
-    skills = home / "projects" / project / SKILLS_DIR
-    names = sorted(p.name for p in skills.iterdir() if p.is_dir()) if skills.is_dir() else []
-    return [Unit(project)] + [Unit(project, name) for name in names]
+    """The project's own unit, then each named skill with a folder in the home."""
+    return [Unit(project)] + [Unit(project, name) for name in local_skill_names(project, home)]
 
 
 def _copy_unit(db: Any, unit: Unit, home: Path, result: MoveResult) -> None:
