@@ -120,6 +120,17 @@ def test_one_api_key_for_two_vendors_is_refused_before_any_call(model, analyst, 
         assert "would send it" not in out.output and "no-such-task" in out.output
 
 
+def test_one_api_key_for_a_judge_of_another_vendor_is_refused():
+    from typer.testing import CliRunner
+
+    from selftaught.cli import app
+
+    args = ["eval", "--task", "no-such-task", "--model", "openai:gpt-4o-mini"]
+    judge = ["--judge-model", "anthropic:claude-sonnet-4-6", "--api-key", "sk-one"]
+    out = CliRunner().invoke(app, [*args, *judge])
+    assert out.exit_code == 2 and "would send it to anthropic and openai" in out.output
+
+
 def test_eval_cli_completes_through_faults_and_reports_retries(tmp_path):
     from typer.testing import CliRunner
 

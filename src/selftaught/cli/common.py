@@ -146,10 +146,11 @@ def model_options(
     cache: Path | None = None,
     device: str | None = None,
     *,
-    models: tuple[str | None, ...] = (),
+    models: tuple[object, ...] = (),
 ) -> dict[str, Any]:
-    """`load_model` keyword arguments for the options the user gave; `models`: the specs the
-    command loads with them (a key that would reach two vendors is refused)."""
+    """`load_model` keyword arguments for the options the user gave; `models`: every model the
+    command loads with them, its task's judge included (a key that would reach two vendors is
+    refused)."""
     if api_key is not None:
         from selftaught.models.spec import check_one_key_destination
 

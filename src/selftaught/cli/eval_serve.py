@@ -110,7 +110,9 @@ def eval_cmd(
             description=f"eval {task} [{split}]",
         ),
         task_options=options,
-        model_options=model_options(api_key, timeout, cache, device),
+        model_options=model_options(
+            api_key, timeout, cache, device, models=(model, options.judge_model)
+        ),
         output=path,
     )
     print_eval(result)

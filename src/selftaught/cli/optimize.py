@@ -167,8 +167,7 @@ def optimize_cmd(
     from selftaught.api import optimize
     from selftaught.models.errors import FatalBackendError
 
-    if strict_gate:
-        gate_fields = {**gate_fields, "margin": 0.0, "confidence": None}
+    gate_fields = {**gate_fields, "margin": 0.0, "confidence": None} if strict_gate else gate_fields
     options = TaskOptions(**task_fields)
     config = skill_config(
         skill_fields,
@@ -180,7 +179,8 @@ def optimize_cmd(
     )
     warn_unsafe_exec(options.unsafe_exec)
     start = _read_start(skill, skills) if write_back else None
-    models = model_options(api_key, timeout, cache, device, models=(model, optimizer_model))
+    keyed = (model, optimizer_model, options.judge_model)  # every model --api-key reaches
+    models = model_options(api_key, timeout, cache, device, models=keyed)
     if skills is not None:
         args = (task, model, optimizer_model, skill, skills, config, set_fields, output, options)
         return _optimize_skills(*args, models)

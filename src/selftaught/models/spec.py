@@ -95,10 +95,12 @@ def key_destination(spec: str) -> str | None:
     return None
 
 
-def check_one_key_destination(specs: Iterable[str | None]) -> None:
+def check_one_key_destination(specs: Iterable[object]) -> None:
     """Refuse one key for models that would send it to more than one place (one vendor's key
-    sent to another vendor, or to a self-hosted endpoint)."""
-    places = sorted({d for spec in specs if spec for d in [key_destination(spec)] if d})
+    sent to another vendor, or to a self-hosted endpoint). Of `specs` only spec strings count:
+    None is no model, and a model object was built with its own key."""
+    named = [spec for spec in specs if isinstance(spec, str)]
+    places = sorted({d for spec in named if (d := key_destination(spec))})
     if len(places) > 1:
         raise ModelSpecError(
             f"--api-key (SELFTAUGHT_API_KEY) is one key, and this command's models would send "
