@@ -145,3 +145,29 @@ def test_log_and_history_read_in_a_narrow_terminal_and_as_json(tmp_path, monkeyp
     assert history.exit_code == 0
     (version,) = [json.loads(line) for line in history.output.splitlines()]
     assert version["kind"] == "version" and version["version"] == 0
+
+
+def test_forget_shows_first_deletes_with_yes_and_a_reimport_stores_nothing(run, tmp_path, log_at):
+    data = tmp_path / "chat.jsonl"
+    lines = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant",
+                                                              "content": f"a{i}"}]}
+             for i in range(3)]  # fmt: skip
+    data.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert run("sleep", "import", str(data), "--project", "ops")[0] == 0
+    assert run("sleep", "import", str(data), "--project", "kept")[0] == 0
+
+    code, text = run("sleep", "log", "forget")
+    assert code == 2 and "name the rows to forget" in text
+    code, text = run("sleep", "log", "forget", "--project", "ops")
+    assert code == 0 and "3 rows would go" in text and "nothing deleted" in text
+    assert TaskLog(log_at).count() == 6
+    one = TaskLog(log_at).query()[0].id
+    code, text = run("sleep", "log", "forget", "--id", one[:8], "--yes")
+    assert code == 0 and "forgot 1 rows" in text
+    code, text = run("sleep", "log", "forget", "--project", "ops", "--yes")
+    assert code == 0 and "forgot" in text
+    assert {r.project for r in TaskLog(log_at).query()} == {"kept"}
+    code, text = run("sleep", "import", str(data), "--project", "ops")
+    assert code == 0 and "imported 0 new of 3" in text  # forgotten: never stored again
+    code, text = run("sleep", "log", "forget", "--id", "nosuchid", "--yes")
+    assert code == 2 and "no interaction" in text

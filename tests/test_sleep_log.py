@@ -335,3 +335,41 @@ def test_a_writer_closed_before_its_replay_thread_ran_leaves_nothing_in_the_spoo
     writer.close()
     assert sorted(r.messages[0]["content"] for r in log.query()) == ["new", "q0", "q1", "q2"]
     assert not list(spool_dir(tmp_path).iterdir())
+
+
+def test_forget_deletes_rows_feedback_and_shadows_and_nothing_stores_them_again(log_at, tmp_path):
+    log = TaskLog(log_at)
+    old = time.time() - 40 * 86400
+
+    def row(text: str, **kw: object) -> Interaction:
+        return Interaction([{"role": "user", "content": text}], "a", project="p", **kw)  # type: ignore[arg-type]
+
+    harvested = row("old harvested", dedupe_key="claude-code:s1:u1", created_at=old)
+    served = row("old served", created_at=old + 1)
+    shadow = row("old served", shadow_of=served.id, created_at=old + 2)
+    recent, other = row("recent"), Interaction([{"role": "user", "content": "q"}], "a", project="q")
+    other.created_at = old
+    assert log.add_many([harvested, served, shadow, recent, other]) == 5
+    log.add_feedback(harvested.id, {"thumb": "down"})
+
+    until = LogFilter(project="p", until=parse_time("30d"))
+    assert {r.id for r in log.query(until)} == {harvested.id, served.id, shadow.id}
+    gone = log.forget(LogFilter(project="p", until=parse_time("30d"), source="api", limit=1))
+    assert sorted(gone) == sorted([harvested.id, served.id, shadow.id])  # limit ignored
+    assert {r.id for r in log.query()} == {recent.id, other.id}  # other projects untouched
+    with pytest.raises(LogError, match="no interaction"):
+        log.add_feedback(harvested.id, {"thumb": "up"})  # its feedback went with it
+
+    again = row("old harvested, harvested again", dedupe_key="claude-code:s1:u1")
+    late_shadow = row("old served", shadow_of=served.id)
+    assert log.add_many([harvested, again, late_shadow]) == 0  # by id, dedupe key, shadow_of
+    entries = log.forgotten_entries()
+    assert {e[0] for e in entries} == set(gone) and "claude-code:s1:u1" in {e[1] for e in entries}
+    assert all(len(e) == 3 and "old" not in json.dumps(e) for e in entries)  # no content kept
+
+    copy = TaskLog(tmp_path / "copy.db")  # another log holding one of the rows
+    assert copy.add(served) and copy.add(recent)
+    assert copy.add_forgotten(entries) == 3 and copy.add_forgotten(entries) == 0
+    assert [r.id for r in copy.query()] == [recent.id]
+    assert copy.is_forgotten(served.id, None) and not copy.is_forgotten(recent.id, None)
+    assert log.forget(LogFilter(ids=())) == []  # an empty selection deletes nothing

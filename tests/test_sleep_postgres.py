@@ -273,6 +273,25 @@ def test_migrate_copies_each_named_skills_versions_and_pointer(pg_url, tmp_path,
     assert (again.versions_copied, again.versions_present, again.events_copied) == (0, 4, 0)
 
 
+def test_migrate_records_what_either_log_forgot_and_copies_none_of_it(
+    pg_url, tmp_path, monkeypatch
+):
+    home = a_sqlite_home(tmp_path, monkeypatch, rows=10)
+    source = TaskLog(home / "log.db")
+    first, second, third = (r.id for r in source.query(LogFilter(newest_first=False))[:3])
+    assert source.forget(LogFilter(ids=(first, second))) == [first, second]
+    done = move_log(home / "log.db", pg_url, home)
+    assert (done.forgotten_copied, done.rows, done.rows_copied, done.rows_checked) == (2, 8, 8, 8)
+    moved = TaskLog(pg_url)
+    assert moved.is_forgotten(first, None) and moved.count() == 8
+    assert moved.forget(LogFilter(ids=(third,))) == [third]  # forgotten in the database
+    again = move_log(home / "log.db", pg_url, home)
+    assert again.ok and again.rows_forgotten_there == [third] and again.rows_copied == 0
+    assert (again.forgotten_copied, again.rows_present) == (0, 7)
+    assert "1 rows were forgotten in the database" in " ".join(again.lines())
+    assert third not in {r.id for r in moved.query()}
+
+
 def test_migrate_cli_prints_what_it_copied_and_checked(pg_url, tmp_path, monkeypatch):
     home = a_sqlite_home(tmp_path, monkeypatch, rows=30)
     monkeypatch.setenv("SELFTAUGHT_HOME", str(home))

@@ -239,7 +239,8 @@ def proxy_cmd(
 
 
 log_app = typer.Typer(
-    help="List, filter or export the task log; `sleep log migrate` moves it into Postgres."
+    help="List, filter or export the task log; `sleep log migrate` moves it into Postgres, "
+    "`sleep log forget` deletes rows for good."
 )
 sleep_app.add_typer(log_app, name="log")
 
@@ -376,6 +377,62 @@ def sleep_log_migrate_cmd(
         out.print(line, soft_wrap=True, markup=False)
     if not result.ok:
         raise typer.Exit(1)
+
+
+@log_app.command("forget")
+@friendly_errors
+def sleep_log_forget_cmd(
+    log: LogOpt = None,
+    project: AnyProjectOpt = None,
+    source: Annotated[str | None, typer.Option(help="Only rows from this source.")] = None,
+    since: Annotated[str | None, typer.Option(help="From (ISO time or 12h, 7d ago).")] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Before (ISO time, or 30d: rows older than 30 days).")
+    ] = None,
+    tag: Annotated[str | None, typer.Option(help="Only rows with this tag.")] = None,
+    session: Annotated[
+        str | None, typer.Option(help="Only the turns of this agent session.")
+    ] = None,
+    ids: Annotated[
+        list[str] | None, typer.Option("--id", help="This row (an id or a 6+ character prefix).")
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Delete them; without it, only show what would go.")
+    ] = False,
+) -> None:
+    """Delete rows from the log for good: their feedback and shadow answers go with them.
+
+    Their ids and dedupe keys (no content) are kept, so that no harvest or copy stores them
+    again. Nights' folders and adopted skills keep what they already learned."""
+    from selftaught.sleep.intake.log import LogFilter, TaskLog
+
+    if not any((project, source, since, until, tag, session, ids)):
+        raise InputError(
+            "name the rows to forget: --project, --source, --since, --until, --tag, --session "
+            "or --id (`sleep log forget --until 30d` forgets what is older than 30 days)"
+        )
+    task_log = TaskLog(log)
+    flt = LogFilter(
+        project=project, source=source, tag=tag, session_id=session,
+        since=parse_time(since) if since else None, until=parse_time(until) if until else None,
+        ids=tuple(task_log.resolve_id(i) for i in ids) if ids else None,
+    )  # fmt: skip
+    if not yes:
+        n = task_log.count(flt)
+        out.print(
+            log_table(
+                task_log.query(dataclasses.replace(flt, limit=20)),
+                f"{n} rows would go, with their feedback and shadow answers",
+            )
+        )
+        out.print("nothing deleted: run again with --yes to forget them", soft_wrap=True)
+        return
+    gone = task_log.forget(flt)
+    out.print(
+        f"forgot {len(gone)} rows in {task_log.path} (shadow answers included); nights' "
+        "folders and adopted skills keep what they already learned",
+        soft_wrap=True, markup=False,
+    )  # fmt: skip
 
 
 def log_table(rows: list[Any], title: str) -> Table:

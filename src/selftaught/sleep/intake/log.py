@@ -11,7 +11,8 @@ kept per row. A row with `error` set is a failed call: it is kept for diagnostic
 a task. Rows harvested from agent transcripts are `private` (they hold private code): part 2
 never sends them to a remote model unless the row is `reviewed` or the user allows it.
 Feedback (thumbs, score, corrected reference, comment) is attached later, any number of times;
-a row reads the latest value of each field.
+a row reads the latest value of each field. `TaskLog.forget` deletes rows on purpose and
+keeps only their ids and dedupe keys, so that what was forgotten is never stored again.
 
 A tool-using exchange keeps what replay needs (`selftaught.sleep.night.replay`): the request's
 `tools` (OpenAI schema) and `tool_choice`, the reply's `tool_calls` (OpenAI shape), and the
@@ -27,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -334,6 +335,16 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE feedback ADD COLUMN giver TEXT;
     ALTER TABLE feedback ADD COLUMN trusted INTEGER NOT NULL DEFAULT 1;
     """,
+    # 6: forgetting: the id and dedupe key (never the content) of each row deleted on purpose
+    # (`sleep log forget`), so that no harvest, spool or copy stores it again.
+    """
+    CREATE TABLE forgotten (
+        id TEXT PRIMARY KEY,
+        dedupe_key TEXT,
+        forgotten_at REAL NOT NULL
+    );
+    CREATE INDEX forgotten_dedupe ON forgotten(dedupe_key) WHERE dedupe_key IS NOT NULL;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -360,6 +371,7 @@ class LogFilter:
     tag: str | None = None
     skill_versions: tuple[str | None, ...] | None = None  # served by these (None: no skill)
     session_id: str | None = None  # the turns of one agent session
+    ids: tuple[str, ...] | None = None  # these rows only (full ids)
     limit: int | None = None
     newest_first: bool = True
 
@@ -378,6 +390,9 @@ class LogFilter:
             if value is not None:
                 clauses.append(f"i.{column} = ?")
                 args.append(value)
+        if self.ids is not None:
+            clauses.append(f"i.id IN ({', '.join('?' * len(self.ids))})" if self.ids else "1 = 0")
+            args.extend(self.ids)
         if self.since is not None:
             clauses.append("i.created_at >= ?")
             args.append(self.since)
@@ -408,6 +423,8 @@ _COLUMNS = (
     "session_id"
 )
 _FEEDBACK = "created_at, thumb, score, reference, comment, giver, trusted"
+_DEDUPE_AT = _COLUMNS.split(", ").index("dedupe_key")
+_SHADOW_OF_AT = _COLUMNS.split(", ").index("shadow_of")
 _ROW_VALUES = f"({', '.join('?' * (_COLUMNS.count(',') + 1))})"
 _INSERT_CHUNK = 200  # rows per INSERT: 5,200 parameters, well under either backend's limit
 
@@ -532,11 +549,14 @@ class TaskLog:
         return len(inserted)
 
     def _insert_rows(self, conn: Any, rows: list[tuple[Any, ...]]) -> set[str]:
-        """Insert rows, skipping an id or dedupe key already stored; the ids inserted. One
-        statement per chunk of rows: one round trip to a database server, not one per row."""
+        """Insert rows, skipping an id or dedupe key already stored or forgotten; the ids
+        inserted. One statement per chunk of rows: one round trip to a database server, not
+        one per row."""
         inserted: set[str] = set()
         for start in range(0, len(rows), _INSERT_CHUNK):
-            chunk = rows[start : start + _INSERT_CHUNK]
+            chunk = self._not_forgotten(conn, rows[start : start + _INSERT_CHUNK])
+            if not chunk:
+                continue
             values = ", ".join([_ROW_VALUES] * len(chunk))
             cur = self._exec(
                 conn,
@@ -546,6 +566,106 @@ class TaskLog:
             )
             inserted.update(r[0] for r in cur.fetchall())
         return inserted
+
+    def _not_forgotten(self, conn: Any, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """`rows` less those whose id or dedupe key `forget` recorded, and the shadow answers
+        of a forgotten row (one may arrive after its row was forgotten)."""
+        ids = [r[0] for r in rows] + [r[_SHADOW_OF_AT] for r in rows if r[_SHADOW_OF_AT]]
+        keys = [r[_DEDUPE_AT] for r in rows if r[_DEDUPE_AT] is not None]
+        query = f"SELECT id, dedupe_key FROM forgotten WHERE id IN ({', '.join('?' * len(ids))})"
+        if keys:
+            query += f" OR dedupe_key IN ({', '.join('?' * len(keys))})"
+        gone = self._exec(conn, query, ids + keys).fetchall()
+        if not gone:
+            return rows
+        gone_ids, gone_keys = {g[0] for g in gone}, {g[1] for g in gone if g[1] is not None}
+        return [
+            r
+            for r in rows
+            if r[0] not in gone_ids
+            and r[_SHADOW_OF_AT] not in gone_ids
+            and r[_DEDUPE_AT] not in gone_keys
+        ]
+
+    # -- forgetting
+    def forget(self, flt: LogFilter) -> list[str]:
+        """Delete every row `flt` selects (its limit ignored), their feedback and the shadow
+        answers logged beside them, in ONE transaction; record each one's id and dedupe key
+        (no content) so that no harvest, spool drain or copy stores it again. Returns the ids
+        deleted. Nights' folders and learned skills keep what they already learned."""
+        where, args = replace(flt, limit=None).where(self._dialect)
+        with self._backend.write() as conn:
+            found = self._exec(
+                conn, f"SELECT i.id, i.dedupe_key FROM interactions i{where}", args
+            ).fetchall()
+            found += self._shadows_of(conn, [r[0] for r in found])
+            now = time.time()
+            for start in range(0, len(found), _INSERT_CHUNK):
+                chunk = found[start : start + _INSERT_CHUNK]
+                ids = [r[0] for r in chunk]
+                marks = ", ".join("?" * len(ids))
+                self._exec(
+                    conn,
+                    "INSERT INTO forgotten (id, dedupe_key, forgotten_at) VALUES "
+                    + ", ".join(["(?, ?, ?)"] * len(chunk))
+                    + " ON CONFLICT DO NOTHING",
+                    [value for r in chunk for value in (r[0], r[1], now)],
+                )
+                self._exec(conn, f"DELETE FROM feedback WHERE interaction_id IN ({marks})", ids)
+                self._exec(conn, f"DELETE FROM interactions WHERE id IN ({marks})", ids)
+        return [r[0] for r in found]
+
+    def _shadows_of(self, conn: Any, ids: list[str]) -> list[tuple[Any, ...]]:
+        """(id, dedupe key) of the shadow answers linked to `ids` and not among them."""
+        chosen, shadows = set(ids), []
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            shadows += self._exec(
+                conn,
+                "SELECT id, dedupe_key FROM interactions "
+                f"WHERE shadow_of IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+        return [tuple(r) for r in shadows if r[0] not in chosen]
+
+    def forgotten_entries(self) -> list[tuple[Any, ...]]:
+        """Every (id, dedupe key, time) `forget` recorded, oldest first (`sleep log migrate`)."""
+        with self._backend.read() as conn:
+            found = self._exec(
+                conn, "SELECT id, dedupe_key, forgotten_at FROM forgotten ORDER BY forgotten_at, id"
+            ).fetchall()
+        return [tuple(r) for r in found]
+
+    def add_forgotten(self, entries: list[tuple[Any, ...]]) -> int:
+        """Record `forgotten_entries` of another log here (and delete any of those rows found
+        here) in ONE transaction; returns how many were new."""
+        new = 0
+        with self._backend.write() as conn:
+            for start in range(0, len(entries), _INSERT_CHUNK):
+                chunk = entries[start : start + _INSERT_CHUNK]
+                cur = self._exec(
+                    conn,
+                    "INSERT INTO forgotten (id, dedupe_key, forgotten_at) VALUES "
+                    + ", ".join(["(?, ?, ?)"] * len(chunk))
+                    + " ON CONFLICT DO NOTHING RETURNING id",
+                    [value for entry in chunk for value in entry],
+                )
+                ids = [r[0] for r in cur.fetchall()]
+                new += len(ids)
+                if ids:
+                    marks = ", ".join("?" * len(ids))
+                    self._exec(conn, f"DELETE FROM feedback WHERE interaction_id IN ({marks})", ids)
+                    self._exec(conn, f"DELETE FROM interactions WHERE id IN ({marks})", ids)
+        return new
+
+    def is_forgotten(self, interaction_id: str, dedupe_key: str | None) -> bool:
+        with self._backend.read() as conn:
+            found = self._exec(
+                conn,
+                "SELECT 1 FROM forgotten WHERE id = ? OR dedupe_key = ?",
+                (interaction_id, dedupe_key),
+            )
+            return found.fetchone() is not None
 
     def _redact_feedback(self, feedback: Feedback) -> tuple[Feedback, int]:
         deadline = self.redactor.deadline()

@@ -4,7 +4,9 @@ key `<project>/skills/<name>`, as `paths.Unit.key` names them).
 
 Idempotent and resumable: rows are copied in batches, each batch (its rows and their
 feedback) one transaction; a row whose id is already there is skipped, a feedback entry
-already there (compared whole) is not copied twice, a version already there is kept. A run
+already there (compared whole) is not copied twice, a version already there is kept. What the
+source forgot (`sleep log forget`) is recorded first, so the database never stores it again;
+a row the database forgot is not copied back. A run
 killed half-way leaves whole batches behind, and the next run copies the rest. After copying
 it checks: every source row is read back from Postgres and compared field by field (merged
 feedback included), every version's skill, memory and meta too.
@@ -41,6 +43,9 @@ class MoveResult:
     rows_by_dedupe_key: list[str] = field(default_factory=list)
     """Source rows not copied because Postgres holds another row with their dedupe key (the
     same harvested message, logged twice)."""
+    rows_forgotten_there: list[str] = field(default_factory=list)
+    """Source rows not copied because the database forgot them (`sleep log forget` there)."""
+    forgotten_copied: int = 0  # the source's forgotten ids, newly recorded there
     mismatched: list[str] = field(default_factory=list)  # read back different (ids)
     versions_copied: int = 0
     versions_present: int = 0
@@ -64,6 +69,13 @@ class MoveResult:
             + (", ".join(self.pointers_set) or "nothing new")
             + f"; {self.events_copied} events copied",
         ]
+        if self.forgotten_copied:
+            out.append(f"{self.forgotten_copied} forgotten rows recorded (never stored again)")
+        if self.rows_forgotten_there:
+            out.append(
+                f"{len(self.rows_forgotten_there)} rows were forgotten in the database "
+                "(`sleep log forget`): not copied back"
+            )
         if self.rows_by_dedupe_key:
             out.append(
                 f"{len(self.rows_by_dedupe_key)} rows were already there under another id "
@@ -91,8 +103,10 @@ def move_log(
         raise LogError(f"no SQLite task log at {source} to copy (give --log PATH)")
     result = MoveResult()
     with TaskLog(source) as src, TaskLog(to) as dst:
+        result.forgotten_copied = dst.add_forgotten(src.forgotten_entries())
         _copy_rows(src, dst, batch, result, progress)
         _check_rows(src, dst, batch, result)
+    result.rows_present -= len(result.rows_forgotten_there)  # skipped, but not there
     _copy_versions(LogUrl(to).url, home, result)
     return result
 
@@ -124,7 +138,9 @@ def _check_rows(src: Any, dst: Any, batch: int, result: MoveResult) -> None:
         found = {r.id: r for r in dst.rows_by_id([r.id for r in chunk])}
         for row in chunk:
             there = found.get(row.id)
-            if there is None and row.dedupe_key and dst.has_dedupe_key(row.dedupe_key):
+            if there is None and dst.is_forgotten(row.id, row.dedupe_key):
+                result.rows_forgotten_there.append(row.id)
+            elif there is None and row.dedupe_key and dst.has_dedupe_key(row.dedupe_key):
                 result.rows_by_dedupe_key.append(row.id)
             elif there is not None and there.to_dict() == row.to_dict():
                 result.rows_checked += 1
