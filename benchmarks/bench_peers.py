@@ -971,7 +971,9 @@ def targets(
     systems = sorted({variant for variant, _ in first})
 
     def mean_gain(v: str, on: Sequence[int]) -> float:
-        return sum(first[(v, s)]["test"]["paired"]["delta"] for s in on) / len(on)
+        # rounded: deltas are stored to 6 places, and two sums of the same items gained must
+        # tie (0.30 + 0.41 + 0.59 and 0.39 + 0.36 + 0.55 differ in the 16th digit as floats)
+        return round(sum(first[(v, s)]["test"]["paired"]["delta"] for s in on) / len(on), 9)
 
     mine = [s for s in seeds if ("selftaught", s) in first]
     st = [first[("selftaught", s)]["test"]["paired"] for s in mine]

@@ -707,6 +707,21 @@ def test_round_two_targets_ask_two_seeds_and_no_peer_ahead_beyond_chance():
     )
 
 
+def test_two_systems_that_gained_the_same_items_tie_whatever_the_float_sums_say():
+    def solved(n: int) -> dict:
+        return {f"i{k}": float(k < n) for k in range(100)}
+
+    rows = []
+    for seed, base, ours, theirs in ((200, 31, 61, 70), (201, 31, 72, 67), (202, 24, 83, 79)):
+        for system, shipped in (("selftaught", ours), ("dspy-bfrs", theirs)):
+            rows.append(_report_row(system, seed, "2026-01-01", solved(shipped), solved(base)))
+    deltas = {v: [r["test"]["paired"]["delta"] for r in rows if r["variant"] == v]
+              for v in ("selftaught", "dspy-bfrs")}  # fmt: skip
+    assert sum(deltas["selftaught"]) != sum(deltas["dspy-bfrs"])  # as floats they differ
+    t = bench_peers.targets(rows, ["selftaught", "dspy-bfrs"], [200, 201, 202])
+    assert t["behind"] == [] and t["ours"] == t["best_peer"][1] and t["verdict"] == "met"
+
+
 def test_the_many_comparisons_line_counts_the_tests_and_applies_holm():
     assert bench_peers.holm_passes([0.001, 0.03, 0.04]) == 1  # 0.03 > 0.05 / 2 stops it
     assert bench_peers.holm_passes([0.001, 0.02, 0.04]) == 3
