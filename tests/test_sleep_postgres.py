@@ -279,7 +279,7 @@ def test_migrate_records_what_either_log_forgot_and_copies_none_of_it(
     home = a_sqlite_home(tmp_path, monkeypatch, rows=10)
     source = TaskLog(home / "log.db")
     first, second, third = (r.id for r in source.query(LogFilter(newest_first=False))[:3])
-    assert source.forget(LogFilter(ids=(first, second))) == [first, second]
+    assert sorted(source.forget(LogFilter(ids=(first, second)))) == sorted([first, second])
     done = move_log(home / "log.db", pg_url, home)
     assert (done.forgotten_copied, done.rows, done.rows_copied, done.rows_checked) == (2, 8, 8, 8)
     moved = TaskLog(pg_url)
