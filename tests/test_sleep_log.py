@@ -373,3 +373,6 @@ def test_forget_deletes_rows_feedback_and_shadows_and_nothing_stores_them_again(
     assert [r.id for r in copy.query()] == [recent.id]
     assert copy.is_forgotten(served.id, None) and not copy.is_forgotten(recent.id, None)
     assert log.forget(LogFilter(ids=())) == []  # an empty selection deletes nothing
+    one_client = row("from one end user", client="key:abc")
+    assert log.add(one_client) and log.forget(LogFilter(client="key:abc")) == [one_client.id]
+    assert {r.id for r in log.query()} == {recent.id, other.id}

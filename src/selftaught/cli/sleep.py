@@ -393,6 +393,9 @@ def sleep_log_forget_cmd(
     session: Annotated[
         str | None, typer.Option(help="Only the turns of this agent session.")
     ] = None,
+    client: Annotated[
+        str | None, typer.Option(help="Only what this client sent (key:<hash>, as logged).")
+    ] = None,
     ids: Annotated[
         list[str] | None, typer.Option("--id", help="This row (an id or a 6+ character prefix).")
     ] = None,
@@ -406,14 +409,14 @@ def sleep_log_forget_cmd(
     again. Nights' folders and adopted skills keep what they already learned."""
     from selftaught.sleep.intake.log import LogFilter, TaskLog
 
-    if not any((project, source, since, until, tag, session, ids)):
+    if not any((project, source, since, until, tag, session, client, ids)):
         raise InputError(
-            "name the rows to forget: --project, --source, --since, --until, --tag, --session "
-            "or --id (`sleep log forget --until 30d` forgets what is older than 30 days)"
+            "name the rows to forget: --project, --source, --since, --until, --tag, --session, "
+            "--client or --id (`sleep log forget --until 30d` forgets what is older than 30 days)"
         )
     task_log = TaskLog(log)
     flt = LogFilter(
-        project=project, source=source, tag=tag, session_id=session,
+        project=project, source=source, tag=tag, session_id=session, client=client,
         since=parse_time(since) if since else None, until=parse_time(until) if until else None,
         ids=tuple(task_log.resolve_id(i) for i in ids) if ids else None,
     )  # fmt: skip

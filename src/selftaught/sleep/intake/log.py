@@ -371,6 +371,7 @@ class LogFilter:
     tag: str | None = None
     skill_versions: tuple[str | None, ...] | None = None  # served by these (None: no skill)
     session_id: str | None = None  # the turns of one agent session
+    client: str | None = None  # sent by this client (`key:<hash>`, `operator`, ...)
     ids: tuple[str, ...] | None = None  # these rows only (full ids)
     limit: int | None = None
     newest_first: bool = True
@@ -386,6 +387,7 @@ class LogFilter:
             ("project", self.project),
             ("source", self.source),
             ("session_id", self.session_id),
+            ("client", self.client),
         ):
             if value is not None:
                 clauses.append(f"i.{column} = ?")
