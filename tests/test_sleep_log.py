@@ -367,8 +367,8 @@ def test_forget_deletes_rows_feedback_and_shadows_and_nothing_stores_them_again(
     assert {e[0] for e in entries} == set(gone) and "claude-code:s1:u1" in {e[1] for e in entries}
     assert all(len(e) == 3 and "old" not in json.dumps(e) for e in entries)  # no content kept
 
-    copy = TaskLog(tmp_path / "copy.db")  # another log holding one of the rows
-    assert copy.add(served) and copy.add(recent)
+    copy = TaskLog(tmp_path / "copy.db")  # another log: one row by id, one by dedupe key
+    assert copy.add(served) and copy.add(recent) and copy.add(again)
     assert copy.add_forgotten(entries) == 3 and copy.add_forgotten(entries) == 0
     assert [r.id for r in copy.query()] == [recent.id]
     assert copy.is_forgotten(served.id, None) and not copy.is_forgotten(recent.id, None)

@@ -602,19 +602,7 @@ class TaskLog:
             ).fetchall()
             found += self._shadows_of(conn, [r[0] for r in found])
             now = time.time()
-            for start in range(0, len(found), _INSERT_CHUNK):
-                chunk = found[start : start + _INSERT_CHUNK]
-                ids = [r[0] for r in chunk]
-                marks = ", ".join("?" * len(ids))
-                self._exec(
-                    conn,
-                    "INSERT INTO forgotten (id, dedupe_key, forgotten_at) VALUES "
-                    + ", ".join(["(?, ?, ?)"] * len(chunk))
-                    + " ON CONFLICT DO NOTHING",
-                    [value for r in chunk for value in (r[0], r[1], now)],
-                )
-                self._exec(conn, f"DELETE FROM feedback WHERE interaction_id IN ({marks})", ids)
-                self._exec(conn, f"DELETE FROM interactions WHERE id IN ({marks})", ids)
+            self._bury(conn, [(r[0], r[1], now) for r in found])
         return [r[0] for r in found]
 
     def _shadows_of(self, conn: Any, ids: list[str]) -> list[tuple[Any, ...]]:
@@ -641,23 +629,33 @@ class TaskLog:
     def add_forgotten(self, entries: list[tuple[Any, ...]]) -> int:
         """Record `forgotten_entries` of another log here (and delete any of those rows found
         here) in ONE transaction; returns how many were new."""
-        new = 0
         with self._backend.write() as conn:
-            for start in range(0, len(entries), _INSERT_CHUNK):
-                chunk = entries[start : start + _INSERT_CHUNK]
-                cur = self._exec(
-                    conn,
-                    "INSERT INTO forgotten (id, dedupe_key, forgotten_at) VALUES "
-                    + ", ".join(["(?, ?, ?)"] * len(chunk))
-                    + " ON CONFLICT DO NOTHING RETURNING id",
-                    [value for entry in chunk for value in entry],
-                )
-                ids = [r[0] for r in cur.fetchall()]
-                new += len(ids)
-                if ids:
-                    marks = ", ".join("?" * len(ids))
-                    self._exec(conn, f"DELETE FROM feedback WHERE interaction_id IN ({marks})", ids)
-                    self._exec(conn, f"DELETE FROM interactions WHERE id IN ({marks})", ids)
+            return self._bury(conn, entries)
+
+    def _bury(self, conn: Any, entries: list[tuple[Any, ...]]) -> int:
+        """Record (id, dedupe key, time) entries as forgotten and delete the rows they name,
+        by id or by dedupe key, with their feedback; returns how many entries were new."""
+        new = 0
+        for start in range(0, len(entries), _INSERT_CHUNK):
+            chunk = entries[start : start + _INSERT_CHUNK]
+            cur = self._exec(
+                conn,
+                "INSERT INTO forgotten (id, dedupe_key, forgotten_at) VALUES "
+                + ", ".join(["(?, ?, ?)"] * len(chunk))
+                + " ON CONFLICT DO NOTHING RETURNING id",
+                [value for entry in chunk for value in entry],
+            )
+            new += len(cur.fetchall())
+            ids, keys = [e[0] for e in chunk], [e[1] for e in chunk if e[1] is not None]
+            named = f"id IN ({', '.join('?' * len(ids))})"
+            named += f" OR dedupe_key IN ({', '.join('?' * len(keys))})" if keys else ""
+            doomed = [r[0] for r in self._exec(
+                conn, f"SELECT id FROM interactions WHERE {named}", ids + keys
+            ).fetchall()]  # fmt: skip
+            if doomed:
+                marks = ", ".join("?" * len(doomed))
+                self._exec(conn, f"DELETE FROM feedback WHERE interaction_id IN ({marks})", doomed)
+                self._exec(conn, f"DELETE FROM interactions WHERE id IN ({marks})", doomed)
         return new
 
     def is_forgotten(self, interaction_id: str, dedupe_key: str | None) -> bool:
