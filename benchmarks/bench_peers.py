@@ -1016,7 +1016,9 @@ def targets_line(
     t = targets(rows, systems_planned, seeds_planned, **wanted)
     planned = f" of {t['n_systems_planned']} systems × {t['n_seeds_planned']} seeds planned"
     if t["behind"]:
-        comparison = f", below {', '.join(t['behind'])}'s on the seeds both ran"
+        owners = [v + "'s" for v in t["behind"]]
+        names = " and ".join([", ".join(owners[:-1]), owners[-1]] if owners[:-1] else owners)
+        comparison = f", below {names} on the seeds both ran"
     elif t["best_peer"] is None:
         comparison = " (no peer has run yet)"
     else:
