@@ -292,6 +292,45 @@ def test_migrate_records_what_either_log_forgot_and_copies_none_of_it(
     assert third not in {r.id for r in moved.query()}
 
 
+def test_a_forget_and_an_insert_in_flight_never_leave_a_forgotten_row(pg_url):
+    import threading
+
+    import psycopg
+
+    log = TaskLog(pg_url)
+    first = Interaction([{"role": "user", "content": "q1"}], "a", dedupe_key="cc:s:1")
+    with psycopg.connect(pg_url) as writer:  # an insert in flight, not committed yet
+        writer.execute(
+            "INSERT INTO interactions (id, project, source, created_at, messages, dedupe_key) "
+            "VALUES (%s, 'default', 'api', 1.0, '[]', 'cc:s:1')",
+            (first.id,),
+        )
+        gone: list[list[str]] = []
+        forget = threading.Thread(
+            target=lambda: gone.append(log.forget(LogFilter(ids=(first.id,))))
+        )
+        forget.start()
+        forget.join(1.5)
+        assert forget.is_alive()  # it waits for the insert rather than miss its row
+    forget.join(10)
+    assert gone == [[first.id]] and log.count() == 0
+
+    second = Interaction([{"role": "user", "content": "q2"}], "a", dedupe_key="cc:s:2")
+    with psycopg.connect(pg_url) as forgetter:  # a forget in flight: its ids not committed
+        forgetter.execute("LOCK TABLE interactions IN SHARE ROW EXCLUSIVE MODE")
+        forgetter.execute(
+            "INSERT INTO forgotten (id, dedupe_key, forgotten_at) VALUES ('x', 'cc:s:2', 1.0)"
+        )
+        stored: list[bool] = []
+        insert = threading.Thread(target=lambda: stored.append(log.add(second)))
+        insert.start()
+        insert.join(1.5)
+        assert insert.is_alive()
+    insert.join(10)
+    assert stored == [False] and log.count() == 0  # it saw what the forget recorded
+    log.close()
+
+
 def test_migrate_cli_prints_what_it_copied_and_checked(pg_url, tmp_path, monkeypatch):
     home = a_sqlite_home(tmp_path, monkeypatch, rows=30)
     monkeypatch.setenv("SELFTAUGHT_HOME", str(home))

@@ -553,12 +553,12 @@ class TaskLog:
     def _insert_rows(self, conn: Any, rows: list[tuple[Any, ...]]) -> set[str]:
         """Insert rows, skipping an id or dedupe key already stored or forgotten; the ids
         inserted. One statement per chunk of rows: one round trip to a database server, not
-        one per row."""
+        one per row. The forgotten are taken out after the insert, not before: the insert
+        waits for a `forget` in flight (`Dialect.forget_lock`), so its check sees that one's
+        ids too."""
         inserted: set[str] = set()
         for start in range(0, len(rows), _INSERT_CHUNK):
-            chunk = self._not_forgotten(conn, rows[start : start + _INSERT_CHUNK])
-            if not chunk:
-                continue
+            chunk = rows[start : start + _INSERT_CHUNK]
             values = ", ".join([_ROW_VALUES] * len(chunk))
             cur = self._exec(
                 conn,
@@ -566,12 +566,20 @@ class TaskLog:
                 "ON CONFLICT DO NOTHING RETURNING id",
                 [value for row in chunk for value in row],
             )
-            inserted.update(r[0] for r in cur.fetchall())
+            new = {r[0] for r in cur.fetchall()}
+            kept = self._not_forgotten(conn, [r for r in chunk if r[0] in new])
+            dropped = new - {r[0] for r in kept}
+            if dropped:
+                marks = ", ".join("?" * len(dropped))
+                self._exec(conn, f"DELETE FROM interactions WHERE id IN ({marks})", list(dropped))
+            inserted |= new - dropped
         return inserted
 
     def _not_forgotten(self, conn: Any, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """`rows` less those whose id or dedupe key `forget` recorded, and the shadow answers
         of a forgotten row (one may arrive after its row was forgotten)."""
+        if not rows:
+            return rows
         ids = [r[0] for r in rows] + [r[_SHADOW_OF_AT] for r in rows if r[_SHADOW_OF_AT]]
         keys = [r[_DEDUPE_AT] for r in rows if r[_DEDUPE_AT] is not None]
         query = f"SELECT id, dedupe_key FROM forgotten WHERE id IN ({', '.join('?' * len(ids))})"
@@ -597,6 +605,7 @@ class TaskLog:
         deleted. Nights' folders and learned skills keep what they already learned."""
         where, args = replace(flt, limit=None).where(self._dialect)
         with self._backend.write() as conn:
+            self._hold_out_inserts(conn)
             found = self._exec(
                 conn, f"SELECT i.id, i.dedupe_key FROM interactions i{where}", args
             ).fetchall()
@@ -630,7 +639,14 @@ class TaskLog:
         """Record `forgotten_entries` of another log here (and delete any of those rows found
         here) in ONE transaction; returns how many were new."""
         with self._backend.write() as conn:
+            self._hold_out_inserts(conn)
             return self._bury(conn, entries)
+
+    def _hold_out_inserts(self, conn: Any) -> None:
+        """Wait for the inserts in flight and hold new ones until this transaction ends, so
+        that a row stored meanwhile is either seen here or sees what this one forgot."""
+        if self._dialect.forget_lock:
+            self._exec(conn, self._dialect.forget_lock)
 
     def _bury(self, conn: Any, entries: list[tuple[Any, ...]]) -> int:
         """Record (id, dedupe key, time) entries as forgotten and delete the rows they name,

@@ -8,7 +8,9 @@ turns them into the backend's. What differs:
   identity column;
 - insertion order: SQLite's implicit `rowid`, Postgres' `seq` identity column (added by the
   Postgres rendering of migration 1);
-- a tag inside the JSON `tags` array: `json_each` / `jsonb_array_elements_text`.
+- a tag inside the JSON `tags` array: `json_each` / `jsonb_array_elements_text`;
+- holding inserts out while a `forget` runs: SQLite's write transaction already does; Postgres
+  locks the table against writers (`forget_lock`).
 
 Both accept `INSERT ... ON CONFLICT DO NOTHING` (SQLite since 3.24), `LIKE ... ESCAPE '\\'`
 and partial unique indexes, so those are written once for both.
@@ -27,6 +29,7 @@ class Dialect:
     placeholder: str
     row_order: str  # the column that orders rows by insertion
     tag_clause: str  # true when the tag given as the one parameter is in i.tags
+    forget_lock: str = ""  # first in a `forget`: holds inserts out (SQLite: its write lock)
     types: tuple[tuple[str, str], ...] = ()  # (regex, replacement) on migration DDL
     extra_ddl: tuple[tuple[int, str], ...] = ()  # (after migration i, statement)
 
@@ -61,6 +64,9 @@ POSTGRES = Dialect(
     row_order="i.seq",
     tag_clause="EXISTS (SELECT 1 FROM jsonb_array_elements_text(i.tags::jsonb) t(value) "
     "WHERE t.value = ?)",
+    # conflicts with the ROW EXCLUSIVE lock an INSERT takes, and with itself (two forgets
+    # queue rather than deadlock); plain reads go on
+    forget_lock="LOCK TABLE interactions IN SHARE ROW EXCLUSIVE MODE",
     types=(
         (
             r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b",
