@@ -79,16 +79,32 @@ def thumb_row(q: str, reply: str, thumb: str, at: float = 50.0, **kw) -> Interac
     )
 
 
-def says(*replies: str | dict) -> ScriptedModel:
-    """A scripted miner answering each call with the next reply (the last one repeats); a
-    dict is sent as JSON."""
+READS = "## The user's next message"  # a next turn to read (`followup_model.py`)
+
+
+def says(*replies: str | dict, reads: str = '{"kind": "none"}') -> ScriptedModel:
+    """A scripted miner answering each call for a check with the next reply (the last one
+    repeats; a dict is sent as JSON), and each next turn to read with `reads`."""
     texts = [r if isinstance(r, str) else json.dumps(r) for r in replies]
-    model = ScriptedModel(lambda m: texts[min(len(model.calls), len(texts)) - 1], "scripted-miner")
-    return model
+    asked: list[int] = []
+
+    def answer(messages) -> str:
+        if READS in user_of(messages):
+            return reads
+        asked.append(1)
+        return texts[min(len(asked), len(texts)) - 1]
+
+    return ScriptedModel(answer, "scripted-miner")
+
+
+def checks_asked(model: ScriptedModel) -> list[list[dict]]:
+    """The calls that asked for a check (not for reading a next turn)."""
+    return [c for c in model.calls if READS not in user_of(c)]
 
 
 def miner_of(model: ScriptedModel, **kw) -> Miner:
-    return Miner(model, "scripted-miner", MinerConfig(concurrency=1), **kw)
+    """A miner that only writes checks (the next turns: `test_sleep_followup_model.py`)."""
+    return Miner(model, "scripted-miner", MinerConfig(concurrency=1, read_followups=False), **kw)
 
 
 ANSWER = {"answer": {"kind": "text", "value": "Canberra"}, "why": "the user accepted Canberra"}
@@ -331,14 +347,25 @@ def test_a_nights_miner_calls_are_on_its_ledger_evidence_and_report(tmp_path):
         miner=miner,
         miner_spec="scripted-miner",
     )
-    config = SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", since=0.0)
+    config = SleepConfig(
+        home=tmp_path,
+        log_path=tmp_path / "log.db",
+        since=0.0,
+        miner=MinerConfig(read_followups=True),
+    )
     (night,) = run_night(config, models=models)
     assert night.models.miner == "scripted-miner"
     written = night.mining.miner
-    assert written is not None and written.asked == len(miner.calls) == 4 and written.kept == 4
-    assert night.usage["miner"]["calls"] == 4  # the night's one ledger (and budget)
+    assert written is not None and written.asked == len(checks_asked(miner)) == 4
+    assert written.kept == 4
+    read = night.mining.conversation.model  # each "That's wrong." read by the miner too
+    assert (
+        read is not None and read.asked == 4 and read.outcomes == {"kept the rules' rejection": 4}
+    )
+    assert len(miner.calls) == 8
+    assert night.usage["miner"]["calls"] == 8  # the night's one ledger (and budget)
     evidence = (night.night_dir / "evidence.jsonl").read_text().splitlines()
-    assert sum(json.loads(line)["role"] == "miner" for line in evidence) == 4
+    assert sum(json.loads(line)["role"] == "miner" for line in evidence) == 8
     md = (night.night_dir / "report.md").read_text()
     assert "miner `scripted-miner`: 8 rows without a strong check, 4 shown" in md
     assert "checks kept 4" in md
@@ -387,7 +414,7 @@ def test_the_miner_is_the_optimizer_unless_named_or_off(tmp_path, miner_model, n
     written = night.mining.miner
     assert written is not None and written.asked == asked and written.ran == bool(named)
     if named == "m":
-        assert len(loaded["m"].calls) == 4 and written.kept == 4
+        assert len(checks_asked(loaded["m"])) == 4 and written.kept == 4
     if named == "opt":  # the analyst answers a miner prompt with no check: none is kept
         assert written.parse_failures == 4
 

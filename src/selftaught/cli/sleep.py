@@ -52,6 +52,7 @@ from selftaught.sleep.intake.proxy import ProxyConfig
 from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.dream import DreamConfig
+from selftaught.sleep.night.miner import MinerConfig
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.weak import WeakConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
@@ -710,6 +711,7 @@ LegacyWeightSecondsOpt = Annotated[
 ]
 
 WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
+MINER_FLAGS = {"read_followups": "miner_followups"}
 DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 
 
@@ -722,6 +724,7 @@ DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 @config_flags(WeightNightConfig, WEIGHT_FLAGS, into="weight_fields")
 @config_flags(WeakConfig, WEAK_FLAGS, into="weak_fields")
 @config_flags(DreamConfig, DREAM_FLAGS, into="dream_fields")
+@config_flags(MinerConfig, MINER_FLAGS, into="miner_fields")
 @config_flags(Stops, STOP_FLAGS, into="stop_fields")
 def sleep_run_cmd(
     night_fields: dict[str, Any],
@@ -731,6 +734,7 @@ def sleep_run_cmd(
     weight_fields: dict[str, Any],
     weak_fields: dict[str, Any],
     dream_fields: dict[str, Any],
+    miner_fields: dict[str, Any],
     stop_fields: dict[str, Any],
     project: NightProjectOpt = None,
     model: Annotated[
@@ -796,6 +800,7 @@ def sleep_run_cmd(
         target_skill_paths=tuple(target_skill_path or ()),
         training=training,
         **_nested(seed, split_fields, demo_fields, weight_fields, weak_fields, dream_fields),
+        miner=MinerConfig(**miner_fields),
         model_options=model_options(api_key, timeout, models=(model, optimizer_model, judge_model)),
         progress=console.is_terminal,
     )

@@ -97,6 +97,7 @@ from selftaught.sleep.night.consolidate import (
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.dream import DreamConfig, dream
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.night.followup_model import ModelReader
 from selftaught.sleep.night.mine import (
     NO_CHECK,
     MineConfig,
@@ -792,12 +793,14 @@ def mine(
     session record through `workspaces` (a workspace task, when its check is two-sided),
     plain exchanges through `mine.mine_one`, tool-using conversations through
     `replay.mine_tool_task` (here, above both, so neither imports the other back). `miner`
-    writes checks for the plain exchanges left without a strong one (`miner.py`).
+    reads the next turns the rules could not (`followup_model.py`, when `read_followups` is
+    set) and writes checks for the plain exchanges left without a strong one (`miner.py`).
     `unchecked`: receives the plain exchanges still dropped for having nothing to check them
     by (`mine.NO_CHECK`), as rows read from their threads, for `weak.py` (they are still
     counted as dropped)."""
     report = MineReport(read=len(interactions))
-    rows, _, conversation = read_threads(interactions, config, rejected)
+    reader = ModelReader(miner) if miner is not None and miner.config.read_followups else None
+    rows, _, conversation = read_threads(interactions, config, rejected, reader)
     rows, _, agent = read_outcomes(rows, rejected)
     if workspaces is not None:
         workspaces.report = agent

@@ -16,7 +16,8 @@
 The patterns are plain English phrasings, each bounded (no unbounded gap), read on the first
 `MAX_FOLLOWUP_CHARS` of the turn. A reply that ends with a question makes a leading "yes" /
 "no" an answer to it, not feedback. Precision is measured in `benchmarks/bench_followups.py`
-on a corpus written for it; what this misses, the miner model reads (`--miner-model`).
+on corpora written for it; what this misses (nothing read, or a rejection without its value),
+the miner model reads (`followup_model.py`).
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ class Followup:
     words: str
     reference: str | None = None
     rules: tuple[Rule, ...] = field(default_factory=tuple)
+    by: str | None = None
+    """The model that read it (`followup_model.py`); None: the rules here."""
 
     @property
     def thumb(self) -> Literal["up", "down"] | None:

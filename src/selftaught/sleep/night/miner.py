@@ -27,12 +27,14 @@ correction. Every kept check names its miner (`state["mined_check"]`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from selftaught.errors import BudgetExhausted, ConfigError, InputError
 from selftaught.models.base import ChatModel, GenerationParams, Message, run_sync
@@ -425,9 +427,19 @@ class MinerConfig:
     """Each message of the conversation as the miner reads it (head and tail kept)."""
     max_conversation_chars: int = 6000
     """The conversation's last messages that fit, as the miner reads them."""
+    read_followups: bool = False
+    """The miner also reads the user's next turns that the rules read nothing in, or only a
+    rejection without the right value (`followup_model.py`; one call per such turn, off until
+    a measurement says it pays)."""
+    max_followups: int = 200
+    """Next turns the miner reads per night (bare rejections first); the rest keep the rules'
+    reading, counted."""
+    followup_max_tokens: int = 96
+    """The reply length for a next turn's reading (a short JSON object)."""
 
     def __post_init__(self) -> None:
-        for name in ("max_rows", "max_tokens", "concurrency", "max_message_chars"):
+        names = ("max_rows", "max_tokens", "concurrency", "max_message_chars")
+        for name in (*names, "max_followups", "followup_max_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"miner {name} must be >= 1, got {getattr(self, name)}")
         if self.timeout_s <= 0:
@@ -454,6 +466,23 @@ def wants_check(task: MinedTask | None, why: str | None) -> bool:
         return bool(why) and str(why).startswith(NO_CHECK)
     s = task.state
     return not any(s.get(k) for k in ("scorer", "rules", "expected_calls", "tools"))
+
+
+_T = TypeVar("_T")
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+@dataclass
+class Parsed(Generic[_T]):
+    """One question to the miner: its status, its reply (and the repair's), what it parsed
+    into (None: nothing readable)."""
+
+    status: CallStatus = "ok"
+    raw_reply: str = ""
+    repair_reply: str | None = None
+    error: str | None = None
+    value: _T | None = None
 
 
 @dataclass
@@ -579,31 +608,48 @@ class Miner:
             evidence=_evidence_text(ev, self.config),
         )
 
-    async def _ask_all(self, prompts: dict[str, str], report: MinerReport) -> dict[str, MinerCall]:
+    @property
+    def stopped(self) -> str | None:
+        """Why the miner asks nothing more (the night's budget spent, its backend failed)."""
+        return self._stopped
+
+    async def gather(
+        self, jobs: Mapping[_K, Callable[[], Awaitable[_V]]]
+    ) -> tuple[dict[_K, _V], Counter[str]]:
+        """Run `jobs`, `concurrency` at a time: their results, and the jobs not run once the
+        miner stopped, counted by why."""
         gate = asyncio.Semaphore(self.config.concurrency)
         stopped: Counter[str] = Counter()
 
-        async def one(row_id: str, prompt: str) -> MinerCall | None:
+        async def one(key: _K, job: Callable[[], Awaitable[_V]]) -> tuple[_K, _V] | None:
             async with gate:
                 if self._stopped is not None:
                     stopped[self._stopped] += 1
                     return None
-                return await self._call(row_id, prompt)
+                return key, await job()
 
-        done = await asyncio.gather(*(one(r, p) for r, p in prompts.items()))
+        done = await asyncio.gather(*(one(k, j) for k, j in jobs.items()))
+        return dict(d for d in done if d is not None), stopped
+
+    async def _ask_all(self, prompts: dict[str, str], report: MinerReport) -> dict[str, MinerCall]:
+        jobs = {r: functools.partial(self._call, r, p) for r, p in prompts.items()}
+        calls, stopped = await self.gather(jobs)
         for reason, n in stopped.items():
             report.skipped[reason] = report.skipped.get(reason, 0) + n
-        return {c.row_id: c for c in done if c is not None}
+        return calls
 
-    async def _ask(self, prompt: str) -> str:
+    async def _ask(self, prompt: str, params: GenerationParams | None = None) -> str:
         messages: list[Message] = [{"role": "user", "content": prompt}]
-        c = await asyncio.wait_for(self.model.achat(messages, self.params), self.config.timeout_s)
+        call = self.model.achat(messages, params or self.params)
+        c = await asyncio.wait_for(call, self.config.timeout_s)
         return c.text
 
-    async def _reply(self, call: MinerCall, prompt: str) -> str | None:
+    async def _reply(
+        self, call: Parsed[Any], prompt: str, params: GenerationParams | None = None
+    ) -> str | None:
         """The model's reply, or None (the call's status and error set)."""
         try:
-            return await self._ask(prompt)
+            return await self._ask(prompt, params)
         except BudgetExhausted as err:
             self._stopped = f"the night's budget was spent ({err})"
             call.status, call.error = "budget", str(err)
@@ -614,30 +660,48 @@ class Miner:
             call.status, call.error = "backend_error", str(err) or "timed out"
         return None
 
-    async def _call(self, row_id: str, prompt: str) -> MinerCall:
-        """Ask, parse; a reply that is not a check gets ONE repair call."""
-        call = MinerCall(row_id)
-        reply = await self._reply(call, prompt)
+    async def ask_parsed(
+        self,
+        prompt: str,
+        parse: Callable[[str], _T],
+        repair: Callable[[str, str], str],
+        params: GenerationParams | None = None,
+    ) -> Parsed[_T]:
+        """Ask, parse; a reply `parse` refuses (MinerParseError) gets ONE repair call, whose
+        prompt `repair(reply, error)` writes. Every role of the miner asks through here."""
+        got: Parsed[_T] = Parsed()
+        reply = await self._reply(got, prompt, params)
         if reply is None:
-            return call
-        call.raw_reply = reply
+            return got
+        got.raw_reply = reply
         try:
-            call.check, call.cannot_check, call.invalid = parse_check(reply)
-            return call
+            got.value = parse(reply)
+            return got
         except MinerParseError as err:
-            call.error = f"invalid JSON: {err}"
-        repair = render(self.prompts["miner_repair"], reply=clip(reply, 3000), error=call.error)
-        fixed = await self._reply(MinerCall(row_id), repair)
+            got.error = f"invalid JSON: {err}"
+        fixed = await self._reply(Parsed(), repair(clip(reply, 3000), got.error), params)
         if fixed is None:
-            call.status = "invalid_json"
-            call.error += "; the repair call failed"
-            return call
-        call.repair_reply = fixed
+            got.status = "invalid_json"
+            got.error += "; the repair call failed"
+            return got
+        got.repair_reply = fixed
         try:
-            call.check, call.cannot_check, call.invalid = parse_check(fixed)
-            call.status = "repaired"
+            got.value = parse(fixed)
+            got.status = "repaired"
         except MinerParseError as err:
-            call.status, call.error = "invalid_json", f"{call.error}; after repair: {err}"
+            got.status, got.error = "invalid_json", f"{got.error}; after repair: {err}"
+        return got
+
+    async def _call(self, row_id: str, prompt: str) -> MinerCall:
+        """One row's check: asked, parsed, repaired once when it is not one."""
+
+        def repair(reply: str, error: str) -> str:
+            return render(self.prompts["miner_repair"], reply=reply, error=error)
+
+        got = await self.ask_parsed(prompt, parse_check, repair)
+        call = MinerCall(row_id, got.status, got.raw_reply, got.repair_reply, got.error)
+        if got.value is not None:
+            call.check, call.cannot_check, call.invalid = got.value
         return call
 
     def _decide(

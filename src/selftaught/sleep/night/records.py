@@ -250,6 +250,25 @@ class WindowRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class FollowupModelRecord(Record):
+    """`mining.conversation.model`: what the miner read in the next turns the rules could not
+    (`followup_model.FollowupModelReport.to_dict()`); read from `{}` when it read none."""
+
+    model: str = ""
+    candidates: int = 0
+    asked: int = 0
+    answered: int = 0
+    repaired: int = 0
+    parse_failures: int = 0
+    backend_errors: int = 0
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+    invalid_parts: int = 0
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    first_error: str | None = None
+    parse_rate: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ConversationRecord(Record):
     """`mining.conversation`: what the threads held (`signals.SignalReport.to_dict()`)."""
 
@@ -261,6 +280,9 @@ class ConversationRecord(Record):
     untrusted: int = 0
     rejected_by_operator: int = 0
     redo_turns: int = 0
+    model: FollowupModelRecord | None = None
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"model": FollowupModelRecord.from_dict}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,8 @@ whose reply was judged**, never the feedback turn or what came after it:
 
 - the user's next turn, read by `followup.read_followup` (correction → a reference and a
   thumbs-down; rejection → a thumbs-down; a restated rule → a comment whose rules check the
-  task; acceptance → a thumbs-up);
+  task; acceptance → a thumbs-up), and by the miner model where those rules read nothing or a
+  rejection without its value (`followup_model.py`, when the night has a miner);
 - a **re-ask**: the same request (a near-duplicate prompt) from the same end user (the app's
   `user` field where it sends one, else the client) within `MineConfig.reask_window_s`, in another
   conversation or as the next turn, marks the earlier reply failed (a thumbs-down).
@@ -52,6 +53,7 @@ from selftaught.sleep.intake.log import (
 )
 from selftaught.sleep.intake.threads import Thread, Turn, build_threads, message_text
 from selftaught.sleep.night.followup import Followup, read_followup
+from selftaught.sleep.night.followup_model import FollowupAsk, ModelReader, wants_model
 from selftaught.sleep.night.mine import (
     REFERENCE_REPLY,
     MineConfig,
@@ -92,6 +94,7 @@ class Signal:
     reference: str | None = None
     rules: tuple[str, ...] = ()
     source: str = "conversation"
+    read_by: str | None = None  # the model that read the words (None: the rules)
 
     @property
     def thumb(self) -> Literal["up", "down"] | None:
@@ -115,6 +118,7 @@ class SignalReport:
     untrusted: int = 0
     rejected_by_operator: int = 0
     redo_turns: int = 0  # replies to the user's verdict on an earlier reply: evidence, not tasks
+    model: dict[str, object] = field(default_factory=dict)  # the miner's reading of next turns
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -208,6 +212,7 @@ def _signal(thread: Thread, turn: Turn, read: Followup | None, kind: SignalKind)
         reference=None if read is None else read.reference,
         rules=() if read is None else tuple(r.kind for r in read.rules),
         source="conversation" if kind != "reask" else "reask",
+        read_by=None if read is None else read.by,
     )
 
 
@@ -265,31 +270,68 @@ class _Read:
     emitted: set[str] = field(default_factory=set)  # a branch shares its first turns
 
 
-def _followups(thread: Thread, config: MineConfig) -> dict[int, _Verdict]:
-    """What the next turn said of each reply of a thread (None: nothing)."""
-    said: dict[int, _Verdict] = {}
-    for turn in thread.turns:
-        read = read_followup(turn.followup, turn.reply) if config.conversation else None
-        said[turn.index] = None if read is None else (_signal(thread, turn, read, read.kind), read)
-    return said
+def _followups(
+    threads: list[Thread], config: MineConfig, reader: ModelReader | None, report: SignalReport
+) -> dict[tuple[str, int], Followup | None]:
+    """What the next turn said of each reply (None: nothing): the rules' reading, then the
+    model's where the rules read nothing or a bare rejection (one question per distinct turn:
+    branches of a conversation share their first turns)."""
+    if not config.conversation:
+        return {}
+    reads = {
+        (thread.id, turn.index): read_followup(turn.followup, turn.reply)
+        for thread in threads
+        for turn in thread.turns
+    }
+    if reader is None:
+        return reads
+    asks: dict[tuple[str, str, str], FollowupAsk] = {}
+    keys: dict[tuple[str, int], tuple[str, str, str]] = {}
+    for thread in threads:
+        private = any(it.private and not it.reviewed for it in thread.rows)
+        for turn in thread.turns:
+            ruled = reads[(thread.id, turn.index)]
+            if not wants_model(turn.followup, ruled):
+                continue
+            ask = FollowupAsk(
+                _last_user_text(turn), turn.reply, turn.followup or "", ruled, private
+            )
+            key = (ask.request, ask.reply, ask.followup)
+            keys[(thread.id, turn.index)] = key
+            if key not in asks or private:  # a private copy of the turn decides
+                asks[key] = ask
+    got, model = reader.read(list(asks.values()))
+    read = dict(zip(asks, got, strict=True))
+    for where, key in keys.items():
+        reads[where] = read[key]
+    report.model = model.to_dict()
+    return reads
 
 
 def read_threads(
-    rows: list[Interaction], config: MineConfig, rejected: set[str] | None = None
+    rows: list[Interaction],
+    config: MineConfig,
+    rejected: set[str] | None = None,
+    reader: ModelReader | None = None,
 ) -> tuple[list[Interaction], list[Signal], SignalReport]:
     """The rows to mine (one per reply of a conversation thread, the others as they are), the
-    signals read, and what the threads held."""
+    signals read, and what the threads held. `reader`: the miner reading the next turns the
+    rules could not (`followup_model.py`); None: the rules alone."""
     rejected = rejected or set()
     threads = build_threads(rows)
     by_id = {it.id: it for it in rows}
     out = _Read()
     out.report.threads = len(threads)
+    reads = _followups(threads, config, reader, out.report)
     verdicts: dict[tuple[str, int], _Verdict] = {}
     for thread in threads:
         out.report.linked_threads += thread.linked
         out.report.turns += len(thread.turns)
-        for index, v in _followups(thread, config).items():
-            verdicts[(thread.id, index)] = v
+        for turn in thread.turns:
+            read = reads.get((thread.id, turn.index))
+            verdicts[(thread.id, turn.index)] = (
+                None if read is None else (_signal(thread, turn, read, read.kind), read)
+            )
     if config.reask_window_s > 0:
         _reasks(threads, config, verdicts)
     for thread in threads:

@@ -348,6 +348,18 @@ def _conversation_lines(mining: MiningRecord) -> list[str]:
             + (f"; {rejected} rejected by the operator" if rejected else "")
             + ")"
         )
+    model = conv.model if conv is not None else None
+    if model is not None and model.candidates:
+        outcomes = ", ".join(f"{n} {k}" for k, n in model.outcomes.items()) or "none"
+        skipped = "; ".join(f"{n} {why}" for why, n in model.skipped.items())
+        rate = "n/a" if model.parse_rate is None else f"{model.parse_rate:.2f}"
+        lines.append(
+            f"- next turns read by the miner `{model.model}`: {model.candidates} the rules read "
+            f"nothing or a bare rejection in, {model.asked} asked, parse rate {rate} "
+            f"({model.repaired} repaired, {model.parse_failures} unreadable, "
+            f"{model.backend_errors} backend errors); read: {outcomes}"
+            + (f"; not asked: {skipped}" if skipped else "")
+        )
     unchecked = sum(n for why, n in mining.dropped.items() if why.startswith(NO_CHECK))
     if unchecked:
         lines.append(

@@ -1,0 +1,326 @@
+"""What the user's next turn says about a reply, read by the miner model where the rules
+(`followup.read_followup`) read nothing in it, or only a rejection without the right value.
+
+The rules read first and cost nothing; the model is never asked about a turn they read as a
+correction with its value, a restated rule or an acceptance. For each turn left, the miner
+(`miner.Miner`: its model, charged to the night's ledger and evidence log, its budget, its
+privacy rule) is shown the request, the reply and the turn, redacted and quoted as JSON strings
+(`prompts/followup.md`), and answers in a closed vocabulary: a correction with its value, a
+rejection, rules (`FOLLOWUP_RULES`), an acceptance, or none. A reply outside it gets ONE repair
+call (`prompts/followup_repair.md`); still unreadable, the turn keeps the rules' reading and the
+failure is counted, never guessed.
+
+The turn is an end user's words: at most they pick a label of the vocabulary. What the model
+says is kept only where the turn bears it out:
+
+- a correction's value must be in the turn itself (case, spacing, thousands separators and
+  number formatting aside) and not be what the reply already said; otherwise the correction
+  is read as a rejection (`downgraded`);
+- a rule's count must be written in the turn; a rule outside the vocabulary is dropped;
+- where the rules read a rejection, the model can only add its value: any other answer keeps
+  the rules' rejection.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, get_args
+
+from selftaught.models.base import GenerationParams, run_sync
+from selftaught.redact import redact_for_model
+from selftaught.skill.reflect import render
+from selftaught.sleep.night.checks import LANGUAGES, Rule
+from selftaught.sleep.night.followup import MAX_FOLLOWUP_CHARS, Followup
+from selftaught.sleep.night.mine import quoted
+from selftaught.sleep.night.miner import Miner, MinerParseError, Parsed, load_prompt
+from selftaught.tasks.extract import extract_json
+
+ReadKind = Literal["correction", "rejection", "rule", "acceptance", "none"]
+READ_KINDS: tuple[str, ...] = get_args(ReadKind)
+FOLLOWUP_RULES = (
+    "max_words",
+    "max_sentences",
+    "max_chars",
+    "json",
+    "bullets",
+    "numbered",
+    "just_number",
+    "shorter",
+    "language",
+)
+_COUNTED = ("max_words", "max_sentences", "max_chars")
+PROMPTS = ("followup", "followup_repair")
+PROMPT_TEXT = "\n".join(load_prompt(name) for name in PROMPTS)
+MAX_VALUE_CHARS = 120
+MAX_REQUEST_CHARS = 600
+MAX_REPLY_CHARS = 1200
+
+
+@dataclass(frozen=True)
+class ModelRead:
+    """The model's answer, parsed: its kind, a correction's value, the rules in the
+    vocabulary, and how many parts were outside it."""
+
+    kind: ReadKind
+    value: str | None = None
+    rules: tuple[Rule, ...] = ()
+    invalid: int = 0
+
+
+def _rule(raw: Any) -> Rule | None:
+    """One rule of the vocabulary (a count unchecked yet), or None."""
+    if not isinstance(raw, dict) or raw.get("kind") not in FOLLOWUP_RULES:
+        return None
+    kind, value = raw["kind"], raw.get("value")
+    if kind in _COUNTED:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 10_000
+        return Rule(kind, value) if ok else None
+    if kind == "language":
+        name = str(value or "").strip().lower()
+        return Rule(kind, name) if name in LANGUAGES else None
+    return Rule(kind)
+
+
+def parse_read(text: str) -> ModelRead:
+    """The model's answer; MinerParseError when it is no JSON object of the vocabulary."""
+    try:
+        value = extract_json(text)
+    except ValueError as err:
+        raise MinerParseError(str(err)) from err
+    if not isinstance(value, dict):
+        raise MinerParseError(f"expected a JSON object, got {type(value).__name__}")
+    kind = value.get("kind")
+    if kind not in READ_KINDS:
+        raise MinerParseError(f"kind must be one of {', '.join(READ_KINDS)}, got {kind!r}")
+    if kind == "correction":
+        said = value.get("value")
+        if isinstance(said, bool) or not isinstance(said, (str, int, float)) or not str(said):
+            raise MinerParseError("a correction needs its value, as a text")
+        if re.search(r"<[^<>\n]{1,80}>", str(said)) and str(said) in PROMPT_TEXT:
+            raise MinerParseError(f"the value {said!r} copies the prompt's placeholder")
+        return ModelRead("correction", str(said).strip())
+    if kind == "rule":
+        raw = value.get("rules")
+        listed = raw if isinstance(raw, list) else [raw] if raw is not None else []
+        rules = [r for r in map(_rule, listed) if r is not None]
+        return ModelRead("rule", rules=tuple(rules), invalid=len(listed) - len(rules))
+    return ModelRead(kind)
+
+
+# ---- what the turn bears out ----------------------------------------------------------------
+
+
+def _norm(text: str) -> str:
+    """Case, spacing and thousands separators aside; "17 km" as "17km"."""
+    t = unicodedata.normalize("NFKC", text).casefold()
+    t = re.sub(r"(?<=\d)[,'’\u00a0\u202f ](?=\d{3}(?!\d))", "", t)
+    t = " ".join(t.split())
+    return re.sub(r"(?<=\d) (?=[^\W\d_]|[%°])", "", t)
+
+
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?")
+_NUMBER_VALUE = re.compile(r"([-+]?[$€£]?)(\d+(?:\.\d+)?)(\S{0,12})")
+
+
+def found_in(value: str, text: str) -> bool:
+    """`value` is written in `text`, as a whole word or phrase: case, spacing, thousands
+    separators and a number's formatting ("12.0", "12") aside."""
+    v, t = _norm(value), _norm(text)
+    if not v:
+        return False
+    sign = r"(?<![-+])" if v[0].isdigit() else ""  # "3" is not in "-3"
+    if re.search(rf"(?<!\w)(?<!\d[.,]){sign}{re.escape(v)}(?!\w)(?![.,]\d)", t):
+        return True
+    m = _NUMBER_VALUE.fullmatch(v)
+    if m is None:
+        return False
+    number = float(m.group(2)) * (-1 if "-" in m.group(1) else 1)
+    return any(
+        float(hit.group(0)) == number and t[hit.end() :].startswith(m.group(3))
+        for hit in _NUMBER.finditer(t)
+    )
+
+
+def checked_value(value: str | None, followup: str, reply: str) -> str | None:
+    """A correction's value when the user's turn bears it out: written in the turn, short, and
+    not what the reply already said (the user quoting it); else None."""
+    if value is None:
+        return None
+    marks = "\"'`“”‘’«»,;:!? "
+    value = " ".join(value.split()).strip(marks).rstrip(".").strip(marks)
+    if not value or len(value) > MAX_VALUE_CHARS or not found_in(value, followup):
+        return None
+    return None if found_in(value, reply) else value
+
+
+def _count_said(rule: Rule, followup: str) -> bool:
+    if rule.kind not in _COUNTED:
+        return True
+    return re.search(rf"(?<!\d){rule.arg}(?!\d)", _norm(followup)) is not None
+
+
+# ---- asking --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FollowupAsk:
+    """One next turn for the model: the request and its reply, the user's turn, what the
+    rules read in it (nothing, or a bare rejection), and whether its rows are private."""
+
+    request: str
+    reply: str
+    followup: str
+    ruled: Followup | None = None
+    private: bool = False
+
+    @property
+    def words(self) -> str:
+        return " ".join(self.followup[:MAX_FOLLOWUP_CHARS].split())
+
+
+def wants_model(followup: str | None, ruled: Followup | None) -> bool:
+    """Whether the model is asked about a next turn: there is one, and the rules read nothing
+    in it or a rejection without its value."""
+    return bool(followup and followup.strip()) and (ruled is None or ruled.kind == "rejection")
+
+
+def settle(ask: FollowupAsk, got: ModelRead, by: str) -> tuple[Followup | None, str]:
+    """What the night takes from the model's reading of `ask`, and the outcome's name."""
+    ruled = ask.ruled
+    if got.kind == "correction":
+        value = checked_value(got.value, ask.words, ask.reply)
+        rules = ruled.rules if ruled is not None else ()
+        if value is not None:
+            return Followup("correction", ask.words, value, rules, by=by), "correction"
+        return ruled or Followup("rejection", ask.words, None, (), by=by), "downgraded"
+    if ruled is not None:
+        return ruled, "kept the rules' rejection"
+    if got.kind in ("rejection", "acceptance"):
+        return Followup(got.kind, ask.words, by=by), got.kind
+    if got.kind == "rule":
+        rules = _rules(got.rules, ask)
+        if rules:
+            return Followup("rule", ask.words, None, rules, by=by), "rule"
+        return None, "rule outside the vocabulary"
+    return None, "none"
+
+
+def _rules(rules: tuple[Rule, ...], ask: FollowupAsk) -> tuple[Rule, ...]:
+    """The rules the turn bears out, one per kind ("shorter": at most half the reply's
+    words)."""
+    out: dict[str, Rule] = {}
+    for rule in rules:
+        if rule.kind == "shorter":
+            rule = Rule("max_words", max(1, len(ask.reply.split()) // 2), "shorter")
+        if _count_said(rule, ask.words) and rule.kind not in out:
+            out[rule.kind] = Rule(rule.kind, rule.arg, rule.said or "read by the miner")
+    return tuple(out.values())
+
+
+@dataclass
+class FollowupModelReport:
+    """What the model read in one night: the mining report's `conversation.model`."""
+
+    model: str = ""
+    candidates: int = 0  # next turns the rules read nothing or a bare rejection in
+    asked: int = 0
+    answered: int = 0  # replies that parsed (repaired ones included)
+    repaired: int = 0
+    parse_failures: int = 0
+    backend_errors: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)  # correction, downgraded, none, ...
+    invalid_parts: int = 0  # rules outside the vocabulary, dropped
+    skipped: dict[str, int] = field(default_factory=dict)  # why -> turns never asked
+    first_error: str | None = None
+
+    @property
+    def parse_rate(self) -> float | None:
+        replied = self.asked - self.backend_errors
+        return self.answered / replied if replied else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "parse_rate": self.parse_rate}
+
+
+class ModelReader:
+    """The miner in its second role: reads the next turns the rules could not
+    (`read(asks)`), through the miner's own calls (its ledger, budget and concurrency)."""
+
+    def __init__(self, miner: Miner):
+        self.miner = miner
+        self.prompt, self.repair_prompt = (load_prompt(name) for name in PROMPTS)
+        self.params = GenerationParams(max_tokens=miner.config.followup_max_tokens, temperature=0.0)
+
+    def read(self, asks: list[FollowupAsk]) -> tuple[list[Followup | None], FollowupModelReport]:
+        """Per ask, in order: what the night reads in the turn (the rules' reading where the
+        model was not asked or not understood); and the report."""
+        report = FollowupModelReport(model=self.miner.name, candidates=len(asks))
+        chosen = self._choose(asks, report)
+        jobs = {i: functools.partial(self._ask, asks[i]) for i in chosen}
+        answers, stopped = run_sync(self.miner.gather(jobs))
+        for why, n in stopped.items():
+            report.skipped[why] = report.skipped.get(why, 0) + n
+        out: list[Followup | None] = []
+        for i, ask in enumerate(asks):
+            got = answers.get(i)
+            out.append(ask.ruled if got is None else self._settle(ask, got, report))
+        return out, report
+
+    def _choose(self, asks: list[FollowupAsk], report: FollowupModelReport) -> list[int]:
+        """The turns to ask about: allowed to this miner, up to the cap, bare rejections
+        first."""
+        skipped: Counter[str] = Counter()
+        ranked = []
+        for i, ask in enumerate(asks):
+            if ask.private and not self.miner.send_private:
+                skipped["private row: the miner is a remote model"] += 1
+            else:
+                ranked.append(i)
+        ranked.sort(key=lambda i: asks[i].ruled is None)
+        cap = self.miner.config.max_followups
+        if len(ranked) > cap:
+            skipped[f"over the cap of {cap} next turns a night"] += len(ranked) - cap
+        report.skipped = dict(skipped)
+        return ranked[:cap]
+
+    async def _ask(self, ask: FollowupAsk) -> Parsed[ModelRead]:
+        prompt = render(
+            self.prompt,
+            request=quoted(ask.request, MAX_REQUEST_CHARS),
+            reply=quoted(ask.reply, MAX_REPLY_CHARS),
+            followup=quoted(ask.words, MAX_FOLLOWUP_CHARS),  # the end user's words, last
+        )
+
+        def repair(reply: str, error: str) -> str:
+            return render(self.repair_prompt, reply=reply, error=error)
+
+        return await self.miner.ask_parsed(prompt, parse_read, repair, self.params)
+
+    def _settle(
+        self, ask: FollowupAsk, got: Parsed[ModelRead], report: FollowupModelReport
+    ) -> Followup | None:
+        """Count the call; what the night reads in the turn."""
+        if got.status == "budget":
+            why = self.miner.stopped or "the night's budget was spent"
+            report.skipped[why] = report.skipped.get(why, 0) + 1
+            return ask.ruled
+        report.asked += 1
+        if got.status == "backend_error":
+            report.backend_errors += 1
+            report.first_error = report.first_error or redact_for_model(str(got.error))[:300]
+            return ask.ruled
+        if got.value is None:
+            report.parse_failures += 1
+            return ask.ruled
+        report.answered += 1
+        report.repaired += got.status == "repaired"
+        report.invalid_parts += got.value.invalid
+        read, outcome = settle(ask, got.value, self.miner.name)
+        report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
+        return read
