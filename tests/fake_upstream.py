@@ -25,6 +25,16 @@ def echo(messages: list[dict[str, Any]]) -> str:
     return "echo: " + str(messages[-1].get("content"))
 
 
+def quoted_keys(headers: Any) -> str:
+    """The key headers of a request, quoted back as an upstream that echoes them would: each
+    key bare (no pattern knows it), then each header as it came."""
+    sent = [
+        (n, headers[n]) for n in ("Authorization", "x-api-key", "x-goog-api-key") if headers.get(n)
+    ]
+    bare = ", ".join(value.removeprefix("Bearer ") for _, value in sent)
+    return f"{bare} (you sent {', '.join(f'{n}: {v}' for n, v in sent)})"
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # many clients connect at once
@@ -35,7 +45,8 @@ Route = Callable[[Any, dict[str, Any]], None]
 
 class FakeUpstream:
     """`faults` queue: "500", "429", "401", "400" answer that status with an OpenAI error body;
-    "broken" starts a stream and cuts it. `chunk_delay_s` paces streamed chunks."""
+    "echo-401" answers 401 quoting the request's key headers (as some servers do); "broken"
+    starts a stream and cuts it. `chunk_delay_s` paces streamed chunks."""
 
     def __init__(
         self,
@@ -123,6 +134,9 @@ class FakeUpstream:
                     outer.requests.append(body)
                     outer.headers.append(dict(self.headers))
                     fault = outer.faults.popleft() if outer.faults else "ok"
+                if fault == "echo-401":
+                    message = f"Incorrect API key provided: {quoted_keys(self.headers)}"
+                    return self._json(401, {"error": {"message": message, "type": "auth"}})
                 if fault.isdigit():
                     message = f"injected {fault}"
                     return self._json(int(fault), {"error": {"message": message, "type": "test"}})

@@ -2,8 +2,9 @@
 (`POST /v1/messages`) and Google's Gemini API (`POST /v1beta/models/MODEL:generateContent`).
 
 `faults` is a queue of what the next requests get: "ok", "429", "500", "503", "529", "401",
-"400", "timeout" (sleeps past the client's timeout). Answers come from `answer(body)`: a text,
-or `{"tool": NAME, "args": {...}}` for one tool call. Each server keeps a prompt cache the way
+"400", "timeout" (sleeps past the client's timeout), "echo-401" (a 401 quoting the key
+headers). Answers come from `answer(body)`: a text, or `{"tool": NAME, "args": {...}}` for one
+tool call. Each server keeps a prompt cache the way
 its vendor does: Anthropic caches the prefix up to a block marked `cache_control` (the first
 request writes it, the next ones read it); Gemini caches a system instruction it has seen
 before by itself. Token counts are characters // 4."""
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.fake_upstream import quoted_keys
 from tests.fault_server import JsonHandler
 
 Answer = Callable[[dict[str, Any]], "str | dict[str, Any]"]
@@ -88,6 +90,8 @@ class NativeServer:
                 if fault == "timeout":
                     time.sleep(server.timeout_sleep_s)
                     fault = "503"
+                if fault == "echo-401":
+                    return self._send(*server.error(401, f"bad key: {quoted_keys(self.headers)}"))
                 if not server.authorized(self.headers) or fault == "401":
                     return self._send(*server.error(401, "invalid x-api-key"))
                 if fault != "ok":

@@ -16,6 +16,10 @@ the caller (`redact_text(text, extra_patterns)`, `Redactor(...)`) or from
 `<home>/redact_patterns.txt` (one regex per line; the whole match, or group 1 when there is
 one, is redacted).
 
+Keys selftaught was given (a model's or the proxy's API key: `add_secret`, and the vendors' key
+variables: KEY_VARIABLES) are replaced wherever they stand, whatever they look like, before the
+table runs: an upstream may quote the key it was sent in an error.
+
 Deliberately left alone: bare high-entropy strings (git hashes, sha256, UUIDs, base64 data),
 because they are what code is full of; a secret without a known prefix or a telling name is
 missed. `tests/test_sleep_redact.py` measures both sides on a corpus.
@@ -76,6 +80,47 @@ _NOT_A_SECRET = re.compile(
     r"(?:os\.)?(?:environ|getenv)\b.*|process\.env\b.*|env\(.*|[A-Za-z_][\w.]*\(.*)$",
     re.IGNORECASE,
 )
+
+
+# The variables that hold API keys; their values are scrubbed like the keys given in code.
+KEY_VARIABLES = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "SELFTAUGHT_API_KEY",
+)
+# A shorter key is not scrubbed: it would cut ordinary words (a local server's "EMPTY", "k").
+MIN_SECRET_CHARS = 8
+_given: set[str] = set()
+_given_lock = threading.Lock()
+
+
+def add_secret(value: str | None) -> None:
+    """Remember a key this process was given (a model's, the proxy's), so that every text
+    redacted from now on has it replaced, whatever it looks like."""
+    if value and len(value) >= MIN_SECRET_CHARS:
+        with _given_lock:
+            _given.add(value)
+
+
+def known_secrets() -> list[str]:
+    """The keys given (`add_secret`) and those in KEY_VARIABLES, longest first (a key that
+    holds another is replaced whole)."""
+    with _given_lock:
+        keys = set(_given)
+    keys.update(v for v in (os.environ.get(name, "") for name in KEY_VARIABLES) if v)
+    return sorted((k for k in keys if len(k) >= MIN_SECRET_CHARS), key=len, reverse=True)
+
+
+def scrub_secrets(text: str, secrets: Iterable[str] | None = None) -> tuple[str, int]:
+    """`text` with each known key (or each of `secrets`) replaced, and how many were."""
+    total = 0
+    for secret in known_secrets() if secrets is None else secrets:
+        if len(secret) >= MIN_SECRET_CHARS and secret in text:
+            total += text.count(secret)
+            text = text.replace(secret, MARK.format("api_key"))
+    return text, total
 
 
 @dataclass(frozen=True)
@@ -525,10 +570,10 @@ class Redactor:
         or a fresh one for this call) the whole text is WITHHELD instead, counted as one
         redaction (whatever was found before) and in `deadline.withheld`: fails closed."""
         deadline = deadline or self.deadline()
-        total, out = 0, text
+        out, total = scrub_secrets(text)
         try:
             deadline.check()  # a row's spent deadline: not even the folding below
-            folded = _fold(text)
+            folded = _fold(out)
             for pattern in self.patterns:
                 deadline.check()
                 if pattern.gate and not any(word in folded for word in pattern.gate):
@@ -700,5 +745,6 @@ def redact_text(text: str, extra_patterns: Iterable[str] = ()) -> tuple[str, int
 
 
 def redact_for_model(text: str) -> str:
-    """What part 2 calls on logged text before it goes to an optimizer or judge model."""
+    """Text as it may leave the log: logged text before it goes to an optimizer or judge model,
+    and error text before it is printed or stored (an upstream may quote a key in it)."""
     return default_redactor().redact(text)[0]

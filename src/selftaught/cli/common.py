@@ -33,9 +33,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def friendly_errors(fn: F) -> F:
-    """The one place errors meet the user: any `SelftaughtError` becomes one sentence and the
-    exit code of its kind (the table in `selftaught.errors`). Anything else is a bug and keeps
-    its traceback."""
+    """The one place errors meet the user: any `SelftaughtError` becomes one sentence, redacted
+    (a server's message may quote a key), and the exit code of its kind (the table in
+    `selftaught.errors`). Anything else is a bug and keeps its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -43,10 +43,21 @@ def friendly_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except SelftaughtError as err:
             # escaped: a message's brackets (pip install "selftaught[local]") are not markup
-            console.print(f"[bold red]error:[/] {escape(str(err))}", soft_wrap=True)
+            console.print(f"[bold red]error:[/] {escape(_redacted(err))}", soft_wrap=True)
             raise typer.Exit(err.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _redacted(err: Exception) -> str:
+    """An error's message as it may be shown: redacted, else (the redaction patterns file is
+    what is wrong) with the keys given cut."""
+    from selftaught.redact import redact_for_model, scrub_secrets
+
+    try:
+        return redact_for_model(str(err))
+    except SelftaughtError:
+        return scrub_secrets(str(err))[0]
 
 
 def read_text_file(path: Path | None, what: str) -> str:

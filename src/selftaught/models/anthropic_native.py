@@ -33,6 +33,7 @@ from selftaught.models.errors import (
     with_retries,
 )
 from selftaught.models.native_messages import text_of, tool_call, tool_input
+from selftaught.redact import add_secret
 
 LOCAL_KEY = "EMPTY"  # a scripted or self-hosted Messages server accepts any key
 CACHED = {"type": "ephemeral"}
@@ -64,7 +65,7 @@ def classify_anthropic_error(sdk: Any, backend: str, err: Exception) -> Exceptio
         return TransientBackendError(backend, f"connection failed ({err.__cause__ or err})")
     if isinstance(err, sdk.APIStatusError):
         detail = err.api_message or err.message or ""
-        return classify_status(backend, err.status_code, str(detail)[:300])
+        return classify_status(backend, err.status_code, str(detail))
     return err
 
 
@@ -101,6 +102,7 @@ class AnthropicModel(AsyncChatModel):
         self.timeout_s = timeout_s
         self.cache_prompt = cache_prompt
         self._key = key
+        add_secret(key)  # cut from any text redacted: an upstream may quote it
         self._clients: PerLoop[Any] = PerLoop()
         self._sign = sign
 

@@ -30,10 +30,22 @@ class FatalBackendError(BackendError):
     """401/403, unknown model, unreachable endpoint after retries, bad request: stop the run."""
 
 
+DETAIL_CHARS = 300  # of a server's message, kept in the error
+
+
+def server_detail(message: str) -> str:
+    """A server's error message as an error may hold it: redacted (a server may quote the key
+    it was sent), then cut to DETAIL_CHARS, so that the cut never leaves a key's first part."""
+    from selftaught.redact import redact_for_model
+
+    return redact_for_model(message[: 16 * DETAIL_CHARS])[:DETAIL_CHARS]
+
+
 def classify_status(backend: str, status: int, detail: str) -> BackendError:
     """One rule for every HTTP backend: 408, 409, 425, 429 and 5xx (Anthropic's 529
     "overloaded" too) are transient; 401/403 (a rejected key), 404 (no such model or URL) and
-    any other 4xx are fatal, each with the server's own message."""
+    any other 4xx are fatal, each with the server's own message (`server_detail`)."""
+    detail = server_detail(detail)
     if status in (408, 409, 425, 429) or status >= 500:
         return TransientBackendError(backend, f"HTTP {status}: {detail}", status=status)
     if status in (401, 403):

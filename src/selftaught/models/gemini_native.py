@@ -35,6 +35,7 @@ from selftaught.models.errors import (
     with_retries,
 )
 from selftaught.models.native_messages import text_of, tool_call, tool_input
+from selftaught.redact import add_secret
 
 LOCAL_KEY = "EMPTY"  # a scripted or self-hosted server accepts any key
 BASE_URL_ENV = ("GEMINI_BASE_URL", "GOOGLE_GEMINI_BASE_URL")  # ours, then the SDK's own
@@ -72,7 +73,7 @@ def _transport_error(err: Exception) -> bool:
 def classify_gemini_error(genai: Any, backend: str, err: Exception) -> Exception:
     """Map an SDK exception onto transient (retry) or fatal (stop the run)."""
     if isinstance(err, genai.errors.APIError):
-        detail = str(err.message or err.status or "")[:300]
+        detail = str(err.message or err.status or "")
         return classify_status(backend, int(err.code or 0), detail)
     if _transport_error(err):
         kind = "timed out" if "Timeout" in type(err).__name__ else f"failed ({err})"
@@ -108,6 +109,7 @@ class GeminiModel(AsyncChatModel):
         self.retry = retry or RetryPolicy()
         self.timeout_s = timeout_s
         self._key = key
+        add_secret(key)  # cut from any text redacted: an upstream may quote it
         self._clients: PerLoop[Any] = PerLoop()
         self._n_supported: bool | None = None  # None: not tried yet
 

@@ -33,6 +33,7 @@ from selftaught.models.errors import (
     with_retries,
 )
 from selftaught.models.tools import check_tool_calls, tool_names
+from selftaught.redact import add_secret
 
 LOCAL_KEY = "EMPTY"  # local servers accept any key
 
@@ -53,10 +54,10 @@ def _error_message(err: openai.APIStatusError) -> str:
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:300]
+            return str(inner["message"])
         if isinstance(inner, str):
-            return inner[:300]
-    return (err.message or "")[:300]
+            return inner
+    return err.message or ""
 
 
 class OpenAICompatModel(AsyncChatModel):
@@ -87,6 +88,7 @@ class OpenAICompatModel(AsyncChatModel):
         self.retry = retry or RetryPolicy()
         self.timeout_s = timeout_s
         self._key = key
+        add_secret(key)  # cut from any text redacted: an upstream may quote it
         self._clients: PerLoop[openai.AsyncOpenAI] = PerLoop()
         self._checked = False
         self._n_supported: bool | None = None  # None: not tried yet

@@ -34,6 +34,7 @@ from selftaught.models.base import GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.resolve import ModelLike, resolve_model
 from selftaught.models.usage import Budget, BudgetExhausted, TrackedModel, UsageLedger
+from selftaught.redact import redact_for_model
 from selftaught.results import Score
 from selftaught.rollout import Rollout
 from selftaught.runs import atomic_write_json, atomic_write_text, read_json, write_jsonl
@@ -263,7 +264,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
                     "stage": stage,
                     "after_step": st.step,
                     "backend": err.backend,
-                    "cause": err.cause,
+                    "cause": redact_for_model(err.cause),  # a server may quote a key
                     "status": err.status,
                 },
             )

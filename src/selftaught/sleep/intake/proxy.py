@@ -57,6 +57,7 @@ from urllib.parse import urlsplit
 
 from selftaught.errors import BackendError, InputError, RunError, SelftaughtError
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, LOOPBACK, install_guard, strip_credentials
+from selftaught.redact import MARK, MIN_SECRET_CHARS, add_secret
 from selftaught.retrieval import RetrievalUnavailable
 from selftaught.sleep.adoption.probation import STAGED, ProbationConfig
 from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
@@ -256,6 +257,7 @@ def build_upstream(config: ProxyConfig) -> Upstream:
     if config.upstream.strip() in SHORTCUTS:
         base, env = SHORTCUTS[config.upstream.strip()]
         key = config.api_key or os.environ.get(env) or None
+        add_secret(key)  # cut from every row the proxy logs
         client = httpx.AsyncClient(timeout=timeout, limits=limits)
         return Upstream(client, base, None, False, key, key is None and not keyed)
     spec = parse_model_spec(config.upstream)
@@ -280,6 +282,7 @@ def build_upstream(config: ProxyConfig) -> Upstream:
             base += "/v1"
         client = httpx.AsyncClient(timeout=timeout, limits=limits)
         own_key = config.api_key
+        add_secret(own_key)
         return Upstream(
             client, base, spec.model or None, False, own_key, own_key is None and not keyed
         )
@@ -288,6 +291,7 @@ def build_upstream(config: ProxyConfig) -> Upstream:
         raise ProxyError(
             f"upstream {config.upstream!r} needs an API key: set OPENAI_API_KEY or pass --api-key"
         )
+    add_secret(key)
     base = (os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip("/")
     client = httpx.AsyncClient(timeout=timeout, limits=limits)
     return Upstream(client, base, spec.model, False, key, False)
@@ -671,6 +675,7 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
         return error_response(status, message, "upstream_error", record.id)
     if response.status_code >= 400 or not stream:
         answer = await response.aread() if stream else response.content
+        answer = without_keys(answer, presented_keys(headers))
         await response.aclose()
         await _stored(
             state, _finish_plain(state, wire, record, started, response.status_code, answer)
@@ -735,6 +740,15 @@ def _count_replaced(state: ProxyState, record: Interaction, replaced: int) -> No
     if replaced:
         record.meta[REPLACED] = int(record.meta.get(REPLACED) or 0) + replaced
         state.replaced_chars += replaced
+
+
+def without_keys(content: bytes, keys: list[str]) -> bytes:
+    """An upstream's answer with the keys it was sent cut out: a server may quote the key in
+    a 401, and the operator's key must never reach a client (nor either key the log)."""
+    for key in keys:
+        if len(key) >= MIN_SECRET_CHARS and key.encode() in content:
+            content = content.replace(key.encode(), MARK.format("api_key").encode())
+    return content
 
 
 def _networkerror_response(err: Exception) -> tuple[int, str]:

@@ -58,6 +58,7 @@ from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
 from selftaught.models.usage import Budget, TrackedModel, UsageLedger
 from selftaught.policy import Policy
+from selftaught.redact import redact_for_model
 from selftaught.runs import (
     atomic_write_json,
     atomic_write_text,
@@ -1378,7 +1379,10 @@ def _auto_adopt(
 
 
 def _finish(night_dir: Path, night: NightResult, evidence: EvidenceLog) -> None:
-    """The night's last writes: diagnostics, report.md, then report.json (its status)."""
+    """The night's last writes: diagnostics, report.md, then report.json (its status). Its
+    reason and notes are redacted first: they quote errors, and a server may quote a key."""
+    night.reason = redact_for_model(night.reason) if night.reason else night.reason
+    night.notes = tuple(redact_for_model(note) for note in night.notes)
     night.evidence_calls = evidence.calls
     night.ended_at = time.time()
     if night.status not in staging.ADVANCES_CURSOR:
