@@ -20,6 +20,7 @@ from selftaught.http_guard import (  # noqa: E402
     MAX_JSON_DEPTH,
     bearer_token,
     is_loopback_name,
+    loopback_host,
     strip_credentials,
 )
 from selftaught.serve import serve_in_background  # noqa: E402
@@ -87,6 +88,56 @@ def test_a_foreign_host_is_refused(server, host):
     assert httpx.get(server.url + "/models", headers={"host": host}).status_code == 403
 
 
+# Spellings a lax parser reads as loopback (issue 63: `[::1].evil.example` and
+# `127.0.0.1:80@evil.example` were answered), each refused by `loopback_host`.
+NOT_LOOPBACK_HOSTS = [
+    "[::1].evil.example",
+    "127.0.0.1:80@evil.example",
+    "[::1]:80@evil.example",
+    "user@127.0.0.1",
+    "user:pw@localhost:8080",
+    "localhost:80:80",
+    "localhost:http",
+    "127.0.0.1:99999",
+    "[127.0.0.1]",
+    "[::1]x",
+    "localhost#.evil.example",
+    "127.0.0.1/evil",
+    "localhost\\evil.example",
+    "",
+]
+
+
+@pytest.mark.parametrize("host", NOT_LOOPBACK_HOSTS)
+def test_host_is_parsed_strictly(server, host):
+    before = server.calls()
+    refused(server, server.post(BODY, {**JSON, "host": host}), 403, before)
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://evil.example@127.0.0.1",
+        "http://127.0.0.1:80@evil.example",
+        "http://[::1].evil.example",
+        "http://localhost/x",
+        "file://localhost",
+        "http://localhost:8080 junk",
+    ],
+)
+def test_origin_is_parsed_strictly(server, origin):
+    before = server.calls()
+    refused(server, server.post(BODY, {**JSON, "origin": origin}), 403, before)
+
+
+def test_the_host_parser_names_what_it_accepts():
+    assert all(
+        map(loopback_host, ["127.0.0.1", "127.0.0.1:8011", "LOCALHOST:1", "[::1]", "[::1]:80"])
+    )
+    assert all(map(loopback_host, ["a.localhost", "127.9.9.9:65535", " localhost "]))
+    assert not any(map(loopback_host, NOT_LOOPBACK_HOSTS))
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost:{port}", "[::1]:{port}", "127.0.0.2"])
 def test_loopback_hosts_with_any_port_are_accepted(server, host):
     headers = {**JSON, "host": host.format(port=server.port)}
@@ -129,6 +180,11 @@ BAD_JSON = {
     "a_number": "1e999",
     "truncated": '{"messages": [',
     "not_utf8": b'{"messages": "\xff\xfe"}',
+    # numbers JSON cannot spell, which Python's json reads anyway (issue 63, class 8)
+    "nan_inside": '{"messages": [], "max_tokens": NaN}',
+    "infinity_inside": '{"messages": [], "temperature": Infinity}',
+    "minus_infinity_inside": '{"messages": [], "temperature": -Infinity}',
+    "overflow_inside": '{"messages": [], "top_p": 1e400}',
 }
 
 

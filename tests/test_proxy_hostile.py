@@ -45,6 +45,16 @@ RAW = {
 }
 
 
+# Numbers JSON has no spelling for (Python's json reads them as floats that are not finite)
+NOT_JSON_NUMBERS = {
+    "1e400": b"1e400",
+    "-1e400": b"-1e400",
+    "NaN": b"NaN",
+    "Infinity": b"Infinity",
+    "-Infinity": b"-Infinity",
+}
+
+
 def dumps(value: Any) -> bytes:
     """JSON bytes (a lone surrogate escaped, as a client sends it), placeholders filled."""
     out = json.dumps(value).encode()
@@ -283,12 +293,7 @@ def field_types(wire: str) -> dict[str, dict[str, Any]]:
         },
         "tool_choice list": {"tool_choice": [1]},
         "tool_choice odd object": {"tool_choice": {"type": 5, "name": [1]}},
-        "huge numbers": {
-            "max_tokens": "__INF__",
-            "temperature": "__NEGINF__",
-            "top_p": "__NAN__",
-            "n": "__BIG__",
-        },
+        "a 4000-digit integer": {"n": "__BIG__", "max_tokens": "__BIG__"},
         "nested 90 deep": {"extra": "__DEEP__"},
     }
     if wire == "chat":
@@ -387,6 +392,9 @@ def request_cases(wire: str) -> list[Case]:
     cases.append(Case(f"{wire} request invalid UTF-8", wire, bad_utf8, b"", False, status=400))
     too_deep = dumps({**basic(wire), "x": "__TOO_DEEP__"})  # refused by selftaught.http_guard
     cases.append(Case(f"{wire} request nested too deep", wire, too_deep, b"", False, status=400))
+    for name, raw in NOT_JSON_NUMBERS.items():  # refused by selftaught.http_guard too
+        body = dumps({**basic(wire), "max_tokens": "__X__"}).replace(b'"__X__"', raw)
+        cases.append(Case(f"{wire} request max_tokens {name}", wire, body, b"", False, status=400))
     return cases
 
 
@@ -1002,3 +1010,31 @@ def test_feedback_with_a_lone_surrogate_is_stored_as_u_fffd(tmp_path, log_at):
     with TaskLog(log_at) as log:
         fb = log.get(outcome.id or "").feedback
     assert (fb.comment, fb.reference) == ("wrong\ufffd", "4\ufffd")
+
+
+def test_feedback_scores_must_be_finite_numbers_from_0_to_1(tmp_path, log_at):
+    """Issue 63, class 8: a score of 1e400 was a 500 with a traceback; NaN and ±Infinity were
+    stored. Each is now a 400 in one sentence, and nothing is stored; so is a score out of
+    0..1, and a number JSON cannot spell in any field."""
+    case = Case("for-feedback", "chat", dumps(basic("chat")), GOOD[("chat", False)](), False)
+    with scripted_proxy(tmp_path, log_at, [case]) as url:
+        row = send(url, case).id
+        settled(url, 1)
+
+        def give(raw: bytes, field: str = "score") -> httpx.Response:
+            body = dumps({"id": row, field: "__X__"}).replace(b'"__X__"', raw)
+            headers = {"content-type": "application/json"}
+            return httpx.post(f"{url}/feedback", content=body, headers=headers, timeout=30)
+
+        refused = {name: give(raw) for name, raw in NOT_JSON_NUMBERS.items()}
+        refused |= {f"score {raw!r}": give(raw) for raw in (b"1.5", b"-0.25", b"1e308")}
+        refused["NaN in another field"] = give(b"NaN", "comment")
+        kept = give(b"0.75")
+    for name, answer in refused.items():
+        message = answer.json()["error"]["message"]
+        assert answer.status_code == 400 and "\n" not in message, (name, answer.text)
+        assert "Traceback" not in message, name
+    assert "0 to 1" in refused["score b'1.5'"].json()["error"]["message"]
+    assert kept.status_code == 200, kept.text
+    with TaskLog(log_at) as log:
+        assert log.get(row or "").feedback.score == 0.75

@@ -215,6 +215,12 @@ def test_the_endpoint_answers_the_page_its_script_and_new_rows(finished_run, tmp
         ("/api/state", {"Host": "evil.example:8000"}, 403),  # DNS rebinding
         ("/api/state", {"Origin": "https://evil.example"}, 403),  # a cross-site page
         ("/", {"Host": "rebind.attacker.test"}, 403),
+        # issue 63: a lax Host parser read these as loopback
+        ("/api/state", {"Host": "[::1].evil.example"}, 403),
+        ("/api/state", {"Host": "127.0.0.1:80@evil.example"}, 403),
+        ("/api/state", {"Host": "user@localhost:8000"}, 403),
+        ("/", {"Host": "localhost:8000 evil.example"}, 403),
+        ("/api/state", {"Origin": "http://evil.example@127.0.0.1"}, 403),
         ("/history.jsonl", {}, 404),  # no file is served by name
         ("/api/state/../../etc/passwd", {}, 404),
         ("/%2E%2E/config.json", {}, 404),

@@ -5,7 +5,9 @@ CORS "simple request" that no preflight stops, and DNS rebinding gives a page a 
 that resolves to 127.0.0.1. So, unless the server was started with `allow_remote`:
 
 - the `Host` header must be a loopback name (127.0.0.1 or any 127.x address, localhost,
-  [::1], with any port), else 403; an `Origin` header, when sent, must be one too (403);
+  [::1]) and an optional port, nothing else (`loopback_host`: no userinfo, no text after the
+  name or port), else 403; an `Origin` header, when sent, must be `http(s)://` and such a
+  host, nothing else (403);
 - a POST / PUT / PATCH must say `Content-Type: application/json` (415); browsers cannot send
   that across origins without a preflight, which these servers never answer;
 
@@ -16,8 +18,9 @@ and always:
   or other escapes) and match a route exactly (no `//`, `.` or `..` segments, no trailing
   slash), so no path reaches an app that normalises it into another route;
 - a body is at most `max_body_bytes` (413), checked on `Content-Length` and while reading;
-- a non-empty body must be a JSON object nested at most `MAX_JSON_DEPTH` deep (400: bad JSON
-  of any shape is the client's error, never a 500).
+- a non-empty body must be a JSON object nested at most `MAX_JSON_DEPTH` deep, with no number
+  JSON cannot spell (`strict_json`: NaN, ±Infinity, 1e400) (400: bad JSON of any shape is the
+  client's error, never a 500).
 
 `strip_credentials` takes `user:password@` out of URLs before a server shows or logs them (up
 to the last `@` of the URL: a password may hold `/` or `?` unescaped), and
@@ -28,10 +31,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from selftaught.errors import ConfigError
 
@@ -83,26 +86,57 @@ def is_loopback_name(host: str) -> bool:
         return False
 
 
-def _host_of(value: str) -> str:
-    """The host part of a `Host` header value (`name:port`, `[v6]:port`)."""
-    value = value.strip()
-    if value.startswith("["):
-        return value[: value.find("]") + 1] if "]" in value else value
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+# RFC 9110's Host: a name or IPv4 address, or an IPv6 address in brackets, then an optional
+# port; one parser for Host and Origin, so no spelling is read two ways.
+_HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?")
+_ORIGIN = re.compile(r"(?i:https?)://(.+)")
+
+
+def loopback_host(value: str) -> bool:
+    """Whether a `Host` header value is a loopback name with an optional port, and nothing
+    else: `[::1].evil.example`, `127.0.0.1:80@evil.example`, `user@localhost`, a port past
+    65535 or any text after it are not."""
+    match = _HOST_PORT.fullmatch(value.strip())
+    if match is None or (match.group(2) is not None and int(match.group(2)) > 65535):
+        return False
+    host = match.group(1)
+    if host.startswith("["):  # only an IPv6 address goes in brackets
+        try:
+            return ipaddress.IPv6Address(host[1:-1]).is_loopback
+        except ValueError:
+            return False
+    return is_loopback_name(host)
 
 
 def _origin_is_loopback(origin: str) -> bool:
-    try:
-        host = urlsplit(origin).hostname
-    except ValueError:
-        return False
-    return host is not None and bool(host) and is_loopback_name(host)
+    """An `Origin` that is `http(s)://` and a loopback host (`loopback_host`), nothing else."""
+    match = _ORIGIN.fullmatch(origin.strip())
+    return match is not None and loopback_host(match.group(1))
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"the number {shown} is too large for a float")
+    return value
+
+
+def strict_json(data: bytes | str) -> Any:
+    """`json.loads` for what a client sends: the numbers JSON has no spelling for, which
+    Python reads anyway (NaN, Infinity, -Infinity, and a float too large, as 1e400 reads as
+    infinity), are a ValueError naming them, so no such number is ever stored or echoed."""
+    return json.loads(data, parse_constant=_not_a_number, parse_float=_finite)
 
 
 def json_body_problem(body: bytes) -> str | None:
     """Why `body` is not a JSON object the servers accept; None when it is."""
     try:
-        value = json.loads(body)
+        value = strict_json(body)
     except RecursionError:
         return f"the request body is nested deeper than {MAX_JSON_DEPTH} levels"
     except ValueError as err:  # UnicodeDecodeError included
@@ -169,7 +203,7 @@ class LocalServerGuard:
     def _check_headers(self, method: str, headers: dict[str, str]) -> tuple[int, str] | None:
         if not self.allow_remote:
             host = headers.get("host")
-            if host is not None and not is_loopback_name(_host_of(host)):
+            if host is not None and not loopback_host(host):
                 return 403, (
                     f"the Host header {host!r} is not a loopback name; this server answers "
                     "only requests to 127.0.0.1, localhost or [::1] unless started with "

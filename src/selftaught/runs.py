@@ -11,6 +11,7 @@ and other bits off a tree that something else wrote (a peft adapter, a folder ma
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -108,6 +109,24 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def finite(value: Any) -> Any:
+    """`value` with every float JSON has no spelling for (NaN, ±Infinity) as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """JSON that every parser reads, for what a command prints or exports: a NaN or an
+    infinity (a row stored before scores were checked, a number in `meta`) is written null,
+    never the `NaN` / `-Infinity` Python's json writes by default."""
+    return json.dumps(finite(value), allow_nan=False, ensure_ascii=False, default=str, **options)
 
 
 def atomic_write_json(path: str | Path, data: Any) -> None:

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+import os
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.cli.options import config_option
@@ -21,7 +25,52 @@ from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES
 from selftaught.models.usage import Budget
 from selftaught.tasks.options import TaskOptions
 
+# A lone surrogate: what Python makes of bytes that are not UTF-8 in argv or the environment
+_NOT_TEXT = re.compile("[\ud800-\udfff]")
+
+
+def undecodable_input(args: list[str], environ: Mapping[str, str]) -> str | None:
+    """Why an argument, or a `SELFTAUGHT_*` variable, is not UTF-8 text (None: all are): every
+    command reads them as text, and such a value would reach a file name, a log query or an
+    SQL parameter as half a character."""
+    for i, arg in enumerate(args):
+        if _NOT_TEXT.search(arg):
+            option, eq, _ = arg.partition("=")
+            if arg.startswith("--") and eq:
+                name = option
+            elif i and args[i - 1].startswith("-"):
+                name = args[i - 1]
+            else:
+                name = f"argument {i + 1}"
+            return f"{name} is not UTF-8 text ({_shown(arg)}): give every argument as UTF-8"
+    for key, value in environ.items():
+        if key.startswith("SELFTAUGHT_") and _NOT_TEXT.search(value):
+            return f"${key} is not UTF-8 text ({_shown(value)}): set it as UTF-8"
+    return None
+
+
+def _shown(value: str) -> str:
+    """A value that is not text, as the bytes it came from (`\\xff`) where it can be."""
+    try:
+        raw = value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode()[:80]
+    return repr(raw)[2:-1][:80]
+
+
+class _Commands(TyperGroup):
+    """The root command: refuses, before any command runs, arguments that are not text."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        problem = undecodable_input(args, os.environ)
+        if problem is not None:
+            console.print(f"[bold red]error:[/] {escape(problem)}", soft_wrap=True)
+            raise typer.Exit(InputError.exit_code)
+        return super().parse_args(ctx, args)
+
+
 app = typer.Typer(
+    cls=_Commands,
     help="selftaught: LLM agents that improve themselves on their own tasks, safely.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

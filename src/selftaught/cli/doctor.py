@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
 
 from selftaught.cli.common import app, friendly_errors, out
+from selftaught.runs import json_text
 
 
 @app.command("doctor")
@@ -34,7 +34,7 @@ def doctor_cmd(
     path = local_path(model)
     report = diagnose((lambda: measure_raw_rate(path)) if measure else None)
     if as_json:
-        out.print_json(json.dumps(report.to_dict()))
+        out.print_json(json_text(report.to_dict()))
         return
     for line in report_lines(report):
         out.print(line, highlight=False, soft_wrap=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +43,7 @@ from selftaught.errors import ConfigError, InputError, read_text
 from selftaught.gate import GateConfig
 from selftaught.models.errors import CALL_TIMEOUT_S
 from selftaught.rollout import rollout_timeout
+from selftaught.runs import json_text
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.adoption.probation import ProbationConfig
 from selftaught.sleep.intake.harvest import HarvestConfig
@@ -310,7 +310,7 @@ def sleep_log_cmd(
         return
     if as_json:
         for it in rows:
-            print(json.dumps(it.to_dict(), ensure_ascii=False))
+            print(json_text(it.to_dict()))
         return
     out.print(log_table(rows, f"task log {task_log.path} ({task_log.count(flt)} rows match)"))
 
@@ -330,7 +330,7 @@ def _print_conversations(rows: list[Any], signals: bool, as_json: bool) -> None:
             first = thread.rows[0]
             if as_json:
                 ids = [r.id for r in thread.rows]
-                print(json.dumps({"thread": thread.id, "how": thread.how, "rows": ids}))
+                print(json_text({"thread": thread.id, "how": thread.how, "rows": ids}))
                 continue
             table.add_row(thread.id[:8], thread.how, str(len(thread.rows)),
                           str(len(thread.turns)), first.prompt_head(80))  # fmt: skip
@@ -347,7 +347,7 @@ def _print_conversations(rows: list[Any], signals: bool, as_json: bool) -> None:
     for sig in found:
         status = "rejected" if sig.id in rejected else "used"
         if as_json:
-            print(json.dumps({**sig.to_dict(), "status": status}, ensure_ascii=False))
+            print(json_text({**sig.to_dict(), "status": status}))
             continue
         row = (sig.row_id or f"{sig.thread}#{sig.turn}")[:12]
         table.add_row(sig.id, sig.kind, row, sig.giver, "yes" if sig.trusted else "no", status,
@@ -518,7 +518,7 @@ def sleep_import_cmd(
 def sleep_feedback_cmd(
     interaction_id: Annotated[str, typer.Argument(help="Interaction id (or its first 8+ chars).")],
     thumbs: Annotated[str | None, typer.Option(help="up | down")] = None,
-    score: Annotated[float | None, typer.Option(help="A score, e.g. 0..1.")] = None,
+    score: Annotated[float | None, typer.Option(help="A score from 0 to 1.")] = None,
     reference: Annotated[
         str | None,
         typer.Option(
@@ -1057,7 +1057,7 @@ def sleep_history_cmd(
 
     if as_json:
         for row in history_rows(project):
-            print(json.dumps(row, ensure_ascii=False, default=str))
+            print(json_text(row))
         return
     for table in history_tables(project):
         out.print(table)
@@ -1121,7 +1121,7 @@ def sleep_probation_cmd(
     done = maybe_roll_back(project, result, by="cli") if auto_rollback else None
     if as_json:
         rolled = {"from": done.previous, "to": done.version} if done else None
-        print(json.dumps({**result.to_dict(), "rolled_back": rolled}, ensure_ascii=False))
+        print(json_text({**result.to_dict(), "rolled_back": rolled}))
         return
     from selftaught.sleep.adoption.probation import version_table
 

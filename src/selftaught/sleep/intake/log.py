@@ -96,9 +96,7 @@ class Feedback:
         if self.thumb not in (None, "up", "down"):
             raise InputError(f"thumb must be 'up' or 'down', got {self.thumb!r}")
         if self.score is not None:
-            if isinstance(self.score, bool) or not isinstance(self.score, (int, float)):
-                raise InputError(f"score must be a number, got {self.score!r}")
-            self.score = float(self.score)
+            self.score = _score(self.score)
 
     def empty(self) -> bool:
         return (
@@ -130,6 +128,21 @@ class Feedback:
                 )
             return cls(**value)
         raise InputError(f"feedback must be a dict, 'up'/'down' or a score, got {value!r}")
+
+
+def _score(value: Any) -> float:
+    """A feedback score: a finite number from 0 to 1 (NaN fails both comparisons)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and 0 <= value <= 1:
+        return float(value)
+    got = (
+        repr(value)
+        if isinstance(value, float)
+        else "an integer"
+        if number
+        else type(value).__name__
+    )
+    raise InputError(f"score must be a number from 0 to 1, got {got}")
 
 
 @dataclass
@@ -887,12 +900,12 @@ class TaskLog:
 
     def export_jsonl(self, path: str | Path, flt: LogFilter | None = None) -> int:
         """Write the rows (oldest first) as JSONL, atomically; returns how many."""
-        from selftaught.runs import atomic_write_text
+        from selftaught.runs import atomic_write_text, json_text
 
         flt = flt or LogFilter()
         flt.newest_first = False
         rows = self.query(flt)
-        text = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows)
+        text = "".join(json_text(r.to_dict()) + "\n" for r in rows)
         with writing_to(path, "the export"):
             atomic_write_text(path, text)
         return len(rows)

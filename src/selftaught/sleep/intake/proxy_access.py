@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.errors import InputError
-from selftaught.http_guard import bearer_token
+from selftaught.http_guard import bearer_token, strict_json
 
 ANONYMOUS = "anonymous"
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
@@ -212,7 +212,7 @@ async def read_json_body(request: Any) -> tuple[bytes, dict[str, Any] | str]:
     """The raw body and its JSON object, or why it is not one."""
     raw = await request.body()
     try:
-        body = json.loads(raw)
+        body = strict_json(raw)
     except (ValueError, RecursionError) as err:
         return raw, f"the request body is not valid JSON: {err}"
     if not isinstance(body, dict):
