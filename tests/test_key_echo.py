@@ -35,9 +35,7 @@ def files_holding(root: Path, secret: str) -> list[str]:
     """Every file under `root` whose bytes hold `secret` (or its first 8 characters)."""
     needles = (secret.encode(), secret[:8].encode())
     return [
-        str(p)
-        for p in root.rglob("*")
-        if p.is_file() and any(n in p.read_bytes() for n in needles)
+        str(p) for p in root.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)
     ]
 
 
@@ -48,9 +46,9 @@ def echoing(monkeypatch, tmp_path):
     monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(cli.out, "width", 250)
     monkeypatch.setattr(cli.console, "width", 250)
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
-                 "GEMINI_API_KEY", "GOOGLE_API_KEY", "GEMINI_BASE_URL", "SELFTAUGHT_API_KEY"):  # fmt: skip
-        monkeypatch.delenv(name, raising=False)
+    for vendor in ("OPENAI", "ANTHROPIC", "GEMINI", "GOOGLE", "SELFTAUGHT"):
+        monkeypatch.delenv(f"{vendor}_API_KEY", raising=False)
+        monkeypatch.delenv(f"{vendor}_BASE_URL", raising=False)
     servers: list = []
 
     def start(wire: str) -> tuple[str, list[str]]:
