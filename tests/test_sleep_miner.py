@@ -244,7 +244,54 @@ def test_a_catastrophic_pattern_runs_out_of_time_and_fails_closed():
     row = thumb_row("Spell a long run of a's", text, "up")
     miner = miner_of(says({"rules": [{"kind": "regex_must", "value": slow}]}))
     tasks, report = mine([row], MineConfig(), miner=miner)
-    assert tasks == [] and report.miner["refused"] == {"the accepted reply fails it": 1}
+    assert tasks == [] and report.miner["refused"] == {
+        "it cannot tell the accepted reply (a pattern ran out of time)": 1
+    }
+
+
+def _chat(rejected: str, accepted: str) -> Interaction:
+    """One chat: a reply the user rejects, then the retry the user accepts."""
+    messages = [user("Spell a run of a's."), assistant(rejected), user("That's wrong."),
+                assistant(accepted), user("Thanks, that's right!")]  # fmt: skip
+    return Interaction(messages, "You're welcome.", project="demo", source="proxy",
+                       client=OPERATOR, created_at=100.0)  # fmt: skip
+
+
+SLOW, LONG = "(a|aa)+$", "a" * 60 + "b"  # a catastrophic pattern, and a text it hangs on
+
+
+@pytest.mark.parametrize(
+    ("rows", "check"),
+    [
+        # a thumbs-down alone: the pattern runs out of time on the rejected reply
+        ([thumb_row("Spell a run of a's.", LONG, "down")], {"kind": "regex_must", "value": SLOW}),
+        ([thumb_row("Spell a run of a's.", LONG, "down")],
+         {"kind": "regex_must_not", "value": SLOW}),
+        # both sides: the accepted reply matches at once, the rejected one hangs
+        ([_chat(LONG, "aaaa")], {"kind": "regex_must", "value": SLOW}),
+    ],
+)  # fmt: skip
+def test_a_pattern_that_runs_out_of_time_on_the_rejected_reply_is_refused(rows, check):
+    """Issue #63.3: the timeout on the rejected reply once counted as "the rejected reply
+    fails" and the check was kept; a timeout on either side refuses it, with the reason."""
+    miner = miner_of(says({"rules": [check]}))
+    tasks, report = mine(rows, MineConfig(), miner=miner)
+    assert report.miner["kept"] == 0 and not any("mined_check" in t.state for t in tasks)
+    assert report.miner["refused"] == {
+        "it cannot tell the rejected reply (a pattern ran out of time)": 1
+    }
+    (example,) = report.miner["examples"]
+    assert example["outcome"].startswith("refused: it cannot tell the rejected reply")
+
+
+def test_a_timed_out_part_refuses_a_check_whose_other_part_tells_the_sides_apart():
+    """The answer part fails the rejected reply on its own, but the pattern beside it ran out
+    of time there: the pattern was never shown to fail it, so the whole check is refused."""
+    row = thumb_row("Spell a run of a's.", LONG, "down")
+    check = {"answer": {"kind": "text", "value": "aaaa"},
+             "rules": [{"kind": "regex_must_not", "value": SLOW}]}  # fmt: skip
+    tasks, report = mine([row], MineConfig(), miner=miner_of(says(check)))
+    assert report.miner["kept"] == 0 and tasks == []
 
 
 def test_without_the_regex_package_a_written_pattern_is_refused(monkeypatch):

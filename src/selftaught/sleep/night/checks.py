@@ -204,14 +204,14 @@ def search_limited(pattern: str, text: str) -> bool | None:
         return None
 
 
-def _regex_check(kind: str, pattern: str, text: str) -> tuple[bool, str]:
-    """A written pattern's check; one that cannot run or runs out of time fails (closed)."""
+def _regex_check(kind: str, pattern: str, text: str) -> tuple[bool | None, str]:
+    """A written pattern's verdict; None for one that cannot run or runs out of time."""
     problem = pattern_problem(pattern)
     if problem is not None:
-        return False, f"{problem}: failed closed"
+        return None, problem
     found = search_limited(pattern, text)
     if found is None:
-        return False, f"the pattern {pattern!r} ran past {REGEX_TIMEOUT_S:g} s: failed closed"
+        return None, f"the pattern {pattern!r} ran past {REGEX_TIMEOUT_S:g} s"
     if kind == "regex_must":
         return found, f"matches {pattern!r}" if found else f"does not match {pattern!r}"
     return not found, f"matches {pattern!r}, which it must not" if found else "no forbidden match"
@@ -240,7 +240,13 @@ class Rule:
         return asdict(self)
 
     def check(self, reply: str) -> tuple[bool, str]:
-        """(passed, why) for one reply."""
+        """(passed, why) for one reply; a verdict that cannot be told fails (closed)."""
+        ok, why = self.verdict(reply)
+        return (ok, why) if ok is not None else (False, f"{why}: failed closed")
+
+    def verdict(self, reply: str) -> tuple[bool | None, str]:
+        """(passed, why) for one reply; None for passed when it cannot be told (a written
+        pattern that cannot run or runs out of time): neither a pass nor a failure."""
         text = reply.strip()
         if self.kind == "max_words":
             n = len(text.split())

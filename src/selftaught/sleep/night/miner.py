@@ -16,7 +16,9 @@ user accepted (its own thumb up, or the retry the user accepted after rejecting 
 and the reply the user rejected fails it. With one side only, that side must behave; with
 neither (no verdict), the row is not even shown to the miner: there is nothing to test a check
 on. A rubric is tested by the night's judge; without a judge it is left out of the check.
-A written pattern runs under a time limit and fails closed (`checks.search_limited`).
+A written pattern runs under a time limit (`checks.search_limited`): where it runs out of time
+on either reply the check is refused (a timeout is neither the accepted reply passing nor the
+rejected one failing), and at scoring time it fails closed.
 
 Miner calls are charged to the night's ledger (role `miner`: its budget covers them) and go to
 its evidence log. A private row is never shown to a remote miner. A check written on an end
@@ -334,19 +336,22 @@ def thread_evidence(rows: list[Interaction]) -> dict[str, Evidence]:
 
 def check_passes(
     check: MinedCheck, reply: str, judge: LlmJudge | None, request: list[Message] | None = None
-) -> tuple[bool, str]:
+) -> tuple[bool | None, str]:
     """(passed, why) for one reply to `request` on every part of `check` (a rubric by
-    `judge`)."""
+    `judge`); None for passed when a part cannot tell (a pattern that ran out of time)."""
     reference = check.answer.value if check.answer else None
     example = Example("mined-check", request or "", reference, {"rubric": check.rubric})
+    verdicts = [(rule.kind, *rule.verdict(reply)) for rule in check.rules]  # every part runs
+    for kind, ok, why in verdicts:
+        if ok is None:
+            return None, f"rule {kind}: {why}"
     if check.answer is not None:
         score = score_reference(reply, example, check.answer.scorer)
         if not score.hard:
             return False, f"answer: {score.feedback}"
-    for rule in check.rules:
-        ok, why = rule.check(reply)
+    for kind, ok, why in verdicts:
         if not ok:
-            return False, f"rule {rule.kind}: {why}"
+            return False, f"rule {kind}: {why}"
     if check.rubric:
         if judge is None:
             raise ConfigError("a rubric is tested by a judge")
@@ -356,6 +361,11 @@ def check_passes(
     return True, "passes every part"
 
 
+UNTOLD = "it cannot tell the {side} reply (a pattern ran out of time)"
+"""Why a check is refused when a part of it gives no verdict on one side: a timeout is neither
+the accepted reply passing nor the rejected one failing."""
+
+
 def refusal(
     check: MinedCheck,
     evidence: Evidence,
@@ -363,15 +373,20 @@ def refusal(
     request: list[Message] | None = None,
 ) -> str | None:
     """Why `check` is refused on `evidence` (None: it is kept): the accepted reply must pass
-    it and the rejected reply must fail it, each where the thread has one."""
+    it and the rejected reply must fail it, each where the thread has one; a check that
+    cannot tell either reply (a pattern that ran out of time) is refused."""
     if evidence.accepted is None and evidence.rejected is None:
         return "no evidence to test the check on"
     if evidence.accepted is not None:
         ok, _ = check_passes(check, evidence.accepted, judge, request)
+        if ok is None:
+            return UNTOLD.format(side="accepted")
         if not ok:
             return "the accepted reply fails it"
     if evidence.rejected is not None:
         ok, _ = check_passes(check, evidence.rejected, judge, request)
+        if ok is None:
+            return UNTOLD.format(side="rejected")
         if ok:
             return "the rejected reply passes it (not two-sided)"
     return None
