@@ -38,6 +38,9 @@ def test_a_task_from_an_end_users_correction_is_no_demo_in_the_nights_tasks(tmp_
     assert len(by_user) == 4 and len(by_operator) == 8
     assert all(t.no_demo == "checked by an end user's correction" for t in by_user)
     assert all(t.no_demo is None for t in by_operator)
+    assert {t.trust for t in by_user} == {"end_user"} and {t.trust for t in by_operator} == {
+        "operator"
+    }
     assert all(t.sources and t.origins == ("proxy",) for t in tasks)
     rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
     assert [TaskRecord.from_dict(r).to_dict() for r in rows] == rows  # key for key

@@ -60,6 +60,9 @@ USER_FIELDS = ("thumb", "score", "reference", "comment")
 """What a giver of feedback may set; when it was given, by whom and whether that giver is
 trusted are set by the code that stores it, never taken from the giver."""
 OPERATOR = "operator"
+IMPORTED_CLIENT = "import:"
+"""The client of a row imported without `--trust-fields` is `import:<file name>`: what such a
+file says, its references included, is an end user's (`sleep.night.trust.logged_trust`)."""
 TRUSTED_WORDS = "trusted_words"
 """`meta` key set by the proxy (`--trusted-clients`) and `sleep import --trust-fields` on a row
 whose client's own words are the operator's (`sleep.night.signals.words_trusted`); never taken

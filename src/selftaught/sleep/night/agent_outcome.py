@@ -64,6 +64,7 @@ from selftaught.sleep.night.outcomes import (
 )
 from selftaught.sleep.night.replay import has_answer_check
 from selftaught.sleep.night.signals import Signal, SignalKind, merge_signal, words_trusted
+from selftaught.sleep.night.trust import row_reference
 from selftaught.sleep.paths import project_dir
 from selftaught.tasks.base import Score
 from selftaught.tasks.check import DEFAULT_CHECK_TIMEOUT_S, MAX_WORKSPACE_BYTES, Check, run_check
@@ -366,7 +367,7 @@ class WorkspaceMiner:
         if sum(len(m["content"]) for m in messages) > config.max_prompt_chars:
             self._fell_back(f"longer than {config.max_prompt_chars} characters")
             return None
-        checks = task_checks(it, messages, it.effective_reference, config, other_check=True)
+        checks = task_checks(it, messages, row_reference(it), config, other_check=True)
         if isinstance(checks, str):  # not with other_check; kept for the type
             self._fell_back(checks)
             return None

@@ -15,10 +15,13 @@ after the split (a variant is only ever made of a train task):
   changes a number, drops a stated rule, gives the answer away, holds a block marker or says
   nothing new is refused (counted by why).
 
-Every variant is marked `state["synthetic"] = {"from": task id, "how": ...}`, goes to train
-only (`split.train_only`: never val or test, never counted toward the night's minimums), is
-left out (counted) when it nearly duplicates a val or test task, is never written to the
-recall pool, and variants are at most `--dream-share` of the night's checked train tasks.
+Every variant is marked `state["synthetic"] = {"from": task id, "how": ...}`, its label the
+model's (`trust.py`: below every user's), goes to train only (`split.train_only`: never val or
+test, never counted toward the night's minimums), is not kept (a duplicate, counted) when it
+asks what a task of the night already asks (the same id, or a near-duplicate of a train task
+or of another variant: its made-up label never stands beside one a user gave), is left out
+(counted) when it nearly duplicates a val or test task, is never written to the recall pool,
+and variants are at most `--dream-share` of the night's checked train tasks.
 A variant of a task that may not be a demonstration (`no_demo`: checked by an end user's
 correction, or a weak label on an end user's request) is `no_demo` too: an end user's
 evidence never becomes a demonstration through a dream. Weak tasks are not dreamed from
@@ -42,9 +45,15 @@ from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.reflect import load_prompt, render
 from selftaught.sleep.night.checks import find_rules
-from selftaught.sleep.night.mine import MinedTask, normalized_prompt, prompt_signature
+from selftaught.sleep.night.mine import (
+    MinedTask,
+    near_duplicates,
+    normalized_prompt,
+    prompt_signature,
+)
 from selftaught.sleep.night.records import DreamRecord, given
 from selftaught.sleep.night.split import add_train_only, train_only, use_lines
+from selftaught.sleep.night.trust import TRUST_KEY, Trust
 from selftaught.tasks.scorers import normalize_text, reference_scorer
 
 RENUMBERED = "renumbered"
@@ -290,6 +299,7 @@ def variant(source: MinedTask, messages: list[Message], reference: Any, how: str
     if reference is not None:
         state["scorer"] = reference_scorer(reference)
     state["synthetic"] = {"from": source.id, "how": how}
+    state[TRUST_KEY] = Trust.MODEL.label
     return MinedTask(
         id="d-" + hashlib.sha256(key.encode()).hexdigest()[:12],
         messages=messages,
@@ -313,8 +323,12 @@ class _Dreamer:
         known: set[str],
         analyst: ChatModel | None,
         training: SkillOptConfig,
+        train: list[MinedTask],
+        threshold: float,
     ):
         self.config, self.report, self.known = config, report, known
+        self.prompts = [t.prompt for t in train]  # a variant never asks what these ask
+        self.threshold = threshold
         self.analyst, self.training = analyst, training
         self.out: list[MinedTask] = []
 
@@ -324,10 +338,13 @@ class _Dreamer:
 
     def keep(self, source: MinedTask, messages: list[Message], reference: Any, how: str) -> None:
         task = variant(source, messages, reference, how)
-        if task.id in self.known:
+        if task.id in self.known or any(
+            near_duplicates(task.prompt, p, self.threshold) for p in self.prompts
+        ):  # a made-up label never stands beside one a user gave (`trust.py`)
             self.report.duplicates += 1
             return
         self.known.add(task.id)
+        self.prompts.append(task.prompt)
         self.out.append(task)
         self.report.made[how] = self.report.made.get(how, 0) + 1
 
@@ -378,7 +395,10 @@ def dream(
     report.sources = len(train)
     report.cap = math.floor(config.share * len(train) + 1e-9)
     known = {t.id for tasks in splits.values() for t in tasks}
-    dreamer = _Dreamer(config, report, known, analyst if config.paraphrase else None, training)
+    paraphraser = analyst if config.paraphrase else None
+    dreamer = _Dreamer(
+        config, report, known, paraphraser, training, splits.get("train", []), threshold
+    )
     rest = []
     for source in train:
         rel = find_relation(source)

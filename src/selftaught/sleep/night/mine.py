@@ -14,8 +14,10 @@ and what it writes into user turns are not part of the task, nor of its size che
 
 Near-duplicate prompts (the same numbers in the same order and word shingles at or above
 `near_duplicate` Jaccard) are merged into one task that keeps every source, so a request the
-user asked twice lands on one side of the split only. Each task records where it came from:
-the interactions and the clients that sent them.
+user asked twice lands on one side of the split only: its label is the most trusted one
+(`trust.py`: the operator's over an end user's), then the strongest check, then the newest.
+Each task records where it came from: the interactions and the clients that sent them, and
+its label's trust (`state["trust"]`).
 
 Whose words are taken as words: feedback the operator gave (`Feedback.trusted_for`, per
 field) keeps its power: the rules its comment states become checks, the comment itself a memory
@@ -24,7 +26,9 @@ user's feedback (a field whose merged value an untrusted giver set) is evidence 
 states no rule and is never memory text; it reaches the analyst quoted, in the check's
 feedback (`state["evidence"]`), and the judge quoted, in the rubric; its correction still
 checks the task but is marked `no_demo`, so no demonstration (nor adapter sample) carries it
-or a reply that passed it.
+or a reply that passed it. So is a reference a file imported without `--trust-fields` gave,
+and a reply an end user approved (the judge's reference). A row's correction never replaces
+the reference it was logged with when it is less trusted (`trust.row_reference`).
 """
 
 from __future__ import annotations
@@ -44,6 +48,15 @@ from selftaught.sleep.intake.sessions import AGENT_TRANSCRIPTS, task_turns
 from selftaught.sleep.intake.threads import message_text
 from selftaught.sleep.night.checks import find_rules
 from selftaught.sleep.night.followup import rules_in
+from selftaught.sleep.night.trust import (
+    TRUST_KEY,
+    Label,
+    Trust,
+    label_trust,
+    rank,
+    row_reference,
+    verdict_trust,
+)
 from selftaught.tasks.scorers import reference_scorer
 
 
@@ -267,7 +280,7 @@ def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str
     messages = request_messages(it, config)
     if isinstance(messages, str):
         return None, messages
-    checks = task_checks(it, messages, it.effective_reference, config)
+    checks = task_checks(it, messages, row_reference(it), config)
     if isinstance(checks, str):
         return None, checks
     state, reference = checks
@@ -279,15 +292,24 @@ NO_CHECK = "no reference, no stated rule"
 weak label may be sampled for (`weak.py`, `cycle.mine(unchecked=...)`)."""
 
 
+UNTRUSTED_REFERENCE = {
+    True: "checked by an end user's correction",
+    False: "checked by a reference a file imported without --trust-fields gave",
+}
+"""Why a task checked by an end user's reference is `no_demo` (by whether it was a correction)."""
+APPROVED_BY_END_USER = "judged against a reply an end user approved"
+
+
 def task_checks(
     it: Interaction,
     messages: list[Message],
-    reference: Any,
+    label: Label | None,
     config: MineConfig,
     other_check: bool = False,
 ) -> tuple[dict[str, Any], Any] | str:
     """(state, reference) holding the checks of a task from `it` (its prompt `messages`,
-    already redacted, ending with the user request), or why it has none. `other_check`: the
+    already redacted, ending with the user request), or why it has none. `label`: the
+    reference to check by and whose word it is (`trust.row_reference`). `other_check`: the
     caller has a check of its own (a corrected tool call), so no rule or reference is needed."""
     fb = it.feedback
     comment = (fb.comment or "").strip()
@@ -298,7 +320,7 @@ def task_checks(
         kinds = {r.kind for r in found}
         found += [r for r in rules_in(comment, it.reply) if r.kind not in kinds]
     rules = [r.to_dict() for r in found]
-    reference = _redact_value(reference)
+    reference = None if label is None else _redact_value(label.value)
     if isinstance(reference, list):
         reference = [r for r in reference if r is not None and str(r).strip()] or None
     elif reference is not None and not str(reference).strip():
@@ -308,25 +330,37 @@ def task_checks(
         state["comment"] = redact_for_model(comment)
     elif comment:
         state["evidence"] = quoted(comment)
-    if reference is not None:
+    trust = verdict_trust(fb)
+    if reference is not None and label is not None:
         state["scorer"] = reference_scorer(reference)
-        if fb.reference is not None and fb.trusted_for("reference"):  # the operator's: a demo
-            state["demo_source"] = "correction"
-            drawn = it.meta.get(REFERENCE_REPLY) if isinstance(it.meta, dict) else None
-            if isinstance(drawn, str) and drawn.strip():
-                state[REFERENCE_REPLY] = redact_for_model(drawn)
-        elif fb.reference is not None:
-            state["no_demo"] = "checked by an end user's correction"
+        trust = label.trust
+        _reference_demo(it, label, state)
     elif config.judge:
         state["rubric"] = _rubric(it, config)
         if it.reply and not _negative(it) and (it.feedback.thumb or it.feedback.score):
             reference = redact_for_model(it.reply)  # an approved reply, for the judge only
+            if trust is not None and trust < Trust.OPERATOR:
+                state["no_demo"] = APPROVED_BY_END_USER
     elif not rules and not other_check:
         why = NO_CHECK
         if not config.judge:
             why += " and no --judge-model for a rubric"
         return why
+    if trust is not None:
+        state[TRUST_KEY] = trust.label
     return state, reference
+
+
+def _reference_demo(it: Interaction, label: Label, state: dict[str, Any]) -> None:
+    """Mark whether the reference may be a demonstration: the operator's correction is one
+    (with the reply it drew in the conversation); an end user's reference never."""
+    if label.trust < Trust.OPERATOR:
+        state["no_demo"] = UNTRUSTED_REFERENCE[label.corrected]
+    elif label.corrected:
+        state["demo_source"] = "correction"
+        drawn = it.meta.get(REFERENCE_REPLY) if isinstance(it.meta, dict) else None
+        if isinstance(drawn, str) and drawn.strip():
+            state[REFERENCE_REPLY] = redact_for_model(drawn)
 
 
 def new_task(
@@ -357,24 +391,33 @@ _STRENGTH = {"workspace": 3, "reference": 2, "tool_call": 2, "rubric": 1, "rule"
 
 
 def _merge(group: list[MinedTask]) -> MinedTask:
-    """One task for a group of near-duplicates: the newest member with the strongest check,
-    keeping every source."""
-    group = sorted(group, key=lambda t: (_STRENGTH[t.check], t.created_at), reverse=True)
+    """One task for a group of near-duplicates: the member with the most trusted label
+    (`trust.py`), then the strongest check, then the newest; keeping every source."""
+    group = sorted(group, key=lambda t: (rank(t), _STRENGTH[t.check], t.created_at), reverse=True)
     head = group[0]
     refs = {str(t.reference) for t in group if t.check == "reference"}
     if len(refs) > 1:
+        outranked = any(rank(t) < rank(head) for t in group if t.check == "reference")
+        trust = label_trust(head)
+        kept = f"kept {trust.whose}" if outranked and trust is not None else "kept the newest"
         head.notes.append(
-            f"{len(refs)} different references among {len(group)} merged requests; kept the newest"
+            f"{len(refs)} different references among {len(group)} merged requests; {kept}"
         )
     for other in group[1:]:
-        head.sources += other.sources
-        head.origins += [o for o in other.origins if o not in head.origins]
-        head.clients += [c for c in other.clients if c not in head.clients]
-        head.negative = head.negative or other.negative
+        absorb(head, other)
     tags = sorted({tag for t in group for tag in t.state.get("tags", ())})
     if tags:
         head.state["tags"] = tags
     return head
+
+
+def absorb(head: MinedTask, other: MinedTask) -> None:
+    """`head` keeps its label and takes `other`'s provenance: its sources, origins, clients
+    and whether its user rejected the logged reply."""
+    head.sources += [s for s in other.sources if s not in head.sources]
+    head.origins += [o for o in other.origins if o not in head.origins]
+    head.clients += [c for c in other.clients if c not in head.clients]
+    head.negative = head.negative or other.negative
 
 
 def merge_near_duplicates(tasks: list[MinedTask], threshold: float) -> list[MinedTask]:

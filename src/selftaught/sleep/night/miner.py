@@ -55,6 +55,7 @@ from selftaught.sleep.night.mine import (
     redact_messages,
     task_checks,
 )
+from selftaught.sleep.night.trust import TRUST_KEY, Trust
 from selftaught.tasks.base import Example
 from selftaught.tasks.extract import extract_json
 from selftaught.tasks.scorers import LlmJudge, reference_scorer, score_reference
@@ -792,7 +793,9 @@ class Miner:
             assert not isinstance(got, str)  # other_check: never "no check"
             state, reference = got
         state, reference = with_check(state, reference, check, self.name, ev.sides)
-        if not verdict_trusted(p.row):
+        trusted = verdict_trusted(p.row)
+        state[TRUST_KEY] = (Trust.OPERATOR if trusted else Trust.END_USER).label  # the verdict's
+        if not trusted:
             state.setdefault("no_demo", "checked by a miner's check on an end user's verdict")
         if p.task is None:
             return new_task(p.row, messages, reference, state)

@@ -5,7 +5,10 @@
 A night adds tonight's tasks (after mining, already redacted) to the tasks it recalls, then
 splits them. A task's split is fixed the first time it is split and never changes: a recalled
 task keeps it; a task mined again tonight (same id, or a near-duplicate of a recalled one)
-takes the recalled task's split and replaces it; a task whose request an adopted
+takes the recalled task's split and replaces it, unless the recalled task's label is the more
+trusted (`trust.py`: the operator's reference against tonight's end user's correction): then
+the recalled question and label are kept, in the night and in the pool, with tonight's rows
+added to its sources (`keep_recalled`); a task whose request an adopted
 demonstration was made from is pinned to train (a deployed demo is never validated on).
 After a night that used its interactions, the pool is written back (atomically), newest
 first, capped at `recall_max` tasks: the oldest are dropped. A weak-labelled or synthetic
@@ -16,21 +19,31 @@ so; a night whose models are remote recalls it only where private rows may go th
 
 Trust: a task stored before tasks recorded their clients was mined when every feedback comment
 counted as the operator's; recalled, its comment is only evidence and the rules found in the
-comment alone are dropped (`distrust_legacy`), as an end user's would be now (`mine.py`).
+comment alone are dropped (`distrust_legacy`), as an end user's would be now (`mine.py`). A
+task stored before tasks recorded their label's trust is read by `trust.label_trust`; one whose
+label that finds an end user's (a reference an untrusted import gave) is made `no_demo`.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from selftaught.demos import Demo, LeakCheck
 from selftaught.errors import InputError
 from selftaught.runs import RunError, iter_jsonl, write_jsonl
-from selftaught.sleep.night.mine import MinedTask, near_duplicates, quoted
+from selftaught.sleep.night.mine import (
+    UNTRUSTED_REFERENCE,
+    MinedTask,
+    absorb,
+    near_duplicates,
+    quoted,
+)
 from selftaught.sleep.night.split import train_only
+from selftaught.sleep.night.trust import TRUST_KEY, Trust, label_trust, outranks
 from selftaught.sleep.paths import project_dir
 
 RECALL_FILE = "recall.jsonl"
@@ -62,6 +75,12 @@ class Recalled:
             raise InputError(f"task {task.id} has no split")
         if not task.clients:
             distrust_legacy(task)
+        if TRUST_KEY not in task.state:  # stored before labels recorded their trust
+            trust = label_trust(task)
+            if trust is not None:
+                task.state[TRUST_KEY] = trust.label
+            if trust == Trust.END_USER:
+                task.state.setdefault("no_demo", UNTRUSTED_REFERENCE[False])
         return cls(task, str(row.get("night") or ""), bool(row.get("private")))
 
 
@@ -139,6 +158,8 @@ def combine(
             task.split = hit.task.split
             left.remove(hit)
             report.mined_again += 1
+            if outranks(hit.task, task):
+                keep_recalled(task, hit.task)
     demo_ids = {d.id for d in pinned}
     check = LeakCheck(("demo", d.id, d.input_text()) for d in pinned)
     for task in tonight:
@@ -153,6 +174,27 @@ def combine(
         recalled.append(r.task)
         report.recalled[str(r.task.split)] = report.recalled.get(str(r.task.split), 0) + 1
     return [*tonight, *recalled], report, left
+
+
+ASKED_AGAIN = "asked again"
+
+
+def keep_recalled(task: MinedTask, recalled: MinedTask) -> None:
+    """Tonight's `task` becomes the `recalled` task, whose label outranks its own: the recalled
+    question, label and checks, with tonight's rows added to its provenance (the task the
+    night uses and the pool keeps)."""
+    tonight = copy.deepcopy(task)
+    whose = label_trust(recalled)
+    for f in fields(MinedTask):
+        setattr(task, f.name, copy.deepcopy(getattr(recalled, f.name)))
+    absorb(task, tonight)
+    task.created_at = max(task.created_at, tonight.created_at)  # asked again tonight
+    if whose is not None:  # one such note, the last night's (a pool task may be asked nightly)
+        task.notes = [n for n in task.notes if not n.startswith(ASKED_AGAIN)]
+        task.notes.append(
+            f"{ASKED_AGAIN} ({', '.join(tonight.sources)}); kept {whose.whose} label "
+            "recalled over tonight's less trusted one"
+        )
 
 
 def _as_demo(task: MinedTask) -> Demo:

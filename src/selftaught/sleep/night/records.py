@@ -888,7 +888,8 @@ class SyntheticOrigin(Record):
 class TaskRecord(Record):
     """One row of a night's tasks.jsonl (`summary.task_row`): a task the night mined or
     recalled, with its trust provenance: the interactions it came from (`sources`), their
-    origins and `clients`, and `no_demo`, why it may not be a demonstration (None: it may)."""
+    origins and `clients`, `no_demo`, why it may not be a demonstration (None: it may), and
+    `trust`, whose word its label is (`trust.Trust.label`; None: it has no label)."""
 
     id: str = ""
     split: str | None = None
@@ -899,6 +900,7 @@ class TaskRecord(Record):
     origins: tuple[str, ...] = ()  # proxy / api / import / claude-code ...
     clients: tuple[str, ...] = ()  # who sent them
     no_demo: str | None = None
+    trust: str | None = None
     prompt_head: str = ""
     rubric: str | None = None
     notes: tuple[str, ...] = ()

@@ -60,6 +60,14 @@ from selftaught.sleep.night.mine import (
     task_checks,
 )
 from selftaught.sleep.night.split import NightTask
+from selftaught.sleep.night.trust import (
+    TRUST_KEY,
+    Label,
+    Trust,
+    field_trust,
+    logged_trust,
+    row_reference,
+)
 from selftaught.tasks.base import Example, Score
 from selftaught.tasks.episode import (
     DEFAULT_MAX_TURNS,
@@ -279,26 +287,40 @@ def fixtures_from(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _merged_feedback(group: list[Interaction]) -> tuple[ToolFeedback, Any]:
-    """The corrected calls of every step (in order, without repeats) and the answer's
-    reference: a corrected answer, else the newest plain reference of any step."""
-    calls: list[dict[str, Any]] = []
-    answer, plain = None, None
+def _merged_feedback(group: list[Interaction]) -> tuple[ToolFeedback, Label | None, Trust | None]:
+    """The corrected calls of every step (in order, without repeats; only the most trusted
+    givers' when givers of different trust corrected them), the answer's reference (a
+    corrected answer, else the newest plain reference of any step; the more trusted of the
+    two, `trust.py`) and the trust of the corrected calls (None: none)."""
+    by_trust: dict[Trust, list[dict[str, Any]]] = {}
+    answer: Label | None = None
+    plain: Label | None = None
     for it in group:
         fb = tool_feedback(it.feedback.reference)
         if fb is None:
-            if plain is None and it.effective_reference is not None:
-                plain = it.effective_reference
+            if plain is None:
+                plain = row_reference(it)
             continue
+        given = field_trust(it.feedback, "reference")
+        calls = by_trust.setdefault(given, [])
         for call in fb.calls:
             if all(call_key(c["name"], c["arguments"]) != call_key(call["name"], call["arguments"])
                    for c in calls):  # fmt: skip
                 calls.append(call)
         if answer is None and fb.answer is not None:
-            answer = fb.answer
+            answer = Label(fb.answer, given, corrected=True)
         if plain is None and it.reference is not None:
-            plain = it.reference
-    return ToolFeedback(calls, answer), answer if answer is not None else plain
+            plain = Label(it.reference, logged_trust(it))
+    trusted = max((t for t, calls in by_trust.items() if calls), default=None)
+    label = (
+        plain if answer is None or (plain is not None and plain.trust > answer.trust) else answer
+    )
+    value = None if answer is None else answer.value
+    return (
+        ToolFeedback(by_trust.get(trusted, []) if trusted is not None else [], value),
+        label,
+        trusted,
+    )
 
 
 def mine_tool_task(
@@ -323,11 +345,13 @@ def mine_tool_task(
     if calls:
         reply["tool_calls"] = [_redact_call(c, len(messages), k) for k, c in enumerate(calls)]
     logged = after + ([reply] if it.reply is not None or calls else [])
-    corrected, reference = _merged_feedback(group)
-    checks = task_checks(it, prompt, reference, config, other_check=bool(corrected.calls))
+    corrected, label, calls_trust = _merged_feedback(group)
+    checks = task_checks(it, prompt, label, config, other_check=bool(corrected.calls))
     if isinstance(checks, str):
         return None, checks
     state, reference = checks
+    if calls_trust is not None:
+        _calls_label(state, calls_trust)
     fixtures = fixtures_from(messages)
     fixtures += [
         {"name": c["name"], "arguments": c["arguments"], "result": c["result"]}
@@ -353,6 +377,16 @@ def mine_tool_task(
     final = logged[-1] if logged else None
     task.logged_reply = final["content"] if final and not final.get("tool_calls") else None
     return task, None
+
+
+def _calls_label(state: dict[str, Any], trust: Trust) -> None:
+    """The task is checked by corrected tool calls given with `trust` too: its label is the
+    less trusted of the two, and an end user's calls make no demonstration."""
+    have = state.get(TRUST_KEY)
+    if have is None or Trust[str(have).upper()] > trust:
+        state[TRUST_KEY] = trust.label
+    if trust < Trust.OPERATOR:
+        state.setdefault("no_demo", "checked by an end user's corrected tool calls")
 
 
 # ---- the episode's world: the recorded results -----------------------------------------------

@@ -373,8 +373,12 @@ def _mine_rows(
             else:
                 out.report.untrusted += 1
             meta = {**row.meta, "signals": [signal.to_dict()]}
-            if signal.kind == "correction" and k + 1 < len(turns):  # the reply it drew
-                meta[REFERENCE_REPLY] = turns[k + 1].reply
+            if (
+                signal.kind == "correction"
+                and k + 1 < len(turns)
+                and row.feedback.reference is None
+            ):
+                meta[REFERENCE_REPLY] = turns[k + 1].reply  # the reply its own reference drew
             row = replace(row, feedback=_feedback(row.feedback, signal, read), meta=meta)
         out.rows.append(row)
 

@@ -59,6 +59,7 @@ def task_row(task: MinedTask) -> dict[str, Any]:
         "origins": task.origins,
         "clients": task.clients,
         "no_demo": task.state.get("no_demo") or None,  # why it may not be a demonstration
+        "trust": task.state.get("trust"),  # whose word its label is (`trust.py`); None: none
         "prompt_head": head[:200] + ("…" if len(head) > 200 else ""),
         "rubric": task.state.get("rubric"),
         "notes": task.notes,

@@ -16,7 +16,8 @@ feed a demonstration (the target's own passing reply, or the agreed answer) only
 row it came from is the operator's own words (`signals.words_trusted`); a weak task on an end
 user's request is marked `no_demo` and only feeds reflection.
 
-No label is taken where the user already spoke: a request that the user rejected, whose
+A weak label is the model's (`trust.py`: below every user's label), so no label is taken
+where a user already spoke: a request that the user rejected, whose
 agreed answer is the one in the rejected reply, is refuted; a request that a checked task of
 tonight or of the recall pool also asks (the same id or a near-duplicate) is not added, and
 where that task has a reference the weak label is scored against it: the report counts how
@@ -53,6 +54,7 @@ from selftaught.sleep.night.mine import (
 from selftaught.sleep.night.records import WeakRecord, given
 from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
+from selftaught.sleep.night.trust import TRUST_KEY, Trust
 from selftaught.sleep.paths import project_dir
 from selftaught.tasks.base import Example, Score, Split, TaskKind
 from selftaught.tasks.extract import extract_answer
@@ -338,6 +340,7 @@ def _settle_one(
     task.reference = got.answer
     task.state["scorer"] = reference_scorer(got.answer)
     task.state["weak"] = {"agreement": got.agreement, "k": config.k, "answers": got.answers}
+    task.state[TRUST_KEY] = Trust.MODEL.label
     task.notes.append(f"weak label: {got.answer!r} agreed by {got.agreement:.0%} of {config.k}")
     report.labelled += 1
     return "labelled"

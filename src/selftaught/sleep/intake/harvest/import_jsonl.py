@@ -36,6 +36,7 @@ from typing import Any
 from selftaught.errors import InputError
 from selftaught.runs import iter_jsonl
 from selftaught.sleep.intake.log import (
+    IMPORTED_CLIENT,
     TRUSTED_WORDS,
     Feedback,
     Interaction,
@@ -87,7 +88,7 @@ def parse_file(
         except (ValueError, TypeError) as err:
             raise ImportFormatError(f"{where}: {err}") from err
         if not trust_fields:
-            it = _distrusted(it, f"import:{path.name}")
+            it = _distrusted(it, f"{IMPORTED_CLIENT}{path.name}")
         elif fmt != "selftaught":  # an export of ours keeps its rows' own provenance
             it = _vouched(it)
         out.append((fmt, it))
