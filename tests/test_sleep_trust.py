@@ -231,6 +231,31 @@ def test_the_reply_an_end_users_words_drew_is_never_the_operators_demo():
     assert demos_of([task]) == ["17 km"]
 
 
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_reply_an_end_user_approved_is_the_judges_reference_and_no_demo(trusted):
+    liked = Interaction([{"role": "user", "content": "Write a haiku about rain."}], "Rain taps.")
+    liked.feedback = Feedback(thumb="up", giver="operator" if trusted else MALLORY, trusted=trusted)
+    (task,), _ = mine([liked], MineConfig(judge=True))
+    assert task.check == "rubric" and task.reference == "Rain taps."
+    assert bool(task.state.get("no_demo")) is not trusted
+    assert label_trust(task) == (Trust.OPERATOR if trusted else Trust.END_USER)
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_an_end_users_corrected_tool_call_checks_the_episode_but_is_no_demo(trusted):
+    from tests.test_sleep_replay import conversation_rows
+
+    right = {"name": "calculator", "arguments": {"expression": "2 * 2"}, "result": "4"}
+    rows = conversation_rows()
+    rows[0].feedback = Feedback(
+        reference=right, giver="operator" if trusted else MALLORY, trusted=trusted
+    )
+    (task,), _ = mine(rows, MineConfig())
+    assert task.check == "tool_call" and task.state["expected_calls"]
+    assert bool(task.state.get("no_demo")) is not trusted
+    assert label_trust(task) == (Trust.OPERATOR if trusted else Trust.END_USER)
+
+
 # ---- (c) a recalled task and tonight's end user ---------------------------------------------
 
 
