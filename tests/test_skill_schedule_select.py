@@ -46,6 +46,31 @@ def test_select_drops_previously_rejected_edits():
     assert sel.dropped[0][1] == "rejected by the gate before"
 
 
+def test_select_keeps_only_the_allowed_operations_saying_why():
+    edits = [
+        Edit("replace", target="old", content="new", support=3),
+        Edit("append", content="kept"),
+        Edit("delete", target="old"),
+    ]
+    sel = select_edits(edits, budget=4, ops=("append",))
+    assert [e.content for e in sel.kept] == ["kept"]
+    assert sorted(why for _, why in sel.dropped) == [
+        "delete is not allowed (edit_ops: append)",
+        "replace is not allowed (edit_ops: append)",
+    ]
+    assert len(select_edits(edits, budget=4).kept) == 3  # every operation by default
+
+
+def test_edit_ops_are_checked_and_an_append_only_skill_has_no_slow_update():
+    assert SkillOptConfig(edit_ops=("append",)).edit_ops == ("append",)
+    with pytest.raises(ValueError, match="edit_ops must be some of"):
+        SkillOptConfig(edit_ops=("append", "rewrite"))
+    with pytest.raises(ValueError, match="edit_ops must be some of"):
+        SkillOptConfig(edit_ops=())
+    with pytest.raises(ValueError, match="slow_every needs replace or delete"):
+        SkillOptConfig(edit_ops=("append",), slow_every=2)
+
+
 def test_dedupe_keeps_first_position():
     out = dedupe_edits(
         [Edit("append", content="a"), Edit("append", content="b"), Edit("append", content="a")]

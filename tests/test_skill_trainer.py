@@ -350,6 +350,17 @@ def test_a_memory_document_trains_with_the_skill_held_fixed(tmp_path):
     assert "You improve a MEMORY" in prompt and "<memory>" in prompt
 
 
+def test_an_append_only_run_applies_no_other_edit(tmp_path):
+    # the analyst rewrites the skill's heading and appends a rule: only the append is applied
+    edit = {"op": "replace", "target": "# Skill", "content": "# Rewritten", "rationale": "x"}
+    analyst = canned_analyst(failure=edits_json(edit, append("rule alpha")))
+    result = make(tmp_path, analyst=analyst, epochs=1, max_steps=1, edit_ops=("append",)).train()
+    assert "rule alpha" in result.best_skill and "# Skill" in result.best_skill
+    assert "# Rewritten" not in result.best_skill
+    rows = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert rows[1]["edits"]["dropped"] == {"replace is not allowed": 1}
+
+
 def test_preferences_in_the_config_reach_the_analyst(tmp_path):
     analyst = canned_analyst(failure=edits_json(append("rule alpha")))
     SkillTrainer(

@@ -13,6 +13,7 @@ from selftaught.errors import ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
 from selftaught.skill.budget_schedule import SCHEDULES
+from selftaught.skill.document import EDIT_OPS
 from selftaught.stops import Stops
 from selftaught.tracking import check_report_to
 
@@ -98,6 +99,10 @@ class SkillOptConfig:
     """Longer edit targets / contents are refused as invalid."""
     fallback_append: bool = True
     """An insert_after whose target is not found is appended at the end instead."""
+    edit_ops: tuple[str, ...] = EDIT_OPS
+    """The edit operations a step may apply; the analyst's other edits are dropped at select,
+    each saying why. `("append",)`: an append-only playbook that only grows (ACE's design, as
+    `benchmarks/bench_stream.py` runs it); it cannot go with the slow update, which rewrites."""
 
     # --- demonstrations: worked train examples, the second trainable part of a skill ---
     demos_max: int = 4
@@ -291,6 +296,15 @@ class SkillOptConfig:
         for name in ("tried_failed_min", "tried_failed_max", "slow_every", "slow_max_trials"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        unknown_ops = [op for op in self.edit_ops if op not in EDIT_OPS]
+        if unknown_ops or not self.edit_ops:
+            raise ConfigError(
+                f"edit_ops must be some of {', '.join(EDIT_OPS)}, got {list(self.edit_ops)}"
+            )
+        if self.slow_every and not {"replace", "delete"} & set(self.edit_ops):
+            raise ConfigError(
+                "slow_every needs replace or delete among edit_ops (the slow update rewrites)"
+            )
         if self.slow_min_accepted < 1:
             raise ConfigError(f"slow_min_accepted must be >= 1, got {self.slow_min_accepted}")
         if self.rejected_buffer_size < 0:

@@ -183,7 +183,9 @@ class Proposer:
         """Select under the edit budget (≈ the learning rate), then apply with a report; what
         the gate refused before, in this run or (the ledger's tried and failed) in earlier
         ones, is not applied again."""
-        selection = select_edits(merged, budget, [*rejected, *self.analyst.tried_failed])
+        selection = select_edits(
+            merged, budget, [*rejected, *self.analyst.tried_failed], self.config.edit_ops
+        )
         text, reports = apply_edits(
             rules,
             selection.kept,
