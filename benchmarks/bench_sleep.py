@@ -37,13 +37,11 @@ resumes after its last completed night (same settings; `--fresh` starts over).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +49,18 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from common import RESULTS  # noqa: E402
+from common import (  # noqa: E402
+    PROJECT,
+    RESULTS,
+    ProxyClient,
+    deployment_proxy,
+    load_night_models,
+    night_config,
+    night_row,
+    night_training,
+    resume_state,
+    snapshot_state,
+)
 
 from selftaught.gate import GateConfig  # noqa: E402
 from selftaught.models.base import ChatModel, GenerationParams  # noqa: E402
@@ -59,11 +68,9 @@ from selftaught.policy import Policy  # noqa: E402
 from selftaught.rollout import RolloutConfig  # noqa: E402
 from selftaught.runs import atomic_write_json, slug  # noqa: E402
 from selftaught.skill.config import SkillOptConfig  # noqa: E402
-from selftaught.sleep.night.split import SplitConfig  # noqa: E402
 from selftaught.tasks.base import Example, Score  # noqa: E402
 from selftaught.tasks.scorers import quantity  # noqa: E402
 
-PROJECT = "bench"
 FEEDBACK_KEY = "bench-operator-feedback-key"  # the simulated feedback is the operator's
 UNIT = "km"
 CONFIGS = ("gate-on", "gate-off", "retrieval", "rollouts-k4", "weights", "both")
@@ -114,35 +121,6 @@ class HeldOut:
 # ---- the deployment ---------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def proxy(
-    home: Path, target: ChatModel, target_spec: str, trusted: tuple[str, ...] = ()
-) -> Iterator[tuple[str, Any]]:
-    """`selftaught proxy` for the project, in this process, in front of the target."""
-    from selftaught.sleep.intake.proxy import (
-        ProxyConfig,
-        follow_adopted,
-        in_process_upstream,
-        proxy_in_background,
-    )
-
-    config = ProxyConfig(
-        upstream=target_spec,
-        project=PROJECT,
-        port=0,
-        log_path=home / "log.db",
-        home=home,
-        feedback_key=FEEDBACK_KEY,  # the simulated users' feedback counts as the operator's
-        trusted_clients=trusted,  # unlabeled streams: a one-person deployment (`'*'`)
-    )
-    upstream = None
-    if target_spec == "local" or target_spec.startswith("local:"):  # share the loaded model
-        # the adopted adapter, as deployed: `proxy --upstream local` does the same
-        upstream = in_process_upstream(follow_adopted(target, PROJECT, home), timeout=3600)
-    with proxy_in_background(config, upstream=upstream) as running:
-        yield running
-
-
 FEEDBACK_MODES = ("explicit", "conversation", "rules", "reask")
 CORRECT = "No, that's wrong: it's {ref}. Please answer with just the number and {unit}."
 RESTATE = "Please answer with just the number and {unit}."
@@ -174,34 +152,19 @@ def send_traffic(
 
     import httpx
 
-    usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "followups": 0}
+    followups = 0
     lock = threading.Lock()
     trusted = ("*",) if args.feedback != "explicit" and args.trust == "operator" else ()
-    with proxy(home, target, spec, trusted) as (url, app):
-
-        def ask(messages: list[dict[str, str]]) -> tuple[str, str]:
-            body = {
-                "model": "m",
-                "messages": messages,
-                "max_tokens": args.max_tokens,
-                "temperature": 0,
-            }
-            resp = httpx.post(f"{url}/chat/completions", json=body, timeout=3600)
-            resp.raise_for_status()
-            got = resp.json()
-            with lock:
-                usage["requests"] += 1
-                usage["prompt_tokens"] += int((got.get("usage") or {}).get("prompt_tokens") or 0)
-                usage["completion_tokens"] += int(
-                    (got.get("usage") or {}).get("completion_tokens") or 0
-                )
-            reply = got["choices"][0]["message"]["content"] or ""
-            return resp.headers["x-selftaught-interaction-id"], reply
+    proxy = deployment_proxy(home, target, spec, trusted=trusted, feedback_key=FEEDBACK_KEY)
+    with proxy as (url, app):
+        client = ProxyClient(url, args.max_tokens)
 
         def one(item: tuple[int, Request]) -> None:
+            nonlocal followups
             i, r = item
             history = [{"role": "user", "content": r.question}]
-            iid, reply = ask(history)
+            iid, message = client.ask(history)
+            reply = message.get("content") or ""
             if args.feedback == "explicit":
                 fb = {"id": iid, "thumb": "down", "reference": r.reference}
                 httpx.post(
@@ -210,17 +173,17 @@ def send_traffic(
                 return
             said = followup(args.feedback, i, r, reply)
             if said is None:  # a re-ask: the same question in a new conversation
-                ask(history)
+                client.ask(history)
             else:
-                ask([*history, {"role": "assistant", "content": reply},
-                     {"role": "user", "content": said}])  # fmt: skip
+                client.ask([*history, {"role": "assistant", "content": reply},
+                            {"role": "user", "content": said}])  # fmt: skip
             with lock:
-                usage["followups"] += 1
+                followups += 1
 
         with concurrent.futures.ThreadPoolExecutor(args.concurrency) as pool:
             list(pool.map(one, enumerate(requests)))
         app.state.proxy.writer.flush(60)
-    return usage
+    return {**client.usage, "followups": followups}
 
 
 def heldout_accuracy(
@@ -255,16 +218,7 @@ def heldout_accuracy(
 
 
 def training_for(name: str, args: argparse.Namespace) -> SkillOptConfig:
-    base = SkillOptConfig(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        max_tokens=args.max_tokens,
-        analyst_max_tokens=args.analyst_max_tokens,
-        concurrency=args.concurrency,
-        preferences=args.preferences,
-        seed=args.seed,
-        gate=GateConfig(),  # the night's default gate (`night_training_defaults`)
-    )
+    base = night_training(args)
     if name == "gate-off":
         return replace(base, gate=GateConfig(accept_all=True))
     if name == "rollouts-k4":
@@ -273,87 +227,20 @@ def training_for(name: str, args: argparse.Namespace) -> SkillOptConfig:
 
 
 def sleep_config(name: str, args: argparse.Namespace, home: Path) -> Any:
-    from selftaught.sleep.night.cycle import SleepConfig
     from selftaught.sleep.night.demo_modes import DemoModeConfig
-    from selftaught.sleep.night.weight_night import WeightNightConfig
 
-    documents = tuple(args.documents.split(","))
-    weights = "off"
+    changes: dict[str, Any] = {}
     if name in WEIGHT_CONFIGS:
-        weights = args.weights_mode
-        documents = WEIGHT_CONFIGS[name] if WEIGHT_CONFIGS[name] is not None else documents
-    return SleepConfig(
-        home=home,
-        log_path=home / "log.db",
-        project=PROJECT,
-        auto_adopt=True,
-        documents=documents,
-        training=training_for(name, args),
-        split=SplitConfig(min_val=args.min_val, seed=args.seed),
+        changes["weights"] = args.weights_mode
+        if WEIGHT_CONFIGS[name] is not None:
+            changes["documents"] = WEIGHT_CONFIGS[name]
+    return night_config(
+        args,
+        home,
+        training_for(name, args),
         demo_modes=DemoModeConfig("on" if name == "retrieval" else "off", args.retrieve_k),
-        weights=weights,
-        weight_training=WeightNightConfig(
-            max_steps=args.max_steps, max_minutes=args.max_train_seconds / 60, seed=args.seed
-        ),
+        **changes,
     )
-
-
-def night_row(k: int, report: dict[str, Any]) -> dict[str, Any]:
-    """What the results keep of a night's report."""
-    modes = ((report.get("phases") or {}).get("skill") or {}).get("demo_modes") or {}
-    weights = report.get("weights") or {}
-    return {
-        "night": k,
-        "status": report["status"],
-        "reason": report.get("reason"),
-        "decisions": {d: p.get("decisions") for d, p in (report.get("phases") or {}).items()},
-        "proposal": report.get("proposal"),
-        "splits": report.get("splits"),
-        "recall": report.get("recall"),
-        "smallest_gain": (report.get("gate") or {}).get("smallest_gain"),
-        "demo_modes": {
-            "winner": modes.get("winner"),
-            "pool": modes.get("pool"),
-            "val": {m: c["hard"] for m, c in (modes.get("candidates") or {}).items()},
-        },
-        "weights": {
-            "winner": weights.get("winner"),
-            "why": weights.get("why"),
-            "val": {
-                m: [c["hard"], c.get("hard_ci")]
-                for m, c in (weights.get("candidates") or {}).items()
-            },
-            "trained": weights.get("trained"),
-        }
-        if weights
-        else None,
-        "night_usage": report.get("usage"),
-        "phase_seconds": report.get("phase_seconds"),
-        "weight_seconds": weights.get("seconds"),
-    }
-
-
-def resume_state(home: Path, rows: list[dict[str, Any]]) -> None:
-    """Put the deployment back as it was after its last completed night (a night killed half
-    way leaves traffic and a night folder that the snapshot does not have)."""
-    import shutil
-
-    snapshot = home.with_name(f"{home.name}.night{len(rows) - 1}")
-    if home.exists():
-        shutil.rmtree(home)
-    if snapshot.exists():
-        shutil.copytree(snapshot, home)
-
-
-def snapshot_state(home: Path, k: int) -> None:
-    import shutil
-
-    dest = home.with_name(f"{home.name}.night{k}")
-    tmp = home.with_name(f".{home.name}.night{k}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(home, tmp)
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
 
 
 def run_config(
@@ -383,7 +270,7 @@ def run_config(
         home.mkdir(parents=True, exist_ok=True)
         snapshot_state(home, 0)
         save()
-    resume_state(home, rows)
+    resume_state(home, len(rows) - 1)
     for k, requests in list(enumerate(nights, 1))[len(rows) - 1 :]:
         t0 = time.perf_counter()
         traffic = send_traffic(home, models.target, models.target_spec, requests, args)
@@ -429,17 +316,6 @@ def summarize(results: dict[str, Any]) -> None:
             "night_s": [r.get("night_s") for r in nights[1:]],
             "adopted": sum(1 for r in nights[1:] if r.get("status") == "adopted"),
         }
-
-
-def load_models(args: argparse.Namespace) -> Any:
-    from selftaught.models import load_model
-    from selftaught.sleep.night.cycle import NightModels
-
-    target = load_model(args.target)
-    optimizer = (
-        target if args.optimizer_model in (None, args.target) else load_model(args.optimizer_model)
-    )
-    return NightModels(target, args.target, optimizer, args.optimizer_model or args.target)
 
 
 def main() -> None:
@@ -500,7 +376,7 @@ def main() -> None:
     heldout = HeldOut(heldout_requests)
     state = output.with_suffix(".state")  # each deployment's home, snapshotted per night
     results = load_results(output, args, state)
-    models = load_models(args)
+    models = load_night_models(args.target, args.optimizer_model)
 
     def save() -> None:
         atomic_write_json(output, results)

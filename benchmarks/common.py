@@ -1,6 +1,8 @@
 """Helpers the benchmark scripts share: where results go, what machine measured them, the
 offline Qwen2.5-Coder-0.5B model (a GGUF split over six PyPI wheels), a `selftaught serve`
-endpoint started for the run, paired statistics of two evaluations, and the tables they regenerate
+endpoint started for the run, a simulated deployment (the proxy in front of the target, its
+clients, the night's models, per-night snapshots of its state: `bench_sleep.py` and
+`bench_stream.py`), paired statistics of two evaluations, and the tables they regenerate
 (`tables.py`, which imports this module: never the other way round).
 
 Imported by the scripts beside it (`python benchmarks/bench_*.py` puts this folder on
@@ -173,6 +175,204 @@ def split_spec(spec: str) -> tuple[str, str]:
     if not base.startswith(("http://", "https://")) or not sep or not name:
         raise SystemExit(f"--endpoint must look like http://HOST:PORT/v1#MODEL, got {spec!r}")
     return base.rstrip("/"), name
+
+
+# ---- a simulated deployment: the proxy, its clients, the nights' state ------------------
+
+PROJECT = "bench"  # the sleep project every simulated deployment logs to
+
+
+@contextlib.contextmanager
+def deployment_proxy(
+    home: Path,
+    target: Any,
+    target_spec: str,
+    *,
+    trusted: tuple[str, ...] = (),
+    feedback_key: str | None = None,
+    client_keys: Path | None = None,
+    log_path: Path | None = None,
+) -> Iterator[tuple[str, Any]]:
+    """`selftaught proxy` for the project, in this process, in front of the target; yields
+    (base URL, app). `trusted`: clients whose words are the operator's (`'*'`: a one-person
+    deployment); `client_keys`: a JSON file of end users' keys; `log_path`: where it logs
+    (default: the nights' log, `home/log.db`)."""
+    from selftaught.sleep.intake.proxy import (
+        ProxyConfig,
+        follow_adopted,
+        in_process_upstream,
+        proxy_in_background,
+    )
+
+    config = ProxyConfig(
+        upstream=target_spec,
+        project=PROJECT,
+        port=0,
+        log_path=log_path or home / "log.db",
+        home=home,
+        feedback_key=feedback_key,
+        trusted_clients=trusted,
+        client_keys=client_keys,
+    )
+    upstream = None
+    if target_spec == "local" or target_spec.startswith("local:"):  # share the loaded model
+        # the adopted adapter, as deployed: `proxy --upstream local` does the same
+        upstream = in_process_upstream(follow_adopted(target, PROJECT, home), timeout=3600)
+    with proxy_in_background(config, upstream=upstream) as running:
+        yield running
+
+
+class ProxyClient:
+    """A client of a deployment's proxy: chat requests (greedy, `max_tokens` sent), counted.
+    `usage` holds the requests made and their tokens; thread-safe."""
+
+    def __init__(self, url: str, max_tokens: int) -> None:
+        import threading
+
+        self.url, self.max_tokens = url, max_tokens
+        self.usage = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        self._lock = threading.Lock()
+
+    def ask(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        key: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """(the row's interaction id, the reply message) for one request."""
+        import httpx
+
+        body: dict[str, Any] = {
+            "model": "m",
+            "messages": messages,
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+        }
+        if tools:
+            body["tools"] = tools
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        resp = httpx.post(f"{self.url}/chat/completions", json=body, headers=headers, timeout=3600)
+        resp.raise_for_status()
+        got = resp.json()
+        used = got.get("usage") or {}
+        with self._lock:
+            self.usage["requests"] += 1
+            self.usage["prompt_tokens"] += int(used.get("prompt_tokens") or 0)
+            self.usage["completion_tokens"] += int(used.get("completion_tokens") or 0)
+        return resp.headers["x-selftaught-interaction-id"], got["choices"][0]["message"]
+
+
+def load_night_models(target_spec: str, optimizer_spec: str | None) -> Any:
+    """The night's models (`NightModels`): the target, and the analyst (the target itself
+    unless another spec is given)."""
+    from selftaught.models import load_model
+    from selftaught.sleep.night.cycle import NightModels
+
+    target = load_model(target_spec)
+    same = optimizer_spec in (None, target_spec)
+    optimizer = target if same else load_model(optimizer_spec)
+    return NightModels(target, target_spec, optimizer, optimizer_spec or target_spec)
+
+
+def night_training(args: Any) -> Any:
+    """The nights' skill training (`SkillOptConfig`) from a benchmark's options: the night's
+    default margin gate, the sizes given."""
+    from selftaught.gate import GateConfig
+    from selftaught.skill.config import SkillOptConfig
+
+    return SkillOptConfig(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        analyst_max_tokens=args.analyst_max_tokens,
+        concurrency=args.concurrency,
+        preferences=args.preferences,
+        seed=args.seed,
+        gate=GateConfig(),  # the night's default gate (`night_training_defaults`)
+    )
+
+
+def night_config(args: Any, home: Path, training: Any, **changes: Any) -> Any:
+    """A deployment's night (`sleep run --auto-adopt` as `NightConfig`) from a benchmark's
+    options, with `changes` to its fields."""
+    from selftaught.sleep.night.cycle import NightConfig
+    from selftaught.sleep.night.split import SplitConfig
+    from selftaught.sleep.night.weight_night import WeightNightConfig
+
+    settings: dict[str, Any] = {
+        "home": home,
+        "log_path": home / "log.db",
+        "project": PROJECT,
+        "auto_adopt": True,
+        "documents": tuple(d for d in args.documents.split(",") if d),
+        "training": training,
+        "split": SplitConfig(min_val=args.min_val, seed=args.seed),
+        "weight_training": WeightNightConfig(
+            max_steps=args.max_steps, max_minutes=args.max_train_seconds / 60, seed=args.seed
+        ),
+    }
+    return NightConfig(**{**settings, **changes})
+
+
+def snapshot_state(home: Path, k: int) -> None:
+    """Copy a deployment's home as it is after night `k` (`<home>.night<k>`), atomically."""
+    import shutil
+
+    dest = home.with_name(f"{home.name}.night{k}")
+    tmp = home.with_name(f".{home.name}.night{k}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(home, tmp)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+
+
+def resume_state(home: Path, k: int) -> None:
+    """Put a deployment back as it was after night `k` (a night killed half way leaves
+    traffic and a night folder that the snapshot does not have)."""
+    import shutil
+
+    snapshot = home.with_name(f"{home.name}.night{k}")
+    if home.exists():
+        shutil.rmtree(home)
+    if snapshot.exists():
+        shutil.copytree(snapshot, home)
+
+
+def night_row(k: int, report: Mapping[str, Any]) -> dict[str, Any]:
+    """What a benchmark keeps of a night's report.json (read defensively: older reports lack
+    sections)."""
+    modes = ((report.get("phases") or {}).get("skill") or {}).get("demo_modes") or {}
+    weights = report.get("weights") or {}
+    return {
+        "night": k,
+        "status": report["status"],
+        "reason": report.get("reason"),
+        "decisions": {d: p.get("decisions") for d, p in (report.get("phases") or {}).items()},
+        "proposal": report.get("proposal"),
+        "splits": report.get("splits"),
+        "recall": report.get("recall"),
+        "smallest_gain": (report.get("gate") or {}).get("smallest_gain"),
+        "demo_modes": {
+            "winner": modes.get("winner"),
+            "pool": modes.get("pool"),
+            "val": {m: c["hard"] for m, c in (modes.get("candidates") or {}).items()},
+        },
+        "weights": {
+            "winner": weights.get("winner"),
+            "why": weights.get("why"),
+            "val": {
+                m: [c["hard"], c.get("hard_ci")]
+                for m, c in (weights.get("candidates") or {}).items()
+            },
+            "trained": weights.get("trained"),
+        }
+        if weights
+        else None,
+        "night_usage": report.get("usage"),
+        "phase_seconds": report.get("phase_seconds"),
+        "weight_seconds": weights.get("seconds"),
+    }
 
 
 # ---- statistics of two evaluations on the same examples ---------------------------------
