@@ -53,6 +53,7 @@ from common import (  # noqa: E402
     PROJECT,
     RESULTS,
     ProxyClient,
+    add_deployment_options,
     deployment_proxy,
     load_night_models,
     night_config,
@@ -321,26 +322,15 @@ def summarize(results: dict[str, Any]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="1 night, tiny sizes: a smoke test")
-    p.add_argument("--target", default="local", help="model spec of the deployed agent")
-    p.add_argument("--optimizer-model", default=None, help="analyst spec (default: the target)")
+    add_deployment_options(p, max_tokens=48)
     p.add_argument("--gym", default="gym:basic_arithmetic?max_terms=2&max_digits=1")
     p.add_argument("--nights", type=int, default=4)
     p.add_argument("--requests-per-night", type=int, default=24)
     p.add_argument("--heldout", type=int, default=60)
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help=", ".join(CONFIGS))
     p.add_argument("--retrieve-k", type=int, default=4, help="demos retrieved per request")
-    p.add_argument("--documents", default="skill,memory")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--min-val", type=int, default=6)
-    p.add_argument("--max-tokens", type=int, default=48)
-    p.add_argument("--analyst-max-tokens", type=int, default=384)
-    p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--preferences", default="", help="house rules given to the analyst")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weights-mode", default="sft", help="weights / both configs: sft | dpo | auto")
-    p.add_argument("--max-steps", type=int, default=16, help="adapter steps per night at most")
-    p.add_argument("--max-train-seconds", type=float, default=300, help="adapter training cap")
     p.add_argument(
         "--feedback",
         default="explicit",
@@ -355,8 +345,6 @@ def main() -> None:
         help="unlabeled streams: whose words the users' turns are (operator: a one-person "
         "deployment, `--trusted-clients '*'`; end-user: evidence only)",
     )
-    p.add_argument("--output", type=Path, default=None)
-    p.add_argument("--fresh", action="store_true", help="start over instead of resuming")
     args = p.parse_args()
     if args.quick:
         args.nights, args.requests_per_night, args.heldout = 1, 6, 4

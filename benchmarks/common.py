@@ -275,6 +275,25 @@ def load_night_models(target_spec: str, optimizer_spec: str | None) -> Any:
     return NightModels(target, target_spec, optimizer, optimizer_spec or target_spec)
 
 
+def add_deployment_options(p: Any, *, max_tokens: int) -> None:
+    """The options of a simulated deployment's benchmark (an `argparse` parser): the models,
+    what `night_training` and `night_config` read, where the results go."""
+    p.add_argument("--target", default="local", help="model spec of the deployed agent")
+    p.add_argument("--optimizer-model", default=None, help="analyst spec (default: the target)")
+    p.add_argument("--documents", default="skill,memory")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--min-val", type=int, default=6)
+    p.add_argument("--max-tokens", type=int, default=max_tokens)
+    p.add_argument("--analyst-max-tokens", type=int, default=384)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--preferences", default="", help="house rules given to the analyst")
+    p.add_argument("--max-steps", type=int, default=16, help="adapter steps per night at most")
+    p.add_argument("--max-train-seconds", type=float, default=300, help="adapter training cap")
+    p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--fresh", action="store_true", help="start over instead of resuming")
+
+
 def night_training(args: Any) -> Any:
     """The nights' skill training (`SkillOptConfig`) from a benchmark's options: the night's
     default margin gate, the sizes given."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from common import BENCH_DIR, REPO, RESULTS
+from common import BENCH_DIR, REPO, RESULTS, fmt_acc
 
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), BENCH_DIR / "README.md")
 
@@ -200,6 +200,98 @@ def quickstart(results: Path) -> str:
     return markdown_table(header, body)
 
 
+def stream_report(results: Path) -> str:
+    """The stream benchmark's reported runs (issue 62, `bench_stream.py --report`), one block
+    per results file: held-out accuracy per configuration, kind and night, retention, and the
+    mean gain against the single-kind streams'."""
+    files = sorted(p for p in results.glob("stream_report_*.json") if "_single-" not in p.name)
+    if not files:
+        return (
+            "Not measured yet: the reported runs come once `report_settings_stream.json` is "
+            "frozen (`python benchmarks/bench_stream.py --report SEED --target TARGET`)."
+        )
+    return "\n\n".join(_stream_block(results, f.name) for f in files)
+
+
+def _stream_block(results: Path, name: str) -> str:
+    from common import markdown_table
+
+    saved = _load(results, name)
+    s, kinds = saved["settings"], list(saved["kinds"])
+    head = (
+        f"**`{name}`**: {s['target']}, deployment `{s['deployment']}`, {s['nights']} nights x "
+        f"{s['requests_per_night']} requests, {s['heldout']} held-out items per kind (the "
+        f"smallest difference a paired test on them can show at α = 0.05: {_mdd(s['heldout'])})."
+    )
+    header = ["config", "kind", *[f"night {i}" for i in range(s["nights"] + 1)],
+              "final vs best earlier (two-sided sign test)", "forgot"]  # fmt: skip
+    rows, summary = [], []
+    for label, c in saved["configs"].items():
+        if c.get("unavailable"):
+            rows.append([label, "", c["unavailable"], *[""] * (len(header) - 3)])
+            continue
+        for kind in kinds:
+            rows.append([label, kind, *_stream_nights(c["nights"], kind, s["nights"]),
+                         *_stream_retention(c["summary"]["kinds"][kind]["retention"])])  # fmt: skip
+        summary.append(_stream_summary(label, c["summary"]))
+    sum_header = ["config", "mean gain over kinds", "kinds forgotten", "wall per night (s)",
+                  "calls per night (traffic / night / held-out)"]  # fmt: skip
+    parts = [head, markdown_table(header, rows), markdown_table(sum_header, summary)]
+    single = _stream_single(results, name, saved)
+    return "\n\n".join(parts + ([single] if single else []))
+
+
+def _stream_nights(nights: list[dict[str, Any]], kind: str, planned: int) -> list[str]:
+    """Each night's accuracy; night 0's and the last's with their 95% interval."""
+    cells = []
+    for i, n in enumerate(nights):
+        acc = n["heldout"]["kinds"][kind]
+        cells.append(fmt_acc(acc) if i in (0, len(nights) - 1) else f"{acc['hard']:.2f}")
+    return cells + [""] * (planned + 1 - len(cells))
+
+
+def _stream_retention(r: dict[str, Any] | None) -> list[str]:
+    if r is None:
+        return ["", ""]
+    p = _p(r["wins"], r["losses"])
+    said = (f"{r['final']:.2f} vs {r['best']:.2f} (night {r['best_night']}): "
+            f"{r['wins']} W / {r['losses']} L, p {p}")  # fmt: skip
+    return [said, "**yes**" if r["forgot"] else "no"]
+
+
+def _stream_summary(label: str, summary: dict[str, Any]) -> list[str]:
+    calls = " · ".join(f"{c['traffic']}/{c['night']}/{c['heldout']}" for c in summary["calls"])
+    return [
+        label,
+        f"{summary['mean_gain']:+.3f}",
+        ", ".join(summary["forgotten"]) or "none",
+        " / ".join(f"{w:.0f}" for w in summary["wall_s"]),
+        calls,
+    ]
+
+
+def _stream_single(results: Path, name: str, saved: dict[str, Any]) -> str:
+    """Each configuration's mean gain on the mixed stream against its gains on single-kind
+    streams of the same size (the files `bench_stream.py --single-kind KIND` wrote)."""
+    lines = []
+    for label, c in saved["configs"].items():
+        gains = {}
+        for kind in saved["kinds"]:
+            other = results / name.replace("_seed", f"_single-{kind}_seed")
+            single = _load(results, other.name)["configs"].get(label) if other.exists() else None
+            if single and single.get("summary"):
+                gains[kind] = single["summary"]["kinds"][kind]["gain"]
+        if not gains or "summary" not in c:
+            continue
+        mean = sum(gains.values()) / len(gains)
+        mixed = c["summary"]["mean_gain"]
+        ratio = f"{mixed / mean:.2f}" if mean > 0 else "undefined (no single-kind gain)"
+        each = ", ".join(f"{k} {g:+.3f}" for k, g in gains.items())
+        lines.append(f"- `{label}`: mixed stream mean gain {mixed:+.3f}; single-kind streams "
+                     f"{each} (mean {mean:+.3f}); ratio {ratio} (target ≥ 0.8)")  # fmt: skip
+    return "\n".join(lines)
+
+
 def _p(wins: int, losses: int) -> str:
     from selftaught.stats import sign_test_two_sided
 
@@ -231,6 +323,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "sleep_addition": lambda r: _sleep_table(r, "sleep_local_addition.json"),
     "sleep_qwen": lambda r: _sleep_table(r, "sleep_qwen.json"),
     "quickstart": quickstart,
+    "stream_report": stream_report,
 }
 
 
