@@ -184,7 +184,8 @@ def test_optimize_end_to_end_on_the_local_model(tmp_path):
 def test_demo_search_end_to_end_on_the_local_model(tmp_path):
     """`--proposals 0` on the embedded model: the model's own passing train replies become
     demo candidates, demo sets are screened and gated on val; nothing held out is a demo."""
-    from selftaught.demos import near_duplicate, split_skill
+    from selftaught.demos import split_skill
+    from selftaught.duplicates import item_key, same_item
     from selftaught.tasks.registry import load_task
 
     spec = "gym:basic_arithmetic?max_terms=2&max_digits=1"
@@ -206,7 +207,9 @@ def test_demo_search_end_to_end_on_the_local_model(tmp_path):
     boot = [d for d in pool["demos"] if d["source"] == "bootstrap"]
     assert boot, "the 135M model solves some 1-digit sums: their replies are candidates"
     for d in pool["demos"]:
-        assert d["id"] in train and not any(near_duplicate(d["input"], h) for h in held)
+        assert d["id"] in train and not any(
+            same_item(item_key(d["input"]), item_key(h)) for h in held
+        )
     row = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()][1]
     assert row["candidates"] and {c["kind"] for c in row["candidates"]} == {"demos"}
     shipped = split_skill((out / "best_skill.md").read_text())

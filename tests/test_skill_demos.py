@@ -13,9 +13,9 @@ from selftaught.demos import (
     DemoLeakError,
     LeakCheck,
     join_skill,
-    near_duplicate,
     split_skill,
 )
+from selftaught.duplicates import item_key, same_item
 from selftaught.gate import GateConfig
 from selftaught.policy import Policy
 from selftaught.runs import RunError
@@ -90,6 +90,9 @@ def test_skill_hash_is_unchanged_without_demos_and_covers_them_with():
 
 
 def test_near_duplicates_are_caught_and_different_problems_are_not():
+    def near_duplicate(a: str, b: str) -> bool:
+        return same_item(item_key(a), item_key(b))
+
     assert near_duplicate("What is 3 + 4?", "what is 3+4 ?")
     assert near_duplicate(
         "Please compute 17 * 23 for me now", "Could you compute 17 * 23 for me now"

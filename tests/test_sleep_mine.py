@@ -7,11 +7,10 @@ import pytest
 from selftaught.sleep.intake.log import Feedback, Interaction
 from selftaught.sleep.night.checks import Rule, detect_language, find_rules, score_example
 from selftaught.sleep.night.cycle import mine
-from selftaught.sleep.night.mine import MineConfig, near_duplicates
+from selftaught.sleep.night.mine import MineConfig
 from selftaught.sleep.night.split import (
     NightTask,
     SplitConfig,
-    SplitOverlap,
     TooFewTasks,
     assign_splits,
     check_split,
@@ -95,13 +94,6 @@ def test_mined_text_is_redacted_and_injected_skills_stripped_and_images_refused(
 
 
 def test_near_duplicates_merge_but_different_numbers_never_do():
-    assert near_duplicates("What is 3 + 4?", "what is 3+4", 0.8)
-    assert not near_duplicates("What is 3 + 4?", "What is 3 + 5?", 0.8)
-    long = (
-        "Please summarise the attached meeting notes for the whole team in plain words and "
-        "keep the action items with their owners at the end"
-    )
-    assert near_duplicates(long, long.replace("plain", "simple"), 0.8)
     rows = [
         it("What is 3 + 4?", "8", created_at=1.0, reference="7"),
         it("what is 3+4", "7", created_at=2.0, feedback=Feedback(thumb="down", reference="7")),
@@ -144,7 +136,7 @@ def test_splits_are_stable_disjoint_and_refuse_too_few_tasks():
         assign_splits(few, SplitConfig())
 
 
-def test_a_val_task_that_duplicates_a_train_task_fails_closed_naming_both():
+def test_a_train_task_that_duplicates_a_val_task_is_dropped_naming_both():
     tasks, _ = mine(
         [it("What is 3 + 4?", reference="7"), it("Hello there, what is 9 + 9?", reference="18")],
         MineConfig(),
@@ -153,8 +145,10 @@ def test_a_val_task_that_duplicates_a_train_task_fails_closed_naming_both():
     twin, _ = mine([it("what is 3+4 ?", reference="7")], MineConfig())
     twin[0].split = "val"
     splits = {"train": [tasks[0]], "val": [tasks[1], twin[0]], "test": []}
-    with pytest.raises(SplitOverlap, match=f"{twin[0].id} \\(val\\).*{tasks[0].id} \\(train\\)"):
-        check_split(splits, 0.8)
+    (dropped,) = check_split(splits, 0.8)  # val keeps its item; train gives its copy up
+    assert (dropped.item, dropped.held_out, dropped.split) == (tasks[0].id, twin[0].id, "val")
+    assert splits == {"train": [], "val": [tasks[1], twin[0]], "test": []}
+    assert tasks[0].split is None and twin[0].id in tasks[0].notes[-1]
 
 
 def test_rules_the_user_states_are_found_and_checked():

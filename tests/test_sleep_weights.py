@@ -18,8 +18,9 @@ from selftaught.sleep.night.weight_night import (
     TrainedAdapter,
     WeightData,
     WeightNightConfig,
-    assert_train_only,
+    train_only_data,
 )
+from selftaught.weights.dpo import PreferencePair
 from selftaught.weights.sampling import Sample
 from tests.scripted import (
     ScriptedModel,
@@ -263,21 +264,35 @@ def _task(tid: str, a: int, b: int) -> MinedTask:
     return MinedTask(tid, msgs, reference=str(a + b), state={"demo_source": "correction"})
 
 
-def test_weight_training_refuses_val_items_and_near_copies_of_them():
+def test_weight_training_refuses_val_items_and_drops_copies_of_them():
     train, val = _task("t1", 1, 3), _task("v1", 5, 9)
     task = NightTask("p", {"train": [train], "val": [val], "test": []})
 
     def sample(tid: str, msgs: list) -> Sample:
         return Sample(tid, msgs, msgs, "x", "x", 1.0, 1.0)
 
-    assert_train_only(WeightData(sft=[sample("t1", train.messages)]), task)  # clean
-    with pytest.raises(SplitOverlap, match="not train tasks"):
-        assert_train_only(WeightData(sft=[sample("v1", val.messages)]), task)
-    copy = _task("t2", 5, 9)  # a train task that nearly duplicates the val one
+    clean = WeightData(sft=[sample("t1", train.messages)], stats={"corrections": 1})
+    assert train_only_data(clean, task) == [] and len(clean.sft) == 1
+    with pytest.raises(SplitOverlap, match="not train tasks"):  # a bug: fails closed
+        train_only_data(WeightData(sft=[sample("v1", val.messages)]), task)
+    copy = _task("t2", 5, 9)  # a train task that is the same item as the val one
     copy.messages[0]["content"] += " Thanks!"
-    leaky = NightTask("p", {"train": [train, copy], "val": [val], "test": []})
-    with pytest.raises(SplitOverlap, match="held-out"):
-        assert_train_only(WeightData(sft=[sample("t2", copy.messages)]), leaky)
+    sibling = _task("t3", 5, 8)  # one template, other values: another item
+    leaky = NightTask("p", {"train": [train, copy, sibling], "val": [val], "test": []})
+    data = WeightData(
+        sft=[sample(t.id, t.messages) for t in (train, copy, sibling)],
+        pairs=[PreferencePair("t2", copy.messages, "14", "Answer: 15")],
+        stats={"corrections": 3, "elite": 0, "sft_samples": 3, "preference_pairs": 1},
+    )
+    (dropped,) = train_only_data(data, leaky)
+    assert (dropped.item, dropped.held_out, dropped.split, dropped.phase) == (
+        "t2",
+        "v1",
+        "val",
+        "weights",
+    )
+    assert [s.example_id for s in data.sft] == ["t1", "t3"] and data.pairs == []
+    assert data.stats["corrections"] == 2 and data.stats["preference_pairs"] == 0
 
 
 def test_bad_weight_settings_are_refused_in_one_sentence(tmp_path):

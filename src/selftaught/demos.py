@@ -24,9 +24,10 @@ chat-native few-shot form) or ``system`` (a "Worked examples" section of the sys
 ``retrieve=K`` (optional) makes the block a pool: per example the policy shows only the K
 demos most similar to it (BM25, `selftaught.retrieval`), never the example itself.
 
-Nothing held out may feed a demo: `leak_check` drops a candidate whose input duplicates or
-nearly duplicates a val or test input (naming both), and `assert_no_leak` fails closed on a
-skill that carries one.
+Nothing held out may feed a demo: `LeakCheck.filter` drops a candidate that is the same item
+as a val or test input (`selftaught.duplicates`: a rewording or a politer copy is; another
+instance of one template, with other values or another answer, is not), naming both, and
+`LeakCheck.assert_clean` fails closed on a skill that carries one.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypedDict
 
+from selftaught.duplicates import DuplicateIndex, item_key
 from selftaught.runs import RunError
-from selftaught.text import numbers, words
 
 if TYPE_CHECKING:  # annotations only: demos sits below the models (their agents render demos)
     from selftaught.models.base import Message
@@ -182,33 +183,6 @@ def demo_section(demos: Sequence[Demo]) -> str:
 
 
 # ---- leakage ------------------------------------------------------------------------------
-_SKELETON = re.compile(r"\d+(?:\.\d+)?|[^\w\s.,;:?!'\"]")
-# "1. " / "2) " opening a line number a list's lines: layout, not what the problem is about
-_LIST_MARKER = re.compile(r"(?m)^[ \t]*\d+[.)](?=\s)")
-
-
-def skeleton(text: str) -> list[str]:
-    """The numbers and symbols of a text in order (operators, signs, brackets): what tells
-    one arithmetic problem from another when their words are the same. List markers are
-    left out: two syllogisms with premises "1." and "2." share them and nothing else."""
-    return _SKELETON.findall(_without_list_markers(text).replace(",", ""))
-
-
-def _without_list_markers(text: str) -> str:
-    return _LIST_MARKER.sub("", text)
-
-
-def near_duplicate(a: str, b: str, *, word_share: float = 0.9) -> bool:
-    """One problem in two wordings: the same numbers and symbols in the same order with at
-    least half the words shared ("What is 3 + 4?" / "what is 3+4 ?"), or, without numbers,
-    nearly all words shared. "Calculate 5 - 3" and "Calculate 5 * 3" are different problems."""
-    sa, sb = skeleton(a), skeleton(b)
-    wa = {w for w in words(a) if not w.isdigit()}
-    wb = {w for w in words(b) if not w.isdigit()}
-    share = len(wa & wb) / len(wa | wb) if wa | wb else 1.0
-    if numbers(_without_list_markers(a)) or numbers(_without_list_markers(b)):
-        return sa == sb and share >= 0.5
-    return sa == sb and share >= word_share
 
 
 @dataclass(frozen=True)
@@ -225,42 +199,61 @@ class HeldOutItem(Protocol):
     @property
     def id(self) -> str: ...
 
+    @property
+    def reference(self) -> Any: ...
+
     def prompt_text(self) -> str: ...
 
 
 class HeldOutSource(Protocol):
-    """What the leak check reads of a task: its val and test examples (a `Task` has them;
-    declared here because demos sits below tasks and models)."""
+    """What the leak check reads of a task: its examples (a `Task` has them; declared here
+    because demos sits below tasks and models)."""
 
-    def examples(self, split: Literal["val", "test"]) -> Sequence[HeldOutItem]: ...
+    def examples(self, split: Literal["train", "val", "test"]) -> Sequence[HeldOutItem]: ...
+
+
+class HeldOut(NamedTuple):
+    """One held-out input the leak check guards: its split, id, text and reference."""
+
+    split: str
+    id: str
+    text: str
+    reference: Any = None
 
 
 class LeakCheck:
-    """Held-out inputs, indexed for fast near-duplicate checks of candidate demos."""
+    """Held-out inputs, indexed for the one notion of a duplicate (`selftaught.duplicates`):
+    a candidate is a leak when it is the same item as a held-out one."""
 
-    def __init__(self, held_out: Iterable[tuple[str, str, str]]):
-        """`held_out`: (split, id, input text) of every val and test example."""
-        self.items = list(held_out)
-        # only items with the same numbers and symbols can be near-duplicates
-        self._by_skeleton: dict[str, list[tuple[str, str, str]]] = {}
+    def __init__(
+        self,
+        held_out: Iterable[tuple[str, str, str] | HeldOut],
+        references: Mapping[str, Any] | None = None,
+    ):
+        """`held_out`: (split, id, input text[, reference]) of every val and test example;
+        `references`: the candidates' references by their ids (train items), where known."""
+        self.items = [HeldOut(*item) for item in held_out]
+        self.references = dict(references or {})
+        self._index: DuplicateIndex[HeldOut] = DuplicateIndex()
         for item in self.items:
-            self._by_skeleton.setdefault(" ".join(skeleton(item[2])), []).append(item)
+            self._index.add(item_key(item.text, item.reference), item)
 
     @classmethod
-    def of_task(cls, task: HeldOutSource) -> LeakCheck:
-        """The check against every val and test input of `task`."""
-        return cls(
-            (split, ex.id, ex.prompt_text())
+    def of_task(cls, task: HeldOutSource, also: Iterable[HeldOut] = ()) -> LeakCheck:
+        """The check against every val and test input of `task` (and `also`), knowing the
+        references of its train items."""
+        held = [
+            HeldOut(split, ex.id, ex.prompt_text(), ex.reference)
             for split in ("val", "test")
             for ex in task.examples(split)
-        )
+        ]
+        train = {ex.id: ex.reference for ex in task.examples("train")}
+        return cls([*held, *also], train)
 
     def find(self, demo: Demo) -> Leak | None:
-        text = demo.input_text()
-        for split, ex_id, held in self._by_skeleton.get(" ".join(skeleton(text)), []):
-            if near_duplicate(text, held):
-                return Leak(demo.id, ex_id, split)
-        return None
+        key = item_key(demo.input_text(), self.references.get(demo.id))
+        hit = self._index.find(key)
+        return None if hit is None else Leak(demo.id, hit.id, hit.split)
 
     def filter(self, demos: Iterable[Demo]) -> tuple[list[Demo], list[Leak]]:
         """(clean demos, leaks dropped)."""

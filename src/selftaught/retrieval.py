@@ -2,7 +2,7 @@
 
 Lexical BM25 with the maintained `bm25s` library (an optional extra:
 ``pip install "selftaught[retrieval]"``); no embedding model, so it works offline. Both sides
-are tokenized as the leak check tokenizes (lower-case words and numbers, single digits kept:
+are tokenized into lower-case words and numbers (`selftaught.text`; single digits kept:
 "3 + 4" and "3 + 5" differ). A demo that shares no token with the request is never shown, and
 neither is a demo made from the example itself (by id): retrieval for a val item draws on
 train demos only.

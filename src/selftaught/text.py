@@ -1,4 +1,5 @@
-"""Word and number tokens of a text, shared by the edit guard and the demo leak check."""
+"""Word and number tokens of a text, shared by the edit guard, routing and retrieval (the one
+notion of a duplicate has its own: `selftaught.duplicates`)."""
 
 from __future__ import annotations
 

@@ -124,8 +124,8 @@ def worked_examples(run: SkillRun) -> Html:
         parts.append(
             tag(
                 "p",
-                "Train examples whose input duplicates or nearly duplicates a held-out "
-                "input never became demo candidates.",
+                "Train examples that are the same item as a held-out input (a rewording, "
+                "not another instance of a template) never became demo candidates.",
                 class_="intro",
             )
         )

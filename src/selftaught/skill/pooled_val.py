@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 
-from selftaught.demos import Demo, DemoLeakError, LeakCheck
+from selftaught.demos import Demo, DemoLeakError, HeldOut, LeakCheck
 from selftaught.errors import ConfigError
 from selftaught.tasks.base import Example
 
@@ -34,10 +34,13 @@ def split_pool(train: Sequence[Example], n: int, seed: int) -> tuple[list[Exampl
     return [ex for i, ex in enumerate(train) if i not in drawn], pool
 
 
-def pool_check(pool: Iterable[Example]) -> LeakCheck:
+def pool_check(pool: Iterable[Example], learned: Iterable[Example] = ()) -> LeakCheck:
     """The leak check against the pool's inputs (demos, the teacher and the summary use it
-    with the val / test one)."""
-    return LeakCheck((POOL_SPLIT, ex.id, ex.prompt_text()) for ex in pool)
+    with the val / test one); `learned`: the items checked against it, for their references."""
+    return LeakCheck(
+        (HeldOut(POOL_SPLIT, ex.id, ex.prompt_text(), ex.reference) for ex in pool),
+        {ex.id: ex.reference for ex in learned},
+    )
 
 
 def check_pool(pool: Sequence[Example], learned: Sequence[Example], demos: Iterable[Demo]) -> None:
@@ -50,5 +53,5 @@ def check_pool(pool: Sequence[Example], learned: Sequence[Example], demos: Itera
             "the pooled val shares items with train (the pool never feeds what is learned): "
             + ", ".join(same_id[:5])
         )
-    check = pool_check(pool)
+    check = pool_check(pool, learned)
     check.assert_clean([*(Demo.of(ex.id, ex.input, "", "train") for ex in learned), *demos])

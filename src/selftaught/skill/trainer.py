@@ -329,7 +329,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         self.demos_on = self.document == "skill" and self.config.demos_max > 0
         # the optimizer model writing demos the task's scorer verifies (`skill.teacher`)
         self.teacher = Teacher(self.optimizer, self.task, self.config)
-        self.leak_check = LeakCheck([*LeakCheck.of_task(self.task).items, *pool_check(pool).items])
+        self.leak_check = LeakCheck.of_task(self.task, also=pool_check(pool).items)
         # nothing held out may be in a demo, not even in the skill the user started from
         self.leak_check.assert_clean(split_skill(self.initial_skill).demos)
         self.builder = CandidateBuilder(

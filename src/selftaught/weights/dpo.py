@@ -264,8 +264,9 @@ def read_preferences(path: str | Path) -> Preferences:
 
 
 def assert_no_held_out(prefs: Preferences, task: Task) -> None:
-    """Fail closed, naming them, when preference prompts nearly duplicate the task's val or
-    test inputs: the gate's items never feed what is learned."""
+    """Fail closed, naming them, when preference prompts are the same items as the task's
+    val or test inputs (`selftaught.duplicates`): the gate's items never feed what is
+    learned, and a file the user gave that holds one is refused, not trimmed."""
     check = LeakCheck.of_task(task)
     leaks = []
     for p in prefs.pairs:

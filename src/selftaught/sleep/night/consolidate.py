@@ -33,6 +33,7 @@ from selftaught.skill.reflect import DocumentKind
 from selftaught.skill.trainer import SkillTrainer
 from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.night.records import LateDuplicate
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
 from selftaught.stops import UNLIMITED, Deadline, StopReason, stop_dict
@@ -47,6 +48,8 @@ class Consolidation:
     ledger: UsageLedger
     fatal: FatalBackendError | None = None
     notes: list[str] = field(default_factory=list)
+    duplicates: list[LateDuplicate] = field(default_factory=list)
+    """Adopted demos left out: the same item as a val / test task tonight."""
     # each phase's val scores by skill hash, in memory (the night pairs before and after)
     val_scores: dict[str, ScoreCache] = field(default_factory=dict)
     val_final: dict[str, Any] | None = None  # val of the proofread proposal, when it changed
@@ -157,10 +160,13 @@ def user_statements(task: NightTask) -> list[Edit]:
     return list(seen.values())[:MAX_STATEMENTS]
 
 
-def _skill_start(adopted_skill: str, task: NightTask) -> tuple[str, list[str]]:
+def _skill_start(
+    adopted_skill: str, task: NightTask, dropped: list[LateDuplicate]
+) -> tuple[str, list[str]]:
     """The skill phase's first skill: the adopted one, less a retrieval pool (the phase
     searches static demo sets; the pool comes back as a demo-mode candidate) and less any
-    demo that now duplicates a val / test task (it could never be gated); with notes."""
+    demo that is now the same item as a val / test task (it could never be gated: appended
+    to `dropped`); with notes."""
     parts = split_skill(adopted_skill)
     notes = []
     demos: Sequence[Demo] = parts.demos
@@ -172,6 +178,10 @@ def _skill_start(adopted_skill: str, task: NightTask) -> tuple[str, list[str]]:
         )
     held_out = LeakCheck.of_task(task)
     demos, leaks = held_out.filter(demos)
+    dropped += [
+        LateDuplicate(item=x.demo_id, held_out=x.held_out_id, split=x.split, phase="demos")
+        for x in leaks
+    ]
     if leaks:
         notes.append(
             f"{len(leaks)} adopted demos were left out of the skill phase: "
@@ -256,7 +266,7 @@ def consolidate(
         judge = EvidenceModel(judge_model, evidence, "judge")
         task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
     result = Consolidation(adopted.skill, adopted.memory, {}, ledger)
-    skill_start, start_notes = _skill_start(adopted.skill, task)
+    skill_start, start_notes = _skill_start(adopted.skill, task, result.duplicates)
     result.notes += start_notes
     for document in documents:
         why = _not_started(document, ledger, deadline)

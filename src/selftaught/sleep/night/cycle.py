@@ -115,6 +115,7 @@ from selftaught.sleep.night.records import (
     ClientWindow,
     DreamRecord,
     GateMode,
+    LateDuplicate,
     MiningRecord,
     ModelSpecs,
     PairedRecord,
@@ -715,6 +716,7 @@ def _weights(
         trainer = LocalAdapterTrainer(models.target_spec, config.weight_training, models.target)
     if night.training is not None:
         night.training = dataclasses.replace(night.training, weights=config.weights)
+    dropped: list[LateDuplicate] = []
     choice, notes = weight_candidates(
         config.weights,
         config.weight_training,
@@ -728,8 +730,10 @@ def _weights(
         evidence,
         result.ledger,
         console,
+        dropped,
     )
     night.note(*notes)
+    night.drop_duplicates(*dropped)
     return choice
 
 
@@ -943,7 +947,11 @@ def _mine_and_split(
         )
     combined, rest = _recall(night, tasks, config, models, adopted, home, mining)
     combined = _checkable(night, combined, tasks, is_agent(models.target))
-    splits = assign_splits(combined, config.split, mining.near_duplicate)
+    dropped: list[LateDuplicate] = []
+    try:
+        splits = assign_splits(combined, config.split, mining.near_duplicate, dropped)
+    finally:  # a split too small after its drops still says what it dropped
+        night.drop_duplicates(*dropped)
     private_ids = {it.id for it in kept if it.private and not it.reviewed}
     waiting = None
     if config.weak.k and is_agent(models.target):
@@ -1257,6 +1265,7 @@ def _learn(
             deadline=deadline,
         )
     night.note(*result.notes)
+    night.drop_duplicates(*result.duplicates)
     late = _time_up(night, config, deadline, "after the text phase")
     if late:  # the gated proposal is staged as the gate took it: no leave-one-out calls
         config = dataclasses.replace(config, leave_one_out=0)

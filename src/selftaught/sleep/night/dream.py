@@ -12,15 +12,16 @@ after the split (a variant is only ever made of a train task):
   number or a thousands separator is not renumbered;
 - **paraphrase**: otherwise (a reference or rule check, no tools) the analyst rewrites the
   request (`skill/prompts/dream_paraphrase.md`) and the check is kept; a paraphrase that
-  changes a number, drops a stated rule, gives the answer away, holds a block marker or says
-  nothing new is refused (counted by why).
+  changes a number or a named value (`duplicates.same_values`: "after Wednesday" asked
+  "after Thursday" is another question), drops a stated rule, gives the answer away, holds a
+  block marker or says nothing new is refused (counted by why).
 
 Every variant is marked `state["synthetic"] = {"from": task id, "how": ...}`, its label the
 model's (`trust.py`: below every user's), goes to train only (`split.train_only`: never val or
-test, never counted toward the night's minimums), is not kept (a duplicate, counted) when it
-asks what a task of the night already asks (the same id, or a near-duplicate of a train task
-or of another variant: its made-up label never stands beside one a user gave), is left out
-(counted) when it nearly duplicates a val or test task, is never written to the recall pool,
+test, never counted toward the night's minimums), is not kept (a duplicate, counted) when it is
+the same item (`selftaught.duplicates`) as a train task of the night or another variant, other
+than its own source's (its made-up label never stands beside one a user gave), is left out
+(counted) when it is the same item as a val or test task, is never written to the recall pool,
 and variants are at most `--dream-share` of the night's checked train tasks.
 A variant of a task that may not be a demonstration (`no_demo`: checked by an end user's
 correction, or a weak label on an end user's request) is `no_demo` too: an end user's
@@ -39,18 +40,14 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from selftaught.duplicates import DuplicateIndex, item_key, same_values
 from selftaught.errors import BudgetExhausted, ConfigError
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.reflect import load_prompt, render
 from selftaught.sleep.night.checks import find_rules
-from selftaught.sleep.night.mine import (
-    MinedTask,
-    near_duplicates,
-    normalized_prompt,
-    prompt_signature,
-)
+from selftaught.sleep.night.mine import MinedTask, normalized_prompt, task_key
 from selftaught.sleep.night.records import DreamRecord, given
 from selftaught.sleep.night.split import add_train_only, train_only, use_lines
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
@@ -254,7 +251,8 @@ def refused(original: str, new: str, reference: Any) -> str | None:
         return "too long"
     if "<!--" in new or "selftaught:" in new:
         return "holds a block marker"
-    if prompt_signature(new)[0] != prompt_signature(original)[0]:
+    was, now = item_key(original), item_key(new)
+    if was.digits != now.digits:
         return "changed the numbers"
     if {r.kind for r in find_rules(original)} - {r.kind for r in find_rules(new)}:
         return "dropped a stated rule"
@@ -267,6 +265,8 @@ def refused(original: str, new: str, reference: Any) -> str | None:
             and (f" {said} " not in f" {normalize_text(original)} ")
         ):
             return "gives the answer away"
+    if not same_values(was, now):  # "after Wednesday" → "after Thursday": another question
+        return "changed a named value"
     return None
 
 
@@ -327,8 +327,11 @@ class _Dreamer:
         threshold: float,
     ):
         self.config, self.report, self.known = config, report, known
-        self.prompts = [t.prompt for t in train]  # a variant never asks what these ask
-        self.threshold = threshold
+        # what a variant never asks, but its own source: each task and variant by the task
+        # it stands for (a train task itself, a variant its source)
+        self.asked: DuplicateIndex[str] = DuplicateIndex(threshold)
+        for t in train:
+            self.asked.add(task_key(t), t.id)
         self.analyst, self.training = analyst, training
         self.out: list[MinedTask] = []
 
@@ -338,13 +341,14 @@ class _Dreamer:
 
     def keep(self, source: MinedTask, messages: list[Message], reference: Any, how: str) -> None:
         task = variant(source, messages, reference, how)
+        key = task_key(task)
         if task.id in self.known or any(
-            near_duplicates(task.prompt, p, self.threshold) for p in self.prompts
+            origin != source.id for origin in self.asked.find_all(key)
         ):  # a made-up label never stands beside one a user gave (`trust.py`)
             self.report.duplicates += 1
             return
         self.known.add(task.id)
-        self.prompts.append(task.prompt)
+        self.asked.add(key, source.id)
         self.out.append(task)
         self.report.made[how] = self.report.made.get(how, 0) + 1
 

@@ -12,12 +12,12 @@ A coding agent's row (Claude Code / Codex, through the proxy or harvested) is th
 request, by one rule for both (`sessions.task_turns`): the harness's system / developer prompt
 and what it writes into user turns are not part of the task, nor of its size check.
 
-Near-duplicate prompts (the same numbers in the same order and word shingles at or above
-`near_duplicate` Jaccard) are merged into one task that keeps every source, so a request the
-user asked twice lands on one side of the split only: its label is the most trusted one
-(`trust.py`: the operator's over an end user's), then the strongest check, then the newest.
-Each task records where it came from: the interactions and the clients that sent them, and
-its label's trust (`state["trust"]`).
+Requests that are the same item (`selftaught.duplicates`: a resend, a rewording, a politer
+copy; never two instances of one template with other values or another answer) are merged
+into one task that keeps every source, so a request the user asked twice lands on one side of
+the split only: its label is the most trusted one (`trust.py`: the operator's over an end
+user's), then the strongest check, then the newest. Each task records where it came from: the
+interactions and the clients that sent them, and its label's trust (`state["trust"]`).
 
 Whose words are taken as words: feedback the operator gave (`Feedback.trusted_for`, per
 field) keeps its power: the rules its comment states become checks, the comment itself a memory
@@ -39,6 +39,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from selftaught.duplicates import WORD_SHARE, ItemKey, groups, item_key
 from selftaught.errors import ConfigError
 from selftaught.models.base import Message
 from selftaught.redact import redact_for_model
@@ -62,8 +63,9 @@ from selftaught.tasks.scorers import reference_scorer
 
 @dataclass
 class MineConfig:
-    near_duplicate: float = 0.8
-    """Prompts with the same numbers whose word-shingle Jaccard reaches this are merged."""
+    near_duplicate: float = WORD_SHARE
+    """Requests with the same values whose what-is-asked words overlap at this Jaccard or
+    more are one item (`selftaught.duplicates`): merged, kept on one side of the split."""
     max_prompt_chars: int = 12_000
     """Longer requests are not replayed (counted as dropped). Counted on the task's messages:
     an agent's harness prompt and any row's tool schemas are not part of them."""
@@ -176,39 +178,14 @@ def quoted(text: str, limit: int = MAX_EVIDENCE_CHARS) -> str:
 
 # ---- text ---------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-
 
 def normalized_prompt(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
-def prompt_signature(text: str) -> tuple[tuple[str, ...], frozenset[tuple[str, ...]]]:
-    """(its numbers in order, its word 2-shingles): two prompts are near-duplicates when the
-    numbers are equal and the shingles overlap enough. Different numbers ask different
-    questions ("3 + 4" is not "3 + 5"), however alike the words."""
-    words = _WORD.findall(text.lower())
-    shingles = (
-        frozenset(zip(words, words[1:], strict=False))
-        if len(words) > 1
-        else frozenset([tuple(words)])
-    )
-    return tuple(_NUMBER.findall(text)), shingles
-
-
-def near_duplicates(a: str, b: str, threshold: float) -> bool:
-    if normalized_prompt(a) == normalized_prompt(b):
-        return True
-    (na, sa), (nb, sb) = prompt_signature(a), prompt_signature(b)
-    return na == nb and shingles_overlap(sa, sb, threshold)
-
-
-def shingles_overlap(
-    a: frozenset[tuple[str, ...]], b: frozenset[tuple[str, ...]], threshold: float
-) -> bool:
-    """Two prompts' word shingles (`prompt_signature`) overlap at `threshold` Jaccard or more."""
-    return bool(a and b) and len(a & b) / len(a | b) >= threshold
+def task_key(task: MinedTask) -> ItemKey:
+    """What `same_item` compares of a task: its user requests and its reference."""
+    return item_key(task.prompt, task.reference)
 
 
 def redact_messages(messages: list[Message]) -> list[Message] | None:
@@ -421,28 +398,6 @@ def absorb(head: MinedTask, other: MinedTask) -> None:
 
 
 def merge_near_duplicates(tasks: list[MinedTask], threshold: float) -> list[MinedTask]:
-    """Group near-duplicate prompts (union-find over pairs with equal numbers) and merge each
-    group; order follows each group's first member."""
-    parent = list(range(len(tasks)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    by_numbers: dict[tuple[str, ...], list[int]] = {}
-    signatures = [prompt_signature(t.prompt) for t in tasks]
-    for i, (numbers, _) in enumerate(signatures):
-        by_numbers.setdefault(numbers, []).append(i)
-    for members in by_numbers.values():
-        for x, i in enumerate(members):
-            for j in members[x + 1 :]:
-                if find(i) != find(j) and near_duplicates(
-                    tasks[i].prompt, tasks[j].prompt, threshold
-                ):
-                    parent[find(j)] = find(i)
-    groups: dict[int, list[MinedTask]] = {}
-    for i, task in enumerate(tasks):
-        groups.setdefault(find(i), []).append(task)
-    return [_merge(g) for g in groups.values()]
+    """Group the tasks that are one item (`duplicates.groups`) and merge each group; order
+    follows each group's first member."""
+    return [_merge([tasks[i] for i in g]) for g in groups(map(task_key, tasks), threshold)]

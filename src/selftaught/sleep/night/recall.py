@@ -4,12 +4,12 @@
 
 A night adds tonight's tasks (after mining, already redacted) to the tasks it recalls, then
 splits them. A task's split is fixed the first time it is split and never changes: a recalled
-task keeps it; a task mined again tonight (same id, or a near-duplicate of a recalled one)
-takes the recalled task's split and replaces it, unless the recalled task's label is the more
-trusted (`trust.py`: the operator's reference against tonight's end user's correction): then
-the recalled question and label are kept, in the night and in the pool, with tonight's rows
-added to its sources (`keep_recalled`); a task whose request an adopted
-demonstration was made from is pinned to train (a deployed demo is never validated on).
+task keeps it; a task mined again tonight (same id, or the same item as a recalled one,
+`selftaught.duplicates`) takes the recalled task's split and replaces it, unless the recalled
+task's label is the more trusted (`trust.py`: the operator's reference against tonight's end
+user's correction): then the recalled question and label are kept, in the night and in the
+pool, with tonight's rows added to its sources (`keep_recalled`); a task whose request an
+adopted demonstration was made from is pinned to train (a deployed demo is never validated on).
 After a night that used its interactions, the pool is written back (atomically), newest
 first, capped at `recall_max` tasks: the oldest are dropped. A weak-labelled or synthetic
 task (`split.train_only`) is never written to it.
@@ -33,14 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.demos import Demo, LeakCheck
+from selftaught.duplicates import DuplicateIndex
 from selftaught.errors import InputError
 from selftaught.runs import RunError, iter_jsonl, write_jsonl
 from selftaught.sleep.night.mine import (
     UNTRUSTED_REFERENCE,
     MinedTask,
     absorb,
-    near_duplicates,
     quoted,
+    task_key,
 )
 from selftaught.sleep.night.split import train_only
 from selftaught.sleep.night.trust import TRUST_KEY, Trust, label_trust, outranks
@@ -145,18 +146,17 @@ def combine(
     tonight did not replace, for `remember`)."""
     report = RecallReport(pool=len(pool))
     left = list(pool)
+    by_id = {r.task.id: r for r in left}
+    index: DuplicateIndex[Recalled] = DuplicateIndex(threshold)
+    for r in left:
+        index.add(task_key(r.task), r)
     for task in tonight:
-        hit = next(
-            (
-                r
-                for r in left
-                if r.task.id == task.id or near_duplicates(task.prompt, r.task.prompt, threshold)
-            ),
-            None,
-        )
+        hit = by_id.pop(task.id, None) or index.find(task_key(task))
         if hit is not None:
             task.split = hit.task.split
             left.remove(hit)
+            by_id.pop(hit.task.id, None)
+            index.remove(hit)
             report.mined_again += 1
             if outranks(hit.task, task):
                 keep_recalled(task, hit.task)
@@ -217,7 +217,7 @@ def remember(
         for t in tonight
         if t.split is not None and not train_only(t)  # a weak label or a dream: never kept
     ]
-    rows += list(rest)
+    rows += [r for r in rest if r.task.split is not None]  # a split drops a duplicate
     rows.sort(key=lambda r: r.task.created_at, reverse=True)
     rows = rows[:recall_max]
     write_jsonl(recall_path(project, home), [r.to_dict() for r in rows])

@@ -386,6 +386,22 @@ class SplitCounts(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LateDuplicate(Record):
+    """report.json `duplicates[]`: what a night dropped, after mining merged its requests,
+    for being the same item (`selftaught.duplicates`) as a held-out task: a recalled task at
+    the split, a training item of the weight phase, an adopted demonstration. Dropped, never
+    learned from, and the night goes on."""
+
+    item: str = ""  # the task (or demonstration) dropped
+    held_out: str = ""  # the task it is the same item as
+    split: str = ""  # that task's split
+    phase: str = ""  # where it was found: split, weights, demos
+
+    def line(self) -> str:
+        return f"{self.item} ({self.phase}): the same item as {self.split} task {self.held_out}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class VsAdoptedRecord(GateRecord):
     """`demo_modes.vs_adopted`: the winning demo mode gated against the adopted skill."""
 

@@ -21,6 +21,7 @@ from selftaught.sleep.night.records import (
     Decoder,
     DreamRecord,
     GateMode,
+    LateDuplicate,
     MiningRecord,
     ModelSpecs,
     PhaseRecord,
@@ -80,6 +81,7 @@ class NightResult(RunResult):
     mining: MiningRecord | None = None
     recall: RecallRecord | None = None
     splits: SplitCounts | None = None
+    duplicates: tuple[LateDuplicate, ...] = ()  # dropped late as the same item as a held-out one
     phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
     phase_seconds: Mapping[str, float] = field(default_factory=dict)  # mine, text, weights, ...
     proposal: ProposalRecord | None = None
@@ -215,6 +217,11 @@ class NightResult(RunResult):
         """Add notes, in order (report.json `notes`)."""
         self.notes = (*self.notes, *texts)
 
+    def drop_duplicates(self, *dropped: LateDuplicate) -> None:
+        """Record items dropped late as duplicates of held-out ones (report.json
+        `duplicates`)."""
+        self.duplicates = (*self.duplicates, *dropped)
+
     def add_seconds(self, phase: str, seconds: float) -> None:
         """Add wall seconds to `phase_seconds[phase]`, rounded as the report keeps them."""
         total = self.phase_seconds.get(phase, 0.0) + seconds
@@ -257,6 +264,7 @@ REPORT_FIELDS = (
     "mining",
     "recall",
     "splits",
+    "duplicates",
     "phases",
     "phase_seconds",
     "usage",
@@ -289,6 +297,7 @@ _DECODE: dict[str, Decoder] = {
     "mining": MiningRecord.from_dict,
     "recall": RecallRecord.from_dict,
     "splits": SplitCounts.from_dict,
+    "duplicates": many(LateDuplicate),
     "phases": each(PhaseRecord),
     "proposal": ProposalRecord.from_dict,
     "proofread": ProofreadRecord.from_dict,

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal
 
+from selftaught.duplicates import ItemKey, item_key, same_item
 from selftaught.errors import InputError
 from selftaught.redact import redact_for_model
 from selftaught.runs import atomic_write_json
@@ -58,9 +59,6 @@ from selftaught.sleep.night.mine import (
     REFERENCE_REPLY,
     MineConfig,
     client_label,
-    normalized_prompt,
-    prompt_signature,
-    shingles_overlap,
 )
 from selftaught.sleep.paths import project_dir
 
@@ -393,8 +391,9 @@ def _reasks(
     config: MineConfig,
     verdicts: dict[tuple[str, int], _Verdict],
 ) -> None:
-    """Mark a reply failed when its end user asked the same request again in time. Two asks
-    can only be near-duplicates with the same numbers: compared within (user, numbers). A
+    """Mark a reply failed when its end user asked the same request again in time (the same
+    item, `selftaught.duplicates`: only asks of equal numbers can be, compared within (user,
+    numbers); another instance of one template is another request). A
     turn whose request is the user's verdict on the earlier reply (a retry) asks nothing new:
     two corrections in the same words ("No, it's 7 km") are not a re-ask."""
     buckets: dict[tuple[str, tuple[str, ...]], list[_Ask]] = {}
@@ -406,9 +405,8 @@ def _reasks(
             text = _last_user_text(turn)
             if retry or not text.strip():
                 continue
-            numbers, shingles = prompt_signature(text)
-            ask = _Ask(turn.at, text, normalized_prompt(text), shingles, thread, turn)
-            buckets.setdefault((end_user(thread.head), numbers), []).append(ask)
+            ask = _Ask(turn.at, text, item_key(text), thread, turn)
+            buckets.setdefault((end_user(thread.head), ask.key.numbers), []).append(ask)
     for asks in buckets.values():
         asks.sort(key=lambda a: a.at)
         for i, ask in enumerate(asks):
@@ -417,7 +415,9 @@ def _reasks(
             for later in asks[i + 1 :]:
                 if later.at - ask.at > config.reask_window_s:
                     break
-                if later.turn is not ask.turn and ask.same_request(later, config.near_duplicate):
+                if later.turn is not ask.turn and same_item(
+                    ask.key, later.key, config.near_duplicate
+                ):
                     signal = _signal(ask.thread, ask.turn, None, "reask")
                     words = redact_for_model(later.text)
                     verdicts[(ask.thread.id, ask.turn.index)] = (replace(signal, words=words), None)
@@ -428,13 +428,6 @@ def _reasks(
 class _Ask:
     at: float
     text: str
-    normalized: str
-    shingles: frozenset[tuple[str, ...]]
+    key: ItemKey
     thread: Thread
     turn: Turn
-
-    def same_request(self, other: _Ask, threshold: float) -> bool:
-        """`mine.near_duplicates` on precomputed signatures (the numbers already equal)."""
-        if self.normalized == other.normalized:
-            return True
-        return shingles_overlap(self.shingles, other.shingles, threshold)

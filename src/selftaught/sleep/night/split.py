@@ -5,13 +5,17 @@ night to night), then the splits are topped up to their minimum sizes in hash or
 whose split was already fixed (recalled from a past night, `recall.py`) is never moved. With
 fewer tasks than `min_train + min_val` the night cannot gate anything and stages nothing: it
 never falls back to validating on the training tasks (SkillOpt-Sleep does, then has to flag
-the result as unverified). Val or test tasks that are near-duplicates of train tasks fail
-closed, naming both.
+the result as unverified).
+
+Tasks of two splits are never one item (`selftaught.duplicates`, the notion mining merged
+tonight's requests by): where two recalled tasks of different splits are (an older night split
+them apart), the copy in train is dropped, else the one in test, so val keeps its items; the
+drop is the night's `duplicates` (a line in report.md), and the night goes on.
 
 A task whose check a model made (a self-consistency label, `weak.py`) or that no user sent (a
 dream, `dream.py`) is **train only** (`train_only`): it never goes to val or test, does not
-count toward `min_train`, and one that nearly duplicates a val or test task is left out (its
-split stays None and a note names the held-out task), where a mined task would fail the night.
+count toward `min_train`, and one that is the same item as a val or test task is left out (its
+split stays None and a note names the held-out task).
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from selftaught.demos import split_skill
+from selftaught.duplicates import WORD_SHARE, DuplicateIndex
 from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.night.checks import score_example
-from selftaught.sleep.night.mine import MinedTask, near_duplicates
-from selftaught.sleep.night.records import ProposalRecord, TrainOnlyUse, given
+from selftaught.sleep.night.mine import MinedTask, task_key
+from selftaught.sleep.night.records import LateDuplicate, ProposalRecord, TrainOnlyUse, given
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.scorers import LlmJudge
 
@@ -34,7 +39,7 @@ class TooFewTasks(InputError):
 
 
 class SplitOverlap(TaskError):
-    """A val or test task is a (near-)duplicate of a task in another split."""
+    """What a night trains on is not its train tasks (a bug, never traffic: fails closed)."""
 
 
 @dataclass
@@ -73,12 +78,15 @@ def train_only(task: MinedTask) -> str | None:
 
 
 def assign_splits(
-    tasks: list[MinedTask], config: SplitConfig, near_duplicate: float = 0.8
+    tasks: list[MinedTask],
+    config: SplitConfig,
+    near_duplicate: float = WORD_SHARE,
+    dropped: list[LateDuplicate] | None = None,
 ) -> dict[str, list[MinedTask]]:
     """Set each task's split (keeping one already set) and return the splits; raises
-    TooFewTasks when train or val cannot reach its minimum, SplitOverlap when a task has a
-    near-duplicate (at `near_duplicate` similarity) in another split. Train-only tasks go to
-    train after the others are split (`add_train_only`)."""
+    TooFewTasks when train or val cannot reach its minimum. A task that is one item (at
+    `near_duplicate`) with a task of another split is dropped (`check_split`, appended to
+    `dropped`). Train-only tasks go to train after the others are split (`add_train_only`)."""
     extra = [t for t in tasks if train_only(t)]
     tasks = [t for t in tasks if not train_only(t)]
     need = config.min_train + config.min_val
@@ -119,28 +127,37 @@ def assign_splits(
         while len(splits[split]) < least and splits["test"]:
             if not move("test", split):
                 break
+    _enough(splits, config)
+    gone = check_split(splits, near_duplicate)
+    if dropped is not None:
+        dropped += gone
+    if gone:
+        _enough(splits, config)
+    add_train_only(splits, extra, near_duplicate)
+    return splits
+
+
+def _enough(splits: dict[str, list[MinedTask]], config: SplitConfig) -> None:
     if len(splits["train"]) < config.min_train or len(splits["val"]) < config.min_val:
         raise TooFewTasks(
             f"too few tasks to gate: {len(splits['train'])} train and {len(splits['val'])} val "
             f"(at least {config.min_train} and {config.min_val} needed)"
         )
-    check_split(splits, near_duplicate)
-    add_train_only(splits, extra, near_duplicate)
-    return splits
 
 
 def add_train_only(
     splits: dict[str, list[MinedTask]], tasks: list[MinedTask], threshold: float
 ) -> list[MinedTask]:
-    """Add train-only `tasks` to `splits["train"]`; one that is a near-duplicate of a val or
-    test task is left out (fail closed: its split is None, a note names the held-out task).
+    """Add train-only `tasks` to `splits["train"]`; one that is one item with a val or test
+    task is left out (fail closed: its split is None, a note names the held-out task).
     Returns those added."""
-    held = [(s, t) for s in ("val", "test") for t in splits.get(s, [])]
+    held: DuplicateIndex[tuple[str, MinedTask]] = DuplicateIndex(threshold)
+    for split in ("val", "test"):
+        for other in splits.get(split, []):
+            held.add(task_key(other), (split, other))
     added = []
     for task in tasks:
-        hit = next(
-            ((s, o) for s, o in held if near_duplicates(task.prompt, o.prompt, threshold)), None
-        )
+        hit = held.find(task_key(task))
         if hit is not None:
             task.split = None
             task.notes.append(
@@ -154,18 +171,34 @@ def add_train_only(
     return added
 
 
-def check_split(splits: dict[str, list[MinedTask]], threshold: float) -> None:
-    """Fail closed when a task in one split is a near-duplicate of a task in another."""
-    seen: list[tuple[str, MinedTask]] = []
-    for split in SPLITS:
+KEEP_FIRST = ("val", "test", "train")
+"""Of two tasks of different splits that are one item, the one whose split comes first here
+is kept: val is what the gate stands on, train what can spare one."""
+
+
+def check_split(splits: dict[str, list[MinedTask]], threshold: float) -> list[LateDuplicate]:
+    """Drop every task that is one item with a task of a split kept before its own
+    (`KEEP_FIRST`): its split becomes None and a note names the task kept. The drops."""
+    kept: DuplicateIndex[MinedTask] = DuplicateIndex(threshold)
+    dropped: list[LateDuplicate] = []
+    for split in KEEP_FIRST:
+        stays = []
         for task in splits.get(split, []):
-            for other_split, other in seen:
-                if other_split != split and near_duplicates(task.prompt, other.prompt, threshold):
-                    raise SplitOverlap(
-                        f"task {task.id} ({split}) is a near-duplicate of task {other.id} "
-                        f"({other_split}); validation that overlaps training is refused"
-                    )
-            seen.append((split, task))
+            key = task_key(task)
+            other = next((o for o in kept.find_all(key) if o.split != split), None)
+            if other is None:
+                stays.append(task)
+                kept.add(key, task)
+                continue
+            task.notes.append(f"dropped from {split}: the same item as {other.id} ({other.split})")
+            dropped.append(
+                LateDuplicate(
+                    item=task.id, held_out=other.id, split=str(other.split), phase="split"
+                )
+            )
+            task.split = None
+        splits[split] = stays
+    return dropped
 
 
 class NightTask:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from selftaught.sleep.night.records import (
     BudgetRecord,
     DemoModesRecord,
     DemoShape,
+    LateDuplicate,
     MinerRecord,
     MiningRecord,
     PhaseRecord,
@@ -286,6 +287,7 @@ def _summary_lines(night: NightResult) -> list[str]:
     if given(night.splits):
         s = night.splits
         lines.append(f"- split: {s.train} train / {s.val} val / {s.test} test")
+    lines += duplicate_lines(night.duplicates)
     lines += _recall_lines(night.recall)
     lines += weak_lines(night.weak) + dream_lines(night.dream)
     if night.replay in REPLAY:
@@ -298,6 +300,23 @@ def _summary_lines(night: NightResult) -> list[str]:
             f"{t.concurrency} workers, house rules {'given' if t.preferences else 'none'}"
         )
     return lines + [f"- note: {note}" for note in night.notes]
+
+
+SHOWN_DUPLICATES = 10
+
+
+def duplicate_lines(dropped: Sequence[LateDuplicate]) -> list[str]:
+    """What the night dropped late as the same item as a held-out task (one line each)."""
+    if not dropped:
+        return []
+    lines = [
+        f"- dropped as duplicates of held-out tasks: {len(dropped)} (never learned from; "
+        "the night went on)"
+    ]
+    lines += [f"  - {d.line()}" for d in dropped[:SHOWN_DUPLICATES]]
+    if len(dropped) > SHOWN_DUPLICATES:
+        lines.append(f"  - and {len(dropped) - SHOWN_DUPLICATES} more (report.json `duplicates`)")
+    return lines
 
 
 def _mining_lines(mining: MiningRecord) -> list[str]:

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from selftaught.duplicates import item_key, same_item
 from selftaught.errors import BudgetExhausted, ConfigError
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
@@ -46,10 +47,10 @@ from selftaught.sleep.night.mine import (
     MineConfig,
     MinedTask,
     merge_near_duplicates,
-    near_duplicates,
     new_task,
     quoted,
     request_messages,
+    task_key,
 )
 from selftaught.sleep.night.records import WeakRecord, given
 from selftaught.sleep.night.signals import words_trusted
@@ -294,8 +295,9 @@ def _twin(
     task_id: str, prompt: str, checked: list[MinedTask], threshold: float
 ) -> MinedTask | None:
     """The checked task asking what `prompt` asks (the same id, or a near-duplicate)."""
+    key = item_key(prompt)
     return next(
-        (t for t in checked if t.id == task_id or near_duplicates(prompt, t.prompt, threshold)),
+        (t for t in checked if t.id == task_id or same_item(key, task_key(t), threshold)),
         None,
     )
 

@@ -12,8 +12,11 @@ DPO trainer's fine-tune on its `DPOConfig`):
            (``auto`` trains it beside ``sft`` when there are enough pairs for one batch).
 
 Training prompts are the requests as served (the adopted skill and memory around them).
-Nothing from val or test is trained on: every item must be a train task, and an item whose
-request nearly duplicates a val / test request fails the night closed (`SplitOverlap`).
+Nothing from val or test is trained on: every item must be a train task (else the night fails
+closed, `SplitOverlap`: a bug), and an item that is the same item as a val / test task
+(`selftaught.duplicates`; another instance of one template, other values or another answer, is
+not) is dropped from the data and listed in the night's `duplicates`; the night trains on the
+rest.
 Training is capped by steps and wall-clock seconds (`WeightNightConfig`); the sampling and
 val replays are charged to the night's ledger, so its budget covers them too.
 
@@ -38,7 +41,7 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
-from selftaught.demos import Demo, DemoLeakError, LeakCheck
+from selftaught.demos import Demo, LeakCheck
 from selftaught.evaluation import ScoreCache
 from selftaught.gate import ValScores, paired_comparison
 from selftaught.models.base import ChatModel, GenerationParams
@@ -55,6 +58,7 @@ from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.records import (
     AdapterRecord,
     GateRecord,
+    LateDuplicate,
     Summary,
     TrainedRecord,
     WeightDataRecord,
@@ -239,8 +243,11 @@ def build_data(
     return data
 
 
-def assert_train_only(data: WeightData, task: NightTask) -> None:
-    """Fail closed when an item is not a train task or nearly duplicates a val / test one."""
+def train_only_data(data: WeightData, task: NightTask) -> list[LateDuplicate]:
+    """Keep `data` to what a night may train on. An item that is not a train task fails the
+    night closed (`SplitOverlap`: a bug, never traffic); one that is the same item as a val
+    or test task (`selftaught.duplicates`) is dropped with its samples and pairs, and
+    returned: the night trains on the rest."""
     train = {ex.id: ex for ex in task.examples("train")}
     strays = [i for i in data.train_items() if i not in train]
     if strays:
@@ -249,11 +256,32 @@ def assert_train_only(data: WeightData, task: NightTask) -> None:
             "val and test never feed what is learned"
         )
     held_out = LeakCheck.of_task(task)
-    items = [Demo.of(i, train[i].input, "", "correction") for i in data.train_items()]
-    try:
-        held_out.assert_clean(items)
-    except DemoLeakError as err:
-        raise SplitOverlap(f"weight training refused: {err}") from err
+    leaks = [
+        leak
+        for i in data.train_items()
+        if (leak := held_out.find(Demo.of(i, train[i].input, "", "correction"))) is not None
+    ]
+    if leaks:
+        _drop(data, {x.demo_id for x in leaks})
+    return [
+        LateDuplicate(item=x.demo_id, held_out=x.held_out_id, split=x.split, phase="weights")
+        for x in leaks
+    ]
+
+
+def _drop(data: WeightData, ids: set[str]) -> None:
+    """Remove the samples and pairs of `ids` from `data`, its counts with them."""
+    corrections = data.stats.get("corrections", 0)
+    kept_corrections = sum(s.example_id not in ids for s in data.sft[:corrections])
+    data.sft = [s for s in data.sft if s.example_id not in ids]
+    data.pairs = [p for p in data.pairs if p.example_id not in ids]
+    data.stats = {
+        **data.stats,
+        "corrections": kept_corrections,
+        "elite": len(data.sft) - kept_corrections,
+        "sft_samples": len(data.sft),
+        "preference_pairs": len(data.pairs),
+    }
 
 
 # ---- training ---------------------------------------------------------------------------------
@@ -546,9 +574,11 @@ def weight_candidates(
     evidence: EvidenceLog,
     ledger: UsageLedger,
     console: Console,
+    dropped: list[LateDuplicate] | None = None,
 ) -> tuple[WeightChoice | None, list[str]]:
     """Build the data, train the adapters, let the gate choose. None (with notes) when no
-    adapter could be trained: the night then stays text-only, as without weights."""
+    adapter could be trained: the night then stays text-only, as without weights. Items
+    dropped as duplicates of held-out tasks are appended to `dropped`."""
     base = _tracked(target, evidence, ledger)
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
@@ -564,7 +594,9 @@ def weight_candidates(
     except (BudgetExhausted, BackendError) as err:
         return None, [f"weights not trained: replaying the train tasks failed ({err})"]
     lap("replay")
-    assert_train_only(data, task)  # fails the night closed
+    gone = train_only_data(data, task)
+    if dropped is not None:
+        dropped += gone
     console.print(
         f"weights: {data.stats['corrections']} corrections, {data.stats['elite']} elite "
         f"replays, {data.stats['preference_pairs']} preference pairs"
