@@ -6,21 +6,30 @@ torn last line is dropped and rows past the last completed step are never duplic
 
 What this module creates is private whatever the umask: a new file 0600, a new folder 0700
 (`private_dirs`), an append-only log 0600 (`open_private_append`); `make_private` takes group
-and other bits off a tree that something else wrote (a peft adapter, a folder made earlier)."""
+and other bits off a tree that something else wrote (a peft adapter, a folder made earlier).
+
+`Inside` writes below a folder that others may have changed (a user's repository, a tree
+rebuilt from a commit): every component under it is opened relative to the one before with
+O_NOFOLLOW, so a symlink anywhere below the folder is refused (`PathRefused`), never followed,
+even one swapped in between a check and the write."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
 import re
+import secrets
 import stat
 import tempfile
 from collections.abc import Collection, Iterable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from types import TracebackType
 from typing import Any
 
-from selftaught.errors import ConfigError, writing_to
+from selftaught.errors import ConfigError, InputError, writing_to
 from selftaught.errors import RunError as RunError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -127,6 +136,183 @@ def json_text(value: Any, **options: Any) -> str:
     infinity (a row stored before scores were checked, a number in `meta`) is written null,
     never the `NaN` / `-Infinity` Python's json writes by default."""
     return json.dumps(finite(value), allow_nan=False, ensure_ascii=False, default=str, **options)
+
+
+class PathRefused(InputError):
+    """A path below a folder runs through a symlink, is one, or collides with what is there
+    (a file where a folder should be, a name written twice); nothing was written there."""
+
+
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def path_parts(rel: str | PurePosixPath) -> tuple[str, ...]:
+    """The components of a relative path; an absolute one, or one holding `..`, `.` or an
+    empty component, is refused."""
+    text = str(rel)
+    parts = tuple(text.split("/"))
+    if not text or text.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise PathRefused(f"{text!r} is not a plain relative path")
+    return parts
+
+
+class Inside:
+    """A folder to read and write below without following any symlink (see the module doc).
+    `root` itself is the caller's and may be a link; each folder opened below it is kept open
+    until the block ends. Paths are relative, '/'-separated (`path_parts`)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._fds: dict[tuple[str, ...], int] = {}
+
+    def __enter__(self) -> Inside:
+        self._fds[()] = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def _shown(self, parts: tuple[str, ...]) -> str:
+        return str(self.root.joinpath(*parts))
+
+    def _refuse(self, parts: tuple[str, ...], fd: int, name: str) -> PathRefused:
+        """Why `name` in the folder `fd` cannot be opened as a folder."""
+        shown = self._shown(parts)
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return PathRefused(f"{shown} cannot be opened")
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(name, dir_fd=fd)
+            return PathRefused(f"{shown} is a symlink (to {target}); refused, not followed")
+        return PathRefused(f"{shown} is a file where a folder should be; refused")
+
+    def folder(
+        self, parts: tuple[str, ...], *, create: bool = False, mode: int | None = None
+    ) -> int:
+        """The fd of folder `parts`, each component opened with O_NOFOLLOW (`create`: made when
+        missing, `mode` then set whatever the umask); FileNotFoundError when one is missing."""
+        if parts in self._fds:
+            return self._fds[parts]
+        parent, name = self.folder(parts[:-1], create=create, mode=mode), parts[-1]
+        if create:
+            try:
+                os.mkdir(name, 0o777 if mode is None else mode, dir_fd=parent)
+                if mode is not None:
+                    os.chmod(name, mode, dir_fd=parent, follow_symlinks=False)
+            except FileExistsError:
+                pass
+        try:
+            fd = os.open(name, _FOLDER, dir_fd=parent)
+        except OSError as err:
+            if err.errno == errno.ENOENT:
+                raise
+            raise self._refuse(parts, parent, name) from None
+        self._fds[parts] = fd
+        return fd
+
+    def lstat(self, rel: str) -> os.stat_result | None:
+        """What is at `rel` (a symlink as itself), None when nothing is; a symlink or a file
+        on the way there is refused."""
+        parts = path_parts(rel)
+        try:
+            return os.stat(parts[-1], dir_fd=self.folder(parts[:-1]), follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def _file(self, rel: str) -> tuple[int, str, os.stat_result | None]:
+        """(its folder's fd, its name, what is there now); a symlink there is refused."""
+        parts = path_parts(rel)
+        fd = self.folder(parts[:-1])
+        try:
+            st: os.stat_result | None = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            target = os.readlink(parts[-1], dir_fd=fd)
+            raise PathRefused(f"{self._shown(parts)} is a symlink (to {target}); refused")
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise PathRefused(f"{self._shown(parts)} is not a file; refused")
+        return fd, parts[-1], st
+
+    def read(self, rel: str) -> bytes | None:
+        """The bytes of file `rel` (None: it or a folder on the way is missing); a symlink, at
+        it or on the way, is refused."""
+        try:
+            fd, name, st = self._file(rel)
+            if st is None:
+                return None
+            file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            raise PathRefused(f"{self.root / rel} is a symlink; refused") from None
+        with os.fdopen(file, "rb") as f:
+            return f.read()
+
+    def create(self, rel: str, data: bytes, *, executable: bool = False) -> None:
+        """A new file `rel`, its missing folders made (the umask applies, as for a checkout);
+        a name that is there already is refused (two paths of one tree meeting)."""
+        parts = path_parts(rel)
+        fd = self.folder(parts[:-1], create=True)
+        try:
+            file = os.open(parts[-1], _NEW_FILE, 0o666, dir_fd=fd)
+        except FileExistsError:
+            raise PathRefused(f"{self._shown(parts)} is written twice; refused") from None
+        with os.fdopen(file, "wb") as f:
+            f.write(data)
+            if executable:
+                os.fchmod(f.fileno(), stat.S_IMODE(os.fstat(f.fileno()).st_mode) | 0o111)
+
+    def symlink(self, rel: str, target: str) -> None:
+        """A new symlink `rel` -> `target` (never followed here); a name there already is
+        refused."""
+        parts = path_parts(rel)
+        fd = self.folder(parts[:-1], create=True)
+        try:
+            os.symlink(target, parts[-1], dir_fd=fd)
+        except FileExistsError:
+            raise PathRefused(f"{self._shown(parts)} is written twice; refused") from None
+
+    def replace(self, rel: str, data: bytes) -> None:
+        """`rel` atomically replaced by `data` (a temp file in its folder, then a rename): an
+        existing file keeps its mode, a new one is 0600 and its new folders 0700 (as
+        `atomic_write_text`); a symlink at `rel` is refused, not replaced."""
+        parts = path_parts(rel)
+        self.folder(parts[:-1], create=True, mode=0o700)
+        fd, name, st = self._file(rel)
+        mode = stat.S_IMODE(st.st_mode) if st is not None else 0o600
+        tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+        file = os.open(tmp, _NEW_FILE, 0o600, dir_fd=fd)
+        try:
+            with os.fdopen(file, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fchmod(f.fileno(), mode)
+                os.fsync(f.fileno())
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+
+    def remove(self, rel: str, *, empty_folder: bool = False) -> None:
+        """Delete file `rel` (a symlink there is refused); `empty_folder`: its folder too, when
+        that leaves it empty."""
+        fd, name, st = self._file(rel)
+        if st is not None:
+            os.unlink(name, dir_fd=fd)
+        parts = path_parts(rel)
+        if empty_folder and len(parts) > 1:
+            with contextlib.suppress(OSError):
+                os.rmdir(parts[-2], dir_fd=self.folder(parts[:-2]))
 
 
 def atomic_write_json(path: str | Path, data: Any) -> None:

@@ -20,7 +20,9 @@ nothing to it (no index refresh, no object written: untracked files are diffed w
 
 `materialise` rebuilds a state in an empty folder: the commit's files read from the
 repository (`git ls-tree` / `git cat-file`, never checked out there, `.env`-like files left
-out) and the patch applied with `git apply`.
+out) and the patch applied with `git apply`. Every file is created relative to its folder
+with no symlink followed, and a tree whose paths collide (a link `d` and a file `d/f`, a path
+twice) is refused whole: a hostile commit cannot make the rebuild write outside its folder.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import stat
 import subprocess
 import tempfile
 import time
@@ -37,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from selftaught.errors import InputError
-from selftaught.runs import atomic_write_json, private_dirs
+from selftaught.runs import Inside, PathRefused, atomic_write_json, private_dirs
 from selftaught.sleep.intake.sessions import check_session_id
 
 SESSIONS_DIR = "sessions"
@@ -230,12 +231,28 @@ def load_record(session_id: str, home: Path) -> SessionRecord | None:
 
 
 def _safe(rel: str) -> bool:
-    parts = PurePosixPath(rel).parts
-    return bool(parts) and not rel.startswith("/") and ".." not in parts and ".git" not in parts
+    parts = rel.split("/")
+    return not any(p in ("", ".", "..") or p.lower() == ".git" for p in parts)
 
 
-def _write_tree(root: Path, commit: str, target: Path, max_bytes: int) -> None:
-    """The commit's files into `target`, read from the object store (nothing checked out)."""
+def _collision(paths: list[str]) -> str | None:
+    """A path of the listing that is there twice, or that is both a file (or link) and a
+    folder of another: git never writes such a tree, a hostile one does (a link `d` to a
+    folder outside, then `d/file`)."""
+    files: set[str] = set()
+    folders: set[str] = set()
+    for rel in paths:
+        if rel in files or rel in folders:
+            return rel
+        files.add(rel)
+        parts = rel.split("/")
+        folders.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    return next((f for f in folders if f in files), None)
+
+
+def _listing(root: Path, commit: str) -> list[tuple[str, str, str]]:
+    """(mode, sha, path) of the commit's blobs and links to rebuild: a tree whose paths
+    collide is refused whole; `.git`, `..` and `.env`-like files are left out."""
     listing = _git(root, "ls-tree", "-r", "-z", "--full-tree", commit)
     entries = []
     for line in listing.split("\0"):
@@ -243,8 +260,22 @@ def _write_tree(root: Path, commit: str, target: Path, max_bytes: int) -> None:
             continue
         info, rel = line.split("\t", 1)
         mode, kind, sha = info.split()
-        if kind == "blob" and _safe(rel) and not secret_file(rel):
+        if kind == "blob":
             entries.append((mode, sha, rel))
+    clash = _collision([rel for _, _, rel in entries])
+    if clash is not None:
+        raise RepoStateError(
+            f"commit {commit[:12]} of {root} refused: {clash!r} is both a file and a folder, "
+            "or is there twice (a tree git itself never writes)"
+        )
+    return [e for e in entries if _safe(e[2]) and not secret_file(e[2])]
+
+
+def _write_tree(root: Path, commit: str, target: Path, max_bytes: int) -> None:
+    """The commit's files into `target`, read from the object store (nothing checked out);
+    every file is created relative to its folder with no symlink followed (`runs.Inside`),
+    so a link of the commit is written as a link and never written through."""
+    entries = _listing(root, commit)
     batch = "".join(f"{sha}\n" for _, sha, _ in entries).encode()
     try:
         done = subprocess.run(
@@ -257,22 +288,22 @@ def _write_tree(root: Path, commit: str, target: Path, max_bytes: int) -> None:
     except subprocess.TimeoutExpired:
         raise RepoStateError(f"reading commit {commit[:12]} of {root} took too long") from None
     data, pos, total = done.stdout, 0, 0
-    for mode, _sha, rel in entries:
-        header_end = data.index(b"\n", pos)
-        size = int(data[pos:header_end].split()[2])
-        body = data[header_end + 1 : header_end + 1 + size]
-        pos = header_end + 1 + size + 1
-        total += size
-        if total > max_bytes:
-            raise RepoStateError(f"commit {commit[:12]} holds over {max_bytes // 2**20} MiB")
-        path = target / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if mode == "120000":
-            path.symlink_to(body.decode("utf-8", "replace"))
-            continue
-        path.write_bytes(body)
-        if mode == "100755":
-            path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    with Inside(target) as inside:
+        for mode, _sha, rel in entries:
+            header_end = data.index(b"\n", pos)
+            size = int(data[pos:header_end].split()[2])
+            body = data[header_end + 1 : header_end + 1 + size]
+            pos = header_end + 1 + size + 1
+            total += size
+            if total > max_bytes:
+                raise RepoStateError(f"commit {commit[:12]} holds over {max_bytes // 2**20} MiB")
+            try:
+                if mode == "120000":
+                    inside.symlink(rel, body.decode("utf-8", "replace"))
+                else:
+                    inside.create(rel, body, executable=mode == "100755")
+            except PathRefused as err:
+                raise RepoStateError(f"commit {commit[:12]} of {root} refused: {err}") from None
 
 
 def materialise(state: RepoState, target: Path, max_bytes: int) -> None:
