@@ -3,8 +3,10 @@ optimizer or judge model (`redact_for_model`).
 
 A table of patterns, each with a name and the group that holds the secret: vendor keys with a
 distinctive prefix (OpenAI, Anthropic, AWS, GitHub, GitLab, Slack, Google, Stripe, Hugging Face,
-npm, PyPI, Groq, xAI, Docker, SendGrid, Telegram bots, DigitalOcean, Shopify, ...), bearer /
-basic credentials, JWTs, private-key blocks, passwords (and tokens) in URLs, `name = value`
+npm, PyPI, Groq, xAI, Docker, SendGrid, Telegram bots, DigitalOcean, Shopify, Vault, Terraform
+Cloud, ...), bearer / basic credentials, JWTs, private keys (PEM blocks, PuTTY, base64 PEM),
+the formats of credential files (a registry's `auth`, `.netrc` entries, `.pgpass` lines: see
+`selftaught.credential_files`), passwords (and tokens) in URLs, `name = value`
 pairs whose name says secret (`password=`, `secret:`, `"api_key": "..."`,
 `AWS_SECRET_ACCESS_KEY=`), the same said in prose ("my password is ...", "the aws secret
 access key is ..."), and passwords on command lines (`mysql -p...`, `sshpass -p`, `curl -u`).
@@ -33,6 +35,8 @@ not done in time becomes WITHHELD (the placeholder says how many characters), ne
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
 import threading
@@ -252,6 +256,48 @@ def _prefixed(name: str, regex: str, gate: tuple[str, ...], check: Any = None) -
     return _p(name, _EDGE + regex + _END, 0, check, gate)
 
 
+# .netrc: the space between words, a diff's `+` / `-` after a newline included; a word; and a
+# `login` / `account` / `port` field
+_NETRC_GAP = r"(?:[ \t]|\r?\n[+\-]?){1,64}"
+_NETRC_WORD = r"\S{1,256}"
+_NETRC_FIELD = "(?:" + _NETRC_GAP + "(?:login|account|port)" + _NETRC_GAP + _NETRC_WORD + ")"
+
+
+def _b64(value: str) -> bytes | None:
+    try:
+        return base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _basic_credentials(value: str) -> bool:
+    """base64 of `user:password`, as a registry's `auth` holds."""
+    raw = _b64(value)
+    try:
+        text = raw.decode("utf-8") if raw else ""
+    except UnicodeDecodeError:
+        return False
+    _user, sep, password = text.partition(":")
+    return bool(sep and password) and text.isprintable()
+
+
+def _base64_private_key(value: str) -> bool:
+    """base64 of a PEM block whose armour says PRIVATE KEY (not a certificate)."""
+    head = value[:96]
+    raw = _b64(head[: len(head) - len(head) % 4])
+    return raw is not None and b"PRIVATE KEY" in raw
+
+
+def _mixed_token(value: str) -> bool:
+    """Random letters of both cases and digits (a Vault token body), not a word."""
+    body = value[2:]
+    return (
+        any(c.isdigit() for c in body)
+        and any(c.isupper() for c in body)
+        and any(c.islower() for c in body)
+    )
+
+
 _AWS_SAID = (  # "aws_secret_access_key = ", "the AWS secret key is "
     r"(?i)(?:aws|amazon)[\w\-. ]{0,30}?(?:secret|private)[\w\-. ]{0,20}?"
     r"(?:['\"]?" + _SP + "[:=]" + _SP + r"['\"]?"
@@ -265,6 +311,28 @@ BUILTIN_PATTERNS: tuple[Pattern, ...] = (
         r"-----BEGIN (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
         r"(?:-----END (?:[A-Z0-9]{1,20} ){0,4}PRIVATE KEY(?: BLOCK)?-----|\Z)",
         gate=("private key",),
+    ),
+    # PuTTY's .ppk: the lines after `Private-Lines: N`
+    _p(
+        "private_key",
+        r"(?i)Private-Lines:[ \t]{0,64}\d{1,4}[ \t]{0,64}\r?\n([A-Za-z0-9+/=\r\n]{16,20000})",
+        1,
+        gate=("private-lines",),
+    ),
+    # a PEM private key in base64 (kubeconfig's client-key-data, a Kubernetes secret's
+    # tls.key): "LS0tLS1CRUdJTi" is "-----BEGIN "; a certificate's is left alone
+    _p(
+        "private_key",
+        r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{16,20000}={0,2}",
+        0,
+        _base64_private_key,
+        ("ls0tls1crudjti",),
+    ),
+    # an OpenSSH key's body without its armour ("b3BlbnNzaC1rZXktdjE" is "openssh-key-v1")
+    _p(
+        "private_key",
+        r"b3BlbnNzaC1rZXktdjE[A-Za-z0-9+/=\r\n]{40,20000}",
+        gate=("b3blbnnzac1rzxktdje",),
     ),
     _prefixed("anthropic_key", r"sk-ant-[A-Za-z0-9_\-]{20,}", ("sk-ant-",)),
     # sk-, sk-proj-, sk-svcacct-, sk-admin-, sk-or-v1- (OpenRouter), DeepSeek's sk-<hex>
@@ -333,12 +401,28 @@ BUILTIN_PATTERNS: tuple[Pattern, ...] = (
         r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}",
         ("shpat_", "shpca_", "shppa_", "shpss_"),
     ),
+    # HashiCorp Vault: hvs. / hvb. / hvr. tokens, and the older s. / b. / r. + 24 characters
+    _prefixed("vault_token", r"hv[sbr]\.[A-Za-z0-9_\-]{24,}", ("hvs.", "hvb.", "hvr.")),
+    _p(
+        "vault_token",
+        r"(?<![\w.\-/])[sbr]\.[A-Za-z0-9]{24}(?![\w.\-])",
+        0,
+        _mixed_token,
+        ("s.", "b.", "r."),
+    ),
+    _prefixed(  # Terraform Cloud / Enterprise (credentials.tfrc.json)
+        "terraform_token",
+        r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_\-=]{60,}",
+        ("atlasv1",),
+    ),
     _prefixed(
         "vendor_token",
         r"(?:lin_api_[A-Za-z0-9]{30,}|r8_[A-Za-z0-9]{30,}|pplx-[A-Za-z0-9]{40,}|"
         r"ntn_[A-Za-z0-9]{30,}|dapi[a-f0-9]{32}|key-[a-f0-9]{32}|NRAK-[A-Z0-9]{27}|"
-        r"ATATT3[A-Za-z0-9_\-=]{50,}|glsa_[A-Za-z0-9_]{32,}|sntrys_[A-Za-z0-9_=+/]{40,})",
-        ("lin_api_", "r8_", "pplx-", "ntn_", "dapi", "key-", "nrak-", "atatt3", "glsa_", "sntrys_"),
+        r"ATATT3[A-Za-z0-9_\-=]{50,}|glsa_[A-Za-z0-9_]{32,}|sntrys_[A-Za-z0-9_=+/]{40,}|"
+        r"GOCSPX-[A-Za-z0-9_\-]{28})",
+        ("lin_api_", "r8_", "pplx-", "ntn_", "dapi", "key-", "nrak-", "atatt3", "glsa_", "sntrys_")
+        + ("gocspx-",),
     ),
     _p(
         "jwt",
@@ -407,15 +491,63 @@ BUILTIN_PATTERNS: tuple[Pattern, ...] = (
         _looks_like_password,
         ("pass", "pw"),
     ),
-    # .netrc: machine HOST login USER password PASS
+    # .netrc / _netrc: `machine HOST` (or `default`) then `login`, `account`, `port` in any
+    # order, then `password PASS`, on one line or several (a diff's `+` / `-` included)
     _p(
         "password",
-        r"(?i)\bmachine\s{1,64}\S{1,256}\s{1,64}login\s{1,64}\S{1,256}\s{1,64}password\s{1,64}"
+        r"(?i)\b(?:machine"
+        + _NETRC_GAP
+        + _NETRC_WORD
+        + _NETRC_FIELD
+        + "{0,3}|default"
+        + _NETRC_FIELD
+        + "{1,3})"
+        + _NETRC_GAP
+        + "password"
+        + _NETRC_GAP
         + _ALREADY
-        + r"(\S+)",
+        + r"(\S{1,1000})",
         1,
-        gate=("machine",),
-    ),
+        _is_password,
+        ("machine", "default"),
+    ),  # fmt: skip
+    # .pgpass: HOST:PORT:DATABASE:USER:PASSWORD, a line of its own (a diff's prefix allowed)
+    _p(
+        "password",
+        r"(?m)^[+\- ]?(?![+\-])[^\s:#][^\s:]{0,254}:(?:\d{1,5}|\*):[^\s:]{1,255}:[^\s:]{1,255}:"
+        + _ALREADY
+        + r"(\S{1,1000})",
+        1,
+        _is_password,
+        (":",),
+    ),  # fmt: skip
+    # registries: docker's and podman's `"auth": base64(user:password)`, npm's `_auth=`, and
+    # a Kubernetes secret's `.dockerconfigjson` (a whole config.json, base64)
+    _p(
+        "registry_auth",
+        r"(?i)(?<![\w.\-])[\"']?_?auth[\"']?"
+        + _SP
+        + "[:=]"
+        + _SP
+        + r"[\"']?"
+        + _ALREADY
+        + r"([A-Za-z0-9+/]{8,4000}={0,2})(?![A-Za-z0-9+/=])",
+        1,
+        _basic_credentials,
+        ("auth",),
+    ),  # fmt: skip
+    _p(
+        "registry_auth",
+        r"(?i)\.docker(?:configjson|cfg)[\"']?"
+        + _SP
+        + ":"
+        + _SP
+        + r"[\"']?"
+        + _ALREADY
+        + r"([A-Za-z0-9+/]{16,20000}={0,2})",
+        1,
+        gate=(".docker",),
+    ),  # fmt: skip
     _p(
         "secret_value",
         _named(_KEY_NAMES, "aspritcewb"),

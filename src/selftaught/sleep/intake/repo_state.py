@@ -6,11 +6,13 @@ the session's start and at its end, so a night can rebuild both (`night/agent_ou
 
 Each is a `RepoState`: the repository's root, the session's folder in it, the HEAD commit,
 and `git diff HEAD` of every tracked and untracked file git does not ignore, as a binary
-patch, at a time. Left out, by name in `left_out`: ignored files (git's own rules), `.env`-like
-files (`SECRET_FILES`: `.env`, `.env.*`, `*.pem`, `*.key`, `id_rsa`...), and untracked files
-over `MAX_FILE_BYTES`. Changes over `MAX_DIFF_BYTES` in all are not kept (`complete` False,
-`why` says so). The patch is redacted like everything stored (`selftaught.redact`); a patch a
-redaction changed may no longer apply, and the night then says so.
+patch, at a time. Left out, by name in `left_out`: ignored files (git's own rules), credential
+files (`selftaught.credential_files`: `.env`, `*.pem`, `.aws/credentials`,
+`.docker/config.json`, `.vault-token`, `.kube/config`, `*.tfvars`, `.netrc`, `.pgpass`, ... by
+name; any file holding a private key, by content), and untracked files over `MAX_FILE_BYTES`.
+Changes over `MAX_DIFF_BYTES` in all are not kept (`complete` False, `why` says so). The patch
+is redacted like everything stored (`selftaught.redact`); a patch a redaction changed may no
+longer apply, and the night then says so.
 
 Written by the session hooks (`hooks.py`): Claude Code's `SessionStart` records the start and
 its `SessionEnd` the end; Codex has no session-start hook, so its first `notify` (after the
@@ -27,27 +29,23 @@ twice) is refused whole: a hostile commit cannot make the rebuild write outside 
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
+import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from selftaught.credential_files import PATTERNS, credential_file, holds_private_key
 from selftaught.errors import InputError
 from selftaught.runs import Inside, PathRefused, atomic_write_json, private_dirs
 from selftaught.sleep.intake.sessions import check_session_id
 
 SESSIONS_DIR = "sessions"
-SECRET_FILES = (
-    ".env", ".env.*", "*.env", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks",
-    "*.keystore", "*.kdbx", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc",
-    ".npmrc", ".pypirc", ".pgpass", ".git-credentials", "credentials.json", "secrets.*",
-)  # fmt: skip
-"""File names (any folder, any case) never recorded nor rebuilt."""
 MAX_FILE_BYTES = 512 * 1024
 MAX_DIFF_BYTES = 4 * 1024 * 1024
 MAX_UNTRACKED = 1000
@@ -115,12 +113,29 @@ def _git(root: Path, *args: str, ok: tuple[int, ...] = (0,), text: bool = True) 
 
 
 def secret_file(path: str) -> bool:
-    name = PurePosixPath(path).name.lower()
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in SECRET_FILES)
+    """A credential file by its name (`credential_files.CREDENTIAL_FILES`)."""
+    return credential_file(path)
 
 
-def _excludes() -> list[str]:
-    return [f":(exclude,glob,icase)**/{pattern}" for pattern in SECRET_FILES]
+def _excludes(also: Sequence[str] = ()) -> list[str]:
+    return [f":(exclude,glob,icase)**/{pattern}" for pattern in PATTERNS] + [
+        f":(exclude,literal){rel}" for rel in also
+    ]
+
+
+def _holds_key(full: Path) -> bool:
+    """A regular file (a link is not followed) of at most MAX_FILE_BYTES holding a private
+    key."""
+    try:
+        st = full.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+        return False
+    try:
+        return holds_private_key(full.read_bytes())
+    except OSError:
+        return False
 
 
 def _untracked(root: Path) -> list[str]:
@@ -138,8 +153,11 @@ def capture(folder: Path, redactor: Any = None) -> RepoState:
     if not commit:
         raise RepoStateError(f"the repository {root} has no commit yet")
     flags = ("--binary", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames")
-    tracked = _git(root, "diff", *flags, "HEAD", "--", ".", *_excludes())
-    left = [p for p in _git(root, "diff", "--name-only", "HEAD").splitlines() if secret_file(p)]
+    changed = [p for p in _git(root, "diff", "--name-only", "-z", "HEAD").split("\0") if p]
+    left = [p for p in changed if secret_file(p)]
+    keys = [p for p in changed if p not in left and _holds_key(root / p)]
+    tracked = _git(root, "diff", *flags, "HEAD", "--", ".", *_excludes(keys))
+    left += keys
     parts, size = [tracked], len(tracked)
     state = RepoState(str(root), os.path.relpath(folder, root), commit, "", time.time())
     untracked = _untracked(root)
@@ -148,7 +166,8 @@ def capture(folder: Path, redactor: Any = None) -> RepoState:
         untracked = []
     for rel in untracked:
         full = root / rel
-        if secret_file(rel) or (full.is_file() and full.stat().st_size > MAX_FILE_BYTES):
+        big = full.is_file() and not full.is_symlink() and full.stat().st_size > MAX_FILE_BYTES
+        if secret_file(rel) or big or _holds_key(full):
             left.append(rel)
             continue
         patch = _git(root, "diff", "--no-index", *flags, "--", "/dev/null", rel, ok=(0, 1))
@@ -165,8 +184,9 @@ def capture(folder: Path, redactor: Any = None) -> RepoState:
         from selftaught.redact import default_redactor
 
         redactor = default_redactor()
-    state.diff, state.redactions = redactor.redact(diff)
-    state.left_out = sorted(set(left))
+    deadline = redactor.deadline()  # one budget for all the record stores
+    state.diff, state.redactions = redactor.redact(diff, deadline)
+    state.left_out = sorted({redactor.redact(rel, deadline)[0] for rel in left})
     return state
 
 
@@ -252,7 +272,7 @@ def _collision(paths: list[str]) -> str | None:
 
 def _listing(root: Path, commit: str) -> list[tuple[str, str, str]]:
     """(mode, sha, path) of the commit's blobs and links to rebuild: a tree whose paths
-    collide is refused whole; `.git`, `..` and `.env`-like files are left out."""
+    collide is refused whole; `.git`, `..` and credential files (by name) are left out."""
     listing = _git(root, "ls-tree", "-r", "-z", "--full-tree", commit)
     entries = []
     for line in listing.split("\0"):
@@ -300,7 +320,7 @@ def _write_tree(root: Path, commit: str, target: Path, max_bytes: int) -> None:
             try:
                 if mode == "120000":
                     inside.symlink(rel, body.decode("utf-8", "replace"))
-                else:
+                elif not holds_private_key(body):
                     inside.create(rel, body, executable=mode == "100755")
             except PathRefused as err:
                 raise RepoStateError(f"commit {commit[:12]} of {root} refused: {err}") from None
