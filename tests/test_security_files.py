@@ -1,19 +1,22 @@
-"""Security round five: files (issue 63).
+"""Security round five: files (issue 63, classes 4-6).
 
 - **Session snapshots store no credentials.** A table of credential files, one or more per
   tool (cloud CLIs, container registries, vault, kubeconfig, terraform, netrc, pgpass,
   git-credentials, package registries, `.env`, gh, ssh keys of any name): under their own
   names they are left out of the SessionStart snapshot (`left_out`); their contents under an
-  innocent name are stored only as the redactor leaves them, and no secret survives it, in a
-  snapshot or in the task log (SQLite and PostgreSQL).
+  innocent name are stored only as the redactor leaves them, and no secret survives it.
 - **A rebuild writes only inside its folder.** A hostile commit (a symlink to a folder outside
-  plus a file under it, colliding paths) is refused and writes nothing outside."""
+  plus a file under it, colliding paths) is refused and writes nothing outside.
+- **Write-back never goes through a symlink.** With `REPO/.claude` (or the SKILL.md itself)
+  replaced by a symlink to a same-bytes copy outside the repository, adopt and rollback refuse
+  and the outside file is untouched; on both log backends."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,9 @@ import pytest
 
 from selftaught.redact import Redactor
 from selftaught.runs import Inside, PathRefused, path_parts
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption.placement import read_document
+from selftaught.sleep.adoption.write_back import SourceFile, WriteBackError, write_back
 from selftaught.sleep.intake.repo_state import (
     RepoState,
     RepoStateError,
@@ -30,7 +36,11 @@ from selftaught.sleep.intake.repo_state import (
     record_end,
     record_start,
 )
+from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+from selftaught.sleep.paths import Unit
 from tests.test_agent_workspace import git, repo
+from tests.test_sleep_skills import PROJECT, fill_two_intents, two_rule_models
+from tests.test_sleep_start_files import cli_run, user_skill
 
 # ---- class 4: credential files --------------------------------------------------------------
 
@@ -416,3 +426,89 @@ def test_a_commits_own_links_are_rebuilt_as_links_and_a_patch_never_writes_throu
     with pytest.raises(RepoStateError):
         materialise(RepoState(str(root), ".", commit, patch, 0.0), tmp_path / "again", 2**20)
     assert list(outside.iterdir()) == []
+
+
+# ---- class 6: write-back never goes through a symlink ------------------------------------------
+
+
+def swap_for_link(folder: Path, outside: Path) -> None:
+    """`folder` moved to `outside` (same bytes) and replaced by a symlink to it."""
+    shutil.copytree(folder, outside, symlinks=True)
+    shutil.rmtree(folder)
+    folder.symlink_to(outside, target_is_directory=True)
+
+
+def put_back(folder: Path, outside: Path) -> None:
+    folder.unlink()
+    shutil.copytree(outside, folder, symlinks=True)
+
+
+def test_adopt_and_rollback_never_write_through_a_symlinked_folder_or_file(
+    tmp_path, log_at, monkeypatch
+):
+    home, repo_dir = tmp_path / "home", tmp_path / "repo"
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
+    fruit, invoice = user_skill(repo_dir, "fruit-stall"), user_skill(repo_dir, "invoice-ledger")
+    fill_two_intents(home, log_at)
+    cfg = SleepConfig(home=home, log_path=log_at, training=night_training_defaults(),
+                      many_skills=True, skills_from=repo_dir, project=PROJECT)  # fmt: skip
+    (night,) = run_night(cfg, models=two_rule_models())
+    assert night.status == "staged", staging.read_report(night.night_dir)["reason"]
+    claude, unit = repo_dir / ".claude", Unit(PROJECT, "fruit-stall")
+
+    # adopt: REPO/.claude is now a symlink to a copy outside, same bytes
+    swap_for_link(claude, tmp_path / "outside-1")
+    copied = tmp_path / "outside-1" / "skills" / "fruit-stall" / "SKILL.md"
+    before = copied.read_bytes()
+    refused = cli_run("sleep", "adopt", "--skill", "fruit-stall", "--project", PROJECT)
+    assert refused.exit_code != 0
+    assert "symlink" in refused.output and str(claude) in refused.output, refused.output
+    assert copied.read_bytes() == before and claude.is_symlink()
+    assert staging.current_version(unit, home) == 0
+
+    # adopt with the folder back; then a rollback through the symlinked folder is refused
+    put_back(claude, tmp_path / "outside-1")
+    done = cli_run("sleep", "adopt", "--skill", "fruit-stall", "--project", PROJECT)
+    assert done.exit_code == 0, done.output
+    adopted = fruit.read_bytes()
+    swap_for_link(claude, tmp_path / "outside-2")
+    copied = tmp_path / "outside-2" / "skills" / "fruit-stall" / "SKILL.md"
+    back = cli_run("sleep", "rollback", "0", "--skill", "fruit-stall", "--project", PROJECT)
+    assert back.exit_code == 1 and "refused" in back.output and "symlink" in back.output
+    assert copied.read_bytes() == adopted and claude.is_symlink()
+
+    # the SKILL.md itself a symlink to a same-bytes copy: refused, never replaced
+    done = cli_run("sleep", "adopt", "--skill", "invoice-ledger", "--project", PROJECT)
+    assert done.exit_code == 0, done.output
+    outside, adopted = tmp_path / "outside-3.md", invoice.read_bytes()
+    outside.write_bytes(adopted)
+    invoice.unlink()
+    invoice.symlink_to(outside)
+    back = cli_run("sleep", "rollback", "0", "--skill", "invoice-ledger", "--project", PROJECT)
+    assert back.exit_code == 1 and "symlink" in back.output, back.output
+    assert invoice.is_symlink() and outside.read_bytes() == adopted
+
+
+def test_a_start_document_is_checked_from_its_repository_root(tmp_path):
+    repo_dir = tmp_path / "repo"
+    (repo_dir / ".git").mkdir(parents=True)  # a repository: its root is where .git is
+    doc = repo_dir / ".claude" / "CLAUDE.md"
+    doc.parent.mkdir()
+    doc.write_text("# Rules\n\nBe exact.\n")
+    source = SourceFile.of(read_document(doc))
+    assert source.root == str(repo_dir)
+    swap_for_link(repo_dir / ".claude", tmp_path / "outside")
+    copied = tmp_path / "outside" / "CLAUDE.md"
+    with pytest.raises(WriteBackError, match="symlink"):
+        write_back(source, "# Rules\n\nBe exacter.\n", tmp_path / "home")
+    assert copied.read_text() == "# Rules\n\nBe exact.\n"
+
+    # the root itself moved elsewhere since it was read: refused too
+    put_back(repo_dir / ".claude", tmp_path / "outside")
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(repo_dir, moved, symlinks=True)
+    shutil.rmtree(repo_dir)
+    repo_dir.symlink_to(moved, target_is_directory=True)
+    with pytest.raises(WriteBackError, match="resolves"):
+        write_back(source, "# Rules\n\nBe exacter.\n", tmp_path / "home")
+    assert (moved / ".claude" / "CLAUDE.md").read_text() == "# Rules\n\nBe exact.\n"

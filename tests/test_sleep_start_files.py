@@ -7,6 +7,7 @@ matter byte for byte), a rollback restores the bytes; `optimize --skill F --writ
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,13 @@ def test_a_night_from_the_users_skill_files_writes_each_back_only_if_unchanged(
     for path, kind in ((fruit, "claude-skill"), (invoice, "codex-skill")):
         entry = entries[path.parent.name]
         assert entry["status"] == "staged"
-        assert entry["source"] == {"path": str(path), "kind": kind, "sha256": sha(before[path])}
+        assert entry["source"] == {
+            "path": str(path),
+            "kind": kind,
+            "sha256": sha(before[path]),
+            "root": str(repo),
+            "root_real": os.path.realpath(repo),
+        }
         assert path.read_bytes() == before[path]  # a night writes no user file
     diff = (night.night_dir / "skills" / "fruit-stall" / "proposal" / "file.diff").read_text()
     assert "+rule alpha" in diff and str(fruit) in diff
@@ -151,7 +158,8 @@ def test_a_night_starts_from_claude_md_and_adopt_writes_it_back_or_refuses(
     report = staging.read_report(night.night_dir)
     assert night.status == "staged", report["reason"]
     assert report["start_document"] == {"path": str(claude), "kind": "claude-md",
-                                        "sha256": sha(original)}  # fmt: skip
+                                        "sha256": sha(original), "root": str(claude.parent),
+                                        "root_real": os.path.realpath(claude.parent)}  # fmt: skip
     skill = (night.night_dir / "proposal" / "skill.md").read_text()
     assert skill.startswith("# House rules\n\nReply as 'Answer: N'.") and "rule alpha" in skill
     skill_diff = (night.night_dir / "proposal" / "skill.diff").read_text()

@@ -948,7 +948,7 @@ def sleep_adopt_cmd(
 
 def _print_written_back(done: Any) -> bool:
     """The user's files an adopt wrote back (with the diff) or a rollback restored; False when
-    one was left as the user changed it."""
+    one was left as it is (the user changed it, or a symlink now leads to it)."""
     for w in done.written_back:
         out.print(f"  wrote back {w.path} (previous bytes in {w.backup or '-'})", markup=False,
                   soft_wrap=True)  # fmt: skip
@@ -959,7 +959,7 @@ def _print_written_back(done: Any) -> bool:
         out.print(f"  {f.action} {f.path}{why}", markup=False, soft_wrap=True)
     if done.note:
         out.print(f"  note: {done.note}", markup=False, soft_wrap=True)
-    return not any(f.action == "skipped-user-changed" for f in done.restored)
+    return not any(f.action in ("skipped-user-changed", "refused") for f in done.restored)
 
 
 def _place_adopted(project: str, targets: list[Any], name: str | None = None) -> bool:

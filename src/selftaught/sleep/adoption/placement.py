@@ -37,6 +37,7 @@ they were.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import fcntl
 import hashlib
@@ -50,7 +51,14 @@ from typing import Any, Literal
 
 from selftaught.demos import demo_section, split_skill
 from selftaught.errors import InputError
-from selftaught.runs import atomic_write_json, atomic_write_text, private_dirs, read_json
+from selftaught.runs import (
+    Inside,
+    PathRefused,
+    atomic_write_json,
+    atomic_write_text,
+    private_dirs,
+    read_json,
+)
 from selftaught.skill.routing import SkillCard, check_name, slug_name
 from selftaught.skill.skill_md import FENCE, SkillFile, SkillFileError, parse_skill_md
 from selftaught.sleep.adoption.inject import (
@@ -232,6 +240,8 @@ class StartingDocument:
     sha256: str
     skill: SkillFile | None = None
     problem: str | None = None
+    root: Path | None = None  # the repository it was read in: no symlink below it on the way
+    root_real: str = ""  # that folder resolved when the file was read
 
     @property
     def usable(self) -> bool:
@@ -244,6 +254,8 @@ class StartingDocument:
             "text": self.text,
             "sha256": self.sha256,
             "problem": self.problem,
+            "root": None if self.root is None else str(self.root),
+            "root_real": self.root_real,
         }
 
     @classmethod
@@ -252,7 +264,9 @@ class StartingDocument:
         skill = None
         if kind in ("claude-skill", "codex-skill") and d.get("problem") is None:
             skill = parse_skill_md(text, str(path))
-        return cls(path, kind, text, str(d["sha256"]), skill, d.get("problem"))
+        root = Path(d["root"]) if d.get("root") else None
+        return cls(path, kind, text, str(d["sha256"]), skill, d.get("problem"), root,
+                   str(d.get("root_real") or ""))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -399,14 +413,20 @@ def _new_backup(state: Path, what: str) -> Path:
 
 @dataclass
 class _Write:
-    """One file to write: its bytes as planned on (None: absent) and its new text (None: the
-    file is removed), with the ledger entries (key -> sha256, None: forgotten) it records."""
+    """One file to write below `root`: its bytes as planned on (None: absent) and its new text
+    (None: the file is removed), with the ledger entries (key -> sha256, None: forgotten) it
+    records."""
 
     path: Path
+    root: Path  # written below it, no symlink followed on the way (`runs.Inside`)
     old: str | None
     new: str | None
     records: dict[str, str | None] = field(default_factory=dict)
     files: list[PlacedFile] = field(default_factory=list)
+
+    @property
+    def rel(self) -> str:
+        return self.path.relative_to(self.root).as_posix()
 
 
 def _read_now(path: Path) -> str | None:
@@ -445,18 +465,16 @@ def _commit(
         manifest.append(
             {"path": str(w.path), "existed": w.old is not None, "file": str(i),
              "sha256_after": None if w.new is None else sha256_text(w.new),
-             "ledger_before": keys}
+             "ledger_before": keys, "root": str(w.root),
+             "root_real": os.path.realpath(w.root)}
         )  # fmt: skip
     atomic_write_json(backup / "manifest.json", manifest)
     for w in todo:
-        if _read_now(w.path) != w.old:  # changed between the plan and now
-            why = "changed while selftaught was writing it; left as it is"
-            out += [_skip(f, why) for f in w.files]
+        why = _write_below(w)
+        if why:
+            action: Action = "refused" if why.startswith("refused") else "skipped-user-changed"
+            out += [_skip(f, why, action) for f in w.files]
             continue
-        if w.new is None:
-            _remove(w.path)
-        else:
-            atomic_write_text(w.path, w.new)
         for key, sha in w.records.items():
             if sha is None:
                 ledger.pop(key, None)
@@ -466,17 +484,29 @@ def _commit(
     return out, str(backup)
 
 
-def _remove(path: Path) -> None:
-    path.unlink()
-    if path.name == SKILL_FILE:  # the skill's own folder, when now empty
-        with contextlib.suppress(OSError):
-            path.parent.rmdir()
+def _write_below(w: _Write) -> str:
+    """Write (or remove) `w`'s file below its root with no symlink followed, only while it
+    still holds what was planned on; "" when done, else why not."""
+    if w.new is not None and not os.path.lexists(w.root):  # codex-global's home, a followed
+        private_dirs(w.root)  # link's folder: made as `atomic_write_text` made them
+    try:
+        with Inside(w.root) as inside:
+            now = inside.read(w.rel)
+            if (None if now is None else now.decode("utf-8", "replace")) != w.old:
+                return "changed while selftaught was writing it; left as it is"
+            if w.new is None:
+                inside.remove(w.rel, empty_folder=w.path.name == SKILL_FILE)
+            else:
+                inside.replace(w.rel, w.new.encode("utf-8"))
+    except PathRefused as err:
+        return f"refused: {err}; nothing was written there"
+    return ""
 
 
-def _skip(f: PlacedFile, why: str) -> PlacedFile:
+def _skip(f: PlacedFile, why: str, action: Action = "skipped-user-changed") -> PlacedFile:
     if f.action not in ("written", "removed"):
         return f
-    return PlacedFile(f.path, "skipped-user-changed", f.skill, "", why)
+    return PlacedFile(f.path, action, f.skill, "", why)
 
 
 def _checked_path(path: Path, root: Path, follow: bool) -> tuple[Path | None, str]:
@@ -494,6 +524,12 @@ def _checked_path(path: Path, root: Path, follow: bool) -> tuple[Path | None, st
     if real.is_dir():
         return None, f"{real} is a directory"
     return real, ""
+
+
+def _below(path: Path, root: Path) -> Path:
+    """The folder `path` is written below: `root`, or, for a file a followed symlink led out
+    of it (`follow_symlinks`), that file's own folder."""
+    return root if path.is_relative_to(root) else path.parent
 
 
 def _user_changed(path: Path, now: str | None, ledger: Mapping[str, str], read: set[str]) -> str:
@@ -546,7 +582,8 @@ def _plan_skill_file(
     if why:
         return PlacedFile(str(path), "skipped-user-changed", name, reason=why)
     done = PlacedFile(str(path), "written", name, diff=_diff(now, new, path))
-    return _Write(path, now, new, {str(path): sha256_text(new)}, [done])
+    return _Write(path, _below(path, target.root), now, new, {str(path): sha256_text(new)},
+                  [done])  # fmt: skip
 
 
 def _open_agents_md(
@@ -565,7 +602,7 @@ def _open_agents_md(
     except (UnicodeDecodeError, BlockMarkerError) as err:
         why = str(err) if isinstance(err, BlockMarkerError) else f"{path} is not UTF-8 text"
         return [PlacedFile(str(path), "refused", n, reason=why) for n in names]
-    return _Write(path, old, old or ""), spans
+    return _Write(path, _below(path, target.root), old, old or ""), spans
 
 
 def _plan_agents_md(
@@ -670,7 +707,7 @@ def _plan_unplace_file(
         why = why or "was not written by selftaught; left as it is"
         return PlacedFile(str(path), "skipped-user-changed", name, reason=why)
     done = PlacedFile(str(path), "removed", name, diff=_diff(now, None, path))
-    return _Write(path, now, None, {str(path): None}, [done])
+    return _Write(path, _below(path, target.root), now, None, {str(path): None}, [done])
 
 
 def _plan_unplace_sections(
@@ -758,27 +795,54 @@ def restore_placement(backup: str | Path, *, home: Path | None = None) -> Placem
     files: list[PlacedFile] = []
     with _locked(placements_dir(home)) as ledger:
         for row in manifest:
-            path = Path(row["path"])
-            now = _read_now(path)
-            if (None if now is None else sha256_text(now)) != row["sha256_after"]:
-                why = "changed since that placement wrote it; left as it is"
-                files.append(PlacedFile(str(path), "skipped-user-changed", reason=why))
+            done = _restore_row(row, folder)
+            files.append(done)
+            if done.action not in ("written", "removed"):
                 continue
-            old = _read_now(folder / "files" / row["file"]) if row["existed"] else None
-            if old is None:
-                if now is not None:
-                    _remove(path)
-                files.append(PlacedFile(str(path), "removed", diff=_diff(now, None, path)))
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)  # a removed skill's folder
-                atomic_write_text(path, old)
-                files.append(PlacedFile(str(path), "written", diff=_diff(now, old, path)))
             for key, sha in row["ledger_before"].items():
                 if sha is None:
                     ledger.pop(key, None)
                 else:
                     ledger[key] = sha
     return PlacementResult(None, tuple(files), str(folder))
+
+
+def _restore_row(row: Mapping[str, Any], folder: Path) -> PlacedFile:
+    """One file of a backup put back, below the root it was written in (recorded since round
+    five; else its own folder), every component checked again: a symlink on the way or at the
+    file is refused and left as it is, as is a root that resolves elsewhere now."""
+    path = Path(row["path"])
+    root = Path(row.get("root") or path.parent)
+    moved = _root_moved(root, str(row.get("root_real") or ""))
+    if moved:
+        return PlacedFile(str(path), "refused", reason=moved)
+    rel = path.relative_to(root).as_posix()
+    try:
+        with Inside(root) as inside:
+            raw = inside.read(rel)
+            now = None if raw is None else raw.decode("utf-8", "replace")
+            if (None if now is None else sha256_text(now)) != row["sha256_after"]:
+                why = "changed since that placement wrote it; left as it is"
+                return PlacedFile(str(path), "skipped-user-changed", reason=why)
+            old = _read_now(folder / "files" / row["file"]) if row["existed"] else None
+            if old is None:
+                if now is not None:
+                    inside.remove(rel, empty_folder=path.name == SKILL_FILE)
+                return PlacedFile(str(path), "removed", diff=_diff(now, None, path))
+            inside.replace(rel, old.encode("utf-8"))  # a removed skill's folder made again
+            return PlacedFile(str(path), "written", diff=_diff(now, old, path))
+    except (PathRefused, FileNotFoundError) as err:
+        why = str(err) if isinstance(err, PathRefused) else f"{root} is gone"
+        return PlacedFile(str(path), "refused", reason=f"{why}; left as it is")
+
+
+def _root_moved(root: Path, real: str) -> str:
+    """Why `root` is no longer the folder that was read or written ("" when it is): it
+    resolves elsewhere now (the folder, or a link above it, was replaced)."""
+    now = os.path.realpath(root)
+    if not real or now == real:
+        return ""
+    return f"refused: {root} now resolves to {now}, not {real} as when it was read"
 
 
 # ---- the user's own files -----------------------------------------------------------------------
@@ -796,20 +860,24 @@ _DOCUMENTS: tuple[tuple[str, DocumentKind], ...] = (
 def _read_document(path: Path, kind: DocumentKind, root: Path, follow: bool) -> StartingDocument:
     real, why = _checked_path(path, root, follow)
     if real is None:
-        return StartingDocument(path, kind, "", "", problem=why)
+        return StartingDocument(path, kind, "", "", problem=why, root=root)
+    root = _below(real, root)
+    doc = StartingDocument(real, kind, "", "", root=root, root_real=os.path.realpath(root))
     try:
         text = real.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
-        return StartingDocument(real, kind, "", "", problem=f"not UTF-8 text ({err.reason})")
+        return dataclasses.replace(doc, problem=f"not UTF-8 text ({err.reason})")
     except OSError as err:  # a dangling symlink, a file that went away
-        return StartingDocument(real, kind, "", "", problem=f"cannot be read ({err.strerror})")
+        return dataclasses.replace(doc, problem=f"cannot be read ({err.strerror})")
     skill, problem = None, None
     if kind in ("claude-skill", "codex-skill"):
         try:
             skill = parse_skill_md(text, str(real))
         except SkillFileError as err:
             problem = str(err)
-    return StartingDocument(real, kind, text, sha256_text(text), skill, problem)
+    return dataclasses.replace(
+        doc, text=text, sha256=sha256_text(text), skill=skill, problem=problem
+    )
 
 
 def read_starting_documents(
@@ -839,13 +907,31 @@ def document_kind(path: Path) -> DocumentKind:
     return kinds.get(path.name, "markdown")
 
 
-def read_document(path: str | Path, *, follow_symlinks: bool = False) -> StartingDocument:
+def document_root(path: Path) -> Path:
+    """The repository a user's file is in: the nearest folder above it holding `.git`, else
+    the folder holding the agent folder it is in (`.claude`, `.agents`, `.codex`), else its
+    own folder. Every component from there to the file is checked for symlinks when it is
+    read and again when it is written."""
+    for folder in path.parents:
+        if os.path.lexists(folder / ".git"):
+            return folder
+    for folder in path.parents:
+        if folder.name in (".claude", ".agents", ".codex"):
+            return folder.parent
+    return path.parent
+
+
+def read_document(
+    path: str | Path, *, follow_symlinks: bool = False, root: Path | None = None
+) -> StartingDocument:
     """One file of the user's as a starting document (`sleep run --start-document`,
-    `optimize --write-back`): its text and sha256 as read, or its `problem`."""
+    `optimize --write-back`): its text and sha256 as read, or its `problem`; read below
+    `root` (default: `document_root`), no symlink on the way unless `follow_symlinks`."""
     path = Path(os.path.abspath(Path(path).expanduser()))
     if not path.is_file() and not path.is_symlink():
         raise PlacementError(f"{path} is not a file")
-    return _read_document(path, document_kind(path), path.parent, follow_symlinks)
+    root = Path(os.path.abspath(root)) if root is not None else document_root(path)
+    return _read_document(path, document_kind(path), root, follow_symlinks)
 
 
 def start_problem(doc: StartingDocument) -> str | None:
@@ -895,7 +981,11 @@ def edit_problem(doc: StartingDocument, text: str) -> str | None:
 def _plan_edit(edit: DocumentEdit, follow: bool) -> _Write | PlacedFile:
     doc = edit.document
     path = Path(os.path.abspath(doc.path))
-    real, why = _checked_path(path, path.parent, follow)
+    root = Path(os.path.abspath(doc.root)) if doc.root is not None else document_root(path)
+    moved = _root_moved(root, doc.root_real)
+    if moved:
+        return PlacedFile(str(path), "refused", reason=moved)
+    real, why = _checked_path(path, root, follow)
     if real is None:
         return PlacedFile(str(path), "refused", reason=why)
     problem = edit_problem(doc, edit.text)
@@ -911,7 +1001,8 @@ def _plan_edit(edit: DocumentEdit, follow: bool) -> _Write | PlacedFile:
     if edit.text == now:
         return PlacedFile(str(real), "unchanged")
     done = PlacedFile(str(real), "written", diff=_diff(now, edit.text, real))
-    return _Write(real, now, edit.text, {str(real): sha256_text(edit.text)}, [done])
+    return _Write(real, _below(real, root), now, edit.text, {str(real): sha256_text(edit.text)},
+                  [done])  # fmt: skip
 
 
 def write_documents(

@@ -19,6 +19,8 @@ only while the file is still what the adopt wrote.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,24 +53,32 @@ class WriteBackError(StagingError):
 
 @dataclass(frozen=True)
 class SourceFile:
-    """A user's file a night started from: where, its kind and its sha256 as read."""
+    """A user's file a night started from: where, its kind and its sha256 as read, and the
+    repository it was read in (`root`, and that folder resolved then: `root_real`), from
+    which every component is checked again before it is written. Recorded before round five:
+    no root (the file's own folder is checked)."""
 
     path: str
     kind: str
     sha256: str
+    root: str = ""
+    root_real: str = ""
 
     @classmethod
     def of(cls, doc: StartingDocument) -> SourceFile:
-        return cls(str(doc.path), doc.kind, doc.sha256)
+        root = "" if doc.root is None else str(doc.root)
+        return cls(str(doc.path), doc.kind, doc.sha256, root, doc.root_real)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "sha256": self.sha256}
+        return {"path": self.path, "kind": self.kind, "sha256": self.sha256, "root": self.root,
+                "root_real": self.root_real}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> SourceFile | None:
         if not d:
             return None
-        return cls(str(d["path"]), str(d["kind"]), str(d["sha256"]))
+        return cls(str(d["path"]), str(d["kind"]), str(d["sha256"]), str(d.get("root") or ""),
+                   str(d.get("root_real") or ""))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -118,13 +128,24 @@ def file_text(doc: StartingDocument, body: str) -> str:
 
 
 def reread(source: SourceFile) -> StartingDocument:
-    """The file as it is now, refused (`WriteBackError`) unless it is what the night read."""
+    """The file as it is now, refused (`WriteBackError`) unless it is what the night read, in
+    the repository it was read in: the root resolving where it did, no symlink from it to the
+    file (the write checks both again, with no symlink followed)."""
+    root = Path(source.root) if source.root else None
     try:
-        doc = read_document(source.path)
+        doc = read_document(source.path, root=root)
     except Exception as err:  # gone, or no longer a file
         raise WriteBackError(
             f"{source.path} is gone since the night read it ({err}); nothing was written for it"
         ) from None
+    if source.root_real:
+        doc = dataclasses.replace(doc, root_real=source.root_real)  # checked as it was then
+        now = os.path.realpath(source.root)
+        if now != source.root_real:
+            raise WriteBackError(
+                f"the repository {source.root} now resolves to {now}, not {source.root_real} "
+                f"as when the night read {source.path}; nothing was written for it"
+            )
     problem = start_problem(doc)
     if problem is None and doc.sha256 != source.sha256:
         problem = f"{source.path} changed since the night read it"
@@ -184,6 +205,9 @@ def restore_written(
                     f"{f.path} changed since version {version} was written into it; left as it "
                     "is (not restored)"
                 )
+            elif f.action == "refused":
+                skipped.add(f.path)
+                notes.append(f"{f.path} not restored: {f.reason}")
     return files, notes
 
 

@@ -709,11 +709,14 @@ class ValPairRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class SourceFileRecord(Record):
-    """A user's file the night started from, as read (`start_document`, `skills[].source`)."""
+    """A user's file the night started from, as read (`start_document`, `skills[].source`), and
+    the repository it was read in (`root`, resolved then to `root_real`)."""
 
     path: str = ""
     kind: str = ""
     sha256: str = ""
+    root: str = ""
+    root_real: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,9 +54,7 @@ def start_from(night: NightResult, adopted: Adopted, path: Path | None) -> Adopt
     if problem is not None:
         raise InputError(problem)
     source = SourceFile.of(doc)
-    night.start_document = SourceFileRecord(
-        path=source.path, kind=source.kind, sha256=source.sha256
-    )
+    night.start_document = SourceFileRecord(**source.to_dict())
     if adopted.skill.strip() and adopted.skill.strip() != doc.text.strip():
         night.note(
             f"the skill starts from {doc.path}, not from the adopted version {adopted.version}"
