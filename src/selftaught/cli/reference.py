@@ -31,8 +31,8 @@ DIRECT_EXITS: dict[tuple[str, int], str] = {
     ("sleep_log_migrate_cmd", 1): "`sleep log migrate`: a row read back differs from the source",
     ("sleep_adopt_cmd", 1): "`sleep adopt`: a skill could not be placed (`--place`) or a file "
     "you changed since the night read it was not written back",
-    ("sleep_rollback_cmd", 1): "`sleep rollback`: a file you changed was not restored or "
-    "re-placed (`--place`)",
+    ("sleep_rollback_cmd", 1): "`sleep rollback`: a file you changed, or one a symlink now "
+    "leads to, was not restored or re-placed (`--place`)",
     ("optimize_cmd", 1): "`optimize --write-back`: the skill file changed since the run read "
     "it, so the best skill was not written back",
 }
