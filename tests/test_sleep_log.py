@@ -376,3 +376,41 @@ def test_forget_deletes_rows_feedback_and_shadows_and_nothing_stores_them_again(
     one_client = row("from one end user", client="key:abc")
     assert log.add(one_client) and log.forget(LogFilter(client="key:abc")) == [one_client.id]
     assert {r.id for r in log.query()} == {recent.id, other.id}
+
+
+def test_a_forgotten_rows_words_are_in_no_file_of_the_log_while_a_writer_is_open_and_after(
+    tmp_path, monkeypatch
+):
+    """Issue 63, class 1: secure delete on every connection (here SQLite is made to start
+    without it, as a build without SQLITE_SECURE_DELETE does) and the WAL checkpointed and
+    truncated after a forget, while the proxy's connection stays open and after it closes."""
+    connect = sqlite3.connect
+
+    def insecure(*args, **kw):  # a SQLite built without secure delete
+        conn = connect(*args, **kw)
+        conn.execute("PRAGMA secure_delete = OFF")
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", insecure)
+    path = tmp_path / "log.db"
+    marker = b"QZX-bob-words-7f3a"
+
+    def row(text: str, client: str) -> Interaction:
+        return Interaction([{"role": "user", "content": text}], f"re: {text}", client=client)
+
+    proxy = TaskLog(path)  # the proxy's connection, open throughout
+    proxy.add_many([row(f"{marker.decode()} {i}", "key:bob") for i in range(3)])
+    proxy.add_many([row(f"other {i}", "key:eve") for i in range(3)])
+    cli = TaskLog(path)
+    assert len(cli.forget(LogFilter(client="key:bob"))) == 3
+    files = [path, path.with_name("log.db-wal"), path.with_name("log.db-shm")]
+
+    def holding() -> list[str]:
+        return [f.name for f in files if f.exists() and marker in f.read_bytes()]
+
+    assert holding() == []  # the proxy still running
+    proxy.add(row("after the forget", "key:eve"))
+    assert holding() == [] and cli.checkpoint()
+    cli.close()
+    proxy.close()
+    assert holding() == [] and TaskLog(path).count() == 4  # and after it stopped

@@ -617,8 +617,9 @@ class TaskLog:
     def forget(self, flt: LogFilter) -> list[str]:
         """Delete every row `flt` selects (its limit ignored), their feedback and the shadow
         answers logged beside them, in ONE transaction; record each one's id and dedupe key
-        (no content) so that no harvest, spool drain or copy stores it again. Returns the ids
-        deleted. Nights' folders and learned skills keep what they already learned."""
+        (no content) so that no harvest, spool drain or copy stores it again; a SQLite log's WAL
+        is then checkpointed and truncated (`checkpoint`). Returns the ids deleted. What the
+        stores outside the log hold of them is `selftaught.sleep.forget`'s to drop."""
         where, args = replace(flt, limit=None).where(self._dialect)
         with self._backend.write() as conn:
             self._hold_out_inserts(conn)
@@ -628,7 +629,29 @@ class TaskLog:
             found += self._shadows_of(conn, [r[0] for r in found])
             now = time.time()
             self._bury(conn, [(r[0], r[1], now) for r in found])
+        if found:
+            self.checkpoint()
         return [r[0] for r in found]
+
+    def checkpoint(self) -> bool:
+        """Copy a SQLite log's WAL into its file and truncate the WAL (the pages as they were
+        before a delete live there until then); `forget` does it. False when another process
+        reading an older snapshot kept the WAL from being truncated (its next checkpoint
+        will); always True on Postgres."""
+        return self._backend.checkpoint()
+
+    def forgotten_among(self, ids: Iterable[str]) -> set[str]:
+        """Those of `ids` that `forget` deleted (what a store outside the log must drop)."""
+        wanted = sorted(set(ids))
+        found: set[str] = set()
+        with self._backend.read() as conn:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                found.update(r[0] for r in self._exec(
+                    conn, f"SELECT id FROM forgotten WHERE id IN ({', '.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall())  # fmt: skip
+        return found
 
     def _shadows_of(self, conn: Any, ids: list[str]) -> list[tuple[Any, ...]]:
         """(id, dedupe key) of the shadow answers linked to `ids` and not among them."""
@@ -656,7 +679,10 @@ class TaskLog:
         here) in ONE transaction; returns how many were new."""
         with self._backend.write() as conn:
             self._hold_out_inserts(conn)
-            return self._bury(conn, entries)
+            new = self._bury(conn, entries)
+        if new:
+            self.checkpoint()
+        return new
 
     def _hold_out_inserts(self, conn: Any) -> None:
         """Wait for the inserts in flight and hold new ones until this transaction ends, so

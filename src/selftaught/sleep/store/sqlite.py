@@ -1,7 +1,9 @@
 """The SQLite backend of the task log: one file in WAL mode, mode 0600.
 
 Safe for many processes writing at once (a busy timeout, short `BEGIN IMMEDIATE`
-transactions). The schema is versioned with `PRAGMA user_version` and the ordered migrations
+transactions). Every connection deletes securely (`PRAGMA secure_delete`: a deleted row's
+bytes are overwritten with zeros, whatever SQLite was built with), and `checkpoint` copies the
+WAL into the database and truncates it, so that what a `forget` deleted is left in no file. The schema is versioned with `PRAGMA user_version` and the ordered migrations
 of `intake/log.py`, applied on open; a log written by a newer selftaught is refused.
 """
 
@@ -11,10 +13,12 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from selftaught.runs import private_dirs
 from selftaught.sleep.store import LogError
 from selftaught.sleep.store.dialect import SQLITE
 
@@ -56,7 +60,7 @@ class SqliteBackend:
     def _open(self, migrations: Sequence[str], busy_timeout_s: float) -> sqlite3.Connection:
         path = self.location
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dirs(path.parent)
             conn = sqlite3.connect(
                 path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
             )
@@ -74,6 +78,7 @@ class SqliteBackend:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")  # a deleted row's bytes are zeroed
             migrate(conn, migrations)
         except sqlite3.DatabaseError as err:
             conn.close()
@@ -112,6 +117,20 @@ class SqliteBackend:
         with self.read() as conn:
             verdict: str = conn.execute("PRAGMA integrity_check").fetchone()[0]
             return verdict
+
+    def checkpoint(self, tries: int = 5, wait_s: float = 0.2) -> bool:
+        """Copy the WAL into the database and truncate it to nothing (after a `forget`: the
+        WAL holds the pages as they were before the delete). A reader in another process
+        holding an older snapshot stops the truncation: tried `tries` times, `wait_s` apart.
+        Whether the WAL is empty now."""
+        for attempt in range(tries):
+            with self._lock:
+                busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            if not busy:
+                return True
+            if attempt + 1 < tries:
+                time.sleep(wait_s)
+        return False
 
     def close(self) -> None:
         with self._lock:
