@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.errors import Busy
+from selftaught.runs import private_dirs
 
 
 class NightRunning(Busy):
@@ -87,7 +88,7 @@ def night_lock(
         with pg_lock.night_lock(url, night, what, project, NightRunning):
             yield
         return
-    home.mkdir(parents=True, exist_ok=True)
+    private_dirs(home)
     path = lock_path(home)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     with os.fdopen(fd, "r+", encoding="utf-8") as f:

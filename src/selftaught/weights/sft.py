@@ -24,6 +24,7 @@ from typing import Any
 
 from selftaught.models.base import Message
 from selftaught.models.device import dtype_name, training_autocast
+from selftaught.runs import make_private, private_dirs
 from selftaught.stops import Deadline, StopReason
 from selftaught.weights.config import (
     MICRO_BATCH_TOKENS,
@@ -579,12 +580,13 @@ def save_atomic(obj: Any, path: str | Path, tokenizer: Any | None = None) -> Pat
     """`save_pretrained` into a temp folder beside `path`, then rename: a kill leaves either
     nothing or a complete folder."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     try:
         obj.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+        make_private(tmp)  # what save_pretrained made under the umask
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from selftaught.errors import InputError
+from selftaught.runs import private_dirs
 from selftaught.sleep.intake.harvest import HarvestConfig, HarvestReport, harvesters
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import check_session_id
@@ -217,7 +218,7 @@ def note(line: str, home: Path | None = None) -> None:
     """Append one line to <home>/hooks.log (0600); never raises."""
     try:
         folder = home or sleep_home()
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(folder)
         path = folder / HOOK_LOG
         if path.exists() and path.stat().st_size > HOOK_LOG_MAX_BYTES:
             os.replace(path, path.with_name(HOOK_LOG + ".1"))

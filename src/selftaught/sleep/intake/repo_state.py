@@ -335,7 +335,7 @@ def materialise(state: RepoState, target: Path, max_bytes: int) -> None:
     if not state.complete:
         raise RepoStateError(state.why or "the record is incomplete")
     _git(root, "cat-file", "-e", f"{state.commit}^{{commit}}")
-    target.mkdir(parents=True, exist_ok=True)
+    target.mkdir(parents=True, exist_ok=True)  # a temporary folder: outside the home
     _write_tree(root, state.commit, target, max_bytes)
     if not state.diff.strip():
         return

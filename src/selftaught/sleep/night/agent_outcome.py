@@ -43,7 +43,7 @@ from typing import Any
 
 from selftaught.errors import TaskError
 from selftaught.redact import redact_for_model
-from selftaught.runs import atomic_write_json, private_dirs
+from selftaught.runs import atomic_write_json, make_private, private_dirs
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.intake.repo_state import RepoState, RepoStateError, load_record, materialise
 from selftaught.sleep.intake.sessions import is_agent_session, task_turns
@@ -343,6 +343,7 @@ class WorkspaceMiner:
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(home / "files")
             shutil.move(str(before), home / "files")
+            make_private(home / "files")  # the repository's folders, made under a umask
         atomic_write_json(
             home / "proof.json",
             {

@@ -60,7 +60,7 @@ from selftaught.sleep.night.mine import (
     MineConfig,
     client_label,
 )
-from selftaught.sleep.paths import project_dir
+from selftaught.sleep.paths import private_project_dir, project_dir
 
 SignalKind = Literal[
     "correction", "rejection", "rule", "acceptance", "reask", "solved", "ended_red"
@@ -165,8 +165,7 @@ def review_signals(
     how many changed."""
     before = rejected_signals(project, home)
     after = before - set(ids) if accept else before | set(ids)
-    path = project_dir(project, home) / REJECTED_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = private_project_dir(project, home) / REJECTED_FILE
     atomic_write_json(path, {"rejected": sorted(after)})
     return len(before ^ after)
 

@@ -49,7 +49,7 @@ from selftaught.models.errors import BackendError
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.rollout import RolloutConfig, run_rollouts
-from selftaught.runs import private_dirs
+from selftaught.runs import make_private, private_dirs
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import no_demo
 from selftaught.sleep.night.demo_modes import ValScorer, decide_mode
@@ -647,6 +647,7 @@ def stage_adapter(choice: WeightChoice, night_dir: Path, base_spec: str) -> Adap
     if dest.exists():
         shutil.rmtree(dest)
     os.replace(choice.adapter.adapter_dir, dest)
+    make_private(dest)
     discard_adapters(night_dir)
     return AdapterRecord(
         dir=ADAPTER_DIR,

@@ -3,8 +3,9 @@
 Safe for many processes writing at once (a busy timeout, short `BEGIN IMMEDIATE`
 transactions). Every connection deletes securely (`PRAGMA secure_delete`: a deleted row's
 bytes are overwritten with zeros, whatever SQLite was built with), and `checkpoint` copies the
-WAL into the database and truncates it, so that what a `forget` deleted is left in no file. The schema is versioned with `PRAGMA user_version` and the ordered migrations
-of `intake/log.py`, applied on open; a log written by a newer selftaught is refused.
+WAL into the database and truncates it, so that what a `forget` deleted is left in no file.
+The schema is versioned with `PRAGMA user_version` and the ordered migrations of
+`intake/log.py`, applied on open; a log written by a newer selftaught is refused.
 """
 
 from __future__ import annotations

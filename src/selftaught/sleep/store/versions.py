@@ -249,7 +249,7 @@ class PgVersions:
         try:
             for name, data in files:
                 target = tmp / _safe_name(name)
-                target.parent.mkdir(parents=True, exist_ok=True)
+                private_dirs(target.parent)
                 target.write_bytes(bytes(data))
             os.rename(tmp, folder)
         except OSError:
