@@ -400,6 +400,15 @@ def sleep_log_forget_cmd(
     ids: Annotated[
         list[str] | None, typer.Option("--id", help="This row (an id or a 6+ character prefix).")
     ] = None,
+    everywhere: Annotated[
+        bool,
+        typer.Option(
+            "--everywhere",
+            help="Also rewrite the night folders and learned skills (versions, adopted, "
+            "backups, live files) without what came from forgotten rows; without a filter, "
+            "for every row forgotten so far.",
+        ),
+    ] = False,
     yes: Annotated[
         bool, typer.Option("--yes", help="Delete them; without it, only show what would go.")
     ] = False,
@@ -407,10 +416,15 @@ def sleep_log_forget_cmd(
     """Delete rows from the log for good: their feedback and shadow answers go with them.
 
     Their ids and dedupe keys (no content) are kept, so that no harvest or copy stores them
-    again. Nights' folders and adopted skills keep what they already learned."""
+    again; what the sleep home's recall pool, weak labels, edit ledger and workspaces hold of
+    them goes too. Night folders and adopted skills keep what they learned unless
+    --everywhere."""
+    from selftaught.sleep.forget import forget_in_home
     from selftaught.sleep.intake.log import LogFilter, TaskLog
+    from selftaught.sleep.paths import sleep_home
 
-    if not any((project, source, since, until, tag, session, client, ids)):
+    filters = (project, source, since, until, tag, session, client, ids)
+    if not any(filters) and not everywhere:
         raise InputError(
             "name the rows to forget: --project, --source, --since, --until, --tag, --session, "
             "--client or --id (`sleep log forget --until 30d` forgets what is older than 30 days)"
@@ -422,21 +436,27 @@ def sleep_log_forget_cmd(
         ids=tuple(task_log.resolve_id(i) for i in ids) if ids else None,
     )  # fmt: skip
     if not yes:
-        n = task_log.count(flt)
-        out.print(
-            log_table(
-                task_log.query(dataclasses.replace(flt, limit=20)),
-                f"{n} rows would go, with their feedback and shadow answers",
-            )
-        )
+        if any(filters):
+            n = task_log.count(flt)
+            title = f"{n} rows would go, with their feedback and shadow answers"
+            out.print(log_table(task_log.query(dataclasses.replace(flt, limit=20)), title))
         out.print("nothing deleted: run again with --yes to forget them", soft_wrap=True)
         return
-    gone = task_log.forget(flt)
-    out.print(
-        f"forgot {len(gone)} rows in {task_log.path} (shadow answers included); nights' "
-        "folders and adopted skills keep what they already learned",
-        soft_wrap=True, markup=False,
-    )  # fmt: skip
+    if any(filters):
+        gone = task_log.forget(flt)
+        out.print(f"forgot {len(gone)} rows in {task_log.path} (shadow answers included)",
+                  soft_wrap=True, markup=False)  # fmt: skip
+        if not task_log.checkpoint():
+            out.print("the log's WAL still holds pages from before the delete (another "
+                      "process reads an older snapshot): its next checkpoint clears them",
+                      soft_wrap=True, markup=False)  # fmt: skip
+    done = forget_in_home(sleep_home(), task_log, everywhere=everywhere)
+    for line in done.lines():
+        out.print(line, soft_wrap=True, markup=False)
+    if task_log.backend == "postgres":
+        out.print("on Postgres the deleted rows' bytes stay in dead tuples until VACUUM "
+                  "reuses their space (docs/postgres.md)",
+                  soft_wrap=True, markup=False)  # fmt: skip
 
 
 def log_table(rows: list[Any], title: str) -> Table:

@@ -112,6 +112,8 @@ diagnostics.json   per val task (hard, soft, reply head, why) before and after; 
                    reply (raw); every backend call error; why nothing was proposed
 evidence.jsonl     every model call of the night (role, messages, reply or error), redacted
 tasks.jsonl        the mined tasks: split, checks, the interactions they came from
+rows_read.txt      the ids of the interactions the night read, one a line (no content): how
+                   `sleep log forget --everywhere` finds the nights that read a forgotten row
 proposal/          skill.md and memory.md proposed, skill.diff and memory.diff against the
                    adopted ones (only when the night proposes something)
 adapter/           the LoRA adapter the gate chose (weight nights only; peft layout:

@@ -73,6 +73,7 @@ from selftaught.sleep import pause, replay_mark
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import BlockMarkerError
 from selftaught.sleep.adoption.write_back import adopt_night
+from selftaught.sleep.forget import drop_forgotten
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.intake.threads import logged_tools
@@ -134,7 +135,7 @@ from selftaught.sleep.night.records import (
     plain,
 )
 from selftaught.sleep.night.replay import conversations, mine_tool_task, night_task
-from selftaught.sleep.night.result import NightResult
+from selftaught.sleep.night.result import ROWS_READ_FILE, NightResult
 from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
 from selftaught.sleep.night.slow import night_ledger, sync_rollbacks, with_ledger
 from selftaught.sleep.night.split import (
@@ -1082,6 +1083,8 @@ def run_project(
     adopted = start_from(outcome, staging.read_adopted_files(project, home), config.start_document)
     models = _as_served(models, adopted, outcome)
     taken = _take_window(outcome, rows, since, until, config)
+    # the ids (never the words) of what it read: a forget --everywhere finds the night by them
+    atomic_write_text(night_dir / ROWS_READ_FILE, "".join(f"{it.id}\n" for it in taken))
     change = _model_change(outcome.models, project, home)
     if change:
         outcome.note(change)
@@ -1583,6 +1586,7 @@ class NightTrainer:
             try:
                 until = time.time()
                 since, rows = _window_rows(log, self.config, self.home, until)[project]
+                drop_forgotten(project, self.home, log)
                 deadline = Deadline.start(self.config.stops.max_minutes)
                 return self.night_of(project, night, since, until, rows, deadline)
             finally:
@@ -1693,6 +1697,7 @@ def run_night(
                 continue
             if _skipped(project, config, home, deadline, bool(outcomes), console):
                 continue
+            drop_forgotten(project, home, log)  # a pool written before a forget: its rows out
             outcomes.append(trainer.night_of(project, night, since, until, rows, deadline,
                                              scratch))  # fmt: skip
         log.close()

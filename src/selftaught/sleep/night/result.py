@@ -47,6 +47,7 @@ from selftaught.stops import StopReason, stop_dict
 NIGHT_KIND = "sleep-night"  # report.json's "kind"
 TASKS_FILE = "tasks.jsonl"  # in the night's folder: its tasks, one `TaskRecord` a line
 EVIDENCE_FILE = "evidence.jsonl"  # in the night's folder: every model call
+ROWS_READ_FILE = "rows_read.txt"  # in the night's folder: the ids of the rows it read, one a line
 EXIT_FAILED = ("backend_failed", "failed")
 
 

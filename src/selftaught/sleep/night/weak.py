@@ -21,7 +21,9 @@ where a user already spoke: a request that the user rejected, whose
 agreed answer is the one in the rejected reply, is refuted; a request that a checked task of
 tonight or of the recall pool also asks (the same id or a near-duplicate) is not added, and
 where that task has a reference the weak label is scored against it: the report counts how
-often weak labels were right.
+often weak labels were right. A label waiting in `weak_labels.jsonl` names the rows it came
+from (`sources`): a forget drops it (`sleep.forget`), and one written before labels named them
+is dropped by the next night, which cannot tell whose it was.
 """
 
 from __future__ import annotations
@@ -488,6 +490,7 @@ def still_waiting(
             "agreement": t.state["weak"]["agreement"],
             "k": t.state["weak"]["k"],
             "night": night,
+            "sources": list(t.sources),  # the rows it came from: a forget drops it
         }
         for t in labelled
     ]

@@ -5,15 +5,18 @@ keep versions here instead of under the sleep home (they pass `local`, the proje
 `versions/` folder on this host, where an adapter's files are copied to be served):
 
     versions        one row per version (skill, memory, meta), written once in one transaction
-                    with its adapter's files (`version_files`, bytes), never changed after
-    adopted         one pointer row per project: the version served now (0: nothing adopted)
+                    with its adapter's files (`version_files`, bytes), never changed after but
+                    by `sleep log forget --everywhere` (`rewrite`: lines of forgotten rows out)
+    adopted         one pointer row per project: the version served now (0: nothing adopted),
+                    and when it last changed (a rewrite of that version changes it too)
     version_events  every adopt, rollback and auto_rollback (what events.jsonl holds on disk)
 
 A replica never serves half a version: it reads the pointer, then that version's row, which
 was complete before the pointer could name it. `poll` serves what a thread re-reads every
 `POLL_S` seconds (a request never waits on the database), so every proxy on every host
-follows an adopt or a rollback within one poll (the process that adopted, at once); when the
-database cannot be reached it keeps serving what it had (and says so once on stderr). An
+follows an adopt, a rollback or a rewrite within one poll (the process that made it, at
+once); when the database cannot be reached it keeps serving what it had (and says so once on
+stderr). An
 adapter's files are copied once per host into the sleep home
 (`projects/<p>/versions/<N>/adapter`, complete or absent), where the local server loads it.
 """
@@ -56,6 +59,7 @@ class PgVersions:
         self.url = url
         self._db = PostgresBackend(LogUrl(url), "shared", SHARED_MIGRATIONS)
         self._polled: dict[tuple[str, Path], Adopted] = {}  # what poll() serves
+        self._stamps: dict[tuple[str, Path], tuple[Any, ...] | None] = {}  # its pointer row
         self._poll_lock = threading.Lock()
         self._poller: threading.Thread | None = None
         self._closing = threading.Event()
@@ -81,6 +85,14 @@ class PgVersions:
                 "SELECT version FROM adopted WHERE project = %s", (project,)
             ).fetchone()
         return None if row is None else row[0]
+
+    def _stamp(self, project: str) -> tuple[Any, ...] | None:
+        """The pointer row (version, changed_at): what changes when what is served does."""
+        with self._db.read() as conn:
+            row = conn.execute(
+                "SELECT version, changed_at FROM adopted WHERE project = %s", (project,)
+            ).fetchone()
+        return None if row is None else tuple(row)
 
     def numbers(self, project: str) -> list[int]:
         with self._db.read() as conn:
@@ -157,11 +169,12 @@ class PgVersions:
         """The adopted version now (`old` again when it has not changed, or when the database
         cannot be reached: said once on stderr)."""
         try:
-            version = self.pointer(project)
-            if old is not None and old.version == (None if version is None else str(version)):
-                fresh = old  # versions never change once written
+            stamp = self._stamp(project)
+            if old is not None and self._stamps.get((project, local)) == stamp:
+                fresh = old  # the pointer row changes with what it serves
             else:
                 fresh = self.current(project, local)
+            self._stamps[(project, local)] = stamp
         except LogError as err:
             if not self._warned:
                 print(f"selftaught: serving the last adopted version read: {err}", file=sys.stderr)
@@ -209,12 +222,41 @@ class PgVersions:
                 "changed_at = EXCLUDED.changed_at",
                 (project, version, time.time()),
             )
-        with self._poll_lock:  # this process serves its own adopt at once, others within a poll
+        self._refresh_own(project)  # this process serves its own adopt at once, others in a poll
+
+    def documents(self, project: str) -> list[tuple[int, str, str]]:
+        """(version, skill, memory) of every version of `project`, oldest first."""
+        with self._db.read() as conn:
+            rows = conn.execute(
+                "SELECT version, skill, memory FROM versions WHERE project = %s ORDER BY version",
+                (project,),
+            ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def rewrite(self, project: str, version: int, skill: str, memory: str) -> None:
+        """Version N's documents replaced in place: a forget's `--everywhere` takes out the
+        lines learned from forgotten rows. When N is served, its pointer row is stamped now,
+        so every serving process re-reads it within one poll (this one at once)."""
+        now = time.time()
+        with self._db.write() as conn:
+            conn.execute(
+                "UPDATE versions SET skill = %s, memory = %s WHERE project = %s AND version = %s",
+                (skill, memory, project, version),
+            )
+            conn.execute(
+                "UPDATE adopted SET changed_at = %s WHERE project = %s AND version = %s",
+                (now, project, version),
+            )
+        self._refresh_own(project)
+
+    def _refresh_own(self, project: str) -> None:
+        with self._poll_lock:
             watched = [k for k in self._polled if k[0] == project]
         for key in watched:
             fresh = self.current(*key)
             with self._poll_lock:
                 self._polled[key] = fresh
+                self._stamps.pop(key, None)
 
     def record_event(self, project: str, row: dict[str, Any]) -> None:
         """One adopt / rollback event, stamped now (a copied one keeps its `time`)."""
