@@ -124,6 +124,26 @@ def test_a_replica_follows_an_adopt_and_a_rollback_within_one_poll(pg_url, tmp_p
     assert read_adopted(PROJECT, host_a).skill == "SKILL TWO"  # this process: at once
 
 
+def test_a_replica_follows_a_forget_rewriting_the_served_version_within_one_poll(
+    pg_url, tmp_path
+):
+    """`sleep log forget --everywhere` rewrites a version in place (issue 63): a serving
+    process on another host, polling, serves the rewritten text, not what it read before."""
+    stage(tmp_path, "n1", "KEEP THIS\nA FORGOTTEN ROW'S WORDS")
+    staging.adopt(PROJECT, "n1", home=tmp_path)
+    replica = versions.PgVersions(pg_url)  # another host's store: its own poll
+    try:
+        local = tmp_path / "b" / "versions"
+        assert "FORGOTTEN" in replica.poll(PROJECT, local).skill
+        versions.store(pg_url).rewrite(PROJECT, 1, "KEEP THIS\n", "")
+        deadline = time.time() + versions.POLL_S + 5.0
+        while "FORGOTTEN" in replica.poll(PROJECT, local).skill and time.time() < deadline:
+            time.sleep(0.05)
+        assert replica.poll(PROJECT, local).skill == "KEEP THIS\n"
+    finally:
+        replica.close()
+
+
 def test_an_adopt_is_one_version_row_and_one_pointer_switch(pg_url, tmp_path):
     import psycopg
 
