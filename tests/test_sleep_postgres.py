@@ -124,9 +124,7 @@ def test_a_replica_follows_an_adopt_and_a_rollback_within_one_poll(pg_url, tmp_p
     assert read_adopted(PROJECT, host_a).skill == "SKILL TWO"  # this process: at once
 
 
-def test_a_replica_follows_a_forget_rewriting_the_served_version_within_one_poll(
-    pg_url, tmp_path
-):
+def test_a_replica_follows_a_forget_rewriting_the_served_version_within_one_poll(pg_url, tmp_path):
     """`sleep log forget --everywhere` rewrites a version in place (issue 63): a serving
     process on another host, polling, serves the rewritten text, not what it read before."""
     stage(tmp_path, "n1", "KEEP THIS\nA FORGOTTEN ROW'S WORDS")

@@ -401,9 +401,7 @@ def test_a_command_on_a_new_project_makes_only_private_folders(tmp_path, monkeyp
     assert _loose(tmp_path / "new") == []
 
 
-def test_a_fresh_night_with_the_log_in_a_new_home_makes_only_private_folders(
-    tmp_path, loose_umask
-):
+def test_a_fresh_night_with_the_log_in_a_new_home_makes_only_private_folders(tmp_path, loose_umask):
     home = tmp_path / "new" / "home"  # the log inside it: its backend makes the folders
     fill_log(home, ALPHA_NIGHT)
     (night,) = run_night(config(home), models=models())

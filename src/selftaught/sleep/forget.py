@@ -102,7 +102,9 @@ class Provenance:
         )
 
 
-def provenance(project: str, home: Path) -> Provenance:
+def provenance(project: str, home: Path, *, read_ids: bool = True) -> Provenance:
+    """The project's provenance; `read_ids` False leaves out the rows each night read (what
+    only the night folders' rewrite needs: a night's start reads no more than it must)."""
     tasks: dict[str, set[str]] = defaultdict(set)
     lines: dict[str, set[str]] = defaultdict(set)
     read: dict[str, frozenset[str]] = {}
@@ -116,8 +118,8 @@ def provenance(project: str, home: Path) -> Provenance:
         for line in _sourced_lines(_report(night)):
             if line.get("kind") in ("rule", "memory"):
                 lines[str(line["text"]).strip()] |= _strings(line["sources"])
-        with contextlib.suppress(FileNotFoundError):
-            read[night.name] = frozenset((night / "rows_read.txt").read_text().split())
+        if read_ids and (night / "rows_read.txt").is_file():
+            read[night.name] = _read_ids(night)
     return Provenance(
         {t: frozenset(r) for t, r in tasks.items()},
         {t: frozenset(r) for t, r in lines.items()},
@@ -189,20 +191,22 @@ class Dropped:
 def drop_forgotten(project: str, home: Path, log: TaskLog) -> Dropped:
     """Take what came from the log's forgotten rows out of the project's stores that a later
     night reads (module doc); what was taken out."""
-    prov = provenance(project, home)
+    prov = provenance(project, home, read_ids=False)
     doomed = _doomed(prov, project, home, log)
     return _drop_stores(project, home, doomed)
 
 
 def _doomed(prov: Provenance, project: str, home: Path, log: TaskLog) -> Doomed:
-    weak = [r for r in _jsonl(project_dir(project, home) / "weak_labels.jsonl")]
+    weak = _jsonl(project_dir(project, home) / "weak_labels.jsonl")
     candidates = prov.ids() | {s for r in weak for s in _strings(r.get("sources"))}
     return prov.doomed(log.forgotten_among(candidates))
 
 
 def _drop_stores(project: str, home: Path, doomed: Doomed) -> Dropped:
     folder = project_dir(project, home)
-    recall, kept_tasks, gone = _jsonl(folder / "recall.jsonl"), [], []
+    recall = _jsonl(folder / "recall.jsonl")
+    kept_tasks: list[dict[str, Any]] = []
+    gone: list[dict[str, Any]] = []
     for row in recall:
         (gone if _recalled_doomed(row, doomed) else kept_tasks).append(row)
     workspaces = sum(_remove_workspace(r, folder) for r in gone)
@@ -221,17 +225,17 @@ def _recalled_doomed(row: dict[str, Any], doomed: Doomed) -> bool:
     return isinstance(task, dict) and doomed.hits(_strings(task.get("sources")))
 
 
-def _remove_workspace(row: dict[str, Any], folder: Path) -> int:
+def _remove_workspace(row: dict[str, Any], folder: Path) -> bool:
     """Remove the workspace (repository files) of a recalled task, when it is the project's."""
     state = row["task"].get("state")
     ws = state.get("workspace") if isinstance(state, dict) else None
     path = Path(str(ws.get("path"))) if isinstance(ws, dict) else None
     root = (folder / "workspaces").resolve()
     if path is None or root not in path.resolve().parents:
-        return 0
+        return False
     home = path.resolve().parent  # <key>/files: the key's folder holds its proof too
     shutil.rmtree(home if home.parent == root else path, ignore_errors=True)
-    return 1
+    return True
 
 
 def _drop_ledger(project: str, home: Path, doomed: Doomed) -> int:
@@ -367,7 +371,8 @@ def _rewrite_versions(unit: Unit, home: Path, doomed: Doomed) -> tuple[list[int]
     """(the versions rewritten, lines taken out): files under versions/, or Postgres rows."""
     from selftaught.sleep.adoption import staging
 
-    versions, lines = [], 0
+    versions: list[int] = []
+    lines = 0
     if (db := staging.versions_store()) is not None:
         for version, skill, memory in db.documents(unit.key):
             new_skill, n1 = doomed.scrub(skill)
@@ -408,8 +413,9 @@ def _rewrite_night(night: Path, home: Path, doomed: Doomed, prov: Provenance) ->
         for line in _sourced_lines(report):
             if _line_doomed(line, doomed):
                 line["text"] = FORGOTTEN
-        notes = report.get("notes") if isinstance(report.get("notes"), list) else []
-        report["notes"] = [*notes, _NOTE.format(n=lines, when=time.strftime("%Y-%m-%d %H:%M"))]
+        notes = report.get("notes")
+        note = _NOTE.format(n=lines, when=time.strftime("%Y-%m-%d %H:%M"))
+        report["notes"] = [*(notes if isinstance(notes, list) else []), note]
         atomic_write_json(night / "report.json", report)
         _write_markdown(night)
     adapter = (night / ADAPTER_DIR).is_dir()

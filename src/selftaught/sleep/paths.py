@@ -14,7 +14,8 @@
 
 `<home>` is $SELFTAUGHT_HOME, else ~/.local/share/selftaught. The home, `projects/` and each
 project's folder are 0700 (`private_project_dir` makes them so even where they existed: they
-hold every prompt and reply of a night), and what is written under them 0600 / 0700.
+hold every prompt and reply of a night), and what is written under them 0600 / 0700: every
+folder by one function, `runs.private_dirs` (its missing parents too, whatever the umask).
 
 Writers (adopt / rollback) replace each adopted file atomically (write a temp file, rename
 it into place), skill.md and memory.md first and `version` last. `read_adopted` re-reads the
