@@ -1,51 +1,80 @@
-"""Precision of the follow-up reader (`selftaught.sleep.night.followup`): how often the user's
-next turn, read with no model, raises a false signal.
+"""The follow-up readers on corpora of (reply, next turn, label) lines: the rules alone
+(`selftaught.sleep.night.followup`, no model) and the rules then the miner model where they
+read nothing or a bare rejection (`followup_model.py`), side by side.
 
-Corpora of (reply, next turn, label) lines:
-- `tests/fixtures/followups_dev.jsonl`: written with the reader, tuned on (dev);
+Corpora:
+- `tests/fixtures/followups_dev.jsonl`: written with the rule reader, tuned on (dev);
+- `tests/fixtures/followups_dev2.jsonl`: written with the model reader, to choose its prompt and
+  default (dev): terse and value-first corrections, other languages, partial corrections,
+  names and code outputs, and turns that only look like feedback;
 - `benchmarks/data/followups_report.jsonl`: 320 lines written blind, by an author who never saw
   the reader's code, after the first reader was committed; its errors were then read, so it
   measured the first reader only;
 - `benchmarks/data/followups_report2.jsonl`: 400 lines written blind the same way, for the
-  second reader (committed before this corpus was first read or run).
+  second reader (committed before this corpus was first read or run);
+- any other file: `--corpus PATH` (a corpus written blind later is measured this way).
 
 A signal is **false** when the turn is no feedback (label `none`), when its direction is wrong
 (a thumbs-down on an acceptance, a thumbs-up on a rejection), when a correction's value is not
 the labelled one, or when a rule is read where the label states none. The false signal rate is
 false / all signals raised, with a 95% Wilson interval; recall is per label kind (the right
-kind read, and for a correction the right value).
+kind read, and for a correction the right value). The model reader also reports its calls
+(repairs included), parse rate and wall time.
 
-    python benchmarks/bench_followups.py                # both corpora
-    python benchmarks/bench_followups.py --show-errors  # each miss and false signal
+    python benchmarks/bench_followups.py                          # the rules, on dev
+    python benchmarks/bench_followups.py --corpora dev dev2 --reader both --model local
+    python benchmarks/bench_followups.py --corpus new.jsonl --reader both \\
+        --model 'http://127.0.0.1:8011/v1#qwen'
+    python benchmarks/bench_followups.py --show-errors            # each miss and false signal
 
-Writes benchmarks/results/followups.json (one row per corpus and run, appended).
+The model's answers are saved every `--save-every` lines under runs/bench/followups/ (one
+file per corpus and model, with its settings), before the turn checks them: a killed run
+resumes where it stopped, and a changed check re-reads them without asking again (`--fresh`
+starts over). Appends one row per corpus and reader to
+benchmarks/results/followups.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from common import RESULTS  # noqa: E402
+from common import REPO, RESULTS, machine_info, resumed_units  # noqa: E402
 
 from selftaught.runs import atomic_write_json  # noqa: E402
+from selftaught.sleep.night.checks import Rule  # noqa: E402
 from selftaught.sleep.night.followup import Followup, read_followup  # noqa: E402
+from selftaught.sleep.night.followup_model import (  # noqa: E402
+    PROMPT_TEXT,
+    FollowupAsk,
+    FollowupModelReport,
+    ModelRead,
+    ModelReader,
+    settle_answer,
+    wants_model,
+)
+from selftaught.sleep.night.miner import Parsed  # noqa: E402
 from selftaught.stats import wilson_interval  # noqa: E402
 
 CORPORA = {
     "dev": HERE.parent / "tests" / "fixtures" / "followups_dev.jsonl",
+    "dev2": HERE.parent / "tests" / "fixtures" / "followups_dev2.jsonl",
     "report": HERE / "data" / "followups_report.jsonl",
     "report2": HERE / "data" / "followups_report2.jsonl",
 }
 DOWN = {"correction", "rejection"}
+STATE = REPO / "runs" / "bench" / "followups"
 
 
 def _same(a: str | None, b: str | None) -> bool:
@@ -83,13 +112,12 @@ def recalled(read: Followup | None, label: dict) -> bool:
     return label["kind"] != "correction" or _same(read.reference, label.get("reference"))
 
 
-def measure(path: Path, show: bool) -> dict:
-    items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def measure(items: list[dict], reads: list[Followup | None], show: bool) -> dict:
+    """The figures of one reader's `reads` of `items`."""
     signals = false = 0
     reasons: Counter[str] = Counter()
     by_kind: dict[str, list[int]] = {}
-    for item in items:
-        read = read_followup(item["followup"], item["reply"])
+    for item, read in zip(items, reads, strict=True):
         hit = by_kind.setdefault(item["kind"], [0, 0])
         hit[1] += 1
         hit[0] += recalled(read, item)
@@ -105,36 +133,196 @@ def measure(path: Path, show: bool) -> dict:
             print(f"  MISS   {item['kind']} read as {read.kind if read else 'none'}: "
                   f"{item['followup']!r}")  # fmt: skip
     lo, hi = wilson_interval(false, signals) if signals else (0.0, 1.0)
+    found, of = by_kind.get("correction", [0, 0])
     return {
         "items": len(items),
         "signals": signals,
         "false_signals": false,
         "false_signal_rate": round(false / signals, 4) if signals else None,
         "false_signal_rate_ci95": [round(lo, 4), round(hi, 4)],
+        "correction_recall": round(found / of, 4) if of else None,
         "recall_by_kind": {k: {"found": f, "of": n} for k, (f, n) in sorted(by_kind.items())},
         "false_by_reason": dict(reasons),
     }
 
 
+# ---- the model reader, resumable ----------------------------------------------------------
+
+
+def _answer_dict(got: Parsed[ModelRead] | None) -> dict[str, Any] | None:
+    """A model's answer as saved (its parsed reading, before the turn is checked)."""
+    if got is None:
+        return None
+    read = None
+    if got.value is not None:
+        rules = [{"kind": r.kind, "arg": r.arg} for r in got.value.rules]
+        read = {"kind": got.value.kind, "value": got.value.value, "rules": rules,
+                "invalid": got.value.invalid}  # fmt: skip
+    return {"status": got.status, "error": got.error, "read": read}
+
+
+def _answer_of(d: dict[str, Any]) -> Parsed[ModelRead]:
+    read = d.get("read")
+    value = None
+    if read is not None:
+        rules = tuple(Rule(r["kind"], r.get("arg")) for r in read["rules"])
+        value = ModelRead(read["kind"], read.get("value"), rules, read.get("invalid", 0))
+    return Parsed(status=d["status"], error=d.get("error"), value=value)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", text).strip("_")[:60]
+
+
+def _asks(items: list[dict], ruled: list[Followup | None], idx: list[int]) -> list[FollowupAsk]:
+    return [
+        FollowupAsk(items[i].get("request", ""), items[i]["reply"], items[i]["followup"], ruled[i])
+        for i in idx
+    ]
+
+
+def _ask_model(
+    run: dict[str, Any], path: Path, items: list[dict], ruled: list, todo: list[int], args
+) -> None:
+    """Ask the model about the `todo` lines, saving its answers every `--save-every` lines."""
+    from selftaught.models import load_model
+    from selftaught.models.usage import TrackedModel, UsageLedger
+    from selftaught.sleep.night.miner import Miner, MinerConfig
+
+    ledger = UsageLedger()
+    config = MinerConfig(
+        concurrency=args.concurrency, followup_max_tokens=args.max_tokens, timeout_s=600.0
+    )
+    reader = ModelReader(Miner(TrackedModel(load_model(args.model), ledger, "miner"), "m", config))
+    print(f"  model reader: {len(todo)} turns to read")
+    for start in range(0, len(todo), args.save_every):
+        chunk = todo[start : start + args.save_every]
+        before = sum(u.calls + u.errors for u in ledger.roles.values())
+        t0 = time.monotonic()
+        answers, report = reader.answers(_asks(items, ruled, chunk))
+        run["runs"].append(
+            {
+                "answers": {str(i): _answer_dict(a) for i, a in zip(chunk, answers, strict=True)},
+                "skipped": report.skipped,
+                "calls": sum(u.calls + u.errors for u in ledger.roles.values()) - before,
+                "wall_s": round(time.monotonic() - t0, 2),
+            }
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, run)
+        print(f"  ... {start + len(chunk)}/{len(todo)} read", flush=True)
+
+
+def model_reads(
+    name: str, items: list[dict], args: argparse.Namespace
+) -> tuple[list[Followup | None], dict[str, Any]]:
+    """The rules, then the model where they read nothing or a bare rejection: every line's
+    reading, and the model's calls, parse rate and wall time. The model's answers are saved
+    before the turn checks them, so a changed check re-reads them without asking again."""
+    corpus = hashlib.sha256(json.dumps(items).encode()).hexdigest()[:12]
+    settings = {
+        "model": args.model,
+        "corpus": corpus,
+        "prompt": hashlib.sha256(PROMPT_TEXT.encode()).hexdigest()[:12],
+        "max_tokens": args.max_tokens,
+    }
+    path = STATE / f"{_slug(name)}-{_slug(args.model)}.json"
+    if args.fresh and path.exists():
+        path.unlink()
+    run = {"settings": settings, "runs": resumed_units(path, settings)}
+    ruled = [read_followup(it["followup"], it["reply"]) for it in items]
+    done = {int(i): a for r in run["runs"] for i, a in r["answers"].items()}
+    wanted = [i for i, it in enumerate(items) if wants_model(it["followup"], ruled[i])]
+    todo = [i for i in wanted if i not in done]
+    if todo:
+        _ask_model(run, path, items, ruled, todo, args)
+        done = {int(i): a for r in run["runs"] for i, a in r["answers"].items()}
+    report = FollowupModelReport(model=args.model, candidates=len(wanted))
+    reads = list(ruled)
+    for i, ask in zip(wanted, _asks(items, ruled, wanted), strict=True):
+        if done.get(i) is not None:
+            reads[i] = settle_answer(ask, _answer_of(done[i]), report)
+    for r in run["runs"]:
+        for why, n in r["skipped"].items():
+            report.skipped[why] = report.skipped.get(why, 0) + n
+    cost = {k: v for k, v in report.to_dict().items() if k not in ("model", "first_error")}
+    cost["calls"] = sum(r["calls"] for r in run["runs"])
+    cost["wall_s"] = round(sum(r["wall_s"] for r in run["runs"]), 1)
+    return reads, cost
+
+
+# ---- main -----------------------------------------------------------------------------------
+
+
+def _print_side_by_side(name: str, results: dict[str, dict]) -> None:
+    readers = list(results)
+    print(f"{name}: {next(iter(results.values()))['items']} turns")
+    header = f"  {'':28}" + "".join(f"{r:>24}" for r in readers)
+    print(header)
+
+    def row(label: str, cell) -> None:
+        print(f"  {label:28}" + "".join(f"{cell(results[r]):>24}" for r in readers))
+
+    def fsr(res: dict) -> str:
+        lo, hi = res["false_signal_rate_ci95"]
+        return f"{res['false_signals']}/{res['signals']} {res['false_signal_rate']} [{lo}-{hi}]"
+
+    row("false signals", fsr)
+    kinds = next(iter(results.values()))["recall_by_kind"]
+    for kind in kinds:
+        row(f"{kind} read right", lambda r, k=kind: "{found}/{of}".format(**r["recall_by_kind"][k]))
+    row("corrections with value", lambda r: str(r["correction_recall"]))
+    row("calls", lambda r: str(r.get("calls", 0)))
+    row("parse rate", lambda r: str(r.get("parse_rate", "-")))
+    row("wall s", lambda r: str(r.get("wall_s", "-")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", nargs="+", default=["dev"], choices=list(CORPORA))
+    parser.add_argument("--corpus", nargs="*", type=Path, default=[], help="other corpus files")
+    parser.add_argument("--reader", choices=("rule", "model", "both"), default="rule")
+    parser.add_argument("--model", help="the miner model's spec (local, an endpoint URL, ...)")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--save-every", type=int, default=8)
+    parser.add_argument("--fresh", action="store_true", help="discard saved model answers")
     parser.add_argument("--show-errors", action="store_true")
     args = parser.parse_args()
+    if args.reader != "rule" and not args.model:
+        parser.error("--reader model or both needs --model SPEC")
+    for path in args.corpus:
+        if not path.is_file():
+            parser.error(f"--corpus {path}: no such file")
     out = RESULTS / "followups.json"
     rows = json.loads(out.read_text())["runs"] if out.exists() else []
     code = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
     ).stdout.strip()
-    for name in args.corpora:
-        print(f"{name}: {CORPORA[name]}")
-        result = measure(CORPORA[name], args.show_errors)
-        rate, (lo, hi) = result["false_signal_rate"], result["false_signal_rate_ci95"]
-        print(f"  {result['signals']} signals on {result['items']} turns, "
-              f"{result['false_signals']} false: rate {rate} (95% CI {lo}-{hi})")  # fmt: skip
-        for kind, r in result["recall_by_kind"].items():
-            print(f"  {kind:11} read right {r['found']} of {r['of']}")
-        rows.append({"corpus": name, "code": code, "date": time.strftime("%Y-%m-%d"), **result})
+    corpora = [(n, CORPORA[n]) for n in args.corpora] + [(p.stem, p) for p in args.corpus]
+    for name, path in corpora:
+        items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        results: dict[str, dict] = {}
+        if args.reader in ("rule", "both"):
+            t0 = time.monotonic()
+            reads = [read_followup(it["followup"], it["reply"]) for it in items]
+            wall = round(time.monotonic() - t0, 2)
+            results["rule"] = {**measure(items, reads, args.show_errors), "wall_s": wall}
+        if args.reader in ("model", "both"):
+            reads, cost = model_reads(name, items, args)
+            results[f"model {args.model}"] = {**measure(items, reads, args.show_errors), **cost}
+        _print_side_by_side(name, results)
+        for label, result in results.items():
+            reader = "rule" if label == "rule" else "model"
+            row = {
+                "corpus": name,
+                "reader": reader,
+                "code": code,
+                "date": time.strftime("%Y-%m-%d"),
+            }
+            if reader == "model":
+                row |= {"model": args.model, "loadavg": machine_info()["loadavg"]}
+            rows.append({**row, **result})
     atomic_write_json(out, {"runs": rows})
 
 

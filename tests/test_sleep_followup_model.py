@@ -27,7 +27,7 @@ from tests.scripted import ScriptedModel, user_of
 
 Q = "How far is it from the station to the museum?"
 REPLY = "It is 12 km."
-READS = "## The user's next message"
+READS = "User's next message:"
 NO_CONFIG = MineConfig(reask_window_s=0)
 
 
@@ -175,6 +175,24 @@ def test_injected_text_in_the_turn_cannot_leave_the_vocabulary():
     (signal,), report = signals_of([chat(INJECTION)], reader)
     assert signal.kind == "rule" and signal.rules == ("max_words",)
     assert set(signal.rules) <= set(FOLLOWUP_RULES) and report["invalid_parts"] == 1
+
+
+@pytest.mark.parametrize(
+    ("followup", "read"),
+    [
+        ("smaller pieces, with bullets maybe", ("bullets",)),
+        ("can you also list hotels there?", None),  # "list", the verb, is no bullet
+        ("too wordy", ("max_words",)),  # "shorter": at most half the reply's words
+        ("And from Lyon to Nice?", None),  # the prompt's example rule, echoed on any turn
+        ("in dutch maybe", None),  # the rules read it: never asked
+    ],
+)
+def test_a_rule_the_turn_does_not_bear_out_is_dropped(followup, read):
+    said = {"kind": "rule", "rules": [{"kind": "bullets"}, {"kind": "shorter"}]}
+    _, reader = reader_says(said)
+    signals, _ = signals_of([chat(followup, reply="A long reply of seven words here.")], reader)
+    got = [s.rules for s in signals if s.read_by == "scripted"]
+    assert got == ([] if read is None else [read])
 
 
 @pytest.mark.parametrize(

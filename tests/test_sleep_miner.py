@@ -79,7 +79,7 @@ def thumb_row(q: str, reply: str, thumb: str, at: float = 50.0, **kw) -> Interac
     )
 
 
-READS = "## The user's next message"  # a next turn to read (`followup_model.py`)
+READS = "User's next message:"  # a next turn to read (`followup_model.py`)
 
 
 def says(*replies: str | dict, reads: str = '{"kind": "none"}') -> ScriptedModel:

@@ -120,6 +120,12 @@ def language_named(word: str) -> str:
     return next(k for k, names in _LANGUAGE_NAMES.items() if word in names.split("|"))
 
 
+def languages_named(text: str) -> set[str]:
+    """The LANGUAGES whose name (in any of them) `text` writes."""
+    found = re.findall(rf"\b({_ANY_LANGUAGE})\b", text, re.I)
+    return {language_named(word) for word in found}
+
+
 def _words(text: str) -> list[str]:
     return text.split()
 

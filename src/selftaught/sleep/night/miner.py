@@ -445,8 +445,8 @@ class MinerConfig:
     """The conversation's last messages that fit, as the miner reads them."""
     read_followups: bool = False
     """The miner also reads the user's next turns that the rules read nothing in, or only a
-    rejection without the right value (`followup_model.py`; one call per such turn, off until
-    a measurement says it pays)."""
+    rejection without the right value (`followup_model.py`; a call per such turn). Off: on the
+    dev corpus the embedded model added only false signals (docs/sleep-conversations.md)."""
     max_followups: int = 200
     """Next turns the miner reads per night (bare rejections first); the rest keep the rules'
     reading, counted."""
