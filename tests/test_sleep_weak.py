@@ -281,3 +281,17 @@ def test_a_real_reference_arriving_on_a_later_night_scores_a_weak_label(tmp_path
     assert w is not None and w.verified_later == {"right": 1, "wrong": 1} and w.accuracy == 0.5
     assert w.waiting == 0 and w.candidates == 0
     assert "1 of 2 right" in (second.night_dir / "report.md").read_text()
+
+
+def test_a_weak_label_must_fail_the_rejected_reply_even_when_it_is_prose():
+    """Two-sided: the agreed answer, as a check, must fail the reply the user rejected. A
+    reply in prose has no short answer to compare; the agreed answer's own scorer reads it."""
+    prose = "If you put 2 apples next to 2 apples you get 4 of them in total."
+    assert short_answer(prose) is None
+    rejected = row("Please add 2 and 2.", reply=prose, feedback=Feedback(thumb="down"))
+    tasks, report = label([rejected], ScriptedModel(adds), k=2)
+    assert tasks == [] and report.refuted == 1
+    other = prose.replace("4", "5")
+    rejected = row("Please add 2 and 2.", reply=other, feedback=Feedback(thumb="down"))
+    (task,), report = label([rejected], ScriptedModel(adds), k=2)
+    assert task.reference == "4" and train_only(task) == "weak" and report.refuted == 0

@@ -17,13 +17,15 @@ row it came from is the operator's own words (`signals.words_trusted`); a weak t
 user's request is marked `no_demo` and only feeds reflection.
 
 A weak label is the model's (`trust.py`: below every user's label), so no label is taken
-where a user already spoke: a request that the user rejected, whose
-agreed answer is the one in the rejected reply, is refuted; a request that a checked task of
-tonight or of the recall pool also asks (the same id or a near-duplicate) is not added, and
-where that task has a reference the weak label is scored against it: the report counts how
-often weak labels were right. A label waiting in `weak_labels.jsonl` names the rows it came
-from (`sources`): a forget drops it (`sleep.forget`), and one written before labels named them
-is dropped by the next night, which cannot tell whose it was.
+where a user already spoke: a request that the user rejected (a thumb, a re-ask, a "that's
+wrong"), whose agreed answer is the one in the rejected reply (its short answer, or a reply in
+prose that the agreed answer's check passes), is refuted: the label must fail the rejected
+reply (two-sided); a request that a checked task of tonight or of the recall pool also asks
+(the same id or a near-duplicate) is not added, and where that task has a reference the weak
+label is scored against it: the report counts how often weak labels were right. A label
+waiting in `weak_labels.jsonl` names the rows it came from (`sources`): a forget drops it
+(`sleep.forget`), and one written before labels named them is dropped by the next night, which
+cannot tell whose it was.
 """
 
 from __future__ import annotations
@@ -316,6 +318,20 @@ def _right(answer: str, twin: MinedTask) -> bool | None:
         return None
 
 
+def _gives(reply: str, got: Vote, config: WeakConfig) -> bool:
+    """Whether `reply` gives the agreed answer: the same short answer, or, in prose, it passes
+    the answer as a reference. A weak label on a rejected request must fail the rejected reply
+    (two-sided), or the samples only agree with what the user refused."""
+    said = short_answer(reply, config.max_answer_words)
+    if said is not None or got.answer is None:
+        return said is not None and said.key == got.key
+    example = Example(id="rejected", input="", reference=got.answer)
+    try:
+        return bool(score_reference(reply, example, reference_scorer(got.answer)).hard)
+    except Exception:  # noqa: BLE001 - a reply the scorer cannot read gives no answer
+        return False
+
+
 def _settle_one(
     task: MinedTask,
     got: Vote,
@@ -337,8 +353,7 @@ def _settle_one(
             report.verified["right" if right else "wrong"] += 1
             return f"checked by {twin.id}: {'right' if right else 'wrong'}"
         return f"already checked by {twin.id}"
-    rejected = short_answer(task.logged_reply or "", config.max_answer_words)
-    if task.negative and rejected is not None and rejected.key == got.key:
+    if task.negative and _gives(task.logged_reply or "", got, config):
         report.refuted += 1
         return "refuted: the user rejected a reply with this answer"
     task.reference = got.answer
