@@ -21,13 +21,15 @@ from selftaught.sleep.night.checks import (
     pattern_problem,
 )
 from selftaught.sleep.night.cycle import NightModels, SleepConfig, mine, run_night
-from selftaught.sleep.night.mine import NO_CHECK, MineConfig
+from selftaught.sleep.night.mine import BARE_VERDICT, NO_CHECK, MineConfig
 from selftaught.sleep.night.miner import (
+    ONE_SIDED_BARE,
     Miner,
     MinerConfig,
     Pending,
     parse_check,
 )
+from selftaught.sleep.night.split import train_only
 from selftaught.tasks.scorers import LlmJudge
 from tests.scripted import ScriptedModel, canned_analyst, rule_target, user_of
 
@@ -134,6 +136,26 @@ def test_a_check_two_sided_on_the_thread_is_kept_and_checks_the_task():
     assert f'the reply the user rejected: "{WRONG}"' in prompt
     assert f'the reply the user accepted: "{RIGHT}"' in prompt
     assert "That's wrong." in prompt and f'- user: "{Q}"' in prompt
+
+
+def test_a_bare_rejection_becomes_a_task_only_two_sided_and_for_training():
+    """ "That's wrong." gives no value: the miner's check makes the request a task only when
+    the thread has both sides (here the retry the user accepted), and that task trains only.
+    Without the accepted retry, the same check is one-sided and refused."""
+    tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(says(ANSWER)))
+    (first,) = [t for t in tasks if len(t.messages) == 1]
+    assert train_only(first) == BARE_VERDICT and first.state[BARE_VERDICT]["signal"] == "rejection"
+    assert first.state["mined_check"]["tested_on"] == "both"
+    lone = Interaction(
+        messages=[user(Q), assistant(WRONG), user("That's wrong.")],
+        reply="Sorry about that.",
+        source="proxy",
+        client="key:alice",
+        project="demo",
+    )
+    tasks, report = mine([lone], MineConfig(reask_window_s=0), miner=miner_of(says(ANSWER)))
+    assert [t for t in tasks if len(t.messages) == 1] == []
+    assert report.miner["refused"] == {ONE_SIDED_BARE: 1}
 
 
 def test_without_a_miner_the_same_chat_gives_no_task():

@@ -158,6 +158,19 @@ REFERENCE_REPLY = "reference_reply"
 when the correction is the operator's, the demonstration's reply (if it passes the check)."""
 
 
+BARE_VERDICT = "bare_verdict"
+"""`meta` key (`signals.py`) and `state` key: the row's only verdict is a re-ask or a rejection
+without the right value, read from the conversation. Such a row becomes a task only through a
+check two-sided on its thread (the miner's, `miner.py`, or a weak label that the rejected reply
+fails, `weak.py`), and that task trains only (`split.train_only`)."""
+
+
+def bare_verdict(it: Interaction) -> str | None:
+    """The signal kind ("reask", "rejection") when `it`'s only verdict is a bare one."""
+    kind = it.meta.get(BARE_VERDICT) if isinstance(it.meta, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def client_label(it: Interaction) -> str:
     """Who sent `it`: its recorded client; for a row without one, `operator` when it is a
     harvested transcript of the operator's own agent, else `unknown` (rows logged before

@@ -15,7 +15,9 @@ A written check is kept only when it is **two-sided on the thread's evidence**: 
 user accepted (its own thumb up, or the retry the user accepted after rejecting it) passes it,
 and the reply the user rejected fails it. With one side only, that side must behave; with
 neither (no verdict), the row is not even shown to the miner: there is nothing to test a check
-on. A rubric is tested by the night's judge; without a judge it is left out of the check.
+on. A row whose only verdict is a re-ask or a rejection without the right value
+(`mine.BARE_VERDICT`) needs both sides, and its task trains only, never validates. A rubric
+is tested by the night's judge; without a judge it is left out of the check.
 A written pattern runs under a time limit (`checks.search_limited`): where it runs out of time
 on either reply the check is refused (a timeout is neither the accepted reply passing nor the
 rejected one failing), and at scoring time it fails closed.
@@ -47,9 +49,11 @@ from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.intake.sessions import task_turns
 from selftaught.sleep.night.checks import LANGUAGES, REGEX_KINDS, Rule, pattern_problem
 from selftaught.sleep.night.mine import (
+    BARE_VERDICT,
     NO_CHECK,
     MineConfig,
     MinedTask,
+    bare_verdict,
     new_task,
     quoted,
     redact_messages,
@@ -79,6 +83,10 @@ MAX_VALUE_CHARS = 200  # an expected answer, a `contains` text
 MAX_RUBRIC_CHARS = 600
 MAX_COUNT = 10_000  # max_words / max_sentences
 
+ONE_SIDED_BARE = (
+    "a re-ask or a rejection without its value needs a check two-sided on its thread (a reply "
+    "the user accepted too)"
+)
 Verdict = Literal["up", "down"]
 CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error", "budget"]
 
@@ -740,6 +748,8 @@ class Miner:
                 why = refusal(check, ev, self.judge, self._messages(p))
             except (BackendError, BudgetExhausted) as err:
                 why = f"the judge could not test the rubric ({type(err).__name__})"
+            if why is None and bare_verdict(p.row) and ev.sides != "both":
+                why = ONE_SIDED_BARE
             outcome = f"refused: {why}" if why else "kept"
         if outcome.startswith("refused: "):
             why = outcome.removeprefix("refused: ")
@@ -797,6 +807,9 @@ class Miner:
         state[TRUST_KEY] = (Trust.OPERATOR if trusted else Trust.END_USER).label  # the verdict's
         if not trusted:
             state.setdefault("no_demo", "checked by a miner's check on an end user's verdict")
+        bare = bare_verdict(p.row)
+        if bare is not None:  # a re-ask or a bare rejection: trains, never validates
+            state[BARE_VERDICT] = {"signal": bare, "check": "miner"}
         if p.task is None:
             return new_task(p.row, messages, reference, state)
         p.task.state, p.task.reference = state, reference

@@ -56,6 +56,7 @@ from selftaught.sleep.intake.threads import Thread, Turn, build_threads, message
 from selftaught.sleep.night.followup import Followup, read_followup
 from selftaught.sleep.night.followup_model import FollowupAsk, ModelReader, wants_model
 from selftaught.sleep.night.mine import (
+    BARE_VERDICT,
     REFERENCE_REPLY,
     MineConfig,
     client_label,
@@ -376,8 +377,18 @@ def _mine_rows(
                 and row.feedback.reference is None
             ):
                 meta[REFERENCE_REPLY] = turns[k + 1].reply  # the reply its own reference drew
-            row = replace(row, feedback=_feedback(row.feedback, signal, read), meta=meta)
+            feedback = _feedback(row.feedback, signal, read)
+            if _bare(row.feedback, feedback, signal):
+                meta[BARE_VERDICT] = signal.kind
+            row = replace(row, feedback=feedback, meta=meta)
         out.rows.append(row)
+
+
+def _bare(explicit: Feedback, merged: Feedback, signal: Signal) -> bool:
+    """The row's only verdict is `signal`, a re-ask or a rejection without the right value
+    (`mine.BARE_VERDICT`)."""
+    said = explicit.thumb is not None or explicit.score is not None
+    return signal.kind in ("reask", "rejection") and not said and merged.reference is None
 
 
 def is_redo(it: Interaction) -> bool:

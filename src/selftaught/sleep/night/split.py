@@ -12,10 +12,11 @@ tonight's requests by): where two recalled tasks of different splits are (an old
 them apart), the copy in train is dropped, else the one in test, so val keeps its items; the
 drop is the night's `duplicates` (a line in report.md), and the night goes on.
 
-A task whose check a model made (a self-consistency label, `weak.py`) or that no user sent (a
-dream, `dream.py`) is **train only** (`train_only`): it never goes to val or test, does not
-count toward `min_train`, and one that is the same item as a val or test task is left out (its
-split stays None and a note names the held-out task).
+A task whose check a model made (a self-consistency label, `weak.py`; the miner's check on a
+re-ask or a bare rejection, `mine.BARE_VERDICT`) or that no user sent (a dream, `dream.py`) is
+**train only** (`train_only`): it never goes to val or test, does not count toward
+`min_train`, and one that is the same item as a val or test task is left out (its split stays
+None and a note names the held-out task).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from selftaught.demos import split_skill
 from selftaught.duplicates import WORD_SHARE, DuplicateIndex
 from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.night.checks import score_example
-from selftaught.sleep.night.mine import MinedTask, task_key
+from selftaught.sleep.night.mine import BARE_VERDICT, MinedTask, task_key
 from selftaught.sleep.night.records import LateDuplicate, ProposalRecord, TrainOnlyUse, given
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.scorers import LlmJudge
@@ -68,12 +69,12 @@ def _unit(task_id: str, seed: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-TRAIN_ONLY = ("weak", "synthetic")
+TRAIN_ONLY = ("weak", "synthetic", BARE_VERDICT)
 
 
 def train_only(task: MinedTask) -> str | None:
-    """ "weak" or "synthetic" (the `state` key marking it) for a task that may train and never
-    validate; None for a task mined with a check of its own."""
+    """ "weak", "synthetic" or "bare_verdict" (the `state` key marking it) for a task that may
+    train and never validate; None for a task mined with a check of its own."""
     return next((kind for kind in TRAIN_ONLY if task.state.get(kind) is not None), None)
 
 

@@ -41,6 +41,7 @@ from selftaught.sleep.night.records import (
     plain,
 )
 from selftaught.sleep.night.result import NightResult
+from selftaught.sleep.night.split import TRAIN_ONLY
 from selftaught.sleep.night.weak import weak_lines
 from selftaught.stops import StopReason, stop_text
 
@@ -68,7 +69,7 @@ def task_row(task: MinedTask) -> dict[str, Any]:
             {k: sig.get(k) for k in ("kind", "source", "giver", "trusted", "words")}
             for sig in task.signals
         ],
-        **{k: task.state[k] for k in ("weak", "synthetic") if task.state.get(k)},
+        **{k: task.state[k] for k in TRAIN_ONLY if task.state.get(k)},
     }
 
 
