@@ -131,6 +131,7 @@ RAW_REPORT_READERS = {
     "result.from_report",
     "result.report_dict",
     "mcp_server.last_night_report",
+    "forget._report",  # `forget --everywhere` rewrites the raw file, unknown keys kept
 }
 
 

@@ -404,7 +404,7 @@ def _rewrite_night(night: Path, home: Path, doomed: Doomed, prov: Provenance) ->
         removed = _scrub_file(path, doomed, diff)
         documents, lines = documents + bool(removed and not diff), lines + removed * (not diff)
     if documents and report is not None:
-        _rediff(night, home, report)
+        _rediff(night, home, str(report.get("project")), report.get("base_version"))
     _prune(night)
     kept = [r for r in tasks if not doomed.hits(_strings(r.get("sources")))]
     if len(kept) < len(tasks):
@@ -430,14 +430,13 @@ _NOTE = (
 )
 
 
-def _rediff(night: Path, home: Path, report: dict[str, Any]) -> None:
+def _rediff(night: Path, home: Path, project: str, base: Any) -> None:
     """proposal/skill.diff and memory.diff again, against the version the night was gated
-    against (rewritten first)."""
+    against (`base`, rewritten first)."""
     from selftaught.sleep.adoption import staging
 
-    base = report.get("base_version")
     try:
-        gated = staging.read_version(str(report.get("project")), int(base or 0), home)
+        gated = staging.read_version(project, int(base or 0), home)
     except (InputError, ValueError):  # a version gone: the diffs keep their lines filtered
         return
     folder = night / "proposal"
@@ -553,6 +552,8 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _report(night: Path) -> dict[str, Any] | None:
+    """report.json as raw JSON: the rewrite keeps every key, those this version does not know
+    included (an older or newer night's), so it does not go through `NightResult`."""
     try:
         report = json.loads((night / "report.json").read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
