@@ -12,6 +12,9 @@ first), and while more than `max_groups` remain the closest pair merges whatever
 Then each group smaller than `min_size` (the smallest first) joins the group most similar to
 it; one that shares no weighted word with any other group is left out (`Grouping.left_out`).
 Texts with no weighted word at all join the largest group (all texts alike: one group).
+
+`group_vectors` does the same on vectors made elsewhere (a night's kinds weigh words against
+the kinds it knows too, `sleep/night/kinds.py`).
 """
 
 from __future__ import annotations
@@ -58,12 +61,18 @@ def cosine(a: Vector, b: Vector) -> float:
     return sum(v * b.get(w, 0.0) for w, v in a.items())
 
 
-def _centroid(vectors: Sequence[Vector], members: Sequence[int]) -> Vector:
+def centroid(vectors: Sequence[Vector], members: Sequence[int]) -> Vector:
+    """The L2-normalised sum of the members' vectors ({} when they hold no word)."""
     total: dict[str, float] = {}
     for i in members:
         for w, v in vectors[i].items():
             total[w] = total.get(w, 0.0) + v
     return _normalized(total)
+
+
+def blend(*vectors: Vector) -> Vector:
+    """The L2-normalised sum of `vectors`: each weighs the same, whatever its size."""
+    return centroid(vectors, range(len(vectors)))
 
 
 @dataclass(frozen=True)
@@ -76,8 +85,12 @@ class Grouping:
 
 def top_terms(vectors: Sequence[Vector], members: Sequence[int], k: int = 6) -> list[str]:
     """The words that weigh most in a group's centroid (ties alphabetical)."""
-    c = _centroid(vectors, members)
-    return [w for w, _ in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
+    return heaviest(centroid(vectors, members), k)
+
+
+def heaviest(vector: Vector, k: int) -> list[str]:
+    """The `k` words that weigh most in `vector` (ties alphabetical)."""
+    return [w for w, _ in sorted(vector.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
 
 
 def group_texts(
@@ -90,12 +103,32 @@ def group_texts(
 ) -> tuple[Grouping, list[Vector]]:
     """Group `texts` by intent (module docstring); returns the grouping and the vectors."""
     vectors = tfidf_vectors(texts)
+    grouping = group_vectors(
+        vectors,
+        min_size=min_size,
+        max_groups=max_groups,
+        merge_similarity=merge_similarity,
+        seed=seed,
+    )
+    return grouping, vectors
+
+
+def group_vectors(
+    vectors: Sequence[Vector],
+    *,
+    min_size: int,
+    max_groups: int,
+    merge_similarity: float,
+    seed: int = 0,
+) -> Grouping:
+    """Group texts by their `vectors` (one per text, L2-normalised; {}: no weighted word), as
+    `group_texts` does."""
     live = [i for i, v in enumerate(vectors) if v]
     blank = [i for i, v in enumerate(vectors) if not v]
     if not live:
-        groups = [list(range(len(texts)))] if texts else []
-        return _finish(groups, [], vectors, min_size), vectors
-    k = min(len(live), 2 * max_groups, max(1, (2 * len(texts)) // max(min_size, 1)))
+        groups = [list(range(len(vectors)))] if vectors else []
+        return _finish(groups, [], vectors, min_size)
+    k = min(len(live), 2 * max_groups, max(1, (2 * len(vectors)) // max(min_size, 1)))
     groups = _kmeans(vectors, live, k, random.Random(seed))
     groups = _merge_similar(vectors, groups, merge_similarity, max_groups)
     groups, left = _fold_small(vectors, groups, min_size)
@@ -104,7 +137,7 @@ def group_texts(
             max(groups, key=len).extend(blank)
         else:
             left.extend(blank)
-    return _finish(groups, left, vectors, min_size), vectors
+    return _finish(groups, left, vectors, min_size)
 
 
 def _finish(
@@ -144,13 +177,13 @@ def _kmeans(
         members = [
             [i for i, a in zip(live, assign, strict=True) if a == c] for c in range(len(centers))
         ]
-        centers = [_centroid(vectors, m) if m else centers[c] for c, m in enumerate(members)]
+        centers = [centroid(vectors, m) if m else centers[c] for c, m in enumerate(members)]
     groups = [[i for i, a in zip(live, assign, strict=True) if a == c] for c in range(len(centers))]
     return [g for g in groups if g]
 
 
 def _closest_pair(vectors: Sequence[Vector], groups: list[list[int]]) -> tuple[float, int, int]:
-    cents = [_centroid(vectors, g) for g in groups]
+    cents = [centroid(vectors, g) for g in groups]
     best = (-1.0, 0, 1)
     for a in range(len(groups)):
         for b in range(a + 1, len(groups)):
@@ -183,8 +216,8 @@ def _fold_small(
         if not small:
             break
         s = min(small, key=lambda i: (len(groups[i]), -i))
-        cent = _centroid(vectors, groups[s])
-        sims = [(cosine(cent, _centroid(vectors, g)), -i) for i, g in enumerate(groups) if i != s]
+        cent = centroid(vectors, groups[s])
+        sims = [(cosine(cent, centroid(vectors, g)), -i) for i, g in enumerate(groups) if i != s]
         sim, neg = max(sims)
         if sim <= 1e-12:
             left.extend(groups.pop(s))

@@ -58,6 +58,7 @@ from selftaught.text import words
 if TYPE_CHECKING:
     from selftaught.evaluation import EvalResult
 
+ItemScores = dict[str, list[float] | None]  # val example id -> [hard, soft] (None: errored)
 UNROUTED = "(unrouted)"  # the group of val examples no skill's card shares a word with
 
 # the analyst's naming: (the cluster's train inputs, its top words) -> (name, description) or
@@ -117,7 +118,9 @@ def skill_file_from(d: dict[str, Any]) -> SkillFile:
 class TaskCluster:
     """One skill's share of a task: its card (name, description, train inputs), the train and
     val (and test) example ids routed to it, and the existing skill it starts from (None: a
-    new skill, starting empty). `terms` are the words that grouped it."""
+    new skill, starting empty). `terms` are the words that grouped it. `hold`: why it is not
+    trained this time (its skill kept as it is, e.g. a night with no traffic of its kind);
+    its val examples still count as its own in the other clusters' whole-val checks."""
 
     card: SkillCard
     train_ids: tuple[str, ...]
@@ -125,6 +128,7 @@ class TaskCluster:
     test_ids: tuple[str, ...] = ()
     start: SkillFile | None = None
     terms: tuple[str, ...] = ()
+    hold: str | None = None
 
     @property
     def name(self) -> str:
@@ -140,6 +144,7 @@ class TaskCluster:
             "test_ids": list(self.test_ids),
             "start": skill_file_dict(self.start) if self.start is not None else None,
             "terms": list(self.terms),
+            "hold": self.hold,
         }
 
     @classmethod
@@ -151,6 +156,7 @@ class TaskCluster:
             test_ids=tuple(d.get("test_ids") or ()),
             start=skill_file_from(d["start"]) if d.get("start") else None,
             terms=tuple(d.get("terms") or ()),
+            hold=d.get("hold"),
         )
 
 
@@ -242,6 +248,7 @@ def route_held_out(
             tuple(routed["test"].get(c.name, ())),
             start=c.start,
             terms=c.terms,
+            hold=c.hold,
         )
         for c in clusters
     ]
@@ -457,6 +464,10 @@ class SkillSetResult(RunResult):
     outcomes: list[SkillOutcome] = field(default_factory=list)
     unrouted_train: list[str] = field(default_factory=list)
     unrouted_val: list[str] = field(default_factory=list)
+    base_items: ItemScores = field(default_factory=dict)
+    """Per val example [hard, soft] (None: errored), served the starting skills."""
+    shipped_items: ItemScores = field(default_factory=dict)
+    """The same, served the accepted skills."""
     written: list[str] = field(default_factory=list)  # SKILL.md files written (optimize --skills)
     refused: list[RefusedWrite] = field(default_factory=list)  # and those not written, why
 
@@ -476,6 +487,8 @@ class SkillSetResult(RunResult):
             "outcomes": [o.to_dict() for o in self.outcomes],
             "unrouted_train": list(self.unrouted_train),
             "unrouted_val": list(self.unrouted_val),
+            "base_items": dict(self.base_items),
+            "shipped_items": dict(self.shipped_items),
             "written": list(self.written),
             "refused": [r.to_dict() for r in self.refused],
         }
@@ -487,6 +500,8 @@ class SkillSetResult(RunResult):
             "outcomes": [SkillOutcome.from_dict(o) for o in d.get("outcomes") or ()],
             "unrouted_train": list(d.get("unrouted_train") or ()),
             "unrouted_val": list(d.get("unrouted_val") or ()),
+            "base_items": dict(d.get("base_items") or {}),
+            "shipped_items": dict(d.get("shipped_items") or {}),
             "written": list(d.get("written") or ()),
             "refused": [RefusedWrite(**r) for r in d.get("refused") or ()],
         }
@@ -786,8 +801,9 @@ class SkillSetRun:
             outcomes.append(outcome)
             if outcome.accepted:
                 served[cluster.name] = outcome.trained_body
-        base = whole.score(run_sync(whole.items(start_served)))
-        shipped = whole.score(run_sync(whole.items(served)))
+        base_items = run_sync(whole.items(start_served))
+        shipped_items = run_sync(whole.items(served))
+        base, shipped = whole.score(base_items), whole.score(shipped_items)
         in_train = {i for c in clusters for i in c.train_ids}
         in_val = {i for c in clusters for i in c.val_ids}
         result = SkillSetResult(
@@ -800,6 +816,8 @@ class SkillSetRun:
             outcomes=outcomes,
             unrouted_train=[e.id for e in self.task.examples("train") if e.id not in in_train],
             unrouted_val=[e.id for e in self.task.examples("val") if e.id not in in_val],
+            base_items=base_items,
+            shipped_items=shipped_items,
         )
         atomic_write_json(self.run.path("result.json"), result.to_dict())
         return result
@@ -853,6 +871,8 @@ class SkillSetRun:
         return clusters
 
     def _skip_reason(self, cluster: TaskCluster) -> str | None:
+        if cluster.hold is not None:
+            return cluster.hold
         n, least = len(cluster.train_ids), self.set_config.min_tasks
         if not n:
             return "no train task routes to it: kept as it is"

@@ -100,6 +100,14 @@ from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.dream import DreamConfig, dream
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.followup_model import ModelReader
+from selftaught.sleep.night.kinds import (
+    KindConfig,
+    NightKinds,
+    find_kinds,
+    kind_records,
+    load_kinds,
+    save_kinds,
+)
 from selftaught.sleep.night.mine import (
     NO_CHECK,
     MineConfig,
@@ -145,6 +153,7 @@ from selftaught.sleep.night.split import (
     TooFewTasks,
     add_train_only,
     assign_splits,
+    train_only,
     train_only_use,
 )
 from selftaught.sleep.night.start_files import check_start_files, start_from
@@ -185,11 +194,17 @@ from selftaught.tracking import check_report_to, with_tracker
 DOCUMENTS = ("skill", "memory")
 
 
+NIGHT_TAG_ALPHA = 0.1  # the per-kind veto's level in a night (docs/sleep-mixed-traffic.md)
+
+
 def night_training_defaults() -> SkillOptConfig:
     """A night consolidates once over its train tasks (SkillOpt-Sleep: one epoch a night).
-    Its gate is the margin alone: a night's val set is a handful of mined tasks, too few for a
-    paired test to ever pass, and a person reviews every staged proposal before adoption."""
-    return SkillOptConfig(epochs=1, batch_size=16, gate=GateConfig())
+    Its gate is the margin, with the per-tag veto on every kind of request (`kinds.py`): a
+    candidate that loses one kind's val items with a one-sided sign test p <= 0.1 is refused
+    whatever its total (a kind of under four val items cannot veto: four losses and no win is
+    p = 0.0625). No paired test on the total: a night's val set is a handful of mined tasks,
+    too few for one to ever pass, and a person reviews every staged proposal before adoption."""
+    return SkillOptConfig(epochs=1, batch_size=16, gate=GateConfig(tag_alpha=NIGHT_TAG_ALPHA))
 
 
 @dataclass
@@ -260,6 +275,10 @@ class NightConfig:
     """Past tasks kept per project across nights (`recall.py`), recalled with their fixed
     splits so a quiet night still has val; the oldest are dropped (0: no recall)."""
     mining: MineConfig = field(default_factory=MineConfig)
+    kinds: KindConfig = field(default_factory=KindConfig)
+    """How the night groups its requests into kinds, each with an id kept across nights
+    (`kinds.py`): each kind's tasks are its tag for the gate's veto, its share of recall, its
+    skill with --skills, and its line in the report."""
     weak: WeakConfig = field(default_factory=WeakConfig)
     """Self-consistency labels for requests nobody checked, train only (`weak.py`)."""
     dream: DreamConfig = field(default_factory=DreamConfig)
@@ -559,6 +578,8 @@ def _gate_mode(training: SkillOptConfig) -> GateMode:
         metric=g.metric,
         margin=g.margin,
         confidence=g.confidence,
+        tag_alpha=g.tag_alpha,
+        tag_margin=g.tag_margin,
     )
 
 
@@ -883,6 +904,8 @@ class _Mined:
     are charged to it before consolidation goes on charging it."""
     weak_waiting: list[dict[str, Any]] | None = None
     """The project's weak-label file after the night (None: weak labels off)."""
+    kinds: NightKinds | None = None
+    """Every task's kind of request, and the kinds after tonight (`kinds.py`)."""
 
 
 def _night_miner(
@@ -973,7 +996,37 @@ def _mine_and_split(
             config.split.seed,
         )
         night.dream = DreamRecord.from_dict(dreamt.to_dict())
-    return _Mined(tasks, splits, rest, private_ids, ledger, waiting)
+    mined_now = {id(t) for t in tasks}
+    recalled = [t for t in combined if id(t) not in mined_now]
+    kinds = _kinds(night, splits, recalled, config, home)
+    return _Mined(tasks, splits, rest, private_ids, ledger, waiting, kinds)
+
+
+def _kinds(
+    night: NightResult,
+    splits: dict[str, list[MinedTask]],
+    recalled: list[MinedTask],
+    config: SleepConfig,
+    home: Path,
+) -> NightKinds:
+    """Every task of the night given its kind of request (`kinds.py`); recalled and dreamt
+    tasks are not tonight's traffic. With many skills, a starting skill that is no kind yet
+    takes the tasks its card routes (`skills.starting_cards`)."""
+    from selftaught.sleep.adoption.skill_units import skill_names
+    from selftaught.sleep.night.skills import starting_cards
+
+    seeds = starting_cards(night.project, home, config.skills_from) if config.many_skills else []
+    tasks = [t for split in splits.values() for t in split]
+    dreamt = [t for t in tasks if train_only(t) == "synthetic"]
+    return find_kinds(
+        tasks,
+        load_kinds(night.project, home),
+        config.kinds,
+        night.night,
+        not_traffic={t.id for t in [*recalled, *dreamt]},
+        seeds=seeds,
+        reserved={*skill_names(night.project, home), *(c.name for c in seeds)},
+    )
 
 
 def _recall(
@@ -1119,12 +1172,15 @@ def run_project(
 
 
 def _remember(night: NightResult, mined: _Mined, config: SleepConfig, home: Path) -> None:
-    """Keep tonight's tasks for the nights to come (`recall.py`) and the weak labels still
-    waiting for a reference (`weak.py`), once the night has used its interactions."""
+    """Keep tonight's tasks for the nights to come (`recall.py`), the weak labels still
+    waiting for a reference (`weak.py`) and the kinds found (`kinds.py`), once the night has
+    used its interactions."""
     if config.recall_max and night.recall is not None:
         pool_after = recall.remember(night.project, home, night.night, mined.tonight,
                                      mined.rest, mined.private_ids, config.recall_max)  # fmt: skip
         night.recall = dataclasses.replace(night.recall, pool_after=pool_after)
+    if mined.kinds is not None:
+        save_kinds(night.project, home, mined.kinds.kinds)
     if mined.weak_waiting is not None:
         remember_waiting(night.project, home, mined.weak_waiting)
 
@@ -1248,7 +1304,7 @@ def _learn(
         home = config.home or sleep_home()
         with _timed(night, "skills"):
             learn_skills(night, task, config, models, night_dir, evidence, mined.ledger,
-                         console, home)  # fmt: skip
+                         console, home, mined.kinds)  # fmt: skip
         return
     with _timed(night, "text"):
         result = consolidate(
@@ -1289,6 +1345,31 @@ def _learn(
             )
     _outcome(night, night_dir, adopted, result, evidence, config, choice, models.target_spec)
     _train_only_use(night, night_dir, splits)
+    if mined.kinds is not None:
+        night.kinds = kind_records(mined.kinds, *_val_by_item(night, result, adopted))
+
+
+def _val_by_item(
+    night: NightResult, result: Consolidation, adopted: Adopted
+) -> tuple[dict[str, float | None] | None, dict[str, float | None] | None]:
+    """Each val task's hard score before the night (the adopted text) and after it (the staged
+    text; nothing staged: the adopted one), from the scores the phases kept; None where not
+    measured (no text phase ran; the gate chose an adapter, measured on its own)."""
+    caches = list(result.val_scores.values())
+    if not caches:
+        return None, None
+    scores = caches[0].merged(*caches[1:])
+    before = _hard(scores.get(Policy(adopted.skill, adopted.memory).skill_hash()))
+    proposal = night.proposal if night.status == "staged" else None
+    if proposal is None:
+        return before, before
+    if proposal.candidate not in (None, "text"):
+        return before, None
+    return before, _hard(scores.get(Policy(result.skill, result.memory).skill_hash()))
+
+
+def _hard(items: Mapping[str, Sequence[float] | None]) -> dict[str, float | None] | None:
+    return {i: None if v is None else float(v[0]) for i, v in items.items()} or None
 
 
 def _write_tasks(

@@ -107,6 +107,9 @@ class MinedTask:
     signals: list[dict[str, Any]] = field(default_factory=list)
     """What the conversation said of the logged reply (`signals.Signal.to_dict()`): kind, the
     user's words, who said them and whether they count as the operator's."""
+    kind: str | None = None
+    """The kind of request it is (`kinds.py`: a cluster of request intents with a stable id),
+    set by the night; a recalled task keeps its kind."""
 
     @property
     def prompt(self) -> str:

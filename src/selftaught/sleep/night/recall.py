@@ -11,8 +11,11 @@ user's correction): then the recalled question and label are kept, in the night 
 pool, with tonight's rows added to its sources (`keep_recalled`); a task whose request an
 adopted demonstration was made from is pinned to train (a deployed demo is never validated on).
 After a night that used its interactions, the pool is written back (atomically), newest
-first, capped at `recall_max` tasks: the oldest are dropped. A weak-labelled or synthetic
-task (`split.train_only`) is never written to it.
+first, capped at `recall_max` tasks shared fairly among kinds of request (`kinds.py`): the kinds
+take a task each in turn, each its newest first, so a heavy kind cannot crowd a rare one out
+and a kind that went quiet keeps its tasks, with their splits, until the others need its share;
+the oldest of the kinds over their share are dropped. A task asked again keeps its kind as well
+as its split. A weak-labelled or synthetic task (`split.train_only`) is never written to it.
 
 Privacy: a task mined from a private (harvested, unreviewed) interaction is stored marked
 so; a night whose models are remote recalls it only where private rows may go there.
@@ -154,6 +157,7 @@ def combine(
         hit = by_id.pop(task.id, None) or index.find(task_key(task))
         if hit is not None:
             task.split = hit.task.split
+            task.kind = hit.task.kind
             left.remove(hit)
             by_id.pop(hit.task.id, None)
             index.remove(hit)
@@ -211,14 +215,30 @@ def remember(
     recall_max: int,
 ) -> int:
     """Write the pool back: tonight's split tasks and the pool's records tonight did not
-    replace (`combine`'s third value), newest first, at most `recall_max`. Returns its size."""
+    replace (`combine`'s third value), newest first, at most `recall_max` shared among kinds
+    (`by_kind`). Returns its size."""
     rows = [
         Recalled(t, night, any(s in private_ids for s in t.sources))
         for t in tonight
         if t.split is not None and not train_only(t)  # a weak label or a dream: never kept
     ]
     rows += [r for r in rest if r.task.split is not None]  # a split drops a duplicate
-    rows.sort(key=lambda r: r.task.created_at, reverse=True)
-    rows = rows[:recall_max]
+    rows = by_kind(rows, recall_max)
     write_jsonl(recall_path(project, home), [r.to_dict() for r in rows])
     return len(rows)
+
+
+def by_kind(rows: Sequence[Recalled], cap: int) -> list[Recalled]:
+    """At most `cap` of `rows`, newest first: the kinds (tasks of no kind: one more) take one
+    task each in turn, each its newest first, the kind with the newest task first; a kind with
+    fewer tasks than its share leaves the rest to the others."""
+    newest = sorted(rows, key=lambda r: r.task.created_at, reverse=True)
+    kinds: dict[str | None, list[Recalled]] = {}
+    for row in newest:
+        kinds.setdefault(row.task.kind, []).append(row)
+    kept: list[Recalled] = []
+    depth = 0
+    while len(kept) < cap and any(depth < len(g) for g in kinds.values()):
+        kept += [g[depth] for g in kinds.values() if depth < len(g)][: cap - len(kept)]
+        depth += 1
+    return sorted(kept, key=lambda r: r.task.created_at, reverse=True)

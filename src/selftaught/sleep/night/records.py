@@ -193,6 +193,8 @@ class GateMode(Record):
     margin: float = 0.0
     confidence: float | None = None
     smallest_gain: SmallestGain | None = None
+    tag_alpha: float | None = None  # the per-tag (per-kind) veto: its sign test's level
+    tag_margin: float | None = None  # and its margin in net items
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"smallest_gain": SmallestGain.from_dict}
 
@@ -758,6 +760,40 @@ class SkillSetRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class KindRecord(Record):
+    """report.json `kinds[]`: one kind of request the night measured (`kinds.py`): tonight's
+    traffic of it, its recalled tasks, its val before / after the night and on its recalled
+    val tasks alone (retention), and the skill that serves it."""
+
+    id: str = ""
+    terms: tuple[str, ...] = ()  # its heaviest words: what it is about
+    new: bool = False  # first seen tonight
+    traffic: int = 0  # interactions read tonight that became its tasks
+    mined: int = 0  # its tasks mined tonight (0: a quiet kind)
+    splits: Mapping[str, int] = field(default_factory=dict)  # its tasks tonight, recalled too
+    recalled: Mapping[str, int] = field(default_factory=dict)  # its recalled tasks, by split
+    signals: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """What the conversation said of tonight's replies of this kind: signal kind -> trusted
+    (the operator's words) / untrusted (an end user's) -> count."""
+    val: ValPairRecord | None = None  # its val tasks, before and after the night
+    recalled_val: ValPairRecord | None = None  # its recalled val tasks alone: retention
+    skill: str | None = None  # the skill serving it (None: the project's one skill)
+    skill_status: str = ""  # staged / rejected / kept (not trained tonight) / shared
+    reason: str | None = None
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "terms": strings,
+        "val": ValPairRecord.from_dict,
+        "recalled_val": ValPairRecord.from_dict,
+    }
+
+    @property
+    def quiet(self) -> bool:
+        """No traffic of this kind tonight: only its recalled tasks were there."""
+        return self.mined == 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class AdoptedAdapter(Record):
     """report.json `adapter`: the adopted adapter the night's target served with."""
 
@@ -927,6 +963,7 @@ class TaskRecord(Record):
     weak: WeakLabel | None = None
     synthetic: SyntheticOrigin | None = None
     recalled: bool = False  # lent by the recall pool, not mined tonight
+    kind: str | None = None  # its kind of request (`kinds.py`)
 
     decoders: ClassVar[Mapping[str, Decoder]] = {
         "sources": strings,

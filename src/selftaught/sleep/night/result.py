@@ -21,6 +21,7 @@ from selftaught.sleep.night.records import (
     Decoder,
     DreamRecord,
     GateMode,
+    KindRecord,
     LateDuplicate,
     MiningRecord,
     ModelSpecs,
@@ -98,6 +99,7 @@ class NightResult(RunResult):
     skills: tuple[SkillRecord, ...] = ()  # a many-skills night's skills
     skill_set: SkillSetRecord | None = None
     start_document: SourceFileRecord | None = None
+    kinds: tuple[KindRecord, ...] = ()  # each kind of request the night measured (`kinds.py`)
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys of a report written by a newer version (kept, written back as they came)."""
     report_keys: tuple[str, ...] | None = None
@@ -283,6 +285,7 @@ REPORT_FIELDS = (
     "skills",
     "skill_set",
     "start_document",
+    "kinds",
 )
 _HEAD = ("kind", "project")
 # written even when empty, as the night wrote them before it was typed (old tooling reads them)
@@ -309,6 +312,7 @@ _DECODE: dict[str, Decoder] = {
     "skills": many(SkillRecord),
     "skill_set": SkillSetRecord.from_dict,
     "start_document": SourceFileRecord.from_dict,
+    "kinds": many(KindRecord),
 }
 _OWN = (*REPORT_FIELDS, "project", "night_dir", "extra", "report_keys")
 

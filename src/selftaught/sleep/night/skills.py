@@ -1,9 +1,14 @@
 """A night that trains many skills (`SleepConfig.many_skills`, `sleep run --skills`).
 
-After mining and the split, the night clusters its train tasks by intent, starting from the
-project's adopted skills (a task their router sends to one joins it), and trains one skill per
-cluster with enough tasks (`skill_min_tasks`, at most `max_skills`), each gated on its own
-cluster's val and on the whole val (`selftaught.skill.skillset`). Each accepted skill is staged
+One skill per kind of request (`kinds.py`): the kind's id is its skill's name, so the skill a
+kind learned is the one its next nights start from. After mining and the split, each kind with
+tasks tonight is one cluster: its train, val and test tasks (recalled ones too), starting from
+the adopted skill of its name. A kind with enough train tasks (`skill_min_tasks`) and traffic
+tonight is trained and gated on its own val and on the whole val (`selftaught.skill.skillset`:
+no other kind may lose beyond the gate's per-kind rule). A kind with no traffic tonight is
+held: its skill is not trained, staged or gated again (its val tasks, recalled, still count as
+its own in the other skills' whole-val checks, so a new skill that breaks it is refused); an
+adopted skill with no task tonight is held the same way. Each accepted skill is staged
 on its own under `nights/<night>/skills/<name>/proposal/` with its report entry
 (`skill_units.StagedSkill`, report.json `skills[]`), and adopted on its own with
 `sleep adopt --skill NAME` (`--auto-adopt`: each accepted one). The night's own skill and
@@ -17,6 +22,7 @@ records the file as read (`StagedSkill.source`) and adopting it writes it back t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +31,16 @@ from rich.console import Console
 from selftaught.errors import InputError
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
+from selftaught.skill.routing import SkillCard
 from selftaught.skill.skill_md import SkillFile
-from selftaught.skill.skillset import SkillSetConfig, cluster_tasks, train_skill_set
+from selftaught.skill.skillset import (
+    SkillOutcome,
+    SkillSetConfig,
+    SkillSetResult,
+    TaskCluster,
+    fallback_name,
+    train_skill_set,
+)
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.placement import StartingDocument, read_starting_documents
 from selftaught.sleep.adoption.skill_units import (
@@ -39,6 +53,7 @@ from selftaught.sleep.adoption.skill_units import (
 )
 from selftaught.sleep.adoption.write_back import SourceFile, written_by
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
+from selftaught.sleep.night.kinds import ItemValues, KindSkill, NightKinds, kind_records
 from selftaught.sleep.night.records import SkillRecord, SkillSetRecord
 from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import Unit
@@ -88,6 +103,50 @@ def _starting_skills(
     return start, files
 
 
+def starting_cards(project: str, home: Path, repo: Path | None) -> list[SkillCard]:
+    """The cards of the skills a many-skills night starts from (`_starting_skills`), for the
+    kinds to take the tasks they route (`kinds.find_kinds`' seeds)."""
+    start, _ = _starting_skills(project, home, repo, [])
+    return [s.card for s in start]
+
+
+QUIET = "no traffic of its kind tonight: kept as it is, not trained or gated again"
+
+
+def kind_clusters(kinds: NightKinds, task: Any, start: Sequence[SkillFile]) -> list[TaskCluster]:
+    """One cluster per kind with tasks tonight and per starting skill (module docstring): the
+    starting skills first, in their order, then the other kinds, most train tasks first."""
+    by_kind: dict[str, dict[str, list[Any]]] = {}
+    kind_of = {t.id: t.kind for t in kinds.tasks}
+    for split in ("train", "val", "test"):
+        for ex in task.examples(split):
+            if kind_of.get(ex.id) is not None:
+                by_kind.setdefault(str(kind_of[ex.id]), {}).setdefault(split, []).append(ex)
+    terms = {k.id: k.terms for k in kinds.kinds}
+    starts = {s.card.name: s for s in start}
+    names = [*starts, *sorted((k for k in by_kind if k not in starts),
+                              key=lambda k: (-len(by_kind[k].get("train", ())), k))]  # fmt: skip
+    out = []
+    for name in names:
+        split = by_kind.get(name, {})
+        train = split.get("train", [])
+        first = starts.get(name)
+        tasks = tuple(ex.prompt_text() for ex in train) or (first.card.tasks if first else ())
+        description = first.card.description if first else fallback_name(terms[name])[1]
+        out.append(
+            TaskCluster(
+                SkillCard(name, description, tasks),
+                tuple(ex.id for ex in train),
+                tuple(ex.id for ex in split.get("val", ())),
+                tuple(ex.id for ex in split.get("test", ())),
+                start=first,
+                terms=terms.get(name, ()),
+                hold=QUIET if kinds.quiet(name) else None,
+            )
+        )
+    return out
+
+
 def _written_by_adopt(project: str, name: str, doc: StartingDocument, home: Path) -> bool:
     """Whether `doc` is what adopting the skill's current version wrote into it."""
     unit = Unit(project, name)
@@ -132,9 +191,10 @@ def learn_skills(
     ledger: UsageLedger,
     console: Console,
     home: Path,
+    kinds: NightKinds,
 ) -> None:
-    """Cluster, train and gate one skill per cluster, stage the accepted ones; the night's
-    `skills`, `skill_set`, status and reason say what was staged (`config`: the
+    """Train and gate one skill per kind, stage the accepted ones; the night's `skills`,
+    `kinds`, `skill_set`, status and reason say what was staged (`config`: the
     `SleepConfig`)."""
     project = night.project
     if models.judge is not None:
@@ -145,9 +205,8 @@ def learn_skills(
     notes: list[str] = []
     start, files = _starting_skills(project, home, config.skills_from, notes)
     night.note(*notes)
-    train, val = task.examples("train"), task.examples("val")
     set_config = SkillSetConfig(min_tasks=config.skill_min_tasks, max_skills=config.max_skills)
-    clusters = cluster_tasks(train, val, set_config, start)
+    clusters = kind_clusters(kinds, task, start)
     target = TrackedModel(EvidenceModel(models.target, evidence, "target"), ledger, "target")
     analyst = EvidenceModel(models.optimizer, evidence, "optimizer")
     try:
@@ -167,9 +226,10 @@ def learn_skills(
         night.usage = ledger.to_dict()
         night.status, night.reason = "backend_failed", f"training the skills: {err}"
         return
-    inputs = {ex.id: ex.prompt_text() for ex in train}
-    entries = [_entry(project, o, inputs, home, files.get(o.name)) for o in result.outcomes]
-    for entry, outcome in zip(entries, result.outcomes, strict=True):
+    inputs = {ex.id: ex.prompt_text() for ex in task.examples("train")}
+    trained = [o for o in result.outcomes if _listed(o)]
+    entries = [_entry(project, o, inputs, home, files.get(o.name)) for o in trained]
+    for entry, outcome in zip(entries, trained, strict=True):
         if entry.status == "staged":
             write_skill_proposal(night_dir, project, entry, outcome.trained_body, home,
                                  files.get(entry.name))  # fmt: skip
@@ -181,8 +241,40 @@ def learn_skills(
         unrouted_train=len(result.unrouted_train),
         unrouted_val=len(result.unrouted_val),
     )
+    night.kinds = kind_records(kinds, *_val_by_item(result), _kind_skills(result))
     night.usage = ledger.to_dict()
     night.status, night.reason = _skills_outcome(project, entries, staged, config.skill_min_tasks)
+
+
+def _listed(outcome: SkillOutcome) -> bool:
+    """Whether report.json `skills[]` lists the outcome: a skill trained tonight, or an
+    existing one that was not (why); a held skill and a kind too small for one are in
+    `kinds[]` only."""
+    cluster = outcome.cluster
+    return outcome.trained or (cluster.start is not None and cluster.hold is None)
+
+
+def _kind_skills(result: SkillSetResult) -> dict[str, KindSkill]:
+    """What became of each kind's skill tonight (report.json `kinds[].skill_status`)."""
+    out = {}
+    for o in result.outcomes:
+        if o.accepted:
+            status = "staged"
+        elif o.trained:
+            status = "rejected"
+        else:
+            status = "kept" if o.cluster.start is not None else "none"
+        out[o.name] = KindSkill(o.name if status != "none" else None, status, o.reason)
+    return out
+
+
+def _val_by_item(result: SkillSetResult) -> tuple[ItemValues | None, ItemValues | None]:
+    """Each val task's hard score served the starting skills and the accepted ones."""
+
+    def hard(items: dict[str, list[float] | None]) -> ItemValues | None:
+        return {i: None if v is None else float(v[0]) for i, v in items.items()} or None
+
+    return hard(result.base_items), hard(result.shipped_items)
 
 
 def _skills_outcome(
@@ -196,7 +288,7 @@ def _skills_outcome(
             f"`selftaught sleep adopt --skill NAME --project {project}` adopts each",
         )
     why = "; ".join(f"{e.name}: {e.reason}" for e in entries) or (
-        f"no cluster of at least {min_tasks} train tasks"
+        f"no kind with traffic tonight has {min_tasks} train tasks"
     )
     return "no_proposal", f"no skill was staged ({why})"
 

@@ -29,6 +29,7 @@ from selftaught.demos import split_skill
 from selftaught.duplicates import WORD_SHARE, DuplicateIndex
 from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.night.checks import score_example
+from selftaught.sleep.night.kinds import kind_tag
 from selftaught.sleep.night.mine import BARE_VERDICT, MinedTask, task_key
 from selftaught.sleep.night.records import LateDuplicate, ProposalRecord, TrainOnlyUse, given
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
@@ -219,7 +220,7 @@ class NightTask:
                     id=t.id,
                     input=t.messages,
                     reference=t.reference,
-                    state={**t.state, "sources": t.sources},
+                    state={**t.state, "sources": t.sources, **_kind_tags(t)},
                 )
                 for t in splits.get(s, [])
             ]
@@ -234,6 +235,13 @@ class NightTask:
 
     def sizes(self) -> dict[str, Any]:
         return {s: len(v) for s, v in self._examples.items()}
+
+
+def _kind_tags(task: MinedTask) -> dict[str, list[str]]:
+    """The task's tags with its kind's (`kinds.kind_tag`): the gate's per-tag veto reads them."""
+    if task.kind is None:
+        return {}
+    return {"tags": [*task.state.get("tags", ()), kind_tag(task.kind)]}
 
 
 def train_only_use(

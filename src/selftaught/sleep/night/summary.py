@@ -25,6 +25,8 @@ from selftaught.sleep.night.records import (
     BudgetRecord,
     DemoModesRecord,
     DemoShape,
+    GateMode,
+    KindRecord,
     LateDuplicate,
     MinerRecord,
     MiningRecord,
@@ -32,8 +34,10 @@ from selftaught.sleep.night.records import (
     ProofreadRecord,
     RecallRecord,
     Record,
+    SkillRecord,
     StopRecord,
     Summary,
+    ValPairRecord,
     WeightDataRecord,
     WeightsRecord,
     WindowRecord,
@@ -70,6 +74,7 @@ def task_row(task: MinedTask) -> dict[str, Any]:
             for sig in task.signals
         ],
         **{k: task.state[k] for k in TRAIN_ONLY if task.state.get(k)},
+        "kind": task.kind,
     }
 
 
@@ -339,7 +344,10 @@ def _gate_lines(night: NightResult) -> list[str]:
     if gate.mode == "off":
         return ["- gate: **OFF** — every candidate was accepted greedily, unchecked"]
     paired = f", paired test at {gate.confidence}" if gate.confidence else ""
-    lines = [f"- gate: on ({gate.metric}, a new best needs > {gate.margin:g} val items{paired})"]
+    lines = [
+        f"- gate: on ({gate.metric}, a new best needs > {gate.margin:g} val items{paired})"
+        + _veto_text(gate)
+    ]
     smallest = gate.smallest_gain
     if given(smallest) and gate.mode == "on":
         if smallest.items is None:
@@ -352,6 +360,20 @@ def _gate_lines(night: NightResult) -> list[str]:
                 "told from noise at this val size"
             )
     return lines
+
+
+def _veto_text(gate: GateMode) -> str:
+    """The per-tag veto's rule, as the gate line says it (nothing when off)."""
+    rules = []
+    if gate.tag_alpha is not None:
+        rules.append(f"at one-sided p ≤ {gate.tag_alpha:g}")
+    if gate.tag_margin is not None:
+        rules.append(f"by more than {gate.tag_margin:g} items")
+    if not rules:
+        return ""
+    return "; per-kind veto: a candidate is refused when one kind's val items are lost " + (
+        " or ".join(rules)
+    )
 
 
 def _conversation_lines(mining: MiningRecord) -> list[str]:
@@ -605,6 +627,7 @@ def render_markdown(night_dir: Path, night: NightResult) -> str:
         f"Next: {next_step}" if next_step else "",
         "",
         *_summary_lines(night),
+        *kind_lines(night),
         *_proposal_lines(night_dir, night),
         *agent_run_lines(night),
         *source_lines(night.proofread, night.window),
@@ -625,6 +648,57 @@ def render_markdown(night_dir: Path, night: NightResult) -> str:
         f"`selftaught report {night_dir}` renders the skill phase as HTML.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def kind_lines(night: NightResult) -> list[str]:
+    """report.md's table of the kinds of request the night measured (`kinds.py`)."""
+    if not night.kinds:
+        return []
+    adopted = {e.name: e for e in night.skills}
+    out = [
+        "",
+        "## Kinds of request",
+        "",
+        "| kind | about | traffic | signals (operator / end user) | tasks | val before → after "
+        "| its recalled val | skill |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for k in night.kinds:
+        name = f"{k.id} (new)" if k.new else k.id
+        traffic = f"{k.traffic} rows" if not k.quiet else "quiet tonight"
+        signals = ", ".join(
+            f"{n} {sig} ({by.get('trusted', 0)} / {by.get('untrusted', 0)})"
+            for sig, n, by in ((sig, sum(by.values()), by) for sig, by in k.signals.items())
+        )
+        splits = " / ".join(f"{k.splits[s]} {s}" for s in ("train", "val", "test") if s in k.splits)
+        tasks = f"{k.mined} mined, {sum(k.recalled.values())} recalled ({splits})"
+        out.append(
+            f"| {name} | {', '.join(k.terms)} | {traffic} | {signals or '—'} | {tasks} | "
+            f"{_pair_text(k.val)} | {_pair_text(k.recalled_val)} | {_kind_skill(k, adopted)} |"
+        )
+    out += [
+        "",
+        "A quiet kind's skill is not trained or gated again; its recalled val tasks still veto "
+        "a candidate that loses them (docs/sleep-mixed-traffic.md).",
+    ]
+    return out
+
+
+def _pair_text(pair: ValPairRecord | None) -> str:
+    return "—" if pair is None else f"{pair.before:.2f} → {pair.after:.2f} ({pair.n})"
+
+
+def _kind_skill(kind: KindRecord, entries: Mapping[str, SkillRecord]) -> str:
+    """Who serves the kind, and what became of its skill tonight."""
+    if kind.skill_status == "shared":
+        return "the project's skill"
+    if kind.skill is None:
+        return f"none yet ({_clip(kind.reason or '', 60)})"
+    entry = entries.get(kind.skill)
+    status = kind.skill_status
+    if entry is not None and entry.adopted_version is not None:
+        status = f"adopted as version {entry.adopted_version}"
+    return f"{kind.skill}: {status}"
 
 
 def time_lines(night: NightResult) -> list[str]:

@@ -1,0 +1,448 @@
+"""Kinds of request: a night's tasks grouped by intent, each group with an id kept across nights.
+
+    <home>/projects/<project>/kinds.json   every kind the project's nights found: its id, its
+                                           heaviest words, its word centroid, when it was seen
+
+Real traffic is many kinds of request, drifting from night to night. Each night gives every task
+it uses (mined tonight or recalled) a kind, found from the requests' own words, no label needed:
+
+1. a recalled task keeps the kind it had;
+2. with many skills, a task the router sends to a starting skill that is no kind yet (a user's
+   SKILL.md, a skill adopted before kinds) takes that skill's name as its kind;
+3. the others are grouped by intent (`skill.clustering`: TF-IDF, seeded k-means, merges at
+   `similarity`), their words weighed against every kind known too (each kind's words count as
+   one more text), so a night with one kind of traffic still tells its words apart;
+4. a group whose centroid reaches `similarity` (cosine) with a known kind's is that kind (its
+   centroid tonight blends the stored one with its recalled tasks'); else it founds a new kind,
+   named by its heaviest words (a valid skill name, unique in the project);
+5. a request too rare to be grouped (under `min_tasks` like it) joins the kind it is most like;
+   one that shares no word with any joins tonight's largest kind.
+
+A kind's id never changes; its centroid follows its traffic (tonight's centroid blended with the
+stored one, so a kind that drifts keeps its id) and only tonight's traffic moves it: a quiet
+kind is left as it was. `kinds.json` is written after a night that used its interactions, as
+recall is; it holds words (the heaviest of each kind), never a request.
+
+A task's kind is its tag for the gate's per-tag veto (`kind:<id>`, `split.NightTask`): a night
+whose candidate gains on one kind while it loses another kind's val items beyond their noise is
+refused, and the report measures each kind apart (`KindRecord`, report.json `kinds[]`). With many
+skills a kind's skill is the skill of the same name (`night/skills.py`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from selftaught.errors import ConfigError
+from selftaught.runs import RunError, atomic_write_json, read_json
+from selftaught.skill.clustering import (
+    Vector,
+    blend,
+    centroid,
+    cosine,
+    group_vectors,
+    heaviest,
+    intent_tokens,
+    tfidf_vectors,
+)
+from selftaught.skill.routing import SkillCard
+from selftaught.skill.skillset import fallback_name, unique_name
+from selftaught.sleep.night.mine import MinedTask
+from selftaught.sleep.night.records import KindRecord, ValPairRecord
+from selftaught.sleep.paths import project_dir
+
+KINDS_FILE = "kinds.json"
+TAG_PREFIX = "kind:"
+CENTROID_WORDS = 32  # a kind's centroid keeps its heaviest words only
+NAME_WORDS = 6  # the words that say what a kind is about (the report, `sleep status`)
+
+
+class KindsError(RunError):
+    """The kinds file cannot be read (named)."""
+
+
+def kind_tag(kind: str) -> str:
+    """A kind's tag for the gate's per-tag veto (prefixed: it never meets a task's own tag)."""
+    return f"{TAG_PREFIX}{kind}"
+
+
+@dataclass(frozen=True)
+class KindConfig:
+    """How a night finds the kinds of its requests (`kinds.py`)."""
+
+    similarity: float = 0.5
+    """Two groups of requests whose word centroids reach this cosine are one kind: within a
+    night they merge, and tonight's group joins a known kind it reaches."""
+    min_tasks: int = 3
+    """Fewest requests that found a new kind; a rarer one joins the kind it is most like."""
+    max_groups: int = 8
+    """Most groups a night's new requests are split into (each joins a kind or founds one)."""
+    seed: int = 0
+    """Seeds the grouping's k-means."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.similarity <= 1.0:
+            raise ConfigError(f"kinds similarity must be in (0, 1], got {self.similarity}")
+        if self.min_tasks < 1 or self.max_groups < 1:
+            raise ConfigError("kinds min_tasks and max_groups must be >= 1")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of request: its id (a valid skill name, never changed), its heaviest words,
+    its word centroid, the first and last nights with traffic of it, and how many nights
+    had some."""
+
+    id: str
+    terms: tuple[str, ...] = ()
+    centroid: Mapping[str, float] = field(default_factory=dict)
+    first_night: str = ""
+    last_night: str = ""
+    nights: int = 0
+
+    @property
+    def tag(self) -> str:
+        return kind_tag(self.id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "terms": list(self.terms),
+            "centroid": {w: round(v, 6) for w, v in self.centroid.items()},
+            "first_night": self.first_night,
+            "last_night": self.last_night,
+            "nights": self.nights,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Kind:
+        return cls(
+            id=str(d["id"]),
+            terms=tuple(str(t) for t in d.get("terms") or ()),
+            centroid={str(w): float(v) for w, v in (d.get("centroid") or {}).items()},
+            first_night=str(d.get("first_night") or ""),
+            last_night=str(d.get("last_night") or ""),
+            nights=int(d.get("nights") or 0),
+        )
+
+
+def kinds_path(project: str, home: Path | None = None) -> Path:
+    return project_dir(project, home) / KINDS_FILE
+
+
+def load_kinds(project: str, home: Path | None = None) -> tuple[Kind, ...]:
+    """The project's kinds (none before its first night)."""
+    path = kinds_path(project, home)
+    if not path.is_file():
+        return ()
+    data = read_json(path)
+    try:
+        return tuple(Kind.from_dict(d) for d in data["kinds"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise KindsError(
+            f"{path}: not a kinds file ({err}); delete it and the next night finds the kinds "
+            "again (new ids)"
+        ) from err
+
+
+def save_kinds(project: str, home: Path | None, kinds: Sequence[Kind]) -> None:
+    atomic_write_json(kinds_path(project, home), {"kinds": [k.to_dict() for k in kinds]})
+
+
+# ---- finding tonight's kinds ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NightKinds:
+    """Tonight's kinds: every kind known after tonight (what kinds.json is to hold), those
+    found tonight, and the night's tasks (each with its `kind` set) with the ids of those that
+    were recalled or dreamt (neither is tonight's traffic)."""
+
+    kinds: tuple[Kind, ...]
+    new: tuple[str, ...]
+    tasks: tuple[MinedTask, ...]
+    not_traffic: frozenset[str] = frozenset()
+
+    def of(self, kind: str) -> list[MinedTask]:
+        return [t for t in self.tasks if t.kind == kind]
+
+    def traffic(self, kind: str) -> list[MinedTask]:
+        """The kind's tasks that came from tonight's traffic."""
+        return [t for t in self.of(kind) if t.id not in self.not_traffic]
+
+    def quiet(self, kind: str) -> bool:
+        """No traffic of `kind` tonight (only its recalled tasks, if any)."""
+        return not self.traffic(kind)
+
+    def seen(self) -> list[Kind]:
+        """The kinds with tasks tonight (their own or recalled), in the registry's order."""
+        here = {t.kind for t in self.tasks}
+        return [k for k in self.kinds if k.id in here]
+
+
+def find_kinds(
+    tasks: Sequence[MinedTask],
+    known: Sequence[Kind],
+    config: KindConfig,
+    night: str,
+    *,
+    not_traffic: Collection[str] = (),
+    seeds: Sequence[SkillCard] = (),
+    reserved: Collection[str] = (),
+) -> NightKinds:
+    """Give every task a kind (module docstring) and return the kinds after tonight.
+    `not_traffic`: ids of recalled and dreamt tasks (they neither found a kind nor move one);
+    `seeds`: starting skills' cards whose names are no kind yet; `reserved`: names a new kind
+    may not take (the project's skills)."""
+    book = {k.id: k for k in known}
+    for task in tasks:
+        if task.kind is not None and task.kind not in book:
+            task.kind = None  # its kind was forgotten since (kinds.json deleted)
+    new = _route_to_seeds(tasks, [s for s in seeds if s.name not in book], book)
+    vectors = _vectors([t.prompt for t in tasks], book.values())
+    refs = {
+        kid: _reference(kind, vectors, [i for i, t in enumerate(tasks) if t.kind == kid])
+        for kid, kind in book.items()
+    }
+    taken = {*book, *reserved}
+    unknown = [i for i, t in enumerate(tasks) if t.kind is None]
+    grouping = group_vectors(
+        [vectors[i] for i in unknown],
+        min_size=config.min_tasks,
+        max_groups=config.max_groups,
+        merge_similarity=config.similarity,
+        seed=config.seed,
+    )
+    for group in grouping.groups:
+        members = [unknown[j] for j in group]
+        vector = centroid(vectors, members)
+        kid = _closest(vector, refs, config.similarity)
+        if kid is None:
+            kid = _new_id(vector, taken)
+            new.append(kid)
+            refs[kid] = vector
+        for i in members:
+            tasks[i].kind = kid
+    strays = [unknown[j] for j in grouping.left_out]
+    new += _place_strays(tasks, strays, vectors, refs, taken)
+    kinds = _moved(book, new, tasks, vectors, night, set(not_traffic))
+    return NightKinds(kinds, tuple(new), tuple(tasks), frozenset(not_traffic))
+
+
+def _vectors(texts: Sequence[str], known: Collection[Kind]) -> list[Vector]:
+    """Each text's TF-IDF vector, each known kind's words counting as one more text; a text
+    whose every word is in every text (a night of one kind, none known yet) is weighed by its
+    words' counts alone, so its kind still has words to be known by."""
+    vectors = tfidf_vectors([*texts, *(" ".join(k.centroid) for k in known)])[: len(texts)]
+    return [
+        v or blend(dict(Counter(intent_tokens(t)))) for v, t in zip(vectors, texts, strict=True)
+    ]
+
+
+def _route_to_seeds(
+    tasks: Sequence[MinedTask], seeds: Sequence[SkillCard], book: dict[str, Kind]
+) -> list[str]:
+    """Tasks without a kind that the router over `seeds` sends to one take its name as their
+    kind; returns the seeds that became kinds."""
+    if not seeds:
+        return []
+    from selftaught.skill.routing import SkillRouter
+
+    router = SkillRouter(seeds)
+    found: list[str] = []
+    for task in tasks:
+        if task.kind is not None:
+            continue
+        name = router.route(task.prompt).skill
+        if name is not None:
+            task.kind = name
+            if name not in book:
+                book[name] = Kind(name)
+                found.append(name)
+    return found
+
+
+def _reference(kind: Kind, vectors: Sequence[Vector], members: Sequence[int]) -> Vector:
+    """What tonight's groups are compared with: the kind's stored centroid blended with its
+    tasks' tonight (recalled ones), when it has some."""
+    here = centroid(vectors, members)
+    return blend(dict(kind.centroid), here) if here else dict(kind.centroid)
+
+
+def _closest(vector: Vector, refs: Mapping[str, Vector], least: float) -> str | None:
+    """The kind most like `vector` when its cosine reaches `least` (ties: the first)."""
+    best, best_sim = None, -1.0
+    for kid, ref in refs.items():
+        sim = cosine(vector, ref)
+        if sim > best_sim + 1e-12:
+            best, best_sim = kid, sim
+    return best if best_sim >= least - 1e-12 else None
+
+
+def _new_id(vector: Vector, taken: set[str]) -> str:
+    """A new kind's id: its three heaviest words as a skill name, unique in the project."""
+    name = fallback_name(heaviest(vector, 3))[0] if vector else "requests"
+    kid = unique_name(name, taken)
+    taken.add(kid)
+    return kid
+
+
+def _place_strays(
+    tasks: Sequence[MinedTask],
+    strays: Sequence[int],
+    vectors: Sequence[Vector],
+    refs: dict[str, Vector],
+    taken: set[str],
+) -> list[str]:
+    """Each stray joins the kind it is most like (any shared word); the rest join tonight's
+    largest kind, or found one together when the night has none. Returns a kind so founded."""
+    lost = []
+    for i in strays:
+        kid = _closest(vectors[i], refs, 1e-9)  # any shared word
+        if kid is None:
+            lost.append(i)
+        else:
+            tasks[i].kind = kid
+    if not lost:
+        return []
+    sizes = Counter(t.kind for t in tasks if t.kind is not None)
+    if sizes:
+        largest = max(sizes, key=lambda k: (sizes[k], k))
+        for i in lost:
+            tasks[i].kind = largest
+        return []
+    vector = centroid(vectors, lost)
+    kid = _new_id(vector, taken)
+    refs[kid] = vector
+    for i in lost:
+        tasks[i].kind = kid
+    return [kid]
+
+
+def _moved(
+    book: Mapping[str, Kind],
+    new: Sequence[str],
+    tasks: Sequence[MinedTask],
+    vectors: Sequence[Vector],
+    night: str,
+    not_traffic: set[str],
+) -> tuple[Kind, ...]:
+    """Every kind after tonight: one with traffic tonight has its centroid blended with that
+    traffic's and the night counted; one without keeps everything (a kind with no centroid yet,
+    found on recalled tasks alone, takes theirs). Known kinds first, then tonight's new ones."""
+    out = []
+    for kid in [*book, *(k for k in new if k not in book)]:
+        kind = book.get(kid, Kind(kid))
+        members = [i for i, t in enumerate(tasks) if t.kind == kid]
+        traffic = [i for i in members if tasks[i].id not in not_traffic]
+        if not traffic and (kind.centroid or not members):
+            out.append(kind)  # quiet tonight: left as it was
+            continue
+        here = centroid(vectors, traffic or members)
+        moved = blend(dict(kind.centroid), here) if kind.centroid else here
+        kept = blend({w: moved[w] for w in heaviest(moved, CENTROID_WORDS)})
+        out.append(
+            Kind(
+                id=kid,
+                terms=tuple(heaviest(kept, NAME_WORDS)),
+                centroid=kept,
+                first_night=kind.first_night or night,
+                last_night=night if traffic else kind.last_night,
+                nights=kind.nights + (1 if traffic else 0),
+            )
+        )
+    return tuple(out)
+
+
+# ---- the report's kinds[] ---------------------------------------------------------------------
+
+ItemValues = Mapping[str, float | None]  # val task id -> its hard score (None: errored)
+
+
+@dataclass(frozen=True)
+class KindSkill:
+    """What became of a kind's skill tonight (many skills; one skill: `SHARED`)."""
+
+    skill: str | None
+    status: str  # staged / rejected / kept / shared
+    reason: str | None = None
+
+
+SHARED = KindSkill(None, "shared")
+
+
+def kind_records(
+    kinds: NightKinds,
+    before: ItemValues | None,
+    after: ItemValues | None,
+    skills: Mapping[str, KindSkill] | None = None,
+) -> tuple[KindRecord, ...]:
+    """One record per kind with tasks tonight: its traffic, signals, tasks by split, val
+    `before` / `after` the night on its val tasks and on its recalled val tasks alone
+    (`skills`: each kind's skill tonight; None: one skill serves every kind)."""
+    out = []
+    new = set(kinds.new)
+    for kind in kinds.seen():
+        tasks = kinds.of(kind.id)
+        traffic = kinds.traffic(kind.id)
+        recalled = [t for t in tasks if t.id in kinds.not_traffic and not _dreamt(t)]
+        val = [t.id for t in tasks if t.split == "val"]
+        old_val = [t.id for t in recalled if t.split == "val"]
+        owned = (skills or {}).get(kind.id, SHARED)
+        out.append(
+            KindRecord(
+                id=kind.id,
+                terms=kind.terms,
+                new=kind.id in new,
+                traffic=len({s for t in traffic for s in t.sources}),
+                mined=len(traffic),
+                splits=dict(Counter(str(t.split) for t in tasks)),
+                recalled=dict(Counter(str(t.split) for t in recalled)),
+                signals=_signals(traffic),
+                val=_pair(val, before, after),
+                recalled_val=_pair(old_val, before, after),
+                skill=owned.skill,
+                skill_status=owned.status,
+                reason=owned.reason,
+            )
+        )
+    return tuple(out)
+
+
+def _dreamt(task: MinedTask) -> bool:
+    return task.state.get("synthetic") is not None
+
+
+def _signals(tasks: Sequence[MinedTask]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for task in tasks:
+        for signal in task.signals:
+            trust = "trusted" if signal.get("trusted") else "untrusted"
+            row = out.setdefault(str(signal.get("kind")), {})
+            row[trust] = row.get(trust, 0) + 1
+    return out
+
+
+def _pair(
+    ids: Sequence[str], before: ItemValues | None, after: ItemValues | None
+) -> ValPairRecord | None:
+    """Mean hard score on `ids` before and after (those scored both times), None when none."""
+    if before is None or after is None:
+        return None
+    pairs: list[tuple[float, float]] = []
+    for i in ids:
+        b, a = before.get(i), after.get(i)
+        if b is not None and a is not None:
+            pairs.append((b, a))
+    if not pairs:
+        return None
+    n = len(pairs)
+    return ValPairRecord(
+        before=round(sum(b for b, _ in pairs) / n, 6),
+        after=round(sum(a for _, a in pairs) / n, 6),
+        n=n,
+    )
