@@ -23,7 +23,6 @@ from selftaught.cli.common import (
     GateConfidenceOpt,
     GateMarginOpt,
     GateMetricOpt,
-    GateTagAlphaOpt,
     GateTagMarginOpt,
     MaxBodyOpt,
     SeedOpt,
@@ -36,7 +35,7 @@ from selftaught.cli.common import (
     model_options,
     out,
 )
-from selftaught.cli.options import config_flags
+from selftaught.cli.options import config_flags, config_option
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import ConfigError, InputError, read_text
@@ -693,6 +692,13 @@ def _preferences(value: str | None) -> str:
 
 
 NIGHT_TRAINING = night_training_defaults()  # a night's SkillOpt settings: their defaults
+# a night's veto is on by default, on every kind of request; 0 turns it off
+NightTagAlphaOpt = config_option(
+    GateConfig,
+    "tag_alpha",
+    help_suffix="A night's default: 0.1, each kind of request its own tag "
+    "(docs/sleep-mixed-traffic.md); 0: off.",
+)
 NIGHT_FLAGS = {
     "miner_model": "miner_model",
     "lookback_days": "lookback_days",
@@ -772,7 +778,7 @@ def sleep_run_cmd(
     gate_metric: GateMetricOpt = None,
     gate_margin: GateMarginOpt = GateConfig.margin,
     gate_confidence: GateConfidenceOpt = None,
-    gate_tag_alpha: GateTagAlphaOpt = None,
+    gate_tag_alpha: NightTagAlphaOpt = NIGHT_TRAINING.gate.tag_alpha,
     gate_tag_margin: GateTagMarginOpt = None,
     preferences: Annotated[
         str | None, typer.Option(help="House rules for the analyst: text, or a file holding it.")
@@ -868,10 +874,13 @@ def _night_gate(
     tag_alpha: float | None,
     tag_margin: float | None,
 ) -> GateConfig:
-    """The night's gate from `--gate on|off` and the gate options."""
+    """The night's gate from `--gate on|off` and the gate options (`--gate-tag-alpha 0`: the
+    per-kind veto off)."""
     if gate not in ("on", "off"):
         raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
-    cfg = gate_config(metric, margin, confidence, tag_alpha=tag_alpha, tag_margin=tag_margin)
+    cfg = gate_config(
+        metric, margin, confidence, tag_alpha=tag_alpha or None, tag_margin=tag_margin
+    )
     return dataclasses.replace(cfg, accept_all=gate == "off")
 
 

@@ -112,7 +112,7 @@ class Kind:
         return {
             "id": self.id,
             "terms": list(self.terms),
-            "centroid": {w: round(v, 6) for w, v in self.centroid.items()},
+            "centroid": dict(self.centroid),
             "first_night": self.first_night,
             "last_night": self.last_night,
             "nights": self.nights,
@@ -345,6 +345,7 @@ def _moved(
         here = centroid(vectors, traffic or members)
         moved = blend(dict(kind.centroid), here) if kind.centroid else here
         kept = blend({w: moved[w] for w in heaviest(moved, CENTROID_WORDS)})
+        kept = {w: round(v, 6) for w, v in kept.items()}  # as kinds.json keeps it
         out.append(
             Kind(
                 id=kid,

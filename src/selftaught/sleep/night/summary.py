@@ -891,6 +891,47 @@ def skill_lines(project: str, home: Path, log_path: str | Path | None) -> list[s
     return skill_status_lines(project, home, probation)
 
 
+TREND_NIGHTS = 5  # `sleep status` shows each kind over this many last nights
+
+
+def kind_status_lines(
+    project: str, home: Path, nights: Sequence[tuple[Path, NightResult]]
+) -> list[str]:
+    """`sleep status`'s lines of the project's kinds of request: each one's skill (its own
+    and its version, or the project's) and its val over the last nights that measured kinds,
+    oldest first (quiet: no traffic of it that night)."""
+    from selftaught.sleep.adoption import staging
+    from selftaught.sleep.adoption.skill_units import skill_names
+    from selftaught.sleep.night.kinds import load_kinds
+    from selftaught.sleep.paths import Unit
+
+    kinds = load_kinds(project, home)
+    if not kinds:
+        return []
+    recent = [n for _, n in nights if n.kinds][-TREND_NIGHTS:]
+    own = set(skill_names(project, home))
+    lines = [f"  kinds of request: {len(kinds)} (val over the last {len(recent)} nights)"]
+    for kind in kinds:
+        if kind.id in own:
+            skill = (
+                f"skill {kind.id} version {staging.current_version(Unit(project, kind.id), home)}"
+            )
+        else:
+            skill = "the project's skill"
+        trend = ", ".join(_trend_cell(n, kind.id) for n in recent) or "not measured yet"
+        lines.append(f"  kind {kind.id} ({', '.join(kind.terms)}): {skill}; {trend}")
+    return lines
+
+
+def _trend_cell(night: NightResult, kind: str) -> str:
+    record = next((k for k in night.kinds if k.id == kind), None)
+    if record is None:
+        return f"{night.night} —"
+    pair = record.val or record.recalled_val
+    val = f"{pair.before:.2f}→{pair.after:.2f}" if pair is not None else "no val"
+    return f"{night.night} {val}" + (" (quiet)" if record.quiet else "")
+
+
 def status_lines(
     project: str | None, home: Path | None = None, log_path: str | Path | None = None
 ) -> list[str]:
@@ -936,6 +977,7 @@ def status_lines(
         lines += [patience] if patience else []
         lines += probation_lines(name, home, log_path)
         lines += skill_lines(name, home, log_path)  # many skills (nightskills)
+        lines += kind_status_lines(name, home, nights)
     if holder is not None:
         lines.append(
             f"running now: {holder.get('what', 'night')} {holder.get('night')} ("
