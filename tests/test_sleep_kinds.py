@@ -56,8 +56,13 @@ def test_a_kind_keeps_its_id_as_its_traffic_drifts_and_a_new_intent_founds_its_o
 
 def test_recall_shares_its_cap_among_kinds_so_a_heavy_kind_cannot_crowd_out_a_rare_one(tmp_path):
     rare = [
-        _task(_question("beta", i), f"b{i}", split="val" if i % 2 else "train", kind="beta",
-              created_at=100.0 + i)  # fmt: skip
+        _task(
+            _question("beta", i),
+            f"b{i}",
+            split="val" if i % 2 else "train",
+            kind="beta",
+            created_at=100.0 + i,
+        )  # fmt: skip
         for i in range(6)
     ]
     heavy = [
