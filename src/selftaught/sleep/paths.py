@@ -7,6 +7,8 @@
     <home>/projects/<project>/adopted/version      its version (one line)
     <home>/projects/<project>/versions/<N>/adapter the LoRA adapter version N serves, if any
     <home>/projects/<project>/edit_ledger.jsonl    every edit its nights proposed, and its fate
+    <home>/projects/<project>/recall.jsonl         past nights' tasks, recalled with their splits
+    <home>/projects/<project>/kinds.json           its kinds of request, ids kept across nights
     <home>/projects/<project>/skills/<name>/       one of the project's many skills (a night
                                                    with `many_skills`): the same layout
                                                    (adopted/, versions/<N>/, events.jsonl),

@@ -113,9 +113,12 @@ def starting_cards(project: str, home: Path, repo: Path | None) -> list[SkillCar
 QUIET = "no traffic of its kind tonight: kept as it is, not trained or gated again"
 
 
-def kind_clusters(kinds: NightKinds, task: Any, start: Sequence[SkillFile]) -> list[TaskCluster]:
+def kind_clusters(
+    kinds: NightKinds, task: Any, start: Sequence[SkillFile], max_skills: int
+) -> list[TaskCluster]:
     """One cluster per kind with tasks tonight and per starting skill (module docstring): the
-    starting skills first, in their order, then the other kinds, most train tasks first."""
+    starting skills first, in their order, then the other kinds, most train tasks first. Past
+    `max_skills` kinds with traffic, those with the fewest train tasks are held too."""
     by_kind: dict[str, dict[str, list[Any]]] = {}
     kind_of = {t.id: t.kind for t in kinds.tasks}
     for split in ("train", "val", "test"):
@@ -126,8 +129,14 @@ def kind_clusters(kinds: NightKinds, task: Any, start: Sequence[SkillFile]) -> l
     starts = {s.card.name: s for s in start}
     names = [*starts, *sorted((k for k in by_kind if k not in starts),
                               key=lambda k: (-len(by_kind[k].get("train", ())), k))]  # fmt: skip
+    busy = [n for n in names if not kinds.quiet(n)]
+    busy.sort(key=lambda n: -len(by_kind.get(n, {}).get("train", ())))
+    over = set(busy[max_skills:])
     out = []
     for name in names:
+        hold = QUIET if kinds.quiet(name) else None
+        if name in over:
+            hold = f"over --max-skills {max_skills}: the kinds with more train tasks went first"
         split = by_kind.get(name, {})
         train = split.get("train", [])
         first = starts.get(name)
@@ -141,7 +150,7 @@ def kind_clusters(kinds: NightKinds, task: Any, start: Sequence[SkillFile]) -> l
                 tuple(ex.id for ex in split.get("test", ())),
                 start=first,
                 terms=terms.get(name, ()),
-                hold=QUIET if kinds.quiet(name) else None,
+                hold=hold,
             )
         )
     return out
@@ -206,7 +215,7 @@ def learn_skills(
     start, files = _starting_skills(project, home, config.skills_from, notes)
     night.note(*notes)
     set_config = SkillSetConfig(min_tasks=config.skill_min_tasks, max_skills=config.max_skills)
-    clusters = kind_clusters(kinds, task, start)
+    clusters = kind_clusters(kinds, task, start, config.max_skills)
     target = TrackedModel(EvidenceModel(models.target, evidence, "target"), ledger, "target")
     analyst = EvidenceModel(models.optimizer, evidence, "optimizer")
     try:
