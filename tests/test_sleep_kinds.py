@@ -12,7 +12,7 @@ from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.night import recall
 from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
-from selftaught.sleep.night.kinds import KindConfig, find_kinds, load_kinds, save_kinds
+from selftaught.sleep.night.kinds import Kind, KindConfig, find_kinds, load_kinds, save_kinds
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import Unit, read_adopted
@@ -206,3 +206,34 @@ def test_sleep_run_vetoes_per_kind_by_default_and_0_turns_it_off():
     assert _night_gate("on", None, 1.0, None, 0.0, None).tag_alpha is None
     text = CliRunner().invoke(cli.app, ["sleep", "run", "--help"], terminal_width=300).output
     assert "0: off" in " ".join(text.split())
+
+
+def test_the_demo_mode_choice_is_vetoed_per_kind_too():
+    from selftaught.sleep.night.demo_modes import decide_mode
+
+    tags = {f"a{i}": ["kind:a"] for i in range(8)} | {f"b{i}": ["kind:b"] for i in range(4)}
+    none = {f"a{i}": 0.0 for i in range(8)} | {f"b{i}": 1.0 for i in range(4)}
+    static = {f"a{i}": 1.0 for i in range(8)} | {f"b{i}": 0.0 for i in range(4)}  # +8, -4
+    training = night_training_defaults()
+    metrics = {"none": none, "static": static}
+    assert decide_mode(metrics, "none", training)[0] == "static"  # the total alone: +4
+    winner, gates = decide_mode(metrics, "none", training, tags)
+    assert winner == "none" and "tag 'kind:b' lost 4 of 4" in gates["static"]["reason"]
+
+
+def test_past_max_skills_the_kinds_with_the_fewest_train_tasks_are_held():
+    from selftaught.sleep.night.kinds import NightKinds
+    from selftaught.sleep.night.skills import kind_clusters
+    from selftaught.sleep.night.split import NightTask
+
+    sizes = {"big": 9, "mid": 6, "small": 5}
+    tasks = [
+        _task(f"{name} request {i}", f"{name}{i}", split="train", kind=name)
+        for name, n in sizes.items()
+        for i in range(n)
+    ]
+    kinds = NightKinds(tuple(Kind(k) for k in sizes), (), tuple(tasks))
+    task = NightTask(PROJECT, {"train": tasks, "val": [], "test": []})
+    clusters = {c.name: c for c in kind_clusters(kinds, task, (), max_skills=2)}
+    assert [clusters[k].hold is None for k in sizes] == [True, True, False]
+    assert "over --max-skills 2" in str(clusters["small"].hold)

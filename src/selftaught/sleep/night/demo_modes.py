@@ -27,7 +27,7 @@ from typing import Any
 from selftaught.demos import Demo, join_skill, split_skill
 from selftaught.errors import ConfigError
 from selftaught.evaluation import EvalResult, ScoreCache, ascore
-from selftaught.gate import GateResult, ValScores, gate
+from selftaught.gate import GateResult, Tags, ValScores, example_tags, gate
 from selftaught.models.base import ChatModel, GenerationParams, run_sync
 from selftaught.models.usage import BudgetExhausted
 from selftaught.policy import Policy
@@ -154,13 +154,17 @@ def candidates(
 
 
 def decide_mode(
-    metrics: dict[str, ValScores], incumbent: str, training: SkillOptConfig
+    metrics: dict[str, ValScores],
+    incumbent: str,
+    training: SkillOptConfig,
+    tags: Tags | None = None,
 ) -> tuple[str, dict[str, dict[str, Any]]]:
-    """The winning mode and each challenger's gate result against the incumbent."""
+    """The winning mode and each challenger's gate result against the incumbent (`tags`: the
+    val tasks' tags, for the gate's per-tag veto)."""
     g = training.gate
     inc = metrics[incumbent]
     gates: dict[str, GateResult] = {
-        m: gate(s, inc, inc, g) for m, s in metrics.items() if m != incumbent
+        m: gate(s, inc, inc, g, tags=tags) for m, s in metrics.items() if m != incumbent
     }
     if g.accept_all:  # gate off: the best val mean, the incumbent on ties
         mean = {m: gate(s, inc, inc, g).candidate for m, s in metrics.items()}
@@ -210,11 +214,12 @@ def choose_demo_mode(
         result.candidates[mode] = scored[mode].summary()
         result.shapes[mode] = _shape(text)
     metrics = {m: scorer.metric(r) for m, r in scored.items()}
-    winner, result.gates = decide_mode(metrics, incumbent, training)
+    tags = example_tags(task.examples("val"))  # each kind's (the veto: on in nights)
+    winner, result.gates = decide_mode(metrics, incumbent, training, tags)
     if winner != incumbent or not phase_started_from_adopted:
         adopted = scorer.score(adopted_skill)
         base = scorer.metric(adopted)
-        check = gate(metrics[winner], base, base, training.gate)
+        check = gate(metrics[winner], base, base, training.gate, tags=tags)
         result.vs_adopted = {"mode": winner, **check.to_dict()}
         result.candidates["adopted"] = adopted.summary()
         result.shapes["adopted"] = _shape(adopted_skill)
