@@ -159,6 +159,12 @@ GateMarginOpt = config_option(GateConfig, "margin")
 GateConfidenceOpt = config_option(GateConfig, "confidence")
 GateTagAlphaOpt = config_option(GateConfig, "tag_alpha", optional=True)
 GateTagMarginOpt = config_option(GateConfig, "tag_margin", optional=True)
+NightTagAlphaOpt = config_option(  # a night's veto is on, on every kind of request
+    GateConfig,
+    "tag_alpha",
+    help_suffix="A night's default: 0.1, each kind of request its own tag "
+    "(docs/sleep-mixed-traffic.md); 0: off.",
+)
 BudgetCallsOpt = config_option(Budget, "calls")
 BudgetTokensOpt = config_option(Budget, "tokens")
 BudgetUsdOpt = config_option(Budget, "usd")

@@ -25,6 +25,7 @@ from selftaught.cli.common import (
     GateMetricOpt,
     GateTagMarginOpt,
     MaxBodyOpt,
+    NightTagAlphaOpt,
     SeedOpt,
     TimeoutOpt,
     app,
@@ -35,7 +36,7 @@ from selftaught.cli.common import (
     model_options,
     out,
 )
-from selftaught.cli.options import config_flags, config_option
+from selftaught.cli.options import config_flags
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import ConfigError, InputError, read_text
@@ -692,13 +693,6 @@ def _preferences(value: str | None) -> str:
 
 
 NIGHT_TRAINING = night_training_defaults()  # a night's SkillOpt settings: their defaults
-# a night's veto is on by default, on every kind of request; 0 turns it off
-NightTagAlphaOpt = config_option(
-    GateConfig,
-    "tag_alpha",
-    help_suffix="A night's default: 0.1, each kind of request its own tag "
-    "(docs/sleep-mixed-traffic.md); 0: off.",
-)
 NIGHT_FLAGS = {
     "miner_model": "miner_model",
     "lookback_days": "lookback_days",

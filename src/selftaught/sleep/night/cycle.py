@@ -1298,7 +1298,7 @@ def _learn(
         night.gate = dataclasses.replace(night.gate, smallest_gain=smallest)
     task = _write_tasks(night, mined, models, night_dir)
     _time_up(night, config, deadline, "after mining")
-    if config.many_skills:  # many skills (nightskills): one skill per cluster, staged apart
+    if config.many_skills and mined.kinds is not None:  # many skills: one per kind, apart
         from selftaught.sleep.night.skills import learn_skills
 
         home = config.home or sleep_home()

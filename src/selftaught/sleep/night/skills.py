@@ -137,8 +137,8 @@ def kind_clusters(
         hold = QUIET if kinds.quiet(name) else None
         if name in over:
             hold = f"over --max-skills {max_skills}: the kinds with more train tasks went first"
-        split = by_kind.get(name, {})
-        train = split.get("train", [])
+        parts = by_kind.get(name, {})
+        train = parts.get("train", [])
         first = starts.get(name)
         tasks = tuple(ex.prompt_text() for ex in train) or (first.card.tasks if first else ())
         description = first.card.description if first else fallback_name(terms[name])[1]
@@ -146,8 +146,8 @@ def kind_clusters(
             TaskCluster(
                 SkillCard(name, description, tasks),
                 tuple(ex.id for ex in train),
-                tuple(ex.id for ex in split.get("val", ())),
-                tuple(ex.id for ex in split.get("test", ())),
+                tuple(ex.id for ex in parts.get("val", ())),
+                tuple(ex.id for ex in parts.get("test", ())),
                 start=first,
                 terms=terms.get(name, ()),
                 hold=hold,
