@@ -237,3 +237,25 @@ def test_past_max_skills_the_kinds_with_the_fewest_train_tasks_are_held():
     clusters = {c.name: c for c in kind_clusters(kinds, task, (), max_skills=2)}
     assert [clusters[k].hold is None for k in sizes] == [True, True, False]
     assert "over --max-skills 2" in str(clusters["small"].hold)
+
+
+def test_a_forget_takes_a_forgotten_rows_words_out_of_the_kinds(tmp_path):
+    from selftaught.sleep.forget import drop_forgotten
+    from selftaught.sleep.intake.log import LogFilter
+    from tests.test_sleep_cycle import config, fill_log, models
+    from tests.test_sleep_forget import BOB, MARKER, bobs_rows
+
+    fill_log(tmp_path, ["alpha"] * 12)
+    bobs_rows(tmp_path / "log.db")  # his own words, in four requests of his: a kind of theirs
+    run_night(config(tmp_path), models=models())
+    words = MARKER.lower().split("-")[:-1]  # qzx, bobs, own, words (his number-word too)
+    kinds_file = (tmp_path / "projects" / PROJECT / "kinds.json").read_text()
+    assert all(w in kinds_file for w in words)
+    log = TaskLog(tmp_path / "log.db")
+    log.forget(LogFilter(client=BOB))
+    assert drop_forgotten(PROJECT, tmp_path, log).kinds == 2
+    log.close()
+    kinds_file = (tmp_path / "projects" / PROJECT / "kinds.json").read_text()
+    assert not any(w in kinds_file for w in words)
+    (left,) = load_kinds(PROJECT, tmp_path)  # his kind went, id and all; the other's rebuilt
+    assert left.centroid and "alpha" in left.terms

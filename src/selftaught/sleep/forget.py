@@ -9,6 +9,8 @@ Always, after every `sleep log forget` and before every night reads them (`drop_
 store written before this version is cleaned the same way):
 
     recall.jsonl        a recalled task that came from a forgotten row (`MinedTask.sources`)
+    kinds.json          every kind's words, rebuilt from the recalled tasks left when a recalled
+                        task went; a kind whose last one went is deleted (`kinds.forget_words`)
     weak_labels.jsonl   a waiting weak label from one; a label that names no rows (written
                         before labels did) cannot say whose it is, and goes too
     edit_ledger.jsonl   an event of an edit proposed on a task of a forgotten row (a later
@@ -183,6 +185,7 @@ class Dropped:
     weak: int = 0
     ledger: int = 0
     workspaces: int = 0
+    kinds: int = 0  # kinds whose words were rebuilt without the recalled tasks that went
 
     def total(self) -> int:
         return self.recall + self.weak + self.ledger + self.workspaces
@@ -210,14 +213,26 @@ def _drop_stores(project: str, home: Path, doomed: Doomed) -> Dropped:
     for row in recall:
         (gone if _recalled_doomed(row, doomed) else kept_tasks).append(row)
     workspaces = sum(_remove_workspace(r, folder) for r in gone)
+    kinds = 0
     if gone:
         write_jsonl(folder / "recall.jsonl", kept_tasks)
+        kinds = _forget_kind_words(project, home, kept_tasks, gone)
     weak = _jsonl(folder / "weak_labels.jsonl")
     kept = [r for r in weak if isinstance(r.get("sources"), list) and not doomed.hits(r["sources"])]
     if len(kept) < len(weak):
         write_jsonl(folder / "weak_labels.jsonl", kept)
     return Dropped(len(gone), len(weak) - len(kept), _drop_ledger(project, home, doomed),
-                   workspaces)  # fmt: skip
+                   workspaces, kinds)  # fmt: skip
+
+
+def _forget_kind_words(
+    project: str, home: Path, kept: list[dict[str, Any]], gone: list[dict[str, Any]]
+) -> int:
+    from selftaught.sleep.night.kinds import forget_words
+    from selftaught.sleep.night.recall import Recalled
+
+    kinds = {str(r["task"].get("kind")) for r in gone if r["task"].get("kind")}
+    return forget_words(project, home, [Recalled.from_dict(r).task for r in kept], kinds)
 
 
 def _recalled_doomed(row: dict[str, Any], doomed: Doomed) -> bool:
@@ -593,10 +608,11 @@ class HomeForget:
     def lines(self) -> list[str]:
         """What was done and what is left, one sentence each, for the user."""
         n = Dropped(*(sum(getattr(d, f) for d in self.dropped.values())
-                      for f in ("recall", "weak", "ledger", "workspaces")))  # fmt: skip
+                      for f in ("recall", "weak", "ledger", "workspaces", "kinds")))  # fmt: skip
         out = [
             f"dropped from the stores a night reads: {n.recall} recalled tasks, {n.weak} weak "
             f"labels, {n.ledger} edit ledger events, {n.workspaces} workspaces"
+            + (f"; the words of {n.kinds} kinds of request rebuilt" if n.kinds else "")
         ]
         done = self.rewritten
         if done is None:

@@ -21,7 +21,9 @@ it uses (mined tonight or recalled) a kind, found from the requests' own words, 
 A kind's id never changes; its centroid follows its traffic (tonight's centroid blended with the
 stored one, so a kind that drifts keeps its id) and only tonight's traffic moves it: a quiet
 kind is left as it was. `kinds.json` is written after a night that used its interactions, as
-recall is; it holds words (the heaviest of each kind), never a request.
+recall is; it holds words (the heaviest of each kind), never a request. A forget that takes
+tasks out of the recall pool rebuilds every kind's words from the recalled tasks left, and
+deletes a kind it took the last of (`forget_words`).
 
 A task's kind is its tag for the gate's per-tag veto (`kind:<id>`, `split.NightTask`): a night
 whose candidate gains on one kind while it loses another kind's val items beyond their noise is
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +153,35 @@ def load_kinds(project: str, home: Path | None = None) -> tuple[Kind, ...]:
 
 def save_kinds(project: str, home: Path | None, kinds: Sequence[Kind]) -> None:
     atomic_write_json(kinds_path(project, home), {"kinds": [k.to_dict() for k in kinds]})
+
+
+def forget_words(
+    project: str, home: Path | None, kept: Sequence[MinedTask], gone: Collection[str]
+) -> int:
+    """After a forget took tasks of the kinds `gone` out of the recall pool: each kind's words
+    (centroid, terms) rebuilt from its recalled tasks that remain (`kept`), so no word of a
+    forgotten row stays in kinds.json through them; a kind of `gone` with none left is deleted,
+    id and all (its words may all be a forgotten row's), and the next night finds its traffic
+    a kind again. Returns how many kinds were rebuilt or deleted."""
+    kinds = load_kinds(project, home)
+    if not kinds:
+        return 0
+    vectors = _vectors([t.prompt for t in kept], ())
+    rebuilt = []
+    for kind in kinds:
+        members = [i for i, t in enumerate(kept) if t.kind == kind.id]
+        if not members and kind.id in gone:
+            continue
+        words = _kept_words(centroid(vectors, members))
+        rebuilt.append(replace(kind, centroid=words, terms=tuple(heaviest(words, NAME_WORDS))))
+    save_kinds(project, home, rebuilt)
+    return len(kinds)
+
+
+def _kept_words(vector: Vector) -> dict[str, float]:
+    """A centroid as kinds.json keeps it: its heaviest words, L2-normalised, rounded."""
+    kept = blend({w: vector[w] for w in heaviest(vector, CENTROID_WORDS)})
+    return {w: round(v, 6) for w, v in kept.items()}
 
 
 # ---- finding tonight's kinds ------------------------------------------------------------------
@@ -344,8 +375,7 @@ def _moved(
             continue
         here = centroid(vectors, traffic or members)
         moved = blend(dict(kind.centroid), here) if kind.centroid else here
-        kept = blend({w: moved[w] for w in heaviest(moved, CENTROID_WORDS)})
-        kept = {w: round(v, 6) for w, v in kept.items()}  # as kinds.json keeps it
+        kept = _kept_words(moved)
         out.append(
             Kind(
                 id=kid,
