@@ -84,6 +84,7 @@ SKILL_FLAGS = {
     "concurrency": "concurrency",
     "max_tokens": "max_tokens",
     "analyst_max_tokens": "analyst_max_tokens",
+    "prompts": "prompts",  # the user's own prompt templates, by file name
     "report_to": "report_to",
     # the slow update (issue 51): a ledger shared across runs, the consolidation at the end
     "edit_ledger": "edit_ledger",

@@ -722,6 +722,7 @@ NIGHT_SKILL_FLAGS = (
     *("epochs", "batch_size", "rollouts_k", "demos_max", "concurrency", "max_tokens"),
     "slow_every",  # the slow update every N nights (issue 51)
     "teacher_demos",  # issue 52: never an end user's (no_demo) task
+    "prompts",  # the user's own prompt templates, by file name
 )
 WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_minutes": "weight_max_minutes"}
 # --weight-max-seconds (before --weight-max-minutes) still parses: crontab lines hold it

@@ -76,6 +76,11 @@ class SkillOptConfig:
     preferences: str = ""
     """The user's house rules (free text), shown to the analyst in every reflection and merge
     prompt: the document must never contradict them (`--preferences TEXT|FILE`)."""
+    prompts: str | None = None
+    """A folder of prompt templates (`NAME.md`) that replace the packaged ones of the same
+    name: the analyst's, the judge's, the night's readers'. An unknown name is refused
+    (listing the valid ones), and so is a template without a placeholder the packaged one
+    fills; a resumed run whose templates changed is refused (docs/optimize.md)."""
     guard_edits: bool = True
     """Refuse edits that echo the analyst's prompts or carry a train / val example's content
     (its numbers or wording): a skill holds rules, not examples (see `skill.guard`)."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, Literal
 
+from selftaught import prompts
 from selftaught.errors import ConfigError, InputError
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError, TransientBackendError
@@ -25,7 +25,8 @@ CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error"]
 
 
 def load_prompt(name: str) -> str:
-    return resources.files("selftaught.skill").joinpath(f"prompts/{name}.md").read_text("utf-8")
+    """The analyst's template `name` as the run has it (`--prompts DIR` overrides it)."""
+    return prompts.load(name)
 
 
 def render(template: str, **values: Any) -> str:

@@ -34,6 +34,7 @@ from selftaught.models.base import GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.resolve import ModelLike, resolve_model
 from selftaught.models.usage import Budget, BudgetExhausted, TrackedModel, UsageLedger
+from selftaught.prompts import PromptSet, using
 from selftaught.redact import redact_for_model
 from selftaught.results import Score
 from selftaught.rollout import Rollout
@@ -141,20 +142,8 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         self.doc = TrainedDocument(document, other_document, config.demo_placement)
         self.versions = VersionStore(self.run, self.doc)
         self.progress = RunProgress(self.console, progress)
-        self.analyst = Analyst(
-            self.optimizer,
-            max_tokens=config.analyst_max_tokens,
-            temperature=config.analyst_temperature,
-            repair=config.repair,
-            max_input_chars=config.max_input_chars,
-            max_reply_chars=config.max_reply_chars,
-            max_feedback_chars=config.max_feedback_chars,
-            max_edit_chars=config.max_edit_chars,
-            timeout_s=config.timeout_s,
-            document=document,
-            preferences=config.preferences,
-            grounded=config.grounded_proposals,
-        )
+        with using(self.prompt_set):  # the analyst reads its templates now
+            self.analyst = self._analyst(config, document)
         self.scorer = SkillScorer(
             config,
             task,
@@ -169,8 +158,10 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         self.proposer = Proposer(config, self.analyst, self.doc, self.scorer, user_edits)
 
     def _setup(self, model: Any) -> None:
-        """The target and the analyst (default: the target), each call charged to the ledger;
-        the final test evaluation is charged apart, outside any budget (as GEPA's harness)."""
+        """The prompts (`--prompts DIR`, checked before anything is written), the target and
+        the analyst (default: the target), each call charged to the ledger; the final test
+        evaluation is charged apart, outside any budget (as GEPA's harness)."""
+        self.prompt_set = PromptSet.read(self.config.prompts)
         target = resolve_model(model)
         given = self._optimizer_model
         same = given is None or given is model or given == model
@@ -178,6 +169,22 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         self.target = TrackedModel(target, self.ledger, "target")
         self.test_target = TrackedModel(target, self.test_ledger, "target")
         self.optimizer = TrackedModel(analyst, self.ledger, "optimizer")
+
+    def _analyst(self, config: SkillOptConfig, document: DocumentKind) -> Analyst:
+        return Analyst(
+            self.optimizer,
+            max_tokens=config.analyst_max_tokens,
+            temperature=config.analyst_temperature,
+            repair=config.repair,
+            max_input_chars=config.max_input_chars,
+            max_reply_chars=config.max_reply_chars,
+            max_feedback_chars=config.max_feedback_chars,
+            max_edit_chars=config.max_edit_chars,
+            timeout_s=config.timeout_s,
+            document=document,
+            preferences=config.preferences,
+            grounded=config.grounded_proposals,
+        )
 
     @property
     def method(self) -> str:
@@ -201,6 +208,10 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         return run_sync(self.atrain())
 
     async def atrain(self) -> SkillRunResult:
+        with using(self.prompt_set):  # every template the run reads: the user's, where given
+            return await self._atrain()
+
+    async def _atrain(self) -> SkillRunResult:
         self._prepare()
         resumed = self._begin()  # the resume check, on_start, this invocation's clock
         atomic_write_text(self.run.path("README.txt"), RUN_LAYOUT)
@@ -679,6 +690,8 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             "optimizer_model": self.optimizer.name,
             "document": self.document,
             "initial_hash": self.doc.hash(self.initial_skill),
+            # what the prompts say, not where they are: a resume with other prompts is refused
+            "prompts": PromptSet.read(self.config.prompts).digests(),
         }
 
     def _commit(self, st: RunState, row: BaselineRow | StepRow) -> None:

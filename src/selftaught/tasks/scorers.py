@@ -21,10 +21,10 @@ import string
 from collections import Counter
 from collections.abc import Callable, Mapping
 from fractions import Fraction
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
+from selftaught import prompts
 from selftaught.errors import ConfigError, read_text
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError
@@ -311,10 +311,10 @@ JudgeMode = Literal["absolute", "reference", "pairwise"]
 JUDGE_MODES: tuple[JudgeMode, ...] = ("absolute", "reference", "pairwise")
 SAMPLE_TEMPERATURE = 0.7  # the judge's temperature when it is asked k > 1 times per reply
 _JUDGE_MAX_TOKENS = 512
-_TEMPLATES: dict[JudgeMode, str] = {
-    "absolute": "prompts/llm_judge.md",
-    "reference": "prompts/llm_judge_reference.md",
-    "pairwise": "prompts/llm_judge_pairwise.md",
+_TEMPLATES: dict[JudgeMode, str] = {  # each mode's prompt name (`selftaught.prompts`)
+    "absolute": "llm_judge",
+    "reference": "llm_judge_reference",
+    "pairwise": "llm_judge_pairwise",
 }
 _NEEDS: dict[JudgeMode, tuple[str, ...]] = {
     "absolute": ("{{reply}}",),
@@ -340,8 +340,8 @@ Baseline: TypeAlias = "Mapping[str, str] | Callable[[str], str | None]"
 
 
 def judge_prompt_template(mode: JudgeMode = "absolute") -> str:
-    path = _TEMPLATES[mode]
-    return resources.files("selftaught.tasks").joinpath(path).read_text("utf-8")
+    """The judge's template of `mode` as the run has it (`--prompts DIR` overrides it)."""
+    return prompts.load(_TEMPLATES[mode])
 
 
 def _judge_field(
@@ -463,8 +463,9 @@ class LlmJudge:
         self.baseline = _check_mode(mode, baseline)
         if isinstance(template, Path):
             template = read_text(template, "judge template file")
-        self._template = template or judge_prompt_template(mode)
-        missing = [field for field in _NEEDS[mode] if field not in self._template]
+        # None: the packaged template, or the run's override, read when a reply is judged
+        self._template = template or None
+        missing = [field for field in _NEEDS[mode] if template and field not in template]
         if missing:
             raise ConfigError(
                 f"a {mode} judge template must hold {' and '.join(missing)}: "
@@ -491,7 +492,7 @@ class LlmJudge:
             "reference": reference_text,
             **replies,
         }
-        prompt = self._template
+        prompt = self._template or judge_prompt_template(self.mode)
         for key, value in fields.items():  # plain replace: the texts may hold braces
             prompt = prompt.replace("{{" + key + "}}", value)
         return [{"role": "user", "content": prompt}]

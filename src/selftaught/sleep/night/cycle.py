@@ -58,6 +58,7 @@ from selftaught.gate import GateConfig, smallest_accepted_gain
 from selftaught.models.base import ChatModel
 from selftaught.models.usage import Budget, TrackedModel, UsageLedger
 from selftaught.policy import Policy
+from selftaught.prompts import PromptSet, using
 from selftaught.redact import redact_for_model
 from selftaught.runs import (
     atomic_write_json,
@@ -783,6 +784,7 @@ def _new_night(
             concurrency=training.concurrency,
             documents=tuple(config.documents),
             preferences=bool(training.preferences.strip()),
+            prompts=PromptSet.read(training.prompts).digests() or None,
         ),
         budget=BudgetRecord.from_dict(plain(dataclasses.asdict(training.budget))),
         base_version=staging.current_version(project, home),
@@ -1645,6 +1647,7 @@ class NightTrainer:
         self.ledger = ledger or UsageLedger(budget=config.budget)
         self.loader = loader or _default_loader(config, self.home)
         self.models = night_models(model, config, self.loader)
+        self.prompts = PromptSet.read(config.training.prompts)  # checked before any night
         self.dry_run = dry_run
         self._cache: dict[str, ChatModel] = {}
 
@@ -1698,8 +1701,9 @@ class NightTrainer:
             outcome = _empty_night(project, night, since, until, home, root)
         else:
             models = self.models or _load_models(config, rows, self.loader, self._cache)
-            outcome = run_project(project, night, since, until, rows, config, models, home,
-                                  self.console, root, self.dry_run, deadline)  # fmt: skip
+            with using(self.prompts):  # the miner's, the judge's, the analyst's: the user's
+                outcome = run_project(project, night, since, until, rows, config, models, home,
+                                      self.console, root, self.dry_run, deadline)  # fmt: skip
         _night_events(self.callbacks, outcome)
         return outcome
 

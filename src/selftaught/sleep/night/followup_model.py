@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
+from selftaught import prompts
 from selftaught.models.base import GenerationParams, run_sync
 from selftaught.redact import redact_for_model
 from selftaught.skill.reflect import render
@@ -55,7 +56,7 @@ FOLLOWUP_RULES = (
 )
 _COUNTED = ("max_words", "max_sentences", "max_chars")
 PROMPTS = ("followup", "followup_repair")
-PROMPT_TEXT = "\n".join(load_prompt(name) for name in PROMPTS)
+PROMPT_TEXT = "\n".join(prompts.packaged(name) for name in PROMPTS)
 MAX_VALUE_CHARS = 120
 MAX_REQUEST_CHARS = 600
 MAX_REPLY_CHARS = 1200

@@ -37,9 +37,9 @@ import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from typing import Any, Generic, Literal, TypeVar
 
+from selftaught import prompts
 from selftaught.errors import BudgetExhausted, ConfigError, InputError
 from selftaught.models.base import ChatModel, GenerationParams, Message, run_sync
 from selftaught.models.errors import BackendError, FatalBackendError, TransientBackendError
@@ -92,13 +92,14 @@ CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error", "budget"
 
 
 def load_prompt(name: str) -> str:
-    return resources.files("selftaught.sleep.night").joinpath(f"prompts/{name}.md").read_text()
+    """The night reader's template `name` as the night has it (`--prompts DIR` overrides it)."""
+    return prompts.load(name)
 
 
 PROMPTS = ("miner", "miner_repair")
 # the prompts' example values ("<a number>"): weak miners echo them back as their check
 PLACEHOLDERS = frozenset(
-    p for name in PROMPTS for p in re.findall(r"<[^<>\n]{1,80}>", load_prompt(name))
+    p for name in PROMPTS for p in re.findall(r"<[^<>\n]{1,80}>", prompts.packaged(name))
 ) | {"...", "…"}
 
 

@@ -210,6 +210,7 @@ class TrainingRecord(Record):
     documents: tuple[str, ...] = ()
     preferences: bool = False
     weights: str | None = None
+    prompts: Mapping[str, str] | None = None  # `--prompts DIR`: each override's digest
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"documents": strings}
 
