@@ -145,13 +145,26 @@ def test_optimize_with_the_users_prompts_on_the_embedded_model(tmp_path):
     own_prompt(folder, "reflect_successes")
     target = resolve_model("local")
     analyst = Recording(target)
-    config = SkillOptConfig(epochs=1, batch_size=4, max_tokens=24, analyst_max_tokens=64,
-                            demos_max=0, evaluate_test=False, prompts=str(folder))  # fmt: skip
+    config = SkillOptConfig(
+        epochs=1,
+        batch_size=4,
+        max_tokens=24,
+        analyst_max_tokens=64,
+        demos_max=0,
+        evaluate_test=False,
+        prompts=str(folder),
+    )
     sizes = {"seed": 0, "train_size": 4, "val_size": 4, "test_size": 2}
     run = tmp_path / "run"
-    selftaught.optimize("gym:basic_arithmetic?max_terms=2&max_digits=1", target,
-                        optimizer_model=analyst, config=config, output_dir=run,
-                        task_options=sizes, progress=False)  # fmt: skip
+    selftaught.optimize(
+        "gym:basic_arithmetic?max_terms=2&max_digits=1",
+        target,
+        optimizer_model=analyst,
+        config=config,
+        output_dir=run,
+        task_options=sizes,
+        progress=False,
+    )
     reflections = [p for p in analyst.prompts if "attempts" in p and "## Proposed" not in p]
     assert reflections and all(p.startswith(MARK) for p in reflections)
     saved = json.loads((run / "config.json").read_text())

@@ -64,6 +64,7 @@ SKILL_FLAGS = {
     "edit_budget_max": "edit_budget_max",
     "edit_budget_min": "edit_budget_min",
     "edit_schedule": "edit_schedule",
+    "accumulate_steps": "accumulate_steps",  # patches of N batches, one update and one gate
     "demos_max": "demos_max",
     "demo_placement": "demo_placement",
     "demo_sets_per_step": "demo_sets",

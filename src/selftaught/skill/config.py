@@ -97,7 +97,15 @@ class SkillOptConfig:
     edit_budget_min: int = 2
     """Edits applied at the last step (SkillOpt: 2)."""
     edit_schedule: str = "cosine"
-    """constant | linear | cosine (SkillOpt: cosine)."""
+    """constant | linear | cosine (SkillOpt: cosine) | adaptive: the budget starts at
+    edit_budget_max, loses one edit after a step the gate rejected and gains one after a step
+    it accepted, within max(edit_budget_min, 1)..edit_budget_max (an "autonomous" learning
+    rate; the state keeps it across a resume)."""
+    accumulate_steps: int = 1
+    """Patch accumulation: each step rolls out this many batches on the same parent, the
+    analyst reflects on each batch as a step would, and the edits of all of them are merged
+    and ranked before one update under the budget and one gate call (gradient accumulation's
+    text-space twin: an epoch has ceil(batches / N) steps). 1: one batch per step."""
     max_skill_chars: int = 6000
     """Edits that would grow the skill beyond this are skipped (keeps prompts bounded)."""
     max_edit_chars: int = 800
@@ -264,6 +272,7 @@ class SkillOptConfig:
             "max_edit_chars",
             "screen_keep",
             "summary_items",
+            "accumulate_steps",
         ):
             positive(name)
         for name in (

@@ -146,6 +146,7 @@ class RunStore:
                 "finished": st.finished,
                 "stopped_by": stop_dict(st.stopped_by),
                 "without_accept": st.without_accept,
+                "edit_budget": st.edit_budget,
                 "pool": st.pool,
                 "last_row": st.last_row,
             }
@@ -167,6 +168,7 @@ class RunStore:
             last_row=raw.get("last_row"),
             stopped_by=StopReason.read(raw.get("stopped_by")),
             without_accept=int(raw.get("without_accept") or 0),
+            edit_budget=raw.get("edit_budget"),
             pool=raw.get("pool")
             or ([raw["current_version"]] if raw.get("current_version") else []),
         )

@@ -106,7 +106,9 @@ class Proposer:
                     seed=self.config.seed * 100_003 + step * 101 + i,
                 )
             summary = st.train_summary.text if st.train_summary is not None else ""
-            calls = await self.reflect(analyst, rules, rollouts, rejected, budget, summary)
+            calls = await self.reflect_accumulated(
+                analyst, rules, rollouts, rejected, budget, summary
+            )
             agg = await aggregate(
                 analyst if self.config.llm_merge else None,
                 rules,
@@ -122,6 +124,38 @@ class Proposer:
                 agg.edits = [*self.user_edits, *agg.edits]
             out.append(Proposal(calls, agg, self.update(rules, agg.edits, rejected, budget)))
         return out
+
+    async def reflect_accumulated(
+        self,
+        analyst: Analyst,
+        text: str,
+        rollouts: list[Rollout],
+        rejected: list[Edit],
+        budget: int,
+        summary: str = "",
+    ) -> list[AnalystCall]:
+        """`accumulate_steps` N: the step's batch is N batches, each reflected on as a step
+        would (its own minibatches, under `max_minibatches`); their patches go on to one
+        merge. The grounded call is asked once, with the first batch."""
+        groups = self.micro_batches(rollouts)
+        jobs = [
+            self.reflect(analyst, text, group, rejected, budget, summary if not i else "")
+            for i, group in enumerate(groups)
+        ]
+        return [call for calls in await asyncio.gather(*jobs) for call in calls]
+
+    def micro_batches(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
+        """The step's attempts by the batch their example belongs to (batch_size examples
+        each, in batch order); one group without accumulation."""
+        if self.config.accumulate_steps == 1:
+            return [rollouts]
+        position: dict[str, int] = {}
+        for r in rollouts:
+            position.setdefault(r.example_id, len(position))
+        groups: dict[int, list[Rollout]] = {}
+        for r in rollouts:
+            groups.setdefault(position[r.example_id] // self.config.batch_size, []).append(r)
+        return [groups[i] for i in sorted(groups)]
 
     async def reflect(
         self,

@@ -38,3 +38,4 @@ class RunState:
     pool: list[str] = field(default_factory=list)  # versions that passed the gate
     demo_pool: DemoPool = field(default_factory=DemoPool)
     train_summary: TrainSummary | None = None  # `grounded_proposals`: written once per run
+    edit_budget: int | None = None  # the adaptive schedule's next budget (None: its first)

@@ -39,7 +39,7 @@ from selftaught.redact import redact_for_model
 from selftaught.results import Score
 from selftaught.rollout import Rollout
 from selftaught.runs import atomic_write_json, atomic_write_text, read_json, write_jsonl
-from selftaught.skill.budget_schedule import edit_budget
+from selftaught.skill.budget_schedule import adapted_budget, edit_budget
 from selftaught.skill.candidates import CandidateBuilder
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.curriculum import (
@@ -326,7 +326,8 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             raise TaskError(f"task {self.task.name!r} has an empty train split")
         if not self.val_set:
             raise TaskError(f"task {self.task.name!r} has an empty val split; the gate needs one")
-        self.steps_per_epoch = math.ceil(len(self.train_set) / self.config.batch_size)
+        batches = math.ceil(len(self.train_set) / self.config.batch_size)
+        self.steps_per_epoch = math.ceil(batches / self.config.accumulate_steps)
         self.first_epoch = self._first_epoch_order()
         self.total_steps = self.config.epochs * self.steps_per_epoch
         if self.config.max_steps is not None:
@@ -448,13 +449,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         t0 = time.perf_counter()
         usage0 = self.ledger.to_dict()
         epoch, batch = self._batch(step)
-        budget = edit_budget(
-            step,
-            self.total_steps,
-            self.config.edit_budget_max,
-            self.config.edit_budget_min,
-            self.config.edit_schedule,  # type: ignore[arg-type]
-        )
+        budget = self._edit_budget(st, step)
         rejected = [Edit(**e) for e in st.rejected]
         parent = self._pick_parent(st, step)
         self.progress.set_stage("rollout", step)
@@ -484,6 +479,10 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         self.store.write_diagnostics(outcome)
         st.step = step
         st.without_accept = 0 if accepted(verdict.result.decision) else st.without_accept + 1
+        if self.config.edit_schedule == "adaptive":  # the next step's, kept in the state
+            cfg = self.config
+            took = accepted(verdict.result.decision)
+            st.edit_budget = adapted_budget(budget, took, cfg.edit_budget_max, cfg.edit_budget_min)
         if step < self.total_steps:  # recorded in the step's row: a resumed run keeps it
             st.stopped_by = self._due_stop(st.without_accept, "steps", f"after step {step}")
         st.elapsed_s = elapsed0 + time.perf_counter() - t_run
@@ -619,11 +618,25 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             text, batch, f"step {step} rollout x{k}", params=params, samples=k
         )
 
+    def _edit_budget(self, st: RunState, step: int) -> int:
+        """The step's edit budget: its schedule's, or the adaptive one the last step left."""
+        cfg = self.config
+        if cfg.edit_schedule == "adaptive" and st.edit_budget is not None:
+            return st.edit_budget
+        return edit_budget(
+            step,
+            self.total_steps,
+            cfg.edit_budget_max,
+            cfg.edit_budget_min,
+            cfg.edit_schedule,  # type: ignore[arg-type]
+        )
+
     def _batch(self, step: int) -> tuple[int, list[Example]]:
         """(epoch index, the train examples of `step`): a seeded shuffle per epoch, the
-        first epoch easier first under --curriculum."""
+        first epoch easier first under --curriculum; with `accumulate_steps` N, the N
+        batches whose patches the step accumulates, in order."""
         epoch, idx = divmod(step - 1, self.steps_per_epoch)
-        size = self.config.batch_size
+        size = self.config.batch_size * self.config.accumulate_steps
         if epoch == 0 and self.first_epoch is not None:
             order = self.first_epoch
         else:
