@@ -351,9 +351,11 @@ def test_native_specs_are_remote_for_a_night_and_refused_as_a_proxy_upstream():
 
 def test_a_night_marks_its_anthropic_calls(serve):
     server = serve("anthropic")
-    m = load_model(SPECS["anthropic"], retry=FAST, sign=lambda body: {"x-mark": str(len(body))})
+    m = load_model(
+        SPECS["anthropic"], retry=FAST, sign=lambda path, body: {"x-mark": f"{path} {len(body)}"}
+    )
     m.chat(MSGS, GenerationParams())
-    assert server.headers[0]["x-mark"] == server.headers[0]["content-length"]
+    assert server.headers[0]["x-mark"] == f"/v1/messages {server.headers[0]['content-length']}"
 
 
 def test_eval_end_to_end_with_an_anthropic_model(serve, tmp_path):

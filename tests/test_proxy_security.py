@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,10 @@ pytest.importorskip("fastapi")
 
 from selftaught.sleep.adoption import staging  # noqa: E402
 from selftaught.sleep.adoption.probation import Lineage, ProbationConfig, evaluate  # noqa: E402
-from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog  # noqa: E402
+from selftaught.sleep.intake.log import Feedback, Interaction, LogFilter, TaskLog  # noqa: E402
 from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, proxy_in_background  # noqa: E402
 from selftaught.sleep.intake.proxy_access import key_id  # noqa: E402
+from selftaught.sleep.replay_mark import MARK_TTL_S, NightMarks, mark, replay_key  # noqa: E402
 from tests.fake_upstream import FakeUpstream  # noqa: E402
 from tests.test_probation import PROJECT, ask, proxy_config, scripted_upstream, stage  # noqa: E402
 from tests.test_sleep_proxy import wait_logged  # noqa: E402
@@ -400,3 +402,47 @@ def test_the_cli_refuses_a_bad_keys_file_or_rate_in_one_sentence(tmp_path):
         result = runner.invoke(cli.app, [*base, *extra])
         assert result.exit_code == 2 and message in result.output, result.output
         assert "Traceback" not in result.output
+
+
+# ---- issue 63: the night's mark is good once, for its route, project and a short time ------
+
+
+def test_replay_mark_is_bound_to_route_project_and_time(tmp_path, log_at):
+    """A mark relayed a body unlogged as often as it was sent, on any route and by the proxy
+    of any project sharing the home. Now: once, on its route, for its project, until it
+    expires; every other use is traffic (logged, the skill injected)."""
+    home = tmp_path / "home"
+    raw = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]})
+    chat = "/v1/chat/completions"
+    with FakeUpstream() as upstream:
+
+        def config(project: str) -> ProxyConfig:
+            return ProxyConfig(upstream=f"{upstream.base_url}#fake-model", project=project,
+                               port=0, log_path=log_at, home=home)  # fmt: skip
+
+        with proxy_in_background(config("demo")) as (demo, _):
+            with proxy_in_background(config("other")) as (other, _):
+                key = replay_key(home)
+                night = NightMarks(key, "demo")  # what a night for project demo signs with
+
+                def send(url: str, mark_headers: dict[str, str]) -> None:
+                    headers = {"content-type": "application/json", **mark_headers}
+                    answer = httpx.post(f"{url}/chat/completions", content=raw,
+                                        headers=headers, timeout=30)  # fmt: skip
+                    assert answer.status_code == 200, answer.text
+
+                first = night(chat, raw.encode())
+                send(demo, first)  # the night's own: relayed, never logged
+                send(demo, first)  # the same mark again
+                send(other, night(chat, raw.encode()))  # at another project's proxy
+                send(demo, night("/v1/messages", raw.encode()))  # made for another route
+                late = time.time() - MARK_TTL_S - 1
+                send(demo, mark(key, chat, "demo", raw.encode(), now=late))  # expired
+                far = time.time() + 3600
+                send(demo, mark(key, chat, "demo", raw.encode(), now=far))  # made to outlive use
+                send(demo, night(chat, raw.encode()))  # a fresh mark: the night's own again
+                demo_health, other_health = wait_logged(demo, 4), wait_logged(other, 1)
+    assert demo_health["night_replays"] == 2 and other_health["night_replays"] == 0
+    with TaskLog(log_at) as log:
+        assert log.count(LogFilter(project="demo")) == 4
+        assert log.count(LogFilter(project="other")) == 1

@@ -191,7 +191,7 @@ def test_a_night_pointed_at_the_proxy_never_logs_its_replays(tmp_path, monkeypat
             body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
             raw = json.dumps(body).encode()
             headers = {"content-type": "application/json"}
-            marked = {**headers, **mark(replay_key(home), raw)}
+            marked = {**headers, **mark(replay_key(home), "/v1/chat/completions", "demo", raw)}
             forged = {**headers, REPLAY_HEADER: "0" * 64}
             for extra in (marked, forged, headers):
                 answered = httpx.post(f"{url}/chat/completions", content=raw, headers=extra)

@@ -3,7 +3,6 @@ API (their SDKs, optional extras), the local model or a CLI agent."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from selftaught.errors import ConfigError
@@ -13,6 +12,7 @@ from selftaught.models.base import (
     Completion,
     GenerationParams,
     Message,
+    Signer,
 )
 from selftaught.models.errors import (
     CALL_TIMEOUT_S,
@@ -52,7 +52,7 @@ def load_model(
     cache_path: str | Path | None = None,
     max_batch_size: int | None = None,
     device: str | None = None,
-    sign: Callable[[bytes], Mapping[str, str]] | None = None,
+    sign: Signer | None = None,
 ) -> ChatModel:
     """Build a model from a spec string (see `selftaught.models.spec`). A CLI agent
     (claude-code, codex, cmd:) runs under `timeout_s` per run and `retry`; its other settings
@@ -61,8 +61,8 @@ def load_model(
     `max_batch_size` and `device` apply to a local model: most sequences decoded together
     (default 8 on a CPU, 64 on an accelerator) and where it runs (default: CUDA, else MPS,
     else the CPU; see `selftaught.models.device.resolve_device`). `sign` applies to an
-    OpenAI-compatible endpoint and to `anthropic:`: headers made from each request's body (a
-    night's mark).
+    OpenAI-compatible endpoint and to `anthropic:`: headers made from each request's path and
+    body (a night's mark).
     `api_key` is the key of `openai:`, `anthropic:` or `gemini:` (default: the vendor's
     environment variable)."""
     parsed = parse_model_spec(spec)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from selftaught.errors import MissingDependency
@@ -22,6 +21,7 @@ from selftaught.models.base import (
     GenerationParams,
     Message,
     PerLoop,
+    Signer,
     signing_http_client,
 )
 from selftaught.models.errors import (
@@ -82,9 +82,9 @@ class AnthropicModel(AsyncChatModel):
         timeout_s: float = CALL_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         cache_prompt: bool = True,
-        sign: Callable[[bytes], Mapping[str, str]] | None = None,
+        sign: Signer | None = None,
     ):
-        """`sign`: headers to add to each request, made from its body's bytes (a night marks
+        """`sign`: headers to add to each request, made from its path and body (a night marks
         its own calls, so that a selftaught proxy at ANTHROPIC_BASE_URL relays, not logs,
         them). `cache_prompt`: mark the stable prefix for the prompt cache."""
         self._sdk = anthropic_sdk()

@@ -198,16 +198,19 @@ class PerLoop(Generic[C]):
         return item
 
 
-def signing_http_client(
-    client_class: Callable[..., Any], sign: Callable[[bytes], Mapping[str, str]] | None
-) -> Any:
-    """An SDK's default async httpx client that signs each request's body (`sign`: the night's
-    request signature), or None (the SDK's own) when nothing is to be signed."""
+Signer = Callable[[str, bytes], Mapping[str, str]]
+"""Headers for a request, made from its URL's path and its body's bytes (the night's mark)."""
+
+
+def signing_http_client(client_class: Callable[..., Any], sign: Signer | None) -> Any:
+    """An SDK's default async httpx client that signs each request (`sign`: the night's
+    mark, from the request's path and body), or None (the SDK's own) when nothing is to be
+    signed."""
     if sign is None:
         return None
 
     async def signed(request: Any) -> None:
-        request.headers.update(sign(request.read()))
+        request.headers.update(sign(request.url.path, request.read()))
 
     return client_class(event_hooks={"request": [signed]})
 

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import openai
@@ -19,6 +18,7 @@ from selftaught.models.base import (
     GenerationParams,
     Message,
     PerLoop,
+    Signer,
     ToolCall,
     check_n,
     params_for_sample,
@@ -69,9 +69,9 @@ class OpenAICompatModel(AsyncChatModel):
         api_key: str | None = None,
         timeout_s: float = CALL_TIMEOUT_S,
         retry: RetryPolicy | None = None,
-        sign: Callable[[bytes], Mapping[str, str]] | None = None,
+        sign: Signer | None = None,
     ):
-        """`sign`: headers to add to each request, made from its body's bytes (a night marks
+        """`sign`: headers to add to each request, made from its path and body (a night marks
         its own calls so that a selftaught proxy in front of this model does not log them)."""
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
         # an endpoint the spec names gets the key given for it, never the user's OpenAI key

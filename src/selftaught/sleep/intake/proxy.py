@@ -91,7 +91,7 @@ from selftaught.sleep.intake.storable import LOG_ERROR, REPLACED, storable
 from selftaught.sleep.intake.watch import ProbationWatch
 from selftaught.sleep.intake.writer import LogWriter
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project, read_adopted
-from selftaught.sleep.replay_mark import is_marked, replay_key
+from selftaught.sleep.replay_mark import MarkChecker, replay_key
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -320,7 +320,8 @@ class ProxyState:
         self.requests = 0
         self.upstream_errors = 0
         self.answered_before_logged = 0  # answers that outwaited `log_wait_s`
-        self.replay_key = _replay_key(config.home)  # the night's mark: relayed, never logged
+        # the night's mark: relayed, never logged
+        self.night_marks = MarkChecker(_replay_key(config.home), config.project)
         self.night_replays = 0
         self.replaced_chars = 0  # characters `storable` replaced in requests and replies
         self.malformed_events = 0  # stream events of no shape the API has (skipped)
@@ -640,7 +641,7 @@ async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> A
     raw, body = await read_json_body(request)
     if isinstance(body, str):
         return error_response(400, body, "invalid_request_error")
-    if is_marked(state.replay_key, request.headers, raw):  # the operator's night (see module)
+    if state.night_marks.accepts(request.headers, request.url.path, raw):  # the night's own
         return await relay_night_call(state, request, wire, raw, body)
     body, replaced = storable(body)  # what the log cannot store, replaced before any reads it
     record = _new_record(state, wire, body, started, client, request.headers)

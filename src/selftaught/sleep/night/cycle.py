@@ -37,7 +37,6 @@ The models behind a night are recorded; a change since the last night is warned 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import time
 from collections import Counter
@@ -1645,7 +1644,8 @@ class NightTrainer:
         else:
             self.callbacks = CallbackList(with_tracker(config.report_to, callbacks))
         self.ledger = ledger or UsageLedger(budget=config.budget)
-        self.loader = loader or _default_loader(config, self.home)
+        self.marks = _night_marks(config, self.home)
+        self.loader = loader or _default_loader(config, self.marks)
         self.models = night_models(model, config, self.loader)
         self.prompts = PromptSet.read(config.training.prompts)  # checked before any night
         self.dry_run = dry_run
@@ -1690,6 +1690,7 @@ class NightTrainer:
         """The night of `project` over `rows` (its window), the lock held by the caller; its
         folder is `output_dir`, else under `scratch` (a dry run), else the project's."""
         home, config = self.home, self.config
+        self.marks.project = project  # the night's calls are marked for this project's proxy
         root = self.output_dir or (
             scratch / project if scratch else staging.nights_dir(project, home) / night
         )
@@ -1708,13 +1709,16 @@ class NightTrainer:
         return outcome
 
 
-def _default_loader(config: NightConfig, home: Path) -> ModelLoader:
-    """`load_model` with the config's options; the night's calls carry its mark, so a proxy
-    in front relays them instead of logging them."""
+def _default_loader(config: NightConfig, marks: replay_mark.NightMarks) -> ModelLoader:
+    """`load_model` with the config's options; the night's calls carry its mark (`marks`, for
+    the project whose night runs), so a proxy in front relays them instead of logging them."""
     from selftaught.models import load_model
 
-    sign = functools.partial(replay_mark.mark, replay_mark.replay_key(home))
-    return lambda spec: load_model(spec, **config.model_options, sign=sign)
+    return lambda spec: load_model(spec, **config.model_options, sign=marks)
+
+
+def _night_marks(config: NightConfig, home: Path) -> replay_mark.NightMarks:
+    return replay_mark.NightMarks(replay_mark.replay_key(home), config.project or "")
 
 
 def night_models(
@@ -1729,7 +1733,7 @@ def night_models(
         return model
     if model is None:
         return None
-    loader = loader or _default_loader(config, config.home or sleep_home())
+    loader = loader or _default_loader(config, _night_marks(config, config.home or sleep_home()))
     if isinstance(model, str):
         config = dataclasses.replace(config, model=model)
         return _load_models(config, [], loader, {})
