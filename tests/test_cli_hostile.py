@@ -142,3 +142,48 @@ def test_json_output_is_always_json(env, tmp_path):
     assert code == 0, output
     exported = (tmp_path / "rows.jsonl").read_text().splitlines()
     assert [strict(line)["meta"]["inf"] for line in exported] == [None]
+
+
+def test_every_command_refuses_an_argument_that_is_not_utf8(tmp_path, monkeypatch):
+    """Every command and group (those added since round four's hostile-bytes test among them:
+    `sleep log forget`, `sleep feedback --reject-signal`, `sleep resume`, `doctor`, `mcp`,
+    `watch`): the one check runs before any of them."""
+    from selftaught.cli.reference import commands
+
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(tmp_path / "home"))
+    paths = [path.split() for path, _ in commands() if path]
+    assert ["sleep", "log", "forget"] in paths and ["watch"] in paths and ["mcp"] in paths
+    for path in paths:
+        result = CliRunner().invoke(app, [*path, "--project", "demo" + BAD])
+        assert result.exit_code == 2, (path, result.output)
+        assert "--project is not UTF-8 text" in result.output, (path, result.output)
+    assert not (tmp_path / "home").exists()  # refused before anything was made
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sleep", "log", "--limit", "9" * 30],
+        ["sleep", "log", "--limit", "-1"],
+        ["sleep", "log", "--since", "1e400d"],
+        ["sleep", "log", "--since", "NaNd"],
+        ["sleep", "log", "forget", "--until", "1e400d", "--yes"],
+        ["sleep", "log", "forget", "--until", "-Infinityd", "--yes"],
+        ["sleep", "feedback", "{id}", "--score", "9" * 400],
+    ],
+    ids=[
+        "limit huge",
+        "limit negative",
+        "since 1e400",
+        "since NaN",
+        "until 1e400",
+        "until -inf",
+        "score 400 digits",
+    ],  # fmt: skip
+)
+def test_hostile_numbers_on_the_log_commands_are_one_sentence(env, args):
+    log_at, row, invoke = env
+    code, output, exception = invoke(*[a.replace("{id}", row) for a in args])
+    one_sentence_exit_2(code, output, exception, "")
+    with TaskLog(log_at) as log:
+        assert log.get(row).feedback.empty()

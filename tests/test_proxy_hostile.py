@@ -1038,3 +1038,179 @@ def test_feedback_scores_must_be_finite_numbers_from_0_to_1(tmp_path, log_at):
     assert kept.status_code == 200, kept.text
     with TaskLog(log_at) as log:
         assert log.get(row or "").feedback.score == 0.75
+
+
+# ---- round five: the endpoints added since this file was written ------------------------------
+# `selftaught watch` (GET /, /live.js, /api/state) and the MCP server's tools (`selftaught
+# mcp`); the commands added since (`sleep log forget`, `sleep feedback --reject-signal`, ...)
+# are in tests/test_cli_hostile.py. The proxy's own routes are those above.
+
+HOSTILE_QUERIES = [
+    "since=1e400",
+    "since=NaN",
+    "since=-Infinity",
+    "since=" + "9" * 5000,
+    "gen=99999999999999999999999999",
+    "since=-99999999999999999999999",
+    "rev=%ED%A0%80",  # a lone surrogate, UTF-8-encoded
+    "since=%FF%FE",  # not UTF-8
+    "since=1&since=2",
+    "x=%00",
+]
+
+
+def strict_json(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_watch_answers_hostile_queries_with_json_or_a_4xx(tmp_path):
+    from tests.report_fixtures import optimize_run
+    from tests.test_report_live import Replay, client
+
+    optimize_run(tmp_path / "finished")
+    replay = Replay(tmp_path / "finished", tmp_path / "run")
+    replay.append(3)
+    watch = client(replay.root)
+    for path in ("/", "/live.js"):
+        assert watch.get(f"{path}?{HOSTILE_QUERIES[0]}").status_code == 200
+    for query in HOSTILE_QUERIES:
+        answer = watch.get(f"/api/state?{query}")
+        assert answer.status_code in (200, 422), (query, answer.text[:300])
+        strict_json(answer.text)  # a 422 says why in JSON too
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ({"comment": "wrong" + S}, {"comment": "wrong\ufffd"}),
+        ({"reference": "4" + S, "thumb": "down"}, {"reference": "4\ufffd", "thumb": "down"}),
+        ({"comment": "a\x00b"}, {"comment": "a\ufffdb"}),  # PostgreSQL refuses NUL in text
+        ({"comment": "\udfff" * 1000}, {"comment": "\ufffd" * 1000}),
+    ],
+    ids=["surrogate comment", "surrogate reference", "NUL", "many surrogates"],
+)
+def test_mcp_feedback_with_hostile_bytes_is_stored_as_u_fffd(tmp_path, log_at, given, stored):
+    """An agent's `give_feedback` holding a lone surrogate or a NUL raised an encoding error
+    and stored nothing; now it is stored as the proxy stores it."""
+    from selftaught.sleep.mcp_server import SleepTools
+
+    with TaskLog(log_at) as log:
+        row = Interaction([{"role": "user", "content": "q"}], "a", project="demo")
+        row.source, row.session_id = "proxy", "sess-1"
+        log.add(row)
+    tools = SleepTools(project="demo", log_path=log_at, env={}, folder=tmp_path)
+    answer = tools.give_feedback(session_id="sess-1", **given)
+    assert answer["attached_to"] == row.id and answer["feedback"] == stored
+    with TaskLog(log_at) as log:
+        fb = log.get(row.id).feedback
+    assert {k: getattr(fb, k) for k in stored} == stored
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    [S, "s" + S, "x" * 100_000, "a\x00b", "../" * 50, "1e400"],
+    ids=["surrogate", "surrogate inside", "100k", "NUL", "dots", "a number's spelling"],
+)
+def test_mcp_feedback_with_a_hostile_session_id_is_one_sentence(tmp_path, log_at, session_id):
+    from selftaught.errors import SelftaughtError
+    from selftaught.sleep.mcp_server import SleepTools
+
+    tools = SleepTools(project="demo", log_path=log_at, env={}, folder=tmp_path)
+    with pytest.raises(SelftaughtError) as err:
+        tools.give_feedback(thumb="up", session_id=session_id)
+    message = str(err.value)
+    assert "\n" not in message and len(message) < 600, message
+    with TaskLog(log_at) as log:
+        assert log.count() == 0
+
+
+def test_mcp_tools_over_the_wire_refuse_hostile_arguments(tmp_path, log_at):
+    """JSON-RPC bytes written to a real `selftaught mcp` (what a hostile agent can send; an
+    MCP client library refuses to encode most of them): numbers JSON cannot spell, wrong types
+    and a 5000-character id are tool errors, never a traceback; a NUL is stored as U+FFFD
+    (PostgreSQL refused it); the server answers every call it can read and goes on."""
+    import queue
+    import subprocess
+    import sys
+    import threading
+
+    from mcp.types import LATEST_PROTOCOL_VERSION
+
+    import selftaught
+
+    with TaskLog(log_at) as log:
+        row = Interaction([{"role": "user", "content": "q"}], "a", project="demo")
+        row.source, row.session_id = "proxy", "sess-1"
+        log.add(row)
+    start = {"protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {},
+             "clientInfo": {"name": "hostile", "version": "1"}}  # fmt: skip
+    lines = [
+        dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": start}),
+        dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ]
+    calls = {
+        "number thumb": {"thumb": "__INF__"},
+        "NaN thumb": {"thumb": "__NAN__"},
+        "deep reference": {"reference": "__DEEP__"},
+        "object comment": {"comment": {"a": [1, "__BIG__"]}},
+        "huge session": {"thumb": "up", "session_id": "9" * 5000},
+        "NUL comment": {"comment": "a\x00b"},
+        # lines the MCP SDK's JSON parser refuses: dropped unanswered, the server goes on
+        "too deep reference": {"reference": "__TOO_DEEP__"},
+        "surrogate comment": {"comment": "wrong" + S},
+    }
+    unread = {"too deep reference", "surrogate comment"}
+    for i, args in enumerate(calls.values(), start=1):
+        params = {"name": "give_feedback", "arguments": {"session_id": "sess-1", **args}}
+        lines.append(dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params}))
+    after = len(calls) + 1  # a last call: the server still answers
+    lines.append(dumps({"jsonrpc": "2.0", "id": after, "method": "tools/call",
+                        "params": {"name": "adopted_skill", "arguments": {}}}))  # fmt: skip
+    environ = {
+        "PYTHONPATH": str(Path(selftaught.__file__).parents[1]),
+        "HOME": str(tmp_path),
+        "SELFTAUGHT_HOME": str(tmp_path / "home"),
+        "SELFTAUGHT_LOG": str(log_at),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "CODEX_HOME": str(tmp_path / "codex"),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "selftaught", "mcp", "--project", "demo"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environ,
+        cwd=tmp_path,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    said: queue.Queue[bytes] = queue.Queue()
+    stdout = server.stdout
+    threading.Thread(target=lambda: [said.put(line) for line in stdout], daemon=True).start()
+    server.stdin.write(b"\n".join(lines) + b"\n")
+    server.stdin.flush()
+    answers: dict[Any, Any] = {}
+    names = dict(enumerate(calls, start=1))
+    wanted = {i for i, name in names.items() if name not in unread} | {after}
+    deadline = time.monotonic() + 90
+    while not wanted <= set(answers) and time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            message = json.loads(said.get(timeout=1))
+            answers[message.get("id")] = message
+    server.stdin.close()
+    server.wait(timeout=60)
+    stderr = server.stderr.read() if server.stderr else b""
+    assert b"Traceback" not in stderr, stderr.decode(errors="replace")[-2000:]
+    assert wanted <= set(answers), ([names.get(i) for i in wanted - set(answers)], stderr[-2000:])
+    for i, name in names.items():
+        if name in unread:
+            continue
+        text = json.dumps(answers[i])
+        assert "Traceback" not in text, (name, text[:600])
+        failed = "error" in answers[i] or answers[i]["result"].get("isError")
+        assert failed == (name != "NUL comment"), (name, text[:600])
+    assert not answers[after]["result"].get("isError")
+    with TaskLog(log_at) as log:
+        assert log.get(row.id).feedback.comment == "a\ufffdb"

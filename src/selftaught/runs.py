@@ -135,7 +135,8 @@ def json_text(value: Any, **options: Any) -> str:
     """JSON that every parser reads, for what a command prints or exports: a NaN or an
     infinity (a row stored before scores were checked, a number in `meta`) is written null,
     never the `NaN` / `-Infinity` Python's json writes by default."""
-    return json.dumps(finite(value), allow_nan=False, ensure_ascii=False, default=str, **options)
+    options = {"ensure_ascii": False, "default": str, **options}
+    return json.dumps(finite(value), allow_nan=False, **options)
 
 
 class PathRefused(InputError):

@@ -51,6 +51,7 @@ from selftaught.sleep.intake.log import (
     iso_utc,
 )
 from selftaught.sleep.intake.sessions import check_session_id
+from selftaught.sleep.intake.storable import storable
 from selftaught.sleep.paths import check_project, read_adopted
 
 SERVER_NAME = "selftaught"
@@ -96,6 +97,9 @@ class SleepTools:
         comment: str | None = None,
         session_id: str | None = None,
     ) -> dict[str, Any]:
+        # what the agent sends is hostile bytes: a lone surrogate or a NUL is stored as
+        # U+FFFD, as the proxy stores it (`storable`), never an encoding error
+        (reference, comment), _ = storable([reference, comment])
         fb = Feedback(thumb=thumb, reference=reference, comment=comment)  # type: ignore[arg-type]
         if fb.empty():
             raise InputError("feedback is empty: give a thumb, a reference or a comment")

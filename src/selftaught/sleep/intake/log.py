@@ -56,6 +56,7 @@ Thumb = Literal["up", "down"]
 # ---- records ------------------------------------------------------------------------------
 
 
+MAX_ROWS = 2**31 - 1  # the most rows a query may ask for (a larger integer is no column's)
 USER_FIELDS = ("thumb", "score", "reference", "comment")
 """What a giver of feedback may set; when it was given, by whom and whether that giver is
 trusted are set by the code that stores it, never taken from the giver."""
@@ -391,6 +392,10 @@ class LogFilter:
     ids: tuple[str, ...] | None = None  # these rows only (full ids)
     limit: int | None = None
     newest_first: bool = True
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and not 0 <= self.limit <= MAX_ROWS:
+            raise InputError(f"limit must be a number of rows from 0 to {MAX_ROWS}")
 
     def where(self, dialect: Dialect | None = None) -> tuple[str, list[Any]]:
         """The WHERE clause (with `?` placeholders) and its arguments."""

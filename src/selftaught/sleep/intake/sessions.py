@@ -63,9 +63,8 @@ LOOKUP_MAX_ROWS = 100_000  # `last_turn` looks this far back at most
 def check_session_id(session_id: str) -> str:
     """A session id names a file: letters, digits, '.', '_', '-' only (no path, no glob)."""
     if not isinstance(session_id, str) or not _SESSION_ID.match(session_id):
-        raise InputError(
-            f"invalid session id {session_id!r}: letters, digits, '.', '_' or '-' only"
-        )
+        shown = repr(session_id) if len(repr(session_id)) <= 80 else repr(session_id)[:77] + "..."
+        raise InputError(f"invalid session id {shown}: letters, digits, '.', '_' or '-' only")
     return session_id
 
 
