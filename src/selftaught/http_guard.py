@@ -36,7 +36,7 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from selftaught.errors import ConfigError
+from selftaught.errors import ConfigError, InputError
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 LOOPBACK = "127.0.0.1"
@@ -115,21 +115,22 @@ def _origin_is_loopback(origin: str) -> bool:
 
 
 def _not_a_number(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    raise InputError(f"{name} is not a JSON number")
 
 
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         shown = text if len(text) <= 40 else text[:40] + "..."
-        raise ValueError(f"the number {shown} is too large for a float")
+        raise InputError(f"the number {shown} is too large for a float")
     return value
 
 
 def strict_json(data: bytes | str) -> Any:
     """`json.loads` for what a client sends: the numbers JSON has no spelling for, which
     Python reads anyway (NaN, Infinity, -Infinity, and a float too large, as 1e400 reads as
-    infinity), are a ValueError naming them, so no such number is ever stored or echoed."""
+    infinity), are an InputError (a ValueError) naming them, so no such number is ever stored or
+    echoed."""
     return json.loads(data, parse_constant=_not_a_number, parse_float=_finite)
 
 
