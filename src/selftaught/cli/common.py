@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -61,7 +60,7 @@ def _shown(value: str) -> str:
 class _Commands(TyperGroup):
     """The root command: refuses, before any command runs, arguments that are not text."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own click Context
         problem = undecodable_input(args, os.environ)
         if problem is not None:
             console.print(f"[bold red]error:[/] {escape(problem)}", soft_wrap=True)
