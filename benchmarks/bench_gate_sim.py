@@ -20,23 +20,29 @@ The model of a run (the assumptions, stated so they can be argued with):
     python benchmarks/bench_gate_sim.py                  # 5 settings x 3 scenarios, 2,000 runs each
     python benchmarks/bench_gate_sim.py --quick          # 500 runs each
     python benchmarks/bench_gate_sim.py --pooled         # the pooled val's false accepts (issue 52)
+    python benchmarks/bench_gate_sim.py --power          # power at one false-accept rate (issue 65)
 
-Writes benchmarks/results/gate_sim.json and prints a Markdown table.
+Writes benchmarks/results/gate_sim.json and prints a Markdown table (`--pooled`:
+gate_sim_pooled.json, `--power`: gate_power.json, resumed cell by cell).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import math
+import os
 import random
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from common import RESULTS
+from common import RESULTS, markdown_table, pending_units, resumed_units
 
-from selftaught.gate import GateConfig, gate, pooled_gate
+from selftaught.gate import GateConfig, ValScores, gate, pooled_gate
 from selftaught.runs import atomic_write_json
 from selftaught.stats import sign_test_pvalue, wilson_interval
 
@@ -258,15 +264,261 @@ def pooled_main(runs: int) -> None:
     print(f"\nwrote {path} ({out['wall_s']} s)")
 
 
+# ---- power at the same false-accept rate (issue 65) -------------------------------------
+#
+# Does a decision rule exist that accepts a true +0.05 / +0.10 more often than today's gate
+# while accepting placebo candidates no more often? Each rule meets the same simulated runs
+# (the same seeds): the real loop's shape (each step proposes candidates from the current
+# skill, the best of them on val meets the gate against the current and the best skill, an
+# accept moves the current one, a new best the shipped one), placebo runs (no candidate
+# changes the true accuracy) and runs where the first step's first candidate carries a true
+# gain its descendants inherit. Dev data only: simulated items, no task, no test split.
+
+Rule = Callable[[ValScores, ValScores, ValScores, Sequence[ValScores]], str]
+"""(candidate, current, best, line) -> a gate decision; `line`: the val scores of the skills
+accepted as current since the last new best, in order (the candidate's ancestors)."""
+
+
+def gate_rule(cfg: GateConfig) -> Rule:
+    """The package's gate as it decides today."""
+    return lambda cand, cur, best, line: gate(cand, cur, best, cfg).decision
+
+
+def tested_rule(pvalue: Callable[[ValScores, ValScores, Sequence[ValScores]], float],
+                alpha: float) -> Rule:  # fmt: skip
+    """Today's gate with margin 0 whose new-best test is `pvalue(candidate, best, line) <=
+    alpha` instead of the sign test; ties and the current skill as today."""
+    base = GateConfig(margin=0.0)
+
+    def rule(cand: ValScores, cur: ValScores, best: ValScores, line: Sequence[ValScores]) -> str:
+        result = gate(cand, cur, best, base)
+        if result.decision != "accept_new_best" or pvalue(cand, best, line) <= alpha + 1e-9:
+            return result.decision
+        return "accept" if result.gain_vs_current >= -1e-9 else "reject"
+
+    return rule
+
+
+def _wins_losses(cand: ValScores, best: ValScores) -> tuple[int, int]:
+    pairs = [(c, b) for i, c in cand.items() if c is not None and (b := best.get(i)) is not None]
+    return sum(c > b for c, b in pairs), sum(c < b for c, b in pairs)
+
+
+def midp_pvalue(cand: ValScores, best: ValScores, line: Sequence[ValScores] = ()) -> float:
+    """The one-sided sign test's mid-p (half the probability of the observed split): less
+    conservative than the exact test at the same level on few discordant items."""
+    wins, losses = _wins_losses(cand, best)
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    above = sum(math.comb(n, k) for k in range(wins + 1, n + 1))
+    return (above + 0.5 * math.comb(n, wins)) / 2**n
+
+
+def lineage_pvalue(cand: ValScores, best: ValScores, line: Sequence[ValScores] = ()) -> float:
+    """Per-item evidence pooled across the steps the candidate's line survived: the candidate
+    and its ancestors accepted as current since the last new best, against the best. Under the
+    null every skill on an item is exchangeable, so given the K_i solves of the m + 1 skills
+    on item i the best holds one of them with probability K_i / (m + 1); the p-value is the
+    probability of the best solving as few items as it did (a Poisson-binomial tail). With no
+    ancestor it is the exact sign test."""
+    group = [*line, cand]
+    items = [
+        i for i, b in best.items() if b is not None and all(g.get(i) is not None for g in group)
+    ]
+    m = len(group)
+    dist = [1.0]  # P(the best solves k of the items so far)
+    for i in items:
+        p = (sum(float(g[i] or 0.0) for g in group) + float(best[i] or 0.0)) / (m + 1)
+        nxt = [0.0] * (len(dist) + 1)
+        for k, v in enumerate(dist):
+            nxt[k] += v * (1 - p)
+            nxt[k + 1] += v * p
+        dist = nxt
+    solved = round(sum(float(best[i] or 0.0) for i in items))
+    return min(1.0, sum(dist[: solved + 1]))
+
+
+SKILL_DEFAULT = "optimize default: margin 1, p ≤ 0.2"
+NIGHT_DEFAULT = "night default: margin 1"
+RULES: dict[str, Rule] = {
+    SKILL_DEFAULT: gate_rule(SKILL_GATE),
+    NIGHT_DEFAULT: gate_rule(GateConfig()),
+    "sign test p ≤ 0.1": gate_rule(GateConfig(margin=0.0, confidence=0.9)),
+    "sign test p ≤ 0.3": gate_rule(GateConfig(margin=0.0, confidence=0.7)),
+    "candidate: mid-p ≤ 0.1": tested_rule(midp_pvalue, 0.1),
+    "candidate: lineage p ≤ 0.2": tested_rule(lineage_pvalue, 0.2),
+}
+CANDIDATES = [name for name in RULES if name.startswith("candidate:")]
+SHAPES: dict[str, tuple[int, int]] = {"one look": (1, 1), "a run": (4, 3)}
+"""steps, candidates per step: one candidate against its parent, or `optimize`'s shape (four
+steps, an analyst proposal and two demo sets each)."""
+POWER_SIZES = (8, 12, 20, 30)  # a night's val sizes and optimize's 30
+POWER_GAINS = (0.0, 0.05, 0.10)
+POWER_BASES = (0.2, 0.35)  # chain_sum's seed prompt solved 4-6 of 30 val items; the study above
+
+
+@dataclass(frozen=True)
+class PowerCase:
+    """One cell: `n_val` val items, a loop `shape`, the true accuracy `gain` of the first
+    step's first candidate (0: placebo) over items of `base_acc`."""
+
+    n_val: int
+    shape: str
+    gain: float
+    base_acc: float
+    item_sd: float = 1.5
+    churn: float = 1.0
+
+
+def effect_for_gain(run: SimRun, gain: float) -> float:
+    """The logit shift that raises this run's true accuracy by `gain` (bisection)."""
+    if gain <= 0:
+        return 0.0
+    start = run.true_accuracy(0.0)
+    lo, hi = 0.0, 8.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if run.true_accuracy(mid) - start < gain else (lo, mid)
+    return hi
+
+
+def power_run(case: PowerCase, rule: Rule, seed: int) -> dict[str, int]:
+    """One simulated run under `rule`: whether it ships a change, whether it ships the gain,
+    its gate looks and the looks that accepted a new best."""
+    steps, per_step = SHAPES[case.shape]
+    rng = random.Random(seed)
+    sc = Scenario("power", 0.0, 0.0, case.base_acc, case.item_sd, case.churn, steps,
+                  case.n_val, 0)  # fmt: skip
+    run = SimRun(sc, rng)
+    effect = effect_for_gain(run, case.gain)
+    seed_skill = run.skill(0.0)
+    current = best = seed_skill
+    line: list[tuple[float, list[float]]] = []
+    looks = new_best = 0
+    for step in range(steps):
+        shifts = [effect if step == 0 and k == 0 else 0.0 for k in range(per_step)]
+        chosen = max((run.skill(current[0] + d) for d in shifts), key=lambda s: sum(s[1]))
+        val = [val_of(s[1], case.n_val) for s in (chosen, current, best, *line)]
+        decision = rule(val[0], val[1], val[2], val[3:])
+        looks += 1
+        if decision == "accept_new_best":
+            current = best = chosen
+            line = []
+            new_best += 1
+        elif decision == "accept":
+            current = chosen
+            line.append(chosen)
+    return {"changed": int(best is not seed_skill), "gained": int(best[0] > 0),
+            "looks": looks, "new_best": new_best}  # fmt: skip
+
+
+def power_cell(case: PowerCase, name: str, runs: int) -> dict[str, Any]:
+    """A rule on `runs` seeded runs of a case: its accept rate (placebo: shipping any change;
+    a gain: shipping the gain) with a 95% Wilson interval, and per look."""
+    rows = [power_run(case, RULES[name], seed) for seed in range(runs)]
+    hits = sum(r["gained" if case.gain else "changed"] for r in rows)
+    looks = sum(r["looks"] for r in rows)
+    looked = sum(r["new_best"] for r in rows)
+    return {
+        **asdict(case),
+        "rule": name,
+        "runs": runs,
+        "accepted": hits,
+        "rate": hits / runs,
+        "ci95": [round(x, 4) for x in wilson_interval(hits, runs)],
+        "looks": looks,
+        "per_look": looked / looks,
+    }
+
+
+def power_table(cells: Sequence[dict[str, Any]]) -> str:
+    """Accept rates by val size and rule: placebo (a false accept) and the two true gains,
+    one look and a run, each with its 95% interval."""
+    by = {(c["base_acc"], c["n_val"], c["shape"], c["gain"], c["rule"]): c for c in cells}
+
+    def rate(*key: Any) -> str:
+        c = by.get(key)
+        if c is None:
+            return "-"
+        lo, hi = c["ci95"]
+        return f"{100 * c['rate']:.1f}% ({100 * lo:.0f}–{100 * hi:.0f})"
+
+    header = ["base acc", "val", "rule"] + [
+        f"{shape}: {'placebo' if not g else f'+{g:.2f}'}" for shape in SHAPES for g in POWER_GAINS
+    ]
+    body = [
+        [f"{b:.2f}", n, rule, *(rate(b, n, s, g, rule) for s in SHAPES for g in POWER_GAINS)]
+        for b in sorted({c["base_acc"] for c in cells})
+        for n in sorted({c["n_val"] for c in cells})
+        for rule in RULES
+        if any((b, n, s, g, rule) in by for s in SHAPES for g in POWER_GAINS)
+    ]
+    return markdown_table(header, body)
+
+
+def power_verdict(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each candidate rule, val size and shape, against each default: the target (no
+    more placebo accepts, more accepts of both true gains) met or not, by the point rates."""
+    by = {(c["base_acc"], c["n_val"], c["shape"], c["gain"], c["rule"]): c["rate"] for c in cells}
+    out = []
+    for b, n, shape, default, rule in itertools.product(
+        sorted({c["base_acc"] for c in cells}), sorted({c["n_val"] for c in cells}), SHAPES,
+        (SKILL_DEFAULT, NIGHT_DEFAULT), CANDIDATES,
+    ):  # fmt: skip
+        keys = [(b, n, shape, g) for g in POWER_GAINS]
+        if not all((*k, r) in by for k in keys for r in (rule, default)):
+            continue
+        placebo = by[(*keys[0], rule)] <= by[(*keys[0], default)]
+        gains = all(by[(*k, rule)] > by[(*k, default)] for k in keys[1:])
+        out.append({"base_acc": b, "n_val": n, "shape": shape, "rule": rule,
+                    "against": default, "meets": placebo and gains})  # fmt: skip
+    return out
+
+
+def power_main(runs: int, *, quick: bool) -> None:
+    os.nice(10)  # a CPU-light study on a shared machine
+    path = RESULTS / f"gate_power{'_quick' if quick else ''}.json"
+    settings = {"runs": runs, "bases": list(POWER_BASES), "sizes": list(POWER_SIZES),
+                "gains": list(POWER_GAINS), "shapes": SHAPES, "rules": list(RULES)}  # fmt: skip
+    cells = resumed_units(path, json.loads(json.dumps(settings)))
+    order = list(itertools.product(POWER_BASES, POWER_SIZES, SHAPES, POWER_GAINS, RULES))
+    keys = ("base_acc", "n_val", "shape", "gain", "rule")
+    t0 = time.perf_counter()
+    for base, n, shape, gain, rule in pending_units(order, cells, keys):
+        cells.append(power_cell(PowerCase(n, shape, gain, base), rule, runs))
+        out = {
+            "command": "python benchmarks/bench_gate_sim.py --power" + " --quick" * quick,
+            "settings": settings,
+            "runs": cells,
+            "verdict": power_verdict(cells),
+        }
+        RESULTS.mkdir(exist_ok=True)
+        atomic_write_json(path, out)  # after each cell: an interrupted study resumes
+        done = f"{base:.2f} {n:>3} {shape:<8} +{gain:.2f} {rule}"
+        print(f"{done}: {100 * cells[-1]['rate']:.1f}%", flush=True)
+    print(power_table(cells))
+    met = [v for v in power_verdict(cells) if v["meets"]]
+    print(f"\ncandidates meeting the target: {met or 'none'} ({time.perf_counter() - t0:.0f} s)")
+    if not quick:
+        from tables import write_tables
+
+        write_tables()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--quick", action="store_true", help="500 runs per cell")
     ap.add_argument("--gates", nargs="+", choices=sorted(GATES), default=list(GATES))
     ap.add_argument("--pooled", action="store_true", help="the pooled val's placebo study")
+    ap.add_argument("--power", action="store_true", help="rules at the same false-accept rate")
     args = ap.parse_args()
     if args.pooled:
         pooled_main(500 if args.quick else args.runs)
+        return
+    if args.power:
+        power_main(300 if args.quick else args.runs, quick=args.quick)
         return
     runs = 500 if args.quick else args.runs
     t0 = time.perf_counter()

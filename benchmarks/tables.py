@@ -117,6 +117,12 @@ def gate_sim(results: Path) -> str:
     return bench_gate_sim.table(_load(results, "gate_sim.json")["results"])
 
 
+def gate_power(results: Path) -> str:
+    import bench_gate_sim
+
+    return bench_gate_sim.power_table(_load(results, "gate_power.json")["runs"])
+
+
 # ---- tables rendered here --------------------------------------------------------------
 
 
@@ -314,6 +320,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "peers_dev": peers_dev,
     "gate_sweep": gate_sweep,
     "gate_sim": gate_sim,
+    "gate_power": gate_power,
     "dtype_cpu": dtype_cpu,
     "overhead": overhead,
     "tool_rest": tool_rest,
