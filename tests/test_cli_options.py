@@ -13,7 +13,7 @@ import pytest
 import typer
 
 from selftaught.cli import app
-from selftaught.cli.common import BUDGET_FLAGS, GATE_FLAGS, TASK_FLAGS
+from selftaught.cli.common import BUDGET_FLAGS, GATE_FLAGS, SIZED_TASK_FLAGS, TASK_FLAGS
 from selftaught.cli.optimize import SKILL_FLAGS, SKILL_GATE
 from selftaught.cli.options import config_flags, field_default, field_docs, flag_default
 from selftaught.cli.sleep import NIGHT_FLAGS, NIGHT_SKILL_FLAGS, NIGHT_TRAINING, WEIGHT_FLAGS
@@ -139,8 +139,8 @@ def _param(command: click.Command, name: str) -> click.Parameter:
         ("optimize", Budget, BUDGET_FLAGS, None),
         ("train", Budget, TRAIN_BUDGET_FLAGS, None),
         ("eval", TaskOptions, TASK_FLAGS, None),
-        ("optimize", TaskOptions, TASK_FLAGS, None),
-        ("train", TaskOptions, TASK_FLAGS, None),
+        ("optimize", TaskOptions, SIZED_TASK_FLAGS, None),
+        ("train", TaskOptions, SIZED_TASK_FLAGS, None),
         ("eval", RolloutConfig, ["concurrency"], None),
         ("eval", GenerationParams, ["max_tokens", "temperature"], None),
     ],
@@ -159,6 +159,8 @@ def test_the_task_gate_and_budget_flags_are_generated_where_a_task_is_loaded():
     for command in ("eval", "optimize", "train"):
         opts = {o for p in _command(command).params for o in getattr(p, "opts", [])}
         assert {"--seed", "--train-size", "--scorer", "--judge-model", "--unsafe-exec"} <= opts
+        val_size = next(p for p in _command(command).params if "--val-size" in p.opts)
+        assert val_size.help.startswith(field_docs(TaskOptions)["val_size"])  # or auto
     for command in ("optimize", "train"):
         opts = {o for p in _command(command).params for o in getattr(p, "opts", [])}
         assert {"--gate-metric", "--gate-margin", "--budget-calls", "--budget-tokens"} <= opts

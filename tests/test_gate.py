@@ -1,5 +1,7 @@
 """The gate (pure): known decisions from per-example val scores."""
 
+import math
+
 import pytest
 
 from selftaught.gate import GateConfig, gate, metric_value
@@ -153,3 +155,62 @@ def test_smallest_accepted_gain_with_the_gate_off_and_bad_input():
     assert smallest_accepted_gain(5, GateConfig(accept_all=True)).items == 0
     with pytest.raises(ValueError, match="n_val"):
         smallest_accepted_gain(-1, GateConfig())
+
+
+# ---- power said before a run (issue 65) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cfg, gain, expected",
+    [
+        (GateConfig(confidence=0.8), 0.05, 60),  # optimize's default: 3 net wins
+        (GateConfig(confidence=0.8), 0.10, 30),
+        (GateConfig(), 0.05, 40),  # a night's margin: 2 net wins
+        (GateConfig(margin=0), 0.05, 20),  # strict >: 1 win
+        (GateConfig(confidence=0.8), 1.0, 3),  # never fewer items than the wins needed
+        (GateConfig(confidence=0.8), 0.07, 43),  # 3 / 0.07 = 42.9
+    ],
+)
+def test_val_size_for_a_gain_is_the_first_size_the_gate_can_accept_it_on(cfg, gain, expected):
+    from selftaught.gate import smallest_accepted_gain, val_size_for
+
+    n = val_size_for(gain, cfg)
+    assert n == expected
+    at, below = smallest_accepted_gain(n, cfg), smallest_accepted_gain(n - 1, cfg)
+    assert at.items is not None and at.items <= gain * n + 1e-9
+    assert below.items is None or below.items > gain * (n - 1)
+    cand, base = _wins(n, math.ceil(gain * n - 1e-9))  # that gain, all wins: the gate takes it
+    assert gate(cand, base, base, cfg).decision == "accept_new_best"
+
+
+def test_the_power_line_says_the_smallest_gain_and_the_val_size_a_gain_needs():
+    from selftaught.gate import gate_power
+
+    line = gate_power(30, GateConfig(confidence=0.8)).line()
+    assert line == (
+        "power: on 30 val items the gate can accept a gain of 3 net items (0.10 of val) at the "
+        "least; a gain of 0.05 is out of reach: it needs at least 60 val items (more when the "
+        "candidate also loses items)"
+    )
+    power = gate_power(8, GateConfig(min_gain=0.25))
+    assert power.target_gain == 0.25 and power.needed_val == 8
+    assert "a gain of 0.25 is within reach: it needs at least 8 val items" in power.line()
+    tiny = gate_power(2, GateConfig(confidence=0.8), items="val tasks").line()
+    assert tiny.startswith("power: on 2 val tasks the gate can accept no gain (needs 3 net wins")
+    assert gate_power(5, GateConfig(accept_all=True)).line().startswith("power: the gate is off")
+
+
+def test_auto_val_size_needs_a_min_gain_and_a_budget_that_can_score_it():
+    from selftaught.errors import ConfigError
+    from selftaught.gate import auto_val_size
+
+    assert auto_val_size(GateConfig(confidence=0.8, min_gain=0.1)) == 30
+    assert auto_val_size(GateConfig(confidence=0.8, min_gain=0.1), budget_calls=60) == 30
+    with pytest.raises(ConfigError, match="needs --min-gain"):
+        auto_val_size(GateConfig(confidence=0.8))
+    with pytest.raises(ConfigError, match=r"--budget-calls 59 cannot .* \(60 calls\)"):
+        auto_val_size(GateConfig(confidence=0.8, min_gain=0.1), budget_calls=59)
+    with pytest.raises(ConfigError, match="gate on"):
+        auto_val_size(GateConfig(accept_all=True, min_gain=0.1))
+    with pytest.raises(ConfigError, match="min_gain"):
+        GateConfig(min_gain=0.0)

@@ -72,6 +72,11 @@ class GateConfig:
     tag_margin: float | None = None
     """Per-tag no-regression veto by a margin (off when None): reject a candidate that loses
     more than this many net val items of one tag against the skill it would replace."""
+    min_gain: float | None = None
+    """The smallest true gain the run looks for, as a share of val items (e.g. 0.05): said
+    before the first model call with the val size it needs at this gate; `--val-size auto`
+    picks that size; a night says how many more tasks it needs. Changes no decision (unset:
+    the statement names a gain of 0.05)."""
 
     @property
     def tag_veto(self) -> bool:
@@ -94,6 +99,11 @@ class GateConfig:
             raise ConfigError(f"gate tag_alpha must be in (0, 1), got {self.tag_alpha}")
         if self.tag_margin is not None and self.tag_margin < 0:
             raise ConfigError(f"gate tag_margin must be >= 0, got {self.tag_margin}")
+        if self.min_gain is not None and not 0.0 < self.min_gain <= 1.0:
+            raise ConfigError(
+                f"min_gain is a share of val items in (0, 1] (0.05: five points), "
+                f"got {self.min_gain}"
+            )
 
 
 def metric_value(
@@ -360,17 +370,12 @@ class SmallestGain:
         return asdict(self)
 
 
-def smallest_accepted_gain(n_val: int, cfg: GateConfig) -> SmallestGain:
-    """The fewest net val wins that `gate` accepts as a new best on `n_val` items, with the
-    most favourable split of them (wins, no losses): more than `cfg.margin` items, and when
-    `cfg.confidence` is set a one-sided sign test with p = 2^-w <= 1 - confidence. A night
-    that learned nothing states it, so "nothing helped" is told from "too few tasks to see
-    it". (For a soft metric the bootstrap test of all-positive differences passes at any w,
-    so only the margin counts there.)"""
-    if n_val < 0:
-        raise ConfigError(f"n_val must be >= 0, got {n_val}")
-    if cfg.accept_all:
-        return SmallestGain(n_val, 0, 0.0, "gate off: every candidate is accepted")
+def _fewest_wins(cfg: GateConfig) -> tuple[int, str]:
+    """The fewest net val wins `gate` accepts as a new best in the most favourable split (wins,
+    no losses), whatever the val size, and what sets it: more than `cfg.margin` items, and
+    with `cfg.confidence` a one-sided sign test p = 2^-w <= 1 - confidence. (For a soft metric
+    the bootstrap test of all-positive differences passes at any w, so only the margin
+    counts there.)"""
     w = math.floor(cfg.margin + 1e-9) + 1  # the first whole number of items > margin
     need = [f"> {cfg.margin:g} items (margin)"]
     if cfg.confidence is not None and cfg.metric == "hard":
@@ -378,12 +383,108 @@ def smallest_accepted_gain(n_val: int, cfg: GateConfig) -> SmallestGain:
         while sign_test_pvalue(w, 0) > alpha + 1e-9:
             w += 1
         need.append(f"sign test p <= {alpha:.3g} (all wins: 2^-w)")
-    why = " and ".join(need)
+    return w, " and ".join(need)
+
+
+def smallest_accepted_gain(n_val: int, cfg: GateConfig) -> SmallestGain:
+    """The fewest net val wins that `gate` accepts as a new best on `n_val` items, with the
+    most favourable split of them (`_fewest_wins`). A night that learned nothing states it,
+    so "nothing helped" is told from "too few tasks to see it"."""
+    if n_val < 0:
+        raise ConfigError(f"n_val must be >= 0, got {n_val}")
+    if cfg.accept_all:
+        return SmallestGain(n_val, 0, 0.0, "gate off: every candidate is accepted")
+    w, why = _fewest_wins(cfg)
     if w > n_val:
         return SmallestGain(
             n_val, None, None, f"no gain can pass on {n_val} val items: needs {w} net wins ({why})"
         )
     return SmallestGain(n_val, w, round(w / n_val, 6), f"{w} net wins of {n_val} ({why})")
+
+
+# ---- power said before a run (issue 65) ----------------------------------------------------
+
+DEFAULT_TARGET_GAIN = 0.05
+"""The gain a power statement names when `GateConfig.min_gain` is unset: five points, the
+size of a real gain a 30-item val rarely shows."""
+
+
+def val_size_for(gain: float, cfg: GateConfig) -> int | None:
+    """The fewest val items on which `gate` could accept a true gain of `gain` (a share of val
+    items) as a new best: the smallest n with `smallest_accepted_gain(n).items <= gain * n`.
+    The most favourable case (every net win with no loss), so a lower bound: a gain that also
+    loses items needs more. None with the gate off (any size passes)."""
+    if not 0.0 < gain <= 1.0:
+        raise ConfigError(f"a gain is a share of val items in (0, 1], got {gain}")
+    if cfg.accept_all:
+        return None
+    w, _ = _fewest_wins(cfg)
+    return max(w, math.ceil(w / gain - 1e-9))
+
+
+@dataclass(frozen=True)
+class GatePower:
+    """What a gate can see on a val size, said before a run: the smallest gain it could accept
+    there, and the val size the gain the run looks for needs (None: the gate is off)."""
+
+    smallest: SmallestGain
+    target_gain: float
+    needed_val: int | None
+    items: str = "val items"  # what is counted: "val tasks" in a night
+
+    @property
+    def n_val(self) -> int:
+        return self.smallest.n_val
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One sentence: `power: on 30 val items ...`."""
+        items = self.items
+        if self.needed_val is None:
+            return "power: the gate is off: every candidate is accepted unchecked"
+        s, n = self.smallest, self.n_val
+        seen = (
+            f"can accept a gain of {s.items} net items ({s.share:.2f} of val) at the least"
+            if s.items is not None
+            else f"can accept no gain ({s.why.split(': ', 1)[-1]})"
+        )
+        reach = "within reach" if n >= self.needed_val else "out of reach"
+        return (
+            f"power: on {n} {items} the gate {seen}; a gain of {self.target_gain:g} is "
+            f"{reach}: it needs at least {self.needed_val} {items} (more when the candidate "
+            "also loses items)"
+        )
+
+
+def gate_power(n_val: int, cfg: GateConfig, items: str = "val items") -> GatePower:
+    """The gate's power on `n_val` items for the gain the run looks for (`cfg.min_gain`, else
+    `DEFAULT_TARGET_GAIN`); `items` names what is counted in its line."""
+    target = cfg.min_gain if cfg.min_gain is not None else DEFAULT_TARGET_GAIN
+    smallest = smallest_accepted_gain(n_val, cfg)
+    return GatePower(smallest, target, val_size_for(target, cfg), items)
+
+
+def auto_val_size(cfg: GateConfig, budget_calls: int | None = None) -> int:
+    """`--val-size auto`: the smallest val size on which the gate could accept `cfg.min_gain`
+    (`val_size_for`), refused (one sentence) without a min_gain, with the gate off, or when
+    `budget_calls` target calls cannot pay for scoring the starting skill and one candidate on
+    that many items."""
+    if cfg.min_gain is None:
+        raise ConfigError(
+            "--val-size auto needs --min-gain: the gain the val set must be able to see"
+        )
+    n = val_size_for(cfg.min_gain, cfg)
+    if n is None:
+        raise ConfigError("--val-size auto needs the gate on: with it off any val size accepts")
+    if budget_calls is not None and budget_calls < 2 * n:
+        raise ConfigError(
+            f"--val-size auto: a gain of {cfg.min_gain:g} needs at least {n} val items at this "
+            f"gate, and --budget-calls {budget_calls} cannot score the starting skill and one "
+            f"candidate on them ({2 * n} calls); raise the budget or --min-gain"
+        )
+    return n
 
 
 # ---- the pooled val (issue 52): more items where the step's val is too small --------------

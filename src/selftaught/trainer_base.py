@@ -5,8 +5,9 @@ the ledger charged with the run's calls (its budget the config's) and the test l
 stands outside the budget); `_setup(model)`, the trainer's own checks and models, before
 anything is written; then the run directory and the `RunInfo` every event is told.
 
-A run is `_begin()` (the resume check against `config.json`, `on_start`, this invocation's
-clock), the trainer's own loop, then `_end(result)` (the result file, `on_end`)."""
+A run is `_begin()` (the resume check against `config.json`, the gate's power on this val
+size, `on_start`, this invocation's clock), the trainer's own loop, then `_end(result)` (the
+result file, `on_end`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from selftaught.tasks.base import Example, check_disjoint
 
 if TYPE_CHECKING:
     from selftaught.evaluation import EvalResult
+    from selftaught.gate import GatePower
     from selftaught.models.usage import Budget
     from selftaught.tasks.base import Task
 
@@ -121,6 +123,11 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
         """What the run does (`RunInfo.method`, the result's `method`)."""
         raise NotImplementedError
 
+    def _power(self) -> GatePower | None:
+        """The run's gate on its val size (`gate.gate_power`), said before the first model
+        call; None for a trainer without a gate."""
+        return None
+
     def _trackers(self) -> list[TrainerCallback]:
         """The tracker `report_to` names, as a callback (none for `"none"`); a missing package
         fails here, before any call."""
@@ -156,6 +163,9 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
         resuming = self.run.check_or_write_config(
             self.run_config(), ignore=set(self.resumable), defaults=self._default_run_config()
         )
+        power = self._power()
+        if power is not None:  # before the first model call: what this val size can show
+            self.console.print(power.line(), markup=False, highlight=False, soft_wrap=True)
         self.callbacks.start(self.info)
         self.deadline = Deadline.start(self.config.stops.max_minutes)
         return resuming

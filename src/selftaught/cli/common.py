@@ -17,7 +17,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
-from selftaught.cli.options import config_option
+from selftaught.cli.options import config_option, field_help
 from selftaught.errors import InputError, SelftaughtError, read_text
 from selftaught.gate import GateConfig
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES
@@ -142,6 +142,7 @@ GATE_FLAGS = {
     "confidence": "gate_confidence",
     "tag_alpha": "gate_tag_alpha",
     "tag_margin": "gate_tag_margin",
+    "min_gain": "min_gain",
 }
 BUDGET_FLAGS = {
     "calls": "budget_calls",
@@ -150,6 +151,17 @@ BUDGET_FLAGS = {
     "roles": "budget_roles",
 }
 TASK_FLAGS = tuple(f.name for f in dataclasses.fields(TaskOptions))
+# optimize and train take --val-size as a number or `auto` (ValSizeOpt, `val_size`)
+SIZED_TASK_FLAGS = tuple(f for f in TASK_FLAGS if f != "val_size")
+ValSizeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--val-size",
+        help=field_help(TaskOptions, "val_size")
+        + " Or auto: the fewest val items on which the gate could accept --min-gain, refused "
+        "when --budget-calls cannot score the starting skill and one candidate on them.",
+    ),
+]
 STOP_FLAGS = ("max_minutes", "patience")  # selftaught.stops.Stops: optimize, train, sleep run
 # The same options one by one, for commands that declare them so (sleep run).
 SeedOpt = config_option(TaskOptions, "seed")
@@ -164,6 +176,7 @@ NightTagAlphaOpt = config_option(  # a night's veto is on, on every kind of requ
     help_suffix="A night's default: 0.1, each kind of request its own tag "
     "(docs/sleep-mixed-traffic.md); 0: off.",
 )
+MinGainOpt = config_option(GateConfig, "min_gain", optional=True)
 BudgetCallsOpt = config_option(Budget, "calls")
 BudgetTokensOpt = config_option(Budget, "tokens")
 BudgetUsdOpt = config_option(Budget, "usd")
@@ -188,6 +201,33 @@ def gate_config(
         )
     except InputError as err:
         raise typer.BadParameter(str(err)) from None
+
+
+def resolve_val_size(given: str | None, gate: GateConfig, spend: Budget) -> int | None:
+    """`--val-size`: unset, a number of items, or `auto` (`gate.auto_val_size`: the fewest
+    items on which the gate could accept `--min-gain`, within the target's call budget)."""
+    from selftaught.gate import auto_val_size
+
+    if given is None:
+        return None
+    if given.strip().lower() == "auto":
+        calls = spend.calls if spend.roles is None or "target" in spend.roles else None
+        n = auto_val_size(gate, calls)
+        console.print(
+            f"--val-size auto: {n} val items, the fewest on which the gate could accept a gain "
+            f"of {gate.min_gain:g}",
+            soft_wrap=True,
+        )
+        return n
+    try:
+        n = int(given)
+    except ValueError:
+        raise typer.BadParameter(
+            f"--val-size takes a number of items or auto, got {given!r}"
+        ) from None
+    if n < 0:
+        raise typer.BadParameter(f"--val-size must be >= 0, got {n}")
+    return n
 
 
 def budget(

@@ -12,14 +12,15 @@ from rich.table import Table
 from selftaught.cli.common import (
     BUDGET_FLAGS,
     GATE_FLAGS,
+    SIZED_TASK_FLAGS,
     STOP_FLAGS,
-    TASK_FLAGS,
     ApiKeyOpt,
     CacheOpt,
     DeviceOpt,
     ModelOpt,
     TaskOpt,
     TimeoutOpt,
+    ValSizeOpt,
     app,
     budget,
     console,
@@ -28,6 +29,7 @@ from selftaught.cli.common import (
     model_options,
     out,
     read_text_file,
+    resolve_val_size,
     warn_unsafe_exec,
 )
 from selftaught.cli.options import config_flags
@@ -124,7 +126,7 @@ SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None}
 @config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=SKILL_GATE)
 @config_flags(Budget, BUDGET_FLAGS, into="budget_fields")
 @config_flags(Stops, STOP_FLAGS, into="stop_fields")
-@config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
+@config_flags(TaskOptions, SIZED_TASK_FLAGS, into="task_fields")
 @config_flags(SkillSetConfig, SET_FLAGS, into="set_fields")
 def optimize_cmd(
     task: TaskOpt,
@@ -149,6 +151,7 @@ def optimize_cmd(
             "resumes from the last completed step."
         ),
     ] = None,
+    val_size: ValSizeOpt = None,
     skills: SkillsOpt = None,
     write_back: WriteBackOpt = False,
     strict_gate: Annotated[
@@ -170,12 +173,13 @@ def optimize_cmd(
     from selftaught.models.errors import FatalBackendError
 
     gate_fields = {**gate_fields, "margin": 0.0, "confidence": None} if strict_gate else gate_fields
-    options = TaskOptions(**task_fields)
+    gate, spend = gate_config(**gate_fields), budget(**budget_fields)
+    options = TaskOptions(**task_fields, val_size=resolve_val_size(val_size, gate, spend))
     config = skill_config(
         skill_fields,
         seed=options.seed,
-        gate=gate_config(**gate_fields),
-        budget=budget(**budget_fields),
+        gate=gate,
+        budget=spend,
         stops=Stops(**stop_fields),
         timeout_s=rollout_timeout(timeout),
     )

@@ -25,6 +25,7 @@ from selftaught.cli.common import (
     GateMetricOpt,
     GateTagMarginOpt,
     MaxBodyOpt,
+    MinGainOpt,
     NightTagAlphaOpt,
     SeedOpt,
     TimeoutOpt,
@@ -775,6 +776,7 @@ def sleep_run_cmd(
     gate_confidence: GateConfidenceOpt = None,
     gate_tag_alpha: NightTagAlphaOpt = NIGHT_TRAINING.gate.tag_alpha,
     gate_tag_margin: GateTagMarginOpt = None,
+    min_gain: MinGainOpt = None,
     preferences: Annotated[
         str | None, typer.Option(help="House rules for the analyst: text, or a file holding it.")
     ] = None,
@@ -803,7 +805,13 @@ def sleep_run_cmd(
         **skill_fields,
         preferences=_preferences(preferences),
         gate=_night_gate(
-            gate, gate_metric, gate_margin, gate_confidence, gate_tag_alpha, gate_tag_margin
+            gate,
+            gate_metric,
+            gate_margin,
+            gate_confidence,
+            gate_tag_alpha,
+            gate_tag_margin,
+            min_gain,
         ),
         budget=budget(budget_calls, budget_tokens, budget_usd),
         seed=seed,
@@ -868,14 +876,14 @@ def _night_gate(
     confidence: float | None,
     tag_alpha: float | None,
     tag_margin: float | None,
+    min_gain: float | None = None,
 ) -> GateConfig:
     """The night's gate from `--gate on|off` and the gate options (`--gate-tag-alpha 0`: the
     per-kind veto off)."""
     if gate not in ("on", "off"):
         raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
-    cfg = gate_config(
-        metric, margin, confidence, tag_alpha=tag_alpha or None, tag_margin=tag_margin
-    )
+    veto = {"tag_alpha": tag_alpha or None, "tag_margin": tag_margin}
+    cfg = gate_config(metric, margin, confidence, **veto, min_gain=min_gain)
     return dataclasses.replace(cfg, accept_all=gate == "off")
 
 

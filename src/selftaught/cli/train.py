@@ -11,11 +11,12 @@ import typer
 from selftaught.cli.common import (
     BUDGET_FLAGS,
     GATE_FLAGS,
+    SIZED_TASK_FLAGS,
     STOP_FLAGS,
-    TASK_FLAGS,
     DeviceOpt,
     ModelOpt,
     TaskOpt,
+    ValSizeOpt,
     app,
     budget,
     console,
@@ -23,6 +24,7 @@ from selftaught.cli.common import (
     gate_config,
     out,
     read_text_file,
+    resolve_val_size,
     warn_unsafe_exec,
 )
 from selftaught.cli.options import config_flags, field_help
@@ -223,7 +225,7 @@ ThreadsOpt = Annotated[
 @config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=TASK_GATE)
 @config_flags(Budget, TRAIN_BUDGET_FLAGS, into="budget_fields")
 @config_flags(Stops, STOP_FLAGS, into="stop_fields")
-@config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
+@config_flags(TaskOptions, SIZED_TASK_FLAGS, into="task_fields")
 def train(
     ctx: typer.Context,
     task: TaskOpt,
@@ -256,6 +258,7 @@ def train(
         typer.Option(help="Skill file in the system prompt while sampling only (distillation)."),
     ] = None,
     preferences: Annotated[Path | None, typer.Option(help=PREFERENCES_HELP)] = None,
+    val_size: ValSizeOpt = None,
     device: DeviceOpt = None,
     threads: ThreadsOpt = None,
     output: OutputOpt = None,
@@ -266,11 +269,13 @@ def train(
 
     check_method_options(method, given_options(ctx))
     set_threads(threads)
-    options = checked_task_options(task_fields)
+    gate, spend = train_gate(**gate_fields), budget(**budget_fields)
+    sized = resolve_val_size(val_size, gate or GateConfig(), spend)
+    options = checked_task_options({**task_fields, "val_size": sized})
     shared = {
         "seed": options.seed,
-        "gate": train_gate(**gate_fields),
-        "budget": budget(**budget_fields),
+        "gate": gate,
+        "budget": spend,
         "stops": Stops(**stop_fields),
         "backend": BackendConfig(**backend_fields, device=device),
     }
@@ -318,7 +323,8 @@ def set_threads(threads: int | None) -> None:
 def train_gate(
     metric: str | None, margin: float, confidence: float | None, **tag_veto: float | None
 ) -> GateConfig | None:
-    """The gate the user set, or None for the task's own default (soft for games)."""
+    """The gate the user set, or None for the task's own default (soft for games). Any gate
+    option, `--min-gain` too, without `--gate-metric` means the hard metric."""
     gate = gate_config(metric, margin, confidence, **tag_veto)
     return None if metric is None and gate == GateConfig() else gate
 

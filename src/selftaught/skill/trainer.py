@@ -29,7 +29,7 @@ from selftaught.callbacks import TrainerCallback
 from selftaught.demos import LeakCheck, split_skill
 from selftaught.errors import BudgetTooSmall, ConfigError, TaskError
 from selftaught.evaluation import ScoreCache, rollout_row
-from selftaught.gate import gate_tags, paired_comparison
+from selftaught.gate import GatePower, gate_power, gate_tags, paired_comparison
 from selftaught.models.base import GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.resolve import ModelLike, resolve_model
@@ -122,9 +122,11 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
         console: Console | None = None,
+        say_power: bool = True,
     ):
         self.initial_skill = initial_skill
         self.document = document  # what is trained: the skill, or the memory
+        self.say_power = say_power  # a night says its own, in val tasks (sleep/night/cycle.py)
         self._optimizer_model = optimizer_model
         # the base: the tracker (report_to) is built there, so a missing package fails before
         # any call; the models are resolved in `_setup`
@@ -693,6 +695,14 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         return result
 
     # ---- helpers ------------------------------------------------------------------------
+    def _power(self) -> GatePower | None:
+        """The gate's power on val, or on val and the pooled val's pool (one look on both)."""
+        if not self.say_power:
+            return None
+        pool = len(self.scorer.pool_set)
+        items = "val + pool items" if pool else "val items"
+        return gate_power(len(self.val_set) + pool, self.config.gate, items)
+
     def run_config(self) -> dict[str, Any]:
         return {
             **self.config.to_dict(),

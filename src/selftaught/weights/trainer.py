@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from selftaught.callbacks import TrainerCallback
+from selftaught.gate import GatePower, gate_power
 from selftaught.models.device import dtype_name, inference_dtype, resolve_device
 from selftaught.models.resolve import local_model_path
 from selftaught.results import RunResult
@@ -55,6 +56,9 @@ class WeightTrainer(BaseTrainer[WeightConfigT, ResultT]):
 
     def _check_data(self) -> None:
         """Refuse up front a run with nothing to train on."""
+
+    def _power(self) -> GatePower:
+        return gate_power(len(self.val_examples), self.gate)
 
     def default_output_dir(self) -> Path:
         return default_train_dir(self.config, self.task.name)

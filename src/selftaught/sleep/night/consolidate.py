@@ -101,6 +101,7 @@ def _phase(
         ledger=ledger,
         progress=progress,
         console=console,
+        say_power=False,  # the night said it before its first phase, in val tasks
     )
     scores[document] = trainer.val_cache
     try:

@@ -53,7 +53,7 @@ from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import split_skill
 from selftaught.errors import ConfigError
 from selftaught.evaluation import ScoreCache
-from selftaught.gate import GateConfig, smallest_accepted_gain
+from selftaught.gate import GateConfig, gate_power, smallest_accepted_gain
 from selftaught.models.base import ChatModel
 from selftaught.models.usage import Budget, TrackedModel, UsageLedger
 from selftaught.policy import Policy
@@ -127,6 +127,7 @@ from selftaught.sleep.night.records import (
     LateDuplicate,
     MiningRecord,
     ModelSpecs,
+    NightPower,
     PairedRecord,
     PhaseRecord,
     ProofreadRecord,
@@ -153,6 +154,7 @@ from selftaught.sleep.night.split import (
     TooFewTasks,
     add_train_only,
     assign_splits,
+    more_tasks_for_val,
     train_only,
     train_only_use,
 )
@@ -569,6 +571,32 @@ def _private_filter(
         return rows, 0
     kept = [it for it in rows if not it.private or it.reviewed]
     return kept, len(rows) - len(kept)
+
+
+def _gate_power(mode: GateMode, n_val: int, config: SleepConfig, console: Console) -> GateMode:
+    """The gate's power on tonight's val tasks, said before the first training call and kept
+    in the report: the smallest gain it could accept, the val tasks the gain the night looks
+    for needs, and about how many more tasks of the traffic that takes."""
+    gate = config.training.gate
+    power = gate_power(n_val, gate, items="val tasks")
+    missing = None if power.needed_val is None else power.needed_val - n_val
+    more = None if missing is None else more_tasks_for_val(missing, config.split)
+    line = power.line()
+    if missing is not None and missing > 0:
+        line += (
+            f"; about {more} more checked tasks of your traffic"
+            if more is not None
+            else "; val takes no task (val_fraction 0)"
+        )
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+    smallest = SmallestGain.from_dict(smallest_accepted_gain(n_val, gate).to_dict())
+    night_power = NightPower(
+        target_gain=power.target_gain,
+        needed_val=power.needed_val,
+        more_tasks=more,
+        val_fraction=config.split.val_fraction,
+    )
+    return dataclasses.replace(mode, smallest_gain=smallest, power=night_power)
 
 
 def _gate_mode(training: SkillOptConfig) -> GateMode:
@@ -1294,9 +1322,7 @@ def _learn(
         train=len(splits["train"]), val=len(splits["val"]), test=len(splits["test"])
     )
     if night.gate is not None:
-        gain = smallest_accepted_gain(len(splits["val"]), config.training.gate)
-        smallest = SmallestGain.from_dict(gain.to_dict())
-        night.gate = dataclasses.replace(night.gate, smallest_gain=smallest)
+        night.gate = _gate_power(night.gate, len(splits["val"]), config, console)
     task = _write_tasks(night, mined, models, night_dir)
     _time_up(night, config, deadline, "after mining")
     if config.many_skills and mined.kinds is not None:  # many skills: one per kind, apart

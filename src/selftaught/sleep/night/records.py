@@ -185,6 +185,19 @@ class SmallestGain(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NightPower(Record):
+    """`gate.power`: the gain the night looks for (`--min-gain`, else 0.05), the val tasks the
+    gate needs to accept it (`gate.val_size_for`), and how many more checked tasks of the
+    traffic that takes at the night's val fraction (0: tonight's val is enough; None: never,
+    with no val fraction)."""
+
+    target_gain: float = 0.0
+    needed_val: int | None = None
+    more_tasks: int | None = None
+    val_fraction: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class GateMode(Record):
     """report.json `gate`: the gate's settings this night."""
 
@@ -195,8 +208,12 @@ class GateMode(Record):
     smallest_gain: SmallestGain | None = None
     tag_alpha: float | None = None  # the per-tag (per-kind) veto: its sign test's level
     tag_margin: float | None = None  # and its margin in net items
+    power: NightPower | None = None
 
-    decoders: ClassVar[Mapping[str, Decoder]] = {"smallest_gain": SmallestGain.from_dict}
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "smallest_gain": SmallestGain.from_dict,
+        "power": NightPower.from_dict,
+    }
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ None and a note names the held-out task).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +138,17 @@ def assign_splits(
         _enough(splits, config)
     add_train_only(splits, extra, near_duplicate)
     return splits
+
+
+def more_tasks_for_val(missing_val: int, config: SplitConfig) -> int | None:
+    """About how many more checked tasks (ones that may validate: not weak, not synthetic)
+    the traffic must bring for val to hold `missing_val` more, at `config.val_fraction` of
+    them; None when val takes none."""
+    if missing_val <= 0:
+        return 0
+    if config.val_fraction <= 0:
+        return None
+    return math.ceil(missing_val / config.val_fraction - 1e-9)
 
 
 def _enough(splits: dict[str, list[MinedTask]], config: SplitConfig) -> None:

@@ -30,6 +30,7 @@ from selftaught.sleep.night.records import (
     LateDuplicate,
     MinerRecord,
     MiningRecord,
+    NightPower,
     PhaseRecord,
     ProofreadRecord,
     RecallRecord,
@@ -359,6 +360,8 @@ def _gate_lines(night: NightResult) -> list[str]:
                 f"{smallest.n_val} ({share:.0%}); a smaller true gain cannot be "
                 "told from noise at this val size"
             )
+    if given(gate.power) and gate.mode == "on" and given(smallest):
+        lines.append(_power_line(gate.power, smallest.n_val))
     return lines
 
 
@@ -373,6 +376,25 @@ def _veto_text(gate: GateMode) -> str:
         return ""
     return "; per-kind veto: a candidate is refused when one kind's val items are lost " + (
         " or ".join(rules)
+    )
+
+
+def _power_line(power: NightPower, n_val: int) -> str:
+    """How far tonight's val is from the gain the night looks for, in tasks of the traffic."""
+    gain, need = f"{power.target_gain:.0%}", power.needed_val
+    if need is None or n_val >= need:
+        return (
+            f"- a gain of {gain} is within reach of this val (it needs at least {need} val tasks)"
+        )
+    more = (
+        f"about {power.more_tasks} more checked tasks of your traffic (val takes "
+        f"{power.val_fraction:.0%} of them)"
+        if power.more_tasks is not None
+        else "no number of tasks (val takes none of them)"
+    )
+    return (
+        f"- to accept a gain of {gain}: at least {need} val tasks, {need - n_val} more than "
+        f"tonight's {n_val}: {more}"
     )
 
 
