@@ -104,10 +104,12 @@ def test_skill_default_gate_refuses_a_two_item_gain_the_margin_alone_accepts():
     r = gate(two, base, base, default)
     assert r.decision != "accept_new_best" and r.pvalue == pytest.approx(0.25)
     assert gate(three, base, base, default).decision == "accept_new_best"  # p = 0.125
-    # a night's val set is a handful of tasks: sleep keeps the margin gate
+    # a night's val set is a handful of tasks: sleep keeps the margin gate (and its per-kind
+    # veto, docs/sleep-mixed-traffic.md)
     from selftaught.sleep.night.cycle import night_training_defaults
 
-    assert night_training_defaults().gate == GateConfig()
+    night = night_training_defaults().gate
+    assert (night.metric, night.margin, night.confidence) == ("hard", 1.0, None)
 
 
 def test_gate_confidence_zero_on_the_command_line_means_no_paired_test():
