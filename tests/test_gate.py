@@ -216,3 +216,37 @@ def test_auto_val_size_needs_a_min_gain_and_a_budget_that_can_score_it():
         auto_val_size(GateConfig(accept_all=True, min_gain=0.1))
     with pytest.raises(ConfigError, match="min_gain"):
         GateConfig(min_gain=0.0)
+
+
+# ---- cost as an objective (issue 65, row 47) -----------------------------------------------
+
+
+def test_a_tie_on_score_goes_to_the_cheaper_candidate_only_with_a_cost_objective():
+    best = scores(1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+    tie = scores(1, 0, 1, 0, 0, 0, 0, 0, 0, 0)  # the same total, other items
+    plus_one = scores(1, 1, 1, 0, 0, 0, 0, 0, 0, 0)  # +1: within the margin's noise
+    cheap = GateConfig(objective=("score", "tokens"))
+    assert gate(tie, best, best, GateConfig(), costs=(100.0, 200.0)).decision == "accept"
+    r = gate(tie, best, best, cheap, costs=(100.0, 200.0))
+    assert r.decision == "accept_new_best"
+    assert r.reason == (
+        "ties the best within noise (+0 items, new best needs > 1) and costs 50% less tokens "
+        "per item (100 vs 200)"
+    )
+    assert gate(plus_one, best, best, cheap, costs=(150.0, 200.0)).decision == "accept_new_best"
+    # not cheaper enough (a 5% saving at least), or not measured: the score alone decides
+    assert gate(tie, best, best, cheap, costs=(195.0, 200.0)).decision == "accept"
+    assert gate(tie, best, best, cheap, costs=(None, 200.0)).decision == "accept"
+    # a net val loss is never a tie, however cheap: a chain of ties cannot walk the score down
+    worse = scores(1, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    assert gate(worse, worse, best, cheap, costs=(1.0, 200.0)).decision == "accept"
+
+
+def test_the_objective_is_score_or_score_and_one_cost():
+    from selftaught.errors import ConfigError
+
+    assert GateConfig(objective=["score", "usd"]).cost == "usd"  # type: ignore[arg-type]
+    assert GateConfig().cost is None
+    for bad in (("tokens",), ("score", "tokens", "latency"), ("score", "words")):
+        with pytest.raises(ConfigError, match="gate objective is score"):
+            GateConfig(objective=bad)

@@ -24,6 +24,62 @@ from selftaught.tasks.base import Example, Split, Task, TaskError
 
 # example id -> [hard, soft]; None where the rollout errored (an error is never a score)
 ItemScores = dict[str, list[float] | None]
+ItemCosts = dict[str, list[float]]  # example id -> [prompt tokens, completion tokens, seconds]
+
+
+@dataclass(frozen=True)
+class ItemCost:
+    """What one policy spent per val item, averaged over the items whose rollouts were
+    measured (a reply read from the response cache measured nothing): prompt and completion
+    tokens, seconds, and USD where the model's price is known (None: unknown)."""
+
+    items: int
+    prompt_tokens: float
+    completion_tokens: float
+    latency_s: float
+    usd: float | None
+
+    @property
+    def tokens(self) -> float:
+        return self.prompt_tokens + self.completion_tokens
+
+    def value(self, objective: str) -> float | None:
+        """The cost a gate objective names: tokens, latency or usd (None: not known)."""
+        return {"tokens": self.tokens, "latency": self.latency_s, "usd": self.usd}[objective]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "items": self.items,
+            "prompt_tokens": round(self.prompt_tokens, 1),
+            "completion_tokens": round(self.completion_tokens, 1),
+            "latency_s": round(self.latency_s, 3),
+            "usd": None if self.usd is None else round(self.usd, 8),
+        }
+
+
+def item_costs(rollouts: Iterable[Rollout]) -> ItemCosts:
+    """[prompt tokens, completion tokens, seconds] per example id, for the rollouts that ran
+    (not read from the response cache) and did not error."""
+    return {
+        r.example_id: [float(r.prompt_tokens), float(r.completion_tokens), float(r.latency_s)]
+        for r in rollouts
+        if r.ok and not r.cached
+    }
+
+
+def mean_cost(costs: ItemCosts, ids: Iterable[str], model: str) -> ItemCost | None:
+    """The mean cost per item over `ids` that were measured (None: none was); USD from the
+    model's public price (`models.usage`)."""
+    from selftaught.models.usage import LOCAL_PREFIX, PRICES_PER_MTOK, price_name
+
+    rows = [costs[i] for i in ids if i in costs]
+    if not rows:
+        return None
+    n = len(rows)
+    prompt, completion, seconds = (sum(r[k] for r in rows) / n for k in range(3))
+    price = (0.0, 0.0) if model.startswith(LOCAL_PREFIX) else PRICES_PER_MTOK.get(price_name(model))
+    usd = None if price is None else (prompt * price[0] + completion * price[1]) / 1e6
+    return ItemCost(n, prompt, completion, seconds, usd)
 
 
 @dataclass
@@ -208,15 +264,27 @@ def summarize(
 class ScoreCache:
     """Per-item scores by skill hash, saved to `path` (JSON, atomically) after each change
     when one is given: an item already scored for an unchanged policy is never scored again,
-    and a resumed run reads what it had scored."""
+    and a resumed run reads what it had scored. What each item's rollout spent (`costs`) is
+    kept beside it (`<name>_costs.json`), so a cached item keeps its measured cost."""
 
-    def __init__(self, path: Path | None = None, data: dict[str, ItemScores] | None = None):
+    def __init__(
+        self,
+        path: Path | None = None,
+        data: dict[str, ItemScores] | None = None,
+        costs: dict[str, ItemCosts] | None = None,
+    ):
         self.path = path
         self.data: dict[str, ItemScores] = data if data is not None else {}
+        self.costs: dict[str, ItemCosts] = costs if costs is not None else {}
 
     @classmethod
     def load(cls, path: Path) -> ScoreCache:
-        return cls(path, read_json(path) if path.exists() else {})
+        costs = _costs_path(path)
+        return cls(
+            path,
+            read_json(path) if path.exists() else {},
+            read_json(costs) if costs.exists() else {},
+        )
 
     def __getitem__(self, skill_hash: str) -> ItemScores:
         return self.data[skill_hash]
@@ -228,18 +296,33 @@ class ScoreCache:
         hit = self.data.get(skill_hash)
         return hit is not None and all(i in hit for i in ids)
 
-    def add(self, skill_hash: str, scores: ItemScores) -> None:
+    def add(self, skill_hash: str, scores: ItemScores, costs: ItemCosts | None = None) -> None:
         self.data.setdefault(skill_hash, {}).update(scores)
+        if costs:
+            self.costs.setdefault(skill_hash, {}).update(costs)
         if self.path is not None:
             atomic_write_json(self.path, self.data)
+            if costs:
+                atomic_write_json(_costs_path(self.path), self.costs)
+
+    def cost(self, skill_hash: str, ids: Iterable[str], model: str) -> ItemCost | None:
+        """What `skill_hash` spent per item of `ids` (`mean_cost`; None: nothing measured)."""
+        return mean_cost(self.costs.get(skill_hash, {}), ids, model)
 
     def merged(self, *others: ScoreCache) -> ScoreCache:
         """One in-memory view of several caches (no file)."""
         out = ScoreCache(None, {h: dict(v) for h, v in self.data.items()})
+        out.costs = {h: dict(v) for h, v in self.costs.items()}
         for other in others:
             for h, v in other.data.items():
                 out.data.setdefault(h, {}).update(v)
+            for h, c in other.costs.items():
+                out.costs.setdefault(h, {}).update(c)
         return out
+
+
+def _costs_path(path: Path) -> Path:
+    return path.with_name(f"{path.stem}_costs.json")
 
 
 async def ascore(
@@ -264,7 +347,7 @@ async def ascore(
     if cache is not None:
         fresh = item_scores(rollouts)
         if missing:
-            cache.add(skill_hash, fresh)
+            cache.add(skill_hash, fresh, item_costs(rollouts))
         items = {ex.id: fresh[ex.id] if ex.id in fresh else hit[ex.id] for ex in examples}
     return summarize(
         rollouts,

@@ -45,6 +45,10 @@ from selftaught.tasks.base import Example, Score
 Metric = Literal["hard", "soft", "mixed"]
 METRICS: tuple[str, ...] = ("hard", "soft", "mixed")
 Decision = Literal["accept_new_best", "accept", "reject"]
+COSTS: tuple[str, ...] = ("tokens", "latency", "usd")  # what a cost objective may name
+COST_TIE_SAVING = 0.05
+"""A tie on score goes to the candidate only when it costs at least this share less per item
+than the best: a saving within measurement noise is not a reason to change what ships."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,10 @@ class GateConfig:
     tag_margin: float | None = None
     """Per-tag no-regression veto by a margin (off when None): reject a candidate that loses
     more than this many net val items of one tag against the skill it would replace."""
+    objective: tuple[str, ...] = ("score",)
+    """What a new best is chosen on: score, or score then one cost measured per val item
+    (score,tokens | score,latency | score,usd): a candidate within noise of the best (no net
+    val loss, not past the margin) that costs at least 5% less per item becomes the best."""
     min_gain: float | None = None
     """The smallest true gain the run looks for, as a share of val items (e.g. 0.05): said
     before the first model call with the val size it needs at this gate; `--val-size auto`
@@ -81,6 +89,11 @@ class GateConfig:
     @property
     def tag_veto(self) -> bool:
         return self.tag_alpha is not None or self.tag_margin is not None
+
+    @property
+    def cost(self) -> str | None:
+        """The cost a tie on score is broken by (`objective`'s second part; None: none)."""
+        return self.objective[1] if len(self.objective) > 1 else None
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -99,6 +112,17 @@ class GateConfig:
             raise ConfigError(f"gate tag_alpha must be in (0, 1), got {self.tag_alpha}")
         if self.tag_margin is not None and self.tag_margin < 0:
             raise ConfigError(f"gate tag_margin must be >= 0, got {self.tag_margin}")
+        objective = tuple(self.objective)
+        if (
+            objective[:1] != ("score",)
+            or len(objective) > 2
+            or not set(objective[1:]) <= set(COSTS)
+        ):
+            raise ConfigError(
+                f"gate objective is score, or score and one of {', '.join(COSTS)} "
+                f"(e.g. score,tokens), got {','.join(objective)!r}"
+            )
+        object.__setattr__(self, "objective", objective)  # a list given reads as the tuple
         if self.min_gain is not None and not 0.0 < self.min_gain <= 1.0:
             raise ConfigError(
                 f"min_gain is a share of val items in (0, 1] (0.05: five points), "
@@ -196,16 +220,24 @@ def _pvalue(new: ValScores, old: ValScores, metric: Metric) -> float:
     return paired_bootstrap_pvalue(*_paired(new, old))
 
 
+Costs = tuple[float | None, float | None]  # (candidate, best) per item, in `cfg.cost`'s unit
+
+
 def gate(
     candidate: ValScores,
     current: ValScores,
     best: ValScores,
     cfg: GateConfig,
     tags: Tags | None = None,
+    costs: Costs | None = None,
 ) -> GateResult:
     """Decide on `candidate` given per-example val scores of the current and best skills;
-    `tags` (example id -> its tags) feeds the per-tag veto when the config turns it on."""
+    `tags` (example id -> its tags) feeds the per-tag veto when the config turns it on; `costs`
+    (what the candidate and the best spend per val item, in the objective's cost) break a tie
+    on score when the objective names a cost."""
     result = _decide(candidate, current, best, cfg)
+    if cfg.cost is not None and costs is not None and result.decision != "reject":
+        _cheaper_tie(result, cfg, costs)
     if cfg.tag_veto and tags and result.decision != "reject" and not cfg.accept_all:
         replaced = best if result.decision == "accept_new_best" else current
         _veto_tags(result, tag_regressions(candidate, replaced, tags, cfg))
@@ -266,6 +298,25 @@ def _decide(
     else:
         result.reason = f"{gain_cur:+g} items vs current{test_note}"
     return result
+
+
+def _cheaper_tie(result: GateResult, cfg: GateConfig, costs: Costs) -> None:
+    """A candidate within noise of the best on score (no net val loss, not past the margin)
+    that costs at least `COST_TIE_SAVING` less per item becomes the best: two skills the val
+    cannot tell apart, the cheaper ships. No net loss, so a chain of ties never walks the
+    score down."""
+    new, old = costs
+    if result.decision == "accept_new_best" or new is None or old is None or old <= 0:
+        return
+    if result.gain_vs_best < -1e-9 or new > old * (1.0 - COST_TIE_SAVING) + 1e-12:
+        return
+    saving = 1.0 - new / old
+    result.decision = "accept_new_best"
+    result.reason = (
+        f"ties the best within noise ({result.gain_vs_best:+g} items, new best needs "
+        f"> {cfg.margin:g}) and costs {saving:.0%} less {cfg.cost} per item "
+        f"({new:.4g} vs {old:.4g})"
+    )
 
 
 Tags = Mapping[str, Sequence[str]]  # example id -> its tags
@@ -523,6 +574,7 @@ def pooled_gate(
     pool: tuple[ValScores, ValScores, ValScores],
     cfg: GateConfig,
     tags: Tags | None = None,
+    costs: Costs | None = None,
 ) -> PooledVerdict:
     """The gate on the pooled val: (candidate, current, best) scores on the step's val and on
     the pool. A candidate the val alone rejects (worse than the current one) stays rejected and
@@ -533,11 +585,11 @@ def pooled_gate(
     n_val, n_pool = len(val[0]), len(pool[0])
     power_val = smallest_accepted_gain(n_val, cfg)
     power_pooled = smallest_accepted_gain(n_val + n_pool, cfg)
-    alone = gate(val[0], val[1], val[2], cfg, tags=tags)
+    alone = gate(val[0], val[1], val[2], cfg, tags=tags, costs=costs)
     if alone.decision == "reject" or not n_pool:
         return PooledVerdict(alone, False, n_val, n_pool, power_val, power_pooled)
     candidate, current, best = (pool_scores(v, p) for v, p in zip(val, pool, strict=True))
     pooled_tags = {f"val:{k}": t for k, t in (tags or {}).items()}
-    result = gate(candidate, current, best, cfg, tags=pooled_tags)
+    result = gate(candidate, current, best, cfg, tags=pooled_tags, costs=costs)
     result.reason = f"pooled val ({n_val} val + {n_pool} pool items): {result.reason}"
     return PooledVerdict(result, True, n_val, n_pool, power_val, power_pooled)

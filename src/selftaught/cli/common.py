@@ -177,6 +177,7 @@ NightTagAlphaOpt = config_option(  # a night's veto is on, on every kind of requ
     "(docs/sleep-mixed-traffic.md); 0: off.",
 )
 MinGainOpt = config_option(GateConfig, "min_gain", optional=True)
+ObjectiveOpt = config_option(GateConfig, "objective", optional=True)
 BudgetCallsOpt = config_option(Budget, "calls")
 BudgetTokensOpt = config_option(Budget, "tokens")
 BudgetUsdOpt = config_option(Budget, "usd")
@@ -191,13 +192,17 @@ TimeoutOpt = Annotated[float, typer.Option(help="Seconds per model call.")]
 def gate_config(
     metric: str | None, margin: float, confidence: float | None, **rest: Any
 ) -> GateConfig:
-    """The gate the options describe (metric unset: the default; confidence 0: no test)."""
+    """The gate the options describe (metric unset: the default; confidence 0: no test; an
+    option left unset whose field has a default, e.g. `--objective`, keeps that default)."""
+    from selftaught.cli.options import field_default
+
+    given = {k: v for k, v in rest.items() if v is not None or field_default(GateConfig, k) is None}
     try:
         return GateConfig(
             metric=metric or GateConfig.metric,  # type: ignore[arg-type]
             margin=margin,
             confidence=confidence or None,  # 0: no paired test
-            **rest,
+            **given,
         )
     except InputError as err:
         raise typer.BadParameter(str(err)) from None

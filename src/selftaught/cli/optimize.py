@@ -48,7 +48,7 @@ from selftaught.tasks.options import TaskOptions
 if TYPE_CHECKING:
     from selftaught.evaluation import EvalResult
     from selftaught.results import Score
-    from selftaught.skill.result import SkillRunResult
+    from selftaught.skill.result import FrontPoint, SkillRunResult
     from selftaught.skill.skillset import SkillSetResult
 
 # ---- optimize (skill optimization, text space) ----------------------------------------
@@ -117,13 +117,15 @@ WriteBackOpt = Annotated[
 ]
 
 # the skill run's own gate defaults; an unset metric is the gate's default
-SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None}
+SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None, "objective": None}
+# a skill's gate may also weigh what a candidate costs per val item (`--objective`)
+SKILL_GATE_FLAGS = {**GATE_FLAGS, "objective": "objective"}
 
 
 @app.command("optimize")
 @friendly_errors
 @config_flags(SkillOptConfig, SKILL_FLAGS, into="skill_fields")
-@config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=SKILL_GATE)
+@config_flags(GateConfig, SKILL_GATE_FLAGS, into="gate_fields", defaults=SKILL_GATE)
 @config_flags(Budget, BUDGET_FLAGS, into="budget_fields")
 @config_flags(Stops, STOP_FLAGS, into="stop_fields")
 @config_flags(TaskOptions, SIZED_TASK_FLAGS, into="task_fields")
@@ -359,7 +361,37 @@ def print_optimize(result: SkillRunResult) -> None:
         out.print(f"[bold yellow]stopped early:[/] {result.stopped_by} (the same command resumes)")
     if test:
         out.print(f"test paired sign test p = {test.paired.sign_test_p:.3f}")
+    for line in front_lines(result.front):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     best_path = Path(result.run_dir or ".") / f"best_{result.document}.md"
     demos = result.best_demos
     carries = f", with {len(demos)} worked example{'s' * (len(demos) != 1)}" if demos else ""
     out.print(f"best {result.document} ({result.best_version}{carries}): {best_path}")
+
+
+def front_lines(front: list[FrontPoint]) -> list[str]:
+    """Score against cost per val item for the skills on the front, the start and the shipped
+    one, and what the shipped skill costs over the start: a skill that grew must say so."""
+    measured = [(p, p.cost) for p in front if p.cost is not None]
+    if not measured:
+        return []
+    lines = ["score against cost per val item (* the front: no skill scores as well for less):"]
+    for p, cost in measured:
+        start = p.version == "v0000"
+        if not (p.on_front or p.shipped or start):
+            continue
+        usd = "" if cost.usd is None else f", ${cost.usd:.6f}"
+        marks = " (start)" * start + " (shipped)" * p.shipped + " *" * p.on_front
+        lines.append(
+            f"  {p.version}: val {p.val:.3f} at {cost.tokens:,.0f} tokens, "
+            f"{cost.latency_s:.2f} s{usd}{marks}"
+        )
+    costs = {p.version: cost for p, cost in measured}
+    shipped = next((p.version for p, _ in measured if p.shipped), None)
+    if "v0000" in costs and shipped not in (None, "v0000") and costs["v0000"].tokens > 0:
+        before, after = costs["v0000"].tokens, costs[str(shipped)].tokens
+        lines.append(
+            f"the shipped skill costs {after:,.0f} tokens per val item, "
+            f"{after - before:+,.0f} ({(after - before) / before:+.0%}) against the start"
+        )
+    return lines

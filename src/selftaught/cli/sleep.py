@@ -27,6 +27,7 @@ from selftaught.cli.common import (
     MaxBodyOpt,
     MinGainOpt,
     NightTagAlphaOpt,
+    ObjectiveOpt,
     SeedOpt,
     TimeoutOpt,
     app,
@@ -777,6 +778,7 @@ def sleep_run_cmd(
     gate_tag_alpha: NightTagAlphaOpt = NIGHT_TRAINING.gate.tag_alpha,
     gate_tag_margin: GateTagMarginOpt = None,
     min_gain: MinGainOpt = None,
+    objective: ObjectiveOpt = None,
     preferences: Annotated[
         str | None, typer.Option(help="House rules for the analyst: text, or a file holding it.")
     ] = None,
@@ -812,6 +814,7 @@ def sleep_run_cmd(
             gate_tag_alpha,
             gate_tag_margin,
             min_gain,
+            objective,
         ),
         budget=budget(budget_calls, budget_tokens, budget_usd),
         seed=seed,
@@ -877,13 +880,15 @@ def _night_gate(
     tag_alpha: float | None,
     tag_margin: float | None,
     min_gain: float | None = None,
+    objective: str | None = None,
 ) -> GateConfig:
     """The night's gate from `--gate on|off` and the gate options (`--gate-tag-alpha 0`: the
-    per-kind veto off)."""
+    per-kind veto off; `--objective score,tokens`: a tie on score goes to the cheaper)."""
     if gate not in ("on", "off"):
         raise typer.BadParameter(f"--gate must be on or off, not {gate!r}")
     veto = {"tag_alpha": tag_alpha or None, "tag_margin": tag_margin}
-    cfg = gate_config(metric, margin, confidence, **veto, min_gain=min_gain)
+    aims = tuple(a.strip() for a in (objective or "score").split(",") if a.strip())
+    cfg = gate_config(metric, margin, confidence, **veto, min_gain=min_gain, objective=aims)
     return dataclasses.replace(cfg, accept_all=gate == "off")
 
 

@@ -269,6 +269,7 @@ class SkillRun:
     shipped_placement: str | None = None  # None: the shipped skill has no demos
     demo_pool: list[DemoView] = field(default_factory=list)
     leaks: list[Leak] = field(default_factory=list)
+    front: list[dict[str, Any]] = field(default_factory=list)  # summary.json: score vs cost
 
 
 _GATE_OUTCOME = {"accept_new_best": "accepted_new_best", "accept": "accepted"}
@@ -584,6 +585,7 @@ def skill_run_from(
         shipped_placement=shipped[2] if shipped[1] else None,
         demo_pool=pool,
         leaks=leaks,
+        front=[p for p in summary_d.get("front") or [] if isinstance(p, dict)],
     )
 
 

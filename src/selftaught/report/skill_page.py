@@ -316,6 +316,32 @@ USAGE_COLUMNS = (
 )
 
 
+def front_table(front: Sequence[dict[str, Any]]) -> Html:
+    """Score against cost per val item, one row per skill scored on the whole val split."""
+    rows = []
+    for p in front:
+        cost = p.get("cost") or {}
+        tokens = (cost.get("prompt_tokens") or 0) + (cost.get("completion_tokens") or 0)
+        marks = [m for m, on in (("front", p.get("on_front")), ("shipped", p.get("shipped"))) if on]
+        usd = cost.get("usd")
+        rows.append(
+            [
+                p.get("version", "?"),
+                num(p.get("val"), 3),
+                num(tokens, 0) if cost else "not measured",
+                num(cost.get("latency_s"), 2) if cost else "–",
+                f"{usd:.6f}" if usd is not None else "–",
+                join(badge(m, "accepted_new_best" if m == "shipped" else "accept") for m in marks),
+            ]
+        )
+    return table(
+        ["version", "val", "tokens / item", "seconds / item", "usd / item", ""],
+        rows,
+        table_id="front-table",
+        empty="no cost measured (summary.json holds no front yet)",
+    )
+
+
 def _usage_value(column: str, value: Any) -> str:
     if value is None:
         return "–"
@@ -390,6 +416,15 @@ def skill_page(run: SkillRun) -> tuple[str, Html]:
                 "diffs",
                 "Each candidate against the skill it was built from: the rules as a line "
                 "diff, the demonstrations as the ones added (+) and removed (−).",
+            ),
+            section(
+                "Score against cost",
+                front_table(run.front),
+                "front",
+                "Every skill scored on the whole val split, with what it spent per val item "
+                "(tokens, seconds, dollars where the price is known). On the front: no other "
+                "skill scores as well for fewer tokens. A skill that grew its prompt pays for "
+                "it here.",
             ),
             section("Usage per role", _usage_table(run.usage), "usage"),
             section(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from selftaught.gate import GateResult, PooledVerdict, ValScores, gate, pooled_gate
+from selftaught.gate import Costs, GateResult, PooledVerdict, ValScores, gate, pooled_gate
 from selftaught.rollout import Rollout
 from selftaught.runs import RunDir, atomic_write_text
 from selftaught.skill.candidates import Candidate
@@ -79,8 +79,9 @@ async def choose(
         scorer.val_metric(parent.hash),
         scorer.val_metric(st.best.hash),
     )
+    costs = _costs(config, scorer, chosen.skill.hash, st.best.hash)
     if not scorer.pool_set:
-        result = gate(*scores, config.gate, tags=scorer.val_tags)
+        result = gate(*scores, config.gate, tags=scorer.val_tags, costs=costs)
         return Verdict(result, chosen.skill, chosen.rollouts, chosen.cached, chosen)
     # the pool is scored only for a candidate the val alone does not reject
     unscored: ValScores = dict.fromkeys(ex.id for ex in scorer.pool_set)
@@ -90,8 +91,20 @@ async def choose(
         for skill in trio:  # cached per item: the parent and the best were scored before
             await scorer.pool(skill)
         pool = [scorer.pool_metric(s.hash) for s in trio]
-    pooled = pooled_gate(scores, (pool[0], pool[1], pool[2]), config.gate, tags=scorer.val_tags)
+    pooled = pooled_gate(
+        scores, (pool[0], pool[1], pool[2]), config.gate, tags=scorer.val_tags, costs=costs
+    )
     return Verdict(pooled.result, chosen.skill, chosen.rollouts, chosen.cached, chosen, pooled)
+
+
+def _costs(config: SkillOptConfig, scorer: SkillScorer, candidate: str, best: str) -> Costs | None:
+    """What the candidate and the best spend per val item in the objective's cost (None: the
+    objective is the score alone)."""
+    cost = config.gate.cost
+    if cost is None:
+        return None
+    new, old = scorer.val_cost(candidate), scorer.val_cost(best)
+    return (new.value(cost) if new else None, old.value(cost) if old else None)
 
 
 def edit_fates(candidates: list[Candidate], verdict: Verdict) -> tuple[list[Edit], list[Edit]]:

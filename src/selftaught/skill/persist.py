@@ -22,7 +22,13 @@ from selftaught.skill.gating import Verdict
 from selftaught.skill.grounding import TrainSummary
 from selftaught.skill.propose import NO_PROPOSAL, Proposal
 from selftaught.skill.reflect import AnalystCall
-from selftaught.skill.result import ParseStats, SkillRunResult, SkillTest
+from selftaught.skill.result import (
+    FrontPoint,
+    ParseStats,
+    SkillRunResult,
+    SkillTest,
+    cost_front,
+)
 from selftaught.skill.rows import BaselineRow, StepRow
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.state import RunState, SkillVersion
@@ -45,10 +51,12 @@ best_skill.md          the best skill so far (what ships), current_skill.md the 
 diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
                        analyst's raw replies; backend call errors
 val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated);
-                       pool_cache.json the same for the pooled val (--pooled-val)
+                       pool_cache.json the same for the pooled val (--pooled-val);
+                       val_cache_costs.json what each item's rollout spent (tokens, seconds)
 test_results.json      initial vs best skill on the test split (EvalResult summaries, the
                        shape of every accuracy here) and their paired wins / losses / ties
-summary.json           the final result (what SkillTrainer.train() returns, as JSON)
+summary.json           the final result (what SkillTrainer.train() returns, as JSON), with
+                       `front`: every skill scored on val, its score against its cost
 edit_ledger.jsonl      every edit proposed and its fate, across runs (unless --edit-ledger
                        names another file); slow_update.json: the slow update (--slow-every)
 error.json             why the run stopped, when a backend failed fatally
@@ -273,6 +281,7 @@ class RunStore:
                 {
                     **{k: c.to_dict()[k] for k in ("version", "kind", "why", "demos", "screen")},
                     "val": self.scorer.val_summary(c.skill).hard if c.full else None,
+                    "cost": self._cost(c.skill) if c.full else None,  # per val item
                     "chosen": c is o.verdict.chosen,
                 }
                 for c in o.candidates
@@ -300,6 +309,31 @@ class RunStore:
                 [round(min(o.curriculum), 4), round(max(o.curriculum), 4)] if o.curriculum else None
             ),
         )
+
+    def _cost(self, skill: SkillVersion) -> dict[str, Any] | None:
+        cost = self.scorer.val_cost(skill.hash)
+        return cost.to_dict() if cost else None
+
+    def front(self, st: RunState) -> list[FrontPoint]:
+        """Score against cost for the starting skill, every candidate scored on the whole val
+        split and the shipped skill (`result.cost_front`)."""
+        assert st.best is not None
+        named = {"v0000"}
+        for row in self.run.history():
+            named |= {c["version"] for c in row.get("candidates") or [] if c.get("val") is not None}
+        skills = {st.best.version: st.best}
+        for version in named - skills.keys():
+            if self.run.path(f"{self.versions.document.kind}s", f"{version}.md").is_file():
+                skills[version] = self.versions.load(version)
+        ids = [ex.id for ex in self.scorer.val_set]
+        points = []
+        for version, skill in skills.items():
+            if not self.scorer.val_cache.complete(skill.hash, ids):
+                continue
+            scored = [v for v in self.scorer.val_metric(skill.hash).values() if v is not None]
+            val = sum(scored) / len(scored) if scored else 0.0
+            points.append((version, val, self.scorer.val_cost(skill.hash)))
+        return cost_front(points, st.best.version)
 
     @staticmethod
     def _teacher_counts(o: StepOutcome) -> dict[str, Any]:
@@ -376,4 +410,5 @@ class RunStore:
             stopped_by=st.stopped_by,
             test_usage=test_ledger.to_dict(),
             seconds=round(st.elapsed_s, 2),
+            front=self.front(st),
         )

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from selftaught.demos import DemoDict
-from selftaught.evaluation import EvalResult
+from selftaught.evaluation import EvalResult, ItemCost
 from selftaught.gate import Paired
 from selftaught.models.usage import Budget, Usage
 from selftaught.results import RunResult
@@ -150,6 +150,58 @@ def _eval(d: dict[str, Any] | None) -> EvalResult | None:
     return EvalResult.from_summary(d) if d else None
 
 
+@dataclass(frozen=True)
+class FrontPoint:
+    """One skill scored on the whole val split: its mean val metric, what it spent per val
+    item (None: not measured, e.g. every reply read from the response cache), and whether it
+    is on the front (no other skill scores at least as well for fewer tokens)."""
+
+    version: str
+    val: float
+    cost: ItemCost | None
+    on_front: bool = False
+    shipped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "val": round(self.val, 6),
+            "cost": self.cost.to_dict() if self.cost else None,
+            "on_front": self.on_front,
+            "shipped": self.shipped,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FrontPoint:
+        c = d.get("cost")
+        cost = None
+        if c:
+            usd = c.get("usd")
+            cost = ItemCost(int(c["items"]), float(c["prompt_tokens"]),
+                            float(c["completion_tokens"]), float(c["latency_s"]),
+                            None if usd is None else float(usd))  # fmt: skip
+        return cls(str(d["version"]), float(d["val"]), cost, bool(d.get("on_front")),
+                   bool(d.get("shipped")))  # fmt: skip
+
+
+def cost_front(points: list[tuple[str, float, ItemCost | None]], shipped: str) -> list[FrontPoint]:
+    """Score against cost for every skill scored on val: a measured skill is on the front when
+    no other measured one scores at least as well for fewer tokens per item (or better for as
+    few). In version order."""
+    measured = [(v, val, c) for v, val, c in points if c is not None]
+
+    def dominated(val: float, tokens: float) -> bool:
+        return any(
+            (o_val >= val and c.tokens < tokens) or (o_val > val and c.tokens <= tokens)
+            for _, o_val, c in measured
+        )
+
+    return [
+        FrontPoint(v, val, c, c is not None and not dominated(val, c.tokens), v == shipped)
+        for v, val, c in sorted(points, key=lambda p: p[0])
+    ]
+
+
 @dataclass(kw_only=True)
 class SkillRunResult(RunResult):
     """A skill (or memory: `method`) run: the shipped document, val before / after, the test
@@ -173,6 +225,7 @@ class SkillRunResult(RunResult):
     test_usage: Usage = field(default_factory=dict)
     budget: Budget = field(default_factory=Budget)
     slow: SlowUpdate | None = None  # the slow update at the run's end (`skill.slow`), when set
+    front: list[FrontPoint] = field(default_factory=list)  # score against cost, every skill
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -233,6 +286,8 @@ class SkillRunResult(RunResult):
             "test_usage": self.test_usage,
             "elapsed_s": round(self.seconds, 2),
             "slow": self.slow.to_dict() if self.slow else None,
+            # score against cost (a summary written before it was measured has none)
+            **({"front": [p.to_dict() for p in self.front]} if self.front else {}),
             **super().to_dict(),
         }
 
@@ -259,4 +314,5 @@ class SkillRunResult(RunResult):
             "budget": Budget(**budget),
             "seconds": float(d.get("seconds") or d.get("elapsed_s") or 0.0),
             "slow": SlowUpdate.from_dict(d["slow"]) if d.get("slow") else None,
+            "front": [FrontPoint.from_dict(p) for p in d.get("front") or []],
         }

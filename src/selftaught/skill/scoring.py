@@ -4,7 +4,14 @@ scored again), and test scores on a ledger of their own (outside every budget)."
 
 from __future__ import annotations
 
-from selftaught.evaluation import EvalResult, ScoreCache, ascore, metric_scores, summarize
+from selftaught.evaluation import (
+    EvalResult,
+    ItemCost,
+    ScoreCache,
+    ascore,
+    metric_scores,
+    summarize,
+)
 from selftaught.gate import ValScores
 from selftaught.models.base import GenerationParams
 from selftaught.models.usage import TrackedModel
@@ -46,6 +53,11 @@ class SkillScorer:
         """Per-item scores as the gate's metric (hard, soft or mixed)."""
         gate = self.config.gate
         return metric_scores(scores, gate.metric, gate.mixed_weight)
+
+    def val_cost(self, skill_hash: str) -> ItemCost | None:
+        """What a version spent per val item when it was scored (None: nothing measured)."""
+        ids = (ex.id for ex in self.val_set)
+        return self.val_cache.cost(skill_hash, ids, self.target.name)
 
     def val_metric(self, skill_hash: str) -> ValScores:
         """The gate's metric of a version already scored on val (read from the cache)."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from selftaught.callbacks import TrainerCallback
+from selftaught.errors import ConfigError
 from selftaught.gate import GatePower, gate_power
 from selftaught.models.device import dtype_name, inference_dtype, resolve_device
 from selftaught.models.resolve import local_model_path
@@ -53,6 +54,11 @@ class WeightTrainer(BaseTrainer[WeightConfigT, ResultT]):
         self._check_data()
         self.model_path = local_model_path(model)
         self.gate = task_gate(self.config.gate, self.task.kind)
+        if self.gate.cost is not None:
+            raise ConfigError(
+                f"the gate's objective {','.join(self.gate.objective)} weighs what a skill "
+                "costs per val item; a weight run's candidates are models: leave it at score"
+            )
 
     def _check_data(self) -> None:
         """Refuse up front a run with nothing to train on."""
