@@ -173,7 +173,7 @@ GateTagMarginOpt = config_option(GateConfig, "tag_margin", optional=True)
 NightTagAlphaOpt = config_option(  # a night's veto is on, on every kind of request
     GateConfig,
     "tag_alpha",
-    help_suffix="A night's default: 0.1, each kind of request its own tag "
+    help_suffix="In a night each kind of request is its own tag "
     "(docs/sleep-mixed-traffic.md); 0: off.",
 )
 MinGainOpt = config_option(GateConfig, "min_gain", optional=True)
