@@ -457,14 +457,21 @@ def run_server(
     run_uvicorn(app, host, port)
 
 
-def run_uvicorn(app: Any, host: str, port: int) -> None:
-    """`uvicorn.run` until interrupted; its startup failure (the port is taken, the address
-    is not this machine's) is a `RunError`, not uvicorn's own exit code 3 (which reads as
-    "another night is running" in selftaught's table)."""
+def run_uvicorn(app: Any, host: str, port: int, *, server: Any = None) -> None:
+    """`uvicorn.run` until interrupted (or `server.run()`: a `uvicorn.Server` of the caller's
+    for this app, host and port); its startup failure (the port is taken, the address is not
+    this machine's) is a `RunError`, not uvicorn's own exit code 3 (which reads as "another
+    night is running" in selftaught's table)."""
     import uvicorn
 
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        if server is None:
+            uvicorn.run(app, host=host, port=port, log_level="warning")
+        else:
+            with contextlib.suppress(KeyboardInterrupt):
+                server.run()
+            if not server.started:
+                raise SystemExit(3)
     except SystemExit as stop:
         if stop.code in (0, None):
             raise

@@ -476,18 +476,26 @@ class TaskLog:
         *,
         redactor: Redactor | None = None,
         busy_timeout_s: float = 30.0,
+        write_timeout_s: float | None = None,
     ):
+        """`busy_timeout_s` / `write_timeout_s`: how long a SQLite log waits for another
+        writer's lock when it opens / on each later statement (default: as long), before
+        `LogUnavailable`."""
         self.path: Path | LogUrl = log_location(path)
         self.redactor = redactor or default_redactor()
-        self._backend = self._open(busy_timeout_s)
+        self._backend = self._open(busy_timeout_s, write_timeout_s)
         self._dialect = self._backend.dialect
 
-    def _open(self, busy_timeout_s: float) -> sqlite_store.SqliteBackend | PostgresBackend:
+    def _open(
+        self, busy_timeout_s: float, write_timeout_s: float | None
+    ) -> sqlite_store.SqliteBackend | PostgresBackend:
         if isinstance(self.path, LogUrl):
             from selftaught.sleep.store.postgres import PostgresBackend
 
             return PostgresBackend(self.path, "log", MIGRATIONS)
-        return sqlite_store.SqliteBackend(self.path, MIGRATIONS, busy_timeout_s=busy_timeout_s)
+        return sqlite_store.SqliteBackend(
+            self.path, MIGRATIONS, busy_timeout_s=busy_timeout_s, write_timeout_s=write_timeout_s
+        )
 
     @property
     def backend(self) -> str:
@@ -513,6 +521,12 @@ class TaskLog:
 
     def integrity_check(self) -> str:
         return self._backend.integrity_check()
+
+    def ping(self) -> None:
+        """A write transaction that writes nothing: raises `LogUnavailable` when the log
+        cannot be written now (the proxy's writer probes it so while it is away)."""
+        with self._backend.write():
+            pass
 
     # -- writing
     def redacted(self, it: Interaction) -> Interaction:

@@ -19,6 +19,8 @@ every exchange. An agent gets sleep by changing its base URL.
   `tool_choice` and the reply's `tool_calls` (plain or streamed) in their own fields, so the
   night can replay it as an episode (a session's turns become one: `sleep.intake.sessions`).
   A logging failure never fails or delays the client; it is printed and counted (`/health`).
+  A log that cannot be written now (a Postgres server down, a SQLite file locked for more
+  than `LOG_LOCK_WAIT_S`, read-only or on a full disk) is spooled meanwhile (`writer.py`).
   Whatever its bytes, an answered request leaves a row (`sleep.intake.storable`): what the log
   cannot store is replaced where the body or reply is parsed, and a request or reply the proxy
   cannot read is logged as an error row saying why.
@@ -39,6 +41,11 @@ every exchange. An agent gets sleep by changing its base URL.
   loopback only unless `allow_remote`, and every request passes `selftaught.http_guard`
   (loopback `Host`, JSON bodies, `max_body_bytes`, exact routes). URLs are shown and logged
   without their `user:password@`.
+- Left running (docs/operations.md): `GET /ready` answers 200 while a new row can be stored
+  (in the log, or in the spool while the log is away) and the proxy is not stopping, else 503
+  with a fixed reason word; it needs no key and never calls the upstream. A stop (SIGTERM,
+  Ctrl-C) closes the port, lets the answers in flight finish for up to `drain_timeout_s`,
+  logs any it cut (as errors saying so), then flushes the log.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations at runtime.
@@ -106,6 +113,10 @@ SHORTCUTS = {
 }
 """`--upstream anthropic` / `openai`: the vendor's API, its key from the environment (or
 `--api-key`); without one the client's own key is passed on. The client's model passes."""
+LOG_LOCK_WAIT_S = 2.0
+"""How long a write to a SQLite log waits for another process's lock (a night, a forget, a
+backup) before its rows go to the spool; opening the log waits as long as any command."""
+SHUTDOWN_CUT = "the proxy stopped before the stream ended (drain timeout)"
 
 
 class ProxyError(InputError):
@@ -148,6 +159,10 @@ class ProxyConfig:
     inject: bool = True  # inject the adopted skill and memory
     home: Path | None = None  # where adopted skills live (default: sleep_home())
     max_queue: int = 10_000  # log rows waiting to be written before new ones are dropped
+    drain_timeout_s: int = 60
+    """On a stop (SIGTERM, Ctrl-C): seconds the answers in flight get to finish once the port
+    is closed; past it they are cut and logged as errors. Set a service manager's stop timeout
+    above it (`--print-systemd` does)."""
     log_wait_s: float = 5.0
     """How long an answer's last byte waits for its row to be stored (or spooled): a proxy
     killed at any moment then leaves no answered request out of the log. Past it the answer
@@ -186,6 +201,8 @@ class ProxyConfig:
             raise ProxyError(f"probation_every must be >= 1, got {self.probation_every}")
         if not self.log_wait_s > 0:
             raise ProxyError(f"log_wait_s must be > 0, got {self.log_wait_s}")
+        if not self.drain_timeout_s >= 0:
+            raise ProxyError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         self.trusted_clients = tuple(self.trusted_clients or ())
         named = [c for c in self.trusted_clients if c != "*"]
         if named and self.client_keys is None:
@@ -326,6 +343,8 @@ class ProxyState:
         self.replaced_chars = 0  # characters `storable` replaced in requests and replies
         self.malformed_events = 0  # stream events of no shape the API has (skipped)
         self.rows_not_read = 0  # rows logged as errors: the request or reply was unreadable
+        self.draining = False  # a stop began: the port is closed, answers in flight finish
+        self.in_flight = 0  # streams whose row is not handed to the writer yet
         self.lora = None
         if config.lora:
             from selftaught.sleep.adoption.serving import LoraRoute
@@ -396,10 +415,19 @@ class ProxyState:
                     headers[name] = value
         return headers
 
+    def not_ready(self) -> str | None:
+        """Why a load balancer should send nothing here now, as one fixed word (None: ready):
+        the proxy is stopping, or a new row could be stored neither in the log nor in the
+        spool. The upstream is not called (its failures are each request's 502)."""
+        return "draining" if self.draining else self.writer.not_ready()
+
     def stats(self) -> dict[str, Any]:
         adopted = self.adopted()
+        not_ready = self.not_ready()
         return {
             "status": "ok",
+            "ready": not_ready is None,
+            "not_ready": not_ready,
             "project": self.config.project,
             "upstream": strip_credentials(self.config.upstream),
             "adopted_version": adopted.version,
@@ -441,12 +469,18 @@ def create_proxy_app(config: ProxyConfig, *, upstream: Upstream | None = None) -
         canary = start_canary(config, local=upstream.local is not None)
     except CanaryError as err:
         raise ProxyError(str(err)) from None
-    log = TaskLog(config.log_path)  # opening fails loudly at startup, not per request
+    # opening fails loudly at startup, not per request; later writes wait briefly for a lock
+    log = TaskLog(config.log_path, write_timeout_s=LOG_LOCK_WAIT_S)
     state = ProxyState(config, upstream, log, canary, clients)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         yield
+        state.draining = True
+        for _ in range(50):  # answers cut at the drain timeout: their rows are on their way
+            if not state.in_flight:
+                break
+            await asyncio.sleep(0.02)
         if state.shadow_tasks:  # shadow answers still on their way: a few seconds to log them
             await asyncio.wait(set(state.shadow_tasks), timeout=10)
         await state.upstream.aclose()
@@ -483,6 +517,15 @@ def _add_own_routes(app: "FastAPI", state: ProxyState) -> None:
         if not key_holder(request):
             return {"status": "ok"}  # a key is required: the rest is for key holders
         return state.stats()
+
+    @app.get("/ready")
+    async def ready() -> Any:
+        from fastapi.responses import JSONResponse
+
+        reason = state.not_ready()
+        if reason is None:
+            return {"status": "ready"}
+        return JSONResponse({"status": "not_ready", "reason": reason}, status_code=503)
 
     @app.get("/v1/selftaught/stats")
     async def stats(request: Request) -> Any:
@@ -864,6 +907,7 @@ async def _relay(
     acc = wire.stream()
     failure: str | None = None
     logged = False
+    state.in_flight += 1  # a stop's lifespan waits for this row (`create_proxy_app`)
     try:
         async for chunk in response.aiter_raw():
             acc.feed(chunk)  # never raises: a malformed event is counted, the bytes pass
@@ -877,13 +921,15 @@ async def _relay(
             logged = True
             await _stored(state, outcome)
     except (asyncio.CancelledError, GeneratorExit):
-        failure = "the client disconnected before the stream ended"
+        cut = state.draining
+        failure = SHUTDOWN_CUT if cut else "the client disconnected before the stream ended"
         raise
     except Exception as err:  # noqa: BLE001 - the upstream broke off
         failure = f"the upstream stream broke: {type(err).__name__}: {err}"
     finally:
         if not logged:
             _finish_stream(state, record, started, acc, failure)
+        state.in_flight -= 1
         with contextlib.suppress(Exception):  # logged first: closing may be cancelled
             await response.aclose()
 
@@ -996,13 +1042,35 @@ async def _shadow(
 # ---- running --------------------------------------------------------------------------------
 
 
+def proxy_server(app: Any, host: str, port: int) -> Any:
+    """The uvicorn server of a proxy app: a stop marks the proxy draining before it closes the
+    port, and cuts what is still in flight after `drain_timeout_s`."""
+    import uvicorn
+
+    state: ProxyState = app.state.proxy
+
+    class ProxyServer(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            state.draining = True  # /ready says so; a stream cut from here on says why
+            await super().shutdown(sockets)
+
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=state.config.drain_timeout_s,
+    )
+    return ProxyServer(config)
+
+
 def run_proxy(config: ProxyConfig) -> None:
-    """Serve until interrupted."""
+    """Serve until interrupted (SIGTERM or Ctrl-C: drained, see the module docstring)."""
     from selftaught.serve import check_host, run_uvicorn
 
     check_host(config.host, config.allow_remote)
     app = create_proxy_app(config)
-    run_uvicorn(app, config.host, config.port)
+    run_uvicorn(app, config.host, config.port, server=proxy_server(app, config.host, config.port))
 
 
 @contextlib.contextmanager
@@ -1011,15 +1079,11 @@ def proxy_in_background(
 ) -> Iterator[tuple[str, Any]]:
     """Run the proxy in a thread for the block; yields (base URL `http://host:port/v1`, app).
     `config.port = 0` picks a free port. For tests and benchmarks."""
-    import uvicorn
-
     from selftaught.serve import check_host
 
     check_host(config.host, config.allow_remote)
     app = create_proxy_app(config, upstream=upstream)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
-    )
+    server = proxy_server(app, config.host, config.port)
     thread = threading.Thread(target=server.run, name="selftaught-proxy", daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout_s

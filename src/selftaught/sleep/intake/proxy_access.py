@@ -45,7 +45,12 @@ LOGGED_ROUTES = {
     "/v1/responses": "responses",
 }
 """The model APIs the proxy forwards and logs: path → wire format (`proxy_wire.WIRES`)."""
-OWN_ROUTES = {("GET", "/health"), ("GET", "/v1/selftaught/stats"), ("POST", "/v1/feedback")}
+OWN_ROUTES = {
+    ("GET", "/health"),
+    ("GET", "/ready"),
+    ("GET", "/v1/selftaught/stats"),
+    ("POST", "/v1/feedback"),
+}
 EMBEDDINGS = ("POST", "/v1/embeddings")
 
 

@@ -6,11 +6,14 @@ Rows are written in batches (one transaction each); a batch that fails is retrie
 so one bad row never costs the others, and a row the log refuses goes in as
 `storable.salvaged` makes it (every field made storable, else a minimal error row saying why;
 counted as `salvaged`): no answered request is left out for its bytes. While the log's
-database cannot be reached (`LogUnavailable`: a Postgres log down), batches go to a spool
-file under the home instead (`spool.py`: redacted, fsynced) and are replayed, oldest first,
-once it answers again, by a thread of their own (so no new row ever waits on a database that
-does not answer), and once more when the writer closes; /health shows the state, what was
-spooled and what waits.
+database cannot be reached or its file written (`LogUnavailable`: a Postgres server down, a
+SQLite file locked past the wait, read-only or on a full disk), batches go to a spool file
+under the home instead (`spool.py`: redacted, fsynced) and are replayed, oldest first, once it
+answers again, by a thread of their own (so no new row ever waits on a database that does not
+answer), and once more when the writer closes; /health shows the state, what was spooled and
+what waits. When the spool cannot be written either, rows are tried on the log again (and
+counted as failures where it refuses them too), the thread probes the log until it answers,
+and `not_ready` says so (the proxy's `/ready`).
 
 `submit` returns a future that says where the row went (`logged`, `spooled`, `failed`,
 `dropped`) once it is there: the proxy waits for it before the answer's last byte, so a proxy
@@ -68,6 +71,7 @@ class LogWriter:
         # a dead proxy's rows wait here: this writer replays them
         self._spool = Spool(self._spool_dir) if any(self._spool_dir.glob("*.jsonl")) else None
         self.unreachable: str | None = None  # why the log cannot be written now
+        self.spool_error: str | None = None  # why the spool could not be written, last time
         self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=max_queue)
         self._pending = 0
         self._cond = threading.Condition()
@@ -101,7 +105,19 @@ class LogWriter:
             waiting = self._spool.waiting if self._spool else 0
             state = "unreachable" if self.unreachable else "ok"
             return {**self.stats.__dict__, "queued": self._pending, "spool_waiting": waiting,
-                    "state": state, "error": self.unreachable}  # fmt: skip
+                    "state": state, "error": self.unreachable,
+                    "spool_error": self.spool_error}  # fmt: skip
+
+    def not_ready(self) -> str | None:
+        """Why a new row could be stored nowhere now, as one fixed word (None: it goes into
+        the log, or into the spool while the log is away)."""
+        if not self._thread.is_alive():
+            return "log_writer_stopped"
+        if self.unreachable and self.spool_error:
+            return "log_and_spool_unavailable"
+        if self._queue.full():
+            return "log_queue_full"
+        return None
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything submitted so far is written (or failed); False on timeout."""
@@ -150,12 +166,14 @@ class LogWriter:
             self._write(batch)
 
     def _write(self, batch: list[_Item]) -> None:
-        if self.unreachable or (self._spool is not None and self._spool.waiting):
+        waiting = self._spool is not None and self._spool.waiting
+        if self.spool_error is None and (self.unreachable or waiting):
             self._to_spool(batch)  # older rows wait in the spool: these go after them
             return
         try:
             self.log.add_many(item.row for item in batch)
             self._done([item.outcome for item in batch], "logged")
+            self._answers_again()
             return
         except LogUnavailable as err:
             self._to_spool(batch, err)
@@ -199,7 +217,8 @@ class LogWriter:
     # -- the replay thread
     def _replay_loop(self) -> None:
         """Store spooled rows (a dead proxy's at start, ours while the database was away):
-        tried at once when rows are spooled, then every RETRY_S while some wait."""
+        tried at once when rows are spooled, then every RETRY_S while some wait; with none
+        waiting and the log away (nothing could be spooled), probe it every RETRY_S."""
         while not self._stopping:
             self._replay_now.wait(RETRY_S)
             self._replay_now.clear()
@@ -208,6 +227,7 @@ class LogWriter:
 
     def _replay(self) -> None:
         if self._spool is None or self._spool.waiting == 0:
+            self._probe()
             return
         before = self._spool.replayed
         try:
@@ -225,6 +245,27 @@ class LogWriter:
             self._warn(f"the log answers again: {replayed} spooled interactions stored")
             self.unreachable = None
 
+    def _probe(self) -> None:
+        """The log away and nothing spooled to replay: try a write that stores nothing, so
+        that the state (and `not_ready`) follows the log back without new traffic."""
+        if not self.unreachable:
+            return
+        try:
+            self.log.ping()
+        except LogUnavailable as err:  # still away: try again later
+            self.unreachable = str(err)
+            return
+        except Exception:  # noqa: BLE001 - never let the replay thread die
+            return
+        self._answers_again()
+
+    def _answers_again(self) -> None:
+        """A write went through: the log is reachable (once nothing waits in the spool)."""
+        self.spool_error = None
+        if self.unreachable and not (self._spool is not None and self._spool.waiting):
+            self._warn("the log answers again")
+            self.unreachable = None
+
     def _to_spool(self, batch: list[_Item], err: Exception | None = None) -> None:
         """Keep rows the database cannot take now: redacted, on disk, for `_replay`."""
         if err is not None and self.unreachable is None:
@@ -240,9 +281,11 @@ class LogWriter:
             self._spool = self._spool or Spool(self._spool_dir)
             self._spool.append([row for _, row in kept])
         except Exception as spool_err:  # noqa: BLE001 - never let logging reach the client
+            self.spool_error = f"{type(spool_err).__name__}: {spool_err}"
             self._done([item.outcome for item, _ in kept], "failed")
             self._warn(f"could not spool {len(kept)} interactions: {spool_err}")
             return
+        self.spool_error = None
         self._done([item.outcome for item, _ in kept], "spooled")
         self._replay_now.set()
 

@@ -6,6 +6,10 @@ bytes are overwritten with zeros, whatever SQLite was built with), and `checkpoi
 WAL into the database and truncates it, so that what a `forget` deleted is left in no file.
 The schema is versioned with `PRAGMA user_version` and the ordered migrations of
 `intake/log.py`, applied on open; a log written by a newer selftaught is refused.
+
+A file that cannot be written now (locked past the busy timeout, read-only, its disk full or
+failing) raises `LogUnavailable`, as a Postgres server that does not answer does: a condition
+to wait out, so the proxy spools its rows meanwhile (`intake/writer.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.runs import private_dirs
-from selftaught.sleep.store import LogError
+from selftaught.sleep.store import LogError, LogUnavailable
 from selftaught.sleep.store.dialect import SQLITE
 
 
@@ -48,15 +52,43 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[str], target: int | N
     return found
 
 
+# SQLite's primary result codes of a file that cannot be written now, not of a bad statement
+# or row: BUSY, LOCKED, READONLY, IOERR, FULL, CANTOPEN (extended codes carry them in the low
+# byte). Python 3.10 has no `sqlite_errorcode`: its messages are read instead.
+_UNAVAILABLE_CODES = {5, 6, 8, 10, 13, 14}
+_UNAVAILABLE_WORDS = ("locked", "busy", "readonly", "disk i/o", "disk is full", "unable to open")
+
+
+def unavailable(err: sqlite3.Error) -> bool:
+    """The file cannot be written now (wait it out), rather than this statement is wrong."""
+    code = getattr(err, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _UNAVAILABLE_CODES
+    return isinstance(err, sqlite3.OperationalError) and any(
+        word in str(err).lower() for word in _UNAVAILABLE_WORDS
+    )
+
+
 class SqliteBackend:
     """One connection guarded by a lock, so a TaskLog can be shared by threads."""
 
     dialect = SQLITE
 
-    def __init__(self, path: Path, migrations: Sequence[str], *, busy_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        path: Path,
+        migrations: Sequence[str],
+        *,
+        busy_timeout_s: float = 30.0,
+        write_timeout_s: float | None = None,
+    ):
+        """`busy_timeout_s`: how long opening (and its migration) waits for another writer's
+        lock; `write_timeout_s`: how long each later statement waits (default the same)."""
         self.location = path
         self._lock = threading.Lock()
         self._conn = self._open(migrations, busy_timeout_s)
+        if write_timeout_s is not None:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(write_timeout_s * 1000)}")
 
     def _open(self, migrations: Sequence[str], busy_timeout_s: float) -> sqlite3.Connection:
         path = self.location
@@ -83,6 +115,8 @@ class SqliteBackend:
             migrate(conn, migrations)
         except sqlite3.DatabaseError as err:
             conn.close()
+            if unavailable(err):
+                raise LogUnavailable(f"cannot open the task log {path}: {err}") from err
             raise LogError(f"{path} is not a usable task log: {err}") from err
         except BaseException:
             conn.close()
@@ -95,19 +129,32 @@ class SqliteBackend:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, self._unavailable("read"):
             yield self._conn
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, self._unavailable("write"):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                # SQLite may have rolled back already (a full disk, an I/O error): the error
+                # that says why is the one to raise, not "no transaction is active"
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _unavailable(self, doing: str) -> Iterator[None]:
+        """A file that cannot be used now raises `LogUnavailable` (one sentence)."""
+        try:
+            yield
+        except sqlite3.Error as err:
+            if not unavailable(err):
+                raise
+            raise LogUnavailable(f"cannot {doing} the task log {self.location}: {err}") from err
 
     def schema_version(self) -> int:
         with self.read() as conn:

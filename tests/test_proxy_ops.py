@@ -1,0 +1,192 @@
+"""A proxy you can leave running (docs/operations.md): its log going away on either backend (a
+SQLite file locked by another process, a Postgres server cut off) costs no answer, spools,
+shows on /health and /ready, and is replayed when the log returns; with the spool unusable
+too, /ready says so; a stop drains the streams in flight and logs them; and the service
+recipes (`--print-systemd`, the Dockerfile) hold the options the docs promise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+pytest.importorskip("fastapi")
+
+from selftaught.sleep.intake.log import TaskLog  # noqa: E402
+from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, proxy_in_background  # noqa: E402
+from tests import pg  # noqa: E402
+from tests.fake_upstream import FakeUpstream  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = str(ROOT / "src")
+
+HOLD_LOCK = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")  # every other writer waits, as behind a long forget or backup
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+"""
+
+
+class SqliteOutage:
+    """The log file held locked by another process (never a second connection in this one:
+    closing it would drop the proxy's own locks)."""
+
+    def __init__(self, tmp_path: Path):
+        self.log_path: Path | str = tmp_path / "log.db"
+        self.words = "locked"
+        self._proc: subprocess.Popen[str] | None = None
+
+    def cut(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", HOLD_LOCK, str(self.log_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._proc.stdout is not None and self._proc.stdout.readline() == "locked\n"
+
+    def restore(self) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write("\n")
+        self._proc.stdin.flush()
+        assert self._proc.wait(timeout=30) == 0
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+
+
+class PostgresOutage:
+    """The database behind a relay that is cut (connections reset, new ones refused)."""
+
+    def __init__(self, url: str, monkeypatch: pytest.MonkeyPatch):
+        self.relay = pg.Relay(url)
+        self.log_path = self.relay.url
+        self.words = "cannot write"
+        monkeypatch.setenv("SELFTAUGHT_LOG", self.relay.url)  # versions read through it too
+
+    def cut(self) -> None:
+        self.relay.cut()
+
+    def restore(self) -> None:
+        self.relay.restore()
+
+    def close(self) -> None:
+        from selftaught.sleep.store import versions
+
+        versions.forget(self.relay.url)
+        self.relay.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def outage(request, tmp_path, monkeypatch) -> Iterator[SqliteOutage | PostgresOutage]:
+    if request.param == "sqlite":
+        made: SqliteOutage | PostgresOutage = SqliteOutage(tmp_path)
+    else:
+        made = PostgresOutage(request.getfixturevalue("pg_url"), monkeypatch)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def own(url: str, route: str) -> httpx.Response:
+    return httpx.get(url.removesuffix("/v1") + route, timeout=30)
+
+
+def stats(url: str) -> dict:
+    return own(url, "/health").json()
+
+
+def wait_for(check, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+    return found
+
+
+def asker(url: str):
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=60)
+
+    def ask(text: str) -> str:
+        reply = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": text}]
+        )
+        assert reply.parse().choices[0].message.content == f"echo: {text}"
+        return reply.headers[ID_HEADER]
+
+    return ask
+
+
+def test_a_log_that_goes_away_costs_no_answer_and_is_replayed_when_it_returns(outage, tmp_path):
+    home = tmp_path / "home"
+    with FakeUpstream() as upstream:
+        config = ProxyConfig(upstream=f"{upstream.base_url}#m", project="demo", port=0,
+                             log_path=outage.log_path, home=home)  # fmt: skip
+        with proxy_in_background(config) as (url, _app):
+            ask = asker(url)
+            before = [ask(f"before {i}") for i in range(2)]
+            wait_for(lambda: own(url, "/health").json()["log"]["logged"] == 2)
+            assert own(url, "/ready").json() == {"status": "ready"}
+            outage.cut()
+            during = [ask(f"during {i}") for i in range(5)]  # every one answered
+            log = wait_for(lambda: (h := own(url, "/health").json()["log"])["spooled"] == 5 and h)
+            assert log["state"] == "unreachable" and outage.words in log["error"]
+            assert log["spool_waiting"] == 5 and log["failures"] == log["dropped"] == 0
+            health = own(url, "/health").json()
+            if isinstance(outage, SqliteOutage):  # a lock is waited for 2 s, then spooled, so
+                # each row reached the spool before its answer's last byte went out (Postgres:
+                # the first one may wait out the pool's 5 s, as long as `log_wait_s`)
+                assert health["answered_before_logged"] == 0
+            ready = own(url, "/ready")  # the spool takes the rows: still worth sending traffic
+            assert ready.status_code == 200 and health["ready"] is True
+            outage.restore()
+            log = wait_for(lambda: (h := own(url, "/health").json()["log"])["state"] == "ok" and h)
+            assert log["replayed"] == 5 and log["spool_waiting"] == 0
+            after = ask("after")
+            wait_for(lambda: own(url, "/health").json()["log"]["logged"] == 3)
+        with TaskLog(outage.log_path) as stored:
+            rows = stored.query()
+    assert sorted(r.id for r in rows) == sorted(before + during + [after])
+    assert not list((home / "spool").iterdir())  # nothing left behind
+
+
+def test_ready_says_when_rows_can_go_nowhere_and_comes_back_without_traffic(tmp_path):
+    outage = SqliteOutage(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "spool").write_text("not a folder")  # the spool cannot be written either
+    try:
+        with FakeUpstream() as upstream:
+            config = ProxyConfig(upstream=f"{upstream.base_url}#m", project="demo", port=0,
+                                 log_path=outage.log_path, home=home)  # fmt: skip
+            with proxy_in_background(config) as (url, _app):
+                ask = asker(url)
+                ask("before")
+                outage.cut()
+                ask("during")  # still answered: its row is counted as failed, said on stderr
+                health = wait_for(lambda: (h := stats(url))["log"]["failures"] and h)
+                why = "log_and_spool_unavailable"
+                assert health["ready"] is False and health["not_ready"] == why
+                assert health["log"]["spool_error"] and health["log"]["state"] == "unreachable"
+                ready = own(url, "/ready")
+                assert ready.status_code == 503
+                assert ready.json() == {"status": "not_ready", "reason": why}
+                outage.restore()  # no request comes meanwhile: the writer probes the log
+                wait_for(lambda: own(url, "/ready").status_code == 200)
+                assert own(url, "/health").json()["log"]["state"] == "ok"
+                ask("after")
+                wait_for(lambda: own(url, "/health").json()["log"]["logged"] == 2)
+    finally:
+        outage.close()
