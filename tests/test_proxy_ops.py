@@ -190,3 +190,23 @@ def test_ready_says_when_rows_can_go_nowhere_and_comes_back_without_traffic(tmp_
                 wait_for(lambda: own(url, "/health").json()["log"]["logged"] == 2)
     finally:
         outage.close()
+
+
+def test_a_sqlite_file_that_cannot_be_written_now_is_unavailable_not_bad_input(tmp_path):
+    import sqlite3
+
+    from selftaught.sleep.intake.log import Interaction, LogUnavailable
+    from selftaught.sleep.store.sqlite import unavailable
+
+    log = TaskLog(tmp_path / "log.db")
+    log.add(Interaction([{"role": "user", "content": "q"}], "a"))
+    with log._backend.read() as conn:  # SQLite's own READONLY error, as on a read-only mount
+        conn.execute("PRAGMA query_only = ON")
+    with pytest.raises(LogUnavailable, match="cannot write the task log .*readonly"):
+        log.add(Interaction([{"role": "user", "content": "r"}], "a"))
+    with pytest.raises(LogUnavailable):
+        log.ping()  # what the proxy's writer probes while the log is away
+    log.close()
+    with pytest.raises(sqlite3.OperationalError) as bad:  # a wrong statement is not waited out
+        sqlite3.connect(":memory:").execute("SELEC 1")
+    assert not unavailable(bad.value)
