@@ -6,6 +6,10 @@ recipes (`--print-systemd`, the Dockerfile) hold the options the docs promise.""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -210,3 +214,78 @@ def test_a_sqlite_file_that_cannot_be_written_now_is_unavailable_not_bad_input(t
     with pytest.raises(sqlite3.OperationalError) as bad:  # a wrong statement is not waited out
         sqlite3.connect(":memory:").execute("SELEC 1")
     assert not unavailable(bad.value)
+
+
+# ---- a stop drains -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def proxy_process(tmp_path: Path, upstream: FakeUpstream, *args: str):
+    """`selftaught proxy` in its own process (signals as a service manager sends them);
+    yields (the process, its /v1 URL, its log path) once /ready answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path / "log.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "selftaught", "proxy", "--upstream", f"{upstream.base_url}#m",
+         "--port", str(port), "--log", str(log_path), *args],
+        env={**os.environ, "PYTHONPATH": SRC, "SELFTAUGHT_HOME": str(tmp_path / "home")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if own(url, "/ready").status_code == 200:
+                    break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.1)
+        yield proc, url, log_path
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def stream_then_stop(url: str, proc: subprocess.Popen[str], after_chunks: int) -> str:
+    """A streamed answer during which the proxy gets SIGTERM; the text the client received."""
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=60)
+    stream = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "long"}], stream=True
+    )
+    text = ""
+    with contextlib.suppress(openai.APIError, httpx.HTTPError):  # a cut stream ends abruptly
+        for n, chunk in enumerate(stream):
+            text += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+            if n == after_chunks:
+                proc.send_signal(signal.SIGTERM)
+    return text
+
+
+def test_a_stop_lets_the_streams_in_flight_finish_and_logs_them(tmp_path):
+    words = " ".join(f"w{i}" for i in range(60))
+    with FakeUpstream(lambda m: words, chunk_delay_s=0.03) as upstream:
+        with proxy_process(tmp_path, upstream) as (proc, url, log_path):
+            received = stream_then_stop(url, proc, after_chunks=5)
+            assert proc.wait(timeout=60) in (0, -signal.SIGTERM), proc.stdout.read()
+            with pytest.raises(httpx.ConnectError):  # the port is closed: a balancer moves on
+                own(url, "/health")
+    assert received == words  # the whole answer, after the stop began
+    (row,) = TaskLog(log_path).query()
+    assert row.reply == words and row.error is None
+
+
+def test_a_stream_past_the_drain_timeout_is_cut_and_logged_as_cut(tmp_path):
+    words = " ".join(f"w{i}" for i in range(400))
+    with FakeUpstream(lambda m: words, chunk_delay_s=0.03) as upstream:
+        with proxy_process(tmp_path, upstream, "--drain-timeout", "1") as (proc, url, log_path):
+            received = stream_then_stop(url, proc, after_chunks=5)
+            assert proc.wait(timeout=60) in (0, -signal.SIGTERM), proc.stdout.read()
+    assert received and len(received) < len(words)
+    (row,) = TaskLog(log_path).query()  # what was sent before the cut, and why it ended
+    assert row.error == "the proxy stopped before the stream ended (drain timeout)"
+    assert row.reply and words.startswith(row.reply) and len(row.reply) < len(words)

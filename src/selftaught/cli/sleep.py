@@ -189,6 +189,14 @@ def proxy_cmd(
         float, typer.Option(help="Seconds per upstream request.")
     ] = ProxyConfig.timeout_s,
     max_body_mb: MaxBodyOpt = DEFAULT_MAX_BODY_MB,
+    drain_timeout: Annotated[
+        int,
+        typer.Option(
+            help="On SIGTERM or Ctrl-C: seconds the answers in flight get to finish once the "
+            "port is closed (past it they are cut and logged as errors).",
+            min=0,
+        ),
+    ] = ProxyConfig.drain_timeout_s,
     lora: Annotated[
         bool,
         typer.Option(
@@ -223,6 +231,7 @@ def proxy_cmd(
         timeout_s=timeout,
         inject=inject,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
+        drain_timeout_s=drain_timeout,
         lora=lora,
         probation=ProbationConfig(**probation_fields),
         **watch_fields,
