@@ -289,3 +289,131 @@ def test_a_stream_past_the_drain_timeout_is_cut_and_logged_as_cut(tmp_path):
     (row,) = TaskLog(log_path).query()  # what was sent before the cut, and why it ended
     assert row.error == "the proxy stopped before the stream ended (drain timeout)"
     assert row.reply and words.startswith(row.reply) and len(row.reply) < len(words)
+
+
+# ---- the service recipe: --print-systemd -----------------------------------------------------
+
+SANDBOX = {  # what the unit must set, as docs/operations.md lists it
+    "User": "selftaught",
+    "NoNewPrivileges": "yes",
+    "ProtectSystem": "strict",
+    "PrivateTmp": "yes",
+    "PrivateDevices": "yes",
+    "StateDirectory": "selftaught",
+    "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
+    "SystemCallFilter": "@system-service",
+    "SystemCallArchitectures": "native",
+    "ProtectKernelTunables": "yes",
+    "ProtectKernelModules": "yes",
+    "ProtectControlGroups": "yes",
+    "RestrictNamespaces": "yes",
+    "RestrictSUIDSGID": "yes",
+    "LockPersonality": "yes",
+    "UMask": "0077",
+    "CapabilityBoundingSet": "",
+}
+
+
+def print_unit(*args: str, env: dict[str, str | None] | None = None) -> str:
+    from typer.testing import CliRunner
+
+    from selftaught import cli
+
+    result = CliRunner().invoke(cli.app, ["proxy", *args, "--print-systemd"], env=env)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def unit_keys(text: str) -> dict[str, list[str]]:
+    """`Key=value` lines of a unit, each key's values in order (comments and sections out)."""
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", "[")):
+            key, value = line.split("=", 1)
+            found.setdefault(key, []).append(value)
+    return found
+
+
+def verify(unit: str, tmp_path: Path, name: str = "selftaught-proxy-demo.service") -> None:
+    """`systemd-analyze verify` says nothing (no unknown key, no bad value, the program
+    exists); skipped, saying why, where systemd-analyze is not installed."""
+    import shutil
+
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed here (Debian: apt-get install systemd)")
+    path = tmp_path / name
+    path.write_text(unit)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and not (done.stdout + done.stderr).strip(), done.stderr
+    # systemd's own score of the sandbox, 0 (shut) to 10 (open; its threshold counts tenths)
+    score = ["systemd-analyze", "security", "--offline=true", "--threshold=30", str(path)]
+    done = subprocess.run(score, capture_output=True, text=True, timeout=60)
+    if "offline" in done.stderr and "unrecognized" in done.stderr:  # systemd < 250
+        return
+    assert done.returncode == 0, done.stdout[-800:]
+
+
+def test_print_systemd_writes_a_sandboxed_unit_with_no_secret_in_it(tmp_path, monkeypatch):
+    import shlex
+
+    monkeypatch.delenv("SELFTAUGHT_LOG", raising=False)
+    keys = tmp_path / "keys.toml"
+    keys.write_text('alice = "alice-key-123456"\n')
+    upstream = "http://127.0.0.1:8000/v1#m"
+    given = ["--upstream", upstream, "--project", "demo", "--port", "8080", "--no-inject",
+             "--drain-timeout", "20", "--canary-share", "0.1"]  # fmt: skip
+    unit = print_unit(*given, "--require-key", "sekrit-proxy-key", "--feedback-key",
+                      "sekrit-feedback-key", "--client-keys", str(keys),
+                      env={"SELFTAUGHT_HOME": None})  # fmt: skip
+    assert "sekrit" not in unit and "alice-key" not in unit
+    found = unit_keys(unit)
+    for key, value in SANDBOX.items():
+        assert found.get(key) == [value], key
+    assert found["ProtectHome"][0] in ("yes", "read-only")  # read-only: Python under /home
+    assert found["ReadWritePaths"] == ["/var/lib/selftaught"]
+    assert "Environment=SELFTAUGHT_HOME=/var/lib/selftaught" in unit
+    assert found["TimeoutStopSec"] == ["50"]  # past the drain, time to flush the log
+    # the keys are read from the environment file, which must exist (no leading "-")
+    assert found["EnvironmentFile"] == ["/etc/selftaught/selftaught-proxy-demo.env"]
+    assert "#     SELFTAUGHT_PROXY_KEY=..." in unit and "SELFTAUGHT_FEEDBACK_KEY=..." in unit
+    assert found["LoadCredential"] == [f"client-keys:{keys}"]
+    command = shlex.split(found["ExecStart"][0])
+    assert command[:4] == [sys.executable, "-m", "selftaught", "proxy"]
+    assert command[4:] == [*given, "--client-keys", "%d/client-keys"]
+    verify(unit, tmp_path)
+
+
+def test_the_units_command_is_the_same_proxy(tmp_path, monkeypatch):
+    """The printed command, run again with --print-systemd, prints the same unit: its words
+    parse back into the options given."""
+    import shlex
+
+    monkeypatch.delenv("SELFTAUGHT_LOG", raising=False)
+    home = tmp_path / "srv home"  # a space, quoted in the unit
+    unit = print_unit("--upstream", "http://127.0.0.1:8000/v1#m", "--project", "demo",
+                      "--port", "443", "--trusted-clients", "*", "--log",
+                      str(tmp_path / "logs" / "log 1.db"),
+                      env={"SELFTAUGHT_HOME": str(home)})  # fmt: skip
+    found = unit_keys(unit)
+    assert found["AmbientCapabilities"] == ["CAP_NET_BIND_SERVICE"]  # a port below 1024
+    assert found["ReadWritePaths"] == [f'"{home}"', str(tmp_path / "logs")]
+    command = shlex.split(found["ExecStart"][0])
+    env = {**os.environ, "PYTHONPATH": SRC, "SELFTAUGHT_HOME": str(home)}
+    again = subprocess.run([*command, "--print-systemd"], capture_output=True, text=True,
+                           env=env, timeout=120)  # fmt: skip
+    assert again.returncode == 0 and again.stdout == unit, again.stderr
+    verify(unit, tmp_path)
+
+
+def test_a_log_urls_password_goes_to_the_environment_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("SELFTAUGHT_LOG", raising=False)
+    url = "postgresql://app:pw-sekrit@db.internal:5432/selftaught"
+    unit = print_unit("--upstream", "http://127.0.0.1:8000/v1#m", "--log", url)
+    assert "pw-sekrit" not in unit and "db.internal" not in unit
+    assert "#     SELFTAUGHT_LOG=..." in unit
+    plain_url = "postgresql://app@db.internal/selftaught"
+    plain = print_unit("--upstream", "http://h:8000/v1#m", env={"SELFTAUGHT_LOG": plain_url})
+    assert f"--log {plain_url}" in unit_keys(plain)["ExecStart"][0]
+    assert unit_keys(plain)["EnvironmentFile"] == ["-/etc/selftaught/selftaught-proxy-default.env"]

@@ -160,6 +160,7 @@ PROXY_PROBATION_FLAGS = {**{f: f for f in PROBATION_FLAGS}, "untrusted": "probat
 @config_flags(ProxyConfig, PROXY_FLAGS, into="watch_fields")
 @config_flags(ProbationConfig, PROXY_PROBATION_FLAGS, into="probation_fields")
 def proxy_cmd(
+    ctx: typer.Context,
     watch_fields: dict[str, Any],
     probation_fields: dict[str, Any],
     upstream: Annotated[str, typer.Option(help=UPSTREAM_HELP)],
@@ -205,6 +206,14 @@ def proxy_cmd(
             "requests to it. A local upstream follows the adopted adapter without this."
         ),
     ] = ProxyConfig.lora,
+    print_systemd: Annotated[
+        bool,
+        typer.Option(
+            "--print-systemd",
+            help="Print a sandboxed systemd unit that runs this proxy with these options "
+            "(secrets go in its environment file, never in the unit), and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Logging proxy: injects the adopted skill, logs every exchange (redacted).
 
@@ -236,6 +245,11 @@ def proxy_cmd(
         probation=ProbationConfig(**probation_fields),
         **watch_fields,
     )
+    if print_systemd:
+        from selftaught.sleep.intake.service import systemd_unit
+
+        typer.echo(systemd_unit(_proxy_service(ctx, config, log)), nl=False)
+        return
     console.print(
         f"proxy for {strip_credentials(upstream)} at http://{host}:{port}/v1 (project {project})"
     )
@@ -248,6 +262,56 @@ def proxy_cmd(
     elif trusted:
         console.print(f"clients whose words count as the operator's: {', '.join(trusted)}")
     run_proxy(config)
+
+
+# the proxy's options that hold a secret: never written into a unit, read from its environment
+_SECRET_OPTIONS = {
+    "require_key": "SELFTAUGHT_PROXY_KEY",
+    "feedback_key": "SELFTAUGHT_FEEDBACK_KEY",
+    "api_key": "SELFTAUGHT_API_KEY",
+}
+_UNIT_OWN = {"print_systemd", "log", "client_keys", *_SECRET_OPTIONS}  # written by the unit
+
+
+def _proxy_service(ctx: typer.Context, config: ProxyConfig, log: str | None) -> Any:
+    """What `--print-systemd` writes: the options given on this command line (secrets and
+    paths apart), the secrets' variables, the client keys file and the log."""
+    from selftaught.sleep.intake.service import ProxyService, upstream_key_variable
+    from selftaught.sleep.paths import ENV_LOG
+    from selftaught.sleep.store import is_url, url_password
+
+    words: list[str] = []
+    for param in ctx.command.params:
+        name = param.name or ""
+        # typer may vendor click, so compare the source by name
+        given = getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+        if param.param_type_name != "option" or name in _UNIT_OWN or not given:
+            continue
+        value = ctx.params[name]
+        if getattr(param, "is_flag", False):
+            words.append(param.opts[0] if value else param.secondary_opts[0])
+            continue
+        for one in value if isinstance(value, (list, tuple)) else [value]:
+            words += [param.opts[0], str(Path(one).absolute() if isinstance(one, Path) else one)]
+    secrets = [env for name, env in _SECRET_OPTIONS.items() if ctx.params.get(name)]
+    vendor = upstream_key_variable(config.upstream) if config.api_key is None else None
+    secrets += [vendor] if vendor else []
+    log = log or os.environ.get(ENV_LOG) or None
+    log_file = None
+    if log and is_url(log) and url_password(log):
+        secrets.append(ENV_LOG)  # the URL, password and all, in the environment file
+    elif log:
+        log_file = None if is_url(log) else Path(log).expanduser().absolute()
+        words += ["--log", str(log_file or log.strip())]
+    return ProxyService(
+        args=tuple(words),
+        project=config.project,
+        port=config.port,
+        drain_timeout_s=config.drain_timeout_s,
+        secrets=tuple(secrets),
+        client_keys=config.client_keys.absolute() if config.client_keys else None,
+        log_file=log_file,
+    )
 
 
 log_app = typer.Typer(
