@@ -29,6 +29,11 @@ OTHER_FLAGS = {
     "--prefix", "--print", "--retry", "--retry-connrefused", "--retry-delay", "--sandbox",
     "--served-model-name", "--settings", "--skip-git-repo-check", "--strict", "--verbose",
     "--version", "--budget-",
+    # other programs' flags in the operations and development pages (pip, venv, build, docker,
+    # pg_dump / pg_restore, tar, useradd, systemctl)
+    "--no-index", "--no-isolation", "--system-site-packages", "--upgrade", "--build-arg",
+    "--entrypoint", "--rm", "--stop-timeout", "--format", "--file", "--clean", "--dbname",
+    "--exclude", "--system", "--home-dir", "--shell", "--now",
 }  # fmt: skip
 
 

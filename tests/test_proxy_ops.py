@@ -319,6 +319,8 @@ def print_unit(*args: str, env: dict[str, str | None] | None = None) -> str:
 
     from selftaught import cli
 
+    # `--log URL` sets $SELFTAUGHT_LOG for the command: named here, the runner restores it
+    env = {"SELFTAUGHT_LOG": None, **(env or {})}
     result = CliRunner().invoke(cli.app, ["proxy", *args, "--print-systemd"], env=env)
     assert result.exit_code == 0, result.output
     return result.stdout
@@ -417,3 +419,100 @@ def test_a_log_urls_password_goes_to_the_environment_file(tmp_path, monkeypatch)
     plain = print_unit("--upstream", "http://h:8000/v1#m", env={"SELFTAUGHT_LOG": plain_url})
     assert f"--log {plain_url}" in unit_keys(plain)["ExecStart"][0]
     assert unit_keys(plain)["EnvironmentFile"] == ["-/etc/selftaught/selftaught-proxy-default.env"]
+
+
+# ---- the container recipe: the Dockerfile ------------------------------------------------------
+
+
+def dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's stages, each a list of (INSTRUCTION, arguments), lines joined."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: list[list[tuple[str, str]]] = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        word, _, rest = line.strip().partition(" ")
+        if word.upper() == "FROM":
+            stages.append([])
+        stages[-1].append((word.upper(), " ".join(rest.split())))
+    return stages
+
+
+def test_the_dockerfile_installs_the_wheel_and_runs_unprivileged_behind_a_key():
+    import fnmatch
+    import json
+
+    build, final = dockerfile_stages()
+    assert any(i == "RUN" and "pip wheel" in a and a.endswith(" .") for i, a in build)
+    installs = [a for i, a in final if i == "RUN" and "pip install" in a]
+    assert installs and all(".whl" in a and " -e " not in a for a in installs)  # the wheel only
+    steps = [i for i, _ in final]
+    user = [a for i, a in final if i == "USER"]
+    assert user and user[-1] not in ("root", "0")  # an unprivileged user runs the proxy
+    assert steps.index("USER") < steps.index("ENTRYPOINT")
+    assert ("EXPOSE", "8080") in final
+    assert any(i == "HEALTHCHECK" and "/ready" in a for i, a in final)
+    (entry,) = [json.loads(a) for i, a in final if i == "ENTRYPOINT"]
+    assert ("COPY", f"scripts/container-entrypoint.sh /usr/local/bin/{entry[0]}") in final
+    assert any(i == "VOLUME" and "/var/lib/selftaught" in a for i, a in final)
+    # every file copied from the build context exists and passes .dockerignore's allow list
+    allowed = [line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")]  # fmt: skip
+    for instruction, args in build + final:
+        if instruction == "COPY" and not args.startswith("--from"):
+            for source in args.split()[:-1]:
+                assert (ROOT / source).exists(), source
+                assert any(fnmatch.fnmatch(source.rstrip("/"), a) for a in allowed), source
+
+
+def test_the_containers_entry_point_refuses_to_start_without_a_client_key(tmp_path):
+    stub = tmp_path / "bin" / "selftaught"  # stands for the installed command: says its args
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\necho "selftaught $*"\n')
+    stub.chmod(0o755)
+    script = str(ROOT / "scripts" / "container-entrypoint.sh")
+    path = f"{stub.parent}{os.pathsep}{os.environ['PATH']}"
+
+    def start(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("SELFTAUGHT_")}
+        return subprocess.run(["sh", script, *args], capture_output=True, text=True,
+                              env={**clean, "PATH": path, **env}, timeout=30)  # fmt: skip
+
+    refused = start("--upstream", "http://vllm:8000/v1#m")
+    assert refused.returncode == 2 and "SELFTAUGHT_PROXY_KEY" in refused.stderr
+    assert not refused.stdout  # the proxy never started
+    keyed = start("--upstream", "http://vllm:8000/v1#m", SELFTAUGHT_PROXY_KEY="k" * 16)
+    assert keyed.returncode == 0
+    assert keyed.stdout.split() == [
+        *("selftaught", "proxy", "--host", "0.0.0.0", "--port", "8080", "--allow-remote"),
+        *("--upstream", "http://vllm:8000/v1#m"),
+    ]
+    assert start("--client-keys", "/run/secrets/keys.toml", "--upstream", "x").returncode == 0
+
+
+def test_the_documented_sqlite_backup_copies_a_live_log(tmp_path):
+    """docs/operations.md's backup lines, run while the proxy holds the log open."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    block = page.split("umask 077", 1)[1].split("```", 1)[0]
+    with FakeUpstream() as upstream:
+        home = tmp_path / "home"
+        config = ProxyConfig(upstream=f"{upstream.base_url}#m", project="demo", port=0,
+                             log_path=home / "log.db", home=home)  # fmt: skip
+        with proxy_in_background(config) as (url, _app):
+            ids = [asker(url)(f"q{i}") for i in range(3)]
+            wait_for(lambda: stats(url)["log"]["logged"] == 3)
+            env = {**os.environ, "PYTHONPATH": SRC, "SELFTAUGHT_HOME": str(tmp_path / "home")}
+            env.pop("SELFTAUGHT_LOG", None)
+            done = subprocess.run(["bash", "-ec", "umask 077" + block], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert ask_ok(url)  # the proxy goes on writing after the copy
+    backup = tmp_path / "log-backup.db"
+    assert oct(backup.stat().st_mode & 0o777) == "0o600"
+    with TaskLog(backup) as copy:
+        assert copy.integrity_check() == "ok" and sorted(r.id for r in copy.query()) == sorted(ids)
+
+
+def ask_ok(url: str) -> bool:
+    asker(url)("after the backup")
+    return wait_for(lambda: stats(url)["log"]["logged"] == 4)
