@@ -110,18 +110,23 @@ def _solved(reply: str, reference: Any) -> bool | None:
 def reference_outcome(it: Interaction, reference: Any) -> int | None:
     """1 when the row's reply passes `reference` (a corrected answer, or on a request with
     tools a corrected tool call, see `sleep.night.replay`), 0 when not, None when unusable."""
-    from selftaught.sleep.intake.threads import logged_tools
+    from selftaught.sleep.intake.threads import (
+        call_key,
+        call_parts,
+        logged_tool_calls,
+        logged_tools,
+    )
     from selftaught.sleep.night import replay
 
     if logged_tools(it) is not None:
         corrected = replay.tool_feedback(reference)
         if corrected is not None:
             made = {
-                replay.call_key(*parts)
-                for call in replay.logged_tool_calls(it)
-                if (parts := replay.call_parts(call)) is not None
+                call_key(*parts)
+                for call in logged_tool_calls(it)
+                if (parts := call_parts(call)) is not None
             }
-            calls = all(replay.call_key(c["name"], c["arguments"]) in made for c in corrected.calls)
+            calls = all(call_key(c["name"], c["arguments"]) in made for c in corrected.calls)
             answer = None if corrected.answer is None else _solved(it.reply or "", corrected.answer)
             if not corrected.calls and answer is None:
                 return None

@@ -3,19 +3,28 @@
 A chat app resends the whole history with each request, so the conversation a user had is
 spread over several rows: the first (a question → a reply), then each later one (the same
 messages, that reply, the user's next turn → the next reply). A row *continues* another when
-its messages begin with the other's messages followed by the other's reply, both from the same
+its messages begin with the other's messages followed by the other's reply (its text and its
+tool calls, a call compared by its tool's name and its arguments as JSON), both from the same
 client in the same project. A thread is a chain of such rows; its last row (the head) holds the
 whole conversation, and every reply in it is one `Turn`: the messages up to the request, the
 reply, and the user's next turn when there is one (what a night reads as feedback on that
 reply: `selftaught.sleep.night.signals`).
 
+A tool-using app resends its history within one request too: each step of an episode is a row
+(the request → a tool call; the request, that call and its result → the next call or the
+final answer), each continuing the one before. So an episode and the user's turn after its
+final answer are one thread: the turn's reply is the final answer, its `steps` the calls and
+results between the request and that answer, its `step_rows` the rows that logged those calls
+(a night folds them into one episode task: `selftaught.sleep.night.replay`). Calls still under
+way when the thread ends (no final answer logged yet) are the thread's `open_steps`.
+
 A conversation can also sit inside one row: an imported chat, or a request whose history holds
 an earlier reply and the user's answer to it. Its replies are turns of the same kind, logged by
 no row of their own (`Turn.row_id` is None).
 
-Rows with tools (their episodes are replayed whole) and coding agents' sessions (collapsed by
-`sessions.collapse_sessions`, linked by the agent's session id) are threads of one row here:
-`how` says "session" for those, "single" for a one-off request.
+Coding agents' sessions (collapsed by `sessions.collapse_sessions`, linked by the agent's
+session id) are threads of one row here: `how` says "session" for those, "single" for a
+one-off request.
 """
 
 from __future__ import annotations
@@ -49,6 +58,92 @@ def message_text(content: Any) -> str | None:
     return None if content is not None else ""
 
 
+# ---- tool calls compared as JSON ---------------------------------------------------------
+
+
+def arguments_value(raw: Any) -> Any:
+    """A call's arguments as a JSON value: a JSON string parsed (an unparsable one stays the
+    string), `None` or "" as {}."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            return raw
+    return raw
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    return value
+
+
+def call_key(name: str, arguments: Any) -> str:
+    """Equal for two calls of the same tool whose arguments are equal as JSON (objects compared
+    without regard to key order, lists in order, 3 == 3.0)."""
+    value = _canonical(arguments_value(arguments))
+    return json.dumps([name, value], sort_keys=True, ensure_ascii=False)
+
+
+def call_parts(call: Any) -> tuple[str, Any] | None:
+    """(name, arguments as JSON) of a call in the OpenAI shape or `{"name", "arguments"}`;
+    None when it names no tool."""
+    if not isinstance(call, dict):
+        return None
+    fn = call.get("function")
+    fn = fn if isinstance(fn, dict) else call
+    name = fn.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    return name, arguments_value(fn.get("arguments", fn.get("input")))
+
+
+# ---- what the log holds ------------------------------------------------------------------
+
+
+def logged_tools(it: Interaction) -> list[dict[str, Any]] | None:
+    """The request's tools (rows logged before the tools column hold them in meta.request)."""
+    tools = it.tools
+    if tools is None and isinstance(it.meta, dict) and isinstance(it.meta.get("request"), dict):
+        tools = it.meta["request"].get("tools")
+    return tools if isinstance(tools, list) and tools else None
+
+
+def logged_tool_calls(it: Interaction) -> list[dict[str, Any]]:
+    calls = it.tool_calls
+    if calls is None and isinstance(it.meta, dict):
+        calls = it.meta.get("tool_calls")  # rows logged before the tool_calls column
+    return [c for c in calls or [] if isinstance(c, dict)]
+
+
+def _calls(message: Any) -> list[Any]:
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    return calls if isinstance(calls, list) else []
+
+
+def reply_message(it: Interaction) -> Message:
+    """`it`'s reply as the assistant turn an app resends: its text and its tool calls."""
+    calls = logged_tool_calls(it)
+    turn: Message = {"role": "assistant", "content": it.reply}
+    return {**turn, "tool_calls": calls} if calls else turn
+
+
+def threadable(it: Interaction) -> bool:
+    """A row of an app's conversation: answered (text or tool calls), not a coding agent's
+    session step."""
+    answered = it.reply is not None or bool(logged_tool_calls(it))
+    return it.is_task and answered and not is_agent_session(it)
+
+
+# ---- threads -------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Turn:
     """One reply of a thread and what followed it."""
@@ -67,6 +162,10 @@ class Turn:
     followup_row: str | None = None
     """The row whose request first holds that next turn."""
     followup_at: float | None = None
+    steps: tuple[Message, ...] = ()
+    """An episode's tool calls and their results between the request and the reply."""
+    step_rows: tuple[str, ...] = ()
+    """The rows that logged those calls, oldest first."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +175,8 @@ class Thread:
     rows: tuple[Interaction, ...]
     how: ThreadKind
     turns: tuple[Turn, ...]
+    open_steps: tuple[str, ...] = ()
+    """Rows of tool calls after the last turn with no final answer logged yet."""
 
     @property
     def head(self) -> Interaction:
@@ -92,15 +193,16 @@ class Thread:
 
 
 def _key(message: Any) -> str:
-    """A message as the app resends it: its role and text (other fields, such as `refusal` or
-    `annotations`, come back in different shapes)."""
+    """A message as the app resends it: its role, its text and its tool calls by name and
+    arguments (other fields, such as `refusal`, `annotations` or a call's id and type, come
+    back in different shapes)."""
     if not isinstance(message, dict):
         return json.dumps(message, sort_keys=True, default=str)
     text = message_text(message.get("content"))
     if text is None:
         text = json.dumps(message.get("content"), sort_keys=True, default=str)
-    calls = message.get("tool_calls")
-    extra = json.dumps(calls, sort_keys=True, default=str) if calls else ""
+    calls = [call_key(*parts) for c in _calls(message) if (parts := call_parts(c)) is not None]
+    extra = json.dumps(calls, ensure_ascii=False) if calls else ""
     return f"{message.get('role')}\x00{text.strip()}\x00{extra}"
 
 
@@ -112,32 +214,13 @@ def _digest(keys: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def logged_tools(it: Interaction) -> list[dict[str, Any]] | None:
-    """The request's tools (rows logged before the tools column hold them in meta.request)."""
-    tools = it.tools
-    if tools is None and isinstance(it.meta, dict) and isinstance(it.meta.get("request"), dict):
-        tools = it.meta["request"].get("tools")
-    return tools if isinstance(tools, list) and tools else None
-
-
-def _has_tools(it: Interaction) -> bool:
-    return logged_tools(it) is not None or any(
-        isinstance(m, dict) and (m.get("role") == "tool" or m.get("tool_calls"))
-        for m in it.messages
-    )
-
-
-def threadable(it: Interaction) -> bool:
-    """A plain chat row: answered, no tools, not a coding agent's session step."""
-    return it.is_task and it.reply is not None and not _has_tools(it) and not is_agent_session(it)
-
-
 class _Index:
-    """Chat rows by (project, client, digest of their messages): what a row continues."""
+    """Rows by (project, client, digest of their messages): what a row continues."""
 
     def __init__(self, rows: list[Interaction]):
         self.messages = {it.id: strip_injected_messages(it.messages) for it in rows}
         self.keys = {it.id: [_key(m) for m in self.messages[it.id]] for it in rows}
+        self.replies = {it.id: _key(reply_message(it)) for it in rows}
         self.by_digest: dict[tuple[str, str | None, str], list[Interaction]] = {}
         for it in sorted(rows, key=_when):
             where = (it.project, it.client, _digest(self.keys[it.id]))
@@ -148,7 +231,7 @@ class _Index:
         whose reply is `reply_key` (the oldest, when the request was sent twice)."""
         where = (it.project, it.client, _digest(self.keys[it.id][:upto]))
         for row in self.by_digest.get(where, []):
-            if row.id != it.id and _key({"role": "assistant", "content": row.reply}) == reply_key:
+            if row.id != it.id and self.replies[row.id] == reply_key:
                 return row
         return None
 
@@ -159,45 +242,72 @@ class _Index:
         return found[0] if found else head
 
 
-def _turns(head: Interaction, index: _Index) -> list[Turn]:
-    """The replies of `head`'s conversation, each with the user's next turn."""
+def _turns(head: Interaction, index: _Index) -> tuple[list[Turn], list[str]]:
+    """The replies of `head`'s conversation, each with the user's next turn; and the rows of
+    the tool calls made since the last user request when no final answer followed them."""
     messages = index.messages[head.id]
-    conversation = [*messages, {"role": "assistant", "content": head.reply}]
-    keys = [*index.keys[head.id], _key(conversation[-1])]
+    conversation = [*messages, reply_message(head)]
+    keys = [*index.keys[head.id], index.replies[head.id]]
     turns: list[Turn] = []
+    asked: int | None = None  # the user request the assistant turns since answer
+    steps: list[str] = []  # the rows of the tool calls made since that request
     for i, msg in enumerate(conversation):
-        if i == 0 or not isinstance(msg, dict) or msg.get("role") != "assistant":
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role == "user":
+            asked, steps = i, []
             continue
-        last = conversation[i - 1]
-        reply = message_text(msg.get("content"))
-        if not isinstance(last, dict) or last.get("role") != "user" or reply is None:
+        if role == "tool" and asked is not None:
+            continue
+        if role != "assistant" or asked is None:
+            asked = None
             continue
         row = head if i == len(messages) else index.logged(head, i, keys[i])
-        nxt = conversation[i + 1] if i + 1 < len(conversation) else None
-        followup, by = None, None
-        if isinstance(nxt, dict) and nxt.get("role") == "user":
-            followup = message_text(nxt.get("content"))
-            by = index.asked(head, keys[: i + 2])
-        turns.append(
-            Turn(
-                index=i,
-                request=tuple(conversation[:i]),
-                reply=reply,
-                row_id=None if row is None else row.id,
-                at=head.created_at if row is None else row.created_at,
-                followup=followup,
-                followup_row=None if by is None else by.id,
-                followup_at=None if by is None else by.created_at,
-            )
-        )
-    return turns
+        if _calls(msg):  # a step of an episode: its final answer is the reply
+            steps += [row.id] if row is not None else []
+            continue
+        reply = message_text(msg.get("content"))
+        if reply is not None:
+            turns.append(_turn(head, index, conversation, keys, asked, i, reply, row, steps))
+        asked = None
+    return turns, steps if asked is not None else []
+
+
+def _turn(
+    head: Interaction,
+    index: _Index,
+    conversation: list[Any],
+    keys: list[str],
+    asked: int,
+    i: int,
+    reply: str,
+    row: Interaction | None,
+    steps: list[str],
+) -> Turn:
+    """The reply at `i` to the user's request at `asked`, with the user's next turn."""
+    nxt = conversation[i + 1] if i + 1 < len(conversation) else None
+    followup, by = None, None
+    if isinstance(nxt, dict) and nxt.get("role") == "user":
+        followup = message_text(nxt.get("content"))
+        by = index.asked(head, keys[: i + 2])
+    return Turn(
+        index=i,
+        request=tuple(conversation[: asked + 1]),
+        reply=reply,
+        row_id=None if row is None else row.id,
+        at=head.created_at if row is None else row.created_at,
+        followup=followup,
+        followup_row=None if by is None else by.id,
+        followup_at=None if by is None else by.created_at,
+        steps=tuple(conversation[asked + 1 : i]),
+        step_rows=tuple(steps),
+    )
 
 
 def build_threads(rows: Iterable[Interaction]) -> list[Thread]:
     """Every row in exactly one thread, threads in the order of their first row.
 
-    A chat row continued by a later row of its client belongs to that row's thread. A branch
-    (two rows continuing one, as after a regenerated reply) makes two threads that share their
+    A row continued by a later row of its client belongs to that row's thread. A branch (two
+    rows continuing one, as after a regenerated reply) makes two threads that share their
     first turns; the shared rows belong to the older branch."""
     rows = list(rows)
     chat = [it for it in rows if threadable(it)]
@@ -212,13 +322,12 @@ def build_threads(rows: Iterable[Interaction]) -> list[Thread]:
     owner: dict[str, Thread] = {}
     by_id = {it.id: it for it in chat}
     for head in sorted((it for it in chat if it.id not in continued), key=_when):
-        turns = _turns(head, index)
-        members = [by_id[t.row_id] for t in turns if t.row_id is not None]
-        own = [r for r in members if r.id not in owner]
-        if head not in own:
-            own.append(head)
+        turns, open_steps = _turns(head, index)
+        ids = [t.row_id for t in turns if t.row_id is not None]
+        ids += [s for t in turns for s in t.step_rows] + open_steps + [head.id]
+        own = [by_id[i] for i in dict.fromkeys(ids) if i not in owner]
         how: ThreadKind = "history" if len(own) > 1 or len(turns) > 1 else "single"
-        thread = Thread(tuple(sorted(own, key=_when)), how, tuple(turns))
+        thread = Thread(tuple(sorted(own, key=_when)), how, tuple(turns), tuple(open_steps))
         for r in own:
             owner[r.id] = thread
     out: list[Thread] = []

@@ -33,9 +33,10 @@ from pathlib import Path
 
 from selftaught.models.agents.base import CliAgent, content_text
 from selftaught.models.base import ChatModel, Message
+from selftaught.sleep.intake.threads import arguments_value, call_parts
 from selftaught.sleep.night.agent_outcome import workspace_of
 from selftaught.sleep.night.mine import MinedTask
-from selftaught.sleep.night.replay import arguments_value, call_parts, has_answer_check, show_call
+from selftaught.sleep.night.replay import has_answer_check, show_call
 from selftaught.sleep.night.split import NightTask
 from selftaught.tasks.base import SPLITS, Example, Score
 from selftaught.tasks.check import run_check

@@ -864,8 +864,9 @@ def mine(
         conversation.signals[kind] = conversation.signals.get(kind, 0) + n
     report.conversation = conversation.to_dict()
     dropped: Counter[str] = Counter()
-    if conversation.redo_turns:
-        dropped[REDONE] = conversation.redo_turns
+    redone = sum(is_redo(it) for it in rows)  # a retry's reply, and its episode's tool calls
+    if redone:
+        dropped[REDONE] = redone
     tasks: list[MinedTask] = []
     steps = 0  # earlier steps of a tool-using conversation, folded into its last one
     pending: list[Pending] = []  # plain exchanges without a strong check, for the miner

@@ -51,7 +51,14 @@ from selftaught.redact import redact_for_model
 from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.intake.sessions import task_turns
-from selftaught.sleep.intake.threads import logged_tools, message_text
+from selftaught.sleep.intake.threads import (
+    arguments_value,
+    call_key,
+    call_parts,
+    logged_tool_calls,
+    logged_tools,
+    message_text,
+)
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.mine import (
     MineConfig,
@@ -85,50 +92,7 @@ NOT_RECORDED = "not recorded"
 SHOWN_CALLS = 5  # recorded calls named in a "not recorded" result
 
 
-# ---- calls compared as JSON --------------------------------------------------------------
-
-
-def arguments_value(raw: Any) -> Any:
-    """A call's arguments as a JSON value: a JSON string parsed (an unparsable one stays the
-    string), `None` or "" as {}."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except (ValueError, RecursionError):
-            return raw
-    return raw
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return [_canonical(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    return value
-
-
-def call_key(name: str, arguments: Any) -> str:
-    """Equal for two calls of the same tool whose arguments are equal as JSON (objects compared
-    without regard to key order, lists in order, 3 == 3.0)."""
-    value = _canonical(arguments_value(arguments))
-    return json.dumps([name, value], sort_keys=True, ensure_ascii=False)
-
-
-def call_parts(call: Any) -> tuple[str, Any] | None:
-    """(name, arguments as JSON) of a call in the OpenAI shape or `{"name", "arguments"}`;
-    None when it names no tool."""
-    if not isinstance(call, dict):
-        return None
-    fn = call.get("function")
-    fn = fn if isinstance(fn, dict) else call
-    name = fn.get("name")
-    if not isinstance(name, str) or not name.strip():
-        return None
-    return name, arguments_value(fn.get("arguments", fn.get("input")))
+# ---- calls compared as JSON (`threads.call_key`) -----------------------------------------
 
 
 def show_call(name: str, arguments: Any) -> str:
@@ -144,13 +108,6 @@ def logged_tool_choice(it: Interaction) -> Any:
         return it.tool_choice
     request = it.meta.get("request") if isinstance(it.meta, dict) else None
     return request.get("tool_choice") if isinstance(request, dict) else None
-
-
-def logged_tool_calls(it: Interaction) -> list[dict[str, Any]]:
-    calls = it.tool_calls
-    if calls is None and isinstance(it.meta, dict):
-        calls = it.meta.get("tool_calls")  # rows logged before the tool_calls column
-    return [c for c in calls or [] if isinstance(c, dict)]
 
 
 def _last_user(messages: Sequence[Any]) -> int:

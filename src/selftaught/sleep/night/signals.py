@@ -242,19 +242,29 @@ def merge_signal(explicit: Feedback, signal: Signal) -> Feedback:
 
 
 def _turn_row(thread: Thread, turn: Turn, rows: dict[str, Interaction]) -> Interaction:
-    """The row to mine for `turn`: its own logged row cut to the request, or the head's."""
+    """The row to mine for `turn`: its own logged row cut to the request (and an episode's
+    steps), or the head's."""
     base = rows.get(turn.row_id or "", thread.head)
     own = turn.row_id is not None
+    meta = {k: v for k, v in base.meta.items() if own or k != "tool_calls"}
     return replace(
         base,
         id=base.id if own else f"{thread.id}#{turn.index}",
-        messages=list(turn.request),
+        messages=[*turn.request, *turn.steps],
         reply=turn.reply,
         created_at=turn.at,
         dedupe_key=base.dedupe_key if own else None,
         feedback=base.feedback if own else Feedback(),
-        meta={**base.meta, "thread": thread.id, "turn": turn.index},
+        tool_calls=base.tool_calls if own else None,  # the head's reply may be a call
+        meta={**meta, "thread": thread.id, "turn": turn.index},
     )
+
+
+def _step_row(thread: Thread, row: Interaction, redo: bool) -> Interaction:
+    """A row that logged one of an episode's tool calls, as it is: the night folds it into the
+    episode's task (`replay.conversations`), or leaves it out with a retry's."""
+    meta = {**row.meta, "thread": thread.id}
+    return replace(row, meta={**meta, REDO: REDONE} if redo else meta)
 
 
 _Verdict = tuple[Signal, Followup | None] | None
@@ -356,6 +366,7 @@ def _mine_rows(
             v = None
         row = _turn_row(thread, turn, by_id)
         redo, judged = judged, v is not None and v[0].kind in REDO_AFTER
+        _steps(thread, turn.step_rows, by_id, redo, out)
         if row.id in out.emitted:
             continue
         out.emitted.add(row.id)
@@ -363,25 +374,40 @@ def _mine_rows(
             out.report.redo_turns += 1
             row = replace(row, meta={**row.meta, REDO: REDONE})
         if v is not None:
-            signal, read = v
-            out.signals.append(signal)
-            out.report.signals[signal.kind] = out.report.signals.get(signal.kind, 0) + 1
-            if signal.trusted:
-                out.report.trusted += 1
-            else:
-                out.report.untrusted += 1
-            meta = {**row.meta, "signals": [signal.to_dict()]}
-            if (
-                signal.kind == "correction"
-                and k + 1 < len(turns)
-                and row.feedback.reference is None
-            ):
-                meta[REFERENCE_REPLY] = turns[k + 1].reply  # the reply its own reference drew
-            feedback = _feedback(row.feedback, signal, read)
-            if _bare(row.feedback, feedback, signal):
-                meta[BARE_VERDICT] = signal.kind
-            row = replace(row, feedback=feedback, meta=meta)
+            row = _judged(row, v, turns[k + 1].reply if k + 1 < len(turns) else None, out)
         out.rows.append(row)
+    _steps(thread, thread.open_steps, by_id, judged, out)
+    _steps(thread, [r.id for r in thread.rows], by_id, False, out)  # any other row, as it is
+
+
+def _steps(
+    thread: Thread, ids: Iterable[str], by_id: dict[str, Interaction], redo: bool, out: _Read
+) -> None:
+    for step in ids:
+        if step not in out.emitted:
+            out.emitted.add(step)
+            out.rows.append(_step_row(thread, by_id[step], redo))
+
+
+def _judged(
+    row: Interaction, v: tuple[Signal, Followup | None], drawn: str | None, out: _Read
+) -> Interaction:
+    """`row` with the signal read on its reply: its feedback filled, the signal recorded.
+    `drawn`: the thread's next reply (the one a correction drew)."""
+    signal, read = v
+    out.signals.append(signal)
+    out.report.signals[signal.kind] = out.report.signals.get(signal.kind, 0) + 1
+    if signal.trusted:
+        out.report.trusted += 1
+    else:
+        out.report.untrusted += 1
+    meta = {**row.meta, "signals": [signal.to_dict()]}
+    if signal.kind == "correction" and drawn is not None and row.feedback.reference is None:
+        meta[REFERENCE_REPLY] = drawn  # the reply its own reference drew
+    feedback = _feedback(row.feedback, signal, read)
+    if _bare(row.feedback, feedback, signal):
+        meta[BARE_VERDICT] = signal.kind
+    return replace(row, feedback=feedback, meta=meta)
 
 
 def _bare(explicit: Feedback, merged: Feedback, signal: Signal) -> bool:
