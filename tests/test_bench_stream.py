@@ -211,6 +211,9 @@ def test_a_quick_run_end_to_end_resumes_and_renders(tmp_path: Path) -> None:
         assert sum(n["traffic"]["requests_by_kind"]["tool"] for n in nights) > 0
         for night in nights:
             assert night["calls"]["traffic"] >= 2 * 8 and night["calls"]["heldout"] >= 8
+            if night["traffic"]["requests_by_kind"]["tool"] and night["mined"] is not None:
+                got = night["mined"]["tool"]  # episodes the user thanked: their answer checks
+                assert got["train"] + got["val"] + got["test"] - got["recalled"] > 0
             if night["mined"] is not None:  # a kind with traffic and no task is said so
                 for kind, sent in night["traffic"]["requests_by_kind"].items():
                     got = night["mined"][kind]

@@ -263,7 +263,8 @@ def test_a_catastrophic_pattern_runs_out_of_time_and_fails_closed():
         ok, why = Rule(kind, slow).check(text)
         assert not ok and "failed closed" in why  # never passes, whichever way it is meant
     assert time.monotonic() - t0 < 30  # generous: each search stops after REGEX_TIMEOUT_S
-    row = thumb_row("Spell a long run of a's", text, "up")
+    # a reply of many words: no short answer of its own to check it by (`row_label`)
+    row = thumb_row("Spell a long run of a's", f"Here is a long run of them: {text}", "up")
     miner = miner_of(says({"rules": [{"kind": "regex_must", "value": slow}]}))
     tasks, report = mine([row], MineConfig(), miner=miner)
     assert tasks == [] and report.miner["refused"] == {

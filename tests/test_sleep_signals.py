@@ -163,6 +163,67 @@ def test_conversation_reading_can_be_turned_off():
     assert "no reference" in next(iter(report.dropped))
 
 
+# ---- right answers the user accepts ----------------------------------------------------------
+
+THANKS = "Thanks, that's right."
+
+
+def accepted_rows(reply: str, trusted: bool) -> list[Interaction]:
+    """The user thanks the reply, then says goodbye (a row nothing checks)."""
+    meta = {TRUSTED_WORDS: True} if trusted else {}
+    first = row([user(ASK)], reply, 1.0, meta=meta)
+    second = row([user(ASK), assistant(reply), user(THANKS)], "Glad to help!", 2.0, meta=meta)
+    return [first, second]
+
+
+def demos_of(task) -> list[str]:
+    from selftaught.skill.demo_search import from_references
+    from selftaught.tasks.base import Example
+    from selftaught.tasks.scorers import SCORERS
+
+    class Task:
+        def score(self, output, example):
+            return SCORERS[example.state["scorer"]](output, example)
+
+    ex = Example(task.id, task.prompt, task.reference, state=task.state)
+    return [d.reply for d in from_references(Task(), [ex])]
+
+
+def test_a_trusted_users_thanks_makes_the_reply_the_tasks_reference():
+    (task,), report = mine(accepted_rows("17 km", trusted=True), MineConfig())
+    assert report.conversation["signals"] == {"acceptance": 1}
+    assert task.messages == [user(ASK)] and not task.negative
+    assert task.reference == "17 km" and task.state["scorer"] == "quantity"
+    assert task.state["trust"] == "operator" and "no_demo" not in task.state
+    assert demos_of(task) == ["17 km"]  # the trusted user's own verdict: it may teach
+
+
+def test_an_end_users_thanks_checks_the_task_but_gives_no_demo():
+    (task,), _ = mine(accepted_rows("17 km", trusted=False), MineConfig())
+    assert task.reference == "17 km" and task.state["scorer"] == "quantity"
+    assert task.state["trust"] == "end_user" and task.state["no_demo"]
+    assert demos_of(task) == []
+
+
+def test_an_accepted_answer_is_a_reference_only_where_it_is_short_enough_to_check():
+    for judge in (False, True):  # a number is the answer, judge or not
+        tasks, _ = mine(accepted_rows("Answer: 4312", trusted=True), MineConfig(judge=judge))
+        (task,) = [t for t in tasks if t.messages == [user(ASK)]]
+        assert task.reference == "4312" and task.state["scorer"] == "numeric"
+        assert demos_of(task) == ["Answer: 4312"]  # the reply the user accepted, whole
+    (word,), _ = mine(accepted_rows("Canberra", trusted=True), MineConfig())
+    assert word.reference == "Canberra" and word.state["scorer"] == "normalized"
+    tasks, _ = mine(accepted_rows("Canberra", trusted=True), MineConfig(judge=True))
+    (word,) = [t for t in tasks if t.messages == [user(ASK)]]
+    assert word.state["rubric"]  # a word may be one right answer of several: the judge's
+    prose = "You walk a total of seventeen kilometres, a nice long walk."
+    tasks, report = mine(accepted_rows(prose, trusted=True), MineConfig())
+    assert tasks == [] and all(why.startswith("no reference") for why in report.dropped)
+    tasks, _ = mine(accepted_rows(prose, trusted=True), MineConfig(judge=True))
+    (judged,) = [t for t in tasks if t.messages == [user(ASK)]]
+    assert judged.state["rubric"] and judged.reference == prose  # the judge's, as before
+
+
 # ---- re-asks -------------------------------------------------------------------------------
 
 

@@ -46,6 +46,13 @@ def calculator_agent(request: AgentRequest) -> str | Call:
     return Call("calculator", {"expression": EXPRESSION})
 
 
+def right_agent(request: AgentRequest) -> str | Call:
+    """Calls the calculator and reports its result."""
+    if request.tool_results:
+        return f"Answer: {request.tool_results[-1].output}"
+    return Call("calculator", {"expression": EXPRESSION})
+
+
 def calculator(arguments: Any) -> str:
     expression = json.loads(arguments)["expression"] if isinstance(arguments, str) else ""
     a, b = expression.split("+")
@@ -127,8 +134,9 @@ OPENING = {
 
 
 @contextlib.contextmanager
-def proxied(tmp_path: Path, log_at: Path | str, **config: Any) -> Iterator[str]:
-    with AgentUpstream(calculator_agent) as up:
+def proxied(tmp_path: Path, log_at: Path | str, agent: Any = calculator_agent,
+            **config: Any) -> Iterator[str]:  # fmt: skip
+    with AgentUpstream(agent) as up:
         proxy = ProxyConfig(upstream=up.root_url, project="demo", port=0, log_path=log_at,
                             home=tmp_path / "home", **config)  # fmt: skip
         with proxy_in_background(proxy) as (url, app):
@@ -179,9 +187,20 @@ def test_a_correction_after_a_tool_episode_gives_an_episode_task(tmp_path, log_a
     assert isinstance(ex, Example) and ex.state["tools"]
 
 
-def test_a_tool_episode_the_user_accepts_is_no_redo_and_a_new_question_is_its_own_task(
+def test_a_trusted_users_thanks_after_a_tool_episode_makes_its_answer_the_reference(
     tmp_path, log_at
 ):
+    with proxied(tmp_path, log_at, right_agent, trusted_clients=("*",)) as url:
+        episode = _chat(url, OPENING["chat"], None)
+        _chat(url, episode, "Thanks, that's right.")
+    (task,), report = mine(TaskLog(log_at).query(), MineConfig())
+    assert report.conversation["signals"] == {"acceptance": 1}
+    assert task.reference == "4312" and task.state["trust"] == "operator"
+    assert "no_demo" not in task.state and not task.negative
+    assert task.state["fixtures"][0]["result"] == "4312"
+
+
+def test_a_tool_episode_followed_by_a_new_question_is_no_redo(tmp_path, log_at):
     with proxied(tmp_path, log_at) as url:
         episode = _chat(url, OPENING["chat"], None)
         _chat(url, episode, "What is 2 + 2?")  # a new question: no verdict on the answer

@@ -15,6 +15,7 @@ from selftaught.policy import Policy
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.intake.log import OPERATOR, Feedback, Interaction, TaskLog
 from selftaught.sleep.night import recall
+from selftaught.sleep.night.checks import short_answer
 from selftaught.sleep.night.cycle import SleepConfig, mine, run_night
 from selftaught.sleep.night.mine import NO_CHECK, MineConfig, MinedTask
 from selftaught.sleep.night.split import SplitConfig, assign_splits, train_only
@@ -23,7 +24,6 @@ from selftaught.sleep.night.weak import (
     WeakConfig,
     WeakReport,
     settle_weak,
-    short_answer,
     weak_label,
 )
 from tests.scripted import ScriptedModel, rule_answer, user_of

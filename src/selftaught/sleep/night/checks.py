@@ -10,6 +10,10 @@
 - otherwise a **rubric** (written by the miner from the request and the feedback) scored by a
   judge model (`LlmJudge`, `--judge-model`).
 
+A reply the user accepted has a reference of its own when its answer is short enough to check
+without a judge (`short_answer`: a number, a number with a unit, a short text), scored by the
+same choice as any reference.
+
 A task's checks all count: hard = every check passed, soft = their mean, feedback = each
 check's own words, then an end user's comment on the logged reply, quoted, when there is one
 (`state["evidence"]`: evidence for the analyst, never a check or a rule). Rule checks are
@@ -19,6 +23,7 @@ language) passes rather than guesses.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import asdict, dataclass
@@ -27,8 +32,9 @@ from typing import Any
 
 from selftaught.errors import ConfigError, TaskError
 from selftaught.tasks.base import Example, Score
-from selftaught.tasks.extract import extract_json
-from selftaught.tasks.scorers import LlmJudge, score_reference
+from selftaught.tasks.extract import extract_answer, extract_json
+from selftaught.tasks.scorers import LlmJudge, normalize_text, parse_number, score_reference
+from selftaught.text import words
 
 # ---- rules the user stated ----------------------------------------------------------------
 
@@ -341,6 +347,57 @@ def detect_language(text: str) -> str | None:
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])
     (best, hits), (_, second) = ranked[0], ranked[1]
     return best if hits >= 2 and hits > second else None
+
+
+# ---- the answer a reply gives --------------------------------------------------------------
+
+_NON_ANSWER = re.compile(
+    r"\b(?:i\s+(?:do\s+not|don'?t|can\s*not|can'?t)|not sure|unable|sorry|unknown|no idea)\b",
+    re.I,
+)
+_NUM = re.compile(r"[-−]?\$?\d[\d,]*(?:\.\d+)?")
+_WITH_UNIT = re.compile(r"^([-−]?\$?\d[\d,]*(?:\.\d+)?)\s*([A-Za-z°%µ€£][A-Za-z°%µ/²³]{0,15})$")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer a reply gives: what two answers are compared by (`key`: self-consistency
+    votes on it, `weak.py`) and the reference it becomes (`value`)."""
+
+    key: str
+    value: str
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def short_answer(reply: str, max_words: int = 6) -> Answer | None:
+    """The answer a reply gives, when it is short enough to check without a judge (and to agree
+    on): the final-answer marker's content (else the reply), after its last `=`; a number
+    (keyed by its value), a number with a unit ("7 km"), else a short text (keyed normalized).
+    None: no such answer (prose, several numbers, several lines, a refusal such as "I do not
+    know")."""
+    text = extract_answer(reply)
+    if "=" in text:
+        text = text.rsplit("=", 1)[1]
+    text = text.strip().strip("*`\"'").rstrip(".!").strip()
+    if not text or "\n" in text or len(words(text)) > max_words:
+        return None
+    found = _NUM.findall(text)
+    if len(found) > 1:
+        return None
+    if found:
+        value = parse_number(found[0])
+        if value is None or not math.isfinite(value):
+            return None
+        number = _number(value)
+        unit = _WITH_UNIT.match(text)
+        return Answer(number, f"{number} {unit.group(2)}" if unit else number)
+    key = normalize_text(text)
+    if not key or _NON_ANSWER.search(text):  # "I do not know" agreed is no label
+        return None
+    return Answer(key, text)
 
 
 # ---- a mined task's score ------------------------------------------------------------------

@@ -3,7 +3,9 @@
 One interaction (a request and the reply the deployed agent gave) becomes one task: its
 messages as the client sent them (any injected skill stripped, every text redacted again for
 the models that will read it), and a check (`selftaught.sleep.night.checks`): the reference (logged
-or corrected by feedback), else a rubric for the judge model; plus every rule the user stated.
+or corrected by feedback), else the answer of a reply the user accepted when it is short enough
+to check without a judge (`row_label`), else a rubric for the judge model; plus every rule the
+user stated.
 A thumbs-down (or a score below 0.5) marks a failure to learn from: the rubric shows the reply
 the user rejected. An interaction with no possible check is dropped, and the report says why.
 An interaction with `tools` is mined by `selftaught.sleep.night.replay` into an episode task (the
@@ -27,8 +29,9 @@ states no rule and is never memory text; it reaches the analyst quoted, in the c
 feedback (`state["evidence"]`), and the judge quoted, in the rubric; its correction still
 checks the task but is marked `no_demo`, so no demonstration (nor adapter sample) carries it
 or a reply that passed it. So is a reference a file imported without `--trust-fields` gave,
-and a reply an end user approved (the judge's reference). A row's correction never replaces
-the reference it was logged with when it is less trusted (`trust.row_reference`).
+and a reply an end user approved (its answer as the reference, or the judge's). A row's
+correction never replaces the reference it was logged with when it is less trusted
+(`trust.row_reference`).
 """
 
 from __future__ import annotations
@@ -47,12 +50,13 @@ from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import OPERATOR, Interaction
 from selftaught.sleep.intake.sessions import AGENT_TRANSCRIPTS, task_turns
 from selftaught.sleep.intake.threads import message_text
-from selftaught.sleep.night.checks import find_rules
+from selftaught.sleep.night.checks import find_rules, short_answer
 from selftaught.sleep.night.followup import rules_in
 from selftaught.sleep.night.trust import (
     TRUST_KEY,
     Label,
     Trust,
+    field_trust,
     label_trust,
     rank,
     row_reference,
@@ -273,11 +277,36 @@ def mine_one(it: Interaction, config: MineConfig) -> tuple[MinedTask | None, str
     messages = request_messages(it, config)
     if isinstance(messages, str):
         return None, messages
-    checks = task_checks(it, messages, row_reference(it), config)
+    checks = task_checks(it, messages, row_label(it, config.judge), config)
     if isinstance(checks, str):
         return None, checks
     state, reference = checks
     return new_task(it, messages, reference, state), None
+
+
+def row_label(it: Interaction, judge: bool = False) -> Label | None:
+    """The reference `it` is checked by (`trust.row_reference`); without one, the answer of
+    its reply when its user accepted the reply (a thumbs-up or full marks, nothing marking it
+    wrong) and the answer is short enough to check without a judge (`checks.short_answer`),
+    with the trust of whoever accepted it. An accepted reply is *a* right answer: a number (or
+    a number with a unit) is the answer, but a short text may be one of several, so with a
+    `judge` a text answer is left to the judge (`task_checks` gives it the accepted reply).
+    The operator's acceptance is a label like their correction (it trains, validates and may
+    teach); an end user's checks the task and is never a demonstration (`_reference_demo`)."""
+    label = row_reference(it)
+    fb = it.feedback
+    if label is not None or it.reply is None or _negative(it):
+        return label
+    if fb.thumb == "up":
+        trust = field_trust(fb, "thumb")
+    elif fb.score is not None and fb.score >= 1.0:
+        trust = field_trust(fb, "score")
+    else:
+        return None
+    answer = short_answer(it.reply)
+    if answer is None or (judge and reference_scorer(answer.value) == "normalized"):
+        return None
+    return Label(answer.value, trust, approved=True)
 
 
 NO_CHECK = "no reference, no stated rule"
@@ -290,7 +319,7 @@ UNTRUSTED_REFERENCE = {
     False: "checked by a reference a file imported without --trust-fields gave",
 }
 """Why a task checked by an end user's reference is `no_demo` (by whether it was a correction)."""
-APPROVED_BY_END_USER = "judged against a reply an end user approved"
+APPROVED_BY_END_USER = "checked by a reply an end user approved"
 
 
 def task_checks(
@@ -302,7 +331,7 @@ def task_checks(
 ) -> tuple[dict[str, Any], Any] | str:
     """(state, reference) holding the checks of a task from `it` (its prompt `messages`,
     already redacted, ending with the user request), or why it has none. `label`: the
-    reference to check by and whose word it is (`trust.row_reference`). `other_check`: the
+    reference to check by and whose word it is (`row_label`). `other_check`: the
     caller has a check of its own (a corrected tool call), so no rule or reference is needed."""
     fb = it.feedback
     comment = (fb.comment or "").strip()
@@ -346,9 +375,13 @@ def task_checks(
 
 def _reference_demo(it: Interaction, label: Label, state: dict[str, Any]) -> None:
     """Mark whether the reference may be a demonstration: the operator's correction is one
-    (with the reply it drew in the conversation); an end user's reference never."""
+    (with the reply it drew in the conversation), so is the reply the operator accepted; an
+    end user's reference never."""
     if label.trust < Trust.OPERATOR:
-        state["no_demo"] = UNTRUSTED_REFERENCE[label.corrected]
+        reason = APPROVED_BY_END_USER if label.approved else UNTRUSTED_REFERENCE[label.corrected]
+        state["no_demo"] = reason
+    elif label.approved and it.reply:
+        state[REFERENCE_REPLY] = redact_for_model(it.reply)  # the accepted reply, whole
     elif label.corrected:
         state["demo_source"] = "correction"
         drawn = it.meta.get(REFERENCE_REPLY) if isinstance(it.meta, dict) else None

@@ -64,6 +64,7 @@ from selftaught.sleep.night.mine import (
     MineConfig,
     MinedTask,
     new_task,
+    row_label,
     task_checks,
 )
 from selftaught.sleep.night.split import NightTask
@@ -73,7 +74,6 @@ from selftaught.sleep.night.trust import (
     Trust,
     field_trust,
     logged_trust,
-    row_reference,
 )
 from selftaught.tasks.base import Example, Score
 from selftaught.tasks.episode import (
@@ -244,11 +244,14 @@ def fixtures_from(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _merged_feedback(group: list[Interaction]) -> tuple[ToolFeedback, Label | None, Trust | None]:
+def _merged_feedback(
+    group: list[Interaction], judge: bool
+) -> tuple[ToolFeedback, Label | None, Trust | None]:
     """The corrected calls of every step (in order, without repeats; only the most trusted
     givers' when givers of different trust corrected them), the answer's reference (a
-    corrected answer, else the newest plain reference of any step; the more trusted of the
-    two, `trust.py`) and the trust of the corrected calls (None: none)."""
+    corrected answer, else the newest plain reference of any step, or its accepted answer:
+    `mine.row_label`; the more trusted of the two, `trust.py`) and the trust of the corrected
+    calls (None: none)."""
     by_trust: dict[Trust, list[dict[str, Any]]] = {}
     answer: Label | None = None
     plain: Label | None = None
@@ -256,7 +259,7 @@ def _merged_feedback(group: list[Interaction]) -> tuple[ToolFeedback, Label | No
         fb = tool_feedback(it.feedback.reference)
         if fb is None:
             if plain is None:
-                plain = row_reference(it)
+                plain = row_label(it, judge)
             continue
         given = field_trust(it.feedback, "reference")
         calls = by_trust.setdefault(given, [])
@@ -302,7 +305,7 @@ def mine_tool_task(
     if calls:
         reply["tool_calls"] = [_redact_call(c, len(messages), k) for k, c in enumerate(calls)]
     logged = after + ([reply] if it.reply is not None or calls else [])
-    corrected, label, calls_trust = _merged_feedback(group)
+    corrected, label, calls_trust = _merged_feedback(group, config.judge)
     checks = task_checks(it, prompt, label, config, other_check=bool(corrected.calls))
     if isinstance(checks, str):
         return None, checks

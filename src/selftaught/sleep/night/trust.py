@@ -64,11 +64,13 @@ VERDICT_FIELDS = ("thumb", "score", "comment")
 @dataclass(frozen=True)
 class Label:
     """A reference and whose word it is; `corrected`: given after the fact (feedback), not
-    logged with the row."""
+    logged with the row; `approved`: the answer of a reply the user accepted
+    (`mine.row_label`)."""
 
     value: Any
     trust: Trust
     corrected: bool = False
+    approved: bool = False
 
 
 def field_trust(fb: Feedback, name: str) -> Trust:

@@ -31,7 +31,6 @@ cannot tell whose it was.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ from selftaught.runs import RunError, iter_jsonl, write_jsonl
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.intake.threads import logged_tools
+from selftaught.sleep.night.checks import short_answer
 from selftaught.sleep.night.mine import (
     MineConfig,
     MinedTask,
@@ -62,14 +62,10 @@ from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
 from selftaught.sleep.paths import project_dir
 from selftaught.tasks.base import Example, Score, Split, TaskKind
-from selftaught.tasks.extract import extract_answer
 from selftaught.tasks.scorers import (
-    normalize_text,
-    parse_number,
     reference_scorer,
     score_reference,
 )
-from selftaught.text import words
 
 UNTRUSTED_REQUEST = "a weak label on an end user's request (no demonstration is made of it)"
 
@@ -100,55 +96,6 @@ class WeakConfig:
             raise ConfigError(f"pseudo share must be >= 0, got {self.share}")
         if self.max_candidates < 1 or self.max_answer_words < 1:
             raise ConfigError("max_candidates and max_answer_words must be >= 1")
-
-
-# ---- the answer of a reply ----------------------------------------------------------------
-
-_NON_ANSWER = re.compile(
-    r"\b(?:i\s+(?:do\s+not|don'?t|can\s*not|can'?t)|not sure|unable|sorry|unknown|no idea)\b",
-    re.I,
-)
-_NUM = re.compile(r"[-−]?\$?\d[\d,]*(?:\.\d+)?")
-_WITH_UNIT = re.compile(r"^([-−]?\$?\d[\d,]*(?:\.\d+)?)\s*([A-Za-z°%µ€£][A-Za-z°%µ/²³]{0,15})$")
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What samples agree on (`key`) and the reference it becomes (`value`)."""
-
-    key: str
-    value: str
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
-
-
-def short_answer(reply: str, max_words: int = 6) -> Answer | None:
-    """The answer a reply gives, when it is short enough to agree on: the final-answer marker's
-    content (else the reply), after its last `=`; a number (keyed by its value), a number with
-    a unit ("7 km"), else a short text (keyed normalized). None: no such answer (prose, several
-    numbers, several lines, a refusal such as "I do not know")."""
-    text = extract_answer(reply)
-    if "=" in text:
-        text = text.rsplit("=", 1)[1]
-    text = text.strip().strip("*`\"'").rstrip(".!").strip()
-    if not text or "\n" in text or len(words(text)) > max_words:
-        return None
-    found = _NUM.findall(text)
-    if len(found) > 1:
-        return None
-    if found:
-        value = parse_number(found[0])
-        if value is None or not math.isfinite(value):
-            return None
-        number = _number(value)
-        unit = _WITH_UNIT.match(text)
-        return Answer(number, f"{number} {unit.group(2)}" if unit else number)
-    key = normalize_text(text)
-    if not key or _NON_ANSWER.search(text):  # "I do not know" agreed is no label
-        return None
-    return Answer(key, text)
 
 
 @dataclass(frozen=True)
