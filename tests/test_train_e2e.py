@@ -139,3 +139,28 @@ def test_one_rest_round_on_an_easy_config_cuts_truncation_without_losing_accurac
     assert round1["trained"], round1
     assert round1["val"]["truncated"] < base["val"]["truncated"]
     assert round1["val"]["hard"] >= base["val"]["hard"]
+
+
+def test_rest_on_a_grown_dataset_on_the_embedded_model(tmp_path):
+    """`--dataset grow`: round 2 fine-tunes on the elite of rounds 1 and 2 (each reply to a
+    prompt once), gated as any round, and the run ships its best round."""
+    run = tmp_path / "grow"
+    args = ["train", "--method", "rest", "--task", TASK, "--model", "local", "--rounds", "2",
+            "-k", "4", "--max-tokens", "16", "--batch-size", "2", "--epochs", "1",
+            "--threads", "2", "--dataset", "grow", "--output", str(run), "--quiet",
+            "--train-size", "8", "--val-size", "4", "--test-size", "4"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1, 2] and all(r["trained"] for r in rows[1:])
+    one, two = rows[1], rows[2]
+    assert one["dataset"] == {"kind": "grow", "samples": one["elite"]["kept"],
+                              "new": one["elite"]["kept"]}  # fmt: skip
+    # round 2 trains on round 1's elite and its own, a reply to a prompt once
+    assert two["dataset"]["samples"] == one["elite"]["kept"] + two["dataset"]["new"]
+    assert two["dataset"]["new"] <= two["elite"]["kept"]
+    for row in (one, two):
+        assert row["train"]["train_samples"] == row["dataset"]["samples"]
+        assert row["gate"]["decision"] in ("accept_new_best", "accept", "reject")
+    res = json.loads((run / "result.json").read_text())
+    assert res["best_round"] in (0, 1, 2) and res["shipped_test"]["n"] == 4

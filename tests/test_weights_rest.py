@@ -295,6 +295,91 @@ def test_too_few_elite_samples_stop_the_run_at_once_with_advice(tiny_dir, tmp_pa
     assert written == result.stopped_by.to_dict()
 
 
+def solved_in_round_one_only(monkeypatch) -> list[int]:
+    """Round 1's samples are solved, round 2's none (a round that found nothing new): the
+    sizes of what each fine-tune trained on are recorded."""
+    real_samples, real_train = RestTrainer._samples, rest_mod.sft_train
+    trained_on: list[int] = []
+
+    def samples(self, model, r, source_round):
+        got, errors, tools = real_samples(self, model, r, source_round)
+        if r > 1:
+            got = [dataclasses.replace(s, score=0.0, hard=0.0) for s in got]
+        return got, errors, tools
+
+    def train(model, tok, elite, *args, **kwargs):
+        trained_on.append(len(elite))
+        return real_train(model, tok, elite, *args, **kwargs)
+
+    monkeypatch.setattr(RestTrainer, "_samples", samples)
+    monkeypatch.setattr(rest_mod, "sft_train", train)
+    return trained_on
+
+
+def test_a_grown_dataset_trains_each_round_on_every_rounds_elite(tiny_dir, tmp_path, monkeypatch):
+
+    scripted_eval(monkeypatch, [0.25, 0.5, 0.75])
+    trained_on = solved_in_round_one_only(monkeypatch)
+    cfg = dataclasses.replace(config(2), dataset="grow")
+    run = tmp_path / "run"
+    result = RestTrainer(cfg, EchoTask(), tiny_dir, output_dir=run, progress=False).train()
+    history = RestTrainer(cfg, EchoTask(), output_dir=run).run.history()
+    # round 2 solved nothing, yet trains on round 1's elite (per-round elite would stop)
+    assert [h["trained"] for h in history[1:]] == [True, True]
+    kept = history[1]["elite"]["kept"]
+    assert trained_on == [kept, kept]
+    assert history[2]["elite"]["kept"] == 0
+    assert history[2]["dataset"] == {"kind": "grow", "samples": kept, "new": 0}
+    assert result.best_round == 2  # the gate still picks what ships
+    monkeypatch.undo()
+    scripted_eval(monkeypatch, [0.25, 0.5, 0.75])
+    solved_in_round_one_only(monkeypatch)
+    per_round = RestTrainer(config(2), EchoTask(), tiny_dir, output_dir=tmp_path / "per-round",
+                            progress=False).train()  # fmt: skip
+    assert "fewer than one batch" in str(per_round.stopped_by)
+
+
+def test_a_grown_dataset_is_the_union_of_the_rounds_elite_once_each(
+    tiny_dir, tmp_path, monkeypatch
+):
+    import json
+
+    from selftaught.weights.elite import dedupe_samples, select_elite
+    from selftaught.weights.sampling import Sample
+
+    scripted_eval(monkeypatch, [0.25, 0.5, 0.75])
+    trained_on: list[list[str]] = []
+    real_train = rest_mod.sft_train
+
+    def train(model, tok, elite, *args, **kwargs):
+        trained_on.append([f"{s.example_id}:{s.target}" for s in elite])
+        return real_train(model, tok, elite, *args, **kwargs)
+
+    monkeypatch.setattr(rest_mod, "sft_train", train)
+    cfg = dataclasses.replace(config(2), dataset="grow")
+    run = tmp_path / "run"
+    RestTrainer(cfg, EchoTask(), tiny_dir, output_dir=run, progress=False).train()
+    elite = []
+    for r in (1, 2):
+        rows = [
+            Sample.from_dict(json.loads(line))
+            for line in (run / f"rounds/{r}/samples.jsonl").open()
+        ]
+        elite.append(select_elite(rows, min_score=1.0, max_per_prompt=2, keep_truncated=True)[0])
+    union = dedupe_samples(elite[0] + elite[1])
+    assert trained_on[0] == [f"{s.example_id}:{s.target}" for s in elite[0]]
+    assert trained_on[1] == [f"{s.example_id}:{s.target}" for s in union]
+    assert len(union) > len(elite[1])  # round 1's finds are kept
+    assert len(set(trained_on[1])) == len(trained_on[1])  # each once
+
+
+def test_dataset_grow_needs_rest_sampling():
+    with pytest.raises(ConfigError, match="dataset 'grow'.*--method rest"):
+        RestConfig(method="sft", dataset="grow")
+    with pytest.raises(ConfigError, match="dataset must be one of round, grow"):
+        RestConfig(dataset="all")
+
+
 class CrashingScorerTask(EchoTask):
     """The scorer raises on one train prompt: its samples are errors, never 0-scored."""
 

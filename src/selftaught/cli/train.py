@@ -64,6 +64,7 @@ SFT_ONLY_OPTIONS = (
     "--min-score",
     "--max-per-prompt",
     "--continue-training",
+    "--dataset",
     "--epochs",
     "--batch-size",
     "--bf16",
@@ -82,6 +83,7 @@ RL_ONLY_OPTIONS = (
 )
 SAMPLING_OPTIONS = (
     "--samples-per-prompt",
+    "--dataset",
     "--elite-fraction",
     "--min-score",
     "--max-per-prompt",
@@ -163,6 +165,7 @@ REST_FLAGS: dict[str, str | tuple[str, ...]] = {
     "min_score": "min_score",
     "max_per_prompt": "max_per_prompt",
     "continue_training": "continue_training",
+    "dataset": "dataset",
     "sampler_url": "sampler_url",
     "sampler_base_model": "sampler_base_model",
     "max_tokens": "max_tokens",

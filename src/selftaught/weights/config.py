@@ -24,6 +24,7 @@ REST_METHODS = ("rest", "sft")
 RL_METHODS = ("grpo", "gspo")
 DPO_METHODS = ("dpo",)
 METHODS = REST_METHODS + RL_METHODS + DPO_METHODS
+DATASETS = ("round", "grow")  # ReST: each round's elite alone, or every round's so far
 GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
 # TRL 1.16's GRPOConfig.loss_type values (its default: dapo); tests check them against TRL
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
@@ -195,6 +196,10 @@ class RestConfig:
         keep_truncated: also train on replies cut by max_tokens (off: a cut reply that
             happens to score teaches rambling).
         continue_training: fine-tune the previous round's model instead of the base model.
+        dataset: what each round fine-tunes on: `round` (that round's elite, ReST-EM) or
+            `grow` (ReST's growing dataset: the elite of every round so far, the same
+            reply to the same prompt once, so a round that solves little still trains on
+            what earlier rounds found); either way the gate picks the round that ships.
         teacher_skill: a skill document put in the system prompt while sampling only, so the
             trained weights absorb what the skill taught (skill distillation).
         eval_test_each_round: also score each round on test (for benchmarks; the gate still
@@ -230,6 +235,7 @@ class RestConfig:
     max_per_prompt: int = 2
     keep_truncated: bool = False
     continue_training: bool = False
+    dataset: Literal["round", "grow"] = "round"
     teacher_skill: str | None = None
     eval_test_each_round: bool = False
     gate: GateConfig | None = None
@@ -278,6 +284,14 @@ class RestConfig:
             f"elite_fraction must be in (0, 1], got {self.elite_fraction}",
         )
         _check(self.max_per_prompt >= 1, f"max_per_prompt must be >= 1, got {self.max_per_prompt}")
+        _check(
+            self.dataset in DATASETS,
+            f"dataset must be one of {', '.join(DATASETS)}, got {self.dataset!r}",
+        )
+        _check(
+            self.dataset == "round" or self.method == "rest",
+            "dataset 'grow' keeps the elite of every sampling round: it needs --method rest",
+        )
         _check(self.gen_batch_size >= 1, f"gen_batch_size must be >= 1, got {self.gen_batch_size}")
         if self.sampler_url is not None:
             _check(

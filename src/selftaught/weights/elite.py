@@ -89,3 +89,16 @@ def select_elite(
         truncated_kept=sum(s.truncated for s in kept),
     )
     return kept, stats
+
+
+def dedupe_samples(samples: Sequence[Sample]) -> list[Sample]:
+    """`samples` with a reply to a prompt kept once (the first; whitespace-normalised target),
+    in order: ReST's grown dataset holds what several rounds found once each."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for s in samples:
+        key = (s.example_id, _norm(s.target))
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out

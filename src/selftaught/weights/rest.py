@@ -17,6 +17,7 @@ Run directory:
     state.json           completed rounds, current and best round, per-example val scores
                          (and test scores of each round evaluated on test)
     rounds/N/samples.jsonl   every scored sample of round N, with the prompt it was scored on
+                         (`dataset="grow"` trains round N on the elite of rounds 1..N)
     rounds/N/adapter/    LoRA adapter of round N (`full` / `scratch`: rounds/N/model/)
     best/                the shipped model (merged weights + tokenizer) and best.json
     result.json          base vs shipped test accuracy with 95% intervals
@@ -43,12 +44,12 @@ from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult
 from selftaught.rollout import RolloutConfig, run_rollouts
-from selftaught.runs import atomic_write_json, read_json, write_jsonl
+from selftaught.runs import atomic_write_json, iter_jsonl, read_json, write_jsonl
 from selftaught.stops import StopReason, accepted, stop_text
 from selftaught.tasks.base import Task
 from selftaught.tasks.episode import is_tool_task
 from selftaught.weights.config import ConfigError, RestConfig
-from selftaught.weights.elite import select_elite
+from selftaught.weights.elite import dedupe_samples, select_elite
 from selftaught.weights.rows import RestRound
 from selftaught.weights.sampling import (
     RandomStrategyModel,
@@ -428,6 +429,8 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             "elite": stats,
             **({"sample_tool_use": tools} if tools is not None else {}),
         }
+        if cfg.dataset == "grow":
+            elite = self._grown(r, elite, row)
         if len(elite) < cfg.sft.batch_size:
             return self._stop_too_few(r, row, state, len(elite), current)
         model = self._fine_tune(current, elite, r, row)
@@ -506,6 +509,20 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             keep_truncated=self.config.keep_truncated,
         )
         return elite, stats.to_dict()
+
+    def _grown(self, r: int, elite: list[Sample], row: dict[str, Any]) -> list[Sample]:
+        """`dataset="grow"`: the elite of rounds 1..r, older first, a reply to a prompt once
+        (read again from each round's samples.jsonl: the filter is pure, so a resumed run
+        trains on the same set)."""
+        earlier = []
+        for k in range(1, r):
+            path = self.run.path("rounds", str(k), "samples.jsonl")
+            if path.exists():
+                earlier += self._elite([Sample.from_dict(d) for _, d in iter_jsonl(path)])[0]
+        before = dedupe_samples(earlier)
+        grown = dedupe_samples([*before, *elite])
+        row["dataset"] = {"kind": "grow", "samples": len(grown), "new": len(grown) - len(before)}
+        return grown
 
     def _fine_tune(self, current: Any, elite: list[Sample], r: int, row: dict[str, Any]) -> Any:
         """From the base model (ReST-EM) or the current one (`continue_training`)."""

@@ -127,6 +127,8 @@ class RestRound:
     samples_per_s: float | None = None
     elite: Mapping[str, int] | None = None  # `EliteStats.to_dict()` (SFT: {"kept": n})
     sample_tool_use: Mapping[str, float] | None = None  # `evaluation.tool_use` of the samples
+    # `dataset="grow"`: what the round trained on (the kind, its size, the samples it added)
+    dataset: Mapping[str, Any] | None = None
     train_pairs: int | None = None  # DPO: the preference pairs the adapter trained on
     train: TrainStats | None = None  # what `sft_train` / `dpo_fit` reported
     val: EvalResult | None = None
@@ -147,6 +149,8 @@ class RestRound:
             out["elite"] = dict(self.elite or {})
         if self.sample_tool_use is not None:
             out["sample_tool_use"] = dict(self.sample_tool_use)
+        if self.dataset is not None:
+            out["dataset"] = dict(self.dataset)
         if self.train_pairs is not None:
             out["train_pairs"] = self.train_pairs
         if self.train is not None:
@@ -181,6 +185,7 @@ class RestRound:
             samples_per_s=_float(d.get("samples_per_s")),
             elite=dict(d["elite"]) if isinstance(d.get("elite"), Mapping) else None,
             sample_tool_use=d.get("sample_tool_use"),
+            dataset=dict(d["dataset"]) if isinstance(d.get("dataset"), Mapping) else None,
             train_pairs=_int(d.get("train_pairs")),
             train=TrainStats.from_dict(d["train"]) if isinstance(d.get("train"), Mapping) else None,
             val=_summary(d.get("val")),
