@@ -557,3 +557,33 @@ def test_claude_code_without_its_sandbox_stops_the_run(tmp_path, upstream_env, m
         assert up.requests_seen == []  # refused before any request
         monkeypatch.setenv("SELFTAUGHT_CLAUDE_SANDBOX", "0")  # the user's explicit choice
         assert chat(load_model(kind), [{"role": "user", "content": "go"}]).text == "UNSOLVED"
+
+
+@pytest.mark.parametrize("kind", with_cli(["claude-code"]))
+def test_claude_codes_file_tools_write_in_its_workspace_only(tmp_path, upstream_env, kind):
+    # measured with 2.1.328: `--allowedTools Edit,Write` let Write create a file anywhere;
+    # `Edit(./**)` keeps it in the workspace, and a denied tool ends the run cleanly
+    from tests.agent_upstream import Call
+
+    outside = Path.home() / ".cache" / "selftaught" / f"escape-write-{os.getpid()}"
+    steps = [
+        Call("Write", {"file_path": str(outside), "content": "x"}),
+        Call("Write", {"file_path": "inside.txt", "content": "in"}),
+    ]
+
+    def policy(request):
+        done = len(request.tool_results)
+        return steps[done] if done < len(steps) else "done"
+
+    try:
+        with AgentUpstream(policy) as up:
+            upstream_env(up)
+            c = chat(load_model(kind), [{"role": "user", "content": "go"}])
+        assert not outside.exists()
+    finally:
+        outside.unlink(missing_ok=True)
+    assert c.text == "done"
+    assert c.extra["agent"]["files_changed"] == ["A inside.txt (+1)"]
+    assert c.extra["agent"]["permission_denials"] == 1
+    assert "Permission to use Write has been denied" in c.extra["trajectory"][1]["content"]
+

@@ -122,7 +122,9 @@ def _run(events: list[dict[str, Any]], final: dict[str, Any]) -> AgentRun:
     for event in events:
         if event.get("parent_tool_use_id"):  # a subagent's own steps: its result is enough
             continue
-        message = event.get("message") or {}
+        message = event.get("message")
+        if not isinstance(message, dict):  # a system event's words (a denied tool), no turn
+            continue
         blocks = message.get("content")
         blocks = blocks if isinstance(blocks, list) else []
         for block in blocks:

@@ -51,8 +51,10 @@ class AgentSettings:
 
     concurrency: int = 4
     """Agent processes at once per model (each is a heavy process: a node or native CLI)."""
-    claude_tools: str = "Bash,Edit,Write,Read,Glob,Grep"
-    """Claude Code's --allowedTools: these run without asking; any other tool is refused."""
+    claude_tools: str = "Bash,Read,Glob,Grep,Edit(./**)"
+    """Claude Code's --allowedTools: these run without asking; any other tool is refused.
+    `Edit(./**)` lets its file tools (Edit, Write) write below the working folder only:
+    measured with 2.1.328, a bare `Edit,Write` let Write create a file anywhere."""
     claude_sandbox: bool = True
     """Claude Code's own sandbox for its Bash tool (bubblewrap + socat): commands write in
     the workspace only and reach no network; required (the run fails if it is missing)."""
