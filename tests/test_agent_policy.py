@@ -587,3 +587,24 @@ def test_claude_codes_file_tools_write_in_its_workspace_only(tmp_path, upstream_
     assert c.extra["agent"]["permission_denials"] == 1
     assert "Permission to use Write has been denied" in c.extra["trajectory"][1]["content"]
 
+
+def test_a_skill_packages_files_reach_the_agent_under_dot_skill(tmp_path):
+    from selftaught.skill_package import PackageFile, join_files
+
+    agent = """\
+import json, os, pathlib
+files = sorted(str(p) for p in pathlib.Path(".skill").rglob("*") if p.is_file())
+modes = {f: os.access(f, os.X_OK) for f in files}
+print(json.dumps({"modes": modes, "rules": pathlib.Path("AGENTS.md").read_text()}))
+"""
+    skill = join_files(
+        "Run scripts/run.sh first.\n",
+        [PackageFile("scripts/run.sh", "echo hi\n", True), PackageFile("references/a.md", "A\n")],
+    )
+    model = load_model(script_spec(tmp_path, agent))
+    c = chat(model, [{"role": "system", "content": skill}, {"role": "user", "content": "go"}])
+    seen = json.loads(c.text)
+    assert seen["modes"] == {".skill/references/a.md": False, ".skill/scripts/run.sh": True}
+    assert seen["rules"].startswith("Run scripts/run.sh first.\n\n## The skill's files\n")
+    assert "`.skill/scripts/run.sh`" in seen["rules"] and "selftaught:file" not in seen["rules"]
+    assert c.extra["agent"]["files_changed"] == []  # placed before the run, not its work

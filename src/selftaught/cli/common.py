@@ -112,6 +112,16 @@ def read_text_file(path: Path | None, what: str) -> str:
     return "" if path is None else read_text(path, f"{what} file")
 
 
+def read_skill(path: Path | None) -> str:
+    """`--skill PATH`: a file's text, or a skill package (a folder holding SKILL.md, with its
+    `scripts/` and `references/`) as one text (`selftaught.skill_package`)."""
+    from selftaught.skill_package import read_package
+
+    if path is not None and path.is_dir():
+        return read_package(path)
+    return read_text_file(path, "skill")
+
+
 # Options shared by several commands.
 TaskOpt = Annotated[str, typer.Option("--task", "-t", help="Task spec; see `selftaught tasks`.")]
 ModelOpt = Annotated[

@@ -23,6 +23,7 @@ from selftaught.cli.common import (
     friendly_errors,
     model_options,
     out,
+    read_skill,
     read_text_file,
     warn_unsafe_exec,
 )
@@ -74,7 +75,10 @@ def eval_cmd(
     params: dict[str, Any],
     task_fields: dict[str, Any],
     model: ModelOpt = "local",
-    skill: Annotated[Path | None, typer.Option(help="Skill document (system prompt).")] = None,
+    skill: Annotated[
+        Path | None,
+        typer.Option(help="Skill document (system prompt), or a skill package's folder."),
+    ] = None,
     memory: Annotated[Path | None, typer.Option(help="Memory document.")] = None,
     split: Annotated[str, typer.Option(help="train | val | test")] = "test",
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N examples.")] = None,
@@ -99,7 +103,7 @@ def eval_cmd(
     result = evaluate(
         task,
         model,
-        skill=read_text_file(skill, "skill"),
+        skill=read_skill(skill),
         memory=read_text_file(memory, "memory"),
         split=split,  # type: ignore[arg-type]
         limit=limit,

@@ -28,7 +28,7 @@ from selftaught.cli.common import (
     gate_config,
     model_options,
     out,
-    read_text_file,
+    read_skill,
     resolve_val_size,
     warn_unsafe_exec,
 )
@@ -88,6 +88,7 @@ SKILL_FLAGS = {
     "max_tokens": "max_tokens",
     "analyst_max_tokens": "analyst_max_tokens",
     "prompts": "prompts",  # the user's own prompt templates, by file name
+    "max_skill_chars": "max_skill_chars",  # a skill package's files count against it
     "report_to": "report_to",
     # the slow update (issue 51): a ledger shared across runs, the consolidation at the end
     "edit_ledger": "edit_ledger",
@@ -141,10 +142,18 @@ def optimize_cmd(
     model: ModelOpt = "local",
     optimizer_model: Annotated[
         str | None,
-        typer.Option(help="Analyst model spec (reflects and merges); default: --model."),
+        typer.Option(
+            help="Analyst model spec (reflects and merges); default: --model. A coding agent "
+            "(claude-code, codex, cmd:TEMPLATE) edits the skill package itself instead: "
+            "docs/optimize.md#a-coding-agent-as-the-optimizer."
+        ),
     ] = None,
     skill: Annotated[
-        Path | None, typer.Option(help="Initial skill document (default: empty).")
+        Path | None,
+        typer.Option(
+            help="Initial skill: a document, or a skill package (a folder holding SKILL.md "
+            "with its scripts/ and references/) optimized whole (default: empty)."
+        ),
     ] = None,
     output: Annotated[
         Path | None,
@@ -198,7 +207,7 @@ def optimize_cmd(
             task,
             model,
             optimizer_model=optimizer_model,
-            initial_skill=start.text if start else read_text_file(skill, "skill"),
+            initial_skill=start.text if start else read_skill(skill),
             config=config,
             output_dir=output,
             task_options=options,
@@ -221,6 +230,12 @@ def _read_start(path: Path | None, skills: Path | None) -> Any:
         raise typer.BadParameter(
             "--write-back needs --skill PATH, the file the best skill goes back into (--skills "
             "DIR writes its skills back by itself)"
+        )
+    if path.is_dir():
+        raise typer.BadParameter(
+            f"{path} is a skill package: --write-back writes one file back; the best package "
+            "is written to RUN/best_package/ for you to compare and copy",
+            param_hint="--skill",
         )
     doc = read_document(path)
     if not doc.usable:

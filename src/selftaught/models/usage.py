@@ -102,15 +102,25 @@ def price_name(model: str) -> str:
     return name if name in PRICES_PER_MTOK else _DATED.sub("", name)
 
 
+REPORTS_COST = ("claude-code",)  # CLI agents that report each run's cost
+
+
 def price_known(model: str) -> bool:
+    if model.split(":", 1)[0] in REPORTS_COST:
+        return True
     return model.startswith(LOCAL_PREFIX) or price_name(model) in PRICES_PER_MTOK
 
 
 def call_usd(model: str, c: Completion, prompt_tokens: int) -> float | None:
     """What one completion cost (None: the price is unknown). Cached prompt tokens are priced
-    at the cache's rates; `prompt_tokens` is 0 for a sample that shared its call's prompt."""
+    at the cache's rates; `prompt_tokens` is 0 for a sample that shared its call's prompt.
+    A CLI agent that reports what its run cost (Claude Code's `total_cost_usd`) is taken at
+    its word."""
     if model.startswith(LOCAL_PREFIX):
         return 0.0
+    reported = (c.extra.get("agent") or {}).get("total_cost_usd")
+    if isinstance(reported, (int, float)) and not isinstance(reported, bool):
+        return float(reported)
     name = price_name(model)
     price = PRICES_PER_MTOK.get(name)
     if price is None:
@@ -156,7 +166,8 @@ class Budget:
         if unknown:
             raise ConfigError(
                 f"--budget-usd needs a known price for every model; unknown: "
-                f"{', '.join(unknown)} (known: {', '.join(sorted(PRICES_PER_MTOK))}, local:*); "
+                f"{', '.join(unknown)} (known: {', '.join(sorted(PRICES_PER_MTOK))}, local:*, "
+                "claude-code, which reports its cost); "
                 "use --budget-calls or --budget-tokens instead"
             )
 

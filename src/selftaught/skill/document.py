@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from selftaught.errors import InputError
+from selftaught.skill_package import FILE_CLOSE, FILE_OPEN, PackageError, check_blocks, file_spans
 
 EditOp = Literal["append", "insert_after", "replace", "delete"]
 EDIT_OPS: tuple[str, ...] = ("append", "insert_after", "replace", "delete")
@@ -48,6 +49,7 @@ EditStatus = Literal[
     "duplicate",  # the content is already in the document: skipped
     "noop",  # replace with identical text
     "over_length",  # the document would exceed its length cap: skipped
+    "breaks_package",  # would leave a package's file blocks malformed: skipped
 ]
 
 
@@ -102,6 +104,8 @@ class Edit:
                 raise EditError(f"{name} is {len(value)} chars, over the {max_chars} cap")
         if PROTECT_OPEN in content or PROTECT_CLOSE in content:
             raise EditError("content may not contain protection markers")
+        if FILE_OPEN in content or FILE_CLOSE in content:
+            raise EditError("content may not contain a package file's markers")
         rationale = d.get("rationale", d.get("reason", d.get("why", "")))
         support = d.get("support", 1)
         return cls(
@@ -218,8 +222,13 @@ def _append(text: str, content: str) -> str:
     return f"{body}\n{content}\n" if body else f"{content}\n"
 
 
-def _tidy(text: str) -> str:
-    return re.sub(r"\n{3,}", "\n\n", text)
+def tidy(text: str) -> str:
+    """Runs of blank lines made one, outside a package's file blocks (a file keeps its own)."""
+    out, pos = [], 0
+    for start, end, _path in file_spans(text):
+        out += [re.sub(r"\n{3,}", "\n\n", text[pos:start]), text[start:end]]
+        pos = end
+    return "".join([*out, re.sub(r"\n{3,}", "\n\n", text[pos:])])
 
 
 def apply_edits(
@@ -235,24 +244,53 @@ def apply_edits(
     for edit in edits:
         new, status, detail = _apply_one(text, edit, fallback_append)
         if status in ("applied", "fallback_append"):
-            new = _tidy(new)
+            new = tidy(new)
+            broken = _breaks_package(new) if FILE_OPEN in new or FILE_CLOSE in new else None
             if max_chars is not None and len(new) > max_chars:
                 status, detail = "over_length", f"{len(new)} chars > cap {max_chars}"
+            elif broken is not None:
+                status, detail = "breaks_package", broken
             else:
                 text = new
         reports.append(EditReport(edit, status, detail))
     return text, reports
 
 
+def _whole_lines(text: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) grown to the start and end of its lines when only blanks lie between."""
+    line_start = text.rfind("\n", 0, start) + 1
+    nl = text.find("\n", end)
+    line_end = len(text) if nl < 0 else nl
+    if not text[line_start:start].strip():
+        start = line_start
+    if not text[end:line_end].strip():
+        end = line_end
+    return start, end
+
+
+def _breaks_package(text: str) -> str | None:
+    try:
+        check_blocks(text)
+    except PackageError as err:
+        return str(err)
+    return None
+
+
 def _apply_one(text: str, edit: Edit, fallback_append: bool) -> tuple[str, EditStatus, str]:
     spans = protected_spans(text)
-    if edit.op in ("append", "insert_after") and normalize(edit.content) in normalize(text):
+    # a coding agent's change is its diff (`skill.agent_edit`): a line it repeats is meant
+    fresh = edit.source == "agent" or normalize(edit.content) not in normalize(text)
+    if edit.op in ("append", "insert_after") and not fresh:
         return text, "duplicate", "the content is already in the skill"
     if edit.op == "append":
         if _ends_unclosed(text, spans):
             return text, "protected", "the skill ends inside an unclosed protected region"
         return _append(text, edit.content), "applied", ""
-    found = find_target(text, edit.target)
+    if edit.source == "agent":  # a hunk quotes the text exactly: no near place will do
+        i = text.find(edit.target)
+        found = (i, i + len(edit.target)) if i >= 0 else None
+    else:
+        found = find_target(text, edit.target)
     if found is None:
         if edit.op == "insert_after" and fallback_append:
             if _ends_unclosed(text, spans):
@@ -272,6 +310,8 @@ def _apply_one(text: str, edit: Edit, fallback_append: bool) -> tuple[str, EditS
     if _overlaps((start, end), spans):
         return text, "protected", "the target overlaps a protected region"
     if edit.op == "replace":
+        if edit.source == "agent":  # a hunk: whole lines, their indentation included
+            start, end = _whole_lines(text, start, end)
         if text[start:end] == edit.content:
             return text, "noop", "replacement equals the target"
         return text[:start] + edit.content + text[end:], "applied", ""

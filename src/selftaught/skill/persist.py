@@ -48,6 +48,8 @@ demo_pool.json         demonstration candidates found in train so far, and leaks
 train_summary.json     with --grounded-proposals: the analyst's summary of the train set and
                        the train items it was written from (written once; a resumed run reads it)
 best_skill.md          the best skill so far (what ships), current_skill.md the current one
+best_package/          a skill package's best (SKILL.md, scripts/, references/), written at
+                       the end when the skill holds files (`optimize --skill DIR`)
 diagnostics/step_NNNN.json  per val example: reply head, hard, soft, why it failed; the
                        analyst's raw replies; backend call errors
 val_cache.json         val scores by skill hash (an unchanged skill is never re-evaluated);

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from selftaught.rollout import Rollout
+from selftaught.skill.agent_edit import AgentEditor, agent_of
 from selftaught.skill.aggregate import Aggregation, aggregate
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit, EditReport, apply_edits
@@ -20,6 +21,7 @@ from selftaught.skill.reflect import Analyst, AnalystCall
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.select import Selection, select_edits
 from selftaught.skill.state import RunState, SkillVersion
+from selftaught.skill_package import keep_flags
 
 
 @dataclass
@@ -78,6 +80,8 @@ class Proposer:
         self.document = document
         self.scorer = scorer
         self.user_edits = list(user_edits)
+        agent = agent_of(analyst.model)  # a coding agent edits the document itself
+        self.editor = AgentEditor(analyst, agent) if agent is not None else None
 
     async def propose(
         self,
@@ -96,6 +100,8 @@ class Proposer:
             # no analyst, but edits proposed from outside still meet the budget and the gate
             agg = Aggregation(edits=list(self.user_edits))
             return [Proposal([], agg, self.update(rules, agg.edits, rejected, budget))]
+        if self.editor is not None:
+            return await self.agent_proposals(st, rules, rollouts, rejected, budget, step)
         for i in range(self.config.proposals):
             analyst = self.analyst
             if i:
@@ -156,6 +162,44 @@ class Proposer:
         for r in rollouts:
             groups.setdefault(position[r.example_id] // self.config.batch_size, []).append(r)
         return [groups[i] for i in sorted(groups)]
+
+    async def agent_proposals(
+        self,
+        st: RunState,
+        rules: str,
+        rollouts: list[Rollout],
+        rejected: list[Edit],
+        budget: int,
+        step: int,
+    ) -> list[Proposal]:
+        """N runs of the optimizer agent on the parent's package (`skill.agent_edit`): the
+        step's failed and passed attempts as files, its change read back as one edit per
+        hunk, then the same select, apply and gate as an analyst's edits."""
+        assert self.editor is not None
+        failed, passed = self.agent_rollouts(rollouts)
+        runs = [
+            self.editor.edit(rules, failed, passed, rejected, budget)
+            for _ in range(self.config.proposals)
+        ]
+        out = []
+        for i, (call, base) in enumerate(await asyncio.gather(*runs)):
+            st.parse.add(call)
+            self.buffer_refused(st, [call])
+            edits = [*self.user_edits, *call.edits] if step == 1 and i == 0 else call.edits
+            agg = Aggregation(edits=list(edits))
+            out.append(Proposal([call], agg, self.update(base, agg.edits, rejected, budget)))
+        return out
+
+    def agent_rollouts(self, rollouts: list[Rollout]) -> tuple[list[Rollout], list[Rollout]]:
+        """(failed, passed) attempts for the agent's files, every sample of each, at most
+        as many of each as the analyst's minibatches would read (of every accumulated
+        batch)."""
+        cfg = self.config
+        most = cfg.minibatch_size * cfg.max_minibatches * cfg.accumulate_steps
+        done = [r for r in rollouts if r.ok]
+        failed = [r for r in done if self.scorer.is_failure(r)]
+        passed = [r for r in done if not self.scorer.is_failure(r)]
+        return failed[:most], passed[:most]
 
     async def reflect(
         self,
@@ -220,12 +264,20 @@ class Proposer:
         selection = select_edits(
             merged, budget, [*rejected, *self.analyst.tried_failed], self.config.edit_ops
         )
+        # an agent's hunks quote the parent's text above them: applied last first, none moves
+        # another's; those added at the end first, in their order
+        agent = [e for e in selection.kept if e.source == "agent"]
+        kept = [e for e in selection.kept if e.source != "agent"]
+        kept += [e for e in agent if e.op == "append"] + [e for e in agent if e.op != "append"][
+            ::-1
+        ]
         text, reports = apply_edits(
             rules,
-            selection.kept,
+            kept,
             max_chars=self.config.max_skill_chars,
             fallback_append=self.config.fallback_append,
         )
+        text = keep_flags(text, rules)  # only the user's own package makes a file executable
         applied = [r.edit for r in reports if r.changed]
         return Update(merged, selection, text, reports, applied)
 

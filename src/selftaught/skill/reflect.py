@@ -117,9 +117,11 @@ class AnalystCall:
     error: str | None = None
     example_ids: list[str] = field(default_factory=list)
     prompt_chars: int = 0
+    agent: dict[str, Any] = field(default_factory=dict)  # a coding agent's run (`agent_edit`)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"agent": self.agent} if self.agent else {}),
             "kind": self.kind,
             "status": self.status,
             "edits": [e.to_dict() for e in self.edits],
@@ -223,6 +225,7 @@ class Analyst:
         document: DocumentKind = "skill",
         preferences: str = "",
         grounded: bool = False,
+        agent: bool = False,
     ):
         if document not in DOCUMENTS:
             raise ConfigError(f"document must be one of {', '.join(DOCUMENTS)}, got {document!r}")
@@ -255,9 +258,16 @@ class Analyst:
         }
         if grounded:  # loaded only when asked for: the guard's templates are as before when off
             self.prompts["reflect_grounded"] = load_prompt("reflect_grounded")
+        if agent:  # a coding agent edits the document itself (`skill.agent_edit`)
+            self.prompts["agent_edit"] = load_prompt("agent_edit")
         # edits the cross-run ledger holds as rejected again and again (`skill.ledger`)
         self.tried_failed: list[Edit] = []
         self.tried_failed_min = 2
+
+    def render_prompt(self, name: str, rejected: list[Edit], **values: Any) -> str:
+        """Prompt `name` with the document's words, the user's house rules, the edits tried
+        and failed and `rejected` filled in (for a prompt that shows no document)."""
+        return self._render(name, "", rejected=self._rejected_block(rejected), **values)
 
     def _rejected_block(self, rejected: list[Edit]) -> str:
         if not rejected:

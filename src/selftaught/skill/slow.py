@@ -36,6 +36,7 @@ from selftaught.skill.reflect import Analyst
 from selftaught.skill.result import RuleTrial, SlowUpdate
 from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.state import SkillVersion
+from selftaught.skill_package import file_spans
 
 MERGE_OPS = ("replace", "delete")
 
@@ -52,9 +53,11 @@ def costs_nothing(without: EvalResult, with_it: EvalResult) -> bool:
 
 def rule_units(rules: str) -> list[tuple[int, int]]:
     """[start, end) line ranges of each rule of `rules`: a non-blank line that is not a heading,
-    with the indented lines under it; rules touching a protected region are left out."""
+    with the indented lines under it; rules touching a protected region or a package's file
+    are left out."""
     lines = rules.splitlines(keepends=True)
-    spans = protected_spans(rules)
+    # a package's files are not rules: no line of them is taken out
+    spans = protected_spans(rules) + [(s, e) for s, e, _ in file_spans(rules)]
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line))

@@ -39,6 +39,7 @@ from selftaught.redact import redact_for_model
 from selftaught.results import Score
 from selftaught.rollout import Rollout
 from selftaught.runs import atomic_write_json, atomic_write_text, read_json, write_jsonl
+from selftaught.skill.agent_edit import agent_of
 from selftaught.skill.budget_schedule import adapted_budget, edit_budget
 from selftaught.skill.candidates import CandidateBuilder
 from selftaught.skill.config import SkillOptConfig
@@ -67,6 +68,7 @@ from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.slow import SlowConsolidator
 from selftaught.skill.state import RunState, SkillVersion
 from selftaught.skill.teacher import Teacher, TeacherAttempt, teach
+from selftaught.skill_package import export_package
 from selftaught.stops import StopReason, accepted
 from selftaught.tasks.base import Example, Task
 from selftaught.trainer_base import BaseTrainer
@@ -186,6 +188,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             document=document,
             preferences=config.preferences,
             grounded=config.grounded_proposals,
+            agent=agent_of(self.optimizer) is not None,
         )
 
     @property
@@ -228,6 +231,8 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         st.elapsed_s = elapsed0 + time.perf_counter() - t_start
         st.finished = True
         self.store.save_state(st)
+        if st.best is not None and self.document == "skill":
+            export_package(st.best.text, self.run.path("best_package"))
         self.run.path("error.json").unlink(missing_ok=True)  # a resumed run got past it
         result = self.store.result(
             st, test, task=self.task.name, document=self.document, test_ledger=self.test_ledger

@@ -62,6 +62,7 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL|COO
 MIN_SECRET_CHARS = 6
 SCRUBBED = "[REDACTED:env]"
 VERSION_TIMEOUT_S = 60.0
+SKILL_FILES = ".skill"  # where a skill package's files go in an agent's workspace
 _VERSIONS: dict[str, str] = {}  # program path -> its checked version
 _VERSIONS_LOCK = threading.Lock()
 
@@ -138,6 +139,29 @@ def write_instructions(workspace: Path, name: str, text: str) -> None:
     path = workspace / name
     existing = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
     atomic_write_text(path, text.rstrip() + "\n" + (f"\n{existing}" if existing.strip() else ""))
+
+
+def place_files(workspace: Path, instructions: str) -> str:
+    """A skill package's files (the file blocks of its text, `selftaught.skill_package`)
+    written under `.skill/` in the workspace, no symlink followed, executable only where the
+    user's own package had them so; the instructions name them in the blocks' place."""
+    from selftaught.runs import Inside
+    from selftaught.skill_package import split_files
+
+    text, files = split_files(instructions)
+    if not files:
+        return instructions
+    with Inside(workspace) as inside:
+        for f in files:
+            inside.create(
+                f"{SKILL_FILES}/{f.path}", f.text.encode("utf-8"), executable=f.executable
+            )
+    listing = ", ".join(f"`{SKILL_FILES}/{f.path}`" for f in files)
+    where = (
+        f"## The skill's files\nThe skill's files are in `{SKILL_FILES}/` of this folder: "
+        f"{listing}. A path the skill names (`scripts/...`, `references/...`) is there."
+    )
+    return f"{text.rstrip()}\n\n{where}\n" if text.strip() else where + "\n"
 
 
 # ---- environment and secrets ------------------------------------------------------------
@@ -399,9 +423,8 @@ class CliAgent(AsyncChatModel):
         return completion
 
     async def _run(self, brief: AgentBrief, workspace: Path) -> Completion:
-        await asyncio.to_thread(
-            write_instructions, workspace, self.instruction_file, brief.instructions
-        )
+        instructions = await asyncio.to_thread(place_files, workspace, brief.instructions)
+        await asyncio.to_thread(write_instructions, workspace, self.instruction_file, instructions)
         before = await asyncio.to_thread(snapshot, workspace)
         home = await asyncio.to_thread(self._make_home)
         try:
