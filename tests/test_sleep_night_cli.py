@@ -215,3 +215,20 @@ def test_a_scheduled_night_reads_a_log_password_from_a_private_file(tmp_path, mo
     stash = home / "hook-log-url"
     assert stash.read_text().strip() == url and stat.S_IMODE(stash.stat().st_mode) == 0o600
     assert f'SELFTAUGHT_LOG="$(cat {stash.resolve()})"' in line
+
+
+def test_a_scheduled_night_carries_the_agent_login_opt_in(tmp_path, monkeypatch, crontab):
+    from selftaught.sleep import cron
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex home"))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-never-in-the-crontab-1234")
+    monkeypatch.delenv("SELFTAUGHT_AGENT_LOGIN", raising=False)
+    assert "CODEX_HOME" not in cron.schedule("03:00", "demo", [], home).command
+    monkeypatch.setenv("SELFTAUGHT_AGENT_LOGIN", "1")
+    cron.schedule("03:00", "demo", [], home)
+    line = crontab.read_text()
+    assert "SELFTAUGHT_AGENT_LOGIN=1" in line
+    assert f"CODEX_HOME='{tmp_path / 'codex home'}'" in line
+    assert "sk-never" not in line

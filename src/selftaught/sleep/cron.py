@@ -7,7 +7,9 @@ again:
         --project demo ... >> <home>/cron.log 2>&1 # selftaught-sleep project=demo
 
 Only `SELFTAUGHT_*` and `PYTHONPATH` are carried into the line: never an API key (cron does not
-see your shell's environment; put a remote model's key in the crontab yourself if you must). A
+see your shell's environment; put a remote model's key in the crontab yourself if you must).
+With `SELFTAUGHT_AGENT_LOGIN` set, so are the agent CLIs' folder and their config folders
+(`CLAUDE_CONFIG_DIR`, `CODEX_HOME`): a night's agents then sign in with your own login. A
 `$SELFTAUGHT_LOG` URL with a password is carried as a read of `<home>/hook-log-url` (0600).
 Without a `crontab` command the functions raise `ScheduleError` saying what to do instead.
 
@@ -37,6 +39,9 @@ ALL_PROJECTS = "*"
 _AT = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
 _LINE = re.compile(rf"^(\d+) (\d+) \* \* \* (.*) {re.escape(MARK)} project=(\S+)$")
 CARRIED_ENV = ("SELFTAUGHT_HOME", "SELFTAUGHT_LOG", "SELFTAUGHT_CACHE", "PYTHONPATH")
+# a night whose agents use the user's own CLI login (`SELFTAUGHT_AGENT_LOGIN`) needs no key in
+# the crontab: the opt-in, where the CLIs are and where their logins are (paths, no secret)
+AGENT_ENV = ("SELFTAUGHT_AGENT_LOGIN", "SELFTAUGHT_AGENT_CLIS", "CLAUDE_CONFIG_DIR", "CODEX_HOME")
 
 
 class ScheduleError(RunError):
@@ -122,7 +127,8 @@ def check_cron_value(value: str, what: str) -> str:
 
 
 def command_line(run_args: list[str], home: Path) -> str:
-    carried = {n: os.environ[n] for n in CARRIED_ENV if os.environ.get(n)}
+    names = CARRIED_ENV + (AGENT_ENV if os.environ.get("SELFTAUGHT_AGENT_LOGIN") else ())
+    carried = {n: os.environ[n] for n in names if os.environ.get(n)}
     for arg in run_args:
         check_cron_value(arg, "an option of `sleep run`")
     cwd, log_path = check_cron_value(os.getcwd(), "the folder"), str(home / "cron.log")

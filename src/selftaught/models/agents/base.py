@@ -35,6 +35,7 @@ from typing import Any
 
 from selftaught.demos import Demo, demo_section
 from selftaught.errors import ConfigError, InputError
+from selftaught.models.agents.login import Login
 from selftaught.models.agents.process import ProcessResult, run_process
 from selftaught.models.agents.settings import CLIS_ENV, AgentSettings, CliInfo, parse_version
 from selftaught.models.base import AsyncChatModel, Completion, GenerationParams, Message
@@ -311,9 +312,12 @@ class CliAgent(AsyncChatModel):
     # -- installation --
 
     async def preflight(self) -> None:
-        """Find the CLI and check its version, once (fatal, in one sentence, if either fails)."""
+        """Find the CLI and check its version, once (fatal, in one sentence, if either fails);
+        with `SELFTAUGHT_AGENT_LOGIN`, that the user's login can be used."""
         if self.program is None:
             await asyncio.to_thread(self._check_installed)
+            if self.settings.login:
+                await asyncio.to_thread(self.user_login)
 
     def _check_installed(self) -> None:
         with self._install_lock:
@@ -430,6 +434,9 @@ class CliAgent(AsyncChatModel):
         try:
             env = self._environment(home)
             secrets = secret_values(env, self.secret_names(home))
+            if self.settings.login:  # the user's own sign-in, opted in: access token only
+                login = await asyncio.to_thread(self._place_login, home)
+                secrets = sorted({*secrets, *login}, key=len, reverse=True)
             argv, stdin_text = self.command(brief, workspace)
             try:
                 result = await run_process(
@@ -495,6 +502,16 @@ class CliAgent(AsyncChatModel):
             (home / sub).mkdir(parents=True)
         return home
 
+    def _place_login(self, home: Path) -> list[str]:
+        """The user's login in the run's CLI config folder; its values, to scrub."""
+        from selftaught.models.agents.login import place_login
+
+        login = self.user_login()
+        if login is None:
+            return []
+        place_login(login, self.login_dir(home))
+        return [s for s in login.secrets if len(s) >= MIN_SECRET_CHARS]
+
     def _environment(self, home: Path) -> dict[str, str]:
         env = agent_environment(os.environ, (*self.settings.pass_env, *self.secret_names(home)))
         env.update(
@@ -525,6 +542,15 @@ class CliAgent(AsyncChatModel):
     def watch(self, line: str) -> str | None:
         """Reason to stop the CLI at once on this stdout line (a refused key it would retry)."""
         return None
+
+    def user_login(self) -> Login | None:
+        """The user's own CLI login, read where the CLI keeps it, for `SELFTAUGHT_AGENT_LOGIN`
+        (None: this agent has none to copy); AgentLoginError when it cannot be used."""
+        return None
+
+    def login_dir(self, home: Path) -> Path:
+        """Where the CLI reads its login inside a run's `home`."""
+        return home
 
     def parse(self, result: ProcessResult) -> AgentRun:
         raise NotImplementedError

@@ -28,6 +28,7 @@ from selftaught.models.agents.base import (
     json_events,
     status_error,
 )
+from selftaught.models.agents.login import Login, claude_login
 from selftaught.models.agents.process import ProcessResult
 from selftaught.models.agents.settings import CLAUDE_CODE
 from selftaught.models.errors import FatalBackendError, TransientBackendError
@@ -54,6 +55,10 @@ CLAUDE_SANDBOX = {
         "allowUnsandboxedCommands": False,
     }
 }
+
+
+def user_claude_config() -> Path:
+    return Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
 
 
 class ClaudeCodeAgent(CliAgent):
@@ -83,10 +88,9 @@ class ClaudeCodeAgent(CliAgent):
         return argv, brief.prompt  # on stdin: no argv length limit, no '-' parsed as a flag
 
     def home_env(self, home: Path, env: Mapping[str, str]) -> dict[str, str]:
-        config = home / ".claude"
+        config = self.login_dir(home)
         config.mkdir(exist_ok=True)
-        user_config = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
-        copy_user_file(user_config / "settings.json", config / "settings.json")
+        copy_user_file(user_claude_config() / "settings.json", config / "settings.json")
         out = {k: v for k, v in CLAUDE_DEFAULTS.items() if k not in env}
         out["CLAUDE_CONFIG_DIR"] = str(config)
         # its own temporary folder: Claude Code keeps its sandbox's settings file in
@@ -97,6 +101,12 @@ class ClaudeCodeAgent(CliAgent):
         tmp.mkdir(exist_ok=True)
         out["TMPDIR"] = str(tmp)
         return out
+
+    def user_login(self) -> Login:
+        return claude_login(user_claude_config())
+
+    def login_dir(self, home: Path) -> Path:
+        return home / ".claude"
 
     def parse(self, result: ProcessResult) -> AgentRun:
         events = json_events(result.lines)

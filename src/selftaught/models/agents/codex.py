@@ -23,6 +23,7 @@ from selftaught.models.agents.base import (
     json_events,
     status_error,
 )
+from selftaught.models.agents.login import Login, codex_login
 from selftaught.models.agents.process import ProcessResult
 from selftaught.models.agents.settings import CODEX
 from selftaught.models.errors import FatalBackendError, TransientBackendError
@@ -68,10 +69,16 @@ class CodexAgent(CliAgent):
         return [*argv, "-"], brief.prompt  # '-': the prompt is read from stdin
 
     def home_env(self, home: Path, env: Mapping[str, str]) -> dict[str, str]:
-        codex_home = home / ".codex"
+        codex_home = self.login_dir(home)
         codex_home.mkdir(exist_ok=True)
         copy_user_file(user_codex_home() / "config.toml", codex_home / "config.toml")
         return {"CODEX_HOME": str(codex_home)}
+
+    def user_login(self) -> Login:
+        return codex_login(user_codex_home())
+
+    def login_dir(self, home: Path) -> Path:
+        return home / ".codex"
 
     def secret_names(self, home: Path) -> tuple[str, ...]:
         config = user_codex_home() / "config.toml"

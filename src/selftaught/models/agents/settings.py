@@ -21,6 +21,7 @@ CONCURRENCY_ENV = "SELFTAUGHT_AGENT_CONCURRENCY"
 CLAUDE_TOOLS_ENV = "SELFTAUGHT_CLAUDE_TOOLS"
 CODEX_SANDBOX_ENV = "SELFTAUGHT_CODEX_SANDBOX"
 CLAUDE_SANDBOX_ENV = "SELFTAUGHT_CLAUDE_SANDBOX"
+LOGIN_ENV = "SELFTAUGHT_AGENT_LOGIN"
 CODEX_SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 INSTALL_SCRIPT = "scripts/install-agent-clis.sh"
 
@@ -66,6 +67,9 @@ class AgentSettings:
     """More environment variables the agent may see, beyond its own settings."""
     clis_dir: Path | None = None
     """Where the CLIs were installed with npm --prefix (None: the default under the cache)."""
+    login: bool = False
+    """Copy the user's own CLI login (Claude Code's `.credentials.json`, Codex's `auth.json`)
+    into each run's home, without its refresh token (`models.agents.login`)."""
 
     @property
     def install_dir(self) -> Path:
@@ -95,13 +99,11 @@ class AgentSettings:
                 raise ConfigError(f"{WORKSPACE_ENV}={env[WORKSPACE_ENV]} is not a folder")
         names = tuple(n for n in re.split(r"[,\s]+", env.get(PASS_ENV, "")) if n)
         clis = env.get(CLIS_ENV)
-        sandboxed = (env.get(CLAUDE_SANDBOX_ENV) or "1").strip().lower()
-        if sandboxed not in ("1", "0", "true", "false", "on", "off", "yes", "no"):
-            raise ConfigError(f"{CLAUDE_SANDBOX_ENV} must be 1 or 0, got {sandboxed!r}")
         return cls(
             concurrency=concurrency,
             claude_tools=env.get(CLAUDE_TOOLS_ENV) or defaults.claude_tools,
-            claude_sandbox=sandboxed in ("1", "true", "on", "yes"),
+            claude_sandbox=_switch(env, CLAUDE_SANDBOX_ENV, default=True),
+            login=_switch(env, LOGIN_ENV, default=False),
             codex_sandbox=sandbox,
             workspace=workspace,
             pass_env=names,
@@ -129,6 +131,13 @@ class AgentSettings:
             if found:
                 return os.path.abspath(found)
         return None
+
+
+def _switch(env: Mapping[str, str], name: str, *, default: bool) -> bool:
+    raw = (env.get(name) or ("1" if default else "0")).strip().lower()
+    if raw not in ("1", "0", "true", "false", "on", "off", "yes", "no"):
+        raise ConfigError(f"{name} must be 1 or 0, got {raw!r}")
+    return raw in ("1", "true", "on", "yes")
 
 
 def _positive_int(raw: str | None, name: str, default: int) -> int:
