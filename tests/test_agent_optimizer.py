@@ -441,3 +441,31 @@ def test_a_real_agent_edits_the_skill_and_the_gate_takes_it(tmp_path, upstream_e
     for file in run.rglob("*"):
         if file.is_file():
             assert KEY not in file.read_text(errors="replace"), file
+
+
+def test_a_skill_that_is_one_file_stays_one(tmp_path):
+    adder = f"""\
+import pathlib
+pathlib.Path("SKILL.md").write_text("Say {MARKER}.\\n" + pathlib.Path("SKILL.md").read_text())
+pathlib.Path("references").mkdir()
+pathlib.Path("references/more.md").write_text("more\\n")
+print("done")
+"""
+    skill = tmp_path / "skill.md"
+    skill.write_text("# Rules\n- Be brief.\n")
+    result, run = optimize(tmp_path, script(tmp_path, "adder.py", adder), skill)
+    assert result.exit_code == 0, result.output
+    _, diag = step_one(run)
+    (call,) = diag["analyst_calls"]
+    assert len(call["edits"]) == 1 and "not a package" in call["invalid_edits"][0]["reason"]
+    assert (run / "best_skill.md").read_text() == f"Say {MARKER}.\n# Rules\n- Be brief.\n"
+    assert not (run / "best_package").exists()
+
+
+def test_a_usd_budget_takes_claude_code_which_reports_its_cost():
+    from selftaught.errors import ConfigError
+    from selftaught.models.usage import Budget
+
+    Budget(usd=1.0).check_priced(["claude-code", "claude-code:claude-sonnet-4-5"])
+    with pytest.raises(ConfigError, match="codex"):
+        Budget(usd=1.0).check_priced(["codex"])

@@ -4,7 +4,8 @@ Where a chat analyst reflects and answers with edits in JSON, a coding agent edi
 itself. For each proposal it gets a scratch folder holding
 
 - `SKILL.md` (`MEMORY.md` when the memory is trained): the parent's rules, and the package's
-  `scripts/` and `references/` when the skill has any (`selftaught.skill_package`);
+  `scripts/` and `references/` when the skill is a package (`selftaught.skill_package`; a
+  skill that started as one file stays one: a file the agent adds beside it is refused);
 - `rollouts/failed/NN.md` and `rollouts/passed/NN.md`: the step's attempts, one a file, as
   the analyst would read them (input, answer or tool calls, score, the grader's feedback),
   through the redactor;
@@ -287,27 +288,32 @@ class ReadBack:
     refused: tuple[dict[str, Any], ...]
 
 
+OUTSIDE = "outside the skill package: not part of the candidate"
+ONE_FILE = "the skill is one file, not a package (start from a package folder, --skill DIR)"
+
+
 def read_back(
-    root: Path, scratch: Scratch, changed: Sequence[str], ignore: Sequence[str]
+    root: Path, scratch: Scratch, changed: Sequence[str], ignore: Sequence[str], package: bool
 ) -> ReadBack:
     """The package in `root` after the run, read with no symlink followed. `changed` is what
     the run changed ('A path (+n)' lines, `workspace.changes`): a path outside the package,
-    but for those in `ignore` (the instruction file selftaught wrote), is refused."""
+    but for those in `ignore` (the instruction file selftaught wrote), is refused, and so is
+    any file beside the document when the skill is no `package`."""
     with Inside(root) as inside:
         data = inside.read(scratch.file)
     if data is None:
         raise PackageError(f"the agent deleted {scratch.file}")
     text = check_text(scratch.file, data)
-    files, problems = scan_files(root)
+    files, problems = scan_files(root) if package else ({}, [])
     refused = [{"edit": {"path": p}, "reason": why} for p, why in problems]
     flags = {f.path: f.executable for f in scratch.files}  # exec bits left as the user gave
     kept = tuple(PackageFile(f.path, f.text, flags.get(f.path, False)) for f in files.values())
     for line in changed:
         path = line.split(" ", 1)[-1].rsplit(" (", 1)[0]
-        top = path.split("/", 1)[0]
-        if line.startswith("...") or path == scratch.file or path in ignore or top in PACKAGE_DIRS:
+        inside_package = package and path.split("/", 1)[0] in PACKAGE_DIRS
+        if line.startswith("...") or path == scratch.file or path in ignore or inside_package:
             continue
-        why = "outside the skill package: not part of the candidate"
+        why = ONE_FILE if path.split("/", 1)[0] in PACKAGE_DIRS else OUTSIDE
         refused.append({"edit": {"path": path}, "reason": why})
     return ReadBack(text, kept, tuple(refused))
 
@@ -322,20 +328,22 @@ class AgentEditor:
     folder, read back as edits (the analyst's guard applied), for `Proposer` to select,
     apply and gate as any other edits."""
 
-    def __init__(self, analyst: Analyst, agent: CliAgent):
+    def __init__(self, analyst: Analyst, agent: CliAgent, *, package: bool = False):
         self.analyst = analyst  # its model is what is called: every run is charged
         self.agent = agent
         self.file = DOC_FILES[analyst.document]
+        self.package = package  # the run's skill is a package: the agent may add files
 
     def instructions(self, scratch: Scratch, rejected: list[Edit], budget: int) -> str:
+        package = self.package or bool(scratch.files)
         paths = ", ".join(f"`{f.path}`" for f in scratch.files)
-        package = f"- {paths}: the {self.analyst.document}'s files; edit, add or delete them.\n"
+        listed = f"- {paths}: the {self.analyst.document}'s files; edit or delete them.\n"
         return self.analyst.render_prompt(
             "agent_edit",
             rejected,
             file=self.file,
-            package=package if paths else "",
-            package_files=" and files under `scripts/` and `references/`",
+            package=listed if paths else "",
+            package_files=" and files under `scripts/` and `references/`" if package else "",
             failed=scratch.counts[0],
             passed=scratch.counts[1],
             max_edits=budget,
@@ -366,8 +374,11 @@ class AgentEditor:
             after = await asyncio.to_thread(snapshot, workspace.path)
             changed = changes(before, after)
             ignore = (self.agent.instruction_file,)
+            package = self.package or bool(scratch.files)
             try:
-                back = await asyncio.to_thread(read_back, workspace.path, scratch, changed, ignore)
+                back = await asyncio.to_thread(
+                    read_back, workspace.path, scratch, changed, ignore, package
+                )
             except (PackageError, PathRefused) as err:
                 call.error = f"the agent's package was refused: {err}"
                 return call, base

@@ -65,7 +65,9 @@ def why_empty(proposals: list[Proposal]) -> str:
 
 class Proposer:
     """The analyst's proposals for one step. `user_edits` (e.g. what the user stated) join the
-    first step's merged edits and meet the same budget, guard-free apply and gate."""
+    first step's merged edits and meet the same budget, guard-free apply and gate. When the
+    analyst's model is a coding agent it edits the skill itself (`skill.agent_edit`), and
+    may add files to it when the skill is a `package`."""
 
     def __init__(
         self,
@@ -74,6 +76,8 @@ class Proposer:
         document: TrainedDocument,
         scorer: SkillScorer,
         user_edits: Sequence[Edit] = (),
+        *,
+        package: bool = False,
     ):
         self.config = config
         self.analyst = analyst
@@ -81,7 +85,8 @@ class Proposer:
         self.scorer = scorer
         self.user_edits = list(user_edits)
         agent = agent_of(analyst.model)  # a coding agent edits the document itself
-        self.editor = AgentEditor(analyst, agent) if agent is not None else None
+        editor = AgentEditor(analyst, agent, package=package) if agent is not None else None
+        self.editor = editor
 
     async def propose(
         self,

@@ -68,7 +68,7 @@ from selftaught.skill.scoring import SkillScorer
 from selftaught.skill.slow import SlowConsolidator
 from selftaught.skill.state import RunState, SkillVersion
 from selftaught.skill.teacher import Teacher, TeacherAttempt, teach
-from selftaught.skill_package import export_package
+from selftaught.skill_package import export_package, split_files
 from selftaught.stops import StopReason, accepted
 from selftaught.tasks.base import Example, Task
 from selftaught.trainer_base import BaseTrainer
@@ -159,7 +159,10 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         # edits proposed from outside the analyst (e.g. what the user stated): they join the
         # first step's merged edits and meet the same budget, guard-free apply and gate
         user_edits = [replace(e, source="user") for e in proposals]
-        self.proposer = Proposer(config, self.analyst, self.doc, self.scorer, user_edits)
+        package = document == "skill" and bool(split_files(initial_skill)[1])
+        self.proposer = Proposer(
+            config, self.analyst, self.doc, self.scorer, user_edits, package=package
+        )
 
     def _setup(self, model: Any) -> None:
         """The prompts (`--prompts DIR`, checked before anything is written), the target and
