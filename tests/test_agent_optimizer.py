@@ -258,7 +258,8 @@ def test_an_analyst_edit_may_not_forge_or_break_a_file_block():
 EDITOR = f"""\
 import json, os, pathlib, stat
 skill = pathlib.Path("SKILL.md")
-skill.write_text(skill.read_text().replace("Use scripts/add.sh.", "Use scripts/add.sh.\\nSay {MARKER}."))
+rule = "Use scripts/add.sh."
+skill.write_text(skill.read_text().replace(rule, rule + "\\nSay {MARKER}."))
 notes = pathlib.Path("references/notes.md")
 notes.write_text(notes.read_text() + "Mind negative numbers.\\n")
 new = pathlib.Path("scripts/check.sh")
