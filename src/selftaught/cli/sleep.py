@@ -132,6 +132,7 @@ PROXY_FLAGS = (
     "canary_mode",
     "canary_night",
     "canary_seed",
+    "max_adapters",
 )
 PROBATION_FLAGS = ("min_outcomes", "confidence")
 UPSTREAM_HELP = (

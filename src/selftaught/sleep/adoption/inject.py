@@ -19,8 +19,9 @@ never modified in place.
 
 A project with many skills (`adoption/skill_units.py`) gets, after its own block, the one skill
 the proxy's router picked for the request (`RoutedSkill`), marked the same way with its name
-(`<!-- selftaught:skill name=sql-queries version=2 -->`), so stripping removes it too; its
-demo turns follow the project's (each block's `turns=N` is counted).
+(`<!-- selftaught:skill name=sql-queries version=2 -->`), then that skill's memory when it has
+one (`<!-- selftaught:memory name=sql-queries version=2 -->`), so stripping removes them too;
+its demo turns follow the project's (each block's `turns=N` is counted).
 
 A live file (`--target-skill-path`, e.g. AGENTS.md) cannot hold turns: it gets the demos as a
 "Worked examples" section (`adopted_block`).
@@ -38,6 +39,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from selftaught.demos import Demo, demo_section, split_skill
@@ -145,11 +147,14 @@ def adopted_block(adopted: Adopted) -> str:
 
 @dataclass(frozen=True)
 class RoutedSkill:
-    """The skill the router chose for one request: its name, adopted body and version."""
+    """The skill the router chose for one request: its name, adopted body and version, and
+    what that version also holds: its memory and its LoRA adapter (None: it serves none)."""
 
     name: str
     skill: str
     version: int
+    memory: str = ""
+    adapter: Path | None = None
 
 
 @dataclass
@@ -199,6 +204,8 @@ def render_adopted(
         attrs = f" name={routed.name} version={routed.version}"
         more = _render_skill(messages, routed.skill, attrs)
         parts += [more.block] if more.block else []
+        if routed.memory.strip():
+            parts.append(_marked("memory", routed.memory, attrs))
         turns += more.turns
         demos += more.demos
     return Rendered("\n".join(parts), turns, demos)

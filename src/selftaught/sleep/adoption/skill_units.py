@@ -5,7 +5,9 @@ and stages each accepted one beside the night's report:
 
     nights/<night>/skills/<name>/proposal/   skill.md (the body), SKILL.md (name and
                                              description in its front matter, for agents),
-                                             skill.diff against the skill's adopted body
+                                             memory.md, and their diffs against the skill's
+                                             adopted ones
+    nights/<night>/skills/<name>/adapter/    its adapter, when its weight gate chose one
     report.json  skills[]                    one `StagedSkill` per trained skill (staged or
                                              rejected, and why; its own and the whole val)
 
@@ -13,10 +15,12 @@ and stages each accepted one beside the night's report:
 its own adoption unit (`paths.Unit`), a folder with the project folder's layout and guarantees:
 
     <home>/projects/<project>/skills/<name>/
-      adopted/        skill.md, memory.md (empty), version: what the proxy injects when a
-                      request routes to the skill
+      adopted/        skill.md, memory.md, version: what the proxy injects when a request
+                      routes to the skill
       versions/<N>/   skill.md, memory.md, meta.json (night, its card: name, description and
-                      the train tasks the router reads, val, the version it replaced)
+                      the train tasks the router reads, val, the version it replaced), and
+                      adapter/ when N serves a LoRA adapter: the proxy answers the requests
+                      routed to the skill with it (`adoption/serving.py`)
       backups/, events.jsonl
 
 The same functions of `staging.py` write it (a temp folder renamed into place, `version`
@@ -51,9 +55,10 @@ from selftaught.sleep.adoption.write_back import (
     undo,
     write_back,
 )
-from selftaught.sleep.night.records import SkillRecord
+from selftaught.sleep.night.records import AdapterRecord, SkillRecord, WeightsRecord
 from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import (
+    ADAPTER_DIR,
     SKILLS_DIR,
     Unit,
     local_skill_names,
@@ -102,6 +107,10 @@ class StagedSkill:
     whole_val: ValPair | None = None  # on the night's whole val
     adopted_version: int | None = None
     source: SourceFile | None = None  # the user's SKILL.md it started from (--skills-from)
+    memory_changed: bool = False  # its memory was trained and kept (proposal/memory.md)
+    candidate: str | None = None  # its weight gate's winner (None: no weights tonight)
+    adapter: AdapterRecord | None = None  # its staged adapter (`skills/<name>/adapter/`)
+    weights: WeightsRecord | None = None  # its weight gate: every candidate on its own val
 
     def __post_init__(self) -> None:
         if self.status not in SKILL_STATUSES:
@@ -126,6 +135,10 @@ class StagedSkill:
             "adopted_version": self.adopted_version,
             "source": self.source.to_dict() if self.source else None,
             "dir": f"{SKILLS_DIR}/{self.name}",
+            "memory_changed": self.memory_changed,
+            "candidate": self.candidate,
+            "adapter": self.adapter.to_dict() if self.adapter else None,
+            "weights": self.weights.to_dict() if self.weights else None,
         }
 
     @classmethod
@@ -143,6 +156,10 @@ class StagedSkill:
             whole_val=ValPair.from_dict(d.get("whole_val")),
             adopted_version=d.get("adopted_version"),
             source=SourceFile.from_dict(d.get("source")),
+            memory_changed=bool(d.get("memory_changed")),
+            candidate=d.get("candidate"),
+            adapter=AdapterRecord.from_dict(d["adapter"]) if d.get("adapter") else None,
+            weights=WeightsRecord.from_dict(d["weights"]) if d.get("weights") else None,
         )
 
 
@@ -158,6 +175,11 @@ def skill_proposal_dir(night_dir: Path, name: str) -> Path:
     return night_dir / SKILLS_DIR / name / "proposal"
 
 
+def skill_adapter_dir(night_dir: Path, name: str) -> Path:
+    """Where a night stages a skill's adapter (peft's layout), beside its proposal."""
+    return night_dir / SKILLS_DIR / name / ADAPTER_DIR
+
+
 def write_skill_proposal(
     night_dir: Path,
     project: str,
@@ -165,16 +187,23 @@ def write_skill_proposal(
     body: str,
     home: Path,
     source: StartingDocument | None = None,
+    memory: str | None = None,
 ) -> None:
-    """proposal/skill.md, SKILL.md and skill.diff of one staged skill (text holding a block
-    marker is refused, as for the project's proposal); for a skill that started from a user's
-    file (`source`), file.diff: that file as read against the file adopting it writes."""
+    """proposal/skill.md, SKILL.md, memory.md (`memory`, else the skill's adopted memory) and
+    their diffs of one staged skill (text holding a block marker is refused, as for the
+    project's proposal); for a skill that started from a user's file (`source`), file.diff:
+    that file as read against the file adopting it writes."""
     check_no_markers(body, f"the proposed skill {skill.name!r}")
     folder = skill_proposal_dir(night_dir, skill.name)
     adopted = staging.read_adopted_files(Unit(project, skill.name), home)
+    memory = adopted.memory if memory is None else memory
+    check_no_markers(memory, f"the proposed memory of skill {skill.name!r}")
     atomic_write_text(folder / "skill.md", body)
     atomic_write_text(folder / "SKILL.md", render_skill_md(skill.card, body))
     atomic_write_text(folder / "skill.diff", staging.unified_diff(adopted.skill, body, "skill.md"))
+    atomic_write_text(folder / "memory.md", memory)
+    diff = staging.unified_diff(adopted.memory, memory, "memory.md")
+    atomic_write_text(folder / "memory.diff", diff)
     if source is not None:
         atomic_write_text(folder / "file.diff", file_diff(source, file_text(source, body)))
 
@@ -250,7 +279,12 @@ def adopt_skill(
                 f"against its version {entry.base_version}, version {previous} is adopted "
                 "now); run another night, or pass --force to adopt it anyway"
             )
-        body = staging.read_text(skill_proposal_dir(night_dir, name) / "skill.md")
+        proposal = skill_proposal_dir(night_dir, name)
+        body = staging.read_text(proposal / "skill.md")
+        memory = _proposed_memory(proposal)
+        folder = skill_adapter_dir(night_dir, name) if entry.adapter is not None else None
+        adapter, adapter_meta = staging.proposed_adapter(unit, night_dir.name, folder,
+                                                         entry.adapter, previous, home)  # fmt: skip
         # a skill read from the user's file goes back into it first (WriteBackError: changed)
         written = write_back(entry.source, body, home) if entry.source is not None else None
         meta = {
@@ -260,10 +294,11 @@ def adopt_skill(
             "whole_val": entry.whole_val.to_dict() if entry.whole_val else None,
             "val_before": entry.whole_val and {"hard": entry.whole_val.before},
             "val_after": entry.whole_val and {"hard": entry.whole_val.after},
+            "adapter": adapter_meta,
             WRITTEN_BACK: written.to_dict() if written else None,
         }
         try:
-            done = staging.install_version(unit, home, body, "", meta, None, previous,
+            done = staging.install_version(unit, home, body, memory, meta, adapter, previous,
                                            LiveFiles([]))  # fmt: skip
         except BaseException:
             undo(written, home)
@@ -275,6 +310,12 @@ def adopt_skill(
         staging.write_night(staged)
         done.note = note
         return done
+
+
+def _proposed_memory(proposal: Path) -> str:
+    """A staged skill's memory (a night from before skills had memories staged none: "")."""
+    path = proposal / "memory.md"
+    return staging.read_text(path) if path.is_file() else ""
 
 
 def rollback_skill(
@@ -300,11 +341,14 @@ def skill_names(project: str, home: Path | None = None) -> list[str]:
 
 @dataclass(frozen=True)
 class AdoptedSkill:
-    """One skill as the proxy serves it: its card (for the router), body and version."""
+    """One skill as the proxy serves it: its card (for the router), body and version, its
+    memory and adapter (None: the version serves none)."""
 
     card: SkillCard
     body: str
     version: int
+    memory: str = ""
+    adapter: Path | None = None
 
     @property
     def name(self) -> str:
@@ -381,11 +425,11 @@ def adopted_skills(project: str, home: Path | None = None) -> list[AdoptedSkill]
         unit = Unit(project, name)
         adopted = read_adopted(unit, home)
         version = int(adopted.version) if adopted.version and adopted.version.isdigit() else 0
-        if version < 1 or not adopted.skill.strip():
-            continue
+        if version < 1 or not (adopted.skill.strip() or adopted.memory.strip() or adopted.adapter):
+            continue  # nothing to serve (an adapter alone is served: a weights-only skill)
         card = _card(unit, version, home, shelf)
         if card is not None:
-            out.append(AdoptedSkill(card, adopted.skill, version))
+            out.append(AdoptedSkill(card, adopted.skill, version, adopted.memory, adopted.adapter))
     return out
 
 
@@ -444,7 +488,8 @@ def route_request(
     chosen = next((s for s in skills if s.name == route.skill), None)
     if chosen is None:
         return None, SkillRoute(route, 0)
-    return RoutedSkill(chosen.name, chosen.body, chosen.version), SkillRoute(route, chosen.version)
+    routed = RoutedSkill(chosen.name, chosen.body, chosen.version, chosen.memory, chosen.adapter)
+    return routed, SkillRoute(route, chosen.version)
 
 
 def skill_status_lines(

@@ -667,23 +667,36 @@ def staged_adapter(night_dir: Path, night: NightResult) -> Path | None:
 def _proposed_adapter(
     project: str, night_dir: Path, night: NightResult, previous: int, home: Path | None
 ) -> tuple[Path | None, dict[str, Any] | None]:
-    """The adapter the new version serves, and its metadata: the night's own when its gate
-    chose one, else the one the previous version served (a text proposal was gated with it)."""
+    """The adapter the project's new version serves (`proposed_adapter`)."""
     folder = staged_adapter(night_dir, night)
-    staged = _staged_adapter(night)
+    return proposed_adapter(project, night_dir.name, folder, _staged_adapter(night), previous,
+                            home)  # fmt: skip
+
+
+def proposed_adapter(
+    unit: Owner,
+    night: str,
+    folder: Path | None,
+    staged: AdapterRecord | None,
+    previous: int,
+    home: Path | None,
+) -> tuple[Path | None, dict[str, Any] | None]:
+    """The adapter a unit's new version serves, and its metadata: the night's own (`folder`,
+    `staged`) when its gate chose one, else the one the previous version served (a text
+    proposal was gated with it)."""
     if folder is not None and staged is not None:
         if not (folder / "adapter_config.json").is_file():
             raise StagingError(
-                f"night {night_dir.name} proposes an adapter but {folder} holds none "
+                f"night {night} proposes an adapter but {folder} holds none "
                 "(adapter_config.json missing); nothing was adopted"
             )
         keep = ("method", "base_model", "base_model_path", "train_items", "val", "with_text")
         written = staged.to_dict()  # meta.json keeps them as report.json wrote them
-        return folder, {"night": night_dir.name, **{k: written.get(k) for k in keep}}
-    folder = version_adapter(project, str(previous), home)
+        return folder, {"night": night, **{k: written.get(k) for k in keep}}
+    folder = version_adapter(unit, str(previous), home)
     if folder is None:
         return None, None
-    meta = version_meta(project, previous, home).get("adapter")
+    meta = version_meta(unit, previous, home).get("adapter")
     return folder, {**(meta or {}), "carried_from": previous}
 
 

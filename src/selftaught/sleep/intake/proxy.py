@@ -103,6 +103,8 @@ from selftaught.sleep.replay_mark import MarkChecker, replay_key
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from selftaught.sleep.adoption.inject import RoutedSkill
+
 _KEEP_HEADERS = ("content-type", "accept", "user-agent", "x-request-id", *SESSION_HEADERS)
 _WIRE_HEADERS = {"messages": ("anthropic-version", "anthropic-beta"), "responses": ("openai-beta",)}
 _ORG_HEADERS = ("openai-organization", "openai-project")
@@ -169,6 +171,10 @@ class ProxyConfig:
     goes out anyway and /health counts it (`answered_before_logged`)."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # a larger request is refused (413)
     lora: bool = False  # the upstream is vLLM with runtime LoRA: load and route adopted adapters
+    max_adapters: int = 4
+    """A local upstream: adapters kept merged and resident at once (the project's, each
+    routed skill's, a canary's), each a copy of the base weights; the least recently used
+    goes first and is merged again when next asked for."""
     auto_rollback: bool = False
     """Roll back to the version the adopted one replaced when probation finds it does worse on
     live traffic (checked in the background after each feedback and every --probation-every
@@ -203,6 +209,8 @@ class ProxyConfig:
             raise ProxyError(f"log_wait_s must be > 0, got {self.log_wait_s}")
         if not self.drain_timeout_s >= 0:
             raise ProxyError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
+        if self.max_adapters < 1:
+            raise ProxyError(f"max_adapters must be >= 1, got {self.max_adapters}")
         self.trusted_clients = tuple(self.trusted_clients or ())
         named = [c for c in self.trusted_clients if c != "*"]
         if named and self.client_keys is None:
@@ -234,7 +242,7 @@ class Upstream:
     force_model: bool  # fill it in even when the client named another (a one-model server)
     key: str | None  # sent as the upstream's bearer key
     pass_client_auth: bool  # forward the client's Authorization header
-    local: Any = None  # the in-process model (`FollowAdopted`): it can serve a staged adapter
+    local: Any = None  # the in-process model (`FollowAdopted`): its shelf serves other adapters
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -253,12 +261,14 @@ def in_process_upstream(model: Any, timeout: Any = None) -> Upstream:
     return Upstream(client, "http://localhost/v1", name, True, None, False, local=model)
 
 
-def follow_adopted(model: Any, project: str, home: Path | None) -> Any:
+def follow_adopted(model: Any, project: str, home: Path | None, max_adapters: int = 4) -> Any:
     """A local model serves the project's adopted adapter, switching on adopt / rollback."""
     from selftaught.models.local import LocalModel
     from selftaught.sleep.adoption.serving import FollowAdopted
 
-    return FollowAdopted(model, project, home) if isinstance(model, LocalModel) else model
+    if not isinstance(model, LocalModel):
+        return model
+    return FollowAdopted(model, project, home, max_adapters)
 
 
 def build_upstream(config: ProxyConfig) -> Upstream:
@@ -291,7 +301,8 @@ def build_upstream(config: ProxyConfig) -> Upstream:
     if spec.backend == "local":
         from selftaught.models import load_model
 
-        model = follow_adopted(load_model(config.upstream), config.project, config.home)
+        loaded = load_model(config.upstream)
+        model = follow_adopted(loaded, config.project, config.home, config.max_adapters)
         return in_process_upstream(model, timeout)
     if spec.base_url:  # any OpenAI-compatible server; a bare http://HOST:PORT serves /v1/...
         base = spec.base_url
@@ -352,8 +363,8 @@ class ProxyState:
             self.lora = LoraRoute(config.project, config.home, upstream.model)
         self.canary = canary
         self.shadow_tasks: set[asyncio.Task[None]] = set()
-        self._staged_upstream: tuple[str, Upstream] | None = None
-        self._staged_lock = asyncio.Lock()
+        self.shelf = _shelf(upstream.local, config.max_adapters)
+        self._adapter_upstreams: dict[str, tuple[Any, Upstream]] = {}
         self.watch = (
             ProbationWatch(
                 config.project,
@@ -370,22 +381,22 @@ class ProxyState:
     def adopted(self) -> Any:
         return read_adopted(self.config.project, self.config.home)
 
-    async def upstream_for(self, staged: Staged | None) -> Upstream:
-        """Where a request goes: for a canary request whose staged proposal has an adapter,
-        that adapter folded into a copy of the local base (built once per staged night, in a
-        worker thread: seconds); else the upstream."""
-        if staged is None or staged.adapter is None:
+    async def upstream_for(self, adapter: Path | None) -> Upstream:
+        """Where a request served with `adapter` goes (a routed skill's or a canary's): that
+        adapter's copy of the local base from the shelf (merged once, in a worker thread:
+        seconds), behind an in-process upstream of its own; None, or no local model: the
+        upstream (a local one follows the project's adopted adapter)."""
+        if adapter is None or self.shelf is None:
             return self.upstream
-        async with self._staged_lock:
-            key = str(staged.adapter)
-            if self._staged_upstream is None or self._staged_upstream[0] != key:
-                from selftaught.models.adapters import with_adapter
-
-                base = getattr(self.upstream.local, "base", self.upstream.local)
-                model = await asyncio.to_thread(with_adapter, base, staged.adapter)
-                timeout = self.upstream.client.timeout
-                self._staged_upstream = (key, in_process_upstream(model, timeout))
-            return self._staged_upstream[1]
+        model = await self.shelf.aget(adapter)
+        key = self.shelf.key(adapter)
+        found = self._adapter_upstreams.get(key)
+        if found is None or found[0] is not model:
+            timeout = self.upstream.client.timeout
+            found = self._adapter_upstreams[key] = (model, in_process_upstream(model, timeout))
+        for gone in set(self._adapter_upstreams) - {key, *self.shelf.keys()}:
+            del self._adapter_upstreams[gone]  # evicted from the shelf: let its copy go
+        return found[1]
 
     def upstream_headers(
         self, request_headers: Any, wire: Wire | None = None, *, logged: bool = True
@@ -442,6 +453,19 @@ class ProxyState:
             "probation": self.watch.snapshot() if self.watch else None,
             "canary": self.canary.snapshot() if self.canary else None,
         }
+
+
+def _shelf(local: Any, max_adapters: int) -> Any:
+    """The shelf of adapters a local upstream serves from (its `FollowAdopted`'s); None for
+    an upstream elsewhere (vLLM serves adapters with --lora, others none)."""
+    if local is None:
+        return None
+    found = getattr(local, "shelf", None)
+    if found is not None:
+        return found
+    from selftaught.sleep.adoption.serving import AdapterShelf
+
+    return AdapterShelf(local, max_adapters)
 
 
 def _replay_key(home: Path | None) -> bytes | None:
@@ -598,10 +622,11 @@ async def _pass_through(state: ProxyState, request: Any, path: str) -> Any:
 
 def _upstream_body(
     state: ProxyState, wire: Wire, body: dict[str, Any], record: Interaction
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], "RoutedSkill | None"]:
     """The client's body with the adopted skill injected (recorded on `record`) and the model
-    filled in where the upstream needs it."""
+    filled in where the upstream needs it; the skill the request was routed to (None: none)."""
     out = dict(body)
+    routed = None
     if state.config.inject:
         staged = state.canary.pick(record.id, "serve") if state.canary else None
         adopted = staged.documents if staged else state.adopted()
@@ -615,10 +640,10 @@ def _upstream_body(
     upstream = state.upstream
     if upstream.model and (upstream.force_model or not body.get("model")):
         out["model"] = upstream.model
-    return out
+    return out, routed
 
 
-def _route_skill(state: ProxyState, record: Interaction) -> Any:
+def _route_skill(state: ProxyState, record: Interaction) -> "RoutedSkill | None":
     """Many skills: the project's adopted skill the request routes to (None: none fits, or
     none is adopted), the decision logged on the row (`meta["skill_route"]`)."""
     from selftaught.sleep.adoption.skill_units import route_request
@@ -630,15 +655,21 @@ def _route_skill(state: ProxyState, record: Interaction) -> Any:
 
 
 async def _route_adapter(
-    state: ProxyState, request: Any, body: dict[str, Any], upstream_body: dict[str, Any]
+    state: ProxyState,
+    request: Any,
+    body: dict[str, Any],
+    upstream_body: dict[str, Any],
+    skill: "RoutedSkill | None",
 ) -> dict[str, Any]:
-    """With `--lora`, send the request to the adopted adapter's name in vLLM (loading it
-    there on first use); a version without an adapter goes to the base model."""
+    """With `--lora`, send the request to its adapter's name in vLLM (loading it there on
+    first use): the routed skill's, else the project's adopted one; a version without an
+    adapter goes to the base model."""
     if state.lora is None:
         return upstream_body
     headers = state.upstream_headers(request.headers)
-    routed = await state.lora.model_for(state.upstream.client, state.upstream.base_url, headers)
-    return {**upstream_body, "model": routed or body.get("model")}
+    upstream = state.upstream
+    named = await state.lora.model_for(upstream.client, upstream.base_url, headers, skill)
+    return {**upstream_body, "model": named or body.get("model")}
 
 
 class _Refused(SelftaughtError):
@@ -653,25 +684,29 @@ async def _prepare(
     state: ProxyState, request: Any, wire: Wire, body: dict[str, Any], record: Interaction
 ) -> tuple[Upstream, dict[str, Any]]:
     """Where the request goes and what it says: the skill of the version serving it injected
-    (the adopted one, or a canary's staged one), routed to its adapter."""
+    (the adopted one, or a canary's staged one) and its routed skill's, sent to its adapter:
+    the routed skill's when that skill's version has one, else the project's (a canary's
+    staged one, else the adopted one)."""
     try:
-        upstream_body = _upstream_body(state, wire, body, record)
+        upstream_body, routed = _upstream_body(state, wire, body, record)
     except RetrievalUnavailable as err:  # the adopted skill retrieves demos; bm25s missing
         raise _Refused(500, str(err), "server_error") from None
     except Exception as err:  # noqa: BLE001 - fields of types no API has: refused, logged
         why = f"the proxy could not read the request: {type(err).__name__}: {err}"
         raise _Refused(400, why, "invalid_request_error") from None
     try:
-        upstream_body = await _route_adapter(state, request, body, upstream_body)
+        upstream_body = await _route_adapter(state, request, body, upstream_body, routed)
     except BackendError as err:  # vLLM refused the adopted adapter
         raise _Refused(502, str(err)) from None
-    staged = None
-    if state.canary is not None and (record.skill_version or "").startswith(STAGED):
+    adapter, whose = (routed.adapter, f"skill {routed.name}'s") if routed else (None, "")
+    canary = (record.skill_version or "").startswith(STAGED)
+    if adapter is None and state.canary is not None and canary:
         staged = state.canary.current()
+        adapter, whose = (staged.adapter if staged else None), "the staged proposal's"
     try:
-        return await state.upstream_for(staged), upstream_body
-    except Exception as err:  # noqa: BLE001 - a staged adapter that cannot be served
-        raise _Refused(500, f"the staged proposal's adapter: {type(err).__name__}: {err}") from None
+        return await state.upstream_for(adapter), upstream_body
+    except Exception as err:  # noqa: BLE001 - an adapter that cannot be served
+        raise _Refused(500, f"{whose} adapter: {type(err).__name__}: {err}") from None
 
 
 async def forward(state: ProxyState, request: Any, wire: Wire, client: str) -> Any:
@@ -1022,7 +1057,7 @@ async def _shadow(
     started = time.time()
     out = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     try:
-        upstream = await state.upstream_for(staged)
+        upstream = await state.upstream_for(staged.adapter)
         out = wire.inject(out, staged.documents)
         response = await upstream.client.post(
             f"{upstream.base_url}/{wire.path}", json=out, headers=headers

@@ -756,6 +756,10 @@ class SkillRecord(Record):
     adopted_version: int | None = None
     source: SourceFileRecord | None = None
     dir: str | None = None
+    memory_changed: bool = False  # its memory was trained tonight and the gate kept it
+    candidate: str | None = None  # what its weight gate chose: text, sft, sft+text, ...
+    adapter: AdapterRecord | None = None  # its staged adapter (`skills/<name>/adapter/`)
+    weights: WeightsRecord | None = None  # its weight gate: every candidate on its own val
 
     decoders: ClassVar[Mapping[str, Decoder]] = {
         "train_ids": strings,
@@ -764,6 +768,8 @@ class SkillRecord(Record):
         "own_val": ValPairRecord.from_dict,
         "whole_val": ValPairRecord.from_dict,
         "source": SourceFileRecord.from_dict,
+        "adapter": AdapterRecord.from_dict,
+        "weights": WeightsRecord.from_dict,
     }
 
 

@@ -1,0 +1,321 @@
+"""Many skills with weights and memory (issue 62): each skill's unit holds its own memory and
+LoRA adapter; the proxy routes each request to its skill and that skill's adapter (several
+resident at once, each merged once), or with vLLM `--lora` to the adapter's name; adopt,
+rollback and probation per skill carry the adapter. Scripted models and fake adapter folders
+here (a merge that counts its calls); the embedded model end to end at the bottom."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from selftaught.runs import atomic_write_json
+from selftaught.sleep.adoption import staging
+from selftaught.sleep.adoption.skill_units import (
+    StagedSkill,
+    ValPair,
+    adopt_skill,
+    adopted_skills,
+    rollback_skill,
+    skill_adapter_dir,
+    write_skill_proposal,
+)
+from selftaught.sleep.night.records import AdapterRecord
+from selftaught.sleep.paths import Unit, read_adopted
+from tests.scripted import ScriptedModel, user_of
+
+PROJECT = "demo"
+UNITS, SQL = "unit-conversion", "sql-queries"
+CARDS = {
+    UNITS: ("Convert between units: km, miles, kg, pounds.", "convert 5 km to miles"),
+    SQL: ("Write SQL queries over the orders table.", "select the orders of May"),
+}
+ASK = {UNITS: "please convert 12 km to miles", SQL: "which orders shipped in May? the query"}
+
+
+def fake_adapter(folder: Path, content: bytes) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+    (folder / "adapter_model.safetensors").write_bytes(content)
+    return folder
+
+
+def stage(
+    home: Path,
+    night: str,
+    skills: dict[str, tuple[str, bytes | None]],
+    bases: dict[str, int] | None = None,
+    memory: dict[str, str] | None = None,
+) -> Path:
+    """A many-skills night that staged each skill: name -> (body, adapter bytes or None)."""
+    folder = staging.nights_dir(PROJECT, home) / night
+    entries = []
+    for name, (body, weights) in skills.items():
+        description, task = CARDS[name]
+        adapter = None
+        if weights is not None:
+            fake_adapter(skill_adapter_dir(folder, name), weights)
+            adapter = AdapterRecord(dir="adapter", method="sft", base_model="local")
+        entry = StagedSkill(
+            name=name,
+            description=description,
+            status="staged",
+            reason="accepted",
+            base_version=(bases or {}).get(name, 0),
+            train_ids=(f"{name}-t1",),
+            val_ids=(f"{name}-v1",),
+            tasks=(task,),
+            own_val=ValPair(0.5, 1.0, 2),
+            candidate="sft+text" if weights is not None else "text",
+            adapter=adapter,
+        )
+        write_skill_proposal(folder, PROJECT, entry, body, home,
+                             memory=(memory or {}).get(name))  # fmt: skip
+        entries.append(entry.to_dict())
+    report = {"kind": staging.NIGHT_KIND, "night": night, "project": PROJECT, "status": "staged",
+              "base_version": 0, "skills": entries}  # fmt: skip
+    atomic_write_json(folder / "report.json", report)
+    return folder
+
+
+def version_adapter(home: Path, name: str, version: int) -> Path:
+    return staging.versions_dir(Unit(PROJECT, name), home) / str(version) / "adapter"
+
+
+# ---- adopt and rollback, adapters included ------------------------------------------------------
+
+
+def test_a_skills_unit_holds_its_memory_and_adapter_and_rollback_of_one_leaves_the_other(
+    tmp_path,
+):
+    home = tmp_path / "home"
+    stage(home, "n1", {UNITS: ("UNITS ONE", b"units-1"), SQL: ("SQL ONE", b"sql-1")},
+          memory={UNITS: "Miles are 1.609 km."})  # fmt: skip
+    adopt_skill(PROJECT, UNITS, home=home)
+    adopt_skill(PROJECT, SQL, home=home)
+    units = read_adopted(Unit(PROJECT, UNITS), home)
+    assert units.memory == "Miles are 1.609 km."
+    assert units.adapter == version_adapter(home, UNITS, 1)
+    assert (units.adapter / "adapter_model.safetensors").read_bytes() == b"units-1"
+    meta = staging.version_meta(Unit(PROJECT, UNITS), 1, home)
+    assert meta["adapter"]["night"] == "n1" and meta["adapter"]["method"] == "sft"
+    # a text-only proposal gated against version 1 keeps serving version 1's adapter and memory
+    stage(home, "n2", {UNITS: ("UNITS TWO", None)}, bases={UNITS: 1})
+    assert adopt_skill(PROJECT, UNITS, home=home).version == 2
+    units = read_adopted(Unit(PROJECT, UNITS), home)
+    assert units.skill == "UNITS TWO" and units.memory == "Miles are 1.609 km."
+    assert (units.adapter / "adapter_model.safetensors").read_bytes() == b"units-1"
+    assert staging.version_meta(Unit(PROJECT, UNITS), 2, home)["adapter"]["carried_from"] == 1
+    # a new adapter, then rolled back: skill sql-queries' adapter is never touched
+    stage(home, "n3", {UNITS: ("UNITS THREE", b"units-3")}, bases={UNITS: 2})
+    adopt_skill(PROJECT, UNITS, home=home)
+    sql_before = read_adopted(Unit(PROJECT, SQL), home)
+    rollback_skill(PROJECT, UNITS, 1, home=home)
+    assert read_adopted(Unit(PROJECT, UNITS), home).adapter == version_adapter(home, UNITS, 1)
+    sql = read_adopted(Unit(PROJECT, SQL), home)
+    assert sql == sql_before and sql.adapter == version_adapter(home, SQL, 1)
+    served = {s.name: s.adapter for s in adopted_skills(PROJECT, home)}
+    assert served == {UNITS: version_adapter(home, UNITS, 1), SQL: version_adapter(home, SQL, 1)}
+    assert staging.current_version(PROJECT, home) == 0  # the project's own unit: untouched
+
+
+def test_a_skill_whose_gate_chose_its_adapter_alone_is_still_routed_to(tmp_path):
+    """A new kind whose weight gate chose the adapter with no text: version 1 has an empty
+    body and an adapter; it is served (routed to), with nothing injected but its adapter."""
+    from selftaught.sleep.adoption.skill_units import route_request
+
+    stage(tmp_path, "n1", {UNITS: ("", b"units-1")})
+    adopt_skill(PROJECT, UNITS, home=tmp_path)
+    routed, decision = route_request(PROJECT, tmp_path, [{"role": "user", "content": ASK[UNITS]}])
+    assert routed is not None and routed.name == UNITS and routed.skill == ""
+    assert routed.adapter == version_adapter(tmp_path, UNITS, 1) and decision.version == 1
+
+
+def test_a_routed_skills_memory_is_injected_after_it_and_stripped_with_it():
+    from selftaught.sleep.adoption.inject import (
+        RoutedSkill,
+        inject_adopted,
+        strip_injected_messages,
+    )
+    from selftaught.sleep.paths import Adopted
+
+    client = [{"role": "user", "content": ASK[UNITS]}]
+    routed = RoutedSkill(UNITS, "Answer in miles.", 2, memory="A mile is 1.609 km.")
+    sent = inject_adopted(client, Adopted("", "", None), routed)
+    system = sent[0]["content"]
+    assert system.index("Answer in miles.") < system.index("A mile is 1.609 km.")
+    assert f"<!-- selftaught:memory name={UNITS} version=2 -->" in system
+    assert strip_injected_messages(sent) == client
+
+
+# ---- serving: a local upstream ------------------------------------------------------------------
+
+
+class Merges:
+    """A merge that answers as the adapter it was given (`adapter <skill>/<bytes>`), counted."""
+
+    def __init__(self) -> None:
+        self.folders: list[Path] = []
+
+    def __call__(self, base, folder: Path):
+        self.folders.append(folder)
+        label = f"{folder.parents[2].name}/{(folder / 'adapter_model.safetensors').read_text()}"
+        return ScriptedModel(lambda m: f"adapter {label}: {user_of(m)[:12]}", base.name)
+
+
+def _local_proxy(home: Path, tmp_path: Path, merges: Merges, max_adapters: int = 4):
+    from selftaught.serve import create_app
+    from selftaught.sleep.adoption.serving import FollowAdopted
+    from selftaught.sleep.intake.proxy import ProxyConfig, Upstream, proxy_in_background
+
+    base = ScriptedModel(lambda m: f"base: {user_of(m)[:12]}", "m")
+    followed = FollowAdopted(base, PROJECT, home, max_adapters, merge=merges)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(followed, "m")))
+    upstream = Upstream(client, "http://localhost/v1", "m", True, None, False, local=followed)
+    config = ProxyConfig(upstream="local", project=PROJECT, port=0, log_path=tmp_path / "l.db",
+                         home=home, max_adapters=max_adapters)  # fmt: skip
+    return proxy_in_background(config, upstream=upstream), followed
+
+
+def _ask(url: str, text: str) -> str:
+    body = {"messages": [{"role": "user", "content": text}], "max_tokens": 8}
+    resp = httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+    resp.raise_for_status()
+    return resp.json()["choices"][0]["message"]["content"]
+
+
+def test_the_local_upstream_serves_each_routed_skill_its_adapter_merging_each_once(tmp_path):
+    """Ten requests alternating between two kinds: each answered by its skill's adapter, each
+    adapter merged once and both resident; a request of no skill gets the base. Rolling back
+    one skill's adapter switches its requests only."""
+    home = tmp_path / "home"
+    stage(home, "n1", {UNITS: ("UNITS RULE", b"u1"), SQL: ("SQL RULE", b"s1")})
+    stage(home, "n2", {UNITS: ("UNITS RULE 2", b"u2")}, bases={UNITS: 1})
+    for name in (UNITS, SQL):
+        adopt_skill(PROJECT, name, "n1", home=home)
+    adopt_skill(PROJECT, UNITS, "n2", home=home)
+    merges = Merges()
+    running, followed = _local_proxy(home, tmp_path, merges)
+    with running as (url, _):
+        replies = [_ask(url, ASK[UNITS if i % 2 == 0 else SQL]) for i in range(10)]
+        assert replies[0::2] == [f"adapter {UNITS}/u2: please conve"] * 5
+        assert replies[1::2] == [f"adapter {SQL}/s1: which orders"] * 5
+        assert len(merges.folders) == followed.shelf.loads == 2  # each adapter merged once
+        assert len(followed.shelf.keys()) == 2  # both resident at once
+        assert _ask(url, "hello there") == "base: hello there"  # no skill: the project's (none)
+        rollback_skill(PROJECT, UNITS, 1, home=home)
+        assert _ask(url, ASK[UNITS]) == f"adapter {UNITS}/u1: please conve"
+        assert _ask(url, ASK[SQL]) == f"adapter {SQL}/s1: which orders"
+        assert followed.shelf.loads == 3  # version 1's adapter: merged when first asked for
+    assert merges.folders[-1] == version_adapter(home, UNITS, 1)
+
+
+def test_past_max_adapters_the_least_recently_used_copy_is_merged_again(tmp_path):
+    home = tmp_path / "home"
+    stage(home, "n1", {UNITS: ("UNITS RULE", b"u1"), SQL: ("SQL RULE", b"s1")})
+    for name in (UNITS, SQL):
+        adopt_skill(PROJECT, name, home=home)
+    merges = Merges()
+    running, followed = _local_proxy(home, tmp_path, merges, max_adapters=1)
+    with running as (url, _):
+        for i in range(4):
+            _ask(url, ASK[UNITS if i % 2 == 0 else SQL])
+        assert followed.shelf.loads == 4 and len(followed.shelf.keys()) == 1
+
+
+def test_a_skills_adapter_takes_the_place_of_the_projects(tmp_path):
+    """The project's own adopted adapter serves the requests of no skill and of a skill with
+    no adapter of its own; a skill's adapter serves that skill's."""
+    from tests.test_sleep_adapters import stage_night
+
+    home = tmp_path / "home"
+    stage_night(home, "p1", skill="", adapter=fake_adapter(tmp_path / "shared", b"shared"))
+    staging.adopt(PROJECT, "p1", home=home)
+    stage(home, "n1", {UNITS: ("UNITS RULE", b"u1"), SQL: ("SQL RULE", None)})
+    for name in (UNITS, SQL):
+        adopt_skill(PROJECT, name, "n1", home=home)
+    merges = Merges()
+    running, followed = _local_proxy(home, tmp_path, merges)
+    with running as (url, _):
+        assert _ask(url, ASK[UNITS]) == f"adapter {UNITS}/u1: please conve"
+        assert _ask(url, ASK[SQL]) == "adapter demo/shared: which orders"
+        assert _ask(url, "hello there") == "adapter demo/shared: hello there"
+        assert followed.shelf.loads == 2
+
+
+# ---- serving: vLLM with --lora ------------------------------------------------------------------
+
+
+def test_a_vllm_upstream_loads_each_skills_adapter_once_under_its_own_name(tmp_path):
+    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
+    from tests.fake_upstream import FakeUpstream
+
+    home = tmp_path / "home"
+    stage(home, "n1", {UNITS: ("UNITS RULE", b"u1"), SQL: ("SQL RULE", b"s1")})
+    for name in (UNITS, SQL):
+        adopt_skill(PROJECT, name, home=home)
+    with FakeUpstream() as upstream:
+        config = ProxyConfig(upstream=f"{upstream.base_url}#base-model", project=PROJECT, port=0,
+                             log_path=tmp_path / "log.db", home=home, lora=True)  # fmt: skip
+        with proxy_in_background(config) as (url, _):
+            for i in range(6):
+                _ask(url, ASK[UNITS if i % 2 == 0 else SQL])
+            _ask(url, "hello there")
+    models = [r["model"] for r in upstream.requests]
+    names = [f"{PROJECT}-{UNITS}-v1", f"{PROJECT}-{SQL}-v1"]
+    assert models == [*names * 3, "base-model"]
+    assert upstream.lora_loads == [
+        {"lora_name": names[0], "lora_path": str(version_adapter(home, UNITS, 1))},
+        {"lora_name": names[1], "lora_path": str(version_adapter(home, SQL, 1))},
+    ]
+
+
+# ---- probation per skill, adapters included -----------------------------------------------------
+
+
+def test_probation_rolls_back_one_skills_adapter_on_its_own_traffic_only(tmp_path, log_at):
+    """Skill unit-conversion's version 2 (a new adapter) does worse on the requests routed to
+    it than version 1 did; sql-queries' rows all fail but were never its: the watch rolls back
+    unit-conversion alone, and its requests are served by version 1's adapter again."""
+    from selftaught.sleep.adoption.probation import ProbationConfig
+    from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.intake.watch import ProbationWatch
+    from tests.test_sleep_skills import routed_row
+
+    home = tmp_path / "home"
+    stage(home, "n1", {UNITS: ("UNITS ONE", b"u1"), SQL: ("SQL ONE", b"s1")})
+    stage(home, "n2", {UNITS: ("UNITS TWO", b"u2")}, bases={UNITS: 1})
+    adopt_skill(PROJECT, UNITS, "n1", home=home)
+    adopt_skill(PROJECT, SQL, "n1", home=home)
+    adopt_skill(PROJECT, UNITS, "n2", home=home)
+    rows = [routed_row(ASK[UNITS], UNITS, 1, "up") for _ in range(25)]
+    rows += [routed_row(ASK[UNITS], UNITS, 2, "down") for _ in range(25)]
+    rows += [routed_row(ASK[SQL], SQL, 1, "down") for _ in range(25)]
+    rows += [routed_row(ASK[SQL], None, 0, "down") for _ in range(25)]
+    with TaskLog(log_at) as log:
+        log.add_many(rows)
+    watch = ProbationWatch(PROJECT, log_at, home, ProbationConfig(min_outcomes=20),
+                           auto_rollback=True, every=1)  # fmt: skip
+    try:
+        watch.poke()
+        assert watch.wait_idle(60)
+    finally:
+        watch.close()
+    assert [(r["skill"], r["from"], r["to"]) for r in watch.rollbacks] == [(UNITS, 2, 1)]
+    assert read_adopted(Unit(PROJECT, UNITS), home).adapter == version_adapter(home, UNITS, 1)
+    assert read_adopted(Unit(PROJECT, SQL), home).adapter == version_adapter(home, SQL, 1)
+    merges = Merges()
+    running, _ = _local_proxy(home, tmp_path, merges)
+    with running as (url, _):
+        assert _ask(url, ASK[UNITS]) == f"adapter {UNITS}/u1: please conve"
+
+
+def test_the_staged_adapter_folder_must_hold_an_adapter(tmp_path):
+    folder = stage(tmp_path, "n1", {UNITS: ("UNITS ONE", b"u1")})
+    shutil.rmtree(skill_adapter_dir(folder, UNITS))
+    with pytest.raises(staging.StagingError, match="adapter_config.json missing"):
+        adopt_skill(PROJECT, UNITS, home=tmp_path)
+    assert staging.current_version(Unit(PROJECT, UNITS), tmp_path) == 0
