@@ -6,7 +6,10 @@ here (a merge that counts its calls); the embedded model end to end at the botto
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
+import time
 from pathlib import Path
 
 import httpx
@@ -24,8 +27,16 @@ from selftaught.sleep.adoption.skill_units import (
     write_skill_proposal,
 )
 from selftaught.sleep.night.records import AdapterRecord
+from selftaught.sleep.night.weight_night import TrainedAdapter, WeightData
 from selftaught.sleep.paths import Unit, read_adopted
-from tests.scripted import ScriptedModel, user_of
+from tests.scripted import (
+    ScriptedModel,
+    append,
+    canned_analyst,
+    edits_json,
+    rule_answer,
+    user_of,
+)
 
 PROJECT = "demo"
 UNITS, SQL = "unit-conversion", "sql-queries"
@@ -319,3 +330,195 @@ def test_the_staged_adapter_folder_must_hold_an_adapter(tmp_path):
     with pytest.raises(staging.StagingError, match="adapter_config.json missing"):
         adopt_skill(PROJECT, UNITS, home=tmp_path)
     assert staging.current_version(Unit(PROJECT, UNITS), tmp_path) == 0
+
+
+# ---- a many-skills night that trains adapters and memory -----------------------------------------
+
+_NEEDS = re.compile(r"\[needs (\w+)\] What is (\d+) \+ (\d+)\?")
+
+
+class KindTrainer:
+    """An adapter trainer whose adapter knows the rules of the requests it was trained on (it
+    answers those right, whatever the prompt; the others as the scripted target would)."""
+
+    def __init__(self) -> None:
+        self.calls: list[WeightData] = []
+
+    def __call__(self, method: str, data: WeightData, out_dir: Path) -> TrainedAdapter:
+        self.calls.append(data)
+        learned = {_NEEDS.findall(user_of(s.messages))[-1][0] for s in data.sft}
+
+        def answer(messages: list[dict]) -> str:
+            rule, a, b = _NEEDS.findall(user_of(messages))[-1]
+            return f"Answer: {int(a) + int(b)}" if rule in learned else rule_answer(messages)
+
+        fake_adapter(out_dir, ",".join(sorted(learned)).encode())
+        return TrainedAdapter(method, out_dir, ScriptedModel(answer, "adapter"), {"steps": 2})
+
+
+def _night(home: Path, log_at, analyst, trainer: KindTrainer | None = None, **kw):
+    from selftaught.sleep.night.cycle import (
+        NightModels,
+        SleepConfig,
+        night_training_defaults,
+        run_night,
+    )
+    from tests.test_sleep_skills import fill_two_intents
+
+    fill_two_intents(home, log_at)
+    models = NightModels(ScriptedModel(rule_answer, "scripted-target"), "scripted-target",
+                         analyst, "scripted-analyst")  # fmt: skip
+    models.adapter_trainer = trainer
+    cfg = SleepConfig(home=home, log_path=log_at, training=night_training_defaults(),
+                      many_skills=True, **kw)  # fmt: skip
+    (night,) = run_night(cfg, models=models)
+    return night
+
+
+def _tasks(night) -> dict[str, dict]:
+    rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
+    return {r["id"]: r for r in rows}
+
+
+def _rule(text: str) -> str:
+    return _NEEDS.findall(text)[-1][0]
+
+
+def test_a_many_skills_night_trains_one_adapter_per_kind_on_its_own_train_tasks(tmp_path, log_at):
+    """Two kinds, no text to learn (the analyst proposes nothing), an adapter that learns what
+    it is trained on: each kind's adapter is trained on its own train tasks only, wins its own
+    gate, and is staged with its skill; adopted, each skill's unit serves its own adapter."""
+    home = tmp_path / "home"
+    trainer = KindTrainer()
+    night = _night(home, log_at, canned_analyst(), trainer, documents=("skill",), weights="sft")
+    assert night.status == "staged", night.reason
+    tasks = _tasks(night)
+    assert len(trainer.calls) == 2
+    for data in trainer.calls:  # one kind each, its train tasks only
+        items = data.train_items()
+        assert {tasks[i]["split"] for i in items} == {"train"}
+        assert len({tasks[i]["kind"] for i in items}) == 1
+    skills = {s.name: s for s in night.skills}
+    assert len(skills) == 2
+    for name, entry in skills.items():
+        assert entry.status == "staged" and entry.candidate == "sft", entry.reason
+        assert entry.adapter is not None and entry.weights.winner == "sft"
+        assert entry.own_val.after == 1.0 > entry.own_val.before
+        assert set(entry.weights.train_items) == {
+            i for i, t in tasks.items() if t["kind"] == name and t["split"] == "train"
+        }
+        folder = skill_adapter_dir(night.night_dir, name)
+        assert (folder / "adapter_config.json").is_file()
+        assert not (night.night_dir / "skills" / name / "weights" / "sft" / "adapter").exists()
+    assert night.proposal is None and not (night.night_dir / "adapter").exists()
+    for name in skills:
+        adopt_skill(PROJECT, name, home=home)
+        adapter = read_adopted(Unit(PROJECT, name), home).adapter
+        assert adapter is not None and (adapter / "adapter_model.safetensors").is_file()
+    assert staging.current_version(PROJECT, home) == 0
+    kinds = {k.id: k for k in night.kinds}
+    assert all(kinds[n].skill_status == "staged" and kinds[n].val.after == 1.0 for n in skills)
+
+
+def test_a_shared_adapter_is_trained_on_every_kind_and_staged_for_the_project(tmp_path, log_at):
+    home = tmp_path / "home"
+    trainer = KindTrainer()
+    night = _night(home, log_at, canned_analyst(), trainer, documents=("skill",), weights="sft",
+                   skill_adapters="shared")  # fmt: skip
+    assert night.status == "staged", night.reason
+    (data,) = trainer.calls
+    tasks = _tasks(night)
+    assert len({tasks[i]["kind"] for i in data.train_items()}) == 2
+    assert {tasks[i]["split"] for i in data.train_items()} == {"train"}
+    assert night.weights.winner == "sft" and night.proposal.adapter is not None
+    assert night.weights.gates["sft"].decision == "accept_new_best"
+    assert all(s.status == "rejected" and s.adapter is None for s in night.skills)
+    assert "shared adapter was staged" in night.reason
+    staging.adopt(PROJECT, night.night_dir.name, home=home)
+    assert read_adopted(PROJECT, home).adapter is not None
+
+
+def test_the_shared_adapters_gate_vetoes_a_kind_it_breaks():
+    """A shared adapter that fixes six items of one kind and breaks four of another: a net gain
+    of two, refused by the per-kind veto (four losses and no win: p = 0.0625 <= 0.1)."""
+    from selftaught.models.usage import UsageLedger
+    from selftaught.sleep.night.cycle import night_training_defaults
+    from selftaught.sleep.night.evidence import EvidenceLog
+    from selftaught.sleep.night.mine import MinedTask
+    from selftaught.sleep.night.split import NightTask
+    from selftaught.sleep.night.weight_night import ServedKind, choose_shared
+    from selftaught.sleep.paths import Adopted
+
+    def kind(name: str, n: int) -> ServedKind:
+        val = []
+        for i in range(n):
+            text = f"[needs {name}] What is {i} + 1?"
+            task = MinedTask(f"{name}{i}", [{"role": "user", "content": text}], str(i + 1),
+                             state={"scorer": "numeric"}, kind=name)  # fmt: skip
+            val.append(task)
+        return ServedKind(name, NightTask(PROJECT, {"val": val}), (), Adopted("rule beta", ""))
+
+    def base(messages):  # beta's rule is in its text; alpha is wrong
+        return rule_answer(messages)
+
+    def adapter(messages):  # alpha right, beta broken
+        rule, a, b = _NEEDS.findall(user_of(messages))[-1]
+        return f"Answer: {int(a) + int(b) + (0 if rule == 'alpha' else 5)}"
+
+    import tempfile
+
+    run = Path(tempfile.mkdtemp())
+    found = {"sft": TrainedAdapter("sft", run / "a", ScriptedModel(adapter, "a"), {})}
+    winner, summaries, gates, _ = choose_shared(
+        night_training_defaults(), [kind("alpha", 6), kind("beta", 4)],
+        ScriptedModel(base, "base"), found, run, EvidenceLog(run / "e.jsonl"), UsageLedger(),
+    )  # fmt: skip
+    assert summaries["sft"]["hard"] > summaries["current"]["hard"]  # a net gain
+    assert winner == "current" and "per-tag veto" in gates["sft"]["reason"]
+    assert "kind:beta" in gates["sft"]["reason"]
+
+
+def test_a_many_skills_night_trains_each_kinds_memory_and_the_proxy_injects_it(tmp_path, log_at):
+    """The analyst writes rules into a memory only: each kind's memory learns its own rule,
+    gated on its own val, staged and adopted in its skill's unit, and injected after that
+    skill when a request routes to it."""
+    from tests.fake_upstream import fake_proxy
+
+    def failure(messages):
+        text = user_of(messages)
+        if "You improve a MEMORY" not in text:
+            return edits_json()
+        return edits_json(append(f"rule {_rule(text)}"))
+
+    home = tmp_path / "home"
+    night = _night(home, log_at, canned_analyst(failure=failure))
+    assert night.status == "staged", night.reason
+    for entry in night.skills:
+        assert entry.status == "staged" and entry.memory_changed, entry.reason
+        proposal = night.night_dir / "skills" / entry.name / "proposal"
+        memory = (proposal / "memory.md").read_text()
+        rule = _rule(entry.tasks[0])
+        assert f"rule {rule}" in memory and "rule alpha rule beta" not in memory
+        assert memory.count("rule ") == 1  # its own rule only
+        adopt_skill(PROJECT, entry.name, home=home)
+        assert read_adopted(Unit(PROJECT, entry.name), home).memory == memory
+    by_rule = {_rule(e.tasks[0]): e for e in night.skills}
+    deadline = time.monotonic() + 10  # a Postgres log's skill list is read again every second
+    while len(adopted_skills(PROJECT, home)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with fake_proxy(home, log_at) as (url, _app, upstream):
+        _ask(url, by_rule["alpha"].tasks[0])
+        system = upstream.requests[-1]["messages"][0]["content"]
+    assert f"<!-- selftaught:memory name={by_rule['alpha'].name} version=1 -->" in system
+    assert "rule alpha" in system and "rule beta" not in system
+
+
+def test_many_skills_with_weights_is_accepted_and_a_bad_mode_refused(tmp_path):
+    from selftaught.errors import ConfigError
+    from selftaught.sleep.night.cycle import SleepConfig
+
+    assert SleepConfig(home=tmp_path, many_skills=True, weights="sft").skill_adapters == "per-skill"
+    with pytest.raises(ConfigError, match="skill_adapters must be one of per-skill, shared"):
+        SleepConfig(home=tmp_path, many_skills=True, weights="sft", skill_adapters="both")
+    with pytest.raises(ConfigError, match="documents must hold skill"):
+        SleepConfig(home=tmp_path, many_skills=True, weights="sft", documents=())

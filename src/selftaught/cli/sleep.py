@@ -788,6 +788,7 @@ NIGHT_FLAGS = {
     "many_skills": "skills",
     "skill_min_tasks": "skill_min_tasks",
     "max_skills": "max_skills",
+    "skill_adapters": "skill_adapters",  # with --weights: per-skill | shared
     # the user's own files as starting documents: `--skills-from REPO`, `--start-document PATH`
     "skills_from": "skills_from",
     "start_document": "start_document",

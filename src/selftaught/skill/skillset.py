@@ -584,14 +584,25 @@ class ClusterTask:
 
 class WholeVal:
     """Scores of the whole val served with routing: each example gets the skill its route picks
-    among the served skills (no skill when unrouted), scored once per skill hash (cached)."""
+    among the served skills (no skill when unrouted), on the model that serves that skill
+    (`targets`, else `target`), scored once per skill hash and model (cached)."""
 
     def __init__(
-        self, task: Any, target: Any, config: Any, clusters: Sequence[TaskCluster], cache: Any
+        self,
+        task: Any,
+        target: Any,
+        config: Any,
+        clusters: Sequence[TaskCluster],
+        cache: Any,
+        targets: dict[str, Any] | None = None,
     ):
+        from selftaught.evaluation import ScoreCache
         from selftaught.skill.documents import TrainedDocument
 
         self.task, self.target, self.config, self.cache = task, target, config, cache
+        self.targets = dict(targets or {})
+        # a skill hash names the text, not the weights that read it: one cache per model
+        self.caches = {name: ScoreCache() for name in self.targets}
         self.doc = TrainedDocument("skill", "", config.demo_placement)
         self.cards = {c.name: c.card for c in clusters}
         self.val = task.examples("val")
@@ -607,10 +618,11 @@ class WholeVal:
 
         cards = [card for name, card in self.cards.items() if name in served]
         router = SkillRouter(cards) if cards else None
-        by_body: dict[str, list[Example]] = {}
+        by_body: dict[tuple[str, str | None], list[Example]] = {}
         for ex in self.val:
             skill = router.route(ex.prompt_text()).skill if router is not None else None
-            by_body.setdefault(served[skill] if skill is not None else "", []).append(ex)
+            body = served[skill] if skill is not None else ""
+            by_body.setdefault((body, skill if skill in self.targets else None), []).append(ex)
         cfg = RolloutConfig(
             concurrency=self.config.concurrency,
             timeout_s=self.config.timeout_s,
@@ -619,10 +631,12 @@ class WholeVal:
             description="whole val",
         )
         out: dict[str, list[float] | None] = {}
-        for body, examples in by_body.items():
+        for (body, own), examples in by_body.items():
+            model = self.target if own is None else self.targets[own]
+            cache = self.cache if own is None else self.caches[own]
             policy = self.doc.policy(body)
             scored = await ascore(
-                self.task, self.target, policy, examples, split="val", rollout=cfg, cache=self.cache
+                self.task, model, policy, examples, split="val", rollout=cfg, cache=cache
             )
             out.update(scored.items)
         return out
@@ -712,12 +726,15 @@ def train_skill_set(
     callbacks: Sequence[Any] = (),
     progress: bool = True,
     console: Any = None,
+    targets: dict[str, Any] | None = None,
 ) -> SkillSetResult:
     """Cluster `task` (or take `clusters`), train one skill per cluster with `SkillTrainer`
     (`config`: a `SkillOptConfig`, used by every cluster's run), gate each on its own val and on
     the whole val (module docstring), in `output_dir` (resumed when it holds this set). The
     skills themselves are not written anywhere: `SkillSetResult.accepted` holds them
-    (`skill_dir.write_skill_files` writes them as SKILL.md files)."""
+    (`skill_dir.write_skill_files` writes them as SKILL.md files). `targets`: the model that
+    serves a cluster's skill when it is not `model` (cluster name -> model, e.g. the base
+    with that skill's own adapter): its skill is trained and measured there."""
     run = SkillSetRun(
         task,
         model,
@@ -730,6 +747,7 @@ def train_skill_set(
         callbacks=callbacks,
         progress=progress,
         console=console,
+        targets=targets,
     )
     return run.train()
 
@@ -751,6 +769,7 @@ class SkillSetRun:
         callbacks: Sequence[Any] = (),
         progress: bool = True,
         console: Any = None,
+        targets: dict[str, Any] | None = None,
     ):
         from rich.console import Console
 
@@ -770,6 +789,7 @@ class SkillSetRun:
         same = optimizer_model is None or optimizer_model is model or optimizer_model == model
         self.analyst_model = self.model if same else resolve_model(optimizer_model)
         self.target = TrackedModel(self.model, self.ledger, "target")
+        self.targets = {name: resolve_model(m) for name, m in (targets or {}).items()}
         self.analyst = TrackedModel(self.analyst_model, self.ledger, "optimizer")
         self.callbacks = tuple(callbacks)
         self.progress = progress
@@ -792,7 +812,10 @@ class SkillSetRun:
         atomic_write_text(self.run.path("README.txt"), SET_LAYOUT)
         clusters = self._clusters()
         cache = ScoreCache.load(self.run.path("whole_val_cache.json"))
-        whole = WholeVal(self.task, self.target, self.config, clusters, cache)
+        from selftaught.models.usage import TrackedModel
+
+        own = {n: TrackedModel(m, self.ledger, "target") for n, m in self.targets.items()}
+        whole = WholeVal(self.task, self.target, self.config, clusters, cache, own)
         served = {c.name: c.start.body for c in clusters if c.start is not None}
         start_served = dict(served)
         outcomes: list[SkillOutcome] = []
@@ -918,7 +941,7 @@ class SkillSetRun:
         trainer = SkillTrainer(
             self.config,
             ClusterTask(self.task, cluster),
-            self.model,
+            self.targets.get(cluster.name, self.model),
             self.analyst_model,
             body,
             output_dir=sub,

@@ -146,6 +146,7 @@ from selftaught.sleep.night.records import (
 from selftaught.sleep.night.replay import conversations, mine_tool_task, night_task
 from selftaught.sleep.night.result import ROWS_READ_FILE, NightResult
 from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
+from selftaught.sleep.night.skill_parts import SKILL_ADAPTERS
 from selftaught.sleep.night.slow import night_ledger, sync_rollbacks, with_ledger
 from selftaught.sleep.night.split import (
     NightTask,
@@ -295,9 +296,20 @@ class NightConfig:
     """The adapter's training: step and wall-clock caps, LoRA rank, batch, replays."""
     # many skills (nightskills): one skill per cluster of tasks, each staged on its own
     many_skills: bool = False
-    """Cluster the night's tasks by intent and train one skill per cluster instead of the
-    project's one skill and memory; each is staged, adopted (`sleep adopt --skill NAME`),
-    rolled back and on probation on its own, and the proxy routes each request to one."""
+    """Train one skill per kind of request (`kinds.py`) instead of the project's one skill:
+    its text, then (`documents` holding memory) its memory, then (`weights` on) an adapter as
+    `skill_adapters` says; each skill is staged, adopted (`sleep adopt --skill NAME`), rolled
+    back and on probation on its own, memory and adapter included, and the proxy routes each
+    request to one skill and its adapter (`skill_parts.py`)."""
+    skill_adapters: str = "per-skill"
+    """With --skills and --weights: `per-skill` trains one adapter per kind, gated on that
+    kind's val (text, weights or both, as a one-skill night chooses); `shared` trains one
+    adapter on every kind's train tasks, gated on every kind's val with the per-kind veto, and
+    stages it for the project (served to every request whose skill has no adapter of its
+    own). Per-skill by default: a kind's adapter then never moves another kind's replies, and
+    a rollback or a probation drop of one kind's adapter leaves the others; the choice is to be
+    measured on dev streams (`benchmarks/bench_stream.py`, configs skills-adapters and
+    skills-shared)."""
     skill_min_tasks: int = 4
     """With --skills: train tasks a cluster needs to get a skill of its own."""
     max_skills: int = 8
@@ -361,8 +373,16 @@ class NightConfig:
             "miner_model": None if self.miner_model == MINER_OFF else self.miner_model,
         }
         check_cmd_replay(roles, self.allow_cmd_replay)
-        if self.many_skills and (self.weights != "off" or self.skill_min_tasks < 1):
-            raise ConfigError("many_skills trains text skills only (weights off, min tasks >= 1)")
+        if self.many_skills and (self.skill_min_tasks < 1 or "skill" not in self.documents):
+            raise ConfigError(
+                "many_skills trains a skill per kind: documents must hold skill and "
+                "skill_min_tasks must be >= 1"
+            )
+        if self.skill_adapters not in SKILL_ADAPTERS:
+            raise ConfigError(
+                f"skill_adapters must be one of {', '.join(SKILL_ADAPTERS)}, "
+                f"got {self.skill_adapters!r}"
+            )
         check_start_files(self)
         if self.training.pooled_val and not self.allow_pooled_val:
             raise ConfigError(
@@ -1332,7 +1352,7 @@ def _learn(
         home = config.home or sleep_home()
         with _timed(night, "skills"):
             learn_skills(night, task, config, models, night_dir, evidence, mined.ledger,
-                         console, home, mined.kinds)  # fmt: skip
+                         console, home, mined.kinds, mined.splits, deadline)  # fmt: skip
         return
     with _timed(night, "text"):
         result = consolidate(

@@ -22,7 +22,8 @@ records the file as read (`StagedSkill.source`) and adopting it writes it back t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,28 @@ from selftaught.sleep.adoption.skill_units import (
 from selftaught.sleep.adoption.write_back import SourceFile, written_by
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.kinds import ItemValues, KindSkill, NightKinds, kind_records
-from selftaught.sleep.night.records import SkillRecord, SkillSetRecord
+from selftaught.sleep.night.mine import MinedTask
+from selftaught.sleep.night.records import (
+    LateDuplicate,
+    PairedRecord,
+    ProposalRecord,
+    SkillRecord,
+    SkillSetRecord,
+    Summary,
+)
 from selftaught.sleep.night.result import NightResult
-from selftaught.sleep.paths import Unit
+from selftaught.sleep.night.skill_parts import (
+    KindLearned,
+    KindUnit,
+    kind_units,
+    learn_kind,
+    serving_targets,
+    shared_adapter,
+    staged_text,
+)
+from selftaught.sleep.night.weight_night import WeightChoice, discard_adapters, stage_adapter
+from selftaught.sleep.paths import SKILLS_DIR, Unit
+from selftaught.stops import UNLIMITED, Deadline
 
 
 def _pair(before: Any, after: Any) -> ValPair | None:
@@ -201,47 +221,47 @@ def learn_skills(
     console: Console,
     home: Path,
     kinds: NightKinds,
+    splits: Mapping[str, list[MinedTask]],
+    deadline: Deadline = UNLIMITED,
 ) -> None:
-    """Train and gate one skill per kind, stage the accepted ones; the night's `skills`,
-    `kinds`, `skill_set`, status and reason say what was staged (`config`: the
-    `SleepConfig`)."""
+    """Train and gate one skill per kind, then each kind's memory and adapter
+    (`skill_parts.py`), stage the accepted ones; the night's `skills`, `kinds`, `skill_set`,
+    status and reason say what was staged (`config`: the `SleepConfig`)."""
     project = night.project
-    if models.judge is not None:
-        from selftaught.tasks.scorers import LlmJudge
-
-        judge = EvidenceModel(models.judge, evidence, "judge")
-        task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
+    _set_judge(task, models, evidence, ledger)
     notes: list[str] = []
     start, files = _starting_skills(project, home, config.skills_from, notes)
-    night.note(*notes)
-    set_config = SkillSetConfig(min_tasks=config.skill_min_tasks, max_skills=config.max_skills)
     clusters = kind_clusters(kinds, task, start, config.max_skills)
-    target = TrackedModel(EvidenceModel(models.target, evidence, "target"), ledger, "target")
-    analyst = EvidenceModel(models.optimizer, evidence, "optimizer")
+    served = serving_targets(project, home, [c.name for c in clusters], models.target, notes)
+    night.note(*notes)
     try:
-        result = train_skill_set(
-            task,
-            target,
-            TrackedModel(analyst, ledger, "optimizer"),
-            output_dir=night_dir / "skillset",
-            config=config.training,
-            set_config=set_config,
-            start=start,
-            clusters=clusters,
-            progress=config.progress,
-            console=console,
-        )
+        result = _train_set(task, config, models, night_dir, evidence, ledger, console, start,
+                            clusters, served)  # fmt: skip
     except FatalBackendError as err:
         night.usage = ledger.to_dict()
         night.status, night.reason = "backend_failed", f"training the skills: {err}"
         return
+    units = kind_units(project, home, result.outcomes, splits, task, served, models.target)
+    learned, shared = _beyond_text(night, units, result, task, config, models, night_dir,
+                                   evidence, ledger, console, deadline)  # fmt: skip
     inputs = {ex.id: ex.prompt_text() for ex in task.examples("train")}
+    by_name = {u.name: u for u in units}
     trained = [o for o in result.outcomes if _listed(o)]
-    entries = [_entry(project, o, inputs, home, files.get(o.name)) for o in trained]
-    for entry, outcome in zip(entries, trained, strict=True):
-        if entry.status == "staged":
-            write_skill_proposal(night_dir, project, entry, outcome.trained_body, home,
-                                 files.get(entry.name))  # fmt: skip
+    entries = [
+        _staged(
+            night_dir,
+            project,
+            o,
+            inputs,
+            home,
+            files.get(o.name),
+            by_name.get(o.name),
+            learned.get(o.name),
+            models.target_spec,
+        )  # fmt: skip
+        for o in trained
+    ]
+    shared_staged = _stage_shared(night, shared, night_dir, home, models.target_spec)
     staged = [e.name for e in entries if e.status == "staged"]
     night.skills = tuple(SkillRecord.from_dict(e.to_dict()) for e in entries)
     night.skill_set = SkillSetRecord(
@@ -250,9 +270,194 @@ def learn_skills(
         unrouted_train=len(result.unrouted_train),
         unrouted_val=len(result.unrouted_val),
     )
-    night.kinds = kind_records(kinds, *_val_by_item(result), _kind_skills(result))
+    before, after = _val_by_item(result)
+    after = _with_weights(after, [*(d.choice for d in learned.values()), shared])
+    night.kinds = kind_records(kinds, before, after, _kind_skills(result, entries))
     night.usage = ledger.to_dict()
-    night.status, night.reason = _skills_outcome(project, entries, staged, config.skill_min_tasks)
+    shared_why = night.reason if shared_staged else None
+    night.status, night.reason = _skills_outcome(project, entries, staged, config.skill_min_tasks,
+                                                 shared_why)  # fmt: skip
+
+
+def _set_judge(task: Any, models: Any, evidence: EvidenceLog, ledger: UsageLedger) -> None:
+    """Tasks without a reference are judged by the night's judge (charged to its ledger)."""
+    if models.judge is not None:
+        from selftaught.tasks.scorers import LlmJudge
+
+        judge = EvidenceModel(models.judge, evidence, "judge")
+        task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
+
+
+def _train_set(
+    task: Any,
+    config: Any,
+    models: Any,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    ledger: UsageLedger,
+    console: Console,
+    start: list[SkillFile],
+    clusters: list[TaskCluster],
+    served: Mapping[str, Any],
+) -> SkillSetResult:
+    """The skills' text, each kind's trained and measured on the model serving it."""
+
+    def tracked(model: Any) -> TrackedModel:
+        return TrackedModel(EvidenceModel(model, evidence, "target"), ledger, "target")
+
+    analyst = EvidenceModel(models.optimizer, evidence, "optimizer")
+    return train_skill_set(
+        task,
+        tracked(models.target),
+        TrackedModel(analyst, ledger, "optimizer"),
+        output_dir=night_dir / "skillset",
+        config=config.training,
+        set_config=SkillSetConfig(min_tasks=config.skill_min_tasks, max_skills=config.max_skills),
+        start=start,
+        clusters=clusters,
+        progress=config.progress,
+        console=console,
+        targets={name: tracked(model) for name, model in served.items()},
+    )
+
+
+def _beyond_text(
+    night: NightResult,
+    units: list[KindUnit],
+    result: SkillSetResult,
+    task: Any,
+    config: Any,
+    models: Any,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    ledger: UsageLedger,
+    console: Console,
+    deadline: Deadline,
+) -> tuple[dict[str, KindLearned], WeightChoice | None]:
+    """Each trained kind's memory and own adapter, then the shared adapter (`skill_parts`);
+    past the night's --max-minutes the kinds left keep their text as the skill set left it."""
+    trained = {o.name for o in result.outcomes if o.trained}
+    if config.weights != "off" and night.training is not None:
+        night.training = dataclasses.replace(night.training, weights=config.weights)
+    learned: dict[str, KindLearned] = {}
+    for unit in units:
+        if unit.name not in trained:
+            continue
+        if deadline.passed():
+            night.note(f"skill {unit.name}: memory and weights not trained: --max-minutes")
+            continue
+        done = learn_kind(unit, config, models, night_dir, evidence, ledger, console)
+        night.note(*done.notes)
+        night.drop_duplicates(*done.dropped)
+        learned[unit.name] = done
+    if config.weights == "off" or config.skill_adapters != "shared":
+        return learned, None
+    if deadline.passed():
+        night.note("the shared adapter was not trained: the night's --max-minutes had passed")
+        return learned, None
+    dropped: list[LateDuplicate] = []
+    choice, notes = shared_adapter(units, learned, task, config, models, night_dir, evidence,
+                                   ledger, console, dropped)  # fmt: skip
+    night.note(*notes)
+    night.drop_duplicates(*dropped)
+    return learned, choice
+
+
+def _staged(
+    night_dir: Path,
+    project: str,
+    outcome: SkillOutcome,
+    inputs: dict[str, str],
+    home: Path,
+    file: StartingDocument | None,
+    unit: KindUnit | None,
+    learned: KindLearned | None,
+    base_spec: str,
+) -> StagedSkill:
+    """A trained kind's entry, its proposal (skill, memory) and adapter staged when the
+    gates accepted something for it; a losing adapter is deleted."""
+    entry = _entry(project, outcome, inputs, home, file)
+    if unit is not None and learned is not None:
+        entry = _with_learned(entry, outcome, unit, learned)
+    choice = learned.choice if learned is not None else None
+    here = night_dir / SKILLS_DIR / entry.name
+    if entry.status != "staged":
+        if choice is not None:
+            discard_adapters(here)
+        return entry
+    skill, memory = (outcome.trained_body, None)
+    if unit is not None and learned is not None:
+        skill, memory = staged_text(unit, learned)
+    write_skill_proposal(night_dir, project, entry, skill, home, file, memory)
+    if choice is not None and choice.adapter is not None:
+        return dataclasses.replace(entry, adapter=stage_adapter(choice, here, base_spec))
+    if choice is not None:
+        discard_adapters(here)
+    return entry
+
+
+def _with_learned(
+    entry: StagedSkill, outcome: SkillOutcome, unit: KindUnit, learned: KindLearned
+) -> StagedSkill:
+    """The entry once the kind's memory and weight gates spoke: staged when its text (skill
+    or memory) or its adapter won, its own val that gate's."""
+    memory_changed = learned.memory_changed(unit.adopted)
+    choice = learned.choice
+    if choice is None:
+        said = "; its memory passed its gate on its own val" if memory_changed else ""
+        status = "staged" if outcome.accepted or memory_changed else "rejected"
+        return dataclasses.replace(entry, status=status, reason=entry.reason + said,
+                                   memory_changed=memory_changed)  # fmt: skip
+    before, after = choice.candidates["current"], choice.candidates[choice.winner]
+    own = ValPair(float(before["hard"]), float(after["hard"]), int(after.get("n") or 0))
+    return dataclasses.replace(
+        entry,
+        status="rejected" if choice.winner == "current" else "staged",
+        reason=f"{entry.reason}; weights: {choice.why}",
+        own_val=own,
+        memory_changed=memory_changed and choice.with_text,
+        candidate=choice.winner,
+        weights=choice.record(),
+    )
+
+
+def _stage_shared(
+    night: NightResult, choice: WeightChoice | None, night_dir: Path, home: Path, base_spec: str
+) -> bool:
+    """The shared adapter, when its gate chose it, staged as the project's own proposal (its
+    skill and memory as adopted); the night's `weights` say why either way."""
+    if choice is None:
+        return False
+    night.weights = choice.record()
+    if choice.winner == "current":
+        discard_adapters(night_dir)
+        night.note(f"shared adapter not staged: {choice.why}")
+        return False
+    adopted = staging.read_adopted_files(night.project, home)
+    staging.write_proposal(night_dir, adopted, adopted.skill, adopted.memory)
+    night.proposal = ProposalRecord(
+        val_before=Summary.from_dict(choice.candidates["current"]),
+        val_after=Summary.from_dict(choice.candidates[choice.winner]),
+        paired=PairedRecord.from_dict(choice.paired()),
+        candidate=choice.winner,
+        adapter=stage_adapter(choice, night_dir, base_spec),
+    )
+    night.reason = f"a shared adapter was staged for the project ({choice.why})"
+    return True
+
+
+def _with_weights(
+    after: ItemValues | None, choices: Sequence[WeightChoice | None]
+) -> ItemValues | None:
+    """Each val task's hard score after the night where a weight gate measured what it chose
+    (a kind's own gate, the shared one), else the skill set's."""
+    out = dict(after or {})
+    for choice in choices:
+        if choice is None or choice.winner == "current":
+            continue
+        for item, value in choice.scores.get(choice.winner, {}).items():
+            out[item] = None if value is None else float(value[0])
+    return out or None
 
 
 def _listed(outcome: SkillOutcome) -> bool:
@@ -263,17 +468,22 @@ def _listed(outcome: SkillOutcome) -> bool:
     return outcome.trained or (cluster.start is not None and cluster.hold is None)
 
 
-def _kind_skills(result: SkillSetResult) -> dict[str, KindSkill]:
-    """What became of each kind's skill tonight (report.json `kinds[].skill_status`)."""
+def _kind_skills(result: SkillSetResult, entries: Sequence[StagedSkill]) -> dict[str, KindSkill]:
+    """What became of each kind's skill tonight (report.json `kinds[].skill_status`): its
+    entry's status once its memory and weight gates spoke, else the skill set's."""
+    listed = {e.name: e for e in entries}
     out = {}
     for o in result.outcomes:
-        if o.accepted:
-            status = "staged"
+        if o.name in listed:
+            status, reason = listed[o.name].status, listed[o.name].reason
+        elif o.accepted:
+            status, reason = "staged", o.reason
         elif o.trained:
-            status = "rejected"
+            status, reason = "rejected", o.reason
         else:
             status = "kept" if o.cluster.start is not None else "none"
-        out[o.name] = KindSkill(o.name if status != "none" else None, status, o.reason)
+            reason = o.reason
+        out[o.name] = KindSkill(o.name if status != "none" else None, status, reason)
     return out
 
 
@@ -287,15 +497,23 @@ def _val_by_item(result: SkillSetResult) -> tuple[ItemValues | None, ItemValues 
 
 
 def _skills_outcome(
-    project: str, entries: list[StagedSkill], staged: list[str], min_tasks: int
+    project: str,
+    entries: list[StagedSkill],
+    staged: list[str],
+    min_tasks: int,
+    shared: str | None = None,
 ) -> tuple[str, str]:
-    """The night's status and reason: which skills it staged, or why none."""
+    """The night's status and reason: which skills it staged (and the shared adapter, `shared`
+    its reason), or why none."""
     if staged:
+        also = f"; {shared}: `selftaught sleep adopt --project {project}`" if shared else ""
         return (
             "staged",
             f"{len(staged)} of {len(entries)} skills staged ({', '.join(staged)}): "
-            f"`selftaught sleep adopt --skill NAME --project {project}` adopts each",
+            f"`selftaught sleep adopt --skill NAME --project {project}` adopts each{also}",
         )
+    if shared:
+        return "staged", f"{shared}: `selftaught sleep adopt --project {project}` adopts it"
     why = "; ".join(f"{e.name}: {e.reason}" for e in entries) or (
         f"no kind with traffic tonight has {min_tasks} train tasks"
     )
@@ -305,9 +523,16 @@ def _skills_outcome(
 def auto_adopt_skills(
     project: str, night_dir: Path, home: Path, console: Console
 ) -> list[tuple[str, int]]:
-    """Adopt each skill the night staged (`--auto-adopt`); the night is `adopted` once none
-    waits. Returns (skill, version) of each adopted."""
+    """Adopt the shared adapter the night staged for the project, if any, then each skill it
+    staged (`--auto-adopt`); the night is `adopted` once none waits. Returns (skill, version)
+    of each skill adopted."""
     done = []
+    if staging.read_night(night_dir).proposal is not None:  # the shared adapter
+        try:
+            adoption = staging.adopt(project, night_dir.name, home=home)
+            console.print(f"{project}: adopted the shared adapter as version {adoption.version}")
+        except staging.StagingError as err:
+            console.print(f"[bold yellow]warning:[/] {project}: adapter not adopted: {err}")
     for entry in staging.read_night(night_dir).skills:
         if entry.status != "staged":
             continue

@@ -35,6 +35,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -42,8 +43,8 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from selftaught.demos import Demo, LeakCheck
-from selftaught.evaluation import ScoreCache
-from selftaught.gate import ValScores, paired_comparison
+from selftaught.evaluation import ScoreCache, summarize
+from selftaught.gate import ValScores, example_tags, paired_comparison
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import BackendError
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
@@ -557,7 +558,8 @@ def choose(
         raw[name] = result.items
         metrics[name] = scorer.metric(result)
         summaries[name] = result.summary()
-    winner, gates = decide_mode(metrics, "current", training)
+    tags = example_tags(task.examples("val"))  # each kind's: the per-kind veto
+    winner, gates = decide_mode(metrics, "current", training, tags)
     return winner, summaries, gates, raw
 
 
@@ -580,6 +582,37 @@ def weight_candidates(
     adapter could be trained: the night then stays text-only, as without weights. Items
     dropped as duplicates of held-out tasks are appended to `dropped`."""
     base = _tracked(target, evidence, ledger)
+    return _candidates(
+        mode,
+        cfg,
+        trainer,
+        task,
+        night_dir,
+        console,
+        build=lambda: build_data(task, train_tasks, base, text.adopted, cfg, training),
+        pick=lambda found: choose(training, task, base, text, found, night_dir, evidence, ledger),
+        dropped=dropped,
+    )
+
+
+Choice = tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]  # winner, val, gates, raw
+Pick = Callable[[dict[str, TrainedAdapter]], Choice]
+
+
+def _candidates(
+    mode: str,
+    cfg: WeightNightConfig,
+    trainer: AdapterTrainer,
+    held_out: NightTask,
+    night_dir: Path,
+    console: Console,
+    build: Callable[[], WeightData],
+    pick: Pick,
+    dropped: list[LateDuplicate] | None = None,
+) -> tuple[WeightChoice | None, list[str]]:
+    """The weight phase's steps, whatever the adapters are for: `build` the data (an item that
+    is the same as one of `held_out`'s val or test tasks is dropped and added to `dropped`),
+    train each method's adapter, and `pick` among them."""
     clock = time.perf_counter()
     seconds: dict[str, float] = {}
 
@@ -590,26 +623,23 @@ def weight_candidates(
         clock = now
 
     try:
-        data = build_data(task, train_tasks, base, text.adopted, cfg, training)
+        data = build()
     except (BudgetExhausted, BackendError) as err:
         return None, [f"weights not trained: replaying the train tasks failed ({err})"]
     lap("replay")
-    gone = train_only_data(data, task)
+    gone = train_only_data(data, held_out)
     if dropped is not None:
         dropped += gone
     console.print(
         f"weights: {data.stats['corrections']} corrections, {data.stats['elite']} elite "
         f"replays, {data.stats['preference_pairs']} preference pairs"
     )
-    weights_dir = night_dir / "weights"
-    adapters, trained, notes = train_adapters(mode, data, cfg, trainer, weights_dir)
+    adapters, trained, notes = train_adapters(mode, data, cfg, trainer, night_dir / "weights")
     lap("train")
     if not adapters:
         return None, [f"weights: {n}" for n in notes] or ["weights: no adapter was trained"]
     try:
-        winner, summaries, gates, raw = choose(
-            training, task, base, text, adapters, night_dir, evidence, ledger
-        )
+        winner, summaries, gates, raw = pick(adapters)
     except BudgetExhausted as err:
         for a in adapters.values():
             _close(a.model)
@@ -632,6 +662,99 @@ def weight_candidates(
             choice.adapter = a
         _close(a.model)
     return choice, []
+
+
+# ---- one adapter shared by every kind (many skills, `skill_adapters="shared"`) ------------------
+
+
+@dataclass(frozen=True)
+class ServedKind:
+    """One kind of request as a shared adapter meets it: its tasks (`task`: its splits, its
+    mined `train` tasks) and the text it is served with once the night is adopted (`served`:
+    its skill and memory; its adapter is the one the shared adapter would replace)."""
+
+    name: str
+    task: NightTask
+    train: tuple[MinedTask, ...]
+    served: Adopted
+
+
+def shared_candidates(
+    mode: str,
+    cfg: WeightNightConfig,
+    training: SkillOptConfig,
+    kinds: Sequence[ServedKind],
+    whole: NightTask,
+    target: ChatModel,
+    trainer: AdapterTrainer,
+    night_dir: Path,
+    evidence: EvidenceLog,
+    ledger: UsageLedger,
+    console: Console,
+    dropped: list[LateDuplicate] | None = None,
+) -> tuple[WeightChoice | None, list[str]]:
+    """One adapter trained on every kind's train tasks (each request as its kind is served),
+    and the gate's choice between it and what serves now (`current`) on every kind's val,
+    each kind served its own text, with the per-kind veto (`whole`: the night's task; an item
+    that is one of its val or test tasks is dropped into `dropped`). None (with notes): no
+    adapter trained."""
+    base = _tracked(target, evidence, ledger)
+
+    def build() -> WeightData:
+        parts = [build_data(k.task, list(k.train), base, k.served, cfg, training) for k in kinds]
+        return merged_data(parts)
+
+    def pick(found: dict[str, TrainedAdapter]) -> Choice:
+        return choose_shared(training, kinds, base, found, night_dir, evidence, ledger)
+
+    return _candidates(mode, cfg, trainer, whole, night_dir, console, build, pick, dropped)
+
+
+def merged_data(parts: Sequence[WeightData]) -> WeightData:
+    """Several kinds' weight data as one (their counts added)."""
+    out = WeightData()
+    for part in parts:
+        out.sft += part.sft
+        out.pairs += part.pairs
+        for key, value in part.stats.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out.stats[key] = out.stats.get(key, 0) + value
+    for key in ("corrections", "elite", "preference_pairs"):
+        out.stats.setdefault(key, 0)
+    return out
+
+
+def choose_shared(
+    training: SkillOptConfig,
+    kinds: Sequence[ServedKind],
+    base: ChatModel,
+    adapters: dict[str, TrainedAdapter],
+    night_dir: Path,
+    evidence: EvidenceLog,
+    ledger: UsageLedger,
+) -> Choice:
+    """Every kind's val served its own text, on the model serving now and on each adapter;
+    the gate (with its per-kind veto: each val task is tagged with its kind) chooses."""
+    runs = {"current": (base, night_dir / "weights" / "current")}
+    for m, a in adapters.items():
+        runs[m] = (_tracked(a.model, evidence, ledger), night_dir / "weights" / m)
+    raw: dict[str, dict[str, Any]] = {}
+    metrics: dict[str, ValScores] = {}
+    summaries: dict[str, dict[str, Any]] = {}
+    for name, (model, run) in runs.items():
+        private_dirs(run)
+        cache = ScoreCache.load(run / "val_cache.json")  # one per model, as in `choose`
+        items: dict[str, Any] = {}
+        for k in kinds:
+            scorer = ValScorer(training, k.task, model, k.served.memory, cache)
+            items.update(scorer.score(k.served.skill).items)
+        result = summarize([], task="kinds", model=model.name, split="val", wall_s=0.0,
+                           skill_hash="served", items=items)  # fmt: skip
+        raw[name], summaries[name] = items, result.summary()
+        metrics[name] = result.val_scores(training.gate)
+    tags = example_tags(ex for k in kinds for ex in k.task.examples("val"))
+    winner, gates = decide_mode(metrics, "current", training, tags)
+    return winner, summaries, gates, raw
 
 
 def _trained(d: dict[str, Any] | None) -> TrainedRecord | None:
