@@ -42,8 +42,12 @@ night's data, no recall, no per-kind veto; selftaught with those parts off, sinc
 takes a benchmark task, not a night's mined tasks); `ace-style` (ACE's design: an append-only
 playbook, no gate: `edit_ops=("append",)`, the gate off, no demonstrations, no recall).
 `--weights sft|dpo|auto` lets `default` and `skills` train adapters too (a local target); the
-two peer designs learn text only, as the tools they stand for. A configuration the code cannot
-build yet (e.g. `skills` with adapters) is recorded as unavailable, with the reason.
+two peer designs learn text only, as the tools they stand for. Two more configurations, named
+with `--configs` only (never in a default run), measure the choice of `sleep run
+--skill-adapters` on dev streams: `skills-per-skill` (an adapter per kind, each gated on its
+own val) and `skills-shared` (one adapter for every kind, gated with the per-kind veto), both
+`--skills` with `--weights` (sft unless given) on a local target. A configuration the code
+cannot build is recorded as unavailable, with the reason.
 
 Deployments: `--deployment person` (one person, `--trusted-clients '*'`: their corrections may
 become demonstrations) or `app` (six end users with their own keys: their words are evidence
@@ -62,6 +66,7 @@ items): the mixed stream's mean gain is compared with those streams' gains (targ
     python benchmarks/bench_stream.py --quick                 # smoke: nights 4-5 of the table
     python benchmarks/bench_stream.py --deployment app        # a dev run (seed 0)
     python benchmarks/bench_stream.py --single-kind text      # the same size, one kind
+    python benchmarks/bench_stream.py --target local --configs none,skills-per-skill,skills-shared
     python benchmarks/bench_stream.py --report 620 --target local   # a reported run, once
 
 Results: benchmarks/results/stream_<target>_<deployment>[...].json, written after every
@@ -110,6 +115,10 @@ SCHEDULE: tuple[dict[str, int], ...] = (  # requests per night out of 16 (the do
 )
 QUICK_NIGHTS = (4, 5)  # --quick: the two nights that hold every kind
 CONFIGS = ("none", "default", "skills", "gepa-style", "ace-style")
+# many skills with an adapter per kind or one shared (`--skill-adapters`): chosen between by
+# measurement, so run with --configs and a local target; never in a default run
+ADAPTER_CONFIGS = {"skills-per-skill": "per-skill", "skills-shared": "shared"}
+ALL_CONFIGS = (*CONFIGS, *ADAPTER_CONFIGS)
 WEIGHT_CONFIGS = ("default", "skills")  # the peer designs learn text only
 REASK_EVERY = 4  # every 4th wrong reply is asked again instead of corrected
 MAX_TOOL_TURNS = 4
@@ -478,6 +487,10 @@ def night_settings(name: str, args: argparse.Namespace, home: Path) -> Any:
         return common.night_config(args, home, training, weights=weights)
     if name == "skills":
         return common.night_config(args, home, training, weights=weights, many_skills=True)
+    if name in ADAPTER_CONFIGS:  # an adapter per kind, or one shared: sft unless --weights
+        weights = args.weights if args.weights != "off" else "sft"
+        return common.night_config(args, home, training, weights=weights, many_skills=True,
+                                   skill_adapters=ADAPTER_CONFIGS[name])  # fmt: skip
     if name == "gepa-style":  # one prompt, re-optimized on tonight's data; no per-kind veto
         gate = replace(training.gate, tag_alpha=None, tag_margin=None)
         return common.night_config(args, home, replace(training, gate=gate), recall_max=0)
@@ -766,9 +779,9 @@ def apply_report_settings(args: argparse.Namespace) -> None:
 
 def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     names = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in names if c not in CONFIGS]
+    unknown = [c for c in names if c not in ALL_CONFIGS]
     if unknown or not names:
-        p.error(f"unknown config(s) {unknown}; valid: {', '.join(CONFIGS)}")
+        p.error(f"unknown config(s) {unknown}; valid: {', '.join(ALL_CONFIGS)}")
     if args.single_kind and args.single_kind not in KIND_NAMES:
         p.error(f"--single-kind must be one of {', '.join(KIND_NAMES)}")
     if not 1 <= args.nights <= (len(QUICK_NIGHTS) if args.quick else len(SCHEDULE)):
@@ -782,7 +795,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="2 nights, tiny sizes: a smoke test")
     common.add_deployment_options(p, max_tokens=64)
     p.add_argument("--deployment", default="person", choices=sorted(DEPLOYMENTS))
-    p.add_argument("--configs", default=",".join(CONFIGS), help=", ".join(CONFIGS))
+    p.add_argument("--configs", default=",".join(CONFIGS), help=", ".join(ALL_CONFIGS))
     p.add_argument("--single-kind", default=None, help="a stream of this kind alone")
     p.add_argument("--weights", default="off", help="default / skills: off | sft | dpo | auto")
     p.add_argument("--nights", type=int, default=len(SCHEDULE))

@@ -130,6 +130,15 @@ def test_each_configuration_builds_its_night(tmp_path: Path) -> None:
     weights = bs.parse_args(["--weights", "sft"])
     assert bs.night_settings("default", weights, tmp_path).weights == "sft"
     assert bs.night_settings("gepa-style", weights, tmp_path).weights == "off"
+    # the two ways a many-skills night trains adapters, measured side by side (--configs)
+    for name, mode in (("skills-per-skill", "per-skill"), ("skills-shared", "shared")):
+        night = bs.night_settings(name, args, tmp_path)
+        assert night.many_skills and night.weights == "sft" and night.skill_adapters == mode
+        assert bs.night_settings(name, bs.parse_args(["--weights", "auto"]), tmp_path).weights == (
+            "auto"
+        )
+    assert set(bs.ADAPTER_CONFIGS).isdisjoint(args.configs.split(","))  # not in a default run
+    assert bs.parse_args(["--configs", "none,skills-shared"]).configs == "none,skills-shared"
 
 
 def test_a_configuration_the_code_cannot_build_is_recorded_as_unavailable(

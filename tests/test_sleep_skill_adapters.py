@@ -130,6 +130,10 @@ def test_a_skills_unit_holds_its_memory_and_adapter_and_rollback_of_one_leaves_t
     assert sql == sql_before and sql.adapter == version_adapter(home, SQL, 1)
     served = {s.name: s.adapter for s in adopted_skills(PROJECT, home)}
     assert served == {UNITS: version_adapter(home, UNITS, 1), SQL: version_adapter(home, SQL, 1)}
+    from selftaught.sleep.adoption.skill_units import skill_status_lines
+
+    status = "\n".join(skill_status_lines(PROJECT, home))
+    assert f"skill {UNITS}: version 1 adopted (versions: 1, 2, 3), serving its adapter" in status
     assert staging.current_version(PROJECT, home) == 0  # the project's own unit: untouched
 
 
@@ -182,8 +186,8 @@ def _local_proxy(home: Path, tmp_path: Path, merges: Merges, max_adapters: int =
     from selftaught.sleep.adoption.serving import FollowAdopted
     from selftaught.sleep.intake.proxy import ProxyConfig, Upstream, proxy_in_background
 
-    base = ScriptedModel(lambda m: f"base: {user_of(m)[:12]}", "m")
-    followed = FollowAdopted(base, PROJECT, home, max_adapters, merge=merges)
+    base = ScriptedModel(lambda m: f"base: {user_of(m)[:12]}", "scripted-base")
+    followed = FollowAdopted(base, PROJECT, home, max_adapters, merge=merges)  # served as "m"
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(followed, "m")))
     upstream = Upstream(client, "http://localhost/v1", "m", True, None, False, local=followed)
     config = ProxyConfig(upstream="local", project=PROJECT, port=0, log_path=tmp_path / "l.db",
@@ -332,6 +336,24 @@ def test_the_staged_adapter_folder_must_hold_an_adapter(tmp_path):
     assert staging.current_version(Unit(PROJECT, UNITS), tmp_path) == 0
 
 
+def test_forget_everywhere_keeps_a_staged_skills_adapter_and_names_it(tmp_path):
+    """A night that read a forgotten row: its phase runs go, a staged skill's adapter stays
+    adoptable (weights cannot be edited) and is named among what the forget could not take."""
+    from selftaught.runs import write_jsonl
+    from selftaught.sleep.forget import Doomed, Provenance, _rewrite_night
+
+    night = stage(tmp_path, "n1", {UNITS: ("UNITS ONE", b"u1")})
+    write_jsonl(night / "tasks.jsonl", [{"id": "t1", "split": "train", "sources": ["row-1"]}])
+    runs = night / "skills" / UNITS / "weights" / "sft"
+    runs.mkdir(parents=True)
+    (runs / "val_cache.json").write_text("{}")
+    done = _rewrite_night(night, tmp_path, Doomed(forgotten=frozenset({"row-1"})), Provenance())
+    assert done.adapters == (f"night n1 skill {UNITS}",)
+    assert not (night / "skills" / UNITS / "weights").exists()
+    assert (skill_adapter_dir(night, UNITS) / "adapter_config.json").is_file()
+    assert adopt_skill(PROJECT, UNITS, home=tmp_path).version == 1
+
+
 # ---- a many-skills night that trains adapters and memory -----------------------------------------
 
 _NEEDS = re.compile(r"\[needs (\w+)\] What is (\d+) \+ (\d+)\?")
@@ -418,6 +440,8 @@ def test_a_many_skills_night_trains_one_adapter_per_kind_on_its_own_train_tasks(
     assert staging.current_version(PROJECT, home) == 0
     kinds = {k.id: k for k in night.kinds}
     assert all(kinds[n].skill_status == "staged" and kinds[n].val.after == 1.0 for n in skills)
+    md = (night.night_dir / "report.md").read_text()
+    assert all(f"| {name}: staged (sft) |" in md for name in skills)
 
 
 def test_a_shared_adapter_is_trained_on_every_kind_and_staged_for_the_project(tmp_path, log_at):
@@ -522,3 +546,99 @@ def test_many_skills_with_weights_is_accepted_and_a_bad_mode_refused(tmp_path):
         SleepConfig(home=tmp_path, many_skills=True, weights="sft", skill_adapters="both")
     with pytest.raises(ConfigError, match="documents must hold skill"):
         SleepConfig(home=tmp_path, many_skills=True, weights="sft", documents=())
+
+
+# ---- the embedded model, end to end -----------------------------------------------------------
+
+from tests.test_sleep_weights import one_thread  # noqa: E402, F401 - the fixture, used below
+
+KM = "A runner ran {a} km in the morning and {b} km in the evening (day {i}). How far in all?"
+KG = "A crate on the shelf weighs {a} kg and a sack beside it {b} kg (order {i}). Total weight?"
+
+
+@pytest.mark.slow  # two kinds' adapters trained on the embedded model (~12 steps each)
+@pytest.mark.usefixtures("one_thread")
+def test_a_two_kind_night_trains_an_adapter_per_kind_and_the_proxy_serves_each(tmp_path):
+    """Two kinds of request (distances, weights), each corrected to the house style "N unit";
+    a many-skills night on the embedded model with weights "sft": a real peft adapter per
+    kind, trained on that kind's train tasks within a 12-step cap and gated on its own val.
+    Each adapter the gate chose is staged with its skill and adopted in its unit; the proxy's
+    local upstream then answers each kind's request as that kind's adapter does (each merged
+    once), and the other kind's as its own."""
+    pytest.importorskip("trl")
+    from selftaught.models import load_model
+    from selftaught.models.adapters import with_adapter
+    from selftaught.models.base import GenerationParams
+    from selftaught.models.embedded import EmbeddedModelMissing, embedded_model_dir
+    from selftaught.serve import create_app
+    from selftaught.skill.config import SkillOptConfig
+    from selftaught.sleep.adoption.serving import FollowAdopted
+    from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
+    from selftaught.sleep.intake.proxy import ProxyConfig, Upstream, proxy_in_background
+    from selftaught.sleep.night.cycle import NightModels, SleepConfig, run_night
+    from selftaught.sleep.night.weight_night import WeightNightConfig
+
+    try:
+        embedded_model_dir()
+    except EmbeddedModelMissing as err:
+        pytest.skip(f"embedded model unavailable: {err}")
+    home = tmp_path / "home"
+    with TaskLog(tmp_path / "log.db") as log:
+        for i in range(16):
+            a, b = i % 5 + 1, (3 * i) % 4 + 1
+            for template, unit in ((KM, "km"), (KG, "kg")):
+                log.add(Interaction(
+                    messages=[{"role": "user", "content": template.format(a=a, b=b, i=i + 1)}],
+                    reply=f"That makes {a + b} in total.", project=PROJECT, source="proxy",
+                    feedback=Feedback(thumb="down", reference=f"{a + b} {unit}")))  # fmt: skip
+    target = load_model("local")
+    caps = WeightNightConfig(max_steps=12, max_minutes=2, max_length=256, samples_per_prompt=0)
+    config = SleepConfig(
+        home=home,
+        log_path=tmp_path / "log.db",
+        documents=("skill",),
+        training=SkillOptConfig(epochs=1, batch_size=8, max_tokens=24, concurrency=4, demos_max=0),
+        weights="sft",
+        weight_training=caps,
+        many_skills=True,
+    )
+    (night,) = run_night(config, models=NightModels(target, "local", canned_analyst(), "local"))
+    assert len(night.skills) == 2, night.reason
+    tasks = _tasks(night)
+    won = []
+    for entry in night.skills:
+        w = entry.weights
+        assert w is not None and set(w.candidates) == {"current", "sft"}, entry.reason
+        assert 1 <= w.trained["sft"].steps <= 12
+        own = {i for i, t in tasks.items() if t["kind"] == entry.name}
+        assert set(w.train_items) <= {i for i in own if tasks[i]["split"] == "train"}
+        assert all(c.n == len(entry.val_ids) for c in w.candidates.values())
+        if entry.status == "staged":
+            assert entry.candidate == "sft" and entry.adapter is not None
+            adopt_skill(PROJECT, entry.name, home=home)
+            won.append(entry)
+        else:
+            assert "no candidate passed the gate" in entry.reason
+    if not won:
+        pytest.skip("the gate chose neither kind's adapter tonight (both refused, as reported)")
+    params = GenerationParams(max_tokens=24, temperature=0)
+    asks = {e.name: [{"role": "user", "content": e.tasks[0]}] for e in night.skills}
+    expected = {}
+    for entry in night.skills:
+        adapter = read_adopted(Unit(PROJECT, entry.name), home).adapter
+        served = with_adapter(target, adapter) if adapter is not None else target
+        expected[entry.name] = served.chat(asks[entry.name], params).text
+    followed = FollowAdopted(target, PROJECT, home)
+    app = httpx.ASGITransport(app=create_app(followed, "m"))
+    client = httpx.AsyncClient(transport=app, timeout=300)  # a merge and a reply on busy cores
+    upstream = Upstream(client, "http://localhost/v1", "m", True, None, False, local=followed)
+    proxy = ProxyConfig(upstream="local", project=PROJECT, port=0, log_path=tmp_path / "p.db",
+                        home=home)  # fmt: skip
+    with proxy_in_background(proxy, upstream=upstream) as (url, _):
+        for _ in range(2):
+            for name, messages in asks.items():
+                body = {"messages": messages, "max_tokens": 24, "temperature": 0}
+                resp = httpx.post(f"{url}/chat/completions", json=body, timeout=300)
+                assert resp.status_code == 200, resp.text
+                assert resp.json()["choices"][0]["message"]["content"] == expected[name]
+    assert followed.shelf.loads == len(won)  # each kind's adapter merged once

@@ -433,9 +433,11 @@ def _rewrite_night(night: Path, home: Path, doomed: Doomed, prov: Provenance) ->
         report["notes"] = [*(notes if isinstance(notes, list) else []), note]
         atomic_write_json(night / "report.json", report)
         _write_markdown(night)
-    adapter = (night / ADAPTER_DIR).is_dir()
+    adapters = [f"night {night.name}"] if (night / ADAPTER_DIR).is_dir() else []
+    adapters += [f"night {night.name} skill {p.parent.name}"
+                 for p in sorted((night / SKILLS_DIR).glob(f"*/{ADAPTER_DIR}"))]  # fmt: skip
     return Rewritten(nights=(f"{night.parent.parent.name}/{night.name}",), documents=documents,
-                     lines=lines, adapters=(f"night {night.name}",) if adapter else ())  # fmt: skip
+                     lines=lines, adapters=tuple(adapters))  # fmt: skip
 
 
 _NOTE = (
@@ -481,13 +483,14 @@ def _write_markdown(night: Path) -> None:
 
 def _prune(night: Path) -> None:
     """Remove what only the night itself used: everything but `_KEPT` and the named
-    skills' proposals (`skills/<name>/proposal/`, beside the phase's candidate skills)."""
+    skills' proposals and staged adapters (`skills/<name>/proposal/`, `.../adapter/`, beside
+    the phases' runs)."""
     for entry in night.iterdir():
         if entry.name == SKILLS_DIR and entry.is_dir():
             for skill in entry.iterdir():
                 if skill.is_dir() and (skill / "proposal").is_dir():
                     for part in skill.iterdir():
-                        if part.name != "proposal":
+                        if part.name not in ("proposal", ADAPTER_DIR):
                             _remove(part)
                 else:
                     _remove(skill)

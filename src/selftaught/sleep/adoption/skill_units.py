@@ -502,9 +502,11 @@ def skill_status_lines(
         unit = Unit(project, name)
         version = staging.current_version(unit, home)
         known = staging.version_numbers(unit, home)
+        serves = ", serving its adapter" if read_adopted(unit, home).adapter else ""
         lines.append(
             f"  skill {name}: version {version} adopted"
             + (f" (versions: {', '.join(map(str, known))})" if known else "")
+            + serves
         )
     lines += list(probation)
     waiting = []

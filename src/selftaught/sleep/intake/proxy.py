@@ -248,14 +248,14 @@ class Upstream:
         await self.client.aclose()
 
 
-def in_process_upstream(model: Any, timeout: Any = None) -> Upstream:
+def in_process_upstream(model: Any, timeout: Any = None, name: str | None = None) -> Upstream:
     """An upstream answering from `model` in this process, through `selftaught serve`'s app
-    (no socket), under the name `serve` gives it."""
+    (no socket), under `name` (default: the name `serve` gives it)."""
     import httpx
 
     from selftaught.serve import create_app
 
-    name = model.name.split(":")[-1]
+    name = name or model.name.split(":")[-1]
     transport = httpx.ASGITransport(app=create_app(model, name))
     client = httpx.AsyncClient(transport=transport, timeout=timeout)
     return Upstream(client, "http://localhost/v1", name, True, None, False, local=model)
@@ -391,9 +391,9 @@ class ProxyState:
         model = await self.shelf.aget(adapter)
         key = self.shelf.key(adapter)
         found = self._adapter_upstreams.get(key)
-        if found is None or found[0] is not model:
-            timeout = self.upstream.client.timeout
-            found = self._adapter_upstreams[key] = (model, in_process_upstream(model, timeout))
+        if found is None or found[0] is not model:  # served under the upstream's own name
+            made = in_process_upstream(model, self.upstream.client.timeout, self.upstream.model)
+            found = self._adapter_upstreams[key] = (model, made)
         for gone in set(self._adapter_upstreams) - {key, *self.shelf.keys()}:
             del self._adapter_upstreams[gone]  # evicted from the shelf: let its copy go
         return found[1]

@@ -296,11 +296,11 @@ class NightConfig:
     """The adapter's training: step and wall-clock caps, LoRA rank, batch, replays."""
     # many skills (nightskills): one skill per cluster of tasks, each staged on its own
     many_skills: bool = False
-    """Train one skill per kind of request (`kinds.py`) instead of the project's one skill:
-    its text, then (`documents` holding memory) its memory, then (`weights` on) an adapter as
-    `skill_adapters` says; each skill is staged, adopted (`sleep adopt --skill NAME`), rolled
+    """Train one skill per kind of request instead of the project's one skill: its text,
+    then its memory (unless --documents skill), then with --weights an adapter as
+    --skill-adapters says; each skill is staged, adopted (`sleep adopt --skill NAME`), rolled
     back and on probation on its own, memory and adapter included, and the proxy routes each
-    request to one skill and its adapter (`skill_parts.py`)."""
+    request to one skill, its memory and its adapter."""
     skill_adapters: str = "per-skill"
     """With --skills and --weights: `per-skill` trains one adapter per kind, gated on that
     kind's val (text, weights or both, as a one-skill night chooses); `shared` trains one
@@ -308,8 +308,8 @@ class NightConfig:
     stages it for the project (served to every request whose skill has no adapter of its
     own). Per-skill by default: a kind's adapter then never moves another kind's replies, and
     a rollback or a probation drop of one kind's adapter leaves the others; the choice is to be
-    measured on dev streams (`benchmarks/bench_stream.py`, configs skills-adapters and
-    skills-shared)."""
+    measured on dev streams (`benchmarks/bench_stream.py --configs
+    skills-per-skill,skills-shared`)."""
     skill_min_tasks: int = 4
     """With --skills: train tasks a cluster needs to get a skill of its own."""
     max_skills: int = 8

@@ -8,11 +8,13 @@ tonight is trained and gated on its own val and on the whole val (`selftaught.sk
 no other kind may lose beyond the gate's per-kind rule). A kind with no traffic tonight is
 held: its skill is not trained, staged or gated again (its val tasks, recalled, still count as
 its own in the other skills' whole-val checks, so a new skill that breaks it is refused); an
-adopted skill with no task tonight is held the same way. Each accepted skill is staged
-on its own under `nights/<night>/skills/<name>/proposal/` with its report entry
-(`skill_units.StagedSkill`, report.json `skills[]`), and adopted on its own with
-`sleep adopt --skill NAME` (`--auto-adopt`: each accepted one). The night's own skill and
-memory are not trained on such a night: the skills stand in for them.
+adopted skill with no task tonight is held the same way. Then each trained kind's memory and
+adapter (`skill_parts.py`: per skill, or one adapter shared by every kind). Each skill whose
+text, memory or adapter won is staged on its own under `nights/<night>/skills/<name>/`
+(`proposal/`, `adapter/`) with its report entry (`skill_units.StagedSkill`, report.json
+`skills[]`), and adopted on its own with `sleep adopt --skill NAME` (`--auto-adopt`: each
+accepted one, after a shared adapter). The night's own skill and memory are not trained on
+such a night: the skills stand in for them; a shared adapter is staged as its proposal.
 
 With `skills_from` (`--skills-from REPO`) the user's own SKILL.md files in REPO start the skills
 of their names too (an adopted skill of the same name wins); each staged proposal of one

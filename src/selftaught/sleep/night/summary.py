@@ -720,6 +720,10 @@ def _kind_skill(kind: KindRecord, entries: Mapping[str, SkillRecord]) -> str:
     status = kind.skill_status
     if entry is not None and entry.adopted_version is not None:
         status = f"adopted as version {entry.adopted_version}"
+    if entry is not None and status != "rejected":  # what it staged besides its text
+        parts = [entry.candidate or ""] if entry.adapter is not None else []
+        parts += ["memory"] if entry.memory_changed else []
+        status += f" ({', '.join(parts)})" if parts else ""
     return f"{kind.skill}: {status}"
 
 
