@@ -122,6 +122,9 @@ weights/           weight nights: each adapter's val cache (weights/<method>/)
 config.json, history.jsonl, skills/, best_skill.md, diagnostics/ ...
                    the skill phase: an `optimize` run directory (`selftaught report NIGHT`)
 memory/            the memory phase: the same layout for the memory document
+skills/<name>/     many skills (--skills): each skill's proposal/ (skill.md, SKILL.md,
+                   memory.md, their diffs), its adapter/ when its weight gate chose one, and
+                   its memory/ and weights/ runs; skillset/ holds the skills' text runs
 """
 FINAL_STATUSES = (
     "staged",
