@@ -238,6 +238,36 @@ def thumb(client: httpx.Client, url: str, iid: str, reply: str, i: int) -> None:
     client.post(f"{url}/feedback", json=body, headers=OPERATOR).raise_for_status()
 
 
+def test_a_no_val_nights_version_is_rolled_back_without_auto_rollback(tmp_path, log_at):
+    """A version adopted from a `--no-val` night is on probation with auto-rollback by
+    default: the proxy, started with neither --auto-rollback nor a canary, watches it once it
+    serves and rolls it back on a drop."""
+    home = tmp_path / "home"
+    stage(home, "n1", "GOOD")
+    staging.adopt(PROJECT, "n1", home=home)
+    report = stage(home, "n2", "BAD", base=1) / "report.json"
+    written = json.loads(report.read_text())
+    atomic_write_json(report, {**written, "gate": {"mode": "off", "no_val": True}})
+    config = proxy_config(tmp_path, log_at, probation=ProbationConfig(10))
+    assert not config.watched
+    with proxy_in_background(config, upstream=scripted_upstream()) as (url, app), \
+            httpx.Client(timeout=30) as client:  # fmt: skip
+        for i in range(12):
+            thumb(client, url, *ask(client, url, i), i)
+        assert app.state.proxy.watch is None  # version 1 went through a gate
+        staging.adopt(PROJECT, "n2", home=home)
+        for i in range(12, 40):
+            iid, reply = ask(client, url, i)
+            thumb(client, url, iid, reply, i)
+            watch = app.state.proxy.watch
+            assert watch is not None and watch.wait_idle(30)
+            if staging.current_version(PROJECT, home) == 1:
+                break
+    assert staging.current_version(PROJECT, home) == 1
+    events = [e for e in staging.events(PROJECT, home) if e["event"] == "auto_rollback"]
+    assert [(e["previous"], e["version"], e["by"]) for e in events] == [(2, 1, "proxy")]
+
+
 def test_a_worse_version_adopted_with_force_is_rolled_back(tmp_path, log_at):
     home = tmp_path / "home"
     stage(home, "n1", "GOOD")

@@ -305,3 +305,36 @@ def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
     md = (night.night_dir / "report.md").read_text()
     assert "## Demonstrations" in md and "| retrieved |" in md and "Winner: **" in md
     assert "smallest gain the gate could accept: 3 net val items" in md
+
+
+@pytest.mark.slow  # the embedded model replays ~20 short train requests
+def test_a_no_val_night_on_the_embedded_model(tmp_path, embedded_available):
+    """`sleep run --no-val` with the embedded model as target and analyst: every corrected
+    request trains, none validates, the gate is off, the report says so at its top, and the
+    version adopted from it is on probation with auto-rollback."""
+    from selftaught.sleep.adoption import staging
+    from selftaught.sleep.adoption.probation import auto_rollback_on
+    from selftaught.sleep.intake.log import Feedback, Interaction
+    from selftaught.sleep.night.summary import NO_VAL_BANNER
+
+    log = TaskLog(tmp_path / "log.db")
+    for i in range(6):
+        a, b = 2 * i + 1, 3 * i + 20
+        log.add(Interaction(messages=[{"role": "user", "content": f"What is {a} + {b}?"}],
+                            reply="I think it is 7.", project="demo", source="proxy",
+                            feedback=Feedback(thumb="down", reference=str(a + b))))  # fmt: skip
+    log.close()
+    args = ["sleep", "run", "--project", "demo", "--log", str(tmp_path / "log.db"),
+            "--model", "local", "--no-val", "--documents", "skill", "--epochs", "1",
+            "--batch-size", "6", "--max-tokens", "16", "--demos-max", "2"]  # fmt: skip
+    env = {"SELFTAUGHT_HOME": str(tmp_path / "home")}
+    result = CliRunner().invoke(cli.app, args, env=env)
+    assert result.exit_code == 0, result.output
+    (night_dir,) = (tmp_path / "home" / "projects" / "demo" / "nights").iterdir()
+    report = json.loads((night_dir / "report.json").read_text())
+    assert report["splits"] == {"train": 6, "val": 0, "test": 0}
+    assert report["gate"]["mode"] == "off" and report["gate"]["no_val"] is True
+    assert (night_dir / "report.md").read_text().split("\n")[2] == NO_VAL_BANNER
+    assert report["status"] == "staged", report["reason"]  # the corrections are demos
+    done = staging.adopt("demo", home=tmp_path / "home")
+    assert auto_rollback_on("demo", done.version, tmp_path / "home")

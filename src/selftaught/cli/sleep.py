@@ -786,6 +786,7 @@ NIGHT_FLAGS = {
     "scheduled": "scheduled",  # `sleep schedule` passes it; your own scheduler may too
     # many skills (nightskills): `--skills`, `--skill-min-tasks`, `--max-skills`
     "many_skills": "skills",
+    "val_split": "val",  # --no-val: the daily-use night, nothing held out, the gate off
     "skill_min_tasks": "skill_min_tasks",
     "max_skills": "max_skills",
     "skill_adapters": "skill_adapters",  # with --weights: per-skill | shared
@@ -1219,7 +1220,10 @@ def sleep_probation_cmd(
     ] = False,
     auto_rollback: Annotated[
         bool,
-        typer.Option(help="On a drop, roll back to the version replaced (an auto_rollback event)."),
+        typer.Option(
+            help="On a drop, roll back to the version replaced (an auto_rollback event); a "
+            "version adopted from a --no-val night is rolled back on a drop without it."
+        ),
     ] = False,
 ) -> None:
     """Each adopted version's live record, and the adopted version against the one it replaced.
@@ -1230,7 +1234,7 @@ def sleep_probation_cmd(
     from selftaught.sleep.intake.log import TaskLog
 
     result = probation_for(project, TaskLog(log), config=ProbationConfig(**probation_fields))
-    done = maybe_roll_back(project, result, by="cli") if auto_rollback else None
+    done = maybe_roll_back(project, result, by="cli", asked=auto_rollback)
     if as_json:
         rolled = {"from": done.previous, "to": done.version} if done else None
         print(json_text({**result.to_dict(), "rolled_back": rolled}))

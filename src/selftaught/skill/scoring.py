@@ -94,6 +94,8 @@ class SkillScorer:
         """`skill` on `ids` (default: the whole val split), cached per item by skill hash: an
         item already scored for an unchanged skill is never scored again."""
         want = [ex for ex in self.val_set if ids is None or ex.id in ids]
+        if not self.val_set:  # no held-out val (a night's --no-val): nothing scored, recorded
+            self.val_cache.add(skill.hash, {})
         return await self.score(skill.text, want, "val", "val", cache=self.val_cache)
 
     async def score(

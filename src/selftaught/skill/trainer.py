@@ -334,7 +334,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         self.test_set = test if self.config.evaluate_test else []
         if not self.train_set:
             raise TaskError(f"task {self.task.name!r} has an empty train split")
-        if not self.val_set:
+        if not self.val_set and not self.config.gate.accept_all:
             raise TaskError(f"task {self.task.name!r} has an empty val split; the gate needs one")
         batches = math.ceil(len(self.train_set) / self.config.batch_size)
         self.steps_per_epoch = math.ceil(batches / self.config.accumulate_steps)

@@ -523,16 +523,34 @@ def _brought_back(project: Owner, version: int, home: Path | None) -> bool:
     return any(e.get("version") == version for e in rows[last + 1 :])
 
 
+AUTO_ROLLBACK = "auto_rollback"  # a version's meta.json `probation`: rolled back unasked
+
+
+def auto_rollback_on(project: Owner, version: int, home: Path | None = None) -> bool:
+    """Whether `version` is on probation with auto-rollback whoever watches it: adopted from
+    a night that held out no val (`--no-val`), it was never checked before going live."""
+    return staging.version_meta(project, version, home).get("probation") == AUTO_ROLLBACK
+
+
 def maybe_roll_back(
-    project: Owner, result: Probation, *, home: Path | None = None, by: str = "cli"
+    project: Owner,
+    result: Probation,
+    *,
+    home: Path | None = None,
+    by: str = "cli",
+    asked: bool = True,
 ) -> staging.Adoption | None:
     """On a drop, roll back to the version replaced and record an `auto_rollback` event with
     the statistics; None when there is no drop, the adopted version changed since `result`
-    was measured, or the user brought the version back after an earlier automatic rollback."""
+    was measured, or the user brought the version back after an earlier automatic rollback.
+    `asked` False (no --auto-rollback): only a version on probation with auto-rollback by
+    default (`auto_rollback_on`) is rolled back."""
     comp = result.adopted
     if comp is None or comp.verdict != "drop" or not comp.old.version.isdigit():
         return None
     version, target = int(comp.new.version), int(comp.old.version)
+    if not asked and not auto_rollback_on(project, version, home):
+        return None
     # checked again here: an adopt since the tallies were read must not be undone
     if staging.current_version(project, home) != version or _brought_back(project, version, home):
         return None

@@ -732,6 +732,8 @@ def adopt(
             "val_before": plain(proposal.val_before) if proposal is not None else None,
             "val_after": plain(proposal.val_after) if proposal is not None else None,
             "gate": gate.mode if gate is not None and gate.read_keys != () else None,
+            # `--no-val`: nothing checked it before it went live; probation may roll it back
+            **({"probation": "auto_rollback"} if gate is not None and gate.no_val else {}),
             "models": plain(staged.models),
             "adapter": adapter_meta,
         }

@@ -66,7 +66,8 @@ from selftaught.errors import BackendError, InputError, RunError, SelftaughtErro
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, LOOPBACK, install_guard, strip_credentials
 from selftaught.redact import MARK, MIN_SECRET_CHARS, add_secret
 from selftaught.retrieval import RetrievalUnavailable
-from selftaught.sleep.adoption.probation import STAGED, ProbationConfig
+from selftaught.sleep.adoption.probation import STAGED, ProbationConfig, auto_rollback_on
+from selftaught.sleep.adoption.staging import current_version
 from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
 from selftaught.sleep.intake.log import TRUSTED_WORDS, Interaction, TaskLog
 from selftaught.sleep.intake.proxy_access import (
@@ -377,9 +378,26 @@ class ProxyState:
             if config.watched
             else None
         )
+        self._probed: int | None = None  # the version `probation_watch` last looked up
 
     def adopted(self) -> Any:
         return read_adopted(self.config.project, self.config.home)
+
+    def probation_watch(self) -> ProbationWatch | None:
+        """The watch, started on the first request a version on probation with
+        auto-rollback by default serves (adopted from a `--no-val` night) when neither
+        --auto-rollback nor a canary started it; looked up once per adopted version."""
+        if self.watch is not None:
+            return self.watch
+        config = self.config
+        version = current_version(config.project, config.home)
+        if version != self._probed:
+            self._probed = version
+            if auto_rollback_on(config.project, version, config.home):
+                self.watch = ProbationWatch(config.project, self.log.path, config.home,
+                                            config.probation, auto_rollback=False,
+                                            every=config.probation_every)  # fmt: skip
+        return self.watch
 
     async def upstream_for(self, adapter: Path | None) -> Upstream:
         """Where a request served with `adapter` goes (a routed skill's or a canary's): that
@@ -867,8 +885,8 @@ def _finish(
     if record.shadow_of is None:  # a shadow answer is not a request the proxy served
         state.upstream_errors += bool(error)
         with contextlib.suppress(Exception):  # probation never costs a row
-            if state.watch is not None:
-                state.watch.request_done()
+            if (watch := state.probation_watch()) is not None:
+                watch.request_done()
     if record.error is None and record.meta.get(LOG_ERROR):
         record.error = str(record.meta[LOG_ERROR])
         state.rows_not_read += 1

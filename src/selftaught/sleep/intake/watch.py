@@ -102,12 +102,14 @@ class ProbationWatch:
         result = probation_for(self.project, log, home=self.home, config=self.config, narrow=True)
         self.checks += 1
         summary = {"checked_at": time.time(), **result.to_dict()}
-        if self.auto_rollback:
-            done = maybe_roll_back(self.project, result, home=self.home, by="proxy")
-            if done is not None:
-                row = {"time": time.time(), "from": done.previous, "to": done.version}
-                self.rollbacks.append(row)
-                summary["rolled_back"] = row
+        # without --auto-rollback, only a version a --no-val night staged is rolled back
+        done = maybe_roll_back(
+            self.project, result, home=self.home, by="proxy", asked=self.auto_rollback
+        )
+        if done is not None:
+            row = {"time": time.time(), "from": done.previous, "to": done.version}
+            self.rollbacks.append(row)
+            summary["rolled_back"] = row
         summary["skills"] = self._check_skills(log)
         self.last = summary
 

@@ -333,6 +333,14 @@ class NightConfig:
     """Run by a schedule (`sleep schedule` passes `--scheduled`; pass it from your own timer
     too): a project whose schedule `patience` paused is skipped, saying why."""
 
+    val_split: bool = True
+    """Hold out a validation set (`--no-val`: none, the daily-use design for a user who opts
+    out of one): every mined task trains and none validates, the gate is off (every candidate
+    accepted unchecked), the report says so at its top, a recalled val or test task stays
+    out of the night, and a version adopted from it is on probation with auto-rollback by
+    default (a live drop rolls it back, as `--auto-rollback` does). Text only: no --weights,
+    no --skills."""
+
     allow_pooled_val: bool = False
     """Let the skill phase's gate read a pooled val (`training.pooled_val`, issue 52): refused
     in a night without this, until its false-accept rate is measured on a night's val sizes."""
@@ -384,6 +392,8 @@ class NightConfig:
                 f"got {self.skill_adapters!r}"
             )
         check_start_files(self)
+        if not self.val_split:
+            self._no_val()
         if self.training.pooled_val and not self.allow_pooled_val:
             raise ConfigError(
                 "a night's gate does not read a pooled val (training.pooled_val) unless "
@@ -391,6 +401,17 @@ class NightConfig:
             )
 
     # the trainer contract (`trainer_base.RunConfig`): what every run config offers
+    def _no_val(self) -> None:
+        """`--no-val`: nothing held out, the gate off (refused where a phase needs val)."""
+        if self.weights != "off" or self.many_skills:
+            raise ConfigError(
+                "--no-val trains the project's skill and memory only: without val nothing can "
+                "choose an adapter (--weights) or split skills (--skills)"
+            )
+        self.split = dataclasses.replace(self.split, val_fraction=0.0, test_fraction=0.0, min_val=0)
+        gate = dataclasses.replace(self.training.gate, accept_all=True)
+        self.training = dataclasses.replace(self.training, gate=gate)
+
     @property
     def budget(self) -> Budget:
         """The night's budget: the skill phase's, charged by every phase."""
@@ -619,10 +640,11 @@ def _gate_power(mode: GateMode, n_val: int, config: SleepConfig, console: Consol
     return dataclasses.replace(mode, smallest_gain=smallest, power=night_power)
 
 
-def _gate_mode(training: SkillOptConfig) -> GateMode:
+def _gate_mode(training: SkillOptConfig, held_out: bool = True) -> GateMode:
     g = training.gate
     return GateMode(
         mode="off" if g.accept_all else "on",
+        no_val=not held_out,
         metric=g.metric,
         margin=g.margin,
         confidence=g.confidence,
@@ -823,7 +845,7 @@ def _new_night(
         pid=os.getpid(),
         started_at=time.time(),
         models=models.specs(),
-        gate=_gate_mode(training),
+        gate=_gate_mode(training, config.split.held_out),
         training=TrainingRecord(
             epochs=training.epochs,
             batch_size=training.batch_size,

@@ -202,6 +202,7 @@ class GateMode(Record):
     """report.json `gate`: the gate's settings this night."""
 
     mode: str = "on"
+    no_val: bool = False  # `--no-val`: nothing held out, the gate off (the daily-use night)
     metric: str = "hard"
     margin: float = 0.0
     confidence: float | None = None

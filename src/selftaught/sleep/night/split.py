@@ -54,7 +54,8 @@ class SplitConfig:
     min_train: int = 2
     """Fewer train tasks than this: nothing to learn from, the night stages nothing."""
     min_val: int = 4
-    """Fewer val tasks than this: nothing to gate with, the night stages nothing."""
+    """Fewer val tasks than this: nothing to gate with, the night stages nothing (0, with both
+    fractions 0: no task is held out, the daily-use night of `NightConfig.val_split`)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -62,8 +63,17 @@ class SplitConfig:
             raise ConfigError("val_fraction and test_fraction must be in [0, 1)")
         if self.val_fraction + self.test_fraction >= 1:
             raise ConfigError("val_fraction + test_fraction must leave room for training")
-        if self.min_train < 1 or self.min_val < 1:
-            raise ConfigError("min_train and min_val must be >= 1")
+        if self.min_train < 1 or self.min_val < 0:
+            raise ConfigError("min_train must be >= 1 and min_val >= 0")
+        if self.min_val == 0 and (self.val_fraction or self.test_fraction):
+            raise ConfigError(
+                "min_val 0 holds nothing out: it goes with val_fraction and test_fraction 0"
+            )
+
+    @property
+    def held_out(self) -> bool:
+        """Whether the night holds tasks out (False: every task trains, `--no-val`)."""
+        return self.min_val > 0
 
 
 def _unit(task_id: str, seed: int) -> float:
@@ -100,6 +110,8 @@ def assign_splits(
             "they are kept for the next night"
         )
     order = sorted(tasks, key=lambda t: (_unit(t.id, config.seed), t.id))
+    if not config.held_out:  # a recalled held-out task stays held out, out of this night
+        order = [t for t in order if t.split in (None, "train")]
     fixed = {id(t) for t in tasks if t.split is not None}  # recalled: never moved
     for task in order:
         if task.split is None:

@@ -342,6 +342,8 @@ def _gate_lines(night: NightResult) -> list[str]:
     gate = night.gate
     if not given(gate):
         return []
+    if gate.mode == "off" and gate.no_val:
+        return ["- gate: **OFF, no val held out** (`--no-val`) — every candidate accepted"]
     if gate.mode == "off":
         return ["- gate: **OFF** — every candidate was accepted greedily, unchecked"]
     paired = f", paired test at {gate.confidence}" if gate.confidence else ""
@@ -632,6 +634,20 @@ def shown_stop(night: NightResult) -> StopReason | None:
     return night.stopped_by
 
 
+NO_VAL_BANNER = (
+    "**NO VALIDATION — the user opted out of a held-out val set (`--no-val`, the daily-use "
+    "design): every task trained, none measured what was learned, the gate was OFF and "
+    "accepted every candidate unchecked. A version adopted from this night is on probation "
+    "with auto-rollback: a drop on live traffic rolls it back (`sleep probation`).**"
+)
+
+
+def no_val_banner(night: NightResult) -> list[str]:
+    """The first thing a no-val night's report says (nothing else is a check)."""
+    gate = night.gate
+    return [NO_VAL_BANNER, ""] if given(gate) and gate.no_val else []
+
+
 def render_markdown(night_dir: Path, night: NightResult) -> str:
     status = night.status or "?"
     next_step = NEXT_STEP.get(status, "").format(
@@ -642,6 +658,7 @@ def render_markdown(night_dir: Path, night: NightResult) -> str:
     lines = [
         f"# Night {night.night} · project {night.project}",
         "",
+        *no_val_banner(night),
         f"**Status: {status}** — {night.reason or ''}",
         "",
         f"**Stopped by {stop_text(stop)}**" if stop is not None else "",
