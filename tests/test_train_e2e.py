@@ -164,3 +164,25 @@ def test_rest_on_a_grown_dataset_on_the_embedded_model(tmp_path):
         assert row["gate"]["decision"] in ("accept_new_best", "accept", "reject")
     res = json.loads((run / "result.json").read_text())
     assert res["best_round"] in (0, 1, 2) and res["shipped_test"]["n"] == 4
+
+
+def test_sft_on_a_teachers_replies_on_the_embedded_model(tmp_path):
+    """`--teacher-model`: the embedded model, loaded apart as the teacher, samples the train
+    prompts; its passing replies (not the references) fine-tune the student, gated on val."""
+    run = tmp_path / "teacher"
+    args = ["train", "--method", "sft", "--task", TASK, "--model", "local",
+            "--teacher-model", "local", "-k", "4", "--max-tokens", "16", "--batch-size", "2",
+            "--epochs", "1", "--threads", "2", "--output", str(run), "--quiet",
+            "--train-size", "8", "--val-size", "4", "--test-size", "4"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    samples = [json.loads(line) for line in (run / "rounds/1/samples.jsonl").open()]
+    assert len(samples) == 8 * 4  # k teacher samples per train prompt, not 8 references
+    train_ids = {s["example_id"] for s in samples}
+    rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    one = rows[1]
+    assert one["trained"] and one["elite"]["kept"] == one["train"]["train_samples"]
+    assert one["elite"]["kept"] <= sum(s["hard"] for s in samples)  # passing replies only
+    assert one["gate"]["decision"] in ("accept_new_best", "accept", "reject")
+    res = json.loads((run / "result.json").read_text())
+    assert res["usage"]["teacher"]["calls"] == len(train_ids)  # one n-sample call a prompt

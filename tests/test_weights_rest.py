@@ -224,6 +224,86 @@ def test_teacher_skill_is_used_for_sampling_only(tiny_dir, tmp_path, monkeypatch
     assert all(m["role"] != "system" for m in rows[0]["train_messages"])
 
 
+class TeacherTask(EchoTask):
+    """Solved only by the reply `answer <id>`: what a teacher says, never a random student."""
+
+    name = "test:teacher"
+
+    def score(self, output, example):
+        right = output.strip() == f"answer {example.id}"
+        return Score(float(right), float(right), "ok" if right else "wrong")
+
+
+def scripted_teacher(monkeypatch):
+    """A teacher (resolved from the spec `teacher-spec`) right on the even train prompts; it
+    records every prompt it is sent."""
+    import re
+
+    from tests.scripted import ScriptedModel, user_of
+
+    def answer(messages):
+        m = re.search(r"(\w+) question (\d+)", user_of(messages))
+        split, i = m.group(1), int(m.group(2))
+        return f"answer {split}-{i}" if i % 2 == 0 else "no idea"
+
+    teacher = ScriptedModel(answer, "teacher-spec")
+    resolved = []
+
+    def resolve(spec, **kw):
+        resolved.append(spec)
+        return teacher
+
+    monkeypatch.setattr(rest_mod, "resolve_model", resolve)
+    return teacher, resolved
+
+
+@pytest.mark.parametrize("method", ["rest", "sft"])
+def test_a_teachers_passing_replies_train_the_student(tiny_dir, tmp_path, monkeypatch, method):
+    import json
+
+    from tests.scripted import user_of
+
+    scripted_eval(monkeypatch, [0.25, 0.75])
+    teacher, resolved = scripted_teacher(monkeypatch)
+    trained_on: list[list[str]] = []
+    real_train = rest_mod.sft_train
+
+    def train(model, tok, elite, *args, **kwargs):
+        trained_on.append(sorted(f"{s.example_id}:{s.target}" for s in elite))
+        return real_train(model, tok, elite, *args, **kwargs)
+
+    monkeypatch.setattr(rest_mod, "sft_train", train)
+    cfg = dataclasses.replace(config(1), method=method, teacher_model="teacher-spec")
+    run = tmp_path / "run"
+    result = RestTrainer(cfg, TeacherTask(), tiny_dir, output_dir=run, progress=False).train()
+    assert resolved == ["teacher-spec"]
+    # the teacher saw train prompts only, k each; never a val or test item
+    shown = [user_of(m) for m in teacher.calls]
+    assert shown and all(s.startswith("train question") for s in shown)
+    rows = [json.loads(line) for line in (run / "rounds/1/samples.jsonl").open()]
+    assert {r["completion"] for r in rows} == {"answer train-0", "answer train-2", "no idea"}
+    # its passing replies (not the references, not the student's own) trained the student
+    assert trained_on == [["train-0:answer train-0", "train-2:answer train-2"]]
+    assert all(m["role"] != "system" for r in rows for m in r["train_messages"])
+    assert result.usage["teacher"]["calls"] >= 1 and result.best_round == 1  # gated as any
+
+
+def test_sft_samples_only_with_a_teacher_model():
+    from selftaught.cli.train import check_method_options
+
+    check_method_options("sft", {"--teacher-model", "--samples-per-prompt", "--temperature"})
+    with pytest.raises(ConfigError, match="sft with --teacher-model"):
+        check_method_options("sft", {"--samples-per-prompt"})
+    for method in ("grpo", "dpo"):
+        with pytest.raises(ConfigError, match="--teacher-model"):
+            check_method_options(method, {"--teacher-model"})
+
+
+def test_teacher_model_samples_no_server():
+    with pytest.raises(ConfigError, match="teacher_model samples the teacher"):
+        RestConfig(teacher_model="openai:gpt-4o", sampler_url="http://127.0.0.1:8000/v1")
+
+
 @pytest.mark.slow
 def test_scratch_backend_on_the_grid_game(tmp_path):
     from selftaught.tasks.registry import load_task

@@ -69,6 +69,7 @@ SFT_ONLY_OPTIONS = (
     "--batch-size",
     "--bf16",
     "--teacher-skill",
+    "--teacher-model",
     "--sampler-url",
     "--sampler-base-model",
 )
@@ -96,7 +97,13 @@ SAMPLING_OPTIONS = (
 
 # DPO trains on a preference file: no sampling, no rounds, no rewards
 DPO_ONLY_OPTIONS = ("--dpo-beta", "--preferences")
-NOT_DPO_OPTIONS = (*RL_ONLY_OPTIONS, *SAMPLING_OPTIONS, "--rounds", "--continue-training")
+NOT_DPO_OPTIONS = (
+    *RL_ONLY_OPTIONS,
+    *SAMPLING_OPTIONS,
+    "--rounds",
+    "--continue-training",
+    "--teacher-model",
+)
 
 
 def check_method_options(method: str, given: set[str]) -> None:
@@ -134,12 +141,13 @@ def check_method_options(method: str, given: set[str]) -> None:
             f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for online RL (grpo, gspo); "
             f"--method {method} fine-tunes on samples (use --rounds, --epochs, --batch-size)"
         )
-    if method == "sft":
+    if method == "sft" and "--teacher-model" not in given:  # with one, sft samples it
         bad = sorted(given & set(SAMPLING_OPTIONS))
         if bad:
             raise ConfigError(
                 f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for sampling (--method "
-                "rest); --method sft trains on the task's reference answers"
+                "rest, or sft with --teacher-model); --method sft trains on the task's "
+                "reference answers"
             )
 
 
@@ -166,6 +174,7 @@ REST_FLAGS: dict[str, str | tuple[str, ...]] = {
     "max_per_prompt": "max_per_prompt",
     "continue_training": "continue_training",
     "dataset": "dataset",
+    "teacher_model": "teacher_model",  # model distillation: the teacher's passing replies
     "sampler_url": "sampler_url",
     "sampler_base_model": "sampler_base_model",
     "max_tokens": "max_tokens",

@@ -202,6 +202,13 @@ class RestConfig:
             what earlier rounds found); either way the gate picks the round that ships.
         teacher_skill: a skill document put in the system prompt while sampling only, so the
             trained weights absorb what the skill taught (skill distillation).
+        teacher_model: a model spec (an API model, `local:PATH`, any `ChatModel` spec) whose
+            replies to the train prompts become the student's fine-tuning data (model
+            distillation): each round samples the teacher instead of the student, and its
+            samples the task passes (the elite filter) train the student on the student's
+            prompt; with `sft`, its passing replies instead of the references. Train prompts
+            only; each round is gated on val as any round. The teacher's calls count as role
+            `teacher`.
         eval_test_each_round: also score each round on test (for benchmarks; the gate still
             uses val only).
         gate: how a round becomes the best (shipped) one, from per-example val scores: the
@@ -237,6 +244,7 @@ class RestConfig:
     continue_training: bool = False
     dataset: Literal["round", "grow"] = "round"
     teacher_skill: str | None = None
+    teacher_model: str | None = None
     eval_test_each_round: bool = False
     gate: GateConfig | None = None
     gen_batch_size: int = 32
@@ -293,6 +301,11 @@ class RestConfig:
             "dataset 'grow' keeps the elite of every sampling round: it needs --method rest",
         )
         _check(self.gen_batch_size >= 1, f"gen_batch_size must be >= 1, got {self.gen_batch_size}")
+        _check(
+            self.teacher_model is None or self.sampler_url is None,
+            "teacher_model samples the teacher, never the student: sampler_url (--sampler-url) "
+            "would serve nothing",
+        )
         if self.sampler_url is not None:
             _check(
                 self.backend.backend == "lora" and not self.continue_training,

@@ -39,7 +39,7 @@ from selftaught.callbacks import TrainerCallback
 from selftaught.evaluation import EvalResult, evaluate_split, tool_use
 from selftaught.gate import GateResult, gate
 from selftaught.models.base import ChatModel, GenerationParams
-from selftaught.models.resolve import ModelLike
+from selftaught.models.resolve import ModelLike, resolve_model
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
 from selftaught.results import RunResult
@@ -164,6 +164,7 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         )
         self.backend = config.backend.backend
         self.student = Policy()
+        self._teacher: ChatModel | None = None  # `teacher_model`, loaded when first sampled
         self._base: Any = None
         self._tok: Any = None
 
@@ -195,7 +196,8 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         if not self.train_examples:
             raise ConfigError(f"task {self.task.name!r} has no train examples")
         n = len(self.train_examples)
-        most = n if method == "sft" else n * min(config.max_per_prompt, config.samples_per_prompt)
+        sampled = method == "rest" or config.teacher_model
+        most = n * min(config.max_per_prompt, config.samples_per_prompt) if sampled else n
         if most < config.sft.batch_size:
             raise ConfigError(
                 f"--batch-size {config.sft.batch_size} can never be filled: {n} train prompts "
@@ -318,9 +320,9 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         the model of `source_round`, how many rollouts errored (no samples, never 0), and
         how the episodes used their tools (None for one-step tasks)."""
         cfg = self.config
-        if self.method == "sft":
+        if self.method == "sft" and not cfg.teacher_model:
             return reference_samples(self.task, self.train_examples, self.student), 0, None
-        with self._chat(model, source_round, self.ledger, sampling=True) as chat:
+        with self._sampler(model, source_round) as chat:
             rollouts = run_rollouts(
                 chat,
                 Policy(skill=cfg.teacher_skill or ""),
@@ -341,6 +343,18 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             )
         samples = samples_from_rollouts(self.task, self.train_examples, rollouts, self.student)
         return samples, sum(not r.ok for r in rollouts), tool_use(rollouts)
+
+    @contextlib.contextmanager
+    def _sampler(self, model: Any, r: int) -> Iterator[ChatModel]:
+        """Who is sampled: the teacher (`teacher_model`: model distillation, its calls role
+        `teacher`), else round r's model."""
+        if not self.config.teacher_model:
+            with self._chat(model, r, self.ledger, sampling=True) as chat:
+                yield chat
+            return
+        if self._teacher is None:
+            self._teacher = resolve_model(self.config.teacher_model)
+        yield TrackedModel(self._teacher, self.ledger, "teacher")
 
     def _sampling_calls(self) -> int:
         """Concurrent sampling calls that fill `gen_batch_size` rows: a one-step prompt's k
@@ -498,7 +512,7 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         self.callbacks.step(self.info, step=r, metrics={**metrics, "usage": self.ledger.to_dict()})
 
     def _elite(self, samples: list[Sample]) -> tuple[list[Sample], dict[str, Any]]:
-        if self.method == "sft":
+        if self.method == "sft" and not self.config.teacher_model:  # references: all kept
             return samples, {"kept": len(samples)}
         min_score, fraction = self.config.resolved_filter(self.task.kind)
         elite, stats = select_elite(
