@@ -81,9 +81,9 @@ def invoke(*args: str) -> tuple[int, str]:
 def test_an_echoed_key_is_cut_from_the_servers_message_before_it_is_shortened():
     """The server's message is cut to 300 characters: a key across the cut must not leave its
     first characters behind."""
-    import selftaught.redact as redact
+    from selftaught.given_keys import add_secret
 
-    redact.add_secret(KEY)
+    add_secret(KEY)
     err = classify_status("openai-compatible x", 401, "x" * 290 + " " + KEY + " trailing")
     assert KEY[:8] not in str(err) and "[REDACTED" in str(err)
 

@@ -26,6 +26,8 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from selftaught.given_keys import scrub_secrets
+
 
 class SelftaughtError(Exception):
     """The root: anything selftaught raises on purpose. Its message is one sentence a user can
@@ -58,15 +60,13 @@ class BackendError(SelftaughtError):
     """A model backend call failed (not the model's answer being wrong). A backend that
     cannot start because of what the user gave (a path, a device, a missing extra) keeps the
     exit code of that cause (`exit_code=`). Every key selftaught was given is cut from `cause`
-    here (`redact.scrub_secrets`): a server may quote the key it was sent."""
+    here (`given_keys.scrub_secrets`): a server may quote the key it was sent."""
 
     exit_code = 1
 
     def __init__(
         self, backend: str, cause: str, *, status: int | None = None, exit_code: int | None = None
     ):
-        from selftaught.redact import scrub_secrets  # here: redact imports this module
-
         if exit_code is not None:
             self.exit_code = exit_code
         self.backend = backend

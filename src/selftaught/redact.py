@@ -47,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.errors import ConfigError, SelftaughtError
+from selftaught.given_keys import MARK, scrub_secrets
 from selftaught.runs import sleep_home
 
-MARK = "[REDACTED:{}]"
 # What a text becomes when redacting it ran past its deadline: withheld, never stored as is.
 WITHHELD = "[selftaught: redaction timed out; {} characters withheld]"
 DEADLINE_ENV = "SELFTAUGHT_REDACT_DEADLINE_S"
@@ -84,47 +84,6 @@ _NOT_A_SECRET = re.compile(
     r"(?:os\.)?(?:environ|getenv)\b.*|process\.env\b.*|env\(.*|[A-Za-z_][\w.]*\(.*)$",
     re.IGNORECASE,
 )
-
-
-# The variables that hold API keys; their values are scrubbed like the keys given in code.
-KEY_VARIABLES = (
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "SELFTAUGHT_API_KEY",
-)
-# A shorter key is not scrubbed: it would cut ordinary words (a local server's "EMPTY", "k").
-MIN_SECRET_CHARS = 8
-_given: set[str] = set()
-_given_lock = threading.Lock()
-
-
-def add_secret(value: str | None) -> None:
-    """Remember a key this process was given (a model's, the proxy's), so that every text
-    redacted from now on has it replaced, whatever it looks like."""
-    if value and len(value) >= MIN_SECRET_CHARS:
-        with _given_lock:
-            _given.add(value)
-
-
-def known_secrets() -> list[str]:
-    """The keys given (`add_secret`) and those in KEY_VARIABLES, longest first (a key that
-    holds another is replaced whole)."""
-    with _given_lock:
-        keys = set(_given)
-    keys.update(v for v in (os.environ.get(name, "") for name in KEY_VARIABLES) if v)
-    return sorted((k for k in keys if len(k) >= MIN_SECRET_CHARS), key=len, reverse=True)
-
-
-def scrub_secrets(text: str, secrets: Iterable[str] | None = None) -> tuple[str, int]:
-    """`text` with each known key (or each of `secrets`) replaced, and how many were."""
-    total = 0
-    for secret in known_secrets() if secrets is None else secrets:
-        if len(secret) >= MIN_SECRET_CHARS and secret in text:
-            total += text.count(secret)
-            text = text.replace(secret, MARK.format("api_key"))
-    return text, total
 
 
 @dataclass(frozen=True)

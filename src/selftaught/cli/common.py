@@ -100,7 +100,8 @@ def friendly_errors(fn: F) -> F:
 def _redacted(err: Exception) -> str:
     """An error's message as it may be shown: redacted, else (the redaction patterns file is
     what is wrong) with the keys given cut."""
-    from selftaught.redact import redact_for_model, scrub_secrets
+    from selftaught.given_keys import scrub_secrets
+    from selftaught.redact import redact_for_model
 
     try:
         return redact_for_model(str(err))

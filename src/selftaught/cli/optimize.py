@@ -123,6 +123,40 @@ SKILL_GATE = {**dataclasses.asdict(SkillOptConfig().gate), "metric": None, "obje
 SKILL_GATE_FLAGS = {**GATE_FLAGS, "objective": "objective"}
 
 
+OptimizerModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Analyst model spec (reflects and merges); default: --model. A coding agent "
+        "(claude-code, codex, cmd:TEMPLATE) edits the skill package itself instead: "
+        "docs/optimize.md#a-coding-agent-as-the-optimizer."
+    ),
+]
+
+InitialSkillOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Initial skill: a document, or a skill package (a folder holding SKILL.md "
+        "with its scripts/ and references/) optimized whole (default: empty)."
+    ),
+]
+
+OptimizeOutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Run directory (default runs/optimize/<task>); re-running the same command "
+        "resumes from the last completed step."
+    ),
+]
+
+StrictGateOpt = Annotated[
+    bool,
+    typer.Option(
+        help="SkillOpt's plain strict > gate: --gate-margin 0 and no paired test "
+        "(--gate-confidence 0)."
+    ),
+]
+
+
 @app.command("optimize")
 @friendly_errors
 @config_flags(SkillOptConfig, SKILL_FLAGS, into="skill_fields")
@@ -140,38 +174,13 @@ def optimize_cmd(
     task_fields: dict[str, Any],
     set_fields: dict[str, Any],
     model: ModelOpt = "local",
-    optimizer_model: Annotated[
-        str | None,
-        typer.Option(
-            help="Analyst model spec (reflects and merges); default: --model. A coding agent "
-            "(claude-code, codex, cmd:TEMPLATE) edits the skill package itself instead: "
-            "docs/optimize.md#a-coding-agent-as-the-optimizer."
-        ),
-    ] = None,
-    skill: Annotated[
-        Path | None,
-        typer.Option(
-            help="Initial skill: a document, or a skill package (a folder holding SKILL.md "
-            "with its scripts/ and references/) optimized whole (default: empty)."
-        ),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            help="Run directory (default runs/optimize/<task>); re-running the same command "
-            "resumes from the last completed step."
-        ),
-    ] = None,
+    optimizer_model: OptimizerModelOpt = None,
+    skill: InitialSkillOpt = None,
+    output: OptimizeOutputOpt = None,
     val_size: ValSizeOpt = None,
     skills: SkillsOpt = None,
     write_back: WriteBackOpt = False,
-    strict_gate: Annotated[
-        bool,
-        typer.Option(
-            help="SkillOpt's plain strict > gate: --gate-margin 0 and no paired test "
-            "(--gate-confidence 0)."
-        ),
-    ] = False,
+    strict_gate: StrictGateOpt = False,
     timeout: TimeoutOpt = CALL_TIMEOUT_S,
     cache: CacheOpt = None,
     device: DeviceOpt = None,

@@ -156,6 +156,47 @@ FEEDBACK_KEY_HELP = (
 PROXY_PROBATION_FLAGS = {**{f: f for f in PROBATION_FLAGS}, "untrusted": "probation_untrusted"}
 
 
+RequireKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="SELFTAUGHT_PROXY_KEY",
+        help="Clients must send this key (Authorization: Bearer or x-api-key).",
+    ),
+]
+
+AllowRemoteOpt = Annotated[
+    bool,
+    typer.Option(help="Allow binding a non-loopback interface and any Host / Origin header."),
+]
+
+DrainTimeoutOpt = Annotated[
+    int,
+    typer.Option(
+        help="On SIGTERM or Ctrl-C: seconds the answers in flight get to finish once the "
+        "port is closed (past it they are cut and logged as errors).",
+        min=0,
+    ),
+]
+
+LoraOpt = Annotated[
+    bool,
+    typer.Option(
+        help="The upstream is vLLM with runtime LoRA (--enable-lora, "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): load the adopted adapter there and send "
+        "requests to it. A local upstream follows the adopted adapter without this."
+    ),
+]
+
+PrintSystemdOpt = Annotated[
+    bool,
+    typer.Option(
+        "--print-systemd",
+        help="Print a sandboxed systemd unit that runs this proxy with these options "
+        "(secrets go in its environment file, never in the unit), and exit.",
+    ),
+]
+
+
 @app.command("proxy")
 @friendly_errors
 @config_flags(ProxyConfig, PROXY_FLAGS, into="watch_fields")
@@ -168,20 +209,11 @@ def proxy_cmd(
     project: ProjectOpt = ProxyConfig.project,
     host: Annotated[str, typer.Option(help="Interface to bind.")] = ProxyConfig.host,
     port: Annotated[int, typer.Option(help="Port.")] = ProxyConfig.port,
-    require_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="SELFTAUGHT_PROXY_KEY",
-            help="Clients must send this key (Authorization: Bearer or x-api-key).",
-        ),
-    ] = None,
+    require_key: RequireKeyOpt = None,
     feedback_key: Annotated[
         str | None, typer.Option(envvar="SELFTAUGHT_FEEDBACK_KEY", help=FEEDBACK_KEY_HELP)
     ] = None,
-    allow_remote: Annotated[
-        bool,
-        typer.Option(help="Allow binding a non-loopback interface and any Host / Origin header."),
-    ] = ProxyConfig.allow_remote,
+    allow_remote: AllowRemoteOpt = ProxyConfig.allow_remote,
     log: LogOpt = None,
     api_key: ProxyApiKeyOpt = None,
     inject: Annotated[
@@ -191,30 +223,9 @@ def proxy_cmd(
         float, typer.Option(help="Seconds per upstream request.")
     ] = ProxyConfig.timeout_s,
     max_body_mb: MaxBodyOpt = DEFAULT_MAX_BODY_MB,
-    drain_timeout: Annotated[
-        int,
-        typer.Option(
-            help="On SIGTERM or Ctrl-C: seconds the answers in flight get to finish once the "
-            "port is closed (past it they are cut and logged as errors).",
-            min=0,
-        ),
-    ] = ProxyConfig.drain_timeout_s,
-    lora: Annotated[
-        bool,
-        typer.Option(
-            help="The upstream is vLLM with runtime LoRA (--enable-lora, "
-            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): load the adopted adapter there and send "
-            "requests to it. A local upstream follows the adopted adapter without this."
-        ),
-    ] = ProxyConfig.lora,
-    print_systemd: Annotated[
-        bool,
-        typer.Option(
-            "--print-systemd",
-            help="Print a sandboxed systemd unit that runs this proxy with these options "
-            "(secrets go in its environment file, never in the unit), and exit.",
-        ),
-    ] = False,
+    drain_timeout: DrainTimeoutOpt = ProxyConfig.drain_timeout_s,
+    lora: LoraOpt = ProxyConfig.lora,
+    print_systemd: PrintSystemdOpt = False,
 ) -> None:
     """Logging proxy: injects the adopted skill, logs every exchange (redacted).
 
@@ -254,7 +265,12 @@ def proxy_cmd(
     console.print(
         f"proxy for {strip_credentials(upstream)} at http://{host}:{port}/v1 (project {project})"
     )
-    trusted = config.trusted_clients or ()
+    _say_trusted(config.trusted_clients or ())
+    run_proxy(config)
+
+
+def _say_trusted(trusted: tuple[str, ...]) -> None:
+    """Whose words the proxy takes as the operator's, said at its start."""
     if "*" in trusted:
         console.print(
             "--trusted-clients '*': every client's words count as the operator's (their "
@@ -262,7 +278,6 @@ def proxy_cmd(
         )
     elif trusted:
         console.print(f"clients whose words count as the operator's: {', '.join(trusted)}")
-    run_proxy(config)
 
 
 # the proxy's options that hold a secret: never written into a unit, read from its environment
@@ -814,6 +829,27 @@ MINER_FLAGS = {"read_followups": "miner_followups"}
 DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 
 
+NightModelOpt = Annotated[
+    str | None, typer.Option(help="Target model spec (default: the upstream the proxy logged).")
+]
+
+NightJudgeOpt = Annotated[
+    str | None, typer.Option(help="Judge for tasks without a reference (rubrics).")
+]
+
+SinceOpt = Annotated[
+    str | None, typer.Option(help="Read from here (ISO time or 2d ago), not the last night.")
+]
+
+PreferencesOpt = Annotated[
+    str | None, typer.Option(help="House rules for the analyst: text, or a file holding it.")
+]
+
+DocumentsOpt = Annotated[
+    str, typer.Option(help="What to train, in order (empty with --weights: weights only).")
+]
+
+
 @sleep_app.command("run")
 @friendly_errors
 @config_flags(SleepConfig, NIGHT_FLAGS, into="night_fields")
@@ -836,17 +872,11 @@ def sleep_run_cmd(
     miner_fields: dict[str, Any],
     stop_fields: dict[str, Any],
     project: NightProjectOpt = None,
-    model: Annotated[
-        str | None, typer.Option(help="Target model spec (default: the upstream the proxy logged).")
-    ] = None,
+    model: NightModelOpt = None,
     optimizer_model: Annotated[str | None, typer.Option(help="Analyst model spec.")] = None,
-    judge_model: Annotated[
-        str | None, typer.Option(help="Judge for tasks without a reference (rubrics).")
-    ] = None,
+    judge_model: NightJudgeOpt = None,
     log: LogOpt = None,
-    since: Annotated[
-        str | None, typer.Option(help="Read from here (ISO time or 2d ago), not the last night.")
-    ] = None,
+    since: SinceOpt = None,
     gate: Annotated[str, typer.Option(help="on | off (off: accept greedily, reported).")] = "on",
     gate_metric: GateMetricOpt = None,
     gate_margin: GateMarginOpt = GateConfig.margin,
@@ -855,12 +885,8 @@ def sleep_run_cmd(
     gate_tag_margin: GateTagMarginOpt = None,
     min_gain: MinGainOpt = None,
     objective: ObjectiveOpt = None,
-    preferences: Annotated[
-        str | None, typer.Option(help="House rules for the analyst: text, or a file holding it.")
-    ] = None,
-    documents: Annotated[
-        str, typer.Option(help="What to train, in order (empty with --weights: weights only).")
-    ] = ",".join(SleepConfig.documents),
+    preferences: PreferencesOpt = None,
+    documents: DocumentsOpt = ",".join(SleepConfig.documents),
     budget_calls: BudgetCallsOpt = None,
     budget_tokens: BudgetTokensOpt = None,
     budget_usd: BudgetUsdOpt = None,
@@ -871,10 +897,9 @@ def sleep_run_cmd(
     dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
     weight_max_seconds: LegacyWeightSecondsOpt = LEGACY_WEIGHT_SECONDS,
 ) -> None:
-    """One night: learn a skill and a memory from the log and stage them as a proposal.
+    """One night: learn from the log (mine → split → skill, then memory), stage a proposal.
 
-    Harvest the log → mine tasks → split → consolidate skill, then memory → stage a proposal
-    (`sleep adopt` makes it live). `sleep dry-run` does it all and stages nothing."""
+    `sleep adopt` makes the proposal live; `sleep dry-run` does it all and stages nothing."""
     from selftaught.sleep.night.cycle import run_night
     from selftaught.sleep.night.summary import print_outcomes
 

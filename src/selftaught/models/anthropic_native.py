@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from selftaught.errors import MissingDependency
+from selftaught.given_keys import add_secret
 from selftaught.models.base import (
     AsyncChatModel,
     Completion,
@@ -33,7 +34,6 @@ from selftaught.models.errors import (
     with_retries,
 )
 from selftaught.models.native_messages import text_of, tool_call, tool_input
-from selftaught.redact import add_secret
 
 LOCAL_KEY = "EMPTY"  # a scripted or self-hosted Messages server accepts any key
 CACHED = {"type": "ephemeral"}

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from selftaught.errors import MissingDependency
+from selftaught.given_keys import add_secret
 from selftaught.models.base import (
     AsyncChatModel,
     Completion,
@@ -35,7 +36,6 @@ from selftaught.models.errors import (
     with_retries,
 )
 from selftaught.models.native_messages import text_of, tool_call, tool_input
-from selftaught.redact import add_secret
 
 LOCAL_KEY = "EMPTY"  # a scripted or self-hosted server accepts any key
 BASE_URL_ENV = ("GEMINI_BASE_URL", "GOOGLE_GEMINI_BASE_URL")  # ours, then the SDK's own

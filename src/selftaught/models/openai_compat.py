@@ -12,6 +12,7 @@ from typing import Any
 import openai
 
 from selftaught.errors import SelftaughtError
+from selftaught.given_keys import add_secret
 from selftaught.models.base import (
     AsyncChatModel,
     Completion,
@@ -33,7 +34,6 @@ from selftaught.models.errors import (
     with_retries,
 )
 from selftaught.models.tools import check_tool_calls, tool_names
-from selftaught.redact import add_secret
 
 LOCAL_KEY = "EMPTY"  # local servers accept any key
 

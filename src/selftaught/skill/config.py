@@ -251,6 +251,14 @@ class SkillOptConfig:
     `selftaught.tracking`). Each needs its optional extra installed."""
 
     def __post_init__(self) -> None:
+        self._check_counts()
+        self._check_learning()
+        self._check_edits()
+        self._check_sampling()
+
+    def _check_counts(self) -> None:
+        """Sizes and counts: each at least 1, or at least 0 where 0 turns a part off."""
+
         def positive(name: str) -> None:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -285,6 +293,9 @@ class SkillOptConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    def _check_learning(self) -> None:
+        """What a step may learn: demonstrations, proposals, steps."""
         if self.demo_placement not in PLACEMENTS:
             raise ConfigError(
                 f"demo_placement must be one of {', '.join(PLACEMENTS)}, "
@@ -298,6 +309,9 @@ class SkillOptConfig:
             raise ConfigError(f"max_steps must be >= 1 or None, got {self.max_steps}")
         if self.merge_batch_size < 2:
             raise ConfigError(f"merge_batch_size must be >= 2, got {self.merge_batch_size}")
+
+    def _check_edits(self) -> None:
+        """The edit budget, its schedule and the operations a step may apply."""
         if self.edit_budget_min < 0 or self.edit_budget_max < max(1, self.edit_budget_min):
             raise ConfigError(
                 "need 0 <= edit_budget_min <= edit_budget_max and edit_budget_max >= 1, got "
@@ -319,6 +333,9 @@ class SkillOptConfig:
             raise ConfigError(
                 "slow_every needs replace or delete among edit_ops (the slow update rewrites)"
             )
+
+    def _check_sampling(self) -> None:
+        """Temperatures, time limits and the nested configs."""
         if self.slow_min_accepted < 1:
             raise ConfigError(f"slow_min_accepted must be >= 1, got {self.slow_min_accepted}")
         if self.rejected_buffer_size < 0:

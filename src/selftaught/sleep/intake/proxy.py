@@ -63,8 +63,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from selftaught.errors import BackendError, InputError, RunError, SelftaughtError
+from selftaught.given_keys import MARK, MIN_SECRET_CHARS, add_secret
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, LOOPBACK, install_guard, strip_credentials
-from selftaught.redact import MARK, MIN_SECRET_CHARS, add_secret
 from selftaught.retrieval import RetrievalUnavailable
 from selftaught.sleep.adoption.probation import STAGED, ProbationConfig, auto_rollback_on
 from selftaught.sleep.adoption.staging import current_version

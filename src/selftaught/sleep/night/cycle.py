@@ -306,9 +306,9 @@ class NightConfig:
     kind's val (text, weights or both, as a one-skill night chooses); `shared` trains one
     adapter on every kind's train tasks, gated on every kind's val with the per-kind veto, and
     stages it for the project (served to every request whose skill has no adapter of its
-    own). Per-skill by default: a kind's adapter then never moves another kind's replies, and
-    a rollback or a probation drop of one kind's adapter leaves the others; the choice is to be
-    measured on dev streams (`benchmarks/bench_stream.py --configs
+    own). The default keeps one adapter per kind: a kind's adapter then never moves another
+    kind's replies, and a rollback or a probation drop of one kind's adapter leaves the others;
+    the choice is to be measured on dev streams (`benchmarks/bench_stream.py --configs
     skills-per-skill,skills-shared`)."""
     skill_min_tasks: int = 4
     """With --skills: train tasks a cluster needs to get a skill of its own."""

@@ -26,14 +26,24 @@ A mined task records its label's trust in `state["trust"]` (`TRUST_KEY`); a task
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from selftaught.sleep.intake.log import IMPORTED_CLIENT, Feedback, Interaction
 
-if TYPE_CHECKING:
-    from selftaught.sleep.night.mine import MinedTask
+
+class LabelledTask(Protocol):
+    """What the trust order reads of a task (`mine.MinedTask`; a protocol, so that this module
+    stays below `mine`, which applies it)."""
+
+    @property
+    def reference(self) -> Any: ...
+    @property
+    def state(self) -> Mapping[str, Any]: ...
+    @property
+    def clients(self) -> Sequence[str]: ...
 
 
 class Trust(IntEnum):
@@ -102,7 +112,7 @@ def verdict_trust(fb: Feedback) -> Trust | None:
     return min((field_trust(fb, n) for n in given), default=None)
 
 
-def label_trust(task: MinedTask) -> Trust | None:
+def label_trust(task: LabelledTask) -> Trust | None:
     """The trust of `task`'s label (None: it has none). A task stored before labels recorded
     their trust (an older recall pool) is read by what it holds: a weak or dreamt label is the
     model's, a `no_demo` task or a reference an untrusted import gave an end user's, any other
@@ -122,12 +132,12 @@ def label_trust(task: MinedTask) -> Trust | None:
     return Trust.OPERATOR
 
 
-def rank(task: MinedTask) -> int:
+def rank(task: LabelledTask) -> int:
     """`label_trust` as a number to sort by: a task with no label below every label."""
     trust = label_trust(task)
     return -1 if trust is None else int(trust)
 
 
-def outranks(a: MinedTask, b: MinedTask) -> bool:
+def outranks(a: LabelledTask, b: LabelledTask) -> bool:
     """Whether `a`'s label is more trusted than `b`'s (equal: it is not)."""
     return rank(a) > rank(b)
