@@ -314,3 +314,117 @@ def test_a_nights_adapters_train_through_the_trainers_configs(monkeypatch):
         WeightNightConfig(dpo_beta=0)
     with pytest.raises(ConfigError, match="max_length must be >= 16"):
         WeightNightConfig(max_length=8)
+
+
+# ---- KTO: thumbs up / down without pairs ---------------------------------------------------
+
+
+def thumbs(n: int) -> list[dict]:
+    """Replies judged one by one: the even ones up, the odd ones down (no pairs)."""
+    return [
+        {"prompt": f"Say the number {i} as a word.", "completion": f"word {i}" if i % 2 == 0
+         else "no", "label": i % 2 == 0}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_a_preference_file_holds_pairs_or_thumbs_and_kto_reads_both(tmp_path):
+    from selftaught.weights.dpo import Judged
+
+    prefs = read_preferences(write_prefs(tmp_path, [*thumbs(2), *pairs(1)]))
+    assert [j.desirable for j in prefs.judged] == [True, False] and len(prefs.pairs) == 1
+    unpaired = prefs.unpaired()
+    assert [(j.example_id, j.desirable) for j in unpaired] == [
+        ("1", True), ("2", False), ("3:chosen", True), ("3:rejected", False)
+    ]  # fmt: skip
+    assert isinstance(unpaired[0], Judged) and unpaired[2].completion == "word 0"
+    for row, message in [
+        ({"prompt": "q", "completion": "a", "label": "up"}, r"`label` must be true"),
+        ({"prompt": "q", "completion": "a", "label": True, "chosen": "b"}, "not both"),
+        ({"prompt": "q", "completion": " ", "label": True}, "`completion` must be"),
+    ]:
+        with pytest.raises(TaskError, match=message):
+            read_preferences(write_prefs(tmp_path, [row], "bad.jsonl"))
+
+
+def test_kto_needs_thumbs_both_ways_and_dpo_needs_pairs(tmp_path):
+    task = JsonlTask(write_task(tmp_path))
+    small = SFTTrainConfig(batch_size=2)
+    kto = DPOConfig(method="kto", train=small)
+    ups = write_prefs(tmp_path, [r for r in thumbs(6) if r["label"]], "ups.jsonl")
+    with pytest.raises(ConfigError, match="no reply judged down: KTO learns from thumbs up and"):
+        build_trainer(kto, task, "local", preferences=ups, output_dir=tmp_path / "r1")
+    mixed = write_prefs(tmp_path, thumbs(4), "mixed.jsonl")
+    with pytest.raises(ConfigError, match="DPO trains on pairs.*--method kto trains on thumbs"):
+        build_trainer(DPOConfig(train=small), task, "local", preferences=mixed,
+                      output_dir=tmp_path / "r2")  # fmt: skip
+    trainer = build_trainer(kto, task, "local", preferences=mixed, output_dir=tmp_path / "r3")
+    assert type(trainer) is DPOTrainer and trainer.method == "kto"
+    check_method(kto, "kto")
+    assert default_train_config("kto").method == "kto"
+    with pytest.raises(ConfigError, match="KTO's KL term.*--batch-size must be >= 2"):
+        DPOConfig(method="kto", train=SFTTrainConfig(batch_size=1))
+    with pytest.raises(ConfigError, match="desirable_weight weighs KTO's thumbs"):
+        DPOConfig(desirable_weight=2.0)
+    check_method_options("kto", {"--preferences", "--desirable-weight"})
+    with pytest.raises(ConfigError, match="--desirable-weight is for --method dpo or kto"):
+        check_method_options("rest", {"--desirable-weight"})
+
+
+def test_kto_runs_on_a_tiny_model_without_pairs(tmp_path):
+    """Fast: a tiny random model trains a KTO adapter on replies judged one by one; the base
+    and the adapter are scored on val and test and the gate's choice ships."""
+    pytest.importorskip("trl")
+    from selftaught.weights.dpo import DPOResult, Judged
+    from tests.scripted import ToyTask
+    from tests.test_contract import SMALL
+    from tests.tiny_model import save_tiny_model
+
+    model = f"local:{save_tiny_model(tmp_path / 'tiny')}"
+    config = DPOConfig(method="kto", max_tokens=8,
+                       train=SFTTrainConfig(epochs=1, batch_size=2, max_length=64),
+                       backend=BackendConfig(lora_r=2, lora_alpha=4))  # fmt: skip
+    judged = [
+        Judged(f"j{i}", [{"role": "user", "content": f"Add {i} and 1."}],
+               f"{i + 1}" if i % 2 == 0 else "7", i % 2 == 0)
+        for i in range(4)
+    ]  # fmt: skip
+    run = tmp_path / "run"
+    result = build_trainer(config, ToyTask(**SMALL), model, preferences=judged, output_dir=run,
+                           progress=False).train()  # fmt: skip
+    assert isinstance(result, DPOResult) and result.method == "kto"
+    assert result.shipped in ("base model", "KTO adapter")
+    one = result.rounds[1]
+    assert one.train_judged == {"up": 2, "down": 2} and one.train.steps == 2
+    assert one.gate is not None and (run / "rounds/1/adapter/adapter_config.json").is_file()
+    saved = [json.loads(line) for line in (run / "rounds/1/judged.jsonl").open()]
+    assert [s["desirable"] for s in saved] == [True, False, True, False]
+
+
+@pytest.mark.local
+@pytest.mark.slow
+def test_kto_on_the_embedded_model_from_thumbs(tmp_path):
+    """The real embedded model: `train --method kto` on 4 replies judged one by one (2 up, 2
+    down, no pair), 2 steps on a LoRA adapter, gated on val; the adapter or the base ships."""
+    pytest.importorskip("trl")
+    from selftaught.models.embedded import EmbeddedModelMissing, embedded_model_dir
+
+    try:
+        embedded_model_dir()
+    except EmbeddedModelMissing as err:
+        pytest.skip(f"embedded model unavailable: {err}")
+    task, prefs = write_task(tmp_path), write_prefs(tmp_path, thumbs(4))
+    run = tmp_path / "run"
+    cmd = ["train", "--task", str(task), "--method", "kto", "--preferences", str(prefs),
+           "--epochs", "1", "--batch-size", "2", "--lora-r", "4", "--max-tokens", "8",
+           "--threads", "2", "--quiet", "--output", str(run)]  # fmt: skip
+    result = CliRunner().invoke(app, cmd)
+    assert result.exit_code == 0, result.output
+    res = json.loads((run / "result.json").read_text())
+    assert res["method"] == "kto" and res["shipped"] in ("base model", "KTO adapter")
+    history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    trained = history[1]
+    assert trained["train_judged"] == {"up": 2, "down": 2} and trained["train"]["steps"] == 2
+    assert trained["train"]["train_judged"] == 4
+    assert trained["gate"]["decision"] in ("accept_new_best", "accept", "reject")
+    assert (run / "rounds/1/adapter/adapter_config.json").is_file()

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from selftaught.sleep.night.result import NightResult
     from selftaught.tasks.options import TaskOptions
     from selftaught.weights.config import DPOConfig, RestConfig, RLConfig
-    from selftaught.weights.dpo import DPOResult, PreferencePair, Preferences
+    from selftaught.weights.dpo import DPOResult, Judged, PreferencePair, Preferences
     from selftaught.weights.rest import RestResult
     from selftaught.weights.rl import RLResult
 
@@ -233,7 +233,7 @@ def train(
     output_dir: str | Path | None = None,
     task_options: TaskOptionsLike = None,
     judge_model: ModelLike | None = None,
-    preferences: str | Path | Sequence[PreferencePair] | Preferences | None = None,
+    preferences: str | Path | Sequence[PreferencePair | Judged] | Preferences | None = None,
     callbacks: Sequence[TrainerCallback] = (),
     progress: bool = True,
     console: Console | None = None,
@@ -245,7 +245,9 @@ def train(
     match it. `judge_model` scores GRPO's `judge` reward (`RLConfig.rewards`); its calls count
     against the run's budget. `DPOConfig()` (`method="dpo"`) trains a LoRA adapter by DPO on
     `preferences`: a preference JSONL file (`{"prompt", "chosen", "rejected"}` a line) or
-    `PreferencePair`s; the task's val and test score it.
+    `PreferencePair`s; the task's val and test score it. `DPOConfig(method="kto")` trains by
+    KTO on replies judged one by one (`{"prompt", "completion", "label"}` lines, `Judged`),
+    a pair counting as its chosen reply up and its rejected one down.
 
     The run directory (default `runs/train-<method>-<task>-<backend>-s<seed>`) resumes when
     run again."""

@@ -5,7 +5,7 @@
 | `SkillOptConfig`                | `SkillTrainer` | `SkillRunResult` |
 | `RestConfig(method="rest"/"sft")` | `RestTrainer`  | `RestResult`     |
 | `RLConfig(method="grpo"/"gspo")`  | `RLTrainer`    | `RLResult`       |
-| `DPOConfig(method="dpo")`       | `DPOTrainer`   | `DPOResult`      |
+| `DPOConfig(method="dpo"/"kto")` | `DPOTrainer`   | `DPOResult`      |
 | `NightConfig(project=...)`      | `NightTrainer` | `NightResult`    |
 
 Every trainer is built the same way, `Trainer(config, task, model, *, output_dir, callbacks,
@@ -130,7 +130,12 @@ def check_method(
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     have = config_method(config)
     if have != method:
-        want = {"grpo": "an RLConfig", "gspo": "an RLConfig", "dpo": "a DPOConfig"}.get(
+        want = {
+            "grpo": "an RLConfig",
+            "gspo": "an RLConfig",
+            "dpo": "a DPOConfig",
+            "kto": "a DPOConfig",
+        }.get(  # fmt: skip
             method, "a RestConfig"
         )
         raise ConfigError(

@@ -96,7 +96,7 @@ SAMPLING_OPTIONS = (
 
 
 # DPO trains on a preference file: no sampling, no rounds, no rewards
-DPO_ONLY_OPTIONS = ("--dpo-beta", "--preferences")
+DPO_ONLY_OPTIONS = ("--dpo-beta", "--preferences", "--desirable-weight", "--undesirable-weight")
 NOT_DPO_OPTIONS = (
     *RL_ONLY_OPTIONS,
     *SAMPLING_OPTIONS,
@@ -115,7 +115,7 @@ def check_method_options(method: str, given: set[str]) -> None:
         bad = sorted(given & set(NOT_DPO_OPTIONS))
         if bad:
             raise ConfigError(
-                f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not for --method dpo, "
+                f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not for --method {method}, "
                 "which trains one adapter on --preferences (use --dpo-beta, --epochs, "
                 "--batch-size, --lr)"
             )
@@ -123,7 +123,7 @@ def check_method_options(method: str, given: set[str]) -> None:
     bad = sorted(given & set(DPO_ONLY_OPTIONS))
     if bad:
         raise ConfigError(
-            f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for --method dpo "
+            f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} for --method dpo or kto "
             f"(preference pairs); --method {method} does not read them"
         )
     if method in ("grpo", "gspo"):
@@ -194,10 +194,15 @@ RL_FLAGS = {
     "vllm_server_url": "vllm_server",
     "loss_type": "loss_type",
 }
-DPO_FLAGS = {"beta": "dpo_beta"}
+DPO_FLAGS = {
+    "beta": "dpo_beta",
+    "desirable_weight": "desirable_weight",  # KTO's weights on the thumbs up and down
+    "undesirable_weight": "undesirable_weight",
+}
 PREFERENCES_HELP = (
     "Preference JSONL file for --method dpo: one {prompt, chosen, rejected[, id]} object a line "
-    "(prompt: a string or chat messages)."
+    "(prompt: a string or chat messages); for --method kto also {prompt, completion, label} "
+    "lines, a reply judged on its own (label true: a thumb up, false: down)."
 )
 REWARD_HELP = (
     "A GRPO / GSPO reward as NAME=WEIGHT, repeatable (e.g. --reward correctness=1 --reward "
@@ -209,7 +214,8 @@ REWARD_HELP = (
 MethodOpt = Annotated[
     str,
     typer.Option(
-        help="rest (ReST-EM) | sft (on references) | grpo | gspo | dpo (on --preferences)"
+        help="rest (ReST-EM) | sft (on references) | grpo | gspo | dpo (on --preferences) | "
+        "kto (on thumbs in --preferences)"
     ),
 ]
 OutputOpt = Annotated[
@@ -294,7 +300,7 @@ def train(
     config: RestConfig | RLConfig | DPOConfig
     judge: str | None = None
     if method in DPO_METHODS:
-        config = dpo_config(dpo_fields, rest_fields, sft_fields, lr, shared)
+        config = dpo_config(method, dpo_fields, rest_fields, sft_fields, lr, shared)
     elif method in RL_METHODS:
         rl_fields = {**rl_fields, "rewards": parse_rewards(reward) if reward else None}
         config = rl_config(method, rl_fields, rest_fields, temperature, lr, shared)
@@ -386,6 +392,7 @@ def rl_config(
 
 
 def dpo_config(
+    method: str,
     dpo_fields: dict[str, Any],
     rest_fields: dict[str, Any],
     sft_fields: dict[str, Any],
@@ -395,6 +402,7 @@ def dpo_config(
     """DPO settings: `--dpo-beta`, the fine-tune's `--epochs/--batch-size/--lr`, and
     `--max-tokens` / `--report-to` shared with ReST."""
     return DPOConfig(
+        method=method,  # type: ignore[arg-type]
         **dpo_fields,
         max_tokens=rest_fields["max_tokens"],
         report_to=rest_fields["report_to"],

@@ -22,7 +22,7 @@ Backend = Literal["lora", "full", "scratch"]
 BACKENDS = ("lora", "full", "scratch")
 REST_METHODS = ("rest", "sft")
 RL_METHODS = ("grpo", "gspo")
-DPO_METHODS = ("dpo",)
+DPO_METHODS = ("dpo", "kto")  # preference training: pairs (DPO) or thumbs (KTO)
 METHODS = REST_METHODS + RL_METHODS + DPO_METHODS
 DATASETS = ("round", "grow")  # ReST: each round's elite alone, or every round's so far
 GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
@@ -520,7 +520,7 @@ def default_train_config(method: str) -> RestConfig | RLConfig | DPOConfig:
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if method in DPO_METHODS:
-        return DPOConfig()
+        return DPOConfig(method=method)  # type: ignore[arg-type]
     if method in RL_METHODS:
         return RLConfig(method=method)  # type: ignore[arg-type]
     return RestConfig(method=method)  # type: ignore[arg-type]
@@ -557,10 +557,16 @@ class DPOConfig:
     the adapter round 1; the gate on val decides which ships. The pairs are the trainer's data
     (`DPOTrainer(preferences=...)`, `--preferences FILE.jsonl`), not a setting.
 
+    `method="kto"` is KTO (TRL's KTOTrainer) on replies judged one by one, a thumb up or down
+    and no pair needed (`{"prompt", "completion", "label"}` lines; a pair counts as its chosen
+    reply up and its rejected one down); everything else is DPO's.
+
     Args:
-        method: `dpo`; the config's type picks the trainer.
-        beta: DPO's temperature on the log-ratio of policy to reference (TRL's default):
-            higher keeps the adapter closer to the base model.
+        method: `dpo` (pairs) or `kto` (thumbs); the config's type picks the trainer.
+        beta: DPO's (KTO's) temperature on the log-ratio of policy to reference (TRL's
+            default): higher keeps the adapter closer to the base model.
+        desirable_weight / undesirable_weight: KTO's weights on the thumbs-up and the
+            thumbs-down losses (to balance unequal counts; TRL's defaults, 1).
         max_tokens: completion cap of the val / test evaluations; truncated replies are
             counted and reported, never silently scored.
         gate: how the trained adapter becomes the shipped model, from per-example val scores:
@@ -577,8 +583,10 @@ class DPOConfig:
             the gate decides on what was learned). One round, so no patience.
     """
 
-    method: Literal["dpo"] = "dpo"
+    method: Literal["dpo", "kto"] = "dpo"
     beta: float = 0.1
+    desirable_weight: float = 1.0
+    undesirable_weight: float = 1.0
     max_tokens: int = 64
     gate: GateConfig | None = None
     gen_batch_size: int = 32
@@ -596,8 +604,19 @@ class DPOConfig:
         )
         _check(
             self.method in DPO_METHODS,
-            f"DPOConfig runs method dpo, got {self.method!r} (rest and sft take a RestConfig, "
-            "grpo and gspo an RLConfig)",
+            f"DPOConfig runs method dpo or kto, got {self.method!r} (rest and sft take a "
+            "RestConfig, grpo and gspo an RLConfig)",
+        )
+        for name in ("desirable_weight", "undesirable_weight"):
+            weight = getattr(self, name)
+            _check(math.isfinite(weight) and weight > 0, f"{name} must be > 0, got {weight}")
+            _check(
+                self.method == "kto" or weight == 1.0,
+                f"{name} weighs KTO's thumbs; --method dpo trains on pairs: use --method kto",
+            )
+        _check(
+            self.method != "kto" or self.train.batch_size >= 2,
+            "KTO's KL term compares replies within a batch: --batch-size must be >= 2",
         )
         _check_report_to(self.report_to)
         _check(

@@ -11,10 +11,15 @@ the chat template applies exactly as in SFT and in generation.
 the DPO adapter round 1, both scored on the task's val and test through the one engine; the
 gate `optimize` uses decides which ships (the ReST trainer's rounds, evaluation and gate:
 `DPOTrainer` is a one-round `RestTrainer` whose round trains on the pairs). Run directory as
-ReST's, with `rounds/1/pairs.jsonl` (the pairs trained on) beside `rounds/1/adapter/`."""
+ReST's, with `rounds/1/pairs.jsonl` (the pairs trained on) beside `rounds/1/adapter/`.
+
+`DPOConfig(method="kto")` runs KTO (TRL's `KTOTrainer`) the same way on replies judged one by
+one: a thumb up (`label` true) or down, no pair needed (`Judged`; a pair is its chosen reply
+up and its rejected one down). Its round trains on `rounds/1/judged.jsonl`."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -66,6 +71,34 @@ class PreferencePair:
         return dict(self.__dict__)
 
 
+@dataclass
+class Judged:
+    """One reply judged on its own (KTO's data): a thumb up (`desirable`) or down."""
+
+    example_id: str
+    prompt: list[Message]
+    completion: str
+    desirable: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def judged_to_dataset(judged: Sequence[Judged]) -> Any:
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [
+            {
+                "prompt": j.prompt,
+                "completion": [{"role": "assistant", "content": j.completion}],
+                "label": j.desirable,
+            }
+            for j in judged
+        ]
+    )
+
+
 def pairs_to_dataset(pairs: Sequence[PreferencePair]) -> Any:
     from datasets import Dataset
 
@@ -102,53 +135,110 @@ def dpo_train(
     from trl import DPOConfig as TRLDPOConfig
     from trl import DPOTrainer as TRLDPOTrainer
 
-    from selftaught.tracking import trl_report_to
-
     check_batch(len(pairs), cfg.batch_size, "preference pairs")
-    report = trl_report_to(report_to)  # a missing tracker fails before the temp folder
-    out = Path(tempfile.mkdtemp(prefix="selftaught-dpo-"))
-    args = TRLDPOConfig(
-        output_dir=str(out),
-        num_train_epochs=cfg.epochs,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
-        learning_rate=learning_rate,
-        lr_scheduler_type="cosine",
-        beta=beta,
-        max_length=cfg.max_length,
-        bf16=autocast_bf16(cfg, model),
-        gradient_checkpointing=False,  # as in SFT: a small model needs no memory savings
-        use_cpu=on_cpu(model),
-        logging_steps=1,
-        save_strategy="no",
-        **report,
-        run_name=run_name,
-        seed=seed,
-        data_seed=seed,
-        disable_tqdm=not progress,
-        **step_cap_args(cfg),
-    )
-    stopped: list[StopReason] = []
-    t0 = time.perf_counter()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            trainer = TRLDPOTrainer(
-                model=model,
-                args=args,
-                train_dataset=pairs_to_dataset(pairs),
-                processing_class=tokenizer,
-                callbacks=[time_cap(deadline, stopped)],
-            )
-        t_setup = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        result = trainer.train()
-        seconds = time.perf_counter() - t1
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-    model.eval()
-    counted = ("train_pairs", len(pairs))
-    return fine_tune_report(model, counted, result, trainer, [], seconds, t_setup, stopped)
+    run = _Fit(cfg, learning_rate, seed, progress, report_to, run_name, deadline)
+    data = pairs_to_dataset(pairs)
+    return run.fit(TRLDPOConfig, TRLDPOTrainer, model, tokenizer, data, ("train_pairs", len(pairs)),
+                   {"beta": beta})  # fmt: skip
+
+
+def kto_train(
+    model: Any,
+    tokenizer: Any,
+    judged: Sequence[Judged],
+    cfg: SFTTrainConfig,
+    *,
+    beta: float = 0.1,
+    weights: tuple[float, float] = (1.0, 1.0),
+    learning_rate: float = 5e-5,
+    seed: int = 0,
+    progress: bool = False,
+    report_to: str = "none",
+    run_name: str | None = None,
+    deadline: Deadline | None = None,
+) -> dict[str, Any]:
+    """Train the peft `model` in place on `judged` replies (KTO: each reply up or down on its
+    own, its KL term estimated within each batch, so in TRL's order); `weights` are the
+    (desirable, undesirable) losses' weights. As `dpo_train` otherwise."""
+    from trl import KTOConfig as TRLKTOConfig
+    from trl import KTOTrainer as TRLKTOTrainer
+
+    check_batch(len(judged), cfg.batch_size, "judged replies")
+    run = _Fit(cfg, learning_rate, seed, progress, report_to, run_name, deadline)
+    extra = {"beta": beta, "desirable_weight": weights[0], "undesirable_weight": weights[1]}
+    counted = ("train_judged", len(judged))
+    return run.fit(TRLKTOConfig, TRLKTOTrainer, model, tokenizer, judged_to_dataset(judged),
+                   counted, extra)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """One TRL preference fine-tune (DPO, KTO) on a peft model, in a temporary folder."""
+
+    cfg: SFTTrainConfig
+    learning_rate: float
+    seed: int
+    progress: bool
+    report_to: str
+    run_name: str | None
+    deadline: Deadline | None
+
+    def fit(
+        self,
+        config_type: Any,
+        trainer_type: Any,
+        model: Any,
+        tokenizer: Any,
+        dataset: Any,
+        counted: tuple[str, int],
+        extra: dict[str, Any],
+    ) -> dict[str, Any]:
+        from selftaught.tracking import trl_report_to
+
+        cfg = self.cfg
+        report = trl_report_to(self.report_to)  # a missing tracker fails before the folder
+        out = Path(tempfile.mkdtemp(prefix="selftaught-preference-"))
+        args = config_type(
+            output_dir=str(out),
+            num_train_epochs=cfg.epochs,
+            per_device_train_batch_size=cfg.batch_size,
+            gradient_accumulation_steps=cfg.grad_accum,
+            learning_rate=self.learning_rate,
+            lr_scheduler_type="cosine",
+            max_length=cfg.max_length,
+            bf16=autocast_bf16(cfg, model),
+            gradient_checkpointing=False,  # as in SFT: a small model needs no memory savings
+            use_cpu=on_cpu(model),
+            logging_steps=1,
+            save_strategy="no",
+            **report,
+            run_name=self.run_name,
+            seed=self.seed,
+            data_seed=self.seed,
+            disable_tqdm=not self.progress,
+            **step_cap_args(cfg),
+            **extra,
+        )
+        stopped: list[StopReason] = []
+        t0 = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                trainer = trainer_type(
+                    model=model,
+                    args=args,
+                    train_dataset=dataset,
+                    processing_class=tokenizer,
+                    callbacks=[time_cap(self.deadline, stopped)],
+                )
+            t_setup = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            result = trainer.train()
+            seconds = time.perf_counter() - t1
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        model.eval()
+        return fine_tune_report(model, counted, result, trainer, [], seconds, t_setup, stopped)
 
 
 def dpo_fit(
@@ -184,24 +274,44 @@ def dpo_fit(
 
 @dataclass(frozen=True)
 class Preferences:
-    """Preference pairs and where each came from (`file:line`), for errors that name it."""
+    """Preference pairs, replies judged one by one (KTO), and where each came from
+    (`file:line`), for errors that name it."""
 
     pairs: tuple[PreferencePair, ...]
     source: str
     lines: dict[str, int] = field(default_factory=dict)
+    judged: tuple[Judged, ...] = ()
 
     @classmethod
-    def of(cls, pairs: Sequence[PreferencePair], source: str = "preferences") -> Preferences:
-        """Pairs built in memory (a night's, a script's): each named by its id."""
-        return cls(tuple(pairs), source)
+    def of(
+        cls, items: Sequence[PreferencePair | Judged], source: str = "preferences"
+    ) -> Preferences:
+        """Pairs or judged replies built in memory (a night's, a script's): each named by its
+        id."""
+        pairs = tuple(p for p in items if isinstance(p, PreferencePair))
+        return cls(pairs, source, judged=tuple(j for j in items if isinstance(j, Judged)))
+
+    def unpaired(self) -> tuple[Judged, ...]:
+        """What KTO trains on: the judged replies, then each pair's chosen reply up and its
+        rejected one down."""
+        split = [
+            Judged(f"{p.example_id}:{side}", p.prompt, text, side == "chosen")
+            for p in self.pairs
+            for side, text in (("chosen", p.chosen), ("rejected", p.rejected))
+        ]
+        return (*self.judged, *split)
 
     def where(self, pair_id: str) -> str:
         line = self.lines.get(pair_id)
         return f"{self.source}:{line}" if line is not None else f"{self.source} (pair {pair_id})"
 
+    def items(self) -> list[PreferencePair | Judged]:
+        """The pairs, then the judged replies."""
+        return [*self.pairs, *self.judged]
+
     def sha256(self) -> str:
-        """A digest of the pairs (a resumed run must train on the same ones)."""
-        rows = [p.to_dict() for p in self.pairs]
+        """A digest of the pairs and judged replies (a resumed run trains on the same)."""
+        rows = [p.to_dict() for p in self.items()]
         return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
 
 
@@ -232,35 +342,55 @@ def _prompt(row: dict[str, Any], where: str) -> list[Message]:
 
 
 def read_preferences(path: str | Path) -> Preferences:
-    """The pairs of a preference JSONL file, one object a line: `{"prompt": str | messages,
-    "chosen": str, "rejected": str, "id"?: str}`. A malformed line, a duplicate id, or a file
-    that is missing or holds no pairs is a `TaskError` naming the file (and the line)."""
+    """The pairs and judged replies of a preference JSONL file, one object a line: a pair
+    `{"prompt": str | messages, "chosen": str, "rejected": str, "id"?: str}` or a reply judged
+    on its own `{"prompt", "completion": str, "label": true | false, "id"?}` (a thumb up or
+    down: KTO's). A malformed line, a duplicate id, or a file that is missing or holds nothing
+    is a `TaskError` naming the file (and the line)."""
     from selftaught.runs import iter_jsonl
 
     path = Path(path)
     if not path.is_file():
         raise TaskError(f"{path}: no such preference file (JSONL: prompt, chosen, rejected)")
-    pairs: list[PreferencePair] = []
+    items: list[PreferencePair | Judged] = []
     lines: dict[str, int] = {}
     for lineno, row in iter_jsonl(path, TaskError):
         where = f"{path}:{lineno}"
         raw_id = row.get("id", lineno)
         if isinstance(raw_id, bool) or not isinstance(raw_id, str | int) or str(raw_id) == "":
             raise TaskError(f"{where}: `id` must be a non-empty string or an integer")
-        pair_id = str(raw_id)
-        if pair_id in lines:
+        item_id = str(raw_id)
+        if item_id in lines:
             raise TaskError(
-                f"{where}: duplicate id {pair_id!r} (first used on line {lines[pair_id]})"
+                f"{where}: duplicate id {item_id!r} (first used on line {lines[item_id]})"
             )
-        prompt = _prompt(row, where)
-        chosen, rejected = _text(row, "chosen", where), _text(row, "rejected", where)
-        if chosen.strip() == rejected.strip():
-            raise TaskError(f"{where}: `chosen` and `rejected` are the same reply")
-        lines[pair_id] = lineno
-        pairs.append(PreferencePair(pair_id, prompt, chosen, rejected))
-    if not pairs:
+        lines[item_id] = lineno
+        items.append(
+            _judged(row, item_id, where) if "completion" in row else _pair(row, item_id, where)
+        )
+    if not items:
         raise TaskError(f"{path}: the file holds no preference pairs (empty JSONL file)")
-    return Preferences(tuple(pairs), str(path), lines)
+    return dataclasses.replace(Preferences.of(items, str(path)), lines=lines)
+
+
+def _pair(row: dict[str, Any], pair_id: str, where: str) -> PreferencePair:
+    prompt = _prompt(row, where)
+    chosen, rejected = _text(row, "chosen", where), _text(row, "rejected", where)
+    if chosen.strip() == rejected.strip():
+        raise TaskError(f"{where}: `chosen` and `rejected` are the same reply")
+    return PreferencePair(pair_id, prompt, chosen, rejected)
+
+
+def _judged(row: dict[str, Any], item_id: str, where: str) -> Judged:
+    if "chosen" in row or "rejected" in row:
+        raise TaskError(f"{where}: a line is a pair (chosen, rejected) or one judged reply "
+                        "(completion, label), not both")  # fmt: skip
+    label = row.get("label")
+    if not isinstance(label, bool):
+        raise TaskError(
+            f"{where}: `label` must be true (a thumb up) or false (down), got {label!r:.40}"
+        )
+    return Judged(item_id, _prompt(row, where), _text(row, "completion", where), label)
 
 
 def assert_no_held_out(prefs: Preferences, task: Task) -> None:
@@ -269,7 +399,7 @@ def assert_no_held_out(prefs: Preferences, task: Task) -> None:
     learned, and a file the user gave that holds one is refused, not trimmed."""
     check = LeakCheck.of_task(task)
     leaks = []
-    for p in prefs.pairs:
+    for p in prefs.items():
         leak = check.find(Demo.of(p.example_id, p.prompt, "", "correction"))
         if leak is not None:
             leaks.append(
@@ -294,7 +424,7 @@ class DPOResult(RestResult):
 
     @property
     def shipped(self) -> str:
-        return "base model" if self.best_round == 0 else "DPO adapter"
+        return "base model" if self.best_round == 0 else f"{self.method.upper()} adapter"
 
     @property
     def train_pairs(self) -> int:
@@ -322,7 +452,7 @@ class DPOTrainer(RestTrainer):
         task: Task,
         model: ModelLike | Path | None = None,
         *,
-        preferences: str | Path | Sequence[PreferencePair] | Preferences | None = None,
+        preferences: str | Path | Sequence[PreferencePair | Judged] | Preferences | None = None,
         output_dir: str | Path | None = None,
         callbacks: Sequence[TrainerCallback] = (),
         progress: bool = True,
@@ -352,11 +482,35 @@ class DPOTrainer(RestTrainer):
         return result
 
     def _check_batch(self) -> None:
-        batch = self.config.train.batch_size
+        batch, prefs = self.config.train.batch_size, self.preferences
+        if self.method == "kto":
+            return self._check_judged(batch)
+        if prefs.judged:
+            raise ConfigError(
+                f"{prefs.source} holds replies judged one by one (completion, label): DPO trains "
+                "on pairs (chosen, rejected); --method kto trains on thumbs"
+            )
         if len(self.pairs) < batch:
             raise ConfigError(
-                f"--batch-size {batch} can never be filled: {self.preferences.source} holds "
+                f"--batch-size {batch} can never be filled: {prefs.source} holds "
                 f"{len(self.pairs)} preference pairs; lower --batch-size or add pairs"
+            )
+
+    def _check_judged(self, batch: int) -> None:
+        """KTO: a thumb up and a thumb down at least (the loss weighs one against the
+        other), and one batch of judged replies."""
+        judged, source = self.preferences.unpaired(), self.preferences.source
+        ups = sum(j.desirable for j in judged)
+        if not ups or ups == len(judged):
+            side = "down" if ups else "up"
+            raise ConfigError(
+                f"{source} holds no reply judged {side}: KTO learns from thumbs up and down "
+                "(all of one kind is fine-tuning: --method sft, or rest)"
+            )
+        if len(judged) < batch:
+            raise ConfigError(
+                f"--batch-size {batch} can never be filled: {source} holds {len(judged)} "
+                "judged replies; lower --batch-size or add some"
             )
 
     @property
@@ -366,6 +520,8 @@ class DPOTrainer(RestTrainer):
     def run_config(self) -> dict[str, Any]:
         prefs = self.preferences
         digest = {"source": prefs.source, "pairs": len(prefs.pairs), "sha256": prefs.sha256()}
+        if prefs.judged:
+            digest["judged"] = len(prefs.judged)
         return {**super().run_config(), "preferences": digest}
 
     def _round_model(self, r: int, *, own: bool = False) -> Any:
@@ -376,40 +532,67 @@ class DPOTrainer(RestTrainer):
         return apply_adapter(self._fresh_base(), adapter).eval()
 
     def _round(self, r: int, current: Any, state: dict[str, Any]) -> Any:
-        """Train the adapter on the pairs from the base model; the gate decides."""
+        """Train the adapter on the pairs (KTO: the judged replies) from the base model; the
+        gate decides."""
         t0 = time.perf_counter()
         rdir = self.run.path("rounds", str(r))
-        write_jsonl(rdir / "pairs.jsonl", [p.to_dict() for p in self.pairs])
-        row: dict[str, Any] = {"round": r, "train_pairs": len(self.pairs)}
         model = prepare_trainable(self._fresh_base(), self.config.backend)
-        row["train"] = dpo_fit(
-            model,
-            self._tok,
-            self.pairs,
-            self.config,
-            progress=self.show_progress,
-            run_name=f"{self.run.root.name}-dpo",
-            deadline=self.deadline,
-        )
+        if self.method == "kto":
+            row, what = self._kto(model, rdir)
+        else:
+            write_jsonl(rdir / "pairs.jsonl", [p.to_dict() for p in self.pairs])
+            row = {"round": r, "train_pairs": len(self.pairs)}
+            row["train"] = dpo_fit(
+                model,
+                self._tok,
+                self.pairs,
+                self.config,
+                progress=self.show_progress,
+                run_name=f"{self.run.root.name}-dpo",
+                deadline=self.deadline,
+            )
+            what = f"DPO on {len(self.pairs)} preference pairs"
+        row["round"] = r
         save_atomic(model, rdir / "adapter")
         model = merged(model).eval()
-        what = f"DPO on {len(self.pairs)} preference pairs"
         return self._gate_round(r, model, current, state, row, t0, what=what, test=False)
+
+    def _kto(self, model: Any, rdir: Path) -> tuple[dict[str, Any], str]:
+        """KTO on the judged replies (each pair's two sides too): the row and its words."""
+        cfg, judged = self.config, self.preferences.unpaired()
+        write_jsonl(rdir / "judged.jsonl", [j.to_dict() for j in judged])
+        ups = sum(j.desirable for j in judged)
+        row: dict[str, Any] = {"train_judged": {"up": ups, "down": len(judged) - ups}}
+        row["train"] = kto_train(
+            model,
+            self._tok,
+            judged,
+            cfg.train,
+            beta=cfg.beta,
+            weights=(cfg.desirable_weight, cfg.undesirable_weight),
+            learning_rate=cfg.lr(),
+            seed=cfg.seed,
+            progress=self.show_progress,
+            report_to=cfg.report_to,
+            run_name=f"{self.run.root.name}-kto",
+            deadline=self.deadline,
+        )
+        return row, f"KTO on {ups} replies judged up and {len(judged) - ups} down"
 
 
 def _preferences(
-    given: str | Path | Sequence[PreferencePair] | Preferences | None,
+    given: str | Path | Sequence[PreferencePair | Judged] | Preferences | None,
 ) -> Preferences:
     if given is None:
         raise ConfigError(
             "DPO trains on preference pairs: give preferences=FILE.jsonl (--preferences), "
-            "one {prompt, chosen, rejected} object a line"
+            "one {prompt, chosen, rejected} object a line (KTO: {prompt, completion, label})"
         )
     if isinstance(given, Preferences):
         return given
     if isinstance(given, str | Path):
         return read_preferences(given)
     prefs = Preferences.of(list(given))
-    if not prefs.pairs:
+    if not prefs.pairs and not prefs.judged:
         raise ConfigError("DPO trains on preference pairs: none were given")
     return prefs

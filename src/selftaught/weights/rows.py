@@ -130,6 +130,7 @@ class RestRound:
     # `dataset="grow"`: what the round trained on (the kind, its size, the samples it added)
     dataset: Mapping[str, Any] | None = None
     train_pairs: int | None = None  # DPO: the preference pairs the adapter trained on
+    train_judged: Mapping[str, int] | None = None  # KTO: the replies judged up and down
     train: TrainStats | None = None  # what `sft_train` / `dpo_fit` reported
     val: EvalResult | None = None
     gate: GateResult | None = None
@@ -153,6 +154,8 @@ class RestRound:
             out["dataset"] = dict(self.dataset)
         if self.train_pairs is not None:
             out["train_pairs"] = self.train_pairs
+        if self.train_judged is not None:
+            out["train_judged"] = dict(self.train_judged)
         if self.train is not None:
             out["train"] = self.train.to_dict()
         out["trained"] = self.trained
@@ -187,6 +190,9 @@ class RestRound:
             sample_tool_use=d.get("sample_tool_use"),
             dataset=dict(d["dataset"]) if isinstance(d.get("dataset"), Mapping) else None,
             train_pairs=_int(d.get("train_pairs")),
+            train_judged=dict(d["train_judged"])
+            if isinstance(d.get("train_judged"), Mapping)
+            else None,
             train=TrainStats.from_dict(d["train"]) if isinstance(d.get("train"), Mapping) else None,
             val=_summary(d.get("val")),
             gate=GateResult.from_dict(gate) if isinstance(gate, Mapping) and gate else None,
