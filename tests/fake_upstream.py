@@ -6,7 +6,17 @@ a route it does not serve is answered 404 and recorded in `unknown` too. `routes
 routes (path without the query → `fn(handler, body)`; `tests.agent_upstream` serves the
 Anthropic Messages and OpenAI Responses APIs that way). `answer(messages)` gives the chat
 reply (or `chat_reply(body, headers)`, which sees the whole request): a string, or a dict
-`{"content": ..., "tool_calls": [...]}` (OpenAI shape)."""
+`{"content": ..., "tool_calls": [...]}` (OpenAI shape); a request for `n` choices gets `n`.
+
+It speaks vLLM's runtime LoRA API as vLLM does (`vllm/entrypoints/openai/models/serving.py`):
+`POST /v1/load_lora_adapter {"lora_name", "lora_path"}` answers 200 and a plain-text success,
+or 400 "has already been loaded" for a name it holds; `POST /v1/unload_lora_adapter
+{"lora_name"}` answers 404 for a name it does not hold; `/v1/models` lists each adapter (`id`
+its name, `root` its path, `parent` the base model), and a reply names the model asked for.
+`strict_models` answers 404 to a chat for a model it does not serve (vLLM's check), as
+vLLM does; off, any name is answered (the proxy tests send clients' names). Hooks make it lie
+as a stale server would: `listed_root(name, path)` is the path `/v1/models` gives, and
+`reply_model(asked)` the model a reply names."""
 
 from __future__ import annotations
 
@@ -57,8 +67,15 @@ class FakeUpstream:
         routes: dict[str, Route] | None = None,
         chat_reply: Callable[[dict[str, Any], dict[str, str]], str | dict[str, Any]] | None = None,
         port: int = 0,  # 0: a free one
+        strict_models: bool = False,
+        listed_root: Callable[[str, str], str] | None = None,
+        reply_model: Callable[[str], str] | None = None,
     ):
         self.answer = answer
+        self.strict_models = strict_models
+        self.listed_root = listed_root or (lambda name, path: path)
+        self.reply_model = reply_model or (lambda asked: asked)
+        self.adapters: dict[str, str] = {}  # LoRA adapters loaded: name -> path
         self.chat_reply = chat_reply  # (body, headers) -> reply; overrides `answer`
         self.model = model
         self.chunk_delay_s = chunk_delay_s
@@ -70,6 +87,7 @@ class FakeUpstream:
         self.calls: list[dict[str, Any]] = []  # every request, any route
         self.unknown: list[tuple[str, str]] = []  # (method, path) answered 404
         self.lora_loads: list[dict[str, Any]] = []  # vLLM's POST /v1/load_lora_adapter bodies
+        self.lora_unloads: list[str] = []  # names POST /v1/unload_lora_adapter dropped
         self.lock = threading.Lock()
         outer = self
 
@@ -110,7 +128,13 @@ class FakeUpstream:
                 path = self._record(None)
                 if path.endswith("/models"):
                     card = {"id": outer.model, "object": "model", "owned_by": "test"}
-                    return self._json(200, {"object": "list", "data": [card]})
+                    with outer.lock:
+                        loras = [
+                            {"id": name, "object": "model", "owned_by": "test",
+                             "root": outer.listed_root(name, root), "parent": outer.model}
+                            for name, root in outer.adapters.items()
+                        ]  # fmt: skip
+                    return self._json(200, {"object": "list", "data": [card, *loras]})
                 self._not_found(path)
 
             def do_DELETE(self) -> None:  # noqa: N802
@@ -127,8 +151,14 @@ class FakeUpstream:
                     return outer.routes[path](self, body)
                 if path.endswith("/load_lora_adapter"):
                     return self._load_lora(body)
+                if path.endswith("/unload_lora_adapter"):
+                    return self._unload_lora(body)
                 if not path.endswith("/chat/completions"):
                     return self._not_found(path)
+                asked = body.get("model")
+                if outer.strict_models and asked != outer.model and asked not in outer.adapters:
+                    message = f"The model `{asked}` does not exist."
+                    return self._json(404, {"error": {"message": message, "type": "NotFoundError"}})
                 with outer.lock:
                     outer.raw.append(raw)
                     outer.requests.append(body)
@@ -152,33 +182,60 @@ class FakeUpstream:
                     message: dict[str, Any] = {"role": "assistant", "content": text}
                     if calls:
                         message["tool_calls"] = calls
+                    n = body.get("n")
+                    n = n if isinstance(n, int) and 1 <= n <= 64 else 1
+                    choice = {
+                        "message": message,
+                        "finish_reason": "tool_calls" if calls else "stop",
+                    }
                     return self._json(
                         200,
                         {
                             "id": "chatcmpl-fake",
                             "object": "chat.completion",
                             "created": int(time.time()),
-                            "model": body.get("model", outer.model),
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "message": message,
-                                    "finish_reason": "tool_calls" if calls else "stop",
-                                }
-                            ],
+                            "model": outer.reply_model(body.get("model", outer.model)),
+                            "choices": [{"index": i, **choice} for i in range(n)],
                             "usage": usage,
                         },
                     )
                 self._stream(body, text, calls, usage, broken=fault == "broken")
 
             def _load_lora(self, body: dict) -> None:
-                """vLLM's runtime LoRA loading: 200 and a plain-text "Success" (a queued
-                fault status refuses it)."""
+                """vLLM's runtime LoRA loading: 200 and a plain-text success, 400 for a name
+                already loaded (a queued fault status refuses it)."""
+                name, path = body.get("lora_name"), body.get("lora_path")
                 with outer.lock:
                     outer.lora_loads.append(body)
                     fault = outer.faults.popleft() if outer.faults else "ok"
-                status = int(fault) if fault.isdigit() else 200
-                data = b"Success" if status == 200 else b"injected refusal"
+                    held = name in outer.adapters
+                    if not fault.isdigit() and not held:
+                        outer.adapters[name] = path
+                if fault.isdigit():
+                    return self._text(int(fault), "injected refusal")
+                if held:
+                    message = (
+                        f"The lora adapter '{name}' has already been loaded. If you want to "
+                        "load the adapter in place, set 'load_inplace' to True."
+                    )
+                    error = {"message": message, "type": "InvalidUserInput", "code": 400}
+                    return self._json(400, {"error": error})
+                self._text(200, f"Success: LoRA adapter '{name}' added successfully.")
+
+            def _unload_lora(self, body: dict) -> None:
+                name = body.get("lora_name")
+                with outer.lock:
+                    held = outer.adapters.pop(name, None) is not None
+                    if held:
+                        outer.lora_unloads.append(name)
+                if not held:
+                    message = f"The lora adapter '{name}' cannot be found."
+                    error = {"message": message, "type": "NotFoundError", "code": 404}
+                    return self._json(404, {"error": error})
+                self._text(200, f"Success: LoRA adapter '{name}' removed successfully.")
+
+            def _text(self, status: int, text: str) -> None:
+                data = text.encode()
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

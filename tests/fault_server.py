@@ -5,8 +5,7 @@ client's timeout), "429", "500", "503", "401", "empty". When the queue is empty 
 request is answered "ok". Answers come from `answer(messages)`: a text, or a message dict
 (with "tool_calls", or an explicit "finish_reason"). A request for n > 1
 choices gets n answers (`n_mode="support"`), a 500 as llama.cpp's server answers it
-("reject"), or one answer ("ignore"). `POST /v1/load_lora_adapter` (vLLM's runtime LoRA
-loading) adds the adapter's name to the served models and records it in `loaded`."""
+("reject"), or one answer ("ignore"). (vLLM's runtime LoRA API: `tests.fake_upstream`.)"""
 
 from __future__ import annotations
 
@@ -71,7 +70,6 @@ class FaultServer:
         self.n_mode = n_mode
         self.faults: deque[str] = deque()
         self.requests: list[dict[str, Any]] = []
-        self.loaded: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         server = self
 
@@ -95,11 +93,6 @@ class FaultServer:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
-                if self.path.rstrip("/").endswith("/load_lora_adapter"):
-                    with server.lock:
-                        server.loaded.append(body)
-                        server.models = (*server.models, body["lora_name"])
-                    return self._send(200, {"message": "Success"})
                 with server.lock:
                     server.requests.append(body)
                     fault = server.faults.popleft() if server.faults else "ok"

@@ -157,6 +157,39 @@ def test_a_vllm_upstream_loads_the_adopted_adapter_once_and_gets_requests_for_it
             assert ask().status_code == 200 and upstream.requests[-1]["model"] == "base-model"
 
 
+def test_a_restarted_proxy_finds_its_adapter_loaded_and_refuses_another_under_its_name(tmp_path):
+    """vLLM outlives the proxy: a proxy started again finds the adopted adapter already loaded
+    under its name (vLLM's 400) and uses it once `/v1/models` shows it was loaded from that
+    folder; a server that holds another folder under the name is refused (502), and no request
+    is sent to the name (stale weights would answer it)."""
+    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
+
+    home = tmp_path / "home"
+    stage_night(home, "n1", adapter=fake_adapter(tmp_path / "a1"))
+    staging.adopt(PROJECT, "n1", home=home)
+    adapter = str(staging.versions_dir(PROJECT, home) / "1" / "adapter")
+    for held, status in ((adapter, 200), ("/srv/other/adapter", 502)):
+        with FakeUpstream() as upstream:
+            upstream.adapters["demo-v1"] = held  # loaded before this proxy started
+            config = ProxyConfig(
+                upstream=f"{upstream.base_url}#base-model",
+                project=PROJECT,
+                port=0,
+                log_path=tmp_path / "log.db",
+                home=home,
+                lora=True,
+            )
+            with proxy_in_background(config) as (url, _):
+                body = {"messages": [{"role": "user", "content": "hi"}]}
+                answer = httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+            assert answer.status_code == status, answer.text
+            assert upstream.lora_loads == [{"lora_name": "demo-v1", "lora_path": adapter}]
+            if status == 200:
+                assert upstream.requests[-1]["model"] == "demo-v1"
+            else:
+                assert "from /srv/other/adapter, not" in answer.text and not upstream.requests
+
+
 def test_lora_needs_an_http_upstream():
     from selftaught.sleep.intake.proxy import ProxyConfig, ProxyError, build_upstream
 

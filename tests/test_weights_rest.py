@@ -482,26 +482,91 @@ def test_scorer_errors_are_no_samples_and_are_counted(tiny_dir, tmp_path, monkey
     assert history[1]["sample_errors"] == 2 and history[1]["samples"] == 6
 
 
-def test_sampling_through_a_server_loads_each_rounds_adapter_by_name(
-    tiny_dir, tmp_path, monkeypatch
-):
-    """--sampler-url: round 1 samples the base model from the server, round 2 the base plus
-    round 1's adapter, which the run first loads into the server (vLLM's runtime LoRA API)."""
-    from tests.fault_server import FaultServer
+class RightTask(EchoTask):
+    """Solved when the reply is 'right'."""
 
-    scripted_eval(monkeypatch, [0.25, 0.75, 1.0])
-    with FaultServer(answer=lambda m: "x") as server:
-        cfg = config(2)
-        cfg.sampler_url = server.base_url
-        cfg.sampler_base_model = "fake-model"
-        RestTrainer(cfg, EchoTask(), tiny_dir, output_dir=tmp_path / "run").train()
-    chats = [r for r in server.requests if "messages" in r]
-    assert len(chats) == 2 * 4  # one request per train prompt per round, n=2 samples each
-    assert all(r["n"] == 2 for r in chats)
-    models = [r["model"] for r in chats]
-    assert models[:4] == ["fake-model"] * 4
-    assert len(server.loaded) == 1 and set(models[4:]) == {server.loaded[0]["lora_name"]}
-    assert server.loaded[0]["lora_path"] == str((tmp_path / "run/rounds/1/adapter").resolve())
+    def score(self, output, example):
+        solved = float(output.strip() == "right")
+        return Score(solved, solved, "ok" if solved else "wrong")
+
+
+def vllm_like(**hooks):
+    """A scripted vLLM serving `base` with runtime LoRA loading: the base model answers train
+    prompts right and val / test prompts wrong, any adapter answers everything right."""
+    from tests.fake_upstream import FakeUpstream
+
+    def reply(body, headers):
+        asked = body["messages"][-1]["content"]
+        return "right" if body["model"] != "base" or "train" in asked else "wrong"
+
+    return FakeUpstream(model="base", chat_reply=reply, strict_models=True, **hooks)
+
+
+def served_config(url: str) -> RestConfig:
+    cfg = config(2)
+    cfg.sampler_url = url
+    return cfg
+
+
+def test_rounds_sample_and_evaluate_on_a_vllm_server_each_with_its_checked_adapter(
+    tiny_dir, tmp_path
+):
+    """--sampler-url: round 1 samples the base model on the server, round 2 round 1's
+    adapter, loaded once into the running server (vLLM's runtime LoRA API), listed there with
+    its folder; every round, round 0 too, is scored there; an
+    adapter no later round needs is unloaded, and the run leaves the server as it found it
+    (the check of what the server serves under a name: the stale tests below)."""
+    with vllm_like() as server:
+        trainer = RestTrainer(
+            served_config(server.base_url), RightTask(), tiny_dir, output_dir=tmp_path / "run"
+        )
+        result = trainer.train()
+    names = [body["lora_name"] for body in server.lora_loads]
+    assert len(names) == 2 and len(set(names)) == 2  # one load per round
+    for r, (name, body) in enumerate(zip(names, server.lora_loads, strict=True), start=1):
+        assert body["lora_path"] == str((tmp_path / f"run/rounds/{r}/adapter").resolve())
+        assert f"round{r}-" in name
+    chats = [(c["body"]["model"], c["body"]["messages"][-1]["content"]) for c in server.calls
+             if c["path"] == "/v1/chat/completions"]  # fmt: skip
+    sampled = [model for model, asked in chats if "train" in asked]
+    assert sampled == ["base"] * 4 + [names[0]] * 4  # round 2 samples with round 1's adapter
+    val = [model for model, asked in chats if "val" in asked]
+    assert val == ["base"] * 4 + [names[0]] * 4 + [names[1]] * 4
+    assert result.best_round == 1 and result.shipped_test.hard == 1.0  # scored on the server
+    assert result.base_test.hard == 0.0
+    assert sorted(server.lora_unloads) == sorted(names) and server.adapters == {}
+
+
+def test_a_stale_adapter_on_the_sampler_server_stops_the_run_loudly(tiny_dir, tmp_path):
+    """The server lists the round's adapter name with another folder (it kept another
+    adapter under that name): the run stops with an error naming both, and no request ever
+    named the adapter (ART #661: rollouts silently used stale adapters)."""
+    from selftaught.models.vllm import StaleAdapter
+
+    with vllm_like(listed_root=lambda name, path: "/old/run/rounds/1/adapter") as server:
+        trainer = RestTrainer(
+            served_config(server.base_url), RightTask(), tiny_dir, output_dir=tmp_path / "run"
+        )
+        with pytest.raises(StaleAdapter, match="from /old/run/rounds/1/adapter, not /"):
+            trainer.train()
+    name = server.lora_loads[0]["lora_name"]
+    assert all(
+        c["body"]["model"] != name for c in server.calls if c["path"].endswith("/completions")
+    )
+
+
+def test_a_reply_that_did_not_come_from_the_adapter_stops_the_run(tiny_dir, tmp_path):
+    """The server lists the adapter but answers requests for it as the base model: a fatal
+    error, never round 1's val scored on the base's replies."""
+    from selftaught.models.errors import FatalBackendError
+
+    with vllm_like(reply_model=lambda asked: "base") as server:
+        trainer = RestTrainer(
+            served_config(server.base_url), RightTask(), tiny_dir, output_dir=tmp_path / "run"
+        )
+        with pytest.raises(FatalBackendError, match="the reply came from 'base'"):
+            trainer.train()
+    assert len(server.lora_loads) == 1 and not (tmp_path / "run/rounds/2").exists()
 
 
 def test_sampler_url_needs_lora_from_the_base():

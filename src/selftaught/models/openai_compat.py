@@ -70,9 +70,13 @@ class OpenAICompatModel(AsyncChatModel):
         timeout_s: float = CALL_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         sign: Signer | None = None,
+        strict_model: bool = False,
     ):
         """`sign`: headers to add to each request, made from its path and body (a night marks
-        its own calls so that a selftaught proxy in front of this model does not log them)."""
+        its own calls so that a selftaught proxy in front of this model does not log them).
+        `strict_model`: a reply must name the model asked for (vLLM names a LoRA adapter's
+        replies after it; one that answers as another model, e.g. its base, is a fatal
+        error, never a reply of the adapter's)."""
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
         # an endpoint the spec names gets the key given for it, never the user's OpenAI key
         key = api_key or (os.environ.get("OPENAI_API_KEY") if base_url is None else None)
@@ -93,6 +97,7 @@ class OpenAICompatModel(AsyncChatModel):
         self._checked = False
         self._n_supported: bool | None = None  # None: not tried yet
         self._sign = sign
+        self.strict_model = strict_model
 
     def _client(self) -> openai.AsyncOpenAI:
         return self._clients.get(
@@ -213,6 +218,12 @@ class OpenAICompatModel(AsyncChatModel):
                 if n > 1 and _rejects_n(err):
                     raise _NRejected from err
                 raise classify_openai_error(self.backend, err) from err
+            if self.strict_model and resp.model != self.model:
+                raise FatalBackendError(
+                    self.backend,
+                    f"asked for model {self.model!r}, the reply came from {resp.model!r}: the "
+                    "server did not use the adapter asked for",
+                )
             choices = sorted(resp.choices or [], key=lambda c: c.index)
             if not choices:
                 raise TransientBackendError(self.backend, "reply had no choices")

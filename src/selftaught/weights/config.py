@@ -218,11 +218,13 @@ class RestConfig:
         budget: most calls / tokens the run's sampling and val evaluations may spend;
             hitting it ends the run cleanly with the best round so far (test evaluations
             are outside it).
-        sampler_url: sample through this OpenAI-compatible server instead of in process
-            (e.g. vLLM started with `--enable-lora` and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True):
-            each round's LoRA adapter is loaded into it by name (`/v1/load_lora_adapter`).
-            Needs the lora backend, fine-tuning from the base each round.
-        sampler_base_model: the name the server gives the base model (round 0's sampler).
+        sampler_url: sample and evaluate every round on this vLLM server instead of in process
+            (started by `selftaught vllm-up`: `--enable-lora`,
+            VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): each round's LoRA adapter is loaded into
+            it by name (`/v1/load_lora_adapter`), checked to be the one it serves under that
+            name, and unloaded once no later round needs it. Needs the lora backend,
+            fine-tuning from the base each round.
+        sampler_base_model: the name the server gives the base model (round 0).
         seed: sampling and training seed.
         report_to: send TRL's training logs to `trackio`, `mlflow` or `wandb` (`none`: off;
             see `selftaught.tracking`).

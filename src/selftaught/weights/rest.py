@@ -4,12 +4,13 @@ Each round: sample k completions per train prompt at temperature > 0 from the cu
 score each with the task → keep the elite → fine-tune (from the base model by default, as in
 ReST-EM) → evaluate on val → the gate decides. The base model is round 0. Sampling and
 evaluation go through the one engine (`ChatModel` → `rollout` → `evaluation`): the model being
-trained is wrapped by `LocalModel.from_pretrained_model`, or `sampler_url` names an
-OpenAI-compatible server that serves it. The gate is the one `optimize` uses (margin / paired
-test on per-example val scores): a round that beats the best by the margin ships (`best/`);
-one that is worse than the current model is not sampled from next; a run that never improves
-ships the base model and says so. A round that keeps fewer elite samples than one training
-batch stops the run at once, with advice, instead of sampling again for nothing.
+trained is wrapped by `LocalModel.from_pretrained_model`, or `sampler_url` names a vLLM
+server that serves the base model and loads each round's adapter (`weights.served`). The
+gate is the one `optimize` uses (margin / paired test on per-example val scores): a round
+that beats the best by the margin ships (`best/`); one that is worse than the current model is
+not sampled from next; a run that never improves ships the base model and says so. A round
+that keeps fewer elite samples than one training batch stops the run at once, with advice,
+instead of sampling again for nothing.
 
 Run directory:
     config.json          settings (a resume with other settings is refused)
@@ -57,6 +58,7 @@ from selftaught.weights.sampling import (
     reference_samples,
     samples_from_rollouts,
 )
+from selftaught.weights.served import RoundServer
 from selftaught.weights.sft import (
     apply_adapter,
     load_causal_lm,
@@ -167,6 +169,10 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         self._teacher: ChatModel | None = None  # `teacher_model`, loaded when first sampled
         self._base: Any = None
         self._tok: Any = None
+        self.server: RoundServer | None = None  # `sampler_url`: the rounds on a vLLM server
+        url = getattr(config, "sampler_url", None)  # DPO's config has none
+        if url:
+            self.server = RoundServer(url, config.sampler_base_model, self.run.root)
 
     @staticmethod
     def _check_fit(task: Task, config: RestConfig, method: str) -> None:
@@ -255,20 +261,16 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         return apply_adapter(start, rdir / "adapter").eval()
 
     @contextlib.contextmanager
-    def _chat(
-        self, model: Any, r: int, ledger: UsageLedger, *, sampling: bool = False
-    ) -> Iterator[ChatModel]:
+    def _chat(self, model: Any, r: int, ledger: UsageLedger) -> Iterator[ChatModel]:
         """Round r's model behind the chat protocol, every call charged to `ledger`, closed
         after use (an engine lets go of its KV and prefix caches at once, not at the next
-        garbage collection). With `sampler_url`, sampling goes to that server (evaluation
-        stays in process, so every round is scored the same way)."""
+        garbage collection). With `sampler_url`, round r's model on that server (sampling
+        and evaluation alike, so every round is scored by the same engine)."""
         served: ChatModel
         if model is None:
             served = RandomStrategyModel(self.task, seed=self.config.seed)
-        elif sampling and self.config.sampler_url:
-            from selftaught.weights.served import served_round_model
-
-            served = served_round_model(self.config, self.run.root, r)
+        elif self.server is not None:
+            served = self.server.model(r)
         else:
             from selftaught.models.local import LocalModel
 
@@ -349,7 +351,7 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         """Who is sampled: the teacher (`teacher_model`: model distillation, its calls role
         `teacher`), else round r's model."""
         if not self.config.teacher_model:
-            with self._chat(model, r, self.ledger, sampling=True) as chat:
+            with self._chat(model, r, self.ledger) as chat:
                 yield chat
             return
         if self._teacher is None:
@@ -367,6 +369,24 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
+        with self._unloading():
+            return self._train()
+
+    @contextlib.contextmanager
+    def _unloading(self) -> Iterator[None]:
+        """With a sampler server, the adapters the run loaded are unloaded when it ends
+        (after an error too, as far as the server still answers)."""
+        try:
+            yield
+        except BaseException:
+            if self.server is not None:
+                with contextlib.suppress(Exception):
+                    self.server.close()
+            raise
+        if self.server is not None:
+            self.server.close()
+
+    def _train(self) -> RestResult:
         t_start = time.perf_counter()
         resuming = self._begin()  # the resume check, on_start, this invocation's clock
         state = self.run.load_state() or {}
@@ -484,6 +504,8 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             row["test"] = tested.summary()
             self._scored(r, tested, "candidate")
         self._apply_decision(r, model, val, result, state)
+        if self.server is not None:  # no later round samples from or ships the others
+            self.server.keep_only({int(state["current_round"]), int(state["best_round"])})
         row.update(best_round=state["best_round"], seconds=round(time.perf_counter() - t0, 1))
         state["without_accept"] = (
             0 if accepted(result.decision) else state.get("without_accept", 0) + 1

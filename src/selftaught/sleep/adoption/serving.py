@@ -20,8 +20,10 @@ its own versions and adapter, `adoption/skill_units.py`) and for a canary's stag
 `LoraRoute` does the same for a vLLM upstream started with `--enable-lora` (and
 `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`): each adapter is loaded once through vLLM's
 `POST /v1/load_lora_adapter`, the project's under the name `<project>-v<N>`, a skill's under
-`<project>-<skill>-v<N>`, and requests are sent to that name; a version without an adapter is
-sent to the base model.
+`<project>-<skill>-v<N>`, checked to be the one vLLM serves under that name
+(`models.vllm.load_lora`: a restarted proxy finds it loaded and goes on; a server holding
+another adapter under the name is refused), and requests are sent to that name; a version
+without an adapter is sent to the base model.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from selftaught.errors import BackendError, ConfigError
+from selftaught.errors import ConfigError
 from selftaught.models.base import AsyncChatModel, Completion, GenerationParams, Message
 from selftaught.models.fingerprint import fingerprint_path
 from selftaught.models.local import LocalModel
+from selftaught.models.vllm import load_lora
 from selftaught.sleep.adoption.inject import RoutedSkill
 from selftaught.sleep.paths import read_adopted
 
@@ -181,7 +184,7 @@ class FollowAdopted(AsyncChatModel):
 class LoraRoute:
     """Which model name a vLLM upstream serves a request under: its routed skill's adapter,
     else the project's adopted one, loading it there the first time (one load per adapter; a
-    failed load is an error, never the base)."""
+    failed or unchecked load is an error, never the base)."""
 
     def __init__(self, project: str, home: Path | None, base_model: str | None) -> None:
         self.project, self.home, self.base_model = project, home, base_model
@@ -212,26 +215,6 @@ class LoraRoute:
         key = _adapter_key(folder, self._keys)
         async with self._lock:
             if key not in self._loaded:
-                await _load_lora(client, base_url, headers, folder, name)
+                await load_lora(client, base_url, name, str(folder), headers)
                 self._loaded[key] = name
             return self._loaded[key]
-
-
-async def _load_lora(
-    client: Any, base_url: str, headers: dict[str, str], folder: Path, name: str
-) -> None:
-    """vLLM's runtime LoRA load of `folder` under `name` (BackendError: it refused)."""
-    body = {"lora_name": name, "lora_path": str(folder)}
-    try:
-        resp = await client.post(f"{base_url}/load_lora_adapter", json=body, headers=headers)
-    except Exception as err:  # noqa: BLE001 - httpx's network errors
-        raise BackendError(
-            "vllm", f"could not reach the upstream to load an adapter: {err}"
-        ) from err
-    if resp.status_code >= 400:
-        raise BackendError(
-            "vllm",
-            f"the upstream refused to load adapter {folder} "
-            f"(HTTP {resp.status_code}: {resp.text[:300]}); is it vLLM started "
-            "with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?",
-        )
