@@ -28,7 +28,7 @@ OTHER_FLAGS = {
     "--no-session-persistence", "--out", "--output-format", "--password", "--permission-mode",
     "--prefix", "--print", "--retry", "--retry-connrefused", "--retry-delay", "--sandbox",
     "--served-model-name", "--settings", "--skip-git-repo-check", "--strict", "--verbose",
-    "--version", "--budget-", "--with-api-key",
+    "--version", "--budget-", "--with-api-key", "--max-model-len",
     # other programs' flags in the operations and development pages (pip, venv, build, docker,
     # pg_dump / pg_restore, tar, useradd, systemctl)
     "--no-index", "--no-isolation", "--system-site-packages", "--upgrade", "--build-arg",

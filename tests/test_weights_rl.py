@@ -4,6 +4,7 @@ completions are truncated."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from types import SimpleNamespace
@@ -192,6 +193,37 @@ def test_vllm_server_and_options_reach_trls_config(tmp_path):
     assert (args.max_steps, args.beta, args.importance_sampling_level) == (3, 0.02, "sequence")
     plain = RLTrainer(RLConfig(), SumTask(), output_dir=tmp_path / "other").grpo_args(use_cpu=True)
     assert not plain.use_vllm and plain.importance_sampling_level == "token"
+
+
+def test_trls_vllm_modes_reach_its_config_and_are_checked(tmp_path):
+    """`vllm_mode`: colocate hands TRL its GPU share; server needs a URL, colocate none."""
+    from selftaught.weights.config import ConfigError
+    from selftaught.weights.rl import RLTrainer
+
+    cfg = RLConfig(vllm_mode="colocate", vllm_gpu_memory_utilization=0.45)
+    args = RLTrainer(cfg, SumTask(), output_dir=tmp_path / "run").grpo_args(use_cpu=True)
+    assert args.use_vllm and args.vllm_mode == "colocate"
+    assert args.vllm_gpu_memory_utilization == 0.45 and args.vllm_server_base_url is None
+    cfg = RLConfig(vllm_mode="server", vllm_server_url="http://10.0.0.5:8000")
+    args = RLTrainer(cfg, SumTask(), output_dir=tmp_path / "other").grpo_args(use_cpu=True)
+    assert args.vllm_mode == "server" and args.vllm_server_base_url == "http://10.0.0.5:8000"
+    with pytest.raises(ConfigError, match="needs the server's URL: --vllm-server"):
+        RLConfig(vllm_mode="server")
+    with pytest.raises(ConfigError, match="drop --vllm-server"):
+        RLConfig(vllm_mode="colocate", vllm_server_url="http://10.0.0.5:8000")
+
+
+def test_grpo_on_vllm_without_vllm_installed_is_refused_before_anything_runs(tmp_path):
+    from selftaught.errors import MissingDependency
+    from selftaught.weights.rl import RLTrainer
+
+    pytest.importorskip("accelerate")
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    trainer = RLTrainer(RLConfig(vllm_mode="colocate"), SumTask(), output_dir=tmp_path / "run")
+    with pytest.raises(MissingDependency, match="--vllm-mode colocate needs vLLM"):
+        trainer.train()
+    assert not (tmp_path / "run" / "config.json").exists()
 
 
 def test_a_budget_charges_every_scored_completion_and_stops_training(tmp_path):

@@ -232,3 +232,81 @@ def serve_cmd(
         allow_remote=allow_remote,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
     )
+
+
+@app.command("vllm-up", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@friendly_errors
+def vllm_up_cmd(
+    ctx: typer.Context,
+    model: Annotated[
+        str, typer.Option(help="The local model vLLM serves: local, local:PATH or a folder.")
+    ] = "local",
+    purpose: Annotated[
+        str,
+        typer.Option(
+            "--for",
+            help="rest: ReST's --sampler-url and the proxy's --lora (runtime LoRA loading on); "
+            "grpo: TRL's server mode (--vllm-server; TRL's own command).",
+        ),
+    ] = "rest",
+    adapter: Annotated[
+        list[Path] | None,
+        typer.Option(help="An adapter folder to make room for (its rank sets --max-lora-rank)."),
+    ] = None,
+    lora_rank: Annotated[
+        int | None,
+        typer.Option(help="Largest LoRA rank to serve (default: --adapter's, else 16)."),
+    ] = None,
+    served_name: Annotated[
+        str, typer.Option(help="The base model's name on the server (rest).")
+    ] = "base",
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = LOOPBACK,
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Print the command instead of running it.")
+    ] = False,
+) -> None:
+    """Start vLLM for selftaught (or print the command): the model, runtime LoRA, the rank.
+
+    Arguments after `--` go to `vllm serve` as they are."""
+    import os
+    import sys
+
+    from selftaught.models.embedded import resolve_local_path
+    from selftaught.models.spec import parse_model_spec
+    from selftaught.models.vllm import adapter_rank, require_vllm, serve_command
+
+    if purpose not in ("rest", "grpo"):
+        raise InputError(f"--for takes rest or grpo, got {purpose!r}")
+    spec = parse_model_spec(model)
+    if spec.backend != "local":
+        raise InputError(f"vllm-up serves a local model (local, local:PATH), not {model!r}")
+    ranks = [adapter_rank(a) for a in adapter or []]
+    rank = max([r for r in (lora_rank, *ranks) if r is not None], default=16)
+    command = serve_command(
+        resolve_local_path(spec.model or None),
+        purpose="grpo" if purpose == "grpo" else "rest",
+        served_name=served_name,
+        max_lora_rank=rank,
+        host=host,
+        port=port,
+        extra=tuple(ctx.args),
+    )
+    url = f"http://{host}:{port}"
+    out.print(command.line(), markup=False, highlight=False, soft_wrap=True)  # for a script
+    uses = (
+        [f"selftaught train --method grpo ... --vllm-server {url}"]
+        if purpose == "grpo"
+        else [
+            f"selftaught train --method rest ... --sampler-url {url}/v1 "
+            f"--sampler-base-model {served_name}",
+            f"selftaught proxy --upstream '{url}/v1#{served_name}' --lora ...",
+        ]
+    )
+    for use in uses:
+        console.print(f"then: {use}", markup=False, highlight=False, soft_wrap=True)
+    if print_only:
+        return
+    require_vllm("selftaught vllm-up")
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", *command.argv[1:]]
+    os.execve(sys.executable, argv, {**os.environ, **command.env})

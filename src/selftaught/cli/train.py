@@ -79,6 +79,8 @@ RL_ONLY_OPTIONS = (
     "--max-completion-length",
     "--steps",
     "--vllm-server",
+    "--vllm-mode",
+    "--vllm-gpu-memory",
     "--loss-type",
     "--reward",
 )
@@ -191,7 +193,9 @@ RL_FLAGS = {
     "num_generations": "num_generations",
     "max_completion_length": "max_completion_length",
     "steps": "steps",
+    "vllm_mode": "vllm_mode",
     "vllm_server_url": "vllm_server",
+    "vllm_gpu_memory_utilization": "vllm_gpu_memory",
     "loss_type": "loss_type",
 }
 DPO_FLAGS = {

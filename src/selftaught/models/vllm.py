@@ -189,9 +189,9 @@ def serve_command(
     if purpose == "grpo":
         from trl.scripts.vllm_serve import ScriptArguments, build_command
 
-        argv = build_command(ScriptArguments(model=str(model_path), host=host, port=port))
-        serve = argv.index("serve")  # `python -m vllm.entrypoints.cli.main serve ...`
-        return VllmCommand(("vllm", *argv[serve:], *extra), {"VLLM_SERVER_DEV_MODE": "1"})
+        trl = build_command(ScriptArguments(model=str(model_path), host=host, port=port))
+        serve = trl.index("serve")  # `python -m vllm.entrypoints.cli.main serve ...`
+        return VllmCommand(("vllm", *trl[serve:], *extra), {"VLLM_SERVER_DEV_MODE": "1"})
     argv = (
         "vllm",
         "serve",
@@ -214,6 +214,6 @@ def require_vllm(what: str) -> None:
     """Refuse, in one sentence, what needs vLLM on a machine without it."""
     if importlib.util.find_spec("vllm") is None:
         raise MissingDependency(
-            f"{what} needs vLLM, which is not installed here: on a machine with a GPU, "
-            "`pip install vllm` (its wheel brings its own CUDA build of torch)"
+            f"{what} needs vLLM, which is not installed here: `pip install vllm` on a machine "
+            "with a GPU"
         )

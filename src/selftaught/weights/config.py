@@ -357,8 +357,14 @@ class RLConfig:
         eval_max_tokens: token cap of the greedy val / test evaluations.
         gate: whether the trained model is shipped instead of the start model, from
             per-example val scores (see RestConfig.gate; None: the task's default gate).
-        vllm_server_url: generate the groups with a vLLM server in TRL's server mode
-            (start it with `trl vllm-serve --model PATH`); needs `vllm` installed.
+        vllm_mode: generate the groups with vLLM through TRL's own integration (needs `vllm`
+            and a GPU): `server` sends them to a vLLM server at `vllm_server_url`, which
+            the trainer pushes its weights into after each step (start it with `selftaught
+            vllm-up --for grpo`); `colocate` runs vLLM inside the training process, sharing
+            its GPU. Unset: `server` when `vllm_server_url` is given, else no vLLM.
+        vllm_server_url: the vLLM server of TRL's server mode (e.g. http://127.0.0.1:8000).
+        vllm_gpu_memory_utilization: the share of the GPU's memory vLLM takes in `colocate`
+            mode (TRL's default; the training takes the rest).
         budget: most completions (`calls`) / completion tokens the training may sample; when
             a step ends past it, training stops there and the gate decides on what was
             learned (val and test evaluations are outside it).
@@ -383,7 +389,9 @@ class RLConfig:
     truncation_warn: float = 0.5
     eval_max_tokens: int = 64
     gate: GateConfig | None = None
+    vllm_mode: Literal["server", "colocate"] | None = None
     vllm_server_url: str | None = None
+    vllm_gpu_memory_utilization: float = 0.3
     budget: Budget = field(default_factory=Budget)
     seed: int = 0
     backend: BackendConfig = field(default_factory=BackendConfig)
@@ -417,6 +425,7 @@ class RLConfig:
         _check(self.reward in ("soft", "hard"), f"reward must be soft or hard, got {self.reward!r}")
         self.rewards = check_rewards(self.rewards)
         self._check_loss_type()
+        self._check_vllm()
         _check(
             self.learning_rate is None or self.learning_rate > 0,
             f"learning rate (--lr) must be > 0, got {self.learning_rate}",
@@ -447,6 +456,30 @@ class RLConfig:
             "loss_type vespo weighs sequences itself: it needs --method grpo (token-level "
             "importance sampling)",
         )
+
+    def _check_vllm(self) -> None:
+        _check(
+            self.vllm_mode in (None, "server", "colocate"),
+            f"vllm_mode must be server or colocate (or unset), got {self.vllm_mode!r}",
+        )
+        _check(
+            self.vllm_mode != "server" or bool(self.vllm_server_url),
+            "--vllm-mode server needs the server's URL: --vllm-server http://HOST:PORT",
+        )
+        _check(
+            self.vllm_mode != "colocate" or not self.vllm_server_url,
+            "--vllm-mode colocate runs vLLM inside the training process: drop --vllm-server",
+        )
+        _check(
+            0 < self.vllm_gpu_memory_utilization <= 1,
+            "vllm_gpu_memory_utilization must be in (0, 1], got "
+            f"{self.vllm_gpu_memory_utilization}",
+        )
+
+    @property
+    def vllm(self) -> str | None:
+        """How TRL generates with vLLM: `server`, `colocate`, or None (no vLLM)."""
+        return self.vllm_mode or ("server" if self.vllm_server_url else None)
 
     @property
     def importance_sampling_level(self) -> str:

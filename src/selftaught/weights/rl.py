@@ -14,8 +14,9 @@ A task with tools trains on whole episodes through TRL's own `environment_factor
 (the adapter is `weights.trl_env`): the model calls the task's tools during generation, tool
 results are masked out of the loss by TRL, and the reward is the task's `score_episode`.
 
-Past one machine: `vllm_server_url` has TRL generate with a vLLM server (`trl vllm-serve
---model PATH`), and the run works under `accelerate launch` (see the README)."""
+On a GPU: `vllm_mode` has TRL generate the groups with vLLM, on a server (`vllm_server_url`,
+started by `selftaught vllm-up --for grpo`) or colocated in the training process. Past one
+machine the run works under `accelerate launch` (see docs/train.md)."""
 
 from __future__ import annotations
 
@@ -406,16 +407,22 @@ class RLTrainer(WeightTrainer[RLConfig, RLResult]):
         }
 
     def grpo_args(self, use_cpu: bool, **extra: Any) -> Any:
-        """TRL's GRPOConfig for this run (vLLM generation in server mode when asked)."""
+        """TRL's GRPOConfig for this run (vLLM generation, server or colocated, when asked)."""
         from trl import GRPOConfig
 
         cfg = self.config
         vllm: dict[str, Any] = {}
-        if cfg.vllm_server_url:
+        if cfg.vllm == "server":
             vllm = {
                 "use_vllm": True,
                 "vllm_mode": "server",
                 "vllm_server_base_url": cfg.vllm_server_url,
+            }
+        elif cfg.vllm == "colocate":
+            vllm = {
+                "use_vllm": True,
+                "vllm_mode": "colocate",
+                "vllm_gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
             }
         return GRPOConfig(
             output_dir=str(self.run.path("checkpoints")),
@@ -450,6 +457,10 @@ class RLTrainer(WeightTrainer[RLConfig, RLResult]):
 
         from selftaught.models.embedded import resolve_local_path
 
+        if self.config.vllm is not None:  # before anything is written or loaded
+            from selftaught.models.vllm import require_vllm
+
+            require_vllm(f"--vllm-mode {self.config.vllm}")
         t_start = time.perf_counter()
         main = PartialState().is_main_process
         if main:
