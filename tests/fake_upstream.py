@@ -13,8 +13,8 @@ It speaks vLLM's runtime LoRA API as vLLM does (`vllm/entrypoints/openai/models/
 or 400 "has already been loaded" for a name it holds; `POST /v1/unload_lora_adapter
 {"lora_name"}` answers 404 for a name it does not hold; `/v1/models` lists each adapter (`id`
 its name, `root` its path, `parent` the base model), and a reply names the model asked for.
-`strict_models` answers 404 to a chat for a model it does not serve (vLLM's check), as
-vLLM does; off, any name is answered (the proxy tests send clients' names). Hooks make it lie
+`strict_models` answers 404 to a chat for a model it does not serve, as vLLM does; off, any
+name is answered (the proxy tests send clients' names). Hooks make it lie
 as a stale server would: `listed_root(name, path)` is the path `/v1/models` gives, and
 `reply_model(asked)` the model a reply names."""
 
