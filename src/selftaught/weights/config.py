@@ -305,8 +305,8 @@ class RestConfig:
         _check(self.gen_batch_size >= 1, f"gen_batch_size must be >= 1, got {self.gen_batch_size}")
         _check(
             self.teacher_model is None or self.sampler_url is None,
-            "teacher_model samples the teacher, never the student: sampler_url (--sampler-url) "
-            "would serve nothing",
+            "teacher_model samples the teacher, never the student: sampler_url (--sampler-url, "
+            "the student's rounds on vLLM) is not offered with it",
         )
         if self.sampler_url is not None:
             _check(
