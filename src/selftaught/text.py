@@ -6,6 +6,13 @@ from __future__ import annotations
 import re
 
 _WORD = re.compile(r"[a-z0-9]+")
+# English words too common to say what a text is about (bm25s's list): a request that shares
+# only these with a skill's card or a kind's words is not of it (routing, kinds, clustering)
+STOP_WORDS = frozenset(
+    ("a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is",
+     "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there",
+     "these", "they", "this", "to", "was", "will", "with")
+)  # fmt: skip
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 

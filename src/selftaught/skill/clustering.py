@@ -1,9 +1,10 @@
 """Lexical grouping of texts by intent: TF-IDF vectors, seeded spherical k-means, then merges.
 
 No model is needed and the result is the same on every run with the same seed. A text's
-vector holds its words that carry letters (numbers name an instance, not an intent), weighted
+vector holds its words that carry letters (numbers name an instance, not an intent) and are no
+English stop word (`text.STOP_WORDS`: they are in most texts of every intent), weighted
 by sublinear term frequency times a smoothed inverse document frequency that is 0 for a word
-every text holds ("what", "is" in a task whose items all ask "What is ..."), L2-normalised.
+every text holds ("what" in a task whose items all ask "What is ..."), L2-normalised.
 
 Grouping: k-means (k-means++ seeding from `seed`) over-splits on purpose (about twice as many
 groups as the texts could fill at `min_size` each, at most `2 * max_groups`); groups whose
@@ -25,14 +26,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from selftaught.text import words
+from selftaught.text import STOP_WORDS, words
 
 Vector = dict[str, float]
 
 
 def intent_tokens(text: str) -> list[str]:
-    """The words of `text` that can carry an intent: those with a letter in them."""
-    return [w for w in words(text) if not w.isdigit()]
+    """The words of `text` that can carry an intent: those with a letter in them, English stop
+    words left out (a kind held together by "the" and "in" is no intent)."""
+    return [w for w in words(text) if not w.isdigit() and w not in STOP_WORDS]
 
 
 def tfidf_vectors(texts: Sequence[str]) -> list[Vector]:
@@ -48,6 +50,12 @@ def tfidf_vectors(texts: Sequence[str]) -> list[Vector]:
         vec = {w: (1 + math.log(c)) * idf[w] for w, c in doc.items() if idf[w] > 0}
         out.append(_normalized(vec))
     return out
+
+
+def word_vector(text: str) -> Vector:
+    """One text's vector with no corpus to weigh its words against: sublinear term frequency
+    alone, L2-normalised (how one request is compared with the kinds' centroids)."""
+    return _normalized({w: 1 + math.log(c) for w, c in Counter(intent_tokens(text)).items()})
 
 
 def _normalized(vec: Vector) -> Vector:
