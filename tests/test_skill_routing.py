@@ -1,11 +1,11 @@
-"""Routing among many skills: BM25 over each skill's description and tasks."""
+"""Routing among many skills: kinds first, then BM25 over each skill's description and tasks."""
 
 from __future__ import annotations
 
 import pytest
 
 from selftaught.errors import InputError
-from selftaught.skill.routing import SkillCard, SkillRouter, check_name, slug_name
+from selftaught.skill.routing import Route, SkillCard, SkillRouter, check_name, slug_name
 
 pytest.importorskip("bm25s")
 
@@ -89,3 +89,33 @@ def test_stop_words_alone_route_nowhere() -> None:
     router = SkillRouter([SkillCard("sql-queries", "Write the SQL for the orders database")])
     assert router.route("what is the weather like").skill is None
     assert router.route("the orders of the day").skill == "sql-queries"
+
+
+def test_kinds_route_first_and_the_cards_of_skills_that_are_no_kind_the_rest() -> None:
+    """A request of a kind goes to that kind's skill, or to none when the kind has no skill
+    here (however well another card fits it); a skill that is a kind is never routed by its
+    card; a request of no kind is routed by the cards of the skills that are no kind."""
+    from selftaught.skill.routing import KindIndex
+
+    kinds = KindIndex(
+        {
+            "sql-queries": {"orders": 0.6, "sql": 0.6, "customers": 0.52},
+            "release-notes": {"release": 0.6, "notes": 0.6, "merged": 0.52},
+        }
+    )
+    router = SkillRouter(
+        [
+            SkillCard("sql-queries", "Anything about the orders database and its invoices"),
+            SkillCard("invoice-help", "Explain an invoice line: taxes, orders and release dates"),
+        ],
+        kinds,
+    )
+    sql = router.route("SQL for the orders of our customers")
+    assert (sql.skill, sql.kind, sql.runner_up) == ("sql-queries", "sql-queries", None)
+    assert sql.score >= kinds.similarity
+    notes = router.route("release notes for what was merged")  # fits invoice-help's card too
+    assert (notes.skill, notes.kind) == (None, "release-notes")
+    invoice = router.route("explain this invoice: taxes and dates")  # of no kind: cards
+    assert (invoice.skill, invoice.kind) == ("invoice-help", None)
+    assert router.route("the orders database and its invoices").skill == "invoice-help"
+    assert router.route("zebra giraffe") == router.route("") == Route(None, 0.0)

@@ -259,3 +259,206 @@ def test_a_forget_takes_a_forgotten_rows_words_out_of_the_kinds(tmp_path):
     assert not any(w in kinds_file for w in words)
     (left,) = load_kinds(PROJECT, tmp_path)  # his kind went, id and all; the other's rebuilt
     assert left.centroid and "alpha" in left.terms
+
+
+# ---- routing a request by its kind ------------------------------------------------------------
+
+HEADS = {  # two kinds of request, each in three wordings
+    "fruit": (
+        "Fruit stall, apples and pears: what is {a} + {b}?",
+        "Apples and pears at the fruit stall: what is {a} + {b}?",
+        "At the fruit stall, pears then apples: what is {a} + {b}?",
+    ),
+    "invoice": (
+        "Invoice ledger totals: what is {a} + {b}?",
+        "Ledger of invoice totals: what is {a} + {b}?",
+        "Totals in the invoice ledger: what is {a} + {b}?",
+    ),
+}
+PARAPHRASES = {  # wordings no night saw
+    "fruit": (
+        "How much do apples and pears cost at the fruit stall, 4 and 9?",
+        "Pears plus apples from the fruit stall: 3 and 8, total?",
+        "The fruit stall sold apples for 5 and pears for 7; the sum?",
+        "fruit stall: apples 2, pears 3. add them",
+    ),
+    "invoice": (
+        "What is the invoice ledger total of 3 and 4?",
+        "Invoice ledger: what are the totals of 40 and 12?",
+        "Sum the invoice totals in the ledger: 10, 7.",
+        "Two invoice totals from the ledger, 5 and 9: add them up",
+    ),
+}
+UNSEEN = "What is the weather in Paris today?"  # of a kind no night saw; shares "what"
+
+
+def _two_kinds(home) -> dict[str, str]:
+    """A night's kinds of the fruit and the invoice requests, saved as kinds.json: each
+    intent's kind id."""
+    tasks = [
+        _task(head.format(a=3 * i + 1, b=5 * i + 2), f"{name}-{i}-{j}")
+        for name, heads in HEADS.items()
+        for i in range(4)
+        for j, head in enumerate(heads)
+    ]
+    found = find_kinds(tasks, (), KindConfig(), "n1")
+    save_kinds(PROJECT, home, found.kinds)
+    ids = {name: {t.kind for t in tasks if t.id.startswith(name)} for name in HEADS}
+    assert len(found.kinds) == 2 and all(len(kinds) == 1 for kinds in ids.values())
+    return {name: kinds.pop() for name, kinds in ids.items()}
+
+
+def _adopt_kind_skill(home, kind: str, intent: str, adapter: bytes | None = None) -> None:
+    """Adopt kind `kind`'s skill (its train tasks on its card, as a night stages it), with an
+    adapter when `adapter` (its weights' bytes)."""
+    from selftaught.runs import atomic_write_json
+    from selftaught.sleep.adoption.skill_units import (
+        StagedSkill,
+        adopt_skill,
+        skill_adapter_dir,
+        write_skill_proposal,
+    )
+    from selftaught.sleep.night.records import AdapterRecord
+    from tests.test_sleep_skill_adapters import fake_adapter
+
+    folder = staging.nights_dir(PROJECT, home) / f"n-{kind}"
+    record = None
+    if adapter is not None:
+        fake_adapter(skill_adapter_dir(folder, kind), adapter)
+        record = AdapterRecord(dir="adapter", method="sft", base_model="local")
+    tasks = tuple(head.format(a=1, b=2) for head in HEADS[intent])
+    entry = StagedSkill(kind, f"Answer the {intent} questions.", "staged", "accepted",
+                        tasks=tasks, adapter=record)  # fmt: skip
+    write_skill_proposal(folder, PROJECT, entry, f"RULE {intent}", home)
+    report = {"kind": staging.NIGHT_KIND, "night": folder.name, "project": PROJECT,
+              "status": "staged", "skills": [entry.to_dict()]}  # fmt: skip
+    atomic_write_json(folder / "report.json", report)
+    adopt_skill(PROJECT, kind, home=home)
+
+
+def _route(home, text: str):
+    from selftaught.sleep.adoption.skill_units import route_request
+
+    return route_request(PROJECT, home, [{"role": "user", "content": text}])
+
+
+def test_a_request_of_a_kind_with_no_skill_is_not_served_another_kinds_skill(tmp_path):
+    """Only the fruit kind has a skill: an invoice request, and one of a kind no night saw,
+    share "what" with the fruit skill's card (the card router alone sends them there) but are
+    of no fruit kind: they get no skill (the project's, or the base); a fruit request gets
+    the fruit skill."""
+    from selftaught.skill.routing import SkillRouter
+    from selftaught.sleep.adoption.skill_units import adopted_skills
+
+    kinds = _two_kinds(tmp_path)
+    _adopt_kind_skill(tmp_path, kinds["fruit"], "fruit")
+    cards = SkillRouter([s.card for s in adopted_skills(PROJECT, tmp_path)])
+    invoice = PARAPHRASES["invoice"][0]
+    assert cards.route(invoice).skill == cards.route(UNSEEN).skill == kinds["fruit"]
+    routed, decision = _route(tmp_path, invoice)
+    assert routed is None and decision is not None
+    assert (decision.route.skill, decision.route.kind, decision.version) == (
+        None,
+        kinds["invoice"],
+        0,
+    )
+    routed, decision = _route(tmp_path, UNSEEN)
+    assert routed is None and decision is not None and decision.route.kind is None
+    routed, decision = _route(tmp_path, PARAPHRASES["fruit"][0])
+    assert routed is not None and decision is not None
+    assert (routed.name, routed.skill, decision.route.kind) == (
+        kinds["fruit"],
+        "RULE fruit",
+        kinds["fruit"],
+    )
+
+
+def test_with_both_kinds_adopted_each_paraphrase_routes_to_its_own_kinds_skill(tmp_path):
+    kinds = _two_kinds(tmp_path)
+    for intent, kind in kinds.items():
+        _adopt_kind_skill(tmp_path, kind, intent)
+    for intent, texts in PARAPHRASES.items():
+        for text in texts:
+            routed, decision = _route(tmp_path, text)
+            assert routed is not None and decision is not None, text
+            assert (routed.name, decision.route.kind) == (kinds[intent], kinds[intent]), text
+            assert decision.route.score >= KindConfig().similarity
+    assert _route(tmp_path, UNSEEN)[0] is None
+
+
+def test_the_local_upstream_answers_a_kind_with_no_skill_with_the_projects_adapter(tmp_path):
+    """Through the proxy: the fruit kind's skill has its adapter, the project has a shared
+    one; an invoice request, or one of an unseen kind, is answered by the shared adapter,
+    never the fruit kind's."""
+    from tests.test_sleep_adapters import stage_night
+    from tests.test_sleep_skill_adapters import Merges, _ask, _local_proxy, fake_adapter
+
+    home = tmp_path / "home"
+    kinds = _two_kinds(home)
+    stage_night(home, "p1", skill="", adapter=fake_adapter(tmp_path / "shared", b"shared"))
+    staging.adopt(PROJECT, "p1", home=home)
+    _adopt_kind_skill(home, kinds["fruit"], "fruit", adapter=b"f1")
+    running, _ = _local_proxy(home, tmp_path, Merges())
+    with running as (url, _):
+        fruit = PARAPHRASES["fruit"][1]
+        assert _ask(url, fruit) == f"adapter {kinds['fruit']}/f1: {fruit[:12]}"
+        invoice = PARAPHRASES["invoice"][0]
+        assert _ask(url, invoice) == f"adapter demo/shared: {invoice[:12]}"
+        assert _ask(url, UNSEEN) == f"adapter demo/shared: {UNSEEN[:12]}"
+
+
+def test_routing_reads_and_indexes_the_kinds_once_until_kinds_json_changes(tmp_path, monkeypatch):
+    """Routing costs the request's words, not a rebuild: 40 requests read kinds.json, index
+    its centroids and build the router once; a night that writes kinds.json again (a new
+    kind) is read once more, and its new kind routes."""
+    from selftaught.skill.routing import KindIndex, SkillRouter
+    from selftaught.sleep.night import kinds as kinds_module
+
+    kinds = _two_kinds(tmp_path)
+    for intent, kind in kinds.items():
+        _adopt_kind_skill(tmp_path, kind, intent)
+    weather = [_task(f"Weather in {city}: rain or sun tomorrow?", f"w{i}")
+               for i, city in enumerate(("Paris", "Oslo", "Rome", "Lima"))]  # fmt: skip
+    later = find_kinds(weather, load_kinds(PROJECT, tmp_path), KindConfig(), "n2")  # next night's
+    calls: dict[str, int] = {"read": 0, "index": 0, "router": 0}
+
+    def counted(name, real):
+        def wrapper(*args, **kw):
+            calls[name] += 1
+            return real(*args, **kw)
+
+        return wrapper
+
+    monkeypatch.setattr(kinds_module, "_read", counted("read", kinds_module._read))
+    monkeypatch.setattr(KindIndex, "__post_init__", counted("index", KindIndex.__post_init__))
+    monkeypatch.setattr(SkillRouter, "__init__", counted("router", SkillRouter.__init__))
+    texts = [*PARAPHRASES["fruit"], *PARAPHRASES["invoice"]] * 5
+    routes = [_route(tmp_path, text)[1] for text in texts]
+    assert [r.route.kind for r in routes if r is not None] == [
+        kinds["fruit" if text in PARAPHRASES["fruit"] else "invoice"] for text in texts
+    ]
+    rain = "Rain or sun in Berlin tomorrow? The weather, please."
+    assert _route(tmp_path, rain)[1] == _route(tmp_path, UNSEEN)[1]  # of no kind yet
+    assert calls == {"read": 1, "index": 1, "router": 1}
+    save_kinds(PROJECT, tmp_path, later.kinds)
+    (new,) = later.new
+    for _ in range(10):
+        _, decision = _route(tmp_path, rain)
+        assert decision is not None and (decision.route.kind, decision.route.skill) == (new, None)
+    assert calls == {"read": 2, "index": 2, "router": 2}
+
+
+def test_a_starting_skills_card_takes_only_the_requests_of_no_known_kind(tmp_path):
+    """The night asks each request the proxy's question: a user's SKILL.md whose description
+    shares words with a known kind's requests does not take them (they are of that kind); it
+    takes the requests of no kind that its card routes."""
+    from selftaught.skill.routing import SkillCard
+
+    kinds = _two_kinds(tmp_path)
+    user = SkillCard("stall-weather", "Weather at the fruit stall: rain or sun at the market")
+    tonight = [_task(text, f"p{i}") for i, text in enumerate(PARAPHRASES["fruit"])]
+    market = "Will rain or sun come to the market on day {}?"
+    tonight += [_task(market.format(i), f"m{i}") for i in range(4)]
+    found = find_kinds(tonight, load_kinds(PROJECT, tmp_path), KindConfig(), "n2", seeds=[user])
+    assert [t.kind for t in tonight] == [kinds["fruit"]] * 4 + ["stall-weather"] * 4
+    assert found.new == ("stall-weather",)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from selftaught.sleep.adoption.skill_units import (
     adopt_skill,
     adopted_skills,
     rollback_skill,
+    route_request,
     skill_names,
     write_skill_proposal,
 )
@@ -430,6 +432,16 @@ def test_a_night_with_two_intents_stages_two_skills_each_adopted_alone(tmp_path,
     assert staging.current_version(Unit(PROJECT, by_rule["alpha"]), home) == 1
     assert staging.current_version(Unit(PROJECT, by_rule["beta"]), home) == 0  # not adopted
     assert staging.current_version(PROJECT, home) == 0
+    # the proxy routes by the night's kinds: a beta request shares "needs" and "what" with
+    # alpha's card, but is of beta's kind, which has no skill adopted: it gets none
+    deadline = time.monotonic() + 10  # a Postgres proxy lists the adopted skills every 1 s
+    while not adopted_skills(PROJECT, home) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for rule, skill in (("alpha", by_rule["alpha"]), ("beta", None)):
+        text = f"{INTENTS[rule]} [needs {rule}] What is 40 + 2?"
+        routed, decision = route_request(PROJECT, home, [{"role": "user", "content": text}])
+        assert (routed.name if routed else None) == skill
+        assert decision is not None and decision.route.kind == by_rule[rule]
 
 
 def test_auto_adopt_adopts_each_accepted_skill_and_the_next_night_starts_from_them(tmp_path):

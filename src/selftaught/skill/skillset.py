@@ -44,6 +44,7 @@ from selftaught.results import RunResult, Score
 from selftaught.skill.clustering import group_texts, top_terms
 from selftaught.skill.routing import (
     DESCRIPTION_MAX,
+    KindIndex,
     SkillCard,
     SkillNameError,
     SkillRouter,
@@ -584,8 +585,9 @@ class ClusterTask:
 
 class WholeVal:
     """Scores of the whole val served with routing: each example gets the skill its route picks
-    among the served skills (no skill when unrouted), on the model that serves that skill
-    (`targets`, else `target`), scored once per skill hash and model (cached)."""
+    among the served skills (no skill when unrouted; with `kinds`, routed as the proxy routes:
+    `SkillRouter`), on the model that serves that skill (`targets`, else `target`), scored once
+    per skill hash and model (cached)."""
 
     def __init__(
         self,
@@ -595,11 +597,13 @@ class WholeVal:
         clusters: Sequence[TaskCluster],
         cache: Any,
         targets: dict[str, Any] | None = None,
+        kinds: KindIndex | None = None,
     ):
         from selftaught.evaluation import ScoreCache
         from selftaught.skill.documents import TrainedDocument
 
         self.task, self.target, self.config, self.cache = task, target, config, cache
+        self.kinds = kinds
         self.targets = dict(targets or {})
         # a skill hash names the text, not the weights that read it: one cache per model
         self.caches = {name: ScoreCache() for name in self.targets}
@@ -617,7 +621,7 @@ class WholeVal:
         from selftaught.rollout import RolloutConfig
 
         cards = [card for name, card in self.cards.items() if name in served]
-        router = SkillRouter(cards) if cards else None
+        router = SkillRouter(cards, self.kinds) if cards else None
         by_body: dict[tuple[str, str | None], list[Example]] = {}
         for ex in self.val:
             skill = router.route(ex.prompt_text()).skill if router is not None else None
@@ -727,6 +731,7 @@ def train_skill_set(
     progress: bool = True,
     console: Any = None,
     targets: dict[str, Any] | None = None,
+    kinds: KindIndex | None = None,
 ) -> SkillSetResult:
     """Cluster `task` (or take `clusters`), train one skill per cluster with `SkillTrainer`
     (`config`: a `SkillOptConfig`, used by every cluster's run), gate each on its own val and on
@@ -734,7 +739,9 @@ def train_skill_set(
     skills themselves are not written anywhere: `SkillSetResult.accepted` holds them
     (`skill_dir.write_skill_files` writes them as SKILL.md files). `targets`: the model that
     serves a cluster's skill when it is not `model` (cluster name -> model, e.g. the base
-    with that skill's own adapter): its skill is trained and measured there."""
+    with that skill's own adapter): its skill is trained and measured there. `kinds`: the kinds
+    a request is routed by before the cards (a night's, as its proxy routes), for the whole-val
+    check."""
     run = SkillSetRun(
         task,
         model,
@@ -748,6 +755,7 @@ def train_skill_set(
         progress=progress,
         console=console,
         targets=targets,
+        kinds=kinds,
     )
     return run.train()
 
@@ -770,6 +778,7 @@ class SkillSetRun:
         progress: bool = True,
         console: Any = None,
         targets: dict[str, Any] | None = None,
+        kinds: KindIndex | None = None,
     ):
         from rich.console import Console
 
@@ -792,6 +801,7 @@ class SkillSetRun:
         self.targets = {name: resolve_model(m) for name, m in (targets or {}).items()}
         self.analyst = TrackedModel(self.analyst_model, self.ledger, "optimizer")
         self.callbacks = tuple(callbacks)
+        self.kinds = kinds
         self.progress = progress
         self.console = console or Console(stderr=True, quiet=not progress)
 
@@ -815,7 +825,7 @@ class SkillSetRun:
         from selftaught.models.usage import TrackedModel
 
         own = {n: TrackedModel(m, self.ledger, "target") for n, m in self.targets.items()}
-        whole = WholeVal(self.task, self.target, self.config, clusters, cache, own)
+        whole = WholeVal(self.task, self.target, self.config, clusters, cache, own, self.kinds)
         served = {c.name: c.start.body for c in clusters if c.start is not None}
         start_served = dict(served)
         outcomes: list[SkillOutcome] = []

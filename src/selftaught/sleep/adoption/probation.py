@@ -483,12 +483,12 @@ def skill_probations(
     """The probation of each of the project's adopted skills (see the module doc), from one
     read of its rows."""
     from selftaught.sleep.adoption.inject import request_text
-    from selftaught.sleep.adoption.skill_units import adopted_skills, router_for
+    from selftaught.sleep.adoption.skill_units import adopted_skills, project_router
 
     skills = adopted_skills(project, home)
     if not skills:
         return []
-    router = router_for(skills)
+    router = project_router(project, home, skills)
     memo: dict[str, str | None] = {}
 
     def routes_to(it: Interaction) -> str | None:

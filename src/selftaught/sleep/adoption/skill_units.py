@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.runs import atomic_write_text
-from selftaught.skill.routing import Route, SkillCard, SkillRouter
+from selftaught.skill.routing import KindIndex, Route, SkillCard, SkillRouter
 from selftaught.skill.skill_md import render_skill_md
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import RoutedSkill, check_no_markers, request_text
@@ -437,18 +437,27 @@ _routers: dict[tuple[tuple[str, int], ...], SkillRouter] = {}
 _routers_lock = threading.Lock()
 
 
-def router_for(skills: list[AdoptedSkill]) -> SkillRouter:
-    """The BM25 router over these skills' cards (built once per set of skill versions)."""
+def _router_for(skills: list[AdoptedSkill], kinds: KindIndex | None = None) -> SkillRouter:
+    """The router over these skills and the project's kinds (`kinds.kind_index`), built once
+    per set of skill versions and kinds (the same `kinds` object until kinds.json changes)."""
     key = tuple((s.name, s.version) for s in skills)
     with _routers_lock:
         found = _routers.get(key)
-    if found is None:
-        found = SkillRouter([s.card for s in skills])
+    if found is None or found.kinds is not kinds:
+        found = SkillRouter([s.card for s in skills], kinds)
         with _routers_lock:
             if len(_routers) > 64:  # old sets of versions
                 _routers.clear()
             _routers[key] = found
     return found
+
+
+def project_router(project: str, home: Path | None, skills: list[AdoptedSkill]) -> SkillRouter:
+    """How the proxy routes a request among the project's adopted `skills`: kinds first, by
+    the kinds its nights found, then the cards of the skills that are no kind."""
+    from selftaught.sleep.night.kinds import kind_index
+
+    return _router_for(skills, kind_index(project, home))
 
 
 @dataclass(frozen=True)
@@ -470,7 +479,8 @@ class SkillRoute:
         try:
             version = int(d.get("version") or 0)
             route = Route(d.get("skill"), float(d.get("score") or 0.0), d.get("runner_up"),
-                          float(d.get("runner_up_score") or 0.0))  # fmt: skip
+                          float(d.get("runner_up_score") or 0.0),
+                          d["kind"] if isinstance(d.get("kind"), str) else None)  # fmt: skip
         except (TypeError, ValueError):
             return None
         return cls(route, version)
@@ -484,7 +494,7 @@ def route_request(
     skills = adopted_skills(project, home)
     if not skills:
         return None, None
-    route = router_for(skills).route(request_text(messages))
+    route = project_router(project, home, skills).route(request_text(messages))
     chosen = next((s for s in skills if s.name == route.skill), None)
     if chosen is None:
         return None, SkillRoute(route, 0)

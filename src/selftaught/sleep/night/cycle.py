@@ -1252,7 +1252,7 @@ def _remember(night: NightResult, mined: _Mined, config: SleepConfig, home: Path
                                      mined.rest, mined.private_ids, config.recall_max)  # fmt: skip
         night.recall = dataclasses.replace(night.recall, pool_after=pool_after)
     if mined.kinds is not None:
-        save_kinds(night.project, home, mined.kinds.kinds)
+        save_kinds(night.project, home, mined.kinds.kinds, mined.kinds.similarity)
     if mined.weak_waiting is not None:
         remember_waiting(night.project, home, mined.weak_waiting)
 

@@ -7,16 +7,27 @@ Real traffic is many kinds of request, drifting from night to night. Each night 
 it uses (mined tonight or recalled) a kind, found from the requests' own words, no label needed:
 
 1. a recalled task keeps the kind it had;
-2. with many skills, a task the router sends to a starting skill that is no kind yet (a user's
-   SKILL.md, a skill adopted before kinds) takes that skill's name as its kind;
-3. the others are grouped by intent (`skill.clustering`: TF-IDF, seeded k-means, merges at
+2. a task of a known kind takes it: the question the proxy asks of each request it routes
+   (`skill.routing.KindIndex`: the kind whose centroid the request's words are most like, when
+   their cosine reaches `similarity`), so a request the proxy sends to a kind's skill is one
+   the night trains and measures that skill on;
+3. with many skills, a task of no known kind that the router sends to a starting skill that is
+   no kind yet (a user's SKILL.md, a skill adopted before kinds) takes that skill's name as its
+   kind (`SkillRouter`: its card, as the proxy routes a request of no kind);
+4. the others are grouped by intent (`skill.clustering`: TF-IDF, seeded k-means, merges at
    `similarity`), their words weighed against every kind known too (each kind's words count as
    one more text), so a night with one kind of traffic still tells its words apart;
-4. a group whose centroid reaches `similarity` (cosine) with a known kind's is that kind (its
+5. a group whose centroid reaches `similarity` (cosine) with a known kind's is that kind (its
    centroid tonight blends the stored one with its recalled tasks'); else it founds a new kind,
    named by its heaviest words (a valid skill name, unique in the project);
-5. a request too rare to be grouped (under `min_tasks` like it) joins the kind it is most like;
+6. a request too rare to be grouped (under `min_tasks` like it) joins the kind it is most like;
    one that shares no word with any joins tonight's largest kind.
+
+One threshold says "of this kind" for a group and for one request alike: kinds.json records
+the `similarity` its night used, and the proxy routes by it (`kind_index`: read once, again
+when the file changes). One request carries its own words (a name, a quoted text) that a
+group's centroid averages away, so a request of a kind with long instance text can fall short
+of it: the proxy then serves it no kind's skill, the safe side.
 
 A kind's id never changes; its centroid follows its traffic (tonight's centroid blended with the
 stored one, so a kind that drifts keeps its id) and only tonight's traffic moves it: a quiet
@@ -28,11 +39,13 @@ deletes a kind it took the last of (`forget_words`).
 A task's kind is its tag for the gate's per-tag veto (`kind:<id>`, `split.NightTask`): a night
 whose candidate gains on one kind while it loses another kind's val items beyond their noise is
 refused, and the report measures each kind apart (`KindRecord`, report.json `kinds[]`). With many
-skills a kind's skill is the skill of the same name (`night/skills.py`).
+skills a kind's skill is the skill of the same name (`night/skills.py`), its whole-val check
+routing each val task by the kinds as they will be after tonight (`NightKinds.index`).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,10 +61,10 @@ from selftaught.skill.clustering import (
     cosine,
     group_vectors,
     heaviest,
-    intent_tokens,
     tfidf_vectors,
+    word_vector,
 )
-from selftaught.skill.routing import SkillCard
+from selftaught.skill.routing import KIND_SIMILARITY, KindIndex, SkillCard, SkillRouter
 from selftaught.skill.skillset import fallback_name, unique_name
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.records import KindRecord, ValPairRecord
@@ -76,9 +89,11 @@ def kind_tag(kind: str) -> str:
 class KindConfig:
     """How a night finds the kinds of its requests (`kinds.py`)."""
 
-    similarity: float = 0.5
+    similarity: float = KIND_SIMILARITY
     """Two groups of requests whose word centroids reach this cosine are one kind: within a
-    night they merge, and tonight's group joins a known kind it reaches."""
+    night they merge, and tonight's group joins a known kind it reaches. One request is of the
+    kind its words are most like when they reach it: the night's first look at each task and
+    the proxy's routing (kinds.json records it)."""
     min_tasks: int = 3
     """Fewest requests that found a new kind; a rarer one joins the kind it is most like."""
     max_groups: int = 8
@@ -138,12 +153,20 @@ def kinds_path(project: str, home: Path | None = None) -> Path:
 
 def load_kinds(project: str, home: Path | None = None) -> tuple[Kind, ...]:
     """The project's kinds (none before its first night)."""
-    path = kinds_path(project, home)
+    return _read(kinds_path(project, home))[0]
+
+
+def _read(path: Path) -> tuple[tuple[Kind, ...], float]:
+    """A kinds file's kinds and the `similarity` its night used."""
     if not path.is_file():
-        return ()
+        return (), KIND_SIMILARITY
     data = read_json(path)
     try:
-        return tuple(Kind.from_dict(d) for d in data["kinds"])
+        kinds = tuple(Kind.from_dict(d) for d in data["kinds"])
+        similarity = float(data.get("similarity") or KIND_SIMILARITY)
+        if not 0.0 < similarity <= 1.0:
+            raise ValueError(f"similarity {similarity} is not in (0, 1]")
+        return kinds, similarity
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise KindsError(
             f"{path}: not a kinds file ({err}); delete it and the next night finds the kinds "
@@ -151,8 +174,48 @@ def load_kinds(project: str, home: Path | None = None) -> tuple[Kind, ...]:
         ) from err
 
 
-def save_kinds(project: str, home: Path | None, kinds: Sequence[Kind]) -> None:
-    atomic_write_json(kinds_path(project, home), {"kinds": [k.to_dict() for k in kinds]})
+def save_kinds(
+    project: str,
+    home: Path | None,
+    kinds: Sequence[Kind],
+    similarity: float = KIND_SIMILARITY,
+) -> None:
+    data = {"kinds": [k.to_dict() for k in kinds], "similarity": similarity}
+    atomic_write_json(kinds_path(project, home), data)
+
+
+def index_of(kinds: Sequence[Kind], similarity: float) -> KindIndex:
+    """What a request is routed by: each kind's centroid, and the cosine that makes it one."""
+    return KindIndex({k.id: dict(k.centroid) for k in kinds}, similarity)
+
+
+_indexes: dict[Path, tuple[tuple[int, int, int], KindIndex | None]] = {}
+_indexes_lock = threading.Lock()
+
+
+def kind_index(project: str, home: Path | None = None) -> KindIndex | None:
+    """The project's kinds as the proxy routes a request among them (None before its first
+    night): read and indexed once, again only when kinds.json changes (a night replaces it
+    atomically: a new inode, size or time), so routing a request rebuilds nothing. A file
+    that cannot be read routes as none does (the next night names it)."""
+    path = kinds_path(project, home)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+    with _indexes_lock:
+        cached = _indexes.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    try:
+        kinds, similarity = _read(path)
+        index: KindIndex | None = index_of(kinds, similarity)
+    except (RunError, OSError):  # KindsError, JSON that is not, a file gone since the stat
+        index = None
+    with _indexes_lock:
+        _indexes[path] = (stamp, index)
+    return index
 
 
 def forget_words(
@@ -163,7 +226,7 @@ def forget_words(
     forgotten row stays in kinds.json through them; a kind of `gone` with none left is deleted,
     id and all (its words may all be a forgotten row's), and the next night finds its traffic
     a kind again. Returns how many kinds were rebuilt or deleted."""
-    kinds = load_kinds(project, home)
+    kinds, similarity = _read(kinds_path(project, home))
     if not kinds:
         return 0
     vectors = _vectors([t.prompt for t in kept], ())
@@ -174,7 +237,7 @@ def forget_words(
             continue
         words = _kept_words(centroid(vectors, members))
         rebuilt.append(replace(kind, centroid=words, terms=tuple(heaviest(words, NAME_WORDS))))
-    save_kinds(project, home, rebuilt)
+    save_kinds(project, home, rebuilt, similarity)
     return len(kinds)
 
 
@@ -197,6 +260,11 @@ class NightKinds:
     new: tuple[str, ...]
     tasks: tuple[MinedTask, ...]
     not_traffic: frozenset[str] = frozenset()
+    similarity: float = KIND_SIMILARITY
+
+    def index(self) -> KindIndex:
+        """The kinds after tonight as the proxy will route among them (kinds.json's)."""
+        return index_of(self.kinds, self.similarity)
 
     def of(self, kind: str) -> list[MinedTask]:
         return [t for t in self.tasks if t.kind == kind]
@@ -233,7 +301,8 @@ def find_kinds(
     for task in tasks:
         if task.kind is not None and task.kind not in book:
             task.kind = None  # its kind was forgotten since (kinds.json deleted)
-    new = _route_to_seeds(tasks, [s for s in seeds if s.name not in book], book)
+    seeds = [s for s in seeds if s.name not in book]
+    new = _route(tasks, seeds, book, config.similarity)
     vectors = _vectors([t.prompt for t in tasks], book.values())
     refs = {
         kid: _reference(kind, vectors, [i for i, t in enumerate(tasks) if t.kind == kid])
@@ -261,7 +330,8 @@ def find_kinds(
     strays = [unknown[j] for j in grouping.left_out]
     new += _place_strays(tasks, strays, vectors, refs, taken)
     kinds = _moved(book, new, tasks, vectors, night, set(not_traffic))
-    return NightKinds(kinds, tuple(new), tuple(tasks), frozenset(not_traffic))
+    return NightKinds(kinds, tuple(new), tuple(tasks), frozenset(not_traffic),
+                      config.similarity)  # fmt: skip
 
 
 def _vectors(texts: Sequence[str], known: Collection[Kind]) -> list[Vector]:
@@ -269,26 +339,25 @@ def _vectors(texts: Sequence[str], known: Collection[Kind]) -> list[Vector]:
     whose every word is in every text (a night of one kind, none known yet) is weighed by its
     words' counts alone, so its kind still has words to be known by."""
     vectors = tfidf_vectors([*texts, *(" ".join(k.centroid) for k in known)])[: len(texts)]
-    return [
-        v or blend(dict(Counter(intent_tokens(t)))) for v, t in zip(vectors, texts, strict=True)
-    ]
+    return [v or word_vector(t) for v, t in zip(vectors, texts, strict=True)]
 
 
-def _route_to_seeds(
-    tasks: Sequence[MinedTask], seeds: Sequence[SkillCard], book: dict[str, Kind]
+def _route(
+    tasks: Sequence[MinedTask],
+    seeds: Sequence[SkillCard],
+    book: dict[str, Kind],
+    similarity: float,
 ) -> list[str]:
-    """Tasks without a kind that the router over `seeds` sends to one take its name as their
-    kind; returns the seeds that became kinds."""
-    if not seeds:
-        return []
-    from selftaught.skill.routing import SkillRouter
-
-    router = SkillRouter(seeds)
+    """Each task without a kind routed as the proxy routes a request (`SkillRouter`): one of
+    a known kind takes it; one of no kind that a starting skill's card (`seeds`) routes takes
+    that skill's name as its kind. Returns the seeds that became kinds."""
+    router = SkillRouter(seeds, index_of(list(book.values()), similarity))
     found: list[str] = []
     for task in tasks:
         if task.kind is not None:
             continue
-        name = router.route(task.prompt).skill
+        route = router.route(task.prompt)
+        name = route.kind or route.skill
         if name is not None:
             task.kind = name
             if name not in book:

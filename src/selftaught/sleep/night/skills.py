@@ -238,7 +238,7 @@ def learn_skills(
     night.note(*notes)
     try:
         result = _train_set(task, config, models, night_dir, evidence, ledger, console, start,
-                            clusters, served)  # fmt: skip
+                            clusters, served, kinds)  # fmt: skip
     except FatalBackendError as err:
         night.usage = ledger.to_dict()
         night.status, night.reason = "backend_failed", f"training the skills: {err}"
@@ -301,8 +301,10 @@ def _train_set(
     start: list[SkillFile],
     clusters: list[TaskCluster],
     served: Mapping[str, Any],
+    kinds: NightKinds,
 ) -> SkillSetResult:
-    """The skills' text, each kind's trained and measured on the model serving it."""
+    """The skills' text, each kind's trained and measured on the model serving it; the whole
+    val routed by tonight's kinds, as the proxy will route once they are saved."""
 
     def tracked(model: Any) -> TrackedModel:
         return TrackedModel(EvidenceModel(model, evidence, "target"), ledger, "target")
@@ -320,6 +322,7 @@ def _train_set(
         progress=config.progress,
         console=console,
         targets={name: tracked(model) for name, model in served.items()},
+        kinds=kinds.index(),
     )
 
 
