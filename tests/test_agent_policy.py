@@ -435,6 +435,45 @@ def test_no_credential_reaches_the_run_directory(tmp_path, upstream_env, kind):
     assert KEY not in result.output
 
 
+@pytest.mark.parametrize("kind", with_cli(("claude-code",)))
+def test_claude_codes_reported_cost_is_charged_to_the_usd_budget(tmp_path, upstream_env, kind):
+    from selftaught.models.usage import Budget, BudgetExhausted, TrackedModel, UsageLedger
+
+    ask = [{"role": "user", "content": "Question 1: is it solved?"}]
+    with AgentUpstream(needs_skill(MARKER)) as up:
+        upstream_env(up)
+        agent = load_model(kind)
+        Budget(usd=1.0).check_priced([agent.name])  # its cost is known: it reports it
+        first = UsageLedger()
+        reply = chat(TrackedModel(agent, first, "target"), ask)
+        cost = reply.extra["agent"]["total_cost_usd"]
+        assert cost > 0 and first.to_dict()["target"]["usd"] == pytest.approx(cost)
+        # a budget of one and a half runs: the second run starts, the third is refused
+        ledger = UsageLedger(budget=Budget(usd=1.5 * cost))
+        tracked = TrackedModel(agent, ledger, "target")
+        chat(tracked, ask)
+        chat(tracked, ask)
+        with pytest.raises(BudgetExhausted, match="spent"):
+            chat(tracked, ask)
+    assert ledger.to_dict()["target"]["calls"] == 2
+    assert ledger.to_dict()["target"]["usd"] == pytest.approx(2 * cost)
+
+
+def test_an_agents_cost_is_what_it_reported_else_its_tokens_at_its_models_price():
+    from selftaught.models.base import Completion
+    from selftaught.models.usage import Budget, call_usd
+
+    said = Completion(
+        "ok", 1000, 10, extra={"agent": {"cli": "claude-code", "total_cost_usd": 0.2}}
+    )
+    assert call_usd("claude-code:sonnet", said, 1000) == 0.2
+    tokens = Completion("ok", 1_000_000, 0, extra={"agent": {"cli": "codex"}})
+    assert call_usd("codex:gpt-4.1-mini", tokens, 1_000_000) == pytest.approx(0.40)
+    assert call_usd("codex", tokens, 1_000_000) is None  # Codex says no cost, no model named
+    with pytest.raises(ConfigError, match="unknown: codex"):
+        Budget(usd=1.0).check_priced(["claude-code", "codex"])
+
+
 def test_what_the_agent_did_reaches_the_analyst_and_the_report_rows(tmp_path):
     from selftaught.evaluation import rollout_row
     from selftaught.policy import Policy

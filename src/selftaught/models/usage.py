@@ -9,6 +9,7 @@ budget (a run's final test evaluation) is charged to a ledger of its own."""
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from dataclasses import asdict, dataclass, field
@@ -94,33 +95,56 @@ Usage = dict[str, RoleUsageDict]
 
 
 LOCAL_PREFIX = "local:"  # in-process models cost no USD
+AGENT_PREFIXES = ("claude-code:", "codex:")
 
 
 def price_name(model: str) -> str:
-    """The price table's name for a model: its last path part, a snapshot date dropped."""
+    """The price table's name for a model: its last path part, an agent's prefix and a
+    snapshot date dropped."""
     name = model.split("/")[-1]
+    for prefix in AGENT_PREFIXES:
+        name = name.removeprefix(prefix)
     return name if name in PRICES_PER_MTOK else _DATED.sub("", name)
 
 
-REPORTS_COST = ("claude-code",)  # CLI agents that report each run's cost
+REPORTS_COST = ("claude-code",)
+"""CLI agents whose own output says what a run cost (Claude Code's `total_cost_usd`): that
+figure is what the run is charged, whatever its model. Codex reports tokens only, so a
+`codex:MODEL` run is priced by its tokens at MODEL's price (unknown without one)."""
+
+
+def reports_cost(model: str) -> bool:
+    """A model whose every reply says what it cost (`REPORTS_COST`)."""
+    return model.split(":", 1)[0] in REPORTS_COST
 
 
 def price_known(model: str) -> bool:
-    if model.split(":", 1)[0] in REPORTS_COST:
-        return True
-    return model.startswith(LOCAL_PREFIX) or price_name(model) in PRICES_PER_MTOK
+    return (
+        model.startswith(LOCAL_PREFIX)
+        or reports_cost(model)
+        or price_name(model) in PRICES_PER_MTOK
+    )
+
+
+def reported_usd(c: Completion) -> float | None:
+    """What a coding agent said its run cost (`extra["agent"]["total_cost_usd"]`, Claude
+    Code's), or None when it said nothing usable."""
+    agent = c.extra.get("agent")
+    value = agent.get("total_cost_usd") if isinstance(agent, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def call_usd(model: str, c: Completion, prompt_tokens: int) -> float | None:
-    """What one completion cost (None: the price is unknown). Cached prompt tokens are priced
-    at the cache's rates; `prompt_tokens` is 0 for a sample that shared its call's prompt.
-    A CLI agent that reports what its run cost (Claude Code's `total_cost_usd`) is taken at
-    its word."""
+    """What one completion cost (None: the price is unknown): what a coding agent reported it
+    cost, else its tokens at the price table's rates. Cached prompt tokens are priced at the
+    cache's rates; `prompt_tokens` is 0 for a sample that shared its call's prompt."""
     if model.startswith(LOCAL_PREFIX):
         return 0.0
-    reported = (c.extra.get("agent") or {}).get("total_cost_usd")
-    if isinstance(reported, (int, float)) and not isinstance(reported, bool):
-        return float(reported)
+    reported = reported_usd(c)
+    if reported is not None:
+        return reported
     name = price_name(model)
     price = PRICES_PER_MTOK.get(name)
     if price is None:
