@@ -102,6 +102,43 @@ def test_dry_run_prints_the_report_and_leaves_no_trace(env):
     assert code == 0 and "One project" in text and "--dry-run" not in text
 
 
+def test_plan_says_what_a_night_costs_and_calls_nothing(env):
+    home, log, run = env
+    fill(log)
+    with FakeUpstream(answer) as server:
+        spec = f"{server.base_url}#fake-model"
+        code, text = run("sleep", "plan", "--project", "demo", "--model", spec)
+        assert code == 0, text
+        assert "12 interactions read" in text and "12 mined tonight" in text
+        assert "skill: baseline" in text and "demo modes" in text and "leave-one-out" in text
+        assert "power: on" in text and "to gate one candidate: at least" in text
+        assert f"no known price for {spec}" in text
+        code, raw = run("sleep", "run", "--plan", "--json", "--project", "demo", "--model", spec)
+        assert code == 0, raw
+        assert not server.calls  # no model was called, no night made
+    plan = json.loads(raw)
+    assert plan["project"] == "demo" and plan["tasks"]["mined"] == 12
+    assert plan["totals"]["calls"] == sum(p["calls"] for p in plan["phases"]) > 0
+    assert plan["smallest_gain"]["n_val"] == plan["tasks"]["val"]
+    assert not staging.nights_dir("demo", home).exists()
+    code, text = run("sleep", "plan", "--help")
+    assert code == 0 and "calls no model" in text.lower() and "--plan " not in text
+    code, text = run("sleep", "run", "--json", "--model", spec)
+    assert code == 2 and "--json goes with --plan" in text
+
+
+def test_a_budget_that_cannot_gate_one_candidate_exits_2_before_any_call(env):
+    home, log, run = env
+    fill(log)
+    with FakeUpstream(answer) as server:
+        spec = f"{server.base_url}#fake-model"
+        code, text = run("sleep", "run", "--model", spec, "--budget-calls", "5")
+        assert not server.calls
+    assert code == 2, text
+    assert "--budget-calls 5 (at least" in text and "val replays of the starting skill" in text
+    assert not staging.nights_dir("demo", home).exists()
+
+
 def test_a_failed_backend_exits_1_and_says_so(env):
     _, log, run = env
     fill(log)

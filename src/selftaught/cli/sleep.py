@@ -824,6 +824,15 @@ LegacyWeightSecondsOpt = Annotated[
     float, typer.Option(hidden=True, help="Deprecated: --weight-max-minutes.")
 ]
 
+PlanOpt = Annotated[
+    bool,
+    typer.Option(
+        "--plan",
+        help="Say what the night would cost (tasks, calls per phase, tokens, time, USD, the "
+        "smallest gain the gate could accept) and call no model: `sleep plan`.",
+    ),
+]
+
 WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
 MINER_FLAGS = {"read_followups": "miner_followups"}
 DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
@@ -895,13 +904,21 @@ def sleep_run_cmd(
     timeout: TimeoutOpt = CALL_TIMEOUT_S,
     api_key: ApiKeyOpt = None,
     dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
+    plan: PlanOpt = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="With --plan: the plan as one JSON object a project.")
+    ] = False,
     weight_max_seconds: LegacyWeightSecondsOpt = LEGACY_WEIGHT_SECONDS,
 ) -> None:
     """One night: learn from the log (mine → split → skill, then memory), stage a proposal.
 
-    `sleep adopt` makes the proposal live; `sleep dry-run` does it all and stages nothing."""
+    `sleep adopt` makes the proposal live; `sleep dry-run` does it all and stages nothing;
+    `sleep plan` says what it would cost and calls no model."""
     from selftaught.sleep.night.cycle import run_night
     from selftaught.sleep.night.summary import print_outcomes
+
+    if as_json and not plan:
+        raise typer.BadParameter("--json goes with --plan (`sleep plan --json`)")
 
     weight_fields = legacy_weights(weight_fields, weight_max_seconds)
     training = night_training(
@@ -937,10 +954,34 @@ def sleep_run_cmd(
         model_options=model_options(api_key, timeout, models=(model, optimizer_model, judge_model)),
         progress=console.is_terminal,
     )
+    if plan:
+        _print_plan(config, as_json)
+        return
     outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3
     print_outcomes(outcomes, out, dry_run=dry_run)
     if any(o.failed for o in outcomes):
         raise typer.Exit(1)
+
+
+def _print_plan(config: SleepConfig, as_json: bool) -> None:
+    """`sleep plan`: each project's night before it runs (`sleep/night/plan.py`); a local
+    model's raw decode rate is measured here first (as `selftaught doctor` does)."""
+    from selftaught.sleep.night.plan import plan_lines, plan_night, plan_table
+
+    def rate_of(spec: str) -> Any:
+        from selftaught.doctor import local_path, measure_raw_rate
+
+        console.print(f"measuring this machine's raw decode rate on {spec} ...")
+        return measure_raw_rate(local_path(spec))
+
+    for night in plan_night(config, rate_of=rate_of):
+        if as_json:
+            print(json_text(night.to_dict()))
+            continue
+        for line in plan_lines(night):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+        if night.phases:
+            out.print(plan_table(night))
 
 
 def _night_fields(night: dict[str, Any], stops: dict[str, Any], dry_run: bool) -> dict[str, Any]:
@@ -1001,25 +1042,43 @@ def night_training(**settings: Any) -> Any:
         raise typer.BadParameter(str(err)) from None
 
 
-def _dry_run_signature(fn: F) -> F:
-    """`sleep dry-run` is `sleep run` with --dry-run set: the same options, nothing staged."""
+def _run_with(fn: F, flag: str, doc: str) -> F:
+    """`sleep run` with `flag` set and hidden: `sleep dry-run` (--dry-run: nothing staged),
+    `sleep plan` (--plan: nothing called). The same options, one place."""
     import inspect
 
     sig = inspect.signature(fn, eval_str=True)  # typer reads the Annotated options from it
+    hidden = Annotated[bool, typer.Option(hidden=True)]
     params = [
-        p.replace(default=True) if p.name == "dry_run" else p for p in sig.parameters.values()
+        p.replace(default=True, annotation=hidden) if p.name == flag else p
+        for p in sig.parameters.values()
     ]
 
     @functools.wraps(fn)
-    def dry(*args: Any, **kwargs: Any) -> Any:
+    def preset(*args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
 
-    dry.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
-    dry.__doc__ = "Everything `sleep run` does, staging nothing: prints the report, keeps no trace."
-    return dry  # type: ignore[return-value]
+    preset.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    preset.__doc__ = doc
+    return preset  # type: ignore[return-value]
 
 
-sleep_app.command("dry-run")(_dry_run_signature(sleep_run_cmd))
+sleep_app.command("dry-run")(
+    _run_with(
+        sleep_run_cmd,
+        "dry_run",
+        "Everything `sleep run` does, staging nothing: prints the report, keeps no trace.",
+    )
+)
+sleep_app.command("plan")(
+    _run_with(
+        sleep_run_cmd,
+        "plan",
+        "What a night would cost before it runs: tasks, calls per phase, tokens, time, USD.\n\n"
+        "The night's model-free phases run on the log (window, mining, split, kinds); the model "
+        "phases are counted from the options. Calls no model, writes nothing.",
+    )
+)
 
 
 # many skills (nightskills): `sleep adopt / rollback --skill NAME` act on that skill's unit

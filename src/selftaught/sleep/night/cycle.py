@@ -1739,6 +1739,7 @@ class NightTrainer:
             try:
                 until = time.time()
                 since, rows = _window_rows(log, self.config, self.home, until)[project]
+                _refuse_short_budget(self.config, {project: (since, rows)}, self.models, self.home)
                 drop_forgotten(project, self.home, log)
                 deadline = Deadline.start(self.config.stops.max_minutes)
                 return self.night_of(project, night, since, until, rows, deadline)
@@ -1776,6 +1777,18 @@ class NightTrainer:
                                       self.console, root, self.dry_run, deadline)  # fmt: skip
         _night_events(self.callbacks, outcome)
         return outcome
+
+
+def _refuse_short_budget(
+    config: NightConfig,
+    windows: Mapping[str, tuple[float, list[Interaction]]],
+    models: NightModels | None,
+    home: Path,
+) -> None:
+    """Before any call: a budget that cannot gate one candidate is refused (`plan.py`)."""
+    from selftaught.sleep.night.plan import refuse_short_budget
+
+    refuse_short_budget(config, windows, models, home)
 
 
 def _default_loader(config: NightConfig, marks: replay_mark.NightMarks) -> ModelLoader:
@@ -1845,6 +1858,11 @@ def run_night(
         log = TaskLog(config.log_path)
         until = time.time()
         windows = _window_rows(log, config, home, until)
+        try:
+            _refuse_short_budget(config, windows, trainer.models, home)
+        except ConfigError:
+            log.close()
+            raise
         scratch = Path(tempfile.mkdtemp(prefix="selftaught-dry-run-")) if dry_run else None
         for project in [] if dry_run else staging.projects(home):
             for old in staging.mark_interrupted(project, home):  # we hold the lock: it died
