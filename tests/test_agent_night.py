@@ -316,15 +316,25 @@ def test_a_night_on_a_cmd_agent_validates_the_skill_on_the_agent(tmp_path, night
     script.write_text(AGENT_SCRIPT)
     spec = f"cmd:{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
     with FakeUpstream(canned_analyst(failure=learns_the_marker).fn) as analyst:
-        code, text = run("sleep", "run", "--model", spec, "--optimizer-model",
-                         f"{analyst.base_url}#fake-model", "--documents", "skill",
-                         "--allow-cmd-replay")  # fmt: skip
+        night = ("--model", spec, "--optimizer-model", f"{analyst.base_url}#fake-model",
+                 "--documents", "skill", "--allow-cmd-replay")  # fmt: skip
+        code, planned = run("sleep", "plan", "--json", *night)
+        assert code == 0 and not analyst.calls, planned
+        code, text = run("sleep", "run", *night)
     assert code == 0, text
+    # the plan counted the agent's runs: each replay is a run of it, and none was more
+    plan = json.loads(planned)
+    assert plan["roles"]["agent"] and plan["tasks"]["dropped"] == {NOT_CHECKABLE: 1}
+    runs = [p for p in plan["phases"] if p["role"] == "target"]
+    assert all("each a run of the agent" in p["note"] for p in runs)
     assert f"{PROJECT}: staged" in text
     report_md = Path(text.split("report: ")[1].split()[0])
     report = json.loads((report_md.parent / "report.json").read_text())
     assert report["replay"] == "agent" and report["models"]["target"] == spec
     assert report["mining"]["dropped"] == {NOT_CHECKABLE: 1}
+    for role in ("target", "optimizer"):
+        most = sum(p["calls"] for p in plan["phases"] if p["role"] == role)
+        assert 0 < report["usage"][role]["calls"] <= most, role
     proposal = report["proposal"]
     assert proposal["val_before"]["hard"] == 0.0 and proposal["val_after"]["hard"] == 1.0
     # the val runs were the agent's: its CLI, the file it wrote, before and after

@@ -268,3 +268,30 @@ def test_screening_spends_the_subset_on_all_and_the_rest_on_the_kept():
     assert run.baseline == 30 and run.candidates == 3 * 10 + 1 * 20
     judged = run_calls(cfg, Sizes(10, 30), demos_on=False, counted=Sizes(2, 5))
     assert judged.baseline == 5 and judged.candidates == 3 * 5 + 5 and judged.analyst == 0
+
+
+def test_a_local_models_time_is_its_tokens_at_this_machines_raw_rate(tmp_path):
+    from selftaught.errors import MissingDependency
+    from selftaught.models.raw_rate import RawRate
+
+    fill_log(tmp_path)  # replies of 4 tokens
+    cfg = dataclasses.replace(night_config(tmp_path), model="local", miner_model="off",
+                              weights="sft")  # fmt: skip
+    measured: list[str] = []
+
+    def rate_of(spec: str) -> RawRate:
+        measured.append(spec)
+        return RawRate(tokens=800, seconds=10.0, batch=8)  # 80 tok/s
+
+    (plan,) = plan_night(cfg, rate_of=rate_of)
+    assert measured == ["local"]  # once, for every role the embedded model plays
+    base = next(p for p in plan.phases if p.phase == "skill: baseline")
+    assert base.seconds == pytest.approx(base.tokens_out / 80) and base.usd == 0.0
+    assert any(p.phase == "weights" for p in plan.phases)  # a local target trains an adapter
+    assert "80.0 tok/s" in plan.timing and plan.usd == 0.0
+
+    def missing(spec: str) -> RawRate:
+        raise MissingDependency("the local extra is not installed")
+
+    (plan,) = plan_night(cfg, rate_of=missing)
+    assert plan.seconds is None and any("not measured" in n for n in plan.notes)

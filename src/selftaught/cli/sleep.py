@@ -1042,15 +1042,19 @@ def night_training(**settings: Any) -> Any:
         raise typer.BadParameter(str(err)) from None
 
 
+PRESETS = ("dry_run", "plan")
+
+
 def _run_with(fn: F, flag: str, doc: str) -> F:
-    """`sleep run` with `flag` set and hidden: `sleep dry-run` (--dry-run: nothing staged),
-    `sleep plan` (--plan: nothing called). The same options, one place."""
+    """`sleep run` with `flag` set (one of `PRESETS`, each hidden): `sleep dry-run`
+    (--dry-run: nothing staged), `sleep plan` (--plan: nothing called). The same options,
+    one place."""
     import inspect
 
     sig = inspect.signature(fn, eval_str=True)  # typer reads the Annotated options from it
     hidden = Annotated[bool, typer.Option(hidden=True)]
     params = [
-        p.replace(default=True, annotation=hidden) if p.name == flag else p
+        p.replace(default=p.name == flag, annotation=hidden) if p.name in PRESETS else p
         for p in sig.parameters.values()
     ]
 

@@ -254,8 +254,11 @@ class WorkspaceMiner:
         sandbox: Sandbox | None = None,
         timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
         max_proofs: int = MAX_PROOFS,
+        scratch: Path | None = None,
     ):
         self.folder = project_dir(project, home) / WORKSPACES_DIR
+        # new proofs go here instead (`sleep plan` keeps none); the project's are still read
+        self.scratch = scratch
         self.home = Path(home)
         self.report = report or OutcomeReport()  # `cycle.mine` hands it tonight's
         self.timeout_s = timeout_s
@@ -313,9 +316,11 @@ class WorkspaceMiner:
         self, session_id: str, start: RepoState, end: RepoState, check: Check, sandbox: Sandbox
     ) -> Path | None:
         """The start's files, kept under the project, when the check is two-sided."""
-        home = self.folder / self._key(session_id, start, end, check)
-        if (home / "proof.json").is_file() and (home / "files").is_dir():
-            return home / "files"
+        key = self._key(session_id, start, end, check)
+        kept = self.folder / key
+        if (kept / "proof.json").is_file() and (kept / "files").is_dir():
+            return kept / "files"
+        home = (self.scratch or self.folder) / key
         if self.proofs >= self.max_proofs:
             self._fell_back(OVER_BUDGET)
             return None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -64,8 +65,9 @@ from selftaught.skill.plan import RunCalls, Sizes, run_calls, step_batches
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Interaction, TaskLog
 from selftaught.sleep.night.agent_outcome import WorkspaceMiner, for_target
-from selftaught.sleep.night.agent_replay import for_agent, is_agent
+from selftaught.sleep.night.agent_replay import NOT_CHECKABLE, for_agent, is_agent
 from selftaught.sleep.night.cycle import (
+    _WORKSPACE_LEFT,
     MINER_OFF,
     NightConfig,
     NightModels,
@@ -333,19 +335,26 @@ def _find_tasks(
         model = TrackedModel(StandIn(roles.miner), ledger, "miner")
         miner = Miner(model, roles.miner, config.miner, send_private=send, mining=mining)
     unchecked: list[Interaction] = []
-    tasks, report = mine(kept, mining, rejected_signals(project, home), unchecked, miner,
-                         WorkspaceMiner(project, home))  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="selftaught-plan-") as scratch:  # proofs: not kept
+        workspaces = WorkspaceMiner(project, home, scratch=Path(scratch))
+        tasks, report = mine(kept, mining, rejected_signals(project, home), unchecked, miner,
+                             workspaces)  # fmt: skip
     adopted = staging.read_adopted_files(project, home)
     pool = load_recall(project, home) if config.recall_max else []
     combined, _, _ = combine(tasks, pool, threshold=mining.near_duplicate,
                              private_ok=config.allow_remote or not remote,
                              pinned=split_skill(adopted.skill).demos)  # fmt: skip
-    if roles.agent:
-        combined, _ = for_agent(combined)
-    combined, _ = for_target(combined, roles.agent)
+    dropped = Counter(report.dropped)
+    tonight = {id(t) for t in tasks}
+    if roles.agent:  # what the target cannot be checked on, counted as the night counts it
+        combined, left = for_agent(combined)
+        dropped[NOT_CHECKABLE] += sum(id(t) in tonight for t in left)
+    combined, left = for_target(combined, roles.agent)
+    dropped[_WORKSPACE_LEFT] += sum(id(t) in tonight for t in left)
     asked = ledger.to_dict().get("miner", {}).get("calls", 0)
-    base = TaskCounts(read=len(rows), waiting=0, mined=len(tasks),
-                      recalled=len(combined) - len(tasks), dropped=report.dropped)  # fmt: skip
+    used = sum(id(t) in tonight for t in combined)  # tonight's (mined counts those left out)
+    base = TaskCounts(read=len(rows), waiting=0, mined=len(tasks), recalled=len(combined) - used,
+                      dropped={k: n for k, n in dropped.items() if n})  # fmt: skip
     try:
         splits = assign_splits(combined, config.split, mining.near_duplicate)
     except TooFewTasks as err:
@@ -463,7 +472,7 @@ class Costing:
                        f"traffic's logged latency), {at_once} at a time")  # fmt: skip
         if not how:
             return "time: not estimated (no logged latency, no local model measured)"
-        return "time: " + "; ".join(how) + "; ? where neither applies"
+        return "time: " + "; ".join(how)
 
     def usd(self, role: str, tokens_in: int, tokens_out: int) -> float | None:
         """At the price table's rates; a coding agent that reports its cost at the rate of
@@ -481,8 +490,10 @@ class Costing:
     def row(self, phase: str, role: str, calls: int, bound: str, note: str = "",
             outside_budget: int = 0) -> PhaseCalls:  # fmt: skip
         tin, tout = (calls * n for n in self.per_call(role))
-        return PhaseCalls(phase, role, calls, bound, tin, tout, self.seconds(role, calls, tout),
-                          self.usd(role, tin, tout), note, outside_budget)  # fmt: skip
+        seconds, usd = self.seconds(role, calls, tout), self.usd(role, tin, tout)
+        return PhaseCalls(phase, role, calls, bound, tin, tout,
+                          None if seconds is None else round(seconds, 2),
+                          usd, note, outside_budget)  # fmt: skip
 
 
 def _template(name: str) -> int:
@@ -604,9 +615,10 @@ def plan_project(
     counts = dataclasses.replace(found.counts, waiting=len(rows) - len(take.rows))
     found.counts = counts
     adopted = staging.read_adopted_files(project, home)
+    notes: list[str] = []
     costing = Costing(config, roles, Traffic.of(take.rows),
                       (len(adopted.skill) + len(adopted.memory)) // CHARS_PER_TOKEN,
-                      _rates(roles, rate_of))  # fmt: skip
+                      _rates(roles, rate_of, notes), notes)  # fmt: skip
     phases = tuple(_phases(found, config, costing))
     gate = config.training.gate
     power = smallest = None
@@ -629,11 +641,17 @@ def _power_line(n_val: int, config: NightConfig) -> str:
     return line
 
 
-def _rates(roles: Roles, rate_of: RateOf | None) -> dict[str, RawRate]:
+def _rates(roles: Roles, rate_of: RateOf | None, notes: list[str]) -> dict[str, RawRate]:
+    """This machine's raw decode rate for each local model of the night (once each); one
+    that cannot be measured (the local extra missing) is noted, its time left unknown."""
     out: dict[str, RawRate] = {}
-    for spec in {roles.target, roles.optimizer, roles.judge, roles.miner}:
-        if spec and is_local_spec(spec) and rate_of is not None:
+    for spec in dict.fromkeys((roles.target, roles.optimizer, roles.judge, roles.miner)):
+        if not spec or not is_local_spec(spec) or rate_of is None:
+            continue
+        try:
             out[spec] = rate_of(spec)
+        except SelftaughtError as err:
+            notes.append(f"{spec}: the raw decode rate was not measured ({err})")
     return out
 
 
