@@ -309,7 +309,7 @@ class StandIn(AsyncChatModel):
         return Completion(STAND_IN, model=self.name)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Found:
     """Tonight's tasks as the night would find them, and the miner's calls to find them."""
 
@@ -613,7 +613,7 @@ def plan_project(
     take = take_fairly(rows, config.max_tasks, config.max_sessions, config.max_client_share)
     found = _find_tasks(project, take.rows, config, roles, home)
     counts = dataclasses.replace(found.counts, waiting=len(rows) - len(take.rows))
-    found.counts = counts
+    found = dataclasses.replace(found, counts=counts)
     adopted = staging.read_adopted_files(project, home)
     notes: list[str] = []
     costing = Costing(config, roles, Traffic.of(take.rows),
