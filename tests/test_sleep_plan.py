@@ -295,3 +295,13 @@ def test_a_local_models_time_is_its_tokens_at_this_machines_raw_rate(tmp_path):
 
     (plan,) = plan_night(cfg, rate_of=missing)
     assert plan.seconds is None and any("not measured" in n for n in plan.notes)
+
+
+def test_a_night_without_val_plans_no_val_replay_and_says_the_gate_is_off(tmp_path):
+    fill_log(tmp_path)
+    cfg = dataclasses.replace(night_config(tmp_path), val_split=False)
+    (plan,) = plan_night(cfg, models=night_models(Counter(), {"phase": "mine"}))
+    assert (plan.tasks.train, plan.tasks.val) == (16, 0)
+    assert "leave-one-out" not in {p.phase for p in plan.phases}  # the gate is off
+    assert next(p for p in plan.phases if p.phase == "skill: baseline").calls == 0
+    assert plan.smallest_gain.items == 0 and "gate is off" in plan.power

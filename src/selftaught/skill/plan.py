@@ -84,11 +84,12 @@ def step_batches(n_train: int, config: SkillOptConfig) -> list[int]:
     return steps[: config.max_steps] if config.max_steps is not None else steps
 
 
-def _analyst_per_step(batch: int, config: SkillOptConfig) -> int:
+def _analyst_per_step(batch: int, config: SkillOptConfig, agent: bool) -> int:
     """One step's analyst calls: per proposal, the reflections on each accumulated batch,
-    their merges, and a repair for each; then the teacher's demos."""
-    if not config.proposals:
-        return 0
+    their merges, and a repair for each; a coding agent as the analyst edits the skill in
+    one run per proposal (`agent_edit.py`)."""
+    if not config.proposals or agent:
+        return config.proposals
     failure = 1 + (config.rollouts_k > 1)  # failed, and contrasted attempts with K > 1
     success = int(config.reflect_on_successes)
     micro = [min(config.batch_size, batch - i) for i in range(0, batch, config.batch_size)]
@@ -131,11 +132,13 @@ def run_calls(
     demos_on: bool,
     user_edits: bool = False,
     counted: Sizes | None = None,
+    agent_analyst: bool = False,
 ) -> RunCalls:
     """The most calls a run of `config` makes on `sizes` (module doc). `demos_on`: the run
     searches demo sets (the skill, not the memory); `user_edits`: edits proposed from outside
     join the first step (a night's memory phase). `counted`: count only these items of each
-    split (a judge's: the tasks it scores); the analyst's calls are then 0."""
+    split (a judge's: the tasks it scores); the analyst's calls are then 0. `agent_analyst`:
+    the analyst is a coding agent (one run per proposal)."""
     judged = counted is not None
     counted = counted or sizes
     n_train = max(sizes.train - config.pooled_val, 0)
@@ -146,7 +149,7 @@ def run_calls(
     candidates = len(batches) * val_replays(per_step, sizes.val, counted.val, config)
     analyst = 0
     if not judged:
-        analyst = sum(_analyst_per_step(b, config) for b in batches)
+        analyst = sum(_analyst_per_step(b, config, agent_analyst) for b in batches)
         analyst += config.teacher_demos * len(batches) if demos_on else 0
         analyst += int(config.grounded_proposals and config.proposals > 0)
         analyst += 2 * int(bool(config.slow_every))  # merging overlaps, and its repair

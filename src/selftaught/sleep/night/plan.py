@@ -150,6 +150,7 @@ class Roles:
     judge: str | None = None
     miner: str | None = None
     agent: bool = False
+    agent_analyst: bool = False  # the analyst is a coding agent: one run per proposal
 
     @classmethod
     def of(
@@ -159,7 +160,8 @@ class Roles:
         upstream when `--model` is not given, as the night does)."""
         if models is not None:
             return cls(models.target_spec, models.optimizer_spec, models.judge_spec,
-                       models.miner_label(), is_agent(models.target))  # fmt: skip
+                       models.miner_label(), is_agent(models.target),
+                       is_agent(models.optimizer))  # fmt: skip
         target = config.model or _logged_upstream(list(rows))
         if target is None:
             raise ConfigError(
@@ -168,12 +170,15 @@ class Roles:
             )
         optimizer = config.optimizer_model or target
         miner = config.miner_model or optimizer
-        agent = parse_model_spec(target).backend in ("claude-code", "codex", "cmd")
         return cls(target, optimizer, config.judge_model, None if miner == MINER_OFF else miner,
-                   agent)  # fmt: skip
+                   _agent_spec(target), _agent_spec(optimizer))  # fmt: skip
 
     def remote(self) -> bool:
         return any(is_remote(s) for s in (self.target, self.optimizer, self.judge, self.miner))
+
+
+def _agent_spec(spec: str) -> bool:
+    return parse_model_spec(spec).backend in ("claude-code", "codex", "cmd")
 
 
 def model_name(spec: str) -> str:
@@ -481,7 +486,8 @@ class Costing:
         if name.startswith(LOCAL_PREFIX):
             return 0.0
         price = PRICES_PER_MTOK.get(price_name(name))
-        if price is None and reports_cost(name) and self.traffic.model:
+        if price is None and role == "target" and reports_cost(name) and self.traffic.model:
+            # the agent's own traffic names the model it runs on
             price = PRICES_PER_MTOK.get(price_name(self.traffic.model))
         if price is None:
             return None
@@ -536,7 +542,8 @@ def _text_phases(found: _Found, config: NightConfig, costing: Costing) -> list[P
     for document in config.documents:
         demos_on = document == "skill" and training.demos_max > 0
         told = document == "memory" and any(t.state.get("comment") for t in train)
-        run = run_calls(training, sizes, demos_on=demos_on, user_edits=told)
+        run = run_calls(training, sizes, demos_on=demos_on, user_edits=told,
+                        agent_analyst=costing.roles.agent_analyst)  # fmt: skip
         rows += _run_rows(document, run, costing, agent)
         if judge:
             scored = run_calls(training, sizes, demos_on=demos_on, user_edits=told,
@@ -566,7 +573,8 @@ def _run_rows(document: str, run: RunCalls, costing: Costing, agent: str) -> lis
         costing.row(document, "target", run.target - run.baseline, AT_MOST,
                     f"{steps}: train attempts and candidates' val{test}{agent}", run.test),
         costing.row(document, "optimizer", run.analyst, AT_MOST,
-                    "reflections, merges and a repair each"),
+                    "a run of the agent a proposal" if costing.roles.agent_analyst
+                    else "reflections, merges and a repair each"),
     ]  # fmt: skip
 
 
