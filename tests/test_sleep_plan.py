@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from selftaught.api import sleep_night
 from selftaught.errors import ConfigError
 from selftaught.models.base import AsyncChatModel, ChatModel, Completion, GenerationParams
 from selftaught.models.usage import Budget
@@ -223,11 +224,11 @@ def test_a_budget_that_cannot_gate_one_candidate_is_refused_before_any_call(tmp_
     assert least >= 2 * val + 1  # the starting skill and one candidate on val, a train step
     short = night_config(tmp_path, budget=Budget(calls=least - 1))
     with pytest.raises(ConfigError, match=rf"--budget-calls {least - 1} .*at least {least} calls"):
-        run_night(short, models=night_models(seen, now))
+        sleep_night(short, model=night_models(seen, now))
     assert not seen  # refused before any call
     assert not staging.list_nights(PROJECT, tmp_path)  # and before the night's folder
-    (night,) = run_night(night_config(tmp_path, budget=Budget(calls=least)),
-                         models=night_models(seen, now))  # fmt: skip
+    (night,) = sleep_night(night_config(tmp_path, budget=Budget(calls=least)),
+                           model=night_models(seen, now))  # fmt: skip
     assert sum(seen.values()) > 0 and night.status != "failed"
 
 

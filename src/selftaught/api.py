@@ -303,10 +303,12 @@ def sleep_night(
     `model`: the target (a spec or a `ChatModel`; None: `config.model`, else the upstream
     the proxy logged), or the `NightModels` of every role. `callbacks` (and the tracker
     `config.report_to` names) see each project's phases, val before / after and the staging
-    decision. A dry run stages nothing and reads the same interactions again next night."""
+    decision. A dry run stages nothing and reads the same interactions again next night. A
+    budget that cannot gate one candidate is refused before any call (`sleep plan`)."""
     import dataclasses
 
     from selftaught.sleep.night.cycle import NightConfig, night_models, run_night
+    from selftaught.sleep.night.plan import refuse_short_budget
 
     cfg = config if config is not None else NightConfig()
     if progress is not None:
@@ -315,6 +317,7 @@ def sleep_night(
         cfg = dataclasses.replace(cfg, model=model)
         model = None
     models = night_models(model, cfg)
+    refuse_short_budget(cfg, models=models)  # a budget that cannot gate one candidate
     return run_night(cfg, models=models, dry_run=dry_run, console=console, callbacks=callbacks)
 
 

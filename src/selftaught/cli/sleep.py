@@ -833,6 +833,10 @@ PlanOpt = Annotated[
     ),
 ]
 
+PlanJsonOpt = Annotated[
+    bool, typer.Option("--json", help="With --plan: the plan as one JSON object a project.")
+]
+
 WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
 MINER_FLAGS = {"read_followups": "miner_followups"}
 DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
@@ -905,9 +909,7 @@ def sleep_run_cmd(
     api_key: ApiKeyOpt = None,
     dry_run: Annotated[bool, typer.Option(hidden=True)] = False,
     plan: PlanOpt = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="With --plan: the plan as one JSON object a project.")
-    ] = False,
+    as_json: PlanJsonOpt = False,
     weight_max_seconds: LegacyWeightSecondsOpt = LEGACY_WEIGHT_SECONDS,
 ) -> None:
     """One night: learn from the log (mine → split → skill, then memory), stage a proposal.
@@ -915,25 +917,15 @@ def sleep_run_cmd(
     `sleep adopt` makes the proposal live; `sleep dry-run` does it all and stages nothing;
     `sleep plan` says what it would cost and calls no model."""
     from selftaught.sleep.night.cycle import run_night
+    from selftaught.sleep.night.plan import refuse_short_budget
     from selftaught.sleep.night.summary import print_outcomes
 
-    if as_json and not plan:
-        raise typer.BadParameter("--json goes with --plan (`sleep plan --json`)")
-
     weight_fields = legacy_weights(weight_fields, weight_max_seconds)
+    gates = (gate_metric, gate_margin, gate_confidence, gate_tag_alpha, gate_tag_margin)
     training = night_training(
         **skill_fields,
         preferences=_preferences(preferences),
-        gate=_night_gate(
-            gate,
-            gate_metric,
-            gate_margin,
-            gate_confidence,
-            gate_tag_alpha,
-            gate_tag_margin,
-            min_gain,
-            objective,
-        ),
+        gate=_night_gate(gate, *gates, min_gain, objective),
         budget=budget(budget_calls, budget_tokens, budget_usd),
         seed=seed,
         timeout_s=rollout_timeout(timeout),
@@ -954,19 +946,22 @@ def sleep_run_cmd(
         model_options=model_options(api_key, timeout, models=(model, optimizer_model, judge_model)),
         progress=console.is_terminal,
     )
-    if plan:
-        _print_plan(config, as_json)
-        return
+    if plan or as_json:
+        return _print_plan(config, plan, as_json)
+    refuse_short_budget(config)  # before any call: a budget that cannot gate one candidate
     outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3
     print_outcomes(outcomes, out, dry_run=dry_run)
     if any(o.failed for o in outcomes):
         raise typer.Exit(1)
 
 
-def _print_plan(config: SleepConfig, as_json: bool) -> None:
+def _print_plan(config: SleepConfig, plan: bool, as_json: bool) -> None:
     """`sleep plan`: each project's night before it runs (`sleep/night/plan.py`); a local
     model's raw decode rate is measured here first (as `selftaught doctor` does)."""
     from selftaught.sleep.night.plan import plan_lines, plan_night, plan_table
+
+    if not plan:
+        raise typer.BadParameter("--json goes with --plan (`sleep plan --json`)")
 
     def rate_of(spec: str) -> Any:
         from selftaught.doctor import local_path, measure_raw_rate

@@ -568,7 +568,7 @@ ModelLoader = Callable[[str], ChatModel]
 # ---- harvest ------------------------------------------------------------------------------
 
 
-def _window_rows(
+def window_rows(
     log: TaskLog, config: SleepConfig, home: Path, until: float
 ) -> dict[str, tuple[float, list[Interaction]]]:
     """(since, rows oldest first) per project with task rows in its window."""
@@ -1156,7 +1156,7 @@ def _weak_labels(
     return waiting, WeakRecord.from_dict(labels.to_dict())
 
 
-_WORKSPACE_LEFT = "a workspace task (the agent's own test run) needs an agent target or its folder"
+WORKSPACE_LEFT = "a workspace task (the agent's own test run) needs an agent target or its folder"
 
 
 def _checkable(
@@ -1170,7 +1170,7 @@ def _checkable(
         combined, left = for_agent(combined)
         _leave_out(night, left, tonight, NOT_CHECKABLE)
     kept, left = for_target(combined, agent)
-    _leave_out(night, left, tonight, _WORKSPACE_LEFT)
+    _leave_out(night, left, tonight, WORKSPACE_LEFT)
     return kept
 
 
@@ -1589,7 +1589,7 @@ def _load_models(
     loader: ModelLoader,
     cache: dict[str, ChatModel],
 ) -> NightModels:
-    target = config.model or _logged_upstream(project_rows)
+    target = config.model or logged_upstream(project_rows)
     if target is None:
         raise ConfigError(
             "no --model given and no proxy traffic names its upstream: pass --model (the model "
@@ -1623,7 +1623,7 @@ def _load_models(
     )
 
 
-def _logged_upstream(rows: list[Interaction]) -> str | None:
+def logged_upstream(rows: list[Interaction]) -> str | None:
     """The upstream the operator's proxy forwarded to, as the proxy itself recorded it. Only
     rows the proxy logged count: an imported row's `meta.upstream` once sent a night (other
     users' prompts) to the host a file named, so a row of any other source picks nothing
@@ -1738,8 +1738,7 @@ class NightTrainer:
             )
             try:
                 until = time.time()
-                since, rows = _window_rows(log, self.config, self.home, until)[project]
-                _refuse_short_budget(self.config, {project: (since, rows)}, self.models, self.home)
+                since, rows = window_rows(log, self.config, self.home, until)[project]
                 drop_forgotten(project, self.home, log)
                 deadline = Deadline.start(self.config.stops.max_minutes)
                 return self.night_of(project, night, since, until, rows, deadline)
@@ -1777,18 +1776,6 @@ class NightTrainer:
                                       self.console, root, self.dry_run, deadline)  # fmt: skip
         _night_events(self.callbacks, outcome)
         return outcome
-
-
-def _refuse_short_budget(
-    config: NightConfig,
-    windows: Mapping[str, tuple[float, list[Interaction]]],
-    models: NightModels | None,
-    home: Path,
-) -> None:
-    """Before any call: a budget that cannot gate one candidate is refused (`plan.py`)."""
-    from selftaught.sleep.night.plan import refuse_short_budget
-
-    refuse_short_budget(config, windows, models, home)
 
 
 def _default_loader(config: NightConfig, marks: replay_mark.NightMarks) -> ModelLoader:
@@ -1857,12 +1844,7 @@ def run_night(
     with night_lock(home, night, "dry run" if dry_run else "night", project=config.project):
         log = TaskLog(config.log_path)
         until = time.time()
-        windows = _window_rows(log, config, home, until)
-        try:
-            _refuse_short_budget(config, windows, trainer.models, home)
-        except ConfigError:
-            log.close()
-            raise
+        windows = window_rows(log, config, home, until)
         scratch = Path(tempfile.mkdtemp(prefix="selftaught-dry-run-")) if dry_run else None
         for project in [] if dry_run else staging.projects(home):
             for old in staging.mark_interrupted(project, home):  # we hold the lock: it died

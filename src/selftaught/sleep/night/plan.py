@@ -23,10 +23,10 @@ rate (`selftaught doctor`'s measure), a remote one's calls at the traffic's logg
 a known price is said to be unpriced, never guessed. The smallest gain the gate could accept
 on the planned val is the gate's own (`gate.smallest_accepted_gain`).
 
-`sleep run` (and `dry-run`) with a budget refuses before any call when the budget cannot cover
-the least a night spends to gate one candidate: the miner's rows, the starting skill's val
-replay, one step's train attempts, one analyst call and the candidate's val replay
-(`refuse_short_budget`).
+`sleep run`, `dry-run` and `api.sleep_night` with a budget refuse before any call when it
+cannot cover the least a night spends to gate one candidate: the miner's rows, the starting
+skill's val replay, one step's train attempts, one analyst call and the candidate's val replay
+(`refuse_short_budget`; the night itself does not plan: this module sits above it).
 """
 
 from __future__ import annotations
@@ -67,14 +67,14 @@ from selftaught.sleep.intake.log import Interaction, TaskLog
 from selftaught.sleep.night.agent_outcome import WorkspaceMiner, for_target
 from selftaught.sleep.night.agent_replay import NOT_CHECKABLE, for_agent, is_agent
 from selftaught.sleep.night.cycle import (
-    _WORKSPACE_LEFT,
     MINER_OFF,
+    WORKSPACE_LEFT,
     NightConfig,
     NightModels,
-    _logged_upstream,
-    _window_rows,
     is_remote,
+    logged_upstream,
     mine,
+    window_rows,
 )
 from selftaught.sleep.night.dream import paraphrasable
 from selftaught.sleep.night.kinds import find_kinds, load_kinds
@@ -129,7 +129,7 @@ class Traffic:
             reply_tokens=sum(reply) / len(rows) if rows else 0.0,
             latency_s=sum(latency) / len(latency) if latency else None,
             model=named.most_common(1)[0][0] if named else None,
-            upstream=_logged_upstream(list(rows)),
+            upstream=logged_upstream(list(rows)),
         )
 
 
@@ -162,7 +162,7 @@ class Roles:
             return cls(models.target_spec, models.optimizer_spec, models.judge_spec,
                        models.miner_label(), is_agent(models.target),
                        is_agent(models.optimizer))  # fmt: skip
-        target = config.model or _logged_upstream(list(rows))
+        target = config.model or logged_upstream(list(rows))
         if target is None:
             raise ConfigError(
                 "no --model given and no proxy traffic names its upstream: pass --model (the "
@@ -355,7 +355,7 @@ def _find_tasks(
         combined, left = for_agent(combined)
         dropped[NOT_CHECKABLE] += sum(id(t) in tonight for t in left)
     combined, left = for_target(combined, roles.agent)
-    dropped[_WORKSPACE_LEFT] += sum(id(t) in tonight for t in left)
+    dropped[WORKSPACE_LEFT] += sum(id(t) in tonight for t in left)
     asked = ledger.to_dict().get("miner", {}).get("calls", 0)
     used = sum(id(t) in tonight for t in combined)  # tonight's (mined counts those left out)
     base = TaskCounts(read=len(rows), waiting=0, mined=len(tasks), recalled=len(combined) - used,
@@ -719,6 +719,15 @@ def budget_refusal(plan: NightPlan, budget: Budget) -> str | None:
     )
 
 
+def _windows(config: NightConfig) -> dict[str, tuple[float, list[Interaction]]]:
+    """Each project's window as a night starting now would read it."""
+    log = TaskLog(config.log_path)
+    try:
+        return window_rows(log, config, config.home or sleep_home(), time.time())
+    finally:
+        log.close()
+
+
 def plan_night(
     config: NightConfig,
     *,
@@ -728,14 +737,8 @@ def plan_night(
     """The plan of every project the night would run (`config.project`, else every project
     with traffic since its last night); reads the log and the sleep home, writes nothing."""
     home = config.home or sleep_home()
-    log = TaskLog(config.log_path)
-    try:
-        windows = _window_rows(log, config, home, time.time())
-    finally:
-        log.close()
     plans = []
-    for project in sorted(windows):
-        _, rows = windows[project]
+    for project, (_, rows) in sorted(_windows(config).items()):
         if not rows:
             quiet = TaskCounts(0, 0, 0, 0, too_few="no interactions since the last night")
             roles = Roles(config.model or "-", config.optimizer_model or config.model or "-")
@@ -745,22 +748,15 @@ def plan_night(
     return plans
 
 
-def refuse_short_budget(
-    config: NightConfig,
-    windows: Mapping[str, tuple[float, list[Interaction]]],
-    models: NightModels | None,
-    home: Path,
-) -> None:
-    """ConfigError before any call when the night's budget cannot gate one candidate of a
-    project it would run (a night without a budget is not planned)."""
+def refuse_short_budget(config: NightConfig, *, models: NightModels | None = None) -> None:
+    """ConfigError, before any call, when the night's budget cannot gate one candidate of a
+    project it would run (`sleep run`, `api.sleep_night`); a night without a budget is not
+    planned."""
     if not config.training.budget.limited:
         return
-    for project in sorted(windows):
-        rows = windows[project][1]
-        if rows:
-            plan = plan_project(project, rows, config, models=models, home=home)
-            if plan.refusal is not None:
-                raise ConfigError(plan.refusal)
+    for plan in plan_night(config, models=models):
+        if plan.refusal is not None:
+            raise ConfigError(plan.refusal)
 
 
 # ---- shown ------------------------------------------------------------------------------------

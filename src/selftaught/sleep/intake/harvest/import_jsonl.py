@@ -20,7 +20,7 @@ given unless the operator vouches for the file (`trust_fields`, `sleep import --
 e.g. an export of their own log). Without it: `reviewed` is false, `skill_version` none, the
 `source` is "import", the `client` is `import:<file name>` (one client for the night's share
 cap), feedback is an end user's (untrusted, given by that client), and `meta.upstream` is
-dropped (a night never takes its model from a row, `cycle._logged_upstream`); what the file
+dropped (a night never takes its model from a row, `cycle.logged_upstream`); what the file
 claimed is kept in `meta["import_claims"]` for the operator to read. `private` and `shadow_of`
 are kept: they only hold a row back.
 """
