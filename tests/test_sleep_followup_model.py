@@ -72,20 +72,23 @@ def test_the_model_is_not_asked_when_the_rules_read_enough(followup):
 
 def test_the_model_reads_what_the_rules_miss_and_adds_a_value_to_a_bare_rejection():
     model, reader = reader_says({"kind": "correction", "value": "17 km"})
-    rows = [chat("hm, google maps gives me 17 km"), chat("that's wrong", q="Distance to the zoo?")]
-    assert read_followup("hm, google maps gives me 17 km", REPLY) is None
+    rows = [
+        chat("hm, my pedometer disagrees: 17 km"),
+        chat("that's wrong", q="Distance to the zoo?"),
+    ]
+    assert read_followup("hm, my pedometer disagrees: 17 km", REPLY) is None
     assert read_followup("that's wrong", REPLY).kind == "rejection"
     signals, report = signals_of(rows, reader)
     assert len(model.calls) == 2 and report["asked"] == 2
     by_words = {s.words: s for s in signals}
-    found = by_words["hm, google maps gives me 17 km"]
+    found = by_words["hm, my pedometer disagrees: 17 km"]
     assert found.kind == "correction" and found.reference == "17 km" and found.read_by == "scripted"
     # "17 km" is not in "that's wrong": the rules' rejection stands
     assert (
         by_words["that's wrong"].kind == "rejection" and by_words["that's wrong"].reference is None
     )
     assert report["outcomes"] == {"correction": 1, "downgraded": 1}
-    prompt = next(user_of(c) for c in model.calls if "google maps" in user_of(c))
+    prompt = next(user_of(c) for c in model.calls if "pedometer" in user_of(c))
     assert f'"{REPLY}"' in prompt and f'"{Q}"' in prompt
 
 
@@ -128,12 +131,12 @@ def test_a_reply_that_is_not_json_gets_one_repair_then_no_signal():
     model, reader = reader_says(
         "It is a correction to 17 km.", {"kind": "correction", "value": "17"}
     )
-    (signal,), report = signals_of([chat("pretty sure it's 17")], reader)
+    (signal,), report = signals_of([chat("hm, my pedometer disagrees: 17")], reader)
     assert len(model.calls) == 2 and READS not in user_of(model.calls[1])
     assert "## Reply to repair" in user_of(model.calls[1])
     assert signal.kind == "correction" and signal.reference == "17" and report["repaired"] == 1
     model, reader = reader_says("correction!", '{"kind": "correction"}')  # a value is required
-    signals, report = signals_of([chat("pretty sure it's 17")], reader)
+    signals, report = signals_of([chat("hm, my pedometer disagrees: 17")], reader)
     assert len(model.calls) == 2 and signals == []  # the rules read nothing: nothing is guessed
     assert report["parse_failures"] == 1 and report["parse_rate"] == 0.0
     model, reader = reader_says("nope", "nope")
@@ -180,7 +183,7 @@ def test_injected_text_in_the_turn_cannot_leave_the_vocabulary():
 @pytest.mark.parametrize(
     ("followup", "read"),
     [
-        ("smaller pieces, with bullets maybe", ("bullets",)),
+        ("smaller pieces, in points maybe", ("bullets",)),
         ("can you also list hotels there?", None),  # "list", the verb, is no bullet
         ("too wordy", ("max_words",)),  # "shorter": at most half the reply's words
         ("And from Lyon to Nice?", None),  # the prompt's example rule, echoed on any turn
@@ -206,7 +209,7 @@ def test_a_rule_the_turn_does_not_bear_out_is_dropped(followup, read):
 )
 def test_anything_outside_the_vocabulary_is_no_signal(said):
     _, reader = reader_says(said)
-    signals, report = signals_of([chat("hmm, 17 or so")], reader)
+    signals, report = signals_of([chat("hmm, my pedometer disagrees: 17")], reader)
     assert signals == [] and report["parse_failures"] == 1
 
 
@@ -217,7 +220,7 @@ def test_the_calls_are_on_the_ledger_and_stop_with_the_budget():
     ledger = UsageLedger(budget=Budget(calls=3))
     model, _ = reader_says({"kind": "correction", "value": "7"})
     miner = Miner(TrackedModel(model, ledger, "miner"), "scripted", MinerConfig(concurrency=1))
-    rows = [chat(f"hm, I get {i + 2}... wait, 7", q=f"Question {i}?") for i in range(5)]
+    rows = [chat(f"my pedometer disagrees: {i + 2} or 7", q=f"Question {i}?") for i in range(5)]
     _, signals, report = read_threads(rows, NO_CONFIG, reader=ModelReader(miner))
     assert ledger.roles["miner"].calls == len(model.calls) == 3
     assert report.model["asked"] == 3 and len(signals) == 3
@@ -245,10 +248,10 @@ def test_a_private_row_is_not_shown_to_a_remote_reader():
 def test_a_night_without_the_setting_reads_with_the_rules_alone():
     model, _ = reader_says({"kind": "correction", "value": "17 km"})
     miner = Miner(model, "scripted", MinerConfig())  # off by default
-    _, report = mine([chat("hm, google maps gives me 17 km")], NO_CONFIG, miner=miner)
+    _, report = mine([chat("hm, my pedometer disagrees: 17 km")], NO_CONFIG, miner=miner)
     assert report.conversation["model"] == {} and not any(READS in user_of(c) for c in model.calls)
     miner = Miner(model, "scripted", MinerConfig(read_followups=True))
-    _, report = mine([chat("hm, google maps gives me 17 km")], NO_CONFIG, miner=miner)
+    _, report = mine([chat("hm, my pedometer disagrees: 17 km")], NO_CONFIG, miner=miner)
     assert report.conversation["signals"] == {"correction": 1}
     assert report.conversation["model"]["outcomes"] == {"correction": 1}
 
@@ -274,7 +277,7 @@ def test_the_embedded_model_as_reader_plumbing():
     model = TrackedModel(load_model("local"), ledger, "miner")
     reader = ModelReader(Miner(model, "local", MinerConfig(followup_max_tokens=48)))
     rows = [
-        chat("hm, google maps gives me 17 km"),
+        chat("hm, my pedometer disagrees: 17 km"),
         chat("that's wrong", q="How far is the zoo?"),
         chat("Perfect, thanks!", q="How far is the lake?"),  # the rules read it: not asked
     ]

@@ -2,144 +2,979 @@
 
 `read_followup(followup, reply)` returns one `Followup` or None:
 
-- **correction**: the user says the reply is wrong and gives the right value ("No, that's
-  wrong: it's 17 km", "actually 12", "should be 3.5 kg", "Wrong, the capital is Canberra") →
-  a reference (a number, a number with its unit, or the quoted / restated answer);
-- **rejection**: wrong without the right value ("that's wrong", "still fails", "doesn't
-  work", "not what I asked") → a thumbs-down;
+- **correction**: the user says the reply is wrong and gives the right value, or gives a value
+  that takes the place of the reply's ("No, that's wrong: it's 17 km", "42. not 24", "nope 42",
+  "1666, famously", "c'est Baudelaire, pas Hugo", "5月22日に届きました。20日ではないです") → a
+  reference (a number with its unit, a date, a name, a quoted value, a code output);
+- **rejection**: wrong without the right value ("that's wrong", "still fails", "klopt niet",
+  "答非所问") → a thumbs-down;
 - **rule**: a restated rule ("just the number", "in French", "under 50 words", "shorter") →
   checks, as `checks.find_rules` reads them in a request (a correction or rejection may state
   one too);
-- **acceptance**: "thanks, that works", "perfect", "exactly" → a thumbs-up;
-- None: anything else (a new question, small talk, an answer to the assistant's own question).
+- **acceptance**: "thanks, that works", "perfect", "exactly", "верно" → a thumbs-up;
+- None: anything else (a new question or request, small talk, an answer to the assistant's own
+  question, a turn that only mentions a mistake).
 
-The patterns are plain English phrasings, each bounded (no unbounded gap), read on the first
-`MAX_FOLLOWUP_CHARS` of the turn. A reply that ends with a question makes a leading "yes" /
-"no" an answer to it, not feedback. Precision is measured in `benchmarks/bench_followups.py`
-on corpora written for it; what this misses (nothing read, or a rejection without its value),
-the miner model reads (`followup_model.py`).
+It reads in two parts. A **verdict detector** finds the cues of a judgement, in the languages
+`followup_words` lists: a leading "no", a "wrong" word, a "did not work" phrase, doubt ("are you
+sure", the reply's own value echoed with "??"), "X, not Y" where Y is what the reply said, "fine
+but ...", thanks; it discounts what sits in a question, a request, quotes, or blames the user
+("I typed the wrong movie"). A **value extractor** lists the turn's values (numbers with their
+unit, dates, quoted spans, code, names) and keeps those the reply did not say; it prefers the
+value after "not Y"'s contrast, then one a lead word puts forward ("it's", "should be", "i get",
+"c'est", "ist", "是"), then one that stands in the slot of the reply's value (after the same
+word: "nació en Málaga" for "nació en Barcelona"), then a value standing alone ("1453"). With no
+verdict cue, a value is a correction only where it stands alone or is put forward, is of the
+kind the reply gave (a number for a number), and the turn is no question, request or answer to
+the assistant's question.
+
+Every pattern is bounded (no unbounded gap; the turn is read on its first `MAX_FOLLOWUP_CHARS`,
+the reply on its first `MAX_REPLY_CHARS`). Precision and recall are measured in
+`benchmarks/bench_followups.py`; what this misses (nothing read, or a rejection without its
+value), the miner model may read (`followup_model.py`).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from selftaught.sleep.night import followup_words as W
 from selftaught.sleep.night.checks import Rule, find_rules
 
 FollowupKind = Literal["correction", "rejection", "rule", "acceptance"]
 MAX_FOLLOWUP_CHARS = 600
 """Longer turns are read on their start only: feedback comes first, a new request after."""
+MAX_REPLY_CHARS = 4000
+"""The reply is read on its start: the value a user corrects is said early."""
 
 _I = re.IGNORECASE
-# Words that say "wrong" on their own, in the languages `checks.LANGUAGES` names.
-_VERDICT_WORDS = (
-    r"not quite|not really|not even close|no way|wrong \w{1,12}|"
-    r"that'?s (?:wrong|incorrect|not right|not it|false)|"
-    r"no+|nope|nah|nein|non|nee|wrong|incorrect|inaccurate|false|"
-    r"faux|c'?est faux|falsch|das ist falsch|sbagliato|errato|errado|incorrecto|incorrecta|"
-    r"incorreto|es incorrecto|est(?:á|a) mal|fout|klopt niet|i don'?t think so"
+_NO = W.NO.pattern("start")
+_WRONG = W.WRONG.pattern()
+_FAILED = W.FAILED.pattern()
+_ACCEPT = W.ACCEPT.pattern()
+_ACCEPT_START = W.ACCEPT.pattern("start")
+_BUT = W.BUT.pattern()
+_LEAD = W.LEAD.pattern("end")
+
+# ---- values ---------------------------------------------------------------------------------
+
+_ONE = r"(?:\d{1,3}(?:[ \u00a0\u202f]\d{3}){1,4}(?!\d)|\d{1,20}(?:[.,:/]\d{1,20}){0,6})"
+# a number, a range or a hyphenated one ("2–3", "9:00–17:00", "555-0148"), a fraction, a date
+_NUM = rf"{_ONE}(?:(?:[-–]|\s–\s){_ONE})?"
+# units written onto a number in Japanese and Chinese ("3,776メートル", "5月22日", "4个半小时")
+_CJK_UNIT = (
+    r"(?:[年月日時时分秒半个個小間间公里千米円元块塊人歳岁度倍回本件台枚页頁万億亿号號番"
+    r"\u30a0-\u30ff]{1,8}(?:\d{1,6}(?:[.,]\d{1,6})?)?){1,4}"
 )
-# "no" that is not a verdict: "no worries", "no more than 50 words", "nah, no need"
-_NOT_A_NO = re.compile(
-    r"^\W{0,3}(?:no+|nah|nope|non)\W{0,3}(?:no )?(?:worries|problem|problems|rush|need|thanks|"
-    r"idea|doubt|pressure|hurry|matter|kidding|offen[cs]e|big deal|longer|more|less|fewer|"
-    r"further|other|one|complaints|issues)\b",
+# "15th", "6x", "3h20", "15%", "350°F", "/kWh"
+_ATTACHED = r"(?:[A-Za-zА-Яа-яµ]{1,4}\d{0,3}(?!\w)|[%‰°℃℉²³]{1,2}[CFK]?(?!\w)|/[^\W\d_]{1,6}(?!\w))"
+_NUMBER = re.compile(
+    rf"(?:(?<![\w.,/:$€£¥₹-])|(?<=[\u3040-\u30ff\u4e00-\u9fff]))(?P<cur>[-+−]?[$€£¥₹]\s?|[-+−])?"
+    rf"(?P<num>{_NUM}(?:\s?[×x]\s?{_NUM})?)(?P<att>{_CJK_UNIT}|{_ATTACHED})?"
+)
+# an hour and what follows it: "2 hours 15 minutes", "2 horas y media", "3 ore e 10"
+_HOURS = re.compile(
+    r"h|hrs?|hours?|horas?|ore|ora|uur|stunden?|heures?|godzin[ay]?|час(?:а|ов)?|saat|ghante|"
+    r"ghanta|ساعات|ساعة",
     _I,
 )
-_LEADING_VERDICT = re.compile(rf"^\W{{0,3}}(?:{_VERDICT_WORDS})(?=\W|$)", _I)
-_REJECT = re.compile(
-    r"\b(?:wrong|incorrect|inaccurate|not (?:right|correct|true|accurate|quite)|"
-    r"(?:is|was|that's|thats|that is|it's|its) not (?:it|what i (?:asked|wanted|meant|need))|"
-    r"not what i (?:asked|wanted|meant|need(?:ed)?)|i (?:asked|wanted) for|"
-    r"you (?:got|have) (?:it|that|this) wrong|you misread|you misunderst\w{0,4}|"
-    r"(?:a|that's a|made a) mistake|try again|doesn'?t (?:work|compile|run|help|answer|fix)|"
-    r"does not (?:work|compile|run|help|answer|fix)|didn'?t (?:work|help|fix)|"
-    r"did not (?:work|help|fix)|no luck|made it worse|can'?t be right|i don'?t think so|"
-    r"(?:still|now it) (?:fails|failing|broken|crash\w{0,3}|errors?|doesn'?t|does not|wrong|red|"
-    r"getting|get|see|seeing|the same|times out|timing out|hangs|loops|the original|not)|"
-    r"same (?:error|crash|traceback|problem|issue|result|output|bug|thing)|nothing changed|"
-    r"(?:now it|it now|now) (?:hangs|loops|crashes|fails)|"
-    r"(?:test|tests|build|it) (?:still )?(?:fails|failed|is failing|are failing|broke)|"
-    r"(?:this|it) is broken|isn'?t (?:\w{1,20} ){0,3}at all|"
-    r"that'?s (?:false|off|bogus)|not even close|makes no sense|"
-    r"c'?est faux|ne marche (?:toujours )?pas|ne fonctionne pas|falsch|funktioniert nicht|"
-    r"sbagliato|non funziona|errado|n(?:ã|a)o funciona|n(?:ã|a)o est(?:á|a) certo|"
-    r"incorrecto|no funciona|est(?:á|a) mal|werkt niet|klopt niet)(?=\W|$)",
+_MORE = re.compile(
+    r"\s(?:(?:and|y|e|et|und|en|i|и|ve|aur)\s)?(?:\d{1,2}\s?(?:min(?:utes?|utos|uti|uten|ut)?|"
+    r"minuty|минут[аы]?|dakika|mins?)\b|(?:a )?half|media|mezza|meia|demie?|halb|halve|pół|"
+    r"половиной|buçuk|\d{1,2}(?=[\s,.;!?]|$))",
     _I,
 )
-_NEGATED = re.compile(
-    r"\b(?:no complaints|nothing wrong|not wrong|no issues|no problems?|not bad)\b", _I
-)
-_NUMBER = r"[-+]?[$€£]?\d[\d,]*(?:\.\d+)?"
-_UNIT = r"(?:[^\W\d_]|[%°€£µ$])(?:[^\W\d_]|[%°µ/²³])?(?:[^\W\d_]|[/²³.]){0,10}"
-_NUMBER_UNIT = re.compile(rf"(?<![\w.])({_NUMBER})(?:\s?({_UNIT}))?", _I)
-_VALUE_QUOTED = re.compile(
-    r'"([^"\n]{1,80})"|“([^”\n]{1,80})”|`([^`\n]{1,80})`|(?<!\w)\'([^\'\n]{1,80})\'(?!\w)'
-)
-# a clause's opening words before the value: "it's", "c'est", "son", "the answer is", "more like"
-_VALUE_LEAD = re.compile(
-    r"^(?:(?:it|that) (?:comes to|equals|prints|returns|outputs|says|gives)|"
-    r"(?:the )?(?:correct|right|real|actual|true) (?:answer|value|result|one) (?:is|was)|"
-    r"(?:the )?answer (?:is|was|should be)|should (?:be|have been)|more like|closer to|"
-    r"(?:it|that|this|there)(?:'s| is| was| has| are| were)?(?: actually| on| in| at)?|"
-    r"actually|c'est|ce sont|son|es|sono|è|são|é|es sind|sind|ist|het is|zijn|"
-    r"(?:the )?\w{1,12} (?:says|said|shows|reads|quoted|is)|(?:i get|i got|i see))\s+",
+_UNIT_WORD = re.compile(r"\s{1,2}([^\W\d_](?:[^\W\d_]|['’/²³.]){0,14}|°\s?[CFK]|[℃℉%€$£¥₹])", _I)
+_DAY = r"\d{1,2}(?:st|nd|rd|th|er|e|º|ª)?\.?"
+_DATE = re.compile(
+    rf"(?<![\w.,])(?:{_DAY}\s(?:de\s|of\s)?(?:{W.MONTHS})(?!\w)(?:,?\s(?:de\s)?\d{{4}}(?!\d))?"
+    rf"|(?:{W.MONTHS})\.?\s\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s\d{{4}})?(?!\d)"
+    rf"|(?:{W.MONTHS})\s\d{{4}}(?!\d))",
     _I,
 )
-_CLAUSES = re.compile(r"\s*(?:[.;:!—–](?=\s|$)|,(?=\s)|\s-\s)\s*")
-_NOT_X = re.compile(r"^(.{1,60}?),?\s+not\s+([^\s,.;:!?]{1,40})", _I)
-# a value in words has a capital or a symbol ("Jane Austen", "O(n)", "-R"); "nothing changed"
-# does not
-_LOOKS_LIKE_VALUE = re.compile(r"[A-Z(){}\[\]^*/=+<>_-]")
+_QUOTED = re.compile(
+    r'"([^"\n]{1,80})"|“([^”\n]{1,80})”|«\s?([^»\n]{1,80}?)\s?»|„([^“”\n]{1,80})[“”]'
+    r"|`([^`\n]{1,80})`|「([^」\n]{1,80})」|‘([^’\n]{1,80})’|(?<![\w])'([^'\n]{1,80})'(?!\w)"
+)
+_CODE = re.compile(
+    r"(?<![\w/~.])(?:~|\.{1,2})?/[\w.@+-]{1,40}(?:/[\w.@+-]{1,40}){0,10}/?"  # a path
+    r"|(?<![\w-])[a-z][a-z0-9+]{0,12}(?:\.[a-z0-9]{1,8})?"  # a command and its flags
+    r"(?:\s(?:-[a-zA-Z]{1,3}|--[a-z][\w-]{1,20})(?![\w-])){1,4}"
+    r"|(?<![\w.])[A-Za-z_]\w{0,30}(?:\.[A-Za-z_]\w{0,30}){0,4}\([^()\n]{0,30}\)"  # a call
+    r"|\[[^\[\]\n]{0,80}\]|\{[^{}\n]{0,80}\}"  # a list, an object
+    r"|(?<![\w-])(?:[A-Za-z]{1,12}\d[\w-]{0,30}|[a-z]\w{0,30}_\w{1,30}|[a-z]{1,20}[A-Z]\w{0,30}"
+    r"|[A-Z][a-z]{1,20}[A-Z]\w{0,30}|-{1,2}[A-Za-z][\w-]{0,20})(?![\w-])"  # an identifier, a flag
+)
+# an error message a program printed: "it says ls: cannot access 'x': No such file"
+_PRINTED = re.compile(
+    r"<[^<>\n]{1,60}>|(?<![\w.])[A-Z]\w{0,30}(?:Error|Exception)(?::\s[^.\n]{1,100})?"
+    r"|(?<!\w)(?:says|said|prints|printed|outputs|shows|throws|raises|gives(?: me)?|got)\s"
+    r"([A-Za-z][\w.-]{0,30}:\s[^\n]{1,120}?)(?=\.(?:\s|$)|$)"
+    r"|^\W{0,3}(?:output|result|it says|it prints|error|stdout)\s?:\s?([^\n]{1,120}?)\s{0,2}$",
+    _I,
+)
+_UP = r"[A-ZÀ-ÖØ-ÞĀ-ŽА-ЯЁΑ-Ω]"
+_NAME_WORD = rf"{_UP}[\w'’-]{{0,30}}(?:\.(?=\w))?[\w'’-]{{0,10}}(?:\.(?=\s{_UP}))?"
+_NAME = re.compile(
+    rf"(?<![\w'’-]){_NAME_WORD}(?:\s(?:(?:of|de|da|do|del|della|di|du|van|von|der|den|la|le|al|"
+    rf"el|es|bin|ibn)\s)?{_NAME_WORD}){{0,3}}"
+)
+_SENTENCE = re.compile(
+    rf"(?<=[.!?;])\s{{1,3}}(?!(?:{W.MONTHS})\b)|(?<=[。！？])|(?<=\s)[—–](?=\s)|\n"
+    r"|,\s(?=(?:are you|is it|is that|did you|do you|have you|were you|what|why|how)\b)"
+    r"|,\s(?=(?:so |and |but )?(?:could|can|would) you\b)",
+    _I,
+)
+_CLAUSE = re.compile(r"[,，、:：()（）]|(?<=\s)[—–-](?=\s)")
+_QMARKS = ("?", "？", "؟")
+_UNCASED = re.compile(r"[\u0600-\u06ff\u0900-\u097f]{2}")  # Arabic, Devanagari
 _SMALL_NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve"
-_NUMBER_WORDS = {w: i for i, w in enumerate(_SMALL_NUMBERS.split())}
-_STOP_WORDS = (
-    "and or but not so because since as please pls thanks thank you i the a an is was it "
-    "its instead either sorry though then also which that this yet if to of for on in at "
-    "by with from more less than like about just only my your"
-)
-_STOP = frozenset(_STOP_WORDS.split())
-_ACCEPT_FIRST = re.compile(
-    r"^\W{0,3}(?:thanks?\b(?!-| in advance| for asking)|thank you(?! in advance| for asking)|thx|"
-    r"ty|cheers|perfect|great|awesome|excellent|brilliant|exactly|correct(?!\s+me)|spot on|"
-    r"good job|well done|bingo|lgtm|looks good|confirmed|right answer|you'?re right|"
-    r"works like a charm|merci|gracias|danke|grazie|obrigad[oa]|bedankt|parfait|perfecto|"
-    r"perfetto|genau|esatto|exacto|klopt|c'?est (?:ça|correct|juste)|est(?:á|a) (?:certo|bien)|"
-    r"(?:that|this|it)(?:'s| is) (?:right|correct|it|perfect|great|exactly|the one)|"
-    r"(?:yes|yep|yup|yeah|ok(?:ay)?|nice|cool|lovely)(?:\W{1,3}(?:thanks?|thank you|exactly|"
-    r"perfect|correct|that'?s (?:right|it|correct|the one|exactly)|that works|works|fixed)\b|"
-    r"\W{0,3}$))",
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(_SMALL_NUMBERS.split())}
+_WORD = re.compile(r"[^\W_][\w'’.-]{0,40}|[^\s\w]")
+
+
+@dataclass(frozen=True)
+class _Value:
+    """One value written in a text: its words, where, its kind, and what makes two the same
+    (a number's digits, else its folded words)."""
+
+    text: str
+    start: int
+    end: int
+    kind: str  # number, date, quoted, code, name, word
+    key: str
+    unit: str = ""
+    core: str = ""  # a number's digits as written ("1,204")
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("number", "date", "spelled")
+
+    def _replace_at(self, offset: int) -> _Value:
+        return _Value(
+            self.text,
+            self.start + offset,
+            self.end + offset,
+            self.kind,
+            self.key,
+            self.unit,
+            self.core,
+        )
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def _has(haystack: str, needle: str) -> bool:
+    """`needle` is written in `haystack` (both folded) as a whole word or phrase."""
+    if not needle:
+        return False
+    i = haystack.find(needle)
+    while i >= 0:
+        before = haystack[i - 1] if i else " "
+        after = haystack[i + len(needle)] if i + len(needle) < len(haystack) else " "
+        word_edges = (
+            needle[0].isalnum() and before.isalnum(),
+            needle[-1].isalnum() and after.isalnum(),
+        )
+        if not any(word_edges) or (_cjk(needle[0]) and _cjk(needle[-1])):
+            return True
+        i = haystack.find(needle, i + 1)
+    return False
+
+
+def _cjk(ch: str) -> bool:
+    return "\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af"
+
+
+def _number(m: re.Match[str], text: str, tails: frozenset[tuple[str, ...]]) -> _Value:
+    """A number with what is written onto it, and the unit words after it: a known unit, or
+    the words the reply put after its own numbers ("2 PM Eastern" for "3 PM Eastern")."""
+    end = m.end()
+    unit = _fold(m.group("att") or "")
+    words = []
+    for _ in range(3):
+        w = _UNIT_WORD.match(text, end)
+        if w is None:
+            break
+        word = _fold(w.group(1)).rstrip(".")
+        if not _follows(words, word, tails):
+            break
+        words.append(word)
+        end = w.start(1) + len(w.group(1).rstrip("."))
+    unit = unit or " ".join(words)
+    if _HOURS.fullmatch(unit):
+        more = _MORE.match(text, end)  # "2 hours 15 minutes", "2 horas y media", "3 ore e 10"
+        if more is not None:
+            end = more.end()
+    value = text[m.start() : end].strip()
+    key = re.sub(r"\D", "", m.group("num") + (m.group("att") or ""))
+    return _Value(value, m.start(), end, "number", key, unit, m.group("num"))
+
+
+def _follows(words: list[str], word: str, tails: frozenset[tuple[str, ...]]) -> bool:
+    """`word` belongs to the unit after `words`: the first is a known unit or one the reply
+    put after a number (its start), the next ones continue the reply's own."""
+    if not words:
+        if not word[0].isalpha():
+            return True  # "°F", "%", "€"
+        if word in W.STOP or word in W.BETWEEN:
+            return False
+        return word in W.UNITS or any(
+            t and (_unit_like(t[0]) or _counted(t[0])) and _same_word(t[0], word) for t in tails
+        )
+    n = len(words)
+    if word in W.STOP or word in W.BETWEEN or word in W.FILLER:
+        return False
+    return any(
+        len(t) > n
+        and all(_same_word(a, b) for a, b in zip(t, words, strict=False))
+        and t[n] == word
+        for t in tails
+    )
+
+
+def _unit_like(word: str) -> bool:
+    """A word the reply wrote after a number that reads as its unit: a known one, a short one
+    ("pm", "d.c"), a month, or one in a script without capitals (Arabic, Devanagari, CJK),
+    where a unit is not told from a noun."""
+    return (
+        word in W.UNITS
+        or len(word.replace(".", "")) <= 3
+        or re.fullmatch(W.MONTHS, word, _I) is not None
+        or not re.search(r"[a-zа-яёα-ωà-ÿ]", word)
+    )
+
+
+def _counted(word: str) -> bool:
+    """A plural noun after a number ("eggs", "lines"): what is counted, kept as its unit."""
+    return len(word) >= 4 and word.endswith("s") and word.isalpha()
+
+
+def _same_word(a: str, b: str) -> bool:
+    """One word, inflection aside ("metre" and "metredir", "متر" and "مترًا")."""
+    if a == b:
+        return True
+    short, long = sorted((a, b), key=len)
+    return len(short) >= 3 and long.startswith(short)
+
+
+def _values(text: str, tails: frozenset[tuple[str, ...]] = frozenset()) -> list[_Value]:
+    """Every value written in `text`, in order; where two overlap, the more specific wins
+    (a quoted span, a date, code, a number, a name)."""
+    found: list[_Value] = []
+
+    def add(value: _Value) -> None:
+        if value.text and not any(v.start < value.end and value.start < v.end for v in found):
+            found.append(value)
+
+    for m in _PRINTED.finditer(text):
+        i = next((i for i, g in enumerate(m.groups(), 1) if g is not None), 0)
+        add(_Value(m.group(i), m.start(i), m.end(i), "code", _fold(m.group(i))))
+    for m in _QUOTED.finditer(text):
+        i = next(i for i, g in enumerate(m.groups(), 1) if g is not None)
+        inner = m.group(i).strip().rstrip(".,;:!?")
+        number = _NUMBER.fullmatch(inner)
+        if number is not None:
+            add(_number(number, inner, tails)._replace_at(m.start(i)))
+        else:
+            add(_Value(inner, m.start(i), m.end(i), "quoted", _fold(inner)))
+    for m in _DATE.finditer(text):
+        add(_Value(m.group(0), m.start(), m.end(), "date", _fold(m.group(0))))
+    for m in _CODE.finditer(text):
+        if re.search(r"[^\W\d_]", m.group(0)) or m.group(0)[0] in "[{":
+            add(_Value(m.group(0), m.start(), m.end(), "code", _fold(m.group(0))))
+    for m in _NUMBER.finditer(text):
+        add(_number(m, text, tails))
+    for m in _NUMBER_WORD.finditer(text):  # "four bedrooms, not three"
+        number = _number_word(m, text, tails)
+        if number is not None:
+            add(number)
+    for value in _names(text):
+        add(value)
+    return sorted(found, key=lambda v: v.start)
+
+
+_NUMBER_WORD = re.compile(rf"(?<![\w-])(?:{'|'.join(_SMALL_NUMBERS.split())})(?![\w-])", _I)
+
+
+def _number_word(m: re.Match[str], text: str, tails: frozenset[tuple[str, ...]]) -> _Value | None:
+    """A number written in words, where it counts something ("four bedrooms") or is denied
+    ("not three")."""
+    key = _NUMBER_WORDS[_fold(m.group(0))]
+    unit = _UNIT_WORD.match(text, m.end())
+    if unit is not None and _follows([], _fold(unit.group(1)), tails):
+        end = unit.end()
+        value = text[m.start() : end]
+        return _Value(value, m.start(), end, "spelled", key, _fold(unit.group(1)), key)
+    if re.search(r"(?<!\w)not\s$", text[max(0, m.start() - 5) : m.start()], _I):
+        return _Value(m.group(0), m.start(), m.end(), "spelled", key, "", key)
+    return None
+
+
+def _names(text: str) -> Iterable[_Value]:
+    """Capitalised words ("Elon Musk", "Vatican City", "Толстой"), less the function words and
+    verdicts that open a sentence; none in a turn written in capitals."""
+    letters = [c for c in text if c.isalpha() and c.lower() != c.upper()]
+    if letters and sum(c.isupper() for c in letters) > 0.6 * len(letters):
+        return
+    for m in _NAME.finditer(text):
+        words = m.group(0).split(" ")
+        start = m.start()
+        while words and (_fold(words[0]).strip("'’.") in W.STOP or _verdict_word(words[0])):
+            start += len(words[0]) + 1
+            words = words[1:]
+        name = " ".join(words).rstrip(".'’-")
+        if name and re.search(r"[^\W\d_]{2}|^[A-Z]$", name):
+            opens = re.search(r"(?:^|[.!?;:]\s{1,3}|[\"'“«(]\s?)$", text[max(0, start - 4) : start])
+            kind = "word" if opens is not None and " " not in name else "name"
+            yield _Value(name, start, start + len(name), kind, _fold(name))
+
+
+def _verdict_word(word: str) -> bool:
+    w = word.strip(".,!?")
+    return any(p.fullmatch(w) for p in (_ACCEPT, _WRONG, _NO, _FAILED))
+
+
+# ---- what the reply said --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """What a turn is read against: the reply's values and words."""
+
+    text: str
+    folded: str
+    values: tuple[_Value, ...]
+    tails: frozenset[tuple[str, ...]]
+    anchors: frozenset[tuple[str, bool]]  # (a word beside a value, the value is a number)
+    slots: frozenset[tuple[str, tuple[str, ...]]]  # the word and prepositions before a name
+    asks: bool  # the reply asks the user something: the turn answers it
+    answer: str | None  # "yes" / "no": the reply answers a yes/no question
+
+    @property
+    def numeric(self) -> bool:
+        return any(v.numeric for v in self.values)
+
+    @property
+    def named(self) -> bool:
+        """The reply gives a name, code or a quoted value (or is written without capitals,
+        where a name is not told from a word)."""
+        return any(not v.numeric for v in self.values) or bool(_UNCASED.search(self.text))
+
+    def said(self, value: _Value) -> bool:
+        """The reply already gave `value`: the user quotes it, not corrects it."""
+        if value.kind in ("number", "spelled"):
+            return self._said_number(value)
+        if not _has(self.folded, value.key):
+            return False
+        # "HOLA" is not "Hola", "-R" is not "-r"
+        cased = value.kind == "code" or (value.text.isupper() and len(value.text) > 1)
+        return not cased or value.text in self.text
+
+    def _said_number(self, value: _Value) -> bool:
+        """The same digits (a phone number's end too), with the same unit when one is given."""
+        if any(v.numeric and v.key == value.key and not value.unit for v in self.values):
+            return True
+        core = re.escape(value.core or value.text)
+        for m in re.finditer(rf"(?<![\d.,])(?<!\d[.,]){core}(?![\d]|[.,]\d)", self.folded):
+            if not value.unit:
+                return True
+            after = self.folded[m.end() : m.end() + 24].split()
+            if after and _same_word(after[0].strip(".,;:!?()"), value.unit.split()[0]):
+                return True
+            if self.folded[m.end() : m.end() + len(value.unit)] == value.unit:
+                return True
+        return False
+
+
+def _reply(reply: str) -> _Reply:
+    text = " ".join(reply[:MAX_REPLY_CHARS].split())
+    tails = set()
+    for m in _NUMBER.finditer(text):
+        after = [_fold(w).strip(".,;:!?()") for w in text[m.end() : m.end() + 60].split()[:3]]
+        if after and not m.group("att"):
+            tails.add(tuple(w for w in after if w))
+    values = _values(text)
+    anchors, slots = set(), set()
+    for v in values:
+        near = _content_words(text[max(0, v.start - 40) : v.start])[-3:]
+        near += _content_words(text[v.end : v.end + 40])[:2]
+        anchors.update((word[:5], v.numeric) for word in near)
+        before = [_fold(w) for w in text[max(0, v.start - 40) : v.start].split()]
+        preps: list[str] = []
+        while before and before[-1] in W.BETWEEN and len(preps) < 2:
+            preps.insert(0, before.pop())
+        anchor = before[-1] if before else ""
+        named = " ".join(_fold(x.text) for x in values)
+        if (
+            not v.numeric
+            and anchor.isalpha()
+            and anchor not in W.STOP
+            and len(anchor) > 2
+            and not _has(named, anchor)  # "Monday" in "Monday to Saturday" is no anchor
+        ):
+            slots.add((anchor[:5], tuple(preps)))
+    asks = text.rstrip().endswith(_QMARKS) or W.QUIZ.search(text) is not None
+    answer = None
+    for sentence in re.split(r"(?<=[?？])\s{0,3}", text)[1:2] or [text]:
+        if W.YES.match(sentence):
+            answer = "yes"
+        elif W.NO_ANSWER.match(sentence):
+            answer = "no"
+    return _Reply(
+        text,
+        _fold(text),
+        tuple(values),
+        frozenset(tails),
+        frozenset(anchors),
+        frozenset(slots),
+        asks,
+        answer,
+    )
+
+
+def _content_words(text: str) -> list[str]:
+    words = [_fold(w).strip("'’.-") for w in _WORD.findall(text)]
+    return [
+        w
+        for w in words
+        if len(w) >= 3 and w not in W.STOP and w not in W.BETWEEN and not w[0].isdigit()
+    ]
+
+
+# ---- the turn -------------------------------------------------------------------------------
+
+# "1868年では？", "isn't it 1889?", "42, no?": a value put forward as a question
+_TENTATIVE = re.compile(
+    r"(?:では|じゃない|じゃ|吧|,\s?(?:no|right|non|nicht|oder|né|ne|nee|nie|да|değil mi))"
+    r"\s?(?:です)?か?[?？]{1,3}$"
+    r"|^\W{0,3}(?:isn'?t it|wasn'?t it|shouldn'?t it be|isn'?t that|wouldn'?t it be|"
+    r"n'est-ce pas|c'est pas plutôt|ce n'est pas plutôt|ist es nicht|war es nicht|no es|"
+    r"no era|não é|não seria|non è|non era|is het niet|was het niet|czy to nie|разве не)\b",
     _I,
 )
-_ACCEPT_ANY = re.compile(
-    r"\b(?:that|this|it) (?:works|worked|fixed it|did it|did the trick)\b"
-    r"|\b(?:works|passes|passing|green|compiles|builds) now\b"
-    r"|\bthank(?:s| you)(?: a lot| so much)?\W{0,4}$|\bno more errors\b|\byou'?re right\b"
-    r"|\b(?:tests?|it|build|ci) (?:all )?(?:pass(?:es)?|passing|is green|are green|works)\b"
-    r"|\blooks good\b|\bthat'?s (?:exactly|the one|it|right|correct)\b",
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    text: str
+    start: int
+    asks: bool  # a question, or a request for something new
+    tentative: bool = False
+
+
+def _sentences(text: str) -> list[_Sentence]:
+    out, start = [], 0
+    for m in [*_SENTENCE.finditer(text), None]:
+        end = len(text) if m is None else m.start()
+        part = text[start:end]
+        if part.strip():
+            lead = len(part) - len(part.lstrip())
+            body = part.strip()
+            tentative = _TENTATIVE.search(body) is not None and bool(
+                _NUMBER.search(body) or _NAME.search(body[1:])
+            )
+            asks = (
+                not tentative
+                and not W.CHALLENGE.match(body)
+                and (
+                    (body.endswith(_QMARKS) and not re.fullmatch(r"[?？؟!\s]{1,8}", body))
+                    or bool(W.QUESTION_START.search(body) or W.QUESTION_END.search(body))
+                    or bool(W.REQUEST.search(body))
+                )
+            )
+            out.append(_Sentence(body, start + lead, asks, tentative))
+        if m is not None:
+            start = m.end()
+    return out
+
+
+@dataclass(frozen=True)
+class _Cues:
+    """What the turn says about the reply, before its value is looked for."""
+
+    no: bool = False  # a "no" opening the turn or standing alone
+    wrong: bool = False  # a "wrong" word, "did not work", doubt
+    contrast: _Value | None = None  # "X, not Y": X, where Y is what the reply said
+    contrasted: bool = False  # "not Y" where Y is what the reply said (X perhaps not given)
+    partial: bool = False  # "... fine, but ..."
+    accept: bool = False  # an acceptance opens the turn
+    accept_later: bool = False  # an acceptance further on
+    asks: bool = False  # the turn asks something, or asks for something new
+    self_blame: bool = False
+    hard: bool = False  # a "wrong" or "did not work" word
+    restate: bool = False  # "I said", "as I asked"
+
+    @property
+    def verdict(self) -> bool:
+        return self.no or self.wrong or self.contrasted or self.partial or self.restate
+
+
+def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Value]) -> _Cues:
+    clean = W.NEGATED.sub(" ", _QUOTED.sub(" ", text))
+    statements = [W.NEGATED.sub(" ", _QUOTED.sub(" ", s.text)) for s in sentences if not s.asks]
+    judged = [s for s in statements if not W.SELF.search(s)]
+    hits = [m for s in judged for p in (_WRONG, _FAILED) for m in p.finditer(s)]
+    rest = " ".join(statements)
+    for m in hits:
+        rest = rest.replace(m.group(0), " ")
+    doubt = _doubt(sentences, reply, values)
+    opening = _strip_fillers(clean)
+    no = (
+        not reply.asks
+        and W.NOT_A_NO.match(opening) is None
+        and (
+            _NO.match(opening) is not None
+            or any(_NO.fullmatch(s.text.strip(" .!?,")) for s in sentences)
+        )
+    )
+    accepted = clean
+    for m in hits:
+        accepted = accepted.replace(m.group(0), " ")
+    contrast, contrasted = _contrast(text, values, reply)
+    return _Cues(
+        no=no and not (W.SELF.search(clean) and not hits),
+        wrong=bool(hits) or doubt or any(s.tentative for s in sentences),
+        hard=bool(hits),
+        restate=any(W.RESTATE.search(s) for s in statements),
+        contrast=contrast,
+        contrasted=contrasted,
+        partial=bool(
+            re.search(r"\b(?:fine|ok|okay|right|correct|good)\b|" + _ACCEPT.pattern, rest, _I)
+            and _BUT.search(rest)
+        ),
+        accept=_accepts(_strip_fillers(clean)) and not _opens_with_hit(_strip_fillers(clean)),
+        accept_later=any(
+            not W.NEGATION_AFTER.match(rest[m.end() :]) for m in [_ACCEPT.search(rest)] if m
+        ),
+        asks=any(s.asks for s in sentences),
+        self_blame=W.SELF.search(clean) is not None,
+    )
+
+
+def _opens_with_hit(text: str) -> bool:
+    """The acceptance word that opens `text` is part of a "wrong" or "did not work" phrase
+    ("funktioniert immer noch nicht", "it still sounds super ...")."""
+    m = _ACCEPT_START.match(text)
+    end = m.end() if m else 0
+    return any(
+        h is not None and h.start() < end for h in (_WRONG.search(text), _FAILED.search(text))
+    )
+
+
+def _strip_fillers(text: str) -> str:
+    """`text` less the fillers that open it ("lol no", "haha perfect")."""
+    words = text.split(" ")
+    while len(words) > 1 and _fold(words[0]).strip(_MARKS) in W.FILLER:
+        words = words[1:]
+    return " ".join(words)
+
+
+def _accepts(text: str) -> bool:
+    """The turn opens with an acceptance: "perfect, thanks!", "yep that's right", "верно"."""
+    if W.WEAK_ACCEPT.match(text):
+        return True
+    m = _ACCEPT_START.match(text)
+    if m is None or W.NOT_ACCEPT_AFTER.match(text[m.end() :]):
+        return False
+    return not W.NEGATION_AFTER.match(text[m.end() :])
+
+
+def _doubt(sentences: list[_Sentence], reply: _Reply, values: list[_Value]) -> bool:
+    """ "4 hours??", "17?", "????": the user echoes the reply with disbelief."""
+    for s in sentences:
+        if re.fullmatch(r"[?？!]{2,8}", s.text):
+            return True
+        if not s.text.endswith(("?", "？")):
+            continue
+        inside = [v for v in values if s.start <= v.start < s.start + len(s.text)]
+        rest = s.text
+        for v in inside:
+            rest = rest.replace(v.text, " ")
+        bare = not [w for w in re.findall(r"\w+", rest) if _fold(w) not in W.FILLER]
+        if inside and all(reply.said(v) for v in inside) and (bare or s.text.endswith("??")):
+            return True
+    return False
+
+
+_BETWEEN = "|".join(re.escape(w) for w in sorted(W.BETWEEN, key=len, reverse=True))
+_DENIED = re.compile(rf"(?:{W.NOT_BEFORE.pattern})\s{{0,2}}(?:(?:{_BETWEEN})\s){{0,2}}$", _I)
+
+
+def _contrast(text: str, values: list[_Value], reply: _Reply) -> tuple[_Value | None, bool]:
+    """ "12, not 10", "Baudelaire, pas Hugo", "20日ではない": (the value put in the place of
+    the reply's, when the turn gives one; whether the turn denies a value the reply said)."""
+    for i, v in enumerate(values):
+        denied = _DENIED.search(text[max(0, v.start - 24) : v.start])
+        after = W.NOT_AFTER.match(text, v.end)
+        if (denied is None and after is None) or not reply.said(v):
+            continue
+        rest = [w for w in values[:i] if not reply.said(w)][-1:] or [
+            w for w in values[i + 1 :] if not reply.said(w)
+        ][:1]
+        if rest and _same_kind(rest[0], v):
+            return rest[0], True
+        return None, True
+    return _plain_contrast(text, reply)
+
+
+_NOT_WORD = re.compile(
+    rf"([^\W\d_][\w'’-]{{1,30}}),?\s(?:{W.NOT_BEFORE.pattern})\s(?:(?:{_BETWEEN})\s){{0,2}}"
+    rf"([^\W\d_][\w'’-]{{1,30}})",
     _I,
 )
-_SHORTER = re.compile(
-    r"\b(?:shorter|more concise|too long|too verbose|less verbose|briefer|be brief|kürzer|"
-    r"plus court|más corto|più breve)\b",
+
+
+def _plain_contrast(text: str, reply: _Reply) -> tuple[_Value | None, bool]:
+    """ "na sexta, não na terça": the word before "not" where the word after it is the
+    reply's."""
+    for m in _NOT_WORD.finditer(text):
+        said, new = _fold(m.group(2)), _fold(m.group(1))
+        if not _has(reply.folded, said) or said in W.STOP:
+            continue
+        if (
+            new in W.STOP
+            or new in W.BETWEEN
+            or _verdict_word(m.group(1))
+            or _has(reply.folded, new)
+        ):
+            return None, True
+        return _Value(m.group(1), m.start(1), m.end(1), "word", new), True
+    return None, False
+
+
+def _same_kind(a: _Value, b: _Value) -> bool:
+    return a.numeric == b.numeric or a.kind in ("quoted", "code") or b.kind in ("quoted", "code")
+
+
+# ---- the value ------------------------------------------------------------------------------
+
+
+def _led(text: str, value: _Value) -> bool:
+    """A lead word puts `value` forward: "it's 8 hours", "should be 350 °F", "i get 12.6"."""
+    if _OUTPUT_LABEL.search(text[max(0, value.start - 24) : value.start]):
+        return True
+    told = re.search(
+        r"([^.!?;:]{1,40}):\s{0,2}[\"'“«`]?$", text[max(0, value.start - 48) : value.start]
+    )
+    if told and (_WRONG.search(told.group(1)) or _NO.match(told.group(1).strip())):
+        return True  # "That's not right: 12"
+    before = re.split(r"[.!?;:,，。！？()]", text[max(0, value.start - 48) : value.start])[-1]
+    words = before.split()
+    for _ in range(4):
+        if words and _LEAD.search(" ".join(words)) is not None:
+            return True
+        if words and (
+            _fold(words[-1]).strip("'’") in W.BETWEEN or words[-1].endswith(("'", "’"))
+        ):  # "it's about", "nell'80"
+            words.pop()
+        else:
+            return False
+    return False
+
+
+def _aligned(text: str, value: _Value, reply: _Reply) -> bool:
+    """`value` stands beside a word that, in the reply, stands beside the reply's own value
+    of its kind: "it shipped Thursday" for "shipped on Monday", "1881'de doğdu"."""
+    before = re.split(r"[.!?;。！？]", text[max(0, value.start - 40) : value.start])[-1]
+    after = re.split(r"[.!?;。！？,]", text[value.end : value.end + 40])[0]
+    near = _content_words(before)[-3:] + _content_words(after)[:2]
+    return any((w[:5], value.numeric) in reply.anchors for w in near)
+
+
+_OUTPUT_LABEL = re.compile(
+    r"(?:output|result|error|stdout|answer|réponse|resultado|risultato|ergebnis|wynik|"
+    r"результат|sonuç|结果|答案)\s?[:：]\s?$",
     _I,
 )
-# a new question or request, not a verdict on the reply ("What's the wrong way to ...?")
-_NEW_QUESTION = re.compile(
-    r"^\W{0,3}(?:what|how|why|when|where|which|who|whose|can you|could you|would you|"
-    r"please explain|explain|tell me|correct me|is there|are there|is it|is that|are you|"
-    r"do you|does|did|actually,)\b",
+_COPULA = re.compile(r"\s(?:is|was|are|ist|est|es|è|é|is het|jest|это)\s(\w+)(?:\s(\w+))?", _I)
+
+
+def _opens(text: str, sentence: _Sentence, value: _Value, reply: _Reply) -> bool:
+    """The sentence opens with `value` and says nothing else of it but a reason or the
+    reply's own subject: "1666, famously", "8,849 m per the latest survey", "amsterdam is
+    bigger", "Au is gold" (not "42 is my favourite number")."""
+    head = text[sentence.start : value.start]
+    if re.search(r"\w", head) and not all(
+        _fold(w) in W.FILLER or _fold(w) in W.BETWEEN for w in re.findall(r"[\w']+", head)
+    ):
+        return False
+    m = _COPULA.match(text, value.end)
+    if m is None:
+        return True
+    said = [_fold(w) for w in m.groups() if w]
+    return any(
+        w.endswith("er") or w in ("right", "correct", "it", "the") or _has(reply.folded, w)
+        for w in said
+    )
+
+
+_MARKS = ".,!?…:;\"'’“”«»"
+
+
+def _tokens(text: str, offset: int) -> list[tuple[int, int, str]]:
+    """Each word of `text` less its marks, with where it is (offset added)."""
+    out = []
+    for m in re.finditer(r"\S+", text):
+        word = m.group(0).strip(_MARKS)
+        if word and re.search(r"\w", word) and _fold(word) not in W.FILLER:
+            start = offset + m.start() + m.group(0).find(word)
+            out.append((start, start + len(word), word))
+    return out
+
+
+_SUBJECT = re.compile(
+    r"^\W{0,3}([^\W\d_][\w'’-]{1,30}(?:\s[^\W\d_][\w'’-]{1,30})?)\s(?:is|are|was|ist|est|es|"
+    r"è|é|is het|jest|это)\s(?:(?:the|a|an|way|much|far|even)\s)?([^\W\d_][\w'’-]{1,30})\b",
     _I,
 )
-# a question about the reply itself: "Can you make that two sentences at most?"
-_ABOUT_REPLY = re.compile(
-    r"^\W{0,3}(?:can|could|would) you(?: please)? (?:make|keep|put|rewrite|redo|shorten|format|"
-    r"give|answer|reply|write|say) (?:it|that|this|me|the answer|again)\b",
-    _I,
-)
-_YES_NO = re.compile(r"^\W{0,3}(?:yes|yep|yeah|no|nope|nah|sure|ok(?:ay)?)\b", _I)
+
+
+def _subject(sentence: _Sentence, reply: _Reply) -> _Value | None:
+    """The subject of "X is bigger", "X is the right one", "Au is gold" (gold: the reply's
+    word): the value the user puts in the reply's place."""
+    m = _SUBJECT.match(sentence.text)
+    if m is None:
+        return None
+    said, what = m.group(1), _fold(m.group(2))
+    if any(_fold(w) in W.STOP or _verdict_word(w) for w in said.split()):
+        return None
+    judged = re.fullmatch(r"\w{3,}(?:er|est)|right|correct|one|answer|better|worse", what)
+    if not judged and not _has(reply.folded, what):
+        return None
+    if _has(reply.folded, _fold(said)):
+        return None
+    at = sentence.start + m.start(1)
+    kind = "name" if said[:1].isupper() else "word"
+    return _Value(said, at, at + len(said), kind, _fold(said))
+
+
+def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | None:
+    """A sentence that is one value on its own, less fillers, marks, a parenthesis, a leading
+    verdict ("Nope, Mark Twain.") and a leading preposition: "canberra", "a Firenze, dai",
+    "Swiss franc (CHF)", "Толстой конечно"; or, unspaced, one value and a few words
+    ("3,776メートルですよ"). `strict`: nothing else is said in the sentence."""
+    body = re.sub(
+        r"\([^()]{0,80}\)|（[^（）]{0,80}）", lambda m: " " * len(m.group(0)), sentence.text
+    )
+    if " " not in body.strip() and any(_cjk(c) for c in body):
+        inner = [v for v in _values(body, reply.tails) if not reply.said(v)]
+        if len(inner) == 1 and inner[0].numeric and len(body) - len(inner[0].text) <= 12:
+            v = inner[0]
+            return _Value(v.text, sentence.start + v.start, sentence.start + v.end, v.kind, v.key)
+        return None
+    words: list[tuple[int, int, str]] = []
+    start = 0
+    said_no = False
+    for m in [*re.finditer(r",\s|，|、|:\s|\s[—–-]\s", body), None]:
+        end = len(body) if m is None else m.start()
+        clause = _tokens(body[start:end], start)
+        start = end if m is None else m.end()
+        if not clause or (not words and all(_verdict_word(w) for _, _, w in clause)):
+            continue  # "Nope, Mark Twain.": the clause after the verdict
+        if words and strict:
+            return None  # "Close, but it's 5,895 m": more is said
+        if words:
+            break
+        words = clause
+        said_no = any(_verdict_word(w) for _, _, w in clause)
+    if said_no:
+        return None  # "no luck": a verdict, not a value
+    while len(words) > 1 and _fold(words[0][2]).rstrip("'’") in W.BETWEEN:
+        words = words[1:]
+    if not words or len(words) > 3 or any(_verdict_word(w) for _, _, w in words):
+        return None
+    first, last = words[0][0], words[-1][1]
+    elided = re.match(r"\w{1,4}['’](?=\d)", sentence.text[first:last])  # "nell'80"
+    first += elided.end() if elided else 0
+    phrase = sentence.text[first:last]
+    at = sentence.start + first
+    inner = _values(phrase, reply.tails)
+    plain = [w for _, _, w in words]
+    if len(inner) == 1 and inner[0].text == phrase:
+        v = inner[0]
+        kind = "name" if v.kind == "word" and v.text[:1].isupper() else v.kind
+        return _Value(v.text, at, at + len(phrase), kind, v.key, v.unit, v.core)
+    if len(inner) == 1 and len(plain) == 2 and inner[0].kind in ("name", "word"):  # noqa: SIM102
+        if plain[0][:1].isupper():  # "Swiss franc"
+            return _Value(phrase, at, at + len(phrase), "name", _fold(phrase))
+    if not inner and len(plain) <= 2 and all(_UNCASED.fullmatch(w[:2]) for w in plain):
+        return _Value(phrase, at, at + len(phrase), "name", _fold(phrase))  # "نجيب محفوظ"
+    if not inner and len(plain) == 1 and plain[0].isalpha() and _fold(plain[0]) not in W.STOP:
+        number = _NUMBER_WORDS.get(_fold(phrase))
+        kind = "number" if number else "word"
+        return _Value(phrase, at, at + len(phrase), kind, number or _fold(phrase))
+    return None
+
+
+def _variant(text: str, sentences: list[_Sentence], reply: _Reply) -> _Value | None:
+    """A few plain words a lead puts forward that change a value of the reply: "it's monday
+    to friday" for "Monday to Saturday", "that's git log" for `git status`."""
+    for s in sentences:
+        if s.asks:
+            continue
+        for clause in re.split(r",\s|;\s", s.text):
+            words = clause.split()
+            for n in range(1, min(4, len(words))):
+                rest = [w.strip(".,!?;:\"'’") for w in words[n:]]
+                if _LEAD.search(" ".join(words[:n])) is None or not 1 <= len(rest) <= 3:
+                    continue
+                phrase = " ".join(rest)
+                changed = [
+                    v
+                    for v in reply.values
+                    if not v.numeric
+                    and " " in v.text
+                    and set(_fold(v.text).split()) & set(_fold(phrase).split())
+                ]
+                if changed and not _has(reply.folded, _fold(phrase)):
+                    start = s.start + s.text.find(phrase)
+                    return _Value(phrase, start, start + len(phrase), "word", _fold(phrase))
+    return None
+
+
+@dataclass(frozen=True)
+class _Found:
+    value: _Value
+    how: str  # yes/no, contrast, led, aligned, opens, bare, first, variant, asserted
+
+
+def _value(
+    text: str, sentences: list[_Sentence], cues: _Cues, reply: _Reply, values: list[_Value]
+) -> _Found | None:
+    """The right value the turn gives, and how it was found; None when it gives none."""
+    if reply.answer is not None:
+        m = (W.NO_ANSWER if reply.answer == "yes" else W.YES).match(text)
+        if m is not None and (cues.no or cues.wrong or reply.answer == "no"):
+            word = m.group(0).strip(" ,.!")
+            return _Found(_Value(word, 0, m.end(), "word", "yes/no"), "yes/no")
+    if cues.contrast is not None:
+        return _Found(cues.contrast, "contrast")
+    quoted = [  # "No, it's "git rebase"": a quoted value the reply did not say
+        v for v in values if v.kind == "quoted" and not reply.said(v) and cues.verdict
+    ]
+    if quoted:
+        return _Found(quoted[0], "quoted")
+    asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
+    aside = [m.span() for m in re.finditer(r"\([^()]{0,80}\)", text)]
+    fresh = [  # a number in words counts only in "X, not Y" ("four bedrooms, not three")
+        v
+        for v in values
+        if v.kind != "spelled"
+        and not reply.said(v)
+        and not any(a <= v.start < b for a, b in asked + aside)
+    ]
+    statements = [s for s in sentences if not s.asks]
+    for s in statements[:1]:  # "1989. The Soviet Union dissolved in 1991"
+        bare = _bare(s, reply, strict=True)
+        if bare is not None and not reply.said(bare):
+            return _Found(bare, "bare")
+    led = [v for v in fresh if v.kind != "word" and _led(text, v)]
+    if led:
+        return _Found(led[-1], "led")
+    aligned = [
+        v for v in fresh if (v.kind != "word" or v.text[:1].isupper()) and _aligned(text, v, reply)
+    ]
+    if aligned:
+        return _Found(aligned[0], "aligned")
+    slot = _slot(text, statements, reply)
+    if slot is not None:
+        return _Found(slot, "slot")
+    for s in statements:
+        first = next((v for v in fresh if s.start <= v.start < s.start + len(s.text)), None)
+        if first is not None and first.kind != "word" and _opens(text, s, first, reply):
+            return _Found(first, "opens")
+        subject = _subject(s, reply)
+        if subject is not None:
+            return _Found(subject, "opens")
+        bare = _bare(s, reply)
+        if bare is not None and not reply.said(bare):
+            return _Found(bare, "bare")
+    found = _variant(text, sentences, reply) or _led_uncased(text, statements, reply)
+    if found is not None:
+        return _Found(found, "variant")
+    coded = any(v.kind in ("code", "quoted") for v in reply.values)
+    kinds = [
+        v
+        for v in fresh
+        if (v.numeric and reply.numeric) or (v.kind in ("code", "quoted") and coded)
+    ]
+    if kinds:
+        return _Found(kinds[0], "first")
+    return None
+
+
+def _slot(text: str, statements: list[_Sentence], reply: _Reply) -> _Value | None:
+    """The word in the place of the reply's name, after the same word and prepositions: "it
+    premiered in vienna" for "premiered in Berlin"."""
+    frames = dict(reply.slots)
+    for s in statements:
+        words = [
+            (m.start(), m.end(), m.group(0)) for m in re.finditer(r"[^\W\d_][\w'’-]{0,30}", s.text)
+        ]
+        for i, (_, _, word) in enumerate(words):
+            preps = frames.get(_fold(word)[:5])
+            if preps is None or len(word) < 3 or _fold(word) in W.STOP:
+                continue
+            n = len(preps)
+            if [_fold(w) for _, _, w in words[i + 1 : i + 1 + n]] != list(preps):
+                continue
+            if i + 1 + n >= len(words):
+                continue
+            a, b, value = words[i + 1 + n]
+            gap = s.text[words[i + n][1] : a] if n else s.text[words[i][1] : a]
+            if gap.strip() or _fold(value) in W.STOP or _verdict_word(value):
+                continue
+            if _has(reply.folded, _fold(value)):
+                continue
+            return _Value(value, s.start + a, s.start + b, "word", _fold(value))
+    return None
+
+
+def _led_uncased(text: str, statements: list[_Sentence], reply: _Reply) -> _Value | None:
+    """In a script without capitals, the one word a lead puts forward ("هي الرباط")."""
+    for s in statements:
+        for m in re.finditer(r"(\S{1,20})\s([^\W\d_]{2,30})[.!]?$", s.text):
+            word = m.group(2)
+            if re.search(r"[A-Za-zÀ-ÿА-яЁё]", word) or not _LEAD.search(m.group(1)):
+                continue
+            if _verdict_word(word) or _has(reply.folded, _fold(word)):
+                continue
+            start = s.start + m.start(2)
+            return _Value(word, start, start + len(word), "name", _fold(word))
+    return None
+
+
+def _asserted(text: str, reply: _Reply, values: list[_Value]) -> _Found | None:
+    """A value the reply said among others, which the user says is the one ("No, that's wrong:
+    it's 17 km" for "17 km and 3 m")."""
+    numbers = [v for v in reply.values if v.numeric]
+    if len(numbers) < 2:
+        return None
+    led = [v for v in values if v.numeric and _led(text, v) and reply.said(v)]
+    return _Found(led[-1], "asserted") if led else None
+
+
+def _implicit(found: _Found, cues: _Cues, reply: _Reply) -> bool:
+    """A value with no verdict said is a correction only where it takes the place of the
+    reply's: put forward, in its slot, or alone, and of the kind the reply gave."""
+    if cues.asks or cues.self_blame or reply.asks:
+        return False
+    v = found.value
+    if found.how not in ("led", "aligned", "opens", "bare", "slot", "variant"):
+        return False
+    if v.kind == "word":
+        return found.how in ("bare", "opens", "slot") and reply.named and len(v.text) >= 3
+    return (v.numeric and reply.numeric) or (not v.numeric and reply.named)
+
+
+# ---- reading --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -162,121 +997,54 @@ class Followup:
         return None
 
 
-def _content_words(text: str) -> list[str]:
-    return [w for w in re.findall(r"[^\W_][\w'-]{0,30}", text.lower()) if w not in _STOP]
+_SHORTER = re.compile(
+    r"\b(?:shorter|more concise|too long|too verbose|less verbose|less text|briefer|be brief|"
+    r"tl;?dr|kürzer|zu lang|plus court|trop long|más corto|demasiado largo|più breve|troppo "
+    r"lungo|mais curto|muito longo|korter|te lang|krócej|za długie|короче|слишком длинн|"
+    r"daha kısa|çok uzun)\b|短く|简短|太长",
+    _I,
+)
+# a question about the reply itself: "Can you make that two sentences at most?"
+_ABOUT_REPLY = re.compile(
+    r"^\W{0,3}(?:can|could|would) you(?: please)? (?:make|keep|put|rewrite|redo|shorten|format|"
+    r"give|answer|reply|write|say|stick) (?:it|that|this|me|the answer|again|to)\b"
+    r"|^\W{0,3}(?:can|could) i (?:get|have) (?:it|that|this)\b",
+    _I,
+)
 
 
-def _in_reply(value: str, reply: str) -> bool:
-    """The reply already said `value` (its number and unit, or its words)."""
-    m = _NUMBER_UNIT.fullmatch(value.strip())
-    if m is not None:
-        return _said(reply, m.group(1), m.group(2) or "")
-    if len(value) <= 3:  # "-R" is not "-r"
-        return value in reply
-    return value.lower() in reply.lower()
-
-
-def _clause_value(clause: str, reply: str, plain: bool = False) -> str | None:
-    """The value a short clause after a verdict states: its number (and unit), else the clause
-    itself when it is a few words with no verdict in them (with a capital or a symbol, unless
-    `plain`), when the reply did not say it. A value the user asserts ("it's 17 km", "should
-    be 8080") counts even when the reply held it in a wrong form ("17 km and 3")."""
-    stripped = _VALUE_LEAD.sub("", _VALUE_LEAD.sub("", clause.strip(), count=1), count=1)
-    asserted = stripped.strip() != clause.strip()
-    clause = stripped.strip()
-    if not clause or _REJECT.search(clause) or _LEADING_VERDICT.match(clause):
-        return None
-    if re.match(r"^(?:not|but|and|so|because)\b", clause, _I):
-        return None
-    m = _NUMBER_UNIT.search(clause)
-    if m is not None:
-        unit = m.group(2) or ""
-        value = f"{m.group(1)} {unit}".strip() if unit.lower() not in _STOP else m.group(1)
-        if len(clause.split()) <= 3 and _content_words(clause):  # "June 2024", "100 °C"
-            value = clause
-        value = value.rstrip(".,;:!")
-        said = _said(reply, m.group(1), "" if value == m.group(1) else unit)
-        return None if said and not (asserted and reply.strip() != value) else value
-    if (
-        len(clause.split()) <= 4
-        and _content_words(clause)
-        and (plain or _LOOKS_LIKE_VALUE.search(clause))
-    ):
-        value = clause.rstrip(".,;:!?").strip()
-        return None if _in_reply(value, reply) else value
-    return None
-
-
-def _not_x(text: str, reply: str) -> str | None:
-    """ "It's 320 lines, not 300": the value before `not`, when what follows `not` is what the
-    reply said."""
-    for clause in re.split(r"[.;!?](?:\s+|$)", text):
-        m = _NOT_X.match(clause.strip())
-        if m is None:
-            continue
-        said = _content_words(m.group(2))
-        said += [str(_NUMBER_WORDS[w]) for w in said if w in _NUMBER_WORDS]
-        if not any(w in reply.lower() for w in said):
-            continue
-        before = m.group(1).split(",")[-1].strip()
-        lead = _LEADING_VERDICT.match(before)
-        if lead is not None:
-            before = before[lead.end() :].strip(" ,—–-:")
-        if _NUMBER_UNIT.search(before) is None:
-            before = " ".join(before.split()[-4:])
-        value = _clause_value(before, reply, plain=True)
-        if value is not None:
-            return value
-    return None
-
-
-def _value(text: str, reply: str) -> str | None:
-    """The right value the user gives in `text` after saying the reply is wrong, not one the
-    reply already said: a quoted one, "X, not Y", or a short clause after the verdict."""
-    for m in _VALUE_QUOTED.finditer(text):
-        value = next(g for g in m.groups() if g is not None).strip().rstrip(".,;:!?")
-        if value and not _in_reply(value, reply) and value.lower() not in _STOP:
-            return value
-    found = _not_x(text, reply)
-    if found is not None:
-        return found
-    clauses = [c.strip() for c in _CLAUSES.split(text) if c.strip()]
-    lead = _LEADING_VERDICT.match(clauses[0]) if clauses else None
-    if lead is not None and _NUMBER_UNIT.search(clauses[0][lead.end() :]):
-        clauses[0] = clauses[0][lead.end() :]  # "nah it prints 7"
-    verdict = next(
-        (i for i, c in enumerate(clauses) if _LEADING_VERDICT.match(c) or _REJECT.search(c)),
-        None,
-    )
-    start = 0 if lead is not None and verdict != 0 else (verdict or 0) + 1
-    for clause in clauses[start : start + 3]:
-        if _LEADING_VERDICT.fullmatch(clause) or _REJECT.search(clause):
-            continue
-        value = _clause_value(clause, reply)
-        if value is not None:
-            return value
-    return None
-
-
-def _said(reply: str, number: str, unit: str) -> bool:
-    """The reply already gave this number (and unit): the user quotes it, not corrects it."""
-    digits = number.lstrip("+$€£").replace(",", "")
-    found = re.findall(_NUMBER, reply.replace(",", ""))
-    if digits not in [f.lstrip("+$€£") for f in found]:
-        return False
-    with_unit = rf"{re.escape(digits)}\s?{re.escape(unit)}\b"
-    return not unit or re.search(with_unit, reply, _I) is not None
+_COUNT_WORDS = {
+    1: "one un une ein eine einen una uno um uma één jedno jedną jeden одно одним bir ek",
+    2: "two deux zwei dos due dois duas twee dwa два iki do",
+    3: "three trois drei tres tre três drie trzy три üç teen",
+    4: "four quatre vier cuatro quattro quatro",
+    5: "five cinq fünf cinco cinque vijf",
+    10: "ten dix zehn diez dieci dez tien",
+}
+_COUNT = {w: n for n, words in _COUNT_WORDS.items() for w in words.split()}
 
 
 def rules_in(text: str, reply: str | None = None) -> tuple[Rule, ...]:
-    """The rules `text` states about a reply: `find_rules`'s, and "shorter" (at most half the
-    words of `reply`, when there is one)."""
-    rules = list(find_rules(text))
+    """The rules `text` states about a reply: `find_rules`'s, the same kinds said in the
+    other languages `followup_words` lists ("max 3 frasi", "箇条書きで", "только число"), and
+    "shorter" (at most half the words of `reply`, when there is one)."""
+    rules = {r.kind: r for r in find_rules(text)}
+    for kind, pattern in W.RULE_CUES.items():
+        m = pattern.search(text)
+        if m is None or kind in rules:
+            continue
+        if kind in ("max_words", "max_sentences"):
+            said = next((g for g in m.groups() if g), "")
+            count = int(said) if said.isdigit() else _COUNT.get(said.lower(), 0)
+            if 0 < count <= 10_000:
+                rules[kind] = Rule(kind, count, m.group(0))
+        else:
+            rules[kind] = Rule(kind, None, m.group(0))
     m = _SHORTER.search(text)
-    if m is not None and reply and not any(r.kind == "max_words" for r in rules):
+    if m is not None and reply and "max_words" not in rules:
         half = max(1, len(reply.split()) // 2)
-        rules.append(Rule("max_words", half, m.group(0)))
-    return tuple(rules)
+        rules["max_words"] = Rule("max_words", half, m.group(0))
+    return tuple(rules.values())
 
 
 def read_followup(followup: str | None, reply: str) -> Followup | None:
@@ -284,30 +1052,40 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
     if not followup or not followup.strip():
         return None
     text = " ".join(followup[:MAX_FOLLOWUP_CHARS].split())
-    if reply.rstrip().endswith("?") and _YES_NO.match(text) is not None:
-        return None  # an answer to the assistant's own question
-    unquoted = _VALUE_QUOTED.sub(" ", text)  # a quoted "that's wrong" is mentioned, not said
-    asks = "?" in text or _NEW_QUESTION.match(text) is not None
-    leading = _LEADING_VERDICT.match(text) is not None and _NOT_A_NO.match(text) is None
-    negated = _NEGATED.search(unquoted) is not None
-    rejected = not negated and (leading or (not asks and _REJECT.search(unquoted) is not None))
-    rules = rules_in(text, reply) if not asks or _ABOUT_REPLY.match(text) else ()
-    if rejected:
-        value = _value(text, reply)
-        if value is not None:
-            return Followup("correction", text, value, rules)
+    said = _reply(reply)
+    sentences = _sentences(text)
+    values = _values(text, said.tails)
+    cues = _cues(text, sentences, said, values)
+    about_reply = _ABOUT_REPLY.match(text) is not None
+    rules = rules_in(text, reply) if not cues.asks or about_reply else ()
+    verdict = cues.verdict and not (said.asks and not (cues.wrong or cues.contrasted))
+    if cues.accept and not (cues.partial or cues.contrasted):
+        verdict = False  # "you're right, I had the date wrong"
+    found = None
+    if verdict or not said.asks:
+        masked = _masked(text, rules)  # "under 20 words" states a rule, not a value
+        values = _values(masked, said.tails) if masked != text else values
+        found = _value(masked, _sentences(masked), cues, said, values)
+        found = found or (_asserted(masked, said, values) if verdict else None)
+    if verdict:
+        if found is not None:
+            return Followup("correction", text, found.value.text, rules)
+        if rules and not cues.hard and not cues.contrasted:
+            return Followup("rule", text, None, rules)  # "I said under 20 words"
         return Followup("rejection", text, None, rules)
-    if not asks and not negated:  # "actually 12", "it's 320 lines, not 300": no "wrong" said
-        actually = re.match(r"^\W{0,3}actually\b\W{0,3}", text, _I)
-        value = _not_x(text, reply) or (
-            _clause_value(text[actually.end() :], reply) if actually else None
-        )
-        if value is not None:
-            return Followup("correction", text, value, rules)
+    if found is not None and not rules and not cues.accept and _implicit(found, cues, said):
+        return Followup("correction", text, found.value.text, rules)
     if rules:
         return Followup("rule", text, None, rules)
-    if _ACCEPT_FIRST.search(text) is not None or (
-        _ACCEPT_ANY.search(unquoted) is not None and not asks
-    ):
+    if (cues.accept or (cues.accept_later and not cues.asks)) and not said.asks:
         return Followup("acceptance", text)
     return None
+
+
+def _masked(text: str, rules: tuple[Rule, ...]) -> str:
+    """`text` with each rule's words blanked (the same length, so places hold)."""
+    for rule in rules:
+        at = text.find(rule.said) if rule.said else -1
+        if at >= 0:
+            text = text[:at] + " " * len(rule.said) + text[at + len(rule.said) :]
+    return text

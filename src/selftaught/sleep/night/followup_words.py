@@ -1,0 +1,492 @@
+"""The words people use to judge a reply, per language, for `followup.py`.
+
+Each list is regex fragments without unbounded gaps (a gap is at most a few words). Words are
+matched as whole words (no letter or digit on either side), except the Japanese, Chinese and
+other unspaced ones (`cjk`), which are matched anywhere. Languages: English, French, German,
+Spanish, Italian, Portuguese, Dutch, Polish, Russian, Turkish, Japanese, Chinese, Hindi (in
+Latin and Devanagari script) and Arabic.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+def _split(text: str) -> list[str]:
+    return text.split()
+
+
+@dataclass(frozen=True)
+class Words:
+    """One kind of cue: spaced words (whole words) and unspaced ones (anywhere)."""
+
+    spaced: tuple[str, ...]
+    cjk: tuple[str, ...] = ()
+
+    def pattern(self, at: str = "") -> re.Pattern[str]:
+        """A pattern for any of them, anywhere; `at="start"`: opening the text (after a few
+        marks); `at="end"`: closing it."""
+        spaced = "|".join(self.spaced)
+        parts = [rf"(?<![\w'’])(?:{spaced})(?![\w'’])"] if spaced else []
+        if self.cjk:
+            parts.append("(?:" + "|".join(sorted(self.cjk, key=len, reverse=True)) + ")")
+        body = "|".join(parts)
+        if at == "start":
+            body = rf"^[\W_]{{0,6}}(?:{body})"
+        elif at == "end":
+            body = rf"(?:{body})\W{{0,2}}$"
+        return re.compile(body, re.IGNORECASE)
+
+
+# "no" and its kin, that open a turn: a verdict on their own ("nope", "nein", "нет", "違う")
+NO = Words(
+    (
+        r"no{1,6}|nope|nop|nah+|naw|na+h|wrong|incorrect|not quite|not really|not exactly|"
+        r"no way|not even close|(?:uh|um|hm+|erm|eh|well),? no",
+        # fr, de, es, it, pt, nl
+        r"non|nan|faux|pas du tout|pas vraiment|nein|nö|falsch|nicht ganz|stimmt nicht|"
+        r"falso|incorrecto|incorrecta|para nada|nada que ver|macché|sbagliato|errato|"
+        r"não|nao|errado|errada|nada disso|nee|neen|fout|klopt niet|niet helemaal",
+        # pl, ru, tr, hi (Latin), ar, hi
+        r"nie|źle|nieprawda|нет|неа|не так|неправильно|неверно|не совсем|hayır|hayir|"
+        r"yanlış|yanlis|nahi|nahin|nai|galat|لا|كلا|خطأ|غلط|नहीं|गलत",
+    ),
+    ("いいえ", "いや", "ちがう", "違う", "違います", "不对", "不對", "错了", "錯了", "不是"),
+)
+# a verdict anywhere in the turn: the reply is wrong
+WRONG = Words(
+    (
+        r"wrong|incorrect|inaccurate|not (?:right|correct|true|accurate|quite right)|"
+        r"(?:that'?s|thats|that is|this is|it'?s|its) (?:false|off|backwards|bogus|not it|"
+        r"nonsense|a misattribution|made up)|"
+        r"(?:you|u) (?:got|have|had) (?:it|that|this|them|those) (?:wrong|backwards|mixed up)|"
+        r"you (?:mixed|swapped|confused|misread|misunderstood|misunderst\w{0,4})|"
+        r"you (?:converted|calculated|counted|rounded) (?:\w+ ){0,2}wrong|"
+        r"misattribut\w{0,6}|can'?t be right|doesn'?t (?:look|sound|seem) right|"
+        r"(?:sounds|looks|seems|is|way) (?:way |totally |completely )?off|"
+        r"not what i (?:asked|wanted|meant|need|needed)|"
+        r"not even close|makes no sense|doubt it|i don'?t think so|are you sure|"
+        r"useless|that'?s not (?:what|how)|isn'?t (?:\w{1,20} ){0,3}at all|off by one|"
+        r"read the (?:code|question|docs|message|error)|"
+        r"way too (?:much|many|high|low|little|few|big|small|expensive|cheap)|"
+        r"(?:completely|totally|entirely) different|i don'?t think (?:that'?s|it'?s|this is)|"
+        r"not (?:how|what) it (?:works|usually means|means)",
+        # fr, de, es, it, pt, nl
+        r"c'?est faux|faux|pas (?:juste|correct|exact|bon|ça)|erron[ée]e?|n'importe quoi|"
+        r"(?:vous vous|tu te) trompe[sz]?|pas (?:du tout )?ce que (?:j'ai|je|vous|tu)|"
+        r"n'est pas du tout|ce n'est pas (?:ça|ca|ce que)|"
+        r"falsch|stimmt (?:so )?nicht|nicht (?:richtig|korrekt)|quatsch|vertauscht|verwechselt|"
+        r"incorrect[oa]|está mal|esta mal|(?:te|se) equivoc\w{1,4}|equivocad[oa]|"
+        r"no es (?:correcto|cierto|así|eso|lo que)|eso no es|"
+        r"sbagliat[oa]|errat[oa]|non è (?:corretto|giusto|vero|così|quello)|ti sbagli|"
+        r"errad[oa]|incorret[oa]|não (?:é|está) (?:isso|verdade|certo|correto|assim)|"
+        r"t[áa] errad[oa]|(?:se )?enganou|klopt niet|klopt er niks van|onjuist|vergist|"
+        r"niet (?:juist|correct|goed|waar|wat ik)",
+        # pl, ru, tr, hi (Latin), ar, hi
+        r"źle|zle|błąd|błędn\w{1,3}|nieprawda|to nie (?:tak|prawda)|pomylił\w{0,3}|"
+        r"mylisz się|bez sensu|nie to|неправильно|неверно|неправда|ошибка|ошиба\w{2,4}|"
+        r"это не так|перепута\w{1,3}|бред|yanlış|yanlis|hatalı|doğru değil|dogru degil|"
+        r"galat|sahi nahi|sahi nahin|theek nahi|galti|غير صحيح|ليس صحيح|مش صحيح|خطأ|غلط|"
+        r"गलत|सही नहीं",
+    ),
+    (
+        "違う",
+        "違います",
+        "ちがう",
+        "間違",
+        "まちが",
+        "誤り",
+        "不对",
+        "不對",
+        "错了",
+        "錯了",
+        "错误",
+        "不正确",
+        "搞错",
+        "答非所问",
+        "反了",
+    ),
+)
+# the reply did not work: a rejection with no value to give
+FAILED = Words(
+    (
+        r"(?:didn'?t|did not|doesn'?t|does not|don'?t|do not|won'?t|will not|can'?t|cannot) "
+        r"(?:\w+ ){0,2}(?:work|working|compile|run|help|fix|load|start|exist|change|do "
+        r"anything|anything|match)|"
+        r"(?:still|now it|it now|it still|now) (?:fails|failing|broken|crash\w{0,3}|errors?|"
+        r"doesn'?t|does not|wrong|red|getting|get|gets|see|seeing|shows|the same|times out|"
+        r"timing out|hangs|loops|not|sounds|says|returns)|"
+        r"same (?:error|crash|traceback|problem|issue|result|output|bug|thing|message)|"
+        r"nothing (?:changed|happened|happens|works)|no (?:luck|change|difference|dice)|"
+        r"made it worse|broke|broken|not working|matches nothing|try again|nothing changes|"
+        r"(?:did|tried|done) (?:that|this|it) already|already (?:did|tried|done) (?:that|this|it)|"
+        r"(?:test|tests|build|it|ci) (?:still )?(?:fails|failed|is failing|are failing|broke)",
+        # fr, de, es, it, pt, nl
+        r"ne (?:marche|fonctionne) (?:toujours |plus |vraiment )?pas|(?:ça|ca) (?:marche|"
+        r"fonctionne) (?:toujours |plus )?pas|toujours pas|(?:la )?même erreur|rien n'a changé|"
+        r"funktioniert (?:immer noch |noch immer |leider )?nicht|geht (?:immer noch |noch )?nicht|"
+        r"klappt (?:immer noch )?nicht|(?:der )?gleiche fehler|hat nicht geholfen|"
+        r"no funciona|sigue sin funcionar|no sirve|sigue igual|(?:el )?mismo error|no compila|"
+        r"non funziona|non va|(?:lo )?stesso errore|non compila|ancora niente|"
+        r"não funciona|nao funciona|não funcionou|continua (?:igual|sem|dando)|(?:o )?mesmo erro|"
+        r"não deu certo|werkt (?:nog steeds |nog altijd )?niet|dezelfde fout|lukt niet",
+        # pl, ru, tr, hi (Latin), ar, hi
+        r"nie działa|nie dziala|(?:dalej|nadal|wciąż) nie|ten sam błąd|nic nie dało|"
+        r"не работает|не помогло|та же ошибка|не компилируется|ничего не изменилось|"
+        r"çalışmıyor|calismiyor|çalışmadı|olmadı|işe yaramadı|aynı hata|"
+        r"kaam nahi kar\w{0,4}|kaam nahin kar\w{0,4}|nahi chal\w{0,4}|nahi hua|same error|"
+        r"لا يعمل|لم يعمل|ما زال لا|لم ينجح|نفس الخطأ|काम नहीं",
+    ),
+    (
+        "動かない",
+        "動きません",
+        "できない",
+        "できません",
+        "直らない",
+        "直りません",
+        "変わらない",
+        "変わりません",
+        "同じエラー",
+        "うまくいかない",
+        "不行",
+        "没用",
+        "沒用",
+        "不管用",
+        "还是报错",
+        "還是報錯",
+        "同样的错误",
+        "没有用",
+        "👎",
+    ),
+)
+# the reply is right, or worked, or is thanked for
+ACCEPT = Words(
+    (
+        r"thanks?|thank you|thx|ty|tysm|cheers|perfect|great|awesome|excellent|brilliant|"
+        r"exactly|correct|spot on|good job|well done|bingo|lgtm|looks good|confirmed|legend|"
+        r"right answer|you'?re (?:right|correct|a lifesaver|the best)|"
+        r"that'?s (?:right|correct|it|perfect|the one|exactly it)|makes sense|appreciate it|"
+        r"that was it|that did it|(?:that|this|it) (?:works|worked|fixed it|did the trick)|"
+        r"works now|worked|works like a charm|solved|lifesaver|nailed it|all green|"
+        r"(?:tests?|it|build|ci|everything) (?:all )?(?:pass(?:es)?|passing|is green|are green|"
+        r"works|compiles)(?: now)?|(?:passes|passing|green|compiles|builds) now|"
+        r"no more errors|no errors anymore|👍|🙏",
+        # fr, de, es, it, pt, nl
+        r"merci|parfait|exactement|c'?est (?:ça|ca|correct|juste|bon)|nickel|(?:ça|ca) marche|"
+        r"(?:ça|ca) fonctionne|super|génial|impeccable|tout à fait|bien vu|"
+        r"danke|genau|perfekt|richtig|stimmt|hat geklappt|funktioniert|passt|"
+        r"gracias|perfecto|exacto|correcto|sí|funciona|genial|así es|eso es|"
+        r"obrigad[oa]|valeu|perfeito|exatamente|certo|correto|funcionou|isso mesmo|deu certo|"
+        r"grazie|perfetto|esatto|giusto|corretto|funziona|ottimo|proprio così|"
+        r"dank ?je(?: ?wel)?|dank u(?: ?wel)?|bedankt|klopt|top|precies|werkt",
+        # pl, ru, tr, hi (Latin), ar, hi
+        r"dzięki|dzieki|dziękuję|dziekuje|zgadza się|dokładnie|działa|świetnie|racja|"
+        r"спасибо|верно|правильно|точно|работает|отлично|всё верно|именно|"
+        r"teşekkür\w{0,8}|tesekkur\w{0,8}|sağ ?ol|sag ?ol|doğru|dogru|evet|aynen|çalıştı|harika|"
+        r"shukriya|dhanyavaad|dhanyawad|sahi hai|sahi|bilkul|ho gaya|theek hai|badhiya|"
+        r"شكرا|شكراً|صحيح|تمام|نجح|ممتاز|بالضبط|धन्यवाद|सही|हो गया",
+    ),
+    (
+        "ありがとう",
+        "その通り",
+        "正解",
+        "合って",
+        "できました",
+        "動きました",
+        "直りました",
+        "助かりました",
+        "完璧",
+        "谢谢",
+        "謝謝",
+        "对的",
+        "對的",
+        "没错",
+        "沒錯",
+        "正确",
+        "可以了",
+        "好了",
+        "完美",
+        "解决了",
+    ),
+)
+# "yes", "ok": acceptance only as the whole turn ("ok, and what about 3 + 4?" is none)
+WEAK_ACCEPT = re.compile(
+    r"^\W{0,3}(?:(?:yes|yep|yup|yeah|ok|okay|k|sure|nice|cool|good|alright|right|fine|oui|"
+    r"d'accord|ja|sí|si|sim|sì|tak|да|evet|haan|haan ji|vale|bueno|はい|好|好的|嗯|نعم|हाँ)"
+    r"[\s\W]{0,6}){1,3}$",
+    re.IGNORECASE,
+)
+# what an acceptance word at the start may not be followed by: "thanks in advance", "great
+# question", "perfect weather", "correct me if"
+NOT_ACCEPT_AFTER = re.compile(
+    r"^-|^\s(?:in advance|for asking|for the next|question|weather|day|idea|news|me if|"
+    r"d'avance|im voraus|de antemano|in anticipo|desde já|alvast)",
+    re.IGNORECASE,
+)
+# what says "nothing wrong": "no complaints", "nothing wrong with that", "not bad"
+NEGATED = re.compile(
+    r"(?<!\w)(?:no complaints|nothing wrong|not wrong|no issues|no problems?|not bad|"
+    r"nada de malo|rien à redire|nichts falsch)(?!\w)",
+    re.IGNORECASE,
+)
+# a negation right after an acceptance word takes it back ("sahi nahi", "not correct")
+NEGATION_AFTER = re.compile(
+    r"^\W{0,3}(?:not?|nahi|nahin|nicht|pas|non|não|niet|nie|не|değil|degil|じゃない|ではない)\b",
+    re.IGNORECASE,
+)
+# "but": what follows it is the part that is wrong ("the first part is fine but ...")
+BUT = Words(
+    (
+        r"but|though|however|except|mais|aber|jedoch|pero|sino|ma|però|mas|porém|maar|ale|"
+        r"tylko|но|а|ama|fakat|lekin|لكن|بل|लेकिन",
+    ),
+    ("けど", "但是", "但", "不过", "不過"),
+)
+# "no" that is not a verdict: "no worries", "no more than 50 words", "nah, no need"
+NOT_A_NO = re.compile(
+    r"^\W{0,3}(?:no+|nah|nope|non|nein|nee|nie|нет)\W{0,3}(?:no )?(?:worries|problem|problems|"
+    r"rush|need|thanks|thank you|idea|doubt|pressure|hurry|matter|kidding|offen[cs]e|big deal|"
+    r"longer|more|less|fewer|further|other|one|complaints|issues|danke|merci|gracias|grazie|"
+    r"hay problema|te preocupes|problema|problème|worry|stress|explanations?|prose|text|words|"
+    r"working|details|fluff|intro|preamble|comments|formatting|markdown|emojis?|extra|"
+    r"bullet points|bullets)\b",
+    re.IGNORECASE,
+)
+# the user blames themselves, not the reply ("I typed the wrong movie", "my bad")
+SELF = re.compile(
+    r"(?<!\w)(?:i|i'?ve|i'?d|i'?m|me|my|mine)\s(?:\w+\s){0,3}?(?:was |were |am )?"
+    r"(?:wrong|mistake|mistaken|typo|mixed|confused|misread)|"
+    r"(?<!\w)(?:my bad|my mistake|my fault|sorry,? (?:my|i)|ignore me|ignore that|i meant)\b",
+    re.IGNORECASE,
+)
+# a question: its words open a sentence (or close it, in Turkish, Japanese and Chinese)
+QUESTION_START = re.compile(
+    r"(?:^|[.!?;:。！？]\s{0,3}|^\W{0,3}(?:and|so|ok|okay|hmm|also|but|wait),?\s)"
+    r"(?:what|what's|whats|how|why|when|where|which|who|whose|whom|is it|is that|is this|"
+    r"are there|is there|are you|do you|does|did you|can i|could i|should i|shall i|may i|"
+    r"quoi|comment|pourquoi|quand|où|combien|quel|quelle|quels|est-ce|qu'est-ce|"
+    r"wie|was|warum|wann|wo|wieviel|wie viel|welche|welcher|welches|"
+    r"qué|cómo|cuándo|dónde|cuánto|cuánta|cuál|quién|por qué|"
+    r"cosa|come|perché|quando|dove|quanto|quanta|quale|chi|"
+    r"o que|por que|onde|quanto|qual|quem|"
+    r"wat|hoe|waarom|wanneer|waar|hoeveel|welke|wie|"
+    r"co|jak|dlaczego|kiedy|gdzie|ile|który|która|czy|"
+    r"что|как|почему|когда|где|сколько|какой|какая|какие|кто|"
+    r"kya|kaise|kyun|kyon|kab|kahan|kitna|kitne|kaun|"
+    r"هل|ماذا|كم|كيف|أين|متى|لماذا|क्या|कैसे)(?!\w)",
+    re.IGNORECASE,
+)
+QUESTION_END = re.compile(
+    r"(?:\s(?:mi|mı|mu|mü|ne kadar|nedir|nerede|nasıl|kaç|ne zaman|hangisi|kim)|"
+    r"(?:ですか|ますか|でしょうか|のか|かな|吗|嗎|呢|多少|什么|什麼|怎么|怎麼|哪里|哪個|哪个))"
+    r"\W{0,4}$",
+    re.IGNORECASE,
+)
+# a request for something new, not a verdict: "can you also ...", "now do 20 km"
+REQUEST = re.compile(
+    r"(?<!\w)(?:can|could|would|will) (?:you|u)(?! (?:check|look|read)\b)"
+    r"|(?:^|[.!;:]\s{0,3})(?:(?:now|next|also|then|and now|please also|pls also|ok now|"
+    r"okay now)(?:,|:)?\s(?:do|try|give|make|write|tell|convert|show|list|add|what|how|translate|"
+    r"explain|summari[sz]e|the same|for|same)|write|translate|explain|tell me|show me|make|add|"
+    r"list|summari[sz]e|convert|do the same|what about|how about|"
+    r"peux-tu|pouvez-vous|kannst du|können sie|könntest du|puedes|podrías|puoi|potresti|"
+    r"podes|pode|poderia|kun je|kunt u|możesz|можешь|можете|можно)(?!\w)",
+    re.IGNORECASE,
+)
+# a question that challenges the reply rather than asking something new ("are you sure?",
+# "did you include row 1?"): it never makes the turn a question
+CHALLENGE = re.compile(
+    r"^\W{0,3}(?:are you (?:sure|including|counting|using|looking|reading|mixing|thinking)|"
+    r"did you (?:include|count|forget|mean|use|read|check|mix|swap|round)|have you (?:checked|"
+    r"tried|included|counted)|really|seriously|since when|how so|according to (?:whom|what)|"
+    r"t'es sûr|vous êtes sûr|bist du sicher|sind sie sicher|estás seguro|está seguro|"
+    r"sei sicuro|tem certeza|weet je het zeker|jesteś pewien|ты уверен|вы уверены|emin misin)",
+    re.IGNORECASE,
+)
+
+# words a terse value may carry beside it ("42 mate", "1666, famously", "Толстой конечно")
+FILLER = frozenset(
+    _split(
+        "hm hmm hmmm um uh erm eh well oh ah so lol lmao haha hahaha ha hah heh hehe jaja jajaja "
+        "kkk kkkk kkkkk mdr xd xD ok okay mate buddy dude bro man pal boss bruh sir yaar bhai ji "
+        "famously obviously clearly definitely certainly absolutely probably surely duh typo "
+        "actually really though btw fyi pls please plz dai hoor hè hein quoi voyons bon enfin "
+        "doch halt ja eben hombre tío tio pues cara né ne ué uai gente dus toch joh nu przecież "
+        "chyba конечно же вообще ну da yani abi ya ki hai na re arre arey bas يا طبعا فقط بس "
+        "تقريبا "
+    )
+)
+# words that put a value forward ("it's 17 km", "should be 8080", "i get 12.6", "c'est 12")
+LEAD = Words(
+    (
+        r"it'?s|its|it is|that'?s|thats|that is|this is|they'?re|is|are|was|were|be|equals|"
+        r"=|should be|must be|would be|more like|closer to|rather|i get|i got|got|get|gives|"
+        r"gives me|giving|gave|returns|returned|return|prints|printed|outputs|output|"
+        r"says|said|shows|showed|reads|called|named|spelled|spelt|means|made it|i count|"
+        r"i make it|comes to|came to|you want|it'?s actually|i get|i'?m getting|i see|"
+        r"i found|i have|i measured",
+        # fr, de, es, it, pt, nl
+        r"c'?est|ce sont|(?:ça|ca) fait|(?:ça|ca) donne|donne|plutôt|ist|sind|es ist|es sind|"
+        r"eher|ergibt|gibt|son|da|sale|me sale|devuelve|más bien|è|sono|fa|dà|restituisce|"
+        r"stampa|semmai|é|são|dá|retorna|imprime|het is|is het|zijn|geeft|eerder|es|"
+        r"je trouve|j'?obtiens|j'?ai|(?:bei mir )?kommt|ich komme auf|ich bekomme|ich habe|"
+        r"obtengo|me da|tengo|mi viene|ottengo|ho|eu tenho|me dá|obtenho|ik krijg|ik kom op|"
+        r"ik heb|bij mij",
+        # pl, ru, tr, hi (Latin), ar
+        r"jest|są|wychodzi|mam|raczej|это|будет|выведет|выдаст|получается|получилось|скорее|"
+        r"olur|eder|eşittir|yani|hai|hota hai|hoga|aata hai|aayega|هو|هي|يساوي|تساوي|"
+        r"wychodzi mi|u mnie|у меня|получаю|bende|mujhe|أحصل على|عندي|zwraca|zwróci|wypisuje|"
+        r"daje|возвращает|вернёт|выводит|döndürür|verir|yazdırır|yazar|liefert|gibt aus|"
+        r"renvoie|retourne|affiche|devuelve|imprime|restituisce|stampa|geeft terug|print karega|"
+        r"deta hai|يعيد|يطبع",
+    ),
+    ("是", "等于", "應該是", "应该是", "才是", "输出", "輸出", "返回", "打印", "出力", "为", "為"),
+)
+# after these, the value runs to the end of the sentence ("it says ls: cannot access ...")
+OUTPUT_LEAD = re.compile(
+    r"(?:says|said|prints|printed|outputs|output|shows|returns|throws|raises|gives|"
+    r"error is|message is)$",
+    re.IGNORECASE,
+)
+# "not Y", in words that come before the wrong value (and after it, where a language puts
+# its negation last): "12, not 10", "pas Hugo", "а не на Ленина", "20日ではない", "4 nahi"
+NOT_BEFORE = re.compile(
+    r"(?<!\w)(?:not|and not|but not|instead of|rather than|pas|et non|non pas|nicht|"
+    r"statt|anstatt|no|y no|non|e non|não|e não|niet|en niet|nie|a nie|не|а не|ليس|وليس|"
+    r"لا|بدل|nahi)(?!\w)|不是|而不是",
+    re.IGNORECASE,
+)
+NOT_AFTER = re.compile(
+    r"\s{0,2}(?:değil|degil|nahi|nahin|nahi hai|ではない|じゃない|ではなく|じゃなくて|"
+    r"ではありません|じゃありません)(?!\w)",
+    re.IGNORECASE,
+)
+# "yes" and "no" that answer a yes/no question, per language (a reply that says "Yes, it is")
+YES = re.compile(
+    r"^\W{0,3}(?:yes|yeah|yep|oui|ja|sí|si|sim|tak|да|evet|haan|han|نعم|हाँ|हां|はい|是的|是)"
+    r"(?!\w)",
+    re.IGNORECASE,
+)
+NO_ANSWER = re.compile(
+    r"^\W{0,3}(?:no|nope|non|nein|não|nee|nie|нет|hayır|nahi|nahin|لا|नहीं|いいえ|不是|不)"
+    r"(?!\w)",
+    re.IGNORECASE,
+)
+# months, for dates ("15 April 1912", "13 de agosto", "19 mai", "March 4, 2024")
+MONTHS = (
+    r"jan(?:uary|vier|uar|\.)?|feb(?:ruary|ruar|\.)?|février|mar(?:ch|s|\.)?|märz|apr(?:il|\.)?|"
+    r"avril|may|mai|june?|juin|juni|july?|juillet|juli|aug(?:ust|\.)?|août|sep(?:t|tember|\.)?|"
+    r"septembre|oct(?:ober|obre|\.)?|oktober|nov(?:ember|embre|\.)?|dec(?:ember|\.)?|"
+    r"décembre|dezember|enero|febrero|marzo|abril|mayo|junio|julio|agosto|septiembre|"
+    r"octubre|noviembre|diciembre|gennaio|febbraio|aprile|maggio|giugno|luglio|settembre|"
+    r"ottobre|dicembre|janeiro|fevereiro|março|maio|junho|julho|setembro|outubro|novembro|"
+    r"dezembro|januari|februari|maart|mei|augustus"
+)
+# a reply that quizzes the user: what follows is an answer, not a verdict
+QUIZ = re.compile(
+    r"\b(?:true or false|quiz|riddle|guess|vrai ou faux|verdadero o falso|richtig oder falsch)\b",
+    re.IGNORECASE,
+)
+# words that stand between a lead and its value ("it's about 8 hours", "c'est plutôt 12",
+# "is dated 4 March"), prepositions and articles included ("it's in /etc", "nell'80")
+BETWEEN = frozenset(
+    _split(
+        "about around roughly approximately approx actually really just only exactly probably "
+        "like maybe more less nearly almost over under ~ dated now then still indeed so the a an "
+        "in on at of to from by for into onto since until with environ plutôt à peu près le la "
+        "les l' un une du de des en au aux dans à sur etwa ungefähr circa ca eher so der die das "
+        "den dem ein eine in im am auf aus von bei unos unas cerca alrededor el los las un una en "
+        "a de del al con circa tipo verso il lo gli i un una in nel nella nell' a al alla da di "
+        "del cerca uns umas o os as um uma em no na de do da ao ongeveer zo'n rond de het een in "
+        "op om van bij około jakieś mniej więcej w we na do z o od около примерно где-то почти на "
+        "в во с из к от yaklaşık aşağı yukarı civarı lagbhag kareeb takriban qareeb حوالي تقريبا "
+        "في على من إلى "
+    )
+)
+# function words of the languages, and reactions: never a value on their own
+STOP = frozenset(
+    _split(
+        "and or but not no so because since as please pls plz thanks thank you i me my the a an "
+        "is was are were be been it its it's that this these those there here yet if to of for on "
+        "in at by with from more less than like about just only your we our they them he she his "
+        "her what which who how why when where do does did done have has had will would can could "
+        "should may might must also too very really again still even now then ok okay yes yeah "
+        "yep yup nope nah hmm hm huh oh ah wow ugh meh hey hi hello sure cool nice neat "
+        "interesting wait well right wrong correct incorrect same one le la les un une des du de "
+        "et ou mais pas ne est c'est ce il elle je tu vous nous der die das ein eine und oder "
+        "aber nicht ist es ich du sie wir ja nein doch el los las y o pero es no sí si que yo tú "
+        "lo una uno il lo gli e ma non è io tu che di o os as um uma e mas não é eu você que sim "
+        "de het een en maar niet is ik jij je dat wel nee i a ale nie jest to ja ty tak co и а но "
+        "не это я ты да нет что ve ama değil bir bu evet hayır hai hain nahi haan ka ki ke ko se "
+        "mein main aur "
+    )
+)
+# units a number keeps beside it even when the reply wrote none ("45 EUR", "3.5 kg")
+UNITS = frozenset(
+    _split(
+        "km m cm mm nm µm mi ft kg g mg lb lbs oz l ml cl dl gal h hr hrs min mins s sec secs ms "
+        "µs ns mph kph km/h kmh m/s psi bar pa kpa hpa kwh wh w kw mw v ma hz khz mhz ghz kb mb "
+        "gb tb kib mib gib px pt em rem dpi fps rpm am pm a.m p.m uhr kcal cal bc bce ad ce v.chr "
+        "n.chr a.c d.c percent per cent degrees degree pts points eur usd gbp chf jpy inr cad aud "
+        "sek nok dkk pln rub try rs kr zł zl tl euro euros dollar dollars pound pounds cent cents "
+        "yen rupees rupee lakh crore million millions billion billions thousand mil millones "
+        "milioni milhões miljoen miljard milionów миллиона миллионов тысяч milyon bin hour hours "
+        "minute minutes second seconds day days week weeks month months year years meter meters "
+        "metre metres kilometer kilometers kilometre kilometres mile miles feet foot inch inches "
+        "gram grams kilogram kilograms liter liters litre litres heure heures jours jour ans "
+        "mètres kilomètres stunden stunde minuten tage jahre horas hora minutos días dias años "
+        "anos metros kilómetros quilômetros quilómetros ore minuti giorni anni metri chilometri "
+        "uur dagen jaar kilometer godzin godziny minut dni lat metrów kilometrów час часа часов "
+        "минут минуты дней года лет метров километров км кг м см мм руб saat dakika gün yıl metre "
+        "kilometre ghante ghanta din saal ساعة ساعات دقيقة يوم أيام سنة متر كم كغ "
+    )
+)
+# a rule restated in the next turn, in the languages above (`checks.find_rules` reads English
+# requests); a count is the number written before the word ("max 3 frasi", "50 mots")
+_N = (
+    r"(\d{1,4}|one|two|three|four|five|ten|une?|deux|trois|ein(?:e|en)?|zwei|drei|una?|dos|tres|"
+    r"due|duas|dois|één|twee|drie|jed(?:no|ną|en)|dwa|trzy|одно|одним|два|три|bir|iki|üç|ek|do|"
+    r"teen)"
+)
+RULE_CUES: dict[str, re.Pattern[str]] = {
+    "bullets": re.compile(
+        r"\bbullets?\b|\bbullet ?points?\b|\bpuces?\b|\bviñetas?\b|\bstichpunkte?n?\b|"
+        r"\baufzählung|\bpunti elenco\b|\belenco puntato\b|\btópicos\b|\bmarcadores\b|"
+        r"\bopsomming\b|\bw punktach\b|\bpunktach\b|\bсписком\b|\bмаркированн|\bmaddeler|"
+        r"箇条書き|要点列出|项目符号|列表形式|\bpoints mein\b|\bنقاط\b",
+        re.IGNORECASE,
+    ),
+    "numbered": re.compile(
+        r"\bnumbered\b|\bstep 1\b|\bnumérot|\bnummeriert|\bnumerad[oa]s?\b|\bnumerat[ae]\b|"
+        r"\bgenummerd|\bponumerowan|\bнумерованн|\bnumaralı|番号付き|编号|\bnumbered steps\b",
+        re.IGNORECASE,
+    ),
+    "json": re.compile(r"\bjson\b", re.IGNORECASE),
+    "just_number": re.compile(
+        r"\b(?:only|just) (?:the )?(?:number|figure|digits?)\b|\bnumbers? only\b|"
+        r"\b(?:seulement|juste|uniquement) le (?:nombre|chiffre)\b|\bnur (?:die )?zahl\b|"
+        r"\bsolo (?:el|il) n[úu]mero\b|\b(?:só|apenas|somente) o número\b|"
+        r"\balleen (?:het )?(?:getal|nummer)\b|\btylko (?:liczb|wynik)|\bтолько (?:число|цифр)|"
+        r"\bsadece (?:sayı|rakam)|数字だけ|只要数字|只给数字|\bsirf number\b|\bالرقم فقط\b",
+        re.IGNORECASE,
+    ),
+    "max_sentences": re.compile(
+        rf"\b{_N}\s(?:sentences?|phrases?|sätzen?|frases?|frasi|frase|zinnen|zin|zdani[ae]?|"
+        rf"zdaniach|предложени[ея]м?|предложениях|cümle)\b|(\d{{1,2}})\s?(?:文|句)",
+        re.IGNORECASE,
+    ),
+    "max_words": re.compile(
+        rf"\b{_N}\s(?:words?|mots|wörter|wörtern|palabras|parole|palavras|woorden|słów|слов|"
+        rf"kelime|shabd|كلمة|كلمات)\b|(\d{{1,4}})\s?(?:語|字|词)",
+        re.IGNORECASE,
+    ),
+}
+# "as I said", "like I asked": the user restates what they asked for; with a rule it is that
+# rule, without one it says the reply missed it
+RESTATE = re.compile(
+    r"\b(?:i (?:asked|wanted) for|as (?:i|we) (?:said|asked|requested)|like i (?:said|asked)|"
+    r"i (?:said|told you)|that was the rule|as requested|comme (?:je l'ai dit|demandé)|"
+    r"wie (?:gesagt|verlangt)|como (?:te )?(?:dije|pedí|pedi)|come (?:ho detto|richiesto))\b",
+    re.IGNORECASE,
+)
