@@ -50,6 +50,8 @@ MAX_FOLLOWUP_CHARS = 600
 """Longer turns are read on their start only: feedback comes first, a new request after."""
 MAX_REPLY_CHARS = 4000
 """The reply is read on its start: the value a user corrects is said early."""
+MAX_TAILS = 64
+"""The words after the reply's first numbers that a number in the turn may take as its unit."""
 
 _I = re.IGNORECASE
 _NO = W.NO.pattern("start")
@@ -102,11 +104,11 @@ _QUOTED = re.compile(
 )
 _CODE = re.compile(
     r"(?<![\w/~.])(?:~|\.{1,2})?/[\w.@+-]{1,40}(?:/[\w.@+-]{1,40}){0,10}/?"  # a path
-    r"|(?<![\w-])[a-z][a-z0-9+]{0,12}(?:\.[a-z0-9]{1,8})?"  # a command and its flags
+    r"|(?<![\w'’-])[a-z][a-z0-9+]{0,12}(?:\.[a-z0-9]{1,8})?"  # a command and its flags
     r"(?:\s(?:-[a-zA-Z]{1,3}|--[a-z][\w-]{1,20})(?![\w-])){1,4}"
     r"|(?<![\w.])[A-Za-z_]\w{0,30}(?:\.[A-Za-z_]\w{0,30}){0,4}\([^()\n]{0,30}\)"  # a call
     r"|\[[^\[\]\n]{0,80}\]|\{[^{}\n]{0,80}\}"  # a list, an object
-    r"|(?<![\w-])(?:[A-Za-z]{1,12}\d[\w-]{0,30}|[a-z]\w{0,30}_\w{1,30}|[a-z]{1,20}[A-Z]\w{0,30}"
+    r"|(?<![\w'’-])(?:[A-Za-z]{1,12}\d[\w-]{0,30}|[a-z]\w{0,30}_\w{1,30}|[a-z]{1,20}[A-Z]\w{0,30}"
     r"|[A-Z][a-z]{1,20}[A-Z]\w{0,30}|-{1,2}[A-Za-z][\w-]{0,20})(?![\w-])"  # an identifier, a flag
 )
 # an error message a program printed: "it says ls: cannot access 'x': No such file"
@@ -268,9 +270,11 @@ def _values(text: str, tails: frozenset[tuple[str, ...]] = frozenset()) -> list[
     """Every value written in `text`, in order; where two overlap, the more specific wins
     (a quoted span, a date, code, a number, a name)."""
     found: list[_Value] = []
+    taken = bytearray(len(text) + 1)  # the characters a value holds already
 
     def add(value: _Value) -> None:
-        if value.text and not any(v.start < value.end and value.start < v.end for v in found):
+        if value.text and not any(taken[value.start : value.end]):
+            taken[value.start : value.end] = b"\x01" * (value.end - value.start)
             found.append(value)
 
     for m in _PRINTED.finditer(text):
@@ -398,10 +402,11 @@ def _reply(reply: str) -> _Reply:
     tails = set()
     for m in _NUMBER.finditer(text):
         after = [_fold(w).strip(".,;:!?()") for w in text[m.end() : m.end() + 60].split()[:3]]
-        if after and not m.group("att"):
+        if after and not m.group("att") and len(tails) < MAX_TAILS:
             tails.add(tuple(w for w in after if w))
     values = _values(text)
     anchors, slots = set(), set()
+    named = {w for x in values for w in _fold(x.text).split()}
     for v in values:
         near = _content_words(text[max(0, v.start - 40) : v.start])[-3:]
         near += _content_words(text[v.end : v.end + 40])[:2]
@@ -411,13 +416,12 @@ def _reply(reply: str) -> _Reply:
         while before and before[-1] in W.BETWEEN and len(preps) < 2:
             preps.insert(0, before.pop())
         anchor = before[-1] if before else ""
-        named = " ".join(_fold(x.text) for x in values)
         if (
             not v.numeric
             and anchor.isalpha()
             and anchor not in W.STOP
             and len(anchor) > 2
-            and not _has(named, anchor)  # "Monday" in "Monday to Saturday" is no anchor
+            and anchor not in named  # "Monday" in "Monday to Saturday" is no anchor
         ):
             slots.add((anchor[:5], tuple(preps)))
     asks = text.rstrip().endswith(_QMARKS) or W.QUIZ.search(text) is not None

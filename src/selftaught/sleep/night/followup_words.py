@@ -267,7 +267,6 @@ QUESTION_START = re.compile(
     r"are there|is there|are you|do you|does|did you|can i|could i|should i|shall i|may i|"
     r"quoi|comment|pourquoi|quand|où|combien|quel|quelle|quels|est-ce|qu'est-ce|"
     r"wie|was|warum|wann|wo|wieviel|wie viel|welche|welcher|welches|"
-    r"qué|cómo|cuándo|dónde|cuánto|cuánta|cuál|quién|por qué|"
     r"cosa|come|perché|quando|dove|quanto|quanta|quale|chi|"
     r"o que|por que|onde|quanto|qual|quem|"
     r"wat|hoe|waarom|wanneer|waar|hoeveel|welke|wie|"
@@ -324,7 +323,9 @@ LEAD = Words(
         r"=|should be|must be|would be|more like|closer to|rather|i get|i got|got|get|gives|"
         r"gives me|giving|gave|returns|returned|return|prints|printed|outputs|output|"
         r"says|said|shows|showed|reads|called|named|spelled|spelt|means|made it|i count|"
-        r"i make it|comes to|came to|you want|it'?s actually|i get|i'?m getting|i see|"
+        r"i make it|comes to|came to|you want|it'?s actually|i get|i'?m getting|i see|raises|"
+        r"throws|fails with|errors with|takes|took|took us|takes us|costs|cost|cost us|weighs|"
+        r"lasts|lasted|"
         r"i found|i have|i measured",
         # fr, de, es, it, pt, nl
         r"c'?est|ce sont|(?:ça|ca) fait|(?:ça|ca) donne|donne|plutôt|ist|sind|es ist|es sind|"
@@ -440,6 +441,9 @@ UNITS = frozenset(
         "uur dagen jaar kilometer godzin godziny minut dni lat metrów kilometrów час часа часов "
         "минут минуты дней года лет метров километров км кг м см мм руб saat dakika gün yıl metre "
         "kilometre ghante ghanta din saal ساعة ساعات دقيقة يوم أيام سنة متر كم كغ "
+        "lira lire liras real reais peso pesos złoty zloty forint koruna krona kronor kroner "
+        "yuan rmb won baht dirham dirhams riyal rand naira shekel franc francs ruble rubles "
+        "rouble roubles рублей рубля лир "
     )
 )
 # a rule restated in the next turn, in the languages above (`checks.find_rules` reads English

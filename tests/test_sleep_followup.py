@@ -1,0 +1,231 @@
+"""The follow-up reader (`sleep/night/followup.py`) reads people, not one phrasing: value
+before verdict, terse turns, partial corrections, names and code outputs, quoted values, the
+languages `followup_words` lists, and turns that only look like feedback. The phrasings here
+were written for these tests (none is copied from a corpus). Its patterns are bounded: 70 KB of
+adversarial text is read in well under a second."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from selftaught.sleep.night import followup_words as W
+from selftaught.sleep.night.followup import read_followup
+
+# (the reply, the user's next turn, the value the turn gives as right)
+CORRECTIONS = [
+    # the value before the verdict, terse
+    ("The answer is 24.", "42. not 24", "42"),
+    ("It is 40 km.", "nope 42 km", "42 km"),
+    ("The castle was built in 1798.", "1789!! you flipped the digits", "1789"),
+    ("The lake is 38 m deep.", "83 m, typo i guess", "83 m"),
+    ("Lisbon is the capital of Spain.", "madrid", "madrid"),
+    ("Lisbon is the capital of Spain.", "Madrid obviously", "Madrid"),
+    ("The loop runs 12 times.", "11 lol", "11"),
+    ("It takes 20 minutes by bus.", "hmm, 35 minutes", "35 minutes"),
+    # a verdict, then the value, said in many ways
+    ("The invoice total is $1,240.", "that's off, it comes to $1,420", "$1,420"),
+    ("Frankenstein was written by Bram Stoker.", "no, Mary Shelley wrote it", "Mary Shelley"),
+    ("The meeting is at 3 pm.", "wrong, it was moved to 4 pm", "4 pm"),
+    ("Boiling point of ethanol: 88 °C.", "it should be 78 °C", "78 °C"),
+    ("The file has 200 lines.", "wc -l gives me 214", "214"),
+    ("The sum is 97.", "I count 79, not 97", "79"),
+    ("It is 12 km.", "are you sure? my map says 21 km", "21 km"),
+    # partial corrections, reasons around the value
+    ("Refund of 45 € issued on 2 March.", "the date is right but it was 54 €", "54 €"),
+    ("Mars has 3 moons and a red surface.", "red yes, but it has 2 moons", "2 moons"),
+    ("The tower is 300 m tall.", "324 m. the antenna counts", "324 m"),
+    ("The flight takes 5 hours.", "it took us 7 hours, headwinds all the way", "7 hours"),
+    ("The train leaves on 12 June.", "it leaves on 21 June, I have the ticket", "21 June"),
+    # names, code outputs, quoted values
+    ("The author of Dune is Isaac Asimov.", "it's Frank Herbert", "Frank Herbert"),
+    ("`sorted([3, 1, 2])` returns [3, 2, 1].", "nope, it returns [1, 2, 3]", "[1, 2, 3]"),
+    ("`1 / 0` in Python returns inf.", "it raises ZeroDivisionError", "ZeroDivisionError"),
+    ("Use `git merge` here.", 'no, it\'s "git rebase" in our team', "git rebase"),
+    ("The flag is -r.", "wrong flag, it's -R", "-R"),
+    ("The variable is user_id.", "it's userId in this file", "userId"),
+    ("`print(2 ** 3)` prints 6.", "it prints 8", "8"),
+    # "X, not Y" where Y is the reply's
+    ("The museum opens on Tuesday.", "it opens on Wednesday, not Tuesday", "Wednesday"),
+    ("The room is 20 m².", "24 m², not 20", "24 m²"),
+    # other languages
+    ("Le total est de 10 €.", "non, c'est 12 €, pas 10", "12 €"),
+    ("Der Zug fährt um 9:15.", "falsch, er fährt um 9:45", "9:45"),
+    ("El vuelo dura 3 horas.", "qué va, son 5 horas", "5 horas"),
+    ("Il museo chiude alle 18.", "sbagliato, chiude alle 19", "19"),
+    ("A viagem leva 2 dias.", "não, são 4 dias", "4 dias"),
+    ("De brug is 300 meter lang.", "nee hoor, het is 450 meter", "450 meter"),
+    ("Paczka kosztuje 20 zł.", "nie, 25 zł", "25 zł"),
+    ("Поездка занимает 3 часа.", "нет, это 5 часов", "5 часов"),
+    ("Bilet 40 lira.", "hayır, 60 lira", "60 lira"),
+    ("料金は1,000円です。", "違います、1,200円です", "1,200円"),
+    ("全程大约30公里。", "不对，应该是35公里", "35公里"),
+    ("Ticket 500 rupees ka hai.", "nahi yaar, 700 rupees hai", "700 rupees"),
+    ("المسافة 30 كم.", "لا، المسافة 45 كم", "45 كم"),
+    ("Das Konzert ist am 3. Mai.", "am 13. Mai, nicht am 3.", "13. Mai"),
+]
+
+REJECTIONS = [
+    ("Restart the router and it works.", "still broken after the restart"),
+    ("The capital of Kenya is Mombasa.", "that's not right at all"),
+    ("Here is the summary.", "this is not what I asked for"),
+    ("Essayez de vider le cache.", "ça ne marche toujours pas"),
+    ("Installiere das Update.", "funktioniert immer noch nicht"),
+    ("Reinicia el equipo.", "sigue sin funcionar"),
+    ("Het antwoord is 12.", "klopt niet"),
+    ("Ответ: 12.", "это неправда"),
+    ("Cevap 12.", "yanlış bu"),
+    ("答えは12です。", "違うと思います"),
+    ("The sum is 12.", "12?? really?"),
+]
+
+ACCEPTANCES = [
+    ("Try clearing the cache.", "that did it, thanks!"),
+    ("The capital of Peru is Lima.", "yep, that's right"),
+    ("Vide le cache DNS.", "merci, ça marche"),
+    ("Перезапусти сервис.", "спасибо, всё работает"),
+    ("Reinicia el router.", "gracias, funciona"),
+    ("It is 12 km.", "right, 12 km. thanks"),
+    ("The wedding is on the 12th.", "you're right, I had the date wrong"),
+]
+
+RULES = [
+    ("A long answer about sleep and screens.", "max 2 frases por favor", "max_sentences"),
+    ("The total is 540 hours, from 45 by 12.", "solo el número", "just_number"),
+    ("Les avantages sont nombreux.", "en liste à puces svp", "bullets"),
+    ("持ち物はパスポートと充電器です。", "箇条書きでお願いします", "bullets"),
+    ("Name: Ana, age 31.", "JSON formatında ver", "json"),
+    ("A long paragraph about the project plan.", "in 30 Wörtern bitte", "max_words"),
+]
+
+# turns that only look like feedback
+NOT_FEEDBACK = [
+    ("The answer is 41.", "42 is my lucky number btw"),
+    ("Do you want the metric version?", "no, 12 km is fine"),
+    ("Which city are you flying from?", "Porto. not Lisbon, I moved"),
+    (
+        "Inception was directed by Christopher Nolan.",
+        "I typed the wrong film, I meant Heat. who scored it?",
+    ),
+    ("Here is the essay.", 'translate "that is wrong" into German'),
+    ("Quiz: true or false, bats are blind.", "false"),
+    ("The distance is 12 km.", "what is the wrong way to measure it?"),
+    ("The trip is 240 km.", "thanks in advance, can you also list hotels there?"),
+    ("The capital of Chile is Santiago.", "ok, and what's the capital of Peru?"),
+    ("Lyon is 465 km from Paris.", "et Bordeaux ?"),
+    ("The Nile is 6,650 km long.", "那黄河呢？"),
+    ("Your order total is €58.40.", "can I pay with paypal"),
+    ("The first book came out in 1997.", "and the last one?"),
+    ("The function throws a TypeError on None.", "what if I pass an empty string instead"),
+    ("Here's the limerick about a cat.", "my cat is actually called Biscuit, can you use her name"),
+]
+
+
+@pytest.mark.parametrize(("reply", "turn", "value"), CORRECTIONS, ids=lambda x: str(x)[:30])
+def test_a_correction_is_read_with_its_value(reply: str, turn: str, value: str):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == ("correction", value)
+    assert read.thumb == "down"
+
+
+@pytest.mark.parametrize(("reply", "turn"), REJECTIONS, ids=lambda x: str(x)[:30])
+def test_a_rejection_without_a_value_is_a_thumbs_down(reply: str, turn: str):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == ("rejection", None)
+
+
+@pytest.mark.parametrize(("reply", "turn"), ACCEPTANCES, ids=lambda x: str(x)[:30])
+def test_an_acceptance_is_a_thumbs_up(reply: str, turn: str):
+    read = read_followup(turn, reply)
+    assert read is not None and read.kind == "acceptance"
+
+
+@pytest.mark.parametrize(("reply", "turn", "kind"), RULES, ids=lambda x: str(x)[:30])
+def test_a_rule_restated_in_another_language_is_read(reply: str, turn: str, kind: str):
+    read = read_followup(turn, reply)
+    assert read is not None and read.kind == "rule" and kind in {r.kind for r in read.rules}
+
+
+@pytest.mark.parametrize(("reply", "turn"), NOT_FEEDBACK, ids=lambda x: str(x)[:30])
+def test_a_turn_that_only_looks_like_feedback_is_no_signal(reply: str, turn: str):
+    assert read_followup(turn, reply) is None
+
+
+def test_a_yes_or_no_fact_is_corrected_by_the_other_word():
+    read = read_followup("no, it lost that status in 2006", "Is Pluto a planet? Yes, it is.")
+    assert read is not None and (read.kind, read.reference) == ("correction", "no")
+
+
+def test_a_value_the_reply_already_gave_is_no_correction():
+    read = read_followup("no, 12 km is wrong", "It is 12 km.")
+    assert read is not None and (read.kind, read.reference) == ("rejection", None)
+    assert read_followup("12 km, thanks", "It is 12 km.").kind == "acceptance"  # type: ignore[union-attr]
+
+
+# ---- bounded time ---------------------------------------------------------------------------
+
+SIZE = 70_000
+BOUND_S = 1.0  # per input; measured here ~0.15 s at worst (two shared cores)
+CAP_S = 10.0  # an input still running now is stopped: it failed already
+
+# the literals the patterns are built from, and the shapes their values take
+SEEDS = [
+    *sorted(W.FILLER)[:40:4],
+    *sorted(W.UNITS)[:60:6],
+    *sorted(W.BETWEEN)[:40:5],
+    *["no ", "nope ", "wrong ", "not ", "pas ", "nicht ", "нет ", "不对", "違う", "لا "],
+    *["thanks ", "merci ", "it's ", "is ", "= ", "c'est ", "是"],
+    *["1 ", "1,", "1.", "1-", "1:", "1/", "1×", "1'", "1年", "1 km ", "1 km and ", "1 h 1 "],
+    *["A ", "Aa ", "aB ", "a_b ", "-a ", "/a", "[", "(", "`", "'a' ", '"a" ', "<", "«"],
+    *["not 1 ", "it's 1 ", "Jan 1 ", "1 Jan ", "A is ", "it's the A ", "nell'1 ", "says a: "],
+    *["Error: ", "?", "??", "!", ". ", ", ", " ", "bullets ", "1 words ", "a"],
+]
+
+
+class _TooSlow(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _cap(seconds: float) -> Iterator[None]:
+    """Raise _TooSlow in the main thread after `seconds` (where SIGALRM exists)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
+        yield
+        return
+
+    def stop(*_: object) -> None:
+        raise _TooSlow
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _seconds(turn: str, reply: str) -> float:
+    start = time.perf_counter()
+    try:
+        with _cap(CAP_S):
+            read_followup(turn, reply)
+    except _TooSlow:
+        return math.inf
+    return time.perf_counter() - start
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=repr)
+def test_70_kb_of_adversarial_text_is_read_in_bounded_time(seed: str):
+    big = (seed * (SIZE // len(seed) + 1))[:SIZE]
+    for turn, reply in ((big, "It is 12 km."), ("no, it's 17 km", big), (big, big)):
+        took = _seconds(turn, reply)
+        assert took < BOUND_S, f"{seed!r} * {SIZE}: {took:.2f} s"
