@@ -7,11 +7,17 @@ Corpora:
 - `tests/fixtures/followups_dev2.jsonl`: written with the model reader, to choose its prompt and
   default (dev): terse and value-first corrections, other languages, partial corrections,
   names and code outputs, and turns that only look like feedback;
+- `tests/fixtures/followups_dev3.jsonl`: 526 lines in 14 languages written blind by an outside
+  author from `benchmarks/data/followups_report3_brief.md` (dev: the third reader was tuned on
+  its even lines and on odd lines 1, 5, 9, ...; lines 3, 7, 11, ... held out to the end:
+  `--lines 3::4`);
 - `benchmarks/data/followups_report.jsonl`: 320 lines written blind, by an author who never saw
   the reader's code, after the first reader was committed; its errors were then read, so it
   measured the first reader only;
 - `benchmarks/data/followups_report2.jsonl`: 400 lines written blind the same way, for the
   second reader (committed before this corpus was first read or run);
+- `benchmarks/data/followups_report3.jsonl`: lines written blind from the brief above, for the
+  third reader (committed before this corpus was first read or run: test data, run once);
 - any other file: `--corpus PATH` (a corpus written blind later is measured this way).
 
 A signal is **false** when the turn is no feedback (label `none`), when its direction is wrong
@@ -26,6 +32,7 @@ kind read, and for a correction the right value). The model reader also reports 
     python benchmarks/bench_followups.py --corpus new.jsonl --reader both \\
         --model 'http://127.0.0.1:8011/v1#qwen'
     python benchmarks/bench_followups.py --show-errors            # each miss and false signal
+    python benchmarks/bench_followups.py --corpora dev3 --lines 0::2   # dev3's even lines
 
 The model's answers are saved every `--save-every` lines under runs/bench/followups/ (one
 file per corpus and model, with its settings), before the turn checks them: a killed run
@@ -57,6 +64,7 @@ from selftaught.sleep.night.checks import Rule  # noqa: E402
 from selftaught.sleep.night.followup import Followup, read_followup  # noqa: E402
 from selftaught.sleep.night.followup_model import (  # noqa: E402
     PROMPT_TEXT,
+    READINGS,
     FollowupAsk,
     FollowupModelReport,
     ModelRead,
@@ -72,6 +80,8 @@ CORPORA = {
     "dev2": HERE.parent / "tests" / "fixtures" / "followups_dev2.jsonl",
     "report": HERE / "data" / "followups_report.jsonl",
     "report2": HERE / "data" / "followups_report2.jsonl",
+    "dev3": HERE.parent / "tests" / "fixtures" / "followups_dev3.jsonl",
+    "report3": HERE / "data" / "followups_report3.jsonl",
 }
 DOWN = {"correction", "rejection"}
 STATE = REPO / "runs" / "bench" / "followups"
@@ -193,7 +203,8 @@ def _ask_model(
     config = MinerConfig(
         concurrency=args.concurrency, followup_max_tokens=args.max_tokens, timeout_s=600.0
     )
-    reader = ModelReader(Miner(TrackedModel(load_model(args.model), ledger, "miner"), "m", config))
+    miner = Miner(TrackedModel(load_model(args.model), ledger, "miner"), "m", config)
+    reader = ModelReader(miner, args.reading)
     print(f"  model reader: {len(todo)} turns to read")
     for start in range(0, len(todo), args.save_every):
         chunk = todo[start : start + args.save_every]
@@ -225,14 +236,17 @@ def model_reads(
         "corpus": corpus,
         "prompt": hashlib.sha256(PROMPT_TEXT.encode()).hexdigest()[:12],
         "max_tokens": args.max_tokens,
+        "reading": args.reading,
     }
-    path = STATE / f"{_slug(name)}-{_slug(args.model)}.json"
+    path = STATE / f"{_slug(name)}-{_slug(args.model)}-{args.reading}.json"
     if args.fresh and path.exists():
         path.unlink()
     run = {"settings": settings, "runs": resumed_units(path, settings)}
     ruled = [read_followup(it["followup"], it["reply"]) for it in items]
     done = {int(i): a for r in run["runs"] for i, a in r["answers"].items()}
-    wanted = [i for i, it in enumerate(items) if wants_model(it["followup"], ruled[i])]
+    wanted = [
+        i for i, it in enumerate(items) if wants_model(it["followup"], ruled[i], args.reading)
+    ]
     todo = [i for i in wanted if i not in done]
     if todo:
         _ask_model(run, path, items, ruled, todo, args)
@@ -277,12 +291,35 @@ def _print_side_by_side(name: str, results: dict[str, dict]) -> None:
     row("wall s", lambda r: str(r.get("wall_s", "-")))
 
 
+def _lines(parser: argparse.ArgumentParser, spec: str) -> tuple[int, int]:
+    """`--lines START::STEP` as (start, step); (0, 1) when not given."""
+    if not spec:
+        return 0, 1
+    m = re.fullmatch(r"(\d+)::([1-9]\d*)", spec)
+    if m is None:
+        parser.error(f"--lines {spec!r}: expected START::STEP, e.g. 0::2")
+    return int(m.group(1)), int(m.group(2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", nargs="+", default=["dev"], choices=list(CORPORA))
     parser.add_argument("--corpus", nargs="*", type=Path, default=[], help="other corpus files")
     parser.add_argument("--reader", choices=("rule", "model", "both"), default="rule")
     parser.add_argument("--model", help="the miner model's spec (local, an endpoint URL, ...)")
+    parser.add_argument(
+        "--reading",
+        choices=READINGS,
+        default="values",
+        help="values: the model names the value of the rules' bare rejections; turns: it also "
+        "reads the turns the rules read nothing in (a signal kept where they see a cue)",
+    )
+    parser.add_argument(
+        "--lines",
+        default="",
+        metavar="START::STEP",
+        help="read every STEP-th line from START (0::2 the even lines of a corpus)",
+    )
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--save-every", type=int, default=8)
@@ -300,8 +337,11 @@ def main() -> None:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
     ).stdout.strip()
     corpora = [(n, CORPORA[n]) for n in args.corpora] + [(p.stem, p) for p in args.corpus]
+    start, step = _lines(parser, args.lines)
     for name, path in corpora:
         items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if args.lines:
+            items, name = items[start::step], f"{name}[{args.lines}]"
         results: dict[str, dict] = {}
         if args.reader in ("rule", "both"):
             t0 = time.monotonic()
@@ -321,7 +361,11 @@ def main() -> None:
                 "date": time.strftime("%Y-%m-%d"),
             }
             if reader == "model":
-                row |= {"model": args.model, "loadavg": machine_info()["loadavg"]}
+                row |= {
+                    "model": args.model,
+                    "reading": args.reading,
+                    "loadavg": machine_info()["loadavg"],
+                }
             rows.append({**row, **result})
     atomic_write_json(out, {"runs": rows})
 

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from selftaught.errors import ConfigError
 from selftaught.models.usage import Budget, TrackedModel, UsageLedger
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.night.cycle import mine
@@ -46,6 +47,7 @@ def reader_says(*replies: str | dict, **config) -> tuple[ScriptedModel, ModelRea
     """A scripted miner answering each call with the next reply (the last one repeats)."""
     texts = [r if isinstance(r, str) else json.dumps(r) for r in replies]
     model = ScriptedModel(lambda m: texts[min(len(model.calls), len(texts)) - 1], "scripted")
+    config.setdefault("followup_reading", "turns")  # the whole vocabulary, unless told
     miner = Miner(model, "scripted", MinerConfig(concurrency=1, **config))
     return model, ModelReader(miner)
 
@@ -99,12 +101,70 @@ def test_where_the_rules_read_a_rejection_the_model_can_only_add_its_value():
         assert signal.kind == "rejection" and signal.read_by is None
 
 
+# ---- reading "values" (the default): only which value a rejection gives ---------------------
+
+
+VALUE_ASKED = "Say which value the user gives as the right one"
+
+
+def test_by_default_the_model_is_asked_only_which_value_a_rejection_gives():
+    assert MinerConfig().followup_reading == "values"
+    model, reader = reader_says({"value": "17 km"}, followup_reading="values")
+    rows = [
+        chat("that's wrong, it is 17 km by the river path", q="Distance to the zoo?"),
+        chat("hm, my pedometer disagrees: 17 km"),  # the rules read nothing: never asked
+        chat("that's wrong", q="Distance to the park?"),
+    ]
+    assert read_followup(rows[0].messages[-1]["content"], REPLY).kind == "correction"
+    signals, report = signals_of(rows, reader)
+    assert len(model.calls) == 1 and VALUE_ASKED in user_of(model.calls[0])
+    assert "that's wrong" in user_of(model.calls[0]) and report["candidates"] == 1
+    by_words = {s.words: s for s in signals}
+    assert set(by_words) == {"that's wrong, it is 17 km by the river path", "that's wrong"}
+    # "17 km" is not in "that's wrong": the rules' rejection stands
+    assert by_words["that's wrong"].kind == "rejection" and by_words["that's wrong"].read_by is None
+    assert report["outcomes"] == {"downgraded": 1}
+
+
+def test_a_value_the_rejection_bears_out_makes_it_a_correction_and_null_keeps_it():
+    _, reader = reader_says({"value": "Dienstag"}, followup_reading="values")
+    (signal,), _ = signals_of(
+        [chat("falsch! Dienstag hab ich gesagt?!", reply="Es ist Montag.")], reader
+    )
+    assert read_followup("falsch! Dienstag hab ich gesagt?!", "Es ist Montag.").kind == "rejection"
+    assert (signal.kind, signal.reference, signal.read_by) == ("correction", "Dienstag", "scripted")
+    _, reader = reader_says({"value": None}, followup_reading="values")
+    (signal,), report = signals_of([chat("that's wrong")], reader)
+    assert (signal.kind, signal.read_by) == ("rejection", None)
+    assert report["outcomes"] == {"kept the rules' rejection": 1}
+
+
+def test_an_unknown_reading_is_refused():
+    with pytest.raises(ConfigError, match="followup_reading"):
+        MinerConfig(followup_reading="everything")  # type: ignore[arg-type]
+
+
+# ---- reading "turns": a signal on a turn the rules read nothing in needs a cue there ----------
+
+
+@pytest.mark.parametrize(
+    "said",
+    [{"kind": "correction", "value": "vienna"}, {"kind": "rejection"}, {"kind": "acceptance"}],
+)
+def test_a_turn_with_no_cue_stays_no_signal_whatever_the_model_says(said):
+    model, reader = reader_says(said)
+    turn = "we went to vienna for the concert last spring"
+    assert read_followup(turn, REPLY) is None
+    signals, report = signals_of([chat(turn)], reader)
+    assert model.calls and signals == [] and report["outcomes"] == {"no cue in the turn": 1}
+
+
 # ---- a value the turn does not bear out ------------------------------------------------------
 
 
 def test_a_value_not_in_the_users_turn_is_read_as_a_rejection():
     _, reader = reader_says({"kind": "correction", "value": "17 km"})
-    (signal,), report = signals_of([chat("way further than that, I walked it")], reader)
+    (signal,), report = signals_of([chat("my pedometer disagrees: 21 km")], reader)
     assert signal.kind == "rejection" and signal.reference is None
     assert signal.read_by == "scripted" and report["outcomes"] == {"downgraded": 1}
 
@@ -164,7 +224,7 @@ def obeys_the_turn(messages) -> str:
 
 def test_injected_text_in_the_turn_cannot_leave_the_vocabulary():
     model = ScriptedModel(obeys_the_turn, "obedient")
-    reader = ModelReader(Miner(model, "obedient", MinerConfig(concurrency=1)))
+    reader = ModelReader(Miner(model, "obedient", MinerConfig(concurrency=1)), "turns")
     signals, report = signals_of([chat(INJECTION)], reader)
     assert model.calls  # asked: the rules read nothing in it
     prompt = user_of(model.calls[0])
@@ -221,7 +281,7 @@ def test_the_calls_are_on_the_ledger_and_stop_with_the_budget():
     model, _ = reader_says({"kind": "correction", "value": "7"})
     miner = Miner(TrackedModel(model, ledger, "miner"), "scripted", MinerConfig(concurrency=1))
     rows = [chat(f"my pedometer disagrees: {i + 2} or 7", q=f"Question {i}?") for i in range(5)]
-    _, signals, report = read_threads(rows, NO_CONFIG, reader=ModelReader(miner))
+    _, signals, report = read_threads(rows, NO_CONFIG, reader=ModelReader(miner, "turns"))
     assert ledger.roles["miner"].calls == len(model.calls) == 3
     assert report.model["asked"] == 3 and len(signals) == 3
     ((why, n),) = report.model["skipped"].items()
@@ -250,8 +310,12 @@ def test_a_night_without_the_setting_reads_with_the_rules_alone():
     miner = Miner(model, "scripted", MinerConfig())  # off by default
     _, report = mine([chat("hm, my pedometer disagrees: 17 km")], NO_CONFIG, miner=miner)
     assert report.conversation["model"] == {} and not any(READS in user_of(c) for c in model.calls)
-    miner = Miner(model, "scripted", MinerConfig(read_followups=True))
-    _, report = mine([chat("hm, my pedometer disagrees: 17 km")], NO_CONFIG, miner=miner)
+    config = MinerConfig(read_followups=True, followup_reading="turns")
+    _, report = mine(
+        [chat("hm, my pedometer disagrees: 17 km")],
+        NO_CONFIG,
+        miner=Miner(model, "scripted", config),
+    )
     assert report.conversation["signals"] == {"correction": 1}
     assert report.conversation["model"]["outcomes"] == {"correction": 1}
 

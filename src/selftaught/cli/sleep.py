@@ -838,7 +838,7 @@ PlanJsonOpt = Annotated[
 ]
 
 WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
-MINER_FLAGS = {"read_followups": "miner_followups"}
+MINER_FLAGS = {"read_followups": "miner_followups", "followup_reading": "miner_followup_reading"}
 DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
 
 

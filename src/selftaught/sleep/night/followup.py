@@ -1086,6 +1086,22 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
     return None
 
 
+def has_cue(followup: str | None, reply: str) -> bool:
+    """The rules see a cue of feedback in the turn, whatever they read: a verdict, thanks, or
+    a value in the place of the reply's. A model's reading of a turn the rules read nothing in
+    must stand on one (`followup_model.settle`)."""
+    if not followup or not followup.strip():
+        return False
+    text = " ".join(followup[:MAX_FOLLOWUP_CHARS].split())
+    said = _reply(reply)
+    sentences = _sentences(text)
+    values = _values(text, said.tails)
+    cues = _cues(text, sentences, said, values)
+    if cues.verdict or cues.accept or cues.accept_later:
+        return True
+    return _value(text, sentences, cues, said, values) is not None
+
+
 def _masked(text: str, rules: tuple[Rule, ...]) -> str:
     """`text` with each rule's words blanked (the same length, so places hold)."""
     for rule in rules:

@@ -1,13 +1,25 @@
 """What the user's next turn says about a reply, read by the miner model where the rules
-(`followup.read_followup`) read nothing in it, or only a rejection without the right value.
+(`followup.read_followup`) read only a rejection without the right value (or, reading
+`"turns"`, nothing at all).
 
 The rules read first and cost nothing; the model is never asked about a turn they read as a
 correction with its value, a restated rule or an acceptance. For each turn left, the miner
 (`miner.Miner`: its model, charged to the night's ledger and evidence log, its budget, its
-privacy rule) is shown the request, the reply and the turn, redacted and quoted as JSON strings
-(`prompts/followup.md`), and answers in a closed vocabulary: a correction with its value, a
-rejection, rules (`FOLLOWUP_RULES`), an acceptance, or none. A reply outside it gets ONE repair
-call (`prompts/followup_repair.md`); still unreadable, the turn keeps the rules' reading and the
+privacy rule) is shown the request, the reply and the turn, redacted and quoted as JSON strings.
+Two readings (`MinerConfig.followup_reading`):
+
+- `"values"` (the default): asked only where the rules read a rejection, ONE question: which
+  value does the user give as the right one (`prompts/followup_value.md`)? A value the turn
+  bears out makes the rejection a correction; anything else leaves the rejection as it was. It
+  cannot raise a signal the rules did not.
+- `"turns"`: also asked where the rules read nothing, in a closed vocabulary
+  (`prompts/followup.md`): a correction with its value, a rejection, rules (`FOLLOWUP_RULES`),
+  an acceptance, or none. A signal on a turn the rules read nothing in is kept only where the
+  rules see a cue of it there (`followup.has_cue`: a verdict, thanks, or a value in the place of
+  the reply's), so a turn with no such cue stays no signal whatever the model says.
+
+A reply outside the form gets ONE repair call (`prompts/followup_repair.md`,
+`prompts/followup_value_repair.md`); still unreadable, the turn keeps the rules' reading and the
 failure is counted, never guessed.
 
 The turn is an end user's words: at most they pick a label of the vocabulary. What the model
@@ -36,13 +48,20 @@ from selftaught.models.base import GenerationParams, run_sync
 from selftaught.redact import redact_for_model
 from selftaught.skill.reflect import render
 from selftaught.sleep.night.checks import LANGUAGES, Rule, languages_named
-from selftaught.sleep.night.followup import MAX_FOLLOWUP_CHARS, Followup
+from selftaught.sleep.night.followup import MAX_FOLLOWUP_CHARS, Followup, has_cue
 from selftaught.sleep.night.mine import quoted
-from selftaught.sleep.night.miner import Miner, MinerParseError, Parsed, load_prompt
+from selftaught.sleep.night.miner import (
+    FollowupReading,
+    Miner,
+    MinerParseError,
+    Parsed,
+    load_prompt,
+)
 from selftaught.tasks.extract import extract_json
 
 ReadKind = Literal["correction", "rejection", "rule", "acceptance", "none"]
 READ_KINDS: tuple[str, ...] = get_args(ReadKind)
+READINGS: tuple[str, ...] = get_args(FollowupReading)
 FOLLOWUP_RULES = (
     "max_words",
     "max_sentences",
@@ -56,7 +75,8 @@ FOLLOWUP_RULES = (
 )
 _COUNTED = ("max_words", "max_sentences", "max_chars")
 PROMPTS = ("followup", "followup_repair")
-PROMPT_TEXT = "\n".join(prompts.packaged(name) for name in PROMPTS)
+VALUE_PROMPTS = ("followup_value", "followup_value_repair")
+PROMPT_TEXT = "\n".join(prompts.packaged(name) for name in (*PROMPTS, *VALUE_PROMPTS))
 MAX_VALUE_CHARS = 120
 MAX_REQUEST_CHARS = 600
 MAX_REPLY_CHARS = 1200
@@ -113,6 +133,25 @@ def parse_read(text: str) -> ModelRead:
         rules = [r for r in map(_rule, listed) if r is not None]
         return ModelRead("rule", rules=tuple(rules), invalid=len(listed) - len(rules))
     return ModelRead(kind)
+
+
+def parse_value(text: str) -> ModelRead:
+    """The model's answer to "which value is the right one?": a correction with it, or a
+    rejection (null); MinerParseError when it is no JSON object with a `value`."""
+    try:
+        value = extract_json(text)
+    except ValueError as err:
+        raise MinerParseError(str(err)) from err
+    if not isinstance(value, dict) or "value" not in value:
+        raise MinerParseError('expected a JSON object {"value": ...}')
+    said = value["value"]
+    if said is None or (isinstance(said, str) and not said.strip()):
+        return ModelRead("rejection")
+    if isinstance(said, bool) or not isinstance(said, (str, int, float)):
+        raise MinerParseError("the value must be a text, a number or null")
+    if re.search(r"<[^<>\n]{1,80}>", str(said)) and str(said) in PROMPT_TEXT:
+        raise MinerParseError(f"the value {said!r} copies the prompt's placeholder")
+    return ModelRead("correction", str(said).strip())
 
 
 # ---- what the turn bears out ----------------------------------------------------------------
@@ -204,15 +243,24 @@ class FollowupAsk:
         return " ".join(self.followup[:MAX_FOLLOWUP_CHARS].split())
 
 
-def wants_model(followup: str | None, ruled: Followup | None) -> bool:
-    """Whether the model is asked about a next turn: there is one, and the rules read nothing
-    in it or a rejection without its value."""
-    return bool(followup and followup.strip()) and (ruled is None or ruled.kind == "rejection")
+def wants_model(
+    followup: str | None, ruled: Followup | None, reading: FollowupReading = "values"
+) -> bool:
+    """Whether the model is asked about a next turn: there is one, and the rules read a
+    rejection without its value in it (reading `"turns"`: or nothing)."""
+    if not (followup and followup.strip()):
+        return False
+    return (ruled is not None and ruled.kind == "rejection") or (
+        ruled is None and reading == "turns"
+    )
 
 
 def settle(ask: FollowupAsk, got: ModelRead, by: str) -> tuple[Followup | None, str]:
     """What the night takes from the model's reading of `ask`, and the outcome's name."""
     ruled = ask.ruled
+    judged = got.kind in ("correction", "rejection", "acceptance")
+    if ruled is None and judged and not has_cue(ask.followup, ask.reply):
+        return None, "no cue in the turn"  # a turn the rules see nothing of stays nothing
     if got.kind == "correction":
         value = checked_value(got.value, ask.words, ask.reply)
         rules = ruled.rules if ruled is not None else ()
@@ -273,9 +321,12 @@ class ModelReader:
     """The miner in its second role: reads the next turns the rules could not
     (`read(asks)`), through the miner's own calls (its ledger, budget and concurrency)."""
 
-    def __init__(self, miner: Miner):
+    def __init__(self, miner: Miner, reading: FollowupReading | None = None):
         self.miner = miner
-        self.prompt, self.repair_prompt = (load_prompt(name) for name in PROMPTS)
+        self.reading: FollowupReading = reading or miner.config.followup_reading
+        names = VALUE_PROMPTS if self.reading == "values" else PROMPTS
+        self.prompt, self.repair_prompt = (load_prompt(name) for name in names)
+        self.parse = parse_value if self.reading == "values" else parse_read
         self.params = GenerationParams(max_tokens=miner.config.followup_max_tokens, temperature=0.0)
 
     def read(self, asks: list[FollowupAsk]) -> tuple[list[Followup | None], FollowupModelReport]:
@@ -329,7 +380,7 @@ class ModelReader:
         def repair(reply: str, error: str) -> str:
             return render(self.repair_prompt, reply=reply, error=error)
 
-        return await self.miner.ask_parsed(prompt, parse_read, repair, self.params)
+        return await self.miner.ask_parsed(prompt, self.parse, repair, self.params)
 
 
 def settle_answer(

@@ -89,6 +89,8 @@ ONE_SIDED_BARE = (
 )
 Verdict = Literal["up", "down"]
 CallStatus = Literal["ok", "repaired", "invalid_json", "backend_error", "budget"]
+FollowupReading = Literal["values", "turns"]
+"""What the miner reads in the next turns (`followup_model.py`)."""
 
 
 def load_prompt(name: str) -> str:
@@ -453,9 +455,13 @@ class MinerConfig:
     max_conversation_chars: int = 6000
     """The conversation's last messages that fit, as the miner reads them."""
     read_followups: bool = False
-    """The miner also reads the user's next turns that the rules read nothing in, or only a
-    rejection without the right value (`followup_model.py`; a call per such turn). Off: on the
-    dev corpus the embedded model added only false signals (docs/sleep-conversations.md)."""
+    """The miner also reads the user's next turns that the rules read only a rejection without
+    the right value in (`followup_model.py`; a call per such turn). Off: measured on the dev
+    corpora (docs/sleep-conversations.md)."""
+    followup_reading: FollowupReading = "values"
+    """`values`: the miner is asked only which value a rejection gives as the right one (it
+    cannot raise a signal the rules did not); `turns`: it also reads the turns the rules read
+    nothing in, in the whole vocabulary, a signal kept only where the rules see a cue of it."""
     max_followups: int = 200
     """Next turns the miner reads per night (bare rejections first); the rest keep the rules'
     reading, counted."""
@@ -469,6 +475,10 @@ class MinerConfig:
                 raise ConfigError(f"miner {name} must be >= 1, got {getattr(self, name)}")
         if self.timeout_s <= 0:
             raise ConfigError(f"miner timeout_s must be > 0, got {self.timeout_s}")
+        if self.followup_reading not in ("values", "turns"):
+            raise ConfigError(
+                f"miner followup_reading must be values or turns, got {self.followup_reading!r}"
+            )
 
 
 # ---- the miner ----------------------------------------------------------------------------

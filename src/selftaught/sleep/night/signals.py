@@ -6,8 +6,8 @@ whose reply was judged**, never the feedback turn or what came after it:
 
 - the user's next turn, read by `followup.read_followup` (correction → a reference and a
   thumbs-down; rejection → a thumbs-down; a restated rule → a comment whose rules check the
-  task; acceptance → a thumbs-up), and by the miner model where those rules read nothing or a
-  rejection without its value (`followup_model.py`, when the night has a miner);
+  task; acceptance → a thumbs-up), and by the miner model where those rules read a rejection
+  without its value, or nothing (`followup_model.py`, when the night has a miner);
 - a **re-ask**: the same request (a near-duplicate prompt) from the same end user (the app's
   `user` field where it sends one, else the client) within `MineConfig.reask_window_s`, in another
   conversation or as the next turn, marks the earlier reply failed (a thumbs-down).
@@ -282,8 +282,8 @@ def _followups(
     threads: list[Thread], config: MineConfig, reader: ModelReader | None, report: SignalReport
 ) -> dict[tuple[str, int], Followup | None]:
     """What the next turn said of each reply (None: nothing): the rules' reading, then the
-    model's where the rules read nothing or a bare rejection (one question per distinct turn:
-    branches of a conversation share their first turns)."""
+    model's where the rules read a bare rejection, or nothing (`MinerConfig.followup_reading`;
+    one question per distinct turn: branches of a conversation share their first turns)."""
     if not config.conversation:
         return {}
     reads = {
@@ -299,7 +299,7 @@ def _followups(
         private = any(it.private and not it.reviewed for it in thread.rows)
         for turn in thread.turns:
             ruled = reads[(thread.id, turn.index)]
-            if not wants_model(turn.followup, ruled):
+            if not wants_model(turn.followup, ruled, reader.reading):
                 continue
             ask = FollowupAsk(
                 _last_user_text(turn), turn.reply, turn.followup or "", ruled, private
