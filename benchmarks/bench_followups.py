@@ -225,11 +225,12 @@ def _ask_model(
 
 
 def model_reads(
-    name: str, items: list[dict], args: argparse.Namespace
+    name: str, items: list[dict], args: argparse.Namespace, lines: range
 ) -> tuple[list[Followup | None], dict[str, Any]]:
-    """The rules, then the model where they read nothing or a bare rejection: every line's
-    reading, and the model's calls, parse rate and wall time. The model's answers are saved
-    before the turn checks them, so a changed check re-reads them without asking again."""
+    """The rules, then the model where they read a bare rejection (or nothing): the reading of
+    each of `lines`, and the model's calls, parse rate and wall time. The model's answers are
+    saved by line of the whole corpus before the turn checks them, so a changed check, or
+    another slice of lines, re-reads them without asking again."""
     corpus = hashlib.sha256(json.dumps(items).encode()).hexdigest()[:12]
     settings = {
         "model": args.model,
@@ -244,9 +245,7 @@ def model_reads(
     run = {"settings": settings, "runs": resumed_units(path, settings)}
     ruled = [read_followup(it["followup"], it["reply"]) for it in items]
     done = {int(i): a for r in run["runs"] for i, a in r["answers"].items()}
-    wanted = [
-        i for i, it in enumerate(items) if wants_model(it["followup"], ruled[i], args.reading)
-    ]
+    wanted = [i for i in lines if wants_model(items[i]["followup"], ruled[i], args.reading)]
     todo = [i for i in wanted if i not in done]
     if todo:
         _ask_model(run, path, items, ruled, todo, args)
@@ -262,7 +261,7 @@ def model_reads(
     cost = {k: v for k, v in report.to_dict().items() if k not in ("model", "first_error")}
     cost["calls"] = sum(r["calls"] for r in run["runs"])
     cost["wall_s"] = round(sum(r["wall_s"] for r in run["runs"]), 1)
-    return reads, cost
+    return [reads[i] for i in lines], cost
 
 
 # ---- main -----------------------------------------------------------------------------------
@@ -339,9 +338,10 @@ def main() -> None:
     corpora = [(n, CORPORA[n]) for n in args.corpora] + [(p.stem, p) for p in args.corpus]
     start, step = _lines(parser, args.lines)
     for name, path in corpora:
-        items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        if args.lines:
-            items, name = items[start::step], f"{name}[{args.lines}]"
+        every = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        lines = range(start, len(every), step)
+        items = [every[i] for i in lines]
+        shown = f"{name}[{args.lines}]" if args.lines else name
         results: dict[str, dict] = {}
         if args.reader in ("rule", "both"):
             t0 = time.monotonic()
@@ -349,13 +349,13 @@ def main() -> None:
             wall = round(time.monotonic() - t0, 2)
             results["rule"] = {**measure(items, reads, args.show_errors), "wall_s": wall}
         if args.reader in ("model", "both"):
-            reads, cost = model_reads(name, items, args)
+            reads, cost = model_reads(name, every, args, lines)
             results[f"model {args.model}"] = {**measure(items, reads, args.show_errors), **cost}
-        _print_side_by_side(name, results)
+        _print_side_by_side(shown, results)
         for label, result in results.items():
             reader = "rule" if label == "rule" else "model"
             row = {
-                "corpus": name,
+                "corpus": shown,
                 "reader": reader,
                 "code": code,
                 "date": time.strftime("%Y-%m-%d"),

@@ -93,6 +93,7 @@ ACCEPTANCES = [
     ("Reinicia el router.", "gracias, funciona"),
     ("It is 12 km.", "right, 12 km. thanks"),
     ("The wedding is on the 12th.", "you're right, I had the date wrong"),
+    ("Your order ships Monday.", "Monday works, thanks"),
 ]
 
 RULES = [
@@ -102,6 +103,7 @@ RULES = [
     ("持ち物はパスポートと充電器です。", "箇条書きでお願いします", "bullets"),
     ("Name: Ana, age 31.", "JSON formatında ver", "json"),
     ("A long paragraph about the project plan.", "in 30 Wörtern bitte", "max_words"),
+    ("Nom : Dupont, ville : Nantes.", "i need this as json please", "json"),
 ]
 
 # turns that only look like feedback
@@ -124,6 +126,11 @@ NOT_FEEDBACK = [
     ("The first book came out in 1997.", "and the last one?"),
     ("The function throws a TypeError on None.", "what if I pass an empty string instead"),
     ("Here's the limerick about a cat.", "my cat is actually called Biscuit, can you use her name"),
+    ("Here is a recipe for 4 people.", "actually I need it for 6 people, not 4"),
+    ("It is 12 km.", "My answer was 14, but yours makes more sense"),
+    ("It takes 3 hours.", "ugh 3 hours. my train is at 5 pm"),
+    ("The capital of Australia is Canberra.", "Sydney is nicer though"),
+    ("Python 3.12 came out in 2023.", "we are still on 3.8 at work"),
 ]
 
 

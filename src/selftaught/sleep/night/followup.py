@@ -473,6 +473,9 @@ class _Sentence:
     tentative: bool = False
 
 
+_TAG = re.compile(r",?\s(?:remember|ok|okay|right|yeah|alright)\s?[?？]{1,3}$", _I)
+
+
 def _sentences(text: str) -> list[_Sentence]:
     out, start = [], 0
     for m in [*_SENTENCE.finditer(text), None]:
@@ -481,22 +484,30 @@ def _sentences(text: str) -> list[_Sentence]:
         if part.strip():
             lead = len(part) - len(part.lstrip())
             body = part.strip()
-            tentative = _TENTATIVE.search(body) is not None and bool(
-                _NUMBER.search(body) or _NAME.search(body[1:])
-            )
-            asks = (
-                not tentative
-                and not W.CHALLENGE.match(body)
-                and (
-                    (body.endswith(_QMARKS) and not re.fullmatch(r"[?？؟!\s]{1,8}", body))
-                    or bool(W.QUESTION_START.search(body) or W.QUESTION_END.search(body))
-                    or bool(W.REQUEST.search(body))
-                )
-            )
-            out.append(_Sentence(body, start + lead, asks, tentative))
+            out.append(_Sentence(body, start + lead, *_asks(body)))
         if m is not None:
             start = m.end()
     return out
+
+
+def _asks(body: str) -> tuple[bool, bool]:
+    """Whether a sentence asks something or for something new, and whether it puts a value
+    forward as a question ("isn't it 1889?")."""
+    tentative = _TENTATIVE.search(body) is not None and bool(
+        _NUMBER.search(body) or _NAME.search(body[1:])
+    )
+    untagged = _TAG.sub(".", body)  # "answer in Spanish, remember?"
+    asks = (
+        not tentative
+        and not W.CHALLENGE.match(body)
+        and (
+            "¿" in body
+            or (untagged.endswith(_QMARKS) and not re.fullmatch(r"[?？؟!\s]{1,8}", body))
+            or bool(W.QUESTION_START.search(body) or W.QUESTION_END.search(body))
+            or bool(W.REQUEST.search(body))
+        )
+    )
+    return asks, tentative
 
 
 @dataclass(frozen=True)
@@ -511,6 +522,7 @@ class _Cues:
     accept: bool = False  # an acceptance opens the turn
     accept_later: bool = False  # an acceptance further on
     asks: bool = False  # the turn asks something, or asks for something new
+    questions: bool = False  # asks, but for what it wants of this answer ("i need it as json")
     self_blame: bool = False
     hard: bool = False  # a "wrong" or "did not work" word
     restate: bool = False  # "I said", "as I asked"
@@ -541,7 +553,10 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
     accepted = clean
     for m in hits:
         accepted = accepted.replace(m.group(0), " ")
-    contrast, contrasted = _contrast(text, values, reply)
+    asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
+    contrast, contrasted = _contrast(
+        text, [v for v in values if not any(a <= v.start < b for a, b in asked)], reply
+    )
     return _Cues(
         no=no and not (W.SELF.search(clean) and not hits),
         wrong=bool(hits) or doubt or any(s.tentative for s in sentences),
@@ -558,6 +573,7 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
             not W.NEGATION_AFTER.match(rest[m.end() :]) for m in [_ACCEPT.search(rest)] if m
         ),
         asks=any(s.asks for s in sentences),
+        questions=any(s.asks and not W.WANT.search(s.text) for s in sentences),
         self_blame=W.SELF.search(clean) is not None,
     )
 
@@ -749,7 +765,9 @@ def _subject(sentence: _Sentence, reply: _Reply) -> _Value | None:
     said, what = m.group(1), _fold(m.group(2))
     if any(_fold(w) in W.STOP or _verdict_word(w) for w in said.split()):
         return None
-    judged = re.fullmatch(r"\w{3,}(?:er|est)|right|correct|one|answer|better|worse", what)
+    ranked = re.search(r"\w{3,}est\b|\bmost\b|\bleast\b", reply.folded) is not None
+    compared = ranked and re.fullmatch(r"\w{3,}(?:er|est)|better|worse", what)
+    judged = compared or re.fullmatch(r"right|correct|one|answer", what)
     if not judged and not _has(reply.folded, what):
         return None
     if _has(reply.folded, _fold(said)):
@@ -806,7 +824,7 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
         kind = "name" if v.kind == "word" and v.text[:1].isupper() else v.kind
         return _Value(v.text, at, at + len(phrase), kind, v.key, v.unit, v.core)
     if len(inner) == 1 and len(plain) == 2 and inner[0].kind in ("name", "word"):  # noqa: SIM102
-        if plain[0][:1].isupper():  # "Swiss franc"
+        if plain[0][:1].isupper() and not reply.said(inner[0]):  # "Swiss franc"
             return _Value(phrase, at, at + len(phrase), "name", _fold(phrase))
     if not inner and len(plain) <= 2 and all(_UNCASED.fullmatch(w[:2]) for w in plain):
         return _Value(phrase, at, at + len(phrase), "name", _fold(phrase))  # "نجيب محفوظ"
@@ -965,17 +983,46 @@ def _asserted(text: str, reply: _Reply, values: list[_Value]) -> _Found | None:
     return _Found(led[-1], "asserted") if led else None
 
 
-def _implicit(found: _Found, cues: _Cues, reply: _Reply) -> bool:
+def _implicit(text: str, found: _Found, cues: _Cues, reply: _Reply) -> bool:
     """A value with no verdict said is a correction only where it takes the place of the
-    reply's: put forward, in its slot, or alone, and of the kind the reply gave."""
-    if cues.asks or cues.self_blame or reply.asks:
+    reply's: put forward, in its slot, or alone, of the kind (and unit) the reply gave, and
+    not said of the user's own things ("my train is at 5 pm", "we are still on 3.8")."""
+    if cues.asks or cues.self_blame or reply.asks or cues.accept_later:
         return False
     v = found.value
     if found.how not in ("led", "aligned", "opens", "bare", "slot", "variant"):
         return False
+    if found.how == "led" and _OWN.search(text[max(0, v.start - 40) : v.start]):
+        return False
     if v.kind == "word":
         return found.how in ("bare", "opens", "slot") and reply.named and len(v.text) >= 3
-    return (v.numeric and reply.numeric) or (not v.numeric and reply.named)
+    if v.numeric:
+        return reply.numeric and _unit_fits(v, reply)
+    return reply.named
+
+
+# "my train is at", "we are still on", "I'm" (but "I get", "I count": a result the user found)
+_OWN = re.compile(
+    r"(?<!\w)(?:i|we|my|our|mine|ours|i'm|we're)\b(?:\s\w+){0,3}?\s(?:am|are|is|was|were|"
+    r"have|has|had|will be|'ll be)(?:\s\w+){0,2}\s?$|(?<!\w)(?:i'm|we're)(?:\s\w+){0,2}\s?$",
+    _I,
+)
+
+
+def _unit_fits(value: _Value, reply: _Reply) -> bool:
+    """A number's unit is one the reply gave a number in (or either has none): "5 pm" does
+    not correct "3 hours"."""
+    units = {_unit_key(v.unit) for v in reply.values if v.numeric and v.unit}
+    return not value.unit or not units or _unit_key(value.unit) in units
+
+
+_UNIT_OF = {w: key for key, words in W.UNIT_FAMILIES.items() for w in words.split()}
+
+
+def _unit_key(unit: str) -> str:
+    """One name for a unit's spellings ("meters" and "m", "h20" and "h")."""
+    word = re.sub(r"[\d²³.]", "", unit.split()[0]) if unit.split() else ""
+    return _UNIT_OF.get(word, word[:3])
 
 
 # ---- reading --------------------------------------------------------------------------------
@@ -1061,7 +1108,7 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
     values = _values(text, said.tails)
     cues = _cues(text, sentences, said, values)
     about_reply = _ABOUT_REPLY.match(text) is not None
-    rules = rules_in(text, reply) if not cues.asks or about_reply else ()
+    rules = rules_in(text, reply) if not cues.questions or about_reply else ()
     verdict = cues.verdict and not (said.asks and not (cues.wrong or cues.contrasted))
     if cues.accept and not (cues.partial or cues.contrasted):
         verdict = False  # "you're right, I had the date wrong"
@@ -1077,7 +1124,7 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
         if rules and not cues.hard and not cues.contrasted:
             return Followup("rule", text, None, rules)  # "I said under 20 words"
         return Followup("rejection", text, None, rules)
-    if found is not None and not rules and not cues.accept and _implicit(found, cues, said):
+    if found is not None and not rules and not cues.accept and _implicit(text, found, cues, said):
         return Followup("correction", text, found.value.text, rules)
     if rules:
         return Followup("rule", text, None, rules)

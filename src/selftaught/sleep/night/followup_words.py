@@ -257,7 +257,9 @@ NOT_A_NO = re.compile(
 SELF = re.compile(
     r"(?<!\w)(?:i|i'?ve|i'?d|i'?m|me|my|mine)\s(?:\w+\s){0,3}?(?:was |were |am )?"
     r"(?:wrong|mistake|mistaken|typo|mixed|confused|misread)|"
-    r"(?<!\w)(?:my bad|my mistake|my fault|sorry,? (?:my|i)|ignore me|ignore that|i meant)\b",
+    r"(?<!\w)(?:my bad|my mistake|my fault|sorry,? (?:my|i)|ignore me|ignore that|i meant)\b|"
+    r"(?<!\w)(?:i|we) (?:thought|assumed|guessed|figured|believed|expected)\b|"
+    r"(?<!\w)my (?:answer|guess|result|estimate|number) (?:was|is)\b",
     re.IGNORECASE,
 )
 # a question: its words open a sentence (or close it, in Turkish, Japanese and Chinese)
@@ -289,8 +291,17 @@ REQUEST = re.compile(
     r"okay now)(?:,|:)?\s(?:do|try|give|make|write|tell|convert|show|list|add|what|how|translate|"
     r"explain|summari[sz]e|the same|for|same)|write|translate|explain|tell me|show me|make|add|"
     r"list|summari[sz]e|convert|do the same|what about|how about|"
+    r"(?:actually )?(?:i|we) (?:need|want|'d like|would like|prefer|'ll need|will need)|"
+    r"make it|change it to|switch (?:it )?to|"
     r"peux-tu|pouvez-vous|kannst du|können sie|könntest du|puedes|podrías|puoi|potresti|"
     r"podes|pode|poderia|kun je|kunt u|możesz|можешь|можете|можно)(?!\w)",
+    re.IGNORECASE,
+)
+# a request that restates what the user wants of this answer ("i need this as json"): it may
+# state a rule, never a new question
+WANT = re.compile(
+    r"(?<!\w)(?:(?:i|we) (?:need|want|'d like|would like|prefer)|make it|change it to|"
+    r"switch (?:it )?to)(?!\w)",
     re.IGNORECASE,
 )
 # a question that challenges the reply rather than asking something new ("are you sure?",
@@ -494,3 +505,18 @@ RESTATE = re.compile(
     r"wie (?:gesagt|verlangt)|como (?:te )?(?:dije|pedí|pedi)|come (?:ho detto|richiesto))\b",
     re.IGNORECASE,
 )
+# the spellings of one unit, so "5,895 m" answers "4,895 meters" and "3h20" answers "5 h 30"
+UNIT_FAMILIES = {
+    "m": "m meter meters metre metres metros metri mètres metrów метров метра метр metre متر",
+    "km": "km kilometer kilometers kilometre kilometres kilómetros quilômetros quilómetros "
+    "kilomètres chilometri kilometrów километров км كم",
+    "h": "h hr hrs hour hours heure heures horas hora ore ora uur stunde stunden godzin godziny "
+    "час часа часов saat ghante ghanta ساعة ساعات",
+    "min": "min mins minute minutes minuten minutos minuti minut minuty минут минуты dakika",
+    "d": "day days jour jours tage dias días giorni dagen dni дней gün din",
+    "y": "year years yr yrs ans jahre años anos anni jaar lat лет года yıl saal",
+    "kg": "kg kilogram kilograms kilo kilos кг كغ",
+    "g": "g gram grams gramm grammes gramos gramas grammi",
+    "l": "l liter liters litre litres litros litri",
+    "mi": "mi mile miles",
+}
