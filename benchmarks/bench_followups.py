@@ -259,9 +259,58 @@ def model_reads(
         for why, n in r["skipped"].items():
             report.skipped[why] = report.skipped.get(why, 0) + n
     cost = {k: v for k, v in report.to_dict().items() if k not in ("model", "first_error")}
-    cost["calls"] = sum(r["calls"] for r in run["runs"])
-    cost["wall_s"] = round(sum(r["wall_s"] for r in run["runs"]), 1)
+    # each line read cost a call, and a second one when it was repaired or failed to parse
+    cost["calls"] = report.asked + report.repaired + report.parse_failures
+    cost["wall_s"] = round(sum(r["wall_s"] for r in run["runs"]), 1)  # the whole corpus's
     return [reads[i] for i in lines], cost
+
+
+# ---- the table in docs/sleep-conversations.md ---------------------------------------------
+
+DEV_TABLE = ("dev3[0::2]", "dev3[1::2]", "dev3[3::4]", "dev3", "dev2", "dev")
+TUNED = {
+    "dev3[0::2]": "tuned on",
+    "dev3[1::2]": "half tuned on (1, 5, 9, ...)",
+    "dev3[3::4]": "held out",
+    "dev3": "all",
+    "dev2": "tuned on",
+    "dev": "tuned on",
+}
+
+
+def _model_name(spec: str) -> str:
+    if spec == "local":
+        return "embedded 135M"
+    return "Qwen2.5-Coder-0.5B" if "qwen2.5-coder-0.5b" in spec.lower() else spec
+
+
+def dev_table(results: Path) -> str:
+    """The readers on the dev corpora, the latest run of each (rules alone, then the rules
+    and a reading model), as a markdown table."""
+    rows = json.loads((results / "followups.json").read_text())["runs"]
+    latest: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("corpus") in DEV_TABLE and r.get("reader") and r.get("code"):
+            key = (r["corpus"], r["reader"], r.get("model"), r.get("reading"))
+            latest[key] = r
+    lines = [
+        "| corpus | lines | reader | turns | false signals | rate (95% CI) | corrections "
+        "with their value | model calls |",
+        "|---|---|---|---:|---:|---|---:|---:|",
+    ]
+    order = sorted(latest, key=lambda k: (DEV_TABLE.index(k[0]), k[1] != "rule", str(k[2:])))
+    for corpus, reader, model, reading in order:
+        r = latest[(corpus, reader, model, reading)]
+        lo, hi = r["false_signal_rate_ci95"]
+        found = r["recall_by_kind"].get("correction", {"found": 0, "of": 0})
+        who = "rules" if reader == "rule" else f"rules + {_model_name(model)} ({reading})"
+        lines.append(
+            f"| {corpus.split('[')[0]} | {TUNED[corpus]} | {who} | {r['items']} | "
+            f"{r['false_signals']}/{r['signals']} | {r['false_signal_rate']:.3f} "
+            f"({lo:.3f}–{hi:.3f}) | {found['found']}/{found['of']} "
+            f"({r['correction_recall']:.2f}) | {r.get('calls', 0)} |"
+        )
+    return "\n".join(lines)
 
 
 # ---- main -----------------------------------------------------------------------------------

@@ -48,6 +48,12 @@ def peers_report(results: Path) -> str:
     return bench_peers.saved_report_tables(results)
 
 
+def followups_dev(results: Path) -> str:
+    import bench_followups
+
+    return bench_followups.dev_table(results)
+
+
 def peers_report_status(results: Path) -> str:
     import bench_peers
 
@@ -331,6 +337,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "sleep_qwen": lambda r: _sleep_table(r, "sleep_qwen.json"),
     "quickstart": quickstart,
     "stream_report": stream_report,
+    "followups_dev": followups_dev,
 }
 
 

@@ -199,7 +199,7 @@ def _number(m: re.Match[str], text: str, tails: frozenset[tuple[str, ...]]) -> _
     the words the reply put after its own numbers ("2 PM Eastern" for "3 PM Eastern")."""
     end = m.end()
     unit = _fold(m.group("att") or "")
-    words = []
+    words: list[str] = []
     for _ in range(3):
         w = _UNIT_WORD.match(text, end)
         if w is None:
@@ -296,9 +296,9 @@ def _values(text: str, tails: frozenset[tuple[str, ...]] = frozenset()) -> list[
     for m in _NUMBER.finditer(text):
         add(_number(m, text, tails))
     for m in _NUMBER_WORD.finditer(text):  # "four bedrooms, not three"
-        number = _number_word(m, text, tails)
-        if number is not None:
-            add(number)
+        spelled = _number_word(m, text, tails)
+        if spelled is not None:
+            add(spelled)
     for value in _names(text):
         add(value)
     return sorted(found, key=lambda v: v.start)
@@ -399,13 +399,14 @@ class _Reply:
 
 def _reply(reply: str) -> _Reply:
     text = " ".join(reply[:MAX_REPLY_CHARS].split())
-    tails = set()
+    tails: set[tuple[str, ...]] = set()
     for m in _NUMBER.finditer(text):
         after = [_fold(w).strip(".,;:!?()") for w in text[m.end() : m.end() + 60].split()[:3]]
         if after and not m.group("att") and len(tails) < MAX_TAILS:
             tails.add(tuple(w for w in after if w))
     values = _values(text)
-    anchors, slots = set(), set()
+    anchors: set[tuple[str, bool]] = set()
+    slots: set[tuple[str, tuple[str, ...]]] = set()
     named = {w for x in values for w in _fold(x.text).split()}
     for v in values:
         near = _content_words(text[max(0, v.start - 40) : v.start])[-3:]
@@ -1133,10 +1134,11 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
     return None
 
 
-def has_cue(followup: str | None, reply: str) -> bool:
-    """The rules see a cue of feedback in the turn, whatever they read: a verdict, thanks, or
-    a value in the place of the reply's. A model's reading of a turn the rules read nothing in
-    must stand on one (`followup_model.settle`)."""
+def has_cue(followup: str | None, reply: str, kind: str) -> bool:
+    """The rules see a cue of a `kind` of feedback in the turn, whatever they read: a value in
+    the place of the reply's or a verdict for a correction, a verdict for a rejection, thanks
+    for an acceptance. A model's reading of a turn the rules read nothing in must stand on one
+    (`followup_model.settle`)."""
     if not followup or not followup.strip():
         return False
     text = " ".join(followup[:MAX_FOLLOWUP_CHARS].split())
@@ -1144,9 +1146,11 @@ def has_cue(followup: str | None, reply: str) -> bool:
     sentences = _sentences(text)
     values = _values(text, said.tails)
     cues = _cues(text, sentences, said, values)
-    if cues.verdict or cues.accept or cues.accept_later:
-        return True
-    return _value(text, sentences, cues, said, values) is not None
+    if kind == "acceptance":
+        return cues.accept or cues.accept_later
+    if kind == "rejection" or cues.verdict:
+        return cues.verdict
+    return kind == "correction" and _value(text, sentences, cues, said, values) is not None
 
 
 def _masked(text: str, rules: tuple[Rule, ...]) -> str:

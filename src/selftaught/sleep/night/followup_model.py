@@ -15,8 +15,9 @@ Two readings (`MinerConfig.followup_reading`):
 - `"turns"`: also asked where the rules read nothing, in a closed vocabulary
   (`prompts/followup.md`): a correction with its value, a rejection, rules (`FOLLOWUP_RULES`),
   an acceptance, or none. A signal on a turn the rules read nothing in is kept only where the
-  rules see a cue of it there (`followup.has_cue`: a verdict, thanks, or a value in the place of
-  the reply's), so a turn with no such cue stays no signal whatever the model says.
+  rules see a cue of its kind there (`followup.has_cue`: a verdict for a rejection, thanks for
+  an acceptance, a verdict or a value in the place of the reply's for a correction), so a turn
+  with no such cue stays no signal whatever the model says.
 
 A reply outside the form gets ONE repair call (`prompts/followup_repair.md`,
 `prompts/followup_value_repair.md`); still unreadable, the turn keeps the rules' reading and the
@@ -259,7 +260,7 @@ def settle(ask: FollowupAsk, got: ModelRead, by: str) -> tuple[Followup | None, 
     """What the night takes from the model's reading of `ask`, and the outcome's name."""
     ruled = ask.ruled
     judged = got.kind in ("correction", "rejection", "acceptance")
-    if ruled is None and judged and not has_cue(ask.followup, ask.reply):
+    if ruled is None and judged and not has_cue(ask.followup, ask.reply, got.kind):
         return None, "no cue in the turn"  # a turn the rules see nothing of stays nothing
     if got.kind == "correction":
         value = checked_value(got.value, ask.words, ask.reply)
