@@ -291,6 +291,8 @@ def dev_table(results: Path) -> str:
     latest: dict[tuple, dict] = {}
     for r in rows:
         if r.get("corpus") in DEV_TABLE and r.get("reader") and r.get("code"):
+            if r["reader"] == "model" and not r.get("reading"):
+                continue  # the reader before the readings (the whole vocabulary on every turn)
             key = (r["corpus"], r["reader"], r.get("model"), r.get("reading"))
             latest[key] = r
     lines = [

@@ -455,9 +455,10 @@ class MinerConfig:
     max_conversation_chars: int = 6000
     """The conversation's last messages that fit, as the miner reads them."""
     read_followups: bool = False
-    """The miner also reads the user's next turns that the rules read only a rejection without
-    the right value in (`followup_model.py`; a call per such turn). Off: measured on the dev
-    corpora (docs/sleep-conversations.md)."""
+    """The miner also reads the user's next turns the rules read in part: a rejection without
+    the right value (and, reading `turns`, nothing) (`followup_model.py`; a call per such
+    turn). Off: on the dev corpora neither Qwen2.5-Coder-0.5B nor the embedded model gained
+    enough to pay for it (docs/sleep-conversations.md)."""
     followup_reading: FollowupReading = "values"
     """`values`: the miner is asked only which value a rejection gives as the right one (it
     cannot raise a signal the rules did not); `turns`: it also reads the turns the rules read
