@@ -408,7 +408,7 @@ def night_log(tmp_path, private: bool = False) -> None:
 
 def test_a_nights_miner_calls_are_on_its_ledger_evidence_and_report(tmp_path):
     night_log(tmp_path)
-    miner = says(ANSWER)
+    miner = says(ANSWER, reads='{"value": null}')  # the default reading: only a value
     models = NightModels(
         rule_target(),
         "scripted-target",
