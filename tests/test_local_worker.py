@@ -39,6 +39,7 @@ class ScriptedBatcher:
         self.fail_step: Exception | None = None
         self.fail_admit: Exception | None = None
         self.delay_s = 0.01
+        self.room: int | None = None  # rows a scripted KV pool holds (None: no limit)
         self.threads: dict[str, set[int]] = {}  # question -> threads that prefilled/decoded it
 
     def admit(self, sequences: list[GenSequence]) -> list[GenSequence]:
@@ -66,6 +67,12 @@ class ScriptedBatcher:
         done = [s for s in self.rows if s.finished]
         self.rows = [s for s in self.rows if not s.finished]
         return done
+
+    def fits(self, sequences) -> int:
+        """All of them, up to `room` rows in flight (a scripted KV pool)."""
+        if self.room is None:
+            return len(sequences)
+        return max(0, min(len(sequences), self.room - len(self.rows)))
 
     def drop(self, predicate) -> list[GenSequence]:
         gone = [s for s in self.rows if predicate(s)]

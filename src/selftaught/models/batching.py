@@ -115,6 +115,10 @@ class BatcherStats:
     compacted_columns: int = 0  # cache columns those packings dropped
     decode_columns: int = 0  # key columns attended by decode steps (rows x width, summed)
     decode_live_columns: int = 0  # of those, each row's own tokens (the rest is padding)
+    kv_pool_blocks: int = 0  # blocks of the KV pool (0: the dynamic cache)
+    kv_block_tokens: int = 0  # tokens a block holds
+    kv_peak_blocks: int = 0  # most blocks in use at once
+    kv_waits: int = 0  # admissions that left newcomers waiting for the pool
 
 
 class UnsupportedCacheError(RunError):
@@ -125,7 +129,7 @@ class UnsupportedCacheError(RunError):
 class _Block:
     """Rows prefilled together, before they join the running batch: their cache, attention
     mask, next token, its position id, and how many leading columns of each row are
-    padding."""
+    padding. (With the KV pool, `cache` is the rows' block tables and the rest is None.)"""
 
     rows: list[GenSequence]
     cache: Any
@@ -253,6 +257,11 @@ class ContinuousBatcher:
                 done += self._step()
             return done
 
+    def fits(self, sequences: Sequence[GenSequence]) -> int:
+        """How many of `sequences`, from the first, the cache can take now (the rest wait
+        for running rows to end). The dynamic cache grows: all of them."""
+        return len(sequences)
+
     def drop(self, predicate: Callable[[GenSequence], bool]) -> list[GenSequence]:
         """Evict the running rows for which `predicate` holds (e.g. abandoned requests), and
         the admissions still being prefilled whose sequences all match (a partly abandoned
@@ -263,6 +272,7 @@ class ContinuousBatcher:
                 self._keep([i for i, s in enumerate(self.rows) if not predicate(s)])
         for job in [j for j in self._joining if all(predicate(s) for s in j.members)]:
             self._joining.remove(job)
+            job.steps.close()  # what it holds goes back (the KV pool's blocks)
             gone += job.members
         return gone
 
@@ -271,6 +281,8 @@ class ContinuousBatcher:
         stay: they are checked against the model's state before an idle batcher uses them
         again."""
         self.rows, self._run = [], None
+        for job in self._joining:
+            job.steps.close()
         self._joining.clear()
 
     @property
@@ -389,13 +401,7 @@ class ContinuousBatcher:
         `prefill_chunk` one per chunk of columns; pauses before each."""
         torch = self.torch
         n, width = len(rests), max(len(r) for r in rests)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for row, rest in enumerate(rests):
-            ids[row, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
-            mask[row, width - len(rest) :] = 1
-        starts = torch.tensor([h.length for h in heads], dtype=torch.long)
-        positions = starts[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = left_padded(rests, [h.length for h in heads], self.pad_id)
         cache = _new_cache()
         head_width = max(h.length for h in heads)
         if head_width:
@@ -670,6 +676,24 @@ def _stack_heads(heads: list[_Head], width: int) -> list[tuple[Any, Any]]:
         ]
         layers.append((torch.cat([k for k, _ in parts]), torch.cat([v for _, v in parts])))
     return layers
+
+
+def left_padded(rests: Sequence[Sequence[int]], starts: Sequence[int], pad_id: int) -> Any:
+    """The prefill's inputs for rows that continue `starts[i]` cached tokens with `rests[i]`:
+    token ids [rows, width] left-padded with `pad_id`, the mask of real tokens, and position
+    ids counting each row's own tokens (padding at 0)."""
+    import torch
+
+    n, width = len(rests), max(len(r) for r in rests)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for row, rest in enumerate(rests):
+        ids[row, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+        mask[row, width - len(rest) :] = 1
+    positions = torch.tensor(starts, dtype=torch.long)[:, None] + (mask.cumsum(-1) - 1).clamp(
+        min=0
+    )
+    return ids, mask, positions
 
 
 def check_engine_settings(prefill_chunk: int | None, compact_at: float | None) -> None:

@@ -16,6 +16,7 @@ The facade wires them together and keeps the hooks (`_ensure_loaded`, `_ensure_b
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,13 @@ from selftaught.models.batching import (
     check_engine_settings,
 )
 from selftaught.models.errors import FatalBackendError
+from selftaught.models.kv_pool import (
+    check_pool_mb,
+    default_pool_mb,
+    kv_layout,
+    kv_shape,
+    paged_unsupported,
+)
 from selftaught.models.local_prompts import BACKEND, check_messages, check_params
 from selftaught.models.local_scheduler import (
     FOLLOW_UP_TURNS,
@@ -46,11 +54,13 @@ from selftaught.models.local_scheduler import (
     RequestScheduler,
 )
 from selftaught.models.local_weights import LocalWeights
+from selftaught.models.paged import PagedBatcher
 from selftaught.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 
 CPU_MAX_BATCH = 8  # rows decoded together on a CPU (more adds latency, little throughput)
 ACCELERATOR_MAX_BATCH = 64
 _FOLLOW_UP_TURNS = FOLLOW_UP_TURNS  # read when a model is made (tests change it)
+log = logging.getLogger(__name__)
 
 
 class LocalModel(AsyncChatModel):
@@ -85,7 +95,14 @@ class LocalModel(AsyncChatModel):
             run one chunk a decode step beside the running rows; None (the default for now)
             prefills each admission in one forward. See docs/local-engine-performance.md.
         compact_at: pack the running KV cache when the columns no row needs are at least
-            this fraction of its width; None (the default for now) never packs.
+            this fraction of its width; None (the default for now) never packs. The dynamic
+            layout's only: the pool keeps no padding to pack.
+        kv: where keys and values live: `pool` (fixed blocks allocated once,
+            `selftaught.models.kv_pool`) or `dynamic` (one dense cache that grows); default
+            `SELFTAUGHT_KV`, else `pool`. A model the pool cannot serve (sliding-window
+            layers) uses `dynamic`.
+        kv_pool_mb: the pool's size in megabytes; default `kv_pool.default_pool_mb` (from
+            the model's config, its context and `max_batch_size`, within 1 GB on a CPU).
     """
 
     def __init__(
@@ -103,6 +120,8 @@ class LocalModel(AsyncChatModel):
         prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
         compact_at: float | None = DEFAULT_COMPACT_AT,
+        kv: str | None = None,
+        kv_pool_mb: float | None = None,
     ) -> None:
         if max_batch_size is not None and max_batch_size < 1:
             raise ConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -111,6 +130,9 @@ class LocalModel(AsyncChatModel):
         if prefix_cache_mb < 0:
             raise ConfigError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
         check_engine_settings(prefill_chunk, compact_at)
+        check_pool_mb(kv_pool_mb)
+        self.kv = kv_layout(kv)
+        self.kv_pool_mb = kv_pool_mb
         self._max_batch_arg = max_batch_size
         self.prefix_cache_mb = prefix_cache_mb
         self.prefill_chunk, self.compact_at = prefill_chunk, compact_at
@@ -324,17 +346,33 @@ class LocalModel(AsyncChatModel):
             weights = self._weights
             chat = weights.chat_format
             pad = weights.tokenizer.pad_token_id
-            scheduler.batcher = ContinuousBatcher(
-                weights.model,
-                chat.eos_ids,
-                chat.eos_ids[0] if pad is None else pad,
-                chat.decode,
-                stats=self.stats,
-                prefix_cache_mb=self.prefix_cache_mb,
-                prefill_chunk=self.prefill_chunk,
-                compact_at=self.compact_at,
-            )
+            args = (weights.model, chat.eos_ids, chat.eos_ids[0] if pad is None else pad)
+            common = {
+                "stats": self.stats,
+                "prefix_cache_mb": self.prefix_cache_mb,
+                "prefill_chunk": self.prefill_chunk,
+            }
+            reason = paged_unsupported(weights.model) if self.kv == "pool" else "dynamic"
+            if reason is None:
+                scheduler.batcher = PagedBatcher(
+                    *args, chat.decode, pool_mb=self._pool_mb(), **common
+                )
+            else:
+                if reason != "dynamic":
+                    log.info("%s: the KV pool cannot serve it (%s): dynamic cache", self.name, reason)
+                scheduler.batcher = ContinuousBatcher(
+                    *args, chat.decode, compact_at=self.compact_at, **common
+                )
         return scheduler.batcher
+
+    def _pool_mb(self) -> float:
+        """`kv_pool_mb`, or the default for this model, batch size and prefix cache."""
+        if self.kv_pool_mb is not None:
+            return self.kv_pool_mb
+        shape = kv_shape(self._weights.model)
+        return default_pool_mb(
+            shape, self.max_batch_size, self._context_length(), self.prefix_cache_mb
+        )
 
     def _encode(self, messages: list[Message], params: GenerationParams | None = None) -> list[int]:
         """The prompt's token ids (see `ChatFormat.encode`)."""

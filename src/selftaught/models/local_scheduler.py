@@ -10,7 +10,9 @@ that awaits it, usually the only thread of the process that runs torch (a second
 every forward on a CPU: libgomp keeps one OpenMP team per calling thread, and two teams on
 too few cores make both spin politely and slowly). The cost: while a forward runs (one
 decode step, or one prefill, or with `prefill_chunk` one chunk of one), nothing else runs in
-that loop. A sequence being prefilled in chunks holds its slot like a running one. How many
+that loop. A sequence being prefilled in chunks holds its slot like a running one; a free slot
+is refilled only when the KV pool (`selftaught.models.kv_pool`) can set aside the blocks the
+newcomer may need, so a full pool makes requests wait, never fail. How many
 torch threads that forward uses follows the cores other processes leave free, checked again
 while serving (`selftaught.models.threads`; `SELFTAUGHT_THREADS` fixes it).
 
@@ -330,15 +332,22 @@ class RequestScheduler:
             self._waiting = deque(s for s in self._waiting if not s.owner.abandoned)
 
     def _serve_step(self, model: ServedModel) -> None:
-        """Drop abandoned sequences, refill free slots from the waiting ones, decode one
-        step, deliver what finished. A failure fails only the requests it touched."""
+        """Drop abandoned sequences, refill free slots from the waiting ones (as many as the
+        KV pool holds), decode one step, deliver what finished. A failure fails only the
+        requests it touched."""
         batcher = self.batcher = model._ensure_batcher()
         _follow_free_cores()
         self._drop_abandoned()
+        newcomers: list[GenSequence] = []
         waiting = self._waiting
         free = model.max_batch_size - len(batcher.in_flight)
         if free > 0 and waiting:
-            newcomers = [waiting.popleft() for _ in range(min(free, len(waiting)))]
+            # The KV pool may not hold them all yet: the rest wait for running rows to end.
+            # Alone with nothing running, one is admitted anyway (the pool says why it fails).
+            count = batcher.fits([waiting[i] for i in range(min(free, len(waiting)))])
+            count = count or int(not batcher.in_flight)
+            newcomers = [waiting.popleft() for _ in range(count)]
+        if newcomers:
             try:
                 self._deliver(model, batcher.admit(newcomers))
             except Exception as err:

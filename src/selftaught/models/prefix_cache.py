@@ -11,12 +11,16 @@ part of an entry (the keys and values of the first m tokens of a prefix are thos
 first m tokens of any prompt that starts with them: attention is causal), so one entry also
 serves prompts that share only the template's header with it. The cache holds the weights of
 one moment: `sync` clears it when the model's state (parameters, active adapters) changed.
+
+With the KV block pool (`selftaught.models.kv_pool`) an entry holds block references, not
+tensors: `release` gives them back when the entry leaves, and an entry pinned by an
+admission that counted on it is never evicted while pinned.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +31,8 @@ DEFAULT_PREFIX_CACHE_MB = 256.0  # on a CPU, SmolLM2-135M: ~46 KB a token, ~5,80
 
 @dataclass(eq=False)
 class PrefixEntry:
-    """One cached prefix: its tokens and, per layer, keys and values [1, heads, len, dim]."""
+    """One cached prefix: its tokens and, per layer, keys and values [1, heads, len, dim]
+    (with the KV pool: its block table)."""
 
     tokens: tuple[int, ...]
     kv: list[tuple[Any, Any]]
@@ -45,14 +50,18 @@ class PrefixCache:
 
     Args:
         max_bytes: most bytes of keys and values kept; an entry larger than that is not kept.
+        release: called with an entry's `kv` when the entry leaves the cache (the KV pool
+            frees its blocks); None for tensors, which go with their last reference.
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, release: Callable[[Any], None] | None = None) -> None:
         if max_bytes < 0:
             raise ConfigError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[int, ...], PrefixEntry] = OrderedDict()
         self._version: Hashable = None
+        self._release = release
+        self._pins: dict[int, int] = {}  # id(entry) -> admissions counting on it
         self.nbytes = 0
         self.evictions = 0
         self.invalidations = 0
@@ -69,8 +78,36 @@ class PrefixCache:
             self._version = version
 
     def clear(self) -> None:
-        self._entries.clear()
-        self.nbytes = 0
+        for entry in list(self._entries.values()):
+            self._drop(entry)
+        self._pins.clear()
+
+    def __iter__(self) -> Iterator[PrefixEntry]:
+        return iter(list(self._entries.values()))
+
+    def holds(self, entry: PrefixEntry) -> bool:
+        return self._entries.get(entry.tokens) is entry
+
+    def pin(self, entry: PrefixEntry) -> None:
+        """Keep `entry` from eviction until as many `unpin`s (an admission counted on it)."""
+        self._pins[id(entry)] = self._pins.get(id(entry), 0) + 1
+
+    def unpin(self, entry: PrefixEntry) -> None:
+        left = self._pins.get(id(entry), 0) - 1
+        if left > 0:
+            self._pins[id(entry)] = left
+        else:
+            self._pins.pop(id(entry), None)
+
+    def evict_oldest(self, keep: Collection[PrefixEntry] = ()) -> bool:
+        """Drop the least recently used entry that is neither pinned nor in `keep`; False
+        when there is none."""
+        for entry in self._entries.values():
+            if id(entry) not in self._pins and entry not in keep:
+                self._drop(entry)
+                self.evictions += 1
+                return True
+        return False
 
     def match(
         self, prompt: Sequence[int], limit: int | None = None
@@ -87,18 +124,25 @@ class PrefixCache:
             self._entries.move_to_end(found.tokens)
         return best, found
 
-    def put(self, tokens: tuple[int, ...], kv: list[tuple[Any, Any]]) -> PrefixEntry:
-        """Keep `kv` (contiguous tensors the cache now owns) as the prefix `tokens`, dropping
-        the least recently used entries to stay within `max_bytes`, and entries that are a
-        head of it (it serves their prompts too). Returns the entry, kept or not."""
-        entry = PrefixEntry(tokens, kv, sum(k.nbytes + v.nbytes for k, v in kv))
+    def put(self, tokens: tuple[int, ...], kv: Any, nbytes: int | None = None) -> PrefixEntry:
+        """Keep `kv` (contiguous tensors, or a block table of `nbytes`) as the prefix
+        `tokens`, dropping the least recently used entries to stay within `max_bytes`, and
+        entries that are a head of it (it serves their prompts too); pinned entries stay.
+        Returns the entry, kept or not (one not kept is still the caller's: `holds` says)."""
+        if nbytes is None:
+            nbytes = sum(k.nbytes + v.nbytes for k, v in kv)
+        entry = PrefixEntry(tokens, kv, nbytes)
+        if tokens in self._entries:  # kept already: the caller keeps the new one
+            self._entries.move_to_end(tokens)
+            return entry
         if entry.nbytes > self.max_bytes:
             return entry
         for old in [e for e in self._entries.values() if tokens[: len(e.tokens)] == e.tokens]:
-            self._drop(old)
-        while self._entries and self.nbytes + entry.nbytes > self.max_bytes:
-            self._drop(next(iter(self._entries.values())))
-            self.evictions += 1
+            if id(old) not in self._pins:
+                self._drop(old)
+        while self.nbytes + entry.nbytes > self.max_bytes:
+            if not self.evict_oldest():
+                return entry  # the rest is pinned: not kept
         self._entries[tokens] = entry
         self.nbytes += entry.nbytes
         return entry
@@ -106,6 +150,8 @@ class PrefixCache:
     def _drop(self, entry: PrefixEntry) -> None:
         del self._entries[entry.tokens]
         self.nbytes -= entry.nbytes
+        if self._release is not None:
+            self._release(entry.kv)
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
