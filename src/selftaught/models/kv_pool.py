@@ -276,9 +276,12 @@ class KVPool:
         self.reserved = 0
 
     def _copy(self, src: int, dst: int, tokens: int) -> None:
+        import torch
+
         a, b = src * self.block_tokens, dst * self.block_tokens
-        self.keys[:, b : b + tokens] = self.keys[:, a : a + tokens]
-        self.values[:, b : b + tokens] = self.values[:, a : a + tokens]
+        with torch.inference_mode():  # the pool is made of inference tensors
+            self.keys[:, b : b + tokens] = self.keys[:, a : a + tokens]
+            self.values[:, b : b + tokens] = self.values[:, a : a + tokens]
 
     # ------------------------------------------------------------------ slots
 
