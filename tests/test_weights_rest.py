@@ -605,3 +605,48 @@ def test_rounds_are_served_in_the_serving_dtype_and_a_resume_in_another_is_refus
     monkeypatch.setenv("SELFTAUGHT_DTYPE", "float32")
     with pytest.raises(ConfigError, match=r"different config \(serving_dtype\)"):
         RestTrainer(config(1), EchoTask(), tiny_dir, output_dir=run, progress=False).train()
+
+
+def test_a_round_makes_its_served_copy_once_and_serves_with_it(tiny_dir, tmp_path, monkeypatch):
+    """Served in bf16, round 0 copies the base once for val and test, and round 1 samples
+    from that same copy, then copies its trained model once for val and test (before: a
+    copy per sampling, val and test call). Nothing stays copied while round 1 trains. And
+    the copy is what answers: the trained model's forward, patched by the SFT trainer, ran
+    the float32 original from every copy of it."""
+    from selftaught.models.local import LocalModel
+
+    monkeypatch.setenv("SELFTAUGHT_DTYPE", "bfloat16")
+    copies: list[int] = []
+    real = rest_mod.served_copy
+
+    def counting(model, dtype):
+        copies.append(id(model))
+        return real(model, dtype)
+
+    monkeypatch.setattr(rest_mod, "served_copy", counting)
+    ran: list[list[torch.dtype]] = []  # per served model: its own embeddings' outputs
+    wrap = LocalModel.from_pretrained_model
+
+    def spy(model, *args, **kwargs):
+        ran.append([])
+        model.get_input_embeddings().register_forward_hook(
+            lambda module, inputs, out, mine=ran[-1]: mine.append(out.dtype)
+        )
+        return wrap(model, *args, **kwargs)
+
+    monkeypatch.setattr(LocalModel, "from_pretrained_model", staticmethod(spy))
+    held_while_training: list[bool] = []
+    fine_tune = RestTrainer._fine_tune
+
+    def spy(self, *args, **kwargs):
+        held_while_training.append(getattr(self, "_serving", None) is not None)
+        return fine_tune(self, *args, **kwargs)
+
+    monkeypatch.setattr(RestTrainer, "_fine_tune", spy)
+    cfg = dataclasses.replace(config(1), eval_test_each_round=True)
+    trainer = RestTrainer(cfg, EchoTask(), tiny_dir, output_dir=tmp_path / "run", progress=False)
+    trainer.train()
+    assert len(copies) == 2 and len(set(copies)) == 2  # the base's, then round 1's
+    assert held_while_training == [False]
+    assert len(ran) == 5 and all(r and set(r) == {torch.bfloat16} for r in ran), ran
+    assert trainer._serving is None  # let go when the run ends

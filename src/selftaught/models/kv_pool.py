@@ -24,6 +24,7 @@ The layout is a setting while the two are measured against each other: `SELFTAUG
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 from collections.abc import Iterable, Mapping
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from selftaught.errors import ConfigError, RunError
+from selftaught.models.batching import UnsupportedCacheError
 
 KV_ENV = "SELFTAUGHT_KV"
 KV_LAYOUTS = ("pool", "dynamic")
@@ -76,23 +78,54 @@ class KVShape:
 
 
 def kv_shape(model: Any) -> KVShape:
-    """The KV shape of a causal LM from its config (a peft wrapper's too)."""
-    config = model.config
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    heads = getattr(text, "num_attention_heads", None)
-    layers = getattr(text, "num_hidden_layers", None)
-    if not heads or not layers:
-        raise ConfigError("the model's config names no num_attention_heads / num_hidden_layers")
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    dim = getattr(text, "head_dim", None) or text.hidden_size // heads
-    param = next(p for p in model.parameters() if p.is_floating_point())
-    return KVShape(int(layers), int(kv_heads), int(dim), param.dtype, param.device)
-
-
-def paged_unsupported(model: Any) -> str | None:
-    """Why the pool cannot serve `model` (None when it can): every layer must attend fully
+    """The KV shape of a causal LM (a peft wrapper's too), as its layers hand keys to the
+    cache in a one-token forward (not its weights' dtype: a forward still wrapped in autocast
+    after training may differ, and a wrapper may convert what the forward returns).
+    UnsupportedCacheError for a model the pool cannot serve: every layer must attend fully
     over its own keys and values (no sliding window, no linear or shared-KV layers)."""
-    config = model.config
+    import torch
+
+    reason = _unsupported(model.config)
+    if reason is not None:
+        raise UnsupportedCacheError(f"the KV pool cannot serve this model: {reason}")
+    device = next(model.parameters()).device
+    cache = _recording_cache()()
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            ids = torch.zeros((1, 1), dtype=torch.long, device=device)
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+    finally:
+        if was_training:
+            model.train()
+    seen = cache.seen
+    shapes = {(k.shape[0], k.shape[1], k.shape[3], k.dtype) for k in seen.values()}
+    if not seen or sorted(seen) != list(range(len(seen))) or len(shapes) != 1:
+        raise UnsupportedCacheError("the KV pool needs keys of one shape in every layer")
+    keys = seen[0]
+    return KVShape(len(seen), int(keys.shape[1]), int(keys.shape[3]), keys.dtype, keys.device)
+
+
+@functools.cache
+def _recording_cache() -> type:
+    from transformers import DynamicCache
+
+    class RecordingCache(DynamicCache):
+        """Remembers each layer's keys as the layer hands them over."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: dict[int, Any] = {}
+
+        def update(self, key_states: Any, value_states: Any, layer_idx: int, *a: Any, **k: Any) -> Any:
+            self.seen[layer_idx] = key_states
+            return super().update(key_states, value_states, layer_idx, *a, **k)
+
+    return RecordingCache
+
+
+def _unsupported(config: Any) -> str | None:
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     types = set(getattr(text, "layer_types", None) or ["full_attention"])
     if types != {"full_attention"}:

@@ -36,15 +36,16 @@ from selftaught.models.batching import (
     BatcherStats,
     ContinuousBatcher,
     GenSequence,
+    UnsupportedCacheError,
     check_engine_settings,
 )
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.kv_pool import (
+    KVShape,
     check_pool_mb,
     default_pool_mb,
     kv_layout,
     kv_shape,
-    paged_unsupported,
 )
 from selftaught.models.local_prompts import BACKEND, check_messages, check_params
 from selftaught.models.local_scheduler import (
@@ -352,24 +353,26 @@ class LocalModel(AsyncChatModel):
                 "prefix_cache_mb": self.prefix_cache_mb,
                 "prefill_chunk": self.prefill_chunk,
             }
-            reason = paged_unsupported(weights.model) if self.kv == "pool" else "dynamic"
-            if reason is None:
-                scheduler.batcher = PagedBatcher(
-                    *args, chat.decode, pool_mb=self._pool_mb(), **common
-                )
-            else:
-                if reason != "dynamic":
-                    log.info("%s: the KV pool cannot serve it (%s): dynamic cache", self.name, reason)
-                scheduler.batcher = ContinuousBatcher(
+            batcher: ContinuousBatcher | None = None
+            if self.kv == "pool":
+                try:
+                    shape = kv_shape(weights.model)
+                    batcher = PagedBatcher(
+                        *args, chat.decode, pool_mb=self._pool_mb(shape), shape=shape, **common
+                    )
+                except UnsupportedCacheError as err:
+                    log.info("%s: %s; the dynamic KV cache serves it", self.name, err)
+            if batcher is None:
+                batcher = ContinuousBatcher(
                     *args, chat.decode, compact_at=self.compact_at, **common
                 )
+            scheduler.batcher = batcher
         return scheduler.batcher
 
-    def _pool_mb(self) -> float:
+    def _pool_mb(self, shape: KVShape) -> float:
         """`kv_pool_mb`, or the default for this model, batch size and prefix cache."""
         if self.kv_pool_mb is not None:
             return self.kv_pool_mb
-        shape = kv_shape(self._weights.model)
         return default_pool_mb(
             shape, self.max_batch_size, self._context_length(), self.prefix_cache_mb
         )

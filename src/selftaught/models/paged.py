@@ -42,9 +42,9 @@ from selftaught.models.kv_pool import (
     ZERO_SLOT,
     BlockTable,
     KVPool,
+    KVShape,
     Reservation,
     kv_shape,
-    paged_unsupported,
 )
 from selftaught.models.prefix_cache import DEFAULT_PREFIX_CACHE_MB, PrefixCache, PrefixEntry
 
@@ -80,8 +80,9 @@ class _Plan:
 
 
 class PagedBatcher(ContinuousBatcher):
-    """`ContinuousBatcher` with its keys and values in a `KVPool` of `pool_mb` megabytes
-    (the other arguments are `ContinuousBatcher`'s; compaction has nothing to pack here)."""
+    """`ContinuousBatcher` with its keys and values in a `KVPool` of `pool_mb` megabytes,
+    in blocks of `block_tokens`, for keys of `shape` (default: `kv_shape(model)`). The other
+    arguments are `ContinuousBatcher`'s; compaction has nothing to pack here."""
 
     def __init__(
         self,
@@ -97,10 +98,9 @@ class PagedBatcher(ContinuousBatcher):
         state: Callable[[], Hashable] | None = None,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
         block_tokens: int = BLOCK_TOKENS,
+        shape: KVShape | None = None,
     ) -> None:
-        reason = paged_unsupported(model)
-        if reason is not None:
-            raise UnsupportedCacheError(f"the KV pool cannot serve this model: {reason}")
+        shape = shape or kv_shape(model)  # UnsupportedCacheError for a model it cannot serve
         super().__init__(
             model,
             eos_ids,
@@ -112,7 +112,7 @@ class PagedBatcher(ContinuousBatcher):
             state=state,
             prefill_chunk=prefill_chunk,
         )
-        self.pool = KVPool.sized(kv_shape(model), pool_mb, block_tokens)
+        self.pool = KVPool.sized(shape, pool_mb, block_tokens)
         if self.prefix_cache is not None:  # entries hold blocks: they go back when dropped
             self.prefix_cache = PrefixCache(self.prefix_cache.max_bytes, self.pool.release)
         self._kv: dict[GenSequence, _RowKV] = {}
@@ -420,13 +420,16 @@ def _view_class() -> type:  # made once transformers is imported
             rows, heads, queries, dim = key_states.shape
             keys, values = self.pool.keys[layer_idx], self.pool.values[layer_idx]
             flat = (rows * queries, heads, dim)
-            keys.index_copy_(0, plan.write, key_states.transpose(1, 2).reshape(flat))
-            values.index_copy_(0, plan.write, value_states.transpose(1, 2).reshape(flat))
+            # (a cast only if a caller's autocast made keys in another dtype than the probe's)
+            new_k = key_states.transpose(1, 2).reshape(flat).to(keys.dtype)
+            keys.index_copy_(0, plan.write, new_k)
+            values.index_copy_(0, plan.write, value_states.transpose(1, 2).reshape(flat).to(keys.dtype))
             k_out, v_out = self._scratch(rows * plan.width)
             torch.index_select(keys, 0, plan.read, out=k_out)
             torch.index_select(values, 0, plan.read, out=v_out)
             shape = (rows, plan.width, heads, dim)
-            return k_out.view(shape).transpose(1, 2), v_out.view(shape).transpose(1, 2)
+            k_view, v_view = k_out.view(shape).transpose(1, 2), v_out.view(shape).transpose(1, 2)
+            return k_view.to(key_states.dtype), v_view.to(value_states.dtype)
 
         def get_seq_length(self, layer_idx: int = 0) -> int:
             plan = self._plan()
@@ -457,12 +460,12 @@ def _view_class() -> type:  # made once transformers is imported
 
         def _check(self, key_states: Any, layer_idx: int) -> None:
             shape = self.pool.shape
-            got = (key_states.shape[1], key_states.shape[3], key_states.dtype)
-            if got != (shape.heads, shape.dim, shape.dtype) or layer_idx >= shape.layers:
+            got = (key_states.shape[1], key_states.shape[3])
+            if got != (shape.heads, shape.dim) or layer_idx >= shape.layers:
                 raise UnsupportedCacheError(
-                    f"the model's keys ({got[0]} heads of {got[1]}, {got[2]}, layer "
-                    f"{layer_idx}) do not match the KV pool's ({shape.heads} of {shape.dim}, "
-                    f"{shape.dtype}, {shape.layers} layers)"
+                    f"the model's keys ({got[0]} heads of {got[1]}, layer {layer_idx}) do "
+                    f"not fit the KV pool's ({shape.heads} of {shape.dim}, {shape.layers} "
+                    "layers)"
                 )
             self._checked = layer_idx == shape.layers - 1
 

@@ -536,6 +536,7 @@ class DPOTrainer(RestTrainer):
         gate decides."""
         t0 = time.perf_counter()
         rdir = self.run.path("rounds", str(r))
+        self._drop_served()  # training serves nothing: no copy kept meanwhile
         model = prepare_trainable(self._fresh_base(), self.config.backend)
         if self.method == "kto":
             row, what = self._kto(model, rdir)

@@ -173,6 +173,8 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         url = getattr(config, "sampler_url", None)  # DPO's config has none
         if url:
             self.server = RoundServer(url, config.sampler_base_model, self.run.root)
+        # the one served copy kept (a model in another dtype): its source, version, copy
+        self._serving: tuple[Any, Any, Any] | None = None
 
     @staticmethod
     def _check_fit(task: Task, config: RestConfig, method: str) -> None:
@@ -275,7 +277,7 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             from selftaught.models.local import LocalModel
 
             served = LocalModel.from_pretrained_model(
-                served_copy(model, self.serving_dtype()),
+                self._served(model),
                 self._tok,
                 name=f"local:round-{r}",
                 max_batch_size=self.config.gen_batch_size,
@@ -286,6 +288,31 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             close = getattr(served, "close", None)
             if callable(close):
                 close()
+
+    def _served(self, model: Any) -> Any:
+        """`model` as the engine serves it (`served_copy`): a copy in the serving dtype is
+        made once and kept while the same model, unchanged, is served again (its val, its
+        test, the next round's sampling), so a round copies once, not once a call. One copy
+        at most is kept: the next model's replaces it."""
+        import weakref
+
+        from selftaught.models.local_weights import weights_version
+
+        dtype = self.serving_dtype()
+        if dtype is None:
+            return model
+        version = weights_version(model)
+        kept = self._serving
+        if kept is not None and kept[0]() is model and kept[1] == version:
+            return kept[2]
+        self._serving = None  # let the old copy go before the next is made
+        copied = served_copy(model, dtype)
+        self._serving = (weakref.ref(model), version, copied)
+        return copied
+
+    def _drop_served(self) -> None:
+        """Let the kept copy go (before a fine-tune, which serves nothing, and at the end)."""
+        self._serving = None
 
     # ----------------------------------------------------------------- engine calls
     def _eval(self, model: Any, r: int, split: str) -> EvalResult:
@@ -369,8 +396,11 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
 
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
-        with self._unloading():
-            return self._train()
+        try:
+            with self._unloading():
+                return self._train()
+        finally:
+            self._drop_served()  # the kept served copy goes with the run
 
     @contextlib.contextmanager
     def _unloading(self) -> Iterator[None]:
@@ -467,6 +497,7 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             elite = self._grown(r, elite, row)
         if len(elite) < cfg.sft.batch_size:
             return self._stop_too_few(r, row, state, len(elite), current)
+        self._drop_served()  # the copy sampled from is not served again before a rejection
         model = self._fine_tune(current, elite, r, row)
         what = f"sampled {row['sample_solved']:.0%} solved, kept {len(elite)}"
         test = cfg.eval_test_each_round

@@ -110,11 +110,16 @@ def prepare_trainable(model: Any, backend: BackendConfig) -> Any:
 
 
 def merged(model: Any) -> Any:
-    """A plain transformers model with any LoRA adapter folded into the weights."""
+    """A plain transformers model with any LoRA adapter folded into the weights, and its
+    class's own forward: a trainer patches `forward` on the instance (TRL's fused LM head,
+    accelerate's autocast), closing over the original bound method, so a copy of the model
+    (the engine's served copy in another dtype) would still run the original's weights."""
     from peft import PeftModel
 
     if isinstance(model, PeftModel):
-        return model.merge_and_unload()
+        model = model.merge_and_unload()
+    for attr in ("forward", "_original_forward"):
+        model.__dict__.pop(attr, None)
     return model
 
 
