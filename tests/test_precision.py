@@ -122,6 +122,27 @@ def test_a_folder_fingerprint_names_its_dtype(cpu_only, monkeypatch, tmp_path):
     assert err.value.exit_code == InputError.exit_code
 
 
+def test_a_local_model_says_what_dtype_it_answers_in_for_the_score_caches(cpu_only, tmp_path):
+    """What a `ScoreCache` keys on: a folder model's dtype before it loads, an in-memory
+    model's weights', through the wrappers a run puts around it; float32 keeps bare keys."""
+    from selftaught.evaluation import ScoreCache, answer_dtype
+    from selftaught.models.cache import CachedModel, ResponseCache
+    from selftaught.models.local import LocalModel
+    from selftaught.models.usage import TrackedModel, UsageLedger
+
+    folder = str(model_folder(tmp_path / "m"))
+    bf16 = LocalModel(folder, dtype="bfloat16")
+    assert bf16.answer_dtype == "bfloat16" and bf16._weights.model is None  # not loaded
+    wrapped = TrackedModel(CachedModel(bf16, ResponseCache(tmp_path / "c.db")), UsageLedger(), "t")
+    assert answer_dtype(wrapped) == "bfloat16"
+    assert answer_dtype(LocalModel(folder, dtype="float32")) is None
+    assert answer_dtype(object()) is None  # an API model says nothing
+    cache = ScoreCache(dtype="bfloat16")
+    cache.add("h", {"a": [1.0, 1.0]})
+    assert cache.data == {"h@bfloat16": {"a": [1.0, 1.0]}} and cache.complete("h", ["a"])
+    assert not ScoreCache(data=cache.data).complete("h", ["a"])  # float32 scores again
+
+
 def test_an_in_memory_fingerprint_hashes_the_dtype():
     from selftaught.models.fingerprint import fingerprint_module
 

@@ -374,3 +374,26 @@ def test_preferences_in_the_config_reach_the_analyst(tmp_path):
     reflections = [user_of(m) for m in analyst.calls if "## Failed attempts" in user_of(m)]
     assert reflections and all("Reply in French." in p for p in reflections)
     assert json.loads((tmp_path / "config.json").read_text())["preferences"] == "Reply in French."
+
+
+def test_a_run_resumed_in_another_dtype_scores_its_skills_again(tmp_path):
+    """Val scores are kept per dtype the target answers in (bf16 replies differ from
+    float32's): a run killed while its local target answered in bfloat16 and resumed in
+    float32 scores the skills it goes on from again instead of reading the bf16 scores; one
+    resumed in the same dtype reads them."""
+    bf16 = rule_target()
+    bf16.answer_dtype = "bfloat16"  # what a LocalModel says it answers in
+    bf16.fail_after, bf16.interrupt = 27, RuntimeError("killed")
+    with pytest.raises(RuntimeError, match="killed"):
+        make(tmp_path, target=bf16).train()
+    initial = json.loads((tmp_path / "history.jsonl").read_text().splitlines()[0])["skill_hash"]
+    scored = json.loads((tmp_path / "val_cache.json").read_text())
+    assert f"{initial}@bfloat16" in scored and initial not in scored
+
+    fp32 = rule_target()  # float32: its keys are the skill hashes alone, as before
+    make(tmp_path, target=fp32).train()
+    assert decisions(tmp_path) == EXPECTED
+    scored = json.loads((tmp_path / "val_cache.json").read_text())
+    assert set(scored[initial]) == set(scored[f"{initial}@bfloat16"])  # every val item again
+    asked = [user_of(m) for m in fp32.calls]
+    assert len(asked) > len(set(asked))  # the same val questions, for more than one skill

@@ -265,41 +265,52 @@ class ScoreCache:
     """Per-item scores by skill hash, saved to `path` (JSON, atomically) after each change
     when one is given: an item already scored for an unchanged policy is never scored again,
     and a resumed run reads what it had scored. What each item's rollout spent (`costs`) is
-    kept beside it (`<name>_costs.json`), so a cached item keeps its measured cost."""
+    kept beside it (`<name>_costs.json`), so a cached item keeps its measured cost.
+
+    `dtype`: the dtype the scoring model answers in when it is not float32 (`answer_dtype`);
+    its scores and costs are kept under `<hash>@<dtype>`, so a run resumed in another dtype
+    (bf16 replies differ from float32's) scores again instead of reading them. float32 and
+    models that do not say (API models) keep the bare hash, as before."""
 
     def __init__(
         self,
         path: Path | None = None,
         data: dict[str, ItemScores] | None = None,
         costs: dict[str, ItemCosts] | None = None,
+        dtype: str | None = None,
     ):
         self.path = path
         self.data: dict[str, ItemScores] = data if data is not None else {}
         self.costs: dict[str, ItemCosts] = costs if costs is not None else {}
+        self.dtype = dtype
 
     @classmethod
-    def load(cls, path: Path) -> ScoreCache:
+    def load(cls, path: Path, dtype: str | None = None) -> ScoreCache:
         costs = _costs_path(path)
         return cls(
             path,
             read_json(path) if path.exists() else {},
             read_json(costs) if costs.exists() else {},
+            dtype,
         )
 
+    def key(self, skill_hash: str) -> str:
+        return skill_hash if self.dtype is None else f"{skill_hash}@{self.dtype}"
+
     def __getitem__(self, skill_hash: str) -> ItemScores:
-        return self.data[skill_hash]
+        return self.data[self.key(skill_hash)]
 
     def get(self, skill_hash: str) -> ItemScores:
-        return self.data.get(skill_hash, {})
+        return self.data.get(self.key(skill_hash), {})
 
     def complete(self, skill_hash: str, ids: Iterable[str]) -> bool:
-        hit = self.data.get(skill_hash)
+        hit = self.data.get(self.key(skill_hash))
         return hit is not None and all(i in hit for i in ids)
 
     def add(self, skill_hash: str, scores: ItemScores, costs: ItemCosts | None = None) -> None:
-        self.data.setdefault(skill_hash, {}).update(scores)
+        self.data.setdefault(self.key(skill_hash), {}).update(scores)
         if costs:
-            self.costs.setdefault(skill_hash, {}).update(costs)
+            self.costs.setdefault(self.key(skill_hash), {}).update(costs)
         if self.path is not None:
             atomic_write_json(self.path, self.data)
             if costs:
@@ -307,11 +318,11 @@ class ScoreCache:
 
     def cost(self, skill_hash: str, ids: Iterable[str], model: str) -> ItemCost | None:
         """What `skill_hash` spent per item of `ids` (`mean_cost`; None: nothing measured)."""
-        return mean_cost(self.costs.get(skill_hash, {}), ids, model)
+        return mean_cost(self.costs.get(self.key(skill_hash), {}), ids, model)
 
     def merged(self, *others: ScoreCache) -> ScoreCache:
-        """One in-memory view of several caches (no file)."""
-        out = ScoreCache(None, {h: dict(v) for h, v in self.data.items()})
+        """One in-memory view of several caches of one dtype (no file)."""
+        out = ScoreCache(None, {h: dict(v) for h, v in self.data.items()}, dtype=self.dtype)
         out.costs = {h: dict(v) for h, v in self.costs.items()}
         for other in others:
             for h, v in other.data.items():
@@ -323,6 +334,19 @@ class ScoreCache:
 
 def _costs_path(path: Path) -> Path:
     return path.with_name(f"{path.stem}_costs.json")
+
+
+def answer_dtype(model: Any) -> str | None:
+    """The dtype `model` answers in, for a `ScoreCache`'s key: a local model's
+    (`LocalModel.answer_dtype`, found through wrappers' `inner`) when it is not float32;
+    None for float32 and for models that do not say."""
+    seen = 0
+    while model is not None and seen < 16:  # wrappers of wrappers, never a cycle
+        dtype = getattr(model, "answer_dtype", None)
+        if isinstance(dtype, str):
+            return None if dtype == "float32" else dtype
+        model, seen = getattr(model, "inner", None), seen + 1
+    return None
 
 
 async def ascore(

@@ -216,6 +216,20 @@ class LocalModel(AsyncChatModel):
         self._scheduler.batch_wait_ms = value
 
     @property
+    def answer_dtype(self) -> str:
+        """The dtype it answers in ("float32", "bfloat16", ...): a folder model's is decided
+        without loading it, an in-memory model's is its weights' (score caches key on it)."""
+        from selftaught.models.device import dtype_name
+
+        weights = self._weights
+        if not weights.in_memory:
+            return dtype_name(weights.placement()[1])
+        model = weights.model
+        if model is None:  # let go of (closed)
+            return "float32"
+        return dtype_name(next(p.dtype for p in model.parameters() if p.is_floating_point()))
+
+    @property
     def fingerprint(self) -> str:
         """A hash of the weights (of the files for a folder, of the parameters for an
         in-memory model), so that two models of the same name are told apart, e.g. by the

@@ -170,7 +170,9 @@ class RunStore:
         raw = self.run.load_state()
         if raw is None:
             return RunState()
-        self.scorer.val_cache = ScoreCache.load(self.run.path("val_cache.json"))
+        self.scorer.val_cache = ScoreCache.load(
+            self.run.path("val_cache.json"), self.scorer.val_cache.dtype
+        )
         st = RunState(
             step=raw["step"],
             rejected=raw.get("rejected", []),

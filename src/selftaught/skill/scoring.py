@@ -46,7 +46,7 @@ class SkillScorer:
         self.val_tags: dict[str, tuple[str, ...]] = {}  # the per-tag veto's (gate_tags)
         # the pooled val (`pooled_val`): held-out train items the gate reads with val
         self.pool_set: list[Example] = []
-        self.pool_cache = ScoreCache()
+        self.pool_cache = ScoreCache(dtype=val_cache.dtype)
         self.params = GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
 
     def metric(self, scores: dict[str, list[float] | None]) -> ValScores:

@@ -599,14 +599,16 @@ class WholeVal:
         targets: dict[str, Any] | None = None,
         kinds: KindIndex | None = None,
     ):
-        from selftaught.evaluation import ScoreCache
+        from selftaught.evaluation import ScoreCache, answer_dtype
         from selftaught.skill.documents import TrainedDocument
 
         self.task, self.target, self.config, self.cache = task, target, config, cache
         self.kinds = kinds
         self.targets = dict(targets or {})
         # a skill hash names the text, not the weights that read it: one cache per model
-        self.caches = {name: ScoreCache() for name in self.targets}
+        self.caches = {
+            name: ScoreCache(dtype=answer_dtype(model)) for name, model in self.targets.items()
+        }
         self.doc = TrainedDocument("skill", "", config.demo_placement)
         self.cards = {c.name: c.card for c in clusters}
         self.val = task.examples("val")
@@ -808,7 +810,7 @@ class SkillSetRun:
     def train(self) -> SkillSetResult:
         import time
 
-        from selftaught.evaluation import ScoreCache
+        from selftaught.evaluation import ScoreCache, answer_dtype
         from selftaught.models.base import run_sync
         from selftaught.runs import atomic_write_json, atomic_write_text
         from selftaught.skill.trainer import RESUMABLE
@@ -821,7 +823,7 @@ class SkillSetRun:
         )
         atomic_write_text(self.run.path("README.txt"), SET_LAYOUT)
         clusters = self._clusters()
-        cache = ScoreCache.load(self.run.path("whole_val_cache.json"))
+        cache = ScoreCache.load(self.run.path("whole_val_cache.json"), answer_dtype(self.target))
         from selftaught.models.usage import TrackedModel
 
         own = {n: TrackedModel(m, self.ledger, "target") for n, m in self.targets.items()}

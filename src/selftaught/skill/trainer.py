@@ -28,7 +28,7 @@ from rich.console import Console
 from selftaught.callbacks import TrainerCallback
 from selftaught.demos import LeakCheck, split_skill
 from selftaught.errors import BudgetTooSmall, ConfigError, TaskError
-from selftaught.evaluation import ScoreCache, rollout_row
+from selftaught.evaluation import ScoreCache, answer_dtype, rollout_row
 from selftaught.gate import GatePower, gate_power, gate_tags, paired_comparison
 from selftaught.models.base import GenerationParams
 from selftaught.models.errors import FatalBackendError
@@ -154,7 +154,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             self.doc,
             self.target,
             self.test_target,
-            ScoreCache(self.run.path("val_cache.json")),
+            ScoreCache(self.run.path("val_cache.json"), dtype=answer_dtype(self.target)),
         )
         # edits proposed from outside the analyst (e.g. what the user stated): they join the
         # first step's merged edits and meet the same budget, guard-free apply and gate
@@ -252,6 +252,8 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
                 try:
                     if st.step < 0:
                         await self._baseline(st, elapsed0, t_start)
+                    else:
+                        await self._score_held(st)
                     st.stopped_by = None
                     for step in range(st.step + 1, self.total_steps + 1):
                         st.stopped_by = self._due_stop(
@@ -377,7 +379,9 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         self.train_set, pool = split_pool(self.train_set, n, self.config.seed)
         check_pool(pool, self.train_set, split_skill(self.initial_skill).demos)
         self.scorer.pool_set = pool
-        self.scorer.pool_cache = ScoreCache.load(self.run.path("pool_cache.json"))
+        self.scorer.pool_cache = ScoreCache.load(
+            self.run.path("pool_cache.json"), self.scorer.val_cache.dtype
+        )
         return pool
 
     def _open_ledger(self) -> None:
@@ -428,6 +432,19 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
         return st.stopped_by is not None and st.stopped_by.kind in ("max_minutes", "budget")
 
     # ---- stages -------------------------------------------------------------------------
+    async def _score_held(self, st: RunState) -> None:
+        """The val scores of the skills a resumed run goes on from (current, best, the
+        pool's): read from the cache, or scored again where the run was resumed with its
+        target answering in another dtype (the cache keys on it)."""
+        held = {v.version: v for v in (st.current, st.best) if v is not None}
+        for version in st.pool:
+            if version not in held:
+                held[version] = self.versions.load(version)
+        for skill in held.values():
+            await self.scorer.val(skill)
+            if self.scorer.pool_set:
+                await self.scorer.pool(skill)
+
     async def _baseline(self, st: RunState, elapsed0: float, t0: float) -> None:
         skill = self.versions.save_step(0, self.initial_skill)
         self.progress.set_stage("baseline val")

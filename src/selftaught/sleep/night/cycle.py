@@ -52,7 +52,7 @@ from rich.console import Console
 from selftaught.callbacks import CallbackList, RunInfo, TrainerCallback
 from selftaught.demos import split_skill
 from selftaught.errors import ConfigError
-from selftaught.evaluation import ScoreCache
+from selftaught.evaluation import ScoreCache, answer_dtype
 from selftaught.gate import GateConfig, gate_power, smallest_accepted_gain
 from selftaught.models.base import ChatModel
 from selftaught.models.usage import Budget, TrackedModel, UsageLedger
@@ -1493,7 +1493,7 @@ def _proofread(
     if unchanged or backend_failure(result, evidence, config.training.gate.max_missing):
         return None
     caches = list(result.val_scores.values())
-    cache = caches[0].merged(*caches[1:]) if caches else ScoreCache()
+    cache = caches[0].merged(*caches[1:]) if caches else ScoreCache(dtype=answer_dtype(target))
     done = proofread(
         result.skill,
         result.memory,

@@ -26,7 +26,7 @@ from typing import Any
 
 from selftaught.demos import Demo, join_skill, split_skill
 from selftaught.errors import ConfigError
-from selftaught.evaluation import EvalResult, ScoreCache, ascore
+from selftaught.evaluation import EvalResult, ScoreCache, answer_dtype, ascore
 from selftaught.gate import GateResult, Tags, ValScores, example_tags, gate
 from selftaught.models.base import ChatModel, GenerationParams, run_sync
 from selftaught.models.usage import BudgetExhausted
@@ -201,7 +201,8 @@ def choose_demo_mode(
         result.notes.append(f"retrieval not tried: {EXTRA_HINT}")
     if not pool:
         result.notes.append("no clean train demonstration was found: only `none` was possible")
-    cache = cache if cache is not None else ScoreCache.load(run_dir / "val_cache.json")
+    if cache is None:
+        cache = ScoreCache.load(run_dir / "val_cache.json", answer_dtype(target))
     scorer = ValScorer(training, task, target, memory, cache)
     scored: dict[str, EvalResult] = {}
     try:

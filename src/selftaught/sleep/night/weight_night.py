@@ -43,7 +43,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from selftaught.demos import Demo, LeakCheck
-from selftaught.evaluation import ScoreCache, summarize
+from selftaught.evaluation import ScoreCache, answer_dtype, summarize
 from selftaught.gate import ValScores, example_tags, paired_comparison
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import BackendError
@@ -553,7 +553,8 @@ def choose(
     for name, (model, skill, memory, run) in runs.items():
         private_dirs(run)
         # one cache per model: a skill hash names the text, not the weights that read it
-        scorer = ValScorer(training, task, model, memory, ScoreCache.load(run / "val_cache.json"))
+        cache = ScoreCache.load(run / "val_cache.json", answer_dtype(model))
+        scorer = ValScorer(training, task, model, memory, cache)
         result = scorer.score(skill)
         raw[name] = result.items
         metrics[name] = scorer.metric(result)
@@ -743,7 +744,7 @@ def choose_shared(
     summaries: dict[str, dict[str, Any]] = {}
     for name, (model, run) in runs.items():
         private_dirs(run)
-        cache = ScoreCache.load(run / "val_cache.json")  # one per model, as in `choose`
+        cache = ScoreCache.load(run / "val_cache.json", answer_dtype(model))  # one per model
         items: dict[str, Any] = {}
         for k in kinds:
             scorer = ValScorer(training, k.task, model, k.served.memory, cache)
