@@ -38,8 +38,19 @@ are the same as `off`'s.
 
     python benchmarks/bench_generation.py --engine-arms --repeats 3   # C=8,32 -> results/
 
+--kv-arms: the KV layouts (issue 67): the same prompts answered by the engine with its keys
+and values in the block pool (`pool`, `SELFTAUGHT_KV=pool`) and in the dense cache that grows
+(`dynamic`), and the raw decode rate (`raw`), each unit in a fresh child process, so that
+each has its own peak memory: useful tokens/s, ru_maxrss, the resident memory sampled every
+--rss-every seconds (after the load, and its peak), the pool's counters (blocks, most in use,
+waits) and a hash of every reply. (repeat, C, arm) units interleaved as --engine-arms's,
+resumable the same way; the summary gives per C each arm's medians, tok/s against `dynamic`
+and `raw` per repeat, the memory, and the replies the same as `dynamic`'s.
+
+    python benchmarks/bench_generation.py --kv-arms --repeats 3      # C=8,32 -> results/
+
 Writes benchmarks/results/generation_<device>.json (--engine-arms:
-generation_engine_<device>.json).
+generation_engine_<device>.json, --kv-arms: generation_kv_<device>.json).
 """
 
 from __future__ import annotations
@@ -47,9 +58,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -57,7 +72,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from common import RESULTS, command_line, pending_units, resumed_units
+from common import RESULTS, RssTrace, command_line, pending_units, resumed_units, rss_gb
 
 from selftaught.models.base import GenerationParams, Message  # noqa: E402
 from selftaught.models.local import LocalModel  # noqa: E402
@@ -68,6 +83,7 @@ from selftaught.tasks.registry import load_task  # noqa: E402
 
 MODES = ("continuous", "static", "raw")
 ENGINE_ARMS = ("off", "chunked", "compact", "both", "raw")
+KV_ARMS = ("pool", "dynamic", "raw")
 PREFILL_CHUNK = 256  # tokens per prefill chunk in the chunked arms
 COMPACT_AT = 0.25  # the compaction threshold in the compact arms
 
@@ -108,6 +124,16 @@ def parse_args() -> argparse.Namespace:
         help="time the engine with chunked prefill / compaction off and on, and raw decode, "
         "interleaved, resumable (instead of --modes)",
     )
+    p.add_argument(
+        "--kv-arms",
+        action="store_true",
+        help="time the KV pool against the dynamic cache and raw decode, each unit in its own "
+        "process (tok/s and peak memory), interleaved, resumable (instead of --modes)",
+    )
+    p.add_argument("--kv-pool-mb", type=float, default=None, help="for --kv-arms (default: auto)")
+    p.add_argument("--rss-every", type=float, default=0.25, help="for --kv-arms: seconds")
+    p.add_argument("--kv-unit", choices=KV_ARMS, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--unit-out", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK, help="for --engine-arms")
     p.add_argument("--compact-at", type=float, default=COMPACT_AT, help="for --engine-arms")
     p.add_argument("--quick", action="store_true", help="16 prompts, 64 tokens, C=8, 1 repeat")
@@ -245,7 +271,9 @@ class Bench:
 
 def main() -> None:
     args = parse_args()
-
+    if args.kv_arms and args.kv_unit is None:
+        run_kv_arms(args)  # the parent loads nothing: each unit is a process of its own
+        return
     if args.threads:
         from selftaught.models.threads import fix_threads
 
@@ -256,6 +284,9 @@ def main() -> None:
     _ = local.model
     load_s = time.perf_counter() - t0
     bench = Bench(local, prompts, args)
+    if args.kv_unit is not None:
+        kv_unit(bench, args)
+        return
     bench.raw(min(args.concurrency))  # warm-up: first calls allocate and tune kernels
     if args.engine_arms:
         run_engine_arms(bench, args, local)
@@ -513,6 +544,191 @@ def run_engine_arms(bench: Bench, args: argparse.Namespace, local: LocalModel) -
         ]
         print(f"  C={c}: " + ", ".join(parts))
     print(f"wrote {out}")
+
+
+# ---------------------------------------------------------------------- --kv-arms
+
+
+def kv_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What must match for a resumed --kv-arms run to add to an earlier one."""
+    return {
+        "model": args.model or "embedded",
+        "task": args.task,
+        "split": args.split,
+        "prompts": args.prompts,
+        "max_tokens": args.max_tokens,
+        "concurrency": list(args.concurrency),
+        "raw_tokens": args.raw_tokens,
+        "raw_batches": args.raw_batches,
+        "threads": args.threads,
+        "kv_pool_mb": args.kv_pool_mb,
+        "dtype": os.environ.get("SELFTAUGHT_DTYPE", "auto"),
+    }
+
+
+def kv_unit_command(args: argparse.Namespace, c: int, arm: str, out: Path) -> list[str]:
+    """The child process that runs one (C, arm) unit and writes its row to `out`."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--kv-arms", "--kv-unit", arm]
+    cmd += ["--concurrency", str(c), "--unit-out", str(out), "--task", args.task]
+    cmd += ["--split", args.split, "--prompts", str(args.prompts)]
+    cmd += ["--max-tokens", str(args.max_tokens), "--raw-tokens", str(args.raw_tokens)]
+    cmd += ["--raw-batches", str(args.raw_batches), "--rss-every", str(args.rss_every)]
+    for flag, value in (
+        ("--model", args.model),
+        ("--device", args.device),
+        ("--threads", args.threads),
+        ("--kv-pool-mb", args.kv_pool_mb),
+    ):
+        if value is not None:
+            cmd += [flag, str(value)]
+    return cmd
+
+
+def kv_unit(bench: Bench, args: argparse.Namespace) -> None:
+    """In the child: one unit, its memory traced from just after the model loaded; a short
+    warm-up through the same arm first (the first forwards allocate and tune kernels)."""
+    c, arm = args.concurrency[0], args.kv_unit
+    after_load = rss_gb()
+    row: dict[str, Any] = {
+        "concurrency": c,
+        "arm": arm,
+        "rss_after_load_gb": None if after_load is None else round(after_load, 3),
+    }
+    settings = {} if arm == "raw" else {"kv": arm, "kv_pool_mb": args.kv_pool_mb}
+    if arm == "raw":
+        bench.raw(c)
+    else:
+        warm = GenerationParams(max_tokens=4)
+        engine = LocalModel.from_pretrained_model(bench.model, bench.tok, **settings)
+        engine.generate_batch(bench.prompts[:2], warm)
+        engine.close()
+    load_before, cpu_before = os.getloadavg()[0], time.process_time()
+    with RssTrace(args.rss_every) as trace:
+        if arm == "raw":
+            tokens, seconds, _ = bench.raw(c)
+        else:
+            replies, seconds, stats = bench.engine_run(c, bench.prompts, **settings)
+            tokens = sum(r.completion_tokens for r in replies)
+            row["engine"] = {
+                **engine_summary(stats, None),
+                **{k: getattr(stats, k) for k in LAYOUT_COUNTERS + KV_COUNTERS},
+            }
+            row["reply_sha"] = [hashlib.sha256(r.text.encode()).hexdigest()[:12] for r in replies]
+    cpu_seconds = time.process_time() - cpu_before
+    row.update(
+        tokens=tokens,
+        seconds=round(seconds, 3),
+        tok_per_s=round(tokens / seconds, 2),
+        cpu_seconds=round(cpu_seconds, 3),
+        load_before=round(load_before, 2),
+        load_after=round(os.getloadavg()[0], 2),
+        dtype=str(bench.model.dtype),
+        **trace.summary(),
+    )
+    atomic_write_json(args.unit_out, row)
+
+
+KV_COUNTERS = ("kv_pool_blocks", "kv_block_tokens", "kv_peak_blocks", "kv_waits")
+
+
+def run_kv_arms(args: argparse.Namespace) -> None:
+    """The --kv-arms benchmark: every pending unit in a child process, the file written
+    after each."""
+    device = args.device or "auto"
+    out = args.out or RESULTS / f"generation_kv_{device}{'_quick' if args.quick else ''}.json"
+    settings = kv_settings(args)
+    runs = resumed_units(out, settings)
+    for repeat, c, arm in engine_pending(engine_plan(args.repeats, args.concurrency, KV_ARMS), runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            unit_out = Path(tmp) / "unit.json"
+            subprocess.run(kv_unit_command(args, c, arm, unit_out), check=True)
+            run = {"repeat": repeat, **json.loads(unit_out.read_text())}
+        runs.append(run)
+        result = {
+            "command": command_line(),
+            "settings": settings,
+            "machine": {
+                "device": device,
+                "cpus": os.cpu_count(),
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+            },
+            "summary": summarize_kv_arms(runs),
+            "runs": runs,
+        }
+        atomic_write_json(out, result)  # after every unit: an interruption loses one
+        print(
+            f"repeat {repeat} C={c:<3} {arm:<8} {run['tok_per_s']:7.1f} tok/s, max RSS "
+            f"{run['max_rss_gb']:.2f} GB (after load {run['rss_after_load_gb'] or 0:.2f}) "
+            f"(load {run['load_before']:.1f})",
+            flush=True,
+        )
+    for c, entry in summarize_kv_arms(runs).items():
+        parts = [
+            f"{arm} {e['median']:.1f} tok/s, {e['max_rss_gb']:.2f} GB"
+            + (f" ({e['vs_dynamic']:.2f}x dynamic)" if "vs_dynamic" in e else "")
+            + (f" ({e['vs_raw']:.2f}x raw)" if "vs_raw" in e else "")
+            for arm, e in entry.items()
+        ]
+        print(f"  C={c}: " + ", ".join(parts))
+    print(f"wrote {out}")
+
+
+def summarize_kv_arms(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per C: each arm's tok/s (all, median), its ratio to `dynamic` and to `raw` (paired by
+    repeat, then the median), its memory (medians of ru_maxrss, of the sampled peak, and of
+    the peak over what the process held after loading) and the replies the same as
+    `dynamic`'s (same repeat, the fewest)."""
+    out: dict[str, Any] = {}
+    for c in sorted({r["concurrency"] for r in runs}):
+        mine = [r for r in runs if r["concurrency"] == c]
+        by = {(r["repeat"], r["arm"]): r for r in mine}
+        entry: dict[str, Any] = {}
+        for arm in KV_ARMS:
+            rows = sorted((r for r in mine if r["arm"] == arm), key=lambda r: r["repeat"])
+            if rows:
+                entry[arm] = _kv_arm_summary(arm, rows, by)
+        out[str(c)] = entry
+    return out
+
+
+def _kv_arm_summary(
+    arm: str, rows: list[dict[str, Any]], by: dict[tuple[int, str], dict[str, Any]]
+) -> dict[str, Any]:
+    rates = [r["tok_per_s"] for r in rows]
+    out: dict[str, Any] = {"tok_per_s": rates, "median": statistics.median(rates)}
+    for base in ("dynamic", "raw"):
+        paired = [
+            r["tok_per_s"] / by[(r["repeat"], base)]["tok_per_s"]
+            for r in rows
+            if (r["repeat"], base) in by and arm != base
+        ]
+        if paired:
+            out[f"vs_{base}"] = round(statistics.median(paired), 3)
+            out[f"vs_{base}_per_repeat"] = [round(x, 3) for x in paired]
+    out["max_rss_gb"] = statistics.median(r["max_rss_gb"] for r in rows)
+    peaks = [r["peak_rss_gb"] for r in rows if r.get("peak_rss_gb") is not None]
+    if peaks:
+        out["peak_rss_gb"] = statistics.median(peaks)
+        grown = [
+            r["peak_rss_gb"] - r["rss_after_load_gb"]
+            for r in rows
+            if r.get("peak_rss_gb") is not None and r.get("rss_after_load_gb") is not None
+        ]
+        if grown:
+            out["peak_over_load_gb"] = round(statistics.median(grown), 3)
+    same = [
+        _same(r["reply_sha"], by[(r["repeat"], "dynamic")]["reply_sha"])
+        for r in rows
+        if "reply_sha" in r and (r["repeat"], "dynamic") in by and arm != "dynamic"
+    ]
+    if same:
+        out["same_replies_as_dynamic"] = min(same)
+    engines = [r["engine"] for r in rows if "engine" in r]
+    if engines and arm == "pool":
+        out["kv_peak_blocks"] = max(e["kv_peak_blocks"] for e in engines)
+        out["kv_pool_blocks"] = engines[0]["kv_pool_blocks"]
+        out["kv_waits"] = max(e["kv_waits"] for e in engines)
+    return out
 
 
 SKILL_RULES = (

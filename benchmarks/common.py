@@ -62,6 +62,74 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+# ---- memory ---------------------------------------------------------------------------
+
+
+def rss_gb() -> float | None:
+    """This process's resident memory now (Linux: /proc/self/statm), None elsewhere."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
+def max_rss_gb() -> float:
+    """The most resident memory this process has had (ru_maxrss: KB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+class RssTrace:
+    """Resident memory sampled every `every` seconds by a thread while the `with` block runs:
+    the trace (seconds since the start, GB), its peak, and ru_maxrss at the end beside it
+    (the peak between samples; for a whole process, the load included)."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        import threading
+
+        self.every = every
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-trace", daemon=True)
+        self._t0 = 0.0
+
+    def __enter__(self) -> RssTrace:
+        self._t0 = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.every)
+
+    def _sample(self) -> None:
+        gb = rss_gb()
+        if gb is not None:
+            self.samples.append((round(time.perf_counter() - self._t0, 2), round(gb, 3)))
+
+    def summary(self, points: int = 200) -> dict[str, Any]:
+        """Peak, ru_maxrss and the trace, thinned to about `points` samples (peak kept)."""
+        trace = self.samples
+        if len(trace) > points:
+            step = -(-len(trace) // points)
+            peak = max(trace, key=lambda s: s[1])
+            trace = sorted(set(trace[::step]) | {peak, trace[-1]})
+        return {
+            "every_s": self.every,
+            "peak_rss_gb": max((gb for _, gb in self.samples), default=None),
+            "max_rss_gb": round(max_rss_gb(), 3),
+            "rss_trace_gb": [list(s) for s in trace],
+        }
+
+
 def command_line() -> str:
     """The command that produced a result, as a user would retype it."""
     return " ".join(["python", *[_quote(a) for a in sys.argv]])

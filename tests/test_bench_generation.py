@@ -94,3 +94,49 @@ def test_summary_pairs_each_arm_with_off_and_raw_by_repeat():
     assert s["compact"]["compactions"] == 3
     assert s["off"]["padding_attended"] == 0.4
     assert "same_replies_as_off" not in s["raw"] and s["raw"]["median"] == 30.0
+
+
+def _kv_unit(repeat: int, arm: str, rate: float, rss: float, shas=None) -> dict:
+    row = {
+        "repeat": repeat,
+        "concurrency": 8,
+        "arm": arm,
+        "tok_per_s": rate,
+        "max_rss_gb": rss,
+        "peak_rss_gb": rss - 0.5,
+        "rss_after_load_gb": 1.0,
+    }
+    if arm != "raw":
+        row["reply_sha"] = shas or ["a", "b"]
+        row["engine"] = {"kv_pool_blocks": 100, "kv_peak_blocks": 40 + repeat, "kv_waits": 0}
+    return row
+
+
+def test_kv_arms_run_each_unit_alone_and_pair_pool_with_dynamic_and_raw(tmp_path):
+    order = bench.engine_plan(2, [8], bench.KV_ARMS)
+    assert order[:3] == [(0, 8, "pool"), (0, 8, "dynamic"), (0, 8, "raw")]
+    assert order[3:] == [(1, 8, "dynamic"), (1, 8, "raw"), (1, 8, "pool")]
+    import argparse
+
+    ns = argparse.Namespace(
+        task="gym:x", split="test", prompts=4, max_tokens=8, raw_tokens=4, raw_batches=1,
+        rss_every=0.5, model=None, device=None, threads=1, kv_pool_mb=512.0,
+    )
+    cmd = bench.kv_unit_command(ns, 8, "pool", tmp_path / "u.json")
+    assert cmd[cmd.index("--kv-unit") + 1] == "pool" and "--kv-arms" in cmd
+    assert cmd[cmd.index("--kv-pool-mb") + 1] == "512.0" and "--model" not in cmd
+    runs = [
+        _kv_unit(0, "pool", 9.0, 2.0),
+        _kv_unit(0, "dynamic", 10.0, 4.0),
+        _kv_unit(0, "raw", 12.0, 2.5),
+        _kv_unit(1, "pool", 8.0, 2.2, shas=["a", "x"]),
+        _kv_unit(1, "dynamic", 8.0, 5.0),
+        _kv_unit(1, "raw", 10.0, 2.5),
+    ]
+    s = bench.summarize_kv_arms(runs)["8"]
+    assert s["pool"]["vs_dynamic_per_repeat"] == [0.9, 1.0] and s["pool"]["vs_raw"] == 0.775
+    assert s["pool"]["max_rss_gb"] == 2.1 and s["dynamic"]["max_rss_gb"] == 4.5
+    assert s["pool"]["peak_over_load_gb"] == pytest.approx(0.6)
+    assert s["pool"]["same_replies_as_dynamic"] == 1  # the fewest over repeats
+    assert s["pool"]["kv_peak_blocks"] == 41 and s["pool"]["kv_pool_blocks"] == 100
+    assert "same_replies_as_dynamic" not in s["dynamic"] and "kv_peak_blocks" not in s["dynamic"]
