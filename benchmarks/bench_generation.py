@@ -638,7 +638,9 @@ def run_kv_arms(args: argparse.Namespace) -> None:
     out = args.out or RESULTS / f"generation_kv_{device}{'_quick' if args.quick else ''}.json"
     settings = kv_settings(args)
     runs = resumed_units(out, settings)
-    for repeat, c, arm in engine_pending(engine_plan(args.repeats, args.concurrency, KV_ARMS), runs):
+    for repeat, c, arm in engine_pending(
+        engine_plan(args.repeats, args.concurrency, KV_ARMS), runs
+    ):
         with tempfile.TemporaryDirectory() as tmp:
             unit_out = Path(tmp) / "unit.json"
             subprocess.run(kv_unit_command(args, c, arm, unit_out), check=True)

@@ -283,8 +283,12 @@ def summarize_kv(units: list[dict[str, Any]]) -> dict[str, Any]:
     ratios = [
         {
             "repeat": rep,
-            "wall": round(by[(rep, "pool")]["wall_seconds"] / by[(rep, "dynamic")]["wall_seconds"], 3),
-            "max_rss": round(by[(rep, "pool")]["max_rss_gb"] / by[(rep, "dynamic")]["max_rss_gb"], 3),
+            "wall": round(
+                by[(rep, "pool")]["wall_seconds"] / by[(rep, "dynamic")]["wall_seconds"], 3
+            ),
+            "max_rss": round(
+                by[(rep, "pool")]["max_rss_gb"] / by[(rep, "dynamic")]["max_rss_gb"], 3
+            ),
         }
         for rep in sorted({r["repeat"] for r in rows})
         if (rep, "pool") in by and (rep, "dynamic") in by

@@ -119,8 +119,17 @@ def test_kv_arms_run_each_unit_alone_and_pair_pool_with_dynamic_and_raw(tmp_path
     import argparse
 
     ns = argparse.Namespace(
-        task="gym:x", split="test", prompts=4, max_tokens=8, raw_tokens=4, raw_batches=1,
-        rss_every=0.5, model=None, device=None, threads=1, kv_pool_mb=512.0,
+        task="gym:x",
+        split="test",
+        prompts=4,
+        max_tokens=8,
+        raw_tokens=4,
+        raw_batches=1,
+        rss_every=0.5,
+        model=None,
+        device=None,
+        threads=1,
+        kv_pool_mb=512.0,
     )
     cmd = bench.kv_unit_command(ns, 8, "pool", tmp_path / "u.json")
     assert cmd[cmd.index("--kv-unit") + 1] == "pool" and "--kv-arms" in cmd

@@ -188,8 +188,14 @@ def test_a_cached_prefix_and_a_prompts_samples_share_blocks(model, tokenizer):
 
     sampler = paged(model, tokenizer, block_tokens=4, prefix_cache_mb=0)
     samples = [
-        GenSequence("s", k, list(range(300, 330)), 9, temperature=1.0,
-                    generator=torch.Generator().manual_seed(k))
+        GenSequence(
+            "s",
+            k,
+            list(range(300, 330)),
+            9,
+            temperature=1.0,
+            generator=torch.Generator().manual_seed(k),
+        )
         for k in range(3)
     ]
     sampler.admit(samples)
@@ -306,7 +312,9 @@ def test_a_cancelled_request_frees_its_blocks(tokenizer):
         task = asyncio.create_task(
             local.achat([{"role": "user", "content": "Go on"}], GenerationParams(max_tokens=400))
         )
-        done = await local.achat([{"role": "user", "content": "Hi"}], GenerationParams(max_tokens=3))
+        done = await local.achat(
+            [{"role": "user", "content": "Hi"}], GenerationParams(max_tokens=3)
+        )
         task.cancel()
         await asyncio.sleep(0.05)
         await local.achat([{"role": "user", "content": "Again"}], GenerationParams(max_tokens=2))

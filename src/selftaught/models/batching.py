@@ -690,9 +690,7 @@ def left_padded(rests: Sequence[Sequence[int]], starts: Sequence[int], pad_id: i
     for row, rest in enumerate(rests):
         ids[row, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
         mask[row, width - len(rest) :] = 1
-    positions = torch.tensor(starts, dtype=torch.long)[:, None] + (mask.cumsum(-1) - 1).clamp(
-        min=0
-    )
+    positions = torch.tensor(starts, dtype=torch.long)[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
     return ids, mask, positions
 
 

@@ -118,7 +118,9 @@ def _recording_cache() -> type:
             super().__init__()
             self.seen: dict[int, Any] = {}
 
-        def update(self, key_states: Any, value_states: Any, layer_idx: int, *a: Any, **k: Any) -> Any:
+        def update(
+            self, key_states: Any, value_states: Any, layer_idx: int, *a: Any, **k: Any
+        ) -> Any:
             self.seen[layer_idx] = key_states
             return super().update(key_states, value_states, layer_idx, *a, **k)
 

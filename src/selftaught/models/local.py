@@ -361,24 +361,38 @@ class LocalModel(AsyncChatModel):
             weights = self._weights
             chat = weights.chat_format
             pad = weights.tokenizer.pad_token_id
-            args = (weights.model, chat.eos_ids, chat.eos_ids[0] if pad is None else pad)
-            common = {
-                "stats": self.stats,
-                "prefix_cache_mb": self.prefix_cache_mb,
-                "prefill_chunk": self.prefill_chunk,
-            }
+            model, eos, pad_id = (
+                weights.model,
+                chat.eos_ids,
+                chat.eos_ids[0] if pad is None else pad,
+            )
             batcher: ContinuousBatcher | None = None
             if self.kv == "pool":
                 try:
-                    shape = kv_shape(weights.model)
+                    shape = kv_shape(model)
                     batcher = PagedBatcher(
-                        *args, chat.decode, pool_mb=self._pool_mb(shape), shape=shape, **common
+                        model,
+                        eos,
+                        pad_id,
+                        chat.decode,
+                        pool_mb=self._pool_mb(shape),
+                        shape=shape,
+                        stats=self.stats,
+                        prefix_cache_mb=self.prefix_cache_mb,
+                        prefill_chunk=self.prefill_chunk,
                     )
                 except UnsupportedCacheError as err:
                     log.info("%s: %s; the dynamic KV cache serves it", self.name, err)
             if batcher is None:
                 batcher = ContinuousBatcher(
-                    *args, chat.decode, compact_at=self.compact_at, **common
+                    model,
+                    eos,
+                    pad_id,
+                    chat.decode,
+                    stats=self.stats,
+                    prefix_cache_mb=self.prefix_cache_mb,
+                    prefill_chunk=self.prefill_chunk,
+                    compact_at=self.compact_at,
                 )
             scheduler.batcher = batcher
         return scheduler.batcher

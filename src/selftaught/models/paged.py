@@ -42,6 +42,7 @@ from selftaught.models.kv_pool import (
     ZERO_SLOT,
     BlockTable,
     KVPool,
+    KVPoolFull,
     KVShape,
     Reservation,
     kv_shape,
@@ -192,14 +193,23 @@ class PagedBatcher(ContinuousBatcher):
             self._close(adm)
 
     def _hand_over(self, block: _Block, adm: _Admission) -> None:
-        """Each new row keeps its table and the blocks it may still need."""
+        """Each new row keeps its table and the blocks it may still need (all or none: a
+        failure leaves the tables to the admission, which gives them back)."""
         pool, bs = self.pool, self.pool.block_tokens
-        for s, table in zip(block.rows, block.cache, strict=True):
+        carved: list[tuple[GenSequence, BlockTable, Reservation]] = []
+        try:
+            for s, table in zip(block.rows, block.cache, strict=True):
+                last_shared = table.length % bs and pool.refs[table.blocks[-1]] > 1
+                need = pool.blocks_for(len(s.prompt_ids) + s.max_new_tokens) - len(table.blocks)
+                need = 0 if s.finished else max(0, need) + int(bool(last_shared))
+                carved.append((s, table, pool.carve(adm.reservation, need)))
+        except KVPoolFull:
+            for _, _, reservation in carved:
+                pool.unreserve(reservation)
+            raise
+        for s, table, reservation in carved:
             adm.tables.remove(table)
-            last_shared = table.length % bs and pool.refs[table.blocks[-1]] > 1
-            future = pool.blocks_for(len(s.prompt_ids) + s.max_new_tokens) - len(table.blocks)
-            future = 0 if s.finished else max(0, future) + int(bool(last_shared))
-            self._kv[s] = _RowKV(table, pool.carve(adm.reservation, future))
+            self._kv[s] = _RowKV(table, reservation)
 
     def _close(self, adm: _Admission) -> None:
         for table in adm.tables:
@@ -221,7 +231,9 @@ class PagedBatcher(ContinuousBatcher):
         the last position's logits."""
         adm = self._adm
         assert adm is not None, "a prefill runs inside an admission"
-        tables = [self.pool.share(h.entry.kv, h.length) if h.length else BlockTable() for h in heads]
+        tables = [
+            self.pool.share(h.entry.kv, h.length) if h.length else BlockTable() for h in heads
+        ]
         adm.tables.extend(tables)
         n, width = len(rests), max(len(r) for r in rests)
         ids, _, positions = left_padded(rests, [h.length for h in heads], self.pad_id)
@@ -423,7 +435,9 @@ def _view_class() -> type:  # made once transformers is imported
             # (a cast only if a caller's autocast made keys in another dtype than the probe's)
             new_k = key_states.transpose(1, 2).reshape(flat).to(keys.dtype)
             keys.index_copy_(0, plan.write, new_k)
-            values.index_copy_(0, plan.write, value_states.transpose(1, 2).reshape(flat).to(keys.dtype))
+            values.index_copy_(
+                0, plan.write, value_states.transpose(1, 2).reshape(flat).to(keys.dtype)
+            )
             k_out, v_out = self._scratch(rows * plan.width)
             torch.index_select(keys, 0, plan.read, out=k_out)
             torch.index_select(values, 0, plan.read, out=v_out)

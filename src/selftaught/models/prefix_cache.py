@@ -35,14 +35,15 @@ class PrefixEntry:
     (with the KV pool: its block table)."""
 
     tokens: tuple[int, ...]
-    kv: list[tuple[Any, Any]]
+    kv: Any  # list[tuple[keys, values]] per layer, or a kv_pool.BlockTable
     nbytes: int
 
     def head(self, n: int) -> list[tuple[Any, Any]]:
         """The keys and values of the first `n` tokens (views, no copy)."""
+        kv: list[tuple[Any, Any]] = self.kv
         if n == len(self.tokens):
-            return self.kv
-        return [(k[:, :, :n], v[:, :, :n]) for k, v in self.kv]
+            return kv
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in kv]
 
 
 class PrefixCache:
