@@ -126,7 +126,7 @@ class UnsupportedCacheError(RunError):
 
 
 @dataclass
-class _Block:
+class Prefilled:
     """Rows prefilled together, before they join the running batch: their cache, attention
     mask, next token, its position id, and how many leading columns of each row are
     padding. (With the KV pool, `cache` is the rows' block tables and the rest is None.)"""
@@ -140,7 +140,7 @@ class _Block:
 
 
 @dataclass
-class _Head:
+class CachedHead:
     """The cached prefix a prompt is prefilled after: its length and its keys and values per
     layer ([1, heads, length, dim]); length 0 for none."""
 
@@ -170,7 +170,7 @@ class _Joining:
     before each forward, resumed one forward per step."""
 
     members: list[GenSequence]
-    steps: Generator[None, None, _Block]
+    steps: Generator[None, None, Prefilled]
     started: bool = False
 
 
@@ -224,7 +224,7 @@ class ContinuousBatcher:
         self.stats = stats if stats is not None else BatcherStats()
         self._keep_logits = _accepts_logits_to_keep(model)
         self.rows: list[GenSequence] = []
-        self._run: _Block | None = None  # the running batch (its rows are self.rows)
+        self._run: Prefilled | None = None  # the running batch (its rows are self.rows)
         self.prefix_cache = (
             PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
         )
@@ -304,7 +304,7 @@ class ContinuousBatcher:
         self._merge(_run_through(self._admission(sequences)))
         return self._evict_finished()
 
-    def _admission(self, sequences: list[GenSequence]) -> Generator[None, None, _Block]:
+    def _admission(self, sequences: list[GenSequence]) -> Generator[None, None, Prefilled]:
         """Prefill `sequences` (shared prefixes first): their block, first tokens sampled.
         Pauses before each forward (run through at once, or one forward a step)."""
         if not self.rows and self.prefix_cache is not None:
@@ -323,9 +323,9 @@ class ContinuousBatcher:
         done, block = False, None
         if not job.started:  # run it to just before its first forward
             job.started = True
-            done, block = _resume(job.steps)
+            done, block = resume_admission(job.steps)
         if not done:
-            done, block = _resume(job.steps)
+            done, block = resume_admission(job.steps)
         if not done:
             return []
         self._joining.popleft()
@@ -333,14 +333,14 @@ class ContinuousBatcher:
         self._merge(block)
         return self._evict_finished()
 
-    def _heads(self, prompts: list[tuple[int, ...]]) -> Generator[None, None, list[_Head]]:
+    def _heads(self, prompts: list[tuple[int, ...]]) -> Generator[None, None, list[CachedHead]]:
         """Per prompt, the cached prefix to prefill it after (at least `min_prefix` tokens,
         leaving it a token to prefill), or an empty head. A prefix that a prompt shares with
         another newcomer or a recent prompt, longer than what is cached by `min_prefix`
         tokens, is computed and cached first."""
         cache = self.prefix_cache
         if cache is None:
-            return [_Head() for _ in prompts]
+            return [CachedHead() for _ in prompts]
         built = yield from self._build_shared(prompts, cache)  # kept, or used once if too large
         heads = []
         for p in prompts:
@@ -350,9 +350,9 @@ class ContinuousBatcher:
                 if m > n:
                     n, entry = m, e
             if entry is None or n < self.min_prefix:
-                heads.append(_Head())
+                heads.append(CachedHead())
                 continue
-            heads.append(_Head(n, entry))
+            heads.append(CachedHead(n, entry))
             self.stats.prefix_hits += 1
             self.stats.prefix_tokens_reused += n
         return heads
@@ -384,7 +384,7 @@ class ContinuousBatcher:
         """One forward for `prefix` (after its longest cached head), its keys and values
         cached as a new entry."""
         n, entry = cache.match(prefix, len(prefix) - 1)
-        head = _Head(n, entry) if entry is not None and n >= self.min_prefix else _Head()
+        head = CachedHead(n, entry) if entry is not None and n >= self.min_prefix else CachedHead()
         run = yield from self._forward_rows([prefix[head.length :]], [head])
         valid = run.mask[0].bool()
         kv = [(ly.keys[:, :, valid], ly.values[:, :, valid]) for ly in run.cache.layers]
@@ -393,7 +393,7 @@ class ContinuousBatcher:
         return cache.put(prefix, kv)
 
     def _forward_rows(
-        self, rests: list[tuple[int, ...]], heads: list[_Head]
+        self, rests: list[tuple[int, ...]], heads: list[CachedHead]
     ) -> Generator[None, None, _Forward]:
         """The forward for rows that each continue a cached head with their rest: row i is
         [padding | head i | padding | rest i] (no head: [padding | rest i]), the padding
@@ -435,8 +435,8 @@ class ContinuousBatcher:
         return _Forward(cache, mask, logits, lead)
 
     def _prefill(
-        self, prompts: list[tuple[int, ...]], heads: list[_Head], members: list[GenSequence]
-    ) -> Generator[None, None, _Block]:
+        self, prompts: list[tuple[int, ...]], heads: list[CachedHead], members: list[GenSequence]
+    ) -> Generator[None, None, Prefilled]:
         """One forward for `prompts` (their parts after their heads), then one row per member
         sequence (n samples of a prompt share its prefill), first tokens sampled."""
         torch = self.torch
@@ -456,7 +456,7 @@ class ContinuousBatcher:
         first = self._sample(logits, members)
         for s, token in zip(members, first, strict=True):
             self._append(s, token)
-        return _Block(
+        return Prefilled(
             rows=list(members),
             cache=cache,
             mask=mask,
@@ -515,7 +515,7 @@ class ContinuousBatcher:
             self.stats.decode_seconds += seconds
         return logits
 
-    def _merge(self, block: _Block) -> None:
+    def _merge(self, block: Prefilled) -> None:
         """Add a prefilled block to the running batch, left-padding the narrower of the two."""
         torch = self.torch
         if self.rows:
@@ -655,7 +655,7 @@ class ContinuousBatcher:
 # ---------------------------------------------------------------------- helpers
 
 
-def _stack_heads(heads: list[_Head], width: int) -> list[tuple[Any, Any]]:
+def _stack_heads(heads: list[CachedHead], width: int) -> list[tuple[Any, Any]]:
     """Per layer, the heads' keys and values stacked into [rows, heads, width, dim], each
     left-padded with zeros to `width` (a row without a head is all padding)."""
     import torch
@@ -702,7 +702,7 @@ def check_engine_settings(prefill_chunk: int | None, compact_at: float | None) -
         raise ConfigError(f"compact_at must be in (0, 1] (or None: off), got {compact_at}")
 
 
-def _resume(steps: Generator[None, None, _Block]) -> tuple[bool, _Block | None]:
+def resume_admission(steps: Generator[None, None, Prefilled]) -> tuple[bool, Prefilled | None]:
     """Run a paused admission to its next pause: (False, None), or (True, its block)."""
     try:
         next(steps)
@@ -711,10 +711,10 @@ def _resume(steps: Generator[None, None, _Block]) -> tuple[bool, _Block | None]:
     return False, None
 
 
-def _run_through(steps: Generator[None, None, _Block]) -> _Block:
+def _run_through(steps: Generator[None, None, Prefilled]) -> Prefilled:
     """Run an admission to its end, every forward at once."""
     while True:
-        done, block = _resume(steps)
+        done, block = resume_admission(steps)
         if done:
             assert block is not None
             return block

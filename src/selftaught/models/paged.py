@@ -28,13 +28,13 @@ from typing import Any
 from selftaught.models.batching import (
     DEFAULT_PREFILL_CHUNK,
     BatcherStats,
+    CachedHead,
     ContinuousBatcher,
     GenSequence,
+    Prefilled,
     UnsupportedCacheError,
-    _Block,
-    _Head,
-    _resume,
     left_padded,
+    resume_admission,
 )
 from selftaught.models.kv_pool import (
     BLOCK_TOKENS,
@@ -162,7 +162,7 @@ class PagedBatcher(ContinuousBatcher):
                 blocks -= n // bs
         return blocks
 
-    def _admission(self, sequences: list[GenSequence]) -> Generator[None, None, _Block]:
+    def _admission(self, sequences: list[GenSequence]) -> Generator[None, None, Prefilled]:
         """The inherited admission, run inside a reservation of the blocks it may need: the
         cached prefixes counted on are pinned until it ends, each row then keeps what it may
         still need, and the rest (and anything left by an abandoned admission) goes back."""
@@ -179,7 +179,7 @@ class PagedBatcher(ContinuousBatcher):
         try:
             while True:
                 self._adm = adm
-                done, block = _resume(steps)
+                done, block = resume_admission(steps)
                 self._adm = None
                 if done:
                     break
@@ -192,7 +192,7 @@ class PagedBatcher(ContinuousBatcher):
             steps.close()
             self._close(adm)
 
-    def _hand_over(self, block: _Block, adm: _Admission) -> None:
+    def _hand_over(self, block: Prefilled, adm: _Admission) -> None:
         """Each new row keeps its table and the blocks it may still need (all or none: a
         failure leaves the tables to the admission, which gives them back)."""
         pool, bs = self.pool, self.pool.block_tokens
@@ -223,7 +223,7 @@ class PagedBatcher(ContinuousBatcher):
     # ------------------------------------------------------------------ prefill
 
     def _forward_tables(
-        self, rests: list[tuple[int, ...]], heads: list[_Head]
+        self, rests: list[tuple[int, ...]], heads: list[CachedHead]
     ) -> Generator[None, None, tuple[list[BlockTable], Any]]:
         """The forward for rows that each continue a cached head with their rest: each row's
         table shares its head's blocks, then holds its rest. One forward, or with
@@ -260,7 +260,7 @@ class PagedBatcher(ContinuousBatcher):
         """One forward for `prefix` (after its longest cached head); its table becomes the
         new entry (pinned while this admission lasts; released at its end when not kept)."""
         n, entry = cache.match(prefix, len(prefix) - 1)
-        head = _Head(n, entry) if entry is not None and n >= self.min_prefix else _Head()
+        head = CachedHead(n, entry) if entry is not None and n >= self.min_prefix else CachedHead()
         tables, _ = yield from self._forward_tables([prefix[head.length :]], [head])
         self.stats.prefix_builds += 1
         self.stats.prefilled_tokens += len(prefix) - head.length
@@ -274,8 +274,8 @@ class PagedBatcher(ContinuousBatcher):
         return built
 
     def _prefill(
-        self, prompts: list[tuple[int, ...]], heads: list[_Head], members: list[GenSequence]
-    ) -> Generator[None, None, _Block]:
+        self, prompts: list[tuple[int, ...]], heads: list[CachedHead], members: list[GenSequence]
+    ) -> Generator[None, None, Prefilled]:
         """One forward for `prompts` (their parts after their heads), then one row per member
         (n samples of a prompt share its blocks), first tokens sampled."""
         torch = self.torch
@@ -300,7 +300,7 @@ class PagedBatcher(ContinuousBatcher):
             owned.append(table)
         for s, token in zip(members, first, strict=True):
             self._append(s, token)
-        return _Block(list(members), owned, None, None, None, None)
+        return Prefilled(list(members), owned, None, None, None, None)
 
     # ------------------------------------------------------------------ decode
 
@@ -362,7 +362,7 @@ class PagedBatcher(ContinuousBatcher):
 
     # ------------------------------------------------------------------ rows
 
-    def _merge(self, block: _Block) -> None:
+    def _merge(self, block: Prefilled) -> None:
         if self.rows:
             self.stats.refills += 1
         self.rows = self.rows + list(block.rows)
