@@ -397,8 +397,8 @@ def test_the_units_command_is_the_same_proxy(tmp_path, monkeypatch):
     unit = print_unit("--upstream", "http://127.0.0.1:8000/v1#m", "--project", "demo",
                       "--port", "443", "--trusted-clients", "*", "--log",
                       str(tmp_path / "logs" / "log 1.db"),
-                      env={"SELFTAUGHT_HOME": str(home)})  # fmt: skip
-    found = unit_keys(unit)
+                      env={"SELFTAUGHT_HOME": str(home), "PYTHONPATH": SRC})  # fmt: skip
+    found = unit_keys(unit)  # PYTHONPATH on both sides: the unit carries it (the rerun needs it)
     assert found["AmbientCapabilities"] == ["CAP_NET_BIND_SERVICE"]  # a port below 1024
     assert found["ReadWritePaths"] == [f'"{home}"', str(tmp_path / "logs")]
     command = shlex.split(found["ExecStart"][0])

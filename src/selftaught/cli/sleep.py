@@ -7,7 +7,7 @@ import functools
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.table import Table
@@ -1057,9 +1057,9 @@ def _run_with(fn: F, flag: str, doc: str) -> F:
     def preset(*args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
 
-    preset.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    preset.__dict__["__signature__"] = sig.replace(parameters=params)  # what inspect reads
     preset.__doc__ = doc
-    return preset  # type: ignore[return-value]
+    return cast(F, preset)
 
 
 sleep_app.command("dry-run")(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import typer
 
@@ -362,7 +362,7 @@ def rest_config(
 ) -> RestConfig:
     """ReST-EM / SFT settings: the generated flags plus the ones shared with GRPO."""
     return RestConfig(
-        method=method,  # type: ignore[arg-type]
+        method=cast(Literal["rest", "sft"], method),  # the CLI checked it
         **rest_fields,
         temperature=RestConfig.temperature if temperature is None else temperature,
         teacher_skill=teacher_skill,
@@ -384,7 +384,7 @@ def rl_config(
     rewards = rl_fields.get("rewards")
     fields = {k: v for k, v in rl_fields.items() if k != "rewards"}
     return RLConfig(
-        method=method,  # type: ignore[arg-type]
+        method=cast(Literal["grpo", "gspo"], method),  # the CLI checked it
         **fields,
         **({"rewards": rewards} if rewards is not None else {}),
         temperature=RLConfig.temperature if temperature is None else temperature,
@@ -406,7 +406,7 @@ def dpo_config(
     """DPO settings: `--dpo-beta`, the fine-tune's `--epochs/--batch-size/--lr`, and
     `--max-tokens` / `--report-to` shared with ReST."""
     return DPOConfig(
-        method=method,  # type: ignore[arg-type]
+        method=cast(Literal["dpo", "kto"], method),  # the CLI checked it
         **dpo_fields,
         max_tokens=rest_fields["max_tokens"],
         report_to=rest_fields["report_to"],

@@ -174,7 +174,8 @@ class PagedBatcher(ContinuousBatcher):
         need = sum(self._need(s, seen, pins) for s in sequences)
         adm = _Admission(self.pool.reserve(need), pins)
         for entry in pins:
-            cache.pin(entry)  # type: ignore[union-attr]  # pins come from the cache
+            assert cache is not None  # pins come from the cache
+            cache.pin(entry)
         steps = super()._admission(sequences)
         try:
             while True:
@@ -216,7 +217,8 @@ class PagedBatcher(ContinuousBatcher):
             self.pool.release(table)
         adm.tables.clear()
         for entry in adm.pins:
-            self.prefix_cache.unpin(entry)  # type: ignore[union-attr]  # pins come from it
+            assert self.prefix_cache is not None  # pins come from it
+            self.prefix_cache.unpin(entry)
         adm.pins.clear()
         self.pool.unreserve(adm.reservation)
 
@@ -289,11 +291,13 @@ class PagedBatcher(ContinuousBatcher):
         if rows != list(range(len(rests))):  # samples share their prompt's prefill
             logits = logits[torch.tensor(rows, device=self.device)]
         first = self._sample(logits, members)
+        adm = self._adm
+        assert adm is not None, "a prefill runs inside an admission"
         owned, taken = [], set()
         for i in rows:
             if i in taken:  # another sample of the prompt: its blocks, shared
                 table = self.pool.share(tables[i], tables[i].length)
-                self._adm.tables.append(table)  # type: ignore[union-attr]
+                adm.tables.append(table)
             else:
                 table = tables[i]
                 taken.add(i)
@@ -468,8 +472,8 @@ def _view_class() -> type:  # made once transformers is imported
                 size = max(n, int(1.5 * have[0].shape[0])) if have is not None else n
                 like = self.pool.keys[0]
                 shape = (size, *like.shape[1:])
-                self._buffers = (like.new_empty(shape), like.new_empty(shape))
-            k, v = self._buffers  # type: ignore[misc]  # set above
+                have = self._buffers = (like.new_empty(shape), like.new_empty(shape))
+            k, v = have
             return k[:n], v[:n]
 
         def _check(self, key_states: Any, layer_idx: int) -> None:

@@ -40,7 +40,7 @@ from selftaught.models.errors import FatalBackendError, TransientBackendError
 from selftaught.redact import redact_for_model
 from selftaught.rollout import Rollout
 from selftaught.runs import Inside, PathRefused
-from selftaught.skill.document import Edit, tidy
+from selftaught.skill.document import Edit, EditOp, tidy
 from selftaught.skill.reflect import Analyst, AnalystCall, clip, format_rollouts
 from selftaught.skill_package import (
     PACKAGE_DIRS,
@@ -207,9 +207,9 @@ def _hunk_edit(
     """The edit for lines `a[i1:i2]` of `text` becoming `new`, quoting `text` (an insertion
     when the lines replaced are blank, or none: a blank line is no change)."""
 
-    def edit(op: str, target: str = "", content: str = "") -> Edit:
+    def edit(op: EditOp, target: str = "", content: str = "") -> Edit:
         why = f"the agent's change to {where}"
-        return Edit(op, content=content, target=target, source="agent", rationale=why)  # type: ignore[arg-type]
+        return Edit(op, content=content, target=target, source="agent", rationale=why)
 
     added = "\n".join(new)
     if not "\n".join(a[i1:i2]).strip():  # an insertion before line i2

@@ -12,7 +12,7 @@ from selftaught.demos import PLACEMENTS
 from selftaught.errors import ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
-from selftaught.skill.budget_schedule import SCHEDULES
+from selftaught.skill.budget_schedule import SCHEDULES, Schedule
 from selftaught.skill.document import EDIT_OPS
 from selftaught.stops import Stops
 from selftaught.tracking import check_report_to
@@ -96,7 +96,7 @@ class SkillOptConfig:
     """Edits applied at the first step (SkillOpt: 4)."""
     edit_budget_min: int = 2
     """Edits applied at the last step (SkillOpt: 2)."""
-    edit_schedule: str = "cosine"
+    edit_schedule: Schedule = "cosine"
     """constant | linear | cosine (SkillOpt: cosine) | adaptive: the budget starts at
     edit_budget_max, loses one edit after a step the gate rejected and gains one after a step
     it accepted, within max(edit_budget_min, 1)..edit_budget_max (an "autonomous" learning

@@ -655,7 +655,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
             self.total_steps,
             cfg.edit_budget_max,
             cfg.edit_budget_min,
-            cfg.edit_schedule,  # type: ignore[arg-type]
+            cfg.edit_schedule,
         )
 
     def _batch(self, step: int) -> tuple[int, list[Example]]:

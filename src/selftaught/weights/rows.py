@@ -128,7 +128,7 @@ class RestRound:
     elite: Mapping[str, int] | None = None  # `EliteStats.to_dict()` (SFT: {"kept": n})
     sample_tool_use: Mapping[str, float] | None = None  # `evaluation.tool_use` of the samples
     # `dataset="grow"`: what the round trained on (the kind, its size, the samples it added)
-    dataset: Mapping[str, Any] | None = None
+    dataset: Mapping[str, str | int] | None = None
     train_pairs: int | None = None  # DPO: the preference pairs the adapter trained on
     train_judged: Mapping[str, int] | None = None  # KTO: the replies judged up and down
     train: TrainStats | None = None  # what `sft_train` / `dpo_fit` reported

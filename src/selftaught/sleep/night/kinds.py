@@ -164,14 +164,14 @@ def _read(path: Path) -> tuple[tuple[Kind, ...], float]:
     try:
         kinds = tuple(Kind.from_dict(d) for d in data["kinds"])
         similarity = float(data.get("similarity") or KIND_SIMILARITY)
-        if not 0.0 < similarity <= 1.0:
-            raise ValueError(f"similarity {similarity} is not in (0, 1]")
-        return kinds, similarity
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise KindsError(
-            f"{path}: not a kinds file ({err}); delete it and the next night finds the kinds "
-            "again (new ids)"
-        ) from err
+        raise KindsError(f"{path}: not a kinds file ({err}); {_REDO}") from err
+    if not 0.0 < similarity <= 1.0:
+        raise KindsError(f"{path}: similarity {similarity} is not in (0, 1]; {_REDO}")
+    return kinds, similarity
+
+
+_REDO = "delete it and the next night finds the kinds again (new ids)"
 
 
 def save_kinds(
