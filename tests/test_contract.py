@@ -16,6 +16,7 @@ from selftaught.api import load_result
 from selftaught.callbacks import RunInfo, TrainerCallback
 from selftaught.evaluation import EvalResult
 from selftaught.gate import GateResult
+from selftaught.models.usage import UsageLedger
 from selftaught.results import RunResult, Score
 from selftaught.skill import SkillOptConfig
 from selftaught.skill.result import SkillRunResult
@@ -356,6 +357,17 @@ def test_the_night_is_a_trainer_built_by_build_trainer(tmp_path):
         build_trainer(config(tmp_path), None, models()).train()
     with pytest.raises(ConfigError, match="task log"):
         build_trainer(cfg, ToyTask(), models())  # type: ignore[call-overload]
+
+
+def test_a_night_given_a_ledger_charges_its_calls_to_it(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    ledger = UsageLedger()
+    trainer = NightTrainer(config(tmp_path, project="demo"), tmp_path / "log.db", models(),
+                           ledger=ledger)  # fmt: skip
+    night = trainer.train()
+    assert night.status == "staged" and trainer.ledger is ledger
+    assert ledger.roles["optimizer"].calls > 0 and ledger.roles["target"].calls > 0
+    assert night.usage == ledger.to_dict()
 
 
 def test_sleep_night_is_the_library_entry_point(tmp_path):

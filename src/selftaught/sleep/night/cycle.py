@@ -1014,14 +1014,14 @@ def _mine_and_split(
     adopted: Adopted,
     home: Path,
     evidence: EvidenceLog,
+    ledger: UsageLedger,
 ) -> _Mined:
     """Mine tonight's tasks, recall past ones, split them, then (when asked) add weak labels
     and dreamt variants to train; each section is the night's as soon as it is known (a night
-    too small to gate still reports its mining)."""
+    too small to gate still reports its mining). Every call is charged to `ledger`."""
     kept, withheld = _private_filter(rows, models, config.allow_remote)
     mining = dataclasses.replace(config.mining, judge=models.judge is not None)
     unchecked: list[Interaction] = []
-    ledger = UsageLedger(budget=config.training.budget)
     miner = _night_miner(config, models, mining, ledger, evidence)
     rejected = rejected_signals(night.project, home)
     workspaces = WorkspaceMiner(night.project, home)
@@ -1200,10 +1200,13 @@ def run_project(
     night_dir: Path,
     dry_run: bool = False,
     deadline: Deadline = UNLIMITED,
+    ledger: UsageLedger | None = None,
 ) -> NightResult:
     """One project's night, staged in `night_dir` (report.json is written first, as running);
-    `deadline`: the night's `--max-minutes`, checked between phases. The `NightResult` is
+    `deadline`: the night's `--max-minutes`, checked between phases; `ledger`: charged with
+    every call of the night (None: a new one on the config's budget). The `NightResult` is
     built phase by phase; report.json is always its `report_dict()`."""
+    ledger = ledger or UsageLedger(budget=config.budget)
     outcome = _new_night(project, night, night_dir, models, config, home)
     adopted = start_from(outcome, staging.read_adopted_files(project, home), config.start_document)
     models = _as_served(models, adopted, outcome)
@@ -1215,15 +1218,16 @@ def run_project(
         outcome.note(change)
         console.print(f"[bold yellow]warning:[/] {project}: {change}")
     # slow update (issue 51): the trainers write the project's edit ledger, rollbacks noted
-    ledger = night_ledger(project, home, night_dir, dry_run)
-    config = dataclasses.replace(config, training=with_ledger(config.training, ledger))
-    sync_rollbacks(project, home, EditLedger(config.training.edit_ledger or ledger))
+    edits = night_ledger(project, home, night_dir, dry_run)
+    config = dataclasses.replace(config, training=with_ledger(config.training, edits))
+    sync_rollbacks(project, home, EditLedger(config.training.edit_ledger or edits))
     atomic_write_json(night_dir / "report.json", outcome.report_dict())
     evidence = EvidenceLog(night_dir / "evidence.jsonl")
     mined: _Mined | None = None
     try:
         with _timed(outcome, "mine"):
-            mined = _mine_and_split(outcome, taken, config, models, adopted, home, evidence)
+            mined = _mine_and_split(outcome, taken, config, models, adopted, home, evidence,
+                                    ledger)  # fmt: skip
         _learn(outcome, mined, config, models, adopted, night_dir, evidence, console, deadline)
     except TooFewTasks as err:
         outcome.status, outcome.reason = "too_few_tasks", str(err)
@@ -1712,6 +1716,8 @@ class NightTrainer:
             self.callbacks = callbacks
         else:
             self.callbacks = CallbackList(with_tracker(config.report_to, callbacks))
+        # given: every night of this trainer charges it; else each night gets its own
+        self._given_ledger = ledger
         self.ledger = ledger or UsageLedger(budget=config.budget)
         self.marks = _night_marks(config, self.home)
         self.loader = loader or _default_loader(config, self.marks)
@@ -1767,13 +1773,15 @@ class NightTrainer:
             private_project_dir(project, home)  # 0700 even where an older version made it
         private_dirs(root.parent)
         root.mkdir(mode=0o700)
+        self.ledger = self._given_ledger or UsageLedger(budget=config.budget)
         if not rows:
             outcome = _empty_night(project, night, since, until, home, root)
         else:
             models = self.models or _load_models(config, rows, self.loader, self._cache)
             with using(self.prompts):  # the miner's, the judge's, the analyst's: the user's
                 outcome = run_project(project, night, since, until, rows, config, models, home,
-                                      self.console, root, self.dry_run, deadline)  # fmt: skip
+                                      self.console, root, self.dry_run, deadline,
+                                      self.ledger)  # fmt: skip
         _night_events(self.callbacks, outcome)
         return outcome
 
