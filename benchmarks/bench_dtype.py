@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"repeat {repeat} {part} {dtype}: {what} ({run['unit_seconds']} s)", flush=True)
     print(json.dumps(summarize(runs), indent=1))
     if a.out.resolve().parent == RESULTS.resolve():
-        from tables import write_tables
+        from common import write_tables
 
         write_tables()  # the benchmarks README's bf16 table comes from this file
 

@@ -501,7 +501,7 @@ def power_main(runs: int, *, quick: bool) -> None:
     met = [v for v in power_verdict(cells) if v["meets"]]
     print(f"\ncandidates meeting the target: {met or 'none'} ({time.perf_counter() - t0:.0f} s)")
     if not quick:
-        from tables import write_tables
+        from common import write_tables
 
         write_tables()
 
@@ -540,7 +540,7 @@ def main() -> None:
     path = RESULTS / f"gate_sim{'_quick' if args.quick else ''}.json"
     atomic_write_json(path, out)
     if not args.quick:
-        from tables import write_tables
+        from common import write_tables
 
         write_tables()  # the README's table comes from gate_sim.json
     print(table(results))

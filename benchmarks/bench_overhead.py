@@ -40,9 +40,9 @@ from common import (
     markdown_table,
     selftaught_server,
     split_spec,
+    write_tables,
 )
 from fake_openai import fake_server
-from tables import write_tables
 
 TASK = "gym:basic_arithmetic?min_terms=2&max_terms=3&min_digits=1&max_digits=2"
 SKILL = "You are a helpful assistant."

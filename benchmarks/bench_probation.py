@@ -41,9 +41,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, command_line, machine_info  # noqa: E402
+from common import RESULTS, command_line, machine_info, write_tables  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402  (module level: the endpoint's annotation)
-from tables import write_tables  # noqa: E402
 
 from selftaught.runs import atomic_write_json, atomic_write_text  # noqa: E402
 from selftaught.sleep.adoption.probation import (  # noqa: E402

@@ -72,7 +72,7 @@ def main() -> None:
         },
     )
     if a.out.resolve().parent == RESULTS.resolve():
-        from tables import write_tables
+        from common import write_tables
 
         write_tables()  # the READMEs' quick-start figures come from these files
     i, b = test["initial"], test["best"]

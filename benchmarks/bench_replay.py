@@ -552,8 +552,7 @@ def _readme(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    from common import RESULTS, command_line, machine_info
-    from tables import write_tables
+    from common import RESULTS, command_line, machine_info, write_tables
 
     from selftaught.runs import atomic_write_json
 

@@ -378,7 +378,7 @@ def main() -> None:
     results["machine"]["load_at_end"] = os.getloadavg()
     save()
     if output.resolve().parent == RESULTS.resolve():
-        from tables import write_tables
+        from common import write_tables
 
         write_tables()  # the README's sleep tables come from these files
     print(json.dumps({k: v.get("summary") for k, v in results["configs"].items()}, indent=2))

@@ -51,8 +51,8 @@ from common import (  # noqa: E402
     fmt_acc,
     machine_info,
     markdown_table,
+    write_tables,
 )
-from tables import write_tables  # noqa: E402
 
 TEACHER = Path(__file__).resolve().parent / "tool_calculator_teacher.md"
 

@@ -6,7 +6,8 @@ clients, the night's models, per-night snapshots of its state: `bench_sleep.py` 
 (`tables.py`, which imports this module: never the other way round).
 
 Imported by the scripts beside it (`python benchmarks/bench_*.py` puts this folder on
-`sys.path`) and by tests/test_bench_helpers.py; never by the package."""
+`sys.path`) and by tests/test_bench_helpers.py; never by the package. It imports no benchmark
+file: the scripts lean on it, tables.py on them (`write_tables` runs tables.py apart)."""
 
 from __future__ import annotations
 
@@ -557,3 +558,15 @@ def pending_units(
     run fields `keys` (a resumed benchmark)."""
     done = {tuple(r[k] for k in keys) for r in runs}
     return [unit for unit in order if unit not in done]
+
+
+def write_tables() -> None:
+    """Regenerate every marked table and figure of the READMEs from the results files, as
+    `python benchmarks/tables.py` does: a benchmark writes its results file, then calls this.
+    In a process of its own, with the selftaught this one runs: tables.py imports the
+    benchmarks that render their own tables, so importing it from one would close a loop."""
+    spec = importlib.util.find_spec("selftaught")
+    paths = [str(Path(spec.origin).parents[1])] if spec and spec.origin else []
+    paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    subprocess.run([sys.executable, str(BENCH_DIR / "tables.py")], check=True, env=env)

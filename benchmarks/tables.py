@@ -408,11 +408,5 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("stale (run python benchmarks/tables.py):\n" + "\n".join(stale))
 
 
-def write_tables() -> None:
-    """Regenerate every marked table and figure of the READMEs from the results files: a
-    benchmark writes its results file, then calls this."""
-    main([])
-
-
 if __name__ == "__main__":
     main()

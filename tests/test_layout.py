@@ -1,4 +1,5 @@
-"""The shape of the source tree: no import loop, no long function (both read with `ast`)."""
+"""The shape of the source tree: no import loop (between modules, between the benchmarks), no
+long function (all read with `ast`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "selftaught"
+BENCH = SRC.parents[1] / "benchmarks"
 MAX_FUNCTION_LINES = 80
 # cli.py commands the CLI rewrite (issue 18, item 4) replaces; nothing else may grow past the cap
 LONG_FUNCTIONS_ALLOWED: set[tuple[str, str]] = set()
@@ -152,6 +154,40 @@ def test_cycle_finder_finds_a_loop_through_three_modules():
 def test_no_import_loop():
     cycles = import_cycles(import_graph())
     assert not cycles, "modules that import each other (directly or round a loop): " + "; ".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def bench_graph() -> dict[str, set[str]]:
+    """Benchmark file -> the benchmark files it imports (they import each other by their bare
+    names, `benchmarks/` on the path), anywhere in the file."""
+    names = {path.stem for path in BENCH.glob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in names}
+    for name in names:
+        tree = ast.parse((BENCH / f"{name}.py").read_text(), name)
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                targets = [node.module]
+            for target in targets:
+                head = target.removeprefix("benchmarks.").split(".")[0]
+                if head in names and head != name:
+                    graph[name].add(head)
+    return graph
+
+
+def test_bench_graph_sees_module_and_function_imports():
+    graph = bench_graph()
+    assert "bench_quickstart" in graph["bench_busy"]  # at the top of the file
+    assert "protocol" in graph["bench_tasks"]  # inside a function
+    assert "common" in graph["tables"]
+
+
+def test_benchmarks_import_one_way():
+    cycles = import_cycles(bench_graph())
+    assert not cycles, "benchmark files that import each other: " + "; ".join(
         " <-> ".join(c) for c in cycles
     )
 
