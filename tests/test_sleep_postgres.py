@@ -31,9 +31,9 @@ from selftaught.sleep.intake.log import (
     TaskLog,
 )
 from selftaught.sleep.lock import NightRunning, night_lock, read_holder
+from selftaught.sleep.move import move_log
 from selftaught.sleep.paths import Unit, read_adopted
 from selftaught.sleep.store import versions
-from selftaught.sleep.store.move import move_log
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 PROJECT = "demo"

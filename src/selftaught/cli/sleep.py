@@ -51,6 +51,7 @@ from selftaught.sleep.adoption.probation import ProbationConfig
 from selftaught.sleep.intake.harvest import HarvestConfig
 from selftaught.sleep.intake.log import parse_time
 from selftaught.sleep.intake.proxy import ProxyConfig
+from selftaught.sleep.move import BATCH
 from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.dream import DreamConfig
@@ -59,7 +60,6 @@ from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.weak import WeakConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
 from selftaught.sleep.paths import DEFAULT_PROJECT, check_project
-from selftaught.sleep.store.move import BATCH
 from selftaught.stops import Stops
 
 # ---- sleep, part 1: the proxy and the task log ----------------------------------------
@@ -460,8 +460,8 @@ def sleep_log_migrate_cmd(
     """Copy a SQLite log and its projects' adopted versions into Postgres, then check every row.
 
     Safe to re-run: what is there is skipped, and a killed run resumes."""
+    from selftaught.sleep.move import move_log
     from selftaught.sleep.paths import sleep_home
-    from selftaught.sleep.store.move import move_log
 
     source = log or sleep_home() / "log.db"
     result = move_log(source, to, sleep_home(), batch=batch, progress=console.print)

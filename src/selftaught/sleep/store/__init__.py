@@ -15,7 +15,9 @@ and errors they share (`Adopted`, `LogError`, `LogUrl`).
     postgres.py   the Postgres backend (psycopg 3, a pool, migrations in `selftaught_schema`)
     versions.py   adopted versions, their pointer and events in Postgres (staging/paths call it)
     pg_lock.py    the night's lock as a Postgres advisory lock, and who holds it
-    move.py       `sleep log migrate`: copy a SQLite log and its versions into Postgres
+
+`sleep log migrate` (copy a SQLite log and its versions into Postgres) is `sleep/move.py`,
+above the log and `paths`, which it reads.
 
 psycopg is an optional extra (`selftaught[postgres]`), imported only when a URL is used.
 """
