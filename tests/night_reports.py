@@ -11,7 +11,7 @@ from typing import Any
 
 from selftaught.results import RunResult
 from selftaught.sleep.adoption import staging
-from selftaught.sleep.night.result import NightResult
+from selftaught.sleep.result import NightResult
 
 
 def round_trip(report: dict[str, Any], night_dir: Path | None = None) -> None:

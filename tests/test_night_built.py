@@ -8,8 +8,8 @@ import dataclasses
 import json
 
 from selftaught.sleep.night.cycle import run_night
-from selftaught.sleep.night.records import AdapterRecord, WeightsRecord
-from selftaught.sleep.night.result import NightResult
+from selftaught.sleep.records import AdapterRecord, WeightsRecord
+from selftaught.sleep.result import NightResult
 from selftaught.stops import StopReason
 from tests.scripted import canned_analyst
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models

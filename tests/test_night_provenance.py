@@ -10,7 +10,7 @@ from pathlib import Path
 from selftaught.gate import Paired
 from selftaught.skill.result import ParseStats
 from selftaught.sleep.night.cycle import run_night
-from selftaught.sleep.night.records import (
+from selftaught.sleep.records import (
     AgentRunsRecord,
     ConversationRecord,
     DreamRecord,
@@ -18,7 +18,7 @@ from selftaught.sleep.night.records import (
     TaskRecord,
     WeakRecord,
 )
-from selftaught.sleep.night.result import NightResult
+from selftaught.sleep.result import NightResult
 from tests.test_sleep_cycle import config, fill_log, models
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nights"

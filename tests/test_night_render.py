@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from selftaught.sleep.night import summary
-from selftaught.sleep.night.records import PhaseRecord
-from selftaught.sleep.night.result import NightResult
+from selftaught.sleep.records import PhaseRecord
+from selftaught.sleep.result import NightResult
 
 NIGHTS = Path(__file__).parent / "fixtures" / "nights"
 RENDERED = NIGHTS / "rendered"

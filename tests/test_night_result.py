@@ -16,8 +16,8 @@ from selftaught.gate import GateResult
 from selftaught.results import Score
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.night import summary
-from selftaught.sleep.night.records import ProposalRecord, Summary, WeightsRecord
-from selftaught.sleep.night.result import NightResult
+from selftaught.sleep.records import ProposalRecord, Summary, WeightsRecord
+from selftaught.sleep.result import NightResult
 from selftaught.stops import StopReason
 from tests.night_reports import round_trip
 
@@ -184,8 +184,8 @@ def any_typed_fields(modules: tuple[str, ...]) -> list[str]:
 
 RESULT_MODULES = (
     "results.py",
-    "sleep/night/records.py",
-    "sleep/night/result.py",
+    "sleep/records.py",
+    "sleep/result.py",
     "weights/rows.py",
     "weights/rest.py",
     "weights/rl.py",

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from selftaught import cli
 from selftaught.sleep.adoption import staging
-from selftaught.sleep.night.result import NightResult
+from selftaught.sleep.result import NightResult
 
 SAVED = Path(__file__).parent / "fixtures" / "nights" / "before-records"
 NIGHT = "20261128-143008"

@@ -295,8 +295,8 @@ def test_a_night_after_an_adapter_was_adopted_measures_it_and_trains_on_from_it(
     import torch
 
     from selftaught.sleep.night.cycle import NightModels, _as_served
-    from selftaught.sleep.night.result import NightResult
     from selftaught.sleep.night.weight_night import LocalAdapterTrainer, WeightNightConfig
+    from selftaught.sleep.result import NightResult
     from selftaught.weights.config import BackendConfig
 
     base, adapter = embedded

@@ -14,8 +14,8 @@ from selftaught.sleep.night import recall
 from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
 from selftaught.sleep.night.kinds import Kind, KindConfig, find_kinds, load_kinds, save_kinds
 from selftaught.sleep.night.mine import MinedTask
-from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import Unit, read_adopted
+from selftaught.sleep.result import NightResult
 from tests.test_sleep_skills import INTENTS, PROJECT, two_rule_models, unit_files
 
 
@@ -318,7 +318,7 @@ def _adopt_kind_skill(home, kind: str, intent: str, adapter: bytes | None = None
         skill_adapter_dir,
         write_skill_proposal,
     )
-    from selftaught.sleep.night.records import AdapterRecord
+    from selftaught.sleep.records import AdapterRecord
     from tests.test_sleep_skill_adapters import fake_adapter
 
     folder = staging.nights_dir(PROJECT, home) / f"n-{kind}"

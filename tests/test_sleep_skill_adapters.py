@@ -26,9 +26,9 @@ from selftaught.sleep.adoption.skill_units import (
     skill_adapter_dir,
     write_skill_proposal,
 )
-from selftaught.sleep.night.records import AdapterRecord
 from selftaught.sleep.night.weight_night import TrainedAdapter, WeightData
 from selftaught.sleep.paths import Unit, read_adopted
+from selftaught.sleep.records import AdapterRecord
 from tests.scripted import (
     ScriptedModel,
     append,

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from selftaught.skill.result import SkillRunResult
     from selftaught.skill.skillset import SkillSetConfig, SkillSetResult
     from selftaught.sleep.night.cycle import NightConfig, NightModels
-    from selftaught.sleep.night.result import NightResult
+    from selftaught.sleep.result import NightResult
     from selftaught.tasks.options import TaskOptions
     from selftaught.weights.config import DPOConfig, RestConfig, RLConfig
     from selftaught.weights.dpo import DPOResult, Judged, PreferencePair, Preferences

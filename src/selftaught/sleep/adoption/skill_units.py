@@ -55,8 +55,6 @@ from selftaught.sleep.adoption.write_back import (
     undo,
     write_back,
 )
-from selftaught.sleep.night.records import AdapterRecord, SkillRecord, WeightsRecord
-from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import (
     ADAPTER_DIR,
     SKILLS_DIR,
@@ -66,6 +64,8 @@ from selftaught.sleep.paths import (
     shared_url,
     valid_skill_names,
 )
+from selftaught.sleep.records import AdapterRecord, SkillRecord, WeightsRecord
+from selftaught.sleep.result import NightResult
 
 ROUTER_TASKS = 40  # train task inputs a skill's card keeps for the router (the first ones)
 TASK_CHARS = 2000  # of each

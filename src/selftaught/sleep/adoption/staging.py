@@ -84,9 +84,6 @@ from selftaught.sleep.adoption.inject import (
     check_no_markers,
     live_block_span,
 )
-from selftaught.sleep.night.records import AdapterRecord, ModelSpecs, plain
-from selftaught.sleep.night.result import NIGHT_KIND as NIGHT_KIND  # read here by old callers
-from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import (
     ADAPTER_DIR,
     Adopted,
@@ -99,6 +96,9 @@ from selftaught.sleep.paths import (
     unit_dir,
     version_adapter,
 )
+from selftaught.sleep.records import AdapterRecord, ModelSpecs, plain
+from selftaught.sleep.result import NIGHT_KIND as NIGHT_KIND  # read here by old callers
+from selftaught.sleep.result import NightResult
 
 if TYPE_CHECKING:
     from selftaught.sleep.store.versions import PgVersions

@@ -39,8 +39,8 @@ from selftaught.sleep.adoption.placement import (
     write_documents,
 )
 from selftaught.sleep.adoption.staging import Adoption, StagingError
-from selftaught.sleep.night.records import plain
 from selftaught.sleep.paths import Owner
+from selftaught.sleep.records import plain
 
 WRITTEN_BACK = "written_back"  # the key in a version's meta.json
 START_DOCUMENT = "start_document"  # the key in a night's report.json

@@ -33,9 +33,9 @@ from selftaught.skill.reflect import DocumentKind
 from selftaught.skill.trainer import SkillTrainer
 from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
-from selftaught.sleep.night.records import LateDuplicate
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
+from selftaught.sleep.records import LateDuplicate
 from selftaught.stops import UNLIMITED, Deadline, StopReason, stop_dict
 from selftaught.tasks.scorers import LlmJudge
 

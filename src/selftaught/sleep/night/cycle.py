@@ -118,33 +118,7 @@ from selftaught.sleep.night.mine import (
 )
 from selftaught.sleep.night.miner import Miner, MinerConfig, Pending, wants_check
 from selftaught.sleep.night.proofread import proofread
-from selftaught.sleep.night.records import (
-    AdoptedAdapter,
-    BudgetRecord,
-    ClientWindow,
-    DreamRecord,
-    GateMode,
-    LateDuplicate,
-    MiningRecord,
-    ModelSpecs,
-    NightPower,
-    PairedRecord,
-    PhaseRecord,
-    ProofreadRecord,
-    ProposalRecord,
-    RecallRecord,
-    SmallestGain,
-    SplitCounts,
-    Summary,
-    TrainingRecord,
-    TrainOnlyUse,
-    WeakRecord,
-    WindowRecord,
-    each,
-    plain,
-)
 from selftaught.sleep.night.replay import conversations, mine_tool_task, night_task
-from selftaught.sleep.night.result import ROWS_READ_FILE, NightResult
 from selftaught.sleep.night.signals import REDONE, is_redo, read_threads, rejected_signals
 from selftaught.sleep.night.skill_parts import SKILL_ADAPTERS
 from selftaught.sleep.night.slow import night_ledger, sync_rollbacks, with_ledger
@@ -189,6 +163,32 @@ from selftaught.sleep.paths import (
     private_project_dir,
     sleep_home,
 )
+from selftaught.sleep.records import (
+    AdoptedAdapter,
+    BudgetRecord,
+    ClientWindow,
+    DreamRecord,
+    GateMode,
+    LateDuplicate,
+    MiningRecord,
+    ModelSpecs,
+    NightPower,
+    PairedRecord,
+    PhaseRecord,
+    ProofreadRecord,
+    ProposalRecord,
+    RecallRecord,
+    SmallestGain,
+    SplitCounts,
+    Summary,
+    TrainingRecord,
+    TrainOnlyUse,
+    WeakRecord,
+    WindowRecord,
+    each,
+    plain,
+)
+from selftaught.sleep.result import ROWS_READ_FILE, NightResult
 from selftaught.stops import UNLIMITED, Deadline, StopReason, Stops
 from selftaught.tasks.episode import is_tool_task
 from selftaught.tasks.scorers import LlmJudge

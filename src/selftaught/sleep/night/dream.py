@@ -48,9 +48,9 @@ from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.reflect import load_prompt, render
 from selftaught.sleep.night.checks import find_rules
 from selftaught.sleep.night.mine import MinedTask, normalized_prompt, task_key
-from selftaught.sleep.night.records import DreamRecord, given
 from selftaught.sleep.night.split import add_train_only, train_only, use_lines
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
+from selftaught.sleep.records import DreamRecord, given
 from selftaught.tasks.scorers import normalize_text, reference_scorer
 
 RENUMBERED = "renumbered"

@@ -67,8 +67,8 @@ from selftaught.skill.clustering import (
 from selftaught.skill.routing import KIND_SIMILARITY, KindIndex, SkillCard, SkillRouter
 from selftaught.skill.skillset import fallback_name, unique_name
 from selftaught.sleep.night.mine import MinedTask
-from selftaught.sleep.night.records import KindRecord, ValPairRecord
 from selftaught.sleep.paths import project_dir
+from selftaught.sleep.records import KindRecord, ValPairRecord
 
 KINDS_FILE = "kinds.json"
 TAG_PREFIX = "kind:"

@@ -44,9 +44,9 @@ from selftaught.skill.slow import costs_nothing
 from selftaught.sleep.adoption.inject import find_marker
 from selftaught.sleep.night.demo_modes import ValScorer
 from selftaught.sleep.night.mine import MinedTask
-from selftaught.sleep.night.records import ProofreadRecord, SourcedLine
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
+from selftaught.sleep.records import ProofreadRecord, SourcedLine
 
 Key = tuple[str, str]  # ("rules" | "memory", line index) or ("demos", demo id)
 DOCUMENT = {"rules": "skill", "demos": "skill", "memory": "memory"}

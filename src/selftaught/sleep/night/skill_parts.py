@@ -38,7 +38,6 @@ from selftaught.sleep.adoption import staging
 from selftaught.sleep.night.consolidate import consolidate
 from selftaught.sleep.night.evidence import EvidenceLog
 from selftaught.sleep.night.mine import MinedTask
-from selftaught.sleep.night.records import LateDuplicate
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.night.weight_night import (
     AdapterTrainer,
@@ -51,6 +50,7 @@ from selftaught.sleep.night.weight_night import (
     weight_candidates,
 )
 from selftaught.sleep.paths import SKILLS_DIR, Adopted, Unit
+from selftaught.sleep.records import LateDuplicate
 
 SKILL_ADAPTERS = ("per-skill", "shared")
 

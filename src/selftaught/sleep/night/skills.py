@@ -58,15 +58,6 @@ from selftaught.sleep.adoption.write_back import SourceFile, written_by
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.kinds import ItemValues, KindSkill, NightKinds, kind_records
 from selftaught.sleep.night.mine import MinedTask
-from selftaught.sleep.night.records import (
-    LateDuplicate,
-    PairedRecord,
-    ProposalRecord,
-    SkillRecord,
-    SkillSetRecord,
-    Summary,
-)
-from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.night.skill_parts import (
     KindLearned,
     KindUnit,
@@ -78,6 +69,15 @@ from selftaught.sleep.night.skill_parts import (
 )
 from selftaught.sleep.night.weight_night import WeightChoice, discard_adapters, stage_adapter
 from selftaught.sleep.paths import SKILLS_DIR, Unit
+from selftaught.sleep.records import (
+    LateDuplicate,
+    PairedRecord,
+    ProposalRecord,
+    SkillRecord,
+    SkillSetRecord,
+    Summary,
+)
+from selftaught.sleep.result import NightResult
 from selftaught.stops import UNLIMITED, Deadline
 
 

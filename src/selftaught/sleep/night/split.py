@@ -32,7 +32,7 @@ from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.kinds import kind_tag
 from selftaught.sleep.night.mine import BARE_VERDICT, MinedTask, task_key
-from selftaught.sleep.night.records import LateDuplicate, ProposalRecord, TrainOnlyUse, given
+from selftaught.sleep.records import LateDuplicate, ProposalRecord, TrainOnlyUse, given
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind
 from selftaught.tasks.scorers import LlmJudge
 

@@ -16,9 +16,9 @@ from typing import Any
 from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.adoption.placement import read_document, start_problem
 from selftaught.sleep.adoption.write_back import SourceFile
-from selftaught.sleep.night.records import SourceFileRecord
-from selftaught.sleep.night.result import NightResult
 from selftaught.sleep.paths import Adopted
+from selftaught.sleep.records import SourceFileRecord
+from selftaught.sleep.result import NightResult
 
 
 def check_start_files(config: Any) -> None:

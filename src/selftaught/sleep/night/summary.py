@@ -21,7 +21,9 @@ from selftaught.sleep.night.checks import describe_checks
 from selftaught.sleep.night.dream import dream_lines
 from selftaught.sleep.night.evidence import EvidenceLog, redact_tree
 from selftaught.sleep.night.mine import NO_CHECK, MinedTask
-from selftaught.sleep.night.records import (
+from selftaught.sleep.night.split import TRAIN_ONLY
+from selftaught.sleep.night.weak import weak_lines
+from selftaught.sleep.records import (
     BudgetRecord,
     DemoModesRecord,
     DemoShape,
@@ -45,9 +47,7 @@ from selftaught.sleep.night.records import (
     given,
     plain,
 )
-from selftaught.sleep.night.result import NightResult
-from selftaught.sleep.night.split import TRAIN_ONLY
-from selftaught.sleep.night.weak import weak_lines
+from selftaught.sleep.result import NightResult
 from selftaught.stops import StopReason, stop_text
 
 _R = TypeVar("_R", bound=Record)

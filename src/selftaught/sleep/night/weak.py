@@ -56,11 +56,11 @@ from selftaught.sleep.night.mine import (
     request_messages,
     task_key,
 )
-from selftaught.sleep.night.records import WeakRecord, given
 from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
 from selftaught.sleep.paths import project_dir
+from selftaught.sleep.records import WeakRecord, given
 from selftaught.tasks.base import Example, Score, Split, TaskKind
 from selftaught.tasks.scorers import (
     reference_scorer,

@@ -56,7 +56,9 @@ from selftaught.skill.demo_search import no_demo
 from selftaught.sleep.night.demo_modes import ValScorer, decide_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.mine import MinedTask
-from selftaught.sleep.night.records import (
+from selftaught.sleep.night.split import NightTask, SplitOverlap
+from selftaught.sleep.paths import ADAPTER_DIR, Adopted
+from selftaught.sleep.records import (
     AdapterRecord,
     GateRecord,
     LateDuplicate,
@@ -65,8 +67,6 @@ from selftaught.sleep.night.records import (
     WeightDataRecord,
     WeightsRecord,
 )
-from selftaught.sleep.night.split import NightTask, SplitOverlap
-from selftaught.sleep.paths import ADAPTER_DIR, Adopted
 from selftaught.weights.config import BackendConfig, ConfigError, DPOConfig, SFTTrainConfig
 from selftaught.weights.dpo import PreferencePair
 from selftaught.weights.elite import select_elite

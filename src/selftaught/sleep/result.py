@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from selftaught.results import RunResult, Score
 from selftaught.skill.result import SlowUpdate
-from selftaught.sleep.night.records import (
+from selftaught.sleep.records import (
     AdoptedAdapter,
     BudgetRecord,
     Decoder,
