@@ -73,7 +73,7 @@ class KVShape:
     def token_bytes(self) -> int:
         import torch
 
-        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        itemsize: int = torch.empty((), dtype=self.dtype).element_size()
         return 2 * self.layers * self.heads * self.dim * itemsize
 
 

@@ -220,6 +220,10 @@ def _tool_errors(fn: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
+_Tool = Callable[..., dict[str, Any]]
+_Register = Callable[[_Tool], _Tool]  # what MCPServer.tool(...) returns: registers a tool
+
+
 def build_server(tools: SleepTools) -> Any:
     """The MCP server for one project's tools (`mcp.server.mcpserver.MCPServer`)."""
     try:
@@ -230,9 +234,15 @@ def build_server(tools: SleepTools) -> Any:
             "the MCP server needs the official MCP SDK: pip install 'selftaught[mcp]'"
         ) from None
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
-    reading = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    # the decorators typed here: without the mcp extra the checker sees `server` as Any
+    writing: _Register = server.tool(
+        annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False)
+    )
+    reading: _Register = server.tool(
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    )
 
-    @server.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
+    @writing
     @_tool_errors
     def give_feedback(
         thumb: Annotated[
@@ -254,14 +264,14 @@ def build_server(tools: SleepTools) -> Any:
         learning). Give at least one of thumb, reference, comment."""
         return tools.give_feedback(thumb, reference, comment, session_id)
 
-    @server.tool(annotations=reading)
+    @reading
     @_tool_errors
     def adopted_skill() -> dict[str, Any]:
         """The skill and memory this project has adopted (what the agent is taught), and
         their version."""
         return tools.adopted_skill()
 
-    @server.tool(annotations=reading)
+    @reading
     @_tool_errors
     def last_night_report() -> dict[str, Any]:
         """What the project's last night of learning did: status, reason and its report."""
