@@ -370,6 +370,32 @@ def test_a_night_given_a_ledger_charges_its_calls_to_it(tmp_path):
     assert night.usage == ledger.to_dict()
 
 
+def test_the_night_trainer_is_a_base_trainer_and_run_night_loops_over_build_trainer(
+    tmp_path, monkeypatch
+):
+    # issue 64: the night is on the trainer contract all through (task, run, info), and
+    # `run_night` (what `sleep run` calls) is `build_trainer(...).train()` per project
+    import selftaught.trainers as trainers
+    from selftaught.trainer_base import BaseTrainer
+
+    fill_log(tmp_path, ALPHA_NIGHT)
+    built: list[NightTrainer] = []
+    real = trainers.build_trainer
+
+    def recording(*args: Any, **kw: Any) -> Any:
+        trainer = real(*args, **kw)
+        built.append(trainer)
+        return trainer
+
+    monkeypatch.setattr(trainers, "build_trainer", recording)
+    (night,) = run_night(config(tmp_path), models=models())
+    (trainer,) = built
+    assert isinstance(trainer, BaseTrainer) and isinstance(trainer, NightTrainer)
+    assert trainer.task.name == trainer.task.project == "demo" == trainer.info.task
+    assert trainer.run.root == night.night_dir == trainer.info.run_dir
+    assert trainer.info.method == trainer.method == "night" and trainer.config.project == "demo"
+
+
 def test_sleep_night_is_the_library_entry_point(tmp_path):
     fill_log(tmp_path, ALPHA_NIGHT)
     recorder = Recorder()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from selftaught.sleep.night.cycle import NightConfig, night_training_defaults, run_night
-from selftaught.sleep.night.result import NightResult
+from selftaught.sleep.result import NightResult
 from tests.scripted import canned_analyst
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
 from tests.test_sleep_skills import fill_two_intents, two_rule_models

@@ -389,10 +389,11 @@ def with_missing(saved: dict[str, Any], defaults: dict[str, Any]) -> dict[str, A
 class RunDir:
     """A directory holding everything a run produced and everything needed to resume it."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, *, make: bool = True):
         self.root = Path(root)
-        with writing_to(self.root, "the run directory"):
-            private_dirs(self.root)
+        if make:  # else its owner makes it (a night: under its lock, and only once)
+            with writing_to(self.root, "the run directory"):
+                private_dirs(self.root)
         self.history_path = self.root / "history.jsonl"
         self.state_path = self.root / "state.json"
         self.config_path = self.root / "config.json"

@@ -45,8 +45,17 @@ class RunConfig(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
+class Named(Protocol):
+    """What the base reads of a run's task: its name (`RunInfo.task`)."""
+
+    @property
+    def name(self) -> str: ...
+
+
 ConfigT = TypeVar("ConfigT", bound=RunConfig)
 ResultT = TypeVar("ResultT", bound=RunResult)
+# a `Task` for every trainer but the night, whose task is the log it mines (`NightSource`)
+TaskT = TypeVar("TaskT", bound=Named)
 
 
 def _a(name: str) -> str:
@@ -54,8 +63,9 @@ def _a(name: str) -> str:
     return "an" if name[:1] in "AEIOU" or name.startswith("RL") else "a"
 
 
-class BaseTrainer(Generic[ConfigT, ResultT]):
-    """The shared part of `SkillTrainer`, `RestTrainer`, `RLTrainer` and `DPOTrainer`.
+class BaseTrainer(Generic[ConfigT, ResultT, TaskT]):
+    """The shared part of `SkillTrainer`, `RestTrainer`, `RLTrainer`, `DPOTrainer` and
+    `NightTrainer`.
 
     A subclass names its `config_type` and `result_type`, the settings a resumed run may
     change (`resumable`), where its result goes (`result_file`), and implements `_setup`
@@ -70,6 +80,7 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
     quiet_without_progress: ClassVar[bool] = False
 
     config: ConfigT
+    task: TaskT
     run: RunDir
     info: RunInfo
     deadline: Deadline
@@ -77,7 +88,7 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
     def __init__(
         self,
         config: ConfigT,
-        task: Task,
+        task: TaskT,
         model: Any = None,
         *,
         output_dir: str | Path | None = None,
@@ -99,8 +110,8 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
         self.ledger.budget = config.budget
         self.test_ledger = UsageLedger()
         self._setup(model)
-        self.run = RunDir(output_dir or self.default_output_dir())
-        self.info = RunInfo(self.method, task.name, self.run.root, config.to_dict())
+        self.run = self._open_run(Path(output_dir or self.default_output_dir()))
+        self.info = self._run_info()
         self.deadline = UNLIMITED  # `_begin` starts this invocation's clock
 
     # ---- what a subclass provides ----------------------------------------------------------
@@ -109,6 +120,14 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
 
     def default_output_dir(self) -> Path:
         raise NotImplementedError
+
+    def _open_run(self, root: Path) -> RunDir:
+        """The run directory, made now (a night makes its own once it holds the lock)."""
+        return RunDir(root)
+
+    def _run_info(self) -> RunInfo:
+        """What every event is told about the run."""
+        return RunInfo(self.method, self.task.name, self.run.root, self.config.to_dict())
 
     def run_config(self) -> dict[str, Any]:
         """What `config.json` records: a resumed run must match it (but `resumable`)."""
@@ -143,7 +162,9 @@ class BaseTrainer(Generic[ConfigT, ResultT]):
                 f"{type(self).__name__} needs {_a(want)} {want}, got {type(config).__name__}"
             )
 
-    def _read_splits(self) -> tuple[list[Example], list[Example], list[Example]]:
+    def _read_splits(
+        self: BaseTrainer[Any, Any, Task],
+    ) -> tuple[list[Example], list[Example], list[Example]]:
         """The task's train, val and test examples; an item in two splits (by id or by
         prompt) fails closed, naming it: val and test never feed what is learned."""
         check_disjoint(self.task)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from selftaught.skill.config import SkillOptConfig
     from selftaught.skill.trainer import SkillTrainer
     from selftaught.sleep.intake.log import TaskLog
-    from selftaught.sleep.night.cycle import NightConfig, NightModels, NightTrainer
+    from selftaught.sleep.night.cycle import NightConfig, NightModels, NightSource, NightTrainer
     from selftaught.tasks.base import Task
     from selftaught.trainer_base import BaseTrainer
     from selftaught.weights.dpo import DPOTrainer
@@ -53,17 +53,18 @@ ResultT_co = TypeVar("ResultT_co", bound="RunResult", covariant=True)
 
 
 class Trainer(Protocol[ResultT_co]):
-    """What every trainer offers (`BaseTrainer` holds it): its validated `config`, the `task`,
-    the run directory `run` (`run.root`; a resume with other settings is refused), the
-    `RunInfo` its callbacks are told, the `callbacks`, the `ledger` charged with its calls,
-    the `result_type` `train()` returns, and `train()`, which runs (or resumes) the run."""
+    """What every trainer offers (`BaseTrainer` holds it): its validated `config`, the `task`
+    (a night's: the `NightSource` it mines), the run directory `run` (`run.root`; a resume
+    with other settings is refused), the `RunInfo` its callbacks are told, the `callbacks`,
+    the `ledger` charged with its calls, the `result_type` `train()` returns, and `train()`,
+    which runs (or resumes) the run."""
 
     @property
     def result_type(self) -> type[ResultT_co]: ...
     @property
     def config(self) -> Any: ...
     @property
-    def task(self) -> Task: ...
+    def task(self) -> Task | NightSource: ...
     @property
     def run(self) -> RunDir: ...
     @property
@@ -173,7 +174,7 @@ def build_trainer(
     task: Task | TaskLog | Path | str | None,
     model: ModelLike | NightModels | Path | None,
     **kwargs: Any,
-) -> Trainer[RunResult] | NightTrainer:
+) -> Trainer[RunResult]:
     """The trainer for `config`, built the one way: (config, task, model, **keywords); a
     night's task is its log."""
     from pathlib import Path
@@ -187,6 +188,6 @@ def build_trainer(
         return NightTrainer(config, task, model, **kwargs)
     if not isinstance(task, Task) or isinstance(model, NightModels):
         raise ConfigError(f"a {type(config).__name__} trains on a Task with a model spec")
-    cls: type[BaseTrainer[Any, Any]] = trainer_for(config)
+    cls: type[BaseTrainer[Any, Any, Any]] = trainer_for(config)
     trainer: Trainer[RunResult] = cls(config, task, model, **kwargs)
     return trainer

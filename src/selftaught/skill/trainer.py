@@ -95,7 +95,7 @@ RESUMABLE = {
 }
 
 
-class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult]):
+class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult, Task]):
     """Skill optimization (SkillOpt, text space) over `task` with a frozen target `model`; the
     `optimizer_model` (default: the target) is the analyst; each a spec string or a
     `ChatModel` (`selftaught.models.resolve`). Every call of both is counted.

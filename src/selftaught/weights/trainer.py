@@ -18,6 +18,7 @@ from selftaught.gate import GatePower, gate_power
 from selftaught.models.device import dtype_name, inference_dtype, resolve_device
 from selftaught.models.resolve import local_model_path
 from selftaught.results import RunResult
+from selftaught.tasks.base import Task
 from selftaught.trainer_base import BaseTrainer
 from selftaught.weights.config import (
     DPOConfig,
@@ -32,7 +33,7 @@ WeightConfigT = TypeVar("WeightConfigT", RestConfig, RLConfig, DPOConfig)
 ResultT = TypeVar("ResultT", bound=RunResult)
 
 
-class WeightTrainer(BaseTrainer[WeightConfigT, ResultT]):
+class WeightTrainer(BaseTrainer[WeightConfigT, ResultT, Task]):
     """The base of the trainers that change a local model's weights."""
 
     # config.json's key for the settings a resumed run must share (`resume_settings`)

@@ -60,6 +60,7 @@ from selftaught.policy import Policy
 from selftaught.prompts import PromptSet, using
 from selftaught.redact import redact_for_model
 from selftaught.runs import (
+    RunDir,
     atomic_write_json,
     atomic_write_text,
     make_private,
@@ -193,6 +194,7 @@ from selftaught.stops import UNLIMITED, Deadline, StopReason, Stops
 from selftaught.tasks.episode import is_tool_task
 from selftaught.tasks.scorers import LlmJudge
 from selftaught.tracking import check_report_to, with_tracker
+from selftaught.trainer_base import BaseTrainer
 
 DOCUMENTS = ("skill", "memory")
 
@@ -532,10 +534,9 @@ def is_remote(spec: str | None) -> TypeGuard[str]:
     return not is_loopback(host)
 
 
-def _night_events(callbacks: CallbackList, outcome: NightResult) -> None:
+def _night_events(callbacks: CallbackList, info: RunInfo, outcome: NightResult) -> None:
     """A finished project night as events: its phases as steps, val before / after, the
     staging decision, the end."""
-    info = RunInfo("night", outcome.project, outcome.night_dir, {"night": outcome.night})
     callbacks.start(info)
     phases = outcome.phases
     for step, (name, phase) in enumerate(phases.items(), start=1):
@@ -1669,26 +1670,53 @@ def _skipped(
     return False
 
 
-class NightTrainer:
+@dataclass(frozen=True)
+class NightSource:
+    """A night's task: the project whose traffic it mines and the log that holds it
+    (`build_trainer(NightConfig(project=...), log, model)`: a night's task is its log)."""
+
+    project: str
+    log: TaskLog
+
+    @property
+    def name(self) -> str:
+        return self.project
+
+
+@dataclass(frozen=True)
+class NightWindow:
+    """What `run_night`, holding the night lock, read for one project: the night's id, the
+    project's window and its rows (oldest first), and the clock of the whole night."""
+
+    night: str
+    since: float
+    until: float
+    rows: tuple[Interaction, ...]
+    deadline: Deadline = UNLIMITED
+
+
+class NightTrainer(BaseTrainer[NightConfig, NightResult, NightSource]):
     """One project's night as a trainer, built the way every trainer is:
-    `NightTrainer(config, log, model, *, output_dir, callbacks, progress, console)` (through
-    `build_trainer(NightConfig(project=...), log, model)`), and `train()` runs the night
-    (today's `run_project`: harvest, mine, split, the skill / memory / weight phases, the gate,
-    staging) and returns its typed `NightResult`; `callbacks` (and the tracker
+    `NightTrainer(config, log, model, *, output_dir, callbacks, progress, console, ledger)`
+    (through `build_trainer(NightConfig(project=...), log, model)`); `train()` runs the night
+    (harvest, mine, split, the skill / memory / weight phases, the gate, staging) under the
+    night lock and returns its typed `NightResult`; `callbacks` (and the tracker
     `config.report_to` names) see its phases, val before / after and the staging decision.
 
-    Not a `BaseTrainer`: that base is built around a `Task` with fixed splits, a resumable run
-    directory (`config.json`, `result.json`) and one budget per run; a night's input is a
-    log it mines, its folder is a staged night (`report.json`, no resume: an interrupted
-    night is marked and its rows read again) and its lock spans every project. It offers the
-    same attributes (`config`, `callbacks`, `ledger`, `method`, `result_type`, `train`).
+    Its `task` is a `NightSource` (the project and the log it mines), its `run` the night's
+    folder (made when the night starts, under the lock: a night has no resume, an interrupted
+    one is marked and its rows read again), its `info` the `RunInfo` its events carry.
 
     `log`: a `TaskLog`, its path or URL (None: `config.log_path`, else the default log);
     `model`: the target (a spec or a `ChatModel`; the config's roles load the others) or the
-    `NightModels` of every role (None: `config.model`, else the logged upstream)."""
+    `NightModels` of every role (None: `config.model`, else the logged upstream). `window`:
+    the night `run_night` read under its lock (the trainer then takes no lock of its own);
+    `callbacks` as a `CallbackList`: used as given (`run_night`'s, with the one tracker of
+    every project's night)."""
 
+    config_type: ClassVar[type] = NightConfig
     result_type: ClassVar[type[NightResult]] = NightResult
-    method: ClassVar[str] = "night"
+    result_file: ClassVar[str] = "report.json"
 
     def __init__(
         self,
@@ -1702,87 +1730,110 @@ class NightTrainer:
         console: Console | None = None,
         ledger: UsageLedger | None = None,
         loader: ModelLoader | None = None,
+        marks: replay_mark.NightMarks | None = None,
+        window: NightWindow | None = None,
         dry_run: bool = False,
     ):
-        if not isinstance(config, NightConfig):
-            raise ConfigError(f"NightTrainer needs a NightConfig, got {type(config).__name__}")
-        self.config = config
-        self.log = log
+        self._check_config(config)
+        if config.project is None:
+            raise ConfigError("a NightTrainer runs one project's night: set NightConfig.project")
         self.home = config.home or sleep_home()
-        self.output_dir = Path(output_dir) if output_dir is not None else None
-        quiet = not (config.progress if progress is None else progress)
-        self.console = console or Console(stderr=True, quiet=quiet)
-        if isinstance(callbacks, CallbackList):  # run_night's: one tracker for every project
-            self.callbacks = callbacks
-        else:
-            self.callbacks = CallbackList(with_tracker(config.report_to, callbacks))
-        # given: every night of this trainer charges it; else each night gets its own
-        self._given_ledger = ledger
-        self.ledger = ledger or UsageLedger(budget=config.budget)
-        self.marks = _night_marks(config, self.home)
-        self.loader = loader or _default_loader(config, self.marks)
-        self.models = night_models(model, config, self.loader)
-        self.prompts = PromptSet.read(config.training.prompts)  # checked before any night
+        self.window = window
         self.dry_run = dry_run
+        self.night = window.night if window is not None else staging.new_night_id(self.home)
+        self._own_dir = output_dir is None
+        self._loader, self._marks = loader, marks
+        self._caller_callbacks = isinstance(callbacks, CallbackList)
+        show = config.progress if progress is None else progress
+        self._own_log = not isinstance(log, TaskLog)
+        opened = (
+            log if isinstance(log, TaskLog) else TaskLog(config.log_path if log is None else log)
+        )
+        super().__init__(
+            config,
+            NightSource(config.project, opened),
+            model,
+            output_dir=output_dir,
+            callbacks=callbacks.callbacks if isinstance(callbacks, CallbackList) else callbacks,
+            progress=show,
+            console=console or Console(stderr=True, quiet=not show),
+            ledger=ledger,
+        )
+
+    # ---- the contract (`trainer_base.BaseTrainer`) -------------------------------------------
+    @property
+    def method(self) -> str:
+        return "night"
+
+    def _setup(self, model: Any) -> None:
+        """The night's models (a `cmd:` one refused without its opt-in) and prompts, checked
+        before any night."""
+        config = self.config
+        self.marks = self._marks or _night_marks(config, self.home)
+        self.loader = self._loader or _default_loader(config, self.marks)
+        self.models = night_models(model, config, self.loader)
+        self.prompts = PromptSet.read(config.training.prompts)
         self._cache: dict[str, ChatModel] = {}
 
-    def train(self) -> NightResult:
-        """The project's night under the night lock (`NightRunning`: another holds it)."""
-        project = self.config.project
-        if project is None:
-            raise ConfigError("a NightTrainer runs one project's night: set NightConfig.project")
-        night = staging.new_night_id(self.home)
-        private_home(self.home)
-        kind = "dry run" if self.dry_run else "night"
-        with night_lock(self.home, night, kind, project=project):
-            for old in [] if self.dry_run else staging.mark_interrupted(project, self.home):
-                self.console.print(f"{project}: night {old} had been interrupted; marked so")
-            log = (
-                self.log
-                if isinstance(self.log, TaskLog)
-                else TaskLog(self.log if self.log is not None else self.config.log_path)
-            )
-            try:
-                until = time.time()
-                since, rows = window_rows(log, self.config, self.home, until)[project]
-                drop_forgotten(project, self.home, log)
-                deadline = Deadline.start(self.config.stops.max_minutes)
-                return self.night_of(project, night, since, until, rows, deadline)
-            finally:
-                if log is not self.log:
-                    log.close()
+    def _trackers(self) -> list[TrainerCallback]:
+        return [] if self._caller_callbacks else super()._trackers()
 
-    def night_of(
-        self,
-        project: str,
-        night: str,
-        since: float,
-        until: float,
-        rows: list[Interaction],
-        deadline: Deadline,
-        scratch: Path | None = None,
-    ) -> NightResult:
-        """The night of `project` over `rows` (its window), the lock held by the caller; its
-        folder is `output_dir`, else under `scratch` (a dry run), else the project's."""
-        home, config = self.home, self.config
+    def default_output_dir(self) -> Path:
+        return staging.nights_dir(self.task.project, self.home) / self.night
+
+    def _open_run(self, root: Path) -> RunDir:
+        return RunDir(root, make=False)  # made by `_night`, under the lock, once
+
+    def _run_info(self) -> RunInfo:
+        return RunInfo(self.method, self.task.project, self.run.root, {"night": self.night})
+
+    def run_config(self) -> dict[str, Any]:
+        return self.config.to_dict()
+
+    # ---- the night -----------------------------------------------------------------------------
+    def train(self) -> NightResult:
+        """The project's night: under the night lock it takes (`NightRunning`: another holds
+        it), or the one `run_night` holds (`window`)."""
+        try:
+            if self.window is not None:
+                return self._night(self.window)
+            return self._locked()
+        finally:
+            if self._own_log:
+                self.task.log.close()
+
+    def _locked(self) -> NightResult:
+        project, home, log = self.task.project, self.home, self.task.log
+        private_home(home)
+        kind = "dry run" if self.dry_run else "night"
+        with night_lock(home, self.night, kind, project=project):
+            for old in [] if self.dry_run else staging.mark_interrupted(project, home):
+                self.console.print(f"{project}: night {old} had been interrupted; marked so")
+            until = time.time()
+            since, rows = window_rows(log, self.config, home, until)[project]
+            drop_forgotten(project, home, log)
+            deadline = Deadline.start(self.config.stops.max_minutes)
+            return self._night(NightWindow(self.night, since, until, tuple(rows), deadline))
+
+    def _night(self, window: NightWindow) -> NightResult:
+        """The night over `window`'s rows, the lock held; its folder is made here."""
+        project, home, config = self.task.project, self.home, self.config
         self.marks.project = project  # the night's calls are marked for this project's proxy
-        root = self.output_dir or (
-            scratch / project if scratch else staging.nights_dir(project, home) / night
-        )
-        if scratch is None and self.output_dir is None:
+        root = self.run.root
+        if self._own_dir:
             private_project_dir(project, home)  # 0700 even where an older version made it
         private_dirs(root.parent)
         root.mkdir(mode=0o700)
-        self.ledger = self._given_ledger or UsageLedger(budget=config.budget)
+        rows = list(window.rows)
         if not rows:
-            outcome = _empty_night(project, night, since, until, home, root)
+            outcome = _empty_night(project, window.night, window.since, window.until, home, root)
         else:
             models = self.models or _load_models(config, rows, self.loader, self._cache)
             with using(self.prompts):  # the miner's, the judge's, the analyst's: the user's
-                outcome = run_project(project, night, since, until, rows, config, models, home,
-                                      self.console, root, self.dry_run, deadline,
-                                      self.ledger)  # fmt: skip
-        _night_events(self.callbacks, outcome)
+                outcome = run_project(project, window.night, window.since, window.until, rows,
+                                      config, models, home, self.console, root, self.dry_run,
+                                      window.deadline, self.ledger)  # fmt: skip
+        _night_events(self.callbacks, self.info, outcome)
         return outcome
 
 
@@ -1831,20 +1882,23 @@ def run_night(
     console: Console | None = None,
     callbacks: Sequence[TrainerCallback] = (),
 ) -> list[NightResult]:
-    """Run one night over every project with traffic (or `config.project`): what spans
-    projects (the lock, the window, the schedule, the clock, a dry run's scratch folder), each
-    project's night a `NightTrainer`. Raises `NightRunning` at once when another night holds
-    the lock. A dry run stages nothing: its folders go to a temporary directory (returned in
-    each NightResult, deleted by the caller) and the next night reads the same interactions.
-    Returns one `NightResult` per project; `callbacks` (and the tracker `config.report_to`
-    names) see each project's night once it is done."""
+    """Run one night over every project with traffic (or `config.project`): under the night
+    lock, what spans projects (the window, the schedule, the clock, a dry run's scratch
+    folder), then for each project `build_trainer(NightConfig(project=...), log, models)
+    .train()`. Raises `NightRunning` at once when another night holds the lock. A dry run
+    stages nothing: its folders go to a temporary directory (returned in each NightResult,
+    deleted by the caller) and the next night reads the same interactions. Returns one
+    `NightResult` per project; `callbacks` (and the tracker `config.report_to` names) see
+    each project's night once it is done."""
     import tempfile
+
+    from selftaught.trainers import build_trainer
 
     console = console or Console(stderr=True, quiet=not config.progress)
     home = config.home or sleep_home()
     events = CallbackList(with_tracker(config.report_to, callbacks))
-    trainer = NightTrainer(config, None, models, callbacks=events, console=console,
-                           loader=loader, dry_run=dry_run)  # fmt: skip
+    marks = _night_marks(config, home)
+    loader = _cached(loader or _default_loader(config, marks))
     night = staging.new_night_id(home)
     deadline = Deadline.start(config.stops.max_minutes)
     outcomes: list[NightResult] = []
@@ -1864,7 +1918,31 @@ def run_night(
             if _skipped(project, config, home, deadline, bool(outcomes), console):
                 continue
             drop_forgotten(project, home, log)  # a pool written before a forget: its rows out
-            outcomes.append(trainer.night_of(project, night, since, until, rows, deadline,
-                                             scratch))  # fmt: skip
+            window = NightWindow(night, since, until, tuple(rows), deadline)
+            trainer = build_trainer(
+                dataclasses.replace(config, project=project),
+                log,
+                models,
+                output_dir=scratch / project if scratch is not None else None,
+                callbacks=events,
+                console=console,
+                loader=loader,
+                marks=marks,
+                window=window,
+                dry_run=dry_run,
+            )
+            outcomes.append(trainer.train())
         log.close()
     return outcomes
+
+
+def _cached(loader: ModelLoader) -> ModelLoader:
+    """`loader` loading each spec once (a night's projects share their models)."""
+    loaded: dict[str, ChatModel] = {}
+
+    def load(spec: str) -> ChatModel:
+        if spec not in loaded:
+            loaded[spec] = loader(spec)
+        return loaded[spec]
+
+    return load
