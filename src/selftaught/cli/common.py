@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -19,7 +19,7 @@ from typer.core import TyperGroup
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.cli.options import config_option, field_help
 from selftaught.errors import InputError, SelftaughtError, read_text
-from selftaught.gate import GateConfig
+from selftaught.gate import GateConfig, Metric
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES
 from selftaught.models.usage import Budget
 from selftaught.tasks.options import TaskOptions
@@ -67,6 +67,12 @@ class _Commands(TyperGroup):
             raise typer.Exit(InputError.exit_code)
         return super().parse_args(ctx, args)
 
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SelftaughtError as err:  # raised while a command's options were read (--config)
+            fail(err)
+
 
 app = typer.Typer(
     cls=_Commands,
@@ -90,11 +96,16 @@ def friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except SelftaughtError as err:
-            # escaped: a message's brackets (pip install "selftaught[local]") are not markup
-            console.print(f"[bold red]error:[/] {escape(_redacted(err))}", soft_wrap=True)
-            raise typer.Exit(err.exit_code) from None
+            fail(err)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
+
+
+def fail(err: SelftaughtError) -> NoReturn:
+    """The error as one sentence, and the exit code of its kind."""
+    # escaped: a message's brackets (pip install "selftaught[local]") are not markup
+    console.print(f"[bold red]error:[/] {escape(_redacted(err))}", soft_wrap=True)
+    raise typer.Exit(err.exit_code) from None
 
 
 def _redacted(err: Exception) -> str:
@@ -210,7 +221,7 @@ def gate_config(
     given = {k: v for k, v in rest.items() if v is not None or field_default(GateConfig, k) is None}
     try:
         return GateConfig(
-            metric=metric or GateConfig.metric,  # type: ignore[arg-type]
+            metric=cast(Metric, metric or GateConfig.metric),  # GateConfig checks it
             margin=margin,
             confidence=confidence or None,  # 0: no paired test
             **given,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, cast
 
 import typer
 from rich.table import Table
@@ -27,7 +27,7 @@ from selftaught.cli.common import (
     read_text_file,
     warn_unsafe_exec,
 )
-from selftaught.cli.options import config_flags
+from selftaught.cli.options import EffectiveConfig, config_file, config_flags
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import InputError
@@ -66,14 +66,18 @@ def tasks_cmd(
 
 @app.command("eval")
 @friendly_errors
-@config_flags(RolloutConfig, ["concurrency"], into="rollout_fields")
-@config_flags(GenerationParams, ["max_tokens", "temperature"], into="params")
-@config_flags(TaskOptions, TASK_FLAGS, into="task_fields")
+@config_file(into="run_config")
+@config_flags(RolloutConfig, ["concurrency"], into="rollout_fields", section="rollout")
+@config_flags(
+    GenerationParams, ["max_tokens", "temperature"], into="params", section="rollout.params"
+)
+@config_flags(TaskOptions, TASK_FLAGS, into="task_fields", section="task_options")
 def eval_cmd(
     task: TaskOpt,
     rollout_fields: dict[str, Any],
     params: dict[str, Any],
     task_fields: dict[str, Any],
+    run_config: EffectiveConfig,
     model: ModelOpt = "local",
     skill: Annotated[
         Path | None,
@@ -100,12 +104,13 @@ def eval_cmd(
     options = TaskOptions(**task_fields)
     warn_unsafe_exec(options.unsafe_exec)
     path = output or Path("runs") / "eval" / f"{slug(task)}-{split}.jsonl"
+    run_config.keep(path.parent, f"{path.stem}.config.toml")  # beside its results
     result = evaluate(
         task,
         model,
         skill=read_skill(skill),
         memory=read_text_file(memory, "memory"),
-        split=split,  # type: ignore[arg-type]
+        split=cast(Literal["train", "val", "test"], split),  # checked above
         limit=limit,
         rollout=RolloutConfig(
             **rollout_fields,
@@ -183,6 +188,7 @@ def follow_project(model: Any, project: str) -> Any:
 
 @app.command("serve")
 @friendly_errors
+@config_file()
 def serve_cmd(
     model: ModelOpt = "local",
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = LOOPBACK,

@@ -32,7 +32,7 @@ from selftaught.cli.common import (
     resolve_val_size,
     warn_unsafe_exec,
 )
-from selftaught.cli.options import config_flags
+from selftaught.cli.options import EffectiveConfig, config_file, config_flags
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import InputError
@@ -159,12 +159,13 @@ StrictGateOpt = Annotated[
 
 @app.command("optimize")
 @friendly_errors
+@config_file(keys={"val_size": "task_options.val_size"}, into="run_config")
 @config_flags(SkillOptConfig, SKILL_FLAGS, into="skill_fields")
-@config_flags(GateConfig, SKILL_GATE_FLAGS, into="gate_fields", defaults=SKILL_GATE)
-@config_flags(Budget, BUDGET_FLAGS, into="budget_fields")
-@config_flags(Stops, STOP_FLAGS, into="stop_fields")
-@config_flags(TaskOptions, SIZED_TASK_FLAGS, into="task_fields")
-@config_flags(SkillSetConfig, SET_FLAGS, into="set_fields")
+@config_flags(GateConfig, SKILL_GATE_FLAGS, into="gate_fields", defaults=SKILL_GATE, section="gate")
+@config_flags(Budget, BUDGET_FLAGS, into="budget_fields", section="budget")
+@config_flags(Stops, STOP_FLAGS, into="stop_fields", section="stops")
+@config_flags(TaskOptions, SIZED_TASK_FLAGS, into="task_fields", section="task_options")
+@config_flags(SkillSetConfig, SET_FLAGS, into="set_fields", section="skill_set")
 def optimize_cmd(
     task: TaskOpt,
     skill_fields: dict[str, Any],
@@ -173,6 +174,7 @@ def optimize_cmd(
     stop_fields: dict[str, Any],
     task_fields: dict[str, Any],
     set_fields: dict[str, Any],
+    run_config: EffectiveConfig,
     model: ModelOpt = "local",
     optimizer_model: OptimizerModelOpt = None,
     skill: InitialSkillOpt = None,
@@ -209,7 +211,7 @@ def optimize_cmd(
     models = model_options(api_key, timeout, cache, device, models=keyed)
     if skills is not None:
         args = (task, model, optimizer_model, skill, skills, config, set_fields, output, options)
-        return _optimize_skills(*args, models)
+        return _optimize_skills(*args, models, run_config)
     console.print(f"optimizing a skill for [bold]{task}[/] with {model}")
     try:
         result = optimize(
@@ -226,6 +228,8 @@ def optimize_cmd(
     except FatalBackendError:
         console.print("stopped; the run is resumable: fix the cause and re-run the same command")
         raise
+    if result.run_dir is not None:
+        run_config.keep(result.run_dir)
     print_optimize(result)
     if start is not None and not write_best_back(start, result.best_skill):
         raise typer.Exit(1)
@@ -283,6 +287,7 @@ def _optimize_skills(
     output: Path | None,
     options: TaskOptions,
     models: dict[str, Any],
+    run_config: EffectiveConfig,
 ) -> None:
     """`optimize --skills DIR`: many skills, then the per-skill table."""
     from selftaught.api import optimize_skills
@@ -311,6 +316,8 @@ def _optimize_skills(
     except FatalBackendError:
         console.print("stopped; the run is resumable: fix the cause and re-run the same command")
         raise
+    if result.run_dir is not None:
+        run_config.keep(result.run_dir)
     print_skill_set(result)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 
@@ -65,9 +65,9 @@ def hook_install_cmd(
     """Register the agent's session-end hook in its settings file (idempotent).
 
     Other settings are kept; the original file is backed up once beside it."""
-    from selftaught.sleep.intake.hook_install import install
+    from selftaught.sleep.intake.hook_install import Scope, install
 
-    done = install(agent, scope=scope, project=project, log=log)  # type: ignore[arg-type]
+    done = install(agent, scope=cast(Scope, scope), project=project, log=log)  # it checks scope
     what = "installed in" if done.changed else "already installed in"
     backup = f" (original backed up to {done.backup})" if done.backup else ""
     out.print(f"{agent}: hook {what} {done.path}{backup}", soft_wrap=True)
@@ -77,9 +77,9 @@ def hook_install_cmd(
 @friendly_errors
 def hook_uninstall_cmd(agent: AgentOpt, scope: ScopeOpt = "user") -> None:
     """Remove our hook (only ours) from the agent's settings."""
-    from selftaught.sleep.intake.hook_install import uninstall
+    from selftaught.sleep.intake.hook_install import Scope, uninstall
 
-    done = uninstall(agent, scope=scope)  # type: ignore[arg-type]
+    done = uninstall(agent, scope=cast(Scope, scope))  # it checks scope
     if not done.changed:
         out.print(f"{agent}: no selftaught hook in {done.path}", soft_wrap=True)
         return

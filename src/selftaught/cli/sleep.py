@@ -38,7 +38,7 @@ from selftaught.cli.common import (
     model_options,
     out,
 )
-from selftaught.cli.options import config_flags
+from selftaught.cli.options import EffectiveConfig, config_file, config_flags
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import ConfigError, InputError, read_text
@@ -154,6 +154,8 @@ FEEDBACK_KEY_HELP = (
     "operator); end users' feedback is not."
 )
 PROXY_PROBATION_FLAGS = {**{f: f for f in PROBATION_FLAGS}, "untrusted": "probation_untrusted"}
+# the proxy's own options in a config file: ProxyConfig's field names
+PROXY_KEYS = {"timeout": "timeout_s", "drain_timeout": "drain_timeout_s", "log": "log_path"}
 
 
 RequireKeyOpt = Annotated[
@@ -199,8 +201,9 @@ PrintSystemdOpt = Annotated[
 
 @app.command("proxy")
 @friendly_errors
+@config_file(keys=PROXY_KEYS, exclude=("print_systemd",))
 @config_flags(ProxyConfig, PROXY_FLAGS, into="watch_fields")
-@config_flags(ProbationConfig, PROXY_PROBATION_FLAGS, into="probation_fields")
+@config_flags(ProbationConfig, PROXY_PROBATION_FLAGS, into="probation_fields", section="probation")
 def proxy_cmd(
     ctx: typer.Context,
     watch_fields: dict[str, Any],
@@ -286,7 +289,8 @@ _SECRET_OPTIONS = {
     "feedback_key": "SELFTAUGHT_FEEDBACK_KEY",
     "api_key": "SELFTAUGHT_API_KEY",
 }
-_UNIT_OWN = {"print_systemd", "log", "client_keys", *_SECRET_OPTIONS}  # written by the unit
+# written by the unit (a --config file's settings are written as the flags they stand for)
+_UNIT_OWN = {"print_systemd", "config", "log", "client_keys", *_SECRET_OPTIONS}
 
 
 def _proxy_service(ctx: typer.Context, config: ProxyConfig, log: str | None) -> Any:
@@ -300,7 +304,10 @@ def _proxy_service(ctx: typer.Context, config: ProxyConfig, log: str | None) -> 
     for param in ctx.command.params:
         name = param.name or ""
         # typer may vendor click, so compare the source by name
-        given = getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
+        given = getattr(ctx.get_parameter_source(name), "name", "") in (
+            "COMMANDLINE",
+            "DEFAULT_MAP",
+        )
         if param.param_type_name != "option" or name in _UNIT_OWN or not given:
             continue
         value = ctx.params[name]
@@ -653,12 +660,13 @@ def sleep_feedback_cmd(
     log: LogOpt = None,
 ) -> None:
     """Attach feedback to a logged interaction, or reject a signal read from a conversation."""
-    from selftaught.sleep.intake.log import Feedback, TaskLog
+    from selftaught.sleep.intake.log import Feedback, TaskLog, Thumb
 
     if reject_signal or accept_signal:
         _review_signals(TaskLog(log), interaction_id, project, accept_signal)
         return
-    fb = Feedback(thumb=thumbs, score=score, reference=reference, comment=comment)  # type: ignore[arg-type]
+    thumb = cast("Thumb | None", thumbs)  # Feedback checks it
+    fb = Feedback(thumb=thumb, score=score, reference=reference, comment=comment)
     out.print(f"feedback attached to {TaskLog(log).add_feedback(interaction_id, fb)}")
 
 
@@ -863,17 +871,60 @@ DocumentsOpt = Annotated[
 ]
 
 
+# In a config file a night's settings nest as its config does: `[training]` (with
+# `[training.gate]` and `[training.budget]`), `[split]`, `[weight_training]`, `[miner]`, ...
+NIGHT_KEYS = {
+    **{f"gate_{k}": f"training.gate.{k}" for k in ("metric", "margin", "confidence")},
+    **{f"gate_{k}": f"training.gate.{k}" for k in ("tag_alpha", "tag_margin")},
+    "min_gain": "training.gate.min_gain",
+    "objective": "training.gate.objective",
+    **{f"budget_{k}": f"training.budget.{k}" for k in ("calls", "tokens", "usd")},
+    "seed": "training.seed",
+    "preferences": "training.preferences",
+    "target_skill_path": "target_skill_paths",
+    "log": "log_path",
+}
+# --help by phase of the night
+NIGHT_PANELS = {
+    "Window and mining": (
+        *("since", "lookback_days", "max_tasks", "max_sessions", "max_client_share"),
+        *("miner_model", *MINER_FLAGS.values(), *WEAK_FLAGS.values(), *DREAM_FLAGS.values()),
+        *("allow_remote", "allow_cmd_replay"),
+    ),
+    "Skill": (
+        *("optimizer_model", "preferences", *NIGHT_SKILL_FLAGS, *DEMO_MODE_FLAGS),
+        *("skills", "skill_min_tasks", "max_skills", "skills_from", "start_document"),
+        "leave_one_out",
+    ),
+    "Memory": ("documents", "recall_max"),
+    "Weights": ("weights", *WEIGHT_FLAGS.values(), "skill_adapters"),
+    "Gate": (
+        *("gate", "gate_metric", "gate_margin", "gate_confidence", "gate_tag_alpha"),
+        *("gate_tag_margin", "min_gain", "objective", "judge_model", "val", *SPLIT_FLAGS),
+    ),
+    "Budget": ("budget_calls", "budget_tokens", "budget_usd", *STOP_FLAGS, "timeout"),
+    "Output": ("auto_adopt", "target_skill_path", "follow_symlinks", "report_to", "plan"),
+}
+
+
 @sleep_app.command("run")
 @friendly_errors
+@config_file(keys=NIGHT_KEYS, panels=NIGHT_PANELS, exclude=("plan", "as_json"), into="run_config")
 @config_flags(SleepConfig, NIGHT_FLAGS, into="night_fields")
-@config_flags(SkillOptConfig, NIGHT_SKILL_FLAGS, into="skill_fields", defaults=NIGHT_TRAINING)
-@config_flags(SplitConfig, SPLIT_FLAGS, into="split_fields")
-@config_flags(DemoModeConfig, DEMO_MODE_FLAGS, into="demo_fields")
-@config_flags(WeightNightConfig, WEIGHT_FLAGS, into="weight_fields")
-@config_flags(WeakConfig, WEAK_FLAGS, into="weak_fields")
-@config_flags(DreamConfig, DREAM_FLAGS, into="dream_fields")
-@config_flags(MinerConfig, MINER_FLAGS, into="miner_fields")
-@config_flags(Stops, STOP_FLAGS, into="stop_fields")
+@config_flags(
+    SkillOptConfig,
+    NIGHT_SKILL_FLAGS,
+    into="skill_fields",
+    defaults=NIGHT_TRAINING,
+    section="training",
+)
+@config_flags(SplitConfig, SPLIT_FLAGS, into="split_fields", section="split")
+@config_flags(DemoModeConfig, DEMO_MODE_FLAGS, into="demo_fields", section="demo_modes")
+@config_flags(WeightNightConfig, WEIGHT_FLAGS, into="weight_fields", section="weight_training")
+@config_flags(WeakConfig, WEAK_FLAGS, into="weak_fields", section="weak")
+@config_flags(DreamConfig, DREAM_FLAGS, into="dream_fields", section="dream")
+@config_flags(MinerConfig, MINER_FLAGS, into="miner_fields", section="miner")
+@config_flags(Stops, STOP_FLAGS, into="stop_fields", section="stops")
 def sleep_run_cmd(
     night_fields: dict[str, Any],
     skill_fields: dict[str, Any],
@@ -884,6 +935,7 @@ def sleep_run_cmd(
     dream_fields: dict[str, Any],
     miner_fields: dict[str, Any],
     stop_fields: dict[str, Any],
+    run_config: EffectiveConfig,
     project: NightProjectOpt = None,
     model: NightModelOpt = None,
     optimizer_model: Annotated[str | None, typer.Option(help="Analyst model spec.")] = None,
@@ -950,6 +1002,8 @@ def sleep_run_cmd(
         return _print_plan(config, plan, as_json)
     refuse_short_budget(config)  # before any call: a budget that cannot gate one candidate
     outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3
+    for kept in (o.night_dir for o in outcomes if o.night_dir is not None and not dry_run):
+        run_config.keep(kept)  # beside its report
     print_outcomes(outcomes, out, dry_run=dry_run)
     if any(o.failed for o in outcomes):
         raise typer.Exit(1)
@@ -1346,7 +1400,7 @@ def sleep_schedule_cmd(
     from selftaught.sleep.cron import schedule
     from selftaught.sleep.paths import sleep_home
 
-    sleep_run_cmd_click = typer.main.get_command(sleep_app).commands["run"]  # type: ignore[attr-defined]
+    sleep_run_cmd_click = typer.main.get_group(sleep_app).commands["run"]
     sleep_run_cmd_click.make_context("run", list(ctx.args), resilient_parsing=False)
     entry = schedule(at, project, list(ctx.args), sleep_home())
     out.print(f"scheduled every day at {entry.hour:02d}:{entry.minute:02d}: {entry.command}")

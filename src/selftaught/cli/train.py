@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
@@ -27,7 +28,7 @@ from selftaught.cli.common import (
     resolve_val_size,
     warn_unsafe_exec,
 )
-from selftaught.cli.options import config_flags, field_help
+from selftaught.cli.options import EffectiveConfig, config_file, config_flags, field_help
 from selftaught.errors import ConfigError
 
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
@@ -237,17 +238,36 @@ ThreadsOpt = Annotated[
 ]
 
 
+def _params(flags: Mapping[str, str | tuple[str, ...]]) -> tuple[str, ...]:
+    """A flags table's parameter names."""
+    return tuple(v if isinstance(v, str) else v[0] for v in flags.values())
+
+
+REST_SHARED = ("max_tokens", "report_to")  # GRPO and DPO read them too
+# --help by method; what every method reads stays in the first panel (Options)
+TRAIN_PANELS = {
+    "ReST / SFT": (*(p for p in _params(REST_FLAGS) if p not in REST_SHARED), "teacher_skill"),
+    "GRPO / GSPO": (*RL_FLAGS.values(), "reward"),
+    "DPO / KTO": (*DPO_FLAGS.values(), "preferences"),
+    "Fine-tune (ReST, SFT, DPO, KTO)": (*SFT_FLAGS.values(), "lr"),
+    "Model and adapter": (*BACKEND_FLAGS.values(), "device", "threads"),
+    "Gate, budget and stops": (*GATE_FLAGS.values(), *TRAIN_BUDGET_FLAGS.values(), *STOP_FLAGS),
+    "Task": (*SIZED_TASK_FLAGS, "val_size"),
+}
+
+
 @app.command()
 @friendly_errors
-@config_flags(BackendConfig, BACKEND_FLAGS, into="backend_fields")
-@config_flags(RestConfig, REST_FLAGS, into="rest_fields")
-@config_flags(SFTTrainConfig, SFT_FLAGS, into="sft_fields")
-@config_flags(RLConfig, RL_FLAGS, into="rl_fields")
-@config_flags(DPOConfig, DPO_FLAGS, into="dpo_fields")
-@config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=TASK_GATE)
-@config_flags(Budget, TRAIN_BUDGET_FLAGS, into="budget_fields")
-@config_flags(Stops, STOP_FLAGS, into="stop_fields")
-@config_flags(TaskOptions, SIZED_TASK_FLAGS, into="task_fields")
+@config_file(keys={"val_size": "task_options.val_size"}, panels=TRAIN_PANELS, into="run_config")
+@config_flags(BackendConfig, BACKEND_FLAGS, into="backend_fields", section="backend")
+@config_flags(RestConfig, REST_FLAGS, into="rest_fields", section="rest")
+@config_flags(SFTTrainConfig, SFT_FLAGS, into="sft_fields", section="sft")
+@config_flags(RLConfig, RL_FLAGS, into="rl_fields", section="rl")
+@config_flags(DPOConfig, DPO_FLAGS, into="dpo_fields", section="dpo")
+@config_flags(GateConfig, GATE_FLAGS, into="gate_fields", defaults=TASK_GATE, section="gate")
+@config_flags(Budget, TRAIN_BUDGET_FLAGS, into="budget_fields", section="budget")
+@config_flags(Stops, STOP_FLAGS, into="stop_fields", section="stops")
+@config_flags(TaskOptions, SIZED_TASK_FLAGS, into="task_fields", section="task_options")
 def train(
     ctx: typer.Context,
     task: TaskOpt,
@@ -260,6 +280,7 @@ def train(
     budget_fields: dict[str, Any],
     stop_fields: dict[str, Any],
     task_fields: dict[str, Any],
+    run_config: EffectiveConfig,
     method: MethodOpt = RestConfig.method,
     model: ModelOpt = "local",
     temperature: Annotated[
@@ -324,6 +345,8 @@ def train(
         progress=not quiet,
         console=console,
     )
+    if result.run_dir is not None:
+        run_config.keep(result.run_dir)
     print_train(result)
 
 
@@ -427,14 +450,25 @@ def reward_judge(
 
 
 def given_options(ctx: typer.Context) -> set[str]:
-    """The flags the user actually typed (so options a method would ignore are refused)."""
-    return {
-        "--" + name.replace("_", "-")
-        for name in ctx.params
+    """The flags the user set, typed or in --config (a file's value equal to the default sets
+    nothing: `--print-config` writes every option), so options a method would ignore are
+    refused."""
+    defaults = {p.name: p.default for p in ctx.command.params}
+    given = set()
+    for name, value in ctx.params.items():
         # typer may vendor click, so compare the source by name
-        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
-        not in ("DEFAULT", "DEFAULT_MAP")
-    }
+        source = getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+        if (
+            source == "DEFAULT_MAP"
+            and value != defaults.get(name)
+            or source
+            not in (
+                "DEFAULT",
+                "DEFAULT_MAP",
+            )
+        ):
+            given.add("--" + name.replace("_", "-"))
+    return given
 
 
 def print_train(result: RestResult | RLResult | DPOResult) -> None:

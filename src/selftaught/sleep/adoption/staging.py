@@ -108,6 +108,7 @@ report.json        the night: status (running, staged, adopted, no_proposal, too
                    backend_failed, failed, interrupted), why, window, models, tasks, splits,
                    gate, val before / after with 95% intervals, usage per role, budget
 report.md          the same for people, with the proposal's diff
+config.toml        the `sleep run` settings of the night (`--print-config`; `--config` reruns it)
 diagnostics.json   per val task (hard, soft, reply head, why) before and after; every analyst
                    reply (raw); every backend call error; why nothing was proposed
 evidence.jsonl     every model call of the night (role, messages, reply or error), redacted
