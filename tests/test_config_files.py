@@ -283,6 +283,12 @@ def test_an_unknown_key_is_refused_naming_the_file_the_key_and_the_valid_keys(te
         ("c.yaml", "task: [\n", "is not valid YAML"),
         ("c.yaml", "- a\n- b\n", "holds a list, not a mapping"),
         ("c.toml", "[task]\nx = 1\n", "task takes a value, not a table"),
+        ("c.toml", 'task = "x"\nlimit = "many"\n', "Invalid value for '--limit'"),
+        (
+            "c.yaml",
+            "task: x\nrollout: {params: {temperature: hot}}\n",
+            "Invalid value for '--temperature'",
+        ),
     ],
 )
 def test_an_unreadable_file_is_one_sentence_and_exit_2(name, text, says):

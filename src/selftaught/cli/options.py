@@ -383,8 +383,7 @@ def read_config(path: Path, table: ConfigKeys, ctx: Any = None) -> dict[str, Any
     by_key = {key: param for param, key in table.items()}
     found: dict[str, Any] = {}
     for key, value in _leaves(path, data, (), by_key):
-        param = by_key[key]
-        found[param] = _as_default(value, _click_param(ctx, param))
+        found[by_key[key]] = _as_default(value, _click_param(ctx, by_key[key]))
     return found
 
 

@@ -99,9 +99,14 @@ def command_section(path: str, cmd: Any) -> list[str]:
             for p in args
         ]
         lines.append("")
-    if opts:
+    panels: dict[str | None, list[Any]] = {}  # --help's panels (train, sleep run), in order
+    for p in opts:
+        panels.setdefault(getattr(p, "rich_help_panel", None), []).append(p)
+    for panel, in_panel in panels.items():
+        if len(panels) > 1:
+            lines += [f"*{panel or 'Options'}*", ""]
         lines += ["| option | default | help |", "|---|---|---|"]
-        for p in opts:
+        for p in in_panel:
             help_text = _cell(p.help or "")
             if p.envvar:
                 help_text += f" (env `{p.envvar}`)"
