@@ -26,11 +26,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from selftaught.errors import ConfigError
+from selftaught.errors import ConfigError, TaskError
 from selftaught.models.base import (
     ChatModel,
     Completion,
@@ -298,12 +298,22 @@ def score_reply(
     return guarded_score(lambda: task.score(reply, example), example, truncated)
 
 
+@runtime_checkable
+class WorkspaceScorer(Protocol):
+    """A task whose attempts work in a workspace (`JsonlTask`, the night's agent replay):
+    `score_workspace` checks the files an attempt left."""
+
+    def score_workspace(self, output: str, example: Example, workspace: Path) -> Score: ...
+
+
 def score_in_workspace(
     task: Task, reply: str, example: Example, truncated: bool, workspace: Path
 ) -> tuple[Score | None, str | None, ErrorSource | None]:
     """`score_reply` for an attempt that worked in `workspace`: the task's `score_workspace`
     (a check that cannot give a verdict is a scorer error, never a 0)."""
-    scorer = task.score_workspace  # type: ignore[attr-defined]
+    if not isinstance(task, WorkspaceScorer):
+        raise TaskError(f"task {task.name!r} gives workspaces but has no score_workspace")
+    scorer = task.score_workspace
     return guarded_score(lambda: scorer(reply, example, workspace), example, truncated)
 
 

@@ -14,17 +14,18 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from selftaught.choices import one_of
 from selftaught.errors import InputError
 from selftaught.skill_package import FILE_CLOSE, FILE_OPEN, PackageError, check_blocks, file_spans
 
 EditOp = Literal["append", "insert_after", "replace", "delete"]
-EDIT_OPS: tuple[str, ...] = ("append", "insert_after", "replace", "delete")
+EDIT_OPS: tuple[EditOp, ...] = ("append", "insert_after", "replace", "delete")
 
 PROTECT_OPEN = "<!-- protected -->"
 PROTECT_CLOSE = "<!-- /protected -->"
 
 # Names small analysts use for the same thing; normalised before validation.
-_OP_ALIASES = {
+_OP_ALIASES: dict[str, EditOp] = {
     "add": "append",
     "append": "append",
     "insert": "insert_after",
@@ -57,6 +58,14 @@ class EditError(InputError):
     """An analyst edit that does not have the shape of an edit (the message says why)."""
 
 
+def edit_op(value: object) -> EditOp:
+    """`value` as an edit's op (one of `EDIT_OPS`), else an EditError naming them."""
+    op = one_of(value, EDIT_OPS)
+    if op is None:
+        raise EditError(f"unknown op {value!r}; valid ops: {', '.join(EDIT_OPS)}")
+    return op
+
+
 @dataclass
 class Edit:
     """One proposed change. `target` quotes existing text (insert_after / replace / delete);
@@ -70,8 +79,7 @@ class Edit:
     support: int = 1  # how many reflected patches proposed it (a ranking signal)
 
     def __post_init__(self) -> None:
-        if self.op not in EDIT_OPS:
-            raise EditError(f"unknown op {self.op!r}; valid ops: {', '.join(EDIT_OPS)}")
+        self.op = edit_op(self.op)  # a caller's, unchecked until here
         self.content = self.content.strip("\n")
         self.target = self.target.strip()
         if self.op in ("append", "insert_after", "replace") and not self.content.strip():
@@ -109,7 +117,7 @@ class Edit:
         rationale = d.get("rationale", d.get("reason", d.get("why", "")))
         support = d.get("support", 1)
         return cls(
-            op=op,  # type: ignore[arg-type]
+            op=op,
             content=content,
             target=target,
             rationale=str(rationale)[:500] if rationale else "",

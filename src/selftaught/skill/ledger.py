@@ -32,16 +32,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from selftaught.choices import one_of
 from selftaught.errors import InputError
 from selftaught.runs import open_private_append
-from selftaught.skill.document import Edit, normalize
+from selftaught.skill.document import Edit, edit_op, normalize
 
 if TYPE_CHECKING:
     from selftaught.skill.propose import Proposal
 
 LEDGER_FILE = "edit_ledger.jsonl"
 EventKind = Literal["run", "proposed", "accepted", "rejected", "rolled_back", "dropped", "slow"]
-EVENT_KINDS: tuple[str, ...] = (
+EVENT_KINDS: tuple[EventKind, ...] = (
     "run",
     "proposed",
     "accepted",
@@ -75,7 +76,7 @@ class LedgerEvent:
         return (self.kind, self.run, self.step, self.document, self.key())
 
     def edit(self) -> Edit:
-        return Edit(self.op, content=self.content, target=self.target)  # type: ignore[arg-type]
+        return Edit(edit_op(self.op), content=self.content, target=self.target)
 
     @classmethod
     def of_edit(
@@ -107,11 +108,11 @@ class LedgerEvent:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LedgerEvent:
-        kind = str(d["kind"])
-        if kind not in EVENT_KINDS:
-            raise InputError(f"unknown ledger event {kind!r}")
+        kind = one_of(d["kind"], EVENT_KINDS)
+        if kind is None:
+            raise InputError(f"unknown ledger event {d['kind']!r}")
         return cls(
-            kind,  # type: ignore[arg-type]
+            kind,
             str(d["run"]),
             int(d.get("step") or 0),
             str(d.get("document") or "skill"),
@@ -147,7 +148,7 @@ class LedgerEntry:
         return self.rejected + self.rolled_back
 
     def edit(self) -> Edit:
-        return Edit(self.op, content=self.content, target=self.target)  # type: ignore[arg-type]
+        return Edit(edit_op(self.op), content=self.content, target=self.target)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "tasks": list(self.tasks), "runs": list(self.runs)}

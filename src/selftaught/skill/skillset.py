@@ -679,10 +679,12 @@ class WholeVal:
         for cluster in [*self.cards, UNROUTED]:
             ids = [i for i, t in self.tags.items() if t[0] == cluster]
             pairs = [
-                (m_old[i], m_new[i]) for i in ids if m_old[i] is not None and m_new[i] is not None
+                (was, now)
+                for i in ids
+                if (was := m_old[i]) is not None and (now := m_new[i]) is not None
             ]
             if pairs:
-                b, a = sum(p[0] for p in pairs), sum(p[1] for p in pairs)  # type: ignore[misc]
+                b, a = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
                 deltas.append(
                     ClusterDelta(cluster, len(pairs), b / len(pairs), a / len(pairs), a - b)
                 )

@@ -172,7 +172,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult, Task]):
         target = resolve_model(model)
         given = self._optimizer_model
         same = given is None or given is model or given == model
-        analyst = target if same else resolve_model(given)  # type: ignore[arg-type]
+        analyst = target if given is None or same else resolve_model(given)
         self.target = TrackedModel(target, self.ledger, "target")
         self.test_target = TrackedModel(target, self.test_ledger, "target")
         self.optimizer = TrackedModel(analyst, self.ledger, "optimizer")

@@ -48,6 +48,7 @@ from selftaught.sleep.intake.log import (
     Interaction,
     LogFilter,
     TaskLog,
+    as_thumb,
     iso_utc,
 )
 from selftaught.sleep.intake.sessions import check_session_id
@@ -100,7 +101,7 @@ class SleepTools:
         # what the agent sends is hostile bytes: a lone surrogate or a NUL is stored as
         # U+FFFD, as the proxy stores it (`storable`), never an encoding error
         (reference, comment), _ = storable([reference, comment])
-        fb = Feedback(thumb=thumb, reference=reference, comment=comment)  # type: ignore[arg-type]
+        fb = Feedback(thumb=as_thumb(thumb), reference=reference, comment=comment)
         if fb.empty():
             raise InputError("feedback is empty: give a thumb, a reference or a comment")
         with TaskLog(self.log_path) as log:

@@ -9,8 +9,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from selftaught.errors import TaskError as TaskError
 from selftaught.models.base import Message
 
-SPLITS = ("train", "val", "test")
 Split = Literal["train", "val", "test"]
+SPLITS: tuple[Split, ...] = ("train", "val", "test")
 TaskKind = Literal["agent", "game"]
 DIFFICULTY = "difficulty"
 """`Example.state` key of an example's difficulty, where its task gives one (a real number,
@@ -114,7 +114,7 @@ def check_disjoint(task: Task) -> None:
     """Fail closed when val or test overlap train (by id or by prompt text)."""
     seen: dict[str, str] = {}
     for split in SPLITS:
-        for ex in task.examples(split):  # type: ignore[arg-type]
+        for ex in task.examples(split):
             key = ex.prompt_text().strip()
             if key in seen and seen[key] != split:
                 raise TaskError(

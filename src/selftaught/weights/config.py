@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from selftaught.choices import one_of
 from selftaught.errors import ConfigError as ConfigError
 from selftaught.gate import GateConfig
 from selftaught.models.usage import Budget
@@ -20,10 +21,11 @@ from selftaught.stops import Stops
 
 Backend = Literal["lora", "full", "scratch"]
 BACKENDS = ("lora", "full", "scratch")
-REST_METHODS = ("rest", "sft")
-RL_METHODS = ("grpo", "gspo")
-DPO_METHODS = ("dpo", "kto")  # preference training: pairs (DPO) or thumbs (KTO)
-METHODS = REST_METHODS + RL_METHODS + DPO_METHODS
+REST_METHODS: tuple[Literal["rest", "sft"], ...] = ("rest", "sft")
+RL_METHODS: tuple[Literal["grpo", "gspo"], ...] = ("grpo", "gspo")
+# preference training: pairs (DPO) or thumbs (KTO)
+DPO_METHODS: tuple[Literal["dpo", "kto"], ...] = ("dpo", "kto")
+METHODS: tuple[str, ...] = REST_METHODS + RL_METHODS + DPO_METHODS
 DATASETS = ("round", "grow")  # ReST: each round's elite alone, or every round's so far
 GAME_MIN_SCORE = 0.01  # default elite threshold on games: any playable strategy
 # TRL 1.16's GRPOConfig.loss_type values (its default: dapo); tests check them against TRL
@@ -552,13 +554,13 @@ def task_gate(gate: GateConfig | None, task_kind: str) -> GateConfig:
 
 def default_train_config(method: str) -> RestConfig | RLConfig | DPOConfig:
     """Each method's own defaults: ReST-EM 3 rounds, SFT one round, GRPO / GSPO, DPO."""
-    if method not in METHODS:
-        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if method in DPO_METHODS:
-        return DPOConfig(method=method)  # type: ignore[arg-type]
-    if method in RL_METHODS:
-        return RLConfig(method=method)  # type: ignore[arg-type]
-    return RestConfig(method=method)  # type: ignore[arg-type]
+    if (dpo := one_of(method, DPO_METHODS)) is not None:
+        return DPOConfig(method=dpo)
+    if (rl := one_of(method, RL_METHODS)) is not None:
+        return RLConfig(method=rl)
+    if (rest := one_of(method, REST_METHODS)) is not None:
+        return RestConfig(method=rest)
+    raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
 
 
 def default_train_dir(config: RestConfig | RLConfig | DPOConfig, task_name: str) -> Path:

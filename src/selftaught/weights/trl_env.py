@@ -49,7 +49,9 @@ from selftaught.tasks.episode import (
     Episode,
     StopReason,
     ToolCrash,
+    ToolTask,
     call_tool,
+    is_tool_task,
 )
 from selftaught.weights.config import ConfigError
 
@@ -70,7 +72,7 @@ class EpisodeEnvironment:
     """TRL's view of one rollout's world. Subclasses (one per tool set, made by
     `environment_factories`) add one method per tool and set `_task` / `_examples`."""
 
-    _task: Task
+    _task: ToolTask
     _examples: dict[str, Example]
 
     def __init__(self) -> None:
@@ -82,7 +84,7 @@ class EpisodeEnvironment:
     def reset(self, **row: Any) -> None:
         """A fresh world for the row's example (TRL pools instances and resets them)."""
         self.example = self._examples[str(row["example_id"])]
-        self.env = self._task.environment(self.example)  # type: ignore[attr-defined]
+        self.env = self._task.environment(self.example)
         self.records, self.crash = [], None
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
@@ -125,6 +127,8 @@ def _tool_method(tool: Any) -> Callable[..., str]:
         desc = (spec.get("description") if isinstance(spec, dict) else None) or name
         doc_args.append(f"    {name}: {' '.join(str(desc).split())}")
     method.__name__ = method.__qualname__ = tool.name
+    # inspect.signature reads it (so TRL sees the tool's arguments); typeshed's FunctionType
+    # does not declare the attribute, and setattr with a constant name is what ruff refuses
     method.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     method.__annotations__ = annotations
     description = " ".join(str(tool.description or tool.name).split())
@@ -146,9 +150,11 @@ def environment_factories(
     classes: dict[str, type[EpisodeEnvironment]] = {}
     env_of: dict[str, str] = {}
     schemas: dict[str, dict[str, Any]] = {}
+    if not is_tool_task(task):
+        raise ConfigError(f"task {task.name!r} has no environment: its examples are no episodes")
     by_id = {ex.id: ex for ex in examples}
     for ex in examples:
-        env = task.environment(ex)  # type: ignore[attr-defined]
+        env = task.environment(ex)
         tools = list(env.tools)
         if not tools:
             raise ConfigError(f"{ex.id}: the episode offers no tools; GRPO on episodes needs some")

@@ -31,17 +31,21 @@ def load_agent(
 ) -> CliAgent:
     """The agent for a parsed spec: `backend` is one of AGENT_BACKENDS, `model` the model name
     (or, for cmd, the template)."""
-    options = {"timeout_s": timeout_s, "retry": retry, "settings": settings}
+    agent: type[CliAgent]
     if backend == "claude-code":
         from selftaught.models.agents.claude import ClaudeCodeAgent
 
-        return ClaudeCodeAgent(model, **options)  # type: ignore[arg-type]
-    if backend == "codex":
+        agent = ClaudeCodeAgent
+    elif backend == "codex":
         from selftaught.models.agents.codex import CodexAgent
 
-        return CodexAgent(model, **options)  # type: ignore[arg-type]
-    if backend == "cmd":
+        agent = CodexAgent
+    elif backend == "cmd":
         from selftaught.models.agents.command import CommandAgent
 
-        return CommandAgent(model, **options)
-    raise ModelSpecError(f"not an agent backend: {backend!r}; agents: {', '.join(AGENT_BACKENDS)}")
+        agent = CommandAgent
+    else:
+        raise ModelSpecError(
+            f"not an agent backend: {backend!r}; agents: {', '.join(AGENT_BACKENDS)}"
+        )
+    return agent(model, timeout_s=timeout_s, retry=retry, settings=settings)

@@ -30,7 +30,13 @@ from selftaught.models.agents.command_guard import (
     check_template,
 )
 from selftaught.models.agents.process import ProcessResult
-from selftaught.models.errors import FatalBackendError, TransientBackendError
+from selftaught.models.agents.settings import AgentSettings
+from selftaught.models.errors import (
+    CALL_TIMEOUT_S,
+    FatalBackendError,
+    RetryPolicy,
+    TransientBackendError,
+)
 
 __all__ = ["CommandAgent", "CommandTemplateError", "fill", "parse_template"]
 RETRY_STATUS = 75  # EX_TEMPFAIL (sysexits.h): "try again later"
@@ -59,9 +65,16 @@ class CommandAgent(CliAgent):
     kind = "cmd"
     instruction_file = "AGENTS.md"
 
-    def __init__(self, template: str, **kwargs: object) -> None:
+    def __init__(
+        self,
+        template: str,
+        *,
+        timeout_s: float = CALL_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        settings: AgentSettings | None = None,
+    ) -> None:
         self.argv = parse_template(template)
-        super().__init__(template, **kwargs)  # type: ignore[arg-type]
+        super().__init__(template, timeout_s=timeout_s, retry=retry, settings=settings)
         self.name = self.backend = f"cmd:{template}"
         self.takes_prompt = any("{prompt}" in a for a in self.argv)
 

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from selftaught.choices import one_of
 from selftaught.demos import demo_section, split_skill
 from selftaught.errors import InputError
 from selftaught.runs import (
@@ -70,7 +71,7 @@ from selftaught.sleep.adoption.inject import (
 from selftaught.sleep.paths import Adopted, sleep_home
 
 TargetKind = Literal["claude", "codex", "agents-md", "codex-global"]
-TARGET_KINDS: tuple[str, ...] = ("claude", "codex", "agents-md", "codex-global")
+TARGET_KINDS: tuple[TargetKind, ...] = ("claude", "codex", "agents-md", "codex-global")
 Action = Literal["written", "unchanged", "removed", "skipped-user-changed", "refused"]
 DocumentKind = Literal["claude-skill", "codex-skill", "claude-md", "agents-md", "markdown"]
 
@@ -129,17 +130,18 @@ class PlacementTarget:
         cls, spec: str, *, allow_global: bool = False, follow_symlinks: bool = False
     ) -> PlacementTarget:
         """`claude:REPO`, `codex:REPO`, `agents-md:REPO`, `codex-global[:CODEX_HOME]`."""
-        kind, sep, where = spec.partition(":")
+        name, sep, where = spec.partition(":")
+        kind = one_of(name, TARGET_KINDS)
         if kind == "codex-global":
             root = Path(where) if where else codex_home()
-        elif kind in TARGET_KINDS and sep and where:
+        elif kind is not None and sep and where:
             root = Path(where)
         else:
             raise PlacementError(
                 f"--place {spec!r}: expected claude:REPO, codex:REPO, agents-md:REPO or "
                 "codex-global (with --allow-global)"
             )
-        return cls(kind, root, allow_global, follow_symlinks)  # type: ignore[arg-type]
+        return cls(kind, root, allow_global, follow_symlinks)
 
     def skill_path(self, name: str) -> Path:
         """Where skill `name` is written (AGENTS.md for agents-md)."""

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from selftaught.choices import one_of
 from selftaught.errors import InputError, writing_to
 from selftaught.models.base import Message
 from selftaught.redact import Redactor, default_redactor
@@ -51,6 +52,15 @@ if TYPE_CHECKING:
 
 SOURCES = ("proxy", "api", "import", "claude-code", "codex")
 Thumb = Literal["up", "down"]
+THUMBS: tuple[Thumb, ...] = ("up", "down")
+
+
+def as_thumb(value: object) -> Thumb | None:
+    """`value` as a thumb (None stays None); anything but 'up' or 'down' is an InputError."""
+    thumb = one_of(value, THUMBS)
+    if thumb is None and value is not None:
+        raise InputError(f"thumb must be 'up' or 'down', got {value!r}")
+    return thumb
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -97,8 +107,7 @@ class Feedback:
 
     def __post_init__(self) -> None:
         self.untrusted_fields = tuple(self.untrusted_fields)
-        if self.thumb not in (None, "up", "down"):
-            raise InputError(f"thumb must be 'up' or 'down', got {self.thumb!r}")
+        self.thumb = as_thumb(self.thumb)  # a caller's or a row's, unchecked until here
         if self.score is not None:
             self.score = _score(self.score)
 
@@ -120,7 +129,7 @@ class Feedback:
         if value is None or isinstance(value, Feedback):
             return value
         if isinstance(value, str):
-            return cls(thumb=value)  # type: ignore[arg-type]
+            return cls(thumb=as_thumb(value))
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return cls(score=float(value))
         if isinstance(value, dict):

@@ -149,10 +149,9 @@ def collapse_sessions(rows: Iterable[Interaction]) -> list[Interaction]:
             replaced[it.id] = _merged(it, steps[it.id]) if steps[it.id] else it
     out = []
     for it in rows:
-        if it.id not in replaced:
-            out.append(it)
-        elif replaced[it.id] is not None:
-            out.append(replaced[it.id])  # type: ignore[arg-type]
+        now = replaced.get(it.id, it)  # None: merged into a kept member of its session
+        if now is not None:
+            out.append(now)
     return out
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -359,8 +359,8 @@ class ReplayEnvironment(Environment):
     def __init__(
         self,
         tools: list[dict[str, Any]],
-        fixtures: list[dict[str, Any]] = (),  # type: ignore[assignment]
-        expected: list[dict[str, Any]] = (),  # type: ignore[assignment]
+        fixtures: Sequence[Mapping[str, Any]] = (),
+        expected: Sequence[Mapping[str, Any]] = (),
         tool_choice: Any = None,
     ):
         self.logged_tools = copy.deepcopy(list(tools))

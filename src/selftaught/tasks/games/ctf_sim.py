@@ -463,8 +463,8 @@ class Simulation:
         )
         home = self.base if unit.side == "us" else self.flag_stand
         bonus = 0.5 if self.grid.manhattan(unit.pos, home) <= HOME_GROUND_RADIUS else 0.0
-        holder = unit.role == "guard" and unit.lane is not None and unit.post is not None
-        if holder and self.grid.manhattan(unit.pos, unit.post) <= 1:  # type: ignore[arg-type]
+        post = unit.post if unit.role == "guard" and unit.lane is not None else None
+        if post is not None and self.grid.manhattan(unit.pos, post) <= 1:
             bonus += 0.5  # lane holders fight dug in at their post
         return 1.0 + 0.5 * min(allies, 3) + bonus
 
