@@ -7,7 +7,10 @@ field's default and its help is the field's docstring, so both live once, in the
         config = SkillOptConfig(**skill_fields, ...)
 
 adds `--epochs` and `--demo-sets` to the command and hands their values to the command as one
-dict keyed by field name."""
+dict keyed by field name. `config_file` over them adds `--config FILE` (a TOML or YAML file
+whose keys are the fields, nested as the configs nest, read as the options' defaults) and
+`--print-config` (the effective config, which a run folder keeps), and groups `--help` into
+panels."""
 
 from __future__ import annotations
 
@@ -221,8 +224,6 @@ ConfigKeys = dict[str, tuple[str, ...]]  # parameter -> its key path in a config
 _KEYS = "__config_keys__"
 SUFFIXES = (".toml", ".yaml", ".yml")
 CONFIG_FILE = "config.toml"  # the effective config a run folder keeps
-# never in a config file: what a command does instead of running, and the keys it is given
-_NOT_SETTINGS = frozenset({"config", "print_config"})
 
 
 def _is_secret(param: str) -> bool:
@@ -280,13 +281,7 @@ def config_file(
         order = {panel: i for i, panel in enumerate(panels or {}, 1)}
         params = sorted(params, key=lambda p: order.get(in_panel.get(p.name, ""), 0))
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-        generated = config_keys(fn)
-        table: ConfigKeys = {}
-        for p in params:
-            if p.name in exclude or _hidden(p) or not isinstance(_info(p), typer.models.OptionInfo):
-                continue
-            given = (keys or {}).get(p.name)
-            table[p.name] = tuple(given.split(".")) if given else generated.get(p.name, (p.name,))
+        table = _key_table(params, config_keys(fn), keys or {}, exclude)
         _check_keys(fn.__name__, table)
         params += _file_options(table)
 
@@ -303,6 +298,23 @@ def config_file(
         return cast(F, wrapper)
 
     return decorate
+
+
+def _key_table(
+    params: Sequence[inspect.Parameter],
+    generated: ConfigKeys,
+    keys: Mapping[str, str],
+    exclude: Sequence[str],
+) -> ConfigKeys:
+    """Each option's key in a config file: the dotted key given, else its field's (from
+    `config_flags`), else its name; actions and hidden options have none."""
+    table: ConfigKeys = {}
+    for p in params:
+        if p.name in exclude or _hidden(p) or not isinstance(_info(p), typer.models.OptionInfo):
+            continue
+        given = keys.get(p.name)
+        table[p.name] = tuple(given.split(".")) if given else generated.get(p.name, (p.name,))
+    return table
 
 
 def _info(p: inspect.Parameter) -> Any:
