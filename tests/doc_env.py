@@ -17,6 +17,7 @@ from typing import Any
 from selftaught.models.base import AsyncChatModel, Completion, GenerationParams, Message
 
 TINY_MODEL_ENV = "DOCS_TINY_MODEL"  # the tiny model's folder, for an example's subprocesses
+SCRIPTED_ENV = "DOCS_SCRIPTED_MODELS"  # set: an example's subprocesses get scripted models
 PROVIDERS = ("openai:", "anthropic:", "gemini:")
 LOOPBACK = re.compile(r"^https?://(127\.0\.0\.1|localhost)[:/]")
 
@@ -57,11 +58,12 @@ def scripted_loader(real: Any, loopback: bool) -> Any:
 def install_in_subprocess() -> None:
     """Called by `tests/doc_site/sitecustomize.py` in every Python process a bash example
     starts."""
-    tiny = os.environ.get(TINY_MODEL_ENV)
-    if not tiny:
+    if not os.environ.get(SCRIPTED_ENV):
         return
     import selftaught.models
     import selftaught.models.embedded
 
     selftaught.models.load_model = scripted_loader(selftaught.models.load_model, loopback=True)
-    selftaught.models.embedded.embedded_model_dir = lambda: Path(tiny)
+    tiny = os.environ.get(TINY_MODEL_ENV)  # unset: no [local] extra, the weights are absent
+    if tiny:
+        selftaught.models.embedded.embedded_model_dir = lambda: Path(tiny)

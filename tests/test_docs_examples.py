@@ -13,7 +13,10 @@ A block that is none of them fails `test_every_block_runs_or_says_why_not`;
 Every example runs offline in a scratch folder (its cwd and the sleep home), with each model
 spec answered by a scripted model (`tests/doc_env.py`, also in the Python processes a bash
 example starts, where a loopback URL reaches the server the example started) and the embedded
-model's weights replaced by a tiny random model, so a long example takes seconds. A server a
+model's weights replaced by a tiny random model, so a long example takes seconds. Without an
+optional extra (the [local] one: torch, transformers, trl, peft) the examples still run; one
+that needs the missing extra skips, its reason naming the extra and the error, and the session
+warns how many did. A server a
 bash example leaves running is stopped when it ends. An `<!-- example: NAME -->` comment right
 before a block names what else it needs (`ENVIRONMENTS`): a model in memory, a skill run's
 `config` and `task`, or a live proxy behind `openai.OpenAI`."""
@@ -23,6 +26,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -39,8 +43,9 @@ from typing import Any
 
 import pytest
 
+from selftaught.errors import MissingDependency
 from selftaught.models.base import GenerationParams
-from tests.doc_env import TINY_MODEL_ENV, DocModel, scripted_loader
+from tests.doc_env import SCRIPTED_ENV, TINY_MODEL_ENV, DocModel, scripted_loader
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -49,6 +54,29 @@ MARK = re.compile(
     r"^\s*<!--\s*(?:(?P<run>run)|example:\s*(?P<env>[\w-]+)|not run:\s*(?P<why>\S.*?))\s*-->\s*$"
 )
 PARSED = {"json": "json", "jsonl": "json", "toml": "toml"}
+# the optional extras an example may use, by a module each installs
+EXTRAS = {
+    "local": ("torch", "transformers", "trl", "peft"),
+    "retrieval": ("bm25s",),
+    "mcp": ("mcp",),
+    "anthropic": ("anthropic",),
+    "gemini": ("google.genai",),
+    "postgres": ("psycopg", "psycopg_pool"),
+    "tracking": ("trackio", "mlflow"),
+}
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # google.genai without google
+        return False
+
+
+def missing_extras() -> dict[str, list[str]]:
+    """The extras not (fully) installed here, with the modules they lack."""
+    absent = {extra: [m for m in mods if not _importable(m)] for extra, mods in EXTRAS.items()}
+    return {extra: mods for extra, mods in absent.items() if mods}
 
 
 @dataclass(frozen=True)
@@ -70,7 +98,8 @@ class Example:
         """run | parsed | marked | neither."""
         if self.why_not:
             return "marked"
-        if self.lang == "python" or (self.lang in ("bash", "sh") and self.run):
+        bash_runs = self.run or self.env is not None  # `<!-- example: NAME -->` runs it too
+        if self.lang == "python" or (self.lang in ("bash", "sh") and bash_runs):
             return "run"
         return "parsed" if self.lang in PARSED else "neither"
 
@@ -118,15 +147,22 @@ def census(blocks: list[Example]) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    pytest.importorskip("trl")
+def tiny_dir(tmp_path_factory) -> Path | None:
+    """The tiny model's folder; None without the [local] extra (its examples then skip)."""
+    if "local" in missing_extras():
+        return None
     from tests.tiny_model import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
-def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_dir: Path) -> None:
-    """A scratch folder, a scratch sleep home, scripted models, tiny local weights."""
+def no_weights() -> Path:
+    raise MissingDependency("the embedded model's weights need the [local] extra")
+
+
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_dir: Path | None) -> None:
+    """A scratch folder, a scratch sleep home, scripted models, tiny local weights (where the
+    [local] extra is installed)."""
     import selftaught.models
     import selftaught.models.embedded
 
@@ -136,14 +172,20 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_dir: Path) -> 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     loader = scripted_loader(selftaught.models.load_model, loopback=False)
     monkeypatch.setattr(selftaught.models, "load_model", loader)
-    monkeypatch.setattr(selftaught.models.embedded, "embedded_model_dir", lambda: tiny_dir)
-    monkeypatch.setenv(TINY_MODEL_ENV, str(tiny_dir))  # the bash examples' processes
+    weights = no_weights if tiny_dir is None else lambda: tiny_dir
+    monkeypatch.setattr(selftaught.models.embedded, "embedded_model_dir", weights)
+    monkeypatch.setenv(SCRIPTED_ENV, "1")  # the bash examples' processes
+    if tiny_dir is None:
+        monkeypatch.delenv(TINY_MODEL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(TINY_MODEL_ENV, str(tiny_dir))
 
 
-def local_model(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path) -> Iterator[None]:
+def local_model(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path | None) -> Iterator[None]:
     """`model` and `tokenizer` in memory, `messages`, `GenerationParams`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    assert tiny_dir is not None  # transformers imported: the [local] extra is here
     ns["model"] = AutoModelForCausalLM.from_pretrained(tiny_dir)
     ns["tokenizer"] = AutoTokenizer.from_pretrained(tiny_dir)
     ns["messages"] = [{"role": "user", "content": "Name a color."}]
@@ -151,7 +193,7 @@ def local_model(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path) -> Iterator[
     yield
 
 
-def skill_run(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path) -> Iterator[None]:
+def skill_run(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path | None) -> Iterator[None]:
     """A skill run's `config` and `task`."""
     from selftaught.skill import SkillOptConfig
     from tests.scripted import ToyTask
@@ -161,7 +203,7 @@ def skill_run(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path) -> Iterator[No
     yield
 
 
-def proxy(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path) -> Iterator[None]:
+def proxy(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path | None) -> Iterator[None]:
     """`openai.OpenAI` reaching a selftaught proxy (in this process) at any base URL."""
     import openai
     from fastapi.testclient import TestClient
@@ -179,10 +221,17 @@ def proxy(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path) -> Iterator[None]:
             openai.OpenAI = real  # type: ignore[misc]
 
 
-ENVIRONMENTS: dict[str, Callable[[dict[str, Any], Path, Path], Iterator[None]]] = {
+def local_extra(ns: dict[str, Any], tmp_path: Path, tiny_dir: Path | None) -> Iterator[None]:
+    """Nothing: the mark says the example needs the [local] extra even where its failure
+    would not say so (a `grep -q` of what torch lets `doctor` print)."""
+    yield
+
+
+ENVIRONMENTS: dict[str, Callable[[dict[str, Any], Path, Path | None], Iterator[None]]] = {
     "local-model": local_model,
     "skill-run": skill_run,
     "proxy": proxy,
+    "local-extra": local_extra,
 }
 
 
@@ -252,18 +301,61 @@ def test_the_example_runs(example: Example, tmp_path, monkeypatch, tiny_dir):
     if example.status == "parsed":
         check_data(example)
         return
+    if example.env == "local-extra" and "local" in missing_extras():
+        skip_loudly(example, "the [local] extra is not installed", missing_extras())
     offline(monkeypatch, tmp_path, tiny_dir)
-    if example.lang != "python":
-        run_bash(example.code, tmp_path)
-        return
-    ns: dict[str, Any] = {"__name__": "__doc_example__"}
-    setup = ENVIRONMENTS.get(example.env or "")
-    steps = setup(ns, tmp_path, tiny_dir) if setup else iter([None])
-    next(steps)
+    with skipped_without_extras(example):
+        if example.lang != "python":
+            run_bash(example.code, tmp_path)
+            return
+        ns: dict[str, Any] = {"__name__": "__doc_example__"}
+        setup = ENVIRONMENTS.get(example.env or "")
+        steps = setup(ns, tmp_path, tiny_dir) if setup else iter([None])
+        try:
+            next(steps)
+            run_python(example.code, ns, example.id)
+        finally:
+            next(steps, None)
+
+
+SKIPPED: list[str] = []  # the examples an absent extra skipped, for the warning at the end
+
+
+@contextlib.contextmanager
+def skipped_without_extras(example: Example) -> Iterator[None]:
+    """An example that fails for want of a module skips, loudly, where an optional extra is
+    absent; where every extra is installed the failure stands."""
     try:
-        run_python(example.code, ns, example.id)
-    finally:
-        next(steps, None)
+        yield
+    except (ImportError, MissingDependency, AssertionError) as err:
+        missing = missing_extras()
+        text = str(err)
+        wanted = isinstance(err, (ImportError, MissingDependency)) or any(
+            words in text for words in ("MissingDependency", "ModuleNotFoundError", "pip install")
+        )
+        if not missing or not wanted:
+            raise
+        skip_loudly(example, text.strip().splitlines()[-1] if text.strip() else "", missing)
+
+
+def skip_loudly(example: Example, why: str, missing: dict[str, list[str]]) -> None:
+    extras = ", ".join(f"[{extra}] ({', '.join(mods)})" for extra, mods in missing.items())
+    SKIPPED.append(example.id)
+    pytest.skip(f"{example.id} needs an extra not installed here: {extras}: {why}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warn_of_skipped_examples() -> Iterator[None]:
+    yield
+    if SKIPPED:
+        import warnings
+
+        warnings.warn(
+            f"{len(SKIPPED)} documentation examples skipped: an optional extra is not installed "
+            f"({', '.join(missing_extras())}; pip install -e '.[local,...]' to run them): "
+            + ", ".join(SKIPPED),
+            stacklevel=1,
+        )
 
 
 # ---- the collector itself -------------------------------------------------------------------
