@@ -215,6 +215,93 @@ def test_memory_training_is_described_where_it_is_reachable():
     assert "document" not in inspect.signature(selftaught.api.optimize).parameters
 
 
+# ---- the Python API's types -----------------------------------------------------------------
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [s for sub in cls.__subclasses__() for s in (sub, *_subclasses(sub))]
+
+
+def api_types() -> dict[str, list[type]]:
+    """Every result kind (the modules `load_result` imports), every trainer a config builds
+    (with a `config_type` of its own), and every config: the trainers', the entry points'
+    (`evaluate`'s `RolloutConfig`, `optimize_skills`' `SkillSetConfig`, `TaskOptions`) and
+    the dataclasses they nest."""
+    import dataclasses
+    import importlib
+    import typing
+
+    from selftaught.results import RunResult
+    from selftaught.rollout import RolloutConfig
+    from selftaught.skill.config import SkillOptConfig
+    from selftaught.skill.skillset import SkillSetConfig
+    from selftaught.tasks.options import TaskOptions
+    from selftaught.trainer_base import BaseTrainer
+    from selftaught.trainers import trainer_for
+
+    for module in re.findall(r"import (selftaught[\w.]+)", inspect.getsource(selftaught.api.load_result)):
+        importlib.import_module(module)
+    trainer_for(SkillOptConfig())
+    results = sorted(set(_subclasses(RunResult)), key=_qualname)
+    trainers = sorted(
+        {t for t in _subclasses(BaseTrainer) if "config_type" in vars(t)}, key=_qualname
+    )
+    configs: dict[str, type] = {}
+
+    def walk(t: object) -> None:
+        if not (isinstance(t, type) and dataclasses.is_dataclass(t)) or _qualname(t) in configs:
+            return
+        configs[_qualname(t)] = t
+        hints = typing.get_type_hints(t)
+        for f in dataclasses.fields(t):
+            for inner in (hints[f.name], *typing.get_args(hints[f.name])):
+                walk(inner)
+
+    for t in [*(t.config_type for t in trainers), RolloutConfig, SkillSetConfig, TaskOptions]:
+        walk(t)
+    return {"results": results, "trainers": trainers, "configs": list(configs.values())}
+
+
+def test_the_api_reference_lists_every_config_trainer_and_result():
+    page = _text(DOCS / "api-reference.md")
+    rendered = set(re.findall(r"^::: ([\w.]+)$", page, re.M))
+    types = api_types()
+    assert {t.__name__ for t in types["trainers"]} >= {"NightTrainer", "DPOTrainer"}
+    missing = [
+        _qualname(t)
+        for kind in types.values()
+        for t in kind
+        if _qualname(t) not in rendered and t.__module__ not in rendered
+    ]
+    assert not missing, f"not in docs/api-reference.md (add `::: module.Name`): {missing}"
+
+
+def test_the_python_api_page_names_every_entry_point_trainer_and_result():
+    page = _text(DOCS / "python-api.md")
+    intro = page[: page.index("```")]
+    names = selftaught.__all__
+    assert all(f"`selftaught.{name}`" in intro for name in names), intro
+    count = ["no", "one", "two", "three", "four", "five", "six", "seven"][len(names)]
+    assert intro.split("\n\n")[1].lower().startswith(f"{count} entry points"), intro
+    contract = page[page.index("## One trainer contract") : page.index("## Typed results")]
+    types = api_types()
+    for trainer in types["trainers"]:
+        pair = f"`{trainer.config_type.__name__}"
+        assert pair in contract and f"`{trainer.__name__}`" in contract, trainer.__name__
+    table = page[page.index("| result | adds |") : page.index("A skill run's `summary.json`")]
+    rows = re.findall(r"^\| `(\w+)`", table, re.M)
+    assert sorted(rows) == sorted(t.__name__ for t in types["results"])
+    tracking = page[page.index("## Tracking") :]
+    tracking = tracking[: tracking.index("sends a run to")]
+    with_report_to = [t.__name__ for t in types["configs"] if "report_to" in t.__dataclass_fields__]
+    assert len(with_report_to) >= 5
+    assert not [name for name in with_report_to if f"`{name}`" not in tracking], tracking
+
+
 # ---- troubleshooting quotes ------------------------------------------------------------------
 
 

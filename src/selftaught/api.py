@@ -1,10 +1,11 @@
-"""The library's entry points, GEPA style: `evaluate`, `optimize`, `train`, `sleep_night`.
+"""The library's entry points, GEPA style: `evaluate`, `optimize`, `optimize_skills`, `train`,
+`sleep_night`.
 
 Each owns the wiring a user would otherwise repeat (and the CLI and the benchmarks used to):
 resolving task and model specs, charging every call to a usage ledger, method dispatch with
 per-method defaults, and persisting results. Defaults live once, in the config dataclasses
-(`RolloutConfig`, `SkillOptConfig`, `RestConfig`, `RLConfig`); the CLI only builds those and
-calls these functions.
+(`RolloutConfig`, `SkillOptConfig`, `SkillSetConfig`, `RestConfig`, `RLConfig`, `DPOConfig`,
+`NightConfig`); the CLI only builds those and calls these functions.
 
     import selftaught
     result = selftaught.evaluate("gym:basic_arithmetic", "local", limit=20)
@@ -16,8 +17,9 @@ calls these functions.
                                config=RestConfig(method="sft"))      # a RestResult
     nights = selftaught.sleep_night(NightConfig(project="demo"), model="openai:gpt-4o-mini")
 
-`optimize` and `train` return `RunResult` subclasses (`selftaught.results`); the config's
-type picks the trainer (`selftaught.trainers`); `callbacks=[...]` see the run's events.
+Every entry point but `evaluate` (an `EvalResult`) returns `RunResult` subclasses
+(`selftaught.results`; `sleep_night` one per project); the config's type picks the trainer
+(`selftaught.trainers`); `callbacks=[...]` see the run's events.
 """
 
 from __future__ import annotations

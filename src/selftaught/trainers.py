@@ -8,10 +8,11 @@
 | `DPOConfig(method="dpo"/"kto")` | `DPOTrainer`   | `DPOResult`      |
 | `NightConfig(project=...)`      | `NightTrainer` | `NightResult`    |
 
-Every trainer is built the same way, `Trainer(config, task, model, *, output_dir, callbacks,
-progress, console, ledger)`, and `train()` returns a `RunResult` subclass (`selftaught.results`):
-each subclasses `selftaught.trainer_base.BaseTrainer` (the run directory and its resume check,
-callbacks and tracker, the usage ledger, the split check) and keeps only its own loop. The
+Every trainer takes `(config, task, model, *, output_dir, callbacks, progress, console,
+ledger)` (some add keywords of their own, below), and `train()` returns a `RunResult`
+subclass (`selftaught.results`): each subclasses `selftaught.trainer_base.BaseTrainer` (the
+run directory, callbacks and tracker, the usage ledger; for a task's trainers the resume and
+split checks too) and keeps only its own loop. The
 model is a spec string or a `ChatModel` for every trainer (`selftaught.models.resolve`); a weight
 trainer's must be local (`local`, `local:PATH`, or a `LocalModel` loaded from files):
 
