@@ -243,7 +243,8 @@ def api_types() -> dict[str, list[type]]:
     from selftaught.trainer_base import BaseTrainer
     from selftaught.trainers import trainer_for
 
-    for module in re.findall(r"import (selftaught[\w.]+)", inspect.getsource(selftaught.api.load_result)):
+    kinds = inspect.getsource(selftaught.api.load_result)
+    for module in re.findall(r"import (selftaught[\w.]+)", kinds):
         importlib.import_module(module)
     trainer_for(SkillOptConfig())
     results = sorted(set(_subclasses(RunResult)), key=_qualname)
