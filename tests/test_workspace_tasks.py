@@ -256,3 +256,15 @@ def test_check_tasks_refuse_to_load_without_bubblewrap_unless_unsafe(tmp_path, m
     assert task.name == "fix[unsafe-exec]"
     (example,) = task.examples("test")
     assert task.score("", example).hard == 0.0  # the check still runs, with limits only
+
+
+def test_a_task_without_score_workspace_is_refused_in_a_sentence(tmp_path):
+    # a plugin that gives workspaces (`workspace_for`) but cannot score one: a TaskError
+    # naming the task, never an AttributeError from deep in the rollout
+    from selftaught.rollout import score_in_workspace
+    from tests.scripted import ToyTask
+
+    task = ToyTask()
+    example = task.examples("train")[0]
+    with pytest.raises(TaskError, match="has no score_workspace"):
+        score_in_workspace(task, "4", example, False, tmp_path)
