@@ -94,7 +94,8 @@ def cards(known: Sequence[Any], tasks_of: dict[str, list[str]]) -> list[Any]:
 
 def run_seed(seed: int, per_kind: int, others: int) -> dict[str, Any]:
     from selftaught.skill.routing import SkillRouter
-    from selftaught.sleep.night.kinds import KindConfig, index_of
+    from selftaught.sleep.kinds_file import index_of
+    from selftaught.sleep.night.kinds import KindConfig
     from selftaught.tasks import load_task
 
     known, own, heldout, staged = stream_kinds(seed, per_kind)

@@ -45,7 +45,7 @@ from common import RESULTS, command_line, machine_info, write_tables  # noqa: E4
 from fastapi import FastAPI, Request  # noqa: E402  (module level: the endpoint's annotation)
 
 from selftaught.runs import atomic_write_json, atomic_write_text  # noqa: E402
-from selftaught.sleep.adoption.probation import (  # noqa: E402
+from selftaught.sleep.intake.probation import (  # noqa: E402
     ProbationConfig,
     Tally,
     compare,

@@ -1,5 +1,5 @@
-"""The shape of the source tree: no import loop (between modules, between the benchmarks), no
-long function (all read with `ast`)."""
+"""The shape of the source tree: no import loop (between modules, between `sleep/`'s
+sub-packages, between the benchmarks), no long function (all read with `ast`)."""
 
 from __future__ import annotations
 
@@ -156,6 +156,66 @@ def test_no_import_loop():
     assert not cycles, "modules that import each other (directly or round a loop): " + "; ".join(
         " <-> ".join(c) for c in cycles
     )
+
+
+def layer_arrows(graph: dict[str, set[str]], root: str) -> dict[tuple[str, str], list[str]]:
+    """The arrows between `root`'s layers (each module or sub-package directly inside it), each
+    with the module imports that draw it. Every import counts, one in a function or under
+    `if TYPE_CHECKING:` too: an import moved into a function still makes the layer it sits in
+    lean on the one it names (and is how a loop gets dodged)."""
+
+    def layer(module: str) -> str | None:
+        if not module.startswith(root + "."):
+            return None
+        return root + "." + module[len(root) + 1 :].split(".")[0]
+
+    arrows: dict[tuple[str, str], list[str]] = {}
+    for module, deps in sorted(graph.items()):
+        src = layer(module)
+        for dep in sorted(deps):
+            dst = layer(dep)
+            if src and dst and src != dst:
+                arrows.setdefault((src, dst), []).append(f"{module} -> {dep}")
+    return arrows
+
+
+def layer_loops(arrows: dict[tuple[str, str], list[str]]) -> list[str]:
+    """Each loop between layers, named with the imports that close it."""
+    graph: dict[str, set[str]] = {}
+    for src, dst in arrows:
+        graph.setdefault(src, set()).add(dst)
+        graph.setdefault(dst, set())
+    loops = []
+    for cycle in import_cycles(graph):
+        inside = [f"{'; '.join(why)}" for (a, b), why in sorted(arrows.items())
+                  if a in cycle and b in cycle]  # fmt: skip
+        loops.append(" <-> ".join(cycle) + ": " + " | ".join(inside))
+    return loops
+
+
+def test_layer_arrows_see_a_loop_through_sub_packages():
+    graph = {
+        "p.a.x": {"p.b.y"},
+        "p.b.y": {"p.c"},
+        "p.c": {"p.a.z"},
+        "p.a.z": set(),
+        "p.d": {"p.a.x"},
+    }
+    arrows = layer_arrows(graph, "p")
+    assert arrows[("p.a", "p.b")] == ["p.a.x -> p.b.y"]
+    assert layer_loops(arrows) == [
+        "p.a <-> p.b <-> p.c: p.a.x -> p.b.y | p.b.y -> p.c | p.c -> p.a.z"
+    ]
+    del graph["p.c"]
+    assert layer_loops(layer_arrows(graph, "p")) == []
+
+
+def test_sleep_layers_import_one_way():
+    """`sleep/`'s sub-packages and modules are layers: every arrow between two runs one way
+    (store, paths and the records at the bottom, then adoption, intake, night, and what
+    works over all of them: forget, move, the MCP server)."""
+    loops = layer_loops(layer_arrows(import_graph(), "selftaught.sleep"))
+    assert not loops, "sleep's layers that import each other:\n" + "\n".join(loops)
 
 
 def bench_graph() -> dict[str, set[str]]:

@@ -24,17 +24,6 @@ from selftaught import cli  # noqa: E402
 from selftaught.errors import ConfigError  # noqa: E402
 from selftaught.runs import atomic_write_json, atomic_write_text  # noqa: E402
 from selftaught.sleep.adoption import staging  # noqa: E402
-from selftaught.sleep.adoption.probation import (  # noqa: E402
-    Lineage,
-    ProbationConfig,
-    Tally,
-    compare,
-    evaluate,
-    maybe_roll_back,
-    outcome,
-    probation_for,
-    read_lineage,
-)
 from selftaught.sleep.intake.canary import CanaryError, picked, start_canary  # noqa: E402
 from selftaught.sleep.intake.harvest.import_jsonl import import_file  # noqa: E402
 from selftaught.sleep.intake.log import (  # noqa: E402
@@ -45,6 +34,17 @@ from selftaught.sleep.intake.log import (  # noqa: E402
     LogFilter,
     TaskLog,
     migrate,
+)
+from selftaught.sleep.intake.probation import (  # noqa: E402
+    Lineage,
+    ProbationConfig,
+    Tally,
+    compare,
+    evaluate,
+    maybe_roll_back,
+    outcome,
+    probation_for,
+    read_lineage,
 )
 from selftaught.sleep.intake.proxy import (  # noqa: E402
     ID_HEADER,

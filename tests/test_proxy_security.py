@@ -25,8 +25,8 @@ import pytest
 pytest.importorskip("fastapi")
 
 from selftaught.sleep.adoption import staging  # noqa: E402
-from selftaught.sleep.adoption.probation import Lineage, ProbationConfig, evaluate  # noqa: E402
 from selftaught.sleep.intake.log import Feedback, Interaction, LogFilter, TaskLog  # noqa: E402
+from selftaught.sleep.intake.probation import Lineage, ProbationConfig, evaluate  # noqa: E402
 from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, proxy_in_background  # noqa: E402
 from selftaught.sleep.intake.proxy_access import key_id  # noqa: E402
 from selftaught.sleep.replay_mark import MARK_TTL_S, NightMarks, mark, replay_key  # noqa: E402

@@ -373,9 +373,9 @@ def test_probation_tallies_each_version_and_rolls_back_a_worse_adapter(tmp_path,
     the base answers, so the adopted (forced) adapter's replies fail where the base's passed;
     each version is tallied on its own rows and the drop rolls back to the base, live."""
     from selftaught.models.base import GenerationParams
-    from selftaught.sleep.adoption.probation import ProbationConfig, probation_for
     from selftaught.sleep.adoption.serving import FollowAdopted
     from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.intake.probation import ProbationConfig, probation_for
     from selftaught.sleep.intake.proxy import ProxyConfig, in_process_upstream, proxy_in_background
 
     base, adapter = embedded

@@ -313,8 +313,8 @@ def test_a_no_val_night_on_the_embedded_model(tmp_path, embedded_available):
     request trains, none validates, the gate is off, the report says so at its top, and the
     version adopted from it is on probation with auto-rollback."""
     from selftaught.sleep.adoption import staging
-    from selftaught.sleep.adoption.probation import auto_rollback_on
     from selftaught.sleep.intake.log import Feedback, Interaction
+    from selftaught.sleep.intake.probation import auto_rollback_on
     from selftaught.sleep.night.summary import NO_VAL_BANNER
 
     log = TaskLog(tmp_path / "log.db")

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from selftaught.cli import app
 from selftaught.sleep.adoption import staging
-from selftaught.sleep.forget import drop_forgotten, provenance
 from selftaught.sleep.intake.log import Feedback, Interaction, LogFilter, TaskLog
 from selftaught.sleep.night import recall
 from selftaught.sleep.night.cycle import run_night
+from selftaught.sleep.night.forget import drop_forgotten, provenance
 from selftaught.sleep.paths import read_adopted
 from tests.scripted import canned_analyst, rule_target
 from tests.test_sleep_cycle import config, fill_log, models

@@ -10,9 +10,10 @@ from typer.testing import CliRunner
 from selftaught import cli
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
+from selftaught.sleep.kinds_file import Kind, load_kinds, save_kinds
 from selftaught.sleep.night import recall
 from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
-from selftaught.sleep.night.kinds import Kind, KindConfig, find_kinds, load_kinds, save_kinds
+from selftaught.sleep.night.kinds import KindConfig, find_kinds
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.paths import Unit, read_adopted
 from selftaught.sleep.result import NightResult
@@ -240,8 +241,8 @@ def test_past_max_skills_the_kinds_with_the_fewest_train_tasks_are_held():
 
 
 def test_a_forget_takes_a_forgotten_rows_words_out_of_the_kinds(tmp_path):
-    from selftaught.sleep.forget import drop_forgotten
     from selftaught.sleep.intake.log import LogFilter
+    from selftaught.sleep.night.forget import drop_forgotten
     from tests.test_sleep_cycle import config, fill_log, models
     from tests.test_sleep_forget import BOB, MARKER, bobs_rows
 
@@ -412,7 +413,7 @@ def test_routing_reads_and_indexes_the_kinds_once_until_kinds_json_changes(tmp_p
     its centroids and build the router once; a night that writes kinds.json again (a new
     kind) is read once more, and its new kind routes."""
     from selftaught.skill.routing import KindIndex, SkillRouter
-    from selftaught.sleep.night import kinds as kinds_module
+    from selftaught.sleep import kinds_file
 
     kinds = _two_kinds(tmp_path)
     for intent, kind in kinds.items():
@@ -429,7 +430,7 @@ def test_routing_reads_and_indexes_the_kinds_once_until_kinds_json_changes(tmp_p
 
         return wrapper
 
-    monkeypatch.setattr(kinds_module, "_read", counted("read", kinds_module._read))
+    monkeypatch.setattr(kinds_file, "read_kinds", counted("read", kinds_file.read_kinds))
     monkeypatch.setattr(KindIndex, "__post_init__", counted("index", KindIndex.__post_init__))
     monkeypatch.setattr(SkillRouter, "__init__", counted("router", SkillRouter.__init__))
     texts = [*PARAPHRASES["fruit"], *PARAPHRASES["invoice"]] * 5

@@ -61,7 +61,7 @@ def test_no_val_refuses_what_needs_val():
 
 
 def test_a_version_adopted_from_a_no_val_night_is_rolled_back_on_a_drop(tmp_path):
-    from selftaught.sleep.adoption.probation import auto_rollback_on, maybe_roll_back
+    from selftaught.sleep.intake.probation import auto_rollback_on, maybe_roll_back
 
     fill_log(tmp_path, ALPHA_NIGHT)
     run_night(config(tmp_path), models=models())
@@ -82,7 +82,7 @@ def test_a_version_adopted_from_a_no_val_night_is_rolled_back_on_a_drop(tmp_path
 
 def drop_of(new: int, old: int):
     """A probation result whose verdict is a drop of `new` against `old`."""
-    from selftaught.sleep.adoption.probation import Comparison, Probation, Tally
+    from selftaught.sleep.intake.probation import Comparison, Probation, Tally
 
     tallies = [
         Tally(str(new), outcomes=30, successes=5),

@@ -20,6 +20,7 @@ from selftaught.sleep import log_interaction  # noqa: E402
 from selftaught.sleep.intake.harvest import HarvestConfig, HarvestReport, harvesters  # noqa: E402
 from selftaught.sleep.intake.harvest.import_jsonl import ImportFormatError, import_file  # noqa: E402
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog  # noqa: E402
+from selftaught.sleep.intake.threads import tool_feedback  # noqa: E402
 from selftaught.sleep.night.cycle import (  # noqa: E402
     NightModels,
     SleepConfig,
@@ -33,7 +34,6 @@ from selftaught.sleep.night.replay import (  # noqa: E402
     logged_tools,
     night_task,
     score_logged,
-    tool_feedback,
 )
 from selftaught.sleep.night.split import NightTask  # noqa: E402
 from tests.scripted import ScriptedModel, calls_tools, canned_analyst, tool_call  # noqa: E402

@@ -295,8 +295,8 @@ def test_probation_rolls_back_one_skills_adapter_on_its_own_traffic_only(tmp_pat
     """Skill unit-conversion's version 2 (a new adapter) does worse on the requests routed to
     it than version 1 did; sql-queries' rows all fail but were never its: the watch rolls back
     unit-conversion alone, and its requests are served by version 1's adapter again."""
-    from selftaught.sleep.adoption.probation import ProbationConfig
     from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.intake.probation import ProbationConfig
     from selftaught.sleep.intake.watch import ProbationWatch
     from tests.test_sleep_skills import routed_row
 
@@ -340,7 +340,7 @@ def test_forget_everywhere_keeps_a_staged_skills_adapter_and_names_it(tmp_path):
     """A night that read a forgotten row: its phase runs go, a staged skill's adapter stays
     adoptable (weights cannot be edited) and is named among what the forget could not take."""
     from selftaught.runs import write_jsonl
-    from selftaught.sleep.forget import Doomed, Provenance, _rewrite_night
+    from selftaught.sleep.night.forget import Doomed, Provenance, _rewrite_night
 
     night = stage(tmp_path, "n1", {UNITS: ("UNITS ONE", b"u1")})
     write_jsonl(night / "tasks.jsonl", [{"id": "t1", "split": "train", "sources": ["row-1"]}])

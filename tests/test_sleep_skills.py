@@ -305,8 +305,8 @@ def routed_row(text: str, skill: str | None, version: int, thumb: str):
 
 
 def test_a_drop_on_one_skills_rows_rolls_back_that_skill_only(tmp_path, log_at):
-    from selftaught.sleep.adoption.probation import ProbationConfig, skill_probations
     from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.intake.probation import ProbationConfig, skill_probations
     from selftaught.sleep.intake.watch import ProbationWatch
 
     home = tmp_path / "home"

@@ -47,9 +47,9 @@ from selftaught.models.errors import CALL_TIMEOUT_S
 from selftaught.rollout import rollout_timeout
 from selftaught.runs import json_text
 from selftaught.skill.config import SkillOptConfig
-from selftaught.sleep.adoption.probation import ProbationConfig
 from selftaught.sleep.intake.harvest import HarvestConfig
 from selftaught.sleep.intake.log import parse_time
+from selftaught.sleep.intake.probation import ProbationConfig
 from selftaught.sleep.intake.proxy import ProxyConfig
 from selftaught.sleep.move import BATCH
 from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
@@ -517,8 +517,8 @@ def sleep_log_forget_cmd(
     again; what the sleep home's recall pool, weak labels, edit ledger and workspaces hold of
     them goes too. Night folders and adopted skills keep what they learned unless
     --everywhere."""
-    from selftaught.sleep.forget import forget_in_home
     from selftaught.sleep.intake.log import LogFilter, TaskLog
+    from selftaught.sleep.night.forget import forget_in_home
     from selftaught.sleep.paths import sleep_home
 
     filters = (project, source, since, until, tag, session, client, ids)
@@ -1367,8 +1367,8 @@ def sleep_probation_cmd(
 
     The record: requests, outcomes, success rate with its 95% interval; the comparison is on
     traffic neither version was trained on."""
-    from selftaught.sleep.adoption.probation import maybe_roll_back, probation_for, status_lines
     from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.intake.probation import maybe_roll_back, probation_for, status_lines
 
     result = probation_for(project, TaskLog(log), config=ProbationConfig(**probation_fields))
     done = maybe_roll_back(project, result, by="cli", asked=auto_rollback)
@@ -1376,7 +1376,7 @@ def sleep_probation_cmd(
         rolled = {"from": done.previous, "to": done.version} if done else None
         print(json_text({**result.to_dict(), "rolled_back": rolled}))
         return
-    from selftaught.sleep.adoption.probation import version_table
+    from selftaught.sleep.intake.probation import version_table
 
     out.print(version_table(result))
     for line in status_lines(result, project):

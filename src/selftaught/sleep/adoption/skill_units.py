@@ -55,6 +55,7 @@ from selftaught.sleep.adoption.write_back import (
     undo,
     write_back,
 )
+from selftaught.sleep.kinds_file import kind_index
 from selftaught.sleep.paths import (
     ADAPTER_DIR,
     SKILLS_DIR,
@@ -438,8 +439,8 @@ _routers_lock = threading.Lock()
 
 
 def _router_for(skills: list[AdoptedSkill], kinds: KindIndex | None = None) -> SkillRouter:
-    """The router over these skills and the project's kinds (`kinds.kind_index`), built once
-    per set of skill versions and kinds (the same `kinds` object until kinds.json changes)."""
+    """The router over these skills and the project's kinds (`kinds_file.kind_index`), built
+    once per set of skill versions and kinds (the same `kinds` object until kinds.json changes)."""
     key = tuple((s.name, s.version) for s in skills)
     with _routers_lock:
         found = _routers.get(key)
@@ -455,8 +456,6 @@ def _router_for(skills: list[AdoptedSkill], kinds: KindIndex | None = None) -> S
 def project_router(project: str, home: Path | None, skills: list[AdoptedSkill]) -> SkillRouter:
     """How the proxy routes a request among the project's adopted `skills`: kinds first, by
     the kinds its nights found, then the cards of the skills that are no kind."""
-    from selftaught.sleep.night.kinds import kind_index
-
     return _router_for(skills, kind_index(project, home))
 
 

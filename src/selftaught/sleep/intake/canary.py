@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from selftaught.errors import InputError
 from selftaught.sleep.adoption import staging
-from selftaught.sleep.adoption.probation import STAGED
+from selftaught.sleep.intake.probation import STAGED
 from selftaught.sleep.paths import Adopted
 
 

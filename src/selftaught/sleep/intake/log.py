@@ -647,7 +647,7 @@ class TaskLog:
         answers logged beside them, in ONE transaction; record each one's id and dedupe key
         (no content) so that no harvest, spool drain or copy stores it again; a SQLite log's WAL
         is then checkpointed and truncated (`checkpoint`). Returns the ids deleted. What the
-        stores outside the log hold of them is `selftaught.sleep.forget`'s to drop."""
+        stores outside the log hold of them is `selftaught.sleep.night.forget`'s to drop."""
         where, args = replace(flt, limit=None).where(self._dialect)
         with self._backend.write() as conn:
             self._hold_out_inserts(conn)

@@ -31,7 +31,7 @@ every exchange. An agent gets sleep by changing its base URL.
 - Each response carries `x-selftaught-interaction-id`; `POST /v1/feedback` attaches feedback
   to a row (its full id) or to an agent session's last turn (`session_id`): an end user's,
   untrusted, rate limited per client; the operator's with `feedback_key`.
-- Probation (`sleep.adoption.probation`): with `auto_rollback` (or a canary) a background
+- Probation (`sleep.intake.probation`): with `auto_rollback` (or a canary) a background
   thread recomputes each version's live record after every feedback and every
   `probation_every` requests, and `auto_rollback` rolls back a version that does worse than
   the one it replaced; `/health` shows the last verdict. `canary_share` tries the staged
@@ -66,10 +66,10 @@ from selftaught.errors import BackendError, InputError, RunError, SelftaughtErro
 from selftaught.given_keys import MARK, MIN_SECRET_CHARS, add_secret
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, LOOPBACK, install_guard, strip_credentials
 from selftaught.retrieval import RetrievalUnavailable
-from selftaught.sleep.adoption.probation import STAGED, ProbationConfig, auto_rollback_on
 from selftaught.sleep.adoption.staging import current_version
 from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
 from selftaught.sleep.intake.log import TRUSTED_WORDS, Interaction, TaskLog
+from selftaught.sleep.intake.probation import STAGED, ProbationConfig, auto_rollback_on
 from selftaught.sleep.intake.proxy_access import (
     EMBEDDINGS,
     LOGGED_ROUTES,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from selftaught.models.base import Message
@@ -105,6 +105,48 @@ def call_parts(call: Any) -> tuple[str, Any] | None:
 
 
 # ---- what the log holds ------------------------------------------------------------------
+
+
+@dataclass
+class ToolFeedback:
+    calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments"[, "result"]}
+    answer: Any = None
+
+
+def _corrected_call(value: Any) -> dict[str, Any] | None:
+    parts = call_parts(value)
+    if parts is None or not ({"arguments", "function", "input"} & set(value)):
+        return None
+    call: dict[str, Any] = {"name": parts[0], "arguments": parts[1]}
+    if value.get("result") is not None:
+        call["result"] = str(value["result"])
+    return call
+
+
+def tool_feedback(reference: Any) -> ToolFeedback | None:
+    """The corrected tool call(s) (and answer) a feedback `reference` holds, or None when it is
+    a plain answer (the accepted shapes: `sleep.night.replay`'s docstring). Read here, below
+    the night's replay and probation, which both check a reply against one."""
+    value = reference
+    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    if isinstance(value, dict) and ("tool_calls" in value or "answer" in value):
+        raw = value.get("tool_calls") or []
+        calls = [_corrected_call(c) for c in (raw if isinstance(raw, list) else [raw])]
+        if any(c is None for c in calls):
+            return None
+        return ToolFeedback([c for c in calls if c is not None], value.get("answer"))
+    if isinstance(value, dict):
+        call = _corrected_call(value)
+        return ToolFeedback([call]) if call else None
+    if isinstance(value, list) and value:
+        calls = [_corrected_call(c) for c in value]
+        if all(c is not None for c in calls):
+            return ToolFeedback([c for c in calls if c is not None])
+    return None
 
 
 def logged_tools(it: Interaction) -> list[dict[str, Any]] | None:

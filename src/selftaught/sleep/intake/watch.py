@@ -1,6 +1,6 @@
 """The proxy's probation watch: recompute probation in a background thread after each
 feedback and every `probation_every` completed requests, and with `auto_rollback` roll back
-a version that does worse than the one it replaced (`sleep.adoption.probation`).
+a version that does worse than the one it replaced (`sleep.intake.probation`).
 
 The thread reads the log through its own connection (SQLite WAL: readers never block the
 proxy's writer), so a check never delays a client, however long it takes; pokes that arrive
@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from selftaught.sleep.adoption.probation import (
+from selftaught.sleep.intake.log import TaskLog
+from selftaught.sleep.intake.probation import (
     ProbationConfig,
     maybe_roll_back,
     probation_for,
     skill_probations,
 )
-from selftaught.sleep.intake.log import TaskLog
 from selftaught.sleep.store import LogUrl
 
 

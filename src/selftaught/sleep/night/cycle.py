@@ -74,10 +74,10 @@ from selftaught.sleep import pause, replay_mark
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import BlockMarkerError
 from selftaught.sleep.adoption.write_back import adopt_night
-from selftaught.sleep.forget import drop_forgotten
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.intake.threads import logged_tools
+from selftaught.sleep.kinds_file import load_kinds, save_kinds
 from selftaught.sleep.lock import night_lock
 from selftaught.sleep.night import recall, summary
 from selftaught.sleep.night.agent_outcome import (
@@ -101,14 +101,8 @@ from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.dream import DreamConfig, dream
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.followup_model import ModelReader
-from selftaught.sleep.night.kinds import (
-    KindConfig,
-    NightKinds,
-    find_kinds,
-    kind_records,
-    load_kinds,
-    save_kinds,
-)
+from selftaught.sleep.night.forget import drop_forgotten
+from selftaught.sleep.night.kinds import KindConfig, NightKinds, find_kinds, kind_records
 from selftaught.sleep.night.mine import (
     NO_CHECK,
     MineConfig,

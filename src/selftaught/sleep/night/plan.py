@@ -64,6 +64,7 @@ from selftaught.retrieval import available as retrieval_available
 from selftaught.skill.plan import RunCalls, Sizes, run_calls, step_batches
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Interaction, TaskLog
+from selftaught.sleep.kinds_file import load_kinds
 from selftaught.sleep.night.agent_outcome import WorkspaceMiner, for_target
 from selftaught.sleep.night.agent_replay import NOT_CHECKABLE, for_agent, is_agent
 from selftaught.sleep.night.cycle import (
@@ -77,7 +78,7 @@ from selftaught.sleep.night.cycle import (
     window_rows,
 )
 from selftaught.sleep.night.dream import paraphrasable
-from selftaught.sleep.night.kinds import find_kinds, load_kinds
+from selftaught.sleep.night.kinds import find_kinds
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.miner import Miner
 from selftaught.sleep.night.recall import combine

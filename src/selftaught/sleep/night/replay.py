@@ -40,7 +40,6 @@ import copy
 import json
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
@@ -52,12 +51,14 @@ from selftaught.sleep.adoption.inject import strip_injected_messages
 from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.intake.sessions import task_turns
 from selftaught.sleep.intake.threads import (
+    ToolFeedback,
     arguments_value,
     call_key,
     call_parts,
     logged_tool_calls,
     logged_tools,
     message_text,
+    tool_feedback,
 )
 from selftaught.sleep.night.checks import score_example
 from selftaught.sleep.night.mine import (
@@ -147,47 +148,6 @@ def conversations(interactions: list[Interaction]) -> list[list[Interaction]]:
 
 
 # ---- feedback that corrects a tool call ----------------------------------------------------
-
-
-@dataclass
-class ToolFeedback:
-    calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments"[, "result"]}
-    answer: Any = None
-
-
-def _corrected_call(value: Any) -> dict[str, Any] | None:
-    parts = call_parts(value)
-    if parts is None or not ({"arguments", "function", "input"} & set(value)):
-        return None
-    call: dict[str, Any] = {"name": parts[0], "arguments": parts[1]}
-    if value.get("result") is not None:
-        call["result"] = str(value["result"])
-    return call
-
-
-def tool_feedback(reference: Any) -> ToolFeedback | None:
-    """The corrected tool call(s) (and answer) a feedback `reference` holds, or None when it is
-    a plain answer. See the module docstring for the accepted shapes."""
-    value = reference
-    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
-        try:
-            value = json.loads(value)
-        except (ValueError, RecursionError):
-            return None
-    if isinstance(value, dict) and ("tool_calls" in value or "answer" in value):
-        raw = value.get("tool_calls") or []
-        calls = [_corrected_call(c) for c in (raw if isinstance(raw, list) else [raw])]
-        if any(c is None for c in calls):
-            return None
-        return ToolFeedback([c for c in calls if c is not None], value.get("answer"))
-    if isinstance(value, dict):
-        call = _corrected_call(value)
-        return ToolFeedback([call]) if call else None
-    if isinstance(value, list) and value:
-        calls = [_corrected_call(c) for c in value]
-        if all(c is not None for c in calls):
-            return ToolFeedback([c for c in calls if c is not None])
-    return None
 
 
 # ---- mining ---------------------------------------------------------------------------------

@@ -29,8 +29,8 @@ from typing import Any
 from selftaught.demos import split_skill
 from selftaught.duplicates import WORD_SHARE, DuplicateIndex
 from selftaught.errors import ConfigError, InputError
+from selftaught.sleep.kinds_file import kind_tag
 from selftaught.sleep.night.checks import score_example
-from selftaught.sleep.night.kinds import kind_tag
 from selftaught.sleep.night.mine import BARE_VERDICT, MinedTask, task_key
 from selftaught.sleep.records import LateDuplicate, ProposalRecord, TrainOnlyUse, given
 from selftaught.tasks.base import SPLITS, Example, Score, Split, TaskError, TaskKind

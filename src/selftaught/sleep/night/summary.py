@@ -807,8 +807,8 @@ def write_markdown(night_dir: Path, night: NightResult) -> None:
 def probation_lines(project: str, home: Path, log_path: str | Path | None) -> list[str]:
     """`sleep status`'s probation line (and a WARNING on a drop); nothing without a log."""
     from selftaught.errors import SelftaughtError
-    from selftaught.sleep.adoption.probation import probation_for, status_lines
     from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.intake.probation import probation_for, status_lines
     from selftaught.sleep.paths import default_log_path
 
     path = log_path or default_log_path()
@@ -917,9 +917,9 @@ def skill_lines(project: str, home: Path, log_path: str | Path | None) -> list[s
     """`sleep status`'s lines of the project's many skills: each one's version and probation,
     the ones staged and waiting."""
     from selftaught.errors import SelftaughtError
-    from selftaught.sleep.adoption.probation import skill_probations, status_lines
     from selftaught.sleep.adoption.skill_units import skill_status_lines
     from selftaught.sleep.intake.log import TaskLog
+    from selftaught.sleep.intake.probation import skill_probations, status_lines
     from selftaught.sleep.paths import default_log_path
 
     path = log_path or default_log_path()
@@ -945,7 +945,7 @@ def kind_status_lines(
     oldest first (quiet: no traffic of it that night)."""
     from selftaught.sleep.adoption import staging
     from selftaught.sleep.adoption.skill_units import skill_names
-    from selftaught.sleep.night.kinds import load_kinds
+    from selftaught.sleep.kinds_file import load_kinds
     from selftaught.sleep.paths import Unit
 
     kinds = load_kinds(project, home)

@@ -24,7 +24,7 @@ reply (two-sided); a request that a checked task of tonight or of the recall poo
 (the same id or a near-duplicate) is not added, and where that task has a reference the weak
 label is scored against it: the report counts how often weak labels were right. A label
 waiting in `weak_labels.jsonl` names the rows it came from (`sources`): a forget drops it
-(`sleep.forget`), and one written before labels named them is dropped by the next night, which
+(`sleep.night.forget`), and one written before labels named them is dropped by the next night, which
 cannot tell whose it was.
 """
 

@@ -115,11 +115,11 @@ def reference_outcome(it: Interaction, reference: Any) -> int | None:
         call_parts,
         logged_tool_calls,
         logged_tools,
+        tool_feedback,
     )
-    from selftaught.sleep.night import replay
 
     if logged_tools(it) is not None:
-        corrected = replay.tool_feedback(reference)
+        corrected = tool_feedback(reference)
         if corrected is not None:
             made = {
                 call_key(*parts)
