@@ -303,6 +303,12 @@ def test_the_python_api_page_names_every_entry_point_trainer_and_result():
     assert not [name for name in with_report_to if f"`{name}`" not in tracking], tracking
 
 
+def test_the_docs_name_the_night_by_its_names():
+    old = {"SleepConfig": "NightConfig", "ProjectNight": "NightResult"}
+    found = [(page.name, name) for page in PAGES for name in old if name in _text(page)]
+    assert not found, f"older names in the docs (write {old}): {found}"
+
+
 # ---- troubleshooting quotes ------------------------------------------------------------------
 
 
