@@ -327,7 +327,7 @@ def test_a_night_without_the_setting_reads_with_the_rules_alone():
 @pytest.mark.slow  # three short prompts to the embedded model: about half a minute
 def test_the_embedded_model_as_reader_plumbing():
     """A 135M model reads little right; this asserts only that it is asked where the rules
-    read nothing, that every call is counted, and that whatever it says stays in the
+    read a rejection without its value, that every call is counted, and that whatever it says stays in the
     vocabulary and the turn."""
     pytest.importorskip("transformers")
     from selftaught.models import load_model
@@ -341,7 +341,7 @@ def test_the_embedded_model_as_reader_plumbing():
     model = TrackedModel(load_model("local"), ledger, "miner")
     reader = ModelReader(Miner(model, "local", MinerConfig(followup_max_tokens=48)))
     rows = [
-        chat("hm, my pedometer disagrees: 17 km"),
+        chat("no, that's not right"),
         chat("that's wrong", q="How far is the zoo?"),
         chat("Perfect, thanks!", q="How far is the lake?"),  # the rules read it: not asked
     ]
