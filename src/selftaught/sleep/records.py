@@ -271,22 +271,30 @@ class WindowRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FollowupModelRecord(Record):
-    """`mining.conversation.model`: what the miner read in the next turns the rules could not
-    (`followup_model.FollowupModelReport.to_dict()`); read from `{}` when it read none."""
+class ModelCallsRecord(Record):
+    """What each role of the miner reports of its calls (`miner.ModelCalls`): the keys
+    `FollowupModelRecord` and `MinerRecord` share. Each is read from the dict its report
+    wrote, so report.json keeps that dict's keys in their order."""
 
-    model: str = ""
     candidates: int = 0
     asked: int = 0
     answered: int = 0
     repaired: int = 0
     parse_failures: int = 0
     backend_errors: int = 0
-    outcomes: Mapping[str, int] = field(default_factory=dict)
     invalid_parts: int = 0
     skipped: Mapping[str, int] = field(default_factory=dict)
     first_error: str | None = None
     parse_rate: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FollowupModelRecord(ModelCallsRecord):
+    """`mining.conversation.model`: what the miner read in the next turns the rules could not
+    (`followup_model.FollowupModelReport.to_dict()`); read from `{}` when it read none."""
+
+    model: str = ""
+    outcomes: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -316,26 +324,16 @@ class MinerExample(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MinerRecord(Record):
+class MinerRecord(ModelCallsRecord):
     """`mining.miner`: what the miner wrote and what was kept (`miner.MinerReport.to_dict()`);
     read from `{}` when no miner ran (`ran` is False)."""
 
     miner: str = ""
-    candidates: int = 0
-    asked: int = 0
-    answered: int = 0
-    repaired: int = 0
-    parse_failures: int = 0
-    backend_errors: int = 0
     cannot_check: int = 0
     kept: int = 0
     refused: Mapping[str, int] = field(default_factory=dict)
-    skipped: Mapping[str, int] = field(default_factory=dict)
-    invalid_parts: int = 0
     kept_parts: Mapping[str, int] = field(default_factory=dict)
-    first_error: str | None = None
     examples: tuple[MinerExample, ...] = ()
-    parse_rate: float | None = None
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"examples": many(MinerExample)}
 

@@ -41,8 +41,8 @@ import functools
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, get_args
 
 from selftaught import prompts
 from selftaught.models.base import GenerationParams, run_sync
@@ -55,6 +55,7 @@ from selftaught.sleep.night.miner import (
     FollowupReading,
     Miner,
     MinerParseError,
+    ModelCalls,
     Parsed,
     load_prompt,
 )
@@ -294,28 +295,16 @@ def _rules(rules: tuple[Rule, ...], ask: FollowupAsk) -> tuple[Rule, ...]:
 
 
 @dataclass
-class FollowupModelReport:
-    """What the model read in one night: the mining report's `conversation.model`."""
+class FollowupModelReport(ModelCalls):
+    """What the model read in one night: the mining report's `conversation.model`
+    (`candidates`: next turns the rules read nothing or a bare rejection in)."""
 
+    NAME: ClassVar[str] = "model"
     model: str = ""
-    candidates: int = 0  # next turns the rules read nothing or a bare rejection in
-    asked: int = 0
-    answered: int = 0  # replies that parsed (repaired ones included)
-    repaired: int = 0
-    parse_failures: int = 0
-    backend_errors: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)  # correction, downgraded, none, ...
     invalid_parts: int = 0  # rules outside the vocabulary, dropped
     skipped: dict[str, int] = field(default_factory=dict)  # why -> turns never asked
     first_error: str | None = None
-
-    @property
-    def parse_rate(self) -> float | None:
-        replied = self.asked - self.backend_errors
-        return self.answered / replied if replied else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "parse_rate": self.parse_rate}
 
 
 class ModelReader:

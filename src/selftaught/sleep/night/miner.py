@@ -37,7 +37,7 @@ import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from selftaught import prompts
 from selftaught.errors import BudgetExhausted, ConfigError, InputError
@@ -408,24 +408,18 @@ def refusal(
 
 
 @dataclass
-class MinerReport:
-    """What the miner did in one night: the mining report's `miner` section."""
+class ModelCalls:
+    """What one role of the miner asked its model in a night, counted alike for each role
+    (`MinerReport`, `followup_model.FollowupModelReport`). `NAME` is the field naming the
+    model: its dict's first key, as report.json has always had it."""
 
-    miner: str = ""  # the miner's spec (or name): every measurement names its miner
-    candidates: int = 0  # rows with a verdict and no strong check, or none at all
+    NAME: ClassVar[str]
+    candidates: int = 0  # what the role could ask about
     asked: int = 0
     answered: int = 0  # replies that parsed (repaired ones included)
     repaired: int = 0
     parse_failures: int = 0
     backend_errors: int = 0
-    cannot_check: int = 0
-    kept: int = 0
-    refused: dict[str, int] = field(default_factory=dict)  # why -> checks
-    skipped: dict[str, int] = field(default_factory=dict)  # why -> rows never shown
-    invalid_parts: int = 0  # parts of a check outside the vocabulary, dropped
-    kept_parts: dict[str, int] = field(default_factory=dict)  # answer:number, rule:json, ...
-    first_error: str | None = None  # the first backend error, for the night's notes
-    examples: list[dict[str, Any]] = field(default_factory=list)  # the first decisions
 
     @property
     def parse_rate(self) -> float | None:
@@ -434,7 +428,25 @@ class MinerReport:
         return self.answered / replied if replied else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "parse_rate": self.parse_rate}
+        named = {self.NAME: getattr(self, self.NAME)}
+        return {**named, **asdict(self), "parse_rate": self.parse_rate}
+
+
+@dataclass
+class MinerReport(ModelCalls):
+    """What the miner did in one night: the mining report's `miner` section (`candidates`:
+    rows with a verdict and no strong check, or none at all)."""
+
+    NAME: ClassVar[str] = "miner"
+    miner: str = ""  # the miner's spec (or name): every measurement names its miner
+    cannot_check: int = 0
+    kept: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # why -> checks
+    skipped: dict[str, int] = field(default_factory=dict)  # why -> rows never shown
+    invalid_parts: int = 0  # parts of a check outside the vocabulary, dropped
+    kept_parts: dict[str, int] = field(default_factory=dict)  # answer:number, rule:json, ...
+    first_error: str | None = None  # the first backend error, for the night's notes
+    examples: list[dict[str, Any]] = field(default_factory=list)  # the first decisions
 
 
 MAX_EXAMPLES = 10
