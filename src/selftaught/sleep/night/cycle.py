@@ -141,12 +141,11 @@ from selftaught.sleep.night.weak import (
 from selftaught.sleep.night.weight_night import (
     WEIGHT_MODES,
     AdapterTrainer,
-    LocalAdapterTrainer,
     NightText,
     WeightChoice,
     WeightNightConfig,
+    adapter_trainer,
     discard_adapters,
-    is_local_spec,
     stage_adapter,
     weight_candidates,
 )
@@ -792,15 +791,15 @@ def _weights(
         return None
     if backend_failure(result, evidence, config.training.gate.max_missing) is not None:
         return None
-    trainer = models.adapter_trainer
+    trainer = adapter_trainer(
+        models.adapter_trainer, models.target_spec, config.weight_training, models.target
+    )
     if trainer is None:
-        if not is_local_spec(models.target_spec):
-            night.note(
-                f"weights not trained: the target {models.target_spec!r} is not a local model "
-                "(`local` or `local:PATH`); the night stayed text-only"
-            )
-            return None
-        trainer = LocalAdapterTrainer(models.target_spec, config.weight_training, models.target)
+        night.note(
+            f"weights not trained: the target {models.target_spec!r} is not a local model "
+            "(`local` or `local:PATH`); the night stayed text-only"
+        )
+        return None
     if night.training is not None:
         night.training = dataclasses.replace(night.training, weights=config.weights)
     dropped: list[LateDuplicate] = []

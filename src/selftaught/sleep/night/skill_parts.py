@@ -41,11 +41,10 @@ from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.night.weight_night import (
     AdapterTrainer,
-    LocalAdapterTrainer,
     NightText,
     ServedKind,
     WeightChoice,
-    is_local_spec,
+    adapter_trainer,
     shared_candidates,
     weight_candidates,
 )
@@ -53,6 +52,20 @@ from selftaught.sleep.paths import SKILLS_DIR, Adopted, Unit
 from selftaught.sleep.records import LateDuplicate
 
 SKILL_ADAPTERS = ("per-skill", "shared")
+
+
+@dataclass(frozen=True)
+class KindsNight:
+    """What each step of a many-skills night works with once the kinds are mined: its
+    settings (`config`: the `SleepConfig`), its models (`NightModels`), its folder, evidence
+    log, usage ledger and console."""
+
+    config: Any
+    models: Any
+    night_dir: Path
+    evidence: EvidenceLog
+    ledger: UsageLedger
+    console: Console
 
 
 @dataclass(frozen=True)
@@ -154,21 +167,14 @@ def kind_units(
     return out
 
 
-def learn_memory(
-    unit: KindUnit,
-    config: Any,
-    optimizer: ChatModel,
-    night_dir: Path,
-    evidence: EvidenceLog,
-    ledger: UsageLedger,
-    console: Console,
-) -> tuple[str, list[str]]:
-    """The kind's memory trained with its skill held fixed, gated on its own val (`config`:
-    the `SleepConfig`); the adopted one when nothing passed. With notes."""
+def learn_memory(unit: KindUnit, run: KindsNight) -> tuple[str, list[str]]:
+    """The kind's memory trained with its skill held fixed, gated on its own val; the adopted
+    one when nothing passed. With notes."""
+    config = run.config
     held = Adopted(unit.body, unit.adopted.memory, unit.adopted.version)
     result = consolidate(config.training, ("memory",), config.progress, unit.task, unit.target,
-                         optimizer, None, held, night_dir / unit.folder, evidence, console,
-                         ledger=ledger)  # fmt: skip
+                         run.models.optimizer, None, held, run.night_dir / unit.folder,
+                         run.evidence, run.console, ledger=run.ledger)  # fmt: skip
     notes = [f"skill {unit.name}: {n}" for n in result.notes]
     if result.fatal is not None:
         notes.append(f"skill {unit.name}: memory not trained: {result.fatal}")
@@ -176,63 +182,49 @@ def learn_memory(
     return result.memory, notes
 
 
-def trainer_for(models: Any, target: ChatModel, config: Any) -> AdapterTrainer | None:
-    """The night's adapter trainer (`NightModels.adapter_trainer`), else one on `target` (the
-    model serving the kind: training goes on from its adapter) when the target is local."""
-    if models.adapter_trainer is not None:
-        trainer: AdapterTrainer = models.adapter_trainer
-        return trainer
-    if not is_local_spec(models.target_spec):
-        return None
-    return LocalAdapterTrainer(models.target_spec, config.weight_training, target)
+def trainer_for(run: KindsNight, target: ChatModel) -> AdapterTrainer | None:
+    """The night's adapter trainer for a kind served by `target` (training goes on from its
+    adapter); None when the night's target is not local."""
+    models = run.models
+    return adapter_trainer(models.adapter_trainer, models.target_spec,
+                           run.config.weight_training, target)  # fmt: skip
 
 
 def learn_adapter(
     unit: KindUnit,
     memory: str,
-    config: Any,
     trainer: AdapterTrainer,
-    night_dir: Path,
-    evidence: EvidenceLog,
-    ledger: UsageLedger,
-    console: Console,
+    run: KindsNight,
     dropped: list[LateDuplicate],
 ) -> tuple[WeightChoice | None, list[str]]:
     """The kind's adapter, and the gate's choice among its text, the adapter and both on its
     own val (`weight_night.weight_candidates` on the kind's tasks)."""
+    config = run.config
     text = NightText(unit.adopted, unit.body, memory)
-    here = night_dir / unit.folder
+    here = run.night_dir / unit.folder
     choice, notes = weight_candidates(config.weights, config.weight_training, config.training,
                                       unit.task, list(unit.train), unit.target, trainer, text,
-                                      here, evidence, ledger, console, dropped)  # fmt: skip
+                                      here, run.evidence, run.ledger, run.console,
+                                      dropped)  # fmt: skip
     return choice, [f"skill {unit.name}: {n}" for n in notes]
 
 
-def learn_kind(
-    unit: KindUnit,
-    config: Any,
-    models: Any,
-    night_dir: Path,
-    evidence: EvidenceLog,
-    ledger: UsageLedger,
-    console: Console,
-) -> KindLearned:
+def learn_kind(unit: KindUnit, run: KindsNight) -> KindLearned:
     """A kind's memory (when the night trains memory), then its own adapter (per-skill)."""
+    config = run.config
     notes: list[str] = []
     memory = unit.adopted.memory
     if "memory" in config.documents:
-        memory, said = learn_memory(unit, config, models.optimizer, night_dir, evidence, ledger,
-                                    console)  # fmt: skip
+        memory, said = learn_memory(unit, run)
         notes += said
     choice = None
     dropped: list[LateDuplicate] = []
     if config.weights != "off" and config.skill_adapters == "per-skill":
-        trainer = trainer_for(models, unit.target, config)
+        trainer = trainer_for(run, unit.target)
         if trainer is None:
             notes.append(f"skill {unit.name}: weights not trained: the target is not local")
         else:
-            choice, said = learn_adapter(unit, memory, config, trainer, night_dir, evidence,
-                                         ledger, console, dropped)  # fmt: skip
+            choice, said = learn_adapter(unit, memory, trainer, run, dropped)
             notes += said
     return KindLearned(unit.body, memory, choice, tuple(notes), tuple(dropped))
 
@@ -250,17 +242,13 @@ def shared_adapter(
     units: Sequence[KindUnit],
     learned: Mapping[str, KindLearned],
     whole: NightTask,
-    config: Any,
-    models: Any,
-    night_dir: Path,
-    evidence: EvidenceLog,
-    ledger: UsageLedger,
-    console: Console,
+    run: KindsNight,
     dropped: list[LateDuplicate],
 ) -> tuple[WeightChoice | None, list[str]]:
     """One adapter for every kind served by the project's (none of its own): trained on their
     train tasks, gated on their val, each kind served the text the night stages for it."""
-    trainer = trainer_for(models, models.target, config)
+    config = run.config
+    trainer = trainer_for(run, run.models.target)
     if trainer is None:
         return None, ["weights not trained: the target is not a local model"]
     kinds = []
@@ -275,5 +263,5 @@ def shared_adapter(
     if not kinds:
         return None, ["weights: every kind serves an adapter of its own (shared: none to train)"]
     return shared_candidates(config.weights, config.weight_training, config.training, kinds,
-                             whole, models.target, trainer, night_dir, evidence, ledger,
-                             console, dropped)  # fmt: skip
+                             whole, run.models.target, trainer, run.night_dir, run.evidence,
+                             run.ledger, run.console, dropped)  # fmt: skip

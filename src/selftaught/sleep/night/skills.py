@@ -60,6 +60,7 @@ from selftaught.sleep.night.kinds import ItemValues, KindSkill, NightKinds, kind
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.skill_parts import (
     KindLearned,
+    KindsNight,
     KindUnit,
     kind_units,
     learn_kind,
@@ -230,22 +231,21 @@ def learn_skills(
     (`skill_parts.py`), stage the accepted ones; the night's `skills`, `kinds`, `skill_set`,
     status and reason say what was staged (`config`: the `SleepConfig`)."""
     project = night.project
-    _set_judge(task, models, evidence, ledger)
+    run = KindsNight(config, models, night_dir, evidence, ledger, console)
+    _set_judge(task, run)
     notes: list[str] = []
     start, files = _starting_skills(project, home, config.skills_from, notes)
     clusters = kind_clusters(kinds, task, start, config.max_skills)
     served = serving_targets(project, home, [c.name for c in clusters], models.target, notes)
     night.note(*notes)
     try:
-        result = _train_set(task, config, models, night_dir, evidence, ledger, console, start,
-                            clusters, served, kinds)  # fmt: skip
+        result = _train_set(task, run, start, clusters, served, kinds)
     except FatalBackendError as err:
         night.usage = ledger.to_dict()
         night.status, night.reason = "backend_failed", f"training the skills: {err}"
         return
     units = kind_units(project, home, result.outcomes, splits, task, served, models.target)
-    learned, shared = _beyond_text(night, units, result, task, config, models, night_dir,
-                                   evidence, ledger, console, deadline)  # fmt: skip
+    learned, shared = _beyond_text(night, units, result, task, run, deadline)
     inputs = {ex.id: ex.prompt_text() for ex in task.examples("train")}
     by_name = {u.name: u for u in units}
     trained = [o for o in result.outcomes if _listed(o)]
@@ -281,23 +281,18 @@ def learn_skills(
                                                  shared_why)  # fmt: skip
 
 
-def _set_judge(task: Any, models: Any, evidence: EvidenceLog, ledger: UsageLedger) -> None:
+def _set_judge(task: Any, run: KindsNight) -> None:
     """Tasks without a reference are judged by the night's judge (charged to its ledger)."""
-    if models.judge is not None:
+    if run.models.judge is not None:
         from selftaught.tasks.scorers import LlmJudge
 
-        judge = EvidenceModel(models.judge, evidence, "judge")
-        task.judge = LlmJudge(TrackedModel(judge, ledger, "judge"))
+        judge = EvidenceModel(run.models.judge, run.evidence, "judge")
+        task.judge = LlmJudge(TrackedModel(judge, run.ledger, "judge"))
 
 
 def _train_set(
     task: Any,
-    config: Any,
-    models: Any,
-    night_dir: Path,
-    evidence: EvidenceLog,
-    ledger: UsageLedger,
-    console: Console,
+    run: KindsNight,
     start: list[SkillFile],
     clusters: list[TaskCluster],
     served: Mapping[str, Any],
@@ -306,21 +301,23 @@ def _train_set(
     """The skills' text, each kind's trained and measured on the model serving it; the whole
     val routed by tonight's kinds, as the proxy will route once they are saved."""
 
-    def tracked(model: Any) -> TrackedModel:
-        return TrackedModel(EvidenceModel(model, evidence, "target"), ledger, "target")
+    config = run.config
 
-    analyst = EvidenceModel(models.optimizer, evidence, "optimizer")
+    def tracked(model: Any) -> TrackedModel:
+        return TrackedModel(EvidenceModel(model, run.evidence, "target"), run.ledger, "target")
+
+    analyst = EvidenceModel(run.models.optimizer, run.evidence, "optimizer")
     return train_skill_set(
         task,
-        tracked(models.target),
-        TrackedModel(analyst, ledger, "optimizer"),
-        output_dir=night_dir / "skillset",
+        tracked(run.models.target),
+        TrackedModel(analyst, run.ledger, "optimizer"),
+        output_dir=run.night_dir / "skillset",
         config=config.training,
         set_config=SkillSetConfig(min_tasks=config.skill_min_tasks, max_skills=config.max_skills),
         start=start,
         clusters=clusters,
         progress=config.progress,
-        console=console,
+        console=run.console,
         targets={name: tracked(model) for name, model in served.items()},
         kinds=kinds.index(),
     )
@@ -331,16 +328,12 @@ def _beyond_text(
     units: list[KindUnit],
     result: SkillSetResult,
     task: Any,
-    config: Any,
-    models: Any,
-    night_dir: Path,
-    evidence: EvidenceLog,
-    ledger: UsageLedger,
-    console: Console,
+    run: KindsNight,
     deadline: Deadline,
 ) -> tuple[dict[str, KindLearned], WeightChoice | None]:
     """Each trained kind's memory and own adapter, then the shared adapter (`skill_parts`);
     past the night's --max-minutes the kinds left keep their text as the skill set left it."""
+    config = run.config
     trained = {o.name for o in result.outcomes if o.trained}
     if config.weights != "off" and night.training is not None:
         night.training = dataclasses.replace(night.training, weights=config.weights)
@@ -351,7 +344,7 @@ def _beyond_text(
         if deadline.passed():
             night.note(f"skill {unit.name}: memory and weights not trained: --max-minutes")
             continue
-        done = learn_kind(unit, config, models, night_dir, evidence, ledger, console)
+        done = learn_kind(unit, run)
         night.note(*done.notes)
         night.drop_duplicates(*done.dropped)
         learned[unit.name] = done
@@ -361,8 +354,7 @@ def _beyond_text(
         night.note("the shared adapter was not trained: the night's --max-minutes had passed")
         return learned, None
     dropped: list[LateDuplicate] = []
-    choice, notes = shared_adapter(units, learned, task, config, models, night_dir, evidence,
-                                   ledger, console, dropped)  # fmt: skip
+    choice, notes = shared_adapter(units, learned, task, run, dropped)
     night.note(*notes)
     night.drop_duplicates(*dropped)
     return learned, choice

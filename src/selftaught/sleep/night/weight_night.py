@@ -394,6 +394,19 @@ class LocalAdapterTrainer:
         )
 
 
+def adapter_trainer(
+    given: AdapterTrainer | None, spec: str, cfg: WeightNightConfig, target: ChatModel
+) -> AdapterTrainer | None:
+    """The night's adapter trainer: the one `given` (`NightModels.adapter_trainer`), else one
+    on `target` (the model serving: training goes on from its adapter) when the target's
+    `spec` is local; None when it is not."""
+    if given is not None:
+        return given
+    if not is_local_spec(spec):
+        return None
+    return LocalAdapterTrainer(spec, cfg, target)
+
+
 # ---- the gate's choice ---------------------------------------------------------------------
 
 
