@@ -117,9 +117,7 @@ class Proposer:
                     seed=self.config.seed * 100_003 + step * 101 + i,
                 )
             summary = st.train_summary.text if st.train_summary is not None else ""
-            calls = await self.reflect_accumulated(
-                analyst, rules, rollouts, rejected, budget, summary
-            )
+            calls = await self.reflect(analyst, rules, rollouts, rejected, budget, summary)
             agg = await aggregate(
                 analyst if self.config.llm_merge else None,
                 rules,
@@ -135,25 +133,6 @@ class Proposer:
                 agg.edits = [*self.user_edits, *agg.edits]
             out.append(Proposal(calls, agg, self.update(rules, agg.edits, rejected, budget)))
         return out
-
-    async def reflect_accumulated(
-        self,
-        analyst: Analyst,
-        text: str,
-        rollouts: list[Rollout],
-        rejected: list[Edit],
-        budget: int,
-        summary: str = "",
-    ) -> list[AnalystCall]:
-        """`accumulate_steps` N: the step's batch is N batches, each reflected on as a step
-        would (its own minibatches, under `max_minibatches`); their patches go on to one
-        merge. The grounded call is asked once, with the first batch."""
-        groups = self.micro_batches(rollouts)
-        jobs = [
-            self.reflect(analyst, text, group, rejected, budget, summary if not i else "")
-            for i, group in enumerate(groups)
-        ]
-        return [call for calls in await asyncio.gather(*jobs) for call in calls]
 
     def micro_batches(self, rollouts: list[Rollout]) -> list[list[Rollout]]:
         """The step's attempts by the batch their example belongs to (batch_size examples
@@ -218,28 +197,40 @@ class Proposer:
         """Reflect on bounded minibatches: failures, successes, and, when each task was
         attempted K > 1 times, the contrast between a solved and a failed attempt at the same
         task. With `grounded_proposals` and a train summary, one more call proposes
-        instructions grounded in the summary and the step's failed attempts."""
+        instructions grounded in the summary and the step's failed attempts. With
+        `accumulate_steps` N the step's batch is N batches, each reflected on as a step would
+        (its own minibatches, under `max_minibatches`); their patches go on to one merge. The
+        grounded call is asked once, with the first batch."""
         cfg = self.config
-        failed, solved, pairs = self.attempt_groups(rollouts)
         mb, most = cfg.minibatch_size, cfg.max_minibatches
 
         def chunks(items: list[Any]) -> list[list[Any]]:
             return [items[i : i + mb] for i in range(0, len(items), mb)][:most]
 
-        sem = asyncio.Semaphore(cfg.concurrency)
+        async def one_batch(group: list[Rollout], said: str) -> list[AnalystCall]:
+            failed, solved, pairs = self.attempt_groups(group)
+            sem = asyncio.Semaphore(cfg.concurrency)
 
-        async def limited(job: Awaitable[AnalystCall]) -> AnalystCall:
-            async with sem:
-                return await job
+            async def limited(job: Awaitable[AnalystCall]) -> AnalystCall:
+                async with sem:
+                    return await job
 
-        jobs = [analyst.reflect("failure", text, c, rejected, budget) for c in chunks(failed)]
-        jobs += [analyst.reflect_contrast(text, c, rejected, budget) for c in chunks(pairs)]
-        if cfg.reflect_on_successes:
-            jobs += [analyst.reflect("success", text, c, rejected, budget) for c in chunks(solved)]
-        if cfg.grounded_proposals and summary:
-            shown = (failed + [bad for _, bad in pairs])[:mb]
-            jobs.append(analyst.reflect_grounded(text, summary, shown, rejected, budget))
-        return list(await asyncio.gather(*(limited(j) for j in jobs)))
+            jobs = [analyst.reflect("failure", text, c, rejected, budget) for c in chunks(failed)]
+            jobs += [analyst.reflect_contrast(text, c, rejected, budget) for c in chunks(pairs)]
+            if cfg.reflect_on_successes:
+                jobs += [
+                    analyst.reflect("success", text, c, rejected, budget) for c in chunks(solved)
+                ]
+            if cfg.grounded_proposals and said:
+                shown = (failed + [bad for _, bad in pairs])[:mb]
+                jobs.append(analyst.reflect_grounded(text, said, shown, rejected, budget))
+            return list(await asyncio.gather(*(limited(j) for j in jobs)))
+
+        groups = self.micro_batches(rollouts)
+        done = await asyncio.gather(
+            *(one_batch(group, summary if not i else "") for i, group in enumerate(groups))
+        )
+        return [call for calls in done for call in calls]
 
     def attempt_groups(
         self, rollouts: list[Rollout]
