@@ -59,29 +59,31 @@ from selftaught.weights.sft import (
 
 
 @dataclass
-class PreferencePair:
-    """One preference: what the user wanted (`chosen`) over what the model said (`rejected`)."""
+class PreferenceItem:
+    """What every item of preference data holds: the example it came from and its prompt
+    (`PreferencePair`, `Judged`)."""
 
     example_id: str
     prompt: list[Message]
-    chosen: str
-    rejected: str
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 @dataclass
-class Judged:
+class PreferencePair(PreferenceItem):
+    """One preference: what the user wanted (`chosen`) over what the model said (`rejected`)."""
+
+    chosen: str
+    rejected: str
+
+
+@dataclass
+class Judged(PreferenceItem):
     """One reply judged on its own (KTO's data): a thumb up (`desirable`) or down."""
 
-    example_id: str
-    prompt: list[Message]
     completion: str
     desirable: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def judged_to_dataset(judged: Sequence[Judged]) -> Any:
