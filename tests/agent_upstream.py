@@ -504,6 +504,56 @@ def find_cli(name: str) -> str | None:
     return str(path) if path.exists() and shutil.which("node") else None
 
 
+AGENTS = ("claude-code", "codex")
+
+
+def needs_cli(kind: str) -> Any:
+    """A mark that skips a test of `kind` (`claude-code`, `codex`) when its CLI is not
+    installed."""
+    import pytest
+
+    program = {"claude-code": "claude", "codex": "codex"}[kind]
+    return pytest.mark.skipif(
+        find_cli(program) is None,
+        reason=f"{program} not installed (scripts/install-agent-clis.sh)",
+    )
+
+
+def with_cli(kinds: tuple[str, ...] = AGENTS) -> list[Any]:
+    """`kinds` as parameters, each skipped when its CLI is not installed."""
+    import pytest
+
+    return [pytest.param(k, marks=needs_cli(k)) for k in kinds]
+
+
+def sandbox_ready() -> bool:
+    """The agents' own sandboxes can run: bubblewrap, and socat for Claude Code's."""
+    from selftaught.tasks.sandbox import find_bwrap
+
+    return find_bwrap() is not None and shutil.which("socat") is not None
+
+
+def point_clis(monkeypatch: Any, tmp_path: Path, key: str) -> Callable[..., None]:
+    """Both CLIs made ready for a scripted upstream (no key or base URL of the caller's, the
+    pinned CLIs, Claude Code's sandbox off where its tools are missing); the function it
+    returns, `point(up, key=key)`, points them at `up` with `key` as their API key."""
+    for var in ("ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CLAUDE_CONFIG_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(CLI_DIR_ENV, str(cli_dir()))
+    if not sandbox_ready():  # Claude Code refuses to start without its sandbox's tools
+        monkeypatch.setenv("SELFTAUGHT_CLAUDE_SANDBOX", "0")
+
+    def point(up: AgentUpstream, key: str = key) -> None:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", up.root_url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
+        codex_home = tmp_path / "user-codex-home"
+        codex_config(codex_home, up.base_url, model=up.model, key_env="X_KEY")
+        monkeypatch.setenv("CODEX_HOME", str(codex_home))
+        monkeypatch.setenv("X_KEY", key)
+
+    return point
+
+
 def agent_env(home: Path, **extra: str) -> dict[str, str]:
     """An environment for running a CLI offline in a throwaway HOME: no telemetry, no
     non-essential traffic, no retries, no proxy settings or keys from the caller."""

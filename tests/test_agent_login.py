@@ -17,8 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_upstream import AgentUpstream, cli_dir, needs_skill, one_tool_then_answer
-from tests.test_agent_policy import needs_cli, qa_task, run_eval, sandbox_ready
+from tests.agent_upstream import (
+    AgentUpstream,
+    cli_dir,
+    needs_cli,
+    needs_skill,
+    one_tool_then_answer,
+    sandbox_ready,
+)
+from tests.test_agent_policy import qa_task, run_eval
 
 MARKER = "MARKER-LOGIN-3J"
 ACCESS = "sk-ant-oat01-access-token-from-the-login-7c1d"

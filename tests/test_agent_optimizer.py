@@ -34,22 +34,13 @@ from selftaught.skill_package import (
 from tests.agent_upstream import (
     AgentUpstream,
     Call,
-    cli_dir,
-    codex_config,
-    find_cli,
+    point_clis,
     shell_arguments,
+    with_cli,
 )
 
 KEY = "sk-test-optimizer-key-8d21f0"  # must never reach a file selftaught writes
 MARKER = "MARKER-OPT"
-AGENTS = ("claude-code", "codex")
-
-
-def needs_cli(kind: str):
-    program = {"claude-code": "claude", "codex": "codex"}[kind]
-    return pytest.mark.skipif(
-        find_cli(program) is None, reason=f"{program} not installed (scripts/install-agent-clis.sh)"
-    )
 
 
 def script(tmp_path: Path, name: str, source: str) -> str:
@@ -363,23 +354,7 @@ print("echoed")
 @pytest.fixture
 def upstream_env(monkeypatch, tmp_path):
     """Point both CLIs at a scripted upstream, with KEY as their API key."""
-    from tests.test_agent_policy import sandbox_ready
-
-    for var in ("ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CLAUDE_CONFIG_DIR"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("SELFTAUGHT_AGENT_CLIS", str(cli_dir()))
-    if not sandbox_ready():  # Claude Code refuses to start without its sandbox's tools
-        monkeypatch.setenv("SELFTAUGHT_CLAUDE_SANDBOX", "0")
-
-    def point(up: AgentUpstream) -> None:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", up.root_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        codex_home = tmp_path / "user-codex-home"
-        codex_config(codex_home, up.base_url, model=up.model, key_env="X_KEY")
-        monkeypatch.setenv("CODEX_HOME", str(codex_home))
-        monkeypatch.setenv("X_KEY", KEY)
-
-    return point
+    return point_clis(monkeypatch, tmp_path, KEY)
 
 
 def editing_policy(outside: Path):
@@ -403,7 +378,7 @@ def editing_policy(outside: Path):
     return policy
 
 
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=needs_cli(k)) for k in AGENTS])
+@pytest.mark.parametrize("kind", with_cli())
 def test_a_real_agent_edits_the_skill_and_the_gate_takes_it(tmp_path, upstream_env, kind):
     outside = Path.home() / ".cache" / "selftaught" / f"escape-opt-{os.getpid()}-{kind}"
     skill = tmp_path / "skill.md"

@@ -34,37 +34,18 @@ from selftaught.models.spec import SPEC_FORMS, ModelSpecError, parse_model_spec
 from selftaught.rollout import RolloutConfig
 from selftaught.tasks.sandbox import find_bwrap
 from tests.agent_upstream import (
+    AGENTS,
     AgentUpstream,
-    cli_dir,
-    codex_config,
-    find_cli,
     needs_skill,
     one_tool_then_answer,
+    point_clis,
+    sandbox_ready,
+    with_cli,
 )
 
 KEY = "sk-test-agent-key-5f3a9c1e7b"  # must never reach a file selftaught writes
 MARKER = "MARKER-AGENT-7Q"
-AGENTS = ("claude-code", "codex")
 UNSAFE_ARGS = ["--unsafe-exec"] if find_bwrap() is None else []
-
-
-def needs_cli(kind: str):
-    program = {"claude-code": "claude", "codex": "codex"}[kind]
-    return pytest.mark.skipif(
-        find_cli(program) is None,
-        reason=f"{program} not installed (scripts/install-agent-clis.sh)",
-    )
-
-
-def sandbox_ready() -> bool:
-    """The agents' own sandboxes can run: bubblewrap, and socat for Claude Code's."""
-    import shutil
-
-    return find_bwrap() is not None and shutil.which("socat") is not None
-
-
-def with_cli(kinds=AGENTS):
-    return [pytest.param(k, marks=needs_cli(k)) for k in kinds]
 
 
 def chat(model, messages, **params):
@@ -102,21 +83,7 @@ def run_eval(tasks: Path, model: str, out: Path, *extra: str):
 @pytest.fixture
 def upstream_env(monkeypatch, tmp_path):
     """Point both CLIs at a scripted upstream, with KEY as their API key."""
-    for var in ("ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CLAUDE_CONFIG_DIR"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("SELFTAUGHT_AGENT_CLIS", str(cli_dir()))
-    if not sandbox_ready():  # Claude Code refuses to start without its sandbox's tools
-        monkeypatch.setenv("SELFTAUGHT_CLAUDE_SANDBOX", "0")
-
-    def point(up: AgentUpstream, key: str = KEY) -> None:
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", up.root_url)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", key)
-        codex_home = tmp_path / "user-codex-home"
-        codex_config(codex_home, up.base_url, model=up.model, key_env="X_KEY")
-        monkeypatch.setenv("CODEX_HOME", str(codex_home))
-        monkeypatch.setenv("X_KEY", key)
-
-    return point
+    return point_clis(monkeypatch, tmp_path, KEY)
 
 
 # ---- specs -------------------------------------------------------------------------------
