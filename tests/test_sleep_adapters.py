@@ -119,30 +119,35 @@ def test_history_and_status_say_which_adapter_serves(tmp_path):
 # ---- a vLLM upstream --------------------------------------------------------------------------
 
 
-def test_a_vllm_upstream_loads_the_adopted_adapter_once_and_gets_requests_for_it(tmp_path):
+def lora_proxy(upstream: FakeUpstream, tmp_path: Path, home: Path):
+    """The proxy (`--lora`) in front of `upstream` as a vLLM server of `base-model`."""
     from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
 
+    config = ProxyConfig(
+        upstream=f"{upstream.base_url}#base-model",
+        project=PROJECT,
+        port=0,
+        log_path=tmp_path / "log.db",
+        home=home,
+        lora=True,
+    )
+    return proxy_in_background(config)
+
+
+def say_hi(url: str) -> httpx.Response:
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    return httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+
+
+def test_a_vllm_upstream_loads_the_adopted_adapter_once_and_gets_requests_for_it(tmp_path):
     home = tmp_path / "home"
     with FakeUpstream() as upstream:
-        config = ProxyConfig(
-            upstream=f"{upstream.base_url}#base-model",
-            project=PROJECT,
-            port=0,
-            log_path=tmp_path / "log.db",
-            home=home,
-            lora=True,
-        )
-        with proxy_in_background(config) as (url, _):
-
-            def ask() -> httpx.Response:
-                body = {"messages": [{"role": "user", "content": "hi"}]}
-                return httpx.post(f"{url}/chat/completions", json=body, timeout=30)
-
-            assert ask().status_code == 200
+        with lora_proxy(upstream, tmp_path, home) as (url, _):
+            assert say_hi(url).status_code == 200
             assert upstream.requests[-1]["model"] == "base-model" and not upstream.lora_loads
             stage_night(home, "n1", adapter=fake_adapter(tmp_path / "a1"))
             staging.adopt(PROJECT, "n1", home=home)
-            assert ask().status_code == 200 and ask().status_code == 200
+            assert say_hi(url).status_code == 200 and say_hi(url).status_code == 200
             adapter = staging.versions_dir(PROJECT, home) / "1" / "adapter"
             assert upstream.lora_loads == [{"lora_name": "demo-v1", "lora_path": str(adapter)}]
             assert upstream.requests[-1]["model"] == "demo-v1"
@@ -150,11 +155,11 @@ def test_a_vllm_upstream_loads_the_adopted_adapter_once_and_gets_requests_for_it
             stage_night(home, "n2", adapter=fake_adapter(tmp_path / "a2", b"new"), base_version=1)
             staging.adopt(PROJECT, "n2", home=home)
             upstream.faults.append("400")  # vLLM refuses the new adapter
-            refused = ask()
+            refused = say_hi(url)
             assert refused.status_code == 502 and "refused to load adapter" in refused.text
             assert len(upstream.requests) == 3  # the request was not sent to the base instead
             staging.rollback(PROJECT, 0, home=home)
-            assert ask().status_code == 200 and upstream.requests[-1]["model"] == "base-model"
+            assert say_hi(url).status_code == 200 and upstream.requests[-1]["model"] == "base-model"
 
 
 def test_a_restarted_proxy_finds_its_adapter_loaded_and_refuses_another_under_its_name(tmp_path):
@@ -162,8 +167,6 @@ def test_a_restarted_proxy_finds_its_adapter_loaded_and_refuses_another_under_it
     under its name (vLLM's 400) and uses it once `/v1/models` shows it was loaded from that
     folder; a server that holds another folder under the name is refused (502), and no request
     is sent to the name (stale weights would answer it)."""
-    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
-
     home = tmp_path / "home"
     stage_night(home, "n1", adapter=fake_adapter(tmp_path / "a1"))
     staging.adopt(PROJECT, "n1", home=home)
@@ -171,17 +174,8 @@ def test_a_restarted_proxy_finds_its_adapter_loaded_and_refuses_another_under_it
     for held, status in ((adapter, 200), ("/srv/other/adapter", 502)):
         with FakeUpstream() as upstream:
             upstream.adapters["demo-v1"] = held  # loaded before this proxy started
-            config = ProxyConfig(
-                upstream=f"{upstream.base_url}#base-model",
-                project=PROJECT,
-                port=0,
-                log_path=tmp_path / "log.db",
-                home=home,
-                lora=True,
-            )
-            with proxy_in_background(config) as (url, _):
-                body = {"messages": [{"role": "user", "content": "hi"}]}
-                answer = httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+            with lora_proxy(upstream, tmp_path, home) as (url, _):
+                answer = say_hi(url)
             assert answer.status_code == status, answer.text
             assert upstream.lora_loads == [{"lora_name": "demo-v1", "lora_path": adapter}]
             if status == 200:
