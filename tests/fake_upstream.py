@@ -295,6 +295,41 @@ class FakeUpstream:
         self.httpd.server_close()
 
 
+def health(url: str) -> dict[str, Any]:
+    """The proxy's /health (`url`: its /v1 URL)."""
+    import httpx
+
+    return httpx.get(url.removesuffix("/v1") + "/health", timeout=30).json()
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    """`check()`'s first true value, asked every 0.1 s (fails past `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+    return found
+
+
+def asker(url: str) -> Callable[[str], str]:
+    """`ask(text)` through the proxy at `url` (a FakeUpstream behind it echoes): checks the
+    echo, returns the row id the proxy logged it under."""
+    import openai
+
+    from selftaught.sleep.intake.proxy import ID_HEADER
+
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=60)
+
+    def ask(text: str) -> str:
+        reply = client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": text}]
+        )
+        assert reply.parse().choices[0].message.content == f"echo: {text}"
+        return str(reply.headers[ID_HEADER])
+
+    return ask
+
+
 @contextlib.contextmanager
 def fake_proxy(home: Any, log_at: Any, **config: Any) -> Iterator[tuple[str, Any, FakeUpstream]]:
     """`selftaught proxy` for project `demo` (sleep home `home`) in front of a FakeUpstream

@@ -29,7 +29,7 @@ from selftaught.sleep.intake import proxy_wire  # noqa: E402
 from selftaught.sleep.intake.log import Interaction, TaskLog  # noqa: E402
 from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, proxy_in_background  # noqa: E402
 from selftaught.sleep.intake.writer import LogWriter  # noqa: E402
-from tests.fake_upstream import FakeUpstream  # noqa: E402
+from tests.fake_upstream import FakeUpstream, health  # noqa: E402
 from tests.test_sleep_proxy import adopt  # noqa: E402
 
 WIRES = ("chat", "messages", "responses")
@@ -745,10 +745,6 @@ def send(url: str, case: Case) -> Outcome:
     elif case.status == 200 and response.content != case.reply:
         out.problems.append(f"the client got {len(response.content)} of {len(case.reply)} bytes")
     return out
-
-
-def health(url: str) -> dict[str, Any]:
-    return httpx.get(url.removesuffix("/v1") + "/health", timeout=30).json()
 
 
 def settled(url: str, answered: int, timeout_s: float = 60.0) -> dict[str, Any]:

@@ -23,9 +23,9 @@ import pytest
 pytest.importorskip("fastapi")
 
 from selftaught.sleep.intake.log import TaskLog  # noqa: E402
-from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, proxy_in_background  # noqa: E402
+from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background  # noqa: E402
 from tests import pg  # noqa: E402
-from tests.fake_upstream import FakeUpstream  # noqa: E402
+from tests.fake_upstream import FakeUpstream, asker, health, wait_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = str(ROOT / "src")
@@ -108,31 +108,6 @@ def own(url: str, route: str) -> httpx.Response:
     return httpx.get(url.removesuffix("/v1") + route, timeout=30)
 
 
-def stats(url: str) -> dict:
-    return own(url, "/health").json()
-
-
-def wait_for(check, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-    return found
-
-
-def asker(url: str):
-    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=60)
-
-    def ask(text: str) -> str:
-        reply = client.chat.completions.with_raw_response.create(
-            model="m", messages=[{"role": "user", "content": text}]
-        )
-        assert reply.parse().choices[0].message.content == f"echo: {text}"
-        return reply.headers[ID_HEADER]
-
-    return ask
-
-
 def test_a_log_that_goes_away_costs_no_answer_and_is_replayed_when_it_returns(outage, tmp_path):
     home = tmp_path / "home"
     with FakeUpstream() as upstream:
@@ -141,25 +116,25 @@ def test_a_log_that_goes_away_costs_no_answer_and_is_replayed_when_it_returns(ou
         with proxy_in_background(config) as (url, _app):
             ask = asker(url)
             before = [ask(f"before {i}") for i in range(2)]
-            wait_for(lambda: own(url, "/health").json()["log"]["logged"] == 2)
+            wait_for(lambda: health(url)["log"]["logged"] == 2)
             assert own(url, "/ready").json() == {"status": "ready"}
             outage.cut()
             during = [ask(f"during {i}") for i in range(5)]  # every one answered
-            log = wait_for(lambda: (h := own(url, "/health").json()["log"])["spooled"] == 5 and h)
+            log = wait_for(lambda: (h := health(url)["log"])["spooled"] == 5 and h)
             assert log["state"] == "unreachable" and outage.words in log["error"]
             assert log["spool_waiting"] == 5 and log["failures"] == log["dropped"] == 0
-            health = own(url, "/health").json()
+            stats = health(url)
             if isinstance(outage, SqliteOutage):  # a lock is waited for 2 s, then spooled, so
                 # each row reached the spool before its answer's last byte went out (Postgres:
                 # the first one may wait out the pool's 5 s, as long as `log_wait_s`)
-                assert health["answered_before_logged"] == 0
+                assert stats["answered_before_logged"] == 0
             ready = own(url, "/ready")  # the spool takes the rows: still worth sending traffic
-            assert ready.status_code == 200 and health["ready"] is True
+            assert ready.status_code == 200 and stats["ready"] is True
             outage.restore()
-            log = wait_for(lambda: (h := own(url, "/health").json()["log"])["state"] == "ok" and h)
+            log = wait_for(lambda: (h := health(url)["log"])["state"] == "ok" and h)
             assert log["replayed"] == 5 and log["spool_waiting"] == 0
             after = ask("after")
-            wait_for(lambda: own(url, "/health").json()["log"]["logged"] == 3)
+            wait_for(lambda: health(url)["log"]["logged"] == 3)
         with TaskLog(outage.log_path) as stored:
             rows = stored.query()
     assert sorted(r.id for r in rows) == sorted(before + during + [after])
@@ -180,18 +155,18 @@ def test_ready_says_when_rows_can_go_nowhere_and_comes_back_without_traffic(tmp_
                 ask("before")
                 outage.cut()
                 ask("during")  # still answered: its row is counted as failed, said on stderr
-                health = wait_for(lambda: (h := stats(url))["log"]["failures"] and h)
+                stats = wait_for(lambda: (h := health(url))["log"]["failures"] and h)
                 why = "log_and_spool_unavailable"
-                assert health["ready"] is False and health["not_ready"] == why
-                assert health["log"]["spool_error"] and health["log"]["state"] == "unreachable"
+                assert stats["ready"] is False and stats["not_ready"] == why
+                assert stats["log"]["spool_error"] and stats["log"]["state"] == "unreachable"
                 ready = own(url, "/ready")
                 assert ready.status_code == 503
                 assert ready.json() == {"status": "not_ready", "reason": why}
                 outage.restore()  # no request comes meanwhile: the writer probes the log
                 wait_for(lambda: own(url, "/ready").status_code == 200)
-                assert own(url, "/health").json()["log"]["state"] == "ok"
+                assert health(url)["log"]["state"] == "ok"
                 ask("after")
-                wait_for(lambda: own(url, "/health").json()["log"]["logged"] == 2)
+                wait_for(lambda: health(url)["log"]["logged"] == 2)
     finally:
         outage.close()
 
@@ -500,7 +475,7 @@ def test_the_documented_sqlite_backup_copies_a_live_log(tmp_path):
                              log_path=home / "log.db", home=home)  # fmt: skip
         with proxy_in_background(config) as (url, _app):
             ids = [asker(url)(f"q{i}") for i in range(3)]
-            wait_for(lambda: stats(url)["log"]["logged"] == 3)
+            wait_for(lambda: health(url)["log"]["logged"] == 3)
             env = {**os.environ, "PYTHONPATH": SRC, "SELFTAUGHT_HOME": str(tmp_path / "home")}
             env.pop("SELFTAUGHT_LOG", None)
             done = subprocess.run(["bash", "-ec", "umask 077" + block], cwd=tmp_path, env=env,
@@ -515,4 +490,4 @@ def test_the_documented_sqlite_backup_copies_a_live_log(tmp_path):
 
 def ask_ok(url: str) -> bool:
     asker(url)("after the backup")
-    return wait_for(lambda: stats(url)["log"]["logged"] == 4)
+    return wait_for(lambda: health(url)["log"]["logged"] == 4)

@@ -462,28 +462,13 @@ def test_without_psycopg_the_error_names_the_extra(monkeypatch):
 # ---- a proxy whose database goes away ----------------------------------------------------------
 
 
-def health(url: str) -> dict:
-    import httpx
-
-    return httpx.get(url.removesuffix("/v1") + "/health", timeout=30).json()
-
-
-def wait_for(check, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-    return found
-
-
 def test_a_proxy_whose_database_goes_away_keeps_answering_spools_and_replays(
     pg_url, tmp_path, monkeypatch
 ):
     import httpx
-    import openai
 
-    from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, proxy_in_background
-    from tests.fake_upstream import FakeUpstream
+    from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
+    from tests.fake_upstream import FakeUpstream, asker, health, wait_for
     from tests.pg import Relay
 
     relay = Relay(pg_url)
@@ -494,15 +479,7 @@ def test_a_proxy_whose_database_goes_away_keeps_answering_spools_and_replays(
             config = ProxyConfig(upstream=f"{upstream.base_url}#m", project=PROJECT, port=0,
                                  log_path=relay.url, home=tmp_path / "home")  # fmt: skip
             with proxy_in_background(config) as (url, _app):
-                client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=60)
-
-                def ask(text: str) -> str:
-                    reply = client.chat.completions.with_raw_response.create(
-                        model="m", messages=[{"role": "user", "content": text}]
-                    )
-                    assert reply.parse().choices[0].message.content == f"echo: {text}"
-                    return reply.headers[ID_HEADER]
-
+                ask = asker(url)
                 for i in range(3):
                     ask(f"before {i}")
                 wait_for(lambda: health(url)["log"]["logged"] == 3)
