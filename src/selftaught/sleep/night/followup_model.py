@@ -58,6 +58,7 @@ from selftaught.sleep.night.miner import (
     ModelCalls,
     Parsed,
     load_prompt,
+    reply_object,
 )
 from selftaught.tasks.extract import extract_json
 
@@ -113,12 +114,7 @@ def _rule(raw: Any) -> Rule | None:
 
 def parse_read(text: str) -> ModelRead:
     """The model's answer; MinerParseError when it is no JSON object of the vocabulary."""
-    try:
-        value = extract_json(text)
-    except ValueError as err:
-        raise MinerParseError(str(err)) from err
-    if not isinstance(value, dict):
-        raise MinerParseError(f"expected a JSON object, got {type(value).__name__}")
+    value = reply_object(text)
     kind = value.get("kind")
     if kind not in READ_KINDS:
         raise MinerParseError(f"kind must be one of {', '.join(READ_KINDS)}, got {kind!r}")

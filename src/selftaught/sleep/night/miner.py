@@ -225,15 +225,22 @@ def _rule(raw: Any) -> Rule:
     return Rule(kind, _text(value, "the contains text", MAX_VALUE_CHARS))
 
 
-def parse_check(text: str) -> tuple[MinedCheck | None, str | None, list[dict[str, Any]]]:
-    """(the check, or None; why it cannot check, or None; the parts refused, with why) from
-    a miner reply. Raises MinerParseError when the reply holds no JSON object of the shape."""
+def reply_object(text: str) -> dict[str, Any]:
+    """The JSON object a reply of the miner holds (any role's); MinerParseError when it holds
+    none."""
     try:
         value = extract_json(text)
     except ValueError as err:
         raise MinerParseError(str(err)) from err
     if not isinstance(value, dict):
         raise MinerParseError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def parse_check(text: str) -> tuple[MinedCheck | None, str | None, list[dict[str, Any]]]:
+    """(the check, or None; why it cannot check, or None; the parts refused, with why) from
+    a miner reply. Raises MinerParseError when the reply holds no JSON object of the shape."""
+    value = reply_object(text)
     if "cannot_check" in value and not any(k in value for k in ("answer", "rules", "rubric")):
         why = value.get("cannot_check")
         return None, str(why if isinstance(why, str) and why.strip() else "no reason given"), []
