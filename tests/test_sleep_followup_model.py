@@ -327,8 +327,8 @@ def test_a_night_without_the_setting_reads_with_the_rules_alone():
 @pytest.mark.slow  # three short prompts to the embedded model: about half a minute
 def test_the_embedded_model_as_reader_plumbing():
     """A 135M model reads little right; this asserts only that it is asked where the rules
-    read a rejection without its value, that every call is counted, and that whatever it says stays in the
-    vocabulary and the turn."""
+    read a rejection without its value, that every call is counted, and that whatever it says
+    stays in the vocabulary and the turn."""
     pytest.importorskip("transformers")
     from selftaught.models import load_model
     from selftaught.models.embedded import EmbeddedModelMissing, embedded_model_dir
