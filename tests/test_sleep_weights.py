@@ -435,3 +435,68 @@ def _adopt_serve_rollback(home: Path, target, night, trained_reply: str) -> None
     assert served.switches == 1 and served.adapter is not None
     staging.rollback("demo", home=home)
     assert served.chat(PROBE, PROBE_PARAMS).text == before and served.switches == 2
+
+
+def test_a_nights_adapters_are_the_trainers_fit_bit_for_bit(tmp_path, one_thread, monkeypatch):
+    """A night's adapters are trained by the trainers `selftaught train` runs, built the one way
+    (`build_trainer` on a `RestConfig(method="sft")` and a `DPOConfig`), through their `fit`;
+    and they are, bit for bit, what the night trained before it went through the trainers: the
+    same rows through `sft_train` / `dpo_train` with the night's settings (a tiny model)."""
+    pytest.importorskip("trl")
+    import copy
+
+    import torch
+    from safetensors.torch import load_file
+
+    import selftaught.trainers as trainers
+    from selftaught.models import load_model
+    from selftaught.sleep.night.weight_night import LocalAdapterTrainer
+    from selftaught.weights.dpo import DPOTrainer, dpo_train
+    from selftaught.weights.rest import RestTrainer
+    from selftaught.weights.sft import prepare_trainable, save_atomic, sft_train
+    from tests.tiny_model import save_tiny_model
+
+    tiny = save_tiny_model(tmp_path / "tiny")
+    built: list = []
+    real_build = trainers.build_trainer
+
+    def spy(config, task, model, **kw):
+        trainer = real_build(config, task, model, **kw)
+        built.append(trainer)
+        return trainer
+
+    monkeypatch.setattr(trainers, "build_trainer", spy)
+    cfg = WeightNightConfig(max_steps=2, batch_size=2, max_length=64, device="cpu", seed=3)
+    ask = [{"role": "system", "content": "Answer in km."}]
+    prompts = [[*ask, {"role": "user", "content": f"{i} km and {i + 1} km?"}] for i in range(4)]
+    data = WeightData(
+        sft=[Sample(f"t{i}", p, p, f"{2 * i + 1} km", f"{2 * i + 1} km", 1.0, 1.0)
+             for i, p in enumerate(prompts)],
+        pairs=[PreferencePair(f"t{i}", p, f"{2 * i + 1} km", "Far.") for i, p in enumerate(prompts)],
+    )  # fmt: skip
+    night = LocalAdapterTrainer(f"local:{tiny}", cfg, load_model(f"local:{tiny}", device="cpu"))
+
+    def weights(folder: Path) -> dict:
+        return load_file(str(folder / "adapter_model.safetensors"))
+
+    for method in ("sft", "dpo"):
+        torch.manual_seed(0)  # the LoRA's initial weights
+        night(method, data, tmp_path / "night" / method / "adapter")
+        base, tok = night._base, night._tok  # the target's weights, read once
+        torch.manual_seed(0)
+        model = prepare_trainable(copy.deepcopy(base), cfg.backend_config())
+        if method == "sft":
+            sft_train(model, tok, data.sft, cfg.sft_config(4), backend="lora", seed=3,
+                      progress=False)  # fmt: skip
+        else:
+            dpo = cfg.dpo_config(4)
+            dpo_train(model, tok, data.pairs, dpo.train, beta=dpo.beta, learning_rate=dpo.lr(),
+                      seed=3)  # fmt: skip
+        save_atomic(model, tmp_path / "before" / method)
+        got = weights(tmp_path / "night" / method / "adapter")
+        want = weights(tmp_path / "before" / method)
+        assert got.keys() == want.keys() and got
+        assert all(torch.equal(got[k], want[k]) for k in want), method
+    assert [type(t) for t in built] == [RestTrainer, DPOTrainer]
+    assert built[0].config.method == "sft" and built[0].config.sft == cfg.sft_config(4)
+    assert built[1].config.beta == cfg.dpo_beta and built[1].pairs == tuple(data.pairs)

@@ -281,11 +281,10 @@ def test_dpo_on_the_embedded_model_trains_gates_ships_and_resumes(tmp_path):
     assert refused.exit_code == 2 and "different config (preferences)" in said
 
 
-def test_a_nights_adapters_train_through_the_trainers_configs(monkeypatch):
+def test_a_nights_adapters_train_through_the_trainers_configs(monkeypatch, tmp_path):
     """The night's adapter phase builds `DPOConfig` / `SFTTrainConfig` from its own fields
-    (validated at once) and trains DPO through the DPO trainer's `dpo_fit`, with the
-    settings it used before (beta, DPO rate, the batch capped by the rows, the caps)."""
-    import selftaught.weights.dpo as dpo_mod
+    (validated at once) and trains DPO through the DPO trainer's `fit`, with the settings it
+    used before (beta, DPO rate, the batch capped by the rows, the caps)."""
     from selftaught.sleep.night.weight_night import (
         LocalAdapterTrainer,
         WeightData,
@@ -295,18 +294,20 @@ def test_a_nights_adapters_train_through_the_trainers_configs(monkeypatch):
     cfg = WeightNightConfig(max_steps=5, max_minutes=0.5, dpo_beta=0.3)
     seen: dict = {}
 
-    def fake_fit(model, tok, pairs, config, **kw):
-        seen.update(model=model, pairs=pairs, config=config, **kw)
+    def fake_fit(self, model, tok, **kw):
+        seen.update(model=model, pairs=self.pairs, config=self.config, run=self.run.root, **kw)
         return {"steps": 1}
 
-    monkeypatch.setattr(dpo_mod, "dpo_fit", fake_fit)
+    monkeypatch.setattr(DPOTrainer, "fit", fake_fit)
     trainer = LocalAdapterTrainer("local", cfg)
     trainer._tok = "tok"
     pair = PreferencePair("e1", [{"role": "user", "content": "q"}], "a", "b")
-    assert trainer._train("dpo", "model", WeightData(pairs=[pair] * 3)) == {"steps": 1}
+    data = WeightData(pairs=[pair] * 3)
+    assert trainer._train("dpo", "model", data, tmp_path / "dpo") == {"steps": 1}
     config = seen["config"]
     assert isinstance(config, DPOConfig) and config.beta == 0.3 and config.lr() == 5e-5
     assert (config.train.batch_size, config.train.max_steps) == (3, 5)
+    assert seen["pairs"] == (pair,) * 3 and seen["run"] == tmp_path / "dpo"
     assert seen["deadline"].minutes == 0.5  # the night's --weight-max-minutes
     assert (config.backend.lora_r, config.backend.lora_alpha) == (8, 16) and config.seed == 0
     assert cfg.sft_config(10).lr_for("lora") == 1e-3  # the night's SFT rate, as before

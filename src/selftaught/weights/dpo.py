@@ -9,9 +9,10 @@ the chat template applies exactly as in SFT and in generation.
 
 `DPOTrainer` (`DPOConfig`) is the trainer `train --method dpo` runs: the base model is round 0,
 the DPO adapter round 1, both scored on the task's val and test through the one engine; the
-gate `optimize` uses decides which ships (the ReST trainer's rounds, evaluation and gate:
-`DPOTrainer` is a one-round `RestTrainer` whose round trains on the pairs). Run directory as
-ReST's, with `rounds/1/pairs.jsonl` (the pairs trained on) beside `rounds/1/adapter/`.
+gate `optimize` uses decides which ships (the gated rounds it shares with `RestTrainer`,
+`weights.rest.RoundTrainer`: one round, trained on the pairs by `DPOTrainer.fit`). Run
+directory as ReST's, with `rounds/1/pairs.jsonl` (the pairs trained on) beside
+`rounds/1/adapter/`.
 
 `DPOConfig(method="kto")` runs KTO (TRL's `KTOTrainer`) the same way on replies judged one by
 one: a thumb up (`label` true) or down, no pair needed (`Judged`; a pair is its chosen reply
@@ -43,7 +44,7 @@ from selftaught.runs import write_jsonl
 from selftaught.stops import Deadline, StopReason
 from selftaught.tasks.base import Task
 from selftaught.weights.config import ConfigError, DPOConfig, SFTTrainConfig
-from selftaught.weights.rest import RestResult, RestTrainer
+from selftaught.weights.rest import RestResult, RoundTrainer
 from selftaught.weights.sft import (
     apply_adapter,
     autocast_bf16,
@@ -243,34 +244,6 @@ class _Fit:
         return fine_tune_report(model, counted, result, trainer, [], seconds, t_setup, stopped)
 
 
-def dpo_fit(
-    model: Any,
-    tokenizer: Any,
-    pairs: Sequence[PreferencePair],
-    config: DPOConfig,
-    *,
-    progress: bool = False,
-    run_name: str | None = None,
-    deadline: Deadline | None = None,
-) -> dict[str, Any]:
-    """The DPO trainer's one fine-tune, on the settings of a validated `DPOConfig`: the peft
-    `model` trained in place on `pairs` (`DPOTrainer` and a night's adapter phase both call
-    it); `deadline`: the wall-clock limit (`selftaught.stops`)."""
-    return dpo_train(
-        model,
-        tokenizer,
-        pairs,
-        config.train,
-        beta=config.beta,
-        learning_rate=config.lr(),
-        seed=config.seed,
-        progress=progress,
-        report_to=config.report_to,
-        run_name=run_name,
-        deadline=deadline,
-    )
-
-
 # ---- the preference JSONL file --------------------------------------------------------------
 
 
@@ -435,18 +408,18 @@ class DPOResult(RestResult):
         return int(row.train_pairs or 0) if row is not None else 0
 
 
-class DPOTrainer(RestTrainer):
+class DPOTrainer(RoundTrainer[DPOConfig]):
     """DPO (`DPOConfig`) on `preferences` (a preference JSONL file, or pairs in memory) with a
     LoRA adapter on the local `model`: the base model is round 0, the adapter round 1, both
     scored on the task's val and test through the one engine, and the gate decides which
-    ships (ReST's rounds, evaluation and gate: see `RestTrainer`). A prompt that duplicates a
-    val or test item is refused before anything runs. `train()` resumes from the run
-    directory (a resume on other pairs or settings is refused)."""
+    ships (the gated rounds `RestTrainer` runs too: `RoundTrainer`). A prompt that duplicates
+    a val or test item is refused before anything runs. `train()` resumes from the run
+    directory (a resume on other pairs or settings is refused); `fit` is its one fine-tune
+    (a night's DPO adapter is trained by it too)."""
 
     config_type: ClassVar[type] = DPOConfig
-    result_type: ClassVar[type[DPOResult]] = DPOResult
+    result_type: ClassVar[type[RestResult]] = DPOResult
     settings_key: ClassVar[str] = "dpo"
-    config: DPOConfig  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -464,7 +437,7 @@ class DPOTrainer(RestTrainer):
         self.preferences = _preferences(preferences)
         assert_no_held_out(self.preferences, task)  # before the run directory is made
         super().__init__(
-            config,  # type: ignore[arg-type]  # RestTrainer's preamble, typed for RestConfig
+            config,
             task,
             model,
             output_dir=output_dir,
@@ -526,10 +499,8 @@ class DPOTrainer(RestTrainer):
             digest["judged"] = len(prefs.judged)
         return {**super().run_config(), "preferences": digest}
 
-    def _round_model(self, r: int, *, own: bool = False) -> Any:
-        """Round 0 is the base model; round 1 the base with the DPO adapter."""
-        if r == 0:
-            return super()._round_model(0, own=own)
+    def _trained_model(self, r: int) -> Any:
+        """Round 1: the base with the DPO adapter."""
         adapter = self.run.path("rounds", str(r), "adapter")
         return apply_adapter(self._fresh_base(), adapter).eval()
 
@@ -540,47 +511,69 @@ class DPOTrainer(RestTrainer):
         rdir = self.run.path("rounds", str(r))
         self._drop_served()  # training serves nothing: no copy kept meanwhile
         model = prepare_trainable(self._fresh_base(), self.config.backend)
-        if self.method == "kto":
-            row, what = self._kto(model, rdir)
-        else:
-            write_jsonl(rdir / "pairs.jsonl", [p.to_dict() for p in self.pairs])
-            row = {"round": r, "train_pairs": len(self.pairs)}
-            row["train"] = dpo_fit(
-                model,
-                self._tok,
-                self.pairs,
-                self.config,
-                progress=self.show_progress,
-                run_name=f"{self.run.root.name}-dpo",
-                deadline=self.deadline,
-            )
-            what = f"DPO on {len(self.pairs)} preference pairs"
+        row, what = self._round_data(r, rdir)
+        row["train"] = self.fit(model, self._tok, run_name=f"{self.run.root.name}-{self.method}")
         row["round"] = r
         save_atomic(model, rdir / "adapter")
         model = merged(model).eval()
         return self._gate_round(r, model, current, state, row, t0, what=what, test=False)
 
-    def _kto(self, model: Any, rdir: Path) -> tuple[dict[str, Any], str]:
-        """KTO on the judged replies (each pair's two sides too): the row and its words."""
-        cfg, judged = self.config, self.preferences.unpaired()
+    def _round_data(self, r: int, rdir: Path) -> tuple[dict[str, Any], str]:
+        """What round r trains on, written beside its adapter (`pairs.jsonl`; KTO:
+        `judged.jsonl`, each pair's two sides too): the round's row and its words."""
+        if self.method != "kto":
+            write_jsonl(rdir / "pairs.jsonl", [p.to_dict() for p in self.pairs])
+            row: dict[str, Any] = {"round": r, "train_pairs": len(self.pairs)}
+            return row, f"DPO on {len(self.pairs)} preference pairs"
+        judged = self.preferences.unpaired()
         write_jsonl(rdir / "judged.jsonl", [j.to_dict() for j in judged])
         ups = sum(j.desirable for j in judged)
-        row: dict[str, Any] = {"train_judged": {"up": ups, "down": len(judged) - ups}}
-        row["train"] = kto_train(
+        row = {"train_judged": {"up": ups, "down": len(judged) - ups}}
+        return row, f"KTO on {ups} replies judged up and {len(judged) - ups} down"
+
+    def fit(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        run_name: str | None = None,
+        deadline: Deadline | None = None,
+    ) -> dict[str, Any]:
+        """The trainer's one fine-tune, on this config's settings (beta, the rate, the seed,
+        the schedule, `report_to`): the peft `model` trained in place on the pairs (KTO: the
+        judged replies); loss, steps and timings. A round trains through it, and so does a
+        night's DPO adapter. `deadline`: the wall-clock limit (default: this run's
+        `--max-minutes`)."""
+        cfg = self.config
+        until = self.deadline if deadline is None else deadline
+        if self.method == "kto":
+            return kto_train(
+                model,
+                tokenizer,
+                self.preferences.unpaired(),
+                cfg.train,
+                beta=cfg.beta,
+                weights=(cfg.desirable_weight, cfg.undesirable_weight),
+                learning_rate=cfg.lr(),
+                seed=cfg.seed,
+                progress=self.show_progress,
+                report_to=cfg.report_to,
+                run_name=run_name,
+                deadline=until,
+            )
+        return dpo_train(
             model,
-            self._tok,
-            judged,
+            tokenizer,
+            self.pairs,
             cfg.train,
             beta=cfg.beta,
-            weights=(cfg.desirable_weight, cfg.undesirable_weight),
             learning_rate=cfg.lr(),
             seed=cfg.seed,
             progress=self.show_progress,
             report_to=cfg.report_to,
-            run_name=f"{self.run.root.name}-kto",
-            deadline=self.deadline,
+            run_name=run_name,
+            deadline=until,
         )
-        return row, f"KTO on {ups} replies judged up and {len(judged) - ups} down"
 
 
 def _preferences(

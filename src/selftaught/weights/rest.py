@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from rich.console import Console
 
@@ -46,10 +46,10 @@ from selftaught.policy import Policy
 from selftaught.results import RunResult
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import atomic_write_json, iter_jsonl, read_json, write_jsonl
-from selftaught.stops import StopReason, accepted, stop_text
+from selftaught.stops import Deadline, StopReason, accepted, stop_text
 from selftaught.tasks.base import Task
 from selftaught.tasks.episode import is_tool_task
-from selftaught.weights.config import ConfigError, RestConfig
+from selftaught.weights.config import ConfigError, DPOConfig, RestConfig
 from selftaught.weights.elite import dedupe_samples, select_elite
 from selftaught.weights.rows import RestRound
 from selftaught.weights.sampling import (
@@ -127,22 +127,22 @@ class RestResult(RunResult):
         }
 
 
-class RestTrainer(WeightTrainer[RestConfig, RestResult]):
-    """ReST-EM (`RestConfig(method="rest")`) or one round of SFT on the task's references
-    (`method="sft"`) with a LoRA / full / scratch backend, on the local `model` (None or
-    `local`: the embedded model; `local:PATH`, a path, or a `LocalModel` loaded from one).
-    `train()` resumes a killed run from its run directory (`output_dir`, default
-    `runs/train-...`): a finished round is never redone. `callbacks` see the run's events
-    (`selftaught.callbacks`); `ledger` is charged with every call (the task's judge may share
-    it)."""
+RoundConfigT = TypeVar("RoundConfigT", bound=RestConfig | DPOConfig)
 
-    config_type: ClassVar[type] = RestConfig
+
+class RoundTrainer(WeightTrainer[RoundConfigT, RestResult]):
+    """What `RestTrainer` and `DPOTrainer` share: a run of gated rounds over a local base model.
+    Round 0 is the base; each later round is a model `_round` trains (through the trainer's
+    one fine-tune, `fit`), scored on val (and test) through the one engine; the gate (the one
+    `optimize` uses) decides which round ships. `train()` resumes a killed run from its run
+    directory: a finished round is never redone. A subclass provides `last_round`, `_round`,
+    `_trained_model` (round r rebuilt from its files) and `_check_batch`."""
+
     result_type: ClassVar[type[RestResult]] = RestResult
-    settings_key: ClassVar[str] = "rest"
 
     def __init__(
         self,
-        config: RestConfig,
+        config: RoundConfigT,
         task: Task,
         model: ModelLike | Path | None = None,
         *,
@@ -166,57 +166,36 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         )
         self.backend = config.backend.backend
         self.student = Policy()
-        self._teacher: ChatModel | None = None  # `teacher_model`, loaded when first sampled
         self._base: Any = None
         self._tok: Any = None
-        self.server: RoundServer | None = None  # `sampler_url`: the rounds on a vLLM server
-        url = getattr(config, "sampler_url", None)  # DPO's config has none
-        if url:
-            self.server = RoundServer(url, config.sampler_base_model, self.run.root)
+        self.server = self._round_server()  # `sampler_url`: the rounds on a vLLM server
         # the one served copy kept (a model in another dtype): its source, version, copy
         self._serving: tuple[Any, Any, Any] | None = None
 
-    @staticmethod
-    def _check_fit(task: Task, config: RestConfig, method: str) -> None:
-        if config.backend.backend == "scratch" and task.kind != "game":
-            raise ConfigError(
-                "backend 'scratch' trains a small model from random init for game strategies; "
-                f"task {task.name!r} is not a game: use --backend lora or full"
-            )
-        if method == "sft" and task.kind == "game":
-            raise ConfigError(
-                "method 'sft' trains on reference answers; games have none: use --method rest"
-            )
+    # ---- what a subclass provides -----------------------------------------------------------
+    def _round_server(self) -> RoundServer | None:
+        """The vLLM server the rounds are sampled and scored on (None: in process)."""
+        return None
 
     def _check_data(self) -> None:
-        self._check_fit(self.task, self.config, self.method)
-        if not self.val_examples:
-            raise ConfigError(
-                f"task {self.task.name!r} has no val examples: the best round is chosen "
-                "on val, so val cannot be empty"
-            )
         self._check_batch()
 
     def _check_batch(self) -> None:
-        """Refuse up front a run with nothing to train on, or a batch no round could ever fill
-        (instead of sampling first)."""
-        config, method = self.config, self.method
-        if not self.train_examples:
-            raise ConfigError(f"task {self.task.name!r} has no train examples")
-        n = len(self.train_examples)
-        sampled = method == "rest" or config.teacher_model
-        most = n * min(config.max_per_prompt, config.samples_per_prompt) if sampled else n
-        if most < config.sft.batch_size:
-            raise ConfigError(
-                f"--batch-size {config.sft.batch_size} can never be filled: {n} train prompts "
-                f"give at most {most} training samples per round; lower --batch-size or "
-                "raise --train-size"
-            )
+        """Refuse up front a run with nothing to train on (a batch it can never fill)."""
+        raise NotImplementedError
 
     @property
     def last_round(self) -> int:
         """The rounds the run trains (round 0 is the base model)."""
-        return int(self.config.rounds or 1)
+        raise NotImplementedError
+
+    def _round(self, r: int, current: Any, state: dict[str, Any]) -> Any:
+        """Train round r and gate it (`_gate_round`); the model the next round starts from."""
+        raise NotImplementedError
+
+    def _trained_model(self, r: int) -> Any:
+        """The model of trained round r (r >= 1), rebuilt from its saved files."""
+        raise NotImplementedError
 
     # ----------------------------------------------------------------- models
     def _load_base(self) -> None:
@@ -250,17 +229,7 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
                 return None
             self._load_base()
             return self._fresh_base() if own else self._base
-        rdir = self.run.path("rounds", str(r))
-        if (rdir / "model").exists():
-            from transformers import AutoModelForCausalLM
-
-            return AutoModelForCausalLM.from_pretrained(str(rdir / "model")).eval()
-        start = (
-            self._round_model(r - 1, own=True)
-            if self.config.continue_training
-            else self._fresh_base()
-        )
-        return apply_adapter(start, rdir / "adapter").eval()
+        return self._trained_model(r)
 
     @contextlib.contextmanager
     def _chat(self, model: Any, r: int, ledger: UsageLedger) -> Iterator[ChatModel]:
@@ -342,60 +311,13 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         }
         return test
 
-    def _samples(
-        self, model: Any, r: int, source_round: int
-    ) -> tuple[list[Sample], int, dict[str, Any] | None]:
-        """Round r's k scored samples per train prompt (one n-completion request each) from
-        the model of `source_round`, how many rollouts errored (no samples, never 0), and
-        how the episodes used their tools (None for one-step tasks)."""
-        cfg = self.config
-        if self.method == "sft" and not cfg.teacher_model:
-            return reference_samples(self.task, self.train_examples, self.student), 0, None
-        with self._sampler(model, source_round) as chat:
-            rollouts = run_rollouts(
-                chat,
-                Policy(skill=cfg.teacher_skill or ""),
-                self.task,
-                self.train_examples,
-                RolloutConfig(
-                    concurrency=self._sampling_calls(),
-                    samples=cfg.samples_per_prompt,
-                    params=GenerationParams(
-                        max_tokens=cfg.max_tokens,
-                        temperature=cfg.temperature,
-                        top_p=cfg.top_p,
-                        seed=cfg.seed * 10_000 + r * 1000,
-                    ),
-                    progress=self.show_progress,
-                    description=f"round {r}: sampling",
-                ),
-            )
-        samples = samples_from_rollouts(self.task, self.train_examples, rollouts, self.student)
-        return samples, sum(not r.ok for r in rollouts), tool_use(rollouts)
-
-    @contextlib.contextmanager
-    def _sampler(self, model: Any, r: int) -> Iterator[ChatModel]:
-        """Who is sampled: the teacher (`teacher_model`: model distillation, its calls role
-        `teacher`), else round r's model."""
-        if not self.config.teacher_model:
-            with self._chat(model, r, self.ledger) as chat:
-                yield chat
-            return
-        if self._teacher is None:
-            self._teacher = resolve_model(self.config.teacher_model)
-        yield TrackedModel(self._teacher, self.ledger, "teacher")
-
-    def _sampling_calls(self) -> int:
-        """Concurrent sampling calls that fill `gen_batch_size` rows: a one-step prompt's k
-        samples are one call of k rows; an episode's turns are calls of one row each (the
-        rollout's concurrency counts calls)."""
-        cfg = self.config
-        if is_tool_task(self.task):
-            return cfg.gen_batch_size
-        return max(1, cfg.gen_batch_size // cfg.samples_per_prompt)
-
     # ----------------------------------------------------------------- the loop
     def train(self) -> RestResult:
+        if not self.val_examples:  # a trainer built to `fit` alone needs none
+            raise ConfigError(
+                f"task {self.task.name!r} has no val examples: the best round is chosen "
+                "on val, so val cannot be empty"
+            )
         try:
             with self._unloading():
                 return self._train()
@@ -473,36 +395,6 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         self.run.save_state(state)
         return state
 
-    def _round(self, r: int, current: Any, state: dict[str, Any]) -> Any:
-        """One round; returns the model the next round samples from."""
-        cfg = self.config
-        t0 = time.perf_counter()
-        rdir = self.run.path("rounds", str(r))
-        samples, errors, tools = self._samples(current, r, state["current_round"])
-        sample_s = time.perf_counter() - t0
-        write_jsonl(rdir / "samples.jsonl", [s.to_dict() for s in samples])
-        elite, stats = self._elite(samples)
-        row: dict[str, Any] = {
-            "round": r,
-            "samples": len(samples),
-            "sample_errors": errors,
-            "sample_solved": sum(s.hard for s in samples) / max(1, len(samples)),
-            "sample_truncated": sum(s.truncated for s in samples) / max(1, len(samples)),
-            "sample_seconds": round(sample_s, 1),
-            "samples_per_s": round(len(samples) / sample_s, 2) if sample_s > 0 else None,
-            "elite": stats,
-            **({"sample_tool_use": tools} if tools is not None else {}),
-        }
-        if cfg.dataset == "grow":
-            elite = self._grown(r, elite, row)
-        if len(elite) < cfg.sft.batch_size:
-            return self._stop_too_few(r, row, state, len(elite), current)
-        self._drop_served()  # the copy sampled from is not served again before a rejection
-        model = self._fine_tune(current, elite, r, row)
-        what = f"sampled {row['sample_solved']:.0%} solved, kept {len(elite)}"
-        test = cfg.eval_test_each_round
-        return self._gate_round(r, model, current, state, row, t0, what=what, test=test)
-
     def _gate_round(
         self,
         r: int,
@@ -564,62 +456,6 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
         metrics = {k: v for k, v in row.items() if k not in ("val", "test", "gate", "round")}
         self.callbacks.step(self.info, step=r, metrics={**metrics, "usage": self.ledger.to_dict()})
 
-    def _elite(self, samples: list[Sample]) -> tuple[list[Sample], dict[str, Any]]:
-        if self.method == "sft" and not self.config.teacher_model:  # references: all kept
-            return samples, {"kept": len(samples)}
-        min_score, fraction = self.config.resolved_filter(self.task.kind)
-        elite, stats = select_elite(
-            samples,
-            min_score=min_score,
-            elite_fraction=fraction,
-            max_per_prompt=self.config.max_per_prompt,
-            keep_truncated=self.config.keep_truncated,
-        )
-        return elite, stats.to_dict()
-
-    def _grown(self, r: int, elite: list[Sample], row: dict[str, Any]) -> list[Sample]:
-        """`dataset="grow"`: the elite of rounds 1..r, older first, a reply to a prompt once
-        (read again from each round's samples.jsonl: the filter is pure, so a resumed run
-        trains on the same set)."""
-        earlier = []
-        for k in range(1, r):
-            path = self.run.path("rounds", str(k), "samples.jsonl")
-            if path.exists():
-                earlier += self._elite([Sample.from_dict(d) for _, d in iter_jsonl(path)])[0]
-        before = dedupe_samples(earlier)
-        grown = dedupe_samples([*before, *elite])
-        row["dataset"] = {"kind": "grow", "samples": len(grown), "new": len(grown) - len(before)}
-        return grown
-
-    def _fine_tune(self, current: Any, elite: list[Sample], r: int, row: dict[str, Any]) -> Any:
-        """From the base model (ReST-EM) or the current one (`continue_training`)."""
-        cfg = self.config
-        if cfg.continue_training and current is not None:
-            start = copy.deepcopy(current)
-        else:
-            start = self._fresh_base()
-        model = prepare_trainable(start, cfg.backend)
-        row["train"] = sft_train(
-            model,
-            self._tok,
-            elite,
-            cfg.sft,
-            backend=self.backend,
-            seed=cfg.seed + r,
-            progress=self.show_progress,
-            render=local_render(self._tok),  # episodes: the text the local backend generated from
-            report_to=cfg.report_to,
-            run_name=f"{self.run.root.name}-round-{r}",
-            deadline=self.deadline,  # --max-minutes: the last optimizer step crosses it
-        )
-        rdir = self.run.path("rounds", str(r))
-        if self.backend == "lora":
-            save_atomic(model, rdir / "adapter")
-        model = merged(model).eval()
-        if self.backend != "lora":
-            save_atomic(model, rdir / "model", self._tok)
-        return model
-
     def _apply_decision(
         self, r: int, model: Any, val: EvalResult, result: GateResult, state: dict[str, Any]
     ) -> None:
@@ -631,19 +467,6 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             )
         if result.decision != "reject":
             state["current_round"] = r
-
-    def _stop_too_few(
-        self, r: int, row: dict[str, Any], state: dict[str, Any], kept: int, current: Any
-    ) -> Any:
-        batch = self.config.sft.batch_size
-        why = f"round {r} kept {kept} elite samples, fewer than one batch ({batch})"
-        self._log(f"[bold yellow]stopping:[/] {why}: {TOO_FEW_ELITE_ADVICE}")
-        row.update(trained=False, reason=why, advice=TOO_FEW_ELITE_ADVICE)
-        self.run.append_history(row, key="round")
-        state.update(completed_round=r, stopped_by=StopReason("other", why).to_dict())
-        self.run.save_state(state)
-        self._step_done(r, row)
-        return current
 
     # ----------------------------------------------------------------- the end
     def _finish(self, state: dict[str, Any], seconds: float) -> RestResult:
@@ -680,6 +503,245 @@ class RestTrainer(WeightTrainer[RestConfig, RestResult]):
             usage=self.ledger.to_dict(),
         )
         return self._end(result)
+
+
+class RestTrainer(RoundTrainer[RestConfig]):
+    """ReST-EM (`RestConfig(method="rest")`) or one round of SFT on the task's references
+    (`method="sft"`) with a LoRA / full / scratch backend, on the local `model` (None or
+    `local`: the embedded model; `local:PATH`, a path, or a `LocalModel` loaded from one).
+    `train()` resumes a killed run from its run directory (`output_dir`, default
+    `runs/train-...`): a finished round is never redone. `callbacks` see the run's events
+    (`selftaught.callbacks`); `ledger` is charged with every call (the task's judge may share
+    it)."""
+
+    config_type: ClassVar[type] = RestConfig
+    settings_key: ClassVar[str] = "rest"
+    _teacher: ChatModel | None = None  # `teacher_model`, loaded when first sampled
+
+    def _round_server(self) -> RoundServer | None:
+        url = self.config.sampler_url
+        return RoundServer(url, self.config.sampler_base_model, self.run.root) if url else None
+
+    def _check_data(self) -> None:
+        self._check_fit(self.task, self.config, self.method)
+        super()._check_data()
+
+    @staticmethod
+    def _check_fit(task: Task, config: RestConfig, method: str) -> None:
+        if config.backend.backend == "scratch" and task.kind != "game":
+            raise ConfigError(
+                "backend 'scratch' trains a small model from random init for game strategies; "
+                f"task {task.name!r} is not a game: use --backend lora or full"
+            )
+        if method == "sft" and task.kind == "game":
+            raise ConfigError(
+                "method 'sft' trains on reference answers; games have none: use --method rest"
+            )
+
+    def _check_batch(self) -> None:
+        """Refuse up front a run with nothing to train on, or a batch no round could ever fill
+        (instead of sampling first)."""
+        config, method = self.config, self.method
+        if not self.train_examples:
+            raise ConfigError(f"task {self.task.name!r} has no train examples")
+        n = len(self.train_examples)
+        sampled = method == "rest" or config.teacher_model
+        most = n * min(config.max_per_prompt, config.samples_per_prompt) if sampled else n
+        if most < config.sft.batch_size:
+            raise ConfigError(
+                f"--batch-size {config.sft.batch_size} can never be filled: {n} train prompts "
+                f"give at most {most} training samples per round; lower --batch-size or "
+                "raise --train-size"
+            )
+
+    @property
+    def last_round(self) -> int:
+        """The rounds the run trains (round 0 is the base model)."""
+        return int(self.config.rounds or 1)
+
+    def _trained_model(self, r: int) -> Any:
+        rdir = self.run.path("rounds", str(r))
+        if (rdir / "model").exists():
+            from transformers import AutoModelForCausalLM
+
+            return AutoModelForCausalLM.from_pretrained(str(rdir / "model")).eval()
+        start = (
+            self._round_model(r - 1, own=True)
+            if self.config.continue_training
+            else self._fresh_base()
+        )
+        return apply_adapter(start, rdir / "adapter").eval()
+
+    # ----------------------------------------------------------------- sampling
+    def _samples(
+        self, model: Any, r: int, source_round: int
+    ) -> tuple[list[Sample], int, dict[str, Any] | None]:
+        """Round r's k scored samples per train prompt (one n-completion request each) from
+        the model of `source_round`, how many rollouts errored (no samples, never 0), and
+        how the episodes used their tools (None for one-step tasks)."""
+        cfg = self.config
+        if self.method == "sft" and not cfg.teacher_model:
+            return reference_samples(self.task, self.train_examples, self.student), 0, None
+        with self._sampler(model, source_round) as chat:
+            rollouts = run_rollouts(
+                chat,
+                Policy(skill=cfg.teacher_skill or ""),
+                self.task,
+                self.train_examples,
+                RolloutConfig(
+                    concurrency=self._sampling_calls(),
+                    samples=cfg.samples_per_prompt,
+                    params=GenerationParams(
+                        max_tokens=cfg.max_tokens,
+                        temperature=cfg.temperature,
+                        top_p=cfg.top_p,
+                        seed=cfg.seed * 10_000 + r * 1000,
+                    ),
+                    progress=self.show_progress,
+                    description=f"round {r}: sampling",
+                ),
+            )
+        samples = samples_from_rollouts(self.task, self.train_examples, rollouts, self.student)
+        return samples, sum(not r.ok for r in rollouts), tool_use(rollouts)
+
+    @contextlib.contextmanager
+    def _sampler(self, model: Any, r: int) -> Iterator[ChatModel]:
+        """Who is sampled: the teacher (`teacher_model`: model distillation, its calls role
+        `teacher`), else round r's model."""
+        if not self.config.teacher_model:
+            with self._chat(model, r, self.ledger) as chat:
+                yield chat
+            return
+        if self._teacher is None:
+            self._teacher = resolve_model(self.config.teacher_model)
+        yield TrackedModel(self._teacher, self.ledger, "teacher")
+
+    def _sampling_calls(self) -> int:
+        """Concurrent sampling calls that fill `gen_batch_size` rows: a one-step prompt's k
+        samples are one call of k rows; an episode's turns are calls of one row each (the
+        rollout's concurrency counts calls)."""
+        cfg = self.config
+        if is_tool_task(self.task):
+            return cfg.gen_batch_size
+        return max(1, cfg.gen_batch_size // cfg.samples_per_prompt)
+
+    # ----------------------------------------------------------------- a round
+    def _round(self, r: int, current: Any, state: dict[str, Any]) -> Any:
+        """One round; returns the model the next round samples from."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        rdir = self.run.path("rounds", str(r))
+        samples, errors, tools = self._samples(current, r, state["current_round"])
+        sample_s = time.perf_counter() - t0
+        write_jsonl(rdir / "samples.jsonl", [s.to_dict() for s in samples])
+        elite, stats = self._elite(samples)
+        row: dict[str, Any] = {
+            "round": r,
+            "samples": len(samples),
+            "sample_errors": errors,
+            "sample_solved": sum(s.hard for s in samples) / max(1, len(samples)),
+            "sample_truncated": sum(s.truncated for s in samples) / max(1, len(samples)),
+            "sample_seconds": round(sample_s, 1),
+            "samples_per_s": round(len(samples) / sample_s, 2) if sample_s > 0 else None,
+            "elite": stats,
+            **({"sample_tool_use": tools} if tools is not None else {}),
+        }
+        if cfg.dataset == "grow":
+            elite = self._grown(r, elite, row)
+        if len(elite) < cfg.sft.batch_size:
+            return self._stop_too_few(r, row, state, len(elite), current)
+        self._drop_served()  # the copy sampled from is not served again before a rejection
+        model = self._fine_tune(current, elite, r, row)
+        what = f"sampled {row['sample_solved']:.0%} solved, kept {len(elite)}"
+        test = cfg.eval_test_each_round
+        return self._gate_round(r, model, current, state, row, t0, what=what, test=test)
+
+    def _elite(self, samples: list[Sample]) -> tuple[list[Sample], dict[str, Any]]:
+        if self.method == "sft" and not self.config.teacher_model:  # references: all kept
+            return samples, {"kept": len(samples)}
+        min_score, fraction = self.config.resolved_filter(self.task.kind)
+        elite, stats = select_elite(
+            samples,
+            min_score=min_score,
+            elite_fraction=fraction,
+            max_per_prompt=self.config.max_per_prompt,
+            keep_truncated=self.config.keep_truncated,
+        )
+        return elite, stats.to_dict()
+
+    def _grown(self, r: int, elite: list[Sample], row: dict[str, Any]) -> list[Sample]:
+        """`dataset="grow"`: the elite of rounds 1..r, older first, a reply to a prompt once
+        (read again from each round's samples.jsonl: the filter is pure, so a resumed run
+        trains on the same set)."""
+        earlier = []
+        for k in range(1, r):
+            path = self.run.path("rounds", str(k), "samples.jsonl")
+            if path.exists():
+                earlier += self._elite([Sample.from_dict(d) for _, d in iter_jsonl(path)])[0]
+        before = dedupe_samples(earlier)
+        grown = dedupe_samples([*before, *elite])
+        row["dataset"] = {"kind": "grow", "samples": len(grown), "new": len(grown) - len(before)}
+        return grown
+
+    def fit(
+        self,
+        model: Any,
+        tokenizer: Any,
+        samples: Sequence[Sample],
+        *,
+        seed: int | None = None,
+        run_name: str | None = None,
+        deadline: Deadline | None = None,
+    ) -> dict[str, Any]:
+        """The trainer's one fine-tune, on this config's schedule (`sft`, the backend, the
+        seed unless given, `report_to`): the trainable `model` trained in place on `samples`
+        (a round's elite or references, a night's SFT rows); loss, steps and timings.
+        `deadline`: the wall-clock limit (default: this run's `--max-minutes`)."""
+        cfg = self.config
+        return sft_train(
+            model,
+            tokenizer,
+            samples,
+            cfg.sft,
+            backend=self.backend,
+            seed=cfg.seed if seed is None else seed,
+            progress=self.show_progress,
+            render=local_render(tokenizer),  # episodes: the text the local backend generated from
+            report_to=cfg.report_to,
+            run_name=run_name,
+            deadline=self.deadline if deadline is None else deadline,  # the last step crosses it
+        )
+
+    def _fine_tune(self, current: Any, elite: list[Sample], r: int, row: dict[str, Any]) -> Any:
+        """From the base model (ReST-EM) or the current one (`continue_training`)."""
+        cfg = self.config
+        if cfg.continue_training and current is not None:
+            start = copy.deepcopy(current)
+        else:
+            start = self._fresh_base()
+        model = prepare_trainable(start, cfg.backend)
+        run_name = f"{self.run.root.name}-round-{r}"
+        row["train"] = self.fit(model, self._tok, elite, seed=cfg.seed + r, run_name=run_name)
+        rdir = self.run.path("rounds", str(r))
+        if self.backend == "lora":
+            save_atomic(model, rdir / "adapter")
+        model = merged(model).eval()
+        if self.backend != "lora":
+            save_atomic(model, rdir / "model", self._tok)
+        return model
+
+    def _stop_too_few(
+        self, r: int, row: dict[str, Any], state: dict[str, Any], kept: int, current: Any
+    ) -> Any:
+        batch = self.config.sft.batch_size
+        why = f"round {r} kept {kept} elite samples, fewer than one batch ({batch})"
+        self._log(f"[bold yellow]stopping:[/] {why}: {TOO_FEW_ELITE_ADVICE}")
+        row.update(trained=False, reason=why, advice=TOO_FEW_ELITE_ADVICE)
+        self.run.append_history(row, key="round")
+        state.update(completed_round=r, stopped_by=StopReason("other", why).to_dict())
+        self.run.save_state(state)
+        self._step_done(r, row)
+        return current
 
 
 def load_result(run_dir: str | Path) -> dict[str, Any]:

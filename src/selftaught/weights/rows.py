@@ -131,7 +131,7 @@ class RestRound:
     dataset: Mapping[str, str | int] | None = None
     train_pairs: int | None = None  # DPO: the preference pairs the adapter trained on
     train_judged: Mapping[str, int] | None = None  # KTO: the replies judged up and down
-    train: TrainStats | None = None  # what `sft_train` / `dpo_fit` reported
+    train: TrainStats | None = None  # what the trainer's `fit` reported
     val: EvalResult | None = None
     gate: GateResult | None = None
     test: EvalResult | None = None

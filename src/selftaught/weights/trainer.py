@@ -29,7 +29,7 @@ from selftaught.weights.config import (
     task_gate,
 )
 
-WeightConfigT = TypeVar("WeightConfigT", RestConfig, RLConfig, DPOConfig)
+WeightConfigT = TypeVar("WeightConfigT", bound=RestConfig | RLConfig | DPOConfig)
 ResultT = TypeVar("ResultT", bound=RunResult)
 
 

@@ -2,8 +2,8 @@
 
 When the deployed model is local (`local`, `local:PATH`) and `SleepConfig.weights` allows it,
 a night also fine-tunes a LoRA adapter on its TRAIN tasks, through the weight half's own code
-(`weights.sampling`, `weights.elite`, `weights.sft`; `weights.dpo` for preferences, the
-DPO trainer's fine-tune on its `DPOConfig`):
+(`weights.sampling`, `weights.elite`; each adapter by the trainer `selftaught train` runs,
+built by `build_trainer`: `RestTrainer.fit` for SFT, `DPOTrainer.fit` for preferences):
 
 - ``sft``  supervised on the user's corrections (the reply the user typed instead) and on
            the model's own replayed replies that passed their checks (ReST-style elite:
@@ -45,7 +45,7 @@ from rich.console import Console
 from selftaught.demos import Demo, LeakCheck
 from selftaught.evaluation import ScoreCache, answer_dtype, summarize
 from selftaught.gate import ValScores, example_tags, paired_comparison
-from selftaught.models.base import ChatModel, GenerationParams
+from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.policy import Policy
@@ -67,7 +67,14 @@ from selftaught.sleep.records import (
     WeightDataRecord,
     WeightsRecord,
 )
-from selftaught.weights.config import BackendConfig, ConfigError, DPOConfig, SFTTrainConfig
+from selftaught.tasks.base import Example, Score, Split, TaskKind
+from selftaught.weights.config import (
+    BackendConfig,
+    ConfigError,
+    DPOConfig,
+    RestConfig,
+    SFTTrainConfig,
+)
 from selftaught.weights.dpo import PreferencePair
 from selftaught.weights.elite import select_elite
 from selftaught.weights.sampling import Sample, samples_from_rollouts
@@ -111,11 +118,11 @@ class WeightNightConfig:
         if self.samples_per_prompt and self.temperature <= 0:
             raise ConfigError("weight temperature must be > 0 (k greedy samples are k copies)")
         self.dpo_config(self.batch_size)  # the trainers' configs validate the rest
-        self.sft_config(self.batch_size)
+        self.rest_config(self.batch_size)
 
     # The trainers' own configs, built from these flat fields (their names are `sleep run`'s
     # and a night's report's): an adapter trains through the same validated settings and the
-    # same functions as `train --method sft / dpo`.
+    # trainers as `train --method sft / dpo` (`LocalAdapterTrainer`).
     def backend_config(self) -> BackendConfig:
         return BackendConfig(lora_r=self.lora_r, lora_alpha=self.lora_alpha, device=self.device)
 
@@ -127,6 +134,15 @@ class WeightNightConfig:
             batch_size=max(1, min(self.batch_size, rows)),
             max_length=self.max_length,
             max_steps=self.max_steps,
+        )
+
+    def rest_config(self, rows: int) -> RestConfig:
+        """`train --method sft`'s config for `rows` training rows."""
+        return RestConfig(
+            method="sft",
+            seed=self.seed,
+            sft=self.sft_config(rows),
+            backend=self.backend_config(),
         )
 
     def dpo_config(self, rows: int) -> DPOConfig:
@@ -305,13 +321,14 @@ class AdapterTrainer(Protocol):
 
 
 class LocalAdapterTrainer:
-    """Trains LoRA adapters on the night's local target with `weights.sft.sft_train` (the
-    ReST / SFT trainer's step) or `weights.dpo.dpo_fit` (the DPO trainer's), on the configs
-    `WeightNightConfig` builds (`sft_config`, `dpo_config`). The base weights are read once
-    (from the target's loaded model when it is a `LocalModel`, else from its spec) and copied
-    per adapter. When the target serves an adopted adapter (`models.adapters.AdaptedLocalModel`),
-    training continues that adapter on the base, so every staged adapter applies to the base
-    alone and what was learned before is kept."""
+    """Trains LoRA adapters on the night's local target with the trainers `selftaught train`
+    runs: `build_trainer` on the configs `WeightNightConfig` builds (`rest_config`: a
+    `RestTrainer` for SFT, `dpo_config`: a `DPOTrainer`), over the adapter's rows
+    (`AdapterRows`), and the trainer's one fine-tune, `fit` (what its rounds train with). The
+    base weights are read once (from the target's loaded model when it is a `LocalModel`, else
+    from its spec) and copied per adapter. When the target serves an adopted adapter
+    (`models.adapters.AdaptedLocalModel`), training continues that adapter on the base, so
+    every staged adapter applies to the base alone and what was learned before is kept."""
 
     def __init__(self, spec: str, cfg: WeightNightConfig, target: ChatModel | None = None):
         self.spec, self.cfg, self.target = spec, cfg, target
@@ -350,7 +367,7 @@ class LocalAdapterTrainer:
         model = self._trainable(self.cfg.backend_config())
         # the trainers print their logs; a night's stdout is the CLI's (its report, --json)
         with contextlib.redirect_stdout(sys.stderr):
-            stats = self._train(method, model, data)
+            stats = self._train(method, model, data, out_dir.parent)
         stats["continued_from"] = str(self.start_adapter) if self.start_adapter else None
         save_atomic(model, out_dir)  # adapter_config.json + adapter_model.safetensors
         served = LocalModel.from_pretrained_model(
@@ -370,28 +387,51 @@ class LocalAdapterTrainer:
             copy.deepcopy(self._base), str(self.start_adapter), is_trainable=True
         )
 
-    def _train(self, method: str, model: Any, data: WeightData) -> dict[str, Any]:
+    def _train(self, method: str, model: Any, data: WeightData, run_dir: Path) -> dict[str, Any]:
+        """`model` trained in place by `fit` of the trainer `train --method <method>` runs,
+        built the one way (`build_trainer`) in `run_dir`; nothing else of its run is used:
+        the night's gate, not the trainer's, decides on the night's val."""
         from selftaught.stops import Deadline
-        from selftaught.weights.dpo import dpo_fit
-        from selftaught.weights.sft import sft_train
+        from selftaught.trainers import build_trainer
 
         cfg = self.cfg
-        deadline = Deadline.start(cfg.max_minutes)
         if method == "sft":
-            train_cfg = cfg.sft_config(len(data.sft))
-            return sft_train(
-                model,
-                self._tok,
-                data.sft,
-                train_cfg,
-                backend="lora",
-                seed=cfg.seed,
-                progress=False,
-                deadline=deadline,
+            rows = AdapterRows(
+                "night-sft", [(s.example_id, s.train_messages, s.target) for s in data.sft]
             )
-        return dpo_fit(
-            model, self._tok, data.pairs, cfg.dpo_config(len(data.pairs)), deadline=deadline
+            sft = build_trainer(
+                cfg.rest_config(len(data.sft)), rows, self.spec, output_dir=run_dir, progress=False
+            )
+            return sft.fit(model, self._tok, data.sft, deadline=Deadline.start(cfg.max_minutes))
+        rows = AdapterRows("night-dpo", [(p.example_id, p.prompt, p.chosen) for p in data.pairs])
+        dpo = build_trainer(
+            cfg.dpo_config(len(data.pairs)),
+            rows,
+            self.spec,
+            preferences=data.pairs,
+            output_dir=run_dir,
+            progress=False,
         )
+        return dpo.fit(model, self._tok, deadline=Deadline.start(cfg.max_minutes))
+
+
+class AdapterRows:
+    """A night adapter's rows as the `Task` its trainer is built on: train holds one example
+    a row (the prompt as served, its target as the reference); val and test are empty, as the
+    night's gate scores the adapters on the night's val (the trainer fits, never gates)."""
+
+    kind: TaskKind = "agent"
+    instructions = ""
+
+    def __init__(self, name: str, rows: Sequence[tuple[str, list[Message], str]]):
+        self.name = name
+        self._train = [Example(id=i, input=list(prompt), reference=t) for i, prompt, t in rows]
+
+    def examples(self, split: Split) -> list[Example]:
+        return list(self._train) if split == "train" else []
+
+    def score(self, output: str, example: Example) -> Score:
+        raise ConfigError(f"{self.name}: an adapter's rows are trained on, never scored")
 
 
 def adapter_trainer(
