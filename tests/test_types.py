@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "selftaught"
-IGNORE_CEILING = 3  # `# type: ignore` comments in src/selftaught (73 before the checker)
+IGNORE_CEILING = 1  # `# type: ignore` comments in src/selftaught (73 before the checker)
 MYPY_TIMEOUT_S = 800  # a cold run (no .mypy_cache) reads torch and transformers: minutes
 
 
