@@ -469,11 +469,11 @@ def test_a_nights_adapters_are_the_trainers_fit_bit_for_bit(tmp_path, one_thread
     cfg = WeightNightConfig(max_steps=2, batch_size=2, max_length=64, device="cpu", seed=3)
     ask = [{"role": "system", "content": "Answer in km."}]
     prompts = [[*ask, {"role": "user", "content": f"{i} km and {i + 1} km?"}] for i in range(4)]
+    rows = [(f"t{i}", p, f"{2 * i + 1} km") for i, p in enumerate(prompts)]
     data = WeightData(
-        sft=[Sample(f"t{i}", p, p, f"{2 * i + 1} km", f"{2 * i + 1} km", 1.0, 1.0)
-             for i, p in enumerate(prompts)],
-        pairs=[PreferencePair(f"t{i}", p, f"{2 * i + 1} km", "Far.") for i, p in enumerate(prompts)],
-    )  # fmt: skip
+        sft=[Sample(i, p, p, a, a, 1.0, 1.0) for i, p, a in rows],
+        pairs=[PreferencePair(i, p, a, "Far.") for i, p, a in rows],
+    )
     night = LocalAdapterTrainer(f"local:{tiny}", cfg, load_model(f"local:{tiny}", device="cpu"))
 
     def weights(folder: Path) -> dict:

@@ -512,7 +512,8 @@ class RestTrainer(RoundTrainer[RestConfig]):
     `train()` resumes a killed run from its run directory (`output_dir`, default
     `runs/train-...`): a finished round is never redone. `callbacks` see the run's events
     (`selftaught.callbacks`); `ledger` is charged with every call (the task's judge may share
-    it)."""
+    it). Its rounds, evaluation and gate are `RoundTrainer`'s; `fit` is its one fine-tune (a
+    night's SFT adapter is trained by it too)."""
 
     config_type: ClassVar[type] = RestConfig
     settings_key: ClassVar[str] = "rest"
