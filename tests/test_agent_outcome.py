@@ -275,7 +275,7 @@ def test_harvested_results_keep_codexs_exit_code_and_a_long_outputs_summary_line
     from pathlib import Path
 
     from selftaught.sleep.intake.harvest import HarvestConfig, HarvestReport, harvesters
-    from selftaught.sleep.intake.harvest.common import RESULT_CHARS, Turn
+    from selftaught.sleep.intake.harvest.common import RESULT_CHARS, AgentTurn
 
     fixtures = Path(__file__).parent / "fixtures" / "codex"
     (rollout,) = fixtures.rglob("rollout-*-019cd2e1-7a40-*.jsonl")
@@ -285,7 +285,7 @@ def test_harvested_results_keep_codexs_exit_code_and_a_long_outputs_summary_line
     assert results and results[0]["exit_code"] == 0  # the legacy `metadata.exit_code`
     assert results[0]["content"].startswith("def total(items):")
 
-    turn = Turn(prompt="run the tests", created_at=0.0, key="k")
+    turn = AgentTurn(prompt="run the tests", created_at=0.0, key="k")
     long = "collected 900 items\n" + "." * 20_000 + "\n1 failed, 899 passed in 9.1s"
     turn.add_result("c1", long, is_error=True)
     kept = turn.results[0]["content"]

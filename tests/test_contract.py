@@ -17,7 +17,7 @@ from selftaught.callbacks import RunInfo, TrainerCallback
 from selftaught.evaluation import EvalResult
 from selftaught.gate import GateResult
 from selftaught.models.usage import UsageLedger
-from selftaught.results import RunResult, Score
+from selftaught.results import RunResult, SplitScore
 from selftaught.skill import SkillOptConfig
 from selftaught.skill.result import SkillRunResult
 from selftaught.skill.trainer import SkillTrainer
@@ -48,7 +48,7 @@ class Recorder(TrainerCallback):
         self.events.append(("start", run.method))
 
     def on_evaluate(self, run, *, step, split, scores, label=""):
-        assert isinstance(scores, Score)
+        assert isinstance(scores, SplitScore)
         self.events.append(("evaluate", step, split, label))
 
     def on_step(self, run, *, step, metrics):
@@ -260,7 +260,7 @@ def test_a_skill_run_returns_a_typed_result_that_round_trips(tmp_path):
     assert result.val_best is not None and result.val_best.solved == summary["val_best"]["solved"]
     assert result.test is not None and result.test.paired.wins == summary["test"]["paired"]["wins"]
     # base and shipped are the test comparison, with their intervals
-    assert result.base_score == Score.from_summary(summary["test"]["initial"], "test")
+    assert result.base_score == SplitScore.from_summary(summary["test"]["initial"], "test")
     assert result.shipped_score is not None and result.shipped_score.split == "test"
     assert result.shipped_score.hard == result.test.best.hard == summary["test"]["best"]["hard"]
     assert result.gain == pytest.approx(result.test.gain)
@@ -279,7 +279,7 @@ def test_a_summary_written_before_typed_results_still_loads(tmp_path):
     back = SkillRunResult.from_dict(old)
     assert back.best_skill == result.best_skill and back.seconds == round(result.seconds, 2)
     assert back.shipped_score == result.shipped_score and back.analyst == result.analyst
-    assert Score.from_summary({"hard": 0.5, "hard_ci95": [0.1, 0.9], "soft_ci95": [0.2, 0.8]})\
+    assert SplitScore.from_summary({"hard": 0.5, "hard_ci95": [0.1, 0.9], "soft_ci95": [0.2, 0.8]})\
         .soft_ci == (0.2, 0.8)  # fmt: skip
 
 

@@ -432,7 +432,9 @@ def test_a_drifted_example_fails(tmp_path, monkeypatch, tiny_dir):
     offline(monkeypatch, tmp_path, tiny_dir)
     with pytest.raises(AttributeError, match="hard_ci95"):
         run_python(
-            "from selftaught.results import Score\nScore.from_summary({}).hard_ci95", {}, "x"
+            "from selftaught.results import SplitScore\nSplitScore.from_summary({}).hard_ci95",
+            {},
+            "x",
         )
 
 

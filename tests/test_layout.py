@@ -1,5 +1,6 @@
 """The shape of the source tree: no import loop (between modules, between `sleep/`'s
-sub-packages, between the benchmarks), no long function (all read with `ast`)."""
+sub-packages, between the benchmarks), no long function, no public class name defined twice
+(all read with `ast`)."""
 
 from __future__ import annotations
 
@@ -250,6 +251,32 @@ def test_benchmarks_import_one_way():
     assert not cycles, "benchmark files that import each other: " + "; ".join(
         " <-> ".join(c) for c in cycles
     )
+
+
+def public_classes_defined_twice(root: Path = SRC) -> list[str]:
+    """Public class names (no leading underscore) that two places in the package define."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                rel = path.relative_to(root.parent).as_posix()
+                where.setdefault(node.name, []).append(f"{rel}:{node.lineno}")
+    return [f"{name}: {', '.join(places)}" for name, places in sorted(where.items())
+            if len(places) > 1]  # fmt: skip
+
+
+def test_the_twice_defined_scan_finds_one(tmp_path):
+    pkg = tmp_path / "selftaught"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("class Score:\n    pass\nclass _Private:\n    pass\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    class Score: ...\nclass _Private: ...\n")
+    assert public_classes_defined_twice(pkg) == ["Score: selftaught/a.py:1, selftaught/sub/b.py:2"]
+
+
+def test_no_public_class_name_is_defined_twice():
+    """One name, one class: a reader (or an import) never has to ask which `Score` it is."""
+    twice = public_classes_defined_twice()
+    assert not twice, "public class names defined more than once:\n" + "\n".join(twice)
 
 
 def long_functions() -> list[tuple[str, str, int]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from selftaught.gate import GateResult
-from selftaught.results import Score
+from selftaught.results import SplitScore
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.night import summary
 from selftaught.sleep.records import ProposalRecord, Summary, WeightsRecord
@@ -38,7 +38,7 @@ def test_the_weight_phase_is_typed_down_to_each_candidate_score_and_gate() -> No
     night = NightResult.from_report("demo", None, _read("weights.json"))
     assert isinstance(night.weights, WeightsRecord)
     sft = night.weights.candidates["sft"]
-    assert isinstance(sft, Summary) and isinstance(sft.score, Score)
+    assert isinstance(sft, Summary) and isinstance(sft.score, SplitScore)
     assert sft.score.hard == sft.hard and sft.score.split == "val"
     gate = night.weights.gates["sft"].result
     assert isinstance(gate, GateResult) and gate.decision == night.weights.gates["sft"].decision

@@ -1,5 +1,5 @@
 """One summary type, one decoder: every accuracy summary shape a run directory (or a saved
-benchmark result) holds reads through `Score.from_dict`, the same way in evaluation, results
+benchmark result) holds reads through `SplitScore.from_dict`, the same way in evaluation, results
 and the report; the typed history rows and results read files written before they were typed
 and write them back unchanged."""
 
@@ -16,7 +16,7 @@ from selftaught.evaluation import EvalResult
 from selftaught.gate import GateResult
 from selftaught.report import render_report
 from selftaught.report.readers import ReportError, load_run, read_estimate
-from selftaught.results import LEGACY_KEYS, RunResult, Score, SummaryError
+from selftaught.results import LEGACY_KEYS, RunResult, SplitScore, SummaryError
 from selftaught.skill.result import SkillRunResult
 from selftaught.skill.rows import BaselineRow, StepRow, row_from_dict
 from selftaught.weights.rest import RestResult
@@ -61,14 +61,14 @@ SHAPES: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("name", SHAPES)
 def test_every_summary_shape_decodes_once_the_same_everywhere(name):
     shape = SHAPES[name]
-    score = Score.from_dict(shape, "val")
+    score = SplitScore.from_dict(shape, "val")
     assert (score.split, score.n, score.solved) == ("val", 3, 2)
     assert score.hard == pytest.approx(2 / 3) and score.soft == pytest.approx(0.8)
     assert score.hard_ci == pytest.approx(tuple(CI), abs=1e-4)
     # evaluation, results and the report read it through that decoder: the same numbers
     evaluation = EvalResult.from_summary(shape)
     assert evaluation.score("val") == score
-    assert Score.from_dict(Score.from_dict(shape, "val").to_dict()) == score
+    assert SplitScore.from_dict(SplitScore.from_dict(shape, "val").to_dict()) == score
     estimate = read_estimate(shape)
     assert (estimate.value, estimate.n, estimate.solved) == (score.hard, 3, 2)
     assert (estimate.lo, estimate.hi) == score.hard_ci
@@ -77,16 +77,20 @@ def test_every_summary_shape_decodes_once_the_same_everywhere(name):
 
 def test_an_interval_a_summary_did_not_store_stays_unknown():
     weights = SHAPES["weight trainers"]
-    assert Score.from_dict(weights).soft_ci is None  # old weight runs stored no soft interval
+    assert SplitScore.from_dict(weights).soft_ci is None  # old weight runs stored no soft interval
     assert read_estimate(weights, "soft").lo is None
-    assert Score.from_dict({"hard": 0.5}).hard_ci == (0.0, 1.0)  # Wilson of no item
-    assert Score.read({"n": 3}) is None and Score.read(None) is None and Score.read([1]) is None
+    assert SplitScore.from_dict({"hard": 0.5}).hard_ci == (0.0, 1.0)  # Wilson of no item
+    assert (
+        SplitScore.read({"n": 3}) is None
+        and SplitScore.read(None) is None
+        and SplitScore.read([1]) is None
+    )
     assert set(LEGACY_KEYS.values()) <= {"hard_ci", "soft_ci", "n_errors", "hard", "soft", "wall_s"}
 
 
 def test_a_summary_no_shape_explains_is_one_error():
     with pytest.raises(SummaryError, match=r"^an accuracy summary has a non-numeric 'n'"):
-        Score.from_dict({"n": "three", "hard": 0.5})
+        SplitScore.from_dict({"n": "three", "hard": 0.5})
     with pytest.raises(ReportError, match=r"non-numeric 'hard'"):
         read_estimate({"accuracy": "most"})
 
@@ -113,7 +117,7 @@ def test_every_saved_summary_in_the_repository_still_reads():
         for d in _summaries(json.loads(path.read_text(encoding="utf-8"))):
             if not isinstance(d.get("n"), int):
                 continue  # a table's row that only names a count, not a summary
-            score = Score.from_dict(d)
+            score = SplitScore.from_dict(d)
             assert score.hard == pytest.approx(d.get("hard", d.get("accuracy"))), path
             assert score.n == d["n"], path
             found += 1
@@ -206,8 +210,20 @@ def test_a_weight_run_written_before_one_shape_reads_and_reports(tmp_path):
     (run_dir / "result.json").write_text(json.dumps(result))
     back = RunResult.from_dict(result)
     assert isinstance(back, RestResult) and back.base_test.hard == pytest.approx(2 / 3)
-    assert back.shipped_score == Score.from_dict(old, "test")
+    assert back.shipped_score == SplitScore.from_dict(old, "test")
     run = load_run(run_dir)
     assert [r.val.solved for r in run.rounds] == [2, 2, 2]
     assert run.base_test.lo == pytest.approx(CI[0])
     assert "0.667 (2/3" in render_report(run_dir)
+
+
+def test_the_old_name_score_reads_as_split_score_with_a_deprecation_warning():
+    """`tasks.base.Score` is the one class named Score; the accuracy summary's old name, which
+    docs/report.md named, still imports, and says what it is now."""
+    from selftaught import results
+
+    with pytest.warns(DeprecationWarning, match="now SplitScore"):
+        old = results.Score
+    assert old is SplitScore
+    with pytest.raises(AttributeError):
+        results.NoSuchName  # noqa: B018

@@ -12,8 +12,8 @@ import pytest
 from selftaught.errors import ConfigError
 from selftaught.models import threads as th
 from selftaught.models.threads import (
+    CpuSample,
     CpuTimes,
-    Sample,
     ThreadGovernor,
     busy_cores,
     choose_threads,
@@ -133,8 +133,8 @@ class Machine:
         self.ticks = [CpuTimes(t.busy + round(hz * share), t.total + round(hz)) for t in self.ticks]
         self.now += seconds
 
-    def sample(self) -> Sample:
-        return Sample(at=self.now, cpus=dict(enumerate(self.ticks)), own=0)
+    def sample(self) -> CpuSample:
+        return CpuSample(at=self.now, cpus=dict(enumerate(self.ticks)), own=0)
 
 
 def governor(machine: Machine, torch: FakeTorch) -> ThreadGovernor:
@@ -207,7 +207,7 @@ def test_local_model_applies_the_choice_on_load(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(th, "_governor", governor(machine, fake))
     real_sampler = th._governor.sampler
 
-    def sampler() -> Sample:  # time passes between readings
+    def sampler() -> CpuSample:  # time passes between readings
         machine.advance(0.5)
         return real_sampler()
 

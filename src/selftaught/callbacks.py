@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from selftaught.results import RunResult, Score
+    from selftaught.results import RunResult, SplitScore
 
 
 @dataclass
@@ -50,7 +50,7 @@ class TrainerCallback:
         pass
 
     def on_evaluate(
-        self, run: RunInfo, *, step: int, split: str, scores: Score, label: str = ""
+        self, run: RunInfo, *, step: int, split: str, scores: SplitScore, label: str = ""
     ) -> None:
         """`label` tells apart what was scored (`base`, `candidate`, `initial`, `best`, ...)."""
 
@@ -86,7 +86,7 @@ class CallbackList:
             cb.on_start(run)
 
     def evaluate(
-        self, run: RunInfo, *, step: int, split: str, scores: Score, label: str = ""
+        self, run: RunInfo, *, step: int, split: str, scores: SplitScore, label: str = ""
     ) -> None:
         for cb in self.callbacks:
             cb.on_evaluate(run, step=step, split=split, scores=scores, label=label)

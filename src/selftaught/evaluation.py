@@ -16,7 +16,7 @@ from typing import Any
 from selftaught.gate import GateConfig, Metric, ValScores, metric_value
 from selftaught.models.base import ChatModel, run_sync
 from selftaught.policy import Policy
-from selftaught.results import Score, one_shape
+from selftaught.results import SplitScore, one_shape
 from selftaught.rollout import Rollout, RolloutConfig, arun_rollouts, episode_row
 from selftaught.runs import atomic_write_json, read_json
 from selftaught.stats import mean_interval, wilson_interval
@@ -118,16 +118,18 @@ class EvalResult:
         out["soft_ci"] = list(self.soft_ci) if self.soft_ci is not None else None
         return {**out, "solved": self.solved}
 
-    def score(self, split: str | None = None) -> Score:
+    def score(self, split: str | None = None) -> SplitScore:
         """The accuracy part of the summary, as the one summary type."""
-        return Score(split or self.split, self.n, self.hard, self.hard_ci, self.soft, self.soft_ci)
+        return SplitScore(
+            split or self.split, self.n, self.hard, self.hard_ci, self.soft, self.soft_ci
+        )
 
     @classmethod
     def from_summary(cls, d: Mapping[str, Any]) -> EvalResult:
         """Back from `summary()` (as stored in a run directory), without the rollouts. The
-        accuracy is read by the one decoder (`Score.from_dict`), so a summary of an older
+        accuracy is read by the one decoder (`SplitScore.from_dict`), so a summary of an older
         shape reads too; a count it did not store reads as 0."""
-        s, score = one_shape(d), Score.from_dict(d)
+        s, score = one_shape(d), SplitScore.from_dict(d)
         return cls(
             task=str(s.get("task") or ""),
             model=str(s.get("model") or ""),

@@ -592,7 +592,7 @@ class _TimedOut(SelftaughtError):
 
 
 @dataclass
-class Deadline:
+class RedactionDeadline:
     """One budget of redaction time, shared by the texts of one row. `withheld` counts the
     texts that were replaced by the WITHHELD placeholder because it ran out."""
 
@@ -651,12 +651,12 @@ class Redactor:
             extra.append(Pattern("custom", compiled, 1 if compiled.groups else 0))
         self.patterns = list(BUILTIN_PATTERNS) + extra
 
-    def deadline(self) -> Deadline:
+    def deadline(self) -> RedactionDeadline:
         """A fresh budget of `deadline_s` seconds, to share between the texts of one row."""
         assert self.deadline_s is not None
-        return Deadline(self.deadline_s)
+        return RedactionDeadline(self.deadline_s)
 
-    def redact(self, text: str, deadline: Deadline | None = None) -> tuple[str, int]:
+    def redact(self, text: str, deadline: RedactionDeadline | None = None) -> tuple[str, int]:
         """`text` with every secret replaced, and how many were. Past the deadline (`deadline`,
         or a fresh one for this call) the whole text is WITHHELD instead, counted as one
         redaction (whatever was found before) and in `deadline.withheld`: fails closed."""
@@ -680,7 +680,9 @@ class Redactor:
             return WITHHELD.format(len(text)), 1
         return out, total
 
-    def redact_value(self, value: Any, deadline: Deadline | None = None) -> tuple[Any, int]:
+    def redact_value(
+        self, value: Any, deadline: RedactionDeadline | None = None
+    ) -> tuple[Any, int]:
         """Redact every string inside a JSON-like value (dicts, lists); keys are kept. One
         deadline (`deadline`, or a fresh one) covers the whole value."""
         deadline = deadline or self.deadline()
@@ -756,7 +758,7 @@ def _replacement(pattern: Pattern, m: re.Match[str]) -> str | None:
 def _matches(
     pattern: Pattern,
     text: str,
-    deadline: Deadline | None,
+    deadline: RedactionDeadline | None,
     window: int,
     overlap: int,
     folded: str = "",
@@ -799,7 +801,7 @@ def _matches(
 def _apply(
     pattern: Pattern,
     text: str,
-    deadline: Deadline | None = None,
+    deadline: RedactionDeadline | None = None,
     window: int = WINDOW,
     overlap: int = OVERLAP,
     folded: str = "",

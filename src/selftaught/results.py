@@ -8,6 +8,7 @@ named by `d["kind"]`, so a result read back from disk is the object the run retu
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,9 +71,10 @@ def _interval(value: Any) -> tuple[float, float] | None:
 
 
 @dataclass(frozen=True)
-class Score:
+class SplitScore:
     """One split's accuracy summary: hard (solved share) and soft (partial credit), each with
-    its 95% interval (`hard_ci`, `soft_ci`), over `n` scored examples.
+    its 95% interval (`hard_ci`, `soft_ci`), over `n` scored examples (one example's score is
+    `tasks.base.Score`).
 
     The one reader of every accuracy summary a run directory holds: `from_dict` reads
     `EvalResult.summary()`, `to_dict()`, and each older shape (`LEGACY_KEYS`). A hard
@@ -91,7 +93,7 @@ class Score:
         return round(self.hard * self.n)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], split: str | None = None) -> Score:
+    def from_dict(cls, d: Mapping[str, Any], split: str | None = None) -> SplitScore:
         """From any accuracy summary (`split` overrides the one it names); a missing number
         reads as 0."""
         s = one_shape(d)
@@ -114,7 +116,7 @@ class Score:
     from_summary = from_dict
 
     @classmethod
-    def read(cls, d: Any, metric: str = "hard") -> Score | None:
+    def read(cls, d: Any, metric: str = "hard") -> SplitScore | None:
         """The summary `d` holds, or None where there is none: `d` is not a dict (a step
         with no candidate, a run still going) or stores no `metric` value."""
         if not isinstance(d, Mapping) or one_shape(d).get(metric) is None:
@@ -132,14 +134,14 @@ class Score:
         }
 
 
-def _score(d: dict[str, Any] | None) -> Score | None:
-    return Score.from_dict(d) if d else None
+def _score(d: dict[str, Any] | None) -> SplitScore | None:
+    return SplitScore.from_dict(d) if d else None
 
 
 @dataclass(kw_only=True)
 class RunResult:
     """What a run shipped: its directory, the start and shipped scores (on test when the run
-    scored test, else on val: `Score.split` says which), why it stopped early, what it spent
+    scored test, else on val: `SplitScore.split` says which), why it stopped early, what it spent
     (per role: calls, tokens) and how long it took."""
 
     kind: ClassVar[str] = "run"
@@ -147,8 +149,8 @@ class RunResult:
     run_dir: Path | None = None
     method: str = ""
     task: str = ""
-    base_score: Score | None = None
-    shipped_score: Score | None = None
+    base_score: SplitScore | None = None
+    shipped_score: SplitScore | None = None
     stopped_by: StopReason | None = None
     """Which stop ended the run early (max-minutes, patience, the budget); None: it ran to its
     end. Text an older run wrote is read into one (`StopReason.read`)."""
@@ -210,3 +212,16 @@ class RunResult:
             "usage": d.get("usage") or {},
             "seconds": float(d.get("seconds") or 0.0),
         }
+
+
+def __getattr__(name: str) -> Any:
+    """`Score`, this class's name before `tasks.base.Score` was the only `Score`: still read
+    (docs named `selftaught.results.Score.from_dict`), with a DeprecationWarning."""
+    if name == "Score":
+        warnings.warn(
+            "selftaught.results.Score is now SplitScore (tasks.base.Score is one example's score)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return SplitScore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

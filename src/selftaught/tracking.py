@@ -28,7 +28,7 @@ from selftaught.callbacks import RunInfo, TrainerCallback
 from selftaught.errors import ConfigError
 
 if TYPE_CHECKING:
-    from selftaught.results import RunResult, Score
+    from selftaught.results import RunResult, SplitScore
 
 REPORT_TO = ("none", "trackio", "mlflow", "wandb")
 # backend → (module to import, pip extra that installs it)
@@ -122,7 +122,7 @@ class Tracker(TrainerCallback):
             self.started = True
 
     def on_evaluate(
-        self, run: RunInfo, *, step: int, split: str, scores: Score, label: str = ""
+        self, run: RunInfo, *, step: int, split: str, scores: SplitScore, label: str = ""
     ) -> None:
         self.on_start(run)
         prefix = f"{split}/{label}/" if label else f"{split}/"

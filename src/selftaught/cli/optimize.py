@@ -47,7 +47,7 @@ from selftaught.tasks.options import TaskOptions
 
 if TYPE_CHECKING:
     from selftaught.evaluation import EvalResult
-    from selftaught.results import Score
+    from selftaught.results import SplitScore
     from selftaught.skill.result import FrontPoint, SkillRunResult
     from selftaught.skill.skillset import SkillSetResult
 
@@ -324,7 +324,7 @@ def _optimize_skills(
 def print_skill_set(result: SkillSetResult) -> None:
     """One row per skill: its tasks, own-val and whole-val scores, the gate's decision."""
 
-    def acc(s: Score | None) -> str:
+    def acc(s: SplitScore | None) -> str:
         return "-" if s is None else f"{s.hard:.3f} (n={s.n})"
 
     table = Table(title=f"skills: {result.task}")

@@ -178,7 +178,7 @@ def usable_cpus() -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class Sample:
+class CpuSample:
     """One reading of the counters: when, every CPU's, and this process's own."""
 
     at: float
@@ -186,7 +186,7 @@ class Sample:
     own: int
 
 
-def take_sample(clock: Callable[[], float] = time.monotonic) -> Sample | None:
+def take_sample(clock: Callable[[], float] = time.monotonic) -> CpuSample | None:
     """Read /proc now; None where there is no /proc (not Linux) or it cannot be read."""
     try:
         with open("/proc/stat") as f:
@@ -196,10 +196,10 @@ def take_sample(clock: Callable[[], float] = time.monotonic) -> Sample | None:
     except (OSError, ValueError, IndexError):
         return None
     cpus = parse_proc_stat(stat)
-    return Sample(at=clock(), cpus=cpus, own=own) if cpus else None
+    return CpuSample(at=clock(), cpus=cpus, own=own) if cpus else None
 
 
-def busy_between(first: Sample, second: Sample, cpus: tuple[int, ...]) -> float:
+def busy_between(first: CpuSample, second: CpuSample, cpus: tuple[int, ...]) -> float:
     return busy_cores(first.cpus, second.cpus, second.own - first.own, cpus)
 
 
@@ -280,7 +280,7 @@ class ThreadGovernor:
         self,
         *,
         clock: Callable[[], float] = time.monotonic,
-        sampler: Callable[[], Sample | None] | None = None,
+        sampler: Callable[[], CpuSample | None] | None = None,
         cpus: Callable[[], tuple[int, ...]] = usable_cpus,
         get_threads: Callable[[], int] = _torch_get,
         set_threads: Callable[[int], None] = _torch_set,
@@ -295,7 +295,7 @@ class ThreadGovernor:
         self.choice: ThreadChoice | None = None
         self._ceiling: int | None = None
         self._ceiling_read = False
-        self._pending: Sample | None = None
+        self._pending: CpuSample | None = None
         self._next_check = 0.0
         self._lock = threading.Lock()
 
@@ -310,14 +310,14 @@ class ThreadGovernor:
                     self._ceiling = None
             return self._ceiling
 
-    def start(self) -> Sample | None:
+    def start(self) -> CpuSample | None:
         """The first sample of a load's busy reading (None when a fresh choice exists or the
         setting fixes the threads)."""
         if thread_setting() is not None or self._fresh():
             return None
         return self.sampler()
 
-    def on_load(self, first: Sample | None = None) -> int:
+    def on_load(self, first: CpuSample | None = None) -> int:
         """Choose (from `first`, taken by `start` before the load, to now; waiting out the
         rest of the window when the load was quicker) and apply in this thread."""
         setting = thread_setting()
@@ -372,7 +372,7 @@ class ThreadGovernor:
     def _fresh(self) -> bool:
         return self.choice is not None and self.clock() < self._next_check
 
-    def _decide(self, first: Sample | None, second: Sample | None) -> None:
+    def _decide(self, first: CpuSample | None, second: CpuSample | None) -> None:
         cpus = self.cpus()
         busy = None if first is None or second is None else busy_between(first, second, cpus)
         ceiling = self.ceiling()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from selftaught.report.candidates import FATE_TEXT, Candidate, DemoView
+from selftaught.report.candidates import FATE_TEXT, CandidateView, DemoView
 from selftaught.report.html import Html, badge, details, join, num, table, tag
 from selftaught.report.readers import SkillRun, SkillStep
 
@@ -18,7 +18,7 @@ def clip(text: str, limit: int = CLIP) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit} more)"
 
 
-def _demo_list(c: Candidate, shipped: set[str]) -> Html:
+def _demo_list(c: CandidateView, shipped: set[str]) -> Html:
     if not c.demos:
         return Html("none")
     items = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from selftaught.demos import Demo, split_skill
+from selftaught.demos import Demo, Leak, split_skill
 from selftaught.gate import GateResult
 from selftaught.runs import RunError
 
@@ -42,7 +42,7 @@ class DemoView:
 
 
 @dataclass
-class Candidate:
+class CandidateView:
     step: int
     version: str
     kind: str  # rules | demos | merge
@@ -57,13 +57,6 @@ class Candidate:
     @property
     def demo_ids(self) -> list[str]:
         return [d.split(" (", 1)[0] for d in self.demos]
-
-
-@dataclass(frozen=True)
-class Leak:
-    demo_id: str
-    held_out_id: str
-    split: str
 
 
 def demo_view(d: Demo) -> DemoView:
@@ -97,7 +90,7 @@ def _fate(
 
 def read_candidates(
     step: int, candidates: list[dict[str, Any]], gate: GateResult | None
-) -> list[Candidate]:
+) -> list[CandidateView]:
     """A history row's candidates with their fate (`gate`: the row's decision); [] for a row
     written before candidates."""
     raw = [c for c in candidates or [] if isinstance(c, dict)]
@@ -107,7 +100,7 @@ def read_candidates(
         fate, reason = _fate(c, chosen, gate)
         screen, val = c.get("screen"), c.get("val")
         out.append(
-            Candidate(
+            CandidateView(
                 step=step,
                 version=str(c.get("version") or "?"),
                 kind=str(c.get("kind") or "?"),
@@ -123,7 +116,7 @@ def read_candidates(
     return out
 
 
-def rules_candidate(candidates: list[Candidate]) -> Candidate | None:
+def rules_candidate(candidates: list[CandidateView]) -> CandidateView | None:
     """The candidate the diagnostics' edit reports belong to: the chosen one when it is a
     rules candidate, else the first proposal's (the trainer reports that proposal's edits)."""
     chosen = next((c for c in candidates if c.chosen), None)

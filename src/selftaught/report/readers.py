@@ -9,7 +9,7 @@
 
 A run in progress is read as far as it got: a missing file is a note, never a crash. History
 rows are read as their typed rows (`skill.rows`, `weights.rows`); every accuracy summary goes
-through the one decoder, `Score.from_dict` (`results.py`), which reads `EvalResult.summary()`
+through the one decoder, `SplitScore.from_dict` (`results.py`), which reads `EvalResult.summary()`
 and every older shape; `Estimate` is the value of one metric the pages show."""
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from selftaught.demos import Leak
 from selftaught.errors import InputError
 from selftaught.evaluation import EvalResult
 from selftaught.report.candidates import (
-    Candidate,
+    CandidateView,
     DemoView,
-    Leak,
     read_candidates,
     read_demo_pool,
     rules_candidate,
     split_or_note,
 )
-from selftaught.results import Score, SummaryError
+from selftaught.results import SplitScore, SummaryError
 from selftaught.runs import jsonl_rows
 from selftaught.skill.rows import HistoryRow, StepRow, row_from_dict
 from selftaught.stats import wilson_interval
@@ -59,7 +59,7 @@ class Estimate:
     solved: int | None = None
 
     @classmethod
-    def of(cls, score: Score, metric: str = "hard") -> Estimate:
+    def of(cls, score: SplitScore, metric: str = "hard") -> Estimate:
         """`metric` of a decoded summary: hard with its counts, or soft."""
         n = score.n or None
         if metric == "soft":
@@ -75,10 +75,10 @@ class Estimate:
 
 def read_estimate(d: Any, metric: str = "hard") -> Estimate | None:
     """The `metric` (`hard`: solved share, or `soft`: mean partial credit) of one stored
-    accuracy summary, of any shape the one decoder reads (`Score.read`). None when there is
+    accuracy summary, of any shape the one decoder reads (`SplitScore.read`). None when there is
     none (a step with no candidate, a run still going)."""
     try:
-        score = Score.read(d, metric)
+        score = SplitScore.read(d, metric)
     except SummaryError as err:
         raise ReportError(str(err)) from err
     return Estimate.of(score, metric) if score is not None else None
@@ -177,7 +177,7 @@ class SkillStep:
     time_s: float | None
     val_cached: bool
     truncated: int
-    candidates: list[Candidate]  # [] in rows written before several candidates per step
+    candidates: list[CandidateView]  # [] in rows written before several candidates per step
     pool: list[str] | None  # versions that passed the gate so far (None: no pool recorded)
     demo_stats: dict[str, Any]  # {pool, new, leaks_refused, best}
 

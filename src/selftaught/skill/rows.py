@@ -2,7 +2,7 @@
 `StepRow` per optimization step (the weight trainers' rows are beside them, in
 `weights/rows.py`). `to_dict` writes the JSON keys the report reads; `row_from_dict` reads a
 row back (a row written before a key existed gets its default; an accuracy summary of an older
-shape is read by the one decoder, `Score.from_dict`)."""
+shape is read by the one decoder, `SplitScore.from_dict`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from selftaught.evaluation import EvalResult
 from selftaught.gate import GateResult
-from selftaught.results import Score
+from selftaught.results import SplitScore
 from selftaught.stops import StopReason, stop_dict
 
 
@@ -96,7 +96,7 @@ _DEFAULTS: dict[str, Any] = {
 
 def _summary(value: Any) -> EvalResult | None:
     """A stored summary (None where the row holds none, or one without a hard score)."""
-    return EvalResult.from_summary(value) if Score.read(value) is not None else None
+    return EvalResult.from_summary(value) if SplitScore.read(value) is not None else None
 
 
 def row_from_dict(d: Mapping[str, Any]) -> HistoryRow:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from selftaught.errors import ConfigError
 from selftaught.gate import TagLoss
 from selftaught.models.usage import Usage
-from selftaught.results import RunResult, Score
+from selftaught.results import RunResult, SplitScore
 from selftaught.skill.clustering import group_texts, top_terms
 from selftaught.skill.routing import (
     DESCRIPTION_MAX,
@@ -313,12 +313,12 @@ def parse_name_reply(text: str) -> tuple[str, str] | None:
 # ---- results ----------------------------------------------------------------------------------
 
 
-def _score_dict(s: Score | None) -> dict[str, Any] | None:
+def _score_dict(s: SplitScore | None) -> dict[str, Any] | None:
     return s.to_dict() if s is not None else None
 
 
-def _score_from(d: dict[str, Any] | None) -> Score | None:
-    return Score.from_summary(d) if d else None
+def _score_from(d: dict[str, Any] | None) -> SplitScore | None:
+    return SplitScore.from_summary(d) if d else None
 
 
 @dataclass(frozen=True)
@@ -352,8 +352,8 @@ class WholeValCheck:
     """The whole val served with routing, without (`before`) and with (`after`) the skill:
     per cluster deltas, and the other clusters that lost beyond the gate (`losses`)."""
 
-    before: Score
-    after: Score
+    before: SplitScore
+    after: SplitScore
     clusters: tuple[ClusterDelta, ...]
     losses: tuple[TagLoss, ...]
 
@@ -380,8 +380,8 @@ class WholeValCheck:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WholeValCheck:
         return cls(
-            before=Score.from_summary(d["before"]),
-            after=Score.from_summary(d["after"]),
+            before=SplitScore.from_summary(d["before"]),
+            after=SplitScore.from_summary(d["after"]),
             clusters=tuple(ClusterDelta.from_dict(c) for c in d.get("clusters") or ()),
             losses=tuple(TagLoss(**t) for t in d.get("losses") or ()),
         )
@@ -398,8 +398,8 @@ class SkillOutcome:
     trained: bool
     accepted: bool
     reason: str
-    own_before: Score | None = None
-    own_after: Score | None = None
+    own_before: SplitScore | None = None
+    own_after: SplitScore | None = None
     own_accepted: bool = False
     whole_val: WholeValCheck | None = None
     run_dir: str | None = None
@@ -647,7 +647,7 @@ class WholeVal:
             out.update(scored.items)
         return out
 
-    def score(self, items: dict[str, list[float] | None]) -> Score:
+    def score(self, items: dict[str, list[float] | None]) -> SplitScore:
         from selftaught.evaluation import summarize
 
         summary = summarize(
@@ -659,7 +659,7 @@ class WholeVal:
             skill_hash="served",
             items={ex.id: items[ex.id] for ex in self.val},
         )
-        return Score.from_summary(summary.summary(), "val")
+        return SplitScore.from_summary(summary.summary(), "val")
 
     async def check(
         self, name: str, before: dict[str, str], after: dict[str, str]
@@ -703,8 +703,8 @@ def _params(config: Any) -> Any:
     return GenerationParams(max_tokens=config.max_tokens, temperature=config.temperature)
 
 
-def _val_score(result: EvalResult | None) -> Score | None:
-    return None if result is None else Score.from_summary(result.summary(), "val")
+def _val_score(result: EvalResult | None) -> SplitScore | None:
+    return None if result is None else SplitScore.from_summary(result.summary(), "val")
 
 
 def add_usage(*usages: dict[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from selftaught.models.resolve import ModelLike, resolve_model
 from selftaught.models.usage import Budget, BudgetExhausted, TrackedModel, UsageLedger
 from selftaught.prompts import PromptSet, using
 from selftaught.redact import redact_for_model
-from selftaught.results import Score
+from selftaught.results import SplitScore
 from selftaught.rollout import Rollout
 from selftaught.runs import atomic_write_json, atomic_write_text, read_json, write_jsonl
 from selftaught.skill.agent_edit import agent_of
@@ -310,7 +310,7 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult, Task]):
         step = int(row["step"])
         if row.get("val"):
             label = "base" if step == 0 else "candidate"
-            scores = Score.from_summary(row["val"], "val")
+            scores = SplitScore.from_summary(row["val"], "val")
             self.callbacks.evaluate(self.info, step=step, split="val", scores=scores, label=label)
         if row.get("gate"):
             self._gated(step, row["gate"])

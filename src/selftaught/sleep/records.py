@@ -7,7 +7,7 @@ equals `d` for every report.json written today or before. A record built in code
 writes all of its fields.
 
 Accuracy summaries (`EvalResult.summary()`, any older shape) are `Summary` records whose
-`score` is the one decoded `Score`; gate decisions are `GateRecord`s whose `result` is the
+`score` is the one decoded `SplitScore`; gate decisions are `GateRecord`s whose `result` is the
 `GateResult`.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeGuard, TypeVar
 
 from selftaught.gate import GateResult, Paired
-from selftaught.results import Score
+from selftaught.results import SplitScore
 from selftaught.skill.result import ParseStats, SlowUpdate
 from selftaught.stops import StopReason
 
@@ -126,8 +126,8 @@ class Summary(Record):
     decoders: ClassVar[Mapping[str, Decoder]] = {"hard_ci": pair, "soft_ci": pair}
 
     @property
-    def score(self) -> Score:
-        return Score.from_dict(self.to_dict())
+    def score(self) -> SplitScore:
+        return SplitScore.from_dict(self.to_dict())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,7 +175,7 @@ class ModelSpecs(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SmallestGain(Record):
+class SmallestGainRecord(Record):
     """`gate.smallest_gain`: the least gain the gate can accept on this many val tasks."""
 
     n_val: int = 0
@@ -206,13 +206,13 @@ class GateMode(Record):
     metric: str = "hard"
     margin: float = 0.0
     confidence: float | None = None
-    smallest_gain: SmallestGain | None = None
+    smallest_gain: SmallestGainRecord | None = None
     tag_alpha: float | None = None  # the per-tag (per-kind) veto: its sign test's level
     tag_margin: float | None = None  # and its margin in net items
     power: NightPower | None = None
 
     decoders: ClassVar[Mapping[str, Decoder]] = {
-        "smallest_gain": SmallestGain.from_dict,
+        "smallest_gain": SmallestGainRecord.from_dict,
         "power": NightPower.from_dict,
     }
 

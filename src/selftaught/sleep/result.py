@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from selftaught.results import RunResult, Score
+from selftaught.results import RunResult, SplitScore
 from selftaught.skill.result import SlowUpdate
 from selftaught.sleep.records import (
     AdoptedAdapter,
@@ -317,7 +317,7 @@ _DECODE: dict[str, Decoder] = {
 _OWN = (*REPORT_FIELDS, "project", "night_dir", "extra", "report_keys")
 
 
-def _night_scores(night: NightResult) -> tuple[Score | None, Score | None]:
+def _night_scores(night: NightResult) -> tuple[SplitScore | None, SplitScore | None]:
     """Val before / after a staged proposal; a night that proposed nothing kept its start."""
     proposal = night.proposal
     if proposal is not None and proposal.val_before and proposal.val_after:

@@ -18,7 +18,7 @@ DEFAULT_SEED = 0
 """Seeds a task's generator and its train / val / test split."""
 
 
-class Sizes(TypedDict, total=False):
+class SizeKeywords(TypedDict, total=False):
     """The split sizes a task constructor takes as keywords (those set)."""
 
     train_size: int
@@ -121,9 +121,9 @@ class TaskOptions:
             options["seed"] = self.seed  # the A / B order is drawn with the task's seed
         return options
 
-    def sizes(self) -> Sizes:
+    def sizes(self) -> SizeKeywords:
         """The split sizes that were set, as constructor keywords."""
-        sizes: Sizes = {}
+        sizes: SizeKeywords = {}
         if self.train_size is not None:
             sizes["train_size"] = self.train_size
         if self.val_size is not None:

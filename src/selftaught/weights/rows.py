@@ -12,13 +12,13 @@ from typing import Any
 
 from selftaught.evaluation import EvalResult
 from selftaught.gate import GateResult
-from selftaught.results import Score
+from selftaught.results import SplitScore
 from selftaught.stops import StopReason, stop_dict
 
 
 def _summary(value: Any) -> EvalResult | None:
     """A stored summary (None where the row holds none, or one without a hard score)."""
-    return EvalResult.from_summary(value) if Score.read(value) is not None else None
+    return EvalResult.from_summary(value) if SplitScore.read(value) is not None else None
 
 
 def _float(value: Any) -> float | None:

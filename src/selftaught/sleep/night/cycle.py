@@ -172,7 +172,7 @@ from selftaught.sleep.records import (
     ProofreadRecord,
     ProposalRecord,
     RecallRecord,
-    SmallestGain,
+    SmallestGainRecord,
     SplitCounts,
     Summary,
     TrainingRecord,
@@ -624,7 +624,7 @@ def _gate_power(mode: GateMode, n_val: int, config: SleepConfig, console: Consol
             else "; val takes no task (val_fraction 0)"
         )
     console.print(line, markup=False, highlight=False, soft_wrap=True)
-    smallest = SmallestGain.from_dict(smallest_accepted_gain(n_val, gate).to_dict())
+    smallest = SmallestGainRecord.from_dict(smallest_accepted_gain(n_val, gate).to_dict())
     night_power = NightPower(
         target_gain=power.target_gain,
         needed_val=power.needed_val,

@@ -35,7 +35,7 @@ RAIDER_AVOIDANCE = 3.0  # raiders slip around our units rather than fight them
 
 
 @dataclass
-class Unit:
+class Piece:
     name: str
     side: str  # "us" | "them"
     role: str  # us: attacker / defender; them: guard / raider / hunter
@@ -191,14 +191,14 @@ class Simulation:
         self.defenders_count = min(n_ours, max(0, round(float(strategy["defense"]) * n_ours)))
         self.attackers_count = n_ours - self.defenders_count
         lane_order = [bias] + [lane for lane in ("center", "left", "right") if lane != bias]
-        self.units: list[Unit] = []
+        self.units: list[Piece] = []
         for i, cell in enumerate(state["our_units"]):
             attacker = i < self.attackers_count
             lane = bias
             if attacker and self.formation == "spread":
                 lane = lane_order[i % 3]
             self.units.append(
-                Unit(
+                Piece(
                     name=UNIT_LETTERS[i],
                     side="us",
                     role="attacker" if attacker else "defender",
@@ -212,7 +212,7 @@ class Simulation:
             unit.post = post
         for i, spec in enumerate(state["enemy_units"]):
             self.units.append(
-                Unit(
+                Piece(
                     name=f"E{i + 1}",
                     side="them",
                     role=spec["role"],
@@ -246,10 +246,10 @@ class Simulation:
             return [entry, exit_, self.grid.index(self.state["flag"])]
         return [exit_, entry, self.grid.index(self.state["base"])]
 
-    def alive(self, side: str) -> list[Unit]:
+    def alive(self, side: str) -> list[Piece]:
         return [u for u in self.units if u.alive and u.side == side]
 
-    def visible_enemies(self, side: str) -> list[Unit]:
+    def visible_enemies(self, side: str) -> list[Piece]:
         """Enemies of `side` within vision of at least one living unit of `side` (shared)."""
         eyes = [u.pos for u in self.alive(side)]
         other = "them" if side == "us" else "us"
@@ -262,11 +262,11 @@ class Simulation:
     def _occupied_by(self, side: str) -> set[int]:
         return {u.pos for u in self.alive(side)}
 
-    def _adjacent_enemies(self, unit: Unit) -> list[Unit]:
+    def _adjacent_enemies(self, unit: Piece) -> list[Piece]:
         other = "them" if unit.side == "us" else "us"
         return [e for e in self.alive(other) if self.grid.manhattan(e.pos, unit.pos) <= 1]
 
-    def _move_along(self, unit: Unit, dist: list[float], cost: list[float] | None = None) -> None:
+    def _move_along(self, unit: Piece, dist: list[float], cost: list[float] | None = None) -> None:
         """One step down the distance map (or stay), never into a wall or an enemy's cell."""
         other = "them" if unit.side == "us" else "us"
         blocked = self._occupied_by(other)
@@ -279,10 +279,10 @@ class Simulation:
                 best, best_value = j, value
         unit.pos = best
 
-    def _move_toward(self, unit: Unit, target: int) -> None:
+    def _move_toward(self, unit: Piece, target: int) -> None:
         self._move_along(unit, self.grid.distances(target))
 
-    def _avoidance_costs(self, seen: list[Unit], weight: float) -> list[float]:
+    def _avoidance_costs(self, seen: list[Piece], weight: float) -> list[float]:
         """Entering a cell next to a seen enemy costs extra, so paths bend around it."""
         cost = [1.0] * len(self.grid.open)
         for e in seen:
@@ -290,7 +290,7 @@ class Simulation:
                 cost[i] += weight if d <= 1 else weight * 0.4
         return cost
 
-    def _move_avoiding(self, unit: Unit, target: int, seen: list[Unit], weight: float) -> None:
+    def _move_avoiding(self, unit: Piece, target: int, seen: list[Piece], weight: float) -> None:
         if not seen or weight <= 0:
             self._move_toward(unit, target)
             return
@@ -304,19 +304,19 @@ class Simulation:
             self._phase_cache[(target, weight)] = self.grid.weighted_distances(target, cost)
         self._move_along(unit, self._phase_cache[(target, weight)], cost)
 
-    def _nearest(self, unit: Unit, others: list[Unit]) -> Unit | None:
+    def _nearest(self, unit: Piece, others: list[Piece]) -> Piece | None:
         if not others:
             return None
         dist = self.grid.distances(unit.pos)
         return min(others, key=lambda o: (dist[o.pos], o.name))
 
-    def _advance_waypoint(self, unit: Unit, route: list[int]) -> None:
+    def _advance_waypoint(self, unit: Piece, route: list[int]) -> None:
         """A waypoint counts as passed once the unit stands on it or next to it."""
         last = len(route) - 1
         while unit.waypoint < last and self.grid.manhattan(unit.pos, route[unit.waypoint]) <= 1:
             unit.waypoint += 1
 
-    def _route_remaining(self, unit: Unit) -> float:
+    def _route_remaining(self, unit: Piece) -> float:
         route = self.routes[unit.lane or "center"]
         total = self.grid.distances(route[unit.waypoint])[unit.pos]
         for a, b in zip(route[unit.waypoint :], route[unit.waypoint + 1 :], strict=False):
@@ -341,7 +341,7 @@ class Simulation:
             else:
                 self._attack(unit, seen, carrier, slowest)
 
-    def _defend(self, unit: Unit, seen: list[Unit], enemy_carrier: Unit | None) -> None:
+    def _defend(self, unit: Piece, seen: list[Piece], enemy_carrier: Piece | None) -> None:
         if self._adjacent_enemies(unit):
             return  # hold and fight
         if enemy_carrier is not None and enemy_carrier in seen:
@@ -354,7 +354,9 @@ class Simulation:
         elif unit.post is not None:
             self._move_toward(unit, unit.post)
 
-    def _attack(self, unit: Unit, seen: list[Unit], carrier: Unit | None, slowest: float) -> None:
+    def _attack(
+        self, unit: Piece, seen: list[Piece], carrier: Piece | None, slowest: float
+    ) -> None:
         if unit.carrying:
             self._move_avoiding(unit, self.base, seen, 4.0)
             return
@@ -455,7 +457,7 @@ class Simulation:
                 unit.carrying, our_flag_taken, unit.waypoint = True, True, 0
                 self.events.append(f"turn {self.turn}: enemy {unit.name} took our flag")
 
-    def _strength(self, unit: Unit) -> float:
+    def _strength(self, unit: Piece) -> float:
         allies = sum(
             1
             for u in self.alive(unit.side)
@@ -490,7 +492,7 @@ class Simulation:
                     self._kill(unit)
         return fighting
 
-    def _kill(self, unit: Unit) -> None:
+    def _kill(self, unit: Piece) -> None:
         unit.alive, unit.died_at = False, self.turn
         r, c = self.grid.cell(unit.pos)
         who = unit.name if unit.side == "us" else f"enemy {unit.name}"

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.sleep.intake.harvest.common import (
+    AgentTurn,
     HarvestConfig,
     HarvestReport,
-    Turn,
     iter_records,
     parse_timestamp,
     project_from_cwd,
@@ -85,7 +85,7 @@ class ClaudeCodeHarvester:
     def read_session(
         self, path: Path, config: HarvestConfig, report: HarvestReport
     ) -> list[Interaction]:
-        turns: list[Turn] = []
+        turns: list[AgentTurn] = []
         usage: dict[str, dict[str, Any]] = {}  # message id -> usage, for the current turn
         session_id, meta = path.stem, {"file": str(path)}
         for _, rec in iter_records(path, report):
@@ -101,7 +101,7 @@ class ClaudeCodeHarvester:
                 if text is not None:
                     _close(turns, usage)
                     key = str(rec.get("uuid") or f"line{len(turns)}")
-                    turns.append(Turn(prompt=text, created_at=ts, key=key))
+                    turns.append(AgentTurn(prompt=text, created_at=ts, key=key))
                 elif turns:
                     blocks = _blocks((rec.get("message") or {}).get("content"))
                     for b in blocks:
@@ -126,7 +126,7 @@ class ClaudeCodeHarvester:
 
     @staticmethod
     def _assistant(
-        rec: dict[str, Any], turn: Turn, usage: dict[str, dict[str, Any]], ts: float
+        rec: dict[str, Any], turn: AgentTurn, usage: dict[str, dict[str, Any]], ts: float
     ) -> None:
         if rec.get("isApiErrorMessage"):  # Claude Code's own words for a failed call
             turn.extra["api_error"] = str(rec.get("apiError") or rec.get("error") or "error")
@@ -153,7 +153,7 @@ class ClaudeCodeHarvester:
                 turn.after_tool = False
 
 
-def _close(turns: list[Turn], usage: dict[str, dict[str, Any]]) -> None:
+def _close(turns: list[AgentTurn], usage: dict[str, dict[str, Any]]) -> None:
     """End the current turn: sum its usage over its API responses (each counted once); a turn
     whose last action was a tool call (interrupted, or still running) has no answer."""
     if turns and turns[-1].after_tool:

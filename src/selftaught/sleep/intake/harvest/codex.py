@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from selftaught.sleep.intake.harvest.common import (
+    AgentTurn,
     HarvestConfig,
     HarvestReport,
-    Turn,
     iter_records,
     parse_timestamp,
     project_from_cwd,
@@ -116,7 +116,7 @@ class CodexHarvester:
         )
         session_id = path.stem
         meta: dict[str, Any] = {"file": str(path)}  # the row's meta: JSON values
-        turns: list[Turn] = []
+        turns: list[AgentTurn] = []
         model: str | None = None
         turn_id: str | None = None
         totals = [0, 0]  # cumulative (input, output) tokens at the end of the previous turn
@@ -143,7 +143,9 @@ class CodexHarvester:
                 if text.strip() and not text.lstrip().startswith(_INJECTED):
                     totals = self._close(turns, last_totals, totals)
                     key = turn_id or f"request{len(turns)}"
-                    turns.append(Turn(prompt=text.strip(), created_at=ts, key=key, model=model))
+                    turns.append(
+                        AgentTurn(prompt=text.strip(), created_at=ts, key=key, model=model)
+                    )
                     turn_id = None
             elif not turns:
                 continue
@@ -208,7 +210,7 @@ class CodexHarvester:
         )
 
     @staticmethod
-    def _close(turns: list[Turn], last: list[int] | None, before: list[int]) -> list[int]:
+    def _close(turns: list[AgentTurn], last: list[int] | None, before: list[int]) -> list[int]:
         """The turn's tokens are the growth of the cumulative count during it."""
         if not turns or last is None:
             return before

@@ -139,7 +139,7 @@ def tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
 
 
 @dataclass
-class Turn:
+class AgentTurn:
     """One user request and what the agent did until the next request."""
 
     prompt: str
@@ -188,7 +188,7 @@ def _result_text(content: Any) -> str:
 
 
 def turns_to_interactions(
-    turns: list[Turn],
+    turns: list[AgentTurn],
     *,
     source: str,
     session_id: str,
