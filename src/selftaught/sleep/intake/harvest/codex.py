@@ -143,9 +143,7 @@ class CodexHarvester:
                 if text.strip() and not text.lstrip().startswith(_INJECTED):
                     totals = self._close(turns, last_totals, totals)
                     key = turn_id or f"request{len(turns)}"
-                    turns.append(
-                        AgentTurn(prompt=text.strip(), created_at=ts, key=key, model=model)
-                    )
+                    turns.append(AgentTurn(text.strip(), ts, key, model=model))
                     turn_id = None
             elif not turns:
                 continue
