@@ -462,6 +462,7 @@ def test_without_psycopg_the_error_names_the_extra(monkeypatch):
 # ---- a proxy whose database goes away ----------------------------------------------------------
 
 
+@pytest.mark.slow  # about a minute (reconnects); test_proxy_ops covers the outage on Postgres fast
 def test_a_proxy_whose_database_goes_away_keeps_answering_spools_and_replays(
     pg_url, tmp_path, monkeypatch
 ):
