@@ -968,10 +968,6 @@ def sleep_run_cmd(
 
     `sleep adopt` makes the proposal live; `sleep dry-run` does it all and stages nothing;
     `sleep plan` says what it would cost and calls no model."""
-    from selftaught.sleep.night.cycle import run_night
-    from selftaught.sleep.night.plan import refuse_short_budget
-    from selftaught.sleep.night.summary import print_outcomes
-
     weight_fields = legacy_weights(weight_fields, weight_max_seconds)
     gates = (gate_metric, gate_margin, gate_confidence, gate_tag_alpha, gate_tag_margin)
     training = night_training(
@@ -1000,6 +996,16 @@ def sleep_run_cmd(
     )
     if plan or as_json:
         return _print_plan(config, plan, as_json)
+    _run_nights(config, dry_run, run_config)
+
+
+def _run_nights(config: SleepConfig, dry_run: bool, run_config: EffectiveConfig) -> None:
+    """Each project's night, its effective config kept beside its report; exit 1 when one
+    failed."""
+    from selftaught.sleep.night.cycle import run_night
+    from selftaught.sleep.night.plan import refuse_short_budget
+    from selftaught.sleep.night.summary import print_outcomes
+
     refuse_short_budget(config)  # before any call: a budget that cannot gate one candidate
     outcomes = run_night(config, dry_run=dry_run, console=console)  # Busy: exit 3
     for kept in (o.night_dir for o in outcomes if o.night_dir is not None and not dry_run):
