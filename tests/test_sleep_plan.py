@@ -24,7 +24,7 @@ from selftaught.skill.plan import Sizes, merge_calls, reflect_calls, run_calls
 from selftaught.skill.trainer import SkillTrainer
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
-from selftaught.sleep.night import consolidate, cycle
+from selftaught.sleep.night import consolidate
 from selftaught.sleep.night.cycle import (
     NightModels,
     SleepConfig,
@@ -32,6 +32,8 @@ from selftaught.sleep.night.cycle import (
     run_night,
 )
 from selftaught.sleep.night.dream import DreamConfig
+from selftaught.sleep.night.phases import proofread as proofread_phase
+from selftaught.sleep.night.phases import split as split_phase
 from selftaught.sleep.night.plan import EXACT, plan_night
 from selftaught.sleep.night.weak import WeakConfig
 from tests.scripted import ScriptedModel, append, canned_analyst, edits_json, rule_target
@@ -106,10 +108,14 @@ def counted(monkeypatch):
         labelled(consolidate.choose_demo_mode, lambda *a: "demo modes"),
     )
     monkeypatch.setattr(
-        cycle, "proofread", labelled(cycle.proofread, lambda *a, **k: "leave-one-out")
+        proofread_phase,
+        "proofread",
+        labelled(proofread_phase.proofread, lambda *a, **k: "leave-one-out"),
     )
-    monkeypatch.setattr(cycle, "weak_label", labelled(cycle.weak_label, lambda *a: "weak labels"))
-    monkeypatch.setattr(cycle, "dream", labelled(cycle.dream, lambda *a: "dreams"))
+    monkeypatch.setattr(
+        split_phase, "weak_label", labelled(split_phase.weak_label, lambda *a: "weak labels")
+    )
+    monkeypatch.setattr(split_phase, "dream", labelled(split_phase.dream, lambda *a: "dreams"))
     baseline = SkillTrainer._baseline
 
     async def labelled_baseline(self, *args):

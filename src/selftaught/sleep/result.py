@@ -104,6 +104,10 @@ class NightResult(RunResult):
     """Keys of a report written by a newer version (kept, written back as they came)."""
     report_keys: tuple[str, ...] | None = None
     """The keys of the report.json it was read from, in order (None: built in code)."""
+    records: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
+    """Each phase's record by its name, as the night that ran returned them (a phase of your
+    own's too: `NightTrainer(phases=...)`); the built-in ones are also the sections above.
+    Not in report.json: a night read back has none."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -214,7 +218,7 @@ class NightResult(RunResult):
         path = self.night_dir / EVIDENCE_FILE if self.night_dir is not None else None
         return path if path is not None and path.is_file() else None
 
-    # ---- a night built phase by phase (`cycle.run_project`) ---------------------------------
+    # ---- a night built phase by phase (`sleep/night/phases`) ---------------------------------
 
     def note(self, *texts: str) -> None:
         """Add notes, in order (report.json `notes`)."""

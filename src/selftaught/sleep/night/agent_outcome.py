@@ -260,7 +260,7 @@ class WorkspaceMiner:
         # new proofs go here instead (`sleep plan` keeps none); the project's are still read
         self.scratch = scratch
         self.home = Path(home)
-        self.report = report or OutcomeReport()  # `cycle.mine` hands it tonight's
+        self.report = report or OutcomeReport()  # `phases.mine.mine` hands it tonight's
         self.timeout_s = timeout_s
         self._sandbox = sandbox
         self._no_sandbox: str | None = None

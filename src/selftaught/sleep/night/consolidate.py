@@ -35,16 +35,20 @@ from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
-from selftaught.sleep.records import LateDuplicate
+from selftaught.sleep.records import LateDuplicate, PhaseRecord, Summary
 from selftaught.stops import UNLIMITED, Deadline, StopReason, stop_dict
 from selftaught.tasks.scorers import LlmJudge
 
 
 @dataclass
 class Consolidation:
+    """The text phases' outcome: the best skill and memory, each document's phase record
+    (report.json `phases`), the night's ledger, a fatal backend error, notes, the adopted
+    demos left out, and the val scores each phase kept."""
+
     skill: str
     memory: str
-    phases: dict[str, dict[str, Any]]
+    phases: dict[str, PhaseRecord]
     ledger: UsageLedger
     fatal: FatalBackendError | None = None
     notes: list[str] = field(default_factory=list)
@@ -52,7 +56,7 @@ class Consolidation:
     """Adopted demos left out: the same item as a val / test task tonight."""
     # each phase's val scores by skill hash, in memory (the night pairs before and after)
     val_scores: dict[str, ScoreCache] = field(default_factory=dict)
-    val_final: dict[str, Any] | None = None  # val of the proofread proposal, when it changed
+    val_final: Summary | None = None  # val of the proofread proposal, when it changed
 
 
 # what a phase's row keeps of the trainer's result (its readable keys)
@@ -272,7 +276,8 @@ def consolidate(
     for document in documents:
         why = _not_started(document, ledger, deadline)
         if why is not None:
-            result.phases[document] = {"document": document, "ran": False, "stopped_by": why}
+            result.phases[document] = _record({"document": document, "ran": False,
+                                               "stopped_by": why})  # fmt: skip
             continue
         skill_doc = document == "skill"
         t0 = time.perf_counter()
@@ -294,9 +299,9 @@ def consolidate(
             )
         except FatalBackendError as err:
             result.fatal = err
-            result.phases[document] = {"document": document, "ran": False, "error": str(err)}
+            result.phases[document] = _record({"document": document, "ran": False,
+                                               "error": str(err)})  # fmt: skip
             return result
-        result.phases[document] = phase
         result.notes += _slow_note(document, phase)
         phase["seconds"] = round(time.perf_counter() - t0, 2)  # demo modes not included
         if skill_doc and phase.get("ran") and training.demos_max:
@@ -308,14 +313,21 @@ def consolidate(
                 )
             except FatalBackendError as err:
                 result.fatal = err
+                result.phases[document] = _record(phase)
                 return result
         elif skill_doc and phase.get("ran") and start_notes:
             phase["best"] = adopted.skill  # nothing gated the phase's start against it
+        result.phases[document] = _record(phase)
         if skill_doc:
             result.skill = phase["best"]
         else:
             result.memory = phase["best"]
     return result
+
+
+def _record(phase: dict[str, Any]) -> PhaseRecord:
+    """A document phase's row, as it leaves `consolidate` (its best text kept apart)."""
+    return PhaseRecord.from_dict({k: v for k, v in phase.items() if k != "best"})
 
 
 def backend_failure(result: Consolidation, evidence: EvidenceLog, max_missing: float) -> str | None:
@@ -328,9 +340,9 @@ def backend_failure(result: Consolidation, evidence: EvidenceLog, max_missing: f
         why = next((e["error"] for e in evidence.errors if e["role"] == "optimizer"), first_error)
         return f"every analyst call failed ({analyst['errors']} calls; first: {why})"
     for document, phase in result.phases.items():
-        if not phase.get("ran"):
+        if not phase.ran or phase.run_dir is None:
             continue
-        run_dir = Path(phase["run_dir"])
+        run_dir = Path(phase.run_dir)
         rows = read_json(run_dir / "diagnostics" / "step_0000.json").get("val", [])
         failed = [r for r in rows if r.get("error")]
         if rows and len(failed) > max_missing * len(rows):

@@ -311,7 +311,7 @@ def row_label(it: Interaction, judge: bool = False) -> Label | None:
 
 NO_CHECK = "no reference, no stated rule"
 """Why a row with nothing to check it by was dropped (the start of the reason): the rows a
-weak label may be sampled for (`weak.py`, `cycle.mine(unchecked=...)`)."""
+weak label may be sampled for (`weak.py`, `phases.mine.mine(unchecked=...)`)."""
 
 
 UNTRUSTED_REFERENCE = {

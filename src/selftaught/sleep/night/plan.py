@@ -329,8 +329,8 @@ class _Found:
 def _find_tasks(
     project: str, rows: list[Interaction], config: NightConfig, roles: Roles, home: Path
 ) -> _Found:
-    """Mine, recall, split and give kinds as the night does (`cycle._mine_and_split`), with
-    the miner's stand-in; nothing is written."""
+    """Mine, recall, split and give kinds as the night does (`phases.mine`, `phases.split`),
+    with the miner's stand-in; nothing is written."""
     remote = roles.remote()
     kept = [it for it in rows if not it.private or it.reviewed or config.allow_remote or not remote]
     mining = dataclasses.replace(config.mining, judge=roles.judge is not None)

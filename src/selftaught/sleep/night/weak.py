@@ -321,7 +321,7 @@ def weak_label(
     policy: Policy,
     training: SkillOptConfig,
 ) -> tuple[list[MinedTask], WeakReport]:
-    """Weak tasks from `rows` (what `cycle.mine(unchecked=...)` handed back), sampled on
+    """Weak tasks from `rows` (what `phases.mine.mine(unchecked=...)` handed back), sampled on
     `target` (already charged to the night's ledger and evidence log) under `policy`;
     `checked`: the night's tasks with checks (tonight's and recalled), which a weak label
     never duplicates and is scored against. The tasks come back unsplit, marked `weak`."""
