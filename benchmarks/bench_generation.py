@@ -66,6 +66,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -459,25 +460,39 @@ def summarize_engine_arms(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per C: each arm's tok/s (all, median), its ratio to `off` and to `raw` (paired by
     repeat, then the median), the replies the same as `off`'s (same repeat, the fewest), and
     the padding share of the key columns its decode steps attended."""
+    return _per_concurrency(runs, ENGINE_ARMS, _arm_summary)
+
+
+ArmRows = dict[tuple[int, str], dict[str, Any]]
+
+
+def _per_concurrency(
+    runs: list[dict[str, Any]],
+    arms: Sequence[str],
+    summary: Callable[[str, list[dict[str, Any]], ArmRows], dict[str, Any]],
+) -> dict[str, Any]:
+    """Per C, each arm's `summary` of its rows (by repeat), given every run of that C by
+    (repeat, arm) to pair with."""
     out: dict[str, Any] = {}
     for c in sorted({r["concurrency"] for r in runs}):
         mine = [r for r in runs if r["concurrency"] == c]
         by = {(r["repeat"], r["arm"]): r for r in mine}
         entry: dict[str, Any] = {}
-        for arm in ENGINE_ARMS:
+        for arm in arms:
             rows = sorted((r for r in mine if r["arm"] == arm), key=lambda r: r["repeat"])
             if rows:
-                entry[arm] = _arm_summary(arm, rows, by)
+                entry[arm] = summary(arm, rows, by)
         out[str(c)] = entry
     return out
 
 
-def _arm_summary(
-    arm: str, rows: list[dict[str, Any]], by: dict[tuple[int, str], dict[str, Any]]
+def _rates(
+    arm: str, rows: list[dict[str, Any]], by: ArmRows, bases: tuple[str, ...]
 ) -> dict[str, Any]:
+    """An arm's tok/s (all, median) and its ratio to each base arm, paired by repeat."""
     rates = [r["tok_per_s"] for r in rows]
     out: dict[str, Any] = {"tok_per_s": rates, "median": statistics.median(rates)}
-    for base in ("off", "raw"):
+    for base in bases:
         paired = [
             r["tok_per_s"] / by[(r["repeat"], base)]["tok_per_s"]
             for r in rows
@@ -486,6 +501,11 @@ def _arm_summary(
         if paired:
             out[f"vs_{base}"] = round(statistics.median(paired), 3)
             out[f"vs_{base}_per_repeat"] = [round(x, 3) for x in paired]
+    return out
+
+
+def _arm_summary(arm: str, rows: list[dict[str, Any]], by: ArmRows) -> dict[str, Any]:
+    out = _rates(arm, rows, by, ("off", "raw"))
     same = [
         _same(r["reply_sha"], by[(r["repeat"], "off")]["reply_sha"])
         for r in rows
@@ -680,33 +700,11 @@ def summarize_kv_arms(runs: list[dict[str, Any]]) -> dict[str, Any]:
     repeat, then the median), its memory (medians of ru_maxrss, of the sampled peak, and of
     the peak over what the process held after loading) and the replies the same as
     `dynamic`'s (same repeat, the fewest)."""
-    out: dict[str, Any] = {}
-    for c in sorted({r["concurrency"] for r in runs}):
-        mine = [r for r in runs if r["concurrency"] == c]
-        by = {(r["repeat"], r["arm"]): r for r in mine}
-        entry: dict[str, Any] = {}
-        for arm in KV_ARMS:
-            rows = sorted((r for r in mine if r["arm"] == arm), key=lambda r: r["repeat"])
-            if rows:
-                entry[arm] = _kv_arm_summary(arm, rows, by)
-        out[str(c)] = entry
-    return out
+    return _per_concurrency(runs, KV_ARMS, _kv_arm_summary)
 
 
-def _kv_arm_summary(
-    arm: str, rows: list[dict[str, Any]], by: dict[tuple[int, str], dict[str, Any]]
-) -> dict[str, Any]:
-    rates = [r["tok_per_s"] for r in rows]
-    out: dict[str, Any] = {"tok_per_s": rates, "median": statistics.median(rates)}
-    for base in ("dynamic", "raw"):
-        paired = [
-            r["tok_per_s"] / by[(r["repeat"], base)]["tok_per_s"]
-            for r in rows
-            if (r["repeat"], base) in by and arm != base
-        ]
-        if paired:
-            out[f"vs_{base}"] = round(statistics.median(paired), 3)
-            out[f"vs_{base}_per_repeat"] = [round(x, 3) for x in paired]
+def _kv_arm_summary(arm: str, rows: list[dict[str, Any]], by: ArmRows) -> dict[str, Any]:
+    out = _rates(arm, rows, by, ("dynamic", "raw"))
     out["max_rss_gb"] = statistics.median(r["max_rss_gb"] for r in rows)
     peaks = [r["peak_rss_gb"] for r in rows if r.get("peak_rss_gb") is not None]
     if peaks:
