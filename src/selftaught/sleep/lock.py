@@ -77,7 +77,7 @@ def read_holder(home: Path) -> dict[str, Any] | None:
 
 @contextlib.contextmanager
 def night_lock(
-    home: Path, night: str, what: str = "night", *, project: str | None = None
+    home: Path, night_id: str, what: str = "night", *, project: str | None = None
 ) -> Iterator[None]:
     """Hold the lock for the block; raise NightRunning at once when another night holds it.
     `project`: the night's one project (None: every project); only a Postgres lock tells
@@ -85,7 +85,7 @@ def night_lock(
     if (url := _shared()) is not None:
         from selftaught.sleep.store import pg_lock
 
-        with pg_lock.night_lock(url, night, what, project, NightRunning):
+        with pg_lock.night_lock(url, night_id, what, project, NightRunning):
             yield
         return
     private_dirs(home)
@@ -104,7 +104,9 @@ def night_lock(
         try:
             f.seek(0)
             f.truncate()
-            json.dump({"pid": os.getpid(), "night": night, "what": what, "started": time.time()}, f)
+            json.dump(
+                {"pid": os.getpid(), "night": night_id, "what": what, "started": time.time()}, f
+            )
             f.flush()
             yield
         finally:

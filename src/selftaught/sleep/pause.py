@@ -87,22 +87,24 @@ def _write(project: str, home: Path | None, state: NightPatience) -> None:
 
 
 def count_night(
-    project: str, night: str, status: str, patience: int | None, home: Path | None = None
+    project: str, night_id: str, status: str, patience: int | None, home: Path | None = None
 ) -> StopReason | None:
     """Count a finished night; the patience stop when this night reaches it (the project's
     schedule is then paused)."""
     state = read(project, home)
     if status in ACCEPTED:
-        state = NightPatience(0, night, None)  # a proposal the gate accepted resumes it
+        state = NightPatience(0, night_id, None)  # a proposal the gate accepted resumes it
     elif status in NOT_ACCEPTED:
-        state = NightPatience(state.without_accept + 1, night, state.paused)
+        state = NightPatience(state.without_accept + 1, night_id, state.paused)
     else:
         return None
     stop = None
     if patience is not None and state.without_accept >= patience:
-        stop = StopReason.patience(patience, "nights", f"after night {night}")
+        stop = StopReason.patience(patience, "nights", f"after night {night_id}")
         if state.paused is None:
-            state = NightPatience(state.without_accept, night, Paused(night, time.time(), patience))
+            state = NightPatience(
+                state.without_accept, night_id, Paused(night_id, time.time(), patience)
+            )
     _write(project, home, state)
     return stop
 

@@ -231,12 +231,12 @@ def _adopted(record: SkillRecord, version: int) -> SkillRecord:
 
 
 def _resolve(
-    project: str, name: str, night: str | None, home: Path | None
+    project: str, name: str, night_id: str | None, home: Path | None
 ) -> tuple[Path, NightResult, int]:
     """(night folder, the night, the index of the skill's entry): the named night, or the
     newest night that staged `name` and is not adopted yet."""
-    if night is not None:
-        night_dir = staging.resolve_night(project, night, home)
+    if night_id is not None:
+        night_dir = staging.resolve_night(project, night_id, home)
         found = staging.read_night(night_dir)
         for i, entry in enumerate(staged_skills(found)):
             if entry.name == name:
@@ -255,7 +255,7 @@ def _resolve(
 def adopt_skill(
     project: str,
     name: str,
-    night: str | None = None,
+    night_id: str | None = None,
     *,
     home: Path | None = None,
     force: bool = False,
@@ -265,7 +265,7 @@ def adopt_skill(
     # the project's lock first: the night's report.json is shared by its skills
     with staging.adopt_lock(project, home), staging.adopt_lock(unit, home):
         note = staging.recover_adopted(unit, home)
-        night_dir, staged, index = _resolve(project, name, night, home)
+        night_dir, staged, index = _resolve(project, name, night_id, home)
         entry = staged_skills(staged)[index]
         if entry.status != "staged":
             raise StagingError(

@@ -256,10 +256,10 @@ def own_proposal(night: NightResult) -> bool:
     return night.proposal is not None or not night.skills
 
 
-def resolve_night(project: str, night: str | None, home: Path | None = None) -> Path:
+def resolve_night(project: str, night_id: str | None, home: Path | None = None) -> Path:
     """A night folder by id (or a unique prefix); None: the newest staged, unadopted one."""
     nights = list_nights(project, home)
-    if night is None:
+    if night_id is None:
         staged = [p for p, n in nights if n.status == "staged" and own_proposal(n)]
         if not staged:
             raise StagingError(
@@ -267,14 +267,14 @@ def resolve_night(project: str, night: str | None, home: Path | None = None) -> 
                 "(`selftaught sleep history` lists the nights)"
             )
         return staged[-1]
-    hits = [p for p, _ in nights if p.name == night] or [
-        p for p, _ in nights if p.name.startswith(night)
+    hits = [p for p, _ in nights if p.name == night_id] or [
+        p for p, _ in nights if p.name.startswith(night_id)
     ]
     if len(hits) != 1:
         known = ", ".join(p.name for p, _ in nights[-5:]) or "none"
         what = "is ambiguous" if hits else "does not exist"
         raise StagingError(
-            f"night {night!r} {what} in project {project!r} (latest nights: {known})"
+            f"night {night_id!r} {what} in project {project!r} (latest nights: {known})"
         )
     return hits[0]
 
@@ -679,7 +679,7 @@ def _proposed_adapter(
 
 def proposed_adapter(
     unit: Owner,
-    night: str,
+    night_id: str,
     folder: Path | None,
     staged: AdapterRecord | None,
     previous: int,
@@ -691,12 +691,12 @@ def proposed_adapter(
     if folder is not None and staged is not None:
         if not (folder / "adapter_config.json").is_file():
             raise StagingError(
-                f"night {night} proposes an adapter but {folder} holds none "
+                f"night {night_id} proposes an adapter but {folder} holds none "
                 "(adapter_config.json missing); nothing was adopted"
             )
         keep = ("method", "base_model", "base_model_path", "train_items", "val", "with_text")
         written = staged.to_dict()  # meta.json keeps them as report.json wrote them
-        return folder, {"night": night, **{k: written.get(k) for k in keep}}
+        return folder, {"night": night_id, **{k: written.get(k) for k in keep}}
     folder = version_adapter(unit, str(previous), home)
     if folder is None:
         return None, None
@@ -706,7 +706,7 @@ def proposed_adapter(
 
 def adopt(
     project: str,
-    night: str | None = None,
+    night_id: str | None = None,
     *,
     home: Path | None = None,
     force: bool = False,
@@ -720,7 +720,7 @@ def adopt(
     version's meta.json (e.g. the user's file written back, `write_back.py`)."""
     with adopt_lock(project, home):
         note = recover_adopted(project, home)
-        night_dir = resolve_night(project, night, home)
+        night_dir = resolve_night(project, night_id, home)
         staged = read_night(night_dir)
         previous = _check_adoptable(project, night_dir, staged, force, home)
         adapter, adapter_meta = _proposed_adapter(project, night_dir, staged, previous, home)

@@ -222,7 +222,7 @@ def written_by(unit: Owner, version: int, home: Path | None = None) -> WrittenBa
 
 def adopt_night(
     project: str,
-    night: str | None = None,
+    night_id: str | None = None,
     *,
     home: Path | None = None,
     force: bool = False,
@@ -233,7 +233,7 @@ def adopt_night(
     the adopted skill written back into that file first: if the file changed since the night
     read it nothing is adopted (`WriteBackError` names it); if the adopt fails after the
     write, the file gets its bytes back."""
-    night_dir = staging.resolve_night(project, night, home)
+    night_dir = staging.resolve_night(project, night_id, home)
     staged = staging.read_night(night_dir)
     source = SourceFile.from_dict(plain(staged.start_document))
     args: dict[str, Any] = dict(home=home, force=force, target_paths=target_paths,

@@ -404,26 +404,26 @@ def _rewrite_versions(unit: Unit, home: Path, doomed: Doomed) -> tuple[list[int]
     return versions, lines
 
 
-def _rewrite_night(night: Path, home: Path, doomed: Doomed, prov: Provenance) -> Rewritten:
+def _rewrite_night(night_dir: Path, home: Path, doomed: Doomed, prov: Provenance) -> Rewritten:
     """A night that read a forgotten row: its proposal's documents, report.json and
     report.md without the lines taken out, tasks.jsonl without those tasks, no traffic."""
-    tasks = _jsonl(night / "tasks.jsonl")
-    report = _report(night)
-    read = prov.read.get(night.name, frozenset())
+    tasks = _jsonl(night_dir / "tasks.jsonl")
+    report = _report(night_dir)
+    read = prov.read.get(night_dir.name, frozenset())
     hit = doomed.hits(read) or any(doomed.hits(_strings(r.get("sources"))) for r in tasks)
     if not (hit or any(doomed.hits(x["sources"]) for x in _sourced_lines(report))):
         return Rewritten()
     documents = lines = 0
-    for path in _proposal_files(night):
+    for path in _proposal_files(night_dir):
         diff = path.suffix == ".diff"  # rewritten too, not counted: it shows the same lines
         removed = _scrub_file(path, doomed, diff)
         documents, lines = documents + bool(removed and not diff), lines + removed * (not diff)
     if documents and report is not None:
-        _rediff(night, home, str(report.get("project")), report.get("base_version"))
-    _prune(night)
+        _rediff(night_dir, home, str(report.get("project")), report.get("base_version"))
+    _prune(night_dir)
     kept = [r for r in tasks if not doomed.hits(_strings(r.get("sources")))]
     if len(kept) < len(tasks):
-        write_jsonl(night / "tasks.jsonl", kept)
+        write_jsonl(night_dir / "tasks.jsonl", kept)
     if report is not None:
         for line in _sourced_lines(report):
             if _line_doomed(line, doomed):
@@ -431,13 +431,13 @@ def _rewrite_night(night: Path, home: Path, doomed: Doomed, prov: Provenance) ->
         notes = report.get("notes")
         note = _NOTE.format(n=lines, when=time.strftime("%Y-%m-%d %H:%M"))
         report["notes"] = [*(notes if isinstance(notes, list) else []), note]
-        atomic_write_json(night / "report.json", report)
-        _write_markdown(night)
-    adapters = [f"night {night.name}"] if (night / ADAPTER_DIR).is_dir() else []
-    adapters += [f"night {night.name} skill {p.parent.name}"
-                 for p in sorted((night / SKILLS_DIR).glob(f"*/{ADAPTER_DIR}"))]  # fmt: skip
-    return Rewritten(nights=(f"{night.parent.parent.name}/{night.name}",), documents=documents,
-                     lines=lines, adapters=tuple(adapters))  # fmt: skip
+        atomic_write_json(night_dir / "report.json", report)
+        _write_markdown(night_dir)
+    adapters = [f"night {night_dir.name}"] if (night_dir / ADAPTER_DIR).is_dir() else []
+    adapters += [f"night {night_dir.name} skill {p.parent.name}"
+                 for p in sorted((night_dir / SKILLS_DIR).glob(f"*/{ADAPTER_DIR}"))]  # fmt: skip
+    name = f"{night_dir.parent.parent.name}/{night_dir.name}"
+    return Rewritten(nights=(name,), documents=documents, lines=lines, adapters=tuple(adapters))
 
 
 _NOTE = (
@@ -447,7 +447,7 @@ _NOTE = (
 )
 
 
-def _rediff(night: Path, home: Path, project: str, base: Any) -> None:
+def _rediff(night_dir: Path, home: Path, project: str, base: Any) -> None:
     """proposal/skill.diff and memory.diff again, against the version the night was gated
     against (`base`, rewritten first)."""
     from selftaught.sleep.adoption import staging
@@ -456,7 +456,7 @@ def _rediff(night: Path, home: Path, project: str, base: Any) -> None:
         gated = staging.read_version(project, int(base or 0), home)
     except (InputError, ValueError):  # a version gone: the diffs keep their lines filtered
         return
-    folder = night / "proposal"
+    folder = night_dir / "proposal"
     for name, old in (("skill", gated.skill), ("memory", gated.memory)):
         if (folder / f"{name}.md").is_file():
             new = (folder / f"{name}.md").read_text(encoding="utf-8")
@@ -469,23 +469,23 @@ def _line_doomed(line: dict[str, Any], doomed: Doomed) -> bool:
     return str(line.get("text")).strip() in doomed.lines
 
 
-def _write_markdown(night: Path) -> None:
+def _write_markdown(night_dir: Path) -> None:
     from selftaught.sleep.adoption import staging
     from selftaught.sleep.night.summary import render_markdown
 
     try:
-        result = staging.read_night(night)
+        result = staging.read_night(night_dir)
     except staging.StagingError:  # a report this version cannot read: no words of it kept
-        (night / "report.md").unlink(missing_ok=True)
+        (night_dir / "report.md").unlink(missing_ok=True)
         return
-    atomic_write_text(night / "report.md", render_markdown(night, result))
+    atomic_write_text(night_dir / "report.md", render_markdown(night_dir, result))
 
 
-def _prune(night: Path) -> None:
+def _prune(night_dir: Path) -> None:
     """Remove what only the night itself used: everything but `_KEPT` and the named
     skills' proposals and staged adapters (`skills/<name>/proposal/`, `.../adapter/`, beside
     the phases' runs)."""
-    for entry in night.iterdir():
+    for entry in night_dir.iterdir():
         if entry.name == SKILLS_DIR and entry.is_dir():
             for skill in entry.iterdir():
                 if skill.is_dir() and (skill / "proposal").is_dir():
@@ -507,8 +507,8 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _proposal_files(night: Path) -> list[Path]:
-    folders = [night / "proposal", *(night / SKILLS_DIR).glob("*/proposal")]
+def _proposal_files(night_dir: Path) -> list[Path]:
+    folders = [night_dir / "proposal", *(night_dir / SKILLS_DIR).glob("*/proposal")]
     return [p for folder in folders for p in _files(folder)]
 
 
@@ -546,9 +546,9 @@ def _nights(project: str, home: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
-def _read_ids(night: Path) -> frozenset[str]:
+def _read_ids(night_dir: Path) -> frozenset[str]:
     try:
-        return frozenset((night / "rows_read.txt").read_text().split())
+        return frozenset((night_dir / "rows_read.txt").read_text().split())
     except FileNotFoundError:
         return frozenset()
 
@@ -569,11 +569,11 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _report(night: Path) -> dict[str, Any] | None:
+def _report(night_dir: Path) -> dict[str, Any] | None:
     """report.json as raw JSON: the rewrite keeps every key, those this version does not know
     included (an older or newer night's), so it does not go through `NightResult`."""
     try:
-        report = json.loads((night / "report.json").read_text(encoding="utf-8"))
+        report = json.loads((night_dir / "report.json").read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return None
     return report if isinstance(report, dict) else None

@@ -164,7 +164,7 @@ def find_kinds(
     tasks: Sequence[MinedTask],
     known: Sequence[Kind],
     config: KindConfig,
-    night: str,
+    night_id: str,
     *,
     not_traffic: Collection[str] = (),
     seeds: Sequence[SkillCard] = (),
@@ -206,7 +206,7 @@ def find_kinds(
             tasks[i].kind = kid
     strays = [unknown[j] for j in grouping.left_out]
     new += _place_strays(tasks, strays, vectors, refs, taken)
-    kinds = _moved(book, new, tasks, vectors, night, set(not_traffic))
+    kinds = _moved(book, new, tasks, vectors, night_id, set(not_traffic))
     return NightKinds(kinds, tuple(new), tuple(tasks), frozenset(not_traffic),
                       config.similarity)  # fmt: skip
 
@@ -305,7 +305,7 @@ def _moved(
     new: Sequence[str],
     tasks: Sequence[MinedTask],
     vectors: Sequence[Vector],
-    night: str,
+    night_id: str,
     not_traffic: set[str],
 ) -> tuple[Kind, ...]:
     """Every kind after tonight: one with traffic tonight has its centroid blended with that
@@ -327,8 +327,8 @@ def _moved(
                 id=kid,
                 terms=tuple(heaviest(kept, NAME_WORDS)),
                 centroid=kept,
-                first_night=kind.first_night or night,
-                last_night=night if traffic else kind.last_night,
+                first_night=kind.first_night or night_id,
+                last_night=night_id if traffic else kind.last_night,
                 nights=kind.nights + (1 if traffic else 0),
             )
         )

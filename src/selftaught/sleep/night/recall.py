@@ -208,7 +208,7 @@ def _as_demo(task: MinedTask) -> Demo:
 def remember(
     project: str,
     home: Path | None,
-    night: str,
+    night_id: str,
     tonight: Sequence[MinedTask],
     rest: Sequence[Recalled],
     private_ids: set[str],
@@ -218,7 +218,7 @@ def remember(
     replace (`combine`'s third value), newest first, at most `recall_max` shared among kinds
     (`by_kind`). Returns its size."""
     rows = [
-        Recalled(t, night, any(s in private_ids for s in t.sources))
+        Recalled(t, night_id, any(s in private_ids for s in t.sources))
         for t in tonight
         if t.split is not None and not train_only(t)  # a weak label or a dream: never kept
     ]

@@ -440,7 +440,7 @@ def verify_waiting(
 
 
 def still_waiting(
-    left: list[dict[str, Any]], labelled: list[MinedTask], night: str
+    left: list[dict[str, Any]], labelled: list[MinedTask], night_id: str
 ) -> list[dict[str, Any]]:
     """What the weak-label file holds after tonight: tonight's labels, then those still
     waiting, at most `MAX_WAITING` (the oldest dropped)."""
@@ -451,7 +451,7 @@ def still_waiting(
             "answer": t.reference,
             "agreement": t.state["weak"]["agreement"],
             "k": t.state["weak"]["k"],
-            "night": night,
+            "night": night_id,
             "sources": list(t.sources),  # the rows it came from: a forget drops it
         }
         for t in labelled

@@ -40,7 +40,7 @@ def _keys(project: str | None) -> list[tuple[str, int]]:
 
 @contextlib.contextmanager
 def night_lock(
-    url: str, night: str, what: str, project: str | None, error: Any
+    url: str, night_id: str, what: str, project: str | None, error: Any
 ) -> Iterator[dict[str, Any]]:
     """Hold the lock for the block; raise `error(holder)` at once when a night holds it."""
     conn = connect(url, "night", autocommit=True)  # its session is the lock's lifetime
@@ -51,7 +51,7 @@ def night_lock(
         holder = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "night": night,
+            "night": night_id,
             "what": what,
             "project": project,
             "started": time.time(),
