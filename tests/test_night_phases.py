@@ -10,7 +10,7 @@ from selftaught.sleep.night.phases import (
     NightContext,
     Phase,
     StagePhase,
-    Verdict,
+    StageRecord,
     default_phases,
 )
 from selftaught.sleep.records import MiningRecord, ProofreadRecord, SplitCounts, WindowRecord
@@ -56,7 +56,7 @@ def test_the_default_night_runs_its_phases_in_order_each_with_its_record(tmp_pat
     assert isinstance(night.records["proofread"], ProofreadRecord)
     assert night.records["weights"] is None  # weights off
     verdict = night.records["stage"]
-    assert isinstance(verdict, Verdict) and verdict.status == "staged"
+    assert isinstance(verdict, StageRecord) and verdict.status == "staged"
     assert verdict.proposal == night.proposal
 
 
@@ -83,9 +83,9 @@ def test_a_phase_left_out_does_not_run(tmp_path):
 class StageNothing(StagePhase):
     """A stage of one's own in the default one's place: never stages."""
 
-    def run(self, ctx: NightContext) -> Verdict:
+    def run(self, ctx: NightContext) -> StageRecord:
         ctx.night.status, ctx.night.reason = "no_proposal", "staging is done by hand here"
-        return Verdict("no_proposal", "staging is done by hand here")
+        return StageRecord("no_proposal", "staging is done by hand here")
 
 
 def test_a_phase_put_in_another_s_place_runs_instead_of_it(tmp_path):
@@ -94,5 +94,5 @@ def test_a_phase_put_in_another_s_place_runs_instead_of_it(tmp_path):
     _, trainer = _night(tmp_path, phases)
     night = trainer.train()
     assert night.status == "no_proposal" and night.reason == "staging is done by hand here"
-    assert night.records["stage"] == Verdict("no_proposal", "staging is done by hand here")
+    assert night.records["stage"] == StageRecord("no_proposal", "staging is done by hand here")
     assert night.night_dir is not None and not (night.night_dir / "proposal").exists()

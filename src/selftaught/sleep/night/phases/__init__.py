@@ -14,7 +14,7 @@ from selftaught.sleep.night.phases.context import Harvest, NightContext, Phase, 
 from selftaught.sleep.night.phases.mine import WORKSPACE_LEFT, MinePhase, mine
 from selftaught.sleep.night.phases.proofread import ProofreadPhase
 from selftaught.sleep.night.phases.split import SplitPhase
-from selftaught.sleep.night.phases.stage import StagePhase, Verdict
+from selftaught.sleep.night.phases.stage import StagePhase, StageRecord
 from selftaught.sleep.night.phases.text import SkillsPhase, TextPhase
 from selftaught.sleep.night.phases.weights import WeightsPhase
 from selftaught.sleep.night.phases.window import WindowPhase
@@ -31,7 +31,7 @@ __all__ = [
     "Splits",
     "StagePhase",
     "TextPhase",
-    "Verdict",
+    "StageRecord",
     "WeightsPhase",
     "WindowPhase",
     "default_phases",

@@ -53,7 +53,7 @@ class StagePhase(Phase):
 
     name = "stage"
 
-    def run(self, ctx: NightContext) -> Verdict | None:
+    def run(self, ctx: NightContext) -> StageRecord | None:
         night, text = ctx.night, ctx.text
         if text is None or ctx.tasks is None:
             return None  # no text phase ran
@@ -66,7 +66,7 @@ class StagePhase(Phase):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class StageRecord:
     """How a night that consolidated ends: its status, why, and the proposal it staged."""
 
     status: str
@@ -83,14 +83,14 @@ def _outcome(
     config: NightConfig,
     choice: WeightChoice | None = None,
     base_spec: str = "",
-) -> Verdict:
+) -> StageRecord:
     """Status, reason and proposal of a night whose consolidation ran (with `choice`: the
     gate's pick among text, weights and both decides)."""
     night.phases = dict(result.phases)
     night.usage = result.ledger.to_dict()
     failure = backend_failure(result, evidence, config.training.gate.max_missing)
     if failure is not None:
-        verdict = Verdict("backend_failed", failure)
+        verdict = StageRecord("backend_failed", failure)
         night.status, night.reason = verdict.status, verdict.reason
         return verdict
     if choice is not None:
@@ -110,7 +110,7 @@ def _text_outcome(
     config: NightConfig,
     proofread: ProofreadRecord | None,
     notes: Sequence[str],
-) -> Verdict:
+) -> StageRecord:
     """Stage the night's text when it changed; else why nothing was proposed."""
     changed = result.skill.strip() != adopted.skill.strip() or (
         result.memory.strip() != adopted.memory.strip()
@@ -128,7 +128,7 @@ def _text_outcome(
         weight_notes = [n.removeprefix(prefix) for n in notes if n.startswith(prefix)]
         if not result.phases and weight_notes:  # a weights-only night: why no adapter
             reason = "nothing to propose: " + "; ".join(weight_notes)
-        return Verdict("no_proposal", reason)
+        return StageRecord("no_proposal", reason)
     changes = staging.write_proposal(night_dir, adopted, result.skill, result.memory)
     first, last = ran[0], ran[-1]
     before, after = first.val_initial, result.val_final or last.val_best
@@ -145,7 +145,7 @@ def _text_outcome(
     gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
     what = " and ".join(k for k in ("skill", "memory") if changes[k])
     reason = f"a new {what} was proposed ({gate}): val {before.hard:.3f} → {after.hard:.3f}"
-    return Verdict("staged", reason, proposal)
+    return StageRecord("staged", reason, proposal)
 
 
 def _weights_outcome(
@@ -156,11 +156,11 @@ def _weights_outcome(
     choice: WeightChoice,
     base_spec: str,
     proofread: ProofreadRecord | None,
-) -> Verdict:
+) -> StageRecord:
     """Stage what the gate chose among text, weights and both (the adapter in `adapter/`)."""
     if choice.winner == "current":
         discard_adapters(night_dir)
-        return Verdict("no_proposal", f"the gate kept the adopted version: {choice.why}")
+        return StageRecord("no_proposal", f"the gate kept the adopted version: {choice.why}")
     text = choice.with_text
     skill, memory = (result.skill, result.memory) if text else (adopted.skill, adopted.memory)
     changes = staging.write_proposal(night_dir, adopted, skill, memory)
@@ -185,7 +185,7 @@ def _weights_outcome(
     )
     gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
     reason = f"the {gate} chose {choice.winner}: val {before.hard:.3f} → {after.hard:.3f}"
-    return Verdict("staged", reason, proposal)
+    return StageRecord("staged", reason, proposal)
 
 
 def _val_by_item(
