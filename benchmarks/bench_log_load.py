@@ -66,7 +66,7 @@ def recording(log, config, home, until):  # what the night read: every row of it
     return windows
 
 cycle._window_rows = recording
-config = cycle.SleepConfig(home=home, max_tasks=10**6, training=cycle.night_training_defaults())
+config = cycle.NightConfig(home=home, max_tasks=10**6, training=cycle.night_training_defaults())
 analyst = canned_analyst(failure=edits_json(append("rule alpha")))
 models = cycle.NightModels(rule_target(), "scripted-target", analyst, "scripted-analyst")
 outcomes = cycle.run_night(config, models=models)

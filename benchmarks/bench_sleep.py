@@ -22,7 +22,7 @@ gate could have accepted at its val size.
     python benchmarks/bench_sleep.py                    # 4 nights x 24 requests, 60 held out
     python benchmarks/bench_sleep.py --optimizer-model 'http://127.0.0.1:8011/v1#qwen'
 
-`weights` and `both` let the nights train a LoRA adapter (`SleepConfig.weights`, sft by
+`weights` and `both` let the nights train a LoRA adapter (`NightConfig.weights`, sft by
 default; a local target only): `weights` trains no text, `both` trains the skill and memory
 too, and one gate picks text, adapter or both. The adopted adapter serves the next night's
 traffic and the held-out set through the proxy's local upstream, as it would be deployed.

@@ -39,7 +39,7 @@ from selftaught.sleep.night.agent_replay import (
     agent_prompt,
     for_agent,
 )
-from selftaught.sleep.night.cycle import NightModels, SleepConfig, mine, run_night
+from selftaught.sleep.night.cycle import NightConfig, NightModels, mine, run_night
 from selftaught.sleep.night.mine import MineConfig
 from selftaught.sleep.paths import read_adopted
 from selftaught.tasks.episode import is_tool_task
@@ -273,7 +273,7 @@ def test_a_bare_model_replays_agent_sessions_as_episodes_without_the_harness(tmp
     fill_agent_log(tmp_path / "log.db")
     target = ScriptedModel(marker_answer, "bare")
     models = NightModels(target, "bare", canned_analyst(failure=learns_the_marker), "analyst")
-    config = SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", documents=("skill",))
+    config = NightConfig(home=tmp_path, log_path=tmp_path / "log.db", documents=("skill",))
     (night,) = run_night(config, models=models)
     assert night.status == "staged" and night.replay == "episode"
     assert night.mining.tasks == 8  # the tool-call task too: a bare model is checked

@@ -34,7 +34,7 @@ from selftaught.rollout import RolloutConfig
 from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.intake.harvest import HarvestConfig
 from selftaught.sleep.intake.proxy import ProxyConfig
-from selftaught.sleep.night.cycle import SleepConfig
+from selftaught.sleep.night.cycle import NightConfig
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.weight_night import WeightNightConfig
@@ -50,7 +50,7 @@ CONFIGS = (
     BackendConfig,
     GateConfig,
     RolloutConfig,
-    SleepConfig,
+    NightConfig,
     SplitConfig,
     DemoModeConfig,
     WeightNightConfig,
@@ -130,7 +130,7 @@ def _param(command: click.Command, name: str) -> click.Parameter:
         ("optimize", SkillOptConfig, SKILL_FLAGS, None),
         ("train", BackendConfig, BACKEND_FLAGS, None),
         ("train", RLConfig, RL_FLAGS, None),
-        ("sleep run", SleepConfig, NIGHT_FLAGS, None),
+        ("sleep run", NightConfig, NIGHT_FLAGS, None),
         ("sleep run", SkillOptConfig, NIGHT_SKILL_FLAGS, NIGHT_TRAINING),
         ("sleep run", WeightNightConfig, WEIGHT_FLAGS, None),
         ("train", RestConfig, REST_FLAGS, None),

@@ -31,7 +31,7 @@ from selftaught.models.agents.command_guard import program_name
 from selftaught.models.base import GenerationParams
 from selftaught.models.spec import ModelSpecError, parse_model_spec
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
-from selftaught.sleep.night.cycle import NightModels, SleepConfig, run_night
+from selftaught.sleep.night.cycle import NightConfig, NightModels, run_night
 from tests.scripted import ScriptedModel, canned_analyst
 
 SHELL = "would run the prompt as shell code"
@@ -332,7 +332,7 @@ def test_a_night_on_a_cmd_agent_needs_the_operators_opt_in(tmp_path, night_env):
     code, text = run("--model", "http://127.0.0.1:9/v1#m", "--judge-model", spec)
     assert code == 2 and "--judge-model" in text and "--allow-cmd-replay" in text, text
     with pytest.raises(ConfigError, match="allow-cmd-replay"):
-        SleepConfig(model="local", optimizer_model=spec)
+        NightConfig(model="local", optimizer_model=spec)
 
 
 def test_a_night_with_the_opt_in_runs_no_prompt_as_code(tmp_path, night_env):
@@ -358,7 +358,7 @@ def test_a_cmd_agent_passed_to_run_night_needs_the_opt_in_too(tmp_path):
     spec, seen = recording_agent(tmp_path)
     agent = load_model(spec)
     models = NightModels(agent, "my-agent", ScriptedModel(lambda m: '{"edits": []}'), "analyst")
-    config = SleepConfig(home=tmp_path / "home", log_path=tmp_path / "log.db")
+    config = NightConfig(home=tmp_path / "home", log_path=tmp_path / "log.db")
     with pytest.raises(ConfigError, match="--model 'cmd:"):
         run_night(config, models=models)
     assert not seen.exists()

@@ -188,13 +188,13 @@ def night_skill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, s
     """A many-skills night on scripted traffic (`tests.test_sleep_skills`): the name, the
     description and the body of the skill it learned for the 'alpha' intent."""
     from selftaught.sleep.adoption import staging
-    from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+    from selftaught.sleep.night.cycle import NightConfig, night_training_defaults, run_night
     from tests.test_sleep_skills import fill_two_intents, two_rule_models
 
     home = tmp_path / "selftaught-home"
     monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
     fill_two_intents(home, home / "log.db")
-    cfg = SleepConfig(home=home, log_path=home / "log.db", many_skills=True,
+    cfg = NightConfig(home=home, log_path=home / "log.db", many_skills=True,
                       training=night_training_defaults())  # fmt: skip
     (night,) = run_night(cfg, models=two_rule_models())
     for entry in staging.read_report(night.night_dir)["skills"]:

@@ -433,7 +433,7 @@ def test_the_first_byte_reaches_the_client_before_the_upstream_finishes(tmp_path
 
 def test_the_night_reads_one_row_per_agent_session(tmp_path):
     """Where the night gathers rows (`cycle.window_rows`), a session's steps are one row."""
-    from selftaught.sleep.night.cycle import SleepConfig, window_rows
+    from selftaught.sleep.night.cycle import NightConfig, window_rows
 
     with stack(tmp_path, one_tool_then_answer("echo hi")) as s:
         ask = [{"role": "user", "content": "go"}]
@@ -443,7 +443,7 @@ def test_the_night_reads_one_row_per_agent_session(tmp_path):
                           {"role": "user", "content": [result]}])  # fmt: skip
         responses_turn(s, [{"role": "user", "content": "another session"}])
     log = TaskLog(tmp_path / "log.db")
-    config = SleepConfig(project=PROJECT, home=tmp_path / "home", since=0)
+    config = NightConfig(project=PROJECT, home=tmp_path / "home", since=0)
     ((_, rows),) = window_rows(log, config, tmp_path / "home", time.time() + 1).values()
     assert log.count() == 3 and len(rows) == 2
     assert sorted(r.session_id for r in rows) == ["s-msg-1", "s-resp-1"]

@@ -36,7 +36,7 @@ from selftaught.sleep.intake.repo_state import (
     record_end,
     record_start,
 )
-from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+from selftaught.sleep.night.cycle import NightConfig, night_training_defaults, run_night
 from selftaught.sleep.paths import Unit
 from tests.test_agent_workspace import git, repo
 from tests.test_sleep_skills import PROJECT, fill_two_intents, two_rule_models
@@ -450,7 +450,7 @@ def test_adopt_and_rollback_never_write_through_a_symlinked_folder_or_file(
     monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
     fruit, invoice = user_skill(repo_dir, "fruit-stall"), user_skill(repo_dir, "invoice-ledger")
     fill_two_intents(home, log_at)
-    cfg = SleepConfig(home=home, log_path=log_at, training=night_training_defaults(),
+    cfg = NightConfig(home=home, log_path=log_at, training=night_training_defaults(),
                       many_skills=True, skills_from=repo_dir, project=PROJECT)  # fmt: skip
     (night,) = run_night(cfg, models=two_rule_models())
     assert night.status == "staged", staging.read_report(night.night_dir)["reason"]

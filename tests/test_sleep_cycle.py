@@ -18,8 +18,8 @@ from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.lock import NightRunning, night_lock
 from selftaught.sleep.night.cycle import (
+    NightConfig,
     NightModels,
-    SleepConfig,
     is_remote,
     night_training_defaults,
     run_night,
@@ -70,9 +70,9 @@ def fill_log(
     log.close()
 
 
-def config(home: Path, log_at=None, **kw) -> SleepConfig:
+def config(home: Path, log_at=None, **kw) -> NightConfig:
     training = kw.pop("training", night_training_defaults())
-    return SleepConfig(home=home, log_path=log_at or home / "log.db", training=training, **kw)
+    return NightConfig(home=home, log_path=log_at or home / "log.db", training=training, **kw)
 
 
 def models(target=None, analyst=None, target_spec="scripted-target") -> NightModels:

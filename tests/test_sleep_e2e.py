@@ -266,7 +266,7 @@ def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
     from selftaught.models import load_model
     from selftaught.skill.config import SkillOptConfig
     from selftaught.sleep.intake.log import Feedback, Interaction
-    from selftaught.sleep.night.cycle import NightModels, SleepConfig, run_night
+    from selftaught.sleep.night.cycle import NightConfig, NightModels, run_night
     from selftaught.sleep.night.demo_modes import DemoModeConfig
     from tests.scripted import canned_analyst
 
@@ -285,7 +285,7 @@ def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
     log.close()
     target = load_model("local")
     models = NightModels(target, "local", canned_analyst(), "local")
-    config = SleepConfig(
+    config = NightConfig(
         home=tmp_path,
         log_path=tmp_path / "log.db",
         documents=("skill",),

@@ -12,7 +12,7 @@ from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.kinds_file import Kind, load_kinds, save_kinds
 from selftaught.sleep.night import recall
-from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+from selftaught.sleep.night.cycle import NightConfig, night_training_defaults, run_night
 from selftaught.sleep.night.kinds import KindConfig, find_kinds
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.paths import Unit, read_adopted
@@ -106,7 +106,7 @@ def _kinds(night: NightResult) -> dict:
 
 def test_a_quiet_kind_keeps_its_skill_byte_for_byte_and_is_not_gated_again(tmp_path):
     home, log_at = tmp_path, tmp_path / "log.db"
-    cfg = SleepConfig(home=home, log_path=log_at, auto_adopt=True, many_skills=True,
+    cfg = NightConfig(home=home, log_path=log_at, auto_adopt=True, many_skills=True,
                       training=night_training_defaults())  # fmt: skip
     fill(log_at, ("alpha", "beta"), 12)
     (one,) = run_night(cfg, models=two_rule_models())
@@ -178,7 +178,7 @@ def test_with_one_skill_a_quiet_kinds_recalled_val_vetoes_a_regression(tmp_path,
         from dataclasses import replace
 
         training = replace(training, gate=replace(training.gate, tag_alpha=None))
-    cfg = SleepConfig(home=home, log_path=log_at, auto_adopt=True, training=training)
+    cfg = NightConfig(home=home, log_path=log_at, auto_adopt=True, training=training)
     fill(log_at, ("beta",), 20)
     (one,) = run_night(cfg, models=_swap_models(False))
     assert one.status == "adopted" and "rule beta" in read_adopted(PROJECT, home).skill

@@ -20,7 +20,7 @@ from selftaught.sleep.night.checks import (
     describe_checks,
     pattern_problem,
 )
-from selftaught.sleep.night.cycle import NightModels, SleepConfig, mine, run_night
+from selftaught.sleep.night.cycle import NightConfig, NightModels, mine, run_night
 from selftaught.sleep.night.mine import BARE_VERDICT, NO_CHECK, MineConfig
 from selftaught.sleep.night.miner import (
     ONE_SIDED_BARE,
@@ -417,7 +417,7 @@ def test_a_nights_miner_calls_are_on_its_ledger_evidence_and_report(tmp_path):
         miner=miner,
         miner_spec="scripted-miner",
     )
-    config = SleepConfig(
+    config = NightConfig(
         home=tmp_path,
         log_path=tmp_path / "log.db",
         since=0.0,
@@ -453,7 +453,7 @@ def test_a_remote_miner_keeps_private_rows_out_of_the_night(tmp_path):
         miner_spec="openai:gpt-4o-mini",
     )
     (night,) = run_night(
-        SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", since=0.0), models=models
+        NightConfig(home=tmp_path, log_path=tmp_path / "log.db", since=0.0), models=models
     )
     assert night.mining.withheld_private == 1 and miner.calls
     assert not any("private key" in user_of(call) for call in miner.calls)
@@ -471,7 +471,7 @@ def test_the_miner_is_the_optimizer_unless_named_or_off(tmp_path, miner_model, n
         model = {"t": rule_target, "opt": canned_analyst}.get(spec, lambda: says(ANSWER))()
         return loaded.setdefault(spec, model)
 
-    config = SleepConfig(
+    config = NightConfig(
         model="t",
         optimizer_model="opt",
         miner_model=miner_model,
@@ -514,7 +514,7 @@ def test_the_embedded_model_as_miner_plumbing(tmp_path):
         miner=load_model("local"),
         miner_spec="local",
     )
-    config = SleepConfig(
+    config = NightConfig(
         home=tmp_path, log_path=tmp_path / "log.db", since=0.0, miner=MinerConfig(max_tokens=96)
     )
     (night,) = run_night(config, models=models)

@@ -10,7 +10,7 @@ import pytest
 
 from selftaught.errors import ConfigError
 from selftaught.sleep.adoption import staging
-from selftaught.sleep.night.cycle import SleepConfig, run_night
+from selftaught.sleep.night.cycle import NightConfig, run_night
 from selftaught.sleep.night.split import SplitConfig
 from selftaught.sleep.night.summary import NO_VAL_BANNER
 from tests.scripted import POISON, append, canned_analyst, edits_json
@@ -55,7 +55,7 @@ def test_a_recalled_val_task_stays_out_of_a_no_val_night(tmp_path):
 
 def test_no_val_refuses_what_needs_val():
     with pytest.raises(ConfigError, match="--no-val trains the project's skill and memory only"):
-        SleepConfig(val_split=False, weights="sft")
+        NightConfig(val_split=False, weights="sft")
     with pytest.raises(ConfigError, match="min_val 0 holds nothing out"):
         SplitConfig(min_val=0)
 

@@ -26,8 +26,8 @@ from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.night import consolidate
 from selftaught.sleep.night.cycle import (
+    NightConfig,
     NightModels,
-    SleepConfig,
     night_training_defaults,
     run_night,
 )
@@ -142,9 +142,9 @@ def night_models(seen, now, *, miner: bool = False, judge: bool = False) -> Nigh
     return models
 
 
-def night_config(home: Path, night: dict | None = None, **training) -> SleepConfig:
+def night_config(home: Path, night: dict | None = None, **training) -> NightConfig:
     config = dataclasses.replace(night_training_defaults(), **training)
-    return SleepConfig(home=home, log_path=home / "log.db", project=PROJECT, training=config,
+    return NightConfig(home=home, log_path=home / "log.db", project=PROJECT, training=config,
                        **(night or {}))  # fmt: skip
 
 
@@ -253,7 +253,7 @@ def test_usd_and_time_come_from_the_price_table_and_the_logged_latency(tmp_path)
     assert refused.refusal and "--budget-usd" in refused.refusal
 
 
-def dataclasses_replace_models(cfg: SleepConfig, spec: str) -> SleepConfig:
+def dataclasses_replace_models(cfg: NightConfig, spec: str) -> NightConfig:
     return dataclasses.replace(cfg, model=spec, miner_model="off")
 
 

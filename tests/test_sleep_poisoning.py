@@ -15,7 +15,7 @@ import pytest
 from selftaught.demos import split_skill
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Interaction, TaskLog
-from selftaught.sleep.night.cycle import SleepConfig, mine, run_night
+from selftaught.sleep.night.cycle import NightConfig, mine, run_night
 from selftaught.sleep.night.mine import MineConfig
 from tests.fake_upstream import FakeUpstream
 from tests.scripted import ScriptedModel, append, canned_analyst, edits_json, system_of, user_of
@@ -245,7 +245,7 @@ def test_one_end_users_feedback_never_reaches_another_users_request(tmp_path):
                 answer = httpx.post(f"{url}/feedback", json={"id": iid, "comment": FRENCH})
                 assert answer.status_code == 200
             analyst = canned_analyst(failure=edits_json(append("rule alpha")))
-            night_config = SleepConfig(home=home, log_path=log_path)
+            night_config = NightConfig(home=home, log_path=log_path)
             (night,) = run_night(night_config, models=models(ScriptedModel(_obedient), analyst))
             assert night.status == "staged", night.reason
             staging.adopt("demo", home=home)

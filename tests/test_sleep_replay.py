@@ -22,8 +22,8 @@ from selftaught.sleep.intake.harvest.import_jsonl import ImportFormatError, impo
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog  # noqa: E402
 from selftaught.sleep.intake.threads import tool_feedback  # noqa: E402
 from selftaught.sleep.night.cycle import (  # noqa: E402
+    NightConfig,
     NightModels,
-    SleepConfig,
     mine,
     run_night,
 )
@@ -294,7 +294,7 @@ def test_a_night_replays_tool_traffic_as_episodes_and_logs_the_calls(tmp_path):
     task, tasks, _ = bench_replay.mine_log(home / "log.db")
     logged = {t.prompt: [m for m in t.state["logged"] if m["role"] == "assistant"] for t in tasks}
     target = bench_replay.LoggedReplies(logged)
-    config = SleepConfig(
+    config = NightConfig(
         home=home, log_path=home / "log.db", documents=("skill",), project="replay"
     )
     (night,) = run_night(config, models=NightModels(target, "scripted", canned_analyst(), "a"))

@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 
 from selftaught.sleep.intake.log import TaskLog  # noqa: E402
 from selftaught.sleep.intake.proxy import ID_HEADER, ProxyConfig, proxy_in_background  # noqa: E402
-from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night  # noqa: E402
+from selftaught.sleep.night.cycle import NightConfig, night_training_defaults, run_night  # noqa: E402
 from selftaught.sleep.night.split import SplitConfig  # noqa: E402
 from tests.fake_upstream import FakeUpstream  # noqa: E402
 
@@ -98,7 +98,7 @@ def test_a_tool_using_interaction_through_the_proxy_is_replayed_by_a_night(
         assert rows[0].messages[2]["tool_calls"][0]["function"]["name"] == "calculator"
 
         training = dataclasses.replace(night_training_defaults(), max_tokens=48, concurrency=4)
-        night_config = SleepConfig(
+        night_config = NightConfig(
             project="tools",
             home=home,
             log_path=log_path,

@@ -380,8 +380,8 @@ class KindTrainer:
 
 def _night(home: Path, log_at, analyst, trainer: KindTrainer | None = None, **kw):
     from selftaught.sleep.night.cycle import (
+        NightConfig,
         NightModels,
-        SleepConfig,
         night_training_defaults,
         run_night,
     )
@@ -391,7 +391,7 @@ def _night(home: Path, log_at, analyst, trainer: KindTrainer | None = None, **kw
     models = NightModels(ScriptedModel(rule_answer, "scripted-target"), "scripted-target",
                          analyst, "scripted-analyst")  # fmt: skip
     models.adapter_trainer = trainer
-    cfg = SleepConfig(home=home, log_path=log_at, training=night_training_defaults(),
+    cfg = NightConfig(home=home, log_path=log_at, training=night_training_defaults(),
                       many_skills=True, **kw)  # fmt: skip
     (night,) = run_night(cfg, models=models)
     return night
@@ -539,13 +539,13 @@ def test_a_many_skills_night_trains_each_kinds_memory_and_the_proxy_injects_it(t
 
 def test_many_skills_with_weights_is_accepted_and_a_bad_mode_refused(tmp_path):
     from selftaught.errors import ConfigError
-    from selftaught.sleep.night.cycle import SleepConfig
+    from selftaught.sleep.night.cycle import NightConfig
 
-    assert SleepConfig(home=tmp_path, many_skills=True, weights="sft").skill_adapters == "per-skill"
+    assert NightConfig(home=tmp_path, many_skills=True, weights="sft").skill_adapters == "per-skill"
     with pytest.raises(ConfigError, match="skill_adapters must be one of per-skill, shared"):
-        SleepConfig(home=tmp_path, many_skills=True, weights="sft", skill_adapters="both")
+        NightConfig(home=tmp_path, many_skills=True, weights="sft", skill_adapters="both")
     with pytest.raises(ConfigError, match="documents must hold skill"):
-        SleepConfig(home=tmp_path, many_skills=True, weights="sft", documents=())
+        NightConfig(home=tmp_path, many_skills=True, weights="sft", documents=())
 
 
 # ---- the embedded model, end to end -----------------------------------------------------------
@@ -576,7 +576,7 @@ def test_a_two_kind_night_trains_an_adapter_per_kind_and_the_proxy_serves_each(t
     from selftaught.sleep.adoption.skill_units import route_request
     from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
     from selftaught.sleep.intake.proxy import ProxyConfig, Upstream, proxy_in_background
-    from selftaught.sleep.night.cycle import NightModels, SleepConfig, run_night
+    from selftaught.sleep.night.cycle import NightConfig, NightModels, run_night
     from selftaught.sleep.night.weight_night import WeightNightConfig
 
     try:
@@ -594,7 +594,7 @@ def test_a_two_kind_night_trains_an_adapter_per_kind_and_the_proxy_serves_each(t
                     feedback=Feedback(thumb="down", reference=f"{a + b} {unit}")))  # fmt: skip
     target = load_model("local")
     caps = WeightNightConfig(max_steps=12, max_minutes=2, max_length=256, samples_per_prompt=0)
-    config = SleepConfig(
+    config = NightConfig(
         home=home,
         log_path=tmp_path / "log.db",
         documents=("skill",),

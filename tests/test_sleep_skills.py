@@ -403,11 +403,11 @@ def two_rule_models():
 
 
 def test_a_night_with_two_intents_stages_two_skills_each_adopted_alone(tmp_path, log_at):
-    from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+    from selftaught.sleep.night.cycle import NightConfig, night_training_defaults, run_night
 
     home = tmp_path / "home"
     fill_two_intents(home, log_at)
-    cfg = SleepConfig(home=home, log_path=log_at, training=night_training_defaults(),
+    cfg = NightConfig(home=home, log_path=log_at, training=night_training_defaults(),
                       many_skills=True)  # fmt: skip
     (night,) = run_night(cfg, models=two_rule_models())
     report = staging.read_report(night.night_dir)
@@ -445,10 +445,10 @@ def test_a_night_with_two_intents_stages_two_skills_each_adopted_alone(tmp_path,
 
 
 def test_auto_adopt_adopts_each_accepted_skill_and_the_next_night_starts_from_them(tmp_path):
-    from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+    from selftaught.sleep.night.cycle import NightConfig, night_training_defaults, run_night
 
     fill_two_intents(tmp_path, tmp_path / "log.db")
-    cfg = SleepConfig(home=tmp_path, log_path=tmp_path / "log.db", auto_adopt=True,
+    cfg = NightConfig(home=tmp_path, log_path=tmp_path / "log.db", auto_adopt=True,
                       training=night_training_defaults(), many_skills=True)  # fmt: skip
     (night,) = run_night(cfg, models=two_rule_models())
     assert night.status == "adopted"

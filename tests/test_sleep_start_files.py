@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from selftaught import cli
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.skill_units import adopt_skill
-from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults, run_night
+from selftaught.sleep.night.cycle import NightConfig, night_training_defaults, run_night
 from selftaught.sleep.paths import Unit, read_adopted
 from tests.test_sleep_skills import PROJECT, fill_two_intents, stage_skills, two_rule_models
 
@@ -52,7 +52,7 @@ def test_a_night_from_the_users_skill_files_writes_each_back_only_if_unchanged(
     fruit, invoice = user_skill(repo, "fruit-stall"), user_skill(repo, "invoice-ledger")
     before = {p: p.read_bytes() for p in (fruit, invoice)}
     fill_two_intents(home, log_at)
-    cfg = SleepConfig(home=home, log_path=log_at, training=night_training_defaults(),
+    cfg = NightConfig(home=home, log_path=log_at, training=night_training_defaults(),
                       many_skills=True, skills_from=repo, project=PROJECT)  # fmt: skip
     (night,) = run_night(cfg, models=two_rule_models())
     report = staging.read_report(night.night_dir)
@@ -152,7 +152,7 @@ def test_a_night_starts_from_claude_md_and_adopt_writes_it_back_or_refuses(
     claude.write_text("# House rules\n\nReply as 'Answer: N'.\n")
     original = claude.read_bytes()
     fill_log(home, ["alpha"] * 12, project=PROJECT, log_at=log_at)
-    cfg = SleepConfig(home=home, log_path=log_at, training=night_training_defaults(),
+    cfg = NightConfig(home=home, log_path=log_at, training=night_training_defaults(),
                       project=PROJECT, start_document=claude)  # fmt: skip
     (night,) = run_night(cfg, models=rule_models())
     report = staging.read_report(night.night_dir)
@@ -195,13 +195,13 @@ def test_start_files_are_checked_before_a_night(tmp_path):
     doc = tmp_path / "AGENTS.md"
     doc.write_text("rules\n")
     with pytest.raises(ConfigError, match="--project"):
-        SleepConfig(start_document=doc)
+        NightConfig(start_document=doc)
     with pytest.raises(ConfigError, match="--skills-from"):
-        SleepConfig(project=PROJECT, start_document=doc, many_skills=True)
+        NightConfig(project=PROJECT, start_document=doc, many_skills=True)
     with pytest.raises(ConfigError, match="goes with many_skills"):
-        SleepConfig(project=PROJECT, skills_from=tmp_path)
+        NightConfig(project=PROJECT, skills_from=tmp_path)
     with pytest.raises(ConfigError, match="not a file"):
-        SleepConfig(project=PROJECT, start_document=tmp_path / "missing.md")
+        NightConfig(project=PROJECT, start_document=tmp_path / "missing.md")
 
 
 # ---- optimize --skill F --write-back ------------------------------------------------------------

@@ -16,7 +16,7 @@ from selftaught.skill.config import SkillOptConfig
 from selftaught.sleep.intake.log import OPERATOR, Feedback, Interaction, TaskLog
 from selftaught.sleep.night import recall
 from selftaught.sleep.night.checks import short_answer
-from selftaught.sleep.night.cycle import SleepConfig, mine, run_night
+from selftaught.sleep.night.cycle import NightConfig, mine, run_night
 from selftaught.sleep.night.mine import NO_CHECK, MineConfig, MinedTask
 from selftaught.sleep.night.split import SplitConfig, assign_splits, train_only
 from selftaught.sleep.night.weak import (
@@ -199,7 +199,7 @@ def test_without_pseudo_k_a_night_has_no_weak_section(tmp_path):
 
 
 def test_sleep_config_carries_the_weak_and_dream_settings():
-    cfg = SleepConfig(weak=WeakConfig(k=4, agree=0.75))
+    cfg = NightConfig(weak=WeakConfig(k=4, agree=0.75))
     assert cfg.weak.k == 4 and cfg.dream.n == 0
 
 

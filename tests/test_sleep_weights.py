@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from selftaught.models.base import GenerationParams
-from selftaught.sleep.night.cycle import SleepConfig, run_night
+from selftaught.sleep.night.cycle import NightConfig, run_night
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import NightTask, SplitOverlap
 from selftaught.sleep.night.weight_night import (
@@ -68,7 +68,7 @@ class FakeTrainer:
         return TrainedAdapter(method, out_dir, model, {"steps": 3, "loss_first": 2.0}, "base")
 
 
-def weight_config(home: Path, weights: str = "sft", **kw) -> SleepConfig:
+def weight_config(home: Path, weights: str = "sft", **kw) -> NightConfig:
     return config(home, documents=("skill",), weights=weights, **kw)
 
 
@@ -147,7 +147,7 @@ def test_a_weights_only_night_trains_no_text_and_lets_the_gate_pick_the_adapter(
     assert set(night.weights.candidates) == {"current", "sft"}
     assert night.proposal.candidate == "sft"
     with pytest.raises(Exception, match="none only with weights on"):
-        SleepConfig(documents=())
+        NightConfig(documents=())
 
 
 def _references(night, split: str) -> list[str]:
@@ -297,7 +297,7 @@ def test_weight_training_refuses_val_items_and_drops_copies_of_them():
 
 def test_bad_weight_settings_are_refused_in_one_sentence(tmp_path):
     with pytest.raises(ValueError, match="weights must be one of off, sft, dpo, auto"):
-        SleepConfig(home=tmp_path, weights="lora")
+        NightConfig(home=tmp_path, weights="lora")
     with pytest.raises(ValueError, match="max_steps"):
         WeightNightConfig(max_steps=0)
 
@@ -387,7 +387,7 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
 
     models = NightModels(target, "local", canned_analyst(), "local")
     models.adapter_trainer = Spy("local", caps, target)
-    config = SleepConfig(
+    config = NightConfig(
         home=tmp_path,
         log_path=tmp_path / "log.db",
         documents=("skill",),

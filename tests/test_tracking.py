@@ -18,7 +18,7 @@ import pytest
 
 from selftaught.skill import SkillOptConfig
 from selftaught.skill.trainer import SkillTrainer
-from selftaught.sleep.night.cycle import SleepConfig, run_night
+from selftaught.sleep.night.cycle import NightConfig, run_night
 from selftaught.tracking import TrackingError, require, trl_report_to, with_tracker
 from selftaught.weights.config import ConfigError, RestConfig, RLConfig
 from tests.scripted import ToyTask, append, canned_analyst, edits_json, rule_target
@@ -65,7 +65,7 @@ def test_report_to_is_validated_everywhere():
         lambda: RestConfig(report_to="tensorboard"),
         lambda: RLConfig(report_to="tensorboard"),
         lambda: SkillOptConfig(report_to="tensorboard"),
-        lambda: SleepConfig(report_to="tensorboard"),
+        lambda: NightConfig(report_to="tensorboard"),
     ):
         with pytest.raises(ValueError, match="report_to must be one of none, trackio, mlflow"):
             make()

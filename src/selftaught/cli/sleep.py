@@ -52,7 +52,7 @@ from selftaught.sleep.intake.log import parse_time
 from selftaught.sleep.intake.probation import ProbationConfig
 from selftaught.sleep.intake.proxy import ProxyConfig
 from selftaught.sleep.move import BATCH
-from selftaught.sleep.night.cycle import SleepConfig, night_training_defaults
+from selftaught.sleep.night.cycle import NightConfig, night_training_defaults
 from selftaught.sleep.night.demo_modes import DemoModeConfig
 from selftaught.sleep.night.dream import DreamConfig
 from selftaught.sleep.night.miner import MinerConfig
@@ -910,7 +910,7 @@ NIGHT_PANELS = {
 @sleep_app.command("run")
 @friendly_errors
 @config_file(keys=NIGHT_KEYS, panels=NIGHT_PANELS, exclude=("plan", "as_json"), into="run_config")
-@config_flags(SleepConfig, NIGHT_FLAGS, into="night_fields")
+@config_flags(NightConfig, NIGHT_FLAGS, into="night_fields")
 @config_flags(
     SkillOptConfig,
     NIGHT_SKILL_FLAGS,
@@ -951,7 +951,7 @@ def sleep_run_cmd(
     min_gain: MinGainOpt = None,
     objective: ObjectiveOpt = None,
     preferences: PreferencesOpt = None,
-    documents: DocumentsOpt = ",".join(SleepConfig.documents),
+    documents: DocumentsOpt = ",".join(NightConfig.documents),
     budget_calls: BudgetCallsOpt = None,
     budget_tokens: BudgetTokensOpt = None,
     budget_usd: BudgetUsdOpt = None,
@@ -978,7 +978,7 @@ def sleep_run_cmd(
         seed=seed,
         timeout_s=rollout_timeout(timeout),
     )
-    config = SleepConfig(
+    config = NightConfig(
         **_night_fields(night_fields, stop_fields, dry_run),
         model=model,
         optimizer_model=optimizer_model,
@@ -999,7 +999,7 @@ def sleep_run_cmd(
     _run_nights(config, dry_run, run_config)
 
 
-def _run_nights(config: SleepConfig, dry_run: bool, run_config: EffectiveConfig) -> None:
+def _run_nights(config: NightConfig, dry_run: bool, run_config: EffectiveConfig) -> None:
     """Each project's night, its effective config kept beside its report; exit 1 when one
     failed."""
     from selftaught.sleep.night.cycle import run_night
@@ -1015,7 +1015,7 @@ def _run_nights(config: SleepConfig, dry_run: bool, run_config: EffectiveConfig)
         raise typer.Exit(1)
 
 
-def _print_plan(config: SleepConfig, plan: bool, as_json: bool) -> None:
+def _print_plan(config: NightConfig, plan: bool, as_json: bool) -> None:
     """`sleep plan`: each project's night before it runs (`sleep/night/plan.py`); a local
     model's raw decode rate is measured here first (as `selftaught doctor` does)."""
     from selftaught.sleep.night.plan import plan_lines, plan_night, plan_table
@@ -1040,7 +1040,7 @@ def _print_plan(config: SleepConfig, plan: bool, as_json: bool) -> None:
 
 
 def _night_fields(night: dict[str, Any], stops: dict[str, Any], dry_run: bool) -> dict[str, Any]:
-    """SleepConfig's own fields from their generated flags (a dry run adopts nothing)."""
+    """NightConfig's own fields from their generated flags (a dry run adopts nothing)."""
     return {**night, "auto_adopt": night["auto_adopt"] and not dry_run, "stops": Stops(**stops)}
 
 

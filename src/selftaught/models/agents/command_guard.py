@@ -20,7 +20,7 @@ template is accepted only when every placeholder is data:
   way to run one.
 
 No list of programs is complete: a night that replays traffic on a `cmd:` agent also needs the
-operator's opt-in (`SleepConfig.allow_cmd_replay`, docs/security.md)."""
+operator's opt-in (`NightConfig.allow_cmd_replay`, docs/security.md)."""
 
 from __future__ import annotations
 

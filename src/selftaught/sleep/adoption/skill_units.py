@@ -1,6 +1,6 @@
 """A project's many skills: each one staged, adopted, rolled back and on probation on its own.
 
-A night with `SleepConfig.many_skills` trains one skill per cluster of tasks (`night/skills.py`)
+A night with `NightConfig.many_skills` trains one skill per cluster of tasks (`night/skills.py`)
 and stages each accepted one beside the night's report:
 
     nights/<night>/skills/<name>/proposal/   skill.md (the body), SKILL.md (name and

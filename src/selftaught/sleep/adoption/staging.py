@@ -21,7 +21,7 @@ file is checked before anything is written (its block well formed, `inject.live_
 not a symlink unless `follow_symlinks`, and then the file it points to is what is remembered),
 and adopted text holding a block marker is refused (`inject.check_no_markers`).
 
-A weight night (`SleepConfig.weights`, `weight_night.py`) whose gate chose an adapter stages
+A weight night (`NightConfig.weights`, `weight_night.py`) whose gate chose an adapter stages
 it beside the text proposal, and this is the contract adopt / serve / rollback read:
 
     nights/<night>/adapter/            the LoRA adapter, peft `save_pretrained` layout:

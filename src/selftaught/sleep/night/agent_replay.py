@@ -19,7 +19,7 @@ examples).
 
 A `cmd:` agent runs a command of the operator's, unsandboxed, on text end users wrote: its
 template must pass `command_guard` (no placeholder where a shell or interpreter reads code) and
-the night must be allowed to run it (`SleepConfig.allow_cmd_replay`, `--allow-cmd-replay`);
+the night must be allowed to run it (`NightConfig.allow_cmd_replay`, `--allow-cmd-replay`);
 Claude Code and Codex run in their own sandboxes.
 
 A corrected tool call is not checked on an agent's run: it names the logged agent's tool and

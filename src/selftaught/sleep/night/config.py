@@ -4,6 +4,7 @@ phases run) and `NightModels` (the models of every role, with the specs they cam
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,7 +277,22 @@ class NightConfig:
         return out
 
 
-SleepConfig = NightConfig  # its name before the night was a trainer
+RENAMED = {"SleepConfig": "NightConfig"}  # names the night's settings had before
+
+
+def renamed(module: str, name: str) -> Any:
+    """An old name of the night's settings (`RENAMED`: `SleepConfig` was `NightConfig`'s before
+    the night was a trainer, and the docs named it), still read with a DeprecationWarning; any
+    other name is missing as usual. `module`'s `__getattr__` calls it."""
+    if name in RENAMED:
+        new = RENAMED[name]
+        warnings.warn(f"{module}.{name} is now {new}", DeprecationWarning, stacklevel=3)
+        return globals()[new]
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def __getattr__(name: str) -> Any:
+    return renamed(__name__, name)
 
 
 def _jsonable(value: Any) -> Any:

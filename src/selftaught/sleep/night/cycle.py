@@ -78,11 +78,11 @@ from selftaught.sleep.night.config import (
     NIGHT_TAG_ALPHA,
     NightConfig,
     NightModels,
-    SleepConfig,
     check_cmd_replay,
     is_cmd,
     is_remote,
     night_training_defaults,
+    renamed,
 )
 from selftaught.sleep.night.evidence import EvidenceLog
 from selftaught.sleep.night.forget import drop_forgotten
@@ -134,7 +134,6 @@ __all__ = [  # the night's names, also where they were before the phases had fil
     "NightSource",
     "NightTrainer",
     "NightWindow",
-    "SleepConfig",
     "check_cmd_replay",
     "is_cmd",
     "is_remote",
@@ -826,3 +825,7 @@ def _cached(loader: ModelLoader) -> ModelLoader:
         return loaded[spec]
 
     return load
+
+
+def __getattr__(name: str) -> Any:
+    return renamed(__name__, name)  # SleepConfig, NightConfig's old name, with a warning

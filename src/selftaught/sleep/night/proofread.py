@@ -12,7 +12,7 @@ line earns nothing and is dropped for good, else it is kept with what removing i
 lines that each carry the same gain, the first goes and the second is then needed. The result
 is never worse on val than the gated proposal: each step keeps or raises both means.
 
-The cost is bounded by `max_trials` val evaluations (`SleepConfig.leave_one_out`): with more
+The cost is bounded by `max_trials` val evaluations (`NightConfig.leave_one_out`): with more
 added lines than that, leave-one-out tries edit groups (a run of adjacent added lines, or one
 demo) instead, and with more groups than that, groups merged in order; a group that earns is
 then split in halves, tried in turn while trials remain, so a rider appended with a useful line

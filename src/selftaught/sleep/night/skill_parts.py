@@ -57,7 +57,7 @@ SKILL_ADAPTERS = ("per-skill", "shared")
 @dataclass(frozen=True)
 class KindsNight:
     """What each step of a many-skills night works with once the kinds are mined: its
-    settings (`config`: the `SleepConfig`), its models (`NightModels`), its folder, evidence
+    settings (`config`: the `NightConfig`), its models (`NightModels`), its folder, evidence
     log, usage ledger and console."""
 
     config: Any

@@ -1,4 +1,4 @@
-"""A night that trains many skills (`SleepConfig.many_skills`, `sleep run --skills`).
+"""A night that trains many skills (`NightConfig.many_skills`, `sleep run --skills`).
 
 One skill per kind of request (`kinds.py`): the kind's id is its skill's name, so the skill a
 kind learned is the one its next nights start from. After mining and the split, each kind with
@@ -229,7 +229,7 @@ def learn_skills(
 ) -> None:
     """Train and gate one skill per kind, then each kind's memory and adapter
     (`skill_parts.py`), stage the accepted ones; the night's `skills`, `kinds`, `skill_set`,
-    status and reason say what was staged (`config`: the `SleepConfig`)."""
+    status and reason say what was staged (`config`: the `NightConfig`)."""
     project = night.project
     run = KindsNight(config, models, night_dir, evidence, ledger, console)
     _set_judge(task, run)

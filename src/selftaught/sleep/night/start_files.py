@@ -22,7 +22,7 @@ from selftaught.sleep.result import NightResult
 
 
 def check_start_files(config: Any) -> None:
-    """`SleepConfig`'s start files, checked before a night runs."""
+    """`NightConfig`'s start files, checked before a night runs."""
     if config.skills_from is not None:
         if not config.many_skills:
             raise ConfigError("skills_from (--skills-from REPO) goes with many_skills (--skills)")

@@ -1,6 +1,6 @@
 """Weight candidates of a night, and the one gate that picks text, weights or both.
 
-When the deployed model is local (`local`, `local:PATH`) and `SleepConfig.weights` allows it,
+When the deployed model is local (`local`, `local:PATH`) and `NightConfig.weights` allows it,
 a night also fine-tunes a LoRA adapter on its TRAIN tasks, through the weight half's own code
 (`weights.sampling`, `weights.elite`; each adapter by the trainer `selftaught train` runs,
 built by `build_trainer`: `RestTrainer.fit` for SFT, `DPOTrainer.fit` for preferences):
@@ -84,7 +84,7 @@ WEIGHT_MODES = ("off", "sft", "dpo", "auto")
 
 @dataclass
 class WeightNightConfig:
-    """How a night trains an adapter (only when `SleepConfig.weights` is not "off")."""
+    """How a night trains an adapter (only when `NightConfig.weights` is not "off")."""
 
     max_steps: int = 16
     """Optimizer steps per adapter at most (the night's step cap)."""
