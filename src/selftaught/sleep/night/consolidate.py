@@ -276,8 +276,7 @@ def consolidate(
     for document in documents:
         why = _not_started(document, ledger, deadline)
         if why is not None:
-            result.phases[document] = _record({"document": document, "ran": False,
-                                               "stopped_by": why})  # fmt: skip
+            result.phases[document] = _not_run(document, stopped_by=why)
             continue
         skill_doc = document == "skill"
         t0 = time.perf_counter()
@@ -299,8 +298,7 @@ def consolidate(
             )
         except FatalBackendError as err:
             result.fatal = err
-            result.phases[document] = _record({"document": document, "ran": False,
-                                               "error": str(err)})  # fmt: skip
+            result.phases[document] = _not_run(document, error=str(err))
             return result
         result.notes += _slow_note(document, phase)
         phase["seconds"] = round(time.perf_counter() - t0, 2)  # demo modes not included
@@ -323,6 +321,11 @@ def consolidate(
         else:
             result.memory = phase["best"]
     return result
+
+
+def _not_run(document: str, **why: Any) -> PhaseRecord:
+    """A document phase that did not run, and why (`stopped_by` or `error`)."""
+    return _record({"document": document, "ran": False, **why})
 
 
 def _record(phase: dict[str, Any]) -> PhaseRecord:

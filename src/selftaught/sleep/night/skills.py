@@ -76,7 +76,6 @@ from selftaught.sleep.records import (
     ProposalRecord,
     SkillRecord,
     SkillSetRecord,
-    Summary,
 )
 from selftaught.sleep.result import NightResult
 from selftaught.stops import UNLIMITED, Deadline
@@ -406,7 +405,7 @@ def _with_learned(
         return dataclasses.replace(entry, status=status, reason=entry.reason + said,
                                    memory_changed=memory_changed)  # fmt: skip
     before, after = choice.candidates["current"], choice.candidates[choice.winner]
-    own = ValPair(float(before["hard"]), float(after["hard"]), int(after.get("n") or 0))
+    own = ValPair(before.hard, after.hard, after.n)
     return dataclasses.replace(
         entry,
         status="rejected" if choice.winner == "current" else "staged",
@@ -433,8 +432,8 @@ def _stage_shared(
     adopted = staging.read_adopted_files(night.project, home)
     staging.write_proposal(night_dir, adopted, adopted.skill, adopted.memory)
     night.proposal = ProposalRecord(
-        val_before=Summary.from_dict(choice.candidates["current"]),
-        val_after=Summary.from_dict(choice.candidates[choice.winner]),
+        val_before=choice.candidates["current"],
+        val_after=choice.candidates[choice.winner],
         paired=PairedRecord.from_dict(choice.paired()),
         candidate=choice.winner,
         adapter=stage_adapter(choice, night_dir, base_spec),

@@ -60,7 +60,7 @@ from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
 from selftaught.sleep.paths import project_dir
-from selftaught.sleep.records import WeakRecord, given
+from selftaught.sleep.records import Record, WeakRecord, given
 from selftaught.tasks.base import Example, Score, Split, TaskKind
 from selftaught.tasks.scorers import (
     reference_scorer,
@@ -403,6 +403,21 @@ WEAK_FILE = "weak_labels.jsonl"
 MAX_WAITING = 500
 
 
+@dataclass(frozen=True, kw_only=True)
+class WaitingLabel(Record):
+    """A weak label waiting for a real reference (a line of the project's weak-label file):
+    the task, the answer the samples agreed on, how many agreed of `k`, its night, and the
+    rows it came from (a forget drops it by them)."""
+
+    id: str = ""
+    prompt: str = ""
+    answer: object = None  # the reference the samples agreed on, as the file holds it
+    agreement: float | None = None
+    k: int | None = None
+    night: str = ""
+    sources: tuple[str, ...] = ()
+
+
 class WeakLabelsError(RunError):
     """The project's weak-label file cannot be read (a malformed line, named)."""
 
@@ -411,27 +426,31 @@ def weak_labels_path(project: str, home: Path | None = None) -> Path:
     return project_dir(project, home) / WEAK_FILE
 
 
-def load_waiting(project: str, home: Path | None = None) -> list[dict[str, Any]]:
+def load_waiting(project: str, home: Path | None = None) -> list[WaitingLabel]:
     """Past nights' weak labels no real reference has scored yet (newest first)."""
     path = weak_labels_path(project, home)
     if not path.is_file():
         return []
     rows = [row for _, row in iter_jsonl(path, WeakLabelsError)]
-    return [r for r in rows if isinstance(r.get("prompt"), str) and r.get("answer") is not None]
+    return [
+        WaitingLabel.from_dict(r)
+        for r in rows
+        if isinstance(r.get("prompt"), str) and r.get("answer") is not None
+    ]
 
 
 def verify_waiting(
-    waiting: list[dict[str, Any]],
+    waiting: list[WaitingLabel],
     checked: list[MinedTask],
     threshold: float,
     report: WeakReport,
-) -> list[dict[str, Any]]:
+) -> list[WaitingLabel]:
     """Score each waiting label against a checked task that asks the same (its real reference
     arrived since); returns those still waiting."""
     left = []
     for row in waiting:
-        twin = _twin(str(row.get("id")), row["prompt"], checked, threshold)
-        right = None if twin is None else _right(str(row["answer"]), twin)
+        twin = _twin(str(row.id or None), row.prompt, checked, threshold)
+        right = None if twin is None else _right(str(row.answer), twin)
         if right is None:
             left.append(row)
         else:
@@ -440,30 +459,30 @@ def verify_waiting(
 
 
 def still_waiting(
-    left: list[dict[str, Any]], labelled: list[MinedTask], night_id: str
-) -> list[dict[str, Any]]:
+    left: list[WaitingLabel], labelled: list[MinedTask], night_id: str
+) -> list[WaitingLabel]:
     """What the weak-label file holds after tonight: tonight's labels, then those still
     waiting, at most `MAX_WAITING` (the oldest dropped)."""
     rows = [
-        {
-            "id": t.id,
-            "prompt": t.prompt,
-            "answer": t.reference,
-            "agreement": t.state["weak"]["agreement"],
-            "k": t.state["weak"]["k"],
-            "night": night_id,
-            "sources": list(t.sources),  # the rows it came from: a forget drops it
-        }
+        WaitingLabel(
+            id=t.id,
+            prompt=t.prompt,
+            answer=t.reference,
+            agreement=t.state["weak"]["agreement"],
+            k=t.state["weak"]["k"],
+            night=night_id,
+            sources=tuple(t.sources),  # the rows it came from: a forget drops it
+        )
         for t in labelled
     ]
-    ids = {r["id"] for r in rows}
-    rows += [r for r in left if r.get("id") not in ids]
+    ids = {r.id for r in rows}
+    rows += [r for r in left if r.id not in ids]
     return rows[:MAX_WAITING]
 
 
-def remember_waiting(project: str, home: Path | None, rows: list[dict[str, Any]]) -> None:
+def remember_waiting(project: str, home: Path | None, rows: list[WaitingLabel]) -> None:
     """Write the weak-label file (after a night that used its interactions)."""
-    write_jsonl(weak_labels_path(project, home), rows)
+    write_jsonl(weak_labels_path(project, home), [r.to_dict() for r in rows])
 
 
 def weak_lines(d: WeakRecord | None) -> list[str]:

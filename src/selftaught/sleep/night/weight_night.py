@@ -456,11 +456,11 @@ class WeightChoice:
 
     winner: str
     why: str
-    candidates: dict[str, dict[str, Any]]
-    gates: dict[str, dict[str, Any]]
-    scores: dict[str, dict[str, Any]]  # raw per-task [hard, soft] (for the paired count)
-    data: dict[str, Any]
-    trained: dict[str, dict[str, Any]]
+    candidates: dict[str, Summary]
+    gates: dict[str, GateRecord]
+    scores: dict[str, dict[str, Sequence[float] | None]]  # per val task [hard, soft]: paired
+    data: WeightDataRecord
+    trained: dict[str, TrainedRecord]
     adapter: TrainedAdapter | None = None
     train_items: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -475,10 +475,10 @@ class WeightChoice:
         return WeightsRecord(
             winner=self.winner,
             why=self.why,
-            candidates={m: Summary.from_dict(c) for m, c in self.candidates.items()},
-            gates={m: GateRecord.from_dict(g) for m, g in self.gates.items()},
-            data=WeightDataRecord.from_dict(self.data),
-            trained={m: TrainedRecord.from_dict(t) for m, t in self.trained.items()},
+            candidates=dict(self.candidates),
+            gates=dict(self.gates),
+            data=self.data,
+            trained=dict(self.trained),
             train_items=tuple(self.train_items),
             notes=tuple(self.notes),
             seconds=dict(self.seconds),
@@ -699,14 +699,14 @@ def _candidates(
             _close(a.model)
         return None, [*notes, f"weights not compared: the budget ran out ({err})"]
     lap("gate")
-    choice = WeightChoice(
+    choice = WeightChoice(  # the gate's dicts typed once, here
         winner=winner,
         why=_why(winner, gates, summaries),
-        candidates=summaries,
-        gates=gates,
+        candidates={m: Summary.from_dict(s) for m, s in summaries.items()},
+        gates={m: GateRecord.from_dict(g) for m, g in gates.items()},
         scores=raw,
-        data=data.stats,
-        trained=trained,
+        data=WeightDataRecord.from_dict(data.stats),
+        trained={m: TrainedRecord.from_dict(t) for m, t in trained.items()},
         train_items=data.train_items(),
         notes=notes,
         seconds=seconds,
@@ -811,10 +811,6 @@ def choose_shared(
     return winner, summaries, gates, raw
 
 
-def _trained(d: dict[str, Any] | None) -> TrainedRecord | None:
-    return TrainedRecord.from_dict(d) if d is not None else None
-
-
 def stage_adapter(choice: WeightChoice, night_dir: Path, base_spec: str) -> AdapterRecord:
     """Move the winning adapter to `<night>/adapter/` (peft's save_pretrained layout) and
     return its record for the staged proposal (`proposal.adapter`); the losers' adapters are
@@ -833,9 +829,9 @@ def stage_adapter(choice: WeightChoice, night_dir: Path, base_spec: str) -> Adap
         base_model_path=choice.adapter.base_model or base_spec,
         files=tuple(sorted(p.name for p in dest.iterdir())),
         train_items=tuple(choice.train_items),
-        data=WeightDataRecord.from_dict(choice.data),
-        training=_trained(choice.trained.get(choice.adapter.method)),
-        val=Summary.from_dict(choice.candidates[choice.winner]),
+        data=choice.data,
+        training=choice.trained.get(choice.adapter.method),
+        val=choice.candidates[choice.winner],
         with_text=choice.with_text,
     )
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import Console
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from selftaught.sleep.night.kinds import NightKinds
     from selftaught.sleep.night.mine import MineConfig, MinedTask
     from selftaught.sleep.night.split import NightTask
+    from selftaught.sleep.night.weak import WaitingLabel
     from selftaught.sleep.night.weight_night import WeightChoice
 
 
@@ -54,7 +55,7 @@ class Splits:
     splits: dict[str, list[MinedTask]]
     rest: list[recall.Recalled]
     private_ids: set[str]
-    weak_waiting: list[dict[str, Any]] | None = None
+    weak_waiting: list[WaitingLabel] | None = None
     """The project's weak-label file after the night (None: weak labels off)."""
     kinds: NightKinds | None = None
     """Every task's kind of request, and the kinds after tonight (`kinds.py`)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -41,6 +40,7 @@ from selftaught.sleep.night.split import (
     train_only,
 )
 from selftaught.sleep.night.weak import (
+    WaitingLabel,
     load_waiting,
     settle_weak,
     still_waiting,
@@ -150,7 +150,7 @@ def _weak_labels(
     target: ChatModel,
     policy: Policy,
     home: Path,
-) -> tuple[list[dict[str, Any]], WeakRecord]:
+) -> tuple[list[WaitingLabel], WeakRecord]:
     """Weak labels (`weak.py`) added to train after the split (a night too small to gate
     spends nothing on them), past ones scored where a real reference came since: what the
     project's weak-label file is to hold after the night, and the night's `weak`."""

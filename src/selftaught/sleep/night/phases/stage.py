@@ -40,7 +40,6 @@ from selftaught.sleep.records import (
     PairedRecord,
     ProofreadRecord,
     ProposalRecord,
-    Summary,
     TrainOnlyUse,
 )
 from selftaught.sleep.result import NightResult
@@ -165,8 +164,7 @@ def _weights_outcome(
     skill, memory = (result.skill, result.memory) if text else (adopted.skill, adopted.memory)
     changes = staging.write_proposal(night_dir, adopted, skill, memory)
     ran = [p for p in result.phases.values() if p.ran]
-    before = Summary.from_dict(choice.candidates["current"])
-    after = Summary.from_dict(choice.candidates[choice.winner])
+    before, after = choice.candidates["current"], choice.candidates[choice.winner]
     if choice.adapter is not None:
         adapter = stage_adapter(choice, night_dir, base_spec)
     else:
