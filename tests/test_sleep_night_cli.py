@@ -269,3 +269,30 @@ def test_a_scheduled_night_carries_the_agent_login_opt_in(tmp_path, monkeypatch,
     assert "SELFTAUGHT_AGENT_LOGIN=1" in line
     assert f"CODEX_HOME='{tmp_path / 'codex home'}'" in line
     assert "sk-never" not in line
+
+
+def test_sleep_run_runs_each_projects_night_as_build_trainer_train(env, monkeypatch):
+    # issue 64: `sleep run` takes the one path a night has, run_night's loop of
+    # build_trainer(NightConfig(project=...), log, models).train()
+    import selftaught.trainers as trainers
+    from selftaught.sleep.night.cycle import NightTrainer
+
+    home, log, run = env
+    fill(log)
+    built: list[NightTrainer] = []
+    real = trainers.build_trainer
+
+    def recording(*args, **kw):
+        trainer = real(*args, **kw)
+        built.append(trainer)
+        return trainer
+
+    monkeypatch.setattr(trainers, "build_trainer", recording)
+    with FakeUpstream(answer) as server:
+        code, text = run("sleep", "run", "--model", f"{server.base_url}#fake-model")
+    assert code == 0, text
+    (trainer,) = built
+    assert isinstance(trainer, NightTrainer) and trainer.config.project == "demo"
+    assert [p.name for p in trainer.phases][:3] == ["window", "mine", "split"]
+    report = json.loads((trainer.run.root / "report.json").read_text())
+    assert report["status"] == "staged" and report["night"] == trainer.night
