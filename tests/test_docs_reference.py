@@ -304,7 +304,7 @@ def test_the_python_api_page_names_every_entry_point_trainer_and_result():
 
 
 def test_the_docs_name_the_night_by_its_names():
-    old = {"NightConfig": "NightConfig", "ProjectNight": "NightResult"}
+    old = {"SleepConfig": "NightConfig", "ProjectNight": "NightResult"}
     found = [(page.name, name) for page in PAGES for name in old if name in _text(page)]
     assert not found, f"older names in the docs (write {old}): {found}"
 

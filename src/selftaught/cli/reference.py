@@ -27,7 +27,7 @@ PAGE = DOCS / "cli-reference.md"
 # tests/test_docs_reference.py fails when cli/ gains or loses one.
 DIRECT_EXITS: dict[tuple[str, int], str] = {
     ("eval_cmd", 1): "`eval`: every model call failed, no example was scored",
-    ("sleep_run_cmd", 1): "`sleep run`: a night failed (its backend failed, or it crashed)",
+    ("_run_nights", 1): "`sleep run`: a night failed (its backend failed, or it crashed)",
     ("sleep_log_migrate_cmd", 1): "`sleep log migrate`: a row read back differs from the source",
     ("sleep_adopt_cmd", 1): "`sleep adopt`: a skill could not be placed (`--place`) or a file "
     "you changed since the night read it was not written back",
