@@ -288,7 +288,8 @@ def test_a_night_after_an_adapter_was_adopted_measures_it_and_trains_on_from_it(
     adapter starts from the adopted one, so that it applies to the base alone."""
     import torch
 
-    from selftaught.sleep.night.cycle import NightModels, _as_served
+    from selftaught.sleep.night.cycle import NightModels
+    from selftaught.sleep.night.start_end import as_served
     from selftaught.sleep.night.weight_night import LocalAdapterTrainer, WeightNightConfig
     from selftaught.sleep.result import NightResult
     from selftaught.weights.config import BackendConfig
@@ -299,7 +300,7 @@ def test_a_night_after_an_adapter_was_adopted_measures_it_and_trains_on_from_it(
     staging.adopt(PROJECT, "n1", home=home)
     adopted = staging.read_adopted_files(PROJECT, home)
     night = NightResult(project=PROJECT, night_dir=None)
-    models = _as_served(NightModels(base, "local", base, "local"), adopted, night)
+    models = as_served(NightModels(base, "local", base, "local"), adopted, night)
     assert models.target is not base and night.adapter and night.adapter.version == "1"
     trainer = LocalAdapterTrainer("local", WeightNightConfig(), models.target)
     trainer._load()

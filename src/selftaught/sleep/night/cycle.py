@@ -38,10 +38,8 @@ The models behind a night are recorded; a change since the last night is warned 
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -53,25 +51,16 @@ from selftaught.errors import ConfigError
 from selftaught.models.base import ChatModel
 from selftaught.models.usage import UsageLedger
 from selftaught.prompts import PromptSet, using
-from selftaught.redact import redact_for_model
 from selftaught.runs import (
     RunDir,
-    atomic_write_json,
-    atomic_write_text,
-    make_private,
     private_dirs,
 )
-from selftaught.skill.config import SkillOptConfig
-from selftaught.skill.ledger import EditLedger
 from selftaught.sleep import pause, replay_mark
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.inject import BlockMarkerError
-from selftaught.sleep.adoption.write_back import adopt_night
 from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
-from selftaught.sleep.kinds_file import save_kinds
 from selftaught.sleep.lock import night_lock
-from selftaught.sleep.night import recall, summary
 from selftaught.sleep.night.config import (
     DOCUMENTS,
     MINER_OFF,
@@ -84,42 +73,43 @@ from selftaught.sleep.night.config import (
     night_training_defaults,
     renamed,
 )
-from selftaught.sleep.night.evidence import EvidenceLog
 from selftaught.sleep.night.forget import drop_forgotten
+from selftaught.sleep.night.loading import (
+    ModelLoader,
+    cached_loader,
+    default_loader,
+    load_models,
+    logged_upstream,
+    night_marks,
+    night_models,
+)
 from selftaught.sleep.night.phases import (
     WORKSPACE_LEFT,
     NightContext,
+    NightWindow,
     Phase,
-    Splits,
     default_phases,
     mine,
 )
-from selftaught.sleep.night.slow import night_ledger, sync_rollbacks, with_ledger
 from selftaught.sleep.night.split import (
     SplitOverlap,
     TooFewTasks,
 )
-from selftaught.sleep.night.start_files import start_from
-from selftaught.sleep.night.weak import (
-    remember_waiting,
+from selftaught.sleep.night.start_end import (
+    auto_adopt,
+    count_patience,
+    empty_night,
+    finish,
+    night_context,
+    remember,
 )
 from selftaught.sleep.paths import (
-    Adopted,
     private_home,
     private_project_dir,
     sleep_home,
 )
-from selftaught.sleep.records import (
-    AdoptedAdapter,
-    BudgetRecord,
-    GateMode,
-    ModelSpecs,
-    TrainingRecord,
-    WindowRecord,
-    plain,
-)
 from selftaught.sleep.result import NightResult
-from selftaught.stops import UNLIMITED, Deadline
+from selftaught.stops import Deadline
 from selftaught.tracking import with_tracker
 from selftaught.trainer_base import BaseTrainer
 
@@ -175,9 +165,6 @@ def _night_events(callbacks: CallbackList, info: RunInfo, outcome: NightResult) 
     callbacks.end(info, outcome)
 
 
-ModelLoader = Callable[[str], ChatModel]
-
-
 # ---- harvest ------------------------------------------------------------------------------
 
 
@@ -217,107 +204,6 @@ def window_rows(
     return out
 
 
-def _gate_mode(training: SkillOptConfig, held_out: bool = True) -> GateMode:
-    g = training.gate
-    return GateMode(
-        mode="off" if g.accept_all else "on",
-        no_val=not held_out,
-        metric=g.metric,
-        margin=g.margin,
-        confidence=g.confidence,
-        tag_alpha=g.tag_alpha,
-        tag_margin=g.tag_margin,
-    )
-
-
-def _new_night(
-    project: str, night: str, night_dir: Path, models: NightModels, config: NightConfig, home: Path
-) -> NightResult:
-    """The night as it starts (report.json's first write, as running)."""
-    training = config.training
-    return NightResult(
-        project=project,
-        night_dir=night_dir,
-        night=night,
-        status="running",
-        pid=os.getpid(),
-        started_at=time.time(),
-        models=models.specs(),
-        gate=_gate_mode(training, config.split.held_out),
-        training=TrainingRecord(
-            epochs=training.epochs,
-            batch_size=training.batch_size,
-            rollouts_k=training.rollouts_k,
-            concurrency=training.concurrency,
-            documents=tuple(config.documents),
-            preferences=bool(training.preferences.strip()),
-            prompts=PromptSet.read(training.prompts).digests() or None,
-        ),
-        budget=BudgetRecord.from_dict(plain(dataclasses.asdict(training.budget))),
-        base_version=staging.current_version(project, home),
-    )
-
-
-def _model_change(now: ModelSpecs | None, project: str, home: Path) -> str | None:
-    last = staging.last_models(project, home)
-    if last is None or now is None:
-        return None
-    night, before = last
-    keys = ("target", "optimizer", "judge", "target_name")
-    changed = [k for k in keys if getattr(before, k) != getattr(now, k)]
-    if not changed:
-        return None
-    parts = ", ".join(f"{k} {getattr(before, k)!r} → {getattr(now, k)!r}" for k in changed)
-    return (
-        f"the models changed since night {night} ({parts}): a skill learned for one model may "
-        "not suit another"
-    )
-
-
-def _context(
-    project: str,
-    window: NightWindow,
-    config: NightConfig,
-    models: NightModels,
-    home: Path,
-    console: Console,
-    night_dir: Path,
-    dry_run: bool,
-    ledger: UsageLedger,
-) -> NightContext:
-    """The night as it starts: its result (report.json's first write, as running), the
-    adopted version it starts from (a --start-document's text in its skill), the target as
-    it serves (with the adopted adapter), a warning when the models changed since the last
-    night, and the project's edit ledger for the slow update (issue 51, rollbacks noted)."""
-    outcome = _new_night(project, window.night, night_dir, models, config, home)
-    adopted = start_from(outcome, staging.read_adopted_files(project, home), config.start_document)
-    models = _as_served(models, adopted, outcome)
-    change = _model_change(outcome.models, project, home)
-    if change:
-        outcome.note(change)
-        console.print(f"[bold yellow]warning:[/] {project}: {change}")
-    edits = night_ledger(project, home, night_dir, dry_run)
-    config = dataclasses.replace(config, training=with_ledger(config.training, edits))
-    sync_rollbacks(project, home, EditLedger(config.training.edit_ledger or edits))
-    atomic_write_json(night_dir / "report.json", outcome.report_dict())
-    return NightContext(
-        night=outcome,
-        config=config,
-        models=models,
-        adopted=adopted,
-        night_dir=night_dir,
-        home=home,
-        console=console,
-        evidence=EvidenceLog(night_dir / "evidence.jsonl"),
-        ledger=ledger,
-        rows=list(window.rows),
-        since=window.since,
-        until=window.until,
-        deadline=window.deadline,
-        dry_run=dry_run,
-    )
-
-
 def _run_phases(ctx: NightContext, phases: Sequence[Phase]) -> NightResult:
     """Each phase in order over `ctx` (its record kept by name, its time added up, the
     night's --max-minutes checked at its end); a night too small to gate or with bad adopted
@@ -337,185 +223,17 @@ def _run_phases(ctx: NightContext, phases: Sequence[Phase]) -> NightResult:
         outcome.status, outcome.reason = "failed", str(err)
     except Exception as err:  # a bug or bad settings: the folder still says what happened
         outcome.status, outcome.reason = "failed", f"{type(err).__name__}: {err}"
-        _finish(night_dir, outcome, ctx.evidence)
+        finish(night_dir, outcome, ctx.evidence)
         raise
     outcome.records = dict(ctx.records)
     if ctx.tasks is not None and not ctx.dry_run and outcome.status in staging.ADVANCES_CURSOR:
-        _remember(outcome, ctx.tasks, config, ctx.home)  # else: read again next night
+        remember(outcome, ctx.tasks, config, ctx.home)  # else: read again next night
     if not ctx.dry_run:
-        _count_patience(outcome, config, ctx.home)
-    _finish(night_dir, outcome, ctx.evidence)
+        count_patience(outcome, config, ctx.home)
+    finish(night_dir, outcome, ctx.evidence)
     if config.auto_adopt and outcome.status == "staged" and not ctx.dry_run:
-        return _auto_adopt(outcome, night_dir, outcome.night, config, ctx.home, ctx.console)
+        return auto_adopt(outcome, night_dir, outcome.night, config, ctx.home, ctx.console)
     return outcome
-
-
-def _remember(night: NightResult, mined: Splits, config: NightConfig, home: Path) -> None:
-    """Keep tonight's tasks for the nights to come (`recall.py`), the weak labels still
-    waiting for a reference (`weak.py`) and the kinds found (`kinds.py`), once the night has
-    used its interactions."""
-    if config.recall_max and night.recall is not None:
-        pool_after = recall.remember(night.project, home, night.night, mined.tonight,
-                                     mined.rest, mined.private_ids, config.recall_max)  # fmt: skip
-        night.recall = dataclasses.replace(night.recall, pool_after=pool_after)
-    if mined.kinds is not None:
-        save_kinds(night.project, home, mined.kinds.kinds, mined.kinds.similarity)
-    if mined.weak_waiting is not None:
-        remember_waiting(night.project, home, mined.weak_waiting)
-
-
-def _count_patience(night: NightResult, config: NightConfig, home: Path) -> None:
-    """Count the night toward `--patience` (`sleep/pause.py`); the stop when it fired."""
-    project = night.project
-    stop = pause.count_night(project, night.night, night.status, config.stops.patience, home)
-    if stop is not None:
-        night.stopped_by = stop  # it outranks max-minutes: it pauses the schedule
-        night.note(
-            f"stopped by {stop}: the schedule of {project} is paused "
-            f"(`selftaught sleep resume --project {project}` resumes it)"
-        )
-
-
-def _as_served(models: NightModels, adopted: Adopted, night: NightResult) -> NightModels:
-    """The night measures the agent as it serves: with the adopted version's adapter, when it
-    has one (a weight night then goes on training that adapter)."""
-    if adopted.adapter is None:
-        return models
-    from selftaught.models.adapters import with_adapter
-    from selftaught.models.local import LocalModel
-
-    night.adapter = AdoptedAdapter(version=adopted.version, dir=str(adopted.adapter))
-    if not isinstance(models.target, LocalModel):
-        night.note(
-            f"version {adopted.version} serves an adapter, but the night's target "
-            f"{models.target_spec!r} is not a local model: val was measured without it"
-        )
-        return models
-    return dataclasses.replace(models, target=with_adapter(models.target, adopted.adapter))
-
-
-def _auto_adopt(
-    outcome: NightResult,
-    night_dir: Path,
-    night: str,
-    config: NightConfig,
-    home: Path,
-    console: Console,
-) -> NightResult:
-    project = outcome.project
-    if config.many_skills:  # each staged skill in its own unit (nightskills)
-        from selftaught.sleep.night.skills import auto_adopt_skills
-
-        auto_adopt_skills(project, night_dir, home, console)
-        return staging.read_night(night_dir)
-    try:
-        adoption = adopt_night(  # staging.adopt, writing back a --start-document
-            project,
-            night,
-            home=home,
-            target_paths=config.target_skill_paths,
-            follow_symlinks=config.follow_symlinks,
-        )
-    except staging.StagingError as err:  # e.g. someone adopted another version meanwhile
-        console.print(f"[bold yellow]warning:[/] {project}: not adopted: {err}")
-        return outcome
-    console.print(f"{project}: adopted night {night} as version {adoption.version}")
-    return staging.read_night(night_dir)
-
-
-def _finish(night_dir: Path, night: NightResult, evidence: EvidenceLog) -> None:
-    """The night's last writes: diagnostics, report.md, then report.json (its status). Its
-    reason and notes are redacted first: they quote errors, and a server may quote a key."""
-    night.reason = redact_for_model(night.reason) if night.reason else night.reason
-    night.notes = tuple(redact_for_model(note) for note in night.notes)
-    night.evidence_calls = evidence.calls
-    night.ended_at = time.time()
-    if night.status not in staging.ADVANCES_CURSOR:
-        night.consumed_until = None  # read again next night
-    night.settle()
-    report = night.report_dict()
-    summary.write_diagnostics(night_dir, night, evidence)
-    summary.write_markdown(night_dir, night)
-    atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
-    atomic_write_json(night_dir / "report.json", report)
-    make_private(night_dir)  # what the trainers and peft wrote there with the umask's modes
-
-
-def _empty_night(
-    project: str, night: str, since: float, until: float, home: Path, night_dir: Path
-) -> NightResult:
-    """A named project with no traffic in its window: nothing to load, nothing to learn."""
-    outcome = NightResult(
-        project=project,
-        night_dir=night_dir,
-        night=night,
-        status="too_few_tasks",
-        reason="no interactions since the last night",
-        started_at=until,
-        ended_at=time.time(),
-        base_version=staging.current_version(project, home),
-        window=WindowRecord(since=since, until=until, read=0, capped=None),
-    )
-    report = outcome.report_dict()
-    summary.write_markdown(night_dir, outcome)
-    atomic_write_json(night_dir / "report.json", report)
-    return outcome
-
-
-# ---- the night ------------------------------------------------------------------------------
-
-
-def _load_models(
-    config: NightConfig,
-    project_rows: list[Interaction],
-    loader: ModelLoader,
-    cache: dict[str, ChatModel],
-) -> NightModels:
-    target = config.model or logged_upstream(project_rows)
-    if target is None:
-        raise ConfigError(
-            "no --model given and no proxy traffic names its upstream: pass --model (the model "
-            "your agent uses, not the proxy)"
-        )
-
-    def load(spec: str) -> ChatModel:
-        if spec not in cache:
-            cache[spec] = loader(spec)
-        return cache[spec]
-
-    optimizer = config.optimizer_model or target
-    wanted = config.miner_model or optimizer
-    miner = None if wanted == MINER_OFF else wanted
-    roles = {
-        "model": target,
-        "optimizer_model": optimizer,
-        "judge_model": config.judge_model,
-        "miner_model": miner,
-    }
-    check_cmd_replay(roles, config.allow_cmd_replay)  # the target may be the logged upstream
-    return NightModels(
-        load(target),
-        target,
-        load(optimizer),
-        optimizer,
-        load(config.judge_model) if config.judge_model else None,
-        config.judge_model,
-        miner=load(miner) if miner else None,
-        miner_spec=miner,
-    )
-
-
-def logged_upstream(rows: list[Interaction]) -> str | None:
-    """The upstream the operator's proxy forwarded to, as the proxy itself recorded it. Only
-    rows the proxy logged count: an imported row's `meta.upstream` once sent a night (other
-    users' prompts) to the host a file named, so a row of any other source picks nothing
-    (an untrusted import is stored with source "import" and without it)."""
-    ups = Counter(
-        it.meta.get("upstream")
-        for it in rows
-        if it.source == "proxy" and isinstance(it.meta, dict) and it.meta.get("upstream")
-    )
-    return ups.most_common(1)[0][0] if ups else None
 
 
 def _skipped(
@@ -558,18 +276,6 @@ class NightSource:
     @property
     def name(self) -> str:
         return self.project
-
-
-@dataclass(frozen=True)
-class NightWindow:
-    """What `run_night`, holding the night lock, read for one project: the night's id, the
-    project's window and its rows (oldest first), and the clock of the whole night."""
-
-    night: str
-    since: float
-    until: float
-    rows: tuple[Interaction, ...]
-    deadline: Deadline = UNLIMITED
 
 
 class NightTrainer(BaseTrainer[NightConfig, NightResult, NightSource]):
@@ -648,8 +354,8 @@ class NightTrainer(BaseTrainer[NightConfig, NightResult, NightSource]):
         """The night's models (a `cmd:` one refused without its opt-in) and prompts, checked
         before any night."""
         config = self.config
-        self.marks = self._marks or _night_marks(config, self.home)
-        self.loader = self._loader or _default_loader(config, self.marks)
+        self.marks = self._marks or night_marks(config, self.home)
+        self.loader = self._loader or default_loader(config, self.marks)
         self.models = night_models(model, config, self.loader)
         self.prompts = PromptSet.read(config.training.prompts)
         self._cache: dict[str, ChatModel] = {}
@@ -705,51 +411,15 @@ class NightTrainer(BaseTrainer[NightConfig, NightResult, NightSource]):
         root.mkdir(mode=0o700)
         rows = list(window.rows)
         if not rows:
-            outcome = _empty_night(project, window.night, window.since, window.until, home, root)
+            outcome = empty_night(project, window.night, window.since, window.until, home, root)
         else:
-            models = self.models or _load_models(config, rows, self.loader, self._cache)
+            models = self.models or load_models(config, rows, self.loader, self._cache)
             with using(self.prompts):  # the miner's, the judge's, the analyst's: the user's
-                ctx = _context(project, window, config, models, home, self.console, root,
+                ctx = night_context(project, window, config, models, home, self.console, root,
                                self.dry_run, self.ledger)  # fmt: skip
                 outcome = _run_phases(ctx, self.phases)
         _night_events(self.callbacks, self.info, outcome)
         return outcome
-
-
-def _default_loader(config: NightConfig, marks: replay_mark.NightMarks) -> ModelLoader:
-    """`load_model` with the config's options; the night's calls carry its mark (`marks`, for
-    the project whose night runs), so a proxy in front relays them instead of logging them."""
-    from selftaught.models import load_model
-
-    return lambda spec: load_model(spec, **config.model_options, sign=marks)
-
-
-def _night_marks(config: NightConfig, home: Path) -> replay_mark.NightMarks:
-    return replay_mark.NightMarks(replay_mark.replay_key(home), config.project or "")
-
-
-def night_models(
-    model: NightModels | ChatModel | str | None,
-    config: NightConfig,
-    loader: ModelLoader | None = None,
-) -> NightModels | None:
-    """The night's models from a trainer's `model`: every role given, or the target (the
-    config's specs load the other roles; the analyst defaults to the target)."""
-    if isinstance(model, NightModels):
-        check_cmd_replay(model.commands(), config.allow_cmd_replay)
-        return model
-    if model is None:
-        return None
-    loader = loader or _default_loader(config, _night_marks(config, config.home or sleep_home()))
-    if isinstance(model, str):
-        config = dataclasses.replace(config, model=model)
-        return _load_models(config, [], loader, {})
-    optimizer = loader(config.optimizer_model) if config.optimizer_model else model
-    judge = loader(config.judge_model) if config.judge_model else None
-    models = NightModels(model, model.name, optimizer, config.optimizer_model or model.name,
-                         judge, config.judge_model)  # fmt: skip
-    check_cmd_replay(models.commands(), config.allow_cmd_replay)
-    return models
 
 
 def run_night(
@@ -776,8 +446,8 @@ def run_night(
     console = console or Console(stderr=True, quiet=not config.progress)
     home = config.home or sleep_home()
     events = CallbackList(with_tracker(config.report_to, callbacks))
-    marks = _night_marks(config, home)
-    loader = _cached(loader or _default_loader(config, marks))
+    marks = night_marks(config, home)
+    loader = cached_loader(loader or default_loader(config, marks))
     night = staging.new_night_id(home)
     deadline = Deadline.start(config.stops.max_minutes)
     outcomes: list[NightResult] = []
@@ -813,18 +483,6 @@ def run_night(
             outcomes.append(trainer.train())
         log.close()
     return outcomes
-
-
-def _cached(loader: ModelLoader) -> ModelLoader:
-    """`loader` loading each spec once (a night's projects share their models)."""
-    loaded: dict[str, ChatModel] = {}
-
-    def load(spec: str) -> ChatModel:
-        if spec not in loaded:
-            loaded[spec] = loader(spec)
-        return loaded[spec]
-
-    return load
 
 
 def __getattr__(name: str) -> Any:

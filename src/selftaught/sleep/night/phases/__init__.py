@@ -10,7 +10,13 @@ Each phase is an object with `run(ctx)` returning its record; `NightTrainer` run
 from __future__ import annotations
 
 from selftaught.sleep.night.config import NightConfig
-from selftaught.sleep.night.phases.context import Harvest, NightContext, Phase, Splits
+from selftaught.sleep.night.phases.context import (
+    Harvest,
+    NightContext,
+    NightWindow,
+    Phase,
+    Splits,
+)
 from selftaught.sleep.night.phases.mine import WORKSPACE_LEFT, MinePhase, mine
 from selftaught.sleep.night.phases.proofread import ProofreadPhase
 from selftaught.sleep.night.phases.split import SplitPhase
@@ -24,6 +30,7 @@ __all__ = [
     "Harvest",
     "MinePhase",
     "NightContext",
+    "NightWindow",
     "Phase",
     "ProofreadPhase",
     "SkillsPhase",

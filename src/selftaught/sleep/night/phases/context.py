@@ -61,6 +61,18 @@ class Splits:
     """Every task's kind of request, and the kinds after tonight (`kinds.py`)."""
 
 
+@dataclass(frozen=True)
+class NightWindow:
+    """What `run_night`, holding the night lock, read for one project: the night's id, the
+    project's window and its rows (oldest first), and the clock of the whole night."""
+
+    night: str
+    since: float
+    until: float
+    rows: tuple[Interaction, ...]
+    deadline: Deadline = UNLIMITED
+
+
 @dataclass
 class NightContext:
     """One project's night as its phases see it: the inputs (settings, models, the adopted
