@@ -49,6 +49,7 @@ def _masked_markdown(text: str, subs: dict[str, str]) -> str:
         text = text.replace(old, new)
     text = UUID.sub("<uuid>", text)
     text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "<time>", text)
+    text = re.sub(r"(\d+ steps in )\d+(\.\d+)? s\b", r"\1<seconds> s", text)  # training time
     return re.sub(r"(?m)^- mine .*$", "- <time spent>", text)
 
 
