@@ -640,6 +640,12 @@ class PairedRecord(Record):
     ties: int = 0
     sign_test_p: float = 1.0
 
+    @classmethod
+    def of(cls, paired: Paired) -> PairedRecord:
+        """The record of a paired count, as `Paired.to_dict()` writes it (p to 6 places)."""
+        return cls(wins=paired.wins, losses=paired.losses, ties=paired.ties,
+                   sign_test_p=round(paired.sign_test_p, 6))  # fmt: skip
+
     @property
     def paired(self) -> Paired:
         return Paired(self.wins, self.losses, self.ties, self.sign_test_p)

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from selftaught.demos import Demo, LeakCheck, join_skill, split_skill
 from selftaught.evaluation import ScoreCache, metric_scores
-from selftaught.gate import paired_comparison
+from selftaught.gate import Paired, paired_comparison
 from selftaught.models.base import ChatModel
 from selftaught.models.errors import FatalBackendError
 from selftaught.models.usage import TrackedModel, UsageLedger
@@ -363,11 +363,11 @@ def backend_failure(result: Consolidation, evidence: EvidenceLog, max_missing: f
     return None
 
 
-def paired_val(result: Consolidation, adopted: Adopted, skill: str, memory: str) -> dict[str, Any]:
+def paired_val(result: Consolidation, adopted: Adopted, skill: str, memory: str) -> Paired:
     """Val before (the adopted documents) and after (the proposal), paired per task, from the
     scores the phases kept in memory (the hard metric)."""
     caches = list(result.val_scores.values())
     scores = caches[0].merged(*caches[1:]) if caches else ScoreCache()
     before = scores.get(Policy(adopted.skill, adopted.memory).skill_hash())
     after = scores.get(Policy(skill, memory).skill_hash())
-    return paired_comparison(metric_scores(after), metric_scores(before)).to_dict()
+    return paired_comparison(metric_scores(after), metric_scores(before))

@@ -434,7 +434,7 @@ def _stage_shared(
     night.proposal = ProposalRecord(
         val_before=choice.candidates["current"],
         val_after=choice.candidates[choice.winner],
-        paired=PairedRecord.from_dict(choice.paired()),
+        paired=PairedRecord.of(choice.paired()),
         candidate=choice.winner,
         adapter=stage_adapter(choice, night_dir, base_spec),
     )

@@ -44,7 +44,7 @@ from rich.console import Console
 
 from selftaught.demos import Demo, LeakCheck
 from selftaught.evaluation import ScoreCache, answer_dtype, summarize
-from selftaught.gate import ValScores, example_tags, paired_comparison
+from selftaught.gate import Paired, ValScores, example_tags, paired_comparison
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError
 from selftaught.models.usage import BudgetExhausted, TrackedModel, UsageLedger
@@ -484,13 +484,13 @@ class WeightChoice:
             seconds=dict(self.seconds),
         )
 
-    def paired(self) -> dict[str, Any]:
+    def paired(self) -> Paired:
         """Per val task, the winner against the adopted version (hard scores)."""
         hard = {
             name: {k: v[0] if v else None for k, v in items.items()}
             for name, items in self.scores.items()
         }
-        return paired_comparison(hard.get(self.winner, {}), hard.get("current", {})).to_dict()
+        return paired_comparison(hard.get(self.winner, {}), hard.get("current", {}))
 
 
 def _why(winner: str, gates: dict[str, dict[str, Any]], candidates: dict[str, Any]) -> str:

@@ -138,7 +138,7 @@ def _text_outcome(
         lines=proofread.kept if proofread is not None else (),
         val_before=before,
         val_after=after,
-        paired=PairedRecord.from_dict(paired_val(result, adopted, result.skill, result.memory)),
+        paired=PairedRecord.of(paired_val(result, adopted, result.skill, result.memory)),
         test=last.test,
     )
     gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
@@ -176,7 +176,7 @@ def _weights_outcome(
         lines=proofread.kept if proofread is not None and text else (),
         val_before=before,
         val_after=after,
-        paired=PairedRecord.from_dict(choice.paired()),
+        paired=PairedRecord.of(choice.paired()),
         test=ran[-1].test if choice.winner == "text" and ran else None,
         candidate=choice.winner,
         adapter=adapter,
