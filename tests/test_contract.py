@@ -373,20 +373,21 @@ def test_the_night_trainer_is_a_base_trainer_and_run_night_loops_over_build_trai
     tmp_path, monkeypatch
 ):
     # issue 64: the night is on the trainer contract all through (task, run, info), and
-    # `run_night` (what `sleep run` calls) is `build_trainer(...).train()` per project
-    import selftaught.trainers as trainers
+    # `run_night` (what `sleep run` calls) is `build_trainer(...).train()` per project, through
+    # the night's builder that build_trainer calls (the night sits below `trainers`)
+    import selftaught.sleep.night.cycle as cycle
     from selftaught.trainer_base import BaseTrainer
 
     fill_log(tmp_path, ALPHA_NIGHT)
     built: list[NightTrainer] = []
-    real = trainers.build_trainer
+    real = cycle.build_night_trainer
 
     def recording(*args: Any, **kw: Any) -> Any:
         trainer = real(*args, **kw)
         built.append(trainer)
         return trainer
 
-    monkeypatch.setattr(trainers, "build_trainer", recording)
+    monkeypatch.setattr(cycle, "build_night_trainer", recording)
     (night,) = run_night(config(tmp_path), models=models())
     (trainer,) = built
     assert isinstance(trainer, BaseTrainer) and isinstance(trainer, NightTrainer)

@@ -274,20 +274,20 @@ def test_a_scheduled_night_carries_the_agent_login_opt_in(tmp_path, monkeypatch,
 def test_sleep_run_runs_each_projects_night_as_build_trainer_train(env, monkeypatch):
     # issue 64: `sleep run` takes the one path a night has, run_night's loop of
     # build_trainer(NightConfig(project=...), log, models).train()
-    import selftaught.trainers as trainers
+    import selftaught.sleep.night.cycle as cycle
     from selftaught.sleep.night.cycle import NightTrainer
 
     home, log, run = env
     fill(log)
     built: list[NightTrainer] = []
-    real = trainers.build_trainer
+    real = cycle.build_night_trainer  # what build_trainer builds a NightConfig with
 
     def recording(*args, **kw):
         trainer = real(*args, **kw)
         built.append(trainer)
         return trainer
 
-    monkeypatch.setattr(trainers, "build_trainer", recording)
+    monkeypatch.setattr(cycle, "build_night_trainer", recording)
     with FakeUpstream(answer) as server:
         code, text = run("sleep", "run", "--model", f"{server.base_url}#fake-model")
     assert code == 0, text

@@ -448,9 +448,9 @@ def test_a_nights_adapters_are_the_trainers_fit_bit_for_bit(tmp_path, one_thread
     import torch
     from safetensors.torch import load_file
 
-    import selftaught.trainers as trainers
     from selftaught.models import load_model
     from selftaught.sleep.night.weight_night import LocalAdapterTrainer
+    from selftaught.weights import build
     from selftaught.weights.dpo import DPOTrainer, dpo_train
     from selftaught.weights.rest import RestTrainer
     from selftaught.weights.sft import prepare_trainable, save_atomic, sft_train
@@ -458,14 +458,14 @@ def test_a_nights_adapters_are_the_trainers_fit_bit_for_bit(tmp_path, one_thread
 
     tiny = save_tiny_model(tmp_path / "tiny")
     built: list = []
-    real_build = trainers.build_trainer
+    real_build = build.build_weight_trainer  # what build_trainer builds weight runs with
 
     def spy(config, task, model, **kw):
         trainer = real_build(config, task, model, **kw)
         built.append(trainer)
         return trainer
 
-    monkeypatch.setattr(trainers, "build_trainer", spy)
+    monkeypatch.setattr(build, "build_weight_trainer", spy)
     cfg = WeightNightConfig(max_steps=2, batch_size=2, max_length=64, device="cpu", seed=3)
     ask = [{"role": "system", "content": "Answer in km."}]
     prompts = [[*ask, {"role": "user", "content": f"{i} km and {i + 1} km?"}] for i in range(4)]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
+from selftaught.weights.build import build_weight_trainer, weight_trainer_for
 from selftaught.weights.config import METHODS, ConfigError, DPOConfig, RestConfig, RLConfig
 
 if TYPE_CHECKING:
@@ -108,17 +109,8 @@ def trainer_for(config: SkillOptConfig | RestConfig | RLConfig | DPOConfig) -> t
         from selftaught.skill.trainer import SkillTrainer
 
         return SkillTrainer
-    if isinstance(config, RestConfig):
-        from selftaught.weights.rest import RestTrainer
-
-        return RestTrainer
-    if isinstance(config, DPOConfig):
-        from selftaught.weights.dpo import DPOTrainer
-
-        return DPOTrainer
-    from selftaught.weights.rl import RLTrainer
-
-    return RLTrainer
+    assert isinstance(config, RestConfig | RLConfig | DPOConfig)  # config_method said so
+    return weight_trainer_for(config)
 
 
 def check_method(
@@ -180,15 +172,18 @@ def build_trainer(
     night's task is its log."""
     from pathlib import Path
 
-    from selftaught.sleep.night.cycle import NightConfig, NightModels, NightTrainer
+    from selftaught.skill.config import SkillOptConfig
+    from selftaught.sleep.night.cycle import NightConfig, NightModels, build_night_trainer
     from selftaught.tasks.base import Task
 
     if isinstance(config, NightConfig):
         if isinstance(task, Task) or isinstance(model, Path):
             raise ConfigError("a night mines its task log: pass the log (or None), not a Task")
-        return NightTrainer(config, task, model, **kwargs)
+        return build_night_trainer(config, task, model, **kwargs)
     if not isinstance(task, Task) or isinstance(model, NightModels):
         raise ConfigError(f"a {type(config).__name__} trains on a Task with a model spec")
+    if not isinstance(config, SkillOptConfig):
+        return build_weight_trainer(config, task, model, **kwargs)
     cls: type[BaseTrainer[Any, Any, Any]] = trainer_for(config)
     trainer: Trainer[RunResult] = cls(config, task, model, **kwargs)
     return trainer

@@ -441,8 +441,6 @@ def run_night(
     each project's night once it is done."""
     import tempfile
 
-    from selftaught.trainers import build_trainer
-
     console = console or Console(stderr=True, quiet=not config.progress)
     home = config.home or sleep_home()
     events = CallbackList(with_tracker(config.report_to, callbacks))
@@ -468,7 +466,7 @@ def run_night(
                 continue
             drop_forgotten(project, home, log)  # a pool written before a forget: its rows out
             window = NightWindow(night, since, until, tuple(rows), deadline)
-            trainer = build_trainer(
+            trainer = build_night_trainer(
                 dataclasses.replace(config, project=project),
                 log,
                 models,
@@ -483,6 +481,17 @@ def run_night(
             outcomes.append(trainer.train())
         log.close()
     return outcomes
+
+
+def build_night_trainer(
+    config: NightConfig,
+    task: TaskLog | Path | str | None,
+    model: NightModels | ChatModel | str | None,
+    **kwargs: Any,
+) -> NightTrainer:
+    """A night's trainer, built the one way: `build_trainer(NightConfig(...), log, models)`
+    comes here, and so does each project of `run_night` (this module sits below `trainers`)."""
+    return NightTrainer(config, task, model, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

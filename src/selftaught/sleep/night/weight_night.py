@@ -389,22 +389,23 @@ class LocalAdapterTrainer:
 
     def _train(self, method: str, model: Any, data: WeightData, run_dir: Path) -> dict[str, Any]:
         """`model` trained in place by `fit` of the trainer `train --method <method>` runs,
-        built the one way (`build_trainer`) in `run_dir`; nothing else of its run is used:
-        the night's gate, not the trainer's, decides on the night's val."""
+        built the one way (`build_weight_trainer`, which `build_trainer` calls) in `run_dir`;
+        nothing else of its run is used: the night's gate, not the trainer's, decides on the
+        night's val."""
         from selftaught.stops import Deadline
-        from selftaught.trainers import build_trainer
+        from selftaught.weights import build
 
         cfg = self.cfg
         if method == "sft":
             rows = AdapterRows(
                 "night-sft", [(s.example_id, s.train_messages, s.target) for s in data.sft]
             )
-            sft = build_trainer(
+            sft = build.build_weight_trainer(
                 cfg.rest_config(len(data.sft)), rows, self.spec, output_dir=run_dir, progress=False
             )
             return sft.fit(model, self._tok, data.sft, deadline=Deadline.start(cfg.max_minutes))
         rows = AdapterRows("night-dpo", [(p.example_id, p.prompt, p.chosen) for p in data.pairs])
-        dpo = build_trainer(
+        dpo = build.build_weight_trainer(
             cfg.dpo_config(len(data.pairs)),
             rows,
             self.spec,
