@@ -7,6 +7,7 @@ only when no server can be had (no psycopg, no $SELFTAUGHT_TEST_POSTGRES and no 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,18 @@ def log_at(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
     if request.param == "sqlite":
         return tmp_path / "log.db"
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(autouse=True)
+def _selftaught_environment_kept() -> Iterator[None]:
+    """The `SELFTAUGHT_*` variables as they were before each test: a command run in process
+    sets some for its run (`--log URL` sets $SELFTAUGHT_LOG), and a later test must not read
+    them (the next file's nights went to a made-up Postgres host)."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("SELFTAUGHT_")}
+    yield
+    for name in [k for k in os.environ if k.startswith("SELFTAUGHT_") and k not in before]:
+        del os.environ[name]
+    os.environ.update(before)
 
 
 @pytest.fixture(autouse=True)
