@@ -148,7 +148,7 @@ def test_a_night_starts_from_claude_md_and_adopt_writes_it_back_or_refuses(
     home = tmp_path / "home"
     monkeypatch.setenv("SELFTAUGHT_HOME", str(home))
     claude = tmp_path / "repo" / "CLAUDE.md"
-    claude.parent.mkdir()
+    (claude.parent / ".git").mkdir(parents=True)  # its repository, whatever lies above tmp
     claude.write_text("# House rules\n\nReply as 'Answer: N'.\n")
     original = claude.read_bytes()
     fill_log(home, ["alpha"] * 12, project=PROJECT, log_at=log_at)
