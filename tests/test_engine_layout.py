@@ -286,6 +286,7 @@ def test_packing_a_cache_layer_keeps_the_chosen_columns_in_order():
 
 
 @needs_embedded
+@pytest.mark.slow  # the layouts' equivalence is tested fast on the tiny model; this is the 135M
 def test_the_layout_settings_decode_the_same_tokens_on_the_embedded_model():
     """SmolLM2-135M (logits much closer than the random model's): a ~300-token shared system
     prompt, six questions, three rows at a time; chunked prefill and compaction on give the

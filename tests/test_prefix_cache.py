@@ -294,6 +294,7 @@ def test_the_cache_stays_within_its_bound(tokenizer):
 
 
 @needs_embedded
+@pytest.mark.slow  # test_kv_pool's embedded-model check decodes through the same prefix path
 def test_prefix_reuse_gives_the_same_greedy_replies_on_the_embedded_model():
     """SmolLM2-135M, a ~300-token shared system prompt, 6 questions of different lengths and
     caps, 3 rows at a time (slots refilled as rows finish): with prefix reuse and without,

@@ -33,6 +33,7 @@ def _mypy(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # a minute cold; .ci/run runs `python -m mypy` itself, beside the tests
 def test_mypy_strict_passes_on_the_package():
     done = _mypy()  # files, strictness and exceptions: pyproject.toml's [tool.mypy]
     report = done.stdout + done.stderr

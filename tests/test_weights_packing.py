@@ -70,7 +70,10 @@ def test_packed_micro_batches_bound_the_sum_of_the_longest_rows():
     assert packed_micro_batches(6, [700] * 6, budget=512) == 6  # a row alone past the budget
 
 
-@pytest.mark.parametrize("budget", [100_000, 700, 650])
+@pytest.mark.parametrize(
+    "budget",  # one micro-batch, and two splits of it (the last one split where it is tight)
+    [pytest.param(100_000, marks=pytest.mark.slow), pytest.param(700, marks=pytest.mark.slow), 650],
+)
 def test_packing_trains_as_unpacked_on_no_padding(tok, monkeypatch, budget):
     """Episodes of different lengths, one optimizer step: unpacked, the collator pads each
     micro-batch to its longest row; packed, it computes on the episodes' tokens alone. The
