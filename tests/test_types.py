@@ -33,7 +33,7 @@ def _mypy(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow  # a minute cold; .ci/run runs `python -m mypy` itself, beside the tests
+@pytest.mark.slow  # a minute cold; .ci/run runs this file's slow checks itself, after the tests
 def test_mypy_strict_passes_on_the_package():
     done = _mypy()  # files, strictness and exceptions: pyproject.toml's [tool.mypy]
     report = done.stdout + done.stderr
@@ -41,6 +41,7 @@ def test_mypy_strict_passes_on_the_package():
     assert "Success: no issues found" in report
 
 
+@pytest.mark.slow  # mypy over the package, cold: .ci/run runs this file's slow checks itself
 def test_build_trainer_overloads_give_each_config_its_trainer_and_result(tmp_path):
     # the contract as a caller sees it: a RestConfig builds a RestTrainer whose train() is a
     # RestResult, ...; and the checker refuses the wrong pairing (the last two lines)
