@@ -1099,15 +1099,26 @@ def rules_in(text: str, reply: str | None = None) -> tuple[Rule, ...]:
     return tuple(rules.values())
 
 
-def read_followup(followup: str | None, reply: str) -> Followup | None:
-    """What `followup` (the user's next turn) says about `reply`, or None when nothing."""
+def _turn(
+    followup: str | None, reply: str
+) -> tuple[str, list[_Sentence], _Reply, list[_Value], _Cues] | None:
+    """A follow-up turn as both readers see it (its text clipped and spaced, its sentences,
+    the reply's parts, the values and the cues), or None for an empty turn."""
     if not followup or not followup.strip():
         return None
     text = " ".join(followup[:MAX_FOLLOWUP_CHARS].split())
     said = _reply(reply)
     sentences = _sentences(text)
     values = _values(text, said.tails)
-    cues = _cues(text, sentences, said, values)
+    return text, sentences, said, values, _cues(text, sentences, said, values)
+
+
+def read_followup(followup: str | None, reply: str) -> Followup | None:
+    """What `followup` (the user's next turn) says about `reply`, or None when nothing."""
+    turn = _turn(followup, reply)
+    if turn is None:
+        return None
+    text, sentences, said, values, cues = turn
     about_reply = _ABOUT_REPLY.match(text) is not None
     rules = rules_in(text, reply) if not cues.questions or about_reply else ()
     verdict = cues.verdict and not (said.asks and not (cues.wrong or cues.contrasted))
@@ -1139,13 +1150,10 @@ def has_cue(followup: str | None, reply: str, kind: str) -> bool:
     the place of the reply's or a verdict for a correction, a verdict for a rejection, thanks
     for an acceptance. A model's reading of a turn the rules read nothing in must stand on one
     (`followup_model.settle`)."""
-    if not followup or not followup.strip():
+    turn = _turn(followup, reply)
+    if turn is None:
         return False
-    text = " ".join(followup[:MAX_FOLLOWUP_CHARS].split())
-    said = _reply(reply)
-    sentences = _sentences(text)
-    values = _values(text, said.tails)
-    cues = _cues(text, sentences, said, values)
+    text, sentences, said, values, cues = turn
     if kind == "acceptance":
         return cues.accept or cues.accept_later
     if kind == "rejection" or cues.verdict:
