@@ -9,7 +9,7 @@ import json
 
 from selftaught.sleep.night.cycle import run_night
 from selftaught.sleep.records import AdapterRecord, WeightsRecord
-from selftaught.sleep.result import NightResult
+from selftaught.sleep.result import NightDraft, NightResult
 from selftaught.stops import StopReason
 from tests.scripted import canned_analyst
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
@@ -57,14 +57,15 @@ def test_a_weight_night_builds_its_weights_and_adapter_as_records(tmp_path):
     assert dataclasses.replace(_read_back(night), report_keys=None) == night
 
 
-def test_notes_and_phase_seconds_accumulate_on_the_night():
-    night = NightResult(project="demo", night_dir=None)
+def test_notes_and_phase_seconds_accumulate_on_the_night_being_built():
+    night = NightDraft(project="demo", night_dir=None)
     night.note("first")
     night.note("second", "third")
     night.add_seconds("mine", 1.004)
     night.add_seconds("mine", 2.0)
     assert night.notes == ("first", "second", "third")
     assert night.phase_seconds == {"mine": 3.0}
+    assert night.result().notes == night.notes and night.result().phase_seconds == {"mine": 3.0}
 
 
 def test_a_failed_night_keeps_a_stop_that_is_not_its_reason():

@@ -291,7 +291,7 @@ def test_a_night_after_an_adapter_was_adopted_measures_it_and_trains_on_from_it(
     from selftaught.sleep.night.cycle import NightModels
     from selftaught.sleep.night.start_end import as_served
     from selftaught.sleep.night.weight_night import LocalAdapterTrainer, WeightNightConfig
-    from selftaught.sleep.result import NightResult
+    from selftaught.sleep.result import NightDraft
     from selftaught.weights.config import BackendConfig
 
     base, adapter = embedded
@@ -299,7 +299,7 @@ def test_a_night_after_an_adapter_was_adopted_measures_it_and_trains_on_from_it(
     stage_night(home, "n1", adapter=adapter)
     staging.adopt(PROJECT, "n1", home=home)
     adopted = staging.read_adopted_files(PROJECT, home)
-    night = NightResult(project=PROJECT, night_dir=None)
+    night = NightDraft(project=PROJECT, night_dir=None)
     models = as_served(NightModels(base, "local", base, "local"), adopted, night)
     assert models.target is not base and night.adapter and night.adapter.version == "1"
     trainer = LocalAdapterTrainer("local", WeightNightConfig(), models.target)

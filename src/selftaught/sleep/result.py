@@ -2,7 +2,8 @@
 
 `NightResult` is the night's report.json as fields of the same names (each section a frozen
 record from `records.py`); `from_report` reads any version's report.json, `report_dict()`
-writes it back key for key.
+writes it back key for key. `NightDraft` is the night being built: its phases fill it in,
+and its end makes it a `NightResult`, once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
+from selftaught.models.usage import Usage
 from selftaught.results import RunResult, SplitScore
 from selftaught.skill.result import SlowUpdate
 from selftaught.sleep.records import (
@@ -218,7 +220,68 @@ class NightResult(RunResult):
         path = self.night_dir / EVIDENCE_FILE if self.night_dir is not None else None
         return path if path is not None and path.is_file() else None
 
-    # ---- a night built phase by phase (`sleep/night/phases`) ---------------------------------
+    @property
+    def failed(self) -> bool:
+        return self.status in EXIT_FAILED
+
+    @property
+    def slow(self) -> SlowUpdate | None:
+        """The skill phase's slow update (`skill.slow`), typed; None when off or not run."""
+        phase = self.phases.get("skill")
+        return phase.slow.update if phase is not None and phase.slow is not None else None
+
+
+@dataclass(kw_only=True)
+class NightDraft:
+    """The night being built: what its phases fill in, field by field, under the names of
+    the `NightResult` fields they become (`NightContext.night`). `result()` makes it the
+    frozen `NightResult`, once, when the night ends (and for report.json's first write, as
+    the night starts running). The `RunResult` fields a night derives (val before / after,
+    seconds, a failed night's stop) are derived then, from its sections."""
+
+    project: str
+    night_dir: Path | None
+    night: str = ""
+    status: str = ""
+    reason: str | None = None
+    pid: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    models: ModelSpecs | None = None
+    gate: GateMode | None = None
+    training: TrainingRecord | None = None
+    budget: BudgetRecord | None = None
+    notes: tuple[str, ...] = ()
+    window: WindowRecord | None = None
+    consumed_until: float | None = None
+    base_version: int | None = None
+    mining: MiningRecord | None = None
+    recall: RecallRecord | None = None
+    splits: SplitCounts | None = None
+    duplicates: tuple[LateDuplicate, ...] = ()
+    phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    usage: Usage = field(default_factory=dict)
+    proposal: ProposalRecord | None = None
+    proofread: ProofreadRecord | None = None
+    replay: str | None = None
+    weights: WeightsRecord | None = None
+    adapter: AdoptedAdapter | None = None
+    weak: WeakRecord | None = None
+    dream: DreamRecord | None = None
+    evidence_calls: int | None = None
+    adopted_version: int | None = None
+    adopted_at: float | None = None
+    stopped_by: StopReason | None = None
+    skills: tuple[SkillRecord, ...] = ()
+    skill_set: SkillSetRecord | None = None
+    start_document: SourceFileRecord | None = None
+    kinds: tuple[KindRecord, ...] = ()
+    records: Mapping[str, object] = field(default_factory=dict)
+
+    def result(self) -> NightResult:
+        """The night as it stands, as the frozen `NightResult` it returns."""
+        return NightResult(**{f.name: getattr(self, f.name) for f in fields(self)})
 
     def note(self, *texts: str) -> None:
         """Add notes, in order (report.json `notes`)."""
@@ -234,20 +297,9 @@ class NightResult(RunResult):
         total = self.phase_seconds.get(phase, 0.0) + seconds
         self.phase_seconds = {**self.phase_seconds, phase: round(total, 2)}
 
-    def settle(self) -> None:
-        """The `RunResult` fields a read night derives from its sections (val before / after,
-        seconds, a failed night's stop), for a night built in code once it has ended."""
-        self._derive()
-
     @property
     def failed(self) -> bool:
         return self.status in EXIT_FAILED
-
-    @property
-    def slow(self) -> SlowUpdate | None:
-        """The skill phase's slow update (`skill.slow`), typed; None when off or not run."""
-        phase = self.phases.get("skill")
-        return phase.slow.update if phase is not None and phase.slow is not None else None
 
 
 ProjectNight = NightResult  # its name before the night was a trainer

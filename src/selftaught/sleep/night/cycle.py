@@ -209,8 +209,8 @@ def _run_phases(ctx: NightContext, phases: Sequence[Phase]) -> NightResult:
     night's --max-minutes checked at its end); a night too small to gate or with bad adopted
     text ends there with its status, any other error is raised once the folder says what
     happened. Then what the night keeps for the next (only a night that used its rows), its
-    patience count, the last writes, and --auto-adopt."""
-    outcome, config, night_dir = ctx.night, ctx.config, ctx.night_dir
+    patience count, and the night's end: its frozen `NightResult`, written, and --auto-adopt."""
+    draft, config, night_dir = ctx.night, ctx.config, ctx.night_dir
     try:
         for phase in phases:
             with ctx.timed(phase.seconds):
@@ -218,19 +218,19 @@ def _run_phases(ctx: NightContext, phases: Sequence[Phase]) -> NightResult:
             if phase.after is not None:
                 ctx.time_up(phase.after)
     except TooFewTasks as err:
-        outcome.status, outcome.reason = "too_few_tasks", str(err)
+        draft.status, draft.reason = "too_few_tasks", str(err)
     except (SplitOverlap, BlockMarkerError) as err:  # the latter: adopted text from before
-        outcome.status, outcome.reason = "failed", str(err)
+        draft.status, draft.reason = "failed", str(err)
     except Exception as err:  # a bug or bad settings: the folder still says what happened
-        outcome.status, outcome.reason = "failed", f"{type(err).__name__}: {err}"
-        finish(night_dir, outcome, ctx.evidence)
+        draft.status, draft.reason = "failed", f"{type(err).__name__}: {err}"
+        finish(night_dir, draft, ctx.evidence)
         raise
-    outcome.records = dict(ctx.records)
-    if ctx.tasks is not None and not ctx.dry_run and outcome.status in staging.ADVANCES_CURSOR:
-        remember(outcome, ctx.tasks, config, ctx.home)  # else: read again next night
+    draft.records = dict(ctx.records)
+    if ctx.tasks is not None and not ctx.dry_run and draft.status in staging.ADVANCES_CURSOR:
+        remember(draft, ctx.tasks, config, ctx.home)  # else: read again next night
     if not ctx.dry_run:
-        count_patience(outcome, config, ctx.home)
-    finish(night_dir, outcome, ctx.evidence)
+        count_patience(draft, config, ctx.home)
+    outcome = finish(night_dir, draft, ctx.evidence)
     if config.auto_adopt and outcome.status == "staged" and not ctx.dry_run:
         return auto_adopt(outcome, night_dir, outcome.night, config, ctx.home, ctx.console)
     return outcome

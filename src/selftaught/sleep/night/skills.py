@@ -77,7 +77,7 @@ from selftaught.sleep.records import (
     SkillRecord,
     SkillSetRecord,
 )
-from selftaught.sleep.result import NightResult
+from selftaught.sleep.result import NightDraft
 from selftaught.stops import UNLIMITED, Deadline
 
 
@@ -213,7 +213,7 @@ def _entry(
 
 
 def learn_skills(
-    night: NightResult,
+    night: NightDraft,
     task: Any,
     config: Any,
     models: Any,
@@ -323,7 +323,7 @@ def _train_set(
 
 
 def _beyond_text(
-    night: NightResult,
+    night: NightDraft,
     units: list[KindUnit],
     result: SkillSetResult,
     task: Any,
@@ -418,7 +418,7 @@ def _with_learned(
 
 
 def _stage_shared(
-    night: NightResult, choice: WeightChoice | None, night_dir: Path, home: Path, base_spec: str
+    night: NightDraft, choice: WeightChoice | None, night_dir: Path, home: Path, base_spec: str
 ) -> bool:
     """The shared adapter, when its gate chose it, staged as the project's own proposal (its
     skill and memory as adopted); the night's `weights` say why either way."""

@@ -54,7 +54,7 @@ from selftaught.sleep.records import (
     WindowRecord,
     plain,
 )
-from selftaught.sleep.result import NightResult
+from selftaught.sleep.result import NightDraft, NightResult
 
 
 def gate_mode(training: SkillOptConfig, held_out: bool = True) -> GateMode:
@@ -72,10 +72,10 @@ def gate_mode(training: SkillOptConfig, held_out: bool = True) -> GateMode:
 
 def new_night(
     project: str, night: str, night_dir: Path, models: NightModels, config: NightConfig, home: Path
-) -> NightResult:
+) -> NightDraft:
     """The night as it starts (report.json's first write, as running)."""
     training = config.training
-    return NightResult(
+    return NightDraft(
         project=project,
         night_dir=night_dir,
         night=night,
@@ -139,7 +139,7 @@ def night_context(
     edits = night_ledger(project, home, night_dir, dry_run)
     config = dataclasses.replace(config, training=with_ledger(config.training, edits))
     sync_rollbacks(project, home, EditLedger(config.training.edit_ledger or edits))
-    atomic_write_json(night_dir / "report.json", outcome.report_dict())
+    atomic_write_json(night_dir / "report.json", outcome.result().report_dict())
     return NightContext(
         night=outcome,
         config=config,
@@ -158,7 +158,7 @@ def night_context(
     )
 
 
-def remember(night: NightResult, mined: Splits, config: NightConfig, home: Path) -> None:
+def remember(night: NightDraft, mined: Splits, config: NightConfig, home: Path) -> None:
     """Keep tonight's tasks for the nights to come (`recall.py`), the weak labels still
     waiting for a reference (`weak.py`) and the kinds found (`kinds.py`), once the night has
     used its interactions."""
@@ -172,7 +172,7 @@ def remember(night: NightResult, mined: Splits, config: NightConfig, home: Path)
         remember_waiting(night.project, home, mined.weak_waiting)
 
 
-def count_patience(night: NightResult, config: NightConfig, home: Path) -> None:
+def count_patience(night: NightDraft, config: NightConfig, home: Path) -> None:
     """Count the night toward `--patience` (`sleep/pause.py`); the stop when it fired."""
     project = night.project
     stop = pause.count_night(project, night.night, night.status, config.stops.patience, home)
@@ -184,7 +184,7 @@ def count_patience(night: NightResult, config: NightConfig, home: Path) -> None:
         )
 
 
-def as_served(models: NightModels, adopted: Adopted, night: NightResult) -> NightModels:
+def as_served(models: NightModels, adopted: Adopted, night: NightDraft) -> NightModels:
     """The night measures the agent as it serves: with the adopted version's adapter, when it
     has one (a weight night then goes on training that adapter)."""
     if adopted.adapter is None:
@@ -231,22 +231,24 @@ def auto_adopt(
     return staging.read_night(night_dir)
 
 
-def finish(night_dir: Path, night: NightResult, evidence: EvidenceLog) -> None:
-    """The night's last writes: diagnostics, report.md, then report.json (its status). Its
-    reason and notes are redacted first: they quote errors, and a server may quote a key."""
-    night.reason = redact_for_model(night.reason) if night.reason else night.reason
-    night.notes = tuple(redact_for_model(note) for note in night.notes)
-    night.evidence_calls = evidence.calls
-    night.ended_at = time.time()
-    if night.status not in staging.ADVANCES_CURSOR:
-        night.consumed_until = None  # read again next night
-    night.settle()
+def finish(night_dir: Path, draft: NightDraft, evidence: EvidenceLog) -> NightResult:
+    """The night's end: its `NightResult`, made once, then its last writes from it:
+    diagnostics, report.md, then report.json (its status). Its reason and notes are redacted
+    first: they quote errors, and a server may quote a key."""
+    draft.reason = redact_for_model(draft.reason) if draft.reason else draft.reason
+    draft.notes = tuple(redact_for_model(note) for note in draft.notes)
+    draft.evidence_calls = evidence.calls
+    draft.ended_at = time.time()
+    if draft.status not in staging.ADVANCES_CURSOR:
+        draft.consumed_until = None  # read again next night
+    night = draft.result()
     report = night.report_dict()
     summary.write_diagnostics(night_dir, night, evidence)
     summary.write_markdown(night_dir, night)
     atomic_write_text(night_dir / "README.txt", staging.NIGHT_LAYOUT)
     atomic_write_json(night_dir / "report.json", report)
     make_private(night_dir)  # what the trainers and peft wrote there with the umask's modes
+    return night
 
 
 def empty_night(

@@ -18,7 +18,7 @@ from selftaught.sleep.adoption.placement import read_document, start_problem
 from selftaught.sleep.adoption.write_back import SourceFile
 from selftaught.sleep.paths import Adopted
 from selftaught.sleep.records import SourceFileRecord
-from selftaught.sleep.result import NightResult
+from selftaught.sleep.result import NightDraft
 
 
 def check_start_files(config: Any) -> None:
@@ -44,7 +44,7 @@ def check_start_files(config: Any) -> None:
         )
 
 
-def start_from(night: NightResult, adopted: Adopted, path: Path | None) -> Adopted:
+def start_from(night: NightDraft, adopted: Adopted, path: Path | None) -> Adopted:
     """`adopted` with the skill read from `path` (None: as it is), recorded in the night
     (`start_document`, a note when it replaces the adopted skill)."""
     if path is None:

@@ -16,7 +16,7 @@ from selftaught.models.usage import UsageLedger
 from selftaught.sleep.night.config import NightConfig, NightModels
 from selftaught.sleep.night.evidence import EvidenceLog
 from selftaught.sleep.paths import Adopted
-from selftaught.sleep.result import NightResult
+from selftaught.sleep.result import NightDraft
 from selftaught.stops import UNLIMITED, Deadline, StopReason
 
 if TYPE_CHECKING:
@@ -77,9 +77,10 @@ class NightWindow:
 class NightContext:
     """One project's night as its phases see it: the inputs (settings, models, the adopted
     version it starts from, its folder, evidence log, usage ledger and clock), what each
-    phase hands the next (typed, one field each), and `night`, the result being built."""
+    phase hands the next (typed, one field each), and `night`, the result being built (a
+    `NightDraft`: the night's end makes it the frozen `NightResult`)."""
 
-    night: NightResult
+    night: NightDraft
     config: NightConfig
     models: NightModels
     adopted: Adopted

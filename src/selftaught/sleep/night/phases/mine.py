@@ -45,7 +45,7 @@ from selftaught.sleep.records import (
     MiningRecord,
     RecallRecord,
 )
-from selftaught.sleep.result import NightResult
+from selftaught.sleep.result import NightDraft
 from selftaught.tasks.scorers import LlmJudge
 
 
@@ -212,7 +212,7 @@ def _night_miner(
 
 
 def _recall(
-    night: NightResult,
+    night: NightDraft,
     tasks: list[MinedTask],
     config: NightConfig,
     models: NightModels,
@@ -245,7 +245,7 @@ WORKSPACE_LEFT = "a workspace task (the agent's own test run) needs an agent tar
 
 
 def _checkable(
-    night: NightResult, combined: list[MinedTask], tonight: list[MinedTask], agent: bool
+    night: NightDraft, combined: list[MinedTask], tonight: list[MinedTask], agent: bool
 ) -> list[MinedTask]:
     """The tasks the target can be checked on: on an agent, those its run can be checked on
     (`agent_replay.for_agent`); the workspace tasks only on an agent or with their folder
@@ -260,7 +260,7 @@ def _checkable(
 
 
 def _leave_out(
-    night: NightResult, left: list[MinedTask], tonight: list[MinedTask], why: str
+    night: NightDraft, left: list[MinedTask], tonight: list[MinedTask], why: str
 ) -> None:
     tonight_ids = {id(t) for t in tonight}
     mined_left = sum(id(t) in tonight_ids for t in left)

@@ -56,7 +56,7 @@ from selftaught.sleep.records import (
     SplitCounts,
     WeakRecord,
 )
-from selftaught.sleep.result import NightResult
+from selftaught.sleep.result import NightDraft
 from selftaught.tasks.episode import is_tool_task
 
 
@@ -115,7 +115,7 @@ class SplitPhase(Phase):
 
 
 def _kinds(
-    night: NightResult,
+    night: NightDraft,
     splits: dict[str, list[MinedTask]],
     recalled: list[MinedTask],
     config: NightConfig,
@@ -142,7 +142,7 @@ def _kinds(
 
 
 def _weak_labels(
-    night: NightResult,
+    night: NightDraft,
     unchecked: list[Interaction],
     checked: list[MinedTask],
     splits: dict[str, list[MinedTask]],
@@ -193,7 +193,7 @@ def _gate_power(mode: GateMode, n_val: int, config: NightConfig, console: Consol
 
 
 def _write_tasks(
-    night: NightResult, mined: Splits, models: NightModels, night_dir: Path
+    night: NightDraft, mined: Splits, models: NightModels, night_dir: Path
 ) -> NightTask:
     """tasks.jsonl (every task of the night, recalled ones marked) and the task the night
     replays them with: on the agent itself, else on a chat model (the night's `replay`)."""

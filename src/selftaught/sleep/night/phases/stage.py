@@ -42,7 +42,7 @@ from selftaught.sleep.records import (
     ProposalRecord,
     TrainOnlyUse,
 )
-from selftaught.sleep.result import NightResult
+from selftaught.sleep.result import NightDraft
 
 
 class StagePhase(Phase):
@@ -74,7 +74,7 @@ class StageRecord:
 
 
 def _outcome(
-    night: NightResult,
+    night: NightDraft,
     night_dir: Path,
     adopted: Adopted,
     result: Consolidation,
@@ -187,7 +187,7 @@ def _weights_outcome(
 
 
 def _val_by_item(
-    night: NightResult, result: Consolidation, adopted: Adopted
+    night: NightDraft, result: Consolidation, adopted: Adopted
 ) -> tuple[dict[str, float | None] | None, dict[str, float | None] | None]:
     """Each val task's hard score before the night (the adopted text) and after it (the staged
     text; nothing staged: the adopted one), from the scores the phases kept; None where not
@@ -209,9 +209,7 @@ def _hard(items: Mapping[str, Sequence[float] | None]) -> dict[str, float | None
     return {i: None if v is None else float(v[0]) for i, v in items.items()} or None
 
 
-def _train_only_use(
-    night: NightResult, night_dir: Path, splits: dict[str, list[MinedTask]]
-) -> None:
+def _train_only_use(night: NightDraft, night_dir: Path, splits: dict[str, list[MinedTask]]) -> None:
     """Whether what the night staged used its weak or synthetic tasks (`split.train_only_use`)."""
     staged = night_dir / "proposal" / "skill.md"
     skill = staged.read_text() if staged.is_file() else None

@@ -32,7 +32,7 @@ from selftaught.sleep.records import (
     LateDuplicate,
     WeightsRecord,
 )
-from selftaught.sleep.result import NightResult
+from selftaught.sleep.result import NightDraft
 
 
 class WeightsPhase(Phase):
@@ -55,7 +55,7 @@ class WeightsPhase(Phase):
 
 
 def _weights(
-    night: NightResult,
+    night: NightDraft,
     config: NightConfig,
     models: NightModels,
     task: NightTask,

@@ -16,7 +16,7 @@ from selftaught.sleep.records import (
     ClientWindow,
     WindowRecord,
 )
-from selftaught.sleep.result import ROWS_READ_FILE, NightResult
+from selftaught.sleep.result import ROWS_READ_FILE, NightDraft
 
 
 class WindowPhase(Phase):
@@ -34,7 +34,7 @@ class WindowPhase(Phase):
 
 
 def _take_window(
-    night: NightResult, rows: list[Interaction], since: float, until: float, config: NightConfig
+    night: NightDraft, rows: list[Interaction], since: float, until: float, config: NightConfig
 ) -> list[Interaction]:
     """The rows this night reads (the caps may leave the newest for the next night, a client's
     rows over its share are left out)."""
