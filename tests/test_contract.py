@@ -5,6 +5,7 @@ which train a tiny model)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -269,6 +270,21 @@ def test_a_skill_run_returns_a_typed_result_that_round_trips(tmp_path):
     assert isinstance(back, SkillRunResult) and back.analyst == result.analyst
     assert back.test is not None and back.test.paired == result.test.paired
     assert result.texts() == {"best_skill.md": result.best_skill}
+
+
+def test_every_result_kind_is_frozen(tmp_path):
+    """A result is what its run returned: a change after it is a new one (`replace`)."""
+    from tests.test_docs_reference import api_types
+
+    kinds = {k.__name__: k for k in api_types()["results"]}
+    names = {"SkillRunResult", "SkillSetResult", "RestResult", "DPOResult", "RLResult"}
+    assert names | {"NightResult"} <= set(kinds)
+    assert [name for name, k in kinds.items() if not k.__dataclass_params__.frozen] == []
+    result = skill_run(tmp_path)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.best_skill = "edited"
+    edited = dataclasses.replace(result, best_skill="edited")
+    assert edited.best_skill == "edited" and edited.shipped_score == result.shipped_score
 
 
 def test_a_summary_written_before_typed_results_still_loads(tmp_path):

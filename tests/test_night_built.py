@@ -7,6 +7,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
+from selftaught.sleep.adoption import staging
 from selftaught.sleep.night.cycle import run_night
 from selftaught.sleep.records import AdapterRecord, WeightsRecord
 from selftaught.sleep.result import NightDraft, NightResult
@@ -34,6 +37,29 @@ def test_a_night_returns_the_night_it_built_and_its_report_reads_back_equal(tmp_
     assert night.seconds > 0 and night.seconds == read.seconds
     assert {"mine", "text", "proofread", "weights"} <= set(night.phase_seconds)
     assert night.splits is not None and night.gate is not None and night.gate.smallest_gain
+
+
+def test_a_night_returns_a_frozen_result_and_adopting_it_writes_a_new_one(tmp_path):
+    fill_log(tmp_path, ALPHA_NIGHT)
+    (night,) = run_night(config(tmp_path), models=models())
+    assert night.status == "staged" and isinstance(night, NightResult)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        night.status = "adopted"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        night.shipped_score = night.base_score
+    staging.adopt(night.project, night.night, home=tmp_path)
+    adopted = staging.read_night(night.night_dir)
+    assert (adopted.status, adopted.adopted_version) == ("adopted", 1)
+    assert night.status == "staged" and night.adopted_version is None  # what the night returned
+    assert adopted.shipped_score == night.shipped_score and adopted.notes == night.notes
+
+
+def test_the_draft_has_every_field_the_night_fills_under_its_name_and_type():
+    derived = {"run_dir", "method", "task", "base_score", "shipped_score", "seconds"}
+    read_only = {"extra", "report_keys"}  # a night read back from its report.json
+    result = {f.name: f.type for f in dataclasses.fields(NightResult)}
+    draft = {f.name: f.type for f in dataclasses.fields(NightDraft)}
+    assert draft == {k: v for k, v in result.items() if k not in derived | read_only}
 
 
 def test_a_night_too_small_to_gate_still_reports_what_it_mined(tmp_path):

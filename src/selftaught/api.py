@@ -25,6 +25,7 @@ Every entry point but `evaluate` (an `EvalResult`) returns `RunResult` subclasse
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -221,7 +222,8 @@ def optimize_skills(
         progress=progress,
         console=console,
     )
-    result.written, result.refused = write_skill_files(result.outcomes, skills_dir, starts)
+    written, refused = write_skill_files(result.outcomes, skills_dir, starts)
+    result = replace(result, written=written, refused=refused)
     atomic_write_json(out / "result.json", result.to_dict())
     return result
 

@@ -138,11 +138,12 @@ def _score(d: dict[str, Any] | None) -> SplitScore | None:
     return SplitScore.from_dict(d) if d else None
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RunResult:
     """What a run shipped: its directory, the start and shipped scores (on test when the run
     scored test, else on val: `SplitScore.split` says which), why it stopped early, what it spent
-    (per role: calls, tokens) and how long it took."""
+    (per role: calls, tokens) and how long it took. Frozen, as each subclass is: a result that
+    changes after its run (an adopted night) is a new one (`dataclasses.replace`)."""
 
     kind: ClassVar[str] = "run"
 
@@ -159,7 +160,12 @@ class RunResult:
     seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        self.stopped_by = StopReason.read(self.stopped_by)
+        self._derive(stopped_by=StopReason.read(self.stopped_by))
+
+    def _derive(self, **values: Any) -> None:
+        """Set fields that `__post_init__` derives from the others (the result is frozen)."""
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)

@@ -27,6 +27,7 @@ from selftaught.skill.result import (
     ParseStats,
     SkillRunResult,
     SkillTest,
+    SlowUpdate,
     cost_front,
 )
 from selftaught.skill.rows import BaselineRow, StepRow
@@ -389,8 +390,10 @@ class RunStore:
         task: str,
         document: str,
         test_ledger: UsageLedger,
+        slow: SlowUpdate | None = None,
     ) -> SkillRunResult:
-        """What the run shipped (summary.json holds its `to_dict()`)."""
+        """What the run shipped (summary.json holds its `to_dict()`); `slow`: the slow update
+        at its end, when it made one."""
         assert st.best is not None
         rows = self.run.history()
         decisions = Counter(r["gate"]["decision"] for r in rows if r.get("stage") == "step")
@@ -415,4 +418,5 @@ class RunStore:
             test_usage=test_ledger.to_dict(),
             seconds=round(st.elapsed_s, 2),
             front=self.front(st),
+            slow=slow,
         )

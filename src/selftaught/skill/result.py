@@ -202,7 +202,7 @@ def cost_front(points: list[tuple[str, float, ItemCost | None]], shipped: str) -
     ]
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SkillRunResult(RunResult):
     """A skill (or memory: `method`) run: the shipped document, val before / after, the test
     comparison when test was scored, gate decisions, analyst parse rate, usage (the final test
@@ -229,17 +229,17 @@ class SkillRunResult(RunResult):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.method = self.method or "skill"
         base: EvalResult | None
         shipped: EvalResult | None
         if self.test is not None:
             base, shipped = self.test.initial, self.test.best
         else:
             base, shipped = self.val_initial, self.val_best
-        if self.base_score is None and base is not None:
-            self.base_score = base.score()
-        if self.shipped_score is None and shipped is not None:
-            self.shipped_score = shipped.score()
+        self._derive(
+            method=self.method or "skill",
+            base_score=self.base_score or (base.score() if base is not None else None),
+            shipped_score=self.shipped_score or (shipped.score() if shipped is not None else None),
+        )
 
     @property
     def document(self) -> str:

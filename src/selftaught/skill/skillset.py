@@ -454,7 +454,7 @@ class SkillOutcome:
         )
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SkillSetResult(RunResult):
     """A set of skills trained on one task: one `SkillOutcome` per cluster, the examples no
     skill took, and the whole val served with routing before (`base_score`: the starting
@@ -473,7 +473,8 @@ class SkillSetResult(RunResult):
     refused: list[RefusedWrite] = field(default_factory=list)  # and those not written, why
 
     def __post_init__(self) -> None:
-        self.method = self.method or "skill_set"
+        super().__post_init__()
+        self._derive(method=self.method or "skill_set")
 
     @property
     def accepted(self) -> list[SkillOutcome]:

@@ -238,9 +238,13 @@ class SkillTrainer(BaseTrainer[SkillOptConfig, SkillRunResult, Task]):
             export_package(st.best.text, self.run.path("best_package"))
         self.run.path("error.json").unlink(missing_ok=True)  # a resumed run got past it
         result = self.store.result(
-            st, test, task=self.task.name, document=self.document, test_ledger=self.test_ledger
+            st,
+            test,
+            task=self.task.name,
+            document=self.document,
+            test_ledger=self.test_ledger,
+            slow=self.slow_update,
         )
-        result.slow = self.slow_update
         return self._end(result)  # summary.json, on_end
 
     async def _run_stages(self, st: RunState, elapsed0: float, t_start: float) -> SkillTest | None:

@@ -54,15 +54,16 @@ ROWS_READ_FILE = "rows_read.txt"  # in the night's folder: the ids of the rows i
 EXIT_FAILED = ("backend_failed", "failed")
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class NightResult(RunResult):
     """What one night did for one project, and where it is: its report.json as typed fields
     of the same names, each section a frozen record (`records.py`); `report_dict()` is that
     file, key for key, also for a report an older version wrote. A `RunResult` whose scores
     are val before / after the proposal (nothing shipped: both the start).
 
-    Not frozen itself: `RunResult`, its base, is not, and a frozen dataclass cannot subclass
-    a mutable one; its sections are."""
+    Frozen: the night's phases fill a `NightDraft`, which its end makes a `NightResult`, once;
+    a night that changes after (adopted, marked interrupted) is a new one
+    (`dataclasses.replace`), written back with `staging.write_night`."""
 
     kind: ClassVar[str] = "night"
 
@@ -112,21 +113,20 @@ class NightResult(RunResult):
     Not in report.json: a night read back has none."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        self._derive()
-
-    def _derive(self) -> None:
         """The `RunResult` fields that follow from the night's sections."""
-        self.run_dir = self.run_dir or self.night_dir
-        self.method = self.method or "night"
-        self.task = self.task or self.project
+        super().__post_init__()
         before, after = _night_scores(self)
-        self.base_score = self.base_score or before
-        self.shipped_score = self.shipped_score or after
+        self._derive(
+            run_dir=self.run_dir or self.night_dir,
+            method=self.method or "night",
+            task=self.task or self.project,
+            base_score=self.base_score or before,
+            shipped_score=self.shipped_score or after,
+        )
         if self.stopped_by is None and self.failed:
-            self.stopped_by = StopReason.read(self.reason)
+            self._derive(stopped_by=StopReason.read(self.reason))
         if not self.seconds and self.ended_at and self.started_at:
-            self.seconds = float(self.ended_at) - float(self.started_at)
+            self._derive(seconds=float(self.ended_at) - float(self.started_at))
 
     @classmethod
     def from_report(

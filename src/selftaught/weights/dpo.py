@@ -391,7 +391,7 @@ def assert_no_held_out(prefs: Preferences, task: Task) -> None:
 # ---- the trainer ----------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class DPOResult(RestResult):
     """What a DPO run shipped: the base model (round 0) or the DPO adapter (round 1)."""
 

@@ -77,7 +77,7 @@ TOO_FEW_ELITE_ADVICE = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class RestResult(RunResult):
     """What a run shipped and how it got there (`RunResult` plus the rounds)."""
 
@@ -91,8 +91,10 @@ class RestResult(RunResult):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.base_score = self.base_score or self.base_test.score()
-        self.shipped_score = self.shipped_score or self.shipped_test.score()
+        self._derive(
+            base_score=self.base_score or self.base_test.score(),
+            shipped_score=self.shipped_score or self.shipped_test.score(),
+        )
 
     @property
     def gain(self) -> float:

@@ -184,7 +184,7 @@ def _budget_stop(
     return BudgetStop()
 
 
-@dataclass
+@dataclass(frozen=True)
 class RLResult(RunResult):
     """What a GRPO / GSPO run shipped (`RunResult` plus the start / trained val scores, the
     gate decision and the logged steps)."""
@@ -204,8 +204,10 @@ class RLResult(RunResult):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.base_score = self.base_score or self.base_test.score()
-        self.shipped_score = self.shipped_score or self.shipped_test.score()
+        self._derive(
+            base_score=self.base_score or self.base_test.score(),
+            shipped_score=self.shipped_score or self.shipped_test.score(),
+        )
 
     @classmethod
     def _fields_from_dict(cls, d: dict[str, Any]) -> dict[str, Any]:

@@ -307,8 +307,7 @@ def adopt_skill(
         done.written_back += [written] if written else []
         skills = list(staged.skills)
         skills[index] = _adopted(skills[index], done.version)
-        staged.skills = tuple(skills)
-        staging.write_night(staged)
+        staging.write_night(replace(staged, skills=tuple(skills)))
         done.note = note
         return done
 

@@ -64,7 +64,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -217,12 +217,11 @@ def mark_interrupted(project: str, home: Path | None = None) -> list[str]:
     found = []
     for path, night in list_nights(project, home):
         if night.status == "running":
-            night.status = "interrupted"
-            night.reason = (
+            why = (
                 "the night stopped before it finished (killed or crashed); nothing was staged, "
                 "and its interactions are read again by the next night"
             )
-            write_night(night)
+            write_night(replace(night, status="interrupted", reason=why))
             found.append(path.name)
     return found
 
@@ -740,9 +739,9 @@ def adopt(
         }
         live = LiveFiles(list(target_paths), follow_symlinks)
         done = install_version(project, home, skill, memory, meta, adapter, previous, live)
-        staged.status, staged.adopted_version = "adopted", done.version
-        staged.adopted_at = time.time()
-        write_night(staged)
+        write_night(
+            replace(staged, status="adopted", adopted_version=done.version, adopted_at=time.time())
+        )
         done.note = note
         return done
 

@@ -541,6 +541,5 @@ def auto_adopt_skills(
         console.print(f"{project}: adopted skill {entry.name} as its version {adoption.version}")
     night = staging.read_night(night_dir)  # as adopting each skill left it
     if done and not any(e.status == "staged" for e in night.skills):
-        night.status = "adopted"
-        staging.write_night(night)
+        staging.write_night(dataclasses.replace(night, status="adopted"))
     return done
