@@ -3,8 +3,9 @@
 `SkillTrainer`, `RestTrainer`, `RLTrainer` and a sleep night all return a `RunResult`
 subclass (`SkillRunResult`, `RestResult`, `RLResult`, `NightResult`): where the run lives,
 the starting and the shipped score with their 95% intervals, why it stopped early (if it did)
-and what it spent. `to_dict()` is JSON-ready; `RunResult.from_dict(d)` rebuilds the subclass
-named by `d["kind"]`, so a result read back from disk is the object the run returned."""
+and what it spent. Each is a frozen dataclass. `to_dict()` is JSON-ready;
+`RunResult.from_dict(d)` rebuilds the subclass named by `d["kind"]`, so a result read back from
+disk is the object the run returned."""
 
 from __future__ import annotations
 

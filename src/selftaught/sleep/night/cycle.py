@@ -283,7 +283,8 @@ class NightTrainer(BaseTrainer[NightConfig, NightResult, NightSource]):
     `NightTrainer(config, log, model, *, output_dir, callbacks, progress, console, ledger)`
     (through `build_trainer(NightConfig(project=...), log, model)`); `train()` runs the night
     (harvest, mine, split, the skill / memory / weight phases, the gate, staging) under the
-    night lock and returns its typed `NightResult`; `callbacks` (and the tracker
+    night lock and returns its typed, frozen `NightResult` (the phases fill a `NightDraft`,
+    which the night's end makes the result, once); `callbacks` (and the tracker
     `config.report_to` names) see its phases, val before / after and the staging decision.
 
     Its `task` is a `NightSource` (the project and the log it mines), its `run` the night's

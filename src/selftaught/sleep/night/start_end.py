@@ -1,7 +1,8 @@
-"""What a project's night does before its first phase and after its last: the result as it
+"""What a project's night does before its first phase and after its last: its draft as it
 starts (report.json's first write, as running), the adopted version it starts from and the
 target as it serves, the slow update's edit ledger; then what the night keeps for the next
-(recall, weak labels, kinds), its patience count, the last writes, and --auto-adopt."""
+(recall, weak labels, kinds), its patience count, its `NightResult` and the last writes, and
+--auto-adopt."""
 
 from __future__ import annotations
 
@@ -125,23 +126,23 @@ def night_context(
     dry_run: bool,
     ledger: UsageLedger,
 ) -> NightContext:
-    """The night as it starts: its result (report.json's first write, as running), the
+    """The night as it starts: its draft (report.json's first write, as running), the
     adopted version it starts from (a --start-document's text in its skill), the target as
     it serves (with the adopted adapter), a warning when the models changed since the last
     night, and the project's edit ledger for the slow update (issue 51, rollbacks noted)."""
-    outcome = new_night(project, window.night, night_dir, models, config, home)
-    adopted = start_from(outcome, staging.read_adopted_files(project, home), config.start_document)
-    models = as_served(models, adopted, outcome)
-    change = model_change(outcome.models, project, home)
+    draft = new_night(project, window.night, night_dir, models, config, home)
+    adopted = start_from(draft, staging.read_adopted_files(project, home), config.start_document)
+    models = as_served(models, adopted, draft)
+    change = model_change(draft.models, project, home)
     if change:
-        outcome.note(change)
+        draft.note(change)
         console.print(f"[bold yellow]warning:[/] {project}: {change}")
     edits = night_ledger(project, home, night_dir, dry_run)
     config = dataclasses.replace(config, training=with_ledger(config.training, edits))
     sync_rollbacks(project, home, EditLedger(config.training.edit_ledger or edits))
-    atomic_write_json(night_dir / "report.json", outcome.result().report_dict())
+    atomic_write_json(night_dir / "report.json", draft.result().report_dict())
     return NightContext(
-        night=outcome,
+        night=draft,
         config=config,
         models=models,
         adopted=adopted,
