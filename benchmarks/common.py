@@ -397,7 +397,7 @@ def night_config(args: Any, home: Path, training: Any, **changes: Any) -> Any:
         "training": training,
         "split": SplitConfig(min_val=args.min_val, seed=args.seed),
         "weight_training": WeightNightConfig(
-            max_steps=args.max_steps, max_minutes=args.max_train_seconds / 60, seed=args.seed
+            adapter_max_steps=args.max_steps, adapter_max_minutes=args.max_train_seconds / 60
         ),
     }
     return NightConfig(**{**settings, **changes})

@@ -209,14 +209,14 @@ def test_sleep_run_and_proxy_build_their_configs_from_the_file(tmp_path, monkeyp
     (tmp_path / "night.toml").write_text(
         'project = "shop"\nmax_tasks = 30\ngate = "off"\n[training]\nepochs = 2\nseed = 4\n'
         '[training.gate]\nmargin = 0.0\nobjective = ["score", "tokens"]\n'
-        "[weight_training]\nmax_steps = 3\n[miner]\nread_followups = true\n"
+        "[weight_training]\nadapter_max_steps = 3\n[miner]\nread_followups = true\n"
     )
     done = run("sleep", "run", "--config", "night.toml", "--max-tasks", "12")
     assert isinstance(done.exception, Captured), done.output
     night = done.exception.args[0][0]
     assert (night.project, night.max_tasks, night.training.epochs) == ("shop", 12, 2)
     assert night.training.gate.accept_all and night.training.gate.objective == ("score", "tokens")
-    assert (night.split.seed, night.weight_training.max_steps) == (4, 3)
+    assert (night.split.seed, night.weight_training.adapter_max_steps) == (4, 3)
     assert night.miner.read_followups
     (tmp_path / "proxy.toml").write_text(
         'upstream = "openai:m"\nport = 8999\ntimeout_s = 30.0\n[probation]\nmin_outcomes = 9\n'
@@ -225,6 +225,34 @@ def test_sleep_run_and_proxy_build_their_configs_from_the_file(tmp_path, monkeyp
     assert isinstance(done.exception, Captured), done.output
     proxy = done.exception.args[0][0]
     assert (proxy.port, proxy.timeout_s, proxy.probation.min_outcomes) == (8999, 30.0, 9)
+
+
+def test_an_older_files_renamed_keys_still_read_and_print_as_the_new_ones(tmp_path, monkeypatch):
+    import selftaught.sleep.night.cycle
+
+    capture(monkeypatch, selftaught.sleep.night.cycle, "run_night")
+    (tmp_path / "old.toml").write_text("[weight_training]\nmax_steps = 3\nmax_minutes = 2.5\n")
+    with pytest.warns(DeprecationWarning) as warned:
+        done = run("sleep", "run", "--config", "old.toml")
+    assert [str(w.message) for w in warned] == [
+        "old.toml: weight_training.max_steps is now weight_training.adapter_max_steps",
+        "old.toml: weight_training.max_minutes is now weight_training.adapter_max_minutes",
+    ]
+    night = done.exception.args[0][0]
+    weights = night.weight_training
+    assert (weights.adapter_max_steps, weights.adapter_max_minutes) == (3, 2.5)
+    with pytest.warns(DeprecationWarning):
+        text = printed("sleep", "run", "--config", "old.toml")
+    assert tomllib.loads(text)["weight_training"] == {
+        "adapter_max_steps": 3,
+        "adapter_max_minutes": 2.5,
+    }
+    # one setting under both names is refused, naming the old key
+    both = "[weight_training]\nmax_steps = 3\nadapter_max_steps = 4\n"
+    (tmp_path / "both.toml").write_text(both)
+    with pytest.warns(DeprecationWarning):
+        done = run("sleep", "run", "--config", "both.toml")
+    assert done.exit_code == 2 and "set twice" in done.output
 
 
 def test_a_night_folder_keeps_the_config_beside_its_report(tmp_path, monkeypatch):

@@ -593,7 +593,9 @@ def test_a_two_kind_night_trains_an_adapter_per_kind_and_the_proxy_serves_each(t
                     reply=f"That makes {a + b} in total.", project=PROJECT, source="proxy",
                     feedback=Feedback(thumb="down", reference=f"{a + b} {unit}")))  # fmt: skip
     target = load_model("local")
-    caps = WeightNightConfig(max_steps=12, max_minutes=2, max_length=256, samples_per_prompt=0)
+    caps = WeightNightConfig(
+        adapter_max_steps=12, adapter_max_minutes=2, max_length=256, samples_per_prompt=0
+    )
     config = NightConfig(
         home=home,
         log_path=tmp_path / "log.db",

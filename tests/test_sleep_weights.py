@@ -253,7 +253,7 @@ def test_too_little_data_for_one_batch_stays_text_only_and_says_why(tmp_path):
     fill_log(tmp_path, ["alpha"] * 12)
     m = models(analyst=RULE_ALPHA)
     m.adapter_trainer = FakeTrainer(sft=always_right)
-    cfg = weight_config(tmp_path, weight_training=WeightNightConfig(batch_size=64))
+    cfg = weight_config(tmp_path, weight_training=WeightNightConfig(adapter_batch_size=64))
     (night,) = run_night(cfg, models=m)
     assert m.adapter_trainer.calls == [] and night.status == "staged"
     assert any("fewer than one batch (64)" in n for n in night.notes)
@@ -299,7 +299,7 @@ def test_bad_weight_settings_are_refused_in_one_sentence(tmp_path):
     with pytest.raises(ValueError, match="weights must be one of off, sft, dpo, auto"):
         NightConfig(home=tmp_path, weights="lora")
     with pytest.raises(ValueError, match="max_steps"):
-        WeightNightConfig(max_steps=0)
+        WeightNightConfig(adapter_max_steps=0)
 
 
 def test_the_cli_refuses_an_unknown_weights_mode_in_one_sentence(tmp_path, monkeypatch):
@@ -368,7 +368,7 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
         )
     log.close()
     target = load_model("local")
-    caps = WeightNightConfig(max_steps=12, max_minutes=2, max_length=256)
+    caps = WeightNightConfig(adapter_max_steps=12, adapter_max_minutes=2, max_length=256)
     seen: list[dict] = []
 
     class Spy(LocalAdapterTrainer):
@@ -466,7 +466,7 @@ def test_a_nights_adapters_are_the_trainers_fit_bit_for_bit(tmp_path, one_thread
         return trainer
 
     monkeypatch.setattr(build, "build_weight_trainer", spy)
-    cfg = WeightNightConfig(max_steps=2, batch_size=2, max_length=64, device="cpu", seed=3)
+    cfg = WeightNightConfig(adapter_max_steps=2, adapter_batch_size=2, max_length=64, device="cpu")
     ask = [{"role": "system", "content": "Answer in km."}]
     prompts = [[*ask, {"role": "user", "content": f"{i} km and {i + 1} km?"}] for i in range(4)]
     rows = [(f"t{i}", p, f"{2 * i + 1} km") for i, p in enumerate(prompts)]
@@ -474,7 +474,7 @@ def test_a_nights_adapters_are_the_trainers_fit_bit_for_bit(tmp_path, one_thread
         sft=[Sample(i, p, p, a, a, 1.0, 1.0) for i, p, a in rows],
         pairs=[PreferencePair(i, p, a, "Far.") for i, p, a in rows],
     )
-    night = LocalAdapterTrainer(f"local:{tiny}", cfg, load_model(f"local:{tiny}", device="cpu"))
+    night = LocalAdapterTrainer(f"local:{tiny}", cfg, load_model(f"local:{tiny}", device="cpu"), 3)
 
     def weights(folder: Path) -> dict:
         return load_file(str(folder / "adapter_model.safetensors"))

@@ -291,7 +291,7 @@ def test_a_nights_adapters_train_through_the_trainers_configs(monkeypatch, tmp_p
         WeightNightConfig,
     )
 
-    cfg = WeightNightConfig(max_steps=5, max_minutes=0.5, dpo_beta=0.3)
+    cfg = WeightNightConfig(adapter_max_steps=5, adapter_max_minutes=0.5, dpo_beta=0.3)
     seen: dict = {}
 
     def fake_fit(self, model, tok, **kw):

@@ -26,7 +26,8 @@ import sys
 import textwrap
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, cast
 
@@ -221,6 +222,7 @@ def _expose(wrapper: Callable[..., Any], sig: inspect.Signature, keys: ConfigKey
 # ---- config files: `--config FILE` and `--print-config` ---------------------------------
 
 ConfigKeys = dict[str, tuple[str, ...]]  # parameter -> its key path in a config file
+Renamed = Mapping[tuple[str, ...], tuple[str, ...]]  # an old key path -> its new one
 _KEYS = "__config_keys__"
 SUFFIXES = (".toml", ".yaml", ".yml")
 CONFIG_FILE = "config.toml"  # the effective config a run folder keeps
@@ -259,6 +261,7 @@ def config_file(
     panels: Mapping[str, Sequence[str]] | None = None,
     exclude: Sequence[str] = (),
     into: str | None = None,
+    renamed: Mapping[str, str] | None = None,
 ) -> Callable[[F], F]:
     """Add `--config FILE` and `--print-config` to a command (put it right under the command's
     decorators, over its `config_flags`). A file's keys are the options' config keys: a
@@ -267,7 +270,9 @@ def config_file(
     are the options' defaults, so a flag on the command line overrides the file. `panels`:
     --help panel -> the options in it. `exclude`: options that are actions, not settings (they
     and hidden options are no keys). `into`: the parameter that receives the
-    `EffectiveConfig`, for the command to keep in its run folder."""
+    `EffectiveConfig`, for the command to keep in its run folder. `renamed`: an old dotted key
+    -> the key it is now (a field renamed), read as the new one with a DeprecationWarning so
+    an older file still runs; `--print-config` writes the new one."""
 
     def decorate(fn: F) -> F:
         sig = inspect.signature(fn, eval_str=True)
@@ -283,7 +288,11 @@ def config_file(
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
         table = _key_table(params, config_keys(fn), keys or {}, exclude)
         _check_keys(fn.__name__, table)
-        params += _file_options(table)
+        old = {tuple(k.split(".")): tuple(v.split(".")) for k, v in (renamed or {}).items()}
+        missing = [".".join(v) for v in old.values() if v not in table.values()]
+        if missing:
+            raise TypeError(f"{fn.__name__}: renamed to {missing}, which no option has as its key")
+        params += _file_options(table, old)
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -350,12 +359,13 @@ def _check_keys(command: str, table: ConfigKeys) -> None:
         raise TypeError(f"{command}: {'.'.join(min(clash))} is both a key and a table")
 
 
-def _file_options(table: ConfigKeys) -> list[inspect.Parameter]:
+def _file_options(table: ConfigKeys, renamed: Renamed) -> list[inspect.Parameter]:
     """`--config FILE` (read first, eagerly) and `--print-config`."""
 
     def load(ctx: typer.Context, value: Path | None) -> Path | None:
         if value is not None and not ctx.resilient_parsing:
-            ctx.default_map = {**(ctx.default_map or {}), **read_config(value, table, ctx)}
+            found = read_config(value, table, ctx, renamed)
+            ctx.default_map = {**(ctx.default_map or {}), **found}
         return value
 
     config = Annotated[
@@ -384,18 +394,29 @@ def _file_options(table: ConfigKeys) -> list[inspect.Parameter]:
     ]
 
 
-def read_config(path: Path, table: ConfigKeys, ctx: Any = None) -> dict[str, Any]:
+def read_config(
+    path: Path, table: ConfigKeys, ctx: Any = None, renamed: Renamed | None = None
+) -> dict[str, Any]:
     """A config file's settings by option name; unknown keys and unreadable files refused with
-    the file, the key and the valid keys named."""
+    the file, the key and the valid keys named; an old key `renamed` maps read as its new one
+    (a DeprecationWarning), one set under both names refused."""
     from selftaught.errors import ConfigError, read_text
 
     if path.suffix.lower() not in SUFFIXES:
         raise ConfigError(f"--config {path}: a config file is .toml, .yaml or .yml")
     data = _parse(path, read_text(path, "config file"))
     by_key = {key: param for param, key in table.items()}
+    renamed = renamed or {}
+    known = {**by_key, **{old: by_key[new] for old, new in renamed.items()}}
     found: dict[str, Any] = {}
-    for key, value in _leaves(path, data, (), by_key):
-        found[by_key[key]] = _as_default(value, _click_param(ctx, by_key[key]))
+    for key, value in _leaves(path, data, (), known, by_key):
+        param = known[key]
+        if param in found:
+            raise ConfigError(f"{path}: {'.'.join(key)} is set twice (under its old name too)")
+        if key in renamed:
+            new = ".".join(renamed[key])
+            warnings.warn(f"{path}: {'.'.join(key)} is now {new}", DeprecationWarning, stacklevel=2)
+        found[param] = _as_default(value, _click_param(ctx, param))
     return found
 
 
@@ -425,9 +446,14 @@ def _parse(path: Path, text: str) -> Any:
 
 
 def _leaves(
-    path: Path, data: Mapping[Any, Any], at: tuple[str, ...], by_key: Mapping[tuple[str, ...], str]
+    path: Path,
+    data: Mapping[Any, Any],
+    at: tuple[str, ...],
+    by_key: Mapping[tuple[str, ...], str],
+    valid: Collection[tuple[str, ...]],
 ) -> typing.Iterator[tuple[tuple[str, ...], Any]]:
-    """(key path, value) of every setting in the file, each checked against the known keys."""
+    """(key path, value) of every setting in the file, each checked against the known keys
+    (`by_key`, old names included); a refusal names the `valid` ones."""
     from selftaught.errors import ConfigError
 
     for name, value in data.items():
@@ -437,9 +463,9 @@ def _leaves(
                 raise ConfigError(f"{path}: {'.'.join(key)} takes a value, not a table")
             yield key, value
         elif isinstance(value, Mapping) and any(k[: len(key)] == key for k in by_key):
-            yield from _leaves(path, value, key, by_key)
+            yield from _leaves(path, value, key, by_key, valid)
         else:
-            here = sorted({k[len(at)] for k in by_key if k[: len(at)] == at and len(k) > len(at)})
+            here = sorted({k[len(at)] for k in valid if k[: len(at)] == at and len(k) > len(at)})
             where = f"in [{'.'.join(at)}] " if at else ""
             raise ConfigError(
                 f"{path}: unknown key {'.'.join(key)!r}; the valid keys {where}are "

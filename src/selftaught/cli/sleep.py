@@ -825,9 +825,12 @@ NIGHT_SKILL_FLAGS = (
     "teacher_demos",  # issue 52: never an end user's (no_demo) task
     "prompts",  # the user's own prompt templates, by file name
 )
-WEIGHT_FLAGS = {"max_steps": "weight_max_steps", "max_minutes": "weight_max_minutes"}
+WEIGHT_FLAGS = {
+    "adapter_max_steps": "weight_max_steps",
+    "adapter_max_minutes": "weight_max_minutes",
+}
 # --weight-max-seconds (before --weight-max-minutes) still parses: crontab lines hold it
-LEGACY_WEIGHT_SECONDS = WeightNightConfig.max_minutes * 60
+LEGACY_WEIGHT_SECONDS = WeightNightConfig.adapter_max_minutes * 60
 LegacyWeightSecondsOpt = Annotated[
     float, typer.Option(hidden=True, help="Deprecated: --weight-max-minutes.")
 ]
@@ -884,6 +887,12 @@ NIGHT_KEYS = {
     "target_skill_path": "target_skill_paths",
     "log": "log_path",
 }
+# keys a field's rename moved (every leaf of a NightConfig has one name): an older file still
+# reads, with a DeprecationWarning; --print-config writes the new key
+NIGHT_RENAMED = {
+    "weight_training.max_steps": "weight_training.adapter_max_steps",
+    "weight_training.max_minutes": "weight_training.adapter_max_minutes",
+}
 # --help by phase of the night
 NIGHT_PANELS = {
     "Window and mining": (
@@ -909,7 +918,13 @@ NIGHT_PANELS = {
 
 @sleep_app.command("run")
 @friendly_errors
-@config_file(keys=NIGHT_KEYS, panels=NIGHT_PANELS, exclude=("plan", "as_json"), into="run_config")
+@config_file(
+    keys=NIGHT_KEYS,
+    panels=NIGHT_PANELS,
+    exclude=("plan", "as_json"),
+    into="run_config",
+    renamed=NIGHT_RENAMED,
+)
 @config_flags(NightConfig, NIGHT_FLAGS, into="night_fields")
 @config_flags(
     SkillOptConfig,
@@ -1056,7 +1071,7 @@ def _nested(
     return {
         "split": SplitConfig(**split, seed=seed),
         "demo_modes": DemoModeConfig(**demos),
-        "weight_training": WeightNightConfig(**weights, seed=seed),
+        "weight_training": WeightNightConfig(**weights),
         "weak": WeakConfig(**weak),
         "dream": DreamConfig(**dream),
     }
@@ -1066,7 +1081,7 @@ def legacy_weights(weights: dict[str, Any], seconds: float) -> dict[str, Any]:
     """--weight-max-seconds, as a crontab line written before --weight-max-minutes holds it."""
     if seconds == LEGACY_WEIGHT_SECONDS:
         return weights
-    return {**weights, "max_minutes": seconds / 60}
+    return {**weights, "adapter_max_minutes": seconds / 60}
 
 
 def _night_gate(

@@ -597,7 +597,7 @@ def _weight_rows(config: NightConfig, counts: TaskCounts, costing: Costing) -> l
     evals = 2 + 2 * adapters  # the adopted, the text, each adapter alone and with the text
     note = (
         f"train replays, then {evals} val evaluations; training {adapters} x at most "
-        f"{w.max_minutes:g} min"
+        f"{w.adapter_max_minutes:g} min"
     )
     return [costing.row("weights", "target", replays + evals * counts.val, AT_MOST, note)]
 

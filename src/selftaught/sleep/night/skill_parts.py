@@ -185,9 +185,9 @@ def learn_memory(unit: KindUnit, run: KindsNight) -> tuple[str, list[str]]:
 def trainer_for(run: KindsNight, target: ChatModel) -> AdapterTrainer | None:
     """The night's adapter trainer for a kind served by `target` (training goes on from its
     adapter); None when the night's target is not local."""
-    models = run.models
-    return adapter_trainer(models.adapter_trainer, models.target_spec,
-                           run.config.weight_training, target)  # fmt: skip
+    models, config = run.models, run.config
+    return adapter_trainer(models.adapter_trainer, models.target_spec, config.weight_training,
+                           target, config.training.seed)  # fmt: skip
 
 
 def learn_adapter(

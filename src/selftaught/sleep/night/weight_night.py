@@ -84,15 +84,20 @@ WEIGHT_MODES = ("off", "sft", "dpo", "auto")
 
 @dataclass
 class WeightNightConfig:
-    """How a night trains an adapter (only when `NightConfig.weights` is not "off")."""
+    """How a night trains an adapter (only when `NightConfig.weights` is not "off"). Its
+    fields say they are the adapter's (`adapter_epochs`, not the skill's `training.epochs`):
+    every leaf of a `NightConfig` has one name. The adapter's seed is the night's
+    (`training.seed`)."""
 
-    max_steps: int = 16
+    adapter_max_steps: int = 16
     """Optimizer steps per adapter at most (the night's step cap)."""
-    max_minutes: float = 5.0
+    adapter_max_minutes: float = 5.0
     """Wall-clock minutes of training per adapter at most: training stops after the optimizer
     step that crosses it (the one notion of `--max-minutes`, `selftaught.stops`)."""
-    epochs: float = 3.0
-    batch_size: int = 4
+    adapter_epochs: float = 3.0
+    """Passes over the adapter's training rows (the step cap may end it first)."""
+    adapter_batch_size: int = 4
+    """Rows per optimizer step (a method with fewer rows than one batch is not trained)."""
     learning_rate: float | None = 1e-3
     """SFT learning rate (None: the LoRA default of `train`, 2e-4). Measured on the embedded
     model, 17 corrections "N km": 8 steps at 2e-4 left val at 0/7, 12 steps at 1e-3 took it
@@ -104,21 +109,20 @@ class WeightNightConfig:
     max_length: int = 512
     samples_per_prompt: int = 2
     """Replays per train task for the ReST-style elite (0: corrections only)."""
-    temperature: float = 0.8
+    replay_temperature: float = 0.8
     """Sampling temperature of those replays."""
     device: str | None = None
     """Where training runs (None: the best available)."""
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1 or self.max_minutes <= 0:
-            raise ConfigError("weight max_steps must be >= 1 and max_minutes > 0")
-        if self.batch_size < 1 or self.samples_per_prompt < 0:
-            raise ConfigError("weight batch_size must be >= 1 and samples_per_prompt >= 0")
-        if self.samples_per_prompt and self.temperature <= 0:
-            raise ConfigError("weight temperature must be > 0 (k greedy samples are k copies)")
-        self.dpo_config(self.batch_size)  # the trainers' configs validate the rest
-        self.rest_config(self.batch_size)
+        if self.adapter_max_steps < 1 or self.adapter_max_minutes <= 0:
+            raise ConfigError("adapter_max_steps must be >= 1 and adapter_max_minutes > 0")
+        if self.adapter_batch_size < 1 or self.samples_per_prompt < 0:
+            raise ConfigError("adapter_batch_size must be >= 1 and samples_per_prompt >= 0")
+        if self.samples_per_prompt and self.replay_temperature <= 0:
+            raise ConfigError("replay_temperature must be > 0 (k greedy samples are k copies)")
+        self.dpo_config(self.adapter_batch_size)  # the trainers' configs validate the rest
+        self.rest_config(self.adapter_batch_size)
 
     # The trainers' own configs, built from these flat fields (their names are `sleep run`'s
     # and a night's report's): an adapter trains through the same validated settings and the
@@ -129,27 +133,27 @@ class WeightNightConfig:
     def sft_config(self, rows: int, learning_rate: float | None = None) -> SFTTrainConfig:
         """The fine-tune's schedule for `rows` training rows (a batch never larger)."""
         return SFTTrainConfig(
-            epochs=self.epochs,
+            epochs=self.adapter_epochs,
             learning_rate=self.learning_rate if learning_rate is None else learning_rate,
-            batch_size=max(1, min(self.batch_size, rows)),
+            batch_size=max(1, min(self.adapter_batch_size, rows)),
             max_length=self.max_length,
-            max_steps=self.max_steps,
+            max_steps=self.adapter_max_steps,
         )
 
-    def rest_config(self, rows: int) -> RestConfig:
-        """`train --method sft`'s config for `rows` training rows."""
+    def rest_config(self, rows: int, seed: int = 0) -> RestConfig:
+        """`train --method sft`'s config for `rows` training rows (`seed`: the night's)."""
         return RestConfig(
             method="sft",
-            seed=self.seed,
+            seed=seed,
             sft=self.sft_config(rows),
             backend=self.backend_config(),
         )
 
-    def dpo_config(self, rows: int) -> DPOConfig:
-        """`train --method dpo`'s config for `rows` preference pairs."""
+    def dpo_config(self, rows: int, seed: int = 0) -> DPOConfig:
+        """`train --method dpo`'s config for `rows` preference pairs (`seed`: the night's)."""
         return DPOConfig(
             beta=self.dpo_beta,
-            seed=self.seed,
+            seed=seed,
             train=self.sft_config(rows, self.dpo_learning_rate),
             backend=self.backend_config(),
         )
@@ -205,7 +209,9 @@ def _elite(
             timeout_s=training.timeout_s,
             samples=cfg.samples_per_prompt,
             params=GenerationParams(
-                max_tokens=training.max_tokens, temperature=cfg.temperature, seed=cfg.seed
+                max_tokens=training.max_tokens,
+                temperature=cfg.replay_temperature,
+                seed=training.seed,
             ),
             progress=False,
             description="weights: replays for the elite",
@@ -328,10 +334,13 @@ class LocalAdapterTrainer:
     base weights are read once (from the target's loaded model when it is a `LocalModel`, else
     from its spec) and copied per adapter. When the target serves an adopted adapter
     (`models.adapters.AdaptedLocalModel`), training continues that adapter on the base, so
-    every staged adapter applies to the base alone and what was learned before is kept."""
+    every staged adapter applies to the base alone and what was learned before is kept.
+    `seed`: the night's (`NightConfig.training.seed`)."""
 
-    def __init__(self, spec: str, cfg: WeightNightConfig, target: ChatModel | None = None):
-        self.spec, self.cfg, self.target = spec, cfg, target
+    def __init__(
+        self, spec: str, cfg: WeightNightConfig, target: ChatModel | None = None, seed: int = 0
+    ):
+        self.spec, self.cfg, self.target, self.seed = spec, cfg, target, seed
         self._base: Any = None
         self._tok: Any = None
         self.base_model = spec
@@ -401,19 +410,25 @@ class LocalAdapterTrainer:
                 "night-sft", [(s.example_id, s.train_messages, s.target) for s in data.sft]
             )
             sft = build.build_weight_trainer(
-                cfg.rest_config(len(data.sft)), rows, self.spec, output_dir=run_dir, progress=False
+                cfg.rest_config(len(data.sft), self.seed),
+                rows,
+                self.spec,
+                output_dir=run_dir,
+                progress=False,
             )
-            return sft.fit(model, self._tok, data.sft, deadline=Deadline.start(cfg.max_minutes))
+            return sft.fit(
+                model, self._tok, data.sft, deadline=Deadline.start(cfg.adapter_max_minutes)
+            )
         rows = AdapterRows("night-dpo", [(p.example_id, p.prompt, p.chosen) for p in data.pairs])
         dpo = build.build_weight_trainer(
-            cfg.dpo_config(len(data.pairs)),
+            cfg.dpo_config(len(data.pairs), self.seed),
             rows,
             self.spec,
             preferences=data.pairs,
             output_dir=run_dir,
             progress=False,
         )
-        return dpo.fit(model, self._tok, deadline=Deadline.start(cfg.max_minutes))
+        return dpo.fit(model, self._tok, deadline=Deadline.start(cfg.adapter_max_minutes))
 
 
 class AdapterRows:
@@ -436,16 +451,16 @@ class AdapterRows:
 
 
 def adapter_trainer(
-    given: AdapterTrainer | None, spec: str, cfg: WeightNightConfig, target: ChatModel
+    given: AdapterTrainer | None, spec: str, cfg: WeightNightConfig, target: ChatModel, seed: int
 ) -> AdapterTrainer | None:
     """The night's adapter trainer: the one `given` (`NightModels.adapter_trainer`), else one
     on `target` (the model serving: training goes on from its adapter) when the target's
-    `spec` is local; None when it is not."""
+    `spec` is local, seeded with the night's `seed`; None when it is not."""
     if given is not None:
         return given
     if not is_local_spec(spec):
         return None
-    return LocalAdapterTrainer(spec, cfg, target)
+    return LocalAdapterTrainer(spec, cfg, target, seed)
 
 
 # ---- the gate's choice ---------------------------------------------------------------------
@@ -543,7 +558,7 @@ def _methods(mode: str, data: WeightData, cfg: WeightNightConfig) -> tuple[list[
     """(methods to train, why others were not)."""
     want = {"sft": ["sft"], "dpo": ["dpo"], "auto": ["sft", "dpo"]}[mode]
     need = {"sft": len(data.sft), "dpo": len(data.pairs)}
-    least = {"sft": cfg.batch_size, "dpo": cfg.batch_size}
+    least = {"sft": cfg.adapter_batch_size, "dpo": cfg.adapter_batch_size}
     go, notes = [], []
     for m in want:
         if need[m] >= least[m]:

@@ -72,7 +72,11 @@ def _weights(
     if backend_failure(result, evidence, config.training.gate.max_missing) is not None:
         return None
     trainer = adapter_trainer(
-        models.adapter_trainer, models.target_spec, config.weight_training, models.target
+        models.adapter_trainer,
+        models.target_spec,
+        config.weight_training,
+        models.target,
+        config.training.seed,
     )
     if trainer is None:
         night.note(
