@@ -395,7 +395,7 @@ def night_config(args: Any, home: Path, training: Any, **changes: Any) -> Any:
         "auto_adopt": True,
         "documents": tuple(d for d in args.documents.split(",") if d),
         "training": training,
-        "split": SplitConfig(min_val=args.min_val, seed=args.seed),
+        "split": SplitConfig(min_val=args.min_val),
         "weight_training": WeightNightConfig(
             adapter_max_steps=args.max_steps, adapter_max_minutes=args.max_train_seconds / 60
         ),

@@ -216,7 +216,7 @@ def test_sleep_run_and_proxy_build_their_configs_from_the_file(tmp_path, monkeyp
     night = done.exception.args[0][0]
     assert (night.project, night.max_tasks, night.training.epochs) == ("shop", 12, 2)
     assert night.training.gate.accept_all and night.training.gate.objective == ("score", "tokens")
-    assert (night.split.seed, night.weight_training.adapter_max_steps) == (4, 3)
+    assert (night.training.seed, night.weight_training.adapter_max_steps) == (4, 3)
     assert night.miner.read_followups
     (tmp_path / "proxy.toml").write_text(
         'upstream = "openai:m"\nport = 8999\ntimeout_s = 30.0\n[probation]\nmin_outcomes = 9\n'

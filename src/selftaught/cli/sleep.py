@@ -1004,7 +1004,7 @@ def sleep_run_cmd(
         documents=tuple(d.strip() for d in documents.split(",") if d.strip()),
         target_skill_paths=tuple(target_skill_path or ()),
         training=training,
-        **_nested(seed, split_fields, demo_fields, weight_fields, weak_fields, dream_fields),
+        **_nested(split_fields, demo_fields, weight_fields, weak_fields, dream_fields),
         miner=MinerConfig(**miner_fields),
         model_options=model_options(api_key, timeout, models=(model, optimizer_model, judge_model)),
         progress=console.is_terminal,
@@ -1060,7 +1060,6 @@ def _night_fields(night: dict[str, Any], stops: dict[str, Any], dry_run: bool) -
 
 
 def _nested(
-    seed: int,
     split: dict[str, Any],
     demos: dict[str, Any],
     weights: dict[str, Any],
@@ -1069,7 +1068,7 @@ def _nested(
 ) -> dict[str, Any]:
     """The night's nested configs from their generated flags."""
     return {
-        "split": SplitConfig(**split, seed=seed),
+        "split": SplitConfig(**split),
         "demo_modes": DemoModeConfig(**demos),
         "weight_training": WeightNightConfig(**weights),
         "weak": WeakConfig(**weak),

@@ -121,6 +121,8 @@ class NightConfig:
     follow_symlinks: bool = False
     """Write a live file that is a symlink where it points (else a symlink is refused)."""
     training: SkillOptConfig = field(default_factory=night_training_defaults)
+    """The skill and memory phases' trainer settings. Its `seed` is the night's (`--seed`):
+    it seeds the split, the dreams and the adapters too."""
     split: SplitConfig = field(default_factory=SplitConfig)
     demo_modes: DemoModeConfig = field(default_factory=DemoModeConfig)
     """After the skill phase: none / static / retrieved demos, gated on the same val."""

@@ -85,8 +85,9 @@ class KindConfig:
     """Fewest requests that found a new kind; a rarer one joins the kind it is most like."""
     max_groups: int = 8
     """Most groups a night's new requests are split into (each joins a kind or founds one)."""
-    seed: int = 0
-    """Seeds the grouping's k-means."""
+    grouping_seed: int = 0
+    """Seeds the grouping's k-means (not the night's `training.seed`: a kind's grouping stays
+    what it was when that changes)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.similarity <= 1.0:
@@ -192,7 +193,7 @@ def find_kinds(
         min_size=config.min_tasks,
         max_groups=config.max_groups,
         merge_similarity=config.similarity,
-        seed=config.seed,
+        seed=config.grouping_seed,
     )
     for group in grouping.groups:
         members = [unknown[j] for j in group]

@@ -362,7 +362,9 @@ def _find_tasks(
     base = TaskCounts(read=len(rows), waiting=0, mined=len(tasks), recalled=len(combined) - used,
                       dropped={k: n for k, n in dropped.items() if n})  # fmt: skip
     try:
-        splits = assign_splits(combined, config.split, mining.near_duplicate)
+        splits = assign_splits(
+            combined, config.split, mining.near_duplicate, seed=config.training.seed
+        )
     except TooFewTasks as err:
         counts = dataclasses.replace(base, too_few=str(err))
         return _Found(combined, None, counts, asked, len(unchecked))

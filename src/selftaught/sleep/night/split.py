@@ -56,7 +56,6 @@ class SplitConfig:
     min_val: int = 4
     """Fewer val tasks than this: nothing to gate with, the night stages nothing (0, with both
     fractions 0: no task is held out, the daily-use night of `NightConfig.val_split`)."""
-    seed: int = 0
 
     def __post_init__(self) -> None:
         if not (0 <= self.val_fraction < 1 and 0 <= self.test_fraction < 1):
@@ -95,8 +94,11 @@ def assign_splits(
     config: SplitConfig,
     near_duplicate: float = WORD_SHARE,
     dropped: list[LateDuplicate] | None = None,
+    *,
+    seed: int = 0,
 ) -> dict[str, list[MinedTask]]:
-    """Set each task's split (keeping one already set) and return the splits; raises
+    """Set each task's split (a hash of its id and `seed`, the night's `training.seed`; one
+    already set is kept) and return the splits; raises
     TooFewTasks when train or val cannot reach its minimum. A task that is one item (at
     `near_duplicate`) with a task of another split is dropped (`check_split`, appended to
     `dropped`). Train-only tasks go to train after the others are split (`add_train_only`)."""
@@ -109,13 +111,13 @@ def assign_splits(
             f"({config.min_train} to train on, {config.min_val} to validate with); "
             "they are kept for the next night"
         )
-    order = sorted(tasks, key=lambda t: (_unit(t.id, config.seed), t.id))
+    order = sorted(tasks, key=lambda t: (_unit(t.id, seed), t.id))
     if not config.held_out:  # a recalled held-out task stays held out, out of this night
         order = [t for t in order if t.split in (None, "train")]
     fixed = {id(t) for t in tasks if t.split is not None}  # recalled: never moved
     for task in order:
         if task.split is None:
-            u = _unit(task.id, config.seed)
+            u = _unit(task.id, seed)
             test_cut = config.test_fraction
             task.split = (
                 "test" if u < test_cut else "val" if u < test_cut + config.val_fraction else "train"

@@ -77,7 +77,9 @@ class SplitPhase(Phase):
         combined, mining = harvest.combined, harvest.mining
         dropped: list[LateDuplicate] = []
         try:
-            splits = assign_splits(combined, config.split, mining.near_duplicate, dropped)
+            splits = assign_splits(
+                combined, config.split, mining.near_duplicate, dropped, seed=config.training.seed
+            )
         finally:  # a split too small after its drops still says what it dropped
             night.drop_duplicates(*dropped)
         waiting = None
@@ -97,7 +99,7 @@ class SplitPhase(Phase):
                 TrackedModel(analyst, ctx.ledger, "optimizer"),
                 config.training,
                 mining.near_duplicate,
-                config.split.seed,
+                config.training.seed,
             )
             night.dream = DreamRecord.from_dict(dreamt.to_dict())
         mined_now = {id(t) for t in harvest.tonight}
