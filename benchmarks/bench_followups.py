@@ -201,7 +201,7 @@ def _ask_model(
 
     ledger = UsageLedger()
     config = MinerConfig(
-        concurrency=args.concurrency, followup_max_tokens=args.max_tokens, timeout_s=600.0
+        concurrent_calls=args.concurrency, followup_max_tokens=args.max_tokens, call_timeout_s=600.0
     )
     miner = Miner(TrackedModel(load_model(args.model), ledger, "miner"), "m", config)
     reader = ModelReader(miner, args.reading)

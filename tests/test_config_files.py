@@ -231,22 +231,27 @@ def test_an_older_files_renamed_keys_still_read_and_print_as_the_new_ones(tmp_pa
     import selftaught.sleep.night.cycle
 
     capture(monkeypatch, selftaught.sleep.night.cycle, "run_night")
-    (tmp_path / "old.toml").write_text("[weight_training]\nmax_steps = 3\nmax_minutes = 2.5\n")
+    (tmp_path / "old.toml").write_text(
+        "[weight_training]\nmax_steps = 3\nmax_minutes = 2.5\n"
+        "[weak]\nshare = 0.25\n[dream]\nshare = 0.75\n"
+    )
     with pytest.warns(DeprecationWarning) as warned:
         done = run("sleep", "run", "--config", "old.toml")
     assert [str(w.message) for w in warned] == [
         "old.toml: weight_training.max_steps is now weight_training.adapter_max_steps",
         "old.toml: weight_training.max_minutes is now weight_training.adapter_max_minutes",
+        "old.toml: weak.share is now weak.weak_share",
+        "old.toml: dream.share is now dream.synthetic_share",
     ]
     night = done.exception.args[0][0]
     weights = night.weight_training
     assert (weights.adapter_max_steps, weights.adapter_max_minutes) == (3, 2.5)
+    assert (night.weak.weak_share, night.dream.synthetic_share) == (0.25, 0.75)
     with pytest.warns(DeprecationWarning):
-        text = printed("sleep", "run", "--config", "old.toml")
-    assert tomllib.loads(text)["weight_training"] == {
-        "adapter_max_steps": 3,
-        "adapter_max_minutes": 2.5,
-    }
+        text = tomllib.loads(printed("sleep", "run", "--config", "old.toml"))
+    assert text["weight_training"] == {"adapter_max_steps": 3, "adapter_max_minutes": 2.5}
+    assert (text["weak"]["weak_share"], text["dream"]["synthetic_share"]) == (0.25, 0.75)
+    assert "share" not in text["weak"] and "share" not in text["dream"]
     # one setting under both names is refused, naming the old key
     both = "[weight_training]\nmax_steps = 3\nadapter_max_steps = 4\n"
     (tmp_path / "both.toml").write_text(both)

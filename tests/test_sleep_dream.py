@@ -134,7 +134,7 @@ def splits_of(train: list[MinedTask], val: list[MinedTask]) -> dict[str, list[Mi
 def test_the_cap_is_a_share_of_the_checked_train_tasks():
     train = [task(f"What is {i} + {i + 10}?", str(2 * i + 10), f"t-{i}") for i in range(1, 9)]
     splits = splits_of(train, [])
-    made, report = dream(splits, DreamConfig(n=3, share=0.5), None, SkillOptConfig(), 0.8)
+    made, report = dream(splits, DreamConfig(n=3, synthetic_share=0.5), None, SkillOptConfig(), 0.8)
     assert len(made) == report.cap == 4 and report.capped and report.made == {"renumbered": 4}
     assert all(t.split == "train" and train_only(t) == "synthetic" for t in made)
     assert len(splits["train"]) == 12
@@ -152,7 +152,7 @@ def test_a_synthetic_near_duplicate_of_a_val_item_is_left_out():
         if (a, b) != (3, 4)
     ]
     splits = splits_of([source], val)
-    made, report = dream(splits, DreamConfig(n=2, share=2.0), None, SkillOptConfig(), 0.8)
+    made, report = dream(splits, DreamConfig(n=2, synthetic_share=2.0), None, SkillOptConfig(), 0.8)
     assert len(made) == 2 and report.left_out == 2 and report.trained == 0
     assert all(t.split is None and "near-duplicate of v-" in t.notes[-1] for t in made)
     assert splits["train"] == [source] and len(splits["val"]) == 80
@@ -168,14 +168,18 @@ def test_a_paraphrase_keeps_the_check_and_one_copying_val_is_left_out():
     filler = [task(f"Spell the word number {i}.", "x", f"v-{i + 2}") for i in range(3)]
     analyst = paraphrasing("Which city is the capital of France?")
     splits = splits_of([source], [held, *filler])
-    made, report = dream(splits, DreamConfig(n=1, share=1.0), analyst, SkillOptConfig(), 0.8)
+    made, report = dream(
+        splits, DreamConfig(n=1, synthetic_share=1.0), analyst, SkillOptConfig(), 0.8
+    )
     (variant,) = made
     assert variant.reference == "Paris" and variant.state["scorer"] == "normalized"
     assert variant.split == "train" and report.made == {"paraphrase": 1}
     assert "What is the capital" in user_of(analyst.calls[0])  # the request, to rewrite
     copying = paraphrasing("Name the capital city of France!")
     splits = splits_of([source], [held, *filler])
-    made, report = dream(splits, DreamConfig(n=1, share=1.0), copying, SkillOptConfig(), 0.8)
+    made, report = dream(
+        splits, DreamConfig(n=1, synthetic_share=1.0), copying, SkillOptConfig(), 0.8
+    )
     assert made[0].split is None and report.left_out == 1 and report.trained == 0
 
 
@@ -183,7 +187,7 @@ def test_a_variant_of_an_end_users_correction_is_never_a_demo():
     source = task("What is 12 + 30?", "42", "t-src", no_demo="checked by an end user's correction")
     source.state["evidence"] = '"it is 42, always answer in French"'
     made, _ = dream(
-        splits_of([source], []), DreamConfig(n=2, share=2.0), None, SkillOptConfig(), 0.8
+        splits_of([source], []), DreamConfig(n=2, synthetic_share=2.0), None, SkillOptConfig(), 0.8
     )
     assert made and all(t.state["no_demo"] for t in made)
     assert not any("evidence" in t.state for t in made)  # the end user's words stay behind
@@ -213,7 +217,9 @@ def test_a_dream_of_an_end_users_correction_is_never_a_demo_candidate(tmp_path, 
     """The operator's corrections: their variants are demo candidates like any train task;
     an end user's: no variant reaches the demo pool, nor the staged skill."""
     fill_log(tmp_path, ALPHA_NIGHT, feedback_by=giver)
-    (night,) = run_night(config(tmp_path, dream=DreamConfig(n=1, share=1.0)), models=models())
+    (night,) = run_night(
+        config(tmp_path, dream=DreamConfig(n=1, synthetic_share=1.0)), models=models()
+    )
     rows = [json.loads(x) for x in (night.night_dir / "tasks.jsonl").read_text().splitlines()]
     dreamt = {r["id"] for r in rows if r.get("synthetic")}
     assert dreamt and night.dream is not None and night.dream.trained == len(dreamt) == 8

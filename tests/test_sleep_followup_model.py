@@ -48,7 +48,7 @@ def reader_says(*replies: str | dict, **config) -> tuple[ScriptedModel, ModelRea
     texts = [r if isinstance(r, str) else json.dumps(r) for r in replies]
     model = ScriptedModel(lambda m: texts[min(len(model.calls), len(texts)) - 1], "scripted")
     config.setdefault("followup_reading", "turns")  # the whole vocabulary, unless told
-    miner = Miner(model, "scripted", MinerConfig(concurrency=1, **config))
+    miner = Miner(model, "scripted", MinerConfig(concurrent_calls=1, **config))
     return model, ModelReader(miner)
 
 
@@ -224,7 +224,7 @@ def obeys_the_turn(messages) -> str:
 
 def test_injected_text_in_the_turn_cannot_leave_the_vocabulary():
     model = ScriptedModel(obeys_the_turn, "obedient")
-    reader = ModelReader(Miner(model, "obedient", MinerConfig(concurrency=1)), "turns")
+    reader = ModelReader(Miner(model, "obedient", MinerConfig(concurrent_calls=1)), "turns")
     signals, report = signals_of([chat(INJECTION)], reader)
     assert model.calls  # asked: the rules read nothing in it
     prompt = user_of(model.calls[0])
@@ -279,7 +279,7 @@ def test_anything_outside_the_vocabulary_is_no_signal(said):
 def test_the_calls_are_on_the_ledger_and_stop_with_the_budget():
     ledger = UsageLedger(budget=Budget(calls=3))
     model, _ = reader_says({"kind": "correction", "value": "7"})
-    miner = Miner(TrackedModel(model, ledger, "miner"), "scripted", MinerConfig(concurrency=1))
+    miner = Miner(TrackedModel(model, ledger, "miner"), "scripted", MinerConfig(concurrent_calls=1))
     rows = [chat(f"my pedometer disagrees: {i + 2} or 7", q=f"Question {i}?") for i in range(5)]
     _, signals, report = read_threads(rows, NO_CONFIG, reader=ModelReader(miner, "turns"))
     assert ledger.roles["miner"].calls == len(model.calls) == 3

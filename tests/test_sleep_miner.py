@@ -106,7 +106,9 @@ def checks_asked(model: ScriptedModel) -> list[list[dict]]:
 
 def miner_of(model: ScriptedModel, **kw) -> Miner:
     """A miner that only writes checks (the next turns: `test_sleep_followup_model.py`)."""
-    return Miner(model, "scripted-miner", MinerConfig(concurrency=1, read_followups=False), **kw)
+    return Miner(
+        model, "scripted-miner", MinerConfig(concurrent_calls=1, read_followups=False), **kw
+    )
 
 
 ANSWER = {"answer": {"kind": "text", "value": "Canberra"}, "why": "the user accepted Canberra"}
@@ -515,7 +517,10 @@ def test_the_embedded_model_as_miner_plumbing(tmp_path):
         miner_spec="local",
     )
     config = NightConfig(
-        home=tmp_path, log_path=tmp_path / "log.db", since=0.0, miner=MinerConfig(max_tokens=96)
+        home=tmp_path,
+        log_path=tmp_path / "log.db",
+        since=0.0,
+        miner=MinerConfig(check_max_tokens=96),
     )
     (night,) = run_night(config, models=models)
     written = night.mining.miner

@@ -341,7 +341,9 @@ def test_a_dream_never_stands_beside_a_task_asking_the_same():
     ours = _task("Name the capital city of Peru.", "Lima", "t-2", trust="operator")
     analyst = ScriptedModel(lambda _: "<request>Name the capital city of Peru!</request>")
     splits = {"train": [theirs, ours], "val": [], "test": []}
-    made, report = dream(splits, DreamConfig(n=1, share=2.0), analyst, SkillOptConfig(), 0.8)
+    made, report = dream(
+        splits, DreamConfig(n=1, synthetic_share=2.0), analyst, SkillOptConfig(), 0.8
+    )
     assert all(t.split is None for t in made) and report.trained == 0
     assert splits["train"] == [theirs, ours]
     assert report.duplicates == 1

@@ -218,7 +218,7 @@ def test_weak_tasks_are_capped_by_a_share_of_the_checked_train_tasks():
     for t in splits["train"]:
         t.split = "train"
     report = WeakReport(labelled=5)
-    settle_weak(splits, weak, WeakConfig(k=5, share=0.5), report)
+    settle_weak(splits, weak, WeakConfig(k=5, weak_share=0.5), report)
     assert report.over_cap == 3 and report.trained == 2
     assert {t.id for t in splits["train"] if train_only(t)} == {"w4", "w3"}  # best agreed
     assert weak[0].split is None and "over the weak share" in weak[0].notes[-1]

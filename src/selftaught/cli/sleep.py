@@ -848,9 +848,9 @@ PlanJsonOpt = Annotated[
     bool, typer.Option("--json", help="With --plan: the plan as one JSON object a project.")
 ]
 
-WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "share": "pseudo_share"}
+WEAK_FLAGS = {"k": "pseudo_k", "agree": "pseudo_agree", "weak_share": "pseudo_share"}
 MINER_FLAGS = {"read_followups": "miner_followups", "followup_reading": "miner_followup_reading"}
-DREAM_FLAGS = {"n": "dream", "share": "dream_share"}
+DREAM_FLAGS = {"n": "dream", "synthetic_share": "dream_share"}
 
 
 NightModelOpt = Annotated[
@@ -892,6 +892,8 @@ NIGHT_KEYS = {
 NIGHT_RENAMED = {
     "weight_training.max_steps": "weight_training.adapter_max_steps",
     "weight_training.max_minutes": "weight_training.adapter_max_minutes",
+    "weak.share": "weak.weak_share",
+    "dream.share": "dream.synthetic_share",
 }
 # --help by phase of the night
 NIGHT_PANELS = {

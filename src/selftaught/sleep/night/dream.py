@@ -64,7 +64,7 @@ class DreamConfig:
     """Synthetic variants of each checked train task that allows one, for training only (0:
     off): new numbers with the answer recomputed where the reference is arithmetic on the
     request's numbers, else a paraphrase by the analyst with the check kept."""
-    share: float = 0.5
+    synthetic_share: float = 0.5
     """Synthetic tasks at most this share of the night's checked train tasks."""
     paraphrase: bool = True
     """Ask the analyst for paraphrases of the train tasks that cannot be renumbered."""
@@ -75,8 +75,8 @@ class DreamConfig:
     def __post_init__(self) -> None:
         if self.n < 0:
             raise ConfigError(f"dream must be >= 0, got {self.n}")
-        if self.share < 0:
-            raise ConfigError(f"dream share must be >= 0, got {self.share}")
+        if self.synthetic_share < 0:
+            raise ConfigError(f"dream share must be >= 0, got {self.synthetic_share}")
         if self.max_tries < 1:
             raise ConfigError(f"max_tries must be >= 1, got {self.max_tries}")
 
@@ -392,12 +392,12 @@ def dream(
     (`split.add_train_only`); `analyst` (already charged to the night's ledger; None: no
     paraphrases) writes paraphrases. Returns every variant made (a left-out one has no split)
     and the report."""
-    report = DreamReport(n=config.n, share=config.share)
+    report = DreamReport(n=config.n, share=config.synthetic_share)
     if config.n == 0:
         return [], report
     train = [t for t in splits.get("train", []) if not train_only(t)]
     report.sources = len(train)
-    report.cap = math.floor(config.share * len(train) + 1e-9)
+    report.cap = math.floor(config.synthetic_share * len(train) + 1e-9)
     known = {t.id for tasks in splits.values() for t in tasks}
     paraphraser = analyst if config.paraphrase else None
     dreamer = _Dreamer(

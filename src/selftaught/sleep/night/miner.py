@@ -461,14 +461,18 @@ MAX_EXAMPLES = 10
 
 @dataclass
 class MinerConfig:
+    """The miner's caps. Its call settings say they are the miner's (`check_max_tokens`, not the
+    skill trainer's `training.max_tokens`): every leaf of a `NightConfig` has one name."""
+
     max_rows: int = 50
     """Rows shown to the miner per night (those with both an accepted and a rejected reply
     first); the rest are skipped and counted."""
-    max_tokens: int = 256
-    """The miner's reply length (a check is a short JSON object)."""
-    timeout_s: float = 120.0
+    check_max_tokens: int = 256
+    """The miner's reply length when it writes a check (a short JSON object)."""
+    call_timeout_s: float = 120.0
     """One miner call's time limit (a call past it is a backend error)."""
-    concurrency: int = 4
+    concurrent_calls: int = 4
+    """Miner calls in flight at once."""
     max_message_chars: int = 1200
     """Each message of the conversation as the miner reads it (head and tail kept)."""
     max_conversation_chars: int = 6000
@@ -489,12 +493,12 @@ class MinerConfig:
     """The reply length for a next turn's reading (a short JSON object)."""
 
     def __post_init__(self) -> None:
-        names = ("max_rows", "max_tokens", "concurrency", "max_message_chars")
+        names = ("max_rows", "check_max_tokens", "concurrent_calls", "max_message_chars")
         for name in (*names, "max_followups", "followup_max_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"miner {name} must be >= 1, got {getattr(self, name)}")
-        if self.timeout_s <= 0:
-            raise ConfigError(f"miner timeout_s must be > 0, got {self.timeout_s}")
+        if self.call_timeout_s <= 0:
+            raise ConfigError(f"miner call_timeout_s must be > 0, got {self.call_timeout_s}")
         if self.followup_reading not in ("values", "turns"):
             raise ConfigError(
                 f"miner followup_reading must be values or turns, got {self.followup_reading!r}"
@@ -608,7 +612,7 @@ class Miner:
         self.judge = judge
         self.send_private = send_private
         self.mining = mining or MineConfig()
-        self.params = GenerationParams(max_tokens=self.config.max_tokens, temperature=0.0)
+        self.params = GenerationParams(max_tokens=self.config.check_max_tokens, temperature=0.0)
         self.prompts = {n: load_prompt(n) for n in PROMPTS}
         self._stopped: str | None = None
 
@@ -673,7 +677,7 @@ class Miner:
     ) -> tuple[dict[_K, _V], Counter[str]]:
         """Run `jobs`, `concurrency` at a time: their results, and the jobs not run once the
         miner stopped, counted by why."""
-        gate = asyncio.Semaphore(self.config.concurrency)
+        gate = asyncio.Semaphore(self.config.concurrent_calls)
         stopped: Counter[str] = Counter()
 
         async def one(key: _K, job: Callable[[], Awaitable[_V]]) -> tuple[_K, _V] | None:
@@ -696,7 +700,7 @@ class Miner:
     async def _ask(self, prompt: str, params: GenerationParams | None = None) -> str:
         messages: list[Message] = [{"role": "user", "content": prompt}]
         call = self.model.achat(messages, params or self.params)
-        c = await asyncio.wait_for(call, self.config.timeout_s)
+        c = await asyncio.wait_for(call, self.config.call_timeout_s)
         return c.text
 
     async def _reply(

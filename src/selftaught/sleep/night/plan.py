@@ -384,9 +384,9 @@ def _counts(
     """The split's sizes (train with weak and dreamt tasks at their caps), tonight's tasks by
     kind, trust and check, and the tasks a judge scores (those checked by a rubric)."""
     train = len(splits["train"])
-    weak = min(unchecked, config.weak.max_candidates, math.floor(config.weak.share * train))
+    weak = min(unchecked, config.weak.max_candidates, math.floor(config.weak.weak_share * train))
     extra = (weak if config.weak.k else 0) + (
-        math.floor(config.dream.share * train + 1e-9) if config.dream.n else 0
+        math.floor(config.dream.synthetic_share * train + 1e-9) if config.dream.n else 0
     )
 
     def judged(split: str) -> int:
@@ -438,7 +438,7 @@ class Costing:
             return _template("llm_judge") + int(t.prompt_tokens) + reply, JUDGE_MAX_TOKENS
         if role == "miner":
             shown = miner.max_conversation_chars // CHARS_PER_TOKEN
-            return _template("miner") + shown, miner.max_tokens
+            return _template("miner") + shown, miner.check_max_tokens
         item = training.max_input_chars + training.max_reply_chars + training.max_feedback_chars
         shown = training.minibatch_size * item // CHARS_PER_TOKEN
         prompt = 2 * _template("reflect_failures") + self.documents + shown
@@ -464,9 +464,8 @@ class Costing:
             return tokens_out / rate.tok_per_s if rate and rate.tok_per_s > 0 else None
         if self.traffic.latency_s is None or not self.traffic.logged(spec):
             return None
-        at_once = (
-            self.config.miner.concurrency if role == "miner" else self.config.training.concurrency
-        )
+        config = self.config
+        at_once = config.miner.concurrent_calls if role == "miner" else config.training.concurrency
         return math.ceil(calls / max(at_once, 1)) * self.traffic.latency_s
 
     def timing(self) -> str:

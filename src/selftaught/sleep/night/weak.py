@@ -79,7 +79,7 @@ class WeakConfig:
     agree: float = 0.8
     """Share of the samples one extracted answer must reach to become a weak reference (above
     one half)."""
-    share: float = 1.0
+    weak_share: float = 1.0
     """Weak tasks at most this share of the night's checked train tasks (the best agreed
     kept)."""
     max_candidates: int = 32
@@ -92,8 +92,8 @@ class WeakConfig:
             raise ConfigError(f"pseudo k must be 0 (off) or at least 2, got {self.k}")
         if not 0.5 < self.agree <= 1.0:
             raise ConfigError(f"pseudo agree must be in (0.5, 1], got {self.agree}")
-        if self.share < 0:
-            raise ConfigError(f"pseudo share must be >= 0, got {self.share}")
+        if self.weak_share < 0:
+            raise ConfigError(f"pseudo share must be >= 0, got {self.weak_share}")
         if self.max_candidates < 1 or self.max_answer_words < 1:
             raise ConfigError("max_candidates and max_answer_words must be >= 1")
 
@@ -371,7 +371,7 @@ def settle_weak(
     report.left_out = sum(t.split is None for t in tasks)
     train = splits.get("train", [])
     checked = sum(not train_only(t) for t in train)
-    cap = math.floor(config.share * checked + 1e-9)
+    cap = math.floor(config.weak_share * checked + 1e-9)
     weak = sorted(
         (t for t in train if train_only(t) == "weak"),
         key=lambda t: (-t.state["weak"]["agreement"], t.id),
