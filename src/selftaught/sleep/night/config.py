@@ -122,7 +122,8 @@ class NightConfig:
     """Write a live file that is a symlink where it points (else a symlink is refused)."""
     training: SkillOptConfig = field(default_factory=night_training_defaults)
     """The skill and memory phases' trainer settings. Its `seed` is the night's (`--seed`):
-    it seeds the split, the dreams and the adapters too."""
+    it seeds the split, the dreams and the adapters too. Its `stops` and `report_to` stay
+    unset: the night's own (`stops`, `report_to` below) are those settings."""
     split: SplitConfig = field(default_factory=SplitConfig)
     demo_modes: DemoModeConfig = field(default_factory=DemoModeConfig)
     """After the skill phase: none / static / retrieved demos, gated on the same val."""
@@ -248,6 +249,7 @@ class NightConfig:
                 f"got {self.skill_adapters!r}"
             )
         check_start_files(self)
+        check_night_training(self.training)
         if not self.val_split:
             self._no_val()
         if self.training.pooled_val and not self.allow_pooled_val:
@@ -277,6 +279,26 @@ class NightConfig:
         """The settings as JSON-ready values (paths as text)."""
         out: dict[str, Any] = _jsonable(dataclasses.asdict(self))
         return out
+
+
+# SkillOptConfig's settings a night has as its own (NightConfig's, by the flags that set them):
+# `training` leaves them unset, so each is one setting in one place
+NIGHT_OWNS: dict[str, tuple[object, str]] = {
+    "stops": (Stops(), "--max-minutes, --patience"),
+    "report_to": ("none", "--report-to"),
+}
+
+
+def check_night_training(training: SkillOptConfig) -> None:
+    """A night's `training` leaves `stops` and `report_to` unset: the night's own
+    (`NightConfig.stops`, `NightConfig.report_to`) are those settings; the skill phase stops at
+    the night's deadline (`consolidate.py`) and the night's tracker logs the night."""
+    for name, (unset, flags) in NIGHT_OWNS.items():
+        if getattr(training, name) != unset:
+            raise ConfigError(
+                f"a night's {name} is NightConfig.{name} ({flags}), not training.{name}: "
+                f"leave training.{name} unset"
+            )
 
 
 RENAMED = {"SleepConfig": "NightConfig"}  # names the night's settings had before
