@@ -340,7 +340,7 @@ def test_a_night_returns_night_results_that_round_trip(tmp_path):
     assert night.status == "staged" and night.run_dir == night.night_dir
     proposal = night.proposal
     assert night.base_score == proposal.val_before.score
-    assert night.shipped_score.hard == proposal.val_after.hard > night.base_score.hard
+    assert night.shipped_score.hard == proposal.val_after.score.hard > night.base_score.hard
     assert night.usage == night.usage and night.stopped_by is None
     assert night.texts()["proposal_skill.md"].strip() == "rule alpha"
     roundtrip(night)

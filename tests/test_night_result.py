@@ -39,7 +39,8 @@ def test_the_weight_phase_is_typed_down_to_each_candidate_score_and_gate() -> No
     assert isinstance(night.weights, WeightsRecord)
     sft = night.weights.candidates["sft"]
     assert isinstance(sft, Summary) and isinstance(sft.score, SplitScore)
-    assert sft.score.hard == sft.hard and sft.score.split == "val"
+    assert sft.score.hard == sft.to_dict()["hard"] and sft.score.split == "val"
+    assert not hasattr(sft, "hard")  # its numbers are read once, by the one decoder
     gate = night.weights.gates["sft"].result
     assert isinstance(gate, GateResult) and gate.decision == night.weights.gates["sft"].decision
     assert night.weights.trained["sft"].steps > 0
@@ -56,7 +57,7 @@ def test_provenance_and_phases_are_typed() -> None:
     assert line.tasks and line.sources and line.clients  # what the trust model reads
     assert night.proofread is not None and night.proofread.kept[0].text == line.text
     skill = night.phases["skill"]
-    assert skill.ran and skill.val_initial is not None and skill.val_initial.n > 0
+    assert skill.ran and skill.val_initial is not None and skill.val_initial.score.n > 0
     assert night.base_score == skill.val_initial.score
     assert night.shipped_score == night.proposal.val_after.score  # type: ignore[union-attr]
     assert night.window is not None and night.window.clients["unknown"].read > 0

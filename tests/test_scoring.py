@@ -250,7 +250,7 @@ def test_a_night_pairs_before_and_after_from_memory_not_val_cache_json(tmp_path,
     assert night.status == "staged", night.reason
     proposal = night.proposal
     assert proposal is not None and proposal.val_before and proposal.val_after and proposal.paired
-    paired, n_val = proposal.paired, proposal.val_before.n
-    assert paired.wins == 0 and paired.losses == proposal.val_before.solved > 0
+    paired, n_val = proposal.paired, proposal.val_before.score.n
+    assert paired.wins == 0 and paired.losses == proposal.val_before.score.solved > 0
     assert paired.wins + paired.losses + paired.ties == n_val
     assert set(proposal.val_before.to_dict()) == set(proposal.val_after.to_dict()) == SUMMARY_KEYS

@@ -189,7 +189,7 @@ def test_gate_off_accepts_a_poison_edit_the_gate_rejects(tmp_path):
     (greedy,) = run_night(off, models=models(analyst=poison))
     assert greedy.status == "staged" and "gate off" in greedy.reason
     proposal = greedy.proposal
-    assert proposal.val_before.hard > 0 and proposal.val_after.hard == 0.0
+    assert proposal.val_before.score.hard > 0 and proposal.val_after.score.hard == 0.0
     assert proposal.paired is not None
     assert proposal.paired.losses > 0 and proposal.paired.wins == 0
     assert "**OFF**" in (greedy.night_dir / "report.md").read_text()

@@ -62,7 +62,7 @@ def test_a_night_turns_corrected_train_replies_into_demonstrations(tmp_path):
         if r["split"] == "train"
     }
     assert {d.id for d in parts.demos} <= train  # only train tasks feed demos
-    assert night.proposal.val_after.hard == 1.0
+    assert night.proposal.val_after.score.hard == 1.0
 
 
 # ---- injection: rendered as the policy renders it, stripped again ---------------------------
@@ -196,9 +196,9 @@ def test_retrieved_demos_win_the_three_way_gate_and_never_show_a_held_out_task(t
     modes = night.phases["skill"].demo_modes
     assert set(modes.candidates) >= {"none", "static", "retrieved"}
     assert modes.winner == "retrieved" and modes.incumbent != "retrieved"
-    assert modes.candidates["retrieved"].hard == 1.0
+    assert modes.candidates["retrieved"].score.hard == 1.0
     assert modes.gates["retrieved"].decision == "accept_new_best"
-    assert modes.candidates["static"].hard < 0.5
+    assert modes.candidates["static"].score.hard < 0.5
     parts = split_skill((night.night_dir / "proposal" / "skill.md").read_text())
     assert parts.retrieve == 4 and {d.source for d in parts.demos} == {"correction"}
     rows = night_rows(night)
@@ -215,7 +215,7 @@ def test_retrieved_demos_win_the_three_way_gate_and_never_show_a_held_out_task(t
     assert not second.failed, second.reason
     assert any("retrieves from a pool" in n for n in second.notes)
     again = second.phases["skill"].demo_modes  # the adopted pool still retrieves
-    assert again.candidates["adopted"].hard == 1.0 and again.winner == "adopted"
+    assert again.candidates["adopted"].score.hard == 1.0 and again.winner == "adopted"
     assert second.status == "no_proposal" and "demos: kept the adopted skill" in second.reason
 
 

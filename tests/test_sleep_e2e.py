@@ -299,7 +299,7 @@ def test_a_night_on_the_embedded_model_learns_from_corrections_mechanics(
     assert modes.sources == {"correction": night.splits.train}
     assert modes.leaks_refused == 0 and modes.winner in modes.candidates
     for c in modes.candidates.values():
-        assert c.n == night.splits.val and len(c.hard_ci or ()) == 2
+        assert c.score.n == night.splits.val and len(c.to_dict()["hard_ci"]) == 2
     smallest = night.gate.smallest_gain
     assert smallest.n_val == night.splits.val and smallest.items == 3
     md = (night.night_dir / "report.md").read_text()

@@ -615,7 +615,7 @@ def test_a_two_kind_night_trains_an_adapter_per_kind_and_the_proxy_serves_each(t
         assert 1 <= w.trained["sft"].steps <= 12
         own = {i for i, t in tasks.items() if t["kind"] == entry.name}
         assert set(w.train_items) <= {i for i in own if tasks[i]["split"] == "train"}
-        assert all(c.n == len(entry.val_ids) for c in w.candidates.values())
+        assert all(c.score.n == len(entry.val_ids) for c in w.candidates.values())
         if entry.status == "staged":
             assert entry.candidate == "sft" and entry.adapter is not None
             adopt_skill(PROJECT, entry.name, home=home)

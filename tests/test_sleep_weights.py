@@ -102,7 +102,7 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     assert not (d / "weights" / "sft" / "adapter").exists()  # moved, not copied
     meta = proposal.adapter
     assert meta.dir == "adapter" and meta.method == "sft"
-    assert meta.base_model == "scripted-target" and meta.val.hard == 1.0
+    assert meta.base_model == "scripted-target" and meta.val.score.hard == 1.0
     split = splits(night)
     assert set(meta.train_items) == split["train"]  # every corrected train task, no other
     assert not set(meta.train_items) & split["val"]
@@ -111,8 +111,8 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     assert {s.target for s in data.sft} == {str(t) for t in _references(night, "train")}
     cands = night.weights.candidates
     assert set(cands) == {"current", "sft"}  # no text proposal: no text candidates
-    assert cands["current"].n == cands["sft"].n == len(split["val"])
-    assert all(len(c.hard_ci or ()) == 2 for c in cands.values())
+    assert cands["current"].score.n == cands["sft"].score.n == len(split["val"])
+    assert all(len(c.to_dict()["hard_ci"]) == 2 for c in cands.values())  # stored, not derived
     assert night.weights.gates["sft"].decision == "accept_new_best"
     assert "sft won" in night.weights.why
     md = (d / "report.md").read_text()
@@ -165,7 +165,7 @@ def test_text_wins_when_the_adapter_does_not_help(tmp_path):
     assert set(w.candidates) == {"current", "text", "sft", "sft+text"}
     assert w.winner == "text" and night.proposal.candidate == "text"
     # sft+text scores as text does: the tie goes to the simpler candidate
-    assert w.candidates["sft+text"].hard == w.candidates["text"].hard == 1.0
+    assert w.candidates["sft+text"].score.hard == w.candidates["text"].score.hard == 1.0
     assert w.gates["sft"].decision != "accept_new_best"  # a tie with the adopted one
     assert (night.night_dir / "proposal" / "skill.md").read_text().strip() == "rule alpha"
     assert night.proposal.adapter is None
@@ -185,7 +185,7 @@ def test_both_win_when_text_and_adapter_each_fix_their_own_tasks(tmp_path):
     w = night.weights
     assert w.winner == "sft+text", w.why
     c = w.candidates
-    assert c["sft+text"].hard == 1.0 > max(c["text"].hard, c["sft"].hard)
+    assert c["sft+text"].score.hard == 1.0 > max(c["text"].score.hard, c["sft"].score.hard)
     assert w.gates["text"].decision == w.gates["sft"].decision == "accept_new_best"
     assert "also passed with less gain" in w.why
     proposal = night.proposal
@@ -406,8 +406,9 @@ def test_a_weight_night_on_the_embedded_model(tmp_path, one_thread):
     assert w.data is not None and w.data.corrections == night.splits.train
     assert set(w.candidates) == {"current", "sft"}  # the analyst proposed no text
     for c in w.candidates.values():
-        assert c.n == night.splits.val
-        assert c.hard_ci[0] <= c.hard <= c.hard_ci[1]
+        s = c.score
+        assert s.n == night.splits.val
+        assert s.hard_ci[0] <= s.hard <= s.hard_ci[1]
     held_out = {r["id"] for r in _rows(night) if r["split"] != "train"}
     assert held_out and set(w.train_items).isdisjoint(held_out)
     staged = night.night_dir / "adapter"

@@ -112,22 +112,13 @@ def pair(items: Sequence[Any]) -> tuple[float, float]:
 
 @dataclass(frozen=True, kw_only=True)
 class Summary(Record):
-    """One accuracy summary (`EvalResult.summary()` or an older shape); `score` decodes it."""
-
-    split: str | None = None
-    n: int = 0
-    hard: float = 0.0
-    soft: float = 0.0
-    hard_ci: tuple[float, float] | None = None
-    soft_ci: tuple[float, float] | None = None
-    solved: int | None = None
-    n_errors: int | None = None
-
-    decoders: ClassVar[Mapping[str, Decoder]] = {"hard_ci": pair, "soft_ci": pair}
+    """One accuracy summary as stored (`EvalResult.summary()`, or an older shape), key for key.
+    It types none of its numbers: `score` reads them, through the one decoder
+    (`SplitScore.from_dict`), so an older shape reads as today's does."""
 
     @property
     def score(self) -> SplitScore:
-        return SplitScore.from_dict(self.to_dict())
+        return SplitScore.from_dict(self.extra)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -404,7 +404,7 @@ def _with_learned(
         status = "staged" if outcome.accepted or memory_changed else "rejected"
         return dataclasses.replace(entry, status=status, reason=entry.reason + said,
                                    memory_changed=memory_changed)  # fmt: skip
-    before, after = choice.candidates["current"], choice.candidates[choice.winner]
+    before, after = choice.candidates["current"].score, choice.candidates[choice.winner].score
     own = ValPair(before.hard, after.hard, after.n)
     return dataclasses.replace(
         entry,

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from selftaught.results import SplitScore
 from selftaught.runs import RunDir, atomic_write_json, atomic_write_text
 from selftaught.skill.rows import StepRow, row_from_dict
 from selftaught.sleep.night.checks import describe_checks
@@ -842,10 +843,14 @@ def print_outcomes(outcomes: list[Any], out: Any, *, dry_run: bool = False) -> N
 
 
 def _score(d: Summary | Mapping[str, Any] | None) -> str:
-    """A val summary in short: a night's (typed) or a version's meta.json (as written)."""
+    """A val summary in short: a night's or a version's meta.json (as written), read by the
+    one decoder (`SplitScore.from_dict`)."""
     if isinstance(d, Summary):
-        d = d.to_dict() if given(d) else None
-    return "—" if not d else f"{d['hard']:.3f} ({d['solved']}/{d['n']})"
+        d = d.extra if given(d) else None
+    if not d:
+        return "—"
+    s = SplitScore.from_dict(d)
+    return f"{s.hard:.3f}" + (f" ({s.solved}/{s.n})" if s.n else "")
 
 
 def adapter_cell(adapter: dict[str, Any] | None) -> str:

@@ -40,6 +40,7 @@ from selftaught.sleep.records import (
     PairedRecord,
     ProofreadRecord,
     ProposalRecord,
+    Summary,
     TrainOnlyUse,
 )
 from selftaught.sleep.result import NightDraft
@@ -143,8 +144,12 @@ def _text_outcome(
     )
     gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
     what = " and ".join(k for k in ("skill", "memory") if changes[k])
-    reason = f"a new {what} was proposed ({gate}): val {before.hard:.3f} → {after.hard:.3f}"
+    reason = f"a new {what} was proposed ({gate}): {_val_change(before, after)}"
     return StageRecord("staged", reason, proposal)
+
+
+def _val_change(before: Summary, after: Summary) -> str:
+    return f"val {before.score.hard:.3f} → {after.score.hard:.3f}"
 
 
 def _weights_outcome(
@@ -182,7 +187,7 @@ def _weights_outcome(
         adapter=adapter,
     )
     gate = "gate off: accepted without a check" if config.training.gate.accept_all else "gate"
-    reason = f"the {gate} chose {choice.winner}: val {before.hard:.3f} → {after.hard:.3f}"
+    reason = f"the {gate} chose {choice.winner}: {_val_change(before, after)}"
     return StageRecord("staged", reason, proposal)
 
 
