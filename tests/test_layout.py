@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "selftaught"
 BENCH = SRC.parents[1] / "benchmarks"
 MAX_FUNCTION_LINES = 80
@@ -383,6 +385,7 @@ print("\\n".join(failed))
 """
 
 
+@pytest.mark.slow  # a minute of imports on two cores: .ci/run runs it after the default tests
 def test_every_module_imports_as_the_first_one():
     """The graph above sees the loops it is told about; this runs each import for real, as a
     program's first `import selftaught.x` would (a loop through a package's __init__ fails

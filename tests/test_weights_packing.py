@@ -117,8 +117,11 @@ def test_packing_trains_as_unpacked_on_no_padding(tok, monkeypatch, budget):
     unpacked, packed = stats[False], stats[True]
     assert unpacked["steps"] == packed["steps"] == 1
     assert packed["train_loss"] == pytest.approx(unpacked["train_loss"], rel=1e-5)
+    # 1e-5: a thousandth of one Adam step at lr 1e-2; the micro-batches' summing order moves a
+    # weight whose gradient is near zero by ~2e-6 (seen on torch 2.13 / trl 1.16), a wrong
+    # packing by the whole step
     assert all(
-        torch.allclose(weights[False][k], weights[True][k], atol=1e-6) for k in weights[True]
+        torch.allclose(weights[False][k], weights[True][k], atol=1e-5) for k in weights[True]
     )
     start = tiny(tok).model.embed_tokens.weight
     assert not torch.equal(weights[True]["model.embed_tokens.weight"], start)  # it trained
