@@ -20,6 +20,13 @@ nothing here is tuned on a report seed.
     python benchmarks/bench_kind_routing.py                  # seeds 0 1 2
     python benchmarks/bench_kind_routing.py --seeds 0 --heldout 10
 
+**Mined sparsely** (`mined` in the results): a night mines a task only from a request whose
+conversation gave a signal, so a night's tasks are a sample of its traffic, a few of a kind.
+Per seed and share `p` (each request mined with probability p, seeded), the five nights' kind
+finding on what was mined: how many tasks ended in a kind whose tasks are mostly another
+stream kind's, or in a kind other than their own kind's (the kind most of their stream kind's
+tasks went to) — both wrong — and how many waited with no kind (the safe side).
+
 Results: benchmarks/results/kind_routing.json.
 """
 
@@ -84,6 +91,44 @@ def stream_kinds(seed: int, per_kind: int) -> tuple[Any, dict[str, str], dict[st
     return known, own, heldout, cards(known, tasks_of)
 
 
+MINED_SHARES = (0.25, 0.4, 0.7, 1.0)
+
+
+def mined_sparsely(seed: int, share: float) -> dict[str, int]:
+    """Kinds found on nights that mined each request with probability `share` (module
+    docstring): tasks, wrong (in another kind's kind, or off their own), waiting (no kind)."""
+    import random
+
+    from selftaught.sleep.night.kinds import KindConfig, find_kinds
+    from selftaught.sleep.night.mine import MinedTask
+
+    rng = random.Random(seed)
+    stream = {kind: kind_items(kind, seed, 60, 1)[0] for kind in KIND_NAMES}
+    known: tuple[Any, ...] = ()
+    given: Counter[tuple[str, str | None]] = Counter()
+    used: Counter[str] = Counter()
+    for night, counts in enumerate(SCHEDULE, 1):
+        tasks = []
+        for kind, n in counts.items():
+            for r in stream[kind][used[kind] : used[kind] + n]:
+                if rng.random() < share:
+                    tasks.append(MinedTask(r.id, [{"role": "user", "content": r.question}]))
+            used[kind] += n
+        if tasks:
+            known = find_kinds(tasks, known, KindConfig(), f"night{night}").kinds
+            given.update((t.id.split("-")[0], t.kind) for t in tasks)
+    by_kind: dict[str, Counter[str]] = {}
+    for (source, kid), n in given.items():
+        if kid is not None:
+            by_kind.setdefault(kid, Counter())[source] += n
+    mixed = sum(sum(c.values()) - max(c.values()) for c in by_kind.values())
+    own = {s: max(((n, k) for (t, k), n in given.items() if t == s and k), default=(0, None))[1]
+           for s in KIND_NAMES}  # fmt: skip
+    off_own = sum(n for (s, k), n in given.items() if k is not None and k != own[s])
+    waiting = sum(n for (_, k), n in given.items() if k is None)
+    return {"tasks": sum(given.values()), "wrong": mixed + off_own, "waiting": waiting}
+
+
 def cards(known: Sequence[Any], tasks_of: dict[str, list[str]]) -> list[Any]:
     from selftaught.skill.routing import SkillCard
     from selftaught.skill.skillset import fallback_name
@@ -146,12 +191,18 @@ def main(argv: Sequence[str] | None = None) -> Path:
     p.add_argument("--others", type=int, default=10, help="requests per other generator")
     args = p.parse_args(argv)
     rows = [run_seed(seed, args.heldout, args.others) for seed in args.seeds]
+    mined = {str(share): [mined_sparsely(seed, share) for seed in args.seeds]
+             for share in MINED_SHARES}  # fmt: skip
     out = common.RESULTS / "kind_routing.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {"machine": common.machine_info(), "command": common.command_line(),
-              "settings": vars(args), "rows": rows}  # fmt: skip
+              "settings": vars(args), "rows": rows, "mined": mined}  # fmt: skip
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(table(rows))
+    for share, runs in mined.items():
+        tot = {k: sum(r[k] for r in runs) for k in ("tasks", "wrong", "waiting")}
+        print(f"mined {share}: {tot['wrong']} of {tot['tasks']} tasks in a wrong kind, "
+              f"{tot['waiting']} waiting with none")  # fmt: skip
     print(f"wrote {out}")
     return out
 

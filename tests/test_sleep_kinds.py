@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from selftaught import cli
+from selftaught.skill.clustering import intent_tokens
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Feedback, Interaction, TaskLog
 from selftaught.sleep.kinds_file import Kind, load_kinds, save_kinds
@@ -53,6 +54,31 @@ def test_a_kind_keeps_its_id_as_its_traffic_drifts_and_a_new_intent_founds_its_o
     assert after[ids["alph"]].nights == 2 and after[ids["alph"]].last_night == "n2"
     assert "plums" in after[ids["alph"]].centroid  # its centroid follows its traffic
     assert two.quiet(ids["beta"]) and not two.quiet(ids["alph"])
+
+
+def test_a_quoted_text_is_the_instance_not_the_intent():
+    ask = 'How many times does the letter "e" appear in the text: "{}"?'
+    words = intent_tokens(ask.format("seven green geese"))
+    assert {"letter", "appear", "text"} <= set(words) and not {"seven", "geese"} & set(words)
+    assert intent_tokens('"reverse these words"') == ["reverse", "words"]  # all quoted: kept
+    texts = ["blue whales swim far", "old maps of rome", "jazz on a rainy night", "tax forms"]
+    tasks = [_task(ask.format(t), f"c{i}") for i, t in enumerate(texts)]
+    tasks += [_task(f"Convert {i} miles to km, please.", f"m{i}") for i in range(4)]
+    found = find_kinds(tasks, (), KindConfig(), "n1")
+    assert len(found.kinds) == 2 and len({t.kind for t in tasks[:4]}) == 1
+
+
+def test_a_rare_request_like_no_kind_waits_with_none_instead_of_joining_the_largest():
+    tasks = [_task(f"Convert {i} miles to km, please.", f"m{i}") for i in range(6)]
+    tasks.append(_task("Write a haiku about autumn leaves.", "h0"))  # one of its kind
+    found = find_kinds(tasks, (), KindConfig(), "n1")
+    assert tasks[-1].kind is None and {t.kind for t in tasks[:6]} == {found.kinds[0].id}
+    assert len(found.kinds) == 1  # no kind founded or moved on the haiku's words
+    # the next night, a second one like it: the two found their kind (recall kept it kindless)
+    again = [tasks[-1], _task("Write a haiku about winter snow.", "h1")]
+    two = find_kinds(again, found.kinds, KindConfig(), "n2", not_traffic={"h0"})
+    (haiku,) = two.new
+    assert {t.kind for t in again} == {haiku}
 
 
 def test_recall_shares_its_cap_among_kinds_so_a_heavy_kind_cannot_crowd_out_a_rare_one(tmp_path):

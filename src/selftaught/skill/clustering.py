@@ -1,7 +1,9 @@
 """Lexical grouping of texts by intent: TF-IDF vectors, seeded spherical k-means, then merges.
 
 No model is needed and the result is the same on every run with the same seed. A text's
-vector holds its words that carry letters (numbers name an instance, not an intent) and are no
+vector holds its words that carry letters (numbers name an instance, not an intent), outside
+quotation marks (a quoted text is the instance the request works on: "how many e's in the
+text: \"...\"" is one intent whatever it quotes) unless nothing else is left, and are no
 English stop word (`text.STOP_WORDS`: they are in most texts of every intent), weighted
 by sublinear term frequency times a smoothed inverse document frequency that is 0 for a word
 every text holds ("what" in a task whose items all ask "What is ..."), L2-normalised.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,11 +32,18 @@ from dataclasses import dataclass
 from selftaught.text import STOP_WORDS, words
 
 Vector = dict[str, float]
+_QUOTED = re.compile(r'"[^"\n]*"|\u201c[^\u201d\n]*\u201d')  # "..." and \u201c...\u201d
 
 
 def intent_tokens(text: str) -> list[str]:
-    """The words of `text` that can carry an intent: those with a letter in them, English stop
-    words left out (a kind held together by "the" and "in" is no intent)."""
+    """The words of `text` that can carry an intent: those with a letter in them, outside
+    quotation marks (the quoted text is the instance; all of it when nothing is left), English
+    stop words left out (a kind held together by "the" and "in" is no intent)."""
+    outside = _content_words(_QUOTED.sub(" ", text))
+    return outside or _content_words(text)
+
+
+def _content_words(text: str) -> list[str]:
     return [w for w in words(text) if not w.isdigit() and w not in STOP_WORDS]
 
 

@@ -21,8 +21,12 @@ it uses (mined tonight or recalled) a kind, found from the requests' own words, 
 5. a group whose centroid reaches `similarity` (cosine) with a known kind's is that kind (its
    centroid tonight blends the stored one with its recalled tasks'); else it founds a new kind,
    named by its heaviest words (a valid skill name, unique in the project);
-6. a request too rare to be grouped (under `min_tasks` like it) joins the kind it is most like;
-   one that shares no word with any joins tonight's largest kind.
+6. a request too rare to be grouped (under `min_tasks` like it) joins the kind it is like (its
+   cosine reaches `similarity`); one like no kind waits with none: tonight it carries no
+   kind's tag and trains no kind's skill (the project's own skill serves it, as the proxy
+   serves a request of no kind), and a later night, with more requests like it, finds its
+   kind (recall keeps it without one). Lumping it into another kind would found or move that
+   kind on words that are not its own.
 
 One threshold says "of this kind" for a group and for one request alike: kinds.json records
 the `similarity` its night used, and the proxy routes by it (`kinds_file.kind_index`: read
@@ -81,8 +85,9 @@ class KindConfig:
     night they merge, and tonight's group joins a known kind it reaches. One request is of the
     kind its words are most like when they reach it: the night's first look at each task and
     the proxy's routing (kinds.json records it)."""
-    min_tasks: int = 3
-    """Fewest requests that found a new kind; a rarer one joins the kind it is most like."""
+    min_tasks: int = 2
+    """Fewest requests that found a new kind; a rarer one joins a kind it is like, or waits
+    with none (chosen on the stream's dev seeds: `bench_kind_routing.py`, `mined`)."""
     max_groups: int = 8
     """Most groups a night's new requests are split into (each joins a kind or founds one)."""
     grouping_seed: int = 0
@@ -205,8 +210,7 @@ def find_kinds(
             refs[kid] = vector
         for i in members:
             tasks[i].kind = kid
-    strays = [unknown[j] for j in grouping.left_out]
-    new += _place_strays(tasks, strays, vectors, refs, taken)
+    _place_strays(tasks, [unknown[j] for j in grouping.left_out], vectors, refs, config.similarity)
     kinds = _moved(book, new, tasks, vectors, night_id, set(not_traffic))
     return NightKinds(kinds, tuple(new), tuple(tasks), frozenset(not_traffic),
                       config.similarity)  # fmt: skip
@@ -273,32 +277,13 @@ def _place_strays(
     tasks: Sequence[MinedTask],
     strays: Sequence[int],
     vectors: Sequence[Vector],
-    refs: dict[str, Vector],
-    taken: set[str],
-) -> list[str]:
-    """Each stray joins the kind it is most like (any shared word); the rest join tonight's
-    largest kind, or found one together when the night has none. Returns a kind so founded."""
-    lost = []
+    refs: Mapping[str, Vector],
+    similarity: float,
+) -> None:
+    """Each stray joins the kind it is like (cosine at least `similarity`); the others keep no
+    kind (module docstring, step 6)."""
     for i in strays:
-        kid = _closest(vectors[i], refs, 1e-9)  # any shared word
-        if kid is None:
-            lost.append(i)
-        else:
-            tasks[i].kind = kid
-    if not lost:
-        return []
-    sizes = Counter(t.kind for t in tasks if t.kind is not None)
-    if sizes:
-        largest = max(sizes, key=lambda k: (sizes[k], k))
-        for i in lost:
-            tasks[i].kind = largest
-        return []
-    vector = centroid(vectors, lost)
-    kid = _new_id(vector, taken)
-    refs[kid] = vector
-    for i in lost:
-        tasks[i].kind = kid
-    return [kid]
+        tasks[i].kind = _closest(vectors[i], refs, similarity)
 
 
 def _moved(
