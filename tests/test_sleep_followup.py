@@ -169,6 +169,61 @@ def test_a_yes_or_no_fact_is_corrected_by_the_other_word():
     assert read is not None and (read.kind, read.reference) == ("correction", "no")
 
 
+@pytest.mark.parametrize(
+    ("reply", "turn"),
+    [
+        (
+            "Here is a sonnet about rain: grey clouds gather low.",
+            "that's not a sonnet, it has ten lines",
+        ),
+        (
+            "The crash comes from a missing import on line 3.",
+            "there's no missing import, look again",
+        ),
+    ],
+)
+def test_a_denial_with_a_copula_is_no_contrast_of_values(reply: str, turn: str):
+    # "X's not Y" denies the reply; X is no value put in Y's place
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == ("rejection", None)
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn", "rule"),
+    [
+        (
+            "Glaciers are slow rivers of ice that form where snow piles up faster than it melts, "
+            "and they carve valleys as they move downhill over centuries.",
+            "I said under 30 words",
+            "max_words",
+        ),
+        ("Name: Rui, city: Braga.", "in JSON format, as I said before", "json"),
+    ],
+)
+def test_a_restated_request_is_a_rule_not_a_value(reply: str, turn: str, rule: str):
+    read = read_followup(turn, reply)
+    assert read is not None and read.kind == "rule" and read.reference is None
+    assert [r.kind for r in read.rules] == [rule]
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn", "value"),
+    [
+        (
+            "A pint in the UK is 473 ml.",
+            "a UK pint is 568 ml, 473 ml is the American pint",
+            "568 ml",
+        ),
+        ("Columbus reached the Americas in 1498.", "it's 1492 — 1498 is Vasco da Gama", "1492"),
+        ("3 feet is about 0.5 m.", "3 feet is 0.91 m, you halved it", "0.91 m"),  # the sum again
+    ],
+)
+def test_what_the_replys_value_really_is_is_not_the_correction(reply: str, turn: str, value: str):
+    # "473 ml is the American pint" explains the mistake; the right value is said elsewhere
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == ("correction", value)
+
+
 def test_a_value_the_reply_already_gave_is_no_correction():
     read = read_followup("no, 12 km is wrong", "It is 12 km.")
     assert read is not None and (read.kind, read.reference) == ("rejection", None)

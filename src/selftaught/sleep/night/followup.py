@@ -652,6 +652,14 @@ _NOT_WORD = re.compile(
 )
 
 
+# a copula, or a word with one or a negation written onto it ("that's", "they're", "isn't")
+_COPULA_WORD = re.compile(
+    r"\w{1,12}['’](?:s|re|m|t)|is|are|was|were|be|ist|sind|war|est|sont|es|son|era|è|sono|é|são|"
+    r"zijn|jest|są|это|c['’]est|isn|aren|wasn",
+    _I,
+)
+
+
 def _plain_contrast(text: str, reply: _Reply) -> tuple[_Value | None, bool]:
     """ "na sexta, não na terça": the word before "not" where the word after it is the
     reply's."""
@@ -662,6 +670,7 @@ def _plain_contrast(text: str, reply: _Reply) -> tuple[_Value | None, bool]:
         if (
             new in W.STOP
             or new in W.BETWEEN
+            or _COPULA_WORD.fullmatch(new) is not None  # "that's not a haiku": a denial
             or _verdict_word(m.group(1))
             or _has(reply.folded, new)
         ):
@@ -886,6 +895,7 @@ def _value(
         return _Found(quoted[0], "quoted")
     asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
     aside = [m.span() for m in re.finditer(r"\([^()]{0,80}\)", text)]
+    aside += _explained(text, values, reply)
     fresh = [  # a number in words counts only in "X, not Y" ("four bedrooms, not three")
         v
         for v in values
@@ -931,6 +941,47 @@ def _value(
     if kinds:
         return _Found(kinds[0], "first")
     return None
+
+
+# a clause that opens with a value and says what it is: "1815 c'est Waterloo", "x = y"
+_CLAUSES = re.compile(r"[^.!?;,，。！？；—–]+")
+_IS = re.compile(
+    r"\s{0,2}(?:is|was|are|were|ist|war|est|c['’]est|es|era|è|é|foi|jest|это|=|là|is het)\s",
+    _I,
+)
+
+
+def _explained(text: str, values: list[_Value], reply: _Reply) -> list[tuple[int, int]]:
+    """The clauses that open with a value the reply said and say what it is ("200 ml is a
+    Japanese cup", "o Pessoa é do século XX", "1815 c'est Waterloo"): they explain the
+    mistake, and a value in them is not the right one."""
+    spans = []
+    for m in _CLAUSES.finditer(text):
+        head = m.group(0)
+        first = next((v for v in values if m.start() <= v.start < m.end()), None)
+        if first is None or not _claimed(first, reply):
+            continue
+        before = re.findall(r"[\w']+", head[: first.start - m.start()])
+        if any(_fold(w) not in W.FILLER and _fold(w) not in W.BETWEEN for w in before):
+            continue
+        rest = [v for v in values if first.end <= v.start < m.end()]
+        if first.numeric and any(v.numeric for v in rest):
+            continue  # "5 miles is 8 km": the reply's sum, done again
+        if _IS.match(text, first.end):
+            spans.append((first.end, m.end()))
+    return spans
+
+
+def _claimed(value: _Value, reply: _Reply) -> bool:
+    """The reply said `value` as what it claims, not as its subject: after other words in its
+    sentence ("Napoleon died in 1815", not "Napoleon died ...")."""
+    for said in reply.values:
+        if said.key != value.key and not _has(_fold(said.text), value.key):
+            continue
+        before = re.split(r"[.!?:;]\s", reply.text[max(0, said.start - 80) : said.start])[-1]
+        if _content_words(before):
+            return True
+    return False
 
 
 def _slot(text: str, statements: list[_Sentence], reply: _Reply) -> _Value | None:
@@ -1126,11 +1177,13 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
         verdict = False  # "you're right, I had the date wrong"
     found = None
     if verdict or not said.asks:
-        masked = _masked(text, rules)  # "under 20 words" states a rule, not a value
+        masked = _masked(text, rules)  # "I said under 20 words" states a rule, not a value
         values = _values(masked, said.tails) if masked != text else values
         found = _value(masked, _sentences(masked), cues, said, values)
         found = found or (_asserted(masked, said, values) if verdict else None)
     if verdict:
+        if rules and cues.restate and not cues.hard:
+            return Followup("rule", text, None, rules)  # "in JSON, as I asked"
         if found is not None:
             return Followup("correction", text, found.value.text, rules)
         if rules and not cues.hard and not cues.contrasted:
@@ -1162,9 +1215,15 @@ def has_cue(followup: str | None, reply: str, kind: str) -> bool:
 
 
 def _masked(text: str, rules: tuple[Rule, ...]) -> str:
-    """`text` with each rule's words blanked (the same length, so places hold)."""
+    """`text` with each rule's words, and the words restating a request, blanked (the same
+    length, so places hold)."""
     for rule in rules:
         at = text.find(rule.said) if rule.said else -1
         if at >= 0:
             text = text[:at] + " " * len(rule.said) + text[at + len(rule.said) :]
-    return text
+    # "I asked for the total", "como te pedí": what a restated request names is what the
+    # user asked for, not a value the reply got wrong
+    return _RESTATED.sub(lambda m: " " * len(m.group(0)), text)
+
+
+_RESTATED = re.compile(rf"(?:{W.RESTATE.pattern})[^,;.!?]{{0,80}}", _I)
