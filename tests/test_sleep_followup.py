@@ -131,6 +131,19 @@ NOT_FEEDBACK = [
     ("It takes 3 hours.", "ugh 3 hours. my train is at 5 pm"),
     ("The capital of Australia is Canberra.", "Sydney is nicer though"),
     ("Python 3.12 came out in 2023.", "we are still on 3.8 at work"),
+    # a new topic, someone else's verdict, a hedge, an exclamation
+    ("The museum opens at 9.", "thanks. unrelated question: how do I descale a kettle?"),
+    ("The Great Wall is about 21,000 km long.", "my teacher says that's wrong. who do I believe?"),
+    ("The Amazon is the largest river by volume.", "my son got this one wrong in class. the Nile?"),
+    (
+        "Here is a list of fish: cod, tuna, whale.",
+        "correct me if I'm wrong but whales breathe air right? my niece asked",
+    ),
+    ("Reykjavik is the capital of Iceland.", "oh no way, we're going there in June! any tips?"),
+    # answers to what the reply asked: after a few words, for what the user has, its options
+    ("What is 3 squared? Take your time!", "9"),
+    ("Let me know what the terminal printed.", "it printed: cannot open 'data.json'"),
+    ("Do you want the short version or the long one?", "the short one, not the long one"),
 ]
 
 

@@ -50,6 +50,8 @@ MAX_FOLLOWUP_CHARS = 600
 """Longer turns are read on their start only: feedback comes first, a new request after."""
 MAX_REPLY_CHARS = 4000
 """The reply is read on its start: the value a user corrects is said early."""
+MAX_CLAIMS = 64
+"""The reply's first values, among which the one a clause of the turn explains is looked for."""
 MAX_TAILS = 64
 """The words after the reply's first numbers that a number in the turn may take as its unit."""
 
@@ -425,7 +427,7 @@ def _reply(reply: str) -> _Reply:
             and anchor not in named  # "Monday" in "Monday to Saturday" is no anchor
         ):
             slots.add((anchor[:5], tuple(preps)))
-    asks = text.rstrip().endswith(_QMARKS) or W.QUIZ.search(text) is not None
+    asks = _asks_user(text)
     answer = None
     for sentence in re.split(r"(?<=[?？])\s{0,3}", text)[1:2] or [text]:
         if W.YES.match(sentence):
@@ -441,6 +443,28 @@ def _reply(reply: str) -> _Reply:
         frozenset(slots),
         asks,
         answer,
+    )
+
+
+def _asks_user(text: str) -> bool:
+    """The reply ends by asking the user something: a question, perhaps with a few words
+    after it that answer nothing ("What's 7 × 8? Take your time!"), a request for what the
+    user has ("Let me know the exact error"), or a quiz."""
+    last = [s for s in re.split(r"(?<=[.!?？。！])\s{0,3}", text.strip()) if s][-2:]
+    if not last:
+        return False
+    coda = (
+        len(last) == 2
+        and last[0].rstrip().endswith(_QMARKS)
+        and len(last[1].split()) <= 5
+        and not re.search(r"\d", last[1])
+        and not (W.YES.match(last[1]) or W.NO_ANSWER.match(last[1]))
+    )
+    return (
+        last[-1].rstrip().endswith(_QMARKS)
+        or coda
+        or W.ASK_USER.search(last[-1]) is not None
+        or W.QUIZ.search(text) is not None
     )
 
 
@@ -537,7 +561,13 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
     clean = W.NEGATED.sub(" ", _QUOTED.sub(" ", text))
     statements = [W.NEGATED.sub(" ", _QUOTED.sub(" ", s.text)) for s in sentences if not s.asks]
     judged = [s for s in statements if not W.SELF.search(s)]
-    hits = [m for s in judged for p in (_WRONG, _FAILED) for m in p.finditer(s)]
+    hits = [
+        m
+        for s in judged
+        for p in (_WRONG, _FAILED)
+        for m in p.finditer(s)
+        if not _reported(s[max(0, m.start() - 48) : m.start()])
+    ]
     rest = " ".join(statements)
     for m in hits:
         rest = rest.replace(m.group(0), " ")
@@ -546,6 +576,7 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
     no = (
         not reply.asks
         and W.NOT_A_NO.match(opening) is None
+        and W.EXCLAIM.match(clean) is None
         and (
             _NO.match(opening) is not None
             or any(_NO.fullmatch(s.text.strip(" .!?,")) for s in sentences)
@@ -565,18 +596,32 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
         restate=any(W.RESTATE.search(s) for s in statements),
         contrast=contrast,
         contrasted=contrasted,
-        partial=bool(
-            re.search(r"\b(?:fine|ok|okay|right|correct|good)\b|" + _ACCEPT.pattern, rest, _I)
-            and _BUT.search(rest)
-        ),
+        partial=_partial(rest),
         accept=_accepts(_strip_fillers(clean)) and not _opens_with_hit(_strip_fillers(clean)),
         accept_later=any(
             not W.NEGATION_AFTER.match(rest[m.end() :]) for m in [_ACCEPT.search(rest)] if m
         ),
         asks=any(s.asks for s in sentences),
         questions=any(s.asks and not W.WANT.search(s.text) for s in sentences),
-        self_blame=W.SELF.search(clean) is not None,
+        self_blame=W.SELF.search(clean) is not None or W.OTHERS.search(clean) is not None,
     )
+
+
+def _partial(rest: str) -> bool:
+    """ "the date is fine but ...": part of the reply is right, and a "but" follows (a tag
+    question's "right?" approves nothing)."""
+    rest = re.sub(r",?\s(?:right|ok|okay|correct)\s?[?？]", " ", rest, flags=_I)
+    return bool(
+        re.search(r"\b(?:fine|ok|okay|right|correct|good)\b|" + _ACCEPT.pattern, rest, _I)
+        and _BUT.search(rest)
+    )
+
+
+def _reported(before: str) -> bool:
+    """A verdict said after someone else says it ("my friend says it's wrong", "my kid got it
+    wrong"): theirs, unless the user turns to the reply ("..., you said")."""
+    said = [m.end() for m in W.OTHERS.finditer(before)]
+    return bool(said) and re.search(r"(?<!\w)(?:you|your)(?!\w)", before[said[-1] :], _I) is None
 
 
 def _opens_with_hit(text: str) -> bool:
@@ -975,7 +1020,7 @@ def _explained(text: str, values: list[_Value], reply: _Reply) -> list[tuple[int
 def _claimed(value: _Value, reply: _Reply) -> bool:
     """The reply said `value` as what it claims, not as its subject: after other words in its
     sentence ("Napoleon died in 1815", not "Napoleon died ...")."""
-    for said in reply.values:
+    for said in reply.values[:MAX_CLAIMS]:
         if said.key != value.key and not _has(_fold(said.text), value.key):
             continue
         before = re.split(r"[.!?:;]\s", reply.text[max(0, said.start - 80) : said.start])[-1]
@@ -1167,12 +1212,15 @@ def _turn(
 def read_followup(followup: str | None, reply: str) -> Followup | None:
     """What `followup` (the user's next turn) says about `reply`, or None when nothing."""
     turn = _turn(followup, reply)
-    if turn is None:
-        return None
+    if turn is None or W.NEW_TOPIC.search(turn[0]):
+        return None  # "unrelated, but ...": the turn moves on
     text, sentences, said, values, cues = turn
     about_reply = _ABOUT_REPLY.match(text) is not None
-    rules = rules_in(text, reply) if not cues.questions or about_reply else ()
-    verdict = cues.verdict and not (said.asks and not (cues.wrong or cues.contrasted))
+    # a rule's words in quotes or code are mentioned, not asked for ("open 'config.json'")
+    unquoted = _QUOTED.sub(lambda m: " " * len(m.group(0)), text)
+    rules = rules_in(unquoted, reply) if not cues.questions or about_reply else ()
+    # after the reply's question, "the book, not the film" picks one of its options
+    verdict = cues.verdict and not (said.asks and not (cues.wrong or cues.contrast))
     if cues.accept and not (cues.partial or cues.contrasted):
         verdict = False  # "you're right, I had the date wrong"
     found = None

@@ -224,10 +224,13 @@ NOT_ACCEPT_AFTER = re.compile(
     r"d'avance|im voraus|de antemano|in anticipo|desde já|alvast)",
     re.IGNORECASE,
 )
-# what says "nothing wrong": "no complaints", "nothing wrong with that", "not bad"
+# what says "nothing wrong": "no complaints", "nothing wrong with that", "not bad"; and the
+# hedge "correct me if I'm wrong", which judges nothing
 NEGATED = re.compile(
     r"(?<!\w)(?:no complaints|nothing wrong|not wrong|no issues|no problems?|not bad|"
-    r"nada de malo|rien à redire|nichts falsch)(?!\w)",
+    r"nada de malo|rien à redire|nichts falsch|correct me if i'?m wrong|"
+    r"corrige[zs]?-moi si je me trompe|corr[ií]geme si me equivoco|correggimi se sbaglio|"
+    r"korrigier(?:e|t)? mich,? wenn ich (?:mich irre|falsch liege))(?!\w)",
     re.IGNORECASE,
 )
 # a negation right after an acceptance word takes it back ("sahi nahi", "not correct")
@@ -262,6 +265,26 @@ SELF = re.compile(
     r"(?<!\w)my (?:answer|guess|result|estimate|number) (?:was|is)\b",
     re.IGNORECASE,
 )
+# someone else's judgement, reported: "my friend says it's wrong", "my kid got it wrong"
+OTHERS = re.compile(
+    r"(?<!\w)(?:my|his|her|their|our|a)\s(?:\w+\s)?(?:friends?|kids?|son|daughter|wife|husband|"
+    r"partner|girlfriend|boyfriend|teacher|professor|prof|boss|manager|colleague|coworkers?|"
+    r"mom|mum|mother|dad|father|parents?|brother|sister|roommate|neighbou?r|classmates?|"
+    r"students?|tutor|grandma|grandpa|uncle|aunt|cousin)\b"
+    r"|(?<!\w)(?:he|she|they|someone|somebody|people|everyone|everybody)\s(?:says?|said|"
+    r"thinks?|thought|claims?|insists?|told me)\b",
+    re.IGNORECASE,
+)
+# the turn turns to something else: what it says is not about the reply
+NEW_TOPIC = re.compile(
+    r"(?<!\w)(?:unrelated|off[- ]topic|(?:different|another|other|random|side|new|separate) "
+    r"question|on (?:another|a different|an unrelated) note|chang(?:e|ing) (?:of )?(?:the )?"
+    r"subject|autre (?:question|chose)|otra (?:pregunta|cosa)|andere frage|altra domanda|"
+    r"outra pergunta|andere vraag|inne pytanie|другой вопрос|başka bir soru)(?!\w)",
+    re.IGNORECASE,
+)
+# an exclamation, not a verdict: "oh no", "oh no way"
+EXCLAIM = re.compile(r"^\W{0,3}(?:oh|omg|aw+|ah)\W{0,3}no+\b", re.IGNORECASE)
 # a question: its words open a sentence (or close it, in Turkish, Japanese and Chinese)
 QUESTION_START = re.compile(
     r"(?:^|[.!?;:。！？]\s{0,3}|^\W{0,3}(?:and|so|ok|okay|hmm|also|but|wait),?\s)"
@@ -394,6 +417,12 @@ MONTHS = (
     r"octubre|noviembre|diciembre|gennaio|febbraio|aprile|maggio|giugno|luglio|settembre|"
     r"ottobre|dicembre|janeiro|fevereiro|março|maio|junho|julho|setembro|outubro|novembro|"
     r"dezembro|januari|februari|maart|mei|augustus"
+)
+# a reply that asks the user for something they have: what follows answers it
+ASK_USER = re.compile(
+    r"(?:^|[,;]\s)(?:please\s)?(?:let me know|tell me|send me|paste|share|show me|give me)\b"
+    r"|\b(?:can|could) you (?:send|share|paste|tell|show|give) me\b",
+    re.IGNORECASE,
 )
 # a reply that quizzes the user: what follows is an answer, not a verdict
 QUIZ = re.compile(
