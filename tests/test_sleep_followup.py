@@ -68,6 +68,13 @@ CORRECTIONS = [
     ("全程大约30公里。", "不对，应该是35公里", "35公里"),
     ("Ticket 500 rupees ka hai.", "nahi yaar, 700 rupees hai", "700 rupees"),
     ("المسافة 30 كم.", "لا، المسافة 45 كم", "45 كم"),
+    # a greeting opens the turn, the value follows
+    ("El vuelo dura 21 horas.", "Hola, 12 horas, te equivocaste", "12 horas"),
+    (
+        "Le mont Ventoux culmine à 1 190 m.",
+        "Bonjour, 1 910 m, vous avez inversé les chiffres",
+        "1 910 m",
+    ),
     ("Das Konzert ist am 3. Mai.", "am 13. Mai, nicht am 3.", "13. Mai"),
 ]
 
@@ -83,6 +90,10 @@ REJECTIONS = [
     ("Cevap 12.", "yanlış bu"),
     ("答えは12です。", "違うと思います"),
     ("The sum is 12.", "12?? really?"),
+    # what the user wanted, a pronoun in capitals, a verb: no value
+    ("Here are the 2023 sales figures.", "this isn't what I asked, I wanted the 2022 figures"),
+    ("Clear the cache and reload the page.", "now NOTHING works, the page is blank"),
+    ("Cache clear karo, sab theek ho jayega.", "kiya, par kaam nahi kiya"),
 ]
 
 ACCEPTANCES = [
@@ -92,6 +103,7 @@ ACCEPTANCES = [
     ("Перезапусти сервис.", "спасибо, всё работает"),
     ("Reinicia el router.", "gracias, funciona"),
     ("It is 12 km.", "right, 12 km. thanks"),
+    ("أعد تشغيل الراوتر.", "صح، اشتغل الآن"),
     ("The wedding is on the 12th.", "you're right, I had the date wrong"),
     ("Your order ships Monday.", "Monday works, thanks"),
 ]
@@ -104,6 +116,7 @@ RULES = [
     ("Name: Ana, age 31.", "JSON formatında ver", "json"),
     ("A long paragraph about the project plan.", "in 30 Wörtern bitte", "max_words"),
     ("Nom : Dupont, ville : Nantes.", "i need this as json please", "json"),
+    ("الطقس اليوم مشمس. درجة الحرارة 30. لا يوجد مطر.", "اكتبها في جملة واحدة", "max_sentences"),
 ]
 
 # turns that only look like feedback

@@ -1162,7 +1162,7 @@ _ABOUT_REPLY = re.compile(
 
 
 _COUNT_WORDS = {
-    1: "one un une ein eine einen una uno um uma één jedno jedną jeden одно одним bir ek",
+    1: "one un une ein eine einen una uno um uma één jedno jedną jeden одно одним bir ek واحدة",
     2: "two deux zwei dos due dois duas twee dwa два iki do",
     3: "three trois drei tres tre três drie trzy три üç teen",
     4: "four quatre vier cuatro quattro quatro",

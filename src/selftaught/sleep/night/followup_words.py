@@ -75,6 +75,7 @@ WRONG = Words(
         # fr, de, es, it, pt, nl
         r"c'?est faux|faux|pas (?:juste|correct|exact|bon|ça)|erron[ée]e?|n'importe quoi|"
         r"(?:vous vous|tu te) trompe[sz]?|pas (?:du tout )?ce que (?:j'ai|je|vous|tu)|"
+        r"(?:vous avez|tu as) (?:inversé|confondu|mélangé)|"
         r"n'est pas du tout|ce n'est pas (?:ça|ca|ce que)|"
         r"falsch|stimmt (?:so )?nicht|nicht (?:richtig|korrekt)|quatsch|vertauscht|verwechselt|"
         r"incorrect[oa]|está mal|esta mal|(?:te|se) equivoc\w{1,4}|equivocad[oa]|"
@@ -135,8 +136,10 @@ FAILED = Words(
         r"nie działa|nie dziala|(?:dalej|nadal|wciąż) nie|ten sam błąd|nic nie dało|"
         r"не работает|не помогло|та же ошибка|не компилируется|ничего не изменилось|"
         r"çalışmıyor|calismiyor|çalışmadı|olmadı|işe yaramadı|aynı hata|"
-        r"kaam nahi kar\w{0,4}|kaam nahin kar\w{0,4}|nahi chal\w{0,4}|nahi hua|same error|"
-        r"لا يعمل|لم يعمل|ما زال لا|لم ينجح|نفس الخطأ|काम नहीं",
+        r"kaam nahi kar\w{0,4}|kaam nahin kar\w{0,4}|kaam nahi kiya|nahi chal\w{0,4}|nahi hua|"
+        r"same error|"
+        r"لا يعمل|لم يعمل|ما زال لا|لم ينجح|نفس الخطأ|نفس المشكلة|ما اشتغل(?:ت)?|مش شغال|"
+        r"काम नहीं",
     ),
     (
         "動かない",
@@ -185,7 +188,7 @@ ACCEPT = Words(
         r"спасибо|верно|правильно|точно|работает|отлично|всё верно|именно|"
         r"teşekkür\w{0,8}|tesekkur\w{0,8}|sağ ?ol|sag ?ol|doğru|dogru|evet|aynen|çalıştı|harika|"
         r"shukriya|dhanyavaad|dhanyawad|sahi hai|sahi|bilkul|ho gaya|theek hai|badhiya|"
-        r"شكرا|شكراً|صحيح|تمام|نجح|ممتاز|بالضبط|धन्यवाद|सही|हो गया",
+        r"شكرا|شكراً|صحيح|صح|تمام|نجح|اشتغل(?:ت)?|ممتاز|بالضبط|धन्यवाद|सही|हो गया",
     ),
     (
         "ありがとう",
@@ -347,7 +350,8 @@ FILLER = frozenset(
         "actually really though btw fyi pls please plz dai hoor hè hein quoi voyons bon enfin "
         "doch halt ja eben hombre tío tio pues cara né ne ué uai gente dus toch joh nu przecież "
         "chyba конечно же вообще ну da yani abi ya ki hai na re arre arey bas يا طبعا فقط بس "
-        "تقريبا "
+        "تقريبا hello hi hey bonjour salut hallo hola ciao olá oi hoi cześć привет merhaba namaste "
+        "مرحبا "
     )
 )
 # words that put a value forward ("it's 17 km", "should be 8080", "i get 12.6", "c'est 12")
@@ -460,7 +464,9 @@ STOP = frozenset(
         "lo una uno il lo gli e ma non è io tu che di o os as um uma e mas não é eu você que sim "
         "de het een en maar niet is ik jij je dat wel nee i a ale nie jest to ja ty tak co и а но "
         "не это я ты да нет что ve ama değil bir bu evet hayır hai hain nahi haan ka ki ke ko se "
-        "mein main aur "
+        "mein main aur kiya kiye kar karo tha thi hua hui hota hoti gaya gayi raha rahi hoga है हैं "
+        "था थी nothing everything anything something nobody everybody everyone someone anyone "
+        "everywhere nowhere somewhere "
     )
 )
 # units a number keeps beside it even when the reply wrote none ("45 EUR", "3.5 kg")
@@ -517,7 +523,8 @@ RULE_CUES: dict[str, re.Pattern[str]] = {
     ),
     "max_sentences": re.compile(
         rf"\b{_N}\s(?:sentences?|phrases?|sätzen?|frases?|frasi|frase|zinnen|zin|zdani[ae]?|"
-        rf"zdaniach|предложени[ея]м?|предложениях|cümle)\b|(\d{{1,2}})\s?(?:文|句)",
+        rf"zdaniach|предложени[ея]м?|предложениях|cümle)\b|(\d{{1,2}})\s?(?:文|句)"
+        r"|جملة\s(واحدة)|(\d{1,2})\sجمل",
         re.IGNORECASE,
     ),
     "max_words": re.compile(
@@ -530,8 +537,9 @@ RULE_CUES: dict[str, re.Pattern[str]] = {
 # rule, without one it says the reply missed it
 RESTATE = re.compile(
     r"\b(?:i (?:asked|wanted) for|as (?:i|we) (?:said|asked|requested)|like i (?:said|asked)|"
-    r"i (?:said|told you)|that was the rule|as requested|comme (?:je l'ai dit|demandé)|"
-    r"wie (?:gesagt|verlangt)|como (?:te )?(?:dije|pedí|pedi)|come (?:ho detto|richiesto))\b",
+    r"i (?:said|told you|wanted)|that was the rule|as requested|comme (?:je l'ai dit|demandé)|"
+    r"je voulais|wie (?:gesagt|verlangt)|ich wollte|como (?:te )?(?:dije|pedí|pedi)|quer[ií]a|"
+    r"come (?:ho detto|richiesto)|volevo|eu queria|ik wilde|chciał(?:em|am)|я хотел[аи]?)\b",
     re.IGNORECASE,
 )
 # the spellings of one unit, so "5,895 m" answers "4,895 meters" and "3h20" answers "5 h 30"
