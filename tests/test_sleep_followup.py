@@ -43,6 +43,11 @@ CORRECTIONS = [
     ("The tower is 300 m tall.", "324 m. the antenna counts", "324 m"),
     ("The flight takes 5 hours.", "it took us 7 hours, headwinds all the way", "7 hours"),
     ("The train leaves on 12 June.", "it leaves on 21 June, I have the ticket", "21 June"),
+    # the unit kept: the reply's own written apart, an abbreviation, not the word after it
+    ("Set the oven to 180°F.", "nope, 350 F", "350 F"),
+    ("A tablespoon is 2 teaspoons.", "it's 3 tsp", "3 tsp"),
+    ("Otobüs 2 saat sürer.", "hayır, 4 saat 15 dk sürüyor", "4 saat 15 dk"),
+    ("A cup of rice weighs 100 g.", "more like 185g per cup", "185g"),
     # names, code outputs, quoted values
     ("The author of Dune is Isaac Asimov.", "it's Frank Herbert", "Frank Herbert"),
     ("`sorted([3, 1, 2])` returns [3, 2, 1].", "nope, it returns [1, 2, 3]", "[1, 2, 3]"),

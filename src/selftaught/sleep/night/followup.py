@@ -82,13 +82,13 @@ _NUMBER = re.compile(
 )
 # an hour and what follows it: "2 hours 15 minutes", "2 horas y media", "3 ore e 10"
 _HOURS = re.compile(
-    r"h|hrs?|hours?|horas?|ore|ora|uur|stunden?|heures?|godzin[ay]?|час(?:а|ов)?|saat|ghante|"
+    r"h|hrs?|hours?|horas?|ore|ora|uur|stunden?|heures?|godz|godzin[ay]?|час(?:а|ов)?|saat|ghante|"
     r"ghanta|ساعات|ساعة",
     _I,
 )
 _MORE = re.compile(
     r"\s(?:(?:and|y|e|et|und|en|i|и|ve|aur)\s)?(?:\d{1,2}\s?(?:min(?:utes?|utos|uti|uten|ut)?|"
-    r"minuty|минут[аы]?|dakika|mins?)\b|(?:a )?half|media|mezza|meia|demie?|halb|halve|pół|"
+    r"minuty|минут[аы]?|dakika|dk|mins?)\b|(?:a )?half|media|mezza|meia|demie?|halb|halve|pół|"
     r"половиной|buçuk|\d{1,2}(?=[\s,.;!?]|$))",
     _I,
 )
@@ -404,8 +404,14 @@ def _reply(reply: str) -> _Reply:
     tails: set[tuple[str, ...]] = set()
     for m in _NUMBER.finditer(text):
         after = [_fold(w).strip(".,;:!?()") for w in text[m.end() : m.end() + 60].split()[:3]]
-        if after and not m.group("att") and len(tails) < MAX_TAILS:
+        if len(tails) >= MAX_TAILS:
+            break
+        if not m.group("att") and after:
             tails.add(tuple(w for w in after if w))
+        elif m.group("att"):  # "100°C": "78 C" in the turn writes the same unit
+            unit = re.sub(r"[\W\d_]", "", _fold(m.group("att")))
+            if unit.isalpha():
+                tails.add((unit,))
     values = _values(text)
     anchors: set[tuple[str, bool]] = set()
     slots: set[tuple[str, tuple[str, ...]]] = set()
