@@ -48,6 +48,14 @@ CORRECTIONS = [
     ("A tablespoon is 2 teaspoons.", "it's 3 tsp", "3 tsp"),
     ("Otobüs 2 saat sürer.", "hayır, 4 saat 15 dk sürüyor", "4 saat 15 dk"),
     ("A cup of rice weighs 100 g.", "more like 185g per cup", "185g"),
+    # a number the reply's unit fits (a time for a time) over another number or a name
+    ("De rit duurt 50 minuten.", "wrong, eerder 3 uur, het is 200 km", "3 uur"),
+    ("The ferry takes 50 minutes.", "no, more like 3 hours, it's 90 km", "3 hours"),
+    (
+        "The flight from Dublin to Rome takes 5 hours.",
+        "Ryanair Dublin. 2 hours 40 minutes, I flew it in May",
+        "2 hours 40 minutes",
+    ),
     # names, code outputs, quoted values
     ("The author of Dune is Isaac Asimov.", "it's Frank Herbert", "Frank Herbert"),
     ("`sorted([3, 1, 2])` returns [3, 2, 1].", "nope, it returns [1, 2, 3]", "[1, 2, 3]"),

@@ -87,7 +87,7 @@ _HOURS = re.compile(
     _I,
 )
 _MORE = re.compile(
-    r"\s(?:(?:and|y|e|et|und|en|i|и|ve|aur)\s)?(?:\d{1,2}\s?(?:min(?:utes?|utos|uti|uten|ut)?|"
+    r"\.?\s(?:(?:and|y|e|et|und|en|i|и|ve|aur)\s)?(?:\d{1,2}\s?(?:min(?:utes?|utos|uti|uten|ut)?|"
     r"minuty|минут[аы]?|dakika|dk|mins?)\b|(?:a )?half|media|mezza|meia|demie?|halb|halve|pół|"
     r"половиной|buçuk|\d{1,2}(?=[\s,.;!?]|$))",
     _I,
@@ -955,30 +955,44 @@ def _value(
         and not any(a <= v.start < b for a, b in asked + aside)
     ]
     statements = [s for s in sentences if not s.asks]
+    # a number the reply's unit fits stands in for the reply's number before a name does
+    # ("Pendolino jedzie ok. 2 godz. 40 min" for "6 godzin")
+    numbered = reply.numeric and any(v.numeric and _unit_fits(v, reply) for v in fresh)
+
+    def kind_fits(v: _Value | None) -> bool:
+        return v is not None and (v.numeric or not numbered)
+
     for s in statements[:1]:  # "1989. The Soviet Union dissolved in 1991"
         bare = _bare(s, reply, strict=True)
-        if bare is not None and not reply.said(bare):
+        if bare is not None and not reply.said(bare) and kind_fits(bare):
             return _Found(bare, "bare")
-    led = [v for v in fresh if v.kind != "word" and _led(text, v)]
+    led = _fitting([v for v in fresh if v.kind != "word" and _led(text, v)], reply)
     if led:
         return _Found(led[-1], "led")
     aligned = [
-        v for v in fresh if (v.kind != "word" or v.text[:1].isupper()) and _aligned(text, v, reply)
+        v
+        for v in fresh
+        if (v.kind != "word" or v.text[:1].isupper()) and kind_fits(v) and _aligned(text, v, reply)
     ]
     if aligned:
         return _Found(aligned[0], "aligned")
     slot = _slot(text, statements, reply)
-    if slot is not None:
+    if slot is not None and kind_fits(slot):
         return _Found(slot, "slot")
     for s in statements:
         first = next((v for v in fresh if s.start <= v.start < s.start + len(s.text)), None)
-        if first is not None and first.kind != "word" and _opens(text, s, first, reply):
+        if (
+            first is not None
+            and first.kind != "word"
+            and kind_fits(first)
+            and _opens(text, s, first, reply)
+        ):
             return _Found(first, "opens")
         subject = _subject(s, reply)
-        if subject is not None:
+        if subject is not None and kind_fits(subject):
             return _Found(subject, "opens")
         bare = _bare(s, reply)
-        if bare is not None and not reply.said(bare):
+        if bare is not None and not reply.said(bare) and kind_fits(bare):
             return _Found(bare, "bare")
     found = _variant(text, sentences, reply) or _led_uncased(text, statements, reply)
     if found is not None:
@@ -1033,6 +1047,13 @@ def _claimed(value: _Value, reply: _Reply) -> bool:
         if _content_words(before):
             return True
     return False
+
+
+def _fitting(values: list[_Value], reply: _Reply) -> list[_Value]:
+    """The numbers among `values` whose unit fits the reply's (a time for a time: "2 uur" over
+    "40 km" for "45 minuten"), where there are any; else `values`."""
+    fit = [v for v in values if v.numeric and reply.numeric and _unit_fits(v, reply)]
+    return fit or values
 
 
 def _slot(text: str, statements: list[_Sentence], reply: _Reply) -> _Value | None:
@@ -1116,7 +1137,13 @@ def _unit_fits(value: _Value, reply: _Reply) -> bool:
     """A number's unit is one the reply gave a number in (or either has none): "5 pm" does
     not correct "3 hours"."""
     units = {_unit_key(v.unit) for v in reply.values if v.numeric and v.unit}
-    return not value.unit or not units or _unit_key(value.unit) in units
+    if not value.unit or not units:
+        return True
+    key = _unit_key(value.unit)
+    return key in units or _DIMENSION.get(key, key) in {_DIMENSION.get(u, u) for u in units}
+
+
+_DIMENSION = {unit: dim for dim, units in W.DIMENSIONS.items() for unit in units.split()}
 
 
 _UNIT_OF = {w: key for key, words in W.UNIT_FAMILIES.items() for w in words.split()}

@@ -548,8 +548,8 @@ UNIT_FAMILIES = {
     "m": "m meter meters metre metres metros metri mètres metrów метров метра метр metre متر",
     "km": "km kilometer kilometers kilometre kilometres kilómetros quilômetros quilómetros "
     "kilomètres chilometri kilometrów километров км كم",
-    "h": "h hr hrs hour hours heure heures horas hora ore ora uur stunde stunden godzin godziny "
-    "час часа часов saat ghante ghanta ساعة ساعات",
+    "h": "h hr hrs hour hours heure heures horas hora ore ora uur stunde stunden godz godzin "
+    "godziny час часа часов saat ghante ghanta ساعة ساعات",
     "min": "min mins minute minutes minuten minutos minuti minut minuty минут минуты dakika",
     "d": "day days jour jours tage dias días giorni dagen dni дней gün din",
     "y": "year years yr yrs ans jahre años anos anni jaar lat лет года yıl saal",
@@ -557,4 +557,11 @@ UNIT_FAMILIES = {
     "g": "g gram grams gramm grammes gramos gramas grammi",
     "l": "l liter liters litre litres litros litri",
     "mi": "mi mile miles",
+}
+# what the units measure: "2 uur" answers "45 minuten", "40 km" does not
+DIMENSIONS = {
+    "length": "m km mi cm mm ft inch inches foot feet",
+    "time": "h min d y s sec secs second seconds week weeks month months",
+    "mass": "kg g mg lb lbs oz",
+    "volume": "l ml cl dl gal",
 }
