@@ -67,6 +67,13 @@ CORRECTIONS = [
     # "X, not Y" where Y is the reply's
     ("The museum opens on Tuesday.", "it opens on Wednesday, not Tuesday", "Wednesday"),
     ("The room is 20 m².", "24 m², not 20", "24 m²"),
+    # "X, not Y" where the reply said X of something else; a value put forward as a question
+    ("The recipe for 4 uses 2 onions, so for 8 you need 3.", "for 8 you need 4, not 3", "4"),
+    (
+        "2 latas sirven para 4 personas, así que para 6 personas necesitas 2 latas.",
+        "si son 2 latas para 4, para 6 son 3 latas no?? no 2",
+        "3 latas",
+    ),
     # other languages
     ("Le total est de 10 €.", "non, c'est 12 €, pas 10", "12 €"),
     ("Der Zug fährt um 9:15.", "falsch, er fährt um 9:45", "9:45"),
@@ -142,6 +149,10 @@ NOT_FEEDBACK = [
         "I typed the wrong film, I meant Heat. who scored it?",
     ),
     ("Here is the essay.", 'translate "that is wrong" into German'),
+    (
+        "Here is a fruit salad: apple, pear, kiwi.",
+        "correct me if I'm wrong but kiwis are berries right?",
+    ),
     ("Quiz: true or false, bats are blind.", "false"),
     ("The distance is 12 km.", "what is the wrong way to measure it?"),
     ("The trip is 240 km.", "thanks in advance, can you also list hotels there?"),

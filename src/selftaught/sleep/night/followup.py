@@ -487,7 +487,7 @@ def _content_words(text: str) -> list[str]:
 
 # "1868年では？", "isn't it 1889?", "42, no?": a value put forward as a question
 _TENTATIVE = re.compile(
-    r"(?:では|じゃない|じゃ|吧|,\s?(?:no|right|non|nicht|oder|né|ne|nee|nie|да|değil mi))"
+    r"(?:では|じゃない|じゃ|吧|(?:,\s?|\s)(?:no|right|non|nicht|oder|né|ne|nee|nie|да|değil mi))"
     r"\s?(?:です)?か?[?？]{1,3}$"
     r"|^\W{0,3}(?:isn'?t it|wasn'?t it|shouldn'?t it be|isn'?t that|wouldn'?t it be|"
     r"n'est-ce pas|c'est pas plutôt|ce n'est pas plutôt|ist es nicht|war es nicht|no es|"
@@ -525,7 +525,10 @@ def _asks(body: str) -> tuple[bool, bool]:
     """Whether a sentence asks something or for something new, and whether it puts a value
     forward as a question ("isn't it 1889?")."""
     tentative = _TENTATIVE.search(body) is not None and bool(
-        _NUMBER.search(body) or _NAME.search(body[1:])
+        _NUMBER.search(body)
+        or any(  # a name, not "I" or "I'm"
+            re.split(r"['’]", _fold(m.group(0)))[0] not in W.STOP for m in _NAME.finditer(body, 1)
+        )
     )
     untagged = _TAG.sub(".", body)  # "answer in Spanish, remember?"
     asks = (
@@ -687,6 +690,15 @@ def _contrast(text: str, values: list[_Value], reply: _Reply) -> tuple[_Value | 
         after = W.NOT_AFTER.match(text, v.end)
         if (denied is None and after is None) or not reply.said(v):
             continue
+        at = max(0, v.start - 24) + denied.start() if denied is not None else v.end
+        before = values[i - 1] if i else None
+        if (
+            before is not None
+            and before.key != v.key
+            and _same_kind(before, v)
+            and not text[before.end : at].strip(" ,;")
+        ):
+            return before, True  # "6, pas 3": the value beside the denial, though said elsewhere
         rest = [w for w in values[:i] if not reply.said(w)][-1:] or [
             w for w in values[i + 1 :] if not reply.said(w)
         ][:1]
@@ -1097,13 +1109,23 @@ def _led_uncased(text: str, statements: list[_Sentence], reply: _Reply) -> _Valu
     return None
 
 
-def _asserted(text: str, reply: _Reply, values: list[_Value]) -> _Found | None:
+def _asserted(
+    text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Value]
+) -> _Found | None:
     """A value the reply said among others, which the user says is the one ("No, that's wrong:
-    it's 17 km" for "17 km and 3 m")."""
+    it's 17 km" for "17 km and 3 m"); not one in a question ("for 8 it's 500 g, no??")."""
     numbers = [v for v in reply.values if v.numeric]
     if len(numbers) < 2:
         return None
-    led = [v for v in values if v.numeric and _led(text, v) and reply.said(v)]
+    asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
+    led = [
+        v
+        for v in values
+        if v.numeric
+        and _led(text, v)
+        and reply.said(v)
+        and not any(a <= v.start < b for a, b in asked)
+    ]
     return _Found(led[-1], "asserted") if led else None
 
 
@@ -1261,7 +1283,7 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
         masked = _masked(text, rules)  # "I said under 20 words" states a rule, not a value
         values = _values(masked, said.tails) if masked != text else values
         found = _value(masked, _sentences(masked), cues, said, values)
-        found = found or (_asserted(masked, said, values) if verdict else None)
+        found = found or (_asserted(masked, _sentences(masked), said, values) if verdict else None)
     if verdict:
         if rules and cues.restate and not cues.hard:
             return Followup("rule", text, None, rules)  # "in JSON, as I asked"
