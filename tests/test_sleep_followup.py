@@ -74,6 +74,8 @@ CORRECTIONS = [
         "si son 2 latas para 4, para 6 son 3 latas no?? no 2",
         "3 latas",
     ),
+    ("The bus leaves at 9:10.", "no no it leaves at 9:40", "9:40"),  # the verdict denies nothing
+    ("The latest Python release is 3.12.", "there's no Python 3.14 yet, it's 3.13", "3.13"),
     # other languages
     ("Le total est de 10 €.", "non, c'est 12 €, pas 10", "12 €"),
     ("Der Zug fährt um 9:15.", "falsch, er fährt um 9:45", "9:45"),
@@ -114,6 +116,8 @@ REJECTIONS = [
     ("Here are the 2023 sales figures.", "this isn't what I asked, I wanted the 2022 figures"),
     ("Clear the cache and reload the page.", "now NOTHING works, the page is blank"),
     ("Cache clear karo, sab theek ho jayega.", "kiya, par kaam nahi kiya"),
+    # a value after a negation is denied, not put forward
+    ("Open the file with Notepad on your Mac.", "Notepad doesn't exist on macOS"),
 ]
 
 ACCEPTANCES = [
@@ -168,6 +172,7 @@ NOT_FEEDBACK = [
     ("It takes 3 hours.", "ugh 3 hours. my train is at 5 pm"),
     ("The capital of Australia is Canberra.", "Sydney is nicer though"),
     ("Python 3.12 came out in 2023.", "we are still on 3.8 at work"),
+    ("Open the image in Paint on your laptop.", "Paint isn't a thing on Linux"),
     # a new topic, someone else's verdict, a hedge, an exclamation
     ("The museum opens at 9.", "thanks. unrelated question: how do I descale a kettle?"),
     ("The Great Wall is about 21,000 km long.", "my teacher says that's wrong. who do I believe?"),

@@ -958,7 +958,7 @@ def _value(
         return _Found(quoted[0], "quoted")
     asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
     aside = [m.span() for m in re.finditer(r"\([^()]{0,80}\)", text)]
-    aside += _explained(text, values, reply)
+    aside += _explained(text, values, reply) + _negated(text)
     fresh = [  # a number in words counts only in "X, not Y" ("four bedrooms, not three")
         v
         for v in values
@@ -1046,6 +1046,39 @@ def _explained(text: str, values: list[_Value], reply: _Reply) -> list[tuple[int
             continue  # "5 miles is 8 km": the reply's sum, done again
         if _IS.match(text, first.end):
             spans.append((first.end, m.end()))
+    return spans
+
+
+# a negation inside a clause: what follows it is denied ("apt isn't a thing on macOS")
+_NEGATION = re.compile(
+    r"(?<=\w)n['’]t\b|(?<!\w)(?:not|never|no|pas|jamais|nicht|kein\w{0,2}|nie|niet|geen|nunca|"
+    r"não|nao|mai|не|ни)(?!\w)",
+    _I,
+)
+_CLAUSE_END = re.compile(
+    r"[.!?;:,，。！？；—–]|\b(?:but|mais|aber|sondern|pero|sino|però|mas|maar)\b", _I
+)
+
+
+_OPENING_NO = re.compile(
+    r"[\s\"'“«(]*(?:(?:no+|nope|nah|non|nein|nee|nie|нет|não|nao)\b[\s,!.]*)*", _I
+)
+
+
+def _negated(text: str) -> list[tuple[int, int]]:
+    """What follows a negation in its clause, less a "no" that opens it (the verdict): a
+    value there is denied, not put forward."""
+    spans = []
+    start = 0
+    for end in [m.start() for m in _CLAUSE_END.finditer(text)] + [len(text)]:
+        clause = text[start:end]
+        opening = _OPENING_NO.match(clause)  # "no no, it leaves at 7:50": the verdict
+        lead = opening.end() if opening else 0
+        for m in _NEGATION.finditer(clause):
+            if m.start() >= lead:
+                spans.append((start + m.end(), end))
+                break
+        start = end + 1
     return spans
 
 
