@@ -271,12 +271,29 @@ def test_a_restated_request_is_a_rule_not_a_value(reply: str, turn: str, rule: s
         ),
         ("Columbus reached the Americas in 1498.", "it's 1492 — 1498 is Vasco da Gama", "1492"),
         ("3 feet is about 0.5 m.", "3 feet is 0.91 m, you halved it", "0.91 m"),  # the sum again
+        ("The Elbe is 865 km.", "the Elbe is 1094 km, 865 km is the Weser", "1094 km"),  # subject
     ],
 )
 def test_what_the_replys_value_really_is_is_not_the_correction(reply: str, turn: str, value: str):
     # "473 ml is the American pint" explains the mistake; the right value is said elsewhere
     read = read_followup(turn, reply)
     assert read is not None and (read.kind, read.reference) == ("correction", value)
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn"),
+    [
+        ("HTTP status 418 means 'Unauthorized'.", "418 is the teapot joke. 401 is unauthorized"),
+        (
+            "Exit code 2 means 'command not found'.",
+            "exit code 2 is misuse of a builtin, 127 is command not found",
+        ),
+    ],
+)
+def test_what_has_the_replys_value_is_not_the_correction(reply: str, turn: str):
+    # "401 is unauthorized": 401 is what the reply's value names, not the right code for 418
+    read = read_followup(turn, reply)
+    assert read is None or read.kind != "correction"
 
 
 def test_a_value_the_reply_already_gave_is_no_correction():

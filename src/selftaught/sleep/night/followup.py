@@ -1029,23 +1029,30 @@ _IS = re.compile(
 
 
 def _explained(text: str, values: list[_Value], reply: _Reply) -> list[tuple[int, int]]:
-    """The clauses that open with a value the reply said and say what it is ("200 ml is a
-    Japanese cup", "o Pessoa é do século XX", "1815 c'est Waterloo"): they explain the
-    mistake, and a value in them is not the right one."""
+    """The clauses that open with the value the reply claimed and say what it is ("200 ml is
+    a Japanese cup", "o Pessoa é do século XX", "1815 c'est Waterloo"), or say what has the
+    reply's value ("401 is unauthorized"): they explain the mistake, and a value there is not
+    the right one."""
     spans = []
     for m in _CLAUSES.finditer(text):
         head = m.group(0)
-        first = next((v for v in values if m.start() <= v.start < m.end()), None)
-        if first is None or not _claimed(first, reply):
+        inside = [v for v in values if m.start() <= v.start < m.end()]
+        if not inside or not _IS.match(text, inside[0].end):
             continue
+        first, rest = inside[0], inside[1:]
         before = re.findall(r"[\w']+", head[: first.start - m.start()])
         if any(_fold(w) not in W.FILLER and _fold(w) not in W.BETWEEN for w in before):
             continue
-        rest = [v for v in values if first.end <= v.start < m.end()]
+        if not _claimed(first, reply):
+            said = _fold(text[first.end : m.end()])
+            if not reply.said(first) and any(
+                _has(said, v.key) and _claimed(v, reply) for v in reply.values[:MAX_CLAIMS]
+            ):
+                spans.append((first.start, first.end))  # "401 is unauthorized": what it names
+            continue
         if first.numeric and any(v.numeric for v in rest):
             continue  # "5 miles is 8 km": the reply's sum, done again
-        if _IS.match(text, first.end):
-            spans.append((first.end, m.end()))
+        spans.append((first.end, m.end()))
     return spans
 
 
@@ -1083,13 +1090,15 @@ def _negated(text: str) -> list[tuple[int, int]]:
 
 
 def _claimed(value: _Value, reply: _Reply) -> bool:
-    """The reply said `value` as what it claims, not as its subject: after other words in its
-    sentence ("Napoleon died in 1815", not "Napoleon died ...")."""
-    for said in reply.values[:MAX_CLAIMS]:
-        if said.key != value.key and not _has(_fold(said.text), value.key):
+    """The reply said `value` as what it claims, not as its subject: the last value of its
+    sentence ("Napoleon died in 1815", "HTTP 404 means 'Unauthorized'")."""
+    said = list(reply.values[:MAX_CLAIMS])
+    for i, v in enumerate(said):
+        if v.key != value.key and not _has(_fold(v.text), value.key):
             continue
-        before = re.split(r"[.!?:;]\s", reply.text[max(0, said.start - 80) : said.start])[-1]
-        if _content_words(before):
+        end = re.search(r"[.!?;](?:\s|$)", reply.text[v.end :])
+        stop = v.end + end.start() if end else len(reply.text)
+        if i + 1 == len(said) or said[i + 1].start >= stop:
             return True
     return False
 
