@@ -67,6 +67,8 @@ CORRECTIONS = [
     # "X, not Y" where Y is the reply's
     ("The museum opens on Tuesday.", "it opens on Wednesday, not Tuesday", "Wednesday"),
     ("The room is 20 m².", "24 m², not 20", "24 m²"),
+    ("The SUM formula returns #VALUE! here.", "it returns #DIV/0!, the range is empty", "#DIV/0!"),
+    ("भारत की राजधानी मुंबई है।", "नहीं, दिल्ली है", "दिल्ली"),  # the copula after the name
     # "X, not Y" where the reply said X of something else; a value put forward as a question
     ("The recipe for 4 uses 2 onions, so for 8 you need 3.", "for 8 you need 4, not 3", "4"),
     (
@@ -173,6 +175,9 @@ NOT_FEEDBACK = [
     ("The capital of Australia is Canberra.", "Sydney is nicer though"),
     ("Python 3.12 came out in 2023.", "we are still on 3.8 at work"),
     ("Open the image in Paint on your laptop.", "Paint isn't a thing on Linux"),
+    # "none", "false": no value where the reply gave none of the kind
+    ("W Pythonie `'ab' * 3` zwraca błąd TypeError.", "zwraca ababab, żadnego wyjątku"),
+    ("There is no direct train from Lyon to Turin.", "false, I took it in March"),
     # a new topic, someone else's verdict, a hedge, an exclamation
     ("The museum opens at 9.", "thanks. unrelated question: how do I descale a kettle?"),
     ("The Great Wall is about 21,000 km long.", "my teacher says that's wrong. who do I believe?"),

@@ -110,6 +110,7 @@ _CODE = re.compile(
     r"(?:\s(?:-[a-zA-Z]{1,3}|--[a-z][\w-]{1,20})(?![\w-])){1,4}"
     r"|(?<![\w.])[A-Za-z_]\w{0,30}(?:\.[A-Za-z_]\w{0,30}){0,4}\([^()\n]{0,30}\)"  # a call
     r"|\[[^\[\]\n]{0,80}\]|\{[^{}\n]{0,80}\}"  # a list, an object
+    r"|(?<![\w#])#[A-Z][A-Z0-9/]{0,10}[!?]?(?![\w/])"  # a spreadsheet error: "#REF!", "#N/A"
     r"|(?<![\w'’-])(?:[A-Za-z]{1,12}\d[\w-]{0,30}|[a-z]\w{0,30}_\w{1,30}|[a-z]{1,20}[A-Z]\w{0,30}"
     r"|[A-Z][a-z]{1,20}[A-Z]\w{0,30}|-{1,2}[A-Za-z][\w-]{0,20})(?![\w-])"  # an identifier, a flag
 )
@@ -883,6 +884,9 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
         return None  # "no luck": a verdict, not a value
     while len(words) > 1 and _fold(words[0][2]).rstrip("'’") in W.BETWEEN:
         words = words[1:]
+    uncased = all(_UNCASED.fullmatch(w[:2]) for _, _, w in words)
+    while uncased and len(words) > 1 and _fold(words[-1][2]) in W.STOP:
+        words = words[:-1]  # "बाघ है": the copula after a name
     if not words or len(words) > 3 or any(_verdict_word(w) for _, _, w in words):
         return None
     first, last = words[0][0], words[-1][1]
@@ -1182,6 +1186,8 @@ def _implicit(text: str, found: _Found, cues: _Cues, reply: _Reply) -> bool:
         return False
     if found.how == "led" and _OWN.search(text[max(0, v.start - 40) : v.start]):
         return False
+    if v.key in ("true", "false") and not re.search(r"\b(?:true|false)\b", reply.folded):
+        return False  # "false, I flew it last week": a verdict, where the reply gave no boolean
     if v.kind == "word":
         return found.how in ("bare", "opens", "slot") and reply.named and len(v.text) >= 3
     if v.numeric:

@@ -466,7 +466,7 @@ STOP = frozenset(
         "не это я ты да нет что ve ama değil bir bu evet hayır hai hain nahi haan ka ki ke ko se "
         "mein main aur kiya kiye kar karo tha thi hua hui hota hoti gaya gayi raha rahi hoga है हैं "
         "था थी nothing everything anything something nobody everybody everyone someone anyone "
-        "everywhere nowhere somewhere "
+        "everywhere nowhere somewhere żaden żadnego żadnej żadna żadne "
     )
 )
 # units a number keeps beside it even when the reply wrote none ("45 EUR", "3.5 kg")
