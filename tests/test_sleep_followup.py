@@ -114,6 +114,7 @@ REJECTIONS = [
     ("Cevap 12.", "yanlış bu"),
     ("答えは12です。", "違うと思います"),
     ("The sum is 12.", "12?? really?"),
+    ("Here are the scores: 4, 7, 9.", "I asked for the average, not a list"),
     # what the user wanted, a pronoun in capitals, a verb: no value
     ("Here are the 2023 sales figures.", "this isn't what I asked, I wanted the 2022 figures"),
     ("Clear the cache and reload the page.", "now NOTHING works, the page is blank"),
@@ -175,6 +176,10 @@ NOT_FEEDBACK = [
     ("The capital of Australia is Canberra.", "Sydney is nicer though"),
     ("Python 3.12 came out in 2023.", "we are still on 3.8 at work"),
     ("Open the image in Paint on your laptop.", "Paint isn't a thing on Linux"),
+    # thanks for a wish; a rule restated that these words cannot read
+    ("Have a great trip to Oslo!", "thanks, I will!"),
+    ("Good luck with the interview tomorrow!", "thank you!!"),
+    ("The museum opens at 9.", "answer in Korean, as I said before"),
     # "none", "false": no value where the reply gave none of the kind
     ("W Pythonie `'ab' * 3` zwraca błąd TypeError.", "zwraca ababab, żadnego wyjątku"),
     ("There is no direct train from Lyon to Turin.", "false, I took it in March"),

@@ -1335,6 +1335,11 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
     if verdict:
         if rules and cues.restate and not cues.hard:
             return Followup("rule", text, None, rules)  # "in JSON, as I asked"
+        if not (rules or cues.no or cues.wrong or cues.contrasted or cues.partial) and any(
+            re.match(r"(?:as|like|comme|wie|como|come)\b", m.group(0), _I)
+            for m in W.RESTATE.finditer(text)
+        ):
+            return None  # "respond in Japanese, as I said": a rule these words cannot read
         if found is not None:
             return Followup("correction", text, found.value.text, rules)
         if rules and not cues.hard and not cues.contrasted:
@@ -1345,7 +1350,8 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
     if rules:
         return Followup("rule", text, None, rules)
     if (cues.accept or (cues.accept_later and not cues.asks)) and not said.asks:
-        return Followup("acceptance", text)
+        # thanks for "Good luck tomorrow!" approves nothing: the reply said nothing to approve
+        return None if W.COURTESY.fullmatch(said.text) else Followup("acceptance", text)
     return None
 
 

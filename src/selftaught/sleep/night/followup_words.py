@@ -422,6 +422,15 @@ MONTHS = (
     r"ottobre|dicembre|janeiro|fevereiro|março|maio|junho|julho|setembro|outubro|novembro|"
     r"dezembro|januari|februari|maart|mei|augustus"
 )
+# a reply that only wishes the user well or closes the talk: thanks for it approve nothing
+COURTESY = re.compile(
+    r"\W{0,3}(?:good luck|best of luck|have (?:a )?(?:great|nice|good|lovely|fun)|enjoy|"
+    r"you'?re welcome|happy to help|glad (?:i could|to) help|take care|anytime|bon courage|"
+    r"bonne (?:chance|journée|soirée)|viel (?:glück|erfolg)|buena suerte|boa sorte|"
+    r"in bocca al lupo|succes|powodzenia|удачи|iyi şanslar|bol şans)\b[^.!?]{0,60}[.!?]{0,3}"
+    r"(?:\s{1,3}[^.!?]{0,40}[.!?]{0,3})?",
+    re.IGNORECASE,
+)
 # a reply that asks the user for something they have: what follows answers it
 ASK_USER = re.compile(
     r"(?:^|[,;]\s)(?:please\s)?(?:let me know|tell me|send me|paste|share|show me|give me)\b"
