@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from selftaught.sleep.night import followup_words as W
-from selftaught.sleep.night.followup import read_followup
+from selftaught.sleep.night.followup import has_cue, read_followup
 
 # (the reply, the user's next turn, the value the turn gives as right)
 CORRECTIONS = [
@@ -227,6 +227,13 @@ def test_a_rule_restated_in_another_language_is_read(reply: str, turn: str, kind
 @pytest.mark.parametrize(("reply", "turn"), NOT_FEEDBACK, ids=lambda x: str(x)[:30])
 def test_a_turn_that_only_looks_like_feedback_is_no_signal(reply: str, turn: str):
     assert read_followup(turn, reply) is None
+
+
+def test_a_turn_that_moves_on_holds_no_cue_for_a_model_to_stand_on():
+    turn = "that's wrong but never mind. unrelated question: best time to visit Kyoto?"
+    assert read_followup(turn, "The museum opens at 9.") is None
+    assert not has_cue(turn, "The museum opens at 9.", "rejection")
+    assert has_cue("that's wrong, it opens at 10", "The museum opens at 9.", "rejection")
 
 
 def test_a_yes_or_no_fact_is_corrected_by_the_other_word():

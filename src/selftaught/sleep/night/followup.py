@@ -13,20 +13,26 @@
   one too);
 - **acceptance**: "thanks, that works", "perfect", "exactly", "верно" → a thumbs-up;
 - None: anything else (a new question or request, small talk, an answer to the assistant's own
-  question, a turn that only mentions a mistake).
+  question or to its request for what the user has, a turn that only mentions a mistake, one
+  that moves to a new topic, reports someone else's verdict or hedges: "correct me if I'm
+  wrong").
 
 It reads in two parts. A **verdict detector** finds the cues of a judgement, in the languages
 `followup_words` lists: a leading "no", a "wrong" word, a "did not work" phrase, doubt ("are you
 sure", the reply's own value echoed with "??"), "X, not Y" where Y is what the reply said, "fine
 but ...", thanks; it discounts what sits in a question, a request, quotes, or blames the user
-("I typed the wrong movie"). A **value extractor** lists the turn's values (numbers with their
-unit, dates, quoted spans, code, names) and keeps those the reply did not say; it prefers the
-value after "not Y"'s contrast, then one a lead word puts forward ("it's", "should be", "i get",
-"c'est", "ist", "是"), then one that stands in the slot of the reply's value (after the same
-word: "nació en Málaga" for "nació en Barcelona"), then a value standing alone ("1453"). With no
-verdict cue, a value is a correction only where it stands alone or is put forward, is of the
-kind the reply gave (a number for a number), and the turn is no question, request or answer to
-the assistant's question.
+("I typed the wrong movie") or someone else ("my friend says it's wrong"). A **value
+extractor** lists the turn's values (numbers with their unit, dates, quoted spans, code, names)
+and keeps those the reply did not say, less those a clause denies ("apt isn't a thing on
+macOS"), those in a clause saying what the reply's own value really is ("1815 c'est Waterloo",
+"401 is unauthorized") and what a restated request names ("I asked for the total"); it prefers
+the value after "not Y"'s contrast, then one a lead word puts forward ("it's", "should be", "i
+get", "c'est", "ist", "是"), then one that stands in the slot of the reply's value (after the
+same word: "nació en Málaga" for "nació en Barcelona"), then a value standing alone ("1453"),
+and a number whose unit measures what the reply's did ("2 uur" for "45 minuten", not "40 km")
+before another number or a name. With no verdict cue, a value is a correction only where it
+stands alone or is put forward, is of the kind the reply gave (a number for a number), and the
+turn is no question, request or answer to the assistant's question.
 
 Every pattern is bounded (no unbounded gap; the turn is read on its first `MAX_FOLLOWUP_CHARS`,
 the reply on its first `MAX_REPLY_CHARS`). Precision and recall are measured in
@@ -1361,7 +1367,7 @@ def has_cue(followup: str | None, reply: str, kind: str) -> bool:
     for an acceptance. A model's reading of a turn the rules read nothing in must stand on one
     (`followup_model.settle`)."""
     turn = _turn(followup, reply)
-    if turn is None:
+    if turn is None or W.NEW_TOPIC.search(turn[0]):
         return False
     text, sentences, said, values, cues = turn
     if kind == "acceptance":
