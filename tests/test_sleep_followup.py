@@ -131,6 +131,8 @@ ACCEPTANCES = [
     ("Reinicia el router.", "gracias, funciona"),
     ("It is 12 km.", "right, 12 km. thanks"),
     ("أعد تشغيل الراوتر.", "صح، اشتغل الآن"),
+    ("Here is the summary in three bullets.", "that is exactly what I wanted"),  # no restated ask
+    ("Voici le résumé.", "c'est exactement ce que je voulais"),
     ("The wedding is on the 12th.", "you're right, I had the date wrong"),
     ("Your order ships Monday.", "Monday works, thanks"),
 ]

@@ -433,8 +433,9 @@ COURTESY = re.compile(
 )
 # a reply that asks the user for something they have: what follows answers it
 ASK_USER = re.compile(
-    r"(?:^|[,;]\s)(?:please\s)?(?:let me know|tell me|send me|paste|share|show me|give me)\b"
-    r"|\b(?:can|could) you (?:send|share|paste|tell|show|give) me\b",
+    r"(?:(?:^|[,;]\s)(?:please\s)?(?:let me know|tell me|send me|paste|share|show me|give me)"
+    r"|\b(?:can|could) you (?:send|share|paste|tell|show|give) me)\b"
+    r"(?!\s(?:if|whether|how it|how that|in case|when)\b)",  # "let me know if it works": feedback
     re.IGNORECASE,
 )
 # a reply that quizzes the user: what follows is an answer, not a verdict
@@ -547,9 +548,12 @@ RULE_CUES: dict[str, re.Pattern[str]] = {
 # rule, without one it says the reply missed it
 RESTATE = re.compile(
     r"\b(?:i (?:asked|wanted) for|as (?:i|we) (?:said|asked|requested)|like i (?:said|asked)|"
-    r"i (?:said|told you|wanted)|that was the rule|as requested|comme (?:je l'ai dit|demandé)|"
-    r"je voulais|wie (?:gesagt|verlangt)|ich wollte|como (?:te )?(?:dije|pedí|pedi)|quer[ií]a|"
-    r"come (?:ho detto|richiesto)|volevo|eu queria|ik wilde|chciał(?:em|am)|я хотел[аи]?)\b",
+    r"i (?:said|told you)|that was the rule|as requested|comme (?:je l'ai dit|demandé)|"
+    r"wie (?:gesagt|verlangt)|como (?:te )?(?:dije|pedí|pedi)|come (?:ho detto|richiesto)|"
+    # "I wanted ...", not "what I wanted" (which approves)
+    r"(?<!what )(?<!que )(?<!was )(?<!che )(?<!wat )(?<!co )(?<!что )"
+    r"(?:i wanted|je voulais|ich wollte|quer[ií]a|volevo|eu queria|ik wilde|chciał(?:em|am)|"
+    r"я хотел[аи]?))\b",
     re.IGNORECASE,
 )
 # the spellings of one unit, so "5,895 m" answers "4,895 meters" and "3h20" answers "5 h 30"
