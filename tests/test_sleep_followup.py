@@ -133,6 +133,7 @@ ACCEPTANCES = [
     ("أعد تشغيل الراوتر.", "صح، اشتغل الآن"),
     ("Here is the summary in three bullets.", "that is exactly what I wanted"),  # no restated ask
     ("Voici le résumé.", "c'est exactement ce que je voulais"),
+    ("Clear the DNS cache and restart the browser. Let me know if it works.", "works now, thanks"),
     ("The wedding is on the 12th.", "you're right, I had the date wrong"),
     ("Your order ships Monday.", "Monday works, thanks"),
 ]
