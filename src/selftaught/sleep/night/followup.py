@@ -968,7 +968,7 @@ def _value(
         return _Found(quoted[0], "quoted")
     asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
     aside = [m.span() for m in re.finditer(r"\([^()]{0,80}\)", text)]
-    aside += _explained(text, values, reply) + _negated(text)
+    aside += _explained(text, values, reply) + _negated(text, values)
     fresh = [  # a number in words counts only in "X, not Y" ("four bedrooms, not three")
         v
         for v in values
@@ -1082,9 +1082,10 @@ _OPENING_NO = re.compile(
 )
 
 
-def _negated(text: str) -> list[tuple[int, int]]:
-    """What follows a negation in its clause, less a "no" that opens it (the verdict): a
-    value there is denied, not put forward."""
+def _negated(text: str, values: list[_Value]) -> list[tuple[int, int]]:
+    """The first value after a negation in its clause ("apt isn't a thing on macOS", "not 12
+    it's 14"), less a "no" that opens the clause (the verdict): it is denied, not put
+    forward."""
     spans = []
     start = 0
     for end in [m.start() for m in _CLAUSE_END.finditer(text)] + [len(text)]:
@@ -1093,7 +1094,8 @@ def _negated(text: str) -> list[tuple[int, int]]:
         lead = opening.end() if opening else 0
         for m in _NEGATION.finditer(clause):
             if m.start() >= lead:
-                spans.append((start + m.end(), end))
+                after = [v for v in values if start + m.end() <= v.start < end]
+                spans += [(after[0].start, after[0].end)] if after else []
                 break
         start = end + 1
     return spans
