@@ -69,6 +69,9 @@ CORRECTIONS = [
     ("The room is 20 m².", "24 m², not 20", "24 m²"),
     ("The SUM formula returns #VALUE! here.", "it returns #DIV/0!, the range is empty", "#DIV/0!"),
     ("भारत की राजधानी मुंबई है।", "नहीं, दिल्ली है", "दिल्ली"),  # the copula after the name
+    # a capitalised article inside a sentence is part of the name
+    ("La capital de Bolivia es Lima.", "no, es La Paz", "La Paz"),
+    ("De regering zit in Amsterdam.", "nee, Den Haag", "Den Haag"),
     # "X, not Y" where the reply said X of something else; a value put forward as a question
     ("The recipe for 4 uses 2 onions, so for 8 you need 3.", "for 8 you need 4, not 3", "4"),
     (

@@ -132,7 +132,7 @@ _UP = r"[A-ZÀ-ÖØ-ÞĀ-ŽА-ЯЁΑ-Ω]"
 _NAME_WORD = rf"{_UP}[\w'’-]{{0,30}}(?:\.(?=\w))?[\w'’-]{{0,10}}(?:\.(?=\s{_UP}))?"
 _NAME = re.compile(
     rf"(?<![\w'’-]){_NAME_WORD}(?:\s(?:(?:of|de|da|do|del|della|di|du|van|von|der|den|la|le|al|"
-    rf"el|es|bin|ibn)\s)?{_NAME_WORD}){{0,3}}"
+    rf"el|bin|ibn)\s)?{_NAME_WORD}){{0,3}}"
 )
 _SENTENCE = re.compile(
     rf"(?<=[.!?;])\s{{1,3}}(?!(?:{W.MONTHS})\b)|(?<=[。！？])|(?<=\s)[—–](?=\s)|\n"
@@ -336,16 +336,23 @@ def _names(text: str) -> Iterable[_Value]:
     letters = [c for c in text if c.isalpha() and c.lower() != c.upper()]
     if letters and sum(c.isupper() for c in letters) > 0.6 * len(letters):
         return
+
+    def opens(at: int) -> bool:
+        return (
+            re.search(r"(?:^|[.!?;:]\s{1,3}|[\"'“«(]\s?)$", text[max(0, at - 4) : at]) is not None
+        )
+
     for m in _NAME.finditer(text):
         words = m.group(0).split(" ")
         start = m.start()
         while words and (_fold(words[0]).strip("'’.") in W.STOP or _verdict_word(words[0])):
+            if len(words) > 1 and _fold(words[0]) in W.ARTICLES and not opens(start):
+                break  # "es La Paz", "near Le Havre": a capital article inside a sentence
             start += len(words[0]) + 1
             words = words[1:]
         name = " ".join(words).rstrip(".'’-")
         if name and re.search(r"[^\W\d_]{2}|^[A-Z]$", name):
-            opens = re.search(r"(?:^|[.!?;:]\s{1,3}|[\"'“«(]\s?)$", text[max(0, start - 4) : start])
-            kind = "word" if opens is not None and " " not in name else "name"
+            kind = "word" if opens(start) and " " not in name else "name"
             yield _Value(name, start, start + len(name), kind, _fold(name))
 
 
@@ -889,6 +896,8 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
     if said_no:
         return None  # "no luck": a verdict, not a value
     while len(words) > 1 and _fold(words[0][2]).rstrip("'’") in W.BETWEEN:
+        if words[0][2][:1].isupper() and _fold(words[0][2]) in W.ARTICLES:
+            break  # "Den Haag", "La Paz"
         words = words[1:]
     uncased = all(_UNCASED.fullmatch(w[:2]) for _, _, w in words)
     while uncased and len(words) > 1 and _fold(words[-1][2]) in W.STOP:

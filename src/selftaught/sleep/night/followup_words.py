@@ -479,6 +479,8 @@ STOP = frozenset(
         "everywhere nowhere somewhere żaden żadnego żadnej żadna żadne "
     )
 )
+# articles: capitalised inside a sentence, part of a name ("es La Paz", "in Den Haag")
+ARTICLES = frozenset(_split("the la le les el los las il lo de het den der die das"))
 # units a number keeps beside it even when the reply wrote none ("45 EUR", "3.5 kg")
 UNITS = frozenset(
     _split(
