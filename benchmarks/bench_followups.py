@@ -258,7 +258,7 @@ def model_reads(
     for r in run["runs"]:
         for why, n in r["skipped"].items():
             report.skipped[why] = report.skipped.get(why, 0) + n
-    cost = {k: v for k, v in report.to_dict().items() if k not in ("model", "first_error")}
+    cost = {k: v for k, v in report.record().to_dict().items() if k not in ("model", "first_error")}
     # each line read cost a call, and a second one when it was repaired or failed to parse
     cost["calls"] = report.asked + report.repaired + report.parse_failures
     cost["wall_s"] = round(sum(r["wall_s"] for r in run["runs"]), 1)  # the whole corpus's

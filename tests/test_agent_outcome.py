@@ -232,8 +232,8 @@ def test_solved_and_red_sessions_become_agent_signals_counted_in_the_mining_repo
     assert report.runs == {"failed": 3, "passed": 1} and report.with_runs == 3
 
     tasks, mined = mine([solved, red], MineConfig(judge=True), rejected={by_row[red.id].id})
-    assert mined.conversation["signals"] == {"solved": 1}  # the rejected one is not used
-    assert mined.agent["rejected_by_operator"] == 1
+    assert mined.conversation.signals == {"solved": 1}  # the rejected one is not used
+    assert mined.agent.rejected_by_operator == 1
     assert mined.negative == 0 and all(t.check == "rubric" for t in tasks)
 
 

@@ -279,7 +279,7 @@ def test_a_solved_session_becomes_a_workspace_task_with_a_two_sided_check(tmp_pa
     tasks, report = mine([solved_row("s-ok")], MineConfig(), workspaces=miner)
     (task,) = tasks
     assert task.check == "workspace" and report.by_check == {"workspace": 1}
-    assert report.agent["workspace_tasks"] == 1 and report.conversation["signals"] == {"solved": 1}
+    assert report.agent.workspace_tasks == 1 and report.conversation.signals == {"solved": 1}
     ws = task.state["workspace"]
     assert ws["check"] == TEST_CMD.split() and ws["session"] == "s-ok"
     folder = Path(ws["path"])
@@ -308,7 +308,7 @@ def test_a_solved_session_becomes_a_workspace_task_with_a_two_sided_check(tmp_pa
     ]
     session(tmp_path, home, "s-new")
     _, report = mine([solved_row("s-new")], MineConfig(), workspaces=again)
-    assert report.agent["not_workspace"] == {ao.OVER_BUDGET: 1}
+    assert report.agent.not_workspace == {ao.OVER_BUDGET: 1}
     # a chat-model night leaves it out (it edits no files): nothing else checks it
     assert ao.for_target([task], agent=False) == ([], [task])
     assert ao.for_target([task], agent=True) == ([task], [])
@@ -330,8 +330,8 @@ def test_a_check_that_is_not_two_sided_leaves_a_plain_task_and_says_why(tmp_path
     ]
     tasks, report = mine(rows, MineConfig(judge=True), workspaces=ao.WorkspaceMiner("calc", home))
     assert [t.check for t in tasks] == ["rubric"] * 4  # plain tasks, thumbs up
-    assert report.agent["workspace_tasks"] == 0
-    assert report.agent["not_workspace"] == {
+    assert report.agent.workspace_tasks == 0
+    assert report.agent.not_workspace == {
         ao.START_PASSES: 1,
         ao.FIXED_FAILS: 1,
         ao.NEEDS_SHELL: 1,
@@ -396,7 +396,7 @@ def test_real_claude_code_session_becomes_a_two_sided_workspace_task(env, tmp_pa
     tasks, report = mine([row], MineConfig(), workspaces=ao.WorkspaceMiner("calc", env["home"]))
     (task,) = tasks
     assert task.check == "workspace" and task.messages[-1]["content"] == "make the calc test pass"
-    assert report.conversation["signals"] == {"solved": 1}
+    assert report.conversation.signals == {"solved": 1}
     check = Check(tuple(task.state["workspace"]["check"]))
     assert check.argv == tuple(TEST_CMD.split())
     assert prove(record, check, tmp_path) == (0.0, 1.0)  # fails on the original, passes fixed
@@ -429,8 +429,8 @@ def test_real_codex_session_is_solved_but_its_start_is_recorded_after_the_first_
     tasks, report = mine([row], MineConfig(judge=True),
                          workspaces=ao.WorkspaceMiner("calc", env["home"]))  # fmt: skip
     assert [t.check for t in tasks] == ["rubric"]
-    assert report.conversation["signals"] == {"solved": 1}
-    assert report.agent["not_workspace"] == {ao.START_PASSES: 1}
+    assert report.conversation.signals == {"solved": 1}
+    assert report.agent.not_workspace == {ao.START_PASSES: 1}
 
 
 @NO_BWRAP
@@ -469,7 +469,7 @@ def test_real_claude_code_through_the_proxy_gives_the_same_workspace_task(env, t
     assert episode.source == "proxy" and episode.meta["wire"] == "messages"
     tasks, report = mine(rows, MineConfig(), workspaces=ao.WorkspaceMiner("calc", env["home"]))
     (task,) = tasks
-    assert task.check == "workspace" and report.conversation["signals"] == {"solved": 1}
+    assert task.check == "workspace" and report.conversation.signals == {"solved": 1}
     assert task.messages == [{"role": "user", "content": "make the calc test pass"}]
     record = load_record(sid, env["home"])
     check = Check(tuple(task.state["workspace"]["check"]))

@@ -24,6 +24,7 @@ from selftaught.sleep.night.followup_model import (
 from selftaught.sleep.night.mine import MineConfig
 from selftaught.sleep.night.miner import Miner, MinerConfig
 from selftaught.sleep.night.signals import Signal, read_threads
+from selftaught.sleep.records import FollowupModelRecord
 from tests.scripted import ScriptedModel, user_of
 
 Q = "How far is it from the station to the museum?"
@@ -52,8 +53,11 @@ def reader_says(*replies: str | dict, **config) -> tuple[ScriptedModel, ModelRea
     return model, ModelReader(miner)
 
 
-def signals_of(rows: list[Interaction], reader: ModelReader) -> tuple[list[Signal], dict]:
+def signals_of(
+    rows: list[Interaction], reader: ModelReader
+) -> tuple[list[Signal], FollowupModelRecord]:
     _, signals, report = read_threads(rows, NO_CONFIG, reader=reader)
+    assert report.model is not None
     return signals, report.model
 
 
@@ -67,7 +71,7 @@ def signals_of(rows: list[Interaction], reader: ModelReader) -> tuple[list[Signa
 def test_the_model_is_not_asked_when_the_rules_read_enough(followup):
     model, reader = reader_says({"kind": "rejection"})
     signals, report = signals_of([chat(followup)], reader)
-    assert model.calls == [] and report["candidates"] == 0
+    assert model.calls == [] and report.candidates == 0
     (signal,) = signals
     assert signal.kind == read_followup(followup, REPLY).kind and signal.read_by is None
 
@@ -81,7 +85,7 @@ def test_the_model_reads_what_the_rules_miss_and_adds_a_value_to_a_bare_rejectio
     assert read_followup("hm, my pedometer disagrees: 17 km", REPLY) is None
     assert read_followup("that's wrong", REPLY).kind == "rejection"
     signals, report = signals_of(rows, reader)
-    assert len(model.calls) == 2 and report["asked"] == 2
+    assert len(model.calls) == 2 and report.asked == 2
     by_words = {s.words: s for s in signals}
     found = by_words["hm, my pedometer disagrees: 17 km"]
     assert found.kind == "correction" and found.reference == "17 km" and found.read_by == "scripted"
@@ -89,7 +93,7 @@ def test_the_model_reads_what_the_rules_miss_and_adds_a_value_to_a_bare_rejectio
     assert (
         by_words["that's wrong"].kind == "rejection" and by_words["that's wrong"].reference is None
     )
-    assert report["outcomes"] == {"correction": 1, "downgraded": 1}
+    assert report.outcomes == {"correction": 1, "downgraded": 1}
     prompt = next(user_of(c) for c in model.calls if "pedometer" in user_of(c))
     assert f'"{REPLY}"' in prompt and f'"{Q}"' in prompt
 
@@ -118,12 +122,12 @@ def test_by_default_the_model_is_asked_only_which_value_a_rejection_gives():
     assert read_followup(rows[0].messages[-1]["content"], REPLY).kind == "correction"
     signals, report = signals_of(rows, reader)
     assert len(model.calls) == 1 and VALUE_ASKED in user_of(model.calls[0])
-    assert "that's wrong" in user_of(model.calls[0]) and report["candidates"] == 1
+    assert "that's wrong" in user_of(model.calls[0]) and report.candidates == 1
     by_words = {s.words: s for s in signals}
     assert set(by_words) == {"that's wrong, it is 17 km by the river path", "that's wrong"}
     # "17 km" is not in "that's wrong": the rules' rejection stands
     assert by_words["that's wrong"].kind == "rejection" and by_words["that's wrong"].read_by is None
-    assert report["outcomes"] == {"downgraded": 1}
+    assert report.outcomes == {"downgraded": 1}
 
 
 def test_a_value_the_rejection_bears_out_makes_it_a_correction_and_null_keeps_it():
@@ -136,7 +140,7 @@ def test_a_value_the_rejection_bears_out_makes_it_a_correction_and_null_keeps_it
     _, reader = reader_says({"value": None}, followup_reading="values")
     (signal,), report = signals_of([chat("that's wrong")], reader)
     assert (signal.kind, signal.read_by) == ("rejection", None)
-    assert report["outcomes"] == {"kept the rules' rejection": 1}
+    assert report.outcomes == {"kept the rules' rejection": 1}
 
 
 def test_an_unknown_reading_is_refused():
@@ -156,7 +160,7 @@ def test_a_turn_with_no_cue_stays_no_signal_whatever_the_model_says(said):
     turn = "we went to vienna for the concert last spring"
     assert read_followup(turn, REPLY) is None
     signals, report = signals_of([chat(turn)], reader)
-    assert model.calls and signals == [] and report["outcomes"] == {"no cue in the turn": 1}
+    assert model.calls and signals == [] and report.outcomes == {"no cue in the turn": 1}
 
 
 # ---- a value the turn does not bear out ------------------------------------------------------
@@ -166,7 +170,7 @@ def test_a_value_not_in_the_users_turn_is_read_as_a_rejection():
     _, reader = reader_says({"kind": "correction", "value": "17 km"})
     (signal,), report = signals_of([chat("my pedometer disagrees: 21 km")], reader)
     assert signal.kind == "rejection" and signal.reference is None
-    assert signal.read_by == "scripted" and report["outcomes"] == {"downgraded": 1}
+    assert signal.read_by == "scripted" and report.outcomes == {"downgraded": 1}
 
 
 def test_a_value_the_reply_already_gave_is_no_correction():
@@ -194,14 +198,14 @@ def test_a_reply_that_is_not_json_gets_one_repair_then_no_signal():
     (signal,), report = signals_of([chat("hm, my pedometer disagrees: 17")], reader)
     assert len(model.calls) == 2 and READS not in user_of(model.calls[1])
     assert "## Reply to repair" in user_of(model.calls[1])
-    assert signal.kind == "correction" and signal.reference == "17" and report["repaired"] == 1
+    assert signal.kind == "correction" and signal.reference == "17" and report.repaired == 1
     model, reader = reader_says("correction!", '{"kind": "correction"}')  # a value is required
     signals, report = signals_of([chat("hm, my pedometer disagrees: 17")], reader)
     assert len(model.calls) == 2 and signals == []  # the rules read nothing: nothing is guessed
-    assert report["parse_failures"] == 1 and report["parse_rate"] == 0.0
+    assert report.parse_failures == 1 and report.parse_rate == 0.0
     model, reader = reader_says("nope", "nope")
     (signal,), report = signals_of([chat("that's wrong")], reader)
-    assert len(model.calls) == 2 and signal.kind == "rejection" and report["parse_failures"] == 1
+    assert len(model.calls) == 2 and signal.kind == "rejection" and report.parse_failures == 1
 
 
 # ---- an end user's words pick at most a label --------------------------------------------------
@@ -230,14 +234,14 @@ def test_injected_text_in_the_turn_cannot_leave_the_vocabulary():
     prompt = user_of(model.calls[0])
     assert "sk-proj-abcdefghij" not in prompt and "[REDACTED" in prompt  # redacted first
     assert json.dumps(INJECTION[:30])[:-1] in prompt  # and shown as a quoted JSON string
-    assert report["parse_failures"] == 1 and signals == []  # "memory" is no kind: no signal
+    assert report.parse_failures == 1 and signals == []  # "memory" is no kind: no signal
     # the turn's own rule list: the pattern is dropped, a count the turn writes is kept
     rule_json = {"kind": "rule", "rules": [{"kind": "regex_must", "value": ".*"}, {
         "kind": "max_words", "value": 3}, {"kind": "max_words", "value": 7}]}  # fmt: skip
     _, reader = reader_says(rule_json)
     (signal,), report = signals_of([chat(INJECTION)], reader)
     assert signal.kind == "rule" and signal.rules == ("max_words",)
-    assert set(signal.rules) <= set(FOLLOWUP_RULES) and report["invalid_parts"] == 1
+    assert set(signal.rules) <= set(FOLLOWUP_RULES) and report.invalid_parts == 1
 
 
 @pytest.mark.parametrize(
@@ -270,7 +274,7 @@ def test_a_rule_the_turn_does_not_bear_out_is_dropped(followup, read):
 def test_anything_outside_the_vocabulary_is_no_signal(said):
     _, reader = reader_says(said)
     signals, report = signals_of([chat("hmm, my pedometer disagrees: 17")], reader)
-    assert signals == [] and report["parse_failures"] == 1
+    assert signals == [] and report.parse_failures == 1
 
 
 # ---- cost: the night's ledger, its budget, the cap --------------------------------------------
@@ -283,8 +287,8 @@ def test_the_calls_are_on_the_ledger_and_stop_with_the_budget():
     rows = [chat(f"my pedometer disagrees: {i + 2} or 7", q=f"Question {i}?") for i in range(5)]
     _, signals, report = read_threads(rows, NO_CONFIG, reader=ModelReader(miner, "turns"))
     assert ledger.roles["miner"].calls == len(model.calls) == 3
-    assert report.model["asked"] == 3 and len(signals) == 3
-    ((why, n),) = report.model["skipped"].items()
+    assert report.model.asked == 3 and len(signals) == 3
+    ((why, n),) = report.model.skipped.items()
     assert n == 2 and "budget" in why
 
 
@@ -293,7 +297,7 @@ def test_bare_rejections_are_read_first_and_the_cap_is_counted():
     rows = [chat("so what about trains?", q="Q1?"), chat("that's wrong", q="Q2?")]
     _, report = signals_of(rows, reader)
     assert len(model.calls) == 1 and "that's wrong" in user_of(model.calls[0])
-    assert report["skipped"] == {"over the cap of 1 next turns a night": 1}
+    assert report.skipped == {"over the cap of 1 next turns a night": 1}
 
 
 def test_a_private_row_is_not_shown_to_a_remote_reader():
@@ -309,15 +313,16 @@ def test_a_night_without_the_setting_reads_with_the_rules_alone():
     model, _ = reader_says({"kind": "correction", "value": "17 km"})
     miner = Miner(model, "scripted", MinerConfig())  # off by default
     _, report = mine([chat("hm, my pedometer disagrees: 17 km")], NO_CONFIG, miner=miner)
-    assert report.conversation["model"] == {} and not any(READS in user_of(c) for c in model.calls)
+    assert report.conversation.model.to_dict() == {}  # written as `{}`: it read none
+    assert not any(READS in user_of(c) for c in model.calls)
     config = MinerConfig(read_followups=True, followup_reading="turns")
     _, report = mine(
         [chat("hm, my pedometer disagrees: 17 km")],
         NO_CONFIG,
         miner=Miner(model, "scripted", config),
     )
-    assert report.conversation["signals"] == {"correction": 1}
-    assert report.conversation["model"]["outcomes"] == {"correction": 1}
+    assert report.conversation.signals == {"correction": 1}
+    assert report.conversation.model.outcomes == {"correction": 1}
 
 
 # ---- the embedded model as the reader --------------------------------------------------------
@@ -347,10 +352,10 @@ def test_the_embedded_model_as_reader_plumbing():
     ]
     _, signals, report = read_threads(rows, NO_CONFIG, reader=reader)
     read = report.model
-    assert read["candidates"] == 2 and read["asked"] == 2
+    assert read.candidates == 2 and read.asked == 2
     calls = ledger.roles["miner"].calls + ledger.roles["miner"].errors
     assert 2 <= calls <= 4  # one each, and at most one repair each
-    assert read["answered"] + read["parse_failures"] + read["backend_errors"] == 2
+    assert read.answered + read.parse_failures + read.backend_errors == 2
     for s in signals:
         assert s.kind in ("correction", "rejection", "rule", "acceptance")
         assert s.reference is None or found_in(s.reference, s.words)

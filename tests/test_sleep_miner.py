@@ -124,9 +124,9 @@ def test_a_check_two_sided_on_the_thread_is_kept_and_checks_the_task():
     model = says(ANSWER)
     tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(model))
     written = report.miner
-    assert written["miner"] == "scripted-miner"
-    assert written["asked"] == 1 and written["kept"] == 1 and written["refused"] == {}
-    assert written["kept_parts"] == {"answer:text": 1} and written["parse_rate"] == 1.0
+    assert written.miner == "scripted-miner"
+    assert written.asked == 1 and written.kept == 1 and written.refused == {}
+    assert written.kept_parts == {"answer:text": 1} and written.parse_rate == 1.0
     assert report.tasks == len(tasks) >= 1 and not report.dropped.get(NO_CHECK)
     first = next(t for t in tasks if len(t.messages) == 1)  # the request the user rejected
     assert first.reference == "Canberra" and first.state["scorer"] == "normalized"
@@ -157,12 +157,12 @@ def test_a_bare_rejection_becomes_a_task_only_two_sided_and_for_training():
     )
     tasks, report = mine([lone], MineConfig(reask_window_s=0), miner=miner_of(says(ANSWER)))
     assert [t for t in tasks if len(t.messages) == 1] == []
-    assert report.miner["refused"] == {ONE_SIDED_BARE: 1}
+    assert report.miner.refused == {ONE_SIDED_BARE: 1}
 
 
 def test_without_a_miner_the_same_chat_gives_no_task():
     tasks, report = mine([thread_row()], MineConfig())
-    assert tasks == [] and report.miner == {}
+    assert tasks == [] and not report.miner.ran
     assert sum(report.dropped.values()) == 3
 
 
@@ -175,8 +175,8 @@ def test_without_a_miner_the_same_chat_gives_no_task():
 )
 def test_a_check_that_does_not_tell_the_replies_apart_is_refused_and_counted(check, why):
     tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(says(check)))
-    assert tasks == [] and report.miner["kept"] == 0
-    ((reason, n),) = report.miner["refused"].items()
+    assert tasks == [] and report.miner.kept == 0
+    ((reason, n),) = report.miner.refused.items()
     assert reason.startswith(why) and n == 1
     assert sum(n for r, n in report.dropped.items() if r.startswith(NO_CHECK)) == 2
 
@@ -187,13 +187,13 @@ def test_with_one_side_only_that_side_must_behave():
     kept, report = mine(
         rows, MineConfig(), miner=miner_of(says({"answer": {"kind": "quantity", "value": "17 km"}}))
     )
-    assert report.miner["kept"] == 1 and kept[0].reference == "17 km"
+    assert report.miner.kept == 1 and kept[0].reference == "17 km"
     assert kept[0].state["mined_check"]["tested_on"] == "rejected"
     assert "no_demo" not in kept[0].state  # the operator's own thumb
     _, report = mine(
         rows, MineConfig(), miner=miner_of(says({"answer": {"kind": "quantity", "value": "20 km"}}))
     )
-    assert report.miner["refused"] == {"the rejected reply passes it (not two-sided)": 1}
+    assert report.miner.refused == {"the rejected reply passes it (not two-sided)": 1}
 
 
 def test_a_row_without_a_verdict_is_not_shown():
@@ -201,7 +201,7 @@ def test_a_row_without_a_verdict_is_not_shown():
     row = Interaction(messages=[user(Q)], reply=RIGHT, source="proxy", project="demo")
     tasks, report = mine([row], MineConfig(), miner=miner_of(model))
     assert model.calls == [] and tasks == []
-    assert report.miner["skipped"] == {"no verdict: nothing to test a check on": 1}
+    assert report.miner.skipped == {"no verdict: nothing to test a check on": 1}
 
 
 # ---- what the miner answers -----------------------------------------------------------------
@@ -210,8 +210,8 @@ def test_a_row_without_a_verdict_is_not_shown():
 def test_cannot_check_is_counted_and_the_rows_stay_dropped():
     model = says({"cannot_check": "the conversation does not say what is right"})
     tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(model))
-    assert tasks == [] and report.miner["cannot_check"] == 1 and report.miner["answered"] == 1
-    assert report.miner["examples"][0]["outcome"].startswith("cannot check: the conversation")
+    assert tasks == [] and report.miner.cannot_check == 1 and report.miner.answered == 1
+    assert report.miner.examples[0].outcome.startswith("cannot check: the conversation")
 
 
 def test_a_reply_that_is_not_json_gets_one_repair():
@@ -220,12 +220,12 @@ def test_a_reply_that_is_not_json_gets_one_repair():
     tasks, report = mine([row], MineConfig(), miner=miner_of(model))
     assert len(model.calls) == 2 and "## Reply to repair" in user_of(model.calls[1])
     assert "The capital is Canberra" in user_of(model.calls[1])
-    assert report.miner["repaired"] == 1 and report.miner["kept"] == 1
+    assert report.miner.repaired == 1 and report.miner.kept == 1
     assert tasks[0].reference == "Canberra"
     model = says("no JSON here", "nor here")
     tasks, report = mine([row], MineConfig(), miner=miner_of(model))
     assert len(model.calls) == 2 and tasks == []
-    assert report.miner["parse_failures"] == 1 and report.miner["parse_rate"] == 0.0
+    assert report.miner.parse_failures == 1 and report.miner.parse_rate == 0.0
 
 
 def test_parts_outside_the_vocabulary_are_dropped_not_obeyed():
@@ -269,7 +269,7 @@ def test_a_catastrophic_pattern_runs_out_of_time_and_fails_closed():
     row = thumb_row("Spell a long run of a's", f"Here is a long run of them: {text}", "up")
     miner = miner_of(says({"rules": [{"kind": "regex_must", "value": slow}]}))
     tasks, report = mine([row], MineConfig(), miner=miner)
-    assert tasks == [] and report.miner["refused"] == {
+    assert tasks == [] and report.miner.refused == {
         "it cannot tell the accepted reply (a pattern ran out of time)": 1
     }
 
@@ -301,12 +301,12 @@ def test_a_pattern_that_runs_out_of_time_on_the_rejected_reply_is_refused(rows, 
     fails" and the check was kept; a timeout on either side refuses it, with the reason."""
     miner = miner_of(says({"rules": [check]}))
     tasks, report = mine(rows, MineConfig(), miner=miner)
-    assert report.miner["kept"] == 0 and not any("mined_check" in t.state for t in tasks)
-    assert report.miner["refused"] == {
+    assert report.miner.kept == 0 and not any("mined_check" in t.state for t in tasks)
+    assert report.miner.refused == {
         "it cannot tell the rejected reply (a pattern ran out of time)": 1
     }
-    (example,) = report.miner["examples"]
-    assert example["outcome"].startswith("refused: it cannot tell the rejected reply")
+    (example,) = report.miner.examples
+    assert example.outcome.startswith("refused: it cannot tell the rejected reply")
 
 
 def test_a_timed_out_part_refuses_a_check_whose_other_part_tells_the_sides_apart():
@@ -316,7 +316,7 @@ def test_a_timed_out_part_refuses_a_check_whose_other_part_tells_the_sides_apart
     check = {"answer": {"kind": "text", "value": "aaaa"},
              "rules": [{"kind": "regex_must_not", "value": SLOW}]}  # fmt: skip
     tasks, report = mine([row], MineConfig(), miner=miner_of(says(check)))
-    assert report.miner["kept"] == 0 and tasks == []
+    assert report.miner.kept == 0 and tasks == []
 
 
 def test_without_the_regex_package_a_written_pattern_is_refused(monkeypatch):
@@ -341,10 +341,10 @@ def test_a_rubric_is_tested_by_the_judge_and_refused_without_one():
     tasks, report = mine(
         [thread_row()], MineConfig(), miner=miner_of(says(rubric), judge=LlmJudge(judge))
     )
-    assert report.miner["kept"] == 1 and len(judge.calls) == 2  # 1 check x 2 replies
+    assert report.miner.kept == 1 and len(judge.calls) == 2  # 1 check x 2 replies
     assert tasks[0].state["rubric"] == rubric["rubric"] and tasks[0].check == "rubric"
     _, report = mine([thread_row()], MineConfig(), miner=miner_of(says(rubric)))
-    assert report.miner["refused"] == {"a rubric needs a judge model (--judge-model)": 1}
+    assert report.miner.refused == {"a rubric needs a judge model (--judge-model)": 1}
 
 
 def test_a_negative_row_with_only_a_generic_rubric_gets_the_written_check():
@@ -354,7 +354,7 @@ def test_a_negative_row_with_only_a_generic_rubric_gets_the_written_check():
     tasks, _ = mine([row], MineConfig(judge=True))
     assert tasks[0].check == "rubric"
     tasks, report = mine([row], MineConfig(judge=True), miner=miner_of(says(ANSWER)))
-    assert report.miner["kept"] == 1 and tasks[0].check == "reference"
+    assert report.miner.kept == 1 and tasks[0].check == "reference"
     assert tasks[0].reference == "Canberra" and "rubric" not in tasks[0].state
 
 
@@ -367,10 +367,10 @@ def test_a_private_row_is_never_shown_to_a_remote_miner():
     miner = miner_of(model, send_private=False)
     tasks, report = mine([row], MineConfig(), miner=miner)
     assert model.calls == [] and tasks == []
-    assert report.miner["skipped"] == {"private row: the miner is a remote model": 1}
+    assert report.miner.skipped == {"private row: the miner is a remote model": 1}
     reviewed = thumb_row(Q, WRONG, "down", private=True, reviewed=True)
     _, report = mine([reviewed], MineConfig(), miner=miner_of(model, send_private=False))
-    assert len(model.calls) == 1 and report.miner["kept"] == 1
+    assert len(model.calls) == 1 and report.miner.kept == 1
 
 
 def test_a_fatal_backend_error_stops_the_miner_and_is_counted():
@@ -381,8 +381,8 @@ def test_a_fatal_backend_error_stops_the_miner_and_is_counted():
     rows = [thumb_row(f"{Q} ({i})", WRONG, "down", at=float(i)) for i in range(3)]
     tasks, report = mine(rows, MineConfig(), miner=miner_of(model))
     assert len(model.calls) == 1 and tasks == []
-    assert report.miner["backend_errors"] == 1 and "401" in report.miner["first_error"]
-    ((reason, n),) = report.miner["skipped"].items()
+    assert report.miner.backend_errors == 1 and "401" in report.miner.first_error
+    ((reason, n),) = report.miner.skipped.items()
     assert n == 2 and reason.startswith("the miner's backend failed")
 
 
@@ -393,8 +393,8 @@ def test_the_miner_stops_when_the_nights_budget_is_spent():
     miner = miner_of(TrackedModel(model, ledger, "miner"))
     tasks, report = mine(rows, MineConfig(), miner=miner)
     assert len(model.calls) == 2 and ledger.roles["miner"].calls == 2
-    assert report.miner["asked"] == 2 and len(tasks) == 2
-    ((reason, n),) = report.miner["skipped"].items()
+    assert report.miner.asked == 2 and len(tasks) == 2
+    ((reason, n),) = report.miner.skipped.items()
     assert n == 2 and "budget" in reason
 
 

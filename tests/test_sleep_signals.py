@@ -91,8 +91,8 @@ def test_a_correction_becomes_a_task_whose_prompt_ends_before_the_feedback_turn(
     assert task.reference == "17 km" and task.state["scorer"] == "quantity"
     assert task.negative and task.logged_reply == WRONG
     conv = report.conversation
-    assert conv["linked_threads"] == 1 and conv["signals"] == {"correction": 1}
-    assert conv["untrusted"] == 1 and conv["redo_turns"] == 1
+    assert conv is not None and conv.linked_threads == 1 and conv.signals == {"correction": 1}
+    assert conv.untrusted == 1 and conv.redo_turns == 1
 
 
 def test_an_end_users_correction_checks_the_task_but_is_evidence_only():
@@ -109,7 +109,7 @@ def test_the_operators_own_correction_is_a_demo_and_its_rule_a_check():
     assert task.state["demo_source"] == "correction" and "no_demo" not in task.state
     assert task.state["comment"] == CORRECTION
     assert [(r["kind"], r["arg"]) for r in task.state["rules"]] == [("just_number", "km")]
-    assert report.conversation["trusted"] == 1
+    assert report.conversation.trusted == 1
 
 
 def test_explicit_feedback_on_the_row_wins_over_the_conversation():
@@ -151,15 +151,15 @@ def test_the_operator_can_reject_a_signal_before_a_night_uses_it(tmp_path: Path)
     assert review_signals("demo", tmp_path, [signal.id]) == 1
     assert rejected_signals("demo", tmp_path) == {signal.id}
     tasks, report = mine(rows, MineConfig(), rejected_signals("demo", tmp_path))
-    assert report.conversation["rejected_by_operator"] == 1
-    assert report.conversation["signals"] == {} and report.by_check.get("reference") is None
+    assert report.conversation.rejected_by_operator == 1
+    assert report.conversation.signals == {} and report.by_check.get("reference") is None
     # not a correction any more: the next request is an ordinary one (its own rule checks it)
     assert [t.logged_reply for t in tasks] == ["17 km"]
 
 
 def test_conversation_reading_can_be_turned_off():
     tasks, report = mine(chat_app_rows(), MineConfig(conversation=False, reask_window_s=0))
-    assert report.conversation["signals"] == {}
+    assert report.conversation.signals == {}
     assert "no reference" in next(iter(report.dropped))
 
 
@@ -191,7 +191,7 @@ def demos_of(task) -> list[str]:
 
 def test_a_trusted_users_thanks_makes_the_reply_the_tasks_reference():
     (task,), report = mine(accepted_rows("17 km", trusted=True), MineConfig())
-    assert report.conversation["signals"] == {"acceptance": 1}
+    assert report.conversation.signals == {"acceptance": 1}
     assert task.messages == [user(ASK)] and not task.negative
     assert task.reference == "17 km" and task.state["scorer"] == "quantity"
     assert task.state["trust"] == "operator" and "no_demo" not in task.state
@@ -287,15 +287,15 @@ def test_imported_chats_corrected_in_the_next_turn_give_tasks(tmp_path: Path, tr
         rows = log.query()
     tasks, report = mine(rows, MineConfig())
     assert report.tasks == 30 and report.by_check == {"reference": 30}
-    assert report.conversation["signals"] == {"correction": 30}
+    assert report.conversation.signals == {"correction": 30}
     assert all(t.messages[-1]["content"].startswith("How far") for t in tasks)
     assert all(len(t.messages) == 1 for t in tasks)
     if trust:
         assert all(t.state["demo_source"] == "correction" for t in tasks)
-        assert report.conversation["trusted"] == 30
+        assert report.conversation.trusted == 30
     else:
         assert all(t.state["no_demo"] for t in tasks)
-        assert report.conversation["untrusted"] == 30
+        assert report.conversation.untrusted == 30
 
 
 def test_an_untrusted_file_cannot_claim_trusted_words(tmp_path: Path):
@@ -352,7 +352,7 @@ def test_a_chat_app_correcting_in_the_next_turn_through_the_proxy(tmp_path, log_
     assert len(rows) == 2 and all((TRUSTED_WORDS in r.meta) == bool(trusted) for r in rows)
     (task,), report = mine(rows, MineConfig())
     assert task.messages == [user(ASK)] and task.reference == "17 km"
-    assert report.conversation["linked_threads"] == 1
+    assert report.conversation.linked_threads == 1
     if trusted:
         assert task.state["demo_source"] == "correction"
     else:
@@ -445,7 +445,7 @@ def test_the_reply_to_a_rejection_holding_a_number_is_not_a_task():
         row([user(ASK), assistant("17 km and 3 m"), user(said)], "17 km", 2.0),
     ]
     tasks, report = mine(rows, MineConfig())
-    assert report.conversation["signals"] == {"rejection": 1}
+    assert report.conversation.signals == {"rejection": 1}
     assert report.dropped.get(REDONE) == 1
     assert all(len(t.messages) == 1 for t in tasks)  # nothing mined with the user's words in it
 

@@ -167,7 +167,7 @@ def test_a_correction_after_a_tool_episode_gives_an_episode_task(tmp_path, log_a
     assert [m["role"] for m in judged.steps] == ["assistant", "tool"]
 
     tasks, report = mine(rows, MineConfig())
-    assert report.conversation["signals"] == {"correction": 1}
+    assert report.conversation.signals == {"correction": 1}
     assert report.dropped == {REDONE: 1}  # the answer to the correction is no task
     (task,) = tasks
     assert task.messages[-1] == {"role": "user", "content": QUESTION}
@@ -194,7 +194,7 @@ def test_a_trusted_users_thanks_after_a_tool_episode_makes_its_answer_the_refere
         episode = _chat(url, OPENING["chat"], None)
         _chat(url, episode, "Thanks, that's right.")
     (task,), report = mine(TaskLog(log_at).query(), MineConfig())
-    assert report.conversation["signals"] == {"acceptance": 1}
+    assert report.conversation.signals == {"acceptance": 1}
     assert task.reference == "4312" and task.state["trust"] == "operator"
     assert "no_demo" not in task.state and not task.negative
     assert task.state["fixtures"][0]["result"] == "4312"
@@ -208,7 +208,7 @@ def test_a_tool_episode_followed_by_a_new_question_is_no_redo(tmp_path, log_at):
     (thread,) = build_threads(rows)
     assert [t.followup for t in thread.turns] == ["What is 2 + 2?", None]
     _, report = mine(rows, MineConfig())
-    assert REDONE not in report.dropped and not report.conversation["signals"]
+    assert REDONE not in report.dropped and not report.conversation.signals
 
 
 def _call(expression: str, id: str) -> dict[str, Any]:

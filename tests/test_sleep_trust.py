@@ -196,7 +196,7 @@ def test_an_end_users_correction_never_replaces_the_reference_the_operator_logge
     log.add_many([asked, again])
     tasks, report = mine(log.query(), MineConfig())
     log.close()
-    assert report.conversation["signals"] == {"correction": 1}  # the correction was read
+    assert report.conversation.signals == {"correction": 1}  # the correction was read
     (task,) = [t for t in tasks if asked.id in t.sources]
     assert task.reference == "100" and label_trust(task) == Trust.OPERATOR
     assert "no_demo" not in task.state

@@ -76,6 +76,11 @@ class Record:
             known[name] = decode(value) if decode is not None and value is not None else value
         return cls(**known, extra=extra, read_keys=tuple(d))
 
+    @classmethod
+    def empty(cls: type[_R]) -> _R:
+        """The section as a report writes it when there is nothing to say: `{}`."""
+        return cls.from_dict({})
+
     def to_dict(self) -> dict[str, Any]:
         order = (*self.keys(), *self.extra) if self.read_keys is None else self.read_keys
         return {
@@ -263,9 +268,12 @@ class WindowRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class ModelCallsRecord(Record):
-    """What each role of the miner reports of its calls (`miner.ModelCalls`): the keys
-    `FollowupModelRecord` and `MinerRecord` share. Each is read from the dict its report
-    wrote, so report.json keeps that dict's keys in their order."""
+    """What each role of the miner reports of its calls (`miner.ModelCalls`): the counts
+    `FollowupModelRecord` and `MinerRecord` share. A record built in code writes the field
+    naming the model (`NAME`) first, then these counts, then its own fields, as report.json
+    has always had them; one read keeps its dict's keys in their order."""
+
+    NAME: ClassVar[str] = ""
 
     candidates: int = 0
     asked: int = 0
@@ -273,6 +281,22 @@ class ModelCallsRecord(Record):
     repaired: int = 0
     parse_failures: int = 0
     backend_errors: int = 0
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        keys = super().keys()
+        return (cls.NAME, *(k for k in keys if k != cls.NAME)) if cls.NAME else keys
+
+
+@dataclass(frozen=True, kw_only=True)
+class FollowupModelRecord(ModelCallsRecord):
+    """`mining.conversation.model`: what the miner read in the next turns the rules could not
+    (`followup_model.FollowupModelReport.record()`); read from `{}` when it read none."""
+
+    NAME: ClassVar[str] = "model"
+
+    model: str = ""
+    outcomes: Mapping[str, int] = field(default_factory=dict)
     invalid_parts: int = 0
     skipped: Mapping[str, int] = field(default_factory=dict)
     first_error: str | None = None
@@ -280,17 +304,8 @@ class ModelCallsRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FollowupModelRecord(ModelCallsRecord):
-    """`mining.conversation.model`: what the miner read in the next turns the rules could not
-    (`followup_model.FollowupModelReport.to_dict()`); read from `{}` when it read none."""
-
-    model: str = ""
-    outcomes: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
 class ConversationRecord(Record):
-    """`mining.conversation`: what the threads held (`signals.SignalReport.to_dict()`)."""
+    """`mining.conversation`: what the threads held (`signals.SignalReport.record()`)."""
 
     threads: int = 0
     linked_threads: int = 0
@@ -316,15 +331,21 @@ class MinerExample(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class MinerRecord(ModelCallsRecord):
-    """`mining.miner`: what the miner wrote and what was kept (`miner.MinerReport.to_dict()`);
+    """`mining.miner`: what the miner wrote and what was kept (`miner.MinerReport.record()`);
     read from `{}` when no miner ran (`ran` is False)."""
+
+    NAME: ClassVar[str] = "miner"
 
     miner: str = ""
     cannot_check: int = 0
     kept: int = 0
     refused: Mapping[str, int] = field(default_factory=dict)
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    invalid_parts: int = 0
     kept_parts: Mapping[str, int] = field(default_factory=dict)
+    first_error: str | None = None
     examples: tuple[MinerExample, ...] = ()
+    parse_rate: float | None = None
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"examples": many(MinerExample)}
 
@@ -337,7 +358,7 @@ class MinerRecord(ModelCallsRecord):
 @dataclass(frozen=True, kw_only=True)
 class AgentRunsRecord(Record):
     """`mining.agent`: what coding agents' own test runs said
-    (`agent_outcome.OutcomeReport.to_dict()`)."""
+    (`agent_outcome.OutcomeReport.record()`)."""
 
     rows: int = 0
     with_runs: int = 0
@@ -353,7 +374,8 @@ class AgentRunsRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class MiningRecord(Record):
-    """report.json `mining` (`MineReport.to_dict()` and the privacy filter's count)."""
+    """report.json `mining`: what `phases.mine.mine` made of tonight's rows, and the privacy
+    filter's count."""
 
     read: int = 0
     tasks: int = 0

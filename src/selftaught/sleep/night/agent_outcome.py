@@ -66,6 +66,7 @@ from selftaught.sleep.night.replay import has_answer_check
 from selftaught.sleep.night.signals import Signal, SignalKind, merge_signal, words_trusted
 from selftaught.sleep.night.trust import row_reference
 from selftaught.sleep.paths import project_dir
+from selftaught.sleep.records import AgentRunsRecord
 from selftaught.tasks.base import Score
 from selftaught.tasks.check import DEFAULT_CHECK_TIMEOUT_S, MAX_WORKSPACE_BYTES, Check, run_check
 from selftaught.tasks.sandbox import Sandbox, SandboxError, open_sandbox
@@ -103,8 +104,17 @@ class OutcomeReport:
     not_workspace: dict[str, int] = field(default_factory=dict)  # solved, but a plain task
     notes: list[str] = field(default_factory=list)  # the first few reasons in full
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def record(self) -> AgentRunsRecord:
+        return AgentRunsRecord(
+            rows=self.rows,
+            with_runs=self.with_runs,
+            runs=dict(self.runs),
+            signals=dict(self.signals),
+            rejected_by_operator=self.rejected_by_operator,
+            workspace_tasks=self.workspace_tasks,
+            not_workspace=dict(self.not_workspace),
+            notes=tuple(self.notes),
+        )
 
     def fell_back(self, why: str, detail: str | None = None) -> None:
         self.not_workspace[why] = self.not_workspace.get(why, 0) + 1

@@ -42,7 +42,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, Literal, get_args
 
 from selftaught import prompts
 from selftaught.models.base import GenerationParams, run_sync
@@ -60,6 +60,7 @@ from selftaught.sleep.night.miner import (
     load_prompt,
     reply_object,
 )
+from selftaught.sleep.records import FollowupModelRecord
 from selftaught.tasks.extract import extract_json
 
 ReadKind = Literal["correction", "rejection", "rule", "acceptance", "none"]
@@ -295,12 +296,27 @@ class FollowupModelReport(ModelCalls):
     """What the model read in one night: the mining report's `conversation.model`
     (`candidates`: next turns the rules read nothing or a bare rejection in)."""
 
-    NAME: ClassVar[str] = "model"
     model: str = ""
     outcomes: dict[str, int] = field(default_factory=dict)  # correction, downgraded, none, ...
     invalid_parts: int = 0  # rules outside the vocabulary, dropped
     skipped: dict[str, int] = field(default_factory=dict)  # why -> turns never asked
     first_error: str | None = None
+
+    def record(self) -> FollowupModelRecord:
+        return FollowupModelRecord(
+            model=self.model,
+            candidates=self.candidates,
+            asked=self.asked,
+            answered=self.answered,
+            repaired=self.repaired,
+            parse_failures=self.parse_failures,
+            backend_errors=self.backend_errors,
+            outcomes=dict(self.outcomes),
+            invalid_parts=self.invalid_parts,
+            skipped=dict(self.skipped),
+            first_error=self.first_error,
+            parse_rate=self.parse_rate,
+        )
 
 
 class ModelReader:

@@ -135,26 +135,6 @@ class MinedTask:
         return asdict(self)
 
 
-@dataclass
-class MineReport:
-    read: int = 0
-    tasks: int = 0
-    merged: int = 0  # interactions folded into another task as near-duplicates
-    by_check: dict[str, int] = field(default_factory=dict)
-    negative: int = 0
-    dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
-    withheld_private: int = 0  # private rows kept from a remote model
-    conversation: dict[str, Any] = field(default_factory=dict)
-    """What the threads held (`signals.SignalReport.to_dict()`): threads, turns, signals."""
-    miner: dict[str, Any] = field(default_factory=dict)
-    """What the miner wrote and what was kept (`miner.MinerReport.to_dict()`); empty: none."""
-    agent: dict[str, Any] = field(default_factory=dict)
-    """What coding agents' own test runs said (`agent_outcome.OutcomeReport.to_dict()`)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 # ---- whose words ----------------------------------------------------------------------------
 
 HARVESTED = AGENT_TRANSCRIPTS  # the operator's own agent transcripts

@@ -37,7 +37,7 @@ import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from selftaught import prompts
 from selftaught.errors import BudgetExhausted, ConfigError, InputError
@@ -60,6 +60,7 @@ from selftaught.sleep.night.mine import (
     task_checks,
 )
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
+from selftaught.sleep.records import MinerExample, MinerRecord
 from selftaught.tasks.base import Example
 from selftaught.tasks.extract import extract_json
 from selftaught.tasks.scorers import LlmJudge, reference_scorer, score_reference
@@ -417,10 +418,9 @@ def refusal(
 @dataclass
 class ModelCalls:
     """What one role of the miner asked its model in a night, counted alike for each role
-    (`MinerReport`, `followup_model.FollowupModelReport`). `NAME` is the field naming the
-    model: its dict's first key, as report.json has always had it."""
+    (`MinerReport`, `followup_model.FollowupModelReport`), filled as the calls come back;
+    `record()` is what report.json keeps of it."""
 
-    NAME: ClassVar[str]
     candidates: int = 0  # what the role could ask about
     asked: int = 0
     answered: int = 0  # replies that parsed (repaired ones included)
@@ -434,17 +434,12 @@ class ModelCalls:
         replied = self.asked - self.backend_errors
         return self.answered / replied if replied else None
 
-    def to_dict(self) -> dict[str, Any]:
-        named = {self.NAME: getattr(self, self.NAME)}
-        return {**named, **asdict(self), "parse_rate": self.parse_rate}
-
 
 @dataclass
 class MinerReport(ModelCalls):
     """What the miner did in one night: the mining report's `miner` section (`candidates`:
     rows with a verdict and no strong check, or none at all)."""
 
-    NAME: ClassVar[str] = "miner"
     miner: str = ""  # the miner's spec (or name): every measurement names its miner
     cannot_check: int = 0
     kept: int = 0
@@ -453,7 +448,27 @@ class MinerReport(ModelCalls):
     invalid_parts: int = 0  # parts of a check outside the vocabulary, dropped
     kept_parts: dict[str, int] = field(default_factory=dict)  # answer:number, rule:json, ...
     first_error: str | None = None  # the first backend error, for the night's notes
-    examples: list[dict[str, Any]] = field(default_factory=list)  # the first decisions
+    examples: list[MinerExample] = field(default_factory=list)  # the first decisions
+
+    def record(self) -> MinerRecord:
+        return MinerRecord(
+            miner=self.miner,
+            candidates=self.candidates,
+            asked=self.asked,
+            answered=self.answered,
+            repaired=self.repaired,
+            parse_failures=self.parse_failures,
+            backend_errors=self.backend_errors,
+            cannot_check=self.cannot_check,
+            kept=self.kept,
+            refused=dict(self.refused),
+            skipped=dict(self.skipped),
+            invalid_parts=self.invalid_parts,
+            kept_parts=dict(self.kept_parts),
+            first_error=self.first_error,
+            examples=tuple(self.examples),
+            parse_rate=self.parse_rate,
+        )
 
 
 MAX_EXAMPLES = 10
@@ -821,11 +836,11 @@ class Miner:
         if len(report.examples) < MAX_EXAMPLES:
             described = call.check.describe() if call.check else None
             report.examples.append(
-                {
-                    "row": p.row.id,
-                    "check": None if described is None else redact_for_model(described),
-                    "outcome": redact_for_model(outcome)[:300],
-                }
+                MinerExample(
+                    row=p.row.id,
+                    check=None if described is None else redact_for_model(described),
+                    outcome=redact_for_model(outcome)[:300],
+                )
             )
 
     def _apply(self, p: Pending, check: MinedCheck, ev: Evidence) -> MinedTask:

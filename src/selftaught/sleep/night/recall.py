@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from selftaught.sleep.night.mine import (
 from selftaught.sleep.night.split import train_only
 from selftaught.sleep.night.trust import TRUST_KEY, Trust, label_trust, outranks
 from selftaught.sleep.paths import project_dir
+from selftaught.sleep.records import RecallRecord
 
 RECALL_FILE = "recall.jsonl"
 
@@ -116,26 +117,6 @@ def load(project: str, home: Path | None = None) -> list[Recalled]:
     return out
 
 
-@dataclass
-class RecallReport:
-    pool: int = 0  # tasks in the pool before tonight
-    recalled: dict[str, int] = field(default_factory=dict)  # split -> recalled tasks used
-    mined_again: int = 0  # tonight's tasks that were in the pool (kept its split)
-    pinned_train: int = 0  # tonight's tasks an adopted demo came from: pinned to train
-    withheld_private: int = 0  # private pool tasks kept from a remote model
-    max: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pool": self.pool,
-            "recalled": dict(self.recalled),
-            "mined_again": self.mined_again,
-            "pinned_train": self.pinned_train,
-            "withheld_private": self.withheld_private,
-            "max": self.max,
-        }
-
-
 def combine(
     tonight: list[MinedTask],
     pool: Sequence[Recalled],
@@ -143,16 +124,16 @@ def combine(
     threshold: float,
     private_ok: bool,
     pinned: Sequence[Demo] = (),
-) -> tuple[list[MinedTask], RecallReport, list[Recalled]]:
+) -> tuple[list[MinedTask], RecallRecord, list[Recalled]]:
     """(tonight's tasks, their splits fixed where the pool or an adopted demo says, followed
-    by the pool's other tasks with their fixed splits; the report; the pool's records that
-    tonight did not replace, for `remember`)."""
-    report = RecallReport(pool=len(pool))
+    by the pool's other tasks with their fixed splits; the night's `recall`, its `max` left
+    to the caller; the pool's records that tonight did not replace, for `remember`)."""
     left = list(pool)
     by_id = {r.task.id: r for r in left}
     index: DuplicateIndex[Recalled] = DuplicateIndex(threshold)
     for r in left:
         index.add(task_key(r.task), r)
+    mined_again = pinned_train = withheld_private = 0
     for task in tonight:
         hit = by_id.pop(task.id, None) or index.find(task_key(task))
         if hit is not None:
@@ -161,7 +142,7 @@ def combine(
             left.remove(hit)
             by_id.pop(hit.task.id, None)
             index.remove(hit)
-            report.mined_again += 1
+            mined_again += 1
             if outranks(hit.task, task):
                 keep_recalled(task, hit.task)
     demo_ids = {d.id for d in pinned}
@@ -169,15 +150,23 @@ def combine(
     for task in tonight:
         if task.split is None and (task.id in demo_ids or check.find(_as_demo(task))):
             task.split = "train"
-            report.pinned_train += 1
+            pinned_train += 1
     recalled = []
+    by_split: dict[str, int] = {}  # split -> recalled tasks used
     for r in left:
         if r.private and not private_ok:
-            report.withheld_private += 1
+            withheld_private += 1
             continue
         recalled.append(r.task)
-        report.recalled[str(r.task.split)] = report.recalled.get(str(r.task.split), 0) + 1
-    return [*tonight, *recalled], report, left
+        by_split[str(r.task.split)] = by_split.get(str(r.task.split), 0) + 1
+    record = RecallRecord(
+        pool=len(pool),
+        recalled=by_split,
+        mined_again=mined_again,  # tonight's tasks that were in the pool (kept its split)
+        pinned_train=pinned_train,  # tonight's tasks an adopted demo came from: pinned to train
+        withheld_private=withheld_private,  # private pool tasks kept from a remote model
+    )
+    return [*tonight, *recalled], record, left
 
 
 ASKED_AGAIN = "asked again"

@@ -62,6 +62,7 @@ from selftaught.sleep.night.mine import (
     client_label,
 )
 from selftaught.sleep.paths import private_project_dir, project_dir
+from selftaught.sleep.records import ConversationRecord, FollowupModelRecord
 
 SignalKind = Literal[
     "correction", "rejection", "rule", "acceptance", "reask", "solved", "ended_red"
@@ -117,10 +118,20 @@ class SignalReport:
     untrusted: int = 0
     rejected_by_operator: int = 0
     redo_turns: int = 0  # replies to the user's verdict on an earlier reply: evidence, not tasks
-    model: dict[str, object] = field(default_factory=dict)  # the miner's reading of next turns
+    model: FollowupModelRecord | None = None  # the miner's reading of next turns (None: none)
 
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+    def record(self) -> ConversationRecord:
+        return ConversationRecord(
+            threads=self.threads,
+            linked_threads=self.linked_threads,
+            turns=self.turns,
+            signals=dict(self.signals),
+            trusted=self.trusted,
+            untrusted=self.untrusted,
+            rejected_by_operator=self.rejected_by_operator,
+            redo_turns=self.redo_turns,
+            model=self.model or FollowupModelRecord.empty(),
+        )
 
 
 def words_trusted(it: Interaction) -> bool:
@@ -312,7 +323,7 @@ def _followups(
     read = dict(zip(asks, got, strict=True))
     for where, key in keys.items():
         reads[where] = read[key]
-    report.model = model.to_dict()
+    report.model = model.record()
     return reads
 
 

@@ -30,7 +30,6 @@ from selftaught.sleep.night.mine import (
     NO_CHECK,
     MineConfig,
     MinedTask,
-    MineReport,
     merge_near_duplicates,
     mine_one,
 )
@@ -42,8 +41,8 @@ from selftaught.sleep.paths import (
     Adopted,
 )
 from selftaught.sleep.records import (
+    MinerRecord,
     MiningRecord,
-    RecallRecord,
 )
 from selftaught.sleep.result import NightDraft
 from selftaught.tasks.scorers import LlmJudge
@@ -67,14 +66,13 @@ class MinePhase(Phase):
         rejected = rejected_signals(night.project, ctx.home)
         workspaces = WorkspaceMiner(night.project, ctx.home)
         tasks, mined = mine(kept, mining, rejected, unchecked, miner, workspaces)
-        mined.withheld_private = withheld
-        night.mining = MiningRecord.from_dict(mined.to_dict())
+        night.mining = dataclasses.replace(mined, withheld_private=withheld)
         if ctx.ledger.roles:  # the miner's calls, even when the night stops before consolidating
             night.usage = ctx.ledger.to_dict()
-        if mined.miner.get("backend_errors"):
+        if mined.miner is not None and mined.miner.backend_errors:
             night.note(
-                f"{mined.miner['backend_errors']} miner calls failed (first: "
-                f"{mined.miner['first_error']}); those rows were left without a written check"
+                f"{mined.miner.backend_errors} miner calls failed (first: "
+                f"{mined.miner.first_error}); those rows were left without a written check"
             )
         if withheld:
             night.note(
@@ -106,9 +104,9 @@ def mine(
     unchecked: list[Interaction] | None = None,
     miner: Miner | None = None,
     workspaces: WorkspaceMiner | None = None,
-) -> tuple[list[MinedTask], MineReport]:
-    """Tasks from `interactions` (already filtered for privacy by the caller), with a report
-    of what was dropped and why: chat threads read for the user's own verdicts first
+) -> tuple[list[MinedTask], MiningRecord]:
+    """Tasks from `interactions` (already filtered for privacy by the caller), with the
+    night's `mining` (what was dropped and why): chat threads read for the user's own verdicts first
     (`signals.read_threads`; `rejected`: signals the operator rejected), coding agents' rows
     for their own test runs (`agent_outcome.read_outcomes`), then a solved agent row with a
     session record through `workspaces` (a workspace task, when its check is two-sided),
@@ -119,7 +117,6 @@ def mine(
     `unchecked`: receives the plain exchanges still dropped for having nothing to check them
     by (`mine.NO_CHECK`), as rows read from their threads, for `weak.py` (they are still
     counted as dropped)."""
-    report = MineReport(read=len(interactions))
     reader = ModelReader(miner) if miner is not None and miner.config.read_followups else None
     rows, _, conversation = read_threads(interactions, config, rejected, reader)
     rows, _, agent = read_outcomes(rows, rejected)
@@ -127,7 +124,6 @@ def mine(
         workspaces.report = agent
     for kind, n in agent.signals.items():  # one count of signals by kind, whatever the source
         conversation.signals[kind] = conversation.signals.get(kind, 0) + n
-    report.conversation = conversation.to_dict()
     dropped: Counter[str] = Counter()
     redone = sum(is_redo(it) for it in rows)  # a retry's reply, and its episode's tool calls
     if redone:
@@ -147,9 +143,10 @@ def mine(
                 pending.append(Pending(group[0], task, why))
                 continue
         _keep(group[0], task, why, tasks, dropped, unchecked)
+    written = MinerRecord.empty()  # `{}`: no miner ran
     if miner is not None:
-        found, written = miner.resolve(pending, rows)
-        report.miner = written.to_dict()
+        found, report = miner.resolve(pending, rows)
+        written = report.record()
         for p, (task, why) in zip(pending, found, strict=True):
             _keep(p.row, task, why, tasks, dropped, unchecked)
     merged = merge_near_duplicates(tasks, config.near_duplicate)
@@ -158,13 +155,17 @@ def mine(
         seen[task.id] += 1
         if seen[task.id] > 1:
             task.id = f"{task.id}-{seen[task.id]}"
-    report.merged = len(tasks) - len(merged) + steps
-    report.tasks = len(merged)
-    report.by_check = dict(Counter(t.check for t in merged))
-    report.negative = sum(t.negative for t in merged)
-    report.dropped = dict(dropped)
-    report.agent = agent.to_dict()
-    return merged, report
+    return merged, MiningRecord(
+        read=len(interactions),
+        tasks=len(merged),
+        merged=len(tasks) - len(merged) + steps,
+        by_check=dict(Counter(t.check for t in merged)),
+        negative=sum(t.negative for t in merged),
+        dropped=dict(dropped),
+        conversation=conversation.record(),
+        miner=written,
+        agent=agent.record(),
+    )
 
 
 def _keep(
@@ -230,14 +231,7 @@ def _recall(
         private_ok=config.allow_remote or not models.remote(),
         pinned=split_skill(adopted.skill).demos,
     )
-    night.recall = RecallRecord(
-        pool=recalled.pool,
-        recalled=dict(recalled.recalled),
-        mined_again=recalled.mined_again,
-        pinned_train=recalled.pinned_train,
-        withheld_private=recalled.withheld_private,
-        max=config.recall_max,
-    )
+    night.recall = dataclasses.replace(recalled, max=config.recall_max)
     return combined, rest
 
 
