@@ -109,7 +109,7 @@ def test_disagreeing_samples_label_nothing():
     target = ScriptedModel(lambda _: f"Answer: {110 + next(n) % 3}")
     tasks, report = label([row("Please add 50 and 60.")], target, k=3, agree=0.6)
     assert tasks == [] and report.disagreed == 1 and report.labelled == 0
-    assert report.tasks[0]["agreement"] == pytest.approx(1 / 3, abs=1e-3)
+    assert report.tasks[0].agreement == pytest.approx(1 / 3, abs=1e-3)
     # two of three agreeing reach 0.6, not 0.8
     n2 = itertools.count()
     two = ScriptedModel(lambda _: "Answer: 110" if next(n2) % 3 else "Answer: 7")
@@ -259,7 +259,7 @@ def test_pseudo_k_samples_the_embedded_model(tmp_path):
     )
     assert report.sampled == 2 and report.failed_samples == 0
     assert ledger.to_dict()["target"]["calls"] >= 2  # k samples may share one prompt
-    assert len(report.tasks) == 2 and all(0 <= r["agreement"] <= 1 for r in report.tasks)
+    assert len(report.tasks) == 2 and all(0 <= r.agreement <= 1 for r in report.tasks)
     assert all(t.state["weak"]["k"] == 3 and t.reference for t in tasks)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeGuard, TypeVar
 
-from selftaught.gate import GateResult, Paired
+from selftaught.gate import GateResult, Paired, SmallestGain
 from selftaught.results import SplitScore
 from selftaught.skill.result import ParseStats, SlowUpdate
 from selftaught.stops import StopReason
@@ -178,6 +178,10 @@ class SmallestGainRecord(Record):
     items: float | None = None
     share: float | None = None
     why: str = ""
+
+    @classmethod
+    def of(cls, gain: SmallestGain) -> SmallestGainRecord:
+        return cls(n_val=gain.n_val, items=gain.items, share=gain.share, why=gain.why)
 
 
 @dataclass(frozen=True, kw_only=True)

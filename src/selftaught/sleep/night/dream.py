@@ -36,7 +36,7 @@ import math
 import random
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -50,7 +50,7 @@ from selftaught.sleep.night.checks import find_rules
 from selftaught.sleep.night.mine import MinedTask, normalized_prompt, task_key
 from selftaught.sleep.night.split import add_train_only, train_only, use_lines
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
-from selftaught.sleep.records import DreamRecord, given
+from selftaught.sleep.records import DreamRecord, DreamTaskRow, TrainOnlyUse, given
 from selftaught.tasks.scorers import normalize_text, reference_scorer
 
 RENUMBERED = "renumbered"
@@ -96,12 +96,27 @@ class DreamReport:
     left_out: int = 0  # near-duplicates of a val or test task
     capped: bool = False  # stopped at the cap
     trained: int = 0  # synthetic tasks in tonight's train split
-    tasks: list[dict[str, Any]] = field(default_factory=list)
+    tasks: list[DreamTaskRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    shipped: dict[str, Any] = field(default_factory=dict)  # what the staged proposal used
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def record(self) -> DreamRecord:
+        """The night's `dream` (`shipped` is `{}` until the stage phase says what was used)."""
+        return DreamRecord(
+            n=self.n,
+            share=self.share,
+            cap=self.cap,
+            sources=self.sources,
+            made=dict(self.made),
+            refused=dict(self.refused),
+            failed_calls=self.failed_calls,
+            duplicates=self.duplicates,
+            left_out=self.left_out,
+            capped=self.capped,
+            trained=self.trained,
+            tasks=tuple(self.tasks),
+            notes=tuple(self.notes),
+            shipped=TrainOnlyUse.empty(),
+        )
 
 
 # ---- renumbering ----------------------------------------------------------------------------
@@ -387,14 +402,14 @@ def dream(
     training: SkillOptConfig,
     threshold: float,
     seed: int = 0,
-) -> tuple[list[MinedTask], DreamReport]:
+) -> tuple[list[MinedTask], DreamRecord]:
     """Make the night's variants of its checked train tasks and add them to `splits["train"]`
     (`split.add_train_only`); `analyst` (already charged to the night's ledger; None: no
     paraphrases) writes paraphrases. Returns every variant made (a left-out one has no split)
-    and the report."""
+    and the night's `dream`."""
     report = DreamReport(n=config.n, share=config.synthetic_share)
     if config.n == 0:
-        return [], report
+        return [], report.record()
     train = [t for t in splits.get("train", []) if not train_only(t)]
     report.sources = len(train)
     report.cap = math.floor(config.synthetic_share * len(train) + 1e-9)
@@ -419,20 +434,22 @@ def dream(
     report.left_out = len(made) - len(added)
     report.trained = len(added)
     report.tasks = [_row(t) for t in made]
-    return made, report
+    return made, report.record()
 
 
-def _row(task: MinedTask) -> dict[str, Any]:
+def _row(task: MinedTask) -> DreamTaskRow:
     head = " ".join(task.prompt.split())
-    return {
-        "id": task.id,
-        **task.state["synthetic"],
-        "reference": task.reference,
-        "prompt_head": head[:160] + ("…" if len(head) > 160 else ""),
-        "split": task.split,
-        "no_demo": bool(task.state.get("no_demo")),
-        "notes": task.notes,
-    }
+    origin = task.state["synthetic"]
+    return DreamTaskRow(
+        id=task.id,
+        from_task=origin["from"],
+        how=origin["how"],
+        reference=task.reference,
+        prompt_head=head[:160] + ("…" if len(head) > 160 else ""),
+        split=task.split,
+        no_demo=bool(task.state.get("no_demo")),
+        notes=tuple(task.notes),
+    )
 
 
 def dream_lines(d: DreamRecord | None) -> list[str]:

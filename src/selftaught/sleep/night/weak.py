@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
 from selftaught.sleep.paths import project_dir
-from selftaught.sleep.records import Record, WeakRecord, given
+from selftaught.sleep.records import Record, TrainOnlyUse, WeakRecord, WeakTaskRow, given
 from selftaught.tasks.base import Example, Score, Split, TaskKind
 from selftaught.tasks.scorers import (
     reference_scorer,
@@ -151,9 +151,8 @@ class WeakReport:
     trained: int = 0  # weak tasks in tonight's train split
     mean_agreement: float | None = None  # over the labelled
     failed_samples: int = 0
-    tasks: list[dict[str, Any]] = field(default_factory=list)  # one row per sampled request
+    tasks: list[WeakTaskRow] = field(default_factory=list)  # one row per sampled request
     notes: list[str] = field(default_factory=list)
-    shipped: dict[str, Any] = field(default_factory=dict)  # what the staged proposal used
 
     @property
     def accuracy(self) -> float | None:
@@ -162,8 +161,31 @@ class WeakReport:
         n = right + self.verified["wrong"] + self.verified_later["wrong"]
         return None if n == 0 else round(right / n, 4)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "accuracy": self.accuracy}
+    def record(self) -> WeakRecord:
+        """The night's `weak` (`shipped` is `{}` until the stage phase says what was used)."""
+        return WeakRecord(
+            k=self.k,
+            agree=self.agree,
+            candidates=self.candidates,
+            sampled=self.sampled,
+            labelled=self.labelled,
+            disagreed=self.disagreed,
+            no_answer=self.no_answer,
+            refuted=self.refuted,
+            already_checked=self.already_checked,
+            verified=dict(self.verified),
+            verified_later=dict(self.verified_later),
+            waiting=self.waiting,
+            left_out=self.left_out,
+            over_cap=self.over_cap,
+            trained=self.trained,
+            mean_agreement=self.mean_agreement,
+            failed_samples=self.failed_samples,
+            tasks=tuple(self.tasks),
+            notes=tuple(self.notes),
+            shipped=TrainOnlyUse.empty(),
+            accuracy=self.accuracy,
+        )
 
 
 # ---- candidates and sampling ----------------------------------------------------------------
@@ -347,13 +369,13 @@ def weak_label(
         got = vote(replies[task.id], config.k, config.agree, config.max_answer_words)
         outcome = _settle_one(task, got, checked, config, mining.near_duplicate, report)
         report.tasks.append(
-            {
-                "id": task.id,
-                "answer": got.answer,
-                "agreement": got.agreement,
-                "answers": got.answers,
-                "outcome": outcome,
-            }
+            WeakTaskRow(
+                id=task.id,
+                answer=got.answer,
+                agreement=got.agreement,
+                answers=got.answers,
+                outcome=outcome,
+            )
         )
         if outcome == "labelled":
             out.append(task)
@@ -389,12 +411,16 @@ def settle_weak(
             sum(t.state["weak"]["agreement"] for t in labelled) / len(labelled), 4
         )
     by_id = {t.id: t for t in tasks}
-    for row in report.tasks:
-        found = by_id.get(row["id"])
+    for i, row in enumerate(report.tasks):
+        found = by_id.get(row.id)
         if found is not None:
-            row["split"] = found.split
-            if found.split is None and found.notes:
-                row["outcome"] = found.notes[-1]
+            left = found.split is None and found.notes
+            # `split`: a labelled row's only, untyped, as report.json has always had it
+            report.tasks[i] = replace(
+                row,
+                outcome=found.notes[-1] if left else row.outcome,
+                extra={**row.extra, "split": found.split},
+            )
 
 
 # ---- labels waiting for a real reference ---------------------------------------------------

@@ -48,7 +48,6 @@ from selftaught.sleep.night.weak import (
     weak_label,
 )
 from selftaught.sleep.records import (
-    DreamRecord,
     GateMode,
     LateDuplicate,
     NightPower,
@@ -101,7 +100,7 @@ class SplitPhase(Phase):
                 mining.near_duplicate,
                 config.training.seed,
             )
-            night.dream = DreamRecord.from_dict(dreamt.to_dict())
+            night.dream = dreamt
         mined_now = {id(t) for t in harvest.tonight}
         recalled = [t for t in combined if id(t) not in mined_now]
         kinds = _kinds(night, splits, recalled, config, ctx.home)
@@ -165,7 +164,7 @@ def _weak_labels(
     left = verify_waiting(past, checked, config.mining.near_duplicate, labels)
     waiting = still_waiting(left, found, night.night)
     labels.waiting = len(waiting)
-    return waiting, WeakRecord.from_dict(labels.to_dict())
+    return waiting, labels.record()
 
 
 def _gate_power(mode: GateMode, n_val: int, config: NightConfig, console: Console) -> GateMode:
@@ -184,7 +183,7 @@ def _gate_power(mode: GateMode, n_val: int, config: NightConfig, console: Consol
             else "; val takes no task (val_fraction 0)"
         )
     console.print(line, markup=False, highlight=False, soft_wrap=True)
-    smallest = SmallestGainRecord.from_dict(smallest_accepted_gain(n_val, gate).to_dict())
+    smallest = SmallestGainRecord.of(smallest_accepted_gain(n_val, gate))
     night_power = NightPower(
         target_gain=power.target_gain,
         needed_val=power.needed_val,
