@@ -27,7 +27,7 @@ from selftaught.redact import Redactor
 from selftaught.runs import Inside, PathRefused, path_parts
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.placement import read_document
-from selftaught.sleep.adoption.write_back import SourceFile, WriteBackError, write_back
+from selftaught.sleep.adoption.write_back import WriteBackError, source_of, write_back
 from selftaught.sleep.intake.repo_state import (
     RepoState,
     RepoStateError,
@@ -495,7 +495,7 @@ def test_a_start_document_is_checked_from_its_repository_root(tmp_path):
     doc = repo_dir / ".claude" / "CLAUDE.md"
     doc.parent.mkdir()
     doc.write_text("# Rules\n\nBe exact.\n")
-    source = SourceFile.of(read_document(doc))
+    source = source_of(read_document(doc))
     assert source.root == str(repo_dir)
     swap_for_link(repo_dir / ".claude", tmp_path / "outside")
     copied = tmp_path / "outside" / "CLAUDE.md"

@@ -340,12 +340,11 @@ def _adopt_kind_skill(home, kind: str, intent: str, adapter: bytes | None = None
     adapter when `adapter` (its weights' bytes)."""
     from selftaught.runs import atomic_write_json
     from selftaught.sleep.adoption.skill_units import (
-        StagedSkill,
         adopt_skill,
         skill_adapter_dir,
         write_skill_proposal,
     )
-    from selftaught.sleep.records import AdapterRecord
+    from selftaught.sleep.records import AdapterRecord, SkillRecord
     from tests.test_sleep_skill_adapters import fake_adapter
 
     folder = staging.nights_dir(PROJECT, home) / f"n-{kind}"
@@ -354,8 +353,9 @@ def _adopt_kind_skill(home, kind: str, intent: str, adapter: bytes | None = None
         fake_adapter(skill_adapter_dir(folder, kind), adapter)
         record = AdapterRecord(dir="adapter", method="sft", base_model="local")
     tasks = tuple(head.format(a=1, b=2) for head in HEADS[intent])
-    entry = StagedSkill(kind, f"Answer the {intent} questions.", "staged", "accepted",
-                        tasks=tasks, adapter=record)  # fmt: skip
+    entry = SkillRecord(name=kind, description=f"Answer the {intent} questions.",
+                        status="staged", reason="accepted", tasks=tasks, adapter=record,
+                        dir=f"skills/{kind}")  # fmt: skip
     write_skill_proposal(folder, PROJECT, entry, f"RULE {intent}", home)
     report = {"kind": staging.NIGHT_KIND, "night": folder.name, "project": PROJECT,
               "status": "staged", "skills": [entry.to_dict()]}  # fmt: skip

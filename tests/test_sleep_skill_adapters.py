@@ -18,8 +18,6 @@ import pytest
 from selftaught.runs import atomic_write_json
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.skill_units import (
-    StagedSkill,
-    ValPair,
     adopt_skill,
     adopted_skills,
     rollback_skill,
@@ -28,7 +26,7 @@ from selftaught.sleep.adoption.skill_units import (
 )
 from selftaught.sleep.night.weight_night import TrainedAdapter, WeightData
 from selftaught.sleep.paths import Unit, read_adopted
-from selftaught.sleep.records import AdapterRecord
+from selftaught.sleep.records import AdapterRecord, SkillRecord, ValPairRecord
 from tests.scripted import (
     ScriptedModel,
     append,
@@ -70,8 +68,9 @@ def stage(
         if weights is not None:
             fake_adapter(skill_adapter_dir(folder, name), weights)
             adapter = AdapterRecord(dir="adapter", method="sft", base_model="local")
-        entry = StagedSkill(
+        entry = SkillRecord(
             name=name,
+            dir=f"skills/{name}",
             description=description,
             status="staged",
             reason="accepted",
@@ -79,7 +78,7 @@ def stage(
             train_ids=(f"{name}-t1",),
             val_ids=(f"{name}-v1",),
             tasks=(task,),
-            own_val=ValPair(0.5, 1.0, 2),
+            own_val=ValPairRecord(before=0.5, after=1.0, n=2),
             candidate="sft+text" if weights is not None else "text",
             adapter=adapter,
         )

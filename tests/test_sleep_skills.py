@@ -17,8 +17,6 @@ from selftaught import cli
 from selftaught.runs import atomic_write_json
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.skill_units import (
-    StagedSkill,
-    ValPair,
     adopt_skill,
     adopted_skills,
     rollback_skill,
@@ -27,6 +25,7 @@ from selftaught.sleep.adoption.skill_units import (
     write_skill_proposal,
 )
 from selftaught.sleep.paths import Unit, read_adopted
+from selftaught.sleep.records import SkillRecord, ValPairRecord
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 PROJECT = "demo"
@@ -42,8 +41,9 @@ def stage_skills(home: Path, night: str, bodies: dict[str, str], bases: dict | N
     entries = []
     for name, body in bodies.items():
         description, task = CARDS[name]
-        entry = StagedSkill(
+        entry = SkillRecord(
             name=name,
+            dir=f"skills/{name}",
             description=description,
             status="staged",
             reason="accepted on its own val and the whole val",
@@ -51,8 +51,8 @@ def stage_skills(home: Path, night: str, bodies: dict[str, str], bases: dict | N
             train_ids=(f"{name}-t1",),
             val_ids=(f"{name}-v1",),
             tasks=(task,),
-            own_val=ValPair(0.5, 1.0, 2),
-            whole_val=ValPair(0.5, 0.75, 4),
+            own_val=ValPairRecord(before=0.5, after=1.0, n=2),
+            whole_val=ValPairRecord(before=0.5, after=0.75, n=4),
         )
         write_skill_proposal(folder, PROJECT, entry, body, home)
         entries.append(entry.to_dict())

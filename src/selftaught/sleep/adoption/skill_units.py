@@ -8,7 +8,7 @@ and stages each accepted one beside the night's report:
                                              memory.md, and their diffs against the skill's
                                              adopted ones
     nights/<night>/skills/<name>/adapter/    its adapter, when its weight gate chose one
-    report.json  skills[]                    one `StagedSkill` per trained skill (staged or
+    report.json  skills[]                    one `SkillRecord` per trained skill (staged or
                                              rejected, and why; its own and the whole val)
 
 `sleep adopt --skill NAME` makes the newest staged proposal of that skill its next version, in
@@ -49,7 +49,6 @@ from selftaught.sleep.adoption.placement import StartingDocument
 from selftaught.sleep.adoption.staging import Adoption, LiveFiles, StagingError
 from selftaught.sleep.adoption.write_back import (
     WRITTEN_BACK,
-    SourceFile,
     file_text,
     rollback_unit,
     undo,
@@ -65,103 +64,12 @@ from selftaught.sleep.paths import (
     shared_url,
     valid_skill_names,
 )
-from selftaught.sleep.records import AdapterRecord, SkillRecord, WeightsRecord
+from selftaught.sleep.records import SkillRecord, given
 from selftaught.sleep.result import NightResult
 
 ROUTER_TASKS = 40  # train task inputs a skill's card keeps for the router (the first ones)
 TASK_CHARS = 2000  # of each
 SKILL_STATUSES = ("staged", "rejected", "adopted")
-
-
-@dataclass(frozen=True)
-class ValPair:
-    """A val score before and after (hard means), on `n` items."""
-
-    before: float
-    after: float
-    n: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"before": self.before, "after": self.after, "n": self.n}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> ValPair | None:
-        if not d:
-            return None
-        return cls(float(d["before"]), float(d["after"]), int(d.get("n") or 0))
-
-
-@dataclass(frozen=True)
-class StagedSkill:
-    """One skill a night trained (report.json `skills[]`): staged, rejected (and why), or
-    adopted (as which version of its unit)."""
-
-    name: str
-    description: str
-    status: str
-    reason: str
-    base_version: int = 0  # the skill's version it was trained and gated against
-    train_ids: tuple[str, ...] = ()
-    val_ids: tuple[str, ...] = ()
-    tasks: tuple[str, ...] = ()  # train task inputs for the router's card
-    own_val: ValPair | None = None  # on the skill's own cluster's val
-    whole_val: ValPair | None = None  # on the night's whole val
-    adopted_version: int | None = None
-    source: SourceFile | None = None  # the user's SKILL.md it started from (--skills-from)
-    memory_changed: bool = False  # its memory was trained and kept (proposal/memory.md)
-    candidate: str | None = None  # its weight gate's winner (None: no weights tonight)
-    adapter: AdapterRecord | None = None  # its staged adapter (`skills/<name>/adapter/`)
-    weights: WeightsRecord | None = None  # its weight gate: every candidate on its own val
-
-    def __post_init__(self) -> None:
-        if self.status not in SKILL_STATUSES:
-            raise StagingError(f"a staged skill's status is one of {SKILL_STATUSES}")
-
-    @property
-    def card(self) -> SkillCard:
-        return SkillCard(self.name, self.description, self.tasks)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "status": self.status,
-            "reason": self.reason,
-            "base_version": self.base_version,
-            "train_ids": list(self.train_ids),
-            "val_ids": list(self.val_ids),
-            "tasks": list(self.tasks),
-            "own_val": self.own_val.to_dict() if self.own_val else None,
-            "whole_val": self.whole_val.to_dict() if self.whole_val else None,
-            "adopted_version": self.adopted_version,
-            "source": self.source.to_dict() if self.source else None,
-            "dir": f"{SKILLS_DIR}/{self.name}",
-            "memory_changed": self.memory_changed,
-            "candidate": self.candidate,
-            "adapter": self.adapter.to_dict() if self.adapter else None,
-            "weights": self.weights.to_dict() if self.weights else None,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> StagedSkill:
-        return cls(
-            name=str(d["name"]),
-            description=str(d["description"]),
-            status=str(d["status"]),
-            reason=str(d.get("reason") or ""),
-            base_version=int(d.get("base_version") or 0),
-            train_ids=tuple(d.get("train_ids") or ()),
-            val_ids=tuple(d.get("val_ids") or ()),
-            tasks=tuple(d.get("tasks") or ()),
-            own_val=ValPair.from_dict(d.get("own_val")),
-            whole_val=ValPair.from_dict(d.get("whole_val")),
-            adopted_version=d.get("adopted_version"),
-            source=SourceFile.from_dict(d.get("source")),
-            memory_changed=bool(d.get("memory_changed")),
-            candidate=d.get("candidate"),
-            adapter=AdapterRecord.from_dict(d["adapter"]) if d.get("adapter") else None,
-            weights=WeightsRecord.from_dict(d["weights"]) if d.get("weights") else None,
-        )
 
 
 def router_tasks(texts: list[str]) -> tuple[str, ...]:
@@ -184,7 +92,7 @@ def skill_adapter_dir(night_dir: Path, name: str) -> Path:
 def write_skill_proposal(
     night_dir: Path,
     project: str,
-    skill: StagedSkill,
+    skill: SkillRecord,
     body: str,
     home: Path,
     source: StartingDocument | None = None,
@@ -200,7 +108,8 @@ def write_skill_proposal(
     memory = adopted.memory if memory is None else memory
     check_no_markers(memory, f"the proposed memory of skill {skill.name!r}")
     atomic_write_text(folder / "skill.md", body)
-    atomic_write_text(folder / "SKILL.md", render_skill_md(skill.card, body))
+    card = SkillCard(skill.name, skill.description, skill.tasks)
+    atomic_write_text(folder / "SKILL.md", render_skill_md(card, body))
     atomic_write_text(folder / "skill.diff", staging.unified_diff(adopted.skill, body, "skill.md"))
     atomic_write_text(folder / "memory.md", memory)
     diff = staging.unified_diff(adopted.memory, memory, "memory.md")
@@ -218,8 +127,13 @@ def file_diff(source: StartingDocument, new: str) -> str:
     )  # fmt: skip
 
 
-def staged_skills(night: NightResult) -> list[StagedSkill]:
-    return [StagedSkill.from_dict(s.to_dict()) for s in night.skills]
+def staged_skills(night: NightResult) -> tuple[SkillRecord, ...]:
+    """The skills a night trained (report.json `skills[]`), each with a status adopting
+    knows."""
+    for skill in night.skills:
+        if skill.status not in SKILL_STATUSES:
+            raise StagingError(f"a staged skill's status is one of {SKILL_STATUSES}")
+    return night.skills
 
 
 def _adopted(record: SkillRecord, version: int) -> SkillRecord:
@@ -283,18 +197,20 @@ def adopt_skill(
         proposal = skill_proposal_dir(night_dir, name)
         body = staging.read_text(proposal / "skill.md")
         memory = _proposed_memory(proposal)
-        folder = skill_adapter_dir(night_dir, name) if entry.adapter is not None else None
+        record = entry.adapter if given(entry.adapter) else None  # the adapter staged
+        folder = skill_adapter_dir(night_dir, name) if record is not None else None
         adapter, adapter_meta = staging.proposed_adapter(unit, night_dir.name, folder,
-                                                         entry.adapter, previous, home)  # fmt: skip
+                                                         record, previous, home)  # fmt: skip
         # a skill read from the user's file goes back into it first (WriteBackError: changed)
-        written = write_back(entry.source, body, home) if entry.source is not None else None
+        written = write_back(entry.source, body, home) if given(entry.source) else None
+        own, whole = (v if given(v) else None for v in (entry.own_val, entry.whole_val))
         meta = {
             "night": night_dir.name,
             "card": {"name": name, "description": entry.description, "tasks": list(entry.tasks)},
-            "own_val": entry.own_val.to_dict() if entry.own_val else None,
-            "whole_val": entry.whole_val.to_dict() if entry.whole_val else None,
-            "val_before": entry.whole_val and {"hard": entry.whole_val.before},
-            "val_after": entry.whole_val and {"hard": entry.whole_val.after},
+            "own_val": own.to_dict() if own else None,
+            "whole_val": whole.to_dict() if whole else None,
+            "val_before": whole and {"hard": whole.before},
+            "val_after": whole and {"hard": whole.after},
             "adapter": adapter_meta,
             WRITTEN_BACK: written.to_dict() if written else None,
         }

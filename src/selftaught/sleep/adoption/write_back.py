@@ -8,7 +8,7 @@ A night can start from files the user wrote (issue 51):
     sleep run --start-document PATH           the project's skill starts from PATH's text
                                               (CLAUDE.md, AGENTS.md, any Markdown file)
 
-What was read is recorded with the staged proposal (`SourceFile`: path, kind, sha256 as read).
+What was read is recorded with the staged proposal (`source_of`: path, kind, sha256 as read).
 Adopting it writes the adopted text back into that file through `placement.write_documents`:
 only while the file is still what the night read (else the adopt of that file stops, writes
 nothing and names it: `WriteBackError`), a SKILL.md's front matter byte for byte, a diff, and
@@ -40,7 +40,7 @@ from selftaught.sleep.adoption.placement import (
 )
 from selftaught.sleep.adoption.staging import Adoption, StagingError
 from selftaught.sleep.paths import Owner
-from selftaught.sleep.records import plain
+from selftaught.sleep.records import SourceFileRecord, given
 
 WRITTEN_BACK = "written_back"  # the key in a version's meta.json
 START_DOCUMENT = "start_document"  # the key in a night's report.json
@@ -51,34 +51,14 @@ class WriteBackError(StagingError):
     out of bounds); nothing was written for it."""
 
 
-@dataclass(frozen=True)
-class SourceFile:
-    """A user's file a night started from: where, its kind and its sha256 as read, and the
-    repository it was read in (`root`, and that folder resolved then: `root_real`), from
-    which every component is checked again before it is written. Recorded before round five:
-    no root (the file's own folder is checked)."""
-
-    path: str
-    kind: str
-    sha256: str
-    root: str = ""
-    root_real: str = ""
-
-    @classmethod
-    def of(cls, doc: StartingDocument) -> SourceFile:
-        root = "" if doc.root is None else str(doc.root)
-        return cls(str(doc.path), doc.kind, doc.sha256, root, doc.root_real)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "sha256": self.sha256, "root": self.root,
-                "root_real": self.root_real}  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> SourceFile | None:
-        if not d:
-            return None
-        return cls(str(d["path"]), str(d["kind"]), str(d["sha256"]), str(d.get("root") or ""),
-                   str(d.get("root_real") or ""))  # fmt: skip
+def source_of(doc: StartingDocument) -> SourceFileRecord:
+    """What a night records of a user's file it started from: where, its kind and its sha256
+    as read, and the repository it was read in (`root`, and that folder resolved then:
+    `root_real`), from which every component is checked again before it is written. Recorded
+    before round five: no root (the file's own folder is checked)."""
+    root = "" if doc.root is None else str(doc.root)
+    return SourceFileRecord(path=str(doc.path), kind=doc.kind, sha256=doc.sha256, root=root,
+                            root_real=doc.root_real)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -127,7 +107,7 @@ def file_text(doc: StartingDocument, body: str) -> str:
     return with_body(doc.text, body) if doc.skill is not None else body
 
 
-def reread(source: SourceFile) -> StartingDocument:
+def reread(source: SourceFileRecord) -> StartingDocument:
     """The file as it is now, refused (`WriteBackError`) unless it is what the night read, in
     the repository it was read in: the root resolving where it did, no symlink from it to the
     file (the write checks both again, with no symlink followed)."""
@@ -157,7 +137,7 @@ def reread(source: SourceFile) -> StartingDocument:
     return doc
 
 
-def write_back(source: SourceFile, body: str, home: Path | None = None) -> WrittenBack:
+def write_back(source: SourceFileRecord, body: str, home: Path | None = None) -> WrittenBack:
     """Write `body` into the user's file `source` (`file_text`), only while it is what the
     night read; raises `WriteBackError` (nothing written) otherwise."""
     doc = reread(source)
@@ -235,7 +215,7 @@ def adopt_night(
     write, the file gets its bytes back."""
     night_dir = staging.resolve_night(project, night_id, home)
     staged = staging.read_night(night_dir)
-    source = SourceFile.from_dict(plain(staged.start_document))
+    source = staged.start_document if given(staged.start_document) else None
     args: dict[str, Any] = dict(home=home, force=force, target_paths=target_paths,
                                 follow_symlinks=follow_symlinks)  # fmt: skip
     if source is None or staged.status != "staged":

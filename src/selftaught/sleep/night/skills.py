@@ -11,14 +11,14 @@ its own in the other skills' whole-val checks, so a new skill that breaks it is 
 adopted skill with no task tonight is held the same way. Then each trained kind's memory and
 adapter (`skill_parts.py`: per skill, or one adapter shared by every kind). Each skill whose
 text, memory or adapter won is staged on its own under `nights/<night>/skills/<name>/`
-(`proposal/`, `adapter/`) with its report entry (`skill_units.StagedSkill`, report.json
+(`proposal/`, `adapter/`) with its report entry (`records.SkillRecord`, report.json
 `skills[]`), and adopted on its own with `sleep adopt --skill NAME` (`--auto-adopt`: each
 accepted one, after a shared adapter). The night's own skill and memory are not trained on
 such a night: the skills stand in for them; a shared adapter is staged as its proposal.
 
 With `skills_from` (`--skills-from REPO`) the user's own SKILL.md files in REPO start the skills
 of their names too (an adopted skill of the same name wins); each staged proposal of one
-records the file as read (`StagedSkill.source`) and adopting it writes it back there
+records the file as read (`SkillRecord.source`) and adopting it writes it back there
 (`adoption/write_back.py`).
 """
 
@@ -47,14 +47,12 @@ from selftaught.skill.skillset import (
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.adoption.placement import StartingDocument, read_starting_documents
 from selftaught.sleep.adoption.skill_units import (
-    StagedSkill,
-    ValPair,
     adopt_skill,
     adopted_skills,
     router_tasks,
     write_skill_proposal,
 )
-from selftaught.sleep.adoption.write_back import SourceFile, written_by
+from selftaught.sleep.adoption.write_back import source_of, written_by
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.kinds import ItemValues, KindSkill, NightKinds, kind_records
 from selftaught.sleep.night.mine import MinedTask
@@ -76,15 +74,16 @@ from selftaught.sleep.records import (
     ProposalRecord,
     SkillRecord,
     SkillSetRecord,
+    ValPairRecord,
 )
 from selftaught.sleep.result import NightDraft
 from selftaught.stops import UNLIMITED, Deadline
 
 
-def _pair(before: Any, after: Any) -> ValPair | None:
+def _pair(before: Any, after: Any) -> ValPairRecord | None:
     if before is None or after is None:
         return None
-    return ValPair(float(before.hard), float(after.hard), int(after.n))
+    return ValPairRecord(before=float(before.hard), after=float(after.hard), n=int(after.n))
 
 
 def _starting_skills(
@@ -194,10 +193,10 @@ def _entry(
     inputs: dict[str, str],
     home: Path,
     file: StartingDocument | None = None,
-) -> StagedSkill:
+) -> SkillRecord:
     cluster = outcome.cluster
     whole = outcome.whole_val
-    return StagedSkill(
+    return SkillRecord(
         name=cluster.card.name,
         description=cluster.card.description,
         status="staged" if outcome.accepted else "rejected",
@@ -208,7 +207,8 @@ def _entry(
         tasks=router_tasks([inputs[i] for i in cluster.train_ids if i in inputs]),
         own_val=_pair(outcome.own_before, outcome.own_after),
         whole_val=_pair(whole.before, whole.after) if whole is not None else None,
-        source=SourceFile.of(file) if file is not None else None,
+        source=source_of(file) if file is not None else None,
+        dir=f"{SKILLS_DIR}/{cluster.card.name}",
     )
 
 
@@ -264,7 +264,7 @@ def learn_skills(
     ]
     shared_staged = _stage_shared(night, shared, night_dir, home, models.target_spec)
     staged = [e.name for e in entries if e.status == "staged"]
-    night.skills = tuple(SkillRecord.from_dict(e.to_dict()) for e in entries)
+    night.skills = tuple(entries)
     night.skill_set = SkillSetRecord(
         clusters=len(clusters),
         staged=len(staged),
@@ -369,7 +369,7 @@ def _staged(
     unit: KindUnit | None,
     learned: KindLearned | None,
     base_spec: str,
-) -> StagedSkill:
+) -> SkillRecord:
     """A trained kind's entry, its proposal (skill, memory) and adapter staged when the
     gates accepted something for it; a losing adapter is deleted."""
     entry = _entry(project, outcome, inputs, home, file)
@@ -393,8 +393,8 @@ def _staged(
 
 
 def _with_learned(
-    entry: StagedSkill, outcome: SkillOutcome, unit: KindUnit, learned: KindLearned
-) -> StagedSkill:
+    entry: SkillRecord, outcome: SkillOutcome, unit: KindUnit, learned: KindLearned
+) -> SkillRecord:
     """The entry once the kind's memory and weight gates spoke: staged when its text (skill
     or memory) or its adapter won, its own val that gate's."""
     memory_changed = learned.memory_changed(unit.adopted)
@@ -405,7 +405,7 @@ def _with_learned(
         return dataclasses.replace(entry, status=status, reason=entry.reason + said,
                                    memory_changed=memory_changed)  # fmt: skip
     before, after = choice.candidates["current"].score, choice.candidates[choice.winner].score
-    own = ValPair(before.hard, after.hard, after.n)
+    own = ValPairRecord(before=before.hard, after=after.hard, n=after.n)
     return dataclasses.replace(
         entry,
         status="rejected" if choice.winner == "current" else "staged",
@@ -464,7 +464,7 @@ def _listed(outcome: SkillOutcome) -> bool:
     return outcome.trained or (cluster.start is not None and cluster.hold is None)
 
 
-def _kind_skills(result: SkillSetResult, entries: Sequence[StagedSkill]) -> dict[str, KindSkill]:
+def _kind_skills(result: SkillSetResult, entries: Sequence[SkillRecord]) -> dict[str, KindSkill]:
     """What became of each kind's skill tonight (report.json `kinds[].skill_status`): its
     entry's status once its memory and weight gates spoke, else the skill set's."""
     listed = {e.name: e for e in entries}
@@ -494,7 +494,7 @@ def _val_by_item(result: SkillSetResult) -> tuple[ItemValues | None, ItemValues 
 
 def _skills_outcome(
     project: str,
-    entries: list[StagedSkill],
+    entries: list[SkillRecord],
     staged: list[str],
     min_tasks: int,
     shared: str | None = None,

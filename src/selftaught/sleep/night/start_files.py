@@ -15,9 +15,8 @@ from typing import Any
 
 from selftaught.errors import ConfigError, InputError
 from selftaught.sleep.adoption.placement import read_document, start_problem
-from selftaught.sleep.adoption.write_back import SourceFile
+from selftaught.sleep.adoption.write_back import source_of
 from selftaught.sleep.paths import Adopted
-from selftaught.sleep.records import SourceFileRecord
 from selftaught.sleep.result import NightDraft
 
 
@@ -53,8 +52,7 @@ def start_from(night: NightDraft, adopted: Adopted, path: Path | None) -> Adopte
     problem = start_problem(doc)
     if problem is not None:
         raise InputError(problem)
-    source = SourceFile.of(doc)
-    night.start_document = SourceFileRecord(**source.to_dict())
+    night.start_document = source_of(doc)
     if adopted.skill.strip() and adopted.skill.strip() != doc.text.strip():
         night.note(
             f"the skill starts from {doc.path}, not from the adopted version {adopted.version}"
