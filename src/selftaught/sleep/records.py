@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeGuard, TypeVar
 
 from selftaught.gate import GateResult, Paired, SmallestGain
+from selftaught.models.usage import Budget
 from selftaught.results import SplitScore
 from selftaught.skill.result import ParseStats, SlowUpdate
 from selftaught.stops import StopReason
@@ -243,6 +244,11 @@ class BudgetRecord(Record):
     roles: tuple[str, ...] | None = None  # the roles it counts (None: every role)
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"roles": strings}
+
+    @classmethod
+    def of(cls, budget: Budget) -> BudgetRecord:
+        roles = None if budget.roles is None else tuple(budget.roles)
+        return cls(calls=budget.calls, tokens=budget.tokens, usd=budget.usd, roles=roles)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -763,7 +769,7 @@ class SourceFileRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class SkillRecord(Record):
-    """One skill a many-skills night trained (`skills[]`, `skill_units.StagedSkill`)."""
+    """One skill a many-skills night trained (`skills[]`, `night/skills.py`)."""
 
     name: str = ""
     description: str = ""

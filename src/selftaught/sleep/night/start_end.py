@@ -53,7 +53,6 @@ from selftaught.sleep.records import (
     ModelSpecs,
     TrainingRecord,
     WindowRecord,
-    plain,
 )
 from selftaught.sleep.result import NightDraft, NightResult
 
@@ -94,7 +93,7 @@ def new_night(
             preferences=bool(training.preferences.strip()),
             prompts=PromptSet.read(training.prompts).digests() or None,
         ),
-        budget=BudgetRecord.from_dict(plain(dataclasses.asdict(training.budget))),
+        budget=BudgetRecord.of(training.budget),
         base_version=staging.current_version(project, home),
     )
 

@@ -1,0 +1,86 @@
+"""No dict between a night's phases (issue 64): a producer builds its frozen record, and no
+code under `sleep/` turns one object into another through its dict (`X.from_dict(y.to_dict())`,
+`X(**y.to_dict())`, the same through `asdict` or `records.plain`). Dicts are for the edge:
+writing report.json, reading an older one."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "selftaught"
+DUMPS = {"to_dict", "asdict", "plain"}
+"""Calls that turn an object into its dict."""
+
+DECODERS = {
+    "records.py Summary.score",
+    "records.py GateRecord.result",
+    "records.py AnalystRecord.stats",
+    "records.py SlowRecord.update",
+}
+"""A section as report.json holds it, decoded by its domain type's one decoder (the reader of
+every older shape), for report.md and the readers of old nights: the edge, not a run."""
+
+
+def _dumped(node: ast.expr) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name in DUMPS
+
+
+def _scopes(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """Each top-level function and class method, named "function" or "Class.function"."""
+    out: list[tuple[str, ast.AST]] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            out.append((node.name, node))
+        elif isinstance(node, ast.ClassDef):
+            methods = [n for n in node.body if isinstance(n, ast.FunctionDef)]
+            out += [(f"{node.name}.{m.name}", m) for m in methods]
+    return out
+
+
+def round_trips(source: str, name: str) -> list[str]:
+    """`from_dict` calls given a dict just made of an object, and calls given `**` of one,
+    in `source`'s functions, as "name function: code" ("name Class.function: code")."""
+    found = []
+    for where, scope in _scopes(ast.parse(source, name)):
+        for node in ast.walk(scope):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            from_dict = isinstance(func, ast.Attribute) and func.attr == "from_dict"
+            if (from_dict and any(_dumped(a) for a in node.args)) or any(
+                k.arg is None and _dumped(k.value) for k in node.keywords
+            ):
+                found.append(f"{name} {where}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_scan_finds_each_round_trip() -> None:
+    source = """
+def a(y):
+    return X.from_dict(y.to_dict())
+
+def b(y):
+    return X(**y.to_dict())
+
+def c(y):
+    return X.from_dict(plain(dataclasses.asdict(y)))
+
+def d(y, d):
+    return X.from_dict(d), X(**d), {"k": 1, **y.to_dict()}  # read, or a dict written
+"""
+    found = round_trips(source, "m.py")
+    assert [f.split(":")[0] for f in found] == ["m.py a", "m.py b", "m.py c"]
+
+
+def test_no_round_trip_through_a_dict_inside_a_night() -> None:
+    found = []
+    for path in sorted((SRC / "sleep").rglob("*.py")):
+        name = str(path.relative_to(SRC / "sleep"))
+        found += round_trips(path.read_text(), name)
+    left = [f for f in found if f.split(":")[0] not in DECODERS]
+    assert not left, "objects turned into others through their dict:\n" + "\n".join(left)
