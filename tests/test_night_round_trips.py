@@ -84,3 +84,21 @@ def test_no_round_trip_through_a_dict_inside_a_night() -> None:
         found += round_trips(path.read_text(), name)
     left = [f for f in found if f.split(":")[0] not in DECODERS]
     assert not left, "objects turned into others through their dict:\n" + "\n".join(left)
+
+
+def test_a_record_built_in_code_writes_its_sections_keys_as_report_json_has_them() -> None:
+    from selftaught.gate import GateResult
+    from selftaught.sleep.records import PhaseRecord, VsAdoptedRecord
+
+    not_run = PhaseRecord(document="memory", error="boom").only("document", "ran", "error")
+    assert not_run.to_dict() == {"document": "memory", "ran": False, "error": "boom"}
+    timed = not_run.but(seconds=1.5, ran=False)  # a key it lacked goes at its end
+    assert list(timed.to_dict()) == ["document", "ran", "error", "seconds"]
+    assert list(PhaseRecord(document="skill").but(seconds=1.0).to_dict())[-2:] == [
+        "demo_modes",
+        "error",
+    ]  # built with every field: each stays where it is
+    check = GateResult("accept", "ok", 0.5, 0.25, 0.25, 1.0, 1.0)
+    vs = VsAdoptedRecord.vs("static", check)
+    assert vs.to_dict() == {"mode": "static", **check.to_dict()}  # key for key, in order
+    assert list(vs.to_dict()) == ["mode", *check.to_dict()]

@@ -14,14 +14,17 @@ Accuracy summaries (`EvalResult.summary()`, any older shape) are `Summary` recor
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeGuard, TypeVar
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, TypeVar
 
 from selftaught.gate import GateResult, Paired, SmallestGain
 from selftaught.models.usage import Budget
 from selftaught.results import SplitScore
-from selftaught.skill.result import ParseStats, SlowUpdate
+from selftaught.skill.result import ParseStats, SkillTest, SlowUpdate
 from selftaught.stops import StopReason
+
+if TYPE_CHECKING:
+    from selftaught.evaluation import EvalResult
 
 _R = TypeVar("_R", bound="Record")
 Decoder = Callable[[Any], Any]
@@ -52,6 +55,8 @@ class Record:
     """Field name → how its JSON value becomes the typed one (a None stays None)."""
     renamed: ClassVar[Mapping[str, str]] = {}
     """JSON key → field name, for a key that cannot be a field's name (`from`)."""
+    first: ClassVar[tuple[str, ...]] = ()
+    """Fields a record built in code writes before the others (as its section always had)."""
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -61,7 +66,8 @@ class Record:
     def keys(cls) -> tuple[str, ...]:
         """The JSON keys of the fields, in the fields' order."""
         field_key = {name: key for key, name in cls.renamed.items()}
-        return tuple(field_key.get(n, n) for n in cls.names())
+        names = (*cls.first, *(n for n in cls.names() if n not in cls.first))
+        return tuple(field_key.get(n, n) for n in names)
 
     @classmethod
     def from_dict(cls: type[_R], d: Mapping[str, Any]) -> _R:
@@ -76,6 +82,21 @@ class Record:
             decode = cls.decoders.get(name)
             known[name] = decode(value) if decode is not None and value is not None else value
         return cls(**known, extra=extra, read_keys=tuple(d))
+
+    def only(self: _R, *keys: str) -> _R:
+        """This record, built in code, writing `keys` alone in this order: a section whose
+        keys say what happened (a phase that did not run has no scores)."""
+        return replace(self, read_keys=keys)
+
+    def but(self: _R, **changes: Any) -> _R:
+        """This record with `changes`; one that writes some keys only (read, or `only`)
+        writes a changed key it lacked at its end."""
+        keys = self.read_keys
+        if keys is not None:
+            field_key = {name: key for key, name in self.renamed.items()}
+            new = (field_key.get(n, n) for n in changes)
+            keys = (*keys, *(k for k in new if k not in keys))
+        return replace(self, **changes, read_keys=keys)
 
     @classmethod
     def empty(cls: type[_R]) -> _R:
@@ -122,9 +143,27 @@ class Summary(Record):
     It types none of its numbers: `score` reads them, through the one decoder
     (`SplitScore.from_dict`), so an older shape reads as today's does."""
 
+    @classmethod
+    def of(cls, result: EvalResult) -> Summary:
+        """An eval's summary as every run directory stores it (`EvalResult.summary()`), key
+        for key."""
+        return cls.from_dict(result.summary())
+
     @property
     def score(self) -> SplitScore:
         return SplitScore.from_dict(self.extra)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TagLossRecord(Record):
+    """One tag the per-tag veto found lost (`gate.TagLoss.to_dict()`)."""
+
+    tag: str = ""
+    n_items: int = 0
+    wins: int = 0
+    losses: int = 0
+    net: float = 0.0
+    p_loss: float = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,11 +175,39 @@ class GateRecord(Record):
     candidate: float = 0.0
     current: float = 0.0
     best: float = 0.0
+    gain_vs_best: float = 0.0
+    gain_vs_current: float = 0.0
     pvalue: float | None = None
+    n_paired: int = 0
+    n_missing: int = 0
+    tag_losses: tuple[TagLossRecord, ...] = ()
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"tag_losses": many(TagLossRecord)}
+
+    @classmethod
+    def of(cls, result: GateResult) -> GateRecord:
+        return cls(**_gate_fields(result))
 
     @property
     def result(self) -> GateResult:
         return GateResult.from_dict(self.to_dict())
+
+
+def _gate_fields(result: GateResult) -> dict[str, Any]:
+    """A gate result's fields, as its record types them."""
+    return {
+        "decision": result.decision,
+        "reason": result.reason,
+        "candidate": result.candidate,
+        "current": result.current,
+        "best": result.best,
+        "gain_vs_best": result.gain_vs_best,
+        "gain_vs_current": result.gain_vs_current,
+        "pvalue": result.pvalue,
+        "n_paired": result.n_paired,
+        "n_missing": result.n_missing,
+        "tag_losses": tuple(TagLossRecord.from_dict(t) for t in result.tag_losses),
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +218,10 @@ class StopRecord(Record):
     limit: str = ""
     at: str = ""
     text: str = ""
+
+    @classmethod
+    def of(cls, reason: StopReason) -> StopRecord:
+        return cls(kind=reason.kind, limit=reason.limit, at=reason.at, text=str(reason))
 
     @property
     def reason(self) -> StopReason | None:
@@ -280,10 +351,8 @@ class WindowRecord(Record):
 class ModelCallsRecord(Record):
     """What each role of the miner reports of its calls (`miner.ModelCalls`): the counts
     `FollowupModelRecord` and `MinerRecord` share. A record built in code writes the field
-    naming the model (`NAME`) first, then these counts, then its own fields, as report.json
-    has always had them; one read keeps its dict's keys in their order."""
-
-    NAME: ClassVar[str] = ""
+    naming the model first, then these counts, then its own fields, as report.json has always
+    had them."""
 
     candidates: int = 0
     asked: int = 0
@@ -292,18 +361,13 @@ class ModelCallsRecord(Record):
     parse_failures: int = 0
     backend_errors: int = 0
 
-    @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        keys = super().keys()
-        return (cls.NAME, *(k for k in keys if k != cls.NAME)) if cls.NAME else keys
-
 
 @dataclass(frozen=True, kw_only=True)
 class FollowupModelRecord(ModelCallsRecord):
     """`mining.conversation.model`: what the miner read in the next turns the rules could not
     (`followup_model.FollowupModelReport.record()`); read from `{}` when it read none."""
 
-    NAME: ClassVar[str] = "model"
+    first: ClassVar[tuple[str, ...]] = ("model",)
 
     model: str = ""
     outcomes: Mapping[str, int] = field(default_factory=dict)
@@ -344,7 +408,7 @@ class MinerRecord(ModelCallsRecord):
     """`mining.miner`: what the miner wrote and what was kept (`miner.MinerReport.record()`);
     read from `{}` when no miner ran (`ran` is False)."""
 
-    NAME: ClassVar[str] = "miner"
+    first: ClassVar[tuple[str, ...]] = ("miner",)
 
     miner: str = ""
     cannot_check: int = 0
@@ -449,6 +513,12 @@ class VsAdoptedRecord(GateRecord):
 
     mode: str = ""
 
+    first: ClassVar[tuple[str, ...]] = ("mode",)
+
+    @classmethod
+    def vs(cls, mode: str, result: GateResult) -> VsAdoptedRecord:
+        return cls(mode=mode, **_gate_fields(result))
+
 
 @dataclass(frozen=True, kw_only=True)
 class DemoShape(Record):
@@ -493,6 +563,12 @@ class AnalystRecord(Record):
     backend_error: int = 0
     parse_rate: float | None = None
 
+    @classmethod
+    def of(cls, stats: ParseStats) -> AnalystRecord:
+        return cls(calls=stats.calls, ok=stats.ok, repaired=stats.repaired,
+                   invalid_json=stats.invalid_json, backend_error=stats.backend_error,
+                   parse_rate=stats.rate())  # fmt: skip
+
     @property
     def stats(self) -> ParseStats:
         return ParseStats.from_dict(self.to_dict())
@@ -534,9 +610,64 @@ class SlowRecord(Record):
         "merged": _merges,
     }
 
+    @classmethod
+    def of(cls, update: SlowUpdate) -> SlowRecord:
+        trials = tuple(RuleTrialRecord(rule=t.rule, verdict=t.verdict, why=t.why)
+                       for t in update.trials)  # fmt: skip
+        return cls(due=update.due, reason=update.reason, runs=update.runs, every=update.every,
+                   trials=trials, merged=update.merged, decision=update.decision,
+                   val_before=update.val_before, val_after=update.val_after,
+                   chars_before=update.chars_before, chars_after=update.chars_after,
+                   version=update.version, shipped=update.shipped)  # fmt: skip
+
     @property
     def update(self) -> SlowUpdate:
         return SlowUpdate.from_dict(self.to_dict())
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairedRecord(Record):
+    """`proposal.paired`: the proposal against the adopted version per val task
+    (`gate.Paired.to_dict()`)."""
+
+    wins: int = 0
+    losses: int = 0
+    ties: int = 0
+    sign_test_p: float = 1.0
+
+    @classmethod
+    def of(cls, paired: Paired) -> PairedRecord:
+        """The record of a paired count, as `Paired.to_dict()` writes it (p to 6 places)."""
+        return cls(wins=paired.wins, losses=paired.losses, ties=paired.ties,
+                   sign_test_p=round(paired.sign_test_p, 6))  # fmt: skip
+
+    @property
+    def paired(self) -> Paired:
+        return Paired(self.wins, self.losses, self.ties, self.sign_test_p)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkillTestRecord(Record):
+    """A phase's `test` (`SkillTest.to_dict()`): the initial and the best skill on the test
+    split, paired item by item."""
+
+    initial: Summary | None = None
+    best: Summary | None = None
+    versions: Mapping[str, str] = field(default_factory=dict)
+    paired: PairedRecord | None = None
+    gain: float = 0.0
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "initial": Summary.from_dict,
+        "best": Summary.from_dict,
+        "paired": PairedRecord.from_dict,
+    }
+
+    @classmethod
+    def of(cls, test: SkillTest) -> SkillTestRecord:
+        return cls(initial=Summary.of(test.initial), best=Summary.of(test.best),
+                   versions=dict(test.versions), paired=PairedRecord.of(test.paired),
+                   gain=test.gain)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -549,13 +680,13 @@ class PhaseRecord(Record):
     changed: bool = False
     steps: int = 0
     total_steps: int = 0
-    best_version: int | None = None
+    best_version: str | None = None  # the run's best skill version, "v0003"
     val_initial: Summary | None = None
     val_best: Summary | None = None
     decisions: Mapping[str, int] = field(default_factory=dict)
     analyst: AnalystRecord | None = None
     stopped_by: StopRecord | None = None
-    test: Summary | None = None
+    test: SkillTestRecord | None = None
     slow: SlowRecord | None = None
     seconds: float | None = None
     demo_modes: DemoModesRecord | None = None
@@ -566,7 +697,7 @@ class PhaseRecord(Record):
         "val_best": Summary.from_dict,
         "analyst": AnalystRecord.from_dict,
         "stopped_by": StopRecord.from_dict,
-        "test": Summary.from_dict,
+        "test": SkillTestRecord.from_dict,
         "slow": SlowRecord.from_dict,
         "demo_modes": DemoModesRecord.from_dict,
     }
@@ -654,27 +785,6 @@ class TrainedRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PairedRecord(Record):
-    """`proposal.paired`: the proposal against the adopted version per val task
-    (`gate.Paired.to_dict()`)."""
-
-    wins: int = 0
-    losses: int = 0
-    ties: int = 0
-    sign_test_p: float = 1.0
-
-    @classmethod
-    def of(cls, paired: Paired) -> PairedRecord:
-        """The record of a paired count, as `Paired.to_dict()` writes it (p to 6 places)."""
-        return cls(wins=paired.wins, losses=paired.losses, ties=paired.ties,
-                   sign_test_p=round(paired.sign_test_p, 6))  # fmt: skip
-
-    @property
-    def paired(self) -> Paired:
-        return Paired(self.wins, self.losses, self.ties, self.sign_test_p)
-
-
-@dataclass(frozen=True, kw_only=True)
 class AdapterRecord(Record):
     """`proposal.adapter`: the staged adapter, how it was trained and its val."""
 
@@ -708,7 +818,7 @@ class ProposalRecord(Record):
     val_before: Summary | None = None
     val_after: Summary | None = None
     paired: PairedRecord | None = None
-    test: Summary | None = None
+    test: SkillTestRecord | None = None
     candidate: str | None = None
     adapter: AdapterRecord | None = None
 
@@ -717,7 +827,7 @@ class ProposalRecord(Record):
         "val_before": Summary.from_dict,
         "val_after": Summary.from_dict,
         "paired": PairedRecord.from_dict,
-        "test": Summary.from_dict,
+        "test": SkillTestRecord.from_dict,
         "adapter": AdapterRecord.from_dict,
     }
 

@@ -138,10 +138,7 @@ def staged_skills(night: NightResult) -> tuple[SkillRecord, ...]:
 
 def _adopted(record: SkillRecord, version: int) -> SkillRecord:
     """A staged skill's entry once adopted as `version` (keys it lacked added at its end)."""
-    keys = record.read_keys
-    if keys is not None:
-        keys = (*keys, *(k for k in ("status", "adopted_version") if k not in keys))
-    return replace(record, status="adopted", adopted_version=version, read_keys=keys)
+    return record.but(status="adopted", adopted_version=version)
 
 
 def _resolve(
