@@ -1,7 +1,7 @@
 """No dict between a night's phases (issue 64): a producer builds its frozen record, and no
 code under `sleep/` turns one object into another through its dict (`X.from_dict(y.to_dict())`,
-`X(**y.to_dict())`, the same through `asdict` or `records.plain`). Dicts are for the edge:
-writing report.json, reading an older one."""
+`X(**y.to_dict())`, the same through `asdict`, `records.plain` or an eval's `summary()`).
+Dicts are for the edge: writing report.json, reading an older one."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "selftaught"
-DUMPS = {"to_dict", "asdict", "plain"}
-"""Calls that turn an object into its dict."""
+DUMPS = {"to_dict", "asdict", "plain", "summary"}
+"""Calls that turn an object into its dict (`summary`: an eval's, `EvalResult.summary()`)."""
 
 DECODERS = {
-    "records.py Summary.score",
+    "records.py Summary.of",  # the one reader of an eval's summary, as run directories store it
     "records.py GateRecord.result",
     "records.py AnalystRecord.stats",
     "records.py SlowRecord.update",

@@ -245,7 +245,7 @@ def test_the_demo_mode_choice_is_vetoed_per_kind_too():
     metrics = {"none": none, "static": static}
     assert decide_mode(metrics, "none", training)[0] == "static"  # the total alone: +4
     winner, gates = decide_mode(metrics, "none", training, tags)
-    assert winner == "none" and "tag 'kind:b' lost 4 of 4" in gates["static"]["reason"]
+    assert winner == "none" and "tag 'kind:b' lost 4 of 4" in gates["static"].reason
 
 
 def test_past_max_skills_the_kinds_with_the_fewest_train_tasks_are_held():

@@ -496,9 +496,11 @@ def test_the_shared_adapters_gate_vetoes_a_kind_it_breaks():
         night_training_defaults(), [kind("alpha", 6), kind("beta", 4)],
         ScriptedModel(base, "base"), found, run, EvidenceLog(run / "e.jsonl"), UsageLedger(),
     )  # fmt: skip
-    assert summaries["sft"]["hard"] > summaries["current"]["hard"]  # a net gain
-    assert winner == "current" and "per-tag veto" in gates["sft"]["reason"]
-    assert "kind:beta" in gates["sft"]["reason"]
+    assert summaries["sft"].score.hard > summaries["current"].score.hard  # a net gain
+    assert winner == "current" and "per-tag veto" in gates["sft"].reason
+    assert "kind:beta" in gates["sft"].reason
+    (loss,) = gates["sft"].tag_losses  # the veto's find, typed
+    assert loss.tag == "kind:beta" and loss.net < 0
 
 
 def test_a_many_skills_night_trains_each_kinds_memory_and_the_proxy_injects_it(tmp_path, log_at):

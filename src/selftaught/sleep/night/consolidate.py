@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from rich.console import Console
 
@@ -30,13 +30,22 @@ from selftaught.runs import RunDir, RunError, read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.document import Edit
 from selftaught.skill.reflect import DocumentKind
+from selftaught.skill.result import SkillRunResult
 from selftaught.skill.trainer import SkillTrainer
 from selftaught.sleep.night.demo_modes import DemoModeConfig, choose_demo_mode
 from selftaught.sleep.night.evidence import EvidenceLog, EvidenceModel
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.paths import Adopted
-from selftaught.sleep.records import LateDuplicate, PhaseRecord, Summary
-from selftaught.stops import UNLIMITED, Deadline, StopReason, stop_dict
+from selftaught.sleep.records import (
+    AnalystRecord,
+    LateDuplicate,
+    PhaseRecord,
+    SkillTestRecord,
+    SlowRecord,
+    StopRecord,
+    Summary,
+)
+from selftaught.stops import UNLIMITED, Deadline, StopReason
 from selftaught.tasks.scorers import LlmJudge
 
 
@@ -59,19 +68,10 @@ class Consolidation:
     val_final: Summary | None = None  # val of the proofread proposal, when it changed
 
 
-# what a phase's row keeps of the trainer's result (its readable keys)
-PHASE_KEYS = (
-    "steps",
-    "total_steps",
-    "best_version",
-    "val_initial",
-    "val_best",
-    "decisions",
-    "analyst",
-    "stopped_by",
-    "test",
-    "slow",  # the slow update at the phase's end (issue 51), when due
-)
+# what a phase's row keeps of the trainer's result (its readable keys), in report.json's order
+RAN_KEYS = ("document", "ran", "run_dir", "changed", "steps", "total_steps", "best_version",
+            "val_initial", "val_best", "decisions", "analyst", "stopped_by", "test",
+            "slow")  # fmt: skip  # slow: the slow update at the phase's end (issue 51), when due
 
 
 def _phase(
@@ -88,9 +88,9 @@ def _phase(
     console: Console,
     proposals: list[Edit],
     scores: dict[str, ScoreCache],
-) -> dict[str, Any]:
-    """One trainer (skill or memory); its summary, or why it stopped early. Its val scores go
-    into `scores[document]`."""
+) -> tuple[str, PhaseRecord]:
+    """One trainer (skill or memory): its best text and its phase's row, or why it stopped
+    early. Its val scores go into `scores[document]`."""
     training = dataclasses.replace(training, evaluate_test=bool(task.examples("test")))
     trainer = SkillTrainer(  # the class build_trainer picks (trainers.py builds nights too)
         training,
@@ -111,33 +111,38 @@ def _phase(
     try:
         result = trainer.train()
     except RunError as err:  # the budget ran out before the baseline was even scored
-        return {
-            "document": document,
-            "ran": False,
-            "stopped_by": stop_dict(str(err)),
-            "best": initial,
-        }
-    summary = result.to_dict()  # the phase's row in the night's report.json
-    return {
-        "document": document,
-        "ran": True,
-        "run_dir": str(run_dir),
-        "best": result.best_skill,
-        "changed": result.best_skill.strip() != initial.strip(),
-        **{k: summary[k] for k in PHASE_KEYS},
-    }
+        return initial, _not_run(document, stopped_by=StopReason.read(str(err)))
+    return result.best_skill, _ran(document, result, run_dir, initial)
 
 
-def _not_started(document: str, ledger: UsageLedger, deadline: Deadline) -> dict[str, Any] | None:
-    """Why a phase does not start (StopReason.to_dict()): the budget spent by the skill
-    phase, or the night's --max-minutes passed; None: it starts."""
+def _ran(document: str, result: SkillRunResult, run_dir: Path, initial: str) -> PhaseRecord:
+    """A phase's row in the night's report.json, from its trainer's result."""
+    return PhaseRecord(
+        document=document,
+        ran=True,
+        run_dir=str(run_dir),
+        changed=result.best_skill.strip() != initial.strip(),
+        steps=result.steps,
+        total_steps=result.total_steps,
+        best_version=result.best_version,
+        val_initial=None if result.val_initial is None else Summary.of(result.val_initial),
+        val_best=None if result.val_best is None else Summary.of(result.val_best),
+        decisions=dict(result.decisions),
+        analyst=AnalystRecord.of(result.analyst),
+        stopped_by=None if result.stopped_by is None else StopRecord.of(result.stopped_by),
+        test=None if result.test is None else SkillTestRecord.of(result.test),
+        slow=None if result.slow is None else SlowRecord.of(result.slow),
+    ).only(*RAN_KEYS)
+
+
+def _not_started(document: str, ledger: UsageLedger, deadline: Deadline) -> StopReason | None:
+    """Why a phase does not start: the budget spent by the skill phase, or the night's
+    --max-minutes passed; None: it starts."""
     if document == "memory" and ledger.budget.limited and ledger.exhausted():
-        return StopReason(
-            "budget", str(ledger.exhausted()), "spent before the memory phase"
-        ).to_dict()
+        return StopReason("budget", str(ledger.exhausted()), "spent before the memory phase")
     if deadline.passed():
         assert deadline.minutes is not None
-        return StopReason.max_minutes(deadline.minutes, f"before the {document} phase").to_dict()
+        return StopReason.max_minutes(deadline.minutes, f"before the {document} phase")
     return None
 
 
@@ -198,7 +203,8 @@ def _skill_start(
 
 
 def _demo_modes(
-    phase: dict[str, Any],
+    phase: PhaseRecord,
+    best: str,
     training: SkillOptConfig,
     modes: DemoModeConfig,
     task: NightTask,
@@ -207,38 +213,39 @@ def _demo_modes(
     night_dir: Path,
     started_from_adopted: bool,
     cache: ScoreCache,
-) -> str:
-    """Run the three-way demo-mode gate after the skill phase; the skill to go on with (the
-    phase's summary is updated to say what was chosen)."""
+) -> tuple[str, PhaseRecord]:
+    """Run the three-way demo-mode gate after the skill phase: the skill to go on with, and
+    the phase's row saying what was chosen."""
     chosen = choose_demo_mode(
         training,
         modes,
         task,
         target,
         night_dir,
-        phase["best"],
+        best,
         adopted.skill,
         adopted.memory,
         started_from_adopted,
         cache,
     )
-    phase["demo_modes"] = chosen.to_dict()
-    if "adopted" in chosen.candidates and not started_from_adopted:
-        phase["val_initial"] = chosen.candidates["adopted"]
-    if chosen.winner in chosen.candidates and chosen.skill.strip() != phase["best"].strip():
-        phase["val_best"] = chosen.candidates[chosen.winner]
-    phase["best"] = chosen.skill
-    phase["changed"] = chosen.skill.strip() != adopted.skill.strip()
-    return chosen.skill
+    record = chosen.record
+    changes: dict[str, object] = {"demo_modes": record}
+    if "adopted" in record.candidates and not started_from_adopted:
+        changes["val_initial"] = record.candidates["adopted"]
+    winner = record.winner or ""
+    if winner in record.candidates and chosen.skill.strip() != best.strip():
+        changes["val_best"] = record.candidates[winner]
+    changes["changed"] = chosen.skill.strip() != adopted.skill.strip()
+    return chosen.skill, phase.but(**changes)
 
 
-def _slow_note(document: str, phase: dict[str, Any]) -> list[str]:
+def _slow_note(document: str, phase: PhaseRecord) -> list[str]:
     """A line for the report when the phase ran the slow update (issue 51)."""
-    slow = phase.get("slow") or {}
-    if not slow.get("due"):
+    slow = phase.slow
+    if slow is None or not slow.due:
         return []
-    done = "shipped" if slow["shipped"] else slow.get("decision") or "no rewrite"
-    return [f"{document}: slow update ({slow['runs']} nights): {done}, {slow['reason']}"]
+    done = "shipped" if slow.shipped else slow.decision or "no rewrite"
+    return [f"{document}: slow update ({slow.runs} nights): {done}, {slow.reason}"]
 
 
 def consolidate(
@@ -281,7 +288,7 @@ def consolidate(
         skill_doc = document == "skill"
         t0 = time.perf_counter()
         try:
-            phase = _phase(
+            best, phase = _phase(
                 document,
                 _with_time_left(training, deadline),
                 progress,
@@ -301,36 +308,35 @@ def consolidate(
             result.phases[document] = _not_run(document, error=str(err))
             return result
         result.notes += _slow_note(document, phase)
-        phase["seconds"] = round(time.perf_counter() - t0, 2)  # demo modes not included
-        if skill_doc and phase.get("ran") and training.demos_max:
+        phase = phase.but(seconds=round(time.perf_counter() - t0, 2))  # demo modes not included
+        if skill_doc and phase.ran and training.demos_max:
             try:
                 tracked = TrackedModel(target, ledger, "target")
                 cache, from_adopted = result.val_scores["skill"], not start_notes
-                phase["best"] = _demo_modes(
-                    phase, training, modes, task, tracked, adopted, night_dir, from_adopted, cache
-                )
+                best, phase = _demo_modes(phase, best, training, modes, task, tracked, adopted,
+                                          night_dir, from_adopted, cache)  # fmt: skip
             except FatalBackendError as err:
                 result.fatal = err
-                result.phases[document] = _record(phase)
+                result.phases[document] = phase
                 return result
-        elif skill_doc and phase.get("ran") and start_notes:
-            phase["best"] = adopted.skill  # nothing gated the phase's start against it
-        result.phases[document] = _record(phase)
+        elif skill_doc and phase.ran and start_notes:
+            best = adopted.skill  # nothing gated the phase's start against it
+        result.phases[document] = phase
         if skill_doc:
-            result.skill = phase["best"]
+            result.skill = best
         else:
-            result.memory = phase["best"]
+            result.memory = best
     return result
 
 
-def _not_run(document: str, **why: Any) -> PhaseRecord:
+def _not_run(
+    document: str, *, stopped_by: StopReason | None = None, error: str | None = None
+) -> PhaseRecord:
     """A document phase that did not run, and why (`stopped_by` or `error`)."""
-    return _record({"document": document, "ran": False, **why})
-
-
-def _record(phase: dict[str, Any]) -> PhaseRecord:
-    """A document phase's row, as it leaves `consolidate` (its best text kept apart)."""
-    return PhaseRecord.from_dict({k: v for k, v in phase.items() if k != "best"})
+    if error is not None:
+        return PhaseRecord(document=document, error=error).only("document", "ran", "error")
+    stop = None if stopped_by is None else StopRecord.of(stopped_by)
+    return PhaseRecord(document=document, stopped_by=stop).only("document", "ran", "stopped_by")
 
 
 def backend_failure(result: Consolidation, evidence: EvidenceLog, max_missing: float) -> str | None:

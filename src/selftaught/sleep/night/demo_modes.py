@@ -20,9 +20,8 @@ for a val task never draws on itself or another held-out task.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from selftaught.demos import Demo, join_skill, split_skill
 from selftaught.errors import ConfigError
@@ -37,6 +36,13 @@ from selftaught.runs import read_json
 from selftaught.skill.config import SkillOptConfig
 from selftaught.skill.demo_search import DemoPool
 from selftaught.sleep.night.split import NightTask
+from selftaught.sleep.records import (
+    DemoModesRecord,
+    DemoShape,
+    GateRecord,
+    Summary,
+    VsAdoptedRecord,
+)
 
 MODES = ("none", "static", "retrieved")
 RETRIEVAL_CHOICES = ("auto", "on", "off")
@@ -62,29 +68,17 @@ class DemoModeConfig:
             raise RetrievalUnavailable(f"--retrieval on needs the bm25s library: {EXTRA_HINT}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModeResult:
-    """The three-way comparison, for the report."""
+    """The three-way comparison: the skill to go on with, and what the report says of it."""
 
     skill: str
-    winner: str
-    incumbent: str
-    pool: int
-    leaks_refused: int
-    sources: dict[str, int] = field(default_factory=dict)  # pool demos by source
-    candidates: dict[str, dict[str, Any]] = field(default_factory=dict)  # EvalResult.summary()
-    shapes: dict[str, dict[str, Any]] = field(default_factory=dict)  # demos, retrieve per mode
-    gates: dict[str, dict[str, Any]] = field(default_factory=dict)
-    vs_adopted: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "skill"}
+    record: DemoModesRecord
 
 
-def _shape(skill: str) -> dict[str, Any]:
+def _shape(skill: str) -> DemoShape:
     demos = split_skill(skill)
-    return {"demos": len(demos.demos), "retrieve": demos.retrieve}
+    return DemoShape(demos=len(demos.demos), retrieve=demos.retrieve)
 
 
 def _static_demos(pool: list[Demo], k: int) -> tuple[Demo, ...]:
@@ -158,7 +152,7 @@ def decide_mode(
     incumbent: str,
     training: SkillOptConfig,
     tags: Tags | None = None,
-) -> tuple[str, dict[str, dict[str, Any]]]:
+) -> tuple[str, dict[str, GateRecord]]:
     """The winning mode and each challenger's gate result against the incumbent (`tags`: the
     val tasks' tags, for the gate's per-tag veto)."""
     g = training.gate
@@ -173,7 +167,7 @@ def decide_mode(
     else:
         passed = [m for m, r in gates.items() if r.decision == "accept_new_best"]
         winner = max(passed, key=lambda m: gates[m].gain_vs_best) if passed else incumbent
-    return winner, {m: r.to_dict() for m, r in gates.items()}
+    return winner, {m: GateRecord.of(r) for m, r in gates.items()}
 
 
 def choose_demo_mode(
@@ -195,12 +189,14 @@ def choose_demo_mode(
     pool = list(found.demos.values())
     retrieval_ok = cfg.retrieval != "off" and available()
     texts, incumbent = candidates(best, pool, training, cfg, retrieval_ok)
-    result = ModeResult(best, incumbent, incumbent, len(pool), len(found.leaks))
-    result.sources = dict(Counter(d.source for d in pool))
-    if cfg.retrieval == "auto" and pool and not retrieval_ok:
-        result.notes.append(f"retrieval not tried: {EXTRA_HINT}")
-    if not pool:
-        result.notes.append("no clean train demonstration was found: only `none` was possible")
+    comparison = DemoModesRecord(
+        winner=incumbent,
+        incumbent=incumbent,
+        pool=len(pool),
+        leaks_refused=len(found.leaks),
+        sources=dict(Counter(d.source for d in pool)),
+        notes=tuple(_pool_notes(cfg, pool, retrieval_ok)),
+    )
     if cache is None:
         cache = ScoreCache.load(run_dir / "val_cache.json", answer_dtype(target))
     scorer = ValScorer(training, task, target, memory, cache)
@@ -209,23 +205,35 @@ def choose_demo_mode(
         for mode, text in texts.items():
             scored[mode] = scorer.score(text)
     except BudgetExhausted as err:
-        result.notes.append(f"demo modes not compared: the budget ran out ({err})")
-        return result
-    for mode, text in texts.items():
-        result.candidates[mode] = scored[mode].summary()
-        result.shapes[mode] = _shape(text)
+        said = f"demo modes not compared: the budget ran out ({err})"
+        return ModeResult(best, replace(comparison, notes=(*comparison.notes, said)))
+    summaries = {mode: Summary.of(scored[mode]) for mode in texts}
+    shapes = {mode: _shape(text) for mode, text in texts.items()}
     metrics = {m: scorer.metric(r) for m, r in scored.items()}
     tags = example_tags(task.examples("val"))  # each kind's (the veto: on in nights)
-    winner, result.gates = decide_mode(metrics, incumbent, training, tags)
+    winner, gates = decide_mode(metrics, incumbent, training, tags)
+    vs_adopted = None
     if winner != incumbent or not phase_started_from_adopted:
         adopted = scorer.score(adopted_skill)
         base = scorer.metric(adopted)
         check = gate(metrics[winner], base, base, training.gate, tags=tags)
-        result.vs_adopted = {"mode": winner, **check.to_dict()}
-        result.candidates["adopted"] = adopted.summary()
-        result.shapes["adopted"] = _shape(adopted_skill)
+        vs_adopted = VsAdoptedRecord.vs(winner, check)
+        summaries["adopted"] = Summary.of(adopted)
+        shapes["adopted"] = _shape(adopted_skill)
         if check.decision != "accept_new_best":
             winner = incumbent if phase_started_from_adopted else "adopted"
-    result.winner = winner
-    result.skill = adopted_skill if winner == "adopted" else texts[winner]
-    return result
+    skill = adopted_skill if winner == "adopted" else texts[winner]
+    return ModeResult(
+        skill,
+        replace(comparison, winner=winner, candidates=summaries, shapes=shapes, gates=gates,
+                vs_adopted=vs_adopted),
+    )  # fmt: skip
+
+
+def _pool_notes(cfg: DemoModeConfig, pool: list[Demo], retrieval_ok: bool) -> list[str]:
+    notes = []
+    if cfg.retrieval == "auto" and pool and not retrieval_ok:
+        notes.append(f"retrieval not tried: {EXTRA_HINT}")
+    if not pool:
+        notes.append("no clean train demonstration was found: only `none` was possible")
+    return notes

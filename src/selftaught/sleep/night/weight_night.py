@@ -35,7 +35,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,7 +43,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from selftaught.demos import Demo, LeakCheck
-from selftaught.evaluation import ScoreCache, answer_dtype, summarize
+from selftaught.evaluation import ItemScores, ScoreCache, answer_dtype, summarize
 from selftaught.gate import Paired, ValScores, example_tags, paired_comparison
 from selftaught.models.base import ChatModel, GenerationParams, Message
 from selftaught.models.errors import BackendError
@@ -474,7 +474,7 @@ class WeightChoice:
     why: str
     candidates: dict[str, Summary]
     gates: dict[str, GateRecord]
-    scores: dict[str, dict[str, Sequence[float] | None]]  # per val task [hard, soft]: paired
+    scores: dict[str, ItemScores]  # per candidate, per val task [hard, soft]: paired
     data: WeightDataRecord
     trained: dict[str, TrainedRecord]
     adapter: TrainedAdapter | None = None
@@ -509,23 +509,23 @@ class WeightChoice:
         return paired_comparison(hard.get(self.winner, {}), hard.get("current", {}))
 
 
-def _why(winner: str, gates: dict[str, dict[str, Any]], candidates: dict[str, Any]) -> str:
-    val = {m: f"{c['hard']:.3f}" for m, c in candidates.items()}
+def _why(winner: str, gates: Mapping[str, GateRecord], candidates: Mapping[str, Summary]) -> str:
+    val = {m: f"{c.score.hard:.3f}" for m, c in candidates.items()}
     if winner == "current":
         if not gates:
             return "no candidate to compare with the adopted version"
-        best = max(gates, key=lambda m: gates[m]["gain_vs_best"])
+        best = max(gates, key=lambda m: gates[m].gain_vs_best)
         return (
             f"no candidate passed the gate against the adopted version (val {val['current']}); "
-            f"the closest, {best} (val {val[best]}): {gates[best]['reason']}"
+            f"the closest, {best} (val {val[best]}): {gates[best].reason}"
         )
-    g = gates.get(winner) or {}
-    passed = [m for m, r in gates.items() if r["decision"] == "accept_new_best" and m != winner]
+    g = gates.get(winner)
+    passed = [m for m, r in gates.items() if r.decision == "accept_new_best" and m != winner]
     others = f"; {', '.join(passed)} also passed with less gain" if passed else ""
+    gain, reason = (0.0, "gate off: the best val mean") if g is None else (g.gain_vs_best, g.reason)
     return (
         f"{winner} won: val {val['current']} → {val[winner]} "
-        f"({g.get('gain_vs_best', 0):+g} net val items vs the adopted version; "
-        f"{g.get('reason', 'gate off: the best val mean')}){others}"
+        f"({gain:+g} net val items vs the adopted version; {reason}){others}"
     )
 
 
@@ -575,11 +575,12 @@ def train_adapters(
     cfg: WeightNightConfig,
     trainer: AdapterTrainer,
     weights_dir: Path,
-) -> tuple[dict[str, TrainedAdapter], dict[str, dict[str, Any]], list[str]]:
-    """Each method's adapter (a failed one is a note, never a candidate)."""
+) -> tuple[dict[str, TrainedAdapter], dict[str, TrainedRecord], list[str]]:
+    """Each method's adapter (a failed one is a note, never a candidate), and its training
+    as the trainer told it (`AdapterTrainer`'s stats) with the seconds it took."""
     methods, notes = _methods(mode, data, cfg)
     adapters: dict[str, TrainedAdapter] = {}
-    trained: dict[str, dict[str, Any]] = {}
+    trained: dict[str, TrainedRecord] = {}
     for m in methods:
         t0 = time.perf_counter()
         try:
@@ -587,7 +588,8 @@ def train_adapters(
         except (ConfigError, ValueError, RuntimeError, ImportError) as err:
             notes.append(f"{m} adapter not trained: {type(err).__name__}: {err}")
             continue
-        trained[m] = {**adapters[m].stats, "seconds": round(time.perf_counter() - t0, 2)}
+        seconds = round(time.perf_counter() - t0, 2)
+        trained[m] = TrainedRecord.from_dict({**adapters[m].stats, "seconds": seconds})
     return adapters, trained, notes
 
 
@@ -600,7 +602,7 @@ def choose(
     night_dir: Path,
     evidence: EvidenceLog,
     ledger: UsageLedger,
-) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+) -> Choice:
     """Score every candidate on the same val tasks and let the gate choose:
     (winner, summaries, gate results, raw scores)."""
     adopted = text.adopted
@@ -616,9 +618,9 @@ def choose(
         runs[m] = (model, adopted.skill, adopted.memory, night_dir / "weights" / m)
         if text.changed:
             runs[f"{m}+text"] = (model, text.skill, text.memory, night_dir / "weights" / m)
-    raw: dict[str, dict[str, Any]] = {}
+    raw: dict[str, ItemScores] = {}
     metrics: dict[str, ValScores] = {}
-    summaries: dict[str, dict[str, Any]] = {}
+    summaries: dict[str, Summary] = {}
     for name, (model, skill, memory, run) in runs.items():
         private_dirs(run)
         # one cache per model: a skill hash names the text, not the weights that read it
@@ -627,7 +629,7 @@ def choose(
         result = scorer.score(skill)
         raw[name] = result.items
         metrics[name] = scorer.metric(result)
-        summaries[name] = result.summary()
+        summaries[name] = Summary.of(result)
     tags = example_tags(task.examples("val"))  # each kind's: the per-kind veto
     winner, gates = decide_mode(metrics, "current", training, tags)
     return winner, summaries, gates, raw
@@ -665,7 +667,8 @@ def weight_candidates(
     )
 
 
-Choice = tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]  # winner, val, gates, raw
+Choice = tuple[str, dict[str, Summary], dict[str, GateRecord], dict[str, ItemScores]]
+"""The winner, every candidate's val, the gate's results, the raw val scores."""
 Pick = Callable[[dict[str, TrainedAdapter]], Choice]
 
 
@@ -715,14 +718,14 @@ def _candidates(
             _close(a.model)
         return None, [*notes, f"weights not compared: the budget ran out ({err})"]
     lap("gate")
-    choice = WeightChoice(  # the gate's dicts typed once, here
+    choice = WeightChoice(
         winner=winner,
         why=_why(winner, gates, summaries),
-        candidates={m: Summary.from_dict(s) for m, s in summaries.items()},
-        gates={m: GateRecord.from_dict(g) for m, g in gates.items()},
+        candidates=summaries,
+        gates=gates,
         scores=raw,
         data=WeightDataRecord.from_dict(data.stats),
-        trained={m: TrainedRecord.from_dict(t) for m, t in trained.items()},
+        trained=trained,
         train_items=data.train_items(),
         notes=notes,
         seconds=seconds,
@@ -808,19 +811,19 @@ def choose_shared(
     runs = {"current": (base, night_dir / "weights" / "current")}
     for m, a in adapters.items():
         runs[m] = (_tracked(a.model, evidence, ledger), night_dir / "weights" / m)
-    raw: dict[str, dict[str, Any]] = {}
+    raw: dict[str, ItemScores] = {}
     metrics: dict[str, ValScores] = {}
-    summaries: dict[str, dict[str, Any]] = {}
+    summaries: dict[str, Summary] = {}
     for name, (model, run) in runs.items():
         private_dirs(run)
         cache = ScoreCache.load(run / "val_cache.json", answer_dtype(model))  # one per model
-        items: dict[str, Any] = {}
+        items: ItemScores = {}
         for k in kinds:
             scorer = ValScorer(training, k.task, model, k.served.memory, cache)
             items.update(scorer.score(k.served.skill).items)
         result = summarize([], task="kinds", model=model.name, split="val", wall_s=0.0,
                            skill_hash="served", items=items)  # fmt: skip
-        raw[name], summaries[name] = items, result.summary()
+        raw[name], summaries[name] = items, Summary.of(result)
         metrics[name] = result.val_scores(training.gate)
     tags = example_tags(ex for k in kinds for ex in k.task.examples("val"))
     winner, gates = decide_mode(metrics, "current", training, tags)

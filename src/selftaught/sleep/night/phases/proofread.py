@@ -88,5 +88,5 @@ def _proofread(
     result.val_scores["proofread"] = cache
     result.skill, result.memory = done.skill, done.memory
     if done.val is not None:
-        result.val_final = Summary.from_dict(done.val.summary())
+        result.val_final = Summary.of(done.val)
     return done.record({t.id: t for s in splits.values() for t in s})
