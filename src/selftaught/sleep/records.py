@@ -4,7 +4,8 @@ Every section is a `Record`: its known keys are typed fields, keys this version 
 (written by a newer one, or by an older one that had more) are kept in `extra`, and the keys
 it was read with are remembered in order (`read_keys`), so `Record.from_dict(d).to_dict()`
 equals `d` for every report.json written today or before. A record built in code (not read)
-writes all of its fields.
+writes all of its fields, in their order (`first` ones first), or the keys `only` names, as
+its section always had them; producers build their records so, never through a dict.
 
 Accuracy summaries (`EvalResult.summary()`, any older shape) are `Summary` records whose
 `score` is the one decoded `SplitScore`; gate decisions are `GateRecord`s whose `result` is the
