@@ -18,6 +18,10 @@ Corpora:
   second reader (committed before this corpus was first read or run);
 - `benchmarks/data/followups_report3.jsonl`: lines written blind from the brief above, for the
   third reader (committed before this corpus was first read or run: test data, run once);
+- `benchmarks/data/followups_report4.jsonl`: 557 lines written blind from the same brief (its
+  output path changed) by an author who saw none of the project, for the fourth reader: written
+  while that reader was tuned on the corpora above, unopened by the reader's authors, run once
+  after the reader was committed (test data);
 - any other file: `--corpus PATH` (a corpus written blind later is measured this way).
 
 A signal is **false** when the turn is no feedback (label `none`), when its direction is wrong
@@ -82,6 +86,7 @@ CORPORA = {
     "report2": HERE / "data" / "followups_report2.jsonl",
     "dev3": HERE.parent / "tests" / "fixtures" / "followups_dev3.jsonl",
     "report3": HERE / "data" / "followups_report3.jsonl",
+    "report4": HERE / "data" / "followups_report4.jsonl",
 }
 DOWN = {"correction", "rejection"}
 STATE = REPO / "runs" / "bench" / "followups"
