@@ -26,7 +26,7 @@ from selftaught.sleep.adoption.skill_units import (
 )
 from selftaught.sleep.night.weight_night import TrainedAdapter, WeightData
 from selftaught.sleep.paths import Unit, read_adopted
-from selftaught.sleep.records import AdapterRecord, SkillRecord, ValPairRecord
+from selftaught.sleep.records import AdapterRecord, SkillRecord, TrainedRecord, ValPairRecord
 from tests.scripted import (
     ScriptedModel,
     append,
@@ -374,7 +374,8 @@ class KindTrainer:
             return f"Answer: {int(a) + int(b)}" if rule in learned else rule_answer(messages)
 
         fake_adapter(out_dir, ",".join(sorted(learned)).encode())
-        return TrainedAdapter(method, out_dir, ScriptedModel(answer, "adapter"), {"steps": 2})
+        trained = TrainedRecord(steps=2).only("steps")
+        return TrainedAdapter(method, out_dir, ScriptedModel(answer, "adapter"), trained)
 
 
 def _night(home: Path, log_at, analyst, trainer: KindTrainer | None = None, **kw):
@@ -491,7 +492,7 @@ def test_the_shared_adapters_gate_vetoes_a_kind_it_breaks():
     import tempfile
 
     run = Path(tempfile.mkdtemp())
-    found = {"sft": TrainedAdapter("sft", run / "a", ScriptedModel(adapter, "a"), {})}
+    found = {"sft": TrainedAdapter("sft", run / "a", ScriptedModel(adapter, "a"))}
     winner, summaries, gates, _ = choose_shared(
         night_training_defaults(), [kind("alpha", 6), kind("beta", 4)],
         ScriptedModel(base, "base"), found, run, EvidenceLog(run / "e.jsonl"), UsageLedger(),

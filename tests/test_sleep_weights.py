@@ -20,6 +20,7 @@ from selftaught.sleep.night.weight_night import (
     WeightNightConfig,
     train_only_data,
 )
+from selftaught.sleep.records import TrainedRecord
 from selftaught.weights.dpo import PreferencePair
 from selftaught.weights.sampling import Sample
 from tests.scripted import (
@@ -65,7 +66,8 @@ class FakeTrainer:
         (out_dir / "adapter_config.json").write_text('{"peft_type": "LORA"}')
         (out_dir / "adapter_model.safetensors").write_bytes(b"scripted")
         model = ScriptedModel(self.replies[method], f"adapter-{method}")
-        return TrainedAdapter(method, out_dir, model, {"steps": 3, "loss_first": 2.0}, "base")
+        trained = TrainedRecord(steps=3, loss_first=2.0).only("steps", "loss_first")
+        return TrainedAdapter(method, out_dir, model, trained, "base")
 
 
 def weight_config(home: Path, weights: str = "sft", **kw) -> NightConfig:
@@ -107,7 +109,7 @@ def test_weights_win_when_only_the_adapter_helps(tmp_path):
     assert set(meta.train_items) == split["train"]  # every corrected train task, no other
     assert not set(meta.train_items) & split["val"]
     ((method, data),) = trainer.calls
-    assert data.stats["corrections"] == len(split["train"]) and data.stats["elite"] == 0
+    assert data.corrections == len(split["train"]) and data.elite == 0
     assert {s.target for s in data.sft} == {str(t) for t in _references(night, "train")}
     cands = night.weights.candidates
     assert set(cands) == {"current", "sft"}  # no text proposal: no text candidates
@@ -271,7 +273,7 @@ def test_weight_training_refuses_val_items_and_drops_copies_of_them():
     def sample(tid: str, msgs: list) -> Sample:
         return Sample(tid, msgs, msgs, "x", "x", 1.0, 1.0)
 
-    clean = WeightData(sft=[sample("t1", train.messages)], stats={"corrections": 1})
+    clean = WeightData(sft=[sample("t1", train.messages)], corrections=1)
     assert train_only_data(clean, task) == [] and len(clean.sft) == 1
     with pytest.raises(SplitOverlap, match="not train tasks"):  # a bug: fails closed
         train_only_data(WeightData(sft=[sample("v1", val.messages)]), task)
@@ -282,7 +284,7 @@ def test_weight_training_refuses_val_items_and_drops_copies_of_them():
     data = WeightData(
         sft=[sample(t.id, t.messages) for t in (train, copy, sibling)],
         pairs=[PreferencePair("t2", copy.messages, "14", "Answer: 15")],
-        stats={"corrections": 3, "elite": 0, "sft_samples": 3, "preference_pairs": 1},
+        corrections=3,
     )
     (dropped,) = train_only_data(data, leaky)
     assert (dropped.item, dropped.held_out, dropped.split, dropped.phase) == (
@@ -292,7 +294,7 @@ def test_weight_training_refuses_val_items_and_drops_copies_of_them():
         "weights",
     )
     assert [s.example_id for s in data.sft] == ["t1", "t3"] and data.pairs == []
-    assert data.stats["corrections"] == 2 and data.stats["preference_pairs"] == 0
+    assert data.corrections == 2 and data.record().preference_pairs == 0
 
 
 def test_bad_weight_settings_are_refused_in_one_sentence(tmp_path):

@@ -26,6 +26,7 @@ from selftaught.stops import StopReason
 
 if TYPE_CHECKING:
     from selftaught.evaluation import EvalResult
+    from selftaught.weights.elite import EliteStats
 
 _R = TypeVar("_R", bound="Record")
 Decoder = Callable[[Any], Any]
@@ -757,6 +758,14 @@ class ReplayStats(Record):
     truncated_kept: int = 0
     errors: int = 0
 
+    @classmethod
+    def of(cls, elite: EliteStats, samples: int, errors: int) -> ReplayStats:
+        """The filter's counts, with the replays it was given and those that failed."""
+        return cls(samples=samples, prompts=elite.prompts, kept=elite.kept,
+                   prompts_kept=elite.prompts_kept, below_threshold=elite.below_threshold,
+                   duplicates=elite.duplicates, over_cap=elite.over_cap,
+                   truncated_kept=elite.truncated_kept, errors=errors)  # fmt: skip
+
 
 @dataclass(frozen=True, kw_only=True)
 class WeightDataRecord(Record):
@@ -773,7 +782,9 @@ class WeightDataRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class TrainedRecord(Record):
-    """One adapter's training (`weights.trained.sft`, `.dpo`, `proposal.adapter.training`)."""
+    """One adapter's training (`weights.trained.sft`, `.dpo`, `proposal.adapter.training`):
+    what its trainer reported (`weights.sft.fine_tune_report`, key for key: its keys are the
+    method's and the trainer's), the adopted adapter it went on from, the seconds it took."""
 
     steps: int = 0
     loss_first: float | None = None
@@ -781,6 +792,16 @@ class TrainedRecord(Record):
     seconds: float | None = None
     continued_from: str | None = None  # the adopted adapter it continued, if any
     stopped_by: StopRecord | None = None  # a stop before its last step (`--max-minutes`)
+    train_samples: int | None = None  # SFT's rows
+    train_pairs: int | None = None  # DPO's preference pairs
+    train_loss: float | None = None
+    train_seconds: float | None = None
+    setup_seconds: float | None = None
+    step_seconds: float | None = None
+    step_seconds_median: float | None = None
+    trainable_params: int | None = None
+    autocast: str | None = None  # bf16 or off
+    dtype: str | None = None  # of the weights it trained
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"stopped_by": StopRecord.from_dict}
 

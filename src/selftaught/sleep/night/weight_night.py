@@ -62,6 +62,7 @@ from selftaught.sleep.records import (
     AdapterRecord,
     GateRecord,
     LateDuplicate,
+    ReplayStats,
     Summary,
     TrainedRecord,
     WeightDataRecord,
@@ -169,15 +170,34 @@ def is_local_spec(spec: str | None) -> bool:
 
 @dataclass
 class WeightData:
-    """What the adapters train on, all from train tasks."""
+    """What the adapters train on, all from train tasks: SFT samples (the user's corrections
+    first, then the target's elite replays) and preference pairs; `record()` is its report
+    section, made once its data is final."""
 
     sft: list[Sample] = field(default_factory=list)
     pairs: list[PreferencePair] = field(default_factory=list)
-    stats: dict[str, Any] = field(default_factory=dict)
+    corrections: int = 0
+    """How many of `sft` are the user's corrections (the first ones; the rest: elite)."""
+    replays: ReplayStats | None = None
+    """The elite filter on the target's replays (None: several kinds' data added up)."""
 
     def train_items(self) -> list[str]:
         ids = [s.example_id for s in self.sft] + [p.example_id for p in self.pairs]
         return sorted(set(ids))
+
+    @property
+    def elite(self) -> int:
+        return len(self.sft) - self.corrections
+
+    def record(self) -> WeightDataRecord:
+        """report.json `weights.data`: its counts, and the replays' filter when it has one (a
+        many-skills night's shared data never had it)."""
+        record = WeightDataRecord(corrections=self.corrections, elite=self.elite,
+                                  sft_samples=len(self.sft), preference_pairs=len(self.pairs),
+                                  replays=self.replays)  # fmt: skip
+        if self.replays is None:
+            return record.only("corrections", "elite", "sft_samples", "preference_pairs")
+        return record
 
 
 def _correction(ex: Any) -> str | None:
@@ -193,12 +213,12 @@ def _elite(
     policy: Policy,
     cfg: WeightNightConfig,
     training: SkillOptConfig,
-) -> tuple[list[Sample], dict[str, Any]]:
+) -> tuple[list[Sample], ReplayStats]:
     """The target's own replays of the train tasks that passed their checks (not of a task an
     end user's correction checks: it would teach their words)."""
     examples = [ex for ex in task.examples("train") if not no_demo(ex)]
     if not cfg.samples_per_prompt or not examples:
-        return [], {"samples": 0}
+        return [], ReplayStats(samples=0).only("samples")
     rollouts = run_rollouts(
         target,
         policy,
@@ -220,11 +240,7 @@ def _elite(
     samples = samples_from_rollouts(task, examples, rollouts, policy)
     solved = [s for s in samples if s.hard >= 1.0]
     elite, stats = select_elite(solved, min_score=None, max_per_prompt=2)
-    return elite, {
-        **stats.to_dict(),
-        "samples": len(samples),
-        "errors": len(rollouts) - len(samples),
-    }
+    return elite, ReplayStats.of(stats, samples=len(samples), errors=len(rollouts) - len(samples))
 
 
 def build_data(
@@ -248,21 +264,14 @@ def build_data(
         t = mined.get(ex.id)
         if t is not None and t.negative and t.logged_reply and t.logged_reply.strip() != fixed:
             data.pairs.append(PreferencePair(ex.id, msgs, fixed, t.logged_reply))
-    corrections = len(data.sft)
-    elite, elite_stats = _elite(task, target, policy, cfg, training)
+    data.corrections = len(data.sft)
+    elite, data.replays = _elite(task, target, policy, cfg, training)
     seen = {(s.example_id, " ".join(s.target.split())) for s in data.sft}
     for s in elite:
         key = (s.example_id, " ".join(s.target.split()))
         if key not in seen:
             seen.add(key)
             data.sft.append(s)
-    data.stats = {
-        "corrections": corrections,
-        "elite": len(data.sft) - corrections,
-        "sft_samples": len(data.sft),
-        "preference_pairs": len(data.pairs),
-        "replays": elite_stats,
-    }
     return data
 
 
@@ -294,17 +303,9 @@ def train_only_data(data: WeightData, task: NightTask) -> list[LateDuplicate]:
 
 def _drop(data: WeightData, ids: set[str]) -> None:
     """Remove the samples and pairs of `ids` from `data`, its counts with them."""
-    corrections = data.stats.get("corrections", 0)
-    kept_corrections = sum(s.example_id not in ids for s in data.sft[:corrections])
+    data.corrections = sum(s.example_id not in ids for s in data.sft[: data.corrections])
     data.sft = [s for s in data.sft if s.example_id not in ids]
     data.pairs = [p for p in data.pairs if p.example_id not in ids]
-    data.stats = {
-        **data.stats,
-        "corrections": kept_corrections,
-        "elite": len(data.sft) - kept_corrections,
-        "sft_samples": len(data.sft),
-        "preference_pairs": len(data.pairs),
-    }
 
 
 # ---- training ---------------------------------------------------------------------------------
@@ -318,7 +319,8 @@ class TrainedAdapter:
     method: str
     adapter_dir: Path
     model: ChatModel
-    stats: dict[str, Any] = field(default_factory=dict)
+    training: TrainedRecord = field(default_factory=TrainedRecord.empty)
+    """How it trained, as its trainer told it (the night adds the seconds it took)."""
     base_model: str = ""
 
 
@@ -376,13 +378,15 @@ class LocalAdapterTrainer:
         model = self._trainable(self.cfg.backend_config())
         # the trainers print their logs; a night's stdout is the CLI's (its report, --json)
         with contextlib.redirect_stdout(sys.stderr):
-            stats = self._train(method, model, data, out_dir.parent)
-        stats["continued_from"] = str(self.start_adapter) if self.start_adapter else None
+            fitted = self._train(method, model, data, out_dir.parent)
+        # the trainer's report (`fine_tune_report`), key for key: its keys are the method's
+        start = str(self.start_adapter) if self.start_adapter else None
+        training = TrainedRecord.from_dict(fitted).but(continued_from=start)
         save_atomic(model, out_dir)  # adapter_config.json + adapter_model.safetensors
         served = LocalModel.from_pretrained_model(
             merged(model).eval(), self._tok, name=f"local:night-{method}-adapter"
         )
-        return TrainedAdapter(method, out_dir, served, stats, self.base_model)
+        return TrainedAdapter(method, out_dir, served, training, self.base_model)
 
     def _trainable(self, backend: Any) -> Any:
         """A copy of the base with a fresh LoRA adapter, or with the adopted one to go on from."""
@@ -589,7 +593,7 @@ def train_adapters(
             notes.append(f"{m} adapter not trained: {type(err).__name__}: {err}")
             continue
         seconds = round(time.perf_counter() - t0, 2)
-        trained[m] = TrainedRecord.from_dict({**adapters[m].stats, "seconds": seconds})
+        trained[m] = adapters[m].training.but(seconds=seconds)
     return adapters, trained, notes
 
 
@@ -704,8 +708,8 @@ def _candidates(
     if dropped is not None:
         dropped += gone
     console.print(
-        f"weights: {data.stats['corrections']} corrections, {data.stats['elite']} elite "
-        f"replays, {data.stats['preference_pairs']} preference pairs"
+        f"weights: {data.corrections} corrections, {data.elite} elite replays, "
+        f"{len(data.pairs)} preference pairs"
     )
     adapters, trained, notes = train_adapters(mode, data, cfg, trainer, night_dir / "weights")
     lap("train")
@@ -724,7 +728,7 @@ def _candidates(
         candidates=summaries,
         gates=gates,
         scores=raw,
-        data=WeightDataRecord.from_dict(data.stats),
+        data=data.record(),
         trained=trained,
         train_items=data.train_items(),
         notes=notes,
@@ -784,16 +788,13 @@ def shared_candidates(
 
 
 def merged_data(parts: Sequence[WeightData]) -> WeightData:
-    """Several kinds' weight data as one (their counts added)."""
+    """Several kinds' weight data as one (their counts added; their replays' filters are
+    not)."""
     out = WeightData()
     for part in parts:
         out.sft += part.sft
         out.pairs += part.pairs
-        for key, value in part.stats.items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                out.stats[key] = out.stats.get(key, 0) + value
-    for key in ("corrections", "elite", "preference_pairs"):
-        out.stats.setdefault(key, 0)
+        out.corrections += part.corrections
     return out
 
 
