@@ -13,13 +13,19 @@ from selftaught.sleep.night.phases import (
     StageRecord,
     default_phases,
 )
-from selftaught.sleep.records import MiningRecord, ProofreadRecord, SplitCounts, WindowRecord
+from selftaught.sleep.records import (
+    MiningRecord,
+    ProofreadRecord,
+    Record,
+    SplitCounts,
+    WindowRecord,
+)
 from selftaught.trainers import build_trainer
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
 
 
 @dataclass(frozen=True)
-class TrainShare:
+class TrainShare(Record):
     train: int
     kinds: int
 

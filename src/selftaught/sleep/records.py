@@ -113,6 +113,11 @@ class Record:
         }
 
 
+PhaseOutput = Record | tuple[Record, ...] | None
+"""What a night's phase returns (`Phase.run`): its record, one a document (the text phase's),
+or None (nothing to do); `NightResult.records` keeps them by phase name."""
+
+
 def given(record: _R | None) -> TypeGuard[_R]:
     """The section is there and holds something (as a report's non-empty dict was)."""
     return record is not None and record.read_keys != ()

@@ -27,6 +27,7 @@ from selftaught.sleep.records import (
     LateDuplicate,
     MiningRecord,
     ModelSpecs,
+    PhaseOutput,
     PhaseRecord,
     ProofreadRecord,
     ProposalRecord,
@@ -107,7 +108,7 @@ class NightResult(RunResult):
     """Keys of a report written by a newer version (kept, written back as they came)."""
     report_keys: tuple[str, ...] | None = None
     """The keys of the report.json it was read from, in order (None: built in code)."""
-    records: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
+    records: Mapping[str, PhaseOutput] = field(default_factory=dict, compare=False, repr=False)
     """Each phase's record by its name, as the night that ran returned them (a phase of your
     own's too: `NightTrainer(phases=...)`); the built-in ones are also the sections above.
     Not in report.json: a night read back has none."""
@@ -277,7 +278,7 @@ class NightDraft:
     skill_set: SkillSetRecord | None = None
     start_document: SourceFileRecord | None = None
     kinds: tuple[KindRecord, ...] = ()
-    records: Mapping[str, object] = field(default_factory=dict)
+    records: Mapping[str, PhaseOutput] = field(default_factory=dict)
 
     def result(self) -> NightResult:
         """The night as it stands, as the frozen `NightResult` it returns."""

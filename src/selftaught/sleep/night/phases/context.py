@@ -16,6 +16,7 @@ from selftaught.models.usage import UsageLedger
 from selftaught.sleep.night.config import NightConfig, NightModels
 from selftaught.sleep.night.evidence import EvidenceLog
 from selftaught.sleep.paths import Adopted
+from selftaught.sleep.records import PhaseOutput
 from selftaught.sleep.result import NightDraft
 from selftaught.stops import UNLIMITED, Deadline, StopReason
 
@@ -107,7 +108,7 @@ class NightContext:
     """The weight phase's: the gate's pick among text, weights and both."""
     late: bool = False
     """The night's --max-minutes had passed at the last phase boundary."""
-    records: dict[str, object] = field(default_factory=dict)
+    records: dict[str, PhaseOutput] = field(default_factory=dict)
     """Each phase's record, by the phase's name, in the order they ran."""
 
     @property
@@ -147,19 +148,20 @@ class NightContext:
 
 
 class Phase:
-    """One step of the night: `run(ctx)` does it and returns its record (a frozen record, or
-    None when it had nothing to do). `name` names it in `NightResult.records` (and for a
-    caller that skips or replaces it); `seconds`: the `phase_seconds` key its time adds to
-    (None: not timed); `after`: the boundary its end is, where the night's --max-minutes is
-    checked (None: not checked).
+    """One step of the night: `run(ctx)` does it and returns its record (a frozen `Record`,
+    one a document, or None when it had nothing to do). `name` names it in
+    `NightResult.records` (and for a caller that skips or replaces it); `seconds`: the
+    `phase_seconds` key its time adds to (None: not timed); `after`: the boundary its end is,
+    where the night's --max-minutes is checked (None: not checked).
 
     A phase of your own subclasses this and goes in `NightTrainer(..., phases=[...])`, e.g.
     `[*default_phases(config), MyPhase()]`; it reads what the phases before it left in the
-    context and may leave its own there for the ones after."""
+    context and may leave its own there for the ones after; its record subclasses `Record`
+    (`selftaught.sleep.records`), as every record of a night does."""
 
     name: ClassVar[str] = ""
     seconds: ClassVar[str | None] = None
     after: ClassVar[str | None] = None
 
-    def run(self, ctx: NightContext) -> object:
+    def run(self, ctx: NightContext) -> PhaseOutput:
         raise NotImplementedError

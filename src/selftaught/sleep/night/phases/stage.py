@@ -40,6 +40,7 @@ from selftaught.sleep.records import (
     PairedRecord,
     ProofreadRecord,
     ProposalRecord,
+    Record,
     Summary,
     TrainOnlyUse,
 )
@@ -66,8 +67,9 @@ class StagePhase(Phase):
 
 
 @dataclass(frozen=True)
-class StageRecord:
-    """How a night that consolidated ends: its status, why, and the proposal it staged."""
+class StageRecord(Record):
+    """How a night that consolidated ends: its status, why, and the proposal it staged (in
+    memory: report.json holds them as its `status`, `reason` and `proposal`)."""
 
     status: str
     reason: str
