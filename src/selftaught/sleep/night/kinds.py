@@ -384,8 +384,8 @@ def _signals(tasks: Sequence[MinedTask]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for task in tasks:
         for signal in task.signals:
-            trust = "trusted" if signal.get("trusted") else "untrusted"
-            row = out.setdefault(str(signal.get("kind")), {})
+            trust = "trusted" if signal.trusted else "untrusted"
+            row = out.setdefault(signal.kind, {})
             row[trust] = row.get(trust, 0) + 1
     return out
 

@@ -39,7 +39,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from selftaught.duplicates import WORD_SHARE, ItemKey, groups, item_key
@@ -62,6 +63,7 @@ from selftaught.sleep.night.trust import (
     row_reference,
     verdict_trust,
 )
+from selftaught.sleep.records import JsonValue, TaskSignal
 from selftaught.tasks.scorers import reference_scorer
 
 
@@ -98,7 +100,7 @@ class MinedTask:
 
     id: str
     messages: list[Message]
-    reference: Any = None
+    reference: JsonValue = None
     state: dict[str, Any] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)  # interaction ids, newest first
     origins: list[str] = field(default_factory=list)  # proxy / api / import / claude-code ...
@@ -108,9 +110,10 @@ class MinedTask:
     created_at: float = 0.0
     split: str | None = None
     notes: list[str] = field(default_factory=list)
-    signals: list[dict[str, Any]] = field(default_factory=list)
-    """What the conversation said of the logged reply (`signals.Signal.to_dict()`): kind, the
-    user's words, who said them and whether they count as the operator's."""
+    signals: tuple[TaskSignal, ...] = ()
+    """What the conversation said of the logged reply (`signals.Signal`, as the log's row
+    holds it): kind, the user's words, who said them and whether they count as the
+    operator's."""
     kind: str | None = None
     """The kind of request it is (`kinds.py`: a cluster of request intents with a stable id),
     set by the night; a recalled task keeps its kind."""
@@ -132,7 +135,16 @@ class MinedTask:
         return "rule"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The task as the recall pool stores it (its signals as they were read)."""
+        row = asdict(replace(self, signals=()))
+        row["signals"] = [s.to_dict() for s in self.signals]
+        return row
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> MinedTask:
+        """A task the recall pool stored (`to_dict`)."""
+        signals = tuple(TaskSignal.from_dict(s) for s in row.get("signals") or ())
+        return cls(**{**row, "signals": signals})
 
 
 # ---- whose words ----------------------------------------------------------------------------
@@ -387,8 +399,14 @@ def new_task(
         negative=_negative(it),
         logged_reply=None if it.reply is None else redact_for_model(it.reply),
         created_at=it.created_at,
-        signals=list(it.meta.get("signals", [])) if isinstance(it.meta, dict) else [],
+        signals=_signals(it),
     )
+
+
+def _signals(it: Interaction) -> tuple[TaskSignal, ...]:
+    """What the conversation said of `it`'s reply, as its row's `meta` holds it."""
+    found = it.meta.get("signals", []) if isinstance(it.meta, dict) else []
+    return tuple(TaskSignal.from_dict(s) for s in found)
 
 
 # ---- merging ------------------------------------------------------------------------------

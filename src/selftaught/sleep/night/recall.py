@@ -75,7 +75,7 @@ class Recalled:
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Recalled:
-        task = MinedTask(**row["task"])
+        task = MinedTask.from_dict(row["task"])
         if task.split not in ("train", "val", "test"):
             raise InputError(f"task {task.id} has no split")
         if not task.clients:

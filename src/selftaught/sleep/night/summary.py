@@ -72,7 +72,7 @@ def task_row(task: MinedTask) -> dict[str, Any]:
         "rubric": task.state.get("rubric"),
         "notes": task.notes,
         "signals": [
-            {k: sig.get(k) for k in ("kind", "source", "giver", "trusted", "words")}
+            sig.only("kind", "source", "giver", "trusted", "words").to_dict()
             for sig in task.signals
         ],
         **{k: task.state[k] for k in TRAIN_ONLY if task.state.get(k)},

@@ -60,7 +60,7 @@ from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
 from selftaught.sleep.paths import project_dir
-from selftaught.sleep.records import Record, TrainOnlyUse, WeakRecord, WeakTaskRow, given
+from selftaught.sleep.records import JsonValue, Record, TrainOnlyUse, WeakRecord, WeakTaskRow, given
 from selftaught.tasks.base import Example, Score, Split, TaskKind
 from selftaught.tasks.scorers import (
     reference_scorer,
@@ -437,7 +437,7 @@ class WaitingLabel(Record):
 
     id: str = ""
     prompt: str = ""
-    answer: object = None  # the reference the samples agreed on, as the file holds it
+    answer: JsonValue = None  # the reference the samples agreed on, as the file holds it
     agreement: float | None = None
     k: int | None = None
     night: str = ""
