@@ -21,6 +21,7 @@ from selftaught.cli.options import config_option, field_help
 from selftaught.errors import InputError, SelftaughtError, read_text
 from selftaught.gate import GateConfig, Metric
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES
+from selftaught.models import ModelOptions
 from selftaught.models.usage import Budget
 from selftaught.tasks.options import TaskOptions
 
@@ -279,16 +280,23 @@ def model_options(
     device: str | None = None,
     *,
     models: tuple[object, ...] = (),
-) -> dict[str, Any]:
+) -> ModelOptions:
     """`load_model` keyword arguments for the options the user gave; `models`: every model the
     command loads with them, its task's judge included (a key that would reach two vendors is
     refused)."""
+    options = ModelOptions()
     if api_key is not None:
         from selftaught.models.spec import check_one_key_destination
 
         check_one_key_destination(models)
-    given = {"api_key": api_key, "timeout_s": timeout, "cache_path": cache, "device": device}
-    return {k: v for k, v in given.items() if v is not None}
+        options["api_key"] = api_key
+    if timeout is not None:
+        options["timeout_s"] = timeout
+    if cache is not None:
+        options["cache_path"] = cache
+    if device is not None:
+        options["device"] = device
+    return options
 
 
 DEFAULT_MAX_BODY_MB = DEFAULT_MAX_BODY_BYTES / 2**20

@@ -37,6 +37,7 @@ from selftaught.cli.options import EffectiveConfig, config_file, config_flags
 # Light config modules (no torch): CLI defaults are read from them, so they live in one place.
 from selftaught.errors import InputError
 from selftaught.gate import GateConfig
+from selftaught.models import ModelOptions
 from selftaught.models.errors import CALL_TIMEOUT_S
 from selftaught.models.usage import Budget
 from selftaught.rollout import rollout_timeout
@@ -286,7 +287,7 @@ def _optimize_skills(
     set_fields: dict[str, Any],
     output: Path | None,
     options: TaskOptions,
-    models: dict[str, Any],
+    models: ModelOptions,
     run_config: EffectiveConfig,
 ) -> None:
     """`optimize --skills DIR`: many skills, then the per-skill table."""

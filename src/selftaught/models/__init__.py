@@ -4,6 +4,7 @@ API (their SDKs, optional extras), the local model or a CLI agent."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 from selftaught.errors import ConfigError
 from selftaught.models.base import (
@@ -32,6 +33,7 @@ __all__ = [
     "FatalBackendError",
     "GenerationParams",
     "Message",
+    "ModelOptions",
     "ModelSpec",
     "ModelSpecError",
     "RetryPolicy",
@@ -41,6 +43,17 @@ __all__ = [
     "load_model",
     "parse_model_spec",
 ]
+
+
+class ModelOptions(TypedDict, total=False):
+    """`load_model`'s options that a caller gives every model it loads (the CLI: `--api-key`,
+    `--timeout`, `--cache`, `--device`; `NightConfig.model_options`)."""
+
+    api_key: str | None
+    timeout_s: float
+    retry: RetryPolicy | None
+    cache_path: str | Path | None
+    device: str | None
 
 
 def load_model(

@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 
 from selftaught.errors import ConfigError
 from selftaught.gate import GateConfig
+from selftaught.models import ModelOptions
 from selftaught.models.base import ChatModel
 from selftaught.models.usage import Budget
 from selftaught.serve import is_loopback
@@ -143,7 +144,7 @@ class NightConfig:
     """Self-consistency labels for requests nobody checked, train only (`weak.py`)."""
     dream: DreamConfig = field(default_factory=DreamConfig)
     """Synthetic variants of train tasks, train only (`dream.py`)."""
-    model_options: dict[str, Any] = field(default_factory=dict)
+    model_options: ModelOptions = field(default_factory=ModelOptions)
     """`load_model` keyword arguments (api_key, timeout_s, ...)."""
     weights: str = "off"
     """off | sft | dpo | auto: also train a LoRA adapter on the train tasks when the target is
