@@ -484,7 +484,11 @@ def test_a_nights_adapters_are_the_trainers_fit_bit_for_bit(tmp_path, one_thread
 
     for method in ("sft", "dpo"):
         torch.manual_seed(0)  # the LoRA's initial weights
-        night(method, data, tmp_path / "night" / method / "adapter")
+        trained = night(method, data, tmp_path / "night" / method / "adapter").training
+        # the trainer's report, every key typed, in its order; then the adapter it went on from
+        assert not trained.extra and list(trained.to_dict())[-1] == "continued_from"
+        counted = trained.train_samples if method == "sft" else trained.train_pairs
+        assert trained.steps == 2 and counted == 4 and trained.continued_from is None
         base, tok = night._base, night._tok  # the target's weights, read once
         torch.manual_seed(0)
         model = prepare_trainable(copy.deepcopy(base), cfg.backend_config())

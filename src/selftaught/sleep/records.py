@@ -807,6 +807,11 @@ class TrainedRecord(Record):
     trainable_params: int | None = None
     autocast: str | None = None  # bf16 or off
     dtype: str | None = None  # of the weights it trained
+    tokens: int | None = None  # SFT: the tokens of its batches, padding too
+    pad_tokens: int | None = None
+    pad_share: float | None = None
+    micro_batches: int | None = None  # SFT: each batch in this many parts
+    packing: bool | None = None  # SFT: padding-free packing
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"stopped_by": StopRecord.from_dict}
 
