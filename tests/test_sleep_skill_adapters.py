@@ -456,6 +456,11 @@ def test_a_shared_adapter_is_trained_on_every_kind_and_staged_for_the_project(tm
     assert {tasks[i]["split"] for i in data.train_items()} == {"train"}
     assert night.weights.winner == "sft" and night.proposal.adapter is not None
     assert night.weights.gates["sft"].decision == "accept_new_best"
+    # the kinds' data added up, its keys as report.json always had them: no replays' filter
+    written = night.report_dict()["weights"]
+    assert list(written["data"]) == ["corrections", "elite", "sft_samples", "preference_pairs"]
+    assert written["data"]["sft_samples"] == len(data.sft) and data.replays is None
+    assert list(written["trained"]["sft"]) == ["steps", "seconds"]
     assert all(s.status == "rejected" and s.adapter is None for s in night.skills)
     assert "shared adapter was staged" in night.reason
     staging.adopt(PROJECT, night.night_dir.name, home=home)
