@@ -213,7 +213,7 @@ def test_a_night_of_one_template_trains_weights_and_demos_instead_of_refusing(tm
     assert night.splits.train >= 2 and night.splits.val >= 4  # both sides of one template
     assert night.duplicates == ()
     ((_, data),) = trainer.calls
-    assert data.stats["corrections"] == night.splits.train  # no train task refused
+    assert data.corrections == night.splits.train  # no train task refused
     assert night.weights.winner == "sft" and night.proposal.adapter is not None
     modes = night.phases["skill"].demo_modes
     assert modes.leaks_refused == 0 and modes.pool == night.splits.train
@@ -289,5 +289,5 @@ def test_a_duplicate_found_late_by_the_weight_phase_is_dropped_not_the_night(tmp
     ((_, data),) = trainer.calls
     trained = {s.example_id for s in data.sft}
     assert trained and not trained & {d.item for d in late}
-    assert data.stats["corrections"] == night.splits.train - len(late)
+    assert data.corrections == night.splits.train - len(late)
     assert "(weights): the same item as val task" in (night.night_dir / "report.md").read_text()
