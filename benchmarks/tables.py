@@ -225,6 +225,13 @@ def stream_report(results: Path) -> str:
     return "\n\n".join(_stream_block(results, f.name) for f in files)
 
 
+def stream_dev(results: Path) -> str:
+    """The stream benchmark's dev runs kept as results (`stream_dev_*.json`: dev seeds, settings
+    chosen as they ran, for debugging and choosing; never the reported figures)."""
+    files = sorted(p for p in results.glob("stream_dev_*.json") if "_single-" not in p.name)
+    return "\n\n".join(_stream_block(results, f.name) for f in files) or "No dev run kept."
+
+
 def _stream_block(results: Path, name: str) -> str:
     from common import markdown_table
 
@@ -337,6 +344,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "sleep_qwen": lambda r: _sleep_table(r, "sleep_qwen.json"),
     "quickstart": quickstart,
     "stream_report": stream_report,
+    "stream_dev": stream_dev,
     "followups_dev": followups_dev,
 }
 
