@@ -36,7 +36,7 @@ import argparse
 import json
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +60,26 @@ OTHERS = (  # reasoning-gym generators none of the stream's kinds is
 )
 
 
+def nights_of(stream: dict[str, Any], mined: Callable[[], bool]) -> Iterator[tuple[int, list[Any]]]:
+    """The drift table's nights, each with its requests as tasks (`MinedTask`), each request
+    kept when `mined()` says so (asked once per request, in stream order)."""
+    from selftaught.sleep.night.mine import MinedTask
+
+    used: Counter[str] = Counter()
+    for night, counts in enumerate(SCHEDULE, 1):
+        tasks = []
+        for kind, n in counts.items():
+            for r in stream[kind][used[kind] : used[kind] + n]:
+                if mined():
+                    tasks.append(MinedTask(r.id, [{"role": "user", "content": r.question}]))
+            used[kind] += n
+        yield night, tasks
+
+
 def stream_kinds(seed: int, per_kind: int) -> tuple[Any, dict[str, str], dict[str, Any], list[Any]]:
     """(the kinds after the five nights, each stream kind's own kind id, its held-out items,
     each kind's card as a night stages it: its stream requests)."""
     from selftaught.sleep.night.kinds import KindConfig, find_kinds
-    from selftaught.sleep.night.mine import MinedTask
 
     stream, heldout = {}, {}
     for kind in KIND_NAMES:
@@ -72,13 +87,7 @@ def stream_kinds(seed: int, per_kind: int) -> tuple[Any, dict[str, str], dict[st
     known: tuple[Any, ...] = ()
     given: Counter[tuple[str, str | None]] = Counter()
     tasks_of: dict[str, list[str]] = {}
-    used: Counter[str] = Counter()
-    for night, counts in enumerate(SCHEDULE, 1):
-        tasks = []
-        for kind, n in counts.items():
-            for r in stream[kind][used[kind] : used[kind] + n]:
-                tasks.append(MinedTask(r.id, [{"role": "user", "content": r.question}]))
-            used[kind] += n
+    for night, tasks in nights_of(stream, lambda: True):
         found = find_kinds(tasks, known, KindConfig(), f"night{night}")
         given.update((t.id.split("-")[0], t.kind) for t in tasks)
         for t in tasks:
@@ -100,20 +109,12 @@ def mined_sparsely(seed: int, share: float) -> dict[str, int]:
     import random
 
     from selftaught.sleep.night.kinds import KindConfig, find_kinds
-    from selftaught.sleep.night.mine import MinedTask
 
     rng = random.Random(seed)
     stream = {kind: kind_items(kind, seed, 60, 1)[0] for kind in KIND_NAMES}
     known: tuple[Any, ...] = ()
     given: Counter[tuple[str, str | None]] = Counter()
-    used: Counter[str] = Counter()
-    for night, counts in enumerate(SCHEDULE, 1):
-        tasks = []
-        for kind, n in counts.items():
-            for r in stream[kind][used[kind] : used[kind] + n]:
-                if rng.random() < share:
-                    tasks.append(MinedTask(r.id, [{"role": "user", "content": r.question}]))
-            used[kind] += n
+    for night, tasks in nights_of(stream, lambda: rng.random() < share):
         if tasks:
             known = find_kinds(tasks, known, KindConfig(), f"night{night}").kinds
             given.update((t.id.split("-")[0], t.kind) for t in tasks)
