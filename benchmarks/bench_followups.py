@@ -70,10 +70,9 @@ from selftaught.sleep.night.followup_model import (  # noqa: E402
     PROMPT_TEXT,
     READINGS,
     FollowupAsk,
-    FollowupModelReport,
     ModelRead,
     ModelReader,
-    settle_answer,
+    settle_answers,
     wants_model,
 )
 from selftaught.sleep.night.miner import Parsed  # noqa: E402
@@ -215,11 +214,11 @@ def _ask_model(
         chunk = todo[start : start + args.save_every]
         before = sum(u.calls + u.errors for u in ledger.roles.values())
         t0 = time.monotonic()
-        answers, report = reader.answers(_asks(items, ruled, chunk))
+        answers, skipped = reader.answers(_asks(items, ruled, chunk))
         run["runs"].append(
             {
                 "answers": {str(i): _answer_dict(a) for i, a in zip(chunk, answers, strict=True)},
-                "skipped": report.skipped,
+                "skipped": dict(skipped),
                 "calls": sum(u.calls + u.errors for u in ledger.roles.values()) - before,
                 "wall_s": round(time.monotonic() - t0, 2),
             }
@@ -255,15 +254,15 @@ def model_reads(
     if todo:
         _ask_model(run, path, items, ruled, todo, args)
         done = {int(i): a for r in run["runs"] for i, a in r["answers"].items()}
-    report = FollowupModelReport(model=args.model, candidates=len(wanted))
-    reads = list(ruled)
-    for i, ask in zip(wanted, _asks(items, ruled, wanted), strict=True):
-        if done.get(i) is not None:
-            reads[i] = settle_answer(ask, _answer_of(done[i]), report)
+    skipped: Counter[str] = Counter()
     for r in run["runs"]:
-        for why, n in r["skipped"].items():
-            report.skipped[why] = report.skipped.get(why, 0) + n
-    cost = {k: v for k, v in report.record().to_dict().items() if k not in ("model", "first_error")}
+        skipped.update(r["skipped"])
+    answers = [_answer_of(done[i]) if done.get(i) is not None else None for i in wanted]
+    got, report = settle_answers(_asks(items, ruled, wanted), answers, args.model, skipped)
+    reads = list(ruled)
+    for i, read in zip(wanted, got, strict=True):
+        reads[i] = read
+    cost = {k: v for k, v in report.to_dict().items() if k not in ("model", "first_error")}
     # each line read cost a call, and a second one when it was repaired or failed to parse
     cost["calls"] = report.asked + report.repaired + report.parse_failures
     cost["wall_s"] = round(sum(r["wall_s"] for r in run["runs"]), 1)  # the whole corpus's

@@ -356,10 +356,10 @@ class WindowRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class ModelCallsRecord(Record):
-    """What each role of the miner reports of its calls (`miner.ModelCalls`): the counts
-    `FollowupModelRecord` and `MinerRecord` share. A record built in code writes the field
-    naming the model first, then these counts, then its own fields, as report.json has always
-    had them."""
+    """What each role of the miner reports of its calls, counted alike by status (and
+    `parse_rate`: `miner.parse_rate`): the counts `FollowupModelRecord` and `MinerRecord`
+    share. A record built in code writes the field naming the model first, then these counts,
+    then its own fields, as report.json has always had them."""
 
     candidates: int = 0
     asked: int = 0
@@ -372,7 +372,7 @@ class ModelCallsRecord(Record):
 @dataclass(frozen=True, kw_only=True)
 class FollowupModelRecord(ModelCallsRecord):
     """`mining.conversation.model`: what the miner read in the next turns the rules could not
-    (`followup_model.FollowupModelReport.record()`); read from `{}` when it read none."""
+    (`followup_model.settle_answers`); read from `{}` when it read none."""
 
     first: ClassVar[tuple[str, ...]] = ("model",)
 
@@ -386,7 +386,7 @@ class FollowupModelRecord(ModelCallsRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class ConversationRecord(Record):
-    """`mining.conversation`: what the threads held (`signals.SignalReport.record()`)."""
+    """`mining.conversation`: what the threads held (`signals.read_threads`)."""
 
     threads: int = 0
     linked_threads: int = 0
@@ -403,7 +403,7 @@ class ConversationRecord(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class MinerExample(Record):
-    """One of the miner's first decisions (`miner.MinerReport.examples`)."""
+    """One of the miner's first decisions (`MinerRecord.examples`)."""
 
     row: str = ""
     check: str | None = None
@@ -412,7 +412,7 @@ class MinerExample(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class MinerRecord(ModelCallsRecord):
-    """`mining.miner`: what the miner wrote and what was kept (`miner.MinerReport.record()`);
+    """`mining.miner`: what the miner wrote and what was kept (`miner.Miner.resolve`);
     read from `{}` when no miner ran (`ran` is False)."""
 
     first: ClassVar[tuple[str, ...]] = ("miner",)
@@ -439,7 +439,7 @@ class MinerRecord(ModelCallsRecord):
 @dataclass(frozen=True, kw_only=True)
 class AgentRunsRecord(Record):
     """`mining.agent`: what coding agents' own test runs said
-    (`agent_outcome.OutcomeReport.record()`)."""
+    (`agent_outcome.read_outcomes`, then `WorkspaceMiner.counted`)."""
 
     rows: int = 0
     with_runs: int = 0

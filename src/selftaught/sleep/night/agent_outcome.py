@@ -17,8 +17,9 @@ session found it, checked by the test command that proved the fix, run **in the 
 (bubblewrap, `tasks.check.run_check`; never outside it: it is logged text). It is kept only
 when the check is two-sided, proven at mining time: it fails on the session's start and
 passes on its end. Otherwise the row stays a plain task, and the report counts why
-(`OutcomeReport.not_workspace`). The start folder is kept under the project
-(`<home>/projects/<p>/workspaces/<key>/files`, 0700) so a recalled task finds it again.
+(`WorkspaceMiner.counted`: `AgentRunsRecord.not_workspace`). The start folder is kept under
+the project (`<home>/projects/<p>/workspaces/<key>/files`, 0700) so a recalled task finds it
+again.
 
 The check is the runner's command only (`check_argv`): a `cd DIR &&` before it sets the folder,
 `VAR=value` words before it become `env` arguments, redirections and pipes after it are
@@ -37,7 +38,8 @@ import re
 import shlex
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from collections import Counter
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -91,37 +93,6 @@ _REDIRECT = re.compile(r"^\d*(?:>>?|<|>&|&>)\S*$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=[^$`]*$")
 
 
-@dataclass
-class OutcomeReport:
-    """What the agent's own runs said tonight: the mining report's `agent` section."""
-
-    rows: int = 0  # agent rows read
-    with_runs: int = 0  # that ran tests or a build
-    runs: dict[str, int] = field(default_factory=dict)  # by status
-    signals: dict[str, int] = field(default_factory=dict)  # solved / ended_red
-    rejected_by_operator: int = 0
-    workspace_tasks: int = 0
-    not_workspace: dict[str, int] = field(default_factory=dict)  # solved, but a plain task
-    notes: list[str] = field(default_factory=list)  # the first few reasons in full
-
-    def record(self) -> AgentRunsRecord:
-        return AgentRunsRecord(
-            rows=self.rows,
-            with_runs=self.with_runs,
-            runs=dict(self.runs),
-            signals=dict(self.signals),
-            rejected_by_operator=self.rejected_by_operator,
-            workspace_tasks=self.workspace_tasks,
-            not_workspace=dict(self.not_workspace),
-            notes=tuple(self.notes),
-        )
-
-    def fell_back(self, why: str, detail: str | None = None) -> None:
-        self.not_workspace[why] = self.not_workspace.get(why, 0) + 1
-        if detail and len(self.notes) < 5:  # logged text: redacted, clipped
-            self.notes.append(f"{why}: {redact_for_model(detail)[-300:]}")
-
-
 # ---- signals --------------------------------------------------------------------------------
 
 
@@ -155,40 +126,47 @@ def _outcome_meta(outcome: SessionOutcome) -> dict[str, Any]:
 
 def read_outcomes(
     rows: list[Interaction], rejected: set[str] | None = None
-) -> tuple[list[Interaction], list[Signal], OutcomeReport]:
+) -> tuple[list[Interaction], list[Signal], AgentRunsRecord]:
     """`rows` with each agent row's outcome read (`meta["outcome"]`, a signal merged into its
-    feedback when solved or ended red), the signals, and the counts."""
+    feedback when solved or ended red), the signals, and what the runs said (the workspace
+    tasks are `WorkspaceMiner.counted`'s)."""
     rejected = rejected or set()
-    report = OutcomeReport()
     agent_rows = [it for it in rows if it.is_task and is_agent_session(it)]
     outcomes = read_session(agent_rows)
     signals: list[Signal] = []
+    runs: Counter[str] = Counter()
+    read = with_runs = dropped = 0
     out = []
     for it in rows:
         outcome = outcomes.get(it.id)
         if outcome is None:
             out.append(it)
             continue
-        report.rows += 1
-        report.with_runs += bool(outcome.runs)
-        for r in outcome.runs:
-            report.runs[r.status] = report.runs.get(r.status, 0) + 1
+        read += 1
+        with_runs += bool(outcome.runs)
+        runs.update(r.status for r in outcome.runs)
         meta = {**it.meta, "outcome": _outcome_meta(outcome)}
         signal = outcome_signal(it, outcome)
         if signal is not None and signal.id in rejected:
-            report.rejected_by_operator += 1
+            dropped += 1
             meta["outcome"]["verdict"] = "none"
             signal = None
         if signal is None:
             out.append(replace(it, meta=meta))
             continue
         signals.append(signal)
-        report.signals[signal.kind] = report.signals.get(signal.kind, 0) + 1
         meta["signals"] = [*meta.get("signals", []), signal.to_dict()]
         if outcome.check is not None:
             meta["outcome"]["check"] = outcome.check.command  # raw: the sandbox runs it
         out.append(replace(it, meta=meta, feedback=merge_signal(it.feedback, signal)))
-    return out, signals, report
+    record = AgentRunsRecord(
+        rows=read,
+        with_runs=with_runs,
+        runs=dict(runs),
+        signals=dict(Counter(s.kind for s in signals)),
+        rejected_by_operator=dropped,
+    )
+    return out, signals, record
 
 
 # ---- the check --------------------------------------------------------------------------------
@@ -252,14 +230,14 @@ class _Proof:
 
 
 class WorkspaceMiner:
-    """Turns solved rows with a session record into workspace tasks (the module docstring);
-    the sandbox is opened at the first candidate."""
+    """Turns solved rows with a session record into workspace tasks (the module docstring),
+    counting those it made and why others stayed plain tasks (`counted`); the sandbox is
+    opened at the first candidate. A night makes one."""
 
     def __init__(
         self,
         project: str,
         home: Path,
-        report: OutcomeReport | None = None,
         *,
         sandbox: Sandbox | None = None,
         timeout_s: float = DEFAULT_CHECK_TIMEOUT_S,
@@ -270,7 +248,9 @@ class WorkspaceMiner:
         # new proofs go here instead (`sleep plan` keeps none); the project's are still read
         self.scratch = scratch
         self.home = Path(home)
-        self.report = report or OutcomeReport()  # `phases.mine.mine` hands it tonight's
+        self.made = 0  # workspace tasks
+        self.not_workspace: Counter[str] = Counter()  # solved, but a plain task: why
+        self.notes: list[str] = []  # the first few reasons in full
         self.timeout_s = timeout_s
         self._sandbox = sandbox
         self._no_sandbox: str | None = None
@@ -316,7 +296,18 @@ class WorkspaceMiner:
         return self._task(it, config, folder, check, start)
 
     def _fell_back(self, why: str, detail: str | None = None) -> None:
-        self.report.fell_back(why, detail)
+        self.not_workspace[why] += 1
+        if detail and len(self.notes) < 5:  # logged text: redacted, clipped
+            self.notes.append(f"{why}: {redact_for_model(detail)[-300:]}")
+
+    def counted(self, runs: AgentRunsRecord) -> AgentRunsRecord:
+        """`runs` (`read_outcomes`'s) with the workspace tasks made and why solved rows stayed
+        plain tasks: the mining report's `agent` section."""
+        return runs.but(
+            workspace_tasks=self.made,
+            not_workspace=dict(self.not_workspace),
+            notes=tuple(self.notes),
+        )
 
     def _key(self, session_id: str, start: RepoState, end: RepoState, check: Check) -> str:
         raw = json.dumps([session_id, start.commit, start.diff, end.commit, end.diff, check.argv])
@@ -395,7 +386,7 @@ class WorkspaceMiner:
             "session": it.session_id,
             "commit": start.commit,
         }
-        self.report.workspace_tasks += 1
+        self.made += 1
         return new_task(it, messages, reference, state)
 
 

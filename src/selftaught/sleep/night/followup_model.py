@@ -41,23 +41,25 @@ import functools
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from selftaught import prompts
 from selftaught.models.base import GenerationParams, run_sync
-from selftaught.redact import redact_for_model
 from selftaught.skill.reflect import render
 from selftaught.sleep.night.checks import LANGUAGES, Rule, languages_named
 from selftaught.sleep.night.followup import MAX_FOLLOWUP_CHARS, Followup, has_cue
 from selftaught.sleep.night.mine import quoted
 from selftaught.sleep.night.miner import (
+    ANSWERED,
     FollowupReading,
     Miner,
     MinerParseError,
-    ModelCalls,
     Parsed,
+    first_error,
     load_prompt,
+    parse_rate,
     reply_object,
 )
 from selftaught.sleep.records import FollowupModelRecord
@@ -291,34 +293,6 @@ def _rules(rules: tuple[Rule, ...], ask: FollowupAsk) -> tuple[Rule, ...]:
     return tuple(out.values())
 
 
-@dataclass
-class FollowupModelReport(ModelCalls):
-    """What the model read in one night: the mining report's `conversation.model`
-    (`candidates`: next turns the rules read nothing or a bare rejection in)."""
-
-    model: str = ""
-    outcomes: dict[str, int] = field(default_factory=dict)  # correction, downgraded, none, ...
-    invalid_parts: int = 0  # rules outside the vocabulary, dropped
-    skipped: dict[str, int] = field(default_factory=dict)  # why -> turns never asked
-    first_error: str | None = None
-
-    def record(self) -> FollowupModelRecord:
-        return FollowupModelRecord(
-            model=self.model,
-            candidates=self.candidates,
-            asked=self.asked,
-            answered=self.answered,
-            repaired=self.repaired,
-            parse_failures=self.parse_failures,
-            backend_errors=self.backend_errors,
-            outcomes=dict(self.outcomes),
-            invalid_parts=self.invalid_parts,
-            skipped=dict(self.skipped),
-            first_error=self.first_error,
-            parse_rate=self.parse_rate,
-        )
-
-
 class ModelReader:
     """The miner in its second role: reads the next turns the rules could not
     (`read(asks)`), through the miner's own calls (its ledger, budget and concurrency)."""
@@ -331,32 +305,26 @@ class ModelReader:
         self.parse = parse_value if self.reading == "values" else parse_read
         self.params = GenerationParams(max_tokens=miner.config.followup_max_tokens, temperature=0.0)
 
-    def read(self, asks: list[FollowupAsk]) -> tuple[list[Followup | None], FollowupModelReport]:
+    def read(self, asks: list[FollowupAsk]) -> tuple[list[Followup | None], FollowupModelRecord]:
         """Per ask, in order: what the night reads in the turn (the rules' reading where the
-        model was not asked or not understood); and the report."""
-        answers, report = self.answers(asks)
-        out = [
-            ask.ruled if got is None else settle_answer(ask, got, report)
-            for ask, got in zip(asks, answers, strict=True)
-        ]
-        return out, report
+        model was not asked or not understood); and what the model read."""
+        answers, skipped = self.answers(asks)
+        return settle_answers(asks, answers, self.miner.name, skipped)
 
     def answers(
         self, asks: list[FollowupAsk]
-    ) -> tuple[list[Parsed[ModelRead] | None], FollowupModelReport]:
-        """Per ask, the model's answer (None: not asked); the report, its calls not yet
-        counted (`settle_answer` counts each)."""
-        report = FollowupModelReport(model=self.miner.name, candidates=len(asks))
-        chosen = self._choose(asks, report)
+    ) -> tuple[list[Parsed[ModelRead] | None], Counter[str]]:
+        """Per ask, the model's answer (None: not asked); and the turns not asked, counted by
+        why (`settle_answers` counts the answers)."""
+        chosen, skipped = self._choose(asks)
         jobs = {i: functools.partial(self._ask, asks[i]) for i in chosen}
         got, stopped = run_sync(self.miner.gather(jobs))
-        for why, n in stopped.items():
-            report.skipped[why] = report.skipped.get(why, 0) + n
-        return [got.get(i) for i in range(len(asks))], report
+        skipped.update(stopped)
+        return [got.get(i) for i in range(len(asks))], skipped
 
-    def _choose(self, asks: list[FollowupAsk], report: FollowupModelReport) -> list[int]:
+    def _choose(self, asks: list[FollowupAsk]) -> tuple[list[int], Counter[str]]:
         """The turns to ask about: allowed to this miner, up to the cap, bare rejections
-        first."""
+        first; and the others, counted by why."""
         skipped: Counter[str] = Counter()
         ranked = []
         for i, ask in enumerate(asks):
@@ -368,8 +336,7 @@ class ModelReader:
         cap = self.miner.config.max_followups
         if len(ranked) > cap:
             skipped[f"over the cap of {cap} next turns a night"] += len(ranked) - cap
-        report.skipped = dict(skipped)
-        return ranked[:cap]
+        return ranked[:cap], skipped
 
     async def _ask(self, ask: FollowupAsk) -> Parsed[ModelRead]:
         prompt = render(
@@ -385,25 +352,43 @@ class ModelReader:
         return await self.miner.ask_parsed(prompt, self.parse, repair, self.params)
 
 
-def settle_answer(
-    ask: FollowupAsk, got: Parsed[ModelRead], report: FollowupModelReport
-) -> Followup | None:
-    """Count one answer in `report`; what the night reads in the turn."""
-    if got.status == "budget":
-        why = "the night's budget was spent" + (f" ({got.error})" if got.error else "")
-        report.skipped[why] = report.skipped.get(why, 0) + 1
-        return ask.ruled
-    report.asked += 1
-    if got.status == "backend_error":
-        report.backend_errors += 1
-        report.first_error = report.first_error or redact_for_model(str(got.error))[:300]
-        return ask.ruled
-    if got.value is None:
-        report.parse_failures += 1
-        return ask.ruled
-    report.answered += 1
-    report.repaired += got.status == "repaired"
-    report.invalid_parts += got.value.invalid
-    read, outcome = settle(ask, got.value, report.model)
-    report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
-    return read
+def settle_answers(
+    asks: list[FollowupAsk],
+    answers: list[Parsed[ModelRead] | None],
+    model: str,
+    skipped: Mapping[str, int],
+) -> tuple[list[Followup | None], FollowupModelRecord]:
+    """Per ask, what the night reads in the turn: `model`'s answer where it gave one the turn
+    bears out (`settle`), else the rules' reading; and what the model read (`candidates`: the
+    asks; `skipped`: the turns never asked, by why; an answer the budget stopped joins them)."""
+    not_asked = Counter(skipped)
+    asked: list[Parsed[ModelRead]] = []
+    outcomes: Counter[str] = Counter()
+    reads: list[Followup | None] = []
+    for ask, got in zip(asks, answers, strict=True):
+        read = ask.ruled
+        if got is not None and got.status == "budget":
+            not_asked[
+                "the night's budget was spent" + (f" ({got.error})" if got.error else "")
+            ] += 1
+        elif got is not None:
+            asked.append(got)
+            if got.status in ANSWERED and got.value is not None:
+                read, outcome = settle(ask, got.value, model)
+                outcomes[outcome] += 1
+        reads.append(read)
+    statuses = Counter(got.status for got in asked)
+    return reads, FollowupModelRecord(
+        model=model,
+        candidates=len(asks),
+        asked=len(asked),
+        answered=sum(statuses[s] for s in ANSWERED),
+        repaired=statuses["repaired"],
+        parse_failures=statuses["invalid_json"],
+        backend_errors=statuses["backend_error"],
+        outcomes=dict(outcomes),
+        invalid_parts=sum(got.value.invalid for got in asked if got.value is not None),
+        skipped=dict(not_asked),
+        first_error=first_error(asked),
+        parse_rate=parse_rate(statuses),
+    )

@@ -35,7 +35,7 @@ import functools
 import json
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -414,61 +414,21 @@ def refusal(
 
 # ---- the report -----------------------------------------------------------------------------
 
-
-@dataclass
-class ModelCalls:
-    """What one role of the miner asked its model in a night, counted alike for each role
-    (`MinerReport`, `followup_model.FollowupModelReport`), filled as the calls come back;
-    `record()` is what report.json keeps of it."""
-
-    candidates: int = 0  # what the role could ask about
-    asked: int = 0
-    answered: int = 0  # replies that parsed (repaired ones included)
-    repaired: int = 0
-    parse_failures: int = 0
-    backend_errors: int = 0
-
-    @property
-    def parse_rate(self) -> float | None:
-        """Share of answered calls whose reply parsed (repaired ones included)."""
-        replied = self.asked - self.backend_errors
-        return self.answered / replied if replied else None
+ANSWERED: tuple[CallStatus, ...] = ("ok", "repaired")
+"""A call whose reply parsed (a repaired one included)."""
 
 
-@dataclass
-class MinerReport(ModelCalls):
-    """What the miner did in one night: the mining report's `miner` section (`candidates`:
-    rows with a verdict and no strong check, or none at all)."""
+def parse_rate(statuses: Counter[CallStatus]) -> float | None:
+    """Share of the calls a model answered (not a backend error) whose reply parsed, from the
+    calls counted by status: every role of the miner reports it alike (`ModelCallsRecord`)."""
+    replied = statuses.total() - statuses["backend_error"]
+    return sum(statuses[s] for s in ANSWERED) / replied if replied else None
 
-    miner: str = ""  # the miner's spec (or name): every measurement names its miner
-    cannot_check: int = 0
-    kept: int = 0
-    refused: dict[str, int] = field(default_factory=dict)  # why -> checks
-    skipped: dict[str, int] = field(default_factory=dict)  # why -> rows never shown
-    invalid_parts: int = 0  # parts of a check outside the vocabulary, dropped
-    kept_parts: dict[str, int] = field(default_factory=dict)  # answer:number, rule:json, ...
-    first_error: str | None = None  # the first backend error, for the night's notes
-    examples: list[MinerExample] = field(default_factory=list)  # the first decisions
 
-    def record(self) -> MinerRecord:
-        return MinerRecord(
-            miner=self.miner,
-            candidates=self.candidates,
-            asked=self.asked,
-            answered=self.answered,
-            repaired=self.repaired,
-            parse_failures=self.parse_failures,
-            backend_errors=self.backend_errors,
-            cannot_check=self.cannot_check,
-            kept=self.kept,
-            refused=dict(self.refused),
-            skipped=dict(self.skipped),
-            invalid_parts=self.invalid_parts,
-            kept_parts=dict(self.kept_parts),
-            first_error=self.first_error,
-            examples=tuple(self.examples),
-            parse_rate=self.parse_rate,
-        )
+def first_error(calls: Iterable[Parsed[Any] | MinerCall]) -> str | None:
+    """The first backend error of `calls`, redacted and clipped, for the night's notes."""
+    errors = (c.error for c in calls if c.status == "backend_error")
+    return next((redact_for_model(str(e))[:300] for e in errors), None)
 
 
 MAX_EXAMPLES = 10
@@ -574,6 +534,20 @@ class MinerCall:
     invalid: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Decided:
+    """A row the miner answered (its call not stopped by the budget): the call, what became of
+    it (`kept`, `refused: why`, ...) and the check put on its task (None: none)."""
+
+    row_id: str
+    call: MinerCall
+    outcome: str
+    kept: MinedCheck | None
+
+
+REFUSED = "refused: "
+
+
 def _conversation(messages: list[Message], config: MinerConfig) -> str:
     """The conversation as quoted lines, the newest that fit (the request always)."""
     lines: list[str] = []
@@ -602,6 +576,29 @@ def _evidence_text(ev: Evidence, config: MinerConfig) -> str:
         if said:
             lines.append(f"  what the user said of it: {said}")
     return "\n".join(lines)
+
+
+def _outcome(call: MinerCall) -> str:
+    """What an answered call wrote, before its check is tested."""
+    if call.status == "backend_error":
+        return f"backend error: {call.error}"
+    if call.status == "invalid_json":
+        return f"invalid reply: {call.error}"
+    if call.cannot_check is not None:
+        return f"cannot check: {call.cannot_check}"
+    if call.check is None:
+        return REFUSED + "no part of the check is in the vocabulary"
+    return "written"
+
+
+def _example(d: _Decided) -> MinerExample:
+    """One of the miner's first decisions, as the report shows it."""
+    described = d.call.check.describe() if d.call.check else None
+    return MinerExample(
+        row=d.row_id,
+        check=None if described is None else redact_for_model(described),
+        outcome=redact_for_model(d.outcome)[:300],
+    )
 
 
 class Miner:
@@ -633,26 +630,65 @@ class Miner:
 
     def resolve(
         self, pending: list[Pending], rows: list[Interaction]
-    ) -> tuple[list[tuple[MinedTask | None, str | None]], MinerReport]:
+    ) -> tuple[list[tuple[MinedTask | None, str | None]], MinerRecord]:
         """Per pending row, in order: (its task, None) or (None, why it stays dropped); and
-        the report. `rows`: every row the night reads (the threads' evidence)."""
+        what the miner did. `rows`: every row the night reads (the threads' evidence)."""
         evidence = thread_evidence(rows)
-        report = MinerReport(miner=self.name, candidates=len(pending))
-        chosen = self._choose(pending, evidence, report)
+        chosen, skipped = self._choose(pending, evidence)
         prompts = {p.row.id: self._prompt(p, evidence[p.row.id]) for p in chosen}
-        calls = run_sync(self._ask_all(prompts, report))
-        out = []
+        jobs = {r: functools.partial(self._call, r, prompt) for r, prompt in prompts.items()}
+        calls, stopped = run_sync(self.gather(jobs))
+        skipped.update(stopped)
+        out: list[tuple[MinedTask | None, str | None]] = []
+        decided: list[_Decided] = []
         for p in pending:
             call = calls.get(p.row.id)
-            ev = evidence.get(p.row.id) or Evidence()
-            out.append((p.task, p.why) if call is None else self._decide(p, call, ev, report))
-        return out, report
+            if call is not None and call.status == "budget":  # the budget ran out as it asked
+                skipped[self._stopped or "the night's budget was spent"] += 1
+            elif call is not None:
+                ev = evidence.get(p.row.id) or Evidence()
+                decided.append(d := self._decide(p, call, ev))
+                if d.kept is not None:
+                    out.append((self._apply(p, d.kept, ev), None))
+                    continue
+            out.append((p.task, p.why))
+        return out, self._record(len(pending), skipped, decided)
+
+    def _record(
+        self, candidates: int, skipped: Counter[str], decided: list[_Decided]
+    ) -> MinerRecord:
+        """What the miner did with the `candidates` rows: those never shown, by why; and the
+        calls answered, each `decided`."""
+        calls = [d.call for d in decided]
+        statuses = Counter(c.status for c in calls)
+        kept = [d.kept for d in decided if d.kept is not None]
+        refused = (
+            d.outcome.removeprefix(REFUSED) for d in decided if d.outcome.startswith(REFUSED)
+        )
+        return MinerRecord(
+            miner=self.name,
+            candidates=candidates,
+            asked=len(calls),
+            answered=sum(statuses[s] for s in ANSWERED),
+            repaired=statuses["repaired"],
+            parse_failures=statuses["invalid_json"],
+            backend_errors=statuses["backend_error"],
+            cannot_check=sum(c.cannot_check is not None for c in calls),
+            kept=len(kept),
+            refused=dict(Counter(refused)),
+            skipped=dict(skipped),
+            invalid_parts=sum(len(c.invalid) for c in calls),
+            kept_parts=dict(Counter(part for check in kept for part in check.parts())),
+            first_error=first_error(calls),
+            examples=tuple(_example(d) for d in decided[:MAX_EXAMPLES]),
+            parse_rate=parse_rate(statuses),
+        )
 
     def _choose(
-        self, pending: list[Pending], evidence: dict[str, Evidence], report: MinerReport
-    ) -> list[Pending]:
+        self, pending: list[Pending], evidence: dict[str, Evidence]
+    ) -> tuple[list[Pending], Counter[str]]:
         """The rows to show: with a verdict to test on, allowed to this miner, up to the cap
-        (two-sided evidence first)."""
+        (two-sided evidence first); and the others, counted by why."""
         skipped: Counter[str] = Counter()
         ranked = []
         for p in pending:
@@ -667,8 +703,7 @@ class Miner:
         over = ranked[self.config.max_rows :]
         if over:
             skipped[f"over the cap of {self.config.max_rows} rows a night"] += len(over)
-        report.skipped = dict(skipped)
-        return ranked[: self.config.max_rows]
+        return ranked[: self.config.max_rows], skipped
 
     def _messages(self, p: Pending) -> list[Message]:
         if p.task is not None:
@@ -704,13 +739,6 @@ class Miner:
 
         done = await asyncio.gather(*(one(k, j) for k, j in jobs.items()))
         return dict(d for d in done if d is not None), stopped
-
-    async def _ask_all(self, prompts: dict[str, str], report: MinerReport) -> dict[str, MinerCall]:
-        jobs = {r: functools.partial(self._call, r, p) for r, p in prompts.items()}
-        calls, stopped = await self.gather(jobs)
-        for reason, n in stopped.items():
-            report.skipped[reason] = report.skipped.get(reason, 0) + n
-        return calls
 
     async def _ask(self, prompt: str, params: GenerationParams | None = None) -> str:
         messages: list[Message] = [{"role": "user", "content": prompt}]
@@ -778,21 +806,14 @@ class Miner:
             call.check, call.cannot_check, call.invalid = got.value
         return call
 
-    def _decide(
-        self, p: Pending, call: MinerCall, ev: Evidence, report: MinerReport
-    ) -> tuple[MinedTask | None, str | None]:
-        """Count the call; test its check; the task with the check when it is kept."""
-        if call.status == "budget":
-            reason = self._stopped or "the night's budget was spent"
-            report.skipped[reason] = report.skipped.get(reason, 0) + 1
-            return p.task, p.why
-        report.asked += 1
-        outcome = self._outcome(call, report)
+    def _decide(self, p: Pending, call: MinerCall, ev: Evidence) -> _Decided:
+        """What becomes of an answered call: its check tested, kept or refused."""
+        outcome = _outcome(call)
         check = call.check
         if check is not None and check.rubric and self.judge is None:
             check = MinedCheck(check.answer, check.rules, None, check.why)
             if check.empty:
-                outcome, check = "refused: a rubric needs a judge model (--judge-model)", None
+                outcome, check = REFUSED + "a rubric needs a judge model (--judge-model)", None
         if check is not None:
             try:
                 why = refusal(check, ev, self.judge, self._messages(p))
@@ -800,48 +821,8 @@ class Miner:
                 why = f"the judge could not test the rubric ({type(err).__name__})"
             if why is None and bare_verdict(p.row) and ev.sides != "both":
                 why = ONE_SIDED_BARE
-            outcome = f"refused: {why}" if why else "kept"
-        if outcome.startswith("refused: "):
-            why = outcome.removeprefix("refused: ")
-            report.refused[why] = report.refused.get(why, 0) + 1
-        self._example(report, p, call, outcome)
-        if outcome != "kept" or check is None:
-            return p.task, p.why
-        report.kept += 1
-        for part in check.parts():
-            report.kept_parts[part] = report.kept_parts.get(part, 0) + 1
-        return self._apply(p, check, ev), None
-
-    @staticmethod
-    def _outcome(call: MinerCall, report: MinerReport) -> str:
-        """Count the call's status; its outcome before the check is tested."""
-        report.invalid_parts += len(call.invalid)
-        if call.status == "backend_error":
-            report.backend_errors += 1
-            report.first_error = report.first_error or redact_for_model(str(call.error))[:300]
-            return f"backend error: {call.error}"
-        if call.status == "invalid_json":
-            report.parse_failures += 1
-            return f"invalid reply: {call.error}"
-        report.answered += 1
-        report.repaired += call.status == "repaired"
-        if call.cannot_check is not None:
-            report.cannot_check += 1
-            return f"cannot check: {call.cannot_check}"
-        if call.check is None:
-            return "refused: no part of the check is in the vocabulary"
-        return "written"
-
-    def _example(self, report: MinerReport, p: Pending, call: MinerCall, outcome: str) -> None:
-        if len(report.examples) < MAX_EXAMPLES:
-            described = call.check.describe() if call.check else None
-            report.examples.append(
-                MinerExample(
-                    row=p.row.id,
-                    check=None if described is None else redact_for_model(described),
-                    outcome=redact_for_model(outcome)[:300],
-                )
-            )
+            outcome = REFUSED + why if why else "kept"
+        return _Decided(p.row.id, call, outcome, check if outcome == "kept" else None)
 
     def _apply(self, p: Pending, check: MinedCheck, ev: Evidence) -> MinedTask:
         """`p`'s task (made now for a dropped row) checked by `check`."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -104,34 +105,6 @@ class Signal:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
-
-
-@dataclass
-class SignalReport:
-    """What a night read from its threads: the mining report's `conversation` section."""
-
-    threads: int = 0
-    linked_threads: int = 0  # of two or more rows or replies
-    turns: int = 0  # replies in them
-    signals: dict[str, int] = field(default_factory=dict)  # by kind
-    trusted: int = 0
-    untrusted: int = 0
-    rejected_by_operator: int = 0
-    redo_turns: int = 0  # replies to the user's verdict on an earlier reply: evidence, not tasks
-    model: FollowupModelRecord | None = None  # the miner's reading of next turns (None: none)
-
-    def record(self) -> ConversationRecord:
-        return ConversationRecord(
-            threads=self.threads,
-            linked_threads=self.linked_threads,
-            turns=self.turns,
-            signals=dict(self.signals),
-            trusted=self.trusted,
-            untrusted=self.untrusted,
-            rejected_by_operator=self.rejected_by_operator,
-            redo_turns=self.redo_turns,
-            model=self.model or FollowupModelRecord.empty(),
-        )
 
 
 def words_trusted(it: Interaction) -> bool:
@@ -283,27 +256,35 @@ _Verdict = tuple[Signal, Followup | None] | None
 
 @dataclass
 class _Read:
+    """The rows to mine and the signals, as the threads are read; the turns whose signal the
+    operator rejected, and the retries (`redo_turns`)."""
+
     rows: list[Interaction] = field(default_factory=list)
     signals: list[Signal] = field(default_factory=list)
-    report: SignalReport = field(default_factory=SignalReport)
     emitted: set[str] = field(default_factory=set)  # a branch shares its first turns
+    rejected: int = 0
+    redo_turns: int = 0
+
+
+_Reads = dict[tuple[str, int], Followup | None]
 
 
 def _followups(
-    threads: list[Thread], config: MineConfig, reader: ModelReader | None, report: SignalReport
-) -> dict[tuple[str, int], Followup | None]:
+    threads: list[Thread], config: MineConfig, reader: ModelReader | None
+) -> tuple[_Reads, FollowupModelRecord]:
     """What the next turn said of each reply (None: nothing): the rules' reading, then the
     model's where the rules read a bare rejection, or nothing (`MinerConfig.followup_reading`;
-    one question per distinct turn: branches of a conversation share their first turns)."""
+    one question per distinct turn: branches of a conversation share their first turns); and
+    what the model read (`{}`: it was not asked)."""
     if not config.conversation:
-        return {}
-    reads = {
+        return {}, FollowupModelRecord.empty()
+    reads: _Reads = {
         (thread.id, turn.index): read_followup(turn.followup, turn.reply)
         for thread in threads
         for turn in thread.turns
     }
     if reader is None:
-        return reads
+        return reads, FollowupModelRecord.empty()
     asks: dict[tuple[str, str, str], FollowupAsk] = {}
     keys: dict[tuple[str, int], tuple[str, str, str]] = {}
     for thread in threads:
@@ -323,8 +304,7 @@ def _followups(
     read = dict(zip(asks, got, strict=True))
     for where, key in keys.items():
         reads[where] = read[key]
-    report.model = model.record()
-    return reads
+    return reads, model
 
 
 def read_threads(
@@ -332,7 +312,7 @@ def read_threads(
     config: MineConfig,
     rejected: set[str] | None = None,
     reader: ModelReader | None = None,
-) -> tuple[list[Interaction], list[Signal], SignalReport]:
+) -> tuple[list[Interaction], list[Signal], ConversationRecord]:
     """The rows to mine (one per reply of a conversation thread, the others as they are), the
     signals read, and what the threads held. `reader`: the miner reading the next turns the
     rules could not (`followup_model.py`); None: the rules alone."""
@@ -340,12 +320,9 @@ def read_threads(
     threads = build_threads(rows)
     by_id = {it.id: it for it in rows}
     out = _Read()
-    out.report.threads = len(threads)
-    reads = _followups(threads, config, reader, out.report)
+    reads, model = _followups(threads, config, reader)
     verdicts: dict[tuple[str, int], _Verdict] = {}
     for thread in threads:
-        out.report.linked_threads += thread.linked
-        out.report.turns += len(thread.turns)
         for turn in thread.turns:
             read = reads.get((thread.id, turn.index))
             verdicts[(thread.id, turn.index)] = (
@@ -358,7 +335,21 @@ def read_threads(
             out.rows.extend(thread.rows)
             continue
         _mine_rows(thread, by_id, verdicts, rejected, out)
-    return out.rows, out.signals, out.report
+    return (
+        out.rows,
+        out.signals,
+        ConversationRecord(
+            threads=len(threads),
+            linked_threads=sum(thread.linked for thread in threads),
+            turns=sum(len(thread.turns) for thread in threads),
+            signals=dict(Counter(s.kind for s in out.signals)),
+            trusted=sum(s.trusted for s in out.signals),
+            untrusted=sum(not s.trusted for s in out.signals),
+            rejected_by_operator=out.rejected,
+            redo_turns=out.redo_turns,
+            model=model,
+        ),
+    )
 
 
 def _mine_rows(
@@ -373,7 +364,7 @@ def _mine_rows(
     for k, turn in enumerate(turns):
         v = verdicts.get((thread.id, turn.index))
         if v is not None and v[0].id in rejected:
-            out.report.rejected_by_operator += 1
+            out.rejected += 1
             v = None
         row = _turn_row(thread, turn, by_id)
         redo, judged = judged, v is not None and v[0].kind in REDO_AFTER
@@ -382,7 +373,7 @@ def _mine_rows(
             continue
         out.emitted.add(row.id)
         if redo:  # evidence for the miner (a retry the user accepted), never a task
-            out.report.redo_turns += 1
+            out.redo_turns += 1
             row = replace(row, meta={**row.meta, REDO: REDONE})
         if v is not None:
             row = _judged(row, v, turns[k + 1].reply if k + 1 < len(turns) else None, out)
@@ -407,11 +398,6 @@ def _judged(
     `drawn`: the thread's next reply (the one a correction drew)."""
     signal, read = v
     out.signals.append(signal)
-    out.report.signals[signal.kind] = out.report.signals.get(signal.kind, 0) + 1
-    if signal.trusted:
-        out.report.trusted += 1
-    else:
-        out.report.untrusted += 1
     meta = {**row.meta, "signals": [signal.to_dict()]}
     if signal.kind == "correction" and drawn is not None and row.feedback.reference is None:
         meta[REFERENCE_REPLY] = drawn  # the reply its own reference drew

@@ -439,7 +439,7 @@ def _conversation_lines(mining: MiningRecord) -> list[str]:
 
 
 def miner_lines(miner: MinerRecord | None) -> list[str]:
-    """What the miner wrote (`miner.MinerReport`): asked, parsed, kept, refused and why."""
+    """What the miner wrote (`records.MinerRecord`): asked, parsed, kept, refused and why."""
     if not given(miner):
         return []
     rate = miner.parse_rate

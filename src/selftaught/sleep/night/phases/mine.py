@@ -120,10 +120,9 @@ def mine(
     reader = ModelReader(miner) if miner is not None and miner.config.read_followups else None
     rows, _, conversation = read_threads(interactions, config, rejected, reader)
     rows, _, agent = read_outcomes(rows, rejected)
-    if workspaces is not None:
-        workspaces.report = agent
-    for kind, n in agent.signals.items():  # one count of signals by kind, whatever the source
-        conversation.signals[kind] = conversation.signals.get(kind, 0) + n
+    signals = Counter(conversation.signals)  # one count of signals by kind, whatever the source
+    signals.update(agent.signals)
+    conversation = conversation.but(signals=dict(signals))
     dropped: Counter[str] = Counter()
     redone = sum(is_redo(it) for it in rows)  # a retry's reply, and its episode's tool calls
     if redone:
@@ -145,8 +144,7 @@ def mine(
         _keep(group[0], task, why, tasks, dropped, unchecked)
     written = MinerRecord.empty()  # `{}`: no miner ran
     if miner is not None:
-        found, report = miner.resolve(pending, rows)
-        written = report.record()
+        found, written = miner.resolve(pending, rows)
         for p, (task, why) in zip(pending, found, strict=True):
             _keep(p.row, task, why, tasks, dropped, unchecked)
     merged = merge_near_duplicates(tasks, config.near_duplicate)
@@ -162,9 +160,9 @@ def mine(
         by_check=dict(Counter(t.check for t in merged)),
         negative=sum(t.negative for t in merged),
         dropped=dict(dropped),
-        conversation=conversation.record(),
+        conversation=conversation,
         miner=written,
-        agent=agent.record(),
+        agent=agent if workspaces is None else workspaces.counted(agent),
     )
 
 
