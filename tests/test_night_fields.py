@@ -20,11 +20,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ForwardRef, get_args, get_type_hints, is_typeddict
 
 import selftaught.sleep
+from selftaught.record import Record
 from selftaught.sleep.night.consolidate import Consolidation
 from selftaught.sleep.night.demo_modes import ModeResult
 from selftaught.sleep.night.phases.context import Harvest, NightContext, NightWindow, Splits
 from selftaught.sleep.night.weight_night import WeightChoice, WeightData
-from selftaught.sleep.records import Record
 from selftaught.sleep.result import NightDraft, NightResult
 
 OWN = "selftaught.sleep."  # the night's own types: the walk goes into their fields
@@ -34,7 +34,7 @@ ALLOWED = frozenset(
         # the edge: a report.json section's keys this version does not type, written back as
         # they came; `Summary` keeps its whole stored summary here (`EvalResult.summary()` of
         # any version, key for key as the golden report.json has it; `score` decodes it)
-        "selftaught.sleep.records.Record.extra",
+        "selftaught.record.Record.extra",
         # the edge: report.json's top-level keys this version does not know
         "selftaught.sleep.result.NightResult.extra",
         # the edge: a logged exchange as its client sent it (OpenAI messages, tools, free-form

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from selftaught.errors import ConfigError
+from selftaught.record import Record
 
 STOP_KINDS = ("max_minutes", "patience", "budget", "other")
 
@@ -98,6 +99,33 @@ class StopReason:
             limit, _, at = text[len("budget (") :].partition(")")
             return cls("budget", limit, at.strip())
         return cls("other", text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopRecord(Record):
+    """A stop as stored (`StopReason.to_dict()`)."""
+
+    kind: str = "other"
+    limit: str = ""
+    at: str = ""
+    text: str = ""
+
+    @classmethod
+    def of(cls, reason: StopReason) -> StopRecord:
+        return cls(kind=reason.kind, limit=reason.limit, at=reason.at, text=str(reason))
+
+    @classmethod
+    def read(cls, value: Any) -> StopRecord:
+        """A stop as a run stored it: its dict, key for key, or the text an older version
+        wrote (as its dict: `StopReason.read`)."""
+        if isinstance(value, dict):
+            return cls.from_dict(value)
+        reason = StopReason.read(value)
+        return cls.of(reason) if reason is not None else cls.empty()
+
+    @property
+    def reason(self) -> StopReason | None:
+        return StopReason.read(self.to_dict())
 
 
 def stop_dict(value: Any) -> dict[str, Any] | None:

@@ -1,11 +1,12 @@
 """The sections of a night's report.json, typed: one frozen dataclass per section.
 
-Every section is a `Record`: its known keys are typed fields, keys this version does not know
-(written by a newer one, or by an older one that had more) are kept in `extra`, and the keys
-it was read with are remembered in order (`read_keys`), so `Record.from_dict(d).to_dict()`
-equals `d` for every report.json written today or before. A record built in code (not read)
-writes all of its fields, in their order (`first` ones first), or the keys `only` names, as
-its section always had them; producers build their records so, never through a dict.
+Every section is a `Record` (`selftaught.record`): its known keys are typed fields, keys this
+version does not know (written by a newer one, or by an older one that had more) are kept in
+`extra`, and the keys it was read with are remembered in order (`read_keys`), so
+`Record.from_dict(d).to_dict()` equals `d` for every report.json written today or before. A
+record built in code (not read) writes all of its fields, in their order (`first` ones first),
+or the keys `only` names, as its section always had them; producers build their records so,
+never through a dict.
 
 Accuracy summaries (`EvalResult.summary()`, any older shape) are `Summary` records whose
 `score` is the one decoded `SplitScore`; gate decisions are `GateRecord`s whose `result` is the
@@ -14,103 +15,23 @@ Accuracy summaries (`EvalResult.summary()`, any older shape) are `Summary` recor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, TypeVar
 
 from selftaught.gate import GateResult, Paired, SmallestGain
 from selftaught.models.usage import Budget
+from selftaught.record import Decoder, Record
 from selftaught.results import SplitScore
 from selftaught.skill.result import ParseStats, SkillTest, SlowUpdate
-from selftaught.stops import StopReason
+from selftaught.stops import StopRecord
+from selftaught.weights.rows import TrainStats
 
 if TYPE_CHECKING:
     from selftaught.evaluation import EvalResult
     from selftaught.weights.elite import EliteStats
 
-_R = TypeVar("_R", bound="Record")
-Decoder = Callable[[Any], Any]
-_OWN = ("extra", "read_keys")
-
-
-def plain(value: Any) -> Any:
-    """`value` as JSON holds it: records as their dicts, tuples as lists."""
-    if isinstance(value, Record):
-        return value.to_dict()
-    if isinstance(value, tuple | list):
-        return [plain(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: plain(v) for k, v in value.items()}
-    return value
-
-
-@dataclass(frozen=True, kw_only=True)
-class Record:
-    """A report section: typed fields, the keys it does not type, the keys it was read with."""
-
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    """Keys this version does not type, written back as they came."""
-    read_keys: tuple[str, ...] | None = field(default=None, repr=False, compare=False)
-    """The keys of the dict it was read from, in order (None: built in code)."""
-
-    decoders: ClassVar[Mapping[str, Decoder]] = {}
-    """Field name → how its JSON value becomes the typed one (a None stays None)."""
-    renamed: ClassVar[Mapping[str, str]] = {}
-    """JSON key → field name, for a key that cannot be a field's name (`from`)."""
-    first: ClassVar[tuple[str, ...]] = ()
-    """Fields a record built in code writes before the others (as its section always had)."""
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls) if f.name not in _OWN)
-
-    @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        """The JSON keys of the fields, in the fields' order."""
-        field_key = {name: key for key, name in cls.renamed.items()}
-        names = (*cls.first, *(n for n in cls.names() if n not in cls.first))
-        return tuple(field_key.get(n, n) for n in names)
-
-    @classmethod
-    def from_dict(cls: type[_R], d: Mapping[str, Any]) -> _R:
-        names = set(cls.names())
-        known: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        for key, value in d.items():
-            name = cls.renamed.get(key, key)
-            if name not in names:
-                extra[key] = value
-                continue
-            decode = cls.decoders.get(name)
-            known[name] = decode(value) if decode is not None and value is not None else value
-        return cls(**known, extra=extra, read_keys=tuple(d))
-
-    def only(self: _R, *keys: str) -> _R:
-        """This record, built in code, writing `keys` alone in this order: a section whose
-        keys say what happened (a phase that did not run has no scores)."""
-        return replace(self, read_keys=keys)
-
-    def but(self: _R, **changes: Any) -> _R:
-        """This record with `changes`; one that writes some keys only (read, or `only`)
-        writes a changed key it lacked at its end."""
-        keys = self.read_keys
-        if keys is not None:
-            field_key = {name: key for key, name in self.renamed.items()}
-            new = (field_key.get(n, n) for n in changes)
-            keys = (*keys, *(k for k in new if k not in keys))
-        return replace(self, **changes, read_keys=keys)
-
-    @classmethod
-    def empty(cls: type[_R]) -> _R:
-        """The section as a report writes it when there is nothing to say: `{}`."""
-        return cls.from_dict({})
-
-    def to_dict(self) -> dict[str, Any]:
-        order = (*self.keys(), *self.extra) if self.read_keys is None else self.read_keys
-        return {
-            k: plain(self.extra[k] if k in self.extra else getattr(self, self.renamed.get(k, k)))
-            for k in order
-        }
+_R = TypeVar("_R", bound=Record)
 
 
 PhaseOutput = Record | tuple[Record, ...] | None
@@ -215,24 +136,6 @@ def _gate_fields(result: GateResult) -> dict[str, Any]:
         "n_missing": result.n_missing,
         "tag_losses": tuple(TagLossRecord.from_dict(t) for t in result.tag_losses),
     }
-
-
-@dataclass(frozen=True, kw_only=True)
-class StopRecord(Record):
-    """A stop as stored (`StopReason.to_dict()`)."""
-
-    kind: str = "other"
-    limit: str = ""
-    at: str = ""
-    text: str = ""
-
-    @classmethod
-    def of(cls, reason: StopReason) -> StopRecord:
-        return cls(kind=reason.kind, limit=reason.limit, at=reason.at, text=str(reason))
-
-    @property
-    def reason(self) -> StopReason | None:
-        return StopReason.read(self.to_dict())
 
 
 # ---- the sections ---------------------------------------------------------------------------
@@ -786,34 +689,13 @@ class WeightDataRecord(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainedRecord(Record):
+class TrainedRecord(TrainStats):
     """One adapter's training (`weights.trained.sft`, `.dpo`, `proposal.adapter.training`):
-    what its trainer reported (`weights.sft.fine_tune_report`, key for key: its keys are the
-    method's and the trainer's), the adopted adapter it went on from, the seconds it took."""
+    what its trainer reported (`TrainStats`, key for key: its keys are the method's and the
+    trainer's), the seconds it took and the adopted adapter it went on from."""
 
-    steps: int = 0
-    loss_first: float | None = None
-    loss_last: float | None = None
     seconds: float | None = None
     continued_from: str | None = None  # the adopted adapter it continued, if any
-    stopped_by: StopRecord | None = None  # a stop before its last step (`--max-minutes`)
-    train_samples: int | None = None  # SFT's rows
-    train_pairs: int | None = None  # DPO's preference pairs
-    train_loss: float | None = None
-    train_seconds: float | None = None
-    setup_seconds: float | None = None
-    step_seconds: float | None = None
-    step_seconds_median: float | None = None
-    trainable_params: int | None = None
-    autocast: str | None = None  # bf16 or off
-    dtype: str | None = None  # of the weights it trained
-    tokens: int | None = None  # SFT: the tokens of its batches, padding too
-    pad_tokens: int | None = None
-    pad_share: float | None = None
-    micro_batches: int | None = None  # SFT: each batch in this many parts
-    packing: bool | None = None  # SFT: padding-free packing
-
-    decoders: ClassVar[Mapping[str, Decoder]] = {"stopped_by": StopRecord.from_dict}
 
 
 @dataclass(frozen=True, kw_only=True)

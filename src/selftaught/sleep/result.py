@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from selftaught.models.usage import Usage
+from selftaught.record import Decoder, plain
 from selftaught.results import RunResult, SplitScore
 from selftaught.skill.result import SlowUpdate
 from selftaught.sleep.records import (
     AdoptedAdapter,
     BudgetRecord,
-    Decoder,
     DreamRecord,
     GateMode,
     KindRecord,
@@ -43,7 +43,6 @@ from selftaught.sleep.records import (
     WindowRecord,
     each,
     many,
-    plain,
     strings,
 )
 from selftaught.stops import StopReason, stop_dict

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from selftaught.evaluation import EvalResult
 from selftaught.gate import GateResult
+from selftaught.record import Decoder, Record
 from selftaught.results import SplitScore
-from selftaught.stops import StopReason, stop_dict
+from selftaught.stops import StopReason, StopRecord, stop_dict
 
 
 def _summary(value: Any) -> EvalResult | None:
@@ -40,28 +41,18 @@ _SAMPLING = (
 )
 
 
-_TRAIN_KEYS = (
-    "steps",
-    "loss_first",
-    "loss_last",
-    "train_loss",
-    "train_seconds",
-    "setup_seconds",
-    "step_seconds",
-    "step_seconds_median",
-    "trainable_params",
-)
+@dataclass(frozen=True, kw_only=True)
+class TrainStats(Record):
+    """What a fine-tune reported (`sft.fine_tune_report`, SFT's and DPO's `fit`): what it
+    trained on (by its method's name: SFT's `train_samples`, DPO's `train_pairs`, KTO's
+    `train_judged`), its steps, loss and timings, the precision it trained in, SFT's batches,
+    and a stop before its last step. Read from a round's row (`RestRound.train`) and written
+    back key for key (`Record`); a night's adapter adds its own keys (`TrainedRecord`)."""
 
-
-@dataclass(frozen=True)
-class TrainStats:
-    """What a round's fine-tune reported (`sft.fit_report`): what it trained on (`samples`,
-    or DPO's `pairs`), its steps, loss and timings, and a stop before its last step. `to_dict`
-    writes the keys it was read with, in their order; keys it does not type stay in `extra`."""
-
-    steps: int | None = None
-    samples: int | None = None
-    pairs: int | None = None
+    train_samples: int | None = None
+    train_pairs: int | None = None
+    train_judged: int | None = None
+    steps: int = 0
     loss_first: float | None = None
     loss_last: float | None = None
     train_loss: float | None = None
@@ -70,43 +61,16 @@ class TrainStats:
     step_seconds: float | None = None
     step_seconds_median: float | None = None
     trainable_params: int | None = None
-    stopped_by: StopReason | None = None
-    extra: Mapping[str, object] = field(default_factory=dict)
-    keys: tuple[str, ...] = ()  # as read (empty: built in code, every set field)
+    autocast: str | None = None  # bf16 or off
+    dtype: str | None = None  # of the weights it trained
+    stopped_by: StopRecord | None = None  # a stop before its last step (`--max-minutes`)
+    tokens: int | None = None  # SFT: the tokens of its batches, padding too
+    pad_tokens: int | None = None
+    pad_share: float | None = None
+    micro_batches: int | None = None  # SFT: each batch in this many parts
+    packing: bool | None = None  # SFT: padding-free packing
 
-    def to_dict(self) -> dict[str, object]:
-        known = {"samples", "pairs", *_TRAIN_KEYS, "stopped_by"}
-        order = self.keys or tuple(k for k in ("samples", "pairs", *_TRAIN_KEYS, "stopped_by")
-                                   if getattr(self, k) is not None)  # fmt: skip
-        out: dict[str, object] = {}
-        for key in order:
-            if key not in known:
-                out[key] = self.extra.get(key)
-            elif key == "stopped_by":
-                out[key] = stop_dict(self.stopped_by)
-            else:
-                out[key] = getattr(self, key)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TrainStats:
-        typed = {"samples", "pairs", *_TRAIN_KEYS, "stopped_by"}
-        return cls(
-            steps=_int(d.get("steps")),
-            samples=_int(d.get("samples")),
-            pairs=_int(d.get("pairs")),
-            loss_first=_float(d.get("loss_first")),
-            loss_last=_float(d.get("loss_last")),
-            train_loss=_float(d.get("train_loss")),
-            train_seconds=_float(d.get("train_seconds")),
-            setup_seconds=_float(d.get("setup_seconds")),
-            step_seconds=_float(d.get("step_seconds")),
-            step_seconds_median=_float(d.get("step_seconds_median")),
-            trainable_params=_int(d.get("trainable_params")),
-            stopped_by=StopReason.read(d.get("stopped_by")),
-            extra={k: v for k, v in d.items() if k not in typed},
-            keys=tuple(d),
-        )
+    decoders: ClassVar[Mapping[str, Decoder]] = {"stopped_by": StopRecord.read}
 
 
 @dataclass(frozen=True)

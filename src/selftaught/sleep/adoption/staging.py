@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from selftaught.errors import InputError
+from selftaught.record import plain
 from selftaught.runs import (
     RunError,
     atomic_write_json,
@@ -96,7 +97,7 @@ from selftaught.sleep.paths import (
     unit_dir,
     version_adapter,
 )
-from selftaught.sleep.records import AdapterRecord, ModelSpecs, plain
+from selftaught.sleep.records import AdapterRecord, ModelSpecs
 from selftaught.sleep.result import NIGHT_KIND as NIGHT_KIND  # read here by old callers
 from selftaught.sleep.result import NightResult
 

@@ -42,10 +42,9 @@ from selftaught.sleep.records import (
     PhaseRecord,
     SkillTestRecord,
     SlowRecord,
-    StopRecord,
     Summary,
 )
-from selftaught.stops import UNLIMITED, Deadline, StopReason
+from selftaught.stops import UNLIMITED, Deadline, StopReason, StopRecord
 from selftaught.tasks.scorers import LlmJudge
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from selftaught.record import Record, plain
 from selftaught.results import SplitScore
 from selftaught.runs import RunDir, atomic_write_json, atomic_write_text
 from selftaught.skill.rows import StepRow, row_from_dict
@@ -37,19 +38,16 @@ from selftaught.sleep.records import (
     PhaseRecord,
     ProofreadRecord,
     RecallRecord,
-    Record,
     SkillRecord,
-    StopRecord,
     Summary,
     ValPairRecord,
     WeightDataRecord,
     WeightsRecord,
     WindowRecord,
     given,
-    plain,
 )
 from selftaught.sleep.result import NightResult
-from selftaught.stops import StopReason, stop_text
+from selftaught.stops import StopReason, StopRecord, stop_text
 
 _R = TypeVar("_R", bound=Record)
 

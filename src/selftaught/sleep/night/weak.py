@@ -41,6 +41,7 @@ from selftaught.errors import BudgetExhausted, ConfigError
 from selftaught.models.base import ChatModel, GenerationParams
 from selftaught.models.errors import FatalBackendError
 from selftaught.policy import Policy
+from selftaught.record import Record
 from selftaught.rollout import RolloutConfig, run_rollouts
 from selftaught.runs import RunError, iter_jsonl, write_jsonl
 from selftaught.skill.config import SkillOptConfig
@@ -60,7 +61,7 @@ from selftaught.sleep.night.signals import words_trusted
 from selftaught.sleep.night.split import train_only, use_lines
 from selftaught.sleep.night.trust import TRUST_KEY, Trust
 from selftaught.sleep.paths import project_dir
-from selftaught.sleep.records import JsonValue, Record, TrainOnlyUse, WeakRecord, WeakTaskRow, given
+from selftaught.sleep.records import JsonValue, TrainOnlyUse, WeakRecord, WeakTaskRow, given
 from selftaught.tasks.base import Example, Score, Split, TaskKind
 from selftaught.tasks.scorers import (
     reference_scorer,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from selftaught.policy import Policy
+from selftaught.record import Record
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.night import summary
 from selftaught.sleep.night.config import NightConfig
@@ -40,7 +41,6 @@ from selftaught.sleep.records import (
     PairedRecord,
     ProofreadRecord,
     ProposalRecord,
-    Record,
     Summary,
     TrainOnlyUse,
 )
