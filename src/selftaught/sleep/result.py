@@ -234,10 +234,17 @@ class NightResult(RunResult):
 @dataclass(kw_only=True)
 class NightDraft:
     """The night being built: what its phases fill in, field by field, under the names of
-    the `NightResult` fields they become (`NightContext.night`). `result()` makes it the
-    frozen `NightResult`, once, when the night ends (and for report.json's first write, as
-    the night starts running). The `RunResult` fields a night derives (val before / after,
-    seconds, a failed night's stop) are derived then, from its sections."""
+    the `NightResult` fields they become (`NightContext.night`), in report.json's order
+    (`REPORT_FIELDS`). `result()` makes it the frozen `NightResult`, once, when the night
+    ends (and for report.json's first write, as the night starts running). The `RunResult`
+    fields a night derives (val before / after, seconds, a failed night's stop) are derived
+    then, from its sections.
+
+    Its fields repeat `NightResult`'s (`test_night_built` checks they agree): a dataclass
+    cannot share fields between a frozen class and a mutable one (inheriting either way is a
+    TypeError), one made from the other at run time is invisible to mypy, and a draft that
+    `replace`d a `NightResult` on each write would derive its scores before the night had
+    them."""
 
     project: str
     night_dir: Path | None
@@ -304,45 +311,11 @@ class NightDraft:
 
 ProjectNight = NightResult  # its name before the night was a trainer
 
-# report.json's keys, each a NightResult field of the same name (and "kind", "project")
-REPORT_FIELDS = (
-    "night",
-    "status",
-    "reason",
-    "pid",
-    "started_at",
-    "ended_at",
-    "models",
-    "gate",
-    "training",
-    "budget",
-    "notes",
-    "window",
-    "consumed_until",
-    "base_version",
-    "mining",
-    "recall",
-    "splits",
-    "duplicates",
-    "phases",
-    "phase_seconds",
-    "usage",
-    "proposal",
-    "proofread",
-    "replay",
-    "weights",
-    "adapter",
-    "weak",
-    "dream",
-    "evidence_calls",
-    "adopted_version",
-    "adopted_at",
-    "stopped_by",
-    "skills",
-    "skill_set",
-    "start_document",
-    "kinds",
+REPORT_FIELDS = tuple(
+    f.name for f in fields(NightDraft) if f.name not in ("project", "night_dir", "records")
 )
+"""report.json's keys (after "kind" and "project"), each a `NightResult` field of the same name:
+the draft's fields, in its order, less where the night is and its phases' records."""
 _HEAD = ("kind", "project")
 # written even when empty, as the night wrote them before it was typed (old tooling reads them)
 _ALWAYS = ("night", "status", "reason", "notes", "consumed_until", "phases")
