@@ -264,9 +264,9 @@ class ModelCallsRecord(Record):
     share. A record built in code writes the field naming the model first, then these counts,
     then its own fields, as report.json has always had them."""
 
-    candidates: int = 0
+    candidates: int = 0  # what the role could ask about
     asked: int = 0
-    answered: int = 0
+    answered: int = 0  # replies that parsed (repaired ones included)
     repaired: int = 0
     parse_failures: int = 0
     backend_errors: int = 0
@@ -275,14 +275,15 @@ class ModelCallsRecord(Record):
 @dataclass(frozen=True, kw_only=True)
 class FollowupModelRecord(ModelCallsRecord):
     """`mining.conversation.model`: what the miner read in the next turns the rules could not
-    (`followup_model.settle_answers`); read from `{}` when it read none."""
+    (`followup_model.settle_answers`; `candidates`: next turns the rules read nothing or a
+    bare rejection in); read from `{}` when it read none."""
 
     first: ClassVar[tuple[str, ...]] = ("model",)
 
     model: str = ""
-    outcomes: Mapping[str, int] = field(default_factory=dict)
-    invalid_parts: int = 0
-    skipped: Mapping[str, int] = field(default_factory=dict)
+    outcomes: Mapping[str, int] = field(default_factory=dict)  # correction, downgraded, none, ...
+    invalid_parts: int = 0  # rules outside the vocabulary, dropped
+    skipped: Mapping[str, int] = field(default_factory=dict)  # why -> turns never asked
     first_error: str | None = None
     parse_rate: float | None = None
 
@@ -292,14 +293,14 @@ class ConversationRecord(Record):
     """`mining.conversation`: what the threads held (`signals.read_threads`)."""
 
     threads: int = 0
-    linked_threads: int = 0
-    turns: int = 0
+    linked_threads: int = 0  # of two or more rows or replies
+    turns: int = 0  # replies in them
     signals: Mapping[str, int] = field(default_factory=dict)  # by kind
     trusted: int = 0
     untrusted: int = 0
     rejected_by_operator: int = 0
-    redo_turns: int = 0
-    model: FollowupModelRecord | None = None
+    redo_turns: int = 0  # replies to the user's verdict on an earlier reply: evidence, not tasks
+    model: FollowupModelRecord | None = None  # the miner's reading of next turns (`{}`: none)
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"model": FollowupModelRecord.from_dict}
 
@@ -315,20 +316,21 @@ class MinerExample(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class MinerRecord(ModelCallsRecord):
-    """`mining.miner`: what the miner wrote and what was kept (`miner.Miner.resolve`);
-    read from `{}` when no miner ran (`ran` is False)."""
+    """`mining.miner`: what the miner wrote and what was kept (`miner.Miner.resolve`;
+    `candidates`: rows with a verdict and no strong check, or none at all); read from `{}`
+    when no miner ran (`ran` is False)."""
 
     first: ClassVar[tuple[str, ...]] = ("miner",)
 
-    miner: str = ""
+    miner: str = ""  # the miner's spec (or name): every measurement names its miner
     cannot_check: int = 0
     kept: int = 0
-    refused: Mapping[str, int] = field(default_factory=dict)
-    skipped: Mapping[str, int] = field(default_factory=dict)
-    invalid_parts: int = 0
-    kept_parts: Mapping[str, int] = field(default_factory=dict)
-    first_error: str | None = None
-    examples: tuple[MinerExample, ...] = ()
+    refused: Mapping[str, int] = field(default_factory=dict)  # why -> checks
+    skipped: Mapping[str, int] = field(default_factory=dict)  # why -> rows never shown
+    invalid_parts: int = 0  # parts of a check outside the vocabulary, dropped
+    kept_parts: Mapping[str, int] = field(default_factory=dict)  # answer:number, rule:json, ...
+    first_error: str | None = None  # the first backend error, for the night's notes
+    examples: tuple[MinerExample, ...] = ()  # the first decisions
     parse_rate: float | None = None
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"examples": many(MinerExample)}
@@ -344,14 +346,14 @@ class AgentRunsRecord(Record):
     """`mining.agent`: what coding agents' own test runs said
     (`agent_outcome.read_outcomes`, then `WorkspaceMiner.counted`)."""
 
-    rows: int = 0
-    with_runs: int = 0
+    rows: int = 0  # agent rows read
+    with_runs: int = 0  # that ran tests or a build
     runs: Mapping[str, int] = field(default_factory=dict)  # by status
     signals: Mapping[str, int] = field(default_factory=dict)  # solved / ended_red
     rejected_by_operator: int = 0
     workspace_tasks: int = 0
-    not_workspace: Mapping[str, int] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
+    not_workspace: Mapping[str, int] = field(default_factory=dict)  # solved, a plain task: why
+    notes: tuple[str, ...] = ()  # the first few reasons in full
 
     decoders: ClassVar[Mapping[str, Decoder]] = {"notes": strings}
 

@@ -368,9 +368,8 @@ def settle_answers(
     for ask, got in zip(asks, answers, strict=True):
         read = ask.ruled
         if got is not None and got.status == "budget":
-            not_asked[
-                "the night's budget was spent" + (f" ({got.error})" if got.error else "")
-            ] += 1
+            spent = f" ({got.error})" if got.error else ""
+            not_asked[f"the night's budget was spent{spent}"] += 1
         elif got is not None:
             asked.append(got)
             if got.status in ANSWERED and got.value is not None:
