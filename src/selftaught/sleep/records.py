@@ -16,8 +16,8 @@ Accuracy summaries (`EvalResult.summary()`, any older shape) are `Summary` recor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard, TypeVar
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeGuard, TypeVar
 
 from selftaught.gate import GateResult, Paired, SmallestGain
 from selftaught.models.usage import Budget
@@ -1015,6 +1015,171 @@ class SyntheticOrigin(Record):
     how: str = ""
 
     renamed: ClassVar[Mapping[str, str]] = {"from": "from_task"}
+
+
+class RuleRow(TypedDict):
+    """A rule among a task's checks, as `state["rules"]` holds it (`checks.Rule.to_dict`)."""
+
+    kind: str  # max_words, json, language, ... (`checks.Rule`)
+    arg: JsonValue  # a count, a language name, a unit, a pattern, a text; None for none
+    said: str  # the user's own words ("" for a rule the miner wrote)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkspaceCheck(Record):
+    """A workspace task's check (`state["workspace"]`, `agent_outcome.py`): the agent edits the
+    start folder, then the command runs there."""
+
+    path: str = ""  # the start folder (the repository's files at the session's start)
+    check: tuple[str, ...] = ()  # the command's argv
+    timeout_s: float = 60.0
+    session: str | None = None  # the agent session it was mined from
+    commit: str | None = None  # the repository's commit at the session's start
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"check": strings}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinedCheckRecord(Record):
+    """A check the miner wrote (`state["mined_check"]`, `miner.with_check`): which miner, on
+    which side of the thread it was tested, and the check (`miner.MinedCheck.to_dict`)."""
+
+    by: str = ""  # the miner's name
+    tested_on: str = ""  # "both", "rejected", ... (`miner.Evidence.sides`)
+    answer: Mapping[str, str] | None = None  # {"kind", "value"}: the expected answer
+    rules: tuple[RuleRow, ...] = ()
+    rubric: str | None = None
+    why: str = ""  # the miner's own account of where the check comes from
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {"rules": tuple}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BareVerdictMark(Record):
+    """`state["bare_verdict"]`: the task's only verdict was a bare one (`mine.BARE_VERDICT`),
+    checked by a two-sided check: it trains, never validates (`split.train_only`)."""
+
+    signal: str = ""  # "reask" or "rejection"
+    check: str = ""  # what checks it: "miner"
+
+
+def _default(f: Field[Any]) -> Any:
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskChecks(Record):
+    """A mined task's checks and marks (`mine.MinedTask.state`): one typed field per key of
+    the `tasks.base.Example.state` its scorer reads (`split.example_of`, the one place it
+    becomes that dict), stored in the recall pool as that dict (`MinedTask.to_dict`) and read
+    back by `from_dict` (keys this version does not type kept in `extra`).
+
+    It writes the keys it holds, as the dict it replaces did: one made in code holds the keys
+    given a value other than the default (in the fields' order), `but` adds a key at the end,
+    `without` removes one, `has` tells whether it holds one; one read holds the keys it was
+    read with. Every default is "not checked by this" (no key)."""
+
+    rules: tuple[RuleRow, ...] = ()
+    """The rules the request (or a trusted comment, or the miner) states; every mined task
+    holds the key, often empty."""
+    comment: str | None = None
+    """The operator's comment on the logged reply (redacted): memory text, rules."""
+    evidence: str | None = None
+    """An end user's comment, quoted (`mine.quoted`): evidence for the analyst, never a rule."""
+    scorer: str | None = None
+    """The scorer of the task's reference (`tasks.scorers.reference_scorer`): numeric,
+    quantity, normalized, ..."""
+    demo_source: str | None = None
+    """"correction": the reference is the operator's correction (a demonstration's reply)."""
+    reference_reply: str | None = None
+    """The reply the operator accepted, or the one that answered their correction
+    (`mine.REFERENCE_REPLY`): a demonstration's reply."""
+    rubric: str | None = None
+    """The judge's rubric (a task without a reference, with a judge model)."""
+    no_demo: str | None = None
+    """Why the task may not be a demonstration (an end user's label, ...)."""
+    trust: str | None = None
+    """Whose word its label is (`trust.Trust.label`, `trust.TRUST_KEY`)."""
+    tags: tuple[str, ...] = ()
+    """The logged rows' tags (import `tags`, a harvest's source): the gate's per-tag veto."""
+    tools: tuple[Mapping[str, JsonValue], ...] = ()
+    """An episode task's tools (`replay.py`), as the client sent them."""
+    tool_choice: JsonValue = None
+    """An episode task's tool_choice, as the client sent it (written with `tools`, None too)."""
+    fixtures: tuple[Mapping[str, JsonValue], ...] = ()
+    """An episode's recorded tool results: {"name", "arguments", "result"}."""
+    logged: tuple[Mapping[str, JsonValue], ...] = ()
+    """An episode's logged turns after the request (assistant replies, tool results)."""
+    expected_calls: tuple[Mapping[str, JsonValue], ...] = ()
+    """The user's corrected tool calls: {"name", "arguments"}."""
+    workspace: WorkspaceCheck | None = None
+    """A workspace task's check (`agent_outcome.py`)."""
+    mined_check: MinedCheckRecord | None = None
+    """The check the miner wrote (`miner.py`)."""
+    bare_verdict: BareVerdictMark | None = None
+    """Train only: its only verdict was a bare one (`mine.BARE_VERDICT`)."""
+    weak: WeakLabel | None = None
+    """Train only: a weak label, the samples' agreement (`weak.py`)."""
+    synthetic: SyntheticOrigin | None = None
+    """Train only: a dreamt variant, of which task and how (`dream.py`)."""
+
+    decoders: ClassVar[Mapping[str, Decoder]] = {
+        "rules": tuple,
+        "tags": strings,
+        "tools": tuple,
+        "fixtures": tuple,
+        "logged": tuple,
+        "expected_calls": tuple,
+        "workspace": WorkspaceCheck.from_dict,
+        "mined_check": MinedCheckRecord.from_dict,
+        "bare_verdict": BareVerdictMark.from_dict,
+        "weak": WeakLabel.from_dict,
+        "synthetic": SyntheticOrigin.from_dict,
+    }
+
+    def __post_init__(self) -> None:
+        if self.read_keys is None:  # made in code: it holds the keys given a value
+            names = self.names()
+            given = [
+                f.name
+                for f in fields(self)
+                if f.name in names and getattr(self, f.name) != _default(f)
+            ]
+            object.__setattr__(self, "read_keys", (*given, *self.extra))
+
+    def has(self, key: str) -> bool:
+        """Whether it holds `key` (as `key in state` told of the dict)."""
+        return key in (self.read_keys or ())
+
+    def without(self, *keys: str) -> TaskChecks:
+        """These checks less `keys` (as `state.pop(key)` left the dict)."""
+        defaults = {f.name: _default(f) for f in fields(self) if f.name in keys}
+        return replace(
+            self,
+            **defaults,
+            extra={k: v for k, v in self.extra.items() if k not in keys},
+            read_keys=tuple(k for k in self.read_keys or () if k not in keys),
+        )
+
+    def keep(self, *keys: str) -> TaskChecks:
+        """Only those of `keys` it holds, in `keys`' order."""
+        return TaskChecks.empty().but(**{k: getattr(self, k) for k in keys if self.has(k)})
+
+    @property
+    def has_answer_check(self) -> bool:
+        """A check of the final answer: a reference, a rubric or a rule (`replay.py`'s
+        `has_answer_check` of the dict)."""
+        return bool(self.scorer or self.rubric or self.rules)
+
+    def train_only(self) -> dict[str, Record]:
+        """The marks it holds of a task that trains and never validates, by key, in
+        `split.TRAIN_ONLY`'s order: "weak", "synthetic", "bare_verdict"."""
+        marks: dict[str, Record | None] = {
+            "weak": self.weak,
+            "synthetic": self.synthetic,
+            "bare_verdict": self.bare_verdict,
+        }
+        return {k: v for k, v in marks.items() if v is not None}
 
 
 @dataclass(frozen=True, kw_only=True)
