@@ -476,7 +476,7 @@ def run(n: int, seed: int = 0) -> dict[str, Any]:
             rows = {r.id: r for r in log.query()}
         task, tasks, mining = mine_log(Path(tmp) / "log.db")
     examples = {ex.id: ex for ex in task.examples("train")}
-    logged = {t.prompt: [m for m in t.state["logged"] if m["role"] == "assistant"] for t in tasks}
+    logged = {t.prompt: [m for m in t.state.logged if m["role"] == "assistant"] for t in tasks}
     faithful, perturbed = LoggedReplies(logged), LoggedReplies(logged, perturb=True)
     t0 = time.perf_counter()
     same, wrong = replay(task, faithful), replay(task, perturbed)

@@ -147,8 +147,8 @@ def test_an_agent_request_is_mined_as_the_users_words_whatever_its_harness(wire)
     assert report.dropped == {}
     (task,) = tasks
     assert task.messages == [{"role": "user", "content": "Fix bug 17 in parser.py"}]
-    assert task.state["rules"] == []  # "Respond in JSON", "in French": the harness's, not a rule
-    assert task.state["tools"] == row.tools and task.reference == "SOLVED"
+    assert task.state.rules == ()  # "Respond in JSON", "in French": the harness's, not a rule
+    assert list(task.state.tools) == row.tools and task.reference == "SOLVED"
     # the user's own words still count: a request over the limit is still dropped
     long = (claude_body if wire == "messages" else codex_body)("y" * 12_001, "s-9")
     row = proxy_row(wire, long, "UNSOLVED", feedback=corrected())
@@ -212,7 +212,7 @@ def test_earlier_turns_of_a_session_are_kept_and_quoted_to_an_agent():
     assert (
         task.messages[0]["content"] == "Fix bug 1" and task.messages[-1]["content"] == "Now fix 2"
     )
-    assert task.state["fixtures"] == [
+    assert list(task.state.fixtures) == [
         {"name": "Bash", "arguments": {"command": "make"}, "result": "3 errors"}
     ]
     (prompt,) = agent_prompt(task.messages)

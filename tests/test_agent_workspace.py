@@ -280,9 +280,9 @@ def test_a_solved_session_becomes_a_workspace_task_with_a_two_sided_check(tmp_pa
     (task,) = tasks
     assert task.check == "workspace" and report.by_check == {"workspace": 1}
     assert report.agent.workspace_tasks == 1 and report.conversation.signals == {"solved": 1}
-    ws = task.state["workspace"]
-    assert ws["check"] == TEST_CMD.split() and ws["session"] == "s-ok"
-    folder = Path(ws["path"])
+    ws = task.state.workspace
+    assert ws is not None and list(ws.check) == TEST_CMD.split() and ws.session == "s-ok"
+    folder = Path(ws.path)
     assert folder.is_relative_to(home / "projects" / "calc" / "workspaces")
     assert (folder / "calc.py").read_text() == BUGGY  # the start: what the agent is given
     assert not (folder / ".env").exists() and not (folder / "build").exists()
@@ -397,7 +397,7 @@ def test_real_claude_code_session_becomes_a_two_sided_workspace_task(env, tmp_pa
     (task,) = tasks
     assert task.check == "workspace" and task.messages[-1]["content"] == "make the calc test pass"
     assert report.conversation.signals == {"solved": 1}
-    check = Check(tuple(task.state["workspace"]["check"]))
+    check = Check(task.state.workspace.check)
     assert check.argv == tuple(TEST_CMD.split())
     assert prove(record, check, tmp_path) == (0.0, 1.0)  # fails on the original, passes fixed
     assert time.monotonic() - started < 60
@@ -472,7 +472,7 @@ def test_real_claude_code_through_the_proxy_gives_the_same_workspace_task(env, t
     assert task.check == "workspace" and report.conversation.signals == {"solved": 1}
     assert task.messages == [{"role": "user", "content": "make the calc test pass"}]
     record = load_record(sid, env["home"])
-    check = Check(tuple(task.state["workspace"]["check"]))
+    check = Check(task.state.workspace.check)
     assert prove(record, check, tmp_path) == (0.0, 1.0)
 
 

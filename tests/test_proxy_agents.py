@@ -177,7 +177,7 @@ def test_a_real_agent_session_is_logged_turn_by_turn_with_tools_and_results(tmp_
     (group,) = conversations([episode])
     task, why = mine_tool_task(group, MineConfig(max_prompt_chars=200_000))  # Codex: ~20 KB
     assert why is None and task is not None
-    (fixture,) = task.state["fixtures"]
+    (fixture,) = task.state.fixtures
     assert fixture["name"] == SHELL[agent] and "proxied-4242" in fixture["result"]
 
 

@@ -46,8 +46,8 @@ def test_a_corrected_reply_is_mined_as_a_correction_demo_source():
         messages=[{"role": "user", "content": "What is 3 + 3?"}], reply="6", reference="6"
     )
     (a, b), _ = mine([fixed, logged], MineConfig())
-    assert a.state["demo_source"] == "correction"
-    assert "demo_source" not in b.state  # a logged reference is not the user's correction
+    assert a.state.demo_source == "correction"
+    assert not b.state.has("demo_source")  # a logged reference is not the user's correction
 
 
 def test_a_night_turns_corrected_train_replies_into_demonstrations(tmp_path):

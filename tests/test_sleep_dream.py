@@ -24,6 +24,7 @@ from selftaught.sleep.night.dream import (
 )
 from selftaught.sleep.night.mine import MinedTask
 from selftaught.sleep.night.split import train_only
+from selftaught.sleep.records import TaskChecks
 from selftaught.tasks.scorers import parse_number, reference_scorer
 from tests.scripted import ScriptedModel, user_of
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
@@ -33,7 +34,9 @@ def task(text: str, reference: str | None, tid: str = "t-1", **state) -> MinedTa
     checks = {"rules": [], **state}
     if reference is not None:
         checks["scorer"] = reference_scorer(reference)
-    return MinedTask(tid, [{"role": "user", "content": text}], reference, checks)
+    return MinedTask(
+        tid, [{"role": "user", "content": text}], reference, TaskChecks.from_dict(checks)
+    )
 
 
 _OPERAND = re.compile(r"(?<![\w.,])\d+(?:\.\d+)?(?!\w|[.,]\d)")
@@ -74,7 +77,7 @@ def test_renumbered_variants_have_their_answer_recomputed(text, reference, op, k
             numbers = numbers[:-1]
         assert parse_number(new_ref) == pytest.approx(float(OPS[op](numbers)))
         assert new_ref.startswith("$") == reference.startswith("$")
-        assert reference_scorer(new_ref) == source.state["scorer"]
+        assert reference_scorer(new_ref) == source.state.scorer
         if op == "difference":
             assert parse_number(new_ref) >= 0  # a difference keeps its sign
 
@@ -138,8 +141,8 @@ def test_the_cap_is_a_share_of_the_checked_train_tasks():
     assert len(made) == report.cap == 4 and report.capped and report.made == {"renumbered": 4}
     assert all(t.split == "train" and train_only(t) == "synthetic" for t in made)
     assert len(splits["train"]) == 12
-    assert {t.state["synthetic"]["how"] for t in made} == {"renumbered"}
-    assert {t.state["synthetic"]["from"] for t in made} <= {t.id for t in train}
+    assert {t.state.synthetic.how for t in made} == {"renumbered"}
+    assert {t.state.synthetic.from_task for t in made} <= {t.id for t in train}
 
 
 def test_a_synthetic_near_duplicate_of_a_val_item_is_left_out():
@@ -172,7 +175,7 @@ def test_a_paraphrase_keeps_the_check_and_one_copying_val_is_left_out():
         splits, DreamConfig(n=1, synthetic_share=1.0), analyst, SkillOptConfig(), 0.8
     )
     (variant,) = made
-    assert variant.reference == "Paris" and variant.state["scorer"] == "normalized"
+    assert variant.reference == "Paris" and variant.state.scorer == "normalized"
     assert variant.split == "train" and report.made == {"paraphrase": 1}
     assert "What is the capital" in user_of(analyst.calls[0])  # the request, to rewrite
     copying = paraphrasing("Name the capital city of France!")
@@ -185,12 +188,12 @@ def test_a_paraphrase_keeps_the_check_and_one_copying_val_is_left_out():
 
 def test_a_variant_of_an_end_users_correction_is_never_a_demo():
     source = task("What is 12 + 30?", "42", "t-src", no_demo="checked by an end user's correction")
-    source.state["evidence"] = '"it is 42, always answer in French"'
+    source.state = source.state.but(evidence='"it is 42, always answer in French"')
     made, _ = dream(
         splits_of([source], []), DreamConfig(n=2, synthetic_share=2.0), None, SkillOptConfig(), 0.8
     )
-    assert made and all(t.state["no_demo"] for t in made)
-    assert not any("evidence" in t.state for t in made)  # the end user's words stay behind
+    assert made and all(t.state.no_demo for t in made)
+    assert not any(t.state.has("evidence") for t in made)  # the end user's words stay behind
 
 
 def test_a_night_dreams_for_train_only_and_never_recalls_a_dream(tmp_path, log_at):

@@ -36,12 +36,12 @@ def test_each_interaction_gets_its_strongest_check_and_records_its_source():
     ]
     tasks, report = mine(rows, MineConfig())
     by_prompt = {t.prompt: t for t in tasks}
-    assert by_prompt["What is 2 + 2?"].state["scorer"] == "numeric"
+    assert by_prompt["What is 2 + 2?"].state.scorer == "numeric"
     corrected = by_prompt["What is 3 + 3?"]
     assert corrected.reference == "6" and corrected.negative and corrected.logged_reply == "7"
-    assert by_prompt["How far is 3 km plus 4 km?"].state["scorer"] == "quantity"
+    assert by_prompt["How far is 3 km plus 4 km?"].state.scorer == "quantity"
     rule_task = by_prompt["Explain recursion in at most 20 words."]
-    assert rule_task.check == "rule" and rule_task.state["rules"][0]["arg"] == 20
+    assert rule_task.check == "rule" and rule_task.state.rules[0]["arg"] == 20
     assert all(t.sources and t.origins == ["api"] for t in tasks)
     assert report.read == 6 and report.tasks == 4 and report.negative == 1
     assert report.by_check == {"reference": 3, "rule": 1}
@@ -58,9 +58,9 @@ def test_with_a_judge_unreferenced_requests_get_a_rubric_showing_the_rejected_re
     ]
     tasks, report = mine(rows, MineConfig(judge=True))
     joke, fruit = sorted(tasks, key=lambda t: t.prompt, reverse=True)
-    assert joke.check == "rubric" and "be funnier" in joke.state["rubric"]
-    assert "'No.'" in joke.state["rubric"] and joke.reference is None
-    assert fruit.reference == "Apple" and "approved" in fruit.state["rubric"]
+    assert joke.check == "rubric" and "be funnier" in joke.state.rubric
+    assert "'No.'" in joke.state.rubric and joke.reference is None
+    assert fruit.reference == "Apple" and "approved" in fruit.state.rubric
     assert report.by_check == {"rubric": 2}
 
 
@@ -113,9 +113,9 @@ def test_mined_tasks_carry_their_interactions_tags_for_the_per_tag_veto():
     ]
     tasks, _ = mine(rows, MineConfig())
     merged = next(t for t in tasks if len(t.sources) == 2)
-    assert merged.state["tags"] == ["billing", "support"]  # the union of the merged rows'
+    assert merged.state.tags == ("billing", "support")  # the union of the merged rows'
     untagged = next(t for t in tasks if len(t.sources) == 1)
-    assert "tags" not in untagged.state
+    assert not untagged.state.has("tags")
 
 
 def test_splits_are_stable_disjoint_and_refuse_too_few_tasks():

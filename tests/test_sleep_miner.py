@@ -129,10 +129,10 @@ def test_a_check_two_sided_on_the_thread_is_kept_and_checks_the_task():
     assert written.kept_parts == {"answer:text": 1} and written.parse_rate == 1.0
     assert report.tasks == len(tasks) >= 1 and not report.dropped.get(NO_CHECK)
     first = next(t for t in tasks if len(t.messages) == 1)  # the request the user rejected
-    assert first.reference == "Canberra" and first.state["scorer"] == "normalized"
-    mined = first.state["mined_check"]
-    assert mined["by"] == "scripted-miner" and mined["tested_on"] == "both"
-    assert first.state["no_demo"]  # an end user's verdict: checks the task, teaches nothing
+    assert first.reference == "Canberra" and first.state.scorer == "normalized"
+    mined = first.state.mined_check
+    assert mined is not None and mined.by == "scripted-miner" and mined.tested_on == "both"
+    assert first.state.no_demo  # an end user's verdict: checks the task, teaches nothing
     assert describe_checks(first.state) == "reference (normalized), written by scripted-miner"
     prompt = user_of(model.calls[0])
     assert f'the reply the user rejected: "{WRONG}"' in prompt
@@ -146,8 +146,8 @@ def test_a_bare_rejection_becomes_a_task_only_two_sided_and_for_training():
     Without the accepted retry, the same check is one-sided and refused."""
     tasks, report = mine([thread_row()], MineConfig(), miner=miner_of(says(ANSWER)))
     (first,) = [t for t in tasks if len(t.messages) == 1]
-    assert train_only(first) == BARE_VERDICT and first.state[BARE_VERDICT]["signal"] == "rejection"
-    assert first.state["mined_check"]["tested_on"] == "both"
+    assert train_only(first) == BARE_VERDICT and first.state.bare_verdict.signal == "rejection"
+    assert first.state.mined_check.tested_on == "both"
     lone = Interaction(
         messages=[user(Q), assistant(WRONG), user("That's wrong.")],
         reply="Sorry about that.",
@@ -188,8 +188,8 @@ def test_with_one_side_only_that_side_must_behave():
         rows, MineConfig(), miner=miner_of(says({"answer": {"kind": "quantity", "value": "17 km"}}))
     )
     assert report.miner.kept == 1 and kept[0].reference == "17 km"
-    assert kept[0].state["mined_check"]["tested_on"] == "rejected"
-    assert "no_demo" not in kept[0].state  # the operator's own thumb
+    assert kept[0].state.mined_check.tested_on == "rejected"
+    assert not kept[0].state.has("no_demo")  # the operator's own thumb
     _, report = mine(
         rows, MineConfig(), miner=miner_of(says({"answer": {"kind": "quantity", "value": "20 km"}}))
     )
@@ -301,7 +301,7 @@ def test_a_pattern_that_runs_out_of_time_on_the_rejected_reply_is_refused(rows, 
     fails" and the check was kept; a timeout on either side refuses it, with the reason."""
     miner = miner_of(says({"rules": [check]}))
     tasks, report = mine(rows, MineConfig(), miner=miner)
-    assert report.miner.kept == 0 and not any("mined_check" in t.state for t in tasks)
+    assert report.miner.kept == 0 and not any(t.state.has("mined_check") for t in tasks)
     assert report.miner.refused == {
         "it cannot tell the rejected reply (a pattern ran out of time)": 1
     }
@@ -342,7 +342,7 @@ def test_a_rubric_is_tested_by_the_judge_and_refused_without_one():
         [thread_row()], MineConfig(), miner=miner_of(says(rubric), judge=LlmJudge(judge))
     )
     assert report.miner.kept == 1 and len(judge.calls) == 2  # 1 check x 2 replies
-    assert tasks[0].state["rubric"] == rubric["rubric"] and tasks[0].check == "rubric"
+    assert tasks[0].state.rubric == rubric["rubric"] and tasks[0].check == "rubric"
     _, report = mine([thread_row()], MineConfig(), miner=miner_of(says(rubric)))
     assert report.miner.refused == {"a rubric needs a judge model (--judge-model)": 1}
 
@@ -355,7 +355,7 @@ def test_a_negative_row_with_only_a_generic_rubric_gets_the_written_check():
     assert tasks[0].check == "rubric"
     tasks, report = mine([row], MineConfig(judge=True), miner=miner_of(says(ANSWER)))
     assert report.miner.kept == 1 and tasks[0].check == "reference"
-    assert tasks[0].reference == "Canberra" and "rubric" not in tasks[0].state
+    assert tasks[0].reference == "Canberra" and not tasks[0].state.has("rubric")
 
 
 # ---- privacy, ledger, budget ----------------------------------------------------------------

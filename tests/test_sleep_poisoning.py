@@ -44,12 +44,12 @@ def test_an_end_users_comment_states_no_rule_and_is_quoted_as_evidence():
     )
     it.feedback.comment, it.feedback.trusted = FRENCH, False
     (task,), _ = mine([it], MineConfig())
-    assert task.state["rules"] == [] and "comment" not in task.state
-    assert task.state["evidence"] == json.dumps(FRENCH)  # one quoted line, newlines escaped
+    assert task.state.rules == () and not task.state.has("comment")
+    assert task.state.evidence == json.dumps(FRENCH)  # one quoted line, newlines escaped
     it.feedback.trusted = True  # the operator's comment keeps its power
     (task,), _ = mine([it], MineConfig())
-    assert [r["kind"] for r in task.state["rules"]] == ["language"]
-    assert task.state["comment"] == FRENCH.strip()
+    assert [r["kind"] for r in task.state.rules] == ["language"]
+    assert task.state.comment == FRENCH.strip()
 
 
 def test_a_night_never_copies_an_end_users_comment_into_memory(tmp_path):
@@ -291,7 +291,7 @@ def test_a_task_recalled_from_before_clients_were_recorded_keeps_its_comment_as_
     it.feedback.comment = FRENCH  # mined back when every comment counted as the operator's
     (task,), _ = mine([it], MineConfig())
     task.split, task.clients = "train", []  # as an older pool stored it
-    assert {r["kind"] for r in task.state["rules"]} == {"language", "max_words"}
+    assert {r["kind"] for r in task.state.rules} == {"language", "max_words"}
     recalled = Recalled.from_dict({"night": "n0", "task": task.to_dict()}).task
-    assert "comment" not in recalled.state and "Always answer" in recalled.state["evidence"]
-    assert [r["kind"] for r in recalled.state["rules"]] == ["max_words"]  # the request's own
+    assert not recalled.state.has("comment") and "Always answer" in recalled.state.evidence
+    assert [r["kind"] for r in recalled.state.rules] == ["max_words"]  # the request's own

@@ -155,9 +155,9 @@ def test_steps_of_one_conversation_fold_into_one_episode_task_with_its_fixtures(
     assert isinstance(task, ReplayNightTask) and report.tasks == 1 and report.merged == 2
     assert t.sources == [rows[2].id, rows[1].id, rows[0].id]
     assert [m["role"] for m in t.messages] == ["system", "user"]  # the prompt ends at the request
-    assert t.state["tools"] == CALC and t.state["scorer"] == "numeric"
-    assert [f["result"] for f in t.state["fixtures"]] == ["7006652", "7006652"]
-    roles = [m["role"] for m in t.state["logged"]]
+    assert list(t.state.tools) == CALC and t.state.scorer == "numeric"
+    assert [f["result"] for f in t.state.fixtures] == ["7006652", "7006652"]
+    roles = [m["role"] for m in t.state.logged]
     assert roles == ["assistant", "tool", "assistant", "tool", "assistant"]
     assert t.logged_reply == "Answer: 7006652"
     (ex,) = task.examples("train")
@@ -233,8 +233,8 @@ def test_a_corrected_call_on_an_intermediate_step_is_checked_against_the_episode
         step0={"reference": json.dumps(right)}, step2={"reference": "24534638"}
     )
     task, (t,), report = mined(rows)
-    assert report.tasks == 1 and t.state["expected_calls"] == [right]
-    assert t.state["scorer"] == "numeric" and t.reference == "24534638"
+    assert report.tasks == 1 and t.state.expected_calls == (right,)
+    assert t.state.scorer == "numeric" and t.reference == "24534638"
     (ex,) = task.examples("train")
     assert score_logged(ex).hard == 0.0  # the logged replies made the wrong call
 
@@ -260,10 +260,10 @@ def test_a_corrected_call_alone_is_a_check_and_a_json_reference_without_tools_is
     right = {"name": "calculator", "arguments": {"expression": "2 * 2"}, "result": "4"}
     rows = conversation_rows(step0={"reference": right})
     _, (t,), _ = mined(rows)
-    assert t.check == "tool_call" and "scorer" not in t.state
-    assert {"name": "calculator", "arguments": {"expression": "2 * 2"}, "result": "4"} in t.state[
-        "fixtures"
-    ]  # a corrected call with its result is a fixture too
+    assert t.check == "tool_call" and not t.state.has("scorer")
+    assert {"name": "calculator", "arguments": {"expression": "2 * 2"}, "result": "4"} in (
+        t.state.fixtures
+    )  # a corrected call with its result is a fixture too
     plain = Interaction(
         messages=[{"role": "user", "content": "Give me the JSON"}],
         reply="{}",
@@ -292,7 +292,7 @@ def test_a_night_replays_tool_traffic_as_episodes_and_logs_the_calls(tmp_path):
     plans = bench_replay.make_stream(12)
     bench_replay.simulate(home / "log.db", plans, home)
     task, tasks, _ = bench_replay.mine_log(home / "log.db")
-    logged = {t.prompt: [m for m in t.state["logged"] if m["role"] == "assistant"] for t in tasks}
+    logged = {t.prompt: [m for m in t.state.logged if m["role"] == "assistant"] for t in tasks}
     target = bench_replay.LoggedReplies(logged)
     config = NightConfig(
         home=home, log_path=home / "log.db", documents=("skill",), project="replay"
@@ -345,7 +345,7 @@ def test_import_reads_openai_chat_lines_with_tool_turns(tmp_path):
     assert ending.reply == "" and ending.tool_calls[0]["function"]["name"] == "calculator"
     assert "tools" not in whole.meta
     _, tasks, _ = mined([whole])
-    assert tasks[0].state["fixtures"][0]["result"] == "7006652"
+    assert tasks[0].state.fixtures[0]["result"] == "7006652"
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"messages": lines[0]["messages"], "tools": "calculator"}) + "\n")
     with pytest.raises(ImportFormatError, match=r"bad.jsonl:1: `tools` must be a list"):

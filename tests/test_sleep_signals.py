@@ -88,7 +88,7 @@ def test_a_correction_becomes_a_task_whose_prompt_ends_before_the_feedback_turn(
     (task,) = tasks
     assert task.messages == [user(Q)]
     assert all("17" not in str(m["content"]) for m in task.messages)
-    assert task.reference == "17 km" and task.state["scorer"] == "quantity"
+    assert task.reference == "17 km" and task.state.scorer == "quantity"
     assert task.negative and task.logged_reply == WRONG
     conv = report.conversation
     assert conv is not None and conv.linked_threads == 1 and conv.signals == {"correction": 1}
@@ -97,18 +97,18 @@ def test_a_correction_becomes_a_task_whose_prompt_ends_before_the_feedback_turn(
 
 def test_an_end_users_correction_checks_the_task_but_is_evidence_only():
     (task,), _ = mine(chat_app_rows(), MineConfig())
-    assert task.state["no_demo"]
-    assert "demo_source" not in task.state and "comment" not in task.state
-    assert json.loads(task.state["evidence"]) == CORRECTION  # quoted for the analyst
-    assert task.state["rules"] == []  # an end user's restated rule states no rule
+    assert task.state.no_demo
+    assert not task.state.has("demo_source") and not task.state.has("comment")
+    assert json.loads(task.state.evidence) == CORRECTION  # quoted for the analyst
+    assert task.state.rules == ()  # an end user's restated rule states no rule
 
 
 def test_the_operators_own_correction_is_a_demo_and_its_rule_a_check():
     rows = chat_app_rows(meta={TRUSTED_WORDS: True})
     (task,), report = mine(rows, MineConfig())
-    assert task.state["demo_source"] == "correction" and "no_demo" not in task.state
-    assert task.state["comment"] == CORRECTION
-    assert [(r["kind"], r["arg"]) for r in task.state["rules"]] == [("just_number", "km")]
+    assert task.state.demo_source == "correction" and not task.state.has("no_demo")
+    assert task.state.comment == CORRECTION
+    assert [(r["kind"], r["arg"]) for r in task.state.rules] == [("just_number", "km")]
     assert report.conversation.trusted == 1
 
 
@@ -116,7 +116,7 @@ def test_explicit_feedback_on_the_row_wins_over_the_conversation():
     first, second = chat_app_rows()
     first.feedback = Feedback(reference="18 km", giver=OPERATOR, trusted=True)
     (task,), _ = mine([first, second], MineConfig())
-    assert task.reference == "18 km" and task.state["demo_source"] == "correction"
+    assert task.reference == "18 km" and task.state.demo_source == "correction"
 
 
 def test_a_rejection_a_rule_and_an_acceptance_each_label_their_reply():
@@ -185,7 +185,7 @@ def demos_of(task) -> list[str]:
         def score(self, output, example):
             return SCORERS[example.state["scorer"]](output, example)
 
-    ex = Example(task.id, task.prompt, task.reference, state=task.state)
+    ex = Example(task.id, task.prompt, task.reference, state=task.state.to_dict())
     return [d.reply for d in from_references(Task(), [ex])]
 
 
@@ -193,15 +193,15 @@ def test_a_trusted_users_thanks_makes_the_reply_the_tasks_reference():
     (task,), report = mine(accepted_rows("17 km", trusted=True), MineConfig())
     assert report.conversation.signals == {"acceptance": 1}
     assert task.messages == [user(ASK)] and not task.negative
-    assert task.reference == "17 km" and task.state["scorer"] == "quantity"
-    assert task.state["trust"] == "operator" and "no_demo" not in task.state
+    assert task.reference == "17 km" and task.state.scorer == "quantity"
+    assert task.state.trust == "operator" and not task.state.has("no_demo")
     assert demos_of(task) == ["17 km"]  # the trusted user's own verdict: it may teach
 
 
 def test_an_end_users_thanks_checks_the_task_but_gives_no_demo():
     (task,), _ = mine(accepted_rows("17 km", trusted=False), MineConfig())
-    assert task.reference == "17 km" and task.state["scorer"] == "quantity"
-    assert task.state["trust"] == "end_user" and task.state["no_demo"]
+    assert task.reference == "17 km" and task.state.scorer == "quantity"
+    assert task.state.trust == "end_user" and task.state.no_demo
     assert demos_of(task) == []
 
 
@@ -209,19 +209,19 @@ def test_an_accepted_answer_is_a_reference_only_where_it_is_short_enough_to_chec
     for judge in (False, True):  # a number is the answer, judge or not
         tasks, _ = mine(accepted_rows("Answer: 4312", trusted=True), MineConfig(judge=judge))
         (task,) = [t for t in tasks if t.messages == [user(ASK)]]
-        assert task.reference == "4312" and task.state["scorer"] == "numeric"
+        assert task.reference == "4312" and task.state.scorer == "numeric"
         assert demos_of(task) == ["Answer: 4312"]  # the reply the user accepted, whole
     (word,), _ = mine(accepted_rows("Canberra", trusted=True), MineConfig())
-    assert word.reference == "Canberra" and word.state["scorer"] == "normalized"
+    assert word.reference == "Canberra" and word.state.scorer == "normalized"
     tasks, _ = mine(accepted_rows("Canberra", trusted=True), MineConfig(judge=True))
     (word,) = [t for t in tasks if t.messages == [user(ASK)]]
-    assert word.state["rubric"]  # a word may be one right answer of several: the judge's
+    assert word.state.rubric  # a word may be one right answer of several: the judge's
     prose = "You walk a total of seventeen kilometres, a nice long walk."
     tasks, report = mine(accepted_rows(prose, trusted=True), MineConfig())
     assert tasks == [] and all(why.startswith("no reference") for why in report.dropped)
     tasks, _ = mine(accepted_rows(prose, trusted=True), MineConfig(judge=True))
     (judged,) = [t for t in tasks if t.messages == [user(ASK)]]
-    assert judged.state["rubric"] and judged.reference == prose  # the judge's, as before
+    assert judged.state.rubric and judged.reference == prose  # the judge's, as before
 
 
 # ---- re-asks -------------------------------------------------------------------------------
@@ -291,10 +291,10 @@ def test_imported_chats_corrected_in_the_next_turn_give_tasks(tmp_path: Path, tr
     assert all(t.messages[-1]["content"].startswith("How far") for t in tasks)
     assert all(len(t.messages) == 1 for t in tasks)
     if trust:
-        assert all(t.state["demo_source"] == "correction" for t in tasks)
+        assert all(t.state.demo_source == "correction" for t in tasks)
         assert report.conversation.trusted == 30
     else:
-        assert all(t.state["no_demo"] for t in tasks)
+        assert all(t.state.no_demo for t in tasks)
         assert report.conversation.untrusted == 30
 
 
@@ -354,9 +354,9 @@ def test_a_chat_app_correcting_in_the_next_turn_through_the_proxy(tmp_path, log_
     assert task.messages == [user(ASK)] and task.reference == "17 km"
     assert report.conversation.linked_threads == 1
     if trusted:
-        assert task.state["demo_source"] == "correction"
+        assert task.state.demo_source == "correction"
     else:
-        assert task.state["no_demo"]
+        assert task.state.no_demo
 
 
 def test_named_trusted_clients_need_client_keys(tmp_path):
@@ -428,7 +428,7 @@ def test_the_reply_an_operators_correction_drew_is_the_demo_when_it_passes_the_c
             [user(ASK), assistant("20 km"), user("No, it's 17 km.")], reply, 2.0, meta=meta
         )
         (task,), _ = mine([first, second], MineConfig())
-        ex = Example(task.id, task.prompt, task.reference, state=task.state)
+        ex = Example(task.id, task.prompt, task.reference, state=task.state.to_dict())
         return [d.reply for d in from_references(Task(), [ex])]
 
     assert drawn("You are right: 12 km + 5 km = 17 km", trusted=True) == [

@@ -26,7 +26,13 @@ from selftaught.sleep.adoption.skill_units import (
 )
 from selftaught.sleep.night.weight_night import TrainedAdapter, WeightData
 from selftaught.sleep.paths import Unit, read_adopted
-from selftaught.sleep.records import AdapterRecord, SkillRecord, TrainedRecord, ValPairRecord
+from selftaught.sleep.records import (
+    AdapterRecord,
+    SkillRecord,
+    TaskChecks,
+    TrainedRecord,
+    ValPairRecord,
+)
 from tests.scripted import (
     ScriptedModel,
     append,
@@ -483,7 +489,7 @@ def test_the_shared_adapters_gate_vetoes_a_kind_it_breaks():
         for i in range(n):
             text = f"[needs {name}] What is {i} + 1?"
             task = MinedTask(f"{name}{i}", [{"role": "user", "content": text}], str(i + 1),
-                             state={"scorer": "numeric"}, kind=name)  # fmt: skip
+                             state=TaskChecks(scorer="numeric"), kind=name)  # fmt: skip
             val.append(task)
         return ServedKind(name, NightTask(PROJECT, {"val": val}), (), Adopted("rule beta", ""))
 

@@ -171,11 +171,11 @@ def test_a_correction_after_a_tool_episode_gives_an_episode_task(tmp_path, log_a
     assert report.dropped == {REDONE: 1}  # the answer to the correction is no task
     (task,) = tasks
     assert task.messages[-1] == {"role": "user", "content": QUESTION}
-    assert task.reference == "4,312" and task.state["scorer"] == "numeric"
+    assert task.reference == "4,312" and task.state.scorer == "numeric"
     assert task.negative and task.logged_reply == "Answer: 4311"
-    assert task.state["no_demo"]  # an end user's correction
-    assert [t["function"]["name"] for t in task.state["tools"]] == ["calculator"]
-    assert task.state["fixtures"] == [
+    assert task.state.no_demo  # an end user's correction
+    assert [t["function"]["name"] for t in task.state.tools] == ["calculator"]
+    assert list(task.state.fixtures) == [
         {"name": "calculator", "arguments": {"expression": EXPRESSION}, "result": "4312"}
     ]
     first_step = min(rows, key=lambda r: r.created_at)
@@ -195,9 +195,9 @@ def test_a_trusted_users_thanks_after_a_tool_episode_makes_its_answer_the_refere
         _chat(url, episode, "Thanks, that's right.")
     (task,), report = mine(TaskLog(log_at).query(), MineConfig())
     assert report.conversation.signals == {"acceptance": 1}
-    assert task.reference == "4312" and task.state["trust"] == "operator"
-    assert "no_demo" not in task.state and not task.negative
-    assert task.state["fixtures"][0]["result"] == "4312"
+    assert task.reference == "4312" and task.state.trust == "operator"
+    assert not task.state.has("no_demo") and not task.negative
+    assert task.state.fixtures[0]["result"] == "4312"
 
 
 def test_a_tool_episode_followed_by_a_new_question_is_no_redo(tmp_path, log_at):

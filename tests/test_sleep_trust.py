@@ -23,6 +23,7 @@ from selftaught.sleep.night.cycle import mine, run_night
 from selftaught.sleep.night.dream import DreamConfig, dream
 from selftaught.sleep.night.mine import MineConfig, MinedTask
 from selftaught.sleep.night.trust import Trust, label_trust
+from selftaught.sleep.records import TaskChecks
 from selftaught.tasks.base import Example, Score
 from selftaught.tasks.scorers import reference_scorer, score_reference
 from tests.scripted import ScriptedModel, canned_analyst
@@ -41,7 +42,7 @@ class _RefTask:
 
 def demos_of(tasks: list[MinedTask]) -> list[str]:
     """The reference demonstrations a night could make of `tasks` (their replies)."""
-    examples = [Example(t.id, t.prompt, t.reference, state=t.state) for t in tasks]
+    examples = [Example(t.id, t.prompt, t.reference, state=t.state.to_dict()) for t in tasks]
     return [d.reply for d in from_references(_RefTask(), examples)]  # type: ignore[arg-type]
 
 
@@ -101,14 +102,14 @@ def test_an_imported_reference_checks_its_task_but_is_no_demo_without_trust_fiel
     tasks, report = mine(log.query(), MineConfig())
     log.close()
     assert report.by_check == {"reference": 3}  # it still checks its task
-    assert all(t.state.get("no_demo") for t in tasks) and demos_of(tasks) == []
+    assert all(t.state.no_demo for t in tasks) and demos_of(tasks) == []
     assert {label_trust(t) for t in tasks} == {Trust.END_USER}
     trusted = TaskLog(tmp_path / "vouched.db")
     rows = _import_rows(fmt, 3)
     import_file(_write(tmp_path / "own.jsonl", rows), trusted, project="demo", trust_fields=True)
     tasks, _ = mine(trusted.query(), MineConfig())
     trusted.close()
-    assert not any(t.state.get("no_demo") for t in tasks) and len(demos_of(tasks)) == 3
+    assert not any(t.state.no_demo for t in tasks) and len(demos_of(tasks)) == 3
 
 
 def test_a_night_shows_no_demo_of_an_untrusted_import(tmp_path, log_at):
@@ -156,8 +157,8 @@ def test_the_operators_label_outranks_an_end_users_on_the_same_question(log_at, 
     log.add_feedback(theirs.id, {"thumb": "down", "reference": "212"}, giver=MALLORY, trusted=False)
     (task,), _ = mine(log.query(), MineConfig())
     log.close()
-    assert task.reference == "100" and task.state["demo_source"] == "correction"
-    assert "no_demo" not in task.state and label_trust(task) == Trust.OPERATOR
+    assert task.reference == "100" and task.state.demo_source == "correction"
+    assert not task.state.has("no_demo") and label_trust(task) == Trust.OPERATOR
     assert set(task.sources) == {mine_.id, theirs.id} and MALLORY in task.clients
     assert any("kept the operator's" in n for n in task.notes)
 
@@ -199,7 +200,7 @@ def test_an_end_users_correction_never_replaces_the_reference_the_operator_logge
     assert report.conversation.signals == {"correction": 1}  # the correction was read
     (task,) = [t for t in tasks if asked.id in t.sources]
     assert task.reference == "100" and label_trust(task) == Trust.OPERATOR
-    assert "no_demo" not in task.state
+    assert not task.state.has("no_demo")
 
 
 def test_the_reply_an_end_users_words_drew_is_never_the_operators_demo():
@@ -227,7 +228,7 @@ def test_the_reply_an_end_users_words_drew_is_never_the_operators_demo():
         created_at=2.0,
     )
     (task,), _ = mine([first, second], MineConfig())
-    assert task.reference == "17 km" and task.state["demo_source"] == "correction"
+    assert task.reference == "17 km" and task.state.demo_source == "correction"
     assert demos_of([task]) == ["17 km"]
 
 
@@ -237,7 +238,7 @@ def test_a_reply_an_end_user_approved_is_the_judges_reference_and_no_demo(truste
     liked.feedback = Feedback(thumb="up", giver="operator" if trusted else MALLORY, trusted=trusted)
     (task,), _ = mine([liked], MineConfig(judge=True))
     assert task.check == "rubric" and task.reference == "Rain taps."
-    assert bool(task.state.get("no_demo")) is not trusted
+    assert bool(task.state.no_demo) is not trusted
     assert label_trust(task) == (Trust.OPERATOR if trusted else Trust.END_USER)
 
 
@@ -251,8 +252,8 @@ def test_an_end_users_corrected_tool_call_checks_the_episode_but_is_no_demo(trus
         reference=right, giver="operator" if trusted else MALLORY, trusted=trusted
     )
     (task,), _ = mine(rows, MineConfig())
-    assert task.check == "tool_call" and task.state["expected_calls"]
-    assert bool(task.state.get("no_demo")) is not trusted
+    assert task.check == "tool_call" and task.state.expected_calls
+    assert bool(task.state.no_demo) is not trusted
     assert label_trust(task) == (Trust.OPERATOR if trusted else Trust.END_USER)
 
 
@@ -292,7 +293,9 @@ def test_a_recalled_operators_reference_outlives_tonights_end_user(tmp_path, log
     assert _references(second.night_dir) == operators  # the night's tasks
     pool = {r.task.id: r.task for r in recall.load("demo", tmp_path)}
     assert {i: t.reference for i, t in pool.items()} == operators  # and recall.jsonl
-    assert all(label_trust(t) == Trust.OPERATOR and "no_demo" not in t.state for t in pool.values())
+    assert all(
+        label_trust(t) == Trust.OPERATOR and not t.state.has("no_demo") for t in pool.values()
+    )
     assert all(len(t.sources) == 2 for t in pool.values())  # tonight's row is a source too
     assert all("kept the operator's label" in t.notes[-1] for t in pool.values())
 
@@ -313,11 +316,10 @@ def test_a_legacy_recalled_import_reference_is_no_demo(tmp_path):
     import_file(_write(tmp_path / "rows.jsonl", _import_rows("chat", 1)), log, project="demo")
     (task,), _ = mine(log.query(), MineConfig())
     log.close()
-    for key in ("trust", "no_demo"):  # as an older pool stored it
-        task.state.pop(key, None)
+    task.state = task.state.without("trust", "no_demo")  # as an older pool stored it
     task.split = "train"
     back = recall.Recalled.from_dict({"night": "n0", "task": task.to_dict()}).task
-    assert back.state["no_demo"] and label_trust(back) == Trust.END_USER
+    assert back.state.no_demo and label_trust(back) == Trust.END_USER
 
 
 # ---- dreams and weak labels -----------------------------------------------------------------
@@ -325,7 +327,13 @@ def test_a_legacy_recalled_import_reference_is_no_demo(tmp_path):
 
 def _task(text: str, reference: str, tid: str, **state) -> MinedTask:
     checks = {"rules": [], "scorer": reference_scorer(reference), **state}
-    return MinedTask(tid, [{"role": "user", "content": text}], reference, checks, split="train")
+    return MinedTask(
+        tid,
+        [{"role": "user", "content": text}],
+        reference,
+        TaskChecks.from_dict(checks),
+        split="train",
+    )
 
 
 def test_a_dream_never_stands_beside_a_task_asking_the_same():

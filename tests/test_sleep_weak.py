@@ -26,6 +26,7 @@ from selftaught.sleep.night.weak import (
     settle_weak,
     weak_label,
 )
+from selftaught.sleep.records import SyntheticOrigin, TaskChecks, WeakLabel
 from tests.scripted import ScriptedModel, rule_answer, user_of
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
 
@@ -97,9 +98,9 @@ def test_agreeing_samples_become_a_weak_reference():
     target = ScriptedModel(adds)
     tasks, report = label([row("Please add 50 and 60.")], target, k=3)
     (task,) = tasks
-    assert task.reference == "110" and task.state["scorer"] == "numeric"
-    assert task.state["weak"]["agreement"] == 1.0 and task.state["weak"]["k"] == 3
-    assert train_only(task) == "weak" and "no_demo" not in task.state  # the operator's request
+    assert task.reference == "110" and task.state.scorer == "numeric"
+    assert task.state.weak.agreement == 1.0 and task.state.weak.k == 3
+    assert train_only(task) == "weak" and not task.state.has("no_demo")  # the operator's request
     assert len(target.calls) == 3 and report.labelled == 1 and report.sampled == 1
     assert all(p.temperature == SkillOptConfig().rollout_temperature for p in target.params)
 
@@ -121,15 +122,15 @@ def test_disagreeing_samples_label_nothing():
 
 def test_an_end_users_request_is_labelled_but_never_a_demo():
     (task,), _ = label([row("Please add 5 and 6.", client="key:abc")], ScriptedModel(adds), k=2)
-    assert task.state["no_demo"] == UNTRUSTED_REQUEST and task.reference == "11"
+    assert task.state.no_demo == UNTRUSTED_REQUEST and task.reference == "11"
 
 
 def test_a_rejected_answer_is_not_taken_and_a_real_reference_scores_the_weak_one():
     rejected = row("Please add 2 and 2.", reply="The answer is 4.", feedback=Feedback(thumb="down"))
     twin_ok, twin_bad = row("Please add 50 and 60."), row("Please add 10 and 10.")
     checked = [
-        MinedTask("c-1", twin_ok.messages, "110", {"scorer": "numeric", "rules": []}),
-        MinedTask("c-2", twin_bad.messages, "21", {"scorer": "numeric", "rules": []}),
+        MinedTask("c-1", twin_ok.messages, "110", TaskChecks(scorer="numeric")),
+        MinedTask("c-2", twin_bad.messages, "21", TaskChecks(scorer="numeric")),
     ]
     tasks, report = label([rejected, twin_ok, twin_bad], ScriptedModel(adds), checked, k=2)
     assert tasks == []  # refuted, and twice already checked
@@ -143,9 +144,13 @@ def test_weak_and_synthetic_tasks_go_to_train_only_and_never_copy_held_out_ones(
         for i in range(10)
     ]
     real[0].split = "val"  # fixed, as a recalled task's split is
-    weak = MinedTask("w1", [{"role": "user", "content": "Name a colour."}], "red", {"weak": {}})
+    weak = MinedTask(
+        "w1", [{"role": "user", "content": "Name a colour."}], "red", TaskChecks(weak=WeakLabel())
+    )
     weak.split = "val"  # a train-only task is never validated on, whatever it says
-    copy = MinedTask("w2", list(real[0].messages), "7", {"synthetic": {"from": "r0"}})
+    copy = MinedTask(
+        "w2", list(real[0].messages), "7", TaskChecks(synthetic=SyntheticOrigin(from_task="r0"))
+    )
     splits = assign_splits([*real, weak, copy], SplitConfig(val_fraction=0.5, min_val=4))
     assert weak.split == "train" and weak in splits["train"]
     assert copy.split is None and all(copy not in s for s in splits.values())
@@ -213,7 +218,7 @@ def test_weak_tasks_are_capped_by_a_share_of_the_checked_train_tasks():
         for i in range(5)
     ]
     for i, t in enumerate(weak):
-        t.state["weak"] = {"agreement": 0.8 + i / 100, "k": 5}
+        t.state = t.state.but(weak=WeakLabel(agreement=0.8 + i / 100, k=5))
     splits = {"train": [*real, *weak], "val": [], "test": []}
     for t in splits["train"]:
         t.split = "train"
@@ -226,11 +231,17 @@ def test_weak_tasks_are_capped_by_a_share_of_the_checked_train_tasks():
 
 def test_the_recall_pool_never_keeps_a_weak_or_synthetic_task(tmp_path):
     def one(tid: str, **state) -> MinedTask:
-        t = MinedTask(tid, [{"role": "user", "content": tid}], "1", {"rules": [], **state})
+        t = MinedTask(
+            tid, [{"role": "user", "content": tid}], "1", TaskChecks.empty().but(rules=(), **state)
+        )
         t.split = "train"
         return t
 
-    tasks = [one("real"), one("weak", weak={"k": 3}), one("dream", synthetic={"from": "real"})]
+    tasks = [
+        one("real"),
+        one("weak", weak=WeakLabel(k=3)),
+        one("dream", synthetic=SyntheticOrigin(from_task="real")),
+    ]
     assert recall.remember("demo", tmp_path, "n1", tasks, [], set(), 10) == 1
     assert [r.task.id for r in recall.load("demo", tmp_path)] == ["real"]
 
@@ -260,7 +271,7 @@ def test_pseudo_k_samples_the_embedded_model(tmp_path):
     assert report.sampled == 2 and report.failed_samples == 0
     assert ledger.to_dict()["target"]["calls"] >= 2  # k samples may share one prompt
     assert len(report.tasks) == 2 and all(0 <= r.agreement <= 1 for r in report.tasks)
-    assert all(t.state["weak"]["k"] == 3 and t.reference for t in tasks)
+    assert all(t.state.weak.k == 3 and t.reference for t in tasks)
 
 
 def test_a_real_reference_arriving_on_a_later_night_scores_a_weak_label(tmp_path):

@@ -20,7 +20,7 @@ from selftaught.sleep.night.weight_night import (
     WeightNightConfig,
     train_only_data,
 )
-from selftaught.sleep.records import TrainedRecord
+from selftaught.sleep.records import TaskChecks, TrainedRecord
 from selftaught.weights.dpo import PreferencePair
 from selftaught.weights.sampling import Sample
 from tests.scripted import (
@@ -263,7 +263,7 @@ def test_too_little_data_for_one_batch_stays_text_only_and_says_why(tmp_path):
 
 def _task(tid: str, a: int, b: int) -> MinedTask:
     msgs = [{"role": "user", "content": f"[needs alpha] What is {a} + {b}?"}]
-    return MinedTask(tid, msgs, reference=str(a + b), state={"demo_source": "correction"})
+    return MinedTask(tid, msgs, reference=str(a + b), state=TaskChecks(demo_source="correction"))
 
 
 def test_weight_training_refuses_val_items_and_drops_copies_of_them():

@@ -39,6 +39,7 @@ import shlex
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -64,11 +65,10 @@ from selftaught.sleep.night.outcomes import (
     read_session,
     split_command,
 )
-from selftaught.sleep.night.replay import has_answer_check
 from selftaught.sleep.night.signals import Signal, SignalKind, merge_signal, words_trusted
 from selftaught.sleep.night.trust import row_reference
 from selftaught.sleep.paths import project_dir
-from selftaught.sleep.records import AgentRunsRecord
+from selftaught.sleep.records import AgentRunsRecord, WorkspaceCheck
 from selftaught.tasks.base import Score
 from selftaught.tasks.check import DEFAULT_CHECK_TIMEOUT_S, MAX_WORKSPACE_BYTES, Check, run_check
 from selftaught.tasks.sandbox import Sandbox, SandboxError, open_sandbox
@@ -379,13 +379,14 @@ class WorkspaceMiner:
             self._fell_back(checks)
             return None
         state, reference = checks
-        state["workspace"] = {
-            "path": str(folder),
-            "check": list(check.argv),
-            "timeout_s": check.timeout_s,
-            "session": it.session_id,
-            "commit": start.commit,
-        }
+        workspace = WorkspaceCheck(
+            path=str(folder),
+            check=tuple(check.argv),
+            timeout_s=check.timeout_s,
+            session=it.session_id,
+            commit=start.commit,
+        )
+        state = state.but(workspace=workspace)
         self.made += 1
         return new_task(it, messages, reference, state)
 
@@ -393,8 +394,8 @@ class WorkspaceMiner:
 # ---- replaying them ---------------------------------------------------------------------------
 
 
-def workspace_of(state: dict[str, Any]) -> tuple[Path, Check] | None:
-    """(the start folder, the check) of a workspace task's state, else None."""
+def workspace_of(state: Mapping[str, Any]) -> tuple[Path, Check] | None:
+    """(the start folder, the check) of a workspace example's state, else None."""
     ws = state.get("workspace")
     if not isinstance(ws, dict):
         return None
@@ -408,10 +409,10 @@ def for_target(tasks: list[MinedTask], agent: bool) -> tuple[list[MinedTask], li
     kept: list[MinedTask] = []
     left: list[MinedTask] = []
     for task in tasks:
-        ws = workspace_of(task.state)
+        ws = task.state.workspace
         if ws is None:
             kept.append(task)
             continue
-        checkable = ws[0].is_dir() if agent else has_answer_check(task.state)
+        checkable = Path(ws.path).is_dir() if agent else task.state.has_answer_check
         (kept if checkable else left).append(task)
     return kept, left

@@ -36,7 +36,7 @@ from selftaught.models.base import ChatModel, Message
 from selftaught.sleep.intake.threads import arguments_value, call_parts
 from selftaught.sleep.night.agent_outcome import workspace_of
 from selftaught.sleep.night.mine import MinedTask
-from selftaught.sleep.night.replay import has_answer_check, show_call
+from selftaught.sleep.night.replay import show_call
 from selftaught.sleep.night.split import NightTask
 from selftaught.tasks.base import SPLITS, Example, Score
 from selftaught.tasks.check import run_check
@@ -156,9 +156,9 @@ def for_agent(tasks: list[MinedTask]) -> tuple[list[MinedTask], list[MinedTask]]
     corrected tool call). A kept task with a corrected call says it is not checked."""
     kept, left = [], []
     for task in tasks:
-        if not task.state.get("expected_calls"):
+        if not task.state.expected_calls:
             kept.append(task)
-        elif has_answer_check(task.state):
+        elif task.state.has_answer_check:
             if CALL_NOT_CHECKED not in task.notes:
                 task.notes.append(CALL_NOT_CHECKED)
             kept.append(task)

@@ -26,11 +26,12 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from selftaught.errors import ConfigError, TaskError
+from selftaught.sleep.records import RuleRow, TaskChecks, given
 from selftaught.tasks.base import Example, Score
 from selftaught.tasks.extract import extract_answer, extract_json
 from selftaught.tasks.scorers import LlmJudge, normalize_text, parse_number, score_reference
@@ -248,8 +249,8 @@ class Rule:
     arg: Any = None
     said: str = ""  # the user's own words
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> RuleRow:
+        return RuleRow(kind=self.kind, arg=self.arg, said=self.said)
 
     def check(self, reply: str) -> tuple[bool, str]:
         """(passed, why) for one reply; a verdict that cannot be told fails (closed)."""
@@ -430,24 +431,20 @@ def score_example(output: str, example: Example, judge: LlmJudge | None) -> Scor
     return Score(hard, soft, "; ".join(said))
 
 
-def describe_checks(state: dict[str, Any]) -> str:
+def describe_checks(state: TaskChecks) -> str:
     """One line naming a task's checks, for reports."""
     parts = []
-    if isinstance(state.get("workspace"), dict):  # the agent's own test run (agent_outcome.py)
-        parts.append(f"workspace check `{shlex.join(state['workspace'].get('check', []))}`")
-    if state.get("scorer"):
-        parts.append(f"reference ({state['scorer']})")
-    elif state.get("rubric"):
+    if state.workspace is not None:  # the agent's own test run (agent_outcome.py)
+        parts.append(f"workspace check `{shlex.join(state.workspace.check)}`")
+    if state.scorer:
+        parts.append(f"reference ({state.scorer})")
+    elif state.rubric:
         parts.append("rubric (judge)")
-    parts += [
-        f"rule {r['kind']}" + (f"={r['arg']}" if r.get("arg") else "")
-        for r in state.get("rules", [])
-    ]
-    if state.get("mined_check"):  # a check the miner wrote (`miner.py`)
-        parts.append(f"written by {state['mined_check'].get('by')}")
-    if state.get("expected_calls"):
-        parts.append(f"corrected tool call ({len(state['expected_calls'])})")
-    if state.get("tools"):  # a replayed episode (selftaught.sleep.night.replay)
-        parts.append(f"episode: {len(state['tools'])} tools, {len(state.get('fixtures', []))} "
-                     "recorded results")  # fmt: skip
+    parts += [f"rule {r['kind']}" + (f"={r['arg']}" if r.get("arg") else "") for r in state.rules]
+    if given(state.mined_check):  # a check the miner wrote (`miner.py`)
+        parts.append(f"written by {state.mined_check.by}")
+    if state.expected_calls:
+        parts.append(f"corrected tool call ({len(state.expected_calls)})")
+    if state.tools:  # a replayed episode (selftaught.sleep.night.replay)
+        parts.append(f"episode: {len(state.tools)} tools, {len(state.fixtures)} recorded results")
     return ", ".join(parts)

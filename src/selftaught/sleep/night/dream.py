@@ -49,8 +49,14 @@ from selftaught.skill.reflect import load_prompt, render
 from selftaught.sleep.night.checks import find_rules
 from selftaught.sleep.night.mine import MinedTask, normalized_prompt, task_key
 from selftaught.sleep.night.split import add_train_only, train_only, use_lines
-from selftaught.sleep.night.trust import TRUST_KEY, Trust
-from selftaught.sleep.records import DreamRecord, DreamTaskRow, TrainOnlyUse, given
+from selftaught.sleep.night.trust import Trust
+from selftaught.sleep.records import (
+    DreamRecord,
+    DreamTaskRow,
+    SyntheticOrigin,
+    TrainOnlyUse,
+    given,
+)
 from selftaught.tasks.scorers import normalize_text, reference_scorer
 
 RENUMBERED = "renumbered"
@@ -168,7 +174,7 @@ def _user_text(task: MinedTask) -> str | None:
 def find_relation(task: MinedTask) -> Relation | None:
     """The one simple relation between the request's numbers and the reference (module doc),
     or None."""
-    if task.state.get("scorer") not in ("numeric", "quantity") or train_only(task):
+    if task.state.scorer not in ("numeric", "quantity") or train_only(task):
         return None
     text = _user_text(task)
     ref = _REFERENCE.fullmatch(str(task.reference)) if task.reference is not None else None
@@ -251,7 +257,7 @@ def paraphrasable(task: MinedTask) -> bool:
     """A checked request with no tools whose check a paraphrase keeps: a reference or rules."""
     if train_only(task) or task.check not in ("reference", "rule"):
         return False
-    if task.check == "rule" and not task.state.get("rules"):
+    if task.check == "rule" and not task.state.rules:
         return False
     return all(m.get("role") in ("system", "developer", "user", "assistant") for m in task.messages)
 
@@ -310,11 +316,12 @@ def variant(source: MinedTask, messages: list[Message], reference: Any, how: str
     """A synthetic task made of `source`: its sources and clients (provenance), the checks
     `KEPT_STATE` names, `reference` scored as a reference would be; train only."""
     key = "\n".join(normalized_prompt(str(m["content"])) for m in messages if m["role"] == "user")
-    state = {k: source.state[k] for k in KEPT_STATE if k in source.state}
+    state = source.state.keep(*KEPT_STATE)
     if reference is not None:
-        state["scorer"] = reference_scorer(reference)
-    state["synthetic"] = {"from": source.id, "how": how}
-    state[TRUST_KEY] = Trust.MODEL.label
+        state = state.but(scorer=reference_scorer(reference))
+    state = state.but(
+        synthetic=SyntheticOrigin(from_task=source.id, how=how), trust=Trust.MODEL.label
+    )
     return MinedTask(
         id="d-" + hashlib.sha256(key.encode()).hexdigest()[:12],
         messages=messages,
@@ -439,15 +446,16 @@ def dream(
 
 def _row(task: MinedTask) -> DreamTaskRow:
     head = " ".join(task.prompt.split())
-    origin = task.state["synthetic"]
+    origin = task.state.synthetic
+    assert origin is not None  # a dreamt task's (`variant`)
     return DreamTaskRow(
         id=task.id,
-        from_task=origin["from"],
-        how=origin["how"],
+        from_task=origin.from_task,
+        how=origin.how,
         reference=task.reference,
         prompt_head=head[:160] + ("…" if len(head) > 160 else ""),
         split=task.split,
-        no_demo=bool(task.state.get("no_demo")),
+        no_demo=bool(task.state.no_demo),
         notes=tuple(task.notes),
     )
 

@@ -377,7 +377,7 @@ def kind_records(
 
 
 def _dreamt(task: MinedTask) -> bool:
-    return task.state.get("synthetic") is not None
+    return task.state.synthetic is not None
 
 
 def _signals(tasks: Sequence[MinedTask]) -> dict[str, dict[str, int]]:

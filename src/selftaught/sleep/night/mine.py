@@ -54,7 +54,6 @@ from selftaught.sleep.intake.threads import message_text
 from selftaught.sleep.night.checks import find_rules, short_answer
 from selftaught.sleep.night.followup import rules_in
 from selftaught.sleep.night.trust import (
-    TRUST_KEY,
     Label,
     Trust,
     field_trust,
@@ -63,7 +62,7 @@ from selftaught.sleep.night.trust import (
     row_reference,
     verdict_trust,
 )
-from selftaught.sleep.records import JsonValue, TaskSignal
+from selftaught.sleep.records import JsonValue, TaskChecks, TaskSignal
 from selftaught.tasks.scorers import reference_scorer
 
 
@@ -96,12 +95,13 @@ class MineConfig:
 
 @dataclass
 class MinedTask:
-    """One replayable task. `state` holds its checks (scorer, rules, rubric)."""
+    """One replayable task. `state` holds its checks (scorer, rules, rubric, ...), the keys
+    of the `Example.state` it is scored with (`split.example_of`)."""
 
     id: str
     messages: list[Message]
     reference: JsonValue = None
-    state: dict[str, Any] = field(default_factory=dict)
+    state: TaskChecks = field(default_factory=TaskChecks.empty)
     sources: list[str] = field(default_factory=list)  # interaction ids, newest first
     origins: list[str] = field(default_factory=list)  # proxy / api / import / claude-code ...
     clients: list[str] = field(default_factory=list)  # who sent them (`client_label`)
@@ -124,27 +124,30 @@ class MinedTask:
 
     @property
     def check(self) -> str:
-        if self.state.get("workspace"):
+        if self.state.workspace:
             return "workspace"
-        if self.state.get("scorer"):
+        if self.state.scorer:
             return "reference"
-        if self.state.get("rubric"):
+        if self.state.rubric:
             return "rubric"
-        if self.state.get("expected_calls"):
+        if self.state.expected_calls:
             return "tool_call"
         return "rule"
 
     def to_dict(self) -> dict[str, Any]:
-        """The task as the recall pool stores it (its signals as they were read)."""
-        row = asdict(replace(self, signals=()))
+        """The task as the recall pool stores it (its checks and signals as they were read)."""
+        row = asdict(replace(self, state=TaskChecks.empty(), signals=()))
+        row["state"] = self.state.to_dict()
         row["signals"] = [s.to_dict() for s in self.signals]
         return row
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> MinedTask:
-        """A task the recall pool stored (`to_dict`)."""
+        """A task the recall pool stored (`to_dict`), of this version or an older one: its
+        checks' keys this version does not type are kept (`TaskChecks.extra`)."""
+        state = TaskChecks.from_dict(row.get("state") or {})
         signals = tuple(TaskSignal.from_dict(s) for s in row.get("signals") or ())
-        return cls(**{**row, "signals": signals})
+        return cls(**{**row, "state": state, "signals": signals})
 
 
 # ---- whose words ----------------------------------------------------------------------------
@@ -320,7 +323,7 @@ def task_checks(
     label: Label | None,
     config: MineConfig,
     other_check: bool = False,
-) -> tuple[dict[str, Any], Any] | str:
+) -> tuple[TaskChecks, Any] | str:
     """(state, reference) holding the checks of a task from `it` (its prompt `messages`,
     already redacted, ending with the user request), or why it has none. `label`: the
     reference to check by and whose word it is (`row_label`). `other_check`: the
@@ -333,61 +336,62 @@ def task_checks(
     if comment and fb.trusted_for("comment"):  # an end user's comment states no rule
         kinds = {r.kind for r in found}
         found += [r for r in rules_in(comment, it.reply) if r.kind not in kinds]
-    rules = [r.to_dict() for r in found]
+    rules = tuple(r.to_dict() for r in found)
     reference = None if label is None else _redact_value(label.value)
     if isinstance(reference, list):
         reference = [r for r in reference if r is not None and str(r).strip()] or None
     elif reference is not None and not str(reference).strip():
         reference = None
-    state: dict[str, Any] = {"rules": rules}
+    state = TaskChecks.empty().but(rules=rules)
     if comment and fb.trusted_for("comment"):
-        state["comment"] = redact_for_model(comment)
+        state = state.but(comment=redact_for_model(comment))
     elif comment:
-        state["evidence"] = quoted(comment)
+        state = state.but(evidence=quoted(comment))
     trust = verdict_trust(fb)
     if reference is not None and label is not None:
-        state["scorer"] = reference_scorer(reference)
+        state = state.but(scorer=reference_scorer(reference))
         trust = label.trust
-        _reference_demo(it, label, state)
+        state = _reference_demo(it, label, state)
     elif config.judge:
-        state["rubric"] = _rubric(it, config)
+        state = state.but(rubric=_rubric(it, config))
         if it.reply and not _negative(it) and (it.feedback.thumb or it.feedback.score):
             reference = redact_for_model(it.reply)  # an approved reply, for the judge only
             if trust is not None and trust < Trust.OPERATOR:
-                state["no_demo"] = APPROVED_BY_END_USER
+                state = state.but(no_demo=APPROVED_BY_END_USER)
     elif not rules and not other_check:
         why = NO_CHECK
         if not config.judge:
             why += " and no --judge-model for a rubric"
         return why
     if trust is not None:
-        state[TRUST_KEY] = trust.label
+        state = state.but(trust=trust.label)
     return state, reference
 
 
-def _reference_demo(it: Interaction, label: Label, state: dict[str, Any]) -> None:
-    """Mark whether the reference may be a demonstration: the operator's correction is one
-    (with the reply it drew in the conversation), so is the reply the operator accepted; an
-    end user's reference never."""
+def _reference_demo(it: Interaction, label: Label, state: TaskChecks) -> TaskChecks:
+    """`state` marked with whether the reference may be a demonstration: the operator's
+    correction is one (with the reply it drew in the conversation), so is the reply the
+    operator accepted; an end user's reference never."""
     if label.trust < Trust.OPERATOR:
         reason = APPROVED_BY_END_USER if label.approved else UNTRUSTED_REFERENCE[label.corrected]
-        state["no_demo"] = reason
-    elif label.approved and it.reply:
-        state[REFERENCE_REPLY] = redact_for_model(it.reply)  # the accepted reply, whole
-    elif label.corrected:
-        state["demo_source"] = "correction"
+        return state.but(no_demo=reason)
+    if label.approved and it.reply:
+        return state.but(reference_reply=redact_for_model(it.reply))  # the accepted reply, whole
+    if label.corrected:
+        state = state.but(demo_source="correction")
         drawn = it.meta.get(REFERENCE_REPLY) if isinstance(it.meta, dict) else None
         if isinstance(drawn, str) and drawn.strip():
-            state[REFERENCE_REPLY] = redact_for_model(drawn)
+            state = state.but(reference_reply=redact_for_model(drawn))
+    return state
 
 
 def new_task(
-    it: Interaction, messages: list[Message], reference: Any, state: dict[str, Any]
+    it: Interaction, messages: list[Message], reference: Any, state: TaskChecks
 ) -> MinedTask:
     """The task of `it`: its id is a hash of its user requests, so it is stable across nights."""
     key = "\n".join(normalized_prompt(str(m["content"])) for m in messages if m["role"] == "user")
     if it.tags:  # the gate's per-tag veto reads them (import `tags`, a harvest's source)
-        state = {**state, "tags": sorted(set(it.tags))}
+        state = state.but(tags=tuple(sorted(set(it.tags))))
     return MinedTask(
         id="t-" + hashlib.sha256(key.encode()).hexdigest()[:12],
         messages=messages,
@@ -429,9 +433,9 @@ def _merge(group: list[MinedTask]) -> MinedTask:
         )
     for other in group[1:]:
         absorb(head, other)
-    tags = sorted({tag for t in group for tag in t.state.get("tags", ())})
+    tags = tuple(sorted({tag for t in group for tag in t.state.tags}))
     if tags:
-        head.state["tags"] = tags
+        head.state = head.state.but(tags=tags)
     return head
 
 

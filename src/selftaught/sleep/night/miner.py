@@ -49,7 +49,6 @@ from selftaught.sleep.intake.log import Interaction
 from selftaught.sleep.intake.sessions import task_turns
 from selftaught.sleep.night.checks import LANGUAGES, REGEX_KINDS, Rule, pattern_problem
 from selftaught.sleep.night.mine import (
-    BARE_VERDICT,
     NO_CHECK,
     MineConfig,
     MinedTask,
@@ -59,8 +58,14 @@ from selftaught.sleep.night.mine import (
     redact_messages,
     task_checks,
 )
-from selftaught.sleep.night.trust import TRUST_KEY, Trust
-from selftaught.sleep.records import MinerExample, MinerRecord
+from selftaught.sleep.night.trust import Trust
+from selftaught.sleep.records import (
+    BareVerdictMark,
+    MinedCheckRecord,
+    MinerExample,
+    MinerRecord,
+    TaskChecks,
+)
 from selftaught.tasks.base import Example
 from selftaught.tasks.extract import extract_json
 from selftaught.tasks.scorers import LlmJudge, reference_scorer, score_reference
@@ -157,13 +162,17 @@ class MinedCheck:
         parts += [f"{r.kind}" + (f"={r.arg!r}" if r.arg is not None else "") for r in self.rules]
         return ", ".join(parts + ([f"rubric {self.rubric!r}"] if self.rubric else []))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "answer": None if self.answer is None else asdict(self.answer),
-            "rules": [r.to_dict() for r in self.rules],
-            "rubric": self.rubric,
-            "why": self.why,
-        }
+    def record(self, miner: str, tested_on: str) -> MinedCheckRecord:
+        """The check as the task it checks holds it (`state["mined_check"]`): which miner
+        wrote it and on which side of the thread it was tested."""
+        return MinedCheckRecord(
+            by=miner,
+            tested_on=tested_on,
+            answer=None if self.answer is None else asdict(self.answer),
+            rules=tuple(r.to_dict() for r in self.rules),
+            rubric=self.rubric,
+            why=self.why,
+        )
 
 
 class OutsideVocabulary(InputError):
@@ -499,7 +508,7 @@ def wants_check(task: MinedTask | None, why: str | None) -> bool:
     if task is None:
         return bool(why) and str(why).startswith(NO_CHECK)
     s = task.state
-    return not any(s.get(k) for k in ("scorer", "rules", "expected_calls", "tools"))
+    return not (s.scorer or s.rules or s.expected_calls or s.tools)
 
 
 _T = TypeVar("_T")
@@ -828,19 +837,20 @@ class Miner:
         """`p`'s task (made now for a dropped row) checked by `check`."""
         messages = self._messages(p)
         if p.task is not None:
-            state, reference = dict(p.task.state), p.task.reference
+            state, reference = p.task.state, p.task.reference
         else:
             got = task_checks(p.row, messages, None, self.mining, other_check=True)
             assert not isinstance(got, str)  # other_check: never "no check"
             state, reference = got
         state, reference = with_check(state, reference, check, self.name, ev.sides)
         trusted = verdict_trusted(p.row)
-        state[TRUST_KEY] = (Trust.OPERATOR if trusted else Trust.END_USER).label  # the verdict's
-        if not trusted:
-            state.setdefault("no_demo", "checked by a miner's check on an end user's verdict")
+        whose = Trust.OPERATOR if trusted else Trust.END_USER
+        state = state.but(trust=whose.label)  # the verdict's
+        if not trusted and state.no_demo is None:
+            state = state.but(no_demo="checked by a miner's check on an end user's verdict")
         bare = bare_verdict(p.row)
         if bare is not None:  # a re-ask or a bare rejection: trains, never validates
-            state[BARE_VERDICT] = {"signal": bare, "check": "miner"}
+            state = state.but(bare_verdict=BareVerdictMark(signal=bare, check="miner"))
         if p.task is None:
             return new_task(p.row, messages, reference, state)
         p.task.state, p.task.reference = state, reference
@@ -848,20 +858,17 @@ class Miner:
 
 
 def with_check(
-    state: dict[str, Any], reference: Any, check: MinedCheck, miner: str, tested_on: str
-) -> tuple[dict[str, Any], Any]:
+    state: TaskChecks, reference: Any, check: MinedCheck, miner: str, tested_on: str
+) -> tuple[TaskChecks, Any]:
     """A task's (state, reference) with `check` added: its answer is the reference (a rubric
     is then not needed), its rules join the task's, its rubric joins the task's rubric."""
-    state = dict(state)
     if check.answer is not None:
         reference = check.answer.value
-        state["scorer"] = check.answer.scorer
-        state.pop("rubric", None)
-    have = {(r["kind"], str(r.get("arg"))) for r in state.get("rules", [])}
+        state = state.but(scorer=check.answer.scorer).without("rubric")
+    have = {(r["kind"], str(r.get("arg"))) for r in state.rules}
     added = [r.to_dict() for r in check.rules if (r.kind, str(r.arg)) not in have]
-    state["rules"] = [*state.get("rules", []), *added]
+    state = state.but(rules=(*state.rules, *added))
     if check.rubric and check.answer is None:
-        before = state.get("rubric")
-        state["rubric"] = f"{before} {check.rubric}" if before else check.rubric
-    state["mined_check"] = {"by": miner, "tested_on": tested_on, **check.to_dict()}
-    return state, reference
+        before = state.rubric
+        state = state.but(rubric=f"{before} {check.rubric}" if before else check.rubric)
+    return state.but(mined_check=check.record(miner, tested_on)), reference

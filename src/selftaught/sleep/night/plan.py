@@ -85,7 +85,6 @@ from selftaught.sleep.night.recall import combine
 from selftaught.sleep.night.recall import load as load_recall
 from selftaught.sleep.night.signals import rejected_signals
 from selftaught.sleep.night.split import TooFewTasks, assign_splits, more_tasks_for_val
-from selftaught.sleep.night.trust import TRUST_KEY
 from selftaught.sleep.night.weight_night import is_local_spec
 from selftaught.sleep.night.window import take_fairly
 from selftaught.sleep.paths import sleep_home
@@ -390,12 +389,12 @@ def _counts(
     )
 
     def judged(split: str) -> int:
-        return sum(bool(t.state.get("rubric")) for t in splits[split])
+        return sum(bool(t.state.rubric) for t in splits[split])
 
     return dataclasses.replace(
         base,
         by_kind=dict(Counter(t.kind or "-" for t in tonight).most_common()),
-        by_trust=dict(Counter(str(t.state.get(TRUST_KEY) or "none") for t in tonight)),
+        by_trust=dict(Counter(str(t.state.trust or "none") for t in tonight)),
         by_check=dict(Counter(t.check for t in tonight)),
         train=train + extra,
         val=len(splits["val"]),
@@ -543,7 +542,7 @@ def _text_phases(found: _Found, config: NightConfig, costing: Costing) -> list[P
     train = found.splits["train"] if found.splits else []
     for document in config.documents:
         demos_on = document == "skill" and training.demos_max > 0
-        told = document == "memory" and any(t.state.get("comment") for t in train)
+        told = document == "memory" and any(t.state.comment for t in train)
         run = run_calls(training, sizes, demos_on=demos_on, user_edits=told,
                         agent_analyst=costing.roles.agent_analyst)  # fmt: skip
         rows += _run_rows(document, run, costing, agent)

@@ -80,24 +80,25 @@ class Recalled:
             raise InputError(f"task {task.id} has no split")
         if not task.clients:
             distrust_legacy(task)
-        if TRUST_KEY not in task.state:  # stored before labels recorded their trust
+        if not task.state.has(TRUST_KEY):  # stored before labels recorded their trust
             trust = label_trust(task)
             if trust is not None:
-                task.state[TRUST_KEY] = trust.label
-            if trust == Trust.END_USER:
-                task.state.setdefault("no_demo", UNTRUSTED_REFERENCE[False])
+                task.state = task.state.but(trust=trust.label)
+            if trust == Trust.END_USER and not task.state.has("no_demo"):
+                task.state = task.state.but(no_demo=UNTRUSTED_REFERENCE[False])
         return cls(task, str(row.get("night") or ""), bool(row.get("private")))
 
 
 def distrust_legacy(task: MinedTask) -> None:
     """A task mined before feedback trust was read: its comment becomes evidence, and the
     rules that only the comment states are dropped (module doc)."""
-    comment = task.state.pop("comment", None)
+    comment = task.state.comment
+    task.state = task.state.without("comment")
     if not comment:
         return
-    task.state["evidence"] = quoted(str(comment))
     said = "\n".join(str(m.get("content", "")) for m in task.messages)
-    task.state["rules"] = [r for r in task.state.get("rules", []) if str(r.get("said")) in said]
+    rules = tuple(r for r in task.state.rules if str(r.get("said")) in said)
+    task.state = task.state.but(evidence=quoted(str(comment)), rules=rules)
 
 
 def load(project: str, home: Path | None = None) -> list[Recalled]:

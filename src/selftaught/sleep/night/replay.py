@@ -70,12 +70,12 @@ from selftaught.sleep.night.mine import (
 )
 from selftaught.sleep.night.split import NightTask
 from selftaught.sleep.night.trust import (
-    TRUST_KEY,
     Label,
     Trust,
     field_trust,
     logged_trust,
 )
+from selftaught.sleep.records import TaskChecks
 from selftaught.tasks.base import Example, Score
 from selftaught.tasks.episode import (
     DEFAULT_MAX_TURNS,
@@ -271,23 +271,25 @@ def mine_tool_task(
         return None, checks
     state, reference = checks
     if calls_trust is not None:
-        _calls_label(state, calls_trust)
+        state = _calls_label(state, calls_trust)
     fixtures = fixtures_from(messages)
     fixtures += [
         {"name": c["name"], "arguments": c["arguments"], "result": c["result"]}
         for c in corrected.calls
         if "result" in c
     ]
-    state.update(
-        tools=copy.deepcopy(logged_tools(it)),
+    state = state.but(
+        tools=tuple(copy.deepcopy(logged_tools(it) or [])),  # the caller's: it has tools
         tool_choice=logged_tool_choice(group[-1]),  # the first step's: what the client began with
-        fixtures=fixtures,
-        logged=logged,
+        fixtures=tuple(fixtures),
+        logged=tuple(logged),
     )
     if corrected.calls:
-        state["expected_calls"] = [
-            {"name": c["name"], "arguments": c["arguments"]} for c in corrected.calls
-        ]
+        state = state.but(
+            expected_calls=tuple(
+                {"name": c["name"], "arguments": c["arguments"]} for c in corrected.calls
+            )
+        )
     task = new_task(it, prompt, reference, state)
     task.sources = [i.id for i in group]
     task.negative = task.negative or any(
@@ -299,14 +301,15 @@ def mine_tool_task(
     return task, None
 
 
-def _calls_label(state: dict[str, Any], trust: Trust) -> None:
-    """The task is checked by corrected tool calls given with `trust` too: its label is the
-    less trusted of the two, and an end user's calls make no demonstration."""
-    have = state.get(TRUST_KEY)
+def _calls_label(state: TaskChecks, trust: Trust) -> TaskChecks:
+    """`state` of a task checked by corrected tool calls given with `trust` too: its label is
+    the less trusted of the two, and an end user's calls make no demonstration."""
+    have = state.trust
     if have is None or Trust[str(have).upper()] > trust:
-        state[TRUST_KEY] = trust.label
-    if trust < Trust.OPERATOR:
-        state.setdefault("no_demo", "checked by an end user's corrected tool calls")
+        state = state.but(trust=trust.label)
+    if trust < Trust.OPERATOR and state.no_demo is None:
+        state = state.but(no_demo="checked by an end user's corrected tool calls")
+    return state
 
 
 # ---- the episode's world: the recorded results -----------------------------------------------
@@ -422,7 +425,8 @@ def score_calls(episode: Episode, expected: list[dict[str, Any]]) -> Score:
                  f"{made_shown or 'no call'})")  # fmt: skip
 
 
-def has_answer_check(state: dict[str, Any]) -> bool:
+def has_answer_check(state: Mapping[str, Any]) -> bool:
+    """An example's check of the final answer (`TaskChecks.has_answer_check`, of the dict)."""
     return bool(state.get("scorer") or state.get("rubric") or state.get("rules"))
 
 
@@ -477,7 +481,7 @@ class ReplayNightTask(NightTask):
         super().__init__(project, splits, judge)
         longest = max(
             (
-                sum(m.get("role") == "assistant" for m in t.state.get("logged") or [])
+                sum(m.get("role") == "assistant" for m in t.state.logged)
                 for ts in splits.values()
                 for t in ts
             ),
@@ -498,5 +502,5 @@ def night_task(
     """The night's `Task` on a chat model: a replay of episodes when any task was tool-using,
     else the plain one-reply task (nothing changes for traffic without tools). A CLI agent
     replays the tasks itself (`agent_replay.AgentNightTask`)."""
-    tool_using = any(t.state.get("tools") for ts in splits.values() for t in ts)
+    tool_using = any(t.state.tools for ts in splits.values() for t in ts)
     return (ReplayNightTask if tool_using else NightTask)(project, splits, judge)

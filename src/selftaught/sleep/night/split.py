@@ -86,7 +86,7 @@ TRAIN_ONLY = ("weak", "synthetic", BARE_VERDICT)
 def train_only(task: MinedTask) -> str | None:
     """ "weak", "synthetic" or "bare_verdict" (the `state` key marking it) for a task that may
     train and never validate; None for a task mined with a check of its own."""
-    return next((kind for kind in TRAIN_ONLY if task.state.get(kind) is not None), None)
+    return next(iter(task.state.train_only()), None)
 
 
 def assign_splits(
@@ -240,18 +240,7 @@ class NightTask:
     ):
         self.name = f"sleep:{project}"
         self.judge = judge
-        self._examples = {
-            s: [
-                Example(
-                    id=t.id,
-                    input=t.messages,
-                    reference=t.reference,
-                    state={**t.state, "sources": t.sources, **_kind_tags(t)},
-                )
-                for t in splits.get(s, [])
-            ]
-            for s in SPLITS
-        }
+        self._examples = {s: [example_of(t) for t in splits.get(s, [])] for s in SPLITS}
 
     def examples(self, split: Split) -> list[Example]:
         return list(self._examples[split])
@@ -263,11 +252,14 @@ class NightTask:
         return {s: len(v) for s, v in self._examples.items()}
 
 
-def _kind_tags(task: MinedTask) -> dict[str, list[str]]:
-    """The task's tags with its kind's (`kinds.kind_tag`): the gate's per-tag veto reads them."""
-    if task.kind is None:
-        return {}
-    return {"tags": [*task.state.get("tags", ()), kind_tag(task.kind)]}
+def example_of(task: MinedTask) -> Example:
+    """`task` as its scorer reads it: its checks as the `Example.state` dict (the one place a
+    `TaskChecks` becomes it), with the task's sources, and its kind's tag among its tags
+    (`kinds_file.kind_tag`: the gate's per-tag veto reads them)."""
+    state = {**task.state.to_dict(), "sources": task.sources}
+    if task.kind is not None:
+        state["tags"] = [*task.state.tags, kind_tag(task.kind)]
+    return Example(id=task.id, input=task.messages, reference=task.reference, state=state)
 
 
 def train_only_use(
@@ -286,9 +278,7 @@ def train_only_use(
     out: dict[str, TrainOnlyUse] = {}
     for kind in TRAIN_ONLY:
         mine = {i for i, k in kinds.items() if k == kind}
-        demoable = [
-            t for t in splits.get("train", []) if t.id in mine and not t.state.get("no_demo")
-        ]
+        demoable = [t for t in splits.get("train", []) if t.id in mine and not t.state.no_demo]
         out[kind] = TrainOnlyUse(
             demos=tuple(d for d in demos if d in mine),
             lines=sum(1 for line in lines if mine & set(line.tasks)),

@@ -23,7 +23,6 @@ from selftaught.sleep.night.checks import describe_checks
 from selftaught.sleep.night.dream import dream_lines
 from selftaught.sleep.night.evidence import EvidenceLog, redact_tree
 from selftaught.sleep.night.mine import NO_CHECK, MinedTask
-from selftaught.sleep.night.split import TRAIN_ONLY
 from selftaught.sleep.night.weak import weak_lines
 from selftaught.sleep.records import (
     BudgetRecord,
@@ -64,16 +63,16 @@ def task_row(task: MinedTask) -> dict[str, Any]:
         "sources": task.sources,
         "origins": task.origins,
         "clients": task.clients,
-        "no_demo": task.state.get("no_demo") or None,  # why it may not be a demonstration
-        "trust": task.state.get("trust"),  # whose word its label is (`trust.py`); None: none
+        "no_demo": task.state.no_demo or None,  # why it may not be a demonstration
+        "trust": task.state.trust,  # whose word its label is (`trust.py`); None: none
         "prompt_head": head[:200] + ("…" if len(head) > 200 else ""),
-        "rubric": task.state.get("rubric"),
+        "rubric": task.state.rubric,
         "notes": task.notes,
         "signals": [
             sig.only("kind", "source", "giver", "trusted", "words").to_dict()
             for sig in task.signals
         ],
-        **{k: task.state[k] for k in TRAIN_ONLY if task.state.get(k)},
+        **{k: mark.to_dict() for k, mark in task.state.train_only().items() if given(mark)},
         "kind": task.kind,
     }
 

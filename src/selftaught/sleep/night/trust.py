@@ -26,12 +26,13 @@ A mined task records its label's trust in `state["trust"]` (`TRUST_KEY`); a task
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol
 
 from selftaught.sleep.intake.log import IMPORTED_CLIENT, Feedback, Interaction
+from selftaught.sleep.records import TaskChecks
 
 
 class LabelledTask(Protocol):
@@ -41,7 +42,7 @@ class LabelledTask(Protocol):
     @property
     def reference(self) -> Any: ...
     @property
-    def state(self) -> Mapping[str, Any]: ...
+    def state(self) -> TaskChecks: ...
     @property
     def clients(self) -> Sequence[str]: ...
 
@@ -117,17 +118,17 @@ def label_trust(task: LabelledTask) -> Trust | None:
     their trust (an older recall pool) is read by what it holds: a weak or dreamt label is the
     model's, a `no_demo` task or a reference an untrusted import gave an end user's, any other
     reference the operator's."""
-    name = task.state.get(TRUST_KEY)
+    name = task.state.trust
     if isinstance(name, str) and name.upper() in Trust.__members__:
         return Trust[name.upper()]
-    if task.state.get("weak") is not None or task.state.get("synthetic") is not None:
+    if task.state.weak is not None or task.state.synthetic is not None:
         return Trust.MODEL
-    if task.state.get("no_demo"):
+    if task.state.no_demo:
         return Trust.END_USER
     if task.reference is None:
         return None
     imported = any(c.startswith(IMPORTED_CLIENT) for c in task.clients)
-    if imported and task.state.get("demo_source") != "correction":
+    if imported and task.state.demo_source != "correction":
         return Trust.END_USER
     return Trust.OPERATOR
 

@@ -58,10 +58,18 @@ from selftaught.sleep.night.mine import (
     task_key,
 )
 from selftaught.sleep.night.signals import words_trusted
-from selftaught.sleep.night.split import train_only, use_lines
-from selftaught.sleep.night.trust import TRUST_KEY, Trust
+from selftaught.sleep.night.split import example_of, train_only, use_lines
+from selftaught.sleep.night.trust import Trust
 from selftaught.sleep.paths import project_dir
-from selftaught.sleep.records import JsonValue, TrainOnlyUse, WeakRecord, WeakTaskRow, given
+from selftaught.sleep.records import (
+    JsonValue,
+    TaskChecks,
+    TrainOnlyUse,
+    WeakLabel,
+    WeakRecord,
+    WeakTaskRow,
+    given,
+)
 from selftaught.tasks.base import Example, Score, Split, TaskKind
 from selftaught.tasks.scorers import (
     reference_scorer,
@@ -219,15 +227,15 @@ def candidates(rows: list[Interaction], mining: MineConfig) -> list[MinedTask]:
         messages = request_messages(it, mining)
         if isinstance(messages, str):
             continue
-        state: dict[str, Any] = {"rules": []}
+        state = TaskChecks.empty().but(rules=())
         if (it.feedback.comment or "").strip():  # a trusted comment would have stated a rule
-            state["evidence"] = quoted(it.feedback.comment or "")
+            state = state.but(evidence=quoted(it.feedback.comment or ""))
         tasks.append(new_task(it, messages, None, state))
         trusted[it.id] = words_trusted(it)
     merged = merge_near_duplicates(tasks, mining.near_duplicate)
     for task in merged:
         if not all(trusted.get(s, False) for s in task.sources):
-            task.state["no_demo"] = UNTRUSTED_REQUEST
+            task.state = task.state.but(no_demo=UNTRUSTED_REQUEST)
     return sorted(merged, key=lambda t: t.created_at, reverse=True)
 
 
@@ -278,12 +286,11 @@ def _twin(
 
 def _right(answer: str, twin: MinedTask) -> bool | None:
     """Whether a weak answer passes the real reference of `twin` (None: it has none)."""
-    scorer = twin.state.get("scorer")
+    scorer = twin.state.scorer
     if not scorer or twin.reference is None:
         return None
-    ex = Example(id=twin.id, input=twin.messages, reference=twin.reference, state=twin.state)
     try:
-        return bool(score_reference(answer, ex, scorer).hard)
+        return bool(score_reference(answer, example_of(twin), scorer).hard)
     except Exception:  # noqa: BLE001 - a reference its scorer cannot read compares nothing
         return None
 
@@ -327,9 +334,11 @@ def _settle_one(
         report.refuted += 1
         return "refuted: the user rejected a reply with this answer"
     task.reference = got.answer
-    task.state["scorer"] = reference_scorer(got.answer)
-    task.state["weak"] = {"agreement": got.agreement, "k": config.k, "answers": got.answers}
-    task.state[TRUST_KEY] = Trust.MODEL.label
+    task.state = task.state.but(
+        scorer=reference_scorer(got.answer),
+        weak=WeakLabel(agreement=got.agreement, k=config.k, answers=got.answers),
+        trust=Trust.MODEL.label,
+    )
     task.notes.append(f"weak label: {got.answer!r} agreed by {got.agreement:.0%} of {config.k}")
     report.labelled += 1
     return "labelled"
@@ -383,6 +392,12 @@ def weak_label(
     return out, report
 
 
+def _weak_label(task: MinedTask) -> WeakLabel:
+    """The weak label of a task `_settle_one` labelled."""
+    assert task.state.weak is not None, task.id
+    return task.state.weak
+
+
 def settle_weak(
     splits: dict[str, list[MinedTask]],
     tasks: list[MinedTask],
@@ -397,7 +412,7 @@ def settle_weak(
     cap = math.floor(config.weak_share * checked + 1e-9)
     weak = sorted(
         (t for t in train if train_only(t) == "weak"),
-        key=lambda t: (-t.state["weak"]["agreement"], t.id),
+        key=lambda t: (-_weak_label(t).agreement, t.id),
     )
     for task in weak[cap:]:
         train.remove(task)
@@ -407,9 +422,9 @@ def settle_weak(
     kept = weak[:cap]
     report.trained = len(kept)
     if report.labelled:
-        labelled = [t for t in tasks if t.state.get("weak")]
+        labelled = [t for t in tasks if given(t.state.weak)]
         report.mean_agreement = round(
-            sum(t.state["weak"]["agreement"] for t in labelled) / len(labelled), 4
+            sum(_weak_label(t).agreement for t in labelled) / len(labelled), 4
         )
     by_id = {t.id: t for t in tasks}
     for i, row in enumerate(report.tasks):
@@ -495,8 +510,8 @@ def still_waiting(
             id=t.id,
             prompt=t.prompt,
             answer=t.reference,
-            agreement=t.state["weak"]["agreement"],
-            k=t.state["weak"]["k"],
+            agreement=_weak_label(t).agreement,
+            k=_weak_label(t).k,
             night=night_id,
             sources=tuple(t.sources),  # the rows it came from: a forget drops it
         )
