@@ -1042,7 +1042,7 @@ class WorkspaceCheck(Record):
 @dataclass(frozen=True, kw_only=True)
 class MinedCheckRecord(Record):
     """A check the miner wrote (`state["mined_check"]`, `miner.with_check`): which miner, on
-    which side of the thread it was tested, and the check (`miner.MinedCheck.to_dict`)."""
+    which side of the thread it was tested, and the check (`miner.MinedCheck.record`)."""
 
     by: str = ""  # the miner's name
     tested_on: str = ""  # "both", "rejected", ... (`miner.Evidence.sides`)
