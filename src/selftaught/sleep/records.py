@@ -914,25 +914,29 @@ class WeakRecord(Record):
 
     k: int = 0
     agree: float = 0.0
-    candidates: int = 0
-    sampled: int = 0
-    labelled: int = 0
-    disagreed: int = 0
-    no_answer: int = 0
-    refuted: int = 0
-    already_checked: int = 0
-    verified: Mapping[str, int] = field(default_factory=dict)  # right / wrong
+    candidates: int = 0  # requests mining dropped with nothing to check them by
+    sampled: int = 0  # of them, sampled k times (max_candidates, newest first)
+    labelled: int = 0  # an answer reached the agreement share
+    disagreed: int = 0  # the samples gave answers, none reached the share
+    no_answer: int = 0  # no sample gave a short answer
+    refuted: int = 0  # the agreed answer is the one the user rejected
+    already_checked: int = 0  # a checked task asks the same: not added
+    verified: Mapping[str, int] = field(default_factory=dict)
+    """Tonight's weak labels scored against a real reference of the same request (tonight's
+    or recalled): right / wrong."""
     verified_later: Mapping[str, int] = field(default_factory=dict)
-    waiting: int = 0
-    left_out: int = 0
-    over_cap: int = 0
-    trained: int = 0
-    mean_agreement: float | None = None
+    """Past nights' weak labels scored against a real reference that arrived since."""
+    waiting: int = 0  # past weak labels with no real reference yet
+    left_out: int = 0  # near-duplicates of a val or test task
+    over_cap: int = 0  # beyond `share` of the checked train tasks
+    trained: int = 0  # weak tasks in tonight's train split
+    mean_agreement: float | None = None  # over the labelled
     failed_samples: int = 0
-    tasks: tuple[WeakTaskRow, ...] = ()
+    tasks: tuple[WeakTaskRow, ...] = ()  # one row per sampled request
     notes: tuple[str, ...] = ()
-    shipped: TrainOnlyUse | None = None
+    shipped: TrainOnlyUse | None = None  # `{}` until the stage phase says what was used
     accuracy: float | None = None
+    """How often a weak label was right, where a real reference came (tonight or since)."""
 
     decoders: ClassVar[Mapping[str, Decoder]] = {
         "tasks": many(WeakTaskRow),
@@ -960,22 +964,22 @@ class DreamTaskRow(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class DreamRecord(Record):
-    """report.json `dream`: the synthetic variants made tonight (`dream.DreamReport`)."""
+    """report.json `dream`: the synthetic variants made tonight (`dream.dream`)."""
 
     n: int = 0
     share: float = 0.0
-    cap: int = 0
-    sources: int = 0
+    cap: int = 0  # synthetic tasks allowed tonight
+    sources: int = 0  # checked train tasks looked at
     made: Mapping[str, int] = field(default_factory=dict)  # by how
-    refused: Mapping[str, int] = field(default_factory=dict)  # by why
-    failed_calls: int = 0
-    duplicates: int = 0
-    left_out: int = 0
-    capped: bool = False
-    trained: int = 0
+    refused: Mapping[str, int] = field(default_factory=dict)  # paraphrases refused, by why
+    failed_calls: int = 0  # analyst calls that failed
+    duplicates: int = 0  # a variant that is a task the night already has
+    left_out: int = 0  # near-duplicates of a val or test task
+    capped: bool = False  # stopped at the cap
+    trained: int = 0  # synthetic tasks in tonight's train split
     tasks: tuple[DreamTaskRow, ...] = ()
     notes: tuple[str, ...] = ()
-    shipped: TrainOnlyUse | None = None
+    shipped: TrainOnlyUse | None = None  # `{}` until the stage phase says what was used
 
     decoders: ClassVar[Mapping[str, Decoder]] = {
         "tasks": many(DreamTaskRow),

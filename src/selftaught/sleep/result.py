@@ -95,7 +95,7 @@ class NightResult(RunResult):
     weights: WeightsRecord | None = None
     adapter: AdoptedAdapter | None = None
     weak: WeakRecord | None = None  # weak labels (`weak.WeakReport`), when sampled
-    dream: DreamRecord | None = None  # synthetic tasks (`dream.DreamReport`), when dreamed
+    dream: DreamRecord | None = None  # synthetic tasks (`dream.dream`), when dreamed
     evidence_calls: int | None = None
     adopted_version: int | None = None
     adopted_at: float | None = None

@@ -35,8 +35,9 @@ import hashlib
 import math
 import random
 import re
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -85,44 +86,6 @@ class DreamConfig:
             raise ConfigError(f"dream share must be >= 0, got {self.synthetic_share}")
         if self.max_tries < 1:
             raise ConfigError(f"max_tries must be >= 1, got {self.max_tries}")
-
-
-@dataclass
-class DreamReport:
-    """What the night dreamed (report.json's `dream`)."""
-
-    n: int = 0
-    share: float = 0.0
-    cap: int = 0  # synthetic tasks allowed tonight
-    sources: int = 0  # checked train tasks looked at
-    made: dict[str, int] = field(default_factory=dict)  # by how
-    refused: dict[str, int] = field(default_factory=dict)  # paraphrases refused, by why
-    failed_calls: int = 0  # analyst calls that failed
-    duplicates: int = 0  # a variant that is a task the night already has
-    left_out: int = 0  # near-duplicates of a val or test task
-    capped: bool = False  # stopped at the cap
-    trained: int = 0  # synthetic tasks in tonight's train split
-    tasks: list[DreamTaskRow] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def record(self) -> DreamRecord:
-        """The night's `dream` (`shipped` is `{}` until the stage phase says what was used)."""
-        return DreamRecord(
-            n=self.n,
-            share=self.share,
-            cap=self.cap,
-            sources=self.sources,
-            made=dict(self.made),
-            refused=dict(self.refused),
-            failed_calls=self.failed_calls,
-            duplicates=self.duplicates,
-            left_out=self.left_out,
-            capped=self.capped,
-            trained=self.trained,
-            tasks=tuple(self.tasks),
-            notes=tuple(self.notes),
-            shipped=TrainOnlyUse.empty(),
-        )
 
 
 # ---- renumbering ----------------------------------------------------------------------------
@@ -336,19 +299,20 @@ def variant(source: MinedTask, messages: list[Message], reference: Any, how: str
 
 
 class _Dreamer:
-    """One night's dreaming: the variants made so far, within the cap."""
+    """One night's dreaming: the variants made so far, within `cap`, and what became of the
+    others (`dream` builds the night's `dream` of it). A night makes one."""
 
     def __init__(
         self,
         config: DreamConfig,
-        report: DreamReport,
+        cap: int,
         known: set[str],
         analyst: ChatModel | None,
         training: SkillOptConfig,
         train: list[MinedTask],
         threshold: float,
     ):
-        self.config, self.report, self.known = config, report, known
+        self.config, self.cap, self.known = config, cap, known
         # what a variant never asks, but its own source: each task and variant by the task
         # it stands for (a train task itself, a variant its source)
         self.asked: DuplicateIndex[str] = DuplicateIndex(threshold)
@@ -356,10 +320,15 @@ class _Dreamer:
             self.asked.add(task_key(t), t.id)
         self.analyst, self.training = analyst, training
         self.out: list[MinedTask] = []
+        self.capped = False  # a variant was wanted with the cap reached
+        self.duplicates = 0  # a variant that is a task the night already has
+        self.refused: Counter[str] = Counter()  # paraphrases refused, by why
+        self.failed_calls = 0  # analyst calls that failed
+        self.notes: list[str] = []
 
     def full(self) -> bool:
-        self.report.capped = self.report.capped or len(self.out) >= self.report.cap
-        return len(self.out) >= self.report.cap
+        self.capped = self.capped or len(self.out) >= self.cap
+        return len(self.out) >= self.cap
 
     def keep(self, source: MinedTask, messages: list[Message], reference: Any, how: str) -> None:
         task = variant(source, messages, reference, how)
@@ -367,12 +336,11 @@ class _Dreamer:
         if task.id in self.known or any(
             origin != source.id for origin in self.asked.find_all(key)
         ):  # a made-up label never stands beside one a user gave (`trust.py`)
-            self.report.duplicates += 1
+            self.duplicates += 1
             return
         self.known.add(task.id)
         self.asked.add(key, source.id)
         self.out.append(task)
-        self.report.made[how] = self.report.made.get(how, 0) + 1
 
     def renumbered(self, source: MinedTask, rel: Relation, rng: random.Random) -> None:
         for _ in range(self.config.n):
@@ -390,13 +358,13 @@ class _Dreamer:
             try:
                 messages, why = paraphrase(source, self.analyst, self.training)
             except TransientBackendError:
-                self.report.failed_calls += 1
+                self.failed_calls += 1
                 continue
             except (FatalBackendError, BudgetExhausted) as err:
-                self.report.notes.append(f"paraphrases stopped: {err}")
+                self.notes.append(f"paraphrases stopped: {err}")
                 return False
             if messages is None:
-                self.report.refused[why] = self.report.refused.get(why, 0) + 1
+                self.refused[why] += 1
             else:
                 self.keep(source, messages, source.reference, PARAPHRASE)
         return True
@@ -414,16 +382,14 @@ def dream(
     (`split.add_train_only`); `analyst` (already charged to the night's ledger; None: no
     paraphrases) writes paraphrases. Returns every variant made (a left-out one has no split)
     and the night's `dream`."""
-    report = DreamReport(n=config.n, share=config.synthetic_share)
     if config.n == 0:
-        return [], report.record()
+        return [], DreamRecord(n=0, share=config.synthetic_share, shipped=TrainOnlyUse.empty())
     train = [t for t in splits.get("train", []) if not train_only(t)]
-    report.sources = len(train)
-    report.cap = math.floor(config.synthetic_share * len(train) + 1e-9)
+    cap = math.floor(config.synthetic_share * len(train) + 1e-9)
     known = {t.id for tasks in splits.values() for t in tasks}
     paraphraser = analyst if config.paraphrase else None
     dreamer = _Dreamer(
-        config, report, known, paraphraser, training, splits.get("train", []), threshold
+        config, cap, known, paraphraser, training, splits.get("train", []), threshold
     )
     rest = []
     for source in train:
@@ -438,10 +404,23 @@ def dream(
             break
     made = dreamer.out
     added = add_train_only(splits, made, threshold)
-    report.left_out = len(made) - len(added)
-    report.trained = len(added)
-    report.tasks = [_row(t) for t in made]
-    return made, report.record()
+    rows = tuple(_row(t) for t in made)
+    return made, DreamRecord(
+        n=config.n,
+        share=config.synthetic_share,
+        cap=cap,
+        sources=len(train),
+        made=dict(Counter(r.how for r in rows)),
+        refused=dict(dreamer.refused),
+        failed_calls=dreamer.failed_calls,
+        duplicates=dreamer.duplicates,
+        left_out=len(made) - len(added),
+        capped=dreamer.capped,
+        trained=len(added),
+        tasks=rows,
+        notes=tuple(dreamer.notes),
+        shipped=TrainOnlyUse.empty(),  # `{}` until the stage phase says what was used
+    )
 
 
 def _row(task: MinedTask) -> DreamTaskRow:
