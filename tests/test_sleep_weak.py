@@ -22,11 +22,10 @@ from selftaught.sleep.night.split import SplitConfig, assign_splits, train_only
 from selftaught.sleep.night.weak import (
     UNTRUSTED_REQUEST,
     WeakConfig,
-    WeakReport,
     settle_weak,
     weak_label,
 )
-from selftaught.sleep.records import SyntheticOrigin, TaskChecks, WeakLabel
+from selftaught.sleep.records import SyntheticOrigin, TaskChecks, WeakLabel, WeakRecord
 from tests.scripted import ScriptedModel, rule_answer, user_of
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
 
@@ -222,8 +221,7 @@ def test_weak_tasks_are_capped_by_a_share_of_the_checked_train_tasks():
     splits = {"train": [*real, *weak], "val": [], "test": []}
     for t in splits["train"]:
         t.split = "train"
-    report = WeakReport(labelled=5)
-    settle_weak(splits, weak, WeakConfig(k=5, weak_share=0.5), report)
+    report = settle_weak(splits, weak, WeakConfig(k=5, weak_share=0.5), WeakRecord(labelled=5))
     assert report.over_cap == 3 and report.trained == 2
     assert {t.id for t in splits["train"] if train_only(t)} == {"w4", "w3"}  # best agreed
     assert weak[0].split is None and "over the weak share" in weak[0].notes[-1]

@@ -910,7 +910,7 @@ class WeakTaskRow(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class WeakRecord(Record):
-    """report.json `weak`: what self-consistency labelled tonight (`weak.WeakReport`)."""
+    """report.json `weak`: what self-consistency labelled tonight (`weak.weak_label`)."""
 
     k: int = 0
     agree: float = 0.0

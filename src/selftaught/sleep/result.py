@@ -94,7 +94,7 @@ class NightResult(RunResult):
     replay: str | None = None  # how val tasks were replayed: episode, reply or agent
     weights: WeightsRecord | None = None
     adapter: AdoptedAdapter | None = None
-    weak: WeakRecord | None = None  # weak labels (`weak.WeakReport`), when sampled
+    weak: WeakRecord | None = None  # weak labels (`weak.weak_label`), when sampled
     dream: DreamRecord | None = None  # synthetic tasks (`dream.dream`), when dreamed
     evidence_calls: int | None = None
     adopted_version: int | None = None

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,68 +134,16 @@ def vote(replies: list[str | None], k: int, agree: float, max_words: int) -> Vot
     return Vote(agreed, key, round(share, 4), dict(keys.most_common(5)))
 
 
-# ---- the report ----------------------------------------------------------------------------
+# ---- the record ----------------------------------------------------------------------------
+
+_UNSCORED: Mapping[str, int] = {"right": 0, "wrong": 0}
 
 
-@dataclass
-class WeakReport:
-    """What self-consistency did tonight (report.json's `weak`)."""
-
-    k: int = 0
-    agree: float = 0.0
-    candidates: int = 0  # requests mining dropped with nothing to check them by
-    sampled: int = 0  # of them, sampled k times (max_candidates, newest first)
-    labelled: int = 0  # an answer reached the agreement share
-    disagreed: int = 0  # the samples gave answers, none reached the share
-    no_answer: int = 0  # no sample gave a short answer
-    refuted: int = 0  # the agreed answer is the one the user rejected
-    already_checked: int = 0  # a checked task asks the same: not added
-    verified: dict[str, int] = field(default_factory=lambda: {"right": 0, "wrong": 0})
-    """Tonight's weak labels scored against a real reference of the same request (tonight's
-    or recalled)."""
-    verified_later: dict[str, int] = field(default_factory=lambda: {"right": 0, "wrong": 0})
-    """Past nights' weak labels scored against a real reference that arrived since."""
-    waiting: int = 0  # past weak labels with no real reference yet
-    left_out: int = 0  # near-duplicates of a val or test task
-    over_cap: int = 0  # beyond `share` of the checked train tasks
-    trained: int = 0  # weak tasks in tonight's train split
-    mean_agreement: float | None = None  # over the labelled
-    failed_samples: int = 0
-    tasks: list[WeakTaskRow] = field(default_factory=list)  # one row per sampled request
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def accuracy(self) -> float | None:
-        """How often a weak label was right, where a real reference came (tonight or since)."""
-        right = self.verified["right"] + self.verified_later["right"]
-        n = right + self.verified["wrong"] + self.verified_later["wrong"]
-        return None if n == 0 else round(right / n, 4)
-
-    def record(self) -> WeakRecord:
-        """The night's `weak` (`shipped` is `{}` until the stage phase says what was used)."""
-        return WeakRecord(
-            k=self.k,
-            agree=self.agree,
-            candidates=self.candidates,
-            sampled=self.sampled,
-            labelled=self.labelled,
-            disagreed=self.disagreed,
-            no_answer=self.no_answer,
-            refuted=self.refuted,
-            already_checked=self.already_checked,
-            verified=dict(self.verified),
-            verified_later=dict(self.verified_later),
-            waiting=self.waiting,
-            left_out=self.left_out,
-            over_cap=self.over_cap,
-            trained=self.trained,
-            mean_agreement=self.mean_agreement,
-            failed_samples=self.failed_samples,
-            tasks=tuple(self.tasks),
-            notes=tuple(self.notes),
-            shipped=TrainOnlyUse.empty(),
-            accuracy=self.accuracy,
-        )
+def _accuracy(verified: Mapping[str, int], verified_later: Mapping[str, int]) -> float | None:
+    """How often a weak label was right, where a real reference came (tonight or since)."""
+    right = verified["right"] + verified_later["right"]
+    n = right + verified["wrong"] + verified_later["wrong"]
+    return None if n == 0 else round(right / n, 4)
 
 
 # ---- candidates and sampling ----------------------------------------------------------------
@@ -245,10 +194,9 @@ def _sample(
     target: ChatModel,
     policy: Policy,
     training: SkillOptConfig,
-    report: WeakReport,
-) -> dict[str, list[str | None]] | None:
-    """Each task's k replies (None for a failed sample); None when the backend or the budget
-    stopped the sampling (noted)."""
+) -> tuple[dict[str, list[str | None]], int]:
+    """Each task's k replies (None for a failed or truncated sample), and the samples that
+    failed; raises what stopped the sampling (the backend, the budget)."""
     examples = [Example(id=t.id, input=t.messages) for t in tasks]
     rollout = RolloutConfig(
         concurrency=training.concurrency,
@@ -260,17 +208,12 @@ def _sample(
         progress=False,
         description="weak labels",
     )
-    try:
-        done = run_rollouts(target, policy, _Unchecked(examples), examples, rollout)
-    except (FatalBackendError, BudgetExhausted) as err:
-        report.notes.append(f"weak labels: sampling stopped ({err}); none taken tonight")
-        return None
+    done = run_rollouts(target, policy, _Unchecked(examples), examples, rollout)
     replies: dict[str, list[str | None]] = {t.id: [] for t in tasks}
     for r in done:
         bad = r.error is not None or r.truncated
-        report.failed_samples += int(r.error is not None)
         replies[r.example_id].append(None if bad else r.reply)
-    return replies
+    return replies, sum(r.error is not None for r in done)
 
 
 def _twin(
@@ -315,24 +258,21 @@ def _settle_one(
     checked: list[MinedTask],
     config: WeakConfig,
     threshold: float,
-    report: WeakReport,
-) -> str:
-    """Label `task` from its vote, or say why not: the outcome word for the report."""
+) -> tuple[str, str]:
+    """Label `task` from its vote, or say why not: what the record counts it as (`labelled`,
+    `no_answer`, `disagreed`, `refuted`, `already_checked`, or `right` / `wrong`: already
+    checked, against a real reference) and the outcome word for the report."""
     if got.answer is None:
-        report.no_answer += int(got.key is None)
-        report.disagreed += int(got.key is not None)
-        return "no_answer" if got.key is None else "disagreed"
+        return ("no_answer", "no_answer") if got.key is None else ("disagreed", "disagreed")
     twin = _twin(task.id, task.prompt, checked, threshold)
     if twin is not None:
-        report.already_checked += 1
         right = _right(got.answer, twin)
         if right is not None:
-            report.verified["right" if right else "wrong"] += 1
-            return f"checked by {twin.id}: {'right' if right else 'wrong'}"
-        return f"already checked by {twin.id}"
+            said = "right" if right else "wrong"
+            return said, f"checked by {twin.id}: {said}"
+        return "already_checked", f"already checked by {twin.id}"
     if task.negative and _gives(task.logged_reply or "", got, config):
-        report.refuted += 1
-        return "refuted: the user rejected a reply with this answer"
+        return "refuted", "refuted: the user rejected a reply with this answer"
     task.reference = got.answer
     task.state = task.state.but(
         scorer=reference_scorer(got.answer),
@@ -340,8 +280,7 @@ def _settle_one(
         trust=Trust.MODEL.label,
     )
     task.notes.append(f"weak label: {got.answer!r} agreed by {got.agreement:.0%} of {config.k}")
-    report.labelled += 1
-    return "labelled"
+    return "labelled", "labelled"
 
 
 def weak_label(
@@ -352,33 +291,34 @@ def weak_label(
     target: ChatModel,
     policy: Policy,
     training: SkillOptConfig,
-) -> tuple[list[MinedTask], WeakReport]:
+) -> tuple[list[MinedTask], WeakRecord]:
     """Weak tasks from `rows` (what `phases.mine.mine(unchecked=...)` handed back), sampled on
     `target` (already charged to the night's ledger and evidence log) under `policy`;
     `checked`: the night's tasks with checks (tonight's and recalled), which a weak label
-    never duplicates and is scored against. The tasks come back unsplit, marked `weak`."""
-    report = WeakReport(k=config.k, agree=config.agree)
-    if config.k == 0:
-        return [], report
-    found = candidates(rows, mining)
-    report.candidates = len(found)
+    never duplicates and is scored against. The tasks come back unsplit, marked `weak`, with
+    the night's `weak` as the sampling leaves it (`settle_weak` and `verify_waiting` add what
+    the split and the past labels say)."""
+    found = candidates(rows, mining) if config.k else []
     sample = found[: config.max_candidates]
+    notes = []
     if len(found) > len(sample):
-        report.notes.append(
+        notes.append(
             f"{len(found) - len(sample)} unchecked requests not sampled (max_candidates "
             f"{config.max_candidates}, newest first)"
         )
-    if not sample:
-        return [], report
-    replies = _sample(sample, config, target, policy, training, report)
-    if replies is None:
-        return [], report
-    report.sampled = len(sample)
-    out = []
-    for task in sample:
+    try:
+        replies, failed = _sample(sample, config, target, policy, training) if sample else ({}, 0)
+    except (FatalBackendError, BudgetExhausted) as err:
+        notes.append(f"weak labels: sampling stopped ({err}); none taken tonight")
+        replies, failed = {}, 0
+    sampled = [t for t in sample if t.id in replies]  # none when the sampling stopped
+    out, settled = [], []
+    counted: Counter[str] = Counter()
+    for task in sampled:
         got = vote(replies[task.id], config.k, config.agree, config.max_answer_words)
-        outcome = _settle_one(task, got, checked, config, mining.near_duplicate, report)
-        report.tasks.append(
+        kind, outcome = _settle_one(task, got, checked, config, mining.near_duplicate)
+        counted[kind] += 1
+        settled.append(
             WeakTaskRow(
                 id=task.id,
                 answer=got.answer,
@@ -387,9 +327,27 @@ def weak_label(
                 outcome=outcome,
             )
         )
-        if outcome == "labelled":
+        if kind == "labelled":
             out.append(task)
-    return out, report
+    verified = {"right": counted["right"], "wrong": counted["wrong"]}
+    return out, WeakRecord(
+        k=config.k,
+        agree=config.agree,
+        candidates=len(found),
+        sampled=len(sampled),
+        labelled=counted["labelled"],
+        disagreed=counted["disagreed"],
+        no_answer=counted["no_answer"],
+        refuted=counted["refuted"],
+        already_checked=counted["already_checked"] + counted["right"] + counted["wrong"],
+        verified=verified,
+        verified_later=dict(_UNSCORED),
+        failed_samples=failed,
+        tasks=tuple(settled),
+        notes=tuple(notes),
+        shipped=TrainOnlyUse.empty(),  # `{}` until the stage phase says what was used
+        accuracy=_accuracy(verified, _UNSCORED),
+    )
 
 
 def _weak_label(task: MinedTask) -> WeakLabel:
@@ -402,11 +360,12 @@ def settle_weak(
     splits: dict[str, list[MinedTask]],
     tasks: list[MinedTask],
     config: WeakConfig,
-    report: WeakReport,
-) -> None:
+    labels: WeakRecord,
+) -> WeakRecord:
     """After the split: count the weak tasks left out as near-duplicates of held-out ones,
-    keep at most `share` of the checked train tasks (the best agreed), record the rest."""
-    report.left_out = sum(t.split is None for t in tasks)
+    keep at most `share` of the checked train tasks (the best agreed), record the rest;
+    `labels` (`weak_label`'s) with what the split did to them."""
+    left_out = sum(t.split is None for t in tasks)
     train = splits.get("train", [])
     checked = sum(not train_only(t) for t in train)
     cap = math.floor(config.weak_share * checked + 1e-9)
@@ -418,25 +377,30 @@ def settle_weak(
         train.remove(task)
         task.split = None
         task.notes.append(f"left out: over the weak share ({cap} of {checked} checked train tasks)")
-    report.over_cap = max(0, len(weak) - cap)
-    kept = weak[:cap]
-    report.trained = len(kept)
-    if report.labelled:
+    mean_agreement = None
+    if labels.labelled:
         labelled = [t for t in tasks if given(t.state.weak)]
-        report.mean_agreement = round(
-            sum(_weak_label(t).agreement for t in labelled) / len(labelled), 4
-        )
+        mean_agreement = round(sum(_weak_label(t).agreement for t in labelled) / len(labelled), 4)
     by_id = {t.id: t for t in tasks}
-    for i, row in enumerate(report.tasks):
+    rows = []
+    for row in labels.tasks:
         found = by_id.get(row.id)
         if found is not None:
             left = found.split is None and found.notes
             # `split`: a labelled row's only, untyped, as report.json has always had it
-            report.tasks[i] = replace(
+            row = replace(
                 row,
                 outcome=found.notes[-1] if left else row.outcome,
                 extra={**row.extra, "split": found.split},
             )
+        rows.append(row)
+    return labels.but(
+        left_out=left_out,
+        over_cap=max(0, len(weak) - cap),
+        trained=len(weak[:cap]),
+        mean_agreement=mean_agreement,
+        tasks=tuple(rows),
+    )
 
 
 # ---- labels waiting for a real reference ---------------------------------------------------
@@ -485,19 +449,21 @@ def verify_waiting(
     waiting: list[WaitingLabel],
     checked: list[MinedTask],
     threshold: float,
-    report: WeakReport,
-) -> list[WaitingLabel]:
+    labels: WeakRecord,
+) -> tuple[list[WaitingLabel], WeakRecord]:
     """Score each waiting label against a checked task that asks the same (its real reference
-    arrived since); returns those still waiting."""
+    arrived since): those still waiting, and `labels` with the scores."""
     left = []
+    later: Counter[str] = Counter(_UNSCORED)
     for row in waiting:
         twin = _twin(str(row.id or None), row.prompt, checked, threshold)
         right = None if twin is None else _right(str(row.answer), twin)
         if right is None:
             left.append(row)
         else:
-            report.verified_later["right" if right else "wrong"] += 1
-    return left
+            later["right" if right else "wrong"] += 1
+    scored = labels.but(verified_later=dict(later), accuracy=_accuracy(labels.verified, later))
+    return left, scored
 
 
 def still_waiting(

@@ -159,12 +159,11 @@ def _weak_labels(
         unchecked, checked, config.weak, config.mining, target, policy, config.training
     )
     add_train_only(splits, found, config.mining.near_duplicate)
-    settle_weak(splits, found, config.weak, labels)
+    labels = settle_weak(splits, found, config.weak, labels)
     past = load_waiting(night.project, home)
-    left = verify_waiting(past, checked, config.mining.near_duplicate, labels)
+    left, labels = verify_waiting(past, checked, config.mining.near_duplicate, labels)
     waiting = still_waiting(left, found, night.night)
-    labels.waiting = len(waiting)
-    return waiting, labels.record()
+    return waiting, labels.but(waiting=len(waiting))
 
 
 def _gate_power(mode: GateMode, n_val: int, config: NightConfig, console: Console) -> GateMode:
