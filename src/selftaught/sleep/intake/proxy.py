@@ -66,7 +66,6 @@ from selftaught.errors import BackendError, InputError, RunError, SelftaughtErro
 from selftaught.given_keys import MARK, MIN_SECRET_CHARS, add_secret
 from selftaught.http_guard import DEFAULT_MAX_BODY_BYTES, LOOPBACK, install_guard, strip_credentials
 from selftaught.retrieval import RetrievalUnavailable
-from selftaught.sleep.adoption.staging import current_version
 from selftaught.sleep.intake.canary import CANARY_MODES, Canary, CanaryError, Staged, start_canary
 from selftaught.sleep.intake.log import TRUSTED_WORDS, Interaction, TaskLog
 from selftaught.sleep.intake.probation import STAGED, ProbationConfig, auto_rollback_on
@@ -386,11 +385,15 @@ class ProxyState:
     def probation_watch(self) -> ProbationWatch | None:
         """The watch, started on the first request a version on probation with
         auto-rollback by default serves (adopted from a `--no-val` night) when neither
-        --auto-rollback nor a canary started it; looked up once per adopted version."""
+        --auto-rollback nor a canary started it; looked up once per adopted version. The
+        version is the one served (`adopted`: cached, polled with a Postgres log), never a
+        fresh read: this runs on every request, and a database that does not answer must
+        not hold each one for the pool's timeout."""
         if self.watch is not None:
             return self.watch
         config = self.config
-        version = current_version(config.project, config.home)
+        served = self.adopted().version
+        version = int(served) if served and served.isdigit() else 0
         if version != self._probed:
             self._probed = version
             if auto_rollback_on(config.project, version, config.home):
