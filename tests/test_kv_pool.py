@@ -143,23 +143,31 @@ def test_the_layout_setting_and_the_pool_size():
 # ---------------------------------------------------------------------- the paged engine
 
 
+@pytest.fixture(scope="module")
+def dense_mixed(model, tokenizer):
+    """The mixed batch through the dense cache, once for every paged setting: its tokens
+    and stats (the dense engine is deterministic, its sampled rows seeded)."""
+    dense = ContinuousBatcher(model, [-1], 0, tokenizer.decode)
+    tokens, _ = refill_loop(dense, mixed_sequences(), slots=3)
+    return tokens, dense.stats
+
+
 @needs_tokenizer
 @pytest.mark.parametrize(
     "settings",
     [{}, {"block_tokens": 1}, {"block_tokens": 5, "prefill_chunk": 13}, {"prefill_chunk": 32}],
     ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "default",
 )
-def test_the_pool_decodes_what_the_dense_cache_decodes(model, tokenizer, settings):
+def test_the_pool_decodes_what_the_dense_cache_decodes(model, tokenizer, dense_mixed, settings):
     """Prompts of 5 to 260 tokens, most behind a shared 60-token skill, caps from 2 to 20
     (rows end at different steps, newcomers join a running batch), three seeded samples of
     one prompt: the same tokens as the dense cache, and every block back at the end."""
-    dense = ContinuousBatcher(model, [-1], 0, tokenizer.decode)
-    expected, _ = refill_loop(dense, mixed_sequences(), slots=3)
+    expected, dense_stats = dense_mixed
     batcher = paged(model, tokenizer, **settings)
     tokens, widths = refill_loop(batcher, mixed_sequences(), slots=3)
     assert tokens == expected
     stats = batcher.stats
-    assert stats.prefix_hits == dense.stats.prefix_hits >= 2 and stats.refills >= 3
+    assert stats.prefix_hits == dense_stats.prefix_hits >= 2 and stats.refills >= 3
     pool = batcher.pool
     assert pool.reserved == 0
     held = sum(len(e.kv.blocks) for e in batcher.prefix_cache)  # the cached prefixes' blocks
