@@ -297,9 +297,9 @@ class FakeUpstream:
 
 def health(url: str) -> dict[str, Any]:
     """The proxy's /health (`url`: its /v1 URL)."""
-    import httpx
+    from tests import loopback
 
-    return httpx.get(url.removesuffix("/v1") + "/health", timeout=30).json()
+    return loopback.get(url.removesuffix("/v1") + "/health", timeout=30).json()
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float = 60.0) -> Any:

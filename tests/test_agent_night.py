@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -43,6 +42,7 @@ from selftaught.sleep.night.cycle import NightConfig, NightModels, mine, run_nig
 from selftaught.sleep.night.mine import MineConfig
 from selftaught.sleep.paths import read_adopted
 from selftaught.tasks.episode import is_tool_task
+from tests import loopback
 from tests.agent_upstream import (
     Call,
     cli_dir,
@@ -448,7 +448,7 @@ def test_an_agent_through_the_proxy_learns_a_skill_validated_on_itself(
             assert {s["result"] for s in sessions} == {"UNSOLVED"}, sessions
             assert proxy.state.proxy.writer.flush(30)
             for s in sessions:  # the operator marks each answer wrong: it should be SOLVED
-                fb = httpx.post(f"{url}/feedback", headers={"x-api-key": op_key},
+                fb = loopback.post(f"{url}/feedback", headers={"x-api-key": op_key},
                                 json={"session_id": s["session_id"], "thumb": "down",
                                       "reference": "SOLVED"})  # fmt: skip
                 assert fb.status_code == 200, fb.text

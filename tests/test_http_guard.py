@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import loopback
+
 pytest.importorskip("fastapi")
 
 from selftaught.http_guard import (  # noqa: E402
@@ -46,7 +48,7 @@ class Server:
 
     def post(self, body: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:
         content = body.encode() if isinstance(body, str) else body
-        return httpx.post(f"{self.url}/chat/completions", content=content, headers=headers)
+        return loopback.post(f"{self.url}/chat/completions", content=content, headers=headers)
 
 
 @pytest.fixture(scope="module", params=["serve", "proxy"])
@@ -85,7 +87,7 @@ def test_a_foreign_host_is_refused(server, host):
     response = server.post(BODY, {**JSON, "host": host})
     refused(server, response, 403, before)
     assert "Host" in response.json()["error"]["message"]
-    assert httpx.get(server.url + "/models", headers={"host": host}).status_code == 403
+    assert loopback.get(server.url + "/models", headers={"host": host}).status_code == 403
 
 
 # Spellings a lax parser reads as loopback (issue 63: `[::1].evil.example` and
@@ -167,7 +169,7 @@ def test_bodies_over_the_cap_are_refused(server):
         for i in range(0, len(big), 4096):
             yield big[i : i + 4096].encode()
 
-    response = httpx.post(f"{server.url}/chat/completions", content=chunks(), headers=JSON)
+    response = loopback.post(f"{server.url}/chat/completions", content=chunks(), headers=JSON)
     refused(server, response, 413, before)
 
 
@@ -239,9 +241,11 @@ def keyed_proxy(tmp_path) -> Iterator[tuple[str, FakeUpstream, TaskLog]]:
 def test_health_needs_the_key_and_never_shows_a_password(keyed_proxy):
     url, _, _ = keyed_proxy
     health = url.removesuffix("/v1") + "/health"
-    assert httpx.get(health).json() == {"status": "ok"}
-    assert httpx.get(health, headers={"authorization": "Bearer wrong"}).json() == {"status": "ok"}
-    full = httpx.get(health, headers={"authorization": "Bearer proxy-key"}).json()
+    assert loopback.get(health).json() == {"status": "ok"}
+    assert loopback.get(health, headers={"authorization": "Bearer wrong"}).json() == {
+        "status": "ok"
+    }
+    full = loopback.get(health, headers={"authorization": "Bearer proxy-key"}).json()
     assert "log" in full and "hunter2pw" not in str(full) and "alice" not in str(full)
     assert full["upstream"].startswith("http://127.0.0.1:")
 
@@ -250,16 +254,16 @@ def test_health_needs_the_key_and_never_shows_a_password(keyed_proxy):
 def test_the_bearer_scheme_is_case_insensitive(keyed_proxy, scheme):
     url, upstream, _ = keyed_proxy
     headers = {**JSON, "authorization": f"{scheme} proxy-key"}
-    response = httpx.post(f"{url}/chat/completions", json=CHAT, headers=headers)
+    response = loopback.post(f"{url}/chat/completions", json=CHAT, headers=headers)
     assert response.status_code == 200, response.text
     wrong = {**JSON, "authorization": f"{scheme} other-key"}
-    assert httpx.post(f"{url}/chat/completions", json=CHAT, headers=wrong).status_code == 401
+    assert loopback.post(f"{url}/chat/completions", json=CHAT, headers=wrong).status_code == 401
 
 
 def test_the_logged_row_and_errors_carry_no_url_password(keyed_proxy):
     url, _, log = keyed_proxy
     headers = {"authorization": "Bearer proxy-key"}
-    response = httpx.post(f"{url}/chat/completions", json=CHAT, headers=headers)
+    response = loopback.post(f"{url}/chat/completions", json=CHAT, headers=headers)
     iid = response.headers["x-selftaught-interaction-id"]
     deadline = time.monotonic() + 10
     while log.count() == 0 and time.monotonic() < deadline:
@@ -279,14 +283,14 @@ def test_an_unreachable_upstream_error_shows_no_password(tmp_path):
         home=tmp_path / "home",
     )
     with proxy_in_background(config) as (url, _):
-        response = httpx.post(f"{url}/chat/completions", json=CHAT)
+        response = loopback.post(f"{url}/chat/completions", json=CHAT)
     assert response.status_code == 502 and "s3cretpw" not in response.text
 
 
 def test_remote_hosts_are_answered_with_allow_remote(tmp_path):
     model = EchoModel()
     with serve_in_background(model, "fake-model", allow_remote=True) as url:
-        response = httpx.post(
+        response = loopback.post(
             f"{url}/chat/completions", json=CHAT, headers={"host": "gpu-box.lan:8000"}
         )
     assert response.status_code == 200

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -20,6 +19,7 @@ from selftaught import cli
 from selftaught.cli import app
 from selftaught.models.errors import classify_status
 from selftaught.sleep.intake.log import TaskLog
+from tests import loopback
 from tests.fake_upstream import FakeUpstream, fake_proxy
 from tests.native_upstream import NativeServer
 from tests.test_sleep_night_cli import fill
@@ -124,7 +124,7 @@ def test_the_proxy_never_relays_or_logs_an_echoed_key(tmp_path, log_at, own_key)
     with fake_proxy(tmp_path / "home", log_at, **config) as (url, _, upstream):
         upstream.faults.append("echo-401")
         body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
-        answer = httpx.post(f"{url}/chat/completions", json=body, headers=headers, timeout=20)
+        answer = loopback.post(f"{url}/chat/completions", json=body, headers=headers, timeout=20)
         sent = {k.lower(): v for k, v in upstream.headers[-1].items()}
         assert sent["authorization"] == f"Bearer {KEY}"  # what the upstream echoes
     assert answer.status_code == 401

@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import loopback
+
 pytest.importorskip("fastapi")
 
 from selftaught.runs import atomic_write_text  # noqa: E402
@@ -146,7 +148,7 @@ def test_a_real_agent_session_is_logged_turn_by_turn_with_tools_and_results(tmp_
         upstream_calls = list(s["up"].calls)
         assert s["app"].state.proxy.writer.flush(30)
         correction = {"session_id": out["session_id"], "reference": "proxied-4242"}
-        fb = httpx.post(f"{s['url']}/feedback", json=correction,
+        fb = loopback.post(f"{s['url']}/feedback", json=correction,
                         headers={"x-api-key": "op-feedback-key-1"})  # fmt: skip
     assert "proxied-4242" in str(out.get("result")), out
     first, second = rows_of(tmp_path)
@@ -221,7 +223,7 @@ def messages_turn(s: dict[str, Any], messages: list, **kw: Any) -> httpx.Respons
             "messages": messages, "metadata": {"user_id": json.dumps({"session_id": "s-msg-1"})},
             **kw}  # fmt: skip
     headers = {"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}
-    return httpx.post(f"{s['url']}/messages?beta=true", json=body, headers=headers, timeout=20)
+    return loopback.post(f"{s['url']}/messages?beta=true", json=body, headers=headers, timeout=20)
 
 
 def responses_turn(s: dict[str, Any], items: list, **kw: Any) -> httpx.Response:
@@ -229,7 +231,7 @@ def responses_turn(s: dict[str, Any], items: list, **kw: Any) -> httpx.Response:
             "tools": [{"type": "function", "name": "exec_command", "parameters": {}},
                       {"type": "web_search"}], **kw}  # fmt: skip
     headers = {"authorization": f"Bearer {CLIENT_KEY}", "session-id": "s-resp-1"}
-    return httpx.post(f"{s['url']}/responses", json=body, headers=headers, timeout=20)
+    return loopback.post(f"{s['url']}/responses", json=body, headers=headers, timeout=20)
 
 
 def test_messages_not_streamed_with_a_tool_round_trip(tmp_path):
@@ -310,9 +312,9 @@ def test_x_api_key_and_bearer_both_open_the_proxy(tmp_path):
         for headers in ({"x-api-key": "proxy-key-123456"},
                         {"authorization": "bearer proxy-key-123456"}):  # fmt: skip
             body = {"model": MODEL, "max_tokens": 10, "messages": ask}
-            ok = httpx.post(f"{s['url']}/messages", json=body, headers=headers)
+            ok = loopback.post(f"{s['url']}/messages", json=body, headers=headers)
             assert ok.status_code == 200, ok.text
-        wrong = httpx.post(f"{s['url']}/messages", json=body, headers={"x-api-key": "nope"})
+        wrong = loopback.post(f"{s['url']}/messages", json=body, headers={"x-api-key": "nope"})
         assert wrong.status_code == 401 and len(s["up"].calls) == 2
         assert "proxy-key-123456" not in json.dumps([c["headers"] for c in s["up"].calls])
 
@@ -357,13 +359,13 @@ def test_feedback_on_a_session_attaches_to_its_last_turn(tmp_path):
         result = {"type": "tool_result", "tool_use_id": block["id"], "content": "hi"}
         last = messages_turn(s, [*ask, {"role": "assistant", "content": [block]},
                                  {"role": "user", "content": [result]}])  # fmt: skip
-        fb = httpx.post(f"{s['url']}/feedback",
+        fb = loopback.post(f"{s['url']}/feedback",
                         json={"session_id": "s-msg-1", "thumb": "down", "reference": "hello"},
                         headers={"x-api-key": "op-feedback-key-1"})  # fmt: skip
         assert fb.status_code == 200 and fb.json()["id"] == last.headers[ID_HEADER]
-        missing = httpx.post(f"{s['url']}/feedback", json={"session_id": "nope", "thumb": "up"})
+        missing = loopback.post(f"{s['url']}/feedback", json={"session_id": "nope", "thumb": "up"})
         assert missing.status_code == 404
-        both = httpx.post(f"{s['url']}/feedback",
+        both = loopback.post(f"{s['url']}/feedback",
                           json={"session_id": "s-msg-1", "id": "x", "thumb": "up"})  # fmt: skip
         assert both.status_code == 400
     log = TaskLog(tmp_path / "log.db")
@@ -419,7 +421,7 @@ def test_the_first_byte_reaches_the_client_before_the_upstream_finishes(tmp_path
                     else {"input": "go"})  # fmt: skip
         started = time.perf_counter()
         first = None
-        with httpx.stream("POST", f"{s['url']}/{path}", json=body, timeout=30) as response:
+        with loopback.stream("POST", f"{s['url']}/{path}", json=body, timeout=30) as response:
             chunks = []
             for chunk in response.iter_raw():
                 first = first if first is not None else time.perf_counter() - started
@@ -463,7 +465,7 @@ def test_a_canary_shadow_answer_on_the_messages_wire_gets_the_staged_skill(tmp_p
         with proxy_in_background(config) as (url, app):
             body = {"model": MODEL, "max_tokens": 10, "stream": True,
                     "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
-            served = httpx.post(f"{url}/messages", json=body, timeout=20)
+            served = loopback.post(f"{url}/messages", json=body, timeout=20)
             writer, deadline = app.state.proxy.writer, time.monotonic() + 20
             while writer.snapshot()["submitted"] < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)  # the shadow answer is asked for after the served one

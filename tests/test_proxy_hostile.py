@@ -23,6 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import loopback
+
 pytest.importorskip("fastapi")
 
 from selftaught.sleep.intake import proxy_wire  # noqa: E402
@@ -734,7 +736,7 @@ class Outcome:
 def send(url: str, case: Case) -> Outcome:
     headers = {"content-type": "application/json", "x-request-id": case.name}
     try:
-        response = httpx.post(
+        response = loopback.post(
             f"{url}/{PATHS[case.wire]}", content=case.request, headers=headers, timeout=60
         )
     except httpx.HTTPError as err:  # a stream the proxy cut
@@ -999,7 +1001,7 @@ def test_feedback_with_a_lone_surrogate_is_stored_as_u_fffd(tmp_path, log_at):
         outcome = send(url, case)
         settled(url, 1)
         feedback = dumps({"id": outcome.id, "comment": "wrong" + S, "reference": "4" + S})
-        answer = httpx.post(
+        answer = loopback.post(
             f"{url}/feedback", content=feedback, headers={"content-type": "application/json"}
         )
     assert answer.status_code == 200, answer.text
@@ -1020,7 +1022,7 @@ def test_feedback_scores_must_be_finite_numbers_from_0_to_1(tmp_path, log_at):
         def give(raw: bytes, field: str = "score") -> httpx.Response:
             body = dumps({"id": row, field: "__X__"}).replace(b'"__X__"', raw)
             headers = {"content-type": "application/json"}
-            return httpx.post(f"{url}/feedback", content=body, headers=headers, timeout=30)
+            return loopback.post(f"{url}/feedback", content=body, headers=headers, timeout=30)
 
         refused = {name: give(raw) for name, raw in NOT_JSON_NUMBERS.items()}
         refused |= {f"score {raw!r}": give(raw) for raw in (b"1.5", b"-0.25", b"1e308")}

@@ -20,6 +20,8 @@ import httpx
 import openai
 import pytest
 
+from tests import loopback
+
 pytest.importorskip("fastapi")
 
 from selftaught.sleep.intake.log import TaskLog  # noqa: E402
@@ -106,7 +108,7 @@ def outage(request, tmp_path, monkeypatch) -> Iterator[SqliteOutage | PostgresOu
 
 
 def own(url: str, route: str) -> httpx.Response:
-    return httpx.get(url.removesuffix("/v1") + route, timeout=30)
+    return loopback.get(url.removesuffix("/v1") + route, timeout=30)
 
 
 def test_a_log_that_goes_away_costs_no_answer_and_is_replayed_when_it_returns(outage, tmp_path):

@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import loopback
+
 pytest.importorskip("fastapi")
 
 from selftaught.sleep.adoption import staging  # noqa: E402
@@ -71,7 +73,7 @@ def raw_request(url: str, method: str, path: str, body: bytes | None = None) -> 
 
 def chat(url: str, headers: dict[str, str] | None = None, text: str = "hi") -> httpx.Response:
     body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
-    return httpx.post(f"{url}/chat/completions", json=body, headers=headers or {}, timeout=20)
+    return loopback.post(f"{url}/chat/completions", json=body, headers=headers or {}, timeout=20)
 
 
 # ---- item 3: relay only the routes the proxy logs -------------------------------------------
@@ -122,8 +124,8 @@ def test_the_operator_key_goes_only_with_logged_requests(tmp_path):
         with proxy_in_background(config) as (url, _):
             assert chat(url).status_code == 200
             client_key = {"authorization": "Bearer sk-client-own-key-1"}
-            httpx.post(f"{url}/embeddings", json={"input": "x"}, headers=client_key)
-            httpx.get(f"{url}/models", headers=client_key)
+            loopback.post(f"{url}/embeddings", json={"input": "x"}, headers=client_key)
+            loopback.get(f"{url}/models", headers=client_key)
     sent = {(c["method"], c["path"]): c["headers"] for c in upstream.calls}
     assert sent[("POST", "/v1/chat/completions")]["authorization"] == f"Bearer {OPERATOR_KEY}"
     assert ("POST", "/v1/embeddings") in sent  # the operator asked for it
@@ -134,7 +136,7 @@ def test_the_operator_key_goes_only_with_logged_requests(tmp_path):
 
 
 def test_the_models_route_answers_the_pinned_model_without_the_upstream(proxy):
-    models = httpx.get(f"{proxy['url']}/models").json()
+    models = loopback.get(f"{proxy['url']}/models").json()
     assert [m["id"] for m in models["data"]] == ["fake-model"]
     assert proxy["upstream"].calls == []
 
@@ -198,7 +200,7 @@ def test_client_keys_file_labels_clients_and_refuses_others(tmp_path):
             bob = chat(url, {"x-api-key": "bob-secret-key-2"})
             assert chat(url, {"authorization": "Bearer wrong-key-123"}).status_code == 401
             assert chat(url, {}).status_code == 401
-            assert httpx.get(url.removesuffix("/v1") + "/health").json() == {"status": "ok"}
+            assert loopback.get(url.removesuffix("/v1") + "/health").json() == {"status": "ok"}
             wait_logged(url, 2, key="alice-secret-key")
         config = config_for(upstream, tmp_path / "t", client_keys=toml)
         with proxy_in_background(config) as (url, _):
@@ -236,7 +238,7 @@ def test_a_bad_client_keys_file_is_a_clear_error(tmp_path, content, message):
 
 def feedback(url: str, body: Any, key: str | None = None) -> httpx.Response:
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    return httpx.post(f"{url}/feedback", json=body, headers=headers, timeout=20)
+    return loopback.post(f"{url}/feedback", json=body, headers=headers, timeout=20)
 
 
 def test_feedback_needs_the_full_id_of_a_row_of_this_project(tmp_path):
@@ -323,8 +325,8 @@ def test_health_says_only_ok_without_a_key_and_more_with_one(tmp_path):
                             auto_rollback=True)  # fmt: skip
         with proxy_in_background(config) as (url, _):
             root = url.removesuffix("/v1")
-            assert httpx.get(f"{root}/health").json() == {"status": "ok"}
-            full = httpx.get(f"{root}/health", headers={"x-api-key": "client-key-0001"}).json()
+            assert loopback.get(f"{root}/health").json() == {"status": "ok"}
+            full = loopback.get(f"{root}/health", headers={"x-api-key": "client-key-0001"}).json()
             assert full["status"] == "ok" and full["probation"]["auto_rollback"] is True
 
 
@@ -427,7 +429,7 @@ def test_replay_mark_is_bound_to_route_project_and_time(tmp_path, log_at):
 
                 def send(url: str, mark_headers: dict[str, str]) -> None:
                     headers = {"content-type": "application/json", **mark_headers}
-                    answer = httpx.post(f"{url}/chat/completions", content=raw,
+                    answer = loopback.post(f"{url}/chat/completions", content=raw,
                                         headers=headers, timeout=30)  # fmt: skip
                     assert answer.status_code == 200, answer.text
 

@@ -27,6 +27,7 @@ from selftaught.sleep.intake.log import Interaction, LogFilter, TaskLog
 from selftaught.sleep.intake.sessions import collapse_sessions
 from selftaught.sleep.replay_mark import REPLAY_HEADER, mark, replay_key
 from selftaught.sleep.store import LogUrl, display_url
+from tests import loopback
 
 pytest.importorskip("fastapi")
 from selftaught.sleep.intake.proxy import (  # noqa: E402
@@ -84,8 +85,8 @@ def test_the_proxy_shows_no_upstream_password_holding_a_slash(tmp_path):
         home=tmp_path / "home",
     )
     with proxy_in_background(config) as (url, _):
-        health = httpx.get(url.removesuffix("/v1") + "/health").json()  # no key configured
-        answer = httpx.post(
+        health = loopback.get(url.removesuffix("/v1") + "/health").json()  # no key configured
+        answer = loopback.post(
             f"{url}/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}
         )
     assert SECRET not in str(health) and health["upstream"] == "http://127.0.0.1:9/v1#m"
@@ -102,14 +103,14 @@ ALICE, BOB, OPERATOR_KEY = "alice-secret-key", "bob-secret-key-2", "operator-fee
 def _ask(url: str, key: str, text: str, session: str) -> str:
     body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
     headers = {"authorization": f"Bearer {key}", "x-claude-code-session-id": session}
-    answer = httpx.post(f"{url}/chat/completions", json=body, headers=headers, timeout=20)
+    answer = loopback.post(f"{url}/chat/completions", json=body, headers=headers, timeout=20)
     assert answer.status_code == 200, answer.text
     return answer.headers[ID_HEADER]
 
 
 def _feedback(url: str, key: str, **body: str) -> httpx.Response:
     headers = {"authorization": f"Bearer {key}"}
-    return httpx.post(f"{url}/feedback", json=body, headers=headers, timeout=20)
+    return loopback.post(f"{url}/feedback", json=body, headers=headers, timeout=20)
 
 
 def test_a_session_is_its_clients_feedback_and_the_operators_included(tmp_path, log_at):
@@ -194,7 +195,7 @@ def test_a_night_pointed_at_the_proxy_never_logs_its_replays(tmp_path, monkeypat
             marked = {**headers, **mark(replay_key(home), "/v1/chat/completions", "demo", raw)}
             forged = {**headers, REPLAY_HEADER: "0" * 64}
             for extra in (marked, forged, headers):
-                answered = httpx.post(f"{url}/chat/completions", content=raw, headers=extra)
+                answered = loopback.post(f"{url}/chat/completions", content=raw, headers=extra)
                 assert answered.status_code == 200, answered.text
             health = wait_logged(url, 2)
     assert night_calls > 0 and health["night_replays"] == night_calls + 1

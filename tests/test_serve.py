@@ -7,9 +7,10 @@ import asyncio
 import os
 from collections.abc import Iterator
 
-import httpx
 import openai
 import pytest
+
+from tests import loopback
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -90,7 +91,7 @@ def client(base_url: str) -> openai.OpenAI:
 def test_models_and_health(client: openai.OpenAI, base_url: str):
     assert [m.id for m in client.models.list().data] == [NAME]
     assert client.models.retrieve(NAME).id == NAME
-    health = httpx.get(base_url.removesuffix("/v1") + "/health")
+    health = loopback.get(base_url.removesuffix("/v1") + "/health")
     assert health.status_code == 200
     assert health.json() == {"status": "ok", "model": NAME}
 
@@ -157,7 +158,7 @@ def test_n_above_one_is_refused(client: openai.OpenAI, base_url: str):
         client.chat.completions.create(
             model=NAME, messages=[{"role": "user", "content": "hi"}], n=2
         )
-    response = httpx.post(
+    response = loopback.post(
         f"{base_url}/chat/completions",
         json={"model": NAME, "messages": [{"role": "user", "content": "hi"}], "stream": "yes"},
     )
@@ -226,7 +227,7 @@ def test_streaming_errors_are_http_errors_not_broken_streams(
     ],
 )
 def test_bad_bodies_are_400_with_a_clear_message(base_url: str, body, fragment: str):
-    response = httpx.post(f"{base_url}/chat/completions", json=body)
+    response = loopback.post(f"{base_url}/chat/completions", json=body)
     assert response.status_code == 400
     error = response.json()["error"]
     assert fragment in error["message"]
@@ -234,14 +235,14 @@ def test_bad_bodies_are_400_with_a_clear_message(base_url: str, body, fragment: 
 
 
 def test_invalid_json_and_unknown_route(base_url: str):
-    response = httpx.post(
+    response = loopback.post(
         f"{base_url}/chat/completions",
         content=b"{not json",
         headers={"content-type": "application/json"},
     )
     assert response.status_code == 400
     assert "not valid JSON" in response.json()["error"]["message"]
-    missing = httpx.get(f"{base_url}/nothing-here")
+    missing = loopback.get(f"{base_url}/nothing-here")
     assert missing.status_code == 404
     assert "error" in missing.json()
 

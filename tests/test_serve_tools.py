@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import httpx
 import openai
 import pytest
+
+from tests import loopback
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -169,7 +170,7 @@ def test_streamed_tool_calls_in_the_openai_delta_shape(client: openai.OpenAI):
 )
 def test_bad_tools_are_400_with_a_clear_message(base_url: str, extra: dict, fragment: str):
     body = {"model": NAME, "messages": [{"role": "user", "content": "add 1 and 2"}], **extra}
-    response = httpx.post(f"{base_url}/chat/completions", json=body)
+    response = loopback.post(f"{base_url}/chat/completions", json=body)
     assert response.status_code == 400
     assert fragment in response.json()["error"]["message"]
 
@@ -179,7 +180,7 @@ def test_bad_tool_calls_in_messages_are_400(base_url: str):
         {"role": "user", "content": "add 1 and 2"},
         {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": "add"}]},
     ]
-    response = httpx.post(
+    response = loopback.post(
         f"{base_url}/chat/completions", json={"model": NAME, "messages": messages, "tools": [ADD]}
     )
     assert response.status_code == 400

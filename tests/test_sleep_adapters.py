@@ -16,6 +16,7 @@ from selftaught.runs import atomic_write_json, atomic_write_text
 from selftaught.sleep.adoption import staging
 from selftaught.sleep.night.summary import history_tables, status_lines
 from selftaught.sleep.paths import read_adopted
+from tests import loopback
 from tests.fake_upstream import FakeUpstream
 
 PROJECT = "demo"
@@ -136,7 +137,7 @@ def lora_proxy(upstream: FakeUpstream, tmp_path: Path, home: Path):
 
 def say_hi(url: str) -> httpx.Response:
     body = {"messages": [{"role": "user", "content": "hi"}]}
-    return httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+    return loopback.post(f"{url}/chat/completions", json=body, timeout=30)
 
 
 def test_a_vllm_upstream_loads_the_adopted_adapter_once_and_gets_requests_for_it(tmp_path):
@@ -228,7 +229,7 @@ ASK = [{"role": "user", "content": "Name a colour."}]
 
 def _reply(url: str) -> str:
     body = {"messages": ASK, "max_tokens": 8, "temperature": 0}
-    resp = httpx.post(f"{url}/chat/completions", json=body, timeout=120)
+    resp = loopback.post(f"{url}/chat/completions", json=body, timeout=120)
     resp.raise_for_status()
     return resp.json()["choices"][0]["message"]["content"]
 
@@ -392,11 +393,13 @@ def test_probation_tallies_each_version_and_rolls_back_a_worse_adapter(tmp_path,
     def served_and_corrected(url: str, n: int) -> None:
         for _ in range(n):
             body = {"messages": ASK, "max_tokens": 8, "temperature": 0}
-            resp = httpx.post(f"{url}/chat/completions", json=body, timeout=120)
+            resp = loopback.post(f"{url}/chat/completions", json=body, timeout=120)
             iid = resp.headers["x-selftaught-interaction-id"]
             fb = {"id": iid, "reference": right}
             operator = {"x-api-key": "operator-feedback-key"}
-            httpx.post(f"{url}/feedback", json=fb, headers=operator, timeout=60).raise_for_status()
+            loopback.post(
+                f"{url}/feedback", json=fb, headers=operator, timeout=60
+            ).raise_for_status()
 
     with proxy_in_background(config, upstream=upstream) as (url, app):
         served_and_corrected(url, 4)  # version 0: the base

@@ -23,6 +23,7 @@ from selftaught import cli
 from selftaught.runs import atomic_write_text
 from selftaught.sleep.intake.log import TaskLog
 from selftaught.sleep.paths import adopted_dir
+from tests import loopback
 
 pytestmark = pytest.mark.local
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -39,7 +40,7 @@ def _wait_up(url: str, proc: subprocess.Popen, timeout_s: float = 240) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            if loopback.get(url + "/health", timeout=2).status_code == 200:
                 return
         if proc.poll() is not None:
             pytest.fail(f"process exited: {proc.stderr.read().decode()[-2000:]}")
@@ -128,7 +129,7 @@ def test_serve_proxy_openai_client_log_feedback(tmp_path, monkeypatch, embedded_
 
         health = {}
         for _ in range(100):
-            health = httpx.get(f"http://127.0.0.1:{proxy_port}/health").json()
+            health = loopback.get(f"http://127.0.0.1:{proxy_port}/health").json()
             if health["log"]["logged"] == 2:
                 break
             time.sleep(0.1)
@@ -212,7 +213,7 @@ def test_a_night_through_the_proxy_adopt_and_rollback(tmp_path, monkeypatch, emb
         ids = [ask(a, a + 3) for a in range(1, 9)]
         assert app.state.proxy.writer.flush(30)
         for a, iid in zip(range(1, 9), ids, strict=True):
-            httpx.post(
+            loopback.post(
                 f"{url}/feedback", json={"id": iid, "thumb": "down", "reference": str(2 * a + 3)}
             )
         night = runner.invoke(
@@ -248,7 +249,7 @@ def test_a_night_through_the_proxy_adopt_and_rollback(tmp_path, monkeypatch, emb
         assert rolled.exit_code == 0 and "version 0 is adopted again" in rolled.output
         without = ask(20, 22)
         assert app.state.proxy.writer.flush(30)
-        assert httpx.get(url.removesuffix("/v1") + "/health").json()["adopted_version"] == "0"
+        assert loopback.get(url.removesuffix("/v1") + "/health").json()["adopted_version"] == "0"
     log = TaskLog(log_path)
     assert log.get(with_skill).skill_version == "1"  # the next request carried the new skill
     assert log.get(without).skill_version is None  # and after the rollback it is gone

@@ -24,6 +24,7 @@ import httpx
 import openai
 
 from selftaught.sleep.intake.log import LogFilter, TaskLog
+from tests import loopback
 from tests.fake_upstream import FakeUpstream
 from tests.test_sleep_proxy import wait_healthy
 
@@ -85,7 +86,7 @@ def test_answers_are_rows_while_other_processes_read_and_write_the_log(tmp_path)
                 assert imported.returncode == 0, imported.stderr
             feedback = _selftaught(env, "sleep", "feedback", answered[0], "--thumbs", "up")
             assert feedback.returncode == 0, feedback.stderr
-            health = httpx.get(url.removesuffix("/v1") + "/health").json()
+            health = loopback.get(url.removesuffix("/v1") + "/health").json()
         finally:
             proxy.terminate()
             proxy.wait(timeout=30)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 import pytest
 
 from selftaught.demos import split_skill
@@ -17,6 +16,7 @@ from selftaught.sleep.adoption import staging
 from selftaught.sleep.intake.log import Interaction, TaskLog
 from selftaught.sleep.night.cycle import NightConfig, mine, run_night
 from selftaught.sleep.night.mine import MineConfig
+from tests import loopback
 from tests.fake_upstream import FakeUpstream
 from tests.scripted import ScriptedModel, append, canned_analyst, edits_json, system_of, user_of
 from tests.test_sleep_cycle import ALPHA_NIGHT, config, fill_log, models
@@ -239,10 +239,10 @@ def test_one_end_users_feedback_never_reaches_another_users_request(tmp_path):
                 body = {"model": "fake-model", "messages": [
                     {"role": "user", "content": f"Tell me something about topic number {i}."}
                 ]}  # fmt: skip
-                ids.append(httpx.post(f"{url}/chat/completions", json=body).headers[ID_HEADER])
+                ids.append(loopback.post(f"{url}/chat/completions", json=body).headers[ID_HEADER])
             wait_logged(url, 24)
             for iid in ids:
-                answer = httpx.post(f"{url}/feedback", json={"id": iid, "comment": FRENCH})
+                answer = loopback.post(f"{url}/feedback", json={"id": iid, "comment": FRENCH})
                 assert answer.status_code == 200
             analyst = canned_analyst(failure=edits_json(append("rule alpha")))
             night_config = NightConfig(home=home, log_path=log_path)
@@ -251,7 +251,7 @@ def test_one_end_users_feedback_never_reaches_another_users_request(tmp_path):
             staging.adopt("demo", home=home)
             question = {"role": "user", "content": "What is 40 + 2?"}
             body = {"model": "fake-model", "messages": [question]}
-            httpx.post(f"{url}/chat/completions", json=body)
+            loopback.post(f"{url}/chat/completions", json=body)
             sent = json.dumps(upstream.requests[-1])  # another user's request, as sent upstream
     assert "rule alpha" in sent  # the night learned from the operator's traffic
     assert "evil.example" not in sent and "French" not in sent

@@ -466,9 +466,8 @@ def test_without_psycopg_the_error_names_the_extra(monkeypatch):
 def test_a_proxy_whose_database_goes_away_keeps_answering_spools_and_replays(
     pg_url, tmp_path, monkeypatch
 ):
-    import httpx
-
     from selftaught.sleep.intake.proxy import ProxyConfig, proxy_in_background
+    from tests import loopback
     from tests.fake_upstream import FakeUpstream, asker, health, wait_for
     from tests.pg import Relay
 
@@ -492,7 +491,7 @@ def test_a_proxy_whose_database_goes_away_keeps_answering_spools_and_replays(
                 (spool,) = (tmp_path / "home" / "spool").iterdir()
                 assert oct(spool.stat().st_mode & 0o777) == "0o600"
                 assert secret not in spool.read_text() and "REDACTED" in spool.read_text()
-                fb = httpx.post(
+                fb = loopback.post(
                     f"{url}/feedback", json={"id": during[0], "thumb": "up"}, timeout=30
                 )
                 assert fb.status_code == 503 and "cannot" in fb.json()["error"]["message"]

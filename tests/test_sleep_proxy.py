@@ -21,6 +21,8 @@ import httpx
 import openai
 import pytest
 
+from tests import loopback
+
 pytest.importorskip("fastapi")
 
 from selftaught.runs import atomic_write_text  # noqa: E402
@@ -53,7 +55,7 @@ def wait_logged(base_url: str, n: int, timeout_s: float = 30.0, key: str | None 
     headers = {"authorization": f"Bearer {key}"} if key else {}
     deadline = time.monotonic() + timeout_s
     while True:
-        stats = httpx.get(base_url.removesuffix("/v1") + "/health", headers=headers).json()
+        stats = loopback.get(base_url.removesuffix("/v1") + "/health", headers=headers).json()
         log = stats["log"]
         if log["logged"] + log["failures"] + log["dropped"] >= n or time.monotonic() > deadline:
             return stats
@@ -103,10 +105,10 @@ def test_plain_request_is_forwarded_untouched_and_logged(env):
 def test_the_client_bytes_go_upstream_unchanged_when_nothing_is_injected(env, tmp_path):
     raw = b'{ "model" :"fake-model",  "messages": [{"role":"user","content":"caf\\u00e9"}] }'
     json_type = {"content-type": "application/json"}
-    response = httpx.post(env["url"] + "/chat/completions", content=raw, headers=json_type)
+    response = loopback.post(env["url"] + "/chat/completions", content=raw, headers=json_type)
     assert response.status_code == 200 and env["upstream"].raw[-1] == raw
     adopt(env["home"], "demo", "Be kind.", "", "1")
-    httpx.post(env["url"] + "/chat/completions", content=raw, headers=json_type)
+    loopback.post(env["url"] + "/chat/completions", content=raw, headers=json_type)
     sent = env["upstream"].requests[-1]
     assert sent["messages"][0]["role"] == "system" and sent["messages"][1]["content"] == "café"
 
@@ -223,7 +225,7 @@ def test_unreachable_upstream_is_a_502_never_an_invented_reply(tmp_path):
         upstream=f"http://127.0.0.1:{dead_port}/v1#m", port=0, log_path=tmp_path / "log.db"
     )
     with proxy_in_background(config) as (url, _):
-        response = httpx.post(
+        response = loopback.post(
             f"{url}/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}
         )
         assert response.status_code == 502
@@ -236,7 +238,7 @@ def test_unreachable_upstream_is_a_502_never_an_invented_reply(tmp_path):
 
 def test_models_route_and_other_routes_pass_through(env):
     assert [m.id for m in env["client"].models.list().data] == ["fake-model"]
-    assert httpx.get(env["url"] + "/nothing").status_code == 404
+    assert loopback.get(env["url"] + "/nothing").status_code == 404
 
 
 def test_secrets_are_redacted_in_the_log_but_forwarded_untouched(env):
@@ -255,7 +257,7 @@ def test_feedback_endpoint(env):
         model="fake-model", messages=[{"role": "user", "content": "2+2?"}]
     )
     iid = raw.headers[ID_HEADER]
-    post = lambda body: httpx.post(env["url"] + "/feedback", json=body)  # noqa: E731
+    post = lambda body: loopback.post(env["url"] + "/feedback", json=body)  # noqa: E731
     assert post({"id": iid[:8], "thumb": "down"}).status_code == 404  # the full id only
     ok = post({"id": iid, "thumb": "down", "reference": "4", "comment": "wrong"})
     assert ok.status_code == 200 and ok.json() == {"id": iid, "status": "ok"}
@@ -286,8 +288,10 @@ def test_require_key(tmp_path):
             right.chat.completions.create(
                 model="fake-model", messages=[{"role": "user", "content": "x"}]
             )
-            assert httpx.post(url + "/feedback", json={"id": "x", "thumb": "up"}).status_code == 401
-            assert httpx.get(url + "/selftaught/stats").status_code == 401
+            assert (
+                loopback.post(url + "/feedback", json={"id": "x", "thumb": "up"}).status_code == 401
+            )
+            assert loopback.get(url + "/selftaught/stats").status_code == 401
         # the proxy's own key goes upstream, never the client's
         assert [h["authorization"] for h in upstream.headers] == ["Bearer upstream-secret"]
         config.api_key, config.log_path = None, tmp_path / "log2.db"
@@ -380,7 +384,7 @@ def wait_healthy(proc: subprocess.Popen, url: str, timeout_s: float = 60) -> Non
     deadline = time.monotonic() + timeout_s
     while True:
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url.removesuffix("/v1") + "/health").status_code == 200:
+            if loopback.get(url.removesuffix("/v1") + "/health").status_code == 200:
                 return
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
         time.sleep(0.1)

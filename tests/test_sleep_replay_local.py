@@ -8,9 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import httpx
 import openai
 import pytest
+
+from tests import loopback
 
 pytest.importorskip("fastapi")
 
@@ -91,7 +92,7 @@ def test_a_tool_using_interaction_through_the_proxy_is_replayed_by_a_night(
         assert app.state.proxy.writer.flush(30)
         for (a, b), iid in zip(pairs, ids, strict=True):
             fb = {"id": iid, "reference": str(a * b)}
-            assert httpx.post(f"{url}/feedback", json=fb).status_code == 200
+            assert loopback.post(f"{url}/feedback", json=fb).status_code == 200
         log = TaskLog(log_path)
         rows = [log.get(i) for i in ids]
         assert all(r.tools == CALC and r.messages[-1]["role"] == "tool" for r in rows)

@@ -33,6 +33,7 @@ from selftaught.sleep.records import (
     TrainedRecord,
     ValPairRecord,
 )
+from tests import loopback
 from tests.scripted import (
     ScriptedModel,
     append,
@@ -202,7 +203,7 @@ def _local_proxy(home: Path, tmp_path: Path, merges: Merges, max_adapters: int =
 
 def _ask(url: str, text: str) -> str:
     body = {"messages": [{"role": "user", "content": text}], "max_tokens": 8}
-    resp = httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+    resp = loopback.post(f"{url}/chat/completions", json=body, timeout=30)
     resp.raise_for_status()
     return resp.json()["choices"][0]["message"]["content"]
 
@@ -658,7 +659,7 @@ def test_a_two_kind_night_trains_an_adapter_per_kind_and_the_proxy_serves_each(t
         for _ in range(2):
             for name, messages in asks.items():
                 body = {"messages": messages, "max_tokens": 24, "temperature": 0}
-                resp = httpx.post(f"{url}/chat/completions", json=body, timeout=300)
+                resp = loopback.post(f"{url}/chat/completions", json=body, timeout=300)
                 assert resp.status_code == 200, resp.text
                 assert resp.json()["choices"][0]["message"]["content"] == expected[name]
     assert followed.shelf.loads == len(won)  # each kind's adapter merged once

@@ -213,10 +213,10 @@ def test_the_cli_adopts_and_rolls_back_one_skill_and_status_lists_each(tmp_path,
 
 
 def _chat(url: str, text: str) -> str:
-    import httpx
+    from tests import loopback
 
     body = {"model": "fake-model", "messages": [{"role": "user", "content": text}]}
-    r = httpx.post(f"{url}/chat/completions", json=body, timeout=20)
+    r = loopback.post(f"{url}/chat/completions", json=body, timeout=20)
     assert r.status_code == 200, r.text
     return r.headers["x-selftaught-interaction-id"]
 

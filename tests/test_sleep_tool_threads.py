@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+
+from tests import loopback
 
 pytest.importorskip("fastapi")
 
@@ -120,7 +121,7 @@ def _responses(url: str, convo: list[dict[str, Any]], said: str | None) -> list[
 
 def _post(url: str, body: dict[str, Any]) -> Any:
     headers = {"authorization": f"Bearer {KEY}", "anthropic-version": "2023-06-01"}
-    answer = httpx.post(url, json=body, headers=headers, timeout=20)
+    answer = loopback.post(url, json=body, headers=headers, timeout=20)
     assert answer.status_code == 200, answer.text
     return answer.json()
 
