@@ -7,7 +7,8 @@ Each block is one of (docs/writing-docs.md says the same for authors):
 - parsed: a `json` block (one value, or one per line) or a `toml` block;
 - marked: right after a `<!-- not run: WHY -->` comment (a hosted API key, a server of yours,
   an install, a program's output, ...).
-A block that is none of them fails `test_every_block_runs_or_says_why_not`;
+A few that repeat what a default example or test runs are marked slow (`SLOW_EXAMPLES`, each
+with its reason). A block that is none of them fails `test_every_block_runs_or_says_why_not`;
 `python -m tests.test_docs_examples` prints the counts.
 
 Every example runs offline in a scratch folder (its cwd and the sleep home), with each model
@@ -135,6 +136,58 @@ def collected() -> list[Example]:
 
 def runnable() -> list[Example]:
     return [e for e in collected() if e.status in ("run", "parsed")]
+
+
+# The examples the default run (`-m "not slow"`, what .ci/run runs) leaves to `-m slow`: each
+# repeats what an example or a test of the default run already runs (its reason says which), and
+# costs CI's two cores seconds of program start-up. Named by page and the start of the block's
+# code (a change above a block keeps its name); a name that matches no block, or several, fails
+# `test_each_slow_example_names_one_block`.
+SLOW_EXAMPLES: dict[tuple[str, str], str] = {
+    (
+        "docs/quickstart.md",
+        'selftaught optimize --task "gym:basic_arithmetic?max_terms=2&max_digits=1" --model local',
+    ): "the very command of README.md's quick start, which runs",
+    (
+        "docs/agents-proxy.md",
+        "selftaught serve --model local --port 8011 &",
+    ): "the same two servers, started and waited for, as docs/operations.md's example, which "
+    "runs (its proxy's /ready); the proxy's /health: tests/test_sleep_proxy.py",
+    (
+        "docs/local-engine-performance.md",
+        "SELFTAUGHT_DTYPE=float32 selftaught doctor --no-measure",
+    ): "the doctor command runs in the example above it (`threads: 1 (fixed`); these two lines "
+    "of its report: tests/test_precision.py::test_doctor_prints_what_auto_gives_here",
+    (
+        "docs/optimize.md",
+        "selftaught optimize --task gym:basic_arithmetic --model local --optimizer-model local",
+    ): "the optimize command with the local model runs in README.md's quick start and in the "
+    "--prompts example above it (its --output too); the budget flags are generated where a "
+    "task is loaded (tests/test_cli_options.py)",
+    (
+        "docs/python-api.md",
+        "import selftaught\nfrom selftaught.gate import GateConfig",
+    ): "selftaught.optimize runs in README.md's Python example, selftaught.train in "
+    "docs/train.md's and build_trainer's SFT in the next example here; selftaught.evaluate: "
+    "tests/test_api.py",
+}
+
+
+def slow_reason(example: Example) -> str | None:
+    """Why the default run leaves the example to `-m slow` (None: it runs by default)."""
+    page = example.page.relative_to(ROOT).as_posix()
+    for (named, start), why in SLOW_EXAMPLES.items():
+        if named == page and example.code.startswith(start):
+            return why
+    return None
+
+
+def runnable_params() -> list[Any]:
+    """`runnable()` as test parameters, the slow examples marked so."""
+    return [
+        pytest.param(e, id=e.id, marks=pytest.mark.slow if slow_reason(e) else ())
+        for e in runnable()
+    ]
 
 
 def census(blocks: list[Example]) -> dict[str, int]:
@@ -295,7 +348,7 @@ def check_data(example: Example) -> None:
                     pytest.fail(f"{example.id}: line {n} is not JSON: {err}")
 
 
-@pytest.mark.parametrize("example", runnable(), ids=lambda e: e.id)
+@pytest.mark.parametrize("example", runnable_params())
 def test_the_example_runs(example: Example, tmp_path, monkeypatch, tiny_dir):
     if example.env is not None and example.env not in ENVIRONMENTS:
         pytest.fail(f"{example.id}: unknown example environment {example.env!r}")
@@ -373,6 +426,18 @@ def test_every_block_runs_or_says_why_not(record_property):
         "blocks that neither run nor say why not (add `<!-- run -->` or "
         f"`<!-- not run: WHY -->` on the line before): {neither}"
     )
+
+
+def test_each_slow_example_names_one_block():
+    """Every example left to `-m slow` is one block that runs, with a reason; the default run
+    keeps most of them."""
+    blocks = runnable()
+    for (page, start), why in SLOW_EXAMPLES.items():
+        found = [e for e in blocks if e.page == ROOT / page and e.code.startswith(start)]
+        assert len(found) == 1, f"{page}: {len(found)} blocks start with {start!r}"
+        assert found[0].status == "run" and why
+    ran = [e for e in blocks if e.status == "run"]
+    assert len(SLOW_EXAMPLES) <= len(ran) // 5
 
 
 def test_the_collector_finds_marked_blocks_and_only_runnable_bash(tmp_path):
