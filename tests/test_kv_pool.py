@@ -357,15 +357,16 @@ def test_the_setting_chooses_the_engine(tokenizer, monkeypatch):
 
 @needs_embedded
 def test_the_pool_decodes_what_the_dense_cache_decodes_on_the_embedded_model():
-    """SmolLM2-135M in float32: a ~300-token shared system prompt, six questions of
-    different lengths ending at their own EOS or cap, three rows at a time; the pool (and
-    the pool with chunked prefill) decodes the dense cache's tokens."""
+    """SmolLM2-135M in float32: a ~150-token shared system prompt, six questions of
+    different lengths ending at their own EOS or cap (5 to 20 tokens), three rows at a time;
+    the pool (and the pool with chunked prefill, three chunks a prompt) decodes the dense
+    cache's tokens."""
     local = LocalModel(max_batch_size=3, dtype="float32")
     skill = (
         "You are a careful calculator. Rules: read the whole question; write the operation "
         "you will do; do it digit by digit; check the result by doing the inverse operation; "
         "answer with the number on its own line. "
-    ) * 6
+    ) * 3
     questions = [
         "What is 12 + 7?",
         "Compute 45 - 19.",
@@ -381,7 +382,7 @@ def test_the_pool_decodes_what_the_dense_cache_decodes_on_the_embedded_model():
         )
         for s, q in zip(systems, questions, strict=True)
     ]
-    caps = [12, 40, 16, 24, 10, 30]
+    caps = [6, 20, 8, 12, 5, 15]
     model, tokenizer = local.model, local.tokenizer
     args = (model, local._eos_ids, tokenizer.pad_token_id, tokenizer.decode)
 
