@@ -227,6 +227,20 @@ def embedded(tmp_path_factory):
 ASK = [{"role": "user", "content": "Name a colour."}]
 
 
+@pytest.fixture(scope="module")
+def expected(embedded):
+    """The greedy replies to ASK of the base and of the base with the adapter, once for the
+    module (they are deterministic): the adapter changes the reply."""
+    from selftaught.models.adapters import with_adapter
+    from selftaught.models.base import GenerationParams
+
+    base, adapter = embedded
+    params = GenerationParams(max_tokens=8, temperature=0)
+    replies = base.chat(ASK, params).text, with_adapter(base, adapter).chat(ASK, params).text
+    assert replies[1] != replies[0]
+    return replies
+
+
 def _reply(url: str) -> str:
     body = {"messages": ASK, "max_tokens": 8, "temperature": 0}
     resp = loopback.post(f"{url}/chat/completions", json=body, timeout=120)
@@ -235,21 +249,16 @@ def _reply(url: str) -> str:
 
 
 def test_the_proxy_serves_the_adopted_adapter_and_the_rollback_without_a_restart(
-    tmp_path, embedded
+    tmp_path, embedded, expected
 ):
     """adopt → the proxy's local upstream answers with the adapter; rollback → the base again;
     the same process throughout."""
-    from selftaught.models.adapters import with_adapter
-    from selftaught.models.base import GenerationParams
     from selftaught.sleep.adoption.serving import FollowAdopted
     from selftaught.sleep.intake.proxy import ProxyConfig, Upstream, proxy_in_background
 
     base, adapter = embedded
     home = tmp_path / "home"
-    params = GenerationParams(max_tokens=8, temperature=0)
-    expected_base = base.chat(ASK, params).text
-    expected_adapted = with_adapter(base, adapter).chat(ASK, params).text
-    assert expected_adapted != expected_base  # the adapter changes the reply
+    expected_base, expected_adapted = expected  # the adapter changes the reply
     followed = FollowAdopted(base, PROJECT, home)
     from selftaught.serve import create_app
 
@@ -326,20 +335,16 @@ def test_serve_project_needs_a_local_model():
 
 
 @pytest.mark.parametrize("mode", ["serve", "shadow"])
-def test_a_canary_tries_a_staged_adapter_on_live_requests(tmp_path, embedded, mode):
+def test_a_canary_tries_a_staged_adapter_on_live_requests(tmp_path, embedded, expected, mode):
     """Before adoption: with `--canary-share 1` a staged adapter answers every request (serve)
     or answers beside the adopted base, logged as a shadow row the client never sees."""
-    from selftaught.models.adapters import with_adapter
-    from selftaught.models.base import GenerationParams
     from selftaught.sleep.adoption.serving import FollowAdopted
     from selftaught.sleep.intake.log import LogFilter, TaskLog
     from selftaught.sleep.intake.proxy import ProxyConfig, in_process_upstream, proxy_in_background
 
     base, adapter = embedded
     home = tmp_path / "home"
-    params = GenerationParams(max_tokens=8, temperature=0)
-    expected_base = base.chat(ASK, params).text
-    expected_adapted = with_adapter(base, adapter).chat(ASK, params).text
+    expected_base, expected_adapted = expected
     stage_night(home, "n1", skill="", adapter=adapter)
     config = ProxyConfig(
         upstream="local",
@@ -364,11 +369,12 @@ def test_a_canary_tries_a_staged_adapter_on_live_requests(tmp_path, embedded, mo
     assert staging.current_version(PROJECT, home) == 0  # nothing was adopted
 
 
-def test_probation_tallies_each_version_and_rolls_back_a_worse_adapter(tmp_path, embedded):
+def test_probation_tallies_each_version_and_rolls_back_a_worse_adapter(
+    tmp_path, embedded, expected
+):
     """The embedded model behind `proxy --auto-rollback`: every reply is corrected with what
     the base answers, so the adopted (forced) adapter's replies fail where the base's passed;
     each version is tallied on its own rows and the drop rolls back to the base, live."""
-    from selftaught.models.base import GenerationParams
     from selftaught.sleep.adoption.serving import FollowAdopted
     from selftaught.sleep.intake.log import TaskLog
     from selftaught.sleep.intake.probation import ProbationConfig, probation_for
@@ -376,7 +382,7 @@ def test_probation_tallies_each_version_and_rolls_back_a_worse_adapter(tmp_path,
 
     base, adapter = embedded
     home = tmp_path / "home"
-    right = base.chat(ASK, GenerationParams(max_tokens=8, temperature=0)).text
+    right = expected[0]  # what the base answers
     config = ProxyConfig(
         upstream="local",
         project=PROJECT,
