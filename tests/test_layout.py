@@ -5,6 +5,7 @@ sub-packages, between the benchmarks), no long function, no public class name de
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,13 @@ BENCH = SRC.parents[1] / "benchmarks"
 MAX_FUNCTION_LINES = 80
 # cli.py commands the CLI rewrite (issue 18, item 4) replaces; nothing else may grow past the cap
 LONG_FUNCTIONS_ALLOWED: set[tuple[str, str]] = set()
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A source file's tree, parsed once a session: every scan here reads the same files and
+    none changes a tree."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def _modules() -> dict[str, Path]:
@@ -59,10 +67,15 @@ def _type_only_nodes(tree: ast.AST) -> set[int]:
 def import_graph() -> dict[str, set[str]]:
     """Module -> the selftaught modules it imports anywhere (module level, in a function, or
     under `if TYPE_CHECKING:`: a type-only circle is still a circle between layers)."""
+    return {name: set(imported) for name, imported in _import_graph().items()}  # a fresh copy
+
+
+@functools.cache
+def _import_graph() -> dict[str, set[str]]:
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parsed(path)
         type_only = _type_only_nodes(tree)
         for node in ast.walk(tree):
             targets: list[str] = []
@@ -259,7 +272,7 @@ def public_classes_defined_twice(root: Path = SRC) -> list[str]:
     """Public class names (no leading underscore) that two places in the package define."""
     where: dict[str, list[str]] = {}
     for path in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 rel = path.relative_to(root.parent).as_posix()
                 where.setdefault(node.name, []).append(f"{rel}:{node.lineno}")
@@ -285,7 +298,7 @@ def long_functions() -> list[tuple[str, str, int]]:
     found = []
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
@@ -304,7 +317,7 @@ def private_imports(modules: dict[str, Path] | None = None) -> list[str]:
     modules = modules if modules is not None else _modules()
     found = []
     for name, path in sorted(modules.items()):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if not isinstance(node, ast.ImportFrom):
                 continue
             base = node.module or ""
