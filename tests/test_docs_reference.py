@@ -6,6 +6,7 @@ code's, and the mismatches once found stay fixed."""
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -51,7 +52,9 @@ def test_the_generated_pages_are_fresh():
 
 def test_the_check_notices_a_stale_page(monkeypatch, tmp_path):
     page = tmp_path / "cli-reference.md"
-    page.write_text(reference.render().replace("--epochs", "--epochz"))
+    rendered = reference.render()  # the fresh page (test_the_generated_pages_are_fresh)
+    monkeypatch.setattr(reference, "render", lambda: rendered)  # not rendered twice more
+    page.write_text(rendered.replace("--epochs", "--epochz"))
     home = tmp_path / "sleep-home.md"
     home.write_text(_text(DOCS / "sleep-home.md"))
     monkeypatch.setattr(reference, "PAGE", page)
@@ -74,6 +77,12 @@ def test_every_direct_exit_of_the_cli_is_described():
     assert reference.direct_exits() == set(reference.DIRECT_EXITS)
 
 
+@functools.cache
+def error_classes() -> dict[str, int]:
+    """`reference.error_classes()` (it parses the package), once a session: two tests read it."""
+    return reference.error_classes()
+
+
 def test_exit_codes_read_from_the_source_match_the_classes():
     from selftaught.errors import BudgetTooSmall, MissingDependency
     from selftaught.models.agents.base import AgentNotInstalled
@@ -81,7 +90,7 @@ def test_exit_codes_read_from_the_source_match_the_classes():
     from selftaught.tasks.sandbox import SandboxError
     from selftaught.tracking import TrackingError
 
-    found = reference.error_classes()
+    found = error_classes()
     for cls in (AgentNotInstalled, TrackingError, SandboxError, BudgetTooSmall, LogUnavailable):
         assert found[cls.__name__] == cls.exit_code, cls
     # the issue's corrections: a missing agent CLI 1, tracking extra and bubblewrap 2
@@ -94,7 +103,7 @@ def test_exit_codes_read_from_the_source_match_the_classes():
 def test_the_commands_page_names_the_right_class_for_each_code():
     page = _text(DOCS / "commands.md")
     table = page[page.index("## Exit codes") :]
-    found = reference.error_classes()
+    found = error_classes()
     for code, kinds in re.findall(r"^\| `(\d+)` \| ([^|]*) \|", table, re.M):
         for name in re.findall(r"`(\w+)`", kinds):
             assert found[name] == int(code), (code, name)
@@ -312,8 +321,10 @@ def test_the_docs_name_the_night_by_its_names():
 # ---- troubleshooting quotes ------------------------------------------------------------------
 
 
-def source_strings() -> list[str]:
-    """Every string literal in src/ (an f-string's fields as NUL), implicit joins joined."""
+@functools.cache
+def source_strings() -> tuple[str, ...]:
+    """Every string literal in src/ (an f-string's fields as NUL), implicit joins joined; read
+    once a session (three tests search them)."""
     out = []
     for file in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(_text(file))):
@@ -323,10 +334,10 @@ def source_strings() -> list[str]:
                 )
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 out.append(node.value)
-    return out
+    return tuple(out)
 
 
-def quoted(text: str, strings: list[str]) -> bool:
+def quoted(text: str, strings: tuple[str, ...]) -> bool:
     """`text` (`...` for what varies) is one of the source's strings, in order."""
     parts = [p for p in text.split("...") if p]
     for s in strings:
