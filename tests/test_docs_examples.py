@@ -149,6 +149,21 @@ SLOW_EXAMPLES: dict[tuple[str, str], str] = {
         'selftaught optimize --task "gym:basic_arithmetic?max_terms=2&max_digits=1" --model local',
     ): "the very command of README.md's quick start, which runs",
     (
+        "docs/quickstart.md",
+        "selftaught eval --task gym:basic_arithmetic --model local --limit 20",
+    ): "the eval command on the embedded model, real: "
+    "tests/test_eval_e2e.py::test_eval_local_prints_score_and_writes_jsonl",
+    (
+        "docs/writing-docs.md",
+        "selftaught tasks",
+    ): "docs/commands.md's first example runs `selftaught tasks`",
+    (
+        "docs/commands.md",
+        "cat > eval.toml <<'TOML'",
+    ): "each line's behaviour is tests/test_config_files.py's: a file's settings read and kept "
+    "beside the output, a flag over the file, --print-config reading back, a night's file, an "
+    "unknown key refused with exit 2",
+    (
         "docs/agents-proxy.md",
         "selftaught serve --model local --port 8011 &",
     ): "the same two servers, started and waited for, as docs/operations.md's example, which "
