@@ -49,8 +49,21 @@ and `raw` per repeat, the memory, and the replies the same as `dynamic`'s.
 
     python benchmarks/bench_generation.py --kv-arms --repeats 3      # C=8,32 -> results/
 
+--host-profile: where the milliseconds of one engine step go when the forward costs almost
+nothing (issue 67): a tiny random Llama (2 layers, hidden 64, the real tokenizer's prompts,
+replies capped at mixed lengths, no end-of-turn) built in each unit's process, nothing loaded;
+the engine's functions timed by self time (building the inputs, the forward, sampling, stop
+checks, eviction, delivery, the scheduler, the event loop's share), per decode step, beside
+the same tiny model's `generate` step (raw). --host-arms NAME=SRC... compares source trees
+(each a `src` folder, e.g. an older commit's from `git archive`), (repeat, C, arm) units
+interleaved, each in its own process, resumable as --kv-arms.
+
+    python benchmarks/bench_generation.py --host-profile --threads 1 --repeats 3 \
+        --host-arms before=/tmp/before/src after=src        # -> results/generation_host_cpu.json
+
 Writes benchmarks/results/generation_<device>.json (--engine-arms:
-generation_engine_<device>.json, --kv-arms: generation_kv_<device>.json).
+generation_engine_<device>.json, --kv-arms: generation_kv_<device>.json, --host-profile:
+generation_host_<device>.json).
 """
 
 from __future__ import annotations
@@ -134,6 +147,20 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kv-pool-mb", type=float, default=None, help="for --kv-arms (default: auto)")
     p.add_argument("--rss-every", type=float, default=0.25, help="for --kv-arms: seconds")
     p.add_argument("--kv-unit", choices=KV_ARMS, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--host-profile",
+        action="store_true",
+        help="time each part of an engine step on a tiny random model (host work), each unit "
+        "in its own process (instead of --modes)",
+    )
+    p.add_argument(
+        "--host-arms",
+        nargs="+",
+        default=None,
+        metavar="NAME=SRC",
+        help="for --host-profile: source trees to compare, interleaved (default: this one)",
+    )
+    p.add_argument("--host-unit", default=None, help=argparse.SUPPRESS)
     p.add_argument("--unit-out", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK, help="for --engine-arms")
     p.add_argument("--compact-at", type=float, default=COMPACT_AT, help="for --engine-arms")
@@ -274,6 +301,16 @@ def main() -> None:
     args = parse_args()
     if args.kv_arms and args.kv_unit is None:
         run_kv_arms(args)  # the parent loads nothing: each unit is a process of its own
+        return
+    if args.host_profile:  # a tiny model only, built in each unit's process
+        if args.threads:
+            from selftaught.models.threads import fix_threads
+
+            fix_threads(args.threads)
+        if args.host_unit is not None:
+            host_unit(args)
+        else:
+            run_host_profile(args)
         return
     if args.threads:
         from selftaught.models.threads import fix_threads
@@ -729,6 +766,365 @@ def _kv_arm_summary(arm: str, rows: list[dict[str, Any]], by: ArmRows) -> dict[s
         out["kv_pool_blocks"] = engines[0]["kv_pool_blocks"]
         out["kv_waits"] = max(e["kv_waits"] for e in engines)
     return out
+
+
+# ---------------------------------------------------------------------- --host-profile
+
+# The engine's functions timed, by where they are defined: (module, class or "", function,
+# part). A part's time is its functions' self time (less the timed calls they make), so the
+# parts add up to the wall time; what no timed function holds is the event loop's (hand-offs,
+# the callers' coroutines). A name a source tree lacks is skipped.
+HOST_TIMED = (
+    ("selftaught.models.local_scheduler", "RequestScheduler", "_drive_step", "scheduler"),
+    ("selftaught.models.local_scheduler", "RequestScheduler", "_settled", "scheduler"),
+    ("selftaught.models.local_scheduler", "RequestScheduler", "_intake", "scheduler"),
+    ("selftaught.models.local_scheduler", "RequestScheduler", "_serve_step", "scheduler"),
+    ("selftaught.models.local_scheduler", "RequestScheduler", "_drop_abandoned", "scheduler"),
+    ("selftaught.models.local_scheduler", "RequestScheduler", "_deliver", "deliver"),
+    ("selftaught.models.batching", "ContinuousBatcher", "admit", "admission"),
+    ("selftaught.models.batching", "ContinuousBatcher", "_advance_joining", "admission"),
+    ("selftaught.models.batching", "ContinuousBatcher", "_step", "step bookkeeping"),
+    ("selftaught.models.paged", "PagedBatcher", "_step", "step bookkeeping"),
+    ("selftaught.models.paged", "PagedBatcher", "_plan", "inputs"),
+    ("selftaught.models.paged", "PagedBatcher", "_decode_inputs", "inputs"),
+    ("selftaught.models.batching", "ContinuousBatcher", "_forward", "forward call"),
+    ("selftaught.models.batching", "ContinuousBatcher", "_sample", "sample"),
+    ("selftaught.models.batching", "ContinuousBatcher", "_evict_finished", "evict"),
+)
+# What each part is, in the order reported (`model forward` and `KV cache` are timed inside
+# the forward: the tiny model's `forward` and the engine's cache update per layer).
+HOST_PARTS = {
+    "inputs": "block tables, slots, mask, ids, positions of a decode step",
+    "forward call": "the engine's wrapper around the model call (mode switch, logits cast)",
+    "model forward": "transformers' forward of the tiny model, less the cache updates",
+    "KV cache": "the engine's cache update in each layer (write the new keys, gather the rows)",
+    "sample": "argmax / sampling, tokens to Python",
+    "step bookkeeping": "the rest of a decode step: each row's token appended and its stop "
+    "checks (end-of-turn, cap, stop strings), counters",
+    "evict": "rows that finished leave the batch (blocks released)",
+    "deliver": "finished rows become replies (detokenised, futures resolved)",
+    "scheduler": "intake, refills, dropping abandoned rows, the thread governor",
+    "admission": "prefilling newcomers, host part (prefill forwards not included)",
+    "prefill forward": "the prefill forwards (their cache updates included)",
+    "event loop": "the rest of the wall time: hand-offs to the callers and back",
+}
+
+
+class HostTimer:
+    """Self time by part of the functions it wraps: a call's time less that of the timed
+    calls it makes (by default the thread's CPU time: what the step costs, whatever else
+    runs on the machine). Inside `admission`, a `forward call` is a `prefill forward` and
+    nothing else is timed apart."""
+
+    def __init__(self, clock: Callable[[], float] = time.thread_time) -> None:
+        self.clock = clock
+        self.seconds: dict[str, float] = {}
+        self.calls = 0
+        self._stack: list[list[Any]] = []  # [part, seconds of timed calls inside]
+        self._within: str | None = None  # the opaque part being timed (`_OPAQUE`)
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, fn: Callable[..., Any], part: str) -> Callable[..., Any]:
+        import functools
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            stack = self._stack
+            mine = part
+            if self._within == "admission" and part == "forward call":
+                mine = "prefill forward"
+            elif self._within is not None:
+                return fn(*args, **kwargs)
+            outer, self._within = self._within, self._within or _OPAQUE.get(mine)
+            frame: list[Any] = [mine, 0.0]
+            stack.append(frame)
+            t0 = self.clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = self.clock() - t0
+                self._within = outer
+                stack.pop()
+                self.seconds[mine] = self.seconds.get(mine, 0.0) + elapsed - frame[1]
+                self.calls += 1
+                if stack:
+                    stack[-1][1] += elapsed
+
+        return timed
+
+    def patch(self, owner: Any, name: str, part: str) -> bool:
+        """Time `owner.name` (a function defined on it) as `part` until `restore`."""
+        fn = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        if fn is None:
+            return False
+        self._undo.append((owner, name, vars(owner).get(name, _MISSING)))
+        setattr(owner, name, self.wrap(fn, part))
+        return True
+
+    def restore(self) -> None:
+        for owner, name, old in reversed(self._undo):
+            if old is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+        self._undo.clear()
+
+
+_MISSING = object()
+_OPAQUE = {"admission": "admission", "prefill forward": "prefill forward"}
+
+
+def host_parts_ms(seconds: dict[str, float], total: float, steps: int) -> dict[str, float]:
+    """Milliseconds per decode step of each part (`HOST_PARTS`' order); the event loop's is
+    what no part holds of `total`."""
+    parts = {**seconds, "event loop": total - sum(seconds.values())}
+    per = max(1, steps)
+    return {k: round(1000 * parts.get(k, 0.0) / per, 4) for k in HOST_PARTS}
+
+
+def tiny_host_model(tokenizer: Any, eos_ids: Sequence[int], seed: int = 0) -> Any:
+    """A 2-layer random Llama over the real tokenizer's ids whose replies draw from its
+    first 512 tokens, never an end-of-turn one (replies run to their caps): a forward that
+    costs almost nothing, so that what a step takes is the engine's host work."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        eos_token_id=list(eos_ids),
+        pad_token_id=tokenizer.pad_token_id or min(eos_ids),
+        tie_word_embeddings=False,
+    )
+    generator = torch.Generator().manual_seed(seed)
+    model = transformers.LlamaForCausalLM(config)
+    model.lm_head = torch.nn.Linear(64, 512, bias=True)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.5)
+        model.lm_head.bias[[i for i in eos_ids if i < 512]] = -1e4
+    return model.eval()
+
+
+def reply_caps(n: int, max_tokens: int, seed: int = 0) -> list[int]:
+    """Mixed reply lengths: `n` token caps drawn evenly from 8 to 11/16 of `max_tokens`
+    (mean 92 for 256: the embedded model's mean reply on the benchmark's prompts)."""
+    import random
+
+    rng = random.Random(seed)
+    return [rng.randint(8, max(8, max_tokens * 11 // 16)) for _ in range(n)]
+
+
+def host_settings(args: argparse.Namespace, arms: dict[str, str]) -> dict[str, Any]:
+    """What must match for a resumed --host-profile run to add to an earlier one."""
+    return {
+        "model": "tiny random Llama (2 layers, hidden 64, 512 reply tokens)",
+        "tokenizer": args.model or "embedded",
+        "task": args.task,
+        "split": args.split,
+        "prompts": args.prompts,
+        "max_tokens": args.max_tokens,
+        "concurrency": list(args.concurrency),
+        "raw_tokens": args.raw_tokens,
+        "raw_batches": args.raw_batches,
+        "threads": args.threads,
+        "kv": os.environ.get("SELFTAUGHT_KV", "pool"),
+        "arms": arms,
+    }
+
+
+def host_arms(args: argparse.Namespace) -> dict[str, str]:
+    """--host-arms as {name: src folder}; by default one arm, the selftaught this runs."""
+    if not args.host_arms:
+        import selftaught
+
+        return {"here": str(Path(selftaught.__file__).resolve().parents[1])}
+    arms = {}
+    for spec in args.host_arms:
+        name, sep, src = spec.partition("=")
+        if not sep or not name or not (Path(src) / "selftaught").is_dir():
+            raise SystemExit(f"--host-arms takes NAME=SRC (SRC holding selftaught/), got {spec}")
+        arms[name] = str(Path(src).resolve())
+    return arms
+
+
+def host_unit_command(args: argparse.Namespace, c: int, arm: str, out: Path) -> list[str]:
+    """The child process that runs one --host-profile unit and writes its row to `out`."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--host-profile", "--host-unit", arm]
+    cmd += ["--concurrency", str(c), "--unit-out", str(out), "--task", args.task]
+    cmd += ["--split", args.split, "--prompts", str(args.prompts)]
+    cmd += ["--max-tokens", str(args.max_tokens), "--raw-tokens", str(args.raw_tokens)]
+    cmd += ["--raw-batches", str(args.raw_batches)]
+    for flag, value in (("--model", args.model), ("--threads", args.threads)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    return cmd
+
+
+def run_host_profile(args: argparse.Namespace) -> None:
+    """The --host-profile benchmark: every pending unit in a child process running its arm's
+    source, the file written after each."""
+    arms = host_arms(args)
+    out = args.out or RESULTS / "generation_host_cpu.json"
+    settings = host_settings(args, arms)
+    runs = resumed_units(out, settings)
+    names = tuple(arms)
+    for repeat, c, arm in engine_pending(engine_plan(args.repeats, args.concurrency, names), runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            unit_out = Path(tmp) / "unit.json"
+            path = os.pathsep.join([arms[arm], *filter(None, [os.environ.get("PYTHONPATH")])])
+            env = {**os.environ, "PYTHONPATH": path}
+            subprocess.run(host_unit_command(args, c, arm, unit_out), check=True, env=env)
+            run = {"repeat": repeat, **json.loads(unit_out.read_text())}
+        runs.append(run)
+        result = {
+            "command": command_line(),
+            "settings": settings,
+            "parts": HOST_PARTS,
+            "machine": {"cpus": os.cpu_count(), "load_average": list(os.getloadavg())},
+            "summary": summarize_host(runs, names),
+            "runs": runs,
+        }
+        atomic_write_json(out, result)  # after every unit: an interruption loses one
+        print(
+            f"repeat {repeat} C={c:<3} {arm:<8} {run['ms_per_step']:.3f} ms/step "
+            f"(host {run['host_ms_per_step']:.3f}, raw {run['raw_ms_per_step']:.3f}) "
+            f"(load {run['load_before']:.1f})",
+            flush=True,
+        )
+    for c, entry in summarize_host(runs, names).items():
+        parts = [f"{arm} {e['host_ms_per_step']:.3f} ms host/step" for arm, e in entry.items()]
+        print(f"  C={c}: " + ", ".join(parts))
+    print(f"wrote {out}")
+
+
+def summarize_host(runs: list[dict[str, Any]], arms: Sequence[str]) -> dict[str, Any]:
+    """Per C and arm: the median over repeats of each part's ms per step, of the step, of
+    its host share and of the tiny model's `generate` step; the replies the same as the
+    first arm's (same repeat, the fewest)."""
+
+    def summary(arm: str, rows: list[dict[str, Any]], by: ArmRows) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            key: round(statistics.median(r[key] for r in rows), 4)
+            for key in ("ms_per_step", "host_ms_per_step", "raw_ms_per_step", "decode_steps")
+        }
+        out["parts_ms"] = {
+            part: round(statistics.median(r["parts_ms"][part] for r in rows), 4)
+            for part in HOST_PARTS
+        }
+        out["load_before"] = [r["load_before"] for r in rows]
+        first = arms[0]
+        same = [
+            _same(r["reply_sha"], by[(r["repeat"], first)]["reply_sha"])
+            for r in rows
+            if (r["repeat"], first) in by and arm != first
+        ]
+        if same:
+            out[f"same_replies_as_{first}"] = min(same)
+        return out
+
+    return _per_concurrency(runs, arms, summary)
+
+
+def host_unit(args: argparse.Namespace) -> None:
+    """In the child: the tiny model, a warm-up run, then one timed run of the engine at C and
+    the tiny model's `generate` at C, forced to --raw-tokens (raw)."""
+    import importlib
+
+    import transformers
+
+    import selftaught
+    from selftaught.models import embedded
+    from selftaught.models.local_prompts import eos_token_ids
+
+    c, arm = args.concurrency[0], args.host_unit
+    cached = embedded.cache_root() / "models" / embedded.EMBEDDED_NAME
+    folder = Path(args.model) if args.model else cached
+    if not folder.exists():  # the embedded model, not yet converted
+        folder = embedded.embedded_model_dir()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    texts = load_prompts(args)
+    eos = eos_token_ids(tok)
+    model = tiny_host_model(tok, eos)
+    caps = reply_caps(len(texts), args.max_tokens)
+
+    def engine_run(
+        prompts: list[list[Message]], caps: list[int]
+    ) -> tuple[list[Any], float, float, Any]:
+        engine = LocalModel.from_pretrained_model(model, tok, max_batch_size=c)
+
+        async def run() -> list[Any]:
+            gate = asyncio.Semaphore(c)
+
+            async def one(messages: list[Message], cap: int) -> Any:
+                async with gate:
+                    return await engine.achat(messages, GenerationParams(max_tokens=cap))
+
+            return await asyncio.gather(*(one(m, k) for m, k in zip(prompts, caps, strict=True)))
+
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        replies = asyncio.run(run())
+        cpu, seconds = time.thread_time() - cpu0, time.perf_counter() - t0
+        engine.close()
+        return replies, seconds, cpu, engine.stats
+
+    engine_run(texts[: 2 * c], [8] * min(len(texts), 2 * c))  # warm-up
+    timer = HostTimer()
+    for module, owner, name, part in HOST_TIMED:
+        mod = importlib.import_module(module)
+        if hasattr(mod, owner):
+            timer.patch(getattr(mod, owner), name, part)
+    timer.patch(model, "forward", "model forward")
+    from selftaught.models import paged
+
+    if hasattr(paged, "_view_class"):
+        timer.patch(paged._view_class(), "update", "KV cache")
+    load_before = os.getloadavg()[0]
+    try:
+        replies, seconds, cpu, stats = engine_run(texts, caps)
+    finally:
+        timer.restore()
+    load_after = os.getloadavg()[0]
+    steps = stats.decode_steps
+    parts = host_parts_ms(timer.seconds, cpu, steps)
+    ms = 1000 * cpu / steps
+    formatted = [LocalModel.from_pretrained_model(model, tok).format_prompt(m) for m in texts]
+    cpu0 = time.thread_time()
+    rate = raw_decode(
+        model, tok, eos, formatted, batch=c, tokens=args.raw_tokens, batches=args.raw_batches
+    )
+    raw_cpu = time.thread_time() - cpu0
+    sources = [
+        Path(importlib.import_module(m).__file__ or "").read_bytes()
+        for m in sorted({t[0] for t in HOST_TIMED} | {"selftaught.models.kv_pool"})
+    ]
+    row = {
+        "concurrency": c,
+        "arm": arm,
+        "source": str(Path(selftaught.__file__).resolve().parents[1]),
+        "engine_sha": hashlib.sha256(b"".join(sources)).hexdigest()[:12],
+        "decode_steps": steps,
+        "tokens": sum(r.completion_tokens for r in replies),
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 3),
+        "ms_per_step": round(ms, 4),
+        "host_ms_per_step": round(ms - parts["model forward"] - parts["prefill forward"], 4),
+        "raw_ms_per_step": round(1000 * raw_cpu * c / rate.tokens, 4),
+        "wall_ms_per_step": round(1000 * seconds / steps, 4),
+        "raw_wall_ms_per_step": round(1000 * rate.seconds * c / rate.tokens, 4),
+        "parts_ms": parts,
+        "timed_calls_per_step": round(timer.calls / max(1, steps), 1),
+        "reply_sha": [hashlib.sha256(r.text.encode()).hexdigest()[:12] for r in replies],
+        "load_before": round(load_before, 2),
+        "load_after": round(load_after, 2),
+        "torch_threads": __import__("torch").get_num_threads(),
+    }
+    atomic_write_json(args.unit_out, row)
 
 
 SKILL_RULES = (
