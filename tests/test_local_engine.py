@@ -190,6 +190,54 @@ def test_token_cap_is_clamped_to_the_context(tokenizer):
 
 
 @needs_tokenizer
+@pytest.mark.parametrize("kv", ["pool", "dynamic"])
+def test_a_model_in_train_mode_decodes_in_eval_mode_switched_once_a_busy_period(tokenizer, kv):
+    """A trainer's model (train mode) is switched to eval mode at the prefill, stays in it
+    through the decode steps (switching walks every module: not once a step), and is back in
+    train mode when the batch is idle, before the replies are handed over. Its replies are
+    the eval-mode reference's."""
+    model = tiny_model(tokenizer).train()
+    switches: list[bool] = []
+    train = model.train
+
+    def counting(mode: bool = True):
+        switches.append(mode)
+        return train(mode)
+
+    model.train = counting  # model.eval() calls it too
+    local = LocalModel.from_pretrained_model(model, tokenizer, max_batch_size=2, kv=kv)
+    seen: list[bool] = []
+
+    async def main():
+        async def watch():
+            while len(seen) < 200 and not all(t.done() for t in tasks):
+                seen.append(model.training)
+                await asyncio.sleep(0)
+
+        tasks = [
+            asyncio.create_task(local.achat(ask(q), GenerationParams(max_tokens=12)))
+            for q in ("What is 2+2?", "Name a color.")
+        ]
+        await watch()
+        return await asyncio.gather(*tasks), model.training
+
+    local._ensure_batcher()  # (the KV pool's probe of the model's keys switches too)
+    switches.clear()
+    replies, training_at_reply = asyncio.run(main())
+    local.close()
+    stats = local.stats
+    assert training_at_reply and model.training
+    assert stats.decode_steps >= 11
+    prefills = stats.prefill_calls + stats.prefix_builds  # each switches the whole tree
+    assert switches == [False] * prefills + [True]  # no switch at a decode step
+    assert False in seen  # in eval mode while it decoded
+    del model.train
+    for q, reply in zip(("What is 2+2?", "Name a color."), replies, strict=True):
+        expected = reference_greedy(model.eval(), tokenizer, ask(q), 12)
+        assert reply.text == tokenizer.decode(expected, skip_special_tokens=True)
+
+
+@needs_tokenizer
 def test_in_memory_model_in_train_mode_is_restored(tokenizer):
     model = tiny_model(tokenizer).train()
     tokenizer_state = (tokenizer.padding_side, tokenizer.pad_token, tokenizer.chat_template)
