@@ -214,6 +214,62 @@ def test_a_cached_prefix_and_a_prompts_samples_share_blocks(model, tokenizer):
     assert sampler.pool.in_use == 7 + 3
 
 
+def _slots_from_scratch(batcher: PagedBatcher):
+    """The slots and mask a decode step attends, computed afresh from the rows' tables (what
+    the batcher keeps between steps and updates by one column a step)."""
+    tables = [batcher._kv[s].table for s in batcher.rows]
+    lengths = torch.tensor([t.length for t in tables])
+    read = batcher.pool.slot_index(tables, torch.zeros_like(lengths), lengths, int(lengths.max()))
+    return torch.where(read >= 0, read, 0), (read >= 0).long()
+
+
+@needs_tokenizer
+@pytest.mark.parametrize("block_tokens", [4, 16])
+def test_the_slots_kept_between_steps_are_the_tables_slots(model, tokenizer, block_tokens):
+    """Rows joining and leaving, blocks taken as rows grow, three samples of one prompt
+    copying their shared partial block on their first write: after every admission and step,
+    the running slots and mask are the ones the tables give, and as wide as the longest row."""
+    batcher = paged(model, tokenizer, block_tokens=block_tokens)
+    checked = 0
+
+    def check() -> None:
+        nonlocal checked
+        if batcher.rows:
+            read, mask = _slots_from_scratch(batcher)
+            assert torch.equal(batcher._read, read) and torch.equal(batcher._mask, mask)
+            assert batcher.width == read.shape[1]
+            checked += 1
+
+    waiting = mixed_sequences()
+    while waiting or batcher.in_flight:
+        free = 3 - len(batcher.in_flight)
+        newcomers, waiting = waiting[:free], waiting[free:]
+        batcher.admit(newcomers)
+        check()
+        batcher.step()
+        check()
+    assert checked > 20 and batcher._read is None
+    # Samples admitted together share their prompt's partial last block: each copies it on
+    # its first decode step, which moves the slots of its earlier tokens.
+    running = GenSequence("long", 0, list(range(200, 260)), 6)
+    batcher.admit([running])
+    samples = [
+        GenSequence("s", k, list(range(300, 330)), 5, temperature=1.0, generator=None)
+        for k in range(3)
+    ]
+    for s in samples:
+        s.generator = torch.Generator().manual_seed(s.index)
+    batcher.admit(samples)
+    tables = [batcher._kv[s].table for s in samples]
+    assert tables[0].blocks[-1] == tables[1].blocks[-1] == tables[2].blocks[-1]
+    batcher.step()
+    check()
+    assert len({t.blocks[-1] for t in tables}) == 3
+    while batcher.rows:
+        batcher.step()
+        check()
+
+
 @needs_tokenizer
 def test_local_model_on_the_pool_equals_unbatched_greedy(tokenizer):
     model = tiny_model(tokenizer)

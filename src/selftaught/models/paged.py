@@ -119,6 +119,11 @@ class PagedBatcher(ContinuousBatcher):
         self._kv: dict[GenSequence, _RowKV] = {}
         self._view = _view_class()(self.pool)
         self._adm: _Admission | None = None  # the admission being run (one at a time)
+        # The running rows' slots and mask, [rows, width] on the device, kept between decode
+        # steps (one column more a step; rows joining or leaving change them): row i's
+        # tokens right-aligned, ZERO_SLOT and 0 before them; width is the longest row.
+        self._read: Any = None
+        self._mask: Any = None
         self._width = 0
         self.stats.kv_pool_blocks = self.pool.blocks
         self.stats.kv_block_tokens = self.pool.block_tokens
@@ -309,14 +314,8 @@ class PagedBatcher(ContinuousBatcher):
     # ------------------------------------------------------------------ decode
 
     def _step(self) -> list[GenSequence]:
-        torch = self.torch
         rows = self.rows
-        kvs = [self._kv[s] for s in rows]
-        tables = [k.table for k in kvs]
-        before = [t.length for t in tables]
-        plan = self._plan(tables, [1] * len(rows), 1, [k.reservation for k in kvs])
-        ids = torch.tensor([s.tokens[-1] for s in rows], device=self.device)[:, None]
-        positions = torch.tensor(before, device=self.device)[:, None]
+        plan, ids, positions, live = self._decode_inputs()
         logits = self._forward(ids, plan.mask, positions, self._at(plan))
         tokens = self._sample(logits, rows)
         self.stats.decode_steps += 1
@@ -324,10 +323,53 @@ class PagedBatcher(ContinuousBatcher):
         counts = self.stats.decode_rows
         counts[len(tokens)] = counts.get(len(tokens), 0) + 1
         self.stats.decode_columns += len(tokens) * plan.width
-        self.stats.decode_live_columns += sum(len(s.prompt_ids) + len(s.tokens) for s in rows)
+        self.stats.decode_live_columns += live
         for s, token in zip(rows, tokens, strict=True):
             self._append(s, token)
         return self._evict_finished()
+
+    def _decode_inputs(self) -> tuple[_Plan, Any, Any, int]:
+        """A decode step's plan, token ids and position ids, and the tokens its rows attend.
+        Each row's next slot is its table's next one (a block taken when its last is full, a
+        shared partial one copied first); the slots and mask it attends are the running ones
+        with that slot as one more column (rows whose earlier slots a copy moved are
+        recomputed). One host-to-device copy; no per-row tensor work."""
+        torch, pool = self.torch, self.pool
+        bs, refs = pool.block_tokens, pool.refs
+        write, last, before, moved = [], [], [], []
+        for i, s in enumerate(self.rows):
+            row = self._kv[s]
+            table = row.table
+            n = table.length
+            part = n % bs
+            if not part or refs[table.blocks[-1]] > 1:  # a new block, or a copy on write
+                block = table.blocks[-1] if part else None
+                pool.grow(table, n + 1, row.reservation)
+                if part and table.blocks[-1] != block:
+                    moved.append(i)
+            write.append(table.blocks[n // bs] * bs + part)
+            last.append(s.tokens[-1])
+            before.append(n)
+            table.length = n + 1
+        self.stats.kv_peak_blocks = max(self.stats.kv_peak_blocks, pool.peak)
+        slots, ids, positions = torch.tensor([write, last, before]).to(self.device)
+        if moved:
+            self._reslot(moved, before)
+        ones = torch.ones((len(write), 1), dtype=self._mask.dtype, device=self.device)
+        self._read = torch.cat([self._read, slots[:, None]], dim=1)
+        self._mask = torch.cat([self._mask, ones], dim=1)
+        self._width += 1
+        plan = _Plan(slots, self._read.flatten(), self._mask, self._width, 1)
+        return plan, ids[:, None], positions[:, None], sum(before) + len(write)
+
+    def _reslot(self, rows: list[int], lengths: list[int]) -> None:
+        """Recompute the running slots of `rows` (their first `lengths[i]` tokens)."""
+        torch = self.torch
+        tables = [self._kv[self.rows[i]].table for i in rows]
+        counts = torch.tensor([lengths[i] for i in rows])
+        read = self.pool.slot_index(tables, torch.zeros_like(counts), counts, self._width)
+        index = torch.tensor(rows, device=self.device)
+        self._read[index] = torch.where(read >= 0, read, ZERO_SLOT).to(self.device)
 
     def _plan(
         self,
@@ -353,7 +395,6 @@ class PagedBatcher(ContinuousBatcher):
         read = torch.where(read >= 0, read, ZERO_SLOT)
         for table, length in zip(tables, after.tolist(), strict=True):
             table.length = length
-        self._width = width
         self.stats.kv_peak_blocks = max(self.stats.kv_peak_blocks, pool.peak)
         device = self.device
         return _Plan(
@@ -367,18 +408,47 @@ class PagedBatcher(ContinuousBatcher):
     # ------------------------------------------------------------------ rows
 
     def _merge(self, block: Prefilled) -> None:
+        """Add prefilled rows (their tables are `block.cache`): their slots and mask join the
+        running ones, the narrower left-padded."""
+        torch = self.torch
+        tables: list[BlockTable] = block.cache
+        lengths = torch.tensor([t.length for t in tables])
+        width = int(lengths.max())
+        read = self.pool.slot_index(tables, torch.zeros_like(lengths), lengths, width)
+        mask = (read >= 0).long()
+        read = torch.where(read >= 0, read, ZERO_SLOT)
+        read, mask = read.to(self.device), mask.to(self.device)
         if self.rows:
             self.stats.refills += 1
+            both = max(width, self._width)
+            old, new = both - self._width, both - width
+            read = torch.cat(
+                [_pad_columns(self._read, old, ZERO_SLOT), _pad_columns(read, new, ZERO_SLOT)]
+            )
+            mask = torch.cat([_pad_columns(self._mask, old, 0), _pad_columns(mask, new, 0)])
+            width = both
+        self._read, self._mask, self._width = read, mask, width
         self.rows = self.rows + list(block.rows)
         self.stats.max_rows = max(self.stats.max_rows, len(self.rows))
 
     def _keep(self, keep: list[int]) -> None:
+        """Keep only rows `keep` (the others' blocks go back) and drop the leading columns no
+        kept row needs."""
         kept = [self.rows[i] for i in keep]
         for s in set(self.rows) - set(kept):
             row = self._kv.pop(s)
             self.pool.release(row.table)
             self.pool.unreserve(row.reservation)
         self.rows = kept
+        if not kept:
+            self._read = self._mask = None
+            self._width = 0
+            return
+        index = self.torch.tensor(keep, device=self.device)
+        width = max(self._kv[s].table.length for s in kept)
+        crop = self._width - width
+        self._read, self._mask = self._read[index, crop:], self._mask[index, crop:]
+        self._width = width
 
     def _cache_replies(self, rows: list[int]) -> None:
         """A finished episode turn's blocks (prompt and reply, all but the last token) become
@@ -401,6 +471,8 @@ class PagedBatcher(ContinuousBatcher):
     def reset(self) -> None:
         super().reset()  # closing the joining admissions gives their blocks back
         self._kv.clear()
+        self._read = self._mask = None
+        self._width = 0
         cache = self.prefix_cache
         self.pool.rebuild([e.kv for e in cache] if cache is not None else [])
 
@@ -408,6 +480,15 @@ class PagedBatcher(ContinuousBatcher):
     def width(self) -> int:
         """Columns a decode step attends: the longest live row (0 when idle)."""
         return self._width if self.rows else 0
+
+
+def _pad_columns(x: Any, n: int, value: int) -> Any:
+    """[rows, width] `x` with `n` columns of `value` before it."""
+    if n == 0:
+        return x
+    import torch
+
+    return torch.cat([x.new_full((x.shape[0], n), value), x], dim=1)
 
 
 @functools.cache
