@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import itertools
 import logging
 import os
 import secrets
@@ -105,6 +106,22 @@ class Driver:
     requests: list[Request] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     finished: bool = False  # decided to exit: a new request in its loop starts a new one
+    seen: int = -1  # the requests were last looked at when `DoneMarks.mark` was this
+
+
+class DoneMarks:
+    """A done callback of every request's future: `mark` changes whenever one is done
+    (answered, failed or cancelled, from any thread), so that the stepping thread looks for
+    finished or abandoned requests only when there is something to find, not over every
+    queued request at every step. (No reference back to the scheduler: a future outliving
+    it keeps nothing alive.)"""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)  # next() is atomic: every mark is new
+        self.mark = 0
+
+    def __call__(self, _future: Future[list[Completion]]) -> None:
+        self.mark = next(self._ids)
 
 
 class RequestScheduler:
@@ -140,6 +157,8 @@ class RequestScheduler:
         self._waiting: deque[GenSequence] = deque()
         self._gather_until: float | None = None  # end of an idle model's wait for more
         self._answered = False  # the last step answered a request (its caller may ask again)
+        self._done = DoneMarks()
+        self._dropped_at = -1  # `self._done.mark` when abandoned sequences were last looked for
         self._pid = os.getpid()
 
     # ------------------------------------------------------------------ submission
@@ -160,6 +179,9 @@ class RequestScheduler:
                     self._drive(model, loop, driver), name=f"selftaught-{model.name}-driver"
                 )
             driver.requests.append(request)
+            # After the request is in the lists a look for done requests walks: if it is done
+            # already, the callback runs now and the next look finds it.
+            request.future.add_done_callback(self._done)
         return request
 
     def after_fork(self) -> bool:
@@ -173,6 +195,7 @@ class RequestScheduler:
         self.step_lock = threading.Lock()
         self._inbox, self.drivers, self._waiting = [], {}, deque()
         self._gather_until = None
+        self._dropped_at = -1
         if self.batcher is not None:
             self.batcher.reset()
         return True
@@ -245,7 +268,10 @@ class RequestScheduler:
         """Whether every request of `driver`'s loop is answered (or abandoned); if so the
         driver is finished, atomically with `submit`'s look at it."""
         with self._inbox_lock:
-            driver.requests = [r for r in driver.requests if not r.future.done()]
+            mark = self._done.mark
+            if driver.seen != mark:  # some request was done since the last look
+                driver.seen = mark
+                driver.requests = [r for r in driver.requests if not r.future.done()]
             if not driver.requests:
                 driver.finished = True
             return driver.finished
@@ -326,6 +352,10 @@ class RequestScheduler:
 
     def _drop_abandoned(self) -> None:
         """Forget the sequences of cancelled or failed requests, running or waiting."""
+        mark = self._done.mark
+        if mark == self._dropped_at:  # no request was done since the last look
+            return
+        self._dropped_at = mark
         if self.batcher is not None:
             self.batcher.drop(lambda s: s.owner.abandoned)
         if any(s.owner.abandoned for s in self._waiting):
