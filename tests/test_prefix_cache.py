@@ -18,7 +18,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from selftaught.models import GenerationParams  # noqa: E402
-from selftaught.models.batching import ContinuousBatcher, GenSequence  # noqa: E402
+from selftaught.models.batching import (  # noqa: E402
+    ContinuousBatcher,
+    GenSequence,
+    longest_shared_prefixes,
+)
 from selftaught.models.local import LocalModel  # noqa: E402
 from selftaught.models.prefix_cache import (  # noqa: E402
     PrefixCache,
@@ -53,6 +57,22 @@ def test_common_prefix_len_matches_a_plain_loop():
         while n < min(len(a), len(b)) and a[n] == b[n]:
             n += 1
         assert common_prefix_len(a, b) == n
+
+
+def test_the_longest_shared_prefixes_are_found_among_sorted_neighbours():
+    """Each prompt compared with its neighbours in sorted order only: the longest prefix it
+    shares with any other prompt or recent one, as comparing it with all of them gives."""
+    rng = random.Random(1)
+    for _ in range(100):
+        pool = list(
+            {tuple(rng.choice((1, 2, 3)) for _ in range(rng.randint(1, 12))) for _ in range(9)}
+        )
+        prompts, others = pool[: len(pool) // 2 + 1], pool[len(pool) // 2 + 1 :]
+        expected = [
+            max((common_prefix_len(p, q) for q in pool if q != p), default=0) for p in prompts
+        ]
+        assert longest_shared_prefixes(prompts, others) == expected
+    assert longest_shared_prefixes([(1, 2)]) == [0]
 
 
 def test_match_gives_the_longest_cached_head_within_the_limit():

@@ -372,11 +372,8 @@ class ContinuousBatcher:
         """Compute and cache the prefixes newcomers share with each other or with recent
         prompts, longest first (a later one usually finds the earlier one cached and
         needs nothing). Returns the built entries (also those too large to keep)."""
-        pool = prompts + [q for q in self._recent if q not in prompts]
-        wanted = []
-        for p in prompts:
-            shared = max((common_prefix_len(p, q) for q in pool if q != p), default=0)
-            wanted.append((min(shared, len(p) - 1), p))
+        shares = longest_shared_prefixes(prompts, [q for q in self._recent if q not in prompts])
+        wanted = [(min(shared, len(p) - 1), p) for p, shared in zip(prompts, shares, strict=True)]
         built: list[Any] = []
         for shared, p in sorted(wanted, key=lambda w: -w[0]):
             have = max(
