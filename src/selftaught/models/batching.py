@@ -642,28 +642,34 @@ class ContinuousBatcher:
         """One token per row: argmax for greedy rows; for sampled rows temperature, top_p
         (nucleus, no top-k: OpenAI semantics) and one uniform draw from the row's generator."""
         torch = self.torch
-        tokens: list[int] = logits.argmax(dim=-1).tolist()
+        best = logits.argmax(dim=-1)
         sampled = [i for i, s in enumerate(rows) if s.temperature > 0]
         if not sampled:
+            tokens: list[int] = best.tolist()  # the step's one wait for the device
             return tokens
-        index = torch.tensor(sampled, device=logits.device)
-        temps = torch.tensor([rows[i].temperature for i in sampled], device=logits.device)
+        device = logits.device
+        # The rows' settings and draws are made on the host and moved once each: no
+        # decision here waits for the device.
+        temps = torch.tensor([rows[i].temperature for i in sampled])
+        top_p = torch.tensor([rows[i].top_p for i in sampled])
+        nucleus = bool((top_p < 1).any())
+        draws = torch.stack([torch.rand((), generator=rows[i].generator) for i in sampled])
+        index = torch.tensor(sampled).to(device)
+        temps, top_p, draws = temps.to(device), top_p.to(device), draws.to(device)
         probs = torch.softmax(logits[index] / temps[:, None], dim=-1)
-        top_p = torch.tensor([rows[i].top_p for i in sampled], device=logits.device)
         order = None
-        if bool((top_p < 1).any()):
+        if nucleus:
             probs, order = probs.sort(dim=-1, descending=True)
             # Keep the smallest head whose mass reaches top_p (always the top token).
             outside = probs.cumsum(dim=-1) - probs >= top_p[:, None]
             probs = probs.masked_fill(outside, 0.0)
         cdf = probs.cumsum(dim=-1)
-        draws = torch.stack([torch.rand((), generator=rows[i].generator) for i in sampled])
-        targets = draws.to(logits.device)[:, None] * cdf[:, -1:]
+        targets = draws[:, None] * cdf[:, -1:]
         picks = torch.searchsorted(cdf, targets, right=True).clamp(max=cdf.shape[-1] - 1)
         if order is not None:
             picks = order.gather(-1, picks)
-        for i, token in zip(sampled, picks[:, 0].tolist(), strict=True):
-            tokens[i] = token
+        best[index] = picks[:, 0]
+        tokens = best.tolist()  # the step's one wait for the device
         return tokens
 
 
@@ -691,6 +697,22 @@ def _stack_heads(heads: list[CachedHead], width: int) -> list[tuple[Any, Any]]:
         ]
         layers.append((torch.cat([k for k, _ in parts]), torch.cat([v for _, v in parts])))
     return layers
+
+
+def longest_shared_prefixes(
+    prompts: Sequence[tuple[int, ...]], others: Sequence[tuple[int, ...]] = ()
+) -> list[int]:
+    """For each of `prompts` (distinct), the longest prefix it shares with another prompt or
+    one of `others`. In sorted order the most alike of a set are neighbours, so each prompt is
+    compared with its two, not with all (the first admission of a busy period brings many)."""
+    pool = sorted({*prompts, *others})
+    where = {p: i for i, p in enumerate(pool)}
+    shares = []
+    for p in prompts:
+        i = where[p]
+        near = [pool[j] for j in (i - 1, i + 1) if 0 <= j < len(pool)]
+        shares.append(max((common_prefix_len(p, q) for q in near), default=0))
+    return shares
 
 
 def left_padded(rests: Sequence[Sequence[int]], starts: Sequence[int], pad_id: int) -> Any:
