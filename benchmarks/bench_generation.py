@@ -53,10 +53,12 @@ and `raw` per repeat, the memory, and the replies the same as `dynamic`'s.
 nothing (issue 67): a tiny random Llama (2 layers, hidden 64, the real tokenizer's prompts,
 replies capped at mixed lengths, no end-of-turn) built in each unit's process, nothing loaded;
 the engine's functions timed by self time (building the inputs, the forward, sampling, stop
-checks, eviction, delivery, the scheduler, the event loop's share), per decode step, beside
-the same tiny model's `generate` step (raw). --host-arms NAME=SRC... compares source trees
-(each a `src` folder, e.g. an older commit's from `git archive`), (repeat, C, arm) units
-interleaved, each in its own process, resumable as --kv-arms.
+checks, eviction, delivery, the scheduler, the event loop's share) per decode step, in the
+thread's CPU time (steadier than the wall clock on a shared machine), beside the same tiny
+model's `generate` (`raw`). --host-arms NAME=SRC... compares source trees (each a `src` folder, e.g.
+an older commit's from `git archive`); (repeat, C, arm) units interleaved, each in a process
+of its own (what one leaves in the allocator changes the next one's times), resumable as
+--kv-arms.
 
     python benchmarks/bench_generation.py --host-profile --threads 1 --repeats 3 \
         --host-arms before=/tmp/before/src after=src        # -> results/generation_host_cpu.json
@@ -770,43 +772,44 @@ def _kv_arm_summary(arm: str, rows: list[dict[str, Any]], by: ArmRows) -> dict[s
 
 # ---------------------------------------------------------------------- --host-profile
 
-# The engine's functions timed, by where they are defined: (module, class or "", function,
+# The engine's functions timed, by where they are defined: (module, class, function,
 # part). A part's time is its functions' self time (less the timed calls they make), so the
-# parts add up to the wall time; what no timed function holds is the event loop's (hand-offs,
+# parts add up to the run's time; what no timed function holds is the event loop's (hand-offs,
 # the callers' coroutines). A name a source tree lacks is skipped.
 HOST_TIMED = (
     ("selftaught.models.local_scheduler", "RequestScheduler", "_drive_step", "scheduler"),
     ("selftaught.models.local_scheduler", "RequestScheduler", "_settled", "scheduler"),
-    ("selftaught.models.local_scheduler", "RequestScheduler", "_intake", "scheduler"),
+    ("selftaught.models.local_scheduler", "RequestScheduler", "_intake", "intake"),
     ("selftaught.models.local_scheduler", "RequestScheduler", "_serve_step", "scheduler"),
     ("selftaught.models.local_scheduler", "RequestScheduler", "_drop_abandoned", "scheduler"),
     ("selftaught.models.local_scheduler", "RequestScheduler", "_deliver", "deliver"),
     ("selftaught.models.batching", "ContinuousBatcher", "admit", "admission"),
     ("selftaught.models.batching", "ContinuousBatcher", "_advance_joining", "admission"),
-    ("selftaught.models.batching", "ContinuousBatcher", "_step", "step bookkeeping"),
-    ("selftaught.models.paged", "PagedBatcher", "_step", "step bookkeeping"),
+    ("selftaught.models.batching", "ContinuousBatcher", "_step", "bookkeeping"),
+    ("selftaught.models.paged", "PagedBatcher", "_step", "bookkeeping"),
     ("selftaught.models.paged", "PagedBatcher", "_plan", "inputs"),
     ("selftaught.models.paged", "PagedBatcher", "_decode_inputs", "inputs"),
-    ("selftaught.models.batching", "ContinuousBatcher", "_forward", "forward call"),
+    ("selftaught.models.batching", "ContinuousBatcher", "_forward", "forward_call"),
     ("selftaught.models.batching", "ContinuousBatcher", "_sample", "sample"),
     ("selftaught.models.batching", "ContinuousBatcher", "_evict_finished", "evict"),
 )
-# What each part is, in the order reported (`model forward` and `KV cache` are timed inside
+# What each part is, in the order reported (`model_forward` and `kv_cache` are timed inside
 # the forward: the tiny model's `forward` and the engine's cache update per layer).
 HOST_PARTS = {
     "inputs": "block tables, slots, mask, ids, positions of a decode step",
-    "forward call": "the engine's wrapper around the model call (mode switch, logits cast)",
-    "model forward": "transformers' forward of the tiny model, less the cache updates",
-    "KV cache": "the engine's cache update in each layer (write the new keys, gather the rows)",
+    "forward_call": "the engine's wrapper around the model call (mode switch, logits cast)",
+    "model_forward": "transformers' forward of the tiny model, less the cache updates",
+    "kv_cache": "the engine's cache update in each layer (write the new keys, gather the rows)",
     "sample": "argmax / sampling, tokens to Python",
-    "step bookkeeping": "the rest of a decode step: each row's token appended and its stop "
+    "bookkeeping": "the rest of a decode step: each row's token appended and its stop "
     "checks (end-of-turn, cap, stop strings), counters",
     "evict": "rows that finished leave the batch (blocks released)",
     "deliver": "finished rows become replies (detokenised, futures resolved)",
-    "scheduler": "intake, refills, dropping abandoned rows, the thread governor",
+    "intake": "new requests into sequences (the chat template, tokenising)",
+    "scheduler": "refills, finished and abandoned requests, the thread governor",
     "admission": "prefilling newcomers, host part (prefill forwards not included)",
-    "prefill forward": "the prefill forwards (their cache updates included)",
-    "event loop": "the rest of the wall time: hand-offs to the callers and back",
+    "prefill_forward": "the prefill forwards (their cache updates included)",
+    "event_loop": "the rest of the thread's time: hand-offs to the callers and back",
 }
 
 
@@ -831,8 +834,8 @@ class HostTimer:
         def timed(*args: Any, **kwargs: Any) -> Any:
             stack = self._stack
             mine = part
-            if self._within == "admission" and part == "forward call":
-                mine = "prefill forward"
+            if self._within == "admission" and part == "forward_call":
+                mine = "prefill_forward"
             elif self._within is not None:
                 return fn(*args, **kwargs)
             outer, self._within = self._within, self._within or _OPAQUE.get(mine)
@@ -871,13 +874,13 @@ class HostTimer:
 
 
 _MISSING = object()
-_OPAQUE = {"admission": "admission", "prefill forward": "prefill forward"}
+_OPAQUE = {"admission": "admission", "prefill_forward": "prefill_forward"}
 
 
 def host_parts_ms(seconds: dict[str, float], total: float, steps: int) -> dict[str, float]:
     """Milliseconds per decode step of each part (`HOST_PARTS`' order); the event loop's is
     what no part holds of `total`."""
-    parts = {**seconds, "event loop": total - sum(seconds.values())}
+    parts = {**seconds, "event_loop": total - sum(seconds.values())}
     per = max(1, steps)
     return {k: round(1000 * parts.get(k, 0.0) / per, 4) for k in HOST_PARTS}
 
@@ -912,8 +915,8 @@ def tiny_host_model(tokenizer: Any, eos_ids: Sequence[int], seed: int = 0) -> An
 
 
 def reply_caps(n: int, max_tokens: int, seed: int = 0) -> list[int]:
-    """Mixed reply lengths: `n` token caps drawn evenly from 8 to 11/16 of `max_tokens`
-    (mean 92 for 256: the embedded model's mean reply on the benchmark's prompts)."""
+    """Mixed reply lengths: `n` token caps drawn evenly from 8 to 11/16 of `max_tokens` (92 on
+    average for 256: the embedded model's mean reply on the benchmark's prompts was 92.5)."""
     import random
 
     rng = random.Random(seed)
@@ -947,7 +950,7 @@ def host_arms(args: argparse.Namespace) -> dict[str, str]:
     arms = {}
     for spec in args.host_arms:
         name, sep, src = spec.partition("=")
-        if not sep or not name or not (Path(src) / "selftaught").is_dir():
+        if not sep or name in ("", "raw") or not (Path(src) / "selftaught").is_dir():
             raise SystemExit(f"--host-arms takes NAME=SRC (SRC holding selftaught/), got {spec}")
         arms[name] = str(Path(src).resolve())
     return arms
@@ -968,17 +971,18 @@ def host_unit_command(args: argparse.Namespace, c: int, arm: str, out: Path) -> 
 
 def run_host_profile(args: argparse.Namespace) -> None:
     """The --host-profile benchmark: every pending unit in a child process running its arm's
-    source, the file written after each."""
+    source (`raw`: the tiny model's `generate`, in a process of its own), the file written
+    after each."""
     arms = host_arms(args)
     out = args.out or RESULTS / "generation_host_cpu.json"
     settings = host_settings(args, arms)
     runs = resumed_units(out, settings)
-    names = tuple(arms)
+    names = (*arms, "raw")
     for repeat, c, arm in engine_pending(engine_plan(args.repeats, args.concurrency, names), runs):
         with tempfile.TemporaryDirectory() as tmp:
             unit_out = Path(tmp) / "unit.json"
-            path = os.pathsep.join([arms[arm], *filter(None, [os.environ.get("PYTHONPATH")])])
-            env = {**os.environ, "PYTHONPATH": path}
+            paths = [arms.get(arm), os.environ.get("PYTHONPATH")]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
             subprocess.run(host_unit_command(args, c, arm, unit_out), check=True, env=env)
             run = {"repeat": repeat, **json.loads(unit_out.read_text())}
         runs.append(run)
@@ -991,38 +995,54 @@ def run_host_profile(args: argparse.Namespace) -> None:
             "runs": runs,
         }
         atomic_write_json(out, result)  # after every unit: an interruption loses one
+        host = f", host {run['host_ms_per_step']:.3f}" if "host_ms_per_step" in run else ""
         print(
-            f"repeat {repeat} C={c:<3} {arm:<8} {run['ms_per_step']:.3f} ms/step "
-            f"(host {run['host_ms_per_step']:.3f}, raw {run['raw_ms_per_step']:.3f}) "
-            f"(load {run['load_before']:.1f})",
+            f"repeat {repeat} C={c:<3} {arm:<8} {run['ms_per_step']:.3f} ms/step{host}, "
+            f"{run['tok_per_cpu_s']:.0f} tok/cpu-s (load {run['load_before']:.1f})",
             flush=True,
         )
     for c, entry in summarize_host(runs, names).items():
-        parts = [f"{arm} {e['host_ms_per_step']:.3f} ms host/step" for arm, e in entry.items()]
+        parts = [
+            f"{arm} {e['ms_per_step']:.3f} ms/step"
+            + (f" (host {e['host_ms_per_step']:.3f})" if "host_ms_per_step" in e else "")
+            + (f" {e['vs_raw']:.2f}x raw" if "vs_raw" in e else "")
+            for arm, e in entry.items()
+        ]
         print(f"  C={c}: " + ", ".join(parts))
     print(f"wrote {out}")
 
 
 def summarize_host(runs: list[dict[str, Any]], arms: Sequence[str]) -> dict[str, Any]:
-    """Per C and arm: the median over repeats of each part's ms per step, of the step, of
-    its host share and of the tiny model's `generate` step; the replies the same as the
-    first arm's (same repeat, the fewest)."""
+    """Per C and arm: the medians over repeats of the CPU ms a decode step takes, of its host
+    share and of each part; tokens per CPU second and their ratio to raw's (paired by
+    repeat); the replies the same as the first arm's (same repeat, the fewest)."""
+    first = arms[0]
 
     def summary(arm: str, rows: list[dict[str, Any]], by: ArmRows) -> dict[str, Any]:
+        keys = ("ms_per_step", "wall_ms_per_step", "tok_per_cpu_s")
+        if arm != "raw":
+            keys += ("host_ms_per_step", "decode_steps")
         out: dict[str, Any] = {
-            key: round(statistics.median(r[key] for r in rows), 4)
-            for key in ("ms_per_step", "host_ms_per_step", "raw_ms_per_step", "decode_steps")
+            key: round(statistics.median(r[key] for r in rows), 4) for key in keys
         }
-        out["parts_ms"] = {
-            part: round(statistics.median(r["parts_ms"][part] for r in rows), 4)
-            for part in HOST_PARTS
-        }
+        if arm != "raw":
+            out["parts_ms"] = {
+                part: round(statistics.median(r["parts_ms"][part] for r in rows), 4)
+                for part in HOST_PARTS
+            }
         out["load_before"] = [r["load_before"] for r in rows]
-        first = arms[0]
+        paired = [
+            r["tok_per_cpu_s"] / by[(r["repeat"], "raw")]["tok_per_cpu_s"]
+            for r in rows
+            if (r["repeat"], "raw") in by and arm != "raw"
+        ]
+        if paired:
+            out["vs_raw"] = round(statistics.median(paired), 3)
+            out["vs_raw_per_repeat"] = [round(x, 3) for x in paired]
         same = [
             _same(r["reply_sha"], by[(r["repeat"], first)]["reply_sha"])
             for r in rows
-            if (r["repeat"], first) in by and arm != first
+            if (r["repeat"], first) in by and arm not in (first, "raw")
         ]
         if same:
             out[f"same_replies_as_{first}"] = min(same)
@@ -1032,10 +1052,11 @@ def summarize_host(runs: list[dict[str, Any]], arms: Sequence[str]) -> dict[str,
 
 
 def host_unit(args: argparse.Namespace) -> None:
-    """In the child: the tiny model, a warm-up run, then one timed run of the engine at C and
-    the tiny model's `generate` at C, forced to --raw-tokens (raw)."""
+    """In the child: the tiny model; for `raw` its `generate` at C, forced to --raw-tokens;
+    for an engine arm a warm-up run of the engine, then one timed run at C."""
     import importlib
 
+    import torch
     import transformers
 
     import selftaught
@@ -1051,6 +1072,25 @@ def host_unit(args: argparse.Namespace) -> None:
     texts = load_prompts(args)
     eos = eos_token_ids(tok)
     model = tiny_host_model(tok, eos)
+    row: dict[str, Any] = {"concurrency": c, "arm": arm, "torch_threads": torch.get_num_threads()}
+    load_before = os.getloadavg()[0]
+    if arm == "raw":
+        formatted = [LocalModel.from_pretrained_model(model, tok).format_prompt(m) for m in texts]
+        cpu0 = time.thread_time()
+        rate = raw_decode(
+            model, tok, eos, formatted, batch=c, tokens=args.raw_tokens, batches=args.raw_batches
+        )
+        cpu = time.thread_time() - cpu0
+        steps = rate.tokens // c
+        row.update(tokens=rate.tokens, seconds=round(rate.seconds, 3), cpu_seconds=round(cpu, 3))
+        row.update(
+            ms_per_step=round(1000 * cpu / steps, 4),
+            wall_ms_per_step=round(1000 * rate.seconds / steps, 4),
+            tok_per_cpu_s=round(rate.tokens / cpu, 2),
+        )
+        row.update(load_before=round(load_before, 2), load_after=round(os.getloadavg()[0], 2))
+        atomic_write_json(args.unit_out, row)
+        return
     caps = reply_caps(len(texts), args.max_tokens)
 
     def engine_run(
@@ -1079,51 +1119,41 @@ def host_unit(args: argparse.Namespace) -> None:
         mod = importlib.import_module(module)
         if hasattr(mod, owner):
             timer.patch(getattr(mod, owner), name, part)
-    timer.patch(model, "forward", "model forward")
+    timer.patch(model, "forward", "model_forward")
     from selftaught.models import paged
 
     if hasattr(paged, "_view_class"):
-        timer.patch(paged._view_class(), "update", "KV cache")
+        timer.patch(paged._view_class(), "update", "kv_cache")
     load_before = os.getloadavg()[0]
     try:
         replies, seconds, cpu, stats = engine_run(texts, caps)
     finally:
         timer.restore()
-    load_after = os.getloadavg()[0]
     steps = stats.decode_steps
     parts = host_parts_ms(timer.seconds, cpu, steps)
     ms = 1000 * cpu / steps
-    formatted = [LocalModel.from_pretrained_model(model, tok).format_prompt(m) for m in texts]
-    cpu0 = time.thread_time()
-    rate = raw_decode(
-        model, tok, eos, formatted, batch=c, tokens=args.raw_tokens, batches=args.raw_batches
-    )
-    raw_cpu = time.thread_time() - cpu0
+    tokens = sum(r.completion_tokens for r in replies)
     sources = [
         Path(importlib.import_module(m).__file__ or "").read_bytes()
         for m in sorted({t[0] for t in HOST_TIMED} | {"selftaught.models.kv_pool"})
     ]
-    row = {
-        "concurrency": c,
-        "arm": arm,
-        "source": str(Path(selftaught.__file__).resolve().parents[1]),
-        "engine_sha": hashlib.sha256(b"".join(sources)).hexdigest()[:12],
-        "decode_steps": steps,
-        "tokens": sum(r.completion_tokens for r in replies),
-        "seconds": round(seconds, 3),
-        "cpu_seconds": round(cpu, 3),
-        "ms_per_step": round(ms, 4),
-        "host_ms_per_step": round(ms - parts["model forward"] - parts["prefill forward"], 4),
-        "raw_ms_per_step": round(1000 * raw_cpu * c / rate.tokens, 4),
-        "wall_ms_per_step": round(1000 * seconds / steps, 4),
-        "raw_wall_ms_per_step": round(1000 * rate.seconds * c / rate.tokens, 4),
-        "parts_ms": parts,
-        "timed_calls_per_step": round(timer.calls / max(1, steps), 1),
-        "reply_sha": [hashlib.sha256(r.text.encode()).hexdigest()[:12] for r in replies],
-        "load_before": round(load_before, 2),
-        "load_after": round(load_after, 2),
-        "torch_threads": __import__("torch").get_num_threads(),
-    }
+    row.update(
+        source=str(Path(selftaught.__file__).resolve().parents[1]),
+        engine_sha=hashlib.sha256(b"".join(sources)).hexdigest()[:12],
+        decode_steps=steps,
+        tokens=tokens,
+        seconds=round(seconds, 3),
+        cpu_seconds=round(cpu, 3),
+        ms_per_step=round(ms, 4),
+        host_ms_per_step=round(ms - parts["model_forward"] - parts["prefill_forward"], 4),
+        wall_ms_per_step=round(1000 * seconds / steps, 4),
+        tok_per_cpu_s=round(tokens / cpu, 2),
+        parts_ms=parts,
+        timed_calls_per_step=round(timer.calls / max(1, steps), 1),
+        reply_sha=[hashlib.sha256(r.text.encode()).hexdigest()[:12] for r in replies],
+        load_before=round(load_before, 2),
+        load_after=round(os.getloadavg()[0], 2),
+    )
     atomic_write_json(args.unit_out, row)
 
 

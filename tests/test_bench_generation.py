@@ -149,3 +149,100 @@ def test_kv_arms_run_each_unit_alone_and_pair_pool_with_dynamic_and_raw(tmp_path
     assert s["pool"]["same_replies_as_dynamic"] == 1  # the fewest over repeats
     assert s["pool"]["kv_peak_blocks"] == 41 and s["pool"]["kv_pool_blocks"] == 100
     assert "same_replies_as_dynamic" not in s["dynamic"] and "kv_peak_blocks" not in s["dynamic"]
+
+
+def test_the_host_timer_gives_self_time_by_part_and_admission_keeps_its_own():
+    """A part's time is its functions' less the timed calls they make; inside `admission`
+    the forward is `prefill forward` and nothing else is timed apart; what no part holds of
+    the total is the event loop's."""
+    now = [0.0]
+    timer = bench.HostTimer(clock=lambda: now[0])
+
+    def spend(seconds: float):
+        now[0] += seconds
+
+    class Engine:
+        def step(self):
+            spend(1.0)
+            self.forward()
+            self.sample()
+
+        def forward(self):
+            spend(5.0)
+            model()
+
+        def sample(self):
+            spend(0.5)
+
+        def admit(self):
+            spend(2.0)
+            self.sample()  # not timed apart inside admission
+            self.forward()  # the prefill's forward, model included
+
+    def model():
+        spend(3.0)
+
+    for name, part in [
+        ("step", "bookkeeping"),
+        ("forward", "forward_call"),
+        ("sample", "sample"),
+        ("admit", "admission"),
+    ]:
+        assert timer.patch(Engine, name, part)
+    assert not timer.patch(Engine, "absent", "inputs")  # a name a source tree lacks
+    module = type(bench)("fake")
+    module.model = model
+    timer.patch(module, "model", "model_forward")
+    model = module.model  # (the engine looks the model up where it is patched)
+    engine = Engine()
+    engine.step()
+    engine.admit()
+    timer.restore()
+    assert timer.seconds == {
+        "bookkeeping": 1.0,
+        "forward_call": 5.0,
+        "model_forward": 3.0,
+        "sample": 0.5,
+        "admission": 2.5,
+        "prefill_forward": 8.0,
+    }
+    assert not hasattr(Engine.step, "__wrapped__")  # restored
+    parts = bench.host_parts_ms(timer.seconds, total=21.0, steps=2)
+    assert list(parts) == list(bench.HOST_PARTS)
+    assert parts["event_loop"] == 500.0 and parts["forward_call"] == 2500.0
+
+
+def _host_unit(repeat: int, arm: str, tok_per_cpu_s: float, shas=None) -> dict:
+    row = {
+        "repeat": repeat,
+        "concurrency": 8,
+        "arm": arm,
+        "ms_per_step": 2.0,
+        "wall_ms_per_step": 3.0,
+        "tok_per_cpu_s": tok_per_cpu_s,
+        "load_before": 1.0,
+    }
+    if arm != "raw":
+        row["host_ms_per_step"] = 1.0 if arm == "before" else 0.5
+        row["decode_steps"] = 10
+        row["parts_ms"] = {part: 0.1 for part in bench.HOST_PARTS}
+        row["reply_sha"] = shas or ["a", "b"]
+    return row
+
+
+def test_the_host_summary_pairs_each_arm_with_raw_and_the_first_arms_replies():
+    runs = [
+        _host_unit(0, "before", 50.0),
+        _host_unit(0, "after", 80.0, shas=["a", "x"]),
+        _host_unit(0, "raw", 100.0),
+        _host_unit(1, "before", 60.0),
+        _host_unit(1, "after", 90.0),
+        _host_unit(1, "raw", 100.0),
+    ]
+    s = bench.summarize_host(runs, ("before", "after", "raw"))["8"]
+    assert s["before"]["vs_raw_per_repeat"] == [0.5, 0.6] and s["after"]["vs_raw"] == 0.85
+    assert s["after"]["host_ms_per_step"] == 0.5 and s["after"]["parts_ms"]["inputs"] == 0.1
+    assert s["after"]["same_replies_as_before"] == 1  # the fewest over repeats
+    assert "same_replies_as_before" not in s["before"] and "parts_ms" not in s["raw"]
+    assert bench.reply_caps(64, 256) == bench.reply_caps(64, 256)  # the same every unit
+    assert min(bench.reply_caps(64, 256)) >= 8 and max(bench.reply_caps(64, 256)) <= 176
