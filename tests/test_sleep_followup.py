@@ -325,6 +325,65 @@ def test_a_value_the_reply_already_gave_is_no_correction():
     assert read_followup("12 km, thanks", "It is 12 km.").kind == "acceptance"  # type: ignore[union-attr]
 
 
+# ---- the fifth round: structure over phrasing ------------------------------------------------
+
+
+def test_a_decimal_mark_makes_another_number():
+    # "35" is not "3.5" said again: the contrast puts 35 in the reply's place
+    read = read_followup("it's 35 not 3.5, you divided by 100", "The average of the scores is 3.5.")
+    assert read is not None and (read.kind, read.reference) == ("correction", "35")
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn"),
+    [
+        # "not Y" inside a question asks for something new
+        (
+            "Here is a function that keeps the even numbers.",
+            "can you make it also skip values that are not numbers?",
+        ),
+        # a "wrong" word in a question qualifies what is asked
+        ("Happy to help.", "wrong place to ask perhaps, but how do I fix a flat tyre?"),
+        # "now ...": the next thing asked for, built on the reply
+        ("The 5 times table: 5, 10, 15, 20, 25.", "now the 6 times table"),
+        # the user fixes their own input
+        (
+            "The total of 4, 9 and 12 is 25.",
+            "oops I typed the wrong number, the last should be 21 not 12. redo it?",
+        ),
+    ],
+)
+def test_a_turn_that_asks_builds_on_or_fixes_its_own_input_is_no_signal(reply: str, turn: str):
+    assert read_followup(turn, reply) is None
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn", "kind", "value"),
+    [
+        # after what to run, the error printed is a failure, not the right value
+        ("Use =INDEX(A:A, 0) in D1.", "#VALUE! in every cell", "rejection", None),
+        (
+            "Run the migration with `alembic upgrade head`.",
+            "Error: Can't locate revision 'abc123'",
+            "rejection",
+            None,
+        ),
+        # after what it would print, the error printed is the right value
+        (
+            "`open('x.txt')` raises a PermissionError when the file is missing.",
+            "no, it raises FileNotFoundError",
+            "correction",
+            "FileNotFoundError",
+        ),
+    ],
+)
+def test_an_error_printed_corrects_only_a_reply_that_said_what_would_print(
+    reply: str, turn: str, kind: str, value: str | None
+):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == (kind, value)
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

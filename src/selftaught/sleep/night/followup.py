@@ -224,8 +224,21 @@ def _number(m: re.Match[str], text: str, tails: frozenset[tuple[str, ...]]) -> _
         if more is not None:
             end = more.end()
     value = text[m.start() : end].strip()
-    key = re.sub(r"\D", "", m.group("num") + (m.group("att") or ""))
+    key = _number_key(m.group("num")) + re.sub(r"\D", "", m.group("att") or "")
     return _Value(value, m.start(), end, "number", key, unit, m.group("num"))
+
+
+def _number_key(num: str) -> str:
+    """A number's digits, with its decimal part kept apart: "1,204" and "1204" are one number,
+    "4.5" and "45" two (a mark before exactly three digits groups thousands, unless the number
+    opens with 0: "0.125")."""
+    groups = re.split(r"[.,]", num)
+    if len(groups) < 2 or not all(g.isdigit() for g in groups):
+        return re.sub(r"\D", "", num)
+    if len(groups[-1]) == 3 and groups[0] != "0":
+        return "".join(groups)
+    fraction = groups[-1].rstrip("0")
+    return "".join(groups[:-1]) + (f".{fraction}" if fraction else "")
 
 
 def _follows(words: list[str], word: str, tails: frozenset[tuple[str, ...]]) -> bool:
@@ -572,6 +585,7 @@ class _Cues:
     asks: bool = False  # the turn asks something, or asks for something new
     questions: bool = False  # asks, but for what it wants of this answer ("i need it as json")
     self_blame: bool = False
+    own_mistake: bool = False  # the user blames themselves ("I gave you the wrong numbers")
     hard: bool = False  # a "wrong" or "did not work" word
     restate: bool = False  # "I said", "as I asked"
 
@@ -601,7 +615,7 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
         and W.NOT_A_NO.match(opening) is None
         and W.EXCLAIM.match(clean) is None
         and (
-            _NO.match(opening) is not None
+            _opening_no(opening, sentences)
             or any(_NO.fullmatch(s.text.strip(" .!?,")) for s in sentences)
         )
     )
@@ -609,8 +623,10 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
     for m in hits:
         accepted = accepted.replace(m.group(0), " ")
     asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
+    # "X, not Y" in a question asks for something new ("... when it's not prime?")
+    stated = _blanked(text, asked)
     contrast, contrasted = _contrast(
-        text, [v for v in values if not any(a <= v.start < b for a, b in asked)], reply
+        stated, [v for v in values if not any(a <= v.start < b for a, b in asked)], reply
     )
     return _Cues(
         no=no and not (W.SELF.search(clean) and not hits),
@@ -627,7 +643,28 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
         asks=any(s.asks for s in sentences),
         questions=any(s.asks and not W.WANT.search(s.text) for s in sentences),
         self_blame=W.SELF.search(clean) is not None or W.OTHERS.search(clean) is not None,
+        own_mistake=W.SELF.search(clean) is not None,
     )
+
+
+def _opening_no(opening: str, sentences: list[_Sentence]) -> bool:
+    """A "no" opens the turn as a verdict; a "wrong" word only where it is set apart by a mark
+    or opens a statement (in a question it may qualify what is asked: "wrong question maybe,
+    but can I ...?")."""
+    m = _NO.match(opening)
+    if m is None:
+        return False
+    if _WRONG.search(m.group(0)) is None:
+        return True  # "no wait, ... can you change it?"
+    apart = re.match(r"\s{0,2}(?:[,.!;:?…—–-]|$)", opening[m.end() :]) is not None
+    return apart or not (sentences and sentences[0].asks)
+
+
+def _blanked(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` with `spans` blanked (the same length, so places hold)."""
+    for a, b in spans:
+        text = text[:a] + " " * (b - a) + text[b:]
+    return text
 
 
 def _partial(rest: str) -> bool:
@@ -807,6 +844,8 @@ def _opens(text: str, sentence: _Sentence, value: _Value, reply: _Reply) -> bool
     """The sentence opens with `value` and says nothing else of it but a reason or the
     reply's own subject: "1666, famously", "8,849 m per the latest survey", "amsterdam is
     bigger", "Au is gold" (not "42 is my favourite number")."""
+    if W.NEXT.match(sentence.text):
+        return False  # "now the 8 times table": the next thing asked for
     head = text[sentence.start : value.start]
     if re.search(r"\w", head) and not all(
         _fold(w) in W.FILLER or _fold(w) in W.BETWEEN for w in re.findall(r"[\w']+", head)
@@ -869,6 +908,8 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
     verdict ("Nope, Mark Twain.") and a leading preposition: "canberra", "a Firenze, dai",
     "Swiss franc (CHF)", "Толстой конечно"; or, unspaced, one value and a few words
     ("3,776メートルですよ"). `strict`: nothing else is said in the sentence."""
+    if W.NEXT.match(sentence.text):
+        return None  # "now the 8 times table": the next thing asked for, built on the reply
     body = re.sub(
         r"\([^()]{0,80}\)|（[^（）]{0,80}）", lambda m: " " * len(m.group(0)), sentence.text
     )
@@ -1343,6 +1384,8 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
     verdict = cues.verdict and not (said.asks and not (cues.wrong or cues.contrast))
     if cues.accept and not (cues.partial or cues.contrasted):
         verdict = False  # "you're right, I had the date wrong"
+    if cues.own_mistake and not (cues.no or cues.wrong or cues.partial or cues.restate):
+        verdict = False  # "I gave you the wrong list, it's 19 not 91": the user's own input
     found = None
     if verdict or not said.asks:
         masked = _masked(text, rules)  # "I said under 20 words" states a rule, not a value
@@ -1357,12 +1400,14 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
             for m in W.RESTATE.finditer(text)
         ):
             return None  # "respond in Japanese, as I said": a rule these words cannot read
-        if found is not None:
+        if found is not None and not _failure_output(found.value, said):
             return Followup("correction", text, found.value.text, rules)
         if rules and not cues.hard and not cues.contrasted:
             return Followup("rule", text, None, rules)  # "I said under 20 words"
         return Followup("rejection", text, None, rules)
     if found is not None and not rules and not cues.accept and _implicit(text, found, cues, said):
+        if _failure_output(found.value, said):
+            return Followup("rejection", text)  # "#N/A everywhere" after "use =VLOOKUP(...)"
         return Followup("correction", text, found.value.text, rules)
     if rules:
         return Followup("rule", text, None, rules)
@@ -1370,6 +1415,24 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
         # thanks for "Good luck tomorrow!" approves nothing: the reply said nothing to approve
         return None if W.COURTESY.fullmatch(said.text) else Followup("acceptance", text)
     return None
+
+
+_ERROR_TEXT = re.compile(
+    r"error|exception|fatal|failed|traceback|cannot|can'?t|not found|no such|denied|refused|"
+    r"invalid|undefined|unexpected|^#[A-Z][A-Z0-9/]{0,10}[!?]?$",
+    _I,
+)
+
+
+def _failure_output(value: _Value, reply: _Reply) -> bool:
+    """`value` is an error a program printed after a reply that told the user what to do, not
+    what it would print ("ERROR: syntax error" after "here's the query"): the reply failed,
+    and the error is no right value (after "it will print X", it is)."""
+    return (
+        value.kind in ("code", "quoted")
+        and _ERROR_TEXT.search(value.text) is not None
+        and W.OUTCOME.search(reply.text) is None
+    )
 
 
 def has_cue(followup: str | None, reply: str, kind: str) -> bool:

@@ -323,6 +323,13 @@ REQUEST = re.compile(
     r"podes|pode|poderia|kun je|kunt u|możesz|можешь|можете|можно)(?!\w)",
     re.IGNORECASE,
 )
+# "now", "next": a value after it is the next thing asked for ("now the 8 times table", "et
+# maintenant pour 6 personnes"), not a correction of this one
+NEXT = re.compile(
+    r"^\W{0,3}(?:(?:and|ok|okay|so|et|und|y|e|en|a|а)\s)?(?:now|next|maintenant|ensuite|jetzt|"
+    r"ahora|adesso|agora|nu|teraz|теперь|şimdi|ab|الآن|अब|次は|今度は|接下来|现在)(?!\w)",
+    re.IGNORECASE,
+)
 # a request that restates what the user wants of this answer ("i need this as json"): it may
 # state a rule, never a new question
 WANT = re.compile(
@@ -429,6 +436,16 @@ COURTESY = re.compile(
     r"bonne (?:chance|journée|soirée)|viel (?:glück|erfolg)|buena suerte|boa sorte|"
     r"in bocca al lupo|succes|powodzenia|удачи|iyi şanslar|bol şans)\b[^.!?]{0,60}[.!?]{0,3}"
     r"(?:\s{1,3}[^.!?]{0,40}[.!?]{0,3})?",
+    re.IGNORECASE,
+)
+# a reply that says what a program will print or do ("it prints", "you'll see", "returns"),
+# not only what to run: an error the user then quotes contradicts it
+OUTCOME = re.compile(
+    r"(?<!\w)(?:says?|will say|prints?|printed|outputs?|returns?|returned|gives?|shows?|"
+    r"displays?|raises?|throws?|fails? with|(?:you'?ll|you will) (?:see|get)|means|evaluates|"
+    r"results? in|affiche|renvoie|retourne|donne|gibt|zeigt|liefert|devuelve|muestra|imprime|"
+    r"restituisce|stampa|mostra|retorna|geeft|toont|zwraca|wypisuje|возвращает|выводит|"
+    r"выдаст|döndürür|verir|print hoga|aata hai|يعيد|يطبع)(?!\w)|出力|返回|输出|表示され|出ます",
     re.IGNORECASE,
 )
 # a reply that asks the user for something they have: what follows answers it
