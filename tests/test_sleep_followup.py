@@ -384,6 +384,41 @@ def test_an_error_printed_corrects_only_a_reply_that_said_what_would_print(
     assert read is not None and (read.kind, read.reference) == (kind, value)
 
 
+@pytest.mark.parametrize(
+    ("reply", "turn", "value"),
+    [
+        # a preposition before a name is no part of it; a capitalised article is ("La Paz")
+        (
+            "La novela es de Julio Cortázar.",
+            "Es de Jorge Luis Borges, no de Cortázar",
+            "Jorge Luis Borges",
+        ),
+        # an identifier ends where Chinese begins, and one that is longer is not the reply's
+        ("二氧化碳的化学式是 CO。", "CO是一氧化碳，二氧化碳是CO2", "CO2"),
+        # units written onto a number in Korean, a currency with letters, a rate
+        ("세종대왕은 1390년에 태어났습니다.", "1397년이에요", "1397년"),
+        ("A passagem custa R$ 12,00.", "não, custa R$ 15,50", "R$ 15,50"),
+        ("Air density is about 2.5 kg/m³.", "1.2 kg/m³ at sea level", "1.2 kg/m³"),
+        # an hour and its minutes in Italian, a count of times
+        ("Il treno impiega 2 ore.", "no, è 1 ora e 40", "1 ora e 40"),
+        ("Hij heeft de Tour 3 keer gewonnen.", "5 keer!", "5 keer"),
+        # the reply's words after its unit carry on the unit only as a name ("PM Eastern")
+        ("Give 250 mg cada 8 horas.", "no, 125 mg cada 8 horas", "125 mg"),
+        ("The call is at 3 PM Eastern.", "2 PM Eastern, they moved it", "2 PM Eastern"),
+        # a lead after a negation puts the value forward ("no" is "in the" in Portuguese)
+        ("O frete custa R$ 20.", "tá errado, no site tá R$ 35", "R$ 35"),
+    ],
+)
+def test_a_value_is_read_whole_and_no_more(reply: str, turn: str, value: str):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == ("correction", value)
+
+
+def test_an_error_the_reply_asked_for_in_another_language_answers_it():
+    reply = "エラーメッセージを教えてください。"
+    assert read_followup("TypeError: 'NoneType' object is not iterable です", reply) is None
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

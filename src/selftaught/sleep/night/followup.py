@@ -45,7 +45,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from selftaught.sleep.night import followup_words as W
@@ -80,11 +80,14 @@ _CJK_UNIT = (
     r"(?:[年月日時时分秒半个個小間间公里千米円元块塊人歳岁度倍回本件台枚页頁万億亿号號番"
     r"\u30a0-\u30ff]{1,8}(?:\d{1,6}(?:[.,]\d{1,6})?)?){1,4}"
 )
+# and in Korean, where a particle follows the unit ("1443년이에요", "2시간 반 정도")
+_KO_UNIT = r"(?:시간|킬로미터|킬로그램|킬로|미터|년|월|일|시|분|초|개|명|원|번|층|살|배)(?:\s?반)?"
 # "15th", "6x", "3h20", "15%", "350°F", "/kWh"
 _ATTACHED = r"(?:[A-Za-zА-Яа-яµ]{1,4}\d{0,3}(?!\w)|[%‰°℃℉²³]{1,2}[CFK]?(?!\w)|/[^\W\d_]{1,6}(?!\w))"
 _NUMBER = re.compile(
-    rf"(?:(?<![\w.,/:$€£¥₹-])|(?<=[\u3040-\u30ff\u4e00-\u9fff]))(?P<cur>[-+−]?[$€£¥₹]\s?|[-+−])?"
-    rf"(?P<num>{_NUM}(?:\s?[×x]\s?{_NUM})?)(?P<att>{_CJK_UNIT}|{_ATTACHED})?"
+    rf"(?:(?<![\w.,/:$€£¥₹-])|(?<=[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]))"
+    rf"(?P<cur>[-+−]?(?:(?:R|US|A|C|NZ|HK|S|NT|MX)\$|[$€£¥₹])\s?|[-+−])?"  # "R$ 5,42", "€12"
+    rf"(?P<num>{_NUM}(?:\s?[×x]\s?{_NUM})?)(?P<att>{_CJK_UNIT}|{_KO_UNIT}|{_ATTACHED})?"
 )
 # an hour and what follows it: "2 hours 15 minutes", "2 horas y media", "3 ore e 10"
 _HOURS = re.compile(
@@ -117,9 +120,12 @@ _CODE = re.compile(
     r"|(?<![\w.])[A-Za-z_]\w{0,30}(?:\.[A-Za-z_]\w{0,30}){0,4}\([^()\n]{0,30}\)"  # a call
     r"|\[[^\[\]\n]{0,80}\]|\{[^{}\n]{0,80}\}"  # a list, an object
     r"|(?<![\w#])#[A-Z][A-Z0-9/]{0,10}[!?]?(?![\w/])"  # a spreadsheet error: "#REF!", "#N/A"
-    r"|(?<![\w'’-])(?:[A-Za-z]{1,12}\d[\w-]{0,30}|[a-z]\w{0,30}_\w{1,30}|[a-z]{1,20}[A-Z]\w{0,30}"
+    r"|(?:(?<![\w'’-])|(?<=[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]))"
+    r"(?:[A-Za-z]{1,12}\d[\w-]{0,30}|[a-z]\w{0,30}_\w{1,30}|[a-z]{1,20}[A-Z]\w{0,30}"
     r"|[A-Z][a-z]{1,20}[A-Z]\w{0,30}|-{1,2}[A-Za-z][\w-]{0,20})(?![\w-])"  # an identifier, a flag
 )
+# an identifier ends where Chinese, Japanese or Korean begins ("H2O是水": "H2O")
+_CJK_START = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
 # an error message a program printed: "it says ls: cannot access 'x': No such file"
 _PRINTED = re.compile(
     r"<[^<>\n]{1,60}>|(?<![\w.])[A-Z]\w{0,30}(?:Error|Exception)(?::\s[^.\n]{1,100})?"
@@ -214,6 +220,8 @@ def _number(m: re.Match[str], text: str, tails: frozenset[tuple[str, ...]]) -> _
         if w is None:
             break
         word = _fold(w.group(1)).rstrip(".")
+        if words and not (w.group(1)[:1].isupper() or word in W.UNITS):
+            break  # "2 PM Eastern", not "300 mg cada" ("each") or "3 cup paani" ("water")
         if not _follows(words, word, tails):
             break
         words.append(word)
@@ -269,6 +277,7 @@ def _unit_like(word: str) -> bool:
     where a unit is not told from a noun."""
     return (
         word in W.UNITS
+        or "/" in word  # a rate: "g/mol", "kWh/m²"
         or len(word.replace(".", "")) <= 3
         or re.fullmatch(W.MONTHS, word, _I) is not None
         or not re.search(r"[a-zа-яёα-ωà-ÿ]", word)
@@ -313,8 +322,11 @@ def _values(text: str, tails: frozenset[tuple[str, ...]] = frozenset()) -> list[
     for m in _DATE.finditer(text):
         add(_Value(m.group(0), m.start(), m.end(), "date", _fold(m.group(0))))
     for m in _CODE.finditer(text):
-        if re.search(r"[^\W\d_]", m.group(0)) or m.group(0)[0] in "[{":
-            add(_Value(m.group(0), m.start(), m.end(), "code", _fold(m.group(0))))
+        code = m.group(0)
+        cjk = _CJK_START.search(code, 1) if code[0] not in "[{" else None
+        code = code[: cjk.start()] if cjk else code
+        if re.search(r"[^\W\d_]", code) or code[0] in "[{":
+            add(_Value(code, m.start(), m.start() + len(code), "code", _fold(code)))
     for m in _NUMBER.finditer(text):
         add(_number(m, text, tails))
     for m in _NUMBER_WORD.finditer(text):  # "four bedrooms, not three"
@@ -359,7 +371,12 @@ def _names(text: str) -> Iterable[_Value]:
         words = m.group(0).split(" ")
         start = m.start()
         while words and (_fold(words[0]).strip("'’.") in W.STOP or _verdict_word(words[0])):
-            if len(words) > 1 and _fold(words[0]) in W.ARTICLES and not opens(start):
+            if (
+                len(words) > 1
+                and _fold(words[0]) in W.ARTICLES
+                and words[0][:1].isupper()
+                and not opens(start)
+            ):
                 break  # "es La Paz", "near Le Havre": a capital article inside a sentence
             start += len(words[0]) + 1
             words = words[1:]
@@ -398,7 +415,11 @@ class _Reply:
     def named(self) -> bool:
         """The reply gives a name, code or a quoted value (or is written without capitals,
         where a name is not told from a word)."""
-        return any(not v.numeric for v in self.values) or bool(_UNCASED.search(self.text))
+        return (
+            any(not v.numeric for v in self.values)
+            or bool(_UNCASED.search(self.text))
+            or _CJK_START.search(self.text) is not None
+        )
 
     def said(self, value: _Value) -> bool:
         """The reply already gave `value`: the user quotes it, not corrects it."""
@@ -408,7 +429,7 @@ class _Reply:
             return False
         # "HOLA" is not "Hola", "-R" is not "-r"
         cased = value.kind == "code" or (value.text.isupper() and len(value.text) > 1)
-        return not cased or value.text in self.text
+        return not cased or _has(self.text, value.text)
 
     def _said_number(self, value: _Value) -> bool:
         """The same digits (a phone number's end too), with the same unit when one is given."""
@@ -844,8 +865,6 @@ def _opens(text: str, sentence: _Sentence, value: _Value, reply: _Reply) -> bool
     """The sentence opens with `value` and says nothing else of it but a reason or the
     reply's own subject: "1666, famously", "8,849 m per the latest survey", "amsterdam is
     bigger", "Au is gold" (not "42 is my favourite number")."""
-    if W.NEXT.match(sentence.text):
-        return False  # "now the 8 times table": the next thing asked for
     head = text[sentence.start : value.start]
     if re.search(r"\w", head) and not all(
         _fold(w) in W.FILLER or _fold(w) in W.BETWEEN for w in re.findall(r"[\w']+", head)
@@ -908,8 +927,6 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
     verdict ("Nope, Mark Twain.") and a leading preposition: "canberra", "a Firenze, dai",
     "Swiss franc (CHF)", "Толстой конечно"; or, unspaced, one value and a few words
     ("3,776メートルですよ"). `strict`: nothing else is said in the sentence."""
-    if W.NEXT.match(sentence.text):
-        return None  # "now the 8 times table": the next thing asked for, built on the reply
     body = re.sub(
         r"\([^()]{0,80}\)|（[^（）]{0,80}）", lambda m: " " * len(m.group(0)), sentence.text
     )
@@ -1016,6 +1033,8 @@ def _value(
     ]
     if quoted:
         return _Found(quoted[0], "quoted")
+    # "now the 8 times table": what follows "now" is the next thing asked for, built on the reply
+    sentences = [replace(s, asks=True) if W.NEXT.match(s.text) else s for s in sentences]
     asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
     aside = [m.span() for m in re.finditer(r"\([^()]{0,80}\)", text)]
     aside += _explained(text, values, reply) + _negated(text, values)
@@ -1145,7 +1164,9 @@ def _negated(text: str, values: list[_Value]) -> list[tuple[int, int]]:
         for m in _NEGATION.finditer(clause):
             if m.start() >= lead:
                 after = [v for v in values if start + m.end() <= v.start < end]
-                spans += [(after[0].start, after[0].end)] if after else []
+                # "aqui no app do banco tá R$ 5,42": a lead after the negation puts it forward
+                if after and not _led(text, after[0]):
+                    spans.append((after[0].start, after[0].end))
                 break
         start = end + 1
     return spans

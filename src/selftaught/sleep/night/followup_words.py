@@ -375,7 +375,7 @@ LEAD = Words(
         # fr, de, es, it, pt, nl
         r"c'?est|ce sont|(?:ça|ca) fait|(?:ça|ca) donne|donne|plutôt|ist|sind|es ist|es sind|"
         r"eher|ergibt|gibt|son|da|sale|me sale|devuelve|más bien|è|sono|fa|dà|restituisce|"
-        r"stampa|semmai|é|são|dá|retorna|imprime|het is|is het|zijn|geeft|eerder|es|"
+        r"stampa|semmai|é|são|dá|está|tá|retorna|imprime|het is|is het|zijn|geeft|eerder|es|"
         r"je trouve|j'?obtiens|j'?ai|(?:bei mir )?kommt|ich komme auf|ich bekomme|ich habe|"
         r"obtengo|me da|tengo|mi viene|ottengo|ho|eu tenho|me dá|obtenho|ik krijg|ik kom op|"
         r"ik heb|bij mij",
@@ -452,7 +452,14 @@ OUTCOME = re.compile(
 ASK_USER = re.compile(
     r"(?:(?:^|[,;]\s)(?:please\s)?(?:let me know|tell me|send me|paste|share|show me|give me)"
     r"|\b(?:can|could) you (?:send|share|paste|tell|show|give) me)\b"
-    r"(?!\s(?:if|whether|how it|how that|in case|when)\b)",  # "let me know if it works": feedback
+    r"(?!\s(?:if|whether|how it|how that|in case|when)\b)"  # "let me know if it works": feedback
+    # the same asked in the other languages ("エラーメッセージを教えてください")
+    r"|(?<!\w)(?:dites-moi|montrez-moi|envoyez-moi|dis-moi|montre-moi|sag mir|zeig mir|"
+    r"schick mir|senden sie mir|dime|muéstrame|envíame|pásame|dimmi|mostrami|mandami|incolla|"
+    r"me diga|me mostre|me mande|cole aqui|stuur me|laat me zien|plak|powiedz mi|pokaż mi|"
+    r"wyślij mi|wklej|скажите|покажите|пришлите|вставьте|скинь|söyle|gönder|göster|"
+    r"batao|bhejo|dikhao|أرسل لي|أخبرني|أرني)(?!\w)(?!,?\s(?:si|ob|se|of|czy|если|eğer|agar|إذا)\b)"
+    r"|(?<!たら)(?<!か)(?:教えて|見せて|送って)|贴一下|發給我|发给我|(?<!是否)告诉我|告訴我",
     re.IGNORECASE,
 )
 # a reply that quizzes the user: what follows is an answer, not a verdict
@@ -520,6 +527,7 @@ UNITS = frozenset(
         "lira lire liras real reais peso pesos złoty zloty forint koruna krona kronor kroner "
         "yuan rmb won baht dirham dirhams riyal rand naira shekel franc francs ruble rubles "
         "rouble roubles рублей рубля лир "
+        "ora times fois mal veces vez volte vezes keer keren razy раз раза kez baar "
     )
 )
 # a rule restated in the next turn, in the languages above (`checks.find_rules` reads English
