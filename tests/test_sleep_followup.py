@@ -419,6 +419,71 @@ def test_an_error_the_reply_asked_for_in_another_language_answers_it():
     assert read_followup("TypeError: 'NoneType' object is not iterable です", reply) is None
 
 
+@pytest.mark.parametrize(
+    ("reply", "turn", "kind"),
+    [
+        # a negation a few words before a word for "right"
+        ("The capital of Canada is Toronto.", "that's not even remotely right", "rejection"),
+        # a verdict written in words is no value, whatever its script
+        ("أعد تشغيل البرنامج.", "لم ينجح", "rejection"),
+        ("Vacía la papelera.", "nada, sigue igual", "rejection"),
+        # the past where the lists give the present
+        ("Borra la carpeta node_modules.", "ya funcionó", "acceptance"),
+        ("Reinstala el driver.", "no funcionó", "rejection"),
+        # Swedish, Indonesian, Vietnamese, Korean
+        ("Starta om routern.", "det fungerar inte", "rejection"),
+        ("Coba restart laptopnya.", "masih error juga", "rejection"),
+        ("Hãy xóa bộ nhớ đệm.", "vẫn lỗi", "rejection"),
+        ("브라우저 캐시를 지우세요.", "그래도 안 돼요", "rejection"),
+        ("Starta om appen.", "tack så mycket, det funkar nu", "acceptance"),
+        ("Ganti DNS ke 1.1.1.1.", "makasih, udah bisa", "acceptance"),
+        ("Khởi động lại máy.", "cảm ơn, được rồi", "acceptance"),
+        ("앱을 업데이트하세요.", "감사합니다, 이제 잘 돼요", "acceptance"),
+    ],
+)
+def test_a_verdict_is_read_in_more_words_and_languages(reply: str, turn: str, kind: str):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == (kind, None)
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn"),
+    [
+        # sarcasm in a fixed phrase; "tack" ending a request is "please"
+        ("Use `rm -rf build` to clean it.", "that wiped my source folder. thanks for nothing"),
+        ("The museum opens at 9.", "svara på svenska tack"),
+        # a lone word after a reply that only said what to do reports what came of it
+        ("Soak the beans for 2 hours.", "mushy."),
+    ],
+)
+def test_thanks_that_thank_for_nothing_and_a_lone_word_after_an_instruction_are_no_signal(
+    reply: str, turn: str
+):
+    assert read_followup(turn, reply) is None
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn", "value"),
+    [
+        # "juste la capitale" is "only the capital", not "that's right"
+        (
+            "The largest city in Turkey is Ankara.",
+            "c'est Istanbul la plus grande, Ankara c'est juste la capitale",
+            "Istanbul",
+        ),
+        # a word a negation denies is not the reply's slot filled again
+        ("Ibu kota Jawa Barat adalah Bogor.", "Bandung, Bogor bukan ibu kota provinsi", "Bandung"),
+        # a filler after the value
+        ("Столица Канады — Торонто.", "Оттава вообще-то", "Оттава"),
+    ],
+)
+def test_a_value_beside_words_that_only_look_like_a_verdict_or_a_value(
+    reply: str, turn: str, value: str
+):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == ("correction", value)
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

@@ -69,6 +69,7 @@ _ACCEPT = W.ACCEPT.pattern()
 _ACCEPT_START = W.ACCEPT.pattern("start")
 _BUT = W.BUT.pattern()
 _LEAD = W.LEAD.pattern("end")
+_CLAIM = W.LEAD.pattern()
 
 # ---- values ---------------------------------------------------------------------------------
 
@@ -421,6 +422,17 @@ class _Reply:
             or _CJK_START.search(self.text) is not None
         )
 
+    @property
+    def states(self) -> bool:
+        """The reply says what something is (a name, code, a quoted value, or a copula: "Dolphins
+        are fish"), not only what to do ("Bake at 220°C for 40 minutes"), where a lone word
+        in the turn reports what came of it ("burned.")."""
+        return (
+            any(not v.numeric and v.kind != "word" for v in self.values)
+            or _CLAIM.search(self.text) is not None
+            or bool(_UNCASED.search(self.text) or _CJK_START.search(self.text))
+        )
+
     def said(self, value: _Value) -> bool:
         """The reply already gave `value`: the user quotes it, not corrects it."""
         if value.kind in ("number", "spelled"):
@@ -659,7 +671,11 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
         partial=_partial(rest),
         accept=_accepts(_strip_fillers(clean)) and not _opens_with_hit(_strip_fillers(clean)),
         accept_later=any(
-            not W.NEGATION_AFTER.match(rest[m.end() :]) for m in [_ACCEPT.search(rest)] if m
+            not (
+                W.NEGATION_AFTER.match(rest[m.end() :]) or W.NOT_ACCEPT_AFTER.match(rest[m.end() :])
+            )
+            for m in [_ACCEPT.search(rest)]
+            if m
         ),
         asks=any(s.asks for s in sentences),
         questions=any(s.asks and not W.WANT.search(s.text) for s in sentences),
@@ -963,6 +979,8 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
     if not words or len(words) > 3 or any(_verdict_word(w) for _, _, w in words):
         return None
     first, last = words[0][0], words[-1][1]
+    if any(p.search(sentence.text[first:last]) for p in (_WRONG, _FAILED, _ACCEPT)):
+        return None  # "لم ينجح" ("it didn't work"): a verdict in words, not a value
     elided = re.match(r"\w{1,4}['’](?=\d)", sentence.text[first:last])  # "nell'80"
     first += elided.end() if elided else 0
     phrase = sentence.text[first:last]
@@ -1138,7 +1156,7 @@ def _explained(text: str, values: list[_Value], reply: _Reply) -> list[tuple[int
 # a negation inside a clause: what follows it is denied ("apt isn't a thing on macOS")
 _NEGATION = re.compile(
     r"(?<=\w)n['’]t\b|(?<!\w)(?:not|never|no|pas|jamais|nicht|kein\w{0,2}|nie|niet|geen|nunca|"
-    r"não|nao|mai|не|ни)(?!\w)",
+    r"não|nao|mai|не|ни|inte|ikke|tidak|bukan|không|chẳng)(?!\w)",
     _I,
 )
 _CLAUSE_END = re.compile(
@@ -1214,6 +1232,9 @@ def _slot(text: str, statements: list[_Sentence], reply: _Reply) -> _Value | Non
             gap = s.text[words[i + n][1] : a] if n else s.text[words[i][1] : a]
             if gap.strip() or _fold(value) in W.STOP or _verdict_word(value):
                 continue
+            clause = re.split(r"[.!?;:,，。！？；]", s.text[:a])[-1]
+            if _NEGATION.search(clause):
+                continue  # "Malang bukan ibu kota provinsi": a word a negation denies
             if _has(reply.folded, _fold(value)):
                 continue
             return _Value(value, s.start + a, s.start + b, "word", _fold(value))
@@ -1268,7 +1289,7 @@ def _implicit(text: str, found: _Found, cues: _Cues, reply: _Reply) -> bool:
     if v.key in ("true", "false") and not re.search(r"\b(?:true|false)\b", reply.folded):
         return False  # "false, I flew it last week": a verdict, where the reply gave no boolean
     if v.kind == "word":
-        return found.how in ("bare", "opens", "slot") and reply.named and len(v.text) >= 3
+        return found.how in ("bare", "opens", "slot") and reply.states and len(v.text) >= 3
     if v.numeric:
         return reply.numeric and _unit_fits(v, reply)
     return reply.named

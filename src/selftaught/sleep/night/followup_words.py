@@ -4,7 +4,8 @@ Each list is regex fragments without unbounded gaps (a gap is at most a few word
 matched as whole words (no letter or digit on either side), except the Japanese, Chinese and
 other unspaced ones (`cjk`), which are matched anywhere. Languages: English, French, German,
 Spanish, Italian, Portuguese, Dutch, Polish, Russian, Turkish, Japanese, Chinese, Hindi (in
-Latin and Devanagari script) and Arabic.
+Latin and Devanagari script), Arabic, and the commonest words of Swedish (with Danish and
+Norwegian), Indonesian, Vietnamese and Korean.
 """
 
 from __future__ import annotations
@@ -51,8 +52,23 @@ NO = Words(
         # pl, ru, tr, hi (Latin), ar, hi
         r"nie|źle|nieprawda|нет|неа|не так|неправильно|неверно|не совсем|hayır|hayir|"
         r"yanlış|yanlis|nahi|nahin|nai|galat|لا|كلا|خطأ|غلط|नहीं|गलत",
+        # sv/da/no, id, vi
+        r"nej|nä|nei|fel|feil|forkert|tidak|bukan|nggak|enggak|gak|salah|không|sai",
     ),
-    ("いいえ", "いや", "ちがう", "違う", "違います", "不对", "不對", "错了", "錯了", "不是"),
+    (
+        "아니요",
+        "아뇨",
+        "いいえ",
+        "いや",
+        "ちがう",
+        "違う",
+        "違います",
+        "不对",
+        "不對",
+        "错了",
+        "錯了",
+        "不是",
+    ),
 )
 # a verdict anywhere in the turn: the reply is wrong
 WRONG = Words(
@@ -71,7 +87,12 @@ WRONG = Words(
         r"read the (?:code|question|docs|message|error)|"
         r"way too (?:much|many|high|low|little|few|big|small|expensive|cheap)|"
         r"(?:completely|totally|entirely) different|i don'?t think (?:that'?s|it'?s|this is)|"
-        r"not (?:how|what) it (?:works|usually means|means)",
+        r"not (?:how|what) it (?:works|usually means|means)|"
+        # a negation a few words before a word for "right": "c'est pas de l'anglais correct"
+        r"(?:not|pas|nicht|no|não|non|niet|nie|не)\s(?:[\w'’-]{1,20}\s){0,3}?(?:right|"
+        r"correct[ea]?|accurate|true|juste|exact[ea]?|richtig|korrekt|correct[oa]|ciert[oa]|"
+        r"corrett[oa]|giust[oa]|cert[oa]|juist|klopt|poprawn[aey]|prawdziw[aey]|верно|"
+        r"правильно|правда)",
         # fr, de, es, it, pt, nl
         r"c'?est faux|faux|pas (?:juste|correct|exact|bon|ça)|erron[ée]e?|n'importe quoi|"
         r"(?:vous vous|tu te) trompe[sz]?|pas (?:du tout )?ce que (?:j'ai|je|vous|tu)|"
@@ -90,8 +111,19 @@ WRONG = Words(
         r"это не так|перепута\w{1,3}|бред|yanlış|yanlis|hatalı|doğru değil|dogru degil|"
         r"galat|sahi nahi|sahi nahin|theek nahi|galti|غير صحيح|ليس صحيح|مش صحيح|خطأ|غلط|"
         r"गलत|सही नहीं",
+        # sv/da/no, id, vi
+        r"fel|felaktig\w{0,2}|stämmer inte|inte rätt|du har fel|feil|forkert|det passer ikke|"
+        r"salah|keliru|tidak benar|tidak tepat|kurang tepat|bukan itu|ngawur|"
+        r"sai rồi|sai|không đúng|không chính xác|nhầm rồi",
     ),
     (
+        "틀렸",
+        "틀려",
+        "틀린",
+        "잘못",
+        "아니에요",
+        "아닙니다",
+        "아닌데",
         "違う",
         "違います",
         "ちがう",
@@ -139,9 +171,27 @@ FAILED = Words(
         r"kaam nahi kar\w{0,4}|kaam nahin kar\w{0,4}|kaam nahi kiya|nahi chal\w{0,4}|nahi hua|"
         r"same error|"
         r"لا يعمل|لم يعمل|ما زال لا|لم ينجح|نفس الخطأ|نفس المشكلة|ما اشتغل(?:ت)?|مش شغال|"
-        r"काम नहीं",
+        r"काम नहीं|"
+        # the past, where the lists above give the present ("no funcionó")
+        r"no funcionó|no sirvió|no ha funcionado|n'a pas (?:marché|fonctionné)|"
+        r"hat nicht (?:funktioniert|geklappt)|non ha funzionato|heeft niet gewerkt|"
+        r"nie zadziałało|не сработало|не заработало|düzelmedi|"
+        # sv/da/no, id, vi
+        r"funkar inte|fungerar inte|funkade inte|fungerade inte|hjälpte inte|samma fel|"
+        r"virker ikke|fungerer ikke|hjalp ikke|"
+        r"tidak berhasil|gak berhasil|nggak berhasil|tidak bisa|gak bisa|nggak bisa|"
+        r"masih error|tetap error|masih gagal|masih sama|tetap sama|gagal|"
+        r"không được|vẫn không|vẫn lỗi|vẫn bị lỗi|không chạy|không hoạt động",
     ),
     (
+        "안 돼",
+        "안돼",
+        "안 되",
+        "안되",
+        "안 됩니다",
+        "작동하지 않",
+        "여전히 오류",
+        "같은 오류",
         "動かない",
         "動きません",
         "できない",
@@ -189,8 +239,28 @@ ACCEPT = Words(
         r"teşekkür\w{0,8}|tesekkur\w{0,8}|sağ ?ol|sag ?ol|doğru|dogru|evet|aynen|çalıştı|harika|"
         r"shukriya|dhanyavaad|dhanyawad|sahi hai|sahi|bilkul|ho gaya|theek hai|badhiya|"
         r"شكرا|شكراً|صحيح|صح|تمام|نجح|اشتغل(?:ت)?|ممتاز|بالضبط|धन्यवाद|सही|हो गया",
+        # the past, where the lists above give the present ("funcionó")
+        r"funcionó|sirvió|se arregló|ça a (?:marché|fonctionné)|geklappt|gelöst|"
+        r"ha funzionato|risolto|opgelost|zadziałało|сработало|заработало|помогло|düzeldi|"
+        # sv/da/no, id, vi
+        # ("tack" alone thanks only as the whole turn: "svara på svenska tack" asks, "please")
+        r"tack så mycket|tusen tack|tackar|tack för|takk for|tak for|stämmer|det funkar|"
+        r"det fungerar|funkade|fungerade|toppen|det virker|"
+        r"terima kasih|makasih|makasi|berhasil|mantap|sip|betul|sudah bisa|udah bisa|"
+        r"cảm ơn|cám ơn|đúng rồi|chính xác|được rồi|tuyệt",
     ),
     (
+        "감사",
+        "고마워",
+        "고맙",
+        "맞아",
+        "맞습니다",
+        "정확",
+        "해결됐",
+        "해결되었",
+        "잘 돼",
+        "잘 됩니다",
+        "완벽",
         "ありがとう",
         "その通り",
         "正解",
@@ -216,15 +286,19 @@ ACCEPT = Words(
 # "yes", "ok": acceptance only as the whole turn ("ok, and what about 3 + 4?" is none)
 WEAK_ACCEPT = re.compile(
     r"^\W{0,3}(?:(?:yes|yep|yup|yeah|ok|okay|k|sure|nice|cool|good|alright|right|fine|oui|"
-    r"d'accord|ja|sí|si|sim|sì|tak|да|evet|haan|haan ji|vale|bueno|はい|好|好的|嗯|نعم|हाँ)"
+    r"d'accord|ja|sí|si|sim|sì|tak|да|evet|haan|haan ji|vale|bueno|tack|takk|"
+    r"はい|好|好的|嗯|نعم|हाँ)"
     r"[\s\W]{0,6}){1,3}$",
     re.IGNORECASE,
 )
-# what an acceptance word at the start may not be followed by: "thanks in advance", "great
-# question", "perfect weather", "correct me if"
+# what an acceptance word may not be followed by: "thanks in advance", "great question",
+# "perfect weather", "correct me if", "thanks for nothing" (sarcasm), or an article ("c'est
+# juste la plus grande ville": "just the", "exactly the same error")
 NOT_ACCEPT_AFTER = re.compile(
     r"^-|^\s(?:in advance|for asking|for the next|question|weather|day|idea|news|me if|"
-    r"d'avance|im voraus|de antemano|in anticipo|desde já|alvast)",
+    r"d'avance|im voraus|de antemano|in anticipo|desde já|alvast|"
+    r"for nothing|pour rien|für nichts|por nada|per niente|"
+    r"(?:the|an|la|le|les|un|une|des|du|el|los|las|il|lo|gli|os|het|een)\s)",
     re.IGNORECASE,
 )
 # what says "nothing wrong": "no complaints", "nothing wrong with that", "not bad"; and the
@@ -238,7 +312,8 @@ NEGATED = re.compile(
 )
 # a negation right after an acceptance word takes it back ("sahi nahi", "not correct")
 NEGATION_AFTER = re.compile(
-    r"^\W{0,3}(?:not?|nahi|nahin|nicht|pas|non|não|niet|nie|не|değil|degil|じゃない|ではない)\b",
+    r"^\W{0,3}(?:not?|nahi|nahin|nicht|pas|non|não|niet|nie|не|değil|degil|inte|ikke|tidak|"
+    r"bukan|không|じゃない|ではない)\b",
     re.IGNORECASE,
 )
 # "but": what follows it is the part that is wrong ("the first part is fine but ...")
@@ -358,7 +433,7 @@ FILLER = frozenset(
         "doch halt ja eben hombre tío tio pues cara né ne ué uai gente dus toch joh nu przecież "
         "chyba конечно же вообще ну da yani abi ya ki hai na re arre arey bas يا طبعا فقط بس "
         "تقريبا hello hi hey bonjour salut hallo hola ciao olá oi hoi cześć привет merhaba namaste "
-        "مرحبا "
+        "مرحبا вообще-то lah dong sih deh kok nih kak "
     )
 )
 # words that put a value forward ("it's 17 km", "should be 8080", "i get 12.6", "c'est 12")
@@ -400,7 +475,7 @@ OUTPUT_LEAD = re.compile(
 NOT_BEFORE = re.compile(
     r"(?<!\w)(?:not|and not|but not|instead of|rather than|pas|et non|non pas|nicht|"
     r"statt|anstatt|no|y no|non|e non|não|e não|niet|en niet|nie|a nie|не|а не|ليس|وليس|"
-    r"لا|بدل|nahi)(?!\w)|不是|而不是",
+    r"لا|بدل|nahi|inte|och inte|ikke|bukan|tidak|không phải)(?!\w)|不是|而不是|가 아니라|이 아니라",
     re.IGNORECASE,
 )
 NOT_AFTER = re.compile(
@@ -500,7 +575,8 @@ STOP = frozenset(
         "не это я ты да нет что ve ama değil bir bu evet hayır hai hain nahi haan ka ki ke ko se "
         "mein main aur kiya kiye kar karo tha thi hua hui hota hoti gaya gayi raha rahi hoga है हैं "
         "था थी nothing everything anything something nobody everybody everyone someone anyone "
-        "everywhere nowhere somewhere żaden żadnego żadnej żadna żadne "
+        "everywhere nowhere somewhere żaden żadnego żadnej żadna żadne nada rien nichts niente "
+        "nulla nic ничего hiçbir udah sudah "
     )
 )
 # articles: capitalised inside a sentence, part of a name ("es La Paz", "in Den Haag")
