@@ -484,6 +484,57 @@ def test_a_value_beside_words_that_only_look_like_a_verdict_or_a_value(
     assert read is not None and (read.kind, read.reference) == ("correction", value)
 
 
+@pytest.mark.parametrize(
+    ("reply", "turn", "value"),
+    [
+        # a clause saying what the reply's value really is, with a plural copula
+        ("Die Mehrwertsteuer in Österreich beträgt 19 %.", "20 %, die 19 sind Deutschland", "20 %"),
+        # after a verdict, the number in the unit of the reply's claim, not the one beside the
+        # reply's other words ("por persona" for "personas")
+        (
+            "Para 6 personas necesitas 300 g de pasta.",
+            "300 g para 6?? qué va, se usan 600 g por lo menos, 100 por persona",
+            "600 g",
+        ),
+        # a name the reply wrote before its number is part of the value
+        (
+            "Your train leaves from Platform 4.",
+            "the app says Platform 9, it's an ICE",
+            "Platform 9",
+        ),
+        ("Ubuntu 24.04 ships Python 3.9.", "mine shows Python 3.12.3", "Python 3.12.3"),
+    ],
+)
+def test_the_value_in_the_place_of_the_replys_claim(reply: str, turn: str, value: str):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == ("correction", value)
+
+
+def test_what_the_replys_claim_written_in_small_letters_is_is_not_the_correction():
+    # "tim cook is Apple" says what the reply's claim is; "elon musk" is no value these read
+    read = read_followup("tim cook is Apple. tesla is elon musk", "The CEO of Tesla is Tim Cook.")
+    assert read is None or read.reference != "Apple"
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn", "kind"),
+    [
+        # after the reply's question, a value beside "same thing" answers it
+        ("Have you tried clearing the cache?", "yes. twice. same thing", "rejection"),
+        # what has the reply's claim ("immutable") is no correction
+        ("Yes, Python strings are mutable.", "they're immutable. lists are the mutable ones", None),
+        # thanks for praise approve nothing; "top" thanks only as the whole turn
+        ("What a lovely name for a puppy!", "thanks! should I get him a blue collar?", None),
+        ("The fastest land animal is the Lion.", "lion is Africa's top predator", None),
+    ],
+)
+def test_a_value_or_thanks_that_answer_or_explain_are_no_correction_or_acceptance(
+    reply: str, turn: str, kind: str | None
+):
+    read = read_followup(turn, reply)
+    assert (read.kind if read else None) == kind and (read is None or read.reference is None)
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

@@ -136,7 +136,9 @@ _PRINTED = re.compile(
     _I,
 )
 _UP = r"[A-ZÀ-ÖØ-ÞĀ-ŽА-ЯЁΑ-Ω]"
-_NAME_WORD = rf"{_UP}[\w'’-]{{0,30}}(?:\.(?=\w))?[\w'’-]{{0,10}}(?:\.(?=\s{_UP}))?"
+# a word, or an abbreviation before a name ("St. Louis", "J. R. R. Tolkien"; a longer word
+# before ". " ends a sentence: "C'est Flaubert. Hugo ...")
+_NAME_WORD = rf"{_UP}(?:[a-z]{{0,2}}\.(?=\s{_UP})|[\w'’-]{{0,30}}(?:\.(?=\w))?[\w'’-]{{0,10}})"
 _NAME = re.compile(
     rf"(?<![\w'’-]){_NAME_WORD}(?:\s(?:(?:of|de|da|do|del|della|di|du|van|von|der|den|la|le|al|"
     rf"el|bin|ibn)\s)?{_NAME_WORD}){{0,3}}"
@@ -403,6 +405,7 @@ class _Reply:
     folded: str
     values: tuple[_Value, ...]
     tails: frozenset[tuple[str, ...]]
+    heads: frozenset[str]  # the words the reply wrote before a number ("platform" in "platform 7")
     anchors: frozenset[tuple[str, bool]]  # (a word beside a value, the value is a number)
     slots: frozenset[tuple[str, tuple[str, ...]]]  # the word and prepositions before a name
     asks: bool  # the reply asks the user something: the turn answers it
@@ -473,6 +476,13 @@ def _reply(reply: str) -> _Reply:
             if unit.isalpha():
                 tails.add((unit,))
     values = _values(text)
+    heads = {
+        _fold(m.group(1))
+        for v in values
+        if v.kind == "number"
+        for m in [_HEAD.search(text[max(0, v.start - 24) : v.start])]
+        if m is not None and _is_head(m.group(1))
+    }
     anchors: set[tuple[str, bool]] = set()
     slots: set[tuple[str, tuple[str, ...]]] = set()
     named = {w for x in values for w in _fold(x.text).split()}
@@ -505,11 +515,42 @@ def _reply(reply: str) -> _Reply:
         _fold(text),
         tuple(values),
         frozenset(tails),
+        frozenset(heads),
         frozenset(anchors),
         frozenset(slots),
         asks,
         answer,
     )
+
+
+_HEAD = re.compile(r"(?<![\w'’-])([^\W\d_][\w'’-]{1,20})\s$")
+
+
+def _is_head(word: str) -> bool:
+    """A name before a number, part of what the number names ("Terminal 3", "Python 3.8"),
+    not a function word, a verb that leads a value ("costs 5"), a unit or a month."""
+    folded = _fold(word)
+    return word[:1].isupper() and not (
+        folded in W.STOP
+        or folded in W.BETWEEN
+        or folded in W.UNITS
+        or _LEAD.search(word) is not None
+        or re.fullmatch(W.MONTHS, folded, _I) is not None
+    )
+
+
+def _headed(text: str, values: list[_Value], reply: _Reply) -> list[_Value]:
+    """`values`, with a number taking the word before it where the reply wrote that word before
+    its own ("platform 11" for "platform 7"), and what that word was read as dropped."""
+    out: list[_Value] = []
+    for v in values:
+        m = _HEAD.search(text[max(0, v.start - 24) : v.start]) if v.kind == "number" else None
+        if m is not None and _fold(m.group(1)) in reply.heads and v.text[:1].isdigit():
+            start = v.start - len(m.group(0))
+            out = [w for w in out if w.end <= start]
+            v = _Value(text[start : v.end], start, v.end, v.kind, v.key, v.unit, v.core)
+        out.append(v)
+    return out
 
 
 def _asks_user(text: str) -> bool:
@@ -620,6 +661,7 @@ class _Cues:
     self_blame: bool = False
     own_mistake: bool = False  # the user blames themselves ("I gave you the wrong numbers")
     hard: bool = False  # a "wrong" or "did not work" word
+    failed: bool = False  # a "did not work" word, and no "wrong" one
     restate: bool = False  # "I said", "as I asked"
 
     @property
@@ -665,6 +707,7 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
         no=no and not (W.SELF.search(clean) and not hits),
         wrong=bool(hits) or doubt or any(s.tentative for s in sentences),
         hard=bool(hits),
+        failed=bool(hits) and all(m.re is _FAILED for m in hits),
         restate=any(W.RESTATE.search(s) for s in statements),
         contrast=contrast,
         contrasted=contrasted,
@@ -931,6 +974,8 @@ def _subject(sentence: _Sentence, reply: _Reply) -> _Value | None:
     judged = compared or re.fullmatch(r"right|correct|one|answer", what)
     if not judged and not _has(reply.folded, what):
         return None
+    if not judged and re.search(rf"(?<!\w){re.escape(what)}\W{{0,3}}(?:[.!?;]|$)", reply.folded):
+        return None  # "tuples are the immutable ones" for "lists are immutable": what has the claim
     if _has(reply.folded, _fold(said)):
         return None
     at = sentence.start + m.start(1)
@@ -1063,6 +1108,7 @@ def _value(
         and not reply.said(v)
         and not any(a <= v.start < b for a, b in asked + aside)
     ]
+
     statements = [s for s in sentences if not s.asks]
     # a number the reply's unit fits stands in for the reply's number before a name does
     # ("Pendolino jedzie ok. 2 godz. 40 min" for "6 godzin")
@@ -1078,6 +1124,13 @@ def _value(
     led = _fitting([v for v in fresh if v.kind != "word" and _led(text, v)], reply)
     if led:
         return _Found(led[-1], "led")
+    # after a verdict, a number in the unit of the reply's claim stands in its place before one
+    # beside the reply's other words ("400 g como mínimo, 100 por persona" for "4 personas
+    # necesitas 200 g")
+    units = {_unit_key(v.unit) for v in reply.values if v.numeric and v.unit and _claimed(v, reply)}
+    united = [v for v in fresh if v.numeric and v.unit and _unit_key(v.unit) in units]
+    if united and cues.verdict:
+        return _Found(united[0], "unit")
     aligned = [
         v
         for v in fresh
@@ -1120,19 +1173,24 @@ def _value(
 # a clause that opens with a value and says what it is: "1815 c'est Waterloo", "x = y"
 _CLAUSES = re.compile(r"[^.!?;,，。！？；—–]+")
 _IS = re.compile(
-    r"\s{0,2}(?:is|was|are|were|ist|war|est|c['’]est|es|era|è|é|foi|jest|это|=|là|is het)\s",
+    r"\s{0,2}(?:is|was|are|were|ist|war|sind|est|c['’]est|sont|es|era|son|è|sono|é|foi|são|"
+    r"jest|są|это|=|là|is het|zijn|är|er|adalah)\s|\s{0,2}(?:是|は)",
     _I,
 )
 
 
 def _explained(text: str, values: list[_Value], reply: _Reply) -> list[tuple[int, int]]:
     """The clauses that open with the value the reply claimed and say what it is ("200 ml is
-    a Japanese cup", "o Pessoa é do século XX", "1815 c'est Waterloo"), or say what has the
-    reply's value ("401 is unauthorized"): they explain the mistake, and a value there is not
-    the right one."""
+    a Japanese cup", "o Pessoa é do século XX", "1815 c'est Waterloo", "lisa su is AMD"), or
+    say what has the reply's value ("401 is unauthorized"): they explain the mistake, and a
+    value there is not the right one."""
     spans = []
     for m in _CLAUSES.finditer(text):
         head = m.group(0)
+        subject = _claim_subject(text, m, reply)
+        if subject is not None:
+            spans.append((subject, m.end()))  # "lisa su is AMD": the reply's value, unwritten
+            continue
         inside = [v for v in values if m.start() <= v.start < m.end()]
         if not inside or not _IS.match(text, inside[0].end):
             continue
@@ -1151,6 +1209,19 @@ def _explained(text: str, values: list[_Value], reply: _Reply) -> list[tuple[int
             continue  # "5 miles is 8 km": the reply's sum, done again
         spans.append((first.end, m.end()))
     return spans
+
+
+def _claim_subject(text: str, clause: re.Match[str], reply: _Reply) -> int | None:
+    """Where the copula ends in a clause whose subject is the value the reply claimed, written
+    in other letters than a value is ("lisa su is AMD" for "... is Lisa Su"); else None."""
+    copula = _IS.search(clause.group(0))
+    if copula is None:
+        return None
+    head = _fold(clause.group(0)[: copula.start()]).strip(" \"'“”«»")
+    claimed = [v for v in reply.values[:MAX_CLAIMS] if not v.numeric and _fold(v.text) == head]
+    if not claimed or not _claimed(claimed[0], reply):
+        return None
+    return clause.start() + copula.end()
 
 
 # a negation inside a clause: what follows it is denied ("apt isn't a thing on macOS")
@@ -1408,7 +1479,7 @@ def _turn(
     text = " ".join(followup[:MAX_FOLLOWUP_CHARS].split())
     said = _reply(reply)
     sentences = _sentences(text)
-    values = _values(text, said.tails)
+    values = _headed(text, _values(text, said.tails), said)
     return text, sentences, said, values, _cues(text, sentences, said, values)
 
 
@@ -1431,7 +1502,7 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
     found = None
     if verdict or not said.asks:
         masked = _masked(text, rules)  # "I said under 20 words" states a rule, not a value
-        values = _values(masked, said.tails) if masked != text else values
+        values = _headed(masked, _values(masked, said.tails), said) if masked != text else values
         found = _value(masked, _sentences(masked), cues, said, values)
         found = found or (_asserted(masked, _sentences(masked), said, values) if verdict else None)
     if verdict:
@@ -1442,7 +1513,10 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
             for m in W.RESTATE.finditer(text)
         ):
             return None  # "respond in Japanese, as I said": a rule these words cannot read
-        if found is not None and not _failure_output(found.value, said):
+        # after the reply's question ("Have you tried restarting?"), a value beside "same
+        # thing" answers it ("yes. twice. same thing"): the reply failed, nothing more
+        answered = said.asks and cues.failed and not (cues.no or cues.contrasted)
+        if found is not None and not answered and not _failure_output(found.value, said):
             return Followup("correction", text, found.value.text, rules)
         if rules and not cues.hard and not cues.contrasted:
             return Followup("rule", text, None, rules)  # "I said under 20 words"

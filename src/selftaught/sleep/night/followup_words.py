@@ -232,7 +232,7 @@ ACCEPT = Words(
         r"gracias|perfecto|exacto|correcto|sí|funciona|genial|así es|eso es|"
         r"obrigad[oa]|valeu|perfeito|exatamente|certo|correto|funcionou|isso mesmo|deu certo|"
         r"grazie|perfetto|esatto|giusto|corretto|funziona|ottimo|proprio così|"
-        r"dank ?je(?: ?wel)?|dank u(?: ?wel)?|bedankt|klopt|top|precies|werkt",
+        r"dank ?je(?: ?wel)?|dank u(?: ?wel)?|bedankt|klopt|precies|werkt",
         # pl, ru, tr, hi (Latin), ar, hi
         r"dzięki|dzieki|dziękuję|dziekuje|zgadza się|dokładnie|działa|świetnie|racja|"
         r"спасибо|верно|правильно|точно|работает|отлично|всё верно|именно|"
@@ -283,10 +283,11 @@ ACCEPT = Words(
         "解决了",
     ),
 )
-# "yes", "ok": acceptance only as the whole turn ("ok, and what about 3 + 4?" is none)
+# "yes", "ok", "top": acceptance only as the whole turn ("ok, and what about 3 + 4?" is none,
+# "the top predator" approves nothing)
 WEAK_ACCEPT = re.compile(
     r"^\W{0,3}(?:(?:yes|yep|yup|yeah|ok|okay|k|sure|nice|cool|good|alright|right|fine|oui|"
-    r"d'accord|ja|sí|si|sim|sì|tak|да|evet|haan|haan ji|vale|bueno|tack|takk|"
+    r"d'accord|ja|sí|si|sim|sì|tak|да|evet|haan|haan ji|vale|bueno|tack|takk|top|"
     r"はい|好|好的|嗯|نعم|हाँ)"
     r"[\s\W]{0,6}){1,3}$",
     re.IGNORECASE,
@@ -504,9 +505,14 @@ MONTHS = (
     r"ottobre|dicembre|janeiro|fevereiro|março|maio|junho|julho|setembro|outubro|novembro|"
     r"dezembro|januari|februari|maart|mei|augustus"
 )
-# a reply that only wishes the user well or closes the talk: thanks for it approve nothing
+# a reply that only wishes the user well, praises them or closes the talk: thanks for it
+# approve nothing
 COURTESY = re.compile(
     r"\W{0,3}(?:good luck|best of luck|have (?:a )?(?:great|nice|good|lovely|fun)|enjoy|"
+    r"(?:that'?s|what) (?:a |an )?(?:lovely|great|good|wonderful|nice|fun|sweet|thoughtful|"
+    r"brilliant|beautiful) (?:idea|plan|choice|gift|name|question)|congratulations|congrats|"
+    r"félicitations|felicidades|felicitaciones|herzlichen glückwunsch|parabéns|complimenti|"
+    r"gefeliciteerd|gratulacje|поздравляю|tebrikler|"
     r"you'?re welcome|happy to help|glad (?:i could|to) help|take care|anytime|bon courage|"
     r"bonne (?:chance|journée|soirée)|viel (?:glück|erfolg)|buena suerte|boa sorte|"
     r"in bocca al lupo|succes|powodzenia|удачи|iyi şanslar|bol şans)\b[^.!?]{0,60}[.!?]{0,3}"
