@@ -535,6 +535,74 @@ def test_a_value_or_thanks_that_answer_or_explain_are_no_correction_or_acceptanc
     assert (read.kind if read else None) == kind and (read is None or read.reference is None)
 
 
+@pytest.mark.parametrize(
+    ("reply", "turn", "kind", "value"),
+    [
+        # a verdict in words, its adverb or "please" aside, is no bare value
+        ("Add `import os` at the top and rerun.", "still crashes, same error", "rejection", None),
+        ("The Eiffel Tower is in Lyon.", "Not Lyon. Please fix.", "rejection", None),
+        # a number stands in for the reply's number before a name or a word does
+        (
+            "Jupiter has 4 moons.",
+            "Wrong, those are only the Medicean ones. It has 92 moons.",
+            "correction",
+            "92 moons",
+        ),
+        (
+            "The area of a square with side 4 cm is 8 cm².",
+            "That's half the perimeter, not the area. The area is 16 cm².",
+            "correction",
+            "16 cm²",
+        ),
+        # "Not Found" is the reply's own words, no denial of "Found"
+        (
+            "The status code for 'Not Found' is 403.",
+            "Incorrect, 403 is Forbidden. Not Found is 404.",
+            "correction",
+            "404",
+        ),
+        # "am" after a number is the time of day
+        (
+            "At 4 pm in London it is 10 am in Chicago.",
+            "it's 11 am in Chicago",
+            "correction",
+            "11 am",
+        ),
+        # praise that approves
+        (
+            "Here's the invitation rewritten in a warmer tone.",
+            "Lovely, just what I had in mind.",
+            "acceptance",
+            None,
+        ),
+    ],
+)
+def test_a_verdict_or_value_read_past_words_that_only_look_like_one(
+    reply: str, turn: str, kind: str, value: str | None
+):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == (kind, value)
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn"),
+    [
+        # "please write ..." asks for something new
+        (
+            "The primes start 2, 3, 5, 7, 11.",
+            "Please write a function that returns the 10th prime.",
+        ),
+        # an answer that picks what the reply's question offered states no rule
+        ("Do you want it as YAML or JSON?", "JSON"),
+        ("How many bullet points should the summary have?", "4 bullets"),
+        # "not right now" declines an offer
+        ("Shall I also add tests?", "Not right now, thanks."),
+    ],
+)
+def test_a_request_or_an_answer_to_the_replys_question_is_no_signal(reply: str, turn: str):
+    assert read_followup(turn, reply) is None
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

@@ -258,6 +258,8 @@ def _follows(words: list[str], word: str, tails: frozenset[tuple[str, ...]]) -> 
     if not words:
         if not word[0].isalpha():
             return True  # "°F", "%", "€"
+        if word in ("am", "pm"):
+            return True  # "9 am" (though "am" is German "at the" too)
         if word in W.STOP or word in W.BETWEEN:
             return False
         return word in W.UNITS or any(
@@ -822,6 +824,8 @@ def _contrast(text: str, values: list[_Value], reply: _Reply) -> tuple[_Value | 
         if (denied is None and after is None) or not reply.said(v):
             continue
         at = max(0, v.start - 24) + denied.start() if denied is not None else v.end
+        if denied is not None and _has(reply.folded, _fold(text[at : v.end])):
+            continue  # "Not Found is 404": the reply's own words ('Not Found'), no denial
         before = values[i - 1] if i else None
         if (
             before is not None
@@ -1002,7 +1006,7 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
     said_no = False
     for m in [*re.finditer(r",\s|，|、|:\s|\s[—–-]\s", body), None]:
         end = len(body) if m is None else m.start()
-        clause = _tokens(body[start:end], start)
+        raw, clause = body[start:end], _tokens(body[start:end], start)
         start = end if m is None else m.end()
         if not clause or (not words and all(_verdict_word(w) for _, _, w in clause)):
             continue  # "Nope, Mark Twain.": the clause after the verdict
@@ -1011,7 +1015,10 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
         if words:
             break
         words = clause
-        said_no = any(_verdict_word(w) for _, _, w in clause)
+        # "still fails", "Please fix", "لم ينجح" ("it didn't work"): a verdict in words
+        said_no = any(_verdict_word(w) for _, _, w in clause) or any(
+            p.search(raw) for p in (_WRONG, _FAILED, _ACCEPT)
+        )
     if said_no:
         return None  # "no luck": a verdict, not a value
     while len(words) > 1 and _fold(words[0][2]).rstrip("'’") in W.BETWEEN:
@@ -1024,8 +1031,6 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
     if not words or len(words) > 3 or any(_verdict_word(w) for _, _, w in words):
         return None
     first, last = words[0][0], words[-1][1]
-    if any(p.search(sentence.text[first:last]) for p in (_WRONG, _FAILED, _ACCEPT)):
-        return None  # "لم ينجح" ("it didn't work"): a verdict in words, not a value
     elided = re.match(r"\w{1,4}['’](?=\d)", sentence.text[first:last])  # "nell'80"
     first += elided.end() if elided else 0
     phrase = sentence.text[first:last]
@@ -1089,13 +1094,6 @@ def _value(
         if m is not None and (cues.no or cues.wrong or reply.answer == "no"):
             word = m.group(0).strip(" ,.!")
             return _Found(_Value(word, 0, m.end(), "word", "yes/no"), "yes/no")
-    if cues.contrast is not None:
-        return _Found(cues.contrast, "contrast")
-    quoted = [  # "No, it's "git rebase"": a quoted value the reply did not say
-        v for v in values if v.kind == "quoted" and not reply.said(v) and cues.verdict
-    ]
-    if quoted:
-        return _Found(quoted[0], "quoted")
     # "now the 8 times table": what follows "now" is the next thing asked for, built on the reply
     sentences = [replace(s, asks=True) if W.NEXT.match(s.text) else s for s in sentences]
     asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
@@ -1117,11 +1115,21 @@ def _value(
     def kind_fits(v: _Value | None) -> bool:
         return v is not None and (v.numeric or not numbered)
 
+    # "That's the circumference, not the area. Area is 28.27 cm²": a word put in the place of
+    # the reply's word, where a number stands in for the reply's number
+    if cues.contrast is not None and kind_fits(cues.contrast):
+        return _Found(cues.contrast, "contrast")
+    quoted = [  # "No, it's "git rebase"": a quoted value the reply did not say
+        v for v in values if v.kind == "quoted" and not reply.said(v) and cues.verdict
+    ]
+    if quoted:
+        return _Found(quoted[0], "quoted")
+
     for s in statements[:1]:  # "1989. The Soviet Union dissolved in 1991"
         bare = _bare(s, reply, strict=True)
         if bare is not None and not reply.said(bare) and kind_fits(bare):
             return _Found(bare, "bare")
-    led = _fitting([v for v in fresh if v.kind != "word" and _led(text, v)], reply)
+    led = _fitting([v for v in fresh if v.kind != "word" and _led(text, v) and kind_fits(v)], reply)
     if led:
         return _Found(led[-1], "led")
     # after a verdict, a number in the unit of the reply's claim stands in its place before one
@@ -1493,6 +1501,8 @@ def read_followup(followup: str | None, reply: str) -> Followup | None:
     # a rule's words in quotes or code are mentioned, not asked for ("open 'config.json'")
     unquoted = _QUOTED.sub(lambda m: " " * len(m.group(0)), text)
     rules = rules_in(unquoted, reply) if not cues.questions or about_reply else ()
+    if said.asks:  # "JSON" after "CSV or JSON?": the answer picks what the reply offered
+        rules = tuple(r for r in rules if not _offered(r, said))
     # after the reply's question, "the book, not the film" picks one of its options
     verdict = cues.verdict and not (said.asks and not (cues.wrong or cues.contrast))
     if cues.accept and not (cues.partial or cues.contrasted):
@@ -1549,6 +1559,13 @@ def _failure_output(value: _Value, reply: _Reply) -> bool:
         and _ERROR_TEXT.search(value.text) is not None
         and W.OUTCOME.search(reply.text) is None
     )
+
+
+def _offered(rule: Rule, reply: _Reply) -> bool:
+    """The words stating `rule` are the reply's own ("5 bullets" after "how many bullet
+    points?")."""
+    words = {w[:5] for w in re.findall(r"[^\W\d_]{3,}", _fold(rule.said or ""))} - W.STOP
+    return any(w[:5] in words for w in re.findall(r"[^\W\d_]{3,}", reply.folded))
 
 
 def has_cue(followup: str | None, reply: str, kind: str) -> bool:

@@ -88,6 +88,7 @@ WRONG = Words(
         r"way too (?:much|many|high|low|little|few|big|small|expensive|cheap)|"
         r"(?:completely|totally|entirely) different|i don'?t think (?:that'?s|it'?s|this is)|"
         r"not (?:how|what) it (?:works|usually means|means)|"
+        r"(?:please|pls|plz) (?:fix|correct) (?:this|that|it)|(?:please|pls|plz) fix(?= *[.!]|$)|"
         # a negation a few words before a word for "right": "c'est pas de l'anglais correct"
         r"(?:not|pas|nicht|no|não|non|niet|nie|не)\s(?:[\w'’-]{1,20}\s){0,3}?(?:right|"
         r"correct[ea]?|accurate|true|juste|exact[ea]?|richtig|korrekt|correct[oa]|ciert[oa]|"
@@ -217,7 +218,8 @@ FAILED = Words(
 ACCEPT = Words(
     (
         r"thanks?|thank you|thx|ty|tysm|cheers|perfect|great|awesome|excellent|brilliant|"
-        r"exactly|correct|spot on|good job|well done|bingo|lgtm|looks good|confirmed|legend|"
+        r"exactly|correct|spot on|good job|well done|bingo|lgtm|looks good|confirmed|legend|lovely|"
+        r"good catch|nice catch|well spotted|"
         r"right answer|you'?re (?:right|correct|a lifesaver|the best)|"
         r"that'?s (?:right|correct|it|perfect|the one|exactly it)|makes sense|appreciate it|"
         r"that was it|that did it|(?:that|this|it) (?:works|worked|fixed it|did the trick)|"
@@ -302,10 +304,11 @@ NOT_ACCEPT_AFTER = re.compile(
     r"(?:the|an|la|le|les|un|une|des|du|el|los|las|il|lo|gli|os|het|een)\s)",
     re.IGNORECASE,
 )
-# what says "nothing wrong": "no complaints", "nothing wrong with that", "not bad"; and the
-# hedge "correct me if I'm wrong", which judges nothing
+# what says "nothing wrong": "no complaints", "nothing wrong with that", "not bad"; the hedge
+# "correct me if I'm wrong", which judges nothing; and "not right now", which declines
 NEGATED = re.compile(
     r"(?<!\w)(?:no complaints|nothing wrong|not wrong|no issues|no problems?|not bad|"
+    r"not right now|not just now|not for now|pas pour l'instant|jetzt nicht|ahora no|"
     r"nada de malo|rien à redire|nichts falsch|correct me if i'?m wrong|"
     r"corrige[zs]?-moi si je me trompe|corr[ií]geme si me equivoco|correggimi se sbaglio|"
     r"korrigier(?:e|t)? mich,? wenn ich (?:mich irre|falsch liege))(?!\w)",
@@ -389,7 +392,9 @@ QUESTION_END = re.compile(
 # a request for something new, not a verdict: "can you also ...", "now do 20 km"
 REQUEST = re.compile(
     r"(?<!\w)(?:can|could|would|will) (?:you|u)(?! (?:check|look|read)\b)"
-    r"|(?:^|[.!;:]\s{0,3})(?:(?:now|next|also|then|and now|please also|pls also|ok now|"
+    # "please write a function that ...": asked of the reply, not said of it
+    r"|(?:^|[.!;:]\s{0,3})(?:please |pls |plz )?(?:(?:now|next|also|then|and now|please also|"
+    r"pls also|ok now|"
     r"okay now)(?:,|:)?\s(?:do|try|give|make|write|tell|convert|show|list|add|what|how|translate|"
     r"explain|summari[sz]e|the same|for|same)|write|translate|explain|tell me|show me|make|add|"
     r"list|summari[sz]e|convert|do the same|what about|how about|"
@@ -686,4 +691,5 @@ DIMENSIONS = {
     "time": "h min d y s sec secs second seconds week weeks month months",
     "mass": "kg g mg lb lbs oz",
     "volume": "l ml cl dl gal",
+    "clock": "am pm",
 }
