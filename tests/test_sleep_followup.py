@@ -603,6 +603,29 @@ def test_a_request_or_an_answer_to_the_replys_question_is_no_signal(reply: str, 
     assert read_followup(turn, reply) is None
 
 
+def test_what_the_user_does_not_want_is_no_failure_of_the_reply():
+    reply = "Multiplying 12 by 11 gives 132, since 12 × 10 is 120."
+    read = read_followup("Only the figure please, I don't want the working shown.", reply)
+    assert read is not None and read.kind == "rule"
+    assert [r.kind for r in read.rules] == ["just_number"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn"),
+    [
+        # a word of thanks named as the value ("it's merci"), not thanks given
+        ("In French, 'thank you' is 'pardon'.", "merci です"),
+        # a verdict quoted with an apostrophe inside it is mentioned, not said
+        (
+            "Here's the scene with the two brothers.",
+            "My villain shouts 'You're wrong!' here — how do I make it sound scarier?",
+        ),
+    ],
+)
+def test_words_of_judgement_mentioned_are_no_judgement(reply: str, turn: str):
+    assert read_followup(turn, reply) is None
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

@@ -112,7 +112,8 @@ _DATE = re.compile(
 )
 _QUOTED = re.compile(
     r'"([^"\n]{1,80})"|“([^”\n]{1,80})”|«\s?([^»\n]{1,80}?)\s?»|„([^“”\n]{1,80})[“”]'
-    r"|`([^`\n]{1,80})`|「([^」\n]{1,80})」|‘([^’\n]{1,80})’|(?<![\w])'([^'\n]{1,80})'(?!\w)"
+    r"|`([^`\n]{1,80})`|「([^」\n]{1,80})」|‘([^’\n]{1,80})’"
+    r"|(?<![\w])'((?:[^'\n]|(?<=\w)'(?=\w)){1,80})'(?!\w)"  # "'That's wrong!'": "That's" inside
 )
 _CODE = re.compile(
     r"(?<![\w/~.])(?:~|\.{1,2})?/[\w.@+-]{1,40}(?:/[\w.@+-]{1,40}){0,10}/?"  # a path
@@ -672,8 +673,8 @@ class _Cues:
 
 
 def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Value]) -> _Cues:
-    clean = W.NEGATED.sub(" ", _QUOTED.sub(" ", text))
-    statements = [W.NEGATED.sub(" ", _QUOTED.sub(" ", s.text)) for s in sentences if not s.asks]
+    clean = _unjudged(text)
+    statements = [_unjudged(s.text) for s in sentences if not s.asks]
     judged = [s for s in statements if not W.SELF.search(s)]
     hits = [
         m
@@ -681,6 +682,8 @@ def _cues(text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Va
         for p in (_WRONG, _FAILED)
         for m in p.finditer(s)
         if not _reported(s[max(0, m.start() - 48) : m.start()])
+        # "I don't need the working": what the user does not do, not what failed
+        and not (p is _FAILED and re.search(r"(?<!\w)(?:i|we)\s$", s[: m.start()], _I))
     ]
     rest = " ".join(statements)
     for m in hits:
@@ -740,6 +743,11 @@ def _opening_no(opening: str, sentences: list[_Sentence]) -> bool:
         return True  # "no wait, ... can you change it?"
     apart = re.match(r"\s{0,2}(?:[,.!;:?…—–-]|$)", opening[m.end() :]) is not None
     return apart or not (sentences and sentences[0].asks)
+
+
+def _unjudged(text: str) -> str:
+    """`text` less what judges nothing: quotes, "nothing wrong", thanks named as a word."""
+    return W.NAMED_THANKS.sub(" ", W.NEGATED.sub(" ", _QUOTED.sub(" ", text)))
 
 
 def _blanked(text: str, spans: list[tuple[int, int]]) -> str:

@@ -314,6 +314,13 @@ NEGATED = re.compile(
     r"korrigier(?:e|t)? mich,? wenn ich (?:mich irre|falsch liege))(?!\w)",
     re.IGNORECASE,
 )
+# a word of thanks named as a value, not thanks given: "thank you です", "ありがとう（arigatou）
+# です" (a copula after it; "その通りです" is "that's right")
+NAMED_THANKS = re.compile(
+    r"(?:thank you|thanks|ありがとう|merci|gracias|danke|grazie|obrigad[oa]|спасибо|谢谢|謝謝|"
+    r"감사합니다)\s?(?:[(（][^()（）]{0,30}[)）])?\s?(?:です|だ(?!\w))",
+    re.IGNORECASE,
+)
 # a negation right after an acceptance word takes it back ("sahi nahi", "not correct")
 NEGATION_AFTER = re.compile(
     r"^\W{0,3}(?:not?|nahi|nahin|nicht|pas|non|não|niet|nie|не|değil|degil|inte|ikke|tidak|"
