@@ -626,6 +626,27 @@ def test_words_of_judgement_mentioned_are_no_judgement(reply: str, turn: str):
     assert read_followup(turn, reply) is None
 
 
+@pytest.mark.parametrize(
+    ("reply", "turn"),
+    [
+        # a question asked with no mark
+        ("Python 3.12 added better error messages.", "is 3.13 out yet"),
+        # what the user is doing, and the user's place, not the reply's value
+        ("The printer supports A4 and Letter.", "I'm printing on A5 mostly"),
+        ("It's 25°C in Lisbon today.", "nice, it's 12 here in Berlin"),
+        ("Set the heating to 21°C.", "it's 3 outside right now, brr"),
+        # praise that does not open the turn, an idiom
+        ("Madrid is the capital of Spain.", "Madrid is lovely in spring"),
+        (
+            "Here's the email to your landlord.",
+            "perfect timing, he just called. should I send it now?",
+        ),
+    ],
+)
+def test_a_value_or_praise_about_the_users_own_world_is_no_signal(reply: str, turn: str):
+    assert read_followup(turn, reply) is None
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

@@ -796,7 +796,7 @@ def _accepts(text: str) -> bool:
     """The turn opens with an acceptance: "perfect, thanks!", "yep that's right", "верно"."""
     if W.WEAK_ACCEPT.match(text):
         return True
-    m = _ACCEPT_START.match(text)
+    m = _ACCEPT_START.match(text) or W.ACCEPT_OPENING.match(text)
     if m is None or W.NOT_ACCEPT_AFTER.match(text[m.end() :]):
         return False
     return not W.NEGATION_AFTER.match(text[m.end() :])
@@ -1371,7 +1371,8 @@ def _implicit(text: str, found: _Found, cues: _Cues, reply: _Reply) -> bool:
     v = found.value
     if found.how not in ("led", "aligned", "opens", "bare", "slot", "variant"):
         return False
-    if found.how == "led" and _OWN.search(text[max(0, v.start - 40) : v.start]):
+    own = _OWN if found.how == "led" else _DOING
+    if own.search(text[max(0, v.start - 40) : v.start]) or _HERE.match(text, v.end):
         return False
     if v.key in ("true", "false") and not re.search(r"\b(?:true|false)\b", reply.folded):
         return False  # "false, I flew it last week": a verdict, where the reply gave no boolean
@@ -1386,6 +1387,19 @@ def _implicit(text: str, found: _Found, cues: _Cues, reply: _Reply) -> bool:
 _OWN = re.compile(
     r"(?<!\w)(?:i|we|my|our|mine|ours|i'm|we're)\b(?:\s\w+){0,3}?\s(?:am|are|is|was|were|"
     r"have|has|had|will be|'ll be)(?:\s\w+){0,2}\s?$|(?<!\w)(?:i'm|we're)(?:\s\w+){0,2}\s?$",
+    _I,
+)
+
+
+# "I'm printing on A5": what the user is doing, not the reply's value
+_DOING = re.compile(r"(?<!\w)(?:i'?m|we'?re|i am|we are)(?:\s\w+){0,2}\s?$", _I)
+
+
+# "it's 12 here in Berlin": the user's place, not the reply's value
+_HERE = re.compile(
+    r"\s(?:here|over here|outside|where i|at my|in my|chez moi|ici|dehors|bei mir|hier|draußen|"
+    r"aquí|acá|afuera|fuera|qui|fuori|aqui|lá fora|buiten|"
+    r"у нас|burada|yahan)\b",
     _I,
 )
 

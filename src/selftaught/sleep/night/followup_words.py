@@ -218,7 +218,7 @@ FAILED = Words(
 ACCEPT = Words(
     (
         r"thanks?|thank you|thx|ty|tysm|cheers|perfect|great|awesome|excellent|brilliant|"
-        r"exactly|correct|spot on|good job|well done|bingo|lgtm|looks good|confirmed|legend|lovely|"
+        r"exactly|correct|spot on|good job|well done|bingo|lgtm|looks good|confirmed|legend|"
         r"good catch|nice catch|well spotted|"
         r"right answer|you'?re (?:right|correct|a lifesaver|the best)|"
         r"that'?s (?:right|correct|it|perfect|the one|exactly it)|makes sense|appreciate it|"
@@ -285,6 +285,9 @@ ACCEPT = Words(
         "解决了",
     ),
 )
+# praise that approves only where it opens the turn ("Lovely, just what I had in mind"; "Paris
+# is lovely in spring" approves nothing)
+ACCEPT_OPENING = re.compile(r"^\W{0,3}(?:lovely|wonderful|fantastic|amazing)\b", re.IGNORECASE)
 # "yes", "ok", "top": acceptance only as the whole turn ("ok, and what about 3 + 4?" is none,
 # "the top predator" approves nothing)
 WEAK_ACCEPT = re.compile(
@@ -298,7 +301,7 @@ WEAK_ACCEPT = re.compile(
 # "perfect weather", "correct me if", "thanks for nothing" (sarcasm), or an article ("c'est
 # juste la plus grande ville": "just the", "exactly the same error")
 NOT_ACCEPT_AFTER = re.compile(
-    r"^-|^\s(?:in advance|for asking|for the next|question|weather|day|idea|news|me if|"
+    r"^-|^\s(?:in advance|for asking|for the next|question|weather|day|idea|news|me if|timing|"
     r"d'avance|im voraus|de antemano|in anticipo|desde já|alvast|"
     r"for nothing|pour rien|für nichts|por nada|per niente|"
     r"(?:the|an|la|le|les|un|une|des|du|el|los|las|il|lo|gli|os|het|een)\s)",
@@ -378,6 +381,8 @@ EXCLAIM = re.compile(r"^\W{0,3}(?:oh|omg|aw+|ah)\W{0,3}no+\b", re.IGNORECASE)
 QUESTION_START = re.compile(
     r"(?:^|[.!?;:。！？]\s{0,3}|^\W{0,3}(?:and|so|ok|okay|hmm|also|but|wait),?\s)"
     r"(?:what|what's|whats|how|why|when|where|which|who|whose|whom|is it|is that|is this|"
+    # a question asked with no mark: "is 3.13 out yet", "does it work on arm"
+    r"(?:is|are|does|can)(?![\w'’])|"
     r"are there|is there|are you|do you|does|did you|can i|could i|should i|shall i|may i|"
     r"quoi|comment|pourquoi|quand|où|combien|quel|quelle|quels|est-ce|qu'est-ce|"
     r"wie|was|warum|wann|wo|wieviel|wie viel|welche|welcher|welches|"
