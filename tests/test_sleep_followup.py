@@ -647,6 +647,40 @@ def test_a_value_or_praise_about_the_users_own_world_is_no_signal(reply: str, tu
     assert read_followup(turn, reply) is None
 
 
+@pytest.mark.parametrize(
+    ("reply", "turn"),
+    [
+        # the negation of the user's own knowing or having opens the turn, no verdict
+        ("El museo abre a las 10.", "no sé si llegaré a tiempo, ¿hay entradas online?"),
+        ("Il museo apre alle 10.", "non lo sapevo! c'è un parcheggio vicino?"),
+        ("Muzeum otwiera się o 10.", "nie wiem gdzie to jest, jak dojechać?"),
+        # a preference asks for a change, it does not correct
+        ("Your appointment is on May 5.", "May 12 would be better for me"),
+    ],
+)
+def test_a_negated_verb_or_a_preference_is_no_signal(reply: str, turn: str):
+    assert read_followup(turn, reply) is None
+
+
+@pytest.mark.parametrize(
+    ("reply", "turn", "value"),
+    [
+        # "2008 was the 3G" says what the reply's year really was (no conversion of units)
+        ("The iPhone launched in 2008.", "2007 actually, 2008 was the 3G", "2007"),
+        # a postposition and a copula after a name, in Latin script
+        ("Taj Mahal Delhi mein hai.", "nahi, Agra mein hai", "Agra"),
+        # "about", "over" and "it is" in more languages
+        ("Wisła ma 800 km długości.", "ponad 1000 km, sprawdź", "1000 km"),
+        ("Sveriges huvudstad är Göteborg.", "nej, det är Stockholm", "Stockholm"),
+        ("Thủ đô của Úc là Sydney.", "sai rồi, là Canberra", "Canberra"),
+        ("서울의 인구는 500만 명입니다.", "950만 명이에요", "950만 명"),
+    ],
+)
+def test_a_value_read_in_more_shapes_and_languages(reply: str, turn: str, value: str):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == ("correction", value)
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

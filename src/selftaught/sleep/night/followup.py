@@ -82,7 +82,8 @@ _CJK_UNIT = (
     r"\u30a0-\u30ff]{1,8}(?:\d{1,6}(?:[.,]\d{1,6})?)?){1,4}"
 )
 # and in Korean, where a particle follows the unit ("1443년이에요", "2시간 반 정도")
-_KO_UNIT = r"(?:시간|킬로미터|킬로그램|킬로|미터|년|월|일|시|분|초|개|명|원|번|층|살|배)(?:\s?반)?"
+_KO_UNITS = r"시간|킬로미터|킬로그램|킬로|미터|년|월|일|시|분|초|개|명|원|번|층|살|배"
+_KO_UNIT = rf"(?:(?:만|억|천)(?:\s?(?:{_KO_UNITS}))?|(?:{_KO_UNITS}))(?:\s?반)?"
 # "15th", "6x", "3h20", "15%", "350°F", "/kWh"
 _ATTACHED = r"(?:[A-Za-zА-Яа-яµ]{1,4}\d{0,3}(?!\w)|[%‰°℃℉²³]{1,2}[CFK]?(?!\w)|/[^\W\d_]{1,6}(?!\w))"
 _NUMBER = re.compile(
@@ -1033,9 +1034,11 @@ def _bare(sentence: _Sentence, reply: _Reply, strict: bool = False) -> _Value | 
         if words[0][2][:1].isupper() and _fold(words[0][2]) in W.ARTICLES:
             break  # "Den Haag", "La Paz"
         words = words[1:]
-    uncased = all(_UNCASED.fullmatch(w[:2]) for _, _, w in words)
-    while uncased and len(words) > 1 and _fold(words[-1][2]) in W.STOP:
-        words = words[:-1]  # "बाघ है": the copula after a name
+    named = bool(words) and (
+        words[0][2][:1].isupper() or all(_UNCASED.fullmatch(w[:2]) for _, _, w in words)
+    )
+    while named and len(words) > 1 and _fold(words[-1][2]) in W.STOP:
+        words = words[:-1]  # "बाघ है", "Agra mein hai": a postposition or copula after a name
     if not words or len(words) > 3 or any(_verdict_word(w) for _, _, w in words):
         return None
     first, last = words[0][0], words[-1][1]
@@ -1221,8 +1224,8 @@ def _explained(text: str, values: list[_Value], reply: _Reply) -> list[tuple[int
             ):
                 spans.append((first.start, first.end))  # "401 is unauthorized": what it names
             continue
-        if first.numeric and any(v.numeric for v in rest):
-            continue  # "5 miles is 8 km": the reply's sum, done again
+        if first.unit and any(v.numeric and v.unit for v in rest):
+            continue  # "5 miles is 8 km": the reply's conversion, done again
         spans.append((first.end, m.end()))
     return spans
 

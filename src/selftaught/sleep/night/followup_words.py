@@ -338,9 +338,14 @@ BUT = Words(
     ),
     ("けど", "但是", "但", "不过", "不過"),
 )
-# "no" that is not a verdict: "no worries", "no more than 50 words", "nah, no need"
+# "no" that is not a verdict: "no worries", "no more than 50 words", "nah, no need"; nor the
+# negation of the user's own knowing or having ("no sé", "non lo sapevo", "nie wiem")
 NOT_A_NO = re.compile(
-    r"^\W{0,3}(?:no+|nah|nope|non|nein|nee|nie|нет)\W{0,3}(?:no )?(?:worries|problem|problems|"
+    r"^\W{0,3}(?:no|non|não|nao|nie|не)\s(?:lo |le |la |o |a |to )?(?:sé|sabía|sabia|sabes|"
+    r"tengo|tenía|tenho|tinha|puedo|posso|entiendo|entendi|capisco|sapevo|so|ho|avevo|sais|"
+    r"savais|connais|wiem|wiedziałem|wiedziałam|mam|rozumiem|знаю|знал|знала|помню|понимаю|"
+    r"могу|have|had|know|knew|idea|clue|remember)\b"
+    r"|^\W{0,3}(?:no+|nah|nope|non|nein|nee|nie|нет)\W{0,3}(?:no )?(?:worries|problem|problems|"
     r"rush|need|thanks|thank you|idea|doubt|pressure|hurry|matter|kidding|offen[cs]e|big deal|"
     r"longer|more|less|fewer|further|other|one|complaints|issues|danke|merci|gracias|grazie|"
     r"hay problema|te preocupes|problema|problème|worry|stress|explanations?|prose|text|words|"
@@ -404,6 +409,7 @@ QUESTION_END = re.compile(
 # a request for something new, not a verdict: "can you also ...", "now do 20 km"
 REQUEST = re.compile(
     r"(?<!\w)(?:can|could|would|will) (?:you|u)(?! (?:check|look|read)\b)"
+    r"|(?<!\w)(?:would be better|would suit me|(?:works|suits me) better)(?!\w)"  # a preference
     # "please write a function that ...": asked of the reply, not said of it
     r"|(?:^|[.!;:]\s{0,3})(?:please |pls |plz )?(?:(?:now|next|also|then|and now|please also|"
     r"pls also|ok now|"
@@ -427,7 +433,7 @@ NEXT = re.compile(
 # state a rule, never a new question
 WANT = re.compile(
     r"(?<!\w)(?:(?:i|we) (?:need|want|'d like|would like|prefer)|make it|change it to|"
-    r"switch (?:it )?to)(?!\w)",
+    r"switch (?:it )?to|would be better|would suit me|(?:works|suits me) better)(?!\w)",
     re.IGNORECASE,
 )
 # a question that challenges the reply rather than asking something new ("are you sure?",
@@ -479,6 +485,9 @@ LEAD = Words(
         r"daje|возвращает|вернёт|выводит|döndürür|verir|yazdırır|yazar|liefert|gibt aus|"
         r"renvoie|retourne|affiche|devuelve|imprime|restituisce|stampa|geeft terug|print karega|"
         r"deta hai|يعيد|يطبع",
+        # sv/da/no, id, vi
+        r"det är|det var|är|var|blir|det er|er|adalah|yaitu|yang benar|harusnya|seharusnya|"
+        r"là|phải là|đúng ra là",
     ),
     ("是", "等于", "應該是", "应该是", "才是", "输出", "輸出", "返回", "打印", "出力", "为", "為"),
 )
@@ -578,7 +587,8 @@ BETWEEN = frozenset(
         "del cerca uns umas o os as um uma em no na de do da ao ongeveer zo'n rond de het een in "
         "op om van bij około jakieś mniej więcej w we na do z o od около примерно где-то почти на "
         "в во с из к от yaklaşık aşağı yukarı civarı lagbhag kareeb takriban qareeb حوالي تقريبا "
-        "في على من إلى "
+        "في على من إلى über ponad prawie blisko более свыше почти fast knapp ungefär omkring "
+        "cirka sekitar kira-kira khoảng gần 약 "
     )
 )
 # function words of the languages, and reactions: never a value on their own
