@@ -681,6 +681,21 @@ def test_a_value_read_in_more_shapes_and_languages(reply: str, turn: str, value:
     assert read is not None and (read.kind, read.reference) == ("correction", value)
 
 
+@pytest.mark.parametrize(
+    ("reply", "turn", "value"),
+    [
+        # a filler of exasperation, the past of "it is", "like" before a number
+        ("The capital of Australia is Sydney.", "canberra smh", "canberra"),
+        ("Portugal aderiu à UE em 1990.", "foi em 1986", "1986"),
+        ("La distancia es de unos 200 km.", "son como 350 km por autopista", "350 km"),
+        ("Le match s'est terminé 0-0.", "c'était 3-1 pour Lyon", "3-1"),
+    ],
+)
+def test_a_value_put_forward_by_more_words(reply: str, turn: str, value: str):
+    read = read_followup(turn, reply)
+    assert read is not None and (read.kind, read.reference) == ("correction", value)
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

@@ -457,7 +457,7 @@ FILLER = frozenset(
         "doch halt ja eben hombre tío tio pues cara né ne ué uai gente dus toch joh nu przecież "
         "chyba конечно же вообще ну da yani abi ya ki hai na re arre arey bas يا طبعا فقط بس "
         "تقريبا hello hi hey bonjour salut hallo hola ciao olá oi hoi cześć привет merhaba namaste "
-        "مرحبا вообще-то lah dong sih deh kok nih kak "
+        "مرحبا вообще-то lah dong sih deh kok nih kak smh ffs omg jeez ugh bruh "
     )
 )
 # words that put a value forward ("it's 17 km", "should be 8080", "i get 12.6", "c'est 12")
@@ -472,9 +472,10 @@ LEAD = Words(
         r"lasts|lasted|"
         r"i found|i have|i measured",
         # fr, de, es, it, pt, nl
-        r"c'?est|ce sont|(?:ça|ca) fait|(?:ça|ca) donne|donne|plutôt|ist|sind|es ist|es sind|"
-        r"eher|ergibt|gibt|son|da|sale|me sale|devuelve|más bien|è|sono|fa|dà|restituisce|"
-        r"stampa|semmai|é|são|dá|está|tá|retorna|imprime|het is|is het|zijn|geeft|eerder|es|"
+        r"c'?est|c'était|ce sont|(?:ça|ca) fait|(?:ça|ca) donne|donne|plutôt|ist|sind|es ist|"
+        r"es sind|eher|ergibt|gibt|son|da|sale|me sale|devuelve|más bien|è|sono|fa|dà|"
+        r"restituisce|stampa|semmai|é|são|dá|está|tá|foi|era|fue|fu|war|waren|retorna|imprime|"
+        r"het is|is het|zijn|geeft|eerder|es|"
         r"je trouve|j'?obtiens|j'?ai|(?:bei mir )?kommt|ich komme auf|ich bekomme|ich habe|"
         r"obtengo|me da|tengo|mi viene|ottengo|ho|eu tenho|me dá|obtenho|ik krijg|ik kom op|"
         r"ik heb|bij mij",
@@ -588,7 +589,7 @@ BETWEEN = frozenset(
         "op om van bij około jakieś mniej więcej w we na do z o od около примерно где-то почти на "
         "в во с из к от yaklaşık aşağı yukarı civarı lagbhag kareeb takriban qareeb حوالي تقريبا "
         "في على من إلى über ponad prawie blisko более свыше почти fast knapp ungefär omkring "
-        "cirka sekitar kira-kira khoảng gần 약 "
+        "cirka sekitar kira-kira khoảng gần 약 como "
     )
 )
 # function words of the languages, and reactions: never a value on their own
