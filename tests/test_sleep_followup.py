@@ -696,6 +696,24 @@ def test_a_value_put_forward_by_more_words(reply: str, turn: str, value: str):
     assert read is not None and (read.kind, read.reference) == ("correction", value)
 
 
+def test_a_negation_before_solved_is_a_failure():
+    read = read_followup("das Problem ist noch nicht gelöst", "Starte den Dienst neu.")
+    assert read is not None and (read.kind, read.reference) == ("rejection", None)
+
+
+@pytest.mark.parametrize(
+    "turn",
+    [
+        # a verdict word of one language that is a plain word of another: Italian "sai" ("you
+        # know", Vietnamese "wrong"), "nei" ("in the", Norwegian "no")
+        "ah ok, sai che non lo sapevo",
+        "nei giorni feriali o anche nel weekend?",
+    ],
+)
+def test_a_word_of_one_language_is_no_verdict_in_another(turn: str):
+    assert read_followup(turn, "Il museo apre alle 10.") is None
+
+
 # ---- bounded time ---------------------------------------------------------------------------
 
 SIZE = 70_000

@@ -53,7 +53,8 @@ NO = Words(
         r"nie|źle|nieprawda|нет|неа|не так|неправильно|неверно|не совсем|hayır|hayir|"
         r"yanlış|yanlis|nahi|nahin|nai|galat|لا|كلا|خطأ|غلط|नहीं|गलत",
         # sv/da/no, id, vi
-        r"nej|nä|nei|fel|feil|forkert|tidak|bukan|nggak|enggak|gak|salah|không|sai",
+        # ("nei" is Italian "in the": not here)
+        r"nej|nä|fel|feil|forkert|tidak|bukan|nggak|enggak|gak|salah|không",
     ),
     (
         "아니요",
@@ -115,10 +116,14 @@ WRONG = Words(
         # sv/da/no, id, vi
         r"fel|felaktig\w{0,2}|stämmer inte|inte rätt|du har fel|feil|forkert|det passer ikke|"
         r"salah|keliru|tidak benar|tidak tepat|kurang tepat|bukan itu|ngawur|"
-        r"sai rồi|sai|không đúng|không chính xác|nhầm rồi",
+        # ("sai" alone is Italian "you know": only "sai rồi", "bị sai")
+        r"sai rồi|bị sai|không đúng|không chính xác|nhầm rồi",
     ),
     (
         "틀렸",
+        "안 맞",
+        "맞지 않",
+        "정확하지 않",
         "틀려",
         "틀린",
         "잘못",
@@ -177,12 +182,16 @@ FAILED = Words(
         r"no funcionó|no sirvió|no ha funcionado|n'a pas (?:marché|fonctionné)|"
         r"hat nicht (?:funktioniert|geklappt)|non ha funzionato|heeft niet gewerkt|"
         r"nie zadziałało|не сработало|не заработало|düzelmedi|"
+        # a negation a few words before "solved": "das Problem ist noch nicht gelöst"
+        r"(?:not|nicht|non|niet|nie|не|no|não|pas)\s(?:[\w'’-]{1,20}\s){0,2}?(?:solved|fixed|"
+        r"resolved|gelöst|behoben|risolto|opgelost|rozwiązan[ey]|решено|resuelto|resolvido|"
+        r"résolu)|"
         # sv/da/no, id, vi
         r"funkar inte|fungerar inte|funkade inte|fungerade inte|hjälpte inte|samma fel|"
         r"virker ikke|fungerer ikke|hjalp ikke|"
-        r"tidak berhasil|gak berhasil|nggak berhasil|tidak bisa|gak bisa|nggak bisa|"
-        r"masih error|tetap error|masih gagal|masih sama|tetap sama|gagal|"
-        r"không được|vẫn không|vẫn lỗi|vẫn bị lỗi|không chạy|không hoạt động",
+        r"tidak berhasil|gak berhasil|nggak berhasil|masih tidak bisa|tetap tidak bisa|"
+        r"masih gak bisa|masih nggak bisa|masih error|tetap error|masih gagal|masih sama|"
+        r"tetap sama|gagal|vẫn không|vẫn lỗi|vẫn bị lỗi|không chạy|không hoạt động",
     ),
     (
         "안 돼",
@@ -248,7 +257,7 @@ ACCEPT = Words(
         # ("tack" alone thanks only as the whole turn: "svara på svenska tack" asks, "please")
         r"tack så mycket|tusen tack|tackar|tack för|takk for|tak for|stämmer|det funkar|"
         r"det fungerar|funkade|fungerade|toppen|det virker|"
-        r"terima kasih|makasih|makasi|berhasil|mantap|sip|betul|sudah bisa|udah bisa|"
+        r"terima kasih|makasih|makasi|berhasil|mantap|betul|sudah bisa|udah bisa|"
         r"cảm ơn|cám ơn|đúng rồi|chính xác|được rồi|tuyệt",
     ),
     (
