@@ -7,7 +7,7 @@
   "1666, famously", "c'est Baudelaire, pas Hugo", "5月22日に届きました。20日ではないです") → a
   reference (a number with its unit, a date, a name, a quoted value, a code output);
 - **rejection**: wrong without the right value ("that's wrong", "still fails", "klopt niet",
-  "答非所问") → a thumbs-down;
+  "答非所问", an error printed after a reply that said only what to run) → a thumbs-down;
 - **rule**: a restated rule ("just the number", "in French", "under 50 words", "shorter") →
   checks, as `checks.find_rules` reads them in a request (a correction or rejection may state
   one too);
@@ -15,7 +15,8 @@
 - None: anything else (a new question or request, small talk, an answer to the assistant's own
   question or to its request for what the user has, a turn that only mentions a mistake, one
   that moves to a new topic, reports someone else's verdict or hedges: "correct me if I'm
-  wrong").
+  wrong", one about the user's own input, doing or place: "I gave you the wrong list", "it's
+  12 here", or the next thing asked: "now the 8 times table").
 
 It reads in two parts. A **verdict detector** finds the cues of a judgement, in the languages
 `followup_words` lists: a leading "no", a "wrong" word, a "did not work" phrase, doubt ("are you
