@@ -21,7 +21,8 @@ Corpora:
 - `benchmarks/data/followups_report4.jsonl`: 557 lines written blind from the same brief (its
   output path changed) by an author who saw none of the project, for the fourth reader: written
   while that reader was tuned on the corpora above, unopened by the reader's authors, run once
-  after the reader was committed (test data);
+  after the reader was committed; its errors were then read, so it measured the fourth reader
+  only, and the fifth was tuned on it (dev: its even lines, then all);
 - any other file: `--corpus PATH` (a corpus written blind later is measured this way).
 
 A signal is **false** when the turn is no feedback (label `none`), when its direction is wrong
