@@ -23,6 +23,11 @@ Corpora:
   while that reader was tuned on the corpora above, unopened by the reader's authors, run once
   after the reader was committed; its errors were then read, so it measured the fourth reader
   only, and the fifth was tuned on it (dev: its even lines, then all);
+- `benchmarks/data/followups_report5.jsonl`: 524 lines in 17 languages (and mixed turns)
+  written blind from the same brief (its output path changed, a `lang` key added) by an author
+  who saw none of the project, for the fifth reader: written while that reader was tuned,
+  kept outside the repository until the reader was committed, unopened by its authors, run
+  once (test data);
 - any other file: `--corpus PATH` (a corpus written blind later is measured this way).
 
 A signal is **false** when the turn is no feedback (label `none`), when its direction is wrong
@@ -87,6 +92,7 @@ CORPORA = {
     "dev3": HERE.parent / "tests" / "fixtures" / "followups_dev3.jsonl",
     "report3": HERE / "data" / "followups_report3.jsonl",
     "report4": HERE / "data" / "followups_report4.jsonl",
+    "report5": HERE / "data" / "followups_report5.jsonl",
 }
 DOWN = {"correction", "rejection"}
 STATE = REPO / "runs" / "bench" / "followups"
