@@ -1097,21 +1097,26 @@ class _Found:
     how: str  # yes/no, contrast, led, aligned, opens, bare, first, variant, asserted
 
 
-def _value(
-    text: str, sentences: list[_Sentence], cues: _Cues, reply: _Reply, values: list[_Value]
-) -> _Found | None:
-    """The right value the turn gives, and how it was found; None when it gives none."""
-    if reply.answer is not None:
-        m = (W.NO_ANSWER if reply.answer == "yes" else W.YES).match(text)
-        if m is not None and (cues.no or cues.wrong or reply.answer == "no"):
-            word = m.group(0).strip(" ,.!")
-            return _Found(_Value(word, 0, m.end(), "word", "yes/no"), "yes/no")
-    # "now the 8 times table": what follows "now" is the next thing asked for, built on the reply
-    sentences = [replace(s, asks=True) if W.NEXT.match(s.text) else s for s in sentences]
+def _yes_no(text: str, cues: _Cues, reply: _Reply) -> _Found | None:
+    """The yes or no that answers a reply's yes/no claim the other way ("no it isn't")."""
+    if reply.answer is None:
+        return None
+    m = (W.NO_ANSWER if reply.answer == "yes" else W.YES).match(text)
+    if m is None or not (cues.no or cues.wrong or reply.answer == "no"):
+        return None
+    word = m.group(0).strip(" ,.!")
+    return _Found(_Value(word, 0, m.end(), "word", "yes/no"), "yes/no")
+
+
+def _fresh(
+    text: str, sentences: list[_Sentence], reply: _Reply, values: list[_Value]
+) -> list[_Value]:
+    """The turn's values that could be the right one: not the reply's own, not asked about,
+    not in an aside, an explanation or a negation's scope."""
     asked = [(s.start, s.start + len(s.text)) for s in sentences if s.asks]
     aside = [m.span() for m in re.finditer(r"\([^()]{0,80}\)", text)]
     aside += _explained(text, values, reply) + _negated(text, values)
-    fresh = [  # a number in words counts only in "X, not Y" ("four bedrooms, not three")
+    return [  # a number in words counts only in "X, not Y" ("four bedrooms, not three")
         v
         for v in values
         if v.kind != "spelled"
@@ -1119,6 +1124,17 @@ def _value(
         and not any(a <= v.start < b for a, b in asked + aside)
     ]
 
+
+def _value(
+    text: str, sentences: list[_Sentence], cues: _Cues, reply: _Reply, values: list[_Value]
+) -> _Found | None:
+    """The right value the turn gives, and how it was found; None when it gives none."""
+    yes_no = _yes_no(text, cues, reply)
+    if yes_no is not None:
+        return yes_no
+    # "now the 8 times table": what follows "now" is the next thing asked for, built on the reply
+    sentences = [replace(s, asks=True) if W.NEXT.match(s.text) else s for s in sentences]
+    fresh = _fresh(text, sentences, reply, values)
     statements = [s for s in sentences if not s.asks]
     # a number the reply's unit fits stands in for the reply's number before a name does
     # ("Pendolino jedzie ok. 2 godz. 40 min" for "6 godzin")
