@@ -337,7 +337,7 @@ def adopted_skills(project: str, home: Path | None = None) -> list[AdoptedSkill]
     for name in _names(project, home, shelf):
         unit = Unit(project, name)
         adopted = read_adopted(unit, home)
-        version = int(adopted.version) if adopted.version and adopted.version.isdigit() else 0
+        version = adopted.number
         if version < 1 or not (adopted.skill.strip() or adopted.memory.strip() or adopted.adapter):
             continue  # nothing to serve (an adapter alone is served: a weights-only skill)
         card = _card(unit, version, home, shelf)

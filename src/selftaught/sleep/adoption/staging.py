@@ -394,8 +394,7 @@ def version_meta(project: Owner, version: int, home: Path | None = None) -> dict
 
 def current_version(project: Owner, home: Path | None = None) -> int:
     """The adopted version number (0: nothing adopted, or a version not written by adopt)."""
-    text = read_adopted_files(project, home).version
-    return int(text) if text and text.isdigit() else 0
+    return read_adopted_files(project, home).number
 
 
 def recover_adopted(project: Owner, home: Path | None = None) -> str | None:

@@ -392,8 +392,7 @@ class ProxyState:
         if self.watch is not None:
             return self.watch
         config = self.config
-        served = self.adopted().version
-        version = int(served) if served and served.isdigit() else 0
+        version = self.adopted().number
         if version != self._probed:
             self._probed = version
             if auto_rollback_on(config.project, version, config.home):

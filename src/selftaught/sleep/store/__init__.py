@@ -53,6 +53,11 @@ class Adopted:
     def empty(self) -> bool:
         return not self.skill.strip() and not self.memory.strip()
 
+    @property
+    def number(self) -> int:
+        """The adopted version's number (0: nothing adopted, or a version not written by adopt)."""
+        return int(self.version) if self.version and self.version.isdigit() else 0
+
 
 class LogError(InputError, RuntimeError):
     """The log cannot be opened or written, or a request to it names nothing in it."""
